@@ -1,0 +1,2 @@
+def main(argv=None):
+    raise SystemExit("dtype-lint: CLI not wired yet")
