@@ -1,0 +1,141 @@
+"""benchmarks/bench.py runs end to end on a tiny synthetic tree and reports every row.
+
+Smoke only: the figures must exist and be positive. No timing thresholds, ever: a loaded CI
+machine must not fail a test because it is slow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks" / "bench.py"
+
+STAGE_ROWS = ("read", "read+prefilter", "ast.parse", "libcst-prefiltered")
+DTYPE_LINT_ROWS = ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-warm-j1", "dtype-lint-warm")
+PEER_ROWS = ("ruff-cold", "ruff-cached", "semgrep")
+POSITIVE = ("files", "wall_s", "cpu_s", "files_per_s", "ratio_wall", "ratio_cpu", "peak_rss_mib")
+
+LAYER = '''\
+import torch
+from torch import nn
+
+
+class ColumnParallelLinear(nn.Module):
+    def __init__(self, n, quant_config=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n, n))
+        self.params_dtype = torch.bfloat16
+
+
+class Attention(nn.Module):
+    def __init__(self, quant_config=None):
+        super().__init__()
+        self.kv_b_proj = ColumnParallelLinear(8, quant_config=quant_config)
+
+    def forward(self, kv_c_normed):
+        kv_c_normed = kv_c_normed.to(self.kv_b_proj.weight.dtype)
+        return self.kv_b_proj(kv_c_normed)
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tree")
+    pkg = root / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "attention.py").write_text(LAYER)
+    (pkg / "util.py").write_text("def add(a, b):\n    return a + b\n")
+    (pkg / "norm.py").write_text("def scale(weight, x):\n    return weight * x\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def quick_run(tiny_tree: Path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "figures.json"
+    cmd = [sys.executable, str(BENCH), "--quick", "--tree", str(tiny_tree), "--json", str(out),
+           "--no-install", "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(out.read_text())
+
+
+def rows_by_id(figures: dict) -> dict[str, dict]:
+    return {r["id"]: r for r in figures["rows"]}
+
+
+def assert_positive(row: dict) -> None:
+    assert row["status"] == "ok", row
+    assert row["runs"] == 1, row
+    for key in POSITIVE:
+        assert isinstance(row[key], (int, float)) and row[key] > 0, (key, row)
+
+
+def test_rows_and_header(quick_run, tiny_tree: Path):
+    stdout, figures = quick_run
+    assert figures["version"] == 1
+    assert figures["py_files"] == 4
+    assert figures["repeat"] == 1
+    assert figures["floor"] == "read+prefilter"
+    rows = rows_by_id(figures)
+    assert list(rows) == [*STAGE_ROWS, *DTYPE_LINT_ROWS, *PEER_ROWS]
+    for row in figures["rows"]:
+        assert row["label"] in stdout, f"{row['label']!r} missing from the printed table"
+
+
+def test_floor_and_parse_rows(quick_run):
+    rows = rows_by_id(quick_run[1])
+    for rid in STAGE_ROWS:
+        assert_positive(rows[rid])
+    assert rows["read"]["files"] == rows["ast.parse"]["files"] == 4
+    # The prefilter picks a subset; the file with the cast must be in it.
+    assert 1 <= rows["libcst-prefiltered"]["files"] <= 4
+    assert rows["read+prefilter"]["ratio_cpu"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("rid", DTYPE_LINT_ROWS)
+def test_dtype_lint_rows(quick_run, rid: str):
+    row = rows_by_id(quick_run[1])[rid]
+    assert_positive(row)
+    assert row["files"] == 4
+
+
+@pytest.mark.parametrize("rid", PEER_ROWS)
+def test_peer_rows(quick_run, rid: str):
+    row = rows_by_id(quick_run[1])[rid]
+    assert row["status"] in ("ok", "not available"), row
+    if row["status"] == "ok":
+        assert_positive(row)
+    else:
+        assert row["note"], "an unavailable peer must say why"
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("dtype_lint_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_harness_measures_a_child(tmp_path: Path):
+    bench = _bench_module()
+    s = bench.measure([sys.executable, "-c", "sum(range(10**5))"], tmp_path, timeout=120)
+    assert s.returncode == 0 and not s.timed_out
+    assert s.wall_s > 0 and s.cpu_s > 0 and s.maxrss_mib > 0
+
+
+def test_harness_reports_a_failing_row(tmp_path: Path):
+    bench = _bench_module()
+    row = bench.Row("x", "x", [sys.executable, "-c", "raise SystemExit('boom')"], tmp_path)
+    row.record(bench.measure(row.cmd, row.cwd, timeout=120))
+    assert row.status == "failed"
+    assert "exit 1" in row.note and "boom" in row.note
+    assert row.figures(None)["wall_s"] is None
