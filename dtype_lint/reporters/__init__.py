@@ -1,0 +1,116 @@
+"""Output formats: one module per format, chosen by name through :func:`render`.
+
+A reporter knows nothing about libcst or rules' internals: it reads :class:`Finding` objects, a
+:class:`RunSummary`, rule metadata (:class:`RuleInfo`) and, where it needs text (code frames,
+SARIF's line/column fix regions), the source through the `read_source` callback.
+
+Only :func:`render` is eager here; format modules are imported on use, and only ``text`` and the
+``--statistics`` table import rich (0.1-0.2 s), so a JSON or GitHub run never pays for it.
+
+Shared conventions (every format):
+- findings are reported in (path, line, col, code) order;
+- findings with ``fixed=True`` are not listed (they were fixed in this run); they count towards
+  "fixed", as does ``RunSummary.fixed`` (the larger of the two is used);
+- "fixable" counts derive from the findings (safe fixes, plus unsafe ones when
+  ``unsafe_fixes_enabled``); ``RunSummary.fixes_available_*`` act as lower bounds, so a caller
+  that knows more (or leaves them at 0) gets the right numbers either way;
+- severity: "warning" for low-confidence findings and unused suppressions (DTL902), "error"
+  otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, TextIO
+
+if TYPE_CHECKING:
+    from dtype_lint.findings import Finding
+
+
+@dataclass
+class RunSummary:
+    files_checked: int
+    files_analyzed: int
+    elapsed_s: float
+    fixed: int = 0
+    fixes_available_safe: int = 0
+    fixes_available_unsafe: int = 0
+    unsafe_fixes_enabled: bool = False
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    code: str
+    name: str
+    summary: str
+    help_uri: str
+
+
+# Engine codes are not rules, but appear in output like rules; callers' `rules` override these.
+ENGINE_RULES: dict[str, RuleInfo] = {
+    "DTL900": RuleInfo("DTL900", "parse-error", "The file could not be parsed", ""),
+    "DTL901": RuleInfo("DTL901", "fix-failed", "A fix could not be applied", ""),
+    "DTL902": RuleInfo(
+        "DTL902",
+        "unused-suppression",
+        "A suppression comment that suppresses nothing, or lacks its required reason",
+        "",
+    ),
+}
+
+# format name -> module under dtype_lint.reporters
+_MODULES: dict[str, str] = {
+    "text": "text",
+    "concise": "concise",
+    "json": "json_report",
+    "github": "github",
+    "sarif": "sarif",
+    "junit": "junit",
+    "gitlab": "gitlab",
+}
+FORMATS: tuple[str, ...] = tuple(_MODULES)
+# Formats for people; `statistics=True` replaces their per-finding listing with a table.
+# Machine formats ignore `statistics`: they carry every finding already.
+HUMAN_FORMATS: tuple[str, ...] = ("text", "concise")
+
+
+def render(
+    fmt: str,
+    findings: "list[Finding]",
+    summary: RunSummary,
+    out: TextIO,
+    *,
+    read_source: Callable[[str], "str | None"],
+    rules: Mapping[str, RuleInfo],
+    color: bool | None = None,
+    statistics: bool = False,
+) -> None:
+    """Write `findings` to `out` in format `fmt` (one of :data:`FORMATS`).
+
+    `read_source(path)` returns a file's text (or None when unavailable; frames and SARIF
+    line/column regions are then left out). `color`: None = only when `out` is a TTY (and
+    NO_COLOR is unset), True/False force it; only ``text``, ``concise`` and the statistics table
+    use colour.
+    """
+    from dtype_lint.reporters._common import RenderContext
+
+    try:
+        module_name = _MODULES[fmt]
+    except KeyError:
+        raise ValueError(
+            f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}"
+        ) from None
+    ctx = RenderContext(
+        read_source=read_source,
+        rules={**ENGINE_RULES, **rules},
+        color=color,
+        given_codes=tuple(rules),
+    )
+    if statistics and fmt in HUMAN_FORMATS:
+        module_name = "stats_table"
+    module = importlib.import_module(f"dtype_lint.reporters.{module_name}")
+    module.render(findings, summary, out, ctx)
+
+
+__all__ = ["ENGINE_RULES", "FORMATS", "HUMAN_FORMATS", "RuleInfo", "RunSummary", "render"]

@@ -1,0 +1,223 @@
+"""Helpers every format shares. Must not import rich (json/github/concise use it)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TextIO
+
+from dtype_lint.findings import UNUSED_SUPPRESSION, Finding
+
+if TYPE_CHECKING:
+    from dtype_lint.reporters import RuleInfo, RunSummary
+
+# Width used when not writing to a terminal, so snapshot output does not depend on $COLUMNS.
+PIPE_WIDTH = 100
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class SourceText:
+    """A file's text with line starts, for line/column <-> character offset conversions.
+
+    Lines break at \\r\\n, \\r and \\n (as Python and libcst count them; not at form feeds or
+    the other characters str.splitlines() also splits on).
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+        self._ends = [m.start() for m in _LINE_BREAK.finditer(text)] + [len(text)]
+
+    @property
+    def line_count(self) -> int:
+        # A trailing line break does not start a further (empty) line worth showing.
+        n = len(self.starts)
+        return n - 1 if n > 1 and self.starts[-1] == len(self.text) else n
+
+    def line(self, n: int) -> str:
+        """1-based line `n` without its line break ("" when out of range)."""
+        if not 1 <= n <= len(self.starts):
+            return ""
+        return self.text[self.starts[n - 1] : self._ends[n - 1]]
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """Character offset -> (1-based line, 1-based column in characters)."""
+        offset = max(0, min(offset, len(self.text)))
+        i = bisect_right(self.starts, offset) - 1
+        return i + 1, offset - self.starts[i] + 1
+
+
+@dataclass
+class RenderContext:
+    read_source: Callable[[str], "str | None"]
+    rules: Mapping[str, "RuleInfo"]
+    color: bool | None = None
+    # Codes the caller gave metadata for (rules lists these, not every engine code).
+    given_codes: tuple[str, ...] = ()
+    _sources: dict[str, SourceText | None] = field(default_factory=dict)
+
+    def source(self, path: str) -> SourceText | None:
+        """The file's text, read once per render; None when unavailable."""
+        if path not in self._sources:
+            try:
+                text = self.read_source(path)
+            except (OSError, UnicodeDecodeError, ValueError):
+                text = None
+            self._sources[path] = SourceText(text) if text is not None else None
+        return self._sources[path]
+
+    def rule(self, code: str) -> "RuleInfo":
+        from dtype_lint.reporters import RuleInfo
+
+        return self.rules.get(code) or RuleInfo(code, "", "", "")
+
+    def use_color(self, out: TextIO) -> bool:
+        return want_color(out, self.color)
+
+
+def want_color(out: TextIO, color: bool | None) -> bool:
+    """Explicit `color` wins; else colour only on a TTY, and never when NO_COLOR is set."""
+    if color is not None:
+        return color
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(out, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):  # closed stream
+        return False
+
+
+def is_tty(out: TextIO) -> bool:
+    isatty = getattr(out, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):
+        return False
+
+
+# --- selection and counts -----------------------------------------------------------------------
+
+
+def remaining(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings still present (not fixed in this run), in (path, line, col, code) order."""
+    return sorted((f for f in findings if not f.fixed), key=Finding.sort_key)
+
+
+@dataclass(frozen=True)
+class Tally:
+    remaining: int
+    fixed: int
+    # Remaining findings whose fix `--fix` would apply now (safe, or unsafe when enabled).
+    applicable: int
+    # Remaining findings with an unsafe fix that needs --unsafe-fixes.
+    hidden_unsafe: int
+    # Remaining findings with any fix at all (Finding.fixable).
+    with_fix: int
+
+
+def fix_applicable(f: Finding, unsafe_fixes_enabled: bool) -> bool:
+    return f.fix is not None and (f.fix.safe or unsafe_fixes_enabled)
+
+
+def tally(findings: Iterable[Finding], summary: "RunSummary") -> Tally:
+    findings = list(findings)
+    left = [f for f in findings if not f.fixed]
+    safe = sum(1 for f in left if f.fix is not None and f.fix.safe)
+    unsafe = sum(1 for f in left if f.fix is not None and not f.fix.safe)
+    safe = max(safe, summary.fixes_available_safe)
+    unsafe = max(unsafe, summary.fixes_available_unsafe)
+    enabled = summary.unsafe_fixes_enabled
+    return Tally(
+        remaining=len(left),
+        fixed=max(summary.fixed, sum(1 for f in findings if f.fixed)),
+        applicable=safe + (unsafe if enabled else 0),
+        hidden_unsafe=0 if enabled else unsafe,
+        with_fix=sum(1 for f in left if f.fix is not None),
+    )
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def summary_line(t: Tally) -> str:
+    """ruff-like closing line: 'All checks passed!' or 'Found N findings (...)'."""
+    if t.remaining == 0 and t.fixed == 0:
+        return "All checks passed!"
+    parts = []
+    if t.fixed:
+        parts.append(f"{t.fixed} fixed, {t.remaining} remaining")
+    if t.applicable:
+        parts.append(f"{t.applicable} fixable")
+    if t.hidden_unsafe:
+        parts.append(
+            f"{plural(t.hidden_unsafe, 'hidden fix', 'hidden fixes')} can be enabled "
+            "with --unsafe-fixes"
+        )
+    total = t.remaining + t.fixed
+    head = f"Found {plural(total, 'finding')}"
+    return f"{head} ({'; '.join(parts)})" if parts else head
+
+
+# --- per-finding text ---------------------------------------------------------------------------
+
+
+def level(f: Finding) -> str:
+    """'error' | 'warning': low confidence and unused suppressions are warnings."""
+    if f.code == UNUSED_SUPPRESSION or f.confidence == "low":
+        return "warning"
+    return "error"
+
+
+def location(f: Finding) -> str:
+    return f"{f.path}:{f.span.line}:{f.span.col}"
+
+
+def markers(f: Finding, unsafe_fixes_enabled: bool) -> list[str]:
+    """Tags after the code: '[*]' when --fix would fix it, '[low confidence]'."""
+    tags = []
+    if fix_applicable(f, unsafe_fixes_enabled):
+        tags.append("[*]")
+    if f.confidence == "low":
+        tags.append("[low confidence]")
+    return tags
+
+
+def fix_note(f: Finding) -> tuple[str, str] | None:
+    """('fix', 'description [safe]') / ('no fix', reason), or None when nothing to say."""
+    if f.fix is not None:
+        if f.fix.safe:
+            return "fix", f"{f.fix.description} [safe]"
+        reason = f.fix.unsafe_reason or "unspecified"
+        return "fix", f"{f.fix.description} [unsafe: {reason}]"
+    if f.no_fix_reason:
+        return "no fix", f.no_fix_reason
+    return None
+
+
+# --- stable identity ----------------------------------------------------------------------------
+
+
+def fingerprints(findings: list[Finding]) -> list[str]:
+    """Stable, distinct fingerprints, parallel to `findings` (which must be sorted).
+
+    Hash of path + scope + code + normalised expression (the baseline key: no line numbers, so
+    unrelated edits keep it); a key seen again in the same file gets its occurrence number mixed
+    in, so two identical casts in one function stay two issues.
+    """
+    from dtype_lint.baseline import finding_key
+
+    seen: dict[tuple, int] = {}
+    out = []
+    for f in findings:
+        k = finding_key(f)
+        parts = (k.path, k.scope, k.code, k.expression)
+        n = seen.get(parts, 0)
+        seen[parts] = n + 1
+        payload = "\0".join(parts) + (f"\0{n}" if n else "")
+        out.append(hashlib.sha256(payload.encode("utf-8")).hexdigest())
+    return out

@@ -1,0 +1,83 @@
+"""`junit`: JUnit XML for CI test-report views (Jenkins, GitLab, Azure).
+
+One <testsuite name="dtype-lint">; one <testcase> per file with findings (name and file = the
+path), whose single <failure> carries every finding of that file, one per line
+(`path:line:col: CODE message`) in its text, and a count in its message attribute; plus one
+passing summary testcase ("N files checked, M analyzed"), so a clean run still reports a test.
+Built with ElementTree (escaping), with characters XML 1.0 forbids removed. Suite time is the
+run's elapsed time; no timestamps or host names, so the output is deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from itertools import groupby
+from typing import TextIO
+
+from dtype_lint.findings import Finding
+from dtype_lint.reporters import RunSummary
+from dtype_lint.reporters._common import RenderContext, location, plural, remaining
+
+_XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def clean(s: str) -> str:
+    return _XML_INVALID.sub("\ufffd", s)
+
+
+def document(findings: list[Finding], summary: RunSummary) -> ET.Element:
+    left = remaining(findings)
+    by_file = [(path, list(group)) for path, group in groupby(left, key=lambda f: f.path)]
+    tests = len(by_file) + 1
+    failures = len(by_file)
+    elapsed = f"{float(summary.elapsed_s):.3f}"
+    suites = ET.Element(
+        "testsuites",
+        name="dtype-lint",
+        tests=str(tests),
+        failures=str(failures),
+        errors="0",
+        time=elapsed,
+    )
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="dtype-lint",
+        tests=str(tests),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+        time=elapsed,
+    )
+    for path, group in by_file:
+        case = ET.SubElement(
+            suite, "testcase", name=clean(path), classname="dtype-lint", file=clean(path)
+        )
+        first = group[0]
+        failure = ET.SubElement(
+            case,
+            "failure",
+            message=clean(f"{plural(len(group), 'finding')}; first: {first.code} {first.message}"),
+            type=clean(first.code),
+        )
+        failure.text = clean(
+            "\n".join(f"{location(f)}: {f.code} {f.message}" for f in group) + "\n"
+        )
+    checked = plural(summary.files_checked, "file")
+    ET.SubElement(
+        suite,
+        "testcase",
+        name=f"{checked} checked, {summary.files_analyzed} analyzed",
+        classname="dtype-lint.summary",
+        time=elapsed,
+    )
+    return suites
+
+
+def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: RenderContext) -> None:
+    root = document(findings, summary)
+    ET.indent(root, space="  ")
+    out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
+    out.write(ET.tostring(root, encoding="unicode"))
+    out.write("\n")
