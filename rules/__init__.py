@@ -1,0 +1,7 @@
+"""One rule per module. Adding a rule: write the module, list its class here; the test suite
+runs its VALID/INVALID examples and `dtype-lint rule CODE` prints its docstring."""
+
+from .dtl001_weight_dtype_cast import WeightDtypeCast
+
+ALL_RULES = (WeightDtypeCast,)
+RULES_BY_CODE = {r.code: r for r in ALL_RULES}

@@ -1,0 +1,76 @@
+"""A per-project cache of file headers and findings, keyed by (mtime, size).
+
+One JSON file per (tool version, config fingerprint). Findings entries also carry the class
+index digest: a changed class header anywhere can change any file's findings. Writes are atomic,
+and a corrupt or foreign cache file is ignored, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+class Cache:
+    def __init__(self, directory: Path, key: str, enabled: bool = True):
+        self.enabled = enabled
+        self.path = directory / f"cache-{key}.json"
+        self.data: dict = {"headers": {}, "findings": {}}
+        self.dirty = False
+        if enabled:
+            try:
+                with open(self.path, encoding="utf-8") as f:
+                    loaded = json.load(f)
+                if isinstance(loaded, dict) and {"headers", "findings"} <= loaded.keys():
+                    self.data = loaded
+            except (OSError, ValueError):
+                pass
+
+    @staticmethod
+    def _k(path: str) -> str:
+        return os.path.realpath(path)
+
+    def header(self, path: str, stamp: str):
+        entry = self.data["headers"].get(self._k(path)) if self.enabled else None
+        if entry and entry[0] == stamp:
+            return entry[1], entry[2]
+        return None
+
+    def put_header(self, path: str, stamp: str, header: dict, passes: bool) -> None:
+        if self.enabled:
+            self.data["headers"][self._k(path)] = [stamp, header, passes]
+            self.dirty = True
+
+    def findings(self, path: str, stamp: str, digest: str):
+        entry = self.data["findings"].get(self._k(path)) if self.enabled else None
+        if entry and entry[0] == stamp and entry[1] == digest:
+            # Paths are stored as the user spelled them last time; respell for this run.
+            return [dict(d, path=path, evidence=d["evidence"]) for d in entry[2]]
+        return None
+
+    def put_findings(self, path: str, stamp: str, digest: str, findings: list[dict]) -> None:
+        if self.enabled:
+            self.data["findings"][self._k(path)] = [stamp, digest, findings]
+            self.dirty = True
+
+    def invalidate(self, path: str) -> None:
+        self.data["findings"].pop(self._k(path), None)
+        self.data["headers"].pop(self._k(path), None)
+        self.dirty = True
+
+    def save(self) -> None:
+        if not (self.enabled and self.dirty):
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            gitignore = self.path.parent / ".gitignore"
+            if not gitignore.exists():
+                gitignore.write_text("# created by dtype-lint\n*\n", encoding="utf-8")
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.data, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only checkout still lints; it just does not cache

@@ -1,0 +1,191 @@
+"""`[tool.dtype-lint]` in the nearest pyproject.toml, merged over a preset and under CLI flags."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from .presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+class ConfigError(Exception):
+    """A bad configuration: reported with exit code 2."""
+
+
+_CODE = re.compile(r"^DTL\d{0,3}$|^ALL$")
+_HELPER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_QUALNAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
+
+
+@dataclass
+class Config:
+    root: Path = field(default_factory=Path.cwd)
+    source: str = "defaults"  # which file the settings came from, for messages
+    preset: str = "vllm"
+    select: list[str] = field(default_factory=lambda: ["DTL"])
+    ignore: list[str] = field(default_factory=list)
+    quantizable: list[str] = field(default_factory=list)
+    exempt_classes: list[str] = field(default_factory=list)
+    exempt_functions: list[str] = field(default_factory=lambda: list(EXEMPT_FUNCTIONS))
+    exclude: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    name_heuristics: bool = False
+    name_patterns: list[str] = field(default_factory=lambda: list(NAME_HEURISTICS))
+    helper: str = ""
+    helper_template: str = ""
+    fp8_input_default: bool = True
+    cache_dir: str = ".dtype_lint_cache"
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def all_quantizable(self) -> list[str]:
+        return PRESETS[self.preset]["quantizable"] + self.quantizable
+
+    @property
+    def all_exempt_classes(self) -> list[str]:
+        return PRESETS[self.preset]["exempt-classes"] + self.exempt_classes
+
+    @property
+    def helper_spec(self) -> tuple[str, str]:
+        module, func = (self.helper or PRESETS[self.preset]["helper"]).split(":")
+        return module, func
+
+    @property
+    def template(self) -> str:
+        return self.helper_template or PRESETS[self.preset]["helper-template"]
+
+    def enabled(self, code: str, path: str | None = None) -> bool:
+        def matches(prefixes):
+            return any(p == "ALL" or code.startswith(p) for p in prefixes)
+
+        if not matches(self.select) or matches(self.ignore):
+            return False
+        if path is not None and self.per_file_ignores:
+            import fnmatch
+
+            rel = _relposix(path, self.root)
+            for pattern, codes in self.per_file_ignores.items():
+                if fnmatch.fnmatch(rel, pattern) and matches(codes):
+                    return False
+        return True
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes findings: part of every cache key."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("root", "source", "cache_dir")}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _relposix(path: str, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
+# pyproject key -> (attribute, type check)
+_KEYS = {
+    "preset": ("preset", str),
+    "select": ("select", list),
+    "ignore": ("ignore", list),
+    "extend-select": ("select", "extend"),
+    "quantizable": ("quantizable", list),
+    "exempt-classes": ("exempt_classes", list),
+    "exempt-functions": ("exempt_functions", list),
+    "extend-exempt-functions": ("exempt_functions", "extend"),
+    "exclude": ("exclude", list),
+    "per-file-ignores": ("per_file_ignores", dict),
+    "name-heuristics": ("name_heuristics", bool),
+    "name-patterns": ("name_patterns", list),
+    "helper": ("helper", str),
+    "helper-template": ("helper_template", str),
+    "fp8-input-default": ("fp8_input_default", bool),
+    "cache-dir": ("cache_dir", str),
+}
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    for d in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+        candidate = d / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(start: Path, explicit: Path | None = None, overrides: dict | None = None) -> Config:
+    """Settings from `explicit` or the nearest pyproject.toml above `start`, then `overrides`."""
+    cfg = Config()
+    path = explicit or find_pyproject(start)
+    table: dict = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read configuration: {e}") from None
+        if explicit is not None and path.name != "pyproject.toml":
+            table = doc.get("tool", {}).get("dtype-lint", doc)
+        else:
+            table = doc.get("tool", {}).get("dtype-lint", {})
+        cfg.root = path.parent
+        cfg.source = str(path)
+    else:
+        cfg.root = start.resolve() if start.is_dir() else start.resolve().parent
+    apply_settings(cfg, table, where=cfg.source)
+    if overrides:
+        apply_settings(cfg, overrides, where="command line")
+    return cfg
+
+
+def apply_settings(cfg: Config, table: dict, where: str) -> Config:
+    for key, value in table.items():
+        if key not in _KEYS:
+            hint = difflib.get_close_matches(key, list(_KEYS), n=1)
+            extra = f" (did you mean `{hint[0]}`?)" if hint else ""
+            raise ConfigError(f"{where}: unknown [tool.dtype-lint] key `{key}`{extra}")
+        attr, kind = _KEYS[key]
+        if kind == "extend":
+            _check_type(where, key, value, list)
+            setattr(cfg, attr, list(getattr(cfg, attr)) + list(value))
+        else:
+            _check_type(where, key, value, kind)
+            setattr(cfg, attr, value)
+    _validate(cfg, where)
+    return cfg
+
+
+def _check_type(where, key, value, kind):
+    if not isinstance(value, kind):
+        raise ConfigError(f"{where}: `{key}` must be a {kind.__name__}, got {type(value).__name__}")
+    if kind is list and not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+
+
+def _validate(cfg: Config, where: str) -> None:
+    if cfg.preset not in PRESETS:
+        raise ConfigError(f"{where}: unknown preset `{cfg.preset}`; choose one of {', '.join(PRESETS)}")
+    for key in ("select", "ignore"):
+        for code in getattr(cfg, key):
+            if not _CODE.match(code):
+                raise ConfigError(f"{where}: `{key}` has `{code}`, not a rule code or prefix like DTL001")
+    for pattern, codes in cfg.per_file_ignores.items():
+        if not isinstance(codes, list) or not all(isinstance(c, str) and _CODE.match(c) for c in codes):
+            raise ConfigError(f"{where}: per-file-ignores `{pattern}` must map to a list of codes")
+    for key in ("quantizable", "exempt_classes"):
+        for name in getattr(cfg, key):
+            if not _QUALNAME.match(name):
+                raise ConfigError(f"{where}: `{key.replace('_', '-')}` entry `{name}` is not a dotted class name")
+    if cfg.helper and not _HELPER.match(cfg.helper):
+        raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}`")
+    if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):
+        raise ConfigError(f"{where}: `helper-template` must be `vllm` or `torch`")

@@ -1,0 +1,130 @@
+"""Which files a run looks at: paths → Python files, minus excludes, optionally only changed ones."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Written gitignore-style: a bare name matches that directory or file anywhere in the tree.
+DEFAULT_EXCLUDES = (
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".mypy_cache",
+    ".pytest_cache", ".ruff_cache", ".dtype_lint_cache", "node_modules", "build", "dist",
+    "site-packages", ".eggs", "*.egg-info",
+)
+
+
+class DiscoveryError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Excluder:
+    patterns: tuple[str, ...]
+
+    def excluded(self, rel_posix: str) -> bool:
+        parts = rel_posix.split("/")
+        for pat in self.patterns:
+            anchored = pat.startswith("/")
+            pat = pat.strip("/")
+            if "/" in pat or anchored:
+                if fnmatch.fnmatch(rel_posix, pat) or fnmatch.fnmatch(rel_posix, pat + "/*"):
+                    return True
+            elif any(fnmatch.fnmatch(part, pat) for part in parts):
+                return True
+        return False
+
+
+def read_gitignore(root: Path) -> tuple[str, ...]:
+    """The plain patterns of root/.gitignore. Negations (`!pat`) are not supported and skipped."""
+    try:
+        lines = (root / ".gitignore").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ()
+    pats = []
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith(("#", "!")):
+            pats.append(line)
+    return tuple(pats)
+
+
+def discover(paths: list[str], excludes: tuple[str, ...], root: Path) -> list[str]:
+    """Python files under paths, sorted, as display paths (relative to cwd when given relative).
+
+    A file named explicitly is always checked, as in ruff; excludes prune directory walks.
+    """
+    excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes) + read_gitignore(root))
+    out: list[str] = []
+    seen: set[str] = set()
+    for given in paths:
+        p = Path(given)
+        if not p.exists():
+            raise DiscoveryError(f"{given}: no such file or directory")
+        if p.is_file():
+            key = os.path.realpath(p)
+            if key not in seen:
+                seen.add(key)
+                out.append(str(p))
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            rel_dir = _rel(Path(dirpath), root)
+            dirnames[:] = sorted(
+                d for d in dirnames if not excluder.excluded(_join(rel_dir, d))
+            )
+            for name in sorted(filenames):
+                if not name.endswith((".py", ".pyi")):
+                    continue
+                if excluder.excluded(_join(rel_dir, name)):
+                    continue
+                full = os.path.join(dirpath, name)
+                key = os.path.realpath(full)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(full)
+    return out
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _join(rel_dir: str, name: str) -> str:
+    return name if rel_dir in ("", ".") else f"{rel_dir}/{name}"
+
+
+def changed_since(ref: str, cwd: Path) -> set[str]:
+    """Real paths of .py files changed (or untracked) relative to a git ref."""
+    try:
+        top = _git(["rev-parse", "--show-toplevel"], cwd).strip()
+        changed = _git(["diff", "--name-only", "--diff-filter=ACMR", ref, "--"], cwd)
+        untracked = _git(["ls-files", "--others", "--exclude-standard"], cwd)
+    except FileNotFoundError:
+        raise DiscoveryError("--changed-since needs git on PATH") from None
+    names = [n for n in (changed + untracked).splitlines() if n.endswith((".py", ".pyi"))]
+    return {os.path.realpath(os.path.join(top, n)) for n in names}
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DiscoveryError(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def module_name(path: str) -> str:
+    """Dotted module name: the file's stem joined to every parent directory holding __init__.py."""
+    p = Path(path).resolve()
+    parts = [] if p.stem == "__init__" else [p.stem]
+    d = p.parent
+    while (d / "__init__.py").exists():
+        parts.append(d.name)
+        if d.parent == d:
+            break
+        d = d.parent
+    return ".".join(reversed(parts))

@@ -1,0 +1,348 @@
+"""Per-file facts and layer-type resolution: what class does `self.kv_b_proj` hold?
+
+Facts come from stdlib `ast` of the files that survive the prefilter (and, lazily, of the files
+defining their base classes). Attribute facts are per class: `self.X = Cls(...)`,
+`self.X = param` with `param: Cls`, `X: Cls` annotations. Resolution follows `self`, annotated
+parameters, local assignments and attribute chains, and records each step as Evidence.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from dataclasses import dataclass, field
+
+from .findings import Evidence
+from .index import QuantizableLayerIndex, dotted, record_import
+
+
+@dataclass(frozen=True)
+class AttrOrigin:
+    type_name: str | None  # qualified class name, None when not resolvable
+    quant: str  # "set": built with quant_config=<something>; "none": quant_config=None; "": no word
+    how: str  # human words for the evidence line
+    path: str
+    line: int
+
+
+@dataclass
+class ClassFacts:
+    qualname: str
+    path: str
+    line: int
+    attrs: dict[str, list[AttrOrigin]] = field(default_factory=dict)
+    # `super().__init__(..., quant_config=None)`: this layer class is never quantized.
+    unquantized_super: bool = False
+
+
+@dataclass
+class FileFacts:
+    module: str
+    path: str
+    imports: dict[str, str]
+    classes: dict[str, ClassFacts]
+
+
+def _quant_kw(call: ast.Call) -> str:
+    for kw in call.keywords:
+        if kw.arg == "quant_config":
+            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                return "none"
+            return "set"
+    return ""
+
+
+def annotation_name(node: ast.AST | None) -> str | None:
+    """`X`, `a.X`, `"X"`, `Optional[X]`, `X | None` → dotted `X`."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        for side in (node.left, node.right):
+            if not (isinstance(side, ast.Constant) and side.value is None):
+                return annotation_name(side)
+        return None
+    if isinstance(node, ast.Subscript):
+        base = dotted(node.value) or ""
+        if base.rsplit(".", 1)[-1] in ("Optional", "Union"):
+            inner = node.slice
+            elts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+            for e in elts:
+                if not (isinstance(e, ast.Constant) and e.value is None):
+                    return annotation_name(e)
+        return None
+    return dotted(node)
+
+
+def collect_imports(tree: ast.Module, module: str, is_package: bool) -> dict[str, str]:
+    imports: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            record_import(node, imports, module, is_package)
+    return imports
+
+
+def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
+                     index: QuantizableLayerIndex) -> FileFacts:
+    imports = collect_imports(tree, module, is_package)
+    facts = FileFacts(module, path, imports, {})
+
+    def resolve(name: str | None) -> str | None:
+        return index.resolve(module, name, imports) if name else None
+
+    def visit_class(cls: ast.ClassDef, prefix: str):
+        qual = f"{prefix}.{cls.name}" if prefix else cls.name
+        cf = ClassFacts(f"{module}.{qual}" if module else qual, path, cls.lineno)
+        facts.classes[cf.qualname] = cf
+        for stmt in cls.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                t = resolve(annotation_name(stmt.annotation))
+                if t:
+                    cf.attrs.setdefault(stmt.target.id, []).append(
+                        AttrOrigin(t, "", f"class attribute `{stmt.target.id}: {t.rsplit('.', 1)[-1]}`", path, stmt.lineno))
+            elif isinstance(stmt, ast.ClassDef):
+                visit_class(stmt, qual)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit_method(cf, stmt)
+
+    def visit_method(cf: ClassFacts, fn: ast.FunctionDef):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        if not args:
+            return
+        self_name = args[0].arg
+        params = {a.arg: a.annotation for a in args[1:]}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and fn.name == "__init__" and _is_super_init(node):
+                if _quant_kw(node) == "none":
+                    cf.unquantized_super = True
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets, value, ann = node.targets, node.value, None
+            elif isinstance(node, ast.AnnAssign):
+                targets, value, ann = [node.target], node.value, node.annotation
+            else:
+                continue
+            for tgt in targets:
+                if not (isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name)
+                        and tgt.value.id == self_name):
+                    continue
+                origin = _origin_of(value, ann, params, resolve, path, node.lineno, tgt.attr)
+                if origin is not None:
+                    cf.attrs.setdefault(tgt.attr, []).append(origin)
+
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef):
+            visit_class(stmt, "")
+        elif isinstance(stmt, ast.If):  # classes under `if TYPE_CHECKING:`/platform checks
+            for s in stmt.body + stmt.orelse:
+                if isinstance(s, ast.ClassDef):
+                    visit_class(s, "")
+    return facts
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    f = call.func
+    return (isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call)
+            and isinstance(f.value.func, ast.Name) and f.value.func.id == "super")
+
+
+def _origin_of(value, ann, params, resolve, path, line, attr) -> AttrOrigin | None:
+    if ann is not None:
+        t = resolve(annotation_name(ann))
+        if t:
+            return AttrOrigin(t, "", f"`self.{attr}: {t.rsplit('.', 1)[-1]}` annotation", path, line)
+    if isinstance(value, ast.Call):
+        name = dotted(value.func)
+        if name:
+            t = resolve(name)
+            q = _quant_kw(value)
+            extra = " with `quant_config=`" if q == "set" else (" with `quant_config=None`" if q == "none" else "")
+            return AttrOrigin(t, q, f"`self.{attr} = {name}(...)`{extra}", path, line)
+    if isinstance(value, ast.Name) and value.id in params:
+        t = resolve(annotation_name(params[value.id]))
+        if t:
+            return AttrOrigin(t, "", f"`self.{attr}` is set from parameter `{value.id}: {t.rsplit('.', 1)[-1]}`",
+                              path, line)
+    return None
+
+
+@dataclass(frozen=True)
+class LayerType:
+    qualname: str | None
+    quant: str = ""
+    chain: tuple[Evidence, ...] = ()
+
+
+class ProjectFacts:
+    """Facts of analysed files plus lazily parsed files that define base classes."""
+
+    def __init__(self, index: QuantizableLayerIndex, load_file=None):
+        self.index = index
+        self._by_path: dict[str, FileFacts] = {}
+        self._by_module: dict[str, FileFacts] = {}
+        self._load_file = load_file  # path -> (text) or None
+
+    def add(self, facts: FileFacts) -> None:
+        self._by_path[facts.path] = facts
+        self._by_module[facts.module] = facts
+
+    def class_facts(self, qualname: str) -> ClassFacts | None:
+        loc = self.index.class_location(qualname)
+        if loc is None:
+            return None
+        header, name = loc
+        facts = self._by_module.get(header.module) or self._by_path.get(header.path)
+        if facts is None and self._load_file is not None:
+            text = self._load_file(header.path)
+            if text is None:
+                return None
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                return None
+            facts = build_file_facts(tree, header.module, header.path, header.is_package, self.index)
+            self.add(facts)
+        if facts is None:
+            return None
+        return facts.classes.get(qualname)
+
+    def attr_origin(self, class_qualname: str, attr: str) -> AttrOrigin | None:
+        for q in self.index.mro(class_qualname):
+            cf = self.class_facts(q)
+            if cf and attr in cf.attrs:
+                origins = cf.attrs[attr]
+                # Prefer an origin that names a class; quant_config=<x> beats no word on it.
+                return sorted(origins, key=lambda o: (o.type_name is None, o.quant != "set"))[0]
+        return None
+
+    def never_quantized(self, class_qualname: str) -> bool:
+        return any((cf := self.class_facts(q)) is not None and cf.unquantized_super
+                   for q in self.index.mro(class_qualname))
+
+
+class FunctionScope:
+    """One function's parameters and local assignments, for alias and type resolution."""
+
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef | None, class_qualname: str | None):
+        self.fn = fn
+        self.class_qualname = class_qualname
+        self.params: dict[str, ast.AST | None] = {}
+        self.self_name: str | None = None
+        self.assigns: dict[str, list[ast.AST]] = {}
+        if fn is None:
+            return
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        is_static = any(dotted(d) == "staticmethod" for d in fn.decorator_list)
+        if class_qualname and args and not is_static:
+            self.self_name = args[0].arg
+            args = args[1:]
+        for a in args:
+            self.params[a.arg] = a.annotation
+        for node in walk_function(fn):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        self.assigns.setdefault(t.id, []).append(node.value)
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+                if node.value is not None:
+                    self.assigns.setdefault(node.target.id, []).append(node.value)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
+                for t in _store_names(node):
+                    self.assigns.setdefault(t, []).append(None)  # unknown value
+
+
+def _store_names(node) -> list[str]:
+    targets = []
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, ast.With):
+        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+    elif isinstance(node, ast.AugAssign):
+        targets = [node.target]
+    out = []
+    for t in targets:
+        out.extend(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return out
+
+
+def walk_function(fn):
+    """ast.walk over a function body without descending into nested functions, lambdas or classes."""
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                todo.append(child)
+
+
+class LayerResolver:
+    """Resolve the class of a layer expression inside a function, with evidence."""
+
+    def __init__(self, project: ProjectFacts, module: str, imports: dict[str, str], path: str):
+        self.project = project
+        self.index = project.index
+        self.module = module
+        self.imports = imports
+        self.path = path
+
+    def resolve(self, expr: ast.AST, scope: FunctionScope, depth: int = 0) -> LayerType:
+        if depth > 8:
+            return LayerType(None)
+        if isinstance(expr, ast.Name):
+            if expr.id == scope.self_name and scope.class_qualname:
+                return LayerType(scope.class_qualname)
+            if expr.id in scope.params:
+                name = annotation_name(scope.params[expr.id])
+                if name:
+                    t = self.index.resolve(self.module, name, self.imports)
+                    line = scope.params[expr.id].lineno
+                    return LayerType(t, "", (Evidence(
+                        f"parameter `{expr.id}: {name}`", self.path, line),))
+                return LayerType(None)
+            values = scope.assigns.get(expr.id, [])
+            if len(values) == 1 and values[0] is not None:
+                inner = self.resolve(values[0], scope, depth + 1)
+                if inner.qualname:
+                    step = Evidence(f"`{expr.id} = {ast.unparse(values[0])}`", self.path, values[0].lineno)
+                    return LayerType(inner.qualname, inner.quant, (step, *inner.chain))
+            return LayerType(None)
+        if isinstance(expr, ast.Call):
+            name = dotted(expr.func)
+            if name:
+                t = self.index.resolve(self.module, name, self.imports)
+                return LayerType(t, _quant_kw(expr), (Evidence(f"`{name}(...)` call", self.path, expr.lineno),))
+            return LayerType(None)
+        if isinstance(expr, ast.Attribute):
+            owner = self.resolve(expr.value, scope, depth + 1)
+            if not owner.qualname:
+                return LayerType(None)
+            origin = self.project.attr_origin(owner.qualname, expr.attr)
+            if origin is None or origin.type_name is None:
+                if origin is not None and origin.quant == "set":
+                    return LayerType(None, "set", (Evidence(origin.how, origin.path, origin.line),))
+                return LayerType(None)
+            return LayerType(origin.type_name, origin.quant, (Evidence(origin.how, origin.path, origin.line),))
+        return LayerType(None)
+
+    def quantizable(self, layer: LayerType, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
+        """("high"|"low", evidence) when the layer may hold a repacked weight, else None."""
+        if layer.quant == "none":
+            return None
+        if layer.qualname:
+            if self.project.never_quantized(layer.qualname):
+                return None
+            verdict = self.index.quantizable_verdict(layer.qualname)
+            if verdict.yes:
+                return "high", layer.chain + verdict.chain
+        if layer.quant == "set":
+            return "high", layer.chain + (Evidence("constructed with `quant_config=`: its quant method may repack `.weight`", "", 0),)
+        if name_patterns and not layer.qualname:
+            last = expr_text.rsplit(".", 1)[-1]
+            if any(fnmatch.fnmatch(last, p) for p in name_patterns):
+                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
+        return None

@@ -1,0 +1,104 @@
+"""What a rule reports: plain data, serialisable, with no libcst or terminal types.
+
+Everything downstream (suppressions, baseline, cache, reporters, fixer) reads these objects only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """1-based line, 1-based column in characters (not UTF-8 bytes); end is exclusive."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Why the layer is quantizable: one step of the chain, with where it was established."""
+
+    message: str
+    path: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace source[start:end] (character offsets) with text."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    description: str
+    safe: bool
+    edits: tuple[Edit, ...]
+    # (module, name): `from module import name` the fixed file needs.
+    imports: tuple[tuple[str, str], ...] = ()
+    # Why a fix is unsafe (empty when safe).
+    unsafe_reason: str = ""
+
+
+@dataclass
+class Finding:
+    code: str
+    message: str
+    path: str
+    span: Span
+    confidence: str = "high"  # "high": the layer's class resolved; "low": name-only evidence
+    evidence: tuple[Evidence, ...] = ()
+    fix: Fix | None = None
+    no_fix_reason: str = ""
+    # Stable key parts for the baseline: enclosing scope and normalised expression, no line numbers.
+    scope: str = ""
+    expression: str = ""
+    fixed: bool = field(default=False, compare=False)
+
+    @property
+    def fixable(self) -> bool:
+        return self.fix is not None
+
+    def sort_key(self):
+        return (self.path, self.span.line, self.span.col, self.code)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        fix = d.get("fix")
+        if fix is not None:
+            fix = Fix(
+                description=fix["description"],
+                safe=fix["safe"],
+                edits=tuple(Edit(**e) for e in fix["edits"]),
+                imports=tuple(tuple(i) for i in fix.get("imports", ())),
+                unsafe_reason=fix.get("unsafe_reason", ""),
+            )
+        return cls(
+            code=d["code"],
+            message=d["message"],
+            path=d["path"],
+            span=Span(**d["span"]),
+            confidence=d.get("confidence", "high"),
+            evidence=tuple(Evidence(**e) for e in d.get("evidence", ())),
+            fix=fix,
+            no_fix_reason=d.get("no_fix_reason", ""),
+            scope=d.get("scope", ""),
+            expression=d.get("expression", ""),
+            fixed=d.get("fixed", False),
+        )
+
+
+# Engine-level codes: not rules, but users select/ignore them like rules.
+PARSE_ERROR = "DTL900"
+FIX_FAILED = "DTL901"
+UNUSED_SUPPRESSION = "DTL902"

@@ -1,0 +1,183 @@
+"""The only code that writes user files: apply fixes, add the helper import, verify, write atomically.
+
+A file is rewritten only when the result parses (stdlib ast and libcst both) and every applied
+fix's site is gone on re-analysis; otherwise it is left byte-for-byte untouched and the failure
+becomes a DTL901 finding. Fixes are applied in rounds (like ruff): edits of one round never
+overlap; a fix skipped for overlap is retried on the re-analysed text of the next round.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .findings import FIX_FAILED, Edit, Finding, Span
+from .source import detect_newline
+
+MAX_ROUNDS = 6
+
+
+class FixError(Exception):
+    pass
+
+
+@dataclass
+class FileText:
+    text: str
+    encoding: str = "utf-8"
+    bom: bool = False
+
+    @classmethod
+    def read(cls, path: str) -> "FileText":
+        with open(path, "rb") as f:
+            data = f.read()
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        bom = encoding == "utf-8-sig"
+        text = data.decode(encoding)
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        return cls(text, "utf-8" if bom else encoding, bom)
+
+    def encode(self, text: str) -> bytes:
+        data = text.encode(self.encoding)
+        return (b"\xef\xbb\xbf" + data) if self.bom else data
+
+
+@dataclass
+class FixOutcome:
+    path: str
+    original: str
+    text: str
+    applied: list[Finding] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.text != self.original and not self.error
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff(
+            self.original.splitlines(keepends=True), self.text.splitlines(keepends=True),
+            fromfile=f"a/{self.path}", tofile=f"b/{self.path}"))
+
+
+def _selected(f: Finding, unsafe: bool) -> bool:
+    return f.fix is not None and (f.fix.safe or unsafe)
+
+
+def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
+    """Apply the non-overlapping fixes of one round (all of a fix's edits, or none)."""
+    nl = detect_newline(text)
+    accepted: list[Edit] = []
+    applied: list[Finding] = []
+    for f in findings:
+        edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in f.fix.edits]
+        new = [e for e in edits if e not in accepted]
+        if any(_overlaps(e, a) for e in new for a in accepted) or _self_overlap(new):
+            continue
+        accepted.extend(new)
+        applied.append(f)
+    # Apply back to front; insertions at the same offset keep their listed order.
+    order = sorted(range(len(accepted)), key=lambda i: (accepted[i].start, accepted[i].end, i), reverse=True)
+    for i in order:
+        e = accepted[i]
+        text = text[: e.start] + e.text + text[e.end:]
+    return text, applied
+
+
+def _overlaps(a: Edit, b: Edit) -> bool:
+    if a.start == a.end or b.start == b.end:  # insertions conflict only strictly inside a range
+        return (b.start < a.start < b.end) or (a.start < b.start < a.end)
+    return a.start < b.end and b.start < a.end
+
+
+def _self_overlap(edits: list[Edit]) -> bool:
+    return any(_overlaps(a, b) for i, a in enumerate(edits) for b in edits[i + 1:])
+
+
+def add_imports(text: str, imports: set[tuple[str, str]]) -> str:
+    """`from module import name` for each pair, via libcst (no duplicates, placed with the imports)."""
+    if not imports:
+        return text
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    module = cst.parse_module(text)
+    ctx = CodemodContext()
+    for mod, name in sorted(imports):
+        AddImportsVisitor.add_needed_import(ctx, mod, name)
+    return AddImportsVisitor(ctx).transform_module(module).code
+
+
+def verify_parses(text: str, path: str) -> None:
+    try:
+        ast.parse(text, filename=path)
+    except SyntaxError as e:
+        raise FixError(f"the fixed text does not parse ({e.msg}, line {e.lineno})") from None
+    import libcst as cst
+
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as e:
+        raise FixError(f"the fixed text does not parse with libcst: {e}") from None
+
+
+def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsafe: bool,
+             first: list[Finding] | None = None) -> FixOutcome:
+    """Fix one file's text in rounds; `analyze(text)` re-runs the rules on a version of it."""
+    out = FixOutcome(path, text, text)
+    findings = first if first is not None else analyze(text)
+    for _ in range(MAX_ROUNDS):
+        todo = [f for f in findings if _selected(f, unsafe)]
+        if not todo:
+            break
+        new_text, applied = apply_edits(out.text, todo)
+        if not applied:
+            break
+        try:
+            new_text = add_imports(new_text, {i for f in applied for i in f.fix.imports})
+            verify_parses(new_text, path)
+        except Exception as e:  # libcst raises several types; none may escape and lose the file
+            out.text, out.error = text, f"{type(e).__name__}: {e}" if not isinstance(e, FixError) else str(e)
+            out.applied = []
+            out.remaining = findings + [_fix_failed(path, out.error)]
+            return out
+        out.text = new_text
+        out.applied.extend(applied)
+        findings = analyze(new_text)
+    out.remaining = findings
+    return out
+
+
+def _fix_failed(path: str, why: str) -> Finding:
+    return Finding(FIX_FAILED, f"fix not applied, file left untouched: {why}", path, Span(1, 1, 1, 2),
+                   scope="<module>", expression=why)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename over: readers see the old or the new file."""
+    st = os.stat(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".dtl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,309 @@
+"""Turn one DTL001 site into text edits that route it through the shared helper (DESIGN.md §4).
+
+Three forms, tried in order:
+- idiom: `alias = L.weight.dtype (if hasattr… else L.params_dtype)` + `if <guard>: x = x.to(…)`,
+  proven equal to the helper by truth table, becomes `v = helper(L, flag)` (hoisted out of
+  loops when loop-invariant) and `if v is not None: x = x.to(v)`;
+- statement: `x = x.to(L.weight.dtype)` becomes the same helper call, guard and cast;
+- expression: any other cast becomes `x.to(helper(L, flag) or x.dtype)` when `x` is pure.
+Edits are character ranges computed from ast positions, so formatting outside the site is kept.
+Nothing here touches the file system.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from .config import Config
+from .facts import FunctionScope, walk_function
+from .findings import Edit, Fix
+from .patterns import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
+from .source import SourceFile
+from .truth_table import prove_guarded_cast
+
+_KNOWN_GLOBALS = {"torch", "current_platform", "hasattr", "getattr", "True", "False", "None"}
+
+
+@dataclass
+class Site:
+    call: ast.Call
+    arg: ast.expr
+    wds: WeightDtypeSource
+    fn: ast.FunctionDef | ast.AsyncFunctionDef
+    scope: FunctionScope
+    parents: dict[int, ast.AST]
+
+
+def build_parents(fn: ast.AST) -> dict[int, ast.AST]:
+    parents = {}
+    for node in ast.walk(fn):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    return parents
+
+
+class Planner:
+    def __init__(self, source: SourceFile, config: Config):
+        self.src = source
+        self.config = config
+        self.module, self.func = config.helper_spec
+        self.flag_default = "True" if config.fp8_input_default else "False"
+
+    # ---- entry ------------------------------------------------------------------------
+    def plan(self, site: Site) -> tuple[Fix | None, str]:
+        if site.wds.form == "tensor":
+            return None, ("`.to(tensor)` also moves to the weight's device; rewrite by hand as "
+                          f"`.to(device=..., dtype={self.func}(layer, ...))`")
+        if self.src.module and self.src.module == self.module:
+            return None, "this file defines the helper itself"
+        stmt = self._statement_of(site)
+        parent = site.parents.get(id(stmt))
+        if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
+            fix, reason = self._idiom(site, stmt, parent)
+            if fix is not None or reason:
+                return fix, reason
+        if site.wds.alias:
+            return self._alias(site, stmt)
+        fix = self._statement(site, stmt)
+        if fix is not None:
+            return fix, ""
+        return self._expression(site)
+
+    # ---- forms ------------------------------------------------------------------------
+    def _idiom(self, site: Site, stmt: ast.stmt, if_node: ast.If) -> tuple[Fix | None, str]:
+        layer_dump = ast.dump(site.wds.layer)
+        aliases: dict[str, ast.expr] = {}
+        for name in names_in(if_node.test):
+            values = [v for v in site.scope.assigns.get(name, []) if v is not None]
+            if len(values) == 1:
+                r = weight_dtype_source(values[0], site.scope)
+                if r and ast.dump(r.layer) == layer_dump:
+                    aliases[name] = values[0]
+        mentions_weight = any(
+            (r := weight_dtype_source(n, None)) and ast.dump(r.layer) == layer_dump
+            for n in ast.walk(if_node.test) if isinstance(n, ast.Attribute)
+        )
+        if not aliases and not mentions_weight:
+            return None, ""  # an unrelated `if`: not the idiom
+        if not self._is_self_cast(stmt, site):
+            return None, ""
+        layer_names = names_in(site.wds.layer)
+        free = names_in(if_node.test) - set(aliases) - layer_names - _KNOWN_GLOBALS
+        if len(free) > 1:
+            return None, ""
+        flag = next(iter(free), None)
+        proven, _rows, why = prove_guarded_cast(if_node.test, site.arg, site.wds.layer, aliases, flag,
+                                                self.flag_default == "True")
+        if not proven:
+            return None, f"guarded cast not rewritten: {why}"
+        flag_src = flag or self.flag_default
+        var = self._var_name(site)
+        edits = []
+        # Aliases used only by this idiom go away with it.
+        for name, value in aliases.items():
+            if self._uses_outside(site.fn, name, if_node):
+                continue
+            assign = self._assign_stmt_of(site, value)
+            if assign is None:
+                return None, f"alias `{name}` is not a plain assignment"
+            start, end = self._stmt_line_region(assign)
+            edits.append(Edit(start, end, ""))
+        hoist_text = self._hoist_line(site, var, flag_src, if_node)
+        header_start, _ = self._stmt_line_region(if_node)
+        body0 = if_node.body[0]
+        body_start = self.src.offset(body0.lineno, self.src.char_col(body0.lineno, body0.col_offset))
+        indent = self.src.indent_of(if_node.lineno)
+        if body0.lineno == if_node.lineno:
+            header = f"{indent}if {var} is not None: "
+        else:
+            header = f"{indent}if {var} is not None:\n{self.src.indent_of(body0.lineno)}"
+        edits.append(Edit(header_start, body_start, (hoist_text[1] if hoist_text[0] is None else "") + header))
+        if hoist_text[0] is not None:
+            edits.append(Edit(hoist_text[0], hoist_text[0], hoist_text[1]))
+        a0, a1 = self.src.node_offsets(site.arg)
+        edits.append(Edit(a0, a1, var))
+        return Fix(f"route the guarded cast through `{self.func}` (proven by truth table)", True,
+                   tuple(edits), ((self.module, self.func),)), ""
+
+    def _statement(self, site: Site, stmt: ast.stmt) -> Fix | None:
+        if not self._is_self_cast(stmt, site) or not self._starts_line(stmt):
+            return None
+        var = self._var_name(site)
+        flag = self.flag_default
+        pos, text = self._hoist_line(site, var, flag, stmt)
+        s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
+        indent = self.src.indent_of(stmt.lineno)
+        unit = self._indent_unit(site, stmt)
+        edits = []
+        prefix = f"if {var} is not None:\n{indent}{unit}"
+        if pos is None:
+            edits.append(Edit(s0, s0, text[len(indent):] + indent + prefix))
+        else:
+            edits.append(Edit(pos, pos, text))
+            edits.append(Edit(s0, s0, prefix))
+        if '"""' not in self.src.segment(stmt) and "'''" not in self.src.segment(stmt):
+            for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
+                o = self.src.offset(line, 0)
+                edits.append(Edit(o, o, unit))
+        a0, a1 = self.src.node_offsets(site.arg)
+        edits.append(Edit(a0, a1, var))
+        safe = flag == "True"
+        return Fix(f"cast only when `{self.func}` names an input dtype", safe, tuple(edits),
+                   ((self.module, self.func),),
+                   "" if safe else "fp8-input-default=false changes the cast for fp8 weights")
+
+    def _expression(self, site: Site) -> tuple[Fix | None, str]:
+        receiver = site.call.func.value  # type: ignore[union-attr]
+        if not is_pure(receiver):
+            return None, "the cast's receiver has side effects; the `or x.dtype` rewrite would evaluate it twice"
+        layer = self.src.segment(site.wds.layer)
+        recv = self.src.segment(receiver)
+        if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
+            recv = f"({recv})"
+        a0, a1 = self.src.node_offsets(site.arg)
+        text = f"{self.func}({layer}, {self.flag_default}) or {recv}.dtype"
+        safe = self.flag_default == "True"
+        return Fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None", safe,
+                   (Edit(a0, a1, text),), ((self.module, self.func),),
+                   "" if safe else "fp8-input-default=false changes the cast for fp8 weights"), ""
+
+    def _alias(self, site: Site, stmt: ast.stmt) -> tuple[Fix | None, str]:
+        """`w = L.weight.dtype` … `x.to(w)`: redefine the alias as the helper and guard each cast."""
+        name = site.wds.alias
+        values = [v for v in site.scope.assigns.get(name, [])]
+        if len(values) != 1 or values[0] is None:
+            return None, f"alias `{name}` is assigned more than once"
+        # Every load of the alias must be a cast's dtype argument, or None would leak elsewhere.
+        cast_args = set()
+        for node in walk_function(site.fn):
+            if isinstance(node, ast.Call):
+                cast_args.update(id(a) for a in cast_dtype_args(node))
+        for node in walk_function(site.fn):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                if id(node) not in cast_args:
+                    return None, f"alias `{name}` is used outside casts (line {node.lineno}); rewrite by hand"
+        value = values[0]
+        layer = self.src.segment(site.wds.layer)
+        assign = site.parents.get(id(value))
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+            return None, f"alias `{name}` is not a plain assignment"
+        # From the end of the target to the end of the statement, so that wrapping parentheses
+        # of a multi-line value go with it.
+        _, t1 = self.src.node_offsets(assign.targets[0])
+        _, s1 = self.src.node_offsets(assign)
+        edits = [Edit(t1, s1, f" = {self.func}({layer}, {self.flag_default})")]
+        if self._is_self_cast(stmt, site) and self._starts_line(stmt):
+            s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
+            indent = self.src.indent_of(stmt.lineno)
+            edits.append(Edit(s0, s0, f"if {name} is not None:\n{indent}{self._indent_unit(site, stmt)}"))
+            for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
+                o = self.src.offset(line, 0)
+                edits.append(Edit(o, o, self._indent_unit(site, stmt)))
+        else:
+            receiver = site.call.func.value  # type: ignore[union-attr]
+            if not is_pure(receiver):
+                return None, "the cast's receiver has side effects"
+            a0, a1 = self.src.node_offsets(site.arg)
+            edits.append(Edit(a0, a1, f"{name} or {self.src.segment(receiver)}.dtype"))
+        safe = self.flag_default == "True"
+        return Fix(f"define `{name}` with `{self.func}` and cast only when it names a dtype", safe,
+                   tuple(edits), ((self.module, self.func),),
+                   "" if safe else "fp8-input-default=false changes the cast for fp8 weights"), ""
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _statement_of(self, site: Site) -> ast.stmt:
+        node: ast.AST = site.call
+        while not isinstance(node, ast.stmt):
+            node = site.parents[id(node)]
+        return node
+
+    @staticmethod
+    def _is_self_cast(stmt: ast.stmt, site: Site) -> bool:
+        """`x = x.to(...)` with the same simple target and receiver, the call being the whole value."""
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.value is site.call):
+            return False
+        receiver = site.call.func.value  # type: ignore[union-attr]
+        return ast.dump(stmt.targets[0]).replace("Store()", "Load()") == ast.dump(receiver) and is_pure(receiver)
+
+    def _starts_line(self, stmt: ast.stmt) -> bool:
+        return self.src.line_text(stmt.lineno)[: self.src.char_col(stmt.lineno, stmt.col_offset)].strip() == ""
+
+    def _var_name(self, site: Site) -> str:
+        layer = site.wds.layer
+        base = layer.attr if isinstance(layer, ast.Attribute) else (layer.id if isinstance(layer, ast.Name) else "layer")
+        base = re.sub(r"^_+", "", base) or "layer"
+        var = f"{base}_input_dtype"
+        used = {n.id for n in ast.walk(site.fn) if isinstance(n, ast.Name)} | set(site.scope.params)
+        n = 2
+        candidate = var
+        while candidate in used:
+            candidate = f"{var}_{n}"
+            n += 1
+        return candidate
+
+    def _hoist_line(self, site: Site, var: str, flag: str, anchor_stmt: ast.stmt) -> tuple[int | None, str]:
+        """Where the helper call goes: before the outermost enclosing loop it is invariant in,
+        else just before the site. Returns (insert offset or None for 'right before the site', text)."""
+        layer = self.src.segment(site.wds.layer)
+        needed = names_in(site.wds.layer) | ({flag} if flag not in ("True", "False") else set())
+        layer_dump = ast.dump(site.wds.layer)
+        loop = None
+        node: ast.AST = anchor_stmt
+        while id(node) in site.parents:
+            node = site.parents[id(node)]
+            if node is site.fn:
+                break
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                if self._invariant(node, needed, layer_dump):
+                    loop = node
+                else:
+                    break
+        line_text = f"{self.func}({layer}, {flag})"
+        if loop is None:
+            indent = self.src.indent_of(anchor_stmt.lineno)
+            return None, f"{indent}{var} = {line_text}\n"
+        indent = self.src.indent_of(loop.lineno)
+        start, _ = self._stmt_line_region(loop, with_comments=False)
+        return start, f"{indent}{var} = {line_text}\n"
+
+    @staticmethod
+    def _invariant(loop: ast.AST, names: set[str], layer_dump: str) -> bool:
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in names:
+                return False
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if ast.dump(node).replace("Store()", "Load()") == layer_dump:
+                    return False
+        return True
+
+    def _uses_outside(self, fn: ast.AST, name: str, region: ast.AST) -> bool:
+        inside = {id(n) for n in ast.walk(region)}
+        return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                   and id(n) not in inside for n in walk_function(fn))
+
+    def _assign_stmt_of(self, site: Site, value: ast.expr) -> ast.stmt | None:
+        parent = site.parents.get(id(value))
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and self._starts_line(parent):
+            return parent
+        return None
+
+    def _stmt_line_region(self, stmt: ast.stmt, with_comments: bool = True) -> tuple[int, int]:
+        """Whole lines of a statement, plus the comment lines attached directly above it (they
+        describe the code being replaced)."""
+        first = stmt.lineno
+        if with_comments:
+            while first > 1 and self.src.line_text(first - 1).strip().startswith("#"):
+                first -= 1
+        start = self.src.offset(first, 0)
+        end_line = stmt.end_lineno
+        end = self.src.offset(end_line + 1, 0) if end_line < len(self.src.lines) else len(self.src.text)
+        return start, end
+
+    def _indent_unit(self, site: Site, stmt: ast.stmt) -> str:
+        """One indentation level, as this block writes it."""
+        parent = site.parents.get(id(stmt))
+        inner, outer = self.src.indent_of(stmt.lineno), self.src.indent_of(getattr(parent, "lineno", stmt.lineno))
+        unit = inner[len(outer):] if inner.startswith(outer) else ""
+        return unit or "    "

@@ -1,0 +1,282 @@
+"""The project-wide class index: which classes are quantizable layers, resolved across files.
+
+Building it must not cost a parse of every file (DESIGN.md §7: a full libcst parse of vLLM takes
+minutes, even `ast.parse` seconds). A class hierarchy needs only two kinds of statement, `import`
+and `class` headers, so `extract_header` finds those lines with a regex, cuts each logical
+statement out by bracket counting, and parses just those snippets. Headers are cached per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+from .findings import Evidence
+
+_STMT = re.compile(r"^[ \t]*(?:class|from|import)\b", re.M)
+
+
+@dataclass
+class ModuleHeader:
+    """What one module binds by import and which classes it defines with which bases."""
+
+    module: str
+    path: str
+    is_package: bool
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified target
+    classes: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # name -> (bases, line)
+
+    def to_dict(self) -> dict:
+        return {
+            "module": self.module,
+            "path": self.path,
+            "is_package": self.is_package,
+            "imports": self.imports,
+            "classes": {k: [v[0], v[1]] for k, v in self.classes.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModuleHeader":
+        return cls(
+            d["module"], d["path"], d["is_package"], dict(d["imports"]),
+            {k: (list(v[0]), v[1]) for k, v in d["classes"].items()},
+        )
+
+
+def extract_header(text: str, module: str, path: str, is_package: bool) -> ModuleHeader:
+    header = ModuleHeader(module, path, is_package)
+    for m in _STMT.finditer(text):
+        start = m.start()
+        snippet, is_class = _logical_statement(text, start)
+        line = text.count("\n", 0, start) + 1
+        try:
+            tree = ast.parse(textwrap.dedent(snippet))
+        except SyntaxError:
+            continue  # a docstring line starting with "from", or an odd construct: not a header
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases = [b for b in (dotted(e) for e in node.bases) if b]
+                header.classes.setdefault(node.name, (bases, line))
+            else:
+                record_import(node, header.imports, module, is_package)
+    return header
+
+
+def _logical_statement(text: str, start: int) -> tuple[str, bool]:
+    """The statement at start: up to the end of line at bracket depth 0 (class: up to its colon)."""
+    is_class = text.startswith("class", start + (len(text[start:]) - len(text[start:].lstrip())))
+    depth = 0
+    i = start
+    n = len(text)
+    quote = ""
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif c in "\"'":
+            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            continue
+        elif c == "#":
+            nl = text.find("\n", i)
+            i = n if nl < 0 else nl
+            continue
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "\\" and text.startswith("\\\n", i):
+            i += 2
+            continue
+        elif c == "\n" and depth <= 0:
+            break
+        elif c == ":" and is_class and depth == 0:
+            return text[start:i] + ": pass\n", True
+        i += 1
+        if i - start > 4000:  # a runaway (unbalanced) statement: give up on it
+            break
+    return text[start:i] + "\n", is_class
+
+
+def record_import(node: ast.AST, into: dict[str, str], module: str, is_package: bool) -> None:
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.asname:
+                into[a.asname] = a.name
+            else:
+                head = a.name.split(".")[0]
+                into.setdefault(head, head)
+    elif isinstance(node, ast.ImportFrom):
+        base = resolve_relative(module, is_package, node.module, node.level)
+        if base is None:
+            return
+        for a in node.names:
+            if a.name == "*":
+                continue
+            into[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+
+
+def resolve_relative(module: str, is_package: bool, target: str | None, level: int) -> str | None:
+    if level == 0:
+        return target or ""
+    parts = module.split(".") if module else []
+    if not is_package:
+        parts = parts[:-1]
+    if level - 1 > len(parts):
+        return None
+    parts = parts[: len(parts) - (level - 1)]
+    if target:
+        parts.append(target)
+    return ".".join(parts)
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`a.b.C` for Name/Attribute chains; Generic[...] subscripts are reduced to their base."""
+    if isinstance(node, ast.Subscript):
+        return dotted(node.value)
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _join(module: str, name: str) -> str:
+    return f"{module}.{name}" if module else name
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    """Whether a class is a quantizable layer (or exempt storage code), with the chain that says so."""
+
+    yes: bool
+    chain: tuple[Evidence, ...] = ()
+
+
+class QuantizableLayerIndex:
+    """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
+
+    def __init__(self, headers: list[ModuleHeader], quantizable: list[str], exempt: list[str]):
+        self.modules: dict[str, ModuleHeader] = {}
+        for h in headers:
+            self.modules.setdefault(h.module, h)
+        self.quantizable = set(quantizable)
+        self.exempt = set(exempt)
+        # Preset names matched by simple name inside their own top package, for re-export paths
+        # (`from vllm.model_executor.layers import X`) when that package is not in the scan.
+        self._by_simple = {}
+        for q in self.quantizable | self.exempt:
+            self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
+        self._memo: dict[tuple[str, str], ClassVerdict] = {}
+
+    # ---- name resolution ---------------------------------------------------------------
+    def resolve(self, module: str, name: str, local_imports: dict[str, str] | None = None) -> str:
+        """Qualified, canonical name of a dotted name used in `module`."""
+        head, _, rest = name.partition(".")
+        header = self.modules.get(module)
+        imports = local_imports if local_imports is not None else (header.imports if header else {})
+        if header and head in header.classes and head not in imports:
+            q = _join(module, head)
+        elif head in imports:
+            q = imports[head]
+        elif header and head in header.classes:
+            q = _join(module, head)
+        else:
+            q = head
+        if rest:
+            q = f"{q}.{rest}"
+        return self.canonical(q)
+
+    def canonical(self, qualname: str) -> str:
+        """Follow re-exports (`pkg/__init__.py: from .linear import X`) to the defining module."""
+        for _ in range(12):
+            mod, _, name = qualname.rpartition(".")
+            header = self.modules.get(mod)
+            if header is None or name in header.classes or name not in header.imports:
+                return qualname
+            nxt = header.imports[name]
+            if nxt == qualname:
+                return qualname
+            qualname = nxt
+        return qualname
+
+    def class_location(self, qualname: str) -> tuple[ModuleHeader, str] | None:
+        mod, _, name = qualname.rpartition(".")
+        header = self.modules.get(mod)
+        if header and name in header.classes:
+            return header, name
+        return None
+
+    def bases(self, qualname: str) -> list[str]:
+        loc = self.class_location(qualname)
+        if loc is None:
+            return []
+        header, name = loc
+        return [self.resolve(header.module, b) for b in header.classes[name][0]]
+
+    def mro(self, qualname: str) -> list[str]:
+        """The class and all its resolved ancestors, nearest first (a linearisation good enough for attribute facts)."""
+        out, todo = [], [qualname]
+        while todo:
+            q = todo.pop(0)
+            if q in out or len(out) > 64:
+                continue
+            out.append(q)
+            todo.extend(self.bases(q))
+        return out
+
+    # ---- verdicts ----------------------------------------------------------------------
+    def quantizable_verdict(self, qualname: str) -> ClassVerdict:
+        return self._verdict(qualname, "quantizable")
+
+    def exempt_verdict(self, qualname: str) -> ClassVerdict:
+        return self._verdict(qualname, "exempt")
+
+    def _verdict(self, qualname: str, kind: str, depth: int = 0) -> ClassVerdict:
+        key = (qualname, kind)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = ClassVerdict(False)  # cycle guard
+        roots = self.quantizable if kind == "quantizable" else self.exempt
+        verdict = ClassVerdict(False)
+        short = qualname.rsplit(".", 1)[-1]
+        if qualname in roots:
+            verdict = ClassVerdict(True, (self._evidence(qualname, f"`{short}` is a configured {kind} class"),))
+        elif self.class_location(qualname) is None and self._by_simple.get((qualname.split(".")[0], short)) in roots:
+            match = self._by_simple[(qualname.split(".")[0], short)]
+            verdict = ClassVerdict(True, (Evidence(f"`{short}` matches configured {kind} class `{match}` by name", "", 0),))
+        elif depth < 32:
+            for base in self.bases(qualname):
+                sub = self._verdict(base, kind, depth + 1)
+                if sub.yes:
+                    step = self._evidence(qualname, f"`{short}` subclasses `{base.rsplit('.', 1)[-1]}`")
+                    verdict = ClassVerdict(True, (step, *sub.chain))
+                    break
+        self._memo[key] = verdict
+        return verdict
+
+    def _evidence(self, qualname: str, message: str) -> Evidence:
+        loc = self.class_location(qualname)
+        if loc is None:
+            return Evidence(message, "", 0)
+        header, name = loc
+        return Evidence(message, header.path, header.classes[name][1])
+
+    def digest(self) -> str:
+        """Changes whenever any header changes: part of the per-file findings cache key."""
+        import hashlib
+        import json
+
+        data = sorted((h.module, json.dumps(h.to_dict(), sort_keys=True)) for h in self.modules.values())
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]

@@ -1,0 +1,81 @@
+"""Recognisers for the expression shapes of the bug class (DESIGN.md §1), on stdlib ast.
+
+`weight_dtype_source(expr)` answers: does this expression evaluate to some layer's `.weight.dtype`
+(directly, through `getattr`, a `hasattr` fallback, or local aliases)? and if so, which layer?
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from .facts import FunctionScope
+
+
+@dataclass(frozen=True)
+class WeightDtypeSource:
+    layer: ast.expr  # the layer expression (`self.kv_b_proj`)
+    form: str  # "attribute" | "getattr" | "hasattr-fallback" | "tensor"
+    alias: str | None = None  # the local name used at the site, when reached through an alias
+    alias_value: ast.expr | None = None  # what that alias was assigned
+
+
+def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> tuple[ast.expr, str] | None:
+    """`L.weight`, `getattr(L, "weight"[, d])`, or a local alias of one → (L, form)."""
+    if isinstance(node, ast.Attribute) and node.attr == "weight":
+        return node.value, "attribute"
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "weight"):
+        return node.args[0], "getattr"
+    if isinstance(node, ast.Name) and scope is not None and depth < 4:
+        values = scope.assigns.get(node.id, [])
+        if len(values) == 1 and values[0] is not None:
+            return weight_expr(values[0], scope, depth + 1)
+    return None
+
+
+def weight_dtype_source(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> WeightDtypeSource | None:
+    if isinstance(node, ast.Attribute) and node.attr == "dtype":
+        w = weight_expr(node.value, scope)
+        if w:
+            return WeightDtypeSource(w[0], w[1])
+        return None
+    if isinstance(node, ast.IfExp):
+        for branch in (node.body, node.orelse):
+            r = weight_dtype_source(branch, scope, depth + 1)
+            if r:
+                return WeightDtypeSource(r.layer, "hasattr-fallback", r.alias, r.alias_value)
+        return None
+    if isinstance(node, ast.Name) and scope is not None and depth < 4:
+        # Flow-insensitive: any assignment of the name in this function that is a weight dtype.
+        for value in scope.assigns.get(node.id, []):
+            if value is None:
+                continue
+            r = weight_dtype_source(value, scope, depth + 1)
+            if r:
+                return WeightDtypeSource(r.layer, r.form, node.id, value)
+    return None
+
+
+CAST_METHODS = ("to", "type")
+
+
+def cast_dtype_args(call: ast.Call) -> list[ast.expr]:
+    """The arguments of `x.to(...)` / `x.type(...)` that can carry a dtype (or a tensor, for `.to`)."""
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in CAST_METHODS:
+        return []
+    out = list(call.args[:2]) if call.func.attr == "to" else list(call.args[:1])
+    out += [kw.value for kw in call.keywords if kw.arg in ("dtype", "other")]
+    return out
+
+
+def is_pure(node: ast.AST) -> bool:
+    """No calls, no side effects: safe to evaluate twice (`x`, `self.a.b`, `x[i]`, `x[..., :n]`)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)):
+            return False
+    return True
+
+
+def names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}

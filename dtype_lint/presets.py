@@ -1,0 +1,57 @@
+"""Built-in knowledge of real codebases: which classes hold repackable weights, which code owns storage.
+
+Names are fully qualified. Subclasses found in the scanned tree are added by the class index, so a
+preset lists only roots plus the well-known public subclasses, which lets a downstream project that
+imports vLLM (but does not vendor it) resolve `ColumnParallelLinear` without scanning vLLM itself.
+"""
+
+_VLLM_LINEAR = "vllm.model_executor.layers.linear"
+
+PRESETS: dict[str, dict] = {
+    "vllm": {
+        "quantizable": [
+            f"{_VLLM_LINEAR}.LinearBase",
+            f"{_VLLM_LINEAR}.ReplicatedLinear",
+            f"{_VLLM_LINEAR}.ColumnParallelLinear",
+            f"{_VLLM_LINEAR}.DCPGroupColumnParallelLinear",
+            f"{_VLLM_LINEAR}.MergedColumnParallelLinear",
+            f"{_VLLM_LINEAR}.QKVParallelLinear",
+            f"{_VLLM_LINEAR}.RowParallelLinear",
+            "vllm.model_executor.layers.fused_moe.layer.FusedMoE",
+            "vllm.model_executor.layers.fused_moe.FusedMoE",
+            "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
+        ],
+        # Code whose job is the storage format: quant methods and weight-kernel classes.
+        "exempt-classes": [
+            "vllm.model_executor.layers.quantization.base_config.QuantizeMethodBase",
+            f"{_VLLM_LINEAR}.LinearMethodBase",
+            "vllm.model_executor.layers.fused_moe.fused_moe_method_base.FusedMoEMethodBase",
+            "vllm.model_executor.kernels.linear.base.MMLinearKernel",
+            "vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel.MPLinearKernel",
+            "vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel.ScaledMMLinearKernel",
+            "vllm.model_executor.kernels.linear.nvfp4.base.NvFp4LinearKernel",
+            "vllm.model_executor.kernels.linear.mxfp4.base.MxFp4LinearKernel",
+            "vllm.model_executor.kernels.linear.mxfp6.base.MxFp6LinearKernel",
+            "vllm.model_executor.kernels.linear.mxfp8.Mxfp8LinearKernel.Mxfp8LinearKernel",
+        ],
+        "helper": "vllm.model_executor.layers.quantization.utils.layer_input_dtype:get_layer_input_dtype",
+        "helper-template": "vllm",
+    },
+    "generic": {
+        "quantizable": [],
+        "exempt-classes": [],
+        "helper": "layer_input_dtype:get_layer_input_dtype",
+        "helper-template": "torch",
+    },
+}
+
+# Functions that handle the storage format by design, in any class (fnmatch patterns).
+EXEMPT_FUNCTIONS = [
+    "process_weights_after_loading",
+    "create_weights",
+    "*weight_loader*",
+    "load_weights",
+    "_load_weights*",
+]
+
+NAME_HEURISTICS = ["*_proj", "*proj", "lm_head", "experts"]

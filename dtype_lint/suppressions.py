@@ -1,0 +1,349 @@
+"""Per-line suppression comments, and the findings that police them (DTL902).
+
+Two forms are recognised, anywhere in a comment (so they combine with other tools' pragmas)::
+
+    x = x.to(self.proj.weight.dtype)  # dtype-lint: ignore[DTL001] proj is never quantized here
+    x = x.to(self.proj.weight.dtype)  # noqa: DTL001
+
+- ``# dtype-lint: ignore[CODES] <reason>``: one or more comma-separated codes, and a **reason**
+  (any text with a letter or digit after the bracket, up to the end of the comment or the next
+  `` #``). Without a reason, or without codes, the comment suppresses nothing and is itself
+  reported (DTL902, with a message saying what is missing): a suppression of a dtype bug must
+  tell the next reader why the cast is safe.
+- ``# noqa: CODES`` (flake8/ruff syntax, codes separated by commas or spaces, no reason
+  required): only the DTL codes it names matter to dtype-lint. A bare ``# noqa`` does **not**
+  suppress dtype-lint findings (it is usually there for another tool, and silencing a dtype bug
+  by accident is exactly what we must not do); ``# noqa: E501`` is ignored entirely.
+
+**Which findings a comment covers.** A suppression on line L applies to a finding whose span
+covers L: ``span.line <= L <= last line``, where the last line is ``span.end_line`` (or the line
+before it when the exclusive end sits at column 1). For a one-line finding that is its own
+line; for an expression split over lines the comment may sit on any of its lines, the first
+or the last (where formatters keep trailing comments) included. A comment on a line of its
+own covers nothing outside the spans that include that line; there is no "next line" form.
+
+**Unused suppressions.** A valid suppression that suppressed nothing is reported as DTL902 for
+the codes it did not use: any code in ``dtype-lint: ignore[...]`` (including codes that are not
+dtype-lint codes at all, reported as unknown), and the DTL codes of a ``noqa``. It comes with a
+safe fix that deletes the directive (or only the unused codes). When the run's enabled codes
+are given (`enabled_codes`), a suppression for a DTL code that was not enabled is not reported:
+nothing could have used it. DTL902 itself is never reported unused, and a DTL902 finding is
+suppressed like any other (``# dtype-lint: ignore[DTL001, DTL902] <reason>``).
+
+Comments are found with :mod:`tokenize`, so ``#`` inside strings is not a comment. When the file
+does not tokenize (a syntax error), comments before the error come from the tokens and the
+remaining lines are scanned with a simple quote-aware pass: best effort, never an exception.
+Lines break at \\r\\n, \\r and \\n, like libcst and Python count them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Collection, Iterable
+
+from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
+
+_MAYBE = re.compile(r"dtype-lint|noqa", re.IGNORECASE)
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+_IGNORE = re.compile(
+    r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n]*)\])?", re.IGNORECASE
+)
+_NOQA = re.compile(
+    r"#\s*noqa(?![\w-])"
+    r"(?:\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:(?:\s*,\s*|[ \t]+)[A-Za-z]+[0-9]+)*))?",
+    re.IGNORECASE,
+)
+_REASON_END = re.compile(r"\s#")
+_DTL_CODE = re.compile(r"^DTL[0-9]+$")
+_SEPARATORS = " \t:;,-\u2013\u2014"
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """One directive in a comment. Columns are 0-based character offsets within the line."""
+
+    kind: str  # "ignore" (dtype-lint: ignore[...]) or "noqa"
+    line: int
+    start: int  # the directive's "#"
+    end: int  # exclusive: after the reason (ignore) or the codes (noqa)
+    codes: tuple[str, ...]  # upper-cased, as listed; for noqa also other tools' codes
+    reason: str  # "" for noqa
+    text: str  # the directive as written
+    codes_start: int = -1  # where the code list sits in the line (-1: no list)
+    codes_end: int = -1
+
+    @property
+    def problem(self) -> str:
+        """Why this directive suppresses nothing ("" when it is valid)."""
+        if self.kind == "ignore":
+            if not self.codes:
+                return "no codes"
+            if not self.reason:
+                return "no reason"
+        return ""
+
+    @property
+    def our_codes(self) -> tuple[str, ...]:
+        """The codes dtype-lint answers for: all of an ignore's, a noqa's DTL codes."""
+        if self.kind == "ignore":
+            return self.codes
+        return tuple(c for c in self.codes if _DTL_CODE.match(c))
+
+    def suppresses(self, code: str) -> bool:
+        return not self.problem and code in self.our_codes
+
+
+# --- finding comments ---------------------------------------------------------------------------
+
+
+def _lines(source: str) -> list[str]:
+    return _LINE.findall(source)
+
+
+def _crude_comment(line: str) -> tuple[int, str] | None:
+    """First '#' outside a one-line string literal, for text that does not tokenize."""
+    quote = None
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if line.startswith(quote, i):
+                i += len(quote)
+                quote = None
+                continue
+        elif ch == "#":
+            return i, line[i:].rstrip("\r\n")
+        elif ch in "'\"":
+            quote = line[i : i + 3] if line[i : i + 3] in ('"""', "'''") else ch
+            i += len(quote)
+            continue
+        i += 1
+    return None
+
+
+def _comments(lines: list[str]) -> list[tuple[int, int, str]]:
+    """(1-based line, 0-based column, text) of every comment."""
+    import tokenize
+
+    found: list[tuple[int, int, str]] = []
+    done = 0  # lines fully tokenized
+    try:
+        for tok in tokenize.generate_tokens(iter(lines).__next__):
+            if tok.type == tokenize.COMMENT:
+                found.append((tok.start[0], tok.start[1], tok.string))
+            done = max(done, tok.start[0] - 1)
+        return found
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        pass
+    for n in range(done + 1, len(lines) + 1):
+        hit = _crude_comment(lines[n - 1])
+        if hit is not None and not any(c[0] == n for c in found):
+            found.append((n, hit[0], hit[1]))
+    return sorted(found)
+
+
+def _split_codes(text: str) -> tuple[str, ...]:
+    return tuple(c.upper() for c in re.split(r"[\s,]+", text) if c)
+
+
+def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
+    out = []
+    for m in _IGNORE.finditer(comment):
+        rest = comment[m.end() :]
+        cut = _REASON_END.search(rest)
+        rest = rest[: cut.start()] if cut else rest
+        reason = rest.strip().lstrip(_SEPARATORS).strip()
+        if not re.search(r"\w", reason):
+            reason = ""
+        end = m.end() + len(rest.rstrip())
+        codes = _split_codes(m["codes"] or "")
+        cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
+        out.append(
+            Suppression("ignore", line, col + m.start(), col + end, codes, reason,
+                        comment[m.start() : end], cs, ce)
+        )
+    for m in _NOQA.finditer(comment):
+        codes = _split_codes(m["codes"] or "")
+        cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
+        out.append(
+            Suppression("noqa", line, col + m.start(), col + m.end(), codes, "",
+                        m.group(0), cs, ce)
+        )
+    return out
+
+
+def parse_suppressions(source: str) -> list[Suppression]:
+    """Every dtype-lint/noqa directive in `source`, in line order."""
+    if not _MAYBE.search(source):
+        return []
+    out: list[Suppression] = []
+    for line, col, text in _comments(_lines(source)):
+        out.extend(_parse_comment(line, col, text))
+    return sorted(out, key=lambda s: (s.line, s.start))
+
+
+# --- applying them ------------------------------------------------------------------------------
+
+
+class _File:
+    def __init__(self, source: str):
+        self.lines = _lines(source)
+        self.starts = [0]
+        for text in self.lines:
+            self.starts.append(self.starts[-1] + len(text))
+        self.suppressions = parse_suppressions(source)
+        self.by_line: dict[int, list[Suppression]] = {}
+        for s in self.suppressions:
+            self.by_line.setdefault(s.line, []).append(s)
+
+    def covering(self, f: Finding) -> list[Suppression]:
+        sp = f.span
+        last = sp.end_line - 1 if sp.end_line > sp.line and sp.end_col <= 1 else sp.end_line
+        return [
+            s
+            for n in range(sp.line, max(sp.line, last) + 1)
+            for s in self.by_line.get(n, ())
+            if s.suppresses(f.code)
+        ]
+
+    def offset(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def removal(self, s: Suppression) -> Edit:
+        """Delete the directive, with the whitespace that separated it (or its whole line)."""
+        raw = self.lines[s.line - 1]
+        text = raw.rstrip("\r\n")
+        before, after = text[: s.start], text[s.end :]
+        if not before.strip() and not after.strip():
+            return Edit(self.offset(s.line, 0), self.offset(s.line, len(raw)), "")
+        if not after.strip():
+            return Edit(self.offset(s.line, len(before.rstrip())), self.offset(s.line, len(text)), "")
+        gap = len(after) - len(after.lstrip())
+        return Edit(self.offset(s.line, s.start), self.offset(s.line, s.end + gap), "")
+
+
+def _unused_finding(path: str, file: _File, s: Suppression, unused: list[str]) -> Finding:
+    unknown = [c for c in unused if not _DTL_CODE.match(c)]
+    ours = [c for c in unused if _DTL_CODE.match(c)]
+    detail = "; ".join(
+        part
+        for part in (
+            f"unused: {', '.join(ours)}" if ours else "",
+            f"unknown code: {', '.join(unknown)}" if unknown else "",
+        )
+        if part
+    )
+    form = "`dtype-lint: ignore` suppression" if s.kind == "ignore" else "`noqa` code"
+    # A noqa keeps other tools' codes; either form keeps the codes that were used.
+    keep = [c for c in s.codes if c not in unused]
+    if keep:
+        edit = Edit(file.offset(s.line, s.codes_start), file.offset(s.line, s.codes_end), ", ".join(keep))
+        description = f"Remove {', '.join(unused)} from the suppression"
+    else:
+        edit = file.removal(s)
+        description = "Remove the unused suppression"
+    return Finding(
+        code=UNUSED_SUPPRESSION,
+        message=f"Unused {form} ({detail})",
+        path=path,
+        span=Span(s.line, s.start + 1, s.line, s.end + 1),
+        fix=Fix(description=description, safe=True, edits=(edit,)),
+        expression=s.text,
+    )
+
+
+def _problem_finding(path: str, s: Suppression) -> Finding:
+    if s.problem == "no codes":
+        message = (
+            f"Suppression `{s.text}` names no codes, so it suppresses nothing; name them: "
+            "`# dtype-lint: ignore[DTL001] <reason>`"
+        )
+        no_fix = "which codes to suppress cannot be guessed"
+    else:
+        message = (
+            f"Suppression `{s.text}` has no reason, so it suppresses nothing; a reason is "
+            f"required: `# dtype-lint: ignore[{', '.join(s.codes)}] <why this is safe>`"
+        )
+        no_fix = "only a person can write the reason"
+    return Finding(
+        code=UNUSED_SUPPRESSION,
+        message=message,
+        path=path,
+        span=Span(s.line, s.start + 1, s.line, s.end + 1),
+        no_fix_reason=no_fix,
+        expression=s.text,
+    )
+
+
+def apply_suppressions(
+    findings: Iterable[Finding],
+    source_by_path: Callable[[str], "str | None"],
+    *,
+    paths: Iterable[str] = (),
+    enabled_codes: Collection[str] | None = None,
+) -> tuple[list[Finding], list[Finding]]:
+    """Drop suppressed findings; report suppressions that are unused or malformed.
+
+    Returns ``(kept, new)``: `kept` are the findings no valid suppression covers, in input
+    order; `new` are DTL902 findings, sorted, for suppressions that suppressed nothing (with a
+    safe fix removing them) and for ``dtype-lint: ignore`` comments missing their reason or
+    codes (no fix). DTL902 findings that a suppression naming DTL902 covers are left out.
+
+    Suppressions are looked for in the files of `findings` and in `paths` (pass every file
+    checked, or unused suppressions in files without findings go unnoticed; only files whose
+    text mentions "dtype-lint" or "noqa" are tokenized). `source_by_path` returns a file's text
+    or None (then its findings are kept as they are). `enabled_codes`: the codes this run
+    checked, if known; suppressions for other DTL codes are then not reported as unused.
+    """
+    findings = list(findings)
+    files: dict[str, _File | None] = {}
+
+    def file_of(path: str) -> _File | None:
+        if path not in files:
+            try:
+                source = source_by_path(path)
+            except (OSError, UnicodeDecodeError, ValueError):
+                source = None
+            files[path] = _File(source) if source is not None else None
+        return files[path]
+
+    used: dict[tuple[str, int], set[str]] = {}
+    kept = []
+    for f in findings:
+        file = file_of(f.path)
+        covering = file.covering(f) if file is not None else []
+        if not covering:
+            kept.append(f)
+        for s in covering:
+            used.setdefault((f.path, id(s)), set()).add(f.code)
+
+    for p in paths:
+        file_of(p)
+
+    def reportable(code: str) -> bool:
+        if code == UNUSED_SUPPRESSION:
+            return False
+        if enabled_codes is not None and _DTL_CODE.match(code) and code not in enabled_codes:
+            return False
+        return True
+
+    new: list[Finding] = []
+    for path in sorted(files):
+        file = files[path]
+        if file is None:
+            continue
+        for s in file.suppressions:
+            if s.problem:
+                new.append(_problem_finding(path, s))
+                continue
+            done = used.get((path, id(s)), set())
+            unused = [c for c in s.our_codes if c not in done and reportable(c)]
+            if unused:
+                new.append(_unused_finding(path, file, s, unused))
+
+    new = [g for g in new if not files[g.path].covering(g)]  # type: ignore[union-attr]
+    return kept, sorted(new, key=Finding.sort_key)

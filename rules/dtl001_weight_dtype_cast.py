@@ -1,0 +1,237 @@
+"""DTL001 weight-dtype-cast: an activation is cast to a quantizable layer's storage dtype.
+
+## What it does
+Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weight.dtype)`,
+`x.type(L.weight.dtype)` and `x.to(L.weight)`, also when the dtype is reached through a local
+alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
+(`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`), but only when `L` resolves to a
+quantizable layer: a configured class (vLLM preset: `LinearBase` and its subclasses, `FusedMoE`/
+`RoutedExperts`) or any subclass found across the scanned files, or a layer constructed with
+`quant_config=`. Quant methods, weight loaders and `process_weights_after_loading` are exempt:
+their job is the storage format. With `name-heuristics = true`, layers whose class did not
+resolve but whose name looks like a projection (`*_proj`) are reported with low confidence.
+
+## Why is this bad?
+A quantization backend may repack a layer's weight after loading: Marlin stores FP8 weights as
+`torch.int32`, NVFP4 as `torch.uint8`, FP8 as `float8_e4m3fn`, and AWQ/GPTQ layers have no
+`.weight` at all. The storage dtype of a weight is not the compute dtype of its input. vLLM's MLA
+prefill did `kv_c_normed.to(self.kv_b_proj.weight.dtype)` and crashed with
+``unsupported `a` scalar_type`` on Marlin FP8 (vLLM issue #38658, fixed by PR #38771); the same
+shape raised `AttributeError: ... no attribute 'weight'` on AWQ (PR #34695).
+
+## Example
+```python
+kv_c_normed = kv_c_normed.to(self.kv_b_proj.weight.dtype)
+```
+
+## Use instead
+```python
+kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)
+if kv_b_proj_input_dtype is not None:
+    kv_c_normed = kv_c_normed.to(kv_b_proj_input_dtype)
+```
+
+## Fix safety
+The fix calls the configured helper (`helper = "pkg.mod:func"`), which returns the layer's input
+dtype or None (keep the model dtype). It is **safe** when it provably keeps behaviour on every
+unpacked storage (fp16, bf16, fp32, fp8) and changes only the packed ones it exists to fix
+(int32, uint8, int8, no `.weight`): a guarded-alias idiom is proven by truth table before it is
+rewritten; a plain cast passes `fp8_input=True` (`fp8-input-default`), which keeps fp8 casts.
+With `fp8-input-default = false` fixes are **unsafe**. No fix is offered for `.to(tensor)` (it
+also moves device), for receivers with side effects, and for aliases used outside casts; the
+finding says why.
+
+## Options
+`preset`, `quantizable`, `exempt-classes`, `exempt-functions`, `name-heuristics`,
+`name-patterns`, `helper`, `helper-template`, `fp8-input-default`.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+
+from dtype_lint.facts import FunctionScope, walk_function
+from dtype_lint.findings import Finding, Span
+from dtype_lint.fixplan import Planner, Site, build_parents
+from dtype_lint.patterns import WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.rule import FileContext, Invalid, Rule, Valid, iter_functions
+
+_HEAD = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+
+
+class Attn:
+    def __init__(self, kv_b_proj: ColumnParallelLinear, o_proj: RowParallelLinear):
+        self.kv_b_proj = kv_b_proj
+        self.o_proj = o_proj
+"""
+_IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype\n"
+
+
+def _fixed_head() -> str:
+    return _HEAD.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1)
+
+
+class WeightDtypeCast(Rule):
+    code = "DTL001"
+    name = "weight-dtype-cast"
+    summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
+
+    VALID = [
+        # Vision towers: plain torch layers are never repacked.
+        Valid("import torch.nn as nn\nclass V(nn.Module):\n    def __init__(self):\n        self.proj = nn.Conv2d(3, 8, 2)\n"
+              "    def forward(self, x):\n        return self.proj(x.to(self.proj.weight.dtype))\n"),
+        # Weight loaders own the storage format.
+        Valid(_HEAD + "    def weight_loader(self, param, w):\n        param.data.copy_(w.to(self.kv_b_proj.weight.dtype))\n"),
+        # Casting to something that is not a weight dtype.
+        Valid(_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.params_dtype)\n"),
+        # A layer built with quant_config=None is never quantized.
+        Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\nclass G:\n    def __init__(self):\n"
+              "        self.gate = ReplicatedLinear(8, 8, quant_config=None)\n"
+              "    def forward(self, x):\n        return self.gate(x.to(self.gate.weight.dtype))\n"),
+        # Already fixed code is clean (idempotence).
+        Valid(_fixed_head() + "    def f(self, x):\n        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
+              "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
+    ]
+    INVALID = [
+        Invalid(
+            _HEAD + "    def f(self, x):\n        x = x.to(self.kv_b_proj.weight.dtype)\n        return x\n",
+            expected_replacement=_fixed_head() + "    def f(self, x):\n"
+            "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
+            "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n",
+            message_contains=("self.kv_b_proj",),
+        ),
+        Invalid(
+            _HEAD + "    def f(self, x):\n        return self.o_proj(x.to(dtype=self.o_proj.weight.dtype))\n",
+            expected_replacement=_fixed_head() + "    def f(self, x):\n"
+            "        return self.o_proj(x.to(dtype=get_layer_input_dtype(self.o_proj, True) or x.dtype))\n",
+        ),
+        Invalid(
+            _HEAD + "    def f(self, x, dev):\n        return x.to(dev, getattr(self.kv_b_proj, \"weight\", None).dtype)\n",
+            expected_replacement=_fixed_head() + "    def f(self, x, dev):\n"
+            "        return x.to(dev, get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n",
+        ),
+        Invalid(_HEAD + "    def f(self, x):\n        return x.type(self.kv_b_proj.weight.dtype)\n",
+                expected_replacement=_fixed_head() + "    def f(self, x):\n"
+                "        return x.type(get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n"),
+        # `.to(tensor)` also moves the device: reported, not fixed.
+        Invalid(_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight)\n",
+                message_contains=("device",)),
+        # Through an alias with a hasattr fallback.
+        Invalid(
+            _HEAD + "    def f(self, x):\n        w = (\n            self.kv_b_proj.weight.dtype\n"
+            "            if hasattr(self.kv_b_proj, \"weight\")\n            else self.kv_b_proj.params_dtype\n        )\n"
+            "        x = x.to(w)\n        return x\n",
+            expected_replacement=_fixed_head() + "    def f(self, x):\n        w = get_layer_input_dtype(self.kv_b_proj, True)\n"
+            "        if w is not None:\n            x = x.to(w)\n        return x\n",
+            message_contains=("`w`",),
+        ),
+        # A local name for the layer, annotated parameter of another function.
+        Invalid(
+            "from vllm.model_executor.layers.linear import LinearBase\n"
+            "def run(layer: LinearBase, x):\n    y = x.to(layer.weight.dtype)\n    return layer(y)\n",
+            expected_replacement="from vllm.model_executor.layers.linear import LinearBase\n" + _IMPORT +
+            "\ndef run(layer: LinearBase, x):\n    y = x.to(get_layer_input_dtype(layer, True) or x.dtype)\n    return layer(y)\n",
+        ),
+        # The guarded idiom of vLLM 0.27.1's MLA prefill, hoisted out of the loop.
+        Invalid(
+            _HEAD + "    def prefill(self, chunks, use_fp8_prefill):\n"
+            "        for c in chunks:\n"
+            "            kv = c[..., :4]\n"
+            "            w_dtype = (\n                self.kv_b_proj.weight.dtype\n"
+            "                if hasattr(self.kv_b_proj, \"weight\")\n                else self.kv_b_proj.params_dtype\n            )\n"
+            "            # packed weights stay in the model dtype\n"
+            "            if (\n                use_fp8_prefill or w_dtype != torch.float8_e4m3fn\n"
+            "            ) and w_dtype != torch.uint8:\n"
+            "                kv = kv.to(self.kv_b_proj.weight.dtype)\n"
+            "            yield self.kv_b_proj(kv)\n",
+            expected_replacement=_fixed_head() + "    def prefill(self, chunks, use_fp8_prefill):\n"
+            "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
+            "        for c in chunks:\n"
+            "            kv = c[..., :4]\n"
+            "            if kv_b_proj_input_dtype is not None:\n"
+            "                kv = kv.to(kv_b_proj_input_dtype)\n"
+            "            yield self.kv_b_proj(kv)\n",
+        ),
+    ]
+
+    def check(self, ctx: FileContext):
+        cfg = ctx.config
+        resolver = ctx.resolver()
+        planner = Planner(ctx.source, cfg)
+        patterns = cfg.name_patterns if cfg.name_heuristics else None
+        for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
+            if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
+                continue
+            if class_q and ctx.project.index.exempt_verdict(class_q).yes:
+                continue
+            scope = None
+            parents = None
+            for node in walk_function(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                args = cast_dtype_args(node)
+                if not args:
+                    continue
+                if scope is None:
+                    scope = FunctionScope(fn, class_q)
+                for arg in args:
+                    wds = self._source(arg, scope, node)
+                    if wds is None or _receiver_is_parameter(node):
+                        continue
+                    layer_text = ast.unparse(wds.layer)
+                    layer_type = resolver.resolve(wds.layer, scope)
+                    verdict = resolver.quantizable(layer_type, layer_text, patterns)
+                    if verdict is None:
+                        continue
+                    confidence, evidence = verdict
+                    if parents is None:
+                        parents = build_parents(fn)
+                    site = Site(node, arg, wds, fn, scope, parents)
+                    fix, reason = planner.plan(site)
+                    yield Finding(
+                        code=self.code,
+                        message=self._message(wds, layer_text, planner.func),
+                        path=ctx.source.path,
+                        span=_span(ctx, node),
+                        confidence=confidence,
+                        evidence=evidence,
+                        fix=fix,
+                        no_fix_reason=reason,
+                        scope=scope_name,
+                        expression=ast.unparse(node),
+                    )
+                    break
+
+    @staticmethod
+    def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:
+        wds = weight_dtype_source(arg, scope)
+        if wds is not None:
+            return wds
+        if call.func.attr == "to":  # type: ignore[union-attr]
+            w = weight_expr(arg, scope)
+            if w is not None:
+                return WeightDtypeSource(w[0], "tensor")
+        return None
+
+    @staticmethod
+    def _message(wds: WeightDtypeSource, layer: str, helper: str) -> str:
+        via = f" through `{wds.alias}`" if wds.alias else ""
+        what = f"`{layer}.weight`" if wds.form == "tensor" else f"`{layer}.weight.dtype`"
+        return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
+                f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
+
+
+def _receiver_is_parameter(call: ast.Call) -> bool:
+    """`layer.weight.to(...)`, `param.data.to(...)`: casting stored parameters is not an activation cast."""
+    recv = call.func.value  # type: ignore[union-attr]
+    last = recv.attr if isinstance(recv, ast.Attribute) else (recv.id if isinstance(recv, ast.Name) else "")
+    return last in ("weight", "bias", "data") or "weight" in last or last.endswith("_scale")
+
+
+def _span(ctx: FileContext, node: ast.AST) -> Span:
+    src = ctx.source
+    return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
+                node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
