@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import FP8
+from .formats import FP8, matmul_fp32
 
 ATTN_DTYPES = (torch.float16, torch.bfloat16, FP8)
 EMPTY_MODES = ("fa2", "fa3")
@@ -85,7 +85,7 @@ def mla_prefill_attention(
         qf = q[qs:qe].float().transpose(0, 1)  # [H,Tq,D]
         kf = k[ks:ke].float().transpose(0, 1)  # [H,Sk,D]
         vf = v[ks:ke].float().transpose(0, 1)  # [H,Sk,Dv]
-        scores = (qf @ kf.transpose(1, 2)) * softmax_scale  # [H,Tq,Sk] fp32
+        scores = matmul_fp32(qf, kf.transpose(1, 2)) * softmax_scale  # [H,Tq,Sk] fp32
         if causal:
             i = torch.arange(tq, device=q.device).unsqueeze(1)
             j = torch.arange(sk, device=q.device).unsqueeze(0)
@@ -95,7 +95,7 @@ def mla_prefill_attention(
         m_safe = torch.where(row_empty, torch.zeros_like(m), m)
         p = torch.exp(scores - m_safe)
         denom = p.sum(dim=-1, keepdim=True)
-        o = (p @ vf) / denom
+        o = matmul_fp32(p, vf) / denom
         row_lse = (m_safe + torch.log(denom)).squeeze(-1)  # [H,Tq]
         o = torch.where(row_empty, torch.full_like(o, empty_out), o)
         row_lse = torch.where(row_empty.squeeze(-1), torch.full_like(row_lse, empty_lse), row_lse)

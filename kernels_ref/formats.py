@@ -44,6 +44,23 @@ def f32(value: float | torch.Tensor, device: torch.device | str | None = None) -
     return torch.tensor(value, dtype=torch.float32, device=device)
 
 
+def matmul_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` of fp32 tensors with true fp32 products, also on CUDA.
+
+    TF32 (10-bit mantissa) would put the reference outside the fp16 tolerance of §5, so it is
+    switched off for this call when a caller enabled it globally.
+    """
+    if a.dtype != torch.float32 or b.dtype != torch.float32:
+        raise TypeError(f"matmul_fp32 expects fp32 operands, got {a.dtype} and {b.dtype}")
+    if a.device.type != "cuda" or not torch.backends.cuda.matmul.allow_tf32:
+        return a @ b
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return a @ b
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+
 def to_fp8(x: torch.Tensor) -> torch.Tensor:
     """``clamp(x, ±448)`` in fp32, then a round-to-nearest-even cast to e4m3fn.
 

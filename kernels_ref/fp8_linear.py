@@ -22,6 +22,7 @@ from .formats import (
     FP8_MIN_SCALE,
     HALF_DTYPES,
     f32,
+    matmul_fp32,
     quantize_fp8_weight,
     to_fp8,
     weight_fp8_scale,
@@ -66,7 +67,7 @@ def fp8_scaled_mm(
             f"scale_a must have 1 or {m} elements and scale_b 1 or {n}, "
             f"got {scale_a.numel()} and {scale_b.numel()}"
         )
-    acc = a.float() @ b.float()
+    acc = matmul_fp32(a.float(), b.float())
     y = acc * scale_a.float().reshape(-1, 1)
     y = y * scale_b.float().reshape(1, -1)
     return y.to(out_dtype)

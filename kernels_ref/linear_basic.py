@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .formats import join_fields, uint_fields
+from .formats import join_fields, matmul_fp32, uint_fields
 
 AWQ_GROUP_SIZE = 64
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column 8j + ORDER[i]
@@ -45,7 +45,7 @@ class UnquantizedLinear(nn.Module):
                 "expected mat1 and mat2 to have the same dtype, but got: "
                 f"{x.dtype} != {self.weight.dtype}"
             )
-        y = x.float() @ self.weight.float().t()
+        y = matmul_fp32(x.float(), self.weight.float().t())
         return y.to(self.params_dtype), None
 
 
@@ -140,5 +140,5 @@ class AwqLikeLinear(nn.Module):
         _check_input_dtype("AwqLikeLinear", x, self.params_dtype)
         deq = awq_dequantize(self.qweight, self.qzeros, self.scales, self.group_size)
         x2d = x.reshape(-1, x.shape[-1])
-        y = (x2d.float() @ deq.float()).to(self.params_dtype)
+        y = matmul_fp32(x2d.float(), deq.float()).to(self.params_dtype)
         return y.reshape(*x.shape[:-1], self.output_size_per_partition), None

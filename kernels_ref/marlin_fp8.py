@@ -28,6 +28,7 @@ from .formats import (
     fp8_from_bytes,
     int16_from_uint16,
     join_fields,
+    matmul_fp32,
     quantize_fp8_weight,
     uint_fields,
     weight_fp8_scale,
@@ -388,7 +389,7 @@ def marlin_gemm(
     if size_m == 0:
         return torch.empty((0, size_n), dtype=a.dtype, device=a.device)
     deq = marlin_dequantize_fp8(b_q_weight, b_scales, size_k, size_n, a.dtype)
-    return (a.float() @ deq.float()).to(a.dtype)
+    return matmul_fp32(a.float(), deq.float()).to(a.dtype)
 
 
 # ----------------------------------------------------------------------------- layer

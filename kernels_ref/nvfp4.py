@@ -27,6 +27,7 @@ from .formats import (
     e2m1_decode,
     e2m1_encode,
     f32,
+    matmul_fp32,
     pack_nibbles,
     to_fp8,
     unpack_nibbles,
@@ -122,5 +123,5 @@ class NvFp4Linear(nn.Module):
         xq, x_sf = scaled_fp4_quant(x2d, self.input_global_scale_inv)
         xd = nvfp4_dequantize(xq, x_sf)
         wd = nvfp4_dequantize(self.weight, self.weight_scale)
-        y = (xd @ wd.t()) * self.alpha.float()
+        y = matmul_fp32(xd, wd.t()) * self.alpha.float()
         return y.to(x.dtype).reshape(*x.shape[:-1], self.output_size_per_partition), None

@@ -161,3 +161,24 @@ def test_int32_fields_round_trip_including_the_sign_bit():
     assert bytes_[2].tolist() == [0xFF] * 4
     assert torch.equal(join_fields(bytes_, 8), words)
     assert torch.equal(join_fields(uint_fields(words, 4, 8), 4), words)
+
+
+def test_package_import_is_light_and_reexports_lazily():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dtype_lint.kernels_ref as k; assert 'torch' not in sys.modules, 'eager torch';"
+        "from dtype_lint.kernels_ref import MarlinFp8Linear, merge_attn_states;"
+        "from dtype_lint.kernels_ref.marlin_fp8 import MarlinFp8Linear as M; assert M is MarlinFp8Linear"
+    )
+    subprocess.run([sys.executable, "-W", "ignore", "-c", code], check=True)
+
+
+def test_matmul_fp32_rejects_other_dtypes():
+    from dtype_lint.kernels_ref.formats import matmul_fp32
+
+    a = torch.randn(2, 3)
+    assert torch.equal(matmul_fp32(a, a.t()), a @ a.t())
+    with pytest.raises(TypeError):
+        matmul_fp32(a.half(), a.t().half())
