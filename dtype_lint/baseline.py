@@ -255,9 +255,12 @@ class Baseline:
         ]
 
     def filter(
-        self, findings: Iterable[Finding]
+        self, findings: Iterable[Finding], root: str | os.PathLike | None = None
     ) -> tuple[list[Finding], int, list[BaselineEntry]]:
         """Split findings into those the baseline does not accept and those it does.
+
+        Finding paths are made relative to `root` (default: the baseline's own root; pass the
+        project root that :func:`write_baseline` was given when the file lives elsewhere).
 
         Returns ``(new_findings, matched_count, stale_entries)``:
         - `new_findings`, in their input order: findings not covered. When a key occurs more
@@ -275,7 +278,7 @@ class Baseline:
             f = findings[i]
             if f.fixed or f.code in _NEVER_BASELINED:
                 continue
-            key = finding_key(f, self.root)
+            key = finding_key(f, self.root if root is None else root)
             if left.get(key, 0) > 0:
                 left[key] -= 1
                 matched.add(i)

@@ -1,0 +1,641 @@
+"""Reporters: snapshot tests of real output, plus structural checks per format.
+
+Snapshots live in tests/snapshots/. After an intended change in what users see, regenerate with
+`DTYPE_LINT_UPDATE_SNAPSHOTS=1 pytest tests/test_reporters.py`, read the diff, commit it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
+from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
+from dtype_lint.reporters._common import SourceText, summary_line, tally
+from dtype_lint.reporters.github import escape_data, escape_property
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+MLA = "vllm/model_executor/layers/attention/mla_attention.py"
+MLA_SRC = '''\
+import torch
+from torch import nn
+
+from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+class MLAAttention(nn.Module):
+    def __init__(self, quant_config):
+        super().__init__()
+        self.kv_b_proj = ColumnParallelLinear(512, 1024, quant_config=quant_config)
+
+    def forward(self, x):
+        kv_c = self.norm(x)
+        kv_c = kv_c.to(self.kv_b_proj.weight.dtype)
+        out = torch.empty(
+            x.shape[0], 1024, dtype=self.kv_b_proj.weight.dtype
+        )
+        return self.kv_b_proj(kv_c), out
+'''
+
+DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+DEEPSEEK_SRC = '''\
+def forward(self, hidden_states):
+    q = self.q_a_layernorm(hidden_states)
+    q = q.to(self.q_b_proj.weight.dtype)
+    return self.q_b_proj(q)
+'''
+
+UTILS = "vllm/utils.py"  # source unavailable: no frame, SARIF falls back to char offsets
+
+SOURCES = {MLA: MLA_SRC, DEEPSEEK: DEEPSEEK_SRC}
+HELPER = ("vllm.model_executor.layers.quantization.utils.dtype", "get_layer_input_dtype")
+
+RULES = {
+    "DTL001": RuleInfo(
+        "DTL001",
+        "weight-dtype-cast",
+        "Activation cast to a quantizable layer's storage dtype",
+        "https://example.org/dtype-lint/rules/DTL001",
+    ),
+    "DTL003": RuleInfo(
+        "DTL003",
+        "weight-dtype-alloc",
+        "Buffer allocated with a quantizable layer's storage dtype",
+        "https://example.org/dtype-lint/rules/DTL003",
+    ),
+}
+
+
+def offset(src: str, line: int, col: int) -> int:
+    lines = src.split("\n")
+    return sum(len(x) + 1 for x in lines[: line - 1]) + col - 1
+
+
+def sample_findings() -> list[Finding]:
+    """Four findings covering every shape; deliberately not in sorted order."""
+    cast = Finding(
+        code="DTL001",
+        message="Activation cast to the storage dtype of `self.kv_b_proj` (a quantizable layer)",
+        path=MLA,
+        span=Span(14, 16, 14, 52),
+        evidence=(
+            Evidence("`self.kv_b_proj` is a ColumnParallelLinear(quant_config=...)", MLA, 10),
+            Evidence("ColumnParallelLinear inherits from LinearBase", "vllm/model_executor/layers/linear.py", 412),
+        ),
+        fix=Fix(
+            description="Cast to get_layer_input_dtype(self.kv_b_proj) when it is not None",
+            safe=True,
+            edits=(
+                Edit(
+                    offset(MLA_SRC, 14, 9),
+                    offset(MLA_SRC, 14, 52),
+                    "dt = get_layer_input_dtype(self.kv_b_proj, fp8_input=True)\n"
+                    "        if dt is not None:\n"
+                    "            kv_c = kv_c.to(dt)",
+                ),
+            ),
+            imports=(HELPER,),
+        ),
+        scope="MLAAttention.forward",
+        expression="kv_c.to(self.kv_b_proj.weight.dtype)",
+    )
+    alloc = Finding(
+        code="DTL003",
+        message="Buffer allocated with the storage dtype of `self.kv_b_proj`",
+        path=MLA,
+        span=Span(15, 15, 17, 10),
+        evidence=(Evidence("`self.kv_b_proj` is a ColumnParallelLinear(quant_config=...)", MLA, 10),),
+        fix=Fix(
+            description="Allocate with get_layer_input_dtype(self.kv_b_proj) or x.dtype",
+            safe=False,
+            edits=(
+                Edit(
+                    offset(MLA_SRC, 16, 37),
+                    offset(MLA_SRC, 16, 64),
+                    "get_layer_input_dtype(self.kv_b_proj, fp8_input=True) or x.dtype",
+                ),
+            ),
+            imports=(HELPER,),
+            unsafe_reason="the buffer's consumers may rely on the storage dtype",
+        ),
+        scope="MLAAttention.forward",
+        expression="torch.empty(x.shape[0], 1024, dtype=self.kv_b_proj.weight.dtype)",
+    )
+    low = Finding(
+        code="DTL001",
+        message="Activation cast to the storage dtype of `self.q_b_proj`",
+        path=DEEPSEEK,
+        span=Span(3, 9, 3, 41),
+        confidence="low",
+        evidence=(Evidence("`q_b_proj` matches `*_proj`; its class did not resolve", DEEPSEEK, 3),),
+        no_fix_reason="the layer's class did not resolve, so the helper's contract cannot be assumed",
+        scope="forward",
+        expression="q.to(self.q_b_proj.weight.dtype)",
+    )
+    unused = Finding(
+        code="DTL902",
+        message="Unused `dtype-lint: ignore` suppression (unused: DTL001)",
+        path=UTILS,
+        span=Span(7, 20, 7, 61),
+        fix=Fix("Remove the unused suppression", True, (Edit(180, 221, ""),)),
+        expression="# dtype-lint: ignore[DTL001] kept for now",
+    )
+    return [unused, alloc, low, cast]
+
+
+SUMMARY = RunSummary(files_checked=12, files_analyzed=3, elapsed_s=0.4567)
+
+
+def read_source(path: str) -> str | None:
+    return SOURCES.get(path)
+
+
+def run(fmt: str, findings=None, summary=SUMMARY, out=None, **kw) -> str:
+    out = out if out is not None else io.StringIO()
+    render(
+        fmt,
+        sample_findings() if findings is None else findings,
+        summary,
+        out,
+        read_source=kw.pop("read_source", read_source),
+        rules=kw.pop("rules", RULES),
+        **kw,
+    )
+    return out.getvalue()
+
+
+def check_snapshot(name: str, actual: str) -> None:
+    path = SNAPSHOTS / name
+    if os.environ.get("DTYPE_LINT_UPDATE_SNAPSHOTS"):
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(actual, encoding="utf-8", newline="")
+    assert path.exists(), f"missing snapshot {path}; run with DTYPE_LINT_UPDATE_SNAPSHOTS=1"
+    expected = path.read_text(encoding="utf-8")
+    assert actual == expected, f"output differs from {path}"
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _plain_env(monkeypatch):
+    # Environment a CI job or a user's shell might set; non-TTY output must not care.
+    for var in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", "37")
+
+
+# --- snapshots ----------------------------------------------------------------------------------
+
+SNAPSHOT_CASES = [
+    ("text", {}, "text.txt"),
+    ("text", {"statistics": True}, "statistics.txt"),
+    ("concise", {}, "concise.txt"),
+    ("json", {}, "json.json"),
+    ("github", {}, "github.txt"),
+    ("sarif", {}, "sarif.json"),
+    ("junit", {}, "junit.xml"),
+    ("gitlab", {}, "gitlab.json"),
+]
+
+
+@pytest.mark.parametrize("fmt,kw,name", SNAPSHOT_CASES, ids=[c[2] for c in SNAPSHOT_CASES])
+def test_snapshot(fmt, kw, name):
+    check_snapshot(name, run(fmt, **kw))
+
+
+def test_snapshot_text_unsafe_fixes_enabled():
+    summary = replace(SUMMARY, unsafe_fixes_enabled=True)
+    check_snapshot("text_unsafe_fixes.txt", run("text", summary=summary))
+
+
+def test_snapshot_clean_run():
+    assert run("text", findings=[]) == "All checks passed!\n"
+    assert run("concise", findings=[]) == "All checks passed!\n"
+    assert run("text", findings=[], statistics=True) == "All checks passed!\n"
+    assert run("github", findings=[]) == ""
+    assert json.loads(run("gitlab", findings=[])) == []
+    assert json.loads(run("json", findings=[]))["findings"] == []
+
+
+def test_formats_registry():
+    assert FORMATS == ("text", "concise", "json", "github", "sarif", "junit", "gitlab")
+    with pytest.raises(ValueError, match="unknown output format 'xml'"):
+        run("xml")
+
+
+def test_output_is_deterministic_and_input_order_free():
+    for fmt in FORMATS:
+        a = run(fmt)
+        b = run(fmt, findings=list(reversed(sample_findings())))
+        assert a == b, fmt
+
+
+# --- colour and TTY -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_no_ansi_when_not_a_tty(fmt, monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich alone would obey this; we must not
+    assert "\x1b" not in run(fmt)
+    assert "\x1b" not in run(fmt, statistics=True)
+
+
+@pytest.mark.parametrize("fmt", ["text", "concise"])
+def test_colour_on_a_tty_and_when_forced(fmt, monkeypatch):
+    plain = run(fmt)
+    tty = run(fmt, out=FakeTTY())
+    assert "\x1b[" in tty
+    forced = run(fmt, color=True)
+    assert "\x1b[" in forced
+    # Colour changes nothing but escape codes (width: a pipe's fixed one when forced).
+    assert ANSI.sub("", forced) == plain
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b" not in run(fmt, out=FakeTTY())
+    assert "\x1b" not in run(fmt, out=FakeTTY(), color=False)
+
+
+def test_statistics_forced_colour_strips_to_plain():
+    assert ANSI.sub("", run("text", statistics=True, color=True)) == run("text", statistics=True)
+
+
+def test_long_lines_are_not_wrapped():
+    long_path = "a/" * 80 + "very_long_module_name.py"
+    f = Finding("DTL001", "x " * 80 + "end", long_path, Span(1, 1, 1, 2))
+    out = run("text", findings=[f])
+    assert f"{long_path}:1:1: DTL001 {'x ' * 80}end\n" in out
+    assert run("concise", findings=[f]).splitlines()[0] == f"{long_path}:1:1: DTL001 {'x ' * 80}end"
+
+
+# --- text details -------------------------------------------------------------------------------
+
+
+def test_text_frame_marks_span_with_tabs_and_wide_characters():
+    src = 'def f(x):\n\ty = "注意"; x = x.to(L.weight.dtype)\n\treturn x\n'
+    col = src.split("\n")[1].index("x.to") + 1
+    end = src.split("\n")[1].index(")") + 2
+    f = Finding("DTL001", "m", "t.py", Span(2, col, 2, end))
+    out = run("text", findings=[f], read_source=lambda p: src)
+    lines = out.splitlines()
+    code_row = next(line for line in lines if line.startswith("2 | "))
+    caret_row = lines[lines.index(code_row) + 1]
+    # The tab shows as 4 columns, the two CJK characters as 2 cells each.
+    assert code_row == '2 |     y = "注意"; x = x.to(L.weight.dtype)'
+    start = caret_row.index("^")
+    assert caret_row[start:] == "^" * len("x.to(L.weight.dtype)") + " DTL001"
+    # Display cells before the span: 4 (tab) + 'y = "' + 4 (two wide chars) + '"; x = '
+    assert start == len("2 | ") + 4 + len('y = "') + 4 + len('"; x = ')
+
+
+def test_text_long_multiline_span_is_elided():
+    src = "x = f(\n" + "".join(f"    a{i},\n" for i in range(10)) + ")\n"
+    f = Finding("DTL001", "m", "t.py", Span(1, 5, 12, 2))
+    out = run("text", findings=[f], read_source=lambda p: src)
+    assert "   : ..." in out
+    assert " 1 | x = f(" in out and "12 | )" in out
+    assert "a3" not in out  # from the elided middle
+    assert "11 |     a9,\n   |     ^^^\n12 | )\n   | ^ DTL001\n   |\n" in out
+
+
+def test_text_span_outside_source_has_no_frame():
+    f = Finding("DTL001", "m", "t.py", Span(99, 1, 99, 2), no_fix_reason="why")
+    out = run("text", findings=[f], read_source=lambda p: "x = 1\n")
+    assert out == "t.py:99:1: DTL001 m\n  = no fix: why\n\nFound 1 finding\n"
+
+
+def test_read_source_errors_are_not_fatal():
+    def boom(path):
+        raise OSError("gone")
+
+    for fmt in FORMATS:
+        run(fmt, read_source=boom)
+
+
+def test_fixed_findings_are_counted_not_listed():
+    fs = sample_findings()
+    fs[3].fixed = True  # the safe cast
+    out = run("text", findings=fs)
+    assert "14:16" not in out
+    assert out.endswith(
+        "Found 4 findings (1 fixed, 3 remaining; 1 fixable; "
+        "1 hidden fix can be enabled with --unsafe-fixes)\n"
+    )
+    data = json.loads(run("json", findings=fs))
+    assert data["summary"]["fixed"] == 1 and data["summary"]["findings"] == 3
+
+
+@pytest.mark.parametrize(
+    "fixes,fixed,enabled,line",
+    [
+        ([], 0, False, "All checks passed!"),
+        ([None], 0, False, "Found 1 finding"),
+        ([True, True, None], 0, False, "Found 3 findings (2 fixable)"),
+        ([True, False], 0, False, "Found 2 findings (1 fixable; 1 hidden fix can be enabled with --unsafe-fixes)"),
+        ([False, False], 0, False, "Found 2 findings (2 hidden fixes can be enabled with --unsafe-fixes)"),
+        ([True, False], 0, True, "Found 2 findings (2 fixable)"),
+        ([], 2, False, "Found 2 findings (2 fixed, 0 remaining)"),
+        ([None], 3, False, "Found 4 findings (3 fixed, 1 remaining)"),
+    ],
+)
+def test_summary_line(fixes, fixed, enabled, line):
+    fs = [
+        Finding("DTL001", "m", "a.py", Span(i + 1, 1, i + 1, 2),
+                fix=None if safe is None else Fix("d", safe, ()))
+        for i, safe in enumerate(fixes)
+    ]
+    summary = RunSummary(1, 1, 0.0, fixed=fixed, unsafe_fixes_enabled=enabled)
+    assert summary_line(tally(fs, summary)) == line
+
+
+def test_summary_counts_from_caller_are_lower_bounds():
+    summary = RunSummary(1, 1, 0.0, fixes_available_safe=2, fixes_available_unsafe=1)
+    fs = [Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))] * 3
+    assert summary_line(tally(fs, summary)) == (
+        "Found 3 findings (2 fixable; 1 hidden fix can be enabled with --unsafe-fixes)"
+    )
+
+
+def test_statistics_table():
+    out = run("text", statistics=True)
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("DTL")}
+    assert rows["DTL001"][:3] == ["DTL001", "weight-dtype-cast", "2"] and rows["DTL001"][3] == "1"
+    assert rows["DTL003"][:4] == ["DTL003", "weight-dtype-alloc", "1", "0"]
+    assert "(+1 unsafe)" in " ".join(rows["DTL003"])
+    assert rows["DTL902"][:3] == ["DTL902", "unused-suppression", "1"]
+    codes = [line.split()[0] for line in out.splitlines() if line.startswith("DTL")]
+    assert codes == ["DTL001", "DTL003", "DTL902"]  # count desc, then code
+    assert "14:16" not in out  # no per-finding listing
+    assert run("concise", statistics=True) == out
+    # Machine formats ignore statistics: they carry every finding already.
+    assert run("json", statistics=True) == run("json")
+
+
+# --- json ---------------------------------------------------------------------------------------
+
+FINDING_KEYS = [
+    "code", "message", "path", "line", "col", "end_line", "end_col", "confidence", "scope",
+    "expression", "evidence", "fix", "no_fix_reason",
+]
+
+
+def test_json_schema():
+    data = json.loads(run("json"))
+    assert list(data) == ["version", "summary", "findings"]
+    assert data["version"] == 1
+    assert data["summary"] == {
+        "files": 12, "analyzed": 3, "findings": 4, "fixable": 3, "fixed": 0, "elapsed_s": 0.457,
+    }
+    assert list(data["summary"]) == ["files", "analyzed", "findings", "fixable", "fixed", "elapsed_s"]
+    keys = [(f["path"], f["line"], f["col"], f["code"]) for f in data["findings"]]
+    assert keys == sorted(keys)
+    for f in data["findings"]:
+        assert list(f) == FINDING_KEYS
+        for ev in f["evidence"]:
+            assert list(ev) == ["message", "path", "line"]
+        if f["fix"] is not None:
+            assert list(f["fix"]) == ["description", "applicability", "unsafe_reason", "edits", "imports"]
+            assert f["fix"]["applicability"] in ("safe", "unsafe")
+            for e in f["fix"]["edits"]:
+                assert list(e) == ["start", "end", "text"]
+    by_code = {(f["code"], f["confidence"]): f for f in data["findings"]}
+    cast = by_code[("DTL001", "high")]
+    assert cast["fix"]["applicability"] == "safe" and cast["fix"]["unsafe_reason"] == ""
+    assert cast["fix"]["imports"] == [list(HELPER)]
+    alloc = by_code[("DTL003", "high")]
+    assert alloc["fix"]["applicability"] == "unsafe" and alloc["fix"]["unsafe_reason"]
+    low = by_code[("DTL001", "low")]
+    assert low["fix"] is None and low["no_fix_reason"]
+    assert [f["path"] for f in data["findings"]] == [MLA, MLA, DEEPSEEK, UTILS]
+
+
+def test_json_is_indented_and_ends_with_newline():
+    out = run("json")
+    assert out.startswith('{\n  "version": 1,\n') and out.endswith("}\n")
+
+
+# --- github -------------------------------------------------------------------------------------
+
+
+def test_github_escaping():
+    assert escape_data("50% done\r\nnext") == "50%25 done%0D%0Anext"
+    assert escape_property("a,b:c%d\ne") == "a%2Cb%3Ac%25d%0Ae"
+    f = Finding(
+        "DTL001", "cast: 100% wrong,\nreally", "dir,1/a:b%.py", Span(3, 4, 5, 6), confidence="low"
+    )
+    assert run("github", findings=[f]) == (
+        "::warning file=dir%2C1/a%3Ab%25.py,line=3,col=4,endLine=5,endColumn=6,"
+        "title=dtype-lint (DTL001)::cast: 100%25 wrong,%0Areally\n"
+    )
+
+
+def test_github_one_command_per_finding():
+    lines = run("github").splitlines()
+    assert len(lines) == 4
+    assert all(re.match(r"::(error|warning) file=[^:]+,line=\d+,col=\d+,endLine=\d+,endColumn=\d+,title=dtype-lint \(DTL\d+\)::", x) for x in lines)
+    assert lines[0].startswith(f"::error file={MLA},line=14,col=16,endLine=14,endColumn=52,")
+    assert lines[2].startswith(f"::warning file={DEEPSEEK},")  # low confidence
+    assert lines[3].startswith(f"::warning file={UTILS},")  # unused suppression
+
+
+# --- sarif --------------------------------------------------------------------------------------
+
+
+def apply_sarif_replacements(text: str, replacements: list[dict]) -> str:
+    src = SourceText(text)
+
+    def off(line: int, col: int) -> int:
+        return src.starts[line - 1] + col - 1
+
+    for r in sorted(replacements, key=lambda r: (r["deletedRegion"]["startLine"], r["deletedRegion"]["startColumn"]), reverse=True):
+        d = r["deletedRegion"]
+        text = text[: off(d["startLine"], d["startColumn"])] + r["insertedContent"]["text"] + text[off(d["endLine"], d["endColumn"]) :]
+        src = SourceText(text)
+    return text
+
+
+def test_sarif_structure():
+    log = json.loads(run("sarif"))
+    assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
+    (run_,) = log["runs"]
+    driver = run_["tool"]["driver"]
+    assert driver["name"] == "dtype-lint"
+    ids = [r["id"] for r in driver["rules"]]
+    assert ids == ["DTL001", "DTL003", "DTL902"]  # given rules + engine codes that occur
+    for r in driver["rules"]:
+        assert r["name"] and r["shortDescription"]["text"]
+    assert driver["rules"][0]["helpUri"] == RULES["DTL001"].help_uri
+    assert run_["columnKind"] == "unicodeCodePoints"
+    results = run_["results"]
+    assert len(results) == 4
+    for res in results:
+        assert ids[res["ruleIndex"]] == res["ruleId"]
+        assert res["level"] in ("error", "warning")
+        (loc,) = res["locations"]
+        assert set(loc["physicalLocation"]["region"]) == {"startLine", "startColumn", "endLine", "endColumn"}
+        assert res["partialFingerprints"]["dtypeLint/v1"]
+    low = results[2]
+    assert low["level"] == "warning" and low["properties"]["confidence"] == "low" and "fixes" not in low
+
+
+def test_sarif_related_locations_from_evidence():
+    results = json.loads(run("sarif"))["runs"][0]["results"]
+    cast = next(r for r in results if r["ruleId"] == "DTL001" and r["level"] == "error")
+    rel = cast["relatedLocations"]
+    assert [r["id"] for r in rel] == [1, 2]
+    assert rel[1]["physicalLocation"]["artifactLocation"]["uri"] == "vllm/model_executor/layers/linear.py"
+    assert rel[1]["physicalLocation"]["region"] == {"startLine": 412}
+    assert rel[0]["message"]["text"].startswith("`self.kv_b_proj` is a ColumnParallelLinear")
+
+
+def test_sarif_fixes_reproduce_the_edits():
+    findings = sample_findings()
+    results = json.loads(run("sarif"))["runs"][0]["results"]
+    for res, f in zip(results, sorted(findings, key=Finding.sort_key)):
+        if f.fix is None:
+            assert "fixes" not in res
+            continue
+        (fix,) = res["fixes"]
+        assert fix["properties"]["applicability"] == ("safe" if f.fix.safe else "unsafe")
+        (change,) = fix["artifactChanges"]
+        source = read_source(f.path)
+        if source is None:  # unavailable: character offsets instead of line/column
+            (r,) = change["replacements"]
+            assert r["deletedRegion"] == {"charOffset": 180, "charLength": 41}
+            continue
+        expected = source
+        for e in sorted(f.fix.edits, key=lambda e: e.start, reverse=True):
+            expected = expected[: e.start] + e.text + expected[e.end :]
+        assert apply_sarif_replacements(source, change["replacements"]) == expected
+        if f.fix.imports:
+            assert fix["properties"]["imports"] == [list(i) for i in f.fix.imports]
+            assert "also adds `from vllm.model_executor" in fix["description"]["text"]
+
+
+def test_sarif_columns_are_characters_not_bytes():
+    src = 'x = "é€😀"; y = y.to(L.weight.dtype)\n'
+    start = src.index("y.to")
+    f = Finding("DTL001", "m", "u.py", Span(1, start + 1, 1, start + 21),
+                fix=Fix("d", True, (Edit(start, start + 20, "y"),)))
+    res = json.loads(run("sarif", findings=[f], read_source=lambda p: src))["runs"][0]["results"][0]
+    region = res["fixes"][0]["artifactChanges"][0]["replacements"][0]["deletedRegion"]
+    assert region == {"startLine": 1, "startColumn": start + 1, "endLine": 1, "endColumn": start + 21}
+    assert start + 1 == 16  # 3 non-ASCII characters, 9 UTF-8 bytes, count as 3
+
+
+def test_sarif_uris():
+    from dtype_lint.reporters.sarif import artifact_uri
+
+    assert artifact_uri("a dir/b#c.py") == "a%20dir/b%23c.py"
+    assert artifact_uri("./x.py") == "x.py"
+    assert artifact_uri("/abs/p.py") == "file:///abs/p.py"
+
+
+# --- junit --------------------------------------------------------------------------------------
+
+
+def test_junit_parses_and_carries_findings():
+    root = ET.fromstring(run("junit").encode("utf-8"))
+    assert root.tag == "testsuites"
+    (suite,) = root.findall("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        MLA, DEEPSEEK, UTILS, "12 files checked, 3 analyzed",
+    ]
+    assert suite.get("tests") == "4" and suite.get("failures") == "3"
+    mla = cases[0].find("failure")
+    assert mla.get("message").startswith("2 findings")
+    assert mla.text.splitlines() == [
+        f"{MLA}:14:16: DTL001 Activation cast to the storage dtype of `self.kv_b_proj` (a quantizable layer)",
+        f"{MLA}:15:15: DTL003 Buffer allocated with the storage dtype of `self.kv_b_proj`",
+    ]
+    assert cases[3].find("failure") is None  # the passing summary case
+
+
+def test_junit_escapes_and_drops_invalid_xml_characters():
+    f = Finding("DTL001", 'a <b> & "c" \x1b[31m\x00 end', "p&<q>.py", Span(1, 1, 1, 2))
+    out = run("junit", findings=[f])
+    root = ET.fromstring(out.encode("utf-8"))
+    case = root.find("testsuite/testcase")
+    assert case.get("name") == "p&<q>.py"
+    assert 'a <b> & "c" ' in case.find("failure").text
+    assert "\x1b" not in out and "\x00" not in out
+
+
+def test_junit_clean_run_has_one_passing_case():
+    root = ET.fromstring(run("junit", findings=[]).encode("utf-8"))
+    cases = root.findall("testsuite/testcase")
+    assert len(cases) == 1 and cases[0].find("failure") is None
+    assert root.find("testsuite").get("failures") == "0"
+
+
+# --- gitlab -------------------------------------------------------------------------------------
+
+
+def test_gitlab_report():
+    issues = json.loads(run("gitlab"))
+    assert len(issues) == 4
+    for i in issues:
+        assert set(i) == {"description", "check_name", "fingerprint", "severity", "location"}
+        assert i["severity"] in ("info", "minor", "major", "critical", "blocker")
+        assert isinstance(i["location"]["lines"]["begin"], int)
+        assert i["description"].startswith(i["check_name"] + " ")
+    assert [i["severity"] for i in issues] == ["major", "major", "minor", "minor"]
+    assert issues[0]["location"] == {"path": MLA, "lines": {"begin": 14, "end": 14}}
+    assert issues[1]["location"] == {"path": MLA, "lines": {"begin": 15, "end": 17}}
+
+
+def test_gitlab_fingerprints_stable_and_distinct():
+    first = [i["fingerprint"] for i in json.loads(run("gitlab"))]
+    assert len(set(first)) == len(first)
+    assert first == [i["fingerprint"] for i in json.loads(run("gitlab"))]
+    # Unrelated edits move lines; the fingerprints must not change.
+    moved = []
+    for f in sample_findings():
+        s = f.span
+        moved.append(replace(f, span=Span(s.line + 40, s.col, s.end_line + 40, s.end_col)))
+    assert sorted(first) == sorted(i["fingerprint"] for i in json.loads(run("gitlab", findings=moved)))
+    # Reformatting the expression does not change them either.
+    f = sample_findings()[3]
+    g = replace(f, expression="kv_c.to(\n    self.kv_b_proj.weight.dtype,\n)")
+    (a,) = json.loads(run("gitlab", findings=[f]))
+    (b,) = json.loads(run("gitlab", findings=[g]))
+    assert a["fingerprint"] == b["fingerprint"]
+    # The same key twice in one scope: two issues, two fingerprints.
+    twin = replace(f, span=Span(20, 16, 20, 52))
+    fps = [i["fingerprint"] for i in json.loads(run("gitlab", findings=[f, twin]))]
+    assert len(set(fps)) == 2 and fps[0] == a["fingerprint"]
+    # The fingerprint is the same one SARIF carries.
+    sarif = json.loads(run("sarif"))["runs"][0]["results"]
+    assert [r["partialFingerprints"]["dtypeLint/v1"] for r in sarif] == first
+
+
+# --- import cost --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["json", "github", "concise", "gitlab", "sarif", "junit"])
+def test_machine_formats_do_not_import_rich(fmt):
+    code = f"""
+import io, sys
+from dtype_lint.reporters import render, RunSummary
+assert "rich" not in sys.modules, "importing dtype_lint.reporters imported rich"
+from dtype_lint.findings import Finding, Span
+render({fmt!r}, [Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))], RunSummary(1, 1, 0.0),
+       io.StringIO(), read_source=lambda p: "x = 1\\n", rules={{}})
+leaked = sorted(m for m in sys.modules if m == "rich" or m.startswith("rich."))
+assert not leaked, leaked
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
