@@ -1,0 +1,261 @@
+"""Suppression comments: parsing, coverage of findings, and DTL902 for unused/malformed ones."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from dtype_lint.findings import UNUSED_SUPPRESSION, Finding, Span
+from dtype_lint.suppressions import Suppression, apply_suppressions, parse_suppressions
+
+
+def src(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def finding(line: int, code: str = "DTL001", end_line: int | None = None, col: int = 5,
+            end_col: int = 30, path: str = "m.py") -> Finding:
+    return Finding(code, "cast to storage dtype", path, Span(line, col, end_line or line, end_col))
+
+
+def apply(source: str, findings, **kw):
+    return apply_suppressions(findings, lambda p: source, **kw)
+
+
+def fixed(source: str, f: Finding) -> str:
+    for e in sorted(f.fix.edits, key=lambda e: e.start, reverse=True):
+        source = source[: e.start] + e.text + source[e.end :]
+    return source
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+
+def test_parse_both_forms():
+    (a, b) = parse_suppressions(src('''
+        x = x.to(w)  # dtype-lint: ignore[DTL001, dtl003] proj is never quantized here
+        y = y.to(w)  # NOQA:DTL001,E501
+    '''))
+    assert (a.kind, a.line, a.codes, a.reason) == ("ignore", 1, ("DTL001", "DTL003"), "proj is never quantized here")
+    assert a.text == "# dtype-lint: ignore[DTL001, dtl003] proj is never quantized here"
+    assert a.problem == ""
+    assert (b.kind, b.line, b.codes, b.our_codes) == ("noqa", 2, ("DTL001", "E501"), ("DTL001",))
+
+
+def test_hash_inside_strings_is_not_a_comment():
+    source = src('''
+        s = "# dtype-lint: ignore[DTL001] not a comment"
+        t = """
+        # noqa: DTL001
+        """
+        u = '#'  # dtype-lint: ignore[DTL002] a real one
+    ''')
+    sups = parse_suppressions(source)
+    assert [(s.line, s.codes) for s in sups] == [(5, ("DTL002",))]
+
+
+def test_directive_after_another_pragma_and_reason_stops_at_next_comment():
+    (s,) = parse_suppressions("x = 1  # type: ignore  # dtype-lint: ignore[DTL001] why  # pragma: no cover\n")
+    assert s.reason == "why"
+    assert s.text == "# dtype-lint: ignore[DTL001] why"
+
+
+@pytest.mark.parametrize(
+    "comment,problem",
+    [
+        ("# dtype-lint: ignore[DTL001]", "no reason"),
+        ("# dtype-lint: ignore[DTL001]   ", "no reason"),
+        ("# dtype-lint: ignore[DTL001] --", "no reason"),  # punctuation is not a reason
+        ("# dtype-lint: ignore[DTL001]  # noqa: E501", "no reason"),  # another tool's pragma is not either
+        ("# dtype-lint: ignore because reasons", "no codes"),
+        ("# dtype-lint: ignore[] because reasons", "no codes"),
+        ("# dtype-lint: ignore[DTL001] - vision tower, never quantized", ""),
+        ("# dtype-lint:ignore[DTL001]: ok", ""),
+    ],
+)
+def test_reason_and_codes_required(comment, problem):
+    sups = [s for s in parse_suppressions(f"x = 1  {comment}\n") if s.kind == "ignore"]
+    assert len(sups) == 1
+    assert sups[0].problem == problem
+
+
+def test_bare_noqa_and_foreign_noqa_name_no_dtype_lint_codes():
+    sups = parse_suppressions("a = 1  # noqa\nb = 2  # noqa: E501\n")
+    assert [s.our_codes for s in sups] == [(), ()]
+
+
+def test_no_directives_means_no_tokenizing():
+    assert parse_suppressions("x = 1  # just a comment\n") == []
+
+
+def test_tokenize_error_falls_back_gracefully():
+    source = 'x = 1  # dtype-lint: ignore[DTL001] ok\ns = """unterminated\ny = 2  # noqa: DTL003\n'
+    sups = parse_suppressions(source)
+    assert [(s.line, s.codes) for s in sups] == [(1, ("DTL001",)), (3, ("DTL003",))]
+    broken_indent = "def f():\n  x = 1  # noqa: DTL001\n    y = 2  # noqa: DTL002\n"
+    assert [s.line for s in parse_suppressions(broken_indent)] == [2, 3]
+    # The fallback still skips '#' inside a one-line string.
+    assert parse_suppressions('def f(:\n  s = "# noqa: DTL001"\n') == []
+
+
+def test_crlf_and_cr_line_endings():
+    crlf = "a = 1\r\nb = 2  # noqa: DTL001\r\n"
+    (s,) = parse_suppressions(crlf)
+    assert s.line == 2 and s.text == "# noqa: DTL001"
+
+
+# --- applying -----------------------------------------------------------------------------------
+
+
+def test_suppresses_named_code_on_its_line_only():
+    source = src('''
+        a = a.to(w)  # dtype-lint: ignore[DTL001] the layer is a vision conv
+        b = b.to(w)
+        c = c.to(w)  # dtype-lint: ignore[DTL003] wrong code for this finding
+    ''')
+    f1, f2, f3 = finding(1), finding(2), finding(3)
+    kept, new = apply(source, [f1, f2, f3])
+    assert kept == [f2, f3]
+    assert [(n.code, n.span.line) for n in new] == [(UNUSED_SUPPRESSION, 3)]
+    assert "unused: DTL003" in new[0].message
+
+
+def test_noqa_with_codes_suppresses_but_bare_noqa_does_not():
+    source = "a = a.to(w)  # noqa: DTL001\nb = b.to(w)  # noqa\nc = c.to(w)  # noqa: E501\n"
+    f1, f2, f3 = finding(1), finding(2), finding(3)
+    kept, new = apply(source, [f1, f2, f3])
+    assert kept == [f2, f3]
+    assert new == []  # bare and foreign noqa are never "unused" for us
+
+
+@pytest.mark.parametrize("comment_line", [1, 2, 3])
+def test_multiline_span_any_line_of_the_expression(comment_line):
+    lines = ["x = torch.empty(", "    n, dtype=L.weight.dtype,", ")", "y = 1"]
+    lines[comment_line - 1] += "  # dtype-lint: ignore[DTL003] buffer feeds the packed kernel"
+    source = "\n".join(lines) + "\n"
+    f = finding(1, "DTL003", end_line=3, col=5, end_col=2)
+    kept, new = apply(source, [f])
+    assert kept == [] and new == []
+
+
+def test_multiline_span_does_not_reach_past_its_end():
+    source = "x = f(\n    a,\n)\ny = 1  # dtype-lint: ignore[DTL001] not this one\n"
+    f = finding(1, end_line=3, col=5, end_col=2)
+    kept, new = apply(source, [f])
+    assert kept == [f]
+    assert len(new) == 1 and new[0].span.line == 4
+
+
+def test_exclusive_end_at_column_one_does_not_cover_that_line():
+    source = "x = f(\n    a)\ny = 1  # dtype-lint: ignore[DTL001] next statement\n"
+    f = finding(1, end_line=3, col=5, end_col=1)  # ends at the very start of line 3
+    kept, _ = apply(source, [f])
+    assert kept == [f]
+
+
+def test_missing_reason_does_not_suppress_and_is_reported():
+    source = "a = a.to(w)  # dtype-lint: ignore[DTL001]\n"
+    f = finding(1)
+    kept, new = apply(source, [f])
+    assert kept == [f]
+    (n,) = new
+    assert n.code == UNUSED_SUPPRESSION and n.fix is None
+    assert "has no reason" in n.message and "a reason is required" in n.message
+    assert n.no_fix_reason
+    assert (n.span.line, n.span.col, n.span.end_col) == (1, 14, 14 + len("# dtype-lint: ignore[DTL001]"))
+
+
+def test_missing_codes_is_reported():
+    kept, new = apply("a = 1  # dtype-lint: ignore because\n", [], paths=["m.py"])
+    (n,) = new
+    assert "names no codes" in n.message and n.fix is None
+
+
+def test_unused_suppression_in_file_without_findings_needs_paths():
+    source = "a = 1  # dtype-lint: ignore[DTL001] stale\n"
+    assert apply(source, []) == ([], [])
+    kept, new = apply(source, [], paths=["m.py"])
+    assert [n.code for n in new] == [UNUSED_SUPPRESSION]
+
+
+def test_enabled_codes_limit_unused_reports():
+    source = "a = 1  # dtype-lint: ignore[DTL001, DTL005, E501] why\n"
+    _, new = apply(source, [], paths=["m.py"], enabled_codes={"DTL001"})
+    (n,) = new
+    assert n.message == "Unused `dtype-lint: ignore` suppression (unused: DTL001; unknown code: E501)"
+    assert fixed(source, n) == "a = 1  # dtype-lint: ignore[DTL005] why\n"
+
+
+def test_dtl902_can_be_suppressed_and_is_never_itself_unused():
+    source = "a = 1  # dtype-lint: ignore[DTL001, DTL902] kept while #123 lands\n"
+    assert apply(source, [], paths=["m.py"]) == ([], [])
+
+
+def test_every_suppression_covering_a_finding_counts_as_used():
+    source = "x = f(  # noqa: DTL001\n    a,\n)  # dtype-lint: ignore[DTL001] reason\n"
+    kept, new = apply(source, [finding(1, end_line=3, end_col=2)])
+    assert kept == [] and new == []
+
+
+# --- fixes for unused suppressions --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line,after",
+    [
+        ("a = 1  # dtype-lint: ignore[DTL001] why\n", "a = 1\n"),
+        ("a = 1  # noqa: DTL001\n", "a = 1\n"),
+        ("a = 1  # noqa: DTL001, E501\n", "a = 1  # noqa: E501\n"),
+        ("a = 1  # noqa: E501,DTL001\n", "a = 1  # noqa: E501\n"),
+        ("a = 1  # type: ignore  # dtype-lint: ignore[DTL001] why\n", "a = 1  # type: ignore\n"),
+        ("a = 1  # dtype-lint: ignore[DTL001] why  # type: ignore\n", "a = 1  # type: ignore\n"),
+        ("b = 0\n# dtype-lint: ignore[DTL001] on its own line\nc = 2\n", "b = 0\nc = 2\n"),
+        ("a = 1  # dtype-lint: ignore[DTL001] why\r\nb = 2\r\n", "a = 1\r\nb = 2\r\n"),
+    ],
+)
+def test_unused_fix_removes_only_the_unused_part(line, after):
+    _, new = apply(line, [], paths=["m.py"])
+    (n,) = new
+    assert n.fix is not None and n.fix.safe
+    assert fixed(line, n) == after
+    # The fixed text has nothing left to report.
+    assert apply(after, [], paths=["m.py"]) == ([], [])
+
+
+def test_partially_used_suppression_drops_unused_codes():
+    source = "a = a.to(w)  # dtype-lint: ignore[DTL001, DTL003] vision tower\n"
+    kept, new = apply(source, [finding(1)])
+    (n,) = new
+    assert kept == [] and "unused: DTL003" in n.message
+    assert n.fix.description == "Remove DTL003 from the suppression"
+    assert fixed(source, n) == "a = a.to(w)  # dtype-lint: ignore[DTL001] vision tower\n"
+
+
+def test_offsets_are_characters_with_non_ascii_before_the_comment():
+    source = 'x = "é€😀"\na = "注意"  # noqa: DTL001\n'
+    _, new = apply(source, [], paths=["m.py"])
+    assert fixed(source, new[0]) == 'x = "é€😀"\na = "注意"\n'
+
+
+def test_unreadable_source_keeps_findings():
+    f = finding(1)
+
+    def boom(path):
+        raise OSError("gone")
+
+    assert apply_suppressions([f], lambda p: None) == ([f], [])
+    assert apply_suppressions([f], boom) == ([f], [])
+
+
+def test_results_sorted_and_kept_in_input_order():
+    source = "a = 1  # noqa: DTL001\nb = 2  # noqa: DTL002\n"
+    fs = [finding(1, "DTL009", path="b.py"), finding(1, "DTL009", path="a.py")]
+    kept, new = apply(source, fs)
+    assert kept == fs
+    assert [(n.path, n.span.line) for n in new] == [("a.py", 1), ("a.py", 2), ("b.py", 1), ("b.py", 2)]
+
+
+def test_suppression_is_plain_data():
+    (s,) = parse_suppressions("a = 1  # noqa: DTL001\n")
+    assert isinstance(s, Suppression) and s.start == 7 and s.end == 21
