@@ -131,8 +131,9 @@ def _comments(lines: list[str]) -> list[tuple[int, int, str]]:
 
     found: list[tuple[int, int, str]] = []
     done = 0  # lines fully tokenized
+    remaining_lines = iter(lines)
     try:
-        for tok in tokenize.generate_tokens(iter(lines).__next__):
+        for tok in tokenize.generate_tokens(lambda: next(remaining_lines, "")):
             if tok.type == tokenize.COMMENT:
                 found.append((tok.start[0], tok.start[1], tok.string))
             done = max(done, tok.start[0] - 1)

@@ -639,3 +639,22 @@ assert not leaked, leaked
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_evidence_without_a_place_in_a_file():
+    f = Finding(
+        "DTL001", "m", "a.py", Span(2, 1, 2, 6),
+        evidence=(
+            Evidence("`ColumnParallelLinear` is a configured quantizable class", "", 0),
+            Evidence("from the preset", "pyproject.toml", 0),
+        ),
+    )
+    src = "x = 1\n\ny = x.to(w)\n"
+    out = run("text", findings=[f], read_source=lambda p: src)
+    assert "  = evidence: `ColumnParallelLinear` is a configured quantizable class\n" in out
+    assert "  = evidence: pyproject.toml from the preset\n" in out
+    assert not [line for line in out.splitlines() if line != line.rstrip()]  # no trailing blanks
+    (res,) = json.loads(run("sarif", findings=[f]))["runs"][0]["results"]
+    a, b = res["relatedLocations"]
+    assert a == {"id": 1, "message": {"text": "`ColumnParallelLinear` is a configured quantizable class"}}
+    assert b["physicalLocation"] == {"artifactLocation": {"uri": "pyproject.toml"}}

@@ -177,6 +177,13 @@ def location(f: Finding) -> str:
     return f"{f.path}:{f.span.line}:{f.span.col}"
 
 
+def evidence_location(path: str, line: int) -> str:
+    """'path:line', 'path' or '' (evidence from configuration has no place in a file)."""
+    if not path:
+        return ""
+    return f"{path}:{line}" if line > 0 else path
+
+
 def markers(f: Finding, unsafe_fixes_enabled: bool) -> list[str]:
     """Tags after the code: '[*]' when --fix would fix it, '[low confidence]'."""
     tags = []

@@ -3,7 +3,8 @@
 - ``tool.driver.rules``: every rule given to the reporter plus any other code found (engine
   codes DTL900-902 only when they occur), by id, each with name, shortDescription, helpUri (when known) and a default level;
 - one result per finding: ruleId/ruleIndex, level (error, or warning for low confidence and
-  unused suppressions), the primary location, ``relatedLocations`` from the evidence chain,
+  unused suppressions), the primary location, ``relatedLocations`` from the evidence chain
+  (message-only when the evidence has no file, e.g. configuration),
   ``partialFingerprints`` (the same stable hash as the GitLab report) and properties
   (confidence, scope, expression, noFixReason);
 - ``fixes`` for fixable findings: one artifactChange with a replacement per edit.
@@ -25,7 +26,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from dtype_lint import __version__
-from dtype_lint.findings import Finding
+from dtype_lint.findings import Evidence, Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import (
     RenderContext,
@@ -54,6 +55,18 @@ def _region(f: Finding) -> dict:
         "endLine": s.end_line,
         "endColumn": s.end_col,
     }
+
+
+def _related(i: int, ev: Evidence) -> dict:
+    # Evidence from configuration has no file (or no line): SARIF locations may be message-only,
+    # and a region's startLine must be >= 1.
+    loc: dict = {"id": i, "message": {"text": ev.message}}
+    if ev.path:
+        physical: dict = {"artifactLocation": {"uri": artifact_uri(ev.path)}}
+        if ev.line > 0:
+            physical["region"] = {"startLine": ev.line}
+        loc["physicalLocation"] = physical
+    return loc
 
 
 def _fix(f: Finding, ctx: RenderContext) -> dict | None:
@@ -129,15 +142,7 @@ def log(findings: list[Finding], summary: RunSummary, ctx: RenderContext) -> dic
         }
         if f.evidence:
             result["relatedLocations"] = [
-                {
-                    "id": i,
-                    "message": {"text": ev.message},
-                    "physicalLocation": {
-                        "artifactLocation": {"uri": artifact_uri(ev.path)},
-                        "region": {"startLine": ev.line},
-                    },
-                }
-                for i, ev in enumerate(f.evidence, start=1)
+                _related(i, ev) for i, ev in enumerate(f.evidence, start=1)
             ]
         fix = _fix(f, ctx)
         if fix is not None:

@@ -30,6 +30,7 @@ from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import (
     RenderContext,
     SourceText,
+    evidence_location,
     fix_note,
     level,
     markers,
@@ -98,7 +99,8 @@ def frame(f: Finding, src: SourceText) -> tuple[list[Text], int] | None:
     style = _code_style(f)
 
     def numbered(n: int) -> Text:
-        return Text.assemble((f"{n:>{w}} | ", GUTTER), _display(src.line(n)).rstrip())
+        code = _display(src.line(n)).rstrip()
+        return Text.assemble((f"{n:>{w}} |" + (" " if code else ""), GUTTER), code)
 
     rows = [Text(f"{pad} |", style=GUTTER)]
     rows += [numbered(n) for n in before]
@@ -131,8 +133,11 @@ def notes(f: Finding, w: int) -> list[Text]:
     prefix = " " * w + " = "
     rows = []
     for ev in f.evidence:
+        where = evidence_location(ev.path, ev.line)
         rows.append(
-            Text.assemble((prefix, NOTE), ("evidence: ", NOTE), f"{ev.path}:{ev.line} {ev.message}")
+            Text.assemble(
+                (prefix, NOTE), ("evidence: ", NOTE), f"{where} {ev.message}" if where else ev.message
+            )
         )
     note = fix_note(f)
     if note is not None:
