@@ -658,3 +658,16 @@ def test_evidence_without_a_place_in_a_file():
     a, b = res["relatedLocations"]
     assert a == {"id": 1, "message": {"text": "`ColumnParallelLinear` is a configured quantizable class"}}
     assert b["physicalLocation"] == {"artifactLocation": {"uri": "pyproject.toml"}}
+
+
+def test_sarif_help_uri_only_when_absolute_and_no_empty_fixes():
+    from dtype_lint.reporters.sarif import _is_absolute_uri
+
+    assert _is_absolute_uri("https://x/y") and not _is_absolute_uri("docs/rules/DTL001.md")
+    assert not _is_absolute_uri("C:\\docs\\a.md")
+    rules = {"DTL001": RuleInfo("DTL001", "n", "s", "docs/rules/DTL001.md")}
+    f = Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2), fix=Fix("nothing to do", True, ()))
+    log = json.loads(run("sarif", findings=[f], rules=rules))
+    (rule,) = log["runs"][0]["tool"]["driver"]["rules"]
+    assert "helpUri" not in rule and rule["help"] == {"text": "Documentation: docs/rules/DTL001.md"}
+    assert "fixes" not in log["runs"][0]["results"][0]

@@ -1,13 +1,14 @@
 """`sarif`: SARIF 2.1.0 for code-scanning UIs (GitHub, VS Code SARIF viewer).
 
 - ``tool.driver.rules``: every rule given to the reporter plus any other code found (engine
-  codes DTL900-902 only when they occur), by id, each with name, shortDescription, helpUri (when known) and a default level;
+  codes DTL900-902 only when they occur), by id, each with name, shortDescription, helpUri
+  (only an absolute URI; a relative doc path goes to ``help.text``) and a default level;
 - one result per finding: ruleId/ruleIndex, level (error, or warning for low confidence and
   unused suppressions), the primary location, ``relatedLocations`` from the evidence chain
   (message-only when the evidence has no file, e.g. configuration),
   ``partialFingerprints`` (the same stable hash as the GitLab report) and properties
   (confidence, scope, expression, noFixReason);
-- ``fixes`` for fixable findings: one artifactChange with a replacement per edit.
+- ``fixes`` for fixable findings with edits: one artifactChange with a replacement per edit.
   ``deletedRegion`` uses 1-based line/column (``columnKind: unicodeCodePoints``, i.e.
   characters) converted from the edits' character offsets through `read_source`; when the
   source is unavailable the region falls back to ``charOffset``/``charLength``. The imports a
@@ -21,6 +22,7 @@ URIs are the paths as given, percent-encoded, with ``/`` separators (absolute pa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import PurePath
 from typing import TextIO
 from urllib.parse import quote
@@ -47,6 +49,10 @@ def artifact_uri(path: str) -> str:
     return quote(posix[2:] if posix.startswith("./") else posix, safe="/")
 
 
+def _is_absolute_uri(uri: str) -> bool:
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri)) and not re.match(r"^[A-Za-z]:[\\/]", uri)
+
+
 def _region(f: Finding) -> dict:
     s = f.span
     return {
@@ -71,8 +77,8 @@ def _related(i: int, ev: Evidence) -> dict:
 
 def _fix(f: Finding, ctx: RenderContext) -> dict | None:
     fix = f.fix
-    if fix is None:
-        return None
+    if fix is None or not fix.edits:
+        return None  # SARIF requires at least one replacement per artifactChange
     src = ctx.source(f.path)
     if src is not None and any(e.end > len(src.text) or e.start > e.end for e in fix.edits):
         return None  # the edits do not belong to this text: better no fix than a wrong one
@@ -119,8 +125,10 @@ def log(findings: list[Finding], summary: RunSummary, ctx: RenderContext) -> dic
         if info.name:
             rule["name"] = info.name
         rule["shortDescription"] = {"text": info.summary or info.name or code}
-        if info.help_uri:
+        if _is_absolute_uri(info.help_uri):
             rule["helpUri"] = info.help_uri
+        elif info.help_uri:  # helpUri must be absolute; keep a relative doc path readable
+            rule["help"] = {"text": f"Documentation: {info.help_uri}"}
         rule["defaultConfiguration"] = {"level": "warning" if code == "DTL902" else "error"}
         rules.append(rule)
 
