@@ -1,0 +1,675 @@
+"""One entry point per kernel op: the CUDA version for CUDA tensors, else the PyTorch reference.
+
+Every op takes ``backend=``:
+
+* ``"auto"`` (default): CUDA when every tensor argument is on a CUDA device, the CUDA path is
+  available (:func:`build.cuda_available`) and the op supports the case (e.g. merge needs
+  ``head_dim % 8 == 0``, as vLLM's CUDA kernel does; vLLM falls back to Triton, we to PyTorch);
+  otherwise the PyTorch reference.
+* ``"torch"``: the PyTorch reference, on whatever device the tensors are.
+* ``"cuda"``: the CUDA version or an error saying why it cannot run (:class:`CudaUnavailable`
+  for CPU tensors or a missing CUDA stack, ``RuntimeError`` for an unsupported case).
+
+The CUDA wrappers run the reference's dtype and shape checks first, in the reference's order and
+with its exception types and messages (``tests/kernels/test_ops_dispatch.py`` holds them to
+that), so ``unsupported `a` scalar_type`` reads the same from either implementation. Then they
+allocate outputs with torch and launch on torch's current stream (:func:`build.launch`).
+
+:func:`installed` routes the reference modules' own call sites (the layers' ``forward`` and the
+verify fixture's attention imports) through these ops for the duration of a ``with`` block, so
+the verification harness can run the whole MLA prefill on the CUDA kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+import torch
+
+from . import attention as _attn
+from . import fp8_linear as _fp8
+from . import linear_basic as _lin
+from . import marlin_fp8 as _marlin
+from . import nvfp4 as _nvfp4
+from .build import CudaUnavailable, cuda_available, dtype_code, launch
+from .formats import FP8, FP8_MIN_SCALE, HALF_DTYPES, f32
+
+BACKENDS = ("auto", "torch", "cuda")
+
+
+class _Reference:
+    """The reference functions as imported, before :func:`installed` patches any module global
+    (the fallbacks below must never call a patched name, or they would recurse)."""
+
+    marlin_gemm = staticmethod(_marlin.marlin_gemm)
+    marlin_dequantize_fp8 = staticmethod(_marlin.marlin_dequantize_fp8)
+    pack_fp8_to_int32 = staticmethod(_marlin.pack_fp8_to_int32)
+    marlin_repack_fp8 = staticmethod(_marlin.marlin_repack_fp8)
+    fp8_quant_per_token = staticmethod(_fp8.fp8_quant_per_token)
+    fp8_scaled_mm = staticmethod(_fp8.fp8_scaled_mm)
+    scaled_fp4_quant = staticmethod(_nvfp4.scaled_fp4_quant)
+    nvfp4_dequantize = staticmethod(_nvfp4.nvfp4_dequantize)
+    awq_dequantize = staticmethod(_lin.awq_dequantize)
+    mla_prefill_attention = staticmethod(_attn.mla_prefill_attention)
+    mask_empty_context = staticmethod(_attn.mask_empty_context)
+    merge_attn_states = staticmethod(_attn.merge_attn_states)
+
+
+REF = _Reference
+_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, FP8)
+_state = threading.local()
+
+
+def default_backend() -> str:
+    """The backend ``"auto"`` resolves through first (set by :func:`use_backend`)."""
+    return getattr(_state, "backend", "auto")
+
+
+@contextlib.contextmanager
+def use_backend(backend: str) -> Iterator[None]:
+    """Make ``backend="auto"`` calls in this thread behave as ``backend`` inside the block."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    old = default_backend()
+    _state.backend = backend
+    try:
+        yield
+    finally:
+        _state.backend = old
+
+
+def _tensors(args) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def _use_cuda(op: str, backend: str, tensors, unsupported: str | None = None) -> bool:
+    """Decide the implementation; raise for an impossible ``backend="cuda"``.
+
+    ``unsupported`` is a reason the CUDA version cannot take this case (None: it can); it is
+    only consulted after the reference's own checks have passed.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        backend = default_backend()
+    if backend == "torch":
+        return False
+    on_cuda = bool(tensors) and all(t.is_cuda for t in tensors)
+    if backend == "auto":
+        return on_cuda and unsupported is None and cuda_available()
+    if not on_cuda:
+        devices = sorted({str(t.device) for t in tensors})
+        raise CudaUnavailable(f"{op}: backend='cuda' needs CUDA tensors, got device(s) {devices}")
+    if len({t.device for t in tensors}) != 1:
+        raise RuntimeError(f"{op}: all tensors must be on one device")
+    if unsupported is not None:
+        raise RuntimeError(unsupported)
+    if not cuda_available():
+        raise CudaUnavailable(f"{op}: backend='cuda' but CuPy/NVRTC is not available")
+    return True
+
+
+def _launch_1d(name: str, total: int, args, device, threads: int = 256) -> None:
+    launch(name, ((total + threads - 1) // threads,), (threads,), args, device=device)
+
+
+def _gemm_grid(m: int, n: int) -> tuple[int, int]:
+    return ((n + 127) // 128, (m + 127) // 128)
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """fp8 tensors as their uint8 bytes (same storage); others unchanged."""
+    return t.view(torch.uint8) if t.dtype == FP8 else t
+
+
+# ============================================================================= Marlin FP8
+
+
+def check_marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k) -> None:
+    """The checks of :func:`marlin_fp8.marlin_gemm`, in its order, with its messages."""
+    if a.dtype in HALF_DTYPES:
+        pass
+    elif a.dtype in (FP8, torch.int8):
+        raise RuntimeError("the a_scales parameter must be passed for 8bit activation.")
+    else:
+        raise RuntimeError("unsupported `a` scalar_type")
+    tile_k, min_n = _marlin.TILE_K, _marlin.MIN_THREAD_N
+    if a.dim() != 2:
+        raise RuntimeError(f"a must be 2-D, got {a.dim()}-D")
+    if a.size(0) != size_m:
+        raise RuntimeError(f"Shape mismatch: a.size(0) = {a.size(0)}, size_m = {size_m}")
+    if a.size(1) != size_k:
+        raise RuntimeError(f"Shape mismatch: a.size(1) = {a.size(1)}, size_k = {size_k}")
+    if size_k % tile_k:
+        raise RuntimeError(f"size_k = {size_k} is not divisible by tile_size = {tile_k}")
+    if b_q_weight.dtype != torch.int32:
+        raise RuntimeError("b_q_weight type is not kInt")
+    if b_q_weight.dim() != 2 or b_q_weight.size(0) != size_k // tile_k:
+        raise RuntimeError(
+            f"Shape mismatch: b_q_weight.size(0) = {b_q_weight.size(0)}, size_k = {size_k}, "
+            f"tile_size = {tile_k}"
+        )
+    if b_q_weight.size(1) % tile_k:
+        raise RuntimeError(
+            f"b_q_weight.size(1) = {b_q_weight.size(1)} is not divisible by tile_size = {tile_k}"
+        )
+    actual_size_n = (b_q_weight.size(1) // tile_k) * 4
+    if size_n != actual_size_n:
+        raise RuntimeError(f"size_n = {size_n}, actual_size_n = {actual_size_n}")
+    if b_scales.dim() != 2:
+        raise RuntimeError(f"b_scales rank = {b_scales.dim()} is not 2")
+    if b_scales.size(1) != size_n:
+        raise RuntimeError(f"b_scales dim 1 = {b_scales.size(1)} is not size_n = {size_n}")
+    num_groups = b_scales.size(0)
+    if num_groups > 1 and size_k % num_groups:
+        raise RuntimeError(f"size_k = {size_k}, is not divisible by b_scales.size(0) = {num_groups}")
+    if size_n % min_n:
+        raise RuntimeError(f"size_n = {size_n}, is not divisible by min_thread_n = {min_n}")
+    if b_scales.dtype != a.dtype:
+        raise RuntimeError(
+            f"scalar type of b_scales ({b_scales.dtype}) must be the same as a ({a.dtype})"
+        )
+
+
+def _marlin_inv_bias(dtype: torch.dtype) -> float:
+    return 2.0 ** -_marlin.EXPONENT_BIAS[dtype]
+
+
+def marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k, *, backend: str = "auto"):
+    """``ops.marlin_gemm`` for fp8 weights (see :func:`marlin_fp8.marlin_gemm`)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "torch" or (backend == "auto" and default_backend() == "torch"):
+        return REF.marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k)
+    check_marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k)
+    if not _use_cuda("marlin_gemm", backend, [a, b_q_weight, b_scales]):
+        return REF.marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k)
+    c = torch.empty((size_m, size_n), dtype=a.dtype, device=a.device)
+    if size_m == 0:
+        return c
+    bq, sc = b_q_weight.contiguous(), b_scales.contiguous()
+    launch(
+        "marlin_gemm_fp8", _gemm_grid(size_m, size_n), (256,),
+        (a, a.stride(0), a.stride(1), bq, sc, c, size_m, size_n, size_k, sc.size(0),
+         dtype_code(a.dtype), _marlin_inv_bias(a.dtype)),
+        device=a.device,
+    )
+    return c
+
+
+def marlin_dequantize_fp8(b_q_weight, b_scales, size_k, size_n, dtype, *, backend: str = "auto"):
+    """``deq[K,N]`` (see :func:`marlin_fp8.marlin_dequantize_fp8`); bit-exact across backends."""
+    unsupported = None if dtype in HALF_DTYPES and b_scales.dtype == dtype else "dtype must be fp16/bf16 and match b_scales"
+    if not _use_cuda("marlin_dequantize_fp8", backend, [b_q_weight, b_scales], unsupported):
+        return REF.marlin_dequantize_fp8(b_q_weight, b_scales, size_k, size_n, dtype)
+    if tuple(b_q_weight.shape) != (size_k // _marlin.TILE_K, 4 * size_n):
+        raise ValueError(
+            f"expected b_q_weight of shape {(size_k // _marlin.TILE_K, 4 * size_n)}, "
+            f"got {tuple(b_q_weight.shape)}"
+        )
+    out = torch.empty((size_k, size_n), dtype=dtype, device=b_q_weight.device)
+    sc = b_scales.contiguous()
+    _launch_1d(
+        "marlin_dequant_fp8", size_k * size_n,
+        (b_q_weight.contiguous(), sc, out, size_k, size_n, sc.size(0), dtype_code(dtype), _marlin_inv_bias(dtype)),
+        b_q_weight.device,
+    )
+    return out
+
+
+def pack_fp8_to_int32(fp8_tensor, size_k_first: bool = True, *, backend: str = "auto"):
+    """GPTQ-style packing (see :func:`marlin_fp8.pack_fp8_to_int32`); CUDA for ``size_k_first``."""
+    if backend == "torch" or fp8_tensor.dtype != FP8 or fp8_tensor.dim() != 2 or fp8_tensor.shape[0] % 4:
+        return REF.pack_fp8_to_int32(fp8_tensor, size_k_first)  # raises the reference's errors
+    unsupported = None if size_k_first else "pack_fp8_to_int32: the CUDA version packs size_k_first only"
+    if not _use_cuda("pack_fp8_to_int32", backend, [fp8_tensor], unsupported):
+        return REF.pack_fp8_to_int32(fp8_tensor, size_k_first)
+    k, n = fp8_tensor.shape
+    out = torch.empty((k // 4, n), dtype=torch.int32, device=fp8_tensor.device)
+    _launch_1d("marlin_pack_fp8_to_int32", (k // 4) * n, (_raw(fp8_tensor.contiguous()), out, k, n), out.device)
+    return out
+
+
+def marlin_repack_fp8(q, size_k: int, size_n: int, *, backend: str = "auto"):
+    """``gptq_marlin_repack`` for 8-bit weights (see :func:`marlin_fp8.marlin_repack_fp8`)."""
+    if backend == "torch" or (backend == "auto" and default_backend() == "torch"):
+        return REF.marlin_repack_fp8(q, size_k, size_n)
+    _marlin._check_repack_shape(q, size_k, size_n)
+    if not _use_cuda("marlin_repack_fp8", backend, [q]):
+        return REF.marlin_repack_fp8(q, size_k, size_n)
+    out = torch.empty((size_k // 16, 4 * size_n), dtype=torch.int32, device=q.device)
+    _launch_1d("marlin_repack_fp8", out.numel(), (q.contiguous(), out, size_k, size_n), q.device)
+    return out
+
+
+# ============================================================================= native FP8
+
+
+def fp8_quant_per_token(x, *, backend: str = "auto"):
+    """Dynamic per-token fp8 quantization (see :func:`fp8_linear.fp8_quant_per_token`)."""
+    unsupported = None
+    if x.dtype not in _KERNEL_DTYPES:
+        unsupported = f"fp8_quant_per_token: no CUDA version for {x.dtype}"
+    elif x.dim() == 0 or x.shape[-1] == 0:
+        unsupported = "fp8_quant_per_token: the CUDA version needs a non-empty last dimension"
+    if not _use_cuda("fp8_quant_per_token", backend, [x], unsupported):
+        return REF.fp8_quant_per_token(x)
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    xq = torch.empty((m, k), dtype=torch.uint8, device=x.device)
+    scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    launch(
+        "fp8_quant_per_token", (m,), (256,),
+        (_raw(x2), x2.stride(0), x2.stride(1), dtype_code(x.dtype), xq, scale, m, k, FP8_MIN_SCALE),
+        device=x.device,
+    )
+    return xq.view(FP8).reshape(x.shape), scale.reshape(*x.shape[:-1], 1)
+
+
+def check_fp8_scaled_mm(a, b, scale_a, scale_b) -> None:
+    """The checks of :func:`fp8_linear.fp8_scaled_mm`, in its order, with its messages."""
+    if a.dtype != FP8 or b.dtype != FP8:
+        raise RuntimeError(f"fp8_scaled_mm expects fp8 operands, got {a.dtype} and {b.dtype}")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"fp8_scaled_mm shape mismatch: a {tuple(a.shape)} and b {tuple(b.shape)}")
+    m, n = a.shape[0], b.shape[1]
+    if scale_a.numel() not in (1, m) or scale_b.numel() not in (1, n):
+        raise RuntimeError(
+            f"scale_a must have 1 or {m} elements and scale_b 1 or {n}, "
+            f"got {scale_a.numel()} and {scale_b.numel()}"
+        )
+
+
+def fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, *, backend: str = "auto"):
+    """``cutlass_scaled_mm`` (see :func:`fp8_linear.fp8_scaled_mm`)."""
+    if backend == "torch" or (backend == "auto" and default_backend() == "torch"):
+        return REF.fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype)
+    check_fp8_scaled_mm(a, b, scale_a, scale_b)
+    unsupported = None if out_dtype in _KERNEL_DTYPES else f"fp8_scaled_mm: no CUDA version for out_dtype {out_dtype}"
+    if not _use_cuda("fp8_scaled_mm", backend, [a, b, scale_a, scale_b], unsupported):
+        return REF.fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype)
+    m, k = a.shape
+    n = b.shape[1]
+    sa = scale_a.float().reshape(-1).contiguous()
+    sb = scale_b.float().reshape(-1).contiguous()
+    out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    launch(
+        "fp8_scaled_mm", _gemm_grid(m, n), (256,),
+        (_raw(a), a.stride(0), a.stride(1), _raw(b), b.stride(0), b.stride(1),
+         sa, 1 if sa.numel() > 1 else 0, sb, 1 if sb.numel() > 1 else 0,
+         out, dtype_code(out_dtype), m, n, k),
+        device=a.device,
+    )
+    return out
+
+
+# ============================================================================= NVFP4
+
+
+def scaled_fp4_quant(x, global_scale_inv, *, backend: str = "auto"):
+    """``ops.scaled_fp4_quant`` (see :func:`nvfp4.scaled_fp4_quant`): packed e2m1 and fp8 scales."""
+    if backend == "torch" or (backend == "auto" and default_backend() == "torch"):
+        return REF.scaled_fp4_quant(x, global_scale_inv)
+    assert x.dtype in HALF_DTYPES, f"input.dtype needs to be fp16 or bf16 but got {x.dtype}."
+    k = x.shape[-1]
+    if k % _nvfp4.NVFP4_BLOCK:
+        raise ValueError(f"K = {k} is not divisible by {_nvfp4.NVFP4_BLOCK}")
+    tensors = [x] + ([global_scale_inv] if isinstance(global_scale_inv, torch.Tensor) else [])
+    if not _use_cuda("scaled_fp4_quant", backend, tensors):
+        return REF.scaled_fp4_quant(x, global_scale_inv)
+    x2 = x.reshape(-1, k)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    gs = f32(global_scale_inv, x.device).reshape(1).contiguous()
+    packed = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
+    sf = torch.empty((m, k // 16), dtype=torch.uint8, device=x.device)
+    _launch_1d(
+        "nvfp4_quant", m * (k // 16),
+        (x2, x2.stride(0), dtype_code(x.dtype), gs, packed, sf, m, k, float(f32(1.0 / _nvfp4.E2M1_MAX).item())),
+        x.device,
+    )
+    lead = x.shape[:-1]
+    return packed.reshape(*lead, k // 2), sf.view(FP8).reshape(*lead, k // 16)
+
+
+def _nvfp4_mm_torch(aq, a_sf, wq, w_sf, alpha, out_dtype):
+    xd = REF.nvfp4_dequantize(aq, a_sf)
+    wd = REF.nvfp4_dequantize(wq, w_sf)
+    alpha_t = alpha.float() if isinstance(alpha, torch.Tensor) else f32(alpha, xd.device)
+    return ((xd @ wd.t()) * alpha_t).to(out_dtype)
+
+
+def nvfp4_mm(aq, a_sf, wq, w_sf, alpha, out_dtype, *, backend: str = "auto"):
+    """``cutlass_scaled_fp4_mm`` on linear block scales: ``(xd @ wd.T) · alpha`` to ``out_dtype``
+    (the GEMM of :meth:`nvfp4.NvFp4Linear.forward`)."""
+    if aq.dim() != 2 or wq.dim() != 2 or aq.shape[1] != wq.shape[1]:
+        raise RuntimeError(f"nvfp4_mm shape mismatch: a {tuple(aq.shape)} and w {tuple(wq.shape)}")
+    unsupported = None
+    if aq.dtype != torch.uint8 or wq.dtype != torch.uint8 or a_sf.dtype != FP8 or w_sf.dtype != FP8:
+        unsupported = "nvfp4_mm: packed operands must be uint8 and block scales fp8"
+    elif out_dtype not in _KERNEL_DTYPES:
+        unsupported = f"nvfp4_mm: no CUDA version for out_dtype {out_dtype}"
+    tensors = [aq, a_sf, wq, w_sf] + ([alpha] if isinstance(alpha, torch.Tensor) else [])
+    if not _use_cuda("nvfp4_mm", backend, tensors, unsupported):
+        return _nvfp4_mm_torch(aq, a_sf, wq, w_sf, alpha, out_dtype)
+    m, n, k = aq.shape[0], wq.shape[0], aq.shape[1] * 2
+    if tuple(a_sf.shape) != (m, k // 16) or tuple(w_sf.shape) != (n, k // 16):
+        raise RuntimeError(f"nvfp4_mm: block scales must be [rows, K/16], got {tuple(a_sf.shape)} and {tuple(w_sf.shape)}")
+    al = f32(alpha, aq.device).reshape(1).contiguous()
+    out = torch.empty((m, n), dtype=out_dtype, device=aq.device)
+    launch(
+        "nvfp4_mm", _gemm_grid(m, n), (256,),
+        (aq.contiguous(), _raw(a_sf.contiguous()), wq.contiguous(), _raw(w_sf.contiguous()), al,
+         out, dtype_code(out_dtype), m, n, k),
+        device=aq.device,
+    )
+    return out
+
+
+# ============================================================================= unquantized and AWQ
+
+
+def unquantized_linear(x, weight, *, backend: str = "auto"):
+    """``x @ W.T`` in fp32, output in ``weight.dtype`` (:meth:`linear_basic.UnquantizedLinear.forward`)."""
+    if x.dtype != weight.dtype:
+        raise RuntimeError(
+            "expected mat1 and mat2 to have the same dtype, but got: "
+            f"{x.dtype} != {weight.dtype}"
+        )
+    unsupported = None if x.dtype in _KERNEL_DTYPES and weight.dim() == 2 else f"unquantized_linear: no CUDA version for {x.dtype}"
+    if not _use_cuda("unquantized_linear", backend, [x, weight], unsupported):
+        return (x.float() @ weight.float().t()).to(weight.dtype)
+    n, k = weight.shape
+    x2 = x.reshape(-1, x.shape[-1])
+    m = x2.shape[0]
+    out = torch.empty((m, n), dtype=weight.dtype, device=x.device)
+    launch(
+        "unquantized_linear", _gemm_grid(m, n), (256,),
+        (_raw(x2), x2.stride(0), x2.stride(1), _raw(weight), weight.stride(0), weight.stride(1),
+         dtype_code(x.dtype), out, dtype_code(weight.dtype), m, n, k),
+        device=x.device,
+    )
+    return out.reshape(*x.shape[:-1], n)
+
+
+def _check_awq(qweight, qzeros, scales, group_size) -> tuple[int, int]:
+    if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+        raise RuntimeError("awq: qweight and qzeros must be int32")
+    size_k, size_n = qweight.shape[0], qweight.shape[1] * 8
+    if group_size <= 0 or size_k % group_size:
+        raise RuntimeError(f"awq: K = {size_k} is not divisible by group_size = {group_size}")
+    if tuple(qzeros.shape) != (size_k // group_size, size_n // 8) or tuple(scales.shape) != (size_k // group_size, size_n):
+        raise RuntimeError(
+            f"awq: expected qzeros {(size_k // group_size, size_n // 8)} and scales "
+            f"{(size_k // group_size, size_n)}, got {tuple(qzeros.shape)} and {tuple(scales.shape)}"
+        )
+    return size_k, size_n
+
+
+def awq_dequantize(qweight, qzeros, scales, group_size, *, backend: str = "auto"):
+    """``round_act((q - z)·s)`` ``[K,N]`` (see :func:`linear_basic.awq_dequantize`); bit-exact."""
+    unsupported = None if scales.dtype in (torch.float32, *HALF_DTYPES) else f"awq: no CUDA version for {scales.dtype}"
+    if not _use_cuda("awq_dequantize", backend, [qweight, qzeros, scales], unsupported):
+        return REF.awq_dequantize(qweight, qzeros, scales, group_size)
+    size_k, size_n = _check_awq(qweight, qzeros, scales, group_size)
+    out = torch.empty((size_k, size_n), dtype=scales.dtype, device=scales.device)
+    _launch_1d(
+        "awq_dequant", size_k * size_n,
+        (qweight.contiguous(), qzeros.contiguous(), scales.contiguous(), out, size_k, size_n, group_size,
+         dtype_code(scales.dtype)),
+        scales.device,
+    )
+    return out
+
+
+def awq_gemm(x, qweight, qzeros, scales, group_size, *, backend: str = "auto"):
+    """``x @ deq`` in fp32, output in ``scales.dtype`` (:meth:`linear_basic.AwqLikeLinear.forward`)."""
+    unsupported = None
+    if scales.dtype not in (torch.float32, *HALF_DTYPES) or x.dtype != scales.dtype:
+        unsupported = f"awq_gemm: the CUDA version needs x and scales of one float dtype, got {x.dtype}, {scales.dtype}"
+    if not _use_cuda("awq_gemm", backend, [x, qweight, qzeros, scales], unsupported):
+        deq = REF.awq_dequantize(qweight, qzeros, scales, group_size)
+        x2d = x.reshape(-1, x.shape[-1])
+        y = (x2d.float() @ deq.float()).to(scales.dtype)
+        return y.reshape(*x.shape[:-1], deq.shape[1])
+    size_k, size_n = _check_awq(qweight, qzeros, scales, group_size)
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.shape[1] != size_k:
+        raise RuntimeError(f"awq_gemm: x has K = {x2.shape[1]}, qweight K = {size_k}")
+    m = x2.shape[0]
+    out = torch.empty((m, size_n), dtype=scales.dtype, device=x.device)
+    launch(
+        "awq_gemm", _gemm_grid(m, size_n), (256,),
+        (x2, x2.stride(0), x2.stride(1), qweight.contiguous(), qzeros.contiguous(), scales.contiguous(),
+         out, m, size_n, size_k, group_size, dtype_code(scales.dtype)),
+        device=x.device,
+    )
+    return out.reshape(*x.shape[:-1], size_n)
+
+
+# ============================================================================= attention
+
+ATTN_MAX_HEAD_DIM = 256
+ATTN_ROWS_PER_TILE = 32
+
+
+def check_mla_prefill_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, empty) -> tuple[list[int], list[int]]:
+    """The checks of :func:`attention.mla_prefill_attention`, in its order; returns the offsets."""
+    if empty not in _attn.EMPTY_MODES:
+        raise ValueError(f"empty must be one of {_attn.EMPTY_MODES}, got {empty!r}")
+    if q.dtype not in _attn.ATTN_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise RuntimeError(
+            "q, k and v must share one dtype in (torch.float16, torch.bfloat16, "
+            f"torch.float8_e4m3fn), got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError("q, k and v must be [tokens, heads, head_dim]")
+    if k.shape[:2] != v.shape[:2] or q.shape[1] != k.shape[1] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    cq, ck = _attn._offsets(cu_seqlens_q), _attn._offsets(cu_seqlens_k)
+    if len(cq) != len(ck) or cq[0] != 0 or ck[0] != 0:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must both start at 0 and have one length")
+    if cq[-1] != q.shape[0] or ck[-1] != k.shape[0]:
+        raise ValueError(
+            f"cu_seqlens end at ({cq[-1]}, {ck[-1]}) but q has {q.shape[0]} and k {k.shape[0]} rows"
+        )
+    return cq, ck
+
+
+def mla_prefill_attention(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, out_dtype, empty: str = "fa2",
+    *, backend: str = "auto",
+):
+    """Varlen prefill attention with LSE (see :func:`attention.mla_prefill_attention`)."""
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, out_dtype, empty)
+    if backend == "torch" or (backend == "auto" and default_backend() == "torch"):
+        return REF.mla_prefill_attention(*args)
+    cq, ck = check_mla_prefill_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, empty)
+    unsupported = None
+    if q.shape[2] > ATTN_MAX_HEAD_DIM or v.shape[2] > ATTN_MAX_HEAD_DIM:
+        unsupported = f"mla_prefill_attention: the CUDA version supports head dims up to {ATTN_MAX_HEAD_DIM}"
+    elif out_dtype not in _KERNEL_DTYPES:
+        unsupported = f"mla_prefill_attention: no CUDA version for out_dtype {out_dtype}"
+    elif q.shape[1] > 65535:
+        unsupported = "mla_prefill_attention: more than 65535 heads"
+    if not _use_cuda("mla_prefill_attention", backend, [q, k, v], unsupported):
+        return REF.mla_prefill_attention(*args)
+    dev = q.device
+    qc, kc, vc = (t if t.stride(2) == 1 else t.contiguous() for t in (q, k, v))
+    num_tokens, num_heads, d_qk = q.shape
+    d_v = v.shape[2]
+    out = torch.empty((num_tokens, num_heads, d_v), dtype=out_dtype, device=dev)
+    lse = torch.empty((num_heads, num_tokens), dtype=torch.float32, device=dev)
+    tiles = [
+        x
+        for b in range(len(cq) - 1)
+        for q0 in range(cq[b], cq[b + 1], ATTN_ROWS_PER_TILE)
+        for x in (b, q0)
+    ]
+    if not tiles:
+        return out, lse
+    tile_t = torch.tensor(tiles, dtype=torch.int32, device=dev)
+    cq_t = torch.tensor(cq, dtype=torch.int64, device=dev)
+    ck_t = torch.tensor(ck, dtype=torch.int64, device=dev)
+    launch(
+        "mla_prefill_attention_fwd", (len(tiles) // 2, num_heads), (256,),
+        (_raw(qc), qc.stride(0), qc.stride(1), _raw(kc), kc.stride(0), kc.stride(1),
+         _raw(vc), vc.stride(0), vc.stride(1), dtype_code(q.dtype), out, dtype_code(out_dtype),
+         lse, tile_t, cq_t, ck_t, num_tokens, num_heads, d_qk, d_v, float(softmax_scale),
+         1 if causal else 0, 1 if empty == "fa2" else 0),
+        device=dev,
+    )
+    return out, lse
+
+
+def _offsets_tensor(offsets, device) -> torch.Tensor:
+    if isinstance(offsets, torch.Tensor):
+        return offsets.to(device=device, dtype=torch.int64).contiguous()
+    return torch.tensor([int(v) for v in offsets], dtype=torch.int64, device=device)
+
+
+def mask_empty_context(lse, output, query_start_loc, context_start_loc, *, backend: str = "auto") -> None:
+    """In place (see :func:`attention.mask_empty_context`)."""
+    n_q = query_start_loc.numel() if isinstance(query_start_loc, torch.Tensor) else len(query_start_loc)
+    n_c = context_start_loc.numel() if isinstance(context_start_loc, torch.Tensor) else len(context_start_loc)
+    unsupported = None
+    if n_q != n_c:
+        unsupported = "lengths differ"  # the reference raises its own ValueError below
+    elif lse.dtype != torch.float32 or lse.dim() != 2 or output.dim() != 3 or output.dtype not in _KERNEL_DTYPES:
+        unsupported = "mask_empty_context: the CUDA version needs an fp32 [H,T] lse and a 3-D output"
+    if n_q != n_c or not _use_cuda("mask_empty_context", backend, [lse, output], unsupported):
+        return REF.mask_empty_context(lse, output, query_start_loc, context_start_loc)
+    dev = output.device
+    launch(
+        "mask_empty_context", (max(output.shape[0], lse.shape[1]),), (128,),
+        (lse, lse.stride(0), lse.stride(1), lse.shape[0], lse.shape[1],
+         _raw(output), output.stride(0), output.stride(1), output.stride(2), dtype_code(output.dtype),
+         output.shape[0], output.shape[1], output.shape[2],
+         _offsets_tensor(query_start_loc, dev), _offsets_tensor(context_start_loc, dev), n_q - 1),
+        device=dev,
+    )
+
+
+def merge_unsupported(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse) -> str | None:
+    """Why the CUDA merge cannot take these tensors, or None. The head-dim rule is vLLM's
+    ``merge_attn_states.cu`` (16-byte packs: 8 halves or 4 floats)."""
+    if output.dim() != 3 or prefix_output.dim() != 3 or suffix_output.dim() != 3:
+        return "merge_attn_states: the CUDA version needs [T,H,D] outputs"
+    if output.dtype not in (torch.float32, *HALF_DTYPES):
+        return f"merge_attn_states: no CUDA version for {output.dtype}"
+    pack = 4 if output.dtype == torch.float32 else 8
+    if output.shape[2] % pack:
+        return f"headsize must be multiple of pack_size:{pack}"
+    if any(t.dtype != torch.float32 for t in (prefix_lse, suffix_lse)) or (
+        output_lse is not None and output_lse.dtype != torch.float32
+    ):
+        return "merge_attn_states: the CUDA version needs fp32 LSEs"
+    if any(t.stride(2) != 1 for t in (output, prefix_output, suffix_output)):
+        return "merge_attn_states: the CUDA version needs a unit stride along head_dim"
+    if prefix_output.dtype not in _KERNEL_DTYPES or suffix_output.dtype not in _KERNEL_DTYPES:
+        return "merge_attn_states: unsupported input dtype"
+    return None
+
+
+def merge_attn_states(
+    output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None,
+    prefill_tokens_with_context=None, output_scale=None, *, backend: str = "auto",
+) -> None:
+    """In place (see :func:`attention.merge_attn_states`)."""
+    args = (output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse, prefill_tokens_with_context, output_scale)
+    if output_scale is not None:
+        raise NotImplementedError("merge_attn_states: output_scale (fp8 output) is not supported")
+    unsupported = merge_unsupported(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse)
+    tensors = [output, prefix_output, prefix_lse, suffix_output, suffix_lse] + ([output_lse] if output_lse is not None else [])
+    if not _use_cuda("merge_attn_states", backend, tensors, unsupported):
+        return REF.merge_attn_states(*args)
+    num_tokens, num_heads, head_dim = output.shape
+    ptwc = num_tokens if prefill_tokens_with_context is None else int(prefill_tokens_with_context)
+    ptwc = max(0, min(ptwc, num_tokens))
+    ol = output_lse
+    launch(
+        "merge_attn_states", (num_tokens, num_heads), (128,),
+        (output, output.stride(0), output.stride(1), dtype_code(output.dtype),
+         _raw(prefix_output), prefix_output.stride(0), prefix_output.stride(1), dtype_code(prefix_output.dtype),
+         _raw(suffix_output), suffix_output.stride(0), suffix_output.stride(1), dtype_code(suffix_output.dtype),
+         prefix_lse, prefix_lse.stride(0), prefix_lse.stride(1),
+         suffix_lse, suffix_lse.stride(0), suffix_lse.stride(1),
+         ol, ol.stride(0) if ol is not None else 0, ol.stride(1) if ol is not None else 0,
+         head_dim, ptwc),
+        device=output.device,
+    )
+
+
+# ============================================================================= routing the harness
+
+
+def _layer_forwards(backend: str) -> dict:
+    """``forward`` replacements that compute exactly what the reference layers do, through ops."""
+
+    def nvfp4_forward(self, x):
+        x2d = x.reshape(-1, x.shape[-1])
+        xq, x_sf = scaled_fp4_quant(x2d, self.input_global_scale_inv, backend=backend)
+        y = nvfp4_mm(xq, x_sf, self.weight, self.weight_scale, self.alpha, x.dtype, backend=backend)
+        return y.reshape(*x.shape[:-1], self.output_size_per_partition), None
+
+    def unquantized_forward(self, x):
+        y = unquantized_linear(x, self.weight, backend=backend)
+        return y.to(self.params_dtype), None
+
+    def awq_forward(self, x):
+        _lin._check_input_dtype("AwqLikeLinear", x, self.params_dtype)
+        y = awq_gemm(x, self.qweight, self.qzeros, self.scales, self.group_size, backend=backend)
+        return y.to(self.params_dtype), None
+
+    return {
+        (_nvfp4.NvFp4Linear, "forward"): nvfp4_forward,
+        (_lin.UnquantizedLinear, "forward"): unquantized_forward,
+        (_lin.AwqLikeLinear, "forward"): awq_forward,
+    }
+
+
+@contextlib.contextmanager
+def installed(backend: str = "cuda") -> Iterator[None]:
+    """Route the reference modules' call sites through these ops with ``backend``.
+
+    Patches, for the duration of the block, the module globals the layers call
+    (``marlin_fp8.marlin_gemm``, ``fp8_linear.fp8_quant_per_token``/``fp8_scaled_mm``,
+    ``nvfp4.scaled_fp4_quant``), the attention functions a freshly imported verify fixture binds
+    (``attention.*``), and the ``forward`` of the layers whose GEMM is inline (NVFP4, unquantized,
+    AWQ). Everything is restored on exit. Not thread-safe: for the GPU check's single thread.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+    def bind(fn):
+        def wrapper(*a, **kw):
+            kw.setdefault("backend", backend)
+            return fn(*a, **kw)
+
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+    patches = {
+        (_marlin, "marlin_gemm"): bind(marlin_gemm),
+        (_fp8, "fp8_quant_per_token"): bind(fp8_quant_per_token),
+        (_fp8, "fp8_scaled_mm"): bind(fp8_scaled_mm),
+        (_nvfp4, "scaled_fp4_quant"): bind(scaled_fp4_quant),
+        (_attn, "mla_prefill_attention"): bind(mla_prefill_attention),
+        (_attn, "mask_empty_context"): bind(mask_empty_context),
+        (_attn, "merge_attn_states"): bind(merge_attn_states),
+    }
+    patches.update(_layer_forwards(backend))
+    saved = {key: getattr(*key) for key in patches}
+    try:
+        for (owner, name), fn in patches.items():
+            setattr(owner, name, fn)
+        yield
+    finally:
+        for (owner, name), fn in saved.items():
+            setattr(owner, name, fn)
