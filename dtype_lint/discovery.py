@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -119,12 +120,20 @@ def _git(args: list[str], cwd: Path) -> str:
 
 def module_name(path: str) -> str:
     """Dotted module name: the file's stem joined to every parent directory holding __init__.py."""
-    p = Path(path).resolve()
-    parts = [] if p.stem == "__init__" else [p.stem]
-    d = p.parent
-    while (d / "__init__.py").exists():
-        parts.append(d.name)
-        if d.parent == d:
-            break
-        d = d.parent
-    return ".".join(reversed(parts))
+    p = Path(os.path.abspath(path))
+    prefix = _package_of(str(p.parent))
+    if p.stem == "__init__":
+        return prefix
+    return f"{prefix}.{p.stem}" if prefix else p.stem
+
+
+@functools.lru_cache(maxsize=4096)
+def _package_of(directory: str) -> str:
+    if not os.path.exists(os.path.join(directory, "__init__.py")):
+        return ""
+    parent = os.path.dirname(directory)
+    name = os.path.basename(directory)
+    if parent == directory:
+        return name
+    outer = _package_of(parent)
+    return f"{outer}.{name}" if outer else name

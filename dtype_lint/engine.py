@@ -19,7 +19,7 @@ from . import __version__
 from .cache import Cache
 from .config import Config
 from .discovery import changed_since, discover, module_name
-from .facts import ProjectFacts, build_file_facts
+from .facts import ProjectFacts
 from .findings import PARSE_ERROR, Evidence, Finding, Span
 from .index import ModuleHeader, QuantizableLayerIndex, extract_header
 from .prefilter import might_match
@@ -87,10 +87,11 @@ def analyze_file(path: str, index: QuantizableLayerIndex, config: Config, text: 
     module = module_name(path) if os.path.exists(path) else ""
     src = SourceFile(path, text, module)
     is_pkg = os.path.basename(path) == "__init__.py"
+    known = index.modules.get(module)
+    imports = known.imports if known is not None and known.path == path else extract_header(text, module, path, is_pkg).imports
     project = ProjectFacts(index, load_file=_safe_read)
-    facts = build_file_facts(tree, module, path, is_pkg, index)
-    project.add(facts)
-    ctx = FileContext(src, tree, config, project, facts.imports)
+    project.register(tree, module, path, is_pkg, imports)
+    ctx = FileContext(src, tree, config, project, imports)
     out: list[Finding] = []
     for rule_cls in ALL_RULES:
         if not config.enabled(rule_cls.code):

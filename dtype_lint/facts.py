@@ -87,8 +87,9 @@ def collect_imports(tree: ast.Module, module: str, is_package: bool) -> dict[str
 
 
 def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
-                     index: QuantizableLayerIndex) -> FileFacts:
-    imports = collect_imports(tree, module, is_package)
+                     index: QuantizableLayerIndex, imports: dict[str, str] | None = None) -> FileFacts:
+    if imports is None:
+        imports = collect_imports(tree, module, is_package)
     facts = FileFacts(module, path, imports, {})
 
     def resolve(name: str | None) -> str | None:
@@ -115,11 +116,11 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
             return
         self_name = args[0].arg
         params = {a.arg: a.annotation for a in args[1:]}
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call) and fn.name == "__init__" and _is_super_init(node):
-                if _quant_kw(node) == "none":
+        for node in iter_statements(fn.body):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                if fn.name == "__init__" and _is_super_init(node.value) and _quant_kw(node.value) == "none":
                     cf.unquantized_super = True
-            targets = []
+                continue
             if isinstance(node, ast.Assign):
                 targets, value, ann = node.targets, node.value, None
             elif isinstance(node, ast.AnnAssign):
@@ -142,6 +143,23 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                 if isinstance(s, ast.ClassDef):
                     visit_class(s, "")
     return facts
+
+
+def iter_statements(body):
+    """Statements only, through compound statements but not into nested defs: far cheaper than
+    ast.walk, and attribute facts live in statements."""
+    todo = list(reversed(body))
+    while todo:
+        stmt = todo.pop()
+        yield stmt
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            todo.extend(reversed(getattr(stmt, name, None) or []))
+        for h in getattr(stmt, "handlers", None) or []:
+            todo.extend(reversed(h.body))
+        for c in getattr(stmt, "cases", None) or []:
+            todo.extend(reversed(c.body))
 
 
 def _is_super_init(call: ast.Call) -> bool:
@@ -177,26 +195,39 @@ class LayerType:
     chain: tuple[Evidence, ...] = ()
 
 
+_LOADED: dict[tuple[str, str], FileFacts] = {}  # (path, index digest) -> facts, process-wide
+
+
 class ProjectFacts:
-    """Facts of analysed files plus lazily parsed files that define base classes."""
+    """Facts of the analysed file, built only if a site needs them, plus lazily parsed files
+    that define base classes (cached for the whole process: many files share `linear.py`)."""
 
     def __init__(self, index: QuantizableLayerIndex, load_file=None):
         self.index = index
-        self._by_path: dict[str, FileFacts] = {}
         self._by_module: dict[str, FileFacts] = {}
-        self._load_file = load_file  # path -> (text) or None
+        self._pending: dict[str, tuple] = {}
+        self._load_file = load_file  # path -> text or None
+
+    def register(self, tree: ast.Module, module: str, path: str, is_package: bool, imports: dict[str, str]) -> None:
+        self._pending[module] = (tree, module, path, is_package, imports)
 
     def add(self, facts: FileFacts) -> None:
-        self._by_path[facts.path] = facts
         self._by_module[facts.module] = facts
 
-    def class_facts(self, qualname: str) -> ClassFacts | None:
-        loc = self.index.class_location(qualname)
-        if loc is None:
+    def file_facts(self, module: str) -> FileFacts | None:
+        if module in self._by_module:
+            return self._by_module[module]
+        if module in self._pending:
+            tree, module, path, is_pkg, imports = self._pending.pop(module)
+            facts = build_file_facts(tree, module, path, is_pkg, self.index, imports)
+            self.add(facts)
+            return facts
+        header = self.index.modules.get(module)
+        if header is None or self._load_file is None:
             return None
-        header, name = loc
-        facts = self._by_module.get(header.module) or self._by_path.get(header.path)
-        if facts is None and self._load_file is not None:
+        key = (header.path, self.index.token)
+        facts = _LOADED.get(key)
+        if facts is None:
             text = self._load_file(header.path)
             if text is None:
                 return None
@@ -204,11 +235,17 @@ class ProjectFacts:
                 tree = ast.parse(text)
             except (SyntaxError, ValueError):
                 return None
-            facts = build_file_facts(tree, header.module, header.path, header.is_package, self.index)
-            self.add(facts)
-        if facts is None:
+            facts = build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
+            _LOADED[key] = facts
+        self.add(facts)
+        return facts
+
+    def class_facts(self, qualname: str) -> ClassFacts | None:
+        loc = self.index.class_location(qualname)
+        if loc is None:
             return None
-        return facts.classes.get(qualname)
+        facts = self.file_facts(loc[0].module)
+        return facts.classes.get(qualname) if facts else None
 
     def attr_origin(self, class_qualname: str, attr: str) -> AttrOrigin | None:
         for q in self.index.mro(class_qualname):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import uuid
 from dataclasses import dataclass, field
 
 from .findings import Evidence
@@ -47,15 +48,32 @@ class ModuleHeader:
 
 def extract_header(text: str, module: str, path: str, is_package: bool) -> ModuleHeader:
     header = ModuleHeader(module, path, is_package)
+    snippets = []
+    line_no, last = 1, 0
     for m in _STMT.finditer(text):
         start = m.start()
-        snippet, is_class = _logical_statement(text, start)
-        line = text.count("\n", 0, start) + 1
-        try:
-            tree = ast.parse(textwrap.dedent(snippet))
-        except SyntaxError:
-            continue  # a docstring line starting with "from", or an odd construct: not a header
+        line_no += text.count("\n", last, start)
+        last = start
+        snippet = _logical_statement(text, start)
+        if not _fast_path(snippet, line_no, header):
+            snippets.append((line_no, textwrap.dedent(snippet)))
+    if not snippets:
+        return header
+    # One parse for the whole file's headers; per-snippet parses only if some snippet is not code
+    # (a docstring line that starts with "from", say).
+    try:
+        trees = [(0, ast.parse("".join(s for _, s in snippets)))]
+        lines = [line for line, s in snippets for _ in range(s.count("\n"))]
+    except SyntaxError:
+        trees, lines = [], []
+        for line, s in snippets:
+            try:
+                trees.append((line, ast.parse(s)))
+            except SyntaxError:
+                continue
+    for base_line, tree in trees:
         for node in tree.body:
+            line = base_line or (lines[node.lineno - 1] if node.lineno - 1 < len(lines) else 0)
             if isinstance(node, ast.ClassDef):
                 bases = [b for b in (dotted(e) for e in node.bases) if b]
                 header.classes.setdefault(node.name, (bases, line))
@@ -64,9 +82,58 @@ def extract_header(text: str, module: str, path: str, is_package: bool) -> Modul
     return header
 
 
-def _logical_statement(text: str, start: int) -> tuple[str, bool]:
+_SIMPLE_FROM = re.compile(r"^\s*from\s+(\.*)([\w.]*)\s+import\s+([\w\s,]+?)\s*$")
+_SIMPLE_IMPORT = re.compile(r"^\s*import\s+([\w.\s,]+?)\s*$")
+_SIMPLE_CLASS = re.compile(r"^\s*class\s+(\w+)\s*(?:\(([\w.\s,]*)\))?\s*:\s*pass$")
+_AS = re.compile(r"^([\w.]+)(?:\s+as\s+(\w+))?$")
+
+
+def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
+    """Record a one-line import or a plain class header without parsing; False: needs ast."""
+    snippet = snippet.rstrip("\n")
+    m = _SIMPLE_FROM.match(snippet)
+    if m:
+        base = resolve_relative(header.module, header.is_package, m.group(2) or None, len(m.group(1)))
+        if base is None:
+            return True
+        for part in m.group(3).split(","):
+            a = _AS.match(part.strip())
+            if a is None or "." in a.group(1):
+                return False
+            header.imports[a.group(2) or a.group(1)] = f"{base}.{a.group(1)}" if base else a.group(1)
+        return True
+    m = _SIMPLE_IMPORT.match(snippet)
+    if m:
+        for part in m.group(1).split(","):
+            a = _AS.match(part.strip())
+            if a is None:
+                return False
+            if a.group(2):
+                header.imports[a.group(2)] = a.group(1)
+            else:
+                head = a.group(1).split(".")[0]
+                header.imports.setdefault(head, head)
+        return True
+    m = _SIMPLE_CLASS.match(snippet)
+    if m:
+        bases = [b.strip() for b in (m.group(2) or "").split(",") if b.strip()]
+        header.classes.setdefault(m.group(1), (bases, line))
+        return True
+    return False
+
+
+def _logical_statement(text: str, start: int) -> str:
     """The statement at start: up to the end of line at bracket depth 0 (class: up to its colon)."""
-    is_class = text.startswith("class", start + (len(text[start:]) - len(text[start:].lstrip())))
+    end = text.find("\n", start)
+    line = text[start:] if end < 0 else text[start:end]
+    stripped = line.strip()
+    is_class = stripped.startswith("class")
+    # Fast path: one physical line with balanced brackets and no string or comment.
+    if not any(c in line for c in "\"'#\\") and line.count("(") == line.count(")") and "[" not in line:
+        if not is_class:
+            return line + "\n"
+        if stripped.endswith(":"):
+            return line + " pass\n"
     depth = 0
     i = start
     n = len(text)
@@ -99,11 +166,11 @@ def _logical_statement(text: str, start: int) -> tuple[str, bool]:
         elif c == "\n" and depth <= 0:
             break
         elif c == ":" and is_class and depth == 0:
-            return text[start:i] + ": pass\n", True
+            return text[start:i] + ": pass\n"
         i += 1
         if i - start > 4000:  # a runaway (unbalanced) statement: give up on it
             break
-    return text[start:i] + "\n", is_class
+    return text[start:i] + "\n"
 
 
 def record_import(node: ast.AST, into: dict[str, str], module: str, is_package: bool) -> None:
@@ -179,6 +246,7 @@ class QuantizableLayerIndex:
         for q in self.quantizable | self.exempt:
             self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
         self._memo: dict[tuple[str, str], ClassVerdict] = {}
+        self.token = uuid.uuid4().hex  # identifies this index in process-wide fact caches
 
     # ---- name resolution ---------------------------------------------------------------
     def resolve(self, module: str, name: str, local_imports: dict[str, str] | None = None) -> str:

@@ -1,22 +1,23 @@
-"""The cheap text test run on every file before any parsing.
+"""The cheap text test run on every file before any parsing (DESIGN.md §7).
 
-Every DTL001 site spells the attribute name `weight` next to a dtype use or a cast, so a file with
-no `weight` token cannot hold one. The test is a plain substring scan plus one anchored regex,
-which keeps the whole-tree floor close to the cost of reading the files (DESIGN.md §7).
+Every DTL001 site spells the weight access in one of four ways: `.weight.dtype`, `.to(L.weight)`,
+`getattr(L, "weight"...)`, or an alias `w = L.weight` later used as `w.dtype`. A file with none of
+them cannot hold a site and is never parsed. tests/test_rule_examples.py checks that every INVALID
+example of every rule passes this filter, so a new rule form cannot be silently filtered out.
 """
 
 from __future__ import annotations
 
 import re
 
-# `.weight.dtype`, `getattr(L, "weight")`, `.to(L.weight)`, and an alias `w = L.weight` later
-# used as `w.dtype`: all have `weight` followed by `.dtype`, a quote, or a closing paren soon after.
-_SITE = re.compile(r"weight\w*[\"'\])]*\s*[.,)]")
+_SITE = re.compile(
+    r"\.weight\s*\.\s*dtype"  # L.weight.dtype
+    r"|\.weight\s*\)"  # .to(L.weight), getattr(...).weight)
+    r"|getattr\([^,()]+,\s*[\"']weight[\"']"  # getattr(L, "weight"[, None])
+    r"|=\s*[\w.]+\.weight\s*$",  # w = L.weight   (then w.dtype)
+    re.M,
+)
 
 
 def might_match(text: str) -> bool:
-    if "weight" not in text:
-        return False
-    if "dtype" not in text and ".to(" not in text and ".type(" not in text:
-        return False
-    return _SITE.search(text) is not None
+    return "weight" in text and _SITE.search(text) is not None

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Collection, Iterable
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
@@ -192,16 +193,27 @@ def parse_suppressions(source: str) -> list[Suppression]:
 
 class _File:
     def __init__(self, source: str):
-        self.lines = _lines(source)
-        self.starts = [0]
-        for text in self.lines:
-            self.starts.append(self.starts[-1] + len(text))
+        self.source = source
+        # Cheap for the common file without directives: parse_suppressions prefilters.
         self.suppressions = parse_suppressions(source)
         self.by_line: dict[int, list[Suppression]] = {}
         for s in self.suppressions:
             self.by_line.setdefault(s.line, []).append(s)
 
+    @cached_property
+    def lines(self) -> list[str]:
+        return _lines(self.source)
+
+    @cached_property
+    def starts(self) -> list[int]:
+        starts = [0]
+        for text in self.lines:
+            starts.append(starts[-1] + len(text))
+        return starts
+
     def covering(self, f: Finding) -> list[Suppression]:
+        if not self.by_line:
+            return []
         sp = f.span
         last = sp.end_line - 1 if sp.end_line > sp.line and sp.end_col <= 1 else sp.end_line
         return [

@@ -162,7 +162,12 @@ class WeightDtypeCast(Rule):
         resolver = ctx.resolver()
         planner = Planner(ctx.source, cfg)
         patterns = cfg.name_patterns if cfg.name_heuristics else None
+        # Aliases are function-local, so a function with no `weight` on any of its lines cannot
+        # hold a site: skip it without walking its tree.
+        weight_lines = {i for i, line in enumerate(ctx.source.lines, 1) if "weight" in line}
         for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
+            if not any(fn.lineno <= n <= fn.end_lineno for n in weight_lines):
+                continue
             if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
                 continue
             if class_q and ctx.project.index.exempt_verdict(class_q).yes:
