@@ -36,6 +36,7 @@ class Config:
     ignore: list[str] = field(default_factory=list)
     quantizable: list[str] = field(default_factory=list)
     exempt_classes: list[str] = field(default_factory=list)
+    not_quantizable: list[str] = field(default_factory=list)
     exempt_functions: list[str] = field(default_factory=lambda: list(EXEMPT_FUNCTIONS))
     exclude: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
@@ -50,6 +51,10 @@ class Config:
     @property
     def all_quantizable(self) -> list[str]:
         return PRESETS[self.preset]["quantizable"] + self.quantizable
+
+    @property
+    def all_not_quantizable(self) -> list[str]:
+        return PRESETS[self.preset]["not-quantizable"] + self.not_quantizable
 
     @property
     def all_exempt_classes(self) -> list[str]:
@@ -100,6 +105,7 @@ _KEYS = {
     "extend-select": ("select", "extend"),
     "quantizable": ("quantizable", list),
     "exempt-classes": ("exempt_classes", list),
+    "not-quantizable": ("not_quantizable", list),
     "exempt-functions": ("exempt_functions", list),
     "extend-exempt-functions": ("exempt_functions", "extend"),
     "exclude": ("exclude", list),
@@ -181,7 +187,7 @@ def _validate(cfg: Config, where: str) -> None:
     for pattern, codes in cfg.per_file_ignores.items():
         if not isinstance(codes, list) or not all(isinstance(c, str) and _CODE.match(c) for c in codes):
             raise ConfigError(f"{where}: per-file-ignores `{pattern}` must map to a list of codes")
-    for key in ("quantizable", "exempt_classes"):
+    for key in ("quantizable", "exempt_classes", "not_quantizable"):
         for name in getattr(cfg, key):
             if not _QUALNAME.match(name):
                 raise ConfigError(f"{where}: `{key.replace('_', '-')}` entry `{name}` is not a dotted class name")

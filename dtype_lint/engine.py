@@ -67,7 +67,7 @@ def _analyze_job(path: str) -> tuple[str, list[dict]]:
 
 
 def build_index(headers: list[ModuleHeader], config: Config) -> QuantizableLayerIndex:
-    return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes)
+    return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes, config.all_not_quantizable)
 
 
 def analyze_file(path: str, index: QuantizableLayerIndex, config: Config, text: str | None = None) -> list[Finding]:

@@ -44,12 +44,17 @@ class FileFacts:
 
 
 def _quant_kw(call: ast.Call) -> str:
+    """"set": `quant_config=<x>`; "none": `quant_config=None`; "absent": a constructor call that
+    cannot pass one (no such keyword, no `**kwargs`, few positionals); "": unknown."""
     for kw in call.keywords:
         if kw.arg == "quant_config":
             if isinstance(kw.value, ast.Constant) and kw.value.value is None:
                 return "none"
             return "set"
-    return ""
+    if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return ""
+    # vLLM's linear layers take quant_config sixth at the earliest; fewer positionals cannot pass it.
+    return "absent" if len(call.args) < 6 else ""
 
 
 def annotation_name(node: ast.AST | None) -> str | None:
@@ -178,7 +183,8 @@ def _origin_of(value, ann, params, resolve, path, line, attr) -> AttrOrigin | No
         if name:
             t = resolve(name)
             q = _quant_kw(value)
-            extra = " with `quant_config=`" if q == "set" else (" with `quant_config=None`" if q == "none" else "")
+            extra = {"set": " with `quant_config=`", "none": " with `quant_config=None`",
+                     "absent": " without `quant_config`"}.get(q, "")
             return AttrOrigin(t, q, f"`self.{attr} = {name}(...)`{extra}", path, line)
     if isinstance(value, ast.Name) and value.id in params:
         t = resolve(annotation_name(params[value.id]))
@@ -253,7 +259,8 @@ class ProjectFacts:
             if cf and attr in cf.attrs:
                 origins = cf.attrs[attr]
                 # Prefer an origin that names a class; quant_config=<x> beats no word on it.
-                return sorted(origins, key=lambda o: (o.type_name is None, o.quant != "set"))[0]
+                # Prefer an origin that names a class, then one that may be quantized.
+                return sorted(origins, key=lambda o: (o.type_name is None, o.quant != "set", o.quant == "absent"))[0]
         return None
 
     def never_quantized(self, class_qualname: str) -> bool:
@@ -367,15 +374,22 @@ class LayerResolver:
         return LayerType(None)
 
     def quantizable(self, layer: LayerType, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
-        """("high"|"low", evidence) when the layer may hold a repacked weight, else None."""
-        if layer.quant == "none":
+        """("high"|"low", evidence) when the layer may hold a repacked weight, else None.
+
+        Precision rules: a layer built with `quant_config=None`, or by a constructor call with no
+        way to pass one, is never quantized; neither is a class the scanned tree defines outside
+        the quantizable hierarchy, nor a `not-quantizable` class (embeddings), whatever it was
+        given: `quant_config=` alone is evidence only for classes we cannot see."""
+        if layer.quant in ("none", "absent"):
             return None
         if layer.qualname:
-            if self.project.never_quantized(layer.qualname):
+            if self.project.never_quantized(layer.qualname) or self.index.not_quantizable(layer.qualname):
                 return None
             verdict = self.index.quantizable_verdict(layer.qualname)
             if verdict.yes:
                 return "high", layer.chain + verdict.chain
+            if self.index.class_location(layer.qualname) is not None:
+                return None
         if layer.quant == "set":
             return "high", layer.chain + (Evidence("constructed with `quant_config=`: its quant method may repack `.weight`", "", 0),)
         if name_patterns and not layer.qualname:

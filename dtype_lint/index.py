@@ -234,16 +234,18 @@ class ClassVerdict:
 class QuantizableLayerIndex:
     """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
 
-    def __init__(self, headers: list[ModuleHeader], quantizable: list[str], exempt: list[str]):
+    def __init__(self, headers: list[ModuleHeader], quantizable: list[str], exempt: list[str],
+                 not_quantizable: list[str] = ()):
         self.modules: dict[str, ModuleHeader] = {}
         for h in headers:
             self.modules.setdefault(h.module, h)
         self.quantizable = set(quantizable)
         self.exempt = set(exempt)
+        self._not_quantizable = set(not_quantizable)
         # Preset names matched by simple name inside their own top package, for re-export paths
         # (`from vllm.model_executor.layers import X`) when that package is not in the scan.
         self._by_simple = {}
-        for q in self.quantizable | self.exempt:
+        for q in self.quantizable | self.exempt | self._not_quantizable:
             self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
         self._memo: dict[tuple[str, str], ClassVerdict] = {}
         self.token = uuid.uuid4().hex  # identifies this index in process-wide fact caches
@@ -305,6 +307,10 @@ class QuantizableLayerIndex:
         return out
 
     # ---- verdicts ----------------------------------------------------------------------
+    def not_quantizable(self, qualname: str) -> bool:
+        """Configured as never holding a repackable weight (embeddings), or a subclass of one."""
+        return bool(self._not_quantizable) and self._verdict(qualname, "not_quantizable").yes
+
     def quantizable_verdict(self, qualname: str) -> ClassVerdict:
         return self._verdict(qualname, "quantizable")
 
@@ -316,7 +322,7 @@ class QuantizableLayerIndex:
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = ClassVerdict(False)  # cycle guard
-        roots = self.quantizable if kind == "quantizable" else self.exempt
+        roots = {"quantizable": self.quantizable, "exempt": self.exempt, "not_quantizable": self._not_quantizable}[kind]
         verdict = ClassVerdict(False)
         short = qualname.rsplit(".", 1)[-1]
         if qualname in roots:

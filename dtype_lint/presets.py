@@ -21,6 +21,11 @@ PRESETS: dict[str, dict] = {
             "vllm.model_executor.layers.fused_moe.FusedMoE",
             "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
         ],
+        # Lookup tables, not matmul inputs: their `.weight` is gathered, never fed an activation.
+        "not-quantizable": [
+            "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding",
+            "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead",
+        ],
         # Code whose job is the storage format: quant methods and weight-kernel classes.
         "exempt-classes": [
             "vllm.model_executor.layers.quantization.base_config.QuantizeMethodBase",
@@ -39,6 +44,7 @@ PRESETS: dict[str, dict] = {
     },
     "generic": {
         "quantizable": [],
+        "not-quantizable": [],
         "exempt-classes": [],
         "helper": "layer_input_dtype:get_layer_input_dtype",
         "helper-template": "torch",

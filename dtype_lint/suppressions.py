@@ -45,7 +45,9 @@ from typing import Callable, Collection, Iterable
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
 
-_MAYBE = re.compile(r"dtype-lint|noqa", re.IGNORECASE)
+# A directive that concerns us mentions "dtype-lint" or a DTL code: files without either (most
+# files, including the many with other tools' `# noqa`) are never tokenized.
+_MAYBE = re.compile(r"dtype-lint|DTL[0-9]", re.IGNORECASE)
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _IGNORE = re.compile(
     r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n]*)\])?", re.IGNORECASE
@@ -170,6 +172,8 @@ def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
         )
     for m in _NOQA.finditer(comment):
         codes = _split_codes(m["codes"] or "")
+        if not any(_DTL_CODE.match(c) for c in codes):
+            continue  # bare or another tool's noqa: not ours
         cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
         out.append(
             Suppression("noqa", line, col + m.start(), col + m.end(), codes, "",
@@ -179,7 +183,8 @@ def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
 
 
 def parse_suppressions(source: str) -> list[Suppression]:
-    """Every dtype-lint/noqa directive in `source`, in line order."""
+    """The directives in `source` that concern dtype-lint, in line order: every
+    ``dtype-lint: ignore`` (valid or not) and every ``noqa`` naming at least one DTL code."""
     if not _MAYBE.search(source):
         return []
     out: list[Suppression] = []
