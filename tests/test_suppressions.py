@@ -34,11 +34,11 @@ def fixed(source: str, f: Finding) -> str:
 
 def test_parse_both_forms():
     (a, b) = parse_suppressions(src('''
-        x = x.to(w)  # dtype-lint: ignore[DTL001, dtl003] proj is never quantized here
+        x = x.to(w)  # dtype-lint: ignore[DTL001, DTL003] proj is never quantized here
         y = y.to(w)  # NOQA:DTL001,E501
     '''))
     assert (a.kind, a.line, a.codes, a.reason) == ("ignore", 1, ("DTL001", "DTL003"), "proj is never quantized here")
-    assert a.text == "# dtype-lint: ignore[DTL001, dtl003] proj is never quantized here"
+    assert a.text == "# dtype-lint: ignore[DTL001, DTL003] proj is never quantized here"
     assert a.problem == ""
     assert (b.kind, b.line, b.codes, b.our_codes) == ("noqa", 2, ("DTL001", "E501"), ("DTL001",))
 
@@ -80,13 +80,18 @@ def test_reason_and_codes_required(comment, problem):
     assert sups[0].problem == problem
 
 
-def test_bare_noqa_and_foreign_noqa_name_no_dtype_lint_codes():
-    sups = parse_suppressions("a = 1  # noqa\nb = 2  # noqa: E501\n")
-    assert [s.our_codes for s in sups] == [(), ()]
+def test_bare_noqa_and_foreign_noqa_are_not_ours():
+    assert parse_suppressions("a = 1  # noqa\nb = 2  # noqa: E501\nc = 3  # DTL001 mentioned\n") == []
 
 
-def test_no_directives_means_no_tokenizing():
-    assert parse_suppressions("x = 1  # just a comment\n") == []
+def test_files_without_directives_are_not_tokenized(monkeypatch):
+    import tokenize
+
+    def boom(*a, **k):
+        raise AssertionError("tokenized")
+
+    monkeypatch.setattr(tokenize, "generate_tokens", boom)
+    assert parse_suppressions("x = 1  # just a comment\ny = 2  # noqa: E501\n") == []
 
 
 def test_tokenize_error_falls_back_gracefully():
@@ -259,3 +264,12 @@ def test_results_sorted_and_kept_in_input_order():
 def test_suppression_is_plain_data():
     (s,) = parse_suppressions("a = 1  # noqa: DTL001\n")
     assert isinstance(s, Suppression) and s.start == 7 and s.end == 21
+
+
+def test_codes_are_case_sensitive_like_ruff():
+    source = "a = a.to(w)  # dtype-lint: ignore[dtl001] lower case\nb = b.to(w)  # noqa: dtl001\n"
+    f1, f2 = finding(1), finding(2)
+    kept, new = apply(source, [f1, f2])
+    assert kept == [f1, f2]
+    (n,) = new  # the lowercase noqa is another tool's business; the ignore names an unknown code
+    assert n.span.line == 1 and "unknown code: dtl001" in n.message
