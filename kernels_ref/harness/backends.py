@@ -24,19 +24,23 @@ from ..nvfp4 import NvFp4Linear
 
 @dataclass(frozen=True)
 class Crash:
-    """An expected exception: its type name and its exact ``str()``."""
+    """An expected exception: its type name, its exact ``str()`` and a function on its traceback."""
 
     error_type: str
     message: str
+    raised_in: str  # a frame of this name must be on the traceback
 
     def describe(self) -> str:
         return f"{self.error_type}: {self.message}"
 
 
 # ``marlin_gemm``'s dtype check (csrc/quantization/marlin/marlin.cu); §0.1: backticks included.
-MARLIN_INT32_INPUT = Crash("RuntimeError", "unsupported `a` scalar_type")
+MARLIN_INT32_INPUT = Crash("RuntimeError", "unsupported `a` scalar_type", "marlin_gemm")
 # nn.Module.__getattr__ on a layer that registers qweight/qzeros/scales but no weight.
-AWQ_NO_WEIGHT = Crash("AttributeError", f"'{AwqLikeLinear.__name__}' object has no attribute 'weight'")
+# The cast itself raises, in the main path: the cp path casts to the guarded alias instead.
+AWQ_NO_WEIGHT = Crash(
+    "AttributeError", f"'{AwqLikeLinear.__name__}' object has no attribute 'weight'", "_compute_prefill_context"
+)
 
 
 @dataclass(frozen=True)

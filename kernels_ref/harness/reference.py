@@ -1,8 +1,9 @@
 """Dense reference for the context attention and the error metrics of KERNELS_SPEC.md §5.
 
-The reference attends each request's queries to its whole stored context at once, in fp64 on
-the CPU (fp32 on a GPU), with the original fp32 ``W``: no chunking, no merge, no
-quantization. Errors are measured only over tokens whose request has context; tokens without
+The reference attends each request's queries to its whole stored context at once, in fp64
+(on a GPU too: §5 allows fp32 there, but fp64 keeps TF32 settings and accumulation order out
+of the question at a cost of well under a second), with the original fp32 ``W``: no chunking,
+no merge, no quantization. Errors are measured only over tokens whose request has context; tokens without
 context are checked separately for the exact zeros / -inf the masking must leave.
 """
 
@@ -31,7 +32,7 @@ def reference_context_attention(
     ``cache`` is the stored paged cache (any float dtype, read as stored) and ``w`` the fp32
     kv_b_proj weight ``[H*(nope+v), L]``. Requests without context get 0 and -inf.
     """
-    acc = torch.float64 if q.device.type == "cpu" else torch.float32
+    acc = torch.float64
     num_tokens, num_heads, _ = q.shape
     block_size = cache.shape[1]
     out = torch.zeros(num_tokens, num_heads, v_head_dim, dtype=acc, device=q.device)
