@@ -225,9 +225,7 @@ def _check(args) -> int:
             findings = sorted(new_findings, key=lambda f: f.sort_key())
             if args.diff:
                 return EXIT_FINDINGS if diff_changed else (EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN)
-    findings = _post_filter(findings, args, cfg)
-    if findings is None:
-        return EXIT_ERROR
+    findings = _post_filter(findings, args, cfg, result)
     _report(findings, result, args, fixed_count)
     if args.exit_zero:
         return EXIT_CLEAN
@@ -244,8 +242,9 @@ def read_source(path: str) -> str | None:
     return _safe_read(path)
 
 
-def _post_filter(findings, args, cfg):
+def _post_filter(findings, args, cfg, result):
     """Suppression comments, then the baseline."""
+    from .rules import ALL_RULES
     from .suppressions import apply_suppressions
 
     cache: dict[str, str | None] = {}
@@ -255,32 +254,27 @@ def _post_filter(findings, args, cfg):
             cache[path] = read_source(path)
         return cache[path]
 
-    kept, extra = apply_suppressions(findings, src)
+    enabled = [c for c in [r.code for r in ALL_RULES] + ["DTL900", "DTL901", "DTL902"] if cfg.enabled(c)]
+    kept, extra = apply_suppressions(findings, src, paths=result.suppression_files, enabled_codes=enabled)
     findings = sorted(kept + [f for f in extra if cfg.enabled(f.code, f.path)], key=lambda f: f.sort_key())
     if args.write_baseline:
-        from .baseline import BaselineGrowthError, write_baseline
+        from .baseline import BaselineError, write_baseline
 
         try:
             write_baseline(args.write_baseline, findings, cfg.root)
-        except BaselineGrowthError as e:
+        except BaselineError as e:
             raise UserError(str(e)) from None
         print(f"dtype-lint: wrote baseline {args.write_baseline} ({len(findings)} findings)", file=sys.stderr)
         return []
     if args.baseline:
-        from .baseline import Baseline
+        from .baseline import Baseline, BaselineError
 
         try:
             baseline = Baseline.load(args.baseline)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, BaselineError) as e:
             raise UserError(f"cannot read baseline {args.baseline}: {e}") from None
-        findings, _matched, _stale = baseline.filter(findings, cfg.root) if _takes_root(baseline) else baseline.filter(findings)
+        findings, _matched, _stale = baseline.filter(findings, cfg.root)
     return findings
-
-
-def _takes_root(baseline) -> bool:
-    import inspect
-
-    return "root" in inspect.signature(baseline.filter).parameters
 
 
 def _report(findings, result, args, fixed_count: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -34,6 +35,7 @@ class RunResult:
     elapsed_s: float
     index: QuantizableLayerIndex | None = None
     headers: list[ModuleHeader] = field(default_factory=list)
+    suppression_files: list[str] = field(default_factory=list)
 
 
 def read_text(path: str) -> str:
@@ -42,16 +44,21 @@ def read_text(path: str) -> str:
 
 
 # ---- per-file work (runs in worker processes) -------------------------------------------------
+_SUPPRESSION = re.compile(r"dtype-lint:|noqa[^\n]*DTL")
+
+
 def _header_job(path: str) -> tuple[str, dict | None, bool, str | None]:
-    """(path, header dict, prefilter verdict, error) for one file."""
+    """(path, header dict, prefilter verdict, error) for one file. The header dict also records
+    whether the file holds a dtype-lint suppression comment (to report unused ones)."""
     try:
         text = read_text(path)
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as e:
         return path, None, False, f"cannot read: {e}"
     module = module_name(path)
     is_pkg = os.path.basename(path) == "__init__.py"
-    header = extract_header(text, module, path, is_pkg)
-    return path, header.to_dict(), might_match(text), None
+    header = extract_header(text, module, path, is_pkg).to_dict()
+    header["suppressions"] = _SUPPRESSION.search(text) is not None
+    return path, header, might_match(text), None
 
 
 _WORKER: dict = {}
@@ -140,6 +147,7 @@ class Engine:
         # Headers and prefilter verdicts for every file (cheap; cached).
         headers: dict[str, ModuleHeader] = {}
         passes: dict[str, bool] = {}
+        suppressing: set[str] = set()
         errors: dict[str, str] = {}
         misses = []
         for p in files:
@@ -148,11 +156,15 @@ class Engine:
                 misses.append(p)
             else:
                 headers[p], passes[p] = ModuleHeader.from_dict(hit[0]), hit[1]
+                if hit[0].get("suppressions"):
+                    suppressing.add(p)
         for path, hdr, ok, err in self._map(_header_job, misses, "index"):
             if err:
                 errors[path] = err
                 continue
             headers[path], passes[path] = ModuleHeader.from_dict(hdr), ok
+            if hdr.get("suppressions"):
+                suppressing.add(path)
             cache.put_header(path, stats[path], hdr, ok)
         index = build_index(list(headers.values()), cfg)
         digest = index.digest()
@@ -186,7 +198,8 @@ class Engine:
         cache.save()
         findings = [f for f in findings if cfg.enabled(f.code, f.path)]
         findings.sort(key=Finding.sort_key)
-        return RunResult(findings, files_in_scope, len(targets), time.perf_counter() - t0, index, list(headers.values()))
+        return RunResult(findings, files_in_scope, len(targets), time.perf_counter() - t0, index,
+                         list(headers.values()), [p for p in files_in_scope if p in suppressing])
 
     def _tick(self, items, stage):
         for i, item in enumerate(items, 1):
