@@ -133,7 +133,7 @@ class WeightDtypeCast(Rule):
             "from vllm.model_executor.layers.linear import LinearBase\n"
             "def run(layer: LinearBase, x):\n    y = x.to(layer.weight.dtype)\n    return layer(y)\n",
             expected_replacement="from vllm.model_executor.layers.linear import LinearBase\n" + _IMPORT +
-            "\ndef run(layer: LinearBase, x):\n    y = x.to(get_layer_input_dtype(layer, True) or x.dtype)\n    return layer(y)\n",
+            "def run(layer: LinearBase, x):\n    y = x.to(get_layer_input_dtype(layer, True) or x.dtype)\n    return layer(y)\n",
         ),
         # The guarded idiom of vLLM 0.27.1's MLA prefill, hoisted out of the loop.
         Invalid(
