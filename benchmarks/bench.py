@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """dtype-lint against the floor and its peers, on the vLLM 0.27.1 tree, in one run.
 
-Every row is a fresh child process timed by the same harness: wall clock around it, CPU from
-`getrusage(RUSAGE_CHILDREN)` before and after (user + system, including any worker processes the
-child waited for), peak RSS from `wait4` for that child. Rows run round-robin, `--repeat` times,
-and the table shows medians. See benchmarks/README.md for what the figures mean.
+Every row is a fresh child process timed by the same harness (runner.py, a small process that
+starts them all): wall clock around it, CPU from `getrusage(RUSAGE_CHILDREN)` before and after
+(user + system, including any worker processes the child waited for), peak RSS from `wait4` for
+that child. Rows run round-robin, `--repeat` times, and the table shows medians. See benchmarks/README.md for what the figures mean.
 
     .venv/bin/python benchmarks/bench.py                    # vLLM 0.27.1, 5 repetitions
     .venv/bin/python benchmarks/bench.py --quick --tree DIR  # each row once, on any tree
@@ -16,19 +16,17 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = Path(__file__).resolve().with_name("stages.py")
+RUNNER = Path(__file__).resolve().with_name("runner.py")
 RUFF_VERSION = "0.17.6"  # pinned so that figures from different days compare
 FLOOR = "read+prefilter"  # DESIGN.md §7: the floor is reading + prefiltering every file
 
@@ -60,38 +58,57 @@ class Sample:
     timed_out: bool = False
 
 
-def measure(cmd: list[str], cwd: Path, timeout: float) -> Sample:
-    """Run cmd once; wall around it, CPU from RUSAGE_CHILDREN, peak RSS from wait4."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        killed = threading.Event()
+class Runner:
+    """The measuring process (runner.py): every timed command is started from it, not from here.
 
-        def kill():
-            killed.set()
-            proc.kill()
+    It stays small, so a child's peak RSS is the child's own and not this process's (Linux keeps
+    the RSS high-water mark across exec; see runner.py).
+    """
 
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        try:
-            _, status, ru = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        # ru_maxrss is KiB on Linux, bytes on macOS.
-        rss = ru.ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
-        out.seek(0)
-        err.seek(0)
-        return Sample(
-            wall_s=wall, cpu_s=cpu, maxrss_mib=rss, returncode=proc.returncode,
-            stdout=out.read().decode("utf-8", "replace"),
-            stderr=err.read().decode("utf-8", "replace"),
-            timed_out=killed.is_set(),
+    _KEEP = 1 << 20  # bytes of a child's output kept: JSON reports are small, ruff's text is not
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="dtype-lint-bench-io-")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-S", str(RUNNER)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         )
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            self._proc.wait()
+        self._dir.cleanup()
+
+    def measure(self, cmd: list[str], cwd: Path, timeout: float) -> Sample:
+        out, err = Path(self._dir.name, "stdout"), Path(self._dir.name, "stderr")
+        req = {"cmd": cmd, "cwd": str(cwd), "stdout": str(out), "stderr": str(err),
+               "timeout": timeout}
+        self._proc.stdin.write(json.dumps(req) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError("benchmark runner died")
+        reply = json.loads(line)
+        if "error" in reply:  # could not start the command at all
+            return Sample(0.0, 0.0, 0.0, 127, "", reply["error"])
+        return Sample(
+            wall_s=reply["wall_s"], cpu_s=reply["cpu_s"], maxrss_mib=reply["maxrss_kib"] / 1024,
+            returncode=reply["returncode"], stdout=self._tail(out), stderr=self._tail(err),
+            timed_out=reply["timed_out"],
+        )
+
+    def _tail(self, path: Path) -> str:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - self._KEEP))
+            return fh.read().decode("utf-8", "replace")
 
 
 @dataclass
@@ -252,14 +269,14 @@ def build_rows(tree: Path, work: Path, n_files: int, ruff: tuple[str | None, str
     return rows
 
 
-def warm_up(rows: list[Row], timeout: float, log) -> None:
+def warm_up(runner: Runner, rows: list[Row], timeout: float, log) -> None:
     """Untimed: page cache, dtype-lint's and ruff's caches; a JSON run for the file count."""
     by_id = {r.id: r for r in rows}
     log("warm-up: page cache")
-    measure(by_id["read"].cmd, by_id["read"].cwd, timeout)
+    runner.measure(by_id["read"].cmd, by_id["read"].cwd, timeout)
     dtl = by_id["dtype-lint-warm"]
     log("warm-up: dtype-lint cache")
-    s = measure(dtl.cmd + ["--output-format", "json"], dtl.cwd, timeout)
+    s = runner.measure(dtl.cmd + ["--output-format", "json"], dtl.cwd, timeout)
     if s.returncode == 0:
         try:
             summary = json.loads(s.stdout)["summary"]
@@ -272,17 +289,17 @@ def warm_up(rows: list[Row], timeout: float, log) -> None:
     ruff = by_id["ruff-cached"]
     if ruff.cmd:
         log("warm-up: ruff cache")
-        measure(ruff.cmd, ruff.cwd, timeout)
+        runner.measure(ruff.cmd, ruff.cwd, timeout)
 
 
-def run_all(rows: list[Row], repeat: int, timeout: float, log) -> None:
+def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log) -> None:
     # Round-robin, so that a change in machine load touches every row alike.
     for rep in range(repeat):
         for row in rows:
             if row.cmd is None or row.status == "failed":
                 continue
             log(f"[{rep + 1}/{repeat}] {row.label}")
-            row.record(measure(row.cmd, row.cwd, timeout))
+            row.record(runner.measure(row.cmd, row.cwd, timeout))
 
 
 def print_table(rows: list[Row], figures: list[dict], header: str) -> None:
@@ -356,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dtype-lint-bench-") as work_s:
         work = Path(work_s)
         rows = build_rows(tree, work, n_files, ruff)
-        warm_up(rows, args.timeout, log)
-        run_all(rows, repeat, args.timeout, log)
+        with Runner() as runner:
+            warm_up(runner, rows, args.timeout, log)
+            run_all(runner, rows, repeat, args.timeout, log)
 
     floor = next((r for r in rows if r.id == FLOOR and r.samples), None)
     figures = [r.figures(floor) for r in rows]

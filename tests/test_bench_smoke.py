@@ -127,15 +127,33 @@ def _bench_module():
 
 def test_harness_measures_a_child(tmp_path: Path):
     bench = _bench_module()
-    s = bench.measure([sys.executable, "-c", "sum(range(10**5))"], tmp_path, timeout=120)
+    with bench.Runner() as runner:
+        s = runner.measure([sys.executable, "-c", "print(sum(range(10**5)))"], tmp_path, 120)
     assert s.returncode == 0 and not s.timed_out
     assert s.wall_s > 0 and s.cpu_s > 0 and s.maxrss_mib > 0
+    assert s.stdout.strip() == str(sum(range(10**5)))
+
+
+def test_child_peak_rss_is_its_own(tmp_path: Path):
+    # Linux keeps the RSS high-water mark across exec: measured from a large process, a tiny
+    # child would "peak" at that process's size. The runner exists to prevent that.
+    bench = _bench_module()
+    ballast = bytearray(256 * 2**20)
+    ballast[:: 4096] = b"\1" * len(ballast[:: 4096])  # touch every page: make it resident
+    with bench.Runner() as runner:
+        s = runner.measure([sys.executable, "-c", "pass"], tmp_path, 120)
+    del ballast
+    assert s.returncode == 0
+    assert 0 < s.maxrss_mib < 128, s.maxrss_mib
 
 
 def test_harness_reports_a_failing_row(tmp_path: Path):
     bench = _bench_module()
     row = bench.Row("x", "x", [sys.executable, "-c", "raise SystemExit('boom')"], tmp_path)
-    row.record(bench.measure(row.cmd, row.cwd, timeout=120))
+    with bench.Runner() as runner:
+        row.record(runner.measure(row.cmd, row.cwd, 120))
+        missing = runner.measure([str(tmp_path / "no-such-tool")], tmp_path, 120)
     assert row.status == "failed"
     assert "exit 1" in row.note and "boom" in row.note
     assert row.figures(None)["wall_s"] is None
+    assert missing.returncode != 0 and "No such file" in missing.stderr
