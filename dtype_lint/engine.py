@@ -135,9 +135,17 @@ class Engine:
         t0 = time.perf_counter()
         cfg = self.config
         files = discover(paths, tuple(cfg.exclude), cfg.root)
+        # Named files (pre-commit passes only the staged ones) are checked against the class index
+        # of their whole project, so a layer defined in an unstaged file still resolves.
+        index_files = files
+        if cfg.source != "defaults" and any(os.path.isfile(p) for p in paths):
+            seen = {os.path.realpath(f) for f in files}
+            extra = [f for f in discover([str(cfg.root)], tuple(cfg.exclude), cfg.root)
+                     if os.path.realpath(f) not in seen]
+            index_files = files + extra
         cache = Cache(cfg.root / cfg.cache_dir, key=f"{__version__}-{cfg.fingerprint()}", enabled=self.use_cache)
         stats = {}
-        for p in files:
+        for p in index_files:
             try:
                 st = os.stat(p)
                 stats[p] = f"{st.st_mtime_ns}:{st.st_size}"
@@ -150,7 +158,7 @@ class Engine:
         suppressing: set[str] = set()
         errors: dict[str, str] = {}
         misses = []
-        for p in files:
+        for p in index_files:
             hit = cache.header(p, stats[p])
             if hit is None:
                 misses.append(p)
