@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dtype-lint: interrupted", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:  # `dtype-lint check | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
     except UserError as e:
         print(f"dtype-lint: error: {e}", file=sys.stderr)
         return EXIT_ERROR
@@ -203,7 +206,7 @@ def _check(args) -> int:
                     import difflib
 
                     out.write("".join(difflib.unified_diff([], helper.source.splitlines(keepends=True),
-                                                           fromfile="/dev/null", tofile=f"b/{helper.path}")))
+                                                           fromfile="/dev/null", tofile=f"b/{os.path.relpath(helper.path)}")))
                 for o in changed:
                     out.write(o.diff())
             else:
