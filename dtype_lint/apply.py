@@ -94,7 +94,22 @@ def fix_one(path: str, index: QuantizableLayerIndex, config: Config, unsafe: boo
         out = FixOutcome(path, "", "", error=f"cannot read: {e}")
         out.remaining = first or []
         return out
-    return fix_text(path, original.text, lambda t: analyze_file(path, index, config, text=t), unsafe, first)
+    return fix_text(path, original.text, lambda t: _unsuppressed_fixes(analyze_file(path, index, config, text=t), t),
+                    unsafe, first)
+
+
+def _unsuppressed_fixes(findings: list[Finding], text: str) -> list[Finding]:
+    """A finding a suppression comment covers is not fixed (as in ruff): its fix is dropped. The
+    finding itself stays, so the comment still counts as used when the run reports."""
+    from dataclasses import replace
+
+    from .suppressions import apply_suppressions
+
+    if not any(f.fix for f in findings):
+        return findings
+    kept = {id(f) for f in apply_suppressions(findings, lambda _p: text)[0]}
+    return [f if id(f) in kept or f.fix is None else replace(f, fix=None, no_fix_reason="suppressed")
+            for f in findings]
 
 
 def fix_files(paths: list[str], headers: list[ModuleHeader], index: QuantizableLayerIndex, config: Config,
