@@ -128,7 +128,7 @@ class Planner:
                    tuple(edits), ((self.module, self.func),)), ""
 
     def _statement(self, site: Site, stmt: ast.stmt) -> Fix | None:
-        if not self._is_self_cast(stmt, site) or not self._starts_line(stmt):
+        if not self._is_self_cast(stmt, site) or not self._starts_line(stmt) or not self._only_dtype(site):
             return None
         var = self._var_name(site)
         flag = self.flag_default
@@ -194,7 +194,7 @@ class Planner:
         _, t1 = self.src.node_offsets(assign.targets[0])
         _, s1 = self.src.node_offsets(assign)
         edits = [Edit(t1, s1, f" = {self.func}({layer}, {self.flag_default})")]
-        if self._is_self_cast(stmt, site) and self._starts_line(stmt):
+        if self._is_self_cast(stmt, site) and self._starts_line(stmt) and self._only_dtype(site):
             s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
             indent = self.src.indent_of(stmt.lineno)
             edits.append(Edit(s0, s0, f"if {name} is not None:\n{indent}{self._indent_unit(site, stmt)}"))
@@ -226,6 +226,12 @@ class Planner:
             return False
         receiver = site.call.func.value  # type: ignore[union-attr]
         return ast.dump(stmt.targets[0]).replace("Store()", "Load()") == ast.dump(receiver) and is_pure(receiver)
+
+    @staticmethod
+    def _only_dtype(site: Site) -> bool:
+        """The cast passes nothing but the dtype, so skipping it when the helper says None drops
+        nothing else (`x.to(device=d, dtype=w)` must still move to `d`: expression form)."""
+        return len(site.call.args) + len(site.call.keywords) == 1
 
     def _starts_line(self, stmt: ast.stmt) -> bool:
         return self.src.line_text(stmt.lineno)[: self.src.char_col(stmt.lineno, stmt.col_offset)].strip() == ""
