@@ -7,6 +7,7 @@ The expectations below are written out from KERNELS_SPEC.md §4–§6 rather tha
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -170,6 +171,45 @@ def test_a_do_nothing_fixer_is_caught(monkeypatch):
     assert any("B/seed 0/marlin: post raised" in v for v in rep["violations"])
     assert any("B/seed 0/awq: post raised" in v for v in rep["violations"])
     assert not any("/bf16:" in v for v in rep["violations"])
+
+
+def test_the_fixture_calls_the_routed_kernels(monkeypatch):
+    # gpu_check runs the matrix under ops.installed("cuda"): the fixture must pick the routed
+    # attention up (it binds it at import), so on CPU tensors the CUDA route refuses to run.
+    from dtype_lint.kernels_ref import ops
+    from dtype_lint.kernels_ref.build import CudaUnavailable
+
+    s = SCENARIOS["B"]
+    with ops.installed("cuda"), verify.variant_package() as pkg:
+        inputs = prepare_inputs(make_data(s, 0), BACKENDS["fp8"], "cpu")
+        with pytest.raises(CudaUnavailable):
+            run_variant(pkg.post, "main", s, inputs)
+
+
+def test_matrix_through_ops_matches_the_direct_reference(report):
+    routed = verify.run_matrix("cpu", ("B",), (0,), backends=("fp16", "marlin", "awq", "nvfp4"), kernels="auto")
+    assert routed["ok"], routed["violations"]
+    direct = {(r["scenario"], r["backend"]): r["post_metrics"] for r in report["runs"]}
+    for r in routed["runs"]:
+        assert r["post_metrics"] == direct[("B", r["backend"])]
+
+
+def test_saved_variants_run_without_libcst(tmp_path, monkeypatch):
+    # The GPU machine has no libcst: the fix is made here and carried (--emit-variants).
+    assert verify.main(["--emit-variants", str(tmp_path / "v")]) == 0
+    monkeypatch.setitem(sys.modules, "libcst", None)
+    monkeypatch.setitem(sys.modules, "dtype_lint.api", None)
+    rep = verify.run_matrix("cpu", ("B",), (0,), backends=("marlin", "awq"), variants_dir=tmp_path / "v")
+    assert rep["ok"], rep["violations"]
+    assert rep["fixer"]["origin"].endswith(str(tmp_path / "v"))
+
+
+def test_saved_variants_of_another_fixture_are_refused(tmp_path):
+    verify.write_variants(tmp_path)
+    (pkg,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (pkg / "pre.py").write_text((pkg / "pre.py").read_text() + "\n# edited\n")
+    with pytest.raises(ValueError, match="not the current fixture"):
+        verify.load_variants(tmp_path)
 
 
 def test_main_writes_json_and_exits_zero(tmp_path, capsys):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import importlib
 import importlib.resources
 import json
@@ -53,6 +54,7 @@ from .reference import (
 )
 
 FIXTURE = "verify/mla_prefill.py"
+HELPER_MODULE = "layer_input_dtype"
 HELPER_FUNC = "get_layer_input_dtype"
 
 #: (variant, module, path): which module and which of its two context loops each variant runs.
@@ -76,46 +78,115 @@ class VariantPackage:
     helper: Callable[[torch.nn.Module, bool], "torch.dtype | None"]
     settings: dict
     diff: str
+    origin: str  # "dtype_lint.api", or where its saved output was loaded from
+    unsafe_fixes: bool
+
+
+@dataclass(frozen=True)
+class VariantSources:
+    """The texts of the package: ``pre.py`` (the fixture), ``post.py`` and the helper module."""
+
+    name: str
+    settings: dict
+    unsafe_fixes: bool
+    pre: str
+    post: str
+    helper: str
+
+    @property
+    def diff(self) -> str:
+        return "".join(
+            difflib.unified_diff(self.pre.splitlines(True), self.post.splitlines(True), "pre.py", "post.py")
+        )
 
 
 def fixture_source() -> str:
     return importlib.resources.files("dtype_lint.fixtures").joinpath(FIXTURE).read_text()
 
 
-@contextmanager
-def variant_package(*, unsafe_fixes: bool = False) -> Iterator[VariantPackage]:
-    """Write and import ``<tmp>/dtl_verify_<hex>/{pre,post,<helper>}.py``; clean up after.
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
-    ``post.py`` and the helper module are exactly what ``dtype_lint.api`` produces: the
-    harness never hand-writes the fixed code it proves.
-    """
+
+def fix_fixture(*, unsafe_fixes: bool = False) -> VariantSources:
+    """Run dtype-lint's own fixer on the fixture: ``post.py`` and the helper are its output."""
     from dtype_lint.api import fix_source, helper_module_source
 
     name = f"dtl_verify_{uuid.uuid4().hex[:12]}"
-    settings = {"preset": "vllm", "helper": f"{name}.layer_input_dtype:{HELPER_FUNC}", "helper-template": "torch"}
+    settings = {"preset": "vllm", "helper": f"{name}.{HELPER_MODULE}:{HELPER_FUNC}", "helper-template": "torch"}
+    pre = fixture_source()
+    # A filename that does not exist: the fix must depend on the text and settings alone
+    # (with the file on disk the engine also derives a module name from its path).
+    filename = str(Path(tempfile.gettempdir()) / f"{name}.absent" / name / "pre.py")
+    post = fix_source(pre, filename=filename, settings=settings, unsafe_fixes=unsafe_fixes)
+    return VariantSources(name, settings, unsafe_fixes, pre, post, helper_module_source(settings))
+
+
+def write_variants(directory: str | Path, *, unsafe_fixes: bool = False) -> Path:
+    """Fix the fixture here and save the package for a machine without libcst (the GPU one).
+
+    Writes ``<directory>/variants.json`` and ``<directory>/<package>/*.py``; load them with
+    ``run_matrix(..., variants_dir=directory)`` or ``--variants DIR``.
+    """
+    src = fix_fixture(unsafe_fixes=unsafe_fixes)
+    out = Path(directory)
+    _write_package(out, src)
+    meta = {
+        "package": src.name,
+        "settings": src.settings,
+        "unsafe_fixes": unsafe_fixes,
+        "fixture_sha256": _sha256(src.pre),
+    }
+    (out / "variants.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+def load_variants(directory: str | Path) -> VariantSources:
+    """Read what :func:`write_variants` saved; refuse it if the fixture changed since."""
+    base = Path(directory)
+    meta = json.loads((base / "variants.json").read_text())
+    pkg = base / meta["package"]
+    pre = (pkg / "pre.py").read_text()
+    if _sha256(pre) != meta["fixture_sha256"] or pre != fixture_source():
+        raise ValueError(f"{base}: pre.py is not the current fixture; regenerate with --emit-variants")
+    return VariantSources(
+        meta["package"], meta["settings"], meta["unsafe_fixes"], pre,
+        (pkg / "post.py").read_text(), (pkg / f"{HELPER_MODULE}.py").read_text(),
+    )
+
+
+def _write_package(root: Path, src: VariantSources) -> Path:
+    pkg = root / src.name
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "pre.py").write_text(src.pre)
+    (pkg / "post.py").write_text(src.post)
+    (pkg / f"{HELPER_MODULE}.py").write_text(src.helper)
+    return pkg
+
+
+@contextmanager
+def variant_package(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = None) -> Iterator[VariantPackage]:
+    """Write and import ``<tmp>/dtl_verify_<hex>/{pre,post,layer_input_dtype}.py``; clean up after.
+
+    ``post.py`` and the helper module are exactly what ``dtype_lint.api`` produces, now or
+    (``variants_dir``) earlier on a machine with libcst: the harness never hand-writes the fixed
+    code it proves.
+    """
+    src = fix_fixture(unsafe_fixes=unsafe_fixes) if variants_dir is None else load_variants(variants_dir)
     root = Path(tempfile.mkdtemp(prefix="dtl_verify_"))
-    pkg = root / name
-    pkg.mkdir()
+    name = src.name
     try:
-        pre_src = fixture_source()
-        (pkg / "__init__.py").write_text("")
-        (pkg / "pre.py").write_text(pre_src)
-        post_src = fix_source(pre_src, filename=str(pkg / "pre.py"), settings=settings, unsafe_fixes=unsafe_fixes)
-        (pkg / "post.py").write_text(post_src)
-        (pkg / "layer_input_dtype.py").write_text(helper_module_source(settings))
-        diff = "".join(
-            difflib.unified_diff(
-                pre_src.splitlines(keepends=True), post_src.splitlines(keepends=True), "pre.py", "post.py"
-            )
-        )
+        _write_package(root, src)
         sys.path.insert(0, str(root))
         try:
             pre = importlib.import_module(f"{name}.pre")
             post = importlib.import_module(f"{name}.post")
-            helper = getattr(importlib.import_module(f"{name}.layer_input_dtype"), HELPER_FUNC)
+            helper = getattr(importlib.import_module(f"{name}.{HELPER_MODULE}"), HELPER_FUNC)
         finally:
             sys.path.remove(str(root))
-        yield VariantPackage(name, pre, post, helper, settings, diff)
+        origin = "dtype_lint.api" if variants_dir is None else f"dtype_lint.api, saved in {variants_dir}"
+        yield VariantPackage(name, pre, post, helper, src.settings, src.diff, origin, src.unsafe_fixes)
     finally:
         for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[mod]
@@ -267,6 +338,24 @@ def negative_control(pkg: VariantPackage, data: ScenarioData, device: str) -> di
 # ----------------------------------------------------------------------------- matrix
 
 
+KERNEL_ROUTES = ("reference", "auto", "torch", "cuda")
+
+
+@contextmanager
+def _kernel_route(kernels: str) -> Iterator[None]:
+    """Route the layers' and the fixture's kernel calls (``reference``: call the PyTorch
+    reference modules directly; otherwise through :func:`kernels_ref.ops.installed` with that
+    ops backend, ``cuda`` forcing the CUDA builds). Enter it before the fixture is imported:
+    the fixture binds the attention functions at import time."""
+    if kernels == "reference":
+        yield
+        return
+    from .. import ops
+
+    with ops.installed(kernels):
+        yield
+
+
 @contextmanager
 def _cpu_threads(n: int | None) -> Iterator[None]:
     """Run with ``n`` intra-op threads, then restore.
@@ -292,10 +381,24 @@ def run_matrix(
     seeds: tuple[int, ...] | list[int] = DEFAULT_SEEDS,
     *,
     backends: tuple[str, ...] | list[str] | None = None,
+    kernels: str | None = None,
     unsafe_fixes: bool = False,
+    variants_dir: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
-    """Run the backend matrix and return the JSON-ready report; ``report["ok"]`` is the verdict."""
+    """Run the backend matrix and return the JSON-ready report; ``report["ok"]`` is the verdict.
+
+    ``kernels`` (see :func:`_kernel_route`) defaults to ``"cuda"`` on ``device="cuda"`` (every
+    op on the CUDA builds, or an error) and to ``"reference"`` on the CPU. Raises ValueError
+    for unknown names and RuntimeError when the device cannot run.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    kernels = kernels or ("cuda" if device == "cuda" else "reference")
+    if kernels not in KERNEL_ROUTES:
+        raise ValueError(f"kernels must be one of {KERNEL_ROUTES}, got {kernels!r}")
+    if not seeds:
+        raise ValueError("no seeds given")
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise ValueError(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}")
@@ -305,10 +408,19 @@ def run_matrix(
         raise ValueError(f"unknown backend(s) {unknown}; known: {sorted(BACKENDS)}")
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: torch.cuda.is_available() is False")
+    if kernels == "cuda":
+        from ..build import cuda_available
+
+        if device != "cuda" or not cuda_available():
+            raise RuntimeError("kernels='cuda' needs --device cuda and a working CuPy/NVRTC")
 
     started = time.perf_counter()
     rows, controls, violations, timings = [], [], [], {}
-    with variant_package(unsafe_fixes=unsafe_fixes) as pkg, _cpu_threads(1 if device == "cpu" else None):
+    with (
+        _kernel_route(kernels),
+        variant_package(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir) as pkg,
+        _cpu_threads(1 if device == "cpu" else None),
+    ):
         if not pkg.diff:
             violations.append("fixer: post.py is identical to pre.py (no site was rewritten)")
         for name in scenarios:
@@ -328,7 +440,7 @@ def run_matrix(
                 timings[f"{name}/{seed}"] = round(time.perf_counter() - t0, 3)
                 if progress:
                     progress(f"scenario {name} seed {seed}: {timings[f'{name}/{seed}']:.1f} s")
-        settings, diff = pkg.settings, pkg.diff
+        fixer = {"origin": pkg.origin, "settings": pkg.settings, "unsafe_fixes": pkg.unsafe_fixes, "diff": pkg.diff}
 
     # Assertion 1 again, as sets over the whole run (a row-level check cannot see a backend
     # missing from the run, a set can say which crashed where).
@@ -342,10 +454,11 @@ def run_matrix(
 
     return {
         "device": device,
+        "kernels": kernels,
         "torch": torch.__version__,
         "scenarios": list(scenarios),
         "seeds": list(seeds),
-        "fixer": {"settings": settings, "unsafe_fixes": unsafe_fixes, "diff": diff},
+        "fixer": fixer,
         "backends": {
             b: {
                 "model_dtype": dtype_name(BACKENDS[b].model_dtype),
@@ -404,7 +517,7 @@ def render_table(report: dict, console=None) -> None:
 
     console = console or Console(width=None if sys.stdout.isatty() else 140)
     table = Table(
-        title=f"dtype-lint verify · device {report['device']} · scenarios {','.join(report['scenarios'])}"
+        title=f"dtype-lint verify · device {report['device']} · kernels {report['kernels']} · scenarios {','.join(report['scenarios'])}"
         f" · seeds {','.join(map(str, report['seeds']))}",
     )
     table.add_column("backend", no_wrap=True)
@@ -468,7 +581,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", type=_str_list, default=list(DEFAULT_SCENARIOS), help=f"comma list of {','.join(SCENARIOS)} (default A,B)")
     p.add_argument("--seeds", type=_int_list, default=list(DEFAULT_SEEDS), help="comma list or range, e.g. 0,1 or 0-7 (default 0,1)")
     p.add_argument("--backends", type=_str_list, default=None, help=f"comma list of {','.join(BACKENDS)} (default all)")
+    p.add_argument(
+        "--kernels", choices=KERNEL_ROUTES, default=None,
+        help="how kernels are called: the PyTorch reference directly (cpu default), or through "
+        "kernels_ref.ops with backend auto/torch/cuda (cuda: the CUDA builds, the default on --device cuda)",
+    )
     p.add_argument("--unsafe-fixes", action="store_true", help="let the fixer apply fixes it marks unsafe")
+    p.add_argument(
+        "--emit-variants", metavar="DIR",
+        help="only run the fixer and save pre/post/helper under DIR (for a machine without libcst)",
+    )
+    p.add_argument("--variants", metavar="DIR", help="use the package saved by --emit-variants instead of running the fixer")
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     p.add_argument("--no-table", action="store_true", help="do not print the summary table")
     p.add_argument("--show-diff", action="store_true", help="print the fixer's pre → post diff")
@@ -478,11 +601,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Exit 0: every assertion holds; 1: a violation; 2: the harness itself could not run."""
     args = build_parser().parse_args(argv)
+    if args.emit_variants:
+        try:
+            out = write_variants(args.emit_variants, unsafe_fixes=args.unsafe_fixes)
+        except (ImportError, ValueError, OSError) as exc:
+            print(f"dtype-lint verify: error: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {out / 'variants.json'}")
+        return 0
     try:
         report = run_matrix(
-            args.device, args.scenarios, args.seeds, backends=args.backends, unsafe_fixes=args.unsafe_fixes
+            args.device, args.scenarios, args.seeds, backends=args.backends, kernels=args.kernels,
+            unsafe_fixes=args.unsafe_fixes, variants_dir=args.variants,
         )
-    except (ImportError, ValueError, RuntimeError) as exc:
+    except (ImportError, ValueError, RuntimeError, OSError) as exc:
         print(f"dtype-lint verify: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
