@@ -169,8 +169,12 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             imports |= {i for f in applied for i in f.fix.imports}
             findings = analyze(new_text)
         if out.applied:
-            out.text = add_imports(out.text, imports)
-            verify_parses(out.text, path)
+            with_imports = add_imports(out.text, imports)
+            if with_imports != out.text:
+                verify_parses(with_imports, path)
+                out.text = with_imports
+                # The import shifts every line below it: report what remains at its new place.
+                findings = analyze(out.text)
     except Exception as e:  # libcst raises several types; none may escape and lose the file
         why = str(e) if isinstance(e, FixError) else f"{type(e).__name__}: {e}"
         out.text, out.error, out.applied = text, why, []
