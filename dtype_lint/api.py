@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .config import Config, apply_settings
+from .discovery import module_name
 from .engine import analyze_file, build_index
 from .findings import Finding
 from .fixer import fix_text
@@ -21,18 +23,25 @@ def make_config(settings: dict | None = None, root: Path | None = None) -> Confi
     return apply_settings(cfg, dict(settings or {}), where="settings")
 
 
+def _single_file_index(source: str, filename: str, cfg: Config):
+    # Under the module name analyze_file will give the file (from its path when it exists), or
+    # the file's own classes would not be found in the index.
+    module = module_name(filename) if os.path.exists(filename) else ""
+    is_pkg = os.path.basename(filename) == "__init__.py"
+    return build_index([extract_header(source, module, filename, is_pkg)], cfg)
+
+
 def check_source(source: str, *, filename: str = "<string>", settings: dict | None = None) -> list[Finding]:
     """Findings for one module's text, with the class index built from that text alone."""
     cfg = make_config(settings)
-    index = build_index([extract_header(source, "", filename, False)], cfg)
-    return analyze_file(filename, index, cfg, text=source)
+    return analyze_file(filename, _single_file_index(source, filename, cfg), cfg, text=source)
 
 
 def fix_source(source: str, *, filename: str = "<string>", settings: dict | None = None,
                unsafe_fixes: bool = False) -> str:
     """The text after applying every (safe, or also unsafe) fix; raises ValueError if a fix fails."""
     cfg = make_config(settings)
-    index = build_index([extract_header(source, "", filename, False)], cfg)
+    index = _single_file_index(source, filename, cfg)
     outcome = fix_text(filename, source, lambda t: analyze_file(filename, index, cfg, text=t), unsafe_fixes)
     if outcome.error:
         raise ValueError(outcome.error)
