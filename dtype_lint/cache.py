@@ -30,7 +30,7 @@ class Cache:
 
     @staticmethod
     def _k(path: str) -> str:
-        return os.path.realpath(path)
+        return os.path.abspath(path)
 
     def header(self, path: str, stamp: str):
         entry = self.data["headers"].get(self._k(path)) if self.enabled else None

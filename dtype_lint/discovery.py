@@ -5,8 +5,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 # Written gitignore-style: a bare name matches that directory or file anywhere in the tree.
@@ -21,21 +21,36 @@ class DiscoveryError(Exception):
     pass
 
 
-@dataclass(frozen=True)
 class Excluder:
-    patterns: tuple[str, ...]
+    """gitignore-style patterns compiled once: bare names match any path component, patterns with
+    a slash match the path relative to the root."""
 
-    def excluded(self, rel_posix: str) -> bool:
-        parts = rel_posix.split("/")
-        for pat in self.patterns:
+    def __init__(self, patterns: tuple[str, ...]):
+        names, paths = [], []
+        for pat in patterns:
             anchored = pat.startswith("/")
             pat = pat.strip("/")
+            if not pat:
+                continue
             if "/" in pat or anchored:
-                if fnmatch.fnmatch(rel_posix, pat) or fnmatch.fnmatch(rel_posix, pat + "/*"):
-                    return True
-            elif any(fnmatch.fnmatch(part, pat) for part in parts):
-                return True
-        return False
+                paths.append(fnmatch.translate(pat))
+                paths.append(fnmatch.translate(pat + "/*"))
+            else:
+                names.append(fnmatch.translate(pat))
+        self._name = re.compile("|".join(names)) if names else None
+        self._path = re.compile("|".join(paths)) if paths else None
+
+    def excluded_name(self, name: str) -> bool:
+        return bool(self._name and self._name.match(name))
+
+    def excluded(self, rel_posix: str) -> bool:
+        if self._path and self._path.match(rel_posix):
+            return True
+        return any(self.excluded_name(part) for part in rel_posix.split("/"))
+
+    def excluded_child(self, rel_posix: str, name: str) -> bool:
+        """For a directory walk that already pruned the parents: only the new component."""
+        return self.excluded_name(name) or bool(self._path and self._path.match(rel_posix))
 
 
 def read_gitignore(root: Path) -> tuple[str, ...]:
@@ -70,18 +85,21 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path) -> list[st
                 seen.add(key)
                 out.append(str(p))
             continue
+        base_rel = _rel(p, root)
         for dirpath, dirnames, filenames in os.walk(p):
-            rel_dir = _rel(Path(dirpath), root)
+            sub = os.path.relpath(dirpath, p)
+            rel_dir = base_rel if sub == "." else _join(base_rel, sub.replace(os.sep, "/"))
             dirnames[:] = sorted(
-                d for d in dirnames if not excluder.excluded(_join(rel_dir, d))
+                d for d in dirnames if not excluder.excluded_child(_join(rel_dir, d), d)
             )
             for name in sorted(filenames):
                 if not name.endswith((".py", ".pyi")):
                     continue
-                if excluder.excluded(_join(rel_dir, name)):
+                if excluder.excluded_child(_join(rel_dir, name), name):
                     continue
                 full = os.path.join(dirpath, name)
-                key = os.path.realpath(full)
+                # Symlinked duplicates are the only way one file shows up twice in a walk.
+                key = os.path.realpath(full) if os.path.islink(full) or os.path.islink(dirpath) else os.path.abspath(full)
                 if key not in seen:
                     seen.add(key)
                     out.append(full)

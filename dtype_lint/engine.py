@@ -8,6 +8,8 @@ cached by (mtime, size) and invalidated by the config, the class index and the t
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import os
 import re
 import sys
@@ -57,6 +59,7 @@ def _header_job(path: str) -> tuple[str, dict | None, bool, str | None]:
     module = module_name(path)
     is_pkg = os.path.basename(path) == "__init__.py"
     header = extract_header(text, module, path, is_pkg).to_dict()
+    header["hash"] = hashlib.sha1(json.dumps(header, sort_keys=True).encode()).hexdigest()[:16]
     header["suppressions"] = _SUPPRESSION.search(text) is not None
     return path, header, might_match(text), None
 
@@ -123,6 +126,22 @@ def _parse_error(path: str, message: str, line: int, col: int) -> Finding:
                    scope="<module>", expression=message)
 
 
+def code_stamp() -> str:
+    """Changes when dtype-lint's own code changes (an editable install under development), so a
+    cache never outlives the rules that produced it."""
+    import dtype_lint
+    import dtype_lint.rules
+
+    h = hashlib.sha1()
+    for pkg in (dtype_lint, dtype_lint.rules):
+        d = os.path.dirname(pkg.__file__)
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(d, name))
+                h.update(f"{name}:{st.st_mtime_ns}:{st.st_size};".encode())
+    return h.hexdigest()[:10]
+
+
 # ---- the run ---------------------------------------------------------------------------
 class Engine:
     def __init__(self, config: Config, jobs: int | None = None, use_cache: bool = True, progress=None):
@@ -143,7 +162,8 @@ class Engine:
             extra = [f for f in discover([str(cfg.root)], tuple(cfg.exclude), cfg.root)
                      if os.path.realpath(f) not in seen]
             index_files = files + extra
-        cache = Cache(cfg.root / cfg.cache_dir, key=f"{__version__}-{cfg.fingerprint()}", enabled=self.use_cache)
+        cache = Cache(cfg.root / cfg.cache_dir, key=f"{__version__}-{code_stamp()}-{cfg.fingerprint()}",
+                      enabled=self.use_cache)
         stats = {}
         for p in index_files:
             try:
@@ -156,6 +176,7 @@ class Engine:
         headers: dict[str, ModuleHeader] = {}
         passes: dict[str, bool] = {}
         suppressing: set[str] = set()
+        header_hashes: dict[str, str] = {}
         errors: dict[str, str] = {}
         misses = []
         for p in index_files:
@@ -164,6 +185,7 @@ class Engine:
                 misses.append(p)
             else:
                 headers[p], passes[p] = ModuleHeader.from_dict(hit[0]), hit[1]
+                header_hashes[p] = hit[0].get("hash", "")
                 if hit[0].get("suppressions"):
                     suppressing.add(p)
         for path, hdr, ok, err in self._map(_header_job, misses, "index"):
@@ -171,11 +193,12 @@ class Engine:
                 errors[path] = err
                 continue
             headers[path], passes[path] = ModuleHeader.from_dict(hdr), ok
+            header_hashes[path] = hdr["hash"]
             if hdr.get("suppressions"):
                 suppressing.add(path)
             cache.put_header(path, stats[path], hdr, ok)
         index = build_index(list(headers.values()), cfg)
-        digest = index.digest()
+        digest = hashlib.sha1("".join(sorted(f"{h.module}:{header_hashes.get(p, '')};" for p, h in headers.items())).encode()).hexdigest()[:16]
 
         targets = [p for p in files if passes.get(p)]
         if changed_ref is not None:
