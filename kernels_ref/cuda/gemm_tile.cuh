@@ -96,7 +96,9 @@ struct ScaledStore {
   const float* col_scale;  // nullptr: none
   i64 col_scale_stride;
   const float* alpha;  // nullptr: none (a device scalar, e.g. NVFP4's alpha)
-  __device__ void operator()(int m, int n, float acc) const {
+  // Not inlined: the epilogue runs 64 times per thread, once, and inlining the dtype switch
+  // into the unrolled loop multiplies code size and compile time for no speed.
+  __device__ __noinline__ void operator()(int m, int n, float acc) const {
     float v = acc;
     if (row_scale) v = __fmul_rn(v, row_scale[(i64)m * row_scale_stride]);
     if (col_scale) v = __fmul_rn(v, col_scale[(i64)n * col_scale_stride]);

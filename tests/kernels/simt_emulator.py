@@ -1,0 +1,201 @@
+"""Run the CUDA kernels of ``kernels_ref/cuda`` on the CPU, to test them without a GPU.
+
+Each ``.cu`` file (with its headers spliced in, exactly the text NVRTC compiles) is built by g++
+into a shared library, behind a small prelude that maps CUDA's vocabulary onto the host:
+
+* a block's threads are real ``std::thread``s; ``__syncthreads()`` is a ``std::barrier``;
+  ``__shfl_xor_sync`` exchanges through a per-block array between two barriers (the kernels only
+  shuffle with every thread of the block taking part, which this requires);
+* blocks run one after another, so ``__shared__`` can be ``static``;
+* ``__fmul_rn``/``__fadd_rn``/``__fdiv_rn``/``__fmaf_rn`` are the IEEE host operations (no
+  contraction: ``-ffp-contract=off``), ``expf``/``logf`` the C library's.
+
+A launcher per kernel is generated from its parsed parameter list, and :func:`launch` has the
+signature of ``kernels_ref.build.launch``, so the ops' CUDA wrappers can run unchanged on CPU
+tensors (their ``data_ptr()`` is a host address). What this cannot show: NVRTC- or
+CuPy-specific behaviour, warp-synchronous hazards, and the device's expf/logf last-bit differences.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from dtype_lint.kernels_ref import build
+
+PRELUDE = r"""
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+struct emu_dim3 { unsigned x = 1, y = 1, z = 1; };
+namespace emu {
+struct Block {
+  std::barrier<>* bar;
+  std::vector<float> ex_f;
+  std::vector<int> ex_i;
+};
+thread_local emu_dim3 tIdx, bIdx, bDim, gDim;
+thread_local Block* blk = nullptr;
+inline void run(emu_dim3 grid, unsigned threads, const std::function<void()>& fn) {
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        std::barrier<> bar((std::ptrdiff_t)threads);
+        Block b{&bar, std::vector<float>(threads), std::vector<int>(threads)};
+        std::vector<std::thread> ts;
+        ts.reserve(threads);
+        for (unsigned t = 0; t < threads; ++t)
+          ts.emplace_back([&, t] {
+            tIdx = {t, 0, 0}; bIdx = {x, y, z}; bDim = {threads, 1, 1}; gDim = grid; blk = &b;
+            fn();
+          });
+        for (auto& th : ts) th.join();
+      }
+}
+}  // namespace emu
+
+#define threadIdx emu::tIdx
+#define blockIdx emu::bIdx
+#define blockDim emu::bDim
+#define gridDim emu::gDim
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __shared__ static
+#define __launch_bounds__(...)
+inline void __syncthreads() { emu::blk->bar->arrive_and_wait(); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __shfl_xor_sync(unsigned, float v, int off) {
+  unsigned t = emu::tIdx.x;
+  emu::blk->ex_f[t] = v;
+  __syncthreads();
+  float r = emu::blk->ex_f[t ^ (unsigned)off];
+  __syncthreads();
+  return r;
+}
+
+
+"""
+
+_PARAM_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "I": ctypes.c_uint, "l": ctypes.c_longlong, "f": ctypes.c_float}
+_KERNEL_DECL_RE = re.compile(
+    r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)', re.S
+)
+
+
+def gxx() -> str | None:
+    return shutil.which("g++")
+
+
+def _launchers(source_path: Path) -> str:
+    text = re.sub(r"//[^\n]*", "", source_path.read_text())
+    out = []
+    for name, params in _KERNEL_DECL_RE.findall(text):
+        decls = [" ".join(p.split()) for p in params.split(",") if p.strip()]
+        names = [re.findall(r"\w+", d)[-1] for d in decls]
+        out.append(
+            f'extern "C" void emu_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx'
+            + "".join(f", {d}" for d in decls)
+            + f") {{ emu::run({{gx, gy, gz}}, bx, [=] {{ {name}({', '.join(names)}); }}); }}"
+        )
+    return "\n".join(out)
+
+
+class Emulator:
+    """Compiled emulation libraries, one per ``.cu`` file, built on first use."""
+
+    def __init__(self, cache_dir: Path | None = None) -> None:
+        self.dir = Path(cache_dir or tempfile.mkdtemp(prefix="dtl_simt_"))
+        self.libs: dict[str, ctypes.CDLL] = {}
+        self.sigs = build.all_kernel_signatures()
+        self.calls: list[str] = []
+
+    def _lib(self, stem: str) -> ctypes.CDLL:
+        if stem in self.libs:
+            return self.libs[stem]
+        cu = build.CUDA_DIR / f"{stem}.cu"
+        code = PRELUDE + "\n" + build.kernel_source(cu) + "\n" + _launchers(cu) + "\n"
+        digest = hashlib.sha256(code.encode()).hexdigest()[:16]
+        so = self.dir / f"{stem}-{digest}.so"
+        if not so.exists():
+            src = self.dir / f"{stem}-{digest}.cpp"
+            src.write_text(code)
+            res = subprocess.run(
+                [gxx(), "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-pthread", "-shared", "-fPIC",
+                 "-w", "-o", str(so), str(src)],
+                capture_output=True, text=True, timeout=600,
+            )
+            if res.returncode:
+                raise RuntimeError(f"g++ failed on the emulation of {stem}.cu:\n{res.stderr[-4000:]}")
+        lib = ctypes.CDLL(str(so))
+        self.libs[stem] = lib
+        return lib
+
+    def build_all(self) -> None:
+        for f in build.cuda_files():
+            self._lib(f.stem)
+
+    def launch(self, name, grid, block, args, *, device=None, shared_mem: int = 0) -> None:
+        """Same contract as ``kernels_ref.build.launch``, on CPU tensors."""
+        stem, sig = self.sigs[name]
+        if len(args) != len(sig):
+            raise TypeError(f"{name} takes {len(sig)} arguments ({sig}), got {len(args)}")
+        grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+        if any(g <= 0 for g in grid):
+            return
+        fn = getattr(self._lib(stem), f"emu_{name}")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_uint] * 4 + [_PARAM_CTYPES[k] for k in sig]
+        cargs = []
+        for kind, value in zip(sig, args):
+            if kind == "p":
+                if isinstance(value, torch.Tensor):
+                    if value.device.type != "cpu":
+                        raise ValueError(f"{name}: the emulator needs CPU tensors")
+                    cargs.append(ctypes.c_void_p(value.data_ptr()))
+                else:
+                    cargs.append(ctypes.c_void_p(0 if value is None else int(value)))
+            else:
+                cargs.append(_PARAM_CTYPES[kind](value))
+        self.calls.append(name)
+        fn(*grid, int(block[0]), *cargs)
+
+
+def patch_ops(monkeypatch, emulator: Emulator) -> None:
+    """Make ``kernels_ref.ops`` run its CUDA wrappers on CPU tensors through ``emulator``."""
+    from dtype_lint.kernels_ref import ops
+
+    monkeypatch.setattr(ops, "launch", emulator.launch)
+
+    def use_cuda(op, backend, tensors, unsupported=None):
+        if backend not in ops.BACKENDS:
+            raise ValueError(f"backend must be one of {ops.BACKENDS}, got {backend!r}")
+        if backend == "auto":
+            backend = ops.default_backend()
+        if backend == "torch":
+            return False
+        if unsupported is not None:
+            if backend == "cuda":
+                raise RuntimeError(unsupported)
+            return False
+        return True
+
+    monkeypatch.setattr(ops, "_use_cuda", use_cuda)
