@@ -47,6 +47,15 @@ POST_CAST = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    # As run_matrix does on the CPU: tiny ops, and intra-op barriers stall on a busy machine.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def report() -> dict:
     return verify.run_matrix("cpu", ("A", "B"), (0,))
@@ -173,17 +182,30 @@ def test_a_do_nothing_fixer_is_caught(monkeypatch):
     assert not any("/bf16:" in v for v in rep["violations"])
 
 
-def test_the_fixture_calls_the_routed_kernels(monkeypatch):
-    # gpu_check runs the matrix under ops.installed("cuda"): the fixture must pick the routed
-    # attention up (it binds it at import), so on CPU tensors the CUDA route refuses to run.
+def test_the_matrix_runs_the_kernels_the_caller_routed():
+    # gpu_check wraps run_matrix in ops.installed("cuda"); on CPU tensors that route refuses.
     from dtype_lint.kernels_ref import ops
-    from dtype_lint.kernels_ref.build import CudaUnavailable
 
-    s = SCENARIOS["B"]
+    with ops.installed("cuda"):
+        rep = verify.run_matrix("cpu", ("B",), (0,), backends=("bf16",))
+    assert rep["kernels"] == "ops (routed by the caller)"
+    post = rep["runs"][0]["variants"]["post"]
+    assert post["error_type"] == "CudaUnavailable"
+    assert "backend='cuda' needs CUDA tensors" in post["message"]
+    assert not rep["ok"]
+
+
+def test_the_fixture_binds_the_routed_attention():
+    # The fixture imports the attention functions by name, so it must be imported inside the
+    # ops.installed block (variant_package does the import).
+    from dtype_lint.kernels_ref import ops
+
     with ops.installed("cuda"), verify.variant_package() as pkg:
-        inputs = prepare_inputs(make_data(s, 0), BACKENDS["fp8"], "cpu")
-        with pytest.raises(CudaUnavailable):
-            run_variant(pkg.post, "main", s, inputs)
+        for name in ("mla_prefill_attention", "mask_empty_context", "merge_attn_states"):
+            assert getattr(pkg.post, name).__wrapped__ is getattr(ops, name)
+            assert getattr(pkg.pre, name).__wrapped__ is getattr(ops, name)
+    with verify.variant_package() as pkg:
+        assert not hasattr(pkg.post.mla_prefill_attention, "__wrapped__")
 
 
 def test_matrix_through_ops_matches_the_direct_reference(report):

@@ -342,18 +342,30 @@ KERNEL_ROUTES = ("reference", "auto", "torch", "cuda")
 
 
 @contextmanager
-def _kernel_route(kernels: str) -> Iterator[None]:
-    """Route the layers' and the fixture's kernel calls (``reference``: call the PyTorch
-    reference modules directly; otherwise through :func:`kernels_ref.ops.installed` with that
-    ops backend, ``cuda`` forcing the CUDA builds). Enter it before the fixture is imported:
-    the fixture binds the attention functions at import time."""
+def _kernel_route(kernels: str | None) -> Iterator[str]:
+    """Route the layers' and the fixture's kernel calls; yields a label for the report.
+
+    ``None``: leave the routing as the caller set it (``gpu_check.py`` wraps the matrix in its
+    own ``ops.installed``/``ops.use_backend``); ``"reference"``: the PyTorch reference modules,
+    called directly; otherwise :func:`kernels_ref.ops.installed` with that ops backend
+    (``"cuda"`` forces the CUDA builds). Entered before the fixture is imported: the fixture
+    binds the attention functions at import time.
+    """
+    from .. import attention
+
+    if kernels is None:
+        routed = hasattr(attention.mla_prefill_attention, "__wrapped__")
+        yield "ops (routed by the caller)" if routed else "reference"
+        return
     if kernels == "reference":
-        yield
+        if hasattr(attention.mla_prefill_attention, "__wrapped__"):
+            raise RuntimeError("kernels='reference' but kernels_ref.ops.installed() is active")
+        yield "reference"
         return
     from .. import ops
 
     with ops.installed(kernels):
-        yield
+        yield f"ops backend={kernels}"
 
 
 @contextmanager
@@ -388,14 +400,14 @@ def run_matrix(
 ) -> dict:
     """Run the backend matrix and return the JSON-ready report; ``report["ok"]`` is the verdict.
 
-    ``kernels`` (see :func:`_kernel_route`) defaults to ``"cuda"`` on ``device="cuda"`` (every
-    op on the CUDA builds, or an error) and to ``"reference"`` on the CPU. Raises ValueError
-    for unknown names and RuntimeError when the device cannot run.
+    ``kernels`` (see :func:`_kernel_route`): None leaves the kernel routing to the caller (the
+    PyTorch reference unless an ``ops.installed`` block is active); ``"cuda"`` runs every op on
+    the CUDA builds or fails. Raises ValueError for unknown names and RuntimeError when the
+    device cannot run.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    kernels = kernels or ("cuda" if device == "cuda" else "reference")
-    if kernels not in KERNEL_ROUTES:
+    if kernels is not None and kernels not in KERNEL_ROUTES:
         raise ValueError(f"kernels must be one of {KERNEL_ROUTES}, got {kernels!r}")
     if not seeds:
         raise ValueError("no seeds given")
@@ -417,7 +429,7 @@ def run_matrix(
     started = time.perf_counter()
     rows, controls, violations, timings = [], [], [], {}
     with (
-        _kernel_route(kernels),
+        _kernel_route(kernels) as kernel_label,
         variant_package(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir) as pkg,
         _cpu_threads(1 if device == "cpu" else None),
     ):
@@ -454,7 +466,7 @@ def run_matrix(
 
     return {
         "device": device,
-        "kernels": kernels,
+        "kernels": kernel_label,
         "torch": torch.__version__,
         "scenarios": list(scenarios),
         "seeds": list(seeds),
@@ -583,8 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backends", type=_str_list, default=None, help=f"comma list of {','.join(BACKENDS)} (default all)")
     p.add_argument(
         "--kernels", choices=KERNEL_ROUTES, default=None,
-        help="how kernels are called: the PyTorch reference directly (cpu default), or through "
-        "kernels_ref.ops with backend auto/torch/cuda (cuda: the CUDA builds, the default on --device cuda)",
+        help="how kernels are called: the PyTorch reference directly (default on cpu), or through "
+        "kernels_ref.ops with backend auto/torch/cuda (cuda: the CUDA builds; default on --device cuda)",
     )
     p.add_argument("--unsafe-fixes", action="store_true", help="let the fixer apply fixes it marks unsafe")
     p.add_argument(
@@ -611,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         report = run_matrix(
-            args.device, args.scenarios, args.seeds, backends=args.backends, kernels=args.kernels,
+            args.device, args.scenarios, args.seeds, backends=args.backends,
+            kernels=args.kernels or ("cuda" if args.device == "cuda" else "reference"),
             unsafe_fixes=args.unsafe_fixes, variants_dir=args.variants,
         )
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
