@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @dataclass
@@ -17,7 +20,10 @@ class SourceFile:
 
     @cached_property
     def lines(self) -> list[str]:
-        return self.text.splitlines(keepends=True)
+        # Python (ast, tokenize, libcst) breaks lines only at \r\n, \r and \n; str.splitlines
+        # also breaks at \f, \v, \x1c-\x1e, \x85, \u2028 and \u2029, which would shift every
+        # later line against ast's line numbers.
+        return _LINE.findall(self.text)
 
     @cached_property
     def _line_starts(self) -> list[int]:
