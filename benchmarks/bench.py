@@ -122,7 +122,7 @@ class Row:
     status: str = "ok"  # ok | failed | not available
     samples: list[Sample] = field(default_factory=list)
     ok_codes: tuple[int, ...] = (0,)
-    stage: bool = False  # a bench.py stage: its stdout is JSON with the file count
+    stage: bool = False  # a stages.py row: its stdout is JSON with the file count
 
     def record(self, s: Sample) -> None:
         if s.timed_out or s.returncode not in self.ok_codes:
