@@ -1,0 +1,392 @@
+"""The fixer: the only code that writes user files.
+
+It must write atomically and keep what it does not own (file mode, newline style, source encoding,
+BOM); leave a file byte-for-byte untouched when a fix would not parse (DTL901); apply overlapping
+fixes in rounds; add the helper import exactly once; and be idempotent.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from dtype_lint import fixer
+from dtype_lint.api import check_source, fix_source
+from dtype_lint.cli import main
+from dtype_lint.findings import FIX_FAILED, Edit, Finding, Fix, Span
+from dtype_lint.apply import write_outcomes
+from dtype_lint.fixer import FileText, fix_text, write_atomic
+
+HELPER_IMPORT = "from proj.dtypes import get_layer_input_dtype"
+
+PYPROJECT = '[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n'
+
+ATTN = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, kv_b_proj: ColumnParallelLinear, o_proj: RowParallelLinear):
+        super().__init__()
+        self.kv_b_proj = kv_b_proj
+        self.o_proj = o_proj
+
+    def forward(self, x):
+        x = x.to(self.kv_b_proj.weight.dtype)
+        return self.kv_b_proj(x)
+
+    def out(self, y):
+        return self.o_proj(y.to(dtype=self.o_proj.weight.dtype))
+"""
+
+FIXED_FORWARD = (
+    "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
+    "        if kv_b_proj_input_dtype is not None:\n"
+    "            x = x.to(kv_b_proj_input_dtype)\n"
+)
+FIXED_OUT = "self.o_proj(y.to(dtype=get_layer_input_dtype(self.o_proj, True) or y.dtype))"
+
+
+def project(root: Path, files: dict[str, bytes | str]) -> Path:
+    (root / "proj").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
+    (root / "proj/__init__.py").write_text("", encoding="utf-8")
+    for rel, data in files.items():
+        p = root / rel
+        if isinstance(data, str):
+            p.write_text(data, encoding="utf-8", newline="")
+        else:
+            p.write_bytes(data)
+    return root
+
+
+def run_fix(root: Path, capsys, *extra: str) -> tuple[int, str]:
+    rc = main(["check", "--fix", "-j", "1", "--no-cache", "--output-format", "concise", *extra, str(root)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out
+
+
+def normalised(data: bytes, encoding: str = "utf-8") -> str:
+    return data.decode(encoding).replace("\r\n", "\n")
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o755, 0o600])
+def test_fix_keeps_file_mode_and_writes_by_rename(tmp_path: Path, capsys, mode: int):
+    root = project(tmp_path, {"proj/attn.py": ATTN})
+    target = root / "proj/attn.py"
+    os.chmod(target, mode)
+    inode = os.stat(target).st_ino
+    rc, out = run_fix(root, capsys)
+    assert rc == 0, out
+    st = os.stat(target)
+    assert stat.S_IMODE(st.st_mode) == mode
+    assert st.st_ino != inode  # a new file renamed over the old one, not rewritten in place
+    assert FIXED_FORWARD in target.read_text()
+    leftovers = [p.name for p in (root / "proj").iterdir() if p.name.endswith((".dtl", ".dtl-tmp"))]
+    assert leftovers == []
+
+
+def test_write_atomic_failure_leaves_the_original(tmp_path: Path, monkeypatch):
+    target = tmp_path / "m.py"
+    target.write_bytes(b"x = 1\n")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fixer.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(str(target), b"x = 2\n")
+    assert target.read_bytes() == b"x = 1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.py"]  # the temp file is gone too
+
+
+def test_write_outcomes_refuses_a_file_changed_meanwhile(tmp_path: Path):
+    target = tmp_path / "m.py"
+    target.write_text("x = 1\n")
+    out = fixer.FixOutcome(str(target), "x = 1\n", "x = 2\n")
+    target.write_text("x = 3\n")  # someone saved the file after it was read
+    write_outcomes([out])
+    assert target.read_text() == "x = 3\n"
+    assert "changed on disk" in out.error
+
+
+def test_crlf_is_kept(tmp_path: Path, capsys):
+    data = ATTN.replace("\n", "\r\n").encode()
+    root = project(tmp_path, {"proj/attn.py": data})
+    rc, out = run_fix(root, capsys)
+    assert rc == 0, out
+    fixed = (root / "proj/attn.py").read_bytes()
+    assert fixed.count(b"\n") == fixed.count(b"\r\n") > ATTN.count("\n")  # every line, new ones too
+    text = normalised(fixed)
+    assert FIXED_FORWARD in text and FIXED_OUT in text
+    assert text.count(HELPER_IMPORT + "\n") == 1
+
+
+def test_latin1_coding_cookie_and_non_ascii_bytes_are_kept(tmp_path: Path, capsys):
+    source = (
+        "# -*- coding: latin-1 -*-\n"
+        + ATTN.replace("    def forward(self, x):\n        x = x.to(",
+                       "    def forward(self, xé):\n        # déjà vu: the café's crème\n        xé = xé.to(")
+              .replace("return self.kv_b_proj(x)", "return self.kv_b_proj(xé)")
+    )
+    data = source.encode("latin-1")
+    assert b"caf\xe9" in data
+    root = project(tmp_path, {"proj/attn.py": data})
+    rc, out = run_fix(root, capsys)
+    assert rc == 0, out
+    fixed = (root / "proj/attn.py").read_bytes()
+    assert fixed.startswith(b"# -*- coding: latin-1 -*-\n")
+    assert b"# d\xe9j\xe0 vu: the caf\xe9's cr\xe8me\n" in fixed
+    assert b"\xc3" not in fixed  # nothing was re-encoded as UTF-8
+    text = fixed.decode("latin-1")
+    assert ("        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
+            "        if kv_b_proj_input_dtype is not None:\n"
+            "            xé = xé.to(kv_b_proj_input_dtype)\n") in text
+    compile(fixed, "attn.py", "exec")  # the cookie still matches the bytes
+
+
+def test_utf8_bom_is_kept(tmp_path: Path, capsys):
+    data = b"\xef\xbb\xbf" + ATTN.replace("import torch\n", "import torch  # \u00b5s \u2192 \u2713\n", 1).encode()
+    root = project(tmp_path, {"proj/attn.py": data})
+    rc, out = run_fix(root, capsys)
+    assert rc == 0, out
+    fixed = (root / "proj/attn.py").read_bytes()
+    assert fixed.startswith(b"\xef\xbb\xbfimport torch  # \xc2\xb5s \xe2\x86\x92 \xe2\x9c\x93\n")
+    assert fixed.count(b"\xef\xbb\xbf") == 1
+    assert FIXED_FORWARD in fixed[3:].decode("utf-8")
+
+
+def test_file_text_round_trips_encodings(tmp_path: Path):
+    """read() then encode(text) gives back the same bytes: BOM, cookie encodings, CRLF."""
+    samples = (b"\xef\xbb\xbfx = 1\r\n", b"# coding: latin-1\nx = '\xe9'\n", b"x = '\xc3\xa9'\n",
+               b"# vim: set fileencoding=cp1252 :\nx = '\x80'\r\n")
+    for i, data in enumerate(samples):
+        p = tmp_path / f"m{i}.py"
+        p.write_bytes(data)
+        ft = FileText.read(str(p))
+        assert not ft.text.startswith("\ufeff")
+        assert ft.encode(ft.text) == data
+
+
+# --- failed fixes --------------------------------------------------------------------------------
+
+SIMPLE = "def f(layer, x):\n    x = x.to(layer.weight.dtype)\n    return x\n"
+
+
+def _finding(path: str, edits: tuple[Edit, ...], safe: bool = True) -> Finding:
+    return Finding("DTL001", "cast", path, Span(2, 9, 2, 33), fix=Fix("test fix", safe, edits, ()),
+                   scope="f", expression="x.to(layer.weight.dtype)")
+
+
+def test_fix_that_would_not_parse_leaves_the_file_untouched(tmp_path: Path):
+    path = tmp_path / "m.py"
+    data = SIMPLE.replace("\n", "\r\n").encode()
+    path.write_bytes(data)
+    start = SIMPLE.index("x.to(")
+    bad = _finding(str(path), (Edit(start, start + len("x.to(layer.weight.dtype)"), "x.to(("),))
+    calls = []
+
+    def analyze(text: str) -> list[Finding]:
+        calls.append(text)
+        return [bad] if text == SIMPLE else []
+
+    out = fix_text(str(path), SIMPLE, analyze, unsafe=False)
+    assert out.error and "does not parse" in out.error
+    assert out.text == SIMPLE and not out.changed and out.applied == []
+    codes = [f.code for f in out.remaining]
+    assert codes == ["DTL001", FIX_FAILED]
+    dtl901 = out.remaining[-1]
+    assert dtl901.path == str(path) and "file left untouched" in dtl901.message
+    write_outcomes([out])
+    assert path.read_bytes() == data
+
+
+def test_one_bad_fix_keeps_the_good_ones_from_being_written(tmp_path: Path):
+    text = SIMPLE + "def g(layer, y):\n    return y.to(layer.weight.dtype)\n"
+    path = tmp_path / "m.py"
+    path.write_text(text)
+    good_at = text.index("y.to(layer.weight.dtype)") + len("y.to(")
+    good = _finding(str(path), (Edit(good_at, good_at + len("layer.weight.dtype"), "layer.params_dtype"),))
+    bad_at = text.index("x.to(")
+    bad = _finding(str(path), (Edit(bad_at, bad_at, "x.to(("),))
+    out = fix_text(str(path), text, lambda t: [good, bad] if t == text else [], unsafe=False)
+    assert out.error and out.text == text and not out.changed
+    write_outcomes([out])
+    assert path.read_text() == text
+
+
+def test_unsafe_fixes_are_applied_only_when_asked():
+    at = SIMPLE.index("layer.weight.dtype")
+    f = _finding("m.py", (Edit(at, at + len("layer.weight.dtype"), "layer.params_dtype"),), safe=False)
+    analyze = lambda t: [f] if t == SIMPLE else []  # noqa: E731
+    assert not fix_text("m.py", SIMPLE, analyze, unsafe=False).changed
+    out = fix_text("m.py", SIMPLE, analyze, unsafe=True)
+    assert out.changed and "x.to(layer.params_dtype)" in out.text and out.applied == [f]
+
+
+# --- rounds --------------------------------------------------------------------------------------
+
+
+def _wrap_g(path: str):
+    """A toy rule: every `g(ARG)` should be `h(ARG)`; its fix rewrites the whole call, so the fixes
+    of nested calls overlap."""
+    calls: list[str] = []
+
+    def analyze(text: str) -> list[Finding]:
+        calls.append(text)
+        out = []
+        lines = text.splitlines(keepends=True)
+        starts = [0]
+        for ln in lines:
+            starts.append(starts[-1] + len(ln))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "g":
+                a = starts[node.lineno - 1] + node.col_offset
+                b = starts[node.end_lineno - 1] + node.end_col_offset
+                arg = ast.get_source_segment(text, node.args[0])
+                out.append(Finding("DTL001", "g", path, Span(node.lineno, node.col_offset + 1, node.end_lineno,
+                                                              node.end_col_offset + 1),
+                                   fix=Fix("g -> h", True, (Edit(a, b, f"h({arg})"),), ())))
+        return sorted(out, key=lambda f: f.fix.edits[0].start)
+
+    return analyze, calls
+
+
+def test_overlapping_fixes_are_applied_in_rounds():
+    analyze, calls = _wrap_g("m.py")
+    text = "y = g(g(g(x)))\nz = g(1)\n"
+    out = fix_text("m.py", text, analyze, unsafe=False)
+    assert out.text == "y = h(h(h(x)))\nz = h(1)\n"
+    assert len(out.applied) == 4 and out.remaining == []
+    # Round 1: the outer g and z's (the nested ones overlap it); round 2 and 3: one level each;
+    # then one analysis finds nothing left.
+    assert calls == [text, "y = h(g(g(x)))\nz = h(1)\n", "y = h(h(g(x)))\nz = h(1)\n", out.text]
+
+
+def test_rounds_stop_at_the_limit():
+    analyze, calls = _wrap_g("m.py")
+    depth = fixer.MAX_ROUNDS + 2
+    text = "y = " + "g(" * depth + "x" + ")" * depth + "\n"
+    out = fix_text("m.py", text, analyze, unsafe=False)
+    assert len(out.applied) == fixer.MAX_ROUNDS
+    assert out.text.count("h(") == fixer.MAX_ROUNDS and out.text.count("g(") == 2
+    assert len(out.remaining) == 2  # what is left is still reported
+    ast.parse(out.text)
+
+
+def test_real_sites_in_one_statement_are_all_fixed():
+    src = ATTN.replace("return self.o_proj(y.to(dtype=self.o_proj.weight.dtype))",
+                       "return self.o_proj(y.to(dtype=self.o_proj.weight.dtype)) + y.to(self.kv_b_proj.weight.dtype)")
+    fixed = fix_source(src)
+    assert "self.o_proj(y.to(dtype=get_layer_input_dtype(self.o_proj, True) or y.dtype))" in fixed
+    assert "y.to(get_layer_input_dtype(self.kv_b_proj, True) or y.dtype)" in fixed
+    assert check_source(fixed) == []
+
+
+# --- the helper import -----------------------------------------------------------------------------
+
+VLLM_IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype"
+
+
+def _import_count(text: str, name: str = "get_layer_input_dtype") -> int:
+    return sum(1 for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in n.names if (a.asname or a.name) == name)
+
+
+def test_helper_import_added_once_for_many_sites():
+    fixed = fix_source(ATTN)
+    assert FIXED_FORWARD in fixed and FIXED_OUT in fixed
+    assert _import_count(fixed) == 1 and fixed.count(VLLM_IMPORT) == 1
+
+
+def test_existing_helper_import_is_not_duplicated():
+    for existing in (
+        VLLM_IMPORT + "\n",
+        "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import (\n"
+        "    get_layer_input_dtype,\n)\n",
+    ):
+        src = ATTN.replace("import torch\n", "import torch\n" + existing, 1)
+        fixed = fix_source(src)
+        assert FIXED_FORWARD in fixed
+        assert _import_count(fixed) == 1, fixed
+        assert fixed.startswith("import torch\n" + existing)
+
+
+def test_import_added_to_a_file_without_imports():
+    src = ("def run(layer, x):\n    from vllm.model_executor.layers.linear import LinearBase\n"
+           "    assert isinstance(layer, LinearBase)\n    return x\n")
+    assert fix_source(src) == src  # no annotated layer, nothing to do
+    src = "from vllm.model_executor.layers.linear import LinearBase\n\n\ndef run(layer: LinearBase, x):\n    return layer(x.to(layer.weight.dtype))\n"
+    fixed = fix_source(src)
+    assert _import_count(fixed) == 1 and "layer(x.to(get_layer_input_dtype(layer, True) or x.dtype))" in fixed
+
+
+# --- idempotence -----------------------------------------------------------------------------------
+
+
+def test_second_fix_changes_nothing(tmp_path: Path, capsys):
+    root = project(tmp_path, {"proj/attn.py": ATTN})
+    rc, out = run_fix(root, capsys)
+    assert rc == 0, out
+    snapshot = {p: p.read_bytes() for p in root.rglob("*.py")}
+    assert root / "proj/dtypes.py" in snapshot
+    rc, out = run_fix(root, capsys)
+    assert rc == 0 and "All checks passed" in out
+    assert {p: p.read_bytes() for p in root.rglob("*.py")} == snapshot
+    rc = main(["check", "--diff", "-j", "1", "--no-cache", str(root)])
+    assert rc == 0 and "+++" not in capsys.readouterr().out
+
+
+def test_fix_source_is_idempotent():
+    once = fix_source(ATTN)
+    assert fix_source(once) == once
+    assert check_source(once) == []
+
+
+# --- behaviour kept by the rewrite -------------------------------------------------------------------
+
+
+def test_device_move_is_kept_when_the_dtype_is_none():
+    """`x.to(device=d, dtype=L.weight.dtype)` must still move `x` when the helper says None, so it is
+    rewritten in expression form, not skipped behind `if dt is not None`."""
+    src = (
+        "from vllm.model_executor.layers.linear import ColumnParallelLinear\n\n\n"
+        "def f(layer: ColumnParallelLinear, x, dev):\n"
+        "    x = x.to(device=dev, dtype=layer.weight.dtype)\n"
+        "    w = layer.weight.dtype\n"
+        "    x = x.to(dev, w)\n"
+        "    x = x.to(w)\n"
+        "    return layer(x)\n"
+    )
+    fixed = fix_source(src)
+    assert "    x = x.to(device=dev, dtype=get_layer_input_dtype(layer, True) or x.dtype)\n" in fixed
+    assert "    w = get_layer_input_dtype(layer, True)\n    x = x.to(dev, w or x.dtype)\n" in fixed
+    assert "    if w is not None:\n        x = x.to(w)\n" in fixed
+    assert check_source(fixed) == []
+
+
+def test_line_separators_inside_comments_do_not_shift_lines():
+    """Python breaks lines only at \\r\\n, \\r, \\n: a form feed or U+2028 in a comment above a site
+    must not move the site (str.splitlines would split there)."""
+    src = (
+        "from vllm.model_executor.layers.linear import ColumnParallelLinear\n"
+        "# a line separator \u2028 and a form feed \x0c in a comment\n"
+        "def f(layer: ColumnParallelLinear, x):\n"
+        "    x = x.to(layer.weight.dtype)\n"
+        "    return layer(x)\n"
+    )
+    (finding,) = check_source(src)
+    assert (finding.span.line, finding.span.col) == (4, 9)
+    fixed = fix_source(src)
+    assert "\u2028" in fixed and "\x0c" in fixed
+    assert ("    layer_input_dtype = get_layer_input_dtype(layer, True)\n"
+            "    if layer_input_dtype is not None:\n        x = x.to(layer_input_dtype)\n") in fixed
