@@ -1,0 +1,52 @@
+"""Docs stay true: generated rule pages match their rules, and the README's commands are the ones
+CI runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dtype_lint.cli import build_parser, rule_doc
+from dtype_lint.rules import ALL_RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_page_is_generated_from_the_rule(rule):
+    page = (ROOT / "docs" / "rules" / f"{rule.code}.md").read_text(encoding="utf-8")
+    assert page == rule_doc(rule) + "\n", f"regenerate: dtype-lint rule {rule.code} > docs/rules/{rule.code}.md"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_doc_has_the_ruff_sections(rule):
+    doc = rule_doc(rule)
+    for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety"):
+        assert section in doc, section
+
+
+def test_readme_first_lines_are_the_two_commands_and_ci_runs_the_second():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    block = lines[lines.index("```sh") + 1 : lines.index("```sh") + 3]
+    assert block[0].endswith("dtype-lint check fixtures/project")
+    assert "pytest" in block[1]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert block[1] in ci
+
+
+def test_readme_mentions_every_check_flag():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    check = build_parser()._subparsers._group_actions[0].choices["check"]
+    flags = {o for a in check._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+    missing = sorted(f for f in flags if f not in readme)
+    assert not missing, f"README does not mention {missing}"
+
+
+def test_help_runs_and_names_exit_codes():
+    out = subprocess.run([sys.executable, "-m", "dtype_lint", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert re.search(r"0 clean, 1 findings", out.stdout)
