@@ -32,7 +32,8 @@ def _single_file_index(source: str, filename: str, cfg: Config):
 
 
 def check_source(source: str, *, filename: str = "<string>", settings: dict | None = None) -> list[Finding]:
-    """Findings for one module's text, with the class index built from that text alone."""
+    """Findings for one module's text, with the class index built from that text alone (the file
+    system is not consulted, even when `filename` names an existing file)."""
     cfg = make_config(settings)
     return analyze_file(filename, _single_file_index(source, filename, cfg), cfg, text=source)
 
@@ -42,7 +43,7 @@ def fix_source(source: str, *, filename: str = "<string>", settings: dict | None
     """The text after applying every (safe, or also unsafe) fix; raises ValueError if a fix fails."""
     cfg = make_config(settings)
     index = _single_file_index(source, filename, cfg)
-    outcome = fix_text(filename, source, lambda t: analyze_file(filename, index, cfg, text=t), unsafe_fixes)
+    outcome = fix_text(filename, source, lambda t: analyze_file(filename, index, cfg, text=t, module=""), unsafe_fixes)
     if outcome.error:
         raise ValueError(outcome.error)
     return outcome.text

@@ -80,7 +80,8 @@ def build_index(headers: list[ModuleHeader], config: Config) -> QuantizableLayer
     return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes, config.all_not_quantizable)
 
 
-def analyze_file(path: str, index: QuantizableLayerIndex, config: Config, text: str | None = None) -> list[Finding]:
+def analyze_file(path: str, index: QuantizableLayerIndex, config: Config, text: str | None = None,
+                 module: str | None = None) -> list[Finding]:
     """Every rule's findings for one file. Never raises on user input: bad files become DTL900."""
     from dtype_lint.rule import FileContext
     from dtype_lint.rules import ALL_RULES
@@ -94,7 +95,8 @@ def analyze_file(path: str, index: QuantizableLayerIndex, config: Config, text: 
         return [_parse_error(path, f"cannot parse: {e.msg}", line, (e.offset or 1))]
     except (OSError, UnicodeDecodeError, ValueError, LookupError) as e:
         return [_parse_error(path, f"cannot read: {e}", 1, 1)]
-    module = module_name(path) if os.path.exists(path) else ""
+    if module is None:
+        module = module_name(path) if os.path.exists(path) else ""
     src = SourceFile(path, text, module)
     is_pkg = os.path.basename(path) == "__init__.py"
     known = index.modules.get(module)
