@@ -1,0 +1,285 @@
+"""`dtype-lint migrate` on a copy of vLLM 0.27.1, compared with what vLLM 0.28.0 shipped (PR #38771).
+
+One module-scoped run does the work (copy, check, migrate, check again) and the tests read its
+results:
+- migrate exits 0 and writes a report naming the helper and mla_attention.py;
+- in the migrated mla_attention.py, both prefill-context paths call
+  `get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)` into a name, hoisted out of the chunk
+  loop, and cast `kv_c_normed` only under `if <name> is not None:`, with no `.weight.dtype` and no
+  `kv_b_proj_w_dtype` left; that block is structurally the one 0.28.0 has (its helper is named
+  `_get_kv_b_proj_input_dtype`);
+- every .py file of the migrated tree compiles, and a second check offers no DTL001 fix;
+- the diff between the trees touches only the flagged functions (from the first check's JSON
+  scopes and lines), the added helper import lines, and the new helper file.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.network
+
+MLA = "vllm/model_executor/layers/attention/mla_attention.py"
+HELPER_FILE = "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"
+HELPER_MODULE = "vllm.model_executor.layers.quantization.utils.layer_input_dtype"
+OUR_HELPER = "get_layer_input_dtype"
+UPSTREAM_HELPER = "_get_kv_b_proj_input_dtype"
+PREFILL_FUNCS = ("_compute_prefill_context", "_context_parallel_compute_prefill_context")
+
+
+def dtl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PRE_COMMIT")}
+    proc = subprocess.run([sys.executable, "-m", "dtype_lint", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@dataclass
+class Migration:
+    original: Path  # the fetched 0.27.1 tree (read-only here)
+    tree: Path  # the migrated copy
+    report: Path
+    before: dict  # first check's JSON
+    migrate: subprocess.CompletedProcess
+    after: dict  # second check's JSON
+
+
+@pytest.fixture(scope="module")
+def migration(vllm_0271: Path, tmp_path_factory) -> Migration:
+    base = tmp_path_factory.mktemp("migrate")
+    tree = base / "tree"
+    shutil.copytree(vllm_0271 / "vllm", tree / "vllm")
+    report = base / "report.md"
+    # --no-cache: the copy must hold nothing but vLLM's files when the trees are compared.
+    first = dtl("check", str(tree), "--output-format", "json", "--no-cache", cwd=base)
+    assert first.returncode == 1, first.stderr
+    proc = dtl("migrate", str(tree), "--report", str(report), cwd=base)
+    second = dtl("check", str(tree), "--output-format", "json", "--no-cache", cwd=base)
+    assert second.returncode in (0, 1), second.stderr
+    return Migration(vllm_0271, tree, report, json.loads(first.stdout), proc, json.loads(second.stdout))
+
+
+def rel(path: str, root: Path) -> str:
+    return Path(path).resolve().relative_to(root.resolve()).as_posix()
+
+
+def functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """Qualified name (Class.method, nested.def) -> function node."""
+    out = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                q = f"{prefix}.{child.name}" if prefix else child.name
+                if not isinstance(child, ast.ClassDef):
+                    out[q] = child
+                visit(child, q)
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def function_named(tree: ast.Module, name: str) -> ast.FunctionDef:
+    found = [fn for q, fn in functions(tree).items() if q.split(".")[-1] == name]
+    assert len(found) == 1, f"{name}: {len(found)} definitions"
+    return found[0]
+
+
+# --- the prefill block -------------------------------------------------------------------------------
+
+
+@dataclass
+class PrefillFix:
+    call: ast.Call  # helper(self.kv_b_proj, use_fp8_prefill)
+    var: str  # the name it is assigned to
+    assign_index: int  # position of that assignment in the function body
+    guard: ast.If  # if var is not None: kv_c_normed = kv_c_normed.to(var)
+    guard_loop_index: int  # position (in the function body) of the loop holding the guard
+
+
+def prefill_fix(fn: ast.FunctionDef, helper: str) -> PrefillFix:
+    assigns = [(i, s) for i, s in enumerate(fn.body)
+               if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+               and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id == helper]
+    all_calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == helper]
+    assert len(assigns) == 1 and len(all_calls) == 1, f"{fn.name}: one `x = {helper}(...)` at the function's top level"
+    index, assign = assigns[0]
+    var = assign.targets[0].id
+    guards = []
+    for i, stmt in enumerate(fn.body):
+        for node in ast.walk(stmt):
+            if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                    and isinstance(node.test.left, ast.Name) and node.test.left.id == var
+                    and [type(o) for o in node.test.ops] == [ast.IsNot]
+                    and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None):
+                guards.append((i, node))
+    assert len(guards) == 1, f"{fn.name}: one `if {var} is not None:`"
+    loop_index, guard = guards[0]
+    assert isinstance(fn.body[loop_index], (ast.For, ast.While)), "the guarded cast sits in the chunk loop"
+    return PrefillFix(assign.value, var, index, guard, loop_index)
+
+
+def normalised_guard(fix: PrefillFix) -> str:
+    """The guard statement with the helper's result variable renamed to a placeholder."""
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            return ast.Name("INPUT_DTYPE", node.ctx) if node.id == fix.var else node
+
+    return ast.dump(Rename().visit(ast.parse(ast.unparse(fix.guard))).body[0])
+
+
+@pytest.fixture(scope="module")
+def migrated_mla(migration: Migration) -> ast.Module:
+    return ast.parse((migration.tree / MLA).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def shipped_mla(vllm_0280: Path) -> ast.Module:
+    return ast.parse((vllm_0280 / MLA).read_text(encoding="utf-8"))
+
+
+def test_migrate_exits_0_and_writes_the_report(migration: Migration):
+    assert migration.migrate.returncode == 0, migration.migrate.stdout + migration.migrate.stderr
+    text = migration.report.read_text(encoding="utf-8")
+    assert f"{HELPER_MODULE}:{OUR_HELPER}" in text
+    assert HELPER_FILE in text and "created by this migration" in text
+    assert "mla_attention.py" in text
+    for name in PREFILL_FUNCS:
+        assert name in text
+    fixed = sum(1 for f in migration.before["findings"] if f["fix"] and f["fix"]["applicability"] == "safe")
+    assert f"- Sites fixed: {fixed} in " in text
+
+
+@pytest.mark.parametrize("name", PREFILL_FUNCS)
+def test_prefill_paths_use_the_helper(migration: Migration, migrated_mla: ast.Module, name: str):
+    fn = function_named(migrated_mla, name)
+    fix = prefill_fix(fn, OUR_HELPER)
+    assert ast.unparse(fix.call) == f"{OUR_HELPER}(self.kv_b_proj, use_fp8_prefill)"
+    assert ast.unparse(fix.guard) == f"if {fix.var} is not None:\n    kv_c_normed = kv_c_normed.to({fix.var})"
+    # Hoisted out of the chunk loop, after the flag it reads is defined.
+    assert fix.assign_index < fix.guard_loop_index
+    flag_defs = [i for i, s in enumerate(fn.body) if isinstance(s, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "use_fp8_prefill" for t in s.targets)]
+    assert flag_defs and max(flag_defs) < fix.assign_index
+    text = (migration.tree / MLA).read_text(encoding="utf-8")
+    segment = ast.get_source_segment(text, fn)
+    assert ".weight.dtype" not in segment
+    assert "kv_b_proj_w_dtype" not in segment  # also catches _kv_b_proj_w_dtype
+    assert "hasattr(self.kv_b_proj" not in segment
+
+
+@pytest.mark.parametrize("name", PREFILL_FUNCS)
+def test_prefill_fix_matches_vllm_0280(migrated_mla: ast.Module, shipped_mla: ast.Module, name: str):
+    ours = prefill_fix(function_named(migrated_mla, name), OUR_HELPER)
+    shipped = prefill_fix(function_named(shipped_mla, name), UPSTREAM_HELPER)
+    assert normalised_guard(ours) == normalised_guard(shipped)
+    assert [ast.dump(a) for a in ours.call.args] == [ast.dump(a) for a in shipped.call.args]
+    assert [ast.dump(k) for k in ours.call.keywords] == [ast.dump(k) for k in shipped.call.keywords]
+    # Same shape around it: called once before the loop, the cast guarded inside it.
+    assert ours.assign_index < ours.guard_loop_index and shipped.assign_index < shipped.guard_loop_index
+
+
+def test_helper_import_and_file(migration: Migration, migrated_mla: ast.Module):
+    imports = [n for n in migrated_mla.body if isinstance(n, ast.ImportFrom) and n.module == HELPER_MODULE]
+    assert [[a.name for a in n.names] for n in imports] == [[OUR_HELPER]]
+    helper = migration.tree / HELPER_FILE
+    from dtype_lint.helper_template import helper_source
+
+    assert helper.read_text(encoding="utf-8") == helper_source(OUR_HELPER, "vllm")
+
+
+def test_every_migrated_file_compiles(migration: Migration):
+    count = 0
+    for path in sorted(migration.tree.rglob("*.py")):
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        count += 1
+    assert count > 2000
+
+
+def test_second_check_offers_no_fix(migration: Migration):
+    left = migration.after["findings"]
+    assert not [f for f in left if f["code"] == "DTL001" and f["fix"]], left
+    assert not [f for f in left if f["code"] in ("DTL900", "DTL901")], left
+    flagged_before = {rel(f["path"], migration.tree) for f in migration.before["findings"]}
+    assert MLA in flagged_before
+    assert not [f for f in left if rel(f["path"], migration.tree) == MLA]
+
+
+# --- the diff stays where the findings were ------------------------------------------------------------
+
+
+def _is_helper_import(line: str) -> bool:
+    try:
+        (node,) = ast.parse(line.strip()).body
+    except (SyntaxError, ValueError):
+        return False
+    return isinstance(node, ast.ImportFrom) and node.module == HELPER_MODULE and [a.name for a in node.names] == [OUR_HELPER]
+
+
+def test_diff_touches_only_flagged_functions_and_imports(migration: Migration):
+    findings = migration.before["findings"]
+    assert findings and all(f["code"] == "DTL001" for f in findings)
+    by_file: dict[str, list[dict]] = {}
+    for f in findings:
+        by_file.setdefault(rel(f["path"], migration.tree), []).append(f)
+
+    original = {p.relative_to(migration.original).as_posix() for p in migration.original.rglob("*.py")}
+    migrated = {p.relative_to(migration.tree).as_posix() for p in migration.tree.rglob("*.py")}
+    assert original - migrated == set(), "files disappeared"
+    assert migrated - original == {HELPER_FILE}, "only the helper is new"
+    assert not [p for p in migration.tree.rglob("*") if p.is_file() and not p.name.endswith(".py")
+                and not (migration.original / p.relative_to(migration.tree)).exists()]
+
+    changed = sorted(p for p in original
+                     if (migration.original / p).read_bytes() != (migration.tree / p).read_bytes())
+    assert changed and set(changed) <= set(by_file), f"changed without a finding: {set(changed) - set(by_file)}"
+    fixed = {rel(f["path"], migration.tree) for f in findings if f["fix"] and f["fix"]["applicability"] == "safe"}
+    assert set(changed) == fixed
+
+    for path in changed:
+        old_text = (migration.original / path).read_text(encoding="utf-8")
+        new_text = (migration.tree / path).read_text(encoding="utf-8")
+        funcs = functions(ast.parse(old_text))
+        regions = []
+        for f in by_file[path]:
+            fn = funcs.get(f["scope"].split(".<locals>")[0]) or funcs.get(f["scope"])
+            assert fn is not None, f"{path}: no function {f['scope']}"
+            assert fn.lineno <= f["line"] <= fn.end_lineno, f"{path}:{f['line']} outside {f['scope']}"
+            regions.append((fn.lineno, fn.end_lineno))
+
+        def inside(first: int, last: int) -> bool:
+            return any(lo <= first and last <= hi for lo, hi in regions)
+
+        old_lines, new_lines = old_text.splitlines(), new_text.splitlines()
+        matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+        hunks = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+        assert hunks
+        for tag, i1, i2, j1, j2 in hunks:
+            added = new_lines[j1:j2]
+            if tag == "insert" and added and all(_is_helper_import(a) for a in added):
+                continue  # the helper import, at module level
+            if tag == "insert":
+                # Inserted between old lines i1 and i1 + 1 (1-based): inside a flagged function.
+                assert inside(i1, i1 + 1) or inside(i1 + 1, i1 + 1), (
+                    f"{path}: lines inserted after line {i1} outside every flagged function:\n" + "\n".join(added))
+            else:
+                assert inside(i1 + 1, i2), (
+                    f"{path}: lines {i1 + 1}-{i2} changed outside every flagged function:\n"
+                    + "\n".join(old_lines[i1:i2]) + "\n---\n" + "\n".join(added))
+            assert not any(_is_helper_import(a) for a in added)
+        imports_added = sum(1 for a in new_lines if _is_helper_import(a)) - sum(1 for a in old_lines if _is_helper_import(a))
+        assert imports_added == 1, path
