@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 from .config import Config, apply_settings
-from .discovery import module_name
 from .engine import analyze_file, build_index
 from .findings import Finding
 from .fixer import fix_text
@@ -24,18 +23,16 @@ def make_config(settings: dict | None = None, root: Path | None = None) -> Confi
 
 
 def _single_file_index(source: str, filename: str, cfg: Config):
-    # Under the module name analyze_file will give the file (from its path when it exists), or
-    # the file's own classes would not be found in the index.
-    module = module_name(filename) if os.path.exists(filename) else ""
-    is_pkg = os.path.basename(filename) == "__init__.py"
-    return build_index([extract_header(source, module, filename, is_pkg)], cfg)
+    # The text is analysed as a standalone module named "" (see analyze_file(module="")), so its
+    # own classes are indexed under that name whether or not `filename` exists on disk.
+    return build_index([extract_header(source, "", filename, os.path.basename(filename) == "__init__.py")], cfg)
 
 
 def check_source(source: str, *, filename: str = "<string>", settings: dict | None = None) -> list[Finding]:
     """Findings for one module's text, with the class index built from that text alone (the file
     system is not consulted, even when `filename` names an existing file)."""
     cfg = make_config(settings)
-    return analyze_file(filename, _single_file_index(source, filename, cfg), cfg, text=source)
+    return analyze_file(filename, _single_file_index(source, filename, cfg), cfg, text=source, module="")
 
 
 def fix_source(source: str, *, filename: str = "<string>", settings: dict | None = None,
