@@ -56,6 +56,13 @@ def locate_helper(config: Config, files: list[str]) -> HelperLocation:
         if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
         return HelperLocation(module, func, path, True)
+    if not config.helper and len(parts) > 1 and not root.joinpath(parts[0]).exists():
+        # The preset's default lives in a package this tree does not hold (vLLM, for a project
+        # that imports it): creating `vllm/__init__.py` here would shadow the installed package.
+        raise HelperError(
+            f"the {config.preset} preset's helper `{module}:{func}` belongs to package `{parts[0]}`, "
+            f"which is not among the checked files; creating it under {root} would shadow the installed "
+            f"`{parts[0]}`. Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
     return HelperLocation(module, func, path, False, helper_source(func, config.template))
 
 
