@@ -320,14 +320,28 @@ def test_fix_with_an_unfixable_site_exits_1(tmp_path: Path):
     assert "get_layer_input_dtype" in (root / "proj/attn.py").read_text()
 
 
-def test_fix_uses_the_vllm_preset_helper_path_by_default(tmp_path: Path):
-    """Without `helper`, the vLLM preset's module path is created under the project root."""
+def test_fix_refuses_to_create_the_vllm_preset_helper_outside_vllm(tmp_path: Path):
+    """Without `helper`, the vLLM preset's helper lives in vLLM. A project that only imports vLLM must
+    not get a `vllm/__init__.py` created in it (it would shadow the installed vLLM): exit 2, say
+    which setting to add, write nothing."""
     root = make_project(tmp_path / "p", {"proj/mlp.py": None}, pyproject="[tool.dtype-lint]\n")
-    assert dtl(root, "check", "--fix").returncode == 0
-    helper = root / "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"
+    before = {p: p.read_bytes() for p in root.rglob("*.py")}
+    for args in (["check", "--fix"], ["check", "--diff"], ["migrate", ".", "--report", "r.md"]):
+        proc = dtl(root, *args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert "would shadow the installed `vllm`" in proc.stderr and "helper = " in proc.stderr
+        assert not (root / "vllm").exists()
+        assert {p: p.read_bytes() for p in root.rglob("*.py")} == before
+    # Inside a vLLM checkout the same default is created next to the package.
+    vllm = make_project(tmp_path / "v", {"proj/mlp.py": None, "vllm/__init__.py": "", "vllm/x.py": ATTN},
+                        pyproject="[tool.dtype-lint]\n")
+    assert dtl(vllm, "check", "--fix").returncode == 0
+    helper = vllm / "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"
     assert helper.read_text() == helper_source("get_layer_input_dtype", "vllm")
+    for d in ("vllm/model_executor", "vllm/model_executor/layers/quantization/utils"):
+        assert (vllm / d / "__init__.py").exists()
     assert ("from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype"
-            in (root / "proj/attn.py").read_text())
+            in (vllm / "proj/attn.py").read_text())
 
 
 def test_diff_prints_and_writes_nothing(project: Path):
