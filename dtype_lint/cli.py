@@ -226,8 +226,9 @@ def _check(args) -> int:
                     new_findings.extend(o.remaining)
                     fixed_count += len(o.applied) if o.changed else 0
             findings = sorted(new_findings, key=lambda f: f.sort_key())
-            if args.diff:
-                return EXIT_FINDINGS if diff_changed else (EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN)
+            if args.diff and diff_changed:
+                return EXIT_FINDINGS
+            # No diff: report like a plain check (suppressed and baselined findings do not count).
     findings = _post_filter(findings, args, cfg, result)
     _report(findings, result, args, fixed_count)
     if args.exit_zero:
