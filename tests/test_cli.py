@@ -524,6 +524,16 @@ def test_fix_leaves_suppressed_sites_alone(tmp_path: Path):
     assert [ln.split(": ")[1].split()[0] for ln in proc.stdout.splitlines() if "s.py:" in ln] == ["DTL902"]
 
 
+def test_diff_with_only_suppressed_sites_exits_0(tmp_path: Path):
+    only = SUPPRESSED.replace("    b = x.to(layer.weight.dtype)  # dtype-lint: ignore[DTL001]\n", "").replace(
+        "    d = x.to(layer.weight.dtype)  # noqa: E501\n", "").replace(" + layer(b)", "").replace(" + layer(d)", "")
+    root = make_project(tmp_path / "p", {"proj/attn.py": None, "proj/mlp.py": None, "proj/s.py": only})
+    assert dtl(root, "check").returncode == 0
+    proc = dtl(root, "check", "--diff")
+    assert proc.returncode == 0 and "+++" not in proc.stdout, proc.stdout
+    assert not (root / HELPER).exists()
+
+
 def test_baseline(project: Path):
     proc = dtl(project, "check", "--write-baseline", "baseline.json")
     assert proc.returncode == 0, proc.stderr
