@@ -51,11 +51,21 @@ def run_migrate(args) -> int:
         if o.changed:
             fixed[o.path].extend(o.applied)
         left.extend(o.remaining)
-    left.sort(key=Finding.sort_key)
+    # A site under a suppression comment is not left for a human: someone already decided.
+    from .engine import _safe_read
+    from .suppressions import apply_suppressions
+
+    left = sorted(apply_suppressions(left, _safe_read)[0], key=Finding.sort_key)
     report = render_report(args.path, helper, created, fixed, left, len(result.files))
     Path(args.report).write_text(report, encoding="utf-8")
     _print_summary(fixed, left, helper, created, args.report)
     return EXIT_FINDINGS if left else EXIT_CLEAN
+
+
+def _helper_state(helper, created: bool, created_text: str) -> str:
+    if created:
+        return created_text
+    return "existing" if helper.exists else "not created: nothing was fixed"
 
 
 def _rel(path: str, root: str) -> str:
@@ -81,7 +91,7 @@ def render_report(root: str, helper, created: bool, fixed: dict[str, list[Findin
         f"- Sites fixed: {n_fixed} in {len(fixed)} files",
         f"- Sites left: {len(left)}",
         f"- Helper: `{helper.module}:{helper.func}` in `{_rel(str(helper.path), root)}` "
-        f"({'created by this migration' if created else 'existing'})",
+        f"({_helper_state(helper, created, 'created by this migration')})",
         "",
         "## Fixed",
         "",
@@ -128,6 +138,6 @@ def _print_summary(fixed, left, helper, created, report_path) -> None:
         table.add_row(path, str(len(fixed[path])))
     if fixed:
         console.print(table)
-    console.print(f"helper: {helper.module}:{helper.func} at {helper.path} ({'created' if created else 'existing'})")
+    console.print(f"helper: {helper.module}:{helper.func} at {helper.path} ({_helper_state(helper, created, 'created')})")
     console.print(f"fixed {sum(len(v) for v in fixed.values())} sites in {len(fixed)} files; {len(left)} left")
     console.print(f"report: {report_path}")
