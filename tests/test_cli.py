@@ -534,6 +534,28 @@ def test_diff_with_only_suppressed_sites_exits_0(tmp_path: Path):
     assert not (root / HELPER).exists()
 
 
+def test_migrate_small_project(tmp_path: Path):
+    only_noqa = ("from proj.layers import ColLinear\n\n\ndef run(layer: ColLinear, x):\n"
+                 "    return layer(x.to(layer.weight.dtype))  # noqa: DTL001\n")
+    root = make_project(tmp_path / "p", {"proj/s.py": only_noqa})
+    proc = dtl(root, "migrate", ".", "--report", "PR.md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = (root / "PR.md").read_text()
+    assert "- Sites fixed: 2 in 2 files" in report and "- Sites left: 0" in report
+    assert "`proj/attn.py`" in report and "`Attn.forward` (line 11)" in report and "`proj/mlp.py`" in report
+    assert "`proj.dtypes:get_layer_input_dtype` in `proj/dtypes.py` (created by this migration)" in report
+    assert (root / HELPER).exists() and (root / "proj/s.py").read_text() == only_noqa
+    assert dtl(root, "check").returncode == 0
+    # What cannot be fixed is left for a human, with the reason, and migrate exits 1.
+    root2 = make_project(tmp_path / "q", {"proj/mlp.py": MLP.replace("x.to(dtype=self.up_proj.weight.dtype)",
+                                                                     "x.to(self.up_proj.weight)")})
+    proc = dtl(root2, "migrate", ".", "--report", "PR.md")
+    assert proc.returncode == 1
+    report = (root2 / "PR.md").read_text()
+    assert "- Sites left: 1" in report and "| `proj/mlp.py:12` | DTL001 | `MLP.forward` |" in report
+    assert "also moves to the weight's device" in report
+
+
 def test_baseline(project: Path):
     proc = dtl(project, "check", "--write-baseline", "baseline.json")
     assert proc.returncode == 0, proc.stderr
