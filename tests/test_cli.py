@@ -468,6 +468,19 @@ def test_cache_hit_and_invalidation(project: Path):
     assert where(findings_json(project)[1]) == [EXPECTED[0]]
 
 
+def test_cache_follows_other_files_and_the_config(project: Path):
+    assert where(findings_json(project)[1]) == EXPECTED
+    # mlp.py is unchanged, but its layer class stops being quantizable in another file.
+    layers = project / "proj/layers.py"
+    layers.write_text(LAYERS.replace("class ColLinear(QLinear):", "class ColLinear(torch.nn.Module):"))
+    assert where(findings_json(project)[1]) == [EXPECTED[0]]
+    layers.write_text(LAYERS)
+    assert where(findings_json(project)[1]) == EXPECTED
+    # A config change that changes findings is seen too.
+    (project / "pyproject.toml").write_text(PYPROJECT.replace('quantizable = ["proj.layers.QLinear"]\n', ""))
+    assert where(findings_json(project)[1]) == [EXPECTED[0]]
+
+
 def test_no_cache_writes_no_cache(project: Path):
     rc, found = findings_json(project, "--no-cache")
     assert rc == 1 and where(found) == EXPECTED
