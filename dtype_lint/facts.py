@@ -277,6 +277,9 @@ class FunctionScope:
         self.params: dict[str, ast.AST | None] = {}
         self.self_name: str | None = None
         self.assigns: dict[str, list[ast.AST]] = {}
+        # `proj: RowParallelLinear = ...` or a bare `proj: RowParallelLinear` before `for proj in`:
+        # the declared type holds whatever the local is (re)bound to.
+        self.annotations: dict[str, ast.AST] = {}
         if fn is None:
             return
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
@@ -292,6 +295,8 @@ class FunctionScope:
                     if isinstance(t, ast.Name):
                         self.assigns.setdefault(t.id, []).append(node.value)
             elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+                if isinstance(node, ast.AnnAssign):
+                    self.annotations.setdefault(node.target.id, node.annotation)
                 if node.value is not None:
                     self.assigns.setdefault(node.target.id, []).append(node.value)
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
@@ -348,6 +353,12 @@ class LayerResolver:
                     return LayerType(t, "", (Evidence(
                         f"parameter `{expr.id}: {name}`", self.path, line),))
                 return LayerType(None)
+            if expr.id in scope.annotations:
+                name = annotation_name(scope.annotations[expr.id])
+                if name:
+                    t = self.index.resolve(self.module, name, self.imports)
+                    return LayerType(t, "", (Evidence(
+                        f"local `{expr.id}: {name}`", self.path, scope.annotations[expr.id].lineno),))
             values = scope.assigns.get(expr.id, [])
             if len(values) == 1 and values[0] is not None:
                 inner = self.resolve(values[0], scope, depth + 1)
