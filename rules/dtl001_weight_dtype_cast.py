@@ -224,7 +224,9 @@ class WeightDtypeCast(Rule):
     @staticmethod
     def _message(wds: WeightDtypeSource, layer: str, helper: str) -> str:
         via = f" through `{wds.alias}`" if wds.alias else ""
-        what = f"`{layer}.weight`" if wds.form == "tensor" else f"`{layer}.weight.dtype`"
+        # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
+        what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
+                else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
 
