@@ -12,6 +12,7 @@ import ast
 import difflib
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .findings import FIX_FAILED, Edit, Finding, Span
-from .source import detect_newline
+from .source import SourceFile, detect_newline
 
 MAX_ROUNDS = 6
 
@@ -104,8 +105,9 @@ def _self_overlap(edits: list[Edit]) -> bool:
 
 
 def add_imports(text: str, imports: set[tuple[str, str]]) -> str:
-    """`from module import name` for each pair, via libcst's AddImportsVisitor (placed with the
-    other imports, never duplicated).
+    """`from module import name` for each pair, never duplicated: where the file already has
+    top-level `from` imports of the same package, in sorted position among them (no libcst
+    needed); otherwise via libcst's AddImportsVisitor (after the other imports).
 
     libcst only needs the module's leading import block: running the visitor over a 3,000-line
     module costs seconds, over its header milliseconds. So the text is cut after the last
@@ -115,6 +117,15 @@ def add_imports(text: str, imports: set[tuple[str, str]]) -> str:
     present = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0
                for a in n.names if a.asname is None}
     needed = sorted(set(imports) - present)
+    rest = []
+    for mod, name in needed:
+        placed = _insert_sorted(text, tree, mod, name)
+        if placed is None:
+            rest.append((mod, name))
+        else:
+            text = placed
+            tree = ast.parse(text)
+    needed = rest
     if not needed:
         return text
     import libcst as cst
@@ -127,7 +138,7 @@ def add_imports(text: str, imports: set[tuple[str, str]]) -> str:
             break
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             cut = stmt.end_lineno
-    lines = text.splitlines(keepends=True)
+    lines = SourceFile("", text).lines
     if cut == 0 or (cut < len(lines) and not lines[cut - 1].endswith(("\n", "\r"))):
         head, tail = text, ""
     else:
@@ -136,6 +147,69 @@ def add_imports(text: str, imports: set[tuple[str, str]]) -> str:
     for mod, name in needed:
         AddImportsVisitor.add_needed_import(ctx, mod, name)
     return AddImportsVisitor(ctx).transform_module(cst.parse_module(head)).code + tail
+
+
+def _insert_sorted(text: str, tree: ast.Module, mod: str, name: str) -> str | None:
+    """`from mod import name` among the module's top-level `from` imports of the same top-level
+    package, in module order, as isort/ruff would sort it: AddImportsVisitor appends after the
+    last import, which fails an isort check in the user's CI. None: no such sibling (or an
+    import from `mod` to extend), left to libcst."""
+    top = mod.split(".")[0]
+    header = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            break
+        header.append(stmt)
+    siblings = [s for s in header if isinstance(s, ast.ImportFrom) and s.level == 0 and s.col_offset == 0
+                and s.module and s.module.split(".")[0] == top]
+    if not siblings or any(s.module == mod for s in siblings):
+        return None
+    lines = SourceFile("", text).lines
+    before = [s for s in siblings if s.module.lower() < mod.lower()]
+    if before:
+        anchor = before[-1]
+        line = anchor.end_lineno + 1  # insert at the start of the line after it
+        if line > len(lines) + 1 or not lines[anchor.end_lineno - 1].endswith(("\n", "\r")):
+            return None
+    else:
+        anchor = siblings[0]
+        line = anchor.lineno
+    if any(s is not anchor and (s.lineno == anchor.end_lineno or s.end_lineno == anchor.lineno) for s in header):
+        return None  # `a; b` on one line
+    offset = sum(len(x) for x in lines[: line - 1])
+    return text[:offset] + f"from {mod} import {name}" + detect_newline(text) + text[offset:]
+
+
+def drop_orphaned_imports(original: str, text: str) -> str:
+    """Delete a top-level one-name `from m import n` whose last use the fixes removed (typically
+    `current_platform`, read only by the guard the idiom fix replaces), which would otherwise fail
+    an unused-import check (F401). Imports unused before the fix are the user's business and stay;
+    a name still written anywhere else in the text, even in a string, keeps its import."""
+    tree = ast.parse(text)
+    used_before = {n.id for n in ast.walk(ast.parse(original)) if isinstance(n, ast.Name)}
+    lines = list(SourceFile("", text).lines)
+    starts = {}
+    for stmt in tree.body:
+        starts.setdefault(stmt.lineno, []).append(stmt)
+        if stmt.end_lineno != stmt.lineno:
+            starts.setdefault(stmt.end_lineno, []).append(stmt)
+    drop: list[tuple[int, int]] = []
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.ImportFrom) and len(stmt.names) == 1 and stmt.col_offset == 0):
+            continue
+        bound = stmt.names[0].asname or stmt.names[0].name
+        if bound == "*" or bound not in used_before or stmt.module == "__future__":
+            continue
+        if len(re.findall(rf"(?<![\w.]){re.escape(bound)}(?!\w)", text)) != 1:
+            continue
+        if any(other is not stmt for ln in (stmt.lineno, stmt.end_lineno) for other in starts.get(ln, ())):
+            continue  # shares a line with another statement
+        if lines[stmt.end_lineno - 1].rstrip("\r\n").rstrip().endswith("\\"):
+            continue
+        drop.append((stmt.lineno, stmt.end_lineno))
+    for first, last in reversed(drop):
+        del lines[first - 1 : last]
+    return "".join(lines) if drop else text
 
 
 def verify_parses(text: str, path: str) -> None:
@@ -169,7 +243,7 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             imports |= {i for f in applied for i in f.fix.imports}
             findings = analyze(new_text)
         if out.applied:
-            with_imports = add_imports(out.text, imports)
+            with_imports = drop_orphaned_imports(text, add_imports(out.text, imports))
             if with_imports != out.text:
                 verify_parses(with_imports, path)
                 out.text = with_imports
