@@ -128,7 +128,7 @@ class Planner:
                    tuple(edits), ((self.module, self.func),)), ""
 
     def _statement(self, site: Site, stmt: ast.stmt) -> Fix | None:
-        if not self._is_self_cast(stmt, site) or not self._starts_line(stmt) or not self._only_dtype(site):
+        if not (self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site)):
             return None
         var = self._var_name(site)
         flag = self.flag_default
@@ -194,7 +194,7 @@ class Planner:
         _, t1 = self.src.node_offsets(assign.targets[0])
         _, s1 = self.src.node_offsets(assign)
         edits = [Edit(t1, s1, f" = {self.func}({layer}, {self.flag_default})")]
-        if self._is_self_cast(stmt, site) and self._starts_line(stmt) and self._only_dtype(site):
+        if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
             indent = self.src.indent_of(stmt.lineno)
             edits.append(Edit(s0, s0, f"if {name} is not None:\n{indent}{self._indent_unit(site, stmt)}"))
@@ -232,6 +232,14 @@ class Planner:
         """The cast passes nothing but the dtype, so skipping it when the helper says None drops
         nothing else (`x.to(device=d, dtype=w)` must still move to `d`: expression form)."""
         return len(site.call.args) + len(site.call.keywords) == 1
+
+    def _own_lines(self, stmt: ast.stmt) -> bool:
+        """Alone on its lines: nothing before it, and after it only a comment (`x = x.to(w); y = 2`
+        guarded whole would leave `y` unbound when the helper says None)."""
+        if not self._starts_line(stmt):
+            return False
+        rest = self.src.line_text(stmt.end_lineno)[self.src.char_col(stmt.end_lineno, stmt.end_col_offset):].strip()
+        return rest == "" or rest.startswith("#")
 
     def _starts_line(self, stmt: ast.stmt) -> bool:
         return self.src.line_text(stmt.lineno)[: self.src.char_col(stmt.lineno, stmt.col_offset)].strip() == ""
