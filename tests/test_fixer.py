@@ -374,6 +374,20 @@ def test_device_move_is_kept_when_the_dtype_is_none():
     assert check_source(fixed) == []
 
 
+def test_statement_sharing_its_line_is_not_guarded_whole():
+    """`x = x.to(w); y = 2` behind `if dt is not None:` would leave `y` unbound when the helper says
+    None: such a cast is rewritten in expression form."""
+    head = "from vllm.model_executor.layers.linear import ColumnParallelLinear\n\n\n"
+    fixed = fix_source(head + "def f(layer: ColumnParallelLinear, x):\n    x = x.to(layer.weight.dtype); y = 2\n    return x, y\n")
+    assert "    x = x.to(get_layer_input_dtype(layer, True) or x.dtype); y = 2\n" in fixed
+    fixed = fix_source(head + "def f(layer: ColumnParallelLinear, x):\n    w = layer.weight.dtype\n"
+                       "    x = x.to(w); y = 2\n    return x, y\n")
+    assert "    w = get_layer_input_dtype(layer, True)\n    x = x.to(w or x.dtype); y = 2\n" in fixed
+    # A trailing comment is not another statement.
+    fixed = fix_source(head + "def f(layer: ColumnParallelLinear, x):\n    x = x.to(layer.weight.dtype)  # a; b\n    return x\n")
+    assert "    if layer_input_dtype is not None:\n        x = x.to(layer_input_dtype)  # a; b\n" in fixed
+
+
 def test_line_separators_inside_comments_do_not_shift_lines():
     """Python breaks lines only at \\r\\n, \\r, \\n: a form feed or U+2028 in a comment above a site
     must not move the site (str.splitlines would split there)."""
