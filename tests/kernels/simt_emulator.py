@@ -3,7 +3,8 @@
 Each ``.cu`` file (with its headers spliced in, exactly the text NVRTC compiles) is built by g++
 into a shared library, behind a small prelude that maps CUDA's vocabulary onto the host:
 
-* a block's threads are real ``std::thread``s; ``__syncthreads()`` is a ``std::barrier``;
+* a block's threads are cooperative ``ucontext`` threads on one OS thread, swept in order;
+  ``__syncthreads()`` yields to the sweep, so each sweep is one barrier phase;
   ``__shfl_xor_sync`` exchanges through a per-block array between two barriers (the kernels only
   shuffle with every thread of the block taking part, which this requires);
 * blocks run one after another, so ``__shared__`` can be ``static``;
@@ -31,42 +32,72 @@ import torch
 from dtype_lint.kernels_ref import build
 
 PRELUDE = r"""
-#include <atomic>
-#include <barrier>
+#include <ucontext.h>
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <thread>
+#include <memory>
 #include <vector>
 
 struct emu_dim3 { unsigned x = 1, y = 1, z = 1; };
 namespace emu {
-struct Block {
-  std::barrier<>* bar;
+// Cooperative threads on one OS thread: each CUDA thread is a ucontext with its own stack; the
+// scheduler sweeps the block's threads in order, each running until its next __syncthreads()
+// (or its end), so every sweep is one barrier phase.
+struct Thread { ucontext_t ctx; emu_dim3 tid; bool done; };
+struct State {
+  ucontext_t sched;
+  std::vector<Thread> th;
+  std::vector<std::unique_ptr<char[]>> stacks;
+  unsigned cur = 0;
   std::vector<float> ex_f;
-  std::vector<int> ex_i;
+  const std::function<void()>* fn = nullptr;
 };
-thread_local emu_dim3 tIdx, bIdx, bDim, gDim;
-thread_local Block* blk = nullptr;
+inline State S;
+inline emu_dim3 bIdx, bDim, gDim;
+constexpr size_t kStack = 256 * 1024;
+
+inline void trampoline() {
+  (*S.fn)();
+  S.th[S.cur].done = true;  // returning resumes uc_link, the scheduler
+}
+
 inline void run(emu_dim3 grid, unsigned threads, const std::function<void()>& fn) {
+  S.fn = &fn;
+  S.th.assign(threads, Thread{});
+  while (S.stacks.size() < threads) S.stacks.emplace_back(new char[kStack]);
+  S.ex_f.assign(threads, 0.0f);
+  bDim = {threads, 1, 1};
+  gDim = grid;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        std::barrier<> bar((std::ptrdiff_t)threads);
-        Block b{&bar, std::vector<float>(threads), std::vector<int>(threads)};
-        std::vector<std::thread> ts;
-        ts.reserve(threads);
-        for (unsigned t = 0; t < threads; ++t)
-          ts.emplace_back([&, t] {
-            tIdx = {t, 0, 0}; bIdx = {x, y, z}; bDim = {threads, 1, 1}; gDim = grid; blk = &b;
-            fn();
-          });
-        for (auto& th : ts) th.join();
+        bIdx = {x, y, z};
+        for (unsigned t = 0; t < threads; ++t) {
+          Thread& th = S.th[t];
+          th.tid = {t, 0, 0};
+          th.done = false;
+          getcontext(&th.ctx);
+          th.ctx.uc_stack.ss_sp = S.stacks[t].get();
+          th.ctx.uc_stack.ss_size = kStack;
+          th.ctx.uc_link = &S.sched;
+          makecontext(&th.ctx, trampoline, 0);
+        }
+        for (;;) {
+          bool any = false;
+          for (unsigned t = 0; t < threads; ++t) {
+            if (S.th[t].done) continue;
+            any = true;
+            S.cur = t;
+            swapcontext(&S.sched, &S.th[t].ctx);
+          }
+          if (!any) break;
+        }
       }
 }
 }  // namespace emu
 
-#define threadIdx emu::tIdx
+#define threadIdx (emu::S.th[emu::S.cur].tid)
 #define blockIdx emu::bIdx
 #define blockDim emu::bDim
 #define gridDim emu::gDim
@@ -77,22 +108,20 @@ inline void run(emu_dim3 grid, unsigned threads, const std::function<void()>& fn
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(...)
-inline void __syncthreads() { emu::blk->bar->arrive_and_wait(); }
+inline void __syncthreads() { swapcontext(&emu::S.th[emu::S.cur].ctx, &emu::S.sched); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __shfl_xor_sync(unsigned, float v, int off) {
-  unsigned t = emu::tIdx.x;
-  emu::blk->ex_f[t] = v;
+  unsigned t = emu::S.cur;
+  emu::S.ex_f[t] = v;
   __syncthreads();
-  float r = emu::blk->ex_f[t ^ (unsigned)off];
+  float r = emu::S.ex_f[t ^ (unsigned)off];
   __syncthreads();
   return r;
 }
-
-
 """
 
 _PARAM_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "I": ctypes.c_uint, "l": ctypes.c_longlong, "f": ctypes.c_float}
@@ -127,6 +156,7 @@ class Emulator:
         self.libs: dict[str, ctypes.CDLL] = {}
         self.sigs = build.all_kernel_signatures()
         self.calls: list[str] = []
+        self.history: set[str] = set()
 
     def _lib(self, stem: str) -> ctypes.CDLL:
         if stem in self.libs:
@@ -139,7 +169,7 @@ class Emulator:
             src = self.dir / f"{stem}-{digest}.cpp"
             src.write_text(code)
             res = subprocess.run(
-                [gxx(), "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-pthread", "-shared", "-fPIC",
+                [gxx(), "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
                  "-w", "-o", str(so), str(src)],
                 capture_output=True, text=True, timeout=600,
             )
