@@ -50,3 +50,9 @@ def test_help_runs_and_names_exit_codes():
     out = subprocess.run([sys.executable, "-m", "dtype_lint", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     assert re.search(r"0 clean, 1 findings", out.stdout)
+
+
+def test_the_repo_lints_clean_with_its_own_configuration():
+    out = subprocess.run([sys.executable, "-m", "dtype_lint", "check", ".", "--no-cache", "--output-format", "concise"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
