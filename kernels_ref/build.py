@@ -41,7 +41,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+#: Where cubins are cached: ``kernels_ref/.build`` (git-ignored) in a checkout, else a temp dir.
 BUILD_DIR = Path(os.environ.get("DTYPE_LINT_KERNEL_BUILD_DIR", Path(__file__).resolve().parent / ".build"))
+
+
+def _build_dir() -> Path:
+    global BUILD_DIR
+    try:
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        probe = BUILD_DIR / f".probe{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError:  # e.g. a read-only site-packages
+        import tempfile
+
+        BUILD_DIR = Path(tempfile.gettempdir()) / "dtype_lint_kernels"
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    return BUILD_DIR
 
 #: Options every module is compiled with (the architecture is added per device).
 NVRTC_OPTIONS = (
@@ -309,8 +325,7 @@ def load_module(stem: str, device_index: int = 0):
                 nv = Nvrtc()
                 ver = nv.version()
                 digest = hashlib.sha256(repr((src, opts, ver)).encode()).hexdigest()[:24]
-                BUILD_DIR.mkdir(parents=True, exist_ok=True)
-                cubin = BUILD_DIR / f"{stem}-{arch}-{digest}.cubin"
+                cubin = _build_dir() / f"{stem}-{arch}-{digest}.cubin"
                 cached = cubin.exists()
                 log = ""
                 if not cached:
@@ -318,7 +333,17 @@ def load_module(stem: str, device_index: int = 0):
                     tmp = cubin.with_suffix(f".tmp{os.getpid()}")
                     tmp.write_bytes(image)
                     tmp.replace(cubin)
-                mod = cupy.RawModule(path=str(cubin))
+                try:
+                    mod = cupy.RawModule(path=str(cubin))
+                except Exception as e:  # pragma: no cover - a driver that rejects the cubin
+                    # Same options, PTX for compute_XY instead: the driver JIT-compiles it.
+                    ptx_opts = NVRTC_OPTIONS + (f"--gpu-architecture=compute_{arch[3:]}",)
+                    image, log = nv.compile(src, path.name, ptx_opts)
+                    ptx = cubin.with_suffix(".ptx")
+                    ptx.write_bytes(image.rstrip(b"\0"))
+                    mod = cupy.RawModule(path=str(ptx))
+                    log = f"cubin load failed ({type(e).__name__}: {e}); loaded PTX instead\n{log}"
+                    opts = ptx_opts
                 _info.nvrtc_path, _info.nvrtc_version = nv.path, ver
             except CudaUnavailable:
                 # Degraded: CuPy's own NVRTC path (it appends -ftz=true; see the module doc).
