@@ -120,12 +120,21 @@ _KEYS = {
 
 
 def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml with a [tool.dtype-lint] table (as ruff does for its own), else
+    the nearest pyproject.toml at all (its directory is the project root), else None."""
     start = start.resolve()
+    first = None
     for d in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
         candidate = d / "pyproject.toml"
         if candidate.is_file():
-            return candidate
-    return None
+            first = first or candidate
+            try:
+                if "dtype-lint" in candidate.read_text(encoding="utf-8") and \
+                        "dtype-lint" in tomllib.loads(candidate.read_text(encoding="utf-8")).get("tool", {}):
+                    return candidate
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                return candidate  # unreadable: let load_config report it
+    return first
 
 
 def load_config(start: Path, explicit: Path | None = None, overrides: dict | None = None) -> Config:

@@ -251,3 +251,11 @@ def test_per_file_ignores_match_relative_paths_from_the_root(tmp_path: Path, mon
     assert not cfg.enabled("DTL001", "./pkg/legacy.py")
     monkeypatch.chdir(tmp_path / "..")
     assert not cfg.enabled("DTL001", f"{tmp_path.name}/pkg/legacy.py")
+
+
+def test_a_pyproject_without_our_table_does_not_hide_an_outer_one(tmp_path: Path):
+    outer = write(tmp_path / "repo/pyproject.toml", '[tool.dtype-lint]\nselect = ["DTL001"]\n')
+    write(tmp_path / "repo/sub/pyproject.toml", '[project]\nname = "sub"\n')
+    assert find_pyproject(tmp_path / "repo/sub") == outer
+    lone = write(tmp_path / "other/pyproject.toml", '[project]\nname = "x"\n')
+    assert find_pyproject(tmp_path / "other") == lone
