@@ -546,6 +546,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = "cuda" if args.device == "cuda" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
+        report.data["environment"] = {**_environment("cpu"), "device": "cuda", "device_name": "none", "import": how}
         report.add({"name": "device", "kind": "setup", "status": "fail", "error": "torch.cuda.is_available() is False"})
         _print(report)
         return 1
