@@ -134,13 +134,14 @@ def load_run_config(args):
 
 
 def progress_callback(disabled: bool):
-    """A rich progress bar on stderr for large interactive runs; never in CI or pre-commit."""
+    """A rich progress bar on stderr for large interactive runs (stages of 200+ files, and always
+    for fixing); never in CI or pre-commit, never when stderr is not a terminal."""
     if disabled or not sys.stderr.isatty() or os.environ.get("CI") or os.environ.get("PRE_COMMIT"):
         return None, lambda: None
     state = {}
 
     def tick(done: int, total: int, stage: str):
-        if total < 200:
+        if total < 200 and stage != "fix":
             return
         if "bar" not in state:
             from rich.progress import Progress
