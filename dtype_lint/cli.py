@@ -180,61 +180,54 @@ def _check(args) -> int:
         raise UserError(str(e)) from None
     finally:
         stop()
-    findings = result.findings
-    fixed_count = 0
-    diff_changed = False
+    findings, fixed_count = result.findings, 0
     if args.fix or args.diff:
-        from .apply import fix_files, write_outcomes
-
-        fixable_paths = sorted({f.path for f in findings if f.fix and (f.fix.safe or args.unsafe_fixes)})
-        if fixable_paths:
-            from .apply import HelperError, create_helper, locate_helper
-
-            try:
-                helper = locate_helper(cfg, result.files)
-            except HelperError as e:
-                raise UserError(str(e)) from None
-            first = {}
-            for f in findings:
-                first.setdefault(f.path, []).append(f)
-            outcomes = fix_files(fixable_paths, result.headers, result.index, cfg, args.unsafe_fixes,
-                                 result_jobs(args))
-            changed = [o for o in outcomes if o.changed]
-            if args.diff:
-                diff_changed = bool(changed) or (not helper.exists and bool(changed))
-                out = sys.stdout
-                if changed and not helper.exists:
-                    import difflib
-
-                    out.write("".join(difflib.unified_diff([], helper.source.splitlines(keepends=True),
-                                                           fromfile="/dev/null", tofile=f"b/{os.path.relpath(helper.path)}")))
-                for o in changed:
-                    out.write(o.diff())
-            else:
-                if changed and not helper.exists:
-                    create_helper(helper)
-                write_outcomes(changed)
-            by_path = {o.path: o for o in outcomes}
-            new_findings = []
-            for f in findings:
-                o = by_path.get(f.path)
-                if o is None:
-                    new_findings.append(f)
-            for o in outcomes:
-                if args.diff:
-                    new_findings.extend(first.get(o.path, []))
-                else:
-                    new_findings.extend(o.remaining)
-                    fixed_count += len(o.applied) if o.changed else 0
-            findings = sorted(new_findings, key=lambda f: f.sort_key())
-            if args.diff and diff_changed:
-                return EXIT_FINDINGS
-            # No diff: report like a plain check (suppressed and baselined findings do not count).
+        findings, fixed_count, diff_changed = _fix_or_diff(args, cfg, result)
+        if args.diff and diff_changed:
+            return EXIT_FINDINGS
+        # No diff: report like a plain check (suppressed and baselined findings do not count).
     findings = _post_filter(findings, args, cfg, result)
     _report(findings, result, args, fixed_count)
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _fix_or_diff(args, cfg, result):
+    """Fix (or, with --diff, print the fixes of) every file with a selected fix.
+    Returns (findings after fixing, number fixed, whether --diff printed anything)."""
+    from .apply import HelperError, create_helper, fix_files, locate_helper, write_outcomes
+
+    findings = result.findings
+    fixable_paths = sorted({f.path for f in findings if f.fix and (f.fix.safe or args.unsafe_fixes)})
+    if not fixable_paths:
+        return findings, 0, False
+    try:
+        helper = locate_helper(cfg, result.files)
+    except HelperError as e:
+        raise UserError(str(e)) from None
+    outcomes = fix_files(fixable_paths, result.headers, result.index, cfg, args.unsafe_fixes, result_jobs(args))
+    changed = [o for o in outcomes if o.changed]
+    if args.diff:
+        if changed and not helper.exists:
+            import difflib
+
+            sys.stdout.write("".join(difflib.unified_diff(
+                [], helper.source.splitlines(keepends=True),
+                fromfile="/dev/null", tofile=f"b/{os.path.relpath(helper.path)}")))
+        for o in changed:
+            sys.stdout.write(o.diff())
+        return findings, 0, bool(changed)
+    if changed and not helper.exists:
+        create_helper(helper)
+    write_outcomes(changed)
+    fixed_paths = {o.path for o in outcomes}
+    after = [f for f in findings if f.path not in fixed_paths]
+    fixed = 0
+    for o in outcomes:
+        after.extend(o.remaining)
+        fixed += len(o.applied) if o.changed else 0
+    return sorted(after, key=lambda f: f.sort_key()), fixed, False
 
 
 def result_jobs(args) -> int:
