@@ -243,7 +243,10 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             imports |= {i for f in applied for i in f.fix.imports}
             findings = analyze(new_text)
         if out.applied:
-            with_imports = drop_orphaned_imports(text, add_imports(out.text, imports))
+            with_imports = add_imports(out.text, imports)
+            # A package's __init__ may import a name only to re-export it: keep its imports.
+            if os.path.basename(path) != "__init__.py":
+                with_imports = drop_orphaned_imports(text, with_imports)
             if with_imports != out.text:
                 verify_parses(with_imports, path)
                 out.text = with_imports
