@@ -161,7 +161,8 @@ class Engine:
         index_files = files
         if cfg.source != "defaults" and any(os.path.isfile(p) for p in paths):
             seen = {os.path.realpath(f) for f in files}
-            extra = [f for f in discover([str(cfg.root)], tuple(cfg.exclude), cfg.root)
+            root = os.path.relpath(cfg.root) if not os.path.relpath(cfg.root).startswith("..") else str(cfg.root)
+            extra = [f for f in discover([root], tuple(cfg.exclude), cfg.root)
                      if os.path.realpath(f) not in seen]
             index_files = files + extra
         cache = Cache(cfg.root / cfg.cache_dir, key=f"{__version__}-{code_stamp()}-{cfg.fingerprint()}",
