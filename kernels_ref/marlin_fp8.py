@@ -322,25 +322,9 @@ def marlin_dequantize_fp8(
     return (place_fp8_bits(codes, dtype).float() * per_k).to(dtype)
 
 
-def marlin_gemm(
-    a: torch.Tensor,
-    b_q_weight: torch.Tensor,
-    b_scales: torch.Tensor,
-    size_m: int,
-    size_n: int,
-    size_k: int,
-) -> torch.Tensor:
-    """``ops.marlin_gemm`` for fp8 weights: ``c[M,N] = a @ deq`` with fp32 accumulation, in ``a.dtype``.
-
-    Checks, in this order (§2a):
-
-    1. ``a`` dtype: fp16/bf16 pass; fp8/int8 raise ``the a_scales parameter must be passed for
-       8bit activation.``; anything else raises ``unsupported `a` scalar_type``. All RuntimeError.
-       (Real vLLM runs the A/B shape checks between these two dtype errors; for well-shaped
-       inputs the outcome is the same.)
-    2. vLLM's shape checks on ``a``, ``b_q_weight``, ``b_scales`` (texts as in ``marlin.cu``).
-    3. ``b_scales.dtype == a.dtype``.
-    """
+def check_marlin_gemm(a, b_q_weight, b_scales, size_m: int, size_n: int, size_k: int) -> None:
+    """The argument checks of :func:`marlin_gemm`, in vLLM's order and with its messages; the
+    CUDA wrapper (`ops.py`) runs the same function so both fail identically."""
     if a.dtype in HALF_DTYPES:
         pass
     elif a.dtype in (FP8, torch.int8):
@@ -386,6 +370,27 @@ def marlin_gemm(
             f"scalar type of b_scales ({b_scales.dtype}) must be the same as a ({a.dtype})"
         )
 
+
+def marlin_gemm(
+    a: torch.Tensor,
+    b_q_weight: torch.Tensor,
+    b_scales: torch.Tensor,
+    size_m: int,
+    size_n: int,
+    size_k: int,
+) -> torch.Tensor:
+    """``ops.marlin_gemm`` for fp8 weights: ``c[M,N] = a @ deq`` with fp32 accumulation, in ``a.dtype``.
+
+    Checks, in this order (§2a):
+
+    1. ``a`` dtype: fp16/bf16 pass; fp8/int8 raise ``the a_scales parameter must be passed for
+       8bit activation.``; anything else raises ``unsupported `a` scalar_type``. All RuntimeError.
+       (Real vLLM runs the A/B shape checks between these two dtype errors; for well-shaped
+       inputs the outcome is the same.)
+    2. vLLM's shape checks on ``a``, ``b_q_weight``, ``b_scales`` (texts as in ``marlin.cu``).
+    3. ``b_scales.dtype == a.dtype``.
+    """
+    check_marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k)
     if size_m == 0:
         return torch.empty((0, size_n), dtype=a.dtype, device=a.device)
     deq = marlin_dequantize_fp8(b_q_weight, b_scales, size_k, size_n, a.dtype)

@@ -127,50 +127,7 @@ def _raw(t: torch.Tensor) -> torch.Tensor:
 # ============================================================================= Marlin FP8
 
 
-def check_marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k) -> None:
-    """The checks of :func:`marlin_fp8.marlin_gemm`, in its order, with its messages."""
-    if a.dtype in HALF_DTYPES:
-        pass
-    elif a.dtype in (FP8, torch.int8):
-        raise RuntimeError("the a_scales parameter must be passed for 8bit activation.")
-    else:
-        raise RuntimeError("unsupported `a` scalar_type")
-    tile_k, min_n = _marlin.TILE_K, _marlin.MIN_THREAD_N
-    if a.dim() != 2:
-        raise RuntimeError(f"a must be 2-D, got {a.dim()}-D")
-    if a.size(0) != size_m:
-        raise RuntimeError(f"Shape mismatch: a.size(0) = {a.size(0)}, size_m = {size_m}")
-    if a.size(1) != size_k:
-        raise RuntimeError(f"Shape mismatch: a.size(1) = {a.size(1)}, size_k = {size_k}")
-    if size_k % tile_k:
-        raise RuntimeError(f"size_k = {size_k} is not divisible by tile_size = {tile_k}")
-    if b_q_weight.dtype != torch.int32:
-        raise RuntimeError("b_q_weight type is not kInt")
-    if b_q_weight.dim() != 2 or b_q_weight.size(0) != size_k // tile_k:
-        raise RuntimeError(
-            f"Shape mismatch: b_q_weight.size(0) = {b_q_weight.size(0)}, size_k = {size_k}, "
-            f"tile_size = {tile_k}"
-        )
-    if b_q_weight.size(1) % tile_k:
-        raise RuntimeError(
-            f"b_q_weight.size(1) = {b_q_weight.size(1)} is not divisible by tile_size = {tile_k}"
-        )
-    actual_size_n = (b_q_weight.size(1) // tile_k) * 4
-    if size_n != actual_size_n:
-        raise RuntimeError(f"size_n = {size_n}, actual_size_n = {actual_size_n}")
-    if b_scales.dim() != 2:
-        raise RuntimeError(f"b_scales rank = {b_scales.dim()} is not 2")
-    if b_scales.size(1) != size_n:
-        raise RuntimeError(f"b_scales dim 1 = {b_scales.size(1)} is not size_n = {size_n}")
-    num_groups = b_scales.size(0)
-    if num_groups > 1 and size_k % num_groups:
-        raise RuntimeError(f"size_k = {size_k}, is not divisible by b_scales.size(0) = {num_groups}")
-    if size_n % min_n:
-        raise RuntimeError(f"size_n = {size_n}, is not divisible by min_thread_n = {min_n}")
-    if b_scales.dtype != a.dtype:
-        raise RuntimeError(
-            f"scalar type of b_scales ({b_scales.dtype}) must be the same as a ({a.dtype})"
-        )
+check_marlin_gemm = _marlin.check_marlin_gemm
 
 
 def _marlin_inv_bias(dtype: torch.dtype) -> float:
