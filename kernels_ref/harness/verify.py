@@ -611,6 +611,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     p.add_argument("--no-table", action="store_true", help="do not print the summary table")
     p.add_argument("--show-diff", action="store_true", help="print the fixer's pre → post diff")
+    p.add_argument(
+        "--matrix-only", action="store_true",
+        help="with --device cuda: run only the backend matrix; by default --device cuda runs the whole "
+        "GPU check (harness/gpu_check.py: build the CUDA kernels with NVRTC, cross-check each against "
+        "the PyTorch reference, then the matrix at the spec's GPU sizes G1/G2)",
+    )
     return p
 
 
@@ -625,6 +631,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"wrote {out / 'variants.json'}")
         return 0
+    if args.device == "cuda" and not args.matrix_only:
+        from . import gpu_check
+
+        out = str(Path(args.json).resolve().parent) if args.json else tempfile.mkdtemp(prefix="dtl-gpu-check-")
+        print(f"dtype-lint verify: running the full GPU check; report in {out}/gpu_check.json", file=sys.stderr)
+        return gpu_check.main(["--out", out, "--device", "cuda"])
+
     def progress(message: str) -> None:
         if sys.stderr.isatty():
             print(f"dtype-lint verify: {message}", file=sys.stderr)
