@@ -1,0 +1,148 @@
+"""DTL002 weight-dtype-allocation: a tensor is allocated in a quantizable layer's storage dtype.
+
+## What it does
+Flags allocations and kernel outputs whose dtype comes from a quantizable layer's weight:
+`torch.empty(n, dtype=L.weight.dtype)`, `torch.zeros_like(x, dtype=L.weight.dtype)` and the other
+`torch` factories, and any call passing `out_dtype=`/`output_dtype=L.weight.dtype` — also through
+local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks. Layers resolve exactly
+as for DTL001 (configured quantizable classes and their subclasses across files, layers built with
+`quant_config=`), and the same code is exempt (quant methods, weight loaders,
+`process_weights_after_loading`).
+
+## Why is this bad?
+Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ layers have
+no `.weight` at all: a buffer allocated "like the weight" becomes an integer buffer that a float
+kernel rejects or silently truncates into, or the allocation raises `AttributeError`. It is the
+same confusion as DTL001 (vLLM issue #38658): the storage dtype of a weight is not the dtype of the
+activations or outputs around it.
+
+## Example
+```python
+out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.weight.dtype)
+```
+
+## Use instead
+```python
+out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.params_dtype)
+```
+or the input dtype the layer expects, `get_layer_input_dtype(self.o_proj, fp8_input)`, with an
+explicit choice for `None` (keep the model dtype).
+
+## Fix safety
+No automatic fix: the right dtype of a buffer depends on what it will hold (an activation, a
+layer output, a dequantized weight), which the code does not say. The finding names the layer
+and how it resolved; choose `params_dtype`, the activation's dtype, or the helper by hand.
+
+## Options
+The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes`,
+`not-quantizable`, `exempt-functions`, `name-heuristics`, `name-patterns`.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+
+from dtype_lint.facts import FunctionScope, walk_function
+from dtype_lint.findings import Finding, Span
+from dtype_lint.index import dotted
+from dtype_lint.patterns import weight_dtype_source
+from dtype_lint.rule import FileContext, Invalid, Rule, Valid, iter_functions
+
+_FACTORIES = {
+    "empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "empty_strided",
+}
+_OUTPUT_KEYWORDS = ("out_dtype", "output_dtype")
+
+_HEAD = """\
+import torch
+from vllm.model_executor.layers.linear import RowParallelLinear
+
+
+class Block:
+    def __init__(self, o_proj: RowParallelLinear):
+        self.o_proj = o_proj
+"""
+
+
+class WeightDtypeAllocation(Rule):
+    code = "DTL002"
+    name = "weight-dtype-allocation"
+    summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
+
+    VALID = [
+        Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
+        # Casts are DTL001's; DTL002 does not report them twice.
+        Valid(_HEAD + "    def f(self, x):\n        return torch.relu(x).sum()\n"),
+        Valid("import torch\nimport torch.nn as nn\nclass V(nn.Module):\n    def __init__(self):\n"
+              "        self.proj = nn.Linear(4, 4)\n    def f(self, n):\n"
+              "        return torch.zeros(n, dtype=self.proj.weight.dtype)\n"),
+        Valid(_HEAD + "    def process_weights_after_loading(self, n):\n"
+              "        return torch.empty(n, dtype=self.o_proj.weight.dtype)\n"),
+    ]
+    INVALID = [
+        Invalid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.weight.dtype)\n",
+                message_contains=("self.o_proj", "torch.empty")),
+        Invalid(_HEAD + "    def f(self, x):\n        return torch.zeros_like(x, dtype=self.o_proj.weight.dtype)\n"),
+        Invalid(_HEAD + "    def f(self, a, b):\n        w = getattr(self.o_proj, \"weight\", None).dtype\n"
+                "        return torch.mm(a, b, out_dtype=w)\n", message_contains=("out_dtype", "`w`")),
+    ]
+
+    def check(self, ctx: FileContext):
+        cfg = ctx.config
+        resolver = ctx.resolver()
+        patterns = cfg.name_patterns if cfg.name_heuristics else None
+        weight_lines = {i for i, line in enumerate(ctx.source.lines, 1) if "weight" in line}
+        for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
+            if not any(fn.lineno <= n <= fn.end_lineno for n in weight_lines):
+                continue
+            if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
+                continue
+            if class_q and ctx.project.index.exempt_verdict(class_q).yes:
+                continue
+            scope = None
+            for node in walk_function(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                for kw in self._dtype_keywords(node, ctx.imports):
+                    if scope is None:
+                        scope = FunctionScope(fn, class_q)
+                    wds = weight_dtype_source(kw.value, scope)
+                    if wds is None:
+                        continue
+                    layer_text = ast.unparse(wds.layer)
+                    verdict = resolver.quantizable(resolver.resolve(wds.layer, scope), layer_text, patterns)
+                    if verdict is None:
+                        continue
+                    confidence, evidence = verdict
+                    via = f" through `{wds.alias}`" if wds.alias else ""
+                    callee = dotted(node.func) or "call"
+                    yield Finding(
+                        code=self.code,
+                        message=(f"`{callee}(..., {kw.arg}=...)` allocates in `{layer_text}.weight.dtype`{via}, "
+                                 f"the storage dtype of a quantizable layer (int32 under Marlin, uint8 under "
+                                 f"NVFP4, absent under AWQ); choose the buffer's dtype explicitly"),
+                        path=ctx.source.path,
+                        span=_span(ctx, node),
+                        confidence=confidence,
+                        evidence=evidence,
+                        no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
+                        scope=scope_name,
+                        expression=ast.unparse(node),
+                    )
+
+    @staticmethod
+    def _dtype_keywords(call: ast.Call, imports: dict[str, str]) -> list[ast.keyword]:
+        out = [kw for kw in call.keywords if kw.arg in _OUTPUT_KEYWORDS]
+        name = dotted(call.func) or ""
+        head, _, attr = name.rpartition(".")
+        if attr in _FACTORIES and (imports.get(head.split(".")[0], head).split(".")[0] == "torch"):
+            out += [kw for kw in call.keywords if kw.arg == "dtype"]
+        return out
+
+
+def _span(ctx: FileContext, node: ast.AST) -> Span:
+    src = ctx.source
+    return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
+                node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
