@@ -69,13 +69,12 @@ def iter_functions(tree: ast.Module, module: str):
                 q = f"{prefix}.{node.name}" if prefix else node.name
                 yield node, class_q, q
                 yield from visit(node.body, None, q)
-            elif isinstance(node, (ast.If, ast.With, ast.Try, ast.For, ast.While)):
-                for field_name in ("body", "orelse", "finalbody", "handlers"):
-                    sub = getattr(node, field_name, None) or []
-                    for s in sub:
-                        if isinstance(s, ast.ExceptHandler):
-                            yield from visit(s.body, class_q, prefix)
-                    yield from visit([s for s in sub if not isinstance(s, ast.ExceptHandler)], class_q, prefix)
+            elif isinstance(node, ast.stmt):  # compound statements: if/for/while/with/try/match
+                blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
+                blocks += [h.body for h in getattr(node, "handlers", None) or []]
+                blocks += [c.body for c in getattr(node, "cases", None) or []]
+                for block in blocks:
+                    yield from visit(block, class_q, prefix)
 
     yield from visit(tree.body, None, "")
 

@@ -354,3 +354,23 @@ def test_name_heuristics_report_low_confidence_when_on(tmp_path):
     assert [(p, f.expression, conf) for p, _line, conf, f in found] == [
         ("pkg/m.py", "x.to(self.o_proj.weight.dtype)", "low")]
     assert "looks like a projection layer" in found[0][3].evidence[-1].message
+
+
+def test_functions_inside_any_compound_statement_are_checked():
+    from dtype_lint.api import check_source
+
+    src = (
+        "from vllm.model_executor.layers.linear import LinearBase\n"
+        "async def f(layer: LinearBase, x, y):\n"
+        "    async with y:\n"
+        "        try:\n"
+        "            pass\n"
+        "        except* ValueError:\n"
+        "            def g(layer: LinearBase):\n"
+        "                return x.to(layer.weight.dtype)\n"
+        "    match x:\n"
+        "        case 1:\n"
+        "            def h(layer: LinearBase):\n"
+        "                return x.to(layer.weight.dtype)\n"
+    )
+    assert [(f.span.line, f.scope) for f in check_source(src)] == [(8, "f.g"), (12, "f.h")]
