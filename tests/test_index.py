@@ -365,7 +365,7 @@ def test_functions_inside_any_compound_statement_are_checked():
         "    async with y:\n"
         "        try:\n"
         "            pass\n"
-        "        except* ValueError:\n"
+        "        except ValueError:\n"
         "            def g(layer: LinearBase):\n"
         "                return x.to(layer.weight.dtype)\n"
         "    match x:\n"
