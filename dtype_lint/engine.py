@@ -16,7 +16,6 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import __version__
 from .cache import Cache

@@ -4,12 +4,14 @@ VALID/INVALID examples that the test suite runs (`tests/test_rule_examples.py`).
 from __future__ import annotations
 
 import ast
+import fnmatch
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterable
 
 from .config import Config
 from .facts import FunctionScope, LayerResolver, ProjectFacts
-from .findings import Finding
+from .findings import Finding, Span
 from .source import SourceFile
 
 
@@ -79,4 +81,30 @@ def iter_functions(tree: ast.Module, module: str):
     yield from visit(tree.body, None, "")
 
 
-__all__ = ["Rule", "Valid", "Invalid", "FileContext", "FunctionScope", "iter_functions"]
+def candidate_functions(ctx: FileContext):
+    """`iter_functions`, less the functions that cannot hold a weight-dtype site or are exempt.
+
+    Aliases are function-local, so a function with no `weight` on any of its lines cannot hold a
+    site: it is skipped without walking its tree. Exempt functions (weight loaders,
+    `process_weights_after_loading`...) and methods of exempt classes (quant methods) own the
+    storage format by design."""
+    cfg = ctx.config
+    weight_lines = sorted(i for i, line in enumerate(ctx.source.lines, 1) if "weight" in line)
+    for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
+        i = bisect_left(weight_lines, fn.lineno)
+        if i == len(weight_lines) or weight_lines[i] > fn.end_lineno:
+            continue
+        if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
+            continue
+        if class_q and ctx.project.index.exempt_verdict(class_q).yes:
+            continue
+        yield fn, class_q, scope_name
+
+
+def span_of(ctx: FileContext, node: ast.AST) -> Span:
+    src = ctx.source
+    return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
+                node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
+
+
+__all__ = ["Rule", "Valid", "Invalid", "FileContext", "FunctionScope", "iter_functions", "candidate_functions", "span_of"]

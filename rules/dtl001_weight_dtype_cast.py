@@ -49,13 +49,12 @@ finding says why.
 from __future__ import annotations
 
 import ast
-import fnmatch
 
 from dtype_lint.facts import FunctionScope, walk_function
-from dtype_lint.findings import Finding, Span
+from dtype_lint.findings import Finding
 from dtype_lint.fixplan import Planner, Site, build_parents
 from dtype_lint.patterns import WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import FileContext, Invalid, Rule, Valid, iter_functions
+from dtype_lint.rule import FileContext, Invalid, Rule, Valid, candidate_functions, span_of
 
 _HEAD = """\
 import torch
@@ -162,16 +161,7 @@ class WeightDtypeCast(Rule):
         resolver = ctx.resolver()
         planner = Planner(ctx.source, cfg)
         patterns = cfg.name_patterns if cfg.name_heuristics else None
-        # Aliases are function-local, so a function with no `weight` on any of its lines cannot
-        # hold a site: skip it without walking its tree.
-        weight_lines = {i for i, line in enumerate(ctx.source.lines, 1) if "weight" in line}
-        for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
-            if not any(fn.lineno <= n <= fn.end_lineno for n in weight_lines):
-                continue
-            if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
-                continue
-            if class_q and ctx.project.index.exempt_verdict(class_q).yes:
-                continue
+        for fn, class_q, scope_name in candidate_functions(ctx):
             scope = None
             parents = None
             for node in walk_function(fn):
@@ -200,7 +190,7 @@ class WeightDtypeCast(Rule):
                         code=self.code,
                         message=self._message(wds, layer_text, planner.func),
                         path=ctx.source.path,
-                        span=_span(ctx, node),
+                        span=span_of(ctx, node),
                         confidence=confidence,
                         evidence=evidence,
                         fix=fix,
@@ -237,8 +227,3 @@ def _receiver_is_parameter(call: ast.Call) -> bool:
     last = recv.attr if isinstance(recv, ast.Attribute) else (recv.id if isinstance(recv, ast.Name) else "")
     return last in ("weight", "bias", "data") or "weight" in last or last.endswith("_scale")
 
-
-def _span(ctx: FileContext, node: ast.AST) -> Span:
-    src = ctx.source
-    return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
-                node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)

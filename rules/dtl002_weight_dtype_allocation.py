@@ -41,13 +41,12 @@ The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes
 from __future__ import annotations
 
 import ast
-import fnmatch
 
 from dtype_lint.facts import FunctionScope, walk_function
-from dtype_lint.findings import Finding, Span
+from dtype_lint.findings import Finding
 from dtype_lint.index import dotted
 from dtype_lint.patterns import weight_dtype_source
-from dtype_lint.rule import FileContext, Invalid, Rule, Valid, iter_functions
+from dtype_lint.rule import FileContext, Invalid, Rule, Valid, candidate_functions, span_of
 
 _FACTORIES = {
     "empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
@@ -93,14 +92,7 @@ class WeightDtypeAllocation(Rule):
         cfg = ctx.config
         resolver = ctx.resolver()
         patterns = cfg.name_patterns if cfg.name_heuristics else None
-        weight_lines = {i for i, line in enumerate(ctx.source.lines, 1) if "weight" in line}
-        for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
-            if not any(fn.lineno <= n <= fn.end_lineno for n in weight_lines):
-                continue
-            if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
-                continue
-            if class_q and ctx.project.index.exempt_verdict(class_q).yes:
-                continue
+        for fn, class_q, scope_name in candidate_functions(ctx):
             scope = None
             for node in walk_function(fn):
                 if not isinstance(node, ast.Call):
@@ -124,7 +116,7 @@ class WeightDtypeAllocation(Rule):
                                  f"the storage dtype of a quantizable layer (int32 under Marlin, uint8 under "
                                  f"NVFP4, absent under AWQ); choose the buffer's dtype explicitly"),
                         path=ctx.source.path,
-                        span=_span(ctx, node),
+                        span=span_of(ctx, node),
                         confidence=confidence,
                         evidence=evidence,
                         no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
@@ -141,8 +133,3 @@ class WeightDtypeAllocation(Rule):
             out += [kw for kw in call.keywords if kw.arg == "dtype"]
         return out
 
-
-def _span(ctx: FileContext, node: ast.AST) -> Span:
-    src = ctx.source
-    return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
-                node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
