@@ -23,6 +23,32 @@ def _offsets(cu: torch.Tensor | list[int]) -> list[int]:
     return [int(v) for v in (cu.tolist() if isinstance(cu, torch.Tensor) else cu)]
 
 
+def check_mla_prefill_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, empty) -> tuple[list[int], list[int]]:
+    """The argument checks of :func:`mla_prefill_attention`, in order; returns the request offsets.
+    The CUDA wrapper (`ops.py`) runs the same function so both fail identically."""
+    if empty not in EMPTY_MODES:
+        raise ValueError(f"empty must be one of {EMPTY_MODES}, got {empty!r}")
+    if q.dtype not in ATTN_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise RuntimeError(
+            "q, k and v must share one dtype in (torch.float16, torch.bfloat16, "
+            f"torch.float8_e4m3fn), got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError("q, k and v must be [tokens, heads, head_dim]")
+    if k.shape[:2] != v.shape[:2] or q.shape[1] != k.shape[1] or q.shape[2] != k.shape[2]:
+        raise ValueError(
+            f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    cq, ck = _offsets(cu_seqlens_q), _offsets(cu_seqlens_k)
+    if len(cq) != len(ck) or cq[0] != 0 or ck[0] != 0:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must both start at 0 and have one length")
+    if cq[-1] != q.shape[0] or ck[-1] != k.shape[0]:
+        raise ValueError(
+            f"cu_seqlens end at ({cq[-1]}, {ck[-1]}) but q has {q.shape[0]} and k {k.shape[0]} rows"
+        )
+    return cq, ck
+
+
 def mla_prefill_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -45,26 +71,7 @@ def mla_prefill_attention(
       ``empty="fa2"`` writes NaN rows and LSE +inf (deliberate poison, so that masking must
       happen before merging); ``empty="fa3"`` writes 0 and LSE -inf.
     """
-    if empty not in EMPTY_MODES:
-        raise ValueError(f"empty must be one of {EMPTY_MODES}, got {empty!r}")
-    if q.dtype not in ATTN_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise RuntimeError(
-            "q, k and v must share one dtype in (torch.float16, torch.bfloat16, "
-            f"torch.float8_e4m3fn), got {q.dtype}, {k.dtype}, {v.dtype}"
-        )
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError("q, k and v must be [tokens, heads, head_dim]")
-    if k.shape[:2] != v.shape[:2] or q.shape[1] != k.shape[1] or q.shape[2] != k.shape[2]:
-        raise ValueError(
-            f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    cq, ck = _offsets(cu_seqlens_q), _offsets(cu_seqlens_k)
-    if len(cq) != len(ck) or cq[0] != 0 or ck[0] != 0:
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must both start at 0 and have one length")
-    if cq[-1] != q.shape[0] or ck[-1] != k.shape[0]:
-        raise ValueError(
-            f"cu_seqlens end at ({cq[-1]}, {ck[-1]}) but q has {q.shape[0]} and k {k.shape[0]} rows"
-        )
+    cq, ck = check_mla_prefill_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, empty)
 
     num_tokens, num_heads, _ = q.shape
     head_dim_v = v.shape[2]

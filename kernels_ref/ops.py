@@ -414,27 +414,7 @@ ATTN_MAX_HEAD_DIM = 256
 ATTN_ROWS_PER_TILE = 32
 
 
-def check_mla_prefill_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, empty) -> tuple[list[int], list[int]]:
-    """The checks of :func:`attention.mla_prefill_attention`, in its order; returns the offsets."""
-    if empty not in _attn.EMPTY_MODES:
-        raise ValueError(f"empty must be one of {_attn.EMPTY_MODES}, got {empty!r}")
-    if q.dtype not in _attn.ATTN_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise RuntimeError(
-            "q, k and v must share one dtype in (torch.float16, torch.bfloat16, "
-            f"torch.float8_e4m3fn), got {q.dtype}, {k.dtype}, {v.dtype}"
-        )
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError("q, k and v must be [tokens, heads, head_dim]")
-    if k.shape[:2] != v.shape[:2] or q.shape[1] != k.shape[1] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    cq, ck = _attn._offsets(cu_seqlens_q), _attn._offsets(cu_seqlens_k)
-    if len(cq) != len(ck) or cq[0] != 0 or ck[0] != 0:
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must both start at 0 and have one length")
-    if cq[-1] != q.shape[0] or ck[-1] != k.shape[0]:
-        raise ValueError(
-            f"cu_seqlens end at ({cq[-1]}, {ck[-1]}) but q has {q.shape[0]} and k {k.shape[0]} rows"
-        )
-    return cq, ck
+check_mla_prefill_attention = _attn.check_mla_prefill_attention
 
 
 def mla_prefill_attention(
