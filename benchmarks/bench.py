@@ -343,17 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(STAGES.parent))
-    import vllm_release
     from stages import py_files
+
+    from dtype_lint import releases
 
     if args.tree:
         tree, source = args.tree.resolve(), str(args.tree)
     else:
         try:
-            tree = vllm_release.vllm_tree(args.vllm_version)
-        except vllm_release.VllmFetchError as exc:
+            tree = releases.vllm_tree(args.vllm_version)
+        except releases.ReleaseFetchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         source = f"vLLM {args.vllm_version}"
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             print(msg, file=sys.stderr, flush=True)
 
     n_files = len(py_files(tree))
-    ruff = find_ruff(not args.no_install, vllm_release.cache_root())
+    ruff = find_ruff(not args.no_install, releases.cache_root())
     if ruff[0] is None:
         log(f"ruff not available: {ruff[1]}")
     with tempfile.TemporaryDirectory(prefix="dtype-lint-bench-") as work_s:

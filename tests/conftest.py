@@ -1,11 +1,12 @@
 """Shared fixtures.
 
-vLLM releases: `vllm_0271` (the last release before the MLA prefill fix, vLLM PR #38771) and
-`vllm_0280` (the first with it) are the roots of those releases' `.py` trees, fetched once per
-machine by tests/vllm_release.py into a cache outside the repo. A test that uses either fixture is
-given the `network` marker automatically (and should say `@pytest.mark.network` itself as well),
-so `-m "not network"` deselects it; when the index cannot be reached the fixture fails with pip's
-reason instead of hanging on or skipping silently.
+Real trees: `vllm_0271` (the last release before the MLA prefill fix, vLLM PR #38771), `vllm_0280`
+(the first with it), `vllm_0330`, and the peers `sglang_0523`, `aphrodite_0241`, `lmdeploy_0180`
+are the roots of those releases' `.py` trees, fetched once per machine by `dtype_lint.releases`
+into a cache outside the repo. A test that uses one is given the `network` marker automatically
+(and should say `@pytest.mark.network` itself as well), so `-m "not network"` deselects it; when
+the index cannot be reached the fixture fails with pip's reason instead of hanging on or
+skipping silently.
 """
 
 from __future__ import annotations
@@ -19,35 +20,67 @@ _TESTS = Path(__file__).resolve().parent
 if str(_TESTS) not in sys.path:
     sys.path.insert(0, str(_TESTS))
 
-import vllm_release  # noqa: E402  (needs the path above)
+from dtype_lint import releases  # noqa: E402
 
-# fixture name -> vLLM version
-VLLM_RELEASE_FIXTURES = {"vllm_0271": "0.27.1", "vllm_0280": "0.28.0"}
+# fixture name -> (distribution, version)
+RELEASE_FIXTURES = {
+    "vllm_0271": ("vllm", "0.27.1"),
+    "vllm_0280": ("vllm", "0.28.0"),
+    "vllm_0330": ("vllm", "0.33.0"),
+    "sglang_0523": ("sglang", "0.5.23"),
+    "aphrodite_0241": ("aphrodite-engine", "0.24.1"),
+    "lmdeploy_0180": ("lmdeploy", "0.18.0"),
+}
+VLLM_RELEASE_FIXTURES = RELEASE_FIXTURES  # older name
 
 
-def _vllm(version: str) -> Path:
+def _release(dist: str, version: str) -> Path:
     try:
-        return vllm_release.vllm_tree(version)
-    except vllm_release.VllmFetchError as exc:
-        pytest.fail(f"vLLM {version} is needed and could not be fetched: {exc}", pytrace=False)
+        return releases.release_tree(dist, version)
+    except releases.ReleaseFetchError as exc:
+        pytest.fail(f"{dist} {version} is needed and could not be fetched: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def vllm_0271() -> Path:
     """Root of vLLM 0.27.1's `.py` tree (holds `vllm/`): MLA prefill casts to kv_b_proj's dtype."""
-    return _vllm("0.27.1")
+    return _release("vllm", "0.27.1")
 
 
 @pytest.fixture(scope="session")
 def vllm_0280() -> Path:
     """Root of vLLM 0.28.0's `.py` tree: the casts go through `_get_kv_b_proj_input_dtype`."""
-    return _vllm("0.28.0")
+    return _release("vllm", "0.28.0")
+
+
+@pytest.fixture(scope="session")
+def vllm_0330() -> Path:
+    """Root of vLLM 0.33.0's `.py` tree: the current release, the patch series' target."""
+    return _release("vllm", "0.33.0")
+
+
+@pytest.fixture(scope="session")
+def sglang_0523() -> Path:
+    """Root of sglang 0.5.23's `.py` tree: a peer with namespace packages (no `__init__.py`)."""
+    return _release("sglang", "0.5.23")
+
+
+@pytest.fixture(scope="session")
+def aphrodite_0241() -> Path:
+    """Root of aphrodite-engine 0.24.1's `.py` tree: a vLLM fork under another package name."""
+    return _release("aphrodite-engine", "0.24.1")
+
+
+@pytest.fixture(scope="session")
+def lmdeploy_0180() -> Path:
+    """Root of lmdeploy 0.18.0's `.py` tree: a peer with nothing to fix."""
+    return _release("lmdeploy", "0.18.0")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # tryfirst: the marker must be on the item before `-m` deselection looks at it.
     for item in items:
-        if set(getattr(item, "fixturenames", ())) & VLLM_RELEASE_FIXTURES.keys():
+        if set(getattr(item, "fixturenames", ())) & RELEASE_FIXTURES.keys():
             if item.get_closest_marker("network") is None:
                 item.add_marker(pytest.mark.network)
