@@ -27,8 +27,8 @@ stale entries (sites that were fixed) is always allowed. Growing the baseline on
 explicit act: delete the file first, or pass ``allow_growth=True``.
 
 Engine findings are never baselined: a parse error (DTL900) or a failed fix (DTL901) says the
-linter could not do its job on a file, which a baseline must not hide. They, and findings already
-fixed in this run (``Finding.fixed``), pass through :meth:`Baseline.filter` unmatched.
+linter could not do its job on a file, which a baseline must not hide. They pass through
+:meth:`Baseline.filter` unmatched.
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ import io
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from dtype_lint.findings import FIX_FAILED, PARSE_ERROR, Finding
 
@@ -198,10 +197,10 @@ class Baseline:
 
     @classmethod
     def from_findings(cls, findings: Iterable[Finding], root: str | os.PathLike) -> "Baseline":
-        """A baseline accepting exactly these findings (engine codes and fixed ones skipped)."""
+        """A baseline accepting exactly these findings (engine codes skipped)."""
         counts: dict[BaselineKey, int] = {}
         for f in findings:
-            if f.fixed or f.code in _NEVER_BASELINED:
+            if f.code in _NEVER_BASELINED:
                 continue
             key = finding_key(f, root)
             counts[key] = counts.get(key, 0) + 1
@@ -276,7 +275,7 @@ class Baseline:
         order = sorted(range(len(findings)), key=lambda i: findings[i].sort_key())
         for i in order:
             f = findings[i]
-            if f.fixed or f.code in _NEVER_BASELINED:
+            if f.code in _NEVER_BASELINED:
                 continue
             key = finding_key(f, self.root if root is None else root)
             if left.get(key, 0) > 0:
@@ -317,35 +316,12 @@ class Baseline:
         }
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
-    def write(self, path: str | os.PathLike) -> None:
-        """Write the file atomically (temp file + rename; an existing file's mode is kept).
-
-        This writes unconditionally; use :func:`write_baseline` to enforce "may only shrink".
-        """
-        path = Path(path)
-        parent = path.parent if str(path.parent) else Path(".")
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(self.to_json())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-
 
 def write_baseline(
     path: str | os.PathLike,
     findings: Iterable[Finding],
     root: str | os.PathLike,
+    write: Callable[[str, bytes], object],
     *,
     allow_growth: bool = False,
 ) -> Baseline:
@@ -362,5 +338,5 @@ def write_baseline(
         growth = new.growth_over(old)
         if growth:
             raise BaselineGrowthError(path, growth)
-    new.write(path)
+    write(os.fspath(path), new.to_json().encode("utf-8"))
     return new

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -55,22 +54,18 @@ class Cache:
             self.data["findings"][self._k(path)] = [stamp, digest, findings]
             self.dirty = True
 
-    def invalidate(self, path: str) -> None:
-        self.data["findings"].pop(self._k(path), None)
-        self.data["headers"].pop(self._k(path), None)
-        self.dirty = True
-
-    def save(self) -> None:
+    def save(self, writer) -> None:
+        """Write through the run's writer; a folder dtype-lint creates gets a `.gitignore` that
+        covers that folder alone (never the project: the cache folder must be its own)."""
         if not (self.enabled and self.dirty):
             return
+        from .writer import WriteError
+
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            writer.make_dirs(self.path.parent, "cache")
             gitignore = self.path.parent / ".gitignore"
             if not gitignore.exists():
-                gitignore.write_text("# created by dtype-lint\n*\n", encoding="utf-8")
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.data, f, separators=(",", ":"))
-            os.replace(tmp, self.path)
-        except OSError:
+                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache")
+            writer.write(self.path, json.dumps(self.data, separators=(",", ":")).encode(), "cache")
+        except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .reporters import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-FORMATS = ("text", "concise", "json", "github", "sarif", "junit", "gitlab")
 
 
 def _codes(value: str) -> list[str]:
@@ -87,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "verify":
         return _verify(argv[1:])
     args = build_parser().parse_args(argv)
+    from .pipeline import UserError
+
     try:
         if args.command == "rule":
             return _rule(args)
         if args.command == "migrate":
-            from .migrate import run_migrate
-
-            return run_migrate(args)
+            return _migrate(args)
         return _check(args)
     except KeyboardInterrupt:
         print("dtype-lint: interrupted", file=sys.stderr)
@@ -106,12 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-class UserError(Exception):
-    pass
-
-
-def load_run_config(args):
-    from .config import ConfigError, load_config
+def _config(args, paths: list[str]):
+    from .config import ConfigError, load_for_run
+    from .pipeline import UserError
 
     overrides = {}
     if getattr(args, "select", None):
@@ -122,192 +119,121 @@ def load_run_config(args):
         overrides["preset"] = args.preset
     if getattr(args, "name_heuristics", False):
         overrides["name-heuristics"] = True
-    start = Path(args.paths[0] if hasattr(args, "paths") else args.path)
     try:
-        cfg = load_config(start if start.exists() else Path.cwd(),
-                          Path(args.config) if args.config else None, overrides)
+        return load_for_run(paths, args.config, overrides, getattr(args, "exclude", None))
     except ConfigError as e:
         raise UserError(str(e)) from None
-    if getattr(args, "exclude", None):
-        cfg.exclude = list(cfg.exclude) + args.exclude
-    return cfg
-
-
-def progress_callback(disabled: bool):
-    """A rich progress bar on stderr for large interactive runs (stages of 200+ files, and always
-    for fixing); never in CI or pre-commit, never when stderr is not a terminal."""
-    if disabled or not sys.stderr.isatty() or os.environ.get("CI") or os.environ.get("PRE_COMMIT"):
-        return None, lambda: None
-    state = {}
-
-    def tick(done: int, total: int, stage: str):
-        if total < 200 and stage != "fix":
-            return
-        if "bar" not in state:
-            from rich.progress import Progress
-
-            state["bar"] = Progress(transient=True, console=_stderr_console())
-            state["bar"].start()
-        bar = state["bar"]
-        if state.get("stage") != stage:
-            state["task"] = bar.add_task(stage, total=total)
-            state["stage"] = stage
-        bar.update(state["task"], completed=done)
-
-    def stop():
-        if "bar" in state:
-            state["bar"].stop()
-
-    return tick, stop
-
-
-def _stderr_console():
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 def _check(args) -> int:
-    from .discovery import DiscoveryError
-    from .engine import Engine
+    from .pipeline import RunOptions, run
+    from .progress import progress_bar
 
-    cfg = load_run_config(args)
-    tick, stop = progress_callback(args.no_progress)
+    cfg = _config(args, args.paths)
+    tick, stop = progress_bar(args.no_progress)
     try:
-        result = Engine(cfg, jobs=args.jobs, use_cache=not args.no_cache, progress=tick).run(
-            args.paths, changed_ref=args.changed_since)
-    except DiscoveryError as e:
-        raise UserError(str(e)) from None
+        result = run(cfg, RunOptions(
+            paths=args.paths, changed_since=args.changed_since, jobs=args.jobs, use_cache=not args.no_cache,
+            fix=args.fix and not args.diff, diff=args.diff, unsafe_fixes=args.unsafe_fixes,
+            baseline=args.baseline, write_baseline=args.write_baseline, progress=tick))
     finally:
         stop()
-    findings, fixed_count = result.findings, 0
-    if args.fix or args.diff:
-        findings, fixed_count, diff_changed = _fix_or_diff(args, cfg, result)
-        if args.diff and diff_changed:
+    if args.write_baseline:
+        print(f"dtype-lint: wrote baseline {args.write_baseline} ({result.baselined} findings)", file=sys.stderr)
+    if args.diff:
+        sys.stdout.write(result.diff)
+        if result.diff:
             return EXIT_FINDINGS
         # No diff: report like a plain check (suppressed and baselined findings do not count).
-    findings = _post_filter(findings, args, cfg, result)
-    _report(findings, result, args, fixed_count)
+    _report(result, args)
+    _print_writes(result)
     if args.exit_zero:
         return EXIT_CLEAN
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
-def _fix_or_diff(args, cfg, result):
-    """Fix (or, with --diff, print the fixes of) every file with a selected fix.
-    Returns (findings after fixing, number fixed, whether --diff printed anything)."""
-    from .apply import HelperError, create_helper, fix_files, locate_helper, write_outcomes
-
-    findings = result.findings
-    fixable_paths = sorted({f.path for f in findings if f.fix and (f.fix.safe or args.unsafe_fixes)})
-    if not fixable_paths:
-        return findings, 0, False
-    try:
-        helper = locate_helper(cfg, result.files)
-    except HelperError as e:
-        raise UserError(str(e)) from None
-    outcomes = fix_files(fixable_paths, result.headers, result.index, cfg, args.unsafe_fixes, result_jobs(args))
-    changed = [o for o in outcomes if o.changed]
-    if args.diff:
-        if changed and not helper.exists:
-            import difflib
-
-            sys.stdout.write("".join(difflib.unified_diff(
-                [], helper.source.splitlines(keepends=True),
-                fromfile="/dev/null", tofile=f"b/{os.path.relpath(helper.path)}")))
-        for o in changed:
-            sys.stdout.write(o.diff())
-        return findings, 0, bool(changed)
-    if changed and not helper.exists:
-        create_helper(helper)
-    write_outcomes(changed)
-    fixed_paths = {o.path for o in outcomes}
-    after = [f for f in findings if f.path not in fixed_paths]
-    fixed = 0
-    for o in outcomes:
-        after.extend(o.remaining)
-        fixed += len(o.applied) if o.changed else 0
-    return sorted(after, key=lambda f: f.sort_key()), fixed, False
+def _print_writes(result) -> None:
+    """Every file a run created or changed, on stderr (the cache only when its folder is made)."""
+    for w in result.writes:
+        if w.why == "cache" and not w.path.endswith("/"):
+            continue
+        what = "created" if w.action == "created" else "wrote"
+        print(f"dtype-lint: {what} {_printable(w.path)} ({w.why})", file=sys.stderr)
 
 
-def result_jobs(args) -> int:
-    return max(1, args.jobs or os.cpu_count() or 1)
+def _printable(text: str) -> str:
+    """A path as a terminal may show it: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def read_source(path: str) -> str | None:
-    from .engine import _safe_read
-
-    return _safe_read(path)
-
-
-def _post_filter(findings, args, cfg, result):
-    """Suppression comments, then the baseline."""
-    from .rules import ALL_RULES
-    from .suppressions import apply_suppressions
-
-    cache: dict[str, str | None] = {}
-
-    def src(path):
-        if path not in cache:
-            cache[path] = read_source(path)
-        return cache[path]
-
-    enabled = [c for c in [r.code for r in ALL_RULES] + ["DTL900", "DTL901", "DTL902"] if cfg.enabled(c)]
-    kept, extra = apply_suppressions(findings, src, paths=result.suppression_files, enabled_codes=enabled)
-    findings = sorted(kept + [f for f in extra if cfg.enabled(f.code, f.path)], key=lambda f: f.sort_key())
-    if args.write_baseline:
-        from .baseline import BaselineError, write_baseline
-
-        try:
-            write_baseline(args.write_baseline, findings, cfg.root)
-        except BaselineError as e:
-            raise UserError(str(e)) from None
-        print(f"dtype-lint: wrote baseline {args.write_baseline} ({len(findings)} findings)", file=sys.stderr)
-        return []
-    if args.baseline:
-        from .baseline import Baseline, BaselineError
-
-        try:
-            baseline = Baseline.load(args.baseline)
-        except (OSError, ValueError, BaselineError) as e:
-            raise UserError(f"cannot read baseline {args.baseline}: {e}") from None
-        findings, _matched, _stale = baseline.filter(findings, cfg.root)
-    return findings
-
-
-def _report(findings, result, args, fixed_count: int) -> None:
-    from .reporters import RuleInfo, RunSummary, render
+def rule_infos() -> dict:
+    from .reporters import RuleInfo
     from .rules import ALL_RULES
 
-    rules = {r.code: RuleInfo(r.code, r.name, r.summary, f"docs/rules/{r.code}.md") for r in ALL_RULES}
-    for code, name, summary in (("DTL900", "parse-error", "the file could not be read or parsed"),
-                                ("DTL901", "fix-failed", "a fix could not be applied; the file was left untouched"),
-                                ("DTL902", "suppression", "an unused or malformed suppression comment")):
-        rules[code] = RuleInfo(code, name, summary, "docs/rules/README.md")
+    return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
+
+
+def _report(result, args) -> None:
+    from .pipeline import safe_read
+    from .reporters import RunSummary, render
+
     summary = RunSummary(
         files_checked=len(result.files), files_analyzed=result.analyzed, elapsed_s=result.elapsed_s,
-        fixed=fixed_count,
-        fixes_available_safe=sum(1 for f in findings if f.fix and f.fix.safe),
-        fixes_available_unsafe=sum(1 for f in findings if f.fix and not f.fix.safe),
+        fixed=len(result.fixed),
+        fixes_available_safe=sum(1 for f in result.findings if f.fix and f.fix.safe),
+        fixes_available_unsafe=sum(1 for f in result.findings if f.fix and not f.fix.safe),
         unsafe_fixes_enabled=args.unsafe_fixes,
     )
     color = {"always": True, "never": False}.get(args.color)
     fmt = args.output_format or "text"
-    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+    import io
+
+    out = io.StringIO() if args.output_file else sys.stdout
+    render(fmt, result.findings, summary, out, read_source=safe_read, rules=rule_infos(), color=color,
+           statistics=args.statistics)
+    if args.output_file:
+        _write_named_file(result, args.output_file, out.getvalue(), "report")
+
+
+def _write_named_file(result, path: str, text: str, why: str) -> None:
+    from .pipeline import UserError
+    from .writer import WriteError
+
     try:
-        render(fmt, findings, summary, out, read_source=read_source, rules=rules, color=color,
-               statistics=args.statistics)
+        result.writer.write(path, text.encode("utf-8"), why, outside_ok=True)
+    except WriteError as e:
+        raise UserError(str(e)) from None
+
+
+def _migrate(args) -> int:
+
+    from .migrate import print_summary, render_report, run_migration
+    from .pipeline import UserError
+    from .progress import progress_bar
+
+    if not Path(args.path).exists():
+        raise UserError(f"{args.path}: no such file or directory")
+    cfg = _config(args, [args.path])
+    tick, stop = progress_bar(args.no_progress)
+    try:
+        result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
     finally:
-        if out is not sys.stdout:
-            out.close()
+        stop()
+    _write_named_file(result, args.report, render_report(args.path, result), "report")
+    print_summary(result, args.report)
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
 def _rule(args) -> int:
+    from .findings import ENGINE_CODES
+    from .pipeline import UserError
     from .rules import ALL_RULES, RULES_BY_CODE
 
     if args.all or not args.code:
         for r in ALL_RULES:
-            print(f"{r.code}  {r.name:<22} {r.summary}")
+            print(f"{r.code}  {r.name:<28} {r.summary}")
+        for c in ENGINE_CODES.values():
+            print(f"{c.code}  {c.name:<28} {c.summary}")
         return EXIT_CLEAN
     rule = RULES_BY_CODE.get(args.code.upper())
     if rule is None:

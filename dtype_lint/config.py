@@ -204,3 +204,15 @@ def _validate(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}`")
     if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):
         raise ConfigError(f"{where}: `helper-template` must be `vllm` or `torch`")
+
+
+def load_for_run(paths: list[str], config_file: str | None = None, overrides: dict | None = None,
+                 extra_exclude: list[str] | None = None) -> Config:
+    """The configuration a run over `paths` uses: `config_file`, else the nearest pyproject.toml
+    above the first path (or the current folder), then `overrides` (command-line flags)."""
+    start = Path(paths[0]) if paths else Path.cwd()
+    cfg = load_config(start if start.exists() else Path.cwd(),
+                      Path(config_file) if config_file else None, overrides or {})
+    if extra_exclude:
+        cfg.exclude = list(cfg.exclude) + list(extra_exclude)
+    return cfg

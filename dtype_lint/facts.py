@@ -201,12 +201,10 @@ class LayerType:
     chain: tuple[Evidence, ...] = ()
 
 
-_LOADED: dict[tuple[str, str], FileFacts] = {}  # (path, index digest) -> facts, process-wide
-
-
 class ProjectFacts:
     """Facts of the analysed file, built only if a site needs them, plus lazily parsed files
-    that define base classes (cached for the whole process: many files share `linear.py`)."""
+    that define base classes (kept on the index, so every file analysed against it shares them:
+    many files' layers are defined in one `linear.py`)."""
 
     def __init__(self, index: QuantizableLayerIndex, load_file=None):
         self.index = index
@@ -231,8 +229,7 @@ class ProjectFacts:
         header = self.index.modules.get(module)
         if header is None or self._load_file is None:
             return None
-        key = (header.path, self.index.token)
-        facts = _LOADED.get(key)
+        facts = self.index.facts_cache.get(header.path)
         if facts is None:
             text = self._load_file(header.path)
             if text is None:
@@ -242,7 +239,7 @@ class ProjectFacts:
             except (SyntaxError, ValueError):
                 return None
             facts = build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
-            _LOADED[key] = facts
+            self.index.facts_cache[header.path] = facts
         self.add(facts)
         return facts
 

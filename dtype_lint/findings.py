@@ -5,7 +5,7 @@ Everything downstream (suppressions, baseline, cache, reporters, fixer) reads th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,6 @@ class Finding:
     # Stable key parts for the baseline: enclosing scope and normalised expression, no line numbers.
     scope: str = ""
     expression: str = ""
-    fixed: bool = field(default=False, compare=False)
 
     @property
     def fixable(self) -> bool:
@@ -94,7 +93,6 @@ class Finding:
             no_fix_reason=d.get("no_fix_reason", ""),
             scope=d.get("scope", ""),
             expression=d.get("expression", ""),
-            fixed=d.get("fixed", False),
         )
 
 
@@ -102,3 +100,21 @@ class Finding:
 PARSE_ERROR = "DTL900"
 FIX_FAILED = "DTL901"
 UNUSED_SUPPRESSION = "DTL902"
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    code: str
+    name: str
+    summary: str
+
+
+# The one description of each engine code (the CLI's rule list, reporters, docs).
+ENGINE_CODES: dict[str, CodeInfo] = {
+    PARSE_ERROR: CodeInfo(PARSE_ERROR, "parse-error",
+                          "a file could not be read or parsed; it was skipped and the run went on"),
+    FIX_FAILED: CodeInfo(FIX_FAILED, "fix-failed",
+                         "a fix could not be applied or written; the file was left untouched"),
+    UNUSED_SUPPRESSION: CodeInfo(UNUSED_SUPPRESSION, "unused-suppression",
+                                 "a suppression comment that suppresses nothing, or lacks its reason"),
+}

@@ -6,8 +6,9 @@ Three forms, tried in order:
   loops when loop-invariant) and `if v is not None: x = x.to(v)`;
 - statement: `x = x.to(L.weight.dtype)` becomes the same helper call, guard and cast;
 - expression: any other cast becomes `x.to(helper(L, flag) or x.dtype)` when `x` is pure.
-Edits are character ranges computed from ast positions, so formatting outside the site is kept.
-Nothing here touches the file system.
+Edits are character ranges computed from ast positions, so formatting outside the site is kept;
+each fix also carries the edit that imports the helper (import_edit.py), so a fix is complete
+data. Nothing here touches the file system.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from .config import Config
 from .facts import FunctionScope, walk_function
 from .findings import Edit, Fix
+from .helper import helper_table
+from .import_edit import import_edit
 from .patterns import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
 from .source import SourceFile
 from .truth_table import prove_guarded_cast
@@ -36,20 +39,30 @@ class Site:
     parents: dict[int, ast.AST]
 
 
-def build_parents(fn: ast.AST) -> dict[int, ast.AST]:
-    parents = {}
-    for node in ast.walk(fn):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return parents
-
-
 class Planner:
-    def __init__(self, source: SourceFile, config: Config):
+    def __init__(self, source: SourceFile, config: Config, project, tree: ast.Module):
         self.src = source
         self.config = config
+        self.project = project
+        self.tree = tree
         self.module, self.func = config.helper_spec
         self.flag_default = "True" if config.fp8_input_default else "False"
+        self._import: list[Edit] | None = None
+
+    @property
+    def helper_path(self) -> str | None:
+        header = self.project.index.modules.get(self.module)
+        return header.path if header is not None else None
+
+    def _fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "") -> Fix:
+        """A fix routing through the helper: its edits plus the helper's import."""
+        if self._import is None:
+            edit = import_edit(self.src, self.tree, self.module, self.func)
+            self._import = [] if edit is None else [edit]
+        if safe is None:
+            safe = self.flag_default == "True"
+            unsafe_reason = "" if safe else "fp8-input-default=false changes the cast for fp8 weights"
+        return Fix(description, safe, tuple(edits) + tuple(self._import), ((self.module, self.func),), unsafe_reason)
 
     # ---- entry ------------------------------------------------------------------------
     def plan(self, site: Site) -> tuple[Fix | None, str]:
@@ -94,8 +107,11 @@ class Planner:
         if len(free) > 1:
             return None, ""
         flag = next(iter(free), None)
+        table = helper_table(self.module, self.func, self.config.template, self.helper_path)
+        if table is None:
+            return None, f"guarded cast not rewritten: `{self.func}` is beyond the dtype evaluator"
         proven, _rows, why = prove_guarded_cast(if_node.test, site.arg, site.wds.layer, aliases, flag,
-                                                self.flag_default == "True")
+                                                self.flag_default == "True", table)
         if not proven:
             return None, f"guarded cast not rewritten: {why}"
         flag_src = flag or self.flag_default
@@ -124,35 +140,21 @@ class Planner:
             edits.append(Edit(hoist_text[0], hoist_text[0], hoist_text[1]))
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
-        return Fix(f"route the guarded cast through `{self.func}` (proven by truth table)", True,
-                   tuple(edits), ((self.module, self.func),)), ""
+        return self._fix(f"route the guarded cast through `{self.func}` (proven by truth table)", edits, True), ""
 
     def _statement(self, site: Site, stmt: ast.stmt) -> Fix | None:
         if not (self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site)):
             return None
         var = self._var_name(site)
-        flag = self.flag_default
-        pos, text = self._hoist_line(site, var, flag, stmt)
+        pos, text = self._hoist_line(site, var, self.flag_default, stmt)
         s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
         indent = self.src.indent_of(stmt.lineno)
-        unit = self._indent_unit(site, stmt)
-        edits = []
-        prefix = f"if {var} is not None:\n{indent}{unit}"
-        if pos is None:
-            edits.append(Edit(s0, s0, text[len(indent):] + indent + prefix))
-        else:
-            edits.append(Edit(pos, pos, text))
-            edits.append(Edit(s0, s0, prefix))
-        if '"""' not in self.src.segment(stmt) and "'''" not in self.src.segment(stmt):
-            for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
-                o = self.src.offset(line, 0)
-                edits.append(Edit(o, o, unit))
+        # Insertions at one offset apply in the order listed: the helper call, then the guard.
+        edits = [Edit(pos, pos, text) if pos is not None else Edit(s0, s0, text[len(indent):] + indent)]
+        edits += self._guard(site, stmt, var)
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
-        safe = flag == "True"
-        return Fix(f"cast only when `{self.func}` names an input dtype", safe, tuple(edits),
-                   ((self.module, self.func),),
-                   "" if safe else "fp8-input-default=false changes the cast for fp8 weights")
+        return self._fix(f"cast only when `{self.func}` names an input dtype", edits)
 
     def _expression(self, site: Site) -> tuple[Fix | None, str]:
         receiver = site.call.func.value  # type: ignore[union-attr]
@@ -164,10 +166,8 @@ class Planner:
             recv = f"({recv})"
         a0, a1 = self.src.node_offsets(site.arg)
         text = f"{self.func}({layer}, {self.flag_default}) or {recv}.dtype"
-        safe = self.flag_default == "True"
-        return Fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None", safe,
-                   (Edit(a0, a1, text),), ((self.module, self.func),),
-                   "" if safe else "fp8-input-default=false changes the cast for fp8 weights"), ""
+        return self._fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None",
+                         [Edit(a0, a1, text)]), ""
 
     def _alias(self, site: Site, stmt: ast.stmt) -> tuple[Fix | None, str]:
         """`w = L.weight.dtype` … `x.to(w)`: redefine the alias as the helper and guard each cast."""
@@ -195,24 +195,30 @@ class Planner:
         _, s1 = self.src.node_offsets(assign)
         edits = [Edit(t1, s1, f" = {self.func}({layer}, {self.flag_default})")]
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
-            s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
-            indent = self.src.indent_of(stmt.lineno)
-            edits.append(Edit(s0, s0, f"if {name} is not None:\n{indent}{self._indent_unit(site, stmt)}"))
-            for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
-                o = self.src.offset(line, 0)
-                edits.append(Edit(o, o, self._indent_unit(site, stmt)))
+            edits += self._guard(site, stmt, name)
         else:
             receiver = site.call.func.value  # type: ignore[union-attr]
             if not is_pure(receiver):
                 return None, "the cast's receiver has side effects"
             a0, a1 = self.src.node_offsets(site.arg)
             edits.append(Edit(a0, a1, f"{name} or {self.src.segment(receiver)}.dtype"))
-        safe = self.flag_default == "True"
-        return Fix(f"define `{name}` with `{self.func}` and cast only when it names a dtype", safe,
-                   tuple(edits), ((self.module, self.func),),
-                   "" if safe else "fp8-input-default=false changes the cast for fp8 weights"), ""
+        return self._fix(f"define `{name}` with `{self.func}` and cast only when it names a dtype", edits), ""
 
     # ---- helpers ------------------------------------------------------------------------
+    def _guard(self, site: Site, stmt: ast.stmt, var: str) -> list[Edit]:
+        """Edits that put `stmt` under `if var is not None:`, its continuation lines re-indented
+        (not inside a triple-quoted string, whose text an indent would change)."""
+        s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
+        indent = self.src.indent_of(stmt.lineno)
+        unit = self._indent_unit(site, stmt)
+        edits = [Edit(s0, s0, f"if {var} is not None:\n{indent}{unit}")]
+        segment = self.src.segment(stmt)
+        if '"""' not in segment and "'''" not in segment:
+            for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
+                o = self.src.offset(line, 0)
+                edits.append(Edit(o, o, unit))
+        return edits
+
     def _statement_of(self, site: Site) -> ast.stmt:
         node: ast.AST = site.call
         while not isinstance(node, ast.stmt):

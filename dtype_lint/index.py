@@ -11,10 +11,10 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-import uuid
 from dataclasses import dataclass, field
 
 from .findings import Evidence
+from .source import iter_code
 
 _STMT = re.compile(r"^[ \t]*(?:class|from|import)\b", re.M)
 
@@ -135,42 +135,24 @@ def _logical_statement(text: str, start: int) -> str:
         if stripped.endswith(":"):
             return line + " pass\n"
     depth = 0
-    i = start
-    n = len(text)
-    quote = ""
-    while i < n:
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-        elif c in "\"'":
-            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
-            i += len(quote)
-            continue
-        elif c == "#":
-            nl = text.find("\n", i)
-            i = n if nl < 0 else nl
-            continue
-        elif c in "([{":
+    continued = -1
+    stop = len(text)
+    for i, c in iter_code(text, start):
+        if i - start > 4000:  # a runaway (unbalanced) statement: give up on it
+            stop = i
+            break
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif c == "\\" and text.startswith("\\\n", i):
-            i += 2
-            continue
-        elif c == "\n" and depth <= 0:
+        elif c == "\\":
+            continued = i + 1
+        elif c == "\n" and depth <= 0 and i != continued:
+            stop = i
             break
         elif c == ":" and is_class and depth == 0:
             return text[start:i] + ": pass\n"
-        i += 1
-        if i - start > 4000:  # a runaway (unbalanced) statement: give up on it
-            break
-    return text[start:i] + "\n"
+    return text[start:stop] + "\n"
 
 
 def record_import(node: ast.AST, into: dict[str, str], module: str, is_package: bool) -> None:
@@ -248,7 +230,9 @@ class QuantizableLayerIndex:
         for q in self.quantizable | self.exempt | self._not_quantizable:
             self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
         self._memo: dict[tuple[str, str], ClassVerdict] = {}
-        self.token = uuid.uuid4().hex  # identifies this index in process-wide fact caches
+        # Facts of files parsed for their class bodies (facts.ProjectFacts), shared by every file
+        # analysed against this index and gone with it.
+        self.facts_cache: dict = {}
 
     # ---- name resolution ---------------------------------------------------------------
     def resolve(self, module: str, name: str, local_imports: dict[str, str] | None = None) -> str:
@@ -346,11 +330,3 @@ class QuantizableLayerIndex:
             return Evidence(message, "", 0)
         header, name = loc
         return Evidence(message, header.path, header.classes[name][1])
-
-    def digest(self) -> str:
-        """Changes whenever any header changes: part of the per-file findings cache key."""
-        import hashlib
-        import json
-
-        data = sorted((h.module, json.dumps(h.to_dict(), sort_keys=True)) for h in self.modules.values())
-        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]

@@ -1,71 +1,24 @@
-"""`dtype-lint migrate PATH`: helper + every safe fix across a tree + a markdown report for the PR."""
+"""`dtype-lint migrate PATH`: helper + every safe fix across a tree + a markdown report for the PR.
+
+A migration is a fixing run of the pipeline (no cache: it must see the tree as it is) and a
+report built from its result: what was fixed, what is left for a human and why, and every file
+the run created or changed.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .apply import HelperError, create_helper, fix_files, locate_helper, write_outcomes
-from .engine import Engine
+from .config import Config
 from .findings import Finding
+from .pipeline import RunOptions, RunResult, run
 
 
-def run_migrate(args) -> int:
-    from .cli import EXIT_CLEAN, EXIT_FINDINGS, UserError, load_run_config, progress_callback
-    from .discovery import DiscoveryError
-
-    if not Path(args.path).exists():
-        raise UserError(f"{args.path}: no such file or directory")
-    args.paths = [args.path]
-    cfg = load_run_config(args)
-    tick, stop = progress_callback(args.no_progress)
-    try:
-        result = Engine(cfg, jobs=args.jobs, use_cache=False, progress=tick).run([args.path])
-        try:
-            helper = locate_helper(cfg, result.files)
-        except HelperError as e:
-            raise UserError(str(e)) from None
-        fixable = sorted({f.path for f in result.findings if f.fix and (f.fix.safe or args.unsafe_fixes)})
-        jobs = max(1, args.jobs or os.cpu_count() or 1)
-        outcomes = fix_files(fixable, result.headers, result.index, cfg, args.unsafe_fixes, jobs, tick)
-    except DiscoveryError as e:
-        raise UserError(str(e)) from None
-    finally:
-        stop()
-    changed = [o for o in outcomes if o.changed]
-    created = False
-    if changed and not helper.exists:
-        create_helper(helper)
-        created = True
-    write_outcomes(changed)
-
-    by_path = {o.path: o for o in outcomes}
-    fixed: dict[str, list[Finding]] = defaultdict(list)
-    left: list[Finding] = []
-    for f in result.findings:
-        if f.path not in by_path:
-            left.append(f)
-    for o in outcomes:
-        if o.changed:
-            fixed[o.path].extend(o.applied)
-        left.extend(o.remaining)
-    # A site under a suppression comment is not left for a human: someone already decided.
-    from .engine import _safe_read
-    from .suppressions import apply_suppressions
-
-    left = sorted(apply_suppressions(left, _safe_read)[0], key=Finding.sort_key)
-    report = render_report(args.path, helper, created, fixed, left, len(result.files))
-    Path(args.report).write_text(report, encoding="utf-8")
-    _print_summary(fixed, left, helper, created, args.report)
-    return EXIT_FINDINGS if left else EXIT_CLEAN
-
-
-def _helper_state(helper, created: bool, created_text: str) -> str:
-    if created:
-        return created_text
-    return "existing" if helper.exists else "not created: nothing was fixed"
+def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
+                  progress=None) -> RunResult:
+    return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, fix=True,
+                                  unsafe_fixes=unsafe_fixes, progress=progress))
 
 
 def _rel(path: str, root: str) -> str:
@@ -75,27 +28,40 @@ def _rel(path: str, root: str) -> str:
         return path
 
 
-def render_report(root: str, helper, created: bool, fixed: dict[str, list[Finding]], left: list[Finding],
-                  files: int) -> str:
-    n_fixed = sum(len(v) for v in fixed.values())
+def _helper_state(result: RunResult) -> str:
+    helper = result.helper
+    if helper is None:
+        return "not needed: nothing was routed through it"
+    created = any(w.why == "helper" and w.action == "created" for w in result.writes)
+    if created:
+        return "created by this migration"
+    return "existing" if helper.exists else "not created: nothing was fixed"
+
+
+def render_report(root: str, result: RunResult) -> str:
+    fixed: dict[str, list[Finding]] = defaultdict(list)
+    for f in result.fixed:
+        fixed[f.path].append(f)
+    left = result.findings
+    helper = result.helper
+    func = helper.func if helper else result.config.helper_spec[1]
     lines = [
         "# Route activation casts through one input-dtype helper",
         "",
         "A quantization backend may repack a layer's weight after loading (Marlin FP8 stores it as "
         "`torch.int32`, NVFP4 as `torch.uint8`; AWQ/GPTQ layers have no `.weight`), so casting an "
         "activation to `layer.weight.dtype` crashes or silently mis-casts (vLLM issue #38658). "
-        f"This change routes those casts through `{helper.func}`, which decides the input dtype from "
+        f"This change routes those casts through `{func}`, which decides the input dtype from "
         "the storage format in one place.",
         "",
-        f"- Files checked: {files}",
-        f"- Sites fixed: {n_fixed} in {len(fixed)} files",
+        f"- Files checked: {len(result.files)}",
+        f"- Sites fixed: {len(result.fixed)} in {len(fixed)} files",
         f"- Sites left: {len(left)}",
-        f"- Helper: `{helper.module}:{helper.func}` in `{_rel(str(helper.path), root)}` "
-        f"({_helper_state(helper, created, 'created by this migration')})",
-        "",
-        "## Fixed",
-        "",
     ]
+    if helper is not None:
+        lines.append(f"- Helper: `{helper.module}:{helper.func}` in `{_rel(str(helper.path), root)}` "
+                     f"({_helper_state(result)})")
+    lines += ["", "## Fixed", ""]
     if fixed:
         lines += ["| file | sites | where | fix |", "|---|---|---|---|"]
         for path in sorted(fixed):
@@ -113,31 +79,44 @@ def render_report(root: str, helper, created: bool, fixed: dict[str, list[Findin
             lines.append(f"| `{_rel(f.path, root)}:{f.span.line}` | {f.code} | `{f.scope}` | {why.replace('|', '/')} |")
     else:
         lines.append("None: every site was fixed.")
+    lines += ["", "## Files created or changed", ""]
+    written = [w for w in result.writes if w.why != "cache"]
+    if written:
+        lines += [f"- `{w.path}` ({w.action}: {w.why})" for w in written]
+    else:
+        lines.append("None.")
     lines += [
         "",
         "## Safety",
         "",
         "Each rewrite keeps behaviour for fp16, bf16, fp32 and fp8 weights and changes only the packed "
         "storages it exists to fix (int32, uint8, int8, no `.weight`); guarded idioms were proven "
-        "equivalent by truth table before rewriting. Every rewritten file was re-parsed before it was "
-        "written, and re-checked afterwards.",
+        "equivalent by truth table, against the helper's own code, before rewriting. Every rewritten "
+        "file was re-parsed before it was written, and re-checked afterwards.",
         "",
     ]
     return "\n".join(lines)
 
 
-def _print_summary(fixed, left, helper, created, report_path) -> None:
+def print_summary(result: RunResult, report_path: str) -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
+    fixed: dict[str, int] = defaultdict(int)
+    for f in result.fixed:
+        fixed[f.path] += 1
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-    table = Table(title="dtype-lint migrate")
-    table.add_column("file")
-    table.add_column("fixed", justify="right")
-    for path in sorted(fixed):
-        table.add_row(path, str(len(fixed[path])))
     if fixed:
+        table = Table(title="dtype-lint migrate")
+        table.add_column("file")
+        table.add_column("fixed", justify="right")
+        for path in sorted(fixed):
+            table.add_row(path, str(fixed[path]))
         console.print(table)
-    console.print(f"helper: {helper.module}:{helper.func} at {helper.path} ({_helper_state(helper, created, 'created')})")
-    console.print(f"fixed {sum(len(v) for v in fixed.values())} sites in {len(fixed)} files; {len(left)} left")
+    if result.helper is not None:
+        h = result.helper
+        console.print(f"helper: {h.module}:{h.func} at {h.path} ({_helper_state(result)})")
+    console.print(f"fixed {len(result.fixed)} sites in {len(fixed)} files; {len(result.findings)} left")
     console.print(f"report: {report_path}")

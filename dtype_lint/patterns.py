@@ -11,6 +11,16 @@ from dataclasses import dataclass
 
 from .facts import FunctionScope
 
+# How a file spells a weight-dtype site, for the text prefilter: `L.weight.dtype`, `.to(L.weight)`,
+# `getattr(L, "weight"...)` (black may split it over lines, with comments), or an alias
+# `w = L.weight` later read as `w.dtype`.
+WEIGHT_SITE_PATTERNS = (
+    r"\.weight\s*\.\s*dtype",
+    r"\.weight\s*\)",
+    r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']",
+    r"=\s*[\w.]+\.weight\s*$",
+)
+
 
 @dataclass(frozen=True)
 class WeightDtypeSource:

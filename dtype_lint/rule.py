@@ -1,5 +1,19 @@
-"""The rule contract (Fixit-style): one class per rule with its message, the facts it needs, and
-VALID/INVALID examples that the test suite runs (`tests/test_rule_examples.py`)."""
+"""The rule contract (Fixit-style): one class per rule, declaring itself.
+
+A rule module holds one `Rule` subclass with its code, name, summary, its documentation (the
+module docstring, printed by `dtype-lint rule CODE` and generated into docs/rules/), the text
+its prefilter needs (`patterns`), the facts it reads (`facts`), and VALID/INVALID examples that
+the test suite runs. It reports through `ctx.report(node, message, fix=...)`. Rules are
+discovered (rules/__init__.py), never listed by hand: adding a rule is adding one module.
+
+Facts a rule may declare (reading an undeclared one raises, so declarations stay true):
+- "candidates": functions that can hold a weight-dtype site (their text mentions the rule's
+  `marker`), less exempt storage code; each with its nodes and local scope, computed once per
+  file for every rule that asks;
+- "functions": every function of the file, exempt or not;
+- "layers": layer resolution (what class does `self.kv_b_proj` hold, may it be quantized?);
+- "fixes": the fix planner (routes a site through the shared helper).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +21,21 @@ import ast
 import fnmatch
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable
+from functools import cached_property
+from typing import ClassVar
 
 from .config import Config
-from .facts import FunctionScope, LayerResolver, ProjectFacts
-from .findings import Finding, Span
+from .facts import FunctionScope, LayerResolver, ProjectFacts, walk_function
+from .findings import Evidence, Finding, Fix, Span
 from .source import SourceFile
+
+FACTS = frozenset({"candidates", "functions", "layers", "fixes"})
 
 
 @dataclass(frozen=True)
 class Valid:
     code: str
+    settings: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -32,31 +50,158 @@ class Invalid:
     settings: dict = field(default_factory=dict)
 
 
-@dataclass
-class FileContext:
-    """What a rule may read about one file. No file system, no output formats."""
-
-    source: SourceFile
-    tree: ast.Module
-    config: Config
-    project: ProjectFacts
-    imports: dict[str, str]
-
-    def resolver(self) -> LayerResolver:
-        return LayerResolver(self.project, self.source.module, self.imports, self.source.path)
-
-
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
-    # The facts the engine must build before this rule runs (documented, checked by the engine).
-    requires: ClassVar[frozenset[str]] = frozenset({"class_index", "attribute_facts", "local_aliases"})
+    # Regular expressions; a file that matches none of any enabled rule's is never parsed.
+    patterns: ClassVar[tuple[str, ...]] = ()
+    # A word every line of interest holds: functions without it are not candidates.
+    marker: ClassVar[str] = "weight"
+    facts: ClassVar[frozenset[str]] = frozenset()
+    severity: ClassVar[str] = "error"  # "error" | "warning"
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
-    def check(self, ctx: FileContext) -> Iterable[Finding]:
+    def check(self, ctx: "RuleContext") -> None:
         raise NotImplementedError
+
+
+class RuleContractError(Exception):
+    """A rule read a fact it did not declare."""
+
+
+@dataclass
+class Candidate:
+    """A function that can hold a site, shared by every rule that walks candidates."""
+
+    fn: ast.FunctionDef | ast.AsyncFunctionDef
+    class_qualname: str | None
+    scope_name: str
+    exempt: bool = False
+
+    @cached_property
+    def nodes(self) -> list[ast.AST]:
+        return list(walk_function(self.fn))
+
+    @cached_property
+    def scope(self) -> FunctionScope:
+        return FunctionScope(self.fn, self.class_qualname)
+
+    @cached_property
+    def parents(self) -> dict[int, ast.AST]:
+        parents = {}
+        for node in ast.walk(self.fn):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        return parents
+
+
+class FileFacts:
+    """What rules may read about one file; built lazily, once, whatever rules ask."""
+
+    def __init__(self, source: SourceFile, tree: ast.Module, config: Config, project: ProjectFacts,
+                 imports: dict[str, str], markers: frozenset[str]):
+        self.source = source
+        self.tree = tree
+        self.config = config
+        self.project = project
+        self.imports = imports
+        self._markers = markers
+
+    @cached_property
+    def functions(self) -> list[Candidate]:
+        cfg = self.config
+        out = []
+        for fn, class_q, scope_name in iter_functions(self.tree, self.source.module):
+            exempt = any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions) or bool(
+                class_q and self.project.index.exempt_verdict(class_q).yes)
+            out.append(Candidate(fn, class_q, scope_name, exempt))
+        return out
+
+    @cached_property
+    def candidates(self) -> list[Candidate]:
+        """Functions with a marker word on one of their lines, exempt storage code excluded.
+        Aliases are function-local, so a function without the word cannot hold a site."""
+        lines = sorted(i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in self._markers))
+        out = []
+        for c in self.functions:
+            i = bisect_left(lines, c.fn.lineno)
+            if i == len(lines) or lines[i] > c.fn.end_lineno or c.exempt:
+                continue
+            out.append(c)
+        return out
+
+    @cached_property
+    def layers(self) -> LayerResolver:
+        return LayerResolver(self.project, self.source.module, self.imports, self.source.path)
+
+    @cached_property
+    def fixes(self):
+        from .fixplan import Planner
+
+        return Planner(self.source, self.config, self.project, self.tree)
+
+
+class RuleContext:
+    """One rule's view of one file: the facts it declared, and `report`."""
+
+    def __init__(self, rule: Rule, facts: FileFacts, sink: list[Finding]):
+        self.rule = rule
+        self._facts = facts
+        self._sink = sink
+        self.source = facts.source
+        self.tree = facts.tree
+        self.config = facts.config
+        self.imports = facts.imports
+
+    def _fact(self, name: str):
+        if name not in type(self.rule).facts:
+            raise RuleContractError(f"{self.rule.code} reads `{name}` but does not declare it in `facts`")
+        return getattr(self._facts, name)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return self._fact("candidates")
+
+    @property
+    def functions(self) -> list[Candidate]:
+        return self._fact("functions")
+
+    @property
+    def layers(self) -> LayerResolver:
+        return self._fact("layers")
+
+    @property
+    def fixes(self):
+        return self._fact("fixes")
+
+    @property
+    def project(self) -> ProjectFacts:
+        return self._facts.project
+
+    def span(self, node: ast.AST) -> Span:
+        src = self.source
+        return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
+                    node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
+
+    def report(self, node: ast.AST, message: str, *, scope: str, fix: Fix | None = None, no_fix_reason: str = "",
+               confidence: str = "high", evidence: tuple[Evidence, ...] = (), expression: str | None = None,
+               code: str | None = None) -> Finding:
+        finding = Finding(
+            code=code or self.rule.code,
+            message=message,
+            path=self.source.path,
+            span=self.span(node),
+            confidence=confidence,
+            evidence=evidence,
+            fix=fix,
+            no_fix_reason=no_fix_reason,
+            scope=scope,
+            expression=ast.unparse(node) if expression is None else expression,
+        )
+        self._sink.append(finding)
+        return finding
 
 
 def iter_functions(tree: ast.Module, module: str):
@@ -81,30 +226,4 @@ def iter_functions(tree: ast.Module, module: str):
     yield from visit(tree.body, None, "")
 
 
-def candidate_functions(ctx: FileContext):
-    """`iter_functions`, less the functions that cannot hold a weight-dtype site or are exempt.
-
-    Aliases are function-local, so a function with no `weight` on any of its lines cannot hold a
-    site: it is skipped without walking its tree. Exempt functions (weight loaders,
-    `process_weights_after_loading`...) and methods of exempt classes (quant methods) own the
-    storage format by design."""
-    cfg = ctx.config
-    weight_lines = sorted(i for i, line in enumerate(ctx.source.lines, 1) if "weight" in line)
-    for fn, class_q, scope_name in iter_functions(ctx.tree, ctx.source.module):
-        i = bisect_left(weight_lines, fn.lineno)
-        if i == len(weight_lines) or weight_lines[i] > fn.end_lineno:
-            continue
-        if any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions):
-            continue
-        if class_q and ctx.project.index.exempt_verdict(class_q).yes:
-            continue
-        yield fn, class_q, scope_name
-
-
-def span_of(ctx: FileContext, node: ast.AST) -> Span:
-    src = ctx.source
-    return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
-                node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
-
-
-__all__ = ["Rule", "Valid", "Invalid", "FileContext", "FunctionScope", "iter_functions", "candidate_functions", "span_of"]
+__all__ = ["Rule", "Valid", "Invalid", "RuleContext", "FileFacts", "Candidate", "FACTS", "iter_functions"]

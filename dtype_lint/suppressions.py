@@ -43,12 +43,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Callable, Collection, Iterable
+from typing import Collection, Iterable
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
+from dtype_lint.source import SourceText, iter_code
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _IGNORE = re.compile(r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n]*)\])?")
 _NOQA = re.compile(
     r"#\s*(?i:noqa)(?![\w-])"
@@ -97,31 +96,11 @@ class Suppression:
 # --- finding comments ---------------------------------------------------------------------------
 
 
-def _lines(source: str) -> list[str]:
-    return _LINE.findall(source)
-
-
 def _crude_comment(line: str) -> tuple[int, str] | None:
-    """First '#' outside a one-line string literal, for text that does not tokenize."""
-    quote = None
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if line.startswith(quote, i):
-                i += len(quote)
-                quote = None
-                continue
-        elif ch == "#":
+    """First '#' outside a string literal, for text that does not tokenize."""
+    for i, c in iter_code(line):
+        if c == "#":
             return i, line[i:].rstrip("\r\n")
-        elif ch in "'\"":
-            quote = line[i : i + 3] if line[i : i + 3] in ('"""', "'''") else ch
-            i += len(quote)
-            continue
-        i += 1
     return None
 
 
@@ -187,7 +166,7 @@ def parse_suppressions(source: str) -> list[Suppression]:
     if "dtype-lint" not in source and "DTL" not in source:
         return []
     out: list[Suppression] = []
-    for line, col, text in _comments(_lines(source)):
+    for line, col, text in _comments(SourceText(source).lines):
         out.extend(_parse_comment(line, col, text))
     return sorted(out, key=lambda s: (s.line, s.start))
 
@@ -195,25 +174,14 @@ def parse_suppressions(source: str) -> list[Suppression]:
 # --- applying them ------------------------------------------------------------------------------
 
 
-class _File:
+class _File(SourceText):
     def __init__(self, source: str):
-        self.source = source
+        super().__init__(source)
         # Cheap for the common file without directives: parse_suppressions prefilters.
         self.suppressions = parse_suppressions(source)
         self.by_line: dict[int, list[Suppression]] = {}
         for s in self.suppressions:
             self.by_line.setdefault(s.line, []).append(s)
-
-    @cached_property
-    def lines(self) -> list[str]:
-        return _lines(self.source)
-
-    @cached_property
-    def starts(self) -> list[int]:
-        starts = [0]
-        for text in self.lines:
-            starts.append(starts[-1] + len(text))
-        return starts
 
     def covering(self, f: Finding) -> list[Suppression]:
         if not self.by_line:
@@ -226,9 +194,6 @@ class _File:
             for s in self.by_line.get(n, ())
             if s.suppresses(f.code)
         ]
-
-    def offset(self, line: int, col: int) -> int:
-        return self.starts[line - 1] + col
 
     def removal(self, s: Suppression) -> Edit:
         """Delete the directive, with the whitespace that separated it (or its whole line)."""
@@ -297,49 +262,34 @@ def _problem_finding(path: str, s: Suppression) -> Finding:
 
 
 def apply_suppressions(
+    path: str,
+    text: str,
     findings: Iterable[Finding],
-    source_by_path: Callable[[str], "str | None"],
     *,
-    paths: Iterable[str] = (),
     enabled_codes: Collection[str] | None = None,
 ) -> tuple[list[Finding], list[Finding]]:
-    """Drop suppressed findings; report suppressions that are unused or malformed.
+    """Drop the findings of one file that a valid suppression covers; report its suppressions
+    that are unused or malformed.
 
     Returns ``(kept, new)``: `kept` are the findings no valid suppression covers, in input
     order; `new` are DTL902 findings, sorted, for suppressions that suppressed nothing (with a
     safe fix removing them) and for ``dtype-lint: ignore`` comments missing their reason or
     codes (no fix). DTL902 findings that a suppression naming DTL902 covers are left out.
-
-    Suppressions are looked for in the files of `findings` and in `paths` (pass every file
-    checked, or unused suppressions in files without findings go unnoticed; only files whose
-    text mentions "dtype-lint" or "noqa" are tokenized). `source_by_path` returns a file's text
-    or None (then its findings are kept as they are). `enabled_codes`: the codes this run
-    checked, if known; suppressions for other DTL codes are then not reported as unused.
+    `enabled_codes`: the codes this run checked, if known; suppressions for other DTL codes are
+    then not reported as unused (nothing could have used them).
     """
     findings = list(findings)
-    files: dict[str, _File | None] = {}
-
-    def file_of(path: str) -> _File | None:
-        if path not in files:
-            try:
-                source = source_by_path(path)
-            except (OSError, UnicodeDecodeError, ValueError):
-                source = None
-            files[path] = _File(source) if source is not None else None
-        return files[path]
-
-    used: dict[tuple[str, int], set[str]] = {}
+    file = _File(text)
+    if not file.suppressions:
+        return findings, []
+    used: dict[int, set[str]] = {}
     kept = []
     for f in findings:
-        file = file_of(f.path)
-        covering = file.covering(f) if file is not None else []
+        covering = file.covering(f)
         if not covering:
             kept.append(f)
         for s in covering:
-            used.setdefault((f.path, id(s)), set()).add(f.code)
-
-    for p in paths:
-        file_of(p)
+            used.setdefault(id(s), set()).add(f.code)
 
     def reportable(code: str) -> bool:
         if code == UNUSED_SUPPRESSION:
@@ -349,18 +299,13 @@ def apply_suppressions(
         return True
 
     new: list[Finding] = []
-    for path in sorted(files):
-        file = files[path]
-        if file is None:
+    for s in file.suppressions:
+        if s.problem:
+            new.append(_problem_finding(path, s))
             continue
-        for s in file.suppressions:
-            if s.problem:
-                new.append(_problem_finding(path, s))
-                continue
-            done = used.get((path, id(s)), set())
-            unused = [c for c in s.our_codes if c not in done and reportable(c)]
-            if unused:
-                new.append(_unused_finding(path, file, s, unused))
-
-    new = [g for g in new if not files[g.path].covering(g)]  # type: ignore[union-attr]
+        done = used.get(id(s), set())
+        unused = [c for c in s.our_codes if c not in done and reportable(c)]
+        if unused:
+            new.append(_unused_finding(path, file, s, unused))
+    new = [g for g in new if not file.covering(g)]
     return kept, sorted(new, key=Finding.sort_key)

@@ -20,6 +20,13 @@ from pathlib import Path
 TEMP_SUFFIX = ".dtl-tmp"
 
 
+def _new_file_mode() -> int:
+    """What `open(path, "w")` would give a new file: 0o666 less the umask (mkstemp gives 0o600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 class WriteError(Exception):
     """A write that was refused or failed; the target is untouched."""
 
@@ -44,13 +51,12 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if like is not None:
-            os.chmod(tmp, stat.S_IMODE(like.st_mode))
-            if hasattr(os, "chown"):
-                try:
-                    os.chown(tmp, like.st_uid, like.st_gid)
-                except OSError:
-                    pass  # not ours to give away: keep our own ownership
+        os.chmod(tmp, stat.S_IMODE(like.st_mode) if like is not None else _new_file_mode())
+        if like is not None and hasattr(os, "chown"):
+            try:
+                os.chown(tmp, like.st_uid, like.st_gid)
+            except OSError:
+                pass  # not ours to give away: keep our own ownership
         try:
             os.replace(tmp, path)
         except OSError as e:
@@ -112,6 +118,30 @@ class ProjectWriter:
     staging: Path | None = None
     records: list[WriteRecord] = field(default_factory=list)
 
+    _made: list[Path] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Remove the folders this writer made for staging when they are empty again (a run with
+        `--no-cache` leaves nothing behind)."""
+        for d in reversed(self._made):
+            try:
+                os.rmdir(d)
+            except OSError:
+                return
+        self._made.clear()
+
+    def _staging_for(self, target: str) -> Path | None:
+        if self.staging is None or not self.inside(target):
+            return None
+        if not self.staging.exists():
+            missing = []
+            d = self.staging
+            while not d.exists():
+                missing.append(d)
+                d = d.parent
+            self._made.extend(reversed(missing))
+        return self.staging
+
     def inside(self, path: str | os.PathLike) -> bool:
         try:
             Path(os.path.realpath(path)).relative_to(os.path.realpath(self.root))
@@ -124,6 +154,25 @@ class ProjectWriter:
             return Path(os.path.abspath(path)).relative_to(os.path.abspath(self.root)).as_posix()
         except ValueError:
             return os.fspath(path)
+
+    def make_dirs(self, directory: str | os.PathLike, why: str) -> None:
+        """Create `directory` and its missing parents inside the project, recording each."""
+        directory = Path(directory)
+        if not self.inside(directory):
+            raise WriteError(f"{directory}: outside the project root {self.root}; not created")
+        missing = []
+        d = directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise WriteError(f"{d}: cannot create: {e.strerror or e}") from None
+            self.records.append(WriteRecord(self.rel(d) + "/", "created", why))
 
     def write(self, path: str | os.PathLike, data: bytes, why: str, *, expect: bytes | None = None,
               outside_ok: bool = False) -> WriteRecord:
@@ -162,7 +211,7 @@ class ProjectWriter:
                     raise WriteError(f"{path}: changed on disk while it was being fixed; not written")
         elif expect is not None:
             raise WriteError(f"{path}: deleted while it was being fixed; not written")
-        staging = self.staging if self.staging is not None and self.inside(target) else None
+        staging = self._staging_for(target)
         try:
             write_atomic(target, data, staging=staging, like=st)
         except OSError as e:

@@ -50,11 +50,10 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.facts import FunctionScope, walk_function
-from dtype_lint.findings import Finding
-from dtype_lint.fixplan import Planner, Site, build_parents
-from dtype_lint.patterns import WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import FileContext, Invalid, Rule, Valid, candidate_functions, span_of
+from dtype_lint.facts import FunctionScope
+from dtype_lint.fixplan import Site
+from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
 import torch
@@ -77,6 +76,8 @@ class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
+    patterns = WEIGHT_SITE_PATTERNS
+    facts = frozenset({"candidates", "layers", "fixes"})
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -156,48 +157,26 @@ class WeightDtypeCast(Rule):
         ),
     ]
 
-    def check(self, ctx: FileContext):
+    def check(self, ctx: RuleContext) -> None:
         cfg = ctx.config
-        resolver = ctx.resolver()
-        planner = Planner(ctx.source, cfg)
         patterns = cfg.name_patterns if cfg.name_heuristics else None
-        for fn, class_q, scope_name in candidate_functions(ctx):
-            scope = None
-            parents = None
-            for node in walk_function(fn):
+        for c in ctx.candidates:
+            for node in c.nodes:
                 if not isinstance(node, ast.Call):
                     continue
                 args = cast_dtype_args(node)
-                if not args:
-                    continue
-                if scope is None:
-                    scope = FunctionScope(fn, class_q)
                 for arg in args:
-                    wds = self._source(arg, scope, node)
+                    wds = self._source(arg, c.scope, node)
                     if wds is None or _receiver_is_parameter(node):
                         continue
                     layer_text = ast.unparse(wds.layer)
-                    layer_type = resolver.resolve(wds.layer, scope)
-                    verdict = resolver.quantizable(layer_type, layer_text, patterns)
+                    verdict = ctx.layers.quantizable(ctx.layers.resolve(wds.layer, c.scope), layer_text, patterns)
                     if verdict is None:
                         continue
                     confidence, evidence = verdict
-                    if parents is None:
-                        parents = build_parents(fn)
-                    site = Site(node, arg, wds, fn, scope, parents)
-                    fix, reason = planner.plan(site)
-                    yield Finding(
-                        code=self.code,
-                        message=self._message(wds, layer_text, planner.func),
-                        path=ctx.source.path,
-                        span=span_of(ctx, node),
-                        confidence=confidence,
-                        evidence=evidence,
-                        fix=fix,
-                        no_fix_reason=reason,
-                        scope=scope_name,
-                        expression=ast.unparse(node),
-                    )
+                    fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
+                    ctx.report(node, self._message(wds, layer_text, ctx.fixes.func), scope=c.scope_name,
+                               fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                     break
 
     @staticmethod

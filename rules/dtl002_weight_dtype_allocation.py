@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.facts import FunctionScope, walk_function
-from dtype_lint.findings import Finding
 from dtype_lint.index import dotted
-from dtype_lint.patterns import weight_dtype_source
-from dtype_lint.rule import FileContext, Invalid, Rule, Valid, candidate_functions, span_of
+from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, weight_dtype_source
+from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _FACTORIES = {
     "empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
@@ -69,6 +67,8 @@ class WeightDtypeAllocation(Rule):
     code = "DTL002"
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
+    patterns = WEIGHT_SITE_PATTERNS
+    facts = frozenset({"candidates", "layers"})
 
     VALID = [
         Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
@@ -88,40 +88,31 @@ class WeightDtypeAllocation(Rule):
                 "        return torch.mm(a, b, out_dtype=w)\n", message_contains=("out_dtype", "`w`")),
     ]
 
-    def check(self, ctx: FileContext):
+    def check(self, ctx: RuleContext) -> None:
         cfg = ctx.config
-        resolver = ctx.resolver()
         patterns = cfg.name_patterns if cfg.name_heuristics else None
-        for fn, class_q, scope_name in candidate_functions(ctx):
-            scope = None
-            for node in walk_function(fn):
+        for c in ctx.candidates:
+            for node in c.nodes:
                 if not isinstance(node, ast.Call):
                     continue
                 for kw in self._dtype_keywords(node, ctx.imports):
-                    if scope is None:
-                        scope = FunctionScope(fn, class_q)
-                    wds = weight_dtype_source(kw.value, scope)
+                    wds = weight_dtype_source(kw.value, c.scope)
                     if wds is None:
                         continue
                     layer_text = ast.unparse(wds.layer)
-                    verdict = resolver.quantizable(resolver.resolve(wds.layer, scope), layer_text, patterns)
+                    verdict = ctx.layers.quantizable(ctx.layers.resolve(wds.layer, c.scope), layer_text, patterns)
                     if verdict is None:
                         continue
                     confidence, evidence = verdict
                     via = f" through `{wds.alias}`" if wds.alias else ""
                     callee = dotted(node.func) or "call"
-                    yield Finding(
-                        code=self.code,
-                        message=(f"`{callee}(..., {kw.arg}=...)` allocates in `{layer_text}.weight.dtype`{via}, "
-                                 f"the storage dtype of a quantizable layer (int32 under Marlin, uint8 under "
-                                 f"NVFP4, absent under AWQ); choose the buffer's dtype explicitly"),
-                        path=ctx.source.path,
-                        span=span_of(ctx, node),
-                        confidence=confidence,
-                        evidence=evidence,
+                    ctx.report(
+                        node,
+                        f"`{callee}(..., {kw.arg}=...)` allocates in `{layer_text}.weight.dtype`{via}, "
+                        f"the storage dtype of a quantizable layer (int32 under Marlin, uint8 under "
+                        f"NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
+                        scope=c.scope_name, confidence=confidence, evidence=evidence,
                         no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
-                        scope=scope_name,
-                        expression=ast.unparse(node),
                     )
 
     @staticmethod

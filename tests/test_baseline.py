@@ -23,6 +23,15 @@ from dtype_lint.baseline import (
     write_baseline,
 )
 from dtype_lint.findings import Finding, Span
+from dtype_lint.writer import ProjectWriter
+
+
+def WRITE(path, data: bytes) -> None:  # noqa: N802 - stands for the run's writer
+    ProjectWriter(Path(path).parent).write(path, data, "baseline")
+
+
+def save(baseline, path) -> None:
+    WRITE(path, baseline.to_json().encode("utf-8"))
 
 
 def f(path="vllm/mla.py", line=10, code="DTL001", scope="MLAAttention.forward",
@@ -119,13 +128,11 @@ def test_scope_is_part_of_the_key(root: Path):
     assert matched == 0 and len(new) == 1
 
 
-def test_engine_codes_and_fixed_findings_are_never_baselined(root: Path):
+def test_engine_codes_are_never_baselined(root: Path):
     parse_error = f(path=str(root / "bad.py"), code="DTL900", scope="", expression="")
     fix_failed = f(path=str(root / "a.py"), code="DTL901")
-    done = f(path=str(root / "a.py"), line=3)
-    done.fixed = True
     unused = f(path=str(root / "a.py"), code="DTL902", scope="", expression="# noqa: DTL001")
-    base = Baseline.from_findings([parse_error, fix_failed, done, unused], root)
+    base = Baseline.from_findings([parse_error, fix_failed, unused], root)
     assert [e.code for e in base.entries()] == ["DTL902"]
     new, matched, _ = base.filter([parse_error, fix_failed, unused])
     assert new == [parse_error, fix_failed] and matched == 1
@@ -134,7 +141,7 @@ def test_engine_codes_and_fixed_findings_are_never_baselined(root: Path):
 def test_filter_root_override(root: Path, tmp_path_factory):
     elsewhere = tmp_path_factory.mktemp("ci")
     base = Baseline.from_findings([f(path=str(root / "a.py"))], root)
-    base.write(elsewhere / "baseline.json")
+    save(base, elsewhere / "baseline.json")
     loaded = Baseline.load(elsewhere / "baseline.json")  # root defaults to the file's directory
     assert loaded.filter([f(path=str(root / "a.py"))])[1] == 0
     assert loaded.filter([f(path=str(root / "a.py"))], root)[1] == 1
@@ -152,7 +159,7 @@ def test_file_is_sorted_versioned_json_without_lines(root: Path):
         f(path=str(root / "a.py"), line=2),
     ]
     path = root / "dtype-lint-baseline.json"
-    Baseline.from_findings(findings, root).write(path)
+    save(Baseline.from_findings(findings, root), path)
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
     assert data["version"] == BASELINE_VERSION
@@ -167,16 +174,16 @@ def test_file_is_sorted_versioned_json_without_lines(root: Path):
     assert '"line"' not in text and text.endswith("}\n")
     # Round trip, and writing the same findings again produces the same bytes.
     assert Baseline.load(path) == Baseline.from_findings(findings, root)
-    Baseline.load(path).write(path)
+    save(Baseline.load(path), path)
     assert path.read_text(encoding="utf-8") == text
-    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in root.iterdir() if p.name.endswith(".dtl-tmp")]
 
 
 def test_write_keeps_mode(root: Path):
     path = root / "b.json"
-    Baseline().write(path)
+    save(Baseline(), path)
     os.chmod(path, 0o640)
-    Baseline.from_findings([f(path=str(root / "a.py"))], root).write(path)
+    save(Baseline.from_findings([f(path=str(root / "a.py"))], root), path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
@@ -204,14 +211,14 @@ def test_load_errors(root: Path, content, match):
 def test_write_baseline_creates_then_may_only_shrink(root: Path):
     path = root / "baseline.json"
     a, b = f(path=str(root / "a.py")), f(path=str(root / "b.py"))
-    write_baseline(path, [a, b], root)
+    write_baseline(path, [a, b], root, WRITE)
     # Shrinking (b fixed) is allowed and drops the stale entry.
-    write_baseline(path, [a], root)
+    write_baseline(path, [a], root, WRITE)
     assert [e.path for e in Baseline.load(path).entries()] == ["a.py"]
     before = path.read_text(encoding="utf-8")
     # Growing back is refused, with the new key named, and nothing is written.
     with pytest.raises(BaselineGrowthError) as info:
-        write_baseline(path, [a, b], root)
+        write_baseline(path, [a, b], root, WRITE)
     msg = str(info.value)
     assert "may only shrink" in msg
     assert "b.py::MLAAttention.forward DTL001 `kv_c.to(self.kv_b_proj.weight.dtype)` (0 -> 1)" in msg
@@ -219,16 +226,16 @@ def test_write_baseline_creates_then_may_only_shrink(root: Path):
     assert path.read_text(encoding="utf-8") == before
     # So is a higher count for an existing key.
     with pytest.raises(BaselineGrowthError, match=r"\(1 -> 2\)"):
-        write_baseline(path, [a, replace(a, span=Span(50, 1, 50, 2))], root)
+        write_baseline(path, [a, replace(a, span=Span(50, 1, 50, 2))], root, WRITE)
     # Growing on purpose.
-    write_baseline(path, [a, b], root, allow_growth=True)
+    write_baseline(path, [a, b], root, WRITE, allow_growth=True)
     assert len(Baseline.load(path)) == 2
 
 
 def test_unrelated_edits_do_not_count_as_growth(root: Path):
     path = root / "baseline.json"
-    write_baseline(path, [f(path=str(root / "a.py"), line=10)], root)
-    write_baseline(path, [f(path=str(root / "a.py"), line=80, expression="kv_c.to( self.kv_b_proj.weight.dtype )")], root)
+    write_baseline(path, [f(path=str(root / "a.py"), line=10)], root, WRITE)
+    write_baseline(path, [f(path=str(root / "a.py"), line=80, expression="kv_c.to( self.kv_b_proj.weight.dtype )")], root, WRITE)
     assert len(Baseline.load(path)) == 1
 
 

@@ -1,4 +1,5 @@
-"""The `dtype-lint` command line, run as a user runs it: a subprocess on a small project of our own.
+"""The `dtype-lint` command line, run as a user runs it (in-process, see cli_runner.py) on a small
+project of our own.
 
 The project (written into tmp_path by `make_project`) has both kinds of quantizable layer the
 linter resolves: vLLM's `ColumnParallelLinear` imported by name (the vllm preset knows it), and a
@@ -13,13 +14,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from dtype_lint.helper_template import helper_source
+from cli_runner import dtl
+from dtype_lint.helper import helper_source
 
 PYPROJECT = """\
 [tool.dtype-lint]
@@ -105,19 +105,6 @@ def make_project(root: Path, files: dict[str, str] | None = None, pyproject: str
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
     return root
-
-
-def dtl(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    for k in ("CI", "PRE_COMMIT", "FORCE_COLOR"):
-        full_env.pop(k, None)
-    full_env["NO_COLOR"] = "1"
-    full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "dtype_lint", *args], cwd=cwd, capture_output=True,
-                          text=True, env=full_env, timeout=120)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stdout, proc.stdout
-    return proc
 
 
 def findings_json(cwd: Path, *args: str) -> tuple[int, list[dict]]:

@@ -1,8 +1,8 @@
-"""The fixer: the only code that writes user files.
+"""Fixing: the fixer computes, the writer writes.
 
-It must write atomically and keep what it does not own (file mode, newline style, source encoding,
-BOM); leave a file byte-for-byte untouched when a fix would not parse (DTL901); apply overlapping
-fixes in rounds; add the helper import exactly once; and be idempotent.
+A fix must be written atomically and keep what it does not own (file mode, newline style, source
+encoding, BOM); leave a file byte-for-byte untouched when a fix would not parse (DTL901); apply
+overlapping fixes in rounds; add the helper import exactly once; and be idempotent.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint import fixer
+from dtype_lint import fixer, writer
 from dtype_lint.api import check_source, fix_source
 from dtype_lint.cli import main
 from dtype_lint.findings import FIX_FAILED, Edit, Finding, Fix, Span
-from dtype_lint.apply import write_outcomes
-from dtype_lint.fixer import FileText, fix_text, write_atomic
+from dtype_lint.fixer import fix_text
+from dtype_lint.source import FileText
+from dtype_lint.writer import ProjectWriter, WriteError, write_atomic
 
 HELPER_IMPORT = "from proj.dtypes import get_layer_input_dtype"
 
@@ -91,8 +92,9 @@ def test_fix_keeps_file_mode_and_writes_by_rename(tmp_path: Path, capsys, mode: 
     assert stat.S_IMODE(st.st_mode) == mode
     assert st.st_ino != inode  # a new file renamed over the old one, not rewritten in place
     assert FIXED_FORWARD in target.read_text()
-    leftovers = [p.name for p in (root / "proj").iterdir() if p.name.endswith((".dtl", ".dtl-tmp"))]
+    leftovers = [p for p in root.rglob("*") if p.name.endswith(".dtl-tmp")]
     assert leftovers == []
+    assert not (root / ".dtype_lint_cache").exists()  # --no-cache: nothing left behind
 
 
 def test_write_atomic_failure_leaves_the_original(tmp_path: Path, monkeypatch):
@@ -102,21 +104,22 @@ def test_write_atomic_failure_leaves_the_original(tmp_path: Path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(fixer.os, "replace", boom)
+    monkeypatch.setattr(writer.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         write_atomic(str(target), b"x = 2\n")
     assert target.read_bytes() == b"x = 1\n"
     assert [p.name for p in tmp_path.iterdir()] == ["m.py"]  # the temp file is gone too
 
 
-def test_write_outcomes_refuses_a_file_changed_meanwhile(tmp_path: Path):
+def test_the_writer_refuses_a_file_changed_meanwhile(tmp_path: Path):
     target = tmp_path / "m.py"
     target.write_text("x = 1\n")
-    out = fixer.FixOutcome(str(target), "x = 1\n", "x = 2\n")
-    target.write_text("x = 3\n")  # someone saved the file after it was read
-    write_outcomes([out])
+    target.write_text("x = 3\n")  # someone saved the file after it was read as "x = 1"
+    w = ProjectWriter(tmp_path)
+    with pytest.raises(WriteError, match="changed on disk"):
+        w.write(target, b"x = 2\n", "fix", expect=b"x = 1\n")
     assert target.read_text() == "x = 3\n"
-    assert "changed on disk" in out.error
+    assert w.records == []
 
 
 def test_crlf_is_kept(tmp_path: Path, capsys):
@@ -172,7 +175,7 @@ def test_file_text_round_trips_encodings(tmp_path: Path):
     for i, data in enumerate(samples):
         p = tmp_path / f"m{i}.py"
         p.write_bytes(data)
-        ft = FileText.read(str(p))
+        ft = FileText.decode(p.read_bytes())
         assert not ft.text.startswith("\ufeff")
         assert ft.encode(ft.text) == data
 
@@ -206,7 +209,6 @@ def test_fix_that_would_not_parse_leaves_the_file_untouched(tmp_path: Path):
     assert codes == ["DTL001", FIX_FAILED]
     dtl901 = out.remaining[-1]
     assert dtl901.path == str(path) and "file left untouched" in dtl901.message
-    write_outcomes([out])
     assert path.read_bytes() == data
 
 
@@ -220,7 +222,6 @@ def test_one_bad_fix_keeps_the_good_ones_from_being_written(tmp_path: Path):
     bad = _finding(str(path), (Edit(bad_at, bad_at, "x.to(("),))
     out = fix_text(str(path), text, lambda t: [good, bad] if t == text else [], unsafe=False)
     assert out.error and out.text == text and not out.changed
-    write_outcomes([out])
     assert path.read_text() == text
 
 

@@ -12,16 +12,17 @@ whose `.out.py` equals its `.in.py` is a site reported without a fix, and says w
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import dtl
 
 from dtype_lint.api import check_source, fix_source
 from dtype_lint.config import load_config
-from dtype_lint.engine import Engine
+from dtype_lint.pipeline import RunOptions, run
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "fixtures" / "project"
@@ -43,8 +44,7 @@ def _expected() -> list[str]:
 
 
 def _dtl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dtype_lint", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return dtl(cwd, *args)
 
 
 def _report(proc: subprocess.CompletedProcess, root: Path, cwd: Path) -> list[str]:
@@ -79,12 +79,17 @@ def test_project_findings_match_expected_txt(project_check):
     assert _report(project_check, PROJECT, REPO) == _expected()
 
 
-def test_project_suppressed_sites_are_found_then_suppressed():
-    """The engine itself finds the two suppressed casts; the CLI's suppression step drops them
-    (and reports no unused suppression: expected.txt has no DTL902)."""
-    cfg = load_config(PROJECT)
-    raw = Engine(cfg, jobs=1, use_cache=False).run([str(PROJECT)]).findings
-    found = {_entry(Path(f.path).relative_to(PROJECT).as_posix(), f.span.line, f.span.col, f.code) for f in raw}
+def test_project_suppressed_sites_are_found_then_suppressed(tmp_path: Path):
+    """Without their suppression comments the two suppressed casts are found; with them they are
+    dropped (and no suppression is reported unused: expected.txt has no DTL902)."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns(".dtype_lint_cache", "__pycache__"))
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(re.sub(r"  # (dtype-lint: ignore\[DTL001\]|noqa: DTL001).*", "", text), encoding="utf-8")
+    cfg = load_config(root)
+    raw = run(cfg, RunOptions(paths=[str(root)], jobs=1, use_cache=False)).findings
+    found = {_entry(Path(f.path).relative_to(root).as_posix(), f.span.line, f.span.col, f.code) for f in raw}
     suppressed = found - set(_expected())
     lines = {(_key(e)[0], _key(e)[1]) for e in suppressed}
     assert len(suppressed) == 2
@@ -100,7 +105,7 @@ def test_project_precision_controls_are_load_bearing():
     cfg = load_config(PROJECT)
     cfg.exempt_classes = []
     cfg.exempt_functions = []
-    raw = Engine(cfg, jobs=1, use_cache=False).run([str(PROJECT)]).findings
+    raw = run(cfg, RunOptions(paths=[str(PROJECT)], jobs=1, use_cache=False)).findings
     paths = {Path(f.path).relative_to(PROJECT).as_posix() for f in raw}
     assert {"minillm/quant/base.py", "minillm/quant/fp8.py"} <= paths
     assert "minillm/models/vision.py" not in paths

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dtype_lint.api import make_config
-from dtype_lint.engine import Engine
+from dtype_lint import pipeline
+from dtype_lint.pipeline import RunOptions
 from dtype_lint.index import QuantizableLayerIndex, extract_header
 
 LINEAR = """
@@ -48,7 +49,7 @@ def run(root: Path, files: dict[str, str], **settings):
     base = {"pkg/__init__.py": "", "pkg/layers/__init__.py": "", "pkg/layers/linear.py": LINEAR}
     write(root, {**base, **files})
     cfg = make_config({**SETTINGS, **{k.replace("_", "-"): v for k, v in settings.items()}}, root=root)
-    result = Engine(cfg, jobs=1, use_cache=False).run([str(root)])
+    result = pipeline.run(cfg, RunOptions(paths=[str(root)], jobs=1, use_cache=False))
     return [(Path(f.path).relative_to(root).as_posix(), f.span.line, f.confidence, f) for f in result.findings]
 
 

@@ -66,13 +66,13 @@ RULES = {
         "DTL001",
         "weight-dtype-cast",
         "Activation cast to a quantizable layer's storage dtype",
-        "https://example.org/dtype-lint/rules/DTL001",
+        "# DTL001 weight-dtype-cast\n\n## What it does\nFlags casts to a layer's storage dtype.\n",
     ),
     "DTL003": RuleInfo(
         "DTL003",
         "weight-dtype-alloc",
         "Buffer allocated with a quantizable layer's storage dtype",
-        "https://example.org/dtype-lint/rules/DTL003",
+        "# DTL003 weight-dtype-alloc\n\n## What it does\nFlags buffers in a layer's storage dtype.\n",
     ),
 }
 
@@ -326,14 +326,15 @@ def test_read_source_errors_are_not_fatal():
 
 def test_fixed_findings_are_counted_not_listed():
     fs = sample_findings()
-    fs[3].fixed = True  # the safe cast
-    out = run("text", findings=fs)
+    del fs[3]  # the safe cast, fixed by this run: the caller passes what remains
+    summary = RunSummary(SUMMARY.files_checked, SUMMARY.files_analyzed, SUMMARY.elapsed_s, fixed=1)
+    out = run("text", findings=fs, summary=summary)
     assert "14:16" not in out
     assert out.endswith(
         "Found 4 findings (1 fixed, 3 remaining; 1 fixable; "
         "1 hidden fix can be enabled with --unsafe-fixes)\n"
     )
-    data = json.loads(run("json", findings=fs))
+    data = json.loads(run("json", findings=fs, summary=summary))
     assert data["summary"]["fixed"] == 1 and data["summary"]["findings"] == 3
 
 
@@ -476,7 +477,10 @@ def test_sarif_structure():
     assert ids == ["DTL001", "DTL003", "DTL902"]  # given rules + engine codes that occur
     for r in driver["rules"]:
         assert r["name"] and r["shortDescription"]["text"]
-    assert driver["rules"][0]["helpUri"] == RULES["DTL001"].help_uri
+    # The rule's documentation itself travels: a repo path would not resolve for the reader.
+    assert driver["rules"][0]["help"] == {"text": RULES["DTL001"].doc, "markdown": RULES["DTL001"].doc}
+    assert "helpUri" not in driver["rules"][0]
+    assert "DTL902" in driver["rules"][2]["help"]["text"]
     assert run_["columnKind"] == "unicodeCodePoints"
     results = run_["results"]
     assert len(results) == 4
@@ -660,14 +664,10 @@ def test_evidence_without_a_place_in_a_file():
     assert b["physicalLocation"] == {"artifactLocation": {"uri": "pyproject.toml"}}
 
 
-def test_sarif_help_uri_only_when_absolute_and_no_empty_fixes():
-    from dtype_lint.reporters.sarif import _is_absolute_uri
-
-    assert _is_absolute_uri("https://x/y") and not _is_absolute_uri("docs/rules/DTL001.md")
-    assert not _is_absolute_uri("C:\\docs\\a.md")
-    rules = {"DTL001": RuleInfo("DTL001", "n", "s", "docs/rules/DTL001.md")}
+def test_sarif_no_empty_fixes():
+    rules = {"DTL001": RuleInfo("DTL001", "n", "s", "# DTL001\n")}
     f = Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2), fix=Fix("nothing to do", True, ()))
     log = json.loads(run("sarif", findings=[f], rules=rules))
     (rule,) = log["runs"][0]["tool"]["driver"]["rules"]
-    assert "helpUri" not in rule and rule["help"] == {"text": "Documentation: docs/rules/DTL001.md"}
+    assert rule["help"] == {"text": "# DTL001\n", "markdown": "# DTL001\n"}
     assert "fixes" not in log["runs"][0]["results"][0]

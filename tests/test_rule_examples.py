@@ -49,7 +49,7 @@ def test_rule_codes_are_unique():
 
 @pytest.mark.parametrize("rule,example", _examples("VALID"))
 def test_valid(rule, example):
-    assert check_source(example.code) == []
+    assert check_source(example.code, settings=example.settings or None) == []
 
 
 @pytest.mark.parametrize("rule,example", _examples("INVALID"))

@@ -19,8 +19,8 @@ def finding(line: int, code: str = "DTL001", end_line: int | None = None, col: i
     return Finding(code, "cast to storage dtype", path, Span(line, col, end_line or line, end_col))
 
 
-def apply(source: str, findings, **kw):
-    return apply_suppressions(findings, lambda p: source, **kw)
+def apply(source: str, findings, path: str = "m.py", **kw):
+    return apply_suppressions(path, source, findings, **kw)
 
 
 def fixed(source: str, f: Finding) -> str:
@@ -172,21 +172,20 @@ def test_missing_reason_does_not_suppress_and_is_reported():
 
 
 def test_missing_codes_is_reported():
-    kept, new = apply("a = 1  # dtype-lint: ignore because\n", [], paths=["m.py"])
+    kept, new = apply("a = 1  # dtype-lint: ignore because\n", [])
     (n,) = new
     assert "names no codes" in n.message and n.fix is None
 
 
-def test_unused_suppression_in_file_without_findings_needs_paths():
+def test_unused_suppression_in_file_without_findings_is_reported():
     source = "a = 1  # dtype-lint: ignore[DTL001] stale\n"
-    assert apply(source, []) == ([], [])
-    kept, new = apply(source, [], paths=["m.py"])
-    assert [n.code for n in new] == [UNUSED_SUPPRESSION]
+    kept, new = apply(source, [])
+    assert kept == [] and [n.code for n in new] == [UNUSED_SUPPRESSION]
 
 
 def test_enabled_codes_limit_unused_reports():
     source = "a = 1  # dtype-lint: ignore[DTL001, DTL005, E501] why\n"
-    _, new = apply(source, [], paths=["m.py"], enabled_codes={"DTL001"})
+    _, new = apply(source, [], enabled_codes={"DTL001"})
     (n,) = new
     assert n.message == "Unused `dtype-lint: ignore` suppression (unused: DTL001; unknown code: E501)"
     assert fixed(source, n) == "a = 1  # dtype-lint: ignore[DTL005] why\n"
@@ -194,7 +193,7 @@ def test_enabled_codes_limit_unused_reports():
 
 def test_dtl902_can_be_suppressed_and_is_never_itself_unused():
     source = "a = 1  # dtype-lint: ignore[DTL001, DTL902] kept while #123 lands\n"
-    assert apply(source, [], paths=["m.py"]) == ([], [])
+    assert apply(source, []) == ([], [])
 
 
 def test_every_suppression_covering_a_finding_counts_as_used():
@@ -220,12 +219,12 @@ def test_every_suppression_covering_a_finding_counts_as_used():
     ],
 )
 def test_unused_fix_removes_only_the_unused_part(line, after):
-    _, new = apply(line, [], paths=["m.py"])
+    _, new = apply(line, [])
     (n,) = new
     assert n.fix is not None and n.fix.safe
     assert fixed(line, n) == after
     # The fixed text has nothing left to report.
-    assert apply(after, [], paths=["m.py"]) == ([], [])
+    assert apply(after, []) == ([], [])
 
 
 def test_partially_used_suppression_drops_unused_codes():
@@ -239,26 +238,21 @@ def test_partially_used_suppression_drops_unused_codes():
 
 def test_offsets_are_characters_with_non_ascii_before_the_comment():
     source = 'x = "é€😀"\na = "注意"  # noqa: DTL001\n'
-    _, new = apply(source, [], paths=["m.py"])
+    _, new = apply(source, [])
     assert fixed(source, new[0]) == 'x = "é€😀"\na = "注意"\n'
 
 
-def test_unreadable_source_keeps_findings():
+def test_a_file_without_directives_keeps_every_finding():
     f = finding(1)
-
-    def boom(path):
-        raise OSError("gone")
-
-    assert apply_suppressions([f], lambda p: None) == ([f], [])
-    assert apply_suppressions([f], boom) == ([f], [])
+    assert apply_suppressions("m.py", "x = x.to(w)\n", [f]) == ([f], [])
 
 
 def test_results_sorted_and_kept_in_input_order():
     source = "a = 1  # noqa: DTL001\nb = 2  # noqa: DTL002\n"
-    fs = [finding(1, "DTL009", path="b.py"), finding(1, "DTL009", path="a.py")]
-    kept, new = apply(source, fs)
+    fs = [finding(1, "DTL009", end_col=6), finding(1, "DTL008", end_col=3)]
+    kept, new = apply(source, fs, path="a.py")
     assert kept == fs
-    assert [(n.path, n.span.line) for n in new] == [("a.py", 1), ("a.py", 2), ("b.py", 1), ("b.py", 2)]
+    assert [(n.path, n.span.line) for n in new] == [("a.py", 1), ("a.py", 2)]
 
 
 def test_suppression_is_plain_data():

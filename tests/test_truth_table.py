@@ -1,9 +1,11 @@
-"""The proof behind the idiom fix (DESIGN.md §4): old guard vs. the helper over every storage × flag.
+"""The proof behind the idiom fix: old guard vs. the helper over every storage × flag.
 
-A row is (storage, flag) → (what the old code does, what the helper makes it do): `cast:<dtype>`,
-`keep` (no cast), or `AttributeError`. The two must agree on every unpacked storage (fp16, bf16,
-fp32, fp8); on the packed ones (int32 Marlin, uint8 NVFP4, int8, no `.weight`) they may differ,
-and the tables below pin exactly where they do: those differences are the bug being fixed.
+A row is (storage, flag) → (what the old code does, what the helper makes it do): `torch.<dtype>`
+(a cast to it), `None` (no cast), or `AttributeError`. The two must agree on every unpacked
+storage (fp16, bf16, fp32, fp8); on the packed ones (int32 Marlin, uint8 NVFP4, int8, no
+`.weight`) they may differ, and the tables below pin exactly where they do: those differences are
+the bug being fixed. The helper side is the real helper: the template's generated code, evaluated
+by dtype_eval, and the same code executed with torch agrees with that evaluation.
 """
 
 from __future__ import annotations
@@ -12,15 +14,22 @@ import ast
 
 import pytest
 
-from dtype_lint.truth_table import FP8, PACKED, PARAMS, STORAGES, helper_answer, prove_guarded_cast
+from dtype_lint.dtype_eval import FP8, PACKED, PARAMS, STORAGES, Case
+from dtype_lint.helper import function_table, helper_source, helper_table
+from dtype_lint.truth_table import INTENDED, prove_guarded_cast
 
 LAYER = "self.kv_b_proj"
 ALIAS = f'{LAYER}.weight.dtype if hasattr({LAYER}, "weight") else {LAYER}.params_dtype'
 # vLLM 0.27.1's MLA prefill guard (issue #38658), with the platform's fp8 dtype.
 GUARD = "(use_fp8 or w != current_platform.fp8_dtype()) and w != torch.uint8"
 
-UNPACKED = ("float16", "bfloat16", "float32", FP8)
+UNPACKED = ("float16", "bfloat16", "float32", FP8, "float8_e5m2")
 FLOATS = ("float16", "bfloat16", "float32")
+HELPER = helper_table("pkg.layer_input_dtype", "get_layer_input_dtype", "vllm", None)
+
+
+def t(dtype: str) -> str:
+    return f"torch.{dtype}"
 
 
 def expr(src: str) -> ast.expr:
@@ -29,7 +38,7 @@ def expr(src: str) -> ast.expr:
 
 def prove(guard: str, cast_to: str, alias: str | None = ALIAS, flag: str | None = "use_fp8", flag_default=True):
     aliases = {"w": expr(alias)} if alias else {}
-    return prove_guarded_cast(expr(guard), expr(cast_to), expr(LAYER), aliases, flag, flag_default)
+    return prove_guarded_cast(expr(guard), expr(cast_to), expr(LAYER), aliases, flag, flag_default, HELPER)
 
 
 def table(rows) -> dict:
@@ -37,22 +46,25 @@ def table(rows) -> dict:
 
 
 # ---- the helper itself ------------------------------------------------------------------------
-def test_helper_answers_as_designed():
-    """DESIGN.md §3, row by row. None means: keep the model dtype."""
+@pytest.mark.parametrize("template", ["vllm", "torch"])
+def test_helper_answers_as_designed(template):
+    """The template's own code, evaluated: None means keep the model dtype."""
+    table = function_table(helper_source("get_layer_input_dtype", template), "get_layer_input_dtype")
     for flag in (False, True):
         for dt in FLOATS:
-            assert helper_answer(dt, flag) == dt
-        assert helper_answer(None, flag) == PARAMS
-        assert helper_answer("int32", flag) == PARAMS
-        assert helper_answer("uint8", flag) is None
-        assert helper_answer("int8", flag) == PARAMS
-    assert helper_answer(FP8, True) == FP8
-    assert helper_answer(FP8, False) is None
+            assert table.get(Case(dt, flag)) == t(dt)
+        assert table.get(Case(None, flag)) == t(PARAMS)
+        assert table.get(Case("int32", flag)) == t(PARAMS)
+        assert table.get(Case("uint8", flag)) == "None"
+        assert table.get(Case("int8", flag)) == t(PARAMS)
+    assert table.get(Case(FP8, True)) == t(FP8)
+    assert table.get(Case(FP8, False)) == "None"
 
 
 def test_storage_cases_cover_every_packing():
     assert set(STORAGES) == set(UNPACKED) | set(PACKED)
     assert set(PACKED) == {"int32", "uint8", "int8", None}
+    assert set(INTENDED) == set(PACKED) | {"float8_e5m2"}
 
 
 # ---- the two MLA prefill shapes --------------------------------------------------------------
@@ -63,14 +75,14 @@ def test_main_path_table():
     got = table(rows)
     for flag in (False, True):
         for dt in FLOATS:
-            assert got[dt, flag] == (f"cast:{dt}", f"cast:{dt}")
-        assert got["uint8", flag] == ("keep", "keep")
+            assert got[dt, flag] == (t(dt), t(dt))
+        assert got["uint8", flag] == ("None", "None")
         # The differences are the fix: Marlin's int32 and int8 storage, and a layer with no weight.
-        assert got["int32", flag] == ("cast:int32", f"cast:{PARAMS}")
-        assert got["int8", flag] == ("cast:int8", f"cast:{PARAMS}")
-        assert got[None, flag] == ("AttributeError", f"cast:{PARAMS}")
-    assert got[FP8, True] == (f"cast:{FP8}", f"cast:{FP8}")
-    assert got[FP8, False] == ("keep", "keep")
+        assert got["int32", flag] == (t("int32"), t(PARAMS))
+        assert got["int8", flag] == (t("int8"), t(PARAMS))
+        assert got[None, flag] == ("AttributeError", t(PARAMS))
+    assert got[FP8, True] == (t(FP8), t(FP8))
+    assert got[FP8, False] == ("None", "None")
     assert {(s, f) for (s, f), (old, new) in got.items() if old != new} == {
         (s, f) for s in ("int32", "int8", None) for f in (False, True)}
 
@@ -81,8 +93,8 @@ def test_context_parallel_path_table():
     assert proven, why
     got = table(rows)
     for flag in (False, True):
-        assert got[None, flag] == (f"cast:{PARAMS}", f"cast:{PARAMS}")
-        assert got["int32", flag] == ("cast:int32", f"cast:{PARAMS}")
+        assert got[None, flag] == (t(PARAMS), t(PARAMS))
+        assert got["int32", flag] == (t("int32"), t(PARAMS))
     assert {s for (s, _f), (old, new) in got.items() if old != new} == {"int32", "int8"}
 
 
@@ -93,8 +105,8 @@ def test_unguarded_cast_table_uses_the_flag_default():
     assert proven, why
     got = table(rows)
     assert set(f for (_s, f) in got) == {True}
-    assert got[FP8, True] == (f"cast:{FP8}", f"cast:{FP8}")
-    assert got["uint8", True] == ("cast:uint8", "keep")
+    assert got[FP8, True] == (t(FP8), t(FP8))
+    assert got["uint8", True] == (t("uint8"), "None")
     assert {s for (s, _f), (old, new) in got.items() if old != new} == {"int32", "uint8", "int8", None}
 
 
@@ -129,7 +141,7 @@ def test_disagreeing_guard_is_refused_with_a_reason(guard, cast_to, needle):
 
 
 @pytest.mark.parametrize("guard", [
-    "w.itemsize == 2",
+    "w.element_size() == 2",
     "is_fp8(w)",
     "w != torch.uint8 and other_flag",
 ])
@@ -140,24 +152,52 @@ def test_guard_that_cannot_be_evaluated_is_refused(guard):
 
 
 # ---- the symbolic helper is the real one ------------------------------------------------------
-def test_symbolic_helper_matches_the_torch_template():
-    """helper_answer() is what the proof compares against; the code `--fix` creates (torch
-    template) must decide the same on real dtypes."""
+@pytest.mark.parametrize("template", ["vllm", "torch"])
+def test_evaluated_helper_is_what_the_created_code_does(template, monkeypatch):
+    """The proof compares against the template's code as the evaluator reads it; the same code,
+    executed with torch on real dtypes, must decide the same in every case."""
     torch = pytest.importorskip("torch")
-    from dtype_lint.helper_template import helper_source
+    import sys
+    import types
 
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(fp8_dtype=lambda: torch.float8_e4m3fn)
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    source = helper_source("get_layer_input_dtype", template)
     ns: dict = {}
-    exec(compile(helper_source("get_layer_input_dtype", "torch"), "<helper>", "exec"), ns)
+    exec(compile(source, "<helper>", "exec"), ns)
     helper = ns["get_layer_input_dtype"]
+    table = function_table(source, "get_layer_input_dtype")
 
     class Layer:
         params_dtype = getattr(torch, PARAMS)
 
-    for storage in STORAGES:
+    for case, want in table.rows:
         layer = Layer()
-        if storage is not None:
-            layer.weight = torch.empty(0, dtype=getattr(torch, storage))
-        for flag in (False, True):
-            got = helper(layer, flag)
-            want = helper_answer(storage, flag)
-            assert got == (None if want is None else getattr(torch, want)), (storage, flag)
+        if case.storage is not None:
+            layer.weight = torch.empty(0, dtype=getattr(torch, case.storage))
+        got = helper(layer, case.flag)
+        assert ("None" if got is None else str(got)) == want, case
+
+
+def test_a_mutated_helper_changes_the_proof():
+    """The proof reads the helper's code: a helper that forgets integer storages (returns the
+    storage dtype, as upstream does for int8) agrees with the buggy idiom on int32, so the rows
+    the fix exists for vanish; a helper that casts fp16 inputs to fp32 makes the proof refuse."""
+    source = helper_source("get_layer_input_dtype", "vllm")
+    forgets_ints = source.replace("    if weight_dtype == torch.int32:\n        return layer.params_dtype\n", "")
+    forgets_ints = forgets_ints.replace("    if not weight_dtype.is_floating_point:\n        return layer.params_dtype\n", "")
+    assert forgets_ints.count("params_dtype") < source.count("params_dtype")
+    aliases = {"w": expr(ALIAS)}
+    proven, rows, _ = prove(GUARD, "w")
+    assert proven and not any(r.agrees for r in rows if r.storage == "int32")
+    proven, rows, _ = prove_guarded_cast(expr(GUARD), expr("w"), expr(LAYER), aliases, "use_fp8", True,
+                                         function_table(forgets_ints, "get_layer_input_dtype"))
+    assert proven and all(r.agrees for r in rows if r.storage == "int32")
+    assert [r.new for r in rows if r.storage == "int32"] == ["torch.int32", "torch.int32"]
+    widened = source.replace("    return weight_dtype\n", "    if weight_dtype == torch.float16:\n"
+                             "        return torch.float32\n    return weight_dtype\n")
+    proven, _rows, why = prove_guarded_cast(expr(GUARD), expr("w"), expr(LAYER), aliases, "use_fp8", True,
+                                            function_table(widened, "get_layer_input_dtype"))
+    assert not proven and "float16 weight" in why

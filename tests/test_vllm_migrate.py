@@ -18,14 +18,13 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runner import dtl as run_cli
 
 pytestmark = pytest.mark.network
 
@@ -38,11 +37,7 @@ PREFILL_FUNCS = ("_compute_prefill_context", "_context_parallel_compute_prefill_
 
 
 def dtl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PRE_COMMIT")}
-    proc = subprocess.run([sys.executable, "-m", "dtype_lint", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return run_cli(cwd, *args)
 
 
 @dataclass
@@ -201,7 +196,7 @@ def test_helper_import_and_file(migration: Migration, migrated_mla: ast.Module):
     imports = [n for n in migrated_mla.body if isinstance(n, ast.ImportFrom) and n.module == HELPER_MODULE]
     assert [[a.name for a in n.names] for n in imports] == [[OUR_HELPER]]
     helper = migration.tree / HELPER_FILE
-    from dtype_lint.helper_template import helper_source
+    from dtype_lint.helper import helper_source
 
     assert helper.read_text(encoding="utf-8") == helper_source(OUR_HELPER, "vllm")
 

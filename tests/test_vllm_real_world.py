@@ -16,10 +16,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import dtl
 
 pytestmark = pytest.mark.network
 
@@ -62,12 +62,8 @@ class CliRun:
 
 
 def run_check(tree: Path) -> CliRun:
-    cmd = [
-        sys.executable, "-m", "dtype_lint", "check", str(tree),
-        "--output-format", "json", "--no-cache", "--exit-zero",
-    ]
     # cwd = the tree: no project config of ours applies, as when a user runs it in their checkout.
-    proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=900)
+    proc = dtl(tree, "check", str(tree), "--output-format", "json", "--no-cache", "--exit-zero")
     return CliRun(tree, proc)
 
 

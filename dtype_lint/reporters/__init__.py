@@ -9,8 +9,8 @@ Only :func:`render` is eager here; format modules are imported on use, and only 
 
 Shared conventions (every format):
 - findings are reported in (path, line, col, code) order;
-- findings with ``fixed=True`` are not listed (they were fixed in this run); they count towards
-  "fixed", as does ``RunSummary.fixed`` (the larger of the two is used);
+- every finding passed in is listed (the caller passes what remains); ``RunSummary.fixed``
+  counts what this run fixed;
 - "fixable" counts derive from the findings (safe fixes, plus unsafe ones when
   ``unsafe_fixes_enabled``); ``RunSummary.fixes_available_*`` act as lower bounds, so a caller
   that knows more (or leaves them at 0) gets the right numbers either way;
@@ -21,43 +21,23 @@ Shared conventions (every format):
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, TextIO
+
+from dtype_lint.reporters._common import RuleInfo, RunSummary
 
 if TYPE_CHECKING:
     from dtype_lint.findings import Finding
 
 
-@dataclass
-class RunSummary:
-    files_checked: int
-    files_analyzed: int
-    elapsed_s: float
-    fixed: int = 0
-    fixes_available_safe: int = 0
-    fixes_available_unsafe: int = 0
-    unsafe_fixes_enabled: bool = False
+def _engine_rules() -> dict[str, RuleInfo]:
+    from dtype_lint.findings import ENGINE_CODES
 
-
-@dataclass(frozen=True)
-class RuleInfo:
-    code: str
-    name: str
-    summary: str
-    help_uri: str
+    return {c.code: RuleInfo(c.code, c.name, c.summary, f"# {c.code} {c.name}\n\n{c.summary[0].upper()}{c.summary[1:]}.\n")
+            for c in ENGINE_CODES.values()}
 
 
 # Engine codes are not rules, but appear in output like rules; callers' `rules` override these.
-ENGINE_RULES: dict[str, RuleInfo] = {
-    "DTL900": RuleInfo("DTL900", "parse-error", "The file could not be parsed", ""),
-    "DTL901": RuleInfo("DTL901", "fix-failed", "A fix could not be applied", ""),
-    "DTL902": RuleInfo(
-        "DTL902",
-        "unused-suppression",
-        "A suppression comment that suppresses nothing, or lacks its required reason",
-        "",
-    ),
-}
+ENGINE_RULES: dict[str, RuleInfo] = _engine_rules()
 
 # format name -> module under dtype_lint.reporters
 _MODULES: dict[str, str] = {

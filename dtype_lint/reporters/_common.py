@@ -4,56 +4,40 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TextIO
+from typing import Callable, Iterable, Mapping, TextIO
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Finding
-
-if TYPE_CHECKING:
-    from dtype_lint.reporters import RuleInfo, RunSummary
+from dtype_lint.source import SourceText
 
 # Width used when not writing to a terminal, so snapshot output does not depend on $COLUMNS.
 PIPE_WIDTH = 100
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
-class SourceText:
-    """A file's text with line starts, for line/column <-> character offset conversions.
+@dataclass
+class RunSummary:
+    files_checked: int
+    files_analyzed: int
+    elapsed_s: float
+    fixed: int = 0
+    fixes_available_safe: int = 0
+    fixes_available_unsafe: int = 0
+    unsafe_fixes_enabled: bool = False
 
-    Lines break at \\r\\n, \\r and \\n (as Python and libcst count them; not at form feeds or
-    the other characters str.splitlines() also splits on).
-    """
 
-    def __init__(self, text: str):
-        self.text = text
-        self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
-        self._ends = [m.start() for m in _LINE_BREAK.finditer(text)] + [len(text)]
-
-    @property
-    def line_count(self) -> int:
-        # A trailing line break does not start a further (empty) line worth showing.
-        n = len(self.starts)
-        return n - 1 if n > 1 and self.starts[-1] == len(self.text) else n
-
-    def line(self, n: int) -> str:
-        """1-based line `n` without its line break ("" when out of range)."""
-        if not 1 <= n <= len(self.starts):
-            return ""
-        return self.text[self.starts[n - 1] : self._ends[n - 1]]
-
-    def position(self, offset: int) -> tuple[int, int]:
-        """Character offset -> (1-based line, 1-based column in characters)."""
-        offset = max(0, min(offset, len(self.text)))
-        i = bisect_right(self.starts, offset) - 1
-        return i + 1, offset - self.starts[i] + 1
+@dataclass(frozen=True)
+class RuleInfo:
+    code: str
+    name: str
+    summary: str
+    # The rule's documentation (markdown): SARIF carries it whole, so help works outside this repo.
+    doc: str = ""
 
 
 @dataclass
 class RenderContext:
     read_source: Callable[[str], "str | None"]
-    rules: Mapping[str, "RuleInfo"]
+    rules: Mapping[str, RuleInfo]
     color: bool | None = None
     # Codes the caller gave metadata for (rules lists these, not every engine code).
     given_codes: tuple[str, ...] = ()
@@ -69,10 +53,8 @@ class RenderContext:
             self._sources[path] = SourceText(text) if text is not None else None
         return self._sources[path]
 
-    def rule(self, code: str) -> "RuleInfo":
-        from dtype_lint.reporters import RuleInfo
-
-        return self.rules.get(code) or RuleInfo(code, "", "", "")
+    def rule(self, code: str) -> RuleInfo:
+        return self.rules.get(code) or RuleInfo(code, "", "")
 
     def use_color(self, out: TextIO) -> bool:
         return want_color(out, self.color)
@@ -103,8 +85,8 @@ def is_tty(out: TextIO) -> bool:
 
 
 def remaining(findings: Iterable[Finding]) -> list[Finding]:
-    """Findings still present (not fixed in this run), in (path, line, col, code) order."""
-    return sorted((f for f in findings if not f.fixed), key=Finding.sort_key)
+    """Findings in (path, line, col, code) order."""
+    return sorted(findings, key=Finding.sort_key)
 
 
 @dataclass(frozen=True)
@@ -123,9 +105,9 @@ def fix_applicable(f: Finding, unsafe_fixes_enabled: bool) -> bool:
     return f.fix is not None and (f.fix.safe or unsafe_fixes_enabled)
 
 
-def tally(findings: Iterable[Finding], summary: "RunSummary") -> Tally:
+def tally(findings: Iterable[Finding], summary: RunSummary) -> Tally:
     findings = list(findings)
-    left = [f for f in findings if not f.fixed]
+    left = findings
     safe = sum(1 for f in left if f.fix is not None and f.fix.safe)
     unsafe = sum(1 for f in left if f.fix is not None and not f.fix.safe)
     safe = max(safe, summary.fixes_available_safe)
@@ -133,7 +115,7 @@ def tally(findings: Iterable[Finding], summary: "RunSummary") -> Tally:
     enabled = summary.unsafe_fixes_enabled
     return Tally(
         remaining=len(left),
-        fixed=max(summary.fixed, sum(1 for f in findings if f.fixed)),
+        fixed=summary.fixed,
         applicable=safe + (unsafe if enabled else 0),
         hidden_unsafe=0 if enabled else unsafe,
         with_fix=sum(1 for f in left if f.fix is not None),

@@ -1,8 +1,8 @@
 """`sarif`: SARIF 2.1.0 for code-scanning UIs (GitHub, VS Code SARIF viewer).
 
 - ``tool.driver.rules``: every rule given to the reporter plus any other code found (engine
-  codes DTL900-902 only when they occur), by id, each with name, shortDescription, helpUri
-  (only an absolute URI; a relative doc path goes to ``help.text``) and a default level;
+  codes DTL900-902 only when they occur), by id, each with name, shortDescription, ``help``
+  (the rule's whole documentation, text and markdown: no link to resolve) and a default level;
 - one result per finding: ruleId/ruleIndex, level (error, or warning for low confidence and
   unused suppressions), the primary location, ``relatedLocations`` from the evidence chain
   (message-only when the evidence has no file, e.g. configuration),
@@ -22,7 +22,6 @@ URIs are the paths as given, percent-encoded, with ``/`` separators (absolute pa
 from __future__ import annotations
 
 import json
-import re
 from pathlib import PurePath
 from typing import TextIO
 from urllib.parse import quote
@@ -47,10 +46,6 @@ def artifact_uri(path: str) -> str:
         return p.as_uri()
     posix = p.as_posix()
     return quote(posix[2:] if posix.startswith("./") else posix, safe="/")
-
-
-def _is_absolute_uri(uri: str) -> bool:
-    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri)) and not re.match(r"^[A-Za-z]:[\\/]", uri)
 
 
 def _region(f: Finding) -> dict:
@@ -125,10 +120,8 @@ def log(findings: list[Finding], summary: RunSummary, ctx: RenderContext) -> dic
         if info.name:
             rule["name"] = info.name
         rule["shortDescription"] = {"text": info.summary or info.name or code}
-        if _is_absolute_uri(info.help_uri):
-            rule["helpUri"] = info.help_uri
-        elif info.help_uri:  # helpUri must be absolute; keep a relative doc path readable
-            rule["help"] = {"text": f"Documentation: {info.help_uri}"}
+        if info.doc:  # the documentation itself: a repo path would not resolve for the reader
+            rule["help"] = {"text": info.doc, "markdown": info.doc}
         rule["defaultConfiguration"] = {"level": "warning" if code == "DTL902" else "error"}
         rules.append(rule)
 

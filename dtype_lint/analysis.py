@@ -1,0 +1,86 @@
+"""One file's findings: parse → facts → rules → per-file ignores → suppressions.
+
+The same function serves a check and every round of a fix, so what `--fix` acts on is exactly
+what a check reports (unused suppressions included, with their fixes). It never raises on user
+input: a file that cannot be parsed, or whose nesting exhausts the parser, becomes DTL900.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from .config import Config
+from .facts import ProjectFacts
+from .findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
+from .index import QuantizableLayerIndex, extract_header
+from .prefilter import for_rules, has_suppression
+from .rule import FileFacts, RuleContext
+from .source import READ_ERRORS, SourceFile, read_file
+from .suppressions import apply_suppressions
+
+
+def enabled_rules(config: Config, path: str | None = None):
+    from dtype_lint.rules import ALL_RULES
+
+    return [r for r in ALL_RULES if config.enabled(r.code, path)]
+
+
+def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, module: str,
+            load_file=None) -> list[Finding]:
+    """Every finding of one file's text, sorted. `module`: its dotted name ("" when unknown)."""
+    rules = enabled_rules(config, path)
+    codes = frozenset(r.code for r in rules)
+    raw: list[Finding] = []
+    if rules and for_rules(tuple(rules)).might_match(text):
+        try:
+            tree = ast.parse(text, filename=path)
+        except SyntaxError as e:
+            return _engine_error(path, f"cannot parse: {e.msg}", e.lineno or 1, e.offset or 1, config)
+        except (ValueError, RecursionError, MemoryError) as e:  # null bytes; absurd nesting
+            return _engine_error(path, f"cannot parse: {_why(e)}", 1, 1, config)
+        is_pkg = os.path.basename(path) == "__init__.py"
+        known = index.modules.get(module)
+        imports = known.imports if known is not None and known.path == path else \
+            extract_header(text, module, path, is_pkg).imports
+        project = ProjectFacts(index, load_file=load_file or safe_read)
+        project.register(tree, module, path, is_pkg, imports)
+        facts = FileFacts(SourceFile(path, text, module), tree, config, project, imports,
+                          frozenset(r.marker for r in rules))
+        for rule in rules:
+            mark = len(raw)
+            instance = rule()
+            try:
+                instance.check(RuleContext(instance, facts, raw))
+            except RecursionError:
+                del raw[mark:]
+                raw.extend(_engine_error(path, f"{rule.code} gave up: expression nesting too deep", 1, 1, config))
+    if not has_suppression(text):
+        return sorted(raw, key=Finding.sort_key)
+    kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
+    return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, RecursionError):
+        return "nesting too deep for the parser"
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    return str(e)
+
+
+def _engine_error(path: str, message: str, line: int, col: int, config: Config) -> list[Finding]:
+    return [parse_error(path, message, line, col)] if config.enabled(PARSE_ERROR, path) else []
+
+
+def parse_error(path: str, message: str, line: int = 1, col: int = 1) -> Finding:
+    return Finding(PARSE_ERROR, message, path, Span(line, col, line, col + 1),
+                   evidence=(Evidence("the file was skipped; other files were checked", path, line),),
+                   scope="<module>", expression=message)
+
+
+def safe_read(path: str) -> str | None:
+    try:
+        return read_file(path).text
+    except READ_ERRORS:
+        return None

@@ -1,0 +1,451 @@
+"""A small abstract interpreter over `torch` dtypes: what does this code decide for each storage?
+
+The linter must answer questions about code it does not run: does this guard cast the activation
+to the weight's storage dtype? does this input-dtype helper ever return an integer dtype? is this
+idiom the same decision as the helper? Running user code is out of the question (no torch, no
+vLLM, no side effects), so the answer comes from evaluating the code's own AST over every case
+that matters:
+
+    storage of `layer.weight`: fp16, bf16, fp32, fp8 e4m3fn, fp8 e5m2, int32 (Marlin), uint8
+    (NVFP4), int8 (W8A8-INT8), or no `.weight` at all (AWQ/GPTQ)   ×   the fp8-input flag
+
+The layer's `params_dtype` (the model dtype) is bf16. Values are dtypes, booleans, None, strings,
+tuples/sets of those, the layer, its weight, `torch` and `current_platform`. Anything else raises
+`Unsupported`: no answer is better than a wrong one. A read of `.weight` on a layer that has none
+is the `AttributeError` outcome, as at run time.
+
+Used by the idiom proof (truth_table.py), DTL004's rewrite offer, DTL005 (unsound helpers) and
+fix safety; the helper template is evaluated from its generated source, never from a hand copy.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Iterable
+
+FP8 = "float8_e4m3fn"
+PARAMS = "bfloat16"  # the layer's params_dtype: the model dtype
+STORAGES: tuple[str | None, ...] = ("float16", "bfloat16", "float32", FP8, "float8_e5m2",
+                                     "int32", "uint8", "int8", None)
+# Storages whose `.weight.dtype` is not the dtype the layer computes in.
+PACKED: tuple[str | None, ...] = ("int32", "uint8", "int8", None)
+FLOATS = {"float16", "bfloat16", "float32", "float64", FP8, "float8_e4m3fnuz", "float8_e5m2",
+          "float8_e5m2fnuz"}
+FP8_DTYPES = {FP8, "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
+_TORCH_DTYPES = FLOATS | {"uint8", "int8", "int16", "int32", "int64", "bool"}
+_TORCH_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "int": "int32",
+                  "long": "int64", "short": "int16"}
+AFTER_ERROR = "AttributeError"  # outcome: `.weight` read on a layer without one
+
+
+class Unsupported(Exception):
+    """The code uses something this interpreter cannot evaluate: no answer."""
+
+
+class _NoWeight(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Dtype:
+    name: str
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.name in FLOATS
+
+    @property
+    def is_packed(self) -> bool:
+        return not self.is_floating_point
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    storage: str | None  # None: no `.weight`
+
+
+@dataclass(frozen=True)
+class Weight:
+    layer: Layer
+
+
+class _Module:
+    """`torch` or `current_platform`: named opaque values with known attributes."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+TORCH = _Module("torch")
+PLATFORM = _Module("current_platform")
+_RETURN = object()
+
+
+class _Lazy:
+    """A local alias, evaluated where it is read (a missing `.weight` raises there, as at run time)."""
+
+    def __init__(self, expr: ast.expr):
+        self.expr = expr
+
+
+def outcome(value) -> str:
+    """A decision as a comparable word: 'torch.<dtype>', 'None', or 'AttributeError'."""
+    if value is None:
+        return "None"
+    if isinstance(value, Dtype):
+        return str(value)
+    raise Unsupported(f"returns {value!r}, not a dtype or None")
+
+
+@dataclass(frozen=True)
+class Case:
+    storage: str | None
+    flag: bool
+
+    def describe(self) -> str:
+        w = "no `.weight`" if self.storage is None else f"{self.storage} storage"
+        return f"{w}, fp8_input={self.flag}"
+
+
+def cases(flags: Iterable[bool] = (False, True)) -> list[Case]:
+    return [Case(s, f) for s in STORAGES for f in flags]
+
+
+class Interpreter:
+    """Evaluates expressions and simple function bodies against one `Case`."""
+
+    def __init__(self, case: Case, names: dict[str, object], globals_: "ModuleGlobals | None" = None,
+                 layer_exprs: Iterable[str] = ()):
+        self.case = case
+        self.layer = Layer(case.storage)
+        self.names = dict(names)
+        self.globals = globals_
+        # ast.dump of expressions that denote the layer (`self.kv_b_proj`)
+        self.layer_exprs = set(layer_exprs)
+
+    # ---- expressions -------------------------------------------------------------------------
+    def ev(self, node: ast.AST):
+        if self.layer_exprs and ast.dump(node) in self.layer_exprs:
+            return self.layer
+        if isinstance(node, ast.Constant):
+            if node.value is None or isinstance(node.value, (bool, str, int)):
+                return node.value
+            raise Unsupported(ast.unparse(node))
+        if isinstance(node, ast.Name):
+            return self._name(node.id)
+        if isinstance(node, ast.Attribute):
+            return self._attribute(self.ev(node.value), node.attr, node)
+        if isinstance(node, ast.Call):
+            return self._call(node)
+        if isinstance(node, ast.BoolOp):
+            result = isinstance(node.op, ast.And)
+            for v in node.values:
+                result = self.ev(v)
+                if isinstance(node.op, ast.And) and not result:
+                    return result
+                if isinstance(node.op, ast.Or) and result:
+                    return result
+            return result
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not self.ev(node.operand)
+        if isinstance(node, ast.IfExp):
+            return self.ev(node.body) if self.ev(node.test) else self.ev(node.orelse)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self.ev(e) for e in node.elts)
+        if isinstance(node, ast.Set):
+            return frozenset(self.ev(e) for e in node.elts)
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            return tuple(self._comprehension(node))
+        if isinstance(node, ast.Compare):
+            left = self.ev(node.left)
+            for op, comp in zip(node.ops, node.comparators):
+                right = self.ev(comp)
+                if not _compare(op, left, right, node):
+                    return False
+                left = right
+            return True
+        raise Unsupported(ast.unparse(node))
+
+    def _name(self, name: str):
+        if name in self.names:
+            value = self.names[name]
+            return self.ev(value.expr) if isinstance(value, _Lazy) else value
+        if self.globals is not None:
+            found, value = self.globals.lookup(name)
+            if found:
+                return value
+        if name in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[name]
+        raise Unsupported(name)
+
+    def _attribute(self, base, attr: str, node: ast.AST):
+        if base is TORCH:
+            attr = _TORCH_ALIASES.get(attr, attr)
+            if attr in _TORCH_DTYPES:
+                return Dtype(attr)
+            raise Unsupported(ast.unparse(node))
+        if isinstance(base, Layer):
+            if attr == "weight":
+                if base.storage is None:
+                    raise _NoWeight()
+                return Weight(base)
+            if attr == "params_dtype":
+                return Dtype(PARAMS)
+            raise Unsupported(ast.unparse(node))
+        if isinstance(base, Weight) and attr == "dtype":
+            return Dtype(base.layer.storage)  # type: ignore[arg-type]
+        if isinstance(base, Dtype):
+            if attr == "is_floating_point":
+                return base.is_floating_point
+            if attr == "itemsize":
+                return 1 if base.name in FP8_DTYPES or base.name in ("uint8", "int8") else 2
+        raise Unsupported(ast.unparse(node))
+
+    def _call(self, node: ast.Call):
+        fn = node.func
+        if isinstance(fn, ast.Attribute) and fn.attr == "fp8_dtype" and not node.args:
+            if self.ev(fn.value) is PLATFORM:
+                return Dtype(FP8)
+        if isinstance(fn, ast.Attribute) and fn.attr == "is_floating_point" and not node.args:
+            base = self.ev(fn.value)
+            if isinstance(base, Dtype):
+                return base.is_floating_point
+        if isinstance(fn, ast.Name) and fn.id in ("getattr", "hasattr") and len(node.args) in (2, 3):
+            obj, attr = self.ev(node.args[0]), self.ev(node.args[1])
+            if not isinstance(attr, str):
+                raise Unsupported(ast.unparse(node))
+            if fn.id == "hasattr":
+                try:
+                    self._attribute(obj, attr, node)
+                    return True
+                except _NoWeight:
+                    return False
+            try:
+                return self._attribute(obj, attr, node)
+            except _NoWeight:
+                if len(node.args) == 3:
+                    return self.ev(node.args[2])
+                raise
+        if isinstance(fn, ast.Name) and fn.id in ("frozenset", "set", "tuple", "list") and len(node.args) <= 1:
+            if not node.args:
+                return ()
+            value = self.ev(node.args[0])
+            if isinstance(value, (tuple, frozenset)):
+                return frozenset(value) if fn.id in ("frozenset", "set") else tuple(value)
+        if isinstance(fn, ast.Name) and fn.id == "bool" and len(node.args) == 1:
+            return bool(self.ev(node.args[0]))
+        raise Unsupported(ast.unparse(node))
+
+    def _comprehension(self, node):
+        if len(node.generators) != 1 or node.generators[0].is_async:
+            raise Unsupported(ast.unparse(node))
+        gen = node.generators[0]
+        if not isinstance(gen.target, ast.Name):
+            raise Unsupported(ast.unparse(node))
+        items = self.ev(gen.iter)
+        if not isinstance(items, (tuple, frozenset)):
+            raise Unsupported(ast.unparse(node))
+        saved = self.names.get(gen.target.id, _RETURN)
+        try:
+            for item in items:
+                self.names[gen.target.id] = item
+                if all(self.ev(cond) for cond in gen.ifs):
+                    yield self.ev(node.elt)
+        finally:
+            if saved is _RETURN:
+                self.names.pop(gen.target.id, None)
+            else:
+                self.names[gen.target.id] = saved
+
+    # ---- statements ---------------------------------------------------------------------------
+    def run_body(self, body: list[ast.stmt]):
+        """Execute statements; returns (_RETURN, value) on `return`, else None."""
+        for stmt in body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # docstring
+            if isinstance(stmt, ast.Pass):
+                continue
+            if isinstance(stmt, ast.Return):
+                return _RETURN, (self.ev(stmt.value) if stmt.value is not None else None)
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if stmt.value is None or not all(isinstance(t, ast.Name) for t in targets):
+                    raise Unsupported(ast.unparse(stmt))
+                value = self.ev(stmt.value)
+                for t in targets:
+                    self.names[t.id] = value  # type: ignore[union-attr]
+                continue
+            if isinstance(stmt, ast.If):
+                done = self.run_body(stmt.body if self.ev(stmt.test) else stmt.orelse)
+                if done is not None:
+                    return done
+                continue
+            raise Unsupported(ast.unparse(stmt).splitlines()[0])
+        return None
+
+
+def _compare(op: ast.cmpop, a, b, node: ast.AST) -> bool:
+    if isinstance(op, (ast.Eq, ast.Is)):
+        return a == b if isinstance(op, ast.Eq) else (a is b if a is None or b is None else a == b)
+    if isinstance(op, (ast.NotEq, ast.IsNot)):
+        return not _compare(ast.Eq() if isinstance(op, ast.NotEq) else ast.Is(), a, b, node)
+    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(b, (tuple, frozenset)):
+        return (a in b) == isinstance(op, ast.In)
+    raise Unsupported(ast.unparse(node))
+
+
+class ModuleGlobals:
+    """The names a module binds that the interpreter understands: `torch`, `current_platform`,
+    and module-level constants (evaluated on first use; a constant that cannot be evaluated is
+    unknown, and so is any name the module does not bind that way)."""
+
+    def __init__(self, module: ast.Module | None, imports: dict[str, str] | None = None):
+        self._values: dict[str, object] = {}
+        self._pending: dict[str, ast.expr] = {}
+        self._imports = dict(imports or {})
+        if module is not None:
+            for stmt in module.body:
+                if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                    for a in stmt.names:
+                        target = a.name if isinstance(stmt, ast.Import) else f"{stmt.module or ''}.{a.name}"
+                        self._imports[a.asname or a.name.split(".")[0]] = (
+                            target if a.asname or isinstance(stmt, ast.ImportFrom) else a.name.split(".")[0])
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    self._pending[stmt.targets[0].id] = stmt.value
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+                    self._pending[stmt.target.id] = stmt.value
+
+    def lookup(self, name: str) -> tuple[bool, object]:
+        if name in self._values:
+            return True, self._values[name]
+        target = self._imports.get(name)
+        if target == "torch":
+            return True, TORCH
+        if target is not None and target.rsplit(".", 1)[-1] == "current_platform":
+            return True, PLATFORM
+        if name in self._pending:
+            expr = self._pending.pop(name)
+            try:
+                value = Interpreter(Case(None, False), {}, self).ev(expr)
+            except (Unsupported, _NoWeight, RecursionError):
+                return False, None
+            self._values[name] = value
+            return True, value
+        return False, None
+
+
+# ---- what the callers ask -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Table:
+    """A decision per case: 'torch.<dtype>', 'None' or 'AttributeError'."""
+
+    rows: tuple[tuple[Case, str], ...]
+
+    def get(self, case: Case) -> str:
+        for c, v in self.rows:
+            if c == case:
+                return v
+        raise KeyError(case)
+
+    def as_dict(self) -> dict[Case, str]:
+        return dict(self.rows)
+
+
+@dataclass(frozen=True)
+class HelperShape:
+    """A function of the input-dtype helper's shape: which parameter is the layer, which the flag."""
+
+    layer_param: str
+    flag_param: str | None
+
+
+def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | None:
+    """A function that takes a layer, reads its weight dtype (or params_dtype), and returns."""
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    if not params or len(params) > 3:
+        return None
+    layer = params[0]
+    reads_weight = False
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Attribute) and node.attr in ("params_dtype",) and isinstance(node.value, ast.Name) \
+                and node.value.id == layer:
+            reads_weight = True
+        if isinstance(node, ast.Attribute) and node.attr == "dtype":
+            inner = node.value
+            if isinstance(inner, ast.Attribute) and inner.attr == "weight":
+                reads_weight = True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "weight":
+            reads_weight = True
+    if not reads_weight or not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
+        return None
+    flag = next((p for p in params[1:]), None)
+    return HelperShape(layer, flag)
+
+
+def evaluate_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Module | None,
+                    shape: HelperShape | None = None, imports: dict[str, str] | None = None) -> Table:
+    """The helper's decision for every case, evaluated from its own AST. Raises Unsupported."""
+    shape = shape or helper_shape(fn)
+    if shape is None:
+        raise Unsupported(f"`{fn.name}` does not have the input-dtype helper's shape")
+    globals_ = ModuleGlobals(module, imports)
+    rows = []
+    for case in cases((False, True) if shape.flag_param else (False,)):
+        names: dict[str, object] = {shape.layer_param: Layer(case.storage)}
+        if shape.flag_param:
+            names[shape.flag_param] = case.flag
+        interp = Interpreter(case, names, globals_)
+        try:
+            done = interp.run_body(fn.body)
+            rows.append((case, outcome(done[1] if done else None)))
+        except _NoWeight:
+            rows.append((case, AFTER_ERROR))
+    return Table(tuple(rows))
+
+
+def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: ast.expr,
+                          aliases: dict[str, ast.expr], flag_name: str | None, flags: Iterable[bool],
+                          globals_: ModuleGlobals | None = None) -> Table:
+    """`if guard: x = x.to(cast_dtype)` as a decision: the dtype cast to, 'None' (no cast), or
+    'AttributeError'. `aliases`: local names standing for expressions (`w_dtype = ...`)."""
+    rows = []
+    layer_dump = ast.dump(layer)
+    for flag in flags:
+        for storage in STORAGES:
+            case = Case(storage, flag)
+            names = {} if flag_name is None else {flag_name: flag}
+            interp = Interpreter(case, names, globals_ or ModuleGlobals(None, {"torch": "torch",
+                                                                                "current_platform": "current_platform"}),
+                                 {layer_dump})
+            for name, value in aliases.items():
+                interp.names[name] = _Lazy(value)
+            try:
+                taken = True if guard is None else interp.ev(guard)
+                rows.append((case, outcome(interp.ev(cast_dtype)) if taken else "None"))
+            except _NoWeight:
+                rows.append((case, AFTER_ERROR))
+    rows.sort(key=lambda r: (STORAGES.index(r[0].storage), r[0].flag))
+    return Table(tuple(rows))
+
+
+def unsound_cases(table: Table) -> list[tuple[Case, str]]:
+    """Cases where a helper returns a dtype that cannot be a compute dtype (an integer storage),
+    or raises AttributeError (it read `.weight` on a layer without one)."""
+    bad = []
+    for case, value in table.rows:
+        if value == AFTER_ERROR:
+            bad.append((case, value))
+        elif value.startswith("torch.") and value[len("torch."):] not in FLOATS:
+            bad.append((case, value))
+    return bad

@@ -1,0 +1,166 @@
+"""The shared input-dtype helper: its template, where it lives in a project, and what it decides.
+
+One function owns the decision "what dtype must an activation have before entering this layer"
+(`helper = "pkg.mod:func"`). `--fix` and `migrate` route sites through it and create it from a
+template where the project does not have it yet. What it decides is never copied by hand: the
+idiom proof and the soundness checks evaluate the helper's own source (dtype_eval.py), the
+project's file when it exists, else the template text below.
+
+The `vllm` template behaves exactly as vLLM 0.28.0's `_get_kv_b_proj_input_dtype` on every case
+upstream handles (fp8 means `current_platform.fp8_dtype()`); for other integer storage (int8
+W8A8) upstream returns the storage dtype and ours returns `params_dtype`
+(tests/test_helper_template.py proves both against the fetched upstream function). The `torch`
+template needs only torch: fp8 is any torch float8 dtype.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .dtype_eval import Table, Unsupported, evaluate_helper
+
+_DOC = '''\
+    """The dtype an activation must have before entering `layer`, or None to keep the model dtype.
+
+    A quantization backend may repack a layer's weight after loading, so the storage dtype of
+    `layer.weight` is not the compute dtype of its input (vLLM issue #38658):
+      no `.weight` (AWQ/GPTQ)      -> layer.params_dtype
+      int32 (Marlin repack)        -> layer.params_dtype
+      uint8 (NVFP4 packed e2m1)    -> None: the layer quantizes its input itself
+      other integer storage (int8) -> layer.params_dtype
+      fp8 weight, fp8_input False  -> None: the layer quantizes its input itself
+      otherwise                    -> the weight dtype
+    """
+'''
+
+_BODY = '''\
+    weight = getattr(layer, "weight", None)
+    weight_dtype = weight.dtype if weight is not None else layer.params_dtype
+    if weight_dtype == torch.int32:
+        return layer.params_dtype
+    if weight_dtype == torch.uint8:
+        return None
+    if not weight_dtype.is_floating_point:
+        return layer.params_dtype
+    if {is_fp8} and not fp8_input:
+        return None
+    return weight_dtype
+'''
+
+_HEADERS = {
+    "vllm": "import torch\n\nfrom vllm.platforms import current_platform\n",
+    "torch": ('import torch\n\n_FP8_DTYPES = frozenset(\n    getattr(torch, name)\n'
+              '    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")\n'
+              '    if hasattr(torch, name)\n)\n'),
+}
+_IS_FP8 = {"vllm": "weight_dtype == current_platform.fp8_dtype()", "torch": "weight_dtype in _FP8_DTYPES"}
+TEMPLATES = tuple(_HEADERS)
+
+
+def helper_source(func: str, template: str) -> str:
+    """The text of the helper module `--fix` creates."""
+    if template not in _HEADERS:
+        raise ValueError(f"unknown helper template {template!r}")
+    return (
+        '"""Created by dtype-lint: the one place that decides a layer\'s input dtype."""\n\n'
+        + _HEADERS[template]
+        + f"\n\ndef {func}(layer: torch.nn.Module, fp8_input: bool) -> torch.dtype | None:\n"
+        + _DOC
+        + _BODY.format(is_fp8=_IS_FP8[template])
+    )
+
+
+def function_table(source: str, func: str) -> Table:
+    """What `func` in module text `source` decides, case by case. Raises Unsupported."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func:
+            return evaluate_helper(node, tree)
+    raise Unsupported(f"no function `{func}`")
+
+
+_TABLES: dict[tuple, Table | None] = {}
+
+
+def helper_table(module: str, func: str, template: str, path: str | None) -> Table | None:
+    """The configured helper's decisions: from its file when the project has it, else from the
+    template it would be created from. None when its code is beyond the evaluator."""
+    stamp = None
+    if path is not None:
+        try:
+            st = os.stat(path)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            path = None
+    key = (module, func, template, path, stamp)
+    if key not in _TABLES:
+        try:
+            if path is not None:
+                with open(path, encoding="utf-8") as f:
+                    source = f.read()
+            else:
+                source = helper_source(func, template)
+            _TABLES[key] = function_table(source, func)
+        except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+            _TABLES[key] = None
+    return _TABLES[key]
+
+
+class HelperError(Exception):
+    """The helper cannot be used or created as configured (a user error: exit 2)."""
+
+
+@dataclass
+class HelperLocation:
+    module: str
+    func: str
+    path: Path
+    exists: bool
+    source: str = ""  # the template text when it must be created
+    # Package markers (`__init__.py`) the created helper needs, in creation order.
+    package_markers: list[Path] = field(default_factory=list)
+
+
+def locate_helper(module: str, func: str, template: str, root: Path, package_root: Path | None,
+                  configured: bool, preset: str) -> HelperLocation:
+    """Where `module:func` lives: under `package_root` (the folder holding the scanned tree's
+    top-level package of the same name) when known, else under the project `root`."""
+    parts = module.split(".")
+    base = package_root or root
+    path = base.joinpath(*parts[:-1], parts[-1] + ".py")
+    pkg_init = base.joinpath(*parts, "__init__.py")
+    if pkg_init.exists():
+        path = pkg_init
+    if path.exists():
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, OSError, UnicodeDecodeError, ValueError) as e:
+            raise HelperError(f"helper module {path} cannot be read: {e}") from None
+        if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
+            raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
+        return HelperLocation(module, func, path, True)
+    if not configured and len(parts) > 1 and not base.joinpath(parts[0]).exists():
+        # The preset's default lives in a package this tree does not hold (vLLM, for a project
+        # that imports it): creating `vllm/__init__.py` here would shadow the installed package.
+        raise HelperError(
+            f"the {preset} preset's helper `{module}:{func}` belongs to package `{parts[0]}`, "
+            f"which is not among the checked files; creating it under {base} would shadow the installed "
+            f"`{parts[0]}`. Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
+    return HelperLocation(module, func, path, False, helper_source(func, template),
+                          _markers_needed(path.parent, base))
+
+
+def _markers_needed(directory: Path, base: Path) -> list[Path]:
+    """`__init__.py` files for folders the helper creates, only where the parent package is a
+    regular one (a namespace package, PEP 420, stays one: its folders have no markers)."""
+    new_dirs = []
+    d = directory
+    while d != base and not d.exists():
+        new_dirs.append(d)
+        d = d.parent
+    if not new_dirs or not (d / "__init__.py").exists():
+        return []
+    return [nd / "__init__.py" for nd in reversed(new_dirs)]

@@ -1,0 +1,93 @@
+"""The edit that adds `from module import name` where isort would put it.
+
+A fix that routes a site through the helper needs its import; it is an ordinary `Edit` of the fix
+(so `--diff`, JSON and SARIF carry whole fixes), identical for every fix of a file (the fixer
+applies an identical edit once). Placement, in order of preference:
+- nothing, when the module already imports `name` from `module` at top level;
+- into an existing one-line `from module import a, b` (names kept sorted as isort orders them);
+- among the top-level `from` imports of the same top-level package, in module order;
+- after the last top-level import of the module's leading block;
+- after the docstring and `from __future__` imports, else at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .findings import Edit
+from .source import SourceText
+
+
+def _leading_block(tree: ast.Module) -> list[ast.stmt]:
+    out = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            break
+        out.append(stmt)
+    return out
+
+
+def _isort_key(name: str) -> tuple:
+    # isort's default order_by_type: CONSTANTS, then Classes, then functions, each alphabetical.
+    kind = 0 if name.isupper() else (1 if name[:1].isupper() else 2)
+    return kind, name.lower()
+
+
+def import_edit(src: SourceText, tree: ast.Module, module: str, name: str) -> Edit | None:
+    nl = "\n"  # the fixer writes every inserted line break in the file's own style
+    block = _leading_block(tree)
+    top_from = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.level == 0 and s.col_offset == 0]
+    if any(s.module == module and any(a.name == name and a.asname is None for a in s.names) for s in top_from):
+        return None
+    line_of = {}
+    for s in block:
+        for n in range(s.lineno, s.end_lineno + 1):
+            line_of.setdefault(n, []).append(s)
+
+    def alone(s: ast.stmt) -> bool:
+        return all(len(line_of.get(n, ())) == 1 for n in (s.lineno, s.end_lineno))
+
+    def after(s: ast.stmt) -> Edit:
+        if s.end_lineno >= len(src.lines) and not src.lines[-1].endswith(("\n", "\r")):
+            return Edit(len(src.text), len(src.text), f"{nl}from {module} import {name}")
+        off = src.offset(s.end_lineno + 1, 0) if s.end_lineno < len(src.lines) else len(src.text)
+        return Edit(off, off, f"from {module} import {name}{nl}")
+
+    same = [s for s in block if s in top_from and s.module == module and alone(s)]
+    for s in same:
+        raw = src.line(s.lineno)
+        if s.lineno == s.end_lineno and "(" not in raw and "#" not in raw and "\\" not in raw \
+                and all(a.asname is None for a in s.names):
+            names = sorted([a.name for a in s.names] + [name], key=_isort_key)
+            start = src.offset(s.lineno, 0)
+            end = start + len(raw)
+            return Edit(start, end, f"from {module} import {', '.join(names)}")
+    if same:
+        return after(same[-1])
+
+    top = module.split(".")[0]
+    siblings = [s for s in block if s in top_from and s.module and s.module.split(".")[0] == top and alone(s)]
+    if siblings:
+        before = [s for s in siblings if s.module.lower() < module.lower()]
+        if before:
+            return after(before[-1])
+        off = src.offset(siblings[0].lineno, 0)
+        return Edit(off, off, f"from {module} import {name}{nl}")
+
+    imports = [s for s in block if isinstance(s, (ast.Import, ast.ImportFrom))]
+    if imports:
+        return after(imports[-1])
+    anchor = None
+    if block and isinstance(block[0], ast.Expr) and isinstance(block[0].value, ast.Constant) \
+            and isinstance(block[0].value.value, str):
+        anchor = block[0]
+    if anchor is not None:
+        off = src.offset(anchor.end_lineno + 1, 0) if anchor.end_lineno < len(src.lines) else len(src.text)
+        lead = "" if src.text[:off].endswith(("\n", "\r")) else nl
+        return Edit(off, off, f"{lead}{nl}from {module} import {name}{nl}")
+    # No docstring, no import: at the top, after a shebang and encoding comments.
+    line = 1
+    while line <= len(src.lines) and src.line(line).startswith("#"):
+        line += 1
+    off = src.offset(line, 0) if line <= len(src.lines) else len(src.text)
+    return Edit(off, off, f"from {module} import {name}{nl}{nl}")

@@ -1,0 +1,434 @@
+"""The run, stage by stage; `cli`, `migrate`, `api` and `verify` call this and nothing else.
+
+    discover → scan (read, prefilter, class headers; cached) → index → analyze (rules, per-file
+    ignores, suppressions; cached) → fix or diff (optional) → baseline → RunResult
+
+Suppressions and their DTL902 findings are settled inside `analysis.analyze`, per file, before
+any fix: what `--fix` acts on is exactly what a check reports. Every byte written into the
+user's project goes through the run's `ProjectWriter` and is listed in `RunResult.writes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+from .analysis import analyze, enabled_rules, parse_error, safe_read
+from .cache import Cache
+from .config import Config
+from .discovery import DiscoveryError, changed_since, discover, module_name
+from .findings import Finding
+from .fixer import FixOutcome, failed, fix_text
+from .helper import HelperError, HelperLocation, locate_helper
+from .index import ModuleHeader, QuantizableLayerIndex, extract_header
+from .prefilter import for_rules, has_suppression
+from .source import READ_ERRORS, FileText, read_file
+from .workers import effective_jobs, parallel_map, worker_state
+from .writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
+
+
+class UserError(Exception):
+    """A bad request (missing path, bad baseline, unusable helper): exit 2, nothing written."""
+
+
+@dataclass
+class RunOptions:
+    paths: list[str] = field(default_factory=lambda: ["."])
+    changed_since: str | None = None
+    jobs: int | None = None
+    use_cache: bool = True
+    fix: bool = False  # write the fixes
+    diff: bool = False  # compute the fixes, write nothing, return them as a diff
+    unsafe_fixes: bool = False
+    baseline: str | None = None
+    write_baseline: str | None = None
+    progress: Callable[[int, int, str], None] | None = None
+
+
+@dataclass
+class RunResult:
+    config: Config
+    findings: list[Finding]  # what remains, after suppressions, fixes and the baseline
+    files: list[str]  # the files in scope
+    analyzed: int  # files parsed and checked (the rest could not hold a site)
+    elapsed_s: float
+    writer: ProjectWriter
+    fixed: list[Finding] = field(default_factory=list)  # findings whose fix was written
+    outcomes: list[FixOutcome] = field(default_factory=list)
+    helper: HelperLocation | None = None
+    diff: str = ""
+    baselined: int = 0
+
+    @property
+    def writes(self) -> list[WriteRecord]:
+        return self.writer.records
+
+
+def run(config: Config, options: RunOptions) -> RunResult:
+    t0 = time.perf_counter()
+    jobs = effective_jobs(options.jobs)
+    staging = config.root / config.cache_dir / "tmp"
+    writer = ProjectWriter(config.root, staging)
+    if options.fix:
+        remove_stale_temps(staging)
+    try:
+        files, index_files = _discover(config, options.paths)
+    except DiscoveryError as e:
+        raise UserError(str(e)) from None
+    cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp()}-{config.fingerprint()}",
+                  enabled=options.use_cache)
+    scan = _scan(index_files, config, cache, jobs, options.progress)
+    index = build_index(list(scan.headers.values()), config)
+
+    in_scope = files
+    if options.changed_since is not None:
+        try:
+            changed = changed_since(options.changed_since, config.root)
+        except DiscoveryError as e:
+            raise UserError(str(e)) from None
+        in_scope = [p for p in files if os.path.realpath(p) in changed]
+    targets = [p for p in in_scope if scan.passes.get(p) or scan.suppressing.get(p)]
+    findings = [parse_error(p, scan.errors[p]) for p in in_scope if p in scan.errors]
+    findings += _analyze(targets, scan, index, config, cache, jobs, options.progress)
+    cache.save(writer)
+    findings = [f for f in findings if config.enabled(f.code, f.path)]
+    result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer)
+
+    if options.fix or options.diff:
+        _fix_stage(result, index, files, options, jobs)
+    if options.write_baseline:
+        _write_baseline(result, options.write_baseline)
+    elif options.baseline:
+        _apply_baseline(result, options.baseline)
+    writer.close()
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+# ---- discovery and scan -----------------------------------------------------------------------
+
+
+def _discover(config: Config, paths: list[str]) -> tuple[list[str], list[str]]:
+    """(files to check, files whose class headers the index needs). Named files (pre-commit passes
+    only the staged ones) are checked against the class index of their whole project, so a layer
+    defined in an unstaged file still resolves."""
+    files = discover(paths, tuple(config.exclude), config.root)
+    index_files = files
+    if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
+        seen = {os.path.realpath(f) for f in files}
+        rel = os.path.relpath(config.root)
+        root = rel if not rel.startswith("..") else str(config.root)
+        index_files = files + [f for f in discover([root], tuple(config.exclude), config.root)
+                               if os.path.realpath(f) not in seen]
+    return files, index_files
+
+
+@dataclass
+class _Scan:
+    headers: dict[str, ModuleHeader] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+    passes: dict[str, bool] = field(default_factory=dict)
+    suppressing: dict[str, bool] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    stamps: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        """Changes whenever any class header changes: part of every cached finding's key."""
+        parts = sorted(f"{h.module}:{self.hashes.get(p, '')};" for p, h in self.headers.items())
+        return hashlib.sha1("".join(parts).encode()).hexdigest()[:16]
+
+
+def _stamp(path: str) -> str:
+    try:
+        st = os.stat(path)
+        return f"{st.st_mtime_ns}:{st.st_size}"
+    except OSError:
+        return "missing"
+
+
+def _header_job(path: str) -> tuple[str, dict | None, bool, bool, str | None]:
+    """(path, header, prefilter verdict, holds a suppression, error) for one file."""
+    try:
+        text = read_file(path).text
+    except READ_ERRORS as e:
+        return path, None, False, False, f"cannot read: {e}"
+    module = module_name(path)
+    header = extract_header(text, module, path, os.path.basename(path) == "__init__.py").to_dict()
+    # The path is left out of the hash: the same file named `x.py` or `./x.py` is the same header.
+    hashed = {k: v for k, v in header.items() if k != "path"}
+    header["hash"] = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
+    prefilter = worker_state()["prefilter"]
+    return path, header, prefilter.might_match(text), has_suppression(text), None
+
+
+def _init_scan(prefilter) -> None:
+    worker_state()["prefilter"] = prefilter
+
+
+def _scan(paths: list[str], config: Config, cache: Cache, jobs: int, progress) -> _Scan:
+    scan = _Scan()
+    misses = []
+    for p in paths:
+        scan.stamps[p] = _stamp(p)
+        hit = cache.header(p, scan.stamps[p])
+        if hit is None:
+            misses.append(p)
+            continue
+        header, passes = hit
+        scan.headers[p], scan.passes[p] = ModuleHeader.from_dict(header), passes
+        scan.hashes[p] = header.get("hash", "")
+        scan.suppressing[p] = bool(header.get("suppressions"))
+    prefilter = for_rules(tuple(enabled_rules(config)))
+    for path, header, passes, suppressing, err in parallel_map(
+            _header_job, misses, jobs, init=_init_scan, initargs=(prefilter,), progress=progress, stage="index",
+            parallel=jobs > 1 and len(misses) >= 64):
+        if err:
+            scan.errors[path] = err
+            continue
+        scan.headers[path], scan.passes[path] = ModuleHeader.from_dict(header), passes
+        scan.hashes[path] = header["hash"]
+        scan.suppressing[path] = suppressing
+        header["suppressions"] = suppressing
+        cache.put_header(path, scan.stamps[path], header, passes)
+    return scan
+
+
+def build_index(headers: list[ModuleHeader], config: Config) -> QuantizableLayerIndex:
+    return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes, config.all_not_quantizable)
+
+
+# ---- analysis -------------------------------------------------------------------------------
+
+
+def _init_analysis(index: QuantizableLayerIndex, config: Config) -> None:
+    worker_state().update(index=index, config=config)
+
+
+def _analyze_job(path: str) -> tuple[str, list[dict]]:
+    st = worker_state()
+    return path, [f.to_dict() for f in analyze_path(path, st["index"], st["config"])]
+
+
+def analyze_path(path: str, index: QuantizableLayerIndex, config: Config) -> list[Finding]:
+    """The findings of one file on disk (DTL900 when it cannot be read)."""
+    try:
+        text = read_file(path).text
+    except READ_ERRORS as e:
+        return [parse_error(path, f"cannot read: {e}")]
+    return analyze(path, text, index, config, module_name(path))
+
+
+def _analyze(targets: list[str], scan: _Scan, index, config, cache: Cache, jobs: int, progress) -> list[Finding]:
+    digest = scan.digest
+    findings: list[Finding] = []
+    todo = []
+    for p in targets:
+        hit = cache.findings(p, scan.stamps[p], digest)
+        if hit is None:
+            todo.append(p)
+        else:
+            findings.extend(Finding.from_dict(d) for d in hit)
+    for path, dicts in parallel_map(_analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config),
+                                    progress=progress, stage="analyze", parallel=jobs > 1 and len(todo) >= 4):
+        cache.put_findings(path, scan.stamps[path], digest, dicts)
+        findings.extend(Finding.from_dict(d) for d in dicts)
+    return findings
+
+
+def code_stamp() -> str:
+    """Changes when dtype-lint's own code changes (an editable install under development), so a
+    cache never outlives the rules that produced it."""
+    import dtype_lint
+    import dtype_lint.rules
+
+    h = hashlib.sha1()
+    for pkg in (dtype_lint, dtype_lint.rules):
+        d = os.path.dirname(pkg.__file__)
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(d, name))
+                h.update(f"{name}:{st.st_mtime_ns}:{st.st_size};".encode())
+    return h.hexdigest()[:10]
+
+
+# ---- fixing ---------------------------------------------------------------------------------
+
+
+def selected(f: Finding, unsafe: bool) -> bool:
+    """Would the current settings apply this finding's fix?"""
+    return f.fix is not None and (f.fix.safe or unsafe)
+
+
+@dataclass
+class _FileFix:
+    outcome: FixOutcome
+    file: FileText | None  # how to encode the result (None: unreadable)
+    data: bytes  # the bytes the fix was computed from
+
+
+def _init_fix(index, config, unsafe) -> None:
+    worker_state().update(index=index, config=config, unsafe=unsafe)
+
+
+def _fix_job(path: str) -> _FileFix:
+    st = worker_state()
+    return fix_path(path, st["index"], st["config"], st["unsafe"])
+
+
+def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool) -> _FileFix:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        ft = FileText.decode(data)
+    except READ_ERRORS as e:
+        return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
+    module = module_name(path)
+    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe)
+    return _FileFix(outcome, ft, data)
+
+
+def helper_location(config: Config, files: list[str]) -> HelperLocation:
+    """Where the configured helper lives: next to the scanned package that shares its top-level
+    package (`vllm/...` for `vllm.x.y:f`), else under the project root."""
+    module, func = config.helper_spec
+    top = module.split(".")[0]
+    package_root = None
+    for f in files:
+        mod = module_name(f)
+        if mod and mod.split(".")[0] == top:
+            p = Path(f).resolve()
+            n = len(mod.split("."))
+            package_root = p.parents[n if p.name == "__init__.py" else n - 1]
+            break
+    return locate_helper(module, func, config.template, config.root, package_root,
+                         configured=bool(config.helper), preset=config.preset)
+
+
+def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, jobs: int) -> None:
+    unsafe = options.unsafe_fixes
+    todo = [f for f in result.findings if selected(f, unsafe)]
+    paths = sorted({f.path for f in todo})
+    if not paths:
+        return
+    helper = None
+    if any(f.fix.imports for f in todo):
+        try:
+            helper = helper_location(result.config, files)
+        except HelperError as e:
+            raise UserError(str(e)) from None
+    fixes = parallel_map(_fix_job, paths, jobs, init=_init_fix, initargs=(index, result.config, unsafe),
+                         progress=options.progress, stage="fix", parallel=jobs > 1 and len(paths) >= 4)
+    needs_helper = helper is not None and not helper.exists and any(
+        ff.outcome.changed and any(f.fix.imports for f in ff.outcome.applied) for ff in fixes)
+    result.helper = helper
+    if options.diff:
+        result.diff = _diff(result, helper if needs_helper else None, fixes)
+        return
+    if needs_helper:
+        _create_helper(result.writer, helper)
+    outcomes = []
+    for ff in fixes:
+        o = ff.outcome
+        if o.changed:
+            try:
+                result.writer.write(o.path, ff.file.encode(o.text), "fix", expect=ff.data)
+            except WriteError as e:
+                o = failed(o.path, o.original, str(e), _pre_fix(result.findings, o.path))
+        outcomes.append(o)
+    by_path = {o.path for o in outcomes}
+    left = [f for f in result.findings if f.path not in by_path]
+    for o in outcomes:
+        left.extend(o.remaining)
+        if o.changed:
+            result.fixed.extend(o.applied)
+    result.outcomes = outcomes
+    result.findings = sorted(left, key=Finding.sort_key)
+
+
+def _pre_fix(findings: list[Finding], path: str) -> list[Finding]:
+    return [f for f in findings if f.path == path]
+
+
+def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:
+    try:
+        writer.make_dirs(helper.path.parent, "folder for the helper")
+        for marker in helper.package_markers:
+            writer.write(marker, b"", "package marker for the helper")
+        writer.write(helper.path, helper.source.encode("utf-8"), "helper")
+    except WriteError as e:
+        raise UserError(f"cannot create the helper: {e}") from None
+
+
+def _diff(result: RunResult, helper: HelperLocation | None, fixes: list[_FileFix]) -> str:
+    import difflib
+
+    parts = []
+    if helper is not None:
+        for marker in helper.package_markers:
+            parts.append(f"--- /dev/null\n+++ b/{os.path.relpath(marker)}\n")
+        parts.append("".join(difflib.unified_diff(
+            [], helper.source.splitlines(keepends=True), fromfile="/dev/null",
+            tofile=f"b/{os.path.relpath(helper.path)}")))
+    parts += [ff.outcome.diff() for ff in fixes if ff.outcome.changed]
+    result.outcomes = [ff.outcome for ff in fixes]
+    return "".join(parts)
+
+
+# ---- baseline ---------------------------------------------------------------------------------
+
+
+def _write_baseline(result: RunResult, path: str) -> None:
+    from .baseline import BaselineError, write_baseline
+
+    try:
+        write_baseline(path, result.findings, result.config.root,
+                       lambda p, data: result.writer.write(p, data, "baseline"))
+    except (BaselineError, WriteError) as e:
+        raise UserError(str(e)) from None
+    result.baselined = len(result.findings)
+    result.findings = []
+
+
+def _apply_baseline(result: RunResult, path: str) -> None:
+    from .baseline import Baseline, BaselineError
+
+    try:
+        baseline = Baseline.load(path)
+    except (OSError, ValueError, BaselineError) as e:
+        raise UserError(f"cannot read baseline {path}: {e}") from None
+    result.findings, result.baselined, _stale = baseline.filter(result.findings, result.config.root)
+
+
+# ---- one text, no project (the API) -----------------------------------------------------------
+
+
+def single_file_index(text: str, filename: str, config: Config) -> QuantizableLayerIndex:
+    # The text is analysed as a standalone module named "", so its own classes are indexed
+    # under that name whether or not `filename` exists on disk.
+    header = extract_header(text, "", filename, os.path.basename(filename) == "__init__.py")
+    return build_index([header], config)
+
+
+def check_text(text: str, filename: str, config: Config) -> list[Finding]:
+    index = single_file_index(text, filename, config)
+    return analyze(filename, text, index, config, "", load_file=_no_files)
+
+
+def fix_one_text(text: str, filename: str, config: Config, unsafe: bool) -> FixOutcome:
+    index = single_file_index(text, filename, config)
+    return fix_text(filename, text, lambda t: analyze(filename, t, index, config, "", load_file=_no_files), unsafe)
+
+
+def _no_files(_path: str) -> None:
+    return None
+
+
+__all__ = ["RunOptions", "RunResult", "UserError", "run", "check_text", "fix_one_text", "selected",
+           "analyze_path", "helper_location", "safe_read"]

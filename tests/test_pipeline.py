@@ -1,0 +1,204 @@
+"""One pipeline, one writer, rules that declare themselves: the architecture, held by tests.
+
+- `cli`, `migrate`, `api` share `pipeline.run`; nothing in the package imports in a cycle;
+- suppressions are settled before any fix, so `--fix` applies the DTL902 fixes a check offers;
+- the API applies per-file ignores exactly as a run does;
+- every byte written into a project goes through `writer.py` and is reported;
+- a rule reads only the facts it declares; rules are discovered, and the prefilter is theirs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_runner import dtl
+from dtype_lint import pipeline
+from dtype_lint.api import check_source, make_config
+from dtype_lint.prefilter import Prefilter
+from dtype_lint.rule import Rule, RuleContractError
+from dtype_lint.rules import ALL_RULES
+
+PKG = Path(__file__).resolve().parents[1]
+LAYER_HEAD = (
+    "from vllm.model_executor.layers.linear import ColumnParallelLinear\n\n\n"
+    "class Attn:\n"
+    "    def __init__(self, kv_b_proj: ColumnParallelLinear):\n"
+    "        self.kv_b_proj = kv_b_proj\n\n"
+)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for base, pkg in ((PKG / "dtype_lint", "dtype_lint"), (PKG / "rules", "dtype_lint.rules")):
+        for path in base.rglob("*.py"):
+            rel = path.relative_to(base).with_suffix("").as_posix().replace("/", ".")
+            name = pkg if rel == "__init__" else f"{pkg}.{rel.removesuffix('.__init__')}"
+            out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    deps = set()
+    for node in ast.walk(tree):  # function-level (lazy) imports count too
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = name.split(".")
+                if path.name != "__init__.py":
+                    parts = parts[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for a in node.names:
+                deps.add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
+        elif isinstance(node, ast.Import):
+            deps.update(a.name for a in node.names)
+    return {d for d in deps if d in known and d != name}
+
+
+def test_no_import_cycles_in_the_package():
+    mods = _modules()
+    graph = {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if state.get(w) == 1:
+                cycle = stack[stack.index(w):] + [w]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if w not in state:
+                visit(w)
+        stack.pop()
+        state[v] = 2
+
+    for v in sorted(graph):
+        if v not in state:
+            visit(v)
+
+
+@pytest.mark.parametrize("front", ["dtype_lint.cli", "dtype_lint.migrate", "dtype_lint.api"])
+def test_front_ends_run_through_the_pipeline(front):
+    mods = _modules()
+    deps = _imports(front, mods[front], set(mods))
+    assert "dtype_lint.pipeline" in deps
+    # ...and do not wire stages themselves.
+    assert not deps & {"dtype_lint.analysis", "dtype_lint.fixer", "dtype_lint.suppressions", "dtype_lint.cache"}
+    assert "dtype_lint.cli" not in deps
+
+
+_WRITES = {"write_text", "write_bytes", "mkstemp", "replace", "rename", "mkdir", "makedirs", "symlink", "chmod"}
+
+
+def test_only_the_writer_writes_files():
+    """No module but writer.py opens a file for writing or renames one (releases.py builds its
+    cache of downloaded trees outside any project, with a directory rename of its own)."""
+    offenders = []
+    for name, path in _modules().items():
+        if name in ("dtype_lint.writer", "dtype_lint.releases"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            attr = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if attr in _WRITES and not (attr == "replace" and not (isinstance(f, ast.Attribute)
+                                                                      and getattr(f.value, "id", "") == "os")):
+                offenders.append(f"{path.name}:{node.lineno} {attr}")
+            if attr == "open" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                    and any(m in str(node.args[1].value) for m in "wax+"):
+                offenders.append(f"{path.name}:{node.lineno} open")
+    assert offenders == []
+
+
+# ---- the two bugs that shared wiring fixed ----------------------------------------------------
+
+
+def _project(root: Path, files: dict[str, str]) -> Path:
+    (root / "pyproject.toml").write_text('[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n')
+    for rel, text in {"proj/__init__.py": "", **files}.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+def test_fix_removes_the_unused_suppressions_it_reports_fixable(tmp_path: Path):
+    source = "import torch\n\n\ndef f(x):\n    return x.to(torch.float16)  # noqa: DTL001\n"
+    root = _project(tmp_path, {"proj/m.py": source})
+    check = dtl(root, "check", ".", "--no-cache", "--output-format", "json")
+    (finding,) = json.loads(check.stdout)["findings"]
+    assert finding["code"] == "DTL902" and finding["fix"]["applicability"] == "safe"
+    fixed = dtl(root, "check", ".", "--no-cache", "--fix")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert (root / "proj/m.py").read_text() == source.replace("  # noqa: DTL001", "")
+    assert "wrote proj/m.py (fix)" in fixed.stderr
+
+
+def test_api_applies_per_file_ignores_like_a_run():
+    source = LAYER_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight.dtype)  # dtype-lint: ignore[DTL001] why\n"
+    assert [f.code for f in check_source(source, filename="m.py")] == []
+    ignored = {"per-file-ignores": {"*.py": ["DTL001"]}}
+    # Ignored for this file: the finding goes, and the suppression is not reported as unused.
+    assert check_source(source, filename="m.py", settings=ignored) == []
+    bare = source.replace("  # dtype-lint: ignore[DTL001] why", "")
+    assert [f.code for f in check_source(bare, filename="m.py")] == ["DTL001"]
+    assert check_source(bare, filename="m.py", settings=ignored) == []
+
+
+def test_a_fixing_run_lists_every_file_it_creates_or_changes(tmp_path: Path):
+    attn = LAYER_HEAD + "    def f(self, x):\n        x = x.to(self.kv_b_proj.weight.dtype)\n        return x\n"
+    root = _project(tmp_path, {"proj/attn.py": attn})
+    result = pipeline.run(make_config({"helper": "proj.dtypes:get_layer_input_dtype"}, root=root),
+                          pipeline.RunOptions(paths=[str(root)], use_cache=False, fix=True))
+    assert [(w.path, w.action, w.why) for w in result.writes] == [
+        ("proj/dtypes.py", "created", "helper"), ("proj/attn.py", "changed", "fix")]
+    assert not (root / ".dtype_lint_cache").exists()
+
+
+# ---- rules declare themselves -----------------------------------------------------------------
+
+
+def test_rules_are_discovered_one_module_each():
+    modules = sorted(p.stem for p in (PKG / "rules").glob("dtl*.py"))
+    assert [r.code.lower() for r in ALL_RULES] == [m.split("_")[0] for m in modules]
+    for rule in ALL_RULES:
+        assert rule.patterns, f"{rule.code} declares no prefilter patterns"
+        assert rule.facts, f"{rule.code} declares no facts"
+
+
+def test_the_prefilter_is_the_union_of_the_rules_patterns():
+    class Only(Rule):
+        code, name, summary = "DTL999", "only", "test"
+        patterns = (r"\bspecial_marker_here\b",)
+        marker = "special"
+
+    assert Prefilter([Only]).might_match("x = special_marker_here\n")
+    assert not Prefilter([Only]).might_match("x = y.weight.dtype\n")
+    assert not Prefilter([]).might_match("x = y.weight.dtype\n")
+
+
+def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
+    from dtype_lint.analysis import analyze
+    from dtype_lint.pipeline import single_file_index
+
+    class Sneaky(Rule):
+        code, name, summary = "DTL998", "sneaky", "test"
+        patterns = (r"weight",)
+        facts = frozenset({"candidates"})
+
+        def check(self, ctx):
+            ctx.layers  # not declared
+
+    monkeypatch.setattr("dtype_lint.analysis.enabled_rules", lambda config, path=None: [Sneaky])
+    cfg = make_config()
+    text = LAYER_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight.dtype)\n"
+    with pytest.raises(RuleContractError, match="does not declare"):
+        analyze("m.py", text, single_file_index(text, "m.py", cfg), cfg, "")
