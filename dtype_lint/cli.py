@@ -147,6 +147,8 @@ def _check(args) -> int:
         # No diff: report like a plain check (suppressed and baselined findings do not count).
     _report(result, args)
     _print_writes(result)
+    for warning in result.warnings:
+        print(f"dtype-lint: warning: {warning}", file=sys.stderr)
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN

@@ -136,22 +136,42 @@ def _git(args: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
-def module_name(path: str) -> str:
-    """Dotted module name: the file's stem joined to every parent directory holding __init__.py."""
-    p = Path(os.path.abspath(path))
-    prefix = _package_of(str(p.parent))
-    if p.stem == "__init__":
-        return prefix
-    return f"{prefix}.{p.stem}" if prefix else p.stem
+def module_name(path: str, root: str | os.PathLike | None = None) -> str:
+    """The dotted name the file is imported by, read off the tree's layout.
+
+    - Under `<root>/src/` (a src layout) the name is the path below `src`, namespace folders
+      (PEP 420, no `__init__.py`) included.
+    - Otherwise the name starts at the topmost folder with an `__init__.py` above the file (not
+      above `root`): folders between it and the file count whether or not they have one, since
+      a namespace folder inside a package is still imported through it (sglang's
+      `sglang/multimodal_gen/runtime/` has no `__init__.py`; its modules are
+      `sglang.multimodal_gen.runtime.*`).
+    - A file with no package above it is a top-level module: its stem.
+    """
+    p = os.path.abspath(path)
+    directory, stem = os.path.dirname(p), os.path.splitext(os.path.basename(p))[0]
+    base = _import_root(directory, os.path.abspath(root) if root is not None else None)
+    parts = [] if base is None else os.path.relpath(directory, base).split(os.sep)
+    parts = [x for x in parts if x not in ("", ".")]
+    if stem != "__init__":
+        parts.append(stem)
+    return ".".join(parts)
 
 
-@functools.lru_cache(maxsize=4096)
-def _package_of(directory: str) -> str:
-    if not os.path.exists(os.path.join(directory, "__init__.py")):
-        return ""
-    parent = os.path.dirname(directory)
-    name = os.path.basename(directory)
-    if parent == directory:
-        return name
-    outer = _package_of(parent)
-    return f"{outer}.{name}" if outer else name
+@functools.lru_cache(maxsize=8192)
+def _import_root(directory: str, root: str | None) -> str | None:
+    """The folder the file's package is imported from (its name is relative to it), or None."""
+    if root is not None:
+        src = os.path.join(root, "src")
+        if directory == src or directory.startswith(src + os.sep):
+            return src
+    top = None
+    d = directory
+    while True:
+        if os.path.exists(os.path.join(d, "__init__.py")):
+            top = d
+        parent = os.path.dirname(d)
+        if parent == d or (root is not None and d == root):
+            break
+        d = parent
+    return os.path.dirname(top) if top is not None else None

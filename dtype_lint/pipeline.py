@@ -64,6 +64,9 @@ class RunResult:
     helper: HelperLocation | None = None
     diff: str = ""
     baselined: int = 0
+    # Things the user should know that are not findings (a run that checked nothing, a configured
+    # class that matches nothing...): printed on stderr by the CLI.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def writes(self) -> list[WriteRecord]:
@@ -159,7 +162,7 @@ def _header_job(path: str) -> tuple[str, dict | None, bool, bool, str | None]:
         text = read_file(path).text
     except READ_ERRORS as e:
         return path, None, False, False, f"cannot read: {e}"
-    module = module_name(path)
+    module = module_name(path, worker_state()["root"])
     header = extract_header(text, module, path, os.path.basename(path) == "__init__.py").to_dict()
     # The path is left out of the hash: the same file named `x.py` or `./x.py` is the same header.
     hashed = {k: v for k, v in header.items() if k != "path"}
@@ -168,8 +171,8 @@ def _header_job(path: str) -> tuple[str, dict | None, bool, bool, str | None]:
     return path, header, prefilter.might_match(text), has_suppression(text), None
 
 
-def _init_scan(prefilter) -> None:
-    worker_state()["prefilter"] = prefilter
+def _init_scan(prefilter, root: Path) -> None:
+    worker_state().update(prefilter=prefilter, root=root)
 
 
 def _scan(paths: list[str], config: Config, cache: Cache, jobs: int, progress) -> _Scan:
@@ -187,7 +190,7 @@ def _scan(paths: list[str], config: Config, cache: Cache, jobs: int, progress) -
         scan.suppressing[p] = bool(header.get("suppressions"))
     prefilter = for_rules(tuple(enabled_rules(config)))
     for path, header, passes, suppressing, err in parallel_map(
-            _header_job, misses, jobs, init=_init_scan, initargs=(prefilter,), progress=progress, stage="index",
+            _header_job, misses, jobs, init=_init_scan, initargs=(prefilter, config.root), progress=progress, stage="index",
             parallel=jobs > 1 and len(misses) >= 64):
         if err:
             scan.errors[path] = err
@@ -222,7 +225,7 @@ def analyze_path(path: str, index: QuantizableLayerIndex, config: Config) -> lis
         text = read_file(path).text
     except READ_ERRORS as e:
         return [parse_error(path, f"cannot read: {e}")]
-    return analyze(path, text, index, config, module_name(path))
+    return analyze(path, text, index, config, module_name(path, config.root))
 
 
 def _analyze(targets: list[str], scan: _Scan, index, config, cache: Cache, jobs: int, progress) -> list[Finding]:
@@ -289,7 +292,7 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
-    module = module_name(path)
+    module = module_name(path, config.root)
     outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe)
     return _FileFix(outcome, ft, data)
 
@@ -301,7 +304,7 @@ def helper_location(config: Config, files: list[str]) -> HelperLocation:
     top = module.split(".")[0]
     package_root = None
     for f in files:
-        mod = module_name(f)
+        mod = module_name(f, config.root)
         if mod and mod.split(".")[0] == top:
             p = Path(f).resolve()
             n = len(mod.split("."))

@@ -180,6 +180,19 @@ class RuleContext:
     def project(self) -> ProjectFacts:
         return self._facts.project
 
+    def calls(self):
+        """(candidate, call node) for every call in every candidate function."""
+        for c in self.candidates:
+            for node in c.nodes:
+                if isinstance(node, ast.Call):
+                    yield c, node
+
+    def layer_verdict(self, layer: ast.expr, scope: FunctionScope) -> tuple[str, tuple[Evidence, ...]] | None:
+        """(confidence, evidence) when `layer` may hold a repacked weight here, else None."""
+        cfg = self.config
+        patterns = cfg.name_patterns if cfg.name_heuristics else None
+        return self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+
     def span(self, node: ast.AST) -> Span:
         src = self.source
         return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,

@@ -158,26 +158,19 @@ class WeightDtypeCast(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        cfg = ctx.config
-        patterns = cfg.name_patterns if cfg.name_heuristics else None
-        for c in ctx.candidates:
-            for node in c.nodes:
-                if not isinstance(node, ast.Call):
+        for c, node in ctx.calls():
+            for arg in cast_dtype_args(node):
+                wds = self._source(arg, c.scope, node)
+                if wds is None or _receiver_is_parameter(node):
                     continue
-                args = cast_dtype_args(node)
-                for arg in args:
-                    wds = self._source(arg, c.scope, node)
-                    if wds is None or _receiver_is_parameter(node):
-                        continue
-                    layer_text = ast.unparse(wds.layer)
-                    verdict = ctx.layers.quantizable(ctx.layers.resolve(wds.layer, c.scope), layer_text, patterns)
-                    if verdict is None:
-                        continue
-                    confidence, evidence = verdict
-                    fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                    ctx.report(node, self._message(wds, layer_text, ctx.fixes.func), scope=c.scope_name,
-                               fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
-                    break
+                verdict = ctx.layer_verdict(wds.layer, c.scope)
+                if verdict is None:
+                    continue
+                confidence, evidence = verdict
+                fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
+                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
+                           fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
+                break
 
     @staticmethod
     def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:

@@ -89,31 +89,22 @@ class WeightDtypeAllocation(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        cfg = ctx.config
-        patterns = cfg.name_patterns if cfg.name_heuristics else None
-        for c in ctx.candidates:
-            for node in c.nodes:
-                if not isinstance(node, ast.Call):
+        for c, node in ctx.calls():
+            for kw in self._dtype_keywords(node, ctx.imports):
+                wds = weight_dtype_source(kw.value, c.scope)
+                verdict = ctx.layer_verdict(wds.layer, c.scope) if wds is not None else None
+                if verdict is None:
                     continue
-                for kw in self._dtype_keywords(node, ctx.imports):
-                    wds = weight_dtype_source(kw.value, c.scope)
-                    if wds is None:
-                        continue
-                    layer_text = ast.unparse(wds.layer)
-                    verdict = ctx.layers.quantizable(ctx.layers.resolve(wds.layer, c.scope), layer_text, patterns)
-                    if verdict is None:
-                        continue
-                    confidence, evidence = verdict
-                    via = f" through `{wds.alias}`" if wds.alias else ""
-                    callee = dotted(node.func) or "call"
-                    ctx.report(
-                        node,
-                        f"`{callee}(..., {kw.arg}=...)` allocates in `{layer_text}.weight.dtype`{via}, "
-                        f"the storage dtype of a quantizable layer (int32 under Marlin, uint8 under "
-                        f"NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
-                        scope=c.scope_name, confidence=confidence, evidence=evidence,
-                        no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
-                    )
+                confidence, evidence = verdict
+                via = f" through `{wds.alias}`" if wds.alias else ""
+                ctx.report(
+                    node,
+                    f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
+                    f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
+                    f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
+                    scope=c.scope_name, confidence=confidence, evidence=evidence,
+                    no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
+                )
 
     @staticmethod
     def _dtype_keywords(call: ast.Call, imports: dict[str, str]) -> list[ast.keyword]:
