@@ -15,7 +15,7 @@ from .facts import ProjectFacts
 from .findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from .index import QuantizableLayerIndex, extract_header
 from .prefilter import for_rules, has_suppression
-from .rule import FileFacts, RuleContext
+from .rule import FileFacts, RuleContext, RuleContractError
 from .source import READ_ERRORS, SourceFile, read_file
 from .suppressions import apply_suppressions
 
@@ -55,6 +55,12 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
             except RecursionError:
                 del raw[mark:]
                 raw.extend(_engine_error(path, f"{rule.code} gave up: expression nesting too deep", 1, 1, config))
+            except RuleContractError:
+                raise  # a bug in the rule, for its author
+            except Exception as e:  # noqa: BLE001 - one rule's bug must not abort the run or lose files
+                del raw[mark:]
+                raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(e).__name__}: {e}; "
+                                               "please report it", 1, 1, config))
     if not has_suppression(text):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))

@@ -42,6 +42,8 @@ class Config:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     name_heuristics: bool = False
     name_patterns: list[str] = field(default_factory=lambda: list(NAME_HEURISTICS))
+    # Constructor parameters that carry a quantization config (added to the preset's).
+    config_params: list[str] = field(default_factory=list)
     helper: str = ""
     helper_template: str = ""
     fp8_input_default: bool = True
@@ -59,6 +61,10 @@ class Config:
     @property
     def all_exempt_classes(self) -> list[str]:
         return PRESETS[self.preset]["exempt-classes"] + self.exempt_classes
+
+    @property
+    def all_config_params(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(PRESETS[self.preset]["config-params"] + self.config_params))
 
     @property
     def helper_spec(self) -> tuple[str, str]:
@@ -112,6 +118,7 @@ _KEYS = {
     "per-file-ignores": ("per_file_ignores", dict),
     "name-heuristics": ("name_heuristics", bool),
     "name-patterns": ("name_patterns", list),
+    "config-params": ("config_params", list),
     "helper": ("helper", str),
     "helper-template": ("helper_template", str),
     "fp8-input-default": ("fp8_input_default", bool),

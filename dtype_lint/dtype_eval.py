@@ -449,3 +449,44 @@ def unsound_cases(table: Table) -> list[tuple[Case, str]]:
         elif value.startswith("torch.") and value[len("torch."):] not in FLOATS:
             bad.append((case, value))
     return bad
+
+
+def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr], unknown: bool | None) -> list[bool] | None:
+    """The test's truth for each packed storage, or None when it cannot be evaluated (or reads
+    `.weight` on a layer without one: then it is no guard). `unknown`: the value an operand of a
+    top-level `and` that cannot be evaluated takes (True: it cannot make the chain false; None:
+    such an operand makes the whole test unknown)."""
+    globals_ = ModuleGlobals(None, {"torch": "torch", "current_platform": "current_platform"})
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    out = []
+    for storage in PACKED:
+        interp = Interpreter(Case(storage, False), {k: _Lazy(v) for k, v in aliases.items()}, globals_,
+                             {ast.dump(layer)})
+        value = True
+        for part in parts:  # short-circuit, in order, as Python evaluates `and`
+            try:
+                value = bool(interp.ev(part))
+            except Unsupported:
+                if unknown is None:
+                    return None
+                value = unknown
+            except (_NoWeight, RecursionError):
+                return None
+            if not value:
+                break
+        out.append(value)
+    return out
+
+
+def guard_excludes_packed(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr]) -> bool:
+    """Is the test false for every packed storage of `layer` (so code it guards sees floats)?
+    Operands of an `and` chain the evaluator cannot read (a kernel-support check) cannot make it
+    true, so they are skipped."""
+    values = _guard_values(test, layer, aliases, unknown=True)
+    return values is not None and not any(values)
+
+
+def guard_includes_packed(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr]) -> bool:
+    """Is the test true for every packed storage of `layer` (an early exit that leaves floats)?"""
+    values = _guard_values(test, layer, aliases, unknown=None)
+    return values is not None and all(values)

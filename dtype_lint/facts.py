@@ -1,28 +1,76 @@
-"""Per-file facts and layer-type resolution: what class does `self.kv_b_proj` hold?
+"""Per-class facts, read from a module's AST: what a class's code says about its instances.
 
-Facts come from stdlib `ast` of the files that survive the prefilter (and, lazily, of the files
-defining their base classes). Attribute facts are per class: `self.X = Cls(...)`,
-`self.X = param` with `param: Cls`, `X: Cls` annotations. Resolution follows `self`, annotated
-parameters, local assignments and attribute chains, and records each step as Evidence.
+For each class: where its attributes come from (`self.X = Cls(...)`, `self.X = param` with
+`param: Cls`, `X: Cls` annotations, `@property` getters), its `__init__` signature and the
+`super().__init__(...)` call (so a quantization config can be followed through constructors),
+whether its own code obtains a quant method for `self` or lets one create its weights (it is a
+quantizable layer), and whether it is storage-format code (a quant method: methods that take the
+`layer` whose weights they own). Files defining base classes are parsed lazily, once per index.
+Layer resolution over these facts lives in layers.py.
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
 from dataclasses import dataclass, field
 
 from .findings import Evidence
 from .index import QuantizableLayerIndex, dotted, record_import
 
+# Methods that receive the layer whose storage they own: a class defining one is storage code.
+STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
+                             "get_quant_method", "embedding"})
+
 
 @dataclass(frozen=True)
 class AttrOrigin:
+    """One assignment of `self.<attr>` in a class's code."""
+
+    kind: str  # "call": built by a constructor call; "annotation": declared type; "param": a parameter's type
     type_name: str | None  # qualified class name, None when not resolvable
-    quant: str  # "set": built with quant_config=<something>; "none": quant_config=None; "": no word
     how: str  # human words for the evidence line
     path: str
     line: int
+    call: ast.Call | None = None  # the construction, for kind "call"
+    method: str = ""  # the method that made the assignment
+    method_params: frozenset[str] = frozenset()  # its parameters
+    locals: tuple = ()  # (name, value) of its single-assignment locals
+
+
+@dataclass
+class Signature:
+    """A constructor's parameters after `self`."""
+
+    positional: list[str]  # positional-or-keyword, in order
+    kwonly: list[str]
+    defaults: dict[str, ast.expr]  # parameters with a default, and what it is
+    varargs: bool
+    varkw: bool
+
+    def has(self, name: str) -> bool:
+        return name in self.positional or name in self.kwonly
+
+    def bind(self, call: ast.Call, spread_keys: set[str] | None = None) -> dict[str, ast.expr | str]:
+        """Parameter → argument expression, "default", or "unknown" (hidden behind */**).
+        `spread_keys`: the keys every `**mapping` of the call is known to hold (None: unknown)."""
+        bound: dict[str, ast.expr | str] = {}
+        starred = any(isinstance(a, ast.Starred) for a in call.args)
+        for i, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if i < len(self.positional):
+                bound[self.positional[i]] = arg
+        for kw in call.keywords:
+            if kw.arg is not None and self.has(kw.arg):
+                bound[kw.arg] = kw.value
+        spread = any(kw.arg is None for kw in call.keywords)
+        for name in self.positional + self.kwonly:
+            if name not in bound:
+                if starred or (spread and (spread_keys is None or name in spread_keys)):
+                    bound[name] = "unknown"
+                else:
+                    bound[name] = "default"
+        return bound
 
 
 @dataclass
@@ -31,8 +79,26 @@ class ClassFacts:
     path: str
     line: int
     attrs: dict[str, list[AttrOrigin]] = field(default_factory=dict)
-    # `super().__init__(..., quant_config=None)`: this layer class is never quantized.
-    unquantized_super: bool = False
+    init: Signature | None = None
+    super_init: ast.Call | None = None  # `super().__init__(...)` in __init__
+    # Where this class's own code obtains a quant method for `self` or lets one create its
+    # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
+    # `self.quant_method.create_weights(self, ...)`.
+    quant_root: Evidence | None = None
+    # Where it shows it is storage-format code: a method taking the `layer` it owns.
+    storage_code: Evidence | None = None
+    # @property getters and argument-less methods with one `return <expr>`.
+    getters: dict[str, ast.expr] = field(default_factory=dict)
+    # Every `self.X = <value>` (any method), for guards such as `self.is_unquantized = isinstance(...)`.
+    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
+    # `self.X = <param of __init__>`: X → the parameter.
+    param_attrs: dict[str, str] = field(default_factory=dict)
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    # Class-level `NAME = value` (vLLM's `supported_quantization_configs = (QuarkConfig,)`).
+    class_values: dict[str, ast.expr] = field(default_factory=dict)
+    # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
+    # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
+    dispatch: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -41,20 +107,8 @@ class FileFacts:
     path: str
     imports: dict[str, str]
     classes: dict[str, ClassFacts]
-
-
-def _quant_kw(call: ast.Call) -> str:
-    """"set": `quant_config=<x>`; "none": `quant_config=None`; "absent": a constructor call that
-    cannot pass one (no such keyword, no `**kwargs`, few positionals); "": unknown."""
-    for kw in call.keywords:
-        if kw.arg == "quant_config":
-            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
-                return "none"
-            return "set"
-    if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-        return ""
-    # vLLM's linear layers take quant_config sixth at the earliest; fewer positionals cannot pass it.
-    return "absent" if len(call.args) < 6 else ""
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    tree: ast.Module | None = None
 
 
 def annotation_name(node: ast.AST | None) -> str | None:
@@ -91,11 +145,33 @@ def collect_imports(tree: ast.Module, module: str, is_package: bool) -> dict[str
     return imports
 
 
+def signature_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
+    a = fn.args
+    positional = [p.arg for p in a.posonlyargs + a.args][1:]
+    defaults: dict[str, ast.expr] = {}
+    pos_all = a.posonlyargs + a.args
+    for p, d in zip(pos_all[len(pos_all) - len(a.defaults):], a.defaults):
+        defaults[p.arg] = d
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        if d is not None:
+            defaults[p.arg] = d
+    return Signature(positional, [p.arg for p in a.kwonlyargs], defaults, a.vararg is not None, a.kwarg is not None)
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr == "__init__"):
+        return False
+    v = f.value
+    return (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super") or \
+        isinstance(v, (ast.Name, ast.Attribute))  # `Base.__init__(self, ...)`
+
+
 def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                      index: QuantizableLayerIndex, imports: dict[str, str] | None = None) -> FileFacts:
     if imports is None:
         imports = collect_imports(tree, module, is_package)
-    facts = FileFacts(module, path, imports, {})
+    facts = FileFacts(module, path, imports, {}, tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
@@ -105,26 +181,59 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
         cf = ClassFacts(f"{module}.{qual}" if module else qual, path, cls.lineno)
         facts.classes[cf.qualname] = cf
         for stmt in cls.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                    if isinstance(t, ast.Name):
+                        cf.class_values[t.id] = stmt.value
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 t = resolve(annotation_name(stmt.annotation))
                 if t:
-                    cf.attrs.setdefault(stmt.target.id, []).append(
-                        AttrOrigin(t, "", f"class attribute `{stmt.target.id}: {t.rsplit('.', 1)[-1]}`", path, stmt.lineno))
+                    cf.attrs.setdefault(stmt.target.id, []).append(AttrOrigin(
+                        "annotation", t, f"class attribute `{stmt.target.id}: {t.rsplit('.', 1)[-1]}`",
+                        path, stmt.lineno))
             elif isinstance(stmt, ast.ClassDef):
                 visit_class(stmt, qual)
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                cf.methods.setdefault(stmt.name, stmt)
                 visit_method(cf, stmt)
 
-    def visit_method(cf: ClassFacts, fn: ast.FunctionDef):
+    def visit_method(cf: ClassFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
-        if not args:
+        decorators = {dotted(d) for d in fn.decorator_list}
+        if "staticmethod" in decorators or not args:
             return
         self_name = args[0].arg
         params = {a.arg: a.annotation for a in args[1:]}
+        if fn.name == "__init__":
+            cf.init = signature_of(fn)
+        if cf.storage_code is None and fn.name in STORAGE_METHODS and len(args) > 1 and args[1].arg == "layer":
+            cf.storage_code = Evidence(f"`{fn.name}(self, layer, ...)`: storage-format code for the layer it is given",
+                                       path, fn.lineno)
+        if _single_return(fn) is not None and (len(args) == 1 or "property" in decorators or
+                                               "cached_property" in decorators or "functools.cached_property" in decorators):
+            cf.getters[fn.name] = _single_return(fn)
+        local_values: dict[str, list[ast.expr]] = {}
+        for node in iter_statements(fn.body):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(t, ast.Name):
+                        local_values.setdefault(t.id, []).append(node.value)
+        single = tuple((k, v[0]) for k, v in local_values.items() if len(v) == 1)
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            if cf.quant_root is None:
+                why = _quant_root_call(node, self_name)
+                if why:
+                    cf.quant_root = Evidence(why, path, node.lineno)
+            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2 \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
         for node in iter_statements(fn.body):
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-                if fn.name == "__init__" and _is_super_init(node.value) and _quant_kw(node.value) == "none":
-                    cf.unquantized_super = True
+                if fn.name == "__init__" and cf.super_init is None and _is_super_init(node.value):
+                    cf.super_init = node.value
                 continue
             if isinstance(node, ast.Assign):
                 targets, value, ann = node.targets, node.value, None
@@ -136,18 +245,52 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                 if not (isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name)
                         and tgt.value.id == self_name):
                     continue
-                origin = _origin_of(value, ann, params, resolve, path, node.lineno, tgt.attr)
-                if origin is not None:
-                    cf.attrs.setdefault(tgt.attr, []).append(origin)
+                if value is not None:
+                    cf.assigned.setdefault(tgt.attr, []).append(value)
+                    if fn.name == "__init__" and isinstance(value, ast.Name) and value.id in params:
+                        cf.param_attrs.setdefault(tgt.attr, value.id)
+                # `X(...) if cond else None`: each branch is a possible origin.
+                branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+                for branch in branches:
+                    origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
+                                        fn.name, frozenset(params), single)
+                    if origin is not None:
+                        cf.attrs.setdefault(tgt.attr, []).append(origin)
 
-    for stmt in tree.body:
-        if isinstance(stmt, ast.ClassDef):
-            visit_class(stmt, "")
-        elif isinstance(stmt, ast.If):  # classes under `if TYPE_CHECKING:`/platform checks
-            for s in stmt.body + stmt.orelse:
-                if isinstance(s, ast.ClassDef):
-                    visit_class(s, "")
+    def visit_body(body):
+        for stmt in body:
+            if isinstance(stmt, ast.ClassDef):
+                visit_class(stmt, "")
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                facts.functions.setdefault(stmt.name, stmt)
+            elif isinstance(stmt, (ast.If, ast.Try)):  # under `if TYPE_CHECKING:`, platform checks
+                visit_body(stmt.body + stmt.orelse)
+
+    visit_body(tree.body)
     return facts
+
+
+def _single_return(fn) -> ast.expr | None:
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+        return body[0].value
+    return None
+
+
+def _quant_root_call(call: ast.Call, self_name: str) -> str:
+    """Why this call makes the calling class a quantizable layer ("" when it does not)."""
+    passes_self = any(isinstance(a, ast.Name) and a.id == self_name for a in call.args) or any(
+        isinstance(k.value, ast.Name) and k.value.id == self_name and k.arg in ("layer", "module")
+        for k in call.keywords)
+    if not passes_self:
+        return ""
+    name = dotted(call.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    if last in ("get_quant_method", "resolve_quant_method"):
+        return f"`{name}(..., {self_name}, ...)` gives it a quant method, which decides its weight storage"
+    if last == "create_weights":
+        return f"`{name}({self_name}, ...)` lets a quant method create its weights"
+    return ""
 
 
 def iter_statements(body):
@@ -167,50 +310,36 @@ def iter_statements(body):
             todo.extend(reversed(c.body))
 
 
-def _is_super_init(call: ast.Call) -> bool:
-    f = call.func
-    return (isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call)
-            and isinstance(f.value.func, ast.Name) and f.value.func.id == "super")
-
-
-def _origin_of(value, ann, params, resolve, path, line, attr) -> AttrOrigin | None:
+def _origin_of(value, ann, params, resolve, path, line, attr, method, method_params, single) -> AttrOrigin | None:
     if ann is not None:
         t = resolve(annotation_name(ann))
         if t:
-            return AttrOrigin(t, "", f"`self.{attr}: {t.rsplit('.', 1)[-1]}` annotation", path, line)
+            return AttrOrigin("annotation", t, f"`self.{attr}: {t.rsplit('.', 1)[-1]}` annotation", path, line)
     if isinstance(value, ast.Call):
         name = dotted(value.func)
         if name:
-            t = resolve(name)
-            q = _quant_kw(value)
-            extra = {"set": " with `quant_config=`", "none": " with `quant_config=None`",
-                     "absent": " without `quant_config`"}.get(q, "")
-            return AttrOrigin(t, q, f"`self.{attr} = {name}(...)`{extra}", path, line)
+            return AttrOrigin("call", resolve(name), f"`self.{attr} = {name}(...)`", path, line, value,
+                              method, method_params, single)
     if isinstance(value, ast.Name) and value.id in params:
         t = resolve(annotation_name(params[value.id]))
         if t:
-            return AttrOrigin(t, "", f"`self.{attr}` is set from parameter `{value.id}: {t.rsplit('.', 1)[-1]}`",
+            return AttrOrigin("param", t, f"`self.{attr}` is set from parameter `{value.id}: {t.rsplit('.', 1)[-1]}`",
                               path, line)
     return None
-
-
-@dataclass(frozen=True)
-class LayerType:
-    qualname: str | None
-    quant: str = ""
-    chain: tuple[Evidence, ...] = ()
 
 
 class ProjectFacts:
     """Facts of the analysed file, built only if a site needs them, plus lazily parsed files
     that define base classes (kept on the index, so every file analysed against it shares them:
-    many files' layers are defined in one `linear.py`)."""
+    many files' layers are defined in one `linear.py`). `loaded` lists the other files read, so a
+    cached result can be invalidated when one of them changes."""
 
     def __init__(self, index: QuantizableLayerIndex, load_file=None):
         self.index = index
         self._by_module: dict[str, FileFacts] = {}
         self._pending: dict[str, tuple] = {}
         self._load_file = load_file  # path -> text or None
+        self.loaded: set[str] = set()
 
     def register(self, tree: ast.Module, module: str, path: str, is_package: bool, imports: dict[str, str]) -> None:
         self._pending[module] = (tree, module, path, is_package, imports)
@@ -236,10 +365,11 @@ class ProjectFacts:
                 return None
             try:
                 tree = ast.parse(text)
-            except (SyntaxError, ValueError):
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
             facts = build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
             self.index.facts_cache[header.path] = facts
+        self.loaded.add(header.path)
         self.add(facts)
         return facts
 
@@ -250,19 +380,36 @@ class ProjectFacts:
         facts = self.file_facts(loc[0].module)
         return facts.classes.get(qualname) if facts else None
 
-    def attr_origin(self, class_qualname: str, attr: str) -> AttrOrigin | None:
+    def attr_origins(self, class_qualname: str, attr: str) -> tuple[str, list[AttrOrigin]] | None:
+        """(the class in the MRO that assigns it, its origins), nearest first."""
         for q in self.index.mro(class_qualname):
             cf = self.class_facts(q)
             if cf and attr in cf.attrs:
-                origins = cf.attrs[attr]
-                # Prefer an origin that names a class; quant_config=<x> beats no word on it.
-                # Prefer an origin that names a class, then one that may be quantized.
-                return sorted(origins, key=lambda o: (o.type_name is None, o.quant != "set", o.quant == "absent"))[0]
+                return q, cf.attrs[attr]
         return None
 
-    def never_quantized(self, class_qualname: str) -> bool:
-        return any((cf := self.class_facts(q)) is not None and cf.unquantized_super
-                   for q in self.index.mro(class_qualname))
+    def getter(self, class_qualname: str, name: str) -> tuple[str, ast.expr] | None:
+        for q in self.index.mro(class_qualname):
+            cf = self.class_facts(q)
+            if cf and name in cf.getters:
+                return q, cf.getters[name]
+            if cf and name in cf.attrs:
+                return None
+        return None
+
+    def init_of(self, class_qualname: str) -> tuple[str, Signature] | None:
+        """The nearest `__init__` in the MRO that is not a bare `(*args, **kwargs)` pass-through."""
+        for q in self.index.mro(class_qualname):
+            cf = self.class_facts(q)
+            if cf and cf.init is not None and (cf.init.positional or cf.init.kwonly):
+                return q, cf.init
+        return None
+
+    def function(self, module: str, name: str) -> tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+        facts = self.file_facts(module)
+        if facts is None or name not in facts.functions:
+            return None
+        return facts, facts.functions[name]
 
 
 class FunctionScope:
@@ -324,84 +471,3 @@ def walk_function(fn):
         for child in ast.iter_child_nodes(node):
             if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 todo.append(child)
-
-
-class LayerResolver:
-    """Resolve the class of a layer expression inside a function, with evidence."""
-
-    def __init__(self, project: ProjectFacts, module: str, imports: dict[str, str], path: str):
-        self.project = project
-        self.index = project.index
-        self.module = module
-        self.imports = imports
-        self.path = path
-
-    def resolve(self, expr: ast.AST, scope: FunctionScope, depth: int = 0) -> LayerType:
-        if depth > 8:
-            return LayerType(None)
-        if isinstance(expr, ast.Name):
-            if expr.id == scope.self_name and scope.class_qualname:
-                return LayerType(scope.class_qualname)
-            if expr.id in scope.params:
-                name = annotation_name(scope.params[expr.id])
-                if name:
-                    t = self.index.resolve(self.module, name, self.imports)
-                    line = scope.params[expr.id].lineno
-                    return LayerType(t, "", (Evidence(
-                        f"parameter `{expr.id}: {name}`", self.path, line),))
-                return LayerType(None)
-            if expr.id in scope.annotations:
-                name = annotation_name(scope.annotations[expr.id])
-                if name:
-                    t = self.index.resolve(self.module, name, self.imports)
-                    return LayerType(t, "", (Evidence(
-                        f"local `{expr.id}: {name}`", self.path, scope.annotations[expr.id].lineno),))
-            values = scope.assigns.get(expr.id, [])
-            if len(values) == 1 and values[0] is not None:
-                inner = self.resolve(values[0], scope, depth + 1)
-                if inner.qualname:
-                    step = Evidence(f"`{expr.id} = {ast.unparse(values[0])}`", self.path, values[0].lineno)
-                    return LayerType(inner.qualname, inner.quant, (step, *inner.chain))
-            return LayerType(None)
-        if isinstance(expr, ast.Call):
-            name = dotted(expr.func)
-            if name:
-                t = self.index.resolve(self.module, name, self.imports)
-                return LayerType(t, _quant_kw(expr), (Evidence(f"`{name}(...)` call", self.path, expr.lineno),))
-            return LayerType(None)
-        if isinstance(expr, ast.Attribute):
-            owner = self.resolve(expr.value, scope, depth + 1)
-            if not owner.qualname:
-                return LayerType(None)
-            origin = self.project.attr_origin(owner.qualname, expr.attr)
-            if origin is None or origin.type_name is None:
-                if origin is not None and origin.quant == "set":
-                    return LayerType(None, "set", (Evidence(origin.how, origin.path, origin.line),))
-                return LayerType(None)
-            return LayerType(origin.type_name, origin.quant, (Evidence(origin.how, origin.path, origin.line),))
-        return LayerType(None)
-
-    def quantizable(self, layer: LayerType, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
-        """("high"|"low", evidence) when the layer may hold a repacked weight, else None.
-
-        Precision rules: a layer built with `quant_config=None`, or by a constructor call with no
-        way to pass one, is never quantized; neither is a class the scanned tree defines outside
-        the quantizable hierarchy, nor a `not-quantizable` class (embeddings), whatever it was
-        given: `quant_config=` alone is evidence only for classes we cannot see."""
-        if layer.quant in ("none", "absent"):
-            return None
-        if layer.qualname:
-            if self.project.never_quantized(layer.qualname) or self.index.not_quantizable(layer.qualname):
-                return None
-            verdict = self.index.quantizable_verdict(layer.qualname)
-            if verdict.yes:
-                return "high", layer.chain + verdict.chain
-            if self.index.class_location(layer.qualname) is not None:
-                return None
-        if layer.quant == "set":
-            return "high", layer.chain + (Evidence("constructed with `quant_config=`: its quant method may repack `.weight`", "", 0),)
-        if name_patterns and not layer.qualname:
-            last = expr_text.rsplit(".", 1)[-1]
-            if any(fnmatch.fnmatch(last, p) for p in name_patterns):
-                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
-        return None

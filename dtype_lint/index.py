@@ -295,6 +295,17 @@ class QuantizableLayerIndex:
         """Configured as never holding a repackable weight (embeddings), or a subclass of one."""
         return bool(self._not_quantizable) and self._verdict(qualname, "not_quantizable").yes
 
+    def configured(self, qualname: str, kind: str = "quantizable") -> Evidence | None:
+        """Evidence that this very class is named by configuration (not one of its bases)."""
+        roots = {"quantizable": self.quantizable, "exempt": self.exempt, "not_quantizable": self._not_quantizable}[kind]
+        short = qualname.rsplit(".", 1)[-1]
+        if qualname in roots:
+            return self._evidence(qualname, f"`{short}` is a configured {kind} class")
+        match = self._by_simple.get((qualname.split(".")[0], short))
+        if self.class_location(qualname) is None and match in roots:
+            return Evidence(f"`{short}` matches configured {kind} class `{match}` by name", "", 0)
+        return None
+
     def quantizable_verdict(self, qualname: str) -> ClassVerdict:
         return self._verdict(qualname, "quantizable")
 

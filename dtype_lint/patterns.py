@@ -10,6 +10,7 @@ import ast
 from dataclasses import dataclass
 
 from .facts import FunctionScope
+from .index import dotted
 
 # How a file spells a weight-dtype site, for the text prefilter: `L.weight.dtype`, `.to(L.weight)`,
 # `getattr(L, "weight"...)` (black may split it over lines, with comments), or an alias
@@ -25,9 +26,10 @@ WEIGHT_SITE_PATTERNS = (
 @dataclass(frozen=True)
 class WeightDtypeSource:
     layer: ast.expr  # the layer expression (`self.kv_b_proj`)
-    form: str  # "attribute" | "getattr" | "hasattr-fallback" | "tensor"
+    form: str  # "attribute" | "getattr" | "hasattr-fallback" | "tensor" | "getter"
     alias: str | None = None  # the local name used at the site, when reached through an alias
     alias_value: ast.expr | None = None  # what that alias was assigned
+    evidence: tuple = ()  # for "getter": where the `dtype` getter returns the layer's dtype
 
 
 def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> tuple[ast.expr, str] | None:
@@ -44,7 +46,20 @@ def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> t
     return None
 
 
+def _typing_cast(node: ast.AST) -> ast.AST | None:
+    """The value of `typing.cast(T, value)` / `cast(T, value)`: a no-op at run time."""
+    if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords:
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if name == "cast":
+            return node.args[1]
+    return None
+
+
 def weight_dtype_source(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> WeightDtypeSource | None:
+    inner = _typing_cast(node)
+    if inner is not None and depth < 4:
+        return weight_dtype_source(inner, scope, depth + 1)
     if isinstance(node, ast.Attribute) and node.attr == "dtype":
         w = weight_expr(node.value, scope)
         if w:
@@ -67,7 +82,42 @@ def weight_dtype_source(node: ast.AST, scope: FunctionScope | None, depth: int =
     return None
 
 
+def getter_source(ctx, node: ast.AST, scope: FunctionScope) -> WeightDtypeSource | None:
+    """`x.to(self.visual.dtype)` where the class of `self.visual` has a `dtype` getter returning a
+    layer's `.weight.dtype` (directly, or through a local alias of it)."""
+    alias = None
+    if isinstance(node, ast.Name):
+        values = scope.assigns.get(node.id, [])
+        if len(values) != 1 or values[0] is None:
+            return None
+        alias, node = node.id, values[0]
+    if not (isinstance(node, ast.Attribute) and node.attr == "dtype") and not (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dtype"):
+        return None
+    got = ctx.layers.dtype_getter(node, scope)
+    if got is None:
+        return None
+    layer, evidence = got
+    return WeightDtypeSource(layer, "getter", alias, None, (evidence,))
+
+
 CAST_METHODS = ("to", "type")
+# torch factories whose `dtype=` makes a new tensor, and keywords naming a kernel's output dtype.
+TORCH_FACTORIES = frozenset({
+    "empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "empty_strided",
+})
+OUTPUT_KEYWORDS = ("out_dtype", "output_dtype")
+
+
+def alloc_dtype_keywords(call: ast.Call, imports: dict[str, str]) -> list[ast.keyword]:
+    """The keywords of a call that set the dtype of a tensor it creates."""
+    out = [kw for kw in call.keywords if kw.arg in OUTPUT_KEYWORDS]
+    name = dotted(call.func) or ""
+    head, _, attr = name.rpartition(".")
+    if attr in TORCH_FACTORIES and (imports.get(head.split(".")[0], head).split(".")[0] == "torch"):
+        out += [kw for kw in call.keywords if kw.arg == "dtype"]
+    return out
 
 
 def cast_dtype_args(call: ast.Call) -> list[ast.expr]:

@@ -20,12 +20,14 @@ PRESETS: dict[str, dict] = {
             "vllm.model_executor.layers.fused_moe.layer.FusedMoE",
             "vllm.model_executor.layers.fused_moe.FusedMoE",
             "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
-        ],
-        # Lookup tables, not matmul inputs: their `.weight` is gathered, never fed an activation.
-        "not-quantizable": [
             "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding",
             "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead",
         ],
+        # Which constructor parameters carry the quantization config.
+        "config-params": ["quant_config"],
+        # Embeddings and heads are quantizable too (CT WNA16 and GGUF embeddings have no `.weight`,
+        # ModelOpt Q8_0 keeps a uint8 one): for a project that imports vLLM without scanning it.
+        "not-quantizable": [],
         # Code whose job is the storage format: quant methods and weight-kernel classes.
         "exempt-classes": [
             "vllm.model_executor.layers.quantization.base_config.QuantizeMethodBase",
@@ -43,6 +45,7 @@ PRESETS: dict[str, dict] = {
         "helper-template": "vllm",
     },
     "generic": {
+        "config-params": ["quant_config"],
         "quantizable": [],
         "not-quantizable": [],
         "exempt-classes": [],

@@ -12,7 +12,9 @@ Facts a rule may declare (reading an undeclared one raises, so declarations stay
   file for every rule that asks;
 - "functions": every function of the file, exempt or not;
 - "layers": layer resolution (what class does `self.kv_b_proj` hold, may it be quantized?);
-- "fixes": the fix planner (routes a site through the shared helper).
+- "fixes": the fix planner (routes a site through the shared helper);
+- "flows": a layer's weight or weight dtype passed into a project function that casts or
+  allocates with it (flows.py).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from functools import cached_property
 from typing import ClassVar
 
 from .config import Config
-from .facts import FunctionScope, LayerResolver, ProjectFacts, walk_function
+from .facts import FunctionScope, ProjectFacts, walk_function
+from .layers import LayerResolver
 from .findings import Evidence, Finding, Fix, Span
+from .guards import dominating_guard
 from .source import SourceFile
 
-FACTS = frozenset({"candidates", "functions", "layers", "fixes"})
+FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows"})
 
 
 @dataclass(frozen=True)
@@ -113,9 +117,16 @@ class FileFacts:
     def functions(self) -> list[Candidate]:
         cfg = self.config
         out = []
+        storage: dict[str, bool] = {}
+        exempt_ranges: list[tuple[int, int]] = []  # functions nested in exempt ones are exempt too
         for fn, class_q, scope_name in iter_functions(self.tree, self.source.module):
-            exempt = any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions) or bool(
-                class_q and self.project.index.exempt_verdict(class_q).yes)
+            if class_q and class_q not in storage:
+                storage[class_q] = self.project.index.exempt_verdict(class_q).yes or \
+                    self.layers.storage_code(class_q) is not None
+            exempt = any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions) or bool(class_q and storage[class_q]) \
+                or any(a < fn.lineno <= b for a, b in exempt_ranges)
+            if exempt:
+                exempt_ranges.append((fn.lineno, fn.end_lineno))
             out.append(Candidate(fn, class_q, scope_name, exempt))
         return out
 
@@ -134,7 +145,14 @@ class FileFacts:
 
     @cached_property
     def layers(self) -> LayerResolver:
-        return LayerResolver(self.project, self.source.module, self.imports, self.source.path)
+        return LayerResolver(self.project, self.source.module, self.imports, self.source.path,
+                             self.config.all_config_params)
+
+    @cached_property
+    def flows(self):
+        from .flows import Flows
+
+        return Flows(self.project, self.source.module, self.imports, self.config)
 
     @cached_property
     def fixes(self):
@@ -177,6 +195,32 @@ class RuleContext:
         return self._fact("fixes")
 
     @property
+    def flows(self):
+        return self._fact("flows")
+
+    def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:
+        """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",
+        "alloc"), when the layer may be quantized."""
+        for flow in self.flows.flows(call, c.scope):
+            if flow.use.kind != kind:
+                continue
+            verdict = self.layer_verdict(flow.layer, c, site=call)
+            if verdict is None:
+                continue
+            confidence, evidence = verdict
+            use = Evidence(f"`{flow.callee}` {what} with parameter `{flow.use.param}`: `{flow.use.text}`",
+                           flow.use.path, flow.use.line)
+            passed = "the dtype of " if flow.use.what == "weight" else ""
+            self.report(
+                flow.arg,
+                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {passed}it: the storage "
+                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` (int32 under Marlin, uint8 under NVFP4, "
+                f"absent under AWQ)",
+                scope=c.scope_name, confidence=confidence, evidence=(use, *evidence),
+                no_fix_reason="the dtype is used in another function; route it through the helper by hand",
+            )
+
+    @property
     def project(self) -> ProjectFacts:
         return self._facts.project
 
@@ -187,11 +231,22 @@ class RuleContext:
                 if isinstance(node, ast.Call):
                     yield c, node
 
-    def layer_verdict(self, layer: ast.expr, scope: FunctionScope) -> tuple[str, tuple[Evidence, ...]] | None:
-        """(confidence, evidence) when `layer` may hold a repacked weight here, else None."""
+    def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
+                      site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
+        """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
+        Given the candidate function and the `site` node, a check that dominates the site and
+        proves the layer unquantized (guards.py) also makes it None."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
-        return self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        scope = where.scope if isinstance(where, Candidate) else where
+        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        if verdict is None or site is None or not isinstance(where, Candidate):
+            return verdict
+        aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
+        cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
+        if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
+            return None
+        return verdict
 
     def span(self, node: ast.AST) -> Span:
         src = self.source

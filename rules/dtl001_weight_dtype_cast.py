@@ -52,7 +52,8 @@ import ast
 
 from dtype_lint.facts import FunctionScope
 from dtype_lint.fixplan import Site
-from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.patterns import (WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, getter_source,
+                                 weight_dtype_source, weight_expr)
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -77,7 +78,7 @@ class WeightDtypeCast(Rule):
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
-    facts = frozenset({"candidates", "layers", "fixes"})
+    facts = frozenset({"candidates", "layers", "fixes", "flows"})
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -159,15 +160,20 @@ class WeightDtypeCast(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         for c, node in ctx.calls():
+            ctx.report_flows(c, node, "cast", "casts an activation to")
             for arg in cast_dtype_args(node):
-                wds = self._source(arg, c.scope, node)
-                if wds is None or _receiver_is_parameter(node):
+                wds = self._source(arg, c.scope, node) or getter_source(ctx, arg, c.scope)
+                if wds is None or _receiver_is_parameter(node, wds.layer):
                     continue
-                verdict = ctx.layer_verdict(wds.layer, c.scope)
+                verdict = ctx.layer_verdict(wds.layer, c, site=node)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
+                if wds.form == "getter":
+                    fix, reason = None, "the dtype comes from a `dtype` getter of another class; route it by hand"
+                    evidence = (*wds.evidence, *evidence)
+                else:
+                    fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
                 ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
@@ -193,9 +199,18 @@ class WeightDtypeCast(Rule):
                 f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
 
 
-def _receiver_is_parameter(call: ast.Call) -> bool:
-    """`layer.weight.to(...)`, `param.data.to(...)`: casting stored parameters is not an activation cast."""
+def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:
+    """`layer.weight.to(...)`, `param.data.to(...)`, `layer.weight_scale.to(...)`: casting a layer's
+    stored parameters is not an activation cast. (A scale buffer of another module multiplied
+    into activations, `self.embed_scale.to(...)`, is.)"""
     recv = call.func.value  # type: ignore[union-attr]
     last = recv.attr if isinstance(recv, ast.Attribute) else (recv.id if isinstance(recv, ast.Name) else "")
-    return last in ("weight", "bias", "data") or "weight" in last or last.endswith("_scale")
+    if last in ("weight", "bias", "data") or "weight" in last:
+        return True
+    return last in _QUANT_SCALES and isinstance(recv, ast.Attribute) and ast.dump(recv.value) == ast.dump(layer)
+
+
+# A layer's quantization parameters (an `embed_scale` normaliser buffer is not one of them).
+_QUANT_SCALES = frozenset({"input_scale", "output_scale", "input_scale_inv", "k_scale", "v_scale", "q_scale",
+                           "prob_scale", "smooth_scale", "act_scale", "input_global_scale", "alpha"})
 

@@ -3,7 +3,8 @@
 ## What it does
 Flags allocations and kernel outputs whose dtype comes from a quantizable layer's weight:
 `torch.empty(n, dtype=L.weight.dtype)`, `torch.zeros_like(x, dtype=L.weight.dtype)` and the other
-`torch` factories, and any call passing `out_dtype=`/`output_dtype=L.weight.dtype` — also through
+`torch` factories, any call passing `out_dtype=`/`output_dtype=L.weight.dtype`, and
+`L.weight.new_zeros(...)` (and `new_empty/ones/full/tensor`) without a `dtype=` — also through
 local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks. Layers resolve exactly
 as for DTL001 (configured quantizable classes and their subclasses across files, layers built with
 `quant_config=`), and the same code is exempt (quant methods, weight loaders,
@@ -43,14 +44,11 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.index import dotted
-from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, weight_dtype_source
+from dtype_lint.flows import NEW_LIKE
+from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
-_FACTORIES = {
-    "empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
-    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "empty_strided",
-}
-_OUTPUT_KEYWORDS = ("out_dtype", "output_dtype")
+# `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
 _HEAD = """\
 import torch
@@ -68,7 +66,7 @@ class WeightDtypeAllocation(Rule):
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
-    facts = frozenset({"candidates", "layers"})
+    facts = frozenset({"candidates", "layers", "flows"})
 
     VALID = [
         Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
@@ -86,13 +84,18 @@ class WeightDtypeAllocation(Rule):
         Invalid(_HEAD + "    def f(self, x):\n        return torch.zeros_like(x, dtype=self.o_proj.weight.dtype)\n"),
         Invalid(_HEAD + "    def f(self, a, b):\n        w = getattr(self.o_proj, \"weight\", None).dtype\n"
                 "        return torch.mm(a, b, out_dtype=w)\n", message_contains=("out_dtype", "`w`")),
+        # `new_*` takes the tensor's dtype: here the weight's storage dtype.
+        Invalid(_HEAD + "    def f(self, x):\n        w = self.o_proj.weight\n"
+                "        return torch.addmm(w.new_zeros(1), x, w.t())\n", message_contains=("new_zeros", "self.o_proj")),
     ]
 
     def check(self, ctx: RuleContext) -> None:
         for c, node in ctx.calls():
-            for kw in self._dtype_keywords(node, ctx.imports):
+            ctx.report_flows(c, node, "alloc", "allocates a tensor in")
+            self._like_weight(ctx, c, node)
+            for kw in alloc_dtype_keywords(node, ctx.imports):
                 wds = weight_dtype_source(kw.value, c.scope)
-                verdict = ctx.layer_verdict(wds.layer, c.scope) if wds is not None else None
+                verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
@@ -107,11 +110,21 @@ class WeightDtypeAllocation(Rule):
                 )
 
     @staticmethod
-    def _dtype_keywords(call: ast.Call, imports: dict[str, str]) -> list[ast.keyword]:
-        out = [kw for kw in call.keywords if kw.arg in _OUTPUT_KEYWORDS]
-        name = dotted(call.func) or ""
-        head, _, attr = name.rpartition(".")
-        if attr in _FACTORIES and (imports.get(head.split(".")[0], head).split(".")[0] == "torch"):
-            out += [kw for kw in call.keywords if kw.arg == "dtype"]
-        return out
-
+    def _like_weight(ctx: RuleContext, c, node: ast.Call) -> None:
+        """`w.new_zeros(...)` with `w = L.weight` and no `dtype=`: a buffer in the storage dtype."""
+        f = node.func
+        if not (isinstance(f, ast.Attribute) and f.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
+            return
+        w = weight_expr(f.value, c.scope)
+        verdict = ctx.layer_verdict(w[0], c, site=node) if w is not None else None
+        if verdict is None:
+            return
+        confidence, evidence = verdict
+        ctx.report(
+            node,
+            f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
+            f"dtype of a quantizable layer (int32 under Marlin, uint8 under NVFP4, absent under AWQ); pass the "
+            f"buffer's dtype explicitly",
+            scope=c.scope_name, confidence=confidence, evidence=evidence,
+            no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
+        )

@@ -88,7 +88,10 @@ def test_vllm_preset_is_the_default():
     assert "vllm.model_executor.layers.linear.ColumnParallelLinear" in cfg.all_quantizable
     assert "vllm.model_executor.layers.fused_moe.layer.FusedMoE" in cfg.all_quantizable
     assert "vllm.model_executor.layers.quantization.base_config.QuantizeMethodBase" in cfg.all_exempt_classes
-    assert "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding" in cfg.all_not_quantizable
+    # Embeddings are quantizable (CT WNA16, GGUF: no `.weight`; ModelOpt Q8_0: uint8).
+    assert "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding" in cfg.all_quantizable
+    assert cfg.all_not_quantizable == []
+    assert cfg.all_config_params == ("quant_config",)
     assert cfg.helper_spec == ("vllm.model_executor.layers.quantization.utils.layer_input_dtype", "get_layer_input_dtype")
     assert cfg.template == "vllm"
     assert cfg.exempt_functions == EXEMPT_FUNCTIONS and cfg.fp8_input_default is True

@@ -98,15 +98,25 @@ def test_project_suppressed_sites_are_found_then_suppressed(tmp_path: Path):
         assert "# dtype-lint: ignore[DTL001]" in text or "# noqa: DTL001" in text
 
 
-def test_project_precision_controls_are_load_bearing():
+def test_project_precision_controls_are_load_bearing(tmp_path: Path):
     """Without the exemptions, the quant methods' own reads of `layer.weight.dtype` are reported:
-    so their absence from expected.txt is the exemption working, not a blind spot. The vision
-    tower stays clean either way (plain torch layers, `quant_config=None`)."""
-    cfg = load_config(PROJECT)
+    so their absence from expected.txt is the exemption working, not a blind spot. Two things
+    exempt them: configuration (`exempt-classes`, `exempt-functions`) and structure (methods that
+    are handed the `layer` they own: `apply(self, layer, ...)`); both are removed here, the second
+    by renaming the `layer` parameter in a copy. The vision tower stays clean either way (plain
+    torch layers, `quant_config=None`)."""
+    root = tmp_path / "project"
+    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns(".dtype_lint_cache", "__pycache__"))
+    cfg = load_config(root)
     cfg.exempt_classes = []
     cfg.exempt_functions = []
-    raw = run(cfg, RunOptions(paths=[str(PROJECT)], jobs=1, use_cache=False)).findings
-    paths = {Path(f.path).relative_to(PROJECT).as_posix() for f in raw}
+    raw = run(cfg, RunOptions(paths=[str(root)], jobs=1, use_cache=False)).findings
+    assert not {f.path for f in raw if "/quant/" in f.path}, "structure alone exempts the quant methods"
+    for path in (root / "minillm/quant").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(re.sub(r"\blayer\b", "lyr", text), encoding="utf-8")
+    raw = run(cfg, RunOptions(paths=[str(root)], jobs=1, use_cache=False)).findings
+    paths = {Path(f.path).relative_to(root).as_posix() for f in raw}
     assert {"minillm/quant/base.py", "minillm/quant/fp8.py"} <= paths
     assert "minillm/models/vision.py" not in paths
     assert "minillm/layers/input_dtype.py" not in paths

@@ -267,9 +267,10 @@ def test_quant_config_on_an_unseen_class_is_evidence(tmp_path):
     assert sites(found) == [("pkg/m.py", "x.to(self.fancy.weight.dtype)")]
 
 
-def test_embeddings_are_not_quantizable(tmp_path):
-    """vLLM preset: VocabParallelEmbedding and ParallelLMHead (and subclasses) take a quant config
-    but are lookup tables; a configured `not-quantizable` class likewise."""
+def test_embeddings_and_heads_are_quantizable_like_any_layer(tmp_path):
+    """vLLM preset: VocabParallelEmbedding and ParallelLMHead (and subclasses) built with a quant
+    config are quantizable (CT WNA16 and GGUF embeddings have no `.weight`, ModelOpt Q8_0 keeps a
+    uint8 one); a configured `not-quantizable` class is not."""
     found = run(tmp_path, {
         "pkg/emb.py": """
             from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
@@ -298,7 +299,7 @@ def test_embeddings_are_not_quantizable(tmp_path):
                             x.to(self.table.weight.dtype))
         """,
     }, preset="vllm", not_quantizable=["pkg.emb.Table"])
-    assert found == []
+    assert [f.expression for *_, f in found] == ["x.to(self.embed.weight.dtype)", "x.to(self.head.weight.dtype)"]
 
 
 def test_exempt_classes_and_functions(tmp_path):
@@ -316,10 +317,19 @@ def test_exempt_classes_and_functions(tmp_path):
 
 
         class Loader:
-            def process_weights_after_loading(self, layer: LinearBase, x):
+            def load_weights(self, layer: LinearBase, x):
                 return x.to(layer.weight.dtype)
 
             def forward(self, layer: LinearBase, x):
+                return x.to(layer.weight.dtype)
+
+
+        class Kernel:
+            # Structure alone says storage code: its methods are handed the layer they own.
+            def process_weights_after_loading(self, layer: LinearBase):
+                pass
+
+            def apply_weights(self, layer: LinearBase, x):
                 return x.to(layer.weight.dtype)
     """}, exempt_classes=["pkg.quant.QuantMethodBase"])
     assert [(p, f.scope) for p, _line, _c, f in found] == [("pkg/quant.py", "Loader.forward")]

@@ -1,0 +1,494 @@
+"""What layer does this expression hold, and may a quantization backend repack its weight?
+
+A reviewer answers in two steps, and so does this module:
+
+1. **The class.** Follow the expression to the line that constructs it: `self`, annotated
+   parameters, local assignments, attribute chains (`self.embed_vision.embedding_projection`),
+   `@property` getters and argument-less methods that return a layer.
+2. **The construction.** A class is a quantizable layer when its code, or a base's, obtains a
+   quant method for itself or lets one create its weights (facts.ClassFacts.quant_root), or when
+   configuration names it (for classes outside the scanned tree). An *instance* is quantized only
+   if a quantization config may reach it: its config parameter (`quant_config`, or the preset's
+   `config-params`) is followed through constructor parameters, positional or keyword, across
+   files. Absent with a None default, literally None, or forwarded as None by its class
+   (`super().__init__(..., quant_config=None)`): never quantized. So the same class can be a
+   finding in one model and clean in another.
+
+Every step is recorded as Evidence, shown with the finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from dataclasses import dataclass, field
+
+from .facts import AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name
+from .findings import Evidence
+from .index import dotted
+
+NONE, SET, UNKNOWN = "none", "set", "unknown"
+# A model class attribute listing the only quantization configs it accepts (vLLM).
+RESTRICTING_ATTR = "supported_quantization_configs"
+
+
+def _merge(a: str, b: str) -> str:
+    if a == b:
+        return a
+    return SET if SET in (a, b) else UNKNOWN
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A layer expression resolved: its class, whether a config may reach it, and the states of
+    its constructor's parameters (to follow the config into its own attributes)."""
+
+    qualname: str | None
+    config: str = UNKNOWN  # NONE: no config can reach it; SET: one is passed; UNKNOWN: cannot tell
+    env: tuple[tuple[str, str], ...] = ()
+    chain: tuple[Evidence, ...] = ()
+    passed: bool = False  # its construction passes a config argument (not left to the default)
+    # The class of the `self` the expression starts from (a model class may restrict the configs
+    # its layers can receive).
+    origin: str | None = None
+
+    def param(self, name: str) -> str:
+        return dict(self.env).get(name, UNKNOWN)
+
+
+@dataclass
+class _Context:
+    """Where an argument expression is evaluated: a method of `owner` running on an instance."""
+
+    params: frozenset[str]
+    locals: dict[str, ast.expr] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    param_attrs: dict[str, str] = field(default_factory=dict)  # self.X = param, in the owner
+    # The module whose names the expressions use (None: the resolver's own file).
+    module: str | None = None
+    imports: dict[str, str] | None = None
+
+
+class LayerResolver:
+    """Resolve layer expressions inside one function of one file, with evidence."""
+
+    def __init__(self, project: ProjectFacts, module: str, imports: dict[str, str], path: str,
+                 config_params: tuple[str, ...] = ("quant_config",)):
+        self.project = project
+        self.index = project.index
+        self.module = module
+        self.imports = imports
+        self.path = path
+        self.config_params = tuple(config_params)
+
+    # ---- step 1: the class -------------------------------------------------------------------
+    def resolve(self, expr: ast.AST, scope: FunctionScope, depth: int = 0, this: Instance | None = None) -> Instance:
+        """`this`: the instance `self` stands for (a getter resolved on a known instance)."""
+        if depth > 10:
+            return Instance(None)
+        if isinstance(expr, ast.Name):
+            if expr.id == scope.self_name and scope.class_qualname:
+                return this or Instance(scope.class_qualname, origin=scope.class_qualname)
+            if expr.id in scope.params:
+                return self._annotated(expr.id, scope.params[expr.id], "parameter")
+            if expr.id in scope.annotations:
+                inst = self._annotated(expr.id, scope.annotations[expr.id], "local")
+                if inst.qualname:
+                    return inst
+            values = scope.assigns.get(expr.id, [])
+            if len(values) == 1 and values[0] is not None:
+                inner = self.resolve(values[0], scope, depth + 1, this)
+                if inner.qualname or inner.config == SET:
+                    step = Evidence(f"`{expr.id} = {ast.unparse(values[0])}`", self.path, values[0].lineno)
+                    return Instance(inner.qualname, inner.config, inner.env, (step, *inner.chain), inner.passed)
+            return Instance(None)
+        if isinstance(expr, ast.Call):
+            if isinstance(expr.func, ast.Attribute) and not expr.args and not expr.keywords:
+                owner = self.resolve(expr.func.value, scope, depth + 1, this)
+                if owner.qualname:  # `x.get_input_embeddings()`: an argument-less getter
+                    got = self._getter(owner, expr.func.attr, depth)
+                    if got is not None:
+                        return got
+            name = dotted(expr.func)
+            if name:
+                cls = self.index.resolve(self.module, name, self.imports)
+                ctx = _Context(frozenset(scope.params))
+                inst = self.construct(expr, cls, ctx)
+                return Instance(inst.qualname, inst.config, inst.env,
+                                (Evidence(f"`{name}(...)` call", self.path, expr.lineno), *inst.chain), inst.passed)
+            return Instance(None)
+        if isinstance(expr, ast.Attribute):
+            owner = self.resolve(expr.value, scope, depth + 1, this)
+            if not owner.qualname:
+                return Instance(None)
+            return self.attribute(owner, expr.attr, depth)
+        return Instance(None)
+
+    def dtype_getter(self, expr: ast.AST, scope: FunctionScope) -> tuple[ast.expr, Evidence] | None:
+        """`X.dtype` / `X.dtype()` where X's class defines a `dtype` getter returning some layer's
+        `.weight.dtype` (a vision tower's `dtype` property): (that layer as an expression over X,
+        evidence). The layer expression is synthetic: it has no place in the source."""
+        from .patterns import weight_dtype_source
+
+        if isinstance(expr, ast.Call) and not expr.args and not expr.keywords:
+            expr = expr.func
+        if not (isinstance(expr, ast.Attribute) and expr.attr == "dtype"):
+            return None
+        base = expr.value
+        if isinstance(base, ast.Attribute) and base.attr == "weight":
+            return None
+        owner = self.resolve(base, scope)
+        if not owner.qualname:
+            return None
+        got = self.project.getter(owner.qualname, "dtype")
+        if got is None:
+            return None
+        where, returned = got
+        wds = weight_dtype_source(returned, None)
+        if wds is None:
+            return None
+        layer = _substitute_self(wds.layer, base)
+        if layer is None:
+            return None
+        loc = self.index.class_location(where)
+        path = loc[0].path if loc else ""
+        return layer, Evidence(f"`{_short(where)}.dtype` returns `{ast.unparse(returned)}`", path, returned.lineno)
+
+    def _annotated(self, name: str, annotation, what: str) -> Instance:
+        ann = annotation_name(annotation)
+        if not ann:
+            return Instance(None)
+        cls = self.index.resolve(self.module, ann, self.imports)
+        return Instance(cls, UNKNOWN, (), (Evidence(f"{what} `{name}: {ann}`", self.path,
+                                                     getattr(annotation, "lineno", 0)),))
+
+    def attribute(self, owner: Instance, attr: str, depth: int = 0) -> Instance:
+        found = self.project.attr_origins(owner.qualname, attr)
+        if found is None:
+            got = self._getter(owner, attr, depth)
+            return got if got is not None else Instance(None)
+        where, origins = found
+        env = self._env_in(owner, where)
+        best: Instance | None = None
+        for origin in origins:
+            inst = self._from_origin(origin, where, env)
+            if best is None or self._rank(inst) < self._rank(best):
+                best = inst
+        if best is None:
+            return Instance(None)
+        return Instance(best.qualname, best.config, best.env, best.chain, best.passed, owner.origin)
+
+    @staticmethod
+    def _rank(inst: Instance) -> tuple:
+        # Prefer an origin that names a class, then one a config may reach.
+        return (inst.qualname is None, inst.config == NONE, inst.config != SET)
+
+    def _getter(self, owner: Instance, name: str, depth: int) -> Instance | None:
+        got = self.project.getter(owner.qualname, name)
+        if got is None:
+            return None
+        where, expr = got
+        cf = self.project.class_facts(where)
+        facts = self.project.file_facts(self.index.class_location(where)[0].module) if cf else None
+        if facts is None:
+            return None
+        sub = LayerResolver(self.project, facts.module, facts.imports, facts.path, self.config_params)
+        scope = FunctionScope(None, where)
+        scope.self_name = "self"
+        inst = sub.resolve(expr, scope, depth + 1, this=owner)
+        if inst.qualname is None:
+            return None
+        step = Evidence(f"`{name}` returns `{ast.unparse(expr)}`", facts.path, expr.lineno)
+        return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed)
+
+    def _from_origin(self, origin: AttrOrigin, where: str, env: dict[str, str]) -> Instance:
+        step = Evidence(origin.how, origin.path, origin.line)
+        if origin.kind != "call" or origin.call is None:
+            return Instance(origin.type_name, UNKNOWN, (), (step,))
+        cf = self.project.class_facts(where)
+        in_init = origin.method == "__init__"
+        loc = self.index.class_location(where)
+        facts = self.project.file_facts(loc[0].module) if loc else None
+        ctx = _Context(origin.method_params, dict(origin.locals), env if in_init else {},
+                       cf.param_attrs if cf else {}, facts.module if facts else None,
+                       facts.imports if facts else None)
+        inst = self.construct(origin.call, origin.type_name, ctx)
+        extra = {NONE: " without a quantization config", SET: " with a quantization config"}.get(inst.config, "")
+        step = Evidence(origin.how + extra, origin.path, origin.line)
+        return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed)
+
+    # ---- step 2: the construction --------------------------------------------------------------
+    def construct(self, call: ast.Call, cls: str | None, ctx: _Context) -> Instance:
+        """The instance `cls(...)` builds, with the state of its config and of every parameter."""
+        init = self.project.init_of(cls) if cls else None
+        if init is None:
+            config, passed = self._config_without_signature(call, ctx)
+            return Instance(cls, config, passed=passed)
+        _where, sig = init
+        env = {}
+        bound = sig.bind(call, self._spread_keys(call, ctx))
+        for name, arg in bound.items():
+            if arg == "default":
+                env[name] = self._default_state(sig, name)
+            elif arg == "unknown":
+                env[name] = UNKNOWN
+            else:
+                env[name] = self.state(arg, ctx)
+        passed = any(not isinstance(bound.get(p, "default"), str) for p in self.config_params) or any(
+            kw.arg in self.config_params for kw in call.keywords)
+        return Instance(cls, self._config_of(sig, call, env, ctx), tuple(sorted(env.items())), passed=passed)
+
+    def _spread_keys(self, call: ast.Call, ctx: _Context) -> set[str] | None:
+        """The keys of every `**mapping` in the call, when each is a dict literal, a local bound to
+        one, or a call of a project function whose every `return` is one (sglang's
+        `**get_embedding_tp_kwargs()`); None when any is unknown."""
+        keys: set[str] = set()
+        for kw in call.keywords:
+            if kw.arg is not None:
+                continue
+            found = self._dict_keys(kw.value, ctx)
+            if found is None:
+                return None
+            keys |= found
+        return keys
+
+    def _dict_keys(self, expr: ast.expr, ctx: _Context, depth: int = 0) -> set[str] | None:
+        if depth > 3:
+            return None
+        if isinstance(expr, ast.Dict):
+            if any(k is None or not (isinstance(k, ast.Constant) and isinstance(k.value, str)) for k in expr.keys):
+                return None
+            return {k.value for k in expr.keys}
+        if isinstance(expr, ast.Call) and dotted(expr.func) == "dict" and not expr.args:
+            return None if any(k.arg is None for k in expr.keywords) else {k.arg for k in expr.keywords}
+        if isinstance(expr, ast.Name) and expr.id in ctx.locals:
+            return self._dict_keys(ctx.locals[expr.id], ctx, depth + 1)
+        if isinstance(expr, ast.Call) and not expr.args and not expr.keywords and dotted(expr.func):
+            module = ctx.module if ctx.module is not None else self.module
+            imports = ctx.imports if ctx.imports is not None else self.imports
+            target = self.index.resolve(module, dotted(expr.func), imports)
+            mod, _, name = target.rpartition(".")
+            found = self.project.function(mod, name)
+            if found is None:
+                return None
+            returns = [n.value for n in ast.walk(found[1]) if isinstance(n, ast.Return)]
+            if not returns or any(r is None for r in returns):
+                return None
+            keys: set[str] = set()
+            for r in returns:
+                got = self._dict_keys(r, _Context(frozenset()), depth + 1)
+                if got is None:
+                    return None
+                keys |= got
+            return keys
+        return None
+
+    def _config_of(self, sig: Signature, call: ast.Call, env: dict[str, str], ctx: _Context) -> str:
+        """NONE also when the constructor has no config parameter and no **kwargs to carry one."""
+        for p in self.config_params:
+            if sig.has(p):
+                return env[p]
+        for kw in call.keywords:  # a config passed through **kwargs
+            if kw.arg in self.config_params:
+                return self.state(kw.value, ctx)
+        return UNKNOWN if sig.varkw or sig.varargs else NONE
+
+    def _config_without_signature(self, call: ast.Call, ctx: _Context) -> tuple[str, bool]:
+        """(state, passed) for a class whose code we cannot see (not in the scanned tree): the
+        config keyword decides; vLLM-style layers take `quant_config` sixth at the earliest, so
+        fewer positionals mean none."""
+        for kw in call.keywords:
+            if kw.arg in self.config_params:
+                return self.state(kw.value, ctx), True
+        if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+            return UNKNOWN, False
+        return (NONE, False) if len(call.args) < 6 else (UNKNOWN, True)
+
+    @staticmethod
+    def _default_state(sig: Signature, name: str) -> str:
+        default = sig.defaults.get(name)
+        if default is None:
+            return UNKNOWN  # a required parameter the call did not bind: it cannot be called so
+        if isinstance(default, ast.Constant) and default.value is None:
+            return NONE
+        return SET
+
+    def state(self, expr: ast.expr, ctx: _Context, depth: int = 0) -> str:
+        """May this argument be a config (SET), is it surely None (NONE), or unknown?"""
+        if depth > 6:
+            return UNKNOWN
+        if isinstance(expr, ast.Constant):
+            return NONE if expr.value is None else SET
+        if isinstance(expr, ast.IfExp):
+            return _merge(self.state(expr.body, ctx, depth + 1), self.state(expr.orelse, ctx, depth + 1))
+        if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):
+            states = [self.state(v, ctx, depth + 1) for v in expr.values]
+            return NONE if all(s == NONE for s in states) else (SET if SET in states else UNKNOWN)
+        if isinstance(expr, ast.Name):
+            if expr.id in ctx.params:
+                return ctx.env.get(expr.id, UNKNOWN)
+            if expr.id in ctx.locals:
+                return self.state(ctx.locals[expr.id], ctx, depth + 1)
+            return UNKNOWN
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" \
+                and expr.attr in ctx.param_attrs:
+            return ctx.env.get(ctx.param_attrs[expr.attr], UNKNOWN)
+        return SET
+
+    def _env_in(self, inst: Instance, where: str) -> dict[str, str]:
+        """The states of `where.__init__`'s parameters for this instance, `where` being its class
+        or a base reached through `super().__init__(...)` calls."""
+        env = dict(inst.env)
+        cur = inst.qualname
+        for _ in range(16):
+            if cur == where:
+                return env
+            cf = self.project.class_facts(cur)
+            bases = self.index.bases(cur)
+            if not bases:
+                return {}
+            nxt = bases[0]
+            if cf is None:
+                return {}
+            if cf.init is None:
+                cur = nxt  # inherited __init__: same parameters
+                continue
+            if cf.super_init is None:
+                return {}
+            target = self.project.init_of(nxt)
+            if target is None:
+                return {}
+            call = cf.super_init
+            if not (isinstance(call.func.value, ast.Call)):  # `Base.__init__(self, ...)`
+                call = ast.Call(call.func, call.args[1:], call.keywords)
+            ctx = _Context(frozenset(cf.init.positional + cf.init.kwonly), {}, env, cf.param_attrs)
+            new = {}
+            for name, arg in target[1].bind(call).items():
+                new[name] = (self._default_state(target[1], name) if arg == "default" else
+                             UNKNOWN if arg == "unknown" else self.state(arg, ctx))
+            env, cur = new, nxt
+        return {}
+
+    # ---- the verdict ----------------------------------------------------------------------------
+    def quantizable(self, inst: Instance, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
+        """("high"|"low", evidence) when the layer may hold a repacked weight, else None."""
+        if inst.config == NONE:
+            return None
+        q = inst.qualname
+        if q:
+            if self.index.not_quantizable(q):
+                return None
+            root = self.quant_root(q)
+            if root is not None:
+                root_class, evidence = root
+                if self._config_reaching(inst, root_class) == NONE or self._excluded_by_model(inst):
+                    return None
+                return "high", inst.chain + evidence
+            if self.index.class_location(q) is not None:
+                return None  # a class of the scanned tree outside every quantizable hierarchy
+        if inst.config == SET or (inst.passed and inst.config == UNKNOWN):
+            return "high", inst.chain + (Evidence(
+                "constructed with a quantization config: its quant method may repack `.weight`", "", 0),)
+        if name_patterns and not q:
+            last = expr_text.rsplit(".", 1)[-1]
+            if any(fnmatch.fnmatch(last, p) for p in name_patterns):
+                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
+        return None
+
+    def _excluded_by_model(self, inst: Instance) -> bool:
+        """The model class the expression starts from admits only some quantization configs
+        (`supported_quantization_configs = (QuarkConfig,)`), and none of them handles this layer's
+        type: each config's methods test layer types (`isinstance(layer, LinearBase)`), and none of
+        those is in the layer's MRO."""
+        if not inst.origin or not inst.qualname:
+            return False
+        for q in self.index.mro(inst.origin):
+            cf = self.project.class_facts(q)
+            value = cf.class_values.get(RESTRICTING_ATTR) if cf else None
+            if value is None:
+                continue
+            names = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+            loc = self.index.class_location(q)
+            facts = self.project.file_facts(loc[0].module) if loc else None
+            if facts is None:
+                return False
+            layer_mro = set(self.index.mro(inst.qualname))
+            for n in names:
+                name = dotted(n)
+                if not name:
+                    return False
+                handled: set[str] = set()
+                config = self.index.resolve(facts.module, name, facts.imports)
+                for c in self.index.mro(config):
+                    ccf = self.project.class_facts(c)
+                    if ccf is None and c == config:
+                        return False  # a config we cannot read: it may handle anything
+                    if ccf is not None:
+                        handled |= ccf.dispatch
+                if handled & layer_mro:
+                    return False
+            return True
+        return False
+
+    def quant_root(self, qualname: str) -> tuple[str, tuple[Evidence, ...]] | None:
+        """(the nearest class in the MRO that makes it quantizable, the evidence chain) or None:
+        a class whose own code obtains a quant method for itself, or one configuration names."""
+        mro = self.index.mro(qualname)
+        for i, q in enumerate(mro):
+            cf = self.project.class_facts(q)
+            why = None
+            if cf is not None and cf.quant_root is not None:  # what the code says comes first
+                why = Evidence(f"`{_short(q)}`: {cf.quant_root.message}", cf.quant_root.path, cf.quant_root.line)
+            why = why or self.index.configured(q)
+            if why is not None:
+                chain = [self._subclass_step(mro[j], mro[j + 1]) for j in range(i)] if i else []
+                return q, (*chain, why)
+        return None
+
+    def _subclass_step(self, sub: str, base: str) -> Evidence:
+        loc = self.index.class_location(sub)
+        path, line = (loc[0].path, loc[0].classes[loc[1]][1]) if loc else ("", 0)
+        return Evidence(f"`{_short(sub)}` subclasses `{_short(base)}`", path, line)
+
+    def _config_reaching(self, inst: Instance, root: str) -> str:
+        """The config state at the quant root's constructor: NONE when a class between the
+        instance and the root forwards `quant_config=None` (vLLM's GateLinear)."""
+        if inst.qualname == root:
+            return inst.config
+        env = self._env_in(inst, root)
+        states = [env[p] for p in self.config_params if p in env]
+        return states[0] if states else self._forwards_none(inst.qualname, root)
+
+    def _forwards_none(self, qualname: str, root: str) -> str:
+        """Without construction facts: does any class on the way to the root pass a literal None?"""
+        for q in self.index.mro(qualname):
+            if q == root:
+                return UNKNOWN
+            cf = self.project.class_facts(q)
+            if cf is not None and cf.super_init is not None:
+                for kw in cf.super_init.keywords:
+                    if kw.arg in self.config_params and isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                        return NONE
+        return UNKNOWN
+
+    def storage_code(self, qualname: str) -> Evidence | None:
+        """Evidence that the class is storage-format code (a quant method or weight kernel)."""
+        for q in self.index.mro(qualname):
+            cf: ClassFacts | None = self.project.class_facts(q)
+            if cf is not None and cf.storage_code is not None:
+                return cf.storage_code
+        return None
+
+
+def _substitute_self(expr: ast.expr, replacement: ast.expr) -> ast.expr | None:
+    """`self.a.b` with `self` replaced by `replacement` (None when `expr` is not rooted at self)."""
+    if isinstance(expr, ast.Name):
+        return replacement if expr.id == "self" else None
+    if isinstance(expr, ast.Attribute):
+        inner = _substitute_self(expr.value, replacement)
+        return ast.Attribute(inner, expr.attr, ast.Load()) if inner is not None else None
+    return None
+
+
+def _short(qualname: str) -> str:
+    return qualname.rsplit(".", 1)[-1]
