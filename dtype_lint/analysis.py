@@ -27,8 +27,9 @@ def enabled_rules(config: Config, path: str | None = None):
 
 
 def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, module: str,
-            load_file=None) -> list[Finding]:
-    """Every finding of one file's text, sorted. `module`: its dotted name ("" when unknown)."""
+            load_file=None, deps: set[str] | None = None) -> list[Finding]:
+    """Every finding of one file's text, sorted. `module`: its dotted name ("" when unknown).
+    `deps`, when given, receives the paths of the other files whose code the analysis read."""
     rules = enabled_rules(config, path)
     codes = frozenset(r.code for r in rules)
     raw: list[Finding] = []
@@ -47,24 +48,32 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         project.register(tree, module, path, is_pkg, imports)
         facts = FileFacts(SourceFile(path, text, module), tree, config, project, imports,
                           frozenset(r.marker for r in rules))
-        for rule in rules:
-            mark = len(raw)
-            instance = rule()
-            try:
-                instance.check(RuleContext(instance, facts, raw))
-            except RecursionError:
-                del raw[mark:]
-                raw.extend(_engine_error(path, f"{rule.code} gave up: expression nesting too deep", 1, 1, config))
-            except RuleContractError:
-                raise  # a bug in the rule, for its author
-            except Exception as e:  # noqa: BLE001 - one rule's bug must not abort the run or lose files
-                del raw[mark:]
-                raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(e).__name__}: {e}; "
-                                               "please report it", 1, 1, config))
+        try:
+            _run_rules(rules, facts, raw, path, config)
+        finally:
+            if deps is not None:
+                deps.update(p for p in project.loaded if p != path)
     if not has_suppression(text):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
     return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
+
+
+def _run_rules(rules, facts: FileFacts, raw: list[Finding], path: str, config: Config) -> None:
+    for rule in rules:
+        mark = len(raw)
+        instance = rule()
+        try:
+            instance.check(RuleContext(instance, facts, raw))
+        except RecursionError:
+            del raw[mark:]
+            raw.extend(_engine_error(path, f"{rule.code} gave up: expression nesting too deep", 1, 1, config))
+        except RuleContractError:
+            raise  # a bug in the rule, for its author
+        except Exception as e:  # noqa: BLE001 - one rule's bug must not abort the run or lose files
+            del raw[mark:]
+            raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(e).__name__}: {e}; "
+                                           "please report it", 1, 1, config))
 
 
 def _why(e: BaseException) -> str:

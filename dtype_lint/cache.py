@@ -1,8 +1,10 @@
 """A per-project cache of file headers and findings, keyed by (mtime, size).
 
 One JSON file per (tool version, config fingerprint). Findings entries also carry the class
-index digest: a changed class header anywhere can change any file's findings. Writes are atomic,
-and a corrupt or foreign cache file is ignored, never an error.
+index digest (a changed class header anywhere can change any file's findings) and the stamps of
+the other files whose code the analysis read (where a layer was constructed, a base class's
+`__init__`): a change there invalidates the entry. Writes are atomic, and a corrupt or foreign
+cache file is ignored, never an error.
 """
 
 from __future__ import annotations
@@ -42,16 +44,20 @@ class Cache:
             self.data["headers"][self._k(path)] = [stamp, header, passes]
             self.dirty = True
 
-    def findings(self, path: str, stamp: str, digest: str):
+    def findings(self, path: str, stamp: str, digest: str, stamp_of):
+        """Cached findings, if the file, the class index and every other file whose code the
+        analysis read (`stamp_of(path)` gives its stamp now) are unchanged."""
         entry = self.data["findings"].get(self._k(path)) if self.enabled else None
-        if entry and entry[0] == stamp and entry[1] == digest:
-            # Paths are stored as the user spelled them last time; respell for this run.
-            return [dict(d, path=path, evidence=d["evidence"]) for d in entry[2]]
-        return None
+        if not (entry and len(entry) == 4 and entry[0] == stamp and entry[1] == digest):
+            return None
+        if any(stamp_of(dep) != dep_stamp for dep, dep_stamp in entry[3].items()):
+            return None
+        # Paths are stored as the user spelled them last time; respell for this run.
+        return [dict(d, path=path, evidence=d["evidence"]) for d in entry[2]]
 
-    def put_findings(self, path: str, stamp: str, digest: str, findings: list[dict]) -> None:
+    def put_findings(self, path: str, stamp: str, digest: str, findings: list[dict], deps: dict[str, str]) -> None:
         if self.enabled:
-            self.data["findings"][self._k(path)] = [stamp, digest, findings]
+            self.data["findings"][self._k(path)] = [stamp, digest, findings, deps]
             self.dirty = True
 
     def save(self, writer) -> None:

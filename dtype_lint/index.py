@@ -233,6 +233,7 @@ class QuantizableLayerIndex:
         # Facts of files parsed for their class bodies (facts.ProjectFacts), shared by every file
         # analysed against this index and gone with it.
         self.facts_cache: dict = {}
+        self._imported: set[str] | None = None
 
     # ---- name resolution ---------------------------------------------------------------
     def resolve(self, module: str, name: str, local_imports: dict[str, str] | None = None) -> str:
@@ -294,6 +295,14 @@ class QuantizableLayerIndex:
     def not_quantizable(self, qualname: str) -> bool:
         """Configured as never holding a repackable weight (embeddings), or a subclass of one."""
         return bool(self._not_quantizable) and self._verdict(qualname, "not_quantizable").yes
+
+    def mentions(self, qualname: str) -> bool:
+        """Does the scanned tree define this class, or import it by this name?"""
+        if self.class_location(self.canonical(qualname)) is not None:
+            return True
+        if self._imported is None:
+            self._imported = {v for h in self.modules.values() for v in h.imports.values()}
+        return qualname in self._imported
 
     def configured(self, qualname: str, kind: str = "quantizable") -> Evidence | None:
         """Evidence that this very class is named by configuration (not one of its bases)."""

@@ -124,36 +124,6 @@ class LayerResolver:
             return self.attribute(owner, expr.attr, depth)
         return Instance(None)
 
-    def dtype_getter(self, expr: ast.AST, scope: FunctionScope) -> tuple[ast.expr, Evidence] | None:
-        """`X.dtype` / `X.dtype()` where X's class defines a `dtype` getter returning some layer's
-        `.weight.dtype` (a vision tower's `dtype` property): (that layer as an expression over X,
-        evidence). The layer expression is synthetic: it has no place in the source."""
-        from .patterns import weight_dtype_source
-
-        if isinstance(expr, ast.Call) and not expr.args and not expr.keywords:
-            expr = expr.func
-        if not (isinstance(expr, ast.Attribute) and expr.attr == "dtype"):
-            return None
-        base = expr.value
-        if isinstance(base, ast.Attribute) and base.attr == "weight":
-            return None
-        owner = self.resolve(base, scope)
-        if not owner.qualname:
-            return None
-        got = self.project.getter(owner.qualname, "dtype")
-        if got is None:
-            return None
-        where, returned = got
-        wds = weight_dtype_source(returned, None)
-        if wds is None:
-            return None
-        layer = _substitute_self(wds.layer, base)
-        if layer is None:
-            return None
-        loc = self.index.class_location(where)
-        path = loc[0].path if loc else ""
-        return layer, Evidence(f"`{_short(where)}.dtype` returns `{ast.unparse(returned)}`", path, returned.lineno)
-
     def _annotated(self, name: str, annotation, what: str) -> Instance:
         ann = annotation_name(annotation)
         if not ann:
@@ -478,16 +448,6 @@ class LayerResolver:
             if cf is not None and cf.storage_code is not None:
                 return cf.storage_code
         return None
-
-
-def _substitute_self(expr: ast.expr, replacement: ast.expr) -> ast.expr | None:
-    """`self.a.b` with `self` replaced by `replacement` (None when `expr` is not rooted at self)."""
-    if isinstance(expr, ast.Name):
-        return replacement if expr.id == "self" else None
-    if isinstance(expr, ast.Attribute):
-        inner = _substitute_self(expr.value, replacement)
-        return ast.Attribute(inner, expr.attr, ast.Load()) if inner is not None else None
-    return None
 
 
 def _short(qualname: str) -> str:

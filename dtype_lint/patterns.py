@@ -26,10 +26,9 @@ WEIGHT_SITE_PATTERNS = (
 @dataclass(frozen=True)
 class WeightDtypeSource:
     layer: ast.expr  # the layer expression (`self.kv_b_proj`)
-    form: str  # "attribute" | "getattr" | "hasattr-fallback" | "tensor" | "getter"
+    form: str  # "attribute" | "getattr" | "hasattr-fallback" | "tensor"
     alias: str | None = None  # the local name used at the site, when reached through an alias
     alias_value: ast.expr | None = None  # what that alias was assigned
-    evidence: tuple = ()  # for "getter": where the `dtype` getter returns the layer's dtype
 
 
 def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> tuple[ast.expr, str] | None:
@@ -80,25 +79,6 @@ def weight_dtype_source(node: ast.AST, scope: FunctionScope | None, depth: int =
             if r:
                 return WeightDtypeSource(r.layer, r.form, node.id, value)
     return None
-
-
-def getter_source(ctx, node: ast.AST, scope: FunctionScope) -> WeightDtypeSource | None:
-    """`x.to(self.visual.dtype)` where the class of `self.visual` has a `dtype` getter returning a
-    layer's `.weight.dtype` (directly, or through a local alias of it)."""
-    alias = None
-    if isinstance(node, ast.Name):
-        values = scope.assigns.get(node.id, [])
-        if len(values) != 1 or values[0] is None:
-            return None
-        alias, node = node.id, values[0]
-    if not (isinstance(node, ast.Attribute) and node.attr == "dtype") and not (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dtype"):
-        return None
-    got = ctx.layers.dtype_getter(node, scope)
-    if got is None:
-        return None
-    layer, evidence = got
-    return WeightDtypeSource(layer, "getter", alias, None, (evidence,))
 
 
 CAST_METHODS = ("to", "type")

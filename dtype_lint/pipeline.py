@@ -88,6 +88,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
                   enabled=options.use_cache)
     scan = _scan(index_files, config, cache, jobs, options.progress)
     index = build_index(list(scan.headers.values()), config)
+    warnings = _unmatched_classes(config, index) if index_files else []
 
     in_scope = files
     if options.changed_since is not None:
@@ -101,7 +102,8 @@ def run(config: Config, options: RunOptions) -> RunResult:
     findings += _analyze(targets, scan, index, config, cache, jobs, options.progress)
     cache.save(writer)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
-    result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer)
+    result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
+                       warnings=warnings)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)
@@ -203,6 +205,25 @@ def _scan(paths: list[str], config: Config, cache: Cache, jobs: int, progress) -
     return scan
 
 
+def _unmatched_classes(config: Config, index: QuantizableLayerIndex) -> list[str]:
+    """No silent passes: configured class names the scanned tree neither defines nor imports."""
+    out = []
+    for key, names in (("quantizable", config.quantizable), ("exempt-classes", config.exempt_classes),
+                       ("not-quantizable", config.not_quantizable)):
+        missing = [n for n in names if not index.mentions(n)]
+        if missing:
+            out.append(f"`{key}` names classes the checked files neither define nor import: "
+                       f"{', '.join(missing)} (check the spelling and the module path)")
+    from .presets import PRESETS
+
+    preset = PRESETS[config.preset]["quantizable"]
+    if preset and not any(index.mentions(n) for n in preset):
+        out.append(f"none of the `{config.preset}` preset's layer classes is defined or imported here; "
+                   "quantizable layers are inferred from the code alone (`preset = \"generic\"` says so "
+                   "without this warning)")
+    return out
+
+
 def build_index(headers: list[ModuleHeader], config: Config) -> QuantizableLayerIndex:
     return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes, config.all_not_quantizable)
 
@@ -214,33 +235,38 @@ def _init_analysis(index: QuantizableLayerIndex, config: Config) -> None:
     worker_state().update(index=index, config=config)
 
 
-def _analyze_job(path: str) -> tuple[str, list[dict]]:
+def _analyze_job(path: str) -> tuple[str, list[dict], list[str]]:
     st = worker_state()
-    return path, [f.to_dict() for f in analyze_path(path, st["index"], st["config"])]
+    deps: set[str] = set()
+    found = analyze_path(path, st["index"], st["config"], deps)
+    return path, [f.to_dict() for f in found], sorted(deps)
 
 
-def analyze_path(path: str, index: QuantizableLayerIndex, config: Config) -> list[Finding]:
+def analyze_path(path: str, index: QuantizableLayerIndex, config: Config, deps: set[str] | None = None) -> list[Finding]:
     """The findings of one file on disk (DTL900 when it cannot be read)."""
     try:
         text = read_file(path).text
     except READ_ERRORS as e:
         return [parse_error(path, f"cannot read: {e}")]
-    return analyze(path, text, index, config, module_name(path, config.root))
+    return analyze(path, text, index, config, module_name(path, config.root), deps=deps)
 
 
 def _analyze(targets: list[str], scan: _Scan, index, config, cache: Cache, jobs: int, progress) -> list[Finding]:
     digest = scan.digest
     findings: list[Finding] = []
     todo = []
+    def stamp_of(path: str) -> str:
+        return scan.stamps[path] if path in scan.stamps else _stamp(path)
+
     for p in targets:
-        hit = cache.findings(p, scan.stamps[p], digest)
+        hit = cache.findings(p, scan.stamps[p], digest, stamp_of)
         if hit is None:
             todo.append(p)
         else:
             findings.extend(Finding.from_dict(d) for d in hit)
-    for path, dicts in parallel_map(_analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config),
-                                    progress=progress, stage="analyze", parallel=jobs > 1 and len(todo) >= 4):
-        cache.put_findings(path, scan.stamps[path], digest, dicts)
+    for path, dicts, deps in parallel_map(_analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config),
+                                          progress=progress, stage="analyze", parallel=jobs > 1 and len(todo) >= 4):
+        cache.put_findings(path, scan.stamps[path], digest, dicts, {d: stamp_of(d) for d in deps})
         findings.extend(Finding.from_dict(d) for d in dicts)
     return findings
 

@@ -208,12 +208,11 @@ class RuleContext:
             if verdict is None:
                 continue
             confidence, evidence = verdict
-            use = Evidence(f"`{flow.callee}` {what} with parameter `{flow.use.param}`: `{flow.use.text}`",
-                           flow.use.path, flow.use.line)
-            passed = "the dtype of " if flow.use.what == "weight" else ""
+            use = Evidence(f"there: `{flow.use.text}` (parameter `{flow.use.param}`)", flow.use.path, flow.use.line)
+            target = "its dtype" if flow.use.what == "weight" else "it"
             self.report(
                 flow.arg,
-                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {passed}it: the storage "
+                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {target}: the storage "
                 f"dtype of quantizable layer `{ast.unparse(flow.layer)}` (int32 under Marlin, uint8 under NVFP4, "
                 f"absent under AWQ)",
                 scope=c.scope_name, confidence=confidence, evidence=(use, *evidence),

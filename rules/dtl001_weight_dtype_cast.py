@@ -52,8 +52,7 @@ import ast
 
 from dtype_lint.facts import FunctionScope
 from dtype_lint.fixplan import Site
-from dtype_lint.patterns import (WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, getter_source,
-                                 weight_dtype_source, weight_expr)
+from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -159,24 +158,43 @@ class WeightDtypeCast(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
+        for c in ctx.candidates:
+            self._dtype_getter(ctx, c)
         for c, node in ctx.calls():
             ctx.report_flows(c, node, "cast", "casts an activation to")
             for arg in cast_dtype_args(node):
-                wds = self._source(arg, c.scope, node) or getter_source(ctx, arg, c.scope)
+                wds = self._source(arg, c.scope, node)
                 if wds is None or _receiver_is_parameter(node, wds.layer):
                     continue
                 verdict = ctx.layer_verdict(wds.layer, c, site=node)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                if wds.form == "getter":
-                    fix, reason = None, "the dtype comes from a `dtype` getter of another class; route it by hand"
-                    evidence = (*wds.evidence, *evidence)
-                else:
-                    fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
+                fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
                 ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
+
+    @staticmethod
+    def _dtype_getter(ctx: RuleContext, c) -> None:
+        """A `dtype` getter (property or method) of a module that returns a quantizable layer's
+        `.weight.dtype`: callers cast activations to it (`pixels.to(self.visual.dtype)`)."""
+        if c.fn.name != "dtype" or not c.class_qualname:
+            return
+        body = [s for s in c.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+            return
+        wds = weight_dtype_source(body[0].value, c.scope)
+        verdict = ctx.layer_verdict(wds.layer, c, site=body[0]) if wds is not None else None
+        if verdict is None:
+            return
+        confidence, evidence = verdict
+        layer = ast.unparse(wds.layer)
+        ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
+                   f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); its callers cast activations to it: "
+                   f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
+                   confidence=confidence, evidence=evidence,
+                   no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
     @staticmethod
     def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:

@@ -468,6 +468,25 @@ def test_cache_follows_other_files_and_the_config(project: Path):
     assert where(findings_json(project)[1]) == [EXPECTED[0]]
 
 
+def test_cache_follows_a_construction_in_another_files_body(project: Path):
+    """The layer is built in one file, cast in another: changing the construction (a body, not a
+    class header) must invalidate the cached findings of the file with the cast."""
+    files = {
+        "proj/blocks.py": "from proj.layers import ColLinear\n\n\nclass Block:\n"
+                          "    def __init__(self, quant_config):\n"
+                          "        self.up = ColLinear(quant_config=quant_config)\n",
+        "proj/user.py": "from proj.blocks import Block\n\n\nclass User:\n"
+                        "    def __init__(self, quant_config):\n        self.block = Block(quant_config)\n\n"
+                        "    def forward(self, x):\n        return x.to(self.block.up.weight.dtype)\n",
+    }
+    for rel, text in files.items():
+        (project / rel).write_text(text)
+    assert [f["path"] for f in findings_json(project)[1] if f["path"].endswith("user.py")]
+    (project / "proj/blocks.py").write_text(files["proj/blocks.py"].replace(
+        "ColLinear(quant_config=quant_config)", "ColLinear(quant_config=None)"))
+    assert not [f for f in findings_json(project)[1] if f["path"].endswith("user.py")]
+
+
 def test_no_cache_writes_no_cache(project: Path):
     rc, found = findings_json(project, "--no-cache")
     assert rc == 1 and where(found) == EXPECTED

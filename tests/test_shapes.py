@@ -1,0 +1,102 @@
+"""fixtures/shapes: quantizability read from the code, with zero configuration.
+
+`servelm` is our own code in the shapes met in vLLM, its forks and peers (each module says which).
+No class is named anywhere in configuration: `LinearBase` and `VocabEmbedding` are quantizable
+because their code obtains a quant method for themselves; the quant method is exempt because it
+is handed the layer it owns; an instance is quantized only where a config may reach its
+construction. `expected.txt` lists every finding; the tests below also pin, by name, the sites
+that must stay clean and why, so a regression says which inference broke.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_runner import dtl
+from dtype_lint.config import load_config
+
+SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "shapes"
+
+
+@pytest.fixture(scope="module")
+def findings() -> list[dict]:
+    proc = dtl(SHAPES, "check", ".", "--no-cache", "--output-format", "json")
+    assert proc.returncode == 1, proc.stderr
+    return json.loads(proc.stdout)["findings"]
+
+
+def entries(findings) -> list[str]:
+    return [f"{f['path'][2:]}:{f['line']}:{f['col']} {f['code']}" for f in findings]
+
+
+def at(findings, path: str) -> dict[int, dict]:
+    return {f["line"]: f for f in findings if f["path"].endswith(path)}
+
+
+def line_of(path: str, needle: str) -> int:
+    lines = (SHAPES / "servelm" / path).read_text(encoding="utf-8").splitlines()
+    return next(i for i, text in enumerate(lines, 1) if needle in text)
+
+
+def test_zero_configuration():
+    cfg = load_config(SHAPES)
+    assert cfg.root == SHAPES
+    assert cfg.quantizable == cfg.exempt_classes == cfg.not_quantizable == []
+    assert not (SHAPES / "servelm" / "layers" / "__init__.py").exists()  # a namespace folder
+
+
+def test_findings_match_expected_txt(findings):
+    expected = [e for e in (SHAPES / "expected.txt").read_text(encoding="utf-8").splitlines() if e.strip()]
+    assert entries(findings) == expected
+
+
+def test_structure_is_the_evidence(findings):
+    f = at(findings, "router.py")[line_of("models/router.py", "self.proj(x.to(self.proj.weight.dtype))")]
+    evidence = [e["message"] for e in f["evidence"]]
+    assert any("`LinearBase`" in m and "create_weights(self" in m for m in evidence), evidence
+    assert any("`ColumnLinear` subclasses `LinearBase`" in m for m in evidence), evidence
+
+
+def test_the_same_class_is_quantized_per_construction(findings):
+    assert line_of("models/multimodal.py", "pixels.to(target_dtype)") in at(findings, "multimodal.py")
+    assert at(findings, "unified.py") == {}  # built without a config, also behind `X if c else None`
+
+
+def test_configs_followed_through_constructors(findings):
+    router = at(findings, "router.py")
+    line = line_of("models/router.py", "logits + self.proj")
+    assert [f["message"] for f in router.values()] and set(router) == {line}
+    # One finding on that line: `self.proj` (config passed sixth, positionally); not `self.gate`
+    # (GateLinear forwards quant_config=None) nor `self.proj_plain` (None passed positionally).
+    assert "self.proj.weight.dtype" in router[line]["message"]
+
+
+def test_guards_that_prove_the_layer_unquantized(findings):
+    guards = at(findings, "models/guards.py")
+    assert set(guards) == {line_of("models/guards.py", "x = x.to(w_dtype)")}  # hasattr alone is no guard
+    assert at(findings, "layers/embedding.py") == {}  # the use_fused flag
+    assert line_of("models/router.py", "x = x.to(self.weight.dtype)") not in at(findings, "router.py")
+
+
+def test_quant_methods_are_exempt_by_structure(findings):
+    assert at(findings, "layers/quant.py") == {}
+
+
+def test_model_level_config_restriction(findings):
+    heads = at(findings, "heads.py")
+    assert line_of("models/heads.py", "class LinearOnlyLM") + 4 not in heads
+    assert len(heads) == 2
+
+
+def test_embeddings_values_and_getters(findings):
+    text = at(findings, "text.py")
+    assert text[line_of("models/text.py", "self.embed_scale = torch.tensor")]["code"] == "DTL002"
+    assert "`dtype` returns" in text[line_of("models/text.py", "return self.decoder.embed_tokens.weight.dtype")]["message"]
+    assert line_of("models/text.py", "self.side_table(ids).to(") not in text  # **tp_kwargs() carries no config
+    sampler = at(findings, "sampler.py")
+    flows = [f for f in sampler.values() if "is passed to" in f["message"]]
+    assert {f["message"].split("`")[3] for f in flows} == {"soft_embed", "Sampler"}
+    assert any("new_zeros" in f["message"] for f in sampler.values())
