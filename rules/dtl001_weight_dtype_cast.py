@@ -4,12 +4,14 @@
 Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weight.dtype)`,
 `x.type(L.weight.dtype)` and `x.to(L.weight)`, also when the dtype is reached through a local
 alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
-(`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`), but only when `L` resolves to a
-quantizable layer: a configured class (vLLM preset: `LinearBase` and its subclasses, `FusedMoE`/
-`RoutedExperts`) or any subclass found across the scanned files, or a layer constructed with
-`quant_config=`. Quant methods, weight loaders and `process_weights_after_loading` are exempt:
-their job is the storage format. With `name-heuristics = true`, layers whose class did not
-resolve but whose name looks like a projection (`*_proj`) are reported with low confidence.
+(`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`) or `typing.cast`; a `dtype`
+getter that returns a layer's `.weight.dtype`; and `L.weight` (or its dtype) passed into a project
+function that casts an activation to it. Only where `L` may really be quantized: its class obtains
+a quant method from a config (read from the code, or configured), a config may reach its
+construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
+methods, weight kernels, weight loaders and `process_weights_after_loading` are exempt: their job
+is the storage format. With `name-heuristics = true`, layers whose class did not resolve but whose
+name looks like a projection (`*_proj`) are reported with low confidence.
 
 ## Why is this bad?
 A quantization backend may repack a layer's weight after loading: Marlin stores FP8 weights as
@@ -41,9 +43,15 @@ With `fp8-input-default = false` fixes are **unsafe**. No fix is offered for `.t
 also moves device), for receivers with side effects, and for aliases used outside casts; the
 finding says why.
 
+## Known limits
+A layer typed only as `nn.Module` (callers are not traced back), a parameter annotated with a
+quantizable class whose real callers pass unquantized layers, layers attached from outside their
+class, classes chosen at run time, and dtypes that reach a kernel two calls away are not resolved
+as a reviewer would; docs/quantizability.md lists each with the real site that showed it.
+
 ## Options
-`preset`, `quantizable`, `exempt-classes`, `exempt-functions`, `name-heuristics`,
-`name-patterns`, `helper`, `helper-template`, `fp8-input-default`.
+`preset`, `quantizable`, `exempt-classes`, `not-quantizable`, `exempt-functions`, `config-params`,
+`name-heuristics`, `name-patterns`, `helper`, `helper-template`, `fp8-input-default`.
 """
 
 from __future__ import annotations

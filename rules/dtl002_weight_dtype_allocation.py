@@ -5,9 +5,10 @@ Flags allocations and kernel outputs whose dtype comes from a quantizable layer'
 `torch.empty(n, dtype=L.weight.dtype)`, `torch.zeros_like(x, dtype=L.weight.dtype)` and the other
 `torch` factories, any call passing `out_dtype=`/`output_dtype=L.weight.dtype`, and
 `L.weight.new_zeros(...)` (and `new_empty/ones/full/tensor`) without a `dtype=` — also through
-local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks. Layers resolve exactly
-as for DTL001 (configured quantizable classes and their subclasses across files, layers built with
-`quant_config=`), and the same code is exempt (quant methods, weight loaders,
+local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks, and `L.weight` (or its
+dtype) passed into a project function that allocates with it. Layers resolve exactly as for DTL001
+(quantizability read from the code, per construction site, guards respected:
+docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
 `process_weights_after_loading`).
 
 ## Why is this bad?
@@ -34,9 +35,14 @@ No automatic fix: the right dtype of a buffer depends on what it will hold (an a
 layer output, a dequantized weight), which the code does not say. The finding names the layer
 and how it resolved; choose `params_dtype`, the activation's dtype, or the helper by hand.
 
+## Known limits
+Those of DTL001's layer resolution (docs/quantizability.md). A buffer made in `__init__` sees the
+storage of a serialized checkpoint (fp8, int8, uint8, or no `.weight`), not Marlin's int32, which
+appears only after loading: the finding says "storage dtype" for both.
+
 ## Options
 The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes`,
-`not-quantizable`, `exempt-functions`, `name-heuristics`, `name-patterns`.
+`not-quantizable`, `exempt-functions`, `config-params`, `name-heuristics`, `name-patterns`.
 """
 
 from __future__ import annotations
