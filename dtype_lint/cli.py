@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--config", metavar="FILE")
     m.add_argument("--preset")
     m.add_argument("--no-progress", action="store_true")
+    m.add_argument("--series", metavar="DIR", help="write the migration as `git format-patch` patches in DIR "
+                   "(the helper first, then one per group) instead of rewriting the tree; apply with `git am`")
+    m.add_argument("--group-by", choices=("file", "directory", "rule"), default="file",
+                   help="how --series splits the change (default: %(default)s)")
 
     v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
@@ -218,12 +222,27 @@ def _migrate(args) -> int:
     cfg = _config(args, [args.path])
     tick, stop = progress_bar(args.no_progress)
     try:
+        if args.series:
+            return _series(args, cfg, tick)
         result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
     finally:
         stop()
     _write_named_file(result, args.report, render_report(args.path, result), "report")
     print_summary(result, args.report)
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+
+
+def _series(args, cfg, tick) -> int:
+    from .migrate import migration_series, render_report
+
+    result, patches, files = migration_series(cfg, args.path, args.series, args.group_by,
+                                              unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
+    _write_named_file(result, args.report, render_report(args.path, result), "report")
+    for f in files:
+        print(f)
+    print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`",
+          file=sys.stderr)
+    return EXIT_CLEAN
 
 
 def _rule(args) -> int:

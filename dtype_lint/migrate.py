@@ -120,3 +120,50 @@ def print_summary(result: RunResult, report_path: str) -> None:
         console.print(f"helper: {h.module}:{h.func} at {h.path} ({_helper_state(result)})")
     console.print(f"fixed {len(result.fixed)} sites in {len(fixed)} files; {len(result.findings)} left")
     console.print(f"report: {report_path}")
+
+
+def migration_series(config: Config, path: str, out: str, group_by: str = "file", *, unsafe_fixes: bool = False,
+                     jobs: int | None = None, progress=None, proof=None):
+    """The migration as `git format-patch` patches in `out`, the tree left untouched.
+    Returns (the fixing run's result, the patches written)."""
+    from . import series
+    from .source import FileText
+
+    result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
+                                    unsafe_fixes=unsafe_fixes, progress=progress))
+    root = series.series_root(Path(path).resolve())
+
+    def rel(p) -> str:
+        return Path(p).resolve().relative_to(root).as_posix()
+
+    changes: list[series.FileChange] = []
+    for o in result.outcomes:
+        if not o.changed:
+            continue
+        data = Path(o.path).read_bytes()
+        ft = FileText.decode(data)
+        if group_by == "rule":
+            steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: _analyze_again(result, p, t),
+                                         unsafe_fixes, sorted({f.code for f in o.applied}))
+            before = data
+            for code, text, applied in steps:
+                after = ft.encode(text)
+                changes.append(series.FileChange(rel(o.path), before, after, applied, group=code))
+                before = after
+        else:
+            changes.append(series.FileChange(rel(o.path), data, ft.encode(o.text), list(o.applied)))
+    helper_changes = []
+    if result.helper is not None and not result.helper.exists and changes:
+        for marker in result.helper.package_markers:
+            helper_changes.append(series.FileChange(rel(marker), None, b""))
+        helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
+    patches = series.plan(changes, helper_changes, result.helper, group_by, proof)
+    files = series.write(patches, Path(out)) if patches else []
+    return result, patches, files
+
+
+def _analyze_again(result: RunResult, path: str, text: str):
+    from .analysis import analyze
+    from .discovery import module_name
+
+    return analyze(path, text, result.index, result.config, module_name(path, result.config.root))

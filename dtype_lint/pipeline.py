@@ -67,6 +67,7 @@ class RunResult:
     # Things the user should know that are not findings (a run that checked nothing, a configured
     # class that matches nothing...): printed on stderr by the CLI.
     warnings: list[str] = field(default_factory=list)
+    index: QuantizableLayerIndex | None = None  # the class index the run analysed against
 
     @property
     def writes(self) -> list[WriteRecord]:
@@ -103,7 +104,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
     cache.save(writer)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
-                       warnings=warnings)
+                       warnings=warnings, index=index)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)

@@ -1,0 +1,209 @@
+"""A migration as reviewable changes: a series of `git format-patch` patches, one per concern.
+
+`dtype-lint migrate PATH --series DIR` computes the same rewrite as the in-place migration
+(a fixing run that writes nothing), then splits it: the shared helper first, then one patch per
+file, directory or rule (`--group-by`). Each commit message says which sites it changes and with
+which codes, why they are wrong (which backend gives which storage), the exact rewrite, and what
+verified it (the re-check, the compile of every file after the patch, and the executable proof
+`proofs.py` can give for it). The patches are made by git itself, in a scratch repository holding
+the original text of every file they touch, so they apply with `git am` (or `git apply`) on a
+checkout of the scanned tree, in order, and the tree after the last one equals the in-place
+migration byte for byte (tests/test_series.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import textwrap
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .findings import Finding
+from .fixer import fix_text
+from .helper import HelperLocation
+
+GROUPS = ("file", "directory", "rule")
+# A fixed date and author make the series reproducible: the same tree gives the same patches.
+_DATE = "2026-01-01T00:00:00+0000"
+_AUTHOR = ("dtype-lint", "dtype-lint@users.noreply.github.com")
+
+WHY = (
+    "A quantization backend may repack a layer's weight after loading, so its storage dtype is not "
+    "the compute dtype of the layer's input: Marlin FP8 stores `torch.int32`, NVFP4 `torch.uint8`, "
+    "FP8 `float8_e4m3fn`, W8A8-INT8 `torch.int8`, and AWQ/GPTQ/compressed-tensors WNA16 layers have "
+    "no `.weight` at all. Casting an activation to `layer.weight.dtype` (or allocating in it) then "
+    "crashes (`unsupported `a` scalar_type` in Marlin, vLLM issue #38658; `AttributeError` on AWQ, "
+    "PR #34695) or silently truncates the activation to integers."
+)
+
+
+@dataclass
+class FileChange:
+    path: str  # relative to the series root, posix
+    before: bytes | None  # None: the file is created
+    after: bytes
+    findings: list[Finding] = field(default_factory=list)  # the sites this change fixes
+    group: str = ""  # with --group-by rule: the code whose fixes this step applies
+
+
+@dataclass
+class Patch:
+    subject: str
+    body: str
+    changes: list[FileChange]
+    file: Path | None = None  # the .patch written
+
+
+def series_root(path: Path) -> Path:
+    """Patch paths are relative to the git checkout holding `path`, else to `path` itself."""
+    try:
+        top = _git(["rev-parse", "--show-toplevel"], path if path.is_dir() else path.parent).strip()
+        return Path(top)
+    except (OSError, subprocess.CalledProcessError):
+        return path if path.is_dir() else path.parent
+
+
+def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: HelperLocation | None,
+         group_by: str, proof=None) -> list[Patch]:
+    """The patches, in the order they apply: the helper first, then the groups."""
+    if group_by not in GROUPS:
+        raise ValueError(f"--group-by must be one of {', '.join(GROUPS)}")
+    patches = []
+    if helper_changes and helper is not None:
+        patches.append(Patch(
+            f"Add {helper.func}: one helper decides a layer's input dtype",
+            _helper_body(helper), helper_changes))
+    groups: dict[str, list[FileChange]] = defaultdict(list)
+    for ch in changes:
+        key = {"file": ch.path, "directory": str(Path(ch.path).parent), "rule": ch.group}[group_by]
+        groups[key].append(ch)
+    for key in sorted(groups):
+        chs = sorted(groups[key], key=lambda c: c.path)
+        patches.append(Patch(_subject(key, chs, helper), _body(chs, helper, proof), chs))
+    return patches
+
+
+def _subject(key: str, changes: list[FileChange], helper: HelperLocation | None) -> str:
+    func = helper.func if helper else "the input-dtype helper"
+    n = sum(len(c.findings) for c in changes)
+    where = key if key.startswith("DTL") else (Path(key).name or "all files")
+    codes = ", ".join(sorted({f.code for c in changes for f in c.findings}))
+    return f"{where}: route {n} weight-dtype site{'s' if n != 1 else ''} through {func} ({codes})"
+
+
+def _helper_body(helper: HelperLocation) -> str:
+    return "\n".join([
+        _wrap(WHY), "",
+        f"This adds `{helper.module}:{helper.func}(layer, fp8_input)`, which returns the dtype an "
+        "activation must have before entering `layer`, or None to keep the model dtype:",
+        "", "    no .weight (AWQ/GPTQ)      -> layer.params_dtype",
+        "    int32 (Marlin repack)        -> layer.params_dtype",
+        "    uint8 (NVFP4 packed e2m1)    -> None: the layer quantizes its input itself",
+        "    other integer storage (int8) -> layer.params_dtype",
+        "    fp8 weight, fp8_input False  -> None: the layer quantizes its input itself",
+        "    otherwise                    -> the weight dtype", "",
+        "Verified: dtype-lint evaluates this function's own code over every storage (fp16, bf16, "
+        "fp32, fp8 e4m3fn/e5m2, int32, uint8, int8, no .weight) x fp8_input, and the test suite runs "
+        "the same code with torch on real dtypes; it returns no integer dtype for any case.",
+    ])
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, 72, initial_indent=indent, subsequent_indent=indent + "  " if indent else "",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _body(changes: list[FileChange], helper: HelperLocation | None, proof) -> str:
+    lines = [_wrap(WHY), "", "Sites:"]
+    for ch in changes:
+        for f in sorted(ch.findings, key=Finding.sort_key):
+            lines.append(_wrap(f"{ch.path}:{f.span.line} {f.code} in `{f.scope}`: `{_short(f.expression)}`", "- "))
+            for e in f.evidence:
+                where = f" ({Path(e.path).name}:{e.line})" if e.path else ""
+                lines.append(_wrap(f"{e.message}{where}", "    "))
+    lines += ["", "Rewrite:"]
+    for desc in sorted({f.fix.description for ch in changes for f in ch.findings if f.fix}):
+        lines.append(_wrap(desc, "- "))
+    lines += ["", "Verified:",
+              _wrap("dtype-lint re-checked every changed file: the sites above are gone and nothing new appears;", "- "),
+              _wrap("every Python file of the tree compiles after this patch;", "- ")]
+    extra = proof(changes) if proof else None
+    if extra:
+        lines.append(extra.rstrip())
+    else:
+        lines.append(_wrap("no executable proof applies to these sites beyond the checks above.", "- "))
+    return "\n".join(lines)
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def write(patches: list[Patch], out: Path) -> list[Path]:
+    """Commit the patches in a scratch repository and `git format-patch` them into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dtype-lint-series-") as tmp:
+        repo = Path(tmp)
+        _git(["init", "-q", "-b", "main"], repo)
+        base: dict[str, bytes] = {}
+        for p in patches:
+            for ch in p.changes:
+                if ch.before is not None:
+                    base.setdefault(ch.path, ch.before)
+        for rel, data in base.items():
+            target = repo / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        _git(["add", "-A"], repo)
+        _git(["commit", "-q", "--allow-empty", "-m", "base"], repo)
+        for p in patches:
+            for ch in p.changes:
+                target = repo / ch.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(ch.after)
+            _git(["add", "-A"], repo)
+            _git(["commit", "-q", "-m", p.subject, "-m", p.body], repo)
+        names = _git(["format-patch", "--no-signature", "--zero-commit", "-o", str(out.resolve()), "HEAD~" +
+                      str(len(patches))], repo).split()
+    files = [Path(n) for n in names]
+    for p, f in zip(patches, files):
+        p.file = f
+    return files
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
+               GIT_AUTHOR_NAME=_AUTHOR[0], GIT_AUTHOR_EMAIL=_AUTHOR[1], GIT_COMMITTER_NAME=_AUTHOR[0],
+               GIT_COMMITTER_EMAIL=_AUTHOR[1], GIT_AUTHOR_DATE=_DATE, GIT_COMMITTER_DATE=_DATE)
+    cmd = ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", "-c", "commit.gpgsign=false",
+           "-c", "core.autocrlf=false", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def split_by_rule(path: str, original: str, analyze, unsafe: bool, codes: list[str]) -> list[tuple[str, str, list[Finding]]]:
+    """(code, text after that code's fixes, the findings fixed) for each code in order, each step
+    starting from the previous one's text: a file's change split by rule."""
+    steps = []
+    text = original
+    for code in codes:
+        def only(t, code=code):
+            return [f if f.code == code or f.fix is None else _without_fix(f) for f in analyze(t)]
+
+        outcome = fix_text(path, text, only, unsafe)
+        if outcome.error:
+            raise ValueError(f"{path}: {outcome.error}")
+        if outcome.text != text:
+            steps.append((code, outcome.text, outcome.applied))
+            text = outcome.text
+    return steps
+
+
+def _without_fix(f: Finding) -> Finding:
+    from dataclasses import replace
+
+    return replace(f, fix=None, no_fix_reason="fixed in another patch of the series")
