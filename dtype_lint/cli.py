@@ -80,7 +80,19 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
+    # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
+    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "verify": v})
     return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """argparse reports unknown flags with the top-level usage; ours name the command's own."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = args._commands.get(args.command, parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["check", *argv]
     if argv[0] == "verify":
         return _verify(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     from .pipeline import UserError
 
     try:
@@ -151,8 +163,7 @@ def _check(args) -> int:
         # No diff: report like a plain check (suppressed and baselined findings do not count).
     _report(result, args)
     _print_writes(result)
-    for warning in result.warnings:
-        print(f"dtype-lint: warning: {warning}", file=sys.stderr)
+    _print_warnings(result)
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
@@ -165,6 +176,11 @@ def _print_writes(result) -> None:
             continue
         what = "created" if w.action == "created" else "wrote"
         print(f"dtype-lint: {what} {_printable(w.path)} ({w.why})", file=sys.stderr)
+
+
+def _print_warnings(result) -> None:
+    for warning in result.warnings:
+        print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
 
 
 def _printable(text: str) -> str:
@@ -229,6 +245,8 @@ def _migrate(args) -> int:
         stop()
     _write_named_file(result, args.report, render_report(args.path, result), "report")
     print_summary(result, args.report)
+    _print_writes(result)
+    _print_warnings(result)
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 

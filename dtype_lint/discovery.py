@@ -98,6 +98,10 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path) -> list[st
                 if excluder.excluded_child(_join(rel_dir, name), name):
                     continue
                 full = os.path.join(dirpath, name)
+                if full.startswith("." + os.sep):
+                    # `check` with no path walks `.`: report `pkg/x.py` as every format and a
+                    # named file do, not `./pkg/x.py`.
+                    full = full[2:]
                 # Symlinked duplicates are the only way one file shows up twice in a walk.
                 key = os.path.realpath(full) if os.path.islink(full) or os.path.islink(dirpath) else os.path.abspath(full)
                 if key not in seen:

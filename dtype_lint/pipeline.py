@@ -76,6 +76,7 @@ class RunResult:
 
 def run(config: Config, options: RunOptions) -> RunResult:
     t0 = time.perf_counter()
+    _require_rules(config)
     jobs = effective_jobs(options.jobs)
     staging = config.root / config.cache_dir / "tmp"
     writer = ProjectWriter(config.root, staging)
@@ -105,6 +106,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)
+    result.warnings += _nothing_checked(files, in_scope, options)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)
@@ -118,6 +120,29 @@ def run(config: Config, options: RunOptions) -> RunResult:
 
 
 # ---- discovery and scan -----------------------------------------------------------------------
+
+
+def _require_rules(config: Config) -> None:
+    """A configuration that enables no rule would check nothing and pass: refuse it."""
+    if enabled_rules(config):
+        return
+    from .rules import ALL_RULES
+
+    where = "the command line" if config.source == "defaults" else f"{config.source} or the command line"
+    raise UserError(
+        f"no rule is enabled: select = {json.dumps(config.select)} and ignore = {json.dumps(config.ignore)} "
+        f"(from {where}) leave none of "
+        f"{', '.join(r.code for r in ALL_RULES)}, so nothing would be checked; select at least one rule")
+
+
+def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions) -> list[str]:
+    """Why a run checked no file, for the user: never a silent pass over nothing."""
+    if not files:
+        where = ", ".join(f"`{p}`" for p in options.paths)
+        return [f"no Python files found under {where} (after the default excludes, `exclude` and .gitignore)"]
+    if not in_scope and options.changed_since is not None:
+        return [f"no Python file changed since `{options.changed_since}`; nothing to check"]
+    return []
 
 
 def _discover(config: Config, paths: list[str]) -> tuple[list[str], list[str]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dtype_lint import __version__
 from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
 from dtype_lint.reporters._common import SourceText, summary_line, tally
@@ -176,6 +177,8 @@ def run(fmt: str, findings=None, summary=SUMMARY, out=None, **kw) -> str:
 
 
 def check_snapshot(name: str, actual: str) -> None:
+    # The tool's version is data, not output shape: a release bump must not touch the snapshots.
+    actual = actual.replace(f'"{__version__}"', '"<version>"')
     path = SNAPSHOTS / name
     if os.environ.get("DTYPE_LINT_UPDATE_SNAPSHOTS"):
         SNAPSHOTS.mkdir(exist_ok=True)
@@ -223,9 +226,9 @@ def test_snapshot_text_unsafe_fixes_enabled():
 
 
 def test_snapshot_clean_run():
-    assert run("text", findings=[]) == "All checks passed!\n"
-    assert run("concise", findings=[]) == "All checks passed!\n"
-    assert run("text", findings=[], statistics=True) == "All checks passed!\n"
+    assert run("text", findings=[]) == "All checks passed! (12 files checked)\n"
+    assert run("concise", findings=[]) == "All checks passed! (12 files checked)\n"
+    assert run("text", findings=[], statistics=True) == "All checks passed! (12 files checked)\n"
     assert run("github", findings=[]) == ""
     assert json.loads(run("gitlab", findings=[])) == []
     assert json.loads(run("json", findings=[]))["findings"] == []
@@ -313,7 +316,7 @@ def test_text_long_multiline_span_is_elided():
 def test_text_span_outside_source_has_no_frame():
     f = Finding("DTL001", "m", "t.py", Span(99, 1, 99, 2), no_fix_reason="why")
     out = run("text", findings=[f], read_source=lambda p: "x = 1\n")
-    assert out == "t.py:99:1: DTL001 m\n  = no fix: why\n\nFound 1 finding\n"
+    assert out == "t.py:99:1: DTL001 m\n  = no fix: why\n\nFound 1 finding; 12 files checked\n"
 
 
 def test_read_source_errors_are_not_fatal():
@@ -332,7 +335,7 @@ def test_fixed_findings_are_counted_not_listed():
     assert "14:16" not in out
     assert out.endswith(
         "Found 4 findings (1 fixed, 3 remaining; 1 fixable; "
-        "1 hidden fix can be enabled with --unsafe-fixes)\n"
+        "1 hidden fix can be enabled with --unsafe-fixes); 12 files checked\n"
     )
     data = json.loads(run("json", findings=fs, summary=summary))
     assert data["summary"]["fixed"] == 1 and data["summary"]["findings"] == 3
@@ -341,14 +344,16 @@ def test_fixed_findings_are_counted_not_listed():
 @pytest.mark.parametrize(
     "fixes,fixed,enabled,line",
     [
-        ([], 0, False, "All checks passed!"),
-        ([None], 0, False, "Found 1 finding"),
-        ([True, True, None], 0, False, "Found 3 findings (2 fixable)"),
-        ([True, False], 0, False, "Found 2 findings (1 fixable; 1 hidden fix can be enabled with --unsafe-fixes)"),
-        ([False, False], 0, False, "Found 2 findings (2 hidden fixes can be enabled with --unsafe-fixes)"),
-        ([True, False], 0, True, "Found 2 findings (2 fixable)"),
-        ([], 2, False, "Found 2 findings (2 fixed, 0 remaining)"),
-        ([None], 3, False, "Found 4 findings (3 fixed, 1 remaining)"),
+        ([], 0, False, "All checks passed! (1 file checked)"),
+        ([None], 0, False, "Found 1 finding; 1 file checked"),
+        ([True, True, None], 0, False, "Found 3 findings (2 fixable); 1 file checked"),
+        ([True, False], 0, False,
+         "Found 2 findings (1 fixable; 1 hidden fix can be enabled with --unsafe-fixes); 1 file checked"),
+        ([False, False], 0, False,
+         "Found 2 findings (2 hidden fixes can be enabled with --unsafe-fixes); 1 file checked"),
+        ([True, False], 0, True, "Found 2 findings (2 fixable); 1 file checked"),
+        ([], 2, False, "Found 2 findings (2 fixed, 0 remaining); 1 file checked"),
+        ([None], 3, False, "Found 4 findings (3 fixed, 1 remaining); 1 file checked"),
     ],
 )
 def test_summary_line(fixes, fixed, enabled, line):
@@ -365,8 +370,21 @@ def test_summary_counts_from_caller_are_lower_bounds():
     summary = RunSummary(1, 1, 0.0, fixes_available_safe=2, fixes_available_unsafe=1)
     fs = [Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))] * 3
     assert summary_line(tally(fs, summary)) == (
-        "Found 3 findings (2 fixable; 1 hidden fix can be enabled with --unsafe-fixes)"
+        "Found 3 findings (2 fixable; 1 hidden fix can be enabled with --unsafe-fixes); 1 file checked"
     )
+
+
+def test_summary_line_says_how_many_files_and_never_passes_over_nothing():
+    def line(files, findings=()):
+        return summary_line(tally(list(findings), RunSummary(files, 0, 0.0)))
+
+    assert line(12) == "All checks passed! (12 files checked)"
+    assert line(0) == "No Python files checked."
+    assert "passed" not in line(0)
+    one = Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))
+    assert line(2, [one]) == "Found 1 finding; 2 files checked"
+    # A caller that gives no count (a Tally built by hand) gets the bare line.
+    assert summary_line(replace(tally([], RunSummary(1, 0, 0.0)), files=None)) == "All checks passed!"
 
 
 def test_statistics_table():

@@ -99,6 +99,8 @@ class Tally:
     hidden_unsafe: int
     # Remaining findings with any fix at all (Finding.fixable).
     with_fix: int
+    # Files the run checked (None: the caller did not say).
+    files: int | None = None
 
 
 def fix_applicable(f: Finding, unsafe_fixes_enabled: bool) -> bool:
@@ -119,6 +121,7 @@ def tally(findings: Iterable[Finding], summary: RunSummary) -> Tally:
         applicable=safe + (unsafe if enabled else 0),
         hidden_unsafe=0 if enabled else unsafe,
         with_fix=sum(1 for f in left if f.fix is not None),
+        files=summary.files_checked,
     )
 
 
@@ -127,9 +130,13 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def summary_line(t: Tally) -> str:
-    """ruff-like closing line: 'All checks passed!' or 'Found N findings (...)'."""
+    """ruff-like closing line: 'All checks passed! (N files checked)' or 'Found N findings (...);
+    N files checked'. A run that checked no file never says its checks passed."""
+    checked = "" if t.files is None else plural(t.files, "file") + " checked"
     if t.remaining == 0 and t.fixed == 0:
-        return "All checks passed!"
+        if t.files == 0:
+            return "No Python files checked."
+        return f"All checks passed! ({checked})" if checked else "All checks passed!"
     parts = []
     if t.fixed:
         parts.append(f"{t.fixed} fixed, {t.remaining} remaining")
@@ -142,7 +149,8 @@ def summary_line(t: Tally) -> str:
         )
     total = t.remaining + t.fixed
     head = f"Found {plural(total, 'finding')}"
-    return f"{head} ({'; '.join(parts)})" if parts else head
+    line = f"{head} ({'; '.join(parts)})" if parts else head
+    return f"{line}; {checked}" if checked else line
 
 
 # --- per-finding text ---------------------------------------------------------------------------
