@@ -243,7 +243,7 @@ def _migrate(args) -> int:
         result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
     finally:
         stop()
-    _write_named_file(result, args.report, render_report(args.path, result), "report")
+    _write_named_file(result, args.report, render_report(args.path, result, args.report), "report")
     print_summary(result, args.report)
     _print_writes(result)
     _print_warnings(result)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import keyword
 import re
 import sys
 from dataclasses import dataclass, field, fields
@@ -23,7 +24,7 @@ class ConfigError(Exception):
 
 
 _CODE = re.compile(r"^DTL\d{0,3}$|^ALL$")
-_HELPER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_HELPER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _QUALNAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
 
 
@@ -207,8 +208,9 @@ def _validate(cfg: Config, where: str) -> None:
         for name in getattr(cfg, key):
             if not _QUALNAME.match(name):
                 raise ConfigError(f"{where}: `{key.replace('_', '-')}` entry `{name}` is not a dotted class name")
-    if cfg.helper and not _HELPER.match(cfg.helper):
-        raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}`")
+    if cfg.helper and (not _HELPER.match(cfg.helper) or any(keyword.iskeyword(p) for p in re.split(r"[.:]", cfg.helper))):
+        raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
+                          "(dotted Python names, none empty)")
     if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):
         raise ConfigError(f"{where}: `helper-template` must be `vllm` or `torch`")
 

@@ -16,7 +16,9 @@ template needs only torch: fp8 is any torch float8 dtype.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,13 +129,26 @@ class HelperLocation:
 def locate_helper(module: str, func: str, template: str, root: Path, package_root: Path | None,
                   configured: bool, preset: str) -> HelperLocation:
     """Where `module:func` lives: under `package_root` (the folder holding the scanned tree's
-    top-level package of the same name) when known, else under the project `root`."""
+    top-level package of the same name) when known, else under the project `root`.
+
+    Raises HelperError when the helper cannot live there: its top-level name belongs to the
+    standard library or an installed package the project does not hold, creating it would shadow
+    a module, or the module exists and does not define `func`."""
     parts = module.split(".")
     base = package_root or root
     path = base.joinpath(*parts[:-1], parts[-1] + ".py")
     pkg_init = base.joinpath(*parts, "__init__.py")
     if pkg_init.exists():
         path = pkg_init
+    if not configured and len(parts) > 1 and not in_tree(parts[0], base, root):
+        # The preset's default lives in a package this tree does not hold (vLLM, for a project
+        # that imports it): creating `vllm/__init__.py` here would shadow the installed package.
+        raise HelperError(
+            f"the {preset} preset's helper `{module}:{func}` belongs to package `{parts[0]}`, "
+            f"which is not among the checked files; creating it under {base} would shadow the installed "
+            f"`{parts[0]}`. Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
+    _refuse_foreign(module, func, base, root)
+    _refuse_shadowing(module, func, base)
     if path.exists():
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -142,15 +157,73 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
         if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
         return HelperLocation(module, func, path, True)
-    if not configured and len(parts) > 1 and not base.joinpath(parts[0]).exists():
-        # The preset's default lives in a package this tree does not hold (vLLM, for a project
-        # that imports it): creating `vllm/__init__.py` here would shadow the installed package.
-        raise HelperError(
-            f"the {preset} preset's helper `{module}:{func}` belongs to package `{parts[0]}`, "
-            f"which is not among the checked files; creating it under {base} would shadow the installed "
-            f"`{parts[0]}`. Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
     return HelperLocation(module, func, path, False, helper_source(func, template),
                           _markers_needed(path.parent, base))
+
+
+# Packages a project of this kind imports, refused even when this environment lacks them (a
+# pre-commit hook runs in its own virtualenv, where `torch` is not installed).
+ECOSYSTEM_PACKAGES = frozenset({
+    "torch", "numpy", "triton", "transformers", "safetensors", "vllm", "sglang", "lmdeploy", "aphrodite",
+})
+
+
+def in_tree(top: str, base: Path, root: Path) -> bool:
+    """Is `top` a package or module of this project (at the import root, or under `src/`)?"""
+    return any((d / top).is_dir() or (d / f"{top}.py").is_file() for d in {base, root, root / "src"})
+
+
+def _refuse_foreign(module: str, func: str, base: Path, root: Path) -> None:
+    """The helper must be the project's own code: a top-level name of the standard library or of
+    an installed package would be shadowed by the file `--fix` creates (`torch.py` at the root
+    hides torch from everything run there), or would route casts into foreign code (`os:system`)."""
+    top = module.split(".")[0]
+    spec = f"`helper = \"{module}:{func}\"`"
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        raise HelperError(f"{spec}: `{top}` is a standard-library module, not part of this project; "
+                          "name a module inside your package (e.g. `yourpackage.layer_input_dtype`)")
+    if in_tree(top, base, root):
+        return
+    where = _installed_at(top, root)
+    if where is not None or top in ECOSYSTEM_PACKAGES:
+        what = f"an installed package ({where})" if where else "a package such projects install"
+        raise HelperError(f"{spec}: `{top}` is {what}, not part of this project; creating the helper under "
+                          f"{base} would shadow it. Name a module inside your package "
+                          "(e.g. `yourpackage.layer_input_dtype`)")
+
+
+def _installed_at(top: str, root: Path) -> str | None:
+    """Where `top` is installed outside the project, or None. Finds, never imports, it."""
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if found is None:
+        return None
+    places = list(found.submodule_search_locations or []) or [found.origin or ""]
+    real_root = os.path.realpath(root)
+    outside = [p for p in places if p and p not in ("built-in", "frozen")
+               and os.path.commonpath([os.path.realpath(p), real_root]) != real_root]
+    if places and not outside:
+        return None  # the project itself, installed in editable mode
+    return outside[0] if outside else "built in"
+
+
+def _refuse_shadowing(module: str, func: str, base: Path) -> None:
+    """Creating the helper must not change what an existing import finds: no folder `pkg/model/`
+    beside a module `pkg/model.py`, no module `pkg/helpers.py` beside a folder `pkg/helpers/`."""
+    parts = module.split(".")
+    spec = f"`helper = \"{module}:{func}\"`"
+    for i in range(1, len(parts)):
+        d = base.joinpath(*parts[:i])
+        as_module = d.with_name(d.name + ".py")
+        if as_module.is_file() and not (d / "__init__.py").is_file():
+            raise HelperError(f"{spec}: `{'.'.join(parts[:i])}` is the module {as_module}, which cannot hold "
+                              f"`{module}`; creating the folder {d} would shadow it. Point `helper` elsewhere")
+    last = base.joinpath(*parts)
+    if last.is_dir() and not (last / "__init__.py").is_file():
+        raise HelperError(f"{spec}: {last} is a namespace package; creating {last}.py would shadow it. "
+                          "Point `helper` elsewhere")
 
 
 def _markers_needed(directory: Path, base: Path) -> list[Path]:

@@ -38,7 +38,7 @@ def _helper_state(result: RunResult) -> str:
     return "existing" if helper.exists else "not created: nothing was fixed"
 
 
-def render_report(root: str, result: RunResult) -> str:
+def render_report(root: str, result: RunResult, report_path: str | None = None) -> str:
     fixed: dict[str, list[Finding]] = defaultdict(list)
     for f in result.fixed:
         fixed[f.path].append(f)
@@ -61,6 +61,11 @@ def render_report(root: str, result: RunResult) -> str:
     if helper is not None:
         lines.append(f"- Helper: `{helper.module}:{helper.func}` in `{_rel(str(helper.path), root)}` "
                      f"({_helper_state(result)})")
+        choice = result.helper_choice
+        if choice is not None and choice.inferred:
+            lines.append(f"- Why there: {choice.note}")
+    elif result.helper_choice is not None and result.helper_choice.location is None:
+        lines.append(f"- Helper: none could be located: {result.helper_choice.error}")
     lines += ["", "## Fixed", ""]
     if fixed:
         lines += ["| file | sites | where | fix |", "|---|---|---|---|"]
@@ -81,9 +86,10 @@ def render_report(root: str, result: RunResult) -> str:
         lines.append("None: every site was fixed.")
     lines += ["", "## Files created or changed", ""]
     written = [w for w in result.writes if w.why != "cache"]
-    if written:
-        lines += [f"- `{w.path}` ({w.action}: {w.why})" for w in written]
-    else:
+    lines += [f"- `{w.path}` ({w.action}: {w.why})" for w in written]
+    if report_path is not None:
+        lines.append(f"- `{_rel(report_path, root)}` (this report)")
+    elif not written:
         lines.append("None.")
     lines += [
         "",

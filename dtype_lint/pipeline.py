@@ -25,7 +25,8 @@ from .config import Config
 from .discovery import DiscoveryError, changed_since, discover, module_name
 from .findings import Finding
 from .fixer import FixOutcome, failed, fix_text
-from .helper import HelperError, HelperLocation, locate_helper
+from .helper import HelperError, HelperLocation
+from .helper_home import HelperChoice, choose_helper, configured_location
 from .index import ModuleHeader, QuantizableLayerIndex, extract_header
 from .prefilter import for_rules, has_suppression
 from .source import READ_ERRORS, FileText, read_file
@@ -61,7 +62,10 @@ class RunResult:
     writer: ProjectWriter
     fixed: list[Finding] = field(default_factory=list)  # findings whose fix was written
     outcomes: list[FixOutcome] = field(default_factory=list)
-    helper: HelperLocation | None = None
+    helper: HelperLocation | None = None  # the helper this run's fixes were routed through
+    # Which helper fixes use and why (configured, the preset's default, inferred); None when no
+    # finding's fix needs one.
+    helper_choice: HelperChoice | None = None
     diff: str = ""
     baselined: int = 0
     # Things the user should know that are not findings (a run that checked nothing, a configured
@@ -86,6 +90,11 @@ def run(config: Config, options: RunOptions) -> RunResult:
         files, index_files = _discover(config, options.paths)
     except DiscoveryError as e:
         raise UserError(str(e)) from None
+    if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
+        try:
+            configured_location(config, index_files)
+        except HelperError as e:
+            raise UserError(str(e)) from None
     cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp()}-{config.fingerprint()}",
                   enabled=options.use_cache)
     scan = _scan(index_files, config, cache, jobs, options.progress)
@@ -107,6 +116,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)
     result.warnings += _nothing_checked(files, in_scope, options)
+    _settle_helper(result, index, index_files, options)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)
@@ -350,20 +360,39 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
 
 
 def helper_location(config: Config, files: list[str]) -> HelperLocation:
-    """Where the configured helper lives: next to the scanned package that shares its top-level
-    package (`vllm/...` for `vllm.x.y:f`), else under the project root."""
-    module, func = config.helper_spec
-    top = module.split(".")[0]
-    package_root = None
-    for f in files:
-        mod = module_name(f, config.root)
-        if mod and mod.split(".")[0] == top:
-            p = Path(f).resolve()
-            n = len(mod.split("."))
-            package_root = p.parents[n if p.name == "__init__.py" else n - 1]
-            break
-    return locate_helper(module, func, config.template, config.root, package_root,
-                         configured=bool(config.helper), preset=config.preset)
+    """Where the configured helper (or the preset's default) lives. Raises HelperError."""
+    return configured_location(config, files)
+
+
+def _settle_helper(result: RunResult, index, files: list[str], options: RunOptions) -> None:
+    """Decide which helper the fixes route through, before anything is fixed or reported.
+
+    An inferred helper changes the fixes (their import names it), so the files holding them are
+    analysed again with it. When no helper can be used, a fixing run stops (exit 2, nothing
+    written); a check keeps the findings but drops those fixes, saying why, so that `[*]` and
+    "fixable" promise only what `--fix` would do."""
+    needing = [f for f in result.findings if f.fix is not None and f.fix.imports]
+    if not needing:
+        return
+    try:
+        choice = choose_helper(result.config, files, needing)
+    except HelperError as e:
+        raise UserError(str(e)) from None
+    result.helper_choice = choice
+    if choice.location is None:
+        if (options.fix or options.diff) and any(selected(f, options.unsafe_fixes) for f in needing):
+            raise UserError(choice.error)
+        for f in needing:
+            f.fix, f.no_fix_reason = None, f"the fix needs the shared helper, which cannot be located: {choice.error}"
+        result.warnings.append(choice.error)
+        return
+    if choice.inferred:
+        paths = sorted({f.path for f in needing})
+        fresh = [f for p in paths for f in analyze_path(p, index, choice.config) if choice.config.enabled(f.code, f.path)]
+        result.findings = sorted([f for f in result.findings if f.path not in set(paths)] + fresh, key=Finding.sort_key)
+        result.config = choice.config
+        if options.fix or options.diff:
+            result.warnings.append(choice.note)
 
 
 def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, jobs: int) -> None:
@@ -373,11 +402,8 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     if not paths:
         return
     helper = None
-    if any(f.fix.imports for f in todo):
-        try:
-            helper = helper_location(result.config, files)
-        except HelperError as e:
-            raise UserError(str(e)) from None
+    if any(f.fix.imports for f in todo) and result.helper_choice is not None:
+        helper = result.helper_choice.location
     fixes = parallel_map(_fix_job, paths, jobs, init=_init_fix, initargs=(index, result.config, unsafe),
                          progress=options.progress, stage="fix", parallel=jobs > 1 and len(paths) >= 4)
     needs_helper = helper is not None and not helper.exists and any(

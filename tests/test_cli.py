@@ -308,18 +308,17 @@ def test_fix_with_an_unfixable_site_exits_1(tmp_path: Path):
     assert "get_layer_input_dtype" in (root / "proj/attn.py").read_text()
 
 
-def test_fix_refuses_to_create_the_vllm_preset_helper_outside_vllm(tmp_path: Path):
+def test_fix_never_creates_the_vllm_preset_helper_outside_vllm(tmp_path: Path):
     """Without `helper`, the vLLM preset's helper lives in vLLM. A project that only imports vLLM must
-    not get a `vllm/__init__.py` created in it (it would shadow the installed vLLM): exit 2, say
-    which setting to add, write nothing."""
+    not get a `vllm/__init__.py` created in it (it would shadow the installed vLLM): the helper goes
+    into the project's own package instead, and the run says so (tests/test_helper_home.py)."""
     root = make_project(tmp_path / "p", {"proj/mlp.py": None}, pyproject="[tool.dtype-lint]\n")
-    before = {p: p.read_bytes() for p in root.rglob("*.py")}
-    for args in (["check", "--fix"], ["check", "--diff"], ["migrate", ".", "--report", "r.md"]):
-        proc = dtl(root, *args)
-        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert "would shadow the installed `vllm`" in proc.stderr and "helper = " in proc.stderr
-        assert not (root / "vllm").exists()
-        assert {p: p.read_bytes() for p in root.rglob("*.py")} == before
+    proc = dtl(root, "check", "--fix")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (root / "vllm").exists()
+    assert (root / "proj/layer_input_dtype.py").read_text() == helper_source("get_layer_input_dtype", "vllm")
+    assert "from proj.layer_input_dtype import get_layer_input_dtype" in (root / "proj/attn.py").read_text()
+    assert "belongs to package `vllm`" in proc.stderr and "proj/layer_input_dtype.py" in proc.stderr
     # Inside a vLLM checkout the same default is created next to the package.
     vllm = make_project(tmp_path / "v", {"proj/mlp.py": None, "vllm/__init__.py": "", "vllm/x.py": ATTN},
                         pyproject="[tool.dtype-lint]\n")

@@ -1,0 +1,164 @@
+"""Which helper a run routes fixes through, and why there: configured, the preset's default, or
+inferred from the project's layout.
+
+`helper = "pkg.mod:func"` wins and must be valid (helper.locate_helper says why not). Unset, the
+preset's default is used where it can live: the vLLM preset's helper belongs inside vLLM, so a
+project that only imports vLLM cannot take it, and the generic preset's top-level module
+`layer_input_dtype` at the project root is not importable from an installed package. Then the
+helper goes into the project's own top-level package that holds the most sites to fix (`src/`
+layouts included, `discovery.module_name` names the packages), as `<package>.layer_input_dtype`.
+A helper created there by an earlier run is found again, so pre-commit runs over different staged
+files keep one helper.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .config import Config
+from .discovery import module_name
+from .findings import Finding
+from .helper import HelperError, HelperLocation, in_tree, locate_helper
+
+INFERRED_MODULE = "layer_input_dtype"
+
+
+@dataclass
+class HelperChoice:
+    location: HelperLocation | None  # None: no helper can be used (see `error`)
+    config: Config  # the configuration fixes are planned with (its `helper` set when inferred)
+    how: str  # "configured" | "preset" | "inferred" | "none"
+    note: str = ""  # where and why, for the report and the user
+    error: str = ""
+
+    @property
+    def inferred(self) -> bool:
+        return self.how == "inferred"
+
+
+def package_root(top: str, files: list[str], root: Path) -> Path | None:
+    """The folder the scanned top-level package `top` is imported from (`src/` in a src layout)."""
+    for f in files:
+        mod = module_name(f, root)
+        if mod and mod.split(".")[0] == top:
+            p = Path(f).resolve()
+            n = len(mod.split("."))
+            return p.parents[n if p.name == "__init__.py" else n - 1]
+    return None
+
+
+def configured_location(config: Config, files: list[str]) -> HelperLocation:
+    """Where `config`'s helper (set or the preset's default) lives. Raises HelperError."""
+    module, func = config.helper_spec
+    return locate_helper(module, func, config.template, config.root,
+                         package_root(module.split(".")[0], files, config.root),
+                         configured=bool(config.helper), preset=config.preset)
+
+
+def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> HelperChoice:
+    """The helper for fixes in `needing` (findings whose fix imports the helper). Raises
+    HelperError only for a configured helper that cannot be used (a user error)."""
+    if config.helper:
+        return HelperChoice(configured_location(config, files), config, "configured")
+    module, func = config.helper_spec
+    top = module.split(".")[0]
+    default, why_not = None, ""
+    if "." in module and not in_tree(top, package_root(top, files, config.root) or config.root, config.root):
+        why_not = (f"it belongs to package `{top}`, which this project does not hold "
+                   f"(creating it here would shadow the installed `{top}`)")
+    else:
+        try:
+            default = configured_location(config, files)
+            why_not = _default_unusable(default, needing, config.root)
+        except HelperError as e:
+            why_not = str(e)
+    if default is not None and not why_not:
+        return HelperChoice(default, config, "preset")
+    why_not = f"`helper` is not set, and the {config.preset} preset's `{module}:{func}` cannot be used: {why_not}"
+    try:
+        inferred, base, reason = _infer(config, files, needing, func)
+        cfg = replace(config, helper=f"{inferred}:{func}")
+        location = locate_helper(inferred, func, cfg.template, config.root, base, configured=False,
+                                 preset=config.preset)
+    except HelperError as e:
+        return HelperChoice(None, config, "none", error=f"{why_not}; and no home for it could be inferred: {e}. "
+                                                        f"Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
+    rel = _rel(location.path, config.root)
+    state = "the existing" if location.exists else "a new"
+    note = (f"{why_not}; fixes use {state} `{inferred}:{func}` in {rel} ({reason}). "
+            f"Pin it with `helper = \"{inferred}:{func}\"` in [tool.dtype-lint]")
+    return HelperChoice(location, cfg, "inferred", note=note)
+
+
+def _default_unusable(location: HelperLocation, needing: list[Finding], root: Path) -> str:
+    """Why the preset's default cannot serve these sites, or "" when it can."""
+    if location.exists or "." in location.module:
+        return ""
+    # A top-level module created at `base` is importable only from modules imported from `base`.
+    base = os.path.realpath(location.path.parent)
+    for f in needing:
+        mod = module_name(f.path, root)
+        if "." in mod or os.path.basename(f.path) == "__init__.py" or os.path.realpath(os.path.dirname(f.path)) != base:
+            return (f"a top-level module `{location.module}.py` in {_rel(location.path.parent, root)} is not importable "
+                    f"from `{mod}` once its package is installed")
+    return ""
+
+
+def _infer(config: Config, files: list[str], needing: list[Finding], func: str) -> tuple[str, Path, str]:
+    """(module, the folder it is imported from, why) for a helper nobody configured."""
+    root = config.root
+    counts: Counter[str] = Counter()
+    loose_dirs: Counter[str] = Counter()
+    for f in needing:
+        mod = module_name(f.path, root)
+        if "." in mod or os.path.basename(f.path) == "__init__.py":
+            counts[mod.split(".")[0]] += 1
+        else:
+            loose_dirs[os.path.dirname(os.path.abspath(f.path))] += 1
+    total = sum(counts.values()) + sum(loose_dirs.values())
+    if counts:
+        ranked = sorted(counts, key=lambda t: (-counts[t], t))
+        # A helper an earlier run created is kept, wherever its sites were (pre-commit checks only
+        # the staged files: the next commit's sites may all be in another package).
+        existing = _existing(files, root)
+        for top in ranked + sorted(set(existing) - set(ranked)):
+            if top in existing:
+                return f"{top}.{INFERRED_MODULE}", existing[top], (
+                    f"an earlier run created it in package `{top}`; {counts[top]} of the {total} sites to fix are there")
+        top = ranked[0]
+        base = package_root(top, files, root)
+        if base is None:
+            raise HelperError(f"package `{top}` was not found among the checked files")
+        layout = ", src/ layout" if base == Path(root).resolve() / "src" else ""
+        others = f"; also in {', '.join(f'`{t}`' for t in ranked[1:])}" if len(ranked) > 1 else ""
+        return f"{top}.{INFERRED_MODULE}", base, (
+            f"package `{top}` holds {counts[top]} of the {total} sites to fix{others}{layout}")
+    if len(loose_dirs) == 1:
+        (folder,) = loose_dirs
+        return INFERRED_MODULE, Path(folder), (
+            f"the {total} sites to fix are in top-level modules of {_rel(Path(folder), root)}")
+    raise HelperError("the sites to fix are in top-level modules of several folders "
+                      f"({', '.join(sorted(_rel(Path(d), root) for d in loose_dirs))}), and no package holds them")
+
+
+def _existing(files: list[str], root: Path) -> dict[str, Path]:
+    """Top-level package -> the folder it is imported from, for each `<package>.layer_input_dtype`
+    among the files."""
+    found = {}
+    for f in files:
+        if os.path.basename(f) == INFERRED_MODULE + ".py":
+            parts = module_name(f, root).split(".")
+            if len(parts) == 2:
+                found[parts[0]] = Path(f).resolve().parents[1]
+    return found
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+        return rel if rel != "." else "the project root"
+    except ValueError:
+        return str(path)

@@ -1,0 +1,257 @@
+"""Where the shared helper lives: a validated `helper` setting (issue #8), or, unset, a home inferred
+from the project's layout (issue #13), and `migrate`/`--fix` on projects with nothing to fix.
+
+Projects are our own, written into tmp_path: a package that imports vLLM's linear layers (so the
+vLLM preset resolves them) without being vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_runner import dtl
+from dtype_lint.helper import helper_source
+
+ATTN = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, kv_b_proj: ColumnParallelLinear):
+        super().__init__()
+        self.kv_b_proj = kv_b_proj
+
+    def forward(self, x):
+        x = x.to(self.kv_b_proj.weight.dtype)
+        return self.kv_b_proj(x)
+"""
+
+# Unguarded with fp8-input-default = false: the fix exists but is unsafe.
+UNCONFIGURED = '[project]\nname = "sample"\n'
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and ".dtype_lint_cache" not in p.parts}
+
+
+# --- inferred home -------------------------------------------------------------------------------
+
+
+def test_src_layout_gets_the_helper_in_the_package_with_most_sites(tmp_path: Path):
+    root = write(tmp_path / "p", {
+        "pyproject.toml": UNCONFIGURED,
+        "src/pkg/__init__.py": "", "src/pkg/a.py": ATTN, "src/pkg/b.py": ATTN,
+        "src/other/__init__.py": "", "src/other/c.py": ATTN,
+    })
+    proc = dtl(root, "migrate", ".", "--report", "PR.md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    helper = root / "src/pkg/layer_input_dtype.py"
+    assert helper.read_text(encoding="utf-8") == helper_source("get_layer_input_dtype", "vllm")
+    assert not (root / "vllm").exists() and not (root / "layer_input_dtype.py").exists()
+    for rel in ("src/pkg/a.py", "src/pkg/b.py", "src/other/c.py"):
+        text = (root / rel).read_text(encoding="utf-8")
+        assert "from pkg.layer_input_dtype import get_layer_input_dtype\n" in text, rel
+        compile(text, rel, "exec")
+    report = (root / "PR.md").read_text(encoding="utf-8")
+    assert "- Helper: `pkg.layer_input_dtype:get_layer_input_dtype` in `src/pkg/layer_input_dtype.py` (created" in report
+    why = next(line for line in report.splitlines() if line.startswith("- Why there: "))
+    assert "belongs to package `vllm`" in why and "package `pkg` holds 2 of the 3 sites to fix" in why
+    assert "src/ layout" in why and 'helper = "pkg.layer_input_dtype:get_layer_input_dtype"' in why
+    # Every file created or changed is listed, the report itself included.
+    listed = [line for line in report.split("## Files created or changed", 1)[1].split("##", 1)[0].splitlines()
+              if line.startswith("- ")]
+    assert listed == ["- `src/pkg/layer_input_dtype.py` (created: helper)", "- `src/other/c.py` (changed: fix)",
+                      "- `src/pkg/a.py` (changed: fix)", "- `src/pkg/b.py` (changed: fix)", "- `PR.md` (this report)"]
+    assert "dtype-lint: created src/pkg/layer_input_dtype.py (helper)" in proc.stderr
+    assert "dtype-lint: created PR.md (report)" in proc.stderr
+    assert dtl(root, "check").returncode == 0
+
+
+def test_an_inferred_helper_is_found_again(tmp_path: Path):
+    """pre-commit passes only the staged files: a later run over a file of another package must
+    reuse the helper an earlier run created, not create a second one."""
+    root = write(tmp_path / "p", {
+        "pyproject.toml": UNCONFIGURED + "\n[tool.dtype-lint]\n",
+        "alpha/__init__.py": "", "alpha/a.py": ATTN,
+        "beta/__init__.py": "", "beta/b.py": ATTN,
+    })
+    assert dtl(root, "check", "--fix", "alpha/a.py").returncode == 0
+    assert (root / "alpha/layer_input_dtype.py").exists()
+    proc = dtl(root, "check", "--fix", "beta/b.py")
+    assert proc.returncode == 0, proc.stderr
+    assert not (root / "beta/layer_input_dtype.py").exists()
+    assert "from alpha.layer_input_dtype import get_layer_input_dtype" in (root / "beta/b.py").read_text()
+    assert "the existing `alpha.layer_input_dtype:get_layer_input_dtype`" in proc.stderr
+
+
+def test_check_shows_the_fix_it_would_apply(tmp_path: Path):
+    root = write(tmp_path / "p", {"pyproject.toml": UNCONFIGURED, "pkg/__init__.py": "", "pkg/a.py": ATTN})
+    proc = dtl(root, "check", "--output-format", "json")
+    (finding,) = json.loads(proc.stdout)["findings"]
+    assert finding["fix"]["imports"] == [["pkg.layer_input_dtype", "get_layer_input_dtype"]]
+    text = dtl(root, "check")
+    assert "pkg/a.py:11:13: DTL001 [*]" in text.stdout and "(1 fixable)" in text.stdout
+    diff = dtl(root, "check", "--diff")
+    assert diff.returncode == 1 and "+++ b/pkg/layer_input_dtype.py" in diff.stdout
+    assert not (root / "pkg/layer_input_dtype.py").exists()
+
+
+def test_generic_preset_puts_the_helper_inside_the_package(tmp_path: Path):
+    """The generic preset's default is a top-level module at the project root, which an installed
+    package cannot import."""
+    root = write(tmp_path / "p", {
+        "pyproject.toml": '[tool.dtype-lint]\npreset = "generic"\nquantizable = ["pkg.layers.QLinear"]\n',
+        "pkg/__init__.py": "",
+        "pkg/layers.py": "import torch\n\n\nclass QLinear(torch.nn.Module):\n    pass\n",
+        "pkg/a.py": "from pkg.layers import QLinear\n\n\ndef run(layer: QLinear, x):\n    return layer(x.to(layer.weight.dtype))\n",
+    })
+    proc = dtl(root, "check", "--fix")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "pkg/layer_input_dtype.py").read_text() == helper_source("get_layer_input_dtype", "torch")
+    assert not (root / "layer_input_dtype.py").exists()
+    assert "is not importable from `pkg.a`" in proc.stderr
+
+
+def test_scripts_without_a_package_get_the_helper_beside_them(tmp_path: Path):
+    root = write(tmp_path / "p", {"pyproject.toml": UNCONFIGURED, "tools/run_a.py": ATTN, "tools/run_b.py": ATTN})
+    assert dtl(root, "check", "--fix").returncode == 0
+    assert (root / "tools/layer_input_dtype.py").exists()
+    assert "from layer_input_dtype import get_layer_input_dtype" in (root / "tools/run_a.py").read_text()
+
+
+def test_no_home_to_infer_drops_the_fix_in_a_check_and_stops_a_fix(tmp_path: Path):
+    """Sites in top-level modules of two folders: no helper location works for both. A check keeps
+    the findings without `[*]`, saying why; `--fix`, `--diff` and `migrate` exit 2, writing nothing."""
+    root = write(tmp_path / "p", {"pyproject.toml": UNCONFIGURED, "one/a.py": ATTN, "two/b.py": ATTN})
+    before = snapshot(root)
+    proc = dtl(root, "check")
+    assert proc.returncode == 1
+    assert "DTL001 [*]" not in proc.stdout and "DTL001 activation" in proc.stdout
+    assert "fixable" not in proc.stdout
+    assert "no home for it could be inferred" in proc.stderr and "several folders" in proc.stderr
+    found = json.loads(dtl(root, "check", "--output-format", "json").stdout)["findings"]
+    assert all(f["fix"] is None and "cannot be located" in f["no_fix_reason"] for f in found)
+    for argv in (["check", "--fix"], ["check", "--diff"], ["migrate", ".", "--report", "PR.md"]):
+        proc = dtl(root, *argv)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert 'Set `helper = "yourpackage.module:get_layer_input_dtype"`' in proc.stderr
+        assert snapshot(root) == before
+
+
+def test_unsafe_fixes_are_not_marked_fixable_without_the_flag(tmp_path: Path):
+    root = write(tmp_path / "p", {
+        "pyproject.toml": '[tool.dtype-lint]\nhelper = "pkg.dtypes:get_layer_input_dtype"\nfp8-input-default = false\n',
+        "pkg/__init__.py": "", "pkg/a.py": ATTN})
+    proc = dtl(root, "check")
+    assert "DTL001 [*]" not in proc.stdout and "1 hidden fix can be enabled with --unsafe-fixes" in proc.stdout
+    proc = dtl(root, "check", "--unsafe-fixes")
+    assert "DTL001 [*]" in proc.stdout and "(1 fixable)" in proc.stdout
+
+
+# --- nothing to migrate --------------------------------------------------------------------------
+
+# gptqmodel's shape: its own quantized linear (packed `qweight`, no `.weight`), no vLLM import.
+GPTQ_SHAPED = {
+    "pyproject.toml": '[project]\nname = "gptq-shaped"\n',
+    "gptq_shaped/__init__.py": "",
+    "gptq_shaped/qlinear.py": (
+        "import torch\n\n\nclass QuantLinear(torch.nn.Module):\n"
+        "    def __init__(self, bits, infeatures, outfeatures):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('qweight', torch.zeros(infeatures // 32 * bits, outfeatures, dtype=torch.int32))\n\n"
+        "    def forward(self, x):\n"
+        "        return x.to(torch.float16) @ self.qweight.to(torch.float16)\n"
+    ),
+    "gptq_shaped/model.py": (
+        "import torch\n\n\nclass Head(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.proj = torch.nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        return self.proj(x.to(self.proj.weight.dtype))\n"
+    ),
+}
+
+
+def test_nothing_to_migrate_exits_0_and_writes_only_the_report(tmp_path: Path):
+    root = write(tmp_path / "p", GPTQ_SHAPED)
+    before = snapshot(root)
+    proc = dtl(root, "migrate", ".", "--report", "PR.md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = snapshot(root)
+    assert after.pop("PR.md") and after == before
+    report = (root / "PR.md").read_text(encoding="utf-8")
+    assert "- Files checked: 3" in report and "Nothing to fix." in report and "- Helper:" not in report
+    assert "- `PR.md` (this report)" in report
+    proc = dtl(root, "check", "--fix")
+    assert proc.returncode == 0 and "All checks passed! (3 files checked)" in proc.stdout
+    assert snapshot(root) == {**before, "PR.md": (root / "PR.md").read_bytes()}
+
+
+@pytest.mark.network
+def test_lmdeploy_has_nothing_to_migrate(tmp_path: Path, lmdeploy_0180: Path):
+    root = tmp_path / "lmdeploy"
+    shutil.copytree(lmdeploy_0180, root)
+    before = snapshot(root)
+    proc = dtl(root, "migrate", ".", "--report", "PR.md", "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = snapshot(root)
+    after.pop("PR.md")
+    assert after == before
+    assert dtl(root, "check", "--fix", "--no-progress").returncode == 0
+
+
+# --- the helper setting is validated (issue #8) ---------------------------------------------------
+
+PROJECT = {"pkg/__init__.py": "", "pkg/a.py": ATTN, "pkg/model.py": "X = 1\n", "pkg/util.py": "def other():\n    pass\n",
+           "pkg/helpers/readme.txt": "a namespace folder\n"}
+
+
+@pytest.mark.parametrize("helper, message", [
+    ("torch:get_layer_input_dtype", "`torch` is "),  # installed here, or not (pre-commit's own virtualenv)
+    ("vllm.utils:get_layer_input_dtype", "`vllm` is a package such projects install"),
+    ("json:get_layer_input_dtype", "`json` is a standard-library module"),
+    ("os:system", "`os` is a standard-library module"),
+    ("os.path:join", "`os` is a standard-library module"),
+    ("rich.x:get_layer_input_dtype", "`rich` is an installed package ("),
+    ("pkg.model.helpers:get_layer_input_dtype", "`pkg.model` is the module"),
+    ("pkg.helpers:get_layer_input_dtype", "is a namespace package"),
+    ("pkg.util:get_layer_input_dtype", "exists but defines no `get_layer_input_dtype`"),
+])
+def test_a_helper_setting_that_cannot_be_the_projects_own_is_refused(tmp_path: Path, helper: str, message: str):
+    root = write(tmp_path / "p", {"pyproject.toml": f'[tool.dtype-lint]\nhelper = "{helper}"\n', **PROJECT})
+    before = snapshot(root)
+    for argv in (["check"], ["check", "--fix"], ["check", "--diff"], ["migrate", "."]):
+        proc = dtl(root, *argv)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith("dtype-lint: error: ") and message in proc.stderr, proc.stderr
+        assert snapshot(root) == before
+    assert not any((root / name).exists() for name in ("torch.py", "json.py", "os.py", "pkg/model", "pkg/helpers.py"))
+
+
+@pytest.mark.parametrize("helper", ["pkg..x:f", "pkg.x.:f", ".pkg:f", "pkg.class:f", "pkg:def", "pkg.x:f:g", "pkg x:f"])
+def test_a_malformed_helper_setting_is_a_configuration_error(tmp_path: Path, helper: str):
+    root = write(tmp_path / "p", {"pyproject.toml": f'[tool.dtype-lint]\nhelper = "{helper}"\n',
+                                  "pkg/__init__.py": "", "pkg/clean.py": "x = 1\n"})
+    proc = dtl(root, "check")
+    assert proc.returncode == 2 and "`helper` must look like `package.module:function`" in proc.stderr
+
+
+def test_a_valid_helper_setting_is_created_or_used(tmp_path: Path):
+    root = write(tmp_path / "p", {"pyproject.toml": '[tool.dtype-lint]\nhelper = "pkg.model_utils.dtypes:pick"\n',
+                                  **PROJECT})
+    assert dtl(root, "check", "--fix").returncode == 0
+    assert (root / "pkg/model_utils/dtypes.py").read_text() == helper_source("pick", "vllm")
+    assert (root / "pkg/model_utils/__init__.py").exists()
+    assert "from pkg.model_utils.dtypes import pick" in (root / "pkg/a.py").read_text()
