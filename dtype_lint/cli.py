@@ -77,11 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--group-by", choices=("file", "directory", "rule"), default="file",
                    help="how --series splits the change (default: %(default)s)")
 
+    d = sub.add_parser("doctor", help="show the resolved configuration, the helper's location and which quantizable roots match",
+                       description="What a check of PATHS would use and see: the configuration and where each setting "
+                                   "came from, the project root, the files in scope, where the shared helper is (or "
+                                   "would be created, or why it cannot be), and which quantizable roots match classes "
+                                   "in the tree. Use it when a tree comes out clean and you expected findings.")
+    d.add_argument("paths", nargs="*", default=["."], help="files or directories (default: .)")
+    d.add_argument("--config", metavar="FILE")
+    d.add_argument("--preset")
+    d.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns")
+    d.add_argument("--no-cache", action="store_true")
+
     v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
     # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
-    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "verify": v})
+    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "verify": v})
     return p
 
 
@@ -97,7 +108,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"check", "rule", "migrate", "verify"}
+    commands = {"check", "rule", "migrate", "doctor", "verify"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
     if argv[0] == "verify":
@@ -110,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             return _rule(args)
         if args.command == "migrate":
             return _migrate(args)
+        if args.command == "doctor":
+            return _doctor(args)
         return _check(args)
     except KeyboardInterrupt:
         print("dtype-lint: interrupted", file=sys.stderr)
@@ -260,6 +273,15 @@ def _series(args, cfg, tick) -> int:
         print(f)
     print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`",
           file=sys.stderr)
+    return EXIT_CLEAN
+
+
+def _doctor(args) -> int:
+    from .doctor import diagnose, render
+
+    cfg = _config(args, args.paths)
+    result, matches = diagnose(cfg, args.paths, use_cache=not args.no_cache)
+    sys.stdout.write(render(result, matches))
     return EXIT_CLEAN
 
 

@@ -123,7 +123,7 @@ def _infer(config: Config, files: list[str], needing: list[Finding], func: str) 
         ranked = sorted(counts, key=lambda t: (-counts[t], t))
         # A helper an earlier run created is kept, wherever its sites were (pre-commit checks only
         # the staged files: the next commit's sites may all be in another package).
-        existing = _existing(files, root)
+        existing = existing_inferred(files, root)
         for top in ranked + sorted(set(existing) - set(ranked)):
             if top in existing:
                 return f"{top}.{INFERRED_MODULE}", existing[top], (
@@ -144,7 +144,7 @@ def _infer(config: Config, files: list[str], needing: list[Finding], func: str) 
                       f"({', '.join(sorted(_rel(Path(d), root) for d in loose_dirs))}), and no package holds them")
 
 
-def _existing(files: list[str], root: Path) -> dict[str, Path]:
+def existing_inferred(files: list[str], root: Path) -> dict[str, Path]:
     """Top-level package -> the folder it is imported from, for each `<package>.layer_input_dtype`
     among the files."""
     found = {}

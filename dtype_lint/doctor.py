@@ -1,0 +1,196 @@
+"""`dtype-lint doctor [PATHS]`: what a run would use and see, so a user can tell why a tree came out
+clean: the configuration as resolved (and where each setting came from), the project root, the
+files in scope, where the helper is (exists, would be created, inferred, or cannot be), and which
+quantizable roots match classes in the tree.
+
+It is a check run (the same pipeline, cache included) plus a read of the run's class index
+through its public methods; it writes nothing but the cache a check writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from . import __version__
+from .config import _KEYS, Config, tomllib
+from .helper import HelperError
+from .helper_home import INFERRED_MODULE, configured_location, existing_inferred
+from .index import QuantizableLayerIndex
+from .pipeline import RunOptions, RunResult, run
+from .reporters._common import plural
+
+
+@dataclass
+class RootMatch:
+    """How one configured quantizable root shows up in the scanned tree."""
+
+    root: str
+    origin: str  # "preset" | "configured"
+    defined_at: str = ""  # path:line when the tree defines the class itself
+    subclasses: list[str] = field(default_factory=list)  # tree classes that inherit from it
+    importers: list[str] = field(default_factory=list)  # tree modules that import it by name
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.defined_at or self.subclasses or self.importers)
+
+
+def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch]:
+    """Each quantizable root (preset's, then configured) with where the tree defines, subclasses or
+    imports it. Reads only the index's public surface: modules, class_location, canonical, mro."""
+    preset_roots = [r for r in config.all_quantizable if r not in config.quantizable]
+    matches = {r: RootMatch(r, "preset") for r in preset_roots}
+    matches.update({r: RootMatch(r, "configured") for r in config.quantizable})
+    by_short = defaultdict(list)  # a root matched by name where its package is not scanned
+    for r in matches:
+        by_short[(r.split(".")[0], r.rsplit(".", 1)[-1])].append(r)
+
+    def roots_of(qualname: str) -> set[str]:
+        found = set()
+        for ancestor in index.mro(qualname)[1:]:
+            if ancestor in matches:
+                found.add(ancestor)
+            elif index.class_location(ancestor) is None:
+                found.update(by_short.get((ancestor.split(".")[0], ancestor.rsplit(".", 1)[-1]), ()))
+        return found
+
+    for module, header in sorted(index.modules.items()):
+        for name, (_bases, line) in header.classes.items():
+            qualname = f"{module}.{name}" if module else name
+            if qualname in matches:
+                matches[qualname].defined_at = f"{header.path}:{line}"
+            for r in roots_of(qualname):
+                matches[r].subclasses.append(qualname)
+        for target in set(header.imports.values()):
+            target = index.canonical(target)
+            key = (target.split(".")[0], target.rsplit(".", 1)[-1])
+            for r in ({target} & matches.keys()) or set(by_short.get(key, ())):
+                matches[r].importers.append(module)
+    return list(matches.values())
+
+
+def diagnose(config: Config, paths: list[str], use_cache: bool = True) -> tuple[RunResult, list[RootMatch]]:
+    result = run(config, RunOptions(paths=paths, use_cache=use_cache))
+    return result, root_matches(result.index, config)
+
+
+def _settings(config: Config) -> list[tuple[str, object, str]]:
+    """(key, value, where from) for every [tool.dtype-lint] key."""
+    from_file: set[str] = set()
+    if config.source != "defaults":
+        try:
+            with open(config.source, "rb") as f:
+                doc = tomllib.load(f)
+            table = doc.get("tool", {}).get("dtype-lint", doc if not config.source.endswith("pyproject.toml") else {})
+            from_file = set(table) if isinstance(table, dict) else set()
+        except (OSError, tomllib.TOMLDecodeError):
+            pass
+    default = Config()
+    attrs = {f.name for f in fields(Config)}
+    out = []
+    for key, (attr, kind) in _KEYS.items():
+        if kind == "extend" or attr not in attrs:
+            continue
+        value = getattr(config, attr)
+        if key == "helper" and not value:
+            value = ":".join(config.helper_spec)
+        elif key == "helper-template" and not value:
+            value = config.template
+        if key in from_file or any(k in from_file for k, (a, kd) in _KEYS.items() if a == attr and kd == "extend"):
+            where = Path(config.source).name
+        elif key in ("helper", "helper-template") and not getattr(config, attr):
+            where = f"the {config.preset} preset"
+        elif value != getattr(default, attr):
+            where = "command line"
+        else:
+            where = "default"
+        out.append((key, value, where))
+    return out
+
+
+def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
+    config = result.config
+    choice = result.helper_choice
+    rel = _relto(config.root)
+    if choice is not None and choice.location is None:
+        return [f"helper: none can be used: {choice.error}"]
+    if choice is not None:
+        loc = choice.location
+        state = "exists" if loc.exists else "would be created by --fix"
+        lines = [f"helper: {loc.module}:{loc.func} ({choice.how}) at {rel(loc.path)}: {state}"]
+        if choice.inferred:
+            lines.append(f"  why: {choice.note}")
+        return lines
+    module, func = config.helper_spec
+    how = "configured" if config.helper else f"the {config.preset} preset's default"
+    try:
+        loc = configured_location(config, files)
+    except HelperError as e:
+        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {e}"]
+        earlier = existing_inferred(files, config.root)
+        if earlier:
+            top, base = sorted(earlier.items())[0]
+            lines.append(f"  no site needs it now; a fixing run reuses `{top}.{INFERRED_MODULE}:{func}` in "
+                         f"{rel(base / top / (INFERRED_MODULE + '.py'))}, which an earlier run created")
+        else:
+            lines.append("  no site needs it now; a fixing run puts it in the package that holds the most sites")
+        return lines
+    state = "exists" if loc.exists else "would be created by --fix when a site needs it"
+    return [f"helper: {module}:{func} ({how}) at {rel(loc.path)}: {state}"]
+
+
+def _relto(root: Path):
+    def rel(path) -> str:
+        try:
+            return Path(path).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            return str(path)
+    return rel
+
+
+def render(result: RunResult, matches: list[RootMatch]) -> str:
+    config = result.config
+    rel = _relto(config.root)
+    files = [h.path for h in result.index.modules.values()]
+    lines = [
+        f"dtype-lint {__version__}",
+        f"project root: {config.root}",
+        f"configuration: {config.source if config.source != 'defaults' else 'none found (defaults)'}",
+        f"files: {len(result.files)} Python files in scope, {result.analyzed} could hold a site "
+        f"(class index: {len(result.index.modules)} modules)",
+        "",
+        "settings:",
+    ]
+    for key, value, where in _settings(config):
+        lines.append(f"  {key} = {json.dumps(value)}  ({where})")
+    lines += ["", *_helper_lines(result, files), ""]
+    matched = [m for m in matches if m.matched]
+    lines.append(f"quantizable roots: {len(matched)} of {len(matches)} match the tree")
+    for m in matches:
+        if not m.matched:
+            continue
+        parts = []
+        if m.defined_at:
+            parts.append(f"defined at {rel(m.defined_at.rsplit(':', 1)[0])}:{m.defined_at.rsplit(':', 1)[1]}")
+        if m.subclasses:
+            shown = ", ".join(s.rsplit(".", 1)[-1] for s in m.subclasses[:6])
+            more = f" and {len(m.subclasses) - 6} more" if len(m.subclasses) > 6 else ""
+            parts.append(f"{plural(len(m.subclasses), 'subclass', 'subclasses')} ({shown}{more})")
+        if m.importers:
+            parts.append(f"imported by {plural(len(m.importers), 'module')}")
+        lines.append(f"  {m.root} ({m.origin}): {'; '.join(parts)}")
+    unmatched = [m for m in matches if not m.matched]
+    if unmatched:
+        lines.append(f"  not in the tree ({len(unmatched)}):")
+        lines += [f"    {m.root} ({m.origin})" for m in unmatched]
+    if not matched:
+        lines.append("  => no class in the tree is quantizable: every site is skipped. Set `quantizable = [...]` "
+                     "to your layer classes, or `preset`")
+    fixable = sum(1 for f in result.findings if f.fix is not None)
+    lines += ["", f"findings: {len(result.findings)} ({fixable} with a fix); `dtype-lint check` lists them"]
+    for w in result.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines) + "\n"
