@@ -1,2 +1,2 @@
 """dtype-lint: storage dtype is not compute dtype."""
-__version__ = "0.1.0"
+__version__ = "0.2.0"
