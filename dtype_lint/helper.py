@@ -169,8 +169,14 @@ ECOSYSTEM_PACKAGES = frozenset({
 
 
 def in_tree(top: str, base: Path, root: Path) -> bool:
-    """Is `top` a package or module of this project (at the import root, or under `src/`)?"""
-    return any((d / top).is_dir() or (d / f"{top}.py").is_file() for d in {base, root, root / "src"})
+    """Is `top` a package or module of this project: at the import root, or one folder below the
+    project root (`src/pkg`, `python/sglang`) when the run was given other folders?"""
+    places = {base, root}
+    try:
+        places.update(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        pass
+    return any((d / top).is_dir() or (d / f"{top}.py").is_file() for d in places)
 
 
 def _refuse_foreign(module: str, func: str, base: Path, root: Path) -> None:

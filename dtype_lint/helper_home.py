@@ -47,6 +47,16 @@ def package_root(top: str, files: list[str], root: Path) -> Path | None:
             p = Path(f).resolve()
             n = len(mod.split("."))
             return p.parents[n if p.name == "__init__.py" else n - 1]
+    # Not among the files of this run (`check tests/`): the package where the project keeps it.
+    root = Path(root).resolve()
+    places = [root]
+    try:
+        places += sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        pass
+    for d in places:
+        if (d / top / "__init__.py").is_file():
+            return d
     return None
 
 

@@ -255,3 +255,15 @@ def test_a_valid_helper_setting_is_created_or_used(tmp_path: Path):
     assert (root / "pkg/model_utils/dtypes.py").read_text() == helper_source("pick", "vllm")
     assert (root / "pkg/model_utils/__init__.py").exists()
     assert "from pkg.model_utils.dtypes import pick" in (root / "pkg/a.py").read_text()
+
+
+def test_a_helper_in_a_nested_import_root_is_the_projects_own(tmp_path: Path):
+    """sglang keeps its package in `python/sglang`: checking only `test/` must not take a helper
+    under `sglang` for a foreign package."""
+    root = write(tmp_path / "p", {"pyproject.toml": '[tool.dtype-lint]\nhelper = "sglang.srt.dtypes:get_layer_input_dtype"\n',
+                                  "python/sglang/__init__.py": "", "python/sglang/srt/__init__.py": "",
+                                  "test/test_x.py": "def test():\n    pass\n", "test/test_attn.py": ATTN})
+    proc = dtl(root, "check", "test", "--fix")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "python/sglang/srt/dtypes.py").exists() and not (root / "sglang").exists()
+    assert dtl(root, "check", "python").returncode == 0
