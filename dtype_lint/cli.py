@@ -217,7 +217,7 @@ def _report(result, args) -> None:
         fixed=len(result.fixed),
         fixes_available_safe=sum(1 for f in result.findings if f.fix and f.fix.safe),
         fixes_available_unsafe=sum(1 for f in result.findings if f.fix and not f.fix.safe),
-        unsafe_fixes_enabled=args.unsafe_fixes,
+        unsafe_fixes_enabled=args.unsafe_fixes, quiet=args.quiet,
     )
     color = {"always": True, "never": False}.get(args.color)
     fmt = args.output_format or "text"

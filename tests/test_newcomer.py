@@ -212,3 +212,14 @@ def test_a_multi_line_getattr_with_a_comment_is_found_and_fixed(tmp_path: Path):
     fixed = (root / "pkg/attn.py").read_text(encoding="utf-8")
     assert "get_layer_input_dtype(self.kv_b_proj, True)" in fixed and '"weight"' not in fixed
     compile(fixed, "attn.py", "exec")
+
+
+def test_quiet_prints_findings_only(tmp_path: Path):
+    root = project(tmp_path / "p")
+    for fmt in ("text", "concise"):
+        proc = dtl(root, "check", "-q", "--output-format", fmt)
+        assert proc.returncode == 1 and "pkg/attn.py:11:13: DTL001" in proc.stdout
+        assert "Found" not in proc.stdout and "checked" not in proc.stdout
+    proc = dtl(root, "check", "--quiet", "pkg/util.py")
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "Found" not in dtl(root, "check", "-q", "--statistics").stdout

@@ -23,6 +23,7 @@ class RunSummary:
     fixes_available_safe: int = 0
     fixes_available_unsafe: int = 0
     unsafe_fixes_enabled: bool = False
+    quiet: bool = False  # `-q`: findings only, no closing line
 
 
 @dataclass(frozen=True)

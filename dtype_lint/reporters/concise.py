@@ -43,6 +43,8 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
     color = ctx.use_color(out)
     for f in remaining(findings):
         out.write(line(f, summary.unsafe_fixes_enabled, color) + "\n")
+    if summary.quiet:
+        return
     t = tally(findings, summary)
     closing = summary_line(t)
     if color:

@@ -52,6 +52,8 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
             table.add_row(code, ctx.rule(code).name, str(count), fix_cell)
         console.print(table)
         console.print()
+    if summary.quiet:
+        return
     t = tally(findings, summary)
     style = "bold green" if t.remaining == 0 else "bold"
     console.print(Text(summary_line(t), style=style), soft_wrap=True)

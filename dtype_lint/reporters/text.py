@@ -164,6 +164,8 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
         for row in notes(f, w):
             console.print(row, soft_wrap=True)
         console.print()
+    if summary.quiet:
+        return
     t = tally(findings, summary)
     style = "bold green" if t.remaining == 0 else "bold"
     console.print(Text(summary_line(t), style=style), soft_wrap=True)
