@@ -1,7 +1,8 @@
 """The run, stage by stage; `cli`, `migrate`, `api` and `verify` call this and nothing else.
 
     discover → scan (read, prefilter, class headers; cached) → index → analyze (rules, per-file
-    ignores, suppressions; cached) → fix or diff (optional) → baseline → RunResult
+    ignores, suppressions; cached) → helper (which one fixes use) → fix or diff (optional) →
+    baseline → RunResult
 
 Suppressions and their DTL902 findings are settled inside `analysis.analyze`, per file, before
 any fix: what `--fix` acts on is exactly what a check reports. Every byte written into the
@@ -387,9 +388,10 @@ def _settle_helper(result: RunResult, index, files: list[str], options: RunOptio
         result.warnings.append(choice.error)
         return
     if choice.inferred:
-        paths = sorted({f.path for f in needing})
-        fresh = [f for p in paths for f in analyze_path(p, index, choice.config) if choice.config.enabled(f.code, f.path)]
-        result.findings = sorted([f for f in result.findings if f.path not in set(paths)] + fresh, key=Finding.sort_key)
+        paths = {f.path for f in needing}
+        fresh = [f for p in sorted(paths) for f in analyze_path(p, index, choice.config)
+                 if choice.config.enabled(f.code, f.path)]
+        result.findings = sorted([f for f in result.findings if f.path not in paths] + fresh, key=Finding.sort_key)
         result.config = choice.config
         if options.fix or options.diff:
             result.warnings.append(choice.note)
