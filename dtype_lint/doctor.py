@@ -18,6 +18,8 @@ from . import __version__
 from .config import _KEYS, Config, tomllib
 from .helper import HelperError
 from .helper_home import INFERRED_MODULE, configured_location, existing_inferred
+from .analysis import safe_read
+from .facts import ProjectFacts
 from .index import QuantizableLayerIndex
 from .pipeline import RunOptions, RunResult, run
 from .reporters._common import plural
@@ -25,25 +27,49 @@ from .reporters._common import plural
 
 @dataclass
 class RootMatch:
-    """How one configured quantizable root shows up in the scanned tree."""
+    """How one quantizable root shows up in the scanned tree."""
 
     root: str
-    origin: str  # "preset" | "configured"
+    origin: str  # "code" (the class obtains a quant method itself) | "preset" | "configured"
     defined_at: str = ""  # path:line when the tree defines the class itself
     subclasses: list[str] = field(default_factory=list)  # tree classes that inherit from it
     importers: list[str] = field(default_factory=list)  # tree modules that import it by name
+    why: str = ""  # for a root from the code: what its code does
 
     @property
     def matched(self) -> bool:
         return bool(self.defined_at or self.subclasses or self.importers)
 
 
+# Spellings a class's code must contain to obtain a quant method for itself (facts.py's
+# quant-root calls): files without any are not parsed.
+_QUANT_ROOT_WORDS = ("get_quant_method", "resolve_quant_method", "create_weights")
+
+
+def _code_roots(index: QuantizableLayerIndex) -> dict[str, tuple[str, str]]:
+    """qualname -> (path:line, why) for each class in the tree whose own code makes it a
+    quantizable layer. Parses only the files that spell such a call."""
+    project = ProjectFacts(index, load_file=safe_read)
+    roots = {}
+    for module, header in sorted(index.modules.items()):
+        text = safe_read(header.path) if header.classes else None
+        if not text or not any(w in text for w in _QUANT_ROOT_WORDS):
+            continue
+        for name in header.classes:
+            qualname = f"{module}.{name}" if module else name
+            cf = project.class_facts(qualname)
+            if cf is not None and cf.quant_root is not None:
+                roots[qualname] = (f"{header.path}:{cf.quant_root.line}", cf.quant_root.message)
+    return roots
+
+
 def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch]:
-    """Each quantizable root (preset's, then configured) with where the tree defines, subclasses or
-    imports it. Reads only the index's public surface: modules, class_location, canonical, mro."""
-    preset_roots = [r for r in config.all_quantizable if r not in config.quantizable]
-    matches = {r: RootMatch(r, "preset") for r in preset_roots}
-    matches.update({r: RootMatch(r, "configured") for r in config.quantizable})
+    """Each quantizable root (found in the code, then the preset's, then configured ones) with
+    where the tree defines, subclasses or imports it. Reads the index through its public
+    surface (modules, class_location, canonical, mro) and class facts for the code's roots."""
+    matches = {q: RootMatch(q, "code", why=why) for q, (_at, why) in _code_roots(index).items()}
+    for r in config.all_quantizable:
+        matches.setdefault(r, RootMatch(r, "configured" if r in config.quantizable else "preset"))
     by_short = defaultdict(list)  # a root matched by name where its package is not scanned
     for r in matches:
         by_short[(r.split(".")[0], r.rsplit(".", 1)[-1])].append(r)
@@ -168,7 +194,9 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
         lines.append(f"  {key} = {json.dumps(value)}  ({where})")
     lines += ["", *_helper_lines(result, files), ""]
     matched = [m for m in matches if m.matched]
-    lines.append(f"quantizable roots: {len(matched)} of {len(matches)} match the tree")
+    code = sum(1 for m in matches if m.origin == "code")
+    lines.append(f"quantizable roots: {len(matched)} of {len(matches)} match the tree "
+                 f"({code} found in the code: classes that obtain a quant method for themselves)")
     for m in matches:
         if not m.matched:
             continue
@@ -181,14 +209,17 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
             parts.append(f"{plural(len(m.subclasses), 'subclass', 'subclasses')} ({shown}{more})")
         if m.importers:
             parts.append(f"imported by {plural(len(m.importers), 'module')}")
-        lines.append(f"  {m.root} ({m.origin}): {'; '.join(parts)}")
+        lines.append(f"  {m.root} [{m.origin}]")
+        if m.why:
+            lines.append(f"      why: {m.why}")
+        lines.append(f"      {'; '.join(parts)}")
     unmatched = [m for m in matches if not m.matched]
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")
-        lines += [f"    {m.root} ({m.origin})" for m in unmatched]
+        lines += [f"    {m.root} [{m.origin}]" for m in unmatched]
     if not matched:
         lines.append("  => no class in the tree is quantizable: every site is skipped. Set `quantizable = [...]` "
-                     "to your layer classes, or `preset`")
+                     "to your layer classes (those whose weights a quantization backend repacks), or `preset`")
     fixable = sum(1 for f in result.findings if f.fix is not None)
     lines += ["", f"findings: {len(result.findings)} ({fixable} with a fix); `dtype-lint check` lists them"]
     for w in result.warnings:

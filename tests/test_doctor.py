@@ -54,10 +54,13 @@ def test_doctor_on_the_example_project(tmp_path: Path):
     assert '  helper = "minillm.layers.input_dtype:get_layer_input_dtype"  (pyproject.toml)\n' in out
     assert ("helper: minillm.layers.input_dtype:get_layer_input_dtype (configured) at "
             "minillm/layers/input_dtype.py: exists\n") in out
-    assert "quantizable roots: 1 of 1 match the tree\n" in out
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("  minillm.layers.linear.LinearBase (configured): ")]
-    assert re.search(r"defined at minillm/layers/linear\.py:\d+; \d+ subclasses \(", line)
-    assert "ColumnParallelLinear" in line and "RowParallelLinear" in line
+    # LinearBase is configured, and its own code also says so: it obtains a quant method.
+    assert "quantizable roots: 1 of 1 match the tree (1 found in the code: " in out
+    lines = out.splitlines()
+    i = lines.index("  minillm.layers.linear.LinearBase [code]")
+    assert lines[i + 1].startswith("      why: `self.quant_method.create_weights(self, ...)`")
+    assert re.match(r"      defined at minillm/layers/linear\.py:\d+; \d+ subclasses \(", lines[i + 2])
+    assert "ColumnParallelLinear" in lines[i + 2] and "RowParallelLinear" in lines[i + 2]
     expected = len([ln for ln in (root / "expected.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")])
     assert f"findings: {expected} (" in out
     assert tree(root) == before  # --no-cache: nothing written
@@ -73,14 +76,36 @@ def test_doctor_says_why_a_tree_is_clean(tmp_path: Path):
     })
     assert dtl(root, "check").returncode == 0
     out = dtl(root, "doctor").stdout
-    assert "quantizable roots: 0 of 10 match the tree\n" in out
-    assert "  not in the tree (10):\n    vllm.model_executor.layers.linear.LinearBase (preset)\n" in out
+    from dtype_lint.config import Config
+
+    n = len(Config().all_quantizable)
+    assert f"quantizable roots: 0 of {n} match the tree (0 found in the code: " in out
+    assert f"  not in the tree ({n}):\n    vllm.model_executor.layers.linear.LinearBase [preset]\n" in out
     assert "no class in the tree is quantizable" in out and "`quantizable = [...]`" in out
     assert "findings: 0 (0 with a fix)" in out
     # A configured root shows as configured, and matching it is what changes the verdict.
     proc = dtl(root, "doctor", "--preset", "generic")
     assert '  preset = "generic"  (command line)\n' in proc.stdout
     assert "quantizable roots: 0 of 0 match the tree" in proc.stdout
+
+
+def test_doctor_finds_roots_in_the_code(tmp_path: Path):
+    """A class whose own code obtains a quant method is a root, with no configuration at all."""
+    root = write(tmp_path / "p", {
+        "pyproject.toml": '[tool.dtype-lint]\npreset = "generic"\n',
+        "pkg/__init__.py": "",
+        "pkg/layers.py": ("import torch\n\n\nclass QLinear(torch.nn.Module):\n"
+                          "    def __init__(self, quant_config=None):\n        super().__init__()\n"
+                          "        self.quant_method = quant_config.get_quant_method(self, prefix='')\n\n\n"
+                          "class RowLinear(QLinear):\n    pass\n"),
+        "pkg/model.py": "from pkg.layers import RowLinear\n",
+    })
+    out = dtl(root, "doctor").stdout
+    assert "quantizable roots: 1 of 1 match the tree (1 found in the code: " in out
+    lines = out.splitlines()
+    i = lines.index("  pkg.layers.QLinear [code]")
+    assert "get_quant_method" in lines[i + 1]
+    assert lines[i + 2] == "      defined at pkg/layers.py:4; 1 subclass (RowLinear)"
 
 
 def test_doctor_shows_an_inferred_helper_and_imported_roots(tmp_path: Path):
@@ -91,7 +116,7 @@ def test_doctor_shows_an_inferred_helper_and_imported_roots(tmp_path: Path):
             "would be created by --fix\n") in out
     why = next(ln for ln in out.splitlines() if ln.startswith("  why: "))
     assert "belongs to package `vllm`" in why and "src/ layout" in why
-    assert "  vllm.model_executor.layers.linear.ColumnParallelLinear (preset): imported by 1 module\n" in out
+    assert "  vllm.model_executor.layers.linear.ColumnParallelLinear [preset]\n      imported by 1 module\n" in out
     assert "findings: 1 (1 with a fix)" in out
     assert not (root / "src/pkg/layer_input_dtype.py").exists()
 
