@@ -145,7 +145,7 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
         return [f"helper: none can be used: {choice.error}"]
     if choice is not None:
         loc = choice.location
-        state = "exists" if loc.exists else "would be created by --fix"
+        state = "exists" if loc.exists else f"would be created by --fix from the `{choice.config.template}` template"
         lines = [f"helper: {loc.module}:{loc.func} ({choice.how}) at {rel(loc.path)}: {state}"]
         if choice.inferred:
             lines.append(f"  why: {choice.note}")

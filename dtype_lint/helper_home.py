@@ -6,7 +6,8 @@ preset's default is used where it can live: the vLLM preset's helper belongs ins
 project that only imports vLLM cannot take it, and the generic preset's top-level module
 `layer_input_dtype` at the project root is not importable from an installed package. Then the
 helper goes into the project's own top-level package that holds the most sites to fix (`src/`
-layouts included, `discovery.module_name` names the packages), as `<package>.layer_input_dtype`.
+layouts included, `discovery.module_name` names the packages), as `<package>.layer_input_dtype`,
+made from the `torch` template unless `helper-template` says otherwise.
 A helper created there by an earlier run is found again, so pre-commit runs over different staged
 files keep one helper.
 """
@@ -90,7 +91,9 @@ def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> H
     why_not = f"`helper` is not set, and the {config.preset} preset's `{module}:{func}` cannot be used: {why_not}"
     try:
         inferred, base, reason = _infer(config, files, needing, func)
-        cfg = replace(config, helper=f"{inferred}:{func}")
+        # The project is not the preset's package: its helper must not import it (the vllm
+        # template reads `vllm.platforms`), so it is made from the torch template unless set.
+        cfg = replace(config, helper=f"{inferred}:{func}", helper_template=config.helper_template or "torch")
         location = locate_helper(inferred, func, cfg.template, config.root, base, configured=False,
                                  preset=config.preset)
     except HelperError as e:

@@ -316,7 +316,7 @@ def test_fix_never_creates_the_vllm_preset_helper_outside_vllm(tmp_path: Path):
     proc = dtl(root, "check", "--fix")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not (root / "vllm").exists()
-    assert (root / "proj/layer_input_dtype.py").read_text() == helper_source("get_layer_input_dtype", "vllm")
+    assert (root / "proj/layer_input_dtype.py").read_text() == helper_source("get_layer_input_dtype", "torch")
     assert "from proj.layer_input_dtype import get_layer_input_dtype" in (root / "proj/attn.py").read_text()
     assert "belongs to package `vllm`" in proc.stderr and "proj/layer_input_dtype.py" in proc.stderr
     # Inside a vLLM checkout the same default is created next to the package.

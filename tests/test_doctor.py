@@ -113,7 +113,7 @@ def test_doctor_shows_an_inferred_helper_and_imported_roots(tmp_path: Path):
                                   "src/pkg/attn.py": ATTN})
     out = dtl(root, "doctor").stdout
     assert ("helper: pkg.layer_input_dtype:get_layer_input_dtype (inferred) at src/pkg/layer_input_dtype.py: "
-            "would be created by --fix\n") in out
+            "would be created by --fix from the `torch` template\n") in out
     why = next(ln for ln in out.splitlines() if ln.startswith("  why: "))
     assert "belongs to package `vllm`" in why and "src/ layout" in why
     assert "  vllm.model_executor.layers.linear.ColumnParallelLinear [preset]\n      imported by 1 module\n" in out

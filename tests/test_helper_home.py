@@ -60,7 +60,8 @@ def test_src_layout_gets_the_helper_in_the_package_with_most_sites(tmp_path: Pat
     proc = dtl(root, "migrate", ".", "--report", "PR.md")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     helper = root / "src/pkg/layer_input_dtype.py"
-    assert helper.read_text(encoding="utf-8") == helper_source("get_layer_input_dtype", "vllm")
+    # Made from the torch template: a project that is not vLLM must not import vllm.platforms.
+    assert helper.read_text(encoding="utf-8") == helper_source("get_layer_input_dtype", "torch")
     assert not (root / "vllm").exists() and not (root / "layer_input_dtype.py").exists()
     for rel in ("src/pkg/a.py", "src/pkg/b.py", "src/other/c.py"):
         text = (root / rel).read_text(encoding="utf-8")
