@@ -268,3 +268,28 @@ def test_a_helper_in_a_nested_import_root_is_the_projects_own(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert (root / "python/sglang/srt/dtypes.py").exists() and not (root / "sglang").exists()
     assert dtl(root, "check", "python").returncode == 0
+
+
+@pytest.mark.network
+def test_a_vllm_fork_migrates_with_an_inferred_helper(tmp_path: Path, aphrodite_0241: Path):
+    """aphrodite-engine is vLLM under another package name: no configuration, the vLLM preset's
+    helper cannot live there, so it goes into `aphrodite/`, and every rewritten file imports it."""
+    root = tmp_path / "aphrodite"
+    shutil.copytree(aphrodite_0241, root)
+    before = snapshot(root)
+    proc = dtl(root, "migrate", ".", "--report", "PR.md", "--no-progress")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    helper = root / "aphrodite/layer_input_dtype.py"
+    assert helper.read_text(encoding="utf-8") == helper_source("get_layer_input_dtype", "torch")
+    report = (root / "PR.md").read_text(encoding="utf-8")
+    assert "- Why there: " in report and "package `aphrodite` holds" in report
+    changed = {rel for rel, data in snapshot(root).items() if before.get(rel) != data} - {"PR.md"}
+    assert "aphrodite/layer_input_dtype.py" in changed and len(changed) > 1
+    for rel in changed:
+        text = (root / rel).read_text(encoding="utf-8")
+        compile(text, rel, "exec")
+        if rel != "aphrodite/layer_input_dtype.py":
+            assert "from aphrodite.layer_input_dtype import get_layer_input_dtype" in text, rel
+        assert f"- `{rel}` (" in report
+    again = json.loads(dtl(root, "check", "--output-format", "json", "--no-progress").stdout)
+    assert again["summary"]["fixable"] == 0
