@@ -29,7 +29,8 @@ def findings() -> list[dict]:
 
 
 def entries(findings) -> list[str]:
-    return [f"{f['path'][2:]}:{f['line']}:{f['col']} {f['code']}" for f in findings]
+    # `check .` reports paths without a leading `./` (every format alike).
+    return [f"{f['path']}:{f['line']}:{f['col']} {f['code']}" for f in findings]
 
 
 def at(findings, path: str) -> dict[int, dict]:
