@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .config import Config
 from .findings import Finding
-from .pipeline import RunOptions, RunResult, run
+from .pipeline import RunOptions, RunResult, reanalyze, run
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -149,7 +149,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         data = Path(o.path).read_bytes()
         ft = FileText.decode(data)
         if group_by == "rule":
-            steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: _analyze_again(result, p, t),
+            steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: reanalyze(result, p, t),
                                          unsafe_fixes, sorted({f.code for f in o.applied}))
             before = data
             for code, text, applied in steps:
@@ -164,12 +164,5 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof)
-    files = series.write(patches, Path(out)) if patches else []
+    files = series.write(patches, Path(out), result.writer) if patches else []
     return result, patches, files
-
-
-def _analyze_again(result: RunResult, path: str, text: str):
-    from .analysis import analyze
-    from .discovery import module_name
-
-    return analyze(path, text, result.index, result.config, module_name(path, result.config.root))

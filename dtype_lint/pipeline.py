@@ -308,6 +308,11 @@ def _analyze(targets: list[str], scan: _Scan, index, config, cache: Cache, jobs:
     return findings
 
 
+def reanalyze(result: RunResult, path: str, text: str) -> list[Finding]:
+    """The findings of another version of a file of this run, against the run's class index."""
+    return analyze(path, text, result.index, result.config, module_name(path, result.config.root))
+
+
 def code_stamp() -> str:
     """Changes when dtype-lint's own code changes (an editable install under development), so a
     cache never outlives the rules that produced it."""

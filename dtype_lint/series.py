@@ -24,6 +24,7 @@ from pathlib import Path
 from .findings import Finding
 from .fixer import fix_text
 from .helper import HelperLocation
+from .writer import ProjectWriter
 
 GROUPS = ("file", "directory", "rule")
 # A fixed date and author make the series reproducible: the same tree gives the same patches.
@@ -143,11 +144,13 @@ def _short(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def write(patches: list[Patch], out: Path) -> list[Path]:
-    """Commit the patches in a scratch repository and `git format-patch` them into `out`."""
-    out.mkdir(parents=True, exist_ok=True)
+def write(patches: list[Patch], out: Path, writer: ProjectWriter) -> list[Path]:
+    """Commit the patches in a scratch repository, `git format-patch` them there, and write the
+    patch files into `out` through the run's writer (the user named that folder)."""
     with tempfile.TemporaryDirectory(prefix="dtype-lint-series-") as tmp:
-        repo = Path(tmp)
+        repo = Path(tmp) / "repo"
+        scratch = ProjectWriter(Path(tmp))
+        scratch.make_dirs(repo, "scratch repository")
         _git(["init", "-q", "-b", "main"], repo)
         base: dict[str, bytes] = {}
         for p in patches:
@@ -155,24 +158,30 @@ def write(patches: list[Patch], out: Path) -> list[Path]:
                 if ch.before is not None:
                     base.setdefault(ch.path, ch.before)
         for rel, data in base.items():
-            target = repo / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            _put(scratch, repo / rel, data)
         _git(["add", "-A"], repo)
         _git(["commit", "-q", "--allow-empty", "-m", "base"], repo)
         for p in patches:
             for ch in p.changes:
-                target = repo / ch.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(ch.after)
+                _put(scratch, repo / ch.path, ch.after)
             _git(["add", "-A"], repo)
             _git(["commit", "-q", "-m", p.subject, "-m", p.body], repo)
-        names = _git(["format-patch", "--no-signature", "--zero-commit", "-o", str(out.resolve()), "HEAD~" +
+        made = Path(tmp) / "patches"
+        names = _git(["format-patch", "--no-signature", "--zero-commit", "-o", str(made), "HEAD~" +
                       str(len(patches))], repo).split()
-    files = [Path(n) for n in names]
-    for p, f in zip(patches, files):
-        p.file = f
+        files = []
+        writer.make_dirs(out, "patch series", outside_ok=True)
+        for p, name in zip(patches, names):
+            target = out / Path(name).name
+            writer.write(target, Path(name).read_bytes(), "patch", outside_ok=True)
+            p.file = target
+            files.append(target)
     return files
+
+
+def _put(writer: ProjectWriter, path: Path, data: bytes) -> None:
+    writer.make_dirs(path.parent, "scratch repository")
+    writer.write(path, data, "scratch")
 
 
 def _git(args: list[str], cwd: Path) -> str:

@@ -155,10 +155,11 @@ class ProjectWriter:
         except ValueError:
             return os.fspath(path)
 
-    def make_dirs(self, directory: str | os.PathLike, why: str) -> None:
-        """Create `directory` and its missing parents inside the project, recording each."""
+    def make_dirs(self, directory: str | os.PathLike, why: str, *, outside_ok: bool = False) -> None:
+        """Create `directory` and its missing parents inside the project, recording each
+        (`outside_ok`: a folder the user named, such as a patch series)."""
         directory = Path(directory)
-        if not self.inside(directory):
+        if not outside_ok and not self.inside(directory):
             raise WriteError(f"{directory}: outside the project root {self.root}; not created")
         missing = []
         d = directory

@@ -48,7 +48,7 @@ def compile_all(root: Path) -> None:
 def in_place(tmp_path_factory) -> dict[str, dict[str, bytes]]:
     """The in-place migration of each fixture project, as file bytes."""
     out = {}
-    for name in ("project",):
+    for name in ("project", "shapes"):
         root = checkout(FIXTURES / name, tmp_path_factory.mktemp(f"inplace-{name}") / name)
         proc = dtl(root, "migrate", ".", "--report", "../report.md")
         assert proc.returncode in (0, 1), proc.stderr
@@ -56,7 +56,7 @@ def in_place(tmp_path_factory) -> dict[str, dict[str, bytes]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["project"])
+@pytest.mark.parametrize("name", ["project", "shapes"])
 @pytest.mark.parametrize("group_by", ["file", "directory", "rule"])
 def test_series_applies_compiles_and_equals_in_place(tmp_path: Path, in_place, name: str, group_by: str):
     root = checkout(FIXTURES / name, tmp_path / name)
@@ -76,12 +76,12 @@ def test_series_applies_compiles_and_equals_in_place(tmp_path: Path, in_place, n
 
 
 def test_commit_messages_say_what_why_how_and_what_verified(tmp_path: Path):
-    root = checkout(FIXTURES / "project", tmp_path / "project")
+    root = checkout(FIXTURES / "shapes", tmp_path / "shapes")
     series = tmp_path / "series"
     assert dtl(root, "migrate", ".", "--series", str(series), "--report", "../r.md").returncode == 0
     first, *rest = sorted(series.glob("*.patch"))
     head = first.read_text(encoding="utf-8")
-    assert "Subject: [PATCH 1/" in head and "get_layer_input_dtype" in head
+    assert "Subject: [PATCH 1/" in head and "get_layer_input_dtype" in head and "new file mode" in head
     for patch in rest:
         text = patch.read_text(encoding="utf-8")
         message = text.split("\n---\n", 1)[0]
