@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_runner import dtl
+from release_runs import check_tree
 
 pytestmark = pytest.mark.network
 
@@ -63,8 +63,8 @@ class CliRun:
 
 def run_check(tree: Path) -> CliRun:
     # cwd = the tree: no project config of ours applies, as when a user runs it in their checkout.
-    proc = dtl(tree, "check", str(tree), "--output-format", "json", "--no-cache", "--exit-zero")
-    return CliRun(tree, proc)
+    # The run is shared with test_triage.py (one whole-tree check per session).
+    return CliRun(tree, check_tree(tree))
 
 
 @pytest.fixture(scope="module")
