@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .facts import AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name
 from .findings import Evidence
@@ -51,6 +52,8 @@ class Instance:
     # The class of the `self` the expression starts from (a model class may restrict the configs
     # its layers can receive).
     origin: str | None = None
+    # Known only from an annotation (`head: ParallelLMHead`): no construction site in view.
+    annotated: bool = False
 
     def param(self, name: str) -> str:
         return dict(self.env).get(name, UNKNOWN)
@@ -130,7 +133,7 @@ class LayerResolver:
             return Instance(None)
         cls = self.index.resolve(self.module, ann, self.imports)
         return Instance(cls, UNKNOWN, (), (Evidence(f"{what} `{name}: {ann}`", self.path,
-                                                     getattr(annotation, "lineno", 0)),))
+                                                     getattr(annotation, "lineno", 0)),), annotated=True)
 
     def attribute(self, owner: Instance, attr: str, depth: int = 0) -> Instance:
         found = self.project.attr_origins(owner.qualname, attr)
@@ -353,6 +356,8 @@ class LayerResolver:
                 root_class, evidence = root
                 if self._config_reaching(inst, root_class) == NONE or self._excluded_by_model(inst):
                     return None
+                if inst.annotated and self._family_never_quantizes(q):
+                    return None
                 return "high", inst.chain + evidence
             if self.index.class_location(q) is not None:
                 return None  # a class of the scanned tree outside every quantizable hierarchy
@@ -399,6 +404,41 @@ class LayerResolver:
                     return False
             return True
         return False
+
+    def _family_never_quantizes(self, qualname: str) -> bool:
+        """A layer known only from an annotation, in a model family's package (the folder under a
+        `models` folder: vLLM's `vllm/models/deepseek_v41/`): every construction of that class, or a
+        subclass, in the family's own files passes no config. None found: the annotation stands."""
+        parts = Path(self.path).parts
+        if "models" not in parts[:-1]:
+            return False
+        i = len(parts) - 2 - parts[:-1][::-1].index("models")
+        if i + 1 >= len(parts) - 1:
+            return False  # the file sits directly in `models/`: no family folder
+        family = Path(*parts[: i + 2])
+        key = ("family census", str(family), qualname)
+        if key not in self.index.facts_cache:
+            self.index.facts_cache[key] = self._census(family, qualname)
+        return self.index.facts_cache[key]
+
+    def _census(self, family: Path, qualname: str) -> bool:
+        found = False
+        for module, header in self.index.modules.items():
+            if not Path(header.path).is_relative_to(family):
+                continue
+            if not any(c for c in header.classes):
+                continue
+            facts = self.project.file_facts(module)
+            for cf in (facts.classes.values() if facts else ()):
+                for attr, origins in cf.attrs.items():
+                    for origin in origins:
+                        if origin.kind != "call" or not origin.type_name or \
+                                qualname not in self.index.mro(origin.type_name):
+                            continue
+                        found = True
+                        if self._from_origin(origin, cf.qualname, {}).config != NONE:
+                            return False
+        return found
 
     def quant_root(self, qualname: str) -> tuple[str, tuple[Evidence, ...]] | None:
         """(the nearest class in the MRO that makes it quantizable, the evidence chain) or None:

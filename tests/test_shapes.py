@@ -101,3 +101,10 @@ def test_embeddings_values_and_getters(findings):
     flows = [f for f in sampler.values() if "is passed to" in f["message"]]
     assert {f["message"].split("`")[3] for f in flows} == {"soft_embed", "Sampler"}
     assert any("new_zeros" in f["message"] for f in sampler.values())
+
+
+def test_a_family_that_never_quantizes_a_layer_type(findings):
+    """Known only from an annotation (`head: OutputHead`), the head is judged by its model family:
+    every OutputHead `fast_decode` builds has no config, while `draft` builds one with the model's."""
+    assert at(findings, "fast_decode/head_kernels.py") == {}
+    assert list(at(findings, "draft/head_kernels.py")) == [line_of("models/draft/head_kernels.py", "torch.zeros")]
