@@ -50,8 +50,9 @@ class Flow:
 class Flows:
     """Callee uses of parameters, computed once per callee."""
 
-    def __init__(self, project: ProjectFacts, module: str, imports: dict[str, str], config):
+    def __init__(self, project: ProjectFacts, module: str, imports: dict[str, str], config, layers=None):
         self.project = project
+        self.layers = layers  # resolves `self.a.b` in `self.a.b.method(...)`
         self.index = project.index
         self.module = module
         self.imports = imports
@@ -96,6 +97,14 @@ class Flows:
                 and scope.class_qualname:
             for q in self.index.mro(scope.class_qualname):
                 cf: ClassFacts | None = self.project.class_facts(q)
+                if cf is not None and f.attr in cf.methods:
+                    fn = cf.methods[f.attr]
+                    return _Callee(f"{q.rsplit('.', 1)[-1]}.{f.attr}", fn, cf.path, signature_of(fn).positional)
+            return None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and self.layers is not None:
+            owner = self.layers.resolve(f.value, scope)  # `self.language_model.rotary_emb.method(...)`
+            for q in self.index.mro(owner.qualname) if owner.qualname else []:
+                cf = self.project.class_facts(q)
                 if cf is not None and f.attr in cf.methods:
                     fn = cf.methods[f.attr]
                     return _Callee(f"{q.rsplit('.', 1)[-1]}.{f.attr}", fn, cf.path, signature_of(fn).positional)

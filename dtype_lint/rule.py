@@ -152,7 +152,7 @@ class FileFacts:
     def flows(self):
         from .flows import Flows
 
-        return Flows(self.project, self.source.module, self.imports, self.config)
+        return Flows(self.project, self.source.module, self.imports, self.config, self.layers)
 
     @cached_property
     def fixes(self):

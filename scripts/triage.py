@@ -37,7 +37,7 @@ FALSE_CATEGORIES = ("not-quantizable", "exempt-storage", "guarded", "not-activat
 # Short names of the bullets of docs/quantizability.md "Known limits", by the bold words they open with.
 KNOWN_LIMITS = {
     "generic-types": "Generic types hide the layer.",
-    "annotations": "Annotations are taken at their word.",
+    "annotations": "Annotations are taken at their word,",
     "weight-loaders": "Weight loaders are trusted.",
     "value-flow": "Value flow is one step deep.",
     "attached-outside": "Layers attached from outside their class",
