@@ -40,6 +40,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.writer import write_atomic
+
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 #: Where cubins are cached: ``kernels_ref/.build`` (git-ignored) in a checkout, else a temp dir.
 BUILD_DIR = Path(os.environ.get("DTYPE_LINT_KERNEL_BUILD_DIR", Path(__file__).resolve().parent / ".build"))
@@ -49,9 +51,8 @@ def _build_dir() -> Path:
     global BUILD_DIR
     try:
         BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        probe = BUILD_DIR / f".probe{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        if not os.access(BUILD_DIR, os.W_OK):
+            raise PermissionError(BUILD_DIR)
     except OSError:  # e.g. a read-only site-packages
         import tempfile
 
@@ -330,9 +331,7 @@ def load_module(stem: str, device_index: int = 0):
                 log = ""
                 if not cached:
                     image, log = nv.compile(src, path.name, opts)
-                    tmp = cubin.with_suffix(f".tmp{os.getpid()}")
-                    tmp.write_bytes(image)
-                    tmp.replace(cubin)
+                    write_atomic(cubin, image)
                 try:
                     mod = cupy.RawModule(path=str(cubin))
                 except Exception as e:  # pragma: no cover - a driver that rejects the cubin
@@ -340,7 +339,7 @@ def load_module(stem: str, device_index: int = 0):
                     ptx_opts = NVRTC_OPTIONS + (f"--gpu-architecture=compute_{arch[3:]}",)
                     image, log = nv.compile(src, path.name, ptx_opts)
                     ptx = cubin.with_suffix(".ptx")
-                    ptx.write_bytes(image.rstrip(b"\0"))
+                    write_atomic(ptx, image.rstrip(b"\0"))
                     mod = cupy.RawModule(path=str(ptx))
                     log = f"cubin load failed ({type(e).__name__}: {e}); loaded PTX instead\n{log}"
                     opts = ptx_opts
