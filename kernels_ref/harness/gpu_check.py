@@ -167,8 +167,13 @@ class Sizes:
 
 
 SIZES = {
-    # §6 kernel checks: GEMMs 4096x512x4096; attention T=960 over G1's first chunk (mcc 1344).
+    # The GPU kernel checks: GEMMs 4096x512x4096; attention T=960 over G1's first chunk (mcc 1344).
     "gpu": Sizes(4096, 512, 4096, 16, 192, 128, (0, 512, 768, 896, 960), (0, 1344, 2688, 3712, 3712)),
+    # The same shapes in miniature, for the CPU emulation of the CUDA kernels: K=256 (two g128
+    # groups), N=320 (three 128-column GEMM tiles, a partial one last), M=130 (two row tiles),
+    # d_qk=192 (three 64-wide chunks), d_v=128, a request of 35 queries (two 32-row tiles) over 70
+    # keys (three 32-key tiles), requests with no keys and with no queries.
+    "emulated": Sizes(130, 256, 320, 2, 192, 128, (0, 5, 40, 41, 41, 76), (0, 70, 70, 140, 141, 141)),
     "tiny": Sizes(96, 128, 128, 2, 96, 64, (0, 5, 12, 16, 20), (0, 40, 60, 60, 93)),
 }
 
@@ -307,7 +312,8 @@ class KernelChecks:
             out[f"attention[{label}]"] = _merge("a", {"out": compare_close(oc, orf), "lse": compare_lse(lc, lr)})
 
         # mask_empty_context: requests 1 and 3 have an empty span in this chunk.
-        cu_ctx = [0, 7, 7, 19, 19]
+        lens = [7, 0, 12, 0, 5, 9][: len(s.cu_q) - 1]
+        cu_ctx = [sum(lens[:i]) for i in range(len(lens) + 1)]
         lse0 = self.randn(s.heads, t)
         o0 = self.randn(t, s.heads, s.d_v, dtype=torch.bfloat16)
         res = {}
@@ -324,10 +330,16 @@ class KernelChecks:
             s_out = self.randn(t, s.heads, s.d_v, dtype=dt)
             p_lse = self.randn(s.heads, t, scale=3.0)
             s_lse = self.randn(s.heads, t, scale=3.0)
+            # FA2's empty marker (+inf) on either side, -inf on either side, and both empty.
             p_lse[:, 0] = float("inf")
             p_lse[:, 1] = float("-inf")
             p_lse[:, 2] = float("-inf")
             s_lse[:, 2] = float("-inf")
+            s_lse[:, 3] = float("inf")
+            p_lse[:, 4] = float("inf")
+            s_lse[:, 4] = float("inf")
+            p_lse[:, 5] = float("-inf")
+            s_lse[:, 5] = float("inf")
             ptwc = t - min(3, t // 4)
             res = {}
             for b in (self.candidate, "torch"):
