@@ -339,3 +339,52 @@ def test_installed_cuda_on_cpu_raises_instead_of_silently_using_torch(marlin_lay
         with pytest.raises(build.CudaUnavailable):
             marlin_layer(randn(2, 64, dtype=torch.bfloat16))
     assert mf.marlin_gemm is ops.REF.marlin_gemm
+
+
+# ----------------------------------------------------------------------------- one GEMM path
+
+
+def test_torch_fallbacks_are_the_layers_own_functions() -> None:
+    # Each op's PyTorch side is the reference module's function, the one the layer calls: no
+    # second GEMM (the old fallbacks used `@`, which TF32 changes on a GPU).
+    assert ops.REF.nvfp4_mm is nv.nvfp4_mm
+    assert ops.REF.unquantized_linear is lb.unquantized_linear
+    assert ops.REF.awq_gemm is lb.awq_gemm
+    x = randn(7, 64, dtype=torch.bfloat16)
+    layers = {
+        "nvfp4": nv.NvFp4Linear(randn(128, 64, scale=0.1), torch.bfloat16),
+        "unquantized": lb.UnquantizedLinear(randn(128, 64, scale=0.1), torch.bfloat16),
+        "awq": lb.AwqLikeLinear(randn(128, 64, scale=0.1), torch.bfloat16),
+    }
+    xq, sf = ops.scaled_fp4_quant(x, layers["nvfp4"].input_global_scale_inv, backend="torch")
+    l = layers["nvfp4"]
+    assert _same(ops.nvfp4_mm(xq, sf, l.weight, l.weight_scale, l.alpha, torch.bfloat16, backend="torch"), l(x)[0])
+    assert _same(ops.unquantized_linear(x, layers["unquantized"].weight, backend="torch"), layers["unquantized"](x)[0])
+    a = layers["awq"]
+    assert _same(ops.awq_gemm(x, a.qweight, a.qzeros, a.scales, a.group_size, backend="torch"), a(x)[0])
+
+
+def test_matmul_fp32_gives_the_same_bits_for_either_weight_layout() -> None:
+    # The exact crash-row check compares a quantized layer (weight [K,N]) with an unquantized twin
+    # (weight [N,K], used transposed): the one GEMM path must not depend on the layout.
+    from dtype_lint.kernels_ref.formats import matmul_fp32
+
+    for m, k, n in ((7, 512, 1024), (1, 96, 64), (44, 256, 512)):
+        a, w = randn(m, k), randn(n, k)
+        assert torch.equal(matmul_fp32(a, w.t()), matmul_fp32(a, w.t().contiguous()))
+
+
+def test_dispatch_runs_the_reference_checks_before_deciding() -> None:
+    calls = []
+
+    def check():
+        calls.append("check")
+        raise RuntimeError("bad argument")
+
+    with pytest.raises(RuntimeError, match="bad argument"):
+        ops._dispatch("x", "cuda", [torch.zeros(1)], lambda: calls.append("ref"), lambda: calls.append("cuda"), check=check)
+    assert calls == ["check"]
+    with ops.use_backend("torch"):
+        assert ops._dispatch("x", "auto", [torch.zeros(1)], lambda: "ref", lambda: "cuda", check=check) == "ref"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ops._dispatch("x", "triton", [], lambda: None, lambda: None)
