@@ -1,7 +1,6 @@
 """Build and launch the CUDA reference kernels (``kernels_ref/cuda/*.cu``) with NVRTC.
 
-Why NVRTC and not ``torch.utils.cpp_extension.load_inline``: the GPU machine (KERNELS_SPEC.md
-§7) has minutes of device time per task; NVRTC compiles all of ``cuda/`` in seconds, a torch
+Why NVRTC and not ``torch.utils.cpp_extension.load_inline``: the GPU machine has minutes of device time per task; NVRTC compiles all of ``cuda/`` in seconds, a torch
 extension takes minutes. The ``.cu`` files therefore include no torch or CUDA headers and
 export ``extern "C" __global__`` kernels; every dtype/shape check lives in the Python wrappers of
 :mod:`kernels_ref.ops`, which launch through :func:`launch` on torch's current stream.
@@ -13,7 +12,7 @@ How a kernel gets to the GPU:
 2. :func:`compile_source` calls ``libnvrtc`` directly through :mod:`ctypes` and returns a cubin
    for the device's ``sm_XY``. We do not use ``cupy.RawModule(code=...)``: CuPy appends
    ``-ftz=true`` after the caller's options, and flushing fp32 subnormals to zero would break the
-   bit-exact quantizer checks (§5). Options: :data:`NVRTC_OPTIONS` (``--fmad=false`` keeps
+   bit-exact quantizer checks. Options: :data:`NVRTC_OPTIONS` (``--fmad=false`` keeps
    ``a*b+c`` from being contracted, so the device rounds as the PyTorch reference does).
 3. The cubin is written under ``kernels_ref/.build/`` (git-ignored; reused while the machine is
    warm) and loaded with ``cupy.RawModule(path=...)``; kernels are called with ``numpy`` scalars

@@ -5,7 +5,7 @@ Every rounding here is spelled out step by step in fp32 so that the CUDA version
 
 * every fp8 rounding is an explicit ``clamp(±448)`` followed by a round-to-nearest-even cast.
   PyTorch 2.13 on CPU happens to saturate out-of-range casts; we never depend on that;
-* e2m1 encoding uses the threshold table of §2c, not a float cast;
+* e2m1 encoding uses the threshold table of :func:`e2m1_encode`, not a float cast;
 * bit packing uses shifts and masks on integers, never ``Tensor.view`` across widths, so the
   result does not depend on the host's byte order.
 
@@ -114,7 +114,7 @@ def quantize_fp8_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Weight codes ``fp8(clamp(w / scale, ±448))``, the division done in fp32.
 
     Weights divide by the scale (as vLLM's ``marlin_quant_fp8_torch`` does); activations
-    multiply by a reciprocal instead (§2b), see :func:`fp8_linear.fp8_quant_per_token`.
+    multiply by a reciprocal instead, see :func:`fp8_linear.fp8_quant_per_token`.
     ``scale`` must broadcast against ``w``.
     """
     return to_fp8(w.float() / scale.float())
@@ -154,7 +154,7 @@ def join_fields(fields: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
-    """Nibble codes (uint8, 0..15) for values already clamped to ±6 (§2c).
+    """Nibble codes (uint8, 0..15) for values already clamped to ±6.
 
     Magnitude thresholds are round-to-nearest-even on the e2m1 grid:
     ``≤.25→0, <.75→.5, ≤1.25→1, <1.75→1.5, ≤2.5→2, <3.5→3, ≤5→4, else 6``.

@@ -9,7 +9,7 @@ per-token-group activation quantizer).
 
 Its ``weight`` is fp8, so the dtype helper of vLLM PR #38771 returns ``None`` (keep the model
 dtype, the layer quantizes itself) unless fp8 prefill is on. An fp8 input is treated as already
-quantized with scale 1.0 (§0.3): vLLM only skips activation quantization for a
+quantized with scale 1.0: vLLM only skips activation quantization for a
 ``QuantizedActivation``, and this matches ``use_fp8_prefill``'s unscaled casts.
 """
 

@@ -125,7 +125,7 @@ def unpack_fp8_from_int32(q: torch.Tensor) -> torch.Tensor:
 def marlin_fp8_byte_positions(size_k: int, size_n: int, device=None) -> torch.Tensor:
     """Flat byte offset in the repacked ``int32[K/16, 4N]`` tensor of every element ``(k,n)``.
 
-    The offset is ``(row·4N + col)·4 + byte`` with (§2a, step 3)::
+    The offset is ``(row·4N + col)·4 + byte`` with::
 
         kk=k%16; nn=n%64; w=nn//16; c=nn%16; half=c//8; t=4*(c%8)+(kk%8)//2; i=(kk%2)+2*(kk//8)
         row=k//16; col=(n//64)*256+t*8+w*2+half; byte=[0,2,1,3][i]
@@ -392,7 +392,7 @@ def marlin_gemm(
 ) -> torch.Tensor:
     """``ops.marlin_gemm`` for fp8 weights: ``c[M,N] = a @ deq`` with fp32 accumulation, in ``a.dtype``.
 
-    Checks, in this order (§2a):
+    Checks, in this order:
 
     1. ``a`` dtype: fp16/bf16 pass; fp8/int8 raise ``the a_scales parameter must be passed for
        8bit activation.``; anything else raises ``unsupported `a` scalar_type``. All RuntimeError.

@@ -44,7 +44,7 @@ PRE_CP_CRASH = {b: ("RuntimeError", MARLIN_MSG) for b in MARLINS} | {
     "nvfp4_p": ("AssertionError", NVFP4_FP8_MSG),  # the fixture's cp path shares the fp8 workspace
     "int8": ("RuntimeError", INT8_MSG),
 }
-# What the helper returns (None: keep the model dtype): spec §3's table plus the new rows.
+# What the helper returns (None: keep the model dtype): the table in its docstring, on every row.
 POST_CAST = {
     "bf16": "bfloat16", "fp16": "float16", "fp8": "None", "fp8_p": "float8_e4m3fn",
     "marlin": "bfloat16", "marlin_g128": "bfloat16", "marlin_fp16": "float16", "marlin_p": "bfloat16",
