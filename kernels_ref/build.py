@@ -157,9 +157,12 @@ def _nvrtc_candidates() -> list[str]:
     for base in sys.path:
         for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*"):
             cands.extend(sorted(glob.glob(os.path.join(base, pattern)), reverse=True))
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    homes += sorted(glob.glob("/usr/local/cuda-*"), reverse=True)  # versioned installs, newest first
+    for home in homes:
         if home:
-            cands.extend(sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")), reverse=True))
+            for sub in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
+                cands.extend(sorted(glob.glob(os.path.join(home, sub, "libnvrtc.so*")), reverse=True))
     found = ctypes.util.find_library("nvrtc")
     if found:
         cands.append(found)

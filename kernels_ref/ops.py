@@ -67,6 +67,11 @@ _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, FP8)
 _state = threading.local()
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
 def default_backend() -> str:
     """The backend ``"auto"`` resolves through first (set by :func:`use_backend`)."""
     return getattr(_state, "backend", "auto")
@@ -75,8 +80,7 @@ def default_backend() -> str:
 @contextlib.contextmanager
 def use_backend(backend: str) -> Iterator[None]:
     """Make ``backend="auto"`` calls in this thread behave as ``backend`` inside the block."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_backend(backend)
     old = default_backend()
     _state.backend = backend
     try:
@@ -91,8 +95,7 @@ def _use_cuda(op: str, backend: str, tensors, unsupported: str | None = None) ->
     ``unsupported`` is a reason the CUDA version cannot take this case (None: it can); it is
     only consulted after the reference's own checks have passed.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_backend(backend)
     if backend == "auto":
         backend = default_backend()
     if backend == "torch":
@@ -130,8 +133,7 @@ def _dispatch(
     names a case the CUDA version cannot take, and :func:`_use_cuda` picks ``cuda`` or
     ``reference``. ``tensors`` are the arguments whose devices decide.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_backend(backend)
     resolved = default_backend() if backend == "auto" else backend
     if resolved == "torch":
         return reference()
@@ -620,8 +622,7 @@ def installed(backend: str = "cuda") -> Iterator[None]:
     verify fixture and looked up at call time by the upstream harness). Everything is restored on
     exit. Not thread-safe: for the GPU check's single thread.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_backend(backend)
 
     def bind(fn):
         def wrapper(*a, **kw):

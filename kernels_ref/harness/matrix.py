@@ -41,7 +41,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .backends import BACKENDS, SPEC_ROWS, Backend, Crash, Expectation, cast_0271, expect
+from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expect
 from .chunking import plan_chunked_context
 from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
 from .reference import bit_identical, empty_context_violations, error_metrics, reference_context_attention

@@ -23,6 +23,9 @@ from dtype_lint.kernels_ref.harness import gpu_check
 
 from .simt_emulator import Emulator, gxx, patch_ops
 
+# g++ builds of every kernel and emulated launches: slow, and part of the default suite all the same.
+pytestmark = pytest.mark.slow
+
 GROUPS = ("marlin", "fp8", "nvfp4", "linear", "attention", "contract")
 
 
