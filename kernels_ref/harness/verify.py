@@ -59,7 +59,8 @@ def render_tables(report: dict, console=None) -> None:
     if "fixture" in summary:
         t = Table(title=f"dtype-lint verify · fixture (offline) · {title}")
         for col in ("row", "pre", "pre_cp", "post cast", "post rel / bound", "post lse / bound", "bit-identical", ""):
-            t.add_column(col, no_wrap=col not in ("pre", "pre_cp"))
+            wraps = col in ("pre", "pre_cp", "bit-identical")
+            t.add_column(col, no_wrap=not wraps, min_width=24 if col in ("pre", "pre_cp") else None)
         for b, s in summary["fixture"].items():
             spec = report["backends"][b]
             t.add_row(
