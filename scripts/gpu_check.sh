@@ -20,6 +20,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
+case "$PY" in */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;; esac  # the script changes folder
 OUT="${OUT:-/tmp/gpu_check_out}"
 mkdir -p "$OUT"
 PKG="$(mktemp -d "${TMPDIR:-/tmp}/dtl_pkg.XXXXXX")"
