@@ -1,4 +1,4 @@
-"""MLA prefill attention, empty-context masking and state merging (KERNELS_SPEC.md §2e).
+"""MLA prefill attention, empty-context masking and state merging.
 
 ``mla_prefill_attention`` mirrors ``run_prefill_context_chunk`` of
 ``v1/attention/backends/mla/prefill/flash_attn.py`` (varlen, LSE ``[H,T]``) and, for fp8
@@ -111,6 +111,20 @@ def mla_prefill_attention(
     return out, lse
 
 
+def check_mask_empty_context(query_start_loc, context_start_loc) -> tuple[list[int], list[int]]:
+    """The argument check of :func:`mask_empty_context` (shared with the CUDA wrapper)."""
+    qsl, csl = _offsets(query_start_loc), _offsets(context_start_loc)
+    if len(qsl) != len(csl):
+        raise ValueError("query_start_loc and context_start_loc must have one length")
+    return qsl, csl
+
+
+def check_merge_attn_states(output_scale) -> None:
+    """The argument check of :func:`merge_attn_states` (shared with the CUDA wrapper)."""
+    if output_scale is not None:
+        raise NotImplementedError("merge_attn_states: output_scale (fp8 output) is not supported")
+
+
 def mask_empty_context(
     lse: torch.Tensor,
     output: torch.Tensor,
@@ -124,9 +138,7 @@ def mask_empty_context(
     ``lse`` is ``[H,T]``, ``output`` ``[T,H,...]``. Emptiness comes from the offsets, never from
     the LSE value, as in vLLM.
     """
-    qsl, csl = _offsets(query_start_loc), _offsets(context_start_loc)
-    if len(qsl) != len(csl):
-        raise ValueError("query_start_loc and context_start_loc must have one length")
+    qsl, csl = check_mask_empty_context(query_start_loc, context_start_loc)
     for r in range(len(qsl) - 1):
         if csl[r] == csl[r + 1]:
             lse[:, qsl[r] : qsl[r + 1]] = float("-inf")
@@ -154,8 +166,7 @@ def merge_attn_states(
     ``output_scale`` (fp8 output) is not implemented and raises ``NotImplementedError``.
     The CUDA version additionally requires ``head_dim % 8 == 0`` (``merge_attn_states.cu``).
     """
-    if output_scale is not None:
-        raise NotImplementedError("merge_attn_states: output_scale (fp8 output) is not supported")
+    check_merge_attn_states(output_scale)
     num_tokens = output.shape[0]
     ptwc = num_tokens if prefill_tokens_with_context is None else int(prefill_tokens_with_context)
     ptwc = max(0, min(ptwc, num_tokens))

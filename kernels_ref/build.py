@@ -1,7 +1,6 @@
 """Build and launch the CUDA reference kernels (``kernels_ref/cuda/*.cu``) with NVRTC.
 
-Why NVRTC and not ``torch.utils.cpp_extension.load_inline``: the GPU machine (KERNELS_SPEC.md
-§7) has minutes of device time per task; NVRTC compiles all of ``cuda/`` in seconds, a torch
+Why NVRTC and not ``torch.utils.cpp_extension.load_inline``: the GPU machine has minutes of device time per task; NVRTC compiles all of ``cuda/`` in seconds, a torch
 extension takes minutes. The ``.cu`` files therefore include no torch or CUDA headers and
 export ``extern "C" __global__`` kernels; every dtype/shape check lives in the Python wrappers of
 :mod:`kernels_ref.ops`, which launch through :func:`launch` on torch's current stream.
@@ -13,7 +12,7 @@ How a kernel gets to the GPU:
 2. :func:`compile_source` calls ``libnvrtc`` directly through :mod:`ctypes` and returns a cubin
    for the device's ``sm_XY``. We do not use ``cupy.RawModule(code=...)``: CuPy appends
    ``-ftz=true`` after the caller's options, and flushing fp32 subnormals to zero would break the
-   bit-exact quantizer checks (§5). Options: :data:`NVRTC_OPTIONS` (``--fmad=false`` keeps
+   bit-exact quantizer checks. Options: :data:`NVRTC_OPTIONS` (``--fmad=false`` keeps
    ``a*b+c`` from being contracted, so the device rounds as the PyTorch reference does).
 3. The cubin is written under ``kernels_ref/.build/`` (git-ignored; reused while the machine is
    warm) and loaded with ``cupy.RawModule(path=...)``; kernels are called with ``numpy`` scalars
@@ -40,6 +39,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.writer import write_atomic
+
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 #: Where cubins are cached: ``kernels_ref/.build`` (git-ignored) in a checkout, else a temp dir.
 BUILD_DIR = Path(os.environ.get("DTYPE_LINT_KERNEL_BUILD_DIR", Path(__file__).resolve().parent / ".build"))
@@ -49,9 +50,8 @@ def _build_dir() -> Path:
     global BUILD_DIR
     try:
         BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        probe = BUILD_DIR / f".probe{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        if not os.access(BUILD_DIR, os.W_OK):
+            raise PermissionError(BUILD_DIR)
     except OSError:  # e.g. a read-only site-packages
         import tempfile
 
@@ -157,9 +157,12 @@ def _nvrtc_candidates() -> list[str]:
     for base in sys.path:
         for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*"):
             cands.extend(sorted(glob.glob(os.path.join(base, pattern)), reverse=True))
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    homes += sorted(glob.glob("/usr/local/cuda-*"), reverse=True)  # versioned installs, newest first
+    for home in homes:
         if home:
-            cands.extend(sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")), reverse=True))
+            for sub in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
+                cands.extend(sorted(glob.glob(os.path.join(home, sub, "libnvrtc.so*")), reverse=True))
     found = ctypes.util.find_library("nvrtc")
     if found:
         cands.append(found)
@@ -330,9 +333,7 @@ def load_module(stem: str, device_index: int = 0):
                 log = ""
                 if not cached:
                     image, log = nv.compile(src, path.name, opts)
-                    tmp = cubin.with_suffix(f".tmp{os.getpid()}")
-                    tmp.write_bytes(image)
-                    tmp.replace(cubin)
+                    write_atomic(cubin, image)
                 try:
                     mod = cupy.RawModule(path=str(cubin))
                 except Exception as e:  # pragma: no cover - a driver that rejects the cubin
@@ -340,7 +341,7 @@ def load_module(stem: str, device_index: int = 0):
                     ptx_opts = NVRTC_OPTIONS + (f"--gpu-architecture=compute_{arch[3:]}",)
                     image, log = nv.compile(src, path.name, ptx_opts)
                     ptx = cubin.with_suffix(".ptx")
-                    ptx.write_bytes(image.rstrip(b"\0"))
+                    write_atomic(ptx, image.rstrip(b"\0"))
                     mod = cupy.RawModule(path=str(ptx))
                     log = f"cubin load failed ({type(e).__name__}: {e}); loaded PTX instead\n{log}"
                     opts = ptx_opts

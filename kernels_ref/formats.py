@@ -1,11 +1,11 @@
 """Number formats shared by the reference kernels: fp8 e4m3fn, e2m1 (fp4), bit packing.
 
 Every rounding here is spelled out step by step in fp32 so that the CUDA versions in
-``kernels_ref/cuda`` can reproduce the codes bit for bit (KERNELS_SPEC.md §1, §5):
+``kernels_ref/cuda`` can reproduce the codes bit for bit (docs/kernels.md):
 
 * every fp8 rounding is an explicit ``clamp(±448)`` followed by a round-to-nearest-even cast.
   PyTorch 2.13 on CPU happens to saturate out-of-range casts; we never depend on that;
-* e2m1 encoding uses the threshold table of §2c, not a float cast;
+* e2m1 encoding uses the threshold table of :func:`e2m1_encode`, not a float cast;
 * bit packing uses shifts and masks on integers, never ``Tensor.view`` across widths, so the
   result does not depend on the host's byte order.
 
@@ -45,13 +45,21 @@ def f32(value: float | torch.Tensor, device: torch.device | str | None = None) -
 
 
 def matmul_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` of fp32 tensors with true fp32 products, also on CUDA.
+    """``a @ b`` of fp32 tensors (2-D or batched): the one GEMM path of every reference layer and
+    every PyTorch fallback in :mod:`kernels_ref.ops`.
 
-    TF32 (10-bit mantissa) would put the reference outside the fp16 tolerance of §5, so it is
-    switched off for this call when a caller enabled it globally.
+    Two things are pinned so that equal inputs give equal bits whichever layer asks:
+
+    * both operands are made contiguous first. BLAS picks a different kernel (and a different
+      summation order) for a transposed operand at some shapes, so ``x @ W.t()`` and
+      ``x @ W.t().contiguous()`` can differ in the last bit; the exact crash-row check compares a
+      quantized layer with an unquantized twin that stores the same weight the other way round;
+    * TF32 (10-bit mantissa) is switched off for this call on CUDA: it would put the reference
+      outside the fp16 tolerance of the bounds.
     """
     if a.dtype != torch.float32 or b.dtype != torch.float32:
         raise TypeError(f"matmul_fp32 expects fp32 operands, got {a.dtype} and {b.dtype}")
+    a, b = a.contiguous(), b.contiguous()
     if a.device.type != "cuda" or not torch.backends.cuda.matmul.allow_tf32:
         return a @ b
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -59,6 +67,20 @@ def matmul_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a @ b
     finally:
         torch.backends.cuda.matmul.allow_tf32 = True
+
+
+def div_exact(a: torch.Tensor, divisor: float) -> torch.Tensor:
+    """``a / divisor`` rounded once, on every device.
+
+    PyTorch on CUDA computes ``tensor / python_float`` (or a 0-d CPU tensor) as a multiply by the
+    rounded reciprocal, while the CUDA kernels use ``__fdiv_rn``; on bf16 activation rows the two
+    disagree in about 60% of the per-token scales. A divisor tensor of ``a``'s own shape and device
+    makes PyTorch divide for real, so both sides compute the same expression (and the CPU, which
+    always divides, agrees). ``tests/kernels/test_formats.py`` runs the quantizers under a mode that
+    mimics CUDA's scalar division to show that none is left.
+    """
+    af = a.float()
+    return af / torch.full_like(af, divisor)
 
 
 def to_fp8(x: torch.Tensor) -> torch.Tensor:
@@ -84,15 +106,15 @@ def fp8_from_bytes(raw: torch.Tensor) -> torch.Tensor:
 
 
 def weight_fp8_scale(amax: torch.Tensor) -> torch.Tensor:
-    """fp32 weight scale ``max(amax, 1e-12) / 448``."""
-    return amax.float().clamp(min=WEIGHT_AMAX_FLOOR) / FP8_MAX
+    """fp32 weight scale ``max(amax, 1e-12) / 448`` (a true division, see :func:`div_exact`)."""
+    return div_exact(amax.float().clamp(min=WEIGHT_AMAX_FLOOR), FP8_MAX)
 
 
 def quantize_fp8_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Weight codes ``fp8(clamp(w / scale, ±448))``, the division done in fp32.
 
     Weights divide by the scale (as vLLM's ``marlin_quant_fp8_torch`` does); activations
-    multiply by a reciprocal instead (§2b), see :func:`fp8_linear.fp8_quant_per_token`.
+    multiply by a reciprocal instead, see :func:`fp8_linear.fp8_quant_per_token`.
     ``scale`` must broadcast against ``w``.
     """
     return to_fp8(w.float() / scale.float())
@@ -132,7 +154,7 @@ def join_fields(fields: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
-    """Nibble codes (uint8, 0..15) for values already clamped to ±6 (§2c).
+    """Nibble codes (uint8, 0..15) for values already clamped to ±6.
 
     Magnitude thresholds are round-to-nearest-even on the e2m1 grid:
     ``≤.25→0, <.75→.5, ≤1.25→1, <1.75→1.5, ≤2.5→2, <3.5→3, ≤5→4, else 6``.

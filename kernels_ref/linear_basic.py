@@ -1,4 +1,4 @@
-"""Unquantized and AWQ-like linear references (KERNELS_SPEC.md §2d).
+"""Unquantized and AWQ-like linear references.
 
 ``UnquantizedLinear`` mirrors ``UnquantizedLinearMethod``: ``weight[N,K]`` in ``params_dtype``.
 
@@ -14,18 +14,36 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .formats import join_fields, matmul_fp32, uint_fields
+from .contracts import InputRejection
+from .formats import div_exact, join_fields, matmul_fp32, uint_fields
 
 AWQ_GROUP_SIZE = 64
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column 8j + ORDER[i]
 AWQ_MAX_Q = 15
 
 
-def _check_input_dtype(layer: str, x: torch.Tensor, expected: torch.dtype) -> None:
-    if x.dtype != expected:
-        raise RuntimeError(
-            f"{layer}: expected input dtype {expected} (params_dtype), got {x.dtype}"
-        )
+def unquantized_input_error(x_dtype: torch.dtype, weight_dtype: torch.dtype) -> RuntimeError | None:
+    """``F.linear``'s dtype check, or None."""
+    if x_dtype == weight_dtype:
+        return None
+    return RuntimeError(f"expected mat1 and mat2 to have the same dtype, but got: {x_dtype} != {weight_dtype}")
+
+
+def unquantized_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T`` for ``weight[N,K]``: fp32 accumulation, output in ``weight.dtype``, any
+    leading dimensions on ``x``."""
+    error = unquantized_input_error(x.dtype, weight.dtype)
+    if error is not None:
+        raise error
+    x2d = x.reshape(-1, x.shape[-1])
+    y = matmul_fp32(x2d.float(), weight.float().t()).to(weight.dtype)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def awq_input_error(x_dtype: torch.dtype, params_dtype: torch.dtype) -> RuntimeError | None:
+    if x_dtype == params_dtype:
+        return None
+    return RuntimeError(f"AwqLikeLinear: expected input dtype {params_dtype} (params_dtype), got {x_dtype}")
 
 
 class UnquantizedLinear(nn.Module):
@@ -39,14 +57,12 @@ class UnquantizedLinear(nn.Module):
         self.input_size_per_partition = weight.shape[1]
         self.output_size_per_partition = weight.shape[0]
 
+    def input_rejection(self, dtype: torch.dtype) -> InputRejection | None:
+        error = unquantized_input_error(dtype, self.weight.dtype)
+        return None if error is None else InputRejection(error, "unquantized_linear")
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        if x.dtype != self.weight.dtype:
-            raise RuntimeError(
-                "expected mat1 and mat2 to have the same dtype, but got: "
-                f"{x.dtype} != {self.weight.dtype}"
-            )
-        y = matmul_fp32(x.float(), self.weight.float().t())
-        return y.to(self.params_dtype), None
+        return unquantized_linear(x, self.weight).to(self.params_dtype), None
 
 
 # ----------------------------------------------------------------------------- AWQ
@@ -92,7 +108,7 @@ def awq_quantize(
     zero = torch.zeros((), dtype=torch.float32, device=w.device)
     mn = torch.minimum(wt.amin(dim=1), zero)
     mx = torch.maximum(wt.amax(dim=1), zero)
-    scales = ((mx - mn) / AWQ_MAX_Q).to(params_dtype)  # [G, N]
+    scales = div_exact(mx - mn, AWQ_MAX_Q).to(params_dtype)  # [G, N]
     s = scales.float()
     s = torch.where(s == 0, torch.ones_like(s), s)
     z = torch.round(-mn / s).clamp(0, AWQ_MAX_Q)
@@ -100,10 +116,26 @@ def awq_quantize(
     return q.reshape(size_k, size_n).to(torch.int64), z.to(torch.int64), scales
 
 
+def check_awq(qweight, qzeros, scales, group_size) -> tuple[int, int]:
+    """Shapes and dtypes of the AWQ tensors (shared with the CUDA wrapper); returns ``(K, N)``."""
+    if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+        raise RuntimeError("awq: qweight and qzeros must be int32")
+    size_k, size_n = qweight.shape[0], qweight.shape[1] * 8
+    if group_size <= 0 or size_k % group_size:
+        raise RuntimeError(f"awq: K = {size_k} is not divisible by group_size = {group_size}")
+    if tuple(qzeros.shape) != (size_k // group_size, size_n // 8) or tuple(scales.shape) != (size_k // group_size, size_n):
+        raise RuntimeError(
+            f"awq: expected qzeros {(size_k // group_size, size_n // 8)} and scales "
+            f"{(size_k // group_size, size_n)}, got {tuple(qzeros.shape)} and {tuple(scales.shape)}"
+        )
+    return size_k, size_n
+
+
 def awq_dequantize(
     qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int
 ) -> torch.Tensor:
     """``round_act((q - z) · s)``: the product in fp32, one rounding to ``scales.dtype``; ``[K,N]``."""
+    check_awq(qweight, qzeros, scales, group_size)
     q = awq_unpack(qweight)
     z = awq_unpack(qzeros).repeat_interleave(group_size, dim=0)
     s = scales.float().repeat_interleave(group_size, dim=0)
@@ -136,9 +168,21 @@ class AwqLikeLinear(nn.Module):
         self.input_size_per_partition = size_k
         self.output_size_per_partition = size_n
 
+    def input_rejection(self, dtype: torch.dtype) -> InputRejection | None:
+        error = awq_input_error(dtype, self.params_dtype)
+        return None if error is None else InputRejection(error, "forward")
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        _check_input_dtype("AwqLikeLinear", x, self.params_dtype)
-        deq = awq_dequantize(self.qweight, self.qzeros, self.scales, self.group_size)
-        x2d = x.reshape(-1, x.shape[-1])
-        y = matmul_fp32(x2d.float(), deq.float()).to(self.params_dtype)
-        return y.reshape(*x.shape[:-1], self.output_size_per_partition), None
+        rejection = self.input_rejection(x.dtype)
+        if rejection is not None:
+            raise rejection.error
+        y = awq_gemm(x, self.qweight, self.qzeros, self.scales, self.group_size)
+        return y.to(self.params_dtype), None
+
+
+def awq_gemm(x, qweight, qzeros, scales, group_size) -> torch.Tensor:
+    """``x @ deq`` in fp32, output in ``scales.dtype``, any leading dimensions on ``x``."""
+    deq = awq_dequantize(qweight, qzeros, scales, group_size)
+    x2d = x.reshape(-1, x.shape[-1])
+    y = matmul_fp32(x2d.float(), deq.float()).to(scales.dtype)
+    return y.reshape(*x.shape[:-1], deq.shape[1])

@@ -1,4 +1,4 @@
-"""Marlin W8A16 FP8 reference (KERNELS_SPEC.md §2a).
+"""Marlin W8A16 FP8 reference.
 
 Mirrors vLLM's ``prepare_fp8_layer_for_marlin``, ``pack_fp8_to_int32``,
 ``fp8_fused_exponent_bias_into_scales`` and ``apply_fp8_marlin_linear``
@@ -11,9 +11,16 @@ Why this layer matters to dtype-lint: its ``weight`` is int32, so the pre-fix ML
 (``kv_c_normed.to(self.kv_b_proj.weight.dtype)``) hands Marlin an int32 activation and
 ``marlin_gemm`` raises ``unsupported `a` scalar_type``.
 
-The stored layout is Marlin's real one; the compute is a plain dequantize-then-matmul.
-Simplified (§2a): no tile padding (K%16, N%64 and K%group_size must be 0), no ``g_idx``/``perm``,
-zero points, bias, ``a_scales``, workspace, atomic-add or fp32-reduce options.
+The stored layout is Marlin's real one, including the thread-tile padding of
+``marlin_padded_nk`` (a layer whose N or K fits neither tile family is zero-padded at weight
+preparation; activations are padded and outputs sliced on every forward). The compute is a plain
+dequantize-then-matmul. Left out: ``g_idx``/``perm``, zero points, bias, ``a_scales``, workspace,
+atomic-add and fp32-reduce options.
+
+Upstream contract only: ``marlin_gemm`` checks ``a``'s dtype and the shapes, never ``b_scales``'s
+dtype. A 16-bit ``b_scales`` of the other 16-bit type is read as ``a``'s type, bit for bit, as the
+kernel does (garbage, silently); only a ``b_scales`` of another width, which the kernel would read
+out of bounds, is refused, and that refusal is marked reference-only.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import math
+
+from .contracts import InputRejection
 from .formats import (
     FP8,
     HALF_DTYPES,
@@ -84,20 +94,24 @@ def pack_fp8_to_int32(fp8_tensor: torch.Tensor, size_k_first: bool = True) -> to
     ``(i,n)`` is ``C[4i+j, n]``. ``size_k_first=False``: ``C[N,K]`` to ``[N,K/4]``, byte j of
     ``(n,i)`` is ``C[n,4i+j]`` (vLLM's two modes).
     """
+    check_pack_fp8_to_int32(fp8_tensor, size_k_first)
+    raw = fp8_bytes(fp8_tensor.contiguous()).to(torch.int64)
+    if size_k_first:
+        k, n = raw.shape
+        return join_fields(raw.reshape(k // 4, 4, n).permute(0, 2, 1), 8)
+    n, k = raw.shape
+    return join_fields(raw.reshape(n, k // 4, 4), 8)
+
+
+def check_pack_fp8_to_int32(fp8_tensor: torch.Tensor, size_k_first: bool = True) -> None:
+    """The argument checks of :func:`pack_fp8_to_int32` (shared with the CUDA wrapper)."""
     if fp8_tensor.dtype != FP8:
         raise TypeError(f"expected {FP8}, got {fp8_tensor.dtype}")
     if fp8_tensor.dim() != 2:
         raise ValueError("expected a 2-D tensor")
-    raw = fp8_bytes(fp8_tensor.contiguous()).to(torch.int64)
-    if size_k_first:
-        k, n = raw.shape
-        if k % 4:
-            raise ValueError(f"size_k = {k} is not divisible by 4")
-        return join_fields(raw.reshape(k // 4, 4, n).permute(0, 2, 1), 8)
-    n, k = raw.shape
+    k = fp8_tensor.shape[0] if size_k_first else fp8_tensor.shape[1]
     if k % 4:
         raise ValueError(f"size_k = {k} is not divisible by 4")
-    return join_fields(raw.reshape(n, k // 4, 4), 8)
 
 
 def unpack_fp8_from_int32(q: torch.Tensor) -> torch.Tensor:
@@ -111,7 +125,7 @@ def unpack_fp8_from_int32(q: torch.Tensor) -> torch.Tensor:
 def marlin_fp8_byte_positions(size_k: int, size_n: int, device=None) -> torch.Tensor:
     """Flat byte offset in the repacked ``int32[K/16, 4N]`` tensor of every element ``(k,n)``.
 
-    The offset is ``(row·4N + col)·4 + byte`` with (§2a, step 3)::
+    The offset is ``(row·4N + col)·4 + byte`` with::
 
         kk=k%16; nn=n%64; w=nn//16; c=nn%16; half=c//8; t=4*(c%8)+(kk%8)//2; i=(kk%2)+2*(kk//8)
         row=k//16; col=(n//64)*256+t*8+w*2+half; byte=[0,2,1,3][i]
@@ -135,7 +149,7 @@ def marlin_fp8_byte_positions(size_k: int, size_n: int, device=None) -> torch.Te
     return (row * (4 * size_n) + col) * 4 + byte_of_i[i]
 
 
-def _check_repack_shape(q: torch.Tensor, size_k: int, size_n: int) -> None:
+def check_repack_shape(q: torch.Tensor, size_k: int, size_n: int) -> None:
     if size_k % TILE_K:
         raise RuntimeError(f"size_k = {size_k} is not divisible by tile_k_size = {TILE_K}")
     if size_n % TILE_N:
@@ -152,7 +166,7 @@ def _check_repack_shape(q: torch.Tensor, size_k: int, size_n: int) -> None:
 
 def marlin_repack_fp8(q: torch.Tensor, size_k: int, size_n: int) -> torch.Tensor:
     """``gptq_marlin_repack`` for 8-bit weights: ``q[K/4,N]`` int32 to ``int32[K/16, 4N]``."""
-    _check_repack_shape(q, size_k, size_n)
+    check_repack_shape(q, size_k, size_n)
     codes = uint_fields(q, 8, 4).permute(0, 2, 1).reshape(size_k, size_n)  # C[k,n] as int64
     pos = marlin_fp8_byte_positions(size_k, size_n, device=q.device)
     out = torch.zeros(size_k * size_n, dtype=torch.int64, device=q.device)
@@ -184,7 +198,7 @@ def marlin_repack_fp8_loop(q: torch.Tensor, size_k: int, size_n: int) -> torch.T
     with the shared-memory stage spelled out; only for small shapes in tests, as an
     independent check of :func:`marlin_fp8_byte_positions`.
     """
-    _check_repack_shape(q, size_k, size_n)
+    check_repack_shape(q, size_k, size_n)
     pack_factor, num_bits = 4, 8
     tile_ints = TILE_K // pack_factor  # 4
     stage_n_threads = TILE_N // 4  # 16 int4 loads per k row
@@ -286,17 +300,6 @@ def fp8_fused_exponent_bias_into_scales(scales: torch.Tensor) -> torch.Tensor:
     return scales * (2.0 ** EXPONENT_BIAS[scales.dtype])
 
 
-def prepare_fp8_scales_for_marlin(
-    scales: torch.Tensor, size_k: int, size_n: int, params_dtype: torch.dtype
-) -> torch.Tensor:
-    """fp32 ``[G,N]`` scales to Marlin's: ``.to(params_dtype)``, permute, fuse the exponent bias."""
-    num_groups = scales.shape[0]
-    group_size = -1 if num_groups == 1 else size_k // num_groups
-    s = scales.to(params_dtype)
-    s = marlin_permute_scales(s, size_k, size_n, group_size)
-    return fp8_fused_exponent_bias_into_scales(s)
-
-
 # ----------------------------------------------------------------------------- dequant + gemm
 
 
@@ -322,15 +325,21 @@ def marlin_dequantize_fp8(
     return (place_fp8_bits(codes, dtype).float() * per_k).to(dtype)
 
 
+def marlin_a_dtype_error(dtype: torch.dtype) -> RuntimeError | None:
+    """``marlin_gemm``'s check of ``a``'s dtype (``marlin.cu``): None for fp16/bf16."""
+    if dtype in HALF_DTYPES:
+        return None
+    if dtype in (FP8, torch.int8):
+        return RuntimeError("the a_scales parameter must be passed for 8bit activation.")
+    return RuntimeError("unsupported `a` scalar_type")
+
+
 def check_marlin_gemm(a, b_q_weight, b_scales, size_m: int, size_n: int, size_k: int) -> None:
     """The argument checks of :func:`marlin_gemm`, in vLLM's order and with its messages; the
     CUDA wrapper (`ops.py`) runs the same function so both fail identically."""
-    if a.dtype in HALF_DTYPES:
-        pass
-    elif a.dtype in (FP8, torch.int8):
-        raise RuntimeError("the a_scales parameter must be passed for 8bit activation.")
-    else:
-        raise RuntimeError("unsupported `a` scalar_type")
+    error = marlin_a_dtype_error(a.dtype)
+    if error is not None:
+        raise error
 
     if a.dim() != 2:
         raise RuntimeError(f"a must be 2-D, got {a.dim()}-D")
@@ -365,9 +374,11 @@ def check_marlin_gemm(a, b_q_weight, b_scales, size_m: int, size_n: int, size_k:
         )
     if size_n % MIN_THREAD_N:
         raise RuntimeError(f"size_n = {size_n}, is not divisible by min_thread_n = {MIN_THREAD_N}")
-    if b_scales.dtype != a.dtype:
+    if b_scales.element_size() != a.element_size():
+        # Reference-only: the kernel would read a wider b_scales as 16-bit words, out of step.
         raise RuntimeError(
-            f"scalar type of b_scales ({b_scales.dtype}) must be the same as a ({a.dtype})"
+            f"reference-only check: b_scales ({b_scales.dtype}) is not a 16-bit tensor; "
+            "marlin_gemm reads it as a's type"
         )
 
 
@@ -381,20 +392,50 @@ def marlin_gemm(
 ) -> torch.Tensor:
     """``ops.marlin_gemm`` for fp8 weights: ``c[M,N] = a @ deq`` with fp32 accumulation, in ``a.dtype``.
 
-    Checks, in this order (§2a):
+    Checks, in this order:
 
     1. ``a`` dtype: fp16/bf16 pass; fp8/int8 raise ``the a_scales parameter must be passed for
        8bit activation.``; anything else raises ``unsupported `a` scalar_type``. All RuntimeError.
        (Real vLLM runs the A/B shape checks between these two dtype errors; for well-shaped
        inputs the outcome is the same.)
     2. vLLM's shape checks on ``a``, ``b_q_weight``, ``b_scales`` (texts as in ``marlin.cu``).
-    3. ``b_scales.dtype == a.dtype``.
+
+    ``b_scales`` is read as ``a``'s type (a bit reinterpretation, as the kernel does).
     """
     check_marlin_gemm(a, b_q_weight, b_scales, size_m, size_n, size_k)
     if size_m == 0:
         return torch.empty((0, size_n), dtype=a.dtype, device=a.device)
-    deq = marlin_dequantize_fp8(b_q_weight, b_scales, size_k, size_n, a.dtype)
+    deq = marlin_dequantize_fp8(b_q_weight, b_scales.view(a.dtype), size_k, size_n, a.dtype)
     return matmul_fp32(a.float(), deq.float()).to(a.dtype)
+
+
+# ----------------------------------------------------------------------------- tile padding
+
+
+def marlin_padded_nk(size_n: int, size_k: int, group_size: int = -1) -> tuple[int, int]:
+    """vLLM ``marlin_padded_nk``: the smallest ``(padded_n, padded_k)`` of one of Marlin's two
+    thread-tile families, ``(n%64, k%128)`` or ``(n%128, k%64)``, with K kept a multiple of the
+    group size; ties go to the smaller area, then the smaller sum."""
+    group = group_size if group_size > 0 else 1
+
+    def round_up(x: int, m: int) -> int:
+        return -(-x // m) * m
+
+    candidates = (
+        (round_up(size_n, 64), round_up(size_k, math.lcm(128, group))),
+        (round_up(size_n, 128), round_up(size_k, math.lcm(64, group))),
+    )
+    return min(candidates, key=lambda nk: (nk[0] * nk[1], nk[0] + nk[1]))
+
+
+def _pad2d(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Zero-pad a 2-D tensor to ``[rows, cols]`` (fp8 zero is code 0, which decodes to 0.0)."""
+    if tuple(t.shape) == (rows, cols):
+        return t
+    raw = t.view(torch.uint8) if t.dtype == FP8 else t
+    out = torch.zeros((rows, cols), dtype=raw.dtype, device=t.device)
+    out[: t.shape[0], : t.shape[1]] = raw
+    return out.view(FP8) if t.dtype == FP8 else out
 
 
 # ----------------------------------------------------------------------------- layer
@@ -404,9 +445,9 @@ class MarlinFp8Linear(nn.Module):
     """A weight-only FP8 linear in Marlin's storage, as after ``prepare_fp8_layer_for_marlin``.
 
     Built from an fp32 ``W[N,K]``; ``weight`` is int32 ``[K/16, 4N]`` and ``weight_scale`` is
-    ``[G,N]`` in ``params_dtype`` (permuted, exponent bias fused). The input must be in
-    ``params_dtype`` (fp16/bf16); an int32 input fails inside :func:`marlin_gemm` exactly like
-    vLLM's pre-fix MLA path does.
+    ``[G,N]`` in ``params_dtype`` (permuted, exponent bias fused), both at the padded shape
+    ``padded_nk`` of :func:`marlin_padded_nk`. The input must be fp16/bf16; an int32 input fails
+    inside :func:`marlin_gemm` exactly like vLLM's pre-fix MLA path does.
     """
 
     def __init__(
@@ -419,23 +460,36 @@ class MarlinFp8Linear(nn.Module):
         if params_dtype not in HALF_DTYPES:
             raise ValueError(f"params_dtype must be fp16 or bf16, got {params_dtype}")
         size_n, size_k = weight.shape
-        if size_k % TILE_K or size_n % TILE_N:
-            raise ValueError(f"need K%16 == 0 and N%64 == 0, got K={size_k}, N={size_n}")
         codes, scales = marlin_quantize_fp8(weight, group_size)
-        q = pack_fp8_to_int32(codes)
-        self.weight = nn.Parameter(marlin_repack_fp8(q, size_k, size_n), requires_grad=False)
-        self.weight_scale = nn.Parameter(
-            prepare_fp8_scales_for_marlin(scales, size_k, size_n, params_dtype),
-            requires_grad=False,
-        )
+        num_groups = scales.shape[0]
+        group = -1 if num_groups == 1 else size_k // num_groups
+        padded_n, padded_k = marlin_padded_nk(size_n, size_k, group)
+        # vLLM order: scales to the model dtype, pad, permute for the padded shape, fuse the bias.
+        padded_groups = 1 if group == -1 else padded_k // group
+        s = _pad2d(scales.to(params_dtype), padded_groups, padded_n)
+        s = marlin_permute_scales(s, padded_k, padded_n, group)
+        q = pack_fp8_to_int32(_pad2d(codes, padded_k, padded_n))
+        self.weight = nn.Parameter(marlin_repack_fp8(q, padded_k, padded_n), requires_grad=False)
+        self.weight_scale = nn.Parameter(fp8_fused_exponent_bias_into_scales(s), requires_grad=False)
         self.params_dtype = params_dtype
         self.orig_dtype = params_dtype
-        self.group_size = -1 if scales.shape[0] == 1 else size_k // scales.shape[0]
+        self.group_size = group
         self.input_size_per_partition = size_k
         self.output_size_per_partition = size_n
+        self.padded_nk = (padded_n, padded_k)
+
+    def input_rejection(self, dtype: torch.dtype) -> InputRejection | None:
+        error = marlin_a_dtype_error(dtype)
+        return None if error is None else InputRejection(error, "marlin_gemm")
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """``apply_fp8_marlin_linear``: 2-D view, pad K, GEMM at the padded shape, slice N."""
         k, n = self.input_size_per_partition, self.output_size_per_partition
+        padded_n, padded_k = self.padded_nk
         x2d = x.reshape(-1, x.shape[-1])
-        y = marlin_gemm(x2d, self.weight, self.weight_scale, x2d.shape[0], n, k)
+        if padded_k != k:
+            x2d = torch.nn.functional.pad(x2d, (0, padded_k - k))
+        y = marlin_gemm(x2d, self.weight, self.weight_scale, x2d.shape[0], padded_n, padded_k)
+        if padded_n != n:
+            y = y[..., :n].contiguous()
         return y.reshape(*x.shape[:-1], n), None

@@ -1,28 +1,41 @@
 #!/usr/bin/env bash
-# One-shot GPU check of the CUDA reference kernels (KERNELS_SPEC.md §5-§7), for the device tool:
+# One-shot GPU check of the CUDA reference kernels (docs/kernels.md, "The GPU check"), for the
+# device tool:
 #
-#   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=420)
+#   dtype-lint verify --emit-variants .dtl_variants       # here first: fixer output + vLLM's functions
+#   run(command="bash scripts/gpu_check.sh", carry=[".dtl_variants"], timeout_s=330)
 #
-# Carry `.whl` (git-ignored) holding a libcst wheel for the GPU image's Python 3.12: its image has
-# no libcst and nothing can be installed there, and the verify step's fixer needs it. Make it here
-# once (pyyaml, libcst's only requirement, is on the image):
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl libcst==1.9.0
-# Without it the kernel checks still run and the verify steps are reported as failed.
-# Nothing else needs carrying: NVRTC compiles kernels_ref/cuda there in seconds (cache:
-# kernels_ref/.build, git-ignored). Results: $OUT/gpu_check.json (written after every step, so a
-# run cut short still reports), $OUT/gpu_check.log, $OUT/nvidia-smi.csv. Extra arguments go to
-# gpu_check.py (e.g. --cuda-backends all, --scenarios G2, --skip-verify).
+# The GPU machine has nothing of this project installed, no libcst, no vLLM trees and no registry:
+# the package is made importable from this checkout by scripts/pkgroot.py, and `.dtl_variants`
+# (git-ignored) carries what needs libcst and the trees (the fixer's pre/post/helper of the fixture
+# and of vLLM 0.27.1, vLLM 0.28.0's functions). Without it the kernel checks and the fixture's
+# matrix still run and the upstream steps are recorded as failed.
+# NVRTC is looked up in the CUDA wheels on sys.path (nvidia/cu13, nvidia/cuda_nvrtc), then
+# $CUDA_HOME, /usr/local/cuda*, the loader path; cubins are cached in kernels_ref/.build.
+# Results: $OUT/gpu_check.json (rewritten after every step, so a run cut short still reports),
+# $OUT/gpu_check.log, $OUT/nvidia-smi.csv. It stops starting verify passes after --budget-s
+# (default 200 s) and is killed at GPU_CHECK_TIMEOUT (default 290 s): it fits in five minutes.
+# Extra arguments go to gpu_check (e.g. --device cpu for the dry run, --scenarios G2).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
+case "$PY" in */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;; esac  # the script changes folder
 OUT="${OUT:-/tmp/gpu_check_out}"
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dtl_site .whl/*.whl \
-    && export PYTHONPATH="/tmp/dtl_site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+PKG="$(mktemp -d "${TMPDIR:-/tmp}/dtl_pkg.XXXXXX")"
+trap 'rm -rf "$PKG"' EXIT
+"$PY" "$REPO/scripts/pkgroot.py" "$PKG" >/dev/null || exit 2
+export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
+# Run from the package root: `python -m` puts the current folder first on sys.path, and the
+# checkout's own dtype_lint/ (without kernels_ref/) must not win over the assembled package.
+cd "$PKG"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv >"$OUT/nvidia-smi.csv" 2>&1 || true
-timeout "${GPU_CHECK_TIMEOUT:-400}" "$PY" kernels_ref/harness/gpu_check.py --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_check.log"
+VARIANTS=()
+VARIANTS_DIR="${DTL_VARIANTS:-$REPO/.dtl_variants}"
+if [ -f "$VARIANTS_DIR/variants.json" ]; then
+  VARIANTS=(--variants "$VARIANTS_DIR")
+fi
+timeout "${GPU_CHECK_TIMEOUT:-290}" "$PY" -m dtype_lint.kernels_ref.harness.gpu_check --out "$OUT" "${VARIANTS[@]}" "$@" 2>&1 \
+  | tee "$OUT/gpu_check.log"
 exit "${PIPESTATUS[0]}"

@@ -1,5 +1,5 @@
-// MLA prefill attention with LSE, empty-context masking and attention-state merging
-// (KERNELS_SPEC.md section 2e).  CUDA twin of kernels_ref/attention.py.
+// MLA prefill attention with LSE, empty-context masking and attention-state merging.
+// CUDA twin of kernels_ref/attention.py.
 #include "common.cuh"
 
 #define ATT_BQ 32       // query rows per block (one request, one head)

@@ -11,7 +11,7 @@
 // tests/kernels/test_cuda_compile.py can check them exhaustively against torch's
 // own conversions on a machine without a GPU.
 //
-// Rules (KERNELS_SPEC.md section 1): no device asserts, no fast math, fp32
+// Rules: no device asserts, no fast math, fp32
 // accumulation in a fixed order, no atomics, launch shapes from problem shapes.
 // build.py compiles with --fmad=false so that a*b+c is never contracted and the
 // device rounds exactly as the host-side PyTorch reference does.
@@ -152,7 +152,7 @@ DL_HD float e2m1_to_f32(u32 nib) {
 }
 
 // Thresholds of vLLM's cast_to_fp4 (nvfp4_emulation_utils.py); v is already clamped
-// to +-6.  The sign bit is set iff v < 0 (KERNELS_SPEC.md section 2c).
+// to +-6.  The sign bit is set iff v < 0.
 DL_HD u32 f32_to_e2m1(float v) {
   float a = dl_fabsf(v);
   u32 i;

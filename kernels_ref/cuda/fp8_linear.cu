@@ -1,4 +1,4 @@
-// Native FP8 W8A8 linear (KERNELS_SPEC.md section 2b): dynamic per-token activation
+// Native FP8 W8A8 linear: dynamic per-token activation
 // quantization and the scaled fp8 GEMM.  CUDA twin of kernels_ref/fp8_linear.py.
 #include "common.cuh"
 #include "gemm_tile.cuh"

@@ -2,7 +2,7 @@
 // unquantized).  The quantization formats differ only in how an element of A or B
 // is decoded, so each kernel passes small loader functors and an epilogue.
 //
-// Reproducibility (KERNELS_SPEC.md section 1): each output is one thread's fp32
+// Reproducibility: each output is one thread's fp32
 // sum over k = 0, 1, ..., K-1 in that order (explicit fused multiply-adds, which
 // --fmad=false leaves alone), no split-K and no atomics.  The grid is
 // (ceil(N/128), ceil(M/128)) and nothing else.  Decoders round exactly like the

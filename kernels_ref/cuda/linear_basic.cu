@@ -1,4 +1,4 @@
-// Unquantized and AWQ-like linears (KERNELS_SPEC.md section 2d).  CUDA twin of
+// Unquantized and AWQ-like linears.  CUDA twin of
 // kernels_ref/linear_basic.py.
 #include "common.cuh"
 #include "gemm_tile.cuh"

@@ -1,4 +1,4 @@
-// Marlin W8A16 FP8 (KERNELS_SPEC.md section 2a): pack, repack, dequantize, GEMM.
+// Marlin W8A16 FP8: pack, repack, dequantize, GEMM.
 //
 // CUDA twin of kernels_ref/marlin_fp8.py.  The stored layout is Marlin's real one
 // (gptq_marlin_repack.cu, 8-bit, is_a_8bit=False); the compute is a plain SIMT

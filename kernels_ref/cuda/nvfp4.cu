@@ -1,4 +1,4 @@
-// NVFP4 W4A4 (KERNELS_SPEC.md section 2c): block quantizer and the block-scaled GEMM.
+// NVFP4 W4A4: block quantizer and the block-scaled GEMM.
 // CUDA twin of kernels_ref/nvfp4.py (linear [rows, K/16] block-scale layout).
 #include "common.cuh"
 #include "gemm_tile.cuh"

@@ -1,10 +1,26 @@
-"""The kv_b_proj backend matrix and what each variant must do on it (KERNELS_SPEC.md §4, §5).
+"""The kv_b_proj backend matrix, and what each variant of the prefill must do on each row.
 
-Every backend's layer is built from the same fp32 ``W[H*(nope+v), L]``, so the only thing a
-row changes is the storage format (and with it ``weight.dtype``, the value the pre-fix cast
-reads). The table records, per backend, the expected outcome of ``pre`` (0.27.1's main path),
-``pre_cp`` (its context-parallel path), the dtype the shared helper must choose for ``post``,
-and the §5 error bounds of ``post`` against the dense fp32 reference.
+Every row's layer is built from the same fp32 ``W[H*(nope+v), L]``, so a row changes only the
+storage format (and with it ``weight.dtype``, the value the pre-fix cast reads), the prefill's
+query dtype (fp8 prefill) and the KV-cache dtype.
+
+Expected outcomes are derived, never tabulated: a variant decides a cast dtype (or fails
+deciding it), the latent enters kv_b_proj in that dtype (or in the workspace's dtype when the
+cast is None), and the layer's ``input_rejection`` says what it does with that dtype. The rules:
+
+* ``pre`` / ``pre_cp``: vLLM 0.27.1's two cast blocks, transcribed in :func:`cast_0271`
+  (the spec's crash sets, ``pre = {marlin, awq}`` and ``pre_cp = {marlin}`` on the original seven
+  rows, are asserted in ``tests/test_verify.py``, and the upstream harness runs 0.27.1's own code
+  against the same derivation);
+* ``post`` (ours): the helper the fixer actually generated, called on the layer;
+* ``0.28.0``: vLLM 0.28.0's ``_get_kv_b_proj_input_dtype``, extracted from its source and called.
+
+A fixed variant (``post``, ``ours``) predicted to fail is a violation, unless its row declares
+``known_failure`` with the reason: then it is a *known failure*, reported, checked to fail exactly
+as predicted, and not counted. Only fp8 prefill into NVFP4 declares one today (the helper keeps
+the fp8 latent for uint8 storage, and ``scaled_fp4_quant`` asserts a 16-bit input). If the helper
+template changes that case, the prediction says "runs" and the row simply passes; a helper that
+breaks any other row is caught however it breaks it.
 """
 
 from __future__ import annotations
@@ -16,31 +32,36 @@ import torch
 from torch import nn
 
 from ..formats import FP8
-from ..fp8_linear import Fp8Linear
-from ..linear_basic import AwqLikeLinear, UnquantizedLinear
-from ..marlin_fp8 import DEEPSEEK_GROUP_SIZE, MarlinFp8Linear
+from ..fp8_linear import Fp8BlockLinear, Fp8Linear
+from ..int8_linear import Int8Linear
+from ..linear_basic import AWQ_GROUP_SIZE, AwqLikeLinear, UnquantizedLinear, awq_quantize
+from ..marlin_fp8 import DEEPSEEK_GROUP_SIZE, MarlinFp8Linear, marlin_quantize_fp8
 from ..nvfp4 import NvFp4Linear
+from . import precision as P
 
 
 @dataclass(frozen=True)
 class Crash:
-    """An expected exception: its type name, its exact ``str()`` and a function on its traceback."""
+    """An exception: its type name, its exact ``str()`` and a function on its traceback."""
 
     error_type: str
     message: str
-    raised_in: str  # a frame of this name must be on the traceback
+    raised_in: str
 
     def describe(self) -> str:
         return f"{self.error_type}: {self.message}"
 
 
-# ``marlin_gemm``'s dtype check (csrc/quantization/marlin/marlin.cu); §0.1: backticks included.
-MARLIN_INT32_INPUT = Crash("RuntimeError", "unsupported `a` scalar_type", "marlin_gemm")
-# nn.Module.__getattr__ on a layer that registers qweight/qzeros/scales but no weight.
-# The cast itself raises, in the main path: the cp path casts to the guarded alias instead.
-AWQ_NO_WEIGHT = Crash(
-    "AttributeError", f"'{AwqLikeLinear.__name__}' object has no attribute 'weight'", "_compute_prefill_context"
-)
+@dataclass(frozen=True)
+class Expectation:
+    """What one variant must do on one row and path."""
+
+    cast: torch.dtype | None  # the dtype the variant casts the latent to (None: no cast)
+    fed: torch.dtype | None  # the dtype entering kv_b_proj (None when deciding the cast failed)
+    crash: Crash | None  # None: runs
+
+    def describe(self) -> str:
+        return "ok" if self.crash is None else self.crash.describe()
 
 
 @dataclass(frozen=True)
@@ -50,21 +71,60 @@ class Backend:
     layer_kind: str
     fp8_prefill: bool
     build: Callable[[torch.Tensor, torch.dtype, float], nn.Module]  # (W fp32, model dtype, input amax)
-    pre: Crash | None  # None: runs
-    pre_cp: Crash | None
-    post_cast: torch.dtype | None  # what the helper returns; None keeps the model dtype
-    rel_bound: float
-    lse_bound: float
-    extra: bool = False  # beyond §4's seven rows
+    precision: P.Precision
+    kv_cache: str = "auto"  # vLLM's --kv-cache-dtype: "auto" (model dtype) or "fp8"
+    twin: Callable[[torch.Tensor, torch.dtype], nn.Module] | None = None  # exact check, see below
+    known_failure: str = ""  # why a fixed variant may fail on this row (empty: it may not)
+
+    def __post_init__(self) -> None:
+        if self.fp8_prefill and self.kv_cache != "fp8":
+            raise ValueError(f"{self.id}: an fp8 prefill needs an fp8 KV cache (determine_prefill_query_data_type)")
 
     @property
     def cache_dtype(self) -> torch.dtype:
-        # fp8 prefill reads an fp8 cache into an fp8 workspace (cp_gather_cache, k_scale 1).
-        return FP8 if self.fp8_prefill else self.model_dtype
+        return FP8 if self.kv_cache == "fp8" else self.model_dtype
 
     @property
     def q_data_type(self) -> torch.dtype:
         return FP8 if self.fp8_prefill else self.model_dtype
+
+    @property
+    def rel_bound(self) -> float:
+        return self.precision.rel_bound()
+
+    @property
+    def lse_bound(self) -> float:
+        return self.precision.lse_bound()
+
+
+# ----------------------------------------------------------------------------- cast rules
+
+
+def cast_0271(layer: nn.Module, fp8_prefill: bool, path: str) -> torch.dtype | None:
+    """vLLM 0.27.1's cast blocks: ``main`` (``_compute_prefill_context``) casts to
+    ``layer.weight.dtype`` (raising AttributeError without one), ``cp``
+    (``_context_parallel_compute_prefill_context``) to the guarded alias."""
+    alias = layer.weight.dtype if hasattr(layer, "weight") else layer.params_dtype
+    if (fp8_prefill or alias != FP8) and alias != torch.uint8:
+        return layer.weight.dtype if path == "main" else alias
+    return None
+
+
+def expect(
+    decide: Callable[[], torch.dtype | None], layer: nn.Module, workspace_dtype: torch.dtype, deciding_frame: str
+) -> Expectation:
+    """The outcome of casting the latent as ``decide`` says and feeding it to ``layer``."""
+    try:
+        cast = decide()
+    except AttributeError as exc:
+        return Expectation(None, None, Crash("AttributeError", str(exc), deciding_frame))
+    fed = workspace_dtype if cast is None else cast
+    rejection = layer.input_rejection(fed)
+    crash = None if rejection is None else Crash(type(rejection.error).__name__, str(rejection.error), rejection.raised_in)
+    return Expectation(cast, fed, crash)
+
+
+# ----------------------------------------------------------------------------- layers and twins
 
 
 def _unquantized(w, dtype, _amax):
@@ -75,12 +135,15 @@ def _fp8(w, dtype, _amax):
     return Fp8Linear(w, params_dtype=dtype, per_channel=True)
 
 
-def _marlin(w, dtype, _amax):
-    return MarlinFp8Linear(w, params_dtype=dtype)
+def _fp8_block(w, dtype, _amax):
+    return Fp8BlockLinear(w, params_dtype=dtype)
 
 
-def _marlin_g128(w, dtype, _amax):
-    return MarlinFp8Linear(w, params_dtype=dtype, group_size=DEEPSEEK_GROUP_SIZE)
+def _marlin(group_size):
+    def build(w, dtype, _amax):
+        return MarlinFp8Linear(w, params_dtype=dtype, group_size=group_size)
+
+    return build
 
 
 def _nvfp4(w, dtype, amax):
@@ -91,36 +154,71 @@ def _awq(w, dtype, _amax):
     return AwqLikeLinear(w, params_dtype=dtype)
 
 
+def _int8(w, dtype, _amax):
+    return Int8Linear(w, params_dtype=dtype)
+
+
+def marlin_twin(group_size):
+    """An unquantized layer holding Marlin's dequantized weight, built from the quantizer's codes
+    and scales (never through the pack/repack/permute path under test): ``deq = round(code ·
+    round(s))``, the value Marlin's bit placement and fused scale reconstruct exactly."""
+
+    def build(w, dtype):
+        codes, scales = marlin_quantize_fp8(w, group_size)  # [K,N], [G,N]
+        per_k = scales.to(dtype).float().repeat_interleave(w.shape[1] // scales.shape[0], dim=0)
+        deq = (codes.float() * per_k).to(dtype)
+        return UnquantizedLinear(deq.t(), params_dtype=dtype)
+
+    return build
+
+
+def awq_twin(w, dtype):
+    """An unquantized layer holding AWQ's ``round((q - z) · s)``, from the quantizer's integers."""
+    group = AWQ_GROUP_SIZE
+    q, z, scales = awq_quantize(w, dtype, group)
+    deq = ((q - z.repeat_interleave(group, dim=0)).float() * scales.float().repeat_interleave(group, dim=0)).to(dtype)
+    return UnquantizedLinear(deq.t(), params_dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- the matrix
+
 BF16, FP16 = torch.bfloat16, torch.float16
+_NVFP4_FP8_NOTE = (
+    "fp8 prefill into NVFP4: both helpers keep the fp8 latent for uint8 storage and scaled_fp4_quant "
+    "asserts a 16-bit input (DTL001 helper template: the (fp8 input, uint8 storage) case)"
+)
 
 BACKENDS: dict[str, Backend] = {
     b.id: b
     for b in (
-        Backend("bf16", BF16, "Unquantized", False, _unquantized, None, None, BF16, 1.2e-2, 3e-3),
-        Backend("fp16", FP16, "Unquantized", False, _unquantized, None, None, FP16, 1.5e-3, 5e-4),
-        Backend("fp8", BF16, "Fp8Linear", False, _fp8, None, None, None, 0.10, 4e-2),
-        Backend("fp8_p", BF16, "Fp8Linear", True, _fp8, None, None, FP8, 0.13, 6e-2),
-        Backend(
-            "marlin", BF16, "MarlinFp8 (int32)", False, _marlin,
-            MARLIN_INT32_INPUT, MARLIN_INT32_INPUT, BF16, 8e-2, 3e-2,
-        ),
-        Backend("nvfp4", BF16, "NvFp4 (uint8)", False, _nvfp4, None, None, None, 0.35, 0.12),
-        Backend("awq", BF16, "AwqLike (no weight)", False, _awq, AWQ_NO_WEIGHT, None, BF16, 0.25, 0.10),
-        Backend(
-            "marlin_g128", BF16, "MarlinFp8 g128 (int32)", False, _marlin_g128,
-            MARLIN_INT32_INPUT, MARLIN_INT32_INPUT, BF16, 8e-2, 3e-2, extra=True,
-        ),
-        Backend(
-            "marlin_fp16", FP16, "MarlinFp8 (int32)", False, _marlin,
-            MARLIN_INT32_INPUT, MARLIN_INT32_INPUT, FP16, 8e-2, 3e-2, extra=True,
-        ),
+        # The seven rows of the original matrix.
+        Backend("bf16", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16)),
+        Backend("fp16", FP16, "Unquantized", False, _unquantized, P.unquantized(FP16)),
+        Backend("fp8", BF16, "Fp8Linear", False, _fp8, P.fp8_w8a8(BF16)),
+        Backend("fp8_p", BF16, "Fp8Linear", True, _fp8, P.fp8_w8a8(BF16, True), kv_cache="fp8"),
+        Backend("marlin", BF16, "MarlinFp8 (int32)", False, _marlin(None), P.marlin_w8a16(BF16), twin=marlin_twin(None)),
+        Backend("nvfp4", BF16, "NvFp4 (uint8)", False, _nvfp4, P.nvfp4_w4a4(BF16)),
+        Backend("awq", BF16, "AwqLike (no weight)", False, _awq, P.awq_w4a16(BF16), twin=awq_twin),
+        # Marlin variants.
+        Backend("marlin_g128", BF16, "MarlinFp8 g128 (int32)", False, _marlin(DEEPSEEK_GROUP_SIZE),
+                P.marlin_w8a16(BF16), twin=marlin_twin(DEEPSEEK_GROUP_SIZE)),
+        Backend("marlin_fp16", FP16, "MarlinFp8 (int32)", False, _marlin(None), P.marlin_w8a16(FP16), twin=marlin_twin(None)),
+        # DeepSeek's own checkpoint format: 128x128 block-scaled FP8 weights.
+        Backend("fp8_b128", BF16, "Fp8Block128", False, _fp8_block, P.fp8_w8a8(BF16)),
+        Backend("fp8_b128_p", BF16, "Fp8Block128", True, _fp8_block, P.fp8_w8a8(BF16, True), kv_cache="fp8"),
+        # fp8 prefill with the other storage formats.
+        Backend("bf16_p", BF16, "Unquantized", True, _unquantized, P.unquantized(BF16, True), kv_cache="fp8"),
+        Backend("marlin_p", BF16, "MarlinFp8 (int32)", True, _marlin(None), P.marlin_w8a16(BF16, True),
+                kv_cache="fp8", twin=marlin_twin(None)),
+        Backend("nvfp4_p", BF16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(BF16, True), kv_cache="fp8",
+                known_failure=_NVFP4_FP8_NOTE),
+        Backend("awq_p", BF16, "AwqLike (no weight)", True, _awq, P.awq_w4a16(BF16, True), kv_cache="fp8", twin=awq_twin),
+        # An fp8 KV cache with a 16-bit prefill: the gather dequantizes into a bf16 workspace.
+        Backend("bf16_kv8", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16), kv_cache="fp8"),
+        # Other integer storage: W8A8-INT8. Our helper casts to params_dtype, 0.28.0 feeds int8.
+        Backend("int8", BF16, "Int8 W8A8 (int8)", False, _int8, P.int8_w8a8(BF16)),
     )
 }
 
-
-def expected_crash_sets() -> dict[str, set[str]]:
-    """§4 assertion 1 as sets, e.g. ``{"pre": {"marlin", "awq", ...}, "pre_cp": {"marlin", ...}}``."""
-    return {
-        "pre": {b.id for b in BACKENDS.values() if b.pre is not None},
-        "pre_cp": {b.id for b in BACKENDS.values() if b.pre_cp is not None},
-    }
+#: The rows of the original matrix, whose crash sets the spec states.
+SPEC_ROWS = ("bf16", "fp16", "fp8", "fp8_p", "marlin", "nvfp4", "awq")

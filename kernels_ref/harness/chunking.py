@@ -1,9 +1,8 @@
-"""Chunked-context planning and cache gather for the MLA prefill, as vLLM 0.27.1 does it.
+"""Chunked-context planning and cache gather for the fixture's MLA prefill, as vLLM 0.27.1 does it.
 
-Chunking stays at 0.27.1 (``build_mla_chunked_context_metadata``, decode-context-parallel
-world size 1) for every variant the harness runs, so the kv_b_proj input cast is the only
-difference between ``pre`` and ``post`` (KERNELS_SPEC.md §4). 0.28.0 rewrote the planner as
-``plan_mla_context_chunks``; that rewrite is not what is under test.
+The fixture's variants (``pre`` and ``post``) chunk as 0.27.1's ``build_mla_chunked_context_metadata``
+does with one decode-context-parallel rank, so the kv_b_proj input cast is the only difference
+between them. vLLM's own functions (``upstream_runtime``) use each release's own planner instead.
 
 Each request's context is cut into windows ``[i*mcc, (i+1)*mcc)``; a request whose context
 ends before window ``i`` contributes zero keys there, which is what ``has_empty_context``

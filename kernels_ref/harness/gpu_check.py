@@ -1,22 +1,27 @@
-"""The one-shot GPU check (KERNELS_SPEC.md §5–§7): build, cross-check, verify, report.
+"""The one-shot GPU check: build, cross-check, verify, report.
 
-Run from the repository root on the GPU machine, with no install and no libcst needed for the
-kernel part::
+Run on the GPU machine as a module, with the package importable (installed, or through
+``scripts/pkgroot.py`` as ``scripts/gpu_check.sh`` does; no libcst needed there)::
 
-    python3 kernels_ref/harness/gpu_check.py --out "$OUT"          # or: bash scripts/gpu_check.sh
+    python3 -m dtype_lint.kernels_ref.harness.gpu_check --out "$OUT"     # or: bash scripts/gpu_check.sh
 
 Steps, each recorded in ``<out>/gpu_check.json`` as soon as it finishes (so a run stopped by
-its time limit still leaves what it did):
+its time limit still leaves what it did), each followed by a device synchronisation so that an
+asynchronous CUDA error is charged to the step that caused it:
 
 1. **build**: NVRTC-compile every ``kernels_ref/cuda/*.cu`` for the device (:mod:`kernels_ref.build`).
-2. **kernel checks**: every CUDA op against the PyTorch reference on the same inputs, at the spec's
-   kernel-check sizes (GEMMs M=4096, K=512, N=4096; attention T=960): bit-exact for quantizer codes
-   and scales, pack/repack and dequantization; ``|Δ| ≤ 2^-m|ref| + 1e-4·max|ref|`` (m=7 bf16,
-   10 fp16) for GEMM/attention/merge outputs; ``|Δ| ≤ 1e-4 + 1e-5|lse|`` for LSEs; and the error
-   contract (same exception type and message from both implementations).
+2. **kernel checks**: every CUDA op against the PyTorch reference on the same inputs, at the
+   kernel-check sizes of ``docs/kernels.md`` (GEMMs M=4096, K=512, N=4096; attention T=960):
+   bit-exact for quantizer codes and scales, pack/repack and dequantization;
+   ``|Δ| ≤ 2^-m|ref| + 1e-4·max|ref|`` (m=7 bf16, 10 fp16) for GEMM/attention/merge outputs;
+   ``|Δ| ≤ 1e-4 + 1e-5|lse|`` for LSEs; and the error contract (same exception type and message
+   from both implementations).
 3. **verify**: the harness's ``run_matrix`` at G1/G2 on the device, once with the PyTorch ops and
-   once with the CUDA kernels routed in (:func:`kernels_ref.ops.installed`). If ``verify`` cannot be
-   imported (e.g. libcst is missing), that is recorded as a failure, not a crash.
+   once with the CUDA kernels routed in (:func:`kernels_ref.ops.installed`); with ``--variants DIR``
+   (saved by ``dtype-lint verify --emit-variants DIR`` on a machine with libcst and the vLLM trees)
+   also vLLM's own prefill functions. A step that cannot import or find what it needs is recorded
+   as a failure, not a crash. ``--budget-s`` stops starting verify passes once spent, so the whole
+   script fits the device tool's limit; skipped passes are recorded as skipped.
 
 ``--device cpu`` (alias ``--dry-run``) runs the very same steps on the CPU with the PyTorch ops
 standing in for the CUDA ones (the "build" step only parses the kernel signatures), so the script's
@@ -24,91 +29,38 @@ logic is tested without a GPU (``tests/kernels/test_gpu_check_cpu.py``). ``--siz
 the kernel checks; ``--scenarios`` picks verify scenarios (default G1,G2 on cuda, A on cpu).
 
 Exit status: 0 when every step passed, 1 when any failed or was skipped, 2 on bad arguments.
-
-**Bootstrap.** When ``dtype_lint.kernels_ref`` is not importable (a plain checkout, nothing
-installed), :func:`_bootstrap` puts the repository root on ``sys.path`` and registers ``kernels_ref/``
-(and the other directories that ``pyproject.toml``'s ``package-dir`` maps) under their
-``dtype_lint.*`` names with ``importlib``. It also drops this script's own directory from
-``sys.path``: Python puts it first, and ``harness/platform.py`` would shadow the standard library's
-``platform`` module for torch and rich.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import importlib
+import json
+import math
 import os
 import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if sys.path and sys.path[0] and os.path.abspath(sys.path[0]) == _HERE:
-    sys.path.pop(0)
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import importlib  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Callable  # noqa: E402
-
-REPO_ROOT = Path(_HERE).resolve().parents[1]
+from dtype_lint.writer import write_atomic
 
 #: The CUDA-kernel verify passes run these backends by default: between them every kernel and
 #: every attention input dtype (fp16 unquantized, fp8 quant+mm with fp8 q/k/v, Marlin with bf16,
 #: NVFP4, AWQ). Naive SIMT kernels make the full matrix at G1 take minutes (about 100 GFLOP per
 #: run, dozens of runs); the PyTorch-op passes always run the whole matrix.
 CUDA_VERIFY_BACKENDS = ("fp16", "fp8_p", "marlin", "nvfp4", "awq")
-#: Fallback for pyproject.toml's [tool.setuptools] package-dir (used if tomllib is missing).
-_PACKAGE_DIRS = {
-    "dtype_lint.rules": "rules",
-    "dtype_lint.kernels_ref": "kernels_ref",
-    "dtype_lint.kernels_ref.harness": "kernels_ref/harness",
-    "dtype_lint.fixtures": "fixtures",
-}
 
 
-def _package_dirs() -> dict[str, str]:
-    try:
-        import tomllib
+def _synchronize(device: str) -> None:
+    """Wait for the device, so that an asynchronous kernel error surfaces in this step."""
+    if device.startswith("cuda"):
+        import torch
 
-        data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-        dirs = data["tool"]["setuptools"]["package-dir"]
-        return {k: v for k, v in dirs.items() if k != "dtype_lint"}
-    except Exception:
-        return dict(_PACKAGE_DIRS)
-
-
-def _bootstrap() -> str:
-    """Make ``dtype_lint.kernels_ref`` importable from a plain checkout; returns how it was found."""
-    try:
-        importlib.import_module("dtype_lint.kernels_ref")
-        return "installed"
-    except ImportError:
-        pass
-    for name in [m for m in sys.modules if m == "dtype_lint" or m.startswith("dtype_lint.")]:
-        del sys.modules[name]
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    importlib.import_module("dtype_lint")
-    # Parents before children, so each child can be set as an attribute of its parent.
-    for name, rel in sorted(_package_dirs().items(), key=lambda kv: kv[0].count(".")):
-        if name in sys.modules:
-            continue
-        pkg_dir = REPO_ROOT / rel
-        init = pkg_dir / "__init__.py"
-        if not init.exists():
-            continue
-        spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(pkg_dir)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        parent, _, child = name.rpartition(".")
-        setattr(sys.modules[parent], child, module)
-    importlib.import_module("dtype_lint.kernels_ref")
-    return "bootstrapped from the checkout"
+        torch.cuda.synchronize()
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -215,8 +167,13 @@ class Sizes:
 
 
 SIZES = {
-    # §6 kernel checks: GEMMs 4096x512x4096; attention T=960 over G1's first chunk (mcc 1344).
+    # The GPU kernel checks: GEMMs 4096x512x4096; attention T=960 over G1's first chunk (mcc 1344).
     "gpu": Sizes(4096, 512, 4096, 16, 192, 128, (0, 512, 768, 896, 960), (0, 1344, 2688, 3712, 3712)),
+    # The same shapes in miniature, for the CPU emulation of the CUDA kernels: K=256 (two g128
+    # groups), N=320 (three 128-column GEMM tiles, a partial one last), M=130 (two row tiles),
+    # d_qk=192 (three 64-wide chunks), d_v=128, a request of 35 queries (two 32-row tiles) over 70
+    # keys (three 32-key tiles), requests with no keys and with no queries.
+    "emulated": Sizes(130, 256, 320, 2, 192, 128, (0, 5, 40, 41, 41, 76), (0, 70, 70, 140, 141, 141)),
     "tiny": Sizes(96, 128, 128, 2, 96, 64, (0, 5, 12, 16, 20), (0, 40, 60, 60, 93)),
 }
 
@@ -355,7 +312,8 @@ class KernelChecks:
             out[f"attention[{label}]"] = _merge("a", {"out": compare_close(oc, orf), "lse": compare_lse(lc, lr)})
 
         # mask_empty_context: requests 1 and 3 have an empty span in this chunk.
-        cu_ctx = [0, 7, 7, 19, 19]
+        lens = [7, 0, 12, 0, 5, 9][: len(s.cu_q) - 1]
+        cu_ctx = [sum(lens[:i]) for i in range(len(lens) + 1)]
         lse0 = self.randn(s.heads, t)
         o0 = self.randn(t, s.heads, s.d_v, dtype=torch.bfloat16)
         res = {}
@@ -372,10 +330,16 @@ class KernelChecks:
             s_out = self.randn(t, s.heads, s.d_v, dtype=dt)
             p_lse = self.randn(s.heads, t, scale=3.0)
             s_lse = self.randn(s.heads, t, scale=3.0)
+            # FA2's empty marker (+inf) on either side, -inf on either side, and both empty.
             p_lse[:, 0] = float("inf")
             p_lse[:, 1] = float("-inf")
             p_lse[:, 2] = float("-inf")
             s_lse[:, 2] = float("-inf")
+            s_lse[:, 3] = float("inf")
+            p_lse[:, 4] = float("inf")
+            s_lse[:, 4] = float("inf")
+            p_lse[:, 5] = float("-inf")
+            s_lse[:, 5] = float("inf")
             ptwc = t - min(3, t // 4)
             res = {}
             for b in (self.candidate, "torch"):
@@ -393,22 +357,22 @@ class KernelChecks:
         from dtype_lint.kernels_ref import ops
 
         torch = self.torch
-        layer = mf.MarlinFp8Linear(torch.randn(64, 64, generator=self.gen), torch.bfloat16).to(self.device)
-        a = self.randn(4, 64, dtype=torch.bfloat16)
+        layer = mf.MarlinFp8Linear(torch.randn(64, 128, generator=self.gen), torch.bfloat16).to(self.device)
+        a = self.randn(4, 128, dtype=torch.bfloat16)
         fp8 = torch.float8_e4m3fn
         calls = {
-            "marlin_gemm(a int32)": lambda b: ops.marlin_gemm(a.to(torch.int32), layer.weight, layer.weight_scale, 4, 64, 64, backend=b),
-            "marlin_gemm(a fp32)": lambda b: ops.marlin_gemm(a.float(), layer.weight, layer.weight_scale, 4, 64, 64, backend=b),
-            "marlin_gemm(a fp8)": lambda b: ops.marlin_gemm(a.to(fp8), layer.weight, layer.weight_scale, 4, 64, 64, backend=b),
-            "marlin_gemm(scales fp16)": lambda b: ops.marlin_gemm(a, layer.weight, layer.weight_scale.half(), 4, 64, 64, backend=b),
-            "marlin_gemm(size_m)": lambda b: ops.marlin_gemm(a, layer.weight, layer.weight_scale, 5, 64, 64, backend=b),
+            "marlin_gemm(a int32)": lambda b: ops.marlin_gemm(a.to(torch.int32), layer.weight, layer.weight_scale, 4, 64, 128, backend=b),
+            "marlin_gemm(a fp32)": lambda b: ops.marlin_gemm(a.float(), layer.weight, layer.weight_scale, 4, 64, 128, backend=b),
+            "marlin_gemm(a fp8)": lambda b: ops.marlin_gemm(a.to(fp8), layer.weight, layer.weight_scale, 4, 64, 128, backend=b),
+            "marlin_gemm(scales fp32, reference-only)": lambda b: ops.marlin_gemm(a, layer.weight, layer.weight_scale.float(), 4, 64, 128, backend=b),
+            "marlin_gemm(size_m)": lambda b: ops.marlin_gemm(a, layer.weight, layer.weight_scale, 5, 64, 128, backend=b),
             "fp8_scaled_mm(bf16 a)": lambda b: ops.fp8_scaled_mm(a, a.t().to(fp8), a[:, 0].float(), a[0].float(), torch.bfloat16, backend=b),
             "scaled_fp4_quant(fp32)": lambda b: ops.scaled_fp4_quant(a.float(), 1.0, backend=b),
             "attention(dtype mix)": lambda b: ops.mla_prefill_attention(
-                a.view(4, 1, 64), a.view(4, 1, 64).half(), a.view(4, 1, 64), [0, 4], [0, 4], 0.1, False, torch.bfloat16, backend=b
+                a.view(4, 1, 128), a.view(4, 1, 128).half(), a.view(4, 1, 128), [0, 4], [0, 4], 0.1, False, torch.bfloat16, backend=b
             ),
             "merge(output_scale)": lambda b: ops.merge_attn_states(
-                a.view(4, 1, 64), a.view(4, 1, 64), a.new_zeros(1, 4).float(), a.view(4, 1, 64), a.new_zeros(1, 4).float(),
+                a.view(4, 1, 128), a.view(4, 1, 128), a.new_zeros(1, 4).float(), a.view(4, 1, 128), a.new_zeros(1, 4).float(),
                 output_scale=a.new_ones(1).float(), backend=b,
             ),
         }
@@ -455,9 +419,7 @@ class Report:
         self.data["ok"] = bool(self.data["steps"]) and all(s["status"] == "pass" for s in self.data["steps"])
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(self.data, indent=2, default=str, allow_nan=True) + "\n")
-            tmp.replace(self.path)
+            write_atomic(self.path, (json.dumps(self.data, indent=2, default=str, allow_nan=True) + "\n").encode())
 
 
 def _environment(device: str) -> dict:
@@ -485,10 +447,11 @@ def _environment(device: str) -> dict:
     return env
 
 
-def _run_step(report: Report, name: str, fn: Callable[[], dict], *, kind: str) -> dict:
+def _run_step(report: Report, name: str, fn: Callable[[], dict], *, kind: str, device: str = "cpu") -> dict:
     t0 = time.perf_counter()
     try:
         result = fn()
+        _synchronize(device)
         status = "pass" if result.get("ok") else "fail"
     except Exception as e:  # noqa: BLE001 - a failing step is recorded, the script goes on
         result = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
@@ -514,35 +477,54 @@ def step_build(device: str) -> dict:
     }
 
 
-def step_verify(device: str, scenario: str, seeds: list[int], implementation: str, backends: list[str] | None) -> dict:
+def step_verify(device: str, scenario: str, seeds: list[int], implementation: str, backends: list[str] | None,
+                variants_dir: str | None = None, upstream: bool = False) -> dict:
     try:
         verify = importlib.import_module("dtype_lint.kernels_ref.harness.verify")
-    except Exception as e:  # noqa: BLE001 - e.g. libcst missing on the GPU machine
+    except Exception as e:  # noqa: BLE001 - e.g. an import error on an unexpected image
         return {"ok": False, "error": f"verify is not importable: {type(e).__name__}: {e}"}
     from dtype_lint.kernels_ref import ops
 
-    run = lambda: verify.run_matrix(device, [scenario], seeds, backends=backends)  # noqa: E731
+    def run():
+        return verify.run_matrix(device, [scenario], seeds, backends=backends, variants_dir=variants_dir, upstream=upstream)
+
     if implementation == "torch":
         with ops.use_backend("torch"):
             rep = run()
     else:
         with ops.installed("cuda" if device.startswith("cuda") else "torch"):
             rep = run()
-    summary = rep.get("summary", {})
     return {
         "ok": bool(rep.get("ok")),
         "violations": rep.get("violations", [])[:40],
         "verify_elapsed_s": rep.get("elapsed_s"),
-        "summary": summary,
+        "upstream": bool(rep.get("upstream")),
+        "summary": rep.get("summary", {}),
         "crash_sets": rep.get("crash_sets"),
     }
+
+
+def upstream_available(variants_dir: str | None) -> tuple[bool, str]:
+    """Whether vLLM's own functions can run here, and why (never fetches: no network on the GPU)."""
+    from dtype_lint.kernels_ref.harness import variants
+
+    if variants_dir:
+        meta = json.loads((Path(variants_dir) / "variants.json").read_text())
+        if meta.get("upstream"):
+            return True, f"saved in {variants_dir}"
+        return False, f"{variants_dir} holds the fixture only (emitted with --no-upstream)"
+    if variants._trees_cached():
+        return True, "cached vLLM trees"
+    return False, "no --variants with vLLM's functions and no cached vLLM trees"
 
 
 def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else None
     report = Report(out_dir, args)
-    how = _bootstrap()
+    import dtype_lint
     import torch
+
+    how = str(Path(dtype_lint.__file__).parent)
 
     device = "cuda" if args.device == "cuda" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -553,7 +535,7 @@ def run(args: argparse.Namespace) -> int:
     report.data["environment"] = {**_environment(device), "import": how}
     report.write()
 
-    build_step = _run_step(report, "build", lambda: step_build(device), kind="build")
+    build_step = _run_step(report, "build", lambda: step_build(device), kind="build", device=device)
     candidate = "cuda" if device == "cuda" else "torch"
     if build_step["status"] == "pass" or device == "cpu":
         kc = KernelChecks(device, candidate, SIZES[args.sizes], seed=args.seed)
@@ -561,6 +543,7 @@ def run(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             try:
                 results = getattr(kc, group)()
+                _synchronize(device)
             except Exception as e:  # noqa: BLE001
                 results = {f"{group}.*": {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}}
             for name, res in results.items():
@@ -571,16 +554,26 @@ def run(args: argparse.Namespace) -> int:
         report.add({"name": "kernel checks", "kind": "kernel", "status": "fail", "error": "skipped: build failed"})
 
     if not args.skip_verify:
+        try:
+            upstream, why = upstream_available(args.variants)
+        except (OSError, ValueError) as e:
+            upstream, why = False, f"{args.variants}: {e}"
+        report.data["upstream"] = why
+        if not upstream:
+            report.add({"name": "vLLM's own functions", "kind": "verify", "status": "fail",
+                        "error": f"not run: {why} (run `dtype-lint verify --emit-variants .dtl_variants` where the "
+                        "trees and libcst are, and carry it)"})
         scenarios = args.scenarios or (["G1", "G2"] if device == "cuda" else ["A"])
         # Cheapest first: the PyTorch-op passes, then the CUDA-kernel passes smallest scenario first.
-        passes = [("torch", s) for s in scenarios] + [("cuda", s) for s in reversed(scenarios)]
+        passes = [("torch", s) for s in reversed(scenarios)] + [("cuda", s) for s in reversed(scenarios)]
         for impl, scen in passes:
             name = f"verify[{scen}/{'torch ops' if impl == 'torch' else 'CUDA kernels'}]"
             if time.perf_counter() - report.t0 > args.budget_s:
                 report.add({"name": name, "kind": "verify", "status": "skipped", "error": f"time budget of {args.budget_s} s spent"})
                 continue
             backends = args.cuda_backends if impl == "cuda" else None
-            _run_step(report, name, lambda: step_verify(device, scen, args.seeds, impl, backends), kind="verify")
+            _run_step(report, name, lambda: step_verify(device, scen, args.seeds, impl, backends, args.variants, upstream),
+                      kind="verify", device=device)
     report.write()
     _print(report)
     return 0 if report.data["ok"] else 1
@@ -647,7 +640,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--skip-verify", action="store_true")
     p.add_argument("--seed", type=int, default=0, help="seed of the kernel-check inputs")
-    p.add_argument("--budget-s", type=float, default=300.0, help="start no verify pass after this many seconds")
+    p.add_argument("--budget-s", type=float, default=200.0,
+                   help="start no verify pass after this many seconds (default 200: with the 290 s kill in "
+                   "scripts/gpu_check.sh the whole run fits in five minutes)")
+    p.add_argument("--variants", default=None, help="what `dtype-lint verify --emit-variants` saved (the fixer's output "
+                   "and vLLM's functions, for a machine without libcst or the vLLM trees)")
     return p
 
 

@@ -1,4 +1,4 @@
-"""Scenarios, seeded data and one run of a variant's MLA context prefill (KERNELS_SPEC.md §4–§6).
+"""Scenarios, seeded data and one run of the fixture's MLA context prefill.
 
 A scenario fixes the shapes and the requests (context and query lengths). From a seed it
 yields the fp32 ground truth, all drawn on the CPU so every device sees the same numbers:
@@ -63,6 +63,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("A", **_SMALL, block_size=16, workspace_size=128, context_lens=(300, 130, 0), query_lens=(5, 7, 4)),
         # 4 chunks, no empty span: the masking branch is never taken.
         Scenario("B", **_SMALL, block_size=16, workspace_size=128, context_lens=(200, 200), query_lens=(3, 6)),
+        # One request with context (3 chunks: 128, 128, 44) and one without. Both vLLM 0.27.1's and
+        # 0.28.0's planners cut it into the same chunks, on one rank and on two DCP ranks, so their
+        # prefill functions can be compared bit for bit.
+        Scenario("S", **_SMALL, block_size=16, workspace_size=128, context_lens=(300, 0), query_lens=(5, 4)),
         Scenario(
             "C", num_heads=8, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
             block_size=16, workspace_size=256, context_lens=(700, 260, 0), query_lens=(6, 9, 3),
@@ -115,8 +119,14 @@ def make_data(scenario: Scenario, seed: int) -> ScenarioData:
     return ScenarioData(s, seed, w, latent, k_pe, q, block_table, num_blocks)
 
 
-def store_cache(data: ScenarioData, dtype: torch.dtype) -> torch.Tensor:
-    """The paged cache ``[blocks, block, L+R]`` in ``dtype``; fp8 via clamp + RNE (§1)."""
+def store_cache(data: ScenarioData, dtype: torch.dtype, *, rank: int = 0, world: int = 1, interleave: int = 1) -> torch.Tensor:
+    """The paged cache ``[blocks, block, L+R]`` in ``dtype``; fp8 via clamp + RNE.
+
+    With ``world > 1`` it is decode-context-parallel rank ``rank``'s cache: context position ``p``
+    lives on rank ``(p // interleave) % world`` at local position
+    ``(p // (interleave·world))·interleave + p % interleave`` (vLLM's interleaved DCP layout,
+    whose per-rank lengths are ``get_dcp_local_seq_lens``), in the same block table.
+    """
     s = data.scenario
     rows = torch.cat((data.latent, data.k_pe), dim=1)
     rows = to_fp8(rows) if dtype == FP8 else rows.to(dtype)
@@ -124,7 +134,10 @@ def store_cache(data: ScenarioData, dtype: torch.dtype) -> torch.Tensor:
     start = 0
     for r, ctx in enumerate(s.context_lens):
         pos = torch.arange(ctx)
-        cache[data.block_table[r].long()[pos // s.block_size], pos % s.block_size] = rows[start : start + ctx]
+        mine = (pos // interleave) % world == rank
+        local = (pos // (interleave * world)) * interleave + pos % interleave
+        lp = local[mine]
+        cache[data.block_table[r].long()[lp // s.block_size], lp % s.block_size] = rows[start : start + ctx][mine]
         start += ctx
     return cache
 
@@ -153,12 +166,21 @@ class DeviceInputs:
     model_dtype: torch.dtype
 
 
-def prepare_inputs(data: ScenarioData, backend, device: str | torch.device, cache: torch.Tensor | None = None) -> DeviceInputs:
-    """Store the cache, build the backend's kv_b_proj from ``W`` (on the CPU) and move both."""
+def build_layer(backend, data: ScenarioData, input_amax: float, *, twin: bool = False) -> torch.nn.Module:
+    """``backend``'s kv_b_proj (or, ``twin=True``, its unquantized twin) for this data, on the CPU."""
+    if twin:
+        return backend.twin(data.w, backend.model_dtype)
+    return backend.build(data.w, backend.model_dtype, input_amax)
+
+
+def prepare_inputs(
+    data: ScenarioData, backend, device: str | torch.device, cache: torch.Tensor | None = None, *, twin: bool = False
+) -> DeviceInputs:
+    """Store the cache, build the backend's kv_b_proj (or its twin) from ``W`` on the CPU, move both."""
     cache = store_cache(data, backend.cache_dtype) if cache is None else cache
     # NVFP4's static input scale is calibrated on what it will see: the stored latent.
     input_amax = float(cache[..., : data.scenario.kv_lora_rank].float().abs().max())
-    layer = backend.build(data.w, backend.model_dtype, input_amax).to(device)
+    layer = build_layer(backend, data, input_amax, twin=twin).to(device)
     return DeviceInputs(
         cache=cache.to(device),
         q=data.q.to(backend.model_dtype).to(device),
@@ -186,7 +208,9 @@ def run_variant(
     """
     s = scenario
     device = inputs.cache.device
-    workspace = torch.zeros(s.workspace_size, s.kv_lora_rank + s.qk_rope_head_dim, dtype=inputs.cache_dtype, device=device)
+    # vLLM sizes the workspace in the prefill's query dtype: fp8 for an fp8 prefill (the gather
+    # copies fp8 rows), else the model dtype (an fp8 cache is dequantized into it).
+    workspace = torch.zeros(s.workspace_size, s.kv_lora_rank + s.qk_rope_head_dim, dtype=inputs.q_data_type, device=device)
     chunked = plan_chunked_context(
         context_lens=torch.tensor(s.context_lens),
         query_start_loc=torch.tensor(s.query_start_loc),

@@ -1,7 +1,7 @@
-"""Dense reference for the context attention and the error metrics of KERNELS_SPEC.md §5.
+"""Dense reference for the context attention and the error metrics of docs/kernels.md.
 
 The reference attends each request's queries to its whole stored context at once, in fp64
-(on a GPU too: §5 allows fp32 there, but fp64 keeps TF32 settings and accumulation order out
+(on a GPU too: fp32 would do there, but fp64 keeps TF32 settings and accumulation order out
 of the question at a cost of well under a second), with the original fp32 ``W``: no chunking,
 no merge, no quantization. Errors are measured only over tokens whose request has context; tokens without
 context are checked separately for the exact zeros / -inf the masking must leave.
@@ -56,7 +56,7 @@ def reference_context_attention(
 
 @dataclass(frozen=True)
 class ErrorMetrics:
-    """§5 metrics of one output against the reference, over tokens with context."""
+    """The metrics of one output against the reference, over tokens with context."""
 
     rel: float  # ‖o−ref‖F / ‖ref‖F
     rel_per_request: list[float]
@@ -85,7 +85,7 @@ def error_metrics(
     context_lens: list[int],
     query_start_loc: list[int],
 ) -> ErrorMetrics:
-    """Compare a run's ``(out [T,H,v], lse [H,T])`` with the reference (§5)."""
+    """Compare a run's ``(out [T,H,v], lse [H,T])`` with the reference."""
     spans = [(query_start_loc[r], query_start_loc[r + 1]) for r, c in enumerate(context_lens) if c > 0]
     idx = torch.cat([torch.arange(a, b) for a, b in spans]).to(out.device)
     o, ref = out[idx].to(ref_out.dtype), ref_out[idx]

@@ -3,8 +3,12 @@
 Each ``.cu`` file (with its headers spliced in, exactly the text NVRTC compiles) is built by g++
 into a shared library, behind a small prelude that maps CUDA's vocabulary onto the host:
 
-* a block's threads are cooperative ``ucontext`` threads on one OS thread, swept in order;
-  ``__syncthreads()`` yields to the sweep, so each sweep is one barrier phase;
+* a block's threads are cooperative threads on one OS thread (own stacks, switched with
+  ``_setjmp``/``_longjmp``), swept in order; ``__syncthreads()`` yields to the sweep, so each sweep
+  is one barrier phase. With ``check_orders`` (the default) every launch runs twice, sweeping the
+  threads first to last and last to first, from the same inputs, and the two results must be equal
+  bit for bit: a result that depends on the order of the threads within one phase is a missing or
+  misplaced barrier (:class:`ThreadOrderRace`);
   ``__shfl_xor_sync`` exchanges through a per-block array between two barriers (the kernels only
   shuffle with every thread of the block taking part, which this requires);
 * blocks run one after another, so ``__shared__`` can be ``static``;
@@ -33,6 +37,7 @@ from dtype_lint.kernels_ref import build
 
 PRELUDE = r"""
 #include <ucontext.h>
+#include <setjmp.h>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -41,31 +46,49 @@ PRELUDE = r"""
 
 struct emu_dim3 { unsigned x = 1, y = 1, z = 1; };
 namespace emu {
-// Cooperative threads on one OS thread: each CUDA thread is a ucontext with its own stack; the
-// scheduler sweeps the block's threads in order, each running until its next __syncthreads()
-// (or its end), so every sweep is one barrier phase.
-struct Thread { ucontext_t ctx; emu_dim3 tid; bool done; };
+// Cooperative threads on one OS thread: each CUDA thread runs on its own stack; the scheduler
+// sweeps the block's threads, each running until its next __syncthreads() (or its end), so every
+// sweep is one barrier phase. A thread is entered once in the process's life with swapcontext (to
+// get onto its stack) and switched afterwards with _setjmp/_longjmp, which, unlike swapcontext,
+// make no system call.
+// `reverse` sweeps the threads last to first: a kernel whose result depends on the order in which
+// the threads of one phase run (a missing barrier) gives different results in the two orders.
+struct Thread { ucontext_t ctx; jmp_buf jb; emu_dim3 tid; bool started = false, done = false; };
 struct State {
-  ucontext_t sched;
-  std::vector<Thread> th;
+  ucontext_t boot;
+  jmp_buf sched;
+  std::vector<Thread> th;  // persistent: a thread that finished a block waits for the next one
   std::vector<std::unique_ptr<char[]>> stacks;
   unsigned cur = 0;
   std::vector<float> ex_f;
   const std::function<void()>* fn = nullptr;
+  bool reverse = false;
 };
 inline State S;
 inline emu_dim3 bIdx, bDim, gDim;
 constexpr size_t kStack = 256 * 1024;
 
+// A thread's whole life: run the current kernel body for its block, report done, wait to be
+// resumed for the next block (of this launch or a later one). Entered once, with swapcontext.
 inline void trampoline() {
-  (*S.fn)();
-  S.th[S.cur].done = true;  // returning resumes uc_link, the scheduler
+  for (;;) {
+    (*S.fn)();
+    Thread& th = S.th[S.cur];
+    th.done = true;
+    if (!_setjmp(th.jb)) _longjmp(S.sched, 1);
+  }
+}
+
+inline void yield() {
+  if (!_setjmp(S.th[S.cur].jb)) _longjmp(S.sched, 1);
 }
 
 inline void run(emu_dim3 grid, unsigned threads, const std::function<void()>& fn) {
   S.fn = &fn;
-  S.th.assign(threads, Thread{});
-  while (S.stacks.size() < threads) S.stacks.emplace_back(new char[kStack]);
+  while (S.th.size() < threads) {
+    S.th.emplace_back();
+    S.stacks.emplace_back(new char[kStack]);
+  }
   S.ex_f.assign(threads, 0.0f);
   bDim = {threads, 1, 1};
   gDim = grid;
@@ -74,28 +97,38 @@ inline void run(emu_dim3 grid, unsigned threads, const std::function<void()>& fn
       for (unsigned x = 0; x < grid.x; ++x) {
         bIdx = {x, y, z};
         for (unsigned t = 0; t < threads; ++t) {
-          Thread& th = S.th[t];
-          th.tid = {t, 0, 0};
-          th.done = false;
-          getcontext(&th.ctx);
-          th.ctx.uc_stack.ss_sp = S.stacks[t].get();
-          th.ctx.uc_stack.ss_size = kStack;
-          th.ctx.uc_link = &S.sched;
-          makecontext(&th.ctx, trampoline, 0);
+          S.th[t].tid = {t, 0, 0};
+          S.th[t].done = false;
         }
         for (;;) {
           bool any = false;
-          for (unsigned t = 0; t < threads; ++t) {
-            if (S.th[t].done) continue;
+          for (unsigned i = 0; i < threads; ++i) {
+            unsigned t = S.reverse ? threads - 1 - i : i;
+            Thread& th = S.th[t];
+            if (th.done) continue;
             any = true;
             S.cur = t;
-            swapcontext(&S.sched, &S.th[t].ctx);
+            if (!_setjmp(S.sched)) {
+              if (!th.started) {
+                th.started = true;
+                getcontext(&th.ctx);
+                th.ctx.uc_stack.ss_sp = S.stacks[t].get();
+                th.ctx.uc_stack.ss_size = kStack;
+                th.ctx.uc_link = nullptr;
+                makecontext(&th.ctx, trampoline, 0);
+                swapcontext(&S.boot, &th.ctx);
+              } else {
+                _longjmp(th.jb, 1);
+              }
+            }
           }
           if (!any) break;
         }
       }
 }
 }  // namespace emu
+
+extern "C" void emu_set_reverse(int r) { emu::S.reverse = r != 0; }
 
 #define threadIdx (emu::S.th[emu::S.cur].tid)
 #define blockIdx emu::bIdx
@@ -108,7 +141,7 @@ inline void run(emu_dim3 grid, unsigned threads, const std::function<void()>& fn
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(...)
-inline void __syncthreads() { swapcontext(&emu::S.th[emu::S.cur].ctx, &emu::S.sched); }
+inline void __syncthreads() { emu::yield(); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
@@ -148,15 +181,21 @@ def _launchers(source_path: Path) -> str:
     return "\n".join(out)
 
 
+class ThreadOrderRace(AssertionError):
+    """A kernel gave different results with its threads swept in forward and in reverse order."""
+
+
 class Emulator:
     """Compiled emulation libraries, one per ``.cu`` file, built on first use."""
 
-    def __init__(self, cache_dir: Path | None = None) -> None:
+    def __init__(self, cache_dir: Path | None = None, *, check_orders: bool = True) -> None:
         self.dir = Path(cache_dir or tempfile.mkdtemp(prefix="dtl_simt_"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.libs: dict[str, ctypes.CDLL] = {}
         self.sigs = build.all_kernel_signatures()
         self.calls: list[str] = []
         self.history: set[str] = set()
+        self.check_orders = check_orders
 
     def _lib(self, stem: str) -> ctypes.CDLL:
         if stem in self.libs:
@@ -170,7 +209,8 @@ class Emulator:
             src.write_text(code)
             res = subprocess.run(
                 [gxx(), "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
-                 "-w", "-o", str(so), str(src)],
+                 # _longjmp onto another stack is what the scheduler does; fortified longjmp refuses it.
+                 "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-w", "-o", str(so), str(src)],
                 capture_output=True, text=True, timeout=600,
             )
             if res.returncode:
@@ -206,7 +246,31 @@ class Emulator:
             else:
                 cargs.append(_PARAM_CTYPES[kind](value))
         self.calls.append(name)
+        if not self.check_orders:
+            fn(*grid, int(block[0]), *cargs)
+            return
+        tensors = [v for k, v in zip(sig, args) if k == "p" and isinstance(v, torch.Tensor)]
+        before = [t.clone() for t in tensors]
         fn(*grid, int(block[0]), *cargs)
+        forward = [t.clone() for t in tensors]
+        for t, b in zip(tensors, before):
+            t.copy_(b)
+        set_reverse = self._lib(stem).emu_set_reverse
+        set_reverse(1)
+        try:
+            fn(*grid, int(block[0]), *cargs)
+        finally:
+            set_reverse(0)
+        for i, (t, f) in enumerate(zip(tensors, forward)):
+            if not torch.equal(_bits(t), _bits(f)):
+                raise ThreadOrderRace(
+                    f"{name}: argument {i} differs between forward and reverse thread order "
+                    f"({int((_bits(t) != _bits(f)).sum())} of {t.numel()} elements): a barrier is missing"
+                )
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def patch_ops(monkeypatch, emulator: Emulator) -> None:

@@ -1,4 +1,4 @@
-"""MLA prefill attention, empty-context masking and merging vs naive fp64 math (KERNELS_SPEC §2e)."""
+"""MLA prefill attention, empty-context masking and merging vs naive fp64 math."""
 
 from __future__ import annotations
 

@@ -57,6 +57,7 @@ def nvcc_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
         return dict(zip((f.name for f in files), pool.map(lambda f: _nvcc_compile(nvcc, f, out_dir), files)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cu", build.cuda_files(), ids=lambda p: p.name)
 def test_nvcc_compiles(cu: Path, nvcc_results) -> None:
     res = nvcc_results[cu.name]
@@ -87,6 +88,7 @@ def nvrtc_results() -> dict[str, tuple[bytes, str]]:
         return dict(zip((f.name for f in files), pool.map(lambda f: build.compile_source(f, "sm_90", nv), files)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cu", build.cuda_files(), ids=lambda p: p.name)
 def test_nvrtc_compiles_to_sm90_cubin(cu: Path, nvrtc_results) -> None:
     image, log = nvrtc_results[cu.name]
@@ -214,6 +216,7 @@ def _probe_floats() -> torch.Tensor:
     return torch.cat([x, (bits + 1).view(torch.float32), (bits - 1).view(torch.float32)])
 
 
+@pytest.mark.slow
 def test_decoders_match_torch(host_conv: Path, tmp_path: Path) -> None:
     pats16 = torch.arange(65536, dtype=torch.int32).to(torch.int16)
     for mode, want in (
@@ -229,6 +232,7 @@ def test_decoders_match_torch(host_conv: Path, tmp_path: Path) -> None:
         assert torch.equal(got[~nan], w[~nan]), f"{mode}: {(got[~nan] != w[~nan]).sum()} patterns differ"
 
 
+@pytest.mark.slow
 def test_encoders_match_torch(host_conv: Path, tmp_path: Path) -> None:
     x = _probe_floats()
     finite = torch.isfinite(x)
@@ -250,3 +254,23 @@ def test_encoders_match_torch(host_conv: Path, tmp_path: Path) -> None:
     x6 = torch.cat([x[finite].clamp(-6.0, 6.0), torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -5.0, -0.0])])
     got = _run(host_conv, "e2", tmp_path, x6)
     assert torch.equal(got, e2m1_encode(x6).to(torch.int64)), "e2m1 codes differ"
+
+
+def test_nvrtc_is_looked_up_in_the_wheels_then_the_system(tmp_path, monkeypatch) -> None:
+    """The GPU image has NVRTC from a CUDA wheel (torch's dependencies) or a system CUDA: both are
+    found, the wheel first, and the builtins library is never taken for NVRTC itself."""
+    wheel = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    wheel.mkdir(parents=True)
+    for name in ("libnvrtc.so.13", "libnvrtc-builtins.so.13.0", "libnvrtc.alt.so.13"):
+        (wheel / name).write_text("")
+    cuda_home = tmp_path / "cuda-13.0"
+    (cuda_home / "lib64").mkdir(parents=True)
+    (cuda_home / "lib64" / "libnvrtc.so.13.0.88").write_text("")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site")] + sys.path)
+    monkeypatch.setenv("CUDA_HOME", str(cuda_home))
+    monkeypatch.delenv("DTYPE_LINT_NVRTC", raising=False)
+    cands = build._nvrtc_candidates()
+    assert cands.index(str(wheel / "libnvrtc.so.13")) < cands.index(str(cuda_home / "lib64" / "libnvrtc.so.13.0.88"))
+    assert not any("builtins" in c or ".alt." in c for c in cands)
+    monkeypatch.setenv("DTYPE_LINT_NVRTC", "/opt/x/libnvrtc.so")
+    assert build._nvrtc_candidates()[0] == "/opt/x/libnvrtc.so"

@@ -2,9 +2,13 @@
 
 The ops' CUDA wrappers launch the real kernel code (the text NVRTC compiles, built by g++ behind
 a SIMT prelude) on CPU tensors, and gpu_check's kernel checks compare them with the PyTorch
-reference under the GPU run's rules: bit-exact codes, scales, pack/repack and dequantization,
-§5 bounds for GEMM, attention and merge outputs, the same errors from both. On the GPU the same
-checks run on the device; this catches layout, indexing, masking and argument-order bugs first.
+reference under the GPU run's rules: bit-exact codes, scales, pack/repack and dequantization, the
+kernel-check bounds for GEMM, attention and merge outputs, the same errors from both. The shapes are
+the GPU run's in miniature (``SIZES["emulated"]``: K=256 with two g128 groups, N over three GEMM
+tiles, d_qk=192, d_v=128, query and key tiles split), every launch runs in forward and in reverse
+thread order (a missing barrier shows as a difference), and the whole verify matrix runs on the
+emulated kernels. On the GPU the same checks run on the device; this catches layout, indexing,
+masking, barrier and argument-order bugs first.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from dtype_lint.kernels_ref import build
 from dtype_lint.kernels_ref.harness import gpu_check
 
 from .simt_emulator import Emulator, gxx, patch_ops
+
+# g++ builds of every kernel and emulated launches: slow, and part of the default suite all the same.
+pytestmark = pytest.mark.slow
 
 GROUPS = ("marlin", "fp8", "nvfp4", "linear", "attention", "contract")
 
@@ -46,7 +53,7 @@ def emulated(monkeypatch, emulator) -> Emulator:
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_kernel_checks_pass_on_emulated_kernels(group, emulated) -> None:
-    checks = gpu_check.KernelChecks("cpu", "cuda", gpu_check.SIZES["tiny"], seed=1)
+    checks = gpu_check.KernelChecks("cpu", "cuda", gpu_check.SIZES["emulated"], seed=1)
     results = getattr(checks, group)()
     bad = {k: v for k, v in results.items() if not v["ok"]}
     assert not bad, bad
@@ -60,7 +67,7 @@ def test_every_kernel_is_exercised(emulated) -> None:
     seen = set(emulated.history)
     missing = set(build.all_kernel_signatures()) - seen
     if missing:
-        checks = gpu_check.KernelChecks("cpu", "cuda", gpu_check.SIZES["tiny"], seed=2)
+        checks = gpu_check.KernelChecks("cpu", "cuda", gpu_check.SIZES["emulated"], seed=2)
         for group in GROUPS:
             getattr(checks, group)()
     assert set(emulated.history) == set(build.all_kernel_signatures())
@@ -84,25 +91,65 @@ def test_attention_causal_rows_without_keys(emulated) -> None:
         assert gpu_check.compare_lse(got[1], want[1])["ok"]
 
 
-@pytest.mark.slow
-def test_verify_matrix_on_emulated_kernels(emulated) -> None:
-    """The whole MLA context prefill (fixer's pre/post, chunks, mask, merge) with every kernel
-    call routed to the emulated CUDA kernels, scenario A: all of §4's assertions must hold.
-
-    By default two backends (Marlin: bf16 attention and the Marlin GEMM; fp8_p: per-token quant,
-    scaled mm and fp8 attention), about 15 s; ``DTYPE_LINT_EMULATED_VERIFY=1`` runs the full matrix
-    (about a minute on two cores).
-    """
-    import os
+def test_the_order_check_catches_a_missing_barrier(emulator, tmp_path, monkeypatch) -> None:
+    """Remove the barrier between the per-thread amax and the tree reduction of the per-token
+    quantizer: forward order reads partial maxima that reverse order has already written."""
+    import torch
 
     from dtype_lint.kernels_ref import ops
 
+    from .simt_emulator import ThreadOrderRace
+
+    cu = build.CUDA_DIR / "fp8_linear.cu"
+    text = cu.read_text()
+    mutated = text.replace("  red[threadIdx.x] = amax;\n  __syncthreads();\n", "  red[threadIdx.x] = amax;\n", 1)
+    assert mutated != text
+    cuda_dir = tmp_path / "cuda"
+    cuda_dir.mkdir()
+    for f in build.CUDA_DIR.iterdir():
+        (cuda_dir / f.name).write_text(mutated if f.name == cu.name else f.read_text())
+    monkeypatch.setattr(build, "CUDA_DIR", cuda_dir)
+    emu = Emulator(tmp_path / "emu")
+    patch_ops(monkeypatch, emu)
+    x = torch.randn(4, 700, generator=torch.Generator().manual_seed(5)).bfloat16()
+    with pytest.raises(ThreadOrderRace, match="fp8_quant_per_token"):
+        ops.fp8_quant_per_token(x, backend="cuda")
+
+
+@pytest.mark.slow
+def test_verify_matrix_on_emulated_kernels(emulated) -> None:
+    """The whole MLA context prefill (fixer's pre/post, chunks, mask, merge; every row of the
+    matrix) with every kernel call routed to the emulated CUDA kernels, scenario A: all of the
+    matrix's checks must hold. The thread-order check is left to the kernel checks above here
+    (it doubles the time and the matrix launches the same kernels)."""
+    from dtype_lint.kernels_ref import ops
+    from dtype_lint.kernels_ref.harness import verify
+
+    emulated.check_orders = False
     try:
-        from dtype_lint.kernels_ref.harness import verify
-    except ImportError as e:
-        pytest.skip(f"verify harness not importable: {e}")
-    backends = None if os.environ.get("DTYPE_LINT_EMULATED_VERIFY") == "1" else ["marlin", "fp8_p"]
-    with ops.installed("cuda"):
-        report = verify.run_matrix("cpu", ["A"], [0], backends=backends)
+        with ops.installed("cuda"):
+            report = verify.run_matrix("cpu", ["A"], [0], upstream=False)
+    finally:
+        emulated.check_orders = True
     assert report["ok"], report["violations"]
-    assert {"mla_prefill_attention_fwd", "mask_empty_context", "merge_attn_states", "marlin_gemm_fp8"} <= set(emulated.calls)
+    assert {"mla_prefill_attention_fwd", "mask_empty_context", "merge_attn_states", "marlin_gemm_fp8",
+            "fp8_quant_per_token", "fp8_scaled_mm", "nvfp4_quant", "nvfp4_mm", "awq_gemm",
+            "unquantized_linear"} <= set(emulated.calls)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_vllms_functions_on_emulated_kernels(emulated, vllm_0271, vllm_0280) -> None:
+    """vLLM's own prefill functions (0.27.1, its rewrite, 0.28.0) on the emulated CUDA kernels, on
+    the crash rows and the rows whose kernels differ, scenario S (both releases cut alike)."""
+    from dtype_lint.kernels_ref import ops
+    from dtype_lint.kernels_ref.harness import verify
+
+    emulated.check_orders = False
+    try:
+        with ops.installed("cuda"):
+            report = verify.run_matrix("cpu", ["S"], [0], backends=["marlin", "awq", "fp8_p", "nvfp4"])
+    finally:
+        emulated.check_orders = True
+    assert report["ok"], report["violations"]
+    assert report["summary"]["vllm"]["marlin"]["bit_identical"]["ours=0.28.0"]

@@ -1,4 +1,4 @@
-"""fp8 e4m3fn and e2m1 helpers: explicit clamp, round-to-nearest-even, packing (KERNELS_SPEC §1, §2c)."""
+"""fp8 e4m3fn and e2m1 helpers: explicit clamp, round-to-nearest-even, packing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Native FP8 W8A8 linear: per-token quantizer, scaled mm, layer dtype contract (KERNELS_SPEC §2b)."""
+"""Native FP8 W8A8 linears: per-token quantizer, scaled mm, block-128 format, layer dtype contract."""
 
 from __future__ import annotations
 
@@ -116,3 +116,40 @@ def test_forward_other_dtypes_raise(dtype):
     layer = Fp8Linear(torch.randn(16, 32), torch.bfloat16)
     with pytest.raises(RuntimeError):
         layer(torch.zeros(2, 32, dtype=dtype))
+
+
+# ----------------------------------------------------------------------------- block-128
+
+
+def test_token_group_quantizer_scales_each_1x128_group():
+    from dtype_lint.kernels_ref.fp8_linear import fp8_quant_per_token_group
+
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(3)).bfloat16()
+    x[1, 128:] = 0
+    xq, s = fp8_quant_per_token_group(x)
+    assert xq.dtype == FP8 and s.shape == (3, 2)
+    amax = x.float().reshape(3, 2, 128).abs().amax(-1)
+    assert torch.equal(s[0], amax[0] * torch.tensor(1 / 448, dtype=torch.float32))
+    assert s[1, 1].item() == pytest.approx(1e-10 / 448)  # the eps floor on an all-zero group
+    assert (xq.float().reshape(3, 2, 128).abs().amax(-1)[amax > 0] >= 440).all()
+
+
+def test_block_layer_weights_scales_and_forward():
+    from dtype_lint.kernels_ref.fp8_linear import Fp8BlockLinear
+
+    gen = torch.Generator().manual_seed(4)
+    w = torch.randn(200, 256, generator=gen) / 16  # N=200: a partial last block of rows
+    layer = Fp8BlockLinear(w, torch.bfloat16)
+    assert layer.weight.dtype == FP8 and layer.weight.shape == (200, 256)
+    assert layer.weight_scale_inv.shape == (2, 2) and layer.weight_block_size == [128, 128]
+    block = w[128:, 128:].abs().amax() / 448
+    assert layer.weight_scale_inv[1, 1].item() == pytest.approx(block.item(), rel=1e-6)
+    x = torch.randn(2, 9, 256, generator=gen).bfloat16()
+    y, _ = layer(x)
+    assert y.shape == (2, 9, 200) and y.dtype == torch.bfloat16
+    ref = x.double() @ w.double().t()
+    rel = ((y.double() - ref).norm() / ref.norm()).item()
+    assert 5e-3 < rel < 0.06
+    yq, _ = layer(x.to(FP8))  # an fp8 input is taken with unit group scales
+    assert torch.isfinite(yq.float()).all()
+    assert layer.input_rejection(torch.int32) is not None and layer.input_rejection(FP8) is None

@@ -1,9 +1,9 @@
 """gpu_check.py's own logic, on the CPU (its ``--device cpu`` dry run), at tiny sizes.
 
 The dry run takes the same code path as the GPU run with the PyTorch ops standing in for the CUDA
-ones; these tests hold the JSON report's shape, the plain-checkout bootstrap (``python3
-kernels_ref/harness/gpu_check.py`` with nothing installed), and the rule that a missing or broken
-verify step is recorded as a failure instead of crashing the script.
+ones; these tests hold the JSON report's shape, ``scripts/gpu_check.sh`` end to end with nothing
+installed, the verify passes from saved variants, and the rule that a missing or broken verify
+step is recorded as a failure instead of crashing the script.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_verify_not_importable_is_a_recorded_failure(tmp_path: Path, monkeypatch
     monkeypatch.setattr(gpu_check.importlib, "import_module", fake)
     rc = gpu_check.main(["--device", "cpu", "--sizes", "tiny", "--scenarios", "A", "--out", str(tmp_path)])
     rep = _report(tmp_path)
-    verify = [s for s in rep["steps"] if s["kind"] == "verify"]
+    verify = [s for s in rep["steps"] if s["name"].startswith("verify[")]
     assert rc == 1 and not rep["ok"]
     assert len(verify) == 2 and all(s["status"] == "fail" for s in verify)
     assert all("verify is not importable" in s["error"] and "libcst" in s["error"] for s in verify)
@@ -82,30 +82,45 @@ def test_spent_budget_skips_verify(tmp_path: Path) -> None:
     rc = gpu_check.main(["--device", "cpu", "--sizes", "tiny", "--scenarios", "A", "--budget-s", "0", "--out", str(tmp_path)])
     rep = _report(tmp_path)
     assert rc == 1
-    assert [s["status"] for s in rep["steps"] if s["kind"] == "verify"] == ["skipped", "skipped"]
+    assert [s["status"] for s in rep["steps"] if s["name"].startswith("verify[")] == ["skipped", "skipped"]
 
 
-def test_plain_checkout_invocation_bootstraps(tmp_path: Path) -> None:
-    """``python3 kernels_ref/harness/gpu_check.py`` with dtype_lint not installed (``-S`` skips the
-    editable install's .pth; torch and rich come from PYTHONPATH), from the repo root."""
+def _plain_env(tmp_path: Path) -> dict:
+    """An environment where dtype_lint is *not* importable from site-packages, as on the GPU
+    machine: ``PYTHON`` is a wrapper that starts the interpreter with ``-S`` (no .pth files, so no
+    editable install), and PYTHONPATH holds only the site-packages folder (torch, rich)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OUT")}
+    shim = tmp_path / "pyshim"
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    (shim / "python3").chmod(0o755)
+    env["PYTHON"] = str(shim / "python3")
     env["PYTHONPATH"] = sysconfig.get_paths()["purelib"]
+    return env
+
+
+def test_the_shell_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+    """``scripts/gpu_check.sh`` itself, with nothing of this project installed: it builds the
+    package root with scripts/pkgroot.py and runs ``python -m ...gpu_check``; here with
+    ``--device cpu`` (every step but the NVRTC build, at tiny sizes)."""
+    env = _plain_env(tmp_path)
+    env["OUT"] = str(tmp_path / "out")
     res = subprocess.run(
-        [sys.executable, "-S", str(SCRIPT.relative_to(REPO)), "--device", "cpu", "--sizes", "tiny",
-         "--skip-verify", "--out", str(tmp_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--sizes", "tiny", "--skip-verify"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rep = _report(tmp_path)
-    assert rep["environment"]["import"] == "bootstrapped from the checkout"
-    assert "gpu_check: PASS" in res.stdout
+    rep = _report(tmp_path / "out")
+    assert rep["ok"]
+    assert "dtl_pkg." in rep["environment"]["import"], rep["environment"]["import"]
+    assert "gpu_check: PASS" in (tmp_path / "out" / "gpu_check.log").read_text()
+    assert (tmp_path / "out" / "nvidia-smi.csv").exists()
 
 
-def test_bootstrap_maps_every_package_dir() -> None:
-    dirs = gpu_check._package_dirs()
-    assert dirs["dtype_lint.kernels_ref"] == "kernels_ref"
-    assert dirs["dtype_lint.kernels_ref.harness"] == "kernels_ref/harness"
-    assert set(gpu_check._PACKAGE_DIRS) <= set(dirs)
+def test_the_script_has_no_import_bootstrap() -> None:
+    # No sys.path/importlib bootstrap: the script is a module of the package.
+    text = SCRIPT.read_text()
+    assert "sys.path.insert" not in text and "spec_from_file_location" not in text
 
 
 def test_script_is_runnable_as_a_module_path() -> None:
@@ -114,15 +129,31 @@ def test_script_is_runnable_as_a_module_path() -> None:
 
 
 @pytest.mark.slow
-def test_dry_run_with_verify(tmp_path: Path) -> None:
-    pytest.importorskip("libcst")
-    try:
-        importlib.import_module("dtype_lint.kernels_ref.harness.verify")
-        importlib.import_module("dtype_lint.api")
-    except ImportError as e:
-        pytest.skip(f"verify harness not importable yet: {e}")
-    rc = gpu_check.main(["--device", "cpu", "--sizes", "tiny", "--scenarios", "A", "--out", str(tmp_path)])
+def test_dry_run_with_verify_and_saved_variants(tmp_path: Path, vllm_0271, vllm_0280) -> None:
+    """The verify passes as the GPU machine runs them: from variants saved here (fixer output and
+    vLLM's functions)."""
+    from dtype_lint.kernels_ref.harness import variants
+
+    variants.write_variants(tmp_path / "v")
+    rc = gpu_check.main(["--device", "cpu", "--sizes", "tiny", "--scenarios", "S", "--out", str(tmp_path),
+                         "--variants", str(tmp_path / "v"), "--cuda-backends", "marlin,nvfp4_p,int8"])
     rep = _report(tmp_path)
     verify = [s for s in rep["steps"] if s["kind"] == "verify"]
-    assert len(verify) == 2
+    assert [s["name"] for s in verify] == ["verify[S/torch ops]", "verify[S/CUDA kernels]"]
     assert rc == 0, [(s["name"], s.get("error"), s.get("violations")) for s in verify]
+    assert all(s["upstream"] for s in verify)
+    assert rep["upstream"] == f"saved in {tmp_path / 'v'}"
+
+
+def test_without_variants_or_trees_the_upstream_step_fails_and_the_rest_runs(tmp_path: Path, monkeypatch) -> None:
+    from dtype_lint.kernels_ref.harness import variants
+
+    monkeypatch.setattr(variants, "_trees_cached", lambda: False)
+    rc = gpu_check.main(["--device", "cpu", "--sizes", "tiny", "--scenarios", "B", "--out", str(tmp_path),
+                         "--cuda-backends", "bf16", "--seeds", "0"])
+    rep = _report(tmp_path)
+    assert rc == 1
+    (up,) = [s for s in rep["steps"] if s["name"] == "vLLM's own functions"]
+    assert up["status"] == "fail" and "no cached vLLM trees" in up["error"]
+    others = [s for s in rep["steps"] if s["kind"] == "verify" and s is not up]
+    assert others and all(s["status"] == "pass" and not s["upstream"] for s in others)

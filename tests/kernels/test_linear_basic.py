@@ -1,4 +1,4 @@
-"""Unquantized and AWQ-like linears: dtype contracts, AWQ packing and quantization (KERNELS_SPEC §2d)."""
+"""Unquantized and AWQ-like linears: dtype contracts, AWQ packing and quantization."""
 
 from __future__ import annotations
 

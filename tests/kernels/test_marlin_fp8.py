@@ -1,4 +1,4 @@
-"""Marlin W8A16 FP8 reference: packing, repack layout, scales, dequant, dtype contract (KERNELS_SPEC §2a)."""
+"""Marlin W8A16 FP8 reference: packing, repack layout, scales, dequant, tile padding, dtype contract."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dtype_lint.kernels_ref.marlin_fp8 import (
     marlin_dequantize_fp8,
     marlin_fp8_codes,
     marlin_gemm,
+    marlin_padded_nk,
     marlin_permute_scales,
     marlin_quantize_fp8,
     marlin_repack_fp8,
@@ -197,45 +198,96 @@ def test_gemm_accumulates_in_fp32_against_the_dequantized_weight():
 
 @pytest.fixture(scope="module")
 def small_layer():
-    return MarlinFp8Linear(torch.randn(64, 32, generator=torch.Generator().manual_seed(8)), torch.bfloat16)
+    # N=64, K=128: the (n%64, k%128) tile family, so no padding and the shapes below are exact.
+    return MarlinFp8Linear(torch.randn(64, 128, generator=torch.Generator().manual_seed(8)), torch.bfloat16)
 
 
-@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.uint8, torch.float64, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.uint8, torch.float64])
 def test_unsupported_a_dtype_text(small_layer, dtype):
-    a = torch.zeros(3, 32, dtype=dtype)
+    a = torch.zeros(3, 128, dtype=dtype)
     with pytest.raises(RuntimeError) as exc:
-        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 64, 32)
+        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 64, 128)
     assert str(exc.value) == "unsupported `a` scalar_type"
 
 
 @pytest.mark.parametrize("dtype", [FP8, torch.int8])
 def test_8bit_a_needs_a_scales(small_layer, dtype):
-    a = torch.zeros(3, 32, dtype=dtype)
+    a = torch.zeros(3, 128).to(dtype)
     with pytest.raises(RuntimeError) as exc:
-        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 64, 32)
+        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 64, 128)
     assert str(exc.value) == "the a_scales parameter must be passed for 8bit activation."
 
 
 def test_dtype_is_checked_before_shapes(small_layer):
     with pytest.raises(RuntimeError) as exc:
-        marlin_gemm(torch.zeros(3, 7, dtype=torch.int32), small_layer.weight, small_layer.weight_scale, 9, 64, 32)
+        marlin_gemm(torch.zeros(3, 7, dtype=torch.int32), small_layer.weight, small_layer.weight_scale, 9, 64, 128)
     assert str(exc.value) == "unsupported `a` scalar_type"
 
 
-def test_shape_checks_then_scale_dtype(small_layer):
-    a = torch.zeros(3, 32, dtype=torch.bfloat16)
+def test_shape_checks(small_layer):
+    a = torch.zeros(3, 128, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match=r"Shape mismatch: a.size\(0\) = 3, size_m = 4"):
-        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 4, 64, 32)
+        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 4, 64, 128)
     with pytest.raises(RuntimeError, match="size_n = 128, actual_size_n = 64"):
-        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 128, 32)
-    with pytest.raises(RuntimeError, match="b_scales"):
-        marlin_gemm(a.half(), small_layer.weight, small_layer.weight_scale, 3, 64, 32)
+        marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 128, 128)
+
+
+def test_scale_dtype_is_not_checked_upstream_reads_the_bits_as_a_type(small_layer):
+    # marlin.cu has no b_scales dtype check: bf16 scales with an fp16 `a` are read as fp16 bits.
+    a = torch.randn(3, 128, generator=torch.Generator().manual_seed(9)).half()
+    got = marlin_gemm(a, small_layer.weight, small_layer.weight_scale, 3, 64, 128)
+    as_fp16 = small_layer.weight_scale.view(torch.float16)
+    want = marlin_gemm(a, small_layer.weight, as_fp16, 3, 64, 128)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    right = marlin_gemm(a.bfloat16(), small_layer.weight, small_layer.weight_scale, 3, 64, 128)
+    assert not torch.allclose(got.float(), right.float(), rtol=0.1, atol=1e-3)  # garbage, silently
+    with pytest.raises(RuntimeError, match="reference-only check"):
+        marlin_gemm(a, small_layer.weight, small_layer.weight_scale.float(), 3, 64, 128)
+
+
+@pytest.mark.parametrize(
+    "n, k, group, want",
+    [
+        (64, 128, -1, (64, 128)),
+        (128, 64, -1, (128, 64)),
+        (96, 80, -1, (128, 128)),  # both families give 128 x 128
+        (64, 96, -1, (64, 128)),
+        (192, 64, -1, (256, 64)),
+        (64, 200, 128, (64, 256)),
+        (4096, 512, 128, (4096, 512)),
+    ],
+)
+def test_padded_nk_is_vllms_rule(n, k, group, want):
+    assert marlin_padded_nk(n, k, group) == want
+
+
+@pytest.mark.parametrize("n, k, group_size", [(96, 80, None), (64, 200, None), (100, 256, 128)])
+def test_padded_layer_computes_the_unpadded_product(n, k, group_size):
+    gen = torch.Generator().manual_seed(10)
+    w = torch.randn(n, k, generator=gen) / 8
+    layer = MarlinFp8Linear(w, torch.bfloat16, group_size)
+    padded_n, padded_k = layer.padded_nk
+    assert (padded_n, padded_k) != (n, k)
+    assert layer.weight.shape == (padded_k // 16, 4 * padded_n)
+    x = torch.randn(2, 5, k, generator=gen).bfloat16()
+    y, _ = layer(x)
+    assert y.shape == (2, 5, n) and y.is_contiguous()
+    # The padded region is zero codes with zero scales: the product is the unpadded one.
+    codes, scales = marlin_quantize_fp8(w, group_size)
+    g = scales.shape[0]
+    deq = (codes.float() * scales.to(torch.bfloat16).float().repeat_interleave(k // g, dim=0)).bfloat16()
+    want = (x.reshape(-1, k).float() @ deq.float()).bfloat16().reshape(2, 5, n)
+    assert (y.float() - want.float()).abs().max() <= want.float().abs().max() * 2.0**-7
 
 
 def test_layer_called_with_int32_activation_fails_like_the_pre_fix_path(small_layer):
     # 0.27.1: kv_c_normed.to(self.kv_b_proj.weight.dtype) with an int32 Marlin weight
-    x = torch.randn(4, 32).to(small_layer.weight.dtype)
+    x = torch.randn(4, 128).to(small_layer.weight.dtype)
     assert x.dtype == torch.int32
     with pytest.raises(RuntimeError) as exc:
         small_layer(x)
     assert str(exc.value) == "unsupported `a` scalar_type"
+    rejection = small_layer.input_rejection(torch.int32)
+    assert (type(rejection.error), str(rejection.error), rejection.raised_in) == (
+        RuntimeError, "unsupported `a` scalar_type", "marlin_gemm")
+    assert small_layer.input_rejection(torch.bfloat16) is None

@@ -1,4 +1,4 @@
-"""NVFP4: block quantizer steps, thresholds, nibble order, dtype assert, layer (KERNELS_SPEC §2c)."""
+"""NVFP4: block quantizer steps, thresholds, nibble order, dtype assert, layer."""
 
 from __future__ import annotations
 

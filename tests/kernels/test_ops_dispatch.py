@@ -115,8 +115,7 @@ def _marlin_cases(layer):
         "scales 1-D": (a, w, s[0], 4, 128, 64),
         "scales cols": (a, w, s[:, :64], 4, 128, 64),
         "scales groups": (a, w, s.repeat(3, 1), 4, 128, 64),
-        "scales fp16": (a, w, s.half(), 4, 128, 64),
-        "a fp16": (a.half(), w, s, 4, 128, 64),
+        "scales fp32 (reference-only check)": (a, w, s.float(), 4, 128, 64),
     }
 
 
@@ -125,6 +124,9 @@ def test_marlin_checks_mirror_the_reference(marlin_layer) -> None:
         want = _outcome(lambda: mf.marlin_gemm(*args))
         assert want is not None, name
         assert _outcome(lambda: ops.check_marlin_gemm(*args)) == want, name
+    # An fp16 `a` with bf16 scales passes both: upstream has no b_scales dtype check.
+    a = randn(4, 64, dtype=torch.float16)
+    assert _outcome(lambda: ops.check_marlin_gemm(a, marlin_layer.weight, marlin_layer.weight_scale, 4, 128, 64)) is None
 
 
 def test_unsupported_a_scalar_type_text_is_exact(marlin_layer) -> None:
@@ -309,7 +311,11 @@ def test_attention_tile_table(recorder) -> None:
 
 
 def test_installed_routes_and_restores(marlin_layer) -> None:
-    originals = (mf.marlin_gemm, fl.fp8_scaled_mm, nv.scaled_fp4_quant, at.merge_attn_states, lb.AwqLikeLinear.forward)
+    def current():
+        return (mf.marlin_gemm, fl.fp8_scaled_mm, nv.scaled_fp4_quant, nv.nvfp4_mm, lb.unquantized_linear,
+                lb.awq_gemm, at.merge_attn_states)
+
+    originals = current()
     x = randn(8, 64, dtype=torch.bfloat16)
     layers = [
         marlin_layer,
@@ -320,12 +326,12 @@ def test_installed_routes_and_restores(marlin_layer) -> None:
     ]
     want = [layer(x)[0] for layer in layers]
     with ops.installed("torch"):
-        assert mf.marlin_gemm is not originals[0] and mf.marlin_gemm.__wrapped__ is ops.marlin_gemm
+        assert all(fn.__wrapped__ is getattr(ops, fn.__name__) for fn in current())
         got = [layer(x)[0] for layer in layers]
         with pytest.raises(RuntimeError, match="expected input dtype"):
             layers[4](x.half())
     assert all(_same(g, w) for g, w in zip(got, want))
-    assert (mf.marlin_gemm, fl.fp8_scaled_mm, nv.scaled_fp4_quant, at.merge_attn_states, lb.AwqLikeLinear.forward) == originals
+    assert current() == originals
 
 
 def test_installed_cuda_on_cpu_raises_instead_of_silently_using_torch(marlin_layer) -> None:
@@ -333,3 +339,52 @@ def test_installed_cuda_on_cpu_raises_instead_of_silently_using_torch(marlin_lay
         with pytest.raises(build.CudaUnavailable):
             marlin_layer(randn(2, 64, dtype=torch.bfloat16))
     assert mf.marlin_gemm is ops.REF.marlin_gemm
+
+
+# ----------------------------------------------------------------------------- one GEMM path
+
+
+def test_torch_fallbacks_are_the_layers_own_functions() -> None:
+    # Each op's PyTorch side is the reference module's function, the one the layer calls: no
+    # second GEMM (the old fallbacks used `@`, which TF32 changes on a GPU).
+    assert ops.REF.nvfp4_mm is nv.nvfp4_mm
+    assert ops.REF.unquantized_linear is lb.unquantized_linear
+    assert ops.REF.awq_gemm is lb.awq_gemm
+    x = randn(7, 64, dtype=torch.bfloat16)
+    layers = {
+        "nvfp4": nv.NvFp4Linear(randn(128, 64, scale=0.1), torch.bfloat16),
+        "unquantized": lb.UnquantizedLinear(randn(128, 64, scale=0.1), torch.bfloat16),
+        "awq": lb.AwqLikeLinear(randn(128, 64, scale=0.1), torch.bfloat16),
+    }
+    xq, sf = ops.scaled_fp4_quant(x, layers["nvfp4"].input_global_scale_inv, backend="torch")
+    l = layers["nvfp4"]
+    assert _same(ops.nvfp4_mm(xq, sf, l.weight, l.weight_scale, l.alpha, torch.bfloat16, backend="torch"), l(x)[0])
+    assert _same(ops.unquantized_linear(x, layers["unquantized"].weight, backend="torch"), layers["unquantized"](x)[0])
+    a = layers["awq"]
+    assert _same(ops.awq_gemm(x, a.qweight, a.qzeros, a.scales, a.group_size, backend="torch"), a(x)[0])
+
+
+def test_matmul_fp32_gives_the_same_bits_for_either_weight_layout() -> None:
+    # The exact crash-row check compares a quantized layer (weight [K,N]) with an unquantized twin
+    # (weight [N,K], used transposed): the one GEMM path must not depend on the layout.
+    from dtype_lint.kernels_ref.formats import matmul_fp32
+
+    for m, k, n in ((7, 512, 1024), (1, 96, 64), (44, 256, 512)):
+        a, w = randn(m, k), randn(n, k)
+        assert torch.equal(matmul_fp32(a, w.t()), matmul_fp32(a, w.t().contiguous()))
+
+
+def test_dispatch_runs_the_reference_checks_before_deciding() -> None:
+    calls = []
+
+    def check():
+        calls.append("check")
+        raise RuntimeError("bad argument")
+
+    with pytest.raises(RuntimeError, match="bad argument"):
+        ops._dispatch("x", "cuda", [torch.zeros(1)], lambda: calls.append("ref"), lambda: calls.append("cuda"), check=check)
+    assert calls == ["check"]
+    with ops.use_backend("torch"):
+        assert ops._dispatch("x", "auto", [torch.zeros(1)], lambda: "ref", lambda: "cuda", check=check) == "ref"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ops._dispatch("x", "triton", [], lambda: None, lambda: None)

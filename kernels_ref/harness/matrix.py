@@ -1,0 +1,567 @@
+"""The verify matrix: every variant of the MLA context prefill on every kv_b_proj row.
+
+Variants (each a source, a cast rule and a path, ``main`` = ``_compute_prefill_context``,
+``cp`` = ``_context_parallel_compute_prefill_context``):
+
+============  =========  ===========  ==============================================
+variant       source     cast rule    what runs
+============  =========  ===========  ==============================================
+pre, pre_cp   fixture    0.27.1       our fixture, unfixed (offline, fast)
+post, _cp     fixture    ours         the fixer's rewrite of the fixture
+0.27.1, _cp   vLLM       0.27.1       vLLM 0.27.1's own functions, unfixed
+ours, _cp     vLLM       ours         the fixer's rewrite of 0.27.1's functions
+0.28.0, _cp   vLLM       0.28.0       vLLM 0.28.0's own fixed functions
+============  =========  ===========  ==============================================
+
+Checks per (scenario, seed, row); each failure is a violation, ``report["ok"]`` is their absence:
+
+1. every variant raises exactly what its cast rule and the layer's input contract predict
+   (:mod:`.backends`): type, message and the function it is raised in; a fixed variant (``post``,
+   ``ours``) predicted to fail is a *known failure*, reported with its reason;
+2. a fixed variant never fails where 0.28.0 runs;
+3. every variant that ran meets the row's bounds against the dense reference (``post``, ``ours``
+   and ``0.28.0``; the unfixed ones are compared bitwise instead);
+4. bit identity: unfixed vs fixed wherever the unfixed one ran, the fixture's two paths, ours vs
+   0.28.0 wherever both helpers pick the same dtype and both releases cut the same chunks, and,
+   on the crash rows (Marlin, AWQ), the fixed variant vs the same variant through an unquantized
+   twin holding the dequantized weight (the exact check where no unfixed output exists);
+5. query tokens of requests without context come out exactly 0 with LSE exactly -inf;
+6. negative control: the fixture's ``post`` with the empty-context mask hidden must leak NaNs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expect
+from .chunking import plan_chunked_context
+from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
+from .reference import bit_identical, empty_context_violations, error_metrics, reference_context_attention
+from . import upstream_runtime as ur
+from .variants import FixturePackage, Sources, fixture_package, sources
+
+DEFAULT_SCENARIOS = ("A", "B", "S")
+DEFAULT_SEEDS = (0,)
+NEGATIVE_CONTROL_BACKEND = "bf16"
+KERNEL_ROUTES = ("reference", "auto", "torch", "cuda")
+DECIDING_FRAME = "_compute_prefill_context"  # where 0.27.1's main cast reads .weight
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    source: str  # "fixture" or "vllm"
+    rule: str  # "0.27.1", "ours", "0.28.0"
+    path: str  # "main" or "cp"
+    twin: bool = False
+
+    @property
+    def fixed(self) -> bool:
+        return self.rule != "0.27.1"
+
+
+FIXTURE_VARIANTS = (
+    Variant("pre", "fixture", "0.27.1", "main"),
+    Variant("pre_cp", "fixture", "0.27.1", "cp"),
+    Variant("post", "fixture", "ours", "main"),
+    Variant("post_cp", "fixture", "ours", "cp"),
+)
+UPSTREAM_VARIANTS = (
+    Variant("0.27.1", "vllm", "0.27.1", "main"),
+    Variant("0.27.1_cp", "vllm", "0.27.1", "cp"),
+    Variant("ours", "vllm", "ours", "main"),
+    Variant("ours_cp", "vllm", "ours", "cp"),
+    Variant("0.28.0", "vllm", "0.28.0", "main"),
+    Variant("0.28.0_cp", "vllm", "0.28.0", "cp"),
+)
+_RELEASE_OF_RULE = {"0.27.1": "0.27.1", "ours": "0.27.1+dtype-lint", "0.28.0": "0.28.0"}
+
+
+def _twin(v: Variant) -> Variant:
+    return dataclasses.replace(v, name=v.name + "_twin", twin=True)
+
+
+# ----------------------------------------------------------------------------- outcomes
+
+
+def _outcome(fn: Callable[[], tuple[torch.Tensor, torch.Tensor]]):
+    """Run a variant; on an exception record its type, message and frames."""
+    try:
+        return fn(), {"outcome": "ok"}
+    except Exception as exc:  # noqa: BLE001 — the crash is the data under test
+        frames = traceback.extract_tb(exc.__traceback__)
+        last = frames[-1]
+        return None, {
+            "outcome": "crash",
+            "error_type": type(exc).__name__,
+            "message": str(exc),
+            "frames": [f.name for f in frames],
+            "raised_at": f"{last.name} ({Path(last.filename).name}:{last.lineno})",
+        }
+
+
+def describe(result: dict) -> str:
+    return "ok" if result["outcome"] == "ok" else f"{result['error_type']}: {result['message']}"
+
+
+def _mismatch(result: dict, expected: Expectation) -> str | None:
+    if describe(result) != expected.describe():
+        return f"expected {expected.describe()!r}, got {describe(result)!r}"
+    if expected.crash is not None and expected.crash.raised_in not in result["frames"]:
+        return f"{expected.crash.error_type} was expected from {expected.crash.raised_in}, raised at {result['raised_at']}"
+    return None
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    return "None" if dtype is None else str(dtype).removeprefix("torch.")
+
+
+# ----------------------------------------------------------------------------- per scenario
+
+
+class ScenarioRun:
+    """Data, caches, layers and references shared by every row of one (scenario, seed)."""
+
+    def __init__(self, scenario: str, seed: int, device: str) -> None:
+        self.data: ScenarioData = make_data(SCENARIOS[scenario], seed)
+        self.device = device
+        self._caches: dict[tuple, torch.Tensor] = {}
+        self._layers: dict[tuple, torch.nn.Module] = {}
+        self._refs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def scenario(self):
+        return self.data.scenario
+
+    def cache(self, dtype: torch.dtype, rank: int = 0, world: int = 1) -> torch.Tensor:
+        key = (dtype, rank, world)
+        if key not in self._caches:
+            self._caches[key] = store_cache(self.data, dtype, rank=rank, world=world).to(self.device)
+        return self._caches[key]
+
+    def layer(self, backend: Backend, twin: bool = False) -> torch.nn.Module:
+        key = (backend.id, twin)
+        if key not in self._layers:
+            cache = self.cache(backend.cache_dtype)
+            # NVFP4's static input scale is calibrated on what it will see: the stored latent.
+            amax = float(cache[..., : self.scenario.kv_lora_rank].float().abs().max())
+            self._layers[key] = build_layer(backend, self.data, amax, twin=twin).to(self.device)
+        return self._layers[key]
+
+    def reference(self, backend: Backend) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (backend.cache_dtype, backend.model_dtype)
+        if key not in self._refs:
+            s = self.scenario
+            self._refs[key] = reference_context_attention(
+                q=self.data.q.to(backend.model_dtype).to(self.device), cache=self.cache(backend.cache_dtype),
+                block_table=self.data.block_table.to(self.device), context_lens=list(s.context_lens),
+                query_start_loc=s.query_start_loc, w=self.data.w.to(self.device), kv_lora_rank=s.kv_lora_rank,
+                qk_nope_head_dim=s.qk_nope_head_dim, v_head_dim=s.v_head_dim, scale=s.softmax_scale,
+            )
+        return self._refs[key]
+
+    def fixture_inputs(self, backend: Backend, layer: torch.nn.Module):
+        from .prefill_context import DeviceInputs
+
+        return DeviceInputs(
+            cache=self.cache(backend.cache_dtype), q=self.data.q.to(backend.model_dtype).to(self.device),
+            block_table=self.data.block_table.to(self.device), layer=layer, cache_dtype=backend.cache_dtype,
+            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype,
+        )
+
+    def upstream_inputs(self, backend: Backend, layer: torch.nn.Module, path: str) -> ur.UpstreamInputs:
+        world = ur.DCP_WORLD_SIZE if path == "cp" else 1
+        caches = [self.cache(backend.cache_dtype, rank=r, world=world) if world > 1 else self.cache(backend.cache_dtype)
+                  for r in range(world)]
+        return ur.UpstreamInputs(
+            q=self.data.q.to(backend.model_dtype).to(self.device), caches=caches,
+            block_table=self.data.block_table.to(self.device), layer=layer, kv_cache_dtype=backend.kv_cache,
+            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype,
+        )
+
+
+# ----------------------------------------------------------------------------- one row
+
+
+@dataclass
+class Releases:
+    """The compiled upstream sources and their helpers, plus which scenarios' plans agree."""
+
+    compiled: dict[str, ur.CompiledRelease]
+    helpers: dict[str, Callable]  # rule -> function(layer, fp8) -> dtype | None
+    plans_agree: dict[tuple[str, str], bool]  # (scenario, path) -> 0.27.1 and 0.28.0 cut alike
+
+
+def _expectation(v: Variant, backend: Backend, layer, helpers: dict[str, Callable]) -> Expectation:
+    if v.rule == "0.27.1":
+        decide = lambda: cast_0271(layer, backend.fp8_prefill, v.path)  # noqa: E731
+    else:
+        decide = lambda: helpers[v.rule](layer, backend.fp8_prefill)  # noqa: E731
+    if v.source == "fixture":
+        workspace = backend.q_data_type
+    else:
+        workspace = ur.workspace_dtype(v.path, backend.q_data_type, backend.model_dtype)
+    return expect(decide, layer, workspace, DECIDING_FRAME)
+
+
+def run_row(
+    run: ScenarioRun, backend: Backend, variants: tuple[Variant, ...], runner: Callable[[Variant, torch.nn.Module], tuple],
+    helpers: dict[str, Callable], identity: list[tuple[str, str, str]], extra_notes: list[str] | None = None,
+) -> dict:
+    """Run ``variants`` (plus twins on crash rows) on one row and check 1–5."""
+    s = run.scenario
+    ctx, qsl = list(s.context_lens), s.query_start_loc
+    layer = run.layer(backend)
+    all_variants = list(variants)
+    if backend.twin is not None:
+        all_variants += [_twin(v) for v in variants if v.rule == "ours"]
+    results, outputs, expected, violations, known = {}, {}, {}, [], []
+    for v in all_variants:
+        vlayer = run.layer(backend, twin=True) if v.twin else layer
+        out, results[v.name] = _outcome(lambda: runner(v, vlayer))
+        if out is not None:
+            outputs[v.name] = out
+        if v.twin:
+            continue
+        exp = _expectation(v, backend, layer, helpers)
+        expected[v.name] = exp
+        problem = _mismatch(results[v.name], exp)
+        if problem:
+            violations.append(f"{v.name}: {problem}")
+        if v.rule == "ours" and exp.crash is not None:
+            if not backend.known_failure:
+                violations.append(f"{v.name} fails on this row: the helper casts to {dtype_name(exp.cast)}, "
+                                  f"kv_b_proj gets {dtype_name(exp.fed)} and raises {exp.describe()}")
+            elif not problem:
+                known.append({"variant": v.name, "failure": exp.describe(), "reason": backend.known_failure,
+                              "cast": dtype_name(exp.cast), "fed": dtype_name(exp.fed)})
+
+    # 2. ours never fails where 0.28.0 runs
+    for v in variants:
+        if v.rule == "ours":
+            other = v.name.replace("ours", "0.28.0")
+            if other in results and results[v.name]["outcome"] != "ok" and results[other]["outcome"] == "ok":
+                violations.append(f"{v.name} fails where {other} runs: {describe(results[v.name])}")
+
+    # 3. bounds for every variant that ran
+    ref_out, ref_lse = run.reference(backend)
+    metrics = {}
+    for v in variants:
+        if v.name in outputs:
+            out, lse = outputs[v.name]
+            m = error_metrics(out, lse, ref_out, ref_lse, ctx, qsl)
+            metrics[v.name] = {"rel": m.rel, "rel_per_request": m.rel_per_request, "lse": m.lse,
+                               "max_abs_over_rms": m.max_abs_over_rms, "finite": m.finite}
+            if v.fixed:
+                violations += [f"{v.name}: {x}" for x in m.violations(backend.rel_bound, backend.lse_bound)]
+
+    # 4. bit identity
+    identical, notes = {}, list(extra_notes or [])
+    pairs = list(identity)
+    if backend.twin is not None:
+        pairs += [(v.name, v.name + "_twin", "twin") for v in variants if v.rule == "ours"]
+    for a, b, why in pairs:
+        if why == "helpers":  # ours vs 0.28.0: only where both pick one dtype and the plans agree
+            ea, eb = expected.get(a), expected.get(b)
+            if ea is None or eb is None:
+                continue
+            if ea.cast != eb.cast:
+                notes.append(f"{a} vs {b}: helpers differ ({dtype_name(ea.cast)} vs {dtype_name(eb.cast)})")
+                continue
+        if why.startswith("plans differ"):
+            notes.append(f"{a} vs {b}: not compared, {why}")
+            continue
+        if a in outputs and b in outputs:
+            same = all(bit_identical(x, y) for x, y in zip(outputs[a], outputs[b]))
+            identical[f"{a}={b}"] = same
+            if not same:
+                violations.append(f"{a} and {b} ran but their output/LSE bits differ ({why})")
+        elif why == "twin" and a in outputs:
+            violations.append(f"{b} did not run: {describe(results[b])}")
+
+    # 5. empty-context tokens
+    for name, (out, lse) in outputs.items():
+        violations += [f"{name}: {x}" for x in empty_context_violations(out, lse, ctx, qsl)]
+
+    return {
+        "scenario": s.name,
+        "seed": run.data.seed,
+        "backend": backend.id,
+        "variants": results,
+        "expected": {k: {"outcome": e.describe(), "cast": dtype_name(e.cast), "fed": dtype_name(e.fed)} for k, e in expected.items()},
+        "known_failures": known,
+        "metrics": metrics,
+        "bit_identical": identical,
+        "notes": notes,
+        "violations": violations,
+    }
+
+
+def fixture_row(run: ScenarioRun, pkg: FixturePackage, backend: Backend) -> dict:
+    def runner(v: Variant, layer):
+        module = pkg.pre if v.rule == "0.27.1" else pkg.post
+        return run_variant(module, v.path, run.scenario, run.fixture_inputs(backend, layer))
+
+    identity = [("pre", "post", "unfixed vs fixed"), ("pre_cp", "post_cp", "unfixed vs fixed"), ("post_cp", "post", "paths")]
+    return run_row(run, backend, FIXTURE_VARIANTS, runner, {"ours": pkg.helper}, identity) | {"source": "fixture"}
+
+
+def upstream_row(run: ScenarioRun, rel: Releases, backend: Backend) -> dict:
+    def runner(v: Variant, layer):
+        release = rel.compiled[_RELEASE_OF_RULE[v.rule]]
+        return ur.run(release, v.path, run.scenario, run.upstream_inputs(backend, layer, v.path))
+
+    identity = [("0.27.1", "ours", "unfixed vs fixed"), ("0.27.1_cp", "ours_cp", "unfixed vs fixed")]
+    for path, suffix in (("main", ""), ("cp", "_cp")):
+        if rel.plans_agree[(run.scenario.name, path)]:
+            identity.append((f"ours{suffix}", f"0.28.0{suffix}", "helpers"))
+        else:
+            identity.append((f"ours{suffix}", f"0.28.0{suffix}", "plans differ: the releases cut the context into different chunks"))
+    return run_row(run, backend, UPSTREAM_VARIANTS, runner, rel.helpers, identity) | {"source": "vllm"}
+
+
+def masking_matters(scenario) -> bool:
+    """Whether some request *with* context has an empty span in some chunk. Only there does an
+    unmasked FA2 NaN row survive the merges (a request that never has context merges its NaN rows
+    with NaN rows, and a both-empty merge writes 0), so only there is the negative control real."""
+    s = scenario
+    plan = plan_chunked_context(
+        context_lens=torch.tensor(s.context_lens), query_start_loc=torch.tensor(s.query_start_loc),
+        workspace=torch.empty(s.workspace_size, 1), block_size=s.block_size,
+    )
+    with_context = torch.tensor(s.context_lens) > 0
+    return bool(((plan.seq_lens == 0) & with_context).any())
+
+
+def negative_control(pkg: FixturePackage, run: ScenarioRun) -> dict | None:
+    """``post`` with the empty-context mask hidden must leak NaNs (else check 5 could pass
+    because no empty span ever reached the merge); None where that cannot happen."""
+    s = run.scenario
+    if not masking_matters(s):
+        return None
+    backend = BACKENDS[NEGATIVE_CONTROL_BACKEND]
+    inputs = run.fixture_inputs(backend, run.layer(backend))
+    result, outcome = _outcome(lambda: run_variant(pkg.post, "main", s, inputs, mask_empty_context=False))
+    control = {"scenario": s.name, "seed": run.data.seed, "backend": backend.id, "nan_tokens": None}
+    if result is None:
+        return control | {"violations": [f"negative control raised {describe(outcome)!r}"]}
+    nan_tokens = int(torch.isnan(result[0]).flatten(1).any(dim=1).sum())
+    control["nan_tokens"] = nan_tokens
+    return control | {"violations": [] if nan_tokens else ["negative control: no NaN with the empty-context mask disabled"]}
+
+
+# ----------------------------------------------------------------------------- the matrix
+
+
+@contextmanager
+def _kernel_route(kernels: str | None) -> Iterator[str]:
+    """Route the layers' and the prefills' kernel calls; yields a label for the report.
+
+    ``None``: leave the routing as the caller set it (``gpu_check.py`` wraps the matrix in its own
+    ``ops.installed``/``ops.use_backend``); ``"reference"``: the PyTorch reference modules, called
+    directly; otherwise :func:`kernels_ref.ops.installed` with that ops backend. Entered before the
+    fixture is imported: the fixture binds the attention functions at import time.
+    """
+    from .. import attention
+
+    routed = hasattr(attention.mla_prefill_attention, "__wrapped__")
+    if kernels is None:
+        yield "ops (routed by the caller)" if routed else "reference"
+        return
+    if kernels == "reference":
+        if routed:
+            raise RuntimeError("kernels='reference' but kernels_ref.ops.installed() is active")
+        yield "reference"
+        return
+    from .. import ops
+
+    with ops.installed(kernels):
+        yield f"ops backend={kernels}"
+
+
+@contextmanager
+def _cpu_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` intra-op threads, then restore: the CPU matrix is thousands of small ops,
+    and on a shared 2-core machine intra-op barriers made it 5–7× slower."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _releases(src: Sources, scenarios) -> Releases:
+    compiled = {label: ur.CompiledRelease(ext) for label, ext in src.upstream.releases.items()}
+    helpers = {"ours": compiled["0.27.1+dtype-lint"].fixed_helper(), "0.28.0": compiled["0.28.0"].fixed_helper()}
+    agree = {}
+    for name in scenarios:
+        for path in ("main", "cp"):
+            agree[(name, path)] = (ur.chunk_plan(compiled["0.27.1"], SCENARIOS[name], path)
+                                   == ur.chunk_plan(compiled["0.28.0"], SCENARIOS[name], path))
+    return Releases(compiled, helpers, agree)
+
+
+def run_matrix(
+    device: str = "cpu",
+    scenarios=DEFAULT_SCENARIOS,
+    seeds=DEFAULT_SEEDS,
+    *,
+    backends=None,
+    kernels: str | None = None,
+    unsafe_fixes: bool = False,
+    variants_dir: str | Path | None = None,
+    upstream: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Run the matrix and return the JSON-ready report; ``report["ok"]`` is the verdict.
+
+    ``upstream=False`` runs the fixture alone (offline: no release tree needed). Raises
+    ValueError for unknown names, RuntimeError when the device cannot run, and
+    ``variants.VariantsError``/``ReleaseFetchError`` when the code to run cannot be produced.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    if kernels is not None and kernels not in KERNEL_ROUTES:
+        raise ValueError(f"kernels must be one of {KERNEL_ROUTES}, got {kernels!r}")
+    if not seeds:
+        raise ValueError("no seeds given")
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}")
+    backend_ids = list(backends) if backends is not None else list(BACKENDS)
+    unknown = [b for b in backend_ids if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {unknown}; known: {sorted(BACKENDS)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: torch.cuda.is_available() is False")
+    if kernels == "cuda":
+        from ..build import cuda_available
+
+        if device != "cuda" or not cuda_available():
+            raise RuntimeError("kernels='cuda' needs --device cuda and a working CuPy/NVRTC")
+
+    started = time.perf_counter()
+    src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream)
+    rows, controls, violations, timings = [], [], [], {}
+    if src.fixture.post == src.fixture.pre:
+        violations.append("fixer: post.py is identical to pre.py (no site was rewritten)")
+    with (
+        _kernel_route(kernels) as kernel_label,
+        fixture_package(src.fixture, src.fixture_origin) as pkg,
+        _cpu_threads(1 if device == "cpu" else None),
+    ):
+        rel = _releases(src, scenarios) if src.upstream else None
+        for name in scenarios:
+            for seed in seeds:
+                t0 = time.perf_counter()
+                run = ScenarioRun(name, seed, device)
+                for backend_id in backend_ids:
+                    backend = BACKENDS[backend_id]
+                    for row in [fixture_row(run, pkg, backend)] + ([upstream_row(run, rel, backend)] if rel else []):
+                        rows.append(row)
+                        violations += [f"{row['source']} {name}/seed {seed}/{backend_id}: {v}" for v in row["violations"]]
+                if seed == seeds[0]:
+                    control = negative_control(pkg, run)
+                    if control is not None:
+                        controls.append(control)
+                        violations += [f"{name}/seed {seed}: {v}" for v in control["violations"]]
+                timings[f"{name}/{seed}"] = round(time.perf_counter() - t0, 3)
+                if progress:
+                    progress(f"scenario {name} seed {seed}: {timings[f'{name}/{seed}']:.1f} s")
+        fixer = {"origin": pkg.origin, "settings": pkg.settings, "unsafe_fixes": pkg.unsafe_fixes, "diff": pkg.diff}
+    if any(masking_matters(SCENARIOS[s]) for s in scenarios) and not controls:
+        violations.append("negative control did not run although a scenario has an empty span to mask")
+
+    upstream_info = None
+    if src.upstream:
+        upstream_info = {
+            "origin": src.upstream_origin,
+            "settings": src.upstream.settings,
+            "diff": src.upstream.diff,
+            "units": {label: [f"{u.origin}:{u.line} {u.name}" for u in ext.units] for label, ext in src.upstream.releases.items()},
+            "provided": {label: ext.provided for label, ext in src.upstream.releases.items()},
+            "plans_agree": {f"{s}/{p}": v for (s, p), v in rel.plans_agree.items()},
+        }
+    return {
+        "device": device,
+        "kernels": kernel_label,
+        "torch": torch.__version__,
+        "scenarios": list(scenarios),
+        "seeds": list(seeds),
+        "fixer": fixer,
+        "upstream": upstream_info,
+        "backends": {
+            b: {
+                "model_dtype": dtype_name(BACKENDS[b].model_dtype),
+                "layer": BACKENDS[b].layer_kind,
+                "fp8_prefill": BACKENDS[b].fp8_prefill,
+                "kv_cache": BACKENDS[b].kv_cache,
+                "rel_bound": BACKENDS[b].rel_bound,
+                "lse_bound": BACKENDS[b].lse_bound,
+                "predicted_rel": BACKENDS[b].precision.predicted_rel(),
+                "predicted_lse": BACKENDS[b].precision.predicted_lse(),
+                "exact_twin": BACKENDS[b].twin is not None,
+                "spec_row": b in SPEC_ROWS,
+                "known_failure": BACKENDS[b].known_failure,
+            }
+            for b in backend_ids
+        },
+        "crash_sets": crash_sets(rows),
+        "runs": rows,
+        "negative_control": controls,
+        "summary": summarize(rows, backend_ids),
+        "timings_s": timings,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "violations": violations,
+        "ok": not violations,
+    }
+
+
+def crash_sets(rows: list[dict]) -> dict:
+    """Per variant, the rows on which it failed (observed) and was predicted to (expected)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        for v, res in r["variants"].items():
+            entry = out.setdefault(v, {"observed": set(), "expected": set()})
+            if res["outcome"] != "ok":
+                entry["observed"].add(r["backend"])
+            if r["expected"].get(v, {}).get("outcome", "ok") != "ok":
+                entry["expected"].add(r["backend"])
+    return {v: {k: sorted(s) for k, s in e.items()} for v, e in out.items()}
+
+
+def summarize(rows: list[dict], backend_ids: list[str]) -> dict:
+    """Per source and backend: outcomes, casts, worst errors, identities, known failures."""
+    summary: dict[str, dict] = {}
+    for source in sorted({r["source"] for r in rows}):
+        per = summary.setdefault(source, {})
+        for b in backend_ids:
+            mine = [r for r in rows if r["backend"] == b and r["source"] == source]
+            if not mine:
+                continue
+            variants = list(mine[0]["variants"])
+            idents = sorted({k for r in mine for k in r["bit_identical"]})
+            per[b] = {
+                "outcomes": {v: sorted({describe(r["variants"][v]) for r in mine}) for v in variants},
+                "casts": {v: sorted({r["expected"][v]["cast"] for r in mine if v in r["expected"]}) for v in variants
+                          if v in mine[0]["expected"]},
+                "rel_max": {v: max((r["metrics"][v]["rel"] for r in mine if v in r["metrics"]), default=None) for v in variants},
+                "lse_max": {v: max((r["metrics"][v]["lse"] for r in mine if v in r["metrics"]), default=None) for v in variants},
+                "bit_identical": {k: all(r["bit_identical"].get(k, True) for r in mine) for k in idents},
+                "known_failures": sorted({(k["variant"], k["failure"]) for r in mine for k in r["known_failures"]}),
+                "notes": sorted({n for r in mine for n in r["notes"]}),
+                "ok": not any(r["violations"] for r in mine),
+            }
+    return summary
