@@ -131,7 +131,9 @@ def print_summary(result: RunResult, report_path: str) -> None:
 def migration_series(config: Config, path: str, out: str, group_by: str = "file", *, unsafe_fixes: bool = False,
                      jobs: int | None = None, progress=None, proof=None):
     """The migration as `git format-patch` patches in `out`, the tree left untouched.
-    Returns (the fixing run's result, the patches written)."""
+    Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
+    a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
+    False: none)."""
     from . import series
     from .source import FileText
 
@@ -163,6 +165,11 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         for marker in result.helper.package_markers:
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
-    patches = series.plan(changes, helper_changes, result.helper, group_by, proof)
+    if proof is None and result.helper is not None:
+        from . import proofs
+
+        text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
+        proof = proofs.for_changes(text, result.helper.func)
+    patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None)
     files = series.write(patches, Path(out), result.writer) if patches else []
     return result, patches, files

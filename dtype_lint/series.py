@@ -113,7 +113,9 @@ def _helper_body(helper: HelperLocation) -> str:
 
 
 def _wrap(text: str, indent: str = "") -> str:
-    return textwrap.fill(text, 72, initial_indent=indent, subsequent_indent=indent + "  " if indent else "",
+    """Fill to 72 columns; a list item's continuation lines align under its text."""
+    follow = " " * (len(indent) + (0 if indent.strip() else 2)) if indent else ""
+    return textwrap.fill(text, 72, initial_indent=indent, subsequent_indent=follow,
                          break_long_words=False, break_on_hyphens=False)
 
 
