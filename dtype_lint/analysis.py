@@ -16,7 +16,7 @@ from .findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from .index import QuantizableLayerIndex, extract_header
 from .prefilter import for_rules, has_suppression
 from .rule import FileFacts, RuleContext, RuleContractError
-from .source import READ_ERRORS, SourceFile, read_file
+from .source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from .suppressions import apply_suppressions
 
 
@@ -34,6 +34,10 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     codes = frozenset(r.code for r in rules)
     raw: list[Finding] = []
     if rules and for_rules(tuple(rules)).might_match(text):
+        long_line = too_long_line(text)
+        if long_line:
+            return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
+                                       "not parsed (generated code)", long_line, 1, config)
         try:
             tree = ast.parse(text, filename=path)
         except SyntaxError as e:

@@ -44,6 +44,8 @@ from typing import Callable, Iterable, Mapping
 from dtype_lint.findings import FIX_FAILED, PARSE_ERROR, Finding
 
 BASELINE_VERSION = 1
+# Far above any real baseline; a larger file is not one (`/dev/zero`, a log).
+MAX_BASELINE_BYTES = 64 << 20
 _NEVER_BASELINED = frozenset({PARSE_ERROR, FIX_FAILED})
 
 
@@ -98,6 +100,17 @@ class BaselineEntry:
     @property
     def key(self) -> BaselineKey:
         return BaselineKey(self.path, self.scope, self.code, self.expression)
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 # --- key normalisation --------------------------------------------------------------------------
@@ -210,13 +223,19 @@ class Baseline:
     def load(cls, path: str | os.PathLike, root: str | os.PathLike | None = None) -> "Baseline":
         """Read a baseline file; raises :class:`BaselineError` on a missing, malformed or
         newer-versioned file."""
+        from dtype_lint.source import read_bytes
+
         path = Path(path)
+
+        def reject(constant: str):
+            raise ValueError(f"{constant} is not a baseline value")
+
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_bytes(path, MAX_BASELINE_BYTES).decode("utf-8"), parse_constant=reject)
         except FileNotFoundError:
             raise BaselineError(f"baseline {path} does not exist") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BaselineError(f"baseline {path} cannot be read: {exc}") from None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise BaselineError(f"baseline {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
         if not isinstance(data, dict) or "version" not in data:
             raise BaselineError(f"baseline {path} is not a dtype-lint baseline (no version)")
         if data["version"] != BASELINE_VERSION:
@@ -225,15 +244,20 @@ class Baseline:
                 f"version {BASELINE_VERSION}"
             )
         counts: dict[BaselineKey, int] = {}
-        for i, e in enumerate(data.get("entries", [])):
+        entries = data.get("entries", [])
+        if not isinstance(entries, list):
+            raise BaselineError(f"baseline {path}: `entries` must be a list, got {type(entries).__name__}")
+        for i, e in enumerate(entries):
             try:
                 key = BaselineKey(
-                    str(e["path"]), str(e.get("scope", "")), str(e["code"]),
-                    normalise_expression(str(e.get("expression", ""))),
+                    _text(e["path"]), _text(e.get("scope", "")), _text(e["code"]),
+                    normalise_expression(_text(e.get("expression", ""))),
                 )
-                n = int(e.get("count", 1))
+                n = e.get("count", 1)
+                if isinstance(n, bool) or not isinstance(n, int):
+                    raise TypeError("count")
             except (KeyError, TypeError, ValueError, AttributeError):
-                raise BaselineError(f"baseline {path}: entry {i} is malformed: {e!r}") from None
+                raise BaselineError(f"baseline {path}: entry {i} is malformed: {_short(e)}") from None
             if n > 0:
                 counts[key] = counts.get(key, 0) + n
         return cls(counts, path.parent if root is None else root)

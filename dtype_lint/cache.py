@@ -1,14 +1,17 @@
 """A per-project cache of file headers and findings, keyed by (mtime, size).
 
-One JSON file per (tool version, config fingerprint). Findings entries also carry the class
-index digest (a changed class header anywhere can change any file's findings) and the stamps of
-the other files whose code the analysis read (where a layer was constructed, a base class's
-`__init__`): a change there invalidates the entry. Writes are atomic, and a corrupt or foreign
-cache file is ignored, never an error.
+One file per (tool version, config fingerprint): the SHA-256 of a JSON payload, a line break,
+the payload. Findings entries also carry the class index digest (a changed class header
+anywhere can change any file's findings) and the stamps of the other files whose code the
+analysis read (where a layer was constructed, a base class's `__init__`): a change there
+invalidates the entry. Writes are atomic, and a corrupt or foreign cache file (a FIFO, huge,
+not JSON, JSON of another shape, Infinity or NaN) is ignored, never an error: an entry of the
+wrong shape is a miss.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -21,13 +24,9 @@ class Cache:
         self.data: dict = {"headers": {}, "findings": {}}
         self.dirty = False
         if enabled:
-            try:
-                with open(self.path, encoding="utf-8") as f:
-                    loaded = json.load(f)
-                if isinstance(loaded, dict) and {"headers", "findings"} <= loaded.keys():
-                    self.data = loaded
-            except (OSError, ValueError):
-                pass
+            loaded = _load(self.path)
+            if isinstance(loaded, dict) and all(isinstance(loaded.get(k), dict) for k in ("headers", "findings")):
+                self.data = loaded
 
     @staticmethod
     def _k(path: str) -> str:
@@ -35,7 +34,7 @@ class Cache:
 
     def header(self, path: str, stamp: str):
         entry = self.data["headers"].get(self._k(path)) if self.enabled else None
-        if entry and entry[0] == stamp:
+        if _shaped(entry, (str, dict, bool)) and entry[0] == stamp:
             return entry[1], entry[2]
         return None
 
@@ -48,12 +47,13 @@ class Cache:
         """Cached findings, if the file, the class index and every other file whose code the
         analysis read (`stamp_of(path)` gives its stamp now) are unchanged."""
         entry = self.data["findings"].get(self._k(path)) if self.enabled else None
-        if not (entry and len(entry) == 4 and entry[0] == stamp and entry[1] == digest):
+        if not (_shaped(entry, (str, str, list, dict)) and entry[0] == stamp and entry[1] == digest
+                and all(isinstance(d, dict) for d in entry[2])):
             return None
-        if any(stamp_of(dep) != dep_stamp for dep, dep_stamp in entry[3].items()):
+        if any(not isinstance(dep_stamp, str) or stamp_of(dep) != dep_stamp for dep, dep_stamp in entry[3].items()):
             return None
         # Paths are stored as the user spelled them last time; respell for this run.
-        return [dict(d, path=path, evidence=d["evidence"]) for d in entry[2]]
+        return [dict(d, path=path) for d in entry[2]]
 
     def put_findings(self, path: str, stamp: str, digest: str, findings: list[dict], deps: dict[str, str]) -> None:
         if self.enabled:
@@ -68,10 +68,50 @@ class Cache:
         from .writer import WriteError
 
         try:
+            created = not self.path.parent.exists()
             writer.make_dirs(self.path.parent, "cache")
-            gitignore = self.path.parent / ".gitignore"
-            if not gitignore.exists():
-                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache")
-            writer.write(self.path, json.dumps(self.data, separators=(",", ":")).encode(), "cache")
+            if created:  # only a folder this run made is known to be the cache's alone
+                writer.write(self.path.parent / ".gitignore", b"# created by dtype-lint\n*\n", "cache")
+            writer.write(self.path, encode(self.data), "cache")
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
+
+
+# A cache larger than this is not ours (vLLM's whole tree caches in a few MB).
+MAX_CACHE_BYTES = 256 << 20
+
+
+def encode(data: dict) -> bytes:
+    """A cache file's bytes: the payload's SHA-256, a line break, the JSON payload."""
+    payload = json.dumps(data, separators=(",", ":")).encode()
+    return hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode(raw: bytes):
+    """The payload of a cache file, or None when it is not one of ours, intact."""
+
+    def reject(constant: str):
+        raise ValueError(f"{constant} is not a cache value")
+
+    check, _, payload = raw.partition(b"\n")
+    try:
+        # The checksum tells our own file from a truncated, edited or foreign one.
+        if check.decode("ascii") != hashlib.sha256(payload).hexdigest():
+            return None
+        return json.loads(payload, parse_constant=reject)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _load(path: Path):
+    from .source import read_bytes
+
+    try:
+        return decode(read_bytes(path, MAX_CACHE_BYTES))
+    except (OSError, ValueError):
+        return None
+
+
+def _shaped(entry, types: tuple) -> bool:
+    return isinstance(entry, list) and len(entry) == len(types) and all(
+        isinstance(v, t) for v, t in zip(entry, types))

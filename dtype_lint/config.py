@@ -9,7 +9,7 @@ import keyword
 import re
 import sys
 from dataclasses import dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from .presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
 
@@ -127,6 +127,44 @@ _KEYS = {
 }
 
 
+# A configuration file is a few hundred bytes; anything this large is not one (`/dev/zero`).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_toml(path: Path) -> dict:
+    """A TOML file's document; every way it can be bad (a FIFO, a device, huge, not UTF-8, not
+    TOML) is a ConfigError, never a hang or a traceback."""
+    from .source import read_bytes
+
+    try:
+        data = read_bytes(path, MAX_CONFIG_BYTES)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read configuration: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: cannot read configuration: not UTF-8 (byte {e.start})") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e}") from None
+
+
+def _tool_table(doc: dict, path: Path, default):
+    """`[tool.dtype-lint]` of a document (`default` when absent), checked to be a table."""
+    tool = doc.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table, got {_kind(tool)}")
+    table = tool.get("dtype-lint", default)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.dtype-lint] must be a table, got {_kind(table)}")
+    return table
+
+
+def _kind(value) -> str:
+    if isinstance(value, list):
+        return "an array" + (" of tables (`[[tool.dtype-lint]]`)" if value and isinstance(value[0], dict) else "")
+    return f"a {type(value).__name__}"
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml with a [tool.dtype-lint] table (as ruff does for its own), else
     the nearest pyproject.toml at all (its directory is the project root), else None."""
@@ -137,33 +175,35 @@ def find_pyproject(start: Path) -> Path | None:
         if candidate.is_file():
             first = first or candidate
             try:
-                if "dtype-lint" in candidate.read_text(encoding="utf-8") and \
-                        "dtype-lint" in tomllib.loads(candidate.read_text(encoding="utf-8")).get("tool", {}):
-                    return candidate
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                return candidate  # unreadable: let load_config report it
+                with open(candidate, "rb") as f:
+                    mentions = b"dtype-lint" in f.read(MAX_CONFIG_BYTES + 1)
+                if mentions:
+                    tool = read_toml(candidate).get("tool", {})
+                    if not isinstance(tool, dict) or "dtype-lint" in tool:
+                        return candidate  # ours (a malformed `tool` too: load_config reports it)
+            except (OSError, ConfigError):
+                return candidate  # unreadable or malformed: let load_config report it
     return first
 
 
 def load_config(start: Path, explicit: Path | None = None, overrides: dict | None = None) -> Config:
-    """Settings from `explicit` or the nearest pyproject.toml above `start`, then `overrides`."""
+    """Settings from `explicit` or the nearest pyproject.toml above `start`, then `overrides`.
+
+    The project root always comes from `start` (the files being checked), never from
+    `explicit`: a shared settings file elsewhere (pre-commit's `--config path/outside`) must not
+    move the project, its cache or its helper next to that file."""
     cfg = Config()
-    path = explicit or find_pyproject(start)
+    found = find_pyproject(start)
+    path = explicit or found
     table: dict = {}
     if path is not None:
-        try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"{path}: cannot read configuration: {e}") from None
+        doc = read_toml(path)
         if explicit is not None and path.name != "pyproject.toml":
-            table = doc.get("tool", {}).get("dtype-lint", doc)
+            table = _tool_table(doc, path, doc)
         else:
-            table = doc.get("tool", {}).get("dtype-lint", {})
-        cfg.root = path.parent
+            table = _tool_table(doc, path, {})
         cfg.source = str(path)
-    else:
-        cfg.root = start.resolve() if start.is_dir() else start.resolve().parent
+    cfg.root = found.parent if found is not None else (start.resolve() if start.is_dir() else start.resolve().parent)
     apply_settings(cfg, table, where=cfg.source)
     if overrides:
         apply_settings(cfg, overrides, where="command line")
@@ -211,8 +251,19 @@ def _validate(cfg: Config, where: str) -> None:
     if cfg.helper and (not _HELPER.match(cfg.helper) or any(keyword.iskeyword(p) for p in re.split(r"[.:]", cfg.helper))):
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
                           "(dotted Python names, none empty)")
+    _validate_cache_dir(cfg.cache_dir, where)
     if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):
         raise ConfigError(f"{where}: `helper-template` must be `vllm` or `torch`")
+
+
+def _validate_cache_dir(value: str, where: str) -> None:
+    """The cache folder is a folder of its own inside the project: a relative path without `..`
+    (never the root itself, which would get a `.gitignore` of `*`, nor anywhere outside)."""
+    parts = PurePosixPath(value.replace("\\", "/")).parts
+    if (not value.strip() or "\0" in value or PurePosixPath(value.replace("\\", "/")).is_absolute()
+            or PureWindowsPath(value).drive or ".." in parts or not parts or parts == (".",)):
+        raise ConfigError(f"{where}: `cache-dir` must be a folder inside the project, relative to its root "
+                          f"(like `.dtype_lint_cache`), got `{value}`")
 
 
 def load_for_run(paths: list[str], config_file: str | None = None, overrides: dict | None = None,

@@ -67,23 +67,34 @@ def read_gitignore(root: Path) -> tuple[str, ...]:
     return tuple(pats)
 
 
-def discover(paths: list[str], excludes: tuple[str, ...], root: Path) -> list[str]:
+def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: list[str] | None = None) -> list[str]:
     """Python files under paths, sorted, as display paths (relative to cwd when given relative).
 
-    A file named explicitly is always checked, as in ruff; excludes prune directory walks.
+    A file named explicitly is always checked, as in ruff; excludes prune directory walks. One
+    file reached by several names (a symlink and its target, overlapping paths) is listed once,
+    under its own name rather than a link's. `temps`: collects temp files a killed dtype-lint
+    run left in the folders walked (see writer.is_temp_name).
     """
+    from .writer import is_temp_name
+
     excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes) + read_gitignore(root))
     out: list[str] = []
-    seen: set[str] = set()
+    where: dict[str, int] = {}  # real path -> index in out
+
+    def add(full: str, key: str, is_link: bool) -> None:
+        i = where.get(key)
+        if i is None:
+            where[key] = len(out)
+            out.append(full)
+        elif not is_link and os.path.islink(out[i]):
+            out[i] = full  # the file itself, not the link to it
+
     for given in paths:
         p = Path(given)
         if not p.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
-        if p.is_file():
-            key = os.path.realpath(p)
-            if key not in seen:
-                seen.add(key)
-                out.append(str(p))
+        if not p.is_dir():
+            add(str(p), os.path.realpath(p), os.path.islink(p))
             continue
         base_rel = _rel(p, root)
         for dirpath, dirnames, filenames in os.walk(p):
@@ -92,8 +103,11 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path) -> list[st
             dirnames[:] = sorted(
                 d for d in dirnames if not excluder.excluded_child(_join(rel_dir, d), d)
             )
+            real_dir = os.path.realpath(dirpath)
             for name in sorted(filenames):
                 if not name.endswith((".py", ".pyi")):
+                    if temps is not None and is_temp_name(name):
+                        temps.append(os.path.join(dirpath, name))
                     continue
                 if excluder.excluded_child(_join(rel_dir, name), name):
                     continue
@@ -102,11 +116,8 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path) -> list[st
                     # `check` with no path walks `.`: report `pkg/x.py` as every format and a
                     # named file do, not `./pkg/x.py`.
                     full = full[2:]
-                # Symlinked duplicates are the only way one file shows up twice in a walk.
-                key = os.path.realpath(full) if os.path.islink(full) or os.path.islink(dirpath) else os.path.abspath(full)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(full)
+                link = os.path.islink(full)
+                add(full, os.path.realpath(full) if link else os.path.join(real_dir, name), link)
     return out
 
 
@@ -160,6 +171,13 @@ def module_name(path: str, root: str | os.PathLike | None = None) -> str:
     if stem != "__init__":
         parts.append(stem)
     return ".".join(parts)
+
+
+def import_root(path: str, root: str | os.PathLike | None = None) -> str | None:
+    """The folder `path`'s package is imported from (see module_name), or None for a file with
+    no package above it."""
+    p = os.path.abspath(path)
+    return _import_root(os.path.dirname(p), os.path.abspath(root) if root is not None else None)
 
 
 @functools.lru_cache(maxsize=8192)

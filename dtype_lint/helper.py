@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .dtype_eval import Table, Unsupported, evaluate_helper
+from .source import read_file
 
 _DOC = '''\
     """The dtype an activation must have before entering `layer`, or None to keep the model dtype.
@@ -101,12 +102,11 @@ def helper_table(module: str, func: str, template: str, path: str | None) -> Tab
     if key not in _TABLES:
         try:
             if path is not None:
-                with open(path, encoding="utf-8") as f:
-                    source = f.read()
+                source = read_file(path).text
             else:
                 source = helper_source(func, template)
             _TABLES[key] = function_table(source, func)
-        except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+        except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError):
             _TABLES[key] = None
     return _TABLES[key]
 
@@ -151,8 +151,8 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
     _refuse_shadowing(module, func, base)
     if path.exists():
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, OSError, UnicodeDecodeError, ValueError) as e:
+            tree = ast.parse(read_file(str(path)).text)
+        except (SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError) as e:
             raise HelperError(f"helper module {path} cannot be read: {e}") from None
         if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")

@@ -23,16 +23,16 @@ from . import __version__
 from .analysis import analyze, enabled_rules, parse_error, safe_read
 from .cache import Cache
 from .config import Config
-from .discovery import DiscoveryError, changed_since, discover, module_name
+from .discovery import DiscoveryError, changed_since, discover, import_root, module_name
 from .findings import Finding
 from .fixer import FixOutcome, failed, fix_text
 from .helper import HelperError, HelperLocation
 from .helper_home import HelperChoice, choose_helper, configured_location
 from .index import ModuleHeader, QuantizableLayerIndex, extract_header
 from .prefilter import for_rules, has_suppression
-from .source import READ_ERRORS, FileText, read_file
+from .source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from .workers import effective_jobs, parallel_map, worker_state
-from .writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
+from .writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps, target_problem
 
 
 class UserError(Exception):
@@ -85,17 +85,26 @@ def run(config: Config, options: RunOptions) -> RunResult:
     jobs = effective_jobs(options.jobs)
     staging = config.root / config.cache_dir / "tmp"
     writer = ProjectWriter(config.root, staging)
-    if options.fix:
-        remove_stale_temps(staging)
+    if options.write_baseline and (problem := target_problem(options.write_baseline)):
+        raise UserError(problem)  # before any fix is written, not after
+    temps: list[str] = []
     try:
-        files, index_files = _discover(config, options.paths)
+        files, index_files = _discover(config, options.paths, temps)
     except DiscoveryError as e:
         raise UserError(str(e)) from None
+    unnamed = [p for p in files if not _encodable(p)]
+    if unnamed:
+        files = [p for p in files if _encodable(p)]
+        index_files = [p for p in index_files if _encodable(p)]
     if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
         try:
             configured_location(config, index_files)
         except HelperError as e:
             raise UserError(str(e)) from None
+    if options.fix:
+        remove_stale_temps(staging)
+        for folder, names in _by_folder(temps).items():
+            remove_stale_temps(folder, names)
     cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp()}-{config.fingerprint()}",
                   enabled=options.use_cache)
     scan = _scan(index_files, config, cache, jobs, options.progress)
@@ -111,6 +120,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
         in_scope = [p for p in files if os.path.realpath(p) in changed]
     targets = [p for p in in_scope if scan.passes.get(p) or scan.suppressing.get(p)]
     findings = [parse_error(p, scan.errors[p]) for p in in_scope if p in scan.errors]
+    findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, config, cache, jobs, options.progress)
     cache.save(writer)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
@@ -156,17 +166,38 @@ def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions)
     return []
 
 
-def _discover(config: Config, paths: list[str]) -> tuple[list[str], list[str]]:
+def _encodable(path: str) -> bool:
+    """A name every later stage can print, hash and store (os.walk gives undecodable bytes as
+    lone surrogates)."""
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _shown(path: str) -> str:
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _by_folder(paths: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in paths:
+        out.setdefault(os.path.dirname(p), []).append(os.path.basename(p))
+    return out
+
+
+def _discover(config: Config, paths: list[str], temps: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(files to check, files whose class headers the index needs). Named files (pre-commit passes
     only the staged ones) are checked against the class index of their whole project, so a layer
     defined in an unstaged file still resolves."""
-    files = discover(paths, tuple(config.exclude), config.root)
+    files = discover(paths, tuple(config.exclude), config.root, temps)
     index_files = files
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
         seen = {os.path.realpath(f) for f in files}
         rel = os.path.relpath(config.root)
         root = rel if not rel.startswith("..") else str(config.root)
-        index_files = files + [f for f in discover([root], tuple(config.exclude), config.root)
+        index_files = files + [f for f in discover([root], tuple(config.exclude), config.root, temps)
                                if os.path.realpath(f) not in seen]
     return files, index_files
 
@@ -220,11 +251,12 @@ def _scan(paths: list[str], config: Config, cache: Cache, jobs: int, progress) -
     for p in paths:
         scan.stamps[p] = _stamp(p)
         hit = cache.header(p, scan.stamps[p])
-        if hit is None:
+        try:
+            header, passes = hit
+            scan.headers[p], scan.passes[p] = ModuleHeader.from_dict(header), passes
+        except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
             misses.append(p)
             continue
-        header, passes = hit
-        scan.headers[p], scan.passes[p] = ModuleHeader.from_dict(header), passes
         scan.hashes[p] = header.get("hash", "")
         scan.suppressing[p] = bool(header.get("suppressions"))
     prefilter = for_rules(tuple(enabled_rules(config)))
@@ -297,10 +329,10 @@ def _analyze(targets: list[str], scan: _Scan, index, config, cache: Cache, jobs:
 
     for p in targets:
         hit = cache.findings(p, scan.stamps[p], digest, stamp_of)
-        if hit is None:
+        try:
+            findings.extend([Finding.from_dict(d) for d in hit])
+        except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
             todo.append(p)
-        else:
-            findings.extend(Finding.from_dict(d) for d in hit)
     for path, dicts, deps in parallel_map(_analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config),
                                           progress=progress, stage="analyze", parallel=jobs > 1 and len(todo) >= 4):
         cache.put_findings(path, scan.stamps[path], digest, dicts, {d: stamp_of(d) for d in deps})
@@ -355,8 +387,7 @@ def _fix_job(path: str) -> _FileFix:
 
 def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool) -> _FileFix:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
@@ -413,8 +444,16 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
         helper = result.helper_choice.location
     fixes = parallel_map(_fix_job, paths, jobs, init=_init_fix, initargs=(index, result.config, unsafe),
                          progress=options.progress, stage="fix", parallel=jobs > 1 and len(paths) >= 4)
-    needs_helper = helper is not None and not helper.exists and any(
-        ff.outcome.changed and any(f.fix.imports for f in ff.outcome.applied) for ff in fixes)
+    # A fix that cannot land is refused before anything is written (DTL901, its sites remain):
+    # a file that would import the helper from outside its package layout, and (when writing)
+    # a file the writer would refuse. The helper is then created only when a fix will use it.
+    if helper is not None:
+        fixes = [_refuse(ff, result, helper_import_problem(ff.outcome.path, helper, result.config.root))
+                 if _imports_helper(ff.outcome) else ff for ff in fixes]
+    if not options.diff:
+        fixes = [_refuse(ff, result, _write_problem(result.writer, ff)) if ff.outcome.changed else ff
+                 for ff in fixes]
+    needs_helper = helper is not None and not helper.exists and any(_imports_helper(ff.outcome) for ff in fixes)
     result.helper = helper
     if options.diff:
         result.diff = _diff(result, helper if needs_helper else None, fixes)
@@ -444,12 +483,55 @@ def _pre_fix(findings: list[Finding], path: str) -> list[Finding]:
     return [f for f in findings if f.path == path]
 
 
-def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:
+def _imports_helper(o: FixOutcome) -> bool:
+    return o.changed and any(f.fix.imports for f in o.applied)
+
+
+def _refuse(ff: _FileFix, result: RunResult, why: str | None) -> _FileFix:
+    if not why:
+        return ff
+    o = ff.outcome
+    return _FileFix(failed(o.path, o.original, why, _pre_fix(result.findings, o.path)), ff.file, ff.data)
+
+
+def _write_problem(writer: ProjectWriter, ff: _FileFix) -> str | None:
     try:
-        writer.make_dirs(helper.path.parent, "folder for the helper")
-        for marker in helper.package_markers:
-            writer.write(marker, b"", "package marker for the helper")
-        writer.write(helper.path, helper.source.encode("utf-8"), "helper")
+        writer.check(ff.outcome.path, expect=ff.data)
+    except WriteError as e:
+        return str(e)
+    return None
+
+
+def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str | None:
+    """Why `from <helper module> import ...` would not resolve in `path`, or None. The helper's
+    module is found from the folder its top-level package sits in; the file must be imported
+    from that same folder (its import root; for a file outside any package, which a namespace
+    package may hold, that folder or one above it inside the project)."""
+    parts = helper.module.split(".")
+    depth = len(parts) + (1 if helper.path.name == "__init__.py" else 0)
+    base = os.path.realpath(helper.path.parent)
+    for _ in range(depth - 1):
+        base = os.path.dirname(base)
+    file_root = import_root(path, root)
+    if file_root is not None:
+        ok = os.path.realpath(file_root) == base
+    else:
+        folder, top = os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.realpath(root)
+        ok = (folder == base or folder.startswith(base + os.sep)) and (base == top or base.startswith(top + os.sep))
+    if ok:
+        return None
+    where = os.path.relpath(base, root)
+    return (f"the helper `{helper.module}` is imported from `{where}`, which is not where this file's "
+            f"package is imported from (`{os.path.relpath(file_root or os.path.dirname(os.path.abspath(path)), root)}`); "
+            "`from "
+            f"{helper.module} import {helper.func}` would not resolve here")
+
+
+def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:
+    files = [(m, b"", "package marker for the helper") for m in helper.package_markers]
+    files.append((helper.path, helper.source.encode("utf-8"), "helper"))
+    try:
+        writer.create_files(files, "folder for the helper")
     except WriteError as e:
         raise UserError(f"cannot create the helper: {e}") from None
 

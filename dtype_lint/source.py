@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
+import stat
 import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -126,14 +128,63 @@ class SourceFile(SourceText):
     line_text = SourceText.line
 
 
-def read_file(path: str, limit: int | None = None) -> FileText:
-    """Read and decode one source file. `limit`: refuse files larger than that many bytes
-    (a `.py` that is really a device or a huge generated table), without reading them whole."""
-    with open(path, "rb") as f:
-        data = f.read() if limit is None else f.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise ValueError(f"larger than {limit // (1 << 20)} MiB; skipped")
-    return FileText.decode(data)
+# A `.py` larger than this is generated data, not inference code: skipped unread (DTL900).
+# vLLM's largest module is ~350 KB; parsing costs ~300 bytes of memory per source byte.
+MAX_SOURCE_BYTES = 4 << 20
+# A file that may hold a site is parsed only if no line is longer than this (a minified or
+# generated one-liner costs the parser gigabytes and holds no inference code).
+MAX_LINE_CHARS = 100_000
+
+
+class NotRegularFile(OSError):
+    """A path that is a FIFO, a device, a socket or a folder: never opened for reading."""
+
+
+def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes. A FIFO or a device is refused from
+    its `stat` without being opened (opening a FIFO blocks; `/dev/zero` never ends); the open is
+    non-blocking and checked again, in case the path changed in between."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)}); skipped unread")
+    if st.st_size > limit:
+        raise ValueError(f"larger than {_size(limit)} ({_size(st.st_size)}); skipped unread")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile("not a regular file; skipped unread")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {_size(limit)}; skipped")
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_file(path: str, limit: int = MAX_SOURCE_BYTES) -> FileText:
+    """Read and decode one source file; refuses special files and files over `limit` bytes
+    (READ_ERRORS, which the run reports as DTL900)."""
+    return FileText.decode(read_bytes(path, limit))
+
+
+def too_long_line(text: str, limit: int = MAX_LINE_CHARS) -> int:
+    """The 1-based number of the first line longer than `limit` characters, or 0."""
+    if len(text) <= limit:
+        return 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if len(line) > limit:
+            return n
+    return 0
 
 
 def iter_code(text: str, start: int = 0):

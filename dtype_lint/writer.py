@@ -4,13 +4,21 @@
 instant, sees the old file or the new one, never a torn one. Everything written into a user's
 project goes through `ProjectWriter`, which adds the rules a rewriting tool must keep (nothing
 outside the project root, never replace a symlink by a file, keep mode and owner, refuse
-read-only files) and records every file it creates or changes, so that a run can print them.
+read-only files and folders) and records every file it creates or changes, so that a run can
+print them.
+
+Temp files go to the run's staging folder (`<cache-dir>/tmp`), where the next fixing run removes
+whatever a killed run left; only when that folder cannot hold them (another filesystem, not
+creatable) do they go next to their target, where the next run's discovery finds them
+(`is_temp_name`) and removes them the same way.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +26,8 @@ from pathlib import Path
 
 # Temp files carry this suffix; a rerun removes any it finds in its staging folder.
 TEMP_SUFFIX = ".dtl-tmp"
+# `.<target name>.<pid>.<random>.dtl-tmp`, as `_temp_prefix` and mkstemp/mkdtemp name them.
+_TEMP_NAME = re.compile(r"^\..*\.(\d+)\.[A-Za-z0-9_]+" + re.escape(TEMP_SUFFIX) + "$", re.S)
 
 
 def _new_file_mode() -> int:
@@ -31,21 +41,33 @@ class WriteError(Exception):
     """A write that was refused or failed; the target is untouched."""
 
 
+def is_temp_name(name: str) -> bool:
+    """Is `name` a temp file or folder a dtype-lint run creates?"""
+    return _TEMP_NAME.match(name) is not None
+
+
+def _temp_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}.{os.getpid()}."
+
+
 def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.PathLike | None = None,
                  like: os.stat_result | None = None) -> None:
     """Write `data` to `path` so that it is either the old file or the new one.
 
     The temp file goes to `staging` when given (a folder a rerun cleans, so a kill leaves nothing
-    in the user's tree) and falls back to `path`'s own folder when `staging` is on another
-    filesystem (rename cannot cross one). `like`: keep that file's mode (and owner, where allowed).
+    in the user's tree) and falls back to `path`'s own folder when `staging` cannot be created or
+    is on another filesystem (rename cannot cross one). `like`: keep that file's mode (and owner,
+    where allowed).
     """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp_dir = os.fspath(staging) if staging is not None else directory
+    tmp_dir = os.path.dirname(os.path.abspath(path))
     if staging is not None:
-        os.makedirs(tmp_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=f".{os.path.basename(path)}.{os.getpid()}.",
-                               suffix=TEMP_SUFFIX)
+        try:
+            os.makedirs(staging, exist_ok=True)
+            tmp_dir = os.fspath(staging)
+        except OSError:
+            staging = None
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -72,21 +94,28 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
         raise
 
 
-def remove_stale_temps(staging: str | os.PathLike) -> int:
-    """Delete temp files left by a killed run in `staging`; returns how many."""
+def remove_stale_temps(folder: str | os.PathLike, names: list[str] | None = None) -> int:
+    """Delete temp files (and staged folders) a killed run left in `folder` (only `names`, when
+    given); returns how many. Those of a live process (a concurrent run) are kept."""
     removed = 0
-    try:
-        names = os.listdir(staging)
-    except OSError:
-        return 0
-    for name in names:
-        if not name.endswith(TEMP_SUFFIX):
-            continue
-        pid = name.rsplit(TEMP_SUFFIX, 1)[0].split(".")[-2] if name.count(".") >= 3 else ""
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
-            continue  # a concurrent run is writing it
+    if names is None:
         try:
-            os.unlink(os.path.join(staging, name))
+            names = os.listdir(folder)
+        except OSError:
+            return 0
+    for name in names:
+        m = _TEMP_NAME.match(name)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        if pid != os.getpid() and _alive(pid):
+            continue  # a concurrent run is writing it
+        full = os.path.join(folder, name)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
             removed += 1
         except OSError:
             pass
@@ -108,6 +137,20 @@ class WriteRecord:
     path: str  # as written, relative to the project root when inside it
     action: str  # "created" | "changed"
     why: str  # "fix", "helper", "package marker", "baseline", "report", "cache"
+
+
+def target_problem(path: str | os.PathLike) -> str | None:
+    """Why a file named on the command line (a report, a baseline) cannot be written there, or
+    None: checked before a run, so that a run that rewrites files never loses its report."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{path}: folder {os.path.dirname(path) or folder} does not exist"
+    if os.path.isdir(path):
+        return f"{path}: is a folder"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return f"{path}: not a regular file"
+    return None
 
 
 @dataclass
@@ -175,15 +218,72 @@ class ProjectWriter:
                 raise WriteError(f"{d}: cannot create: {e.strerror or e}") from None
             self.records.append(WriteRecord(self.rel(d) + "/", "created", why))
 
-    def write(self, path: str | os.PathLike, data: bytes, why: str, *, expect: bytes | None = None,
-              outside_ok: bool = False) -> WriteRecord:
-        """Write `data` to `path`; `expect`: the bytes the file must still hold (else refused).
+    def create_files(self, files: list[tuple[Path, bytes, str]], folders_why: str) -> None:
+        """Create new files, and the folders they need, all at once: the missing folders are
+        built complete in the staging folder and renamed into place in one step, so a run killed
+        midway leaves either no trace or all of them (never a folder without its `__init__.py`).
+        `files`: (path, bytes, why), in creation order."""
+        first = files[0][0].parent
+        missing: list[Path] = []
+        d = first
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        staging = self._staging_for(str(files[0][0]))
+        if not missing or staging is None:
+            self._create_plainly(files, folders_why)
+            return
+        top = missing[-1]
+        if not self.inside(top.parent):
+            raise WriteError(f"{top}: outside the project root {self.root}; not created")
+        self._check_folder(top.parent, str(top))
+        try:
+            os.makedirs(staging, exist_ok=True)
+            box = Path(tempfile.mkdtemp(dir=staging, prefix=_temp_prefix(str(top)), suffix=TEMP_SUFFIX))
+        except OSError:
+            self._create_plainly(files, folders_why)
+            return
+        try:
+            for path, data, _why in files:
+                rel = path.relative_to(top.parent)
+                (box / rel).parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(box / rel, data)
+            os.rename(box / top.name, top)
+        except OSError as e:
+            shutil.rmtree(box, ignore_errors=True)
+            if e.errno == errno.EXDEV:
+                self._create_plainly(files, folders_why)
+                return
+            raise WriteError(f"{top}: cannot create: {e.strerror or e}") from None
+        shutil.rmtree(box, ignore_errors=True)
+        for d in reversed(missing):
+            self.records.append(WriteRecord(self.rel(d) + "/", "created", folders_why))
+        for path, _data, why in files:
+            self.records.append(WriteRecord(self.rel(path), "created", why))
 
-        A symlink is followed to its target, which must itself lie in the project; the link stays
-        a link. Refused (WriteError, nothing written): a target outside the root (unless
-        `outside_ok`, for report files the user named), a read-only file, a file with other hard
-        links, a file that changed since it was read, anything that is not a regular file.
-        """
+    def _create_plainly(self, files: list[tuple[Path, bytes, str]], folders_why: str) -> None:
+        self.make_dirs(files[0][0].parent, folders_why)
+        for path, data, why in files:
+            self.write(path, data, why)
+
+    def _check_folder(self, folder: str | os.PathLike, path: str) -> None:
+        """The folder a file is written into: it must exist and be writable. Its permission bits
+        are read, not only `access`: a folder its owner made read-only stays so even for root."""
+        try:
+            st = os.stat(folder)
+        except FileNotFoundError:
+            raise WriteError(f"{path}: folder {folder} does not exist; not written") from None
+        except OSError as e:
+            raise WriteError(f"{path}: cannot stat folder {folder}: {e.strerror}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise WriteError(f"{path}: {folder} is not a folder; not written")
+        if not os.access(folder, os.W_OK | os.X_OK) or not st.st_mode & stat.S_IWUSR:
+            raise WriteError(f"{path}: folder {folder} is read-only; not written")
+
+    def check(self, path: str | os.PathLike, *, expect: bytes | None = None,
+              outside_ok: bool = False) -> tuple[str, os.stat_result | None]:
+        """Everything `write` checks, without writing: (the real target, its stat or None).
+        Raises WriteError with the reason."""
         path = os.fspath(path)
         target = os.path.realpath(path) if os.path.islink(path) else path
         if not outside_ok and not self.inside(target):
@@ -205,13 +305,28 @@ class ProjectWriter:
             if expect is not None:
                 try:
                     with open(target, "rb") as f:
-                        current = f.read()
+                        current = f.read(len(expect) + 1)
                 except OSError as e:
                     raise WriteError(f"{path}: cannot read back: {e.strerror}") from None
                 if current != expect:
                     raise WriteError(f"{path}: changed on disk while it was being fixed; not written")
         elif expect is not None:
             raise WriteError(f"{path}: deleted while it was being fixed; not written")
+        self._check_folder(os.path.dirname(os.path.abspath(target)), path)
+        return target, st
+
+    def write(self, path: str | os.PathLike, data: bytes, why: str, *, expect: bytes | None = None,
+              outside_ok: bool = False) -> WriteRecord:
+        """Write `data` to `path`; `expect`: the bytes the file must still hold (else refused).
+
+        A symlink is followed to its target, which must itself lie in the project; the link stays
+        a link. Refused (WriteError, nothing written): a target outside the root (unless
+        `outside_ok`, for report files the user named), a read-only file or folder, a missing
+        folder, a file with other hard links, a file that changed or went away since it was
+        read, anything that is not a regular file.
+        """
+        path = os.fspath(path)
+        target, st = self.check(path, expect=expect, outside_ok=outside_ok)
         staging = self._staging_for(target)
         try:
             write_atomic(target, data, staging=staging, like=st)

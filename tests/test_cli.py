@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import dtl
+from dtype_lint import cache as cache_format
 from dtype_lint.helper import helper_source
 
 PYPROJECT = """\
@@ -438,10 +439,10 @@ def test_cache_hit_and_invalidation(project: Path):
     rc2, second = findings_json(project)
     assert (rc1, first) == (rc2, second)
     # The second run really reads the cache: plant a marker in mlp.py's cached findings.
-    data = json.loads(cache.read_text())
+    data = cache_format.decode(cache.read_bytes())
     (key,) = [k for k in data["findings"] if k.endswith("mlp.py")]
     data["findings"][key][2][0]["message"] = "FROM-THE-CACHE"
-    cache.write_text(json.dumps(data))
+    cache.write_bytes(cache_format.encode(data))
     _, third = findings_json(project)
     assert [f["message"] for f in third if f["path"].endswith("mlp.py")] == ["FROM-THE-CACHE"]
     assert [f for f in third if f["path"].endswith("attn.py")] == [f for f in first if f["path"].endswith("attn.py")]

@@ -62,7 +62,7 @@ def test_explicit_config_file(tmp_path: Path):
     plain = write(tmp_path / "conf/lint.toml", 'preset = "generic"\nignore = ["DTL902"]\n')
     cfg = load_config(tmp_path, plain)
     assert (cfg.preset, cfg.ignore, cfg.select) == ("generic", ["DTL902"], ["DTL"])
-    assert cfg.root == plain.parent
+    assert cfg.root == tmp_path.resolve()  # the files' project, never the settings file's folder
     tabled = write(tmp_path / "conf/other.toml", '[tool.dtype-lint]\npreset = "generic"\n')
     assert load_config(tmp_path, tabled).preset == "generic"
     other_pyproject = write(tmp_path / "elsewhere/pyproject.toml", '[tool.dtype-lint]\nignore = ["DTL0"]\n')
