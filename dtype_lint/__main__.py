@@ -1,5 +1,12 @@
+import os
 import sys
 
-from .cli import main
+# `python -m dtype_lint` puts the current folder first on sys.path. Run from a project's root,
+# that would import the project's own `json.py` or `re.py` in place of the standard library's:
+# the linter must never run the code it checks. Drop it before anything else is imported.
+if sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.path.abspath(os.getcwd()):
+    del sys.path[0]
+
+from dtype_lint.cli import main  # noqa: E402
 
 sys.exit(main())

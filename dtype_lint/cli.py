@@ -159,6 +159,7 @@ def _check(args) -> int:
     from .progress import progress_bar
 
     cfg = _config(args, args.paths)
+    _check_named_file(args.output_file)
     tick, stop = progress_bar(args.no_progress)
     try:
         result = run(cfg, RunOptions(
@@ -230,6 +231,16 @@ def _report(result, args) -> None:
         _write_named_file(result, args.output_file, out.getvalue(), "report")
 
 
+def _check_named_file(path: str | None) -> None:
+    """A report file the user named must be writable before a run starts, not after it has
+    rewritten files."""
+    from .pipeline import UserError
+    from .writer import target_problem
+
+    if path and (problem := target_problem(path)):
+        raise UserError(problem)
+
+
 def _write_named_file(result, path: str, text: str, why: str) -> None:
     from .pipeline import UserError
     from .writer import WriteError
@@ -249,6 +260,7 @@ def _migrate(args) -> int:
     if not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or directory")
     cfg = _config(args, [args.path])
+    _check_named_file(args.report)
     tick, stop = progress_bar(args.no_progress)
     try:
         if args.series:
@@ -256,7 +268,14 @@ def _migrate(args) -> int:
         result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
     finally:
         stop()
-    _write_named_file(result, args.report, render_report(args.path, result, args.report), "report")
+    report = render_report(args.path, result, args.report)
+    try:
+        _write_named_file(result, args.report, report, "report")
+    except UserError as e:
+        # The tree is already rewritten: the report must not be lost with the error.
+        sys.stdout.write(report)
+        print(f"dtype-lint: error: {e}; the report is printed above", file=sys.stderr)
+        return EXIT_ERROR
     print_summary(result, args.report)
     _print_writes(result)
     _print_warnings(result)

@@ -134,21 +134,50 @@ def _join(rel_dir: str, name: str) -> str:
 
 def changed_since(ref: str, cwd: Path) -> set[str]:
     """Real paths of .py files changed (or untracked) relative to a git ref."""
+    if not ref or ref.startswith("-") or any(ord(c) < 32 or c == "\x7f" for c in ref):
+        raise DiscoveryError(f"--changed-since {ref!r}: not a git revision")
     try:
-        top = _git(["rev-parse", "--show-toplevel"], cwd).strip()
-        changed = _git(["diff", "--name-only", "--diff-filter=ACMR", ref, "--"], cwd)
-        untracked = _git(["ls-files", "--others", "--exclude-standard"], cwd)
+        env = _git_env()
+        git = ["git", *_git_overrides(cwd, env)]
+        top = _git(git, ["rev-parse", "--show-toplevel"], cwd, env).strip()
+        commit = _git(git, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd, env,
+                      f"--changed-since {ref}: not a commit in this repository").strip()
+        changed = _git(git, ["diff", "--name-only", "--no-ext-diff", "--no-textconv", "--diff-filter=ACMR", commit, "--"],
+                       cwd, env)
+        untracked = _git(git, ["ls-files", "--others", "--exclude-standard", "--"], cwd, env)
     except FileNotFoundError:
         raise DiscoveryError("--changed-since needs git on PATH") from None
     names = [n for n in (changed + untracked).splitlines() if n.endswith((".py", ".pyi"))]
     return {os.path.realpath(os.path.join(top, n)) for n in names}
 
 
-def _git(args: list[str], cwd: Path) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+def _git_env() -> dict[str, str]:
+    """The environment git runs in: none of the caller's GIT_* variables (GIT_DIR, GIT_EXTERNAL_DIFF,
+    GIT_CONFIG_PARAMETERS...), no system or user configuration, no prompts, no pager."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
+               GIT_OPTIONAL_LOCKS="0", GIT_PAGER="cat", GIT_ASKPASS="", SSH_ASKPASS="")
+    return env
+
+
+def _git_overrides(cwd: Path, env: dict[str, str]) -> list[str]:
+    """`-c` settings that switch off every command the repository's own config may name and a
+    diff could run: the fsmonitor hook, hooks, and each configured content filter (a diff against
+    the work tree would run a `clean` filter). Reading the config runs nothing."""
+    out = ["-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "diff.external="]
+    proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "config", "--null", "--name-only", "--get-regexp",
+                           r"^filter\..*\.(clean|smudge|process)$"], cwd=cwd, env=env, capture_output=True)
+    for name in proc.stdout.decode("utf-8", "replace").split("\0"):
+        if name:
+            out += ["-c", f"{name}="]
+    return out
+
+
+def _git(git: list[str], args: list[str], cwd: Path, env: dict[str, str], failure: str | None = None) -> str:
+    proc = subprocess.run([*git, *args], cwd=cwd, env=env, capture_output=True)
     if proc.returncode != 0:
-        raise DiscoveryError(f"git {' '.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout
+        raise DiscoveryError(failure or f"git {' '.join(args)}: {proc.stderr.decode('utf-8', 'replace').strip()}")
+    return proc.stdout.decode("utf-8", "surrogateescape")
 
 
 def module_name(path: str, root: str | os.PathLike | None = None) -> str:

@@ -64,12 +64,12 @@ def extract_header(text: str, module: str, path: str, is_package: bool) -> Modul
     try:
         trees = [(0, ast.parse("".join(s for _, s in snippets)))]
         lines = [line for line, s in snippets for _ in range(s.count("\n"))]
-    except SyntaxError:
+    except _UNPARSABLE:
         trees, lines = [], []
         for line, s in snippets:
             try:
                 trees.append((line, ast.parse(s)))
-            except SyntaxError:
+            except _UNPARSABLE:
                 continue
     for base_line, tree in trees:
         for node in tree.body:
@@ -82,15 +82,20 @@ def extract_header(text: str, module: str, path: str, is_package: bool) -> Modul
     return header
 
 
-_SIMPLE_FROM = re.compile(r"^\s*from\s+(\.*)([\w.]*)\s+import\s+([\w\s,]+?)\s*$")
-_SIMPLE_IMPORT = re.compile(r"^\s*import\s+([\w.\s,]+?)\s*$")
-_SIMPLE_CLASS = re.compile(r"^\s*class\s+(\w+)\s*(?:\(([\w.\s,]*)\))?\s*:\s*pass$")
+# A snippet that does not parse: not code (a docstring line), null bytes, absurd nesting.
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
+# Matched against stripped snippets. Linear by construction: no two adjacent parts can match
+# the same characters (a group after `\s+` starts with a non-space), so a long line that
+# fails at its end is not retried split by split (`from a import b` + 200,000 spaces + `;`).
+_SIMPLE_FROM = re.compile(r"from\s+(\.*)(\w[\w.]*)?\s+import\s+([\w,][\w\s,]*)$")
+_SIMPLE_IMPORT = re.compile(r"import\s+([\w.,][\w.\s,]*)$")
+_SIMPLE_CLASS = re.compile(r"class\s+(\w+)(?:\s*\(([\w.\s,]*)\))?\s*:\s*pass$")
 _AS = re.compile(r"^([\w.]+)(?:\s+as\s+(\w+))?$")
 
 
 def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
     """Record a one-line import or a plain class header without parsing; False: needs ast."""
-    snippet = snippet.rstrip("\n")
+    snippet = snippet.strip()
     m = _SIMPLE_FROM.match(snippet)
     if m:
         base = resolve_relative(header.module, header.is_package, m.group(2) or None, len(m.group(1)))

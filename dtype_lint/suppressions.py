@@ -42,13 +42,15 @@ Lines break at \\r\\n, \\r and \\n, like libcst and Python count them.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Collection, Iterable
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
 from dtype_lint.source import SourceText, iter_code
 
-_IGNORE = re.compile(r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n]*)\])?")
+# A code list never holds `#`: each directive's scan stops at the next one (linear per comment).
+_IGNORE = re.compile(r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?")
 _NOQA = re.compile(
     r"#\s*(?i:noqa)(?![\w-])"
     r"(?:\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:(?:\s*,\s*|[ \t]+)[A-Za-z]+[0-9]+)*))?"
@@ -132,10 +134,15 @@ def _split_codes(text: str) -> tuple[str, ...]:
 
 def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
     out = []
-    for m in _IGNORE.finditer(comment):
-        rest = comment[m.end() :]
-        cut = _REASON_END.search(rest)
-        rest = rest[: cut.start()] if cut else rest
+    ignores = list(_IGNORE.finditer(comment))
+    # A reason ends at the next ` #` or where the next directive starts; the ends are found in
+    # one pass each, so a comment of many directives costs its length, not its length squared.
+    ends = [m.start() for m in _REASON_END.finditer(comment)]
+    starts = [m.start() for m in ignores]
+    for i, m in enumerate(ignores):
+        j = bisect_left(ends, m.end())
+        stop = min(ends[j] if j < len(ends) else len(comment), starts[i + 1] if i + 1 < len(starts) else len(comment))
+        rest = comment[m.end() : stop]
         reason = rest.strip().lstrip(_SEPARATORS).strip()
         if not re.search(r"\w", reason):
             reason = ""
@@ -179,21 +186,20 @@ class _File(SourceText):
         super().__init__(source)
         # Cheap for the common file without directives: parse_suppressions prefilters.
         self.suppressions = parse_suppressions(source)
-        self.by_line: dict[int, list[Suppression]] = {}
+        # (line, code) -> the valid suppressions of that code on that line: a lookup per line
+        # of a finding, however many directives one line holds.
+        self.by_line: dict[tuple[int, str], list[Suppression]] = {}
         for s in self.suppressions:
-            self.by_line.setdefault(s.line, []).append(s)
+            if not s.problem:
+                for code in dict.fromkeys(s.our_codes):
+                    self.by_line.setdefault((s.line, code), []).append(s)
 
     def covering(self, f: Finding) -> list[Suppression]:
         if not self.by_line:
             return []
         sp = f.span
         last = sp.end_line - 1 if sp.end_line > sp.line and sp.end_col <= 1 else sp.end_line
-        return [
-            s
-            for n in range(sp.line, max(sp.line, last) + 1)
-            for s in self.by_line.get(n, ())
-            if s.suppresses(f.code)
-        ]
+        return [s for n in range(sp.line, max(sp.line, last) + 1) for s in self.by_line.get((n, f.code), ())]
 
     def removal(self, s: Suppression) -> Edit:
         """Delete the directive, with the whitespace that separated it (or its whole line)."""
