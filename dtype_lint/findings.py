@@ -45,6 +45,16 @@ class Fix:
     imports: tuple[tuple[str, str], ...] = ()
     # Why a fix is unsafe (empty when safe).
     unsafe_reason: str = ""
+    # The local name each of `imports` is bound to in the fixed file (the imported name itself
+    # unless the file already uses it for something else), in the same order.
+    aliases: tuple[str, ...] = ()
+    # Variables the fix assigns in the site's function, fresh there: the fixer verifies that
+    # these and the aliases resolve to what the fix meant before anything is written.
+    binds: tuple[str, ...] = ()
+
+    def local_names(self) -> tuple[tuple[str, str, str], ...]:
+        """(module, name, local name) of each import."""
+        return tuple((m, n, self.aliases[i] if i < len(self.aliases) else n) for i, (m, n) in enumerate(self.imports))
 
 
 @dataclass
@@ -81,6 +91,8 @@ class Finding:
                 edits=tuple(Edit(**e) for e in fix["edits"]),
                 imports=tuple(tuple(i) for i in fix.get("imports", ())),
                 unsafe_reason=fix.get("unsafe_reason", ""),
+                aliases=tuple(fix.get("aliases", ())),
+                binds=tuple(fix.get("binds", ())),
             )
         return cls(
             code=d["code"],

@@ -2,8 +2,9 @@
 
 Fixes are applied in rounds (like ruff): the edits of one round never overlap; a fix skipped for
 overlap is retried on the re-analysed text of the next round. Every round must parse; an import
-the fixes orphaned is dropped at the end. Any failure returns the original text with the reason,
-which the run reports as DTL901. Nothing here writes: the pipeline writes the result through
+the fixes orphaned is dropped at the end; the names the fixes introduced are then verified
+(fixcheck.py). Any failure returns the original text with the reason, which the run reports as
+DTL901. Nothing here writes: the pipeline writes the result through
 writer.py, the only code that touches the user's files.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .findings import FIX_FAILED, Edit, Finding, Span
+from .fixcheck import FixCheckError, verify_names
 from .source import SourceText
 
 MAX_ROUNDS = 6
@@ -54,11 +56,18 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
     nl = SourceText(text).newline
     accepted: list[Edit] = []
     applied: list[Finding] = []
+    bound: set[tuple[str, str]] = set()
     for f in findings:
         edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in f.fix.edits]
         new = [e for e in edits if e not in accepted]
         if any(_overlaps(e, a) for e in new for a in accepted) or _self_overlap(new):
             continue
+        # Two fixes of one function planned on the same text may pick the same fresh variable;
+        # the second waits for the next round, where the first's is no longer fresh.
+        names = {(f.scope, v) for v in f.fix.binds}
+        if names & bound:
+            continue
+        bound |= names
         accepted.extend(new)
         applied.append(f)
     # Apply back to front; insertions at the same offset keep their listed order.
@@ -142,6 +151,10 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
                 verify_parses(cleaned, path)
                 out.text = cleaned
                 findings = analyze(out.text)
+        try:
+            verify_names(text, out.text, out.applied)
+        except FixCheckError as e:
+            raise FixError(str(e)) from None
     except Exception as e:  # nothing may escape and lose the file
         why = str(e) if isinstance(e, FixError) else f"{type(e).__name__}: {e}"
         return failed(path, text, why, first if first is not None else analyze(text))

@@ -16,12 +16,14 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from .config import Config
 from .facts import FunctionScope, walk_function
 from .findings import Edit, Fix
 from .helper import helper_table
 from .import_edit import import_edit
+from .names import bindings, fresh, has_star_import, identifiers
 from .patterns import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
 from .source import SourceFile
 from .truth_table import prove_guarded_cast
@@ -54,15 +56,37 @@ class Planner:
         header = self.project.index.modules.get(self.module)
         return header.path if header is not None else None
 
-    def _fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "") -> Fix:
+    @cached_property
+    def name(self) -> str:
+        """The name the fixed code calls the helper by: the name an existing top-level
+        `from <module> import <func> [as name]` binds when nothing else binds it, else the
+        function's own name when the module uses it nowhere (no local, parameter, global or
+        import could shadow the helper, or be shadowed by it), else a fresh `_<func>` alias.
+        A star import may bind any public name, so a module with one gets an underscore alias."""
+        bound = bindings(self.tree)
+        star = has_star_import(self.tree)
+        for stmt in self.tree.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
+                for a in stmt.names:
+                    local = a.asname or a.name
+                    if a.name == self.func and bound[local] == 1 and not (star and not local.startswith("_")):
+                        return local
+        taken = identifiers(self.tree)
+        if self.func not in taken and not (star and not self.func.startswith("_")):
+            return self.func
+        return fresh(f"_{self.func.lstrip('_')}", taken)
+
+    def _fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
+             binds: tuple[str, ...] = ()) -> Fix:
         """A fix routing through the helper: its edits plus the helper's import."""
         if self._import is None:
-            edit = import_edit(self.src, self.tree, self.module, self.func)
+            edit = import_edit(self.src, self.tree, self.module, self.func, None if self.name == self.func else self.name)
             self._import = [] if edit is None else [edit]
         if safe is None:
             safe = self.flag_default == "True"
             unsafe_reason = "" if safe else "fp8-input-default=false changes the cast for fp8 weights"
-        return Fix(description, safe, tuple(edits) + tuple(self._import), ((self.module, self.func),), unsafe_reason)
+        return Fix(description, safe, tuple(edits) + tuple(self._import), ((self.module, self.func),), unsafe_reason,
+                   aliases=(self.name,), binds=binds)
 
     # ---- entry ------------------------------------------------------------------------
     def plan(self, site: Site) -> tuple[Fix | None, str]:
@@ -140,7 +164,8 @@ class Planner:
             edits.append(Edit(hoist_text[0], hoist_text[0], hoist_text[1]))
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
-        return self._fix(f"route the guarded cast through `{self.func}` (proven by truth table)", edits, True), ""
+        return self._fix(f"route the guarded cast through `{self.func}` (proven by truth table)", edits, True,
+                         binds=(var,)), ""
 
     def _statement(self, site: Site, stmt: ast.stmt) -> Fix | None:
         if not (self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site)):
@@ -154,7 +179,7 @@ class Planner:
         edits += self._guard(site, stmt, var)
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
-        return self._fix(f"cast only when `{self.func}` names an input dtype", edits)
+        return self._fix(f"cast only when `{self.func}` names an input dtype", edits, binds=(var,))
 
     def _expression(self, site: Site) -> tuple[Fix | None, str]:
         receiver = site.call.func.value  # type: ignore[union-attr]
@@ -165,7 +190,7 @@ class Planner:
         if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
             recv = f"({recv})"
         a0, a1 = self.src.node_offsets(site.arg)
-        text = f"{self.func}({layer}, {self.flag_default}) or {recv}.dtype"
+        text = f"{self.name}({layer}, {self.flag_default}) or {recv}.dtype"
         return self._fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None",
                          [Edit(a0, a1, text)]), ""
 
@@ -193,7 +218,7 @@ class Planner:
         # of a multi-line value go with it.
         _, t1 = self.src.node_offsets(assign.targets[0])
         _, s1 = self.src.node_offsets(assign)
-        edits = [Edit(t1, s1, f" = {self.func}({layer}, {self.flag_default})")]
+        edits = [Edit(t1, s1, f" = {self.name}({layer}, {self.flag_default})")]
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             edits += self._guard(site, stmt, name)
         else:
@@ -254,14 +279,10 @@ class Planner:
         layer = site.wds.layer
         base = layer.attr if isinstance(layer, ast.Attribute) else (layer.id if isinstance(layer, ast.Name) else "layer")
         base = re.sub(r"^_+", "", base) or "layer"
-        var = f"{base}_input_dtype"
-        used = {n.id for n in ast.walk(site.fn) if isinstance(n, ast.Name)} | set(site.scope.params)
-        n = 2
-        candidate = var
-        while candidate in used:
-            candidate = f"{var}_{n}"
-            n += 1
-        return candidate
+        # Fresh in the function: not a local, parameter, `global`/`nonlocal`, import or nested
+        # definition there (which it would shadow or be shadowed by), nor the helper's name.
+        used = identifiers(site.fn) | set(site.scope.params) | {self.name}
+        return fresh(f"{base}_input_dtype", used)
 
     def _hoist_line(self, site: Site, var: str, flag: str, anchor_stmt: ast.stmt) -> tuple[int | None, str]:
         """Where the helper call goes: before the outermost enclosing loop it is invariant in,
@@ -280,7 +301,7 @@ class Planner:
                     loop = node
                 else:
                     break
-        line_text = f"{self.func}({layer}, {flag})"
+        line_text = f"{self.name}({layer}, {flag})"
         if loop is None:
             indent = self.src.indent_of(anchor_stmt.lineno)
             return None, f"{indent}{var} = {line_text}\n"

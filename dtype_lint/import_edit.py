@@ -33,12 +33,15 @@ def _isort_key(name: str) -> tuple:
     return kind, name.lower()
 
 
-def import_edit(src: SourceText, tree: ast.Module, module: str, name: str) -> Edit | None:
+def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asname: str | None = None) -> Edit | None:
+    """`from module import name` (`as asname`: the planner's fresh alias when `name` is taken)."""
     nl = "\n"  # the fixer writes every inserted line break in the file's own style
     block = _leading_block(tree)
     top_from = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.level == 0 and s.col_offset == 0]
-    if any(s.module == module and any(a.name == name and a.asname is None for a in s.names) for s in top_from):
+    if any(s.module == module and any(a.name == name and a.asname == asname for a in s.names) for s in top_from):
         return None
+    if asname is not None:
+        name = f"{name} as {asname}"  # isort keeps an aliased import on a line of its own
     line_of = {}
     for s in block:
         for n in range(s.lineno, s.end_lineno + 1):
@@ -56,7 +59,7 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str) -> Ed
     same = [s for s in block if s in top_from and s.module == module and alone(s)]
     for s in same:
         raw = src.line(s.lineno)
-        if s.lineno == s.end_lineno and "(" not in raw and "#" not in raw and "\\" not in raw \
+        if asname is None and s.lineno == s.end_lineno and "(" not in raw and "#" not in raw and "\\" not in raw \
                 and all(a.asname is None for a in s.names):
             names = sorted([a.name for a in s.names] + [name], key=_isort_key)
             start = src.offset(s.lineno, 0)

@@ -1,0 +1,143 @@
+"""Verify a fixed module before it is written: the names a fix introduced mean what it meant.
+
+The planner picks names it believes fresh; this module checks the result independently, with
+libcst's scope analysis (`ScopeProvider`) of the fixed text. Detection never pays for libcst; the
+few files a run rewrites do, once each, and this is where libcst earns its cost:
+
+- the helper, under its local name, is bound exactly once in the whole module, by a top-level
+  `from <module> import <func> [as name]`, and every use of that name resolves to that import
+  alone (no local, parameter, global, nested definition or other import shadows it), with no
+  star import that could rebind it;
+- each variable a fix assigns was not a name in its function before the fix (it shadows
+  nothing), is a local there (no `global`/`nonlocal`), is assigned there once, and every use of
+  it resolves to that assignment alone.
+
+A violation raises FixError: the file is left as it was and the run reports DTL901 with the
+reason, its sites remaining. The fixer has already checked that the text parses.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .findings import Finding
+from .names import identifiers
+from .rule import iter_functions
+
+
+class FixCheckError(Exception):
+    pass
+
+
+def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
+    """Raise FixCheckError when a name an applied fix introduced does not resolve as intended."""
+    helpers = {t for f in applied if f.fix is not None for t in f.fix.local_names()}
+    variables = {(f.scope, v) for f in applied if f.fix is not None for v in f.fix.binds}
+    if not helpers and not variables:
+        return
+    _check_fresh(original, variables)
+
+    import libcst as cst
+    from libcst.metadata import ClassScope, FunctionScope, GlobalScope, MetadataWrapper, ScopeProvider
+
+    try:
+        module = cst.parse_module(fixed)
+        scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as e:
+        raise FixCheckError(f"the fixed text cannot be analysed ({type(e).__name__})") from None
+    every = list({id(s): s for s in scopes.values() if s is not None}.values())
+    top = next((s for s in every if isinstance(s, GlobalScope)), None)
+
+    def assigned(name: str):
+        return [a for s in every for a in s.assignments if a.name == name]
+
+    def accesses(name: str):
+        return [acc for s in every for acc in s.accesses if isinstance(acc.node, cst.Name) and acc.node.value == name]
+
+    star = any(isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar) for n in _top_statements(module))
+    for mod, func, local in sorted(helpers):
+        binds = assigned(local)
+        ours = [a for a in binds if a.scope is top and _imports(a.node, mod, func, local) and _is_top_level(a.node, module)]
+        if len(binds) != 1 or len(ours) != 1:
+            raise FixCheckError(f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module binds "
+                                f"`{local}` {len(binds)} times")
+        if star and not local.startswith("_"):
+            raise FixCheckError(f"a star import could rebind `{local}`, the helper's name")
+        for acc in accesses(local):
+            if [id(r) for r in acc.referents] != [id(ours[0])]:
+                raise FixCheckError(f"a use of `{local}` does not resolve to the helper's import")
+
+    for scope_name, var in sorted(variables):
+        functions = [s for s in every if isinstance(s, FunctionScope) and _qualname(s, FunctionScope, ClassScope) == scope_name]
+        counts = [sum(1 for a in s.assignments if a.name == var) for s in functions]
+        if not any(counts) or any(c > 1 for c in counts):
+            raise FixCheckError(f"`{var}` is not assigned exactly once as a local of `{scope_name}`")
+        mine = {id(a) for s in functions for a in s.assignments if a.name == var}
+        for acc in accesses(var):
+            refs = {id(r) for r in acc.referents}
+            if refs & mine and len(refs) != 1:
+                raise FixCheckError(f"a use of `{var}` in `{scope_name}` may also resolve to another binding")
+
+
+def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
+    """Each new variable was no name at all in its function before the fix: assigning it cannot
+    capture an existing use, or shadow a parameter, global, import or nested definition."""
+    if not variables:
+        return
+    try:
+        tree = ast.parse(original)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise FixCheckError("the original text cannot be analysed") from None
+    names: dict[str, set[str]] = {}
+    for fn, _class_q, qualname in iter_functions(tree, ""):
+        names.setdefault(qualname, set()).update(identifiers(fn))
+    for scope_name, var in variables:
+        if var in names.get(scope_name, set()):
+            raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
+
+
+def _qualname(scope, function_scope, class_scope) -> str:
+    parts = []
+    s = scope
+    while isinstance(s, (function_scope, class_scope)):
+        parts.append(s.name or "<lambda>")
+        s = s.parent
+    return ".".join(reversed(parts))
+
+
+def _top_statements(module):
+    import libcst as cst
+
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield from stmt.body
+
+
+def _is_top_level(node, module) -> bool:
+    return any(node is stmt for stmt in _top_statements(module))
+
+
+def _imports(node, module: str, func: str, local: str) -> bool:
+    import libcst as cst
+
+    if not isinstance(node, cst.ImportFrom) or node.relative or node.module is None \
+            or isinstance(node.names, cst.ImportStar):
+        return False
+    if _dotted(node.module) != module:
+        return False
+    for alias in node.names:
+        name = _dotted(alias.name)
+        asname = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
+        if name == func and (asname or name) == local:
+            return True
+    return False
+
+
+def _dotted(node) -> str:
+    import libcst as cst
+
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""

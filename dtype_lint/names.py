@@ -1,0 +1,58 @@
+"""Every name a piece of code binds or reads: what a fix must not reuse for the names it adds.
+
+A fix introduces names (the helper, imported under some local name, and a variable holding its
+result). A name the code already uses anywhere in the region that name would be visible from,
+in any role (variable, parameter, function, class, import, `global`/`nonlocal`, exception or
+match capture, type parameter), is not fresh: binding it again would shadow it, or be shadowed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+
+
+def _names_of(node: ast.AST, loads: bool):
+    if isinstance(node, ast.Name):
+        if loads or not isinstance(node.ctx, ast.Load):
+            yield node.id
+    elif isinstance(node, ast.arg):
+        yield node.arg
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield node.name
+    elif isinstance(node, ast.alias):
+        if node.name != "*":
+            yield node.asname or node.name.split(".")[0]
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        yield from node.names
+    else:
+        # except ... as name, match captures (MatchAs, MatchStar, MatchMapping.rest), and
+        # 3.12 type parameters (TypeVar, ParamSpec, TypeVarTuple) carry the name as a string.
+        for attr in ("name", "rest"):
+            value = getattr(node, attr, None)
+            if isinstance(value, str):
+                yield value
+
+
+def identifiers(node: ast.AST) -> set[str]:
+    """Every name `node` and the code inside it bind or read."""
+    return {name for n in ast.walk(node) for name in _names_of(n, loads=True)}
+
+
+def bindings(node: ast.AST) -> Counter:
+    """How many times each name is bound in `node` and the code inside it (reads not counted)."""
+    return Counter(name for n in ast.walk(node) for name in _names_of(n, loads=False))
+
+
+def has_star_import(tree: ast.Module) -> bool:
+    """`from x import *` anywhere: it may bind any public name, unseen."""
+    return any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
+
+
+def fresh(base: str, taken: set[str]) -> str:
+    """`base`, else `base_2`, `base_3`... whichever `taken` does not hold."""
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate = f"{base}_{n}"
+        n += 1
+    return candidate
