@@ -48,7 +48,7 @@ class Cache:
         analysis read (`stamp_of(path)` gives its stamp now) are unchanged."""
         entry = self.data["findings"].get(self._k(path)) if self.enabled else None
         if not (_shaped(entry, (str, str, list, dict)) and entry[0] == stamp and entry[1] == digest
-                and all(isinstance(d, dict) for d in entry[2])):
+                and all(_finding_shaped(d) for d in entry[2])):
             return None
         if any(not isinstance(dep_stamp, str) or stamp_of(dep) != dep_stamp for dep, dep_stamp in entry[3].items()):
             return None
@@ -115,3 +115,33 @@ def _load(path: Path):
 def _shaped(entry, types: tuple) -> bool:
     return isinstance(entry, list) and len(entry) == len(types) and all(
         isinstance(v, t) for v, t in zip(entry, types))
+
+
+_INT, _STR, _BOOL = "int", "str", "bool"
+_FINDING = {"code": _STR, "message": _STR, "path": _STR, "confidence": _STR, "no_fix_reason": _STR,
+            "scope": _STR, "expression": _STR,
+            "span": {"line": _INT, "col": _INT, "end_line": _INT, "end_col": _INT},
+            "evidence": [{"message": _STR, "path": _STR, "line": _INT}],
+            "fix": {"description": _STR, "safe": _BOOL, "unsafe_reason": _STR,
+                    "edits": [{"start": _INT, "end": _INT, "text": _STR}], "imports": [[_STR]],
+                    "aliases": [_STR], "binds": [_STR]}}
+
+
+def _finding_shaped(d) -> bool:
+    """A cached finding has the types `Finding.to_dict` gives (a `fix` may be null)."""
+    return _fits(d, _FINDING)
+
+
+def _fits(value, schema) -> bool:
+    if schema == _INT:
+        return type(value) is int
+    if schema == _STR:
+        return type(value) is str
+    if schema == _BOOL:
+        return type(value) is bool
+    if isinstance(schema, list):
+        return isinstance(value, list) and all(_fits(v, schema[0]) for v in value)
+    if value is None and "edits" in schema:
+        return True  # no fix
+    return isinstance(value, dict) and all(k in value and _fits(value[k], sub) for k, sub in schema.items()
+                                            if k in value or k in ("code", "message", "path", "span"))

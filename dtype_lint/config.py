@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import json
 import keyword
+import os
 import re
 import sys
 from dataclasses import dataclass, field, fields
@@ -136,6 +137,8 @@ def read_toml(path: Path) -> dict:
     TOML) is a ConfigError, never a hang or a traceback."""
     from .source import read_bytes
 
+    if os.path.realpath(path) == os.devnull:
+        return {}  # `--config /dev/null`: no settings (the only device read as a file)
     try:
         data = read_bytes(path, MAX_CONFIG_BYTES)
     except (OSError, ValueError) as e:

@@ -32,7 +32,7 @@ from .index import ModuleHeader, QuantizableLayerIndex, extract_header
 from .prefilter import for_rules, has_suppression
 from .source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from .workers import effective_jobs, parallel_map, worker_state
-from .writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps, target_problem
+from .writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 
 
 class UserError(Exception):
@@ -85,8 +85,11 @@ def run(config: Config, options: RunOptions) -> RunResult:
     jobs = effective_jobs(options.jobs)
     staging = config.root / config.cache_dir / "tmp"
     writer = ProjectWriter(config.root, staging)
-    if options.write_baseline and (problem := target_problem(options.write_baseline)):
-        raise UserError(problem)  # before any fix is written, not after
+    if options.write_baseline:
+        try:
+            writer.check(options.write_baseline)  # before any fix is written, not after
+        except WriteError as e:
+            raise UserError(str(e)) from None
     temps: list[str] = []
     try:
         files, index_files = _discover(config, options.paths, temps)

@@ -139,20 +139,6 @@ class WriteRecord:
     why: str  # "fix", "helper", "package marker", "baseline", "report", "cache"
 
 
-def target_problem(path: str | os.PathLike) -> str | None:
-    """Why a file named on the command line (a report, a baseline) cannot be written there, or
-    None: checked before a run, so that a run that rewrites files never loses its report."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        return f"{path}: folder {os.path.dirname(path) or folder} does not exist"
-    if os.path.isdir(path):
-        return f"{path}: is a folder"
-    if os.path.exists(path) and not os.path.isfile(path):
-        return f"{path}: not a regular file"
-    return None
-
-
 @dataclass
 class ProjectWriter:
     """Writes into one project, and remembers what it wrote."""
@@ -335,3 +321,13 @@ class ProjectWriter:
         record = WriteRecord(self.rel(path), "changed" if st is not None else "created", why)
         self.records.append(record)
         return record
+
+
+def target_problem(path: str | os.PathLike) -> str | None:
+    """Why a file the user named on the command line (a report) could not be written, or None:
+    checked before a run, so that a run that rewrites files never loses its report."""
+    try:
+        ProjectWriter(Path(os.getcwd())).check(path, outside_ok=True)
+    except WriteError as e:
+        return str(e)
+    return None
