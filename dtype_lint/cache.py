@@ -61,20 +61,28 @@ class Cache:
             self.dirty = True
 
     def save(self, writer) -> None:
-        """Write through the run's writer; a folder dtype-lint creates gets a `.gitignore` that
-        covers that folder alone (never the project: the cache folder must be its own)."""
+        """Write through the run's writer. The cache folder gets a `.gitignore` of `*` only while
+        it holds nothing but dtype-lint's own files (so never the project root, never a folder of
+        the user's; and a run killed after making the folder leaves it for the next run to add)."""
         if not (self.enabled and self.dirty):
             return
         from .writer import WriteError
 
         try:
-            created = not self.path.parent.exists()
-            writer.make_dirs(self.path.parent, "cache")
-            if created:  # only a folder this run made is known to be the cache's alone
-                writer.write(self.path.parent / ".gitignore", b"# created by dtype-lint\n*\n", "cache")
+            folder = self.path.parent
+            writer.make_dirs(folder, "cache")
+            gitignore = folder / ".gitignore"
+            if not gitignore.exists() and all(_ours(name) for name in os.listdir(folder)):
+                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache")
             writer.write(self.path, encode(self.data), "cache")
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
+
+
+def _ours(name: str) -> bool:
+    from .writer import is_temp_name
+
+    return name == "tmp" or (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
 
 
 # A cache larger than this is not ours (vLLM's whole tree caches in a few MB).
