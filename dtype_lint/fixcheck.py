@@ -68,7 +68,9 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
                 raise FixCheckError(f"a use of `{local}` does not resolve to the helper's import")
 
     for scope_name, var in sorted(variables):
-        functions = [s for s in every if isinstance(s, FunctionScope) and _qualname(s, FunctionScope, ClassScope) == scope_name]
+        # The site's function, or a function nested in it (a closure the finding is reported in).
+        functions = [s for s in every if isinstance(s, FunctionScope)
+                     and _within(_qualname(s, FunctionScope, ClassScope), scope_name)]
         counts = [sum(1 for a in s.assignments if a.name == var) for s in functions]
         if not any(counts) or any(c > 1 for c in counts):
             raise FixCheckError(f"`{var}` is not assigned exactly once as a local of `{scope_name}`")
@@ -94,6 +96,10 @@ def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
     for scope_name, var in variables:
         if var in names.get(scope_name, set()):
             raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
+
+
+def _within(qualname: str, scope_name: str) -> bool:
+    return qualname == scope_name or qualname.startswith(scope_name + ".")
 
 
 def _qualname(scope, function_scope, class_scope) -> str:

@@ -294,8 +294,8 @@ class Planner:
         node: ast.AST = anchor_stmt
         while id(node) in site.parents:
             node = site.parents[id(node)]
-            if node is site.fn:
-                break
+            if node is site.fn or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                break  # never out of the function the site runs in: its names may mean other things outside
             if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
                 if self._invariant(node, needed, layer_dump):
                     loop = node
