@@ -506,28 +506,29 @@ def _write_problem(writer: ProjectWriter, ff: _FileFix) -> str | None:
 
 
 def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str | None:
-    """Why `from <helper module> import ...` would not resolve in `path`, or None. The helper's
-    module is found from the folder its top-level package sits in; the file must be imported
-    from that same folder (its import root; for a file outside any package, which a namespace
-    package may hold, that folder or one above it inside the project)."""
+    """Why `from <helper module> import ...` would not reach the helper from `path`, or None.
+
+    The file is imported from its import root (see discovery.module_name; a file outside any
+    package, from its own folder). When that is where the helper's top-level package sits, the
+    import resolves. From another import root it resolves through the installed project (tests
+    or scripts next to `python/sglang`), unless that root has a module or package of the same
+    top-level name of its own: there the import would find that one (a vendored copy, a
+    second layout of the package) and fail, or call something else."""
     parts = helper.module.split(".")
     depth = len(parts) + (1 if helper.path.name == "__init__.py" else 0)
     base = os.path.realpath(helper.path.parent)
     for _ in range(depth - 1):
         base = os.path.dirname(base)
-    file_root = import_root(path, root)
-    if file_root is not None:
-        ok = os.path.realpath(file_root) == base
-    else:
-        folder, top = os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.realpath(root)
-        ok = (folder == base or folder.startswith(base + os.sep)) and (base == top or base.startswith(top + os.sep))
-    if ok:
+    file_root = os.path.realpath(import_root(path, root) or os.path.dirname(os.path.abspath(path)))
+    if file_root == base:
         return None
-    where = os.path.relpath(base, root)
-    return (f"the helper `{helper.module}` is imported from `{where}`, which is not where this file's "
-            f"package is imported from (`{os.path.relpath(file_root or os.path.dirname(os.path.abspath(path)), root)}`); "
-            "`from "
-            f"{helper.module} import {helper.func}` would not resolve here")
+    for shadow in (os.path.join(file_root, parts[0]), os.path.join(file_root, parts[0] + ".py")):
+        if os.path.exists(shadow):
+            return (f"this file is imported from `{os.path.relpath(file_root, root)}`, whose own "
+                    f"`{os.path.relpath(shadow, root)}` would be found for `{parts[0]}`: "
+                    f"`from {helper.module} import {helper.func}` would not reach the helper in "
+                    f"`{os.path.relpath(str(helper.path), root)}`")
+    return None
 
 
 def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:

@@ -235,15 +235,21 @@ def test_the_check_accepts_what_the_planner_writes():
 # --- the helper must be importable from the fixed file ---------------------------------------------
 
 
-def test_a_file_of_another_package_root_is_not_given_an_unresolvable_import(tmp_path: Path):
-    plugin = attn().replace("from proj.layers import QLinear", "from proj.layers import QLinear  # noqa")
-    root = project(tmp_path, attn(), {"examples/plugin/plugin_pkg/__init__.py": "",
-                                      "examples/plugin/plugin_pkg/mod.py": plugin})
+def test_a_file_whose_import_root_has_its_own_package_of_that_name_is_not_fixed(tmp_path: Path):
+    """`third_party/proj/` is imported from `third_party/`, where `proj` is the vendored copy:
+    `from proj.dtypes import ...` there would not find the helper in the project's `proj/`."""
+    from tiny_project import ATTN as VLLM_ATTN  # a vLLM layer: resolved wherever the file lies
+
+    root = project(tmp_path, attn(), {"third_party/proj/__init__.py": "", "third_party/proj/vendored.py": VLLM_ATTN,
+                                      "examples/plugin/plugin_pkg/__init__.py": "",
+                                      "examples/plugin/plugin_pkg/mod.py": VLLM_ATTN})
     proc = dtl(root, "check", "--fix", "--no-cache", "--output-format", "concise")
     assert proc.returncode == 1
-    assert "DTL901" in proc.stdout and "would not resolve here" in proc.stdout
-    assert (root / "examples/plugin/plugin_pkg/mod.py").read_text() == plugin
+    assert "third_party/proj/vendored.py:1:1: DTL901" in proc.stdout and "would not reach the helper" in proc.stdout
+    assert (root / "third_party/proj/vendored.py").read_text() == VLLM_ATTN
     assert "get_layer_input_dtype(self.kv_b_proj, True)" in (root / "proj/attn.py").read_text()
+    # Another import root without a `proj` of its own reaches the installed project's.
+    assert "from proj.dtypes import" in (root / "examples/plugin/plugin_pkg/mod.py").read_text()
 
 
 def test_a_src_layout_gets_its_helper_under_src(tmp_path: Path):
@@ -254,8 +260,7 @@ def test_a_src_layout_gets_its_helper_under_src(tmp_path: Path):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     proc = dtl(root, "check", "--fix", "--no-cache", "--output-format", "concise")
-    assert (root / "src/proj/dtypes.py").exists()
-    assert "get_layer_input_dtype(self.kv_b_proj, True)" in (root / "src/proj/attn.py").read_text()
-    # scripts/ is no package and not under src/: `from proj.dtypes import ...` would not resolve there
-    assert proc.returncode == 1 and "would not resolve here" in proc.stdout
-    ast.parse((root / "scripts/run.py").read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (root / "src/proj/dtypes.py").exists() and not (root / "proj").exists()
+    for rel in ("src/proj/attn.py", "scripts/run.py"):
+        assert "from proj.dtypes import get_layer_input_dtype" in (root / rel).read_text()
