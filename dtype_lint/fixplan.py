@@ -50,6 +50,8 @@ class Planner:
         self.module, self.func = config.helper_spec
         self.flag_default = "True" if config.fp8_input_default else "False"
         self._import: list[Edit] | None = None
+        self._fn_vars: dict[int, set[str]] = {}  # id(function) -> variables given to its sites
+        self._site_vars: dict[int, str] = {}  # id(cast call) -> its variable
 
     @property
     def helper_path(self) -> str | None:
@@ -280,9 +282,15 @@ class Planner:
         base = layer.attr if isinstance(layer, ast.Attribute) else (layer.id if isinstance(layer, ast.Name) else "layer")
         base = re.sub(r"^_+", "", base) or "layer"
         # Fresh in the function: not a local, parameter, `global`/`nonlocal`, import or nested
-        # definition there (which it would shadow or be shadowed by), nor the helper's name.
-        used = identifiers(site.fn) | set(site.scope.params) | {self.name}
-        return fresh(f"{base}_input_dtype", used)
+        # definition there (which it would shadow or be shadowed by), nor the helper's name, nor
+        # a name another site of the function got in this pass (their fixes go in one round).
+        if id(site.call) in self._site_vars:
+            return self._site_vars[id(site.call)]
+        taken = self._fn_vars.setdefault(id(site.fn), set())
+        var = fresh(f"{base}_input_dtype", identifiers(site.fn) | set(site.scope.params) | {self.name} | taken)
+        taken.add(var)
+        self._site_vars[id(site.call)] = var
+        return var
 
     def _hoist_line(self, site: Site, var: str, flag: str, anchor_stmt: ast.stmt) -> tuple[int | None, str]:
         """Where the helper call goes: before the outermost enclosing loop it is invariant in,

@@ -224,11 +224,13 @@ class RuleContext:
         return self._facts.project
 
     def calls(self):
-        """(candidate, call node) for every call in every candidate function."""
+        """(candidate, call node) for every call in every candidate function, in source order (the
+        fix planner names the variables of a function's sites in the order they are met)."""
         for c in self.candidates:
-            for node in c.nodes:
-                if isinstance(node, ast.Call):
-                    yield c, node
+            calls = [node for node in c.nodes if isinstance(node, ast.Call)]
+            calls.sort(key=lambda n: (n.lineno, n.col_offset))
+            for node in calls:
+                yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
                       site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
