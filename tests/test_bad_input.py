@@ -301,3 +301,19 @@ def test_a_cr_only_file_gets_cr_in_inserted_lines(tmp_path: Path):
 def test_changed_since_with_a_malformed_revision_is_exit_2(tmp_path: Path, ref: str):
     root = tiny_project(tmp_path)
     assert_error(dtl(root, "check", f"--changed-since={ref}"), "not a git revision")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="this file system refuses control characters in names")
+def test_control_characters_in_file_names_never_reach_the_output_raw(tmp_path: Path):
+    root = tiny_project(tmp_path)
+    (root / "proj/a\x1b[2Jb\tc.py").write_text(ATTN)
+    for fmt in ("text", "concise", "github", "json", "sarif", "junit", "gitlab"):
+        proc = dtl(root, "check", "--no-cache", "--output-format", fmt)
+        assert proc.returncode == 1
+        assert "\x1b" not in proc.stdout + proc.stderr
+    text = dtl(root, "check", "--no-cache", "--output-format", "text").stdout
+    assert "proj/a\\x1b[2Jb\\tc.py:11:13: DTL001" in text
+    assert "x = x.to(self.kv_b_proj.weight.dtype)" in text  # the frame is read from the real name
+    fixed = dtl(root, "check", "--no-cache", "--fix")
+    assert fixed.returncode == 0 and "\x1b" not in fixed.stdout + fixed.stderr
+    assert FIXED_CALL in (root / "proj/a\x1b[2Jb\tc.py").read_text()

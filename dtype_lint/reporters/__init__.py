@@ -89,8 +89,33 @@ def render(
     )
     if statistics and fmt in HUMAN_FORMATS:
         module_name = "stats_table"
+    findings, ctx.read_source = _printable_paths(findings, read_source)
     module = importlib.import_module(f"dtype_lint.reporters.{module_name}")
     module.render(findings, summary, out, ctx)
+
+
+def _printable_paths(findings: "list[Finding]", read_source: Callable[[str], "str | None"]):
+    """Findings whose file names hold control characters (an escape sequence in a name would
+    drive the terminal, and XML forbids them), shown with those characters escaped; the source
+    is still read from the real name."""
+    import dataclasses
+
+    real: dict[str, str] = {}
+
+    def shown(path: str) -> str:
+        if path.isprintable():
+            return path
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in path)
+        real[text] = path
+        return text
+
+    out = [dataclasses.replace(f, path=shown(f.path),
+                               evidence=tuple(dataclasses.replace(e, path=shown(e.path)) for e in f.evidence))
+           if not (f.path.isprintable() and all(e.path.isprintable() for e in f.evidence)) else f
+           for f in findings]
+    if not real:
+        return findings, read_source
+    return out, lambda path: read_source(real.get(path, path))
 
 
 __all__ = ["ENGINE_RULES", "FORMATS", "HUMAN_FORMATS", "RuleInfo", "RunSummary", "render"]
