@@ -160,7 +160,9 @@ class ProjectWriter:
         self._made.clear()
 
     def _staging_for(self, target: str) -> Path | None:
-        if self.staging is None or not self.inside(target):
+        # The staging folder must itself lie in the project (a cache folder linked elsewhere
+        # would put temp files outside it): else temp files go next to their target.
+        if self.staging is None or not self.inside(target) or not self.inside(self.staging):
             return None
         if not self.staging.exists():
             missing = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,20 @@ def test_a_cache_folder_linked_outside_the_project_is_not_written(tmp_path: Path
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     os.symlink(outside, root / ".dtype_lint_cache")
-    assert fix(root).returncode == 0  # the fix lands; its temp file goes next to the target instead
+    made = []
+    real_mkstemp = tempfile.mkstemp
+
+    def watched_mkstemp(*args, **kwargs):
+        fd, path = real_mkstemp(*args, **kwargs)
+        made.append(path)
+        return fd, path
+
+    tempfile.mkstemp = watched_mkstemp
+    try:
+        assert fix(root).returncode == 0  # the fix lands; its temp file goes next to the target instead
+    finally:
+        tempfile.mkstemp = real_mkstemp
+    assert made and all(os.path.realpath(p).startswith(os.path.realpath(root) + os.sep) for p in made), made
     assert list(outside.iterdir()) == []
     assert [p for p in root.rglob("*") if is_temp_name(p.name)] == []
 
