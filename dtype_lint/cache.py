@@ -73,7 +73,7 @@ class Cache:
             writer.make_dirs(folder, "cache")
             gitignore = folder / ".gitignore"
             if not gitignore.exists() and all(_ours(name) for name in os.listdir(folder)):
-                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache")
+                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache", create=True)
             writer.write(self.path, encode(self.data), "cache")
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache

@@ -51,13 +51,14 @@ def _temp_prefix(path: str) -> str:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.PathLike | None = None,
-                 like: os.stat_result | None = None) -> None:
+                 like: os.stat_result | None = None, exclusive: bool = False) -> None:
     """Write `data` to `path` so that it is either the old file or the new one.
 
     The temp file goes to `staging` when given (a folder a rerun cleans, so a kill leaves nothing
     in the user's tree) and falls back to `path`'s own folder when `staging` cannot be created or
     is on another filesystem (rename cannot cross one). `like`: keep that file's mode (and owner,
-    where allowed).
+    where allowed). `exclusive`: `path` must not exist (FileExistsError otherwise, even when
+    another process creates it meanwhile: the temp file is linked in, never renamed over).
     """
     path = os.fspath(path)
     tmp_dir = os.path.dirname(os.path.abspath(path))
@@ -80,18 +81,37 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
             except OSError:
                 pass  # not ours to give away: keep our own ownership
         try:
-            os.replace(tmp, path)
+            if exclusive:
+                _link_new(tmp, path)
+            else:
+                os.replace(tmp, path)
         except OSError as e:
             if staging is None or e.errno != errno.EXDEV:
                 raise
             os.unlink(tmp)
-            write_atomic(path, data, like=like)
+            write_atomic(path, data, like=like, exclusive=exclusive)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+
+
+def _link_new(tmp: str, path: str) -> None:
+    """Put `tmp` at `path` only if nothing is there: a hard link fails on an existing name."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if os.path.lexists(path):  # a file system without hard links: check, then rename
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 def remove_stale_temps(folder: str | os.PathLike, names: list[str] | None = None) -> int:
@@ -130,6 +150,14 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True
     return True
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -239,7 +267,9 @@ class ProjectWriter:
             os.rename(box / top.name, top)
         except OSError as e:
             shutil.rmtree(box, ignore_errors=True)
-            if e.errno == errno.EXDEV:
+            # Another file system, or a concurrent run made the folder first: file by file
+            # (identical files are left as they are, others are never overwritten).
+            if e.errno in (errno.EXDEV, errno.EEXIST, errno.ENOTEMPTY):
                 self._create_plainly(files, folders_why)
                 return
             raise WriteError(f"{top}: cannot create: {e.strerror or e}") from None
@@ -252,7 +282,9 @@ class ProjectWriter:
     def _create_plainly(self, files: list[tuple[Path, bytes, str]], folders_why: str) -> None:
         self.make_dirs(files[0][0].parent, folders_why)
         for path, data, why in files:
-            self.write(path, data, why)
+            if _holds(path, data):
+                continue  # a concurrent run created the very same file: nothing to do
+            self.write(path, data, why, create=True)
 
     def _check_folder(self, folder: str | os.PathLike, path: str) -> None:
         """The folder a file is written into: it must exist and be writable. Its permission bits
@@ -268,8 +300,8 @@ class ProjectWriter:
         if not os.access(folder, os.W_OK | os.X_OK) or not st.st_mode & stat.S_IWUSR:
             raise WriteError(f"{path}: folder {folder} is read-only; not written")
 
-    def check(self, path: str | os.PathLike, *, expect: bytes | None = None,
-              outside_ok: bool = False) -> tuple[str, os.stat_result | None]:
+    def check(self, path: str | os.PathLike, *, expect: bytes | None = None, outside_ok: bool = False,
+              create: bool = False) -> tuple[str, os.stat_result | None]:
         """Everything `write` checks, without writing: (the real target, its stat or None).
         Raises WriteError with the reason."""
         path = os.fspath(path)
@@ -282,6 +314,8 @@ class ProjectWriter:
             st = None
         except OSError as e:
             raise WriteError(f"{path}: cannot stat: {e.strerror}") from None
+        if st is not None and create:
+            raise WriteError(f"{path}: appeared while this run was creating it; not overwritten")
         if st is not None:
             if not stat.S_ISREG(st.st_mode):
                 raise WriteError(f"{path}: not a regular file; not written")
@@ -304,7 +338,7 @@ class ProjectWriter:
         return target, st
 
     def write(self, path: str | os.PathLike, data: bytes, why: str, *, expect: bytes | None = None,
-              outside_ok: bool = False) -> WriteRecord:
+              outside_ok: bool = False, create: bool = False) -> WriteRecord:
         """Write `data` to `path`; `expect`: the bytes the file must still hold (else refused).
 
         A symlink is followed to its target, which must itself lie in the project; the link stays
@@ -314,10 +348,12 @@ class ProjectWriter:
         read, anything that is not a regular file.
         """
         path = os.fspath(path)
-        target, st = self.check(path, expect=expect, outside_ok=outside_ok)
+        target, st = self.check(path, expect=expect, outside_ok=outside_ok, create=create)
         staging = self._staging_for(target)
         try:
-            write_atomic(target, data, staging=staging, like=st)
+            write_atomic(target, data, staging=staging, like=st, exclusive=create)
+        except FileExistsError:
+            raise WriteError(f"{path}: appeared while this run was creating it; not overwritten") from None
         except OSError as e:
             raise WriteError(f"{path}: cannot write: {e.strerror or e}") from None
         record = WriteRecord(self.rel(path), "changed" if st is not None else "created", why)

@@ -152,3 +152,41 @@ def test_a_killed_fix_leaves_every_file_whole_and_the_rerun_finishes(tmp_path: P
         assert temp_files(root, outside_cache_only=False) == [], f"{where}: temp files left after the rerun"
         shutil.rmtree(root)
     assert killed >= TRIALS // 2  # the kill points fell inside the runs, not after them
+
+
+def test_two_concurrent_fixing_runs_never_clobber_each_other(tmp_path: Path):
+    """Two `--fix` runs at once on one tree (two editors' save hooks, say): each refuses the files
+    the other changed first (DTL901, changed on disk), neither overwrites the other's helper, and
+    the tree ends fully fixed, as one run would leave it."""
+    pristine = build(tmp_path / "pristine")
+    reference = tmp_path / "reference"
+    shutil.copytree(pristine, reference)
+    assert dtl(reference, *ARGS).returncode == 0
+    fixed = tree_bytes(reference)
+    for trial in range(3):
+        root = tmp_path / f"c{trial}"
+        shutil.copytree(pristine, root)
+        pids = [os.fork() for _ in range(1)]
+        if pids[0] == 0:
+            _run_and_exit(root)
+        pids.append(os.fork())
+        if pids[1] == 0:
+            _run_and_exit(root)
+        statuses = [os.waitpid(pid, 0)[1] for pid in pids]
+        assert all(os.WIFEXITED(st) and os.WEXITSTATUS(st) in (0, 1) for st in statuses), statuses
+        assert tree_bytes(root) == fixed
+        assert temp_files(root, outside_cache_only=False) == []
+
+
+def _run_and_exit(root: Path) -> None:
+    code = 70
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.chdir(root)
+        from dtype_lint.cli import main
+
+        code = main(ARGS)
+    finally:
+        os._exit(code)
