@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 
 from .findings import Finding
-from .names import identifiers
+from .names import has_star_import, identifiers
 from .rule import iter_functions
 
 
@@ -54,7 +54,7 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     def accesses(name: str):
         return [acc for s in every for acc in s.accesses if isinstance(acc.node, cst.Name) and acc.node.value == name]
 
-    star = any(isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar) for n in _top_statements(module))
+    star = has_star_import(ast.parse(fixed))  # at module level, under an `if` or `try` too
     for mod, func, local in sorted(helpers):
         binds = assigned(local)
         ours = [a for a in binds if a.scope is top and _imports(a.node, mod, func, local) and _is_top_level(a.node, module)]

@@ -262,3 +262,23 @@ def test_the_writer_refuses_every_path_outside_the_root(tmp_path: Path):
         with pytest.raises(Exception, match="outside the project root"):
             w.write(bad, b"x", "fix")
     assert tree_bytes(tmp_path) == {}
+
+
+def test_a_write_that_fails_midway_is_dtl901_and_the_file_is_unchanged(tmp_path: Path, monkeypatch):
+    import errno
+
+    from dtype_lint import writer
+
+    root = tiny_project(tmp_path, {"proj/z.py": OTHER})
+    real = writer.write_atomic
+
+    def disk_full(path, data, **kwargs):
+        if str(path).endswith("attn.py"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data, **kwargs)
+
+    monkeypatch.setattr(writer, "write_atomic", disk_full)
+    proc = fix(root)
+    assert_honest(proc, 1, 2)
+    assert "cannot write: No space left on device" in proc.stdout
+    assert (root / "proj/attn.py").read_text() == ATTN and FIXED_CALL in (root / "proj/z.py").read_text()
