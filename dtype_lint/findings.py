@@ -70,6 +70,9 @@ class Finding:
     # Stable key parts for the baseline: enclosing scope and normalised expression, no line numbers.
     scope: str = ""
     expression: str = ""
+    # "error" | "warning": the rule's severity (a warning: a likely problem or a lower-severity
+    # consequence of one reported elsewhere); low confidence also reads as a warning.
+    severity: str = "error"
 
     @property
     def fixable(self) -> bool:
@@ -105,6 +108,7 @@ class Finding:
             no_fix_reason=d.get("no_fix_reason", ""),
             scope=d.get("scope", ""),
             expression=d.get("expression", ""),
+            severity=d.get("severity", "error"),
         )
 
 

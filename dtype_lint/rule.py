@@ -3,7 +3,9 @@
 A rule module holds one `Rule` subclass with its code, name, summary, its documentation (the
 module docstring, printed by `dtype-lint rule CODE` and generated into docs/rules/), the text
 its prefilter needs (`patterns`), the facts it reads (`facts`), and VALID/INVALID examples that
-the test suite runs. It reports through `ctx.report(node, message, fix=...)`. Rules are
+the test suite runs. It reports through `ctx.report(node, message, fix=...)`; a finding has the
+rule's `severity` unless reported with another (`severity="warning"` for a lower-severity
+consequence of a problem reported elsewhere). Rules are
 discovered (rules/__init__.py), never listed by hand: adding a rule is adding one module.
 
 Facts a rule may declare (reading an undeclared one raises, so declarations stay true):
@@ -256,7 +258,7 @@ class RuleContext:
 
     def report(self, node: ast.AST, message: str, *, scope: str, fix: Fix | None = None, no_fix_reason: str = "",
                confidence: str = "high", evidence: tuple[Evidence, ...] = (), expression: str | None = None,
-               code: str | None = None) -> Finding:
+               code: str | None = None, severity: str | None = None) -> Finding:
         finding = Finding(
             code=code or self.rule.code,
             message=message,
@@ -268,6 +270,7 @@ class RuleContext:
             no_fix_reason=no_fix_reason,
             scope=scope,
             expression=ast.unparse(node) if expression is None else expression,
+            severity=severity or self.rule.severity,
         )
         self._sink.append(finding)
         return finding

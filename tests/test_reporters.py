@@ -460,6 +460,18 @@ def test_github_escaping():
     )
 
 
+def test_warning_severity_reads_as_a_warning_everywhere():
+    """A finding of a warning-severity rule (or one reported as lower severity) is a warning in
+    every format that has levels, however confident it is."""
+    f = Finding("DTL004", "sentinel", "a.py", Span(1, 1, 1, 2), severity="warning")
+    assert run("github", findings=[f]).startswith("::warning file=a.py,")
+    sarif = json.loads(run("sarif", findings=[f]))
+    assert sarif["runs"][0]["results"][0]["level"] == "warning"
+    assert Finding.from_dict(f.to_dict()).severity == "warning"
+    error = replace(f, severity="error")
+    assert run("github", findings=[error]).startswith("::error file=a.py,")
+
+
 def test_github_one_command_per_finding():
     lines = run("github").splitlines()
     assert len(lines) == 4

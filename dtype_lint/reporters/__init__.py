@@ -14,8 +14,8 @@ Shared conventions (every format):
 - "fixable" counts derive from the findings (safe fixes, plus unsafe ones when
   ``unsafe_fixes_enabled``); ``RunSummary.fixes_available_*`` act as lower bounds, so a caller
   that knows more (or leaves them at 0) gets the right numbers either way;
-- severity: "warning" for low-confidence findings and unused suppressions (DTL902), "error"
-  otherwise.
+- severity: "warning" for findings of a warning-severity rule (or reported as one), low-confidence
+  findings and unused suppressions (DTL902), "error" otherwise.
 """
 
 from __future__ import annotations

@@ -158,8 +158,9 @@ def summary_line(t: Tally) -> str:
 
 
 def level(f: Finding) -> str:
-    """'error' | 'warning': low confidence and unused suppressions are warnings."""
-    if f.code == UNUSED_SUPPRESSION or f.confidence == "low":
+    """'error' | 'warning': warning-severity findings, low confidence and unused suppressions are
+    warnings."""
+    if f.code == UNUSED_SUPPRESSION or f.confidence == "low" or f.severity == "warning":
         return "warning"
     return "error"
 
