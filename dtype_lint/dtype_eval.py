@@ -14,6 +14,14 @@ tuples/sets of those, the layer, its weight, `torch` and `current_platform`. Any
 `Unsupported`: no answer is better than a wrong one. A read of `.weight` on a layer that has none
 is the `AttributeError` outcome, as at run time.
 
+Helpers are read "open" (`evaluate_helper`): what the interpreter cannot know (an import, the
+layer's `quant_method`, `isinstance(...)`, a call into other code) is an `Unknown` value instead
+of an error. A branch on an unknown condition is explored both ways (each unknown decided once
+per path, so a path never takes `c` and `not c`), and a case's outcome is the set of what its
+paths return: `"torch.float8_e4m3fn or None or unknown `qm.input_dtype`"`. Only the cases every
+path agrees on are definite; `unsound_cases` reports those, `possibly_unsound_cases` the rest.
+Guards (the idiom proof, DTL004) are read strictly: an unknown there is `Unsupported`.
+
 Used by the idiom proof (truth_table.py), DTL004's rewrite offer, DTL005 (unsound helpers) and
 fix safety; the helper template is evaluated from its generated source, never from a hand copy.
 """
@@ -95,13 +103,76 @@ class _Lazy:
         self.expr = expr
 
 
+@dataclass(frozen=True)
+class Unknown:
+    """A value the interpreter cannot know (open mode only), named by the code that made it."""
+
+    what: str
+
+
+class _Oracle:
+    """Decides unknown conditions along one path: from a replayed prefix, then True; each unknown
+    (by its text) once, so the path stays consistent."""
+
+    def __init__(self, prefix: list[bool]):
+        self.prefix = prefix
+        self.taken: list[bool] = []
+        self.memo: dict[str, bool] = {}
+
+    def decide(self, key: str) -> bool:
+        if key not in self.memo:
+            i = len(self.taken)
+            self.memo[key] = self.prefix[i] if i < len(self.prefix) else True
+            self.taken.append(self.memo[key])
+        return self.memo[key]
+
+
+MAX_PATHS = 64
+
+
+def explore(run) -> set[str]:
+    """Every outcome of `run(oracle)` over all decisions of the unknown conditions it meets."""
+    outcomes: set[str] = set()
+    pending: list[list[bool]] = [[]]
+    paths = 0
+    while pending:
+        prefix = pending.pop()
+        paths += 1
+        if paths > MAX_PATHS:
+            raise Unsupported(f"more than {MAX_PATHS} paths")
+        oracle = _Oracle(prefix)
+        outcomes.add(run(oracle))
+        for i in range(len(prefix), len(oracle.taken)):
+            pending.append(oracle.taken[:i] + [not oracle.taken[i]])
+    return outcomes
+
+
 def outcome(value) -> str:
-    """A decision as a comparable word: 'torch.<dtype>', 'None', or 'AttributeError'."""
+    """A decision as a comparable word: 'torch.<dtype>', 'None', 'AttributeError', or, in open
+    mode, 'unknown `<expr>`'."""
     if value is None:
         return "None"
     if isinstance(value, Dtype):
         return str(value)
+    if isinstance(value, Unknown):
+        return f"unknown `{value.what}`"
     raise Unsupported(f"returns {value!r}, not a dtype or None")
+
+
+def alternatives(value: str) -> tuple[str, ...]:
+    """The outcomes one table entry joins ('a or b' -> ('a', 'b'))."""
+    return tuple(value.split(" or "))
+
+
+def _joined(outcomes: set[str]) -> str:
+    return " or ".join(sorted(outcomes))
+
+
+class _Raised(Exception):
+    """A `raise`/failed `assert` in the evaluated code: an outcome, not an interpreter error."""
+
+    def __init__(self, what: str):
+        self.what = what
 
 
 @dataclass(frozen=True)
@@ -122,13 +193,31 @@ class Interpreter:
     """Evaluates expressions and simple function bodies against one `Case`."""
 
     def __init__(self, case: Case, names: dict[str, object], globals_: "ModuleGlobals | None" = None,
-                 layer_exprs: Iterable[str] = ()):
+                 layer_exprs: Iterable[str] = (), oracle: _Oracle | None = None):
         self.case = case
         self.layer = Layer(case.storage)
         self.names = dict(names)
         self.globals = globals_
         # ast.dump of expressions that denote the layer (`self.kv_b_proj`)
         self.layer_exprs = set(layer_exprs)
+        # Open mode: unknowns are values, and branches on them are decided by the oracle.
+        self.oracle = oracle
+
+    @property
+    def open(self) -> bool:
+        return self.oracle is not None
+
+    def _unknown(self, node: ast.AST) -> Unknown:
+        if not self.open:
+            raise Unsupported(ast.unparse(node))
+        return Unknown(ast.unparse(node))
+
+    def truth(self, value) -> bool:
+        if isinstance(value, Unknown):
+            return self.oracle.decide(value.what)  # type: ignore[union-attr]
+        if isinstance(value, (Layer, Weight, _Module)):
+            return True
+        return bool(value)
 
     # ---- expressions -------------------------------------------------------------------------
     def ev(self, node: ast.AST):
@@ -141,22 +230,25 @@ class Interpreter:
         if isinstance(node, ast.Name):
             return self._name(node.id)
         if isinstance(node, ast.Attribute):
-            return self._attribute(self.ev(node.value), node.attr, node)
+            base = self.ev(node.value)
+            if isinstance(base, Unknown):
+                return Unknown(ast.unparse(node))
+            return self._attribute(base, node.attr, node)
         if isinstance(node, ast.Call):
             return self._call(node)
         if isinstance(node, ast.BoolOp):
             result = isinstance(node.op, ast.And)
             for v in node.values:
                 result = self.ev(v)
-                if isinstance(node.op, ast.And) and not result:
+                if isinstance(node.op, ast.And) and not self.truth(result):
                     return result
-                if isinstance(node.op, ast.Or) and result:
+                if isinstance(node.op, ast.Or) and self.truth(result):
                     return result
             return result
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return not self.ev(node.operand)
+            return not self.truth(self.ev(node.operand))
         if isinstance(node, ast.IfExp):
-            return self.ev(node.body) if self.ev(node.test) else self.ev(node.orelse)
+            return self.ev(node.body) if self.truth(self.ev(node.test)) else self.ev(node.orelse)
         if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self.ev(e) for e in node.elts)
         if isinstance(node, ast.Set):
@@ -167,7 +259,11 @@ class Interpreter:
             left = self.ev(node.left)
             for op, comp in zip(node.ops, node.comparators):
                 right = self.ev(comp)
-                if not _compare(op, left, right, node):
+                if isinstance(left, Unknown) or isinstance(right, Unknown):
+                    verdict = self.truth(self._unknown(node))
+                else:
+                    verdict = _compare(op, left, right, node)
+                if not verdict:
                     return False
                 left = right
             return True
@@ -181,6 +277,8 @@ class Interpreter:
             found, value = self.globals.lookup(name)
             if found:
                 return value
+            if self.open and self.globals.binds(name):
+                return Unknown(name)
         if name in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[name]
         raise Unsupported(name)
@@ -198,7 +296,7 @@ class Interpreter:
                 return Weight(base)
             if attr == "params_dtype":
                 return Dtype(PARAMS)
-            raise Unsupported(ast.unparse(node))
+            return self._unknown(node)  # quant_method, input_size...: open mode only
         if isinstance(base, Weight) and attr == "dtype":
             return Dtype(base.layer.storage)  # type: ignore[arg-type]
         if isinstance(base, Dtype):
@@ -240,8 +338,9 @@ class Interpreter:
             if isinstance(value, (tuple, frozenset)):
                 return frozenset(value) if fn.id in ("frozenset", "set") else tuple(value)
         if isinstance(fn, ast.Name) and fn.id == "bool" and len(node.args) == 1:
-            return bool(self.ev(node.args[0]))
-        raise Unsupported(ast.unparse(node))
+            return self.truth(self.ev(node.args[0]))
+        # isinstance(...), a call into other code: its value is unknown (open mode only).
+        return self._unknown(node)
 
     def _comprehension(self, node):
         if len(node.generators) != 1 or node.generators[0].is_async:
@@ -256,7 +355,7 @@ class Interpreter:
         try:
             for item in items:
                 self.names[gen.target.id] = item
-                if all(self.ev(cond) for cond in gen.ifs):
+                if all(self.truth(self.ev(cond)) for cond in gen.ifs):
                     yield self.ev(node.elt)
         finally:
             if saved is _RETURN:
@@ -283,10 +382,24 @@ class Interpreter:
                     self.names[t.id] = value  # type: ignore[union-attr]
                 continue
             if isinstance(stmt, ast.If):
-                done = self.run_body(stmt.body if self.ev(stmt.test) else stmt.orelse)
+                done = self.run_body(stmt.body if self.truth(self.ev(stmt.test)) else stmt.orelse)
                 if done is not None:
                     return done
                 continue
+            if self.open and isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                for a in stmt.names:
+                    bound = a.asname or a.name.split(".")[0]
+                    self.names[bound] = TORCH if a.name == "torch" and not a.asname else Unknown(bound)
+                continue
+            if self.open and isinstance(stmt, ast.Raise):
+                exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+                raise _Raised(f"raise {ast.unparse(exc)}" if exc is not None else "raise")
+            if self.open and isinstance(stmt, ast.Assert):
+                if not self.truth(self.ev(stmt.test)):
+                    raise _Raised("AssertionError")
+                continue
+            if self.open and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                continue  # logging and the like: no bearing on the returned dtype
             raise Unsupported(ast.unparse(stmt).splitlines()[0])
         return None
 
@@ -310,8 +423,11 @@ class ModuleGlobals:
         self._values: dict[str, object] = {}
         self._pending: dict[str, ast.expr] = {}
         self._imports = dict(imports or {})
+        self._defs: set[str] = set()
         if module is not None:
             for stmt in module.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    self._defs.add(stmt.name)
                 if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                     for a in stmt.names:
                         target = a.name if isinstance(stmt, ast.Import) else f"{stmt.module or ''}.{a.name}"
@@ -321,6 +437,10 @@ class ModuleGlobals:
                     self._pending[stmt.targets[0].id] = stmt.value
                 elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
                     self._pending[stmt.target.id] = stmt.value
+
+    def binds(self, name: str) -> bool:
+        """Does the module bind `name` at all (import, assignment, def, class)?"""
+        return name in self._imports or name in self._pending or name in self._values or name in self._defs
 
     def lookup(self, name: str) -> tuple[bool, object]:
         if name in self._values:
@@ -335,6 +455,7 @@ class ModuleGlobals:
             try:
                 value = Interpreter(Case(None, False), {}, self).ev(expr)
             except (Unsupported, _NoWeight, RecursionError):
+                self._defs.add(name)  # bound, to something the interpreter cannot know
                 return False, None
             self._values[name] = value
             return True, value
@@ -345,7 +466,8 @@ class ModuleGlobals:
 
 @dataclass(frozen=True)
 class Table:
-    """A decision per case: 'torch.<dtype>', 'None' or 'AttributeError'."""
+    """A decision per case: 'torch.<dtype>', 'None', 'AttributeError', 'raise X', 'unknown `e`',
+    or several of these joined by ' or ' when the case's paths disagree (open mode)."""
 
     rows: tuple[tuple[Case, str], ...]
 
@@ -358,6 +480,10 @@ class Table:
     def as_dict(self) -> dict[Case, str]:
         return dict(self.rows)
 
+    @property
+    def flags(self) -> tuple[bool, ...]:
+        return tuple(sorted({c.flag for c, _ in self.rows}))
+
 
 @dataclass(frozen=True)
 class HelperShape:
@@ -365,52 +491,66 @@ class HelperShape:
 
     layer_param: str
     flag_param: str | None
+    other_params: tuple[str, ...] = ()
 
 
 def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | None:
-    """A function that takes a layer, reads its weight dtype (or params_dtype), and returns."""
+    """A function that takes a layer, reads that layer's weight dtype (`layer.weight.dtype`,
+    `getattr(layer, "weight", ...)`, `hasattr(layer, "weight")`) or its `params_dtype`, and
+    returns a value. Whether what it returns is a dtype or None is for `evaluate_helper` to say."""
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
     if params and params[0] in ("self", "cls"):
         params = params[1:]
     if not params or len(params) > 3:
         return None
     layer = params[0]
+
+    def is_layer(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == layer
+
     reads_weight = False
     for node in ast.walk(fn):
-        if isinstance(node, ast.Attribute) and node.attr in ("params_dtype",) and isinstance(node.value, ast.Name) \
-                and node.value.id == layer:
+        if isinstance(node, ast.Attribute) and node.attr in ("params_dtype", "weight") and is_layer(node.value):
             reads_weight = True
-        if isinstance(node, ast.Attribute) and node.attr == "dtype":
-            inner = node.value
-            if isinstance(inner, ast.Attribute) and inner.attr == "weight":
-                reads_weight = True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "weight":
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and len(node.args) >= 2 and is_layer(node.args[0]) and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value == "weight":
             reads_weight = True
+        if reads_weight:
+            break
     if not reads_weight or not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
         return None
-    flag = next((p for p in params[1:]), None)
-    return HelperShape(layer, flag)
+    flag = params[1] if len(params) > 1 else None
+    return HelperShape(layer, flag, tuple(params[2:]))
 
 
 def evaluate_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Module | None,
                     shape: HelperShape | None = None, imports: dict[str, str] | None = None) -> Table:
-    """The helper's decision for every case, evaluated from its own AST. Raises Unsupported."""
+    """The helper's decision for every case, evaluated open from its own AST: every path of
+    every case (see the module docstring). Raises Unsupported when its code is beyond the
+    interpreter even so."""
     shape = shape or helper_shape(fn)
     if shape is None:
         raise Unsupported(f"`{fn.name}` does not have the input-dtype helper's shape")
     globals_ = ModuleGlobals(module, imports)
     rows = []
     for case in cases((False, True) if shape.flag_param else (False,)):
-        names: dict[str, object] = {shape.layer_param: Layer(case.storage)}
-        if shape.flag_param:
-            names[shape.flag_param] = case.flag
-        interp = Interpreter(case, names, globals_)
-        try:
-            done = interp.run_body(fn.body)
-            rows.append((case, outcome(done[1] if done else None)))
-        except _NoWeight:
-            rows.append((case, AFTER_ERROR))
+        def run(oracle: _Oracle, case=case) -> str:
+            names: dict[str, object] = {shape.layer_param: Layer(case.storage)}
+            if shape.flag_param:
+                names[shape.flag_param] = case.flag
+            for p in shape.other_params:
+                names[p] = Unknown(p)
+            interp = Interpreter(case, names, globals_, oracle=oracle)
+            try:
+                done = interp.run_body(fn.body)
+                return outcome(done[1] if done else None)
+            except _NoWeight:
+                return AFTER_ERROR
+            except _Raised as e:
+                return e.what
+
+        rows.append((case, _joined(explore(run))))
     return Table(tuple(rows))
 
 
@@ -439,16 +579,49 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
     return Table(tuple(rows))
 
 
+def _unsound(value: str) -> bool:
+    """An integer storage dtype (not a compute dtype), or an AttributeError (`.weight` read on a
+    layer without one)."""
+    if value == AFTER_ERROR:
+        return True
+    return value.startswith("torch.") and value[len("torch."):] not in FLOATS
+
+
 def unsound_cases(table: Table) -> list[tuple[Case, str]]:
-    """Cases where a helper returns a dtype that cannot be a compute dtype (an integer storage),
-    or raises AttributeError (it read `.weight` on a layer without one)."""
-    bad = []
-    for case, value in table.rows:
-        if value == AFTER_ERROR:
-            bad.append((case, value))
-        elif value.startswith("torch.") and value[len("torch."):] not in FLOATS:
-            bad.append((case, value))
-    return bad
+    """Cases where a helper certainly returns a dtype that cannot be a compute dtype (an integer
+    storage), or raises AttributeError (it read `.weight` on a layer without one): every path of
+    the case does."""
+    return [(case, value) for case, value in table.rows if all(_unsound(v) for v in alternatives(value))]
+
+
+def possibly_unsound_cases(table: Table) -> list[tuple[Case, str]]:
+    """Cases where some path, but not every one, is unsound (it depends on what the evaluator
+    could not know: a quant method, an import)."""
+    return [(case, value) for case, value in table.rows
+            if any(_unsound(v) for v in alternatives(value)) and not all(_unsound(v) for v in alternatives(value))]
+
+
+def describe_case(case: Case, value: str, flagged: bool = True) -> str:
+    """'int8 storage → returns torch.int8' (with the flag when the helper takes one and the two
+    values of the flag decide differently)."""
+    what = "raises AttributeError" if value == AFTER_ERROR else f"returns {value}"
+    w = "no `.weight`" if case.storage is None else f"{case.storage} storage"
+    return f"{w}{f', fp8_input={case.flag}' if flagged else ''} → {what}"
+
+
+def summarize_cases(bad: list[tuple[Case, str]], flags: tuple[bool, ...] = (False, True)) -> list[str]:
+    """One line per storage, naming the flag only when the storage is not wrong for every value of
+    it alike: ['int8 storage → returns torch.int8']."""
+    by_storage: dict[str | None, list[tuple[Case, str]]] = {}
+    for case, value in bad:
+        by_storage.setdefault(case.storage, []).append((case, value))
+    out = []
+    for rows in by_storage.values():
+        if len(rows) == len(flags) and len({v for _, v in rows}) == 1:
+            out.append(describe_case(rows[0][0], rows[0][1], flagged=False))
+        else:
+            out.extend(describe_case(c, v, flagged=len(flags) > 1) for c, v in rows)
+    return out
 
 
 def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr], unknown: bool | None) -> list[bool] | None:
