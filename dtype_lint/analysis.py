@@ -33,7 +33,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     rules = enabled_rules(config, path)
     codes = frozenset(r.code for r in rules)
     raw: list[Finding] = []
-    if rules and for_rules(tuple(rules)).might_match(text):
+    if rules and (for_rules(tuple(rules)).might_match(text) or reads_helper_callers(rules, index, module)):
         long_line = too_long_line(text)
         if long_line:
             return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
@@ -78,6 +78,15 @@ def _run_rules(rules, facts: FileFacts, raw: list[Finding], path: str, config: C
             del raw[mark:]
             raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(e).__name__}: {e}; "
                                            "please report it", 1, 1, config))
+
+
+def reads_helper_callers(rules, index: QuantizableLayerIndex, module: str) -> bool:
+    """A rule reports calls of input-dtype helpers, and this module imports one from elsewhere."""
+    if not any(r.reads_helper_callers for r in rules):
+        return False
+    from .helper_facts import imports_a_helper
+
+    return imports_a_helper(index.modules.get(module), index)
 
 
 def _why(e: BaseException) -> str:

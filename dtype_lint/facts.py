@@ -341,6 +341,11 @@ class ProjectFacts:
         self._load_file = load_file  # path -> text or None
         self.loaded: set[str] = set()
 
+    @property
+    def load_file(self):
+        """path -> text or None: how facts of other project files are read."""
+        return self._load_file
+
     def register(self, tree: ast.Module, module: str, path: str, is_package: bool, imports: dict[str, str]) -> None:
         self._pending[module] = (tree, module, path, is_package, imports)
 

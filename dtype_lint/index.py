@@ -9,6 +9,7 @@ statement out by bracket counting, and parses just those snippets. Headers are c
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -28,6 +29,10 @@ class ModuleHeader:
     is_package: bool
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified target
     classes: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # name -> (bases, line)
+    # Top-level functions that may be input-dtype helpers (their text reads a weight's dtype or
+    # `params_dtype` and returns): name -> hash of that text. Other files' findings depend on what
+    # such a function decides, so the hash is part of the header (and of every cached finding's key).
+    functions: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -36,6 +41,7 @@ class ModuleHeader:
             "is_package": self.is_package,
             "imports": self.imports,
             "classes": {k: [v[0], v[1]] for k, v in self.classes.items()},
+            "functions": self.functions,
         }
 
     @classmethod
@@ -43,11 +49,32 @@ class ModuleHeader:
         return cls(
             d["module"], d["path"], d["is_package"], dict(d["imports"]),
             {k: (list(v[0]), v[1]) for k, v in d["classes"].items()},
+            dict(d.get("functions", {})),
         )
 
 
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
+# The next line that starts a top-level statement: not indented, not a comment, not the closing
+# bracket of a signature black put at column 0.
+_TOP_NEXT = re.compile(r"\n(?=[^\s#)\]}])")
+
+
+def dtype_functions(text: str) -> dict[str, str]:
+    """Top-level functions whose text could make them input-dtype helpers, without a parse:
+    name -> short hash of the function's text."""
+    if "dtype" not in text:
+        return {}
+    out = {}
+    for m in _TOP_DEF.finditer(text):
+        end = _TOP_NEXT.search(text, m.end())
+        body = text[m.start(): end.start() if end else len(text)]
+        if "dtype" in body and "return" in body and ("weight" in body or "params_dtype" in body):
+            out[m.group(1)] = hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return out
+
+
 def extract_header(text: str, module: str, path: str, is_package: bool) -> ModuleHeader:
-    header = ModuleHeader(module, path, is_package)
+    header = ModuleHeader(module, path, is_package, functions=dtype_functions(text))
     snippets = []
     line_no, last = 1, 0
     for m in _STMT.finditer(text):

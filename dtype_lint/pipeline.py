@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__
-from .analysis import analyze, enabled_rules, parse_error, safe_read
+from .analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
 from .cache import Cache
 from .config import Config
 from .discovery import DiscoveryError, changed_since, discover, import_root, module_name
@@ -121,7 +121,8 @@ def run(config: Config, options: RunOptions) -> RunResult:
         except DiscoveryError as e:
             raise UserError(str(e)) from None
         in_scope = [p for p in files if os.path.realpath(p) in changed]
-    targets = [p for p in in_scope if scan.passes.get(p) or scan.suppressing.get(p)]
+    targets = [p for p in in_scope if scan.passes.get(p) or scan.suppressing.get(p)
+               or (p in scan.headers and reads_helper_callers(enabled_rules(config, p), index, scan.headers[p].module))]
     findings = [parse_error(p, scan.errors[p]) for p in in_scope if p in scan.errors]
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, config, cache, jobs, options.progress)

@@ -16,7 +16,11 @@ Facts a rule may declare (reading an undeclared one raises, so declarations stay
 - "layers": layer resolution (what class does `self.kv_b_proj` hold, may it be quantized?);
 - "fixes": the fix planner (routes a site through the shared helper);
 - "flows": a layer's weight or weight dtype passed into a project function that casts or
-  allocates with it (flows.py).
+  allocates with it (flows.py);
+- "helpers": functions of the input-dtype helper's shape this file defines or calls, with what
+  they decide for every storage (helper_facts.py). A rule that reports calls of helpers defined
+  in other files sets `reads_helper_callers`, so that files importing one are analysed whatever
+  their text.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .findings import Evidence, Finding, Fix, Span
 from .guards import dominating_guard
 from .source import SourceFile
 
-FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows"})
+FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ class Rule:
     marker: ClassVar[str] = "weight"
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
+    # Analyse files that import a helper-shaped function from another file even when their text
+    # matches no pattern (a call site of the helper needs no `.weight` on its lines).
+    reads_helper_callers: ClassVar[bool] = False
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -162,6 +169,13 @@ class FileFacts:
 
         return Planner(self.source, self.config, self.project, self.tree)
 
+    @cached_property
+    def helpers(self):
+        from .helper_facts import HelperFacts
+
+        return HelperFacts(self.tree, self.source.module, self.source.path, self.imports, self.config,
+                           self.project.index, self.project.load_file)
+
 
 class RuleContext:
     """One rule's view of one file: the facts it declared, and `report`."""
@@ -220,6 +234,10 @@ class RuleContext:
                 scope=c.scope_name, confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",
             )
+
+    @property
+    def helpers(self):
+        return self._fact("helpers")
 
     @property
     def project(self) -> ProjectFacts:

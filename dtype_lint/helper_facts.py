@@ -1,0 +1,196 @@
+"""Functions of the input-dtype helper's shape that a file defines or calls, and what they decide.
+
+A function has the helper's shape when it takes a layer, reads that layer's weight dtype or
+`params_dtype`, and returns (dtype_eval.helper_shape). Its decision table is evaluated from its
+own AST (dtype_eval.evaluate_helper), in this file or in the project file it is imported from
+(followed through re-exports by the class index, whose module headers list each module's
+candidate functions: ModuleHeader.functions). The configured helper is marked as such.
+
+Rules read this as the `helpers` fact; the fix planner and `migrate` use `known_helper` directly.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .config import Config
+from .dtype_eval import (Case, Table, Unsupported, evaluate_helper, helper_shape, possibly_unsound_cases,
+                         summarize_cases, unsound_cases)
+from .facts import FunctionScope
+from .index import ModuleHeader, QuantizableLayerIndex
+
+
+@dataclass(frozen=True)
+class KnownHelper:
+    """A function of the helper's shape and its table (None when beyond the evaluator: `why`)."""
+
+    name: str
+    qualname: str  # "pkg.mod.func" ("pkg.mod.Class.func" for a method)
+    path: str
+    line: int
+    table: Table | None
+    why: str = ""
+    configured: bool = False
+    flag_param: str | None = None
+    unsound: tuple[tuple[Case, str], ...] = field(default=(), compare=False)
+    maybe_unsound: tuple[tuple[Case, str], ...] = field(default=(), compare=False)
+
+    @property
+    def sound(self) -> bool:
+        return self.table is not None and not self.unsound
+
+    def wrong_cases(self) -> list[str]:
+        """['int8 storage → returns torch.int8', ...]"""
+        return summarize_cases(list(self.unsound), self.table.flags if self.table else (False, True))
+
+    def maybe_wrong_cases(self) -> list[str]:
+        return summarize_cases(list(self.maybe_unsound), self.table.flags if self.table else (False, True))
+
+
+def known_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | None, qualname: str, path: str,
+                 configured: bool = False) -> KnownHelper | None:
+    """The helper facts of `fn`, or None when it does not have the helper's shape."""
+    shape = helper_shape(fn)
+    if shape is None:
+        return None
+    try:
+        table = evaluate_helper(fn, tree, shape)
+    except (Unsupported, RecursionError) as e:
+        return KnownHelper(fn.name, qualname, path, fn.lineno, None, f"cannot evaluate `{e}`", configured,
+                           shape.flag_param)
+    return KnownHelper(fn.name, qualname, path, fn.lineno, table, "", configured, shape.flag_param,
+                       tuple(unsound_cases(table)), tuple(possibly_unsound_cases(table)))
+
+
+# Helpers of files other than the one analysed: (path, mtime, size) -> {qualname: KnownHelper}.
+_REMOTE: dict[tuple, dict[str, KnownHelper]] = {}
+
+
+def _file_helpers(header: ModuleHeader, load_file) -> dict[str, KnownHelper]:
+    try:
+        st = os.stat(header.path)
+        key = (header.path, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = (header.path, None, None)
+    if key not in _REMOTE:
+        found: dict[str, KnownHelper] = {}
+        text = load_file(header.path) if load_file is not None else None
+        if text is not None:
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError):
+                tree = None
+            for node in (tree.body if tree is not None else []):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in header.functions:
+                    h = known_helper(node, tree, f"{header.module}.{node.name}", header.path)
+                    if h is not None:
+                        found[h.qualname] = h
+        _REMOTE[key] = found
+    return _REMOTE[key]
+
+
+def lookup_function(index: QuantizableLayerIndex, qualname: str, load_file) -> KnownHelper | None:
+    """The helper-shaped top-level function `qualname` names, anywhere in the indexed project."""
+    qualname = index.canonical(qualname)
+    module, _, name = qualname.rpartition(".")
+    header = index.modules.get(module)
+    if header is None or name not in header.functions:
+        return None
+    return _file_helpers(header, load_file).get(qualname)
+
+
+def imports_a_helper(header: ModuleHeader | None, index: QuantizableLayerIndex) -> bool:
+    """Does this module import a function another module defines that may be an input-dtype
+    helper? (Such a file is analysed by rules that report helper call sites, whatever its text.)"""
+    if header is None:
+        return False
+    for target in header.imports.values():
+        q = index.canonical(target)
+        module, _, name = q.rpartition(".")
+        other = index.modules.get(module)
+        if other is not None and other is not header and name in other.functions:
+            return True
+    return False
+
+
+class HelperFacts:
+    """The helper-shaped functions of one file, and the helper (if any) a call reaches."""
+
+    def __init__(self, tree: ast.Module, module: str, path: str, imports: dict[str, str], config: Config,
+                 index: QuantizableLayerIndex, load_file):
+        self.tree = tree
+        self.module = module
+        self.path = path
+        self.imports = imports
+        self.index = index
+        self.load_file = load_file
+        self.config_module, self.config_func = config.helper_spec
+
+    def _configured(self, qualname: str) -> bool:
+        return qualname == f"{self.config_module}.{self.config_func}"
+
+    @cached_property
+    def defined(self) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, KnownHelper]]:
+        """(function, enclosing class qualname or None, facts) for each helper-shaped function here."""
+        out = []
+        for fn, class_q, scope_name in _functions(self.tree, self.module):
+            qual = f"{self.module}.{scope_name}" if self.module else scope_name
+            h = known_helper(fn, self.tree, qual, self.path, self._configured(qual))
+            if h is not None:
+                out.append((fn, class_q, h))
+        return out
+
+    @cached_property
+    def _top_level(self) -> dict[str, KnownHelper]:
+        return {fn.name: h for fn, class_q, h in self.defined if class_q is None}
+
+    @cached_property
+    def _methods(self) -> dict[tuple[str, str], KnownHelper]:
+        return {(class_q, fn.name): h for fn, class_q, h in self.defined if class_q is not None}
+
+    def called(self, call: ast.Call, scope: FunctionScope | None = None) -> KnownHelper | None:
+        """The helper-shaped function this call reaches: a function of this file (`f(...)`,
+        `self.f(...)` in its class), or one imported from another file of the project."""
+        fn = call.func
+        if isinstance(fn, ast.Name):
+            if fn.id in self.imports:
+                found = lookup_function(self.index, self.imports[fn.id], self.load_file)
+                return _configured_copy(found, self._configured(found.qualname)) if found else None
+            return self._top_level.get(fn.id)
+        if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name):
+            if scope is not None and fn.value.id == scope.self_name and scope.class_qualname:
+                return self._methods.get((scope.class_qualname, fn.attr))
+            target = self.imports.get(fn.value.id)
+            if target is not None:  # `module.func(...)` after `import pkg.module as module`
+                found = lookup_function(self.index, f"{target}.{fn.attr}", self.load_file)
+                return _configured_copy(found, self._configured(found.qualname)) if found else None
+        return None
+
+
+def _functions(tree: ast.Module, module: str):
+    """(function, enclosing class qualname or None, scope name) for the functions and methods of
+    the module, classes nested in classes included (not functions nested in functions: a helper
+    defined inside another function cannot be called from elsewhere)."""
+
+    def visit(body, class_q, prefix):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                q = f"{prefix}.{node.name}" if prefix else node.name
+                yield from visit(node.body, f"{module}.{q}" if module else q, q)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield node, class_q, f"{prefix}.{node.name}" if prefix else node.name
+            elif isinstance(node, ast.If):  # `if TYPE_CHECKING:` / platform branches
+                yield from visit(node.body + node.orelse, class_q, prefix)
+
+    yield from visit(tree.body, None, "")
+
+
+def _configured_copy(h: KnownHelper, configured: bool) -> KnownHelper:
+    if h.configured == configured:
+        return h
+    from dataclasses import replace
+
+    return replace(h, configured=configured)
