@@ -579,32 +579,43 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
     return Table(tuple(rows))
 
 
-def _unsound(value: str) -> bool:
-    """An integer storage dtype (not a compute dtype), or an AttributeError (`.weight` read on a
-    layer without one)."""
+def _unsound(case: Case, value: str, flagged: bool) -> bool:
+    """An integer storage dtype (not a compute dtype); an AttributeError (`.weight` read on a layer
+    without one); or, when the input may be fp8 (the flag is true), None for a packed storage:
+    the fp8 activation is kept and reaches a layer whose kernel takes only fp16/bf16 input
+    (NVFP4's input quantization, Marlin, the AWQ/GPTQ kernels)."""
     if value == AFTER_ERROR:
+        return True
+    if flagged and case.flag and case.storage in PACKED and value == "None":
         return True
     return value.startswith("torch.") and value[len("torch."):] not in FLOATS
 
 
 def unsound_cases(table: Table) -> list[tuple[Case, str]]:
-    """Cases where a helper certainly returns a dtype that cannot be a compute dtype (an integer
-    storage), or raises AttributeError (it read `.weight` on a layer without one): every path of
-    the case does."""
-    return [(case, value) for case, value in table.rows if all(_unsound(v) for v in alternatives(value))]
+    """Cases where a helper is certainly wrong (every path of the case is; see `_unsound`)."""
+    flagged = len(table.flags) > 1
+    return [(case, value) for case, value in table.rows
+            if all(_unsound(case, v, flagged) for v in alternatives(value))]
 
 
 def possibly_unsound_cases(table: Table) -> list[tuple[Case, str]]:
     """Cases where some path, but not every one, is unsound (it depends on what the evaluator
     could not know: a quant method, an import)."""
-    return [(case, value) for case, value in table.rows
-            if any(_unsound(v) for v in alternatives(value)) and not all(_unsound(v) for v in alternatives(value))]
+    flagged = len(table.flags) > 1
+    out = []
+    for case, value in table.rows:
+        bad = [_unsound(case, v, flagged) for v in alternatives(value)]
+        if any(bad) and not all(bad):
+            out.append((case, value))
+    return out
 
 
 def describe_case(case: Case, value: str, flagged: bool = True) -> str:
     """'int8 storage → returns torch.int8' (with the flag when the helper takes one and the two
     values of the flag decide differently)."""
     what = "raises AttributeError" if value == AFTER_ERROR else f"returns {value}"
+    if value == "None" and case.flag:
+        what += " (keeps the fp8 activation)"
     w = "no `.weight`" if case.storage is None else f"{case.storage} storage"
     return f"{w}{f', fp8_input={case.flag}' if flagged else ''} → {what}"
 

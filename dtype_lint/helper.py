@@ -7,10 +7,16 @@ idiom proof and the soundness checks evaluate the helper's own source (dtype_eva
 project's file when it exists, else the template text below.
 
 The `vllm` template behaves exactly as vLLM 0.28.0's `_get_kv_b_proj_input_dtype` on every case
-upstream handles (fp8 means `current_platform.fp8_dtype()`); for other integer storage (int8
-W8A8) upstream returns the storage dtype and ours returns `params_dtype`
-(tests/test_helper_template.py proves both against the fetched upstream function). The `torch`
-template needs only torch: fp8 is any torch float8 dtype.
+upstream handles (fp8 means `current_platform.fp8_dtype()`), with two deliberate differences:
+- other integer storage (int8, W8A8): upstream returns the storage dtype `torch.int8`, ours
+  `params_dtype`;
+- uint8 storage (NVFP4) with an fp8 input (MLA's fp8 prefill): upstream returns None, which keeps
+  the fp8 activation, and NVFP4's kernels quantize only fp16/bf16 input (`scaled_fp4_quant`
+  asserts it); ours returns `params_dtype`. The combination is reachable upstream (fp8 prefill is
+  chosen from the KV-cache dtype and the prefill backend, never from kv_b_proj's quantization):
+  docs/rules/DTL005.md gives the file and line references.
+tests/test_helper_template.py proves all three statements against the fetched upstream function.
+The `torch` template needs only torch: fp8 is any torch float8 dtype.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ _DOC = '''\
     `layer.weight` is not the compute dtype of its input (vLLM issue #38658):
       no `.weight` (AWQ/GPTQ)      -> layer.params_dtype
       int32 (Marlin repack)        -> layer.params_dtype
-      uint8 (NVFP4 packed e2m1)    -> None: the layer quantizes its input itself
+      uint8 (NVFP4 packed e2m1)    -> None: the layer quantizes its input itself, from
+                                      fp16/bf16 only: layer.params_dtype if fp8_input
       other integer storage (int8) -> layer.params_dtype
       fp8 weight, fp8_input False  -> None: the layer quantizes its input itself
       otherwise                    -> the weight dtype
@@ -45,7 +52,7 @@ _BODY = '''\
     if weight_dtype == torch.int32:
         return layer.params_dtype
     if weight_dtype == torch.uint8:
-        return None
+        return layer.params_dtype if fp8_input else None
     if not weight_dtype.is_floating_point:
         return layer.params_dtype
     if {is_fp8} and not fp8_input:

@@ -67,9 +67,12 @@ def test_unknown_branch_is_explored_both_ways():
 
 def test_definite_and_possible_unsound_cases():
     t = table_of(QUANT_METHOD_BRANCH)
-    assert [(c.storage, v) for c, v in unsound_cases(t)] == [("int8", "torch.int8"), ("int8", "torch.int8")]
+    assert [(c.storage, c.flag, v) for c, v in unsound_cases(t)] == [
+        ("uint8", True, "None"), ("int8", False, "torch.int8"), ("int8", True, "torch.int8")]
     assert possibly_unsound_cases(t) == []
-    assert summarize_cases(unsound_cases(t), t.flags) == ["int8 storage → returns torch.int8"]
+    assert summarize_cases(unsound_cases(t), t.flags) == [
+        "uint8 storage, fp8_input=True → returns None (keeps the fp8 activation)",
+        "int8 storage → returns torch.int8"]
     maybe = table_of("""
         import torch
         def f(layer, fp8_input):
@@ -80,6 +83,18 @@ def test_definite_and_possible_unsound_cases():
     assert unsound_cases(maybe) == []
     assert {c.storage for c, _ in possibly_unsound_cases(maybe)} == {"int32", "uint8", "int8", None}
     assert alternatives(maybe.get(Case("int8", True))) == ("torch.bfloat16", "torch.int8")
+
+
+@pytest.mark.parametrize("storage", ["int32", "uint8", "int8", None])
+def test_none_for_packed_storage_is_wrong_only_when_the_input_may_be_fp8(storage):
+    """None means "keep the activation": right for a bf16 activation, wrong for an fp8 one, which
+    reaches a kernel that quantizes its own fp16/bf16 input (NVFP4) or takes only fp16/bf16."""
+    t = table_of("def f(layer, fp8_input):\n    return None if hasattr(layer, 'weight') else None\n")
+    bad = {(c.storage, c.flag) for c, _ in unsound_cases(t)}
+    assert (storage, True) in bad and (storage, False) not in bad
+    assert ("bfloat16", True) not in bad
+    no_flag = table_of("def f(layer):\n    return None if hasattr(layer, 'weight') else None\n")
+    assert unsound_cases(no_flag) == []
 
 
 def test_an_unknown_is_decided_once_per_path():

@@ -2,9 +2,13 @@
 
 vLLM 0.28.0 (PR #38771) decides kv_b_proj's input dtype in `_get_kv_b_proj_input_dtype`. The
 `vllm` template that `--fix`/`migrate` create must return exactly what upstream returns on every
-storage case upstream handles (fp8 meaning `current_platform.fp8_dtype()`). The one deliberate
-difference: other integer storage (int8, W8A8) - upstream returns the storage dtype `torch.int8`
-(casting an activation to int8 would truncate it), ours returns `params_dtype`.
+storage case upstream handles (fp8 meaning `current_platform.fp8_dtype()`). Two deliberate
+differences, and no others:
+- other integer storage (int8, W8A8): upstream returns the storage dtype `torch.int8` (casting an
+  activation to int8 would truncate it), ours returns `params_dtype`;
+- uint8 storage (NVFP4) with fp8 input (MLA's fp8 prefill, reachable upstream: docs/rules/DTL005.md):
+  upstream returns None, keeping the fp8 activation, which NVFP4's input quantization rejects
+  (fp16/bf16 only); ours returns `params_dtype`.
 
 Upstream's function is taken from the fetched release's source with libcst and executed with a
 stub `current_platform`; vLLM itself is never imported. Those tests carry the `network` marker
@@ -53,7 +57,6 @@ CASES = [
     ("int32-marlin", torch.int32, False, torch.bfloat16),
     ("int32-marlin", torch.int32, True, torch.bfloat16),
     ("uint8-nvfp4", torch.uint8, False, None),
-    ("uint8-nvfp4", torch.uint8, True, None),
     ("fp8", FP8, False, None),
     ("fp8", FP8, True, FP8),
     ("fp16", torch.float16, False, torch.float16),
@@ -161,6 +164,29 @@ def test_int8_is_the_one_difference(upstream, ours, flag):
 
 
 @pytest.mark.network
+@pytest.mark.parametrize("params_dtype", [torch.float16, torch.bfloat16])
+def test_fp8_input_into_nvfp4_is_the_second_difference(upstream, ours, params_dtype):
+    """NVFP4 storage and an fp8 activation (fp8 prefill): upstream keeps the fp8 activation (None);
+    the template brings it back to the layer's compute dtype, the only input NVFP4 quantizes.
+    Without fp8 input both keep the activation."""
+    layer = Layer(torch.uint8, params_dtype=params_dtype)
+    assert upstream(layer, True) is None
+    assert ours(layer, True) == params_dtype
+    assert upstream(layer, False) is ours(layer, False) is None
+
+
+@pytest.mark.network
+def test_no_other_difference(upstream, ours):
+    """Every (storage, flag) the evaluator knows, beyond CASES: the template differs from upstream
+    exactly on int8 storage and on (uint8, fp8 input)."""
+    storages = [None, torch.int32, torch.uint8, torch.int8, FP8, torch.float8_e5m2,
+                torch.float16, torch.bfloat16, torch.float32]
+    differ = {(None if w is None else w, flag) for w in storages for flag in (False, True)
+              if upstream(Layer(w), flag) != ours(Layer(w), flag)}
+    assert differ == {(torch.int8, False), (torch.int8, True), (torch.uint8, True)}
+
+
+@pytest.mark.network
 @pytest.mark.parametrize("params_dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("weight", [None, torch.int32], ids=["no-weight", "int32"])
 def test_params_dtype_is_followed(upstream, ours, weight, params_dtype):
@@ -179,6 +205,8 @@ def test_vllm_template_follows_the_platform_fp8_dtype(upstream_src: str, platfor
     for weight in (platform_fp8, FP8, torch.float16, torch.int32, torch.uint8, None):
         layer = Layer(weight)
         for flag in (False, True):
+            if weight == torch.uint8 and flag:
+                continue  # the second difference, independent of the platform
             assert ours(layer, flag) == upstream(layer, flag), (layer, flag)
     assert ours(Layer(platform_fp8), False) is None and ours(Layer(FP8), False) == FP8
 
@@ -192,7 +220,8 @@ def test_upstream_source_is_the_shipped_shape(upstream_src: str):
 
 
 # The torch template needs no vLLM and no stub: fp8 is any torch float8 dtype.
-@pytest.mark.parametrize("case, weight, flag, expected", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case, weight, flag, expected", CASES + [("uint8-nvfp4", torch.uint8, True, torch.bfloat16)],
+                         ids=CASE_IDS + ["uint8-nvfp4-fp8in"])
 def test_torch_template_table(case, weight, flag, expected):
     fn = template_function("torch")
     assert fn(Layer(weight), flag) == expected

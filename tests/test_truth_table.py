@@ -55,8 +55,10 @@ def test_helper_answers_as_designed(template):
             assert table.get(Case(dt, flag)) == t(dt)
         assert table.get(Case(None, flag)) == t(PARAMS)
         assert table.get(Case("int32", flag)) == t(PARAMS)
-        assert table.get(Case("uint8", flag)) == "None"
         assert table.get(Case("int8", flag)) == t(PARAMS)
+    # NVFP4 quantizes its own input, from fp16/bf16 only: an fp8 input must be brought back first.
+    assert table.get(Case("uint8", False)) == "None"
+    assert table.get(Case("uint8", True)) == t(PARAMS)
     assert table.get(Case(FP8, True)) == t(FP8)
     assert table.get(Case(FP8, False)) == "None"
 
@@ -76,15 +78,17 @@ def test_main_path_table():
     for flag in (False, True):
         for dt in FLOATS:
             assert got[dt, flag] == (t(dt), t(dt))
-        assert got["uint8", flag] == ("None", "None")
         # The differences are the fix: Marlin's int32 and int8 storage, and a layer with no weight.
         assert got["int32", flag] == (t("int32"), t(PARAMS))
         assert got["int8", flag] == (t("int8"), t(PARAMS))
         assert got[None, flag] == ("AttributeError", t(PARAMS))
     assert got[FP8, True] == (t(FP8), t(FP8))
     assert got[FP8, False] == ("None", "None")
+    # ... and an fp8 prefill into an NVFP4 layer, which the old guard left fp8.
+    assert got["uint8", False] == ("None", "None")
+    assert got["uint8", True] == ("None", t(PARAMS))
     assert {(s, f) for (s, f), (old, new) in got.items() if old != new} == {
-        (s, f) for s in ("int32", "int8", None) for f in (False, True)}
+        (s, f) for s in ("int32", "int8", None) for f in (False, True)} | {("uint8", True)}
 
 
 def test_context_parallel_path_table():
@@ -95,7 +99,7 @@ def test_context_parallel_path_table():
     for flag in (False, True):
         assert got[None, flag] == (t(PARAMS), t(PARAMS))
         assert got["int32", flag] == (t("int32"), t(PARAMS))
-    assert {s for (s, _f), (old, new) in got.items() if old != new} == {"int32", "int8"}
+    assert {s for (s, _f), (old, new) in got.items() if old != new} == {"int32", "int8", "uint8"}
 
 
 def test_unguarded_cast_table_uses_the_flag_default():
@@ -106,7 +110,7 @@ def test_unguarded_cast_table_uses_the_flag_default():
     got = table(rows)
     assert set(f for (_s, f) in got) == {True}
     assert got[FP8, True] == (t(FP8), t(FP8))
-    assert got["uint8", True] == (t("uint8"), "None")
+    assert got["uint8", True] == (t("uint8"), t(PARAMS))
     assert {s for (s, _f), (old, new) in got.items() if old != new} == {"int32", "uint8", "int8", None}
 
 
