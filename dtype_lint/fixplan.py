@@ -9,6 +9,10 @@ Three forms, tried in order:
 Edits are character ranges computed from ast positions, so formatting outside the site is kept;
 each fix also carries the edit that imports the helper (import_edit.py), so a fix is complete
 data. Nothing here touches the file system.
+
+Fix safety follows the helper's own code: a fix that routes a site through a helper that the
+dtype evaluator finds unsound (DTL005: an integer dtype, an AttributeError, or a kept fp8
+activation for some storage) is unsafe, and says which case is wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .config import Config
+from .dtype_eval import summarize_cases, unsound_cases
 from .facts import FunctionScope, walk_function
 from .findings import Edit, Fix
 from .helper import helper_table
@@ -78,17 +83,42 @@ class Planner:
             return self.func
         return fresh(f"_{self.func.lstrip('_')}", taken)
 
-    def _fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
-             binds: tuple[str, ...] = ()) -> Fix:
-        """A fix routing through the helper: its edits plus the helper's import."""
+    @cached_property
+    def helper_wrong_cases(self) -> list[str]:
+        """What the configured helper gets wrong, case by case (DTL005); [] when it is sound or
+        beyond the evaluator."""
+        table = helper_table(self.module, self.func, self.config.template, self.helper_path)
+        return summarize_cases(unsound_cases(table), table.flags) if table is not None else []
+
+    def helper_fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
+                   binds: tuple[str, ...] = ()) -> Fix:
+        """A fix routing through the helper: its edits plus the helper's import. Unsafe, whatever
+        the form, when the helper itself is unsound."""
         if self._import is None:
             edit = import_edit(self.src, self.tree, self.module, self.func, None if self.name == self.func else self.name)
             self._import = [] if edit is None else [edit]
         if safe is None:
             safe = self.flag_default == "True"
             unsafe_reason = "" if safe else "fp8-input-default=false changes the cast for fp8 weights"
+        if self.helper_wrong_cases:
+            safe = False
+            unsafe_reason = (f"`{self.func}` is unsound (DTL005): " + "; ".join(self.helper_wrong_cases)
+                             + (f"; also {unsafe_reason}" if unsafe_reason else ""))
         return Fix(description, safe, tuple(edits) + tuple(self._import), ((self.module, self.func),), unsafe_reason,
                    aliases=(self.name,), binds=binds)
+
+    _fix = helper_fix
+
+    def idiom(self, site: Site) -> tuple[Fix | None, str]:
+        """The idiom form only: the cast is the one statement of an `if` that re-implements the
+        helper, proven equal to it. (None, "") when the site is not in that shape."""
+        if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module):
+            return None, ""
+        stmt = self._statement_of(site)
+        parent = site.parents.get(id(stmt))
+        if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
+            return self._idiom(site, stmt, parent)
+        return None, ""
 
     # ---- entry ------------------------------------------------------------------------
     def plan(self, site: Site) -> tuple[Fix | None, str]:
