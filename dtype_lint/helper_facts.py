@@ -130,6 +130,10 @@ class HelperFacts:
         self.config_module, self.config_func = config.helper_spec
 
     def _configured(self, qualname: str) -> bool:
+        if not self.module and "." not in qualname:
+            # A text analysed on its own (the API, rule examples) has no module name: its
+            # top-level function of the configured name is taken for the configured helper.
+            return qualname == self.config_func
         return qualname == f"{self.config_module}.{self.config_func}"
 
     @cached_property
