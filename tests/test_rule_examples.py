@@ -1,5 +1,7 @@
 """Every rule's own VALID/INVALID examples (Fixit style), so adding a rule never touches this file.
 
+Each example runs with its rule alone selected (unless its settings select otherwise): a rule's
+examples specify that rule, and a new rule never changes another rule's examples.
 VALID: no findings at all. INVALID: exactly `count` findings of the rule's code, each message
 containing `message_contains`; the fixed text (safe fixes, or unsafe too when `unsafe`) equals
 `expected_replacement`, or the source itself when no fix is expected, in which case every finding
@@ -20,12 +22,16 @@ from dtype_lint.rules import ALL_RULES
 
 # `dtype-lint rule CODE` prints the docstring; ruff's page layout (docs/STYLE.md).
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety",
-                "## Options")
+                "## Known limits", "## Options")
 
 
 def _examples(kind: str):
     return [pytest.param(rule, example, id=f"{rule.code}-{kind.lower()}-{i}")
             for rule in ALL_RULES for i, example in enumerate(getattr(rule, kind))]
+
+
+def _settings(rule, example) -> dict:
+    return {"select": [rule.code], **example.settings}
 
 
 def _applicable(finding, unsafe: bool) -> bool:
@@ -49,12 +55,12 @@ def test_rule_codes_are_unique():
 
 @pytest.mark.parametrize("rule,example", _examples("VALID"))
 def test_valid(rule, example):
-    assert check_source(example.code, settings=example.settings or None) == []
+    assert check_source(example.code, settings=_settings(rule, example)) == []
 
 
 @pytest.mark.parametrize("rule,example", _examples("INVALID"))
 def test_invalid(rule, example):
-    settings = example.settings or None
+    settings = _settings(rule, example)
     findings = check_source(example.code, settings=settings)
     assert [f.code for f in findings] == [rule.code] * example.count, [f.message for f in findings]
     for f in findings:
