@@ -1,0 +1,247 @@
+"""DTL004 storage-dtype-sentinel: a branch tests a layer's storage dtype against packed dtypes by hand.
+
+## What it does
+Flags comparisons of a quantizable layer's storage dtype (`L.weight.dtype`, directly, through a
+local alias or a `hasattr` fallback) with a packed or quantized dtype — `torch.int32`,
+`torch.uint8`, `torch.int8`, the `torch.float8_*` dtypes, `current_platform.fp8_dtype()`, a
+module constant holding one, or membership in a tuple or set of them — outside the configured
+helper and outside functions of the helper's shape (those are DTL005's). One finding per
+statement: a guard comparing against two sentinels is one finding. What the other side holds is
+decided by the dtype evaluator, so `_FP8 = current_platform.fp8_dtype()` at module level counts.
+Layers resolve as for DTL001; storage code (quant methods, weight loaders,
+`process_weights_after_loading`) is exempt.
+
+## Why is this bad?
+Each such branch re-implements, by hand, the decision the shared input-dtype helper makes in one
+place, and hand copies drift. vLLM 0.27.1's MLA prefill guarded its cast with
+`(use_fp8_prefill or w != current_platform.fp8_dtype()) and w != torch.uint8`: it knew NVFP4 and
+fp8 but not Marlin's int32 repack, and crashed (vLLM issue #38658); it still casts to int8 under
+W8A8-INT8 today wherever the copy survives. A new backend means finding every copy.
+
+## Example
+```python
+w = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, "weight") else self.kv_b_proj.params_dtype
+if (use_fp8_prefill or w != current_platform.fp8_dtype()) and w != torch.uint8:
+    kv_c_normed = kv_c_normed.to(w)
+```
+
+## Use instead
+```python
+kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)
+if kv_b_proj_input_dtype is not None:
+    kv_c_normed = kv_c_normed.to(kv_b_proj_input_dtype)
+```
+
+## Fix safety
+When the branch is an `if` whose one statement casts an activation to the same layer's storage
+dtype, the dtype evaluator compares the branch with the configured helper over every storage ×
+flag; only when they agree on every unpacked storage (fp16, bf16, fp32, the platform's fp8) is
+the rewrite to the helper offered, and it is **safe** — the same rewrite and proof as DTL001's
+idiom fix (the storages where they differ, int32, uint8, int8 and no `.weight`, are the bug
+being fixed). It is **unsafe** while the configured helper is itself unsound (DTL005). Other
+branches (a kernel choice, a fast path) get no fix: they need the layer's quant method, not its
+storage dtype, and the finding says so.
+
+## Known limits
+- Only `==`, `!=`, `is`, `is not`, `in` and `not in` comparisons are seen; `is_fp8(w)`,
+  `w.itemsize == 1` and `not w.is_floating_point` are not.
+- A storage dtype passed in as a parameter, or read from another object than the layer, is not
+  recognised; the layer must resolve as for DTL001.
+- A sentinel spelled through something the evaluator cannot read (a function call, a class
+  attribute) is not recognised.
+- Severity is warning: a branch on the storage dtype is sometimes deliberate (picking a kernel),
+  and is then better written on the layer's quant method.
+
+## Options
+The layer-resolution options of DTL001 (`preset`, `quantizable`, `exempt-classes`,
+`not-quantizable`, `exempt-functions`, `name-heuristics`, `name-patterns`), and `helper`,
+`helper-template`, `fp8-input-default` for the rewrite.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from dtype_lint.dtype_eval import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
+from dtype_lint.facts import FunctionScope
+from dtype_lint.fixplan import Site
+from dtype_lint.patterns import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+
+SENTINELS = frozenset({"int32", "uint8", "int8"} | FP8_DTYPES)
+
+_HEAD = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear
+from vllm.platforms import current_platform
+
+
+class Attn:
+    def __init__(self, kv_b_proj: ColumnParallelLinear):
+        self.kv_b_proj = kv_b_proj
+"""
+_ALIAS = ("        w = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, \"weight\") "
+          "else self.kv_b_proj.params_dtype\n")
+_IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype\n"
+
+
+class StorageDtypeSentinel(Rule):
+    code = "DTL004"
+    name = "storage-dtype-sentinel"
+    summary = "branch compares a quantizable layer's storage dtype with int32/uint8/int8/fp8 outside the helper"
+    patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
+    facts = frozenset({"candidates", "layers", "fixes"})
+    severity = "warning"
+
+    VALID = [
+        # Comparing with an unpacked dtype is not a sentinel.
+        Valid(_HEAD + "    def f(self, x):\n        if self.kv_b_proj.weight.dtype == torch.bfloat16:\n"
+              "            x = x * 2\n        return x\n"),
+        # The helper's own shape is DTL005's business.
+        Valid("import torch\n\ndef input_dtype(layer, fp8_input):\n    wd = layer.weight.dtype\n"
+              "    if wd == torch.int32:\n        return layer.params_dtype\n    return wd\n",
+              ),
+        # Quant methods own the storage format.
+        Valid("import torch\nfrom vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase\n"
+              "class M(QuantizeMethodBase):\n    def apply(self, layer, x):\n"
+              "        if layer.weight.dtype == torch.uint8:\n            return x\n        return x * 2\n"),
+        # A plain torch layer is never repacked.
+        Valid("import torch\nfrom torch import nn\nclass V(nn.Module):\n    def __init__(self):\n"
+              "        self.proj = nn.Linear(2, 2)\n    def f(self, x):\n"
+              "        return x if self.proj.weight.dtype == torch.int8 else x * 2\n"),
+    ]
+    INVALID = [
+        # vLLM 0.27.1's MLA guard: proven equal to the helper on every unpacked storage, rewritten.
+        Invalid(
+            _HEAD + "    def prefill(self, kv, use_fp8_prefill):\n" + _ALIAS
+            + "        if (use_fp8_prefill or w != current_platform.fp8_dtype()) and w != torch.uint8:\n"
+            "            kv = kv.to(w)\n        return self.kv_b_proj(kv)\n",
+            expected_replacement=_HEAD.replace("ColumnParallelLinear\n", "ColumnParallelLinear\n" + _IMPORT, 1)
+            .replace("from vllm.platforms import current_platform\n", "")
+            + "    def prefill(self, kv, use_fp8_prefill):\n"
+            "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
+            "        if kv_b_proj_input_dtype is not None:\n            kv = kv.to(kv_b_proj_input_dtype)\n"
+            "        return self.kv_b_proj(kv)\n",
+            message_contains=("self.kv_b_proj", "torch.uint8", "current_platform.fp8_dtype()"),
+        ),
+        # A kernel choice on the storage dtype, through a module constant: reported, no fix.
+        Invalid(
+            _HEAD.replace("\n\nclass", "\n_FP8 = current_platform.fp8_dtype()\n\n\nclass", 1)
+            + "    def f(self, x):\n        weight = self.kv_b_proj.weight\n"
+            "        if weight.dtype in (_FP8, torch.float8_e5m2):\n            return x.float()\n        return x\n",
+            message_contains=("torch.float8_e4m3fn, torch.float8_e5m2",),
+        ),
+        # A guard that skips the fp16 cast the helper would make: not proven, not rewritten.
+        Invalid(
+            _HEAD + "    def f(self, kv):\n" + _ALIAS
+            + "        if w != torch.uint8 and w != torch.float16:\n            kv = kv.to(w)\n        return kv\n",
+            message_contains=("with torch.uint8 outside",),
+        ),
+    ]
+
+    def check(self, ctx: RuleContext) -> None:
+        module, _func = ctx.config.helper_spec
+        if ctx.source.module and ctx.source.module == module:
+            return  # the helper's own file
+        globals_ = ModuleGlobals(ctx.tree, ctx.imports)
+        for c in ctx.candidates:
+            if helper_shape(c.fn) is not None:
+                continue
+            done: set[int] = set()
+            for node in c.nodes:
+                if not isinstance(node, ast.Compare):
+                    continue
+                hit = _sentinel_compare(node, c.scope, globals_)
+                if hit is None:
+                    continue
+                wds, _sentinels = hit
+                stmt = _statement_of(node, c.parents)
+                if id(stmt) in done:
+                    continue
+                verdict = ctx.layer_verdict(wds.layer, c.scope)
+                if verdict is None:
+                    continue
+                done.add(id(stmt))
+                sentinels = _all_sentinels(stmt, wds, c.scope, globals_)
+                fix, reason = _rewrite(ctx, stmt, wds, c)
+                layer = ast.unparse(wds.layer)
+                confidence, evidence = verdict
+                report_node = stmt.test if isinstance(stmt, (ast.If, ast.While)) else node
+                ctx.report(report_node,
+                           f"branch compares `{layer}`'s storage dtype with {', '.join(sentinels)} outside "
+                           f"`{ctx.fixes.func}`: a hand copy of the input-dtype decision, which drifts from the "
+                           "helper as backends change (int32 under Marlin, int8 under W8A8, no `.weight` under AWQ)",
+                           scope=c.scope_name, fix=fix, no_fix_reason=reason, confidence=confidence,
+                           evidence=evidence)
+
+
+def _sentinel_values(expr: ast.expr, globals_: ModuleGlobals) -> list[str] | None:
+    """The packed/quantized dtypes `expr` holds (a dtype, or a tuple/set/list of them)."""
+    try:
+        value = Interpreter(Case(None, False), {}, globals_).ev(expr)
+    except (Unsupported, RecursionError, Exception):  # noqa: BLE001 - whatever it cannot read is no sentinel
+        return None
+    values = value if isinstance(value, (tuple, frozenset)) else (value,)
+    found = [v for v in values if isinstance(v, Dtype) and v.name in SENTINELS]
+    return [_spell(expr, v) for v in found] or None
+
+
+def _spell(expr: ast.expr, value: Dtype) -> str:
+    text = ast.unparse(expr)
+    return "current_platform.fp8_dtype()" if "fp8_dtype()" in text and value.name == "float8_e4m3fn" else str(value)
+
+
+def _sentinel_compare(node: ast.Compare, scope: FunctionScope, globals_: ModuleGlobals):
+    operands = [node.left, *node.comparators]
+    for i, op in enumerate(node.ops):
+        if not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+            continue
+        a, b = operands[i], operands[i + 1]
+        for storage, other in ((a, b), (b, a)):
+            if isinstance(op, (ast.In, ast.NotIn)) and storage is b:
+                continue  # `x in w.dtype` is not a membership test of the storage dtype
+            wds = weight_dtype_source(storage, scope)
+            if wds is None or wds.form == "tensor":
+                continue
+            sentinels = _sentinel_values(other, globals_)
+            if sentinels:
+                return wds, sentinels
+    return None
+
+
+def _all_sentinels(stmt: ast.stmt, wds: WeightDtypeSource, scope: FunctionScope, globals_) -> list[str]:
+    """Every sentinel the statement's comparisons of this layer name, in order, once each."""
+    layer = ast.dump(wds.layer)
+    out: list[str] = []
+    test = stmt.test if isinstance(stmt, (ast.If, ast.While)) else stmt
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            hit = _sentinel_compare(node, scope, globals_)
+            if hit and ast.dump(hit[0].layer) == layer:
+                out += [s for s in hit[1] if s not in out]
+    return out
+
+
+def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.stmt:
+    while not isinstance(node, ast.stmt):
+        node = parents[id(node)]
+    return node
+
+
+def _rewrite(ctx: RuleContext, stmt: ast.stmt, wds: WeightDtypeSource, c):
+    """The helper rewrite when the branch guards one cast to this layer's storage dtype and the
+    evaluator proves the branch equal to the helper (fixplan's idiom form)."""
+    if not (isinstance(stmt, ast.If) and len(stmt.body) == 1 and not stmt.orelse):
+        return None, "no fix: the branch does not guard a cast (decide it from the layer's quant method, not its storage dtype)"
+    body = stmt.body[0]
+    call = body.value if isinstance(body, ast.Assign) else None
+    layer = ast.dump(wds.layer)
+    if isinstance(call, ast.Call):
+        for arg in cast_dtype_args(call):
+            cast_wds = weight_dtype_source(arg, c.scope)
+            if cast_wds is not None and ast.dump(cast_wds.layer) == layer:
+                fix, reason = ctx.fixes.idiom(Site(call, arg, cast_wds, c.fn, c.scope, c.parents))
+                if fix is not None or reason:
+                    return fix, reason
+                return None, "no fix: the guarded cast is not in the shape the helper rewrite handles"
+    return None, "no fix: the branch does not guard a cast to this layer's storage dtype"
