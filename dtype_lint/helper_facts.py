@@ -42,6 +42,17 @@ class KnownHelper:
     def sound(self) -> bool:
         return self.table is not None and not self.unsound
 
+    @property
+    def decides(self) -> bool:
+        """An input-dtype decision, not a getter or something else of the same shape: some case
+        certainly returns a dtype (not a tensor, a class, a value from elsewhere), and some storage
+        gets something other than its own dtype."""
+        if self.table is None:
+            return False
+        rows = self.table.rows
+        return any(v.startswith("torch.") for _c, v in rows) and any(
+            c.storage is not None and v != f"torch.{c.storage}" for c, v in rows)
+
     def wrong_cases(self) -> list[str]:
         """['int8 storage → returns torch.int8', ...]"""
         return summarize_cases(list(self.unsound), self.table.flags if self.table else (False, True))
@@ -198,3 +209,35 @@ def _configured_copy(h: KnownHelper, configured: bool) -> KnownHelper:
     from dataclasses import replace
 
     return replace(h, configured=configured)
+
+
+def project_helpers(config: Config, paths: list[str]) -> list[KnownHelper]:
+    """Every top-level input-dtype helper the project defines (a function of the helper's shape
+    that decides a dtype from a layer's storage), read from the files whose text could hold one;
+    by path and line."""
+    from .discovery import discover, module_name
+    from .index import dtype_functions
+    from .source import READ_ERRORS, read_file
+
+    cfg_module, cfg_func = config.helper_spec
+    out = []
+    for path in discover(paths, tuple(config.exclude), config.root):
+        try:
+            text = read_file(path).text
+        except READ_ERRORS:
+            continue
+        names = dtype_functions(text)
+        if not names:
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        module = module_name(path, config.root)
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+                qual = f"{module}.{node.name}" if module else node.name
+                h = known_helper(node, tree, qual, path, configured=(module == cfg_module and node.name == cfg_func))
+                if h is not None and h.decides:
+                    out.append(h)
+    return sorted(out, key=lambda h: (h.path, h.line))

@@ -208,7 +208,7 @@ class UnsoundInputDtypeHelper(Rule):
     def check(self, ctx: RuleContext) -> None:
         exempt = {id(c.fn) for c in ctx.functions if c.exempt}
         for fn, _class_q, h in ctx.helpers.defined:
-            if id(fn) in exempt or h.table is None or not h.unsound or not _decides(h.table):
+            if id(fn) in exempt or h.table is None or not h.unsound or not h.decides:
                 continue
             fix, reason = _helper_fix(ctx, fn, h) if h.configured else (None, "")
             ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
@@ -220,7 +220,7 @@ class UnsoundInputDtypeHelper(Rule):
                 if not isinstance(node, ast.Call):
                     continue
                 h = ctx.helpers.called(node, c.scope)
-                if h is None or h.table is None or not h.unsound or not _decides(h.table):
+                if h is None or h.table is None or not h.unsound or not h.decides:
                     continue
                 cast = _fed_cast(node, c)
                 if cast is None:
@@ -231,14 +231,6 @@ class UnsoundInputDtypeHelper(Rule):
                            no_fix_reason=reason, severity="warning",
                            evidence=(Evidence(f"`{h.name}` is defined {'here' if here else 'in ' + h.qualname}",
                                               h.path, h.line),))
-
-
-def _decides(table: Table) -> bool:
-    """An input-dtype decision: some case certainly returns a dtype (not a tensor, a class, a
-    value from elsewhere), and it is not a plain getter (some storage gets something other than
-    its own dtype)."""
-    returns_dtype = any(v.startswith("torch.") for _c, v in table.rows)
-    return returns_dtype and any(c.storage is not None and v != f"torch.{c.storage}" for c, v in table.rows)
 
 
 def _scope_of(h: KnownHelper) -> str:
