@@ -7,6 +7,7 @@ the run created or changed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from .pipeline import RunOptions, RunResult, reanalyze, run
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
                   progress=None) -> RunResult:
+    config = reuse_sound_helper(config, path)
     return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, fix=True,
                                   unsafe_fixes=unsafe_fixes, progress=progress))
 
@@ -84,6 +86,7 @@ def render_report(root: str, result: RunResult, report_path: str | None = None) 
             lines.append(f"| `{_rel(f.path, root)}:{f.span.line}` | {f.code} | `{f.scope}` | {why.replace('|', '/')} |")
     else:
         lines.append("None: every site was fixed.")
+    lines += helper_reuse_section(root, result)
     lines += ["", "## Files created or changed", ""]
     written = [w for w in result.writes if w.why != "cache"]
     lines += [f"- `{w.path}` ({w.action}: {w.why})" for w in written]
@@ -102,6 +105,91 @@ def render_report(root: str, result: RunResult, report_path: str | None = None) 
         "",
     ]
     return "\n".join(lines)
+
+
+# ---- existing helpers: reuse a sound one, or replace unsound ones by one shared helper -----------
+
+
+def reuse_sound_helper(config: Config, path: str) -> Config:
+    """When no helper is configured and the preset's does not exist, but the project already has a
+    sound input-dtype helper taking a layer and the fp8 flag, route the fixes through it."""
+    from .helper_facts import project_helpers
+
+    if config.helper:
+        return config
+    found = project_helpers(config, [path])
+    if any(h.configured for h in found):
+        return config
+    for h in found:
+        module = h.qualname.rpartition(".")[0]
+        if module and h.flag_param and h.sound and not h.maybe_unsound and _definite(h):
+            return dataclasses.replace(config, helper=f"{module}:{h.name}")
+    return config
+
+
+def _definite(h) -> bool:
+    """Every case has one answer (no branch on what the evaluator cannot know)."""
+    from .dtype_eval import alternatives
+
+    return all(len(alternatives(v)) == 1 for _c, v in h.table.rows)
+
+
+def helper_reuse_section(root: str, result: RunResult) -> list[str]:
+    """The report's account of the input-dtype helpers the project already had: each one's table
+    beside the helper this change uses, and what was done about it."""
+    from .helper import helper_table
+    from .helper_facts import project_helpers
+
+    module, func = result.config.helper_spec
+    created = any(w.why == "helper" and w.action == "created" for w in result.writes)
+    existing = [h for h in project_helpers(result.config, [root]) if not (h.configured and created)]
+    if not existing:
+        return []
+    helper = result.helper
+    shared = helper_table(module, func, result.config.template,
+                          str(helper.path) if helper is not None and helper.path.exists() else None)
+    routed = [h for h in existing if h.configured]
+    rewritten = [f for f in result.fixed if f.code == "DTL005"]
+    left = [f for f in result.findings if f.code == "DTL005" and not f.expression.startswith("def ")]
+    lines = ["", "## Existing input-dtype helpers", ""]
+    for h in existing:
+        where = f"`{_rel(h.path, root)}:{h.line}` `{h.name}`"
+        if h.configured and not created:
+            what = ("sound: the fixes are routed to it, and no new helper was created" if h.sound
+                    else "the configured helper, wrong for: " + "; ".join(h.wrong_cases()))
+        elif h.sound:
+            what = "sound, but not the configured helper"
+        else:
+            what = "unsound: " + "; ".join(h.wrong_cases())
+        lines.append(f"- {where}: {what}.")
+    if not routed and any(not h.sound for h in existing):
+        lines += ["", f"They are replaced by one shared, sound helper, `{module}:{func}` "
+                  f"({_helper_state(result)}): {len(rewritten)} call sites were rewritten to it"
+                  + (f"; {len(left)} left, each with its reason below." if left else ".")
+                  + " The old helpers stay defined (other code may call them); delete them once unused."]
+        for f in rewritten:
+            lines.append(f"  - `{_rel(f.path, root)}:{f.span.line}` `{f.scope}`: {f.fix.description}")
+        for f in left:
+            lines.append(f"  - left: `{_rel(f.path, root)}:{f.span.line}` `{f.scope}`: "
+                         f"{(f.no_fix_reason or f.message).replace('|', '/')}")
+    for h in existing:
+        if h.configured and not created:
+            continue
+        lines += ["", f"What `{h.name}` decides beside `{func}`, from each one's own code "
+                  "(bf16 model; **bold**: they differ):", ""]
+        lines += _side_by_side(h, func, shared)
+    return lines
+
+
+def _side_by_side(h, func: str, shared) -> list[str]:
+    rows = ["| weight storage | fp8 input | `" + h.name + "` | `" + func + "` |", "|---|---|---|---|"]
+    theirs = h.table.as_dict() if h.table is not None else {}
+    for case, mine in (shared.rows if shared is not None else ()):
+        other = theirs.get(case) or theirs.get(dataclasses.replace(case, flag=False), "(not evaluated)")
+        storage = "no `.weight`" if case.storage is None else case.storage
+        a, b = (f"**{other}**", f"**{mine}**") if other != mine else (other, mine)
+        rows.append(f"| {storage} | {case.flag} | {a.replace('|', '/')} | {b} |")
+    return rows
 
 
 def print_summary(result: RunResult, report_path: str) -> None:
