@@ -13,9 +13,12 @@ constructed with `quant_config=`), unless a guard dominates the read:
   or an enclosing block;
 - an enclosing `try:` with an `except AttributeError` (or a bare/`Exception` handler);
 - a check of the layer's quant method, `isinstance(L.quant_method, UnquantizedLinearMethod)` (or
-  `type(...) is`), or a flag only ever set from one — in any method of the class
+  `type(...) is`), or a flag only ever set from one or from a `hasattr(..., "weight")` — in any
+  method of the class
   (`self.is_unquantized = isinstance(...)`, `self.use_fast = self.is_unquantized and ...`,
   `ok &= self.is_unquantized`) or in the function — used as any of the guards above;
+- for `self.weight` in a layer class's own methods: an `__init__` that raises (or asserts) unless
+  its quant method is unquantized;
 - `w = getattr(L, "weight", None)` checked for None is not a `.weight` read at all.
 A read that only feeds a cast or an allocation's dtype (`x.to(L.weight.dtype)`,
 `torch.empty(n, dtype=L.weight.dtype)`, directly or through a local alias) is left to DTL001 and
@@ -53,7 +56,8 @@ names the layer and how it resolved.
 - `hasattr` guards are recognised on the same layer expression (`hasattr(self.kv_b_proj,
   "weight")`), not on an alias of it; a guard in a caller (a kernel's `apply` called only after
   its `can_run`) is not seen.
-- A quant-method check counts whichever layer it names, and a flag counts when every assignment
+- A quant-method check (and a `hasattr` in a flag's value) counts whichever layer it names, and a
+  flag counts when every assignment
   of it (in this class's methods, not its bases') is such a check: a flag also set elsewhere, or
   a check of a quant method other than an `Unquantized*` class (a kernel type, an fp8 scheme
   whose weight exists), is not seen.
@@ -72,6 +76,7 @@ The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes
 from __future__ import annotations
 
 import ast
+import os
 
 from dtype_lint.patterns import cast_dtype_args
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
@@ -117,6 +122,13 @@ class UnguardedWeightAccess(Rule):
               "        fast = n % 8 == 0\n        fast &= self.is_unquantized\n        self.use_fast = fast\n"
               "    def forward(self, x):\n        if not self.use_fast:\n            return super().forward(x)\n"
               "        return x @ self.weight.t()\n"),
+        # A layer class that refuses quantization in its __init__.
+        Valid("import torch\nfrom vllm.model_executor.layers.linear import QKVParallelLinear, UnquantizedLinearMethod\n"
+              "class Fused(QKVParallelLinear):\n    def __init__(self, quant_config):\n"
+              "        super().__init__(8, 2, 4, quant_config=quant_config)\n"
+              "        if not isinstance(self.quant_method, UnquantizedLinearMethod):\n"
+              "            raise ValueError('cannot be quantized')\n"
+              "    def forward(self, x):\n        return torch.nn.functional.linear(x, self.weight)\n"),
         # Storage code owns the format.
         Valid(_HEAD + "    def process_weights_after_loading(self):\n        self.kv_b_proj.weight.data.mul_(2)\n"),
         # DTL001's site: its fix handles the missing `.weight`.
@@ -148,16 +160,18 @@ class UnguardedWeightAccess(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        class_flags = _ClassFlags(ctx.tree)
+        class_flags = _ClassFlags(ctx.tree, _imported_predicates(ctx))
         for c in ctx.candidates:
             known = class_flags.of(c.fn)
-            flags = known | _local_flags(c, known)
+            flags = known.with_flags(_function_flags(c.fn, known))
             for node in c.nodes:
                 layer = _weight_read(node)
                 if layer is None:
                     continue
                 if _feeds_dtype_site(node, c) or _guarded(node, layer, c.parents, flags):
                     continue
+                if "self" in flags.flags and isinstance(layer, ast.Name) and layer.id == c.scope.self_name:
+                    continue  # a layer class whose __init__ refuses quantization
                 verdict = ctx.layer_verdict(layer, c.scope)
                 if verdict is None:
                     continue
@@ -168,6 +182,42 @@ class UnguardedWeightAccess(Rule):
                            f"or read `getattr({text}, \"weight\", None)`",
                            scope=c.scope_name, confidence=confidence, evidence=evidence,
                            no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
+
+
+_PREDICATES: dict[tuple, frozenset[str]] = {}  # (path, mtime, size) -> the module's predicate functions
+
+
+def _imported_predicates(ctx: RuleContext) -> frozenset[str]:
+    """Names this file imports that are predicates in their own (project) module, e.g.
+    `from vllm.model_executor.layers.hpc.gated_mla import hpc_gated_mla_supported`."""
+    index = ctx.project.index
+    out = set()
+    for local, target in ctx.imports.items():
+        module, _, name = index.canonical(target).rpartition(".")
+        header = index.modules.get(module)
+        if header is None or name in header.classes:
+            continue
+        if name in _module_predicates(header.path, ctx.project.load_file):
+            out.add(local)
+    return frozenset(out)
+
+
+def _module_predicates(path: str, load_file) -> frozenset[str]:
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+    except OSError:
+        return frozenset()
+    if key not in _PREDICATES:
+        text = load_file(path) if load_file is not None else None
+        try:
+            tree = ast.parse(text) if text else None
+        except (SyntaxError, ValueError, RecursionError):
+            tree = None
+        _PREDICATES[key] = frozenset(
+            n.name for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and _is_predicate(n, _NOTHING))
+    return _PREDICATES[key]
 
 
 def _weight_read(node: ast.AST) -> ast.expr | None:
@@ -185,21 +235,50 @@ def _same(a: ast.AST, b: ast.AST) -> bool:
     return ast.dump(a).replace("Store()", "Load()") == ast.dump(b).replace("Store()", "Load()")
 
 
-def _is_hasattr(test: ast.AST, layer: ast.AST) -> bool:
+class _Known:
+    """What guards mean here: `flags`, names and `self.X` attributes that, when true (or not
+    None), say the layer has a plain `.weight`; `predicates`, functions whose result is true (not
+    None) only then (`supports(layer)` that returns False unless unquantized)."""
+
+    __slots__ = ("flags", "predicates")
+
+    def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset()):
+        self.flags, self.predicates = flags, predicates
+
+    def with_flags(self, more) -> "_Known":
+        return _Known(self.flags | frozenset(more), self.predicates)
+
+
+_NOTHING = _Known()
+
+
+def _is_hasattr(test: ast.AST, layer: ast.AST | None) -> bool:
+    """`hasattr(L, "weight")` (of any layer when `layer` is None: a flag's value)."""
     return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
             and len(test.args) == 2 and isinstance(test.args[1], ast.Constant) and test.args[1].value == "weight"
-            and _same(test.args[0], layer))
+            and (layer is None or _same(test.args[0], layer)))
+
+
+def _is_getattr_weight(value: ast.AST) -> bool:
+    """`getattr(L, "weight", None)`: true (not None) only when the layer has `.weight`."""
+    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr"
+            and len(value.args) == 3 and isinstance(value.args[1], ast.Constant) and value.args[1].value == "weight"
+            and isinstance(value.args[2], ast.Constant) and value.args[2].value is None)
 
 
 def _unquantized_check(test: ast.AST) -> bool:
-    """`isinstance(X.quant_method, UnquantizedLinearMethod)` (a tuple of Unquantized* too), or
-    `type(X.quant_method) is Unquantized*`: the layer keeps its plain `.weight`."""
+    """`isinstance(X.quant_method, UnquantizedLinearMethod)` (`getattr(X, "quant_method", None)`,
+    a tuple of Unquantized* classes too), or `type(X.quant_method) is Unquantized*`."""
     def unquantized_names(node: ast.AST) -> bool:
         elts = node.elts if isinstance(node, ast.Tuple) else [node]
         return bool(elts) and all("Unquantized" in (ast.unparse(e).rsplit(".", 1)[-1]) for e in elts)
 
     def quant_method(node: ast.AST) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "quant_method"
+        if isinstance(node, ast.Attribute) and node.attr == "quant_method":
+            return True
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value == "quant_method")
 
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
             and len(test.args) == 2 and quant_method(test.args[0]):
@@ -211,60 +290,111 @@ def _unquantized_check(test: ast.AST) -> bool:
     return False
 
 
-def _implies_weight(test: ast.AST, layer: ast.AST, flags: frozenset[str] = frozenset()) -> bool:
-    """`test` true ⇒ L has `.weight`: `hasattr(L, "weight")`, an unquantized check of a quant
-    method, or a flag only ever set from one; as the test or one of its `and`s."""
+def _none_test(test: ast.AST, op) -> str | None:
+    """`X is None` / `X is not None` (op: ast.Is / ast.IsNot) -> the text of X."""
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None):
+        return ast.unparse(test.left)
+    return None
+
+
+def _callee(call: ast.AST) -> str | None:
+    if isinstance(call, ast.Call):
+        f = call.func
+        if isinstance(f, ast.Name):
+            return f.id
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
+            return f"self.{f.attr}"
+    return None
+
+
+def _implies_weight(test: ast.AST, layer: ast.AST | None, known: _Known = _NOTHING) -> bool:
+    """`test` true ⇒ the layer has a plain `.weight`: `hasattr(L, "weight")`, an unquantized check
+    of a quant method, a flag or a predicate's result (see `_Known`); as the test, one of its
+    `and`s, or the negation of a no-weight test."""
     if _is_hasattr(test, layer) or _unquantized_check(test):
         return True
-    if isinstance(test, (ast.Name, ast.Attribute)) and ast.unparse(test) in flags:
+    if isinstance(test, (ast.Name, ast.Attribute)) and ast.unparse(test) in known.flags:
         return True
-    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
-        _implies_weight(v, layer, flags) for v in test.values)
-
-
-def _implies_no_weight(test: ast.AST, layer: ast.AST, flags: frozenset[str] = frozenset()) -> bool:
-    """`test` false ⇒ L has `.weight`: the negation of a guard, alone or in an `or`."""
+    if _none_test(test, ast.IsNot) in known.flags:
+        return True
+    if _callee(test) in known.predicates:
+        return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _implies_weight(test.operand, layer, flags)
-    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
-        _implies_no_weight(v, layer, flags) for v in test.values)
+        return _implies_no_weight(test.operand, layer, known)
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
+        _implies_weight(v, layer, known) for v in test.values)
 
 
-def _flag_value(value: ast.AST | None, flags: frozenset[str]) -> bool:
-    """A value that, when true, says the layer is unquantized (or a constant false/None)."""
-    if value is None:
-        return False
-    if isinstance(value, ast.Constant) and not value.value:
+def _implies_no_weight(test: ast.AST, layer: ast.AST | None, known: _Known = _NOTHING) -> bool:
+    """`test` false ⇒ the layer has a plain `.weight`: the negation of a guard, `flag is None`,
+    alone or in an `or`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _implies_weight(test.operand, layer, known)
+    if _none_test(test, ast.Is) in known.flags:
         return True
-    return _implies_weight(value, ast.Constant(None), flags)
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+        _implies_no_weight(v, layer, known) for v in test.values)
+
+
+def _falsy(value: ast.AST | None) -> bool:
+    return value is None or (isinstance(value, ast.Constant) and not value.value)
 
 
 class _Assign:
-    """One assignment to a would-be flag: its value, whether it is `&=`, and the tests of the
-    `if`s whose body holds it (an assignment made only when a guard holds is a guarded value)."""
+    """One assignment to a would-be flag: its value, whether it is `&=`, and the tests that hold
+    wherever it runs (enclosing `if`s, and the negations of earlier `if ...: return`s)."""
 
-    __slots__ = ("value", "anded", "tests")
+    __slots__ = ("value", "anded", "tests", "scope")
 
-    def __init__(self, value, anded, tests):
-        self.value, self.anded, self.tests = value, anded, tests
+    def __init__(self, value, anded, tests, scope=None):
+        self.value, self.anded, self.tests, self.scope = value, anded, tests, scope
 
-    def flag(self, flags: frozenset[str]) -> bool:
-        return _flag_value(self.value, flags) or any(_implies_weight(t, ast.Constant(None), flags) for t in self.tests)
+    def flag(self, known: _Known) -> bool:
+        if _falsy(self.value) or _is_getattr_weight(self.value) or _implies_weight(self.value, None, known):
+            return True
+        return any(_implies_weight(t, None, known) for t in self.tests)
 
 
-def _collect(body: list[ast.stmt], self_name: str | None, attrs: dict, local: dict, tests: tuple = ()) -> None:
+_NOT = ast.Not()
+
+
+def _walk_block(body: list[ast.stmt], tests: tuple, visit) -> None:
+    """Call `visit(stmt, tests)` for every statement, `tests` being what holds there; nested
+    functions and classes are not entered."""
     for stmt in body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        targets: list[tuple[ast.AST, ast.AST, bool]] = []
+        visit(stmt, tests)
+        if isinstance(stmt, ast.If):
+            _walk_block(stmt.body, tests + (stmt.test,), visit)
+            _walk_block(stmt.orelse, tests + (ast.UnaryOp(op=_NOT, operand=stmt.test),), visit)
+            if stmt.body and isinstance(stmt.body[-1], _EXITS):
+                tests = tests + (ast.UnaryOp(op=_NOT, operand=stmt.test),)
+        else:
+            for field in ("body", "orelse", "finalbody"):
+                _walk_block(getattr(stmt, field, None) or [], tests, visit)
+            for h in getattr(stmt, "handlers", None) or []:
+                _walk_block(h.body, tests, visit)
+            for case in getattr(stmt, "cases", None) or []:
+                _walk_block(case.body, tests, visit)
+
+
+def _assignments_of(fn, self_name: str | None, attrs: dict, local: dict) -> None:
+    def visit(stmt, tests):
+        pairs: list[tuple[ast.AST, ast.AST | None, bool]] = []
         if isinstance(stmt, ast.Assign):
-            targets = [(t, stmt.value, False) for t in stmt.targets]
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            targets = [(stmt.target, stmt.value, False)]
+            pairs = [(t, stmt.value, False) for t in stmt.targets]
+        elif isinstance(stmt, ast.AnnAssign):
+            pairs = [(stmt.target, stmt.value, False)]
         elif isinstance(stmt, ast.AugAssign):
-            targets = [(stmt.target, stmt.value, isinstance(stmt.op, ast.BitAnd))]
-        for target, value, anded in targets:
-            a = _Assign(value, anded, tests)
+            pairs = [(stmt.target, stmt.value, isinstance(stmt.op, ast.BitAnd))]
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            for n in ast.walk(stmt.target if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    local.setdefault(n.id, []).append(_Assign(ast.Name("?"), False, (), id(fn)))
+        for target, value, anded in pairs:
+            a = _Assign(value, anded, tests, id(fn))
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == self_name:
                 attrs.setdefault(f"self.{target.attr}", []).append(a)
             elif isinstance(target, ast.Name):
@@ -272,76 +402,113 @@ def _collect(body: list[ast.stmt], self_name: str | None, attrs: dict, local: di
             elif isinstance(target, (ast.Tuple, ast.List)):
                 for n in ast.walk(target):
                     if isinstance(n, ast.Name):
-                        local.setdefault(n.id, []).append(_Assign(None, False, ()))
-        if isinstance(stmt, ast.If):
-            _collect(stmt.body, self_name, attrs, local, tests + (stmt.test,))
-            _collect(stmt.orelse, self_name, attrs, local, tests)
-        else:
-            for field in ("body", "orelse", "finalbody"):
-                _collect(getattr(stmt, field, None) or [], self_name, attrs, local, tests)
-            for h in getattr(stmt, "handlers", None) or []:
-                _collect(h.body, self_name, attrs, local, tests)
-            if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
-                for n in ast.walk(stmt.target if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt):
-                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                        local.setdefault(n.id, []).append(_Assign(None, False, ()))
+                        local.setdefault(n.id, []).append(_Assign(ast.Name("?"), False, (), id(fn)))
+    _walk_block(fn.body, (), visit)
 
 
-def _flags_of(assigns: dict[str, list[_Assign]], known: frozenset[str], prefix: str = "") -> frozenset[str]:
-    """Names whose every assignment is a flag value; `x &= <flag>` makes `x` one whatever it was."""
-    flags = set(known)
+def _flags_of(assigns: dict[str, list[_Assign]], known_for) -> frozenset[str]:
+    """Names whose every assignment is a flag value (one that is false, or true only when the
+    layer has `.weight`); `x &= <flag>` makes `x` one whatever it was. Constant false values alone
+    say nothing (the real value is set elsewhere). `known_for(assign)`: what is known there."""
+    flags: set[str] = set()
     changed = True
     while changed:
         changed = False
         for name, values in assigns.items():
-            key = prefix + name
-            if key in flags:
+            if name in flags:
                 continue
-            now = frozenset(flags)
             anded = [a for a in values if a.anded]
-            if (anded and any(a.flag(now) for a in anded)) or (not anded and all(a.flag(now) for a in values)):
-                flags.add(key)
+            derived = any(not _falsy(a.value) for a in values)
+            if (anded and any(a.flag(known_for(a, flags)) for a in anded)) or (
+                    not anded and derived and all(a.flag(known_for(a, flags)) for a in values)):
+                flags.add(name)
                 changed = True
     return frozenset(flags)
 
 
-class _ClassFlags:
-    """Per class of the file: `self.X` attributes only ever set to an unquantized check, a value
-    derived from one, or false, in any method (`self.is_unquantized = isinstance(self.quant_method,
-    UnquantizedLinearMethod)`, `self.allow_fast = self.is_unquantized and ...`, `ok &= ...`)."""
-
-    def __init__(self, tree: ast.Module):
-        self._by_fn: dict[int, frozenset[str]] = {}
-        for cls in ast.walk(tree):
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            attrs: dict[str, list[_Assign]] = {}
-            locals_: list[dict[str, list[_Assign]]] = []
-            for m in methods:
-                local: dict[str, list[_Assign]] = {}
-                _collect(m.body, m.args.args[0].arg if m.args.args else None, attrs, local)
-                locals_.append(local)
-            flags: frozenset[str] = frozenset()
-            for _ in range(8):  # locals feed attributes and attributes feed locals
-                with_locals = set(flags)
-                for local in locals_:
-                    with_locals |= _flags_of(local, flags) - flags
-                new = _flags_of(attrs, frozenset(with_locals)) & frozenset(k for k in attrs) | flags
-                if new == flags:
-                    break
-                flags = new
-            for m in methods:
-                self._by_fn[id(m)] = flags
-
-    def of(self, fn: ast.AST) -> frozenset[str]:
-        return self._by_fn.get(id(fn), frozenset())
-
-
-def _local_flags(c, known: frozenset[str]) -> frozenset[str]:
+def _function_flags(fn, known: _Known) -> frozenset[str]:
+    """The local flags of one function (given what is known around it)."""
     local: dict[str, list[_Assign]] = {}
-    _collect(c.fn.body, None, {}, local)
-    return _flags_of(local, known)
+    _assignments_of(fn, None, {}, local)
+    return _flags_of(local, lambda _a, fl: known.with_flags(fl))
+
+
+def _is_predicate(fn, known: _Known) -> bool:
+    """Every value `fn` returns is false (or None), or true only when the layer has `.weight`:
+    a return value that implies it, or a return dominated by such a test."""
+    flags = _function_flags(fn, known)
+    here = known.with_flags(flags)
+    returns: list[tuple[ast.Return, tuple]] = []
+    _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return) else None)
+    real = [(r, t) for r, t in returns if not _falsy(r.value)]
+    if not real:
+        return False
+    return all(_implies_weight(r.value, None, here) or any(_implies_weight(x, None, here) for x in t)
+               or (isinstance(r.value, ast.Name) and r.value.id in flags) for r, t in real)
+
+
+class _ClassFlags:
+    """For each function of the file, what is known there: the flags of its class (`self.X` set
+    only to guard values in the class's methods: `self.is_unquantized = isinstance(
+    self.quant_method, UnquantizedLinearMethod)`, `self.allow_fast = self.is_unquantized and ...`,
+    `self._scale = prep(layer)` where `prep` returns None unless the weight exists), and the
+    predicates it may call (module functions, nested functions, the class's own methods)."""
+
+    def __init__(self, tree: ast.Module, imported):
+        self._by_fn: dict[int, _Known] = {}
+        module_preds = frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                 and _is_predicate(n, _NOTHING)) | imported
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._by_fn[id(node)] = _Known(frozenset(), module_preds | _nested_predicates(node, module_preds))
+        for cls in ast.walk(tree):
+            if isinstance(cls, ast.ClassDef):
+                self._class(cls, module_preds)
+
+    def _class(self, cls: ast.ClassDef, module_preds: frozenset[str]) -> None:
+        methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        preds = module_preds | frozenset(f"self.{m.name}" for m in methods if _is_predicate(m, _Known(frozenset(), module_preds)))
+        nested = {id(m): _nested_predicates(m, preds) for m in methods}
+        attrs: dict[str, list[_Assign]] = {}
+        locals_: dict[int, dict[str, list[_Assign]]] = {}
+        for m in methods:
+            locals_[id(m)] = {}
+            _assignments_of(m, m.args.args[0].arg if m.args.args else None, attrs, locals_[id(m)])
+        flags: frozenset[str] = frozenset()
+        method_flags: dict[int, frozenset[str]] = {}
+        for _ in range(8):  # locals feed attributes and attributes feed locals
+            for m in methods:
+                base = _Known(flags, preds | nested[id(m)])
+                method_flags[id(m)] = _flags_of(locals_[id(m)], lambda _a, fl, base=base: base.with_flags(fl))
+            new = _flags_of(attrs, lambda a, fl: _Known(flags | fl | method_flags.get(a.scope, frozenset()),
+                                                        preds | nested.get(a.scope, frozenset())))
+            if new == flags:
+                break
+            flags = new
+        if any(_refuses_quantization(m) for m in methods if m.name == "__init__"):
+            flags = flags | {"self"}  # every instance is unquantized: its own `.weight` exists
+        for m in methods:
+            self._by_fn[id(m)] = _Known(flags, preds | nested[id(m)])
+
+    def of(self, fn: ast.AST) -> _Known:
+        return self._by_fn.get(id(fn), _NOTHING)
+
+
+def _nested_predicates(fn, known_preds: frozenset[str]) -> frozenset[str]:
+    return frozenset(n.name for n in ast.walk(fn) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n is not fn and _is_predicate(n, _Known(frozenset(), known_preds)))
+
+
+def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`__init__` raises unless its quant method is unquantized: `if not isinstance(
+    self.quant_method, UnquantizedLinearMethod): raise ...` (or an `assert` of the check)."""
+    for stmt in init.body:
+        if isinstance(stmt, ast.If) and _implies_no_weight(stmt.test, None) and stmt.body \
+                and isinstance(stmt.body[-1], ast.Raise):
+            return True
+        if isinstance(stmt, ast.Assert) and _unquantized_check(stmt.test):
+            return True
+    return False
 
 
 def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
@@ -351,23 +518,23 @@ def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(n, ast.Name) and n.id in ("AttributeError", "Exception", "BaseException") for n in names)
 
 
-def _guarded(node: ast.AST, layer: ast.AST, parents: dict[int, ast.AST], flags: frozenset[str]) -> bool:
+def _guarded(node: ast.AST, layer: ast.AST, parents: dict[int, ast.AST], known: _Known) -> bool:
     """A guard (see `_implies_weight`) dominates the read: an enclosing `if`/conditional, an
     earlier operand of `and`, an earlier `if not <guard>: return`, or a `try` that catches it."""
     child, parent = node, parents.get(id(node))
     while parent is not None:
         if isinstance(parent, (ast.If, ast.IfExp, ast.While)):
-            if child in _as_list(parent.body) and _implies_weight(parent.test, layer, flags):
+            if child in _as_list(parent.body) and _implies_weight(parent.test, layer, known):
                 return True
-            if child in _as_list(parent.orelse) and _implies_no_weight(parent.test, layer, flags):
+            if child in _as_list(parent.orelse) and _implies_no_weight(parent.test, layer, known):
                 return True
         elif isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
             idx = next(i for i, v in enumerate(parent.values) if v is child)
-            if any(_implies_weight(v, layer, flags) for v in parent.values[:idx]):
+            if any(_implies_weight(v, layer, known) for v in parent.values[:idx]):
                 return True
         elif isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.Or):
             idx = next(i for i, v in enumerate(parent.values) if v is child)
-            if any(_implies_no_weight(v, layer, flags) for v in parent.values[:idx]):
+            if any(_implies_no_weight(v, layer, known) for v in parent.values[:idx]):
                 return True
         elif isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and child in parent.body:
             if any(_catches_attribute_error(h) for h in parent.handlers):
@@ -376,7 +543,7 @@ def _guarded(node: ast.AST, layer: ast.AST, parents: dict[int, ast.AST], flags: 
             for block in _blocks(parent):
                 if child in block:
                     for earlier in block[: block.index(child)]:
-                        if (isinstance(earlier, ast.If) and _implies_no_weight(earlier.test, layer, flags)
+                        if (isinstance(earlier, ast.If) and _implies_no_weight(earlier.test, layer, known)
                                 and earlier.body and isinstance(earlier.body[-1], _EXITS)):
                             return True
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
