@@ -13,10 +13,16 @@ constructed with `quant_config=`), unless a guard dominates the read:
   or an enclosing block;
 - an enclosing `try:` with an `except AttributeError` (or a bare/`Exception` handler);
 - a check of the layer's quant method, `isinstance(L.quant_method, UnquantizedLinearMethod)` (or
-  `type(...) is`), or a flag only ever set from one or from a `hasattr(..., "weight")` — in any
-  method of the class
-  (`self.is_unquantized = isinstance(...)`, `self.use_fast = self.is_unquantized and ...`,
-  `ok &= self.is_unquantized`) or in the function — used as any of the guards above;
+  `type(...) is`, or on `getattr(L, "quant_method", None)`), used as any of the guards above;
+- a predicate: a function (of the module, nested in the function, a method of the class, or
+  imported from the project) whose every true or non-None result is itself such a check or is
+  returned only after one (`if weight is None: return False` with `weight = getattr(L,
+  "weight", None)`);
+- a flag: a name or `self.X` attribute only ever set, in the function or in any method of the
+  class, to such a check, a predicate's result, `getattr(L, "weight", None)`, `hasattr(...)`, a
+  value assigned only where such a check holds, or false (`self.is_unquantized = isinstance(...)`,
+  `self.use_fast = self.is_unquantized and ...`, `ok &= self.is_unquantized`, `self._scale =
+  prep(layer)`), tested as `flag`, `flag is not None`, or in the negations above;
 - for `self.weight` in a layer class's own methods: an `__init__` that raises (or asserts) unless
   its quant method is unquantized;
 - `w = getattr(L, "weight", None)` checked for None is not a `.weight` read at all.
@@ -122,6 +128,16 @@ class UnguardedWeightAccess(Rule):
               "        fast = n % 8 == 0\n        fast &= self.is_unquantized\n        self.use_fast = fast\n"
               "    def forward(self, x):\n        if not self.use_fast:\n            return super().forward(x)\n"
               "        return x @ self.weight.t()\n"),
+        # A predicate imported or defined in the module, through a flag and `is not None`.
+        Valid(_HEAD + "def ready(layer):\n    weight = getattr(layer, 'weight', None)\n"
+              "    if weight is None or weight.dtype != torch.bfloat16:\n        return False\n    return True\n"
+              "def prep(layer):\n    w = getattr(layer, 'weight', None)\n    if w is None:\n        return None\n"
+              "    return w.abs().amax()\n"
+              "class Block(Attn):\n    def __init__(self, kv_b_proj: ColumnParallelLinear):\n"
+              "        super().__init__(kv_b_proj)\n        self.fast = ready(self.kv_b_proj)\n"
+              "        self._scale = None\n    def load(self):\n        self._scale = prep(self.kv_b_proj)\n"
+              "    def forward(self, x):\n        if self.fast:\n            x = x @ self.kv_b_proj.weight.t()\n"
+              "        if self._scale is not None:\n            x = x * self.kv_b_proj.weight.shape[0]\n        return x\n"),
         # A layer class that refuses quantization in its __init__.
         Valid("import torch\nfrom vllm.model_executor.layers.linear import QKVParallelLinear, UnquantizedLinearMethod\n"
               "class Fused(QKVParallelLinear):\n    def __init__(self, quant_config):\n"
