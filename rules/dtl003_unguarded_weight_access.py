@@ -106,7 +106,7 @@ class UnguardedWeightAccess(Rule):
     name = "unguarded-weight-access"
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
-    facts = frozenset({"candidates", "layers"})
+    facts = frozenset({"candidates", "layers", "flows"})
 
     VALID = [
         Valid(_HEAD + "    def f(self, q):\n        if hasattr(self.kv_b_proj, \"weight\"):\n"
@@ -184,11 +184,13 @@ class UnguardedWeightAccess(Rule):
                 layer = _weight_read(node)
                 if layer is None:
                     continue
-                if _feeds_dtype_site(node, c) or _guarded(node, layer, c.parents, flags):
+                if _feeds_dtype_site(node, c) or _guarded(node, layer, c.parents, flags) or _flows_on(ctx, node, c):
                     continue
                 if "self" in flags.flags and isinstance(layer, ast.Name) and layer.id == c.scope.self_name:
                     continue  # a layer class whose __init__ refuses quantization
-                verdict = ctx.layer_verdict(layer, c.scope)
+                # The engine's verdict also drops reads dominated by a check that proves the layer
+                # unquantized (a quant-method dispatch, a storage test).
+                verdict = ctx.layer_verdict(layer, c, site=node)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
@@ -579,9 +581,25 @@ def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
     return [b for b in out if isinstance(b, list)]
 
 
+def _flows_on(ctx: RuleContext, node: ast.AST, c) -> bool:
+    """The weight is handed to a project function that casts or allocates with it: DTL001/DTL002
+    report the call (its message names the missing `.weight` too)."""
+    call = c.parents.get(id(node))
+    if isinstance(call, ast.keyword):
+        call = c.parents.get(id(call))
+    if not isinstance(call, ast.Call):
+        return False
+    return any(f.arg is node for f in ctx.flows.flows(call, c.scope))
+
+
+def _is_typing_cast(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (ast.unparse(node.func) in ("cast", "typing.cast")) and len(node.args) == 2
+
+
 def _feeds_dtype_site(node: ast.AST, c) -> bool:
-    """`L.weight.dtype` used as a cast's or an allocation's dtype, directly or through a local name
-    (DTL001/DTL002 report those, and their fixes handle a missing `.weight`)."""
+    """`L.weight.dtype` used as a cast's or an allocation's dtype, directly, through a local name
+    or `typing.cast`, or returned by a dtype getter (DTL001/DTL002 report those, and their fixes
+    handle a missing `.weight`)."""
     parents = c.parents
     up = parents.get(id(node))
     if not (isinstance(up, ast.Attribute) and up.attr == "dtype"):
@@ -589,6 +607,11 @@ def _feeds_dtype_site(node: ast.AST, c) -> bool:
     expr: ast.AST = up
     while True:
         parent = parents.get(id(expr))
+        if _is_typing_cast(parent) and parent.args[1] is expr:
+            expr = parent
+            continue
+        if isinstance(parent, ast.Return):
+            return True
         if isinstance(parent, (ast.IfExp, ast.BoolOp)) or (isinstance(parent, ast.keyword)):
             if isinstance(parent, ast.keyword):
                 call = parents.get(id(parent))

@@ -158,7 +158,7 @@ class StorageDtypeSentinel(Rule):
                 stmt = _statement_of(node, c.parents)
                 if id(stmt) in done:
                     continue
-                verdict = ctx.layer_verdict(wds.layer, c.scope)
+                verdict = ctx.layer_verdict(wds.layer, c, site=node)
                 if verdict is None:
                     continue
                 done.add(id(stmt))
