@@ -26,10 +26,15 @@ constructed with `quant_config=`), unless a guard dominates the read:
 - for `self.weight` in a layer class's own methods: an `__init__` that raises (or asserts) unless
   its quant method is unquantized;
 - `w = getattr(L, "weight", None)` checked for None is not a `.weight` read at all.
-A read that only feeds a cast or an allocation's dtype (`x.to(L.weight.dtype)`,
-`torch.empty(n, dtype=L.weight.dtype)`, directly or through a local alias) is left to DTL001 and
-DTL002, whose fixes route it through the helper, which handles a missing `.weight` too. The
-message names the storages that have no `.weight`.
+Not reported either: a read of a parameter of a private function or method (`_f`) when every
+call of it in the file passes a layer that is never quantized (the engine's verdict on the
+argument, followed through callers that pass their own parameter on); a wrapper's `weight`
+property returning its base layer's `.weight` (it raises exactly when the base has none, so
+`hasattr(wrapper, "weight")` stays right); and a read that only feeds a cast's or an
+allocation's dtype (`x.to(L.weight.dtype)`, `torch.empty(n, dtype=L.weight.dtype)`, directly,
+through a local alias or `typing.cast`, returned by a dtype getter, or a weight handed to a
+function that casts with it), which DTL001 and DTL002 report, and whose fixes handle a missing
+`.weight` too. The message names the storages that have no `.weight`.
 
 ## Why is this bad?
 Not every quantized layer has a `.weight`: AWQ and GPTQ layers store `qweight`, `qzeros` and
@@ -84,6 +89,7 @@ from __future__ import annotations
 import ast
 import os
 
+from dtype_lint.layers import NONE
 from dtype_lint.patterns import cast_dtype_args
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
@@ -106,7 +112,7 @@ class UnguardedWeightAccess(Rule):
     name = "unguarded-weight-access"
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
-    facts = frozenset({"candidates", "layers", "flows"})
+    facts = frozenset({"candidates", "functions", "layers", "flows"})
 
     VALID = [
         Valid(_HEAD + "    def f(self, q):\n        if hasattr(self.kv_b_proj, \"weight\"):\n"
@@ -138,6 +144,14 @@ class UnguardedWeightAccess(Rule):
               "        self._scale = None\n    def load(self):\n        self._scale = prep(self.kv_b_proj)\n"
               "    def forward(self, x):\n        if self.fast:\n            x = x @ self.kv_b_proj.weight.t()\n"
               "        if self._scale is not None:\n            x = x * self.kv_b_proj.weight.shape[0]\n        return x\n"),
+        # A private helper whose every caller passes a layer built without a quantization config.
+        Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\n"
+              "def _res(proj: ReplicatedLinear, x):\n    return x @ proj.weight.t()\n"
+              "class Block:\n    def __init__(self):\n        self.res_proj = ReplicatedLinear(8, 1, quant_config=None)\n"
+              "    def forward(self, x):\n        return _res(self.res_proj, x)\n"),
+        # A wrapper forwarding its base layer's `.weight`.
+        Valid(_HEAD + "class WithLoRA:\n    def __init__(self, base: ColumnParallelLinear):\n        self.base = base\n"
+              "    @property\n    def weight(self):\n        return self.base.weight\n"),
         # A layer class that refuses quantization in its __init__.
         Valid("import torch\nfrom vllm.model_executor.layers.linear import QKVParallelLinear, UnquantizedLinearMethod\n"
               "class Fused(QKVParallelLinear):\n    def __init__(self, quant_config):\n"
@@ -177,6 +191,7 @@ class UnguardedWeightAccess(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         class_flags = _ClassFlags(ctx.tree, _imported_predicates(ctx))
+        by_name = _CallSites(ctx)
         for c in ctx.candidates:
             known = class_flags.of(c.fn)
             flags = known.with_flags(_function_flags(c.fn, known))
@@ -186,11 +201,15 @@ class UnguardedWeightAccess(Rule):
                     continue
                 if _feeds_dtype_site(node, c) or _guarded(node, layer, c.parents, flags) or _flows_on(ctx, node, c):
                     continue
+                if c.fn.name == "weight" and isinstance(c.parents.get(id(node)), ast.Return):
+                    continue  # a wrapper's `weight` property forwarding its base's: raises exactly as the base
                 if "self" in flags.flags and isinstance(layer, ast.Name) and layer.id == c.scope.self_name:
                     continue  # a layer class whose __init__ refuses quantization
                 # The engine's verdict also drops reads dominated by a check that proves the layer
                 # unquantized (a quant-method dispatch, a storage test).
                 verdict = ctx.layer_verdict(layer, c, site=node)
+                if verdict is not None and _callers_pass_unquantized(ctx, c, layer, by_name):
+                    continue
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
@@ -236,6 +255,56 @@ def _module_predicates(path: str, load_file) -> frozenset[str]:
             n.name for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and _is_predicate(n, _NOTHING))
     return _PREDICATES[key]
+
+
+class _CallSites:
+    """The calls of each private function or method of this file (`_f(...)`, `self._f(...)`), with
+    the candidate function each call is in."""
+
+    def __init__(self, ctx: RuleContext):
+        self.calls: dict[str, list[tuple[ast.Call, object]]] = {}
+        for c in ctx.functions:
+            for node in c.nodes:
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    name = f.id if isinstance(f, ast.Name) else (
+                        f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                        and f.value.id in ("self", "cls") else None)
+                    if name and name.startswith("_") and not name.startswith("__"):
+                        self.calls.setdefault(name, []).append((node, c))
+
+
+def _callers_pass_unquantized(ctx: RuleContext, c, layer: ast.expr, sites: _CallSites, depth: int = 0) -> bool:
+    """`layer` is a parameter of a private function (or method) of this file, and every call of it
+    here passes a layer that is never quantized (built with `quant_config=None`, say): only those
+    calls can reach it, so its annotation's class says too much."""
+    if depth > 3 or not isinstance(layer, ast.Name) or layer.id not in c.scope.params:
+        return False
+    fn = c.fn
+    if not fn.name.startswith("_") or fn.name.startswith("__"):
+        return False
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    is_method = c.class_qualname is not None and params[:1] in (["self"], ["cls"])
+    if is_method:
+        params = params[1:]
+    calls = sites.calls.get(fn.name, [])
+    if not calls:
+        return False
+    for call, caller in calls:
+        arg = next((k.value for k in call.keywords if k.arg == layer.id), None)
+        if arg is None and layer.id in params:
+            i = params.index(layer.id)
+            arg = call.args[i] if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:i + 1]) \
+                else None
+        if arg is None:
+            return False
+        inst = ctx.layers.resolve(arg, caller.scope)
+        known = inst.qualname is not None or inst.config == NONE
+        if known and ctx.layers.quantizable(inst, ast.unparse(arg), None) is None:
+            continue  # resolved, and never quantized
+        if not _callers_pass_unquantized(ctx, caller, arg, sites, depth + 1):
+            return False
+    return True
 
 
 def _weight_read(node: ast.AST) -> ast.expr | None:

@@ -34,10 +34,11 @@ quantization (`determine_prefill_query_data_type`: vLLM 0.28.0
 `backend_supports_prefill_query_quantization`: 0.28.0 `:1613-1638`, 0.33.0 `:1903-1928`,
 SM100 with the FLASHINFER, TRTLLM_RAGGED or TOKENSPEED_MLA prefill backend). On that path the
 chunked-context workspace is allocated in the query dtype (0.28.0 `:2155`, 0.33.0 `:2493`) and
-filled without dequantization (`cp_gather_cache`, 0.28.0 `:2633-2641`, 0.33.0 `:3025-3033`), so
-`kv_c_normed` is fp8; `use_fp8_prefill` (0.28.0 `:2601`, 0.33.0 `:2979`) makes the helper return
-None for uint8 storage, the fp8 latent enters `kv_b_proj` (0.28.0 `:2650-2652`, 0.33.0
-`:3040-3042`), and every NVFP4 linear kernel quantizes its input with `scaled_fp4_quant`, which
+filled without dequantization (`cp_gather_cache`: 0.28.0 `:2638` and `:2747`, 0.33.0 `:3028` and
+`:3143`), so `kv_c_normed` is fp8; `use_fp8_prefill` (0.28.0 `:2601`, 0.33.0 `:2979`) makes the
+helper return None for uint8 storage, the cast is skipped (0.28.0 `:2650`, 0.33.0 `:3040`), the
+fp8 latent enters `kv_b_proj` (0.28.0 `:2653`, 0.33.0 `:3043`), and every NVFP4 linear kernel
+quantizes its input with `scaled_fp4_quant`, which
 asserts fp16/bf16 input (`_custom_ops.py`: 0.28.0 `:1563`, 0.33.0 `:1566`). ModelOpt NVFP4
 quantizes every `LinearBase` not excluded, `kv_b_proj` included (0.33.0
 `quantization/modelopt.py:228-256`), and its checkpoints usually ship an fp8 KV cache. vLLM
