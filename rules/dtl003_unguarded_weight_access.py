@@ -298,13 +298,30 @@ def _callers_pass_unquantized(ctx: RuleContext, c, layer: ast.expr, sites: _Call
                 else None
         if arg is None:
             return False
-        inst = ctx.layers.resolve(arg, caller.scope)
+        scope = caller.scope
+        if isinstance(arg, ast.Name) and arg.id not in scope.params and arg.id not in scope.assigns:
+            # A free variable of a nested function: the enclosing function's local.
+            outer = _enclosing(ctx, caller)
+            if outer is not None and arg.id in outer.scope.assigns:
+                caller, scope = outer, outer.scope
+        inst = ctx.layers.resolve(arg, scope)
         known = inst.qualname is not None or inst.config == NONE
         if known and ctx.layers.quantizable(inst, ast.unparse(arg), None) is None:
             continue  # resolved, and never quantized
         if not _callers_pass_unquantized(ctx, caller, arg, sites, depth + 1):
             return False
     return True
+
+
+def _enclosing(ctx: RuleContext, c):
+    """The function of the file that `c`'s function is nested in (the innermost), or None."""
+    best = None
+    for o in ctx.functions:
+        if o.fn is not c.fn and o.fn.lineno < c.fn.lineno and c.fn.end_lineno <= o.fn.end_lineno \
+                and any(n is c.fn for n in ast.walk(o.fn)):
+            if best is None or o.fn.lineno > best.fn.lineno:
+                best = o
+    return best
 
 
 def _weight_read(node: ast.AST) -> ast.expr | None:
