@@ -253,7 +253,8 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                 branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
                 for branch in branches:
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
-                                        fn.name, frozenset(params), single)
+                                        fn.name, frozenset(params), single,
+                                        lambda q: index.class_location(q) is not None)
                     if origin is not None:
                         cf.attrs.setdefault(tgt.attr, []).append(origin)
 
@@ -310,13 +311,18 @@ def iter_statements(body):
             todo.extend(reversed(c.body))
 
 
-def _origin_of(value, ann, params, resolve, path, line, attr, method, method_params, single) -> AttrOrigin | None:
-    if ann is not None:
+def _origin_of(value, ann, params, resolve, path, line, attr, method, method_params, single,
+               is_class=lambda _q: False) -> AttrOrigin | None:
+    # `self.x: Base | None = Cls(..., quant_config=None)`: the construction says more than the
+    # annotation (it carries the config), so it wins when its class resolves.
+    call_name = dotted(value.func) if isinstance(value, ast.Call) else None
+    call_type = resolve(call_name) if call_name else None
+    if ann is not None and not (call_type and is_class(call_type)):
         t = resolve(annotation_name(ann))
         if t:
             return AttrOrigin("annotation", t, f"`self.{attr}: {t.rsplit('.', 1)[-1]}` annotation", path, line)
     if isinstance(value, ast.Call):
-        name = dotted(value.func)
+        name = call_name
         if name:
             return AttrOrigin("call", resolve(name), f"`self.{attr} = {name}(...)`", path, line, value,
                               method, method_params, single)
