@@ -149,6 +149,13 @@ class UnguardedWeightAccess(Rule):
               "def _res(proj: ReplicatedLinear, x):\n    return x @ proj.weight.t()\n"
               "class Block:\n    def __init__(self):\n        self.res_proj = ReplicatedLinear(8, 1, quant_config=None)\n"
               "    def forward(self, x):\n        return _res(self.res_proj, x)\n"),
+        # An annotated attribute: its construction (here without a config) says more than `X | None`.
+        Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\n"
+              "class Pool(ReplicatedLinear):\n    pass\n"
+              "class Block:\n    def __init__(self):\n"
+              "        self.pooler: Pool | None = Pool(8, 8, quant_config=None)\n"
+              "    def _cols(self, layer: Pool, x):\n        return x @ layer.weight.t()\n"
+              "    def forward(self, x):\n        return self.pooler.weight.sum() + self._cols(self.pooler, x)\n"),
         # A wrapper forwarding its base layer's `.weight`.
         Valid(_HEAD + "class WithLoRA:\n    def __init__(self, base: ColumnParallelLinear):\n        self.base = base\n"
               "    @property\n    def weight(self):\n        return self.base.weight\n"),
