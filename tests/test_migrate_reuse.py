@@ -71,7 +71,7 @@ def test_unsound_helper_is_replaced_by_one_shared_helper(tmp_path):
     # The caller of the old helper and the plain cast both go through the shared helper now.
     assert "dt = get_layer_input_dtype(self.proj, fp8)" in model
     assert "get_layer_input_dtype(self.proj, True)" in model
-    assert (root / "layer_input_dtype.py").exists()
+    assert (root / "pkg" / "layer_input_dtype.py").exists()
     assert "## Existing input-dtype helpers" in report
     assert "`pkg/helpers.py:4` `proj_input_dtype`: unsound: uint8 storage, fp8_input=True → returns None" in report
     assert "int8 storage → returns torch.int8" in report
@@ -88,7 +88,7 @@ def test_sound_helper_gets_the_fixes(tmp_path):
     # The plain cast is routed through the project's own helper; no new helper is created.
     assert "proj_input_dtype(self.proj, True)" in model
     assert "get_layer_input_dtype" not in model
-    assert not (root / "layer_input_dtype.py").exists()
+    assert not (root / "layer_input_dtype.py").exists() and not (root / "pkg" / "layer_input_dtype.py").exists()
     assert "`pkg/helpers.py:4` `proj_input_dtype`: sound: the fixes are routed to it" in report
     assert "Helper: `pkg.helpers:proj_input_dtype`" in report
 
