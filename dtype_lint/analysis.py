@@ -33,7 +33,11 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     rules = enabled_rules(config, path)
     codes = frozenset(r.code for r in rules)
     raw: list[Finding] = []
-    if rules and (for_rules(tuple(rules)).might_match(text) or reads_helper_callers(rules, index, module)):
+    # Each rule runs only where its own prefilter passes: one rule's broad patterns must not change
+    # what another reports (a file is parsed once, for the rules that can find something in it).
+    callers = reads_helper_callers(rules, index, module)
+    active = [r for r in rules if for_rules((r,)).might_match(text) or (callers and r.reads_helper_callers)]
+    if active:
         long_line = too_long_line(text)
         if long_line:
             return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
@@ -51,9 +55,9 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         project = ProjectFacts(index, load_file=load_file or safe_read)
         project.register(tree, module, path, is_pkg, imports)
         facts = FileFacts(SourceFile(path, text, module), tree, config, project, imports,
-                          frozenset(r.marker for r in rules))
+                          frozenset(r.marker for r in active))
         try:
-            _run_rules(rules, facts, raw, path, config)
+            _run_rules(active, facts, raw, path, config)
         finally:
             if deps is not None:
                 deps.update(p for p in project.loaded if p != path)
