@@ -67,7 +67,7 @@ names the layer and how it resolved.
 - `hasattr` guards are recognised on the same layer expression (`hasattr(self.kv_b_proj,
   "weight")`), not on an alias of it. A guard in a caller (a fast path called only under a flag,
   a kernel's `apply` called only after its `can_run`), or state set by another module, is not
-  seen: on vLLM 0.33.0, 6 of the 9 false findings among 30 are such
+  seen: on vLLM 0.33.0, 6 of the 9 false findings among 29 are such
   (docs/triage/rules-dtl003-005.md judges each finding there and on 0.27.1, 38 of 39 true).
 - A quant-method check (and a `hasattr` in a flag's value) counts whichever layer it names, and a
   flag counts when every assignment
