@@ -379,7 +379,7 @@ def _route_fix(ctx: RuleContext, call: ast.Call, h: KnownHelper) -> tuple[Fix | 
         if len(alternatives(value)) > 1 or value != theirs:
             return None, (f"`{h.name}` and `{planner.func}` decide {case.describe()} differently ({value} vs {theirs}); "
                           f"route it by hand")
-    edits = [Edit(*ctx.source.node_offsets(call.func), planner.func)]
+    edits = [Edit(*ctx.source.node_offsets(call.func), planner.name)]
     if not has_flag:
         _, end = ctx.source.node_offsets(call.args[0])
         edits.append(Edit(end, end, f", {planner.flag_default}"))
