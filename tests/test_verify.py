@@ -48,7 +48,7 @@ PRE_CP_CRASH = {b: ("RuntimeError", MARLIN_MSG) for b in MARLINS} | {
 POST_CAST = {
     "bf16": "bfloat16", "fp16": "float16", "fp8": "None", "fp8_p": "float8_e4m3fn",
     "marlin": "bfloat16", "marlin_g128": "bfloat16", "marlin_fp16": "float16", "marlin_p": "bfloat16",
-    "nvfp4": "None", "nvfp4_p": "None", "awq": "bfloat16", "awq_p": "bfloat16",
+    "nvfp4": "None", "nvfp4_p": "bfloat16", "awq": "bfloat16", "awq_p": "bfloat16",
     "fp8_b128": "None", "fp8_b128_p": "float8_e4m3fn", "bf16_p": "bfloat16", "bf16_kv8": "bfloat16", "int8": "bfloat16",
 }
 
@@ -112,10 +112,7 @@ def test_every_crash_has_the_expected_type_message_and_site(report):
             if res["error_type"] == "AttributeError":
                 assert res["frames"][-2:] == ["_compute_prefill_context", "__getattr__"]  # the cast itself
         for variant in ("post", "post_cp"):
-            if r["backend"] == "nvfp4_p":
-                assert (r["variants"][variant]["error_type"], r["variants"][variant]["message"]) == ("AssertionError", NVFP4_FP8_MSG)
-            else:
-                assert r["variants"][variant] == {"outcome": "ok"}, (r["backend"], variant)
+            assert r["variants"][variant] == {"outcome": "ok"}, (r["backend"], variant)
 
 
 def test_the_helper_picks_the_spec_dtype(report):
@@ -123,14 +120,15 @@ def test_the_helper_picks_the_spec_dtype(report):
         assert r["expected"]["post"]["cast"] == POST_CAST[r["backend"]], r["backend"]
 
 
-def test_fp8_prefill_into_nvfp4_is_a_known_failure_with_its_reason(report):
-    known = {(r["backend"], k["variant"]) for r in _runs(report) for k in r["known_failures"]}
-    assert known == {("nvfp4_p", "post"), ("nvfp4_p", "post_cp")}
-    entry = next(k for r in _runs(report) for k in r["known_failures"] if r["backend"] == "nvfp4_p")
-    assert entry["failure"] == f"AssertionError: {NVFP4_FP8_MSG}"
-    assert entry["cast"] == "None" and entry["fed"] == "float8_e4m3fn"
-    assert "helper template" in entry["reason"]
-    assert report["ok"]  # known, not a violation
+def test_fp8_prefill_into_nvfp4_runs_after_the_fix(report):
+    """The template brings the fp8 latent back to params_dtype for NVFP4 storage (0.27.1's guard
+    and 0.28.0's helper keep it fp8, and scaled_fp4_quant rejects it): no known failure is left."""
+    assert not [k for r in _runs(report) for k in r["known_failures"]]
+    for r in _runs(report):
+        if r["backend"] == "nvfp4_p":
+            assert r["expected"]["post"]["cast"] == "bfloat16" and r["expected"]["post"]["fed"] == "bfloat16"
+            assert r["variants"]["pre"]["message"] == NVFP4_FP8_MSG  # the unfixed code still fails
+    assert report["ok"]
 
 
 def test_post_is_within_bounds_derived_from_precision(report):
@@ -505,7 +503,7 @@ def test_upstream_crash_sets_are_the_spec_and_the_fixtures(upstream_report):
 
 
 @pytest.mark.network
-def test_upstream_ours_never_fails_where_0280_runs_and_differs_only_on_int8(upstream_report):
+def test_upstream_ours_never_fails_where_0280_runs_and_differs_only_on_int8_and_fp8_into_nvfp4(upstream_report):
     for r in _runs(upstream_report, "vllm"):
         for path in ("", "_cp"):
             ours, theirs = r["variants"][f"ours{path}"], r["variants"][f"0.28.0{path}"]
@@ -514,6 +512,12 @@ def test_upstream_ours_never_fails_where_0280_runs_and_differs_only_on_int8(upst
             if r["backend"] == "int8":
                 assert (cast_ours, cast_theirs) == ("bfloat16", "int8")
                 assert ours["outcome"] == "ok" and theirs["error_type"] == "RuntimeError"
+            elif r["backend"] == "nvfp4_p":
+                # The template's second difference: 0.28.0 keeps the fp8 latent (None).
+                assert (cast_ours, cast_theirs) == ("bfloat16", "None")
+                assert ours["outcome"] == "ok"
+                if path == "":
+                    assert (theirs["error_type"], theirs["message"]) == ("AssertionError", NVFP4_FP8_MSG)
             else:
                 assert cast_ours == cast_theirs, r["backend"]
 
@@ -527,7 +531,9 @@ def test_upstream_ours_is_bit_identical_to_0280_where_both_cut_alike(upstream_re
         if r["scenario"] == "S" and r["backend"] not in ("int8",):
             want = {"ours=0.28.0", "ours_cp=0.28.0_cp"}
             if r["backend"] == "nvfp4_p":
-                want = {"ours_cp=0.28.0_cp"}  # main: both fail, the known failure
+                # main: 0.27.1 and 0.28.0 fail (the fp8 latent reaches NVFP4); cp: the DCP workspace
+                # holds a bf16 latent, which ours casts to bf16 and 0.27.1 leaves: the same output.
+                want = {"0.27.1_cp=ours_cp"}
             assert want <= set(ident), r["backend"]
         if r["scenario"] == "A":
             assert not {"ours=0.28.0", "ours_cp=0.28.0_cp"} & set(ident)

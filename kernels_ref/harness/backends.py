@@ -17,10 +17,11 @@ cast is None), and the layer's ``input_rejection`` says what it does with that d
 
 A fixed variant (``post``, ``ours``) predicted to fail is a violation, unless its row declares
 ``known_failure`` with the reason: then it is a *known failure*, reported, checked to fail exactly
-as predicted, and not counted. Only fp8 prefill into NVFP4 declares one today (the helper keeps
-the fp8 latent for uint8 storage, and ``scaled_fp4_quant`` asserts a 16-bit input). If the helper
-template changes that case, the prediction says "runs" and the row simply passes; a helper that
-breaks any other row is caught however it breaks it.
+as predicted, and not counted. No row declares one today: fp8 prefill into NVFP4 was one until
+the helper template returned ``params_dtype`` for (uint8 storage, fp8 input) instead of keeping
+the fp8 latent, which ``scaled_fp4_quant`` rejects (it asserts a 16-bit input); vLLM 0.28.0's own
+helper still fails there, as the upstream matrix shows. A helper that breaks any row is caught
+however it breaks it.
 """
 
 from __future__ import annotations
@@ -183,10 +184,6 @@ def awq_twin(w, dtype):
 # ----------------------------------------------------------------------------- the matrix
 
 BF16, FP16 = torch.bfloat16, torch.float16
-_NVFP4_FP8_NOTE = (
-    "fp8 prefill into NVFP4: both helpers keep the fp8 latent for uint8 storage and scaled_fp4_quant "
-    "asserts a 16-bit input (DTL001 helper template: the (fp8 input, uint8 storage) case)"
-)
 
 BACKENDS: dict[str, Backend] = {
     b.id: b
@@ -210,8 +207,7 @@ BACKENDS: dict[str, Backend] = {
         Backend("bf16_p", BF16, "Unquantized", True, _unquantized, P.unquantized(BF16, True), kv_cache="fp8"),
         Backend("marlin_p", BF16, "MarlinFp8 (int32)", True, _marlin(None), P.marlin_w8a16(BF16, True),
                 kv_cache="fp8", twin=marlin_twin(None)),
-        Backend("nvfp4_p", BF16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(BF16, True), kv_cache="fp8",
-                known_failure=_NVFP4_FP8_NOTE),
+        Backend("nvfp4_p", BF16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(BF16, True), kv_cache="fp8"),
         Backend("awq_p", BF16, "AwqLike (no weight)", True, _awq, P.awq_w4a16(BF16, True), kv_cache="fp8", twin=awq_twin),
         # An fp8 KV cache with a 16-bit prefill: the gather dequantizes into a bf16 workspace.
         Backend("bf16_kv8", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16), kv_cache="fp8"),
