@@ -36,13 +36,13 @@ _DOC = '''\
 
     A quantization backend may repack a layer's weight after loading, so the storage dtype of
     `layer.weight` is not the compute dtype of its input (vLLM issue #38658):
-      no `.weight` (AWQ/GPTQ)      -> layer.params_dtype
-      int32 (Marlin repack)        -> layer.params_dtype
-      uint8 (NVFP4 packed e2m1)    -> None: the layer quantizes its input itself, from
-                                      fp16/bf16 only: layer.params_dtype if fp8_input
-      other integer storage (int8) -> layer.params_dtype
-      fp8 weight, fp8_input False  -> None: the layer quantizes its input itself
-      otherwise                    -> the weight dtype
+      no `.weight` (AWQ/GPTQ)        -> layer.params_dtype
+      int32 (Marlin repack)          -> layer.params_dtype
+      uint8 (NVFP4), fp8_input False -> None: the layer quantizes its input itself
+      uint8 (NVFP4), fp8_input True  -> layer.params_dtype: NVFP4 quantizes fp16/bf16 only
+      other integer storage (int8)   -> layer.params_dtype
+      fp8 weight, fp8_input False    -> None: the layer quantizes its input itself
+      otherwise                      -> the weight dtype
     """
 '''
 
@@ -68,6 +68,12 @@ _HEADERS = {
 }
 _IS_FP8 = {"vllm": "weight_dtype == current_platform.fp8_dtype()", "torch": "weight_dtype in _FP8_DTYPES"}
 TEMPLATES = tuple(_HEADERS)
+
+
+def decision_rows() -> list[str]:
+    """The helper's decisions as its docstring states them, one `case -> result` line each (the
+    evaluator proves the code agrees: tests/test_truth_table.py)."""
+    return [line.strip() for line in _DOC.splitlines() if "->" in line]
 
 
 def helper_source(func: str, template: str) -> str:

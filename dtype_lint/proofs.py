@@ -136,7 +136,7 @@ def for_changes(helper_source: str, func: str):
         scopes = {f.scope.rsplit(".", 1)[-1] for ch in changes for f in ch.findings}
         codes = {f.code for ch in changes for f in ch.findings}
         parts = []
-        if "DTL001" in codes:
+        if codes & {"DTL001", "DTL004"}:  # DTL004's fix is DTL001's rewrite of the cast its branch guards
             parts.append("- on dtype-lint's reference kernels (CPU), an activation entering a\n"
                          "  layer of each storage, cast as before and as after this patch:\n\n" +
                          "\n".join("    " + line for line in layer_demo(helper_source, func).splitlines()))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .findings import Finding
 from .fixer import fix_text
-from .helper import HelperLocation
+from .helper import HelperLocation, decision_rows
 from .writer import ProjectWriter
 
 GROUPS = ("file", "directory", "rule")
@@ -100,12 +100,7 @@ def _helper_body(helper: HelperLocation) -> str:
         _wrap(WHY), "",
         f"This adds `{helper.module}:{helper.func}(layer, fp8_input)`, which returns the dtype an "
         "activation must have before entering `layer`, or None to keep the model dtype:",
-        "", "    no .weight (AWQ/GPTQ)      -> layer.params_dtype",
-        "    int32 (Marlin repack)        -> layer.params_dtype",
-        "    uint8 (NVFP4 packed e2m1)    -> None: the layer quantizes its input itself",
-        "    other integer storage (int8) -> layer.params_dtype",
-        "    fp8 weight, fp8_input False  -> None: the layer quantizes its input itself",
-        "    otherwise                    -> the weight dtype", "",
+        "", *("    " + row for row in decision_rows()), "",
         "Verified: dtype-lint evaluates this function's own code over every storage (fp16, bf16, "
         "fp32, fp8 e4m3fn/e5m2, int32, uint8, int8, no .weight) x fp8_input, and the test suite runs "
         "the same code with torch on real dtypes; it returns no integer dtype for any case.",

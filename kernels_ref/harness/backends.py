@@ -101,7 +101,7 @@ class Backend:
 # ----------------------------------------------------------------------------- cast rules
 
 
-def cast_0271(layer: nn.Module, fp8_prefill: bool, path: str) -> torch.dtype | None:
+def cast_0271(layer: nn.Module, fp8_prefill: bool, path: str) -> torch.dtype | None:  # dtype-lint: ignore[DTL005] transcribes vLLM 0.27.1's unfixed cast rule on purpose
     """vLLM 0.27.1's cast blocks: ``main`` (``_compute_prefill_context``) casts to
     ``layer.weight.dtype`` (raising AttributeError without one), ``cp``
     (``_context_parallel_compute_prefill_context``) to the guarded alias."""
