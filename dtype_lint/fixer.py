@@ -60,6 +60,9 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
     for f in findings:
         edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in f.fix.edits]
         new = [e for e in edits if e not in accepted]
+        if edits and not new:
+            applied.append(f)  # the very fix another finding of this site carries (DTL004's and DTL001's)
+            continue
         if any(_overlaps(e, a) for e in new for a in accepted) or _self_overlap(new):
             continue
         # Two fixes of one function planned on the same text may pick the same fresh variable;
