@@ -1,21 +1,26 @@
 #!/usr/bin/env python
-"""dtype-lint against the floor and its peers, on the vLLM 0.27.1 tree, in one run.
+"""dtype-lint against the floor and its peers, on the vLLM 0.27.1 tree and ten copies of it, in one run.
 
 Every row is a fresh child process timed by the same harness (runner.py, a small process that
 starts them all): wall clock around it, CPU from `getrusage(RUSAGE_CHILDREN)` before and after
 (user + system, including any worker processes the child waited for), peak RSS from `wait4` for
-that child. Rows run round-robin, `--repeat` times, and the table shows medians. See benchmarks/README.md for what the figures mean.
+that child. Rows of every scale run round-robin, `--repeat` times, and the table shows medians,
+each with its ratio to the floor and to ruff E,F of the same scale and round. See
+benchmarks/README.md for what the figures mean.
 
-    .venv/bin/python benchmarks/bench.py                    # vLLM 0.27.1, 5 repetitions
-    .venv/bin/python benchmarks/bench.py --quick --tree DIR  # each row once, on any tree
+    .venv/bin/python benchmarks/bench.py                       # vLLM 0.27.1, 1x and 10x, 5 rounds
+    .venv/bin/python benchmarks/bench.py --save                # ... and write benchmarks/results/
+    .venv/bin/python benchmarks/bench.py --quick --tree DIR    # each row once, on any tree
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
+import socket
 import shutil
 import statistics
 import subprocess
@@ -26,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = Path(__file__).resolve().with_name("stages.py")
+RESULTS = Path(__file__).resolve().with_name("results")
 RUNNER = Path(__file__).resolve().with_name("runner.py")
 RUFF_VERSION = "0.17.6"  # pinned so that figures from different days compare
 FLOOR = "read+prefilter"  # DESIGN.md §7: the floor is reading + prefiltering every file
@@ -123,6 +129,8 @@ class Row:
     samples: list[Sample] = field(default_factory=list)
     ok_codes: tuple[int, ...] = (0,)
     stage: bool = False  # a stages.py row: its stdout is JSON with the file count
+    scale: int = 1  # which corpus: 1x or 10x the source tree
+    prepare: object = None  # called (untimed) before each sample with the sample's number
 
     def record(self, s: Sample) -> None:
         if s.timed_out or s.returncode not in self.ok_codes:
@@ -141,13 +149,16 @@ class Row:
         vals = [getattr(s, attr) for s in self.samples]
         return statistics.median(vals) if vals else None
 
-    def figures(self, floor: Row | None) -> dict:
+    def figures(self, floor: Row | None, ruff: Row | None = None) -> dict:
         wall, cpu = self.median("wall_s"), self.median("cpu_s")
         fw = floor.median("wall_s") if floor else None
         fc = floor.median("cpu_s") if floor else None
+        rw = ruff.median("wall_s") if ruff else None
+        rc = ruff.median("cpu_s") if ruff else None
         return {
             "id": self.id,
             "label": self.label,
+            "scale": self.scale,
             "status": self.status,
             "command": self.cmd,
             "files": self.files,
@@ -156,6 +167,8 @@ class Row:
             "files_per_s": (self.files / wall) if wall and self.files is not None else None,
             "ratio_wall": (wall / fw) if wall and fw else None,
             "ratio_cpu": (cpu / fc) if cpu and fc else None,
+            "ruff_ratio_wall": (wall / rw) if wall and rw else None,
+            "ruff_ratio_cpu": (cpu / rc) if cpu and rc else None,
             "peak_rss_mib": max((s.maxrss_mib for s in self.samples), default=None),
             "runs": len(self.samples),
             "samples": {
@@ -227,78 +240,114 @@ def _version(cmd: list[str]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def build_rows(tree: Path, work: Path, n_files: int, ruff: tuple[str | None, str]) -> list[Row]:
+@dataclass
+class Corpus:
+    scale: int
+    root: Path  # the project root (holds pyproject.toml)
+    touch_site: Path | None  # the file the pre-commit rows touch: one that holds a weight site ...
+    touch_clean: Path | None  # ... and one that the prefilter passes over
+
+
+def suffix(scale: int) -> str:
+    return "" if scale == 1 else f"@{scale}x"
+
+
+def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str]) -> list[Row]:
     py = sys.executable
-    tree_s = str(tree)
-
-    def stage(id_: str, label: str) -> Row:
-        return Row(id_, label, [py, str(STAGES), id_, tree_s], work, stage=True)
-
-    def dtl(id_: str, label: str, *flags: str) -> Row:
-        cmd = [py, "-m", "dtype_lint", "check", tree_s, "--exit-zero", *flags]
-        return Row(id_, label, cmd, work, files=n_files)
-
-    rows = [
-        stage("read", "read every .py file"),
-        stage("read+prefilter", "read + regex prefilter"),
-        stage("ast.parse", "stdlib ast.parse, every file"),
-        stage("libcst-prefiltered", "libcst parse_module, prefiltered files"),
-        dtl("dtype-lint-cold-j1", "dtype-lint check --no-cache -j 1", "--no-cache", "-j", "1"),
-        dtl("dtype-lint-cold", "dtype-lint check --no-cache", "--no-cache"),
-        dtl("dtype-lint-warm-j1", "dtype-lint check -j 1 (warm cache)", "-j", "1"),
-        dtl("dtype-lint-warm", "dtype-lint check (warm cache)"),
-    ]
+    rows: list[Row] = []
     ruff_bin, ruff_ver = ruff
-    base = [ruff_bin, "check", "--select", "E,F", "--exit-zero", tree_s] if ruff_bin else None
-    for id_, label, extra in (
-        ("ruff-cold", "ruff check --select E,F --no-cache", ["--no-cache"]),
-        ("ruff-cached", "ruff check --select E,F (cached)", ["--cache-dir", str(work / "ruff")]),
-    ):
-        rows.append(Row(id_, label, base + extra if base else None, work, files=n_files,
-                        note=ruff_ver, status="ok" if base else "not available"))
-    semgrep = shutil.which("semgrep")
-    if semgrep:
-        (work / "semgrep.yaml").write_text(SEMGREP_RULES, encoding="utf-8")
-        cmd = [semgrep, "scan", "--config", str(work / "semgrep.yaml"), "--metrics", "off",
-               "--disable-version-check", "--quiet", tree_s]
-        rows.append(Row("semgrep", "semgrep, 2 patterns", cmd, work, files=n_files,
-                        note=_version([semgrep, "--version"]), ok_codes=(0, 1)))
-    else:
-        rows.append(Row("semgrep", "semgrep, 2 patterns", None, work,
-                        status="not available", note="not on PATH"))
+    for c in corpora:
+        tree_s = str(c.root)
+        n_files = len(py_files(c.root))
+        sfx = suffix(c.scale)
+        tag = "" if c.scale == 1 else f" [{c.scale}x]"
+
+        def stage(id_: str, label: str) -> Row:
+            return Row(id_ + sfx, label + tag, [py, str(STAGES), id_, tree_s], work, stage=True, scale=c.scale)
+
+        def dtl(id_: str, label: str, *flags: str, path: str = tree_s, prepare=None, files=n_files) -> Row:
+            cmd = [py, "-m", "dtype_lint", "check", path, "--exit-zero", *flags]
+            return Row(id_ + sfx, label + tag, cmd, c.root, files=files, scale=c.scale, prepare=prepare)
+
+        if c.scale == 1:
+            rows.append(stage("read", "read every .py file"))
+        rows.append(stage("read+prefilter", "read + regex prefilter"))
+        if c.scale == 1:
+            rows.append(stage("ast.parse", "stdlib ast.parse, every file"))
+            rows.append(stage("libcst-prefiltered", "libcst parse_module, prefiltered files"))
+        rows += [
+            dtl("dtype-lint-cold-j1", "dtype-lint check --no-cache -j 1", "--no-cache", "-j", "1"),
+            dtl("dtype-lint-cold", "dtype-lint check --no-cache", "--no-cache"),
+            dtl("dtype-lint-warm-j1", "dtype-lint check -j 1 (warm cache)", "-j", "1"),
+            dtl("dtype-lint-warm", "dtype-lint check (warm cache)"),
+        ]
+        for id_, label, target in (("dtype-lint-precommit", "pre-commit: 1 touched file with a site", c.touch_site),
+                                   ("dtype-lint-precommit-clean", "pre-commit: 1 touched file, no site",
+                                    c.touch_clean)):
+            if target is not None:
+                rows.append(dtl(id_, label, path=str(target.relative_to(c.root)), files=1,
+                                prepare=lambda seq, t=target: corpus.touch(t, seq)))
+        base = [ruff_bin, "check", "--select", "E,F", "--exit-zero"] if ruff_bin else None
+        cache_dir = ["--cache-dir", str(work / f"ruff-{c.scale}")]
+        for id_, label, extra, files, prepare in (
+            ("ruff-cold", "ruff check --select E,F --no-cache", ["--no-cache", tree_s], n_files, None),
+            ("ruff-cached", "ruff check --select E,F (cached)", [*cache_dir, tree_s], n_files, None),
+            ("ruff-precommit", "ruff check --select E,F, 1 touched file", [*cache_dir, str(c.touch_site)], 1,
+             (lambda seq, t=c.touch_site: corpus.touch(t, seq)) if c.touch_site else None),
+        ):
+            rows.append(Row(id_ + sfx, label + tag, base + extra if base else None, c.root, files=files,
+                            note=ruff_ver, status="ok" if base else "not available", scale=c.scale,
+                            prepare=prepare))
+        if c.scale == 1:
+            semgrep = shutil.which("semgrep")
+            if semgrep:
+                (work / "semgrep.yaml").write_text(SEMGREP_RULES, encoding="utf-8")
+                cmd = [semgrep, "scan", "--config", str(work / "semgrep.yaml"), "--metrics", "off",
+                       "--disable-version-check", "--quiet", tree_s]
+                rows.append(Row("semgrep", "semgrep, 2 patterns", cmd, work, files=n_files,
+                                note=_version([semgrep, "--version"]), ok_codes=(0, 1)))
+            else:
+                rows.append(Row("semgrep", "semgrep, 2 patterns", None, work,
+                                status="not available", note="not on PATH"))
     return rows
 
 
 def warm_up(runner: Runner, rows: list[Row], timeout: float, log) -> None:
     """Untimed: page cache, dtype-lint's and ruff's caches; a JSON run for the file count."""
     by_id = {r.id: r for r in rows}
-    log("warm-up: page cache")
-    runner.measure(by_id["read"].cmd, by_id["read"].cwd, timeout)
-    dtl = by_id["dtype-lint-warm"]
-    log("warm-up: dtype-lint cache")
-    s = runner.measure(dtl.cmd + ["--output-format", "json"], dtl.cwd, timeout)
-    if s.returncode == 0:
-        try:
-            summary = json.loads(s.stdout)["summary"]
-            note = f"{summary['files']} files, {summary['findings']} findings"
-            for r in rows:
-                if r.id.startswith("dtype-lint"):
-                    r.files, r.note = summary["files"], note
-        except (ValueError, KeyError, TypeError):
-            pass
-    ruff = by_id["ruff-cached"]
-    if ruff.cmd:
-        log("warm-up: ruff cache")
-        runner.measure(ruff.cmd, ruff.cwd, timeout)
+    for scale in sorted({r.scale for r in rows}):
+        sfx = suffix(scale)
+        floor = by_id.get("read+prefilter" + sfx)
+        log(f"warm-up [{scale}x]: page cache")
+        runner.measure(floor.cmd, floor.cwd, timeout)
+        dtl = by_id["dtype-lint-warm" + sfx]
+        log(f"warm-up [{scale}x]: dtype-lint cache")
+        s = runner.measure(dtl.cmd + ["--output-format", "json"], dtl.cwd, timeout)
+        if s.returncode == 0:
+            try:
+                summary = json.loads(s.stdout)["summary"]
+                note = f"{summary['files']} files, {summary['findings']} findings"
+                for r in rows:
+                    if r.id.startswith("dtype-lint") and r.scale == scale and "precommit" not in r.id:
+                        r.files, r.note = summary["files"], note
+            except (ValueError, KeyError, TypeError):
+                pass
+        ruff = by_id["ruff-cached" + sfx]
+        if ruff.cmd:
+            log(f"warm-up [{scale}x]: ruff cache")
+            runner.measure(ruff.cmd, ruff.cwd, timeout)
 
 
 def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log) -> None:
-    # Round-robin, so that a change in machine load touches every row alike.
+    # Round-robin over every row of every scale, so that a change in machine load touches every
+    # row (and every ratio's two sides) alike.
     for rep in range(repeat):
         for row in rows:
             if row.cmd is None or row.status == "failed":
                 continue
             log(f"[{rep + 1}/{repeat}] {row.label}")
+            if row.prepare is not None:
+                row.prepare(rep)
             row.record(runner.measure(row.cmd, row.cwd, timeout))
 
 
@@ -306,7 +355,7 @@ def print_table(rows: list[Row], figures: list[dict], header: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=None if sys.stdout.isatty() else 180)
 
     def num(v, fmt):
         return "" if v is None else format(v, fmt)
@@ -314,37 +363,192 @@ def print_table(rows: list[Row], figures: list[dict], header: str) -> None:
     table = Table(title=header, title_justify="left")
     for col, just in (("tool", "left"), ("files", "right"), ("wall s", "right"),
                       ("CPU s", "right"), ("files/s", "right"), ("× floor wall", "right"),
-                      ("× floor CPU", "right"), ("peak RSS MiB", "right"), ("note", "left")):
+                      ("× floor CPU", "right"), ("× ruff CPU", "right"), ("peak RSS MiB", "right"),
+                      ("note", "left")):
         # The tool column never wraps: a log reader greps for it; notes fold instead.
         table.add_column(col, justify=just, overflow="fold", no_wrap=(col == "tool"))
     for f in figures:
         if f["status"] != "ok":
-            table.add_row(f["label"], "", "", "", "", "", "", "", f"{f['status']}: {f['note']}")
+            table.add_row(f["label"], "", "", "", "", "", "", "", "", f"{f['status']}: {f['note']}")
             continue
         table.add_row(
             f["label"], num(f["files"], "d"), num(f["wall_s"], ".3f"), num(f["cpu_s"], ".3f"),
             num(f["files_per_s"], ",.0f"), num(f["ratio_wall"], ".1f"),
-            num(f["ratio_cpu"], ".1f"), num(f["peak_rss_mib"], ".0f"), f["note"],
+            num(f["ratio_cpu"], ".1f"), num(f["ruff_ratio_cpu"], ".2f"), num(f["peak_rss_mib"], ".0f"),
+            f["note"],
         )
     console.print(table)
-    console.print(f"floor = `{FLOOR}` row; medians of wall and CPU; peak RSS = largest process.")
+    console.print(f"floor = `{FLOOR}` row of the same scale; × ruff = against `ruff check --select E,F "
+                  "--no-cache` of the same scale; medians of wall and CPU; peak RSS = largest process.")
+
+
+# (target, row ids, how the figure is judged) — issue #12's targets.
+TARGETS = [
+    ("cold CPU ≤ 1.0× ruff E,F --no-cache", ("dtype-lint-cold-j1", "dtype-lint-cold"), "ruff_ratio_cpu", 1.0),
+    ("warm CPU ≤ 1.5× the floor", ("dtype-lint-warm-j1", "dtype-lint-warm"), "ratio_cpu", 1.5),
+    ("pre-commit, 1 touched file, warm: CPU ≤ 0.15 s (1x) / 0.3 s (10x)",
+     ("dtype-lint-precommit", "dtype-lint-precommit-clean"), "cpu_s", None),
+    ("peak RSS ≤ ruff's (10x)", ("dtype-lint-cold-j1", "dtype-lint-cold"), "rss", None),
+]
+
+
+def judge(figures: list[dict]) -> list[dict]:
+    """Each target, each row it concerns: the figure, the limit, met or not."""
+    by_id = {f["id"]: f for f in figures}
+    out = []
+    for what, ids, key, limit in TARGETS:
+        for f in figures:
+            base = f["id"].split("@")[0]
+            if base not in ids or f["status"] != "ok":
+                continue
+            if key == "rss":
+                if f["scale"] != 10:
+                    continue
+                ruff = by_id.get(f"ruff-cold{suffix(f['scale'])}")
+                value, lim = f["peak_rss_mib"], (ruff or {}).get("peak_rss_mib")
+            elif key == "cpu_s":
+                value, lim = f["cpu_s"], 0.15 if f["scale"] == 1 else 0.3
+            else:
+                value, lim = f[key], limit
+            if value is None or lim is None:
+                continue
+            out.append({"target": what, "row": f["id"], "scale": f["scale"], "value": value, "limit": lim,
+                        "met": value <= lim})
+    return out
+
+
+def markdown(doc: dict) -> str:
+    """The committed table (and the README's): every row, then each target met or not."""
+    m = doc["machine"]
+    lines = [
+        f"# dtype-lint benchmark: {doc['source']}, {doc['date']}",
+        "",
+        f"Machine: `{m['host']}`, {m['cpus']} CPUs, Python {m['python']}, {m['platform']}; load average "
+        f"{m['load_start']:.1f} at the start, {m['load_end']:.1f} at the end. {doc['repeat']} interleaved "
+        f"rounds, medians. Floor: `{doc['floor']}` of the same scale; × ruff: against `ruff check --select "
+        f"E,F --no-cache` of the same scale ({doc['ruff']}). Written by `benchmarks/bench.py --save`.",
+        "",
+        "| scale | row | files | CPU s | wall s | × floor CPU | × ruff CPU | × ruff wall | peak RSS MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def num(v, fmt):
+        return "" if v is None else format(v, fmt)
+
+    for f in doc["rows"]:
+        if f["status"] != "ok":
+            lines.append(f"| {f['scale']}x | {f['label']} | | | | | | | {f['status']} |")
+            continue
+        lines.append(f"| {f['scale']}x | {f['label']} | {num(f['files'], ',d')} | {num(f['cpu_s'], '.3f')} | "
+                     f"{num(f['wall_s'], '.3f')} | {num(f['ratio_cpu'], '.2f')} | {num(f['ruff_ratio_cpu'], '.2f')} | "
+                     f"{num(f['ruff_ratio_wall'], '.2f')} | {num(f['peak_rss_mib'], '.0f')} |")
+    lines += ["", "| target | row | measured | limit | met |", "|---|---|---:|---:|---|"]
+    for t in doc["targets"]:
+        unit = " MiB" if "RSS" in t["target"] else ("×" if "×" in t["target"] else " s")
+        fmt = ".0f" if unit == " MiB" else (".2f" if unit == "×" else ".3f")
+        lines.append(f"| {t['target']} | `{t['row']}` | {t['value']:{fmt}}{unit} | {t['limit']:{fmt}}{unit} | "
+                     f"{'yes' if t['met'] else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+README = REPO / "README.md"
+README_START = "<!-- benchmarks/bench.py --save writes this table; do not edit by hand -->"
+README_END = "<!-- end of the benchmark table -->"
+README_ROWS = (
+    ("read + regex prefilter (the floor)", "read+prefilter"),
+    ("dtype-lint, cold (`--no-cache -j 1`)", "dtype-lint-cold-j1"),
+    ("dtype-lint, cold (`--no-cache`, default `-j`)", "dtype-lint-cold"),
+    ("dtype-lint, warm cache", "dtype-lint-warm"),
+    ("pre-commit: 1 touched file with a site, warm", "dtype-lint-precommit"),
+    ("pre-commit: 1 touched file without one, warm", "dtype-lint-precommit-clean"),
+    ("ruff `--select E,F --no-cache`", "ruff-cold"),
+    ("ruff `--select E,F`, cached", "ruff-cached"),
+    ("ruff `--select E,F`, 1 touched file", "ruff-precommit"),
+)
+
+
+def readme_table(doc: dict, results_name: str) -> str:
+    """The README's performance table: CPU at each scale and its ratio to ruff, from `doc`."""
+    by_id = {f["id"]: f for f in doc["rows"]}
+    scales = doc["scales"]
+    head = " | ".join(f"{s}x CPU s | × ruff" for s in scales)
+    files = ", ".join(f"{s}x: {doc['py_files'] * s:,} files" for s in scales)
+    lines = [README_START, "",
+             f"| {doc['source']} ({files}) | {head} | peak RSS MiB ({scales[-1]}x) |",
+             "|---|" + "---:|" * (2 * len(scales) + 1)]
+    for label, rid in README_ROWS:
+        cells = []
+        for s in scales:
+            f = by_id.get(rid + suffix(s))
+            ok = f is not None and f["status"] == "ok"
+            cells.append(f"{f['cpu_s']:.3f}" if ok else "")
+            cells.append(f"{f['ruff_ratio_cpu']:.2f}" if ok and f["ruff_ratio_cpu"] is not None else "")
+        last = by_id.get(rid + suffix(scales[-1]))
+        rss = f"{last['peak_rss_mib']:.0f}" if last and last["status"] == "ok" else ""
+        lines.append(f"| {label} | {' | '.join(cells)} | {rss} |")
+    m = doc["machine"]
+    lines += ["", f"Medians of {doc['repeat']} interleaved rounds on `{m['host']}` ({m['cpus']} CPUs, load average "
+                  f"{m['load_start']:.1f}), {doc['date']}: [benchmarks/results/{results_name}]"
+                  f"(benchmarks/results/{results_name}), with wall times and the targets.", README_END]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(doc: dict, results_name: str, readme: Path = README) -> bool:
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return False
+    end = text.index("\n", end) + 1
+    readme.write_text(text[:start] + readme_table(doc, results_name) + text[end:], encoding="utf-8")
+    return True
+
+
+def default_touches(tree: Path, files: list[str], source_is_vllm: bool) -> tuple[str | None, str | None]:
+    """(a file holding a weight site, a file the prefilter passes over), relative to the tree."""
+    from stages import _prefilter, _read
+
+    might_match, _ = _prefilter()
+    site = clean = small = None
+    mla = "vllm/model_executor/layers/attention/mla_attention.py"
+    if source_is_vllm and (tree / mla).is_file():
+        site = mla
+    for p in files:
+        rel = Path(p).relative_to(tree).as_posix()
+        text = _read(p)
+        if site is None and might_match(text) and ".weight.dtype" in text:
+            site = rel
+        if not might_match(text) and not rel.endswith("__init__.py"):
+            if len(text) >= 1000:  # a module of some size, not a stub
+                clean = clean or rel
+            small = small or rel
+        if site and clean:
+            break
+    return site, clean or small
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", type=Path, help="analyse this tree instead of a vLLM release")
     ap.add_argument("--vllm-version", default="0.27.1", help="release to fetch (default 0.27.1)")
+    ap.add_argument("--scales", default="1,10", help="corpora: comma-separated copies of the tree (default 1,10)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
     ap.add_argument("--quick", action="store_true", help="each row once: a smoke test")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the figures here")
+    ap.add_argument("--markdown", type=Path, metavar="PATH", help="write the table and the targets here")
+    ap.add_argument("--save", action="store_true",
+                    help=f"write both to {RESULTS.relative_to(REPO)}/<date>-<host>.{{json,md}}")
     ap.add_argument("--no-install", action="store_true",
                     help="do not create a throwaway venv for ruff when it is not on PATH")
+    ap.add_argument("--ruff", metavar="PATH", help="the ruff binary to measure (else PATH, else installed)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
 
     sys.path.insert(0, str(STAGES.parent))
+    global py_files, corpus
     from stages import py_files
+
+    import corpus
 
     from dtype_lint import releases
 
@@ -360,6 +564,11 @@ def main(argv: list[str] | None = None) -> int:
     if not tree.is_dir():
         print(f"error: {tree}: not a directory", file=sys.stderr)
         return 2
+    try:
+        scales = sorted({int(x) for x in args.scales.split(",")})
+    except ValueError:
+        print(f"error: --scales {args.scales!r}: not a list of numbers", file=sys.stderr)
+        return 2
     repeat = 1 if args.quick else max(1, args.repeat)
 
     def log(msg: str) -> None:
@@ -367,34 +576,76 @@ def main(argv: list[str] | None = None) -> int:
             print(msg, file=sys.stderr, flush=True)
 
     n_files = len(py_files(tree))
-    ruff = find_ruff(not args.no_install, releases.cache_root())
+    site, clean = default_touches(tree, py_files(tree), not args.tree)
+    ruff = (args.ruff, _version([args.ruff, "--version"])) if args.ruff else \
+        find_ruff(not args.no_install, releases.cache_root())
     if ruff[0] is None:
         log(f"ruff not available: {ruff[1]}")
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     with tempfile.TemporaryDirectory(prefix="dtype-lint-bench-") as work_s:
         work = Path(work_s)
-        rows = build_rows(tree, work, n_files, ruff)
+        corpora = []
+        for scale in scales:
+            # A release's corpora are kept beside the release (built once); any other tree's are
+            # built in this run's temporary folder.
+            dest = (work / f"corpus-x{scale}") if args.tree else corpus.corpus_dir(releases.cache_root(), tree, scale)
+            log(f"corpus [{scale}x]: {dest}")
+            root = corpus.build(tree, scale, dest)
+            top = {n: n for n in corpus.top_level(tree)}  # the touched files are in copy 0, the original
+
+            def where(rel: str | None) -> Path | None:
+                if rel is None:
+                    return None
+                head, _, rest = rel.partition("/")
+                return root / (f"{top[head]}/{rest}" if rest else top[rel[:-3]] + ".py")
+
+            corpora.append(Corpus(scale, root, where(site), where(clean)))
+        rows = build_rows(corpora, work, ruff)
         with Runner() as runner:
             warm_up(runner, rows, args.timeout, log)
             run_all(runner, rows, repeat, args.timeout, log)
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
-    floor = next((r for r in rows if r.id == FLOOR and r.samples), None)
-    figures = [r.figures(floor) for r in rows]
-    header = (f"{source}: {n_files} .py files, {repeat} run(s) per row, median; "
-              f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    figures = []
+    for r in rows:
+        sfx = suffix(r.scale)
+        floor = next((x for x in rows if x.id == FLOOR + sfx and x.samples), None)
+        ruff_row = next((x for x in rows if x.id == "ruff-cold" + sfx and x.samples), None)
+        figures.append(r.figures(floor, ruff_row))
+    header = (f"{source}: {n_files} .py files × {', '.join(map(str, scales))}, {repeat} run(s) per row, median; "
+              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load {load_start:.1f}→{load_end:.1f}")
     print_table(rows, figures, header)
+    doc = {
+        "version": 2,
+        "source": source,
+        "date": datetime.date.today().isoformat(),
+        "tree": str(tree),
+        "py_files": n_files,
+        "scales": scales,
+        "touched": {"site": site, "clean": clean},
+        "repeat": repeat,
+        "floor": FLOOR,
+        "ruff": ruff[1] if ruff[0] else "not available",
+        "machine": {"host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform(), "load_start": load_start, "load_end": load_end},
+        "rows": figures,
+        "targets": judge(figures),
+    }
+    outputs = []
+    if args.save:
+        stem = RESULTS / f"{doc['date']}-{doc['machine']['host']}"
+        outputs += [(stem.with_suffix(".json"), "json"), (stem.with_suffix(".md"), "md")]
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "version": 1,
-            "source": source,
-            "tree": str(tree),
-            "py_files": n_files,
-            "repeat": repeat,
-            "floor": FLOOR,
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "platform": platform.platform()},
-            "rows": figures,
-        }, indent=2) + "\n", encoding="utf-8")
+        outputs.append((args.json, "json"))
+    if args.markdown:
+        outputs.append((args.markdown, "md"))
+    for path, kind in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(doc, indent=2) + "\n" if kind == "json" else markdown(doc)
+        path.write_text(text, encoding="utf-8")
+        log(f"wrote {path}")
+    if args.save and update_readme(doc, outputs[1][0].name):
+        log(f"updated the table in {README}")
     return 0
 
 

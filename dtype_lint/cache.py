@@ -1,12 +1,20 @@
-"""A per-project cache of file headers and findings, keyed by (mtime, size).
+"""A per-project cache: one small entry per file, so a run reads and writes only what it touches.
 
-One file per (tool version, config fingerprint): the SHA-256 of a JSON payload, a line break,
-the payload. Findings entries also carry the class index digest (a changed class header
-anywhere can change any file's findings) and the stamps of the other files whose code the
-analysis read (where a layer was constructed, a base class's `__init__`): a change there
-invalidates the entry. Writes are atomic, and a corrupt or foreign cache file (a FIFO, huge,
-not JSON, JSON of another shape, Infinity or NaN) is ignored, never an error: an entry of the
-wrong shape is a miss.
+One folder per (tool version, code stamp, config fingerprint) under the cache directory:
+
+    scan.json     per file checked by a directory run: stamp, prefilter verdict, suppression
+                  comment, and which looked-for class names its text contains
+    h/<hash>      one module's class header (imports, classes and bases), by file and stamp
+    f/<hash>      one file's findings, with what the analysis read: the files (and their stamps)
+                  whose headers or code it used, and the module names it looked up (and which
+                  file defined each, or none)
+
+Files are named by their real path relative to the project root, so a file reached as `x.py`,
+`./x.py`, `../proj/x.py` or through a symlink is one entry, whatever the current directory, and
+findings keep paths relative to the root (respelled for each run). A pre-commit run on one file
+reads that file's entry and the headers its analysis needs, and writes one entry back: nothing
+that grows with the project. Entries are written atomically (see writer.write_cache); an entry
+that is missing, unreadable, foreign or of the wrong shape is a miss, never an error.
 """
 
 from __future__ import annotations
@@ -14,84 +22,187 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat as stat_mod
 from pathlib import Path
+
+# Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
+MAX_ENTRY_BYTES = 64 << 20
+FORMAT = "v2"
 
 
 class Cache:
-    def __init__(self, directory: Path, key: str, enabled: bool = True):
+    def __init__(self, directory: Path, key: str, enabled: bool = True, root: Path | None = None):
         self.enabled = enabled
-        self.path = directory / f"cache-{key}.json"
-        self.data: dict = {"headers": {}, "findings": {}}
-        self.dirty = False
-        if enabled:
-            loaded = _load(self.path)
-            if isinstance(loaded, dict) and all(isinstance(loaded.get(k), dict) for k in ("headers", "findings")):
-                self.data = loaded
+        self.base = Path(directory)
+        self.dir = self.base / f"{FORMAT}-{key}"
+        self.root = os.path.realpath(root if root is not None else self.base.parent)
+        self._scan: dict | None = None
+        self._scan_names: list[str] = []
+        self._scan_dirty = False
+        self._pending: dict[str, bytes] = {}
 
-    @staticmethod
-    def _k(path: str) -> str:
-        return os.path.abspath(path)
+    # ---- keys: real paths, stored relative to the project root ---------------------------------
+    def rel(self, real: str) -> str:
+        """The stored form of a real path: relative to the root (posix) when inside it."""
+        root = self.root
+        if real.startswith(root) and real[len(root):len(root) + 1] == os.sep:
+            rel = real[len(root) + 1:]
+            return rel if os.sep == "/" else rel.replace(os.sep, "/")
+        return real
 
-    def header(self, path: str, stamp: str):
-        entry = self.data["headers"].get(self._k(path)) if self.enabled else None
-        if _shaped(entry, (str, dict, bool)) and entry[0] == stamp:
-            return entry[1], entry[2]
+    def real(self, rel: str) -> str:
+        return rel if os.path.isabs(rel) else os.path.join(self.root, *rel.split("/"))
+
+    def _entry(self, kind: str, rel: str) -> Path:
+        return self.dir / kind / (hashlib.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".json")
+
+    # ---- the scan summary --------------------------------------------------------------------
+    def _scan_data(self) -> dict:
+        if self._scan is None:
+            self._scan = {}
+            loaded = _read_json(self.dir / "scan.json") if self.enabled else None
+            if isinstance(loaded, dict) and isinstance(loaded.get("files"), dict) \
+                    and isinstance(loaded.get("names"), list):
+                self._scan = loaded["files"]
+                self._scan_names = [n for n in loaded["names"] if isinstance(n, str)]
+        return self._scan
+
+    def scan_entry(self, real: str, stamp: str, names: list[str]):
+        """(passes the prefilter, holds a suppression, looked-for names in its text) of an
+        unchanged file, or None. `names`: the names looked for now; hits recorded for another
+        list are not reused (None is returned when `names` is not empty)."""
+        if not self.enabled:
+            return None
+        entry = self._scan_data().get(self.rel(real))
+        if not (isinstance(entry, list) and len(entry) == 4 and entry[0] == stamp
+                and isinstance(entry[1], bool) and isinstance(entry[2], bool)):
+            return None
+        hits = entry[3]
+        if names:
+            if names != self._scan_names or not isinstance(hits, list):
+                return None
+            return entry[1], entry[2], [h for h in hits if isinstance(h, str)]
+        return entry[1], entry[2], []
+
+    def put_scan(self, real: str, stamp: str, passes: bool, suppressing: bool, names: list[str],
+                 hits: list[str]) -> None:
+        if not self.enabled:
+            return
+        data = self._scan_data()
+        if names and names != self._scan_names:
+            # Hits of another list of names are meaningless now: keep the verdicts only.
+            for entry in data.values():
+                if isinstance(entry, list) and len(entry) == 4:
+                    entry[3] = None
+            self._scan_names = list(names)
+        data[self.rel(real)] = [stamp, passes, suppressing, hits if names else None]
+        self._scan_dirty = True
+
+    # ---- class headers -------------------------------------------------------------------
+    def header(self, real: str, stamp: str, module: str) -> dict | None:
+        if not self.enabled:
+            return None
+        rel = self.rel(real)
+        entry = _read_json(self._entry("h", rel))
+        if isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp \
+                and entry.get("m") == module and _header_shaped(entry.get("h")):
+            return entry["h"]
         return None
 
-    def put_header(self, path: str, stamp: str, header: dict, passes: bool) -> None:
+    def put_header(self, real: str, stamp: str, module: str, header: dict) -> None:
         if self.enabled:
-            self.data["headers"][self._k(path)] = [stamp, header, passes]
-            self.dirty = True
+            rel = self.rel(real)
+            body = {k: v for k, v in header.items() if k != "path"}
+            self._pending[f"h/{rel}"] = _dump({"k": rel, "s": stamp, "m": module, "h": body})
 
-    def findings(self, path: str, stamp: str, digest: str, stamp_of):
-        """Cached findings, if the file, the class index and every other file whose code the
-        analysis read (`stamp_of(path)` gives its stamp now) are unchanged."""
-        entry = self.data["findings"].get(self._k(path)) if self.enabled else None
-        if not (_shaped(entry, (str, str, list, dict)) and entry[0] == stamp and entry[1] == digest
-                and all(_finding_shaped(d) for d in entry[2])):
+    # ---- findings -------------------------------------------------------------------------
+    def findings(self, real: str, stamp: str, stamp_of, first_key, display_of, listing_of) -> list[dict] | None:
+        """Cached findings of an unchanged file whose analysis read only unchanged things:
+        `stamp_of(real)` is a file's stamp now, `first_key(module)` the real path of the file
+        defining a module now (None: none), `listing_of(real folder)` the digest of the modules
+        under a folder now, `display_of(real)` the path to show for a file."""
+        if not self.enabled:
             return None
-        if any(not isinstance(dep_stamp, str) or stamp_of(dep) != dep_stamp for dep, dep_stamp in entry[3].items()):
+        rel = self.rel(real)
+        entry = _read_json(self._entry("f", rel))
+        if not (isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp):
             return None
-        # Paths are stored as the user spelled them last time; respell for this run.
-        return [dict(d, path=path) for d in entry[2]]
+        found, files, modules = entry.get("f"), entry.get("files"), entry.get("modules")
+        listings = entry.get("listings", {})
+        if not (isinstance(found, list) and isinstance(files, dict) and isinstance(modules, dict)
+                and isinstance(listings, dict) and all(_finding_shaped(d) for d in found)):
+            return None
+        for dep, dep_stamp in files.items():
+            if not isinstance(dep_stamp, str) or stamp_of(self.real(dep)) != dep_stamp:
+                return None
+        for module, dep in modules.items():
+            if dep is not None and not isinstance(dep, str):
+                return None
+            now = first_key(module)
+            if (None if now is None else self.rel(now)) != dep:
+                return None
+        for folder, digest in listings.items():
+            if not isinstance(digest, str) or listing_of(self.real(folder)) != digest:
+                return None
+        try:
+            return [_respell(d, display_of, self.real) for d in found]
+        except (KeyError, TypeError, AttributeError):
+            return None
 
-    def put_findings(self, path: str, stamp: str, digest: str, findings: list[dict], deps: dict[str, str]) -> None:
-        if self.enabled:
-            self.data["findings"][self._k(path)] = [stamp, digest, findings, deps]
-            self.dirty = True
+    def put_findings(self, real: str, stamp: str, findings: list[dict], files: dict[str, str],
+                     modules: dict[str, str | None], real_of, listings: dict[str, str] | None = None) -> None:
+        """`real_of(path)`: the real path of a file as this run shows it (for evidence paths)."""
+        if not self.enabled:
+            return
+        rel = self.rel(real)
+        stored = [_respell(d, self.rel, real_of) for d in findings]
+        self._pending[f"f/{rel}"] = _dump({
+            "k": rel, "s": stamp, "f": stored,
+            "files": {self.rel(k): v for k, v in sorted(files.items())},
+            "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(modules.items())},
+            "listings": {self.rel(k): v for k, v in sorted((listings or {}).items())},
+        })
 
+    # ---- writing ---------------------------------------------------------------------------
     def save(self, writer) -> None:
-        """Write through the run's writer. The cache folder gets a `.gitignore` of `*` only while
-        it holds nothing but dtype-lint's own files (so never the project root, never a folder of
-        the user's; and a run killed after making the folder leaves it for the next run to add)."""
-        if not (self.enabled and self.dirty):
+        """Write what this run computed through the run's writer. The cache folder gets a
+        `.gitignore` of `*` only while it holds nothing but dtype-lint's own files (so never the
+        project root, never a folder of the user's; a run killed after making the folder leaves
+        it for the next run to add)."""
+        if not self.enabled or not (self._pending or self._scan_dirty):
             return
         from .writer import WriteError
 
         try:
-            folder = self.path.parent
-            writer.make_dirs(folder, "cache")
-            gitignore = folder / ".gitignore"
-            if not gitignore.exists() and all(_ours(name) for name in os.listdir(folder)):
+            writer.make_dirs(self.dir / "h", "cache")
+            writer.make_dirs(self.dir / "f", "cache")
+            gitignore = self.base / ".gitignore"
+            if not gitignore.exists() and all(_ours(name) for name in os.listdir(self.base)):
                 writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache", create=True)
-            writer.write(self.path, encode(self.data), "cache")
+            for name, data in self._pending.items():
+                kind, _, rel = name.partition("/")
+                writer.write_cache(self._entry(kind, rel), data)
+            if self._scan_dirty:
+                writer.write_cache(self.dir / "scan.json", _dump({"names": self._scan_names, "files": self._scan}))
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
+        self._pending.clear()
+        self._scan_dirty = False
 
 
-def _ours(name: str) -> bool:
-    from .writer import is_temp_name
-
-    return name == "tmp" or (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
-
-
-# A cache larger than this is not ours (vLLM's whole tree caches in a few MB).
-MAX_CACHE_BYTES = 256 << 20
+def _respell(d: dict, path_of, real_of) -> dict:
+    """A finding dict with its evidence paths mapped (stored form <-> this run's display form)."""
+    evidence = [dict(e, path=path_of(real_of(e["path"])) if e["path"] else "") for e in d["evidence"]]
+    return dict(d, evidence=evidence)
 
 
-def encode(data: dict) -> bytes:
+def _dump(obj) -> bytes:
+    return encode(obj)
+
+
+def encode(data) -> bytes:
     """A cache file's bytes: the payload's SHA-256, a line break, the JSON payload."""
-    payload = json.dumps(data, separators=(",", ":")).encode()
+    payload = json.dumps(data, separators=(",", ":")).encode("utf-8", "surrogatepass")
     return hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
 
@@ -111,18 +222,29 @@ def decode(raw: bytes):
         return None
 
 
-def _load(path: Path):
-    from .source import read_bytes
-
+def _read_json(path: Path):
+    """The payload in `path`, or None: missing, not a regular file (never blocks on a FIFO), too
+    large, not ours (checksum), not UTF-8 JSON, or holding NaN/Infinity."""
     try:
-        return decode(read_bytes(path, MAX_CACHE_BYTES))
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
         return None
+    try:
+        with open(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat_mod.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+                return None
+            data = f.read(MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    return decode(data)
 
 
-def _shaped(entry, types: tuple) -> bool:
-    return isinstance(entry, list) and len(entry) == len(types) and all(
-        isinstance(v, t) for v, t in zip(entry, types))
+def _header_shaped(h) -> bool:
+    return isinstance(h, dict) and isinstance(h.get("imports"), dict) and isinstance(h.get("classes"), dict) \
+        and all(isinstance(v, str) for v in h["imports"].values()) \
+        and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) and isinstance(v[1], int)
+                for v in h["classes"].values())
 
 
 _INT, _STR, _BOOL = "int", "str", "bool"
@@ -153,3 +275,11 @@ def _fits(value, schema) -> bool:
         return True  # no fix
     return isinstance(value, dict) and all(k in value and _fits(value[k], sub) for k, sub in schema.items()
                                             if k in value or k in ("code", "message", "path", "span"))
+
+
+def _ours(name: str) -> bool:
+    """A name dtype-lint puts in its cache folder (this format's, the single-file format's)."""
+    from .writer import is_temp_name
+
+    return name in ("tmp",) or name.startswith(f"{FORMAT}-") or \
+        (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)

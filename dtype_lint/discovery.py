@@ -6,8 +6,8 @@ import fnmatch
 import functools
 import os
 import re
-import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 # Written gitignore-style: a bare name matches that directory or file anywhere in the tree.
 DEFAULT_EXCLUDES = (
@@ -52,6 +52,13 @@ class Excluder:
         """For a directory walk that already pruned the parents: only the new component."""
         return self.excluded_name(name) or bool(self._path and self._path.match(rel_posix))
 
+    @property
+    def has_path_patterns(self) -> bool:
+        return self._path is not None
+
+    def excluded_path(self, rel_posix: str) -> bool:
+        return bool(self._path and self._path.match(rel_posix))
+
 
 def read_gitignore(root: Path) -> tuple[str, ...]:
     """The plain patterns of root/.gitignore. Negations (`!pat`) are not supported and skipped."""
@@ -67,6 +74,14 @@ def read_gitignore(root: Path) -> tuple[str, ...]:
     return tuple(pats)
 
 
+class Found(NamedTuple):
+    """One discovered file: the name shown, where it really is, and the module it defines."""
+
+    path: str  # as the user reaches it (relative to cwd when the walk started from a relative path)
+    real: str  # absolute, symlinks resolved: one file reached by two names has one `real`
+    module: str  # the dotted name it is imported by (module_name)
+
+
 def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: list[str] | None = None) -> list[str]:
     """Python files under paths, sorted, as display paths (relative to cwd when given relative).
 
@@ -75,50 +90,115 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: lis
     under its own name rather than a link's. `temps`: collects temp files a killed dtype-lint
     run left in the folders walked (see writer.is_temp_name).
     """
-    from .writer import is_temp_name
+    return [f.path for f in discover_files(paths, excludes, root, temps=temps)]
 
+
+def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
+                   skip_real: set[str] | None = None, temps: list[str] | None = None) -> list[Found]:
+    """`discover`, with each file's real path and module name, in one walk per directory given.
+
+    Work per file is a few string operations: the module name is carried down the walk (the
+    package a folder belongs to is known from its parent), and `realpath` is called only for
+    symlinks (a folder reached without following a link has its parent's real path plus its own
+    name). `skip_real`: real paths already listed elsewhere (named files), left out.
+    """
     excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes) + read_gitignore(root))
-    out: list[str] = []
-    where: dict[str, int] = {}  # real path -> index in out
+    root_abs = os.path.abspath(root)
+    out: list[Found] = []
+    where: dict[str, int] = dict.fromkeys(skip_real or (), -1)  # real path -> index in out
 
-    def add(full: str, key: str, is_link: bool) -> None:
-        i = where.get(key)
+    def add(found: Found, is_link: bool) -> None:
+        i = where.get(found.real)
         if i is None:
-            where[key] = len(out)
-            out.append(full)
-        elif not is_link and os.path.islink(out[i]):
-            out[i] = full  # the file itself, not the link to it
+            where[found.real] = len(out)
+            out.append(found)
+        elif i >= 0 and not is_link and os.path.islink(out[i].path):
+            out[i] = found  # the file itself, not the link to it
 
     for given in paths:
         p = Path(given)
         if not p.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
         if not p.is_dir():
-            add(str(p), os.path.realpath(p), os.path.islink(p))
+            add(Found(str(p), os.path.realpath(p), module_name(str(p), root_abs)), os.path.islink(p))
             continue
-        base_rel = _rel(p, root)
-        for dirpath, dirnames, filenames in os.walk(p):
-            sub = os.path.relpath(dirpath, p)
-            rel_dir = base_rel if sub == "." else _join(base_rel, sub.replace(os.sep, "/"))
-            dirnames[:] = sorted(
-                d for d in dirnames if not excluder.excluded_child(_join(rel_dir, d), d)
-            )
-            real_dir = os.path.realpath(dirpath)
-            for name in sorted(filenames):
-                if not name.endswith((".py", ".pyi")):
-                    if temps is not None and is_temp_name(name):
-                        temps.append(os.path.join(dirpath, name))
-                    continue
-                if excluder.excluded_child(_join(rel_dir, name), name):
-                    continue
-                full = os.path.join(dirpath, name)
-                if full.startswith("." + os.sep):
-                    # `check` with no path walks `.`: report `pkg/x.py` as every format and a
-                    # named file do, not `./pkg/x.py`.
-                    full = full[2:]
-                link = os.path.islink(full)
-                add(full, os.path.realpath(full) if link else os.path.join(real_dir, name), link)
+        _walk(str(p), _rel(p, root), excluder, root_abs, add, temps)
     return out
+
+
+def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps: list[str] | None) -> None:
+    """Depth first in sorted order, a folder's files before its subfolders (as os.walk with
+    sorted names); folder symlinks are not followed. `add(found, is_link)` takes each file;
+    `temps` collects temp files a killed dtype-lint run left (see writer.is_temp_name)."""
+    from .writer import TEMP_SUFFIX, is_temp_name
+
+    top_abs = os.path.abspath(top)
+    base = _import_root(top_abs, root_abs)
+    parts = None if base is None else [x for x in os.path.relpath(top_abs, base).split(os.sep) if x not in ("", ".")]
+    src = os.path.join(root_abs, "src")
+    dot = "." + os.sep
+    excluded_names: dict[str, bool] = {}  # file names repeat across folders (`__init__.py`...)
+    path_patterns = excluder.has_path_patterns
+    # (display path, root-relative posix path, real path, absolute path, module parts or None)
+    stack = [(top, top_rel, os.path.realpath(top), top_abs, parts)]
+    while stack:
+        dirpath, rel_dir, real_dir, abs_dir, parts = stack.pop()
+        try:
+            with os.scandir(dirpath) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        files, dirs = [], []
+        for e in entries:
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else files).append(e)
+        files.sort(key=_name)
+        prefix = "" if not parts else ".".join(parts) + "."
+        real_prefix = real_dir if real_dir.endswith(os.sep) else real_dir + os.sep
+        for e in files:
+            name = e.name
+            if name.endswith(".py"):
+                stem = name[:-3]
+            elif name.endswith(".pyi"):
+                stem = name[:-4]
+            else:
+                if temps is not None and name.endswith(TEMP_SUFFIX) and is_temp_name(name):
+                    temps.append(os.path.join(dirpath, name))
+                continue
+            excluded = excluded_names.get(name)
+            if excluded is None:
+                excluded = excluded_names[name] = excluder.excluded_name(name)
+            if excluded or (path_patterns and excluder.excluded_path(_join(rel_dir, name))):
+                continue
+            link = e.is_symlink()
+            # `check` with no path walks `.`: report `pkg/x.py` as every format and a named file
+            # do, not `./pkg/x.py`.
+            shown = e.path[2:] if e.path.startswith(dot) else e.path
+            add(Found(shown, os.path.realpath(e.path) if link else real_prefix + name,
+                      prefix[:-1] if stem == "__init__" else prefix + stem), link)
+        subdirs = []
+        for e in sorted(dirs, key=_name, reverse=True):
+            name = e.name
+            if excluder.excluded_child(_join(rel_dir, name), name) or e.is_symlink():
+                continue
+            sub_abs = os.path.join(abs_dir, name)
+            if sub_abs == src or sub_abs.startswith(src + os.sep):
+                sub_parts = [] if sub_abs == src else (parts or []) + [name]
+            elif parts is not None:
+                sub_parts = parts + [name]
+            elif os.path.exists(os.path.join(e.path, "__init__.py")):
+                sub_parts = [name]  # the topmost package: its parent is where it is imported from
+            else:
+                sub_parts = None
+            subdirs.append((e.path, _join(rel_dir, name), os.path.join(real_dir, name), sub_abs, sub_parts))
+        stack.extend(subdirs)
+
+
+def _name(entry: os.DirEntry) -> str:
+    return entry.name
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -164,6 +244,8 @@ def _git_overrides(cwd: Path, env: dict[str, str]) -> list[str]:
     """`-c` settings that switch off every command the repository's own config may name and a
     diff could run: the fsmonitor hook, hooks, and each configured content filter (a diff against
     the work tree would run a `clean` filter). Reading the config runs nothing."""
+    import subprocess  # only --changed-since runs git
+
     out = ["-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "diff.external="]
     proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "config", "--null", "--name-only", "--get-regexp",
                            r"^filter\..*\.(clean|smudge|process)$"], cwd=cwd, env=env, capture_output=True)
@@ -174,6 +256,8 @@ def _git_overrides(cwd: Path, env: dict[str, str]) -> list[str]:
 
 
 def _git(git: list[str], args: list[str], cwd: Path, env: dict[str, str], failure: str | None = None) -> str:
+    import subprocess
+
     proc = subprocess.run([*git, *args], cwd=cwd, env=env, capture_output=True)
     if proc.returncode != 0:
         raise DiscoveryError(failure or f"git {' '.join(args)}: {proc.stderr.decode('utf-8', 'replace').strip()}")

@@ -12,6 +12,7 @@ Layer resolution over these facts lives in layers.py.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .findings import Evidence
@@ -74,31 +75,104 @@ class Signature:
 
 
 @dataclass
-class ClassFacts:
-    qualname: str
-    path: str
-    line: int
+class BodyFacts:
+    """What a class's method bodies say (walking them costs; see ClassFacts)."""
+
     attrs: dict[str, list[AttrOrigin]] = field(default_factory=dict)
-    init: Signature | None = None
     super_init: ast.Call | None = None  # `super().__init__(...)` in __init__
     # Where this class's own code obtains a quant method for `self` or lets one create its
     # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
     # `self.quant_method.create_weights(self, ...)`.
     quant_root: Evidence | None = None
-    # Where it shows it is storage-format code: a method taking the `layer` it owns.
-    storage_code: Evidence | None = None
     # @property getters and argument-less methods with one `return <expr>`.
     getters: dict[str, ast.expr] = field(default_factory=dict)
     # Every `self.X = <value>` (any method), for guards such as `self.is_unquantized = isinstance(...)`.
     assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
     # `self.X = <param of __init__>`: X → the parameter.
     param_attrs: dict[str, str] = field(default_factory=dict)
-    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
-    # Class-level `NAME = value` (vLLM's `supported_quantization_configs = (QuarkConfig,)`).
-    class_values: dict[str, ast.expr] = field(default_factory=dict)
     # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
     # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
     dispatch: set[str] = field(default_factory=set)
+
+
+def _body_fact(name: str):
+    return property(lambda self: getattr(self.body, name), doc=BodyFacts.__doc__)
+
+
+class ClassFacts:
+    """One class, read from its statements: the signatures in its body (cheap: methods, the
+    `__init__` signature, storage-format methods, class-level values) at once, and what its method
+    bodies say (BodyFacts: attribute origins, quant-method calls, getters...) the first time one
+    of those is read: deciding that a class is storage code or where its `__init__` is needs no
+    walk of its bodies."""
+
+    def __init__(self, qualname: str, path: str, line: int, complete=None):
+        self.qualname = qualname
+        self.path = path
+        self.line = line
+        self.init: Signature | None = None
+        # Where it shows it is storage-format code: a method taking the `layer` it owns.
+        self.storage_code: Evidence | None = None
+        self.methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        # Class-level `NAME = value` (vLLM's `supported_quantization_configs = (QuarkConfig,)`).
+        self.class_values: dict[str, ast.expr] = {}
+        self._complete = complete  # fills BodyFacts
+        self._body: BodyFacts | None = None
+
+    @property
+    def body(self) -> BodyFacts:
+        if self._body is None:
+            self._body = BodyFacts()
+            if self._complete is not None:
+                complete, self._complete = self._complete, None
+                complete(self, self._body)
+        return self._body
+
+    attrs = _body_fact("attrs")
+    super_init = _body_fact("super_init")
+    quant_root = _body_fact("quant_root")
+    getters = _body_fact("getters")
+    assigned = _body_fact("assigned")
+    param_attrs = _body_fact("param_attrs")
+    dispatch = _body_fact("dispatch")
+
+    def __repr__(self) -> str:
+        return f"ClassFacts({self.qualname!r}, {self.path!r}, {self.line})"
+
+
+class LazyClasses(Mapping):
+    """Class qualname → ClassFacts, each built the first time it is asked for: a file parsed for
+    one base class often defines dozens of others that no analysis needs."""
+
+    def __init__(self, build, index: QuantizableLayerIndex):
+        self._build = build
+        self._index = index
+        self._nodes: dict[str, tuple] = {}
+        self._built: dict[str, tuple] = {}
+
+    def register(self, qualname: str, *node) -> None:
+        self._nodes[qualname] = node  # a later definition of the same name wins, as at run time
+        self._built.pop(qualname, None)
+
+    def __getitem__(self, qualname: str) -> ClassFacts:
+        # What building a class's facts read (names resolved through the index, now or when its
+        # bodies are first read) counts as read by every analysis that uses them.
+        built = self._built.get(qualname)
+        if built is None:
+            with self._index.reading() as reads:
+                cf = self._build(qualname, self._nodes[qualname], reads)
+            built = self._built[qualname] = (cf, reads)
+        self._index.replay(built[1])
+        return built[0]
+
+    def __contains__(self, qualname) -> bool:
+        return qualname in self._nodes
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
 
 
 @dataclass
@@ -106,7 +180,7 @@ class FileFacts:
     module: str
     path: str
     imports: dict[str, str]
-    classes: dict[str, ClassFacts]
+    classes: "LazyClasses | dict[str, ClassFacts]"
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     tree: ast.Module | None = None
 
@@ -171,44 +245,63 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                      index: QuantizableLayerIndex, imports: dict[str, str] | None = None) -> FileFacts:
     if imports is None:
         imports = collect_imports(tree, module, is_package)
-    facts = FileFacts(module, path, imports, {}, tree=tree)
+    facts = FileFacts(module, path, imports, LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index), tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
 
-    def visit_class(cls: ast.ClassDef, prefix: str):
-        qual = f"{prefix}.{cls.name}" if prefix else cls.name
-        cf = ClassFacts(f"{module}.{qual}" if module else qual, path, cls.lineno)
-        facts.classes[cf.qualname] = cf
+    # No local function here calls itself: a closure referring to itself is a reference cycle,
+    # and one holding `facts` kept every parsed tree alive until the cycle collector ran.
+    def register_class(cls: ast.ClassDef):
+        todo = [(cls, "")]
+        while todo:  # the class, then its nested classes, depth first in order
+            node, prefix = todo.pop()
+            qual = f"{prefix}.{node.name}" if prefix else node.name
+            facts.classes.register(f"{module}.{qual}" if module else qual, node, qual)
+            todo.extend(reversed([(stmt, qual) for stmt in node.body if isinstance(stmt, ast.ClassDef)]))
+
+    def visit_class(qualname: str, cls: ast.ClassDef, qual: str, reads) -> ClassFacts:
+        def complete(cf: ClassFacts, body: BodyFacts) -> None:
+            with index.reading() as more:
+                complete_class(cls, cf, body)
+            reads.update(more)
+
+        cf = ClassFacts(qualname, path, cls.lineno, complete)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                     if isinstance(t, ast.Name):
                         cf.class_values[t.id] = stmt.value
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                cf.methods.setdefault(stmt.name, stmt)
+                args = stmt.args.posonlyargs + stmt.args.args + stmt.args.kwonlyargs
+                if not args or any(dotted(d) == "staticmethod" for d in stmt.decorator_list):
+                    continue
+                if stmt.name == "__init__":
+                    cf.init = signature_of(stmt)
+                if cf.storage_code is None and stmt.name in STORAGE_METHODS and len(args) > 1 and args[1].arg == "layer":
+                    cf.storage_code = Evidence(f"`{stmt.name}(self, layer, ...)`: storage-format code for the layer it is "
+                                               "given", path, stmt.lineno)
+        return cf
+
+    def complete_class(cls: ast.ClassDef, cf: ClassFacts, body: BodyFacts) -> None:
+        for stmt in cls.body:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 t = resolve(annotation_name(stmt.annotation))
                 if t:
-                    cf.attrs.setdefault(stmt.target.id, []).append(AttrOrigin(
+                    body.attrs.setdefault(stmt.target.id, []).append(AttrOrigin(
                         "annotation", t, f"class attribute `{stmt.target.id}: {t.rsplit('.', 1)[-1]}`",
                         path, stmt.lineno))
-            elif isinstance(stmt, ast.ClassDef):
-                visit_class(stmt, qual)
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                cf.methods.setdefault(stmt.name, stmt)
-                visit_method(cf, stmt)
+                visit_method(body, stmt)
 
-    def visit_method(cf: ClassFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+    def visit_method(cf: BodyFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         decorators = {dotted(d) for d in fn.decorator_list}
         if "staticmethod" in decorators or not args:
             return
         self_name = args[0].arg
         params = {a.arg: a.annotation for a in args[1:]}
-        if fn.name == "__init__":
-            cf.init = signature_of(fn)
-        if cf.storage_code is None and fn.name in STORAGE_METHODS and len(args) > 1 and args[1].arg == "layer":
-            cf.storage_code = Evidence(f"`{fn.name}(self, layer, ...)`: storage-format code for the layer it is given",
-                                       path, fn.lineno)
         if _single_return(fn) is not None and (len(args) == 1 or "property" in decorators or
                                                "cached_property" in decorators or "functools.cached_property" in decorators):
             cf.getters[fn.name] = _single_return(fn)
@@ -258,16 +351,18 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                     if origin is not None:
                         cf.attrs.setdefault(tgt.attr, []).append(origin)
 
-    def visit_body(body):
-        for stmt in body:
+    blocks = [iter(tree.body)]
+    while blocks:  # statements in order, entering if/try blocks where they stand
+        for stmt in blocks[-1]:
             if isinstance(stmt, ast.ClassDef):
-                visit_class(stmt, "")
+                register_class(stmt)
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 facts.functions.setdefault(stmt.name, stmt)
             elif isinstance(stmt, (ast.If, ast.Try)):  # under `if TYPE_CHECKING:`, platform checks
-                visit_body(stmt.body + stmt.orelse)
-
-    visit_body(tree.body)
+                blocks.append(iter(stmt.body + stmt.orelse))
+                break
+        else:
+            blocks.pop()
     return facts
 
 
@@ -369,8 +464,8 @@ class ProjectFacts:
         header = self.index.modules.get(module)
         if header is None or self._load_file is None:
             return None
-        facts = self.index.facts_cache.get(header.path)
-        if facts is None:
+
+        def build() -> FileFacts | None:
             text = self._load_file(header.path)
             if text is None:
                 return None
@@ -378,8 +473,11 @@ class ProjectFacts:
                 tree = ast.parse(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
-            facts = build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
-            self.index.facts_cache[header.path] = facts
+            return build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
+
+        facts = self.index.cached_facts(header.path, build)
+        if facts is None:
+            return None
         self.loaded.add(header.path)
         self.add(facts)
         return facts
@@ -426,7 +524,9 @@ class ProjectFacts:
 class FunctionScope:
     """One function's parameters and local assignments, for alias and type resolution."""
 
-    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef | None, class_qualname: str | None):
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef | None, class_qualname: str | None,
+                 nodes: list[ast.AST] | None = None):
+        """`nodes`: walk_function(fn) already listed (a candidate's, shared by every rule)."""
         self.fn = fn
         self.class_qualname = class_qualname
         self.params: dict[str, ast.AST | None] = {}
@@ -444,7 +544,7 @@ class FunctionScope:
             args = args[1:]
         for a in args:
             self.params[a.arg] = a.annotation
-        for node in walk_function(fn):
+        for node in walk_function(fn) if nodes is None else nodes:
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     if isinstance(t, ast.Name):

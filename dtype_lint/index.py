@@ -1,18 +1,25 @@
-"""The project-wide class index: which classes are quantizable layers, resolved across files.
+"""The project's class index: which classes are quantizable layers, resolved across files.
 
 Building it must not cost a parse of every file (DESIGN.md §7: a full libcst parse of vLLM takes
 minutes, even `ast.parse` seconds). A class hierarchy needs only two kinds of statement, `import`
 and `class` headers, so `extract_header` finds those lines with a regex, cuts each logical
-statement out by bracket counting, and parses just those snippets. Headers are cached per file.
+statement out by bracket counting, and parses just those snippets.
+
+Nor is it built for every file: `ModuleTable` maps each module name of the project to its file
+(from discovery, no reading) and extracts a module's header the first time a lookup asks for it
+(from the cache when the file is unchanged). What an analysis looked up is recorded (`Reads`),
+so a cached result can be checked against exactly the files and module names it depended on.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import re
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .findings import Evidence
 from .source import iter_code
@@ -233,6 +240,187 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
+class Reads:
+    """What one computation read through the index: module names looked up (→ the key of the
+    file that defines each, None when none does) and the files whose headers or code it read
+    (key → stamp). Keys are the files' real paths."""
+
+    __slots__ = ("modules", "files", "listings")
+
+    def __init__(self) -> None:
+        self.modules: dict[str, str | None] = {}
+        self.files: dict[str, str] = {}
+        # Folders whose modules were enumerated (real path → ModuleTable.listing digest): a file
+        # added there changes what the enumeration sees.
+        self.listings: dict[str, str] = {}
+
+    def update(self, other: "Reads") -> None:
+        self.modules.update(other.modules)
+        self.files.update(other.files)
+        self.listings.update(other.listings)
+
+
+@dataclass
+class ModuleFile:
+    """Where a module lives: the path shown for it, its key (real path) and its stamp, once read."""
+
+    path: str
+    key: str
+    is_package: bool
+    stamp: str | None = None
+
+
+class ModuleTable:
+    """Module name → ModuleHeader, extracted on first lookup.
+
+    `files`: (display path, key, module name) for every file of the project, in discovery order;
+    the first file of a module name that can be read defines it. `load(mf, module)` returns the
+    header (and records the file's stamp in `mf`), or None when the file cannot be read. Every
+    lookup is recorded in the open `Reads` frames (see QuantizableLayerIndex.reading)."""
+
+    def __init__(self, files=(), load=None):
+        # module -> its first file, and the rare later files of the same name: (path, key, module).
+        # ModuleFile objects are made only for the modules looked up.
+        first: dict[str, tuple] = {}
+        self._more: dict[str, list[tuple]] = {}
+        for f in files:
+            if f[2] in first:
+                self._more.setdefault(f[2], []).append(f)
+            else:
+                first[f[2]] = f
+        self._first = first
+        self._listings: dict[str, str] = {}
+        self._files: dict[str, list[ModuleFile]] = {}
+        self._load = load
+        self._headers: dict[str, ModuleHeader | None] = {}
+        self._where: dict[str, ModuleFile | None] = {}
+        self.frames: list[Reads] = []
+
+    @classmethod
+    def of(cls, headers: list[ModuleHeader]) -> "ModuleTable":
+        """A table of headers already extracted (one text, tests): nothing to load."""
+        table = cls([(h.path, h.path, h.module) for h in headers])
+        for h in headers:
+            if h.module not in table._headers:
+                table._headers[h.module] = h
+                table._where[h.module] = ModuleFile(h.path, h.path, h.is_package, "")
+        return table
+
+    def get(self, module: str, default=None) -> ModuleHeader | None:
+        header = self._header(module)
+        if self.frames:
+            mf = self._where.get(module)
+            for frame in self.frames:
+                if mf is None:
+                    frame.modules[module] = None
+                else:
+                    frame.modules[module] = mf.key
+                    frame.files[mf.key] = mf.stamp or ""
+        return header if header is not None else default
+
+    def __getitem__(self, module: str) -> ModuleHeader:
+        header = self.get(module)
+        if header is None:
+            raise KeyError(module)
+        return header
+
+    def __contains__(self, module: str) -> bool:
+        return self.get(module) is not None
+
+    def _header(self, module: str) -> ModuleHeader | None:
+        try:
+            return self._headers[module]
+        except KeyError:
+            pass
+        header, where = None, None
+        for mf in self._module_files(module):
+            header = self._load(mf, module) if self._load is not None else None
+            if header is not None:
+                where = mf
+                break
+        self._headers[module] = header
+        self._where[module] = where
+        return header
+
+    def _module_files(self, module: str) -> list[ModuleFile]:
+        mfs = self._files.get(module)
+        if mfs is None:
+            first = self._first.get(module)
+            found = [first, *self._more.get(module, ())] if first is not None else []
+            mfs = self._files[module] = [
+                ModuleFile(path, key, path.endswith(("__init__.py", "__init__.pyi"))) for path, key, _ in found]
+        return mfs
+
+    def seed(self, header: ModuleHeader, stamp: str) -> None:
+        """The header of a file being analysed, extracted from the text in hand: used when the
+        file defines its module, so that the file is not read again."""
+        if header.module in self._headers:
+            return
+        candidates = self._module_files(header.module)
+        if candidates and candidates[0].path == header.path:
+            candidates[0].stamp = stamp
+            self._headers[header.module] = header
+            self._where[header.module] = candidates[0]
+
+    def first_key(self, module: str) -> str | None:
+        """The key of the first file named `module`, without reading anything: what a recorded
+        lookup is checked against (a file that could not be read is a change, to be safe)."""
+        first = self._first.get(module)
+        return first[1] if first is not None else None
+
+    def under(self, folder) -> list[tuple[str, ModuleHeader]]:
+        """(module, header) of each module whose file lies under `folder` (a path as this run
+        shows files), in discovery order; the enumeration is recorded as a read of the folder."""
+        folder = Path(folder)
+        prefix = os.path.join(str(folder), "")
+        mods = [m for m, f in self._first.items() if f[0].startswith(prefix) and Path(f[0]).is_relative_to(folder)]
+        if self.frames:
+            real = os.path.realpath(folder)
+            digest = self.listing(real)
+            for frame in self.frames:
+                frame.listings[real] = digest
+        out = []
+        for m in mods:
+            header = self.get(m)
+            if header is not None:
+                out.append((m, header))
+        return out
+
+    def listing(self, real_folder: str) -> str:
+        """A digest of the module names and files under a folder (by real path): it changes when
+        a file there is added, removed or renamed."""
+        digest = self._listings.get(real_folder)
+        if digest is None:
+            prefix = os.path.join(real_folder, "")
+            found = sorted(f"{m}\t{f[1]}" for m, f in self._first.items() if f[1].startswith(prefix))
+            digest = self._listings[real_folder] = hashlib.sha1("\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return digest
+
+    # The whole table (the doctor's census of a tree): every module's header, read as needed.
+    def items(self):
+        for module in list(self._first):
+            header = self.get(module)
+            if header is not None:
+                yield module, header
+
+    def values(self):
+        return [h for _, h in self.items()]
+
+    def __iter__(self):
+        return (m for m, _ in self.items())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.items())
+
+    def winners(self) -> dict[str, str]:
+        """key → module of every file that could define its module name (the first of each name,
+        unread). For the `mentions` search over files that are not read otherwise."""
+        return {f[1]: m for m, f in self._first.items()}
+
+    def loaded(self) -> list[ModuleHeader]:
+        return [h for h in self._headers.values() if h is not None]
+
+
 def _join(module: str, name: str) -> str:
     return f"{module}.{name}" if module else name
 
@@ -245,14 +433,17 @@ class ClassVerdict:
     chain: tuple[Evidence, ...] = ()
 
 
+# Parsed files (and censuses) kept for reuse per process: the analysis of vLLM 0.27.1 shares 49
+# files; at 64 a ten-times tree peaks at 142 MiB instead of 529 (benchmarks/README.md).
+FACTS_CACHE_ENTRIES = 64
+
+
 class QuantizableLayerIndex:
     """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
 
-    def __init__(self, headers: list[ModuleHeader], quantizable: list[str], exempt: list[str],
+    def __init__(self, headers: "list[ModuleHeader] | ModuleTable", quantizable: list[str], exempt: list[str],
                  not_quantizable: list[str] = ()):
-        self.modules: dict[str, ModuleHeader] = {}
-        for h in headers:
-            self.modules.setdefault(h.module, h)
+        self.modules: ModuleTable = headers if isinstance(headers, ModuleTable) else ModuleTable.of(headers)
         self.quantizable = set(quantizable)
         self.exempt = set(exempt)
         self._not_quantizable = set(not_quantizable)
@@ -263,9 +454,38 @@ class QuantizableLayerIndex:
             self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
         self._memo: dict[tuple[str, str], ClassVerdict] = {}
         # Facts of files parsed for their class bodies (facts.ProjectFacts), shared by every file
-        # analysed against this index and gone with it.
+        # analysed against this index and gone with it, each with what building it read.
         self.facts_cache: dict = {}
-        self._imported: set[str] | None = None
+        self._memo_reads: dict[tuple[str, str], Reads] = {}
+
+    # ---- what a computation read ---------------------------------------------------------
+    def reading(self) -> "_Frame":
+        """`with index.reading() as reads:` collects every module lookup and file read made
+        inside, including those that memoised results made when they were first computed."""
+        return _Frame(self.modules)
+
+    def replay(self, reads: Reads) -> None:
+        """A memoised result is reused: what computing it read counts as read now."""
+        for frame in self.modules.frames:
+            frame.update(reads)
+
+    def cached_facts(self, key, build):
+        """`build()` once per key (a file's facts, a census), shared by every analysis against
+        this index; the reads made by building it are replayed for every later user. The least
+        recently used entries beyond FACTS_CACHE_ENTRIES are dropped (and rebuilt if asked for
+        again): files are analysed in path order, so what one folder's files share is used
+        together, and a tree ten times larger must not hold ten times the parsed files."""
+        cache = self.facts_cache
+        hit = cache.pop(key, None)
+        if hit is None:
+            with self.reading() as reads:
+                facts = build()
+            hit = (facts, reads)
+            while len(cache) >= FACTS_CACHE_ENTRIES:
+                del cache[next(iter(cache))]
+        cache[key] = hit  # now the most recently used
+        self.replay(hit[1])
+        return hit[0]
 
     # ---- name resolution ---------------------------------------------------------------
     def resolve(self, module: str, name: str, local_imports: dict[str, str] | None = None) -> str:
@@ -328,13 +548,16 @@ class QuantizableLayerIndex:
         """Configured as never holding a repackable weight (embeddings), or a subclass of one."""
         return bool(self._not_quantizable) and self._verdict(qualname, "not_quantizable").yes
 
+    def defines(self, qualname: str) -> bool:
+        """Does the project define this class (directly or through re-exports)?"""
+        return self.class_location(self.canonical(qualname)) is not None
+
     def mentions(self, qualname: str) -> bool:
-        """Does the scanned tree define this class, or import it by this name?"""
-        if self.class_location(self.canonical(qualname)) is not None:
+        """Does the project define this class, or does a module whose header was read import it
+        by this name? (The pipeline reads the headers of the files whose text names it.)"""
+        if self.defines(qualname):
             return True
-        if self._imported is None:
-            self._imported = {v for h in self.modules.values() for v in h.imports.values()}
-        return qualname in self._imported
+        return any(qualname in h.imports.values() for h in self.modules.loaded())
 
     def configured(self, qualname: str, kind: str = "quantizable") -> Evidence | None:
         """Evidence that this very class is named by configuration (not one of its bases)."""
@@ -356,8 +579,18 @@ class QuantizableLayerIndex:
     def _verdict(self, qualname: str, kind: str, depth: int = 0) -> ClassVerdict:
         key = (qualname, kind)
         if key in self._memo:
+            reads = self._memo_reads.get(key)
+            if reads is not None:
+                self.replay(reads)
             return self._memo[key]
         self._memo[key] = ClassVerdict(False)  # cycle guard
+        with self.reading() as reads:
+            verdict = self._compute_verdict(qualname, kind, depth)
+        self._memo[key] = verdict
+        self._memo_reads[key] = reads
+        return verdict
+
+    def _compute_verdict(self, qualname: str, kind: str, depth: int) -> ClassVerdict:
         roots = {"quantizable": self.quantizable, "exempt": self.exempt, "not_quantizable": self._not_quantizable}[kind]
         verdict = ClassVerdict(False)
         short = qualname.rsplit(".", 1)[-1]
@@ -373,7 +606,6 @@ class QuantizableLayerIndex:
                     step = self._evidence(qualname, f"`{short}` subclasses `{base.rsplit('.', 1)[-1]}`")
                     verdict = ClassVerdict(True, (step, *sub.chain))
                     break
-        self._memo[key] = verdict
         return verdict
 
     def _evidence(self, qualname: str, message: str) -> Evidence:
@@ -382,3 +614,20 @@ class QuantizableLayerIndex:
             return Evidence(message, "", 0)
         header, name = loc
         return Evidence(message, header.path, header.classes[name][1])
+
+
+class _Frame:
+    def __init__(self, table: ModuleTable):
+        self._table = table
+        self.reads = Reads()
+
+    def __enter__(self) -> Reads:
+        self._table.frames.append(self.reads)
+        return self.reads
+
+    def __exit__(self, *exc) -> None:
+        frames = self._table.frames
+        if frames and frames[-1] is self.reads:
+            frames.pop()
+        else:
+            frames[:] = [f for f in frames if f is not self.reads]

@@ -416,16 +416,14 @@ class LayerResolver:
         if i + 1 >= len(parts) - 1:
             return False  # the file sits directly in `models/`: no family folder
         family = Path(*parts[: i + 2])
-        key = ("family census", str(family), qualname)
-        if key not in self.index.facts_cache:
-            self.index.facts_cache[key] = self._census(family, qualname)
-        return self.index.facts_cache[key]
+        # Shared by every file analysed against this index; what the census read (the family's
+        # files) counts as read by each of them.
+        return self.index.cached_facts(("family census", str(family), qualname),
+                                       lambda: self._census(family, qualname))
 
     def _census(self, family: Path, qualname: str) -> bool:
         found = False
-        for module, header in self.index.modules.items():
-            if not Path(header.path).is_relative_to(family):
-                continue
+        for module, header in self.index.modules.under(family):
             if not any(c for c in header.classes):
                 continue
             facts = self.project.file_facts(module)

@@ -11,10 +11,13 @@ user's project goes through the run's `ProjectWriter` and is listed in `RunResul
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
+import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,12 +26,12 @@ from . import __version__
 from .analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
 from .cache import Cache
 from .config import Config
-from .discovery import DiscoveryError, changed_since, discover, import_root, module_name
+from .discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from .findings import Finding
 from .fixer import FixOutcome, failed, fix_text
 from .helper import HelperError, HelperLocation
 from .helper_home import HelperChoice, choose_helper, configured_location
-from .index import ModuleHeader, QuantizableLayerIndex, extract_header
+from .index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, extract_header
 from .prefilter import for_rules, has_suppression
 from .source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from .workers import effective_jobs, parallel_map, worker_state
@@ -82,6 +85,11 @@ class RunResult:
 def run(config: Config, options: RunOptions) -> RunResult:
     t0 = time.perf_counter()
     _require_rules(config)
+    with _gc_tuned():
+        return _run(config, options, t0)
+
+
+def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     jobs = effective_jobs(options.jobs)
     staging = config.root / config.cache_dir / "tmp"
     writer = ProjectWriter(config.root, staging)
@@ -92,16 +100,18 @@ def run(config: Config, options: RunOptions) -> RunResult:
             raise UserError(str(e)) from None
     temps: list[str] = []
     try:
-        files, index_files = _discover(config, options.paths, temps)
+        found, index_found = _discover(config, options.paths, temps)
     except DiscoveryError as e:
         raise UserError(str(e)) from None
-    unnamed = [p for p in files if not _encodable(p)]
+    unnamed = [f.path for f in found if not _encodable(f.path)]
     if unnamed:
-        files = [p for p in files if _encodable(p)]
-        index_files = [p for p in index_files if _encodable(p)]
+        whole = index_found is found
+        found = [f for f in found if _encodable(f.path)]
+        index_found = found if whole else [f for f in index_found if _encodable(f.path)]
+    files = [f.path for f in found]
     if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
         try:
-            configured_location(config, index_files)
+            configured_location(config, [f.path for f in index_found])
         except HelperError as e:
             raise UserError(str(e)) from None
     if options.fix:
@@ -109,10 +119,18 @@ def run(config: Config, options: RunOptions) -> RunResult:
         for folder, names in _by_folder(temps).items():
             remove_stale_temps(folder, names)
     cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp()}-{config.fingerprint()}",
-                  enabled=options.use_cache)
-    scan = _scan(index_files, config, cache, jobs, options.progress)
-    index = build_index(list(scan.headers.values()), config)
-    warnings = _unmatched_classes(config, index) if index_files else []
+                  enabled=options.use_cache, root=config.root)
+    project = _Project(index_found, found, cache)
+    index = build_index(project.table, config)
+    wanted = _looked_for(config, index) if index_found else []
+    needles = sorted({_needle(n) for n in wanted})
+    # A directory run reads every file anyway: it looks for the names on the way. A run on named
+    # files (pre-commit) reads only those, and the rest of the project only when a name is needed.
+    full = found is index_found
+    scan = _scan(found, config, cache, jobs, options.progress, needles, summary=full)
+    if needles and not full:
+        _scan_for_names(index_found, config, cache, jobs, needles, scan)
+    warnings = _unmatched_classes(config, index, wanted, project, scan) if index_found else []
 
     in_scope = files
     if options.changed_since is not None:
@@ -120,18 +138,20 @@ def run(config: Config, options: RunOptions) -> RunResult:
             changed = changed_since(options.changed_since, config.root)
         except DiscoveryError as e:
             raise UserError(str(e)) from None
-        in_scope = [p for p in files if os.path.realpath(p) in changed]
-    targets = [p for p in in_scope if scan.passes.get(p) or scan.suppressing.get(p)
-               or (p in scan.headers and reads_helper_callers(enabled_rules(config, p), index, scan.headers[p].module))]
+        in_scope = [f.path for f in found if f.real in changed]
+    in_scope_set = set(in_scope)
+    targets = [f.path for f in found if f.path in in_scope_set and (
+        scan.passes.get(f.path) or scan.suppressing.get(f.path)
+        or (f.path not in scan.errors and reads_helper_callers(enabled_rules(config, f.path), index, f.module)))]
     findings = [parse_error(p, scan.errors[p]) for p in in_scope if p in scan.errors]
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
-    findings += _analyze(targets, scan, index, config, cache, jobs, options.progress)
+    findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
     cache.save(writer)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)
     result.warnings += _nothing_checked(files, in_scope, options)
-    _settle_helper(result, index, index_files, options)
+    _settle_helper(result, index, [f.path for f in index_found], options)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)
@@ -142,6 +162,22 @@ def run(config: Config, options: RunOptions) -> RunResult:
     writer.close()
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+@contextmanager
+def _gc_tuned():
+    """Collect garbage far less often during a run: a run allocates millions of AST nodes and
+    keeps many alive (headers, facts of shared files), none of them in reference cycles worth
+    finding early, and every full collection walks them all. The objects alive before the run
+    (modules, the configuration) are moved out of the collector's sight."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 # ---- discovery and scan -----------------------------------------------------------------------
@@ -191,35 +227,96 @@ def _by_folder(paths: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _discover(config: Config, paths: list[str], temps: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """(files to check, files whose class headers the index needs). Named files (pre-commit passes
-    only the staged ones) are checked against the class index of their whole project, so a layer
-    defined in an unstaged file still resolves."""
-    files = discover(paths, tuple(config.exclude), config.root, temps)
-    index_files = files
+def _discover(config: Config, paths: list[str], temps: list[str] | None = None) -> tuple[list[Found], list[Found]]:
+    """(files to check, files of the project whose modules the index may look up). Named files
+    (pre-commit passes only the staged ones) are checked against the modules of their whole
+    project, so a layer defined in an unstaged file still resolves: one walk of the project,
+    which reads nothing."""
+    excludes = tuple(config.exclude)
+    files = discover_files(paths, excludes, config.root, temps=temps)
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
-        seen = {os.path.realpath(f) for f in files}
         rel = os.path.relpath(config.root)
         root = rel if not rel.startswith("..") else str(config.root)
-        index_files = files + [f for f in discover([root], tuple(config.exclude), config.root, temps)
-                               if os.path.realpath(f) not in seen]
-    return files, index_files
+        rest = discover_files([root], excludes, config.root, skip_real={f.real for f in files}, temps=temps)
+        return files, files + rest
+    return files, files
+
+
+class _Project:
+    """The files of a run: display path <-> real path, module table, stamps. Maps over every
+    file of the project are built only when a run needs them (a run on one named file in a
+    project of 24,000 files looks up a few hundred)."""
+
+    def __init__(self, index_found: list[Found], found: list[Found], cache: Cache):
+        self.cache = cache
+        self._index_found = index_found
+        self._found = found
+        self._by_path: dict[str, Found] | None = None
+        self._by_real: dict[str, str] | None = None
+        self.stamps: dict[str, str] = {}  # real path -> stamp, for files stat'ed this run
+        self.new_headers: list[tuple[str, str, str, dict]] = []
+        self.table = ModuleTable(index_found, self._load_header)
+
+    @property
+    def by_path(self) -> dict[str, Found]:
+        if self._by_path is None:
+            self._by_path = {f.path: f for f in self._index_found}
+            self._by_path.update((f.path, f) for f in self._found)
+        return self._by_path
+
+    @property
+    def module(self) -> dict[str, str]:
+        return {p: f.module for p, f in self.by_path.items()}
+
+    def module_of(self, path: str) -> str | None:
+        f = self.by_path.get(path)
+        return f.module if f is not None else None
+
+    def stamp(self, real: str) -> str:
+        s = self.stamps.get(real)
+        if s is None:
+            s = self.stamps[real] = _stamp(real)
+        return s
+
+    def real_of(self, path: str) -> str:
+        f = self.by_path.get(path)
+        return f.real if f is not None else os.path.realpath(path)
+
+    def display_of(self, real: str) -> str:
+        if self._by_real is None:
+            self._by_real = {}
+            for f in self._index_found:
+                self._by_real.setdefault(f.real, f.path)
+            self._by_real.update((f.real, f.path) for f in self._found)
+        d = self._by_real.get(real)
+        return d if d is not None else real
+
+    def _load_header(self, mf: ModuleFile, module: str) -> ModuleHeader | None:
+        stamp = self.stamp(mf.key)
+        mf.stamp = stamp
+        cached = self.cache.header(mf.key, stamp, module)
+        if cached is not None:
+            return ModuleHeader.from_dict(dict(cached, module=module, path=mf.path, is_package=mf.is_package))
+        try:
+            text = read_file(mf.path).text
+        except READ_ERRORS:
+            return None
+        header = extract_header(text, module, mf.path, mf.is_package)
+        self.new_headers.append((mf.key, stamp, module, header.to_dict()))
+        return header
+
+    def save_headers(self, headers) -> None:
+        for real, stamp, module, header in headers:
+            self.cache.put_header(real, stamp, module, header)
 
 
 @dataclass
 class _Scan:
-    headers: dict[str, ModuleHeader] = field(default_factory=dict)
-    hashes: dict[str, str] = field(default_factory=dict)
     passes: dict[str, bool] = field(default_factory=dict)
     suppressing: dict[str, bool] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    stamps: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def digest(self) -> str:
-        """Changes whenever any class header changes: part of every cached finding's key."""
-        parts = sorted(f"{h.module}:{self.hashes.get(p, '')};" for p, h in self.headers.items())
-        return hashlib.sha1("".join(parts).encode()).hexdigest()[:16]
+    hits: dict[str, list[str]] = field(default_factory=dict)  # real path -> looked-for names in its text
+    stamps: dict[str, str] = field(default_factory=dict)  # real path -> stamp of the files scanned
 
 
 def _stamp(path: str) -> str:
@@ -230,118 +327,202 @@ def _stamp(path: str) -> str:
         return "missing"
 
 
-def _header_job(path: str) -> tuple[str, dict | None, bool, bool, str | None]:
-    """(path, header, prefilter verdict, holds a suppression, error) for one file."""
+def _needle(qualname: str) -> str:
+    """`top:Name` for `top.x.y.Name`: what the text of a file importing it must contain."""
+    return f"{qualname.split('.', 1)[0]}:{qualname.rsplit('.', 1)[-1]}"
+
+
+def _might_import(needle: str, text: str, module: str) -> bool:
+    """Could a file with this text import the class? An import names the class, and names its
+    top-level package too unless it is relative (only possible inside that package)."""
+    top, _, name = needle.partition(":")
+    if name not in text:
+        return False
+    if module.split(".", 1)[0] == top:
+        return True
+    return re.search(rf"(?<!\w){re.escape(top)}\b", text) is not None
+
+
+def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], str | None]:
+    """(path, prefilter verdict, holds a suppression, looked-for names it may import, error)."""
+    path, module = item
     try:
         text = read_file(path).text
     except READ_ERRORS as e:
-        return path, None, False, False, f"cannot read: {e}"
-    module = module_name(path, worker_state()["root"])
-    header = extract_header(text, module, path, os.path.basename(path) == "__init__.py").to_dict()
-    # The path is left out of the hash: the same file named `x.py` or `./x.py` is the same header.
-    hashed = {k: v for k, v in header.items() if k != "path"}
-    header["hash"] = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
-    prefilter = worker_state()["prefilter"]
-    return path, header, prefilter.might_match(text), has_suppression(text), None
+        return path, False, False, [], f"cannot read: {e}"
+    st = worker_state()
+    hits = [n for n in st["needles"] if _might_import(n, text, module)]
+    return path, st["prefilter"].might_match(text), has_suppression(text), hits, None
 
 
-def _init_scan(prefilter, root: Path) -> None:
-    worker_state().update(prefilter=prefilter, root=root)
+def _init_scan(prefilter, needles) -> None:
+    worker_state().update(prefilter=prefilter, needles=needles)
 
 
-def _scan(paths: list[str], config: Config, cache: Cache, jobs: int, progress) -> _Scan:
+def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress, needles: list[str],
+          summary: bool = True) -> _Scan:
+    """Read and prefilter the files to check. `summary`: use the cache's scan summary (files
+    unchanged since it saw them are not read); a run on a few named files reads them instead
+    of loading a summary of the whole project."""
     scan = _Scan()
     misses = []
-    for p in paths:
-        scan.stamps[p] = _stamp(p)
-        hit = cache.header(p, scan.stamps[p])
-        try:
-            header, passes = hit
-            scan.headers[p], scan.passes[p] = ModuleHeader.from_dict(header), passes
-        except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
-            misses.append(p)
+    stamps = {}
+    for f in found:
+        stamp = stamps[f.path] = _stamp(f.real)
+        hit = cache.scan_entry(f.real, stamp, needles) if summary else None
+        if hit is None:
+            misses.append(f)
             continue
-        scan.hashes[p] = header.get("hash", "")
-        scan.suppressing[p] = bool(header.get("suppressions"))
+        scan.passes[f.path], scan.suppressing[f.path], hits = hit
+        if hits:
+            scan.hits[f.real] = hits
     prefilter = for_rules(tuple(enabled_rules(config)))
-    for path, header, passes, suppressing, err in parallel_map(
-            _header_job, misses, jobs, init=_init_scan, initargs=(prefilter, config.root), progress=progress, stage="index",
-            parallel=jobs > 1 and len(misses) >= 64):
+    # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
+    # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
+    results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
+                           initargs=(prefilter, needles), progress=progress, stage="scan", parallel=False)
+    for f, (path, passes, suppressing, hits, err) in zip(misses, results):
         if err:
             scan.errors[path] = err
             continue
-        scan.headers[path], scan.passes[path] = ModuleHeader.from_dict(header), passes
-        scan.hashes[path] = header["hash"]
-        scan.suppressing[path] = suppressing
-        header["suppressions"] = suppressing
-        cache.put_header(path, scan.stamps[path], header, passes)
+        scan.passes[path], scan.suppressing[path] = passes, suppressing
+        if hits:
+            scan.hits[f.real] = hits
+        if summary:
+            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits)
+    scan.stamps = {f.real: stamps[f.path] for f in found}
     return scan
 
 
-def _unmatched_classes(config: Config, index: QuantizableLayerIndex) -> list[str]:
+def _scan_for_names(index_found: list[Found], config: Config, cache: Cache, jobs: int, needles: list[str],
+                    scan: _Scan) -> None:
+    """The looked-for names in every file of the project (a run on named files needs them only
+    when a configured class is not defined in the project)."""
+    found = [f for f in index_found if f.real not in scan.stamps]
+    extra = _scan(found, config, cache, jobs, None, needles)
+    scan.hits.update(extra.hits)
+
+
+def _looked_for(config: Config, index: QuantizableLayerIndex) -> list[str]:
+    """Configured and preset class names the project does not define: whether some file imports
+    them decides the warnings below, and only their files' headers are read for it."""
+    from .presets import PRESETS
+
+    out = [n for names in (config.quantizable, config.exempt_classes, config.not_quantizable)
+           for n in names if not index.defines(n)]
+    preset = PRESETS[config.preset]["quantizable"]
+    if preset and not any(index.defines(n) for n in preset):
+        out += list(preset)
+    return out
+
+
+def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: list[str], project: "_Project",
+                       scan: _Scan) -> list[str]:
     """No silent passes: configured class names the scanned tree neither defines nor imports."""
+    imported: set[str] = set()
+    if wanted:
+        winners = project.table.winners()
+        for real in sorted(scan.hits):
+            module = winners.get(real)
+            header = project.table.get(module) if module is not None else None
+            if header is not None and project.table.first_key(module) == real:
+                imported.update(header.imports.values())
+
+    def mentioned(n: str) -> bool:
+        return n not in wanted or n in imported
+
     out = []
     for key, names in (("quantizable", config.quantizable), ("exempt-classes", config.exempt_classes),
                        ("not-quantizable", config.not_quantizable)):
-        missing = [n for n in names if not index.mentions(n)]
+        missing = [n for n in names if not mentioned(n)]
         if missing:
             out.append(f"`{key}` names classes the checked files neither define nor import: "
                        f"{', '.join(missing)} (check the spelling and the module path)")
     from .presets import PRESETS
 
     preset = PRESETS[config.preset]["quantizable"]
-    if preset and not any(index.mentions(n) for n in preset):
+    if preset and not any(mentioned(n) for n in preset):
         out.append(f"none of the `{config.preset}` preset's layer classes is defined or imported here; "
                    "quantizable layers are inferred from the code alone (`preset = \"generic\"` says so "
                    "without this warning)")
     return out
 
 
-def build_index(headers: list[ModuleHeader], config: Config) -> QuantizableLayerIndex:
+def build_index(headers: "list[ModuleHeader] | ModuleTable", config: Config) -> QuantizableLayerIndex:
     return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes, config.all_not_quantizable)
 
 
 # ---- analysis -------------------------------------------------------------------------------
 
+# Below this many bytes of files to analyse, worker processes cost more than they save: each
+# parses again the files the analyses share. Measured on 2 cores (benchmarks/README.md, "-j"):
+# even at 3.3 MB, ahead from 4.2 MB (vLLM's 148 files).
+ANALYZE_PARALLEL_BYTES = 4 << 20
 
-def _init_analysis(index: QuantizableLayerIndex, config: Config) -> None:
-    worker_state().update(index=index, config=config)
+
+def _init_analysis(index: QuantizableLayerIndex, config: Config, project: "_Project") -> None:
+    worker_state().update(index=index, config=config, project=project)
 
 
-def _analyze_job(path: str) -> tuple[str, list[dict], list[str]]:
+def _analyze_job(path: str) -> tuple[str, list[dict], dict[str, str], dict[str, str | None], dict[str, str], list]:
     st = worker_state()
-    deps: set[str] = set()
-    found = analyze_path(path, st["index"], st["config"], deps)
-    return path, [f.to_dict() for f in found], sorted(deps)
+    project: _Project = st["project"]
+    with st["index"].reading() as reads:
+        found = analyze_path(path, st["index"], st["config"], project)
+    new, project.new_headers = project.new_headers, []
+    return path, [f.to_dict() for f in found], reads.files, reads.modules, reads.listings, new
 
 
-def analyze_path(path: str, index: QuantizableLayerIndex, config: Config, deps: set[str] | None = None) -> list[Finding]:
+def analyze_path(path: str, index: QuantizableLayerIndex, config: Config, project: "_Project | None" = None) -> list[Finding]:
     """The findings of one file on disk (DTL900 when it cannot be read)."""
     try:
         text = read_file(path).text
     except READ_ERRORS as e:
         return [parse_error(path, f"cannot read: {e}")]
-    return analyze(path, text, index, config, module_name(path, config.root), deps=deps)
+    if project is not None:
+        module = project.module_of(path)
+        if module is None:
+            module = module_name(path, config.root)
+        # The file's own header, from the text in hand: the index need not read the file again.
+        is_pkg = os.path.basename(path) == "__init__.py"
+        index.modules.seed(extract_header(text, module, path, is_pkg), project.stamp(project.real_of(path)))
+    else:
+        module = module_name(path, config.root)
+    return analyze(path, text, index, config, module)
 
 
-def _analyze(targets: list[str], scan: _Scan, index, config, cache: Cache, jobs: int, progress) -> list[Finding]:
-    digest = scan.digest
+def _analyze(targets: list[str], scan: _Scan, index: QuantizableLayerIndex, project: "_Project", config: Config,
+             cache: Cache, jobs: int, progress) -> list[Finding]:
     findings: list[Finding] = []
     todo = []
-    def stamp_of(path: str) -> str:
-        return scan.stamps[path] if path in scan.stamps else _stamp(path)
-
+    project.stamps.update(scan.stamps)
     for p in targets:
-        hit = cache.findings(p, scan.stamps[p], digest, stamp_of)
+        real = project.real_of(p)
+        hit = cache.findings(real, project.stamp(real), project.stamp, project.table.first_key, project.display_of,
+                             project.table.listing)
         try:
-            findings.extend([Finding.from_dict(d) for d in hit])
+            findings.extend([Finding.from_dict(dict(d, path=p)) for d in hit])
         except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
             todo.append(p)
-    for path, dicts, deps in parallel_map(_analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config),
-                                          progress=progress, stage="analyze", parallel=jobs > 1 and len(todo) >= 4):
-        cache.put_findings(path, scan.stamps[path], digest, dicts, {d: stamp_of(d) for d in deps})
+    size = sum(_size(project.real_of(p)) for p in todo) if jobs > 1 and len(todo) > 1 else 0
+    for path, dicts, files, modules, listings, headers in parallel_map(
+            _analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config, project), progress=progress,
+            stage="analyze", parallel=jobs > 1 and size >= ANALYZE_PARALLEL_BYTES):
+        real = project.real_of(path)
+        project.save_headers(headers)
+        files = {k: v for k, v in files.items() if k != real}
+        cache.put_findings(real, project.stamp(real), dicts, files, modules, project.real_of, listings)
         findings.extend(Finding.from_dict(d) for d in dicts)
+    project.save_headers(project.new_headers)
+    project.new_headers = []
     return findings
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def reanalyze(result: RunResult, path: str, text: str) -> list[Finding]:

@@ -36,7 +36,6 @@ from .config import Config
 from .facts import FunctionScope, ProjectFacts, walk_function
 from .layers import LayerResolver
 from .findings import Evidence, Finding, Fix, Span
-from .guards import dominating_guard
 from .source import SourceFile
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers"})
@@ -99,7 +98,7 @@ class Candidate:
 
     @cached_property
     def scope(self) -> FunctionScope:
-        return FunctionScope(self.fn, self.class_qualname)
+        return FunctionScope(self.fn, self.class_qualname, self.nodes)
 
     @cached_property
     def parents(self) -> dict[int, ast.AST]:
@@ -123,31 +122,77 @@ class FileFacts:
         self._markers = markers
 
     @cached_property
-    def functions(self) -> list[Candidate]:
-        cfg = self.config
+    def _nodes(self) -> dict[int, Candidate]:
+        return {}
+
+    def _function_list(self, lines: list[int] | None) -> list[Candidate]:
         out = []
-        storage: dict[str, bool] = {}
-        exempt_ranges: list[tuple[int, int]] = []  # functions nested in exempt ones are exempt too
-        for fn, class_q, scope_name in iter_functions(self.tree, self.source.module):
-            if class_q and class_q not in storage:
-                storage[class_q] = self.project.index.exempt_verdict(class_q).yes or \
-                    self.layers.storage_code(class_q) is not None
-            exempt = any(fnmatch.fnmatch(fn.name, p) for p in cfg.exempt_functions) or bool(class_q and storage[class_q]) \
-                or any(a < fn.lineno <= b for a, b in exempt_ranges)
-            if exempt:
-                exempt_ranges.append((fn.lineno, fn.end_lineno))
-            out.append(Candidate(fn, class_q, scope_name, exempt))
+        for fn, class_q, scope_name in iter_functions(self.tree, self.source.module, lines):
+            c = self._nodes.get(id(fn))
+            if c is None:
+                c = self._nodes[id(fn)] = Candidate(fn, class_q, scope_name)
+            out.append(c)
         return out
+
+    @cached_property
+    def _all_functions(self) -> list[Candidate]:
+        """Every function, its exemption not yet decided (deciding it reads base classes)."""
+        return self._function_list(None)
+
+    @cached_property
+    def _marker_lines(self) -> list[int]:
+        return [i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in self._markers)]
+
+    @cached_property
+    def _exemptions(self) -> dict[int, bool]:
+        return {}
+
+    def _exempt(self, functions: list[Candidate], i: int) -> bool:
+        """Is functions[i] exempt: named by `exempt-functions`, a method of storage code, or
+        nested in an exempt function (decided on demand: only candidates need it). `functions`
+        holds, before each function, every function enclosing it."""
+        c = functions[i]
+        known = self._exemptions.get(id(c.fn))
+        if known is not None:
+            return known
+        exempt = any(fnmatch.fnmatch(c.fn.name, p) for p in self.config.exempt_functions) or \
+            bool(c.class_qualname and self._storage(c.class_qualname))
+        if not exempt:
+            line = c.fn.lineno
+            exempt = any(e.fn.lineno < line <= e.fn.end_lineno and self._exempt(functions, j)
+                         for j, e in enumerate(functions[:i]))
+        c.exempt = self._exemptions[id(c.fn)] = exempt
+        return exempt
+
+    @cached_property
+    def _storage_classes(self) -> dict[str, bool]:
+        return {}
+
+    def _storage(self, class_q: str) -> bool:
+        known = self._storage_classes.get(class_q)
+        if known is None:
+            known = self._storage_classes[class_q] = self.project.index.exempt_verdict(class_q).yes or \
+                self.layers.storage_code(class_q) is not None
+        return known
+
+    @cached_property
+    def functions(self) -> list[Candidate]:
+        functions = self._all_functions
+        for i in range(len(functions)):
+            self._exempt(functions, i)
+        return functions
 
     @cached_property
     def candidates(self) -> list[Candidate]:
         """Functions with a marker word on one of their lines, exempt storage code excluded.
-        Aliases are function-local, so a function without the word cannot hold a site."""
-        lines = sorted(i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in self._markers))
+        Aliases are function-local, so a function without the word cannot hold a site; the walk
+        does not enter statements without such a line."""
+        lines = self._marker_lines
+        functions = self._function_list(lines)
         out = []
-        for c in self.functions:
-            i = bisect_left(lines, c.fn.lineno)
-            if i == len(lines) or lines[i] > c.fn.end_lineno or c.exempt:
+        for i, c in enumerate(functions):
+            j = bisect_left(lines, c.fn.lineno)
+            if j == len(lines) or lines[j] > c.fn.end_lineno or self._exempt(functions, i):
                 continue
             out.append(c)
         return out
@@ -265,6 +310,8 @@ class RuleContext:
             return verdict
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
         cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
+        from .guards import dominating_guard  # with the dtype evaluator: only once a site is found
+
         if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
             return None
         return verdict
@@ -294,26 +341,40 @@ class RuleContext:
         return finding
 
 
-def iter_functions(tree: ast.Module, module: str):
-    """(function node, enclosing class qualname or None, scope qualname) for every function."""
+_COMPOUND = tuple(getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try",
+                                             "TryStar", "Match") if hasattr(ast, n))
 
-    def visit(body, class_q, prefix):
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                q = f"{prefix}.{node.name}" if prefix else node.name
-                yield from visit(node.body, f"{module}.{q}" if module else q, q)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                q = f"{prefix}.{node.name}" if prefix else node.name
-                yield node, class_q, q
-                yield from visit(node.body, None, q)
-            elif isinstance(node, ast.stmt):  # compound statements: if/for/while/with/try/match
-                blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
-                blocks += [h.body for h in getattr(node, "handlers", None) or []]
-                blocks += [c.body for c in getattr(node, "cases", None) or []]
-                for block in blocks:
-                    yield from visit(block, class_q, prefix)
 
-    yield from visit(tree.body, None, "")
+def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None):
+    """(function node, enclosing class qualname or None, scope qualname) for every function;
+    with `lines` (sorted line numbers), only those whose statement spans one of them (and the
+    walk skips every statement that spans none)."""
+    yield from _visit(tree.body, None, "", module, lines)
+
+
+def _spans(node: ast.stmt, lines: list[int]) -> bool:
+    i = bisect_left(lines, node.lineno)
+    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
+
+
+def _visit(body, class_q, prefix, module, lines):
+    for node in body:
+        if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
+                and not _spans(node, lines):
+            continue
+        if isinstance(node, ast.ClassDef):
+            q = f"{prefix}.{node.name}" if prefix else node.name
+            yield from _visit(node.body, f"{module}.{q}" if module else q, q, module, lines)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            q = f"{prefix}.{node.name}" if prefix else node.name
+            yield node, class_q, q
+            yield from _visit(node.body, None, q, module, lines)
+        elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
+            blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
+            blocks += [h.body for h in getattr(node, "handlers", None) or []]
+            blocks += [c.body for c in getattr(node, "cases", None) or []]
+            for block in blocks:
+                yield from _visit(block, class_q, prefix, module, lines)
 
 
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "FileFacts", "Candidate", "FACTS", "iter_functions"]

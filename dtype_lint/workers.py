@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable, Sequence
 
 _STATE: dict = {}
@@ -51,8 +50,13 @@ def parallel_map(fn: Callable, items: Sequence, jobs: int, *, init: Callable | N
         parallel = jobs > 1 and len(items) >= 8
     if not parallel:
         _init(init, initargs)
-        return list(_ticking((fn(x) for x in items), len(items), progress, stage))
+        try:
+            return list(_ticking((fn(x) for x in items), len(items), progress, stage))
+        finally:
+            _STATE.clear()  # the state (an index, its parsed files) must not outlive the stage
+    # Imported here: a run that stays in one process (pre-commit) does not pay for them.
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     chunk = max(1, len(items) // (jobs * 8))

@@ -16,6 +16,7 @@ creatable) do they go next to their target, where the next run's discovery finds
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import shutil
@@ -160,6 +161,9 @@ def _holds(path: Path, data: bytes) -> bool:
         return False
 
 
+_COUNTER = itertools.count()
+
+
 @dataclass(frozen=True)
 class WriteRecord:
     path: str  # as written, relative to the project root when inside it
@@ -233,6 +237,30 @@ class ProjectWriter:
             except OSError as e:
                 raise WriteError(f"{d}: cannot create: {e.strerror or e}") from None
             self.records.append(WriteRecord(self.rel(d) + "/", "created", why))
+
+    def write_cache(self, path: str | os.PathLike, data: bytes) -> WriteRecord:
+        """One cache entry, in a folder `make_dirs` made or checked inside the project: written
+        to a temp file beside it and renamed over it, so a reader never sees a torn entry, but
+        not synced (a crash costs a recomputation, not a wrong result: a damaged entry is a
+        miss) and not checked like a user's file, so that a run writing thousands stays cheap."""
+        path = os.fspath(path)
+        head, name = os.path.split(path)
+        tmp = os.path.join(head, f".{name}.{os.getpid()}.{next(_COUNTER)}{TEMP_SUFFIX}")  # is_temp_name's shape
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            existed = os.path.exists(path)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        record = WriteRecord(self.rel(path), "changed" if existed else "created", "cache")
+        self.records.append(record)
+        return record
 
     def create_files(self, files: list[tuple[Path, bytes, str]], folders_why: str) -> None:
         """Create new files, and the folders they need, all at once: the missing folders are

@@ -124,9 +124,12 @@ def test_a_baseline_that_is_a_device_or_folder_is_exit_2(tmp_path: Path):
         assert_error(dtl(root, "check", "--baseline", "proj"), "not a regular file")
 
 
-def _cache_file(root: Path) -> Path:
-    (path,) = (root / ".dtype_lint_cache").glob("cache-*.json")
-    return path
+def _cache_files(root: Path) -> list[Path]:
+    """Every file of the cache: the scan summary and each header and findings entry."""
+    folder = root / ".dtype_lint_cache"
+    paths = [*folder.glob("v2-*/scan.json"), *folder.glob("v2-*/h/*.json"), *folder.glob("v2-*/f/*.json")]
+    assert paths
+    return paths
 
 
 @pytest.mark.parametrize("content", [
@@ -140,16 +143,19 @@ def _cache_file(root: Path) -> Path:
 def test_a_cache_file_of_any_shape_is_ignored(tmp_path: Path, content):
     root = tiny_project(tmp_path)
     first = dtl(root, "check", "--output-format", "json")
-    path = _cache_file(root)
-    if content == "signed-wrong-shape":
-        # Our own checksum over entries of the wrong types: each entry is a miss, not a crash.
-        data = cache_format.decode(path.read_bytes())
-        for key in data["headers"]:
-            data["headers"][key][1] = {"module": 5}
-        for key in data["findings"]:
-            data["findings"][key][2] = [{"code": "DTL001", "span": {"line": "one"}}, 5]
-        content = cache_format.encode(data)
-    path.write_bytes(content)
+    for path in _cache_files(root):
+        data = content
+        if content == "signed-wrong-shape":
+            # Our own checksum over entries of the wrong types: each entry is a miss, not a crash.
+            data = cache_format.decode(path.read_bytes())
+            if "h" in data:
+                data["h"] = {"module": 5}
+            elif "f" in data:
+                data["f"] = [{"code": "DTL001", "span": {"line": "one"}}, 5]
+            else:
+                data["files"] = {key: [1, "x"] for key in data["files"]}
+            data = cache_format.encode(data)
+        path.write_bytes(data)
     again = dtl(root, "check", "--output-format", "json")
     assert again.returncode == first.returncode == 1
     assert json.loads(again.stdout)["findings"] == json.loads(first.stdout)["findings"]
@@ -159,9 +165,9 @@ def test_a_cache_file_of_any_shape_is_ignored(tmp_path: Path, content):
 def test_a_cache_file_that_is_a_fifo_is_ignored(tmp_path: Path):
     root = tiny_project(tmp_path)
     dtl(root, "check")
-    path = _cache_file(root)
-    path.unlink()
-    os.mkfifo(path)
+    for path in _cache_files(root):
+        path.unlink()
+        os.mkfifo(path)
     with time_limit(20):
         assert dtl(root, "check").returncode == 1
 

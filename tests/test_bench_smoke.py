@@ -19,7 +19,11 @@ BENCH = REPO / "benchmarks" / "bench.py"
 
 STAGE_ROWS = ("read", "read+prefilter", "ast.parse", "libcst-prefiltered")
 DTYPE_LINT_ROWS = ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-warm-j1", "dtype-lint-warm")
-PEER_ROWS = ("ruff-cold", "ruff-cached", "semgrep")
+PRECOMMIT_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean")
+RUFF_ROWS = ("ruff-cold", "ruff-cached", "ruff-precommit")
+PEER_ROWS = (*RUFF_ROWS, "semgrep")
+# The 10x corpus: ten renamed copies of the tree; the costly reference rows are measured at 1x only.
+ROWS_10X = tuple(f"{r}@10x" for r in ("read+prefilter", *DTYPE_LINT_ROWS, *PRECOMMIT_ROWS, *RUFF_ROWS))
 POSITIVE = ("files", "wall_s", "cpu_s", "files_per_s", "ratio_wall", "ratio_cpu", "peak_rss_mib")
 
 LAYER = '''\
@@ -61,10 +65,10 @@ def tiny_tree(tmp_path_factory) -> Path:
 def quick_run(tiny_tree: Path, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "figures.json"
     cmd = [sys.executable, str(BENCH), "--quick", "--tree", str(tiny_tree), "--json", str(out),
-           "--no-install", "--quiet"]
+           "--markdown", str(out.with_suffix(".md")), "--no-install", "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout, json.loads(out.read_text())
+    return proc.stdout, json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
 
 def rows_by_id(figures: dict) -> dict[str, dict]:
@@ -79,15 +83,35 @@ def assert_positive(row: dict) -> None:
 
 
 def test_rows_and_header(quick_run, tiny_tree: Path):
-    stdout, figures = quick_run
-    assert figures["version"] == 1
+    stdout, figures, _ = quick_run
+    assert figures["version"] == 2
     assert figures["py_files"] == 4
+    assert figures["scales"] == [1, 10]
     assert figures["repeat"] == 1
     assert figures["floor"] == "read+prefilter"
+    assert figures["touched"] == {"site": "pkg/attention.py", "clean": "pkg/norm.py"}
     rows = rows_by_id(figures)
-    assert list(rows) == [*STAGE_ROWS, *DTYPE_LINT_ROWS, *PEER_ROWS]
+    assert list(rows) == [*STAGE_ROWS, *DTYPE_LINT_ROWS, *PRECOMMIT_ROWS, *PEER_ROWS, *ROWS_10X]
     for row in figures["rows"]:
         assert row["label"] in stdout, f"{row['label']!r} missing from the printed table"
+        assert row["scale"] == (10 if row["id"].endswith("@10x") else 1)
+
+
+def test_the_10x_corpus_is_ten_copies(quick_run):
+    rows = rows_by_id(quick_run[1])
+    assert rows["dtype-lint-cold@10x"]["files"] == 10 * rows["dtype-lint-cold"]["files"]
+    assert rows["read+prefilter@10x"]["files"] == 40
+
+
+def test_markdown_has_every_row_and_the_targets(quick_run):
+    _, figures, md = quick_run
+    for row in figures["rows"]:
+        assert f"| {row['scale']}x | {row['label']} |" in md
+    judged = {(t["target"], t["row"]) for t in figures["targets"]}
+    assert {row for _, row in judged} >= {"dtype-lint-precommit", "dtype-lint-precommit@10x",
+                                          "dtype-lint-warm", "dtype-lint-warm@10x"}
+    for target, row in judged:
+        assert f"| {target} | `{row}` |" in md
 
 
 def test_floor_and_parse_rows(quick_run):
@@ -107,7 +131,15 @@ def test_dtype_lint_rows(quick_run, rid: str):
     assert row["files"] == 4
 
 
-@pytest.mark.parametrize("rid", PEER_ROWS)
+@pytest.mark.parametrize("rid", [*PRECOMMIT_ROWS, *(f"{r}@10x" for r in PRECOMMIT_ROWS)])
+def test_precommit_rows(quick_run, rid: str):
+    row = rows_by_id(quick_run[1])[rid]
+    assert_positive(row)
+    assert row["files"] == 1
+    assert row["command"][4].endswith(".py")  # one named file, relative to the corpus root
+
+
+@pytest.mark.parametrize("rid", [*PEER_ROWS, *(f"{r}@10x" for r in RUFF_ROWS)])
 def test_peer_rows(quick_run, rid: str):
     row = rows_by_id(quick_run[1])[rid]
     assert row["status"] in ("ok", "not available"), row

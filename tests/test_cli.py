@@ -429,20 +429,20 @@ def test_changed_since(project: Path):
 # --- the cache -----------------------------------------------------------------------------------
 
 
-def _cache_files(root: Path) -> list[Path]:
-    return sorted((root / ".dtype_lint_cache").glob("cache-*.json"))
+def _findings_entries(root: Path) -> dict[str, Path]:
+    """The cache's findings entries, by the file (relative to the root) they belong to."""
+    return {cache_format.decode(p.read_bytes())["k"]: p for p in (root / ".dtype_lint_cache").glob("v2-*/f/*.json")}
 
 
 def test_cache_hit_and_invalidation(project: Path):
     rc1, first = findings_json(project)
-    (cache,) = _cache_files(project)
+    entry = _findings_entries(project)["proj/mlp.py"]
     rc2, second = findings_json(project)
     assert (rc1, first) == (rc2, second)
     # The second run really reads the cache: plant a marker in mlp.py's cached findings.
-    data = cache_format.decode(cache.read_bytes())
-    (key,) = [k for k in data["findings"] if k.endswith("mlp.py")]
-    data["findings"][key][2][0]["message"] = "FROM-THE-CACHE"
-    cache.write_bytes(cache_format.encode(data))
+    data = cache_format.decode(entry.read_bytes())
+    data["f"][0]["message"] = "FROM-THE-CACHE"
+    entry.write_bytes(cache_format.encode(data))
     _, third = findings_json(project)
     assert [f["message"] for f in third if f["path"].endswith("mlp.py")] == ["FROM-THE-CACHE"]
     assert [f for f in third if f["path"].endswith("attn.py")] == [f for f in first if f["path"].endswith("attn.py")]

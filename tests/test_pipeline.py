@@ -185,6 +185,29 @@ def test_the_prefilter_is_the_union_of_the_rules_patterns():
     assert not Prefilter([]).might_match("x = y.weight.dtype\n")
 
 
+def test_the_prefilter_says_what_one_regex_of_all_patterns_says():
+    """Patterns are searched one by one behind a substring test: the same verdict as the union."""
+    import re
+
+    from dtype_lint.prefilter import required_literal
+    from dtype_lint.rules import ALL_RULES
+
+    assert required_literal(r"=\s*[\w.]+\.weight\s*$") == ".weight"
+    assert required_literal(r"a(?:bc)?de|f") == ""  # an alternation at the top: nothing is required
+    assert required_literal(r"(?i)weight") == ""
+    union = re.compile("|".join(f"(?:{p})" for r in ALL_RULES for p in r.patterns), re.M)
+    texts = [
+        "w = self.o_proj.weight\nx.to(w.dtype)\n", "w = self.o_proj.weight  \n", "y = (self.weight\n)\n",
+        'getattr(layer,  # a comment\n  "weight", None)\n', "layer.weight . dtype", "weights = 1\n",
+        "x = a.weight_scale\n", "f(x.weight )", "self.weight\n=1", "",
+    ]
+    texts += [p.read_text(encoding="utf-8") for p in (PKG / "fixtures").rglob("*.py")]
+    prefilter = Prefilter(ALL_RULES)
+    for text in texts:
+        expected = any(r.marker in text for r in ALL_RULES) and union.search(text) is not None
+        assert prefilter.might_match(text) == expected, text[:200]
+
+
 def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
     from dtype_lint.analysis import analyze
     from dtype_lint.pipeline import single_file_index

@@ -68,7 +68,7 @@ def test_the_cache_gitignore_covers_only_a_folder_the_run_created(tmp_path: Path
                        pyproject='[tool.dtype-lint]\ncache-dir = "build"\n')
     assert dtl(root, "check").returncode == 1
     assert not (root / "build/.gitignore").exists()  # an existing folder is not ours to ignore
-    assert list((root / "build").glob("cache-*.json"))
+    assert list((root / "build").glob("v2-*/scan.json"))
     fresh = tiny_project(tmp_path / "fresh", pyproject='[tool.dtype-lint]\ncache-dir = "tools/cache"\n')
     assert dtl(fresh, "check").returncode == 1
     assert (fresh / "tools/cache/.gitignore").read_text() == "# created by dtype-lint\n*\n"
