@@ -180,6 +180,7 @@ class ProjectWriter:
     records: list[WriteRecord] = field(default_factory=list)
 
     _made: list[Path] = field(default_factory=list)
+    _cache_tmp: str | None = None  # where write_cache stages ("": beside each entry)
 
     def close(self) -> None:
         """Remove the folders this writer made for staging when they are empty again (a run with
@@ -245,7 +246,17 @@ class ProjectWriter:
         miss) and not checked like a user's file, so that a run writing thousands stays cheap."""
         path = os.fspath(path)
         head, name = os.path.split(path)
-        tmp = os.path.join(head, f".{name}.{os.getpid()}.{next(_COUNTER)}{TEMP_SUFFIX}")  # is_temp_name's shape
+        if self._cache_tmp is None:
+            # The staging folder (a rerun with --fix removes what a killed run left there), once
+            # per run; where it cannot be used, beside the entry.
+            staging = self._staging_for(path)
+            try:
+                if staging is not None:
+                    os.makedirs(staging, exist_ok=True)
+            except OSError:
+                staging = None
+            self._cache_tmp = os.fspath(staging) if staging is not None else ""
+        tmp = os.path.join(self._cache_tmp or head, f".{name}.{os.getpid()}.{next(_COUNTER)}{TEMP_SUFFIX}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
