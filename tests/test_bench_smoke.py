@@ -189,3 +189,19 @@ def test_harness_reports_a_failing_row(tmp_path: Path):
     assert "exit 1" in row.note and "boom" in row.note
     assert row.figures(None)["wall_s"] is None
     assert missing.returncode != 0 and "No such file" in missing.stderr
+
+
+def test_the_readme_table_comes_from_the_committed_results():
+    """`bench.py --save` writes results/<date>-<host>.{json,md} and the README's table from the
+    same figures: what the README says is what the latest committed run measured."""
+    bench = _bench_module()
+    results = sorted((REPO / "benchmarks" / "results").glob("*.json"))
+    assert results, "no committed benchmark results"
+    latest = results[-1]
+    doc = json.loads(latest.read_text(encoding="utf-8"))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index(bench.README_START)
+    end = readme.index("\n", readme.index(bench.README_END)) + 1
+    assert readme[start:end] == bench.readme_table(doc, latest.with_suffix(".md").name)
+    assert latest.with_suffix(".md").read_text(encoding="utf-8") == bench.markdown(doc)
+    assert {t["row"] for t in doc["targets"]} >= {"dtype-lint-cold-j1", "dtype-lint-precommit@10x"}
