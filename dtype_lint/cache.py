@@ -68,34 +68,35 @@ class Cache:
         return self._scan
 
     def scan_entry(self, real: str, stamp: str, names: list[str]):
-        """(passes the prefilter, holds a suppression, looked-for names in its text) of an
-        unchanged file, or None. `names`: the names looked for now; hits recorded for another
-        list are not reused (None is returned when `names` is not empty)."""
+        """(passes the prefilter, holds a suppression, looked-for names in its text, helper links)
+        of an unchanged file, or None. `names`: the names looked for now; hits recorded for another
+        list are not reused (None is returned when `names` is not empty). Helper links: (names of
+        the functions it defines that may be input-dtype helpers, names it imports with `from`)."""
         if not self.enabled:
             return None
         entry = self._scan_data().get(self.rel(real))
-        if not (isinstance(entry, list) and len(entry) == 4 and entry[0] == stamp
-                and isinstance(entry[1], bool) and isinstance(entry[2], bool)):
+        if not (isinstance(entry, list) and len(entry) == 5 and entry[0] == stamp
+                and isinstance(entry[1], bool) and isinstance(entry[2], bool) and _links_shaped(entry[4])):
             return None
-        hits = entry[3]
+        hits, links = entry[3], (entry[4][0], entry[4][1])
         if names:
             if names != self._scan_names or not isinstance(hits, list):
                 return None
-            return entry[1], entry[2], [h for h in hits if isinstance(h, str)]
-        return entry[1], entry[2], []
+            return entry[1], entry[2], [h for h in hits if isinstance(h, str)], links
+        return entry[1], entry[2], [], links
 
     def put_scan(self, real: str, stamp: str, passes: bool, suppressing: bool, names: list[str],
-                 hits: list[str]) -> None:
+                 hits: list[str], links: tuple[list[str], list[str]]) -> None:
         if not self.enabled:
             return
         data = self._scan_data()
         if names and names != self._scan_names:
             # Hits of another list of names are meaningless now: keep the verdicts only.
             for entry in data.values():
-                if isinstance(entry, list) and len(entry) == 4:
+                if isinstance(entry, list) and len(entry) == 5:
                     entry[3] = None
             self._scan_names = list(names)
-        data[self.rel(real)] = [stamp, passes, suppressing, hits if names else None]
+        data[self.rel(real)] = [stamp, passes, suppressing, hits if names else None, [links[0], links[1]]]
         self._scan_dirty = True
 
     # ---- class headers -------------------------------------------------------------------
@@ -283,3 +284,8 @@ def _ours(name: str) -> bool:
 
     return name in ("tmp",) or name.startswith(f"{FORMAT}-") or \
         (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
+
+
+def _links_shaped(links) -> bool:
+    return (isinstance(links, list) and len(links) == 2
+            and all(isinstance(x, list) and all(isinstance(n, str) for n in x) for x in links))

@@ -80,6 +80,22 @@ def dtype_functions(text: str) -> dict[str, str]:
     return out
 
 
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
+_IMPORTED = re.compile(r"(?:^|,)\s*(\w+)")
+
+
+def from_imported(text: str) -> list[str]:
+    """The names a file imports with `from ... import`, without a parse (the names as defined,
+    before any `as`). A superset is fine: it only decides which files get a closer look."""
+    if "import" not in text:
+        return []
+    names = set()
+    for m in _FROM_IMPORT.finditer(text):
+        body = re.sub(r"#[^\n]*", "", m.group(1)).strip("() \t\r\n\\")
+        names.update(_IMPORTED.findall(body))
+    return sorted(names)
+
+
 def extract_header(text: str, module: str, path: str, is_package: bool) -> ModuleHeader:
     header = ModuleHeader(module, path, is_package, functions=dtype_functions(text))
     snippets = []

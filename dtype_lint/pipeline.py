@@ -31,7 +31,7 @@ from .findings import Finding
 from .fixer import FixOutcome, failed, fix_text
 from .helper import HelperError, HelperLocation
 from .helper_home import HelperChoice, choose_helper, configured_location
-from .index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, extract_header
+from .index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, dtype_functions, extract_header, from_imported
 from .prefilter import for_rules, has_suppression
 from .source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from .workers import effective_jobs, parallel_map, worker_state
@@ -139,10 +139,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         except DiscoveryError as e:
             raise UserError(str(e)) from None
         in_scope = [f.path for f in found if f.real in changed]
-    in_scope_set = set(in_scope)
-    targets = [f.path for f in found if f.path in in_scope_set and (
-        scan.passes.get(f.path) or scan.suppressing.get(f.path)
-        or (f.path not in scan.errors and reads_helper_callers(enabled_rules(config, f.path), index, f.module)))]
+    targets = _targets(found, set(in_scope), scan, index, config, full)
     findings = [parse_error(p, scan.errors[p]) for p in in_scope if p in scan.errors]
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
@@ -316,6 +313,8 @@ class _Scan:
     suppressing: dict[str, bool] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     hits: dict[str, list[str]] = field(default_factory=dict)  # real path -> looked-for names in its text
+    # path -> (functions it defines that may be input-dtype helpers, names it imports with `from`)
+    links: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     stamps: dict[str, str] = field(default_factory=dict)  # real path -> stamp of the files scanned
 
 
@@ -343,16 +342,18 @@ def _might_import(needle: str, text: str, module: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(top)}\b", text) is not None
 
 
-def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], str | None]:
-    """(path, prefilter verdict, holds a suppression, looked-for names it may import, error)."""
+def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple, str | None]:
+    """(path, prefilter verdict, holds a suppression, looked-for names it may import, helper
+    links, error)."""
     path, module = item
     try:
         text = read_file(path).text
     except READ_ERRORS as e:
-        return path, False, False, [], f"cannot read: {e}"
+        return path, False, False, [], ([], []), f"cannot read: {e}"
     st = worker_state()
     hits = [n for n in st["needles"] if _might_import(n, text, module)]
-    return path, st["prefilter"].might_match(text), has_suppression(text), hits, None
+    links = (sorted(dtype_functions(text)), from_imported(text))
+    return path, st["prefilter"].might_match(text), has_suppression(text), hits, links, None
 
 
 def _init_scan(prefilter, needles) -> None:
@@ -373,7 +374,7 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         if hit is None:
             misses.append(f)
             continue
-        scan.passes[f.path], scan.suppressing[f.path], hits = hit
+        scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path] = hit
         if hits:
             scan.hits[f.real] = hits
     prefilter = for_rules(tuple(enabled_rules(config)))
@@ -381,17 +382,37 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
                            initargs=(prefilter, needles), progress=progress, stage="scan", parallel=False)
-    for f, (path, passes, suppressing, hits, err) in zip(misses, results):
+    for f, (path, passes, suppressing, hits, links, err) in zip(misses, results):
         if err:
             scan.errors[path] = err
             continue
-        scan.passes[path], scan.suppressing[path] = passes, suppressing
+        scan.passes[path], scan.suppressing[path], scan.links[path] = passes, suppressing, links
         if hits:
             scan.hits[f.real] = hits
         if summary:
-            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits)
+            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits, links)
     scan.stamps = {f.real: stamps[f.path] for f in found}
     return scan
+
+
+def _targets(found: list[Found], in_scope: set[str], scan: _Scan, index, config: Config, full: bool) -> list[str]:
+    """The files to analyse: those the prefilter passes or that hold a suppression, and those
+    calling an input-dtype helper another module defines, for the rules that report such calls.
+    On a whole-project run the scan saw every file: only a file importing (by name) a function
+    some file defines with a helper's text gets its header read. A run on named files reads the
+    headers of those files (and of what they import) instead."""
+    helpers = {n for defs, _ in scan.links.values() for n in defs} if full else None
+    out = []
+    for f in found:
+        p = f.path
+        if p not in in_scope or p in scan.errors:
+            continue
+        if scan.passes.get(p) or scan.suppressing.get(p):
+            out.append(p)
+        elif (froms := scan.links.get(p, ((), ()))[1]) and (helpers is None or not helpers.isdisjoint(froms)):
+            if reads_helper_callers(enabled_rules(config, p), index, f.module):
+                out.append(p)
+    return out
 
 
 def _scan_for_names(index_found: list[Found], config: Config, cache: Cache, jobs: int, needles: list[str],
