@@ -287,7 +287,7 @@ def _series(args, cfg, tick) -> int:
 
     result, patches, files = migration_series(cfg, args.path, args.series, args.group_by,
                                               unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
-    _write_named_file(result, args.report, render_report(args.path, result), "report")
+    _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
     for f in files:
         print(f)
     print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`",

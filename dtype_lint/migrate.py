@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import Config
 from .findings import Finding
-from .pipeline import RunOptions, RunResult, reanalyze, run
+from .pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -30,17 +30,21 @@ def _rel(path: str, root: str) -> str:
         return path
 
 
-def _helper_state(result: RunResult) -> str:
+def _helper_state(result: RunResult, series: bool = False) -> str:
     helper = result.helper
     if helper is None:
         return "not needed: nothing was routed through it"
     created = any(w.why == "helper" and w.action == "created" for w in result.writes)
     if created:
         return "created by this migration"
-    return "existing" if helper.exists else "not created: nothing was fixed"
+    if helper.exists:
+        return "existing"
+    return "added by the series' first patch" if series and result.fixed else "not created: nothing was fixed"
 
 
-def render_report(root: str, result: RunResult, report_path: str | None = None) -> str:
+def render_report(root: str, result: RunResult, report_path: str | None = None, *, series: bool = False) -> str:
+    """The pull request's description. `series`: the run wrote patches and left the tree as it
+    was; what it reports as fixed is what the patches fix."""
     fixed: dict[str, list[Finding]] = defaultdict(list)
     for f in result.fixed:
         fixed[f.path].append(f)
@@ -57,12 +61,12 @@ def render_report(root: str, result: RunResult, report_path: str | None = None) 
         "the storage format in one place.",
         "",
         f"- Files checked: {len(result.files)}",
-        f"- Sites fixed: {len(result.fixed)} in {len(fixed)} files",
+        f"- Sites fixed: {len(result.fixed)} in {len(fixed)} files" + (" (by the patches; the tree itself is unchanged)" if series else ""),
         f"- Sites left: {len(left)}",
     ]
     if helper is not None:
         lines.append(f"- Helper: `{helper.module}:{helper.func}` in `{_rel(str(helper.path), root)}` "
-                     f"({_helper_state(result)})")
+                     f"({_helper_state(result, series)})")
         choice = result.helper_choice
         if choice is not None and choice.inferred:
             lines.append(f"- Why there: {choice.note}")
@@ -82,11 +86,12 @@ def render_report(root: str, result: RunResult, report_path: str | None = None) 
     if left:
         lines += ["| site | code | scope | why |", "|---|---|---|---|"]
         for f in left:
-            why = f.no_fix_reason or (f"unsafe fix: {f.fix.unsafe_reason}" if f.fix else f.message)
+            why = f.no_fix_reason or (f"unsafe fix: {f.fix.unsafe_reason}" if f.fix and f.fix.unsafe_reason
+                                      else "fix not applied" if f.fix else f.message)
             lines.append(f"| `{_rel(f.path, root)}:{f.span.line}` | {f.code} | `{f.scope}` | {why.replace('|', '/')} |")
     else:
         lines.append("None: every site was fixed.")
-    lines += helper_reuse_section(root, result)
+    lines += helper_reuse_section(root, result, series)
     lines += ["", "## Files created or changed", ""]
     written = [w for w in result.writes if w.why != "cache"]
     lines += [f"- `{w.path}` ({w.action}: {w.why})" for w in written]
@@ -134,7 +139,7 @@ def _definite(h) -> bool:
     return all(len(alternatives(v)) == 1 for _c, v in h.table.rows)
 
 
-def helper_reuse_section(root: str, result: RunResult) -> list[str]:
+def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> list[str]:
     """The report's account of the input-dtype helpers the project already had: each one's table
     beside the helper this change uses, and what was done about it."""
     from .helper import helper_table
@@ -164,7 +169,7 @@ def helper_reuse_section(root: str, result: RunResult) -> list[str]:
         lines.append(f"- {where}: {what}.")
     if not routed and any(not h.sound for h in existing):
         lines += ["", f"They are replaced by one shared, sound helper, `{module}:{func}` "
-                  f"({_helper_state(result)}): {len(rewritten)} call sites were rewritten to it"
+                  f"({_helper_state(result, series)}): {len(rewritten)} call sites were rewritten to it"
                   + (f"; {len(left)} left, each with its reason below." if left else ".")
                   + " The old helpers stay defined (other code may call them); delete them once unused."]
         for f in rewritten:
@@ -211,7 +216,7 @@ def print_summary(result: RunResult, report_path: str) -> None:
         console.print(table)
     if result.helper is not None:
         h = result.helper
-        console.print(f"helper: {h.module}:{h.func} at {h.path} ({_helper_state(result)})")
+        console.print(f"helper: {h.module}:{h.func} at {h.path} ({_helper_state(result, False)})")
     console.print(f"fixed {len(result.fixed)} sites in {len(fixed)} files; {len(result.findings)} left")
     console.print(f"report: {report_path}")
 
@@ -260,4 +265,5 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         proof = proofs.for_changes(text, result.helper.func)
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None)
     files = series.write(patches, Path(out), result.writer) if patches else []
+    settle(result, result.outcomes)  # the report counts what the patches fix
     return result, patches, files

@@ -675,6 +675,11 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
             except WriteError as e:
                 o = failed(o.path, o.original, str(e), _pre_fix(result.findings, o.path))
         outcomes.append(o)
+    settle(result, outcomes)
+
+
+def settle(result: RunResult, outcomes: list[FixOutcome]) -> None:
+    """Account for applied fixes: their findings move to `fixed`, what they left stays."""
     by_path = {o.path for o in outcomes}
     left = [f for f in result.findings if f.path not in by_path]
     for o in outcomes:

@@ -90,7 +90,8 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
 def _subject(key: str, changes: list[FileChange], helper: HelperLocation | None) -> str:
     func = helper.func if helper else "the input-dtype helper"
     n = sum(len(c.findings) for c in changes)
-    where = key if key.startswith("DTL") else (Path(key).name or "all files")
+    # The whole path: a reviewer of a large tree cannot tell which `model.py` a bare name means.
+    where = key if key.startswith("DTL") else (key if key not in ("", ".") else "all files")
     codes = ", ".join(sorted({f.code for c in changes for f in c.findings}))
     return f"{where}: route {n} weight-dtype site{'s' if n != 1 else ''} through {func} ({codes})"
 

@@ -8,6 +8,7 @@ the tree after the last patch equals the in-place migration byte for byte, for e
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,3 +93,24 @@ def test_commit_messages_say_what_why_how_and_what_verified(tmp_path: Path):
         assert max(len(line) for line in prose) <= 80, "prose is wrapped; only proof tables may be wider"
         # The executable proof: the reference layers run the old cast and the new one.
         assert "unsupported `a` scalar_type" in message and "ok (bfloat16 out)" in message
+
+
+def _section(report: str, title: str) -> str:
+    return report.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_series_report_counts_what_the_patches_fix(tmp_path: Path):
+    """The report of a series run says what the patches fix and leave, as the in-place run's does."""
+    reports = {}
+    for mode in ("in-place", "series"):
+        root = checkout(FIXTURES / "shapes", tmp_path / mode / "shapes")
+        extra = ["--series", str(tmp_path / mode / "patches")] if mode == "series" else []
+        proc = dtl(root, "migrate", ".", *extra, "--report", "../report.md")
+        assert proc.returncode in (0, 1), proc.stderr
+        reports[mode] = (tmp_path / mode / "report.md").read_text()
+    counts = {m: re.search(r"- Sites fixed: (\d+) in (\d+) files", r).groups() for m, r in reports.items()}
+    assert counts["series"] == counts["in-place"] and int(counts["series"][0]) > 0
+    assert "(by the patches; the tree itself is unchanged)" in reports["series"]
+    assert _section(reports["series"], "Fixed") == _section(reports["in-place"], "Fixed")
+    assert _section(reports["series"], "Left for a human") == _section(reports["in-place"], "Left for a human")
+    assert "added by the series' first patch" in reports["series"]
