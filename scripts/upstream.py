@@ -1,0 +1,222 @@
+#!/usr/bin/env python
+"""The vLLM 0.33.0 patch series of docs/upstream/, regenerated from a fresh zero-config run.
+
+Runs `migrate --series` (grouped by file) on a git checkout of the release's `.py` files, writes
+the patches and a README that lists each patch with its sites, their triage verdicts and the
+proof its commit message carries, and every finding left out of the series with the reason.
+It refuses to write a series holding a site the triage has not judged TRUE.
+
+    .venv/bin/python scripts/upstream.py            # rewrite docs/upstream/vllm-0.33.0/
+    .venv/bin/python scripts/upstream.py --check    # exit 1 if the committed series is stale
+
+tests/test_upstream.py checks the series applies with `git am` and equals the in-place migration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import triage  # noqa: E402  (scripts/triage.py: the DTL001/DTL002 verdict files)
+
+DIST, VERSION = "vllm", "0.33.0"
+OUT = ROOT / "docs" / "upstream" / f"{DIST}-{VERSION}"
+RULES_TRIAGE = ROOT / "docs" / "triage" / "rules-dtl003-005.md"
+GIT_ENV = {"GIT_AUTHOR_NAME": "dtype-lint", "GIT_AUTHOR_EMAIL": "dtype-lint@users.noreply.github.com",
+           "GIT_COMMITTER_NAME": "dtype-lint", "GIT_COMMITTER_EMAIL": "dtype-lint@users.noreply.github.com",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout
+
+
+def checkout(src: Path, dest: Path) -> Path:
+    """A git checkout of `src` at `dest` (what a maintainer applies the series to)."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".dtype_lint_cache", "__pycache__"))
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", f"{DIST} {VERSION}")
+    return dest
+
+
+@contextmanager
+def cwd(path: Path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def rules_verdicts(version: str = VERSION, doc: Path = RULES_TRIAGE) -> dict[tuple[str, str], tuple[str, str]]:
+    """(path:line, code) -> (verdict, why) from the DTL003-DTL005 triage's table for `version`."""
+    text = doc.read_text(encoding="utf-8")
+    m = re.search(rf"^## vLLM {re.escape(version)}: all findings\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+    out = {}
+    for line in (m.group(1) if m else "").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 5 and cells[1].startswith("`"):
+            verdict = cells[3].strip("*")
+            out[(cells[1].strip("`"), cells[2])] = (verdict, cells[4])
+    return out
+
+
+def verdict_of(finding, verdicts: triage.Verdicts, rules: dict) -> tuple[str, str]:
+    key = f"{Path(finding.path).as_posix()}:{finding.span.line}"
+    if finding.code in triage.RULES:
+        row = verdicts.rows.get(key)
+        return (row.verdict, row.why) if row else ("not judged", "")
+    return rules.get((key, finding.code), ("not judged", ""))
+
+
+def generate(tree: Path, out: Path, work: Path) -> None:
+    """Write the series and its README for the release tree `tree` into `out` (emptied first)."""
+    from dtype_lint.config import load_config
+    from dtype_lint.migrate import migration_series
+    from dtype_lint.pipeline import RunOptions, run
+
+    repo = checkout(tree, work / "tree")
+    series_dir = work / "series"
+    with cwd(repo):
+        config = load_config(Path("."))
+        # The sites as the release has them (a patched file's remaining findings move by the
+        # lines its import adds): the triage judged these lines.
+        before = run(config, RunOptions(paths=["."], use_cache=False, jobs=1)).findings
+        result, patches, files = migration_series(config, ".", str(series_dir), "file", jobs=1)
+    fixed = {_where(f) for f in result.fixed}
+    left = [f for f in before if _where(f) not in fixed]
+    verdicts = triage.load_verdicts(DIST, VERSION)
+    rules = rules_verdicts()
+    doubtful = [f for f in result.fixed if verdict_of(f, verdicts, rules)[0] != "TRUE"]
+    if doubtful:
+        raise SystemExit("the series would fix sites the triage has not judged TRUE: "
+                         + ", ".join(f"{f.path}:{f.span.line} {f.code}" for f in doubtful))
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for f in files:
+        shutil.copyfile(f, out / Path(f).name)
+    (out / "README.md").write_text(readme(left, patches, files, verdicts, rules), encoding="utf-8")
+
+
+def _where(f) -> tuple[str, int, str]:
+    return Path(f.path).as_posix(), f.span.line, f.code
+
+
+def _proof(patch) -> str:
+    body = patch.body
+    kinds = []
+    if "reference kernels (CPU)" in body:
+        kinds.append("reference layers, each storage: before crashes or truncates, after ok")
+    if "`dtype-lint verify`" in body:
+        kinds.append("`dtype-lint verify` matrix of vLLM's own MLA prefill")
+    if "Verified: dtype-lint evaluates this function's own code" in body:
+        kinds.append("the helper's own code evaluated over every storage × fp8 input")
+    return "; ".join(kinds) or "none executable: re-check and compile only"
+
+
+def readme(left, patches, files, verdicts, rules) -> str:
+    from dtype_lint import __version__
+
+    names = [Path(f).name for f in files]
+    lines = [
+        f"# vLLM {VERSION}: the dtype-lint migration as a patch series",
+        "",
+        f"Generated by `scripts/upstream.py` (dtype-lint {__version__}) from a zero-configuration "
+        f"`dtype-lint migrate --series DIR --group-by file` on the `.py` files of the vLLM {VERSION} "
+        "release (`pip download vllm==0.33.0 --no-deps`). Apply on a checkout of that release:",
+        "",
+        "```sh",
+        "git am path/to/docs/upstream/vllm-0.33.0/*.patch",
+        "```",
+        "",
+        "Every site a patch touches was judged TRUE in the triage (docs/triage/vllm-0.33.0.md for "
+        "DTL001/DTL002, docs/triage/rules-dtl003-005.md for DTL003-DTL005): some shipped "
+        "quantization backend gives that layer a packed or missing `.weight` on that path. "
+        "`tests/test_upstream.py` applies the series with `git am`, compiles every file after each "
+        "patch, and compares the result with the in-place migration byte for byte.",
+        "",
+        "## The patches",
+        "",
+        "| patch | sites | verdict | proof in the commit message |",
+        "|---|---|---|---|",
+    ]
+    for name, patch in zip(names, patches):
+        sites = [(ch.path, f) for ch in patch.changes for f in sorted(ch.findings, key=lambda f: f.span.line)]
+        if not sites:
+            site_cell, verdict_cell = "adds the helper", "—"
+        else:
+            site_cell = "<br>".join(f"`{p}:{f.span.line}` {f.code}" for p, f in sites)
+            verdict_cell = "<br>".join(f"{verdict_of(f, verdicts, rules)[0]}: {_md(verdict_of(f, verdicts, rules)[1])}"
+                                       for _, f in sites)
+        lines.append(f"| [`{name}`]({name}) | {site_cell} | {verdict_cell} | {_proof(patch)} |")
+    if any(f.code == "DTL004" for p in patches for ch in p.changes for f in ch.findings):
+        lines += [
+            "",
+            "A DTL004 patch rewrites a hand-written copy of the guard vLLM used before PR #38771. "
+            "`dtype-lint verify` runs only vLLM's own `_compute_prefill_context` functions, so the "
+            "proof for such a patch is the reference-layer table in its message (the rewrite is the "
+            "one the rule proved equal to the helper on every storage it keeps working); the verify "
+            "matrix of the same guard in vLLM 0.27.1 is in docs/kernels.md.",
+        ]
+    lines += [
+        "",
+        "## Findings not in the series",
+        "",
+        "The same run reports these; each is left to a person, with the reason. None of them is "
+        "fixed by the patches above.",
+        "",
+        "| site | code | verdict | why not in the series |",
+        "|---|---|---|---|",
+    ]
+    for f in left:
+        verdict, why = verdict_of(f, verdicts, rules)
+        reason = f.no_fix_reason or (f"unsafe fix: {f.fix.unsafe_reason}" if f.fix and f.fix.unsafe_reason
+                                     else "report only" if not f.fix else "fix not applied")
+        lines.append(f"| `{f.path}:{f.span.line}` | {f.code} | {verdict}{': ' + _md(why) if why else ''} | {_md(reason)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if the committed series differs from a fresh one")
+    args = ap.parse_args(argv)
+    from dtype_lint.releases import release_tree
+
+    tree = release_tree(DIST, VERSION)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp) / "out"
+        generate(tree, fresh if args.check else OUT, Path(tmp))
+        if not args.check:
+            print(f"wrote {OUT.relative_to(ROOT)}")
+            return 0
+        stale = sorted({p.name for p in fresh.iterdir()} ^ {p.name for p in OUT.iterdir()} if OUT.is_dir() else ["(missing)"])
+        stale += [p.name for p in sorted(fresh.iterdir()) if (OUT / p.name).is_file()
+                  and (OUT / p.name).read_bytes() != p.read_bytes()]
+        if stale:
+            print(f"{OUT.relative_to(ROOT)} is stale: {', '.join(stale)}; run scripts/upstream.py", file=sys.stderr)
+            return 1
+        print(f"{OUT.relative_to(ROOT)} is up to date")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
