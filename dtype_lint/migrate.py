@@ -154,12 +154,19 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
     shared = helper_table(module, func, result.config.template,
                           str(helper.path) if helper is not None and helper.path.exists() else None)
     routed = [h for h in existing if h.configured]
-    rewritten = [f for f in result.fixed if f.code == "DTL005"]
+    rewritten = [f for f in result.fixed if f.code == "DTL005" and not f.expression.startswith("def ")]
+    # Helpers whose callers could not be routed get the missing branch where they are defined.
+    in_place = {(_rel(f.path, root), f.expression.removeprefix("def ")): f for f in result.fixed
+                if f.code == "DTL005" and f.expression.startswith("def ")}
     left = [f for f in result.findings if f.code == "DTL005" and not f.expression.startswith("def ")]
     lines = ["", "## Existing input-dtype helpers", ""]
     for h in existing:
         where = f"`{_rel(h.path, root)}:{h.line}` `{h.name}`"
-        if h.configured and not created:
+        fixed = in_place.get((_rel(h.path, root), h.name))
+        if fixed is not None:
+            what = (f"fixed in place ({fixed.fix.description}); before: "
+                    + fixed.message.split(": ", 1)[-1].split("; an activation", 1)[0])
+        elif h.configured and not created:
             what = ("sound: the fixes are routed to it, and no new helper was created" if h.sound
                     else "the configured helper, wrong for: " + "; ".join(h.wrong_cases()))
         elif h.sound:
@@ -167,7 +174,7 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
         else:
             what = "unsound: " + "; ".join(h.wrong_cases())
         lines.append(f"- {where}: {what}.")
-    if not routed and any(not h.sound for h in existing):
+    if not routed and any(not h.sound and (_rel(h.path, root), h.name) not in in_place for h in existing):
         lines += ["", f"They are replaced by one shared, sound helper, `{module}:{func}` "
                   f"({_helper_state(result, series)}): {len(rewritten)} call sites were rewritten to it"
                   + (f"; {len(left)} left, each with its reason below." if left else ".")

@@ -81,19 +81,33 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
     for ch in changes:
         key = {"file": ch.path, "directory": str(Path(ch.path).parent), "rule": ch.group}[group_by]
         groups[key].append(ch)
-    for key in sorted(groups):
+    # A group that fixes an existing helper goes first: every later patch may rely on it, and a
+    # reviewer reads the decision before its uses.
+    for key in sorted(groups, key=lambda k: (not any(_fixes_helper(f) for c in groups[k] for f in c.findings), k)):
         chs = sorted(groups[key], key=lambda c: c.path)
         patches.append(Patch(_subject(key, chs, helper), _body(chs, helper, proof), chs))
     return patches
 
 
+def _fixes_helper(f: Finding) -> bool:
+    """The finding is an unsound input-dtype helper's definition (DTL005), fixed in place."""
+    return f.code == "DTL005" and f.expression.startswith("def ") and f.fix is not None
+
+
 def _subject(key: str, changes: list[FileChange], helper: HelperLocation | None) -> str:
     func = helper.func if helper else "the input-dtype helper"
-    n = sum(len(c.findings) for c in changes)
+    fixed = [f for c in changes for f in c.findings if _fixes_helper(f)]
+    n = sum(len(c.findings) for c in changes) - len(fixed)
     # The whole path: a reviewer of a large tree cannot tell which `model.py` a bare name means.
     where = key if key.startswith("DTL") else (key if key not in ("", ".") else "all files")
     codes = ", ".join(sorted({f.code for c in changes for f in c.findings}))
-    return f"{where}: route {n} weight-dtype site{'s' if n != 1 else ''} through {func} ({codes})"
+    what = []
+    if fixed:
+        what.append("make " + ", ".join(f"`{f.expression.removeprefix('def ')}`" for f in fixed)
+                    + " sound for every weight storage")
+    if n:
+        what.append(f"route {n} weight-dtype site{'s' if n != 1 else ''} through {func}")
+    return f"{where}: {' and '.join(what)} ({codes})"
 
 
 def _helper_body(helper: HelperLocation) -> str:
@@ -126,9 +140,16 @@ def _body(changes: list[FileChange], helper: HelperLocation | None, proof) -> st
     lines += ["", "Rewrite:"]
     for desc in sorted({f.fix.description for ch in changes for f in ch.findings if f.fix}):
         lines.append(_wrap(desc, "- "))
+    wrong = [f for ch in changes for f in ch.findings if _fixes_helper(f)]
+    for f in wrong:
+        lines.append(_wrap(f"before this patch, {f.message}", "- "))
     lines += ["", "Verified:",
               _wrap("dtype-lint re-checked every changed file: the sites above are gone and nothing new appears;", "- "),
               _wrap("every Python file of the tree compiles after this patch;", "- ")]
+    if wrong:
+        lines.append(_wrap("dtype-lint's dtype evaluator read the patched helper's own code: it is sound on every "
+                           "storage (fp16, bf16, fp32, fp8 e4m3fn/e5m2, int32, uint8, int8, no .weight) x fp8 "
+                           "input, and decides every other case exactly as before;", "- "))
     extra = proof(changes) if proof else None
     if extra:
         lines.append(extra.rstrip())

@@ -52,7 +52,10 @@ feed the `kv_c_normed` cast (`mla_attention.py:2602` and `:2707`, and
 `models/kimi_k3/nvidia/mla.py:771`, which imports it). 0.33.0 — the same function
 (`mla_attention.py:379`, which now also returns ModelOpt FP8_PB_WO's `quant_method.input_dtype`
 for fp8 storage: an unknown to the evaluator, so fp8 is not reported) with the same two cases,
-and its call sites `mla_attention.py:2980`, `:3103` and `kimi_k3/nvidia/mla.py:851`. 0.27.1 has
+and its call sites `mla_attention.py:2980`, `:3103` and `kimi_k3/nvidia/mla.py:851`. In 0.28.0
+the call sites are rewritten to the configured helper (proven to agree on every case upstream
+gets right); in 0.33.0 they cannot be (the ModelOpt case), so the fix is the two-line branch in
+`_get_kv_b_proj_input_dtype` itself (docs/upstream/vllm-0.33.0/ holds it as a patch). 0.27.1 has
 no such function.
 
 ## Example
@@ -86,7 +89,11 @@ variable is assigned, returning `params_dtype` for exactly the wrong cases. It i
 patched function is evaluated again and must be sound and decide every other case as before.
 A call site of another unsound helper is rewritten to call the configured helper when the two
 are proven to agree on every case the old helper gets right (**safe**); that fix imports the
-helper and creates it from the template where the project has none. No fix when the helper raises
+helper and creates it from the template where the project has none. When they cannot be proven
+to agree (the old helper asks something the evaluator cannot know, such as its quant method's
+class, on a case it gets right), its callers are left as they are and the old helper gets the
+same one-branch fix where it is defined (**safe**, same proof): the smallest change that makes
+every caller sound, and the one upstream reviewers can check line by line. No fix when the helper raises
 `AttributeError` (its `.weight` read needs a fallback, not a branch), when it depends on what the
 evaluator cannot know (a quant method, an import) where the configured helper would decide
 otherwise, or when the call passes keywords; the finding says why. While the configured helper
@@ -151,6 +158,15 @@ class Attn:
             kv_c = kv_c.to(kv_dtype)
         return self.kv_b_proj(kv_c)
 """
+_QUANT_METHOD_SHAPE = _UPSTREAM_SHAPE.replace(
+    "    if weight_dtype == current_platform.fp8_dtype() and not use_fp8_prefill:\n        return None\n",
+    "    if weight_dtype == current_platform.fp8_dtype():\n"
+    "        from pkg.quant import BlockFp8LinearMethod\n\n"
+    "        # Block-FP8 quantizes its bf16 input itself.\n"
+    "        if isinstance(getattr(layer, \"quant_method\", None), BlockFp8LinearMethod):\n"
+    "            return None\n"
+    "        if not use_fp8_prefill:\n"
+    "            return None\n")
 _CONFIGURED = {"helper": "pkg.layer_input_dtype:kv_b_proj_input_dtype"}
 _PATCH = ("    weight_dtype = weight.dtype if weight is not None else layer.params_dtype\n"
           "    if (weight_dtype == torch.uint8 and use_fp8_prefill) or weight_dtype == torch.int8:\n"
@@ -189,6 +205,14 @@ class UnsoundInputDtypeHelper(Rule):
                                   + _CALLER.replace("kv_dtype = kv_b_proj_input_dtype(",
                                                     "kv_dtype = get_layer_input_dtype(")),
         ),
+        # Its fp8 case asks the quant method, which the evaluator cannot know: the callers cannot
+        # be proven to agree with the configured helper, so the helper gets the branch in place.
+        Invalid(
+            _QUANT_METHOD_SHAPE + _CALLER, count=2,
+            message_contains=("int8 storage → returns torch.int8",),
+            expected_replacement=_QUANT_METHOD_SHAPE.replace(
+                "    weight_dtype = weight.dtype if weight is not None else layer.params_dtype\n", _PATCH) + _CALLER,
+        ),
         # The configured helper itself: the missing cases become one plain branch.
         Invalid(
             _UPSTREAM_SHAPE, settings=_CONFIGURED,
@@ -211,9 +235,17 @@ class UnsoundInputDtypeHelper(Rule):
         for fn, _class_q, h in ctx.helpers.defined:
             if id(fn) in exempt or h.table is None or not h.unsound or not h.decides:
                 continue
-            fix, reason = _helper_fix(ctx, fn, h) if h.configured else (None, "")
+            if h.configured:
+                fix, reason = _helper_fix(ctx, fn, h)
+            elif blocker := _route_blocker(ctx, h):
+                # Its callers cannot be routed to the configured helper: the one automatic fix
+                # left is the missing branch where it is defined.
+                fix, reason = _helper_fix(ctx, fn, h)
+                reason = reason and f"{blocker}; {reason}"
+            else:
+                fix, reason = None, _no_fix_reason(h)
             ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
-                       no_fix_reason=reason or _no_fix_reason(h), expression=f"def {fn.name}")
+                       no_fix_reason=reason, expression=f"def {fn.name}")
         for c in ctx.functions:
             if c.exempt:
                 continue
@@ -357,19 +389,15 @@ def _still_wrong(patched: str, name: str, line: int, before: Table) -> str:
     return ""
 
 
-def _route_fix(ctx: RuleContext, call: ast.Call, h: KnownHelper) -> tuple[Fix | None, str]:
-    """Call the configured helper instead, when it decides every case `h` gets right the same way."""
+def _route_blocker(ctx: RuleContext, h: KnownHelper, has_flag: bool = True) -> str:
+    """Why calls of `h` cannot become calls of the configured helper ("" when they can): some
+    case `h` gets right is decided otherwise (or not surely) by the configured helper."""
     planner = ctx.fixes
-    if h.configured:
-        return None, f"fix `{h.name}` itself (reported at its definition)"
     if planner.helper_wrong_cases:
-        return None, f"the configured helper `{planner.func}` is unsound too"
-    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args) or not 1 <= len(call.args) <= 2:
-        return None, f"`{h.name}` is called with keywords or other arguments: route it to `{planner.func}` by hand"
+        return f"the configured helper `{planner.func}` is unsound too"
     cfg = helper_table(planner.module, planner.func, ctx.config.template, planner.helper_path)
     if cfg is None:
-        return None, f"`{planner.func}` is beyond the dtype evaluator"
-    has_flag = len(call.args) == 2
+        return f"`{planner.func}` is beyond the dtype evaluator"
     default = planner.flag_default == "True"
     wrong = {c for c, _ in h.unsound}
     for case, value in h.table.rows:
@@ -377,8 +405,22 @@ def _route_fix(ctx: RuleContext, call: ast.Call, h: KnownHelper) -> tuple[Fix | 
             continue
         theirs = cfg.get(case if has_flag else Case(case.storage, default))
         if len(alternatives(value)) > 1 or value != theirs:
-            return None, (f"`{h.name}` and `{planner.func}` decide {case.describe()} differently ({value} vs {theirs}); "
-                          f"route it by hand")
+            return f"`{h.name}` and `{planner.func}` decide {case.describe()} differently ({value} vs {theirs})"
+    return ""
+
+
+def _route_fix(ctx: RuleContext, call: ast.Call, h: KnownHelper) -> tuple[Fix | None, str]:
+    """Call the configured helper instead, when it decides every case `h` gets right the same way."""
+    planner = ctx.fixes
+    if h.configured:
+        return None, f"fix `{h.name}` itself (reported at its definition)"
+    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args) or not 1 <= len(call.args) <= 2:
+        return None, f"`{h.name}` is called with keywords or other arguments: route it to `{planner.func}` by hand"
+    has_flag = len(call.args) == 2
+    blocker = _route_blocker(ctx, h, has_flag)
+    if blocker:
+        return None, (f"{blocker}; route it by hand, or take the fix offered where `{h.name}` is defined "
+                      "(its missing cases as one branch)")
     edits = [Edit(*ctx.source.node_offsets(call.func), planner.name)]
     if not has_flag:
         _, end = ctx.source.node_offsets(call.args[0])

@@ -15,6 +15,7 @@ tests/test_upstream.py checks the series applies with `git am` and equals the in
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import os
 import re
 import shutil
@@ -97,7 +98,26 @@ def generate(tree: Path, out: Path, work: Path) -> None:
         before = run(config, RunOptions(paths=["."], use_cache=False, jobs=1)).findings
         result, patches, files = migration_series(config, ".", str(series_dir), "file", jobs=1)
     fixed = {_where(f) for f in result.fixed}
-    left = [f for f in before if _where(f) not in fixed]
+    # What the series leaves, on the release's lines: a remaining finding of a patched file has
+    # moved, so it is matched to the release's finding of the same file, rule and scope.
+    # A fresh check of the patched tree, not the fixing run's account: a call site in a file no
+    # patch touches stops being a finding when the helper it calls is fixed.
+    applied = checkout(tree, work / "applied")
+    for f in files:
+        git(applied, "am", "-q", str(f))
+    with cwd(applied):
+        after = run(load_config(Path(".")), RunOptions(paths=["."], use_cache=False, jobs=1)).findings
+    remaining = Counter((Path(f.path).as_posix(), f.code, f.scope) for f in after)
+    left, resolved = [], []
+    for f in before:
+        if _where(f) in fixed:
+            continue
+        key = (Path(f.path).as_posix(), f.code, f.scope)
+        if remaining[key] > 0:
+            remaining[key] -= 1
+            left.append(f)
+        else:
+            resolved.append(f)
     verdicts = triage.load_verdicts(DIST, VERSION)
     rules = rules_verdicts()
     doubtful = [f for f in result.fixed if verdict_of(f, verdicts, rules)[0] != "TRUE"]
@@ -109,7 +129,7 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     out.mkdir(parents=True)
     for f in files:
         shutil.copyfile(f, out / Path(f).name)
-    (out / "README.md").write_text(readme(left, patches, files, verdicts, rules), encoding="utf-8")
+    (out / "README.md").write_text(readme(left, resolved, patches, files, verdicts, rules), encoding="utf-8")
 
 
 def _where(f) -> tuple[str, int, str]:
@@ -128,7 +148,7 @@ def _proof(patch) -> str:
     return "; ".join(kinds) or "none executable: re-check and compile only"
 
 
-def readme(left, patches, files, verdicts, rules) -> str:
+def readme(left, resolved, patches, files, verdicts, rules) -> str:
     from dtype_lint import __version__
 
     names = [Path(f).name for f in files]
@@ -172,6 +192,20 @@ def readme(left, patches, files, verdicts, rules) -> str:
             "one the rule proved equal to the helper on every storage it keeps working); the verify "
             "matrix of the same guard in vLLM 0.27.1 is in docs/kernels.md.",
         ]
+    if resolved:
+        lines += [
+            "",
+            "## Findings the series resolves without touching them",
+            "",
+            "No patch rewrites these lines; after the series dtype-lint no longer reports them, because "
+            "what made them wrong was fixed elsewhere (an unsound helper they call is sound now).",
+            "",
+            "| site | code | verdict |",
+            "|---|---|---|",
+        ]
+        for f in resolved:
+            verdict, why = verdict_of(f, verdicts, rules)
+            lines.append(f"| `{f.path}:{f.span.line}` | {f.code} | {verdict}{': ' + _md(why) if why else ''} |")
     lines += [
         "",
         "## Findings not in the series",
