@@ -61,7 +61,7 @@ class Patch:
 def series_root(path: Path) -> Path:
     """Patch paths are relative to the git checkout holding `path`, else to `path` itself."""
     try:
-        top = _git(["rev-parse", "--show-toplevel"], path if path.is_dir() else path.parent).strip()
+        top = git(["rev-parse", "--show-toplevel"], path if path.is_dir() else path.parent).strip()
         return Path(top)
     except (OSError, subprocess.CalledProcessError):
         return path if path.is_dir() else path.parent
@@ -170,7 +170,7 @@ def write(patches: list[Patch], out: Path, writer: ProjectWriter) -> list[Path]:
         repo = Path(tmp) / "repo"
         scratch = ProjectWriter(Path(tmp))
         scratch.make_dirs(repo, "scratch repository")
-        _git(["init", "-q", "-b", "main"], repo)
+        git(["init", "-q", "-b", "main"], repo)
         base: dict[str, bytes] = {}
         for p in patches:
             for ch in p.changes:
@@ -178,15 +178,15 @@ def write(patches: list[Patch], out: Path, writer: ProjectWriter) -> list[Path]:
                     base.setdefault(ch.path, ch.before)
         for rel, data in base.items():
             _put(scratch, repo / rel, data)
-        _git(["add", "-A"], repo)
-        _git(["commit", "-q", "--allow-empty", "-m", "base"], repo)
+        git(["add", "-A"], repo)
+        git(["commit", "-q", "--allow-empty", "-m", "base"], repo)
         for p in patches:
             for ch in p.changes:
                 _put(scratch, repo / ch.path, ch.after)
-            _git(["add", "-A"], repo)
-            _git(["commit", "-q", "-m", p.subject, "-m", p.body], repo)
+            git(["add", "-A"], repo)
+            git(["commit", "-q", "-m", p.subject, "-m", p.body], repo)
         made = Path(tmp) / "patches"
-        names = _git(["format-patch", "--no-signature", "--zero-commit", "-o", str(made), "HEAD~" +
+        names = git(["format-patch", "--no-signature", "--zero-commit", "-o", str(made), "HEAD~" +
                       str(len(patches))], repo).split()
         files = []
         writer.make_dirs(out, "patch series", outside_ok=True)
@@ -203,7 +203,21 @@ def _put(writer: ProjectWriter, path: Path, data: bytes) -> None:
     writer.write(path, data, "scratch")
 
 
-def _git(args: list[str], cwd: Path) -> str:
+def checkout(src: Path, dest: Path, message: str = "base", ignore=("__pycache__", ".dtype_lint_cache")) -> Path:
+    """A git repository at `dest` holding a copy of `src` as one commit: what a maintainer
+    applies a series to (the tests and scripts/upstream.py make theirs this way)."""
+    import shutil
+
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(*ignore))
+    git(["init", "-q", "-b", "main"], dest)
+    git(["add", "-A"], dest)
+    git(["commit", "-q", "-m", message], dest)
+    return dest
+
+
+def git(args: list[str], cwd: Path) -> str:
+    """git with a fixed author and date, and none of the caller's or the repository's hooks,
+    filters or settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
                GIT_AUTHOR_NAME=_AUTHOR[0], GIT_AUTHOR_EMAIL=_AUTHOR[1], GIT_COMMITTER_NAME=_AUTHOR[0],

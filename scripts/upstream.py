@@ -19,7 +19,6 @@ from collections import Counter
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -33,23 +32,6 @@ import triage  # noqa: E402  (scripts/triage.py: the DTL001/DTL002 verdict files
 DIST, VERSION = "vllm", "0.33.0"
 OUT = ROOT / "docs" / "upstream" / f"{DIST}-{VERSION}"
 RULES_TRIAGE = ROOT / "docs" / "triage" / "rules-dtl003-005.md"
-GIT_ENV = {"GIT_AUTHOR_NAME": "dtype-lint", "GIT_AUTHOR_EMAIL": "dtype-lint@users.noreply.github.com",
-           "GIT_COMMITTER_NAME": "dtype-lint", "GIT_COMMITTER_EMAIL": "dtype-lint@users.noreply.github.com",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout
-
-
-def checkout(src: Path, dest: Path) -> Path:
-    """A git checkout of `src` at `dest` (what a maintainer applies the series to)."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".dtype_lint_cache", "__pycache__"))
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", f"{DIST} {VERSION}")
-    return dest
 
 
 @contextmanager
@@ -89,7 +71,9 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     from dtype_lint.migrate import migration_series
     from dtype_lint.pipeline import RunOptions, run
 
-    repo = checkout(tree, work / "tree")
+    from dtype_lint.series import checkout, git
+
+    repo = checkout(tree, work / "tree", f"{DIST} {VERSION}")
     series_dir = work / "series"
     with cwd(repo):
         config = load_config(Path("."))
@@ -102,9 +86,9 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     # moved, so it is matched to the release's finding of the same file, rule and scope.
     # A fresh check of the patched tree, not the fixing run's account: a call site in a file no
     # patch touches stops being a finding when the helper it calls is fixed.
-    applied = checkout(tree, work / "applied")
+    applied = checkout(tree, work / "applied", f"{DIST} {VERSION}")
     for f in files:
-        git(applied, "am", "-q", str(f))
+        git(["am", "-q", str(f)], applied)
     with cwd(applied):
         after = run(load_config(Path(".")), RunOptions(paths=["."], use_cache=False, jobs=1)).findings
     remaining = Counter((Path(f.path).as_posix(), f.code, f.scope) for f in after)

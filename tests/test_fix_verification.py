@@ -11,7 +11,6 @@ outside the file's package layout is refused with DTL901.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 from pathlib import Path

@@ -190,3 +190,12 @@ def test_codemod_unprovable_guard_says_why():
 def test_codemod_already_imported_helper_is_not_imported_twice():
     out = (CODEMOD / "helper_already_imported.out.py").read_text(encoding="utf-8")
     assert out.count("import get_layer_input_dtype") == 1
+
+
+def test_the_projects_helper_is_the_template():
+    """The example project already holds the helper `migrate` would create from its
+    `helper-template`: editing the template without it leaves the example stale."""
+    from dtype_lint.helper import helper_source
+
+    assert (PROJECT / "minillm/layers/input_dtype.py").read_text(encoding="utf-8") == \
+        helper_source("get_layer_input_dtype", "torch")

@@ -7,32 +7,22 @@ the tree after the last patch equals the in-place migration byte for byte, for e
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from cli_runner import dtl
 
+from dtype_lint import series
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-
-
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout
+    return series.git(list(args), cwd)
 
 
 def checkout(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".dtype_lint_cache", "__pycache__"))
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "base")
-    return dest
+    return series.checkout(src, dest)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
