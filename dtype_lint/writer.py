@@ -92,10 +92,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
             os.unlink(tmp)
             write_atomic(path, data, like=like, exclusive=exclusive)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _discard(tmp)
         raise
 
 
@@ -264,10 +261,7 @@ class ProjectWriter:
             existed = os.path.exists(path)
             os.replace(tmp, path)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _discard(tmp)
             raise
         record = WriteRecord(self.rel(path), "changed" if existed else "created", "cache")
         self.records.append(record)
@@ -408,3 +402,11 @@ def target_problem(path: str | os.PathLike) -> str | None:
     except WriteError as e:
         return str(e)
     return None
+
+
+def _discard(tmp: str) -> None:
+    """Remove a temp file a failed write leaves (gone already is fine)."""
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
