@@ -34,7 +34,7 @@ STAGES = Path(__file__).resolve().with_name("stages.py")
 RESULTS = Path(__file__).resolve().with_name("results")
 RUNNER = Path(__file__).resolve().with_name("runner.py")
 RUFF_VERSION = "0.17.6"  # pinned so that figures from different days compare
-FLOOR = "read+prefilter"  # DESIGN.md §7: the floor is reading + prefiltering every file
+FLOOR = "read+prefilter"  # the floor: reading and prefiltering every file
 
 # Semgrep's rendering of the two DTL001 shapes DESIGN.md §7 measured it with.
 SEMGREP_RULES = """\

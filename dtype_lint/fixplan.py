@@ -1,4 +1,4 @@
-"""Turn one DTL001 site into text edits that route it through the shared helper (DESIGN.md §4).
+"""Turn one DTL001 site into text edits that route it through the shared helper (the fix forms: README, "Fixes and the shared helper").
 
 Three forms, tried in order:
 - idiom: `alias = L.weight.dtype (if hasattr… else L.params_dtype)` + `if <guard>: x = x.to(…)`,

@@ -1,6 +1,6 @@
 """The project's class index: which classes are quantizable layers, resolved across files.
 
-Building it must not cost a parse of every file (DESIGN.md §7: a full libcst parse of vLLM takes
+Building it must not cost a parse of every file (a full libcst parse of vLLM takes
 minutes, even `ast.parse` seconds). A class hierarchy needs only two kinds of statement, `import`
 and `class` headers, so `extract_header` finds those lines with a regex, cuts each logical
 statement out by bracket counting, and parses just those snippets.

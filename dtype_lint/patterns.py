@@ -1,4 +1,4 @@
-"""Recognisers for the expression shapes of the bug class (DESIGN.md §1), on stdlib ast.
+"""Recognisers for the expression shapes of the bug class, on stdlib ast (docs/architecture.md).
 
 `weight_dtype_source(expr)` answers: does this expression evaluate to some layer's `.weight.dtype`
 (directly, through `getattr`, a `hasattr` fallback, or local aliases)? and if so, which layer?

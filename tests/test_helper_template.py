@@ -1,4 +1,4 @@
-"""The helper template against the function vLLM shipped (DESIGN.md §3).
+"""The helper template against the function vLLM shipped (README, "Fixes and the shared helper").
 
 vLLM 0.28.0 (PR #38771) decides kv_b_proj's input dtype in `_get_kv_b_proj_input_dtype`. The
 `vllm` template that `--fix`/`migrate` create must return exactly what upstream returns on every

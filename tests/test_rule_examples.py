@@ -20,7 +20,7 @@ from dtype_lint.api import check_source, fix_source
 from dtype_lint.prefilter import might_match
 from dtype_lint.rules import ALL_RULES
 
-# `dtype-lint rule CODE` prints the docstring; ruff's page layout (docs/STYLE.md).
+# `dtype-lint rule CODE` prints the docstring; ruff's page layout (What it does / Why is this bad / Example / Fix safety).
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety",
                 "## Known limits", "## Options")
 
