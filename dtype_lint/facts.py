@@ -21,6 +21,23 @@ from .index import QuantizableLayerIndex, dotted, record_import
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
                              "get_quant_method", "embedding"})
+# The name a storage method gives the layer it owns when no annotation says it is one.
+LAYER_PARAM = "layer"
+
+
+def storage_method_name(name: str, prefixed: bool = False) -> bool:
+    """A storage method's name; with `prefixed`, also one followed by `_...` (a module-level
+    function split out of a quant method or kernel: `apply_<format>_linear(layer, x)`)."""
+    return name in STORAGE_METHODS or (prefixed and any(name.startswith(f"{m}_") for m in STORAGE_METHODS))
+
+
+def layer_params(fn: ast.FunctionDef | ast.AsyncFunctionDef, skip_first: bool) -> list[tuple[str, ast.expr | None]]:
+    """(name, annotation) of the parameters that may be the layer a storage method owns: one named
+    `layer`, or any annotated one (whether its annotation is a layer class is the resolver's call)."""
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    if skip_first:
+        args = args[1:]
+    return [(a.arg, a.annotation) for a in args if a.arg == LAYER_PARAM or a.annotation is not None]
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,9 @@ class ClassFacts:
         self.init: Signature | None = None
         # Where it shows it is storage-format code: a method taking the `layer` it owns.
         self.storage_code: Evidence | None = None
+        # Storage methods' annotated parameters (method, parameter, annotated class, line): storage
+        # code too when that class is a layer's (`apply(self, x, linear: LinearBase)`).
+        self.storage_params: list[tuple[str, str, str, int]] = []
         self.methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         # Class-level `NAME = value` (vLLM's `supported_quantization_configs = (QuarkConfig,)`).
         self.class_values: dict[str, ast.expr] = {}
@@ -279,9 +299,15 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                     continue
                 if stmt.name == "__init__":
                     cf.init = signature_of(stmt)
-                if cf.storage_code is None and stmt.name in STORAGE_METHODS and len(args) > 1 and args[1].arg == "layer":
-                    cf.storage_code = Evidence(f"`{stmt.name}(self, layer, ...)`: storage-format code for the layer it is "
-                                               "given", path, stmt.lineno)
+                if cf.storage_code is None and storage_method_name(stmt.name):
+                    for name, ann in layer_params(stmt, skip_first=True):
+                        if name == LAYER_PARAM:
+                            cf.storage_code = Evidence(f"`{stmt.name}(self, ..., layer, ...)`: storage-format code for "
+                                                       "the layer it is given", path, stmt.lineno)
+                            break
+                        t = resolve(annotation_name(ann))
+                        if t:  # a layer class or not: the resolver decides (layers.storage_code)
+                            cf.storage_params.append((stmt.name, name, t, stmt.lineno))
         return cf
 
     def complete_class(cls: ast.ClassDef, cf: ClassFacts, body: BodyFacts) -> None:

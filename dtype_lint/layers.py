@@ -24,7 +24,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name
+from .facts import (LAYER_PARAM, AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name,
+                    layer_params, storage_method_name)
 from .findings import Evidence
 from .index import dotted
 
@@ -480,11 +481,36 @@ class LayerResolver:
         return UNKNOWN
 
     def storage_code(self, qualname: str) -> Evidence | None:
-        """Evidence that the class is storage-format code (a quant method or weight kernel)."""
+        """Evidence that the class is storage-format code (a quant method or weight kernel): one of
+        its storage methods takes the layer it owns (`layer`, or a parameter annotated with a
+        quantizable layer class)."""
         for q in self.index.mro(qualname):
             cf: ClassFacts | None = self.project.class_facts(q)
-            if cf is not None and cf.storage_code is not None:
+            if cf is None:
+                continue
+            if cf.storage_code is not None:
                 return cf.storage_code
+            for method, param, annotated, line in cf.storage_params:
+                if self.quant_root(annotated) is not None:
+                    return Evidence(f"`{method}(self, ..., {param}: {_short(annotated)}, ...)`: storage-format code "
+                                    "for the layer it is given", cf.path, line)
+        return None
+
+    def storage_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence | None:
+        """Evidence that a module-level function is storage-format code: named after a storage
+        method (`apply_<format>_linear`, `process_weights_after_loading_<format>`) and taking the
+        layer it owns, as a quant method's method does."""
+        if not storage_method_name(fn.name, prefixed=True):
+            return None
+        for param, ann in layer_params(fn, skip_first=False):
+            if param == LAYER_PARAM:
+                return Evidence(f"`{fn.name}(..., layer, ...)`: storage-format code for the layer it is given",
+                                self.path, fn.lineno)
+            annotated = self.index.resolve(self.module, annotation_name(ann), self.imports) \
+                if annotation_name(ann) else None
+            if annotated and self.quant_root(annotated) is not None:
+                return Evidence(f"`{fn.name}(..., {param}: {_short(annotated)}, ...)`: storage-format code for the "
+                                "layer it is given", self.path, fn.lineno)
         return None
 
 

@@ -28,8 +28,11 @@ PRESETS: dict[str, dict] = {
         # Embeddings and heads are quantizable too (CT WNA16 and GGUF embeddings have no `.weight`,
         # ModelOpt Q8_0 keeps a uint8 one): for a project that imports vLLM without scanning it.
         "not-quantizable": [],
-        # Code whose job is the storage format: quant methods and weight-kernel classes.
+        # Code whose job is the storage format: quant configs, quant methods and weight-kernel
+        # classes. A check against one of these (`isinstance(m, LinearMethodBase)`) names no
+        # backend (DTL003).
         "exempt-classes": [
+            "vllm.model_executor.layers.quantization.base_config.QuantizationConfig",
             "vllm.model_executor.layers.quantization.base_config.QuantizeMethodBase",
             f"{_VLLM_LINEAR}.LinearMethodBase",
             "vllm.model_executor.layers.fused_moe.fused_moe_method_base.FusedMoEMethodBase",

@@ -148,7 +148,8 @@ class FileFacts:
         return {}
 
     def _exempt(self, functions: list[Candidate], i: int) -> bool:
-        """Is functions[i] exempt: named by `exempt-functions`, a method of storage code, or
+        """Is functions[i] exempt: named by `exempt-functions`, a method of storage code, a storage
+        function (`LayerResolver.storage_function`), or
         nested in an exempt function (decided on demand: only candidates need it). `functions`
         holds, before each function, every function enclosing it."""
         c = functions[i]
@@ -156,7 +157,8 @@ class FileFacts:
         if known is not None:
             return known
         exempt = any(fnmatch.fnmatch(c.fn.name, p) for p in self.config.exempt_functions) or \
-            bool(c.class_qualname and self._storage(c.class_qualname))
+            bool(c.class_qualname and self._storage(c.class_qualname)) or \
+            (c.class_qualname is None and c.scope_name == c.fn.name and self.layers.storage_function(c.fn) is not None)
         if not exempt:
             line = c.fn.lineno
             exempt = any(e.fn.lineno < line <= e.fn.end_lineno and self._exempt(functions, j)

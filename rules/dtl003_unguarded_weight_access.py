@@ -2,7 +2,11 @@
 
 ## What it does
 Flags reads of `L.weight` (and `getattr(L, "weight")` without a default) in forward-path code —
-any function that is not storage code: quant methods, weight loaders, `create_weights` and
+any function that is not storage code: quant methods and weight kernels (a class whose
+`apply`, `apply_weights`, `create_weights`, `process_weights_after_loading`, `get_quant_method`
+or `embedding` takes the layer, as a `layer` parameter or one annotated with a layer class:
+`apply(self, x, linear: LinearBase)`), module-level functions named after one of those and
+taking the layer (`apply_int4_linear(layer, x)`), weight loaders, `create_weights` and
 `process_weights_after_loading` are exempt — when `L` resolves to a quantizable layer (the same
 resolution as DTL001: a configured class or a subclass found across the scanned files, or a layer
 constructed with `quant_config=`), unless a guard dominates the read:
@@ -12,8 +16,18 @@ constructed with `quant_config=`), unless a guard dominates the read:
 - an earlier `if not hasattr(L, "weight"): return` (or `raise`, `continue`, `break`) in the same
   or an enclosing block;
 - an enclosing `try:` with an `except AttributeError` (or a bare/`Exception` handler);
-- a check of the layer's quant method, `isinstance(L.quant_method, UnquantizedLinearMethod)` (or
-  `type(...) is`, or on `getattr(L, "quant_method", None)`), used as any of the guards above;
+- a backend check, used as any of the guards above: the layer's quant method tested against
+  named classes, `isinstance(L.quant_method, UnquantizedLinearMethod)` or `isinstance(
+  L.quant_method, Fp8LinearMethod)` (or `type(...) is`, or on `getattr(L, "quant_method",
+  None)`), the quantization config tested against named classes or None (`isinstance(
+  quant_config, Fp8Config)`, `quant_config is None`; the names of `config-params`). An unquantized
+  method or no config leaves the plain `.weight`; a path that runs only for formats it names was
+  written for them. A class that every backend shares names none (a configured storage-code root
+  such as `LinearMethodBase` or `QuantizationConfig`, or a class declaring an abstract method); a
+  class outside the scanned files is taken as a backend unless configuration names it a root;
+- a check the rule cannot read on the layer itself: a method, of an object whose class does not
+  resolve, handed the layer that is read (`self.fused_kernel.supports(self.o_proj)` with
+  `fused_kernel` given by the caller);
 - a predicate: a function (of the module, nested in the function, a method of the class, or
   imported from the project) whose every true or non-None result is itself such a check or is
   returned only after one (`if weight is None: return False` with `weight = getattr(L,
@@ -24,7 +38,16 @@ constructed with `quant_config=`), unless a guard dominates the read:
   `self.use_fast = self.is_unquantized and ...`, `ok &= self.is_unquantized`, `self._scale =
   prep(layer)`), tested as `flag`, `flag is not None`, or in the negations above;
 - for `self.weight` in a layer class's own methods: an `__init__` that raises (or asserts) unless
-  its quant method is unquantized;
+  its quant method is unquantized (or of a backend it names);
+- a dormant path: a test that can only be true once `self.X` changes, where the class and its
+  bases only ever set `self.X` to one falsy constant in their methods (`self.overlap_max_tokens =
+  0`, `self.kernel = None`) and no statement of the file stores anything else into an attribute
+  of that name: `if 0 < n <= self.overlap_max_tokens:`, `if self.kernel is not None:`. Whatever
+  turns the path on lives elsewhere;
+- a guard in the callers: a function or method (not `forward`, a dunder or a decorated one)
+  whose every use in the file is a call dominated by one of these guards in the calling function,
+  the callee's flags read on the object it is called on (`if self.self_attn.fast_decode:
+  self.self_attn.forward_decode(x)`);
 - `w = getattr(L, "weight", None)` checked for None is not a `.weight` read at all.
 Not reported either: a read of a parameter of a private function or method (`_f`) when every
 call of it in the file passes a layer that is never quantized (the engine's verdict on the
@@ -64,20 +87,33 @@ No automatic fix: what the code should do for a layer without `.weight` (skip a 
 names the layer and how it resolved.
 
 ## Known limits
+The guards below are trusted; each can hide a real read (a false negative) where the trust is
+wrong. docs/triage/rules-dtl003-005.md judges every finding on vLLM 0.27.1 (38 of 39 true) and
+0.33.0 (20 of 21 true; the false one is a path closed by configuration values, which the rule
+cannot read).
 - `hasattr` guards are recognised on the same layer expression (`hasattr(self.kv_b_proj,
-  "weight")`), not on an alias of it. A guard in a caller (a fast path called only under a flag,
-  a kernel's `apply` called only after its `can_run`), or state set by another module, is not
-  seen: on vLLM 0.33.0, 6 of the 9 false findings among 29 are such
-  (docs/triage/rules-dtl003-005.md judges each finding there and on 0.27.1, 38 of 39 true).
+  "weight")`), not on an alias of it.
+- A backend check trusts the path with every storage of the backends it names: a path for
+  compressed-tensors (whose WNA16 layers have no `.weight`) or for an fp8 method that uses the
+  fp8 weight as a dense one is not reported. A predicate imported from another module is read
+  with its unquantized checks and `quant_config is None` tests only.
+- A check the rule cannot read is trusted whatever it checks (a shape, a device) as long as it is
+  handed the layer.
+- A dormant path is trusted whatever the code that turns it on checks first, and a subclass in
+  another file that sets the attribute is not seen.
+- A guard in the callers is read in the file only: a public function or method also called from
+  another module, or by name (`getattr(obj, name)()`), without the guard is not reported.
+  Callers are followed one level.
+- Storage code is recognised by its methods' names and the layer they take: a model class with an
+  `apply(self, x, layer)` method, or a function `apply_*(layer, ...)`, is exempt like a kernel.
 - A quant-method check (and a `hasattr` in a flag's value) counts whichever layer it names, and a
-  flag counts when every assignment
-  of it (in this class's methods, not its bases') is such a check: a flag also set elsewhere, or
-  a check of a quant method other than an `Unquantized*` class (a kernel type, an fp8 scheme
-  whose weight exists), is not seen.
+  flag counts when every assignment of it (in this class's methods, not its bases') is such a
+  check: a flag also set elsewhere is not seen. A kernel type tested on a quant method's
+  attribute (`isinstance(method.kernel, ...)`) is not a backend check.
 - Reads in a class's own methods (`self.weight` inside a layer class) are reported like any other
   when the class is quantizable.
-- Storage code is recognised by name (`exempt-functions`) and class (`exempt-classes`); a helper
-  that prepares weights under another name is checked as forward-path code.
+- Storage code is otherwise recognised by name (`exempt-functions`) and class (`exempt-classes`); a
+  helper that prepares weights under another name is checked as forward-path code.
 - The `.weight` of a layer reached through a container (`self.layers[i].weight`) resolves only
   when the container's element type is known.
 
@@ -91,6 +127,8 @@ from __future__ import annotations
 import ast
 import os
 
+from dtype_lint.dormant import dormant_attributes, enabled_in_file, truth
+from dtype_lint.index import dotted
 from dtype_lint.layers import NONE
 from dtype_lint.patterns import cast_dtype_args
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
@@ -104,6 +142,135 @@ class Attn:
     def __init__(self, kv_b_proj: ColumnParallelLinear):
         self.kv_b_proj = kv_b_proj
 """
+# Kernel plumbing: a kernel class whose `apply` takes the layer by annotation, and a module-level
+# `apply_<format>_linear(layer, ...)`, own the storage they read (storage code, for every rule).
+_KERNEL = """\
+import torch
+from vllm.model_executor.layers.linear import LinearBase
+
+
+class FusedReduceKernel:
+    def can_run(self, linear: LinearBase) -> bool:
+        return linear.weight.ndim == 2 and linear.weight.is_contiguous()
+
+    def apply(self, x: torch.Tensor, linear: LinearBase) -> torch.Tensor:
+        return torch.mm(x, linear.weight.t())
+
+
+def apply_int4_linear(layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.int4.gemm(x, layer.weight, layer.weight_scale)
+"""
+# The same reads in a class and a function that are not storage code by their methods or names.
+_NOT_KERNEL = """\
+import torch
+from vllm.model_executor.layers.linear import LinearBase
+
+
+class Projector:
+    def run(self, x: torch.Tensor, linear: LinearBase) -> torch.Tensor:
+        return torch.mm(x, linear.weight.t())
+
+
+def project(layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+    return torch.mm(x, layer.weight.t())
+"""
+# A capability check the rule cannot read, on the very layer read: the kernel object arrives from
+# the caller, its class unknown.
+_OPAQUE = """\
+import torch
+from vllm.model_executor.layers.linear import RowParallelLinear
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config, fused_kernel):
+        super().__init__()
+        self.o_proj = RowParallelLinear(hidden, hidden, quant_config=quant_config)
+        self.fused_kernel = fused_kernel
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_kernel is not None and self.fused_kernel.supports(self.o_proj):
+            return self.fused_kernel(x, self.o_proj.weight)
+        return self.o_proj(x)[0]
+"""
+# The same call, but it does not look at the layer.
+_OPAQUE_ELSEWHERE = _OPAQUE.replace("self.fused_kernel.supports(self.o_proj)", "self.fused_kernel.ready()")
+# A dormant path: the class only ever sets `overlap_max_tokens` to 0; another module turns it on.
+_DORMANT = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+class DeltaAttention(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config):
+        super().__init__()
+        self.in_proj = ColumnParallelLinear(hidden, 4 * hidden, quant_config=quant_config)
+        self.overlap_max_tokens = 0
+        self.side_stream = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        if 0 < n <= self.overlap_max_tokens and self.side_stream is not None:
+            return torch.ops.overlap.gemm(x, self.in_proj.weight, self.side_stream)
+        return self.in_proj(x)[0]
+"""
+# The class turns it on itself: the path is live, and nothing checks the quant method.
+_LIVE = _DORMANT + """\
+
+    def enable_overlap(self, stream) -> None:
+        self.side_stream = stream
+        self.overlap_max_tokens = 256
+"""
+# Backend-specific paths: a flag from a function of the quant config true only for no config or a
+# named config, checked by the caller before it calls the fast path; a named quant method.
+_BACKENDS = """\
+import torch
+from vllm.model_executor.layers.linear import LinearMethodBase, MergedColumnParallelLinear, QKVParallelLinear
+from vllm.model_executor.layers.quantization.fp8 import Fp8Config, Fp8LinearMethod
+
+
+def _fast_decode_supported(quant_config) -> bool:
+    if torch.cuda.device_count() != 1 or not (quant_config is None or isinstance(quant_config, Fp8Config)):
+        return False
+    return True
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config):
+        super().__init__()
+        self.qkv_proj = QKVParallelLinear(hidden, 64, 8, quant_config=quant_config)
+        self.fast_decode = _fast_decode_supported(quant_config)
+
+    def forward_decode(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.qkv_proj.weight
+        return torch.ops.decode.qkv(x, w, getattr(self.qkv_proj, "weight_scale", None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.qkv_proj(x)[0]
+
+
+class DecoderLayer(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config):
+        super().__init__()
+        self.self_attn = Attention(hidden, quant_config)
+        self.gate_up_proj = MergedColumnParallelLinear(hidden, [hidden, hidden], quant_config=quant_config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.self_attn.fast_decode:
+            return self.self_attn.forward_decode(x)
+        return self.self_attn(x)
+
+    def block_shape_ok(self) -> bool:
+        if not isinstance(self.gate_up_proj.quant_method, Fp8LinearMethod):
+            return False
+        return self.gate_up_proj.weight.shape[0] % 128 == 0
+"""
+# An unguarded call of the fast path, and a check naming the base every linear method shares.
+_BACKENDS_BROKEN = _BACKENDS.replace(
+    "        return self.self_attn(x)\n",
+    "        return self.self_attn(x)\n\n    def warmup(self, x: torch.Tensor) -> torch.Tensor:\n"
+    "        return self.self_attn.forward_decode(x)\n").replace(
+    "isinstance(self.gate_up_proj.quant_method, Fp8LinearMethod)",
+    "isinstance(self.gate_up_proj.quant_method, LinearMethodBase)")
 _NO_WEIGHT = "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`"
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _DTYPE_KEYWORDS = ("dtype", "out_dtype", "output_dtype")
@@ -176,6 +343,10 @@ class UnguardedWeightAccess(Rule):
         # Plain torch layers always have `.weight`.
         Valid("from torch import nn\nclass V(nn.Module):\n    def __init__(self):\n        self.proj = nn.Linear(2, 2)\n"
               "    def f(self):\n        return self.proj.weight.t()\n"),
+        Valid(_KERNEL),
+        Valid(_OPAQUE),
+        Valid(_DORMANT),
+        Valid(_BACKENDS),
     ]
     INVALID = [
         Invalid(_HEAD + "    def f(self, q):\n        if self.kv_b_proj.weight.dtype == torch.float8_e4m3fn:\n"
@@ -196,11 +367,18 @@ class UnguardedWeightAccess(Rule):
                 "        return super().forward(x)\n"),
         Invalid(_HEAD + "    def f(self, q):\n        n = self.kv_b_proj.weight.shape[0]\n"
                 "        if not hasattr(self.kv_b_proj, \"weight\"):\n            return q\n        return q * n\n"),
+        Invalid(_NOT_KERNEL, count=2),
+        Invalid(_OPAQUE_ELSEWHERE, message_contains=("self.o_proj.weight",)),
+        Invalid(_LIVE, message_contains=("self.in_proj.weight",)),
+        # `forward_decode` is also called unguarded; `LinearMethodBase` names no backend.
+        Invalid(_BACKENDS_BROKEN, count=2),
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        class_flags = _ClassFlags(ctx.tree, _imported_predicates(ctx))
+        class_flags = _ClassFlags(ctx.tree, _imported_predicates(ctx),
+                                  _Backends(ctx.config.all_config_params, _concrete_classes(ctx)))
         by_name = _CallSites(ctx)
+        late = _LateGuards(ctx, class_flags)
         for c in ctx.candidates:
             known = class_flags.of(c.fn)
             flags = known.with_flags(_function_flags(c.fn, known))
@@ -217,9 +395,9 @@ class UnguardedWeightAccess(Rule):
                 # The engine's verdict also drops reads dominated by a check that proves the layer
                 # unquantized (a quant-method dispatch, a storage test).
                 verdict = ctx.layer_verdict(layer, c, site=node)
-                if verdict is not None and _callers_pass_unquantized(ctx, c, layer, by_name):
+                if verdict is None or _callers_pass_unquantized(ctx, c, layer, by_name):
                     continue
-                if verdict is None:
+                if late.guarded(c, flags, node, layer):
                     continue
                 confidence, evidence = verdict
                 text = ast.unparse(layer)
@@ -228,6 +406,24 @@ class UnguardedWeightAccess(Rule):
                            f"or read `getattr({text}, \"weight\", None)`",
                            scope=c.scope_name, confidence=confidence, evidence=evidence,
                            no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
+
+
+def _unresolved_method(ctx: RuleContext, call: ast.Call, c) -> bool:
+    """`recv.m(...)` where `recv` is neither `self`/`cls` nor a name this file imports (a module's
+    functions can be read), and its class does not resolve (`self.kernel = None` in `__init__`,
+    set by other code)."""
+    f = call.func
+    if not isinstance(f, ast.Attribute):
+        return False
+    recv = f.value
+    root = recv
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(recv, ast.Name) and (recv.id in ("self", "cls") or recv.id in ctx.imports):
+        return False
+    if isinstance(root, ast.Name) and root.id in ctx.imports:
+        return False  # `pkg.mod.f(...)`: a module's function
+    return ctx.layers.resolve(recv, c.scope).qualname is None
 
 
 _PREDICATES: dict[tuple, frozenset[str]] = {}  # (path, mtime, size) -> the module's predicate functions
@@ -243,15 +439,15 @@ def _imported_predicates(ctx: RuleContext) -> frozenset[str]:
         header = index.modules.get(module)
         if header is None or name in header.classes:
             continue
-        if name in _module_predicates(header.path, ctx.project.load_file):
+        if name in _module_predicates(header.path, ctx.project.load_file, ctx.config.all_config_params):
             out.add(local)
     return frozenset(out)
 
 
-def _module_predicates(path: str, load_file) -> frozenset[str]:
+def _module_predicates(path: str, load_file, configs: tuple[str, ...]) -> frozenset[str]:
     try:
         st = os.stat(path)
-        key = (path, st.st_mtime_ns, st.st_size)
+        key = (path, st.st_mtime_ns, st.st_size, configs)
     except OSError:
         return frozenset()
     if key not in _PREDICATES:
@@ -262,8 +458,111 @@ def _module_predicates(path: str, load_file) -> frozenset[str]:
             tree = None
         _PREDICATES[key] = frozenset(
             n.name for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and _is_predicate(n, _NOTHING))
+            and _is_predicate(n, _Known(backends=_Backends(configs))))
     return _PREDICATES[key]
+
+
+class _LateGuards:
+    """The guards that cost more to see, looked for only where a read would be reported: a check
+    the rule cannot read, a dormant path (dtype_lint/dormant.py), a guard in every caller."""
+
+    def __init__(self, ctx: RuleContext, class_flags: "_ClassFlags"):
+        self.ctx = ctx
+        self.callers = _CallerGuards(ctx, class_flags)
+        self._enabled: frozenset[str] | None = None
+        self._at_read: dict[int, _Known] = {}
+
+    def guarded(self, c, flags: "_Known", node: ast.AST, layer: ast.expr) -> bool:
+        known = self._at_read.get(id(c.fn))
+        if known is None:
+            known = self._at_read[id(c.fn)] = flags.at_read(
+                lambda call: _unresolved_method(self.ctx, call, c), self._dormant(c))
+        return _guarded(node, layer, c.parents, known) or self.callers.every_call_guarded(c)
+
+    def _dormant(self, c) -> dict[str, object]:
+        if not (c.class_qualname and c.scope.self_name):
+            return {}
+        if self._enabled is None:
+            self._enabled = enabled_in_file(self.ctx.tree)
+        found = dormant_attributes(self.ctx.project, c.class_qualname, self._enabled)
+        return {f"{c.scope.self_name}.{a}": v for a, v in found.items()}
+
+
+_NO_LAYER = ast.Name(id="<no layer>")  # a guard in a caller speaks of no particular layer
+
+
+class _CallerGuards:
+    """Guards in the callers: a function or method whose every use in its file is a call that a
+    guard dominates in the calling function (`if self.attn.fast_decode: self.attn.forward_decode(
+    ...)`, with `fast_decode` a flag of the callee's class, read on the object called)."""
+
+    def __init__(self, ctx: RuleContext, class_flags: "_ClassFlags"):
+        self.ctx, self.class_flags = ctx, class_flags
+        self._memo: dict[int, bool] = {}
+        self._parents: dict[int, ast.AST] | None = None
+
+    def _parent_map(self) -> dict[int, ast.AST]:
+        if self._parents is None:
+            self._parents = {id(child): node for node in ast.walk(self.ctx.tree) for child in ast.iter_child_nodes(node)}
+        return self._parents
+
+    def every_call_guarded(self, c) -> bool:
+        if id(c.fn) not in self._memo:
+            self._memo[id(c.fn)] = self._decide(c)
+        return self._memo[id(c.fn)]
+
+    def _decide(self, c) -> bool:
+        fn = c.fn
+        method = c.class_qualname is not None
+        # Called implicitly (`module(x)` runs `forward`, an attribute read runs a property, a
+        # decorator may register it): not every call is in sight.
+        if fn.name.startswith("__") or fn.name == "forward" or c.scope_name.count(".") > int(method):
+            return False
+        if any(dotted(d) not in ("staticmethod", "classmethod") for d in fn.decorator_list):
+            return False
+        parents = self._parent_map()
+        uses = [n for n in ast.walk(self.ctx.tree)
+                if (isinstance(n, ast.Attribute) and method and n.attr == fn.name)
+                or (isinstance(n, ast.Name) and not method and n.id == fn.name and isinstance(n.ctx, ast.Load))]
+        calls = 0
+        for use in uses:
+            call = parents.get(id(use))
+            if not (isinstance(call, ast.Call) and call.func is use):
+                return False  # handed on as a value: called where the rule cannot see
+            caller = self._caller_of(call)
+            if caller is None or caller.fn is fn:
+                return False
+            known = self.class_flags.of(caller.fn)
+            known = known.with_flags(_function_flags(caller.fn, known))
+            if method:
+                receiver = self._receiver_class(use.value, caller)
+                if receiver is None:
+                    return False  # an object of unknown class: it may be this one
+                if c.class_qualname not in self.ctx.layers.index.mro(receiver):
+                    continue  # another class's method of the same name
+                if not (isinstance(use.value, ast.Name) and use.value.id == caller.scope.self_name):
+                    # The callee's flags, read on the object it is called on.
+                    theirs = self.class_flags.of(fn).flags
+                    known = known.with_flags(f"{ast.unparse(use.value)}.{f[5:]}" for f in theirs
+                                             if f.startswith("self."))
+            if not _guarded(call, _NO_LAYER, caller.parents, known):
+                return False
+            calls += 1
+        return calls > 0
+
+    def _caller_of(self, call: ast.Call):
+        """The innermost function of the file holding the call."""
+        best = None
+        for o in self.ctx.functions:
+            if o.fn.lineno <= call.lineno and call.end_lineno <= o.fn.end_lineno and id(call) in o.parents:
+                if best is None or o.fn.lineno > best.fn.lineno:
+                    best = o
+        return best
+
+    def _receiver_class(self, receiver: ast.expr, caller) -> str | None:
+        if isinstance(receiver, ast.Name) and receiver.id == caller.scope.self_name:
+            return caller.class_qualname
+        return self.ctx.layers.resolve(receiver, caller.scope).qualname
 
 
 class _CallSites:
@@ -351,15 +650,80 @@ def _same(a: ast.AST, b: ast.AST) -> bool:
 class _Known:
     """What guards mean here: `flags`, names and `self.X` attributes that, when true (or not
     None), say the layer has a plain `.weight`; `predicates`, functions whose result is true (not
-    None) only then (`supports(layer)` that returns False unless unquantized)."""
+    None) only then (`supports(layer)` that returns False unless unquantized); `backends`, how
+    a backend check reads in this module (see `_backend_check`); at a read,
+    `opaque(call)`: the call is a method of an object whose class the engine cannot resolve (a
+    check on the layer that the rule cannot read counts as one, see `_opaque_check`), and
+    `dormant`: `self.X` text -> the one falsy constant its class ever gives it (dtype_lint/dormant.py:
+    a test true only once other code changes it guards a path the class never takes)."""
 
-    __slots__ = ("flags", "predicates")
+    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant")
 
-    def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset()):
-        self.flags, self.predicates = flags, predicates
+    def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset(),
+                 backends: "_Backends | None" = None, opaque=None, dormant: dict | None = None):
+        self.flags, self.predicates, self.backends = flags, predicates, backends or _NO_BACKENDS
+        self.opaque, self.dormant = opaque, dormant or {}
 
     def with_flags(self, more) -> "_Known":
-        return _Known(self.flags | frozenset(more), self.predicates)
+        return _Known(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant)
+
+    def at_read(self, opaque, dormant: dict) -> "_Known":
+        """What is known at a read: also the unresolved calls and the dormant attributes there."""
+        return _Known(self.flags, self.predicates, self.backends, opaque, dormant)
+
+
+class _Backends:
+    """How a backend check reads in one module: the names of the quantization-config parameters
+    (`quant_config`, the preset's `config-params`), and `concrete(name)`: the class is a backend of
+    its own, not an abstract base that every backend shares (`LinearMethodBase`,
+    `QuantizationConfig`). Without `concrete`, only `Unquantized*` classes are backends."""
+
+    __slots__ = ("configs", "_concrete")
+
+    def __init__(self, configs: tuple[str, ...] = (), concrete=None):
+        self.configs, self._concrete = configs, concrete
+
+    def names_backends(self, node: ast.AST) -> bool:
+        """`K` or `(K1, K2)`: every class named is a concrete backend."""
+        elts = node.elts if isinstance(node, ast.Tuple) else [node]
+        return bool(elts) and all(self._one(e) for e in elts)
+
+    def _one(self, node: ast.AST) -> bool:
+        name = dotted(node)
+        if not name:
+            return False
+        if "Unquantized" in name.rsplit(".", 1)[-1]:
+            return True
+        return self._concrete is not None and self._concrete(name)
+
+
+_NO_BACKENDS = _Backends()
+
+
+def _concrete_classes(ctx: RuleContext):
+    """`concrete(name)` for this file: the class, resolved through its imports, is neither a
+    configured root of storage code (the preset's `QuantizeMethodBase`, `LinearMethodBase`...) nor
+    a class declaring an abstract method (`@abstractmethod`, or a body that only raises
+    `NotImplementedError`). A class outside the project is taken as concrete unless configured."""
+    index = ctx.project.index
+
+    def concrete(name: str) -> bool:
+        q = index.resolve(ctx.source.module, name, ctx.imports)
+        if index.configured(q, "exempt") is not None:
+            return False
+        cf = ctx.project.class_facts(q)
+        return cf is None or not any(_abstract(m) for m in cf.methods.values())
+    return concrete
+
+
+def _abstract(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    if any((dotted(d) or "").rsplit(".", 1)[-1] == "abstractmethod" for d in fn.decorator_list):
+        return True
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return dotted(exc) == "NotImplementedError"
 
 
 _NOTHING = _Known()
@@ -379,27 +743,38 @@ def _is_getattr_weight(value: ast.AST) -> bool:
             and isinstance(value.args[2], ast.Constant) and value.args[2].value is None)
 
 
-def _unquantized_check(test: ast.AST) -> bool:
-    """`isinstance(X.quant_method, UnquantizedLinearMethod)` (`getattr(X, "quant_method", None)`,
-    a tuple of Unquantized* classes too), or `type(X.quant_method) is Unquantized*`."""
-    def unquantized_names(node: ast.AST) -> bool:
-        elts = node.elts if isinstance(node, ast.Tuple) else [node]
-        return bool(elts) and all("Unquantized" in (ast.unparse(e).rsplit(".", 1)[-1]) for e in elts)
+def _quant_method(node: ast.AST) -> bool:
+    """`X.quant_method` or `getattr(X, "quant_method", ...)`."""
+    if isinstance(node, ast.Attribute) and node.attr == "quant_method":
+        return True
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "quant_method")
 
-    def quant_method(node: ast.AST) -> bool:
-        if isinstance(node, ast.Attribute) and node.attr == "quant_method":
-            return True
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value == "quant_method")
 
+def _quant_config(node: ast.AST, backends: _Backends) -> bool:
+    """A quantization config by its parameter's name: `quant_config`, `self.quant_config`."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name is not None and name in backends.configs
+
+
+def _backend_check(test: ast.AST, backends: _Backends) -> bool:
+    """A test true only for named backends: `isinstance(X.quant_method, K)` (or on `getattr(X,
+    "quant_method", None)`, or `type(X.quant_method) is K`) for any class K, `isinstance(
+    quant_config, C)`, or `quant_config is None`. An `Unquantized*` method or no config leaves the
+    plain `.weight`; a path that runs only for quantization formats it names was written for them
+    (their `.weight`, packed or absent, is what its author handles), so any such check is
+    trusted."""
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
-            and len(test.args) == 2 and quant_method(test.args[0]):
-        return unquantized_names(test.args[1])
+            and len(test.args) == 2:
+        return (_quant_method(test.args[0]) or _quant_config(test.args[0], backends)) \
+            and backends.names_backends(test.args[1])
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.Eq)):
-        left = test.left
-        return (isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "type"
-                and len(left.args) == 1 and quant_method(left.args[0]) and unquantized_names(test.comparators[0]))
+        left, right = test.left, test.comparators[0]
+        if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "type" \
+                and len(left.args) == 1 and _quant_method(left.args[0]):
+            return backends.names_backends(right)
+        return isinstance(test.ops[0], ast.Is) and _quant_config(left, backends) \
+            and isinstance(right, ast.Constant) and right.value is None
     return False
 
 
@@ -424,28 +799,48 @@ def _callee(call: ast.AST) -> str | None:
 def _implies_weight(test: ast.AST, layer: ast.AST | None, known: _Known = _NOTHING) -> bool:
     """`test` true ⇒ the layer has a plain `.weight`: `hasattr(L, "weight")`, an unquantized check
     of a quant method, a flag or a predicate's result (see `_Known`); as the test, one of its
-    `and`s, or the negation of a no-weight test."""
-    if _is_hasattr(test, layer) or _unquantized_check(test):
+    `and`s, every one of its `or`s, or the negation of a no-weight test."""
+    if _is_hasattr(test, layer) or _backend_check(test, known.backends):
         return True
+    if known.dormant and truth(test, known.dormant) is False:
+        return True  # a dormant path
     if isinstance(test, (ast.Name, ast.Attribute)) and ast.unparse(test) in known.flags:
         return True
     if _none_test(test, ast.IsNot) in known.flags:
         return True
-    if _callee(test) in known.predicates:
+    if _callee(test) in known.predicates or _opaque_check(test, layer, known):
         return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _implies_no_weight(test.operand, layer, known)
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return all(_implies_weight(v, layer, known) for v in test.values)
     return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
         _implies_weight(v, layer, known) for v in test.values)
 
 
+def _opaque_check(test: ast.AST, layer: ast.AST | None, known: _Known) -> bool:
+    """`obj.supports(L)`: a method, of an object whose class the engine cannot resolve, handed the
+    very layer that is read. The rule cannot read what it checks; a test on the layer itself,
+    written by someone who knew which layers take this path, is trusted as a guard (a predicate
+    the rule can read is judged by what it returns instead)."""
+    return (layer is not None and known.opaque is not None and isinstance(test, ast.Call)
+            and any(_same(a, layer) for a in [*test.args, *(k.value for k in test.keywords)])
+            and known.opaque(test))
+
+
 def _implies_no_weight(test: ast.AST, layer: ast.AST | None, known: _Known = _NOTHING) -> bool:
     """`test` false ⇒ the layer has a plain `.weight`: the negation of a guard, `flag is None`,
-    alone or in an `or`."""
+    `quant_config is not None`, alone, in an `or`, or as every one of an `and`'s operands."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _implies_weight(test.operand, layer, known)
     if _none_test(test, ast.Is) in known.flags:
         return True
+    if known.dormant and truth(test, known.dormant) is True:
+        return True  # what runs where it is false is a dormant path
+    if _none_test(test, ast.IsNot) is not None and _quant_config(test.left, known.backends):
+        return True  # `quant_config is not None`
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return all(_implies_no_weight(v, layer, known) for v in test.values)
     return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
         _implies_no_weight(v, layer, known) for v in test.values)
 
@@ -567,21 +962,24 @@ class _ClassFlags:
     `self._scale = prep(layer)` where `prep` returns None unless the weight exists), and the
     predicates it may call (module functions, nested functions, the class's own methods)."""
 
-    def __init__(self, tree: ast.Module, imported):
+    def __init__(self, tree: ast.Module, imported, backends: _Backends):
         self._by_fn: dict[int, _Known] = {}
+        self._nothing = c = _Known(backends=backends)
         module_preds = frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                                 and _is_predicate(n, _NOTHING)) | imported
+                                 and _is_predicate(n, c)) | imported
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self._by_fn[id(node)] = _Known(frozenset(), module_preds | _nested_predicates(node, module_preds))
+                self._by_fn[id(node)] = _Known(frozenset(), module_preds | _nested_predicates(node, module_preds, backends),
+                                               backends)
         for cls in ast.walk(tree):
             if isinstance(cls, ast.ClassDef):
-                self._class(cls, module_preds)
+                self._class(cls, module_preds, backends)
 
-    def _class(self, cls: ast.ClassDef, module_preds: frozenset[str]) -> None:
+    def _class(self, cls: ast.ClassDef, module_preds: frozenset[str], backends: _Backends) -> None:
         methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        preds = module_preds | frozenset(f"self.{m.name}" for m in methods if _is_predicate(m, _Known(frozenset(), module_preds)))
-        nested = {id(m): _nested_predicates(m, preds) for m in methods}
+        preds = module_preds | frozenset(f"self.{m.name}" for m in methods
+                                         if _is_predicate(m, _Known(frozenset(), module_preds, backends)))
+        nested = {id(m): _nested_predicates(m, preds, backends) for m in methods}
         attrs: dict[str, list[_Assign]] = {}
         locals_: dict[int, dict[str, list[_Assign]]] = {}
         for m in methods:
@@ -591,35 +989,36 @@ class _ClassFlags:
         method_flags: dict[int, frozenset[str]] = {}
         for _ in range(8):  # locals feed attributes and attributes feed locals
             for m in methods:
-                base = _Known(flags, preds | nested[id(m)])
+                base = _Known(flags, preds | nested[id(m)], backends)
                 method_flags[id(m)] = _flags_of(locals_[id(m)], lambda _a, fl, base=base: base.with_flags(fl))
             new = _flags_of(attrs, lambda a, fl: _Known(flags | fl | method_flags.get(a.scope, frozenset()),
-                                                        preds | nested.get(a.scope, frozenset())))
+                                                        preds | nested.get(a.scope, frozenset()), backends))
             if new == flags:
                 break
             flags = new
-        if any(_refuses_quantization(m) for m in methods if m.name == "__init__"):
-            flags = flags | {"self"}  # every instance is unquantized: its own `.weight` exists
+        if any(_refuses_quantization(m, self._nothing) for m in methods if m.name == "__init__"):
+            flags = flags | {"self"}  # every instance is unquantized (or of a named backend)
         for m in methods:
-            self._by_fn[id(m)] = _Known(flags, preds | nested[id(m)])
+            self._by_fn[id(m)] = _Known(flags, preds | nested[id(m)], backends)
 
     def of(self, fn: ast.AST) -> _Known:
-        return self._by_fn.get(id(fn), _NOTHING)
+        return self._by_fn.get(id(fn), self._nothing)
 
 
-def _nested_predicates(fn, known_preds: frozenset[str]) -> frozenset[str]:
+def _nested_predicates(fn, known_preds: frozenset[str], backends: _Backends) -> frozenset[str]:
     return frozenset(n.name for n in ast.walk(fn) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n is not fn and _is_predicate(n, _Known(frozenset(), known_preds)))
+                     and n is not fn and _is_predicate(n, _Known(frozenset(), known_preds, backends)))
 
 
-def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """`__init__` raises unless its quant method is unquantized: `if not isinstance(
-    self.quant_method, UnquantizedLinearMethod): raise ...` (or an `assert` of the check)."""
+def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef, known: _Known) -> bool:
+    """`__init__` raises unless its quant method is unquantized (or of a backend it names): `if not
+    isinstance(self.quant_method, UnquantizedLinearMethod): raise ...` (or an `assert` of the
+    check)."""
     for stmt in init.body:
-        if isinstance(stmt, ast.If) and _implies_no_weight(stmt.test, None) and stmt.body \
+        if isinstance(stmt, ast.If) and _implies_no_weight(stmt.test, None, known) and stmt.body \
                 and isinstance(stmt.body[-1], ast.Raise):
             return True
-        if isinstance(stmt, ast.Assert) and _unquantized_check(stmt.test):
+        if isinstance(stmt, ast.Assert) and _backend_check(stmt.test, known.backends):
             return True
     return False
 
