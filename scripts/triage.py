@@ -6,7 +6,10 @@ the code: one row per DTL001/DTL002 finding and per TRUE site the tool does not 
 runs the tool on the release's tree, joins its findings with those rows and writes
 docs/triage/<dist>-<version>.md (counts, precision, recall, the findings with their verdicts, the
 TRUE sites left to a known limit, and any finding nobody has judged yet). With --all it does every
-tree that has a verdict file and rewrites the summary table of docs/triage/README.md.
+tree that has a verdict file and rewrites the summary table of docs/triage/README.md, and
+docs/triage/rules-dtl003-005.md from docs/triage/verdicts/dtl003-005/<dist>-<version>.tsv (one row
+per DTL003-DTL005 finding on vLLM 0.27.1 and 0.33.0: counts and precision per rule, every finding
+with its verdict; a finding without a row or a row without a finding is a problem).
 
     .venv/bin/python scripts/triage.py --dist vllm --version 0.33.0
     .venv/bin/python scripts/triage.py --all
@@ -334,6 +337,201 @@ def render_summary(triages: list[Triage], readme: str) -> str:
     return pattern.sub(lambda _: table, readme)
 
 
+# ---- DTL003-DTL005 ---------------------------------------------------------------------------
+# Issue #10's bar: on these trees, at least 90% of the three rules' findings are judged TRUE. Every
+# finding has a row (path:line, code) and every row a finding; one page covers both trees.
+RULE_CODES = ("DTL003", "DTL004", "DTL005")
+RULE_TREES = (("vllm", "0.27.1"), ("vllm", "0.33.0"))
+RULE_VERDICTS = VERDICTS / "dtl003-005"
+RULE_PAGE = TRIAGE / "rules-dtl003-005.md"
+RULE_COLUMNS = ("path:line", "code", "verdict", "why")
+MIN_RULE_PRECISION = 0.90
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    key: str  # path:line
+    code: str
+    verdict: str  # TRUE | FALSE
+    why: str
+    lineno: int
+
+
+@dataclass
+class RuleVerdicts:
+    dist: str
+    version: str
+    path: Path
+    rows: dict[tuple[str, str], RuleRow] = field(default_factory=dict)  # (path:line, code) -> row
+    notes: list[str] = field(default_factory=list)  # paragraphs for the tree's section of the page
+
+
+def rule_verdict_path(dist: str, version: str) -> Path:
+    return RULE_VERDICTS / f"{dist}-{version}.tsv"
+
+
+def load_rule_verdicts(dist: str, version: str, path: Path | None = None) -> RuleVerdicts:
+    path = path or rule_verdict_path(dist, version)
+    out = RuleVerdicts(dist, version, path)
+    header_seen = False
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        where = f"{path.name}:{n}"
+        if not raw.strip() or raw.startswith("# "):
+            continue
+        cells = raw.split("\t")
+        if cells[0] == "#note":
+            if len(cells) != 2 or not cells[1].strip():
+                raise VerdictError(f"{where}: expected `#note<TAB><one paragraph>`: {raw!r}")
+            out.notes.append(cells[1].strip())
+            continue
+        if not header_seen:
+            if tuple(cells) != RULE_COLUMNS:
+                raise VerdictError(f"{where}: expected the header row {'<TAB>'.join(RULE_COLUMNS)!r}, got {raw!r}")
+            header_seen = True
+            continue
+        if len(cells) != len(RULE_COLUMNS):
+            raise VerdictError(f"{where}: {len(cells)} columns, expected {len(RULE_COLUMNS)}")
+        key, code, verdict, why = (c.strip() for c in cells)
+        if not re.fullmatch(r"[^:\s]+\.py:\d+", key):
+            raise VerdictError(f"{where}: `{key}` is not path:line")
+        if code not in RULE_CODES:
+            raise VerdictError(f"{where}: code is one of {', '.join(RULE_CODES)}, got `{code}`")
+        if verdict not in ("TRUE", "FALSE"):
+            raise VerdictError(f"{where}: verdict is TRUE or FALSE, got `{verdict}`")
+        if not why:
+            raise VerdictError(f"{where}: every verdict says why")
+        if (key, code) in out.rows:
+            raise VerdictError(f"{where}: `{key}` {code} already has a row (line {out.rows[key, code].lineno})")
+        out.rows[key, code] = RuleRow(key, code, verdict, why, n)
+    if not header_seen:
+        raise VerdictError(f"{path.name}: no header row {'<TAB>'.join(RULE_COLUMNS)!r}")
+    return out
+
+
+@dataclass
+class RuleTriage:
+    verdicts: RuleVerdicts
+    findings: list[tuple[str, dict, RuleRow | None]]  # (path:line, finding, its row), several per row possible
+
+    @property
+    def name(self) -> str:
+        return f"{self.verdicts.dist}-{self.verdicts.version}"
+
+    def counts(self, code: str | None = None) -> tuple[int, int, int]:
+        """(findings, TRUE, FALSE) of one rule, or of all three."""
+        mine = [r for _, f, r in self.findings if code is None or f["code"] == code]
+        return (len(mine), sum(1 for r in mine if r is not None and r.verdict == "TRUE"),
+                sum(1 for r in mine if r is not None and r.verdict == "FALSE"))
+
+    def precision(self, code: str | None = None) -> float | None:
+        n, true, _ = self.counts(code)
+        return true / n if n else None
+
+    @property
+    def unjudged(self) -> list[tuple[str, dict]]:
+        return [(k, f) for k, f, r in self.findings if r is None]
+
+    @property
+    def stale(self) -> list[RuleRow]:
+        """Rows no finding reaches: the tool moved or stopped reporting it; judge again, or drop the row."""
+        reached = {(k, f["code"]) for k, f, _ in self.findings}
+        return [r for key, r in self.verdicts.rows.items() if key not in reached]
+
+    def problems(self) -> list[str]:
+        out = [f"`{k}` {f['code']} has no verdict: add a row to {self.verdicts.path.name}" for k, f in self.unjudged]
+        out += [f"`{r.key}` {r.code} ({self.verdicts.path.name}:{r.lineno}) has no finding: the tool moved or "
+                "stopped reporting it; judge the new line, or drop the row" for r in self.stale]
+        return out
+
+
+def join_rules(verdicts: RuleVerdicts, findings: list[dict], tree: Path) -> RuleTriage:
+    mine = sorted((f for f in findings if f["code"] in RULE_CODES),
+                  key=lambda f: (finding_key(f, tree), f["code"], f["col"]))
+    return RuleTriage(verdicts, [(finding_key(f, tree), f, verdicts.rows.get((finding_key(f, tree), f["code"])))
+                                 for f in mine])
+
+
+RULE_STANDARD = """\
+Standard: a finding is **TRUE** only if some shipped quantization backend can give that layer a
+packed or missing `.weight` on that path — the layer followed to its construction, and the
+quantization config that reaches it followed to that line — *and* the finding's claim holds
+there (DTL003: the read raises or uses a packed weight as a dense one; DTL004: the hand-written
+branch decides differently from a sound helper for such a layer; DTL005: the function returns
+what the message says). A model whose quantization config is not restricted accepts every
+shipped method: AWQ/GPTQ (`qweight`, no `weight`), compressed-tensors WNA16 (`weight_packed`,
+linear layers and, when targeted, embeddings), Marlin-FP8 (int32 `weight`), ModelOpt NVFP4
+(uint8 `weight`, heads included unless excluded), W8A8-INT8 (int8 `weight`). A guard counts
+whether or not the rule sees it: a guard the rule misses makes the finding FALSE.
+
+Duplicated lines of one site are counted as found (e.g. `mamba_mixer2.py:431/434/437/438`: the
+first read raises; a fix must cover all four)."""
+
+
+def _tree_title(t: RuleTriage) -> str:
+    return f"{'vLLM' if t.verdicts.dist == 'vllm' else t.verdicts.dist} {t.verdicts.version}"
+
+
+def render_rules(triages: list[RuleTriage]) -> str:
+    trees = " and ".join(f"`release_tree(\"{t.verdicts.dist}\", \"{t.verdicts.version}\")`" for t in triages)
+    lines = [
+        f"# DTL003–DTL005 on {' and '.join(_tree_title(t) for t in triages)}: every finding, judged",
+        "",
+        "Generated by `scripts/triage.py --all` from [verdicts/dtl003-005/](verdicts/dtl003-005/) and the "
+        "zero-configuration run of `dtype-lint check --no-cache --output-format json .` in each release's tree "
+        "root (the run the DTL001/DTL002 pages come from; `--select DTL003,DTL004,DTL005` reports the same "
+        "findings of these rules). Do not edit by hand: change a verdict file and regenerate. A finding "
+        "without a row, or a row without a finding, fails `scripts/triage.py --all --check` and "
+        "`tests/test_triage.py`.",
+        "",
+        f"Trees: {trees}. No internal error and no DTL900 on either (`tests/test_rules_real_world.py` keeps "
+        "both true).",
+        "",
+        RULE_STANDARD,
+        "",
+        "## Counts",
+        "",
+        f"Issue #10's bar: at least {MIN_RULE_PRECISION:.0%} of the three rules' findings on each tree judged TRUE.",
+    ]
+    for t in triages:
+        n, true, false = t.counts()
+        p = t.precision()
+        bar = "meets the bar" if p is not None and p >= MIN_RULE_PRECISION else "**below the bar**"
+        lines += ["", f"### {_tree_title(t)}", "", "| rule | findings | true | false | precision |",
+                  "|---|---|---|---|---|"]
+        for code in RULE_CODES:
+            cn, ct, cf = t.counts(code)
+            lines.append(f"| {code} | {cn} | {ct} | {cf} | {_pct0(t.precision(code))} |")
+        lines += [f"| **all** | **{n}** | **{true}** | **{false}** | **{_pct0(p)}** |", "",
+                  f"{true} of {n} TRUE: {bar}."]
+        if t.unjudged or t.stale:
+            lines.append(f"{len(t.unjudged)} finding(s) without a verdict and {len(t.stale)} row(s) without a "
+                         "finding: see the end of this page.")
+    for t in triages:
+        lines += ["", f"## {_tree_title(t)}: all findings", ""]
+        lines += [*sum(([note, ""] for note in t.verdicts.notes), [])]
+        lines += ["| # | site | code | verdict | why |", "|---|---|---|---|---|"]
+        for i, (k, f, r) in enumerate(t.findings, 1):
+            verdict = "**no verdict**" if r is None else f"**{r.verdict}**"
+            lines.append(f"| {i} | `{k}` | {f['code']} | {verdict} | {'' if r is None else _cell(r.why)} |")
+    problems = [(t, p) for t in triages for p in t.problems()]
+    if problems:
+        lines += ["", "## To judge", ""] + [f"- {_tree_title(t)}: {p}" for t, p in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _pct0(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def rule_triages(findings_of) -> list[RuleTriage]:
+    """One RuleTriage per RULE_TREES entry; `findings_of(dist, version) -> (findings, tree)`."""
+    out = []
+    for dist, version in RULE_TREES:
+        findings, tree = findings_of(dist, version)
+        out.append(join_rules(load_rule_verdicts(dist, version), findings, tree))
+    return out
+
+
 # The README's order: the seed release, the current one, the fork, the peers; any other tree after them.
 TREE_ORDER = ("vllm-0.27.1", "vllm-0.33.0", "aphrodite-engine-0.24.1", "sglang-0.5.23", "lmdeploy-0.18.0")
 
@@ -345,12 +543,23 @@ def all_trees() -> list[tuple[str, str]]:
     return [(n.rpartition("-")[0], n.rpartition("-")[2]) for n in names]
 
 
-def triage_tree(dist: str, version: str, tree: Path | None = None) -> Triage:
+def triage_tree(dist: str, version: str, tree: Path | None = None, runs: dict | None = None) -> Triage:
+    """`runs`: (dist, version) -> (findings, tree), filled with this run for the DTL003-DTL005 page."""
     from dtype_lint.releases import release_tree
 
     verdicts = load_verdicts(dist, version)
     tree = tree or release_tree(dist, version)
-    return join(verdicts, run_tool(tree), tree)
+    findings = run_tool(tree)
+    if runs is not None:
+        runs[dist, version] = (findings, tree)
+    return join(verdicts, findings, tree)
+
+
+def _fresh_run(dist: str, version: str) -> tuple[list[dict], Path]:
+    from dtype_lint.releases import release_tree
+
+    tree = release_tree(dist, version)
+    return run_tool(tree), tree
 
 
 def _write(path: Path, text: str, check: bool) -> bool:
@@ -380,9 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"known limits no longer in {QUANTIZABILITY.name}: {', '.join(stale_limits)}", file=sys.stderr)
         return 1
     trees = all_trees() if args.all else [(args.dist, args.version)]
-    triages, fresh, problems = [], True, []
+    triages, fresh, problems, runs = [], True, [], {}
     for dist, version in trees:
-        t = triage_tree(dist, version, args.tree)
+        t = triage_tree(dist, version, args.tree, runs)
         triages.append(t)
         fresh &= _write(TRIAGE / f"{t.verdicts.name}.md", render(t), args.check)
         problems += [f"{t.verdicts.name}: {p}" for p in t.problems()]
@@ -390,6 +599,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{_pct(t.precision)}, recall {_pct(t.recall)}, {len(t.unjudged)} without a verdict")
     if args.all:
         fresh &= _write(README, render_summary(triages, README.read_text(encoding="utf-8")), args.check)
+        rules = rule_triages(lambda d, v: runs.get((d, v)) or _fresh_run(d, v))
+        fresh &= _write(RULE_PAGE, render_rules(rules), args.check)
+        for t in rules:
+            problems += [f"{RULE_PAGE.name} {t.name}: {p}" for p in t.problems()]
+            print(f"{t.name} DTL003-DTL005: {t.counts()[0]} findings, {t.counts()[1]} TRUE, precision "
+                  f"{_pct(t.precision())}, {len(t.unjudged)} without a verdict, {len(t.stale)} rows without a finding")
     for p in problems:
         print(f"  to judge: {p}", file=sys.stderr)
     if args.check and not fresh:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -27,11 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import triage  # noqa: E402  (scripts/triage.py: the DTL001/DTL002 verdict files)
+import triage  # noqa: E402  (scripts/triage.py: the verdict files)
 
 DIST, VERSION = "vllm", "0.33.0"
 OUT = ROOT / "docs" / "upstream" / f"{DIST}-{VERSION}"
-RULES_TRIAGE = ROOT / "docs" / "triage" / "rules-dtl003-005.md"
 
 
 @contextmanager
@@ -44,17 +42,10 @@ def cwd(path: Path):
         os.chdir(old)
 
 
-def rules_verdicts(version: str = VERSION, doc: Path = RULES_TRIAGE) -> dict[tuple[str, str], tuple[str, str]]:
-    """(path:line, code) -> (verdict, why) from the DTL003-DTL005 triage's table for `version`."""
-    text = doc.read_text(encoding="utf-8")
-    m = re.search(rf"^## vLLM {re.escape(version)}: all findings\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
-    out = {}
-    for line in (m.group(1) if m else "").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 5 and cells[1].startswith("`"):
-            verdict = cells[3].strip("*")
-            out[(cells[1].strip("`"), cells[2])] = (verdict, cells[4])
-    return out
+def rules_verdicts(version: str = VERSION) -> dict[tuple[str, str], tuple[str, str]]:
+    """(path:line, code) -> (verdict, why) from the DTL003-DTL005 verdict file for `version`."""
+    rows = triage.load_rule_verdicts(DIST, version).rows
+    return {key: (row.verdict, row.why) for key, row in rows.items()}
 
 
 def verdict_of(finding, verdicts: triage.Verdicts, rules: dict) -> tuple[str, str]:

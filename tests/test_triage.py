@@ -44,6 +44,7 @@ TREES = {
 }
 PRECISION_TREES = ("vllm_0330", "sglang_0523", "aphrodite_0241")  # issue #9: at least 95% judged true there
 MIN_PRECISION = 0.95
+RULE_TREES = {"vllm_0271": ("vllm", "0.27.1"), "vllm_0330": ("vllm", "0.33.0")}  # DTL003-DTL005, issue #10
 
 
 def _triage(tree: Path, name: str):
@@ -51,6 +52,19 @@ def _triage(tree: Path, name: str):
     assert proc.returncode == 0, proc.stderr[-4000:]
     dist, _, version = name.rpartition("-")
     return triage.join(triage.load_verdicts(dist, version), json.loads(proc.stdout)["findings"], tree)
+
+
+@pytest.fixture(scope="module")
+def rules_triaged(request):
+    """The DTL003-DTL005 triage of both trees (the same run as `triaged`'s)."""
+    def findings_of(dist, version):
+        fixture = next(f for f, dv in RULE_TREES.items() if dv == (dist, version))
+        tree = request.getfixturevalue(fixture)
+        proc = check_tree(tree)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return json.loads(proc.stdout)["findings"], tree
+
+    return {t.name: t for t in triage.rule_triages(findings_of)}
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +202,87 @@ def test_readme_summary_is_what_the_runs_give(triaged):
     runs = [triaged(f) for f in sorted(TREES, key=lambda f: triage.TREE_ORDER.index(TREES[f]))]
     readme = triage.README.read_text(encoding="utf-8")
     assert triage.render_summary(runs, readme) == readme, "docs/triage/README.md: run scripts/triage.py --all"
+
+
+def _rule_rows(rows, notes=()) -> str:
+    head = "".join(f"#note\t{n}\n" for n in notes) + "\t".join(triage.RULE_COLUMNS) + "\n"
+    return head + "".join("\t".join(r) + "\n" for r in rows)
+
+
+def test_rule_verdict_files_parse_and_cover_the_rule_trees():
+    assert set(triage.RULE_TREES) == set(RULE_TREES.values())
+    for dist, version in triage.RULE_TREES:
+        verdicts = triage.load_rule_verdicts(dist, version)
+        assert verdicts.rows, verdicts.path
+        assert {r.code for r in verdicts.rows.values()} <= set(triage.RULE_CODES)
+        for row in verdicts.rows.values():
+            assert len(row.why) <= 400, f"{verdicts.path.name}:{row.lineno}: keep `why` to one short line"
+
+
+@pytest.mark.parametrize("row, message", [
+    (("a.py:3", "DTL001", "TRUE", "x"), "code is one of"),
+    (("a.py:3", "DTL003", "MAYBE", "x"), "verdict is TRUE or FALSE"),
+    (("a.py:3", "DTL003", "TRUE", ""), "every verdict says why"),
+    (("a.py", "DTL003", "TRUE", "x"), "is not path:line"),
+])
+def test_a_bad_rule_verdict_file_is_refused_with_its_line(tmp_path, row, message):
+    path = tmp_path / "x-1.tsv"
+    path.write_text(_rule_rows([("b.py:1", "DTL004", "TRUE", "fine"), row]), encoding="utf-8")
+    with pytest.raises(triage.VerdictError, match=rf"x-1.tsv:3: .*{message}"):
+        triage.load_rule_verdicts("x", "1", path)
+
+
+def test_rule_join_counts_per_rule_and_names_findings_and_rows_to_judge(tmp_path):
+    rows = [("a.py:10", "DTL003", "TRUE", "no weight under AWQ"), ("a.py:10", "DTL004", "FALSE", "guarded"),
+            ("b.py:3", "DTL005", "TRUE", "int8"), ("c.py:7", "DTL003", "FALSE", "gone since")]
+    (tmp_path / "t-1.tsv").write_text(_rule_rows(rows, ["A note."]), encoding="utf-8")
+    verdicts = triage.load_rule_verdicts("t", "1", tmp_path / "t-1.tsv")
+
+    def finding(path, line, code):
+        return {"path": f"./{path}", "line": line, "col": 1, "code": code, "message": "m", "scope": "f",
+                "expression": "x"}
+
+    findings = [finding("a.py", 10, "DTL003"), finding("a.py", 10, "DTL004"), finding("b.py", 3, "DTL005"),
+                finding("d.py", 2, "DTL003"), finding("e.py", 1, "DTL001")]
+    t = triage.join_rules(verdicts, findings, tmp_path)
+    assert [(k, f["code"]) for k, f, _ in t.findings] == [
+        ("a.py:10", "DTL003"), ("a.py:10", "DTL004"), ("b.py:3", "DTL005"), ("d.py:2", "DTL003")]  # not DTL001
+    assert t.counts() == (4, 2, 1) and t.counts("DTL003") == (2, 1, 0) and t.counts("DTL004") == (1, 0, 1)
+    assert t.precision() == 0.5 and t.precision("DTL005") == 1.0
+    problems = t.problems()
+    assert len(problems) == 2, problems
+    assert "`d.py:2` DTL003 has no verdict" in problems[0]
+    assert "`c.py:7` DTL003 (t-1.tsv:6) has no finding" in problems[1]
+    page = triage.render_rules([t])
+    assert "| DTL003 | 2 | 1 | 0 | 50% |" in page and "| **all** | **4** | **2** | **1** | **50%** |" in page
+    assert "2 of 4 TRUE: **below the bar**." in page
+    assert "A note.\n" in page and "| 4 | `d.py:2` | DTL003 | **no verdict** |  |" in page
+    assert "## To judge" in page
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("fixture", list(RULE_TREES))
+def test_every_rule_finding_has_a_verdict_and_every_verdict_a_finding(rules_triaged, fixture):
+    t = rules_triaged["-".join(RULE_TREES[fixture])]
+    assert t.problems() == [], (
+        f"docs/triage/verdicts/dtl003-005/{t.name}.tsv no longer fits the run (read the code, fix the rows, then "
+        "run scripts/triage.py --all):\n" + "\n".join(t.problems()))
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("fixture", list(RULE_TREES))
+def test_rule_precision_meets_issue_10(rules_triaged, fixture):
+    t = rules_triaged["-".join(RULE_TREES[fixture])]
+    n, true, _ = t.counts()
+    assert n, "no DTL003-DTL005 finding: nothing to measure (the rules went silent?)"
+    false = [f"{k} {f['code']}: {r.why}" for k, f, r in t.findings if r is not None and r.verdict == "FALSE"]
+    assert t.precision() >= triage.MIN_RULE_PRECISION, (
+        f"{t.name}: DTL003-DTL005 precision {true}/{n} = {t.precision():.1%} < {triage.MIN_RULE_PRECISION:.0%}; "
+        "FALSE findings:\n" + "\n".join(false))
+
+
+@pytest.mark.network
+def test_rule_page_is_what_the_runs_give(rules_triaged):
+    page = triage.RULE_PAGE.read_text(encoding="utf-8")
+    runs = [rules_triaged[f"{d}-{v}"] for d, v in triage.RULE_TREES]
+    assert page == triage.render_rules(runs), "docs/triage/rules-dtl003-005.md is stale: run scripts/triage.py --all"
