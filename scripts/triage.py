@@ -102,29 +102,44 @@ def check_known_limits(doc: str | None = None) -> list[str]:
     return [name for name, lead in KNOWN_LIMITS.items() if lead not in leads]
 
 
-def load_verdicts(dist: str, version: str, path: Path | None = None) -> Verdicts:
-    path = path or verdict_path(dist, version)
-    out = Verdicts(dist, version, path)
+def _tsv_rows(path: Path, columns: tuple[str, ...], directive: str, on_directive, pad: bool = False):
+    """(line number, where, cells) of each data row of a verdict file, after its header row.
+    Comment lines (`# `) are skipped; `#<directive>` lines go to `on_directive(where, cells, raw)`.
+    `pad`: trailing empty columns may be left out."""
     header_seen = False
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         where = f"{path.name}:{n}"
         if not raw.strip() or raw.startswith("# "):
             continue
         cells = raw.split("\t")
-        if cells[0] == "#count":
-            if len(cells) != 3 or cells[1] not in FALSE_CATEGORIES or not cells[2].isdigit():
-                raise VerdictError(f"{where}: expected `#count<TAB><FALSE category><TAB><number>`: {raw!r}")
-            out.counts[cells[1]] = int(cells[2])
+        if cells[0] == f"#{directive}":
+            on_directive(where, cells, raw)
             continue
         if not header_seen:
-            if tuple(cells) != COLUMNS:
-                raise VerdictError(f"{where}: expected the header row {'<TAB>'.join(COLUMNS)!r}, got {raw!r}")
+            if tuple(cells) != columns:
+                raise VerdictError(f"{where}: expected the header row {'<TAB>'.join(columns)!r}, got {raw!r}")
             header_seen = True
             continue
-        cells += [""] * (len(COLUMNS) - len(cells))
-        if len(cells) != len(COLUMNS):
-            raise VerdictError(f"{where}: {len(cells)} columns, expected {len(COLUMNS)}")
-        key, verdict, category, why, site = (c.strip() for c in cells)
+        if pad:
+            cells += [""] * (len(columns) - len(cells))
+        if len(cells) != len(columns):
+            raise VerdictError(f"{where}: {len(cells)} columns, expected {len(columns)}")
+        yield n, where, [c.strip() for c in cells]
+    if not header_seen:
+        raise VerdictError(f"{path.name}: no header row {'<TAB>'.join(columns)!r}")
+
+
+def load_verdicts(dist: str, version: str, path: Path | None = None) -> Verdicts:
+    path = path or verdict_path(dist, version)
+    out = Verdicts(dist, version, path)
+
+    def count(where: str, cells: list[str], raw: str) -> None:
+        if len(cells) != 3 or cells[1] not in FALSE_CATEGORIES or not cells[2].isdigit():
+            raise VerdictError(f"{where}: expected `#count<TAB><FALSE category><TAB><number>`: {raw!r}")
+        out.counts[cells[1]] = int(cells[2])
+
+    for n, where, cells in _tsv_rows(path, COLUMNS, "count", count, pad=True):
+        key, verdict, category, why, site = cells
         if not re.fullmatch(r"[^:\s]+\.py:\d+", key):
             raise VerdictError(f"{where}: `{key}` is not path:line")
         if site and not re.fullmatch(r"[^:\s]+\.py:\d+", site):
@@ -143,8 +158,6 @@ def load_verdicts(dist: str, version: str, path: Path | None = None) -> Verdicts
         if key in out.rows:
             raise VerdictError(f"{where}: `{key}` already has a row (line {out.rows[key].lineno})")
         out.rows[key] = Row(key, verdict, category, why, site, n)
-    if not header_seen:
-        raise VerdictError(f"{path.name}: no header row {'<TAB>'.join(COLUMNS)!r}")
     missing = [c for c in FALSE_CATEGORIES if c not in out.counts]
     if missing:
         raise VerdictError(f"{path.name}: no `#count` line for {', '.join(missing)}")
@@ -373,25 +386,14 @@ def rule_verdict_path(dist: str, version: str) -> Path:
 def load_rule_verdicts(dist: str, version: str, path: Path | None = None) -> RuleVerdicts:
     path = path or rule_verdict_path(dist, version)
     out = RuleVerdicts(dist, version, path)
-    header_seen = False
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        where = f"{path.name}:{n}"
-        if not raw.strip() or raw.startswith("# "):
-            continue
-        cells = raw.split("\t")
-        if cells[0] == "#note":
-            if len(cells) != 2 or not cells[1].strip():
-                raise VerdictError(f"{where}: expected `#note<TAB><one paragraph>`: {raw!r}")
-            out.notes.append(cells[1].strip())
-            continue
-        if not header_seen:
-            if tuple(cells) != RULE_COLUMNS:
-                raise VerdictError(f"{where}: expected the header row {'<TAB>'.join(RULE_COLUMNS)!r}, got {raw!r}")
-            header_seen = True
-            continue
-        if len(cells) != len(RULE_COLUMNS):
-            raise VerdictError(f"{where}: {len(cells)} columns, expected {len(RULE_COLUMNS)}")
-        key, code, verdict, why = (c.strip() for c in cells)
+
+    def note(where: str, cells: list[str], raw: str) -> None:
+        if len(cells) != 2 or not cells[1].strip():
+            raise VerdictError(f"{where}: expected `#note<TAB><one paragraph>`: {raw!r}")
+        out.notes.append(cells[1].strip())
+
+    for n, where, cells in _tsv_rows(path, RULE_COLUMNS, "note", note):
+        key, code, verdict, why = cells
         if not re.fullmatch(r"[^:\s]+\.py:\d+", key):
             raise VerdictError(f"{where}: `{key}` is not path:line")
         if code not in RULE_CODES:
@@ -403,8 +405,6 @@ def load_rule_verdicts(dist: str, version: str, path: Path | None = None) -> Rul
         if (key, code) in out.rows:
             raise VerdictError(f"{where}: `{key}` {code} already has a row (line {out.rows[key, code].lineno})")
         out.rows[key, code] = RuleRow(key, code, verdict, why, n)
-    if not header_seen:
-        raise VerdictError(f"{path.name}: no header row {'<TAB>'.join(RULE_COLUMNS)!r}")
     return out
 
 
