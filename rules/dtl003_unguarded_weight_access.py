@@ -380,22 +380,28 @@ class UnguardedWeightAccess(Rule):
         by_name = _CallSites(ctx)
         late = _LateGuards(ctx, class_flags)
         for c in ctx.candidates:
-            known = class_flags.of(c.fn)
-            flags = known.with_flags(_function_flags(c.fn, known))
+            flags = None  # the function's guards, read only once one of its reads is on a quantizable layer
             for node in c.nodes:
                 layer = _weight_read(node)
                 if layer is None:
                     continue
-                if _feeds_dtype_site(node, c) or _guarded(node, layer, c.parents, flags) or _flows_on(ctx, node, c):
+                if _feeds_dtype_site(node, c) or _flows_on(ctx, node, c):
                     continue
                 if c.fn.name == "weight" and isinstance(c.parents.get(id(node)), ast.Return):
                     continue  # a wrapper's `weight` property forwarding its base's: raises exactly as the base
-                if "self" in flags.flags and isinstance(layer, ast.Name) and layer.id == c.scope.self_name:
-                    continue  # a layer class whose __init__ refuses quantization
                 # The engine's verdict also drops reads dominated by a check that proves the layer
                 # unquantized (a quant-method dispatch, a storage test).
                 verdict = ctx.layer_verdict(layer, c, site=node)
-                if verdict is None or _callers_pass_unquantized(ctx, c, layer, by_name):
+                if verdict is None:
+                    continue
+                if flags is None:
+                    known = class_flags.of(c.fn)
+                    flags = known.with_flags(_function_flags(c.fn, known))
+                if _guarded(node, layer, c.parents, flags):
+                    continue
+                if "self" in flags.flags and isinstance(layer, ast.Name) and layer.id == c.scope.self_name:
+                    continue  # a layer class whose __init__ refuses quantization
+                if _callers_pass_unquantized(ctx, c, layer, by_name):
                     continue
                 if late.guarded(c, flags, node, layer):
                     continue
@@ -963,17 +969,41 @@ class _ClassFlags:
     predicates it may call (module functions, nested functions, the class's own methods)."""
 
     def __init__(self, tree: ast.Module, imported, backends: _Backends):
+        # Computed on demand, per class: most files hold no read the rule would report, and
+        # reading every class's flags cost more than all the rest of the rule.
         self._by_fn: dict[int, _Known] = {}
-        self._nothing = c = _Known(backends=backends)
-        module_preds = frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                                 and _is_predicate(n, c)) | imported
+        self._nothing = _Known(backends=backends)
+        self._tree, self._imported, self._backends = tree, imported, backends
+        self._module_preds: frozenset[str] | None = None
+        self._owner: dict[int, ast.AST] = {}  # function -> its class, or the module for a top-level one
+        self._done: set[int] = set()
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self._by_fn[id(node)] = _Known(frozenset(), module_preds | _nested_predicates(node, module_preds, backends),
-                                               backends)
+                self._owner[id(node)] = tree
         for cls in ast.walk(tree):
             if isinstance(cls, ast.ClassDef):
-                self._class(cls, module_preds, backends)
+                for m in cls.body:
+                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self._owner[id(m)] = cls
+
+    def _preds(self) -> frozenset[str]:
+        if self._module_preds is None:
+            self._module_preds = frozenset(
+                n.name for n in self._tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and _is_predicate(n, self._nothing)) | self._imported
+        return self._module_preds
+
+    def _settle(self, owner: ast.AST) -> None:
+        if id(owner) in self._done:
+            return
+        self._done.add(id(owner))
+        preds, backends = self._preds(), self._backends
+        if isinstance(owner, ast.ClassDef):
+            self._class(owner, preds, backends)
+            return
+        for node in owner.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._by_fn[id(node)] = _Known(frozenset(), preds | _nested_predicates(node, preds, backends), backends)
 
     def _class(self, cls: ast.ClassDef, module_preds: frozenset[str], backends: _Backends) -> None:
         methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -1002,6 +1032,9 @@ class _ClassFlags:
             self._by_fn[id(m)] = _Known(flags, preds | nested[id(m)], backends)
 
     def of(self, fn: ast.AST) -> _Known:
+        owner = self._owner.get(id(fn))
+        if owner is not None:
+            self._settle(owner)
         return self._by_fn.get(id(fn), self._nothing)
 
 
