@@ -125,6 +125,7 @@ The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes
 from __future__ import annotations
 
 import ast
+import functools
 import os
 
 from dtype_lint.dormant import dormant_attributes, enabled_in_file, truth
@@ -375,7 +376,8 @@ class UnguardedWeightAccess(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        class_flags = _ClassFlags(ctx.tree, _imported_predicates(ctx),
+        # What follows is read only for the few reads on a quantizable layer, not for every file.
+        class_flags = _ClassFlags(ctx.tree, lambda: _imported_predicates(ctx),
                                   _Backends(ctx.config.all_config_params, _concrete_classes(ctx)))
         by_name = _CallSites(ctx)
         late = _LateGuards(ctx, class_flags)
@@ -576,8 +578,12 @@ class _CallSites:
     the candidate function each call is in."""
 
     def __init__(self, ctx: RuleContext):
-        self.calls: dict[str, list[tuple[ast.Call, object]]] = {}
-        for c in ctx.functions:
+        self._ctx = ctx
+
+    @functools.cached_property
+    def calls(self) -> dict[str, list[tuple[ast.Call, object]]]:
+        calls: dict[str, list[tuple[ast.Call, object]]] = {}
+        for c in self._ctx.functions:
             for node in c.nodes:
                 if isinstance(node, ast.Call):
                     f = node.func
@@ -585,7 +591,8 @@ class _CallSites:
                         f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
                         and f.value.id in ("self", "cls") else None)
                     if name and name.startswith("_") and not name.startswith("__"):
-                        self.calls.setdefault(name, []).append((node, c))
+                        calls.setdefault(name, []).append((node, c))
+        return calls
 
 
 def _callers_pass_unquantized(ctx: RuleContext, c, layer: ast.expr, sites: _CallSites, depth: int = 0) -> bool:
@@ -975,22 +982,27 @@ class _ClassFlags:
         self._nothing = _Known(backends=backends)
         self._tree, self._imported, self._backends = tree, imported, backends
         self._module_preds: frozenset[str] | None = None
-        self._owner: dict[int, ast.AST] = {}  # function -> its class, or the module for a top-level one
+        self._owners: dict[int, ast.AST] | None = None  # function -> its class, or the module
         self._done: set[int] = set()
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self._owner[id(node)] = tree
-        for cls in ast.walk(tree):
-            if isinstance(cls, ast.ClassDef):
-                for m in cls.body:
-                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        self._owner[id(m)] = cls
+
+    def _owner(self, fn: ast.AST) -> ast.AST | None:
+        if self._owners is None:
+            owners = self._owners = {}
+            for node in self._tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    owners[id(node)] = self._tree
+            for cls in ast.walk(self._tree):
+                if isinstance(cls, ast.ClassDef):
+                    for m in cls.body:
+                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            owners[id(m)] = cls
+        return self._owners.get(id(fn))
 
     def _preds(self) -> frozenset[str]:
         if self._module_preds is None:
             self._module_preds = frozenset(
                 n.name for n in self._tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and _is_predicate(n, self._nothing)) | self._imported
+                and _is_predicate(n, self._nothing)) | self._imported()
         return self._module_preds
 
     def _settle(self, owner: ast.AST) -> None:
@@ -1032,7 +1044,7 @@ class _ClassFlags:
             self._by_fn[id(m)] = _Known(flags, preds | nested[id(m)], backends)
 
     def of(self, fn: ast.AST) -> _Known:
-        owner = self._owner.get(id(fn))
+        owner = self._owner(fn)
         if owner is not None:
             self._settle(owner)
         return self._by_fn.get(id(fn), self._nothing)
