@@ -18,27 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_project import ATTN
 
 from dtype_lint import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTION = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
 VENV = Path(sys.executable).parent.parent  # this test run's virtualenv: bin/python, bin/dtype-lint
-
-ATTN = """\
-import torch
-from vllm.model_executor.layers.linear import ColumnParallelLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, kv_b_proj: ColumnParallelLinear):
-        super().__init__()
-        self.kv_b_proj = kv_b_proj
-
-    def forward(self, x):
-        x = x.to(self.kv_b_proj.weight.dtype)
-        return self.kv_b_proj(x)
-"""
 
 
 # --- action.yml ----------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
+from tiny_project import ATTN
+
 from dtype_lint import cache as cache_format
 from dtype_lint.helper import helper_source
 
@@ -41,20 +42,6 @@ class ColLinear(QLinear):
 """
 
 # Statement form: fixed safely to helper + guard + cast.
-ATTN = """\
-import torch
-from vllm.model_executor.layers.linear import ColumnParallelLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, kv_b_proj: ColumnParallelLinear):
-        super().__init__()
-        self.kv_b_proj = kv_b_proj
-
-    def forward(self, x):
-        x = x.to(self.kv_b_proj.weight.dtype)
-        return self.kv_b_proj(x)
-"""
 
 # Expression form, through the local hierarchy resolved across files.
 MLP = """\

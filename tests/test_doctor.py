@@ -8,24 +8,11 @@ import shutil
 from pathlib import Path
 
 from cli_runner import dtl
+from tiny_project import ATTN
+
 from dtype_lint import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
-
-ATTN = """\
-import torch
-from vllm.model_executor.layers.linear import ColumnParallelLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, kv_b_proj: ColumnParallelLinear):
-        super().__init__()
-        self.kv_b_proj = kv_b_proj
-
-    def forward(self, x):
-        x = x.to(self.kv_b_proj.weight.dtype)
-        return self.kv_b_proj(x)
-"""
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

@@ -13,24 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
+from tiny_project import ATTN
+
 from dtype_lint.helper import helper_source
-
-ATTN = """\
-import torch
-from vllm.model_executor.layers.linear import ColumnParallelLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, kv_b_proj: ColumnParallelLinear):
-        super().__init__()
-        self.kv_b_proj = kv_b_proj
-
-    def forward(self, x):
-        x = x.to(self.kv_b_proj.weight.dtype)
-        return self.kv_b_proj(x)
-"""
 
 # Unguarded with fp8-input-default = false: the fix exists but is unsafe.
 UNCONFIGURED = '[project]\nname = "sample"\n'

@@ -14,28 +14,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
+from tiny_project import ATTN
+
 from dtype_lint.config import _KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PYPROJECT = '[tool.dtype-lint]\nhelper = "pkg.dtypes:get_layer_input_dtype"\n'
-
-ATTN = """\
-import torch
-from vllm.model_executor.layers.linear import ColumnParallelLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, kv_b_proj: ColumnParallelLinear):
-        super().__init__()
-        self.kv_b_proj = kv_b_proj
-
-    def forward(self, x):
-        x = x.to(self.kv_b_proj.weight.dtype)
-        return self.kv_b_proj(x)
-"""
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
