@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
-from .reporters import FORMATS
+from dtype_lint import __version__
+from dtype_lint.reporters import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "verify":
         return _verify(argv[1:])
     args = parse(argv)
-    from .pipeline import UserError
+    from dtype_lint.engine.pipeline import UserError
 
     try:
         if args.command == "rule":
@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _config(args, paths: list[str]):
-    from .config import ConfigError, load_for_run
-    from .pipeline import UserError
+    from dtype_lint.config import ConfigError, load_for_run
+    from dtype_lint.engine.pipeline import UserError
 
     overrides = {}
     if getattr(args, "select", None):
@@ -155,8 +155,8 @@ def _config(args, paths: list[str]):
 
 
 def _check(args) -> int:
-    from .pipeline import RunOptions, run
-    from .progress import progress_bar
+    from dtype_lint.engine.pipeline import RunOptions, run
+    from dtype_lint.engine.progress import progress_bar
 
     cfg = _config(args, args.paths)
     _check_named_file(args.output_file)
@@ -203,15 +203,15 @@ def _printable(text: str) -> str:
 
 
 def rule_infos() -> dict:
-    from .reporters import RuleInfo
-    from .rules import ALL_RULES
+    from dtype_lint.reporters import RuleInfo
+    from dtype_lint.rules import ALL_RULES
 
     return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
 
 
 def _report(result, args) -> None:
-    from .pipeline import safe_read
-    from .reporters import RunSummary, render
+    from dtype_lint.engine.pipeline import safe_read
+    from dtype_lint.reporters import RunSummary, render
 
     summary = RunSummary(
         files_checked=len(result.files), files_analyzed=result.analyzed, elapsed_s=result.elapsed_s,
@@ -234,16 +234,16 @@ def _report(result, args) -> None:
 def _check_named_file(path: str | None) -> None:
     """A report file the user named must be writable before a run starts, not after it has
     rewritten files."""
-    from .pipeline import UserError
-    from .writer import target_problem
+    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.engine.writer import target_problem
 
     if path and (problem := target_problem(path)):
         raise UserError(problem)
 
 
 def _write_named_file(result, path: str, text: str, why: str) -> None:
-    from .pipeline import UserError
-    from .writer import WriteError
+    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.engine.writer import WriteError
 
     try:
         result.writer.write(path, text.encode("utf-8"), why, outside_ok=True)
@@ -253,9 +253,9 @@ def _write_named_file(result, path: str, text: str, why: str) -> None:
 
 def _migrate(args) -> int:
 
-    from .migrate import print_summary, render_report, run_migration
-    from .pipeline import UserError
-    from .progress import progress_bar
+    from dtype_lint.migrate.migration import print_summary, render_report, run_migration
+    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.engine.progress import progress_bar
 
     if not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or directory")
@@ -283,7 +283,7 @@ def _migrate(args) -> int:
 
 
 def _series(args, cfg, tick) -> int:
-    from .migrate import migration_series, render_report
+    from dtype_lint.migrate.migration import migration_series, render_report
 
     result, patches, files = migration_series(cfg, args.path, args.series, args.group_by,
                                               unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
@@ -296,7 +296,7 @@ def _series(args, cfg, tick) -> int:
 
 
 def _doctor(args) -> int:
-    from .doctor import diagnose, render
+    from dtype_lint.doctor import diagnose, render
 
     cfg = _config(args, args.paths)
     result, matches = diagnose(cfg, args.paths, use_cache=not args.no_cache)
@@ -305,9 +305,9 @@ def _doctor(args) -> int:
 
 
 def _rule(args) -> int:
-    from .findings import ENGINE_CODES
-    from .pipeline import UserError
-    from .rules import ALL_RULES, RULES_BY_CODE
+    from dtype_lint.findings import ENGINE_CODES
+    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.rules import ALL_RULES, RULES_BY_CODE
 
     if args.all or not args.code:
         for r in ALL_RULES:

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from .presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
+from dtype_lint.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -135,7 +135,7 @@ MAX_CONFIG_BYTES = 1 << 20
 def read_toml(path: Path) -> dict:
     """A TOML file's document; every way it can be bad (a FIFO, a device, huge, not UTF-8, not
     TOML) is a ConfigError, never a hang or a traceback."""
-    from .source import read_bytes
+    from dtype_lint.engine.source import read_bytes
 
     if os.path.realpath(path) == os.devnull:
         return {}  # `--config /dev/null`: no settings (the only device read as a file)

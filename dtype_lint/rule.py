@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
-from .config import Config
-from .facts import FunctionScope, ProjectFacts, walk_function
-from .layers import LayerResolver
-from .findings import Evidence, Finding, Fix, Span
-from .source import SourceFile
+from dtype_lint.config import Config
+from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
+from dtype_lint.analysis.layers import LayerResolver
+from dtype_lint.findings import Evidence, Finding, Fix, Span
+from dtype_lint.engine.source import SourceFile
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers"})
 
@@ -206,19 +206,19 @@ class FileFacts:
 
     @cached_property
     def flows(self):
-        from .flows import Flows
+        from dtype_lint.analysis.flows import Flows
 
         return Flows(self.project, self.source.module, self.imports, self.config, self.layers)
 
     @cached_property
     def fixes(self):
-        from .fixplan import Planner
+        from dtype_lint.fix.planner import Planner
 
         return Planner(self.source, self.config, self.project, self.tree)
 
     @cached_property
     def helpers(self):
-        from .helper_facts import HelperFacts
+        from dtype_lint.analysis.helper_functions import HelperFacts
 
         return HelperFacts(self.tree, self.source.module, self.source.path, self.imports, self.config,
                            self.project.index, self.project.load_file)
@@ -312,7 +312,7 @@ class RuleContext:
             return verdict
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
         cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
-        from .guards import dominating_guard  # with the dtype evaluator: only once a site is found
+        from dtype_lint.analysis.guards import dominating_guard  # with the dtype evaluator: only once a site is found
 
         if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
             return None

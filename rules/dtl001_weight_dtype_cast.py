@@ -58,9 +58,9 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.facts import FunctionScope
-from dtype_lint.fixplan import Site
-from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.fix.planner import Site
+from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\

@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.index import dotted
-from dtype_lint.flows import NEW_LIKE
-from dtype_lint.patterns import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
+from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.flows import NEW_LIKE
+from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.

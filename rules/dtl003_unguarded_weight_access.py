@@ -128,10 +128,10 @@ import ast
 import functools
 import os
 
-from dtype_lint.dormant import dormant_attributes, enabled_in_file, truth
-from dtype_lint.index import dotted
-from dtype_lint.layers import NONE
-from dtype_lint.patterns import cast_dtype_args
+from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file, truth
+from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.layers import NONE
+from dtype_lint.analysis.recognisers import cast_dtype_args
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -472,7 +472,7 @@ def _module_predicates(path: str, load_file, configs: tuple[str, ...]) -> frozen
 
 class _LateGuards:
     """The guards that cost more to see, looked for only where a read would be reported: a check
-    the rule cannot read, a dormant path (dtype_lint/dormant.py), a guard in every caller."""
+    the rule cannot read, a dormant path (dtype_lint/analysis/dormant.py), a guard in every caller."""
 
     def __init__(self, ctx: RuleContext, class_flags: "_ClassFlags"):
         self.ctx = ctx
@@ -667,7 +667,7 @@ class _Known:
     a backend check reads in this module (see `_backend_check`); at a read,
     `opaque(call)`: the call is a method of an object whose class the engine cannot resolve (a
     check on the layer that the rule cannot read counts as one, see `_opaque_check`), and
-    `dormant`: `self.X` text -> the one falsy constant its class ever gives it (dtype_lint/dormant.py:
+    `dormant`: `self.X` text -> the one falsy constant its class ever gives it (dtype_lint/analysis/dormant.py:
     a test true only once other code changes it guards a path the class never takes)."""
 
     __slots__ = ("flags", "predicates", "backends", "opaque", "dormant")

@@ -62,10 +62,10 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.dtype_eval import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
-from dtype_lint.facts import FunctionScope
-from dtype_lint.fixplan import Site
-from dtype_lint.patterns import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
+from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.fix.planner import Site
+from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 SENTINELS = frozenset({"int32", "uint8", "int8"} | FP8_DTYPES)

@@ -59,10 +59,10 @@ def verdict_of(finding, verdicts: triage.Verdicts, rules: dict) -> tuple[str, st
 def generate(tree: Path, out: Path, work: Path) -> None:
     """Write the series and its README for the release tree `tree` into `out` (emptied first)."""
     from dtype_lint.config import load_config
-    from dtype_lint.migrate import migration_series
-    from dtype_lint.pipeline import RunOptions, run
+    from dtype_lint.migrate.migration import migration_series
+    from dtype_lint.engine.pipeline import RunOptions, run
 
-    from dtype_lint.series import checkout, git
+    from dtype_lint.migrate.series import checkout, git
 
     repo = checkout(tree, work / "tree", f"{DIST} {VERSION}")
     series_dir = work / "series"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.baseline import (
+from dtype_lint.engine.baseline import (
     BASELINE_VERSION,
     Baseline,
     BaselineEntry,
@@ -23,7 +23,7 @@ from dtype_lint.baseline import (
     write_baseline,
 )
 from dtype_lint.findings import Finding, Span
-from dtype_lint.writer import ProjectWriter
+from dtype_lint.engine.writer import ProjectWriter
 
 
 def WRITE(path, data: bytes) -> None:  # noqa: N802 - stands for the run's writer

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint import cache as cache_format
-from dtype_lint import pipeline
+from dtype_lint.engine import cache as cache_format
+from dtype_lint.engine import pipeline
 from dtype_lint.config import load_config
-from dtype_lint.discovery import discover_files, module_name
+from dtype_lint.engine.discovery import discover_files, module_name
 
 LAYERS = """\
 import torch
@@ -278,7 +278,7 @@ def test_what_shared_class_facts_read_counts_for_every_file_using_them(tmp_path:
 def test_memoised_results_replay_what_computing_them_read():
     """A verdict or a file's facts computed once are reused by later analyses; each reuse must
     report the reads the computation made, or a cached result would miss a dependency."""
-    from dtype_lint.index import ModuleTable, QuantizableLayerIndex, extract_header
+    from dtype_lint.analysis.class_index import ModuleTable, QuantizableLayerIndex, extract_header
 
     texts = {"a.py": "from m.b import B\n\nclass A(B):\n    pass\n", "b.py": "class B:\n    pass\n"}
 
@@ -373,7 +373,7 @@ def test_a_file_added_to_a_model_family_invalidates_what_enumerated_it(tmp_path:
 
 
 def test_results_do_not_depend_on_how_many_parsed_files_are_kept(tmp_path: Path, monkeypatch):
-    from dtype_lint import index as index_module
+    from dtype_lint.analysis.file_analysis import class_index as index_module
 
     root = make(tmp_path / "p", {**REEXPORTED, **FAMILY, "proj/a.py": HOLDER_USER.format(name="A"),
                                  "proj/b.py": USER.format(name="B"), "proj/c.py": USER.format(name="C")})

@@ -20,8 +20,8 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN
 
-from dtype_lint import cache as cache_format
-from dtype_lint.helper import helper_source
+from dtype_lint.engine import cache as cache_format
+from dtype_lint.fix.helper_template import helper_source
 
 PYPROJECT = """\
 [tool.dtype-lint]

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import dtl
-from dtype_lint.writer import is_temp_name
+from dtype_lint.engine.writer import is_temp_name
 from tiny_project import ATTN, PYPROJECT, tiny_project, tree_bytes
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",

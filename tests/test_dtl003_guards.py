@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dtype_lint.api import check_paths, make_config
-from dtype_lint.dormant import truth
+from dtype_lint.analysis.dormant import truth
 
 LAYERS = """\
 import torch

@@ -4,7 +4,7 @@ why a branch gets no fix."""
 from __future__ import annotations
 
 from dtype_lint.api import check_source, make_config
-from dtype_lint.pipeline import fix_one_text
+from dtype_lint.engine.pipeline import fix_one_text
 
 HEAD = """\
 import torch

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from dtype_lint.dtype_eval import (
+from dtype_lint.dtypes.evaluator import (
     MAX_PATHS, Case, Unsupported, alternatives, evaluate_guarded_cast, evaluate_helper, helper_shape,
     possibly_unsound_cases, summarize_cases, unsound_cases,
 )

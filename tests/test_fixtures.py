@@ -22,7 +22,7 @@ from cli_runner import dtl
 
 from dtype_lint.api import check_source, fix_source
 from dtype_lint.config import load_config
-from dtype_lint.pipeline import RunOptions, run
+from dtype_lint.engine.pipeline import RunOptions, run
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "fixtures" / "project"
@@ -196,7 +196,7 @@ def test_codemod_already_imported_helper_is_not_imported_twice():
 def test_the_projects_helper_is_the_template():
     """The example project already holds the helper `migrate` would create from its
     `helper-template`: editing the template without it leaves the example stale."""
-    from dtype_lint.helper import helper_source
+    from dtype_lint.fix.helper_template import helper_source
 
     assert (PROJECT / "minillm/layers/input_dtype.py").read_text(encoding="utf-8") == \
         helper_source("get_layer_input_dtype", "torch")

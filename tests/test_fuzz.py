@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dtype_lint.api import check_source, fix_source, make_config
-from dtype_lint.pipeline import fix_one_text
+from dtype_lint.engine.pipeline import fix_one_text
 from fuzz_programs import modules
 
 EXAMPLES = int(os.environ.get("DTYPE_LINT_FUZZ_EXAMPLES", "40"))

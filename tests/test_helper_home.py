@@ -16,7 +16,7 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN
 
-from dtype_lint.helper import helper_source
+from dtype_lint.fix.helper_template import helper_source
 
 # Unguarded with fp8-input-default = false: the fix exists but is unsafe.
 UNCONFIGURED = '[project]\nname = "sample"\n'

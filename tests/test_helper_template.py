@@ -28,7 +28,7 @@ import libcst as cst
 import pytest
 import torch
 
-from dtype_lint.helper import helper_source
+from dtype_lint.fix.helper_template import helper_source
 
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
 UPSTREAM = "_get_kv_b_proj_input_dtype"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dtype_lint.api import make_config
-from dtype_lint import pipeline
-from dtype_lint.pipeline import RunOptions
-from dtype_lint.index import QuantizableLayerIndex, extract_header
+from dtype_lint.engine import pipeline
+from dtype_lint.engine.pipeline import RunOptions
+from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
 
 LINEAR = """
     from torch import nn

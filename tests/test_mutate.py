@@ -33,7 +33,7 @@ def test_every_mutant_applies_to_this_tree():
     # Barrier removal in every CUDA file that has a barrier, and a mutant in every kernel family.
     for f in ("attention.cu", "fp8_linear.cu", "gemm_tile.cuh", "marlin_fp8.cu", "nvfp4.cu", "linear_basic.cu"):
         assert f"kernels_ref/cuda/{f}" in files, f
-    assert {"dtype_lint/helper.py", "dtype_lint/fixplan.py"} <= files
+    assert {"dtype_lint/fix/helper_template.py", "dtype_lint/fix/planner.py"} <= files
     assert sum(m.ci for m in mutants) == 3
 
 

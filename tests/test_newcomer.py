@@ -184,7 +184,7 @@ class Attn(torch.nn.Module):
 
 
 def test_a_multi_line_getattr_with_a_comment_is_found_and_fixed(tmp_path: Path):
-    from dtype_lint.prefilter import might_match
+    from dtype_lint.engine.prefilter import might_match
 
     assert might_match(BLACK_GETATTR)
     # Without the multi-line form the file has no other spelling the prefilter knows.

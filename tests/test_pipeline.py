@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from cli_runner import dtl
-from dtype_lint import pipeline
+from dtype_lint.engine import pipeline
 from dtype_lint.api import check_source, make_config
-from dtype_lint.prefilter import Prefilter
+from dtype_lint.engine.prefilter import Prefilter
 from dtype_lint.rule import Rule, RuleContractError
 from dtype_lint.rules import ALL_RULES
 
@@ -84,13 +84,13 @@ def test_no_import_cycles_in_the_package():
             visit(v)
 
 
-@pytest.mark.parametrize("front", ["dtype_lint.cli", "dtype_lint.migrate", "dtype_lint.api"])
+@pytest.mark.parametrize("front", ["dtype_lint.cli", "dtype_lint.migrate.migration", "dtype_lint.api"])
 def test_front_ends_run_through_the_pipeline(front):
     mods = _modules()
     deps = _imports(front, mods[front], set(mods))
-    assert "dtype_lint.pipeline" in deps
+    assert "dtype_lint.engine.pipeline" in deps
     # ...and do not wire stages themselves.
-    assert not deps & {"dtype_lint.analysis", "dtype_lint.fixer", "dtype_lint.suppressions", "dtype_lint.cache"}
+    assert not deps & {"dtype_lint.analysis.file_analysis", "dtype_lint.fix.fixer", "dtype_lint.engine.suppressions", "dtype_lint.engine.cache"}
     assert "dtype_lint.cli" not in deps
 
 
@@ -102,7 +102,7 @@ def test_only_the_writer_writes_files():
     cache of downloaded trees outside any project, with a directory rename of its own)."""
     offenders = []
     for name, path in _modules().items():
-        if name in ("dtype_lint.writer", "dtype_lint.releases"):
+        if name in ("dtype_lint.engine.writer", "dtype_lint.releases"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):
@@ -189,7 +189,7 @@ def test_the_prefilter_says_what_one_regex_of_all_patterns_says():
     """Patterns are searched one by one behind a substring test: the same verdict as the union."""
     import re
 
-    from dtype_lint.prefilter import required_literal
+    from dtype_lint.engine.prefilter import required_literal
     from dtype_lint.rules import ALL_RULES
 
     assert required_literal(r"=\s*[\w.]+\.weight\s*$") == ".weight"
@@ -209,8 +209,8 @@ def test_the_prefilter_says_what_one_regex_of_all_patterns_says():
 
 
 def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
-    from dtype_lint.analysis import analyze
-    from dtype_lint.pipeline import single_file_index
+    from dtype_lint.analysis.file_analysis import analyze
+    from dtype_lint.engine.pipeline import single_file_index
 
     class Sneaky(Rule):
         code, name, summary = "DTL998", "sneaky", "test"
@@ -220,7 +220,7 @@ def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
         def check(self, ctx):
             ctx.layers  # not declared
 
-    monkeypatch.setattr("dtype_lint.analysis.enabled_rules", lambda config, path=None: [Sneaky])
+    monkeypatch.setattr("dtype_lint.analysis.file_analysis.enabled_rules", lambda config, path=None: [Sneaky])
     cfg = make_config()
     text = LAYER_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight.dtype)\n"
     with pytest.raises(RuleContractError, match="does not declare"):

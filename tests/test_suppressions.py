@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Finding, Span
-from dtype_lint.suppressions import Suppression, apply_suppressions, parse_suppressions
+from dtype_lint.engine.suppressions import Suppression, apply_suppressions, parse_suppressions
 
 
 def src(text: str) -> str:

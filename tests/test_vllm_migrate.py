@@ -197,7 +197,7 @@ def test_helper_import_and_file(migration: Migration, migrated_mla: ast.Module):
     imports = [n for n in migrated_mla.body if isinstance(n, ast.ImportFrom) and n.module == HELPER_MODULE]
     assert [[a.name for a in n.names] for n in imports] == [[OUR_HELPER]]
     helper = migration.tree / HELPER_FILE
-    from dtype_lint.helper import helper_source
+    from dtype_lint.fix.helper_template import helper_source
 
     assert helper.read_text(encoding="utf-8") == helper_source(OUR_HELPER, "vllm")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cli_runner import dtl
-from dtype_lint import pipeline
-from dtype_lint.writer import ProjectWriter, is_temp_name, remove_stale_temps
+from dtype_lint.engine import pipeline
+from dtype_lint.engine.writer import ProjectWriter, is_temp_name, remove_stale_temps
 from tiny_project import ATTN, FIXED_CALL, PYPROJECT, tiny_project, tree_bytes
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes, owners and symlinks")
@@ -267,7 +267,7 @@ def test_the_writer_refuses_every_path_outside_the_root(tmp_path: Path):
 def test_a_write_that_fails_midway_is_dtl901_and_the_file_is_unchanged(tmp_path: Path, monkeypatch):
     import errno
 
-    from dtype_lint import writer
+    from dtype_lint.engine import writer
 
     root = tiny_project(tmp_path, {"proj/z.py": OTHER})
     real = writer.write_atomic

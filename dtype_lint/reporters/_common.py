@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, TextIO
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Finding
-from dtype_lint.source import SourceText
+from dtype_lint.engine.source import SourceText
 
 # Width used when not writing to a terminal, so snapshot output does not depend on $COLUMNS.
 PIPE_WIDTH = 100
@@ -208,7 +208,7 @@ def fingerprints(findings: list[Finding]) -> list[str]:
     unrelated edits keep it); a key seen again in the same file gets its occurrence number mixed
     in, so two identical casts in one function stay two issues.
     """
-    from dtype_lint.baseline import finding_key
+    from dtype_lint.engine.baseline import finding_key
 
     seen: dict[tuple, int] = {}
     out = []

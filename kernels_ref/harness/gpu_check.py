@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from dtype_lint.writer import write_atomic
+from dtype_lint.engine.writer import write_atomic
 
 #: The CUDA-kernel verify passes run these backends by default: between them every kernel and
 #: every attention input dtype (fp16 unquantized, fp8 quant+mm with fp8 q/k/v, Marlin with bf16,

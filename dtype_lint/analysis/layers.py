@@ -24,10 +24,10 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import (LAYER_PARAM, AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name,
+from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name,
                     layer_params, storage_method_name)
-from .findings import Evidence
-from .index import dotted
+from dtype_lint.findings import Evidence
+from dtype_lint.analysis.class_index import dotted
 
 NONE, SET, UNKNOWN = "none", "set", "unknown"
 # A model class attribute listing the only quantization configs it accepts (vLLM).

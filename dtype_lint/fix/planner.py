@@ -22,16 +22,16 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from .config import Config
-from .dtype_eval import summarize_cases, unsound_cases
-from .facts import FunctionScope, walk_function
-from .findings import Edit, Fix
-from .helper import helper_table
-from .import_edit import import_edit
-from .names import bindings, fresh, has_star_import, identifiers
-from .patterns import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
-from .source import SourceFile
-from .truth_table import prove_guarded_cast
+from dtype_lint.config import Config
+from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
+from dtype_lint.analysis.class_facts import FunctionScope, walk_function
+from dtype_lint.findings import Edit, Fix
+from dtype_lint.fix.helper_template import helper_table
+from dtype_lint.fix.import_edit import import_edit
+from dtype_lint.fix.bound_names import bindings, fresh, has_star_import, identifiers
+from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
+from dtype_lint.engine.source import SourceFile
+from dtype_lint.dtypes.truth_table import prove_guarded_cast
 
 _KNOWN_GLOBALS = {"torch", "current_platform", "hasattr", "getattr", "True", "False", "None"}
 

@@ -21,8 +21,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .findings import Evidence
-from .source import iter_code
+from dtype_lint.findings import Evidence
+from dtype_lint.engine.source import iter_code
 
 _STMT = re.compile(r"^[ \t]*(?:class|from|import)\b", re.M)
 

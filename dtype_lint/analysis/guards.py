@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import ast
 
-from .dtype_eval import guard_excludes_packed, guard_includes_packed
-from .facts import ClassFacts
-from .findings import Evidence
-from .index import dotted
+from dtype_lint.dtypes.evaluator import guard_excludes_packed, guard_includes_packed
+from dtype_lint.analysis.class_facts import ClassFacts
+from dtype_lint.findings import Evidence
+from dtype_lint.analysis.class_index import dotted
 
 
 class _Flags:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Collection, Iterable
 
 from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
-from dtype_lint.source import SourceText, iter_code
+from dtype_lint.engine.source import SourceText, iter_code
 
 # A code list never holds `#`: each directive's scan stops at the next one (linear per comment).
 _IGNORE = re.compile(r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?")

@@ -223,7 +223,7 @@ class Baseline:
     def load(cls, path: str | os.PathLike, root: str | os.PathLike | None = None) -> "Baseline":
         """Read a baseline file; raises :class:`BaselineError` on a missing, malformed or
         newer-versioned file."""
-        from dtype_lint.source import read_bytes
+        from dtype_lint.engine.source import read_bytes
 
         path = Path(path)
 

@@ -13,9 +13,9 @@ import ast
 import fnmatch
 from dataclasses import dataclass
 
-from .facts import ClassFacts, FunctionScope, ProjectFacts, signature_of, walk_function
-from .index import dotted
-from .patterns import alloc_dtype_keywords, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.analysis.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of, walk_function
+from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.recognisers import alloc_dtype_keywords, cast_dtype_args, weight_dtype_source, weight_expr
 
 NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ast
 
-from .findings import Edit
-from .source import SourceText
+from dtype_lint.findings import Edit
+from dtype_lint.engine.source import SourceText
 
 
 def _leading_block(tree: ast.Module) -> list[ast.stmt]:

@@ -15,8 +15,8 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .findings import Evidence
-from .index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.findings import Evidence
+from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",

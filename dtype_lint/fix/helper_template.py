@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .dtype_eval import Table, Unsupported, evaluate_helper
-from .source import read_file
+from dtype_lint.dtypes.evaluator import Table, Unsupported, evaluate_helper
+from dtype_lint.engine.source import read_file
 
 _DOC = '''\
     """The dtype an activation must have before entering `layer`, or None to keep the model dtype.

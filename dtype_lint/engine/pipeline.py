@@ -22,20 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import __version__
-from .analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
-from .cache import Cache
-from .config import Config
-from .discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
-from .findings import Finding
-from .fixer import FixOutcome, failed, fix_text
-from .helper import HelperError, HelperLocation
-from .helper_home import HelperChoice, choose_helper, configured_location
-from .index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, dtype_functions, extract_header, from_imported
-from .prefilter import for_rules, has_suppression
-from .source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
-from .workers import effective_jobs, parallel_map, worker_state
-from .writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
+from dtype_lint import __version__
+from dtype_lint.analysis.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
+from dtype_lint.engine.cache import Cache
+from dtype_lint.config import Config
+from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
+from dtype_lint.findings import Finding
+from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
+from dtype_lint.fix.helper_template import HelperError, HelperLocation
+from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
+from dtype_lint.analysis.class_index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, dtype_functions, extract_header, from_imported
+from dtype_lint.engine.prefilter import for_rules, has_suppression
+from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
+from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
+from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 
 
 class UserError(Exception):
@@ -184,7 +184,7 @@ def _require_rules(config: Config) -> None:
     """A configuration that enables no rule would check nothing and pass: refuse it."""
     if enabled_rules(config):
         return
-    from .rules import ALL_RULES
+    from dtype_lint.rules import ALL_RULES
 
     where = "the command line" if config.source == "defaults" else f"{config.source} or the command line"
     raise UserError(
@@ -427,7 +427,7 @@ def _scan_for_names(index_found: list[Found], config: Config, cache: Cache, jobs
 def _looked_for(config: Config, index: QuantizableLayerIndex) -> list[str]:
     """Configured and preset class names the project does not define: whether some file imports
     them decides the warnings below, and only their files' headers are read for it."""
-    from .presets import PRESETS
+    from dtype_lint.presets import PRESETS
 
     out = [n for names in (config.quantizable, config.exempt_classes, config.not_quantizable)
            for n in names if not index.defines(n)]
@@ -459,7 +459,7 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
         if missing:
             out.append(f"`{key}` names classes the checked files neither define nor import: "
                        f"{', '.join(missing)} (check the spelling and the module path)")
-    from .presets import PRESETS
+    from dtype_lint.presets import PRESETS
 
     preset = PRESETS[config.preset]["quantizable"]
     if preset and not any(mentioned(n) for n in preset):
@@ -559,11 +559,16 @@ def code_stamp() -> str:
 
     h = hashlib.sha1()
     for pkg in (dtype_lint, dtype_lint.rules):
-        d = os.path.dirname(pkg.__file__)
-        for name in sorted(os.listdir(d)):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(d, name))
-                h.update(f"{name}:{st.st_mtime_ns}:{st.st_size};".encode())
+        top = os.path.dirname(pkg.__file__)
+        for folder, dirs, names in os.walk(top):
+            # the sub-packages by stage hold the engine; kernels and fixtures never change findings
+            dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    st = os.stat(path)
+                    rel = os.path.relpath(path, top)
+                    h.update(f"{rel}:{st.st_mtime_ns}:{st.st_size};".encode())
     return h.hexdigest()[:10]
 
 
@@ -767,7 +772,7 @@ def _diff(result: RunResult, helper: HelperLocation | None, fixes: list[_FileFix
 
 
 def _write_baseline(result: RunResult, path: str) -> None:
-    from .baseline import BaselineError, write_baseline
+    from dtype_lint.engine.baseline import BaselineError, write_baseline
 
     try:
         write_baseline(path, result.findings, result.config.root,
@@ -779,7 +784,7 @@ def _write_baseline(result: RunResult, path: str) -> None:
 
 
 def _apply_baseline(result: RunResult, path: str) -> None:
-    from .baseline import Baseline, BaselineError
+    from dtype_lint.engine.baseline import Baseline, BaselineError
 
     try:
         baseline = Baseline.load(path)

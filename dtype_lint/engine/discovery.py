@@ -130,7 +130,7 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
     """Depth first in sorted order, a folder's files before its subfolders (as os.walk with
     sorted names); folder symlinks are not followed. `add(found, is_link)` takes each file;
     `temps` collects temp files a killed dtype-lint run left (see writer.is_temp_name)."""
-    from .writer import TEMP_SUFFIX, is_temp_name
+    from dtype_lint.engine.writer import TEMP_SUFFIX, is_temp_name
 
     top_abs = os.path.abspath(top)
     base = _import_root(top_abs, root_abs)

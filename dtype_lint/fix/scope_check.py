@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import ast
 
-from .findings import Finding
-from .names import has_star_import, identifiers
-from .rule import iter_functions
+from dtype_lint.findings import Finding
+from dtype_lint.fix.bound_names import has_star_import, identifiers
+from dtype_lint.rule import iter_functions
 
 
 class FixCheckError(Exception):

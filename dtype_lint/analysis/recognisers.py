@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .facts import FunctionScope
-from .index import dotted
+from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.analysis.class_index import dotted
 
 # How a file spells a weight-dtype site, for the text prefilter: `L.weight.dtype`, `.to(L.weight)`,
 # `getattr(L, "weight"...)` (black may split it over lines, with comments), or an alias

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .dtype_eval import PACKED, Case, Table, Unsupported, evaluate_guarded_cast
+from dtype_lint.dtypes.evaluator import PACKED, Case, Table, Unsupported, evaluate_guarded_cast
 
 # Storages where the helper may decide differently from the old code: that difference is the fix.
 INTENDED = PACKED + ("float8_e5m2",)

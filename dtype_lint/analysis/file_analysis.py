@@ -10,14 +10,14 @@ from __future__ import annotations
 import ast
 import os
 
-from .config import Config
-from .facts import ProjectFacts
-from .findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
-from .index import QuantizableLayerIndex, extract_header
-from .prefilter import for_rules, has_suppression
-from .rule import FileFacts, RuleContext, RuleContractError
-from .source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
-from .suppressions import apply_suppressions
+from dtype_lint.config import Config
+from dtype_lint.analysis.class_facts import ProjectFacts
+from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
+from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
+from dtype_lint.engine.prefilter import for_rules, has_suppression
+from dtype_lint.rule import FileFacts, RuleContext, RuleContractError
+from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
+from dtype_lint.engine.suppressions import apply_suppressions
 
 
 def enabled_rules(config: Config, path: str | None = None):
@@ -88,7 +88,7 @@ def reads_helper_callers(rules, index: QuantizableLayerIndex, module: str) -> bo
     """A rule reports calls of input-dtype helpers, and this module imports one from elsewhere."""
     if not any(r.reads_helper_callers for r in rules):
         return False
-    from .helper_facts import imports_a_helper
+    from dtype_lint.analysis.helper_functions import imports_a_helper
 
     return imports_a_helper(index.modules.get(module), index)
 

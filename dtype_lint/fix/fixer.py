@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .findings import FIX_FAILED, Edit, Finding, Span
-from .fixcheck import FixCheckError, verify_names
-from .source import SourceText
+from dtype_lint.findings import FIX_FAILED, Edit, Finding, Span
+from dtype_lint.fix.scope_check import FixCheckError, verify_names
+from dtype_lint.engine.source import SourceText
 
 MAX_ROUNDS = 6
 

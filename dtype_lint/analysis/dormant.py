@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from .facts import ProjectFacts
+from dtype_lint.analysis.class_facts import ProjectFacts
 
 
 def _falsy_constant(value: ast.AST | None) -> bool:

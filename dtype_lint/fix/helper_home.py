@@ -19,10 +19,10 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .config import Config
-from .discovery import module_name
-from .findings import Finding
-from .helper import HelperError, HelperLocation, in_tree, locate_helper
+from dtype_lint.config import Config
+from dtype_lint.engine.discovery import module_name
+from dtype_lint.findings import Finding
+from dtype_lint.fix.helper_template import HelperError, HelperLocation, in_tree, locate_helper
 
 INFERRED_MODULE = "layer_input_dtype"
 

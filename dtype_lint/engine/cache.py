@@ -172,7 +172,7 @@ class Cache:
         it for the next run to add)."""
         if not self.enabled or not (self._pending or self._scan_dirty):
             return
-        from .writer import WriteError
+        from dtype_lint.engine.writer import WriteError
 
         try:
             writer.make_dirs(self.dir / "h", "cache")
@@ -280,7 +280,7 @@ def _fits(value, schema) -> bool:
 
 def _ours(name: str) -> bool:
     """A name dtype-lint puts in its cache folder (this format's, the single-file format's)."""
-    from .writer import is_temp_name
+    from dtype_lint.engine.writer import is_temp_name
 
     return name in ("tmp",) or name.startswith(f"{FORMAT}-") or \
         (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)

@@ -21,10 +21,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .findings import Finding
-from .fixer import fix_text
-from .helper import HelperLocation, decision_rows
-from .writer import ProjectWriter
+from dtype_lint.findings import Finding
+from dtype_lint.fix.fixer import fix_text
+from dtype_lint.fix.helper_template import HelperLocation, decision_rows
+from dtype_lint.engine.writer import ProjectWriter
 
 GROUPS = ("file", "directory", "rule")
 # A fixed date and author make the series reproducible: the same tree gives the same patches.

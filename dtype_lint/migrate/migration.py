@@ -11,9 +11,9 @@ import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
-from .config import Config
-from .findings import Finding
-from .pipeline import RunOptions, RunResult, reanalyze, run, settle
+from dtype_lint.config import Config
+from dtype_lint.findings import Finding
+from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -118,7 +118,7 @@ def render_report(root: str, result: RunResult, report_path: str | None = None, 
 def reuse_sound_helper(config: Config, path: str) -> Config:
     """When no helper is configured and the preset's does not exist, but the project already has a
     sound input-dtype helper taking a layer and the fp8 flag, route the fixes through it."""
-    from .helper_facts import project_helpers
+    from dtype_lint.analysis.helper_functions import project_helpers
 
     if config.helper:
         return config
@@ -134,7 +134,7 @@ def reuse_sound_helper(config: Config, path: str) -> Config:
 
 def _definite(h) -> bool:
     """Every case has one answer (no branch on what the evaluator cannot know)."""
-    from .dtype_eval import alternatives
+    from dtype_lint.dtypes.evaluator import alternatives
 
     return all(len(alternatives(v)) == 1 for _c, v in h.table.rows)
 
@@ -142,8 +142,8 @@ def _definite(h) -> bool:
 def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> list[str]:
     """The report's account of the input-dtype helpers the project already had: each one's table
     beside the helper this change uses, and what was done about it."""
-    from .helper import helper_table
-    from .helper_facts import project_helpers
+    from dtype_lint.fix.helper_template import helper_table
+    from dtype_lint.analysis.helper_functions import project_helpers
 
     module, func = result.config.helper_spec
     created = any(w.why == "helper" and w.action == "created" for w in result.writes)
@@ -234,8 +234,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
     a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
     False: none)."""
-    from . import series
-    from .source import FileText
+    from dtype_lint.migrate.migration import series
+    from dtype_lint.engine.source import FileText
 
     result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
                                     unsafe_fixes=unsafe_fixes, progress=progress))
@@ -266,7 +266,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
-        from . import proofs
+        from dtype_lint.migrate.migration import proofs
 
         text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
         proof = proofs.for_changes(text, result.helper.func)

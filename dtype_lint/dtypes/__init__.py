@@ -1,0 +1,1 @@
+"""The abstract interpreter over torch dtypes and the truth-table proof built on it."""

@@ -1,0 +1,1 @@
+"""A tree-wide migration: the run and its report, the patch series, the executable proofs."""
