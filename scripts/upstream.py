@@ -56,7 +56,19 @@ def verdict_of(finding, verdicts: triage.Verdicts, rules: dict) -> tuple[str, st
     return rules.get((key, finding.code), ("not judged", ""))
 
 
-def generate(tree: Path, out: Path, work: Path) -> None:
+def committed_author() -> str | None:
+    """The author the committed series carries (its first patch's `From:`), so that `--check`
+    regenerates the same bytes on any machine."""
+    first = sorted(OUT.glob("0001-*.patch")) if OUT.is_dir() else []
+    if not first:
+        return None
+    for line in first[0].read_text(encoding="utf-8").splitlines():
+        if line.startswith("From: "):
+            return line.removeprefix("From: ").strip()
+    return None
+
+
+def generate(tree: Path, out: Path, work: Path, author: str | None = None) -> None:
     """Write the series and its README for the release tree `tree` into `out` (emptied first)."""
     from dtype_lint.config import load_config
     from dtype_lint.migrate.migration import migration_series
@@ -71,7 +83,8 @@ def generate(tree: Path, out: Path, work: Path) -> None:
         # The sites as the release has them (a patched file's remaining findings move by the
         # lines its import adds): the triage judged these lines.
         before = run(config, RunOptions(paths=["."], use_cache=False, jobs=1)).findings
-        result, patches, files = migration_series(config, ".", str(series_dir), "file", jobs=1)
+        result, patches, files = migration_series(config, ".", str(series_dir), "file", jobs=1,
+                                                  convention="vllm", author=author, label=VERSION)
     fixed = {_where(f) for f in result.fixed}
     # What the series leaves, on the release's lines: a remaining finding of a patched file has
     # moved, so it is matched to the release's finding of the same file, rule and scope.
@@ -104,6 +117,7 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     out.mkdir(parents=True)
     for f in files:
         shutil.copyfile(f, out / Path(f).name)
+    shutil.copyfile(series_dir / "PR.md", out / "PR.md")
     (out / "README.md").write_text(readme(left, resolved, patches, files, verdicts, rules), encoding="utf-8")
 
 
@@ -114,13 +128,17 @@ def _where(f) -> tuple[str, int, str]:
 def _proof(patch) -> str:
     body = patch.body
     kinds = []
-    if "reference kernels (CPU)" in body:
+    if "reference CPU implementation of each backend's" in body:
         kinds.append("reference layers, each storage: before crashes or truncates, after ok")
-    if "`dtype-lint verify`" in body:
-        kinds.append("`dtype-lint verify` matrix of vLLM's own MLA prefill")
-    if "Verified: dtype-lint evaluates this function's own code" in body:
-        kinds.append("the helper's own code evaluated over every storage × fp8 input")
+    if "run on real torch dtypes" in body:
+        kinds.append("the helper's own code run on every storage × fp8 input, before and after")
+    if "own _compute_prefill_context" in body:
+        kinds.append(f"vLLM {VERSION}'s own `_compute_prefill_context` run before and after")
     return "; ".join(kinds) or "none executable: re-check and compile only"
+
+
+def _tests(patch) -> str:
+    return "<br>".join(f"`{t}`" for t in patch.tests) or "none (see its Test Plan)"
 
 
 def readme(left, resolved, patches, files, verdicts, rules) -> str:
@@ -142,12 +160,18 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
         "DTL001/DTL002, docs/triage/rules-dtl003-005.md for DTL003-DTL005): some shipped "
         "quantization backend gives that layer a packed or missing `.weight` on that path. "
         "`tests/test_upstream.py` applies the series with `git am`, compiles every file after each "
-        "patch, and compares the result with the in-place migration byte for byte.",
+        "patch, and compares the result with the in-place migration byte for byte (the tests the "
+        "series adds aside); it runs each added test against the release tree before and after its "
+        "patch (vLLM imported through dtype_lint/migrate/release_stubs.py): it fails before and passes after.",
+        "",
+        "The commit messages follow vLLM's conventions (a `[Bugfix]`/`[Model]`/`[Quantization]` title, the "
+        "Purpose / Test Plan / Test Result template, `Signed-off-by:`) and name no rule code; the codes and "
+        "the triage are here. `PR.md` is the description for sending the series as one pull request.",
         "",
         "## The patches",
         "",
-        "| patch | sites | verdict | proof in the commit message |",
-        "|---|---|---|---|",
+        "| patch | sites | verdict | test it adds | proof in the commit message |",
+        "|---|---|---|---|---|",
     ]
     for name, patch in zip(names, patches):
         sites = [(ch.path, f) for ch in patch.changes for f in sorted(ch.findings, key=lambda f: f.span.line)]
@@ -157,7 +181,7 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
             site_cell = "<br>".join(f"`{p}:{f.span.line}` {f.code}" for p, f in sites)
             verdict_cell = "<br>".join(f"{verdict_of(f, verdicts, rules)[0]}: {_md(verdict_of(f, verdicts, rules)[1])}"
                                        for _, f in sites)
-        lines.append(f"| [`{name}`]({name}) | {site_cell} | {verdict_cell} | {_proof(patch)} |")
+        lines.append(f"| [`{name}`]({name}) | {site_cell} | {verdict_cell} | {_tests(patch)} | {_proof(patch)} |")
     if any(f.code == "DTL004" for p in patches for ch in p.changes for f in ch.findings):
         lines += [
             "",
@@ -207,13 +231,16 @@ def _md(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if the committed series differs from a fresh one")
+    ap.add_argument("--author", metavar="'NAME <EMAIL>'",
+                    help="author and sign-off of the commits (default: the committed series' own, else git config)")
     args = ap.parse_args(argv)
+    author = args.author or committed_author()
     from dtype_lint.releases import release_tree
 
     tree = release_tree(DIST, VERSION)
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / "out"
-        generate(tree, fresh if args.check else OUT, Path(tmp))
+        generate(tree, fresh if args.check else OUT, Path(tmp), author)
         if not args.check:
             print(f"wrote {OUT.relative_to(ROOT)}")
             return 0

@@ -21,7 +21,7 @@ from dtype_lint.migrate.conventions import RULE_CODE, Convention, Identity, scru
 BACKEND_OF = {
     "int32": "Marlin FP8 (W8A16), which repacks the weight to int32",
     "uint8": "NVFP4, which packs the weight into uint8",
-    "int8": "W8A8-INT8 (compressed-tensors, Quark), which stores int8",
+    "int8": "W8A8-INT8 from compressed-tensors or Quark, which stores int8",
     None: "AWQ/GPTQ/compressed-tensors WNA16, which leave no `.weight`",
     "float8_e4m3fn": "FP8",
 }
@@ -57,7 +57,8 @@ class Message:
     def body(self, convention: Convention) -> str:
         (p, _), (t, _), (r, _) = convention.sections
         # Plain headings: a `#` line would be a comment to `git commit --cleanup=strip`.
-        parts = [f"{p}:", "", *self.purpose, "", f"{t}:", "", *self.test_plan, "", f"{r}:", "", *self.test_result]
+        label = lambda heading: heading if heading.endswith("?") else heading + ":"  # noqa: E731
+        parts = [label(p), "", *self.purpose, "", label(t), "", *self.test_plan, "", label(r), "", *self.test_result]
         text = "\n".join(parts).rstrip()
         if self.trailers:
             text += "\n\n" + "\n".join(self.trailers)
@@ -78,8 +79,15 @@ def changed_cases(before, after) -> list[tuple[str | None, bool, str, str]]:
     """(storage, flag, before, after) for every case the patch changes."""
     if before is None or after is None:
         return []
+    from dtype_lint.dtypes.evaluator import PARAMS
+
+    def said(storage, value: str) -> str:
+        # The evaluator models params_dtype as the model dtype (bf16): name it as the code does.
+        return "the layer's params_dtype" if value == f"torch.{PARAMS}" and storage != PARAMS else value
+
     old = before.as_dict()
-    return [(case.storage, case.flag, old.get(case, "?"), now) for case, now in after.rows if old.get(case) != now]
+    return [(case.storage, case.flag, said(case.storage, old.get(case, "?")), said(case.storage, now))
+            for case, now in after.rows if old.get(case) != now]
 
 
 def _storage_name(storage: str | None) -> str:
@@ -161,7 +169,7 @@ def sites_message(convention: Convention, key: str, changes, func: str, rewrites
 def _links(convention: Convention) -> list[str]:
     if not convention.issue_links:
         return []
-    return ["", "Related: " + ", ".join(convention.issue_links)]
+    return ["", "Related:", *(f"- {link}" for link in convention.issue_links)]
 
 
 def signoff(message: Message, identity: Identity | None, enabled: bool) -> Message:
