@@ -164,8 +164,18 @@ def get(name: str | None, root: Path) -> Convention:
     return CONVENTIONS[name]
 
 
+# How the fixer says it checked a rewrite, and how a reviewer would read it.
+_PROVEN = (
+    (" (proven by truth table)", "; the new code decides as the old guard on every storage the old "
+                                 "guard handled, and differs only where it was wrong"),
+    (" (proven by the dtype evaluator)", ", the storages where it was wrong; every other case is unchanged"),
+)
+
+
 def scrub(text: str) -> str:
-    """A commit message's text with the tool's rule codes taken out (evidence lines may quote
-    them); what is left must still read as prose."""
+    """A commit message's text with the tool's rule codes and inner workings taken out
+    (evidence lines and fix descriptions may quote them); what is left must still read as prose."""
+    for tool_words, plain in _PROVEN:
+        text = text.replace(tool_words, plain)
     text = re.sub(r"\s*\((?:DTL\d{3}(?:,\s*)?)+\)", "", text)
     return RULE_CODE.sub("this check", text)

@@ -81,6 +81,7 @@ class Style:
     signoff: bool = False
     root: Path | None = None  # the tree the series applies to
     label: str = "the tree"  # how a proof names that tree's code ("0.33.0")
+    taken: set[str] = field(default_factory=set)  # test paths this series already adds
 
 
 def series_root(path: Path) -> Path:
@@ -142,6 +143,18 @@ def _package_rel(path: str) -> str:
     return str(PurePosixPath(*parts[1:])) if parts and parts[0] == "src" else path
 
 
+def _free_test_path(test, style: Style, taken: set[str]):
+    """The test under a name the tree does not already use (a patch must create, never overwrite)."""
+    import dataclasses
+
+    path, n = test.path, 1
+    while path in taken or (style.root is not None and (style.root / path).exists()):
+        n += 1
+        path = str(PurePosixPath(test.path).with_name(f"{PurePosixPath(test.path).stem}_{n}.py"))
+    taken.add(path)
+    return dataclasses.replace(test, path=path)
+
+
 def _finish(patch: Patch, message: messages.Message, style: Style) -> Patch:
     messages.signoff(message, style.identity, style.signoff)
     patch.message = message
@@ -162,7 +175,8 @@ def _helper_patch(helper: HelperLocation, helper_changes: list[FileChange], styl
     except Exception:  # noqa: BLE001 - a helper beyond the evaluator gets no generated test
         table = None
     if table is not None:
-        test = regression.helper_test(conv, helper_path, helper.module, helper.func, "fp8_input", table)
+        test = _free_test_path(regression.helper_test(conv, helper_path, helper.module, helper.func, "fp8_input",
+                                                      table), style, style.taken)
         changes.append(FileChange(test.path, None, test.text.encode("utf-8"), test=True))
         if proofs.available():
             package = helper.module.split(".")[0]
@@ -194,7 +208,8 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
                 continue
             all_cases += messages.changed_cases(old, new)
             module = messages.module_of(ch.path, conv.package)
-            test = regression.helper_test(conv, ch.path, module, func, messages.flag_name(after_text, func), new)
+            test = _free_test_path(regression.helper_test(conv, ch.path, module, func,
+                                                          messages.flag_name(after_text, func), new), style, style.taken)
             changes.append(FileChange(test.path, None, test.text.encode("utf-8"), test=True))
             tests.append(test.path)
             if proofs.available():
