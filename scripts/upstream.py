@@ -62,10 +62,11 @@ def committed_author() -> str | None:
     first = sorted(OUT.glob("0001-*.patch")) if OUT.is_dir() else []
     if not first:
         return None
-    for line in first[0].read_text(encoding="utf-8").splitlines():
-        if line.startswith("From: "):
-            return line.removeprefix("From: ").strip()
-    return None
+    import email
+
+    header = first[0].read_text(encoding="utf-8").split("\n\n", 1)[0].split("\n", 1)[1]  # past the mbox line
+    author = email.message_from_string(header).get("From")
+    return " ".join(str(author).split()) if author else None
 
 
 def generate(tree: Path, out: Path, work: Path, author: str | None = None) -> None:
@@ -182,6 +183,15 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
             verdict_cell = "<br>".join(f"{verdict_of(f, verdicts, rules)[0]}: {_md(verdict_of(f, verdicts, rules)[1])}"
                                        for _, f in sites)
         lines.append(f"| [`{name}`]({name}) | {site_cell} | {verdict_cell} | {_tests(patch)} | {_proof(patch)} |")
+    if any(patch.kind == "sites" for patch in patches):
+        lines += [
+            "",
+            "The model patches add no test of their own: each changed method belongs to a model class "
+            "that only vLLM's engine builds (its distributed state and a quantized checkpoint, for most a "
+            "GPU), and a unit test cannot construct one. Their Test Plan runs the shared helper's test "
+            "(added by the first patch), whose decision they now take, and their Test Result is the "
+            "reference-layer table: each storage's layer fed the old cast and the new one.",
+        ]
     if any(f.code == "DTL004" for p in patches for ch in p.changes for f in ch.findings):
         lines += [
             "",

@@ -119,11 +119,9 @@ def fix_helper_message(convention: Convention, path: str, funcs: list[str], case
     storages = sorted({SHORT_BACKEND.get(s, str(s)) for s, _f, _b, _a in cases})
     names = ", ".join(f"{f}()" for f in funcs)
     title = convention.title("fix-helper", f"Fix {names} for {' and '.join(storages) or 'quantized'} weights", path)
-    purpose = [wrap(WHY), ""]
-    lines = [f"`{names}` ({path}:{line}) decides the dtype an activation is cast to before the layer. "
-             "For these weight storages it returns a dtype the layer cannot take:"]
-    purpose.append(wrap(lines[0]))
-    purpose.append("")
+    purpose = [wrap(WHY), "",
+               wrap(f"`{names}` ({path}:{line}) decides the dtype an activation is cast to before the layer. "
+                    "For these weight storages it returns a dtype the layer cannot take:"), ""]
     for storage, flag, was, now in cases:
         backend = BACKEND_OF.get(storage, str(storage))
         purpose.append(wrap(f"{_storage_name(storage)} storage ({backend}), fp8 input {flag}: returned "

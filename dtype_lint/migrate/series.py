@@ -226,9 +226,9 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
                 result += [f"The release's own prefill could not be run here: {type(e).__name__}: {e}", ""]
     extra = _proof_lines(proof, chs, fallback=False)
     result += extra
-    if not any(line.strip() for line in result):
+    if not any(text.strip() for text in result):
         result = ["Not executed here (no torch)."]
-    message = messages.fix_helper_message(conv, chs[0].path, funcs, all_cases, tests, [r for r in result], line)
+    message = messages.fix_helper_message(conv, chs[0].path, funcs, all_cases, tests, result, line)
     while message.test_result and not message.test_result[-1].strip():
         message.test_result.pop()
     return _finish(Patch("", "", changes, kind="fix-helper"), message, style)
