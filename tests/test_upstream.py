@@ -86,7 +86,7 @@ def test_helper_patch_shows_the_release_prefill_before_and_after():
     running after; and its unit test's cases before and after."""
     (patch, message), = [(p, m) for p, m in _messages() if "_get_kv_b_proj_input_dtype" in m.split("\n\n", 1)[0]]
     assert "vLLM 0.33.0's own _compute_prefill_context" in message
-    rows = {line.split("  ")[0].strip(): line for line in message.splitlines() if line.startswith("    W8A8-INT8")
+    rows = {line.strip().split("  ")[0]: line for line in message.splitlines() if line.startswith("    W8A8-INT8")
             or line.startswith("    NVFP4, fp8 prefill")}
     int8 = rows["W8A8-INT8"]
     assert "RuntimeError" in int8 and int8.rstrip().endswith(" ok")
