@@ -152,13 +152,17 @@ def installed(tree: Path, package: str = PACKAGE):
         sys.modules.update(saved)
 
 
-_CONFTEST = '''"""Written by dtype-lint: serve `vllm` from the release tree in DTL_RELEASE_TREE."""
+def install(tree: Path, package: str = PACKAGE) -> None:
+    """:func:`installed` for the rest of the process (a test session's conftest)."""
+    sys.meta_path.insert(0, _Finder(Path(tree), package))
+
+
+_CONFTEST = '''"""Written by dtype-lint: serve the package from the tree in DTL_RELEASE_TREE."""
 import os
 
-from dtype_lint.migrate.release_stubs import installed
+from dtype_lint.migrate.release_stubs import install
 
-_ctx = installed(os.environ["DTL_RELEASE_TREE"], os.environ.get("DTL_RELEASE_PACKAGE", "vllm"))
-_ctx.__enter__()
+install(os.environ["DTL_RELEASE_TREE"], os.environ.get("DTL_RELEASE_PACKAGE", "vllm"))
 '''
 
 
