@@ -138,3 +138,15 @@ def test_generated_helper_test_runs_against_a_tree(tmp_path: Path):
     after = release_stubs.run_tests(tree, [test.path], package="pkg")
     assert after.returncode == 0, after.stdout + after.stderr
     assert "16 passed" in after.stdout
+
+
+def test_an_added_test_never_overwrites_a_file_of_the_tree(tmp_path: Path):
+    from dtype_lint.migrate import series
+    from dtype_lint.migrate.regression import HelperTest
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_h.py").write_text("# the project's own\n")
+    style = series.Style(root=tmp_path)
+    first = series._free_test_path(HelperTest("tests/test_h.py", "", "h", "m", ()), style, style.taken)
+    second = series._free_test_path(HelperTest("tests/test_h.py", "", "h", "m", ()), style, style.taken)
+    assert (first.path, second.path) == ("tests/test_h_2.py", "tests/test_h_3.py")
