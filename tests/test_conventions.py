@@ -102,6 +102,11 @@ def test_hf_series_says_what_to_regenerate(hf_series: Path):
     assert "src/transformers/models/bar/modeling_bar.py: a block copied from transformers.models.foo.modeling_foo.FooProjector; the origin is patched" in flat
     assert "src/transformers/models/baz/modeling_baz.py: a copy of" in flat and "make fix-copies" in flat
     assert "modular_model_converter" in " ".join(pr.split())
+    # ... and the commit that patches the generated file says so itself.
+    (generated_patch,) = [p for p in (hf_series / "series").glob("*.patch") if "b/src/transformers/models/foo/modeling_foo.py"
+                          in p.read_text(encoding="utf-8")]
+    message = " ".join(generated_patch.read_text(encoding="utf-8").split("\n---\n", 1)[0].split())
+    assert "generated from src/transformers/models/foo/modular_foo.py; regenerate it" in message
 
 
 def test_generated_file_whose_source_is_not_patched(tmp_path: Path):

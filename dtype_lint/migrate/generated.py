@@ -24,6 +24,7 @@ from pathlib import Path
 GENERATED = re.compile(r"This file was automatically generated from\s+(\S+?\.py)")
 COPIED = re.compile(r"^\s*# Copied from ((?:transformers|diffusers)\.[\w.]+)(?:\s+with\s+(.*))?$")
 REGENERATE = "python utils/modular_model_converter.py --files_to_parse {source}"
+REGENERATING = ("transformers", "diffusers")  # the conventions whose projects regenerate files
 FIX_COPIES = "make fix-copies"
 
 

@@ -138,7 +138,7 @@ def fix_helper_message(convention: Convention, path: str, funcs: list[str], case
 
 
 def sites_message(convention: Convention, key: str, changes, func: str, rewrites: list[str], helper_test: str | None,
-                  result: list[str]) -> Message:
+                  result: list[str], notes=()) -> Message:
     findings = [(ch.path, f) for ch in changes for f in sorted(ch.findings, key=Finding.sort_key)]
     n = len(findings)
     label = where_label(key, convention.package) if key not in ("", ".") else "all files"
@@ -154,6 +154,8 @@ def sites_message(convention: Convention, key: str, changes, func: str, rewrites
             where = f" ({Path(e.path).name}:{e.line})" if e.path else ""
             purpose.append(wrap(scrub(f"{e.message}{where}"), "    "))
     purpose += ["", "Change:"] + [wrap(scrub(d), "- ") for d in rewrites]
+    if notes:
+        purpose += [""] + _generated_lines(notes)[:-1]
     purpose += _links(convention)
     plan = [f"    python -m py_compile {' '.join(sorted({ch.path for ch in changes}))}"]
     if helper_test:

@@ -319,8 +319,13 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
 
         text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
         proof = proofs.for_changes(text, result.helper.func)
+    # Generated and copied files, known before the messages are written: a maintainer reading a
+    # patch to a generated file must see there what regenerates it.
+    # (Only the Hugging Face projects regenerate files: elsewhere a `# Copied from` comment is prose.)
+    gen = (generated.analyze(root, [series.Patch("", "", changes)])
+           if conv.name in generated.REGENERATING else [])
+    style.generated = gen
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None, style)
-    gen = generated.analyze(root, patches)
     files = series.write(patches, Path(out), result.writer, identity) if patches else []
     settle(result, result.outcomes)  # the report counts what the patches fix
     final: dict[str, bytes] = {}

@@ -82,6 +82,7 @@ class Style:
     root: Path | None = None  # the tree the series applies to
     label: str = "the tree"  # how a proof names that tree's code ("0.33.0")
     taken: set[str] = field(default_factory=set)  # test paths this series already adds
+    generated: list = field(default_factory=list)  # generated.Note for the files the series changes
 
 
 def series_root(path: Path) -> Path:
@@ -125,7 +126,8 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
             rewrites = sorted({f.fix.description for ch in chs for f in ch.findings if f.fix})
             result = _proof_lines(proof, chs)
             message = messages.sites_message(conv, key if group_by != "rule" else "", chs, func, rewrites,
-                                             helper_test_path, result)
+                                             helper_test_path, result,
+                                             [n for n in style.generated if n.path in {c.path for c in chs}])
             patches.append(_finish(Patch("", "", chs, kind="sites"), message, style))
     return patches
 
