@@ -231,6 +231,11 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
     if not any(text.strip() for text in result):
         result = ["Not executed here (no torch)."]
     message = messages.fix_helper_message(conv, chs[0].path, funcs, all_cases, tests, result, line)
+    others = [(ch.path, f) for ch in chs for f in sorted(ch.findings, key=Finding.sort_key) if not _fixes_helper(f)]
+    if others:  # a coarser grouping put call sites beside the helper's fix
+        func = helper.func if helper else "the input-dtype helper"
+        message.purpose += ["", f"Also in this patch, call sites routed through {func}():"]
+        message.purpose += [messages.wrap(f"{path}:{f.span.line} in `{f.scope}`", "- ") for path, f in others]
     while message.test_result and not message.test_result[-1].strip():
         message.test_result.pop()
     return _finish(Patch("", "", changes, kind="fix-helper"), message, style)
