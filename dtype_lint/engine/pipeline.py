@@ -230,7 +230,7 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None) 
     project, so a layer defined in an unstaged file still resolves: one walk of the project,
     which reads nothing."""
     excludes = tuple(config.exclude)
-    files = discover_files(paths, excludes, config.root, temps=temps)
+    files = discover_files(paths, excludes, config.root, temps=temps, force_exclude=config.force_exclude)
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
         rel = os.path.relpath(config.root)
         root = rel if not rel.startswith("..") else str(config.root)
