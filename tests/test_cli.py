@@ -259,9 +259,11 @@ def test_output_file(project: Path):
 def test_statistics(project: Path):
     proc = dtl(project, "check", "--statistics")
     assert proc.returncode == 1
-    (row,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("DTL001")]
-    assert row.split()[1:] == ["weight-dtype-cast", "2", "2"]
+    assert proc.stdout.splitlines()[0] == "2\tDTL001\t[*] weight-dtype-cast"  # Ruff's line format
     assert "attn.py" not in proc.stdout  # counts, not findings
+    table = dtl(project, "check", "--statistics-table")
+    (row,) = [ln for ln in table.stdout.splitlines() if ln.startswith("DTL001")]
+    assert row.split()[1:] == ["weight-dtype-cast", "2", "2"]
 
 
 # --- fixing --------------------------------------------------------------------------------------

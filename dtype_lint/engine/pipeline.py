@@ -147,7 +147,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)
-    result.warnings += _nothing_checked(files, in_scope, options)
+    result.warnings += _nothing_checked(files, in_scope, options, config)
     _settle_helper(result, index, [f.path for f in index_found], options)
 
     if options.fix or options.diff:
@@ -193,8 +193,12 @@ def _require_rules(config: Config) -> None:
         f"{', '.join(r.code for r in ALL_RULES)}, so nothing would be checked; select at least one rule")
 
 
-def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions) -> list[str]:
-    """Why a run checked no file, for the user: never a silent pass over nothing."""
+def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions, config: Config) -> list[str]:
+    """Why a run checked no file, for the user: never a silent pass over nothing. Named files
+    that `force-exclude` left out are what the user asked for (pre-commit committing only
+    excluded files): no warning."""
+    if not files and config.force_exclude and all(os.path.isfile(p) for p in options.paths):
+        return []
     if not files:
         where = ", ".join(f"`{p}`" for p in options.paths)
         return [f"no Python files found under {where} (after the default excludes, `exclude` and .gitignore)"]
