@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns")
     d.add_argument("--no-cache", action="store_true")
 
+    sub.add_parser("server", help="run the Language Server (LSP over stdio) for editors: diagnostics and quick-fixes",
+                   description="A Language Server over stdio: diagnostics for each Python document on open, "
+                               "change and save, and each safe fix as a quick-fix code action. Needs the `lsp` "
+                               "extra (pygls).")
     v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
@@ -134,7 +138,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"check", "rule", "migrate", "doctor", "verify"}
+    commands = {"check", "rule", "migrate", "doctor", "verify", "server"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
     if argv[0] == "verify":
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             return _migrate(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "server":
+            return _server()
         return _check(args)
     except KeyboardInterrupt:
         print("dtype-lint: interrupted", file=sys.stderr)
@@ -528,10 +534,51 @@ def rule_doc(rule) -> str:
     return f"# {title}\n{body}\n"
 
 
+def _server() -> int:
+    try:
+        from dtype_lint.server import serve
+    except ImportError as e:
+        print(f"dtype-lint: error: `server` needs pygls, in the `lsp` extra: {_extra_install('lsp')} ({e})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return serve()
+
+
+def _extra_install(extra: str) -> str:
+    """How to install an extra of this very installation: the package is on no index, so from
+    the checkout it was installed from when that is known, else from a checkout."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        direct = distribution("dtype-lint").read_text("direct_url.json") or ""
+    except PackageNotFoundError:
+        direct = ""
+    import json
+
+    try:
+        url = json.loads(direct).get("url", "") if direct else ""
+    except ValueError:
+        url = ""
+    if url.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return f"pip install -e '{unquote(urlparse(url).path)}[{extra}]'"
+    return f"pip install -e '.[{extra}]' in a checkout of dtype-lint"
+
+
 def _verify(argv: list[str]) -> int:
     try:
         from dtype_lint.kernels_ref.harness.verify import main as verify_main
     except ImportError as e:
-        print(f"dtype-lint: error: `verify` needs torch: pip install 'dtype-lint[verify]' ({e})", file=sys.stderr)
+        install = (f"`verify` needs torch (the CPU build: see docs/install.md), in the `verify` extra: "
+                   f"{_extra_install('verify')}")
+        if any(a in ("-h", "--help") for a in argv):
+            # Help must not need the heavy dependency: say what the command does and how to get it.
+            print("usage: dtype-lint verify [options]\n\n"
+                  "Prove on reference kernels (PyTorch, CPU) that the MLA prefill fix changes nothing but the "
+                  "crash: the original and the fixed code run over every storage format of kv_b_proj.\n\n"
+                  f"{install}; its options are listed here once torch is installed.\n(not available: {e})")
+            return EXIT_CLEAN
+        print(f"dtype-lint: error: {install} ({e})", file=sys.stderr)
         return EXIT_ERROR
     return int(verify_main(argv) or 0)

@@ -42,11 +42,31 @@ class Buffer:
     def findings(self, text: str) -> list[Finding]:
         return [] if self.excluded else self._analyze(text)
 
-    def fix(self, text: str, unsafe: bool = False):
-        """The FixOutcome of fixing `text` (its `.text` is the fixed source)."""
+    def fix(self, text: str, unsafe: bool = False, only=None):
+        """The FixOutcome of fixing `text` (its `.text` is the fixed source). `only(finding)`:
+        fix just the findings it selects (an editor's quick-fix for one diagnostic)."""
         from dtype_lint.fix.fixer import fix_text
 
-        return fix_text(self.path, text, self._analyze, unsafe)
+        if only is None:
+            return fix_text(self.path, text, self._analyze, unsafe)
+        outcome = fix_text(self.path, text, lambda t: [f for f in self._analyze(t) if only(f)], unsafe)
+        outcome.remaining = self._analyze(outcome.text) if outcome.changed else self._analyze(text)
+        return outcome
+
+    def helper_to_create(self, applied: list[Finding]):
+        """The HelperLocation the fixes in `applied` import from, when it does not exist yet
+        (so that whoever applies them creates it too); else None."""
+        from dtype_lint.fix.helper_home import choose_helper
+        from dtype_lint.fix.helper_template import HelperError
+
+        needing = [f for f in applied if f.fix is not None and f.fix.imports]
+        if not needing:
+            return None
+        try:
+            location = choose_helper(self.config, [self.path], needing).location
+        except HelperError:
+            return None
+        return location if location is not None and not location.exists else None
 
     def _load(self, path: str) -> str | None:
         from dtype_lint.analysis.file_analysis import safe_read
