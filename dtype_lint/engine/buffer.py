@@ -46,10 +46,13 @@ class Buffer:
         """The FixOutcome of fixing `text` (its `.text` is the fixed source). `only(finding)`:
         fix just the findings it selects (an editor's quick-fix for one diagnostic)."""
         from dtype_lint.fix.fixer import fix_text
+        from dtype_lint.fix.formatting import project_style
 
+        length = project_style(str(self.config.root)).line_length
         if only is None:
-            return fix_text(self.path, text, self._analyze, unsafe)
-        outcome = fix_text(self.path, text, lambda t: [f for f in self._analyze(t) if only(f)], unsafe)
+            return fix_text(self.path, text, self._analyze, unsafe, line_length=length)
+        outcome = fix_text(self.path, text, lambda t: [f for f in self._analyze(t) if only(f)], unsafe,
+                           line_length=length)
         outcome.remaining = self._analyze(outcome.text) if outcome.changed else self._analyze(text)
         return outcome
 

@@ -606,8 +606,11 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
+    from dtype_lint.fix.formatting import project_style
+
     module = module_name(path, config.root)
-    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe)
+    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe,
+                       line_length=project_style(str(config.root)).line_length)
     return _FileFix(outcome, ft, data)
 
 
