@@ -177,17 +177,31 @@ def _wrap(line: str, limit: int) -> list[str] | None:
 
 
 def _right_hand_split(indent: str, code: str, limit: int) -> list[str] | None:
+    """Black's right-hand split: at the last bracket pair whose closing bracket ends the line,
+    or, when what stays before it is still too long, at an earlier pair followed only by
+    trailers (`(...)[0]`: the subscript stays on the closing line, as Black leaves it)."""
     if not code or code[-1] not in _CLOSE:
         return None
     pairs = _bracket_pairs(code)
     if pairs is None:
         return None
-    opening = next((o for o, c in pairs.items() if c == len(code) - 1), None)
-    if opening is None:
-        return None
-    head, body, tail = code[: opening + 1], code[opening + 1: -1].strip(), code[-1]
-    if not body:
-        return None
+    by_close = {c: o for o, c in pairs.items()}
+    candidates = []
+    close = len(code) - 1
+    while close in by_close:
+        opening = by_close[close]
+        candidates.append((opening, close))
+        close = opening - 1  # a trailer `(...)[0]`: the pair right before this one
+    for opening, close in candidates:
+        head, body, tail = code[: opening + 1], code[opening + 1: close].strip(), code[close:]
+        if not body:
+            continue
+        if len(indent + head) <= limit or (opening, close) == candidates[-1]:
+            return _split_body(indent, head, body, tail, limit)
+    return None
+
+
+def _split_body(indent: str, head: str, body: str, tail: str, limit: int) -> list[str]:
     inner = indent + "    "
     if len(inner) + len(body) <= limit:
         return [indent + head, inner + body, indent + tail]

@@ -130,10 +130,16 @@ def _in_section(src: SourceText, imports: list[ast.stmt], module: str, name: str
         return after(same[-1])
     earlier = [s for s in imports if _section_of(s, style) < ours]
     if earlier:
-        edit = after(earlier[-1])
+        last = earlier[-1]
+        if any(_section_of(s, style) > ours and s.lineno > last.end_lineno for s in imports):
+            # The next section follows: a block between two blank lines, reusing the one there.
+            if last.end_lineno < len(src.lines) and not src.line(last.end_lineno + 1).strip():
+                off = src.offset(last.end_lineno + 2, 0) if last.end_lineno + 1 < len(src.lines) else len(src.text)
+                return Edit(off, off, f"{line}{nl}{nl}")
+            edit = after(last)
+            return Edit(edit.start, edit.end, nl + edit.text + nl)
+        edit = after(last)
         text = edit.text if edit.text.startswith(nl) else nl + edit.text
-        if any(_section_of(s, style) > ours and s.lineno > earlier[-1].end_lineno for s in imports):
-            text += nl  # the next section follows: a blank line before it too
         return Edit(edit.start, edit.end, text)
     first = imports[0]
     off = src.offset(first.lineno, 0)
