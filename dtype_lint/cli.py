@@ -223,7 +223,7 @@ def _check(args) -> int:
         _print_writes(result, args.verbose, skip=("baseline",))
         _print_warnings(result)
         print(f"dtype-lint: wrote baseline {args.write_baseline}: {plural(result.baselined, 'finding')} recorded; "
-              f"`--baseline {args.write_baseline}` hides them", file=sys.stderr)
+              f"`--baseline {args.write_baseline}` hides {'it' if result.baselined == 1 else 'them'}", file=sys.stderr)
         return EXIT_CLEAN
     if args.fix_only:
         if result.fixed:
