@@ -38,17 +38,17 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def shipped_hooks_as_local() -> dict:
-    """`.pre-commit-hooks.yaml`, as a `repo: local` config running this virtualenv's dtype-lint."""
+def shipped_hooks_as_local(exe: Path = EXE) -> dict:
+    """`.pre-commit-hooks.yaml`, as a `repo: local` config running the dtype-lint `exe`."""
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     local = []
     for hook in hooks:
         assert hook["entry"].startswith("dtype-lint "), hook
-        local.append({**hook, "language": "system", "entry": str(EXE) + hook["entry"][len("dtype-lint"):]})
+        local.append({**hook, "language": "system", "entry": str(exe) + hook["entry"][len("dtype-lint"):]})
     return {"repos": [{"repo": "local", "hooks": local}]}
 
 
-def sample_repo(root: Path, hook_ids: list[str]) -> Path:
+def sample_repo(root: Path, hook_ids: list[str], exe: Path = EXE) -> Path:
     files = {
         "pyproject.toml": '[tool.dtype-lint]\nhelper = "pkg.dtypes:get_layer_input_dtype"\nexclude = ["third_party"]\n',
         "pkg/__init__.py": "",
@@ -59,7 +59,7 @@ def sample_repo(root: Path, hook_ids: list[str]) -> Path:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text, encoding="utf-8")
-    config = shipped_hooks_as_local()
+    config = shipped_hooks_as_local(exe)
     config["repos"][0]["hooks"] = [h for h in config["repos"][0]["hooks"] if h["id"] in hook_ids]
     (root / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     assert _git(root, "init", "-q").returncode == 0

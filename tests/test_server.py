@@ -45,7 +45,7 @@ def apply_text_edits(text: str, edits: list[types.TextEdit]) -> str:
     return text
 
 
-async def session(root: Path) -> dict:
+async def session(root: Path, command: tuple[str, ...] = (sys.executable, "-m", "dtype_lint", "server")) -> dict:
     client = LanguageClient("test-client", "1")
     published: dict[str, list] = {}
     arrived = asyncio.Event()
@@ -61,7 +61,7 @@ async def session(root: Path) -> dict:
             await asyncio.wait_for(arrived.wait(), timeout=60)
         return published[uri][count - 1]
 
-    await client.start_io(sys.executable, "-m", "dtype_lint", "server", cwd=str(root))
+    await client.start_io(*command, cwd=str(root))
     out: dict = {}
     try:
         await client.initialize_async(types.InitializeParams(

@@ -78,13 +78,17 @@ def decision_rows() -> list[str]:
     return [line.strip() for line in _DOC.splitlines() if "->" in line]
 
 
-def helper_source(func: str, template: str) -> str:
-    """The text of the helper module `--fix` creates."""
+def helper_source(func: str, template: str, vllm_first_party: bool = True) -> str:
+    """The text of the helper module `--fix` creates. `vllm_first_party`: isort puts `vllm` in
+    its own first-party block (the helper lives in vLLM itself); in a plugin project `vllm` is
+    third party, in one block with torch."""
     if template not in _HEADERS:
         raise ValueError(f"unknown helper template {template!r}")
+    header = _HEADERS[template] if vllm_first_party else _HEADERS[template].replace("import torch\n\nfrom vllm",
+                                                                                     "import torch\nfrom vllm")
     return (
         '"""Created by dtype-lint: the one place that decides a layer\'s input dtype."""\n\n'
-        + _HEADERS[template]
+        + header
         + _signature(func)
         + _DOC
         + _BODY.format(is_fp8=_IS_FP8[template])
@@ -181,7 +185,10 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
         if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
         return HelperLocation(module, func, path, True)
-    return HelperLocation(module, func, path, False, helper_source(func, template),
+    from dtype_lint.fix.formatting import FIRST_PARTY, project_style
+
+    vllm_first_party = project_style(str(root)).section("vllm") == FIRST_PARTY
+    return HelperLocation(module, func, path, False, helper_source(func, template, vllm_first_party),
                           _markers_needed(path.parent, base))
 
 
