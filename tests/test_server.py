@@ -96,6 +96,11 @@ async def session(root: Path, command: tuple[str, ...] = (sys.executable, "-m", 
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=fixed_text)]))
         out["after_change"] = await next_diagnostics(uri, 2)
+        # Saved (the editor writes the text, then notifies): diagnostics again, from a fresh look.
+        (root / "pkg/attn.py").write_text(fixed_text, encoding="utf-8")
+        client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        out["after_save"] = await next_diagnostics(uri, 3)
         # An excluded file gets no diagnostics.
         vendored = from_fs_path(str(root / "vendored/attn.py"))
         client.text_document_did_open(types.DidOpenTextDocumentParams(
@@ -127,5 +132,5 @@ def test_a_session_receives_a_diagnostic_and_applies_its_quick_fix(tmp_path: Pat
     compile(fixed, "attn.py", "exec")
     # The quick-fix created the helper it imports, and the fixed text has no finding left.
     assert "def get_layer_input_dtype" in (root / "pkg/dtypes.py").read_text(encoding="utf-8")
-    assert list(out["after_change"]) == []
+    assert list(out["after_change"]) == [] and list(out["after_save"]) == []
     assert list(out["excluded"]) == []
