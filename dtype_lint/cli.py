@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--baseline", metavar="FILE", help="hide findings recorded in FILE (keyed by path, scope and expression)")
     c.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE; an existing baseline may only shrink")
     c.add_argument("--changed-since", metavar="REF", help="only report files changed since a git ref (the class index still covers every file)")
-    c.add_argument("--config", metavar="FILE", help="pyproject.toml or a TOML file with [tool.dtype-lint] (default: nearest pyproject.toml)")
+    c.add_argument("--config", metavar="FILE", help="pyproject.toml, or a TOML file with the settings at its top level "
+                   "(default: the nearest .dtype-lint.toml, dtype-lint.toml or pyproject.toml with [tool.dtype-lint])")
     c.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns (gitignore-style)")
     c.add_argument("--force-exclude", action=argparse.BooleanOptionalAction, default=None,
                    help="apply `exclude` to files named on the command line too (pre-commit names each "
@@ -298,6 +299,11 @@ def _check_stdin(args) -> int:
             return EXIT_FINDINGS if outcome.changed else EXIT_CLEAN
         sys.stdout.write(outcome.text)
         left, fixed = outcome.remaining, outcome.applied if outcome.changed else []
+        missing = buffer.helper_to_create(fixed)
+        if missing is not None:
+            print(f"dtype-lint: warning: the fixed text imports `{missing.func}` from `{missing.module}`, whose file "
+                  f"{_printable(display_path(str(missing.path)))} does not exist yet; `dtype-lint check --fix` "
+                  "creates it", file=sys.stderr)
         if not args.fix_only and left:
             _render(left, fixed, args, 1, 1, time.perf_counter() - t0, lambda p: outcome.text, sys.stderr)
         return _exit_code(args, bool(left) and not args.fix_only, bool(fixed))

@@ -101,6 +101,7 @@ def test_stdin_with_stdin_filename(tmp_path: Path, monkeypatch):
     assert proc.stdout.startswith("proj/attn.py:11:13: DTL001")
     fixed = check_stdin(root, ATTN, "--stdin-filename", "proj/attn.py", "--fix", monkeypatch=monkeypatch)
     assert fixed.returncode == 0 and FIXED_CALL in fixed.stdout and "from proj.dtypes import" in fixed.stdout
+    assert "proj/dtypes.py does not exist yet" in fixed.stderr
     assert (root / "proj/attn.py").read_text() == ATTN  # stdin mode writes nothing
     diff = check_stdin(root, ATTN, "-", "--stdin-filename", "proj/attn.py", "--diff", monkeypatch=monkeypatch)
     assert diff.returncode == 1 and diff.stdout.startswith("--- a/proj/attn.py")
