@@ -2,7 +2,9 @@
 paths in every format, every configuration key documented, and black-formatted code found.
 
 Each test is one edge issue #13 (and #8's "honest summaries") named; the project is our own, in
-the shape of the MLA prefill bug.
+the shape of the MLA prefill bug. The last (slow) one is issue #24's newcomer: a fresh virtualenv
+walked through the README, the CPU-torch install, a pre-commit commit, an editor session and the
+project's own ruff settings.
 """
 
 from __future__ import annotations
