@@ -60,7 +60,7 @@ _NOQA = re.compile(
 _REASON_END = re.compile(r"\s#")
 _DTL_CODE = re.compile(r"^DTL[0-9]+$", re.I)
 _BARE_NOQA = re.compile(r"noqa(?!\s*:)")
-BLANKET = "*"  # the code key of a bare `# noqa`
+BLANKET = "*"  # the code key of a bare noqa comment (no codes)
 _SEPARATORS = " \t:;,-\u2013\u2014"
 
 
@@ -113,7 +113,7 @@ def _norm(code: str) -> str:
 def might_hold_suppression(source: str) -> bool:
     """Substring tests only (linear): could `source` hold a directive that concerns us?"""
     lowered = source.lower()
-    # `# noqa: E501` alone (another tool's codes) does not count: such files are not tokenized.
+    # A noqa comment naming only other tools' codes (E501) does not count: such files are not tokenized.
     return "dtype-lint" in lowered or ("noqa" in lowered and ("dtl" in lowered or _BARE_NOQA.search(lowered) is not None))
 
 
