@@ -20,7 +20,11 @@ Facts a rule may declare (reading an undeclared one raises, so declarations stay
 - "helpers": functions of the input-dtype helper's shape this file defines or calls, with what
   they decide for every storage (helper_facts.py). A rule that reports calls of helpers defined
   in other files sets `reads_helper_callers`, so that files importing one are analysed whatever
-  their text.
+  their text;
+- "guards": the questions asked of the checks that dominate a site (analysis/file_guards.py):
+  `storage_unpacked(site, function, layer)` (the layer is proven unquantized or its storage a
+  float there; `layer_verdict(..., site=)` asks it for every rule) and `weight_present(read,
+  function, layer)` (`L.weight` cannot raise there).
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from typing import ClassVar
 
 from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
+from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.findings import Evidence, Finding, Fix, Span
 from dtype_lint.engine.source import SourceFile
 
-FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers"})
+FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards"})
 
 
 @dataclass(frozen=True)
@@ -102,14 +107,10 @@ class Candidate:
 
     @cached_property
     def parents(self) -> dict[int, ast.AST]:
-        parents = {}
-        for node in ast.walk(self.fn):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
-        return parents
+        return parent_map(self.fn)
 
 
-class FileFacts:
+class RuleFacts:
     """What rules may read about one file; built lazily, once, whatever rules ask."""
 
     def __init__(self, source: SourceFile, tree: ast.Module, config: Config, project: ProjectFacts,
@@ -217,6 +218,12 @@ class FileFacts:
         return Planner(self.source, self.config, self.project, self.tree)
 
     @cached_property
+    def guards(self):
+        from dtype_lint.analysis.file_guards import FileGuards
+
+        return FileGuards(self)
+
+    @cached_property
     def helpers(self):
         from dtype_lint.analysis.helper_functions import HelperFacts
 
@@ -227,7 +234,7 @@ class FileFacts:
 class RuleContext:
     """One rule's view of one file: the facts it declared, and `report`."""
 
-    def __init__(self, rule: Rule, facts: FileFacts, sink: list[Finding]):
+    def __init__(self, rule: Rule, facts: RuleFacts, sink: list[Finding]):
         self.rule = rule
         self._facts = facts
         self._sink = sink
@@ -287,6 +294,10 @@ class RuleContext:
         return self._fact("helpers")
 
     @property
+    def guards(self):
+        return self._fact("guards")
+
+    @property
     def project(self) -> ProjectFacts:
         return self._facts.project
 
@@ -303,18 +314,16 @@ class RuleContext:
                       site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
-        proves the layer unquantized (guards.py) also makes it None."""
+        proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
         verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
-        aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
-        cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
-        from dtype_lint.analysis.guards import dominating_guard  # with the dtype evaluator: only once a site is found
-
-        if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
+        # A check that proves the layer unquantized there (asked for every rule: a guard the
+        # rule did not declare still decides whether the layer may be quantized at this site).
+        if self._facts.guards.storage_unpacked(site, where, layer) is not None:
             return None
         return verdict
 
@@ -379,4 +388,4 @@ def _visit(body, class_q, prefix, module, lines):
                 yield from _visit(block, class_q, prefix, module, lines)
 
 
-__all__ = ["Rule", "Valid", "Invalid", "RuleContext", "FileFacts", "Candidate", "FACTS", "iter_functions"]
+__all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "iter_functions"]

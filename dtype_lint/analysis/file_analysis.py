@@ -15,7 +15,7 @@ from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
 from dtype_lint.engine.prefilter import for_rules, has_suppression
-from dtype_lint.rule import FileFacts, RuleContext, RuleContractError
+from dtype_lint.rule import RuleContext, RuleFacts, RuleContractError
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions
 
@@ -54,7 +54,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
             extract_header(text, module, path, is_pkg).imports
         project = ProjectFacts(index, load_file=load_file or safe_read)
         project.register(tree, module, path, is_pkg, imports)
-        facts = FileFacts(SourceFile(path, text, module), tree, config, project, imports,
+        facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
                           frozenset(r.marker for r in active))
         try:
             _run_rules(active, facts, raw, path, config)
@@ -67,7 +67,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
 
 
-def _run_rules(rules, facts: FileFacts, raw: list[Finding], path: str, config: Config) -> None:
+def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> None:
     for rule in rules:
         mark = len(raw)
         instance = rule()
