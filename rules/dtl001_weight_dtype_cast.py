@@ -61,7 +61,7 @@ import ast
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import STORAGE_DTYPES, FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
 import torch
@@ -86,6 +86,8 @@ class WeightDtypeCast(Rule):
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = "safe / none with reason"
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -179,7 +181,7 @@ class WeightDtypeCast(Rule):
                     continue
                 confidence, evidence = verdict
                 fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
+                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -199,8 +201,8 @@ class WeightDtypeCast(Rule):
         confidence, evidence = verdict
         layer = ast.unparse(wds.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
-                   f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); its callers cast activations to it: "
-                   f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
+                   f"{STORAGE_DTYPES}; its callers cast activations to it: "
+                   f"return the compute dtype (`{layer}.params_dtype`)",
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
@@ -222,7 +224,7 @@ class WeightDtypeCast(Rule):
         what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
+                f"{STORAGE_DTYPES}; use `{helper}({layer}, ...)`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

@@ -52,7 +52,7 @@ import ast
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import STORAGE_DTYPES, FixAvailability, Invalid, Rule, RuleContext, Valid
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
@@ -72,7 +72,9 @@ class WeightDtypeAllocation(Rule):
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
-    facts = frozenset({"candidates", "layers", "flows"})
+    facts = frozenset({"candidates", "layers", "flows", "imports"})
+    fix_availability = FixAvailability.NONE
+    fix_note = "the buffer's dtype is a human choice"
 
     VALID = [
         Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
@@ -110,8 +112,8 @@ class WeightDtypeAllocation(Rule):
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
                     f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
-                    f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
-                    scope=c.scope_name, confidence=confidence, evidence=evidence,
+                    f"{STORAGE_DTYPES}; choose the buffer's dtype explicitly",
+                    confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
 
@@ -129,8 +131,8 @@ class WeightDtypeAllocation(Rule):
         ctx.report(
             node,
             f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
-            f"dtype of a quantizable layer (int32 under Marlin, uint8 under NVFP4, absent under AWQ); pass the "
+            f"dtype of a quantizable layer {STORAGE_DTYPES}; pass the "
             f"buffer's dtype explicitly",
-            scope=c.scope_name, confidence=confidence, evidence=evidence,
+            confidence=confidence, evidence=evidence,
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
         )

@@ -127,7 +127,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
 import torch
@@ -276,6 +276,8 @@ class UnguardedWeightAccess(Rule):
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "layers", "flows", "guards"})
+    fix_availability = FixAvailability.NONE
+    fix_note = "what to do without `.weight` is a human choice"
 
     VALID = [
         Valid(_HEAD + "    def f(self, q):\n        if hasattr(self.kv_b_proj, \"weight\"):\n"
@@ -388,7 +390,7 @@ class UnguardedWeightAccess(Rule):
                 ctx.report(node, f"`{text}.weight` is read with no `hasattr`/`getattr` fallback; {_NO_WEIGHT}, "
                            f"so this raises AttributeError on them: guard it with `hasattr({text}, \"weight\")` "
                            f"or read `getattr({text}, \"weight\", None)`",
-                           scope=function.scope_name, confidence=confidence, evidence=evidence,
+                           confidence=confidence, evidence=evidence,
                            no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
 
 

@@ -56,3 +56,28 @@ def test_the_repo_lints_clean_with_its_own_configuration():
     out = subprocess.run([sys.executable, "-m", "dtype_lint", "check", ".", "--no-cache", "--output-format", "concise"],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_readme_fix_column_is_generated_from_each_rules_fix_availability():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import readme_rules
+    finally:
+        sys.path.pop(0)
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_rules.render(text) == text, "README.md's fix column is stale: run python scripts/readme_rules.py"
+    for rule in ALL_RULES:
+        assert f"[{rule.code}](docs/rules/{rule.code}.md)" in text and f"| {rule.fix_column()} |" in text
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_fix_availability_matches_the_rules_examples(rule):
+    from dtype_lint.rule import FixAvailability
+
+    fixed = [example.expected_replacement is not None for example in rule.INVALID]
+    if rule.fix_availability is FixAvailability.NONE:
+        assert not any(fixed), "a rule declaring no fix has an example with a fixed text"
+    elif rule.fix_availability is FixAvailability.ALWAYS:
+        assert fixed and all(fixed)
+    else:
+        assert any(fixed), "a rule whose findings sometimes carry a fix shows one in its examples"

@@ -225,3 +225,49 @@ def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
     text = LAYER_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight.dtype)\n"
     with pytest.raises(RuleContractError, match="does not declare"):
         analyze("m.py", text, single_file_index(text, "m.py", cfg), cfg, "")
+
+
+def _fix_run_recording_first(root: Path, monkeypatch, between=None) -> list:
+    """Fix `root` in one process, recording the `first` findings the fix stage hands the fixer."""
+    from dtype_lint.api import check_paths
+
+    seen = []
+    real_fix_text = pipeline.fix_text
+
+    def recording(path, text, analyze, unsafe, first=None):
+        seen.append((Path(path).name, first))
+        return real_fix_text(path, text, analyze, unsafe, first=first)
+
+    monkeypatch.setattr(pipeline, "fix_text", recording)
+    if between is not None:
+        real_stage = pipeline._fix_stage
+
+        def touched_first(*args, **kwargs):
+            between()
+            return real_stage(*args, **kwargs)
+        monkeypatch.setattr(pipeline, "_fix_stage", touched_first)
+    result = check_paths([str(root)], make_config(root=root), fix=True, jobs=1, use_cache=False)
+    return seen, result
+
+
+def test_the_fix_stage_starts_from_the_check_stages_findings(tmp_path: Path, monkeypatch):
+    from tiny_project import FIXED_CALL, tiny_project
+
+    root = tiny_project(tmp_path)
+    seen, result = _fix_run_recording_first(root, monkeypatch)
+    assert [name for name, _ in seen] == ["attn.py"]
+    first = seen[0][1]
+    assert first is not None and [f.code for f in first] == ["DTL001"] and first[0].fix is not None
+    assert FIXED_CALL in (root / "proj/attn.py").read_text() and [f.code for f in result.fixed] == ["DTL001"]
+
+
+def test_a_file_changed_since_the_check_is_analysed_again_before_fixing(tmp_path: Path, monkeypatch):
+    from tiny_project import ATTN, FIXED_CALL, tiny_project
+
+    root = tiny_project(tmp_path)
+    attn = root / "proj/attn.py"
+    # An edit the check never saw: the checked offsets would land in the wrong place.
+    seen, result = _fix_run_recording_first(root, monkeypatch, between=lambda: attn.write_text("\n\n" + ATTN))
+    assert seen == [("attn.py", None)]
+    assert attn.read_text().startswith("\n\n") and FIXED_CALL in attn.read_text()
+    assert not result.findings

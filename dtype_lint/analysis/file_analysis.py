@@ -27,9 +27,9 @@ def enabled_rules(config: Config, path: str | None = None):
 
 
 def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, module: str,
-            load_file=None, deps: set[str] | None = None) -> list[Finding]:
+            load_file=None) -> list[Finding]:
     """Every finding of one file's text, sorted. `module`: its dotted name ("" when unknown).
-    `deps`, when given, receives the paths of the other files whose code the analysis read."""
+    The other files the analysis reads are recorded by the index (`index.reading()`)."""
     rules = enabled_rules(config, path)
     codes = frozenset(r.code for r in rules)
     raw: list[Finding] = []
@@ -56,11 +56,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         project.register(tree, module, path, is_pkg, imports)
         facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
                           frozenset(r.marker for r in active))
-        try:
-            _run_rules(active, facts, raw, path, config)
-        finally:
-            if deps is not None:
-                deps.update(p for p in project.loaded if p != path)
+        _run_rules(active, facts, raw, path, config)
     if not has_suppression(text):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
