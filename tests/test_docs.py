@@ -81,3 +81,27 @@ def test_fix_availability_matches_the_rules_examples(rule):
         assert fixed and all(fixed)
     else:
         assert any(fixed), "a rule whose findings sometimes carry a fix shows one in its examples"
+
+
+def test_the_repos_pre_commit_hooks_run_ruff_and_dtype_lint_from_the_test_extra():
+    import yaml
+
+    from dtype_lint.config import tomllib
+
+    hooks = {h["id"]: h for repo in yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
+             for h in repo["hooks"]}
+    assert hooks["ruff"]["entry"].startswith("ruff check") and hooks["dtype-lint"]["entry"].startswith("dtype-lint check")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert any(dep.startswith("ruff") for dep in project["project"]["optional-dependencies"]["test"])
+    lint = project["tool"]["ruff"]["lint"]
+    assert {"E", "F", "B", "I"} <= set(lint["select"])
+
+
+def test_the_slow_tier_is_marked_by_module_in_conftest():
+    from conftest import SLOW_MODULES, slow_reason
+
+    assert slow_reason("tests/test_mutate.py::test_anything") == SLOW_MODULES["test_mutate.py"]
+    assert slow_reason("kernels/test_cuda_emulated.py::test_x[0]")
+    assert slow_reason("tests/test_rule_examples.py::test_valid") is None
+    assert all((ROOT / "tests" / module).is_file() for module in SLOW_MODULES), "a slow module was renamed"
+    assert '-m "not slow and not network"' in (ROOT / "README.md").read_text(encoding="utf-8")

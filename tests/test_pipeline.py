@@ -218,7 +218,7 @@ def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
         facts = frozenset({"candidates"})
 
         def check(self, ctx):
-            ctx.layers  # not declared
+            _ = ctx.layers  # not declared
 
     monkeypatch.setattr("dtype_lint.analysis.file_analysis.enabled_rules", lambda config, path=None: [Sneaky])
     cfg = make_config()

@@ -68,9 +68,9 @@ def test_report_takes_a_given_scope_and_kind():
 def test_undeclared_tree_and_imports_are_refused():
     ctx, _tree, _sink = _context()
     with pytest.raises(RuleContractError, match="tree"):
-        ctx.tree
+        _ = ctx.tree
     with pytest.raises(RuleContractError, match="imports"):
-        ctx.imports
+        _ = ctx.imports
     assert not hasattr(ctx, "project")
 
     class Declared(_Probe):

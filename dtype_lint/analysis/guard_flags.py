@@ -136,7 +136,8 @@ def is_predicate(fn, known: GuardKnowledge) -> bool:
     flags = function_flags(fn, known)
     here = known.with_flags(flags)
     returns: list[tuple[ast.Return, tuple]] = []
-    _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return) else None)
+    _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
+                else None)
     real = [(ret, tests) for ret, tests in returns if not is_falsy(ret.value)]
     if not real:
         return False
@@ -265,7 +266,7 @@ class ClassGuardFlags:
                 base = GuardKnowledge(flags, predicates | nested[id(method)], backends)
                 method_flags[id(method)] = _flags_of(local_names[id(method)],
                                                      lambda _a, found, base=base: base.with_flags(found))
-            new = _flags_of(attributes, lambda a, found: GuardKnowledge(
+            new = _flags_of(attributes, lambda a, found, flags=flags: GuardKnowledge(
                 flags | found | method_flags.get(a.scope, frozenset()),
                 predicates | nested.get(a.scope, frozenset()), backends))
             if new == flags:

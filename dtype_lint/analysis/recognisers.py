@@ -157,7 +157,8 @@ def feeds_dtype_site(read: ast.AST, fn: ast.AST, parents: dict[int, ast.AST]) ->
             return True
         if isinstance(parent, ast.keyword):
             call = parents.get(id(parent))
-            return isinstance(call, ast.Call) and (parent.arg in DTYPE_KEYWORDS or parent.value in cast_dtype_args(call))
+            return isinstance(call, ast.Call) and (
+                parent.arg in DTYPE_KEYWORDS or parent.value in cast_dtype_args(call))
         if isinstance(parent, (ast.IfExp, ast.BoolOp)):
             expr = parent
             continue

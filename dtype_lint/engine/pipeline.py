@@ -499,7 +499,8 @@ def _analyze_job(path: str) -> tuple[str, list[dict], dict[str, str], dict[str, 
     return path, [f.to_dict() for f in found], reads.files, reads.modules, reads.listings, new
 
 
-def analyze_path(path: str, index: QuantizableLayerIndex, config: Config, project: "_Project | None" = None) -> list[Finding]:
+def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
+                 project: "_Project | None" = None) -> list[Finding]:
     """The findings of one file on disk (DTL900 when it cannot be read)."""
     try:
         text = read_file(path).text
