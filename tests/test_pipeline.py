@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import dtl
+from tiny_project import write_tree
 from dtype_lint.engine import pipeline
 from dtype_lint.api import check_source, make_config
 from dtype_lint.engine.prefilter import Prefilter
@@ -122,12 +123,8 @@ def test_only_the_writer_writes_files():
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
-    (root / "pyproject.toml").write_text('[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n')
-    for rel, text in {"proj/__init__.py": "", **files}.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
+    return write_tree(root, {"pyproject.toml": '[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n',
+                             "proj/__init__.py": "", **files})
 
 
 def test_fix_removes_the_unused_suppressions_it_reports_fixable(tmp_path: Path):

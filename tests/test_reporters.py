@@ -23,6 +23,7 @@ from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
 from dtype_lint.reporters._common import SourceText, summary_line, tally
 from dtype_lint.reporters.github import escape_data, escape_property
+from golden import assert_golden
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -179,13 +180,7 @@ def run(fmt: str, findings=None, summary=SUMMARY, out=None, **kw) -> str:
 def check_snapshot(name: str, actual: str) -> None:
     # The tool's version is data, not output shape: a release bump must not touch the snapshots.
     actual = actual.replace(f'"{__version__}"', '"<version>"')
-    path = SNAPSHOTS / name
-    if os.environ.get("DTYPE_LINT_UPDATE_SNAPSHOTS"):
-        SNAPSHOTS.mkdir(exist_ok=True)
-        path.write_text(actual, encoding="utf-8", newline="")
-    assert path.exists(), f"missing snapshot {path}; run with DTYPE_LINT_UPDATE_SNAPSHOTS=1"
-    expected = path.read_text(encoding="utf-8")
-    assert actual == expected, f"output differs from {path}"
+    assert_golden(SNAPSHOTS / name, actual)
 
 
 class FakeTTY(io.StringIO):
