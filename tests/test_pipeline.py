@@ -268,3 +268,27 @@ def test_a_file_changed_since_the_check_is_analysed_again_before_fixing(tmp_path
     assert seen == [("attn.py", None)]
     assert attn.read_text().startswith("\n\n") and FIXED_CALL in attn.read_text()
     assert not result.findings
+
+
+def test_the_helper_choice_stage_analyses_again_only_the_files_whose_fixes_it_changes(tmp_path: Path, monkeypatch):
+    """An inferred helper home changes the import of every fix routed through the helper, so those
+    files are analysed again with it; a file whose findings carry no helper fix is not."""
+    from dtype_lint.api import check_paths
+    from tiny_project import ATTN
+
+    unguarded = ATTN.replace("x = x.to(self.kv_b_proj.weight.dtype)", "n = self.kv_b_proj.weight.shape[0]")
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "src/pkg/__init__.py": "",
+                                       "src/pkg/a.py": ATTN, "src/pkg/b.py": ATTN, "src/pkg/read.py": unguarded})
+    analysed: list[str] = []
+    real_analyze_path = pipeline.analyze_path
+
+    def counting(path, *args, **kwargs):
+        analysed.append(Path(path).name)
+        return real_analyze_path(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "analyze_path", counting)
+    monkeypatch.chdir(root)
+    result = check_paths(["."], make_config(root=root), jobs=1, use_cache=False)
+    assert result.helper_choice is not None and result.helper_choice.inferred
+    assert sorted(analysed) == ["a.py", "a.py", "b.py", "b.py", "read.py"]
+    assert {f.fix.imports for f in result.findings if f.fix} == {(("pkg.layer_input_dtype", "get_layer_input_dtype"),)}
