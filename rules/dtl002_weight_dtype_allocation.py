@@ -98,33 +98,33 @@ class WeightDtypeAllocation(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        for c, node in ctx.calls():
-            ctx.report_flows(c, node, "alloc", "allocates a tensor in")
-            self._like_weight(ctx, c, node)
+        for function, node in ctx.calls():
+            ctx.report_flows(function, node, "alloc", "allocates a tensor in")
+            self._like_weight(ctx, function, node)
             for kw in alloc_dtype_keywords(node, ctx.imports):
-                wds = weight_dtype_source(kw.value, c.scope)
-                verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
+                weight_dtype = weight_dtype_source(kw.value, function.scope)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                via = f" through `{wds.alias}`" if wds.alias else ""
+                via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
                 ctx.report(
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
-                    f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
+                    f"`{ast.unparse(weight_dtype.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
                     f"{STORAGE_DTYPES}; choose the buffer's dtype explicitly",
                     confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
 
     @staticmethod
-    def _like_weight(ctx: RuleContext, c, node: ast.Call) -> None:
+    def _like_weight(ctx: RuleContext, function, node: ast.Call) -> None:
         """`w.new_zeros(...)` with `w = L.weight` and no `dtype=`: a buffer in the storage dtype."""
         f = node.func
         if not (isinstance(f, ast.Attribute) and f.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
             return
-        w = weight_expr(f.value, c.scope)
-        verdict = ctx.layer_verdict(w[0], c, site=node) if w is not None else None
+        w = weight_expr(f.value, function.scope)
+        verdict = ctx.layer_verdict(w[0], function, site=node) if w is not None else None
         if verdict is None:
             return
         confidence, evidence = verdict
