@@ -18,7 +18,7 @@ Two questions are asked of the same dominating tests (analysis/dominance.py walk
   `AttributeError` handler catches it, or a backend check names the formats the path was written
   for (`isinstance(L.quant_method, Fp8LinearMethod)`, `isinstance(quant_config, Fp8Config)`,
   `quant_config is None`), directly or through flags, predicates (analysis/guard_flags.py) and the
-  callers (analysis/caller_guards.py).
+  callers (analysis/file_guards.py).
 
 Where the two answers differ, `GuardPolicy` says so, in this one place.
 """
