@@ -292,13 +292,20 @@ class UnguardedWeightAccess(Rule):
               "        except AttributeError:\n            n = 0\n        return n\n"),
         Valid(_HEAD + "    def f(self):\n        return hasattr(self.kv_b_proj, \"weight\") and self.kv_b_proj.weight.is_contiguous()\n"),
         # A flag only ever set from an unquantized check, through a local `&=`.
-        Valid("from vllm.model_executor.layers.linear import ReplicatedLinear, UnquantizedLinearMethod\n"
-              "class Gate(ReplicatedLinear):\n    def __init__(self, n, quant_config):\n"
-              "        super().__init__(n, n, quant_config=quant_config)\n"
-              "        self.is_unquantized = isinstance(self.quant_method, UnquantizedLinearMethod)\n"
-              "        fast = n % 8 == 0\n        fast &= self.is_unquantized\n        self.use_fast = fast\n"
-              "    def forward(self, x):\n        if not self.use_fast:\n            return super().forward(x)\n"
-              "        return x @ self.weight.t()\n"),
+        Valid("""
+            from vllm.model_executor.layers.linear import ReplicatedLinear, UnquantizedLinearMethod
+            class Gate(ReplicatedLinear):
+                def __init__(self, n, quant_config):
+                    super().__init__(n, n, quant_config=quant_config)
+                    self.is_unquantized = isinstance(self.quant_method, UnquantizedLinearMethod)
+                    fast = n % 8 == 0
+                    fast &= self.is_unquantized
+                    self.use_fast = fast
+                def forward(self, x):
+                    if not self.use_fast:
+                        return super().forward(x)
+                    return x @ self.weight.t()
+            """),
         # A predicate imported or defined in the module, through a flag and `is not None`.
         Valid(_HEAD + "def ready(layer):\n    weight = getattr(layer, 'weight', None)\n"
               "    if weight is None or weight.dtype != torch.bfloat16:\n        return False\n    return True\n"
