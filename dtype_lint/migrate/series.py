@@ -253,7 +253,7 @@ def _proof_lines(proof, chs, fallback: bool = True) -> list[str]:
 
 def _fixes_helper(f: Finding) -> bool:
     """The finding is an unsound input-dtype helper's definition (DTL005), fixed in place."""
-    return f.code == "DTL005" and f.expression.startswith("def ") and f.fix is not None
+    return f.kind == "definition" and f.fix is not None
 
 
 def write(patches: list[Patch], out: Path, writer: ProjectWriter, identity: Identity | None = None) -> list[Path]:
