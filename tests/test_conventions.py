@@ -121,7 +121,6 @@ def test_generated_file_whose_source_is_not_patched(tmp_path: Path):
     assert "must also go into src/transformers/models/foo/modular_foo.py" in notes[0].action
 
 
-@pytest.mark.slow
 def test_generated_helper_test_runs_against_a_tree(tmp_path: Path):
     """The unit test a series adds, run through release_stubs against our own tree: passes with
     the helper, fails (cannot import) without it."""

@@ -96,7 +96,6 @@ def test_helper_patch_shows_the_release_prefill_before_and_after():
 
 
 @pytest.mark.network
-@pytest.mark.slow
 def test_each_added_test_fails_before_its_patch_and_passes_after(vllm_0330: Path, tmp_path: Path):
     pytest.importorskip("torch")
     from dtype_lint.migrate.release_stubs import run_tests
