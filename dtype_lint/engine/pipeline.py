@@ -26,6 +26,7 @@ from dtype_lint import __version__
 from dtype_lint.analysis.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
 from dtype_lint.engine.cache import Cache
 from dtype_lint.config import Config
+from dtype_lint.engine.fast_path import save_record
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
@@ -122,7 +123,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
                   enabled=options.use_cache, root=config.root)
     project = _Project(index_found, found, cache)
     index = build_index(project.table, config)
-    wanted = _looked_for(config, index) if index_found else []
+    with index.reading() as looked:
+        wanted = _looked_for(config, index) if index_found else []
     needles = sorted({_needle(n) for n in wanted})
     # A directory run reads every file anyway: it looks for the names on the way. A run on named
     # files (pre-commit) reads only those, and the rest of the project only when a name is needed.
@@ -144,6 +146,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
     cache.save(writer)
+    if options.use_cache:
+        from dtype_lint.rules import ALL_RULES
+
+        save_record(config, writer, ALL_RULES, looked.files, valid=bool(index_found) and not wanted and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)
