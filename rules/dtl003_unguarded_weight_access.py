@@ -133,6 +133,7 @@ from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.layers import NONE
 from dtype_lint.analysis.recognisers import cast_dtype_args
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.engine.text_facts import top_level_defs
 
 _HEAD = """\
 import torch
@@ -434,7 +435,7 @@ def _unresolved_method(ctx: RuleContext, call: ast.Call, c) -> bool:
     return ctx.layers.resolve(recv, c.scope).qualname is None
 
 
-_PREDICATES: dict[tuple, frozenset[str]] = {}  # (path, mtime, size) -> the module's predicate functions
+_PREDICATES: dict[tuple, bool] = {}  # (path, mtime, size, configs, name) -> is it a predicate there
 
 
 def _imported_predicates(ctx: RuleContext) -> frozenset[str]:
@@ -447,26 +448,37 @@ def _imported_predicates(ctx: RuleContext) -> frozenset[str]:
         header = index.modules.get(module)
         if header is None or name in header.classes:
             continue
-        if name in _module_predicates(header.path, ctx.project.load_file, ctx.config.all_config_params):
+        if _module_predicate(header.path, name, ctx.project.load_file, ctx.config.all_config_params):
             out.add(local)
     return frozenset(out)
 
 
-def _module_predicates(path: str, load_file, configs: tuple[str, ...]) -> frozenset[str]:
+def _module_predicate(path: str, name: str, load_file, configs: tuple[str, ...]) -> bool:
+    """Is `name` a top-level predicate function of the module in `path`? Only the text of its
+    `def` is parsed (the whole module only when that text alone does not parse): a file importing
+    forty names from twenty modules had all twenty parsed whole."""
     try:
         st = os.stat(path)
-        key = (path, st.st_mtime_ns, st.st_size, configs)
+        key = (path, st.st_mtime_ns, st.st_size, configs, name)
     except OSError:
-        return frozenset()
+        return False
     if key not in _PREDICATES:
         text = load_file(path) if load_file is not None else None
-        try:
-            tree = ast.parse(text) if text else None
-        except (SyntaxError, ValueError, RecursionError):
-            tree = None
-        _PREDICATES[key] = frozenset(
-            n.name for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and _is_predicate(n, _Known(backends=_Backends(configs))))
+        defs = top_level_defs(text, name) if text and name in text else []
+        fns = []
+        for body in defs:
+            try:
+                fns.append(ast.parse(body).body[0])
+            except (SyntaxError, ValueError, RecursionError, IndexError):
+                try:
+                    tree = ast.parse(text)
+                except (SyntaxError, ValueError, RecursionError):
+                    tree = None
+                fns = [n for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and n.name == name]
+                break
+        _PREDICATES[key] = any(isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                               and _is_predicate(fn, _Known(backends=_Backends(configs))) for fn in fns)
     return _PREDICATES[key]
 
 

@@ -53,26 +53,30 @@ _FLAGS = {"--exit-zero", "--no-progress"}
 _COMMANDS = {"rule", "migrate", "doctor", "verify", "-h", "--help", "--version"}
 _MAX_HOPS = 12  # re-exports followed, as the class index does
 
-_tried: list[list[str]] = []
+_already_tried = False  # set while `main` hands over to the command line
 
 
 def main(argv: list[str] | None = None) -> int:
     """The console entry point: the fast path, else the command line."""
+    global _already_tried
     argv = list(sys.argv[1:] if argv is None else argv)
     code = try_clean_exit(argv)
     if code is not None:
         return code
     from dtype_lint.cli import main as cli_main
 
-    return cli_main(argv)
+    _already_tried = True
+    try:
+        return cli_main(argv)
+    finally:
+        _already_tried = False
 
 
 def try_clean_exit(argv: list[str]) -> int | None:
     """The exit code of a run on `argv` when it provably finds nothing (its output printed), else
-    None. Tried once per argument list: `cli.main` calls it too, for callers that start there."""
-    if argv in _tried:
+    None. `cli.main` calls it too, for callers that start there (not again after `main` did)."""
+    if _already_tried:
         return None
-    _tried.append(list(argv))
     try:
         return _clean_exit(argv)
     except (OSError, ValueError, UnicodeError, RecursionError):

@@ -132,7 +132,11 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     scan = _scan(found, config, cache, jobs, options.progress, needles, summary=full)
     if needles and not full:
         _scan_for_names(index_found, config, cache, jobs, needles, scan)
-    warnings = _unmatched_classes(config, index, wanted, project, scan) if index_found else []
+    with index.reading() as looked_more:
+        warnings = _unmatched_classes(config, index, wanted, project, scan) if index_found else []
+    # What decided that there is no such warning: the fast path trusts it while these are unchanged.
+    looked.update(looked_more)
+    looked.files.update((real, scan.stamps.get(real) or project.stamp(real)) for real in scan.hits)
 
     in_scope = files
     if options.changed_since is not None:
@@ -149,7 +153,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     if options.use_cache:
         from dtype_lint.rules import ALL_RULES
 
-        save_record(config, writer, ALL_RULES, looked.files, valid=bool(index_found) and not wanted and not config.helper)
+        save_record(config, writer, ALL_RULES, looked.files, valid=bool(index_found) and not warnings and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)

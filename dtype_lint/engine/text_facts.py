@@ -30,3 +30,15 @@ def dtype_functions(text: str) -> dict[str, str]:
 
     return {name: hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()[:12]
             for name, body in helper_shaped_bodies(text)}
+
+
+def top_level_defs(text: str, name: str) -> list[str]:
+    """The text of each top-level `def name(...)` (decorators left out), without a parse. A body
+    is cut at the next line that starts a top-level statement; a cut inside a string at column 0
+    leaves text that does not parse, and the caller then parses the whole module."""
+    out = []
+    for m in _TOP_DEF.finditer(text):
+        if m.group(1) == name:
+            end = _TOP_NEXT.search(text, m.end())
+            out.append(text[m.start(): end.start() if end else len(text)])
+    return out
