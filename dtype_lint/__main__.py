@@ -8,6 +8,6 @@ if sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.path.abspath(os.
     del sys.path[0]
 
 # The pre-commit fast path first; it imports the command line only when it cannot answer.
-from dtype_lint.engine.fast_path import main  # noqa: E402
+from dtype_lint.entry import main  # noqa: E402
 
 sys.exit(main())

@@ -16,6 +16,7 @@ from cli_runner import dtl
 from tiny_project import ATTN
 
 from dtype_lint.engine import fast_path
+from dtype_lint.engine.fast_record import RECORD_NAME
 from dtype_lint.engine.prefilter import Prefilter
 from dtype_lint.rules import ALL_RULES
 
@@ -81,7 +82,7 @@ def project(tmp_path: Path) -> Path:
     root = make(tmp_path / "p")
     proc = dtl(root, "check", "--exit-zero", ".")  # the full run that writes the record
     assert "DTL001" in proc.stdout
-    assert (root / ".dtype_lint_cache" / fast_path.RECORD_NAME).is_file()
+    assert (root / ".dtype_lint_cache" / RECORD_NAME).is_file()
     return root
 
 
@@ -157,7 +158,7 @@ def test_no_project_configuration_means_no_fast_path(tmp_path: Path):
 def test_the_record_holds_every_rules_own_prefilter(project: Path):
     import json
 
-    record = json.loads((project / ".dtype_lint_cache" / fast_path.RECORD_NAME).read_text())
+    record = json.loads((project / ".dtype_lint_cache" / RECORD_NAME).read_text())
     assert record["rules"] == [[r.code, r.marker, list(r.patterns)] for r in ALL_RULES]
 
 

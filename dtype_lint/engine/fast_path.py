@@ -16,7 +16,7 @@ A file cannot give a finding when:
 - it reads as UTF-8 without a BOM or a coding cookie (anything else: the engine decodes it).
 
 What it needs about the project comes from a record the last full run wrote into the cache folder
-(`fast-path.json`, see `save_record`): the rules' markers and patterns (so no rule is imported),
+(`fast-path.json`, see fast_record.py): the rules' markers and patterns (so no rule is imported),
 the stamps of the configuration file and of the files that decided the run's project-level
 warnings (there were none, or the record is not written), every folder of the project with its
 stamp (a file added, removed or renamed anywhere changes its folder's stamp) and, from that walk,
@@ -31,50 +31,27 @@ a folder, a missing file, no project configuration (no pyproject.toml above the 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 
-import dtype_lint
+from dtype_lint.engine.fast_record import RECORD_NAME, load_record
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
 from dtype_lint.engine.text_facts import helper_shaped_bodies
 
-RECORD_NAME = "fast-path.json"
-RECORD_FORMAT = 1
 MAX_SOURCE_BYTES = 4 << 20  # as engine.source: a larger file is DTL900 in the full run
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
-# Folder names the layout walk never enters (discovery's defaults; a project's own excludes only
-# shrink the project, so leaving them out here makes the fast path more careful, never wrong).
-PRUNED = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".mypy_cache",
-          ".pytest_cache", ".ruff_cache", ".dtype_lint_cache", "node_modules", "build", "dist",
-          "site-packages", ".eggs")
 _FLAGS = {"--exit-zero", "--no-progress"}
 _COMMANDS = {"rule", "migrate", "doctor", "verify", "-h", "--help", "--version"}
 _MAX_HOPS = 12  # re-exports followed, as the class index does
 
-_already_tried = False  # set while `main` hands over to the command line
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The console entry point: the fast path, else the command line."""
-    global _already_tried
-    argv = list(sys.argv[1:] if argv is None else argv)
-    code = try_clean_exit(argv)
-    if code is not None:
-        return code
-    from dtype_lint.cli import main as cli_main
-
-    _already_tried = True
-    try:
-        return cli_main(argv)
-    finally:
-        _already_tried = False
+_already_tried = False  # set while `dtype_lint.entry.main` hands over to the command line
 
 
 def try_clean_exit(argv: list[str]) -> int | None:
     """The exit code of a run on `argv` when it provably finds nothing (its output printed), else
-    None. `cli.main` calls it too, for callers that start there (not again after `main` did)."""
+    None. `cli.main` calls it too, for callers that start there (not again after the console
+    entry point, `dtype_lint.entry.main`, did)."""
     if _already_tried:
         return None
     try:
@@ -94,7 +71,7 @@ def _clean_exit(argv: list[str]) -> int | None:
     if config is None:
         return None
     config_path, root, cache_dir = config
-    record = _load_record(os.path.join(root, cache_dir, RECORD_NAME), config_path, root)
+    record = load_record(os.path.join(root, cache_dir, RECORD_NAME), config_path, root)
     if record is None:
         return None
     rules = Prefilter([_RuleText(m, tuple(p)) for _, m, p in record["rules"]])
@@ -207,154 +184,6 @@ class _RuleText:
 
     def __init__(self, marker: str, patterns: tuple[str, ...]):
         self.marker, self.patterns = marker, patterns
-
-
-# ---- the record -------------------------------------------------------------------------------
-
-
-def stamp(path: str) -> str:
-    st = os.stat(path)
-    return f"{st.st_mtime_ns}:{st.st_size}"
-
-
-def tool_stamp() -> str:
-    """Changes when dtype-lint's code changes (as pipeline.code_stamp, without importing it)."""
-    import zlib
-
-    top = os.path.dirname(dtype_lint.__file__)
-    folders = [top]
-    rules = _rules_folder()
-    if rules:
-        folders.append(rules)
-    parts = [dtype_lint.__version__]
-    for base in folders:
-        for folder, dirs, names in os.walk(base):
-            dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
-            for name in sorted(names):
-                if name.endswith(".py"):
-                    st = os.stat(os.path.join(folder, name))
-                    parts.append(f"{os.path.relpath(os.path.join(folder, name), base)}:{st.st_mtime_ns}:{st.st_size}")
-    return f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
-
-
-def _rules_folder() -> str | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("dtype_lint.rules")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return locations[0] if locations else None
-
-
-def _load_record(path: str, config_path: str, root: str) -> dict | None:
-    try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
-                return None
-            record = json.loads(f.read(64 << 20))
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(record, dict) and record.get("format") == RECORD_FORMAT and record.get("root") == root
-            and record.get("config") == [config_path, _stamp_or_none(config_path)]
-            and record.get("tool") == tool_stamp()):
-        return None
-    files, dirs = record.get("files"), record.get("dirs")
-    if not (isinstance(files, dict) and isinstance(dirs, dict) and isinstance(record.get("tops"), dict)
-            and isinstance(record.get("rules"), list)):
-        return None
-    for real, s in files.items():
-        if _stamp_or_none(real) != s:
-            return None
-    for rel, ns in dirs.items():
-        try:
-            if os.stat(os.path.join(root, rel)).st_mtime_ns != ns:
-                return None
-        except OSError:
-            return None
-    return record
-
-
-def _stamp_or_none(path: str) -> str | None:
-    try:
-        return stamp(path)
-    except OSError:
-        return None
-
-
-def layout_of(root: str) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
-    """(every folder of the project -> its mtime, top-level module name -> the folders it is
-    found in, the .gitignore files seen). A name is top-level in a folder without `__init__.py`
-    (and the root's own name when the root is a package); that is a superset of the modules the
-    class index knows, which is what the fast path needs: it may only look at more files."""
-    dirs: dict[str, int] = {}
-    tops: dict[str, list[str]] = {}
-    ignores: list[str] = []
-    root = os.path.abspath(root)
-    if os.path.exists(os.path.join(root, "__init__.py")):
-        tops.setdefault(os.path.basename(root), []).append("..")
-    todo = [root]
-    while todo:
-        folder = todo.pop()
-        rel = os.path.relpath(folder, root)
-        try:
-            dirs[rel] = os.stat(folder).st_mtime_ns
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        names = {e.name for e in entries}
-        loose = "__init__.py" not in names
-        for e in entries:
-            try:
-                is_dir = e.is_dir(follow_symlinks=False)
-            except OSError:
-                continue
-            if is_dir:
-                if e.name in PRUNED or e.name.endswith(".egg-info"):
-                    continue
-                todo.append(e.path)
-                if loose:
-                    tops.setdefault(e.name, []).append(rel)
-            elif e.name.endswith(".py") and loose:
-                tops.setdefault(e.name[:-3], []).append(rel)
-            elif e.name == ".gitignore":
-                ignores.append(e.path)
-    for v in tops.values():
-        v.sort()
-    return dirs, tops, ignores
-
-
-def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: bool) -> None:
-    """Write the record a later fast path trusts (see the module docstring), or remove a stale
-    one. `looked_up_files`: real path -> stamp of every file read to decide the run's
-    project-level warnings; `valid`: the run had none of those warnings and no configured helper
-    to check (both are reported on every run: the fast path could not)."""
-    root = os.path.abspath(str(config.root))
-    base = os.path.join(root, config.cache_dir)
-    path = os.path.join(base, RECORD_NAME)
-    if not os.path.isdir(base):
-        return  # the cache folder is made by the cache (with its .gitignore), never here
-    if not valid or config.source == "defaults":
-        if os.path.exists(path):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        return
-    config_path = os.path.abspath(config.source)
-    if _load_record(path, config_path, root) is not None:
-        return  # still true: the walk below is not repeated
-    dirs, tops, ignores = layout_of(root)
-    files = dict(looked_up_files)
-    for p in ignores:
-        files[p] = _stamp_or_none(p)
-    record = {
-        "format": RECORD_FORMAT, "root": root, "config": [config_path, _stamp_or_none(config_path)],
-        "tool": tool_stamp(), "files": files, "dirs": dirs, "tops": tops,
-        "rules": [[r.code, r.marker, list(r.patterns)] for r in rules],
-    }
-    try:
-        writer.write_cache(path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))
-    except OSError:
-        pass  # a read-only checkout still lints; it just has no fast path
 
 
 # ---- can a file give a finding? ---------------------------------------------------------------

@@ -26,7 +26,8 @@ from dtype_lint import __version__
 from dtype_lint.analysis.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
 from dtype_lint.engine.cache import Cache
 from dtype_lint.config import Config
-from dtype_lint.engine.fast_path import save_record
+from dtype_lint.engine import trees
+from dtype_lint.engine.fast_record import save_record
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
@@ -86,8 +87,11 @@ class RunResult:
 def run(config: Config, options: RunOptions) -> RunResult:
     t0 = time.perf_counter()
     _require_rules(config)
-    with _gc_tuned():
-        return _run(config, options, t0)
+    try:
+        with _gc_tuned():
+            return _run(config, options, t0)
+    finally:
+        trees.clear()  # the trees this run shared go with it
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
