@@ -589,7 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         compileall.compile_dir(str(pkg), quiet=1)
     n_files = len(py_files(tree))
     site, clean = default_touches(tree, py_files(tree), not args.tree)
-    ruff = (args.ruff, _version([args.ruff, "--version"])) if args.ruff else \
+    # absolute: the rows run in the run's temporary folder
+    ruff_bin = os.path.abspath(args.ruff) if args.ruff and os.sep in args.ruff else args.ruff
+    ruff = (ruff_bin, _version([ruff_bin, "--version"])) if ruff_bin else \
         find_ruff(not args.no_install, releases.cache_root())
     if ruff[0] is None:
         log(f"ruff not available: {ruff[1]}")
