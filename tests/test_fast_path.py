@@ -98,6 +98,11 @@ def test_a_file_without_a_site_ends_with_the_full_runs_output(project: Path):
     assert (slow.returncode, slow.stdout, slow.stderr) == (0, out, "")
     assert fast(project, "check", "-q", "proj/plain.py", "proj/util.py", "./proj/util.py") == (0, "")
     assert fast(project, "proj/plain.py", "proj/util.py") == (0, "All checks passed! (2 files checked)\n")
+    # what the pre-commit hook passes; a file the excludes match is left to the full run
+    assert fast(project, "check", "--force-exclude", "--no-progress", "proj/plain.py")[0] == 0
+    (project / "build").mkdir()
+    (project / "build" / "gen.py").write_text("x = 1\n")
+    assert fast(project, "check", "--force-exclude", "build/gen.py")[0] is None
 
 
 @pytest.mark.parametrize("name, text", [

@@ -24,6 +24,7 @@ where each top-level module name lives. Any mismatch (another dtype-lint, anothe
 a changed folder) means no fast path: the full run then writes a fresh record.
 
 Only a plain check is taken: `check` with file paths and `--exit-zero`, `--no-progress`, `-q`,
+`--force-exclude` (when no named file is excluded),
 `--color never|auto` (not on a terminal) and `--output-format text|concise`; any other flag,
 a folder, a missing file, no project configuration (no pyproject.toml above the files) or
 `--no-cache` goes to the full run.
@@ -41,7 +42,7 @@ from dtype_lint.engine.text_facts import helper_shaped_bodies
 
 MAX_SOURCE_BYTES = 4 << 20  # as engine.source: a larger file is DTL900 in the full run
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
-_FLAGS = {"--exit-zero", "--no-progress"}
+_FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
 _COMMANDS = {"rule", "migrate", "doctor", "verify", "server", "-h", "--help", "--version"}
 _MAX_HOPS = 12  # re-exports followed, as the class index does
 
@@ -70,7 +71,9 @@ def _clean_exit(argv: list[str]) -> int | None:
     config = _find_config(paths[0])
     if config is None:
         return None
-    config_path, root, cache_dir = config
+    config_path, root, cache_dir, table = config
+    if ("--force-exclude" in argv or table.get("force-exclude")) and _any_excluded(paths, root, table):
+        return None  # the full run leaves it out, and counts the rest
     record = load_record(os.path.join(root, cache_dir, RECORD_NAME), config_path, root)
     if record is None:
         return None
@@ -176,7 +179,23 @@ def _find_config(first_path: str) -> tuple[str, str, str] | None:
     cache_dir = table.get("cache-dir", DEFAULT_CACHE_DIR)
     if not isinstance(cache_dir, str):
         return None
-    return chosen, os.path.dirname(chosen), cache_dir
+    return chosen, os.path.dirname(chosen), cache_dir, table
+
+
+def _any_excluded(paths: list[str], root: str, table: dict) -> bool:
+    """Would `force-exclude` leave out one of the named files? (Discovery's own test.)"""
+    from pathlib import Path
+
+    from dtype_lint.engine.discovery import DEFAULT_EXCLUDES, Excluder, _named_excluded, read_gitignore
+
+    patterns = []
+    for key in ("exclude", "extend-exclude"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return True
+        patterns += value
+    excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(patterns) + read_gitignore(Path(root)))
+    return any(_named_excluded(Path(p), root, excluder) for p in paths)
 
 
 class _RuleText:
