@@ -300,14 +300,16 @@ class RuleContext:
                 yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
-                      site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
+                      site: ast.AST | None = None, need: str = "non-compute") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
-        proves the layer unquantized (guards.py) also makes it None."""
+        proves the layer unquantized (guards.py) also makes it None. `need`: the storage that
+        makes the site a finding ("non-compute", or "absent" for a read of `.weight` itself),
+        asked of the storage model (analysis/storage_model.py)."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
-        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns, need)
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}

@@ -128,6 +128,7 @@ import ast
 import functools
 import os
 
+from dtype_lint.analysis.storage_model import ABSENT
 from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file, truth
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.layers import NONE
@@ -393,7 +394,7 @@ class UnguardedWeightAccess(Rule):
                     continue  # a wrapper's `weight` property forwarding its base's: raises exactly as the base
                 # The engine's verdict also drops reads dominated by a check that proves the layer
                 # unquantized (a quant-method dispatch, a storage test).
-                verdict = ctx.layer_verdict(layer, c, site=node)
+                verdict = ctx.layer_verdict(layer, c, site=node, need=ABSENT)
                 if verdict is None:
                     continue
                 if flags is None:
@@ -627,7 +628,7 @@ def _callers_pass_unquantized(ctx: RuleContext, c, layer: ast.expr, sites: _Call
                 caller, scope = outer, outer.scope
         inst = ctx.layers.resolve(arg, scope)
         known = inst.qualname is not None or inst.config == NONE
-        if known and ctx.layers.quantizable(inst, ast.unparse(arg), None) is None:
+        if known and ctx.layers.quantizable(inst, ast.unparse(arg), None, ABSENT) is None:
             continue  # resolved, and never quantized
         if not _callers_pass_unquantized(ctx, caller, arg, sites, depth + 1):
             return False

@@ -28,6 +28,9 @@ from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts
                     layer_params, storage_method_name)
 from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, default_model, storage_evidence
+
+__all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
 NONE, SET, UNKNOWN = "none", "set", "unknown"
 # A model class attribute listing the only quantization configs it accepts (vLLM).
@@ -344,8 +347,12 @@ class LayerResolver:
         return {}
 
     # ---- the verdict ----------------------------------------------------------------------------
-    def quantizable(self, inst: Instance, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
-        """("high"|"low", evidence) when the layer may hold a repacked weight, else None."""
+    def quantizable(self, inst: Instance, expr_text: str, name_patterns: list[str] | None,
+                    need: str = NON_COMPUTE) -> tuple[str, tuple[Evidence, ...]] | None:
+        """("high"|"low", evidence) when the layer may hold a repacked weight, else None.
+        `need`: the storage that makes the site a finding, NON_COMPUTE (a packed, fp8 or missing
+        `weight`: casts, allocations) or ABSENT (no `weight` at all: an unguarded read); when the
+        storage model knows the layer's backends and none of them gives it such a storage, None."""
         if inst.config == NONE:
             return None
         q = inst.qualname
@@ -359,17 +366,41 @@ class LayerResolver:
                     return None
                 if inst.annotated and self._family_never_quantizes(q):
                     return None
-                return "high", inst.chain + evidence
+                storage = self.storage_evidence(q, need)
+                if storage is None:
+                    return None
+                return "high", inst.chain + evidence + storage
             if self.index.class_location(q) is not None:
                 return None  # a class of the scanned tree outside every quantizable hierarchy
         if inst.config == SET or (inst.passed and inst.config == UNKNOWN):
-            return "high", inst.chain + (Evidence(
-                "constructed with a quantization config: its quant method may repack `.weight`", "", 0),)
+            storage = self.storage_evidence(q, need) if q else ()
+            if storage is None:
+                return None
+            return "high", inst.chain + (storage or (Evidence(
+                "constructed with a quantization config: its quant method may repack `.weight`", "", 0),))
         if name_patterns and not q:
             last = expr_text.rsplit(".", 1)[-1]
             if any(fnmatch.fnmatch(last, p) for p in name_patterns):
                 return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
         return None
+
+    @property
+    def storage_model(self) -> StorageModel:
+        model = getattr(self, "_storage_model", None)
+        if model is None:
+            model = self._storage_model = default_model(self.project, self.config_params)
+        return model
+
+    def storage_evidence(self, qualname: str, need: str) -> tuple[Evidence, ...] | None:
+        """The storages that make a site on an instance of this class a finding, as evidence
+        (`()` when the model does not know the class's backends); None when the model knows them
+        and none gives such a storage."""
+        relevant = self.storage_model.find(qualname, need)
+        if relevant is None:
+            return ()
+        if not relevant:
+            return None
+        return storage_evidence(relevant)
 
     def _excluded_by_model(self, inst: Instance) -> bool:
         """The model class the expression starts from admits only some quantization configs
