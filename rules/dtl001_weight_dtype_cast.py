@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.storage_model import why_storage
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
@@ -179,7 +180,7 @@ class WeightDtypeCast(Rule):
                     continue
                 confidence, evidence = verdict
                 fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
+                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func, evidence), scope=c.scope_name,
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -199,7 +200,7 @@ class WeightDtypeCast(Rule):
         confidence, evidence = verdict
         layer = ast.unparse(wds.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
-                   f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); its callers cast activations to it: "
+                   f"({why_storage(evidence, _GENERIC)}); its callers cast activations to it: "
                    f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
@@ -216,13 +217,17 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(wds: WeightDtypeSource, layer: str, helper: str) -> str:
+    def _message(wds: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
         via = f" through `{wds.alias}`" if wds.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
+                f"({why_storage(evidence, _GENERIC)}); use `{helper}({layer}, ...)`")
+
+
+# What a message says when the storage model does not know the layer's backends.
+_GENERIC = "int32 under Marlin, uint8 under NVFP4, absent under AWQ"
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.storage_model import why_storage
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
@@ -61,10 +62,15 @@ import torch
 from vllm.model_executor.layers.linear import RowParallelLinear
 
 
+
 class Block:
     def __init__(self, o_proj: RowParallelLinear):
         self.o_proj = o_proj
 """
+
+
+# What a message says when the storage model does not know the layer's backends.
+_GENERIC = "int32 under Marlin, uint8 under NVFP4, absent under AWQ"
 
 
 class WeightDtypeAllocation(Rule):
@@ -110,7 +116,7 @@ class WeightDtypeAllocation(Rule):
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
                     f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
-                    f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
+                    f"({why_storage(evidence, _GENERIC)}); choose the buffer's dtype explicitly",
                     scope=c.scope_name, confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
@@ -129,7 +135,7 @@ class WeightDtypeAllocation(Rule):
         ctx.report(
             node,
             f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
-            f"dtype of a quantizable layer (int32 under Marlin, uint8 under NVFP4, absent under AWQ); pass the "
+            f"dtype of a quantizable layer ({why_storage(evidence, _GENERIC)}); pass the "
             f"buffer's dtype explicitly",
             scope=c.scope_name, confidence=confidence, evidence=evidence,
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",

@@ -128,7 +128,7 @@ import ast
 import functools
 import os
 
-from dtype_lint.analysis.storage_model import ABSENT
+from dtype_lint.analysis.storage_model import ABSENT, why_storage
 from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file, truth
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.layers import NONE
@@ -282,6 +282,7 @@ class UnguardedWeightAccess(Rule):
     code = "DTL003"
     name = "unguarded-weight-access"
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
+    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "functions", "layers", "flows"})
 
@@ -410,7 +411,7 @@ class UnguardedWeightAccess(Rule):
                     continue
                 confidence, evidence = verdict
                 text = ast.unparse(layer)
-                ctx.report(node, f"`{text}.weight` is read with no `hasattr`/`getattr` fallback; {_NO_WEIGHT}, "
+                ctx.report(node, f"`{text}.weight` is read with no `hasattr`/`getattr` fallback; {why_storage(evidence, _NO_WEIGHT)}, "
                            f"so this raises AttributeError on them: guard it with `hasattr({text}, \"weight\")` "
                            f"or read `getattr({text}, \"weight\", None)`",
                            scope=c.scope_name, confidence=confidence, evidence=evidence,

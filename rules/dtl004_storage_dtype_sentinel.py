@@ -89,6 +89,7 @@ class StorageDtypeSentinel(Rule):
     code = "DTL004"
     name = "storage-dtype-sentinel"
     summary = "branch compares a quantizable layer's storage dtype with int32/uint8/int8/fp8 outside the helper"
+    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
     patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
     facts = frozenset({"candidates", "layers", "fixes"})
     severity = "warning"

@@ -178,6 +178,7 @@ class UnsoundInputDtypeHelper(Rule):
     code = "DTL005"
     name = "unsound-input-dtype-helper"
     summary = "an input-dtype helper returns an integer storage dtype (or raises, or keeps fp8) for some storage"
+    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
     patterns = WEIGHT_SITE_PATTERNS + (r"\.params_dtype\b",)
     marker = "dtype"
     facts = frozenset({"functions", "helpers", "fixes"})

@@ -22,14 +22,16 @@ GUARDED = HEAD + "    def prefill(self, kv, use_fp8):\n" + ALIAS + (
 
 
 def test_the_guard_and_its_cast_share_one_fix_and_both_are_fixed():
-    findings = check_source(GUARDED)
+    on = {"select": ["DTL", "DTL004"]}  # DTL004 is opt-in
+    assert sorted(f.code for f in check_source(GUARDED)) == ["DTL001"]
+    findings = check_source(GUARDED, settings=on)
     assert sorted(f.code for f in findings) == ["DTL001", "DTL004"]
     fixes = {f.code: f.fix for f in findings}
     assert fixes["DTL001"].edits == fixes["DTL004"].edits and fixes["DTL004"].safe
-    outcome = fix_one_text(GUARDED, "<string>", make_config(), False)
+    outcome = fix_one_text(GUARDED, "<string>", make_config(on), False)
     assert sorted(f.code for f in outcome.applied) == ["DTL001", "DTL004"]
     assert "get_layer_input_dtype(self.kv_b_proj, use_fp8)" in outcome.text
-    assert check_source(outcome.text) == []
+    assert check_source(outcome.text, settings=on) == []
 
 
 def test_a_branch_that_casts_nothing_says_why_it_has_no_fix():

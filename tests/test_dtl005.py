@@ -102,7 +102,8 @@ def test_a_fix_through_an_unsound_configured_helper_is_unsafe(tmp_path):
     (tmp_path / "pkg" / "model.py").write_text(
         "from torch import nn\n\n\nclass M(nn.Module):\n    def __init__(self, proj):\n        self.proj = proj\n\n"
         "    def forward(self, x):\n        x = x.to(self.proj.weight.dtype)\n        return x\n")
-    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'name-heuristics = true\nname-patterns = ["proj"]\n')
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'name-heuristics = true\nname-patterns = ["proj"]\n'
+                                             'extend-select = ["DTL005"]\n')
     proc = dtl(tmp_path, "check", ".", "--output-format", "json", "--no-cache")
     got = json.loads(proc.stdout)["findings"]
     cast = next(f for f in got if f["code"] == "DTL001")

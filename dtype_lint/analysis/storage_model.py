@@ -266,9 +266,11 @@ class CodeBackends:
                     if summarize((storage,), need):
                         found.append(storage)
                         backends.add(storage.backend)
-                if len(backends) >= limit:
+                # A cast's message is best with a repacked storage as well as a missing one.
+                stored = any(s.kind in (PACKED, FP8) for s in found) or need == ABSENT
+                if len(backends) >= limit + (0 if stored else 2) or (stored and len(backends) >= limit):
                     break
-            return found
+            return summarize(found, need)
         return self._memo(("find", layer_class, need, limit), build)
 
     def backends(self, layer_class: str) -> list[str] | None:
@@ -289,6 +291,10 @@ class CodeBackends:
         def build():
             out = []
             for method, line, src_path in self._methods_for(config, set(self.index.mro(layer_class))):
+                if method is None:
+                    out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
+                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read", src_path, line),)))
+                    continue
                 dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
                 for storage in self._method_storages(method):
                     out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
@@ -415,7 +421,7 @@ class CodeBackends:
             if all(self._applies(test, param, canon, resolve) in (None, expected)
                    for test, param, resolve, expected in conds):
                 out.add((method, line, path))
-        return sorted(out)
+        return sorted(out, key=lambda t: (t[0] or "", t[1], t[2]))
 
     def dispatch_table(self, config: str) -> list[tuple]:
         """Backend → layer types: every quant method the config's `get_quant_method` can build,
@@ -423,8 +429,9 @@ class CodeBackends:
         truth) each), read once per config whatever layer asks."""
         def build():
             got = self._method_of(config, "get_quant_method")
-            if got is None:
-                return []
+            if got is None:  # no dispatch we can read: the config may hand any layer anything
+                loc = self.index.class_location(config)
+                return [(None, loc[0].classes[loc[1]][1] if loc else 0, loc[0].path if loc else "", ())]
             owner, src, fn = got
             out: list[tuple] = []
             self._dispatch(fn, src, owner, config, (), out, depth=0)
@@ -490,7 +497,12 @@ class CodeBackends:
                 for block in blocks:
                     self._walk(block, conds, src, owner, config, out, depth, layer_param, resolve)
                 continue
+            before = len(out)
             self._calls(stmt, conds, src, owner, config, out, depth, layer_param, resolve)
+            if isinstance(stmt, ast.Return) and len(out) == before and stmt.value is not None \
+                    and not (isinstance(stmt.value, ast.Constant) and stmt.value.value is None):
+                # A method we cannot name (`return self.method_cls(self)`): it may store anything.
+                out.append((None, stmt.lineno, src.path, conds))
             if isinstance(stmt, (ast.Return, ast.Raise)):
                 return
 
@@ -589,9 +601,11 @@ class CodeBackends:
                 out.append(Storage("", short, kind, dtype, what, (reg, *dtype_ev)))
             return out
         if registered:
-            names = sorted(registered)
+            # The parameter that holds the weights names the storage (`qweight`, `weight_packed`).
+            names = sorted(registered, key=lambda n: (not n.endswith("weight") and "weight_packed" not in n,
+                                                      "scale" in n, len(n), n))
             line = min(v[0] for v in registered.values())
-            shown = ", ".join(f"`{n}`" for n in names[:3])
+            shown = f"`{names[0]}`"
             return [Storage("", short, ABSENT, "", f"registers {shown}, not `weight`",
                             (Evidence(f"`{short}.create_weights` registers {shown}", src.path, line),))]
         return [Storage("", short, UNKNOWN, "", "registers no parameter we can read",
@@ -881,5 +895,5 @@ def summarize(storages: Iterable[Storage], want: str) -> list[Storage]:
 
 
 def _order(s: Storage) -> tuple:
-    rank = {ABSENT: 0, PACKED: 1, FP8: 2, UNKNOWN: 3, COMPUTE: 4}
+    rank = {PACKED: 0, ABSENT: 1, FP8: 2, UNKNOWN: 3, COMPUTE: 4}
     return (rank.get(s.kind, 5), s.backend, s.method)
