@@ -88,11 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns")
     d.add_argument("--no-cache", action="store_true")
 
+    e = sub.add_parser("explain", help="show the storage model for the layers read at PATH:LINE",
+                       description="For each `X.weight` on the line: the class X resolves to, whether a quantization "
+                                   "config reaches it, the backends that can be handed it and the storage each gives "
+                                   "`weight` (with the lines that make it), and what the rules conclude.")
+    e.add_argument("site", metavar="PATH:LINE")
+    e.add_argument("--config", metavar="FILE")
+
     v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
     # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
-    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "verify": v})
+    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "explain": e, "verify": v})
     return p
 
 
@@ -108,7 +115,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"check", "rule", "migrate", "doctor", "verify"}
+    commands = {"check", "rule", "migrate", "doctor", "explain", "verify"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
     if argv[0] == "verify":
@@ -123,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             return _migrate(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "explain":
+            from dtype_lint.explain import run as explain
+
+            return explain(args.site, args.config)
         return _check(args)
     except KeyboardInterrupt:
         print("dtype-lint: interrupted", file=sys.stderr)

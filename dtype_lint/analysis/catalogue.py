@@ -14,7 +14,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from dtype_lint.analysis.storage_model import Storage
+from dtype_lint.analysis.storage_model import CodeBackends, Storage, StorageModel
 
 # The layer classes whose storages the catalogue records: the quantizable roots of vLLM and the
 # public subclasses a plugin builds (the preset's names).
@@ -53,3 +53,8 @@ class CatalogueBackends:
                 return frozenset(Storage.from_dict(dict(s, what=s["what"] + f" ({release})"))
                                  for s in layers[layer_class])
         return None
+
+
+def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -> StorageModel:
+    """The tree's own backends first, then the shipped catalogue (engines imported, not scanned)."""
+    return StorageModel([CodeBackends(project, config_params), CatalogueBackends()])

@@ -33,6 +33,23 @@ def project_facts(root: str | Path, paths: list[str] | None = None):
     return config, ProjectFacts(index, load_file=safe_read)
 
 
+def project_facts_for(path: str, config_file: str | None = None):
+    """(config, ProjectFacts) for the project a file belongs to (its configuration's root)."""
+    from dtype_lint.analysis.file_analysis import safe_read
+    from dtype_lint.config import load_for_run
+    from dtype_lint.engine.cache import Cache
+    from dtype_lint.engine.pipeline import _discover, _Project, build_index
+
+    config = load_for_run([path], config_file)
+    if config.source == "defaults":  # no configuration: the project is the folder run from, as for `check .`
+        config = load_for_run(["."], config_file)
+    root = os.path.relpath(config.root)
+    found, index_found = _discover(config, [root if not root.startswith("..") else str(config.root)])
+    cache = Cache(config.root / config.cache_dir, key="none", enabled=False, root=config.root)
+    project = _Project(index_found, found, cache)
+    return config, ProjectFacts(build_index(project.table, config), load_file=safe_read)
+
+
 def compute(root: str | Path, dist: str, version: str) -> dict:
     """The catalogue data of the tree at `root`."""
     root = Path(root)

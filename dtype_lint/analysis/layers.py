@@ -28,7 +28,8 @@ from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts
                     layer_params, storage_method_name)
 from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, default_model, storage_evidence
+from dtype_lint.analysis.catalogue import default_model
+from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 

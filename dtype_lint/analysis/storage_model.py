@@ -499,8 +499,7 @@ class CodeBackends:
                 continue
             before = len(out)
             self._calls(stmt, conds, src, owner, config, out, depth, layer_param, resolve)
-            if isinstance(stmt, ast.Return) and len(out) == before and stmt.value is not None \
-                    and not (isinstance(stmt.value, ast.Constant) and stmt.value.value is None):
+            if isinstance(stmt, ast.Return) and len(out) == before and isinstance(stmt.value, (ast.Call, ast.Attribute)):
                 # A method we cannot name (`return self.method_cls(self)`): it may store anything.
                 out.append((None, stmt.lineno, src.path, conds))
             if isinstance(stmt, (ast.Return, ast.Raise)):
@@ -853,13 +852,6 @@ def _const_str(node: ast.AST) -> str | None:
 
 def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
-
-
-def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -> StorageModel:
-    """The tree's own backends first, then the shipped catalogue (engines imported, not scanned)."""
-    from dtype_lint.analysis.catalogue import CatalogueBackends
-
-    return StorageModel([CodeBackends(project, config_params), CatalogueBackends()])
 
 
 def storage_evidence(storages: list[Storage], limit: int = 4) -> tuple[Evidence, ...]:
