@@ -50,8 +50,9 @@ class CatalogueBackends:
             layers = data.get("layers", {})
             if layer_class in layers:
                 release = f"{data['dist']} {data['version']}"
-                return frozenset(Storage.from_dict(dict(s, what=s["what"] + f" ({release})"))
-                                 for s in layers[layer_class])
+                table = data["storages"]
+                return frozenset(Storage.from_dict(dict(table[i], what=table[i]["what"] + f" ({release})"))
+                                 for i in layers[layer_class])
         return None
 
 

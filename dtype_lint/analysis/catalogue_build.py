@@ -58,6 +58,8 @@ def compute(root: str | Path, dist: str, version: str) -> dict:
     try:
         config, project = project_facts(".")
         backends = CodeBackends(project, config.all_config_params)
+        table: list[Storage] = []
+        index_of: dict[Storage, int] = {}
         layers = {}
         for name in config.all_quantizable:
             if project.index.class_location(name) is None:
@@ -65,12 +67,37 @@ def compute(root: str | Path, dist: str, version: str) -> dict:
             storages = backends.storages_for(name)
             if storages is None:
                 continue
-            layers[name] = [_relative(s).to_dict() for s in sorted(storages, key=_key)]
+            ids = []
+            for s in sorted((_relative(s) for s in storages), key=_key):
+                if s not in index_of:
+                    index_of[s] = len(table)
+                    table.append(s)
+                ids.append(index_of[s])
+            layers[name] = ids
     finally:
         os.chdir(here)
+    # Layers share most storages (every LinearBase subclass the same): each is stored once.
     return {"format": 1, "dist": dist, "version": version,
             "regenerate": f"python scripts/catalogue.py --dist {dist} --version {version}",
-            "layers": layers}
+            "storages": [s.to_dict() for s in table], "layers": layers}
+
+
+def dumps(data: dict) -> str:
+    """The catalogue's file text: one storage per line, so a regeneration diffs readably."""
+    import json
+
+    head = {k: v for k, v in data.items() if k not in ("storages", "layers")}
+    lines = ["{"]
+    for k, v in head.items():
+        lines.append(f"{json.dumps(k)}: {json.dumps(v)},")
+    lines.append('"storages": [')
+    lines.append(",\n".join(json.dumps(s, sort_keys=True) for s in data["storages"]))
+    lines.append("],")
+    lines.append('"layers": {')
+    lines.append(",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in data["layers"].items()))
+    lines.append("}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def _relative(s: Storage) -> Storage:

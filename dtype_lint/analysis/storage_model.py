@@ -599,6 +599,10 @@ class CodeBackends:
                     what = "registers `weight` in the compute dtype (`params_dtype`)"
                 out.append(Storage("", short, kind, dtype, what, (reg, *dtype_ev)))
             return out
+        if registered and not any("weight" in n for n in registered):
+            # Only scales (`k_scale`, `q_scale`): a method for an attention's KV cache, not for a
+            # layer with weights; a dispatch we could not narrow may name it for any layer.
+            return []
         if registered:
             # The parameter that holds the weights names the storage (`qweight`, `weight_packed`).
             names = sorted(registered, key=lambda n: (not n.endswith("weight") and "weight_packed" not in n,
@@ -858,7 +862,10 @@ def storage_evidence(storages: list[Storage], limit: int = 4) -> tuple[Evidence,
     """One evidence line per storage (its most specific line: where the storage is made)."""
     out = []
     seen = set()
-    for s in storages:
+    # One per backend first, then more of the same backends.
+    firsts = {s.backend: s for s in reversed(storages)}
+    ordered = [s for s in storages if firsts.get(s.backend) is s] + [s for s in storages if firsts.get(s.backend) is not s]
+    for s in ordered:
         if (s.backend, s.method) in seen:
             continue
         seen.add((s.backend, s.method))
