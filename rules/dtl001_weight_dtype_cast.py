@@ -33,6 +33,16 @@ if kv_b_proj_input_dtype is not None:
     kv_c_normed = kv_c_normed.to(kv_b_proj_input_dtype)
 ```
 
+## Which backends
+A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
+instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
+float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
+shows them all. Where the tree's backends cannot be read (a project importing vLLM without
+containing it), the shipped catalogue of vLLM 0.33.0 answers; failing that, the layer counts as
+possibly packed.
+
 ## Fix safety
 The fix calls the configured helper (`helper = "pkg.mod:func"`), which returns the layer's input
 dtype or None (keep the model dtype). It is **safe** when it provably keeps behaviour on every

@@ -81,6 +81,12 @@ if weight is not None and weight.dtype == torch.float8_e4m3fn:
 or, for the dtype an activation needs, the shared helper
 (`get_layer_input_dtype(self.kv_b_proj, fp8_input)`), which handles a missing `.weight`.
 
+## Which backends
+A read is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and registers no `weight` (`qweight`, `weight_packed`) or deletes
+it; the message names them with their lines. A layer type every backend keeps `.weight` for (an
+embedding in a tree where no backend quantizes embeddings that way) is not reported.
+
 ## Fix safety
 No automatic fix: what the code should do for a layer without `.weight` (skip a fast path, use
 `params_dtype`, refuse the configuration) depends on what it reads the weight for. The finding
@@ -116,6 +122,12 @@ cannot read).
   helper that prepares weights under another name is checked as forward-path code.
 - The `.weight` of a layer reached through a container (`self.layers[i].weight`) resolves only
   when the container's element type is known.
+
+## Default
+Off: an opt-in rule. It runs only when `select` names its code (`--select DTL003`, or
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on trees it was not developed on (sglang 0.5.23: 16 of a seeded sample of 39 TRUE, 41%;
+aphrodite-engine 0.24.1 unjudged), it is below the 95% bar.
+It becomes a default rule once it is precise there (docs/triage/README.md).
 
 ## Options
 The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes`,

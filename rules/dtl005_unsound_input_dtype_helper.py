@@ -113,6 +113,12 @@ wrong case.
 - Storages outside the evaluated set (int16, int4 in int32 words other than Marlin's) are not
   checked.
 
+## Default
+Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23, 0 of its 3 findings are TRUE (every caller of `pi05_core.py`'s helper
+passes a plain `nn.Linear`), so it is below the 95% bar.
+It becomes a default rule once it is precise there (docs/triage/README.md).
+
 ## Options
 `helper`, `helper-template` (the configured helper and its template), `exempt-functions`,
 `exempt-classes`.

@@ -70,6 +70,9 @@ class Storage:
     dtype: str  # "int32", "float8_e4m3fn", "params_dtype", "" (none or not stated)
     what: str  # "registers `qweight`, not `weight`", "repacks `weight` to int32"
     evidence: tuple[Evidence, ...] = ()
+    # The dispatch tests the layer's type on the way (`isinstance(layer, LinearBase)`); False: it
+    # reaches the method only because no test on the way could be read (a table lookup).
+    typed: bool = True
 
     @property
     def non_compute(self) -> bool:
@@ -84,12 +87,13 @@ class Storage:
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "method": self.method, "kind": self.kind, "dtype": self.dtype,
-                "what": self.what, "evidence": [[e.message, e.path, e.line] for e in self.evidence]}
+                "what": self.what, "evidence": [[e.message, e.path, e.line] for e in self.evidence],
+                "typed": self.typed}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Storage":
         return cls(d["backend"], d["method"], d["kind"], d["dtype"], d["what"],
-                   tuple(Evidence(m, p, line) for m, p, line in d["evidence"]))
+                   tuple(Evidence(m, p, line) for m, p, line in d["evidence"]), d.get("typed", True))
 
 
 def _backend_name(config: str) -> str:
@@ -267,8 +271,9 @@ class CodeBackends:
                         found.append(storage)
                         backends.add(storage.backend)
                 # A cast's message is best with a repacked storage as well as a missing one.
-                stored = any(s.kind in (PACKED, FP8) for s in found) or need == ABSENT
-                if len(backends) >= limit + (0 if stored else 2) or (stored and len(backends) >= limit):
+                typed = {s.backend for s in found if s.typed}
+                stored = any(s.kind in (PACKED, FP8) and s.typed for s in found) or need == ABSENT
+                if len(typed) >= limit + (0 if stored else 2) or (stored and len(typed) >= limit):
                     break
             return summarize(found, need)
         return self._memo(("find", layer_class, need, limit), build)
@@ -290,15 +295,16 @@ class CodeBackends:
     def _config_storages(self, config: str, layer_class: str) -> list[Storage]:
         def build():
             out = []
-            for method, line, src_path in self._methods_for(config, set(self.index.mro(layer_class))):
+            for method, line, src_path, typed in self._methods_for(config, set(self.index.mro(layer_class))):
                 if method is None:
                     out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
-                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read", src_path, line),)))
+                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read", src_path, line),),
+                                       typed))
                     continue
                 dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
                 for storage in self._method_storages(method):
                     out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
-                                       (dispatch, *storage.evidence)))
+                                       (dispatch, *storage.evidence), typed))
             return out
         return self._memo(("config storages", config, layer_class), build)
 
@@ -418,10 +424,11 @@ class CodeBackends:
         canon = frozenset(self.index.canonical(q) for q in layer_mro)
         out = set()
         for method, line, path, conds in self.dispatch_table(config):
-            if all(self._applies(test, param, canon, resolve) in (None, expected)
-                   for test, param, resolve, expected in conds):
-                out.add((method, line, path))
-        return sorted(out, key=lambda t: (t[0] or "", t[1], t[2]))
+            held = [self._applies(test, param, canon, resolve) for test, param, resolve, _expected in conds]
+            if all(h in (None, c[3]) for h, c in zip(held, conds)):
+                typed = any(h is not None for h in held)
+                out.add((method, line, path, typed))
+        return sorted(out, key=lambda t: (t[0] or "", t[1], t[2], t[3]))
 
     def dispatch_table(self, config: str) -> list[tuple]:
         """Backend → layer types: every quant method the config's `get_quant_method` can build,
@@ -894,5 +901,6 @@ def summarize(storages: Iterable[Storage], want: str) -> list[Storage]:
 
 
 def _order(s: Storage) -> tuple:
+    # What the code says for this layer type first; a table dispatch we could not read last.
     rank = {PACKED: 0, ABSENT: 1, FP8: 2, UNKNOWN: 3, COMPUTE: 4}
-    return (rank.get(s.kind, 5), s.backend, s.method)
+    return (not s.typed, rank.get(s.kind, 5), s.backend, s.method)
