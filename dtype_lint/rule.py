@@ -319,6 +319,10 @@ class RuleContext:
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
         cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
         from dtype_lint.analysis.guards import dominating_guard  # with the dtype evaluator: only once a site is found
+        from dtype_lint.analysis.never_runs import never_runs
+
+        if never_runs(site, where.parents):
+            return None
 
         if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
             return None
