@@ -302,3 +302,31 @@ def test_the_shipped_catalogue_equals_a_fresh_computation():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.target("vllm", "0.33.0").read_text(encoding="utf-8") == script.fresh("vllm", "0.33.0")
+
+
+CONTAINERS = textwrap.dedent("""
+    from torch import nn
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+    class Proj(nn.Module):
+        def __init__(self, quant_config):
+            super().__init__()
+            self.mlp = nn.Sequential(ColumnParallelLinear(4, 4, quant_config=quant_config), nn.GELU())
+            self.heads = nn.ModuleList([ColumnParallelLinear(4, 4, quant_config=quant_config) for _ in range(2)])
+            self.plain = nn.Sequential(ColumnParallelLinear(4, 4, quant_config=None), nn.Linear(4, 4))
+
+        def forward(self, x):
+            x = x.to(self.mlp[0].weight.dtype)
+            x = x.to(self.heads[1].weight.dtype)
+            x = x.to(self.plain[0].weight.dtype)
+            return x.to(self.plain[1].weight.dtype)
+""")
+
+
+def test_a_layer_reached_through_a_container_index_is_its_element():
+    from dtype_lint.api import check_source
+
+    found = check_source(CONTAINERS)
+    assert [(f.code, f.span.line) for f in found] == [("DTL001", 14), ("DTL001", 15)]
+    assert found[0].evidence[0].message == "`self.mlp[0]` is `ColumnParallelLinear(...)` in `self.mlp = nn.Sequential(...)`"

@@ -20,6 +20,7 @@ Every step is recorded as Evidence, shown with the finding.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,43 @@ class LayerResolver:
             if not owner.qualname:
                 return Instance(None)
             return self.attribute(owner, expr.attr, depth)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
+                and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
+            # `self.mlp[0]`: an element of a container built in the class (`nn.Sequential(A(...), ...)`)
+            owner = self.resolve(expr.value.value, scope, depth + 1, this)
+            if owner.qualname:
+                return self._container_item(owner, expr.value.attr, expr.slice.value)
+        return Instance(None)
+
+    def _container_item(self, owner: Instance, attr: str, index: int) -> Instance:
+        """Element `index` of `owner.attr` when the class builds it as `nn.Sequential(A(...), B(...))`,
+        `nn.ModuleList([A(...), ...])` or `nn.ModuleList([A(...) for ...])`: that element's construction."""
+        found = self.project.attr_origins(owner.qualname, attr)
+        if found is None:
+            return Instance(None)
+        where, origins = found
+        loc = self.index.class_location(where)
+        facts = self.project.file_facts(loc[0].module) if loc else None
+        for origin in origins:
+            call = origin.call
+            kind = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call, ast.Call) else ""
+            if kind == "Sequential":
+                items = call.args
+            elif kind == "ModuleList" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
+                items = call.args[0].elts
+            elif kind == "ModuleList" and call.args and isinstance(call.args[0], ast.ListComp):
+                items = [call.args[0].elt] * (index + 1)  # every element is built the same way
+            else:
+                continue
+            if not (-len(items) <= index < len(items)) or not isinstance(items[index], ast.Call) or facts is None:
+                continue
+            element = items[index]
+            name = dotted(element.func)
+            cls = self.index.resolve(facts.module, name, facts.imports) if name else None
+            item = dataclasses.replace(origin, type_name=cls, call=element,
+                                       how=f"`self.{attr}[{index}]` is `{name}(...)` in `{origin.how.strip('`')}`")
+            inst = self._from_origin(item, where, self._env_in(owner, where))
+            return Instance(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, owner.origin)
         return Instance(None)
 
     def _annotated(self, name: str, annotation, what: str) -> Instance:
