@@ -330,3 +330,21 @@ def test_a_layer_reached_through_a_container_index_is_its_element():
     found = check_source(CONTAINERS)
     assert [(f.code, f.span.line) for f in found] == [("DTL001", 14), ("DTL001", 15)]
     assert found[0].evidence[0].message == "`self.mlp[0]` is `ColumnParallelLinear(...)` in `self.mlp = nn.Sequential(...)`"
+
+
+def test_a_slice_of_the_weight_is_an_alias_of_its_dtype():
+    from dtype_lint.api import check_source
+
+    source = textwrap.dedent("""
+        from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+        class Proj:
+            def __init__(self, quant_config):
+                self.context_proj = ColumnParallelLinear(8, 8, quant_config=quant_config)
+
+            def forward(self, hidden, a, b):
+                weight = self.context_proj.weight[:, a:b]
+                return hidden.to(weight.dtype) @ weight
+    """)
+    assert [(f.code, f.span.line) for f in check_source(source)] == [("DTL001", 11)]
