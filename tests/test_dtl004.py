@@ -3,6 +3,8 @@ why a branch gets no fix."""
 
 from __future__ import annotations
 
+import json
+
 from dtype_lint.api import check_source, make_config
 from dtype_lint.engine.pipeline import fix_one_text
 
@@ -45,3 +47,15 @@ def test_a_guard_that_disagrees_with_the_helper_is_not_rewritten():
                         + "        if w != torch.uint8 and w != torch.float16:\n            kv = kv.to(w)\n        return kv\n",
                         settings={"select": ["DTL004"]})
     assert f.fix is None and "disagrees with the helper for a float16 weight" in f.no_fix_reason
+
+
+def test_test_modules_are_not_checked(tmp_path):
+    """A unit test asserting a backend's storage dtype asks the storage question on purpose."""
+    from cli_runner import dtl
+
+    body = HEAD + "    def f(self, x):\n        if self.kv_b_proj.weight.dtype == torch.int8:\n            return x.float()\n        return x\n"
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "check_storage.py").write_text(body)
+    (tmp_path / "model.py").write_text(body)
+    proc = dtl(tmp_path, "check", ".", "--select", "DTL004", "--no-cache", "--output-format", "json")
+    assert [f["path"] for f in json.loads(proc.stdout)["findings"]] == ["model.py"]
