@@ -366,7 +366,7 @@ class UnguardedWeightAccess(Rule):
     INVALID = [
         Invalid(_HEAD + "    def f(self, q):\n        if self.kv_b_proj.weight.dtype == torch.float8_e4m3fn:\n"
                 "            q = q.float()\n        return q\n",
-                message_contains=("self.kv_b_proj.weight", "AWQ/GPTQ")),
+                message_contains=("self.kv_b_proj.weight", "registers `qweight`, not `weight`")),
         Invalid(_HEAD + "    def f(self, x):\n        return torch.matmul(x, self.kv_b_proj.weight.t())\n"),
         Invalid(_HEAD + "    def f(self):\n        return getattr(self.kv_b_proj, \"weight\").shape\n"),
         # A guard on another layer does not count; the early return comes after the read.
