@@ -112,11 +112,16 @@ wrong case.
   followed.
 - Storages outside the evaluated set (int16, int4 in int32 words other than Marlin's) are not
   checked.
+- A helper is judged by its callers in its own file: a call that hands it a layer no backend packs
+  (a plain `nn.Linear`, a layer built without a config) is not reported, nor a helper that is not
+  the configured one and whose callers there all do so; callers in other files are not read for
+  this.
 
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
-`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23, 0 of its 3 findings are TRUE (every caller of `pi05_core.py`'s helper
-passes a plain `nn.Linear`), so it is below the 95% bar.
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23, 0 of its 3 findings were TRUE (every caller of `pi05_core.py`'s helper
+passes a plain `nn.Linear`; now judged by those callers, they are not reported); aphrodite-engine's 4
+and vLLM 0.30.0's 4 are not judged yet, so it stays opt-in.
 It becomes a default rule once it is precise there (docs/triage/README.md).
 
 ## Options
