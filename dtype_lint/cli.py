@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     c.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix/--diff) or show fixes marked unsafe")
     c.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing; exit 1 if there is a diff")
-    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001)")
+    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001); the opt-in rules "
+                   "DTL003-DTL005 run only when named by code (or ALL)")
     c.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to disable")
     c.add_argument("--output-format", choices=FORMATS, default=None, help="report format (default: text)")
     c.add_argument("-o", "--output-file", help="write the report to a file instead of stdout")
