@@ -281,7 +281,8 @@ def test_a_plugin_importing_vllm_gets_the_shipped_catalogue(tmp_path):
     """), encoding="utf-8")
     proc = dtl(tmp_path, "check", ".", "--no-cache", "--output-format", "json")
     (cast,) = json.loads(proc.stdout)["findings"]
-    assert "(vllm 0.33.0)" in cast["message"] and "repacks `weight` to int32" in cast["message"]
+    assert "in vllm 0.33.0)" in cast["message"] and "repacks `weight` to int32" in cast["message"]
+    assert all(not e["path"] or e["path"] == "plugin/head.py" for e in cast["evidence"])  # no location outside the project
 
 
 def test_the_shipped_catalogue_names_its_release_and_how_to_regenerate_it():

@@ -15,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 
 from dtype_lint.analysis.storage_model import CodeBackends, Storage, StorageModel
+from dtype_lint.findings import Evidence
 
 # The layer classes whose storages the catalogue records: the quantizable roots of vLLM and the
 # public subclasses a plugin builds (the preset's names).
@@ -50,10 +51,22 @@ class CatalogueBackends:
             layers = data.get("layers", {})
             if layer_class in layers:
                 release = f"{data['dist']} {data['version']}"
-                table = data["storages"]
-                return frozenset(Storage.from_dict(dict(table[i], what=table[i]["what"] + f" ({release})"))
-                                 for i in layers[layer_class])
+                return frozenset(_outside(Storage.from_dict(data["storages"][i]), release) for i in layers[layer_class])
         return None
+
+
+def _outside(storage: Storage, release: str) -> Storage:
+    """The release's files are not the project's: their lines go into the words (`fp8.py:89 ->
+    marlin_utils_fp8.py:141 in vllm 0.33.0`), not into locations a reporter would resolve in the
+    project."""
+    located = [e for e in storage.evidence if e.path]
+    ends = located[:1] + located[-1:] if len(located) > 1 else located
+    where = " -> ".join(f"{e.path.rsplit('/', 1)[-1]}:{e.line}" for e in ends)
+    evidence = tuple(Evidence(f"{e.message} ({e.path}:{e.line} in {release})" if e.path else e.message, "", 0)
+                     for e in storage.evidence)
+    return Storage(storage.backend, storage.method, storage.kind, storage.dtype,
+                   f"{storage.what} ({where} in {release})" if where else f"{storage.what} ({release})",
+                   evidence, storage.typed)
 
 
 def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -> StorageModel:

@@ -903,4 +903,6 @@ def summarize(storages: Iterable[Storage], want: str) -> list[Storage]:
 def _order(s: Storage) -> tuple:
     # What the code says for this layer type first; a table dispatch we could not read last.
     rank = {PACKED: 0, ABSENT: 1, FP8: 2, UNKNOWN: 3, COMPUTE: 4}
-    return (not s.typed, rank.get(s.kind, 5), s.backend, s.method)
+    # Total, so that the order never depends on a set's (per-process) iteration order.
+    return (not s.typed, rank.get(s.kind, 5), s.backend, s.method, s.dtype, s.what,
+            tuple((e.path, e.line, e.message) for e in s.evidence))
