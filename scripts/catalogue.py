@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dtype_lint.analysis.catalogue_build import compute, dumps  # noqa: E402
-from dtype_lint.releases import release_tree  # noqa: E402
+from dtype_lint.analysis.catalogue_build import compute, dumps
+from dtype_lint.releases import release_tree
 
 
 def target(dist: str, version: str) -> Path:

@@ -11,18 +11,18 @@ backend's file (relative to the release) and line. `scripts/catalogue.py` regene
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from dtype_lint.analysis.storage_model import CodeBackends, Storage, StorageModel
 from dtype_lint.findings import Evidence
 
-# The layer classes whose storages the catalogue records: the quantizable roots of vLLM and the
-# public subclasses a plugin builds (the preset's names).
+# The data's format version; the layers recorded are the preset's quantizable classes found in the
+# release (its roots and the public subclasses a plugin builds).
 FORMAT = 1
 
 
-@lru_cache(maxsize=None)
+@cache
 def shipped() -> tuple[dict, ...]:
     """Every catalogue shipped with the tool (parsed once per process)."""
     out = []

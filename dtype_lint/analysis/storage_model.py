@@ -33,8 +33,9 @@ import ast
 import os
 import re
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
@@ -57,7 +58,7 @@ _FLOAT_COMPUTE = {"float16", "bfloat16", "float32", "half", "float", "bfloat", "
 # A call whose result is a repacked weight: its name says so (Marlin, AllSpark, machete...).
 # (Marlin and its relatives return int32 tiles; other "packed" tensor subclasses, torchao's, report
 # a float `.dtype` and are not counted.)
-_REPACK = re.compile(r"marlin|machete|allspark|repack_int|_int32", re.I)
+_REPACK = re.compile(r"marlin|machete|allspark|repack_int|_int32", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Storage:
                 "typed": self.typed}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Storage":
+    def from_dict(cls, d: dict) -> Storage:
         return cls(d["backend"], d["method"], d["kind"], d["dtype"], d["what"],
                    tuple(Evidence(m, p, line) for m, p, line in d["evidence"]), d.get("typed", True))
 
@@ -139,7 +140,7 @@ class StorageModel:
 
 
 # ---- reading methods without parsing whole files -------------------------------------------------
-_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
+_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
 
 
 def _indent(line: str) -> int:
@@ -576,7 +577,7 @@ class CodeBackends:
         short = _short(method)
         if got is None:
             return [Storage("", short, UNKNOWN, "", "has no `create_weights` we can read")]
-        owner, src, fn = got
+        _owner, src, fn = got
         if _abstract(fn):
             return []  # an interface (`raise NotImplementedError`): its subclasses are read instead
         registered = self._registered(fn, src, depth=0)
@@ -737,7 +738,6 @@ class CodeBackends:
     def _mutation(self, fn, src: _Source, depth: int, seen: set):
         resolve = self._resolver(src, fn)
         assigns = _assignments(fn)
-        here = Evidence(f"`{fn.name}`", src.path, fn.lineno)
         for node in ast.walk(fn):
             if isinstance(node, ast.Delete):
                 for t in node.targets:
@@ -775,7 +775,6 @@ class CodeBackends:
             if inner is not None:
                 return (inner[0], inner[1], inner[2], (Evidence(f"`{fn.name}` calls `{dotted(node.func)}`", src.path,
                                                                  node.lineno), *inner[3]))
-        del here
         return None
 
 
@@ -783,9 +782,9 @@ def _repacked(value: ast.expr, assigns: dict[str, ast.expr], depth: int = 0) -> 
     for node in ast.walk(value):
         if isinstance(node, ast.Call) and _REPACK.search(dotted(node.func) or ""):
             return True
-        if isinstance(node, ast.Name) and node.id in assigns and depth < 3 and assigns[node.id] is not value:
-            if _repacked(assigns[node.id], assigns, depth + 1):
-                return True
+        if isinstance(node, ast.Name) and node.id in assigns and depth < 3 and assigns[node.id] is not value \
+                and _repacked(assigns[node.id], assigns, depth + 1):
+            return True
     return False
 
 
