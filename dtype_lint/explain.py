@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from dtype_lint.analysis.catalogue import default_model
-from dtype_lint.analysis.storage_model import ABSENT, COMPUTE, NON_COMPUTE
+from dtype_lint.analysis.storage_model import ABSENT, COMPUTE, NON_COMPUTE, platform_admission
 
 
 class ExplainError(Exception):
@@ -99,6 +99,12 @@ def explain(site: str, config_file: str | None = None) -> str:
                     out.append(f"      {s.method or '?'}: {s.what}{mark}")
                     for e in s.evidence:
                         out.append(f"        {_where(e)}{e.message}")
+        admission = platform_admission(project.index, project.load_file, inst.qualname)
+        if admission:
+            out.append("  platforms (`supported_quantization`; an empty list admits every quantization):")
+            for platform, where, at, names in admission:
+                shown = ", ".join(names) if names else "every quantization"
+                out.append(f"    {where}:{at}: {platform} admits {shown}")
         for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
             verdict = resolver.quantizable(inst, text_of, None, need)
             out.append(f"  {code}: " + ("reported unless a guard dominates the site" if verdict

@@ -156,6 +156,20 @@ FILES = {
                 weight = torch.nn.Parameter(torch.empty(n, n, dtype=torch.int8))
                 layer.register_parameter("weight", weight)
     """,
+    "tinyserve/platforms/__init__.py": "",
+    "tinyserve/platforms/interface.py": """
+        class Platform:
+            supported_quantization: list[str] = []
+    """,
+    "tinyserve/platforms/npu.py": """
+        from tinyserve.platforms.interface import Platform
+
+
+        class NpuPlatform(Platform):
+            supported_quantization: list[str] = [
+                "int4",  # no fp8 on this device
+            ]
+    """,
     "tinyserve/model.py": """
         from tinyserve.layers.embedding import Embedding
         from tinyserve.layers.linear import RowLinear
@@ -261,6 +275,8 @@ def test_explain_shows_the_model_for_a_site(tree):
     assert "`self.embed.weight`" in out and "class: tinyserve.layers.embedding.Embedding" in out
     assert "PlainMethod: registers `weight` in the compute dtype" in out
     assert "DTL003: not reported (no reachable backend gives such a storage)" in out
+    assert "tinyserve/platforms/npu.py:5: NpuPlatform admits int4" in out
+    assert "Platform admits every quantization" in out
     bad = dtl(tree, "explain", "tinyserve/model.py")
     assert bad.returncode == 2 and "expected PATH:LINE" in bad.stderr
 

@@ -905,3 +905,28 @@ def _order(s: Storage) -> tuple:
     # Total, so that the order never depends on a set's (per-process) iteration order.
     return (not s.typed, rank.get(s.kind, 5), s.backend, s.method, s.dtype, s.what,
             tuple((e.path, e.line, e.message) for e in s.evidence))
+
+
+_ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\])", re.M)
+
+
+def platform_admission(index: QuantizableLayerIndex, load_file, layer_class: str) -> list[tuple[str, str, int, list[str]]]:
+    """Which quantizations each platform admits: (platform class, path, line, names) for every class
+    of the engine's `platforms` package (the top package of the layer's module, `.platforms`) that
+    lists `supported_quantization`. An empty list admits every quantization (vLLM's interface)."""
+    top = layer_class.split(".", 1)[0]
+    header = index.modules.get(f"{top}.platforms")
+    if header is None or load_file is None:
+        return []
+    out = []
+    for _module, h in index.modules.iter_under(os.path.dirname(header.path)):
+        text = load_file(h.path) or ""
+        for m in _ADMITS.finditer(text):
+            try:
+                names = [str(n) for n in ast.literal_eval(m.group(1))]
+            except (ValueError, SyntaxError):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            owner = max(((n, v[1]) for n, v in h.classes.items() if v[1] <= line), key=lambda c: c[1], default=("?", 0))
+            out.append((owner[0], h.path, line, names))
+    return out
