@@ -14,7 +14,12 @@ import os
 from pathlib import Path
 
 from dtype_lint.analysis.catalogue import default_model
-from dtype_lint.analysis.storage_model import ABSENT, COMPUTE, NON_COMPUTE, platform_admission
+from dtype_lint.analysis.storage_model import (
+    ABSENT,
+    COMPUTE,
+    NON_COMPUTE,
+    platform_admission,
+)
 
 
 class ExplainError(Exception):

@@ -907,7 +907,7 @@ def _order(s: Storage) -> tuple:
             tuple((e.path, e.line, e.message) for e in s.evidence))
 
 
-_ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\])", re.M)
+_ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\])", re.MULTILINE)
 
 
 def platform_admission(index: QuantizableLayerIndex, load_file, layer_class: str) -> list[tuple[str, str, int, list[str]]]:
