@@ -290,7 +290,8 @@ def test_the_helper_choice_stage_analyses_again_only_the_files_whose_fixes_it_ch
 
     monkeypatch.setattr(pipeline, "analyze_path", counting)
     monkeypatch.chdir(root)
-    result = check_paths(["."], make_config(root=root), jobs=1, use_cache=False)
+    # DTL003 (opt-in) gives read.py a finding without a helper fix
+    result = check_paths(["."], make_config({"select": ["DTL", "DTL003"]}, root=root), jobs=1, use_cache=False)
     assert result.helper_choice is not None and result.helper_choice.inferred
     assert sorted(analysed) == ["a.py", "a.py", "b.py", "b.py", "read.py"]
     assert {f.fix.imports for f in result.findings if f.fix} == {(("pkg.layer_input_dtype", "get_layer_input_dtype"),)}

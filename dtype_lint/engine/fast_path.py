@@ -43,7 +43,7 @@ from dtype_lint.engine.text_facts import helper_shaped_bodies
 MAX_SOURCE_BYTES = 4 << 20  # as engine.source: a larger file is DTL900 in the full run
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
 _FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
-_COMMANDS = {"rule", "migrate", "doctor", "verify", "server", "-h", "--help", "--version"}
+_COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
 _MAX_HOPS = 12  # re-exports followed, as the class index does
 
 _already_tried = False  # set while `dtype_lint.entry.main` hands over to the command line
