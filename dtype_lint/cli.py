@@ -148,6 +148,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from dtype_lint.engine.fast_path import try_clean_exit  # before the engine: see its docstring
+
+    if (code := try_clean_exit(argv)) is not None:
+        return code
     commands = {"check", "rule", "migrate", "doctor", "explain", "verify", "server"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]

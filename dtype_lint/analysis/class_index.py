@@ -60,24 +60,8 @@ class ModuleHeader:
         )
 
 
-_TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
-# The next line that starts a top-level statement: not indented, not a comment, not the closing
-# bracket of a signature black put at column 0.
-_TOP_NEXT = re.compile(r"\n(?=[^\s#)\]}])")
-
-
-def dtype_functions(text: str) -> dict[str, str]:
-    """Top-level functions whose text could make them input-dtype helpers, without a parse:
-    name -> short hash of the function's text."""
-    if "dtype" not in text:
-        return {}
-    out = {}
-    for m in _TOP_DEF.finditer(text):
-        end = _TOP_NEXT.search(text, m.end())
-        body = text[m.start(): end.start() if end else len(text)]
-        if "dtype" in body and "return" in body and ("weight" in body or "params_dtype" in body):
-            out[m.group(1)] = hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return out
+# `dtype_functions` is text-only, so that the pre-commit fast path can use it without this module.
+from dtype_lint.engine.text_facts import dtype_functions  # noqa: E402,F401
 
 
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
