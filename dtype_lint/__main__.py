@@ -7,6 +7,7 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.path.abspath(os.getcwd()):
     del sys.path[0]
 
-from dtype_lint.cli import main  # noqa: E402
+# The pre-commit fast path first; it imports the command line only when it cannot answer.
+from dtype_lint.entry import main  # noqa: E402
 
 sys.exit(main())
