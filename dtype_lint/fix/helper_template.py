@@ -167,8 +167,14 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
             tree = ast.parse(read_file(str(path)).text)
         except (SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError) as e:
             raise HelperError(f"helper module {path} cannot be read: {e}") from None
-        if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func]
+        if not defs:
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
+        from dtype_lint.analysis.helper_functions import call_problem
+
+        problem = call_problem(defs[-1], tree)
+        if problem:
+            raise HelperError(f"helper `{module}:{func}` in {path} cannot be called as fixes call it: {problem}")
         return HelperLocation(module, func, path, True)
     return HelperLocation(module, func, path, False, helper_source(func, template),
                           _markers_needed(path.parent, base))

@@ -10,7 +10,11 @@ few files a run rewrites do, once each, and this is where libcst earns its cost:
   star import that could rebind it;
 - each variable a fix assigns was not a name in its function before the fix (it shadows
   nothing), is a local there (no `global`/`nonlocal`), is assigned there once, and every use of
-  it resolves to that assignment alone.
+  it resolves to that assignment alone;
+- each such variable is placed where the old code read the dtype: its one assignment is a call
+  of the helper, directly followed in the same block by the `if <var> is not None:` that guards
+  the cast, and the variable is read nowhere else. A call hoisted out of that `if`'s block (out
+  of a loop, a condition or a `try`) fails this, whatever the planner believed.
 
 A violation raises FixError: the file is left as it was and the run reports DTL901 with the
 reason, its sites remaining. The fixer has already checked that the text parses.
@@ -36,6 +40,7 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     if not helpers and not variables:
         return
     _check_fresh(original, variables)
+    _check_placement(fixed, variables, {local for _m, _f, local in helpers})
 
     import libcst as cst
     from libcst.metadata import ClassScope, FunctionScope, GlobalScope, MetadataWrapper, ScopeProvider
@@ -96,6 +101,56 @@ def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
     for scope_name, var in variables:
         if var in names.get(scope_name, set()):
             raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
+
+
+def _check_placement(fixed: str, variables: set[tuple[str, str]], helper_names: set[str]) -> None:
+    """Each new variable is `var = helper(...)` right before `if var is not None:` in one block,
+    and read only inside that `if`."""
+    if not variables:
+        return
+    try:
+        tree = ast.parse(fixed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise FixCheckError("the fixed text cannot be analysed") from None
+    functions = {qualname: fn for fn, _class_q, qualname in iter_functions(tree, "")}
+    for scope_name, var in sorted(variables):
+        fn = functions.get(scope_name)
+        placed = [] if fn is None else [(block, i) for block, i in _assignments(fn, var)]
+        if len(placed) != 1:
+            raise FixCheckError(f"`{var}` is not assigned exactly once in `{scope_name}`")
+        block, i = placed[0]
+        value = block[i].value
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in helper_names):
+            raise FixCheckError(f"`{var}` in `{scope_name}` is not assigned the helper's result")
+        guard = block[i + 1] if i + 1 < len(block) else None
+        if not (isinstance(guard, ast.If) and _is_not_none_test(guard.test, var)):
+            raise FixCheckError(f"the helper call assigned to `{var}` (line {block[i].lineno}) is not right before "
+                                f"the `if {var} is not None:` guarding the cast: it would run where the dtype was "
+                                "not read")
+        inside = {id(n) for n in ast.walk(guard)}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and node.id == var and isinstance(node.ctx, ast.Load) \
+                    and id(node) not in inside:
+                raise FixCheckError(f"`{var}` is read on line {node.lineno}, outside the guard it was made for")
+
+
+def _assignments(fn: ast.AST, var: str):
+    """(block, index) of each `var = ...` statement anywhere in `fn`."""
+    for node in ast.walk(fn):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if not isinstance(block, list):
+                continue
+            for i, stmt in enumerate(block):
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                        and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == var:
+                    yield block, i
+
+
+def _is_not_none_test(test: ast.expr, var: str) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == var
+            and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
 
 
 def _within(qualname: str, scope_name: str) -> bool:

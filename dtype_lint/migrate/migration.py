@@ -127,7 +127,7 @@ def reuse_sound_helper(config: Config, path: str) -> Config:
         return config
     for h in found:
         module = h.qualname.rpartition(".")[0]
-        if module and h.flag_param and h.sound and not h.maybe_unsound and _definite(h):
+        if module and h.flag_param and h.sound and not h.maybe_unsound and not h.uncallable and _definite(h):
             return dataclasses.replace(config, helper=f"{module}:{h.name}")
     return config
 
