@@ -587,23 +587,30 @@ class _FileFix:
     data: bytes  # the bytes the fix was computed from
 
 
-def _init_fix(index, config, unsafe) -> None:
-    worker_state().update(index=index, config=config, unsafe=unsafe)
+def _init_fix(index, config, unsafe, created=None) -> None:
+    worker_state().update(index=index, config=config, unsafe=unsafe, created=created or {})
 
 
 def _fix_job(path: str) -> _FileFix:
     st = worker_state()
-    return fix_path(path, st["index"], st["config"], st["unsafe"])
+    return fix_path(path, st["index"], st["config"], st["unsafe"], st.get("created"))
 
 
-def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool) -> _FileFix:
+def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool,
+             created: dict[str, str] | None = None) -> _FileFix:
+    """`created`: module -> text of a module the run will create (the helper), for the import
+    graph."""
+    from dtype_lint.fix.import_graph import ImportGraph
+
     try:
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
     module = module_name(path, config.root)
-    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe)
+    graph = ImportGraph(index.modules, created) if isinstance(index.modules, ModuleTable) else None
+    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe,
+                       graph=graph, module=module)
     return _FileFix(outcome, ft, data)
 
 
@@ -653,7 +660,8 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     helper = None
     if any(f.fix.imports for f in todo) and result.helper_choice is not None:
         helper = result.helper_choice.location
-    fixes = parallel_map(_fix_job, paths, jobs, init=_init_fix, initargs=(index, result.config, unsafe),
+    created = {helper.module: helper.source} if helper is not None and not helper.exists else {}
+    fixes = parallel_map(_fix_job, paths, jobs, init=_init_fix, initargs=(index, result.config, unsafe, created),
                          progress=options.progress, stage="fix", parallel=jobs > 1 and len(paths) >= 4)
     # A fix that cannot land is refused before anything is written (DTL901, its sites remain):
     # a file that would import the helper from outside its package layout, and (when writing)

@@ -1,0 +1,379 @@
+"""Trusted like a compiler, round two (#20): a fix never changes what the code does, and no input
+or output path can hurt.
+
+Every class of #20 has cases here that failed on 0.2.0 (the note above each says how) and pass
+now. A fix either leaves behaviour identical (the module is imported with a small layer and run
+before and after the fix; results and exceptions are compared) or writes nothing and says why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cli_runner import dtl  # noqa: E402
+from tiny_project import time_limit, tiny_project, tree_bytes  # noqa: E402
+
+PYPROJECT = """\
+[tool.dtype-lint]
+quantizable = ["proj.layers.QLinear"]
+helper = "proj.dtypes:get_layer_input_dtype"
+helper-template = "torch"
+"""
+
+LAYERS = """\
+import torch
+
+
+class QLinear(torch.nn.Module):
+    def __init__(self, weight_dtype, params_dtype=torch.bfloat16):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(2, dtype=weight_dtype), requires_grad=False)
+        self.params_dtype = params_dtype
+"""
+
+MODEL = """\
+import torch
+from proj.layers import QLinear
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, o_proj: QLinear):
+        super().__init__()
+        self.o_proj = o_proj
+        self.use = True
+        self.spare = QLinear(torch.float32)
+
+    def swap(self):
+        self.o_proj, self.spare = self.spare, self.o_proj
+
+{body}
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8", newline="")
+    return root
+
+
+def project(root: Path, model: str, extra: dict[str, str] | None = None, pyproject: str = PYPROJECT) -> Path:
+    return write(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/layers.py": LAYERS,
+                        "proj/model.py": model, **(extra or {})})
+
+
+def fresh_import(root: Path, module: str = "proj.model"):
+    for name in [m for m in sys.modules if m == "proj" or m.startswith("proj.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(root))
+    try:
+        importlib.invalidate_caches()
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(root))
+
+
+def outcome(call) -> str:
+    """What running `call()` gives: the dtypes it returns, or the exception it raises."""
+    try:
+        result = call()
+    except Exception as e:  # noqa: BLE001 - the exception is the outcome being compared
+        return f"{type(e).__name__}: {e}"
+    items = result if isinstance(result, (list, tuple)) else [result]
+    return repr([getattr(r, "dtype", r) for r in items])
+
+
+def fix(root: Path, *extra: str) -> object:
+    return dtl(root, "check", "--fix", "--no-cache", "--output-format", "concise", *extra)
+
+
+# --- 1. the helper is evaluated where the dtype was ----------------------------------------------
+
+# Each: the method, and scenarios (what to do to the module before calling it) that 0.2.0's
+# hoisted fix changed. `scenario(mod)` returns the call to compare.
+HOISTS = {
+    # 0.2.0 moved the call out of the `if`: AttributeError on None.
+    "if-in-loop": ("""\
+    def forward(self, xs):
+        out = []
+        for x in xs:
+            if self.o_proj is not None:
+                x = x.to(self.o_proj.weight.dtype)
+            out.append(x)
+        return out
+""", lambda m: _none_layer(m)),
+    # ... out of a `try/except AttributeError`.
+    "try-in-loop": ("""\
+    def forward(self, xs):
+        out = []
+        for x in xs:
+            try:
+                x = x.to(self.o_proj.weight.dtype)
+            except AttributeError:
+                pass
+            out.append(x)
+        return out
+""", lambda m: _none_layer(m)),
+    # ... out of the loop whose condition guards it.
+    "while-condition": ("""\
+    def forward(self, xs):
+        out = []
+        while self.use and xs:
+            x = xs.pop()
+            x = x.to(self.o_proj.weight.dtype)
+            out.append(x)
+        return out
+""", lambda m: _deleted_layer(m, use=False)),
+    # ... before a loop that runs zero times, on a layer deleted after loading.
+    "zero-iterations": ("""\
+    def forward(self, xs):
+        out = []
+        for x in xs:
+            x = x.to(self.o_proj.weight.dtype)
+            out.append(x)
+        return out
+""", lambda m: _deleted_layer(m, xs=[])),
+    # ... past a method call that swaps the layer: the hoisted value goes stale.
+    "swap-in-loop": ("""\
+    def forward(self, xs):
+        out = []
+        for x in xs:
+            x = x.to(self.o_proj.weight.dtype)
+            out.append(x)
+            self.swap()
+        return out
+""", lambda m: _swapping(m)),
+    # The guarded idiom with its alias computed before the loop: 0.2.0 moved the helper into the
+    # loop and deleted the alias; now the site is left alone (the alias is not beside its guard).
+    "idiom-alias-before-loop": ("""\
+    def forward(self, xs, use_fp8):
+        out = []
+        w = self.o_proj.weight.dtype if hasattr(self.o_proj, "weight") else self.o_proj.params_dtype
+        for x in xs:
+            if (use_fp8 or w != torch.float8_e4m3fn) and w != torch.uint8:
+                x = x.to(self.o_proj.weight.dtype)
+            out.append(x)
+            self.swap()
+        return out
+""", lambda m: _swapping(m, use_fp8=True)),
+}
+
+
+def _layers(mod):
+    return importlib.import_module("proj.layers")
+
+
+def _none_layer(mod):
+    attn = mod.Attn(_layers(mod).QLinear(torch.float16))
+    attn.o_proj = None
+    return lambda: attn.forward([torch.zeros(2), torch.zeros(2)])
+
+
+def _deleted_layer(mod, use=True, xs=None):
+    attn = mod.Attn(_layers(mod).QLinear(torch.float16))
+    del attn.o_proj
+    attn.use = use
+    return lambda: attn.forward([torch.zeros(2)] if xs is None else xs)
+
+
+def _swapping(mod, **kwargs):
+    attn = mod.Attn(_layers(mod).QLinear(torch.float16))
+    return lambda: attn.forward([torch.zeros(2), torch.zeros(2), torch.zeros(2)], **kwargs)
+
+
+def _plain(mod, **kwargs):
+    attn = mod.Attn(_layers(mod).QLinear(torch.float16))
+    return lambda: attn.forward([torch.zeros(2), torch.zeros(2)], **kwargs)
+
+
+@pytest.mark.parametrize("case", list(HOISTS))
+def test_a_fix_never_moves_the_helper_past_what_guarded_the_cast(tmp_path: Path, case: str):
+    body, scenario = HOISTS[case]
+    root = project(tmp_path, MODEL.format(body=body))
+    before = outcome(scenario(fresh_import(root)))
+    kwargs = {"use_fp8": True} if "use_fp8" in body else {}
+    plain_before = outcome(_plain(fresh_import(root), **kwargs))
+    proc = fix(root)
+    assert "Traceback" not in proc.stderr
+    after = outcome(scenario(fresh_import(root)))
+    assert after == before, (case, (root / "proj/model.py").read_text())
+    assert outcome(_plain(fresh_import(root), **kwargs)) == plain_before
+    fixed = (root / "proj/model.py").read_text()
+    if "get_layer_input_dtype(" in fixed:
+        # Called right before its guard, in the block the cast was in.
+        lines = fixed.splitlines()
+        call = next(i for i, line in enumerate(lines) if "= get_layer_input_dtype(" in line)
+        assert lines[call + 1].strip().startswith("if ") and lines[call + 1].strip().endswith("is not None:")
+    else:
+        assert "DTL001" in proc.stdout and proc.returncode == 1
+
+
+def test_the_verifier_refuses_a_helper_call_hoisted_out_of_its_block():
+    from dtype_lint.findings import Edit, Finding, Fix, Span
+    from dtype_lint.fix.fixer import fix_text
+
+    src = ("from m import h\n\n\ndef f(self, xs):\n    for x in xs:\n        x = x.to(self.p.weight.dtype)\n"
+           "    return xs\n")
+    loop = src.index("    for x")
+    cast = src.index("        x = x.to")
+    arg = src.index("self.p.weight.dtype")
+    edits = (Edit(loop, loop, "    v = h(self.p, True)\n"), Edit(cast, cast, "        if v is not None:\n    "),
+             Edit(arg, arg + len("self.p.weight.dtype"), "v"))
+    bad = Finding("DTL001", "m", "t.py", Span(6, 13, 6, 40), scope="f",
+                  fix=Fix("d", True, edits, (("m", "h"),), aliases=("h",), binds=("v",)))
+    out = fix_text("t.py", src, lambda t: [bad] if t == src else [], unsafe=False)
+    assert out.text == src and "not right before" in out.error
+
+
+# --- 2. an existing helper is called only as it can be called -------------------------------------
+
+SITE = MODEL.format(body="""\
+    def forward(self, x):
+        x = x.to(self.o_proj.weight.dtype)
+        return x
+""")
+
+HELPER_BODY = """\
+    weight = getattr(layer, "weight", None)
+    weight_dtype = weight.dtype if weight is not None else layer.params_dtype
+    if weight_dtype in (torch.int32, torch.uint8, torch.int8):
+        return layer.params_dtype
+    return weight_dtype
+"""
+
+SIGNATURES = {
+    "keyword-only-without-default": ("def get_layer_input_dtype(layer, fp8_input, *, device):\n", "keyword-only"),
+    "one-parameter": ("def get_layer_input_dtype(layer):\n", "1 positional parameter"),
+    "async": ("async def get_layer_input_dtype(layer, fp8_input):\n", "async def"),
+    "third-required": ("def get_layer_input_dtype(layer, fp8_input, device):\n", "no default"),
+    "decorated": ("@functools.lru_cache\ndef get_layer_input_dtype(layer, fp8_input):\n", "decorated"),
+}
+
+
+@pytest.mark.parametrize("case", list(SIGNATURES))
+def test_an_existing_helper_that_cannot_be_called_so_is_an_error_naming_it(tmp_path: Path, case: str):
+    """0.2.0 made safe fixes through each of these, which raise TypeError at run time (the async
+    one hands `x.to` a coroutine)."""
+    signature, why = SIGNATURES[case]
+    helper = "import functools\n\nimport torch\n\n\n" + signature + HELPER_BODY
+    root = project(tmp_path, SITE, {"proj/dtypes.py": helper})
+    before = tree_bytes(root)
+    proc = fix(root)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "get_layer_input_dtype" in proc.stderr and why in proc.stderr
+    assert tree_bytes(root) == before
+
+
+def test_an_existing_helper_with_defaults_beyond_the_flag_is_used(tmp_path: Path):
+    helper = "import torch\n\n\ndef get_layer_input_dtype(layer, fp8_input=True, device=None, *, strict=False):\n" \
+        + HELPER_BODY
+    root = project(tmp_path, SITE, {"proj/dtypes.py": helper})
+    proc = fix(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mod = fresh_import(root)
+    attn = mod.Attn(_layers(mod).QLinear(torch.int32))
+    assert attn.forward(torch.zeros(2)).dtype == torch.bfloat16
+
+
+def test_migrate_does_not_reuse_a_helper_it_cannot_call(tmp_path: Path):
+    """`migrate` reuses a project's own sound helper; one it cannot call is left alone and a new
+    one is made."""
+    helper = "import torch\n\n\ndef get_layer_input_dtype(layer, fp8_input, *, device):\n" + HELPER_BODY
+    pyproject = '[tool.dtype-lint]\nquantizable = ["proj.layers.QLinear"]\nhelper-template = "torch"\n'
+    root = project(tmp_path, SITE, {"proj/utils.py": helper}, pyproject=pyproject)
+    proc = dtl(root, "migrate", ".", "--report", "report.md")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    fixed = (root / "proj/model.py").read_text()
+    assert "from proj.utils import" not in fixed
+
+
+# --- 3. the import graph ---------------------------------------------------------------------------
+
+CYCLE_HELPER = "import torch\n\nfrom proj.model import Attn  # noqa: F401\n\n\ndef get_layer_input_dtype(layer, fp8_input):\n" \
+    + HELPER_BODY
+
+
+def test_an_added_import_never_closes_a_cycle(tmp_path: Path):
+    """0.2.0: `proj/utils.py` imports `proj.model`; the fix made `proj.model` import it back and
+    `import proj.model` failed ("partially initialized module")."""
+    pyproject = PYPROJECT.replace("proj.dtypes", "proj.utils")
+    root = project(tmp_path, SITE, {"proj/utils.py": CYCLE_HELPER}, pyproject=pyproject)
+    before = tree_bytes(root)
+    proc = fix(root)
+    assert proc.returncode == 1
+    assert "DTL901" in proc.stdout and "import cycle" in proc.stdout and "proj.utils" in proc.stdout
+    assert tree_bytes(root) == before
+    fresh_import(root)  # still imports
+
+
+def test_an_import_in_a_function_or_under_type_checking_is_no_cycle(tmp_path: Path):
+    helper = ("import typing\n\nimport torch\n\nif typing.TYPE_CHECKING:\n    from proj.model import Attn  # noqa: F401\n\n\n"
+              "def later():\n    from proj.model import Attn  # noqa: F401\n\n\n"
+              "def get_layer_input_dtype(layer, fp8_input):\n" + HELPER_BODY)
+    pyproject = PYPROJECT.replace("proj.dtypes", "proj.utils")
+    root = project(tmp_path, SITE, {"proj/utils.py": helper}, pyproject=pyproject)
+    proc = fix(root)
+    assert proc.returncode == 0, proc.stdout
+    assert "from proj.utils import get_layer_input_dtype" in (root / "proj/model.py").read_text()
+
+
+IDIOM = """\
+import torch
+from proj.layers import QLinear
+from proj.plat import current_platform
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, o_proj: QLinear):
+        super().__init__()
+        self.o_proj = o_proj
+
+    def forward(self, x, use_fp8):
+        w = self.o_proj.weight.dtype if hasattr(self.o_proj, "weight") else self.o_proj.params_dtype
+        if (use_fp8 or w != current_platform.fp8_dtype()) and w != torch.uint8:
+            x = x.to(self.o_proj.weight.dtype)
+        return x
+"""
+
+PLAT = "import torch\n\n\nclass _Platform:\n    def fp8_dtype(self):\n        return torch.float8_e4m3fn\n\n\ncurrent_platform = _Platform()\n"
+
+
+@pytest.mark.parametrize("user", ["from proj.model import current_platform\n",
+                                  "from .model import current_platform as plat\n",
+                                  "from proj.model import *\n",
+                                  "import proj.model\n\nplat = proj.model.current_platform\n"])
+def test_an_orphaned_import_another_module_takes_from_here_stays(tmp_path: Path, user: str):
+    """0.2.0 dropped `from proj.plat import current_platform` from proj/model.py after the idiom
+    fix; proj/other.py, importing it from proj.model, then failed."""
+    root = project(tmp_path, IDIOM, {"proj/plat.py": PLAT, "proj/other.py": user})
+    proc = fix(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fixed = (root / "proj/model.py").read_text()
+    assert "w != torch.uint8" not in fixed  # the idiom was rewritten
+    assert "from proj.plat import current_platform" in fixed
+    fresh_import(root, "proj.other")
+
+
+def test_an_orphaned_import_nobody_else_takes_goes(tmp_path: Path):
+    root = project(tmp_path, IDIOM, {"proj/plat.py": PLAT, "proj/other.py": "from proj.plat import current_platform\n"})
+    proc = fix(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "current_platform" not in (root / "proj/model.py").read_text()
+
+
+def test_an_orphaned_import_listed_in_a_computed_all_stays(tmp_path: Path):
+    model = IDIOM + "\n__all__ = [n for n in dir() if not n.startswith('_')]\n"
+    root = project(tmp_path, model, {"proj/plat.py": PLAT})
+    proc = fix(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "from proj.plat import current_platform" in (root / "proj/model.py").read_text()
