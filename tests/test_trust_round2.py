@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -377,3 +378,92 @@ def test_an_orphaned_import_listed_in_a_computed_all_stays(tmp_path: Path):
     proc = fix(root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "from proj.plat import current_platform" in (root / "proj/model.py").read_text()
+
+
+# --- 4. one safe reader: .gitignore as a FIFO, /dev/zero, not UTF-8 ---------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "fifo-symlink", "dev-zero-symlink", "not-utf8"])
+def test_a_hostile_gitignore_is_a_message_never_a_hang_or_traceback(tmp_path: Path, kind: str):
+    """0.2.0 read `.gitignore` with `read_text()`: a FIFO hung every run, `/dev/zero` ended in a
+    MemoryError traceback, one non-UTF-8 byte in a UnicodeDecodeError traceback (exit 1)."""
+    root = tiny_project(tmp_path)
+    gitignore = root / ".gitignore"
+    if kind == "fifo":
+        os.mkfifo(gitignore)
+    elif kind == "fifo-symlink":
+        os.mkfifo(tmp_path / "pipe")
+        gitignore.symlink_to(tmp_path / "pipe")
+    elif kind == "dev-zero-symlink":
+        gitignore.symlink_to("/dev/zero")
+    else:
+        gitignore.write_bytes(b"# caf\xe9\nbuild/\n")
+    with time_limit(20):
+        proc = dtl(root, "check", "--no-cache", "--output-format", "concise")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the one finding of proj/attn.py
+    assert "proj/attn.py" in proc.stdout
+    assert ".gitignore" in proc.stderr and ("not read" in proc.stderr or "not UTF-8" in proc.stderr)
+
+
+def test_a_gitignore_with_non_utf8_bytes_matches_names_byte_for_byte(tmp_path: Path):
+    root = tiny_project(tmp_path)
+    (root / ".gitignore").write_bytes(b"gen_\xff.py\n")
+    name = os.fsdecode(b"gen_\xff.py")
+    (root / "proj" / name).write_text("x = 1\n")
+    from dtype_lint.engine.discovery import discover
+
+    assert not any(p.endswith(name) for p in discover([str(root)], (), root))
+
+
+# --- 5. .gitignore as git reads it ------------------------------------------------------------------
+
+# (the .gitignore files, a path -> ignored?) from gitignore(5) and git's own examples.
+GIT_EXAMPLES = {
+    # "Example to exclude everything except a specific directory foo/bar": the whitelist idiom.
+    "whitelist": ({".gitignore": "*\n!*/\n!*.py\n"}, {"proj/attn.py": False, "top.py": False, "proj/sub/x.py": False}),
+    # "It is not possible to re-include a file if a parent directory of that file is excluded."
+    "parent-excluded": ({".gitignore": "build/\n!build/keep.py\n"}, {"build/keep.py": True, "src/build/x.py": True,
+                                                                      "top.py": False}),
+    # "/foo/*" + "!/foo/bar": only foo/bar of foo.
+    "foo-bar": ({".gitignore": "/foo/*\n!/foo/bar\n"}, {"foo/bar/x.py": False, "foo/baz.py": True, "foo/q/y.py": True}),
+    # A leading slash anchors to the .gitignore's folder; "doc/frotz/" anchored by its middle slash.
+    "anchored": ({".gitignore": "/top.py\ndoc/frotz/\n"}, {"top.py": True, "a/top.py": False, "doc/frotz/x.py": True,
+                                                            "a/doc/frotz/x.py": False}),
+    # "**/foo", "abc/**", "a/**/b".
+    "double-star": ({".gitignore": "**/gen\nvendor/**\na/**/b.py\n"},
+                    {"x/gen/y.py": True, "gen/y.py": True, "vendor/z.py": True, "a/x/y/b.py": True, "a/b.py": True,
+                     "c/a/b.py": False}),
+    # A `!` re-includes what an earlier line excluded; a later line wins.
+    "negation": ({".gitignore": "*.py\n!keep.py\n"}, {"keep.py": False, "a/keep.py": False, "a/x.py": True}),
+    # A nested .gitignore applies below its folder, relative to it, and decides over the root's.
+    "nested": ({".gitignore": "*_gen.py\n", "sub/.gitignore": "!a_gen.py\n/local.py\n"},
+               {"x_gen.py": True, "sub/a_gen.py": False, "sub/b_gen.py": True, "sub/local.py": True,
+                "sub/deeper/local.py": False, "local.py": False}),
+    # Escapes and comments.
+    "escapes": ({".gitignore": "# a comment\n\\#hash.py\n\\!bang.py\n"}, {"#hash.py": True, "!bang.py": True,
+                                                                          "a.py": False}),
+}
+
+
+@pytest.mark.parametrize("case", list(GIT_EXAMPLES))
+def test_gitignore_follows_git(tmp_path: Path, case: str):
+    """0.2.0 skipped every `!` line (the whitelist excluded every file: "No Python files
+    checked.", exit 0) and read only the root's .gitignore."""
+    from dtype_lint.engine.discovery import discover
+
+    ignores, expected = GIT_EXAMPLES[case]
+    write(tmp_path, {**ignores, **{p: "x = 1\n" for p in expected}})
+    found = {Path(p).relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)], (), tmp_path)}
+    assert {p: p not in found for p in expected} == expected
+    if shutil.which("git"):
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+        listed = subprocess.run(["git", "-C", str(tmp_path), "ls-files", "--others", "--exclude-standard"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert {p: p not in listed for p in expected} == expected, "git itself disagrees with the case"
+
+
+def test_the_whitelist_gitignore_still_checks_the_tree(tmp_path: Path):
+    root = tiny_project(tmp_path)
+    (root / ".gitignore").write_text("*\n!*/\n!*.py\n")
+    proc = dtl(root, "check", "--no-cache", "--output-format", "concise")
+    assert proc.returncode == 1 and "proj/attn.py" in proc.stdout

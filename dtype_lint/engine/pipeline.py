@@ -99,8 +99,9 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         except WriteError as e:
             raise UserError(str(e)) from None
     temps: list[str] = []
+    messages: list[str] = []  # what discovery could not read (a .gitignore that is a FIFO...)
     try:
-        found, index_found = _discover(config, options.paths, temps)
+        found, index_found = _discover(config, options.paths, temps, messages)
     except DiscoveryError as e:
         raise UserError(str(e)) from None
     unnamed = [f.path for f in found if not _encodable(f.path)]
@@ -146,7 +147,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     cache.save(writer)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
-                       warnings=warnings, index=index)
+                       warnings=list(dict.fromkeys(messages)) + warnings, index=index)
     result.warnings += _nothing_checked(files, in_scope, options)
     _settle_helper(result, index, [f.path for f in index_found], options)
 
@@ -224,17 +225,19 @@ def _by_folder(paths: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _discover(config: Config, paths: list[str], temps: list[str] | None = None) -> tuple[list[Found], list[Found]]:
+def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
+              messages: list[str] | None = None) -> tuple[list[Found], list[Found]]:
     """(files to check, files of the project whose modules the index may look up). Named files
     (pre-commit passes only the staged ones) are checked against the modules of their whole
     project, so a layer defined in an unstaged file still resolves: one walk of the project,
     which reads nothing."""
     excludes = tuple(config.exclude)
-    files = discover_files(paths, excludes, config.root, temps=temps)
+    files = discover_files(paths, excludes, config.root, temps=temps, messages=messages)
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
         rel = os.path.relpath(config.root)
         root = rel if not rel.startswith("..") else str(config.root)
-        rest = discover_files([root], excludes, config.root, skip_real={f.real for f in files}, temps=temps)
+        rest = discover_files([root], excludes, config.root, skip_real={f.real for f in files}, temps=temps,
+                              messages=messages)
         return files, files + rest
     return files, files
 

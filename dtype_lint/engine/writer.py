@@ -151,10 +151,11 @@ def _alive(pid: int) -> bool:
 
 
 def _holds(path: Path, data: bytes) -> bool:
+    from dtype_lint.engine.source import read_bytes
+
     try:
-        with open(path, "rb") as f:
-            return f.read(len(data) + 1) == data
-    except OSError:
+        return read_bytes(path, len(data)) == data
+    except (OSError, ValueError):  # missing, not a regular file, larger
         return False
 
 
@@ -358,11 +359,14 @@ class ProjectWriter:
                 # A rename would give this name a new inode and leave the other links stale.
                 raise WriteError(f"{path}: has {st.st_nlink} hard links; rewriting would split them; not written")
             if expect is not None:
+                from dtype_lint.engine.source import read_bytes
+
                 try:
-                    with open(target, "rb") as f:
-                        current = f.read(len(expect) + 1)
+                    current = read_bytes(target, len(expect))
+                except ValueError:
+                    current = None  # larger than it was: changed
                 except OSError as e:
-                    raise WriteError(f"{path}: cannot read back: {e.strerror}") from None
+                    raise WriteError(f"{path}: cannot read back: {e.strerror or e}") from None
                 if current != expect:
                     raise WriteError(f"{path}: changed on disk while it was being fixed; not written")
         elif expect is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from dtype_lint.config import Config
 from dtype_lint.findings import Finding
 from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
+from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -248,7 +249,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     for o in result.outcomes:
         if not o.changed:
             continue
-        data = Path(o.path).read_bytes()
+        data = read_bytes(o.path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
         if group_by == "rule":
             steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: reanalyze(result, p, t),
@@ -268,7 +269,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     if proof is None and result.helper is not None:
         from dtype_lint.migrate.migration import proofs
 
-        text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
+        text = result.helper.source or read_file(str(result.helper.path)).text
         proof = proofs.for_changes(text, result.helper.func)
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None)
     files = series.write(patches, Path(out), result.writer) if patches else []
