@@ -159,7 +159,7 @@ def _check(args) -> int:
     from dtype_lint.engine.progress import progress_bar
 
     cfg = _config(args, args.paths)
-    _check_named_file(args.output_file)
+    _check_named_file(args.output_file, "-o", cfg, args.paths, args.baseline)
     tick, stop = progress_bar(args.no_progress)
     try:
         result = run(cfg, RunOptions(
@@ -228,23 +228,31 @@ def _report(result, args) -> None:
     render(fmt, result.findings, summary, out, read_source=safe_read, rules=rule_infos(), color=color,
            statistics=args.statistics)
     if args.output_file:
-        _write_named_file(result, args.output_file, out.getvalue(), "report")
+        _write_named_file(result, args.output_file, out.getvalue(), "report", "-o")
 
 
-def _check_named_file(path: str | None) -> None:
+def _check_named_file(path: str | None, flag: str = "", cfg=None, paths=(), baseline=None,
+                      folder: bool = False) -> None:
     """A report file the user named must be writable before a run starts, not after it has
-    rewritten files."""
+    rewritten files, and must not be one of the run's inputs (engine/outputs.py)."""
+    from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.writer import target_problem
 
-    if path and (problem := target_problem(path)):
+    if path and cfg is not None and (problem := check_output(path, flag, cfg, paths=paths, baseline=baseline,
+                                                            folder=folder)):
+        raise UserError(problem)
+    if path and not folder and (problem := target_problem(path)):
         raise UserError(problem)
 
 
-def _write_named_file(result, path: str, text: str, why: str) -> None:
+def _write_named_file(result, path: str, text: str, why: str, flag: str = "") -> None:
+    from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.writer import WriteError
 
+    if problem := check_output(path, flag, result.config, paths=result.files):
+        raise UserError(problem)
     try:
         result.writer.write(path, text.encode("utf-8"), why, outside_ok=True)
     except WriteError as e:
@@ -260,7 +268,8 @@ def _migrate(args) -> int:
     if not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or directory")
     cfg = _config(args, [args.path])
-    _check_named_file(args.report)
+    _check_named_file(args.report, "--report", cfg, [args.path])
+    _check_named_file(args.series, "--series", cfg, [args.path], folder=True)
     tick, stop = progress_bar(args.no_progress)
     try:
         if args.series:
@@ -270,7 +279,7 @@ def _migrate(args) -> int:
         stop()
     report = render_report(args.path, result, args.report)
     try:
-        _write_named_file(result, args.report, report, "report")
+        _write_named_file(result, args.report, report, "report", "--report")
     except UserError as e:
         # The tree is already rewritten: the report must not be lost with the error.
         sys.stdout.write(report)
@@ -287,7 +296,7 @@ def _series(args, cfg, tick) -> int:
 
     result, patches, files = migration_series(cfg, args.path, args.series, args.group_by,
                                               unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
-    _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
+    _write_named_file(result, args.report, render_report(args.path, result, series=True), "report", "--report")
     for f in files:
         print(f)
     print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`",

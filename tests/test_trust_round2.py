@@ -467,3 +467,52 @@ def test_the_whitelist_gitignore_still_checks_the_tree(tmp_path: Path):
     (root / ".gitignore").write_text("*\n!*/\n!*.py\n")
     proc = dtl(root, "check", "--no-cache", "--output-format", "concise")
     assert proc.returncode == 1 and "proj/attn.py" in proc.stdout
+
+
+# --- 6. outputs never clobber inputs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ("check", ".", "-o", "proj/attn.py"),  # 0.2.0: "wrote proj/attn.py (report)", exit 0
+    ("check", ".", "-o", "proj/new_report.py"),
+    ("check", ".", "-o", "pyproject.toml"),
+    ("check", ".", "-o", ".gitignore"),
+    ("check", ".", "--write-baseline", "proj/attn.py"),
+    ("check", ".", "--baseline", "base.json", "--write-baseline", "base.json"),
+    ("check", "notes.txt", "proj", "-o", "notes.txt"),
+    ("migrate", ".", "--report", "proj/attn.py"),  # 0.2.0 overwrote it with the report
+    ("migrate", ".", "--series", "proj/attn.py"),
+    ("check", ".", "-o", ".dtype_lint_cache/report.txt"),
+])
+def test_an_output_that_is_an_input_is_refused(tmp_path: Path, args: tuple):
+    root = tiny_project(tmp_path, {".gitignore": "*.log\n", "notes.txt": "mine\n",
+                                   "base.json": '{"version": 1, "findings": []}\n'})
+    (root / ".dtype_lint_cache").mkdir()
+    before = tree_bytes(root)
+    proc = dtl(root, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not overwritten" in proc.stderr or "not written" in proc.stderr
+    assert tree_bytes(root) == before
+
+
+def test_a_relative_output_symlinked_outside_the_project_is_refused(tmp_path: Path):
+    """0.2.0: `-o report.txt`, where the repository's report.txt links to a file outside it,
+    overwrote that file."""
+    root = tiny_project(tmp_path / "repo")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (root / "report.txt").symlink_to(victim)
+    (root / "out").symlink_to(tmp_path, target_is_directory=True)
+    for target in ("report.txt", "out/r.txt"):
+        proc = dtl(root, "check", ".", "-o", target)
+        assert proc.returncode == 2 and "outside the project root" in proc.stderr, proc.stderr
+    assert victim.read_text() == "precious\n" and not (tmp_path / "r.txt").exists()
+    # Named by its absolute path, the user means it.
+    proc = dtl(root, "check", ".", "-o", str(victim), "--output-format", "concise")
+    assert proc.returncode == 1 and "proj/attn.py" in victim.read_text()
+
+
+def test_an_ordinary_report_is_written(tmp_path: Path):
+    root = tiny_project(tmp_path)
+    proc = dtl(root, "check", ".", "-o", "report.txt", "--output-format", "concise")
+    assert proc.returncode == 1 and "proj/attn.py" in (root / "report.txt").read_text()

@@ -94,6 +94,12 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     staging = config.root / config.cache_dir / "tmp"
     writer = ProjectWriter(config.root, staging)
     if options.write_baseline:
+        from dtype_lint.engine.outputs import check_output
+
+        problem = check_output(options.write_baseline, "--write-baseline", config, paths=options.paths,
+                               baseline=options.baseline)
+        if problem:
+            raise UserError(problem)
         try:
             writer.check(options.write_baseline)  # before any fix is written, not after
         except WriteError as e:

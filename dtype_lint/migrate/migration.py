@@ -235,9 +235,13 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
     a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
     False: none)."""
-    from dtype_lint.migrate.migration import series
+    from dtype_lint.engine.outputs import check_output
+    from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.source import FileText
+    from dtype_lint.migrate.migration import series
 
+    if problem := check_output(out, "--series", config, paths=[path], folder=True):
+        raise UserError(problem)
     result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
                                     unsafe_fixes=unsafe_fixes, progress=progress))
     root = series.series_root(Path(path).resolve())
