@@ -516,3 +516,39 @@ def test_an_ordinary_report_is_written(tmp_path: Path):
     root = tiny_project(tmp_path)
     proc = dtl(root, "check", ".", "-o", "report.txt", "--output-format", "concise")
     assert proc.returncode == 1 and "proj/attn.py" in (root / "report.txt").read_text()
+
+
+# --- 7. cache keys that cannot go stale ----------------------------------------------------------------
+
+
+def _codes(proc) -> list[str]:
+    return sorted(f"{f['path']}:{f['line']} {f['code']} {f['message']} {(f['fix'] or {}).get('applicability')}"
+                  for f in json.loads(proc.stdout)["findings"])
+
+
+@pytest.mark.parametrize("how", ["same-size-same-mtime", "touch-r"])
+def test_an_edit_that_keeps_size_and_mtime_gets_fresh_findings(tmp_path: Path, how: str):
+    """0.2.0 keyed the cache by mtime and size: an edit keeping both (`touch -r`, `cp -p`, a
+    same-tick rewrite) got the old findings back."""
+    root = tiny_project(tmp_path)
+    target = root / "proj/attn.py"
+    first = dtl(root, "check", "--output-format", "json")
+    assert _codes(first)
+    # Same length: the cast becomes a comment, the site goes away.
+    old = "        x = x.to(self.kv_b_proj.weight.dtype)\n"
+    new = target.read_text().replace(old, "        # " + old.strip()[:-2] + "\n")
+    st = target.stat()
+    assert len(new.encode()) == st.st_size
+    target.write_text(new)
+    if how == "touch-r":
+        reference = tmp_path / "ref"
+        reference.write_text("")
+        os.utime(reference, ns=(st.st_atime_ns, st.st_mtime_ns))
+        subprocess.run(["touch", "-r", str(reference), str(target)], check=True)
+    else:
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert target.stat().st_mtime_ns == st.st_mtime_ns and target.stat().st_size == st.st_size
+    cached = dtl(root, "check", "--output-format", "json")
+    fresh = dtl(root, "check", "--no-cache", "--output-format", "json")
+    assert _codes(cached) == _codes(fresh)
+    assert _codes(cached) != _codes(first)

@@ -12,7 +12,7 @@ Rules read this as the `helpers` fact; the fix planner and `migrate` use `known_
 from __future__ import annotations
 
 import ast
-import os
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -128,19 +128,18 @@ def known_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | 
                        uncallable=call_problem(fn, tree))
 
 
-# Helpers of files other than the one analysed: (path, mtime, size) -> {qualname: KnownHelper}.
+# Helpers of files other than the one analysed: (path, hash of the text read) -> {qualname: KnownHelper}.
 _REMOTE: dict[tuple, dict[str, KnownHelper]] = {}
 
 
 def _file_helpers(header: ModuleHeader, load_file) -> dict[str, KnownHelper]:
-    try:
-        st = os.stat(header.path)
-        key = (header.path, st.st_mtime_ns, st.st_size)
-    except OSError:
-        key = (header.path, None, None)
+    # Keyed by the text itself, not the file's mtime: a same-tick rewrite in a long-lived
+    # process must not keep the old table.
+    text = load_file(header.path) if load_file is not None else None
+    key = (header.path, hashlib.blake2b((text or "").encode("utf-8", "surrogatepass"), digest_size=16).digest()
+           if text is not None else None)
     if key not in _REMOTE:
         found: dict[str, KnownHelper] = {}
-        text = load_file(header.path) if load_file is not None else None
         if text is not None:
             try:
                 tree = ast.parse(text)

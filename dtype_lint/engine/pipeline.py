@@ -328,11 +328,24 @@ class _Scan:
 
 
 def _stamp(path: str) -> str:
+    """What a cache entry of this file is keyed by: its size and a hash of its bytes. Not its
+    mtime: an edit that keeps size and mtime (`touch -r`, `cp -p`, `rsync -t`, two writes in one
+    timestamp tick) must not bring old findings back. Reading and hashing every file costs a
+    warm run about 0.15 CPU s on vLLM (2,360 files, 35 MB), against seconds of parsing; it also
+    keeps a cache valid across a fresh checkout, which changes every mtime. A file that cannot be
+    read safely (a FIFO, a device, too large) is stamped from its `stat` alone: it is refused
+    unread anyway."""
     try:
-        st = os.stat(path)
-        return f"{st.st_mtime_ns}:{st.st_size}"
-    except OSError:
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+    except FileNotFoundError:
         return "missing"
+    except (OSError, ValueError):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return "missing"
+        return f"unread:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
 def _needle(qualname: str) -> str:
@@ -575,9 +588,9 @@ def code_stamp() -> str:
             for name in sorted(names):
                 if name.endswith(".py"):
                     path = os.path.join(folder, name)
-                    st = os.stat(path)
                     rel = os.path.relpath(path, top)
-                    h.update(f"{rel}:{st.st_mtime_ns}:{st.st_size};".encode())
+                    with open(path, "rb") as f:  # the tool's own files: content, not mtime
+                        h.update(f"{rel}:".encode() + hashlib.blake2b(f.read(), digest_size=16).digest() + b";")
     return h.hexdigest()[:10]
 
 

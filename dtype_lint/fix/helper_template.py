@@ -104,21 +104,18 @@ _TABLES: dict[tuple, Table | None] = {}
 def helper_table(module: str, func: str, template: str, path: str | None) -> Table | None:
     """The configured helper's decisions: from its file when the project has it, else from the
     template it would be created from. None when its code is beyond the evaluator."""
-    stamp = None
+    source = None
     if path is not None:
-        try:
-            st = os.stat(path)
-            stamp = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            path = None
-    key = (module, func, template, path, stamp)
+        try:  # keyed by the helper's text, not its mtime (a same-tick rewrite)
+            source = read_file(path).text
+        except FileNotFoundError:
+            path = None  # not created yet: the template it will be made from
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, LookupError):
+            return None  # beyond the evaluator, as before: unreadable
+    key = (module, func, template, path, source)
     if key not in _TABLES:
         try:
-            if path is not None:
-                source = read_file(path).text
-            else:
-                source = helper_source(func, template)
-            _TABLES[key] = function_table(source, func)
+            _TABLES[key] = function_table(source if source is not None else helper_source(func, template), func)
         except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError):
             _TABLES[key] = None
     return _TABLES[key]
