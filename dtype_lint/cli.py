@@ -108,6 +108,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (problem := environment_problem()) is not None:
+        print(f"dtype-lint: error: {problem}", file=sys.stderr)
+        return EXIT_ERROR
     commands = {"check", "rule", "migrate", "doctor", "verify"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
@@ -133,6 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"dtype-lint: error: {e}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def environment_problem() -> str | None:
+    """What in the environment makes any run impossible (a deleted current folder: every
+    relative path, the project root and the cache hang off it), or None."""
+    try:
+        os.getcwd()
+    except OSError as e:
+        return (f"the current folder cannot be reached ({e.strerror or e}; deleted while this shell was in it?): "
+                "cd to an existing folder and run again")
+    return None
 
 
 def _config(args, paths: list[str]):

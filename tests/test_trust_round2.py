@@ -552,3 +552,116 @@ def test_an_edit_that_keeps_size_and_mtime_gets_fresh_findings(tmp_path: Path, h
     fresh = dtl(root, "check", "--no-cache", "--output-format", "json")
     assert _codes(cached) == _codes(fresh)
     assert _codes(cached) != _codes(first)
+
+
+# --- 8. no traceback from any environment -----------------------------------------------------------
+
+
+def _cli(cwd: Path, *args: str, env: dict | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in unset}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-m", "dtype_lint", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_deleted_working_folder_is_a_message(tmp_path: Path):
+    """0.2.0: a FileNotFoundError traceback from Path.cwd()."""
+    root = tiny_project(tmp_path / "p")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = ("import os, sys, subprocess\nos.chdir(sys.argv[1])\nos.rmdir(sys.argv[1])\n"
+              "p = subprocess.run([sys.executable, '-m', 'dtype_lint', 'check', sys.argv[2]], capture_output=True, text=True)\n"
+              "sys.stdout.write(p.stderr)\nsys.exit(p.returncode)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(gone), str(root)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout
+    assert "current folder" in proc.stdout
+
+
+@pytest.mark.parametrize("env,unset", [({}, ("HOME",)), ({"HOME": "/nonexistent/home"}, ()),
+                                        ({"HOME": "/dev/null"}, ()), ({"XDG_CACHE_HOME": "/dev/null/x"}, ())])
+def test_an_odd_home_is_a_normal_run(tmp_path: Path, env: dict, unset: tuple):
+    root = tiny_project(tmp_path)
+    proc = _cli(root, "check", ".", "--output-format", "concise", env=env, unset=unset)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "proj/attn.py" in proc.stdout
+
+
+def _failing_writes(monkeypatch, folder: Path, error: int):
+    """Every write into `folder` fails with `error` (ENOSPC: a full disk; EROFS: read-only), as a
+    full or read-only staging folder would (root ignores permission bits: simulated)."""
+    import errno as errno_module
+
+    real_fdopen, real_mkstemp, real_open = os.fdopen, __import__("tempfile").mkstemp, os.open
+
+    def inside(path) -> bool:
+        return str(os.path.realpath(path)).startswith(str(os.path.realpath(folder)))
+
+    class Failing:
+        def __init__(self, f):
+            self._f = f
+
+        def write(self, _data):
+            raise OSError(error, os.strerror(error))
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    def fdopen(fd, mode="r", *args, **kwargs):
+        f = real_fdopen(fd, mode, *args, **kwargs)
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return f
+        return Failing(f) if "w" in mode and inside(where) else f
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if error == errno_module.EROFS and dir is not None and inside(dir):
+            raise OSError(error, os.strerror(error))
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    def open_(path, flags, *args, **kwargs):
+        if error == errno_module.EROFS and flags & os.O_CREAT and inside(path):
+            raise OSError(error, os.strerror(error))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    monkeypatch.setattr("tempfile.mkstemp", mkstemp)
+    monkeypatch.setattr(os, "open", open_)
+
+
+@pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
+def test_a_full_or_read_only_cache_folder_still_fixes(tmp_path: Path, monkeypatch, error: str):
+    """The staging folder (in the cache) is full or read-only: the cache is not written, and the
+    fix is staged beside its file instead; a message or a normal run, never a traceback."""
+    import errno as errno_module
+
+    root = tiny_project(tmp_path)
+    cache = root / ".dtype_lint_cache"
+    cache.mkdir()
+    _failing_writes(monkeypatch, cache, getattr(errno_module, error))
+    proc = dtl(root, "check", "--fix", "--output-format", "concise")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "get_layer_input_dtype(self.kv_b_proj, True)" in (root / "proj/attn.py").read_text()
+    monkeypatch.undo()
+    assert dtl(root, "check", "--no-cache", "--output-format", "concise").returncode == 0
+
+
+def test_a_full_disk_everywhere_leaves_the_file_and_says_why(tmp_path: Path, monkeypatch):
+    import errno as errno_module
+
+    root = tiny_project(tmp_path)
+    before = (root / "proj/attn.py").read_bytes()
+    _failing_writes(monkeypatch, root, errno_module.ENOSPC)
+    proc = dtl(root, "check", "--fix", "--output-format", "concise")
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # the helper cannot be created
+    assert "No space left" in proc.stderr
+    monkeypatch.undo()
+    assert (root / "proj/attn.py").read_bytes() == before
+    assert not [p for p in root.rglob("*.dtl-tmp")]

@@ -69,12 +69,24 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
             tmp_dir = os.fspath(staging)
         except OSError:
             staging = None
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
+    except OSError:
+        if staging is None:
+            raise
+        # A read-only or full staging folder: beside the target instead.
+        return write_atomic(path, data, like=like, exclusive=exclusive)
+    try:
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            if staging is None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+                raise
+            _discard(tmp)
+            return write_atomic(path, data, like=like, exclusive=exclusive)
         os.chmod(tmp, stat.S_IMODE(like.st_mode) if like is not None else _new_file_mode())
         if like is not None and hasattr(os, "chown"):
             try:
