@@ -665,3 +665,233 @@ def test_a_full_disk_everywhere_leaves_the_file_and_says_why(tmp_path: Path, mon
     monkeypatch.undo()
     assert (root / "proj/attn.py").read_bytes() == before
     assert not [p for p in root.rglob("*.dtl-tmp")]
+
+
+# --- 9. an adversarial pass of our own ------------------------------------------------------------------
+
+# The method body; every case is run before and after `--fix` on a layer stored in fp16 (where the
+# helper must agree with the old cast) and must give the same result or the same exception.
+ADVERSARIAL = {
+    "lambda": """\
+    def forward(self, x):
+        cast = lambda: x.to(self.o_proj.weight.dtype)
+        return cast()
+""",
+    "comprehension": """\
+    def forward(self, x):
+        return [y.to(self.o_proj.weight.dtype) for y in (x, x)]
+""",
+    "default-argument": """\
+    def forward(self, x):
+        def inner(d=self.o_proj.weight.dtype):
+            return x.to(d)
+        return inner()
+""",
+    "class-body": """\
+    def forward(self, x):
+        layer = self.o_proj
+        class Inner:
+            dt = layer.weight.dtype
+        return x.to(Inner.dt)
+""",
+    "walrus": """\
+    def forward(self, x):
+        if (y := x.to(self.o_proj.weight.dtype)) is not None:
+            return y
+        return x
+""",
+    "global": """\
+    def forward(self, x):
+        global CAST
+        CAST = x
+        CAST = CAST.to(self.o_proj.weight.dtype)
+        return CAST
+""",
+    "nonlocal": """\
+    def forward(self, x):
+        def inner():
+            nonlocal x
+            x = x.to(self.o_proj.weight.dtype)
+        inner()
+        return x
+""",
+    "closure-statement": """\
+    def forward(self, x):
+        def inner(x):
+            x = x.to(self.o_proj.weight.dtype)
+            return x
+        return inner(x)
+""",
+    "match": """\
+    def forward(self, x, mode="a"):
+        match mode:
+            case "a":
+                x = x.to(self.o_proj.weight.dtype)
+            case _:
+                pass
+        return x
+""",
+    "twice-on-one-line": """\
+    def forward(self, x):
+        x, y = x.to(self.o_proj.weight.dtype), x.to(self.o_proj.weight.dtype)
+        return x, y
+""",
+    "twice-in-a-row": """\
+    def forward(self, x):
+        x = x.to(self.o_proj.weight.dtype)
+        x = x.to(self.o_proj.weight.dtype)
+        return x
+""",
+    "type-comment": """\
+    def forward(self, x):
+        x = x.to(self.o_proj.weight.dtype)  # type: ignore[attr-defined]
+        return x
+""",
+    "continuation": """\
+    def forward(self, x):
+        x = x.to(
+            self.o_proj.weight.dtype
+        )
+        return x
+""",
+    "semicolon": """\
+    def forward(self, x):
+        y = 1; x = x.to(self.o_proj.weight.dtype)
+        return x
+""",
+    "del-after": """\
+    def forward(self, x):
+        x = x.to(self.o_proj.weight.dtype)
+        del self.o_proj
+        return x
+""",
+    "helper-name-shadowed-later": """\
+    def forward(self, x):
+        x = x.to(self.o_proj.weight.dtype)
+        get_layer_input_dtype = None
+        return x, get_layer_input_dtype
+""",
+    "with-and-finally": """\
+    def forward(self, x):
+        import contextlib
+        try:
+            with contextlib.nullcontext():
+                x = x.to(self.o_proj.weight.dtype)
+        finally:
+            x = x + 0
+        return x
+""",
+    "loop-else": """\
+    def forward(self, xs):
+        for x in xs:
+            break
+        else:
+            xs = [x.to(self.o_proj.weight.dtype) for x in xs]
+        return xs
+""",
+    "alias-under-if": """\
+    def forward(self, x, flag=True):
+        if flag:
+            w = self.o_proj.weight.dtype
+            x = x.to(w)
+        return x
+""",
+}
+
+# Layout variants of the whole module: (name, transform of the text, encoding).
+LAYOUTS = {
+    "spaces": (lambda t: t, None),
+    "tabs": (lambda t: "\n".join(_tabs(line) for line in t.split("\n")), None),
+    "cr-only": (lambda t: t.replace("\n", "\r"), None),
+    "crlf": (lambda t: t.replace("\n", "\r\n"), None),
+    "bom": (lambda t: t, "utf-8-sig"),
+    "form-feed": (lambda t: t.replace("\n    def forward", "\n\f    def forward"), None),
+}
+
+
+def _tabs(line: str) -> str:
+    stripped = line.lstrip(" ")
+    return "\t" * ((len(line) - len(stripped)) // 4) + stripped
+
+
+def _run_forward(root: Path, body: str):
+    mod = fresh_import(root)
+    layers = _layers(mod)
+    out = []
+    for weight in (torch.float16, torch.int32):
+        attn = mod.Attn(layers.QLinear(weight))
+        arg = [torch.zeros(2)] if "xs" in body.split("\n")[0] else torch.zeros(2)
+        out.append(outcome(lambda: attn.forward(arg)))
+    return out
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("case", list(ADVERSARIAL))
+def test_an_adversarial_site_keeps_behaviour_or_is_left_with_a_reason(tmp_path: Path, case: str, layout: str):
+    if layout != "spaces" and case not in ("twice-in-a-row", "continuation", "match", "closure-statement"):
+        pytest.skip("layouts are crossed with the statement-form cases only")
+    body = ADVERSARIAL[case]
+    transform, encoding = LAYOUTS[layout]
+    text = transform(MODEL.format(body=body))
+    root = project(tmp_path, "")
+    (root / "proj/model.py").write_bytes(text.encode(encoding or "utf-8"))
+    before = _run_forward(root, body)
+    original = (root / "proj/model.py").read_bytes()
+    proc = fix(root)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    fixed = (root / "proj/model.py").read_bytes()
+    compile(fixed, "model.py", "exec")
+    after = _run_forward(root, body)
+    assert after[0] == before[0], (case, fixed.decode("utf-8", "replace"))  # fp16: identical
+    if fixed != original:
+        assert "torch.int32" not in after[1], (case, after)  # int32 storage: no longer cast to it
+        # The newline style and BOM are kept.
+        assert fixed.startswith(b"\xef\xbb\xbf") == original.startswith(b"\xef\xbb\xbf")
+        assert (b"\r\n" in fixed) == (b"\r\n" in original) and (b"\n" in fixed) == (b"\n" in original)
+        again = dtl(root, "check", "--no-cache", "--output-format", "concise")
+        assert "DTL901" not in again.stdout
+    else:  # not a site, or left with its reason
+        assert proc.returncode == (1 if "DTL0" in proc.stdout or "DTL9" in proc.stdout else 0)
+
+
+def test_an_alias_a_closure_reads_is_not_redefined_as_the_helper(tmp_path: Path):
+    """0.2.0 checked the alias's loads in the function only, not in a lambda or nested function
+    inside it: `get = lambda: w` then returned None for a packed layer."""
+    body = """\
+    def forward(self, x):
+        w = self.o_proj.weight.dtype
+        x = x.to(w)
+        get = lambda: w
+        return x, get()
+"""
+    root = project(tmp_path, MODEL.format(body=body))
+    mod = fresh_import(root)
+    attn = mod.Attn(_layers(mod).QLinear(torch.uint8))
+    before = outcome(lambda: attn.forward(torch.zeros(2))[1])
+    fix(root)
+    mod = fresh_import(root)
+    attn = mod.Attn(_layers(mod).QLinear(torch.uint8))
+    assert outcome(lambda: attn.forward(torch.zeros(2))[1]) == before == "[torch.uint8]"
+
+
+def test_a_gitignore_pattern_that_would_backtrack_is_not_applied(tmp_path: Path):
+    """`a*a*a*a*a*a*b` against a long file name makes Python's regular expressions backtrack for
+    minutes: such a pattern is refused with a message, the run finishes."""
+    root = tiny_project(tmp_path, {".gitignore": "a*a*a*a*a*a*a*a*a*a*b\n", "proj/" + "a" * 200 + ".py": "x = 1\n"})
+    with time_limit(30):
+        proc = dtl(root, "check", "--no-cache", "--output-format", "concise")
+    assert proc.returncode == 1 and "cannot be matched safely" in proc.stderr
+
+
+@pytest.mark.parametrize("files", [
+    {"proj/sub/__init__.py": "from proj.model import Attn  # noqa: F401\n", "proj/sub/dtypes.py": None},
+    {"proj/sub/__init__.py": "", "proj/sub/dtypes.py": "from ..model import Attn  # noqa: F401\n"},
+])
+def test_a_cycle_through_a_package_init_or_a_relative_import_is_refused(tmp_path: Path, files: dict):
+    helper = "import torch\n\n\ndef get_layer_input_dtype(layer, fp8_input):\n" + HELPER_BODY
+    files = {k: (helper if v is None else (v + "\n" + helper if k.endswith("dtypes.py") else v)) for k, v in files.items()}
+    pyproject = PYPROJECT.replace("proj.dtypes", "proj.sub.dtypes")
+    root = project(tmp_path, SITE, files, pyproject=pyproject)
+    proc = fix(root)
+    assert proc.returncode == 1 and "import cycle" in proc.stdout, proc.stdout + proc.stderr
+    fresh_import(root)

@@ -11,6 +11,9 @@ files only and lets `!build/keep.py` re-include a file of the excluded folder `b
 - a `.gitignore` in a folder applies to the paths below it, relative to it, and decides over
   those of the folders above.
 
+A pattern with more than MAX_STAR_RUNS runs of `*` is not applied (a message says so): Python's
+regular expressions backtrack, and `a*a*a*a*a*b` against a long name would hang the run.
+
 Every `.gitignore` is read through the safe reader (source.read_bytes): a FIFO, a device
 (`/dev/zero`) or a huge file is not read, and a message says so; bytes that are not UTF-8 are
 kept as they are (a name on disk is matched byte for byte, as git does) and a message says so.
@@ -70,14 +73,46 @@ class IgnoreFile:
         return decided
 
 
-def parse(lines: list[str], base: str) -> IgnoreFile:
+# Python's `re` backtracks: `a*a*a*a*a*b` against a long file name takes minutes, so a hostile
+# .gitignore could hang every run. Up to this many `*` runs (`*` or `**`) a pattern costs at
+# most milliseconds on a 255-character name; a pattern with more is not applied (and said so).
+MAX_STAR_RUNS = 3
+
+
+def star_runs(line: str) -> int:
+    """The `*` runs of a pattern, outside `[...]` and escapes."""
+    runs, i, n, in_class = 0, 0, len(line), False
+    while i < n:
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "*":
+            runs += 1
+            while i < n and line[i] == "*":
+                i += 1
+            continue
+        i += 1
+    return runs
+
+
+def parse(lines: list[str], base: str, messages: list[str] | None = None, where: str = ".gitignore") -> IgnoreFile:
     try:  # pathspec 1.x
         from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern as Wildmatch
     except ImportError:  # pathspec 0.12
         from pathspec.patterns.gitwildmatch import GitWildMatchPattern as Wildmatch
 
     out = IgnoreFile(base)
-    for line in lines:
+    for number, line in enumerate(lines, 1):
+        if star_runs(line) > MAX_STAR_RUNS:
+            if messages is not None:
+                messages.append(f"{where}:{number}: more than {MAX_STAR_RUNS} `*` in one pattern cannot be matched "
+                                "safely; the pattern is not applied")
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -115,7 +150,7 @@ def read_ignore_file(path: str, base: str, messages: list[str] | None) -> Ignore
         if messages is not None:
             messages.append(f"{path}: not UTF-8 (byte {e.start}); its patterns are matched byte for byte, as git does")
     text = text.removeprefix("\ufeff")
-    return parse(text.splitlines(), base)
+    return parse(text.splitlines(), base, messages, path)
 
 
 class GitIgnore:

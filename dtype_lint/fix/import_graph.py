@@ -121,7 +121,12 @@ class ImportGraph:
         """Why `importer` may not import `target` at module level ("" when it may)."""
         if not importer or not target or importer == target:
             return ""
-        path = self.chain(target, importer)
+        # `import a.b.c` runs a.b's `__init__` (when it is not being imported already) before c.
+        path = None
+        for start in sorted(self._targets({target}, importer), key=lambda m: (m != target, m)):
+            path = self.chain(start, importer)
+            if path is not None:
+                break
         if path is None:
             return ""
         shown = " → ".join(f"`{m}`" for m in path)

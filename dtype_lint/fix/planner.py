@@ -237,12 +237,14 @@ class Planner:
         values = [v for v in site.scope.assigns.get(name, [])]
         if len(values) != 1 or values[0] is None:
             return None, f"alias `{name}` is assigned more than once"
-        # Every load of the alias must be a cast's dtype argument, or None would leak elsewhere.
+        # Every load of the alias must be a cast's dtype argument, or None would leak elsewhere:
+        # in this function and in every lambda, nested function, comprehension or class body in
+        # it that can read it as a closure (`get = lambda: w` would start returning None).
         cast_args = set()
-        for node in walk_function(site.fn):
+        for node in ast.walk(site.fn):
             if isinstance(node, ast.Call):
                 cast_args.update(id(a) for a in cast_dtype_args(node))
-        for node in walk_function(site.fn):
+        for node in ast.walk(site.fn):
             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
                 if id(node) not in cast_args:
                     return None, f"alias `{name}` is used outside casts (line {node.lineno}); rewrite by hand"
