@@ -242,7 +242,7 @@ def _report(result, args) -> None:
     render(fmt, result.findings, summary, out, read_source=safe_read, rules=rule_infos(), color=color,
            statistics=args.statistics)
     if args.output_file:
-        _write_named_file(result, args.output_file, out.getvalue(), "report", "-o")
+        _write_named_file(result, args.output_file, out.getvalue(), "report")
 
 
 def _check_named_file(path: str | None, flag: str = "", cfg=None, paths=(), baseline=None,
@@ -293,7 +293,7 @@ def _migrate(args) -> int:
         stop()
     report = render_report(args.path, result, args.report)
     try:
-        _write_named_file(result, args.report, report, "report", "--report")
+        _write_named_file(result, args.report, report, "report")
     except UserError as e:
         # The tree is already rewritten: the report must not be lost with the error.
         sys.stdout.write(report)
@@ -310,7 +310,7 @@ def _series(args, cfg, tick) -> int:
 
     result, patches, files = migration_series(cfg, args.path, args.series, args.group_by,
                                               unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
-    _write_named_file(result, args.report, render_report(args.path, result, series=True), "report", "--report")
+    _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
     for f in files:
         print(f)
     print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`",

@@ -36,7 +36,7 @@ def output_problem(target: str | os.PathLike, flag: str, root: str | os.PathLike
     given = os.fspath(target)
     if not given:
         return None
-    shown = f"{flag} {given}"
+    shown = f"{flag} {given}" if flag else given
     real = os.path.realpath(given)
     lexical = os.path.normpath(os.path.abspath(given))
     real_root = os.path.realpath(root)
@@ -46,22 +46,31 @@ def output_problem(target: str | os.PathLike, flag: str, root: str | os.PathLike
         return (f"{shown}: resolves to {real}, outside the project root {real_root} (a symbolic link on the way); "
                 "not written. Name that path itself if it is meant")
     for read in reads:
-        if read and os.path.exists(read) and os.path.realpath(read) == real:
+        if read and os.path.exists(read) and (os.path.realpath(read) == real or _same_file(read, real)):
             return f"{shown}: is a file this run reads ({read}); not overwritten"
     if os.path.isdir(real) and not folder:
         return f"{shown}: is a folder; not written"
     if folder and os.path.exists(real) and not os.path.isdir(real):
         return f"{shown}: is a file, not a folder; not written"
     if _inside(real, real_root):
-        if not folder and real.endswith(PYTHON_SUFFIXES):
+        # Lower-cased: on a case-insensitive file system `-o pkg/A.PY` is `pkg/a.py`.
+        if not folder and real.lower().endswith(PYTHON_SUFFIXES):
             return f"{shown}: is a Python source in the project ({os.path.relpath(real, real_root)}); not overwritten"
-        if not folder and os.path.basename(real) in PROJECT_FILES:
+        if not folder and os.path.basename(real).lower() in PROJECT_FILES:
             return f"{shown}: is the project's {os.path.basename(real)}, which this run reads; not overwritten"
         if cache_dir is not None:
             cache = os.path.realpath(os.path.join(real_root, cache_dir))
             if _inside(real, cache):
                 return f"{shown}: is inside the cache folder {cache}, which runs read; not written"
     return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    """One file under two names (a hard link, another case on a case-insensitive file system)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def run_inputs(config, paths: Iterable[str] = (), baseline: str | None = None) -> list[str]:

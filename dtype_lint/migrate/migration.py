@@ -238,7 +238,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.source import FileText
-    from dtype_lint.migrate.migration import series
+    from dtype_lint.migrate import series
 
     if problem := check_output(out, "--series", config, paths=[path], folder=True):
         raise UserError(problem)
