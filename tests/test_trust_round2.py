@@ -895,3 +895,11 @@ def test_a_cycle_through_a_package_init_or_a_relative_import_is_refused(tmp_path
     proc = fix(root)
     assert proc.returncode == 1 and "import cycle" in proc.stdout, proc.stdout + proc.stderr
     fresh_import(root)
+
+
+def test_an_orphaned_import_listed_in_all_stays(tmp_path: Path):
+    model = IDIOM + '\n__all__ = ["Attn", "current_platform"]\n'
+    root = project(tmp_path, model, {"proj/plat.py": PLAT})
+    proc = fix(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "from proj.plat import current_platform" in (root / "proj/model.py").read_text()

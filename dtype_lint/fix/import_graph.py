@@ -53,15 +53,17 @@ class ImportGraph:
 
     def _targets(self, names: set[str], importer: str) -> set[str]:
         """Project modules that importing each dotted name runs: the name itself when it is a
-        module, else the module holding it, and the packages above it; not the packages above
-        `importer` (they are being imported already whenever `importer` runs)."""
+        module, else the module holding it (always: `from pkg import x` inside `pkg.mod` needs
+        `pkg` initialised that far), and the packages above it, except those above `importer`,
+        which are being imported already whenever `importer` runs."""
         mine = _ancestors(importer)
         out = set()
         for name in names:
             parts = name.split(".")
-            for i in range(1, len(parts) + 1):
-                candidate = ".".join(parts[:i])
-                if candidate != importer and candidate not in mine and self._is_module(candidate):
+            modules = [".".join(parts[:i]) for i in range(1, len(parts) + 1) if self._is_module(".".join(parts[:i]))]
+            for i, candidate in enumerate(modules):
+                explicit = i == len(modules) - 1
+                if candidate != importer and (explicit or candidate not in mine):
                     out.add(candidate)
         return out
 
