@@ -244,7 +244,9 @@ class Planner:
         for node in ast.walk(site.fn):
             if isinstance(node, ast.Call):
                 cast_args.update(id(a) for a in cast_dtype_args(node))
-        for node in ast.walk(site.fn):
+        own = list(walk_function(site.fn))  # the function's own loads first, then its closures'
+        seen = {id(n) for n in own}
+        for node in own + [n for n in ast.walk(site.fn) if id(n) not in seen]:
             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
                 if id(node) not in cast_args:
                     return None, f"alias `{name}` is used outside casts (line {node.lineno}); rewrite by hand"
