@@ -61,7 +61,7 @@ import ast
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import STORAGE_DTYPES, FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
 import torch
@@ -86,6 +86,8 @@ class WeightDtypeCast(Rule):
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = "safe / none with reason"
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -167,49 +169,49 @@ class WeightDtypeCast(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        for c in ctx.candidates:
-            self._dtype_getter(ctx, c)
-        for c, node in ctx.calls():
-            ctx.report_flows(c, node, "cast", "casts an activation to")
+        for function in ctx.candidates:
+            self._dtype_getter(ctx, function)
+        for function, node in ctx.calls():
+            ctx.report_flows(function, node, "cast", "casts an activation to")
             for arg in cast_dtype_args(node):
-                wds = self._source(arg, c.scope, node)
-                if wds is None or _receiver_is_parameter(node, wds.layer):
+                weight_dtype = self._source(arg, function.scope, node)
+                if weight_dtype is None or _receiver_is_parameter(node, weight_dtype.layer):
                     continue
-                verdict = ctx.layer_verdict(wds.layer, c, site=node)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
+                fix, reason = ctx.fixes.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), ctx.fixes.func),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
     @staticmethod
-    def _dtype_getter(ctx: RuleContext, c) -> None:
+    def _dtype_getter(ctx: RuleContext, function) -> None:
         """A `dtype` getter (property or method) of a module that returns a quantizable layer's
         `.weight.dtype`: callers cast activations to it (`pixels.to(self.visual.dtype)`)."""
-        if c.fn.name != "dtype" or not c.class_qualname:
+        if function.fn.name != "dtype" or not function.class_qualname:
             return
-        body = [s for s in c.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        body = [s for s in function.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
         if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
             return
-        wds = weight_dtype_source(body[0].value, c.scope)
-        verdict = ctx.layer_verdict(wds.layer, c, site=body[0]) if wds is not None else None
+        weight_dtype = weight_dtype_source(body[0].value, function.scope)
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=body[0]) if weight_dtype is not None else None
         if verdict is None:
             return
         confidence, evidence = verdict
-        layer = ast.unparse(wds.layer)
+        layer = ast.unparse(weight_dtype.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
-                   f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); its callers cast activations to it: "
-                   f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
+                   f"{STORAGE_DTYPES}; its callers cast activations to it: "
+                   f"return the compute dtype (`{layer}.params_dtype`)",
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
     @staticmethod
     def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:
-        wds = weight_dtype_source(arg, scope)
-        if wds is not None:
-            return wds
+        weight_dtype = weight_dtype_source(arg, scope)
+        if weight_dtype is not None:
+            return weight_dtype
         if call.func.attr == "to":  # type: ignore[union-attr]
             w = weight_expr(arg, scope)
             if w is not None:
@@ -217,13 +219,13 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(wds: WeightDtypeSource, layer: str, helper: str) -> str:
-        via = f" through `{wds.alias}`" if wds.alias else ""
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str) -> str:
+        via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
-        what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
+        what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
+                f"{STORAGE_DTYPES}; use `{helper}({layer}, ...)`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

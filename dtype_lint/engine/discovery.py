@@ -83,13 +83,16 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: lis
 
 def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
                    skip_real: set[str] | None = None, temps: list[str] | None = None,
-                   messages: list[str] | None = None) -> list[Found]:
+                   force_exclude: bool = False, messages: list[str] | None = None) -> list[Found]:
     """`discover`, with each file's real path and module name, in one walk per directory given.
 
     Work per file is a few string operations: the module name is carried down the walk (the
     package a folder belongs to is known from its parent), and `realpath` is called only for
     symlinks (a folder reached without following a link has its parent's real path plus its own
     name). `skip_real`: real paths already listed elsewhere (named files), left out.
+    `force_exclude`: a file or folder named in `paths` is left out too when the excludes (or the
+    .gitignore files) match its path below the root (Ruff's `--force-exclude`, for pre-commit,
+    which names each file).
     `.gitignore` files (gitignore.py) prune the walk as git would; what could not be read in them
     is said in `messages`.
     """
@@ -110,14 +113,15 @@ def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
         p = Path(given)
         if not p.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
+        if force_exclude and _named_excluded(p, root_abs, excluder, messages):
+            continue
         if not p.is_dir():
             add(Found(str(p), os.path.realpath(p), module_name(str(p), root_abs)), os.path.islink(p))
             continue
-        top_rel = _rel(p, root)
+        # A folder named on the command line is walked even when ignored (as a named file is
+        # checked); the .gitignore files above it and in it apply below it.
         ignores = for_folder(root_abs, os.path.abspath(p), messages) if _inside(p, root_abs) else GitIgnore()
-        if ignores and top_rel not in ("", ".") and _ignored_on_the_way(ignores, top_rel):
-            continue  # the folder given lies in an ignored folder
-        _walk(str(p), top_rel, excluder, root_abs, add, temps, ignores, messages)
+        _walk(str(p), _rel(p, root), excluder, root_abs, add, temps, ignores, messages)
     return out
 
 
@@ -126,9 +130,31 @@ def _inside(path: Path, root_abs: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _ignored_on_the_way(ignores: GitIgnore, rel: str) -> bool:
-    parts = rel.split("/")
-    return any(ignores.ignored("/".join(parts[: i + 1]), True) for i in range(len(parts)))
+def path_excluded(path: str | os.PathLike, excludes: tuple[str, ...], root: Path,
+                  messages: list[str] | None = None) -> bool:
+    """Would the default and configured excludes or the project's .gitignore files leave out
+    `path` (a file named on the command line, or a buffer's file name), below the root?"""
+    return _named_excluded(Path(path), os.path.abspath(root), Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes)),
+                           messages)
+
+
+def _named_excluded(path: Path, root_abs: str, excluder: Excluder, messages: list[str] | None = None) -> bool:
+    """Do the excludes or the .gitignore files match a path named on the command line? Judged on
+    its path below the project root (the name as given when it lies outside), every folder on
+    the way included."""
+    rel = os.path.relpath(os.path.abspath(path), root_abs)
+    rel_posix = Path(rel).as_posix() if not rel.startswith("..") else path.as_posix()
+    rel_posix = rel_posix.lstrip("./") if rel_posix.startswith("./") else rel_posix
+    if rel_posix in ("", "."):
+        return False
+    parts = rel_posix.split("/")
+    if any(excluder.excluded("/".join(parts[: i + 1])) for i in range(len(parts))):
+        return True
+    if rel.startswith("..") or not _inside(path, root_abs):
+        return False
+    ignores = for_folder(root_abs, os.path.dirname(os.path.abspath(path)), messages)
+    is_dir = path.is_dir()
+    return any(ignores.ignored("/".join(parts[: i + 1]), is_dir or i < len(parts) - 1) for i in range(len(parts)))
 
 
 def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps: list[str] | None,

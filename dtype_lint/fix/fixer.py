@@ -154,11 +154,13 @@ def verify_parses(text: str, path: str) -> None:
 
 
 def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsafe: bool,
-             first: list[Finding] | None = None, graph: ImportGraph | None = None, module: str = "") -> FixOutcome:
+             first: list[Finding] | None = None, line_length: int | None = None,
+             graph: ImportGraph | None = None, module: str = "") -> FixOutcome:
     """Fix one file's text in rounds; `analyze(text)` gives the findings of a version of it.
-    `graph`: the project's imports (module `module` is this file's): an import the fixes add
-    must not close a cycle, and one they orphan stays when another module imports the name
-    from this one."""
+    `line_length`: the project's (formatting.project_style); added lines longer than it are
+    wrapped as its formatter would. `graph`: the project's imports (module `module` is this
+    file's): an import the fixes add must not close a cycle, and one they orphan stays when
+    another module imports the name from this one."""
     out = FixOutcome(path, text, text)
     findings = first if first is not None else analyze(text)
     try:
@@ -186,6 +188,14 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             if cleaned != out.text:
                 verify_parses(cleaned, path)
                 out.text = cleaned
+                findings = analyze(out.text)
+        if out.applied and line_length:
+            from dtype_lint.fix.formatting import wrap_long_lines
+
+            wrapped = wrap_long_lines(text, out.text, line_length, SourceText(text).newline)
+            if wrapped != out.text:
+                verify_parses(wrapped, path)
+                out.text = wrapped
                 findings = analyze(out.text)
         try:
             verify_names(text, out.text, out.applied)

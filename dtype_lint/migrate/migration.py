@@ -155,11 +155,11 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
     shared = helper_table(module, func, result.config.template,
                           str(helper.path) if helper is not None and helper.path.exists() else None)
     routed = [h for h in existing if h.configured]
-    rewritten = [f for f in result.fixed if f.code == "DTL005" and not f.expression.startswith("def ")]
+    rewritten = [f for f in result.fixed if f.kind == "call"]
     # Helpers whose callers could not be routed get the missing branch where they are defined.
     in_place = {(_rel(f.path, root), f.expression.removeprefix("def ")): f for f in result.fixed
-                if f.code == "DTL005" and f.expression.startswith("def ")}
-    left = [f for f in result.findings if f.code == "DTL005" and not f.expression.startswith("def ")]
+                if f.kind == "definition"}
+    left = [f for f in result.findings if f.kind == "call"]
     lines = ["", "## Existing input-dtype helpers", ""]
     for h in existing:
         where = f"`{_rel(h.path, root)}:{h.line}` `{h.name}`"
@@ -271,7 +271,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
-        from dtype_lint.migrate.migration import proofs
+        from dtype_lint.migrate import proofs
 
         text = result.helper.source or read_file(str(result.helper.path)).text
         proof = proofs.for_changes(text, result.helper.func)
