@@ -821,7 +821,7 @@ def _run_forward(root: Path, body: str):
     for weight in (torch.float16, torch.int32):
         attn = mod.Attn(layers.QLinear(weight))
         arg = [torch.zeros(2)] if "xs" in body.split("\n")[0] else torch.zeros(2)
-        out.append(outcome(lambda: attn.forward(arg)))
+        out.append(outcome(lambda attn=attn, arg=arg: attn.forward(arg)))
     return out
 
 

@@ -86,14 +86,16 @@ def call_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | 
     required = len(positional) - len(args.defaults)
     if required > 2:
         extra = ", ".join(a.arg for a in positional[2:required])
-        return f"{name} requires more than `(layer, fp8_input)`: {extra} {'has' if required == 3 else 'have'} no default"
+        verb = "has" if required == 3 else "have"
+        return f"{name} requires more than `(layer, fp8_input)`: {extra} {verb} no default"
     missing = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     if missing:
         return f"{name} has keyword-only parameters without a default ({', '.join(missing)}); fixes pass none"
     if tree is not None:
         binds = sum(1 for node in tree.body if _binds_top_level(node, fn.name))
         if binds != 1:
-            return f"{name} is bound {binds} times at the top of its module; the last binding, not this `def`, is what callers get"
+            return (f"{name} is bound {binds} times at the top of its module; the last binding, not this `def`, "
+                    "is what callers get")
     return ""
 
 

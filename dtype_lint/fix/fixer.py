@@ -4,8 +4,8 @@ Fixes are applied in rounds (like ruff): the edits of one round never overlap; a
 overlap is retried on the re-analysed text of the next round. Every round must parse; an import
 the fixes orphaned is dropped at the end (unless another module imports it from this one); an
 import the fixes added must not close an import cycle (import_graph.py); the names the fixes
-introduced are then verified (scope_check.py). Any failure returns the original text with the reason, which the run reports as
-DTL901. Nothing here writes: the pipeline writes the result through
+introduced are then verified (scope_check.py). Any failure returns the original text with the
+reason, which the run reports as DTL901. Nothing here writes: the pipeline writes the result through
 writer.py, the only code that touches the user's files.
 """
 
@@ -183,7 +183,9 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
                     if problem:
                         raise FixError(problem)
         if out.applied and os.path.basename(path) != "__init__.py":
-            taken = (lambda name: graph.importers_of(module, name, skip=module)) if graph is not None and module else None
+            taken = None
+            if graph is not None and module:
+                taken = lambda name: graph.importers_of(module, name, skip=module)
             cleaned = drop_orphaned_imports(text, out.text, taken)
             if cleaned != out.text:
                 verify_parses(cleaned, path)
