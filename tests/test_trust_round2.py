@@ -789,6 +789,19 @@ ADVERSARIAL = {
             xs = [x.to(self.o_proj.weight.dtype) for x in xs]
         return xs
 """,
+    # Two nested functions of one name: one scope name, two functions (the placement check
+    # first keyed functions by name and refused the fix).
+    "two-defs-one-name": """\
+    def forward(self, x):
+        def inner(x):
+            x = x.to(self.o_proj.weight.dtype)
+            return x
+        y = inner(x)
+        def inner(x):
+            x = x.to(self.o_proj.weight.dtype)
+            return x
+        return y, inner(x)
+""",
     "alias-under-if": """\
     def forward(self, x, flag=True):
         if flag:

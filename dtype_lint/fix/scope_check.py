@@ -112,31 +112,45 @@ def _check_placement(fixed: str, variables: set[tuple[str, str]], helper_names: 
         tree = ast.parse(fixed)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise FixCheckError("the fixed text cannot be analysed") from None
-    functions = {qualname: fn for fn, _class_q, qualname in iter_functions(tree, "")}
+    functions: dict[str, list[ast.AST]] = {}
+    for fn, _class_q, qualname in iter_functions(tree, ""):
+        functions.setdefault(qualname, []).append(fn)  # two `def inner` in one function share a name
     for scope_name, var in sorted(variables):
-        fn = functions.get(scope_name)
-        placed = [] if fn is None else [(block, i) for block, i in _assignments(fn, var)]
-        if len(placed) != 1:
+        placed = [(fn, block, i) for fn in functions.get(scope_name, []) for block, i in _own_assignments(fn, var)]
+        if not placed or len({id(fn) for fn, _b, _i in placed}) != len(placed):
             raise FixCheckError(f"`{var}` is not assigned exactly once in `{scope_name}`")
-        block, i = placed[0]
-        value = block[i].value
-        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in helper_names):
-            raise FixCheckError(f"`{var}` in `{scope_name}` is not assigned the helper's result")
-        guard = block[i + 1] if i + 1 < len(block) else None
-        if not (isinstance(guard, ast.If) and _is_not_none_test(guard.test, var)):
-            raise FixCheckError(f"the helper call assigned to `{var}` (line {block[i].lineno}) is not right before "
-                                f"the `if {var} is not None:` guarding the cast: it would run where the dtype was "
-                                "not read")
-        inside = {id(n) for n in ast.walk(guard)}
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Name) and node.id == var and isinstance(node.ctx, ast.Load) \
-                    and id(node) not in inside:
-                raise FixCheckError(f"`{var}` is read on line {node.lineno}, outside the guard it was made for")
+        for fn, block, i in placed:
+            value = block[i].value
+            if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in helper_names):
+                raise FixCheckError(f"`{var}` in `{scope_name}` is not assigned the helper's result")
+            guard = block[i + 1] if i + 1 < len(block) else None
+            if not (isinstance(guard, ast.If) and _is_not_none_test(guard.test, var)):
+                raise FixCheckError(f"the helper call assigned to `{var}` (line {block[i].lineno}) is not right before "
+                                    f"the `if {var} is not None:` guarding the cast: it would run where the dtype "
+                                    "was not read")
+            inside = {id(n) for n in ast.walk(guard)}
+            for node in _own_nodes(fn):
+                if isinstance(node, ast.Name) and node.id == var and isinstance(node.ctx, ast.Load) \
+                        and id(node) not in inside:
+                    raise FixCheckError(f"`{var}` is read on line {node.lineno}, outside the guard it was made for")
 
 
-def _assignments(fn: ast.AST, var: str):
-    """(block, index) of each `var = ...` statement anywhere in `fn`."""
-    for node in ast.walk(fn):
+def _own_nodes(fn: ast.AST):
+    """The nodes of `fn`, not of the functions and classes defined in it (their own scope names
+    are checked on their own), but lambdas and comprehensions, which can read `fn`'s variables."""
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _own_assignments(fn: ast.AST, var: str):
+    """(block, index) of each `var = ...` statement of `fn` itself."""
+    for node in [fn, *_own_nodes(fn)]:
+        if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
         for name in ("body", "orelse", "finalbody"):
             block = getattr(node, name, None)
             if not isinstance(block, list):
