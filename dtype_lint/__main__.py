@@ -13,6 +13,7 @@ if sys.path and _cwd is not None and os.path.abspath(sys.path[0] or os.curdir) =
 elif sys.path and _cwd is None and sys.path[0] in ("", os.curdir):
     del sys.path[0]
 
-from dtype_lint.cli import main  # noqa: E402
+# The pre-commit fast path first; it imports the command line only when it cannot answer.
+from dtype_lint.entry import main  # noqa: E402
 
 sys.exit(main())

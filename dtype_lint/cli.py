@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--add-noqa", nargs="?", const="", default=None, metavar="REASON",
                    help="suppress every remaining finding where it is: `# noqa: CODE`, or with "
                         "`--add-noqa=REASON` `# dtype-lint: ignore[CODE] REASON`")
-    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001)")
+    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001); the opt-in rules "
+                   "DTL003-DTL005 run only when named by code (or ALL)")
     c.add_argument("--extend-select", type=_codes, help="comma-separated codes or prefixes to enable on top of `select`")
     c.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to disable")
     c.add_argument("--output-format", choices=FORMATS, default=None, help="report format (default: text)")
@@ -116,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns")
     d.add_argument("--no-cache", action="store_true")
 
+    e = sub.add_parser("explain", help="show the storage model for the layers read at PATH:LINE",
+                       description="For each `X.weight` on the line: the class X resolves to, whether a quantization "
+                                   "config reaches it, the backends that can be handed it and the storage each gives "
+                                   "`weight` (with the lines that make it), and what the rules conclude.")
+    e.add_argument("site", metavar="PATH:LINE")
+    e.add_argument("--config", metavar="FILE")
+
     sub.add_parser("server", help="run the Language Server (LSP over stdio) for editors: diagnostics and quick-fixes",
                    description="A Language Server over stdio: diagnostics for each Python document on open, "
                                "change and save, and each safe fix as a quick-fix code action. Needs the `lsp` "
@@ -124,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
     # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
-    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "verify": v})
+    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "explain": e, "verify": v})
     return p
 
 
@@ -143,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     if (problem := environment_problem()) is not None:
         print(f"dtype-lint: error: {problem}", file=sys.stderr)
         return EXIT_ERROR
-    commands = {"check", "rule", "migrate", "doctor", "verify", "server"}
+    from dtype_lint.engine.fast_path import try_clean_exit  # before the engine: see its docstring
+
+    if (code := try_clean_exit(argv)) is not None:
+        return code
+    commands = {"check", "rule", "migrate", "doctor", "explain", "verify", "server"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
     if argv[0] == "verify":
@@ -160,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             return _migrate(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "explain":
+            from dtype_lint.explain import run as explain
+
+            return explain(args.site, args.config)
         if args.command == "server":
             return _server()
         return _check(args)

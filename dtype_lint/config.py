@@ -29,6 +29,13 @@ _HELPER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _QUALNAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
 
 
+# Rules off by default: not yet precise (>= 95%) on trees they were not developed on (see
+# docs/triage/README.md). A rule here runs only when `select` names its exact code (or "ALL"): a
+# prefix such as "DTL" does not turn it on. Each rule class says the same (`Rule.default_enabled`),
+# which a test checks; the list lives here so that deciding what is enabled imports no rule.
+OPT_IN_RULES = frozenset({"DTL003", "DTL004", "DTL005"})
+
+
 @dataclass
 class Config:
     root: Path = field(default_factory=Path.cwd)
@@ -85,6 +92,8 @@ class Config:
             return any(p == "ALL" or code.startswith(p) for p in prefixes)
 
         if not matches(self.select) or matches(self.ignore):
+            return False
+        if code in OPT_IN_RULES and not any(p in ("ALL", code) for p in self.select):
             return False
         if path is not None and self.per_file_ignores:
             import fnmatch

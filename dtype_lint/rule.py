@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
+from dtype_lint.analysis.storage_model import why_storage
 from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
 from dtype_lint.analysis.dominance import parent_map
@@ -49,6 +50,13 @@ FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpe
 
 # What a repacked or dropped weight is, in every message that names a layer's storage dtype.
 STORAGE_DTYPES = "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
+
+
+def storage_dtypes(evidence) -> str:
+    """The storages behind a finding, for its message: the backends the storage model found
+    (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
+    STORAGE_DTYPES when it knew none."""
+    return "(" + why_storage(evidence, STORAGE_DTYPES[1:-1]) + ")"
 
 
 class FixAvailability(enum.Enum):
@@ -102,6 +110,9 @@ class Rule:
     marker: ClassVar[str] = "weight"
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
+    # False: off unless `select` names the code (measured precision below 95% off the trees it was
+    # developed on; config.OPT_IN_RULES holds the same codes).
+    default_enabled: ClassVar[bool] = True
     # Analyse files that import a helper-shaped function from another file even when their text
     # matches no pattern (a call site of the helper needs no `.weight` on its lines).
     reads_helper_callers: ClassVar[bool] = False
@@ -338,7 +349,7 @@ class RuleContext:
             self.report(
                 flow.arg,
                 f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {target}: the storage "
-                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` {STORAGE_DTYPES}",
+                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` {storage_dtypes(evidence)}",
                 confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",
             )
@@ -361,16 +372,22 @@ class RuleContext:
                 yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
-                      site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
+                      site: ast.AST | None = None, need: str = "non-compute") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
-        proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None."""
+        proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
+        the storage that makes the site a finding ("non-compute", or "absent" for a read of `.weight`
+        itself), asked of the storage model (analysis/storage_model.py)."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
-        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns, need)
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
+        from dtype_lint.analysis.never_runs import never_runs
+
+        if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
+            return None
         # A check that proves the layer unquantized there (asked for every rule: a guard the
         # rule did not declare still decides whether the layer may be quantized at this site).
         if self._facts.guards.storage_unpacked(site, where, layer) is not None:
@@ -449,4 +466,4 @@ def _visit(body, class_q, prefix, module, lines):
 
 
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",
-           "STORAGE_DTYPES", "example_code", "iter_functions"]
+           "STORAGE_DTYPES", "example_code", "iter_functions", "storage_dtypes"]

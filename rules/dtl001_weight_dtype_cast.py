@@ -33,6 +33,16 @@ if kv_b_proj_input_dtype is not None:
     kv_c_normed = kv_c_normed.to(kv_b_proj_input_dtype)
 ```
 
+## Which backends
+A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
+instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
+float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
+shows them all. Where the tree's backends cannot be read (a project importing vLLM without
+containing it), the shipped catalogue of vLLM 0.33.0 answers; failing that, the layer counts as
+possibly packed.
+
 ## Fix safety
 The fix calls the configured helper (`helper = "pkg.mod:func"`), which returns the layer's input
 dtype or None (keep the model dtype). It is **safe** when it provably keeps behaviour on every
@@ -61,7 +71,7 @@ import ast
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import STORAGE_DTYPES, FixAvailability, Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 _HEAD = """\
 import torch
@@ -182,7 +192,7 @@ class WeightDtypeCast(Rule):
                     continue
                 confidence, evidence = verdict
                 fix, reason = ctx.fixes.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
-                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), ctx.fixes.func),
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), ctx.fixes.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -202,7 +212,7 @@ class WeightDtypeCast(Rule):
         confidence, evidence = verdict
         layer = ast.unparse(weight_dtype.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
-                   f"{STORAGE_DTYPES}; its callers cast activations to it: "
+                   f"{storage_dtypes(evidence)}; its callers cast activations to it: "
                    f"return the compute dtype (`{layer}.params_dtype`)",
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
@@ -219,13 +229,13 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str) -> str:
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"{STORAGE_DTYPES}; use `{helper}({layer}, ...)`")
+                f"{storage_dtypes(evidence)}; use `{helper}({layer}, ...)`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

@@ -30,6 +30,16 @@ out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.params_dtype)
 or the input dtype the layer expects, `get_layer_input_dtype(self.o_proj, fp8_input)`, with an
 explicit choice for `None` (keep the model dtype).
 
+## Which backends
+A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
+instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
+float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
+shows them all. Where the tree's backends cannot be read (a project importing vLLM without
+containing it), the shipped catalogue of vLLM 0.33.0 answers; failing that, the layer counts as
+possibly packed.
+
 ## Fix safety
 No automatic fix: the right dtype of a buffer depends on what it will hold (an activation, a
 layer output, a dequantized weight), which the code does not say. The finding names the layer
@@ -52,7 +62,7 @@ import ast
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
-from dtype_lint.rule import STORAGE_DTYPES, FixAvailability, Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
@@ -112,7 +122,7 @@ class WeightDtypeAllocation(Rule):
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
                     f"`{ast.unparse(weight_dtype.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
-                    f"{STORAGE_DTYPES}; choose the buffer's dtype explicitly",
+                    f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
                     confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
@@ -131,7 +141,7 @@ class WeightDtypeAllocation(Rule):
         ctx.report(
             node,
             f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
-            f"dtype of a quantizable layer {STORAGE_DTYPES}; pass the "
+            f"dtype of a quantizable layer {storage_dtypes(evidence)}; pass the "
             f"buffer's dtype explicitly",
             confidence=confidence, evidence=evidence,
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",

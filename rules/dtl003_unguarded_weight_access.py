@@ -81,6 +81,12 @@ if weight is not None and weight.dtype == torch.float8_e4m3fn:
 or, for the dtype an activation needs, the shared helper
 (`get_layer_input_dtype(self.kv_b_proj, fp8_input)`), which handles a missing `.weight`.
 
+## Which backends
+A read is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and registers no `weight` (`qweight`, `weight_packed`) or deletes
+it; the message names them with their lines. A layer type every backend keeps `.weight` for (an
+embedding in a tree where no backend quantizes embeddings that way) is not reported.
+
 ## Fix safety
 No automatic fix: what the code should do for a layer without `.weight` (skip a fast path, use
 `params_dtype`, refuse the configuration) depends on what it reads the weight for. The finding
@@ -117,6 +123,12 @@ cannot read).
 - The `.weight` of a layer reached through a container (`self.layers[i].weight`) resolves only
   when the container's element type is known.
 
+## Default
+Off: an opt-in rule. It runs only when `select` names its code (`--select DTL003`, or
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on trees it was not developed on (sglang 0.5.23: 16 of a seeded sample of 39 TRUE, 41%;
+aphrodite-engine 0.24.1 unjudged), it is below the 95% bar.
+It becomes a default rule once it is precise there (docs/triage/README.md).
+
 ## Options
 The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes`,
 `not-quantizable`, `exempt-functions`, `name-heuristics`, `name-patterns`.
@@ -127,6 +139,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
+from dtype_lint.analysis.storage_model import ABSENT, why_storage
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -274,6 +287,7 @@ class UnguardedWeightAccess(Rule):
     code = "DTL003"
     name = "unguarded-weight-access"
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
+    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "layers", "flows", "guards"})
     fix_availability = FixAvailability.NONE
@@ -354,7 +368,7 @@ class UnguardedWeightAccess(Rule):
     INVALID = [
         Invalid(_HEAD + "    def f(self, q):\n        if self.kv_b_proj.weight.dtype == torch.float8_e4m3fn:\n"
                 "            q = q.float()\n        return q\n",
-                message_contains=("self.kv_b_proj.weight", "AWQ/GPTQ")),
+                message_contains=("self.kv_b_proj.weight", "registers `qweight`, not `weight`")),
         Invalid(_HEAD + "    def f(self, x):\n        return torch.matmul(x, self.kv_b_proj.weight.t())\n"),
         Invalid(_HEAD + "    def f(self):\n        return getattr(self.kv_b_proj, \"weight\").shape\n"),
         # A guard on another layer does not count; the early return comes after the read.
@@ -389,12 +403,12 @@ class UnguardedWeightAccess(Rule):
                     continue  # a wrapper's `weight` property forwarding its base's: raises exactly as the base
                 # The engine's verdict also drops reads dominated by a check that proves the layer
                 # unquantized (a quant-method dispatch, a storage test).
-                verdict = ctx.layer_verdict(layer, function, site=node)
+                verdict = ctx.layer_verdict(layer, function, site=node, need=ABSENT)
                 if verdict is None or ctx.guards.weight_present(node, function, layer):
                     continue
                 confidence, evidence = verdict
                 text = ast.unparse(layer)
-                ctx.report(node, f"`{text}.weight` is read with no `hasattr`/`getattr` fallback; {_NO_WEIGHT}, "
+                ctx.report(node, f"`{text}.weight` is read with no `hasattr`/`getattr` fallback; {why_storage(evidence, _NO_WEIGHT)}, "
                            f"so this raises AttributeError on them: guard it with `hasattr({text}, \"weight\")` "
                            f"or read `getattr({text}, \"weight\", None)`",
                            confidence=confidence, evidence=evidence,

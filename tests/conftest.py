@@ -26,6 +26,7 @@ from dtype_lint import releases  # noqa: E402
 RELEASE_FIXTURES = {
     "vllm_0271": ("vllm", "0.27.1"),
     "vllm_0280": ("vllm", "0.28.0"),
+    "vllm_0300": ("vllm", "0.30.0"),
     "vllm_0330": ("vllm", "0.33.0"),
     "sglang_0523": ("sglang", "0.5.23"),
     "aphrodite_0241": ("aphrodite-engine", "0.24.1"),
@@ -51,6 +52,12 @@ def vllm_0271() -> Path:
 def vllm_0280() -> Path:
     """Root of vLLM 0.28.0's `.py` tree: the casts go through `_get_kv_b_proj_input_dtype`."""
     return _release("vllm", "0.28.0")
+
+
+@pytest.fixture(scope="session")
+def vllm_0300() -> Path:
+    """Root of vLLM 0.30.0's `.py` tree: a release triaged zero-config after the rules were written."""
+    return _release("vllm", "0.30.0")
 
 
 @pytest.fixture(scope="session")

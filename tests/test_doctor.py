@@ -32,7 +32,7 @@ def test_doctor_on_the_example_project(tmp_path: Path):
     assert out.startswith(f"dtype-lint {__version__}\nproject root: {root}\n")
     assert f"configuration: {root / 'pyproject.toml'}\n" in out
     assert '  preset = "generic"  (pyproject.toml)\n' in out
-    assert '  select = ["DTL"]  (default)\n' in out
+    assert '  select = ["DTL", "DTL004"]  (pyproject.toml)\n' in out  # extend-select: DTL004 is opt-in
     assert '  helper = "minillm.layers.input_dtype:get_layer_input_dtype"  (pyproject.toml)\n' in out
     assert ("helper: minillm.layers.input_dtype:get_layer_input_dtype (configured) at "
             "minillm/layers/input_dtype.py: exists\n") in out

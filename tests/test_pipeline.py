@@ -171,7 +171,7 @@ def test_rules_are_discovered_one_module_each():
         assert rule.facts, f"{rule.code} declares no facts"
 
 
-def test_the_prefilter_is_the_union_of_the_rules_patterns():
+def test_the_prefilter_takes_the_rules_patterns():
     class Only(Rule):
         code, name, summary = "DTL999", "only", "test"
         patterns = (r"\bspecial_marker_here\b",)
@@ -182,8 +182,9 @@ def test_the_prefilter_is_the_union_of_the_rules_patterns():
     assert not Prefilter([]).might_match("x = y.weight.dtype\n")
 
 
-def test_the_prefilter_says_what_one_regex_of_all_patterns_says():
-    """Patterns are searched one by one behind a substring test: the same verdict as the union."""
+def test_the_prefilter_says_what_each_rules_own_regex_says():
+    """Patterns are searched one by one behind a substring test: a file passes when some rule's
+    marker and one of that rule's own patterns are in it."""
     import re
 
     from dtype_lint.engine.prefilter import required_literal
@@ -192,16 +193,17 @@ def test_the_prefilter_says_what_one_regex_of_all_patterns_says():
     assert required_literal(r"=\s*[\w.]+\.weight\s*$") == ".weight"
     assert required_literal(r"a(?:bc)?de|f") == ""  # an alternation at the top: nothing is required
     assert required_literal(r"(?i)weight") == ""
-    union = re.compile("|".join(f"(?:{p})" for r in ALL_RULES for p in r.patterns), re.M)
+    own = [(r.marker, re.compile("|".join(f"(?:{p})" for p in r.patterns), re.M)) for r in ALL_RULES]
     texts = [
         "w = self.o_proj.weight\nx.to(w.dtype)\n", "w = self.o_proj.weight  \n", "y = (self.weight\n)\n",
         'getattr(layer,  # a comment\n  "weight", None)\n', "layer.weight . dtype", "weights = 1\n",
         "x = a.weight_scale\n", "f(x.weight )", "self.weight\n=1", "",
+        "x = torch.empty(3, dtype=torch.int32)\n",  # DTL005's marker, a DTL004 pattern: no rule's own
     ]
     texts += [p.read_text(encoding="utf-8") for p in (PKG / "fixtures").rglob("*.py")]
     prefilter = Prefilter(ALL_RULES)
     for text in texts:
-        expected = any(r.marker in text for r in ALL_RULES) and union.search(text) is not None
+        expected = any(marker in text and regex.search(text) is not None for marker, regex in own)
         assert prefilter.might_match(text) == expected, text[:200]
 
 
@@ -288,7 +290,8 @@ def test_the_helper_choice_stage_analyses_again_only_the_files_whose_fixes_it_ch
 
     monkeypatch.setattr(pipeline, "analyze_path", counting)
     monkeypatch.chdir(root)
-    result = check_paths(["."], make_config(root=root), jobs=1, use_cache=False)
+    # DTL003 (opt-in) gives read.py a finding without a helper fix
+    result = check_paths(["."], make_config({"select": ["DTL", "DTL003"]}, root=root), jobs=1, use_cache=False)
     assert result.helper_choice is not None and result.helper_choice.inferred
     assert sorted(analysed) == ["a.py", "a.py", "b.py", "b.py", "read.py"]
     assert {f.fix.imports for f in result.findings if f.fix} == {(("pkg.layer_input_dtype", "get_layer_input_dtype"),)}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.engine import trees
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
@@ -495,7 +496,7 @@ class ProjectFacts:
             if text is None:
                 return None
             try:
-                tree = ast.parse(text)
+                tree = trees.parse(header.path, text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
             return build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)

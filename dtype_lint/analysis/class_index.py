@@ -60,24 +60,8 @@ class ModuleHeader:
         )
 
 
-_TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
-# The next line that starts a top-level statement: not indented, not a comment, not the closing
-# bracket of a signature black put at column 0.
-_TOP_NEXT = re.compile(r"\n(?=[^\s#)\]}])")
-
-
-def dtype_functions(text: str) -> dict[str, str]:
-    """Top-level functions whose text could make them input-dtype helpers, without a parse:
-    name -> short hash of the function's text."""
-    if "dtype" not in text:
-        return {}
-    out = {}
-    for m in _TOP_DEF.finditer(text):
-        end = _TOP_NEXT.search(text, m.end())
-        body = text[m.start(): end.start() if end else len(text)]
-        if "dtype" in body and "return" in body and ("weight" in body or "params_dtype" in body):
-            out[m.group(1)] = hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return out
+# `dtype_functions` is text-only, so that the pre-commit fast path can use it without this module.
+from dtype_lint.engine.text_facts import dtype_functions  # noqa: E402,F401
 
 
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
@@ -396,6 +380,10 @@ class ModuleTable:
     def under(self, folder) -> list[tuple[str, ModuleHeader]]:
         """(module, header) of each module whose file lies under `folder` (a path as this run
         shows files), in discovery order; the enumeration is recorded as a read of the folder."""
+        return list(self.iter_under(folder))
+
+    def iter_under(self, folder):
+        """`under`, a header at a time (a search that stops early reads only what it needed)."""
         folder = Path(folder)
         prefix = os.path.join(str(folder), "")
         mods = [m for m, f in self._first.items() if f[0].startswith(prefix) and Path(f[0]).is_relative_to(folder)]
@@ -404,12 +392,10 @@ class ModuleTable:
             digest = self.listing(real)
             for frame in self.frames:
                 frame.listings[real] = digest
-        out = []
         for m in mods:
             header = self.get(m)
             if header is not None:
-                out.append((m, header))
-        return out
+                yield m, header
 
     def listing(self, real_folder: str) -> str:
         """A digest of the module names and files under a folder (by real path): it changes when

@@ -18,6 +18,7 @@ from dtype_lint.engine.prefilter import for_rules, has_suppression
 from dtype_lint.rule import RuleContext, RuleFacts, RuleContractError
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
+from dtype_lint.engine import trees
 
 
 def enabled_rules(config: Config, path: str | None = None):
@@ -43,7 +44,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
             return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
                                        "not parsed (generated code)", long_line, 1, config)
         try:
-            tree = ast.parse(text, filename=path)
+            tree = trees.parse(path, text)
         except SyntaxError as e:
             return _engine_error(path, f"cannot parse: {e.msg}", e.lineno or 1, e.offset or 1, config)
         except (ValueError, RecursionError, MemoryError) as e:  # null bytes; absurd nesting

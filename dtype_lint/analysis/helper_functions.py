@@ -21,6 +21,7 @@ from dtype_lint.dtypes.evaluator import (Case, Table, Unsupported, evaluate_help
                          summarize_cases, unsound_cases)
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.analysis.class_index import ModuleHeader, QuantizableLayerIndex
+from dtype_lint.engine import trees
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _file_helpers(header: ModuleHeader, load_file) -> dict[str, KnownHelper]:
         found: dict[str, KnownHelper] = {}
         if text is not None:
             try:
-                tree = ast.parse(text)
+                tree = trees.parse(header.path, text)
             except (SyntaxError, ValueError, RecursionError):
                 tree = None
             for node in (tree.body if tree is not None else []):
@@ -283,7 +284,7 @@ def project_helpers(config: Config, paths: list[str]) -> list[KnownHelper]:
         if not names:
             continue
         try:
-            tree = ast.parse(text)
+            tree = trees.parse(path, text)
         except (SyntaxError, ValueError, RecursionError):
             continue
         module = module_name(path, config.root)

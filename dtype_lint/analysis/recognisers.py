@@ -20,6 +20,7 @@ WEIGHT_SITE_PATTERNS = (
     r"\.weight\s*\)",
     r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']",
     r"=\s*[\w.]+\.weight\s*$",
+    r"=\s*[\w.]+\.weight\s*\[",  # a slice of the weight (`w = L.weight[:, a:b]`), an alias of its dtype
 )
 
 
@@ -41,7 +42,11 @@ def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> t
     if isinstance(node, ast.Name) and scope is not None and depth < 4:
         values = scope.assigns.get(node.id, [])
         if len(values) == 1 and values[0] is not None:
-            return weight_expr(values[0], scope, depth + 1)
+            value = values[0]
+            # `w = L.weight[:, a:b]`: a slice of the weight has the weight's dtype
+            while isinstance(value, ast.Subscript):
+                value = value.value
+            return weight_expr(value, scope, depth + 1)
     return None
 
 

@@ -27,6 +27,8 @@ from dtype_lint import __version__
 from dtype_lint.analysis.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
 from dtype_lint.engine.cache import Cache
 from dtype_lint.config import Config
+from dtype_lint.engine import trees
+from dtype_lint.engine.fast_record import save_record
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
@@ -89,8 +91,11 @@ class RunResult:
 def run(config: Config, options: RunOptions) -> RunResult:
     t0 = time.perf_counter()
     _require_rules(config)
-    with _gc_tuned():
-        return _run(config, options, t0)
+    try:
+        with _gc_tuned():
+            return _run(config, options, t0)
+    finally:
+        trees.clear()  # the trees this run shared go with it
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
@@ -133,7 +138,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
                   enabled=options.use_cache, root=config.root)
     project = _Project(index_found, found, cache)
     index = build_index(project.table, config)
-    wanted = _looked_for(config, index) if index_found else []
+    with index.reading() as looked:
+        wanted = _looked_for(config, index) if index_found else []
     needles = sorted({_needle(n) for n in wanted})
     # A directory run reads every file anyway: it looks for the names on the way. A run on named
     # files (pre-commit) reads only those, and the rest of the project only when a name is needed.
@@ -141,7 +147,11 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     scan = _scan(found, config, cache, jobs, options.progress, needles, summary=full)
     if needles and not full:
         _scan_for_names(index_found, config, cache, jobs, needles, scan)
-    warnings = _unmatched_classes(config, index, wanted, project, scan) if index_found else []
+    with index.reading() as looked_more:
+        warnings = _unmatched_classes(config, index, wanted, project, scan) if index_found else []
+    # What decided that there is no such warning: the fast path trusts it while these are unchanged.
+    looked.update(looked_more)
+    looked.files.update((real, scan.stamps.get(real) or project.stamp(real)) for real in scan.hits)
 
     in_scope = files
     if options.changed_since is not None:
@@ -155,6 +165,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
     cache.save(writer)
+    if options.use_cache:
+        from dtype_lint.rules import ALL_RULES
+
+        save_record(config, writer, ALL_RULES, looked.files, valid=bool(index_found) and not warnings and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=list(dict.fromkeys(messages)) + warnings, index=index,

@@ -1,8 +1,8 @@
 """The cheap text test run on every file before any parsing.
 
 Each rule declares the spellings a file must contain for it to find anything (`Rule.patterns`,
-plus its `marker` word as a plain substring test); the prefilter is their union over the enabled
-rules. A file that passes none is never parsed. tests/test_rule_examples.py checks that every
+plus its `marker` word as a plain substring test); a file passes when it passes some enabled
+rule's own test (marker and pattern of the same rule). A file that passes none is never parsed. tests/test_rule_examples.py checks that every
 INVALID example of every rule passes, so a new rule form cannot be silently filtered out.
 """
 
@@ -13,19 +13,37 @@ from functools import lru_cache
 
 
 class Prefilter:
-    """Each distinct pattern is searched on its own, after a plain substring test for the literal
+    """A file passes when some rule's marker AND one of that same rule's patterns are in it (one
+    rule's marker with another rule's pattern proves nothing: on vLLM 0.27.1 the union of markers
+    and the union of patterns passed 273 files more, none of which any rule could report in).
+    Rules with the same marker share one test of their patterns' union.
+
+    Each distinct pattern is searched on its own, after a plain substring test for the literal
     text it cannot match without (`.weight` in `=\\s*[\\w.]+\\.weight\\s*$`): one alternation of
-    all of them made the regex engine try every `.` and `=` of every file, twice as slow."""
+    all of them made the regex engine try every `.` and `=` of every file, twice as slow; a
+    pattern two markers share is searched once per text."""
 
     def __init__(self, rules):
         self.markers = tuple(sorted({r.marker for r in rules}))
         patterns = list(dict.fromkeys(p for r in rules for p in r.patterns))
-        self._searches = [(required_literal(p), re.compile(p, re.M).search) for p in patterns]
+        compiled = {p: (required_literal(p), re.compile(p, re.M).search) for p in patterns}
+        groups: dict[str, dict[str, None]] = {}
+        for r in rules:
+            groups.setdefault(r.marker, {}).update(dict.fromkeys(r.patterns))
+        self._groups = [(marker, [(p, *compiled[p]) for p in pats]) for marker, pats in sorted(groups.items()) if pats]
 
     def might_match(self, text: str) -> bool:
-        if not self._searches or not any(m in text for m in self.markers):
-            return False
-        return any(literal in text and search(text) is not None for literal, search in self._searches)
+        seen: dict[str, bool] = {}
+        for marker, searches in self._groups:
+            if marker not in text:
+                continue
+            for pattern, literal, search in searches:
+                hit = seen.get(pattern)
+                if hit is None:
+                    hit = seen[pattern] = literal in text and search(text) is not None
+                if hit:
+                    return True
+        return False
 
 
 def required_literal(pattern: str) -> str:

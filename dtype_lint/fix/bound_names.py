@@ -44,6 +44,26 @@ def bindings(node: ast.AST) -> Counter:
     return Counter(name for n in ast.walk(node) for name in _names_of(n, loads=False))
 
 
+def module_names(tree: ast.AST) -> tuple[Counter, set[str], bool]:
+    """`bindings`, `identifiers` and `has_star_import` of one tree in one walk (a module of 30,000
+    nodes walked three times was a fifth of a pre-commit run with a site)."""
+    bound: Counter = Counter()
+    seen: set[str] = set()
+    star = False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            seen.add(n.id)
+            if not isinstance(n.ctx, ast.Load):
+                bound[n.id] += 1
+            continue
+        if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names):
+            star = True
+        for name in _names_of(n, loads=False):
+            bound[name] += 1
+            seen.add(name)
+    return bound, seen, star
+
+
 def has_star_import(tree: ast.Module) -> bool:
     """`from x import *` anywhere: it may bind any public name, unseen."""
     return any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree))

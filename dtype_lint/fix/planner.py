@@ -33,7 +33,7 @@ from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.fix.formatting import project_style
 from dtype_lint.fix.import_edit import import_edit
-from dtype_lint.fix.bound_names import bindings, fresh, has_star_import, identifiers
+from dtype_lint.fix.bound_names import fresh, identifiers, module_names
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
 from dtype_lint.engine.source import SourceFile
 from dtype_lint.dtypes.truth_table import prove_guarded_cast
@@ -61,6 +61,7 @@ class Planner:
         self.flag_default = "True" if config.fp8_input_default else "False"
         self._import: list[Edit] | None = None
         self._fn_vars: dict[int, set[str]] = {}  # id(function) -> variables given to its sites
+        self._fn_names: dict[int, set[str]] = {}  # id(function) -> every name it binds or reads
         self._site_vars: dict[int, str] = {}  # id(cast call) -> its variable
 
     @property
@@ -75,15 +76,13 @@ class Planner:
         function's own name when the module uses it nowhere (no local, parameter, global or
         import could shadow the helper, or be shadowed by it), else a fresh `_<func>` alias.
         A star import may bind any public name, so a module with one gets an underscore alias."""
-        bound = bindings(self.tree)
-        star = has_star_import(self.tree)
+        bound, taken, star = module_names(self.tree)
         for stmt in self.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
                 for a in stmt.names:
                     local = a.asname or a.name
                     if a.name == self.func and bound[local] == 1 and not (star and not local.startswith("_")):
                         return local
-        taken = identifiers(self.tree)
         if self.func not in taken and not (star and not self.func.startswith("_")):
             return self.func
         return fresh(f"_{self.func.lstrip('_')}", taken)
@@ -360,7 +359,10 @@ class Planner:
         if id(site.call) in self._site_vars:
             return self._site_vars[id(site.call)]
         taken = self._fn_vars.setdefault(id(site.fn), set())
-        var = fresh(f"{base}_input_dtype", identifiers(site.fn) | set(site.scope.params) | {self.name} | taken)
+        names = self._fn_names.get(id(site.fn))
+        if names is None:
+            names = self._fn_names[id(site.fn)] = identifiers(site.fn)
+        var = fresh(f"{base}_input_dtype", names | set(site.scope.params) | {self.name} | taken)
         taken.add(var)
         self._site_vars[id(site.call)] = var
         return var

@@ -20,6 +20,12 @@ from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
                   progress=None) -> RunResult:
     config = reuse_sound_helper(config, path)
+    # A migration routes every site through the helper, and the opt-in rules with proven fixes
+    # belong to it (DTL004's guard is DTL001's rewrite, DTL005 fixes an unsound helper in place),
+    # unless the configuration turned them off.
+    opt_in = [c for c in ("DTL004", "DTL005") if not config.enabled(c) and c not in config.ignore]
+    if opt_in and config.select == ["DTL"]:
+        config = dataclasses.replace(config, select=[*config.select, *opt_in])
     return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, fix=True,
                                   unsafe_fixes=unsafe_fixes, progress=progress))
 

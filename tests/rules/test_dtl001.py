@@ -4,7 +4,7 @@ storage phrase, and the guard engine's *storage proven unpacked* question as DTL
 from __future__ import annotations
 
 from dtype_lint.api import check_source
-from dtype_lint.rule import STORAGE_DTYPES
+from dtype_lint.rule import storage_dtypes
 
 HEAD = """\
 import torch
@@ -29,7 +29,7 @@ def test_a_cast_in_a_nested_function_is_in_that_functions_scope():
                    "        return [cast(x) for x in xs]\n")
     (finding,) = _dtl001(code)
     assert (finding.scope, finding.kind, finding.span.line) == ("Attn.forward.cast", "site", 11)
-    assert STORAGE_DTYPES in finding.message and finding.fix is not None
+    assert storage_dtypes(finding.evidence) in finding.message and finding.fix is not None  # names the backends
 
 
 def test_a_dtype_getter_returning_the_storage_dtype_is_reported_without_a_fix():

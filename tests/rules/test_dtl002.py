@@ -5,7 +5,7 @@ a weight dtype handed to a function that allocates with it is reported at the ca
 from __future__ import annotations
 
 from dtype_lint.api import check_source
-from dtype_lint.rule import STORAGE_DTYPES, FixAvailability
+from dtype_lint.rule import FixAvailability, storage_dtypes
 from dtype_lint.rules import RULES_BY_CODE
 
 HEAD = """\
@@ -33,7 +33,7 @@ def test_an_allocation_in_the_storage_dtype_is_reported_without_a_fix():
     code = HEAD + "    def forward(self, n):\n        return torch.empty(n, dtype=self.kv_b_proj.weight.dtype)\n"
     (finding,) = _dtl002(code)
     assert finding.scope == "Attn.forward" and finding.fix is None and finding.no_fix_reason
-    assert STORAGE_DTYPES in finding.message
+    assert storage_dtypes(finding.evidence) in finding.message  # the backends the storage model found
 
 
 def test_an_allocation_under_an_unquantized_check_is_not_reported():

@@ -1,0 +1,168 @@
+"""The record the pre-commit fast path trusts (see fast_path.py): written by a full run through
+its writer, read by the fast path, which then needs nothing else about the project.
+
+`fast-path.json` in the cache folder holds: the tool's stamp (its version and the stamps of its
+modules), the configuration file and its stamp, the rules' markers and patterns, the stamps of
+the files that decided the run's project-level warnings (there were none, or no record is kept),
+every folder of the project with its mtime (a file added, removed or renamed anywhere changes
+its folder's), the .gitignore files' stamps, and where each top-level module name lives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import dtype_lint
+
+RECORD_NAME = "fast-path.json"
+RECORD_FORMAT = 1
+# Folder names the layout walk never enters (discovery's defaults; a project's own excludes only
+# shrink the project, so leaving them out here makes the fast path more careful, never wrong).
+PRUNED = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".mypy_cache",
+          ".pytest_cache", ".ruff_cache", ".dtype_lint_cache", "node_modules", "build", "dist",
+          "site-packages", ".eggs")
+
+
+def stamp(path: str) -> str:
+    st = os.stat(path)
+    return f"{st.st_mtime_ns}:{st.st_size}"
+
+
+def tool_stamp() -> str:
+    """Changes when dtype-lint's code changes (as pipeline.code_stamp, without importing it)."""
+    import zlib
+
+    top = os.path.dirname(dtype_lint.__file__)
+    folders = [top]
+    rules = _rules_folder()
+    if rules:
+        folders.append(rules)
+    parts = [dtype_lint.__version__]
+    for base in folders:
+        for folder, dirs, names in os.walk(base):
+            dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(folder, name))
+                    parts.append(f"{os.path.relpath(os.path.join(folder, name), base)}:{st.st_mtime_ns}:{st.st_size}")
+    return f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
+
+
+def _rules_folder() -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("dtype_lint.rules")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return locations[0] if locations else None
+
+
+def load_record(path: str, config_path: str, root: str) -> dict | None:
+    from dtype_lint.engine.safe_read import read_bytes
+
+    try:
+        record = json.loads(read_bytes(path, 64 << 20))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(record, dict) and record.get("format") == RECORD_FORMAT and record.get("root") == root
+            and record.get("config") == [config_path, _stamp_or_none(config_path)]
+            and record.get("tool") == tool_stamp()):
+        return None
+    files, dirs = record.get("files"), record.get("dirs")
+    if not (isinstance(files, dict) and isinstance(dirs, dict) and isinstance(record.get("tops"), dict)
+            and isinstance(record.get("rules"), list)):
+        return None
+    for real, s in files.items():
+        if _stamp_or_none(real) != s:
+            return None
+    for rel, ns in dirs.items():
+        try:
+            if os.stat(os.path.join(root, rel)).st_mtime_ns != ns:
+                return None
+        except OSError:
+            return None
+    return record
+
+
+def _stamp_or_none(path: str) -> str | None:
+    try:
+        return stamp(path)
+    except OSError:
+        return None
+
+
+def layout_of(root: str) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
+    """(every folder of the project -> its mtime, top-level module name -> the folders it is
+    found in, the .gitignore files seen). A name is top-level in a folder without `__init__.py`
+    (and the root's own name when the root is a package); that is a superset of the modules the
+    class index knows, which is what the fast path needs: it may only look at more files."""
+    dirs: dict[str, int] = {}
+    tops: dict[str, list[str]] = {}
+    ignores: list[str] = []
+    root = os.path.abspath(root)
+    if os.path.exists(os.path.join(root, "__init__.py")):
+        tops.setdefault(os.path.basename(root), []).append("..")
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        rel = os.path.relpath(folder, root)
+        try:
+            dirs[rel] = os.stat(folder).st_mtime_ns
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        loose = "__init__.py" not in names
+        for e in entries:
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                if e.name in PRUNED or e.name.endswith(".egg-info"):
+                    continue
+                todo.append(e.path)
+                if loose:
+                    tops.setdefault(e.name, []).append(rel)
+            elif e.name.endswith(".py") and loose:
+                tops.setdefault(e.name[:-3], []).append(rel)
+            elif e.name == ".gitignore":
+                ignores.append(e.path)
+    for v in tops.values():
+        v.sort()
+    return dirs, tops, ignores
+
+
+def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: bool) -> None:
+    """Write the record a later fast path trusts (see the module docstring), or remove a stale
+    one. `looked_up_files`: real path -> stamp of every file read to decide the run's
+    project-level warnings; `valid`: the run had none of those warnings and no configured helper
+    to check (both are reported on every run: the fast path could not)."""
+    root = os.path.abspath(str(config.root))
+    base = os.path.join(root, config.cache_dir)
+    path = os.path.join(base, RECORD_NAME)
+    if not os.path.isdir(base):
+        return  # the cache folder is made by the cache (with its .gitignore), never here
+    if not valid or config.source == "defaults":
+        if os.path.exists(path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return
+    config_path = os.path.abspath(config.source)
+    if load_record(path, config_path, root) is not None:
+        return  # still true: the walk below is not repeated
+    dirs, tops, ignores = layout_of(root)
+    files = dict(looked_up_files)
+    for p in ignores:
+        files[p] = _stamp_or_none(p)
+    record = {
+        "format": RECORD_FORMAT, "root": root, "config": [config_path, _stamp_or_none(config_path)],
+        "tool": tool_stamp(), "files": files, "dirs": dirs, "tops": tops,
+        "rules": [[r.code, r.marker, list(r.patterns)] for r in rules],
+    }
+    try:
+        writer.write_cache(path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    except OSError:
+        pass  # a read-only checkout still lints; it just has no fast path

@@ -1,0 +1,22 @@
+"""The console entry point (`dtype-lint`, `python -m dtype_lint`): the pre-commit fast path
+(engine/fast_path.py), else the command line. Nothing imports this module."""
+
+from __future__ import annotations
+
+import sys
+
+from dtype_lint.engine import fast_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    code = fast_path.try_clean_exit(argv)
+    if code is not None:
+        return code
+    from dtype_lint.cli import main as cli_main
+
+    fast_path._already_tried = True
+    try:
+        return cli_main(argv)
+    finally:
+        fast_path._already_tried = False
