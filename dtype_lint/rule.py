@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
+from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, VLLM_WORDS, backend_words, hf_storages
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.findings import Evidence, Finding, Fix, Span
 from dtype_lint.engine.source import SourceFile
@@ -276,8 +277,7 @@ class RuleContext:
             self.report(
                 flow.arg,
                 f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {target}: the storage "
-                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` (int32 under Marlin, uint8 under NVFP4, "
-                f"absent under AWQ)",
+                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` ({backend_words(evidence, VLLM_WORDS)})",
                 scope=c.scope_name, confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",
             )
@@ -308,12 +308,20 @@ class RuleContext:
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
         verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        if verdict is not None and hf_storages(verdict[1]) is not None and self.rule.code not in DTYPE_SITE_RULES:
+            return None
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
         cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
         from dtype_lint.analysis.guards import dominating_guard  # with the dtype evaluator: only once a site is found
 
+        if hf_storages(verdict[1]) is not None:  # HF quantizers' storages, narrowed by partial guards
+            from dtype_lint.analysis.hf_family import narrowed
+
+            return narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
+                            lambda: dominating_guard(site, where.fn, where.parents, layer, aliases, cf,
+                                                     self.source.path) is not None)
         if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
             return None
         return verdict

@@ -59,6 +59,8 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words, hf_storages
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
@@ -170,6 +172,7 @@ class WeightDtypeCast(Rule):
             self._dtype_getter(ctx, c)
         for c, node in ctx.calls():
             ctx.report_flows(c, node, "cast", "casts an activation to")
+            self._finfo(ctx, c, node)
             for arg in cast_dtype_args(node):
                 wds = self._source(arg, c.scope, node)
                 if wds is None or _receiver_is_parameter(node, wds.layer):
@@ -179,9 +182,27 @@ class WeightDtypeCast(Rule):
                     continue
                 confidence, evidence = verdict
                 fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
+                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func, evidence), scope=c.scope_name,
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
+
+    @staticmethod
+    def _finfo(ctx: RuleContext, c, node: ast.Call) -> None:
+        """`torch.finfo(L.weight.dtype)` in Hugging Face model code (transformers #45672, Gemma4
+        audio): TypeError on bitsandbytes' uint8/int8 storage, an fp8 range under FP8 layers,
+        AttributeError without `.weight`. Reported where the HF family decided the layer."""
+        if dotted(node.func) not in ("torch.finfo", "finfo") or len(node.args) != 1:
+            return
+        wds = weight_dtype_source(node.args[0], c.scope)
+        verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
+        if verdict is None or hf_storages(verdict[1]) is None:
+            return
+        confidence, evidence = verdict
+        layer = ast.unparse(wds.layer)
+        ctx.report(node, f"`torch.finfo` of `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
+                   f"({backend_words(evidence, VLLM_WORDS)}): TypeError on integer storage, the wrong range on fp8; "
+                   f"take the activation's dtype", scope=c.scope_name, confidence=confidence, evidence=evidence,
+                   no_fix_reason="the activation whose range is meant is not known here; use its `.dtype`")
 
     @staticmethod
     def _dtype_getter(ctx: RuleContext, c) -> None:
@@ -199,7 +220,7 @@ class WeightDtypeCast(Rule):
         confidence, evidence = verdict
         layer = ast.unparse(wds.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
-                   f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); its callers cast activations to it: "
+                   f"({backend_words(evidence, VLLM_WORDS)}); its callers cast activations to it: "
                    f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
@@ -216,13 +237,13 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(wds: WeightDtypeSource, layer: str, helper: str) -> str:
+    def _message(wds: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
         via = f" through `{wds.alias}`" if wds.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
+                f"({backend_words(evidence, VLLM_WORDS)}); use `{helper}({layer}, ...)`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
@@ -110,7 +111,7 @@ class WeightDtypeAllocation(Rule):
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
                     f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
-                    f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
+                    f"({backend_words(evidence, VLLM_WORDS)}); choose the buffer's dtype explicitly",
                     scope=c.scope_name, confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
@@ -129,7 +130,7 @@ class WeightDtypeAllocation(Rule):
         ctx.report(
             node,
             f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
-            f"dtype of a quantizable layer (int32 under Marlin, uint8 under NVFP4, absent under AWQ); pass the "
+            f"dtype of a quantizable layer ({backend_words(evidence, VLLM_WORDS)}); pass the "
             f"buffer's dtype explicitly",
             scope=c.scope_name, confidence=confidence, evidence=evidence,
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name,
                     layer_params, storage_method_name)
+from dtype_lint.analysis import hf_family
 from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import dotted
 
@@ -346,6 +347,11 @@ class LayerResolver:
     # ---- the verdict ----------------------------------------------------------------------------
     def quantizable(self, inst: Instance, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
         """("high"|"low", evidence) when the layer may hold a repacked weight, else None."""
+        # Hugging Face model code: quantizers replace torch layers at load time, no config reaches
+        # a constructor (hf_family.py).
+        hf = hf_family.verdict(self, inst, expr_text)
+        if hf is not None:
+            return hf or None
         if inst.config == NONE:
             return None
         q = inst.qualname
