@@ -48,6 +48,7 @@ MODEL_BASES = frozenset({
     "transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel",
     "diffusers.ModelMixin", "diffusers.models.ModelMixin", "diffusers.models.modeling_utils.ModelMixin",
 })
+ENGINE_PACKAGES = frozenset({"vllm", "sglang", "aphrodite", "lmdeploy"})
 # Code whose job is the storage format or its hooks: it is handed the replaced modules.
 STORAGE_PACKAGES = ("transformers.integrations", "transformers.quantizers", "transformers.fusion_mapping",
                     "diffusers.quantizers", "diffusers.hooks", "peft")
@@ -441,6 +442,11 @@ def _libraries(resolver) -> frozenset[str]:
     libraries = libraries_of(module, resolver.imports)
     if module != resolver.module:
         return libraries
+    # An inference engine's model file that borrows an HF class (sglang's gemma4_unified subclasses
+    # PreTrainedModel) is loaded by the engine's own loader and quantized by its own configs.
+    tops = {resolver.module.split(".", 1)[0]} | {v.split(".", 1)[0] for v in resolver.imports.values()}
+    if tops & ENGINE_PACKAGES:
+        return frozenset()
     if not libraries or resolver.module.split(".", 1)[0] in HF_LIBRARIES:
         return libraries
     facts = resolver.project.file_facts(resolver.module)
