@@ -218,6 +218,13 @@ class FileFacts:
         return Planner(self.source, self.config, self.project, self.tree)
 
     @cached_property
+    def hf_fixes(self):
+        """The planner of sites the Hugging Face family decided (fix/hf_planner.py)."""
+        from dtype_lint.fix.hf_planner import HFPlanner
+
+        return HFPlanner(self.source, self.config, self.project, self.tree)
+
+    @cached_property
     def helpers(self):
         from dtype_lint.analysis.helper_functions import HelperFacts
 
@@ -261,6 +268,12 @@ class RuleContext:
     @property
     def flows(self):
         return self._fact("flows")
+
+    def fixes_for(self, evidence):
+        """The planner for a site with this verdict's evidence: the HF helper's where the Hugging
+        Face family decided the layer, else the configured helper's."""
+        planner = self._fact("fixes")
+        return self._facts.hf_fixes if hf_storages(evidence) is not None else planner
 
     def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:
         """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",

@@ -181,8 +181,9 @@ class WeightDtypeCast(Rule):
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func, evidence), scope=c.scope_name,
+                planner = ctx.fixes_for(evidence)
+                fix, reason = planner.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
+                ctx.report(node, self._message(wds, ast.unparse(wds.layer), planner.func, evidence), scope=c.scope_name,
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -243,7 +244,7 @@ class WeightDtypeCast(Rule):
         what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"({backend_words(evidence, VLLM_WORDS)}); use `{helper}({layer}, ...)`")
+                f"({backend_words(evidence, VLLM_WORDS)}); use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

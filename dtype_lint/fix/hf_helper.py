@@ -35,3 +35,34 @@ def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
         return weight.dtype
     return None
 '''
+
+
+def is_hf_fix(finding) -> bool:
+    """Does this finding's fix route through the HF helper?"""
+    return finding.fix is not None and any(func == HF_HELPER_NAME for _module, func in finding.fix.imports)
+
+
+def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]]:
+    """(path, new bytes, the bytes it must still hold or None to create it) for each home of the HF
+    helper that an applied fix imports from and that does not define it yet: the template is
+    appended to the project's shared torch utilities (`transformers/pytorch_utils.py`), or a
+    module of its own is created where the configured home does not exist."""
+    import ast
+    from pathlib import Path
+
+    homes = sorted({module for o in outcomes if o.changed for f in o.applied if f.fix is not None
+                    for module, func in f.fix.imports if func == HF_HELPER_NAME})
+    out = []
+    for module in homes:
+        header = index.modules.get(module)
+        if header is None:
+            path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
+            out.append((str(path), ("import torch\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), None))
+            continue
+        data = Path(header.path).read_bytes()
+        text = data.decode("utf-8")
+        tree = ast.parse(text)
+        if any(isinstance(n, ast.FunctionDef) and n.name == HF_HELPER_NAME for n in tree.body):
+            continue
+        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), data))
+    return out
