@@ -50,8 +50,10 @@ MODEL_BASES = frozenset({
 })
 ENGINE_PACKAGES = frozenset({"vllm", "sglang", "aphrodite", "lmdeploy"})
 # Code whose job is the storage format or its hooks: it is handed the replaced modules.
+# diffusers' `models/lora.py` holds the LoRA adapter layers, attached after loading: no quantizer
+# replaces them (as peft's tuners).
 STORAGE_PACKAGES = ("transformers.integrations", "transformers.quantizers", "transformers.fusion_mapping",
-                    "diffusers.quantizers", "diffusers.hooks", "peft")
+                    "diffusers.quantizers", "diffusers.hooks", "diffusers.models.lora", "peft")
 # transformers 5.23.0 loads GGUF files only for these architectures (integrations/ggml.py lines
 # 28-335, GGUF_CONFIG_MAPPING; modeling_gguf_pytorch_utils.py line 649 refuses the others): the
 # model folders whose layers GGUF can reach.
@@ -289,7 +291,7 @@ class _Reader:
         return isinstance(node, ast.Attribute) and node.attr == "dtype" and self._is_weight(node.value)
 
     def mentions(self, node: ast.AST) -> bool:
-        return any(self._is_weight(n) or self._is_dtype(n) for n in ast.walk(node))
+        return any(self._is_weight(n) or self._is_dtype(n) or _quantized_flag(n) for n in ast.walk(node))
 
     def value(self, node: ast.AST):
         s = self.storage
@@ -328,6 +330,8 @@ class _Reader:
                 ast.dump(node.args[0]) == self.layer and isinstance(node.args[1], ast.Constant) and \
                 node.args[1].value == "weight":
             return s != NO_WEIGHT
+        if _quantized_flag(node):
+            return True  # every transformers quantizer marks the config (quantizers/base.py `_assign_is_quantized`)
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             return self._compare(node.left, node.ops[0], node.comparators[0])
         return None
@@ -357,6 +361,14 @@ class _Reader:
 
 
 _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+# What a transformers quantizer sets on the model's config: `hasattr(self.config, "_is_quantized")`
+# (gpt_neo, gptj, falcon take `config.dtype` then, and the weight's dtype only unquantized).
+QUANTIZED_FLAGS = ("_is_quantized", "_pre_quantization_dtype")
+
+
+def _quantized_flag(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and dotted(node.func) == "hasattr" and len(node.args) == 2 and \
+        isinstance(node.args[1], ast.Constant) and node.args[1].value in QUANTIZED_FLAGS
 
 
 def partial_guard(site: ast.AST, fn: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
@@ -428,11 +440,9 @@ def hf_model_file(resolver) -> frozenset[str]:
 def hf_module(resolver) -> str:
     """The file's dotted name inside transformers/diffusers/peft when its path lies in one of their
     package folders (a single file checked on its own gets a shorter module name), else its module."""
-    if resolver.module.split(".", 1)[0] in HF_LIBRARIES:
-        return resolver.module
     parts = resolver.path.replace("\\", "/").removesuffix(".py").split("/")
-    for i in range(len(parts) - 2, -1, -1):
-        if parts[i] in HF_LIBRARIES and ".".join(parts[i + 1:]).endswith(resolver.module):
+    for i in range(len(parts) - 1):  # the outermost: diffusers has a `models/transformers/` folder
+        if parts[i] in HF_LIBRARIES and ".".join(parts[i:]).endswith(resolver.module):
             return ".".join(parts[i:]).removesuffix(".__init__")
     return resolver.module
 
@@ -484,12 +494,26 @@ def verdict(resolver, inst, expr_text: str):
     return "high", (*chain, evidence_for(quantizers, kind, where.path, where.line))
 
 
-def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves):
+def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None):
     """The HF verdict after the checks that dominate the site: None when no storage that breaks it
-    reaches it, else the evidence with the storages left (and the partial guard named)."""
+    reaches it, else the evidence with the storages left (and the partial guard named). A dtype
+    reached through a local (`target_dtype = L.weight.dtype` in one branch) carries the checks
+    that dominate its assignment too (`elif hasattr(self.config, "_is_quantized"): ... else:`)."""
     confidence, evidence = verdict
     backend = hf_storages(evidence)
     left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
+    reader = _Reader(layer, {}, UINT8)
+    for name in {n.id for n in ast.walk(site) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
+        values = [v for v in (assigns or {}).get(name, []) if v is not None and reader._is_dtype(v)]
+        if not values:
+            continue
+        through: set = set()
+        for value in values:
+            got, more, more_unreadable = partial_guard(value, fn, parents, layer, aliases, left)
+            through |= set(got)
+            tests = tests + [t for t in more if t not in tests]
+            unreadable = unreadable or more_unreadable
+        left = tuple(st for st in left if st in through)
     if not left:
         return None
     if unreadable and vllm_guard_proves():
