@@ -35,6 +35,7 @@ from typing import ClassVar
 from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
 from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, VLLM_WORDS, backend_words, hf_storages
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.findings import Evidence, Finding, Fix, Span
 from dtype_lint.engine.source import SourceFile
@@ -67,7 +68,7 @@ class Rule:
     # Regular expressions; a file that matches none of any enabled rule's is never parsed.
     patterns: ClassVar[tuple[str, ...]] = ()
     # A word every line of interest holds: functions without it are not candidates.
-    marker: ClassVar[str] = "weight"
+    marker: ClassVar[str | tuple[str, ...]] = "weight"
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
     # Analyse files that import a helper-shaped function from another file even when their text
@@ -313,14 +314,25 @@ class RuleContext:
                 yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
-                      site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
+                      site: ast.AST | None = None, form: str = "") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
         proves the layer unquantized (guards.py) also makes it None."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
-        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        inst = self.layers.resolve(layer, scope)
+        text = ast.unparse(layer)
+        if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
+            from dtype_lint.analysis.hf_family import first_parameter
+
+            found = first_parameter(self.layers, inst)
+            if found is None:
+                return None
+            inst, text = found[0], f"{text}.{found[1]}" if found[1] else text
+        verdict = self.layers.quantizable(inst, text, patterns)
+        if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
+            return None
         if verdict is not None and hf_storages(verdict[1]) is not None and self.rule.code not in DTYPE_SITE_RULES:
             return None
         if verdict is None or site is None or not isinstance(where, Candidate):

@@ -62,7 +62,7 @@ from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words, hf_storages
 from dtype_lint.fix.planner import Site
-from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER, WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -86,7 +86,9 @@ class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
-    patterns = WEIGHT_SITE_PATTERNS
+    # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
+    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
+    marker = ("weight", "parameters()")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
 
     VALID = [
@@ -177,12 +179,16 @@ class WeightDtypeCast(Rule):
                 wds = self._source(arg, c.scope, node)
                 if wds is None or _receiver_is_parameter(node, wds.layer):
                     continue
-                verdict = ctx.layer_verdict(wds.layer, c, site=node)
+                verdict = ctx.layer_verdict(wds.layer, c, site=node, form=wds.form)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
                 planner = ctx.fixes_for(evidence)
-                fix, reason = planner.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
+                if wds.form == FIRST_PARAMETER:
+                    fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(wds.layer)}`; "
+                                         f"route the cast through `{planner.func}` of that layer by hand")
+                else:
+                    fix, reason = planner.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
                 ctx.report(node, self._message(wds, ast.unparse(wds.layer), planner.func, evidence), scope=c.scope_name,
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break

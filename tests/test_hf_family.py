@@ -136,3 +136,38 @@ def test_helper_template_decides_per_quantizer():
     del linear.weight
     linear.compute_dtype = None
     assert helper(linear) is None  # GPTQ/HQQ: no `.weight`
+
+
+DIFFUSERS_MODEL = textwrap.dedent('''\
+    import torch
+    from torch import nn
+    from diffusers import ModelMixin
+
+
+    class TimestepEmbedding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear_1 = nn.Linear(64, 64)
+            self.linear_2 = nn.Linear(64, 64)
+
+
+    class Transformer(ModelMixin):
+        def __init__(self):
+            super().__init__()
+            self.time_embedder = TimestepEmbedding()
+
+        def forward(self, timestep):
+            time_embedder_dtype = next(iter(self.time_embedder.parameters())).dtype
+            if timestep.dtype != time_embedder_dtype and time_embedder_dtype != torch.int8:
+                timestep = timestep.to(time_embedder_dtype)
+            return self.time_embedder.linear_1(timestep)
+''')
+
+
+def test_first_parameter_of_a_diffusers_block(tmp_path):
+    """diffusers' Wan shape: the first parameter is `time_embedder.linear_1.weight`; `!= torch.int8`
+    misses bitsandbytes 4-bit's uint8 and layerwise casting's fp8."""
+    found = _check(tmp_path, DIFFUSERS_MODEL)
+    site = found[_line(DIFFUSERS_MODEL, "timestep = timestep.to")]
+    assert "uint8 under bitsandbytes 4-bit" in site["message"] and "float8_e4m3fn under layerwise casting" in site["message"]
+    assert "int8 under bitsandbytes 8-bit" not in site["message"]

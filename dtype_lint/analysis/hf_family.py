@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass
 
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.recognisers import first_parameter_of
 from dtype_lint.findings import Evidence
 
 HF_LIBRARIES = ("transformers", "diffusers", "peft")
@@ -274,6 +275,9 @@ class _Reader:
     def _is_weight(self, node: ast.AST, depth: int = 0) -> bool:
         if isinstance(node, ast.NamedExpr):
             return self._is_weight(node.value, depth)
+        module = first_parameter_of(node)
+        if module is not None:
+            return ast.dump(module) == self.layer
         if isinstance(node, ast.Name) and node.id in self.aliases and depth < 4:
             return self._is_weight(self.aliases[node.id], depth + 1)
         if isinstance(node, ast.Attribute) and node.attr == "weight":
@@ -480,6 +484,11 @@ def verdict(resolver, inst, expr_text: str):
     module = hf_module(resolver)
     if is_storage_module(module) or expr_text == "self":
         return False  # storage code; a layer's own code runs only where no quantizer replaced it
+    if "diffusers" in libraries and inst.origin and "Processor" in inst.origin.rsplit(".", 1)[-1] \
+            and expr_text.startswith("self."):
+        # An attention processor's own layers (custom diffusion, IP-Adapter) are adapter weights,
+        # attached with `set_attn_processor` after the model was loaded and quantized.
+        return False
     attr = re.sub(r"\[.*\]$", "", expr_text).rsplit(".", 1)[-1]
     facts = resolver.project.file_facts(resolver.module)
     skips = resolver.index.cached_facts(("hf skips", resolver.module),
@@ -527,3 +536,35 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
                            + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
                            path, tests[0].lineno if tests else 0, left)
     return confidence, (*rest, note)
+
+
+_PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def first_parameter(resolver, inst, depth: int = 0):
+    """(the layer holding `next(iter(M.parameters()))`, its attribute path below M) for a module
+    instance M, or None when it cannot be told or is a plain parameter. `parameters()` yields a
+    module's own parameters first, then its submodules' in the order `__init__` assigned them."""
+    if not inst.qualname or depth > 3:
+        return None
+    if layer_kind(resolver.index.mro(inst.qualname)) is not None:
+        return inst, ""
+    cf = resolver.project.class_facts(inst.qualname)
+    if cf is None:
+        return None
+    first = None
+    for attr, origins in cf.attrs.items():
+        for origin in origins:
+            if origin.method != "__init__" or origin.kind != "call":
+                continue
+            if origin.type_name in _PARAMETER_CLASSES:
+                return None  # an own parameter comes first: a plain float tensor
+            if first is None or origin.line < first[1]:
+                first = (attr, origin.line)
+    if first is None:
+        return None
+    sub = resolver.attribute(inst, first[0])
+    found = first_parameter(resolver, sub, depth + 1)
+    if found is None:
+        return None
+    return found[0], first[0] + (f".{found[1]}" if found[1] else "")

@@ -18,7 +18,7 @@ class Prefilter:
     all of them made the regex engine try every `.` and `=` of every file, twice as slow."""
 
     def __init__(self, rules):
-        self.markers = tuple(sorted({r.marker for r in rules}))
+        self.markers = tuple(sorted({m for r in rules for m in marker_words(r)}))
         patterns = list(dict.fromkeys(p for r in rules for p in r.patterns))
         self._searches = [(required_literal(p), re.compile(p, re.M).search) for p in patterns]
 
@@ -66,3 +66,8 @@ def might_match(text: str) -> bool:
     from dtype_lint.rules import ALL_RULES
 
     return for_rules(ALL_RULES).might_match(text)
+
+
+def marker_words(rule) -> tuple[str, ...]:
+    """A rule's marker words: one string, or a tuple of them (DTL001 also reads `parameters()`)."""
+    return rule.marker if isinstance(rule.marker, tuple) else (rule.marker,)
