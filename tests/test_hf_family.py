@@ -171,3 +171,30 @@ def test_first_parameter_of_a_diffusers_block(tmp_path):
     site = found[_line(DIFFUSERS_MODEL, "timestep = timestep.to")]
     assert "uint8 under bitsandbytes 4-bit" in site["message"] and "float8_e4m3fn under layerwise casting" in site["message"]
     assert "int8 under bitsandbytes 8-bit" not in site["message"]
+
+
+SEQUENTIAL = textwrap.dedent('''\
+    import torch
+    from torch import nn
+    from diffusers import ModelMixin
+
+
+    class TimestepEmbedder(ModelMixin):
+        def __init__(self):
+            super().__init__()
+            self.mlp = nn.Sequential(nn.Linear(256, 64), nn.SiLU(), nn.Linear(64, 64))
+
+        def forward(self, t_freq):
+            weight_dtype = self.mlp[0].weight.dtype
+            if weight_dtype.is_floating_point:
+                t_freq = t_freq.to(weight_dtype)
+            return self.mlp(t_freq)
+''')
+
+
+def test_sequential_item(tmp_path):
+    """diffusers' z_image shape: `self.mlp[0]` is the Sequential's first nn.Linear; the
+    `is_floating_point` guard leaves layerwise casting's fp8."""
+    found = _check(tmp_path, SEQUENTIAL)
+    site = found[_line(SEQUENTIAL, "t_freq = t_freq.to")]
+    assert "float8_e4m3fn under layerwise casting" in site["message"] and "uint8" not in site["message"]

@@ -568,3 +568,40 @@ def first_parameter(resolver, inst, depth: int = 0):
     if found is None:
         return None
     return found[0], first[0] + (f".{found[1]}" if found[1] else "")
+
+
+_SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
+
+
+def sequential_item(resolver, expr: ast.Subscript, scope, depth: int, this):
+    """The layer `self.mlp[i]` holds when `self.mlp = nn.Sequential(A(...), B(...), ...)` and `i`
+    is a constant, in Hugging Face model code (diffusers' z_image `self.mlp[0].weight.dtype`);
+    None otherwise."""
+    if not hf_model_file(resolver) or not isinstance(expr.value, ast.Attribute) or \
+            not isinstance(expr.slice, ast.Constant) or not isinstance(expr.slice.value, int):
+        return None
+    owner = resolver.resolve(expr.value.value, scope, depth + 1, this)
+    found = resolver.project.attr_origins(owner.qualname, expr.value.attr) if owner.qualname else None
+    if found is None:
+        return None
+    where, origins = found
+    calls = [o for o in origins if o.kind == "call" and o.type_name in _SEQUENTIAL and o.call is not None]
+    if len(calls) != 1 or any(isinstance(a, ast.Starred) for a in calls[0].call.args):
+        return None
+    origin = calls[0]
+    args = origin.call.args
+    index = expr.slice.value
+    if not -len(args) <= index < len(args) or not isinstance(args[index], ast.Call):
+        return None
+    item = args[index]
+    loc = resolver.index.class_location(where)
+    facts = resolver.project.file_facts(loc[0].module) if loc else None
+    name = dotted(item.func)
+    if facts is None or not name:
+        return None
+    from dataclasses import replace as _replace
+
+    step = _replace(origin, type_name=resolver.index.resolve(facts.module, name, facts.imports), call=item,
+                    how=f"`self.{expr.value.attr}[{index}]` is `{name}(...)` of an `nn.Sequential`")
+    inst = resolver._from_origin(step, where, {})
+    return type(inst)(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, owner.origin)

@@ -122,6 +122,8 @@ class LayerResolver:
                 return Instance(inst.qualname, inst.config, inst.env,
                                 (Evidence(f"`{name}(...)` call", self.path, expr.lineno), *inst.chain), inst.passed)
             return Instance(None)
+        if isinstance(expr, ast.Subscript):  # `self.mlp[0]` of an `nn.Sequential(...)`, HF code only
+            return hf_family.sequential_item(self, expr, scope, depth, this) or Instance(None)
         if isinstance(expr, ast.Attribute):
             owner = self.resolve(expr.value, scope, depth + 1, this)
             if not owner.qualname:
