@@ -326,10 +326,10 @@ class RuleContext:
         if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
             from dtype_lint.analysis.hf_family import first_parameter
 
-            found = first_parameter(self.layers, inst)
+            found = first_parameter(self.layers, inst, layer=layer, scope=scope)
             if found is None:
                 return None
-            inst, text = found[0], f"{text}.{found[1]}" if found[1] else text
+            inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
         verdict = self.layers.quantizable(inst, text, patterns)
         if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
             return None

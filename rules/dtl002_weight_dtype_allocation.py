@@ -50,7 +50,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words
+from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words, hf_storages
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
 from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
@@ -100,10 +100,14 @@ class WeightDtypeAllocation(Rule):
         for c, node in ctx.calls():
             ctx.report_flows(c, node, "alloc", "allocates a tensor in")
             self._like_weight(ctx, c, node)
-            for kw in alloc_dtype_keywords(node, ctx.imports):
+            # `t.new_zeros(..., dtype=L.weight.dtype)`: in HF code (esmfold2's one-hot), where the family
+            # decided the layer; elsewhere a tensor method's dtype is left as before.
+            tensor_method = isinstance(node.func, ast.Attribute) and node.func.attr in NEW_LIKE
+            keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
+            for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
                 wds = weight_dtype_source(kw.value, c.scope)
                 verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
-                if verdict is None:
+                if verdict is None or (kw in keywords and hf_storages(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
                 via = f" through `{wds.alias}`" if wds.alias else ""

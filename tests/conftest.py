@@ -30,6 +30,8 @@ RELEASE_FIXTURES = {
     "sglang_0523": ("sglang", "0.5.23"),
     "aphrodite_0241": ("aphrodite-engine", "0.24.1"),
     "lmdeploy_0180": ("lmdeploy", "0.18.0"),
+    "transformers_5230": ("transformers", "5.23.0"),
+    "diffusers_0421": ("diffusers", "0.42.1"),
 }
 VLLM_RELEASE_FIXTURES = RELEASE_FIXTURES  # older name
 
@@ -75,6 +77,18 @@ def aphrodite_0241() -> Path:
 def lmdeploy_0180() -> Path:
     """Root of lmdeploy 0.18.0's `.py` tree: a peer with nothing to fix."""
     return _release("lmdeploy", "0.18.0")
+
+
+@pytest.fixture(scope="session")
+def transformers_5230() -> Path:
+    """Root of transformers 5.23.0's `.py` tree: Hugging Face model code (docs/hf.md)."""
+    return _release("transformers", "5.23.0")
+
+
+@pytest.fixture(scope="session")
+def diffusers_0421() -> Path:
+    """Root of diffusers 0.42.1's `.py` tree: Hugging Face model code (docs/hf.md)."""
+    return _release("diffusers", "0.42.1")
 
 
 @pytest.hookimpl(tryfirst=True)

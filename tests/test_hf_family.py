@@ -198,3 +198,17 @@ def test_sequential_item(tmp_path):
     found = _check(tmp_path, SEQUENTIAL)
     site = found[_line(SEQUENTIAL, "t_freq = t_freq.to")]
     assert "float8_e4m3fn under layerwise casting" in site["message"] and "uint8" not in site["message"]
+
+
+def test_first_parameter_of_a_sequential_and_new_zeros(tmp_path):
+    """`next(self.time_embedding.parameters())` of an `nn.Sequential` is its first nn.Linear's
+    weight; `t.new_zeros(..., dtype=L.weight.dtype)` allocates in HF code (esmfold2's one-hot)."""
+    text = SEQUENTIAL.replace("self.mlp[0].weight.dtype", "next(self.mlp.parameters()).dtype") + textwrap.dedent('''\
+
+        def one_hot(self, binned):
+            return binned.new_zeros(4, dtype=self.mlp[0].weight.dtype)
+    ''').replace("\n", "\n    ").rstrip() + "\n"
+    found = _check(tmp_path, text)
+    assert "float8_e4m3fn under layerwise casting" in found[_line(text, "t_freq = t_freq.to")]["message"]
+    alloc = found[_line(text, "new_zeros")]
+    assert alloc["code"] == "DTL002" and "uint8 under bitsandbytes 4-bit" in alloc["message"]

@@ -541,12 +541,20 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
 _PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 
 
-def first_parameter(resolver, inst, depth: int = 0):
+def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
     """(the layer holding `next(iter(M.parameters()))`, its attribute path below M) for a module
     instance M, or None when it cannot be told or is a plain parameter. `parameters()` yields a
-    module's own parameters first, then its submodules' in the order `__init__` assigned them."""
+    module's own parameters first, then its submodules' in the order `__init__` assigned them.
+    `layer`, `scope`: M's expression, where M itself is an `nn.Sequential` attribute."""
     if not inst.qualname or depth > 3:
         return None
+    if inst.qualname in _SEQUENTIAL and isinstance(layer, ast.Attribute) and scope is not None:
+        owner = resolver.resolve(layer.value, scope)
+        found = resolver.project.attr_origins(owner.qualname, layer.attr) if owner.qualname else None
+        calls = [o for o in (found[1] if found else []) if o.kind == "call" and o.call is not None]
+        item = _item_of(resolver, found[0], calls[0], 0, owner.origin) if len(calls) == 1 else None
+        deeper = first_parameter(resolver, item, depth + 1) if item is not None else None
+        return (deeper[0], "[0]" + (f".{deeper[1]}" if deeper[1] else "")) if deeper else None
     if layer_kind(resolver.index.mro(inst.qualname)) is not None:
         return inst, ""
     cf = resolver.project.class_facts(inst.qualname)
@@ -564,6 +572,14 @@ def first_parameter(resolver, inst, depth: int = 0):
     if first is None:
         return None
     sub = resolver.attribute(inst, first[0])
+    if sub.qualname in _SEQUENTIAL:  # `nn.Sequential(nn.Linear(...), ...)`: its first layer's
+        found = resolver.project.attr_origins(inst.qualname, first[0])
+        calls = [o for o in (found[1] if found else []) if o.kind == "call" and o.call is not None]
+        item = _item_of(resolver, found[0], calls[0], 0, inst.origin) if len(calls) == 1 else None
+        if item is None:
+            return None
+        deeper = first_parameter(resolver, item, depth + 1)
+        return (deeper[0], f"{first[0]}[0]" + (f".{deeper[1]}" if deeper[1] else "")) if deeper else None
     found = first_parameter(resolver, sub, depth + 1)
     if found is None:
         return None
@@ -586,12 +602,16 @@ def sequential_item(resolver, expr: ast.Subscript, scope, depth: int, this):
         return None
     where, origins = found
     calls = [o for o in origins if o.kind == "call" and o.type_name in _SEQUENTIAL and o.call is not None]
-    if len(calls) != 1 or any(isinstance(a, ast.Starred) for a in calls[0].call.args):
+    if len(calls) != 1:
         return None
-    origin = calls[0]
+    return _item_of(resolver, where, calls[0], expr.slice.value, owner.origin)
+
+
+def _item_of(resolver, where: str, origin, index: int, self_origin):
+    """The instance `nn.Sequential(A(...), B(...), ...)[index]` builds (origin: that assignment)."""
     args = origin.call.args
-    index = expr.slice.value
-    if not -len(args) <= index < len(args) or not isinstance(args[index], ast.Call):
+    if origin.type_name not in _SEQUENTIAL or any(isinstance(a, ast.Starred) for a in args) or \
+            not -len(args) <= index < len(args) or not isinstance(args[index], ast.Call):
         return None
     item = args[index]
     loc = resolver.index.class_location(where)
@@ -601,7 +621,8 @@ def sequential_item(resolver, expr: ast.Subscript, scope, depth: int, this):
         return None
     from dataclasses import replace as _replace
 
+    attr = origin.how.split("`")[1] if "`" in origin.how else "the Sequential"
     step = _replace(origin, type_name=resolver.index.resolve(facts.module, name, facts.imports), call=item,
-                    how=f"`self.{expr.value.attr}[{index}]` is `{name}(...)` of an `nn.Sequential`")
+                    how=f"item {index} of `{attr}`: `{name}(...)`")
     inst = resolver._from_origin(step, where, {})
-    return type(inst)(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, owner.origin)
+    return type(inst)(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, self_origin)
