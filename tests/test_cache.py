@@ -373,7 +373,7 @@ def test_a_file_added_to_a_model_family_invalidates_what_enumerated_it(tmp_path:
 
 
 def test_results_do_not_depend_on_how_many_parsed_files_are_kept(tmp_path: Path, monkeypatch):
-    from dtype_lint.analysis.file_analysis import class_index as index_module
+    from dtype_lint.analysis import class_index as index_module
 
     root = make(tmp_path / "p", {**REEXPORTED, **FAMILY, "proj/a.py": HOLDER_USER.format(name="A"),
                                  "proj/b.py": USER.format(name="B"), "proj/c.py": USER.format(name="C")})

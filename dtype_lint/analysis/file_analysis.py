@@ -17,7 +17,7 @@ from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_heade
 from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words
 from dtype_lint.rule import FileFacts, RuleContext, RuleContractError
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
-from dtype_lint.engine.suppressions import apply_suppressions
+from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
 
 
 def enabled_rules(config: Config, path: str | None = None):
@@ -61,7 +61,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         finally:
             if deps is not None:
                 deps.update(p for p in project.loaded if p != path)
-    if not has_suppression(text):
+    if not (has_suppression(text) or (raw and might_hold_suppression(text))):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
     return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)

@@ -148,7 +148,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=warnings, index=index)
-    result.warnings += _nothing_checked(files, in_scope, options)
+    result.warnings += _nothing_checked(files, in_scope, options, config)
     _settle_helper(result, index, [f.path for f in index_found], options)
 
     if options.fix or options.diff:
@@ -194,8 +194,12 @@ def _require_rules(config: Config) -> None:
         f"{', '.join(r.code for r in ALL_RULES)}, so nothing would be checked; select at least one rule")
 
 
-def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions) -> list[str]:
-    """Why a run checked no file, for the user: never a silent pass over nothing."""
+def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions, config: Config) -> list[str]:
+    """Why a run checked no file, for the user: never a silent pass over nothing. Named files
+    that `force-exclude` left out are what the user asked for (pre-commit committing only
+    excluded files): no warning."""
+    if not files and config.force_exclude and all(os.path.isfile(p) for p in options.paths):
+        return []
     if not files:
         where = ", ".join(f"`{p}`" for p in options.paths)
         return [f"no Python files found under {where} (after the default excludes, `exclude` and .gitignore)"]
@@ -231,7 +235,7 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None) 
     project, so a layer defined in an unstaged file still resolves: one walk of the project,
     which reads nothing."""
     excludes = tuple(config.exclude)
-    files = discover_files(paths, excludes, config.root, temps=temps)
+    files = discover_files(paths, excludes, config.root, temps=temps, force_exclude=config.force_exclude)
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
         rel = os.path.relpath(config.root)
         root = rel if not rel.startswith("..") else str(config.root)
@@ -603,8 +607,11 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
+    from dtype_lint.fix.formatting import project_style
+
     module = module_name(path, config.root)
-    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe)
+    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe,
+                       line_length=project_style(str(config.root)).line_length)
     return _FileFix(outcome, ft, data)
 
 

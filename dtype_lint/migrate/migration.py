@@ -266,7 +266,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
-        from dtype_lint.migrate.migration import proofs
+        from dtype_lint.migrate import proofs
 
         text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
         proof = proofs.for_changes(text, result.helper.func)
