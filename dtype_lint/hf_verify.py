@@ -23,8 +23,8 @@ import importlib.util
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
 
@@ -53,8 +53,14 @@ def _tensor(out, name):
 
 def _cases() -> list[Case]:
     import torch
-    from transformers import (LongT5Config, Siglip2VisionConfig, SwitchTransformersConfig,
-                              UniSpeechConfig, Wav2Vec2Config, Wav2Vec2ConformerConfig)
+    from transformers import (
+        LongT5Config,
+        Siglip2VisionConfig,
+        SwitchTransformersConfig,
+        UniSpeechConfig,
+        Wav2Vec2Config,
+        Wav2Vec2ConformerConfig,
+    )
 
     def t5_inputs(_cfg):
         g = torch.Generator().manual_seed(1)

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import triage  # noqa: E402  (scripts/triage.py: the verdict files)
+import triage
 
 
 def generate(dist: str, version: str) -> Path:
@@ -48,7 +48,7 @@ def generate(dist: str, version: str) -> Path:
         table = []
         for patch in patches:
             text = patch.read_text(encoding="utf-8")
-            sites = re.findall(r"^- (\S+:\d+) (DTL\d+) in", text, flags=re.M)
+            sites = re.findall(r"^- (\S+:\d+) (DTL\d+) in", text, flags=re.MULTILINE)
             for site, _code in sites:
                 row = rows.get(site)
                 if row is None or row.verdict != "TRUE":

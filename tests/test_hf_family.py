@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 from cli_runner import dtl
+
 from dtype_lint.analysis.hf_family import LINEAR, LINEAR_SUBCLASS, reaching
 from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
 

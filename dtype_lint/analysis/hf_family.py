@@ -301,7 +301,7 @@ class _Reader:
         s = self.storage
         if isinstance(node, ast.BoolOp):
             results = [self.value(v) for v in node.values]
-            stop = False if isinstance(node.op, ast.And) else True
+            stop = not isinstance(node.op, ast.And)
             out = not stop
             for r in results:
                 if r == _RAISES:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.hf_family import NO_WEIGHT, _Reader, hf_module
+from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.planner import Planner, Site
-from dtype_lint.findings import Edit, Fix
 
 
 def hf_helper_module(source_module: str, path: str, configured: str) -> str:
