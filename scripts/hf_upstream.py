@@ -31,8 +31,6 @@ def generate(dist: str, version: str) -> Path:
     from dtype_lint.releases import release_tree
 
     out = ROOT / "docs" / "upstream" / f"{dist}-{version}"
-    verdicts = triage.load_verdicts(dist, version)
-    rows = verdicts.rows
     from dtype_lint.migrate.series import checkout
 
     with tempfile.TemporaryDirectory(prefix="dtype-lint-hf-series-") as tmp:
@@ -45,24 +43,33 @@ def generate(dist: str, version: str) -> Path:
         if proc.returncode not in (0, 1):
             raise SystemExit(f"migrate failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         patches = sorted(series.glob("*.patch"))
-        table = []
-        for patch in patches:
-            text = patch.read_text(encoding="utf-8")
-            sites = re.findall(r"^- (\S+:\d+) (DTL\d+) in", text, flags=re.MULTILINE)
-            for site, _code in sites:
-                row = rows.get(site)
-                if row is None or row.verdict != "TRUE":
-                    raise SystemExit(f"{patch.name}: `{site}` is not judged TRUE in the triage")
-            cells = "<br>".join(f"`{s}` {c}" for s, c in sites) or "adds the helper"
-            verdict = "<br>".join(f"TRUE: {rows[s].why}" for s, _ in sites) or "—"
-            proof = "real bitsandbytes 4/8-bit on CPU (hf_verify)" if "hf_verify`)" in text else \
-                ("re-check and compile only" if sites else "the helper's decisions, listed")
-            table.append(f"| [`{patch.name}`]({patch.name}) | {cells} | {verdict} | {proof} |")
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
         for patch in patches:
             shutil.copy(patch, out / patch.name)
+    return write_readme(dist, version, out)
+
+
+SITE = re.compile(r"^- (\S+:\d+)\s+(DTL\d+)\s+in", re.MULTILINE)
+
+
+def write_readme(dist: str, version: str, out: Path) -> Path:
+    """The README of a written series: each patch with its sites and their triage verdicts."""
+    rows = triage.load_verdicts(dist, version).rows
+    table = []
+    for patch in sorted(out.glob("*.patch")):
+        text = patch.read_text(encoding="utf-8")
+        sites = SITE.findall(text)
+        for site, _code in sites:
+            row = rows.get(site)
+            if row is None or row.verdict != "TRUE":
+                raise SystemExit(f"{patch.name}: `{site}` is not judged TRUE in the triage")
+        cells = "<br>".join(f"`{s}` {c}" for s, c in sites) or "adds the helper"
+        verdict = "<br>".join(f"TRUE: {rows[s].why}" for s, _ in sites) or "—"
+        proof = "real bitsandbytes 4/8-bit on CPU (hf_verify)" if "hf_verify`)" in text else \
+            ("re-check and compile only" if sites else "the helper's decisions, listed")
+        table.append(f"| [`{patch.name}`]({patch.name}) | {cells} | {verdict} | {proof} |")
     title = {"transformers": "transformers", "diffusers": "diffusers"}[dist]
     readme = [
         f"# {title} {version}: the dtype-lint migration as a patch series", "",
@@ -85,8 +92,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dist", choices=("transformers", "diffusers"))
     parser.add_argument("version")
+    parser.add_argument("--readme-only", action="store_true", help="rewrite the README of the committed patches")
     args = parser.parse_args(argv)
-    print(generate(args.dist, args.version))
+    out = ROOT / "docs" / "upstream" / f"{args.dist}-{args.version}"
+    print(write_readme(args.dist, args.version, out) if args.readme_only else generate(args.dist, args.version))
     return 0
 
 

@@ -26,7 +26,7 @@ def test_series_applies_and_compiles(tmp_path, dist, version):
     repo = checkout(release_tree(dist, version), tmp_path / "tree", ignore=("__pycache__", ".dtype-lint-complete"))
     git(["am", "-q", *map(str, patches)], repo)
     assert compileall.compile_dir(str(repo / dist), quiet=2, legacy=True)
-    sites = {m for p in patches for m in re.findall(r"^- (\S+:\d+) DTL\d+ in", p.read_text(encoding="utf-8"), re.MULTILINE)}
+    sites = {m for p in patches for m in re.findall(r"^- (\S+:\d+)\s+DTL\d+\s+in", p.read_text(encoding="utf-8"), re.MULTILINE)}
     assert sites
     readme = (series / "README.md").read_text(encoding="utf-8")
     assert all(f"`{site}`" in readme for site in sites)
