@@ -346,7 +346,7 @@ class RuleContext:
 
             return narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
                             lambda: dominating_guard(site, where.fn, where.parents, layer, aliases, cf,
-                                                     self.source.path) is not None, scope.assigns)
+                                                     self.source.path) is not None, scope.assigns, cf)
         if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
             return None
         return verdict

@@ -213,3 +213,29 @@ def test_first_parameter_of_a_sequential_and_new_zeros(tmp_path):
     assert "float8_e4m3fn under layerwise casting" in found[_line(text, "t_freq = t_freq.to")]["message"]
     alloc = found[_line(text, "new_zeros")]
     assert alloc["code"] == "DTL002" and "uint8 under bitsandbytes 4-bit" in alloc["message"]
+
+
+def test_a_method_only_init_calls_runs_before_quantization(tmp_path):
+    """swinv2: a buffer built in `__init__` (through a helper method only `__init__` calls) in the
+    first layer's dtype is made before any quantizer replaced the layer."""
+    text = textwrap.dedent('''\
+        import torch
+        from torch import nn
+        from transformers import PreTrainedModel
+
+
+        class Attention(PreTrainedModel):
+            def __init__(self, config):
+                super().__init__(config)
+                self.mlp = nn.Sequential(nn.Linear(2, 512), nn.ReLU(), nn.Linear(512, 4))
+                self.table = self.make_table()
+
+            def make_table(self):
+                return torch.zeros(4, 2).to(next(self.mlp.parameters()).dtype)
+
+            def forward(self, x):
+                return x.to(next(self.mlp.parameters()).dtype)
+    ''')
+    found = _check(tmp_path, text)
+    assert _line(text, "torch.zeros(4, 2)") not in found
+    assert _line(text, "return x.to(") in found

@@ -503,13 +503,15 @@ def verdict(resolver, inst, expr_text: str):
     return "high", (*chain, evidence_for(quantizers, kind, where.path, where.line))
 
 
-def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None):
+def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):
     """The HF verdict after the checks that dominate the site: None when no storage that breaks it
     reaches it, else the evidence with the storages left (and the partial guard named). A dtype
     reached through a local (`target_dtype = L.weight.dtype` in one branch) carries the checks
     that dominate its assignment too (`elif hasattr(self.config, "_is_quantized"): ... else:`)."""
     confidence, evidence = verdict
     backend = hf_storages(evidence)
+    if runs_at_construction(fn, cls):
+        return None
     left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
     reader = _Reader(layer, {}, UINT8)
     for name in {n.id for n in ast.walk(site) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
@@ -626,3 +628,21 @@ def _item_of(resolver, where: str, origin, index: int, self_origin):
                     how=f"item {index} of `{attr}`: `{name}(...)`")
     inst = resolver._from_origin(step, where, {})
     return type(inst)(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, self_origin)
+
+
+def runs_at_construction(fn, cls) -> bool:
+    """`__init__`, or a method of its class that only `__init__` calls: it runs while the model is
+    built, before any quantizer replaced a layer (swinv2's `create_coords_table_and_index`)."""
+    if fn is None:
+        return False
+    if fn.name == "__init__":
+        return True
+    if cls is None or not getattr(fn, "args", None) or not fn.args.args:
+        return False
+    callers = set()
+    for name, method in cls.methods.items():
+        for node in ast.walk(method):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == fn.name \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                callers.add(name)
+    return callers == {"__init__"}
