@@ -20,7 +20,8 @@ from pathlib import Path
 from dtype_lint import __version__
 from dtype_lint.reporters import FORMATS
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+from dtype_lint.cli_output import (EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _config, _exit_code, _from_cwd,
+                                   _print_warnings, _printable, _render, plural, rule_doc)
 
 
 def _codes(value: str) -> list[str]:
@@ -170,29 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-def _config(args, paths: list[str]):
-    from dtype_lint.config import ConfigError, load_for_run
-    from dtype_lint.engine.pipeline import UserError
-
-    overrides = {}
-    if getattr(args, "select", None):
-        overrides["select"] = args.select
-    if getattr(args, "extend_select", None):
-        overrides["extend-select"] = args.extend_select
-    if getattr(args, "ignore", None):
-        overrides["ignore"] = args.ignore
-    if getattr(args, "preset", None):
-        overrides["preset"] = args.preset
-    if getattr(args, "name_heuristics", False):
-        overrides["name-heuristics"] = True
-    if getattr(args, "force_exclude", None) is not None:
-        overrides["force-exclude"] = args.force_exclude
-    try:
-        return load_for_run(paths, args.config, overrides, getattr(args, "exclude", None))
-    except ConfigError as e:
-        raise UserError(str(e)) from None
-
-
 def _check(args) -> int:
     from dtype_lint.engine.pipeline import RunOptions, UserError, run
     from dtype_lint.engine.progress import progress_bar
@@ -244,14 +222,6 @@ def _check(args) -> int:
     return _exit_code(args, bool(result.findings) and not args.fix_only, bool(result.fixed))
 
 
-def _exit_code(args, findings_left: bool, fixed: bool) -> int:
-    if args.exit_zero:
-        return EXIT_CLEAN
-    if findings_left or (args.exit_non_zero_on_fix and fixed):
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
-
-
 def _check_combinations(args) -> None:
     from dtype_lint.engine.pipeline import UserError
 
@@ -264,10 +234,6 @@ def _check_combinations(args) -> None:
             raise UserError("--add-noqa: the reason must be one line")
     if args.stdin_filename is not None and args.paths not in (None, [], ["-"]):
         raise UserError("--stdin-filename names the text on stdin: give no other path (or `-`)")
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word if n == 1 else word + 's'}"
 
 
 def _print_writes(result, verbose: bool = False, skip: tuple[str, ...] = (), show: tuple[str, ...] = ()) -> None:
@@ -284,32 +250,6 @@ def _print_writes(result, verbose: bool = False, skip: tuple[str, ...] = (), sho
         print(f"dtype-lint: {what} {_printable(_from_cwd(result.config.root, w.path))} ({w.why})", file=sys.stderr)
 
 
-def _print_warnings(result) -> None:
-    for warning in result.warnings:
-        print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
-
-
-def _printable(text: str) -> str:
-    """A path as a terminal may show it: control characters escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def _from_cwd(root: Path, path: str) -> str:
-    """A path the writer records relative to the project root, as every output names files:
-    relative to the current folder (absolute when outside it)."""
-    absolute = os.path.join(str(root), path) if not os.path.isabs(path) else path
-    trailing = "/" if path.endswith("/") else ""
-    rel = os.path.relpath(absolute)
-    return (absolute.rstrip("/") if rel.startswith("..") else rel) + trailing
-
-
-def rule_infos() -> dict:
-    from dtype_lint.reporters import RuleInfo
-    from dtype_lint.rules import ALL_RULES
-
-    return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
-
-
 def _report(result, args) -> None:
     from dtype_lint.engine.pipeline import safe_read
 
@@ -319,22 +259,6 @@ def _report(result, args) -> None:
     _render(result.findings, result.fixed, args, len(result.files), result.analyzed, result.elapsed_s, safe_read, out)
     if args.output_file:
         _write_named_file(result, args.output_file, out.getvalue(), "report")
-
-
-def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, read_source, out) -> None:
-    from dtype_lint.reporters import RunSummary, render
-
-    summary = RunSummary(
-        files_checked=files, files_analyzed=analyzed, elapsed_s=elapsed,
-        fixed=len(fixed),
-        fixes_available_safe=sum(1 for f in findings if f.fix and f.fix.safe),
-        fixes_available_unsafe=sum(1 for f in findings if f.fix and not f.fix.safe),
-        unsafe_fixes_enabled=args.unsafe_fixes, quiet=args.quiet,
-    )
-    color = {"always": True, "never": False}.get(args.color)
-    statistics = "table" if args.statistics_table else ("lines" if args.statistics else False)
-    render(args.output_format or "text", findings, summary, out, read_source=read_source, rules=rule_infos(),
-           color=color, statistics=statistics)
 
 
 def _check_named_file(path: str | None) -> None:
@@ -426,14 +350,6 @@ def _rule(args) -> int:
         raise UserError(f"unknown rule `{args.code}`; `dtype-lint rule --all` lists them")
     print(rule_doc(rule))
     return EXIT_CLEAN
-
-
-def rule_doc(rule) -> str:
-    import inspect
-
-    doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
-    title, _, body = doc.partition("\n")
-    return f"# {title}\n{body}\n"
 
 
 def _server() -> int:

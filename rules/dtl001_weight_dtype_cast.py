@@ -63,7 +63,7 @@ from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words, hf_storages
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import FIRST_PARAMETER, WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
 import torch
@@ -90,6 +90,8 @@ class WeightDtypeCast(Rule):
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
     marker = ("weight", "parameters()")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = "safe / none with reason"
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -170,73 +172,73 @@ class WeightDtypeCast(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        for c in ctx.candidates:
-            self._dtype_getter(ctx, c)
-        for c, node in ctx.calls():
-            ctx.report_flows(c, node, "cast", "casts an activation to")
-            self._finfo(ctx, c, node)
+        for function in ctx.candidates:
+            self._dtype_getter(ctx, function)
+        for function, node in ctx.calls():
+            ctx.report_flows(function, node, "cast", "casts an activation to")
+            self._finfo(ctx, function, node)
             for arg in cast_dtype_args(node):
-                wds = self._source(arg, c.scope, node)
-                if wds is None or _receiver_is_parameter(node, wds.layer):
+                weight_dtype = self._source(arg, function.scope, node)
+                if weight_dtype is None or _receiver_is_parameter(node, weight_dtype.layer):
                     continue
-                verdict = ctx.layer_verdict(wds.layer, c, site=node, form=wds.form)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node, form=weight_dtype.form)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
                 planner = ctx.fixes_for(evidence)
-                if wds.form == FIRST_PARAMETER:
-                    fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(wds.layer)}`; "
+                if weight_dtype.form == FIRST_PARAMETER:
+                    fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")
                 else:
-                    fix, reason = planner.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), planner.func, evidence), scope=c.scope_name,
+                    fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
     @staticmethod
-    def _finfo(ctx: RuleContext, c, node: ast.Call) -> None:
+    def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:
         """`torch.finfo(L.weight.dtype)` in Hugging Face model code (transformers #45672, Gemma4
         audio): TypeError on bitsandbytes' uint8/int8 storage, an fp8 range under FP8 layers,
         AttributeError without `.weight`. Reported where the HF family decided the layer."""
         if dotted(node.func) not in ("torch.finfo", "finfo") or len(node.args) != 1:
             return
-        wds = weight_dtype_source(node.args[0], c.scope)
-        verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
+        weight_dtype = weight_dtype_source(node.args[0], function.scope)
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
         if verdict is None or hf_storages(verdict[1]) is None:
             return
         confidence, evidence = verdict
-        layer = ast.unparse(wds.layer)
+        layer = ast.unparse(weight_dtype.layer)
         ctx.report(node, f"`torch.finfo` of `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
                    f"({backend_words(evidence, VLLM_WORDS)}): TypeError on integer storage, the wrong range on fp8; "
-                   f"take the activation's dtype", scope=c.scope_name, confidence=confidence, evidence=evidence,
+                   f"take the activation's dtype", confidence=confidence, evidence=evidence,
                    no_fix_reason="the activation whose range is meant is not known here; use its `.dtype`")
 
     @staticmethod
-    def _dtype_getter(ctx: RuleContext, c) -> None:
+    def _dtype_getter(ctx: RuleContext, function) -> None:
         """A `dtype` getter (property or method) of a module that returns a quantizable layer's
         `.weight.dtype`: callers cast activations to it (`pixels.to(self.visual.dtype)`)."""
-        if c.fn.name != "dtype" or not c.class_qualname:
+        if function.fn.name != "dtype" or not function.class_qualname:
             return
-        body = [s for s in c.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        body = [s for s in function.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
         if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
             return
-        wds = weight_dtype_source(body[0].value, c.scope)
-        verdict = ctx.layer_verdict(wds.layer, c, site=body[0]) if wds is not None else None
+        weight_dtype = weight_dtype_source(body[0].value, function.scope)
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=body[0]) if weight_dtype is not None else None
         if verdict is None:
             return
         confidence, evidence = verdict
-        layer = ast.unparse(wds.layer)
+        layer = ast.unparse(weight_dtype.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
                    f"({backend_words(evidence, VLLM_WORDS)}); its callers cast activations to it: "
-                   f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
+                   f"return the compute dtype (`{layer}.params_dtype`)",
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
     @staticmethod
     def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:
-        wds = weight_dtype_source(arg, scope)
-        if wds is not None:
-            return wds
+        weight_dtype = weight_dtype_source(arg, scope)
+        if weight_dtype is not None:
+            return weight_dtype
         if call.func.attr == "to":  # type: ignore[union-attr]
             w = weight_expr(arg, scope)
             if w is not None:
@@ -244,10 +246,10 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(wds: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
-        via = f" through `{wds.alias}`" if wds.alias else ""
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
+        via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
-        what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
+        what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"({backend_words(evidence, VLLM_WORDS)}); use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")

@@ -53,7 +53,7 @@ from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.hf_family import VLLM_WORDS, backend_words, hf_storages
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
@@ -73,7 +73,9 @@ class WeightDtypeAllocation(Rule):
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
-    facts = frozenset({"candidates", "layers", "flows"})
+    facts = frozenset({"candidates", "layers", "flows", "imports"})
+    fix_availability = FixAvailability.NONE
+    fix_note = "the buffer's dtype is a human choice"
 
     VALID = [
         Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
@@ -97,37 +99,37 @@ class WeightDtypeAllocation(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        for c, node in ctx.calls():
-            ctx.report_flows(c, node, "alloc", "allocates a tensor in")
-            self._like_weight(ctx, c, node)
+        for function, node in ctx.calls():
+            ctx.report_flows(function, node, "alloc", "allocates a tensor in")
+            self._like_weight(ctx, function, node)
             # `t.new_zeros(..., dtype=L.weight.dtype)`: in HF code (esmfold2's one-hot), where the family
             # decided the layer; elsewhere a tensor method's dtype is left as before.
             tensor_method = isinstance(node.func, ast.Attribute) and node.func.attr in NEW_LIKE
             keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
             for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
-                wds = weight_dtype_source(kw.value, c.scope)
-                verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
+                weight_dtype = weight_dtype_source(kw.value, function.scope)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
                 if verdict is None or (kw in keywords and hf_storages(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
-                via = f" through `{wds.alias}`" if wds.alias else ""
+                via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
                 ctx.report(
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
-                    f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
+                    f"`{ast.unparse(weight_dtype.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
                     f"({backend_words(evidence, VLLM_WORDS)}); choose the buffer's dtype explicitly",
-                    scope=c.scope_name, confidence=confidence, evidence=evidence,
+                    confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
 
     @staticmethod
-    def _like_weight(ctx: RuleContext, c, node: ast.Call) -> None:
+    def _like_weight(ctx: RuleContext, function, node: ast.Call) -> None:
         """`w.new_zeros(...)` with `w = L.weight` and no `dtype=`: a buffer in the storage dtype."""
         f = node.func
         if not (isinstance(f, ast.Attribute) and f.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
             return
-        w = weight_expr(f.value, c.scope)
-        verdict = ctx.layer_verdict(w[0], c, site=node) if w is not None else None
+        w = weight_expr(f.value, function.scope)
+        verdict = ctx.layer_verdict(w[0], function, site=node) if w is not None else None
         if verdict is None:
             return
         confidence, evidence = verdict
@@ -136,6 +138,6 @@ class WeightDtypeAllocation(Rule):
             f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
             f"dtype of a quantizable layer ({backend_words(evidence, VLLM_WORDS)}); pass the "
             f"buffer's dtype explicitly",
-            scope=c.scope_name, confidence=confidence, evidence=evidence,
+            confidence=confidence, evidence=evidence,
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
         )

@@ -66,7 +66,7 @@ from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, Mo
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 SENTINELS = frozenset({"int32", "uint8", "int8"} | FP8_DTYPES)
 
@@ -90,7 +90,9 @@ class StorageDtypeSentinel(Rule):
     name = "storage-dtype-sentinel"
     summary = "branch compares a quantizable layer's storage dtype with int32/uint8/int8/fp8 outside the helper"
     patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
-    facts = frozenset({"candidates", "layers", "fixes"})
+    facts = frozenset({"candidates", "layers", "fixes", "tree", "imports"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = "safe when the branch guards a cast and is proven equal to the helper / none with reason"
     severity = "warning"
 
     VALID = [
@@ -171,7 +173,7 @@ class StorageDtypeSentinel(Rule):
                            f"branch compares `{layer}`'s storage dtype with {', '.join(sentinels)} outside "
                            f"`{ctx.fixes.func}`: a hand copy of the input-dtype decision, which drifts from the "
                            "helper as backends change (int32 under Marlin, int8 under W8A8, no `.weight` under AWQ)",
-                           scope=c.scope_name, fix=fix, no_fix_reason=reason, confidence=confidence,
+                           fix=fix, no_fix_reason=reason, confidence=confidence,
                            evidence=evidence)
 
 

@@ -127,7 +127,7 @@ from dtype_lint.findings import Edit, Evidence, Fix
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, cast_dtype_args
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _UPSTREAM_SHAPE = """\
 import torch
@@ -181,6 +181,10 @@ class UnsoundInputDtypeHelper(Rule):
     patterns = WEIGHT_SITE_PATTERNS + (r"\.params_dtype\b",)
     marker = "dtype"
     facts = frozenset({"functions", "helpers", "fixes"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = ("safe: the missing branch in the configured helper; callers rewritten to the configured helper "
+                "where proven to agree, else the missing branch in the unsound helper itself; all proven by the "
+                "evaluator / none with reason")
     reads_helper_callers = True
 
     VALID = [
@@ -245,7 +249,7 @@ class UnsoundInputDtypeHelper(Rule):
             else:
                 fix, reason = None, _no_fix_reason(h)
             ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
-                       no_fix_reason=reason, expression=f"def {fn.name}")
+                       no_fix_reason=reason, expression=f"def {fn.name}", kind="definition")
         for c in ctx.functions:
             if c.exempt:
                 continue
@@ -260,7 +264,7 @@ class UnsoundInputDtypeHelper(Rule):
                     continue
                 fix, reason = _route_fix(ctx, node, h)
                 here = h.path == ctx.source.path
-                ctx.report(node, _call_message(h, cast), scope=c.scope_name, fix=fix,
+                ctx.report(node, _call_message(h, cast), fix=fix, kind="call",
                            no_fix_reason=reason, severity="warning",
                            evidence=(Evidence(f"`{h.name}` is defined {'here' if here else 'in ' + h.qualname}",
                                               h.path, h.line),))

@@ -17,6 +17,7 @@ from dtype_lint.engine import cache as cache_format
 from dtype_lint.engine import pipeline
 from dtype_lint.config import load_config
 from dtype_lint.engine.discovery import discover_files, module_name
+from tiny_project import write_tree
 
 LAYERS = """\
 import torch
@@ -51,11 +52,7 @@ UNRELATED = "class Unrelated:\n    def f(self):\n        return 1\n"
 
 
 def make(root: Path, files: dict[str, str], pyproject: str = "[tool.dtype-lint]\n") -> Path:
-    for rel, text in {"pyproject.toml": pyproject, "proj/__init__.py": "", **files}.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
+    return write_tree(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", **files})
 
 
 def run(cwd: Path, *paths: str, cache: bool = True, jobs: int = 1) -> pipeline.RunResult:

@@ -8,23 +8,18 @@ import shutil
 from pathlib import Path
 
 from cli_runner import dtl
-from tiny_project import ATTN
+from tiny_project import ATTN, tree_bytes, write_tree
 
 from dtype_lint import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
+write = write_tree
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    return tree_bytes(root, cache=True)  # doctor writes nothing, not even a cache
 
 
 def test_doctor_on_the_example_project(tmp_path: Path):

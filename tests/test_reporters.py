@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
 from dtype_lint.reporters._common import SourceText, summary_line, tally
 from dtype_lint.reporters.github import escape_data, escape_property
+from golden import assert_golden
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -181,13 +181,7 @@ def check_snapshot(name: str, actual: str) -> None:
     actual = actual.replace(f'"{__version__}"', '"<version>"')
     # SARIF's %SRCROOT% is the folder the run happened in.
     actual = actual.replace(json.dumps(Path.cwd().as_uri().rstrip("/") + "/"), '"file:///<cwd>/"')
-    path = SNAPSHOTS / name
-    if os.environ.get("DTYPE_LINT_UPDATE_SNAPSHOTS"):
-        SNAPSHOTS.mkdir(exist_ok=True)
-        path.write_text(actual, encoding="utf-8", newline="")
-    assert path.exists(), f"missing snapshot {path}; run with DTYPE_LINT_UPDATE_SNAPSHOTS=1"
-    expected = path.read_text(encoding="utf-8")
-    assert actual == expected, f"output differs from {path}"
+    assert_golden(SNAPSHOTS / name, actual)
 
 
 class FakeTTY(io.StringIO):

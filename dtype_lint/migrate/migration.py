@@ -154,11 +154,11 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
     shared = helper_table(module, func, result.config.template,
                           str(helper.path) if helper is not None and helper.path.exists() else None)
     routed = [h for h in existing if h.configured]
-    rewritten = [f for f in result.fixed if f.code == "DTL005" and not f.expression.startswith("def ")]
+    rewritten = [f for f in result.fixed if f.kind == "call"]
     # Helpers whose callers could not be routed get the missing branch where they are defined.
     in_place = {(_rel(f.path, root), f.expression.removeprefix("def ")): f for f in result.fixed
-                if f.code == "DTL005" and f.expression.startswith("def ")}
-    left = [f for f in result.findings if f.code == "DTL005" and not f.expression.startswith("def ")]
+                if f.kind == "definition"}
+    left = [f for f in result.findings if f.kind == "call"]
     lines = ["", "## Existing input-dtype helpers", ""]
     for h in existing:
         where = f"`{_rel(h.path, root)}:{h.line}` `{h.name}`"
@@ -271,7 +271,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
         proof = proofs.for_changes(text, result.helper.func)
     # Hugging Face sites route through their own helper, added to the project's torch utilities.
-    from dtype_lint.fix.hf_helper import hf_proof, hf_series_patch
+    from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
 
     hf_patch = hf_series_patch(result, root, rel) if changes else None
     if hf_patch is not None and not proof:
