@@ -83,6 +83,10 @@ class Planner:
             return self.func
         return fresh(f"_{self.func.lstrip('_')}", taken)
 
+    def helper_call(self, layer: str, flag: str) -> str:
+        """The helper's call for `layer` (the HF planner's helper takes no fp8 flag)."""
+        return f"{self.name}({layer}, {flag})"
+
     @cached_property
     def helper_wrong_cases(self) -> list[str]:
         """What the configured helper gets wrong, case by case (DTL005); [] when it is sound or
@@ -223,7 +227,7 @@ class Planner:
         if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
             recv = f"({recv})"
         a0, a1 = self.src.node_offsets(site.arg)
-        text = f"{self.name}({layer}, {self.flag_default}) or {recv}.dtype"
+        text = f"{self.helper_call(layer, self.flag_default)} or {recv}.dtype"
         return self._fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None",
                          [Edit(a0, a1, text)]), ""
 
@@ -251,7 +255,7 @@ class Planner:
         # of a multi-line value go with it.
         _, t1 = self.src.node_offsets(assign.targets[0])
         _, s1 = self.src.node_offsets(assign)
-        edits = [Edit(t1, s1, f" = {self.name}({layer}, {self.flag_default})")]
+        edits = [Edit(t1, s1, f" = {self.helper_call(layer, self.flag_default)}")]
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             edits += self._guard(site, stmt, name)
         else:
@@ -343,7 +347,7 @@ class Planner:
                     loop = node
                 else:
                     break
-        line_text = f"{self.name}({layer}, {flag})"
+        line_text = self.helper_call(layer, flag)
         if loop is None:
             indent = self.src.indent_of(anchor_stmt.lineno)
             return None, f"{indent}{var} = {line_text}\n"
