@@ -310,12 +310,38 @@ def test_matrix_through_ops_matches_the_direct_reference(report):
 
 def test_saved_variants_run_without_libcst(tmp_path, monkeypatch):
     # The GPU machine has no libcst: the fix is made here and carried (--emit-variants).
+    # Only libcst is hidden, as on that machine: dtype_lint.api imports, and the fixer's lazy
+    # import of libcst fails inside the fix, which must reach verify as an ImportError.
     assert verify.main(["--emit-variants", str(tmp_path / "v"), "--no-upstream"]) == 0
     monkeypatch.setitem(sys.modules, "libcst", None)
-    monkeypatch.setitem(sys.modules, "dtype_lint.api", None)
     rep = verify.run_matrix("cpu", ("B",), (0,), backends=("marlin", "awq"), variants_dir=tmp_path / "v", upstream=False)
     assert rep["ok"], rep["violations"]
     assert rep["fixer"]["origin"].endswith(str(tmp_path / "v"))
+    assert rep["sources_notes"] == ["fixture not regenerated: LibcstUnavailable: libcst cannot be imported (import of libcst halted; None in sys.modules)"]
+
+
+def test_the_fixer_without_libcst_raises_an_import_error_not_a_value_error(monkeypatch):
+    from dtype_lint.api import fix_source
+    from dtype_lint.fix.scope_check import LibcstUnavailable
+
+    monkeypatch.setitem(sys.modules, "libcst", None)
+    with pytest.raises(LibcstUnavailable, match="libcst cannot be imported") as info:
+        variants.fix_fixture()
+    assert isinstance(info.value, ImportError) and not isinstance(info.value, ValueError)
+    # A text with nothing to fix needs no libcst.
+    assert fix_source("x = 1\n", settings={"preset": "vllm"}) == "x = 1\n"
+
+
+def test_a_fix_that_fails_with_libcst_present_is_still_a_value_error(monkeypatch):
+    from dtype_lint.api import fix_source
+    from dtype_lint.fix import scope_check
+
+    def refuse(*args, **kwargs):
+        raise scope_check.FixCheckError("a use of the helper does not resolve")
+
+    monkeypatch.setattr("dtype_lint.fix.fixer.verify_names", refuse)
+    with pytest.raises(ValueError, match="does not resolve"):
+        fix_source(variants.fixture_source(), settings=variants._settings("pkg", "torch"))
 
 
 def _saved(tmp_path):
@@ -350,7 +376,7 @@ def test_a_saved_post_importing_something_new_is_refused(tmp_path, monkeypatch):
     pkg = _saved(tmp_path)
     (pkg / "post.py").write_text("import os\n" + (pkg / "post.py").read_text())
     _rewrite_recorded(pkg, "post.py")
-    monkeypatch.setitem(sys.modules, "dtype_lint.api", None)  # as on the GPU machine
+    monkeypatch.setitem(sys.modules, "libcst", None)  # as on the GPU machine
     with pytest.raises(variants.VariantsError, match="imports .*import os.*which pre.py does not"):
         variants.load_fixture(tmp_path)
 
@@ -360,7 +386,7 @@ def test_a_saved_helper_importing_anything_but_torch_is_refused(tmp_path, monkey
     helper = pkg / "layer_input_dtype.py"
     helper.write_text("import subprocess\n" + helper.read_text())
     _rewrite_recorded(pkg, "layer_input_dtype.py")
-    monkeypatch.setitem(sys.modules, "dtype_lint.api", None)
+    monkeypatch.setitem(sys.modules, "libcst", None)
     with pytest.raises(variants.VariantsError, match="not an import a helper may make"):
         variants.load_fixture(tmp_path)
 
@@ -571,10 +597,10 @@ def test_upstream_functions_run_unmodified(upstream_report, vllm_0271, vllm_0280
 @pytest.mark.network
 def test_upstream_saved_and_loaded_without_libcst(tmp_path, monkeypatch, vllm_0271, vllm_0280):
     variants.write_variants(tmp_path)
-    monkeypatch.setitem(sys.modules, "libcst", None)
-    monkeypatch.setitem(sys.modules, "dtype_lint.api", None)
+    monkeypatch.setitem(sys.modules, "libcst", None)  # the trees are cached here: the fixer is tried and cannot run
     rep = verify.run_matrix("cpu", ("S",), (0,), backends=("marlin", "int8"), variants_dir=tmp_path)
     assert rep["ok"], rep["violations"]
+    assert [n.split(":")[0] for n in rep["sources_notes"]] == ["fixture not regenerated", "vLLM's functions not regenerated"]
     data = json.loads((tmp_path / "upstream.json").read_text())
     data["releases"]["0.28.0"]["units"][0]["text"] += "\nimport os\n"
     (tmp_path / "upstream.json").write_text(json.dumps(data))

@@ -501,6 +501,7 @@ def run_matrix(
         "scenarios": list(scenarios),
         "seeds": list(seeds),
         "fixer": fixer,
+        "sources_notes": list(src.notes),
         "upstream": upstream_info,
         "backends": {
             b: {
