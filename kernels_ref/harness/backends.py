@@ -76,10 +76,30 @@ class Backend:
     kv_cache: str = "auto"  # vLLM's --kv-cache-dtype: "auto" (model dtype) or "fp8"
     twin: Callable[[torch.Tensor, torch.dtype], nn.Module] | None = None  # exact check, see below
     known_failure: str = ""  # why a fixed variant may fail on this row (empty: it may not)
+    # The fp8 KV cache's k_scale: "unit" (1.0) or "calibrated" (amax/448 of the stored rows, as a
+    # checkpoint's is). It is read where the gather dequantizes the fp8 cache into a 16-bit
+    # workspace: a 16-bit prefill (both paths) and the context-parallel path of vLLM. An fp8
+    # prefill copies the fp8 rows as they are on the main path, k_scale unread (vLLM 0.27.1 and
+    # 0.28.0 alike), so those rows keep k_scale 1: another scale there would measure that, not
+    # the cast.
+    k_scale: str = "unit"
 
     def __post_init__(self) -> None:
         if self.fp8_prefill and self.kv_cache != "fp8":
             raise ValueError(f"{self.id}: an fp8 prefill needs an fp8 KV cache (determine_prefill_query_data_type)")
+        if self.k_scale not in ("unit", "calibrated") or (self.k_scale == "calibrated" and (self.kv_cache != "fp8" or self.fp8_prefill)):
+            raise ValueError(f"{self.id}: k_scale {self.k_scale!r} needs an fp8 KV cache and a 16-bit prefill")
+
+    def shape_problem(self, scenario) -> str | None:
+        """Why this row's storage format cannot hold the scenario's kv_b_proj ``[N, K]``, or None.
+        Marlin pads any shape (``marlin_padded_nk``); the others need their block sizes."""
+        n, k = scenario.out_features, scenario.kv_lora_rank
+        need = {"Fp8Block128": [(k, 128, "K")], "AwqLike": [(k, AWQ_GROUP_SIZE, "K"), (n, 8, "N")],
+                "NvFp4": [(k, 16, "K")]}.get(self.layer_kind.split(" ")[0], [])
+        if "g128" in self.layer_kind:
+            need.append((k, DEEPSEEK_GROUP_SIZE, "K"))
+        bad = [f"{name} = {size} is not a multiple of {block}" for size, block, name in need if size % block]
+        return "; ".join(bad) or None
 
     @property
     def cache_dtype(self) -> torch.dtype:
@@ -213,6 +233,19 @@ BACKENDS: dict[str, Backend] = {
         Backend("bf16_kv8", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16), kv_cache="fp8"),
         # Other integer storage: W8A8-INT8. Our helper casts to params_dtype, 0.28.0 feeds int8.
         Backend("int8", BF16, "Int8 W8A8 (int8)", False, _int8, P.int8_w8a8(BF16)),
+        # An fp8 KV cache with a calibrated k_scale: the gather must multiply it back.
+        Backend("bf16_kv8_s", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16), kv_cache="fp8",
+                k_scale="calibrated"),
+        Backend("marlin_kv8_s", BF16, "MarlinFp8 (int32)", False, _marlin(None), P.marlin_w8a16(BF16), kv_cache="fp8",
+                k_scale="calibrated", twin=marlin_twin(None)),
+        # fp16 models beside bf16 ones: a helper that hard-codes bf16 fails here.
+        Backend("fp16_kv8_s", FP16, "Unquantized", False, _unquantized, P.unquantized(FP16), kv_cache="fp8",
+                k_scale="calibrated"),
+        Backend("awq_fp16", FP16, "AwqLike (no weight)", False, _awq, P.awq_w4a16(FP16), twin=awq_twin),
+        Backend("fp8_fp16_p", FP16, "Fp8Linear", True, _fp8, P.fp8_w8a8(FP16, True), kv_cache="fp8"),
+        Backend("nvfp4_fp16", FP16, "NvFp4 (uint8)", False, _nvfp4, P.nvfp4_w4a4(FP16)),
+        Backend("nvfp4_fp16_p", FP16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(FP16, True), kv_cache="fp8"),
+        Backend("int8_fp16", FP16, "Int8 W8A8 (int8)", False, _int8, P.int8_w8a8(FP16)),
     )
 }
 

@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..formats import FP8
 from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expect
 from .chunking import plan_chunked_context
 from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
@@ -48,7 +49,7 @@ from .reference import bit_identical, empty_context_violations, error_metrics, r
 from . import upstream_runtime as ur
 from .variants import FixturePackage, Sources, fixture_package, sources
 
-DEFAULT_SCENARIOS = ("A", "B", "S")
+DEFAULT_SCENARIOS = ("A", "B", "S", "P")
 DEFAULT_SEEDS = (0,)
 NEGATIVE_CONTROL_BACKEND = "bf16"
 KERNEL_ROUTES = ("reference", "auto", "torch", "cuda")
@@ -141,30 +142,44 @@ class ScenarioRun:
     def scenario(self):
         return self.data.scenario
 
-    def cache(self, dtype: torch.dtype, rank: int = 0, world: int = 1) -> torch.Tensor:
-        key = (dtype, rank, world)
+    def k_scale(self, backend: Backend) -> float:
+        """The row's fp8 KV-cache scale: 1, or calibrated on this data as a checkpoint's is
+        (``amax / 448`` over the stored rows, so the fp8 range is used; never a power of two, so a
+        gather that drops it cannot stay exact)."""
+        if backend.k_scale == "unit" or backend.cache_dtype != FP8:
+            return 1.0
+        rows = torch.cat((self.data.latent, self.data.k_pe), dim=1)
+        # (1 + 2^-10) keeps the largest |x| / k_scale just under 448 after fp32 rounding: no clamp.
+        return float(torch.tensor(float(rows.abs().max()) / 448.0 * (1 + 2**-10), dtype=torch.float32))
+
+    def cache(self, dtype: torch.dtype, rank: int = 0, world: int = 1, k_scale: float = 1.0) -> torch.Tensor:
+        key = (dtype, rank, world, k_scale)
         if key not in self._caches:
-            self._caches[key] = store_cache(self.data, dtype, rank=rank, world=world).to(self.device)
+            self._caches[key] = store_cache(self.data, dtype, rank=rank, world=world, k_scale=k_scale).to(self.device)
         return self._caches[key]
+
+    def row_cache(self, backend: Backend, rank: int = 0, world: int = 1) -> torch.Tensor:
+        return self.cache(backend.cache_dtype, rank, world, self.k_scale(backend))
 
     def layer(self, backend: Backend, twin: bool = False) -> torch.nn.Module:
         key = (backend.id, twin)
         if key not in self._layers:
-            cache = self.cache(backend.cache_dtype)
+            cache = self.row_cache(backend)
             # NVFP4's static input scale is calibrated on what it will see: the stored latent.
-            amax = float(cache[..., : self.scenario.kv_lora_rank].float().abs().max())
+            amax = float(cache[..., : self.scenario.kv_lora_rank].float().abs().max()) * self.k_scale(backend)
             self._layers[key] = build_layer(backend, self.data, amax, twin=twin).to(self.device)
         return self._layers[key]
 
     def reference(self, backend: Backend) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (backend.cache_dtype, backend.model_dtype)
+        key = (backend.cache_dtype, backend.model_dtype, self.k_scale(backend))
         if key not in self._refs:
             s = self.scenario
             self._refs[key] = reference_context_attention(
-                q=self.data.q.to(backend.model_dtype).to(self.device), cache=self.cache(backend.cache_dtype),
+                q=self.data.q.to(backend.model_dtype).to(self.device), cache=self.row_cache(backend),
                 block_table=self.data.block_table.to(self.device), context_lens=list(s.context_lens),
                 query_start_loc=s.query_start_loc, w=self.data.w.to(self.device), kv_lora_rank=s.kv_lora_rank,
                 qk_nope_head_dim=s.qk_nope_head_dim, v_head_dim=s.v_head_dim, scale=s.softmax_scale,
+                k_scale=self.k_scale(backend),
             )
         return self._refs[key]
 
@@ -172,19 +187,19 @@ class ScenarioRun:
         from .prefill_context import DeviceInputs
 
         return DeviceInputs(
-            cache=self.cache(backend.cache_dtype), q=self.data.q.to(backend.model_dtype).to(self.device),
+            cache=self.row_cache(backend), q=self.data.q.to(backend.model_dtype).to(self.device),
             block_table=self.data.block_table.to(self.device), layer=layer, cache_dtype=backend.cache_dtype,
-            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype,
+            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype, k_scale=self.k_scale(backend),
         )
 
     def upstream_inputs(self, backend: Backend, layer: torch.nn.Module, path: str) -> ur.UpstreamInputs:
         world = ur.DCP_WORLD_SIZE if path == "cp" else 1
-        caches = [self.cache(backend.cache_dtype, rank=r, world=world) if world > 1 else self.cache(backend.cache_dtype)
+        caches = [self.row_cache(backend, rank=r, world=world) if world > 1 else self.row_cache(backend)
                   for r in range(world)]
         return ur.UpstreamInputs(
             q=self.data.q.to(backend.model_dtype).to(self.device), caches=caches,
             block_table=self.data.block_table.to(self.device), layer=layer, kv_cache_dtype=backend.kv_cache,
-            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype,
+            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype, k_scale=self.k_scale(backend),
         )
 
 
@@ -455,6 +470,7 @@ def run_matrix(
     started = time.perf_counter()
     src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream)
     rows, controls, violations, timings = [], [], [], {}
+    not_applicable: dict[str, dict[str, str]] = {}
     if src.fixture.post == src.fixture.pre:
         violations.append("fixer: post.py is identical to pre.py (no site was rewritten)")
     with (
@@ -469,6 +485,10 @@ def run_matrix(
                 run = ScenarioRun(name, seed, device)
                 for backend_id in backend_ids:
                     backend = BACKENDS[backend_id]
+                    problem = backend.shape_problem(run.scenario)
+                    if problem:
+                        not_applicable.setdefault(name, {})[backend_id] = problem
+                        continue
                     for row in [fixture_row(run, pkg, backend)] + ([upstream_row(run, rel, backend)] if rel else []):
                         rows.append(row)
                         violations += [f"{row['source']} {name}/seed {seed}/{backend_id}: {v}" for v in row["violations"]]
@@ -519,6 +539,7 @@ def run_matrix(
             }
             for b in backend_ids
         },
+        "not_applicable": not_applicable,
         "crash_sets": crash_sets(rows),
         "runs": rows,
         "negative_control": controls,

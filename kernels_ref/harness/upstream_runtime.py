@@ -344,6 +344,7 @@ class UpstreamInputs:
     kv_cache_dtype: str  # "auto" or "fp8"
     q_data_type: torch.dtype
     model_dtype: torch.dtype
+    k_scale: float = 1.0  # the fp8 KV cache's scale, passed as forward_mha passes layer._k_scale
 
 
 def workspace_dtype(path: str, inputs_q_data_type: torch.dtype, model_dtype: torch.dtype) -> torch.dtype:
@@ -419,7 +420,7 @@ def _run(ns: dict, label: str, path: str, s, inputs: UpstreamInputs, world: int,
     impl.dcp_world_size = world
     impl._use_flashinfer_concat_mla_k = False
 
-    k_scale = torch.ones((), dtype=torch.float32, device=device) if k_scale is None else k_scale
+    k_scale = torch.tensor(inputs.k_scale, dtype=torch.float32, device=device) if k_scale is None else k_scale
     q = inputs.q
     if inputs.q_data_type == current_platform.fp8_dtype():  # forward_mha's prologue
         q = q.to(inputs.q_data_type)
