@@ -30,26 +30,29 @@ MARLIN_MSG = "unsupported `a` scalar_type"
 AWQ_MSG = "'AwqLikeLinear' object has no attribute 'weight'"
 NVFP4_FP8_MSG = "input.dtype needs to be fp16 or bf16 but got torch.float8_e4m3fn."
 INT8_MSG = "\"dynamic_scaled_int8_quant_kernel\" not implemented for 'Char'"
-MARLINS = {"marlin", "marlin_g128", "marlin_fp16", "marlin_p"}
+MARLINS = {"marlin", "marlin_g128", "marlin_fp16", "marlin_p", "marlin_kv8_s"}
+NVFP4_FP8 = {"nvfp4_p", "nvfp4_fp16_p"}  # fp8 prefill into NVFP4
+INT8 = {"int8", "int8_fp16"}
 
 # What 0.27.1's two cast blocks do to each row (main = _compute_prefill_context, cp = the
 # context-parallel one): the spec's sets on its seven rows, and read from the code for the rest.
 PRE_CRASH = {b: ("RuntimeError", MARLIN_MSG) for b in MARLINS} | {
     "awq": ("AttributeError", AWQ_MSG),
     "awq_p": ("AttributeError", AWQ_MSG),
-    "nvfp4_p": ("AssertionError", NVFP4_FP8_MSG),  # uint8: no cast, the fp8 latent reaches NVFP4
-    "int8": ("RuntimeError", INT8_MSG),  # int8 is neither fp8 nor uint8: cast to int8
-}
+    "awq_fp16": ("AttributeError", AWQ_MSG),
+} | {b: ("AssertionError", NVFP4_FP8_MSG) for b in NVFP4_FP8  # uint8: no cast, the fp8 latent reaches NVFP4
+     } | {b: ("RuntimeError", INT8_MSG) for b in INT8}  # int8 is neither fp8 nor uint8: cast to int8
 PRE_CP_CRASH = {b: ("RuntimeError", MARLIN_MSG) for b in MARLINS} | {
-    "nvfp4_p": ("AssertionError", NVFP4_FP8_MSG),  # the fixture's cp path shares the fp8 workspace
-    "int8": ("RuntimeError", INT8_MSG),
-}
+    b: ("AssertionError", NVFP4_FP8_MSG) for b in NVFP4_FP8  # the fixture's cp path shares the fp8 workspace
+} | {b: ("RuntimeError", INT8_MSG) for b in INT8}
 # What the helper returns (None: keep the model dtype): the table in its docstring, on every row.
 POST_CAST = {
     "bf16": "bfloat16", "fp16": "float16", "fp8": "None", "fp8_p": "float8_e4m3fn",
     "marlin": "bfloat16", "marlin_g128": "bfloat16", "marlin_fp16": "float16", "marlin_p": "bfloat16",
     "nvfp4": "None", "nvfp4_p": "bfloat16", "awq": "bfloat16", "awq_p": "bfloat16",
     "fp8_b128": "None", "fp8_b128_p": "float8_e4m3fn", "bf16_p": "bfloat16", "bf16_kv8": "bfloat16", "int8": "bfloat16",
+    "bf16_kv8_s": "bfloat16", "marlin_kv8_s": "bfloat16", "fp16_kv8_s": "float16", "awq_fp16": "float16",
+    "fp8_fp16_p": "float8_e4m3fn", "nvfp4_fp16": "None", "nvfp4_fp16_p": "float16", "int8_fp16": "float16",
 }
 
 
@@ -125,8 +128,9 @@ def test_fp8_prefill_into_nvfp4_runs_after_the_fix(report):
     and 0.28.0's helper keep it fp8, and scaled_fp4_quant rejects it): no known failure is left."""
     assert not [k for r in _runs(report) for k in r["known_failures"]]
     for r in _runs(report):
-        if r["backend"] == "nvfp4_p":
-            assert r["expected"]["post"]["cast"] == "bfloat16" and r["expected"]["post"]["fed"] == "bfloat16"
+        if r["backend"] in NVFP4_FP8:
+            model = POST_CAST[r["backend"]]
+            assert r["expected"]["post"]["cast"] == model and r["expected"]["post"]["fed"] == model
             assert r["variants"]["pre"]["message"] == NVFP4_FP8_MSG  # the unfixed code still fails
     assert report["ok"]
 
@@ -170,7 +174,7 @@ def test_bit_identical_wherever_pre_ran_and_twins_on_crash_rows(report):
             expected_keys |= {"post=post_twin", "post_cp=post_cp_twin"}
         assert set(ident) == expected_keys, r["backend"]
     # Every row where pre crashed on Marlin or AWQ has the exact twin check instead.
-    assert {r["backend"] for r in _runs(report) if "post=post_twin" in r["bit_identical"]} == MARLINS | {"awq", "awq_p"}
+    assert {r["backend"] for r in _runs(report) if "post=post_twin" in r["bit_identical"]} == MARLINS | {"awq", "awq_p", "awq_fp16"}
 
 
 def test_negative_control_leaks_nan(report):
@@ -228,6 +232,47 @@ def test_a_helper_that_returns_the_storage_dtype_is_caught(monkeypatch):
     rep = verify.run_matrix("cpu", ("B",), (0,), backends=("marlin",), upstream=False)
     assert not rep["ok"]
     assert any("post fails on this row: the helper casts to int32" in v for v in rep["violations"]), rep["violations"]
+
+
+def test_a_gather_that_drops_k_scale_fails_on_the_k_scale_rows(monkeypatch):
+    from dtype_lint.kernels_ref.harness import chunking
+
+    real = chunking.gather_cache
+    monkeypatch.setattr(chunking, "gather_cache", lambda **kw: real(**{**kw, "scale": None}))
+    rep = verify.run_matrix("cpu", ("B",), (0,), backends=("bf16_kv8", "bf16_kv8_s", "marlin_kv8_s"), upstream=False)
+    bad = {v.split("/")[2].split(":")[0] for v in rep["violations"]}
+    assert bad == {"bf16_kv8_s", "marlin_kv8_s"}, rep["violations"]  # k_scale 1 hides it, as it did everywhere
+    assert rep["violations_by_check"]["bounds"] and rep["runtime_violations"] == len(rep["violations"])
+    run = matrix.ScenarioRun("B", 0, "cpu")
+    k = run.k_scale(BACKENDS["bf16_kv8_s"])
+    assert 0.005 < k < 0.02 and k != 2.0 ** round(torch.log2(torch.tensor(k)).item())
+
+
+def test_a_helper_the_fixer_will_not_use_still_fails_at_run_time(monkeypatch):
+    """The fixer's proof rejects a helper that reads .weight.dtype unguarded, so it rewrites
+    nothing; verify reports that (check "fixer") and still calls the helper on every row (check
+    "helper"), where it raises on the layer without a weight."""
+    from dtype_lint.fix import helper_template
+
+    body = helper_template._BODY.replace("weight.dtype if weight is not None else layer.params_dtype", "weight.dtype")
+    assert body != helper_template._BODY
+    monkeypatch.setattr(helper_template, "_BODY", body)
+    rep = verify.run_matrix("cpu", ("B",), (0,), backends=("bf16", "awq"), upstream=False)
+    assert not rep["ok"] and rep["violations_by_check"]["fixer"] >= 1
+    helper = [v for v in rep["violations"] if v.startswith("[helper]")]
+    assert helper and all("/awq:" in v and "raises AttributeError" in v for v in helper), rep["violations"]
+
+
+def test_scenario_p_needs_marlin_padding_and_both_releases_cut_it_alike():
+    from dtype_lint.kernels_ref.marlin_fp8 import MarlinFp8Linear
+
+    s = SCENARIOS["P"]
+    layer = MarlinFp8Linear(make_data(s, 0).w, torch.bfloat16)
+    assert (s.out_features, s.kv_lora_rank) == (320, 160) and layer.padded_nk == (384, 192)
+    rep = verify.run_matrix("cpu", ("P",), (0,), backends=("marlin", "marlin_fp16", "awq", "nvfp4"), upstream=False)
+    assert rep["ok"], rep["violations"]
+    assert rep["not_applicable"] == {"P": {"awq": "K = 160 is not a multiple of 64"}}
+    assert all(r["bit_identical"]["post=post_twin"] for r in rep["runs"] if r["backend"].startswith("marlin"))
 
 
 # ----------------------------------------------------------------------------- direct runs
@@ -504,7 +549,7 @@ def test_dcp_rank_caches_split_the_context_between_ranks():
 
 @pytest.fixture(scope="module")
 def upstream_report(vllm_0271, vllm_0280) -> dict:
-    return verify.run_matrix("cpu", ("S", "A"), (0,))
+    return verify.run_matrix("cpu", ("S", "A", "P"), (0,))
 
 
 @pytest.mark.network
@@ -521,7 +566,7 @@ def test_upstream_crash_sets_are_the_spec_and_the_fixtures(upstream_report):
         main, cp = r["variants"]["0.27.1"], r["variants"]["0.27.1_cp"]
         assert (main.get("error_type"), main.get("message")) == PRE_CRASH.get(b, (None, None)), b
         # vLLM's DCP workspace is in the model dtype: there the uint8 row gets a bf16 latent.
-        want_cp = None if b == "nvfp4_p" else PRE_CP_CRASH.get(b)
+        want_cp = None if b in NVFP4_FP8 else PRE_CP_CRASH.get(b)
         assert (cp.get("error_type"), cp.get("message")) == (want_cp or (None, None)), b
     sets = upstream_report["crash_sets"]
     assert set(sets["0.27.1"]["observed"]) & set(SPEC_ROWS) == {"marlin", "awq"}
@@ -535,12 +580,12 @@ def test_upstream_ours_never_fails_where_0280_runs_and_differs_only_on_int8_and_
             ours, theirs = r["variants"][f"ours{path}"], r["variants"][f"0.28.0{path}"]
             assert not (ours["outcome"] != "ok" and theirs["outcome"] == "ok"), r["backend"]
             cast_ours, cast_theirs = r["expected"][f"ours{path}"]["cast"], r["expected"][f"0.28.0{path}"]["cast"]
-            if r["backend"] == "int8":
-                assert (cast_ours, cast_theirs) == ("bfloat16", "int8")
+            if r["backend"] in INT8:
+                assert (cast_ours, cast_theirs) == (POST_CAST[r["backend"]], "int8")
                 assert ours["outcome"] == "ok" and theirs["error_type"] == "RuntimeError"
-            elif r["backend"] == "nvfp4_p":
+            elif r["backend"] in NVFP4_FP8:
                 # The template's second difference: 0.28.0 keeps the fp8 latent (None).
-                assert (cast_ours, cast_theirs) == ("bfloat16", "None")
+                assert (cast_ours, cast_theirs) == (POST_CAST[r["backend"]], "None")
                 assert ours["outcome"] == "ok"
                 if path == "":
                     assert (theirs["error_type"], theirs["message"]) == ("AssertionError", NVFP4_FP8_MSG)
@@ -550,13 +595,14 @@ def test_upstream_ours_never_fails_where_0280_runs_and_differs_only_on_int8_and_
 
 @pytest.mark.network
 def test_upstream_ours_is_bit_identical_to_0280_where_both_cut_alike(upstream_report):
-    assert upstream_report["upstream"]["plans_agree"] == {"S/main": True, "S/cp": True, "A/main": False, "A/cp": False}
+    assert upstream_report["upstream"]["plans_agree"] == {"S/main": True, "S/cp": True, "A/main": False, "A/cp": False,
+                                                          "P/main": True, "P/cp": True}
     for r in _runs(upstream_report, "vllm"):
         ident = r["bit_identical"]
         assert all(ident.values()), (r["backend"], ident)
-        if r["scenario"] == "S" and r["backend"] not in ("int8",):
+        if r["scenario"] in ("S", "P") and r["backend"] not in INT8:
             want = {"ours=0.28.0", "ours_cp=0.28.0_cp"}
-            if r["backend"] == "nvfp4_p":
+            if r["backend"] in NVFP4_FP8:
                 # main: 0.27.1 and 0.28.0 fail (the fp8 latent reaches NVFP4); cp: the DCP workspace
                 # holds a bf16 latent, which ours casts to bf16 and 0.27.1 leaves: the same output.
                 want = {"0.27.1_cp=ours_cp"}

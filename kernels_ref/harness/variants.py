@@ -55,6 +55,16 @@ class VariantsError(ValueError):
     """Saved variants that cannot be trusted, or sources that cannot be produced."""
 
 
+class FixerChangedNothing(VariantsError):
+    """The fixer left vLLM 0.27.1's module as it was (e.g. it would not route a site through a
+    helper its proof rejects). ``verify`` reports it as a violation and still runs the helper the
+    rewrite would have called through the matrix; ``--emit-variants`` refuses to save."""
+
+    def __init__(self, message: str, helper_text: str, helper_func: str, module: str) -> None:
+        super().__init__(message)
+        self.helper_text, self.helper_func, self.module = helper_text, helper_func, module
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -81,6 +91,7 @@ class FixtureSources:
     pre: str
     post: str
     helper: str
+    problem: str = ""  # why the fixer wrote no post.py (then post == pre)
 
     @property
     def diff(self) -> str:
@@ -101,7 +112,13 @@ def fix_fixture(*, unsafe_fixes: bool = False, name: str | None = None) -> Fixtu
     name = name or f"dtl_verify_{uuid.uuid4().hex[:12]}"
     settings = _settings(name, "torch")
     pre = fixture_source()
-    post = fix_source(pre, filename=_absent_filename(name, "pre.py"), settings=settings, unsafe_fixes=unsafe_fixes)
+    try:
+        post = fix_source(pre, filename=_absent_filename(name, "pre.py"), settings=settings, unsafe_fixes=unsafe_fixes)
+    except ImportError:
+        raise
+    except ValueError as exc:  # the fixer refused: verify reports it and runs the helper anyway
+        return FixtureSources(name, settings, unsafe_fixes, pre, pre, helper_module_source(settings),
+                              problem=f"fixer: it failed on the fixture: {exc}")
     return FixtureSources(name, settings, unsafe_fixes, pre, post, helper_module_source(settings))
 
 
@@ -163,10 +180,18 @@ def upstream_sources(*, unsafe_fixes: bool = False, name: str | None = None) -> 
     settings = _settings(name, "vllm")
     root_pre, root_fixed = release_tree("vllm", UPSTREAM_PRE), release_tree("vllm", UPSTREAM_FIXED)
     text = (root_pre / us.MLA_MODULE).read_text()
-    fixed = fix_source(text, filename=_absent_filename(name, "mla_attention.py"), settings=settings, unsafe_fixes=unsafe_fixes)
-    if fixed == text:
-        raise VariantsError(f"the fixer changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}")
     helper = helper_module_source(settings)
+    try:
+        fixed = fix_source(text, filename=_absent_filename(name, "mla_attention.py"), settings=settings,
+                           unsafe_fixes=unsafe_fixes)
+    except ImportError:
+        raise
+    except ValueError as exc:
+        raise FixerChangedNothing(f"fixer: it failed on vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}: {exc}", helper,
+                                  HELPER_FUNC, f"{name}.{HELPER_MODULE}") from exc
+    if fixed == text:
+        raise FixerChangedNothing(f"fixer: it changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}", helper,
+                                  HELPER_FUNC, f"{name}.{HELPER_MODULE}")
     releases = {
         "0.27.1": us.extract(text, UPSTREAM_PRE, "0.27.1", read=us.read_release(root_pre)),
         "0.27.1+dtype-lint": us.extract(
@@ -227,6 +252,8 @@ def write_variants(directory: str | Path, *, unsafe_fixes: bool = False, upstrea
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     src = fix_fixture(unsafe_fixes=unsafe_fixes)
+    if src.problem or src.post == src.pre:
+        raise VariantsError(src.problem or "the fixer changed nothing in the fixture: nothing to save")
     meta: dict = {
         "fixture": {
             "package": src.name,
@@ -357,6 +384,8 @@ class Sources:
     upstream: UpstreamSources | None
     upstream_origin: str | None = None
     notes: list[str] = field(default_factory=list)
+    fixer_problems: list[str] = field(default_factory=list)  # violations of the "fixer" check
+    upstream_helper: tuple[str, str, str] | None = None  # (text, func, module) when there is no rewrite
 
 
 def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = None, upstream: bool = True) -> Sources:
@@ -370,5 +399,13 @@ def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = Non
         return Sources(fixture, f"dtype_lint.api, saved in {variants_dir}", up,
                        f"vLLM trees and dtype_lint.api, saved in {variants_dir}" if up else None, notes)
     fixture = fix_fixture(unsafe_fixes=unsafe_fixes)
-    up = upstream_sources(unsafe_fixes=unsafe_fixes) if upstream else None
-    return Sources(fixture, "dtype_lint.api", up, "dtype_lint.releases + dtype_lint.api" if up else None)
+    problems = [fixture.problem] if fixture.problem else []
+    up, lone_helper = None, None
+    if upstream:
+        try:
+            up = upstream_sources(unsafe_fixes=unsafe_fixes)
+        except FixerChangedNothing as exc:
+            problems.append(str(exc))
+            lone_helper = (exc.helper_text, exc.helper_func, exc.module)
+    return Sources(fixture, "dtype_lint.api", up, "dtype_lint.releases + dtype_lint.api" if up else None,
+                   fixer_problems=problems, upstream_helper=lone_helper)
