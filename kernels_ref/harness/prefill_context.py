@@ -182,7 +182,7 @@ class DeviceInputs:
 def build_layer(backend, data: ScenarioData, input_amax: float, *, twin: bool = False) -> torch.nn.Module:
     """``backend``'s kv_b_proj (or, ``twin=True``, its unquantized twin) for this data, on the CPU."""
     if twin:
-        return backend.twin(data.w, backend.model_dtype)
+        return backend.twin(data.w, backend.model_dtype, input_amax)
     return backend.build(data.w, backend.model_dtype, input_amax)
 
 
