@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import shutil
@@ -286,7 +287,8 @@ def render(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: list[str]) -> str:
+def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: list[str],
+             rerun: list[str] | None = None) -> str:
     """The committed report (docs/mutation-report.md)."""
     s = summary(outcomes)
     by = s["killed_by"]
@@ -295,6 +297,8 @@ def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: li
            f"required, {s['survived']} survived, {s['stale_or_error']} stale or in error ({seconds:.0f} s, {jobs} job(s); "
            f"verify arguments: `{' '.join(verify_args) or '(defaults)'}`).", "",
            "| killed by | mutants |", "|---|---|"]
+    if rerun:
+        out[3:3] = ["", f"Re-run alone after the whole run (`--update`): {', '.join(f'`{r}`' for r in rerun)}."]
     out += [f"| {k} | {by[k]} |" for k in KILLS]
     out += [f"| survived | {s['survived']} |", "",
             f"Killed at run time by verify's matrix: {by[RUNTIME_KILLS[0]] + by[RUNTIME_KILLS[1]]} of "
@@ -320,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per verify or pytest run")
     ap.add_argument("--json", help="write the outcomes and the summary as JSON")
     ap.add_argument("--report", help="write the markdown report (docs/mutation-report.md)")
+    ap.add_argument("--update", metavar="JSON", help="a whole run's --json: re-run only the selected mutants and "
+                    "write the merged outcomes (the report says which were re-run)")
     ap.add_argument("--keep", action="store_true", help="keep each mutant's temporary tree")
     args = ap.parse_args(argv)
 
@@ -351,13 +357,25 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(lambda m: run_one(m, verify_args, args.timeout, args.keep), mutants))
     seconds = time.perf_counter() - t0
+    rerun: list[str] = []
+    if args.update:
+        previous = json.loads(Path(args.update).read_text())
+        fresh = {o.id: o for o in outcomes}
+        rerun = sorted(fresh)
+        known = {f.name for f in dataclasses.fields(Outcome)}
+        outcomes = [fresh.get(o["id"]) or Outcome(**{k: v for k, v in o.items() if k in known})
+                    for o in previous["outcomes"]]
+        outcomes += [o for o in fresh.values() if o.id not in {p["id"] for p in previous["outcomes"]}]
+        seconds += previous.get("seconds", 0)
+        rerun = sorted(set(rerun) | set(previous.get("rerun", [])))
     print(render(outcomes))
     print(f"({seconds:.0f} s, {args.jobs} job(s))")
     if args.json:
-        data = {"summary": summary(outcomes), "seconds": round(seconds), "outcomes": [asdict(o) for o in outcomes]}
+        data = {"summary": summary(outcomes), "seconds": round(seconds), "rerun": rerun,
+                "outcomes": [asdict(o) for o in outcomes]}
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     if args.report:
-        Path(args.report).write_text(markdown(outcomes, seconds, args.jobs, verify_args))
+        Path(args.report).write_text(markdown(outcomes, seconds, args.jobs, verify_args, rerun))
     return 0 if all(o.status == "killed" for o in outcomes) else 1
 
 

@@ -228,7 +228,8 @@ def _expectation(v: Variant, backend: Backend, layer, helpers: dict[str, Callabl
 
 
 #: The checks a violation can belong to; all but "fixer" are decided by running code.
-CHECKS = ("outcome", "ours-vs-0.28.0", "bounds", "bit-identity", "empty-context", "negative-control", "helper", "fixer")
+CHECKS = ("outcome", "ours-vs-0.28.0", "bounds", "bit-identity", "empty-context", "negative-control", "helper",
+          "cache", "fixer")
 RUNTIME_CHECKS = tuple(c for c in CHECKS if c != "fixer")
 HELPER_SAMPLE_ROWS = 16
 
@@ -275,6 +276,30 @@ def helper_check(run: ScenarioRun, backend: Backend, helper: Callable, source: s
         elif pre.crash is not None and fed not in (layer.params_dtype, workspace):
             found.append(("helper", f"{source} helper feeds {dtype_name(fed)} on the {path} path, neither the model "
                                     f"dtype {dtype_name(layer.params_dtype)} nor the workspace's {dtype_name(workspace)}"))
+    return found
+
+
+def cache_check(run: ScenarioRun, backend: Backend) -> list[tuple[str, str]]:
+    """Check 8: an fp8 KV cache holds the ground truth. The reference reads the stored cache (so
+    that the cache's own rounding is not charged to the cast), which makes a store that forgot
+    ``k_scale`` self-consistent; here every stored row, dequantized with the row's ``k_scale``,
+    must be the latent and ``k_pe`` to within e4m3's rounding (relative 2^-4, and half the
+    smallest sub-normal step, ``k_scale · 2^-10``, absolute)."""
+    if backend.cache_dtype != FP8:
+        return []
+    s, data, k = run.scenario, run.data, run.k_scale(backend)
+    truth = torch.cat((data.latent, data.k_pe), dim=1)
+    cache = run.row_cache(backend).cpu()
+    found, start = [], 0
+    for r, ctx in enumerate(s.context_lens):
+        pos = torch.arange(ctx)
+        stored = cache[data.block_table[r].long()[pos // s.block_size], pos % s.block_size].float() * k
+        want = truth[start : start + ctx]
+        start += ctx
+        bad = ((stored - want).abs() > want.abs() * 2.0**-4 + k * 2.0**-10).sum()
+        if int(bad):
+            found.append(("cache", f"request {r}: {int(bad)} stored fp8 value(s) times k_scale {k:.4g} are not the data "
+                                   "to within e4m3 rounding"))
     return found
 
 
@@ -565,6 +590,8 @@ def run_matrix(
                     if problem:
                         not_applicable.setdefault(name, {})[backend_id] = problem
                         continue
+                    for check, v in cache_check(run, backend):
+                        add(check, f"{name}/seed {seed}/{backend_id}: {v}")
                     for row in [fixture_row(run, pkg, backend)] + ([upstream_row(run, rel, backend)] if rel else []):
                         rows.append(row)
                         for check, v in zip(row["violation_checks"], row["violations"]):
