@@ -173,8 +173,11 @@ def test_bit_identical_wherever_pre_ran_and_twins_on_crash_rows(report):
         if BACKENDS[r["backend"]].twin is not None:
             expected_keys |= {"post=post_twin", "post_cp=post_cp_twin"}
         assert set(ident) == expected_keys, r["backend"]
-    # Every row where pre crashed on Marlin or AWQ has the exact twin check instead.
-    assert {r["backend"] for r in _runs(report) if "post=post_twin" in r["bit_identical"]} == MARLINS | {"awq", "awq_p", "awq_fp16"}
+    # Every row where pre crashed on Marlin or AWQ has the exact twin check instead, and so does every
+    # row whose layer quantizes its input (FP8 W8A8 per token, NVFP4): there it is a second exact check.
+    twins = {r["backend"] for r in _runs(report) if "post=post_twin" in r["bit_identical"]}
+    assert twins == MARLINS | {"awq", "awq_p", "awq_fp16"} | {"fp8", "fp8_p", "fp8_fp16_p"} | {
+        "nvfp4", "nvfp4_p", "nvfp4_fp16", "nvfp4_fp16_p"}
 
 
 def test_negative_control_leaks_nan(report):
