@@ -1,4 +1,10 @@
-"""`dtype-lint` command line. Exit codes: 0 clean, 1 findings remain (or --diff has changes), 2 error.
+"""`dtype-lint` command line. Exit codes: 0 clean, 1 findings remain (or --diff has changes, or
+--exit-non-zero-on-fix fixed something), 2 error.
+
+The flags follow Ruff's where Ruff has one (`--force-exclude`, `--stdin-filename`, `--show-fixes`,
+`--extend-select`, `--fix-only`, `--exit-non-zero-on-fix`, `--add-noqa`, `--statistics`): a Ruff
+user's muscle memory and pre-commit/CI setups carry over. Every path printed, on stdout or stderr,
+is relative to the current folder (as Ruff's are).
 
 argparse, not click: a cached pre-commit run must not pay for imports it does not use; rich and
 libcst are imported only when output or a fix needs them.
@@ -14,7 +20,8 @@ from pathlib import Path
 from dtype_lint import __version__
 from dtype_lint.reporters import FORMATS
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+from dtype_lint.cli_output import (EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _config, _exit_code, _from_cwd,
+                                   _print_warnings, _printable, _render, plural, rule_doc)
 
 
 def _codes(value: str) -> list[str]:
@@ -35,28 +42,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="lint files and directories (the default command)",
                        description="Lint Python files for DTL rules; optionally fix them.")
-    c.add_argument("paths", nargs="*", default=["."], help="files or directories (default: .)")
+    c.add_argument("paths", nargs="*", default=None,
+                   help="files or directories (default: .); `-` reads one file from stdin (see --stdin-filename)")
     c.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     c.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix/--diff) or show fixes marked unsafe")
-    c.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing; exit 1 if there is a diff")
-    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001)")
+    c.add_argument("--diff", action="store_true", help="print only the fixes, as a unified diff; write nothing; "
+                   "exit 1 if there is a diff, 0 (and print nothing) if no fix applies")
+    c.add_argument("--fix-only", action="store_true", help="apply safe fixes, but report no remaining finding "
+                   "and exit 0 for them")
+    c.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when a fix was applied, even if "
+                   "no finding remains")
+    c.add_argument("--show-fixes", action="store_true", help="list the fixes applied (with --fix) or available, per file")
+    c.add_argument("--add-noqa", nargs="?", const="", default=None, metavar="REASON",
+                   help="suppress every remaining finding where it is: `# noqa: CODE`, or with "
+                        "`--add-noqa=REASON` `# dtype-lint: ignore[CODE] REASON`")
+    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001); the opt-in rules "
+                   "DTL003-DTL005 run only when named by code (or ALL)")
+    c.add_argument("--extend-select", type=_codes, help="comma-separated codes or prefixes to enable on top of `select`")
     c.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to disable")
     c.add_argument("--output-format", choices=FORMATS, default=None, help="report format (default: text)")
     c.add_argument("-o", "--output-file", help="write the report to a file instead of stdout")
     c.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     c.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     c.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
-    c.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding")
+    c.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding, "
+                   "one `count code [*] name` line each (as Ruff)")
+    c.add_argument("--statistics-table", action="store_true", help="the counts per rule as a table")
     c.add_argument("--baseline", metavar="FILE", help="hide findings recorded in FILE (keyed by path, scope and expression)")
     c.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE; an existing baseline may only shrink")
     c.add_argument("--changed-since", metavar="REF", help="only report files changed since a git ref (the class index still covers every file)")
-    c.add_argument("--config", metavar="FILE", help="pyproject.toml or a TOML file with [tool.dtype-lint] (default: nearest pyproject.toml)")
+    c.add_argument("--config", metavar="FILE", help="pyproject.toml, or a TOML file with the settings at its top level "
+                   "(default: the nearest .dtype-lint.toml, dtype-lint.toml or pyproject.toml with [tool.dtype-lint])")
     c.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns (gitignore-style)")
+    c.add_argument("--force-exclude", action=argparse.BooleanOptionalAction, default=None,
+                   help="apply `exclude` to files named on the command line too (pre-commit names each "
+                        "file; on in the shipped hooks); default: the `force-exclude` setting, else off")
+    c.add_argument("--stdin-filename", metavar="PATH", help="check the text on stdin as the file PATH of its "
+                   "project (its configuration, excludes and classes); with --fix, print the fixed text")
     c.add_argument("--preset", help="vllm (default) or generic")
     c.add_argument("--name-heuristics", action="store_true", help="also report low-confidence sites whose layer class did not resolve but whose name looks like a projection")
     c.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     c.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+    c.add_argument("-v", "--verbose", action="store_true", help="also say on stderr what the run wrote for itself "
+                   "(the cache, reports, baselines)")
 
     r = sub.add_parser("rule", help="explain a rule", description="Print a rule's documentation.")
     r.add_argument("code", nargs="?", help="e.g. DTL001")
@@ -88,11 +117,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns")
     d.add_argument("--no-cache", action="store_true")
 
+    e = sub.add_parser("explain", help="show the storage model for the layers read at PATH:LINE",
+                       description="For each `X.weight` on the line: the class X resolves to, whether a quantization "
+                                   "config reaches it, the backends that can be handed it and the storage each gives "
+                                   "`weight` (with the lines that make it), and what the rules conclude.")
+    e.add_argument("site", metavar="PATH:LINE")
+    e.add_argument("--config", metavar="FILE")
+
+    sub.add_parser("server", help="run the Language Server (LSP over stdio) for editors: diagnostics and quick-fixes",
+                   description="A Language Server over stdio: diagnostics for each Python document on open, "
+                               "change and save, and each safe fix as a quick-fix code action. Needs the `lsp` "
+                               "extra (pygls).")
     v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
     # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
-    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "verify": v})
+    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "explain": e, "verify": v})
     return p
 
 
@@ -108,11 +148,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"check", "rule", "migrate", "doctor", "verify"}
+    commands = {"check", "rule", "migrate", "doctor", "explain", "verify", "server"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
     if argv[0] == "verify":
         return _verify(argv[1:])
+    # `--add-noqa` takes its reason only as `--add-noqa=REASON`: a bare one never eats a path.
+    argv = ["--add-noqa=" if a == "--add-noqa" else a for a in argv]
     args = parse(argv)
     from dtype_lint.engine.pipeline import UserError
 
@@ -123,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
             return _migrate(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "explain":
+            from dtype_lint.explain import run as explain
+
+            return explain(args.site, args.config)
+        if args.command == "server":
+            return _server()
         return _check(args)
     except KeyboardInterrupt:
         print("dtype-lint: interrupted", file=sys.stderr)
@@ -135,98 +183,92 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-def _config(args, paths: list[str]):
-    from dtype_lint.config import ConfigError, load_for_run
-    from dtype_lint.engine.pipeline import UserError
-
-    overrides = {}
-    if getattr(args, "select", None):
-        overrides["select"] = args.select
-    if getattr(args, "ignore", None):
-        overrides["ignore"] = args.ignore
-    if getattr(args, "preset", None):
-        overrides["preset"] = args.preset
-    if getattr(args, "name_heuristics", False):
-        overrides["name-heuristics"] = True
-    try:
-        return load_for_run(paths, args.config, overrides, getattr(args, "exclude", None))
-    except ConfigError as e:
-        raise UserError(str(e)) from None
-
-
 def _check(args) -> int:
-    from dtype_lint.engine.pipeline import RunOptions, run
+    from dtype_lint.engine.pipeline import RunOptions, UserError, run
     from dtype_lint.engine.progress import progress_bar
 
-    cfg = _config(args, args.paths)
+    _check_combinations(args)
+    if args.paths == ["-"] or (args.stdin_filename and not args.paths):
+        from dtype_lint.cli_modes import check_stdin
+
+        return check_stdin(args)
+    if "-" in (args.paths or []):
+        raise UserError("`-` (stdin) must be the only path")
+    paths = args.paths or ["."]
+    cfg = _config(args, paths)
     _check_named_file(args.output_file)
     tick, stop = progress_bar(args.no_progress)
     try:
         result = run(cfg, RunOptions(
-            paths=args.paths, changed_since=args.changed_since, jobs=args.jobs, use_cache=not args.no_cache,
-            fix=args.fix and not args.diff, diff=args.diff, unsafe_fixes=args.unsafe_fixes,
+            paths=paths, changed_since=args.changed_since, jobs=args.jobs, use_cache=not args.no_cache,
+            fix=(args.fix or args.fix_only) and not args.diff, diff=args.diff, unsafe_fixes=args.unsafe_fixes,
             baseline=args.baseline, write_baseline=args.write_baseline, progress=tick))
     finally:
         stop()
-    if args.write_baseline:
-        print(f"dtype-lint: wrote baseline {args.write_baseline} ({result.baselined} findings)", file=sys.stderr)
     if args.diff:
+        # Only the diff on stdout (`--diff > fix.patch` is a patch), as Ruff: exit 1 when there is one.
         sys.stdout.write(result.diff)
-        if result.diff:
-            return EXIT_FINDINGS
-        # No diff: report like a plain check (suppressed and baselined findings do not count).
-    _report(result, args)
-    _print_writes(result)
-    _print_warnings(result)
-    if args.exit_zero:
+        _print_warnings(result)
+        return EXIT_FINDINGS if result.diff else EXIT_CLEAN
+    if args.add_noqa is not None:
+        from dtype_lint.cli_modes import add_noqa_mode
+
+        return add_noqa_mode(result, args.add_noqa)
+    if args.write_baseline:
+        _print_writes(result, args.verbose, skip=("baseline",))
+        _print_warnings(result)
+        print(f"dtype-lint: wrote baseline {args.write_baseline}: {plural(result.baselined, 'finding')} recorded; "
+              f"`--baseline {args.write_baseline}` hides {'it' if result.baselined == 1 else 'them'}", file=sys.stderr)
         return EXIT_CLEAN
-    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+    if args.fix_only:
+        if result.fixed:
+            print(f"Fixed {plural(len(result.fixed), 'finding')}.")
+    else:
+        _report(result, args)
+    if args.show_fixes:
+        from dtype_lint.cli_modes import show_fixes
+
+        show_fixes(result, args)
+    _print_writes(result, args.verbose)
+    _print_warnings(result)
+    return _exit_code(args, bool(result.findings) and not args.fix_only, bool(result.fixed))
 
 
-def _print_writes(result) -> None:
-    """Every file a run created or changed, on stderr (the cache only when its folder is made)."""
+def _check_combinations(args) -> None:
+    from dtype_lint.engine.pipeline import UserError
+
+    if args.add_noqa is not None:
+        clash = [flag for flag, on in (("--fix", args.fix), ("--fix-only", args.fix_only), ("--diff", args.diff),
+                                       ("--write-baseline", args.write_baseline)) if on]
+        if clash:
+            raise UserError(f"--add-noqa cannot be combined with {clash[0]}: it suppresses findings, it does not fix them")
+        if "\n" in args.add_noqa or "\r" in args.add_noqa:
+            raise UserError("--add-noqa: the reason must be one line")
+    if args.stdin_filename is not None and args.paths not in (None, [], ["-"]):
+        raise UserError("--stdin-filename names the text on stdin: give no other path (or `-`)")
+
+
+def _print_writes(result, verbose: bool = False, skip: tuple[str, ...] = (), show: tuple[str, ...] = ()) -> None:
+    """What a run changed in the user's files, on stderr, cwd-relative: fixes, the helper and its
+    package markers, suppressions added. Bookkeeping (the cache, `-o` reports, baselines, which
+    announce themselves) only with -v."""
+    bookkeeping = {"cache", "report", "baseline"} - set(show)
     for w in result.writes:
+        if w.why in skip or (w.why in bookkeeping and not verbose):
+            continue
         if w.why == "cache" and not w.path.endswith("/"):
             continue
         what = "created" if w.action == "created" else "wrote"
-        print(f"dtype-lint: {what} {_printable(w.path)} ({w.why})", file=sys.stderr)
-
-
-def _print_warnings(result) -> None:
-    for warning in result.warnings:
-        print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
-
-
-def _printable(text: str) -> str:
-    """A path as a terminal may show it: control characters escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def rule_infos() -> dict:
-    from dtype_lint.reporters import RuleInfo
-    from dtype_lint.rules import ALL_RULES
-
-    return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
+        print(f"dtype-lint: {what} {_printable(_from_cwd(result.config.root, w.path))} ({w.why})", file=sys.stderr)
 
 
 def _report(result, args) -> None:
     from dtype_lint.engine.pipeline import safe_read
-    from dtype_lint.reporters import RunSummary, render
 
-    summary = RunSummary(
-        files_checked=len(result.files), files_analyzed=result.analyzed, elapsed_s=result.elapsed_s,
-        fixed=len(result.fixed),
-        fixes_available_safe=sum(1 for f in result.findings if f.fix and f.fix.safe),
-        fixes_available_unsafe=sum(1 for f in result.findings if f.fix and not f.fix.safe),
-        unsafe_fixes_enabled=args.unsafe_fixes, quiet=args.quiet,
-    )
-    color = {"always": True, "never": False}.get(args.color)
-    fmt = args.output_format or "text"
     import io
 
     out = io.StringIO() if args.output_file else sys.stdout
-    render(fmt, result.findings, summary, out, read_source=safe_read, rules=rule_infos(), color=color,
-           statistics=args.statistics)
+    _render(result.findings, result.fixed, args, len(result.files), result.analyzed, result.elapsed_s, safe_read, out)
     if args.output_file:
         _write_named_file(result, args.output_file, out.getvalue(), "report")
 
@@ -277,7 +319,7 @@ def _migrate(args) -> int:
         print(f"dtype-lint: error: {e}; the report is printed above", file=sys.stderr)
         return EXIT_ERROR
     print_summary(result, args.report)
-    _print_writes(result)
+    _print_writes(result, show=("report",))
     _print_warnings(result)
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
@@ -322,18 +364,51 @@ def _rule(args) -> int:
     return EXIT_CLEAN
 
 
-def rule_doc(rule) -> str:
-    import inspect
+def _server() -> int:
+    try:
+        from dtype_lint.server import serve
+    except ImportError as e:
+        print(f"dtype-lint: error: `server` needs pygls, in the `lsp` extra: {_extra_install('lsp')} ({e})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return serve()
 
-    doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
-    title, _, body = doc.partition("\n")
-    return f"# {title}\n{body}\n"
+
+def _extra_install(extra: str) -> str:
+    """How to install an extra of this very installation: the package is on no index, so from
+    the checkout it was installed from when that is known, else from a checkout."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        direct = distribution("dtype-lint").read_text("direct_url.json") or ""
+    except PackageNotFoundError:
+        direct = ""
+    import json
+
+    try:
+        url = json.loads(direct).get("url", "") if direct else ""
+    except ValueError:
+        url = ""
+    if url.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return f"pip install -e '{unquote(urlparse(url).path)}[{extra}]'"
+    return f"pip install -e '.[{extra}]' in a checkout of dtype-lint"
 
 
 def _verify(argv: list[str]) -> int:
     try:
         from dtype_lint.kernels_ref.harness.verify import main as verify_main
     except ImportError as e:
-        print(f"dtype-lint: error: `verify` needs torch: pip install 'dtype-lint[verify]' ({e})", file=sys.stderr)
+        install = (f"`verify` needs torch (the CPU build: see docs/install.md), in the `verify` extra: "
+                   f"{_extra_install('verify')}")
+        if any(a in ("-h", "--help") for a in argv):
+            # Help must not need the heavy dependency: say what the command does and how to get it.
+            print("usage: dtype-lint verify [options]\n\n"
+                  "Prove on reference kernels (PyTorch, CPU) that the MLA prefill fix changes nothing but the "
+                  "crash: the original and the fixed code run over every storage format of kv_b_proj.\n\n"
+                  f"{install}; its options are listed here once torch is installed.\n(not available: {e})")
+            return EXIT_CLEAN
+        print(f"dtype-lint: error: {install} ({e})", file=sys.stderr)
         return EXIT_ERROR
     return int(verify_main(argv) or 0)

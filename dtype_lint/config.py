@@ -29,6 +29,13 @@ _HELPER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _QUALNAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
 
 
+# Rules off by default: not yet precise (>= 95%) on trees they were not developed on (see
+# docs/triage/README.md). A rule here runs only when `select` names its exact code (or "ALL"): a
+# prefix such as "DTL" does not turn it on. Each rule class says the same (`Rule.default_enabled`),
+# which a test checks; the list lives here so that deciding what is enabled imports no rule.
+OPT_IN_RULES = frozenset({"DTL003", "DTL004", "DTL005"})
+
+
 @dataclass
 class Config:
     root: Path = field(default_factory=Path.cwd)
@@ -41,6 +48,9 @@ class Config:
     not_quantizable: list[str] = field(default_factory=list)
     exempt_functions: list[str] = field(default_factory=lambda: list(EXEMPT_FUNCTIONS))
     exclude: list[str] = field(default_factory=list)
+    # `exclude` also applies to files named on the command line (pre-commit names every staged
+    # file), as Ruff's `force-exclude`.
+    force_exclude: bool = False
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     name_heuristics: bool = False
     name_patterns: list[str] = field(default_factory=lambda: list(NAME_HEURISTICS))
@@ -83,6 +93,8 @@ class Config:
 
         if not matches(self.select) or matches(self.ignore):
             return False
+        if code in OPT_IN_RULES and not any(p in ("ALL", code) for p in self.select):
+            return False
         if path is not None and self.per_file_ignores:
             import fnmatch
 
@@ -94,7 +106,7 @@ class Config:
 
     def fingerprint(self) -> str:
         """Hash of everything that changes findings: part of every cache key."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("root", "source", "cache_dir")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("root", "source", "cache_dir", "force_exclude")}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -117,6 +129,8 @@ _KEYS = {
     "exempt-functions": ("exempt_functions", list),
     "extend-exempt-functions": ("exempt_functions", "extend"),
     "exclude": ("exclude", list),
+    "extend-exclude": ("exclude", "extend"),
+    "force-exclude": ("force_exclude", bool),
     "per-file-ignores": ("per_file_ignores", dict),
     "name-heuristics": ("name_heuristics", bool),
     "name-patterns": ("name_patterns", list),
@@ -168,12 +182,26 @@ def _kind(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml with a [tool.dtype-lint] table (as ruff does for its own), else
-    the nearest pyproject.toml at all (its directory is the project root), else None."""
+# Standalone configuration files, in the order they win within one folder (as Ruff's `.ruff.toml`
+# > `ruff.toml` > `pyproject.toml`): their settings sit at the top level, no `[tool.dtype-lint]`.
+STANDALONE_CONFIGS = (".dtype-lint.toml", "dtype-lint.toml")
+
+
+def _folders_up(start: Path) -> list[Path]:
     start = start.resolve()
+    return [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest configuration of ours: in each folder from `start` up, `.dtype-lint.toml`,
+    then `dtype-lint.toml`, then a pyproject.toml with a [tool.dtype-lint] table (as ruff does
+    for its own); else the nearest pyproject.toml at all (its directory is the project root),
+    else None."""
     first = None
-    for d in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+    for d in _folders_up(start):
+        for name in STANDALONE_CONFIGS:
+            if (d / name).is_file():
+                return d / name
         candidate = d / "pyproject.toml"
         if candidate.is_file():
             first = first or candidate
@@ -189,8 +217,23 @@ def find_pyproject(start: Path) -> Path | None:
     return first
 
 
+def project_root(start: Path, found: Path | None) -> Path:
+    """The folder a run's paths, cache and helper are relative to: the folder of the configuration
+    found; without one, the nearest folder at or above `start` that is not a package (has no
+    `__init__.py`), so that `dtype-lint check vllm/` on a tree without pyproject.toml roots the
+    project (and its cache) next to `vllm/`, never inside it."""
+    if found is not None:
+        return found.parent
+    folders = _folders_up(start)
+    for d in folders:
+        if not (d / "__init__.py").exists():
+            return d
+    return folders[-1]
+
+
 def load_config(start: Path, explicit: Path | None = None, overrides: dict | None = None) -> Config:
-    """Settings from `explicit` or the nearest pyproject.toml above `start`, then `overrides`.
+    """Settings from `explicit` or the nearest configuration above `start` (see find_pyproject),
+    then `overrides`.
 
     The project root always comes from `start` (the files being checked), never from
     `explicit`: a shared settings file elsewhere (pre-commit's `--config path/outside`) must not
@@ -201,12 +244,12 @@ def load_config(start: Path, explicit: Path | None = None, overrides: dict | Non
     table: dict = {}
     if path is not None:
         doc = read_toml(path)
-        if explicit is not None and path.name != "pyproject.toml":
+        if path.name != "pyproject.toml":
             table = _tool_table(doc, path, doc)
         else:
             table = _tool_table(doc, path, {})
         cfg.source = str(path)
-    cfg.root = found.parent if found is not None else (start.resolve() if start.is_dir() else start.resolve().parent)
+    cfg.root = project_root(start, found)
     apply_settings(cfg, table, where=cfg.source)
     if overrides:
         apply_settings(cfg, overrides, where="command line")

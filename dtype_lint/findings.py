@@ -73,6 +73,9 @@ class Finding:
     # "error" | "warning": the rule's severity (a warning: a likely problem or a lower-severity
     # consequence of one reported elsewhere); low confidence also reads as a warning.
     severity: str = "error"
+    # What the finding points at: "site" (an expression wrong where it is), "call" (a call of a
+    # function defined wrong), "definition" (that function): consumers ask this, not the text.
+    kind: str = "site"
 
     @property
     def fixable(self) -> bool:
@@ -109,8 +112,11 @@ class Finding:
             scope=d.get("scope", ""),
             expression=d.get("expression", ""),
             severity=d.get("severity", "error"),
+            kind=d.get("kind", "site"),
         )
 
+
+FINDING_KINDS = frozenset({"site", "call", "definition"})
 
 # Engine-level codes: not rules, but users select/ignore them like rules.
 PARSE_ERROR = "DTL900"

@@ -20,31 +20,67 @@ Facts a rule may declare (reading an undeclared one raises, so declarations stay
 - "helpers": functions of the input-dtype helper's shape this file defines or calls, with what
   they decide for every storage (helper_facts.py). A rule that reports calls of helpers defined
   in other files sets `reads_helper_callers`, so that files importing one are analysed whatever
-  their text.
+  their text;
+- "guards": the questions asked of the checks that dominate a site (analysis/file_guards.py):
+  `storage_unpacked(site, function, layer)` (the layer is proven unquantized or its storage a
+  float there; `layer_verdict(..., site=)` asks it for every rule) and `weight_present(read,
+  function, layer)` (`L.weight` cannot raise there).
 """
 
 from __future__ import annotations
 
 import ast
+import enum
 import fnmatch
+import textwrap
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
+from dtype_lint.analysis.storage_model import why_storage
 from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
+from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.layers import LayerResolver
-from dtype_lint.findings import Evidence, Finding, Fix, Span
+from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.engine.source import SourceFile
 
-FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers"})
+FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
+
+# What a repacked or dropped weight is, in every message that names a layer's storage dtype.
+STORAGE_DTYPES = "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
+
+
+def storage_dtypes(evidence) -> str:
+    """The storages behind a finding, for its message: the backends the storage model found
+    (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
+    STORAGE_DTYPES when it knew none."""
+    return "(" + why_storage(evidence, STORAGE_DTYPES[1:-1]) + ")"
+
+
+class FixAvailability(enum.Enum):
+    """Whether a rule's findings come with a fix (Ruff's FixAvailability): the README's fix column
+    is generated from it (`Rule.fix_column`), and a rule declaring NONE may not report a fix."""
+
+    ALWAYS = "always"
+    SOMETIMES = "sometimes"
+    NONE = "none"
+
+
+def example_code(code: str) -> str:
+    """An example's source: a triple-quoted block that starts with a newline is dedented (Fixit
+    style: `Valid(\"\"\"\n    import torch\n    ...\"\"\")`), anything else is taken as written."""
+    return textwrap.dedent(code[1:]) if code.startswith("\n") else code
 
 
 @dataclass(frozen=True)
 class Valid:
     code: str
     settings: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "code", example_code(self.code))
 
 
 @dataclass(frozen=True)
@@ -58,6 +94,11 @@ class Invalid:
     unsafe: bool = False
     settings: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        object.__setattr__(self, "code", example_code(self.code))
+        if self.expected_replacement is not None:
+            object.__setattr__(self, "expected_replacement", example_code(self.expected_replacement))
+
 
 class Rule:
     code: ClassVar[str]
@@ -69,14 +110,25 @@ class Rule:
     marker: ClassVar[str] = "weight"
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
+    # False: off unless `select` names the code (measured precision below 95% off the trees it was
+    # developed on; config.OPT_IN_RULES holds the same codes).
+    default_enabled: ClassVar[bool] = True
     # Analyse files that import a helper-shaped function from another file even when their text
     # matches no pattern (a call site of the helper needs no `.weight` on its lines).
     reads_helper_callers: ClassVar[bool] = False
+    # Whether findings carry a fix, and what the README's fix column says about it.
+    fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
+    fix_note: ClassVar[str] = ""
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
     def check(self, ctx: "RuleContext") -> None:
         raise NotImplementedError
+
+    @classmethod
+    def fix_column(cls) -> str:
+        """The README rules table's fix cell: the availability, then the rule's note."""
+        return f"{cls.fix_availability.value}: {cls.fix_note}" if cls.fix_note else cls.fix_availability.value
 
 
 class RuleContractError(Exception):
@@ -102,14 +154,10 @@ class Candidate:
 
     @cached_property
     def parents(self) -> dict[int, ast.AST]:
-        parents = {}
-        for node in ast.walk(self.fn):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
-        return parents
+        return parent_map(self.fn)
 
 
-class FileFacts:
+class RuleFacts:
     """What rules may read about one file; built lazily, once, whatever rules ask."""
 
     def __init__(self, source: SourceFile, tree: ast.Module, config: Config, project: ProjectFacts,
@@ -200,6 +248,18 @@ class FileFacts:
         return out
 
     @cached_property
+    def _function_spans(self) -> list[tuple[int, int, str]]:
+        return sorted((c.fn.lineno, c.fn.end_lineno or c.fn.lineno, c.scope_name) for c in self._all_functions)
+
+    def scope_of(self, node: ast.AST) -> str:
+        """The qualified name of the innermost function holding `node` ("<module>" outside any):
+        nested functions start later than the functions holding them, and a decorator line
+        before its `def` belongs to the enclosing scope."""
+        line, end = node.lineno, getattr(node, "end_lineno", None) or node.lineno
+        holding = [name for start, stop, name in self._function_spans if start <= line and end <= stop]
+        return holding[-1] if holding else "<module>"
+
+    @cached_property
     def layers(self) -> LayerResolver:
         return LayerResolver(self.project, self.source.module, self.imports, self.source.path,
                              self.config.all_config_params)
@@ -217,6 +277,12 @@ class FileFacts:
         return Planner(self.source, self.config, self.project, self.tree)
 
     @cached_property
+    def guards(self):
+        from dtype_lint.analysis.file_guards import FileGuards
+
+        return FileGuards(self)
+
+    @cached_property
     def helpers(self):
         from dtype_lint.analysis.helper_functions import HelperFacts
 
@@ -227,19 +293,26 @@ class FileFacts:
 class RuleContext:
     """One rule's view of one file: the facts it declared, and `report`."""
 
-    def __init__(self, rule: Rule, facts: FileFacts, sink: list[Finding]):
+    def __init__(self, rule: Rule, facts: RuleFacts, sink: list[Finding]):
         self.rule = rule
         self._facts = facts
         self._sink = sink
         self.source = facts.source
-        self.tree = facts.tree
         self.config = facts.config
-        self.imports = facts.imports
 
     def _fact(self, name: str):
         if name not in type(self.rule).facts:
             raise RuleContractError(f"{self.rule.code} reads `{name}` but does not declare it in `facts`")
         return getattr(self._facts, name)
+
+    @property
+    def tree(self) -> ast.Module:
+        return self._fact("tree")
+
+    @property
+    def imports(self) -> dict[str, str]:
+        """Local name -> what it imports (`{"torch": "torch", "Fp8Config": "vllm....Fp8Config"}`)."""
+        return self._fact("imports")
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -276,9 +349,8 @@ class RuleContext:
             self.report(
                 flow.arg,
                 f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {target}: the storage "
-                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` (int32 under Marlin, uint8 under NVFP4, "
-                f"absent under AWQ)",
-                scope=c.scope_name, confidence=confidence, evidence=(use, *evidence),
+                f"dtype of quantizable layer `{ast.unparse(flow.layer)}` {storage_dtypes(evidence)}",
+                confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",
             )
 
@@ -287,8 +359,8 @@ class RuleContext:
         return self._fact("helpers")
 
     @property
-    def project(self) -> ProjectFacts:
-        return self._facts.project
+    def guards(self):
+        return self._fact("guards")
 
     def calls(self):
         """(candidate, call node) for every call in every candidate function, in source order (the
@@ -300,21 +372,25 @@ class RuleContext:
                 yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
-                      site: ast.AST | None = None) -> tuple[str, tuple[Evidence, ...]] | None:
+                      site: ast.AST | None = None, need: str = "non-compute") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
-        proves the layer unquantized (guards.py) also makes it None."""
+        proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
+        the storage that makes the site a finding ("non-compute", or "absent" for a read of `.weight`
+        itself), asked of the storage model (analysis/storage_model.py)."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
-        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns)
+        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns, need)
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
-        aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
-        cf = self.project.class_facts(where.class_qualname) if where.class_qualname else None
-        from dtype_lint.analysis.guards import dominating_guard  # with the dtype evaluator: only once a site is found
+        from dtype_lint.analysis.never_runs import never_runs
 
-        if dominating_guard(site, where.fn, where.parents, layer, aliases, cf, self.source.path) is not None:
+        if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
+            return None
+        # A check that proves the layer unquantized there (asked for every rule: a guard the
+        # rule did not declare still decides whether the layer may be quantized at this site).
+        if self._facts.guards.storage_unpacked(site, where, layer) is not None:
             return None
         return verdict
 
@@ -323,9 +399,18 @@ class RuleContext:
         return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
                     node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
 
-    def report(self, node: ast.AST, message: str, *, scope: str, fix: Fix | None = None, no_fix_reason: str = "",
+    def report(self, node: ast.AST, message: str, *, fix: Fix | None = None, no_fix_reason: str = "",
                confidence: str = "high", evidence: tuple[Evidence, ...] = (), expression: str | None = None,
-               code: str | None = None, severity: str | None = None) -> Finding:
+               code: str | None = None, severity: str | None = None, kind: str = "site",
+               scope: str | None = None) -> Finding:
+        """Report `node`. `scope`: the qualified name of the function holding the node, derived
+        unless given (a definition is reported in its own scope); `kind`: "site" (an expression
+        that is wrong here), "call" (a call of a function defined wrong) or "definition" (that
+        function itself)."""
+        if kind not in FINDING_KINDS:
+            raise RuleContractError(f"{self.rule.code} reports kind {kind!r}; one of {sorted(FINDING_KINDS)}")
+        if fix is not None and type(self.rule).fix_availability is FixAvailability.NONE:
+            raise RuleContractError(f"{self.rule.code} reports a fix but declares fix_availability NONE")
         finding = Finding(
             code=code or self.rule.code,
             message=message,
@@ -335,9 +420,10 @@ class RuleContext:
             evidence=evidence,
             fix=fix,
             no_fix_reason=no_fix_reason,
-            scope=scope,
+            scope=self._facts.scope_of(node) if scope is None else scope,
             expression=ast.unparse(node) if expression is None else expression,
             severity=severity or self.rule.severity,
+            kind=kind,
         )
         self._sink.append(finding)
         return finding
@@ -379,4 +465,5 @@ def _visit(body, class_q, prefix, module, lines):
                 yield from _visit(block, class_q, prefix, module, lines)
 
 
-__all__ = ["Rule", "Valid", "Invalid", "RuleContext", "FileFacts", "Candidate", "FACTS", "iter_functions"]
+__all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",
+           "STORAGE_DTYPES", "example_code", "iter_functions", "storage_dtypes"]

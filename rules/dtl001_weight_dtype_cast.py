@@ -33,6 +33,16 @@ if kv_b_proj_input_dtype is not None:
     kv_c_normed = kv_c_normed.to(kv_b_proj_input_dtype)
 ```
 
+## Which backends
+A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
+instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
+float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
+shows them all. Where the tree's backends cannot be read (a project importing vLLM without
+containing it), the shipped catalogue of vLLM 0.33.0 answers; failing that, the layer counts as
+possibly packed.
+
 ## Fix safety
 The fix calls the configured helper (`helper = "pkg.mod:func"`), which returns the layer's input
 dtype or None (keep the model dtype). It is **safe** when it provably keeps behaviour on every
@@ -61,7 +71,7 @@ import ast
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 _HEAD = """\
 import torch
@@ -86,6 +96,8 @@ class WeightDtypeCast(Rule):
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = "safe / none with reason"
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -166,49 +178,49 @@ class WeightDtypeCast(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        for c in ctx.candidates:
-            self._dtype_getter(ctx, c)
-        for c, node in ctx.calls():
-            ctx.report_flows(c, node, "cast", "casts an activation to")
+        for function in ctx.candidates:
+            self._dtype_getter(ctx, function)
+        for function, node in ctx.calls():
+            ctx.report_flows(function, node, "cast", "casts an activation to")
             for arg in cast_dtype_args(node):
-                wds = self._source(arg, c.scope, node)
-                if wds is None or _receiver_is_parameter(node, wds.layer):
+                weight_dtype = self._source(arg, function.scope, node)
+                if weight_dtype is None or _receiver_is_parameter(node, weight_dtype.layer):
                     continue
-                verdict = ctx.layer_verdict(wds.layer, c, site=node)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                fix, reason = ctx.fixes.plan(Site(node, arg, wds, c.fn, c.scope, c.parents))
-                ctx.report(node, self._message(wds, ast.unparse(wds.layer), ctx.fixes.func), scope=c.scope_name,
+                fix, reason = ctx.fixes.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), ctx.fixes.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
     @staticmethod
-    def _dtype_getter(ctx: RuleContext, c) -> None:
+    def _dtype_getter(ctx: RuleContext, function) -> None:
         """A `dtype` getter (property or method) of a module that returns a quantizable layer's
         `.weight.dtype`: callers cast activations to it (`pixels.to(self.visual.dtype)`)."""
-        if c.fn.name != "dtype" or not c.class_qualname:
+        if function.fn.name != "dtype" or not function.class_qualname:
             return
-        body = [s for s in c.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        body = [s for s in function.fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
         if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
             return
-        wds = weight_dtype_source(body[0].value, c.scope)
-        verdict = ctx.layer_verdict(wds.layer, c, site=body[0]) if wds is not None else None
+        weight_dtype = weight_dtype_source(body[0].value, function.scope)
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=body[0]) if weight_dtype is not None else None
         if verdict is None:
             return
         confidence, evidence = verdict
-        layer = ast.unparse(wds.layer)
+        layer = ast.unparse(weight_dtype.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
-                   f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); its callers cast activations to it: "
-                   f"return the compute dtype (`{layer}.params_dtype`)", scope=c.scope_name,
+                   f"{storage_dtypes(evidence)}; its callers cast activations to it: "
+                   f"return the compute dtype (`{layer}.params_dtype`)",
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
     @staticmethod
     def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:
-        wds = weight_dtype_source(arg, scope)
-        if wds is not None:
-            return wds
+        weight_dtype = weight_dtype_source(arg, scope)
+        if weight_dtype is not None:
+            return weight_dtype
         if call.func.attr == "to":  # type: ignore[union-attr]
             w = weight_expr(arg, scope)
             if w is not None:
@@ -216,13 +228,13 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(wds: WeightDtypeSource, layer: str, helper: str) -> str:
-        via = f" through `{wds.alias}`" if wds.alias else ""
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
+        via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
-        what = (f"the dtype and device of `{layer}.weight`" if wds.form == "tensor"
+        what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); use `{helper}({layer}, ...)`")
+                f"{storage_dtypes(evidence)}; use `{helper}({layer}, ...)`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

@@ -30,6 +30,16 @@ out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.params_dtype)
 or the input dtype the layer expects, `get_layer_input_dtype(self.o_proj, fp8_input)`, with an
 explicit choice for `None` (keep the model dtype).
 
+## Which backends
+A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
+instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
+float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
+shows them all. Where the tree's backends cannot be read (a project importing vLLM without
+containing it), the shipped catalogue of vLLM 0.33.0 answers; failing that, the layer counts as
+possibly packed.
+
 ## Fix safety
 No automatic fix: the right dtype of a buffer depends on what it will hold (an activation, a
 layer output, a dequantized weight), which the code does not say. The finding names the layer
@@ -52,7 +62,7 @@ import ast
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
@@ -72,7 +82,9 @@ class WeightDtypeAllocation(Rule):
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
     patterns = WEIGHT_SITE_PATTERNS
-    facts = frozenset({"candidates", "layers", "flows"})
+    facts = frozenset({"candidates", "layers", "flows", "imports"})
+    fix_availability = FixAvailability.NONE
+    fix_note = "the buffer's dtype is a human choice"
 
     VALID = [
         Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
@@ -96,41 +108,41 @@ class WeightDtypeAllocation(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        for c, node in ctx.calls():
-            ctx.report_flows(c, node, "alloc", "allocates a tensor in")
-            self._like_weight(ctx, c, node)
+        for function, node in ctx.calls():
+            ctx.report_flows(function, node, "alloc", "allocates a tensor in")
+            self._like_weight(ctx, function, node)
             for kw in alloc_dtype_keywords(node, ctx.imports):
-                wds = weight_dtype_source(kw.value, c.scope)
-                verdict = ctx.layer_verdict(wds.layer, c, site=node) if wds is not None else None
+                weight_dtype = weight_dtype_source(kw.value, function.scope)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                via = f" through `{wds.alias}`" if wds.alias else ""
+                via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
                 ctx.report(
                     node,
                     f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
-                    f"`{ast.unparse(wds.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
-                    f"(int32 under Marlin, uint8 under NVFP4, absent under AWQ); choose the buffer's dtype explicitly",
-                    scope=c.scope_name, confidence=confidence, evidence=evidence,
+                    f"`{ast.unparse(weight_dtype.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
+                    f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
+                    confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
 
     @staticmethod
-    def _like_weight(ctx: RuleContext, c, node: ast.Call) -> None:
+    def _like_weight(ctx: RuleContext, function, node: ast.Call) -> None:
         """`w.new_zeros(...)` with `w = L.weight` and no `dtype=`: a buffer in the storage dtype."""
         f = node.func
         if not (isinstance(f, ast.Attribute) and f.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
             return
-        w = weight_expr(f.value, c.scope)
-        verdict = ctx.layer_verdict(w[0], c, site=node) if w is not None else None
+        w = weight_expr(f.value, function.scope)
+        verdict = ctx.layer_verdict(w[0], function, site=node) if w is not None else None
         if verdict is None:
             return
         confidence, evidence = verdict
         ctx.report(
             node,
             f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
-            f"dtype of a quantizable layer (int32 under Marlin, uint8 under NVFP4, absent under AWQ); pass the "
+            f"dtype of a quantizable layer {storage_dtypes(evidence)}; pass the "
             f"buffer's dtype explicitly",
-            scope=c.scope_name, confidence=confidence, evidence=evidence,
+            confidence=confidence, evidence=evidence,
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
         )

@@ -112,6 +112,17 @@ wrong case.
   followed.
 - Storages outside the evaluated set (int16, int4 in int32 words other than Marlin's) are not
   checked.
+- A helper is judged by its callers in its own file: a call that hands it a layer no backend packs
+  (a plain `nn.Linear`, a layer built without a config) is not reported, nor a helper that is not
+  the configured one and whose callers there all do so; callers in other files are not read for
+  this.
+
+## Default
+Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23, 0 of its 3 findings were TRUE (every caller of `pi05_core.py`'s helper
+passes a plain `nn.Linear`; now judged by those callers, they are not reported); aphrodite-engine's 4
+and vLLM 0.30.0's 4 are not judged yet, so it stays opt-in.
+It becomes a default rule once it is precise there (docs/triage/README.md).
 
 ## Options
 `helper`, `helper-template` (the configured helper and its template), `exempt-functions`,
@@ -127,7 +138,7 @@ from dtype_lint.findings import Edit, Evidence, Fix
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, cast_dtype_args
-from dtype_lint.rule import Invalid, Rule, RuleContext, Valid
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _UPSTREAM_SHAPE = """\
 import torch
@@ -178,9 +189,14 @@ class UnsoundInputDtypeHelper(Rule):
     code = "DTL005"
     name = "unsound-input-dtype-helper"
     summary = "an input-dtype helper returns an integer storage dtype (or raises, or keeps fp8) for some storage"
+    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
     patterns = WEIGHT_SITE_PATTERNS + (r"\.params_dtype\b",)
     marker = "dtype"
-    facts = frozenset({"functions", "helpers", "fixes"})
+    facts = frozenset({"functions", "helpers", "fixes", "layers"})
+    fix_availability = FixAvailability.SOMETIMES
+    fix_note = ("safe: the missing branch in the configured helper; callers rewritten to the configured helper "
+                "where proven to agree, else the missing branch in the unsound helper itself; all proven by the "
+                "evaluator / none with reason")
     reads_helper_callers = True
 
     VALID = [
@@ -232,9 +248,13 @@ class UnsoundInputDtypeHelper(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         exempt = {id(c.fn) for c in ctx.functions if c.exempt}
+        callers = _callers_here(ctx)
         for fn, _class_q, h in ctx.helpers.defined:
             if id(fn) in exempt or h.table is None or not h.unsound or not h.decides:
                 continue
+            here = callers.get(h.name)
+            if not h.configured and here and not any(here):
+                continue  # every caller in its file hands it a layer no backend packs (a plain nn.Linear)
             if h.configured:
                 fix, reason = _helper_fix(ctx, fn, h)
             elif blocker := _route_blocker(ctx, h):
@@ -245,7 +265,7 @@ class UnsoundInputDtypeHelper(Rule):
             else:
                 fix, reason = None, _no_fix_reason(h)
             ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
-                       no_fix_reason=reason, expression=f"def {fn.name}")
+                       no_fix_reason=reason, expression=f"def {fn.name}", kind="definition")
         for c in ctx.functions:
             if c.exempt:
                 continue
@@ -256,14 +276,44 @@ class UnsoundInputDtypeHelper(Rule):
                 if h is None or h.table is None or not h.unsound or not h.decides:
                     continue
                 cast = _fed_cast(node, c)
-                if cast is None:
+                if cast is None or not _may_be_packed(ctx, node, c):
                     continue
                 fix, reason = _route_fix(ctx, node, h)
                 here = h.path == ctx.source.path
-                ctx.report(node, _call_message(h, cast), scope=c.scope_name, fix=fix,
+                ctx.report(node, _call_message(h, cast), fix=fix, kind="call",
                            no_fix_reason=reason, severity="warning",
                            evidence=(Evidence(f"`{h.name}` is defined {'here' if here else 'in ' + h.qualname}",
                                               h.path, h.line),))
+
+
+def _layer_arg(call: ast.Call) -> ast.expr | None:
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg in ("layer", "module", "linear")), None)
+
+
+def _may_be_packed(ctx: RuleContext, call: ast.Call, c) -> bool:
+    """Can the layer this call hands the helper have a storage the helper decides wrongly? False
+    only when the layer resolves and no backend gives it a non-compute storage (a plain
+    `nn.Linear`, a layer built without a quant config)."""
+    arg = _layer_arg(call)
+    if arg is None:
+        return True
+    inst = ctx.layers.resolve(arg, c.scope)
+    if inst.qualname is None and inst.config != "none":
+        return True  # unresolved: the helper's own verdict stands
+    return ctx.layer_verdict(arg, c, site=call) is not None
+
+
+def _callers_here(ctx: RuleContext) -> dict[str, list[bool]]:
+    """Helper name → for each call of it in this file, whether the layer it passes may be packed."""
+    out: dict[str, list[bool]] = {}
+    names = {fn.name for fn, _q, _h in ctx.helpers.defined}
+    for c in ctx.functions:
+        for node in c.nodes:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+                out.setdefault(node.func.id, []).append(_may_be_packed(ctx, node, c))
+    return out
 
 
 def _scope_of(h: KnownHelper) -> str:

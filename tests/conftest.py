@@ -26,6 +26,7 @@ from dtype_lint import releases  # noqa: E402
 RELEASE_FIXTURES = {
     "vllm_0271": ("vllm", "0.27.1"),
     "vllm_0280": ("vllm", "0.28.0"),
+    "vllm_0300": ("vllm", "0.30.0"),
     "vllm_0330": ("vllm", "0.33.0"),
     "sglang_0523": ("sglang", "0.5.23"),
     "aphrodite_0241": ("aphrodite-engine", "0.24.1"),
@@ -54,6 +55,12 @@ def vllm_0280() -> Path:
 
 
 @pytest.fixture(scope="session")
+def vllm_0300() -> Path:
+    """Root of vLLM 0.30.0's `.py` tree: a release triaged zero-config after the rules were written."""
+    return _release("vllm", "0.30.0")
+
+
+@pytest.fixture(scope="session")
 def vllm_0330() -> Path:
     """Root of vLLM 0.33.0's `.py` tree: the current release, the patch series' target."""
     return _release("vllm", "0.33.0")
@@ -77,6 +84,69 @@ def lmdeploy_0180() -> Path:
     return _release("lmdeploy", "0.18.0")
 
 
+# The slow tier, by module (path under tests/) or by test name: what each is slow for. `pytest -m
+# "not slow and not network"` (the fast tier, README) runs the rest; plain `pytest` runs all. A new
+# test that takes more than a second or two belongs in one of these, not in a decorator of its own.
+SLOW_MODULES = {
+    "kernels/test_cuda_emulated.py": "kernel emulation (the SIMT emulator runs the CUDA sources)",
+    "kernels/test_cuda_compile.py": "kernel compilation",
+    "kernels/test_gpu_check_cpu.py": "the GPU check script, run on CPU",
+    "test_mutate.py": "mutation testing",
+    "test_crash_consistency.py": "crash consistency (SIGKILL at random points)",
+    "test_fuzz.py": "fuzzing (hypothesis)",
+    "test_bench_smoke.py": "benchmark smoke run",
+    "test_verify.py": "verification on the reference kernels",
+    "test_cli_verify.py": "verification on the reference kernels",
+    "test_fix_verification.py": "every fixture fixed and verified",
+    "test_series.py": "patch series (git am, compile)",
+    "test_upstream.py": "patch series regenerated",
+    "test_ci.py": "CI: fresh venvs and the GitHub Action",
+    "test_release.py": "release: build and install the wheel",
+    "test_round_trips.py": "real-world trees",
+    "test_rules_real_world.py": "real-world trees",
+    "test_vllm_real_world.py": "real-world trees",
+    "test_vllm_migrate.py": "real-world trees",
+    "test_triage.py": "real-world trees (the triage verdicts)",
+    "test_newcomer.py": "a newcomer's session, end to end",
+}
+SLOW_TESTS: dict[str, str] = {
+    # "module::test name prefix": why
+}
+
+
+def slow_reason(nodeid: str) -> str | None:
+    """Why the test `nodeid` (`tests/...py::name[...]`, or relative to tests/) is in the slow
+    tier, or None."""
+    path, _, name = nodeid.partition("::")
+    path = path.removeprefix("tests/")
+    if path in SLOW_MODULES:
+        return SLOW_MODULES[path]
+    return next((why for key, why in SLOW_TESTS.items()
+                 if key.partition("::")[0] == path and name.startswith(key.partition("::")[2])), None)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A module of the slow tier is not even imported when `-m` deselects every slow test (some
+    import hypothesmith or build emulators at import time: seconds each, for nothing)."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or collection_path.suffix != ".py":
+        return None
+    try:
+        relative = collection_path.resolve().relative_to(_TESTS).as_posix()
+    except ValueError:
+        return None
+    if relative not in SLOW_MODULES:
+        return None
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    # Deselected whatever other markers its tests carry: false with `slow` and all others false,
+    # and with `slow` and all others true.
+    if not expression.evaluate(lambda name: name == "slow") and not expression.evaluate(lambda name: True):
+        return True
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # tryfirst: the marker must be on the item before `-m` deselection looks at it.
@@ -84,3 +154,6 @@ def pytest_collection_modifyitems(config, items):
         if set(getattr(item, "fixturenames", ())) & RELEASE_FIXTURES.keys():
             if item.get_closest_marker("network") is None:
                 item.add_marker(pytest.mark.network)
+        relative = Path(str(item.path)).resolve().relative_to(_TESTS).as_posix()
+        if item.get_closest_marker("slow") is None and slow_reason(f"{relative}::{item.name}"):
+            item.add_marker(pytest.mark.slow)

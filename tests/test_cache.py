@@ -17,6 +17,7 @@ from dtype_lint.engine import cache as cache_format
 from dtype_lint.engine import pipeline
 from dtype_lint.config import load_config
 from dtype_lint.engine.discovery import discover_files, module_name
+from tiny_project import write_tree
 
 LAYERS = """\
 import torch
@@ -51,11 +52,7 @@ UNRELATED = "class Unrelated:\n    def f(self):\n        return 1\n"
 
 
 def make(root: Path, files: dict[str, str], pyproject: str = "[tool.dtype-lint]\n") -> Path:
-    for rel, text in {"pyproject.toml": pyproject, "proj/__init__.py": "", **files}.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
+    return write_tree(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", **files})
 
 
 def run(cwd: Path, *paths: str, cache: bool = True, jobs: int = 1) -> pipeline.RunResult:
@@ -373,7 +370,7 @@ def test_a_file_added_to_a_model_family_invalidates_what_enumerated_it(tmp_path:
 
 
 def test_results_do_not_depend_on_how_many_parsed_files_are_kept(tmp_path: Path, monkeypatch):
-    from dtype_lint.analysis.file_analysis import class_index as index_module
+    from dtype_lint.analysis import class_index as index_module
 
     root = make(tmp_path / "p", {**REEXPORTED, **FAMILY, "proj/a.py": HOLDER_USER.format(name="A"),
                                  "proj/b.py": USER.format(name="B"), "proj/c.py": USER.format(name="C")})

@@ -259,9 +259,11 @@ def test_output_file(project: Path):
 def test_statistics(project: Path):
     proc = dtl(project, "check", "--statistics")
     assert proc.returncode == 1
-    (row,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("DTL001")]
-    assert row.split()[1:] == ["weight-dtype-cast", "2", "2"]
+    assert proc.stdout.splitlines()[0] == "2\tDTL001\t[*] weight-dtype-cast"  # Ruff's line format
     assert "attn.py" not in proc.stdout  # counts, not findings
+    table = dtl(project, "check", "--statistics-table")
+    (row,) = [ln for ln in table.stdout.splitlines() if ln.startswith("DTL001")]
+    assert row.split()[1:] == ["weight-dtype-cast", "2", "2"]
 
 
 # --- fixing --------------------------------------------------------------------------------------
@@ -272,7 +274,7 @@ def test_fix_writes_fixes_and_creates_the_helper(project: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 fixed, 0 remaining" in proc.stdout
     helper = project / HELPER
-    assert helper.read_text(encoding="utf-8") == helper_source("get_layer_input_dtype", "vllm")
+    assert helper.read_text(encoding="utf-8") == helper_source("get_layer_input_dtype", "vllm", vllm_first_party=False)
     attn = (project / "proj/attn.py").read_text()
     assert "from proj.dtypes import get_layer_input_dtype\n" in attn
     assert ("        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"

@@ -56,3 +56,52 @@ def test_the_repo_lints_clean_with_its_own_configuration():
     out = subprocess.run([sys.executable, "-m", "dtype_lint", "check", ".", "--no-cache", "--output-format", "concise"],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_readme_fix_column_is_generated_from_each_rules_fix_availability():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import readme_rules
+    finally:
+        sys.path.pop(0)
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_rules.render(text) == text, "README.md's fix column is stale: run python scripts/readme_rules.py"
+    for rule in ALL_RULES:
+        assert f"[{rule.code}](docs/rules/{rule.code}.md)" in text and f"| {rule.fix_column()} |" in text
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_fix_availability_matches_the_rules_examples(rule):
+    from dtype_lint.rule import FixAvailability
+
+    fixed = [example.expected_replacement is not None for example in rule.INVALID]
+    if rule.fix_availability is FixAvailability.NONE:
+        assert not any(fixed), "a rule declaring no fix has an example with a fixed text"
+    elif rule.fix_availability is FixAvailability.ALWAYS:
+        assert fixed and all(fixed)
+    else:
+        assert any(fixed), "a rule whose findings sometimes carry a fix shows one in its examples"
+
+
+def test_the_repos_pre_commit_hooks_run_ruff_and_dtype_lint_from_the_test_extra():
+    import yaml
+
+    from dtype_lint.config import tomllib
+
+    hooks = {h["id"]: h for repo in yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
+             for h in repo["hooks"]}
+    assert hooks["ruff"]["entry"].startswith("ruff check") and hooks["dtype-lint"]["entry"].startswith("dtype-lint check")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert any(dep.startswith("ruff") for dep in project["project"]["optional-dependencies"]["test"])
+    lint = project["tool"]["ruff"]["lint"]
+    assert {"E", "F", "B", "I"} <= set(lint["select"])
+
+
+def test_the_slow_tier_is_marked_by_module_in_conftest():
+    from conftest import SLOW_MODULES, slow_reason
+
+    assert slow_reason("tests/test_mutate.py::test_anything") == SLOW_MODULES["test_mutate.py"]
+    assert slow_reason("kernels/test_cuda_emulated.py::test_x[0]")
+    assert slow_reason("tests/test_rule_examples.py::test_valid") is None
+    assert all((ROOT / "tests" / module).is_file() for module in SLOW_MODULES), "a slow module was renamed"
+    assert '-m "not slow and not network"' in (ROOT / "README.md").read_text(encoding="utf-8")

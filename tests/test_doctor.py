@@ -8,23 +8,18 @@ import shutil
 from pathlib import Path
 
 from cli_runner import dtl
-from tiny_project import ATTN
+from tiny_project import ATTN, tree_bytes, write_tree
 
 from dtype_lint import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
+write = write_tree
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    return tree_bytes(root, cache=True)  # doctor writes nothing, not even a cache
 
 
 def test_doctor_on_the_example_project(tmp_path: Path):
@@ -37,7 +32,7 @@ def test_doctor_on_the_example_project(tmp_path: Path):
     assert out.startswith(f"dtype-lint {__version__}\nproject root: {root}\n")
     assert f"configuration: {root / 'pyproject.toml'}\n" in out
     assert '  preset = "generic"  (pyproject.toml)\n' in out
-    assert '  select = ["DTL"]  (default)\n' in out
+    assert '  select = ["DTL", "DTL004"]  (pyproject.toml)\n' in out  # extend-select: DTL004 is opt-in
     assert '  helper = "minillm.layers.input_dtype:get_layer_input_dtype"  (pyproject.toml)\n' in out
     assert ("helper: minillm.layers.input_dtype:get_layer_input_dtype (configured) at "
             "minillm/layers/input_dtype.py: exists\n") in out

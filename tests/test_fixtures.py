@@ -23,6 +23,7 @@ from cli_runner import dtl
 from dtype_lint.api import check_source, fix_source
 from dtype_lint.config import load_config
 from dtype_lint.engine.pipeline import RunOptions, run
+from golden import assert_golden, lines_text
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "fixtures" / "project"
@@ -81,6 +82,7 @@ def test_expected_txt_is_sorted_and_well_formed():
 def test_project_findings_match_expected_txt(project_check):
     assert project_check.returncode == 1, project_check.stderr
     assert _report(project_check, PROJECT, REPO) == _expected()
+    assert_golden(PROJECT / "expected.txt", lines_text(_report(project_check, PROJECT, REPO)))
 
 
 def test_project_suppressed_sites_are_found_then_suppressed(tmp_path: Path):
@@ -163,7 +165,7 @@ def test_codemod(case: str):
     source = src_path.read_bytes().decode("utf-8")
     expected = (CODEMOD / f"{case}.out.py").read_bytes().decode("utf-8")
     out = fix_source(source, filename=str(src_path))
-    assert out.encode("utf-8") == expected.encode("utf-8")
+    assert_golden(CODEMOD / f"{case}.out.py", out)
     assert fix_source(out, filename=str(src_path)) == out, "fixing twice changed the output"
     compile(out, f"{case}.out.py", "exec")
     after = check_source(out, filename=str(src_path))

@@ -16,6 +16,7 @@ from dtype_lint.api import make_config
 from dtype_lint.engine import pipeline
 from dtype_lint.engine.pipeline import RunOptions
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
+from tiny_project import write_tree
 
 LINEAR = """
     from torch import nn
@@ -38,10 +39,7 @@ SETTINGS = {"preset": "generic", "quantizable": ["pkg.layers.linear.LinearBase"]
 
 
 def write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    write_tree(root, files, dedent=True)
 
 
 def run(root: Path, files: dict[str, str], **settings):

@@ -2,7 +2,9 @@
 paths in every format, every configuration key documented, and black-formatted code found.
 
 Each test is one edge issue #13 (and #8's "honest summaries") named; the project is our own, in
-the shape of the MLA prefill bug.
+the shape of the MLA prefill bug. The last (slow) one is issue #24's newcomer: a fresh virtualenv
+walked through the README, the CPU-torch install, a pre-commit commit, an editor session and the
+project's own ruff settings.
 """
 
 from __future__ import annotations
@@ -209,3 +211,79 @@ def test_quiet_prints_findings_only(tmp_path: Path):
     proc = dtl(root, "check", "--quiet", "pkg/util.py")
     assert proc.returncode == 0 and proc.stdout == ""
     assert "Found" not in dtl(root, "check", "-q", "--statistics").stdout
+
+
+# --- a fresh virtualenv, as a new user starts ----------------------------------------------------
+
+
+def _run(*cmd, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=900, **kw)
+
+
+@pytest.mark.slow
+def test_a_newcomer_in_a_fresh_virtualenv(tmp_path: Path):
+    """The README's first command in a fresh virtualenv, docs/install.md's CPU-torch steps (the
+    CPU wheel from this machine's local folder: the documented `--index-url` is PyTorch's, out of
+    reach here), `verify --help` before torch is there, a pre-commit commit with an excluded folder,
+    an LSP session that receives a diagnostic and applies its quick-fix, and `ruff check --select
+    I,E501` on the files `--fix` wrote."""
+    import asyncio
+    import sys
+
+    import test_pre_commit
+    import test_server
+
+    venv = tmp_path / "venv"
+    assert _run(sys.executable, "-m", "venv", venv, cwd=tmp_path).returncode == 0
+    pip, python, exe = venv / "bin/pip", venv / "bin/python", venv / "bin/dtype-lint"
+
+    # README: `pip install -e . && dtype-lint check fixtures/project` (from the checkout).
+    install = _run(pip, "install", "-q", "-e", ROOT, cwd=ROOT)
+    assert install.returncode == 0, install.stderr
+    example = _run(exe, "check", "fixtures/project", "--no-cache", cwd=ROOT)
+    assert example.returncode == 1, example.stderr
+    assert "DTL001" in example.stdout and example.stdout.rstrip().splitlines()[-1].startswith("Found ")
+    # Without torch: `verify --help` still helps, and `verify` says how to get torch for this checkout.
+    helped = _run(exe, "verify", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "docs/install.md" in helped.stdout, helped.stderr
+    refused = _run(exe, "verify", cwd=tmp_path)
+    assert refused.returncode == 2 and f"pip install -e '{ROOT}[verify]'" in refused.stderr
+
+    # docs/install.md: the CPU build of torch first, then the extras; never a CUDA build.
+    install_doc = (ROOT / "docs/install.md").read_text(encoding="utf-8")
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in install_doc
+    torch_cpu = _run(pip, "install", "-q", "torch==2.13.0", cwd=tmp_path)
+    assert torch_cpu.returncode == 0, torch_cpu.stderr
+    extras = _run(pip, "install", "-q", "-e", f"{ROOT}[verify,lsp]", cwd=ROOT)
+    assert extras.returncode == 0, extras.stderr
+    cuda = _run(python, "-c", "import torch; print(torch.version.cuda)", cwd=tmp_path)
+    assert cuda.stdout.strip() == "None", cuda.stdout + cuda.stderr
+    listed = _run(pip, "list", "--format", "json", cwd=tmp_path)
+    assert not [p["name"] for p in json.loads(listed.stdout) if p["name"].lower().startswith("nvidia")]
+    full_help = _run(exe, "verify", "--help", cwd=tmp_path)
+    assert full_help.returncode == 0 and "--scenarios" in full_help.stdout, full_help.stderr
+
+    # A pre-commit commit with an excluded folder, the shipped hooks running this venv's dtype-lint.
+    repo = test_pre_commit.sample_repo(tmp_path / "repo", ["dtype-lint"], exe=exe)
+    test_pre_commit._git(repo, "add", ".pre-commit-config.yaml", "pyproject.toml", "third_party")
+    assert test_pre_commit.pre_commit(repo, tmp_path, "install").returncode == 0
+    committed = test_pre_commit._git(repo, "commit", "-qm", "vendored code only")
+    assert committed.returncode == 0, committed.stdout + committed.stderr
+    test_pre_commit._git(repo, "add", "pkg")
+    blocked = test_pre_commit._git(repo, "commit", "-qm", "the package")
+    assert blocked.returncode != 0 and "pkg/attn.py:11:13: DTL001" in blocked.stdout + blocked.stderr
+
+    # An editor session: a diagnostic, and its quick-fix applied.
+    lsp_root = test_server.make_project(tmp_path / "lsp")
+    out = asyncio.run(test_server.session(lsp_root, (str(exe), "server")))
+    assert out["diagnostic"].code == "DTL001"
+    assert "get_layer_input_dtype(self.kv_b_proj, True)" in out["fixed_text"]
+    assert list(out["after_change"]) == []
+
+    # `--fix` on the plugin-shaped repository, then the project's own ruff settings on what it wrote.
+    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n[tool.ruff]\nline-length = 88\n")
+    fixed = _run(exe, "check", "--fix", cwd=repo)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    ruff = Path(sys.executable).with_name("ruff")
+    linted = _run(ruff, "check", "--select", "I,E501", "--no-cache", "pkg/attn.py", "pkg/dtypes.py", cwd=repo)
+    assert linted.returncode == 0, linted.stdout + linted.stderr

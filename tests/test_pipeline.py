@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import dtl
+from tiny_project import write_tree
 from dtype_lint.engine import pipeline
 from dtype_lint.api import check_source, make_config
 from dtype_lint.engine.prefilter import Prefilter
@@ -122,12 +123,8 @@ def test_only_the_writer_writes_files():
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
-    (root / "pyproject.toml").write_text('[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n')
-    for rel, text in {"proj/__init__.py": "", **files}.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
+    return write_tree(root, {"pyproject.toml": '[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n',
+                             "proj/__init__.py": "", **files})
 
 
 def test_fix_removes_the_unused_suppressions_it_reports_fixable(tmp_path: Path):
@@ -218,10 +215,81 @@ def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
         facts = frozenset({"candidates"})
 
         def check(self, ctx):
-            ctx.layers  # not declared
+            _ = ctx.layers  # not declared
 
     monkeypatch.setattr("dtype_lint.analysis.file_analysis.enabled_rules", lambda config, path=None: [Sneaky])
     cfg = make_config()
     text = LAYER_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight.dtype)\n"
     with pytest.raises(RuleContractError, match="does not declare"):
         analyze("m.py", text, single_file_index(text, "m.py", cfg), cfg, "")
+
+
+def _fix_run_recording_first(root: Path, monkeypatch, between=None) -> list:
+    """Fix `root` in one process, recording the `first` findings the fix stage hands the fixer."""
+    from dtype_lint.api import check_paths
+
+    seen = []
+    real_fix_text = pipeline.fix_text
+
+    def recording(path, text, analyze, unsafe, first=None, **options):
+        seen.append((Path(path).name, first))
+        return real_fix_text(path, text, analyze, unsafe, first=first, **options)
+
+    monkeypatch.setattr(pipeline, "fix_text", recording)
+    if between is not None:
+        real_stage = pipeline._fix_stage
+
+        def touched_first(*args, **kwargs):
+            between()
+            return real_stage(*args, **kwargs)
+        monkeypatch.setattr(pipeline, "_fix_stage", touched_first)
+    result = check_paths([str(root)], make_config(root=root), fix=True, jobs=1, use_cache=False)
+    return seen, result
+
+
+def test_the_fix_stage_starts_from_the_check_stages_findings(tmp_path: Path, monkeypatch):
+    from tiny_project import FIXED_CALL, tiny_project
+
+    root = tiny_project(tmp_path)
+    seen, result = _fix_run_recording_first(root, monkeypatch)
+    assert [name for name, _ in seen] == ["attn.py"]
+    first = seen[0][1]
+    assert first is not None and [f.code for f in first] == ["DTL001"] and first[0].fix is not None
+    assert FIXED_CALL in (root / "proj/attn.py").read_text() and [f.code for f in result.fixed] == ["DTL001"]
+
+
+def test_a_file_changed_since_the_check_is_analysed_again_before_fixing(tmp_path: Path, monkeypatch):
+    from tiny_project import ATTN, FIXED_CALL, tiny_project
+
+    root = tiny_project(tmp_path)
+    attn = root / "proj/attn.py"
+    # An edit the check never saw: the checked offsets would land in the wrong place.
+    seen, result = _fix_run_recording_first(root, monkeypatch, between=lambda: attn.write_text("\n\n" + ATTN))
+    assert seen == [("attn.py", None)]
+    assert attn.read_text().startswith("\n\n") and FIXED_CALL in attn.read_text()
+    assert not result.findings
+
+
+def test_the_helper_choice_stage_analyses_again_only_the_files_whose_fixes_it_changes(tmp_path: Path, monkeypatch):
+    """An inferred helper home changes the import of every fix routed through the helper, so those
+    files are analysed again with it; a file whose findings carry no helper fix is not."""
+    from dtype_lint.api import check_paths
+    from tiny_project import ATTN
+
+    unguarded = ATTN.replace("x = x.to(self.kv_b_proj.weight.dtype)", "n = self.kv_b_proj.weight.shape[0]")
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "src/pkg/__init__.py": "",
+                                       "src/pkg/a.py": ATTN, "src/pkg/b.py": ATTN, "src/pkg/read.py": unguarded})
+    analysed: list[str] = []
+    real_analyze_path = pipeline.analyze_path
+
+    def counting(path, *args, **kwargs):
+        analysed.append(Path(path).name)
+        return real_analyze_path(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "analyze_path", counting)
+    monkeypatch.chdir(root)
+    # DTL003 (opt-in) gives read.py a finding without a helper fix
+    result = check_paths(["."], make_config({"select": ["DTL", "DTL003"]}, root=root), jobs=1, use_cache=False)
+    assert result.helper_choice is not None and result.helper_choice.inferred
+    assert sorted(analysed) == ["a.py", "a.py", "b.py", "b.py", "read.py"]
+    assert {f.fix.imports for f in result.findings if f.fix} == {(("pkg.layer_input_dtype", "get_layer_input_dtype"),)}

@@ -1,9 +1,10 @@
-"""Releases: one version, a changelog entry for it, a README that pins it, and pre-commit hooks that
-work as users run them (`pre-commit try-repo` on a small project of our own).
+"""Releases: one version, a changelog entry for it, docs that pin only what exists (a commit of
+main: tags are not published), `[project.urls]` that point at real files, `scripts/release` on a
+temporary clone, and pre-commit hooks that work as users run them (`pre-commit try-repo` on a
+small project of our own, pinned to this checkout's commit).
 
-The hooks are tested at the release tag `v<version>` when this checkout has it (the commit users
-pin), else at the working tree. pre-commit builds its own virtualenv and installs dtype-lint and
-its dependencies from the package index into it, hence the `network` marker.
+pre-commit builds its own virtualenv and installs dtype-lint and its dependencies from the package
+index into it, hence the `network` marker (tests/test_pre_commit.py runs the same hooks offline).
 """
 
 from __future__ import annotations
@@ -58,12 +59,72 @@ def test_changelog_has_a_section_for_this_version():
     assert body.count("\n- ") >= 3
 
 
-def test_readme_pins_this_release():
+PIN_DOCS = ("README.md", "docs/ci.md", "action.yml", "CHANGELOG.md")
+
+
+def test_the_docs_pin_only_what_exists():
+    """No `rev: vX.Y.Z` or `@vX.Y.Z` pin of a tag this repository does not have: the docs pin a
+    commit of main (a placeholder the user fills with a real SHA)."""
+    for rel in PIN_DOCS:
+        text = (ROOT / rel).read_text(encoding="utf-8")
+        for tag in re.findall(r"(?:rev: |dtype-lint@|\.git@|@)(v\d+\.\d+\.\d+)\b", text):
+            assert _has_tag(tag), f"{rel} pins {tag}, which this repository does not have"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"rev: {TAG}" in readme
-    assert "rev: <tag>" not in readme
-    ci_doc = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
-    assert f"@{TAG}" in ci_doc
+    assert "rev: <full commit SHA of main>" in readme
+    assert "@<commit>" in (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+
+
+def test_project_urls_point_at_files_that_exist():
+    from dtype_lint.config import tomllib
+
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]
+    assert urls and "Documentation" in urls
+    for label, target in urls.items():
+        # No public home yet: each is a path in the repository, and it must be there.
+        assert "://" not in target and (ROOT / target).is_file(), (label, target)
+
+
+def _clone(tmp_path: Path) -> Path:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
+    return clone
+
+
+def _release(clone: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run([sys.executable, str(clone / "scripts/release"), *args], cwd=clone, env=env,
+                          capture_output=True, text=True)
+
+
+def test_the_release_script_bumps_writes_the_changelog_and_tags(tmp_path: Path):
+    clone = _clone(tmp_path)
+    changelog = clone / "CHANGELOG.md"
+    text = changelog.read_text(encoding="utf-8")
+    if "## Unreleased" not in text:  # a checkout right after a release: give it an entry
+        text = text.replace("\n## ", "\n## Unreleased\n\n- something\n\n## ", 1)
+        changelog.write_text(text, encoding="utf-8")
+        _git(clone, "commit", "-qam", "changes")
+    major, minor, _patch = map(int, __version__.split("."))
+    new = f"{major}.{minor + 1}.0"
+    assert _release(clone, "0.0.1").returncode == 2  # not newer
+    dry = _release(clone, new, "--dry-run")
+    assert dry.returncode == 0 and "would set" in dry.stdout
+    assert _git(clone, "status", "--porcelain") == ""
+    done = _release(clone, new, "--date", "2030-01-02")
+    assert done.returncode == 0, done.stderr
+    assert f'__version__ = "{new}"' in (clone / "dtype_lint/__init__.py").read_text(encoding="utf-8")
+    released = changelog.read_text(encoding="utf-8")
+    assert f"## Unreleased\n\n## {new} (2030-01-02)\n" in released
+    assert re.findall(r"^## \[?(\d+\.\d+\.\d+)", released, re.M)[:2] == [new, __version__]
+    assert _git(clone, "tag", "--list", f"v{new}").strip() == f"v{new}"
+    assert _git(clone, "log", "-1", "--format=%s").strip() == f"Release {new}"
+    assert _git(clone, "status", "--porcelain") == ""
+    # Again: the tag exists, and the Unreleased section is empty now.
+    assert _release(clone, new).returncode == 2
+    again = _release(clone, f"{major}.{minor + 2}.0")
+    assert again.returncode == 2 and "lists no change" in again.stderr
 
 
 # --- the hooks as users run them ------------------------------------------------------------------
@@ -117,7 +178,9 @@ def test_pre_commit_hooks_at_the_release(tmp_path: Path):
     _git(project, "init", "-q")
     _git(project, "add", "-A")
     _git(project, "commit", "-qm", "sample")
-    ref = ["--ref", TAG] if _has_tag(TAG) else []
+    # What users pin: a commit of main (this checkout's HEAD stands for it).
+    ref = ["--ref", subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                   check=True).stdout.strip()]
     env = {k: v for k, v in os.environ.items() if k not in ("PRE_COMMIT", "CI", "VIRTUAL_ENV")}
     env.update(PRE_COMMIT_HOME=str(tmp_path / "pre-commit-home"), GIT_CONFIG_GLOBAL=os.devnull,
                GIT_CONFIG_NOSYSTEM="1", NO_COLOR="1")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
 from dtype_lint.reporters._common import SourceText, summary_line, tally
 from dtype_lint.reporters.github import escape_data, escape_property
+from golden import assert_golden
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -179,13 +179,9 @@ def run(fmt: str, findings=None, summary=SUMMARY, out=None, **kw) -> str:
 def check_snapshot(name: str, actual: str) -> None:
     # The tool's version is data, not output shape: a release bump must not touch the snapshots.
     actual = actual.replace(f'"{__version__}"', '"<version>"')
-    path = SNAPSHOTS / name
-    if os.environ.get("DTYPE_LINT_UPDATE_SNAPSHOTS"):
-        SNAPSHOTS.mkdir(exist_ok=True)
-        path.write_text(actual, encoding="utf-8", newline="")
-    assert path.exists(), f"missing snapshot {path}; run with DTYPE_LINT_UPDATE_SNAPSHOTS=1"
-    expected = path.read_text(encoding="utf-8")
-    assert actual == expected, f"output differs from {path}"
+    # SARIF's %SRCROOT% is the folder the run happened in.
+    actual = actual.replace(json.dumps(Path.cwd().as_uri().rstrip("/") + "/"), '"file:///<cwd>/"')
+    assert_golden(SNAPSHOTS / name, actual)
 
 
 class FakeTTY(io.StringIO):
@@ -205,7 +201,8 @@ def _plain_env(monkeypatch):
 
 SNAPSHOT_CASES = [
     ("text", {}, "text.txt"),
-    ("text", {"statistics": True}, "statistics.txt"),
+    ("text", {"statistics": True}, "statistics.txt"),  # Ruff's `count code [*] name` lines
+    ("text", {"statistics": "table"}, "statistics_table.txt"),
     ("concise", {}, "concise.txt"),
     ("json", {}, "json.json"),
     ("github", {}, "github.txt"),
@@ -387,8 +384,18 @@ def test_summary_line_says_how_many_files_and_never_passes_over_nothing():
     assert summary_line(replace(tally([], RunSummary(1, 0, 0.0)), files=None)) == "All checks passed!"
 
 
-def test_statistics_table():
+def test_statistics_lines_are_ruffs_format():
     out = run("text", statistics=True)
+    assert out.splitlines()[:3] == [
+        "2\tDTL001\t[-] weight-dtype-cast",  # one of the two is fixable now
+        "1\tDTL003\t[ ] weight-dtype-alloc",  # only an unsafe fix
+        "1\tDTL902\t[*] unused-suppression",
+    ]
+    assert "14:16" not in out and "\x1b" not in out
+
+
+def test_statistics_table():
+    out = run("text", statistics="table")
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("DTL")}
     assert rows["DTL001"][:3] == ["DTL001", "weight-dtype-cast", "2"] and rows["DTL001"][3] == "1"
     assert rows["DTL003"][:4] == ["DTL003", "weight-dtype-alloc", "1", "0"]
@@ -397,7 +404,7 @@ def test_statistics_table():
     codes = [line.split()[0] for line in out.splitlines() if line.startswith("DTL")]
     assert codes == ["DTL001", "DTL003", "DTL902"]  # count desc, then code
     assert "14:16" not in out  # no per-finding listing
-    assert run("concise", statistics=True) == out
+    assert run("concise", statistics="table") == out
     # Machine formats ignore statistics: they carry every finding already.
     assert run("json", statistics=True) == run("json")
 
@@ -585,17 +592,19 @@ def test_junit_parses_and_carries_findings():
     assert root.tag == "testsuites"
     (suite,) = root.findall("testsuite")
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == [
-        MLA, DEEPSEEK, UTILS, "12 files checked, 3 analyzed",
-    ]
-    assert suite.get("tests") == "4" and suite.get("failures") == "3"
-    mla = cases[0].find("failure")
-    assert mla.get("message").startswith("2 findings")
-    assert mla.text.splitlines() == [
-        f"{MLA}:14:16: DTL001 Activation cast to the storage dtype of `self.kv_b_proj` (a quantizable layer)",
-        f"{MLA}:15:15: DTL003 Buffer allocated with the storage dtype of `self.kv_b_proj`",
-    ]
-    assert cases[3].find("failure") is None  # the passing summary case
+    # One testcase per finding (as Ruff's junit), then the passing summary case.
+    expected = sorted(sample_findings(), key=Finding.sort_key)
+    assert [(c.get("classname"), c.get("file"), c.get("line")) for c in cases[:-1]] == [
+        (f.path, f.path, str(f.span.line)) for f in expected]
+    assert cases[0].get("name") == f"DTL001 at {MLA}:14:16"
+    assert suite.get("tests") == str(len(cases)) and suite.get("failures") == str(len(cases) - 1)
+    mla, alloc = cases[0].find("failure"), cases[1].find("failure")
+    assert (mla.get("type"), mla.get("message")) == (
+        "DTL001", "Activation cast to the storage dtype of `self.kv_b_proj` (a quantizable layer)")
+    assert mla.text.splitlines()[0] == (
+        f"{MLA}:14:16: DTL001 Activation cast to the storage dtype of `self.kv_b_proj` (a quantizable layer)")
+    assert alloc.text.splitlines()[0] == f"{MLA}:15:15: DTL003 Buffer allocated with the storage dtype of `self.kv_b_proj`"
+    assert cases[-1].get("name") == "12 files checked, 3 analyzed" and cases[-1].find("failure") is None
 
 
 def test_junit_escapes_and_drops_invalid_xml_characters():
@@ -603,7 +612,7 @@ def test_junit_escapes_and_drops_invalid_xml_characters():
     out = run("junit", findings=[f])
     root = ET.fromstring(out.encode("utf-8"))
     case = root.find("testsuite/testcase")
-    assert case.get("name") == "p&<q>.py"
+    assert case.get("file") == "p&<q>.py" and case.get("name") == "DTL001 at p&<q>.py:1:1"
     assert 'a <b> & "c" ' in case.find("failure").text
     assert "\x1b" not in out and "\x00" not in out
 
@@ -691,7 +700,16 @@ def test_evidence_without_a_place_in_a_file():
     (res,) = json.loads(run("sarif", findings=[f]))["runs"][0]["results"]
     a, b = res["relatedLocations"]
     assert a == {"id": 1, "message": {"text": "`ColumnParallelLinear` is a configured quantizable class"}}
-    assert b["physicalLocation"] == {"artifactLocation": {"uri": "pyproject.toml"}}
+    assert b["physicalLocation"] == {"artifactLocation": {"uri": "pyproject.toml", "uriBaseId": "%SRCROOT%"}}
+
+
+def test_sarif_paths_resolve_against_srcroot():
+    f = Finding("DTL001", "m", "pkg/a.py", Span(1, 1, 1, 2))
+    g = Finding("DTL001", "m", "/abs/b.py", Span(1, 1, 1, 2))
+    (sarif_run,) = json.loads(run("sarif", findings=[f, g]))["runs"]
+    assert sarif_run["originalUriBaseIds"] == {"%SRCROOT%": {"uri": Path.cwd().as_uri().rstrip("/") + "/"}}
+    locations = [r["locations"][0]["physicalLocation"]["artifactLocation"] for r in sarif_run["results"]]
+    assert locations == [{"uri": "file:///abs/b.py"}, {"uri": "pkg/a.py", "uriBaseId": "%SRCROOT%"}]
 
 
 def test_sarif_no_empty_fixes():

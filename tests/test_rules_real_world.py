@@ -90,7 +90,7 @@ def test_0330_unsound_helper_and_its_call_sites(vllm_0330: Path, rules_0330):
     calls = [f for f in findings_in(rules_0330, vllm_0330, MLA, "DTL005") if f.expression.startswith(HELPER)]
     assert calls and all(f.fix is None and "decide" in f.no_fix_reason for f in calls)
     # So the helper itself gets the missing branch, safe and proven, where it is defined.
-    (definition,) = [f for f in findings_in(rules_0330, vllm_0330, MLA, "DTL005") if f.expression.startswith("def ")]
+    (definition,) = [f for f in findings_in(rules_0330, vllm_0330, MLA, "DTL005") if f.kind == "definition"]
     assert definition.fix is not None and definition.fix.safe
     assert [e.text for e in definition.fix.edits] == [
         "    if (weight_dtype == torch.uint8 and use_fp8_prefill) or weight_dtype == torch.int8:\n"
@@ -105,7 +105,7 @@ def test_0280_unsound_helper_and_its_call_sites(vllm_0280: Path):
     calls = [f for f in result.findings if f.expression.startswith(HELPER)]
     assert len(calls) == 3 and all(f.fix is not None and f.fix.safe for f in calls)
     # ... and the helper is left to its callers' routing, not patched as well.
-    (definition,) = [f for f in result.findings if f.expression.startswith("def ")]
+    (definition,) = [f for f in result.findings if f.kind == "definition"]
     assert definition.fix is None
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from cli_runner import dtl
 
-from dtype_lint.migrate.migration import series
+from dtype_lint.migrate import series
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def git(cwd: Path, *args: str) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from cli_runner import dtl
 from dtype_lint.config import load_config
+from golden import assert_golden, lines_text
 
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "shapes"
 
@@ -52,6 +53,7 @@ def test_zero_configuration():
 def test_findings_match_expected_txt(findings):
     expected = [e for e in (SHAPES / "expected.txt").read_text(encoding="utf-8").splitlines() if e.strip()]
     assert entries(findings) == expected
+    assert_golden(SHAPES / "expected.txt", lines_text(entries(findings)))
 
 
 def test_structure_is_the_evidence(findings):

@@ -80,8 +80,10 @@ def test_reason_and_codes_required(comment, problem):
     assert sups[0].problem == problem
 
 
-def test_bare_noqa_and_foreign_noqa_are_not_ours():
-    assert parse_suppressions("a = 1  # noqa\nb = 2  # noqa: E501\nc = 3  # DTL001 mentioned\n") == []
+def test_foreign_noqa_is_not_ours_and_a_bare_one_is_blanket():
+    assert parse_suppressions("b = 2  # noqa: E501\nc = 3  # DTL001 mentioned\n") == []
+    (bare,) = parse_suppressions("a = 1  # noqa\nb = 2  # noqa: E501\n")
+    assert (bare.kind, bare.line, bare.blanket) == ("noqa", 1, True)
 
 
 def test_files_without_directives_are_not_tokenized(monkeypatch):
@@ -126,12 +128,12 @@ def test_suppresses_named_code_on_its_line_only():
     assert "unused: DTL003" in new[0].message
 
 
-def test_noqa_with_codes_suppresses_but_bare_noqa_does_not():
-    source = "a = a.to(w)  # noqa: DTL001\nb = b.to(w)  # noqa\nc = c.to(w)  # noqa: E501\n"
-    f1, f2, f3 = finding(1), finding(2), finding(3)
+def test_noqa_with_codes_and_bare_noqa_suppress_like_ruff():
+    source = "a = a.to(w)  # noqa: DTL001\nb = b.to(w)  # noqa\nc = c.to(w)  # noqa: E501\nd = 1  # noqa\n"
+    f1, f2, f3 = finding(1), finding(2, "DTL003"), finding(3)
     kept, new = apply(source, [f1, f2, f3])
-    assert kept == [f2, f3]
-    assert new == []  # bare and foreign noqa are never "unused" for us
+    assert kept == [f3]  # a bare noqa covers every code on its line; E501 is another tool's
+    assert new == []  # an unused bare noqa (line 4) is never reported: other tools read it too
 
 
 @pytest.mark.parametrize("comment_line", [1, 2, 3])
@@ -260,10 +262,25 @@ def test_suppression_is_plain_data():
     assert isinstance(s, Suppression) and s.start == 7 and s.end == 21
 
 
-def test_codes_are_case_sensitive_like_ruff():
-    source = "a = a.to(w)  # dtype-lint: ignore[dtl001] lower case\nb = b.to(w)  # noqa: dtl001\n"
-    f1, f2 = finding(1), finding(2)
-    kept, new = apply(source, [f1, f2])
-    assert kept == [f1, f2]
-    (n,) = new  # the lowercase noqa is another tool's business; the ignore names an unknown code
-    assert n.span.line == 1 and "unknown code: dtl001" in n.message
+def test_codes_are_case_insensitive():
+    source = ("a = a.to(w)  # dtype-lint: ignore[dtl001] lower case\nb = b.to(w)  # noqa: dtl001\n"
+              "c = c.to(w)  # NoQA: Dtl003\n")
+    f1, f2, f3 = finding(1), finding(2), finding(3)
+    kept, new = apply(source, [f1, f2, f3])
+    assert kept == [f3]  # line 3 names DTL003, the finding is DTL001
+    (n,) = new
+    assert n.span.line == 3 and n.message == "Unused `noqa` code (unused: DTL003)"
+    assert fixed(source, n).splitlines()[2] == "c = c.to(w)"
+
+
+def test_file_level_directive_covers_its_codes_everywhere():
+    source = ("# dtype-lint: ignore-file[DTL001] this module only runs unquantized reference layers\n"
+              "a = a.to(w)\nb = b.to(w)\n")
+    kept, new = apply(source, [finding(2), finding(3), finding(3, "DTL003")])
+    assert [(f.span.line, f.code) for f in kept] == [(3, "DTL003")] and new == []
+    # Unused, it is reported (with a fix deleting the line); without a reason it suppresses nothing.
+    (n,) = apply(source, [])[1]
+    assert n.message == "Unused `dtype-lint: ignore-file` suppression (unused: DTL001)"
+    assert fixed(source, n) == "a = a.to(w)\nb = b.to(w)\n"
+    kept, (n,) = apply("# dtype-lint: ignore-file[DTL001]\na = a.to(w)\n", [finding(2)])
+    assert len(kept) == 1 and "has no reason" in n.message and "ignore-file[DTL001]" in n.message

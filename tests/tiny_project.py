@@ -1,12 +1,17 @@
-"""The smallest project with one fixable site, for the tests that attack dtype-lint from outside
-(bad input, hostile file systems, interrupted runs): `proj/attn.py` casts an activation to a
-vLLM ColumnParallelLinear's weight dtype; `--fix` creates `proj/dtypes.py` and routes the cast
-through it."""
+"""The shared test-project builder and tree snapshot, and the smallest project with one fixable
+site (for the tests that attack dtype-lint from outside: bad input, hostile file systems,
+interrupted runs): `proj/attn.py` casts an activation to a vLLM ColumnParallelLinear's weight
+dtype; `--fix` creates `proj/dtypes.py` and routes the cast through it.
+
+`write_tree(root, files)` writes a project for any test (text, bytes, or None to leave a file
+out; `dedent=True` for files written as indented triple-quoted blocks); `tree_bytes(root)` is the
+one snapshot of a tree to compare before and after a run."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import textwrap
 from pathlib import Path
 
 PYPROJECT = '[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\n'
@@ -29,26 +34,33 @@ class Attn(torch.nn.Module):
 FIXED_CALL = "get_layer_input_dtype(self.kv_b_proj, True)"
 
 
-def tiny_project(root: Path, files: dict[str, str | bytes | None] | None = None, pyproject: str | bytes = PYPROJECT) -> Path:
-    """`root` holding pyproject.toml, proj/__init__.py, proj/attn.py, and `files` (None: leave out)."""
-    base: dict[str, str | bytes | None] = {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/attn.py": ATTN}
-    base.update(files or {})
-    for rel, data in base.items():
+def write_tree(root: Path, files: dict[str, str | bytes | None], *, dedent: bool = False) -> Path:
+    """Write `files` (path relative to `root` -> text, bytes, or None: leave it out) under `root`,
+    creating folders; text is written as is (no newline translation), dedented first with
+    `dedent`. Returns `root`."""
+    for rel, data in files.items():
         if data is None:
             continue
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, bytes):
-            p.write_bytes(data)
+            path.write_bytes(data)
         else:
-            p.write_text(data, encoding="utf-8", newline="")
+            path.write_text(textwrap.dedent(data).lstrip("\n") if dedent else data, encoding="utf-8", newline="")
     return root
 
 
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    """Every regular file under `root` (links not followed) and its bytes, by relative path."""
+def tiny_project(root: Path, files: dict[str, str | bytes | None] | None = None, pyproject: str | bytes = PYPROJECT) -> Path:
+    """`root` holding pyproject.toml, proj/__init__.py, proj/attn.py, and `files` (None: leave out)."""
+    return write_tree(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/attn.py": ATTN,
+                             **(files or {})})
+
+
+def tree_bytes(root: Path, *, cache: bool = False) -> dict[str, bytes]:
+    """Every regular file under `root` (links not followed) and its bytes, by relative path; the
+    cache folder's files too with `cache` (to show that a command writes nothing at all)."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.is_symlink() and ".dtype_lint_cache" not in p.parts}
+            if p.is_file() and not p.is_symlink() and (cache or ".dtype_lint_cache" not in p.parts)}
 
 
 class Hang(BaseException):

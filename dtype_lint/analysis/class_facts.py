@@ -458,15 +458,14 @@ def _origin_of(value, ann, params, resolve, path, line, attr, method, method_par
 class ProjectFacts:
     """Facts of the analysed file, built only if a site needs them, plus lazily parsed files
     that define base classes (kept on the index, so every file analysed against it shares them:
-    many files' layers are defined in one `linear.py`). `loaded` lists the other files read, so a
-    cached result can be invalidated when one of them changes."""
+    many files' layers are defined in one `linear.py`). The index records which files were read
+    (`QuantizableLayerIndex.reading`), so a cached result can be invalidated when one changes."""
 
     def __init__(self, index: QuantizableLayerIndex, load_file=None):
         self.index = index
         self._by_module: dict[str, FileFacts] = {}
         self._pending: dict[str, tuple] = {}
         self._load_file = load_file  # path -> text or None
-        self.loaded: set[str] = set()
 
     @property
     def load_file(self):
@@ -504,7 +503,6 @@ class ProjectFacts:
         facts = self.index.cached_facts(header.path, build)
         if facts is None:
             return None
-        self.loaded.add(header.path)
         self.add(facts)
         return facts
 

@@ -387,6 +387,10 @@ class ModuleTable:
     def under(self, folder) -> list[tuple[str, ModuleHeader]]:
         """(module, header) of each module whose file lies under `folder` (a path as this run
         shows files), in discovery order; the enumeration is recorded as a read of the folder."""
+        return list(self.iter_under(folder))
+
+    def iter_under(self, folder):
+        """`under`, a header at a time (a search that stops early reads only what it needed)."""
         folder = Path(folder)
         prefix = os.path.join(str(folder), "")
         mods = [m for m, f in self._first.items() if f[0].startswith(prefix) and Path(f[0]).is_relative_to(folder)]
@@ -395,12 +399,10 @@ class ModuleTable:
             digest = self.listing(real)
             for frame in self.frames:
                 frame.listings[real] = digest
-        out = []
         for m in mods:
             header = self.get(m)
             if header is not None:
-                out.append((m, header))
-        return out
+                yield m, header
 
     def listing(self, real_folder: str) -> str:
         """A digest of the module names and files under a folder (by real path): it changes when

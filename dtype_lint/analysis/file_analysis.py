@@ -15,9 +15,9 @@ from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
 from dtype_lint.engine.prefilter import for_rules, has_suppression
-from dtype_lint.rule import FileFacts, RuleContext, RuleContractError
+from dtype_lint.rule import RuleContext, RuleFacts, RuleContractError
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
-from dtype_lint.engine.suppressions import apply_suppressions
+from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
 
 
 def enabled_rules(config: Config, path: str | None = None):
@@ -27,9 +27,9 @@ def enabled_rules(config: Config, path: str | None = None):
 
 
 def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, module: str,
-            load_file=None, deps: set[str] | None = None) -> list[Finding]:
+            load_file=None) -> list[Finding]:
     """Every finding of one file's text, sorted. `module`: its dotted name ("" when unknown).
-    `deps`, when given, receives the paths of the other files whose code the analysis read."""
+    The other files the analysis reads are recorded by the index (`index.reading()`)."""
     rules = enabled_rules(config, path)
     codes = frozenset(r.code for r in rules)
     raw: list[Finding] = []
@@ -54,20 +54,16 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
             extract_header(text, module, path, is_pkg).imports
         project = ProjectFacts(index, load_file=load_file or safe_read)
         project.register(tree, module, path, is_pkg, imports)
-        facts = FileFacts(SourceFile(path, text, module), tree, config, project, imports,
+        facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
                           frozenset(r.marker for r in active))
-        try:
-            _run_rules(active, facts, raw, path, config)
-        finally:
-            if deps is not None:
-                deps.update(p for p in project.loaded if p != path)
-    if not has_suppression(text):
+        _run_rules(active, facts, raw, path, config)
+    if not (has_suppression(text) or (raw and might_hold_suppression(text))):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
     return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
 
 
-def _run_rules(rules, facts: FileFacts, raw: list[Finding], path: str, config: Config) -> None:
+def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> None:
     for rule in rules:
         mark = len(raw)
         instance = rule()

@@ -1,29 +1,120 @@
-"""Is this site reached only when the layer is unquantized, or its storage unpacked?
+"""The guard vocabulary: what a test that dominates a site proves about the layer there.
 
-A cast to `L.weight.dtype` is harmless where a check that dominates it has already proven the
-layer unquantized or its storage a plain float:
-- a test on the quant method: `isinstance(L.quant_method, Unquantized...)`, `type(L.quant_method)
-  is Unquantized...`, `L.quant_config is None`, or a flag holding one (`self.is_unquantized =
-  isinstance(self.quant_method, UnquantizedLinearMethod)`, vLLM's GateLinear);
-- a test on the storage that the dtype evaluator proves false for every packed storage (int32,
-  uint8, int8, no `.weight`): `w.dtype == torch.bfloat16`, `getattr(L, "weight", None) is not None
-  and L.weight.dtype in (torch.float16, torch.bfloat16)`.
-The check dominates when the site is in the body of an `if` (or conditional expression, or a
-later operand of `and`) whose test proves it, or follows an `if` whose test proves the opposite
-and whose body leaves (`return`, `raise`, `continue`, `break`).
+Two questions are asked of the same dominating tests (analysis/dominance.py walks to them):
+- **storage proven unpacked** (`STORAGE_UNPACKED`, DTL001/DTL002/DTL004): a cast to
+  `L.weight.dtype` is harmless where a check has proven the layer unquantized or its storage a plain
+  float:
+  - a test on the quant method: `isinstance(L.quant_method, Unquantized...)` (any class whose name
+    holds `Unquantized`, `FusedUnquantizedLinearMethod` too), `type(L.quant_method) is ...`,
+    `L.quant_config is None`, or a flag holding one (`self.is_unquantized = isinstance(
+    self.quant_method, UnquantizedLinearMethod)`, vLLM's GateLinear), or a predicate method that
+    returns early for quantized layers (sglang's `_use_triton_embedding`);
+  - a test on the storage that the dtype evaluator proves false for every packed storage (int32,
+    uint8, int8, no `.weight`): `w.dtype == torch.bfloat16`;
+  - the `else` of a branch that hands the layer to its own quant method (`L.quant_method.apply(L,
+    ...)`): it runs for the others.
+- **`.weight` exists** (`WEIGHT_PRESENT`, DTL003): a read of `L.weight` cannot raise where the
+  layer is proven unquantized (the above), or where `hasattr(L, "weight")` held, an
+  `AttributeError` handler catches it, or a backend check names the formats the path was written
+  for (`isinstance(L.quant_method, Fp8LinearMethod)`, `isinstance(quant_config, Fp8Config)`,
+  `quant_config is None`), directly or through flags, predicates (analysis/guard_flags.py) and the
+  callers (analysis/file_guards.py).
+
+Where the two answers differ, `GuardPolicy` says so, in this one place.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
-from dtype_lint.dtypes.evaluator import guard_excludes_packed, guard_includes_packed
 from dtype_lint.analysis.class_facts import ClassFacts
-from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.dominance import Dominator, dominators, same_expression
+from dtype_lint.analysis.dormant import truth
+from dtype_lint.dtypes.evaluator import guard_excludes_packed, guard_includes_packed
+from dtype_lint.findings import Evidence
 
 
-class _Flags:
+@dataclass(frozen=True)
+class GuardPolicy:
+    """How far one question trusts a dominating test (the only place the rules' answers differ).
+
+    `named_backends`: which classes a quant-method (or config) check may name to count:
+    "unquantized" (a check naming `Fp8LinearMethod` proves the storage *is* fp8, so a cast to it is
+    still wrong) or "concrete" (any backend of its own: a path written for the formats it names
+    handles their `.weight`). `hasattr_counts`: `hasattr(L, "weight")` proves a `.weight`, not an
+    unpacked one (Marlin's is int32). `handler_counts`: an `except AttributeError` catches a
+    missing `.weight`, not a cast to a packed dtype."""
+
+    name: str
+    named_backends: str
+    hasattr_counts: bool
+    handler_counts: bool
+
+
+STORAGE_UNPACKED = GuardPolicy("storage proven unpacked", named_backends="unquantized",
+                               hasattr_counts=False, handler_counts=False)
+WEIGHT_PRESENT = GuardPolicy("implies `.weight` exists", named_backends="concrete",
+                             hasattr_counts=True, handler_counts=True)
+
+
+# ---- primitives shared by both questions ------------------------------------------------------
+
+def names_unquantized_class(node: ast.AST) -> bool:
+    """`UnquantizedLinearMethod`, `FusedUnquantizedLinearMethod`, `(K1, K2)` of such: an
+    unquantized method leaves the plain float `.weight`."""
+    if isinstance(node, ast.Tuple):
+        return bool(node.elts) and all(names_unquantized_class(e) for e in node.elts)
+    name = dotted(node) or ""
+    return "Unquantized" in name.rsplit(".", 1)[-1]
+
+
+def is_quant_method(node: ast.AST) -> bool:
+    """`X.quant_method` or `getattr(X, "quant_method", ...)`."""
+    if isinstance(node, ast.Attribute) and node.attr == "quant_method":
+        return True
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "quant_method")
+
+
+def is_hasattr_weight(test: ast.AST, layer: ast.AST | None) -> bool:
+    """`hasattr(L, "weight")` (of any layer when `layer` is None: a flag's value)."""
+    return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
+            and len(test.args) == 2 and isinstance(test.args[1], ast.Constant) and test.args[1].value == "weight"
+            and (layer is None or same_expression(test.args[0], layer)))
+
+
+def is_weight_or_none(value: ast.AST) -> bool:
+    """`getattr(L, "weight", None)`: true (not None) only when the layer has `.weight`."""
+    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr"
+            and len(value.args) == 3 and isinstance(value.args[1], ast.Constant) and value.args[1].value == "weight"
+            and isinstance(value.args[2], ast.Constant) and value.args[2].value is None)
+
+
+def is_falsy(value: ast.AST | None) -> bool:
+    """No value, or a false constant (`None`, `False`, `0`, `""`)."""
+    return value is None or (isinstance(value, ast.Constant) and not value.value)
+
+
+def none_test(test: ast.AST, op) -> str | None:
+    """`X is None` / `X is not None` (op: ast.Is / ast.IsNot) -> the text of X."""
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None):
+        return ast.unparse(test.left)
+    return None
+
+
+def catches_attribute_error(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(n, ast.Name) and n.id in ("AttributeError", "Exception", "BaseException") for n in names)
+
+
+# ---- storage proven unpacked --------------------------------------------------------------------
+
+class _ClassGuards:
     """The enclosing class's attributes (`self.X = value`) and methods, for flags and predicates."""
 
     def __init__(self, assigned: dict, methods: dict):
@@ -31,40 +122,29 @@ class _Flags:
         self.methods = methods
 
 
-_NO_FLAGS = _Flags({}, {})
-
-_LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_NO_CLASS_GUARDS = _ClassGuards({}, {})
 
 
-def dominating_guard(site: ast.AST, fn: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
-                     aliases: dict[str, ast.expr], cls: ClassFacts | None, path: str) -> Evidence | None:
-    """Evidence of a check that proves the layer unquantized wherever `site` runs, or None.
-    `aliases`: the function's single-assignment locals; `cls`: facts of the enclosing class (its
-    `self.X = value` flags and its predicate methods)."""
-    flags = _Flags(cls.assigned if cls else {}, cls.methods if cls else {})
-    node = site
-    while id(node) in parents and node is not fn:
-        parent = parents[id(node)]
-        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and _in(node, parent.body):
-            if _proves_unquantized(parent.test, layer, aliases, flags):
-                return _evidence(parent.test, path)
-        if isinstance(parent, (ast.If, ast.IfExp)) and _in(node, parent.orelse):
-            if _proves_quantized_or_packed(parent.test, layer, aliases, flags):
-                return _evidence(parent.test, path)
-            if isinstance(parent, ast.If) and _dispatches_to_quant_method(parent.body, layer, aliases):
-                return Evidence(f"the branch of `{ast.unparse(parent.test)}` hands quantized layers to their "
-                                f"quant method; this one runs for the others", path, parent.test.lineno)
-        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
-            for earlier in parent.values[: parent.values.index(node)] if node in parent.values else []:
-                if _proves_unquantized(earlier, layer, aliases, flags):
-                    return _evidence(earlier, path)
-        for block in _blocks(parent):
-            if node in block:
-                for stmt in block[: block.index(node)]:
-                    if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], _LEAVES) \
-                            and _proves_quantized_or_packed(stmt.test, layer, aliases, flags):
-                        return _evidence(stmt.test, path)
-        node = parent
+def unpacked_storage_guard(site: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
+                           aliases: dict[str, ast.expr], cls: ClassFacts | None, path: str) -> Evidence | None:
+    """Evidence of a check that proves the layer unquantized (or its storage a float) wherever
+    `site` runs, or None. `aliases`: the function's single-assignment locals; `cls`: facts of the
+    enclosing class (its `self.X = value` flags and its predicate methods)."""
+    class_guards = _ClassGuards(cls.assigned if cls else {}, cls.methods if cls else {})
+    for dominator in dominators(site, parents):
+        test = dominator.test
+        if test is None:  # under a `try`
+            if STORAGE_UNPACKED.handler_counts and _catches(dominator):
+                return Evidence("inside a `try` that catches the error", path, dominator.construct.lineno)
+            continue
+        if _proves_unquantized(test, layer, aliases, class_guards) if dominator.holds else \
+                _proves_quantized_or_packed(test, layer, aliases, class_guards):
+            return Evidence(f"guarded by `{ast.unparse(test)}`, which proves the layer unquantized or its storage "
+                            f"a float", path, test.lineno)
+        if not dominator.holds and dominator.kind == "branch" and isinstance(dominator.construct, ast.If) \
+                and _dispatches_to_quant_method(dominator.construct.body, layer, aliases):
+            return Evidence(f"the branch of `{ast.unparse(test)}` hands quantized layers to their "
+                            f"quant method; this one runs for the others", path, test.lineno)
     return None
 
 
@@ -74,106 +154,244 @@ def _dispatches_to_quant_method(body: list[ast.stmt], layer: ast.expr, aliases) 
     for stmt in body:
         for node in ast.walk(stmt):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "apply"
-                    and node.args and _same(node.args[0], layer)):
+                    and node.args and same_expression(node.args[0], layer)):
                 continue
-            recv = node.func.value
-            if isinstance(recv, ast.Name) and recv.id in aliases:
-                recv = aliases[recv.id]
-            if isinstance(recv, ast.Call) and dotted(recv.func) == "getattr" and len(recv.args) >= 2 \
-                    and _same(recv.args[0], layer) and isinstance(recv.args[1], ast.Constant) \
-                    and recv.args[1].value == "quant_method":
+            receiver = node.func.value
+            if isinstance(receiver, ast.Name) and receiver.id in aliases:
+                receiver = aliases[receiver.id]
+            if isinstance(receiver, ast.Call) and dotted(receiver.func) == "getattr" and len(receiver.args) >= 2 \
+                    and same_expression(receiver.args[0], layer) and isinstance(receiver.args[1], ast.Constant) \
+                    and receiver.args[1].value == "quant_method":
                 return True
-            if isinstance(recv, ast.Attribute) and recv.attr == "quant_method" and _same(recv.value, layer):
+            if isinstance(receiver, ast.Attribute) and receiver.attr == "quant_method" \
+                    and same_expression(receiver.value, layer):
                 return True
     return False
 
 
-def _in(node: ast.AST, body) -> bool:
-    return node is body or (isinstance(body, list) and node in body)
+def _names_policy_backends(node: ast.AST, policy: GuardPolicy, concrete=None) -> bool:
+    """The classes a check names count under `policy` (see GuardPolicy.named_backends)."""
+    if policy.named_backends == "unquantized" or concrete is None:
+        return names_unquantized_class(node)
+    elts = node.elts if isinstance(node, ast.Tuple) else [node]
+    return bool(elts) and all(names_unquantized_class(e) or (bool(dotted(e)) and concrete(dotted(e))) for e in elts)
 
 
-def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
-    out = [getattr(node, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(node, f, None), list)]
-    out += [h.body for h in getattr(node, "handlers", None) or []]
-    return out
-
-
-def _evidence(test: ast.AST, path: str) -> Evidence:
-    return Evidence(f"guarded by `{ast.unparse(test)}`, which proves the layer unquantized or its storage a float",
-                    path, test.lineno)
-
-
-def _same(a: ast.AST, b: ast.AST) -> bool:
-    return ast.dump(a) == ast.dump(b)
-
-
-def _unquantized_class(node: ast.AST) -> bool:
-    if isinstance(node, ast.Tuple):
-        return bool(node.elts) and all(_unquantized_class(e) for e in node.elts)
-    name = dotted(node) or ""
-    return name.rsplit(".", 1)[-1].startswith("Unquantized")
-
-
-def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, flags, depth: int = 0, own_flag: bool = False) -> bool:
+def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _ClassGuards, depth: int = 0,
+                        own_flag: bool = False) -> bool:
     if depth > 4:
         return False
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        if any(_proves_unquantized(v, layer, aliases, flags, depth + 1, own_flag) for v in test.values):
+        if any(_proves_unquantized(v, layer, aliases, class_guards, depth + 1, own_flag) for v in test.values):
             return True
     if isinstance(test, ast.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2:
         obj, cls = test.args
-        if isinstance(obj, ast.Attribute) and obj.attr == "quant_method" and _same(obj.value, layer):
-            return _unquantized_class(cls)
+        if isinstance(obj, ast.Attribute) and obj.attr == "quant_method" and same_expression(obj.value, layer):
+            return _names_policy_backends(cls, STORAGE_UNPACKED)
         # In a flag of the layer's own class, computed in `__init__` from the local that becomes
         # `self.quant_method` (vLLM's `use_fused_embedding`).
         if own_flag and isinstance(obj, ast.Name) and "quant_method" in obj.id:
-            return _unquantized_class(cls)
+            return _names_policy_backends(cls, STORAGE_UNPACKED)
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         left, right, op = test.left, test.comparators[0], test.ops[0]
         if isinstance(op, (ast.Is, ast.Eq)) and isinstance(left, ast.Call) and dotted(left.func) == "type" \
                 and left.args and isinstance(left.args[0], ast.Attribute) and left.args[0].attr == "quant_method" \
-                and _same(left.args[0].value, layer):
-            return _unquantized_class(right)
+                and same_expression(left.args[0].value, layer):
+            return _names_policy_backends(right, STORAGE_UNPACKED)
         if isinstance(op, (ast.Is, ast.Eq)) and isinstance(left, ast.Attribute) and left.attr == "quant_config" \
-                and _same(left.value, layer) and isinstance(right, ast.Constant) and right.value is None:
+                and same_expression(left.value, layer) and isinstance(right, ast.Constant) and right.value is None:
             return True
     if isinstance(test, ast.Name) and test.id in aliases:
-        return _proves_unquantized(aliases[test.id], layer, aliases, flags, depth + 1)
+        return _proves_unquantized(aliases[test.id], layer, aliases, class_guards, depth + 1)
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and isinstance(test.func.value, ast.Name) \
             and test.func.value.id == "self" and isinstance(layer, ast.Name) and layer.id == "self" \
-            and test.func.attr in flags.methods:
-        return _predicate_proves_unquantized(flags.methods[test.func.attr], layer, flags)
+            and test.func.attr in class_guards.methods:
+        return _predicate_proves_unquantized(class_guards.methods[test.func.attr], layer, class_guards)
     if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self" \
-            and flags.assigned.get(test.attr):
+            and class_guards.assigned.get(test.attr):
         # A flag of the class: every value it is given must prove it (about `self`'s layers).
         own = isinstance(layer, ast.Name) and layer.id == "self"
-        return all(_proves_unquantized(v, layer, aliases, _NO_FLAGS, depth + 1, own) for v in flags.assigned[test.attr])
+        return all(_proves_unquantized(v, layer, aliases, _NO_CLASS_GUARDS, depth + 1, own)
+                   for v in class_guards.assigned[test.attr])
     return guard_excludes_packed(test, layer, aliases)
 
 
-def _predicate_proves_unquantized(fn: ast.FunctionDef, layer: ast.expr, flags: _Flags) -> bool:
+def _predicate_proves_unquantized(fn: ast.FunctionDef, layer: ast.expr, class_guards: _ClassGuards) -> bool:
     """A method of the layer's class that returns a true value only after an early
     `return False` for quantized layers (sglang's `_use_triton_embedding`)."""
     for stmt in fn.body:
         if isinstance(stmt, ast.Return):
             return False  # returns before any check
         if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Return):
-            ret = stmt.body[-1].value
-            falsy = ret is None or (isinstance(ret, ast.Constant) and not ret.value)
-            if not falsy:
+            if not is_falsy(stmt.body[-1].value):
                 return False
-            if _proves_quantized_or_packed(stmt.test, layer, {}, _Flags(flags.assigned, {})):
+            if _proves_quantized_or_packed(stmt.test, layer, {}, _ClassGuards(class_guards.assigned, {})):
                 return True
     return False
 
 
-def _proves_quantized_or_packed(test: ast.AST, layer: ast.expr, aliases, flags) -> bool:
+def _proves_quantized_or_packed(test: ast.AST, layer: ast.expr, aliases, class_guards: _ClassGuards) -> bool:
     """The test holds whenever the layer is quantized or packed (its body leaves, so what follows
     runs only on unquantized layers): `not <proves unquantized>`, or the evaluator shows it true
     for every packed storage."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _proves_unquantized(test.operand, layer, aliases, flags)
+        return _proves_unquantized(test.operand, layer, aliases, class_guards)
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
-        return any(_proves_quantized_or_packed(v, layer, aliases, flags) for v in test.values) or \
+        return any(_proves_quantized_or_packed(v, layer, aliases, class_guards) for v in test.values) or \
             guard_includes_packed(test, layer, aliases)
     return guard_includes_packed(test, layer, aliases)
+
+
+# ---- `.weight` exists ---------------------------------------------------------------------------
+
+class BackendNames:
+    """How a backend check reads in one module: the names of the quantization-config parameters
+    (`quant_config`, the preset's `config-params`), and `concrete(name)`: the class is a backend of
+    its own, not an abstract base that every backend shares (`LinearMethodBase`,
+    `QuantizationConfig`). Without `concrete`, only `Unquantized*` classes are backends."""
+
+    __slots__ = ("config_params", "concrete")
+
+    def __init__(self, config_params: tuple[str, ...] = (), concrete=None):
+        self.config_params, self.concrete = config_params, concrete
+
+    def names_backends(self, node: ast.AST) -> bool:
+        """`K` or `(K1, K2)`: every class named is a backend under WEIGHT_PRESENT."""
+        return _names_policy_backends(node, WEIGHT_PRESENT, self.concrete)
+
+    def is_config(self, node: ast.AST) -> bool:
+        """A quantization config by its parameter's name: `quant_config`, `self.quant_config`."""
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        return name is not None and name in self.config_params
+
+
+NO_BACKENDS = BackendNames()
+
+
+class GuardKnowledge:
+    """What guards mean in one function: `flags`, names and `self.X` attributes that, when true (or
+    not None), say the layer has a plain `.weight`; `predicates`, functions whose result is true
+    (not None) only then (`supports(layer)` that returns False unless unquantized); `backends`, how
+    a backend check reads in this module (see `backend_check`); at a read, `opaque(call)`: the call
+    is a method of an object whose class the engine cannot resolve (a check on the layer that the
+    rule cannot read counts as one, see `_opaque_check`), and `dormant`: `self.X` text -> the one
+    falsy constant its class ever gives it (analysis/dormant.py: a test true only once other code
+    changes it guards a path the class never takes)."""
+
+    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant")
+
+    def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset(),
+                 backends: BackendNames | None = None, opaque=None, dormant: dict | None = None):
+        self.flags, self.predicates, self.backends = flags, predicates, backends or NO_BACKENDS
+        self.opaque, self.dormant = opaque, dormant or {}
+
+    def with_flags(self, more) -> "GuardKnowledge":
+        return GuardKnowledge(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant)
+
+    def at_read(self, opaque, dormant: dict) -> "GuardKnowledge":
+        """What is known at a read: also the unresolved calls and the dormant attributes there."""
+        return GuardKnowledge(self.flags, self.predicates, self.backends, opaque, dormant)
+
+
+NOTHING_KNOWN = GuardKnowledge()
+
+
+def backend_check(test: ast.AST, backends: BackendNames) -> bool:
+    """A test true only for named backends: `isinstance(X.quant_method, K)` (or on `getattr(X,
+    "quant_method", None)`, or `type(X.quant_method) is K`) for any class K, `isinstance(
+    quant_config, C)`, or `quant_config is None`. An `Unquantized*` method or no config leaves the
+    plain `.weight`; a path that runs only for quantization formats it names was written for them
+    (their `.weight`, packed or absent, is what its author handles), so any such check is
+    trusted."""
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
+            and len(test.args) == 2:
+        return (is_quant_method(test.args[0]) or backends.is_config(test.args[0])) \
+            and backends.names_backends(test.args[1])
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.Eq)):
+        left, right = test.left, test.comparators[0]
+        if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "type" \
+                and len(left.args) == 1 and is_quant_method(left.args[0]):
+            return backends.names_backends(right)
+        return isinstance(test.ops[0], ast.Is) and backends.is_config(left) \
+            and isinstance(right, ast.Constant) and right.value is None
+    return False
+
+
+def callee_name(call: ast.AST) -> str | None:
+    """`f(...)` -> "f"; `self.f(...)` (or `cls.f`) -> "self.f"."""
+    if isinstance(call, ast.Call):
+        func = call.func
+        if isinstance(func, ast.Name):
+            return func.id
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+            return f"self.{func.attr}"
+    return None
+
+
+def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge = NOTHING_KNOWN) -> bool:
+    """`test` true => the layer has a plain `.weight`: `hasattr(L, "weight")`, a backend check, a
+    flag or a predicate's result (see GuardKnowledge); as the test, one of its `and`s, every one
+    of its `or`s, or the negation of a no-weight test."""
+    if (WEIGHT_PRESENT.hasattr_counts and is_hasattr_weight(test, layer)) or backend_check(test, known.backends):
+        return True
+    if known.dormant and truth(test, known.dormant) is False:
+        return True  # a dormant path
+    if isinstance(test, (ast.Name, ast.Attribute)) and ast.unparse(test) in known.flags:
+        return True
+    if none_test(test, ast.IsNot) in known.flags:
+        return True
+    if callee_name(test) in known.predicates or _opaque_check(test, layer, known):
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return implies_no_weight(test.operand, layer, known)
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return all(implies_weight(v, layer, known) for v in test.values)
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
+        implies_weight(v, layer, known) for v in test.values)
+
+
+def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge = NOTHING_KNOWN) -> bool:
+    """`test` false => the layer has a plain `.weight`: the negation of a guard, `flag is None`,
+    `quant_config is not None`, alone, in an `or`, or as every one of an `and`'s operands."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return implies_weight(test.operand, layer, known)
+    if none_test(test, ast.Is) in known.flags:
+        return True
+    if known.dormant and truth(test, known.dormant) is True:
+        return True  # what runs where it is false is a dormant path
+    if none_test(test, ast.IsNot) is not None and known.backends.is_config(test.left):
+        return True  # `quant_config is not None`
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return all(implies_no_weight(v, layer, known) for v in test.values)
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+        implies_no_weight(v, layer, known) for v in test.values)
+
+
+def _opaque_check(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge) -> bool:
+    """`obj.supports(L)`: a method, of an object whose class the engine cannot resolve, handed the
+    very layer that is read. The rule cannot read what it checks; a test on the layer itself,
+    written by someone who knew which layers take this path, is trusted as a guard (a predicate
+    the rule can read is judged by what it returns instead)."""
+    return (layer is not None and known.opaque is not None and isinstance(test, ast.Call)
+            and any(same_expression(a, layer) for a in [*test.args, *(k.value for k in test.keywords)])
+            and known.opaque(test))
+
+
+def weight_present_at(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST], known: GuardKnowledge) -> bool:
+    """A guard that implies `.weight` (see `implies_weight`) dominates `site`: an enclosing
+    `if`/conditional, an earlier operand of `and` (or `or`), an earlier `if not <guard>: return`,
+    or a `try` that catches the AttributeError."""
+    for dominator in dominators(site, parents):
+        if dominator.test is None:
+            if WEIGHT_PRESENT.handler_counts and _catches(dominator):
+                return True
+        elif dominator.holds:
+            if implies_weight(dominator.test, layer, known):
+                return True
+        elif implies_no_weight(dominator.test, layer, known):
+            return True
+    return False
+
+
+def _catches(dominator: Dominator) -> bool:
+    return any(catches_attribute_error(handler) for handler in dominator.construct.handlers)

@@ -20,6 +20,7 @@ Every step is recorded as Evidence, shown with the finding.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,10 @@ from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts
                     layer_params, storage_method_name)
 from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.catalogue import default_model
+from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
+
+__all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
 NONE, SET, UNKNOWN = "none", "set", "unknown"
 # A model class attribute listing the only quantization configs it accepts (vLLM).
@@ -126,6 +131,43 @@ class LayerResolver:
             if not owner.qualname:
                 return Instance(None)
             return self.attribute(owner, expr.attr, depth)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
+                and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
+            # `self.mlp[0]`: an element of a container built in the class (`nn.Sequential(A(...), ...)`)
+            owner = self.resolve(expr.value.value, scope, depth + 1, this)
+            if owner.qualname:
+                return self._container_item(owner, expr.value.attr, expr.slice.value)
+        return Instance(None)
+
+    def _container_item(self, owner: Instance, attr: str, index: int) -> Instance:
+        """Element `index` of `owner.attr` when the class builds it as `nn.Sequential(A(...), B(...))`,
+        `nn.ModuleList([A(...), ...])` or `nn.ModuleList([A(...) for ...])`: that element's construction."""
+        found = self.project.attr_origins(owner.qualname, attr)
+        if found is None:
+            return Instance(None)
+        where, origins = found
+        loc = self.index.class_location(where)
+        facts = self.project.file_facts(loc[0].module) if loc else None
+        for origin in origins:
+            call = origin.call
+            kind = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call, ast.Call) else ""
+            if kind == "Sequential":
+                items = call.args
+            elif kind == "ModuleList" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
+                items = call.args[0].elts
+            elif kind == "ModuleList" and call.args and isinstance(call.args[0], ast.ListComp):
+                items = [call.args[0].elt] * (index + 1)  # every element is built the same way
+            else:
+                continue
+            if not (-len(items) <= index < len(items)) or not isinstance(items[index], ast.Call) or facts is None:
+                continue
+            element = items[index]
+            name = dotted(element.func)
+            cls = self.index.resolve(facts.module, name, facts.imports) if name else None
+            item = dataclasses.replace(origin, type_name=cls, call=element,
+                                       how=f"`self.{attr}[{index}]` is `{name}(...)` in `{origin.how.strip('`')}`")
+            inst = self._from_origin(item, where, self._env_in(owner, where))
+            return Instance(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, owner.origin)
         return Instance(None)
 
     def _annotated(self, name: str, annotation, what: str) -> Instance:
@@ -344,8 +386,12 @@ class LayerResolver:
         return {}
 
     # ---- the verdict ----------------------------------------------------------------------------
-    def quantizable(self, inst: Instance, expr_text: str, name_patterns: list[str] | None) -> tuple[str, tuple[Evidence, ...]] | None:
-        """("high"|"low", evidence) when the layer may hold a repacked weight, else None."""
+    def quantizable(self, inst: Instance, expr_text: str, name_patterns: list[str] | None,
+                    need: str = NON_COMPUTE) -> tuple[str, tuple[Evidence, ...]] | None:
+        """("high"|"low", evidence) when the layer may hold a repacked weight, else None.
+        `need`: the storage that makes the site a finding, NON_COMPUTE (a packed, fp8 or missing
+        `weight`: casts, allocations) or ABSENT (no `weight` at all: an unguarded read); when the
+        storage model knows the layer's backends and none of them gives it such a storage, None."""
         if inst.config == NONE:
             return None
         q = inst.qualname
@@ -359,17 +405,41 @@ class LayerResolver:
                     return None
                 if inst.annotated and self._family_never_quantizes(q):
                     return None
-                return "high", inst.chain + evidence
+                storage = self.storage_evidence(q, need)
+                if storage is None:
+                    return None
+                return "high", inst.chain + evidence + storage
             if self.index.class_location(q) is not None:
                 return None  # a class of the scanned tree outside every quantizable hierarchy
         if inst.config == SET or (inst.passed and inst.config == UNKNOWN):
-            return "high", inst.chain + (Evidence(
-                "constructed with a quantization config: its quant method may repack `.weight`", "", 0),)
+            storage = self.storage_evidence(q, need) if q else ()
+            if storage is None:
+                return None
+            return "high", inst.chain + (storage or (Evidence(
+                "constructed with a quantization config: its quant method may repack `.weight`", "", 0),))
         if name_patterns and not q:
             last = expr_text.rsplit(".", 1)[-1]
             if any(fnmatch.fnmatch(last, p) for p in name_patterns):
                 return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
         return None
+
+    @property
+    def storage_model(self) -> StorageModel:
+        model = getattr(self, "_storage_model", None)
+        if model is None:
+            model = self._storage_model = default_model(self.project, self.config_params)
+        return model
+
+    def storage_evidence(self, qualname: str, need: str) -> tuple[Evidence, ...] | None:
+        """The storages that make a site on an instance of this class a finding, as evidence
+        (`()` when the model does not know the class's backends); None when the model knows them
+        and none gives such a storage."""
+        relevant = self.storage_model.find(qualname, need)
+        if relevant is None:
+            return ()
+        if not relevant:
+            return None
+        return storage_evidence(relevant)
 
     def _excluded_by_model(self, inst: Instance) -> bool:
         """The model class the expression starts from admits only some quantization configs

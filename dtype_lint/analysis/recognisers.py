@@ -20,6 +20,7 @@ WEIGHT_SITE_PATTERNS = (
     r"\.weight\s*\)",
     r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']",
     r"=\s*[\w.]+\.weight\s*$",
+    r"=\s*[\w.]+\.weight\s*\[",  # a slice of the weight (`w = L.weight[:, a:b]`), an alias of its dtype
 )
 
 
@@ -41,7 +42,11 @@ def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> t
     if isinstance(node, ast.Name) and scope is not None and depth < 4:
         values = scope.assigns.get(node.id, [])
         if len(values) == 1 and values[0] is not None:
-            return weight_expr(values[0], scope, depth + 1)
+            value = values[0]
+            # `w = L.weight[:, a:b]`: a slice of the weight has the weight's dtype
+            while isinstance(value, ast.Subscript):
+                value = value.value
+            return weight_expr(value, scope, depth + 1)
     return None
 
 
@@ -119,3 +124,69 @@ def is_pure(node: ast.AST) -> bool:
 
 def names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+# Keywords of an allocation or cast that take a dtype (`torch.empty(n, dtype=...)`).
+DTYPE_KEYWORDS = ("dtype", "out_dtype", "output_dtype")
+
+
+def weight_read(node: ast.AST) -> ast.expr | None:
+    """The layer of `L.weight` (a load) or `getattr(L, "weight")` (no default), else None."""
+    if isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(node.ctx, ast.Load):
+        return node.value
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) == 2 and not node.keywords and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value == "weight"):
+        return node.args[0]
+    return None
+
+
+def _is_typing_cast_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (ast.unparse(node.func) in ("cast", "typing.cast")) and len(node.args) == 2
+
+
+def feeds_dtype_site(read: ast.AST, fn: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """`L.weight.dtype` (at `read`, in `fn`) used as a cast's or an allocation's dtype, directly,
+    through a local name or `typing.cast`, or returned by a dtype getter; or `L.weight` handed to
+    `.to(...)` (DTL001/DTL002 report those sites, and their fixes handle a missing `.weight`)."""
+    up = parents.get(id(read))
+    if not (isinstance(up, ast.Attribute) and up.attr == "dtype"):
+        return _is_cast_arg(read, parents)  # `.to(L.weight)`
+    expr: ast.AST = up
+    while True:
+        parent = parents.get(id(expr))
+        if _is_typing_cast_call(parent) and parent.args[1] is expr:
+            expr = parent
+            continue
+        if isinstance(parent, ast.Return):
+            return True
+        if isinstance(parent, ast.keyword):
+            call = parents.get(id(parent))
+            return isinstance(call, ast.Call) and (
+                parent.arg in DTYPE_KEYWORDS or parent.value in cast_dtype_args(call))
+        if isinstance(parent, (ast.IfExp, ast.BoolOp)):
+            expr = parent
+            continue
+        break
+    if _is_cast_arg(expr, parents):
+        return True
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        return bool(names) and _name_feeds_dtype_site(names, fn)
+    return False
+
+
+def _is_cast_arg(expr: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    call = parents.get(id(expr))
+    return isinstance(call, ast.Call) and any(a is expr for a in cast_dtype_args(call))
+
+
+def _name_feeds_dtype_site(names: set[str], fn: ast.AST) -> bool:
+    for sub in ast.walk(fn):
+        if not isinstance(sub, ast.Call):
+            continue
+        args = list(cast_dtype_args(sub)) + [k.value for k in sub.keywords if k.arg in DTYPE_KEYWORDS]
+        if any(isinstance(n, ast.Name) and n.id in names for a in args for n in ast.walk(a)):
+            return True
+    return False

@@ -250,7 +250,7 @@ def _header_shaped(h) -> bool:
 
 _INT, _STR, _BOOL = "int", "str", "bool"
 _FINDING = {"code": _STR, "message": _STR, "path": _STR, "confidence": _STR, "no_fix_reason": _STR,
-            "scope": _STR, "expression": _STR,
+            "scope": _STR, "expression": _STR, "kind": _STR,
             "span": {"line": _INT, "col": _INT, "end_line": _INT, "end_col": _INT},
             "evidence": [{"message": _STR, "path": _STR, "line": _INT}],
             "fix": {"description": _STR, "safe": _BOOL, "unsafe_reason": _STR,

@@ -94,13 +94,16 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: lis
 
 
 def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
-                   skip_real: set[str] | None = None, temps: list[str] | None = None) -> list[Found]:
+                   skip_real: set[str] | None = None, temps: list[str] | None = None,
+                   force_exclude: bool = False) -> list[Found]:
     """`discover`, with each file's real path and module name, in one walk per directory given.
 
     Work per file is a few string operations: the module name is carried down the walk (the
     package a folder belongs to is known from its parent), and `realpath` is called only for
     symlinks (a folder reached without following a link has its parent's real path plus its own
     name). `skip_real`: real paths already listed elsewhere (named files), left out.
+    `force_exclude`: a file or folder named in `paths` is left out too when the excludes match
+    its path below the root (Ruff's `--force-exclude`, for pre-commit, which names each file).
     """
     excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes) + read_gitignore(root))
     root_abs = os.path.abspath(root)
@@ -119,11 +122,25 @@ def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
         p = Path(given)
         if not p.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
+        if force_exclude and _named_excluded(p, root_abs, excluder):
+            continue
         if not p.is_dir():
             add(Found(str(p), os.path.realpath(p), module_name(str(p), root_abs)), os.path.islink(p))
             continue
         _walk(str(p), _rel(p, root), excluder, root_abs, add, temps)
     return out
+
+
+def _named_excluded(path: Path, root_abs: str, excluder: Excluder) -> bool:
+    """Do the excludes match a path named on the command line? Judged on its path below the
+    project root (the name as given when it lies outside), every folder on the way included."""
+    rel = os.path.relpath(os.path.abspath(path), root_abs)
+    rel_posix = Path(rel).as_posix() if not rel.startswith("..") else path.as_posix()
+    rel_posix = rel_posix.lstrip("./") if rel_posix.startswith("./") else rel_posix
+    if rel_posix in ("", "."):
+        return False
+    parts = rel_posix.split("/")
+    return any(excluder.excluded("/".join(parts[: i + 1])) for i in range(len(parts)))
 
 
 def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps: list[str] | None) -> None:

@@ -1,8 +1,9 @@
 """The run, stage by stage; `cli`, `migrate`, `api` and `verify` call this and nothing else.
 
     discover → scan (read, prefilter, class headers; cached) → index → analyze (rules, per-file
-    ignores, suppressions; cached) → helper (which one fixes use) → fix or diff (optional) →
-    baseline → RunResult
+    ignores, suppressions; cached) → choose the helper (which one fixes use; only the files whose
+    fixes it changes are analysed again) → fix or diff (optional; starts from the findings above)
+    → baseline → RunResult
 
 Suppressions and their DTL902 findings are settled inside `analysis.analyze`, per file, before
 any fix: what `--fix` acts on is exactly what a check reports. Every byte written into the
@@ -76,6 +77,9 @@ class RunResult:
     # class that matches nothing...): printed on stderr by the CLI.
     warnings: list[str] = field(default_factory=list)
     index: QuantizableLayerIndex | None = None  # the class index the run analysed against
+    # Display path -> (real path, stamp) of each file as analysed: the fix stage starts from the
+    # findings of a file whose stamp is unchanged instead of analysing it again.
+    checked_stamps: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def writes(self) -> list[WriteRecord]:
@@ -146,9 +150,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     cache.save(writer)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
-                       warnings=warnings, index=index)
-    result.warnings += _nothing_checked(files, in_scope, options)
-    _settle_helper(result, index, [f.path for f in index_found], options)
+                       warnings=warnings, index=index,
+                       checked_stamps={p: (project.real_of(p), project.stamp(project.real_of(p))) for p in targets})
+    result.warnings += _nothing_checked(files, in_scope, options, config)
+    choose_helper_stage(result, index, [f.path for f in index_found], options)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)
@@ -193,8 +198,12 @@ def _require_rules(config: Config) -> None:
         f"{', '.join(r.code for r in ALL_RULES)}, so nothing would be checked; select at least one rule")
 
 
-def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions) -> list[str]:
-    """Why a run checked no file, for the user: never a silent pass over nothing."""
+def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions, config: Config) -> list[str]:
+    """Why a run checked no file, for the user: never a silent pass over nothing. Named files
+    that `force-exclude` left out are what the user asked for (pre-commit committing only
+    excluded files): no warning."""
+    if not files and config.force_exclude and all(os.path.isfile(p) for p in options.paths):
+        return []
     if not files:
         where = ", ".join(f"`{p}`" for p in options.paths)
         return [f"no Python files found under {where} (after the default excludes, `exclude` and .gitignore)"]
@@ -230,7 +239,7 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None) 
     project, so a layer defined in an unstaged file still resolves: one walk of the project,
     which reads nothing."""
     excludes = tuple(config.exclude)
-    files = discover_files(paths, excludes, config.root, temps=temps)
+    files = discover_files(paths, excludes, config.root, temps=temps, force_exclude=config.force_exclude)
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
         rel = os.path.relpath(config.root)
         root = rel if not rel.startswith("..") else str(config.root)
@@ -494,7 +503,8 @@ def _analyze_job(path: str) -> tuple[str, list[dict], dict[str, str], dict[str, 
     return path, [f.to_dict() for f in found], reads.files, reads.modules, reads.listings, new
 
 
-def analyze_path(path: str, index: QuantizableLayerIndex, config: Config, project: "_Project | None" = None) -> list[Finding]:
+def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
+                 project: "_Project | None" = None) -> list[Finding]:
     """The findings of one file on disk (DTL900 when it cannot be read)."""
     try:
         text = read_file(path).text
@@ -591,19 +601,38 @@ def _init_fix(index, config, unsafe) -> None:
     worker_state().update(index=index, config=config, unsafe=unsafe)
 
 
-def _fix_job(path: str) -> _FileFix:
+@dataclass(frozen=True)
+class CheckedFile:
+    """What the check stage found in one file, and the stamp of the file it analysed."""
+
+    findings: list[Finding]
+    real: str
+    stamp: str
+
+
+def _fix_job(item: tuple[str, "CheckedFile | None"]) -> _FileFix:
     st = worker_state()
-    return fix_path(path, st["index"], st["config"], st["unsafe"])
+    path, checked = item
+    return fix_path(path, st["index"], st["config"], st["unsafe"], checked)
 
 
-def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool) -> _FileFix:
+def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool,
+             checked: CheckedFile | None = None) -> _FileFix:
+    """Fix one file. With `checked`, the first round applies the check stage's findings when the
+    file is still the one it analysed (same stamp before and after reading it); otherwise, and for
+    every later round, the text in hand is analysed."""
     try:
+        before = _stamp(checked.real) if checked is not None else None
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
+    from dtype_lint.fix.formatting import project_style
+
+    first = checked.findings if checked is not None and before == checked.stamp == _stamp(checked.real) else None
     module = module_name(path, config.root)
-    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe)
+    outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe, first=first,
+                       line_length=project_style(str(config.root)).line_length)
     return _FileFix(outcome, ft, data)
 
 
@@ -612,13 +641,15 @@ def helper_location(config: Config, files: list[str]) -> HelperLocation:
     return configured_location(config, files)
 
 
-def _settle_helper(result: RunResult, index, files: list[str], options: RunOptions) -> None:
-    """Decide which helper the fixes route through, before anything is fixed or reported.
+def choose_helper_stage(result: RunResult, index, files: list[str], options: RunOptions) -> None:
+    """The helper-choice stage: decide which helper the fixes route through, before anything is
+    fixed or reported.
 
-    An inferred helper changes the fixes (their import names it), so the files holding them are
-    analysed again with it. When no helper can be used, a fixing run stops (exit 2, nothing
-    written); a check keeps the findings but drops those fixes, saying why, so that `[*]` and
-    "fixable" promise only what `--fix` would do."""
+    An inferred helper changes the fixes whose import names another module, so only the files
+    holding those are analysed again with it (none when every fix already imports the chosen
+    helper). When no helper can be used, a fixing run stops (exit 2, nothing written); a check
+    keeps the findings but drops those fixes, saying why, so that `[*]` and "fixable" promise only
+    what `--fix` would do."""
     needing = [f for f in result.findings if f.fix is not None and f.fix.imports]
     if not needing:
         return
@@ -635,7 +666,8 @@ def _settle_helper(result: RunResult, index, files: list[str], options: RunOptio
         result.warnings.append(choice.error)
         return
     if choice.inferred:
-        paths = {f.path for f in needing}
+        chosen = (choice.location.module, choice.location.func)
+        paths = {f.path for f in needing if any(tuple(i) != chosen for i in f.fix.imports)}
         fresh = [f for p in sorted(paths) for f in analyze_path(p, index, choice.config)
                  if choice.config.enabled(f.code, f.path)]
         result.findings = sorted([f for f in result.findings if f.path not in paths] + fresh, key=Finding.sort_key)
@@ -653,7 +685,13 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     helper = None
     if any(f.fix.imports for f in todo) and result.helper_choice is not None:
         helper = result.helper_choice.location
-    fixes = parallel_map(_fix_job, paths, jobs, init=_init_fix, initargs=(index, result.config, unsafe),
+    # The fix stage starts from the check stage's findings (fixer.fix_text's `first`).
+    by_path: dict[str, list[Finding]] = {}
+    for f in result.findings:
+        by_path.setdefault(f.path, []).append(f)
+    items = [(p, CheckedFile(by_path.get(p, []), *result.checked_stamps[p]) if p in result.checked_stamps else None)
+             for p in paths]
+    fixes = parallel_map(_fix_job, items, jobs, init=_init_fix, initargs=(index, result.config, unsafe),
                          progress=options.progress, stage="fix", parallel=jobs > 1 and len(paths) >= 4)
     # A fix that cannot land is refused before anything is written (DTL901, its sites remain):
     # a file that would import the helper from outside its package layout, and (when writing)

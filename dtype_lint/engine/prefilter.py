@@ -51,8 +51,12 @@ def required_literal(pattern: str) -> str:
 
 
 def has_suppression(text: str) -> bool:
-    """Could the text hold a dtype-lint suppression comment? Substring tests only: linear."""
-    return "dtype-lint" in text or ("DTL" in text and "noqa" in text.lower())
+    """Could the text hold a dtype-lint suppression comment that DTL902 may report (so the file
+    is analysed even without a site)? Substring tests only: linear. A bare `# noqa` is never
+    reported, so it does not count here (it does once the file has findings: see
+    suppressions.might_hold_suppression)."""
+    lowered = text.lower()
+    return "dtype-lint" in lowered or ("dtl" in lowered and "noqa" in lowered)
 
 
 @lru_cache(maxsize=16)

@@ -11,9 +11,13 @@ Two forms are recognised, anywhere in a comment (so they combine with other tool
   reported (DTL902, with a message saying what is missing): a suppression of a dtype bug must
   tell the next reader why the cast is safe.
 - ``# noqa: CODES`` (flake8/ruff syntax, codes separated by commas or spaces, no reason
-  required): only the DTL codes it names matter to dtype-lint. A bare ``# noqa`` does **not**
-  suppress dtype-lint findings (it is usually there for another tool, and silencing a dtype bug
-  by accident is exactly what we must not do); ``# noqa: E501`` is ignored entirely.
+  required): only the DTL codes it names matter to dtype-lint; ``# noqa: E501`` is ignored
+  entirely. A bare ``# noqa`` (no codes) suppresses every finding on its line, as in Ruff.
+- ``# dtype-lint: ignore-file[CODES] <reason>`` on any line: the file-level form, for every
+  finding of those codes in the file (codes and a reason are required, as for ``ignore``).
+
+Codes are matched case-insensitively (``# noqa: dtl001`` is ``DTL001``), as are the words
+``noqa``, ``dtype-lint``, ``ignore`` and ``ignore-file``.
 
 **Which findings a comment covers.** A suppression on line L applies to a finding whose span
 covers L: ``span.line <= L <= last line``, where the last line is ``span.end_line`` (or the line
@@ -23,15 +27,13 @@ or the last (where formatters keep trailing comments) included. A comment on a l
 own covers nothing outside the spans that include that line; there is no "next line" form.
 
 **Unused suppressions.** A valid suppression that suppressed nothing is reported as DTL902 for
-the codes it did not use: any code in ``dtype-lint: ignore[...]`` (including codes that are not
-dtype-lint codes at all, reported as unknown), and the DTL codes of a ``noqa``. It comes with a
+the codes it did not use: any code in ``dtype-lint: ignore[...]`` or ``ignore-file[...]``
+(including codes that are not dtype-lint codes at all, reported as unknown), and the DTL codes of
+a ``noqa``. A bare ``# noqa`` is never reported unused: other tools read it too. It comes with a
 safe fix that deletes the directive (or only the unused codes). When the run's enabled codes
 are given (`enabled_codes`), a suppression for a DTL code that was not enabled is not reported:
 nothing could have used it. DTL902 itself is never reported unused, and a DTL902 finding is
 suppressed like any other (``# dtype-lint: ignore[DTL001, DTL902] <reason>``).
-
-Directives and codes are case-sensitive, as in ruff (``DTL001``; ``dtl001`` in an ignore is
-reported as an unknown code); only the word ``noqa`` may be written in any case.
 
 Comments are found with :mod:`tokenize`, so ``#`` inside strings is not a comment. When the file
 does not tokenize (a syntax error), comments before the error come from the tokens and the
@@ -50,13 +52,15 @@ from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
 from dtype_lint.engine.source import SourceText, iter_code
 
 # A code list never holds `#`: each directive's scan stops at the next one (linear per comment).
-_IGNORE = re.compile(r"#\s*dtype-lint\s*:\s*ignore(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?")
+_IGNORE = re.compile(r"#\s*(?i:dtype-lint\s*:\s*ignore(?P<file>-file)?)(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?")
 _NOQA = re.compile(
     r"#\s*(?i:noqa)(?![\w-])"
     r"(?:\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:(?:\s*,\s*|[ \t]+)[A-Za-z]+[0-9]+)*))?"
 )
 _REASON_END = re.compile(r"\s#")
-_DTL_CODE = re.compile(r"^DTL[0-9]+$")
+_DTL_CODE = re.compile(r"^DTL[0-9]+$", re.I)
+_BARE_NOQA = re.compile(r"noqa(?!\s*:)")
+BLANKET = "*"  # the code key of a bare noqa comment (no codes)
 _SEPARATORS = " \t:;,-\u2013\u2014"
 
 
@@ -64,7 +68,7 @@ _SEPARATORS = " \t:;,-\u2013\u2014"
 class Suppression:
     """One directive in a comment. Columns are 0-based character offsets within the line."""
 
-    kind: str  # "ignore" (dtype-lint: ignore[...]) or "noqa"
+    kind: str  # "ignore" (dtype-lint: ignore[...]), "file" (dtype-lint: ignore-file[...]) or "noqa"
     line: int
     start: int  # the directive's "#"
     end: int  # exclusive: after the reason (ignore) or the codes (noqa)
@@ -77,7 +81,7 @@ class Suppression:
     @property
     def problem(self) -> str:
         """Why this directive suppresses nothing ("" when it is valid)."""
-        if self.kind == "ignore":
+        if self.kind in ("ignore", "file"):
             if not self.codes:
                 return "no codes"
             if not self.reason:
@@ -85,14 +89,32 @@ class Suppression:
         return ""
 
     @property
+    def blanket(self) -> bool:
+        return self.kind == "noqa" and not self.codes
+
+    @property
     def our_codes(self) -> tuple[str, ...]:
-        """The codes dtype-lint answers for: all of an ignore's, a noqa's DTL codes."""
-        if self.kind == "ignore":
-            return self.codes
-        return tuple(c for c in self.codes if _DTL_CODE.match(c))
+        """The codes dtype-lint answers for, upper-cased: all of an ignore's, a noqa's DTL codes
+        (a bare noqa: BLANKET)."""
+        if self.blanket:
+            return (BLANKET,)
+        if self.kind in ("ignore", "file"):
+            return tuple(_norm(c) for c in self.codes)
+        return tuple(c.upper() for c in self.codes if _DTL_CODE.match(c))
 
     def suppresses(self, code: str) -> bool:
-        return not self.problem and code in self.our_codes
+        return not self.problem and (code in self.our_codes or self.blanket)
+
+
+def _norm(code: str) -> str:
+    return code.upper() if _DTL_CODE.match(code) else code
+
+
+def might_hold_suppression(source: str) -> bool:
+    """Substring tests only (linear): could `source` hold a directive that concerns us?"""
+    lowered = source.lower()
+    # A noqa comment naming only other tools' codes (E501) does not count: such files are not tokenized.
+    return "dtype-lint" in lowered or ("noqa" in lowered and ("dtl" in lowered or _BARE_NOQA.search(lowered) is not None))
 
 
 # --- finding comments ---------------------------------------------------------------------------
@@ -150,13 +172,13 @@ def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
         codes = _split_codes(m["codes"] or "")
         cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
         out.append(
-            Suppression("ignore", line, col + m.start(), col + end, codes, reason,
+            Suppression("file" if m["file"] else "ignore", line, col + m.start(), col + end, codes, reason,
                         comment[m.start() : end], cs, ce)
         )
     for m in _NOQA.finditer(comment):
         codes = _split_codes(m["codes"] or "")
-        if not any(_DTL_CODE.match(c) for c in codes):
-            continue  # bare or another tool's noqa: not ours
+        if codes and not any(_DTL_CODE.match(c) for c in codes):
+            continue  # another tool's noqa: not ours
         cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
         out.append(
             Suppression("noqa", line, col + m.start(), col + m.end(), codes, "",
@@ -167,10 +189,11 @@ def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
 
 def parse_suppressions(source: str) -> list[Suppression]:
     """The directives in `source` that concern dtype-lint, in line order: every
-    ``dtype-lint: ignore`` (valid or not) and every ``noqa`` naming at least one DTL code."""
+    ``dtype-lint: ignore`` / ``ignore-file`` (valid or not), every bare ``noqa`` and every
+    ``noqa`` naming at least one DTL code."""
     # Every directive that concerns us contains one of these; plain substring tests keep the
     # scan of files without any (nearly all) at memory speed, and those are never tokenized.
-    if "dtype-lint" not in source and "DTL" not in source:
+    if not might_hold_suppression(source):
         return []
     out: list[Suppression] = []
     for line, col, text in _comments(SourceText(source).lines):
@@ -189,17 +212,26 @@ class _File(SourceText):
         # (line, code) -> the valid suppressions of that code on that line: a lookup per line
         # of a finding, however many directives one line holds.
         self.by_line: dict[tuple[int, str], list[Suppression]] = {}
+        self.file_wide: dict[str, list[Suppression]] = {}  # code -> its valid ignore-file directives
         for s in self.suppressions:
-            if not s.problem:
-                for code in dict.fromkeys(s.our_codes):
+            if s.problem:
+                continue
+            for code in dict.fromkeys(s.our_codes):
+                if s.kind == "file":
+                    self.file_wide.setdefault(code, []).append(s)
+                else:
                     self.by_line.setdefault((s.line, code), []).append(s)
 
     def covering(self, f: Finding) -> list[Suppression]:
+        found = list(self.file_wide.get(f.code, ()))
         if not self.by_line:
-            return []
+            return found
         sp = f.span
         last = sp.end_line - 1 if sp.end_line > sp.line and sp.end_col <= 1 else sp.end_line
-        return [s for n in range(sp.line, max(sp.line, last) + 1) for s in self.by_line.get((n, f.code), ())]
+        for n in range(sp.line, max(sp.line, last) + 1):
+            found += self.by_line.get((n, f.code), ())
+            found += self.by_line.get((n, BLANKET), ())
+        return found
 
     def removal(self, s: Suppression) -> Edit:
         """Delete the directive, with the whitespace that separated it (or its whole line)."""
@@ -225,9 +257,10 @@ def _unused_finding(path: str, file: _File, s: Suppression, unused: list[str]) -
         )
         if part
     )
-    form = "`dtype-lint: ignore` suppression" if s.kind == "ignore" else "`noqa` code"
+    form = {"ignore": "`dtype-lint: ignore` suppression", "file": "`dtype-lint: ignore-file` suppression"}.get(
+        s.kind, "`noqa` code")
     # A noqa keeps other tools' codes; either form keeps the codes that were used.
-    keep = [c for c in s.codes if c not in unused]
+    keep = [c for c in s.codes if _norm(c) not in unused and c not in unused]
     if keep:
         edit = Edit(file.offset(s.line, s.codes_start), file.offset(s.line, s.codes_end), ", ".join(keep))
         description = f"Remove {', '.join(unused)} from the suppression"
@@ -248,13 +281,14 @@ def _problem_finding(path: str, s: Suppression) -> Finding:
     if s.problem == "no codes":
         message = (
             f"Suppression `{s.text}` names no codes, so it suppresses nothing; name them: "
-            "`# dtype-lint: ignore[DTL001] <reason>`"
+            f"`# dtype-lint: {'ignore-file' if s.kind == 'file' else 'ignore'}[DTL001] <reason>`"
         )
         no_fix = "which codes to suppress cannot be guessed"
     else:
         message = (
             f"Suppression `{s.text}` has no reason, so it suppresses nothing; a reason is "
-            f"required: `# dtype-lint: ignore[{', '.join(s.codes)}] <why this is safe>`"
+            f"required: `# dtype-lint: {'ignore-file' if s.kind == 'file' else 'ignore'}[{', '.join(s.codes)}] "
+            "<why this is safe>`"
         )
         no_fix = "only a person can write the reason"
     return Finding(
@@ -309,6 +343,8 @@ def apply_suppressions(
         if s.problem:
             new.append(_problem_finding(path, s))
             continue
+        if s.blanket:
+            continue  # other tools read a bare noqa too: never reported unused
         done = used.get(id(s), set())
         unused = [c for c in s.our_codes if c not in done and reportable(c)]
         if unused:

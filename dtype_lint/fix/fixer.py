@@ -131,8 +131,10 @@ def verify_parses(text: str, path: str) -> None:
 
 
 def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsafe: bool,
-             first: list[Finding] | None = None) -> FixOutcome:
-    """Fix one file's text in rounds; `analyze(text)` gives the findings of a version of it."""
+             first: list[Finding] | None = None, line_length: int | None = None) -> FixOutcome:
+    """Fix one file's text in rounds; `analyze(text)` gives the findings of a version of it.
+    `line_length`: the project's (formatting.project_style); added lines longer than it are
+    wrapped as its formatter would."""
     out = FixOutcome(path, text, text)
     findings = first if first is not None else analyze(text)
     try:
@@ -153,6 +155,14 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             if cleaned != out.text:
                 verify_parses(cleaned, path)
                 out.text = cleaned
+                findings = analyze(out.text)
+        if out.applied and line_length:
+            from dtype_lint.fix.formatting import wrap_long_lines
+
+            wrapped = wrap_long_lines(text, out.text, line_length, SourceText(text).newline)
+            if wrapped != out.text:
+                verify_parses(wrapped, path)
+                out.text = wrapped
                 findings = analyze(out.text)
         try:
             verify_names(text, out.text, out.applied)

@@ -32,16 +32,18 @@ from dtype_lint.dtypes.evaluator import Table, Unsupported, evaluate_helper
 from dtype_lint.engine.source import read_file
 
 _DOC = '''\
-    """The dtype an activation must have before entering `layer`, or None to keep the model dtype.
+    """The dtype an activation must have before entering `layer`, or None to
+    keep the model dtype.
 
-    A quantization backend may repack a layer's weight after loading, so the storage dtype of
-    `layer.weight` is not the compute dtype of its input (vLLM issue #38658):
+    A quantization backend may repack a layer's weight after loading, so the
+    storage dtype of `layer.weight` is not the compute dtype of its input
+    (vLLM issue #38658):
       no `.weight` (AWQ/GPTQ)        -> layer.params_dtype
       int32 (Marlin repack)          -> layer.params_dtype
-      uint8 (NVFP4), fp8_input False -> None: the layer quantizes its input itself
-      uint8 (NVFP4), fp8_input True  -> layer.params_dtype: NVFP4 quantizes fp16/bf16 only
+      uint8 (NVFP4), fp8_input False -> None: the layer quantizes its input
+      uint8 (NVFP4), fp8_input True  -> layer.params_dtype: fp16/bf16 only
       other integer storage (int8)   -> layer.params_dtype
-      fp8 weight, fp8_input False    -> None: the layer quantizes its input itself
+      fp8 weight, fp8_input False    -> None: the layer quantizes its input
       otherwise                      -> the weight dtype
     """
 '''
@@ -63,8 +65,8 @@ _BODY = '''\
 _HEADERS = {
     "vllm": "import torch\n\nfrom vllm.platforms import current_platform\n",
     "torch": ('import torch\n\n_FP8_DTYPES = frozenset(\n    getattr(torch, name)\n'
-              '    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")\n'
-              '    if hasattr(torch, name)\n)\n'),
+              '    for name in (\n        "float8_e4m3fn",\n        "float8_e4m3fnuz",\n        "float8_e5m2",\n'
+              '        "float8_e5m2fnuz",\n    )\n    if hasattr(torch, name)\n)\n'),
 }
 _IS_FP8 = {"vllm": "weight_dtype == current_platform.fp8_dtype()", "torch": "weight_dtype in _FP8_DTYPES"}
 TEMPLATES = tuple(_HEADERS)
@@ -76,17 +78,30 @@ def decision_rows() -> list[str]:
     return [line.strip() for line in _DOC.splitlines() if "->" in line]
 
 
-def helper_source(func: str, template: str) -> str:
-    """The text of the helper module `--fix` creates."""
+def helper_source(func: str, template: str, vllm_first_party: bool = True) -> str:
+    """The text of the helper module `--fix` creates. `vllm_first_party`: isort puts `vllm` in
+    its own first-party block (the helper lives in vLLM itself); in a plugin project `vllm` is
+    third party, in one block with torch."""
     if template not in _HEADERS:
         raise ValueError(f"unknown helper template {template!r}")
+    header = _HEADERS[template] if vllm_first_party else _HEADERS[template].replace("import torch\n\nfrom vllm",
+                                                                                     "import torch\nfrom vllm")
     return (
         '"""Created by dtype-lint: the one place that decides a layer\'s input dtype."""\n\n'
-        + _HEADERS[template]
-        + f"\n\ndef {func}(layer: torch.nn.Module, fp8_input: bool) -> torch.dtype | None:\n"
+        + header
+        + _signature(func)
         + _DOC
         + _BODY.format(is_fp8=_IS_FP8[template])
     )
+
+
+def _signature(func: str) -> str:
+    """The helper's `def` line, as Black and `ruff format` lay it out: every line of the created
+    module fits in 79 columns (PEP 8, and the shortest line length projects configure)."""
+    one_line = f"def {func}(layer: torch.nn.Module, fp8_input: bool) -> torch.dtype | None:"
+    if len(one_line) <= 79:
+        return f"\n\n{one_line}\n"
+    return f"\n\ndef {func}(\n    layer: torch.nn.Module, fp8_input: bool\n) -> torch.dtype | None:\n"
 
 
 def function_table(source: str, func: str) -> Table:
@@ -170,7 +185,10 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
         if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
         return HelperLocation(module, func, path, True)
-    return HelperLocation(module, func, path, False, helper_source(func, template),
+    from dtype_lint.fix.formatting import FIRST_PARTY, project_style
+
+    vllm_first_party = project_style(str(root)).section("vllm") == FIRST_PARTY
+    return HelperLocation(module, func, path, False, helper_source(func, template, vllm_first_party),
                           _markers_needed(path.parent, base))
 
 

@@ -6,7 +6,11 @@ applies an identical edit once). Placement, in order of preference:
 - nothing, when the module already imports `name` from `module` at top level;
 - into an existing one-line `from module import a, b` (names kept sorted as isort orders them);
 - among the top-level `from` imports of the same top-level package, in module order;
-- after the last top-level import of the module's leading block;
+- in the import's isort section (`formatting.ProjectStyle`: future, standard library, third
+  party, first party, local folder): among that section's `from` imports in module order (after
+  its plain `import`s, as isort and Ruff order them unless `force-sort-within-sections`), or, when
+  the file has no import of that section, as a block of its own between the sections before and
+  after it, one blank line on each side;
 - after the docstring and `from __future__` imports, else at the top.
 """
 
@@ -33,8 +37,13 @@ def _isort_key(name: str) -> tuple:
     return kind, name.lower()
 
 
-def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asname: str | None = None) -> Edit | None:
-    """`from module import name` (`as asname`: the planner's fresh alias when `name` is taken)."""
+def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asname: str | None = None,
+                style=None) -> Edit | None:
+    """`from module import name` (`as asname`: the planner's fresh alias when `name` is taken).
+    `style`: the project's formatting.ProjectStyle (default: no configuration, the root unknown)."""
+    from dtype_lint.fix.formatting import ProjectStyle
+
+    style = style or ProjectStyle()
     nl = "\n"  # the fixer writes every inserted line break in the file's own style
     block = _leading_block(tree)
     top_from = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.level == 0 and s.col_offset == 0]
@@ -77,9 +86,9 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
         off = src.offset(siblings[0].lineno, 0)
         return Edit(off, off, f"from {module} import {name}{nl}")
 
-    imports = [s for s in block if isinstance(s, (ast.Import, ast.ImportFrom))]
+    imports = [s for s in block if isinstance(s, (ast.Import, ast.ImportFrom)) and s.col_offset == 0]
     if imports:
-        return after(imports[-1])
+        return _in_section(src, imports, module, name, style, after, nl)
     anchor = None
     if block and isinstance(block[0], ast.Expr) and isinstance(block[0].value, ast.Constant) \
             and isinstance(block[0].value.value, str):
@@ -94,3 +103,44 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
         line += 1
     off = src.offset(line, 0) if line <= len(src.lines) else len(src.text)
     return Edit(off, off, f"from {module} import {name}{nl}{nl}")
+
+
+def _section_of(s: ast.stmt, style) -> int:
+    if isinstance(s, ast.ImportFrom):
+        return style.section(s.module or "", s.level)
+    return style.section(s.names[0].name)
+
+
+def _in_section(src: SourceText, imports: list[ast.stmt], module: str, name: str, style, after, nl: str) -> Edit:
+    """The edit that puts the import into its isort section (see the module docstring)."""
+    ours = style.section(module)
+    line = f"from {module} import {name}"
+    same = [s for s in imports if _section_of(s, style) == ours]
+    if same:
+        def sort_key(s: ast.stmt):
+            target = s.module if isinstance(s, ast.ImportFrom) else s.names[0].name
+            plain_first = 0 if style.force_sort_within_sections else (0 if isinstance(s, ast.Import) else 1)
+            return plain_first, (target or "").lower()
+
+        mine = (0 if style.force_sort_within_sections else 1, module.lower())
+        later = [s for s in same if sort_key(s) > mine]
+        if later:
+            off = src.offset(later[0].lineno, 0)
+            return Edit(off, off, f"{line}{nl}")
+        return after(same[-1])
+    earlier = [s for s in imports if _section_of(s, style) < ours]
+    if earlier:
+        last = earlier[-1]
+        if any(_section_of(s, style) > ours and s.lineno > last.end_lineno for s in imports):
+            # The next section follows: a block between two blank lines, reusing the one there.
+            if last.end_lineno < len(src.lines) and not src.line(last.end_lineno + 1).strip():
+                off = src.offset(last.end_lineno + 2, 0) if last.end_lineno + 1 < len(src.lines) else len(src.text)
+                return Edit(off, off, f"{line}{nl}{nl}")
+            edit = after(last)
+            return Edit(edit.start, edit.end, nl + edit.text + nl)
+        edit = after(last)
+        text = edit.text if edit.text.startswith(nl) else nl + edit.text
+        return Edit(edit.start, edit.end, text)
+    first = imports[0]
+    off = src.offset(first.lineno, 0)
+    return Edit(off, off, f"{line}{nl}{nl}")

@@ -27,6 +27,7 @@ from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
 from dtype_lint.analysis.class_facts import FunctionScope, walk_function
 from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.helper_template import helper_table
+from dtype_lint.fix.formatting import project_style
 from dtype_lint.fix.import_edit import import_edit
 from dtype_lint.fix.bound_names import bindings, fresh, has_star_import, identifiers
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
@@ -95,7 +96,8 @@ class Planner:
         """A fix routing through the helper: its edits plus the helper's import. Unsafe, whatever
         the form, when the helper itself is unsound."""
         if self._import is None:
-            edit = import_edit(self.src, self.tree, self.module, self.func, None if self.name == self.func else self.name)
+            edit = import_edit(self.src, self.tree, self.module, self.func, None if self.name == self.func else self.name,
+                               style=project_style(str(self.config.root)))
             self._import = [] if edit is None else [edit]
         if safe is None:
             safe = self.flag_default == "True"

@@ -19,6 +19,12 @@ from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, se
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
                   progress=None) -> RunResult:
     config = reuse_sound_helper(config, path)
+    # A migration routes every site through the helper, and the opt-in rules with proven fixes
+    # belong to it (DTL004's guard is DTL001's rewrite, DTL005 fixes an unsound helper in place),
+    # unless the configuration turned them off.
+    opt_in = [c for c in ("DTL004", "DTL005") if not config.enabled(c) and c not in config.ignore]
+    if opt_in and config.select == ["DTL"]:
+        config = dataclasses.replace(config, select=[*config.select, *opt_in])
     return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, fix=True,
                                   unsafe_fixes=unsafe_fixes, progress=progress))
 
@@ -154,11 +160,11 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
     shared = helper_table(module, func, result.config.template,
                           str(helper.path) if helper is not None and helper.path.exists() else None)
     routed = [h for h in existing if h.configured]
-    rewritten = [f for f in result.fixed if f.code == "DTL005" and not f.expression.startswith("def ")]
+    rewritten = [f for f in result.fixed if f.kind == "call"]
     # Helpers whose callers could not be routed get the missing branch where they are defined.
     in_place = {(_rel(f.path, root), f.expression.removeprefix("def ")): f for f in result.fixed
-                if f.code == "DTL005" and f.expression.startswith("def ")}
-    left = [f for f in result.findings if f.code == "DTL005" and not f.expression.startswith("def ")]
+                if f.kind == "definition"}
+    left = [f for f in result.findings if f.kind == "call"]
     lines = ["", "## Existing input-dtype helpers", ""]
     for h in existing:
         where = f"`{_rel(h.path, root)}:{h.line}` `{h.name}`"
@@ -234,7 +240,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
     a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
     False: none)."""
-    from dtype_lint.migrate.migration import series
+    from dtype_lint.migrate import series
     from dtype_lint.engine.source import FileText
 
     result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
@@ -266,7 +272,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
-        from dtype_lint.migrate.migration import proofs
+        from dtype_lint.migrate import proofs
 
         text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
         proof = proofs.for_changes(text, result.helper.func)

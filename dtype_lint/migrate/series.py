@@ -91,7 +91,7 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
 
 def _fixes_helper(f: Finding) -> bool:
     """The finding is an unsound input-dtype helper's definition (DTL005), fixed in place."""
-    return f.code == "DTL005" and f.expression.startswith("def ") and f.fix is not None
+    return f.kind == "definition" and f.fix is not None
 
 
 def _subject(key: str, changes: list[FileChange], helper: HelperLocation | None) -> str:

@@ -50,7 +50,7 @@ _MODULES: dict[str, str] = {
     "gitlab": "gitlab",
 }
 FORMATS: tuple[str, ...] = tuple(_MODULES)
-# Formats for people; `statistics=True` replaces their per-finding listing with a table.
+# Formats for people; `statistics` replaces their per-finding listing with counts per code.
 # Machine formats ignore `statistics`: they carry every finding already.
 HUMAN_FORMATS: tuple[str, ...] = ("text", "concise")
 
@@ -64,14 +64,15 @@ def render(
     read_source: Callable[[str], "str | None"],
     rules: Mapping[str, RuleInfo],
     color: bool | None = None,
-    statistics: bool = False,
+    statistics: bool | str = False,
 ) -> None:
     """Write `findings` to `out` in format `fmt` (one of :data:`FORMATS`).
 
     `read_source(path)` returns a file's text (or None when unavailable; frames and SARIF
     line/column regions are then left out). `color`: None = only when `out` is a TTY (and
     NO_COLOR is unset), True/False force it; only ``text``, ``concise`` and the statistics table
-    use colour.
+    use colour. `statistics`: False, "lines" (Ruff's `count code [*] name`, also for True) or
+    "table" (a rich table), replacing the per-finding listing of the human formats.
     """
     from dtype_lint.reporters._common import RenderContext
 
@@ -88,7 +89,7 @@ def render(
         given_codes=tuple(rules),
     )
     if statistics and fmt in HUMAN_FORMATS:
-        module_name = "stats_table"
+        module_name = "stats_table" if statistics == "table" else "stats_lines"
     findings, ctx.read_source = _printable_paths(findings, read_source)
     module = importlib.import_module(f"dtype_lint.reporters.{module_name}")
     module.render(findings, summary, out, ctx)

@@ -1,9 +1,10 @@
 """`junit`: JUnit XML for CI test-report views (Jenkins, GitLab, Azure).
 
-One <testsuite name="dtype-lint">; one <testcase> per file with findings (name and file = the
-path), whose single <failure> carries every finding of that file, one per line
-(`path:line:col: CODE message`) in its text, and a count in its message attribute; plus one
-passing summary testcase ("N files checked, M analyzed"), so a clean run still reports a test.
+One <testsuite name="dtype-lint">; one <testcase> per finding, as Ruff's junit output: name
+`CODE at path:line:col`, classname the path, `file` and `line` attributes, and a <failure> whose
+message is the finding's message, type its code and text `path:line:col: CODE message` with the
+evidence; plus one passing summary testcase ("N files checked, M analyzed"), so a clean run
+still reports a test.
 Built with ElementTree (escaping), with characters XML 1.0 forbids removed. Suite time is the
 run's elapsed time; no timestamps or host names, so the output is deterministic.
 """
@@ -12,12 +13,11 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from itertools import groupby
 from typing import TextIO
 
 from dtype_lint.findings import Finding
 from dtype_lint.reporters import RunSummary
-from dtype_lint.reporters._common import RenderContext, location, plural, remaining
+from dtype_lint.reporters._common import RenderContext, evidence_location, location, plural, remaining
 
 _XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -28,9 +28,8 @@ def clean(s: str) -> str:
 
 def document(findings: list[Finding], summary: RunSummary) -> ET.Element:
     left = remaining(findings)
-    by_file = [(path, list(group)) for path, group in groupby(left, key=lambda f: f.path)]
-    tests = len(by_file) + 1
-    failures = len(by_file)
+    tests = len(left) + 1
+    failures = len(left)
     elapsed = f"{float(summary.elapsed_s):.3f}"
     suites = ET.Element(
         "testsuites",
@@ -50,20 +49,15 @@ def document(findings: list[Finding], summary: RunSummary) -> ET.Element:
         skipped="0",
         time=elapsed,
     )
-    for path, group in by_file:
+    for f in left:
         case = ET.SubElement(
-            suite, "testcase", name=clean(path), classname="dtype-lint", file=clean(path)
+            suite, "testcase", name=clean(f"{f.code} at {location(f)}"), classname=clean(f.path),
+            file=clean(f.path), line=str(f.span.line),
         )
-        first = group[0]
-        failure = ET.SubElement(
-            case,
-            "failure",
-            message=clean(f"{plural(len(group), 'finding')}; first: {first.code} {first.message}"),
-            type=clean(first.code),
-        )
-        failure.text = clean(
-            "\n".join(f"{location(f)}: {f.code} {f.message}" for f in group) + "\n"
-        )
+        failure = ET.SubElement(case, "failure", message=clean(f.message), type=clean(f.code))
+        lines = [f"{location(f)}: {f.code} {f.message}"]
+        lines += [f"  {evidence_location(e.path, e.line) or 'configuration'}: {e.message}" for e in f.evidence]
+        failure.text = clean("\n".join(lines) + "\n")
     checked = plural(summary.files_checked, "file")
     ET.SubElement(
         suite,

@@ -15,8 +15,11 @@
   fix needs (Fix.imports) are placed by the fixer, not by edits, so they are listed in the fix's
   description and in ``properties.imports``; applicability is in ``properties``.
 
-URIs are the paths as given, percent-encoded, with ``/`` separators (absolute paths become
-``file://`` URIs). Does not import rich.
+URIs are the paths as given (relative to the current folder, as every format names them),
+percent-encoded, with ``/`` separators, each with ``uriBaseId: "%SRCROOT%"``; the run's
+``originalUriBaseIds`` gives ``%SRCROOT%`` as the current folder's ``file://`` URI, so that a
+viewer resolves them wherever the log is opened (absolute paths become ``file://`` URIs of their
+own, without a base). Does not import rich.
 """
 
 from __future__ import annotations
@@ -38,6 +41,20 @@ from dtype_lint.reporters._common import (
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "dtypeLint/v1"
+
+
+SRCROOT = "%SRCROOT%"
+
+
+def artifact_location(path: str) -> dict:
+    uri = artifact_uri(path)
+    return {"uri": uri} if uri.startswith("file:") else {"uri": uri, "uriBaseId": SRCROOT}
+
+
+def srcroot_uri() -> str:
+    import os
+
+    return PurePath(os.getcwd()).as_uri().rstrip("/") + "/"
 
 
 def artifact_uri(path: str) -> str:
@@ -63,7 +80,7 @@ def _related(i: int, ev: Evidence) -> dict:
     # and a region's startLine must be >= 1.
     loc: dict = {"id": i, "message": {"text": ev.message}}
     if ev.path:
-        physical: dict = {"artifactLocation": {"uri": artifact_uri(ev.path)}}
+        physical: dict = {"artifactLocation": artifact_location(ev.path)}
         if ev.line > 0:
             physical["region"] = {"startLine": ev.line}
         loc["physicalLocation"] = physical
@@ -103,7 +120,7 @@ def _fix(f: Finding, ctx: RenderContext) -> dict | None:
     return {
         "description": {"text": description},
         "artifactChanges": [
-            {"artifactLocation": {"uri": artifact_uri(f.path)}, "replacements": replacements}
+            {"artifactLocation": artifact_location(f.path), "replacements": replacements}
         ],
         "properties": props,
     }
@@ -135,7 +152,7 @@ def log(findings: list[Finding], summary: RunSummary, ctx: RenderContext) -> dic
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": artifact_uri(f.path)},
+                        "artifactLocation": artifact_location(f.path),
                         "region": _region(f),
                     }
                 }
@@ -172,6 +189,7 @@ def log(findings: list[Finding], summary: RunSummary, ctx: RenderContext) -> dic
                         "rules": rules,
                     }
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": srcroot_uri()}},
                 "columnKind": "unicodeCodePoints",
                 "results": results,
             }

@@ -12,6 +12,7 @@ import pytest
 
 from dtype_lint.api import check_paths, make_config
 from dtype_lint.analysis.dormant import truth
+from tiny_project import write_tree
 
 LAYERS = """\
 import torch
@@ -29,10 +30,7 @@ class ReplicatedLinear(LinearBase):
 
 
 def _dtl003(root: Path, files: dict[str, str]) -> list[tuple[str, int]]:
-    for rel, text in {"pkg/__init__.py": "", "pkg/layers.py": LAYERS, **files}.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+    write_tree(root, {"pkg/__init__.py": "", "pkg/layers.py": LAYERS, **files})
     result = check_paths([str(root)], make_config({"select": ["DTL003"], "preset": "generic"}, root=root),
                          use_cache=False)
     return sorted((Path(f.path).relative_to(root).as_posix(), f.span.line) for f in result.findings)

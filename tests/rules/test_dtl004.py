@@ -3,6 +3,8 @@ why a branch gets no fix."""
 
 from __future__ import annotations
 
+import json
+
 from dtype_lint.api import check_source, make_config
 from dtype_lint.engine.pipeline import fix_one_text
 
@@ -22,14 +24,16 @@ GUARDED = HEAD + "    def prefill(self, kv, use_fp8):\n" + ALIAS + (
 
 
 def test_the_guard_and_its_cast_share_one_fix_and_both_are_fixed():
-    findings = check_source(GUARDED)
+    on = {"select": ["DTL", "DTL004"]}  # DTL004 is opt-in
+    assert sorted(f.code for f in check_source(GUARDED)) == ["DTL001"]
+    findings = check_source(GUARDED, settings=on)
     assert sorted(f.code for f in findings) == ["DTL001", "DTL004"]
     fixes = {f.code: f.fix for f in findings}
     assert fixes["DTL001"].edits == fixes["DTL004"].edits and fixes["DTL004"].safe
-    outcome = fix_one_text(GUARDED, "<string>", make_config(), False)
+    outcome = fix_one_text(GUARDED, "<string>", make_config(on), False)
     assert sorted(f.code for f in outcome.applied) == ["DTL001", "DTL004"]
     assert "get_layer_input_dtype(self.kv_b_proj, use_fp8)" in outcome.text
-    assert check_source(outcome.text) == []
+    assert check_source(outcome.text, settings=on) == []
 
 
 def test_a_branch_that_casts_nothing_says_why_it_has_no_fix():
@@ -43,3 +47,15 @@ def test_a_guard_that_disagrees_with_the_helper_is_not_rewritten():
                         + "        if w != torch.uint8 and w != torch.float16:\n            kv = kv.to(w)\n        return kv\n",
                         settings={"select": ["DTL004"]})
     assert f.fix is None and "disagrees with the helper for a float16 weight" in f.no_fix_reason
+
+
+def test_test_modules_are_not_checked(tmp_path):
+    """A unit test asserting a backend's storage dtype asks the storage question on purpose."""
+    from cli_runner import dtl
+
+    body = HEAD + "    def f(self, x):\n        if self.kv_b_proj.weight.dtype == torch.int8:\n            return x.float()\n        return x\n"
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "check_storage.py").write_text(body)
+    (tmp_path / "model.py").write_text(body)
+    proc = dtl(tmp_path, "check", ".", "--select", "DTL004", "--no-cache", "--output-format", "json")
+    assert [f["path"] for f in json.loads(proc.stdout)["findings"]] == ["model.py"]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from cli_runner import dtl
 
+from dtype_lint.api import check_source
+
 UNSOUND = textwrap.dedent("""\
     import torch
 
@@ -102,7 +104,8 @@ def test_a_fix_through_an_unsound_configured_helper_is_unsafe(tmp_path):
     (tmp_path / "pkg" / "model.py").write_text(
         "from torch import nn\n\n\nclass M(nn.Module):\n    def __init__(self, proj):\n        self.proj = proj\n\n"
         "    def forward(self, x):\n        x = x.to(self.proj.weight.dtype)\n        return x\n")
-    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'name-heuristics = true\nname-patterns = ["proj"]\n')
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'name-heuristics = true\nname-patterns = ["proj"]\n'
+                                             'extend-select = ["DTL005"]\n')
     proc = dtl(tmp_path, "check", ".", "--output-format", "json", "--no-cache")
     got = json.loads(proc.stdout)["findings"]
     cast = next(f for f in got if f["code"] == "DTL001")
@@ -111,3 +114,32 @@ def test_a_fix_through_an_unsound_configured_helper_is_unsafe(tmp_path):
     helper = next(f for f in got if f["code"] == "DTL005")
     assert helper["message"].startswith("the configured helper `get_layer_input_dtype`")
     assert helper["fix"]["applicability"] == "safe"
+
+
+PLAIN_CALLERS = '''\
+import torch
+from torch import nn
+
+
+def linear_compute_dtype(module: nn.Module) -> torch.dtype:
+    return torch.bfloat16 if module.weight.dtype == torch.float8_e4m3fn else module.weight.dtype
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.action_in_proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.action_in_proj(x.to(dtype=linear_compute_dtype(self.action_in_proj)))
+'''
+
+
+def test_a_helper_whose_callers_pass_plain_torch_layers_is_not_reported():
+    """Judged by its real callers: every one hands it an `nn.Linear`, which no backend packs."""
+    on = {"select": ["DTL005"]}
+    assert check_source(PLAIN_CALLERS, settings=on) == []
+    quantized = PLAIN_CALLERS.replace(
+        "from torch import nn\n", "from torch import nn\nfrom vllm.model_executor.layers.linear import ReplicatedLinear\n"
+    ).replace("nn.Linear(4, 4)", "ReplicatedLinear(4, 4, quant_config=qc)").replace("def __init__(self):", "def __init__(self, qc):")
+    assert sorted(f.span.line for f in check_source(quantized, settings=on)) == [6, 16]

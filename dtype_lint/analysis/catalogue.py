@@ -1,0 +1,74 @@
+"""The storage model of engines a project imports without containing them (shipped data).
+
+An out-of-tree model or platform plugin imports vLLM's layers (`from vllm.model_executor.layers.linear
+import ColumnParallelLinear`) but does not contain vLLM, so the tree's own backends cannot be read.
+`dtype_lint/data/catalogue-<dist>-<version>.json` holds what `CodeBackends` computed from a pinned
+release of the engine: layer class → the storages its backends can give `weight`, with the
+backend's file (relative to the release) and line. `scripts/catalogue.py` regenerates it;
+`tests/test_catalogue.py` checks that the shipped data equals a fresh computation.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+
+from dtype_lint.analysis.storage_model import CodeBackends, Storage, StorageModel
+from dtype_lint.findings import Evidence
+
+# The data's format version; the layers recorded are the preset's quantizable classes found in the
+# release (its roots and the public subclasses a plugin builds).
+FORMAT = 1
+
+
+@cache
+def shipped() -> tuple[dict, ...]:
+    """Every catalogue shipped with the tool (parsed once per process)."""
+    out = []
+    try:
+        folder = resources.files("dtype_lint") / "data"
+        entries = sorted(p for p in folder.iterdir() if p.name.startswith("catalogue-") and p.name.endswith(".json"))
+    except (FileNotFoundError, NotADirectoryError, ModuleNotFoundError):
+        return ()
+    for entry in entries:
+        try:
+            data = json.loads(entry.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if data.get("format") == FORMAT:
+            out.append(data)
+    return tuple(out)
+
+
+class CatalogueBackends:
+    """Storages of layer classes outside the tree, from the shipped catalogues."""
+
+    name = "catalogue"
+
+    def storages_for(self, layer_class: str, construction: object = None) -> frozenset[Storage] | None:
+        for data in shipped():
+            layers = data.get("layers", {})
+            if layer_class in layers:
+                release = f"{data['dist']} {data['version']}"
+                return frozenset(_outside(Storage.from_dict(data["storages"][i]), release) for i in layers[layer_class])
+        return None
+
+
+def _outside(storage: Storage, release: str) -> Storage:
+    """The release's files are not the project's: their lines go into the words (`fp8.py:89 ->
+    marlin_utils_fp8.py:141 in vllm 0.33.0`), not into locations a reporter would resolve in the
+    project."""
+    located = [e for e in storage.evidence if e.path]
+    ends = located[:1] + located[-1:] if len(located) > 1 else located
+    where = " -> ".join(f"{e.path.rsplit('/', 1)[-1]}:{e.line}" for e in ends)
+    evidence = tuple(Evidence(f"{e.message} ({e.path}:{e.line} in {release})" if e.path else e.message, "", 0)
+                     for e in storage.evidence)
+    return Storage(storage.backend, storage.method, storage.kind, storage.dtype,
+                   f"{storage.what} ({where} in {release})" if where else f"{storage.what} ({release})",
+                   evidence, storage.typed)
+
+
+def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -> StorageModel:
+    """The tree's own backends first, then the shipped catalogue (engines imported, not scanned)."""
+    return StorageModel([CodeBackends(project, config_params), CatalogueBackends()])

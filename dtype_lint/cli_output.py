@@ -1,0 +1,96 @@
+"""What every `dtype-lint` command shares for its output: exit codes, the run's configuration from
+the flags, warnings, paths as printed, the report. Apart from cli.py so that the command modes
+(cli_modes.py) and the parser share it without importing each other."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _config(args, paths: list[str]):
+    from dtype_lint.config import ConfigError, load_for_run
+    from dtype_lint.engine.pipeline import UserError
+
+    overrides = {}
+    if getattr(args, "select", None):
+        overrides["select"] = args.select
+    if getattr(args, "extend_select", None):
+        overrides["extend-select"] = args.extend_select
+    if getattr(args, "ignore", None):
+        overrides["ignore"] = args.ignore
+    if getattr(args, "preset", None):
+        overrides["preset"] = args.preset
+    if getattr(args, "name_heuristics", False):
+        overrides["name-heuristics"] = True
+    if getattr(args, "force_exclude", None) is not None:
+        overrides["force-exclude"] = args.force_exclude
+    try:
+        return load_for_run(paths, args.config, overrides, getattr(args, "exclude", None))
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+
+
+def _exit_code(args, findings_left: bool, fixed: bool) -> int:
+    if args.exit_zero:
+        return EXIT_CLEAN
+    if findings_left or (args.exit_non_zero_on_fix and fixed):
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word + 's'}"
+
+
+def _print_warnings(result) -> None:
+    for warning in result.warnings:
+        print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
+
+
+def _printable(text: str) -> str:
+    """A path as a terminal may show it: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _from_cwd(root: Path, path: str) -> str:
+    """A path the writer records relative to the project root, as every output names files:
+    relative to the current folder (absolute when outside it)."""
+    absolute = os.path.join(str(root), path) if not os.path.isabs(path) else path
+    trailing = "/" if path.endswith("/") else ""
+    rel = os.path.relpath(absolute)
+    return (absolute.rstrip("/") if rel.startswith("..") else rel) + trailing
+
+
+def rule_infos() -> dict:
+    from dtype_lint.reporters import RuleInfo
+    from dtype_lint.rules import ALL_RULES
+
+    return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
+
+
+def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, read_source, out) -> None:
+    from dtype_lint.reporters import RunSummary, render
+
+    summary = RunSummary(
+        files_checked=files, files_analyzed=analyzed, elapsed_s=elapsed,
+        fixed=len(fixed),
+        fixes_available_safe=sum(1 for f in findings if f.fix and f.fix.safe),
+        fixes_available_unsafe=sum(1 for f in findings if f.fix and not f.fix.safe),
+        unsafe_fixes_enabled=args.unsafe_fixes, quiet=args.quiet,
+    )
+    color = {"always": True, "never": False}.get(args.color)
+    statistics = "table" if args.statistics_table else ("lines" if args.statistics else False)
+    render(args.output_format or "text", findings, summary, out, read_source=read_source, rules=rule_infos(),
+           color=color, statistics=statistics)
+
+
+def rule_doc(rule) -> str:
+    import inspect
+
+    doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
+    title, _, body = doc.partition("\n")
+    return f"# {title}\n{body}\n"

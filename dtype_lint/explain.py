@@ -1,0 +1,136 @@
+"""`dtype-lint explain PATH:LINE`: the storage model for the layers read on one line.
+
+For every `X.weight` on the line it shows what a reviewer would look up by hand: the class `X`
+resolves to and the chain that says so, whether a quantization config reaches its construction,
+the quant root, the tree's backends that can be handed it, and every storage each of them gives
+`weight` (with the lines that make it), then what DTL001/DTL002 (a non-compute storage) and
+DTL003 (no `weight`) conclude there.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+from dtype_lint.analysis.catalogue import default_model
+from dtype_lint.analysis.storage_model import (
+    ABSENT,
+    COMPUTE,
+    NON_COMPUTE,
+    platform_admission,
+)
+
+
+class ExplainError(Exception):
+    """Bad input: the message says what (exit 2)."""
+
+
+def parse_site(site: str) -> tuple[str, int]:
+    path, sep, line = site.rpartition(":")
+    if not sep or not line.isdigit() or int(line) < 1:
+        raise ExplainError(f"`{site}`: expected PATH:LINE (e.g. model.py:42)")
+    if not os.path.isfile(path):
+        raise ExplainError(f"`{path}`: no such file")
+    return path, int(line)
+
+
+def explain(site: str, config_file: str | None = None) -> str:
+    """The explanation, as text."""
+    from dtype_lint.analysis.catalogue_build import project_facts_for
+    from dtype_lint.analysis.class_facts import FunctionScope
+    from dtype_lint.analysis.class_index import extract_header
+    from dtype_lint.analysis.layers import LayerResolver
+    from dtype_lint.engine.discovery import module_name
+    from dtype_lint.engine.source import read_file
+    from dtype_lint.rule import iter_functions
+
+    path, line = parse_site(site)
+    try:
+        text = read_file(path).text
+        tree = ast.parse(text, filename=path)
+    except (OSError, UnicodeError, SyntaxError, ValueError) as e:
+        raise ExplainError(f"`{path}`: cannot read or parse: {e}") from None
+    config, project = project_facts_for(path, config_file)
+    module = module_name(path, config.root)
+    imports = extract_header(text, module, path, os.path.basename(path) == "__init__.py").imports
+    project.register(tree, module, path, os.path.basename(path) == "__init__.py", imports)
+    resolver = LayerResolver(project, module, imports, path, config.all_config_params)
+    model = default_model(project, config.all_config_params)
+
+    reads = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "weight"
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not reads:
+        return f"{path}:{line}: no `.weight` read on this line\n"
+    scopes = {}
+    for fn, class_q, _name in iter_functions(tree, module):
+        if fn.lineno <= line <= (fn.end_lineno or fn.lineno):
+            scopes[(fn.end_lineno or fn.lineno) - fn.lineno] = (fn, class_q)
+    fn, class_q = scopes[min(scopes)] if scopes else (None, None)
+    scope = FunctionScope(fn, class_q)
+    out = []
+    seen = set()
+    for node in reads:
+        layer = node.value
+        text_of = ast.unparse(layer)
+        if text_of in seen:
+            continue
+        seen.add(text_of)
+        inst = resolver.resolve(layer, scope)
+        out.append(f"{path}:{line}: `{text_of}.weight`")
+        if not inst.qualname:
+            out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
+            continue
+        out.append(f"  class: {inst.qualname}")
+        for e in inst.chain:
+            out.append(f"    {_where(e)}{e.message}")
+        out.append(f"  quantization config at its construction: {inst.config}")
+        root = resolver.quant_root(inst.qualname)
+        if root is None:
+            out.append("  quant root: none (no backend can be handed it): not quantizable")
+            continue
+        out.append(f"  quant root: {root[0]}")
+        storages = model.storages_for(inst.qualname)
+        if storages is None:
+            out.append("  backends: the layer's config type does not resolve in this tree, and no shipped "
+                       "catalogue knows the class")
+        else:
+            backends = sorted({s.backend for s in storages})
+            out.append(f"  backends that can be handed it: {len(backends)}")
+            for backend in backends:
+                out.append(f"    {backend}:")
+                for s in sorted((s for s in storages if s.backend == backend), key=lambda s: (s.kind, s.method)):
+                    mark = "" if s.kind == COMPUTE else "  <- " + ("no `weight`" if s.kind == ABSENT else "not the compute dtype")
+                    out.append(f"      {s.method or '?'}: {s.what}{mark}")
+                    for e in s.evidence:
+                        out.append(f"        {_where(e)}{e.message}")
+        admission = platform_admission(project.index, project.load_file, inst.qualname)
+        if admission:
+            out.append("  platforms (`supported_quantization`; an empty list admits every quantization):")
+            for platform, where, at, names in admission:
+                shown = ", ".join(names) if names else "every quantization"
+                out.append(f"    {where}:{at}: {platform} admits {shown}")
+        for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
+            verdict = resolver.quantizable(inst, text_of, None, need)
+            out.append(f"  {code}: " + ("reported unless a guard dominates the site" if verdict
+                                         else "not reported (no reachable backend gives such a storage)"))
+    return "\n".join(out) + "\n"
+
+
+def _where(e) -> str:
+    return f"{e.path}:{e.line}: " if e.path else ""
+
+
+def run(site: str, config_file: str | None = None) -> int:
+    import sys
+
+    try:
+        sys.stdout.write(explain(site, config_file))
+    except ExplainError as e:
+        print(f"dtype-lint: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+__all__ = ["ExplainError", "explain", "parse_site", "run"]
+del Path

@@ -1,0 +1,295 @@
+"""What a project's formatter and import sorter expect of the lines a fix adds.
+
+Read from the project root's configuration, first found wins per setting:
+
+- line length: `[tool.ruff] line-length` (or `.ruff.toml` / `ruff.toml` at the root), then
+  `[tool.black] line-length`, then `[tool.isort] line_length`; 88 (Black's and Ruff's default)
+  when one of those tables exists without it; none (no wrapping) when the project configures no
+  formatter at all: its lines have no length to keep.
+- first-party modules (isort's FIRSTPARTY section): `known-first-party` of `[tool.ruff.lint.isort]`
+  (or `[tool.ruff.isort]`), `known_first_party` of `[tool.isort]`, plus what Ruff and isort find
+  on their own: every top-level package or module at the root, in `src/` and in Ruff's `src`
+  folders. `known-third-party` likewise moves a name out of first-party.
+- `force-sort-within-sections` (Ruff) / `force_sort_within_sections` (isort).
+
+Two uses: `import_edit` puts the helper's import into its isort section (first-party imports in
+their own block after the third-party one, never appended to it), and `wrap_long_lines` breaks an
+added line that is longer than the line length the way Black and `ruff format` do (the last
+bracket pair first, then one element per line with a magic trailing comma). Only lines the fix
+added are touched, and a wrap must leave the module's AST unchanged, or it is not made.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_LINE_LENGTH = 88
+
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL_FOLDER = range(5)
+
+
+@dataclass(frozen=True)
+class ProjectStyle:
+    line_length: int | None = None
+    first_party: frozenset[str] = field(default_factory=frozenset)
+    third_party: frozenset[str] = field(default_factory=frozenset)
+    force_sort_within_sections: bool = False
+
+    def section(self, module: str, level: int = 0) -> int:
+        """isort's section of an import of `module` (`level`: dots of a relative import)."""
+        if level:
+            return LOCAL_FOLDER
+        top = module.split(".")[0]
+        if top == "__future__":
+            return FUTURE
+        if top in self.third_party:
+            return THIRD_PARTY
+        if top in self.first_party:
+            return FIRST_PARTY
+        if top in sys.stdlib_module_names:
+            return STDLIB
+        return THIRD_PARTY
+
+
+def _read(path: Path) -> dict:
+    from dtype_lint.config import ConfigError, read_toml
+
+    if not path.is_file():
+        return {}
+    try:
+        return read_toml(path)
+    except ConfigError:
+        return {}  # a broken formatter configuration is the formatter's to report, not ours
+
+
+def _get(table: dict, *keys: str):
+    for key in keys:
+        if not isinstance(table, dict):
+            return None
+        table = table.get(key)
+    return table
+
+
+@functools.lru_cache(maxsize=32)
+def project_style(root: str) -> ProjectStyle:
+    """The style of the project at `root` (see the module docstring)."""
+    base = Path(root)
+    pyproject = _read(base / "pyproject.toml")
+    tool = pyproject.get("tool", {}) if isinstance(pyproject.get("tool", {}), dict) else {}
+    ruff = next((doc for doc in (_read(base / ".ruff.toml"), _read(base / "ruff.toml")) if doc), None)
+    if ruff is None:
+        ruff = tool.get("ruff", {}) if isinstance(tool.get("ruff", {}), dict) else {}
+    black = tool.get("black", {}) if isinstance(tool.get("black", {}), dict) else {}
+    isort = tool.get("isort", {}) if isinstance(tool.get("isort", {}), dict) else {}
+    ruff_isort = _get(ruff, "lint", "isort") or _get(ruff, "isort") or {}
+
+    length = next((v for v in (ruff.get("line-length"), black.get("line-length"), isort.get("line_length"))
+                   if isinstance(v, int) and v > 0), None)
+    if length is None and isort.get("profile") == "google":
+        length = 80
+    if length is None and (ruff or "black" in tool or "isort" in tool):
+        length = DEFAULT_LINE_LENGTH
+    first = set(_strings(ruff_isort.get("known-first-party"))) | set(_strings(isort.get("known_first_party")))
+    third = set(_strings(ruff_isort.get("known-third-party"))) | set(_strings(isort.get("known_third_party")))
+    folders = [base, base / "src"] + [base / s for s in _strings(ruff.get("src"))]
+    for folder in folders:
+        first |= _top_level_names(folder)
+    force = ruff_isort.get("force-sort-within-sections", isort.get("force_sort_within_sections", False))
+    return ProjectStyle(length, frozenset(first - third), frozenset(third), bool(force))
+
+
+def _strings(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _top_level_names(folder: Path) -> set[str]:
+    """Packages and modules directly in `folder`, as Ruff's first-party detection sees them."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return set()
+    names = set()
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        if e.name.endswith(".py") and e.name != "setup.py":
+            names.add(e.name[:-3])
+        elif e.is_dir() and (os.path.exists(os.path.join(e.path, "__init__.py"))):
+            names.add(e.name)
+    return names
+
+
+# ---- wrapping --------------------------------------------------------------------------------
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def wrap_long_lines(original: str, text: str, line_length: int, newline: str = "\n") -> str:
+    """`text` with each line that is not in `original` and longer than `line_length` wrapped
+    (see the module docstring); the result has the AST of `text`, else `text` is returned."""
+    if all(len(line.rstrip("\r\n")) <= line_length for line in text.splitlines()):
+        return text
+    from dtype_lint.engine.source import SourceText
+
+    before = set(SourceText(original).lines)
+    lines = list(SourceText(text).lines)
+    out: list[str] = []
+    changed = False
+    for line in lines:
+        body = line.rstrip("\r\n")
+        if len(body) > line_length and line not in before:
+            wrapped = _wrap(body, line_length)
+            if wrapped is not None:
+                ending = line[len(body):] or ""
+                out.append(newline.join(wrapped) + (ending or ""))
+                changed = True
+                continue
+        out.append(line)
+    if not changed:
+        return text
+    result = "".join(out)
+    try:
+        same = ast.dump(ast.parse(result)) == ast.dump(ast.parse(text))
+    except (SyntaxError, ValueError, RecursionError):
+        same = False
+    return result if same else text
+
+
+def _wrap(line: str, limit: int) -> list[str] | None:
+    """One logical line, wrapped: a `from x import a` line gets parentheses (isort's style), any
+    other splits at its last bracket pair that closes at the end of the line (Black's right-hand
+    split), then, when the body is still too long, at its top-level commas. None: no such split."""
+    indent = line[: len(line) - len(line.lstrip())]
+    stripped = line.strip()
+    if "#" in stripped or "\\" in stripped or '"""' in stripped or "'''" in stripped:
+        return None
+    if stripped.startswith("from ") and " import " in stripped and "(" not in stripped:
+        head, _, names = stripped.partition(" import ")
+        items = [n.strip() for n in names.split(",") if n.strip()]
+        return [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
+    return _right_hand_split(indent, stripped, limit)
+
+
+def _right_hand_split(indent: str, code: str, limit: int) -> list[str] | None:
+    """Black's right-hand split: at the last bracket pair whose closing bracket ends the line,
+    or, when what stays before it is still too long, at an earlier pair followed only by
+    trailers (`(...)[0]`: the subscript stays on the closing line, as Black leaves it)."""
+    if not code or code[-1] not in _CLOSE:
+        return None
+    pairs = _bracket_pairs(code)
+    if pairs is None:
+        return None
+    by_close = {c: o for o, c in pairs.items()}
+    candidates = []
+    close = len(code) - 1
+    while close in by_close:
+        opening = by_close[close]
+        candidates.append((opening, close))
+        close = opening - 1  # a trailer `(...)[0]`: the pair right before this one
+    for opening, close in candidates:
+        head, body, tail = code[: opening + 1], code[opening + 1: close].strip(), code[close:]
+        if not body:
+            continue
+        if len(indent + head) <= limit or (opening, close) == candidates[-1]:
+            return _split_body(indent, head, body, tail, limit)
+    return None
+
+
+def _split_body(indent: str, head: str, body: str, tail: str, limit: int) -> list[str]:
+    inner = indent + "    "
+    if len(inner) + len(body) <= limit:
+        return [indent + head, inner + body, indent + tail]
+    parts = _top_level_split(body)
+    if len(parts) > 1:
+        return [indent + head] + [f"{inner}{p}," for p in parts] + [indent + tail]
+    # Black's next delimiters by priority: a conditional expression, then `or`/`and`; the
+    # operator starts each continuation line.
+    for words in ((" if ", " else "), (" or ", " and ")):
+        pieces = _split_at_words(body, words)
+        if len(pieces) > 1:
+            return [indent + head] + [inner + piece for piece in pieces] + [indent + tail]
+    deeper = _right_hand_split(inner, body, limit)
+    if deeper is None:
+        return [indent + head, inner + body, indent + tail]
+    return [indent + head] + deeper + [indent + tail]
+
+
+def _bracket_pairs(code: str) -> dict[int, int] | None:
+    """Opening index -> closing index, outside strings; None when the brackets do not balance."""
+    pairs, stack, quote, i = {}, [], "", 0
+    while i < len(code):
+        c = code[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in _OPEN:
+            stack.append(i)
+        elif c in _CLOSE:
+            if not stack:
+                return None
+            pairs[stack.pop()] = i
+        i += 1
+    return None if stack or quote else pairs
+
+
+def _split_at_words(body: str, words: tuple[str, ...]) -> list[str]:
+    """`body` split before each of `words` outside brackets and strings."""
+    pieces, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(body):
+        c = body[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif depth == 0 and any(body.startswith(w, i) for w in words):
+            pieces.append(body[start:i].strip())
+            start = i + 1
+        i += 1
+    pieces.append(body[start:].strip())
+    return [p for p in pieces if p]
+
+
+def _top_level_split(body: str) -> list[str]:
+    """`body` split at its commas outside brackets and strings (a trailing comma dropped)."""
+    parts, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(body):
+        c = body[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(body[start:i].strip())
+            start = i + 1
+        i += 1
+    last = body[start:].strip()
+    if last:
+        parts.append(last)
+    return parts

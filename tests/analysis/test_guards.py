@@ -1,0 +1,269 @@
+"""The one guard engine (analysis/dominance.py, guards.py, guard_flags.py, file_guards.py): what
+dominates a site, what a test proves under each question, flags and predicates, and the one policy
+where DTL001 and DTL003 answer differently."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from dtype_lint.analysis.dominance import dominators, parent_map, same_expression
+from dtype_lint.analysis.guard_flags import ClassGuardFlags, is_predicate, module_predicates
+from dtype_lint.analysis.guards import (
+    NOTHING_KNOWN,
+    STORAGE_UNPACKED,
+    WEIGHT_PRESENT,
+    BackendNames,
+    GuardKnowledge,
+    backend_check,
+    implies_no_weight,
+    implies_weight,
+    names_unquantized_class,
+    unpacked_storage_guard,
+    weight_present_at,
+)
+from dtype_lint.api import check_source
+
+
+def _parse(code: str) -> ast.Module:
+    return ast.parse(textwrap.dedent(code))
+
+
+def _expr(text: str) -> ast.expr:
+    return ast.parse(text, mode="eval").body
+
+
+def _site(tree: ast.Module, text: str) -> ast.AST:
+    """The first node whose source is `text`."""
+    return next(n for n in ast.walk(tree) if isinstance(n, (ast.expr, ast.stmt)) and ast.unparse(n) == text)
+
+
+LAYER = _expr("self.proj")
+
+
+def test_parent_map_maps_every_child_to_its_parent():
+    tree = _parse("def f(x):\n    return x + 1\n")
+    parents = parent_map(tree)
+    ret = tree.body[0].body[0]
+    assert parents[id(ret)] is tree.body[0]
+    assert parents[id(ret.value.left)] is ret.value
+    assert id(tree) not in parents
+
+
+def test_dominators_innermost_first_with_polarity_and_kind():
+    tree = _parse("""
+        def f(self, a, b):
+            if not a:
+                return None
+            try:
+                if b:
+                    pass
+                else:
+                    y = a and self.proj.weight
+            except AttributeError:
+                pass
+        """)
+    site = _site(tree, "self.proj.weight")
+    found = [(ast.unparse(d.test) if d.test is not None else None, d.holds, d.kind)
+             for d in dominators(site, parent_map(tree))]
+    assert found == [("a", True, "operand"), ("b", False, "branch"), (None, True, "handler"),
+                     ("not a", False, "exit")]
+
+
+def test_dominators_or_operand_failed_and_stop_at_the_function():
+    tree = _parse("""
+        if outer:
+            def f(a):
+                return a or g()
+        """)
+    site = _site(tree, "g()")
+    found = [(ast.unparse(d.test), d.holds) for d in dominators(site, parent_map(tree))]
+    assert found == [("a", False)]  # the module-level `if outer` is outside the function
+
+
+def test_same_expression_ignores_store_or_load():
+    stored = ast.parse("self.proj = 1").body[0].targets[0]
+    assert same_expression(stored, LAYER)
+    assert not same_expression(_expr("self.other"), LAYER)
+
+
+@pytest.mark.parametrize("name", ["UnquantizedLinearMethod", "FusedUnquantizedLinearMethod",
+                                  "m.UnquantizedEmbeddingMethod", "(UnquantizedLinearMethod, FusedUnquantizedLinearMethod)"])
+def test_unquantized_class_names(name):
+    assert names_unquantized_class(_expr(name))
+
+
+@pytest.mark.parametrize("name", ["Fp8LinearMethod", "(UnquantizedLinearMethod, Fp8LinearMethod)", "()"])
+def test_not_unquantized_class_names(name):
+    assert not names_unquantized_class(_expr(name))
+
+
+def test_backend_check_trusts_concrete_backends_only_when_told():
+    fp8 = _expr("isinstance(self.proj.quant_method, Fp8LinearMethod)")
+    assert not backend_check(fp8, BackendNames(("quant_config",)))
+    assert backend_check(fp8, BackendNames(("quant_config",), concrete=lambda name: name == "Fp8LinearMethod"))
+    assert backend_check(_expr("quant_config is None"), BackendNames(("quant_config",)))
+    assert not backend_check(_expr("cfg is None"), BackendNames(("quant_config",)))
+
+
+def test_implies_weight_and_its_negation():
+    known = GuardKnowledge(flags=frozenset({"self.fast"}), predicates=frozenset({"ready"}))
+    for test in ("hasattr(self.proj, 'weight')", "self.fast", "ready(self.proj)", "self.fast and n > 2",
+                 "not (self.fast is None)", "hasattr(self.proj, 'weight') or self.fast"):
+        assert implies_weight(_expr(test), LAYER, known), test
+    for test in ("hasattr(other, 'weight')", "n > 2 or self.fast", "self.slow"):
+        assert not implies_weight(_expr(test), LAYER, known), test
+    assert implies_no_weight(_expr("not hasattr(self.proj, 'weight')"), LAYER, known)
+    assert implies_no_weight(_expr("quant_config is not None"), LAYER,
+                             GuardKnowledge(backends=BackendNames(("quant_config",))))
+
+
+def test_weight_present_at_reads_every_dominator_kind():
+    code = """
+        def f(self, n):
+            if not hasattr(self.proj, "weight"):
+                return n
+            return self.proj.weight.shape
+        def g(self):
+            try:
+                return self.proj.weight
+            except AttributeError:
+                return None
+        def h(self):
+            return self.proj.weight
+        """
+    tree = _parse(code)
+    parents = parent_map(tree)
+    reads = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "weight"),
+                   key=lambda n: n.lineno)
+    assert [weight_present_at(r, r.value, parents, NOTHING_KNOWN) for r in reads] == [True, True, False]
+
+
+def test_storage_unpacked_does_not_trust_hasattr_or_handlers():
+    """STORAGE_UNPACKED asks more than WEIGHT_PRESENT: `.weight` may exist and be int32."""
+    assert WEIGHT_PRESENT.hasattr_counts and not STORAGE_UNPACKED.hasattr_counts
+    assert WEIGHT_PRESENT.handler_counts and not STORAGE_UNPACKED.handler_counts
+    tree = _parse("""
+        def f(self, x):
+            if hasattr(self.proj, "weight"):
+                try:
+                    return x.to(self.proj.weight.dtype)
+                except AttributeError:
+                    return x
+        """)
+    site = _site(tree, "x.to(self.proj.weight.dtype)")
+    parents = parent_map(tree)
+    assert unpacked_storage_guard(site, parents, LAYER, {}, None, "m.py") is None
+    assert weight_present_at(site, LAYER, parents, NOTHING_KNOWN)
+
+
+def test_storage_unpacked_evidence_names_the_test():
+    tree = _parse("""
+        def f(self, x):
+            if isinstance(self.proj.quant_method, FusedUnquantizedLinearMethod):
+                return x.to(self.proj.weight.dtype)
+        """)
+    site = _site(tree, "x.to(self.proj.weight.dtype)")
+    evidence = unpacked_storage_guard(site, parent_map(tree), LAYER, {}, None, "m.py")
+    assert evidence is not None and "FusedUnquantizedLinearMethod" in evidence.message and evidence.line == 3
+
+
+def test_predicates_and_module_predicates():
+    tree = _parse("""
+        def ready(layer):
+            weight = getattr(layer, "weight", None)
+            if weight is None:
+                return False
+            return True
+        def always(layer):
+            return True
+        def unquantized(layer):
+            return isinstance(layer.quant_method, UnquantizedLinearMethod)
+        """)
+    assert is_predicate(tree.body[0], NOTHING_KNOWN)
+    assert not is_predicate(tree.body[1], NOTHING_KNOWN)
+    assert module_predicates(tree, ("quant_config",)) == {"ready", "unquantized"}
+
+
+def test_class_flags_reach_a_fixed_point_across_methods():
+    tree = _parse("""
+        class Gate:
+            def __init__(self, n):
+                self.is_unquantized = isinstance(self.quant_method, UnquantizedLinearMethod)
+                fast = n % 8 == 0
+                fast &= self.is_unquantized
+                self.use_fast = fast
+            def enable(self):
+                self.other = True
+            def forward(self, x):
+                return x
+        """)
+    flags = ClassGuardFlags(tree, lambda: frozenset(), BackendNames())
+    forward = tree.body[0].body[2]
+    known = flags.of(forward)
+    assert {"self.is_unquantized", "self.use_fast"} <= known.flags
+    assert "self.other" not in known.flags
+
+
+# ---- the rules agree where they should, and differ by the one policy ---------------------------
+
+_MODULE = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, FusedUnquantizedLinearMethod
+from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, proj: ColumnParallelLinear):
+        super().__init__()
+        self.proj = proj
+
+    def forward(self, x):
+        if isinstance(self.proj.quant_method, {method}):
+            x = x.to(self.proj.weight.dtype)
+            n = self.proj.weight.shape[0]
+        return x
+"""
+
+
+def _codes(code: str) -> list[str]:
+    return sorted(f.code for f in check_source(code, filename="attn.py", settings={"select": ["DTL001", "DTL003"]}))
+
+
+def test_dtl001_and_dtl003_both_silent_under_fused_unquantized_method():
+    """`FusedUnquantizedLinearMethod` proves the layer unquantized: its storage is the plain float
+    weight, so neither the cast (DTL001) nor the read (DTL003) is reported."""
+    assert _codes(_MODULE.format(method="FusedUnquantizedLinearMethod")) == []
+    unguarded = _MODULE.replace("        if isinstance(self.proj.quant_method, {method}):\n", "        if True:\n")
+    assert _codes(unguarded) == ["DTL001", "DTL003"]
+
+
+def test_policy_a_named_backend_check_guards_the_read_but_not_the_cast():
+    """Under `isinstance(L.quant_method, Fp8LinearMethod)` the weight exists (DTL003 silent) but
+    is float8: the cast to it is still wrong (DTL001 reports)."""
+    assert _codes(_MODULE.format(method="Fp8LinearMethod")) == ["DTL001"]
+
+
+def test_no_rule_module_holds_engine_code():
+    """Rules ask the guard engine; none builds a parent map, walks dominators, iterates flags to a
+    fixed point or keeps a module-level cache of its own (and DTL003 stays a rule-sized module)."""
+    from pathlib import Path
+
+    rules = sorted((Path(__file__).resolve().parents[2] / "rules").glob("dtl*.py"))
+    assert rules
+    for path in rules:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        calls = {ast.unparse(n.func).rsplit(".", 1)[-1] for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert not calls & {"iter_child_nodes", "dominators", "parent_map", "stat"}, path.name
+        for stmt in tree.body:
+            value = getattr(stmt, "value", None)
+            empty = (isinstance(value, ast.Dict) and not value.keys) or (
+                isinstance(value, ast.Call) and ast.unparse(value.func) in ("dict", "set", "OrderedDict") and not value.args)
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and empty:  # a cache filled at run time
+                raise AssertionError(f"{path.name}: module-level mutable `{ast.unparse(stmt)[:60]}`")
+        classes = [stmt.name for stmt in tree.body if isinstance(stmt, ast.ClassDef)]
+        assert len(classes) == 1, f"{path.name}: classes besides the rule (an engine of its own?): {classes}"
+    assert len((rules[0].parent / "dtl003_unguarded_weight_access.py").read_text().splitlines()) < 450

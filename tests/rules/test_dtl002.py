@@ -1,0 +1,50 @@
+"""DTL002 weight-dtype-allocation beyond its examples: no fix is ever offered (its declared fix
+availability), allocations under a check that proves the layer unquantized are not reported, and
+a weight dtype handed to a function that allocates with it is reported at the call."""
+
+from __future__ import annotations
+
+from dtype_lint.api import check_source
+from dtype_lint.rule import FixAvailability, storage_dtypes
+from dtype_lint.rules import RULES_BY_CODE
+
+HEAD = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, UnquantizedLinearMethod
+
+
+def scratch(n, dtype):
+    return torch.empty(n, dtype=dtype)
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, kv_b_proj: ColumnParallelLinear):
+        super().__init__()
+        self.kv_b_proj = kv_b_proj
+"""
+
+
+def _dtl002(code: str):
+    return check_source(code, filename="attn.py", settings={"select": ["DTL002"]})
+
+
+def test_an_allocation_in_the_storage_dtype_is_reported_without_a_fix():
+    assert RULES_BY_CODE["DTL002"].fix_availability is FixAvailability.NONE
+    code = HEAD + "    def forward(self, n):\n        return torch.empty(n, dtype=self.kv_b_proj.weight.dtype)\n"
+    (finding,) = _dtl002(code)
+    assert finding.scope == "Attn.forward" and finding.fix is None and finding.no_fix_reason
+    assert storage_dtypes(finding.evidence) in finding.message  # the backends the storage model found
+
+
+def test_an_allocation_under_an_unquantized_check_is_not_reported():
+    code = HEAD + ("    def forward(self, n):\n"
+                   "        if isinstance(self.kv_b_proj.quant_method, UnquantizedLinearMethod):\n"
+                   "            return torch.empty(n, dtype=self.kv_b_proj.weight.dtype)\n"
+                   "        return None\n")
+    assert _dtl002(code) == []
+
+
+def test_a_weight_dtype_handed_to_an_allocating_function_is_reported_at_the_call():
+    code = HEAD + "    def forward(self, n):\n        return scratch(n, self.kv_b_proj.weight.dtype)\n"
+    (finding,) = _dtl002(code)
+    assert "`scratch`" in finding.message and finding.expression == "self.kv_b_proj.weight.dtype"

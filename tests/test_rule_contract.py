@@ -1,0 +1,112 @@
+"""The rule contract (dtype_lint/rule.py): facts are declared, scope and kind are the engine's,
+fix availability is enforced, examples may be dedented triple-quoted blocks."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from dtype_lint.api import make_config
+from dtype_lint.analysis.class_facts import ProjectFacts
+from dtype_lint.analysis.class_index import QuantizableLayerIndex
+from dtype_lint.engine.source import SourceFile
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, RuleContractError, RuleFacts, Valid
+from dtype_lint.findings import Edit, Fix
+
+CODE = """\
+def outer(x):
+    def inner(y):
+        return y.weight
+    return x.weight
+
+
+class Block:
+    @staticmethod
+    def forward(x):
+        return x.weight
+"""
+
+
+class _Probe(Rule):
+    code = "DTL999"
+    name = "probe"
+    summary = "test rule"
+    facts = frozenset()
+
+
+def _context(rule=_Probe, text: str = CODE):
+    tree = ast.parse(text)
+    facts = RuleFacts(SourceFile("m.py", text, "m"), tree, make_config(), ProjectFacts(QuantizableLayerIndex([], [], [])),
+                      {}, frozenset({"weight"}))
+    sink: list = []
+    return RuleContext(rule(), facts, sink), tree, sink
+
+
+def _reads(tree):
+    return sorted((n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "weight"),
+                  key=lambda n: n.lineno)
+
+
+def test_report_derives_the_scope_of_the_innermost_function():
+    ctx, tree, sink = _context()
+    for node in _reads(tree):
+        ctx.report(node, "m")
+    ctx.report(tree.body[1], "at module level")
+    assert [f.scope for f in sink] == ["outer.inner", "outer", "Block.forward", "<module>"]
+    assert {f.kind for f in sink} == {"site"}
+
+
+def test_report_takes_a_given_scope_and_kind():
+    ctx, tree, sink = _context()
+    finding = ctx.report(tree.body[0], "def", scope="outer", kind="definition")
+    assert (finding.scope, finding.kind) == ("outer", "definition")
+    with pytest.raises(RuleContractError, match="kind"):
+        ctx.report(tree.body[0], "m", kind="function")
+
+
+def test_undeclared_tree_and_imports_are_refused():
+    ctx, _tree, _sink = _context()
+    with pytest.raises(RuleContractError, match="tree"):
+        _ = ctx.tree
+    with pytest.raises(RuleContractError, match="imports"):
+        _ = ctx.imports
+    assert not hasattr(ctx, "project")
+
+    class Declared(_Probe):
+        facts = frozenset({"tree", "imports"})
+
+    ctx, tree, _ = _context(Declared)
+    assert ctx.tree is tree and ctx.imports == {}
+
+
+def test_a_rule_declaring_no_fix_cannot_report_one():
+    ctx, tree, _sink = _context()
+    fix = Fix("x", True, (Edit(0, 0, ""),))
+    with pytest.raises(RuleContractError, match="fix_availability"):
+        ctx.report(tree.body[0], "m", fix=fix)
+
+    class Fixing(_Probe):
+        fix_availability = FixAvailability.SOMETIMES
+        fix_note = "safe"
+
+    ctx, tree, sink = _context(Fixing)
+    ctx.report(tree.body[0], "m", fix=fix)
+    assert sink[0].fix is fix
+    assert Fixing.fix_column() == "sometimes: safe" and _Probe.fix_column() == "none"
+
+
+def test_examples_accept_dedented_triple_quoted_blocks():
+    valid = Valid("""
+        import torch
+        x = torch.ones(2)
+        """)
+    assert valid.code == "import torch\nx = torch.ones(2)\n"
+    invalid = Invalid("""
+        if a:
+            b = 1
+        """, expected_replacement="""
+        b = 1
+        """)
+    assert invalid.code == "if a:\n    b = 1\n" and invalid.expected_replacement == "b = 1\n"
+    assert Valid("x = 1\n").code == "x = 1\n"  # written as is
