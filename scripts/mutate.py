@@ -282,7 +282,8 @@ def render(outcomes: list[Outcome]) -> str:
     by = s["killed_by"]
     lines.append(f"{s['killed_as_required']}/{s['mutants']} killed as required")
     lines.append(f"killed at run time in verify: {by[RUNTIME_KILLS[0]]} (reference kernels) + {by[RUNTIME_KILLS[1]]} "
-                 f"(emulated CUDA kernels) = {s['runtime_share']:.0%}; only by the fixer's refusal: {by['fixer refusal']}; "
+                 f"(emulated CUDA kernels) = {s['runtime_share']:.0%}; "
+                 f"only by the fixer's refusal: {by['fixer refusal']}; "
                  f"only in unit tests: {by['unit tests']}; survived: {s['survived']}")
     return "\n".join(lines)
 
@@ -293,8 +294,9 @@ def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: li
     s = summary(outcomes)
     by = s["killed_by"]
     out = ["# Mutation report", "",
-           f"`scripts/mutate.py` over `scripts/mutants.toml`: {s['mutants']} mutants, {s['killed_as_required']} killed as "
-           f"required, {s['survived']} survived, {s['stale_or_error']} stale or in error ({seconds:.0f} s, {jobs} job(s); "
+           f"`scripts/mutate.py` over `scripts/mutants.toml`: {s['mutants']} mutants, "
+           f"{s['killed_as_required']} killed as required, {s['survived']} survived, "
+           f"{s['stale_or_error']} stale or in error ({seconds:.0f} s, {jobs} job(s); "
            f"verify arguments: `{' '.join(verify_args) or '(defaults)'}`).", "",
            "| killed by | mutants |", "|---|---|"]
     if rerun:
@@ -306,10 +308,12 @@ def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: li
             "| mutant | kind | must | status | killed by | verify checks that fired | tests that fail |",
             "|---|---|---|---|---|---|---|"]
     for o in outcomes:
-        tests = ", ".join(f"`{x}`" for x in o.tests_failed[:2]) + (f" (+{len(o.tests_failed) - 2})" if len(o.tests_failed) > 2 else "")
+        more = f" (+{len(o.tests_failed) - 2})" if len(o.tests_failed) > 2 else ""
+        tests = ", ".join(f"`{x}`" for x in o.tests_failed[:2]) + more
         if o.tests_run and not o.tests_failed:
             tests = f"none of {o.tests_run}"
-        out.append(f"| `{o.id}` | {o.kind} | {o.must} | {o.status} | {o.killed_by or '—'} | {_checks(o)} | {tests or '—'} |")
+        out.append(f"| `{o.id}` | {o.kind} | {o.must} | {o.status} | {o.killed_by or '—'} | {_checks(o)} "
+                   f"| {tests or '—'} |")
     return "\n".join(out) + "\n"
 
 

@@ -42,11 +42,11 @@ from typing import Callable, Iterator
 import torch
 
 from ..formats import FP8
+from . import upstream_runtime as ur
 from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expect
 from .chunking import plan_chunked_context
 from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
 from .reference import bit_identical, empty_context_violations, error_metrics, reference_context_attention
-from . import upstream_runtime as ur
 from .variants import FixturePackage, Sources, fixture_package, sources
 
 DEFAULT_SCENARIOS = ("A", "B", "S", "P")
