@@ -205,8 +205,9 @@ def _any_excluded(paths: list[str], root: str, table: dict) -> bool:
 class _RuleText:
     """What the prefilter reads of a rule, from the record."""
 
-    def __init__(self, marker: str, patterns: tuple[str, ...]):
-        self.marker, self.patterns = marker, patterns
+    def __init__(self, marker: str | list[str], patterns: tuple[str, ...]):
+        # JSON keeps a tuple of marker words as a list
+        self.marker, self.patterns = (tuple(marker) if isinstance(marker, list) else marker), patterns
 
 
 # ---- can a file give a finding? ---------------------------------------------------------------

@@ -161,6 +161,8 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
             except OSError:
                 pass
         return
+    from dtype_lint.engine.prefilter import marker_words
+
     config_path = os.path.abspath(config.source)
     if load_record(path, config_path, root) is not None:
         return  # still true: the walk below is not repeated
@@ -171,7 +173,7 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
     record = {
         "format": RECORD_FORMAT, "root": root, "config": [config_path, _stamp_or_none(config_path)],
         "tool": tool_stamp(), "files": files, "dirs": dirs, "tops": tops,
-        "rules": [[r.code, r.marker, list(r.patterns)] for r in rules],
+        "rules": [[r.code, list(marker_words(r)), list(r.patterns)] for r in rules],
     }
     try:
         writer.write_cache(path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))

@@ -34,6 +34,7 @@ from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
 from dtype_lint.fix.helper_template import HelperError, HelperLocation
 from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
+from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
 from dtype_lint.analysis.class_index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, dtype_functions, extract_header, from_imported
 from dtype_lint.engine.prefilter import for_rules, has_suppression
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
@@ -691,7 +692,8 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
     helper). When no helper can be used, a fixing run stops (exit 2, nothing written); a check
     keeps the findings but drops those fixes, saying why, so that `[*]` and "fixable" promise only
     what `--fix` would do."""
-    needing = [f for f in result.findings if f.fix is not None and f.fix.imports]
+    # Fixes through the HF helper find it in the project's torch utilities (fix/hf_helper.py).
+    needing = [f for f in result.findings if f.fix is not None and f.fix.imports and not is_hf_fix(f)]
     if not needing:
         return
     try:
@@ -751,6 +753,7 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
         return
     if needs_helper:
         _create_helper(result.writer, helper)
+    _settle_hf_helper(result, index, [ff.outcome for ff in fixes])
     outcomes = []
     for ff in fixes:
         o = ff.outcome
@@ -822,6 +825,18 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
                     f"`from {helper.module} import {helper.func}` would not reach the helper in "
                     f"`{os.path.relpath(str(helper.path), root)}`")
     return None
+
+
+def _settle_hf_helper(result: RunResult, index, outcomes) -> None:
+    """Append the HF helper to its home (or create that), where an applied fix imports it."""
+    for path, data, expect in settle_hf_helper(outcomes, index, result.config.root):
+        try:
+            if expect is None:
+                result.writer.create_files([(path, data, "helper")], "folder for the helper")
+            else:
+                result.writer.write(path, data, "helper", expect=expect)
+        except WriteError as e:
+            raise UserError(f"cannot add the HF helper to {path}: {e}") from None
 
 
 def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:

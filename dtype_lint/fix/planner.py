@@ -87,6 +87,10 @@ class Planner:
             return self.func
         return fresh(f"_{self.func.lstrip('_')}", taken)
 
+    def helper_call(self, layer: str, flag: str) -> str:
+        """The helper's call for `layer` (the HF planner's helper takes no fp8 flag)."""
+        return f"{self.name}({layer}, {flag})"
+
     @cached_property
     def helper_wrong_cases(self) -> list[str]:
         """What the configured helper gets wrong, case by case (DTL005); [] when it is sound or
@@ -228,7 +232,7 @@ class Planner:
         if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
             recv = f"({recv})"
         a0, a1 = self.src.node_offsets(site.arg)
-        text = f"{self.name}({layer}, {self.flag_default}) or {recv}.dtype"
+        text = f"{self.helper_call(layer, self.flag_default)} or {recv}.dtype"
         return self._fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None",
                          [Edit(a0, a1, text)]), ""
 
@@ -260,7 +264,7 @@ class Planner:
         # of a multi-line value go with it.
         _, t1 = self.src.node_offsets(assign.targets[0])
         _, s1 = self.src.node_offsets(assign)
-        edits = [Edit(t1, s1, f" = {self.name}({layer}, {self.flag_default})")]
+        edits = [Edit(t1, s1, f" = {self.helper_call(layer, self.flag_default)}")]
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             edits += self._guard(site, stmt, name)
         else:
@@ -374,7 +378,7 @@ class Planner:
         under an `if` or `try` inside it, and any call in the loop may rebind or repack the layer
         (`self.swap()`; bitsandbytes packs its CPU weights on the first forward)."""
         indent = self.src.indent_of(anchor_stmt.lineno)
-        return f"{indent}{var} = {self.name}({self.src.segment(site.wds.layer)}, {flag})\n"
+        return f"{indent}{var} = {self.helper_call(self.src.segment(site.wds.layer), flag)}\n"
 
     def _uses_outside(self, fn: ast.AST, name: str, region: ast.AST) -> bool:
         inside = {id(n) for n in ast.walk(region)}

@@ -18,6 +18,13 @@ few files a run rewrites do, once each, and this is where libcst earns its cost:
 
 A violation raises FixError: the file is left as it was and the run reports DTL901 with the
 reason, its sites remaining. The fixer has already checked that the text parses.
+
+libcst is imported here, lazily, through :func:`import_libcst`: where it is missing (the GPU
+machine has none) the check raises :class:`LibcstUnavailable`, an ImportError with a message that
+says so. The fixer still reports it as DTL901 (nothing may escape it), and
+``dtype_lint.api.fix_source`` re-raises it as that ImportError instead of a ValueError, so a caller
+that can do without the fixer (``dtype-lint verify --variants``) can tell "no libcst here" from "the
+fix failed".
 """
 
 from __future__ import annotations
@@ -33,6 +40,31 @@ class FixCheckError(Exception):
     pass
 
 
+class LibcstUnavailable(ImportError):
+    """libcst, which the name check needs, cannot be imported."""
+
+
+def import_libcst():
+    """``(libcst, libcst.metadata)``; raises :class:`LibcstUnavailable` where libcst is missing."""
+    try:
+        import libcst
+        import libcst.metadata
+    except ImportError as e:
+        raise LibcstUnavailable(
+            f"libcst cannot be imported ({e}): dtype-lint's fixer needs it to check the names a fix "
+            "introduces (pip install 'libcst>=1.1')", name="libcst") from e
+    return libcst, libcst.metadata
+
+
+def libcst_unavailable() -> LibcstUnavailable | None:
+    """The error a fix would meet here for want of libcst, or None where libcst imports."""
+    try:
+        import_libcst()
+    except LibcstUnavailable as e:
+        return e
+    return None
+
+
 def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     """Raise FixCheckError when a name an applied fix introduced does not resolve as intended."""
     helpers = {t for f in applied if f.fix is not None for t in f.fix.local_names()}
@@ -42,8 +74,9 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     _check_fresh(original, variables)
     _check_placement(fixed, variables, {local for _m, _f, local in helpers})
 
-    import libcst as cst
-    from libcst.metadata import ClassScope, FunctionScope, GlobalScope, MetadataWrapper, ScopeProvider
+    cst, metadata = import_libcst()
+    ClassScope, FunctionScope, GlobalScope = metadata.ClassScope, metadata.FunctionScope, metadata.GlobalScope
+    MetadataWrapper, ScopeProvider = metadata.MetadataWrapper, metadata.ScopeProvider
 
     try:
         module = cst.parse_module(fixed)
@@ -162,6 +195,10 @@ def _own_assignments(fn: ast.AST, var: str):
 
 
 def _is_not_none_test(test: ast.expr, var: str) -> bool:
+    """`var is not None`, alone or as the first operand of an `and` (the HF form keeps the
+    guard's other tests after it)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and test.values:
+        test = test.values[0]
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == var
             and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot)
             and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
@@ -181,7 +218,7 @@ def _qualname(scope, function_scope, class_scope) -> str:
 
 
 def _top_statements(module):
-    import libcst as cst
+    cst, _metadata = import_libcst()
 
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -193,7 +230,7 @@ def _is_top_level(node, module) -> bool:
 
 
 def _imports(node, module: str, func: str, local: str) -> bool:
-    import libcst as cst
+    cst, _metadata = import_libcst()
 
     if not isinstance(node, cst.ImportFrom) or node.relative or node.module is None \
             or isinstance(node.names, cst.ImportStar):
@@ -209,7 +246,7 @@ def _imports(node, module: str, func: str, local: str) -> bool:
 
 
 def _dotted(node) -> str:
-    import libcst as cst
+    cst, _metadata = import_libcst()
 
     if isinstance(node, cst.Name):
         return node.value

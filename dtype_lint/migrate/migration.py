@@ -281,7 +281,15 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
 
         text = result.helper.source or read_file(str(result.helper.path)).text
         proof = proofs.for_changes(text, result.helper.func)
+    # Hugging Face sites route through their own helper, added to the project's torch utilities.
+    from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
+
+    hf_patch = hf_series_patch(result, root, rel) if changes else None
+    if hf_patch is not None and not proof:
+        proof = hf_proof
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None)
+    if hf_patch is not None:
+        patches.insert(0, hf_patch)
     files = series.write(patches, Path(out), result.writer) if patches else []
     settle(result, result.outcomes)  # the report counts what the patches fix
     return result, patches, files
