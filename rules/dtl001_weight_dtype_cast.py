@@ -159,7 +159,8 @@ class WeightDtypeCast(Rule):
             expected_replacement="from vllm.model_executor.layers.linear import LinearBase\n" + _IMPORT +
             "def run(layer: LinearBase, x):\n    y = x.to(get_layer_input_dtype(layer, True) or x.dtype)\n    return layer(y)\n",
         ),
-        # The guarded idiom of vLLM 0.27.1's MLA prefill, hoisted out of the loop.
+        # The guarded idiom of vLLM 0.27.1's MLA prefill: the helper is called where the dtype
+        # was read, in the loop (which may run zero times, and calls the layer).
         Invalid(
             _HEAD + "    def prefill(self, chunks, use_fp8_prefill):\n"
             "        for c in chunks:\n"
@@ -172,9 +173,9 @@ class WeightDtypeCast(Rule):
             "                kv = kv.to(self.kv_b_proj.weight.dtype)\n"
             "            yield self.kv_b_proj(kv)\n",
             expected_replacement=_fixed_head() + "    def prefill(self, chunks, use_fp8_prefill):\n"
-            "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
             "        for c in chunks:\n"
             "            kv = c[..., :4]\n"
+            "            kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
             "            if kv_b_proj_input_dtype is not None:\n"
             "                kv = kv.to(kv_b_proj_input_dtype)\n"
             "            yield self.kv_b_proj(kv)\n",

@@ -25,8 +25,19 @@ PRUNED = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__",
 
 
 def stamp(path: str) -> str:
-    st = os.stat(path)
-    return f"{st.st_mtime_ns}:{st.st_size}"
+    """A file's size and a hash of its bytes (as the cache's: never its mtime, which an edit can
+    keep). These are small files (the configuration, .gitignore files); raises OSError when the
+    file is gone."""
+    import hashlib
+
+    from dtype_lint.engine.safe_read import read_bytes
+
+    try:
+        data = read_bytes(path, 4 << 20)
+    except ValueError:  # too large: from its stat, with a mark that no content stamp equals
+        st = os.stat(path)
+        return f"unread:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
 def tool_stamp() -> str:
@@ -58,11 +69,10 @@ def _rules_folder() -> str | None:
 
 
 def load_record(path: str, config_path: str, root: str) -> dict | None:
+    from dtype_lint.engine.safe_read import read_bytes
+
     try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
-                return None
-            record = json.loads(f.read(64 << 20))
+        record = json.loads(read_bytes(path, 64 << 20))
     except (OSError, ValueError):
         return None
     if not (isinstance(record, dict) and record.get("format") == RECORD_FORMAT and record.get("root") == root

@@ -97,7 +97,8 @@ class HFPlanner(Planner):
         for node in ast.walk(if_node.test):
             if isinstance(node, ast.NamedExpr) and self._uses_outside(site.fn, node.target.id, if_node):
                 return None, f"`{node.target.id}` is used after the guard; rewrite by hand"
-        pos, hoist = self._hoist_line(site, var, "", if_node)
+        # Where the old test read the dtype: right before the `if`, never hoisted (#20).
+        pos, hoist = None, self._helper_line(site, var, "", if_node)
         header_start, _ = self._stmt_line_region(if_node)
         body0 = if_node.body[0]
         body_start = self.src.offset(body0.lineno, self.src.char_col(body0.lineno, body0.col_offset))

@@ -14,6 +14,7 @@ from pathlib import Path
 from dtype_lint.config import Config
 from dtype_lint.findings import Finding
 from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
+from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -133,7 +134,7 @@ def reuse_sound_helper(config: Config, path: str) -> Config:
         return config
     for h in found:
         module = h.qualname.rpartition(".")[0]
-        if module and h.flag_param and h.sound and not h.maybe_unsound and _definite(h):
+        if module and h.flag_param and h.sound and not h.maybe_unsound and not h.uncallable and _definite(h):
             return dataclasses.replace(config, helper=f"{module}:{h.name}")
     return config
 
@@ -240,9 +241,13 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
     a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
     False: none)."""
-    from dtype_lint.migrate import series
+    from dtype_lint.engine.outputs import check_output
+    from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.source import FileText
+    from dtype_lint.migrate import series
 
+    if problem := check_output(out, "--series", config, paths=[path], folder=True):
+        raise UserError(problem)
     result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
                                     unsafe_fixes=unsafe_fixes, progress=progress))
     root = series.series_root(Path(path).resolve())
@@ -254,7 +259,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     for o in result.outcomes:
         if not o.changed:
             continue
-        data = Path(o.path).read_bytes()
+        data = read_bytes(o.path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
         if group_by == "rule":
             steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: reanalyze(result, p, t),
@@ -274,7 +279,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     if proof is None and result.helper is not None:
         from dtype_lint.migrate import proofs
 
-        text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
+        text = result.helper.source or read_file(str(result.helper.path)).text
         proof = proofs.for_changes(text, result.helper.func)
     # Hugging Face sites route through their own helper, added to the project's torch utilities.
     from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
