@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dtype_lint.config import Config, apply_settings
+from dtype_lint.engine.pipeline import RunOptions, RunResult, check_text, fix_one_text, run
 from dtype_lint.findings import Finding
 from dtype_lint.fix.helper_template import helper_source
-from dtype_lint.engine.pipeline import RunOptions, RunResult, check_text, fix_one_text, run
+from dtype_lint.fix.scope_check import libcst_unavailable
 
 
 def make_config(settings: dict | None = None, root: Path | None = None) -> Config:
@@ -28,9 +29,14 @@ def check_source(source: str, *, filename: str = "<string>", settings: dict | No
 
 def fix_source(source: str, *, filename: str = "<string>", settings: dict | None = None,
                unsafe_fixes: bool = False) -> str:
-    """The text after applying every (safe, or also unsafe) fix; raises ValueError if a fix fails."""
+    """The text after applying every (safe, or also unsafe) fix; raises ValueError if a fix fails,
+    and ``scope_check.LibcstUnavailable`` (an ImportError) if it failed for want of libcst, which
+    the fixer's name check imports lazily."""
     outcome = fix_one_text(source, filename, make_config(settings), unsafe_fixes)
     if outcome.error:
+        missing = libcst_unavailable()
+        if missing is not None:
+            raise missing
         raise ValueError(outcome.error)
     return outcome.text
 

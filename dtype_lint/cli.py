@@ -161,6 +161,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (problem := environment_problem()) is not None:
+        print(f"dtype-lint: error: {problem}", file=sys.stderr)
+        return EXIT_ERROR
     from dtype_lint.engine.fast_path import try_clean_exit  # before the engine: see its docstring
 
     if (code := try_clean_exit(argv)) is not None:
@@ -213,7 +216,7 @@ def _check(args) -> int:
         raise UserError("`-` (stdin) must be the only path")
     paths = args.paths or ["."]
     cfg = _config(args, paths)
-    _check_named_file(args.output_file)
+    _check_named_file(args.output_file, "-o", cfg, paths, args.baseline)
     tick, stop = progress_bar(args.no_progress)
     try:
         result = run(cfg, RunOptions(
@@ -290,20 +293,39 @@ def _report(result, args) -> None:
         _write_named_file(result, args.output_file, out.getvalue(), "report")
 
 
-def _check_named_file(path: str | None) -> None:
+def environment_problem() -> str | None:
+    """What in the environment makes any run impossible (a deleted current folder: every
+    relative path, the project root and the cache hang off it), or None."""
+    try:
+        os.getcwd()
+    except OSError as e:
+        return (f"the current folder cannot be reached ({e.strerror or e}; deleted while this shell was in it?): "
+                "cd to an existing folder and run again")
+    return None
+
+
+def _check_named_file(path: str | None, flag: str = "", cfg=None, paths=(), baseline=None,
+                      folder: bool = False) -> None:
     """A report file the user named must be writable before a run starts, not after it has
-    rewritten files."""
+    rewritten files, and must not be one of the run's inputs (engine/outputs.py)."""
+    from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.writer import target_problem
 
-    if path and (problem := target_problem(path)):
+    if path and cfg is not None and (problem := check_output(path, flag, cfg, paths=paths, baseline=baseline,
+                                                            folder=folder)):
+        raise UserError(problem)
+    if path and not folder and (problem := target_problem(path)):
         raise UserError(problem)
 
 
 def _write_named_file(result, path: str, text: str, why: str) -> None:
+    from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.writer import WriteError
 
+    if problem := check_output(path, "", result.config, paths=result.files):
+        raise UserError(problem)
     try:
         result.writer.write(path, text.encode("utf-8"), why, outside_ok=True)
     except WriteError as e:
@@ -322,7 +344,9 @@ def _migrate(args) -> int:
     if args.report is None and not args.series:
         args.report = "dtype-lint-migration.md"
     if args.report is not None:
-        _check_named_file(args.report)
+        _check_named_file(args.report, "--report", cfg, [args.path])
+    if args.series:
+        _check_named_file(args.series, "--series", cfg, [args.path], folder=True)
     tick, stop = progress_bar(args.no_progress)
     try:
         if args.series:

@@ -206,8 +206,12 @@ def find_pyproject(start: Path) -> Path | None:
         if candidate.is_file():
             first = first or candidate
             try:
-                with open(candidate, "rb") as f:
-                    mentions = b"dtype-lint" in f.read(MAX_CONFIG_BYTES + 1)
+                from dtype_lint.engine.source import read_bytes
+
+                try:
+                    mentions = b"dtype-lint" in read_bytes(candidate, MAX_CONFIG_BYTES)
+                except ValueError as e:  # too large: load_config says so
+                    raise ConfigError(str(e)) from None
                 if mentions:
                     tool = read_toml(candidate).get("tool", {})
                     if not isinstance(tool, dict) or "dtype-lint" in tool:

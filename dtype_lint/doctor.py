@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dtype_lint import __version__
-from dtype_lint.config import _KEYS, Config, tomllib
+from dtype_lint.config import _KEYS, Config
 from dtype_lint.fix.helper_template import HelperError
 from dtype_lint.fix.helper_home import INFERRED_MODULE, configured_location, existing_inferred
 from dtype_lint.analysis.file_analysis import safe_read
@@ -108,11 +108,14 @@ def _settings(config: Config) -> list[tuple[str, object, str]]:
     from_file: set[str] = set()
     if config.source != "defaults":
         try:
-            with open(config.source, "rb") as f:
-                doc = tomllib.load(f)
-            table = doc.get("tool", {}).get("dtype-lint", doc if not config.source.endswith("pyproject.toml") else {})
+            from dtype_lint.config import ConfigError, read_toml
+
+            doc = read_toml(Path(config.source))
+            tool = doc.get("tool", {})
+            table = tool.get("dtype-lint", doc if not config.source.endswith("pyproject.toml") else {}) \
+                if isinstance(tool, dict) else {}
             from_file = set(table) if isinstance(table, dict) else set()
-        except (OSError, tomllib.TOMLDecodeError):
+        except ConfigError:
             pass
     default = Config()
     attrs = {f.name for f in fields(Config)}

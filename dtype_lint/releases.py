@@ -47,7 +47,9 @@ _TARGET = (
     "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "--platform", "any",
 )
 # distribution -> the top-level package its wheel must hold
-PACKAGES = {"vllm": "vllm", "sglang": "sglang", "aphrodite-engine": "aphrodite", "lmdeploy": "lmdeploy"}
+PACKAGES = {"vllm": "vllm", "sglang": "sglang", "aphrodite-engine": "aphrodite", "lmdeploy": "lmdeploy",
+            # Hugging Face model code: quantizers replace its modules at load time (docs/hf.md).
+            "transformers": "transformers", "diffusers": "diffusers", "peft": "peft"}
 
 
 class ReleaseFetchError(RuntimeError):

@@ -41,6 +41,8 @@ from typing import ClassVar
 from dtype_lint.analysis.storage_model import why_storage
 from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
+from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
@@ -55,7 +57,10 @@ STORAGE_DTYPES = "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
     (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
-    STORAGE_DTYPES when it knew none."""
+    STORAGE_DTYPES when it knew none. Where the Hugging Face family decided the layer, its
+    quantizers' words (`uint8 under bitsandbytes 4-bit/GGUF, ...`), narrowed by partial guards."""
+    if hf_storages(evidence) is not None:
+        return "(" + backend_words(evidence, STORAGE_DTYPES[1:-1]) + ")"
     return "(" + why_storage(evidence, STORAGE_DTYPES[1:-1]) + ")"
 
 
@@ -107,7 +112,7 @@ class Rule:
     # Regular expressions; a file that matches none of any enabled rule's is never parsed.
     patterns: ClassVar[tuple[str, ...]] = ()
     # A word every line of interest holds: functions without it are not candidates.
-    marker: ClassVar[str] = "weight"
+    marker: ClassVar[str | tuple[str, ...]] = "weight"
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
     # False: off unless `select` names the code (measured precision below 95% off the trees it was
@@ -283,6 +288,13 @@ class RuleFacts:
         return FileGuards(self)
 
     @cached_property
+    def hf_fixes(self):
+        """The planner of sites the Hugging Face family decided (fix/hf_planner.py)."""
+        from dtype_lint.fix.hf_planner import HFPlanner
+
+        return HFPlanner(self.source, self.config, self.project, self.tree)
+
+    @cached_property
     def helpers(self):
         from dtype_lint.analysis.helper_functions import HelperFacts
 
@@ -334,6 +346,12 @@ class RuleContext:
     def flows(self):
         return self._fact("flows")
 
+    def fixes_for(self, evidence):
+        """The planner for a site with this verdict's evidence: the HF helper's where the Hugging
+        Face family decided the layer, else the configured helper's."""
+        planner = self._fact("fixes")
+        return self._facts.hf_fixes if hf_storages(evidence) is not None else planner
+
     def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:
         """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",
         "alloc"), when the layer may be quantized."""
@@ -372,7 +390,8 @@ class RuleContext:
                 yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
-                      site: ast.AST | None = None, need: str = "non-compute") -> tuple[str, tuple[Evidence, ...]] | None:
+                      site: ast.AST | None = None, need: str = "non-compute",
+                      form: str = "") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
         proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
@@ -381,13 +400,34 @@ class RuleContext:
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
-        verdict = self.layers.quantizable(self.layers.resolve(layer, scope), ast.unparse(layer), patterns, need)
+        inst = self.layers.resolve(layer, scope)
+        text = ast.unparse(layer)
+        if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
+            from dtype_lint.analysis.hf_family import first_parameter
+
+            found = first_parameter(self.layers, inst, layer=layer, scope=scope)
+            if found is None:
+                return None
+            inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
+        verdict = self.layers.quantizable(inst, text, patterns, need)
+        if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
+            return None
+        if verdict is not None and hf_storages(verdict[1]) is not None and self.rule.code not in DTYPE_SITE_RULES:
+            return None
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
         from dtype_lint.analysis.never_runs import never_runs
 
         if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
             return None
+        if hf_storages(verdict[1]) is not None:  # HF quantizers' storages, narrowed by partial guards
+            from dtype_lint.analysis.hf_family import narrowed
+
+            aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
+            cf = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
+            return narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
+                            lambda: self._facts.guards.storage_unpacked(site, where, layer) is not None,
+                            scope.assigns, cf)
         # A check that proves the layer unquantized there (asked for every rule: a guard the
         # rule did not declare still decides whether the layer may be quantized at this site).
         if self._facts.guards.storage_unpacked(site, where, layer) is not None:

@@ -69,8 +69,10 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.hf_family import hf_storages
 from dtype_lint.fix.planner import Site
-from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER, WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 _HEAD = """\
@@ -94,7 +96,9 @@ class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
-    patterns = WEIGHT_SITE_PATTERNS
+    # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
+    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
+    marker = ("weight", "parameters()")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
@@ -155,7 +159,8 @@ class WeightDtypeCast(Rule):
             expected_replacement="from vllm.model_executor.layers.linear import LinearBase\n" + _IMPORT +
             "def run(layer: LinearBase, x):\n    y = x.to(get_layer_input_dtype(layer, True) or x.dtype)\n    return layer(y)\n",
         ),
-        # The guarded idiom of vLLM 0.27.1's MLA prefill, hoisted out of the loop.
+        # The guarded idiom of vLLM 0.27.1's MLA prefill: the helper is called where the dtype
+        # was read, in the loop (which may run zero times, and calls the layer).
         Invalid(
             _HEAD + "    def prefill(self, chunks, use_fp8_prefill):\n"
             "        for c in chunks:\n"
@@ -168,9 +173,9 @@ class WeightDtypeCast(Rule):
             "                kv = kv.to(self.kv_b_proj.weight.dtype)\n"
             "            yield self.kv_b_proj(kv)\n",
             expected_replacement=_fixed_head() + "    def prefill(self, chunks, use_fp8_prefill):\n"
-            "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
             "        for c in chunks:\n"
             "            kv = c[..., :4]\n"
+            "            kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
             "            if kv_b_proj_input_dtype is not None:\n"
             "                kv = kv.to(kv_b_proj_input_dtype)\n"
             "            yield self.kv_b_proj(kv)\n",
@@ -182,18 +187,42 @@ class WeightDtypeCast(Rule):
             self._dtype_getter(ctx, function)
         for function, node in ctx.calls():
             ctx.report_flows(function, node, "cast", "casts an activation to")
+            self._finfo(ctx, function, node)
             for arg in cast_dtype_args(node):
                 weight_dtype = self._source(arg, function.scope, node)
                 if weight_dtype is None or _receiver_is_parameter(node, weight_dtype.layer):
                     continue
-                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node, form=weight_dtype.form)
                 if verdict is None:
                     continue
                 confidence, evidence = verdict
-                fix, reason = ctx.fixes.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
-                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), ctx.fixes.func, evidence),
+                planner = ctx.fixes_for(evidence)
+                if weight_dtype.form == FIRST_PARAMETER:
+                    fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
+                                         f"route the cast through `{planner.func}` of that layer by hand")
+                else:
+                    fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
+
+    @staticmethod
+    def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:
+        """`torch.finfo(L.weight.dtype)` in Hugging Face model code (transformers #45672, Gemma4
+        audio): TypeError on bitsandbytes' uint8/int8 storage, an fp8 range under FP8 layers,
+        AttributeError without `.weight`. Reported where the HF family decided the layer."""
+        if dotted(node.func) not in ("torch.finfo", "finfo") or len(node.args) != 1:
+            return
+        weight_dtype = weight_dtype_source(node.args[0], function.scope)
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
+        if verdict is None or hf_storages(verdict[1]) is None:
+            return
+        confidence, evidence = verdict
+        layer = ast.unparse(weight_dtype.layer)
+        ctx.report(node, f"`torch.finfo` of `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
+                   f"{storage_dtypes(evidence)}: TypeError on integer storage, the wrong range on fp8; "
+                   f"take the activation's dtype", confidence=confidence, evidence=evidence,
+                   no_fix_reason="the activation whose range is meant is not known here; use its `.dtype`")
 
     @staticmethod
     def _dtype_getter(ctx: RuleContext, function) -> None:
@@ -234,7 +263,7 @@ class WeightDtypeCast(Rule):
         what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"{storage_dtypes(evidence)}; use `{helper}({layer}, ...)`")
+                f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

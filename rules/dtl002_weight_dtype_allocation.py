@@ -60,6 +60,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.hf_family import hf_storages
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
@@ -111,10 +112,14 @@ class WeightDtypeAllocation(Rule):
         for function, node in ctx.calls():
             ctx.report_flows(function, node, "alloc", "allocates a tensor in")
             self._like_weight(ctx, function, node)
-            for kw in alloc_dtype_keywords(node, ctx.imports):
+            # `t.new_zeros(..., dtype=L.weight.dtype)`: in HF code (esmfold2's one-hot), where the family
+            # decided the layer; elsewhere a tensor method's dtype is left as before.
+            tensor_method = isinstance(node.func, ast.Attribute) and node.func.attr in NEW_LIKE
+            keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
+            for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
                 weight_dtype = weight_dtype_source(kw.value, function.scope)
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-                if verdict is None:
+                if verdict is None or (kw in keywords and hf_storages(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
                 via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""

@@ -1,8 +1,9 @@
 """DTL003 unguarded-weight-access: `.weight` is read on a quantizable layer without a fallback.
 
 ## What it does
-Flags reads of `L.weight` (and `getattr(L, "weight")` without a default) in forward-path code —
-any function that is not storage code: quant methods and weight kernels (a class whose
+Flags reads of `L.weight` (and `getattr(L, "weight")` without a default) outside storage code —
+any function, `__init__` included (the message names it), that is not storage code: quant
+methods and weight kernels (a class whose
 `apply`, `apply_weights`, `create_weights`, `process_weights_after_loading`, `get_quant_method`
 or `embedding` takes the layer, as a `layer` parameter or one annotated with a layer class:
 `apply(self, x, linear: LinearBase)`), module-level functions named after one of those and
@@ -119,7 +120,7 @@ cannot read).
 - Reads in a class's own methods (`self.weight` inside a layer class) are reported like any other
   when the class is quantizable.
 - Storage code is otherwise recognised by name (`exempt-functions`) and class (`exempt-classes`); a
-  helper that prepares weights under another name is checked as forward-path code.
+  helper that prepares weights under another name is checked as code outside storage code.
 - The `.weight` of a layer reached through a container (`self.layers[i].weight`) resolves only
   when the container's element type is known.
 
@@ -140,6 +141,7 @@ import ast
 
 from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
 from dtype_lint.analysis.storage_model import ABSENT, why_storage
+from dtype_lint.findings import Evidence
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -408,10 +410,17 @@ class UnguardedWeightAccess(Rule):
                     continue
                 confidence, evidence = verdict
                 text = ast.unparse(layer)
-                ctx.report(node, f"`{text}.weight` is read with no `hasattr`/`getattr` fallback; {why_storage(evidence, _NO_WEIGHT)}, "
-                           f"so this raises AttributeError on them: guard it with `hasattr({text}, \"weight\")` "
-                           f"or read `getattr({text}, \"weight\", None)`",
-                           confidence=confidence, evidence=evidence,
+                # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
+                # go in the evidence. `__init__` is called out: it is not a forward path.
+                where = " (in `__init__`)" if function.fn.name == "__init__" else ""
+                remedy = Evidence(f"{why_storage(evidence, _NO_WEIGHT)}: AttributeError there; guard the read with "
+                                  f"`hasattr({text}, \"weight\")` or read `getattr({text}, \"weight\", None)`",
+                                  ctx.source.path, node.lineno)
+                backends = why_storage(evidence, _NO_WEIGHT)
+                first = backends.split("; ")[0] + (" (and more)" if "; " in backends else "")
+                ctx.report(node, f"`{text}.weight` read outside storage code{where} with no `hasattr`/`getattr` "
+                                 f"fallback: {first}",
+                           confidence=confidence, evidence=(remedy, *evidence),
                            no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
 
 

@@ -7,11 +7,26 @@ the tree and report who kills it, ``dtype-lint verify`` and which tests.
 
 For each mutant: copy the tree (tracked and untracked-not-ignored files), replace the mutant's
 text in one file (exactly as often as it says, or report it *stale*), assemble an importable
-package from the copy (``scripts/pkgroot.py``), then run ``python -m dtype_lint verify`` and
-``pytest`` on the mutant's test files with that package first on ``sys.path``. A mutant is killed
-by verify when verify exits non-zero, by a test when the test fails. It must also be killed by
-what its ``must`` names (``verify``, ``emulated``: a test in ``test_cuda_emulated.py``, ``tests``:
-any test). The exit status is 0 only when every selected mutant is killed as required.
+package from the copy (``scripts/pkgroot.py``), then run verify and ``pytest`` on the mutant's
+test files with that package first on ``sys.path``. verify is ``python -m dtype_lint verify`` on
+the reference kernels (``verify = "reference"``, the default) or the same matrix on the emulated
+CUDA kernels (``verify = "emulated"``: ``tests/kernels/emulated_verify.py``, for mutants of the
+``.cu`` files and of formats whose writer and reader agree). A mutant is killed by verify when
+verify exits non-zero, by a test when the test fails.
+
+Each outcome records *what* killed it (``killed_by``), from verify's ``violations_by_check``:
+
+* ``verify runtime``: a check decided by running code (outcomes, bounds, bit identity, empty
+  contexts, the negative control, the helper on every row) fired. Where the fixer also refused to
+  rewrite (check ``fixer``), only the helper check counts: the other failures then follow from the
+  missing rewrite;
+* ``verify runtime (emulated CUDA)``: the same, on the emulated kernels;
+* ``fixer refusal``: verify failed only because the fixer rewrote nothing (or could not run: exit 2);
+* ``unit tests``: verify passed and a test failed.
+
+It must also be killed by what its ``must`` names (``runtime``: one of the two verify runtime
+kinds; ``verify``: verify at all; ``emulated``: a test in ``test_cuda_emulated.py``; ``tests``:
+anything). The exit status is 0 only when every selected mutant is killed as required.
 
 Mutants run in parallel (``--jobs``, default half the CPUs, at least 1); each subprocess gets one
 intra-op thread. Nothing is written into this checkout except ``--json`` if given.
@@ -21,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import shutil
@@ -42,7 +58,10 @@ MUTANTS = REPO / "scripts" / "mutants.toml"
 sys.path.insert(0, str(REPO / "scripts"))
 import pkgroot  # noqa: E402
 
-MUSTS = ("verify", "emulated", "tests", "verify|emulated")
+MUSTS = ("runtime", "verify", "emulated", "tests", "verify|emulated")
+RUNTIME_KILLS = ("verify runtime", "verify runtime (emulated CUDA)")
+KILLS = RUNTIME_KILLS + ("fixer refusal", "unit tests")
+EMULATED_VERIFY = "tests/kernels/emulated_verify.py"
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,9 @@ class Mutant:
     must: str = "tests"
     count: int = 1
     ci: bool = False
+    kind: str = ""  # the class of code it breaks, for the report
+    verify: str = "reference"  # or "emulated"
+    verify_args: tuple[str, ...] = ()  # replaces the run's --verify-args for this mutant
 
 
 @dataclass
@@ -63,8 +85,12 @@ class Outcome:
     id: str
     what: str
     status: str = "pending"  # killed, survived, weak (killed, not by what it must), stale, error
+    kind: str = ""
+    verify_mode: str = "reference"
     verify: str = ""  # "killed (exit 1)", "survived", "error: ..."
     verify_violations: list[str] = field(default_factory=list)
+    verify_checks: dict[str, int] = field(default_factory=dict)  # violations per verify check
+    killed_by: str = ""  # one of KILLS, or "" when it survived
     tests_failed: list[str] = field(default_factory=list)
     tests_run: int = 0
     must: str = ""
@@ -78,9 +104,12 @@ def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
     for entry in data.get("mutant", []):
         entry = dict(entry)
         entry["tests"] = tuple(entry.get("tests", ()))
+        entry["verify_args"] = tuple(entry.get("verify_args", ()))
         m = Mutant(**entry)
         if m.must not in MUSTS:
             raise ValueError(f"{m.id}: must is one of {MUSTS}, got {m.must!r}")
+        if m.verify not in ("reference", "emulated"):
+            raise ValueError(f"{m.id}: verify is reference or emulated, got {m.verify!r}")
         mutants.append(m)
     ids = [m.id for m in mutants]
     if len(ids) != len(set(ids)):
@@ -118,18 +147,36 @@ def _env(pkg: Path) -> dict:
     return env
 
 
-def run_verify(pkg: Path, args: list[str], timeout: float) -> tuple[str, list[str]]:
+def run_verify(pkg: Path, args: list[str], timeout: float, mode: str = "reference",
+               copy: Path | None = None) -> tuple[str, list[str], dict[str, int]]:
+    """``(verdict, violations, violations per check)`` of verify on the assembled package."""
     report = pkg / "verify.json"
-    res = subprocess.run([sys.executable, "-m", "dtype_lint", "verify", "--no-table", "--json", str(report), *args],
-                         cwd=pkg, env=_env(pkg), capture_output=True, text=True, timeout=timeout)
+    if mode == "emulated":
+        cmd = [sys.executable, str((copy or REPO) / EMULATED_VERIFY), "--json", str(report), *args]
+    else:
+        cmd = [sys.executable, "-m", "dtype_lint", "verify", "--no-table", "--json", str(report), *args]
+    res = subprocess.run(cmd, cwd=pkg, env=_env(pkg), capture_output=True, text=True, timeout=timeout)
     if res.returncode == 0:
-        return "survived", []
-    violations = []
+        return "survived", [], {}
+    violations, checks = [], {}
     if report.exists():
-        violations = json.loads(report.read_text()).get("violations", [])
+        data = json.loads(report.read_text())
+        violations, checks = data.get("violations", []), data.get("violations_by_check", {})
     if res.returncode == 1:
-        return "killed (exit 1)", violations
-    return f"killed (exit {res.returncode}: {res.stderr.strip().splitlines()[-1][:200] if res.stderr.strip() else 'no message'})", violations
+        return "killed (exit 1)", violations, checks
+    last = res.stderr.strip().splitlines()[-1][:200] if res.stderr.strip() else "no message"
+    return f"killed (exit {res.returncode}: {last})", violations, checks
+
+
+def killed_by(o: "Outcome") -> str:
+    """What killed the mutant (see the module docstring), or "" if nothing did."""
+    if o.verify.startswith("killed"):
+        checks = {c for c, n in o.verify_checks.items() if n}
+        runtime = bool(checks & {"helper"}) if "fixer" in checks else bool(checks - {"fixer"})
+        if runtime:
+            return RUNTIME_KILLS[1] if o.verify_mode == "emulated" else RUNTIME_KILLS[0]
+        return "fixer refusal"
+    return "unit tests" if o.tests_failed else ""
 
 
 def run_tests(pkg: Path, copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[list[str], int]:
@@ -156,8 +203,9 @@ def run_tests(pkg: Path, copy: Path, tests: tuple[str, ...], timeout: float) -> 
 
 def required_kill(m: Mutant, o: Outcome) -> bool:
     by_verify = o.verify.startswith("killed")
-    by_emulated = any("test_cuda_emulated" in t for t in o.tests_failed)
+    by_emulated = any("test_cuda_emulated" in t for t in o.tests_failed) or o.killed_by == RUNTIME_KILLS[1]
     return {
+        "runtime": o.killed_by in RUNTIME_KILLS,
         "verify": by_verify,
         "emulated": by_emulated,
         "verify|emulated": by_verify or by_emulated,
@@ -166,7 +214,7 @@ def required_kill(m: Mutant, o: Outcome) -> bool:
 
 
 def run_one(m: Mutant, verify_args: list[str], timeout: float, keep: bool) -> Outcome:
-    o = Outcome(m.id, m.what, must=m.must)
+    o = Outcome(m.id, m.what, must=m.must, kind=m.kind, verify_mode=m.verify)
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f"dtl_mutant_{m.id}_"))
     try:
@@ -178,9 +226,12 @@ def run_one(m: Mutant, verify_args: list[str], timeout: float, keep: bool) -> Ou
             o.status, o.detail = "stale", str(exc)
             return o
         pkgroot.build(pkg, copy)
-        o.verify, o.verify_violations = run_verify(pkg, verify_args, timeout)
+        args = list(m.verify_args) if m.verify_args else ([] if m.verify == "emulated" else verify_args)
+        o.verify, o.verify_violations, o.verify_checks = run_verify(pkg, args, timeout, m.verify, copy)
+        o.verify_violations = o.verify_violations[:20]
         o.tests_failed, o.tests_run = run_tests(pkg, copy, m.tests, timeout)
-        killed = o.verify.startswith("killed") or bool(o.tests_failed)
+        o.killed_by = killed_by(o)
+        killed = bool(o.killed_by)
         o.status = "survived" if not killed else ("killed" if required_kill(m, o) else "weak")
     except subprocess.TimeoutExpired as exc:
         o.status, o.detail = "error", f"timeout after {exc.timeout} s"
@@ -195,17 +246,75 @@ def run_one(m: Mutant, verify_args: list[str], timeout: float, keep: bool) -> Ou
     return o
 
 
+def summary(outcomes: list[Outcome]) -> dict:
+    """Counts by what killed each mutant, and by kind."""
+    counted = [o for o in outcomes if o.status not in ("stale", "error")]
+    by = {k: sum(o.killed_by == k for o in counted) for k in KILLS}
+    runtime = sum(by[k] for k in RUNTIME_KILLS)
+    kinds: dict[str, dict[str, int]] = {}
+    for o in counted:
+        kinds.setdefault(o.kind or "-", {}).setdefault(o.killed_by or "survived", 0)
+        kinds[o.kind or "-"][o.killed_by or "survived"] += 1
+    return {
+        "mutants": len(outcomes),
+        "killed_as_required": sum(o.status == "killed" for o in outcomes),
+        "killed_by": by,
+        "survived": sum(not o.killed_by for o in counted),
+        "stale_or_error": len(outcomes) - len(counted),
+        "runtime_share": round(runtime / len(counted), 3) if counted else 0.0,
+        "by_kind": kinds,
+    }
+
+
+def _checks(o: Outcome) -> str:
+    return ",".join(f"{c}:{n}" for c, n in sorted(o.verify_checks.items())) or "—"
+
+
 def render(outcomes: list[Outcome]) -> str:
-    lines = [f"{'mutant':34} {'status':9} {'verify':16} tests that fail", "-" * 110]
+    lines = [f"{'mutant':36} {'status':9} {'killed by':31} {'verify checks':28} tests that fail", "-" * 140]
     for o in outcomes:
-        verify = "killed" if o.verify.startswith("killed") else (o.verify or "—")
-        tests = ", ".join(o.tests_failed[:3]) + (f" (+{len(o.tests_failed) - 3})" if len(o.tests_failed) > 3 else "")
+        tests = ", ".join(o.tests_failed[:2]) + (f" (+{len(o.tests_failed) - 2})" if len(o.tests_failed) > 2 else "")
         if o.tests_run and not o.tests_failed:
             tests = f"none of {o.tests_run}"
-        lines.append(f"{o.id:34} {o.status:9} {verify:16} {tests or '—'}" + (f"  [{o.detail}]" if o.detail else ""))
-    killed = sum(o.status == "killed" for o in outcomes)
-    lines.append(f"{killed}/{len(outcomes)} killed as required")
+        lines.append(f"{o.id:36} {o.status:9} {o.killed_by or 'nothing':31} {_checks(o):28} {tests or '—'}"
+                     + (f"  [{o.detail}]" if o.detail else ""))
+    s = summary(outcomes)
+    by = s["killed_by"]
+    lines.append(f"{s['killed_as_required']}/{s['mutants']} killed as required")
+    lines.append(f"killed at run time in verify: {by[RUNTIME_KILLS[0]]} (reference kernels) + {by[RUNTIME_KILLS[1]]} "
+                 f"(emulated CUDA kernels) = {s['runtime_share']:.0%}; "
+                 f"only by the fixer's refusal: {by['fixer refusal']}; "
+                 f"only in unit tests: {by['unit tests']}; survived: {s['survived']}")
     return "\n".join(lines)
+
+
+def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: list[str],
+             rerun: list[str] | None = None) -> str:
+    """The committed report (docs/mutation-report.md)."""
+    s = summary(outcomes)
+    by = s["killed_by"]
+    out = ["# Mutation report", "",
+           f"`scripts/mutate.py` over `scripts/mutants.toml`: {s['mutants']} mutants, "
+           f"{s['killed_as_required']} killed as required, {s['survived']} survived, "
+           f"{s['stale_or_error']} stale or in error ({seconds:.0f} s, {jobs} job(s); "
+           f"verify arguments: `{' '.join(verify_args) or '(defaults)'}`).", "",
+           "| killed by | mutants |", "|---|---|"]
+    if rerun:
+        out[3:3] = ["", f"Re-run alone after the whole run (`--update`): {', '.join(f'`{r}`' for r in rerun)}."]
+    out += [f"| {k} | {by[k]} |" for k in KILLS]
+    out += [f"| survived | {s['survived']} |", "",
+            f"Killed at run time by verify's matrix: {by[RUNTIME_KILLS[0]] + by[RUNTIME_KILLS[1]]} of "
+            f"{s['mutants'] - s['stale_or_error']} ({s['runtime_share']:.0%}).", "",
+            "| mutant | kind | must | status | killed by | verify checks that fired | tests that fail |",
+            "|---|---|---|---|---|---|---|"]
+    for o in outcomes:
+        more = f" (+{len(o.tests_failed) - 2})" if len(o.tests_failed) > 2 else ""
+        tests = ", ".join(f"`{x}`" for x in o.tests_failed[:2]) + more
+        if o.tests_run and not o.tests_failed:
+            tests = f"none of {o.tests_run}"
+        out.append(f"| `{o.id}` | {o.kind} | {o.must} | {o.status} | {o.killed_by or '—'} | {_checks(o)} "
+                   f"| {tests or '—'} |")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verify-args", default="", help="extra arguments for dtype-lint verify (default: its defaults)")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per verify or pytest run")
-    ap.add_argument("--json", help="write the outcomes as JSON")
+    ap.add_argument("--json", help="write the outcomes and the summary as JSON")
+    ap.add_argument("--report", help="write the markdown report (docs/mutation-report.md)")
+    ap.add_argument("--update", metavar="JSON", help="a whole run's --json: re-run only the selected mutants and "
+                    "write the merged outcomes (the report says which were re-run)")
     ap.add_argument("--keep", action="store_true", help="keep each mutant's temporary tree")
     args = ap.parse_args(argv)
 
@@ -233,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         mutants = [m for m in mutants if m.id in wanted]
     if args.list:
         for m in mutants:
-            print(f"{m.id:34} {m.file:34} must={m.must:9} {m.what}")
+            print(f"{m.id:36} {m.file:40} {m.verify:9} must={m.must:8} {m.kind:16} {m.what}")
         return 0
     if args.check:
         stale = []
@@ -248,10 +360,26 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(lambda m: run_one(m, verify_args, args.timeout, args.keep), mutants))
+    seconds = time.perf_counter() - t0
+    rerun: list[str] = []
+    if args.update:
+        previous = json.loads(Path(args.update).read_text())
+        fresh = {o.id: o for o in outcomes}
+        rerun = sorted(fresh)
+        known = {f.name for f in dataclasses.fields(Outcome)}
+        outcomes = [fresh.get(o["id"]) or Outcome(**{k: v for k, v in o.items() if k in known})
+                    for o in previous["outcomes"]]
+        outcomes += [o for o in fresh.values() if o.id not in {p["id"] for p in previous["outcomes"]}]
+        seconds += previous.get("seconds", 0)
+        rerun = sorted(set(rerun) | set(previous.get("rerun", [])))
     print(render(outcomes))
-    print(f"({time.perf_counter() - t0:.0f} s, {args.jobs} job(s))")
+    print(f"({seconds:.0f} s, {args.jobs} job(s))")
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+        data = {"summary": summary(outcomes), "seconds": round(seconds), "rerun": rerun,
+                "outcomes": [asdict(o) for o in outcomes]}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    if args.report:
+        Path(args.report).write_text(markdown(outcomes, seconds, args.jobs, verify_args, rerun))
     return 0 if all(o.status == "killed" for o in outcomes) else 1
 
 

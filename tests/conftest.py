@@ -31,6 +31,8 @@ RELEASE_FIXTURES = {
     "sglang_0523": ("sglang", "0.5.23"),
     "aphrodite_0241": ("aphrodite-engine", "0.24.1"),
     "lmdeploy_0180": ("lmdeploy", "0.18.0"),
+    "transformers_5230": ("transformers", "5.23.0"),
+    "diffusers_0421": ("diffusers", "0.42.1"),
 }
 VLLM_RELEASE_FIXTURES = RELEASE_FIXTURES  # older name
 
@@ -84,6 +86,18 @@ def lmdeploy_0180() -> Path:
     return _release("lmdeploy", "0.18.0")
 
 
+@pytest.fixture(scope="session")
+def transformers_5230() -> Path:
+    """Root of transformers 5.23.0's `.py` tree: Hugging Face model code (docs/hf.md)."""
+    return _release("transformers", "5.23.0")
+
+
+@pytest.fixture(scope="session")
+def diffusers_0421() -> Path:
+    """Root of diffusers 0.42.1's `.py` tree: Hugging Face model code (docs/hf.md)."""
+    return _release("diffusers", "0.42.1")
+
+
 # The slow tier, by module (path under tests/) or by test name: what each is slow for. `pytest -m
 # "not slow and not network"` (the fast tier, README) runs the rest; plain `pytest` runs all. A new
 # test that takes more than a second or two belongs in one of these, not in a decorator of its own.
@@ -108,6 +122,8 @@ SLOW_MODULES = {
     "test_vllm_migrate.py": "real-world trees",
     "test_triage.py": "real-world trees (the triage verdicts)",
     "test_newcomer.py": "a newcomer's session, end to end",
+    "test_hf_verify.py": "real bitsandbytes 4/8-bit on CPU (the `hf` extra)",
+    "test_hf_upstream.py": "HF patch series (git am, compile)",
 }
 SLOW_TESTS: dict[str, str] = {
     # "module::test name prefix": why

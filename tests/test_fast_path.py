@@ -17,7 +17,7 @@ from tiny_project import ATTN
 
 from dtype_lint.engine import fast_path
 from dtype_lint.engine.fast_record import RECORD_NAME
-from dtype_lint.engine.prefilter import Prefilter
+from dtype_lint.engine.prefilter import Prefilter, marker_words
 from dtype_lint.rules import ALL_RULES
 
 PYPROJECT = "[tool.dtype-lint]\n"
@@ -164,7 +164,7 @@ def test_the_record_holds_every_rules_own_prefilter(project: Path):
     import json
 
     record = json.loads((project / ".dtype_lint_cache" / RECORD_NAME).read_text())
-    assert record["rules"] == [[r.code, r.marker, list(r.patterns)] for r in ALL_RULES]
+    assert record["rules"] == [[r.code, list(marker_words(r)), list(r.patterns)] for r in ALL_RULES]
 
 
 def test_import_bindings_reads_every_form():

@@ -226,7 +226,7 @@ def test_the_check_rejects_an_import_the_module_rebinds_or_a_star_import():
 
 def test_the_check_accepts_what_the_planner_writes():
     fixed = ("from m import g as _g\n\n\ndef f(self, x, g):\n    v = _g(self.p, True)\n    if v is not None:\n"
-             "        x = x.to(v)\n    return [v for _ in x], (lambda: v)\n")
+             "        x = x.to(v)\n        return [v for _ in x], (lambda: v)\n    return x\n")
     verify_names("def f(self, x, g):\n    return x\n", fixed,
                  [_finding([], imports=(("m", "g"),), aliases=("_g",), binds=("v",))])
 

@@ -407,3 +407,41 @@ def test_line_separators_inside_comments_do_not_shift_lines():
     assert "\u2028" in fixed and "\x0c" in fixed
     assert ("    layer_input_dtype = get_layer_input_dtype(layer, True)\n"
             "    if layer_input_dtype is not None:\n        x = x.to(layer_input_dtype)\n") in fixed
+
+
+def test_import_graph_module_level_edges_and_importers():
+    from dtype_lint.analysis.class_index import ModuleTable
+    from dtype_lint.fix.import_graph import ImportGraph
+
+    texts = {
+        "pkg/__init__.py": "",
+        "pkg/model.py": "from pkg.plat import current_platform\n",
+        "pkg/utils.py": "import typing\nif typing.TYPE_CHECKING:\n    import pkg.model\ndef f():\n    import pkg.model\n",
+        "pkg/cyc.py": "try:\n    from pkg import model\nexcept ImportError:\n    pass\n",
+        "pkg/plat.py": "current_platform = 1\n",
+        "pkg/other.py": "from .model import current_platform\n",
+    }
+    files = [(p, p, p[:-3].replace("/__init__", "").replace("/", ".")) for p in texts]
+    graph = ImportGraph(ModuleTable(files), {"pkg.new": "import pkg.utils\n"}, read_text=texts.get)
+    assert graph.cycle_problem("pkg.model", "pkg.utils") == ""  # function / TYPE_CHECKING imports
+    assert "pkg.cyc` → `pkg.model" in graph.cycle_problem("pkg.model", "pkg.cyc")
+    assert graph.cycle_problem("pkg.model", "pkg.new") == ""
+    assert graph.importers_of("pkg.model", "current_platform", skip="pkg.model") == "pkg.other"
+    assert graph.importers_of("pkg.plat", "nothing_here") == ""
+
+
+def test_import_graph_an_explicit_import_of_a_package_above_is_an_edge():
+    """`pkg/__init__.py` imports `pkg.mod`; the helper does `from pkg import x`: importing
+    `pkg.mod` first runs `pkg`, which imports `pkg.mod`, which imports the helper, which needs
+    `x` from the half-initialised `pkg`."""
+    from dtype_lint.analysis.class_index import ModuleTable
+    from dtype_lint.fix.import_graph import ImportGraph
+
+    texts = {"pkg/__init__.py": "from pkg.mod import f\nx = 1\n", "pkg/mod.py": "def f():\n    pass\n",
+             "pkg/helper.py": "from pkg import x\n"}
+    files = [(p, p, p[:-3].replace("/__init__", "").replace("/", ".")) for p in texts]
+    graph = ImportGraph(ModuleTable(files), read_text=texts.get)
+    assert "`pkg` → `pkg.mod`" in graph.cycle_problem("pkg.mod", "pkg.helper")
+    # Only the packages above it, implicitly: no edge.
+    texts["pkg/helper.py"] = "import torch\n"
+    assert ImportGraph(ModuleTable(files), read_text=texts.get).cycle_problem("pkg.mod", "pkg.helper") == ""

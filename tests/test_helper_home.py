@@ -276,3 +276,26 @@ def test_a_vllm_fork_migrates_with_an_inferred_helper(tmp_path: Path, aphrodite_
         assert f"- `{rel}` (" in report
     again = json.loads(dtl(root, "check", "--output-format", "json", "--no-progress").stdout)
     assert again["summary"]["fixable"] == 0
+
+
+@pytest.mark.parametrize("source,problem", [
+    ("def f(layer, fp8_input):\n    pass\n", ""),
+    ("def f(layer, fp8_input=True, device=None, *, strict=False):\n    pass\n", ""),
+    ("def f(*args):\n    pass\n", ""),
+    ("def f(layer, /, fp8_input):\n    pass\n", ""),
+    ("def f(layer):\n    pass\n", "1 positional parameter"),
+    ("def f(layer, fp8_input, device):\n    pass\n", "device has no default"),
+    ("def f(layer, fp8_input, *, device):\n    pass\n", "keyword-only parameters without a default (device)"),
+    ("async def f(layer, fp8_input):\n    pass\n", "async def"),
+    ("@cache\ndef f(layer, fp8_input):\n    pass\n", "decorated (@cache)"),
+    ("def f(layer, fp8_input):\n    pass\n\n\nf = None\n", "bound 2 times"),
+])
+def test_call_problem_reads_the_signature(source: str, problem: str):
+    import ast
+
+    from dtype_lint.analysis.helper_functions import call_problem
+
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    got = call_problem(fn, tree)
+    assert (problem in got) if problem else got == ""

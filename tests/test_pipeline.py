@@ -19,7 +19,7 @@ from cli_runner import dtl
 from tiny_project import write_tree
 from dtype_lint.engine import pipeline
 from dtype_lint.api import check_source, make_config
-from dtype_lint.engine.prefilter import Prefilter
+from dtype_lint.engine.prefilter import Prefilter, marker_words
 from dtype_lint.rule import Rule, RuleContractError
 from dtype_lint.rules import ALL_RULES
 
@@ -193,7 +193,8 @@ def test_the_prefilter_says_what_each_rules_own_regex_says():
     assert required_literal(r"=\s*[\w.]+\.weight\s*$") == ".weight"
     assert required_literal(r"a(?:bc)?de|f") == ""  # an alternation at the top: nothing is required
     assert required_literal(r"(?i)weight") == ""
-    own = [(r.marker, re.compile("|".join(f"(?:{p})" for p in r.patterns), re.M)) for r in ALL_RULES]
+    own = [(marker, re.compile("|".join(f"(?:{p})" for p in r.patterns), re.M))
+           for r in ALL_RULES for marker in marker_words(r)]
     texts = [
         "w = self.o_proj.weight\nx.to(w.dtype)\n", "w = self.o_proj.weight  \n", "y = (self.weight\n)\n",
         'getattr(layer,  # a comment\n  "weight", None)\n', "layer.weight . dtype", "weights = 1\n",

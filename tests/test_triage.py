@@ -42,9 +42,12 @@ TREES = {
     "aphrodite_0241": "aphrodite-engine-0.24.1",
     "sglang_0523": "sglang-0.5.23",
     "lmdeploy_0180": "lmdeploy-0.18.0",
+    "transformers_5230": "transformers-5.23.0",
+    "diffusers_0421": "diffusers-0.42.1",
 }
-# issue #9: at least 95% judged true there; vLLM 0.30.0 (#21) was triaged after the rules were written
-PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241")
+# issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
+# triaged after the rules were written
+PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241", "transformers_5230", "diffusers_0421")
 MIN_PRECISION = 0.95
 RULE_TREES = {"vllm_0271": ("vllm", "0.27.1"), "vllm_0330": ("vllm", "0.33.0")}  # DTL003-DTL005, issue #10
 

@@ -4,10 +4,12 @@ One module-scoped run does the work (copy, check, migrate, check again) and the 
 results:
 - migrate exits 0 and writes a report naming the helper and mla_attention.py;
 - in the migrated mla_attention.py, both prefill-context paths call
-  `get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)` into a name, hoisted out of the chunk
-  loop, and cast `kv_c_normed` only under `if <name> is not None:`, with no `.weight.dtype` and no
-  `kv_b_proj_w_dtype` left; that block is structurally the one 0.28.0 has (its helper is named
-  `_get_kv_b_proj_input_dtype`);
+  `get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)` into a name where 0.27.1 read the
+  dtype (in the chunk loop, right before the guard: #20, a fix never hoists), and cast
+  `kv_c_normed` only under `if <name> is not None:`, with no `.weight.dtype` and no
+  `kv_b_proj_w_dtype` left; the guard and the call are the ones 0.28.0 has (its helper is named
+  `_get_kv_b_proj_input_dtype`); 0.28.0 calls it once before the loop, which is the same on
+  every run that enters the loop, and also runs it on a run with no chunk;
 - every .py file of the migrated tree compiles, and a second check offers no DTL001 fix;
 - the diff between the trees touches only the flagged functions (from the first check's JSON
   scopes and lines), the added helper import lines, and the new helper file.
@@ -100,18 +102,27 @@ def function_named(tree: ast.Module, name: str) -> ast.FunctionDef:
 class PrefillFix:
     call: ast.Call  # helper(self.kv_b_proj, use_fp8_prefill)
     var: str  # the name it is assigned to
-    assign_index: int  # position of that assignment in the function body
+    assign: ast.Assign  # var = helper(...)
+    block: list  # the statements holding that assignment
     guard: ast.If  # if var is not None: kv_c_normed = kv_c_normed.to(var)
     guard_loop_index: int  # position (in the function body) of the loop holding the guard
+    fn_body: list  # the function's own statements
+
+    @property
+    def at_top(self) -> bool:
+        """Called once, in the function body before the loop (0.28.0's shape)."""
+        return self.block is self.fn_body
 
 
 def prefill_fix(fn: ast.FunctionDef, helper: str) -> PrefillFix:
-    assigns = [(i, s) for i, s in enumerate(fn.body)
-               if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-               and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id == helper]
+    assigns = [(node, block) for node0 in ast.walk(fn) for name in ("body", "orelse")
+               for block in [getattr(node0, name, None)] if isinstance(block, list)
+               for node in block if isinstance(node, ast.Assign) and len(node.targets) == 1
+               and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
+               and isinstance(node.value.func, ast.Name) and node.value.func.id == helper]
     all_calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == helper]
-    assert len(assigns) == 1 and len(all_calls) == 1, f"{fn.name}: one `x = {helper}(...)` at the function's top level"
-    index, assign = assigns[0]
+    assert len(assigns) == 1 and len(all_calls) == 1, f"{fn.name}: one `x = {helper}(...)`"
+    assign, block = assigns[0]
     var = assign.targets[0].id
     guards = []
     for i, stmt in enumerate(fn.body):
@@ -124,7 +135,7 @@ def prefill_fix(fn: ast.FunctionDef, helper: str) -> PrefillFix:
     assert len(guards) == 1, f"{fn.name}: one `if {var} is not None:`"
     loop_index, guard = guards[0]
     assert isinstance(fn.body[loop_index], (ast.For, ast.While)), "the guarded cast sits in the chunk loop"
-    return PrefillFix(assign.value, var, index, guard, loop_index)
+    return PrefillFix(assign.value, var, assign, block, guard, loop_index, fn.body)
 
 
 def normalised_guard(fix: PrefillFix) -> str:
@@ -170,11 +181,10 @@ def test_prefill_paths_use_the_helper(migration: Migration, migrated_mla: ast.Mo
     fix = prefill_fix(fn, OUR_HELPER)
     assert ast.unparse(fix.call) == f"{OUR_HELPER}(self.kv_b_proj, use_fp8_prefill)"
     assert ast.unparse(fix.guard) == f"if {fix.var} is not None:\n    kv_c_normed = kv_c_normed.to({fix.var})"
-    # Hoisted out of the chunk loop, after the flag it reads is defined.
-    assert fix.assign_index < fix.guard_loop_index
-    flag_defs = [i for i, s in enumerate(fn.body) if isinstance(s, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == "use_fp8_prefill" for t in s.targets)]
-    assert flag_defs and max(flag_defs) < fix.assign_index
+    # Called where 0.27.1 read the dtype: in the chunk loop, right before the guard (never
+    # hoisted: the loop may run zero times and calls the layer).
+    assert not fix.at_top and fix.block[fix.block.index(fix.assign) + 1] is fix.guard
+    assert fix.assign in list(ast.walk(fn.body[fix.guard_loop_index]))
     text = (migration.tree / MLA).read_text(encoding="utf-8")
     segment = ast.get_source_segment(text, fn)
     assert ".weight.dtype" not in segment
@@ -189,8 +199,10 @@ def test_prefill_fix_matches_vllm_0280(migrated_mla: ast.Module, shipped_mla: as
     assert normalised_guard(ours) == normalised_guard(shipped)
     assert [ast.dump(a) for a in ours.call.args] == [ast.dump(a) for a in shipped.call.args]
     assert [ast.dump(k) for k in ours.call.keywords] == [ast.dump(k) for k in shipped.call.keywords]
-    # Same shape around it: called once before the loop, the cast guarded inside it.
-    assert ours.assign_index < ours.guard_loop_index and shipped.assign_index < shipped.guard_loop_index
+    # 0.28.0 calls it once before the loop; ours where the dtype was read, right before the
+    # guard in the loop: the same on every run that enters the loop.
+    assert shipped.at_top and not ours.at_top
+    assert ours.block[ours.block.index(ours.assign) + 1] is ours.guard
 
 
 def test_helper_import_and_file(migration: Migration, migrated_mla: ast.Module):

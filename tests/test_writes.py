@@ -282,3 +282,29 @@ def test_a_write_that_fails_midway_is_dtl901_and_the_file_is_unchanged(tmp_path:
     assert_honest(proc, 1, 2)
     assert "cannot write: No space left on device" in proc.stdout
     assert (root / "proj/attn.py").read_text() == ATTN and FIXED_CALL in (root / "proj/z.py").read_text()
+
+
+def test_output_problem_by_kind(tmp_path: Path):
+    from dtype_lint.engine.outputs import output_problem
+
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg/a.py").write_text("x = 1\n")
+    (root / "conf.toml").write_text("")
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("")
+    (root / "link.txt").symlink_to(outside)
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        assert "Python source" in output_problem("pkg/a.py", "-o", root)
+        assert "Python source" in output_problem("pkg/new.pyi", "-o", root)
+        assert "reads" in output_problem("conf.toml", "-o", root, reads=["conf.toml"])
+        assert "outside the project root" in output_problem("link.txt", "-o", root)
+        assert output_problem(str(outside), "-o", root) is None  # an absolute path the user typed
+        assert output_problem("../report.md", "-o", root) is None  # named outside, no link
+        assert output_problem("report.md", "-o", root) is None
+        assert "cache folder" in output_problem(".dtype_lint_cache/r.txt", "-o", root, cache_dir=".dtype_lint_cache")
+        assert "not a folder" in output_problem("pkg/a.py", "--series", root, folder=True)
+    finally:
+        os.chdir(cwd)

@@ -368,6 +368,15 @@ class ModuleTable:
         first = self._first.get(module)
         return first[1] if first is not None else None
 
+    def path_of(self, module: str) -> str | None:
+        """The display path of the first file named `module`, without reading anything."""
+        first = self._first.get(module)
+        return first[0] if first is not None else None
+
+    def module_paths(self) -> list[tuple[str, str]]:
+        """(module, display path) of the first file of every module, in discovery order."""
+        return [(m, f[0]) for m, f in self._first.items()]
+
     def under(self, folder) -> list[tuple[str, ModuleHeader]]:
         """(module, header) of each module whose file lies under `folder` (a path as this run
         shows files), in discovery order; the enumeration is recorded as a read of the folder."""

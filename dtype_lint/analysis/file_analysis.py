@@ -14,7 +14,7 @@ from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
-from dtype_lint.engine.prefilter import for_rules, has_suppression
+from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words
 from dtype_lint.rule import RuleContext, RuleFacts, RuleContractError
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
@@ -56,7 +56,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         project = ProjectFacts(index, load_file=load_file or safe_read)
         project.register(tree, module, path, is_pkg, imports)
         facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
-                          frozenset(r.marker for r in active))
+                          frozenset(m for r in active for m in marker_words(r)))
         _run_rules(active, facts, raw, path, config)
     if not (has_suppression(text) or (raw and might_hold_suppression(text))):
         return sorted(raw, key=Finding.sort_key)

@@ -12,7 +12,7 @@ Rules read this as the `helpers` fact; the fix planner and `migrate` use `known_
 from __future__ import annotations
 
 import ast
-import os
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -38,6 +38,8 @@ class KnownHelper:
     flag_param: str | None = None
     unsound: tuple[tuple[Case, str], ...] = field(default=(), compare=False)
     maybe_unsound: tuple[tuple[Case, str], ...] = field(default=(), compare=False)
+    # Why a fix may not call it as `name(layer, fp8_input)` ("" when it may): call_problem.
+    uncallable: str = field(default="", compare=False)
 
     @property
     def sound(self) -> bool:
@@ -62,6 +64,57 @@ class KnownHelper:
         return summarize_cases(list(self.maybe_unsound), self.table.flags if self.table else (False, True))
 
 
+def call_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | None = None) -> str:
+    """Why a fix may not call `fn` as `fn(layer, fp8_input)`, or "" when it may.
+
+    Read from its signature, never assumed: a plain `def` (an `async def` returns a coroutine,
+    which `x.to` would receive), no decorator (it may change the signature, the result or cache
+    a repacked layer's old answer), two positional parameters or `*args`, any further positional
+    or keyword-only parameter with a default; and, at the top of its module, bound by that `def`
+    alone (a later assignment or second `def` replaces it)."""
+    name = f"`{fn.name}`"
+    if isinstance(fn, ast.AsyncFunctionDef):
+        return f"{name} is `async def`: calling it gives a coroutine, not a dtype"
+    if fn.decorator_list:
+        shown = ", ".join(f"@{ast.unparse(d)}" for d in fn.decorator_list)
+        return f"{name} is decorated ({shown}), which may change how it is called and what it returns"
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    if len(positional) < 2 and args.vararg is None:
+        listed = ", ".join(a.arg for a in positional) or "none"
+        return (f"{name} takes {len(positional)} positional parameter{'s' if len(positional) != 1 else ''} "
+                f"({listed}); fixes call it as `{fn.name}(layer, fp8_input)`")
+    required = len(positional) - len(args.defaults)
+    if required > 2:
+        extra = ", ".join(a.arg for a in positional[2:required])
+        verb = "has" if required == 3 else "have"
+        return f"{name} requires more than `(layer, fp8_input)`: {extra} {verb} no default"
+    missing = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    if missing:
+        return f"{name} has keyword-only parameters without a default ({', '.join(missing)}); fixes pass none"
+    if tree is not None:
+        binds = sum(1 for node in tree.body if _binds_top_level(node, fn.name))
+        if binds != 1:
+            return (f"{name} is bound {binds} times at the top of its module; the last binding, not this `def`, "
+                    "is what callers get")
+    return ""
+
+
+def _binds_top_level(node: ast.stmt, name: str) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+    if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+        return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(node)) \
+            or any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
+                   for n in ast.walk(node))
+    return False
+
+
 def known_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | None, qualname: str, path: str,
                  configured: bool = False) -> KnownHelper | None:
     """The helper facts of `fn`, or None when it does not have the helper's shape."""
@@ -72,24 +125,24 @@ def known_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | 
         table = evaluate_helper(fn, tree, shape)
     except (Unsupported, RecursionError) as e:
         return KnownHelper(fn.name, qualname, path, fn.lineno, None, f"cannot evaluate `{e}`", configured,
-                           shape.flag_param)
+                           shape.flag_param, uncallable=call_problem(fn, tree))
     return KnownHelper(fn.name, qualname, path, fn.lineno, table, "", configured, shape.flag_param,
-                       tuple(unsound_cases(table)), tuple(possibly_unsound_cases(table)))
+                       tuple(unsound_cases(table)), tuple(possibly_unsound_cases(table)),
+                       uncallable=call_problem(fn, tree))
 
 
-# Helpers of files other than the one analysed: (path, mtime, size) -> {qualname: KnownHelper}.
+# Helpers of files other than the one analysed: (path, hash of the text read) -> {qualname: KnownHelper}.
 _REMOTE: dict[tuple, dict[str, KnownHelper]] = {}
 
 
 def _file_helpers(header: ModuleHeader, load_file) -> dict[str, KnownHelper]:
-    try:
-        st = os.stat(header.path)
-        key = (header.path, st.st_mtime_ns, st.st_size)
-    except OSError:
-        key = (header.path, None, None)
+    # Keyed by the text itself, not the file's mtime: a same-tick rewrite in a long-lived
+    # process must not keep the old table.
+    text = load_file(header.path) if load_file is not None else None
+    key = (header.path, hashlib.blake2b((text or "").encode("utf-8", "surrogatepass"), digest_size=16).digest()
+           if text is not None else None)
     if key not in _REMOTE:
         found: dict[str, KnownHelper] = {}
-        text = load_file(header.path) if load_file is not None else None
         if text is not None:
             try:
                 tree = trees.parse(header.path, text)

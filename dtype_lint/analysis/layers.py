@@ -27,6 +27,7 @@ from pathlib import Path
 
 from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name,
                     layer_params, storage_method_name)
+from dtype_lint.analysis import hf_family
 from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.catalogue import default_model
@@ -126,6 +127,10 @@ class LayerResolver:
                 return Instance(inst.qualname, inst.config, inst.env,
                                 (Evidence(f"`{name}(...)` call", self.path, expr.lineno), *inst.chain), inst.passed)
             return Instance(None)
+        if isinstance(expr, ast.Subscript):  # `self.mlp[0]` of an `nn.Sequential(...)` in HF code
+            hf_item = hf_family.sequential_item(self, expr, scope, depth, this)
+            if hf_item is not None:
+                return hf_item
         if isinstance(expr, ast.Attribute):
             owner = self.resolve(expr.value, scope, depth + 1, this)
             if not owner.qualname:
@@ -392,6 +397,11 @@ class LayerResolver:
         `need`: the storage that makes the site a finding, NON_COMPUTE (a packed, fp8 or missing
         `weight`: casts, allocations) or ABSENT (no `weight` at all: an unguarded read); when the
         storage model knows the layer's backends and none of them gives it such a storage, None."""
+        # Hugging Face model code: quantizers replace torch layers at load time, no config reaches
+        # a constructor (hf_family.py).
+        hf = hf_family.verdict(self, inst, expr_text)
+        if hf is not None:
+            return hf or None
         if inst.config == NONE:
             return None
         q = inst.qualname

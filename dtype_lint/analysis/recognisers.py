@@ -33,9 +33,14 @@ class WeightDtypeSource:
 
 
 def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> tuple[ast.expr, str] | None:
-    """`L.weight`, `getattr(L, "weight"[, d])`, or a local alias of one → (L, form)."""
+    """`L.weight`, `getattr(L, "weight"[, d])`, or a local alias of one → (L, form); also
+    `next(iter(M.parameters()))` / `next(M.parameters())` → (M, "first-parameter"): the first
+    parameter of a module, which the Hugging Face family resolves to a layer (hf_family.py)."""
     if isinstance(node, ast.Attribute) and node.attr == "weight":
         return node.value, "attribute"
+    module = first_parameter_of(node)
+    if module is not None:
+        return module, FIRST_PARAMETER
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
             and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "weight"):
         return node.args[0], "getattr"
@@ -47,6 +52,24 @@ def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> t
             while isinstance(value, ast.Subscript):
                 value = value.value
             return weight_expr(value, scope, depth + 1)
+    return None
+
+
+FIRST_PARAMETER = "first-parameter"
+
+
+def first_parameter_of(node: ast.AST) -> ast.expr | None:
+    """M of `next(iter(M.parameters()))` or `next(M.parameters())`, else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next"
+            and len(node.args) == 1 and not node.keywords):
+        return None
+    inner = node.args[0]
+    if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "iter" \
+            and len(inner.args) == 1:
+        inner = inner.args[0]
+    if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "parameters" \
+            and not inner.args and not inner.keywords:
+        return inner.func.value
     return None
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from dtype_lint.config import Config
 from dtype_lint.findings import Finding
@@ -79,13 +78,12 @@ class Buffer:
 
 def open_buffer(filename: str, config: Config, use_cache: bool = True) -> Buffer:
     """The context `filename` is judged in (see the module docstring). Raises UserError."""
-    from dtype_lint.engine.discovery import Excluder, module_name, read_gitignore, DEFAULT_EXCLUDES
+    from dtype_lint.engine.discovery import module_name, path_excluded
     from dtype_lint.engine.pipeline import RunOptions, run
 
     path = display_path(filename)
-    excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(config.exclude) + read_gitignore(config.root))
     rel = os.path.relpath(os.path.abspath(filename), config.root)
-    excluded = not rel.startswith("..") and excluder.excluded(Path(rel).as_posix())
+    excluded = not rel.startswith("..") and path_excluded(filename, tuple(config.exclude), config.root)
     if os.path.isfile(filename):
         result = run(config, RunOptions(paths=[filename], use_cache=use_cache, jobs=1))
         return Buffer(path, result.config, result.index, module_name(filename, config.root), excluded)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat as stat_mod
 from pathlib import Path
 
 # Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
@@ -226,17 +225,11 @@ def decode(raw: bytes):
 def _read_json(path: Path):
     """The payload in `path`, or None: missing, not a regular file (never blocks on a FIFO), too
     large, not ours (checksum), not UTF-8 JSON, or holding NaN/Infinity."""
+    from dtype_lint.engine.source import read_bytes
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        with open(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat_mod.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
-                return None
-            data = f.read(MAX_ENTRY_BYTES + 1)
-    except OSError:
+        data = read_bytes(path, MAX_ENTRY_BYTES)
+    except (OSError, ValueError):
         return None
     return decode(data)
 

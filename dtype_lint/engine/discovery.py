@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from dtype_lint.engine.gitignore import GitIgnore, for_folder, read_ignore_file
+
 # Written gitignore-style: a bare name matches that directory or file anywhere in the tree.
 DEFAULT_EXCLUDES = (
     ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".mypy_cache",
@@ -60,20 +62,6 @@ class Excluder:
         return bool(self._path and self._path.match(rel_posix))
 
 
-def read_gitignore(root: Path) -> tuple[str, ...]:
-    """The plain patterns of root/.gitignore. Negations (`!pat`) are not supported and skipped."""
-    try:
-        lines = (root / ".gitignore").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return ()
-    pats = []
-    for line in lines:
-        line = line.strip()
-        if line and not line.startswith(("#", "!")):
-            pats.append(line)
-    return tuple(pats)
-
-
 class Found(NamedTuple):
     """One discovered file: the name shown, where it really is, and the module it defines."""
 
@@ -95,17 +83,20 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: lis
 
 def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
                    skip_real: set[str] | None = None, temps: list[str] | None = None,
-                   force_exclude: bool = False) -> list[Found]:
+                   force_exclude: bool = False, messages: list[str] | None = None) -> list[Found]:
     """`discover`, with each file's real path and module name, in one walk per directory given.
 
     Work per file is a few string operations: the module name is carried down the walk (the
     package a folder belongs to is known from its parent), and `realpath` is called only for
     symlinks (a folder reached without following a link has its parent's real path plus its own
     name). `skip_real`: real paths already listed elsewhere (named files), left out.
-    `force_exclude`: a file or folder named in `paths` is left out too when the excludes match
-    its path below the root (Ruff's `--force-exclude`, for pre-commit, which names each file).
+    `force_exclude`: a file or folder named in `paths` is left out too when the excludes (or the
+    .gitignore files) match its path below the root (Ruff's `--force-exclude`, for pre-commit,
+    which names each file).
+    `.gitignore` files (gitignore.py) prune the walk as git would; what could not be read in them
+    is said in `messages`.
     """
-    excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes) + read_gitignore(root))
+    excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes))
     root_abs = os.path.abspath(root)
     out: list[Found] = []
     where: dict[str, int] = dict.fromkeys(skip_real or (), -1)  # real path -> index in out
@@ -122,28 +113,52 @@ def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
         p = Path(given)
         if not p.exists():
             raise DiscoveryError(f"{given}: no such file or directory")
-        if force_exclude and _named_excluded(p, root_abs, excluder):
+        if force_exclude and _named_excluded(p, root_abs, excluder, messages):
             continue
         if not p.is_dir():
             add(Found(str(p), os.path.realpath(p), module_name(str(p), root_abs)), os.path.islink(p))
             continue
-        _walk(str(p), _rel(p, root), excluder, root_abs, add, temps)
+        # A folder named on the command line is walked even when ignored (as a named file is
+        # checked); the .gitignore files above it and in it apply below it.
+        ignores = for_folder(root_abs, os.path.abspath(p), messages) if _inside(p, root_abs) else GitIgnore()
+        _walk(str(p), _rel(p, root), excluder, root_abs, add, temps, ignores, messages)
     return out
 
 
-def _named_excluded(path: Path, root_abs: str, excluder: Excluder) -> bool:
-    """Do the excludes match a path named on the command line? Judged on its path below the
-    project root (the name as given when it lies outside), every folder on the way included."""
+def _inside(path: Path, root_abs: str) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(root_abs)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def path_excluded(path: str | os.PathLike, excludes: tuple[str, ...], root: Path,
+                  messages: list[str] | None = None) -> bool:
+    """Would the default and configured excludes or the project's .gitignore files leave out
+    `path` (a file named on the command line, or a buffer's file name), below the root?"""
+    return _named_excluded(Path(path), os.path.abspath(root), Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes)),
+                           messages)
+
+
+def _named_excluded(path: Path, root_abs: str, excluder: Excluder, messages: list[str] | None = None) -> bool:
+    """Do the excludes or the .gitignore files match a path named on the command line? Judged on
+    its path below the project root (the name as given when it lies outside), every folder on
+    the way included."""
     rel = os.path.relpath(os.path.abspath(path), root_abs)
     rel_posix = Path(rel).as_posix() if not rel.startswith("..") else path.as_posix()
     rel_posix = rel_posix.lstrip("./") if rel_posix.startswith("./") else rel_posix
     if rel_posix in ("", "."):
         return False
     parts = rel_posix.split("/")
-    return any(excluder.excluded("/".join(parts[: i + 1])) for i in range(len(parts)))
+    if any(excluder.excluded("/".join(parts[: i + 1])) for i in range(len(parts))):
+        return True
+    if rel.startswith("..") or not _inside(path, root_abs):
+        return False
+    ignores = for_folder(root_abs, os.path.dirname(os.path.abspath(path)), messages)
+    is_dir = path.is_dir()
+    return any(ignores.ignored("/".join(parts[: i + 1]), is_dir or i < len(parts) - 1) for i in range(len(parts)))
 
 
-def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps: list[str] | None) -> None:
+def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps: list[str] | None,
+          ignores: GitIgnore | None = None, messages: list[str] | None = None) -> None:
     """Depth first in sorted order, a folder's files before its subfolders (as os.walk with
     sorted names); folder symlinks are not followed. `add(found, is_link)` takes each file;
     `temps` collects temp files a killed dtype-lint run left (see writer.is_temp_name)."""
@@ -157,9 +172,10 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
     excluded_names: dict[str, bool] = {}  # file names repeat across folders (`__init__.py`...)
     path_patterns = excluder.has_path_patterns
     # (display path, root-relative posix path, real path, absolute path, module parts or None)
-    stack = [(top, top_rel, os.path.realpath(top), top_abs, parts)]
+    stack = [(top, top_rel, os.path.realpath(top), top_abs, parts, ignores or GitIgnore())]
+    first = True
     while stack:
-        dirpath, rel_dir, real_dir, abs_dir, parts = stack.pop()
+        dirpath, rel_dir, real_dir, abs_dir, parts, ignores = stack.pop()
         try:
             with os.scandir(dirpath) as it:
                 entries = list(it)
@@ -173,6 +189,12 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 is_dir = False
             (dirs if is_dir else files).append(e)
         files.sort(key=_name)
+        if not first and any(e.name == ".gitignore" for e in files):
+            # The walk's top folder has its .gitignore already (for_folder); each folder below
+            # adds its own, relative to itself.
+            base = "" if rel_dir in ("", ".") else rel_dir
+            ignores = ignores.below(base, read_ignore_file(os.path.join(dirpath, ".gitignore"), base, messages))
+        first = False
         prefix = "" if not parts else ".".join(parts) + "."
         real_prefix = real_dir if real_dir.endswith(os.sep) else real_dir + os.sep
         for e in files:
@@ -190,6 +212,8 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 excluded = excluded_names[name] = excluder.excluded_name(name)
             if excluded or (path_patterns and excluder.excluded_path(_join(rel_dir, name))):
                 continue
+            if ignores and ignores.ignored(_join(rel_dir, name), False):
+                continue
             link = e.is_symlink()
             # `check` with no path walks `.`: report `pkg/x.py` as every format and a named file
             # do, not `./pkg/x.py`.
@@ -201,6 +225,8 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
             name = e.name
             if excluder.excluded_child(_join(rel_dir, name), name) or e.is_symlink():
                 continue
+            if ignores and ignores.ignored(_join(rel_dir, name), True):
+                continue
             sub_abs = os.path.join(abs_dir, name)
             if sub_abs == src or sub_abs.startswith(src + os.sep):
                 sub_parts = [] if sub_abs == src else (parts or []) + [name]
@@ -210,7 +236,7 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 sub_parts = [name]  # the topmost package: its parent is where it is imported from
             else:
                 sub_parts = None
-            subdirs.append((e.path, _join(rel_dir, name), os.path.join(real_dir, name), sub_abs, sub_parts))
+            subdirs.append((e.path, _join(rel_dir, name), os.path.join(real_dir, name), sub_abs, sub_parts, ignores))
         stack.extend(subdirs)
 
 

@@ -36,6 +36,7 @@ import os
 import re
 import sys
 
+from dtype_lint.engine.safe_read import read_bytes
 from dtype_lint.engine.fast_record import RECORD_NAME, load_record
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
 from dtype_lint.engine.text_facts import helper_shaped_bodies
@@ -155,8 +156,10 @@ def _find_config(first_path: str) -> tuple[str, str, str] | None:
         candidate = os.path.join(d, "pyproject.toml")
         if os.path.isfile(candidate):
             first = first or candidate
-            with open(candidate, "rb") as f:
-                data = f.read((1 << 20) + 1)
+            try:
+                data = read_bytes(candidate, 1 << 20)
+            except (OSError, ValueError):
+                return None  # a FIFO, a device, too large: the full run says so
             if b"dtype-lint" in data:
                 import tomllib
 
@@ -186,7 +189,7 @@ def _any_excluded(paths: list[str], root: str, table: dict) -> bool:
     """Would `force-exclude` leave out one of the named files? (Discovery's own test.)"""
     from pathlib import Path
 
-    from dtype_lint.engine.discovery import DEFAULT_EXCLUDES, Excluder, _named_excluded, read_gitignore
+    from dtype_lint.engine.discovery import path_excluded
 
     patterns = []
     for key in ("exclude", "extend-exclude"):
@@ -194,15 +197,17 @@ def _any_excluded(paths: list[str], root: str, table: dict) -> bool:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return True
         patterns += value
-    excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(patterns) + read_gitignore(Path(root)))
-    return any(_named_excluded(Path(p), root, excluder) for p in paths)
+    messages: list[str] = []
+    excluded = any(path_excluded(p, tuple(patterns), Path(root), messages) for p in paths)
+    return excluded or bool(messages)  # a .gitignore that could not be read: the full run says so
 
 
 class _RuleText:
     """What the prefilter reads of a rule, from the record."""
 
-    def __init__(self, marker: str, patterns: tuple[str, ...]):
-        self.marker, self.patterns = marker, patterns
+    def __init__(self, marker: str | list[str], patterns: tuple[str, ...]):
+        # JSON keeps a tuple of marker words as a list
+        self.marker, self.patterns = (tuple(marker) if isinstance(marker, list) else marker), patterns
 
 
 # ---- can a file give a finding? ---------------------------------------------------------------
@@ -212,9 +217,11 @@ _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
 
 
 def _may_give_findings(path: str, rules: Prefilter, layout: "_Layout") -> bool:
-    with open(path, "rb") as f:
-        data = f.read(MAX_SOURCE_BYTES + 1)
-    if len(data) > MAX_SOURCE_BYTES or data.startswith(b"\xef\xbb\xbf"):
+    try:
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+    except (OSError, ValueError):
+        return True  # a FIFO, a device, too large: the full run reports it (DTL900)
+    if data.startswith(b"\xef\xbb\xbf"):
         return True
     head = data.split(b"\n", 2)
     if _COOKIE.search(b"\n".join(head[:2])):
@@ -301,10 +308,8 @@ class _Layout:
     def text(self, path: str) -> str | None:
         if path not in self._texts:
             try:
-                with open(path, "rb") as f:
-                    data = f.read(MAX_SOURCE_BYTES + 1)
-                self._texts[path] = data.decode("utf-8") if len(data) <= MAX_SOURCE_BYTES else None
-            except (OSError, UnicodeDecodeError):
+                self._texts[path] = read_bytes(path, MAX_SOURCE_BYTES).decode("utf-8")
+            except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
                 self._texts[path] = None
         return self._texts[path]
 

@@ -25,8 +25,19 @@ PRUNED = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__",
 
 
 def stamp(path: str) -> str:
-    st = os.stat(path)
-    return f"{st.st_mtime_ns}:{st.st_size}"
+    """A file's size and a hash of its bytes (as the cache's: never its mtime, which an edit can
+    keep). These are small files (the configuration, .gitignore files); raises OSError when the
+    file is gone."""
+    import hashlib
+
+    from dtype_lint.engine.safe_read import read_bytes
+
+    try:
+        data = read_bytes(path, 4 << 20)
+    except ValueError:  # too large: from its stat, with a mark that no content stamp equals
+        st = os.stat(path)
+        return f"unread:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
 def tool_stamp() -> str:
@@ -58,11 +69,10 @@ def _rules_folder() -> str | None:
 
 
 def load_record(path: str, config_path: str, root: str) -> dict | None:
+    from dtype_lint.engine.safe_read import read_bytes
+
     try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
-                return None
-            record = json.loads(f.read(64 << 20))
+        record = json.loads(read_bytes(path, 64 << 20))
     except (OSError, ValueError):
         return None
     if not (isinstance(record, dict) and record.get("format") == RECORD_FORMAT and record.get("root") == root
@@ -151,6 +161,8 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
             except OSError:
                 pass
         return
+    from dtype_lint.engine.prefilter import marker_words
+
     config_path = os.path.abspath(config.source)
     if load_record(path, config_path, root) is not None:
         return  # still true: the walk below is not repeated
@@ -161,7 +173,7 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
     record = {
         "format": RECORD_FORMAT, "root": root, "config": [config_path, _stamp_or_none(config_path)],
         "tool": tool_stamp(), "files": files, "dirs": dirs, "tops": tops,
-        "rules": [[r.code, r.marker, list(r.patterns)] for r in rules],
+        "rules": [[r.code, list(marker_words(r)), list(r.patterns)] for r in rules],
     }
     try:
         writer.write_cache(path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))

@@ -24,12 +24,13 @@ class Prefilter:
     pattern two markers share is searched once per text."""
 
     def __init__(self, rules):
-        self.markers = tuple(sorted({r.marker for r in rules}))
+        self.markers = tuple(sorted({m for r in rules for m in marker_words(r)}))
         patterns = list(dict.fromkeys(p for r in rules for p in r.patterns))
         compiled = {p: (required_literal(p), re.compile(p, re.M).search) for p in patterns}
         groups: dict[str, dict[str, None]] = {}
         for r in rules:
-            groups.setdefault(r.marker, {}).update(dict.fromkeys(r.patterns))
+            for marker in marker_words(r):  # any of a rule's marker words, with that rule's patterns
+                groups.setdefault(marker, {}).update(dict.fromkeys(r.patterns))
         self._groups = [(marker, [(p, *compiled[p]) for p in pats]) for marker, pats in sorted(groups.items()) if pats]
 
     def might_match(self, text: str) -> bool:
@@ -88,3 +89,8 @@ def might_match(text: str) -> bool:
     from dtype_lint.rules import ALL_RULES
 
     return for_rules(ALL_RULES).might_match(text)
+
+
+def marker_words(rule) -> tuple[str, ...]:
+    """A rule's marker words: one string, or a tuple of them (DTL001 also reads `parameters()`)."""
+    return rule.marker if isinstance(rule.marker, tuple) else (rule.marker,)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
-import os
 import re
-import stat
 import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -136,39 +134,9 @@ MAX_SOURCE_BYTES = 4 << 20
 MAX_LINE_CHARS = 100_000
 
 
-class NotRegularFile(OSError):
-    """A path that is a FIFO, a device, a socket or a folder: never opened for reading."""
-
-
-def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes. A FIFO or a device is refused from
-    its `stat` without being opened (opening a FIFO blocks; `/dev/zero` never ends); the open is
-    non-blocking and checked again, in case the path changed in between."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)}); skipped unread")
-    if st.st_size > limit:
-        raise ValueError(f"larger than {_size(limit)} ({_size(st.st_size)}); skipped unread")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFile("not a regular file; skipped unread")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {_size(limit)}; skipped")
-    return data
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return name
-    return "a special file"
-
-
-def _size(n: int) -> str:
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
+# The one safe reader lives in safe_read.py (standard library only, so that the pre-commit fast
+# path can use it before anything heavy is imported); re-exported here for every other reader.
+from dtype_lint.engine.safe_read import NotRegularFile, read_bytes  # noqa: E402, F401
 
 
 def read_file(path: str, limit: int = MAX_SOURCE_BYTES) -> FileText:

@@ -69,12 +69,24 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
             tmp_dir = os.fspath(staging)
         except OSError:
             staging = None
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
+    except OSError:
+        if staging is None:
+            raise
+        # A read-only or full staging folder: beside the target instead.
+        return write_atomic(path, data, like=like, exclusive=exclusive)
+    try:
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            if staging is None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+                raise
+            _discard(tmp)
+            return write_atomic(path, data, like=like, exclusive=exclusive)
         os.chmod(tmp, stat.S_IMODE(like.st_mode) if like is not None else _new_file_mode())
         if like is not None and hasattr(os, "chown"):
             try:
@@ -151,10 +163,11 @@ def _alive(pid: int) -> bool:
 
 
 def _holds(path: Path, data: bytes) -> bool:
+    from dtype_lint.engine.source import read_bytes
+
     try:
-        with open(path, "rb") as f:
-            return f.read(len(data) + 1) == data
-    except OSError:
+        return read_bytes(path, len(data)) == data
+    except (OSError, ValueError):  # missing, not a regular file, larger
         return False
 
 
@@ -358,11 +371,14 @@ class ProjectWriter:
                 # A rename would give this name a new inode and leave the other links stale.
                 raise WriteError(f"{path}: has {st.st_nlink} hard links; rewriting would split them; not written")
             if expect is not None:
+                from dtype_lint.engine.source import read_bytes
+
                 try:
-                    with open(target, "rb") as f:
-                        current = f.read(len(expect) + 1)
+                    current = read_bytes(target, len(expect))
+                except ValueError:
+                    current = None  # larger than it was: changed
                 except OSError as e:
-                    raise WriteError(f"{path}: cannot read back: {e.strerror}") from None
+                    raise WriteError(f"{path}: cannot read back: {e.strerror or e}") from None
                 if current != expect:
                     raise WriteError(f"{path}: changed on disk while it was being fixed; not written")
         elif expect is not None:

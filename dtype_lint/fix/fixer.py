@@ -2,9 +2,10 @@
 
 Fixes are applied in rounds (like ruff): the edits of one round never overlap; a fix skipped for
 overlap is retried on the re-analysed text of the next round. Every round must parse; an import
-the fixes orphaned is dropped at the end; the names the fixes introduced are then verified
-(fixcheck.py). Any failure returns the original text with the reason, which the run reports as
-DTL901. Nothing here writes: the pipeline writes the result through
+the fixes orphaned is dropped at the end (unless another module imports it from this one); an
+import the fixes added must not close an import cycle (import_graph.py); the names the fixes
+introduced are then verified (scope_check.py). Any failure returns the original text with the
+reason, which the run reports as DTL901. Nothing here writes: the pipeline writes the result through
 writer.py, the only code that touches the user's files.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dtype_lint.findings import FIX_FAILED, Edit, Finding, Span
+from dtype_lint.fix.import_graph import ImportGraph
 from dtype_lint.fix.scope_check import FixCheckError, verify_names
 from dtype_lint.engine.source import SourceText
 
@@ -91,12 +93,16 @@ def _self_overlap(edits: list[Edit]) -> bool:
     return any(_overlaps(a, b) for i, a in enumerate(edits) for b in edits[i + 1:])
 
 
-def drop_orphaned_imports(original: str, text: str) -> str:
+def drop_orphaned_imports(original: str, text: str, taken_elsewhere: Callable[[str], str] | None = None) -> str:
     """Delete a top-level one-name `from m import n` whose last use the fixes removed (typically
     `current_platform`, read only by the guard the idiom fix replaces), which would otherwise fail
     an unused-import check (F401). Imports unused before the fix are the user's business and stay;
-    a name still written anywhere else in the text, even in a string, keeps its import."""
+    a name still written anywhere else in the text, even in a string (`__all__`), keeps its
+    import, and so does every name when `__all__` is computed rather than listed. So does a name
+    `taken_elsewhere(name)` says another module imports from this one (it returns that module)."""
     tree = ast.parse(text)
+    if _computed_all(tree):
+        return text
     used_before = {n.id for n in ast.walk(ast.parse(original)) if isinstance(n, ast.Name)}
     lines = list(SourceText(text).lines)
     starts = {}
@@ -117,10 +123,27 @@ def drop_orphaned_imports(original: str, text: str) -> str:
             continue  # shares a line with another statement
         if lines[stmt.end_lineno - 1].rstrip("\r\n").rstrip().endswith("\\"):
             continue
+        if taken_elsewhere is not None and taken_elsewhere(bound):
+            continue  # `from this_module import name` in another module of the project
         drop.append((stmt.lineno, stmt.end_lineno))
     for first, last in reversed(drop):
         del lines[first - 1 : last]
     return "".join(lines) if drop else text
+
+
+def _computed_all(tree: ast.Module) -> bool:
+    """Does the module build `__all__` other than as one literal list or tuple of strings?"""
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id == "__all__":
+                value = node.value
+                if isinstance(node, ast.AugAssign) or not (
+                        isinstance(value, (ast.List, ast.Tuple))
+                        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)):
+                    return True
+    return False
 
 
 def verify_parses(text: str, path: str) -> None:
@@ -131,10 +154,13 @@ def verify_parses(text: str, path: str) -> None:
 
 
 def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsafe: bool,
-             first: list[Finding] | None = None, line_length: int | None = None) -> FixOutcome:
+             first: list[Finding] | None = None, line_length: int | None = None,
+             graph: ImportGraph | None = None, module: str = "") -> FixOutcome:
     """Fix one file's text in rounds; `analyze(text)` gives the findings of a version of it.
     `line_length`: the project's (formatting.project_style); added lines longer than it are
-    wrapped as its formatter would."""
+    wrapped as its formatter would. `graph`: the project's imports (module `module` is this
+    file's): an import the fixes add must not close a cycle, and one they orphan stays when
+    another module imports the name from this one."""
     out = FixOutcome(path, text, text)
     findings = first if first is not None else analyze(text)
     try:
@@ -150,8 +176,17 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             out.applied.extend(applied)
             findings = analyze(new_text)
         # A package's __init__ may import a name only to re-export it: keep its imports.
+        if graph is not None and module:
+            for helper_module, _name in sorted({i for f in out.applied for i in f.fix.imports}):
+                if not _imports_module(text, helper_module):
+                    problem = graph.cycle_problem(module, helper_module)
+                    if problem:
+                        raise FixError(problem)
         if out.applied and os.path.basename(path) != "__init__.py":
-            cleaned = drop_orphaned_imports(text, out.text)
+            taken = None
+            if graph is not None and module:
+                taken = lambda name: graph.importers_of(module, name, skip=module)
+            cleaned = drop_orphaned_imports(text, out.text, taken)
             if cleaned != out.text:
                 verify_parses(cleaned, path)
                 out.text = cleaned
@@ -173,6 +208,16 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
         return failed(path, text, why, first if first is not None else analyze(text))
     out.remaining = findings
     return out
+
+
+def _imports_module(text: str, module: str) -> bool:
+    """Does the text already import from `module` at its top level (no new edge in the graph)?"""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any((isinstance(s, ast.ImportFrom) and s.level == 0 and s.module == module)
+               or (isinstance(s, ast.Import) and any(a.name == module for a in s.names)) for s in tree.body)
 
 
 def failed(path: str, text: str, why: str, remaining: list[Finding]) -> FixOutcome:

@@ -119,21 +119,18 @@ _TABLES: dict[tuple, Table | None] = {}
 def helper_table(module: str, func: str, template: str, path: str | None) -> Table | None:
     """The configured helper's decisions: from its file when the project has it, else from the
     template it would be created from. None when its code is beyond the evaluator."""
-    stamp = None
+    source = None
     if path is not None:
-        try:
-            st = os.stat(path)
-            stamp = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            path = None
-    key = (module, func, template, path, stamp)
+        try:  # keyed by the helper's text, not its mtime (a same-tick rewrite)
+            source = read_file(path).text
+        except FileNotFoundError:
+            path = None  # not created yet: the template it will be made from
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, LookupError):
+            return None  # beyond the evaluator, as before: unreadable
+    key = (module, func, template, path, source)
     if key not in _TABLES:
         try:
-            if path is not None:
-                source = read_file(path).text
-            else:
-                source = helper_source(func, template)
-            _TABLES[key] = function_table(source, func)
+            _TABLES[key] = function_table(source if source is not None else helper_source(func, template), func)
         except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError):
             _TABLES[key] = None
     return _TABLES[key]
@@ -182,8 +179,14 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
             tree = ast.parse(read_file(str(path)).text)
         except (SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError) as e:
             raise HelperError(f"helper module {path} cannot be read: {e}") from None
-        if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body):
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func]
+        if not defs:
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")
+        from dtype_lint.analysis.helper_functions import call_problem
+
+        problem = call_problem(defs[-1], tree)
+        if problem:
+            raise HelperError(f"helper `{module}:{func}` in {path} cannot be called as fixes call it: {problem}")
         return HelperLocation(module, func, path, True)
     from dtype_lint.fix.formatting import FIRST_PARTY, project_style
 

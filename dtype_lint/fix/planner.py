@@ -2,10 +2,14 @@
 
 Three forms, tried in order:
 - idiom: `alias = L.weight.dtype (if hasattr… else L.params_dtype)` + `if <guard>: x = x.to(…)`,
-  proven equal to the helper by truth table, becomes `v = helper(L, flag)` (hoisted out of
-  loops when loop-invariant) and `if v is not None: x = x.to(v)`;
+  proven equal to the helper by truth table, becomes `v = helper(L, flag)` and
+  `if v is not None: x = x.to(v)`, where the old code evaluated the dtype (the aliases must be
+  the statements right before the guard);
 - statement: `x = x.to(L.weight.dtype)` becomes the same helper call, guard and cast;
 - expression: any other cast becomes `x.to(helper(L, flag) or x.dtype)` when `x` is pure.
+The helper is called where the old code read the dtype, never hoisted out of a loop, an `if`
+or a `try` (a loop may run zero times, a guard may be what keeps the layer from being None,
+a call in the loop may swap or repack the layer); scope_check.py verifies the placement.
 Edits are character ranges computed from ast positions, so formatting outside the site is kept;
 each fix also carries the edit that imports the helper (import_edit.py), so a fix is complete
 data. Nothing here touches the file system.
@@ -82,6 +86,10 @@ class Planner:
         if self.func not in taken and not (star and not self.func.startswith("_")):
             return self.func
         return fresh(f"_{self.func.lstrip('_')}", taken)
+
+    def helper_call(self, layer: str, flag: str) -> str:
+        """The helper's call for `layer` (the HF planner's helper takes no fp8 flag)."""
+        return f"{self.name}({layer}, {flag})"
 
     @cached_property
     def helper_wrong_cases(self) -> list[str]:
@@ -171,6 +179,9 @@ class Planner:
                                                 self.flag_default == "True", table)
         if not proven:
             return None, f"guarded cast not rewritten: {why}"
+        where = self._aliases_apart(site, if_node, aliases)
+        if where:
+            return None, f"guarded cast not rewritten: {where}"
         flag_src = flag or self.flag_default
         var = self._var_name(site)
         edits = []
@@ -183,7 +194,7 @@ class Planner:
                 return None, f"alias `{name}` is not a plain assignment"
             start, end = self._stmt_line_region(assign)
             edits.append(Edit(start, end, ""))
-        hoist_text = self._hoist_line(site, var, flag_src, if_node)
+        helper_text = self._helper_line(site, var, flag_src, if_node)
         header_start, _ = self._stmt_line_region(if_node)
         body0 = if_node.body[0]
         body_start = self.src.offset(body0.lineno, self.src.char_col(body0.lineno, body0.col_offset))
@@ -192,9 +203,7 @@ class Planner:
             header = f"{indent}if {var} is not None: "
         else:
             header = f"{indent}if {var} is not None:\n{self.src.indent_of(body0.lineno)}"
-        edits.append(Edit(header_start, body_start, (hoist_text[1] if hoist_text[0] is None else "") + header))
-        if hoist_text[0] is not None:
-            edits.append(Edit(hoist_text[0], hoist_text[0], hoist_text[1]))
+        edits.append(Edit(header_start, body_start, helper_text + header))
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
         return self._fix(f"route the guarded cast through `{self.func}` (proven by truth table)", edits, True,
@@ -204,11 +213,11 @@ class Planner:
         if not (self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site)):
             return None
         var = self._var_name(site)
-        pos, text = self._hoist_line(site, var, self.flag_default, stmt)
+        text = self._helper_line(site, var, self.flag_default, stmt)
         s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
         indent = self.src.indent_of(stmt.lineno)
         # Insertions at one offset apply in the order listed: the helper call, then the guard.
-        edits = [Edit(pos, pos, text) if pos is not None else Edit(s0, s0, text[len(indent):] + indent)]
+        edits = [Edit(s0, s0, text[len(indent):] + indent)]
         edits += self._guard(site, stmt, var)
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
@@ -223,7 +232,7 @@ class Planner:
         if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
             recv = f"({recv})"
         a0, a1 = self.src.node_offsets(site.arg)
-        text = f"{self.name}({layer}, {self.flag_default}) or {recv}.dtype"
+        text = f"{self.helper_call(layer, self.flag_default)} or {recv}.dtype"
         return self._fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None",
                          [Edit(a0, a1, text)]), ""
 
@@ -233,12 +242,16 @@ class Planner:
         values = [v for v in site.scope.assigns.get(name, [])]
         if len(values) != 1 or values[0] is None:
             return None, f"alias `{name}` is assigned more than once"
-        # Every load of the alias must be a cast's dtype argument, or None would leak elsewhere.
+        # Every load of the alias must be a cast's dtype argument, or None would leak elsewhere:
+        # in this function and in every lambda, nested function, comprehension or class body in
+        # it that can read it as a closure (`get = lambda: w` would start returning None).
         cast_args = set()
-        for node in walk_function(site.fn):
+        for node in ast.walk(site.fn):
             if isinstance(node, ast.Call):
                 cast_args.update(id(a) for a in cast_dtype_args(node))
-        for node in walk_function(site.fn):
+        own = list(walk_function(site.fn))  # the function's own loads first, then its closures'
+        seen = {id(n) for n in own}
+        for node in own + [n for n in ast.walk(site.fn) if id(n) not in seen]:
             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
                 if id(node) not in cast_args:
                     return None, f"alias `{name}` is used outside casts (line {node.lineno}); rewrite by hand"
@@ -251,7 +264,7 @@ class Planner:
         # of a multi-line value go with it.
         _, t1 = self.src.node_offsets(assign.targets[0])
         _, s1 = self.src.node_offsets(assign)
-        edits = [Edit(t1, s1, f" = {self.name}({layer}, {self.flag_default})")]
+        edits = [Edit(t1, s1, f" = {self.helper_call(layer, self.flag_default)}")]
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             edits += self._guard(site, stmt, name)
         else:
@@ -276,6 +289,38 @@ class Planner:
                 o = self.src.offset(line, 0)
                 edits.append(Edit(o, o, unit))
         return edits
+
+    def _aliases_apart(self, site: Site, if_node: ast.If, aliases: dict[str, ast.expr]) -> str:
+        """Why the helper, evaluated at the `if`, would not read what the aliases read ("" when
+        it would): each alias must be assigned by the statements right before the `if`, in its
+        block. Anything between (a call, a loop boundary, another branch) could rebind or repack
+        the layer, or raise first, so the helper at the `if` and the alias where it was would
+        differ; moving the helper up to the alias instead would take it out of the guard."""
+        if not aliases:
+            return ""
+        block = self._block_of(site, if_node)
+        if block is None:
+            return "its guard is not a statement of a block"
+        index = next(i for i, s in enumerate(block) if s is if_node)
+        assigns = {id(site.parents.get(id(v))) for v in aliases.values()}
+        first = index
+        while first > 0 and id(block[first - 1]) in assigns:
+            first -= 1
+        adjacent = {id(s) for s in block[first:index]}
+        for name, value in sorted(aliases.items()):
+            if id(site.parents.get(id(value))) not in adjacent:
+                return (f"alias `{name}` is computed on line {value.lineno}, not right before its guard on line "
+                        f"{if_node.lineno}; the helper would be evaluated where the dtype was not")
+        return ""
+
+    @staticmethod
+    def _block_of(site: Site, stmt: ast.stmt) -> list[ast.stmt] | None:
+        parent = site.parents.get(id(stmt))
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(parent, name, None)
+            if isinstance(block, list) and any(s is stmt for s in block):
+                return block
+        return None
 
     def _statement_of(self, site: Site) -> ast.stmt:
         node: ast.AST = site.call
@@ -326,40 +371,14 @@ class Planner:
         self._site_vars[id(site.call)] = var
         return var
 
-    def _hoist_line(self, site: Site, var: str, flag: str, anchor_stmt: ast.stmt) -> tuple[int | None, str]:
-        """Where the helper call goes: before the outermost enclosing loop it is invariant in,
-        else just before the site. Returns (insert offset or None for 'right before the site', text)."""
-        layer = self.src.segment(site.wds.layer)
-        needed = names_in(site.wds.layer) | ({flag} if flag not in ("True", "False") else set())
-        layer_dump = ast.dump(site.wds.layer)
-        loop = None
-        node: ast.AST = anchor_stmt
-        while id(node) in site.parents:
-            node = site.parents[id(node)]
-            if node is site.fn or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                break  # never out of the function the site runs in: its names may mean other things outside
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-                if self._invariant(node, needed, layer_dump):
-                    loop = node
-                else:
-                    break
-        line_text = f"{self.name}({layer}, {flag})"
-        if loop is None:
-            indent = self.src.indent_of(anchor_stmt.lineno)
-            return None, f"{indent}{var} = {line_text}\n"
-        indent = self.src.indent_of(loop.lineno)
-        start, _ = self._stmt_line_region(loop, with_comments=False)
-        return start, f"{indent}{var} = {line_text}\n"
-
-    @staticmethod
-    def _invariant(loop: ast.AST, names: set[str], layer_dump: str) -> bool:
-        for node in ast.walk(loop):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in names:
-                return False
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                if ast.dump(node).replace("Store()", "Load()") == layer_dump:
-                    return False
-        return True
+    def _helper_line(self, site: Site, var: str, flag: str, anchor_stmt: ast.stmt) -> str:
+        """The helper call, as the line that goes right before `anchor_stmt`: where the old code
+        evaluated the dtype. Never hoisted out of a loop: a loop may run zero times (the call
+        would run where it never did, on a layer that may be None or deleted), the cast may sit
+        under an `if` or `try` inside it, and any call in the loop may rebind or repack the layer
+        (`self.swap()`; bitsandbytes packs its CPU weights on the first forward)."""
+        indent = self.src.indent_of(anchor_stmt.lineno)
+        return f"{indent}{var} = {self.helper_call(self.src.segment(site.wds.layer), flag)}\n"
 
     def _uses_outside(self, fn: ast.AST, name: str, region: ast.AST) -> bool:
         inside = {id(n) for n in ast.walk(region)}

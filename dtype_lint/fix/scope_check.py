@@ -10,10 +10,21 @@ few files a run rewrites do, once each, and this is where libcst earns its cost:
   star import that could rebind it;
 - each variable a fix assigns was not a name in its function before the fix (it shadows
   nothing), is a local there (no `global`/`nonlocal`), is assigned there once, and every use of
-  it resolves to that assignment alone.
+  it resolves to that assignment alone;
+- each such variable is placed where the old code read the dtype: its one assignment is a call
+  of the helper, directly followed in the same block by the `if <var> is not None:` that guards
+  the cast, and the variable is read nowhere else. A call hoisted out of that `if`'s block (out
+  of a loop, a condition or a `try`) fails this, whatever the planner believed.
 
 A violation raises FixError: the file is left as it was and the run reports DTL901 with the
 reason, its sites remaining. The fixer has already checked that the text parses.
+
+libcst is imported here, lazily, through :func:`import_libcst`: where it is missing (the GPU
+machine has none) the check raises :class:`LibcstUnavailable`, an ImportError with a message that
+says so. The fixer still reports it as DTL901 (nothing may escape it), and
+``dtype_lint.api.fix_source`` re-raises it as that ImportError instead of a ValueError, so a caller
+that can do without the fixer (``dtype-lint verify --variants``) can tell "no libcst here" from "the
+fix failed".
 """
 
 from __future__ import annotations
@@ -29,6 +40,31 @@ class FixCheckError(Exception):
     pass
 
 
+class LibcstUnavailable(ImportError):
+    """libcst, which the name check needs, cannot be imported."""
+
+
+def import_libcst():
+    """``(libcst, libcst.metadata)``; raises :class:`LibcstUnavailable` where libcst is missing."""
+    try:
+        import libcst
+        import libcst.metadata
+    except ImportError as e:
+        raise LibcstUnavailable(
+            f"libcst cannot be imported ({e}): dtype-lint's fixer needs it to check the names a fix "
+            "introduces (pip install 'libcst>=1.1')", name="libcst") from e
+    return libcst, libcst.metadata
+
+
+def libcst_unavailable() -> LibcstUnavailable | None:
+    """The error a fix would meet here for want of libcst, or None where libcst imports."""
+    try:
+        import_libcst()
+    except LibcstUnavailable as e:
+        return e
+    return None
+
+
 def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     """Raise FixCheckError when a name an applied fix introduced does not resolve as intended."""
     helpers = {t for f in applied if f.fix is not None for t in f.fix.local_names()}
@@ -36,9 +72,11 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     if not helpers and not variables:
         return
     _check_fresh(original, variables)
+    _check_placement(fixed, variables, {local for _m, _f, local in helpers})
 
-    import libcst as cst
-    from libcst.metadata import ClassScope, FunctionScope, GlobalScope, MetadataWrapper, ScopeProvider
+    cst, metadata = import_libcst()
+    ClassScope, FunctionScope, GlobalScope = metadata.ClassScope, metadata.FunctionScope, metadata.GlobalScope
+    MetadataWrapper, ScopeProvider = metadata.MetadataWrapper, metadata.ScopeProvider
 
     try:
         module = cst.parse_module(fixed)
@@ -98,6 +136,74 @@ def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
             raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
 
 
+def _check_placement(fixed: str, variables: set[tuple[str, str]], helper_names: set[str]) -> None:
+    """Each new variable is `var = helper(...)` right before `if var is not None:` in one block,
+    and read only inside that `if`."""
+    if not variables:
+        return
+    try:
+        tree = ast.parse(fixed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise FixCheckError("the fixed text cannot be analysed") from None
+    functions: dict[str, list[ast.AST]] = {}
+    for fn, _class_q, qualname in iter_functions(tree, ""):
+        functions.setdefault(qualname, []).append(fn)  # two `def inner` in one function share a name
+    for scope_name, var in sorted(variables):
+        placed = [(fn, block, i) for fn in functions.get(scope_name, []) for block, i in _own_assignments(fn, var)]
+        if not placed or len({id(fn) for fn, _b, _i in placed}) != len(placed):
+            raise FixCheckError(f"`{var}` is not assigned exactly once in `{scope_name}`")
+        for fn, block, i in placed:
+            value = block[i].value
+            if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in helper_names):
+                raise FixCheckError(f"`{var}` in `{scope_name}` is not assigned the helper's result")
+            guard = block[i + 1] if i + 1 < len(block) else None
+            if not (isinstance(guard, ast.If) and _is_not_none_test(guard.test, var)):
+                raise FixCheckError(f"the helper call assigned to `{var}` (line {block[i].lineno}) is not right before "
+                                    f"the `if {var} is not None:` guarding the cast: it would run where the dtype "
+                                    "was not read")
+            inside = {id(n) for n in ast.walk(guard)}
+            for node in _own_nodes(fn):
+                if isinstance(node, ast.Name) and node.id == var and isinstance(node.ctx, ast.Load) \
+                        and id(node) not in inside:
+                    raise FixCheckError(f"`{var}` is read on line {node.lineno}, outside the guard it was made for")
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of `fn`, not of the functions and classes defined in it (their own scope names
+    are checked on their own), but lambdas and comprehensions, which can read `fn`'s variables."""
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _own_assignments(fn: ast.AST, var: str):
+    """(block, index) of each `var = ...` statement of `fn` itself."""
+    for node in [fn, *_own_nodes(fn)]:
+        if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if not isinstance(block, list):
+                continue
+            for i, stmt in enumerate(block):
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                        and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == var:
+                    yield block, i
+
+
+def _is_not_none_test(test: ast.expr, var: str) -> bool:
+    """`var is not None`, alone or as the first operand of an `and` (the HF form keeps the
+    guard's other tests after it)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and test.values:
+        test = test.values[0]
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == var
+            and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
+
+
 def _within(qualname: str, scope_name: str) -> bool:
     return qualname == scope_name or qualname.startswith(scope_name + ".")
 
@@ -112,7 +218,7 @@ def _qualname(scope, function_scope, class_scope) -> str:
 
 
 def _top_statements(module):
-    import libcst as cst
+    cst, _metadata = import_libcst()
 
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -124,7 +230,7 @@ def _is_top_level(node, module) -> bool:
 
 
 def _imports(node, module: str, func: str, local: str) -> bool:
-    import libcst as cst
+    cst, _metadata = import_libcst()
 
     if not isinstance(node, cst.ImportFrom) or node.relative or node.module is None \
             or isinstance(node.names, cst.ImportStar):
@@ -140,7 +246,7 @@ def _imports(node, module: str, func: str, local: str) -> bool:
 
 
 def _dotted(node) -> str:
-    import libcst as cst
+    cst, _metadata = import_libcst()
 
     if isinstance(node, cst.Name):
         return node.value

@@ -14,6 +14,7 @@ from pathlib import Path
 from dtype_lint.config import Config
 from dtype_lint.findings import Finding
 from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
+from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -133,7 +134,7 @@ def reuse_sound_helper(config: Config, path: str) -> Config:
         return config
     for h in found:
         module = h.qualname.rpartition(".")[0]
-        if module and h.flag_param and h.sound and not h.maybe_unsound and _definite(h):
+        if module and h.flag_param and h.sound and not h.maybe_unsound and not h.uncallable and _definite(h):
             return dataclasses.replace(config, helper=f"{module}:{h.name}")
     return config
 
@@ -285,8 +286,13 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     whole series) and README.md (what the tool knows about each patch: rule codes, sites,
     generated files). The result's remaining findings are a re-check of the patched tree."""
     from dtype_lint.migrate import conventions, generated, messages
-    from dtype_lint.migrate import series
+    from dtype_lint.engine.outputs import check_output
+    from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.source import FileText
+    from dtype_lint.migrate import series
+
+    if problem := check_output(out, "--series", config, paths=[path], folder=True):
+        raise UserError(problem)
 
     root = series.series_root(Path(path).resolve())
     conv = conventions.get(convention, root)
@@ -303,7 +309,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     for o in result.outcomes:
         if not o.changed:
             continue
-        data = Path(o.path).read_bytes()
+        data = read_bytes(o.path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
         if group_by == "rule":
             steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: reanalyze(result, p, t),
@@ -323,7 +329,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     if proof is None and result.helper is not None:
         from dtype_lint.migrate import proofs
 
-        text = result.helper.source or Path(result.helper.path).read_text(encoding="utf-8")
+        text = result.helper.source or read_file(str(result.helper.path)).text
         proof = proofs.for_changes(text, result.helper.func)
     # Generated and copied files, known before the messages are written: a maintainer reading a
     # patch to a generated file must see there what regenerates it.
@@ -331,7 +337,15 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     gen = (generated.analyze(root, [series.Patch("", "", changes)])
            if conv.name in generated.REGENERATING else [])
     style.generated = gen
+    # Hugging Face sites route through their own helper, added to the project's torch utilities.
+    from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
+
+    hf_patch = hf_series_patch(result, root, rel) if changes else None
+    if hf_patch is not None and not proof:
+        proof = hf_proof
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None, style)
+    if hf_patch is not None:
+        patches.insert(0, hf_patch)
     files = series.write(patches, Path(out), result.writer, identity) if patches else []
     settle(result, result.outcomes)  # the report counts what the patches fix
     final: dict[str, bytes] = {}

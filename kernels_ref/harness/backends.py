@@ -39,6 +39,7 @@ from ..linear_basic import AWQ_GROUP_SIZE, AwqLikeLinear, UnquantizedLinear, awq
 from ..marlin_fp8 import DEEPSEEK_GROUP_SIZE, MarlinFp8Linear, marlin_quantize_fp8
 from ..nvfp4 import NvFp4Linear
 from . import precision as P
+from .twins import Fp8W8A8Twin, NvFp4Twin
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,32 @@ class Backend:
     build: Callable[[torch.Tensor, torch.dtype, float], nn.Module]  # (W fp32, model dtype, input amax)
     precision: P.Precision
     kv_cache: str = "auto"  # vLLM's --kv-cache-dtype: "auto" (model dtype) or "fp8"
-    twin: Callable[[torch.Tensor, torch.dtype], nn.Module] | None = None  # exact check, see below
+    twin: Callable[[torch.Tensor, torch.dtype, float], nn.Module] | None = None  # exact check: (W, dtype, input amax)
     known_failure: str = ""  # why a fixed variant may fail on this row (empty: it may not)
+    # The fp8 KV cache's k_scale: "unit" (1.0) or "calibrated" (amax/448 of the stored rows, as a
+    # checkpoint's is). It is read where the gather dequantizes the fp8 cache into a 16-bit
+    # workspace: a 16-bit prefill (both paths) and the context-parallel path of vLLM. An fp8
+    # prefill copies the fp8 rows as they are on the main path, k_scale unread (vLLM 0.27.1 and
+    # 0.28.0 alike), so those rows keep k_scale 1: another scale there would measure that, not
+    # the cast.
+    k_scale: str = "unit"
 
     def __post_init__(self) -> None:
         if self.fp8_prefill and self.kv_cache != "fp8":
             raise ValueError(f"{self.id}: an fp8 prefill needs an fp8 KV cache (determine_prefill_query_data_type)")
+        if self.k_scale not in ("unit", "calibrated") or (self.k_scale == "calibrated" and (self.kv_cache != "fp8" or self.fp8_prefill)):
+            raise ValueError(f"{self.id}: k_scale {self.k_scale!r} needs an fp8 KV cache and a 16-bit prefill")
+
+    def shape_problem(self, scenario) -> str | None:
+        """Why this row's storage format cannot hold the scenario's kv_b_proj ``[N, K]``, or None.
+        Marlin pads any shape (``marlin_padded_nk``); the others need their block sizes."""
+        n, k = scenario.out_features, scenario.kv_lora_rank
+        need = {"Fp8Block128": [(k, 128, "K")], "AwqLike": [(k, AWQ_GROUP_SIZE, "K"), (n, 8, "N")],
+                "NvFp4": [(k, 16, "K")]}.get(self.layer_kind.split(" ")[0], [])
+        if "g128" in self.layer_kind:
+            need.append((k, DEEPSEEK_GROUP_SIZE, "K"))
+        bad = [f"{name} = {size} is not a multiple of {block}" for size, block, name in need if size % block]
+        return "; ".join(bad) or None
 
     @property
     def cache_dtype(self) -> torch.dtype:
@@ -164,7 +185,7 @@ def marlin_twin(group_size):
     and scales (never through the pack/repack/permute path under test): ``deq = round(code ·
     round(s))``, the value Marlin's bit placement and fused scale reconstruct exactly."""
 
-    def build(w, dtype):
+    def build(w, dtype, _amax=0.0):
         codes, scales = marlin_quantize_fp8(w, group_size)  # [K,N], [G,N]
         per_k = scales.to(dtype).float().repeat_interleave(w.shape[1] // scales.shape[0], dim=0)
         deq = (codes.float() * per_k).to(dtype)
@@ -173,7 +194,7 @@ def marlin_twin(group_size):
     return build
 
 
-def awq_twin(w, dtype):
+def awq_twin(w, dtype, _amax=0.0):
     """An unquantized layer holding AWQ's ``round((q - z) · s)``, from the quantizer's integers."""
     group = AWQ_GROUP_SIZE
     q, z, scales = awq_quantize(w, dtype, group)
@@ -191,10 +212,10 @@ BACKENDS: dict[str, Backend] = {
         # The seven rows of the original matrix.
         Backend("bf16", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16)),
         Backend("fp16", FP16, "Unquantized", False, _unquantized, P.unquantized(FP16)),
-        Backend("fp8", BF16, "Fp8Linear", False, _fp8, P.fp8_w8a8(BF16)),
-        Backend("fp8_p", BF16, "Fp8Linear", True, _fp8, P.fp8_w8a8(BF16, True), kv_cache="fp8"),
+        Backend("fp8", BF16, "Fp8Linear", False, _fp8, P.fp8_w8a8(BF16), twin=Fp8W8A8Twin),
+        Backend("fp8_p", BF16, "Fp8Linear", True, _fp8, P.fp8_w8a8(BF16, True), kv_cache="fp8", twin=Fp8W8A8Twin),
         Backend("marlin", BF16, "MarlinFp8 (int32)", False, _marlin(None), P.marlin_w8a16(BF16), twin=marlin_twin(None)),
-        Backend("nvfp4", BF16, "NvFp4 (uint8)", False, _nvfp4, P.nvfp4_w4a4(BF16)),
+        Backend("nvfp4", BF16, "NvFp4 (uint8)", False, _nvfp4, P.nvfp4_w4a4(BF16), twin=NvFp4Twin),
         Backend("awq", BF16, "AwqLike (no weight)", False, _awq, P.awq_w4a16(BF16), twin=awq_twin),
         # Marlin variants.
         Backend("marlin_g128", BF16, "MarlinFp8 g128 (int32)", False, _marlin(DEEPSEEK_GROUP_SIZE),
@@ -207,12 +228,26 @@ BACKENDS: dict[str, Backend] = {
         Backend("bf16_p", BF16, "Unquantized", True, _unquantized, P.unquantized(BF16, True), kv_cache="fp8"),
         Backend("marlin_p", BF16, "MarlinFp8 (int32)", True, _marlin(None), P.marlin_w8a16(BF16, True),
                 kv_cache="fp8", twin=marlin_twin(None)),
-        Backend("nvfp4_p", BF16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(BF16, True), kv_cache="fp8"),
+        Backend("nvfp4_p", BF16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(BF16, True), kv_cache="fp8", twin=NvFp4Twin),
         Backend("awq_p", BF16, "AwqLike (no weight)", True, _awq, P.awq_w4a16(BF16, True), kv_cache="fp8", twin=awq_twin),
         # An fp8 KV cache with a 16-bit prefill: the gather dequantizes into a bf16 workspace.
         Backend("bf16_kv8", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16), kv_cache="fp8"),
         # Other integer storage: W8A8-INT8. Our helper casts to params_dtype, 0.28.0 feeds int8.
         Backend("int8", BF16, "Int8 W8A8 (int8)", False, _int8, P.int8_w8a8(BF16)),
+        # An fp8 KV cache with a calibrated k_scale: the gather must multiply it back.
+        Backend("bf16_kv8_s", BF16, "Unquantized", False, _unquantized, P.unquantized(BF16), kv_cache="fp8",
+                k_scale="calibrated"),
+        Backend("marlin_kv8_s", BF16, "MarlinFp8 (int32)", False, _marlin(None), P.marlin_w8a16(BF16), kv_cache="fp8",
+                k_scale="calibrated", twin=marlin_twin(None)),
+        # fp16 models beside bf16 ones: a helper that hard-codes bf16 fails here.
+        Backend("fp16_kv8_s", FP16, "Unquantized", False, _unquantized, P.unquantized(FP16), kv_cache="fp8",
+                k_scale="calibrated"),
+        Backend("awq_fp16", FP16, "AwqLike (no weight)", False, _awq, P.awq_w4a16(FP16), twin=awq_twin),
+        Backend("fp8_fp16_p", FP16, "Fp8Linear", True, _fp8, P.fp8_w8a8(FP16, True), kv_cache="fp8", twin=Fp8W8A8Twin),
+        Backend("nvfp4_fp16", FP16, "NvFp4 (uint8)", False, _nvfp4, P.nvfp4_w4a4(FP16), twin=NvFp4Twin),
+        Backend("nvfp4_fp16_p", FP16, "NvFp4 (uint8)", True, _nvfp4, P.nvfp4_w4a4(FP16, True), kv_cache="fp8",
+                twin=NvFp4Twin),
+        Backend("int8_fp16", FP16, "Int8 W8A8 (int8)", False, _int8, P.int8_w8a8(FP16)),
     )
 }
 

@@ -48,11 +48,22 @@ from typing import Callable
 
 from dtype_lint.engine.writer import write_atomic
 
+from . import preflight
+
 #: The CUDA-kernel verify passes run these backends by default: between them every kernel and
 #: every attention input dtype (fp16 unquantized, fp8 quant+mm with fp8 q/k/v, Marlin with bf16,
 #: NVFP4, AWQ). Naive SIMT kernels make the full matrix at G1 take minutes (about 100 GFLOP per
 #: run, dozens of runs); the PyTorch-op passes always run the whole matrix.
 CUDA_VERIFY_BACKENDS = ("fp16", "fp8_p", "marlin", "nvfp4", "awq")
+#: No verify pass starts after this many seconds; scripts/gpu_check.sh kills the run at
+#: KILL_TIMEOUT_S (its GPU_CHECK_TIMEOUT default), and the device tool's call gets
+#: DEVICE_TIMEOUT_S. A start (a few minutes) plus two runs fit in 15 minutes of device time.
+DEFAULT_BUDGET_S = 150.0
+KILL_TIMEOUT_S = 240
+DEVICE_TIMEOUT_S = 270
+#: The device command, exactly as docs/kernels.md gives it (the CPU dry run appends --device cpu).
+DEVICE_COMMAND = "bash scripts/gpu_check.sh"
+DEVICE_CARRY = (".dtl_variants",)
 
 
 def _synchronize(device: str) -> None:
@@ -522,18 +533,37 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else None
     report = Report(out_dir, args)
     import dtype_lint
-    import torch
 
     how = str(Path(dtype_lint.__file__).parent)
 
     device = "cuda" if args.device == "cuda" else "cpu"
+    scenarios = args.scenarios or (["G1", "G2"] if device == "cuda" else ["A"])
+    # Before any device work: what is here, what verify will execute, what will run.
+    pf = preflight.report(device=device, variants_dir=args.variants, verify=not args.skip_verify,
+                          plan=_plan(args, device, scenarios))
+    print(preflight.render(pf), flush=True)
+    report.data["preflight"] = pf.to_json()
+    try:
+        import torch
+    except ImportError as exc:
+        report.add({"name": "preflight", "kind": "setup", "status": "fail", "error": f"torch is not importable: {exc}"})
+        _print(report)
+        return 2
     if device == "cuda" and not torch.cuda.is_available():
         report.data["environment"] = {**_environment("cpu"), "device": "cuda", "device_name": "none", "import": how}
         report.add({"name": "device", "kind": "setup", "status": "fail", "error": "torch.cuda.is_available() is False"})
         _print(report)
         return 1
     report.data["environment"] = {**_environment(device), "import": how}
-    report.write()
+    if not pf.ok:
+        failed = "; ".join(f"{c['name']}: {c['detail']}" for c in pf.checks if not c["ok"])
+        report.add({"name": "preflight", "kind": "setup", "status": "fail", "error": failed})
+        _print(report)
+        return 2
+    report.add({"name": "preflight", "kind": "setup", "status": "pass", "checks": len(pf.checks)})
+    if args.preflight_only:
+        _print(report)
+        return 0
 
     build_step = _run_step(report, "build", lambda: step_build(device), kind="build", device=device)
     candidate = "cuda" if device == "cuda" else "torch"
@@ -563,7 +593,6 @@ def run(args: argparse.Namespace) -> int:
             report.add({"name": "vLLM's own functions", "kind": "verify", "status": "fail",
                         "error": f"not run: {why} (run `dtype-lint verify --emit-variants .dtl_variants` where the "
                         "trees and libcst are, and carry it)"})
-        scenarios = args.scenarios or (["G1", "G2"] if device == "cuda" else ["A"])
         # Cheapest first: the PyTorch-op passes, then the CUDA-kernel passes smallest scenario first.
         passes = [("torch", s) for s in reversed(scenarios)] + [("cuda", s) for s in reversed(scenarios)]
         for impl, scen in passes:
@@ -577,6 +606,25 @@ def run(args: argparse.Namespace) -> int:
     report.write()
     _print(report)
     return 0 if report.data["ok"] else 1
+
+
+def _plan(args: argparse.Namespace, device: str, scenarios: list[str]) -> dict:
+    """What the run will do, in the order it does it (printed by the preflight)."""
+    cuda_backends = ",".join(args.cuda_backends) if args.cuda_backends else "all rows"
+    passes = [f"{s}/torch ops (all rows)" for s in reversed(scenarios)]
+    passes += [f"{s}/{'CUDA kernels' if device == 'cuda' else 'ops.installed(torch)'} ({cuda_backends})" for s in reversed(scenarios)]
+    kill = preflight.kill_timeout_s()
+    return {
+        "device": device,
+        "build": "NVRTC, every kernels_ref/cuda/*.cu" if device == "cuda" else "signatures parsed only",
+        "kernel checks": f"sizes {args.sizes} ({SIZES[args.sizes]})",
+        "verify passes": "none (--skip-verify)" if args.skip_verify else "; ".join(passes),
+        "seeds": ",".join(map(str, args.seeds)),
+        "variants": args.variants or "none (the fixer runs here)",
+        "time": f"no verify pass starts after {args.budget_s:.0f} s"
+                + (f"; killed at {kill:.0f} s (GPU_CHECK_TIMEOUT)" if kill else ""),
+        "report": f"{args.out}/gpu_check.json" if args.out else "(no --out: printed only)",
+    }
 
 
 def _fmt_ratio(step: dict) -> str:
@@ -639,10 +687,13 @@ def build_parser() -> argparse.ArgumentParser:
         "'all' for the whole matrix; default on cpu: all",
     )
     p.add_argument("--skip-verify", action="store_true")
+    p.add_argument("--preflight-only", action="store_true",
+                   help="print what was found and what would run, check the saved variants, and stop")
     p.add_argument("--seed", type=int, default=0, help="seed of the kernel-check inputs")
-    p.add_argument("--budget-s", type=float, default=200.0,
-                   help="start no verify pass after this many seconds (default 200: with the 290 s kill in "
-                   "scripts/gpu_check.sh the whole run fits in five minutes)")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"start no verify pass after this many seconds (default {DEFAULT_BUDGET_S:.0f}: with the "
+                   f"{KILL_TIMEOUT_S} s kill in scripts/gpu_check.sh a run and its rerun fit, with a machine start, "
+                   "in 15 minutes of device time)")
     p.add_argument("--variants", default=None, help="what `dtype-lint verify --emit-variants` saved (the fixer's output "
                    "and vLLM's functions, for a machine without libcst or the vLLM trees)")
     return p

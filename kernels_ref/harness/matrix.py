@@ -41,14 +41,15 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..formats import FP8
+from . import upstream_runtime as ur
 from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expect
 from .chunking import plan_chunked_context
 from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
 from .reference import bit_identical, empty_context_violations, error_metrics, reference_context_attention
-from . import upstream_runtime as ur
 from .variants import FixturePackage, Sources, fixture_package, sources
 
-DEFAULT_SCENARIOS = ("A", "B", "S")
+DEFAULT_SCENARIOS = ("A", "B", "S", "P")
 DEFAULT_SEEDS = (0,)
 NEGATIVE_CONTROL_BACKEND = "bf16"
 KERNEL_ROUTES = ("reference", "auto", "torch", "cuda")
@@ -141,30 +142,44 @@ class ScenarioRun:
     def scenario(self):
         return self.data.scenario
 
-    def cache(self, dtype: torch.dtype, rank: int = 0, world: int = 1) -> torch.Tensor:
-        key = (dtype, rank, world)
+    def k_scale(self, backend: Backend) -> float:
+        """The row's fp8 KV-cache scale: 1, or calibrated on this data as a checkpoint's is
+        (``amax / 448`` over the stored rows, so the fp8 range is used; never a power of two, so a
+        gather that drops it cannot stay exact)."""
+        if backend.k_scale == "unit" or backend.cache_dtype != FP8:
+            return 1.0
+        rows = torch.cat((self.data.latent, self.data.k_pe), dim=1)
+        # (1 + 2^-10) keeps the largest |x| / k_scale just under 448 after fp32 rounding: no clamp.
+        return float(torch.tensor(float(rows.abs().max()) / 448.0 * (1 + 2**-10), dtype=torch.float32))
+
+    def cache(self, dtype: torch.dtype, rank: int = 0, world: int = 1, k_scale: float = 1.0) -> torch.Tensor:
+        key = (dtype, rank, world, k_scale)
         if key not in self._caches:
-            self._caches[key] = store_cache(self.data, dtype, rank=rank, world=world).to(self.device)
+            self._caches[key] = store_cache(self.data, dtype, rank=rank, world=world, k_scale=k_scale).to(self.device)
         return self._caches[key]
+
+    def row_cache(self, backend: Backend, rank: int = 0, world: int = 1) -> torch.Tensor:
+        return self.cache(backend.cache_dtype, rank, world, self.k_scale(backend))
 
     def layer(self, backend: Backend, twin: bool = False) -> torch.nn.Module:
         key = (backend.id, twin)
         if key not in self._layers:
-            cache = self.cache(backend.cache_dtype)
+            cache = self.row_cache(backend)
             # NVFP4's static input scale is calibrated on what it will see: the stored latent.
-            amax = float(cache[..., : self.scenario.kv_lora_rank].float().abs().max())
+            amax = float(cache[..., : self.scenario.kv_lora_rank].float().abs().max()) * self.k_scale(backend)
             self._layers[key] = build_layer(backend, self.data, amax, twin=twin).to(self.device)
         return self._layers[key]
 
     def reference(self, backend: Backend) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (backend.cache_dtype, backend.model_dtype)
+        key = (backend.cache_dtype, backend.model_dtype, self.k_scale(backend))
         if key not in self._refs:
             s = self.scenario
             self._refs[key] = reference_context_attention(
-                q=self.data.q.to(backend.model_dtype).to(self.device), cache=self.cache(backend.cache_dtype),
+                q=self.data.q.to(backend.model_dtype).to(self.device), cache=self.row_cache(backend),
                 block_table=self.data.block_table.to(self.device), context_lens=list(s.context_lens),
                 query_start_loc=s.query_start_loc, w=self.data.w.to(self.device), kv_lora_rank=s.kv_lora_rank,
                 qk_nope_head_dim=s.qk_nope_head_dim, v_head_dim=s.v_head_dim, scale=s.softmax_scale,
+                k_scale=self.k_scale(backend),
             )
         return self._refs[key]
 
@@ -172,19 +187,19 @@ class ScenarioRun:
         from .prefill_context import DeviceInputs
 
         return DeviceInputs(
-            cache=self.cache(backend.cache_dtype), q=self.data.q.to(backend.model_dtype).to(self.device),
+            cache=self.row_cache(backend), q=self.data.q.to(backend.model_dtype).to(self.device),
             block_table=self.data.block_table.to(self.device), layer=layer, cache_dtype=backend.cache_dtype,
-            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype,
+            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype, k_scale=self.k_scale(backend),
         )
 
     def upstream_inputs(self, backend: Backend, layer: torch.nn.Module, path: str) -> ur.UpstreamInputs:
         world = ur.DCP_WORLD_SIZE if path == "cp" else 1
-        caches = [self.cache(backend.cache_dtype, rank=r, world=world) if world > 1 else self.cache(backend.cache_dtype)
+        caches = [self.row_cache(backend, rank=r, world=world) if world > 1 else self.row_cache(backend)
                   for r in range(world)]
         return ur.UpstreamInputs(
             q=self.data.q.to(backend.model_dtype).to(self.device), caches=caches,
             block_table=self.data.block_table.to(self.device), layer=layer, kv_cache_dtype=backend.kv_cache,
-            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype,
+            q_data_type=backend.q_data_type, model_dtype=backend.model_dtype, k_scale=self.k_scale(backend),
         )
 
 
@@ -212,11 +227,88 @@ def _expectation(v: Variant, backend: Backend, layer, helpers: dict[str, Callabl
     return expect(decide, layer, workspace, DECIDING_FRAME)
 
 
+#: The checks a violation can belong to; all but "fixer" are decided by running code.
+CHECKS = ("outcome", "ours-vs-0.28.0", "bounds", "bit-identity", "empty-context", "negative-control", "helper",
+          "cache", "fixer")
+RUNTIME_CHECKS = tuple(c for c in CHECKS if c != "fixer")
+HELPER_SAMPLE_ROWS = 16
+
+
+def _workspace(source: str, path: str, backend: Backend) -> torch.dtype:
+    if source == "fixture":
+        return backend.q_data_type
+    return ur.workspace_dtype(path, backend.q_data_type, backend.model_dtype)
+
+
+def helper_check(run: ScenarioRun, backend: Backend, helper: Callable, source: str) -> list[tuple[str, str]]:
+    """Check 7: the helper the rewrite calls, evaluated on this row's layer and run through it.
+
+    On each path: call ``helper(kv_b_proj, fp8_prefill)``; cast the first rows of the latent,
+    as the workspace holds them, as it says; run kv_b_proj on them for real. It must run (unless
+    the row declares a known failure), and where vLLM 0.27.1's cast runs, feed the very dtype
+    0.27.1 feeds (the fix changes nothing but the crash); where 0.27.1 crashes, feed the model
+    dtype or leave the workspace's. This runs whether or not the fixer rewrote anything, so a
+    helper the fixer refuses to route sites through still fails here, at run time.
+    """
+    found: list[tuple[str, str]] = []
+    layer = run.layer(backend)
+    s = run.scenario
+    stored = run.row_cache(backend).reshape(-1, s.kv_lora_rank + s.qk_rope_head_dim)[:HELPER_SAMPLE_ROWS, : s.kv_lora_rank]
+    for path in ("main", "cp"):
+        workspace = _workspace(source, path, backend)
+        latent = stored if stored.dtype == workspace else (stored.float() * run.k_scale(backend)).to(workspace)
+        pre = expect(lambda: cast_0271(layer, backend.fp8_prefill, path), layer, workspace, DECIDING_FRAME)
+        try:
+            cast = helper(layer, backend.fp8_prefill)
+        except Exception as exc:  # noqa: BLE001 - the helper's failure is the finding
+            found.append(("helper", f"{source} helper on the {path} path raises {type(exc).__name__}: {exc}"))
+            continue
+        fed = workspace if cast is None else cast
+        try:
+            layer(latent if cast is None else latent.to(cast))
+        except Exception as exc:  # noqa: BLE001
+            if not backend.known_failure:
+                found.append(("helper", f"{source} helper casts to {dtype_name(cast)} on the {path} path and kv_b_proj "
+                                        f"raises {type(exc).__name__}: {exc}"))
+        if pre.crash is None and fed != pre.fed:
+            found.append(("helper", f"{source} helper feeds {dtype_name(fed)} on the {path} path where 0.27.1 feeds "
+                                    f"{dtype_name(pre.fed)} and runs (the fix may change nothing but the crash)"))
+        elif pre.crash is not None and fed not in (layer.params_dtype, workspace):
+            found.append(("helper", f"{source} helper feeds {dtype_name(fed)} on the {path} path, neither the model "
+                                    f"dtype {dtype_name(layer.params_dtype)} nor the workspace's {dtype_name(workspace)}"))
+    return found
+
+
+def cache_check(run: ScenarioRun, backend: Backend) -> list[tuple[str, str]]:
+    """Check 8: an fp8 KV cache holds the ground truth. The reference reads the stored cache (so
+    that the cache's own rounding is not charged to the cast), which makes a store that forgot
+    ``k_scale`` self-consistent; here every stored row, dequantized with the row's ``k_scale``,
+    must be the latent and ``k_pe`` to within e4m3's rounding (relative 2^-4, and half the
+    smallest sub-normal step, ``k_scale · 2^-10``, absolute)."""
+    if backend.cache_dtype != FP8:
+        return []
+    s, data, k = run.scenario, run.data, run.k_scale(backend)
+    truth = torch.cat((data.latent, data.k_pe), dim=1)
+    cache = run.row_cache(backend).cpu()
+    found, start = [], 0
+    for r, ctx in enumerate(s.context_lens):
+        pos = torch.arange(ctx)
+        stored = cache[data.block_table[r].long()[pos // s.block_size], pos % s.block_size].float() * k
+        want = truth[start : start + ctx]
+        start += ctx
+        bad = ((stored - want).abs() > want.abs() * 2.0**-4 + k * 2.0**-10).sum()
+        if int(bad):
+            found.append(("cache", f"request {r}: {int(bad)} stored fp8 value(s) times k_scale {k:.4g} are not the data "
+                                   "to within e4m3 rounding"))
+    return found
+
+
 def run_row(
     run: ScenarioRun, backend: Backend, variants: tuple[Variant, ...], runner: Callable[[Variant, torch.nn.Module], tuple],
     helpers: dict[str, Callable], identity: list[tuple[str, str, str]], extra_notes: list[str] | None = None,
+    source: str = "fixture",
 ) -> dict:
-    """Run ``variants`` (plus twins on crash rows) on one row and check 1–5."""
+    """Run ``variants`` (plus twins on crash rows) on one row and check 1–5 and 7."""
     s = run.scenario
     ctx, qsl = list(s.context_lens), s.query_start_loc
     layer = run.layer(backend)
@@ -224,6 +316,12 @@ def run_row(
     if backend.twin is not None:
         all_variants += [_twin(v) for v in variants if v.rule == "ours"]
     results, outputs, expected, violations, known = {}, {}, {}, [], []
+    checks: list[str] = []  # the check each violation belongs to (CHECKS)
+
+    def add(check: str, text: str) -> None:
+        checks.append(check)
+        violations.append(text)
+
     for v in all_variants:
         vlayer = run.layer(backend, twin=True) if v.twin else layer
         out, results[v.name] = _outcome(lambda: runner(v, vlayer))
@@ -235,10 +333,10 @@ def run_row(
         expected[v.name] = exp
         problem = _mismatch(results[v.name], exp)
         if problem:
-            violations.append(f"{v.name}: {problem}")
+            add("outcome", f"{v.name}: {problem}")
         if v.rule == "ours" and exp.crash is not None:
             if not backend.known_failure:
-                violations.append(f"{v.name} fails on this row: the helper casts to {dtype_name(exp.cast)}, "
+                add("outcome", f"{v.name} fails on this row: the helper casts to {dtype_name(exp.cast)}, "
                                   f"kv_b_proj gets {dtype_name(exp.fed)} and raises {exp.describe()}")
             elif not problem:
                 known.append({"variant": v.name, "failure": exp.describe(), "reason": backend.known_failure,
@@ -249,7 +347,7 @@ def run_row(
         if v.rule == "ours":
             other = v.name.replace("ours", "0.28.0")
             if other in results and results[v.name]["outcome"] != "ok" and results[other]["outcome"] == "ok":
-                violations.append(f"{v.name} fails where {other} runs: {describe(results[v.name])}")
+                add("ours-vs-0.28.0", f"{v.name} fails where {other} runs: {describe(results[v.name])}")
 
     # 3. bounds for every variant that ran
     ref_out, ref_lse = run.reference(backend)
@@ -261,7 +359,8 @@ def run_row(
             metrics[v.name] = {"rel": m.rel, "rel_per_request": m.rel_per_request, "lse": m.lse,
                                "max_abs_over_rms": m.max_abs_over_rms, "finite": m.finite}
             if v.fixed:
-                violations += [f"{v.name}: {x}" for x in m.violations(backend.rel_bound, backend.lse_bound)]
+                for x in m.violations(backend.rel_bound, backend.lse_bound):
+                    add("bounds", f"{v.name}: {x}")
 
     # 4. bit identity
     identical, notes = {}, list(extra_notes or [])
@@ -283,13 +382,18 @@ def run_row(
             same = all(bit_identical(x, y) for x, y in zip(outputs[a], outputs[b]))
             identical[f"{a}={b}"] = same
             if not same:
-                violations.append(f"{a} and {b} ran but their output/LSE bits differ ({why})")
+                add("bit-identity", f"{a} and {b} ran but their output/LSE bits differ ({why})")
         elif why == "twin" and a in outputs:
-            violations.append(f"{b} did not run: {describe(results[b])}")
+            add("bit-identity", f"{b} did not run: {describe(results[b])}")
 
     # 5. empty-context tokens
     for name, (out, lse) in outputs.items():
-        violations += [f"{name}: {x}" for x in empty_context_violations(out, lse, ctx, qsl)]
+        for x in empty_context_violations(out, lse, ctx, qsl):
+            add("empty-context", f"{name}: {x}")
+
+    # 7. the helper itself, on this row
+    for check, text in helper_check(run, backend, helpers["ours"], source):
+        add(check, text)
 
     return {
         "scenario": s.name,
@@ -302,6 +406,7 @@ def run_row(
         "bit_identical": identical,
         "notes": notes,
         "violations": violations,
+        "violation_checks": checks,
     }
 
 
@@ -325,7 +430,7 @@ def upstream_row(run: ScenarioRun, rel: Releases, backend: Backend) -> dict:
             identity.append((f"ours{suffix}", f"0.28.0{suffix}", "helpers"))
         else:
             identity.append((f"ours{suffix}", f"0.28.0{suffix}", "plans differ: the releases cut the context into different chunks"))
-    return run_row(run, backend, UPSTREAM_VARIANTS, runner, rel.helpers, identity) | {"source": "vllm"}
+    return run_row(run, backend, UPSTREAM_VARIANTS, runner, rel.helpers, identity, source="vllm") | {"source": "vllm"}
 
 
 def masking_matters(scenario) -> bool:
@@ -455,34 +560,57 @@ def run_matrix(
     started = time.perf_counter()
     src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream)
     rows, controls, violations, timings = [], [], [], {}
+    violation_checks: list[str] = []
+
+    def add(check: str, text: str) -> None:
+        violation_checks.append(check)
+        violations.append(f"[{check}] {text}")
+
+    not_applicable: dict[str, dict[str, str]] = {}
+    for problem in src.fixer_problems:
+        add("fixer", problem)
     if src.fixture.post == src.fixture.pre:
-        violations.append("fixer: post.py is identical to pre.py (no site was rewritten)")
+        add("fixer", "fixer: post.py is identical to pre.py (no site was rewritten)")
     with (
         _kernel_route(kernels) as kernel_label,
         fixture_package(src.fixture, src.fixture_origin) as pkg,
         _cpu_threads(1 if device == "cpu" else None),
     ):
         rel = _releases(src, scenarios) if src.upstream else None
+        # Where the fixer rewrote nothing in vLLM 0.27.1 there is no "ours" to run, but the helper
+        # it would have called still runs through every row (check 7).
+        lone_helper = ur.load_helper(*src.upstream_helper) if src.upstream is None and src.upstream_helper else None
         for name in scenarios:
             for seed in seeds:
                 t0 = time.perf_counter()
                 run = ScenarioRun(name, seed, device)
                 for backend_id in backend_ids:
                     backend = BACKENDS[backend_id]
+                    problem = backend.shape_problem(run.scenario)
+                    if problem:
+                        not_applicable.setdefault(name, {})[backend_id] = problem
+                        continue
+                    for check, v in cache_check(run, backend):
+                        add(check, f"{name}/seed {seed}/{backend_id}: {v}")
                     for row in [fixture_row(run, pkg, backend)] + ([upstream_row(run, rel, backend)] if rel else []):
                         rows.append(row)
-                        violations += [f"{row['source']} {name}/seed {seed}/{backend_id}: {v}" for v in row["violations"]]
+                        for check, v in zip(row["violation_checks"], row["violations"]):
+                            add(check, f"{row['source']} {name}/seed {seed}/{backend_id}: {v}")
+                    if lone_helper is not None:
+                        for check, v in helper_check(run, backend, lone_helper, "vllm"):
+                            add(check, f"vllm {name}/seed {seed}/{backend_id}: {v}")
                 if seed == seeds[0]:
                     control = negative_control(pkg, run)
                     if control is not None:
                         controls.append(control)
-                        violations += [f"{name}/seed {seed}: {v}" for v in control["violations"]]
+                        for v in control["violations"]:
+                            add("negative-control", f"{name}/seed {seed}: {v}")
                 timings[f"{name}/{seed}"] = round(time.perf_counter() - t0, 3)
                 if progress:
                     progress(f"scenario {name} seed {seed}: {timings[f'{name}/{seed}']:.1f} s")
         fixer = {"origin": pkg.origin, "settings": pkg.settings, "unsafe_fixes": pkg.unsafe_fixes, "diff": pkg.diff}
     if any(masking_matters(SCENARIOS[s]) for s in scenarios) and not controls:
-        violations.append("negative control did not run although a scenario has an empty span to mask")
+        add("negative-control", "negative control did not run although a scenario has an empty span to mask")
 
     upstream_info = None
     if src.upstream:
@@ -501,6 +629,7 @@ def run_matrix(
         "scenarios": list(scenarios),
         "seeds": list(seeds),
         "fixer": fixer,
+        "sources_notes": list(src.notes),
         "upstream": upstream_info,
         "backends": {
             b: {
@@ -518,6 +647,7 @@ def run_matrix(
             }
             for b in backend_ids
         },
+        "not_applicable": not_applicable,
         "crash_sets": crash_sets(rows),
         "runs": rows,
         "negative_control": controls,
@@ -525,6 +655,8 @@ def run_matrix(
         "timings_s": timings,
         "elapsed_s": round(time.perf_counter() - started, 3),
         "violations": violations,
+        "violations_by_check": {c: violation_checks.count(c) for c in CHECKS if c in violation_checks},
+        "runtime_violations": sum(c in RUNTIME_CHECKS for c in violation_checks),
         "ok": not violations,
     }
 

@@ -67,6 +67,12 @@ SCENARIOS: dict[str, Scenario] = {
         # 0.28.0's planners cut it into the same chunks, on one rank and on two DCP ranks, so their
         # prefill functions can be compared bit for bit.
         Scenario("S", **_SMALL, block_size=16, workspace_size=128, context_lens=(300, 0), query_lens=(5, 4)),
+        # Shapes no Marlin thread tile fits: K = 160 (not a multiple of 64), N = 5·(32+32) = 320
+        # (not of 128): Marlin pads both, to N = 384 and K = 192 (marlin_padded_nk). Cut as S is
+        # (one request with context), so both releases' planners agree here too. The formats with
+        # K blocks of 64 or 128 (AWQ, block-128 FP8, 128-group Marlin) do not apply.
+        Scenario("P", num_heads=5, kv_lora_rank=160, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32,
+                 block_size=16, workspace_size=128, context_lens=(300, 0), query_lens=(6, 3)),
         Scenario(
             "C", num_heads=8, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
             block_size=16, workspace_size=256, context_lens=(700, 260, 0), query_lens=(6, 9, 3),
@@ -119,8 +125,11 @@ def make_data(scenario: Scenario, seed: int) -> ScenarioData:
     return ScenarioData(s, seed, w, latent, k_pe, q, block_table, num_blocks)
 
 
-def store_cache(data: ScenarioData, dtype: torch.dtype, *, rank: int = 0, world: int = 1, interleave: int = 1) -> torch.Tensor:
-    """The paged cache ``[blocks, block, L+R]`` in ``dtype``; fp8 via clamp + RNE.
+def store_cache(data: ScenarioData, dtype: torch.dtype, *, rank: int = 0, world: int = 1, interleave: int = 1,
+                k_scale: float = 1.0) -> torch.Tensor:
+    """The paged cache ``[blocks, block, L+R]`` in ``dtype``; fp8 via clamp + RNE of ``x / k_scale``
+    (vLLM's fp8 KV cache stores the rows divided by the layer's ``k_scale``; the gathers multiply
+    it back when they dequantize into a 16-bit workspace).
 
     With ``world > 1`` it is decode-context-parallel rank ``rank``'s cache: context position ``p``
     lives on rank ``(p // interleave) % world`` at local position
@@ -129,7 +138,10 @@ def store_cache(data: ScenarioData, dtype: torch.dtype, *, rank: int = 0, world:
     """
     s = data.scenario
     rows = torch.cat((data.latent, data.k_pe), dim=1)
-    rows = to_fp8(rows) if dtype == FP8 else rows.to(dtype)
+    if dtype == FP8:
+        rows = to_fp8(rows / torch.tensor(k_scale, dtype=torch.float32))
+    else:
+        rows = rows.to(dtype)
     cache = torch.zeros(data.num_blocks, s.block_size, rows.shape[1], dtype=dtype)
     start = 0
     for r, ctx in enumerate(s.context_lens):
@@ -164,12 +176,13 @@ class DeviceInputs:
     cache_dtype: torch.dtype
     q_data_type: torch.dtype
     model_dtype: torch.dtype
+    k_scale: float = 1.0  # the fp8 KV cache's scale (1 for a 16-bit cache)
 
 
 def build_layer(backend, data: ScenarioData, input_amax: float, *, twin: bool = False) -> torch.nn.Module:
     """``backend``'s kv_b_proj (or, ``twin=True``, its unquantized twin) for this data, on the CPU."""
     if twin:
-        return backend.twin(data.w, backend.model_dtype)
+        return backend.twin(data.w, backend.model_dtype, input_amax)
     return backend.build(data.w, backend.model_dtype, input_amax)
 
 
@@ -238,5 +251,5 @@ def run_variant(
         s.softmax_scale,
     )
     method = {"main": impl._compute_prefill_context, "cp": impl._context_parallel_compute_prefill_context}[path]
-    k_scale = torch.ones((), dtype=torch.float32, device=device)
+    k_scale = torch.tensor(inputs.k_scale, dtype=torch.float32, device=device)
     return method(inputs.q, inputs.cache, metadata, k_scale)

@@ -26,11 +26,13 @@ def reference_context_attention(
     qk_nope_head_dim: int,
     v_head_dim: int,
     scale: float,
+    k_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [T,H,v], lse [H,T])`` of every query against its request's full context.
 
-    ``cache`` is the stored paged cache (any float dtype, read as stored) and ``w`` the fp32
-    kv_b_proj weight ``[H*(nope+v), L]``. Requests without context get 0 and -inf.
+    ``cache`` is the stored paged cache (any float dtype, read as stored; an fp8 cache's values
+    times ``k_scale``, exactly in fp64) and ``w`` the fp32 kv_b_proj weight ``[H*(nope+v), L]``.
+    Requests without context get 0 and -inf.
     """
     acc = torch.float64
     num_tokens, num_heads, _ = q.shape
@@ -44,6 +46,8 @@ def reference_context_attention(
         t0, t1 = query_start_loc[r], query_start_loc[r + 1]
         pos = torch.arange(ctx, device=cache.device)
         rows = cache[block_table[r].long()[pos // block_size], pos % block_size].to(acc)
+        if cache.dtype == torch.float8_e4m3fn:
+            rows = rows * float(torch.tensor(k_scale, dtype=torch.float32))
         latent, k_pe = rows[:, :kv_lora_rank], rows[:, kv_lora_rank:]
         kv = (latent @ w.t()).view(ctx, num_heads, qk_nope_head_dim + v_head_dim)
         k_nope, v = kv.split([qk_nope_head_dim, v_head_dim], dim=-1)

@@ -55,6 +55,16 @@ class VariantsError(ValueError):
     """Saved variants that cannot be trusted, or sources that cannot be produced."""
 
 
+class FixerChangedNothing(VariantsError):
+    """The fixer left vLLM 0.27.1's module as it was (e.g. it would not route a site through a
+    helper its proof rejects). ``verify`` reports it as a violation and still runs the helper the
+    rewrite would have called through the matrix; ``--emit-variants`` refuses to save."""
+
+    def __init__(self, message: str, helper_text: str, helper_func: str, module: str) -> None:
+        super().__init__(message)
+        self.helper_text, self.helper_func, self.module = helper_text, helper_func, module
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -81,6 +91,7 @@ class FixtureSources:
     pre: str
     post: str
     helper: str
+    problem: str = ""  # why the fixer wrote no post.py (then post == pre)
 
     @property
     def diff(self) -> str:
@@ -101,7 +112,13 @@ def fix_fixture(*, unsafe_fixes: bool = False, name: str | None = None) -> Fixtu
     name = name or f"dtl_verify_{uuid.uuid4().hex[:12]}"
     settings = _settings(name, "torch")
     pre = fixture_source()
-    post = fix_source(pre, filename=_absent_filename(name, "pre.py"), settings=settings, unsafe_fixes=unsafe_fixes)
+    try:
+        post = fix_source(pre, filename=_absent_filename(name, "pre.py"), settings=settings, unsafe_fixes=unsafe_fixes)
+    except ImportError:
+        raise
+    except ValueError as exc:  # the fixer refused: verify reports it and runs the helper anyway
+        return FixtureSources(name, settings, unsafe_fixes, pre, pre, helper_module_source(settings),
+                              problem=f"fixer: it failed on the fixture: {exc}")
     return FixtureSources(name, settings, unsafe_fixes, pre, post, helper_module_source(settings))
 
 
@@ -163,10 +180,18 @@ def upstream_sources(*, unsafe_fixes: bool = False, name: str | None = None) -> 
     settings = _settings(name, "vllm")
     root_pre, root_fixed = release_tree("vllm", UPSTREAM_PRE), release_tree("vllm", UPSTREAM_FIXED)
     text = (root_pre / us.MLA_MODULE).read_text()
-    fixed = fix_source(text, filename=_absent_filename(name, "mla_attention.py"), settings=settings, unsafe_fixes=unsafe_fixes)
-    if fixed == text:
-        raise VariantsError(f"the fixer changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}")
     helper = helper_module_source(settings)
+    try:
+        fixed = fix_source(text, filename=_absent_filename(name, "mla_attention.py"), settings=settings,
+                           unsafe_fixes=unsafe_fixes)
+    except ImportError:
+        raise
+    except ValueError as exc:
+        raise FixerChangedNothing(f"fixer: it failed on vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}: {exc}", helper,
+                                  HELPER_FUNC, f"{name}.{HELPER_MODULE}") from exc
+    if fixed == text:
+        raise FixerChangedNothing(f"fixer: it changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}", helper,
+                                  HELPER_FUNC, f"{name}.{HELPER_MODULE}")
     releases = {
         "0.27.1": us.extract(text, UPSTREAM_PRE, "0.27.1", read=us.read_release(root_pre)),
         "0.27.1+dtype-lint": us.extract(
@@ -227,6 +252,8 @@ def write_variants(directory: str | Path, *, unsafe_fixes: bool = False, upstrea
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     src = fix_fixture(unsafe_fixes=unsafe_fixes)
+    if src.problem or src.post == src.pre:
+        raise VariantsError(src.problem or "the fixer changed nothing in the fixture: nothing to save")
     meta: dict = {
         "fixture": {
             "package": src.name,
@@ -255,8 +282,9 @@ def _imports_of(text: str) -> set[str]:
     return {stmt for _m, _n, stmt in us.helper_imports(text)}
 
 
-def load_fixture(directory: str | Path) -> FixtureSources:
-    """The fixture package saved by :func:`write_variants`, with every file checked."""
+def load_fixture(directory: str | Path, notes: list[str] | None = None) -> FixtureSources:
+    """The fixture package saved by :func:`write_variants`, with every file checked (``notes``
+    gets whether the fix could also be regenerated here)."""
     base = Path(directory)
     try:
         meta = json.loads((base / "variants.json").read_text())["fixture"]
@@ -286,20 +314,25 @@ def load_fixture(directory: str | Path) -> FixtureSources:
     if extra:
         raise VariantsError(f"{pkg}/post.py imports {sorted(extra)}, which pre.py does not")
     check_helper_text(src.helper, HELPER_FUNC, f"{pkg}/{HELPER_MODULE}.py")
-    _regenerate_fixture_if_possible(src)
+    note = _regenerate_fixture_if_possible(src)
+    if notes is not None:
+        notes.append(note)
     return src
 
 
-def _regenerate_fixture_if_possible(src: FixtureSources) -> None:
+def _regenerate_fixture_if_possible(src: FixtureSources) -> str:
+    """With libcst here, the saved fix must be what the fixer writes now; without it (the GPU
+    machine) the checks of :func:`load_fixture` are what can be done. Returns what was done."""
     try:
         regenerated = fix_fixture(unsafe_fixes=src.unsafe_fixes, name=src.name)
-    except ImportError:
-        return  # no libcst here: the checks above are what can be done
+    except ImportError as exc:  # LibcstUnavailable from dtype_lint.api.fix_source
+        return f"fixture not regenerated: {exc.__class__.__name__}: {str(exc).split(':')[0]}"
     if (regenerated.post, regenerated.helper) != (src.post, src.helper):
         raise VariantsError(f"{src.name}: post.py or the helper differ from what the fixer writes now")
+    return "fixture regenerated by the fixer here: identical"
 
 
-def load_upstream(directory: str | Path) -> UpstreamSources | None:
+def load_upstream(directory: str | Path, notes: list[str] | None = None) -> UpstreamSources | None:
     """The upstream extractions saved by :func:`write_variants` (None if none were saved)."""
     base = Path(directory)
     meta = json.loads((base / "variants.json").read_text()).get("upstream")
@@ -316,7 +349,9 @@ def load_upstream(directory: str | Path) -> UpstreamSources | None:
     for ext in releases.values():
         validate_extraction(ext)
     saved = UpstreamSources(releases, data["settings"], data["diff"], bool(data.get("unsafe_fixes")))
-    _regenerate_upstream_if_possible(saved)
+    note = _regenerate_upstream_if_possible(saved)
+    if notes is not None:
+        notes.append(note)
     return saved
 
 
@@ -326,20 +361,20 @@ def _trees_cached() -> bool:
     return all((releases.cache_root() / f"vllm-{v}" / releases.MARKER).is_file() for v in (UPSTREAM_PRE, UPSTREAM_FIXED))
 
 
-def _regenerate_upstream_if_possible(saved: UpstreamSources) -> None:
+def _regenerate_upstream_if_possible(saved: UpstreamSources) -> str:
     """With libcst and the cached trees here, the saved extractions must be what they give now
-    (never fetches: on the GPU machine there is no network and no tree)."""
-    try:
-        import dtype_lint.api  # noqa: F401
-    except ImportError:
-        return
+    (never fetches: on the GPU machine there is no network and no tree). Returns what was done."""
     if not _trees_cached():
-        return
+        return "vLLM's functions not regenerated: no cached vLLM trees here"
     name = saved.settings["helper"].split(".", 1)[0]
-    now = upstream_sources(name=name, unsafe_fixes=saved.unsafe_fixes)
+    try:
+        now = upstream_sources(name=name, unsafe_fixes=saved.unsafe_fixes)
+    except ImportError as exc:  # LibcstUnavailable: the fixer cannot rewrite 0.27.1 here
+        return f"vLLM's functions not regenerated: {exc.__class__.__name__}: {str(exc).split(':')[0]}"
     for label in UPSTREAM_LABELS:
         if now.releases[label].to_json() != saved.releases[label].to_json():
             raise VariantsError(f"saved extraction {label} differs from what the trees and the fixer give now")
+    return "vLLM's functions regenerated from the cached trees here: identical"
 
 
 @dataclass
@@ -349,17 +384,28 @@ class Sources:
     upstream: UpstreamSources | None
     upstream_origin: str | None = None
     notes: list[str] = field(default_factory=list)
+    fixer_problems: list[str] = field(default_factory=list)  # violations of the "fixer" check
+    upstream_helper: tuple[str, str, str] | None = None  # (text, func, module) when there is no rewrite
 
 
 def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = None, upstream: bool = True) -> Sources:
     """Produce (or load) what a verify run executes."""
     if variants_dir is not None:
-        fixture = load_fixture(variants_dir)
-        up = load_upstream(variants_dir) if upstream else None
+        notes: list[str] = []
+        fixture = load_fixture(variants_dir, notes)
+        up = load_upstream(variants_dir, notes) if upstream else None
         if upstream and up is None:
             raise VariantsError(f"{variants_dir}: saved without vLLM's functions (emit them, or run with --no-upstream)")
         return Sources(fixture, f"dtype_lint.api, saved in {variants_dir}", up,
-                       f"vLLM trees and dtype_lint.api, saved in {variants_dir}" if up else None)
+                       f"vLLM trees and dtype_lint.api, saved in {variants_dir}" if up else None, notes)
     fixture = fix_fixture(unsafe_fixes=unsafe_fixes)
-    up = upstream_sources(unsafe_fixes=unsafe_fixes) if upstream else None
-    return Sources(fixture, "dtype_lint.api", up, "dtype_lint.releases + dtype_lint.api" if up else None)
+    problems = [fixture.problem] if fixture.problem else []
+    up, lone_helper = None, None
+    if upstream:
+        try:
+            up = upstream_sources(unsafe_fixes=unsafe_fixes)
+        except FixerChangedNothing as exc:
+            problems.append(str(exc))
+            lone_helper = (exc.helper_text, exc.helper_func, exc.module)
+    return Sources(fixture, "dtype_lint.api", up, "dtype_lint.releases + dtype_lint.api" if up else None,
+                   fixer_problems=problems, upstream_helper=lone_helper)

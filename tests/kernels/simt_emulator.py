@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -205,16 +206,20 @@ class Emulator:
         digest = hashlib.sha256(code.encode()).hexdigest()[:16]
         so = self.dir / f"{stem}-{digest}.so"
         if not so.exists():
-            src = self.dir / f"{stem}-{digest}.cpp"
+            # Built under a private name and renamed: parallel runs (scripts/mutate.py) share the cache.
+            src = self.dir / f"{stem}-{digest}.{os.getpid()}.cpp"
+            tmp = self.dir / f"{stem}-{digest}.{os.getpid()}.so"
             src.write_text(code)
             res = subprocess.run(
                 [gxx(), "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
                  # _longjmp onto another stack is what the scheduler does; fortified longjmp refuses it.
-                 "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-w", "-o", str(so), str(src)],
+                 "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-w", "-o", str(tmp), str(src)],
                 capture_output=True, text=True, timeout=600,
             )
             if res.returncode:
                 raise RuntimeError(f"g++ failed on the emulation of {stem}.cu:\n{res.stderr[-4000:]}")
+            os.replace(tmp, so)
+            src.unlink(missing_ok=True)
         lib = ctypes.CDLL(str(so))
         self.libs[stem] = lib
         return lib

@@ -178,7 +178,13 @@ def test_package_import_is_light_and_reexports_lazily():
 def test_matmul_fp32_rejects_other_dtypes():
     from dtype_lint.kernels_ref.formats import matmul_fp32
 
-    a = torch.randn(2, 3)
-    assert torch.equal(matmul_fp32(a, a.t()), a @ a.t())
+    # Fixed inputs, and the comparison the function documents: it multiplies contiguous operands,
+    # so it equals `a @ b.contiguous()` bit for bit, while `a @ a.t()` (a transposed operand) may
+    # take another BLAS kernel and differ in the last bit; against fp64 it is within fp32 rounding.
+    a = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    got = matmul_fp32(a, a.t())
+    assert torch.equal(got, a @ a.t().contiguous())
+    exact = a.double() @ a.double().t()
+    assert torch.allclose(got.double(), exact, rtol=4 * 2**-24, atol=4 * 2**-24 * float(exact.abs().max()))
     with pytest.raises(TypeError):
         matmul_fp32(a.half(), a.t().half())

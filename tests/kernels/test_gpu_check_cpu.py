@@ -157,3 +157,44 @@ def test_without_variants_or_trees_the_upstream_step_fails_and_the_rest_runs(tmp
     assert up["status"] == "fail" and "no cached vLLM trees" in up["error"]
     others = [s for s in rep["steps"] if s["kind"] == "verify" and s is not up]
     assert others and all(s["status"] == "pass" and not s["upstream"] for s in others)
+
+
+def test_the_preflight_says_what_it_found_and_will_run_before_any_work(tmp_path: Path, capsys) -> None:
+    from dtype_lint.kernels_ref.harness import variants
+
+    variants.write_variants(tmp_path / "v", upstream=False)
+    rc = gpu_check.main(["--device", "cpu", "--preflight-only", "--out", str(tmp_path), "--variants", str(tmp_path / "v")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    head = out[: out.index("preflight: ok, starting")]
+    for line in ("python ", "torch ", "libcst ", "ok   torch: float8_e4m3fn round-to-nearest-even",
+                 "ok   saved variants load", "fixture only (emitted with --no-upstream)", "verify passes    A/torch ops",
+                 "no verify pass starts after 150 s"):
+        assert line in head, line
+    rep = _report(tmp_path)
+    assert [s["name"] for s in rep["steps"]] == ["preflight"] and rep["preflight"]["ok"]
+
+
+def test_tampered_variants_stop_the_run_in_the_preflight(tmp_path: Path) -> None:
+    from dtype_lint.kernels_ref.harness import variants
+
+    variants.write_variants(tmp_path / "v", upstream=False)
+    (post,) = (tmp_path / "v").glob("*/post.py")
+    post.write_text(post.read_text() + "\n# edited\n")
+    rc = gpu_check.main(["--device", "cpu", "--sizes", "tiny", "--out", str(tmp_path), "--variants", str(tmp_path / "v")])
+    rep = _report(tmp_path)
+    assert rc == 2 and not rep["ok"]
+    assert [s["name"] for s in rep["steps"]] == ["preflight"]  # no build, no kernel check, no verify
+    assert "differ from the recorded sha256" in rep["steps"][0]["error"]
+
+
+def test_the_time_limits_leave_room_for_a_rerun() -> None:
+    # A machine start costs minutes; the call's timeout must cover the kill, and two calls plus a
+    # start of up to five minutes must fit the 15 minutes of device time.
+    assert gpu_check.DEFAULT_BUDGET_S < gpu_check.KILL_TIMEOUT_S < gpu_check.DEVICE_TIMEOUT_S
+    assert 2 * gpu_check.DEVICE_TIMEOUT_S + 300 <= 15 * 60
+    script = (REPO / "scripts" / "gpu_check.sh").read_text()
+    assert f'GPU_CHECK_TIMEOUT:-{gpu_check.KILL_TIMEOUT_S}' in script
+    assert f"timeout_s={gpu_check.DEVICE_TIMEOUT_S}" in script
+    doc = (REPO / "docs" / "kernels.md").read_text()
+    assert f'run(command="{gpu_check.DEVICE_COMMAND}", carry=[".dtl_variants"], timeout_s={gpu_check.DEVICE_TIMEOUT_S})' in doc

@@ -1,0 +1,68 @@
+"""The HF helper template: what dtype a Hugging Face module's forward expects of its input.
+
+Hugging Face quantizers replace a model's modules at load time (docs/hf.md), so `M.weight.dtype`
+is a storage dtype there: uint8 under bitsandbytes 4-bit (`Params4bit`) and GGUF, int8 under
+bitsandbytes 8-bit, float8_e4m3fn under FP8 / compressed-tensors / diffusers' layerwise casting,
+absent under GPTQ, AWQ and HQQ. The maintainers' stated preference (diffusers #13444) is to keep the
+activation's dtype; the helper names a dtype only where the module states one:
+
+  the module's compute dtype (bitsandbytes 4-bit's `compute_dtype`)  -> that dtype
+  a floating-point weight that is not fp8 (unquantized, quanto, torchao) -> the weight dtype
+  anything else (int8/uint8 storage, fp8 storage, no `.weight`)      -> None: keep the activation's
+
+Its home is where the project keeps shared torch utilities (`HF_HELPER_HOMES`).
+"""
+
+HF_HELPER_NAME = "get_module_input_dtype"
+# Where transformers and diffusers keep shared torch utilities.
+HF_HELPER_HOMES = {"transformers": "transformers.pytorch_utils", "diffusers": "diffusers.utils.torch_utils"}
+
+HF_HELPER_SOURCE = '''\
+def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
+    """The dtype `module`'s forward expects of its input, or None to keep the activation's dtype.
+
+    Quantizers replace modules at load time, so `module.weight.dtype` may be a storage dtype
+    (uint8 under bitsandbytes 4-bit and GGUF, int8 under bitsandbytes 8-bit, fp8 under FP8 layers
+    and layerwise casting) or `.weight` may be absent (GPTQ, AWQ, HQQ).
+    """
+    import torch
+
+    compute_dtype = getattr(module, "compute_dtype", None)
+    if isinstance(compute_dtype, torch.dtype):
+        return compute_dtype
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dtype.is_floating_point and weight.dtype.itemsize > 1:
+        return weight.dtype
+    return None
+'''
+
+
+def is_hf_fix(finding) -> bool:
+    """Does this finding's fix route through the HF helper?"""
+    return finding.fix is not None and any(func == HF_HELPER_NAME for _module, func in finding.fix.imports)
+
+
+def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]]:
+    """(path, new bytes, the bytes it must still hold or None to create it) for each home of the HF
+    helper that an applied fix imports from and that does not define it yet: the template is
+    appended to the project's shared torch utilities (`transformers/pytorch_utils.py`), or a
+    module of its own is created where the configured home does not exist."""
+    import ast
+    from pathlib import Path
+
+    homes = sorted({module for o in outcomes if o.changed for f in o.applied if f.fix is not None
+                    for module, func in f.fix.imports if func == HF_HELPER_NAME})
+    out = []
+    for module in homes:
+        header = index.modules.get(module)
+        if header is None:
+            path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
+            out.append((str(path), ("import torch\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), None))
+            continue
+        data = Path(header.path).read_bytes()
+        text = data.decode("utf-8")
+        tree = ast.parse(text)
+        if any(isinstance(n, ast.FunctionDef) and n.name == HF_HELPER_NAME for n in tree.body):
+            continue
+        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), data))
+    return out

@@ -1,0 +1,118 @@
+"""Fixes of Hugging Face sites: routed through the HF helper, `get_module_input_dtype(module)`.
+
+The same forms as the vLLM planner (statement, expression, alias; planner.py), with the HF
+helper (fix/hf_helper.py) imported from where the project keeps shared torch utilities
+(`transformers.pytorch_utils`, `diffusers.utils.torch_utils`; a configured `helper` module for a
+project built on them). The guarded form is HF's own: a cast under a partial guard
+(`if L.weight.dtype != torch.int8:`, `if (dt := L.weight.dtype).is_floating_point:`) becomes
+
+    wo_input_dtype = get_module_input_dtype(self.wo)
+    if wo_input_dtype is not None and <the guard's other tests, the weight dtype replaced>:
+        hidden_states = hidden_states.to(wo_input_dtype)
+
+The guard's tests on the storage (`is_floating_point`, `!= torch.int8`, `isinstance(L.weight,
+torch.Tensor)`, `hasattr`) go: the helper decides what they tried to. It is safe: on every float
+storage that is not fp8 the helper returns the weight dtype, so the cast is the same; it changes
+only the storages the guard got wrong (fp8, uint8, no `.weight`) and bitsandbytes 4-bit, whose
+module casts its input to its compute dtype itself.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from dtype_lint.analysis.hf_family import NO_WEIGHT, _Reader, hf_module
+from dtype_lint.findings import Edit, Fix
+from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
+from dtype_lint.fix.planner import Planner, Site
+
+
+def hf_helper_module(source_module: str, path: str, configured: str) -> str:
+    """The module the HF helper lives in for this file."""
+
+    class _Where:  # hf_module reads a resolver's module and path
+        module, imports = source_module, {}
+
+    _Where.path = path
+    top = hf_module(_Where).split(".", 1)[0]
+    if top in HF_HELPER_HOMES:
+        return HF_HELPER_HOMES[top]
+    return configured
+
+
+class HFPlanner(Planner):
+    def __init__(self, source, config, project, tree):
+        super().__init__(source, config, project, tree)
+        configured = config.helper.split(":")[0] if config.helper else "hf_utils"
+        self.module = hf_helper_module(source.module, source.path, configured)
+        self.func = HF_HELPER_NAME
+
+    @property
+    def helper_wrong_cases(self) -> list[str]:
+        return []  # the template decides from the module's own state: nothing to prove wrong
+
+    def helper_call(self, layer: str, flag: str) -> str:
+        return f"{self.name}({layer})"
+
+    def helper_fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
+                   binds: tuple[str, ...] = ()) -> Fix:
+        # No fp8 flag: the HF helper keeps an fp8 activation out by returning None, which is the fix.
+        return super().helper_fix(description, edits, True, "", binds)
+
+    _fix = helper_fix
+
+    def idiom(self, site: Site) -> tuple[Fix | None, str]:
+        if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module):
+            return None, ""
+        stmt = self._statement_of(site)
+        parent = site.parents.get(id(stmt))
+        if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
+            return self._idiom(site, stmt, parent)
+        return None, ""
+
+    def _idiom(self, site: Site, stmt: ast.stmt, if_node: ast.If) -> tuple[Fix | None, str]:
+        aliases = {k: v[0] for k, v in site.scope.assigns.items() if len(v) == 1 and v[0] is not None}
+        reader = _Reader(site.wds.layer, aliases, NO_WEIGHT)
+        if not reader.mentions(if_node.test) or not self._is_self_cast(stmt, site):
+            return None, ""
+        conjuncts = if_node.test.values if isinstance(if_node.test, ast.BoolOp) and \
+            isinstance(if_node.test.op, ast.And) else [if_node.test]
+        var = self._var_name(site)
+        kept = []
+        for c in conjuncts:
+            if not reader.mentions(c):
+                kept.append(self.src.segment(c))
+            elif isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Eq, ast.NotEq)) \
+                    and sum(reader._is_dtype(side) for side in (c.left, c.comparators[0])) == 1 \
+                    and not any(reader.mentions(side) and not reader._is_dtype(side)
+                                for side in (c.left, c.comparators[0])) \
+                    and not any(_is_dtype_constant(side) for side in (c.left, c.comparators[0])):
+                # `hidden_states.dtype != L.weight.dtype`: the same test against the input dtype.
+                left = var if reader._is_dtype(c.left) else self.src.segment(c.left)
+                right = var if reader._is_dtype(c.comparators[0]) else self.src.segment(c.comparators[0])
+                kept.append(f"{left} {'!=' if isinstance(c.ops[0], ast.NotEq) else '=='} {right}")
+            elif reader.value(c) is None:
+                return None, f"guarded cast not rewritten: cannot tell what `{ast.unparse(c)}` tests"
+        # An alias bound inside the test (the walrus) must not be needed after the `if`.
+        for node in ast.walk(if_node.test):
+            if isinstance(node, ast.NamedExpr) and self._uses_outside(site.fn, node.target.id, if_node):
+                return None, f"`{node.target.id}` is used after the guard; rewrite by hand"
+        # Where the old test read the dtype: right before the `if`, never hoisted (#20).
+        pos, hoist = None, self._helper_line(site, var, "", if_node)
+        header_start, _ = self._stmt_line_region(if_node)
+        body0 = if_node.body[0]
+        body_start = self.src.offset(body0.lineno, self.src.char_col(body0.lineno, body0.col_offset))
+        indent = self.src.indent_of(if_node.lineno)
+        test = " and ".join([f"{var} is not None", *kept])
+        sep = " " if body0.lineno == if_node.lineno else f"\n{self.src.indent_of(body0.lineno)}"
+        edits = [Edit(header_start, body_start, (hoist if pos is None else "") + f"{indent}if {test}:{sep}")]
+        if pos is not None:
+            edits.append(Edit(pos, pos, hoist))
+        a0, a1 = self.src.node_offsets(site.arg)
+        edits.append(Edit(a0, a1, var))
+        return self._fix(f"route the guarded cast through `{self.func}`: its storage tests go", edits,
+                         binds=(var,)), ""
+
+
+def _is_dtype_constant(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch"

@@ -1,0 +1,107 @@
+"""The GPU command's CPU dry run in an environment built like the device image.
+
+The device image has Python 3.12, torch 2.11, CuPy, NVRTC, numpy and rich, **no libcst**, no
+vLLM trees and no registry. Here: a fresh ``python3 -m venv`` with only torch (2.13.0 CPU, from
+this machine's disk), numpy and rich installed, an empty release cache, and nothing of this
+project installed; the variants are emitted first by this checkout's environment (which has libcst
+and the trees), as docs/kernels.md says to do before the device run. The command is
+``gpu_check.DEVICE_COMMAND`` with ``--device cpu`` appended, run exactly as the device tool would
+run it from the repository root.
+
+Torch for this machine's disk exists only for CPython 3.11, so the venv is 3.11; what Python 3.12
+can be checked without torch (every module compiles, the script stops cleanly before any work
+when torch is missing) runs under this machine's 3.12 where there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dtype_lint.kernels_ref.harness import gpu_check
+
+REPO = Path(__file__).resolve().parents[2]
+PY312 = [p for p in ("/root/.pyenv/versions/3.12.1/bin/python3", shutil.which("python3.12")) if p and Path(p).is_file()]
+
+
+def _image_env(python: str, tmp: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OUT", "VIRTUAL_ENV", "DTYPE_LINT_CACHE_DIR")}
+    env["PYTHON"] = python
+    env["DTYPE_LINT_CACHE_DIR"] = str(tmp / "no-release-cache")  # no vLLM trees, as on the device
+    env["OUT"] = str(tmp / "out")
+    return env
+
+
+@pytest.fixture(scope="module")
+def image_venv(tmp_path_factory) -> Path:
+    """python3 -m venv + torch 2.13.0 (CPU), numpy, rich: nothing else, and no libcst."""
+    root = tmp_path_factory.mktemp("image") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
+    python = root / "bin" / "python"
+    res = subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0", "numpy", "rich"],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    probe = subprocess.run([str(python), "-c", "import libcst"], capture_output=True, text=True)
+    assert probe.returncode != 0, "the image-like venv must not have libcst"
+    return python
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_the_device_command_dry_runs_without_libcst(tmp_path, image_venv, vllm_0271, vllm_0280):
+    variants_dir = tmp_path / "variants"
+    emitted = subprocess.run([sys.executable, "-m", "dtype_lint", "verify", "--emit-variants", str(variants_dir)],
+                             capture_output=True, text=True, timeout=300)
+    assert emitted.returncode == 0, emitted.stderr
+    env = _image_env(str(image_venv), tmp_path)
+    env["DTL_VARIANTS"] = str(variants_dir)
+    command = shlex.split(gpu_check.DEVICE_COMMAND) + ["--device", "cpu"]
+    res = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-6000:]
+    assert "Traceback" not in log
+    # The preflight, printed before anything runs: what it found, what it checked, what it runs.
+    head = log[: log.index("preflight: ok, starting")]
+    assert "libcst   absent" in head and "cupy     absent" in head
+    assert "fixture not regenerated: LibcstUnavailable" in head
+    assert "vLLM's functions not regenerated: no cached vLLM trees here" in head
+    assert "ok   saved vLLM functions load" in head and "verify passes    A/torch ops" in head
+    rep = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert rep["ok"] and rep["preflight"]["ok"]
+    verify = [s for s in rep["steps"] if s["kind"] == "verify"]
+    assert len(verify) == 2 and all(s["status"] == "pass" and s["upstream"] for s in verify), verify
+    assert str(image_venv.parent.parent) in rep["preflight"]["found"]["python"]
+
+
+@pytest.mark.slow
+def test_without_variants_and_libcst_the_run_stops_before_any_work(tmp_path, image_venv):
+    env = _image_env(str(image_venv), tmp_path)
+    env["DTL_VARIANTS"] = str(tmp_path / "none")
+    res = subprocess.run(shlex.split(gpu_check.DEVICE_COMMAND) + ["--device", "cpu"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stdout[-3000:]
+    assert "FAIL the fixer's output is available: FileNotFoundError: no saved variants and no libcst here" in res.stdout
+    assert "preflight: FAILED, nothing was run on the device" in res.stdout
+    rep = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert [s["name"] for s in rep["steps"]] == ["preflight"]
+
+
+@pytest.mark.skipif(not PY312, reason="no CPython 3.12 on this machine")
+def test_python_312_compiles_the_package_and_stops_cleanly_without_torch(tmp_path):
+    py = PY312[0]
+    for folder in ("dtype_lint", "kernels_ref", "rules", "fixtures/verify", "scripts"):
+        res = subprocess.run([py, "-m", "compileall", "-q", "-f", "-d", folder, str(REPO / folder)],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")})
+        assert res.returncode == 0, res.stdout[-3000:]
+    env = _image_env(py, tmp_path)
+    res = subprocess.run(shlex.split(gpu_check.DEVICE_COMMAND) + ["--device", "cpu"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stdout + res.stderr
+    assert "python   3.12" in res.stdout and "FAIL torch importable" in res.stdout
