@@ -93,9 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("migrate", help="one-shot migration of a codebase to the shared helper",
                        description="Create the helper if needed, apply safe fixes across the tree, "
-                                   "and write a markdown report for the pull request.")
+                                   "and write a markdown report for the pull request. With --series DIR, "
+                                   "leave the tree as it is and write the change as patches into DIR only.",
+                       epilog="Exit status, in both modes: 0 when a fresh check of the migrated result (the "
+                              "tree, or the tree with every patch applied) finds nothing left, 1 when sites "
+                              "are left for a human, 2 on an error.")
     m.add_argument("path", help="the tree to migrate")
-    m.add_argument("--report", metavar="FILE", default="dtype-lint-migration.md", help="markdown report path (default: %(default)s)")
+    m.add_argument("--report", metavar="FILE", default=None,
+                   help="markdown report path (default: dtype-lint-migration.md in place; with --series, "
+                        "none: DIR gets PR.md and README.md)")
     m.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes marked unsafe")
     m.add_argument("-j", "--jobs", type=int, default=None)
     m.add_argument("--config", metavar="FILE")
@@ -105,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "(the helper first, then one per group) instead of rewriting the tree; apply with `git am`")
     m.add_argument("--group-by", choices=("file", "directory", "rule"), default="file",
                    help="how --series splits the change (default: %(default)s)")
+    m.add_argument("--convention", choices=("auto", "vllm", "transformers", "diffusers", "generic"), default="auto",
+                   help="whose conventions the --series commits follow (titles, PR template, test layout, "
+                        "sign-off); default: detected from the tree's top-level package")
+    m.add_argument("--author", metavar="'NAME <EMAIL>'",
+                   help="author and sign-off of the --series commits (default: git config user.name/user.email)")
+    m.add_argument("--signoff", action=argparse.BooleanOptionalAction, default=None,
+                   help="add Signed-off-by: to each --series commit (default: on for vllm, whose DCO asks for it)")
 
     d = sub.add_parser("doctor", help="show the resolved configuration, the helper's location and which quantizable roots match",
                        description="What a check of PATHS would use and see: the configuration and where each setting "
@@ -328,13 +341,21 @@ def _migrate(args) -> int:
     if not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or directory")
     cfg = _config(args, [args.path])
-    _check_named_file(args.report, "--report", cfg, [args.path])
-    _check_named_file(args.series, "--series", cfg, [args.path], folder=True)
+    if args.report is None and not args.series:
+        args.report = "dtype-lint-migration.md"
+    if args.report is not None:
+        _check_named_file(args.report, "--report", cfg, [args.path])
+    if args.series:
+        _check_named_file(args.series, "--series", cfg, [args.path], folder=True)
     tick, stop = progress_bar(args.no_progress)
     try:
         if args.series:
             return _series(args, cfg, tick)
         result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
+        from dtype_lint.migrate.migration import recheck
+
+        # The report counts what a fresh check of the migrated tree finds, not the fixing run's account.
+        result.findings = recheck(cfg, args.path, result, None, args.jobs)
     finally:
         stop()
     report = render_report(args.path, result, args.report)
@@ -354,14 +375,23 @@ def _migrate(args) -> int:
 def _series(args, cfg, tick) -> int:
     from dtype_lint.migrate.migration import migration_series, render_report
 
-    result, patches, files = migration_series(cfg, args.path, args.series, args.group_by,
-                                              unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
-    _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
+    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.migrate.conventions import IdentityError
+
+    try:
+        result, patches, files = migration_series(
+            cfg, args.path, args.series, args.group_by, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs,
+            progress=tick, convention=args.convention, author=args.author, signoff=args.signoff)
+    except IdentityError as e:
+        raise UserError(str(e)) from None
+    if args.report is not None:
+        _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
     for f in files:
         print(f)
-    print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`",
-          file=sys.stderr)
-    return EXIT_CLEAN
+    print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`"
+          + (f"; {args.series}/PR.md describes them as one pull request" if files else ""), file=sys.stderr)
+    # One rule for both modes: what a fresh check of the migrated result leaves.
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
 def _doctor(args) -> int:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""The vLLM 0.33.0 patch series of docs/upstream/, regenerated from a fresh zero-config run.
+"""The vLLM 0.33.0 patch series of docs/upstream/, regenerated from a fresh run (the default rules
+plus the opt-in DTL003-DTL005, which the triage judged on this release).
 
 Runs `migrate --series` (grouped by file) on a git checkout of the release's `.py` files, writes
 the patches and a README that lists each patch with its sites, their triage verdicts and the
@@ -56,7 +57,20 @@ def verdict_of(finding, verdicts: triage.Verdicts, rules: dict) -> tuple[str, st
     return rules.get((key, finding.code), ("not judged", ""))
 
 
-def generate(tree: Path, out: Path, work: Path) -> None:
+def committed_author() -> str | None:
+    """The author the committed series carries (its first patch's `From:`), so that `--check`
+    regenerates the same bytes on any machine."""
+    first = sorted(OUT.glob("0001-*.patch")) if OUT.is_dir() else []
+    if not first:
+        return None
+    import email
+
+    header = first[0].read_text(encoding="utf-8").split("\n\n", 1)[0].split("\n", 1)[1]  # past the mbox line
+    author = email.message_from_string(header).get("From")
+    return " ".join(str(author).split()) if author else None
+
+
+def generate(tree: Path, out: Path, work: Path, author: str | None = None) -> None:
     """Write the series and its README for the release tree `tree` into `out` (emptied first)."""
     from dtype_lint.config import load_config
     from dtype_lint.migrate.migration import migration_series
@@ -67,11 +81,12 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     repo = checkout(tree, work / "tree", f"{DIST} {VERSION}")
     series_dir = work / "series"
     with cwd(repo):
-        config = load_config(Path("."))
+        config = _config()
         # The sites as the release has them (a patched file's remaining findings move by the
         # lines its import adds): the triage judged these lines.
         before = run(config, RunOptions(paths=["."], use_cache=False, jobs=1)).findings
-        result, patches, files = migration_series(config, ".", str(series_dir), "file", jobs=1)
+        result, patches, files = migration_series(config, ".", str(series_dir), "file", jobs=1,
+                                                  convention="vllm", author=author, label=VERSION)
     fixed = {_where(f) for f in result.fixed}
     # What the series leaves, on the release's lines: a remaining finding of a patched file has
     # moved, so it is matched to the release's finding of the same file, rule and scope.
@@ -81,7 +96,7 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     for f in files:
         git(["am", "-q", str(f)], applied)
     with cwd(applied):
-        after = run(load_config(Path(".")), RunOptions(paths=["."], use_cache=False, jobs=1)).findings
+        after = run(_config(), RunOptions(paths=["."], use_cache=False, jobs=1)).findings
     remaining = Counter((Path(f.path).as_posix(), f.code, f.scope) for f in after)
     left, resolved = [], []
     for f in before:
@@ -104,7 +119,21 @@ def generate(tree: Path, out: Path, work: Path) -> None:
     out.mkdir(parents=True)
     for f in files:
         shutil.copyfile(f, out / Path(f).name)
+    shutil.copyfile(series_dir / "PR.md", out / "PR.md")
     (out / "README.md").write_text(readme(left, resolved, patches, files, verdicts, rules), encoding="utf-8")
+
+
+# The opt-in rules are judged on this release (docs/triage/rules-dtl003-005.md): the series fixes
+# their TRUE sites too (the MLA helper's own fix is DTL005's).
+SELECT = ("DTL", "DTL003", "DTL004", "DTL005")
+
+
+def _config():
+    import dataclasses
+
+    from dtype_lint.config import load_config
+
+    return dataclasses.replace(load_config(Path(".")), select=list(SELECT))
 
 
 def _where(f) -> tuple[str, int, str]:
@@ -114,13 +143,17 @@ def _where(f) -> tuple[str, int, str]:
 def _proof(patch) -> str:
     body = patch.body
     kinds = []
-    if "reference kernels (CPU)" in body:
+    if "reference CPU implementation of each backend's" in body:
         kinds.append("reference layers, each storage: before crashes or truncates, after ok")
-    if "`dtype-lint verify`" in body:
-        kinds.append("`dtype-lint verify` matrix of vLLM's own MLA prefill")
-    if "Verified: dtype-lint evaluates this function's own code" in body:
-        kinds.append("the helper's own code evaluated over every storage × fp8 input")
+    if "run on real torch dtypes" in body:
+        kinds.append("the helper's own code run on every storage × fp8 input, before and after")
+    if "own _compute_prefill_context" in body:
+        kinds.append(f"vLLM {VERSION}'s own `_compute_prefill_context` run before and after")
     return "; ".join(kinds) or "none executable: re-check and compile only"
+
+
+def _tests(patch) -> str:
+    return "<br>".join(f"`{t}`" for t in patch.tests) or "none (see its Test Plan)"
 
 
 def readme(left, resolved, patches, files, verdicts, rules) -> str:
@@ -130,8 +163,10 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
     lines = [
         f"# vLLM {VERSION}: the dtype-lint migration as a patch series",
         "",
-        f"Generated by `scripts/upstream.py` (dtype-lint {__version__}) from a zero-configuration "
-        f"`dtype-lint migrate --series DIR --group-by file` on the `.py` files of the vLLM {VERSION} "
+        f"Generated by `scripts/upstream.py` (dtype-lint {__version__}) from "
+        f"`dtype-lint migrate --series DIR --group-by file`, with the default rules and the opt-in "
+        f"DTL003-DTL005 (`select = {list(SELECT)}`: the triage judged them on this release), on the "
+        f".py files of the vLLM {VERSION} "
         "release (`pip download vllm==0.33.0 --no-deps`). Apply on a checkout of that release:",
         "",
         "```sh",
@@ -142,12 +177,18 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
         "DTL001/DTL002, docs/triage/rules-dtl003-005.md for DTL003-DTL005): some shipped "
         "quantization backend gives that layer a packed or missing `.weight` on that path. "
         "`tests/test_upstream.py` applies the series with `git am`, compiles every file after each "
-        "patch, and compares the result with the in-place migration byte for byte.",
+        "patch, and compares the result with the in-place migration byte for byte (the tests the "
+        "series adds aside); it runs each added test against the release tree before and after its "
+        "patch (vLLM imported through dtype_lint/migrate/release_stubs.py): it fails before and passes after.",
+        "",
+        "The commit messages follow vLLM's conventions (a `[Bugfix]`/`[Model]`/`[Quantization]` title, the "
+        "Purpose / Test Plan / Test Result template, `Signed-off-by:`) and name no rule code; the codes and "
+        "the triage are here. `PR.md` is the description for sending the series as one pull request.",
         "",
         "## The patches",
         "",
-        "| patch | sites | verdict | proof in the commit message |",
-        "|---|---|---|---|",
+        "| patch | sites | verdict | test it adds | proof in the commit message |",
+        "|---|---|---|---|---|",
     ]
     for name, patch in zip(names, patches):
         sites = [(ch.path, f) for ch in patch.changes for f in sorted(ch.findings, key=lambda f: f.span.line)]
@@ -157,7 +198,16 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
             site_cell = "<br>".join(f"`{p}:{f.span.line}` {f.code}" for p, f in sites)
             verdict_cell = "<br>".join(f"{verdict_of(f, verdicts, rules)[0]}: {_md(verdict_of(f, verdicts, rules)[1])}"
                                        for _, f in sites)
-        lines.append(f"| [`{name}`]({name}) | {site_cell} | {verdict_cell} | {_proof(patch)} |")
+        lines.append(f"| [`{name}`]({name}) | {site_cell} | {verdict_cell} | {_tests(patch)} | {_proof(patch)} |")
+    if any(patch.kind == "sites" for patch in patches):
+        lines += [
+            "",
+            "The model patches add no test of their own: each changed method belongs to a model class "
+            "that only vLLM's engine builds (its distributed state and a quantized checkpoint, for most a "
+            "GPU), and a unit test cannot construct one. Their Test Plan runs the shared helper's test "
+            "(added by the first patch), whose decision they now take, and their Test Result is the "
+            "reference-layer table: each storage's layer fed the old cast and the new one.",
+        ]
     if any(f.code == "DTL004" for p in patches for ch in p.changes for f in ch.findings):
         lines += [
             "",
@@ -207,13 +257,16 @@ def _md(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if the committed series differs from a fresh one")
+    ap.add_argument("--author", metavar="'NAME <EMAIL>'",
+                    help="author and sign-off of the commits (default: the committed series' own, else git config)")
     args = ap.parse_args(argv)
+    author = args.author or committed_author()
     from dtype_lint.releases import release_tree
 
     tree = release_tree(DIST, VERSION)
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / "out"
-        generate(tree, fresh if args.check else OUT, Path(tmp))
+        generate(tree, fresh if args.check else OUT, Path(tmp), author)
         if not args.check:
             print(f"wrote {OUT.relative_to(ROOT)}")
             return 0

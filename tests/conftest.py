@@ -127,6 +127,8 @@ SLOW_MODULES = {
 }
 SLOW_TESTS: dict[str, str] = {
     # "module::test name prefix": why
+    "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",
+    "test_conventions.py::test_generated_helper_test_runs": "pytest in a subprocess against a tree",
 }
 
 

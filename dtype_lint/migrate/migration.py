@@ -235,12 +235,57 @@ def print_summary(result: RunResult, report_path: str) -> None:
     console.print(f"report: {report_path}")
 
 
+def recheck(config: Config, path: str, result: RunResult, changes: dict[str, bytes] | None = None,
+            jobs: int | None = None) -> list[Finding]:
+    """The findings of a fresh check of the migrated result: of the tree itself after an in-place
+    migration (`changes` None), or of a scratch copy of it with `changes` (paths relative to the
+    series root -> bytes) applied. The fixing run's own account misses what a fix does to other
+    files (a call site stops being a finding once the helper it calls is made sound)."""
+    import os
+    import shutil
+    import tempfile
+
+    if changes is None:
+        return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False)).findings
+    from dtype_lint.migrate.series import series_root
+
+    root = series_root(Path(path).resolve())
+    target = Path(path).resolve()
+    with tempfile.TemporaryDirectory(prefix="dtype-lint-recheck-") as tmp:
+        copy = Path(tmp) / "tree"
+        shutil.copytree(root, copy, symlinks=True,
+                        ignore=shutil.ignore_patterns(".git", config.cache_dir, "__pycache__"))
+        for rel, data in changes.items():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            (copy / rel).write_bytes(data)
+        moved = lambda p: copy / Path(p).resolve().relative_to(root)  # noqa: E731
+        try:
+            cfg_root = moved(config.root)
+        except ValueError:
+            cfg_root = copy
+        cfg = dataclasses.replace(config, root=cfg_root)
+        fresh = run(cfg, RunOptions(paths=[str(moved(target))], jobs=jobs, use_cache=False)).findings
+        relative = not any(Path(f.path).is_absolute() for f in result.fixed + result.findings)
+        out = []
+        for f in fresh:
+            original = root / Path(f.path).resolve().relative_to(copy.resolve())
+            shown = os.path.relpath(original) if relative else str(original)
+            out.append(dataclasses.replace(f, path=Path(shown).as_posix()))
+        return sorted(out, key=Finding.sort_key)
+
+
 def migration_series(config: Config, path: str, out: str, group_by: str = "file", *, unsafe_fixes: bool = False,
-                     jobs: int | None = None, progress=None, proof=None):
-    """The migration as `git format-patch` patches in `out`, the tree left untouched.
+                     jobs: int | None = None, progress=None, proof=None, convention: str | None = None,
+                     author: str | None = None, signoff: bool | None = None, label: str | None = None):
+    """The migration as `git format-patch` patches in `out`, the tree left untouched, written in
+    the target's convention (detected, or `convention`), authored and signed off by `author`
+    (default: git's user.name/user.email; an IdentityError when neither is there).
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
     a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
-    False: none)."""
+    False: none). Besides the patches, `out` gets PR.md (one pull request's description for the
+    whole series) and README.md (what the tool knows about each patch: rule codes, sites,
+    generated files). The result's remaining findings are a re-check of the patched tree."""
+    from dtype_lint.migrate import conventions, generated, messages
     from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.source import FileText
@@ -248,9 +293,14 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
 
     if problem := check_output(out, "--series", config, paths=[path], folder=True):
         raise UserError(problem)
+
+    root = series.series_root(Path(path).resolve())
+    conv = conventions.get(convention, root)
+    identity = conventions.resolve_identity(author, root)
+    style = series.Style(conv, identity, conv.signoff if signoff is None else signoff, root,
+                         label or "the tree")
     result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
                                     unsafe_fixes=unsafe_fixes, progress=progress))
-    root = series.series_root(Path(path).resolve())
 
     def rel(p) -> str:
         return Path(p).resolve().relative_to(root).as_posix()
@@ -281,15 +331,35 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
 
         text = result.helper.source or read_file(str(result.helper.path)).text
         proof = proofs.for_changes(text, result.helper.func)
+    # Generated and copied files, known before the messages are written: a maintainer reading a
+    # patch to a generated file must see there what regenerates it.
+    # (Only the Hugging Face projects regenerate files: elsewhere a `# Copied from` comment is prose.)
+    gen = (generated.analyze(root, [series.Patch("", "", changes)])
+           if conv.name in generated.REGENERATING else [])
+    style.generated = gen
     # Hugging Face sites route through their own helper, added to the project's torch utilities.
     from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
 
     hf_patch = hf_series_patch(result, root, rel) if changes else None
     if hf_patch is not None and not proof:
         proof = hf_proof
-    patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None)
+    patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None, style)
     if hf_patch is not None:
         patches.insert(0, hf_patch)
-    files = series.write(patches, Path(out), result.writer) if patches else []
+    files = series.write(patches, Path(out), result.writer, identity) if patches else []
     settle(result, result.outcomes)  # the report counts what the patches fix
+    final: dict[str, bytes] = {}
+    for p in patches:
+        for ch in p.changes:
+            if not ch.test:
+                final[ch.path] = ch.after
+    result.findings = recheck(config, path, result, final, jobs)
+    if patches:
+        _write(result, Path(out) / "PR.md", messages.pr_description(patches, conv, gen))
+        _write(result, Path(out) / "README.md", messages.readme(patches, files, conv, identity, style.signoff, gen,
+                                                                result.findings))
     return result, patches, files
+
+
+def _write(result: RunResult, path: Path, text: str) -> None:
+    result.writer.write(path, text.encode("utf-8"), "series", outside_ok=True)

@@ -137,11 +137,133 @@ def for_changes(helper_source: str, func: str):
         codes = {f.code for ch in changes for f in ch.findings}
         parts = []
         if codes & {"DTL001", "DTL004"}:  # DTL004's fix is DTL001's rewrite of the cast its branch guards
-            parts.append("- on dtype-lint's reference kernels (CPU), an activation entering a\n"
-                         "  layer of each storage, cast as before and as after this patch:\n\n" +
+            parts.append("An activation entering a reference CPU implementation of each backend's\n"
+                         "linear layer, cast as before and as after this patch:\n\n" +
                          "\n".join("    " + line for line in layer_demo(helper_source, func).splitlines()))
         if scopes & set(MLA_SCOPES):
-            parts.append("- " + mla_demo().replace("\n", "\n  "))
+            parts.append(mla_demo())
         return "\n".join(parts) if parts else None
 
     return proof
+
+
+# ---- the release's own code, before and after a patch -------------------------------------------
+
+
+def _outcome_of(fn) -> str:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the crash is the result
+        return _cell(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 52)
+    return "ok"
+
+
+def _tree(files: dict[str, bytes], tmp) -> "Path":
+    from pathlib import Path
+
+    root = Path(tmp)
+    for rel, data in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return root
+
+
+def unit_cases(before: dict[str, bytes], after: dict[str, bytes], module: str, func: str, cases,
+               package: str = "vllm") -> list[str]:
+    """The helper's own code run on real torch dtypes, before and after the patch, on the cases
+    its regression test asserts: one line per case, and a count. `before`/`after`: the files the
+    module needs, relative to the directory holding the package."""
+    import importlib
+    import tempfile
+
+    import torch
+
+    from dtype_lint.migrate.release_stubs import installed
+
+    fp8 = torch.float8_e4m3fn
+    storages = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp8": fp8,
+                "int32": torch.int32, "uint8": torch.uint8, "int8": torch.int8, "no_weight": None}
+
+    class Layer(torch.nn.Module):
+        def __init__(self, storage):
+            super().__init__()
+            self.params_dtype = torch.bfloat16
+            if storage is not None:
+                self.weight = torch.nn.Parameter(torch.empty(4, 4, dtype=storage), requires_grad=False)
+
+    def results(files):
+        with tempfile.TemporaryDirectory() as tmp, installed(_tree(files, tmp), package):
+            try:
+                fn = getattr(importlib.import_module(module), func)
+            except (ImportError, AttributeError) as e:
+                return None, f"{type(e).__name__}: {e}"
+            out = {}
+            for sid, flag, want in cases:
+                expected = {"weight": storages[sid], "params": torch.bfloat16, "keep": None}[want]
+                try:
+                    got = fn(Layer(storages[sid]), flag)
+                except Exception as e:  # noqa: BLE001
+                    got = f"{type(e).__name__}"
+                out[(sid, flag)] = (got, got == expected, expected)
+            return out, ""
+
+    old, old_error = results(before)
+    new, new_error = results(after)
+    name = lambda d: "None" if d is None else str(d).removeprefix("torch.")  # noqa: E731
+    rows = [f"    {'weight storage':<15} {'fp8 input':<10} {'expected':<13} {'before':<26} after"]
+    passed = {"before": 0, "after": 0}
+    for sid, flag, _want in cases:
+        cells = []
+        for label, res, err in (("before", old, old_error), ("after", new, new_error)):
+            if res is None:
+                cells.append("(cannot import)")
+                continue
+            got, ok, expected = res[(sid, flag)]
+            passed[label] += ok
+            cells.append(f"{name(got)} ({'pass' if ok else 'FAIL'})")
+        expected = {"weight": sid, "params": "params_dtype", "keep": "None"}[_want]
+        rows.append(f"    {sid:<15} {str(flag):<10} {expected:<13} {cells[0]:<26} {cells[1]}")
+    total = len(cases)
+    head = [f"{func}() run on real torch dtypes (params_dtype bfloat16), the cases the test asserts:", ""]
+    tail = ["", f"Before: {passed['before']}/{total} pass" + (f" ({old_error})" if old_error else "")
+            + f"; after: {passed['after']}/{total} pass" + (f" ({new_error})" if new_error else "") + "."]
+    return head + rows + tail
+
+
+# (backend row in the harness's matrix, what a reviewer calls it, its kv_b_proj storage)
+PREFILL_ROWS = (("bf16", "unquantized bf16"), ("fp8", "FP8"), ("marlin", "Marlin FP8 (W8A16)"),
+                ("nvfp4", "NVFP4"), ("nvfp4_p", "NVFP4, fp8 prefill"), ("awq", "AWQ/GPTQ"),
+                ("int8", "W8A8-INT8"))
+
+
+def release_prefill(version: str, before_text: str, after_text: str, read, scenario: str = "S") -> list[str]:
+    """The release's own `_compute_prefill_context`, cut out of its MLA module before and after
+    the patch (kernels_ref/harness/upstream_source.py), run on the reference kernels over every
+    kv_b_proj storage: one line per backend. Raises the harness's ExtractionError when the
+    release needs more than the harness supplies."""
+    from dtype_lint.kernels_ref.harness import upstream_runtime as ur
+    from dtype_lint.kernels_ref.harness.backends import BACKENDS
+    from dtype_lint.kernels_ref.harness.matrix import ScenarioRun
+    from dtype_lint.kernels_ref.harness.upstream_source import extract
+    from dtype_lint.migrate.release_stubs import installed
+
+    releases = {label: ur.CompiledRelease(extract(text, version, label, read=read))
+                for label, text in (("before", before_text), ("after", after_text))}
+    run = ScenarioRun(scenario, 0, "cpu")
+    rows = [f"    {'kv_b_proj backend':<20} {'storage':<14} {'before':<54} after"]
+    import tempfile
+
+    # The fp8 branch of 0.33.0's helper imports two vLLM modules at call time: stand-ins serve them.
+    with tempfile.TemporaryDirectory() as empty, installed(empty):
+        for row_id, name in PREFILL_ROWS:
+            backend = BACKENDS[row_id]
+            layer = run.layer(backend)
+            weight = getattr(layer, "weight", None)
+            storage = "no .weight" if weight is None else str(weight.dtype).removeprefix("torch.")
+            cells = [_outcome_of(lambda rel=rel: ur.run(rel, "main", run.scenario,
+                                                        run.upstream_inputs(backend, layer, "main")))
+                     for rel in releases.values()]
+            rows.append(f"    {name:<20} {storage:<14} {cells[0]:<54} {cells[1]}")
+    return [f"vLLM {version}'s own _compute_prefill_context (cut out of mla_attention.py before and after "
+            f"this patch), run on reference CPU kernels of each backend, scenario {scenario}:", ""] + rows

@@ -2,13 +2,16 @@
 
 `dtype-lint migrate PATH --series DIR` computes the same rewrite as the in-place migration
 (a fixing run that writes nothing), then splits it: the shared helper first, then one patch per
-file, directory or rule (`--group-by`). Each commit message says which sites it changes and with
-which codes, why they are wrong (which backend gives which storage), the exact rewrite, and what
-verified it (the re-check, the compile of every file after the patch, and the executable proof
-`proofs.py` can give for it). The patches are made by git itself, in a scratch repository holding
-the original text of every file they touch, so they apply with `git am` (or `git apply`) on a
-checkout of the scanned tree, in order, and the tree after the last one equals the in-place
-migration byte for byte (tests/test_series.py).
+file, directory or rule (`--group-by`). Each commit is written in the target project's
+conventions (conventions.py, messages.py): its title tag and wording, its pull-request template
+(vLLM: Purpose / Test Plan / Test Result), a sign-off by the configured author, no rule codes.
+A patch to an input-dtype helper adds that helper's unit test in the project's test layout
+(regression.py), and its Test Result is the helper run before and after (and, for vLLM's MLA
+module, the release's own prefill run before and after; proofs.py). The patches are made by git
+itself, in a scratch repository holding the original text of every file they touch, so they
+apply with `git am` (or `git apply`) on a checkout of the scanned tree, in order, and the tree
+after the last one equals the in-place migration byte for byte, plus the tests the series adds
+(tests/test_series.py).
 """
 
 from __future__ import annotations
@@ -16,29 +19,24 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import textwrap
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from dtype_lint.engine.writer import ProjectWriter
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import fix_text
-from dtype_lint.fix.helper_template import HelperLocation, decision_rows
-from dtype_lint.engine.writer import ProjectWriter
+from dtype_lint.fix.helper_template import HelperLocation, decision_rows, function_table
+from dtype_lint.migrate import messages, proofs, regression
+from dtype_lint.migrate.conventions import CONVENTIONS, Convention, Identity
 
 GROUPS = ("file", "directory", "rule")
-# A fixed date and author make the series reproducible: the same tree gives the same patches.
+# A fixed date makes the series reproducible: the same tree and author give the same patches.
 _DATE = "2026-01-01T00:00:00+0000"
-_AUTHOR = ("dtype-lint", "dtype-lint@users.noreply.github.com")
+# The scratch repository's own commits (its base) are never part of the series.
+_SCRATCH = ("dtype-lint", "dtype-lint@localhost")
 
-WHY = (
-    "A quantization backend may repack a layer's weight after loading, so its storage dtype is not "
-    "the compute dtype of the layer's input: Marlin FP8 stores `torch.int32`, NVFP4 `torch.uint8`, "
-    "FP8 `float8_e4m3fn`, W8A8-INT8 `torch.int8`, and AWQ/GPTQ/compressed-tensors WNA16 layers have "
-    "no `.weight` at all. Casting an activation to `layer.weight.dtype` (or allocating in it) then "
-    "crashes (`unsupported `a` scalar_type` in Marlin, vLLM issue #38658; `AttributeError` on AWQ, "
-    "PR #34695) or silently truncates the activation to integers."
-)
+WHY = messages.WHY
 
 
 @dataclass
@@ -48,6 +46,7 @@ class FileChange:
     after: bytes
     findings: list[Finding] = field(default_factory=list)  # the sites this change fixes
     group: str = ""  # with --group-by rule: the code whose fixes this step applies
+    test: bool = False  # a regression test the series adds (not part of the migration itself)
 
 
 @dataclass
@@ -56,6 +55,34 @@ class Patch:
     body: str
     changes: list[FileChange]
     file: Path | None = None  # the .patch written
+    kind: str = "sites"  # "helper" | "fix-helper" | "sites"
+    message: messages.Message | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for c in self.changes for f in c.findings]
+
+    @property
+    def codes(self) -> list[str]:
+        return sorted({f.code for f in self.findings})
+
+    @property
+    def tests(self) -> list[str]:
+        return [c.path for c in self.changes if c.test]
+
+
+@dataclass
+class Style:
+    """How the series is written for its target: the project's convention, who signs it, and
+    where the release's own files are read from for its proofs."""
+
+    convention: Convention = field(default_factory=lambda: CONVENTIONS["generic"])
+    identity: Identity | None = None
+    signoff: bool = False
+    root: Path | None = None  # the tree the series applies to
+    label: str = "the tree"  # how a proof names that tree's code ("0.33.0")
+    taken: set[str] = field(default_factory=set)  # test paths this series already adds
+    generated: list = field(default_factory=list)  # generated.Note for the files the series changes
 
 
 def series_root(path: Path) -> Path:
@@ -68,15 +95,22 @@ def series_root(path: Path) -> Path:
 
 
 def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: HelperLocation | None,
-         group_by: str, proof=None) -> list[Patch]:
+         group_by: str, proof=None, style: Style | None = None) -> list[Patch]:
     """The patches, in the order they apply: the helper first, then the groups."""
     if group_by not in GROUPS:
         raise ValueError(f"--group-by must be one of {', '.join(GROUPS)}")
+    style = style or Style()
+    conv = style.convention
     patches = []
+    helper_test_path = None
     if helper_changes and helper is not None:
-        patches.append(Patch(
-            f"Add {helper.func}: one helper decides a layer's input dtype",
-            _helper_body(helper), helper_changes))
+        patch = _helper_patch(helper, helper_changes, style)
+        helper_test_path = patch.tests[0] if patch.tests else None
+        patches.append(patch)
+    elif helper is not None and helper.exists:
+        candidate = conv.test_path(_rel_to(helper.path, style.root), helper.func)
+        if style.root is not None and (style.root / candidate).is_file():
+            helper_test_path = candidate
     groups: dict[str, list[FileChange]] = defaultdict(list)
     for ch in changes:
         key = {"file": ch.path, "directory": str(Path(ch.path).parent), "rule": ch.group}[group_by]
@@ -85,8 +119,136 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
     # reviewer reads the decision before its uses.
     for key in sorted(groups, key=lambda k: (not any(_fixes_helper(f) for c in groups[k] for f in c.findings), k)):
         chs = sorted(groups[key], key=lambda c: c.path)
-        patches.append(Patch(_subject(key, chs, helper), _body(chs, helper, proof), chs))
+        if any(_fixes_helper(f) for c in chs for f in c.findings):
+            patches.append(_fix_helper_patch(chs, helper, style, proof))
+        else:
+            func = helper.func if helper else "the input-dtype helper"
+            rewrites = sorted({f.fix.description for ch in chs for f in ch.findings if f.fix})
+            result = _proof_lines(proof, chs)
+            message = messages.sites_message(conv, key if group_by != "rule" else "", chs, func, rewrites,
+                                             helper_test_path, result,
+                                             [n for n in style.generated if n.path in {c.path for c in chs}])
+            patches.append(_finish(Patch("", "", chs, kind="sites"), message, style))
     return patches
+
+
+def _rel_to(path, root: Path | None) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix() if root else Path(path).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
+def _package_rel(path: str) -> str:
+    """A path relative to the directory holding the package (a `src/` layout dropped)."""
+    parts = PurePosixPath(path).parts
+    return str(PurePosixPath(*parts[1:])) if parts and parts[0] == "src" else path
+
+
+def _free_test_path(test, style: Style, taken: set[str]):
+    """The test under a name the tree does not already use (a patch must create, never overwrite)."""
+    import dataclasses
+
+    path, n = test.path, 1
+    while path in taken or (style.root is not None and (style.root / path).exists()):
+        n += 1
+        path = str(PurePosixPath(test.path).with_name(f"{PurePosixPath(test.path).stem}_{n}.py"))
+    taken.add(path)
+    return dataclasses.replace(test, path=path)
+
+
+def _finish(patch: Patch, message: messages.Message, style: Style) -> Patch:
+    messages.signoff(message, style.identity, style.signoff)
+    patch.message = message
+    patch.subject = message.title
+    patch.body = message.body(style.convention)
+    messages.check_clean(patch.subject + "\n" + patch.body)
+    return patch
+
+
+def _helper_patch(helper: HelperLocation, helper_changes: list[FileChange], style: Style) -> Patch:
+    conv = style.convention
+    changes = list(helper_changes)
+    helper_path = _rel_to(helper.path, style.root)
+    test = None
+    result: list[str] = []
+    try:
+        table = function_table(helper.source, helper.func)
+    except Exception:  # noqa: BLE001 - a helper beyond the evaluator gets no generated test
+        table = None
+    if table is not None:
+        test = _free_test_path(regression.helper_test(conv, helper_path, helper.module, helper.func, "fp8_input",
+                                                      table), style, style.taken)
+        changes.append(FileChange(test.path, None, test.text.encode("utf-8"), test=True))
+        if proofs.available():
+            package = helper.module.split(".")[0]
+            result = proofs.unit_cases({}, {_package_rel(helper_path): helper.source.encode("utf-8")},
+                                       helper.module, helper.func, test.cases, package)
+    if not result:
+        result = ["The helper's decisions were not executed here (no torch)."]
+    message = messages.helper_message(conv, helper.module, helper.func, decision_rows(), test, result)
+    return _finish(Patch("", "", changes, kind="helper"), message, style)
+
+
+def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, style: Style, proof) -> Patch:
+    conv = style.convention
+    changes = list(chs)
+    all_cases, funcs, tests, result = [], [], [], []
+    line = 0
+    for ch in chs:
+        names = messages.fixed_helper_names(ch.findings)
+        if not names:
+            continue
+        before_text = ch.before.decode("utf-8") if ch.before is not None else ""
+        after_text = ch.after.decode("utf-8")
+        line = line or min(f.span.line for f in ch.findings if _fixes_helper(f))
+        for func in names:
+            funcs.append(func)
+            try:
+                old, new = function_table(before_text, func), function_table(after_text, func)
+            except Exception:  # noqa: BLE001 - beyond the evaluator: no table, no generated test
+                continue
+            all_cases += messages.changed_cases(old, new)
+            module = messages.module_of(ch.path, conv.package)
+            test = _free_test_path(regression.helper_test(conv, ch.path, module, func,
+                                                          messages.flag_name(after_text, func), new), style, style.taken)
+            changes.append(FileChange(test.path, None, test.text.encode("utf-8"), test=True))
+            tests.append(test.path)
+            if proofs.available():
+                package = module.split(".")[0]
+                rel = _package_rel(ch.path)
+                result += proofs.unit_cases({rel: ch.before or b""}, {rel: ch.after}, module, func, test.cases,
+                                            package) + [""]
+        if proofs.available() and style.root is not None and ch.path == _MLA_MODULE:
+            try:
+                from dtype_lint.kernels_ref.harness.upstream_source import read_release
+
+                result += proofs.release_prefill(style.label, before_text, after_text, read_release(style.root)) + [""]
+            except Exception as e:  # noqa: BLE001 - the harness cannot reach this release: say so
+                result += [f"The release's own prefill could not be run here: {type(e).__name__}: {e}", ""]
+    extra = _proof_lines(proof, chs, fallback=False)
+    result += extra
+    if not any(text.strip() for text in result):
+        result = ["Not executed here (no torch)."]
+    message = messages.fix_helper_message(conv, chs[0].path, funcs, all_cases, tests, result, line)
+    others = [(ch.path, f) for ch in chs for f in sorted(ch.findings, key=Finding.sort_key) if not _fixes_helper(f)]
+    if others:  # a coarser grouping put call sites beside the helper's fix
+        func = helper.func if helper else "the input-dtype helper"
+        message.purpose += ["", f"Also in this patch, call sites routed through {func}():"]
+        message.purpose += [messages.wrap(f"{path}:{f.span.line} in `{f.scope}`", "- ") for path, f in others]
+    while message.test_result and not message.test_result[-1].strip():
+        message.test_result.pop()
+    return _finish(Patch("", "", changes, kind="fix-helper"), message, style)
+
+
+_MLA_MODULE = "vllm/model_executor/layers/attention/mla_attention.py"
+
+
+def _proof_lines(proof, chs, fallback: bool = True) -> list[str]:
+    extra = proof(chs) if proof else None
+    if extra:
+        return extra.rstrip().splitlines()
+    return ["Not executed: no reference run applies to these sites; each changed file compiles."] if fallback else []
 
 
 def _fixes_helper(f: Finding) -> bool:
@@ -94,78 +256,10 @@ def _fixes_helper(f: Finding) -> bool:
     return f.kind == "definition" and f.fix is not None
 
 
-def _subject(key: str, changes: list[FileChange], helper: HelperLocation | None) -> str:
-    func = helper.func if helper else "the input-dtype helper"
-    fixed = [f for c in changes for f in c.findings if _fixes_helper(f)]
-    n = sum(len(c.findings) for c in changes) - len(fixed)
-    # The whole path: a reviewer of a large tree cannot tell which `model.py` a bare name means.
-    where = key if key.startswith("DTL") else (key if key not in ("", ".") else "all files")
-    codes = ", ".join(sorted({f.code for c in changes for f in c.findings}))
-    what = []
-    if fixed:
-        what.append("make " + ", ".join(f"`{f.expression.removeprefix('def ')}`" for f in fixed)
-                    + " sound for every weight storage")
-    if n:
-        what.append(f"route {n} weight-dtype site{'s' if n != 1 else ''} through {func}")
-    return f"{where}: {' and '.join(what)} ({codes})"
-
-
-def _helper_body(helper: HelperLocation) -> str:
-    return "\n".join([
-        _wrap(WHY), "",
-        f"This adds `{helper.module}:{helper.func}(layer, fp8_input)`, which returns the dtype an "
-        "activation must have before entering `layer`, or None to keep the model dtype:",
-        "", *("    " + row for row in decision_rows()), "",
-        "Verified: dtype-lint evaluates this function's own code over every storage (fp16, bf16, "
-        "fp32, fp8 e4m3fn/e5m2, int32, uint8, int8, no .weight) x fp8_input, and the test suite runs "
-        "the same code with torch on real dtypes; it returns no integer dtype for any case.",
-    ])
-
-
-def _wrap(text: str, indent: str = "") -> str:
-    """Fill to 72 columns; a list item's continuation lines align under its text."""
-    follow = " " * (len(indent) + (0 if indent.strip() else 2)) if indent else ""
-    return textwrap.fill(text, 72, initial_indent=indent, subsequent_indent=follow,
-                         break_long_words=False, break_on_hyphens=False)
-
-
-def _body(changes: list[FileChange], helper: HelperLocation | None, proof) -> str:
-    lines = [_wrap(WHY), "", "Sites:"]
-    for ch in changes:
-        for f in sorted(ch.findings, key=Finding.sort_key):
-            lines.append(_wrap(f"{ch.path}:{f.span.line} {f.code} in `{f.scope}`: `{_short(f.expression)}`", "- "))
-            for e in f.evidence:
-                where = f" ({Path(e.path).name}:{e.line})" if e.path else ""
-                lines.append(_wrap(f"{e.message}{where}", "    "))
-    lines += ["", "Rewrite:"]
-    for desc in sorted({f.fix.description for ch in changes for f in ch.findings if f.fix}):
-        lines.append(_wrap(desc, "- "))
-    wrong = [f for ch in changes for f in ch.findings if _fixes_helper(f)]
-    for f in wrong:
-        lines.append(_wrap(f"before this patch, {f.message}", "- "))
-    lines += ["", "Verified:",
-              _wrap("dtype-lint re-checked every changed file: the sites above are gone and nothing new appears;", "- "),
-              _wrap("every Python file of the tree compiles after this patch;", "- ")]
-    if wrong:
-        lines.append(_wrap("dtype-lint's dtype evaluator read the patched helper's own code: it is sound on every "
-                           "storage (fp16, bf16, fp32, fp8 e4m3fn/e5m2, int32, uint8, int8, no .weight) x fp8 "
-                           "input, and decides every other case exactly as before;", "- "))
-    extra = proof(changes) if proof else None
-    if extra:
-        lines.append(extra.rstrip())
-    else:
-        lines.append(_wrap("no executable proof applies to these sites beyond the checks above.", "- "))
-    return "\n".join(lines)
-
-
-def _short(text: str, limit: int = 100) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def write(patches: list[Patch], out: Path, writer: ProjectWriter) -> list[Path]:
-    """Commit the patches in a scratch repository, `git format-patch` them there, and write the
-    patch files into `out` through the run's writer (the user named that folder)."""
+def write(patches: list[Patch], out: Path, writer: ProjectWriter, identity: Identity | None = None) -> list[Path]:
+    """Commit the patches in a scratch repository as `identity`, `git format-patch` them there,
+    and write the patch files into `out` through the run's writer (the user named that folder)."""
+    author = (identity.name, identity.email) if identity else _SCRATCH
     with tempfile.TemporaryDirectory(prefix="dtype-lint-series-") as tmp:
         repo = Path(tmp) / "repo"
         scratch = ProjectWriter(Path(tmp))
@@ -184,7 +278,7 @@ def write(patches: list[Patch], out: Path, writer: ProjectWriter) -> list[Path]:
             for ch in p.changes:
                 _put(scratch, repo / ch.path, ch.after)
             git(["add", "-A"], repo)
-            git(["commit", "-q", "-m", p.subject, "-m", p.body], repo)
+            git(["commit", "-q", "--cleanup=verbatim", "-m", p.subject + "\n\n" + p.body], repo, author)
         made = Path(tmp) / "patches"
         names = git(["format-patch", "--no-signature", "--zero-commit", "-o", str(made), "HEAD~" +
                       str(len(patches))], repo).split()
@@ -215,13 +309,13 @@ def checkout(src: Path, dest: Path, message: str = "base", ignore=("__pycache__"
     return dest
 
 
-def git(args: list[str], cwd: Path) -> str:
+def git(args: list[str], cwd: Path, author: tuple[str, str] = _SCRATCH) -> str:
     """git with a fixed author and date, and none of the caller's or the repository's hooks,
     filters or settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
-               GIT_AUTHOR_NAME=_AUTHOR[0], GIT_AUTHOR_EMAIL=_AUTHOR[1], GIT_COMMITTER_NAME=_AUTHOR[0],
-               GIT_COMMITTER_EMAIL=_AUTHOR[1], GIT_AUTHOR_DATE=_DATE, GIT_COMMITTER_DATE=_DATE)
+               GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[1], GIT_COMMITTER_NAME=author[0],
+               GIT_COMMITTER_EMAIL=author[1], GIT_AUTHOR_DATE=_DATE, GIT_COMMITTER_DATE=_DATE)
     cmd = ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", "-c", "commit.gpgsign=false",
            "-c", "core.autocrlf=false", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout

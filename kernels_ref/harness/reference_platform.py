@@ -25,5 +25,9 @@ class ReferencePlatform:
     def fp8_dtype(self) -> torch.dtype:
         return FP8
 
+    def is_cpu(self) -> bool:
+        # 0.33.0 takes a CPU-only gather when this is true; the harness models the CUDA path.
+        return False
+
 
 current_platform = ReferencePlatform()

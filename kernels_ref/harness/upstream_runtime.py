@@ -198,7 +198,20 @@ def provided_names(current: _CurrentRun) -> dict[str, object]:
         "get_dcp_group": get_dcp_group,
         "MLADCPManager": DcpEmulation,
         "np_to_pinned_tensor": torch.from_numpy,
+        # 0.33.0's chunk planner: no pinned memory here, and its host-to-device copy made plainly.
+        "PIN_MEMORY": False,
+        "async_tensor_h2d": _tensor_h2d,
     }
+
+
+def _tensor_h2d(data, device=None, dtype=None, out=None):
+    """vLLM 0.33.0's ``async_tensor_h2d`` with ``PIN_MEMORY`` false: the same copy, unpinned."""
+    if dtype is None and out is not None:
+        dtype = out.dtype
+    t = torch.as_tensor(data, dtype=dtype)
+    if out is not None:
+        return out.copy_(t)
+    return t.to(device=device, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------- the namespace

@@ -43,7 +43,7 @@ FOLLOW = frozenset({"cdiv", "round_down", "round_up", "get_dcp_local_seq_lens", 
 #: Names imported from vLLM that the harness supplies (see upstream_runtime.provided_names).
 PROVIDED = frozenset(
     {"ops", "current_platform", "merge_attn_states", "mask_empty_context", "get_dcp_group", "MLADCPManager",
-     "np_to_pinned_tensor"}
+     "np_to_pinned_tensor", "PIN_MEMORY", "async_tensor_h2d"}
 )
 #: Top-level packages whose imports are executed as written.
 PLAIN_IMPORTS = frozenset({"torch", "numpy", "itertools", "math", "typing", "dataclasses", "functools", "collections", "enum", "abc"})
@@ -138,12 +138,14 @@ def free_names(node: ast.AST) -> set[str]:
                 visit(v)
 
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        # Wrapped in an expression: `visit` looks at a node's fields, so a bare `@dataclass` or
+        # `class K(IntEnum)` would otherwise never be seen as a read of its name.
         for d in node.decorator_list:
-            visit(d)
+            visit(ast.Expr(d))
         body = ast.Module(body=node.body, type_ignores=[])
         if isinstance(node, ast.ClassDef):
             for b in node.bases:
-                visit(b)
+                visit(ast.Expr(b))
         else:
             for a in ast.walk(node.args):
                 if isinstance(a, ast.arg):
