@@ -20,8 +20,8 @@ import datetime
 import json
 import os
 import platform
-import socket
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -552,9 +552,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(STAGES.parent))
     global py_files, corpus
-    from stages import py_files
-
     import corpus
+    from stages import py_files
 
     from dtype_lint import releases
 

@@ -18,10 +18,20 @@ import sys
 from pathlib import Path
 
 from dtype_lint import __version__
+from dtype_lint.cli_output import (
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    _config,
+    _exit_code,
+    _from_cwd,
+    _print_warnings,
+    _printable,
+    _render,
+    plural,
+    rule_doc,
+)
 from dtype_lint.reporters import FORMATS
-
-from dtype_lint.cli_output import (EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _config, _exit_code, _from_cwd,
-                                   _print_warnings, _printable, _render, plural, rule_doc)
 
 
 def _codes(value: str) -> list[str]:
@@ -45,20 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("paths", nargs="*", default=None,
                    help="files or directories (default: .); `-` reads one file from stdin (see --stdin-filename)")
     c.add_argument("--fix", action="store_true", help="apply safe fixes in place")
-    c.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix/--diff) or show fixes marked unsafe")
+    c.add_argument("--unsafe-fixes", action="store_true",
+                   help="also apply (with --fix/--diff) or show fixes marked unsafe")
     c.add_argument("--diff", action="store_true", help="print only the fixes, as a unified diff; write nothing; "
                    "exit 1 if there is a diff, 0 (and print nothing) if no fix applies")
     c.add_argument("--fix-only", action="store_true", help="apply safe fixes, but report no remaining finding "
                    "and exit 0 for them")
     c.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when a fix was applied, even if "
                    "no finding remains")
-    c.add_argument("--show-fixes", action="store_true", help="list the fixes applied (with --fix) or available, per file")
+    c.add_argument("--show-fixes", action="store_true",
+                   help="list the fixes applied (with --fix) or available, per file")
     c.add_argument("--add-noqa", nargs="?", const="", default=None, metavar="REASON",
                    help="suppress every remaining finding where it is: `# noqa: CODE`, or with "
                         "`--add-noqa=REASON` `# dtype-lint: ignore[CODE] REASON`")
-    c.add_argument("--select", type=_codes, help="comma-separated codes or prefixes to enable (e.g. DTL001); the opt-in rules "
+    c.add_argument("--select", type=_codes,
+                   help="comma-separated codes or prefixes to enable (e.g. DTL001); the opt-in rules "
                    "DTL003-DTL005 run only when named by code (or ALL)")
-    c.add_argument("--extend-select", type=_codes, help="comma-separated codes or prefixes to enable on top of `select`")
+    c.add_argument("--extend-select", type=_codes,
+                   help="comma-separated codes or prefixes to enable on top of `select`")
     c.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to disable")
     c.add_argument("--output-format", choices=FORMATS, default=None, help="report format (default: text)")
     c.add_argument("-o", "--output-file", help="write the report to a file instead of stdout")
@@ -68,19 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--statistics", action="store_true", help="print counts per rule instead of each finding, "
                    "one `count code [*] name` line each (as Ruff)")
     c.add_argument("--statistics-table", action="store_true", help="the counts per rule as a table")
-    c.add_argument("--baseline", metavar="FILE", help="hide findings recorded in FILE (keyed by path, scope and expression)")
-    c.add_argument("--write-baseline", metavar="FILE", help="record the current findings in FILE; an existing baseline may only shrink")
-    c.add_argument("--changed-since", metavar="REF", help="only report files changed since a git ref (the class index still covers every file)")
+    c.add_argument("--baseline", metavar="FILE",
+                   help="hide findings recorded in FILE (keyed by path, scope and expression)")
+    c.add_argument("--write-baseline", metavar="FILE",
+                   help="record the current findings in FILE; an existing baseline may only shrink")
+    c.add_argument("--changed-since", metavar="REF",
+                   help="only report files changed since a git ref (the class index still covers every file)")
     c.add_argument("--config", metavar="FILE", help="pyproject.toml, or a TOML file with the settings at its top level "
                    "(default: the nearest .dtype-lint.toml, dtype-lint.toml or pyproject.toml with [tool.dtype-lint])")
-    c.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns (gitignore-style)")
+    c.add_argument("--exclude", type=_codes, default=None,
+                   help="comma-separated extra exclude patterns (gitignore-style)")
     c.add_argument("--force-exclude", action=argparse.BooleanOptionalAction, default=None,
                    help="apply `exclude` to files named on the command line too (pre-commit names each "
                         "file; on in the shipped hooks); default: the `force-exclude` setting, else off")
     c.add_argument("--stdin-filename", metavar="PATH", help="check the text on stdin as the file PATH of its "
                    "project (its configuration, excludes and classes); with --fix, print the fixed text")
     c.add_argument("--preset", help="vllm (default) or generic")
-    c.add_argument("--name-heuristics", action="store_true", help="also report low-confidence sites whose layer class did not resolve but whose name looks like a projection")
+    c.add_argument("--name-heuristics", action="store_true",
+                   help="also report low-confidence sites whose layer class did not resolve but whose name looks "
+                        "like a projection")
     c.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     c.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
@@ -119,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--signoff", action=argparse.BooleanOptionalAction, default=None,
                    help="add Signed-off-by: to each --series commit (default: on for vllm, whose DCO asks for it)")
 
-    d = sub.add_parser("doctor", help="show the resolved configuration, the helper's location and which quantizable roots match",
+    d = sub.add_parser("doctor",
+                       help="show the resolved configuration, the helper's location and which quantizable roots match",
                        description="What a check of PATHS would use and see: the configuration and where each setting "
                                    "came from, the project root, the files in scope, where the shared helper is (or "
                                    "would be created, or why it cannot be), and which quantizable roots match classes "
@@ -141,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                    description="A Language Server over stdio: diagnostics for each Python document on open, "
                                "change and save, and each safe fix as a quick-fix code action. Needs the `lsp` "
                                "extra (pygls).")
-    v = sub.add_parser("verify", help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
+    v = sub.add_parser("verify",
+                       help="prove on reference kernels that the MLA prefill fix changes nothing but the crash",
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
     # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
@@ -261,7 +283,8 @@ def _check_combinations(args) -> None:
         clash = [flag for flag, on in (("--fix", args.fix), ("--fix-only", args.fix_only), ("--diff", args.diff),
                                        ("--write-baseline", args.write_baseline)) if on]
         if clash:
-            raise UserError(f"--add-noqa cannot be combined with {clash[0]}: it suppresses findings, it does not fix them")
+            raise UserError(f"--add-noqa cannot be combined with {clash[0]}: it suppresses findings, "
+                            "it does not fix them")
         if "\n" in args.add_noqa or "\r" in args.add_noqa:
             raise UserError("--add-noqa: the reason must be one line")
     if args.stdin_filename is not None and args.paths not in (None, [], ["-"]):
@@ -283,9 +306,9 @@ def _print_writes(result, verbose: bool = False, skip: tuple[str, ...] = (), sho
 
 
 def _report(result, args) -> None:
-    from dtype_lint.engine.pipeline import safe_read
-
     import io
+
+    from dtype_lint.engine.pipeline import safe_read
 
     out = io.StringIO() if args.output_file else sys.stdout
     _render(result.findings, result.fixed, args, len(result.files), result.analyzed, result.elapsed_s, safe_read, out)
@@ -334,9 +357,9 @@ def _write_named_file(result, path: str, text: str, why: str) -> None:
 
 def _migrate(args) -> int:
 
-    from dtype_lint.migrate.migration import print_summary, render_report, run_migration
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.progress import progress_bar
+    from dtype_lint.migrate.migration import print_summary, render_report, run_migration
 
     if not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or directory")
@@ -373,10 +396,9 @@ def _migrate(args) -> int:
 
 
 def _series(args, cfg, tick) -> int:
-    from dtype_lint.migrate.migration import migration_series, render_report
-
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.migrate.conventions import IdentityError
+    from dtype_lint.migrate.migration import migration_series, render_report
 
     try:
         result, patches, files = migration_series(
@@ -404,8 +426,8 @@ def _doctor(args) -> int:
 
 
 def _rule(args) -> int:
-    from dtype_lint.findings import ENGINE_CODES
     from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.findings import ENGINE_CODES
     from dtype_lint.rules import ALL_RULES, RULES_BY_CODE
 
     if args.all or not args.code:

@@ -7,8 +7,17 @@ from __future__ import annotations
 import os
 import sys
 
-from dtype_lint.cli_output import (EXIT_CLEAN, EXIT_FINDINGS, _config, _exit_code, _print_warnings, _printable, _render,
-                                   plural, rule_infos)
+from dtype_lint.cli_output import (
+    EXIT_CLEAN,
+    EXIT_FINDINGS,
+    _config,
+    _exit_code,
+    _print_warnings,
+    _printable,
+    _render,
+    plural,
+    rule_infos,
+)
 
 
 def check_stdin(args) -> int:

@@ -106,7 +106,8 @@ class Config:
 
     def fingerprint(self) -> str:
         """Hash of everything that changes findings: part of every cache key."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("root", "source", "cache_dir", "force_exclude")}
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("root", "source", "cache_dir", "force_exclude")}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -298,7 +299,8 @@ def _validate(cfg: Config, where: str) -> None:
         for name in getattr(cfg, key):
             if not _QUALNAME.match(name):
                 raise ConfigError(f"{where}: `{key.replace('_', '-')}` entry `{name}` is not a dotted class name")
-    if cfg.helper and (not _HELPER.match(cfg.helper) or any(keyword.iskeyword(p) for p in re.split(r"[.:]", cfg.helper))):
+    if cfg.helper and (not _HELPER.match(cfg.helper)
+                       or any(keyword.iskeyword(p) for p in re.split(r"[.:]", cfg.helper))):
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
                           "(dotted Python names, none empty)")
     _validate_cache_dir(cfg.cache_dir, where)

@@ -100,7 +100,8 @@ def explain(site: str, config_file: str | None = None) -> str:
             for backend in backends:
                 out.append(f"    {backend}:")
                 for s in sorted((s for s in storages if s.backend == backend), key=lambda s: (s.kind, s.method)):
-                    mark = "" if s.kind == COMPUTE else "  <- " + ("no `weight`" if s.kind == ABSENT else "not the compute dtype")
+                    mark = ("" if s.kind == COMPUTE
+                            else "  <- " + ("no `weight`" if s.kind == ABSENT else "not the compute dtype"))
                     out.append(f"      {s.method or '?'}: {s.what}{mark}")
                     for e in s.evidence:
                         out.append(f"        {_where(e)}{e.message}")

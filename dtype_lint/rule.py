@@ -38,15 +38,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
+from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
+from dtype_lint.analysis.dominance import parent_map
+from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
+from dtype_lint.analysis.layers import LayerResolver
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.storage_model import why_storage
 from dtype_lint.config import Config
-from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
-from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
-from dtype_lint.analysis.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.dominance import parent_map
-from dtype_lint.analysis.layers import LayerResolver
-from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.engine.source import SourceFile
+from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 

@@ -25,10 +25,10 @@ out of bounds, is refused, and that refusal is marked reference-only.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
-
-import math
 
 from .contracts import InputRejection
 from .formats import (

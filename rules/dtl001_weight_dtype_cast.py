@@ -71,8 +71,15 @@ import ast
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.hf_family import hf_storages
+from dtype_lint.analysis.recognisers import (
+    FIRST_PARAMETER,
+    WEIGHT_SITE_PATTERNS,
+    WeightDtypeSource,
+    cast_dtype_args,
+    weight_dtype_source,
+    weight_expr,
+)
 from dtype_lint.fix.planner import Site
-from dtype_lint.analysis.recognisers import FIRST_PARAMETER, WEIGHT_SITE_PATTERNS, WeightDtypeSource, cast_dtype_args, weight_dtype_source, weight_expr
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 _HEAD = """\

@@ -60,8 +60,8 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.hf_family import hf_storages
 from dtype_lint.analysis.flows import NEW_LIKE
+from dtype_lint.analysis.hf_family import hf_storages
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 

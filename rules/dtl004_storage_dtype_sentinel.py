@@ -70,10 +70,10 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
 from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.fix.planner import Site
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
+from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 SENTINELS = frozenset({"int32", "uint8", "int8"} | FP8_DTYPES)

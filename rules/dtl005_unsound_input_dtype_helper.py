@@ -133,11 +133,11 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.helper_functions import KnownHelper
+from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, cast_dtype_args
 from dtype_lint.dtypes.evaluator import AFTER_ERROR, Case, Table, alternatives, evaluate_helper, unsound_cases
 from dtype_lint.findings import Edit, Evidence, Fix
 from dtype_lint.fix.helper_template import helper_table
-from dtype_lint.analysis.helper_functions import KnownHelper
-from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, cast_dtype_args
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _UPSTREAM_SHAPE = """\

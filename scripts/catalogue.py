@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dtype_lint.analysis.catalogue_build import compute, dumps
-from dtype_lint.releases import release_tree
+from dtype_lint.analysis.catalogue_build import compute, dumps  # noqa: E402 - after the sys.path set-up
+from dtype_lint.releases import release_tree  # noqa: E402 - after the sys.path set-up
 
 
 def target(dist: str, version: str) -> Path:
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     path = target(args.dist, args.version)
     if args.check:
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            print(f"{path.relative_to(REPO)} is stale: run scripts/catalogue.py --dist {args.dist} --version {args.version}")
+            print(f"{path.relative_to(REPO)} is stale: "
+                  f"run scripts/catalogue.py --dist {args.dist} --version {args.version}")
             return 1
         return 0
     path.write_text(text, encoding="utf-8")

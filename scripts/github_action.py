@@ -133,7 +133,8 @@ def main(env=os.environ) -> int:
             print(f"::error title=dtype-lint::could not write SARIF to {opts['sarif_file']}")
             rc = max(rc, 2)
         else:
-            summary_lines += ["", f"SARIF for code scanning (all of `{' '.join(opts['paths'])}`): `{opts['sarif_file']}`"]
+            summary_lines += ["", f"SARIF for code scanning (all of `{' '.join(opts['paths'])}`): "
+                                  f"`{opts['sarif_file']}`"]
 
     _append(env.get("GITHUB_OUTPUT"), f"exit-code={rc}\nfindings={findings}\nfiles={files}\n")
     _append(env.get("GITHUB_STEP_SUMMARY"), "\n".join(summary_lines) + "\n")

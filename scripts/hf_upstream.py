@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import triage
+import triage  # noqa: E402 - after the sys.path set-up
 
 
 def generate(dist: str, version: str) -> Path:

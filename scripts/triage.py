@@ -239,7 +239,8 @@ class Triage:
 
 
 def join(verdicts: Verdicts, findings: list[dict], tree: Path) -> Triage:
-    mine = sorted((f for f in findings if f["code"] in RULES), key=lambda f: (finding_key(f, tree), f["code"], f["col"]))
+    mine = sorted((f for f in findings if f["code"] in RULES),
+                  key=lambda f: (finding_key(f, tree), f["code"], f["col"]))
     return Triage(verdicts, [(finding_key(f, tree), f, verdicts.rows.get(finding_key(f, tree))) for f in mine])
 
 
@@ -536,8 +537,8 @@ def rule_triages(findings_of) -> list[RuleTriage]:
 
 
 # The README's order: the seed release, the current one, the fork, the peers; any other tree after them.
-TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "aphrodite-engine-0.24.1", "sglang-0.5.23", "lmdeploy-0.18.0",
-              "transformers-5.23.0", "diffusers-0.42.1")
+TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "aphrodite-engine-0.24.1", "sglang-0.5.23",
+              "lmdeploy-0.18.0", "transformers-5.23.0", "diffusers-0.42.1")
 
 
 def all_trees() -> list[tuple[str, str]]:

@@ -16,11 +16,11 @@ tests/test_upstream.py checks the series applies with `git am` and equals the in
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 import os
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,10 +72,8 @@ def committed_author() -> str | None:
 
 def generate(tree: Path, out: Path, work: Path, author: str | None = None) -> None:
     """Write the series and its README for the release tree `tree` into `out` (emptied first)."""
-    from dtype_lint.config import load_config
-    from dtype_lint.migrate.migration import migration_series
     from dtype_lint.engine.pipeline import RunOptions, run
-
+    from dtype_lint.migrate.migration import migration_series
     from dtype_lint.migrate.series import checkout, git
 
     repo = checkout(tree, work / "tree", f"{DIST} {VERSION}")
@@ -245,7 +243,8 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
         verdict, why = verdict_of(f, verdicts, rules)
         reason = f.no_fix_reason or (f"unsafe fix: {f.fix.unsafe_reason}" if f.fix and f.fix.unsafe_reason
                                      else "report only" if not f.fix else "fix not applied")
-        lines.append(f"| `{f.path}:{f.span.line}` | {f.code} | {verdict}{': ' + _md(why) if why else ''} | {_md(reason)} |")
+        lines.append(f"| `{f.path}:{f.span.line}` | {f.code} | {verdict}{': ' + _md(why) if why else ''} "
+                     f"| {_md(reason)} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -270,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.check:
             print(f"wrote {OUT.relative_to(ROOT)}")
             return 0
-        stale = sorted({p.name for p in fresh.iterdir()} ^ {p.name for p in OUT.iterdir()} if OUT.is_dir() else ["(missing)"])
+        stale = sorted({p.name for p in fresh.iterdir()} ^ {p.name for p in OUT.iterdir()} if OUT.is_dir()
+                       else ["(missing)"])
         stale += [p.name for p in sorted(fresh.iterdir()) if (OUT / p.name).is_file()
                   and (OUT / p.name).read_bytes() != p.read_bytes()]
         if stale:

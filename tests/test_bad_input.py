@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
-from dtype_lint.engine import cache as cache_format
 from tiny_project import ATTN, FIXED_CALL, time_limit, tiny_project
+
+from dtype_lint.engine import cache as cache_format
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs, devices and SIGALRM are POSIX")
 

@@ -22,8 +22,8 @@ from dtype_lint.engine.baseline import (
     normalise_expression,
     write_baseline,
 )
-from dtype_lint.findings import Finding, Span
 from dtype_lint.engine.writer import ProjectWriter
+from dtype_lint.findings import Finding, Span
 
 
 def WRITE(path, data: bytes) -> None:  # noqa: N802 - stands for the run's writer

@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 
 import pytest
+from tiny_project import write_tree
 
+from dtype_lint.config import load_config
 from dtype_lint.engine import cache as cache_format
 from dtype_lint.engine import pipeline
-from dtype_lint.config import load_config
 from dtype_lint.engine.discovery import discover_files, module_name
-from tiny_project import write_tree
 
 LAYERS = """\
 import torch

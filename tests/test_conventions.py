@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 from test_series import AUTHOR, checkout, git
 

@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
-from dtype_lint.engine.writer import is_temp_name
 from tiny_project import ATTN, PYPROJECT, tiny_project, tree_bytes
+
+from dtype_lint.engine.writer import is_temp_name
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
                                 reason="forks a child and SIGKILLs it (Linux)")

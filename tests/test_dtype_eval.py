@@ -13,8 +13,16 @@ import textwrap
 import pytest
 
 from dtype_lint.dtypes.evaluator import (
-    MAX_PATHS, Case, Unsupported, alternatives, evaluate_guarded_cast, evaluate_helper, helper_shape,
-    possibly_unsound_cases, summarize_cases, unsound_cases,
+    MAX_PATHS,
+    Case,
+    Unsupported,
+    alternatives,
+    evaluate_guarded_cast,
+    evaluate_helper,
+    helper_shape,
+    possibly_unsound_cases,
+    summarize_cases,
+    unsound_cases,
 )
 
 

@@ -20,9 +20,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
+
 from dtype_lint.findings import Edit, Finding, Fix, Span  # noqa: E402
-from dtype_lint.fix.scope_check import FixCheckError, verify_names  # noqa: E402
 from dtype_lint.fix.fixer import fix_text  # noqa: E402
+from dtype_lint.fix.scope_check import FixCheckError, verify_names  # noqa: E402
 
 PYPROJECT = """\
 [tool.dtype-lint]

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.fix import fixer
-
-from dtype_lint.engine import writer
 from dtype_lint.api import check_source, fix_source
 from dtype_lint.cli import main
-from dtype_lint.findings import FIX_FAILED, Edit, Finding, Fix, Span
-from dtype_lint.fix.fixer import fix_text
+from dtype_lint.engine import writer
 from dtype_lint.engine.source import FileText
 from dtype_lint.engine.writer import ProjectWriter, WriteError, write_atomic
+from dtype_lint.findings import FIX_FAILED, Edit, Finding, Fix, Span
+from dtype_lint.fix import fixer
+from dtype_lint.fix.fixer import fix_text
 
 HELPER_IMPORT = "from proj.dtypes import get_layer_input_dtype"
 

@@ -18,11 +18,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
+
+from dtype_lint.engine.source import SourceText
 from dtype_lint.fix.formatting import ProjectStyle, project_style, wrap_long_lines
 from dtype_lint.fix.import_edit import import_edit
-from dtype_lint.engine.source import SourceText
 
 ROOT = Path(__file__).resolve().parents[1]
 RUFF = Path(sys.executable).with_name("ruff")

@@ -19,12 +19,12 @@ import ast
 import os
 
 import hypothesmith
+from fuzz_programs import modules
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dtype_lint.api import check_source, fix_source, make_config
 from dtype_lint.engine.pipeline import fix_one_text
-from fuzz_programs import modules
 
 EXAMPLES = int(os.environ.get("DTYPE_LINT_FUZZ_EXAMPLES", "40"))
 BUDGET = settings(max_examples=EXAMPLES, deadline=None, database=None,

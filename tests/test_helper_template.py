@@ -17,8 +17,8 @@ dtype) is checked against the same table offline.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import sys
 import types
 from contextlib import contextmanager

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 from tiny_project import tiny_project
 

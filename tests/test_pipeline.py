@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 from tiny_project import write_tree
-from dtype_lint.engine import pipeline
+
 from dtype_lint.api import check_source, make_config
+from dtype_lint.engine import pipeline
 from dtype_lint.engine.prefilter import Prefilter, marker_words
 from dtype_lint.rule import Rule, RuleContractError
 from dtype_lint.rules import ALL_RULES
@@ -276,8 +276,9 @@ def test_a_file_changed_since_the_check_is_analysed_again_before_fixing(tmp_path
 def test_the_helper_choice_stage_analyses_again_only_the_files_whose_fixes_it_changes(tmp_path: Path, monkeypatch):
     """An inferred helper home changes the import of every fix routed through the helper, so those
     files are analysed again with it; a file whose findings carry no helper fix is not."""
-    from dtype_lint.api import check_paths
     from tiny_project import ATTN
+
+    from dtype_lint.api import check_paths
 
     unguarded = ATTN.replace("x = x.to(self.kv_b_proj.weight.dtype)", "n = self.kv_b_proj.weight.shape[0]")
     root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "src/pkg/__init__.py": "",

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tiny_project import ATTN
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
+
 from dtype_lint import __version__
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,13 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from golden import assert_golden
 
 from dtype_lint import __version__
 from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
 from dtype_lint.reporters._common import SourceText, summary_line, tally
 from dtype_lint.reporters.github import escape_data, escape_property
-from golden import assert_golden
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

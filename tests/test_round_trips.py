@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 
 pytestmark = pytest.mark.network

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 from tiny_project import ATTN, FIXED_CALL, PYPROJECT, tiny_project
 

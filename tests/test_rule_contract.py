@@ -7,12 +7,12 @@ import ast
 
 import pytest
 
-from dtype_lint.api import make_config
 from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.analysis.class_index import QuantizableLayerIndex
+from dtype_lint.api import make_config
 from dtype_lint.engine.source import SourceFile
-from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, RuleContractError, RuleFacts, Valid
 from dtype_lint.findings import Edit, Fix
+from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, RuleContractError, RuleFacts, Valid
 
 CODE = """\
 def outer(x):

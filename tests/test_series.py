@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 
 from dtype_lint.migrate import series

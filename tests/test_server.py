@@ -16,7 +16,6 @@ import pytest
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 from pygls.uris import from_fs_path, to_fs_path
-
 from tiny_project import ATTN
 
 PYPROJECT = '[tool.dtype-lint]\nhelper = "pkg.dtypes:get_layer_input_dtype"\nexclude = ["vendored"]\n'

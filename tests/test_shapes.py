@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
-from dtype_lint.config import load_config
 from golden import assert_golden, lines_text
+
+from dtype_lint.config import load_config
 
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "shapes"
 

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from dtype_lint.findings import UNUSED_SUPPRESSION, Finding, Span
 from dtype_lint.engine.suppressions import Suppression, apply_suppressions, parse_suppressions
+from dtype_lint.findings import UNUSED_SUPPRESSION, Finding, Span
 
 
 def src(text: str) -> str:

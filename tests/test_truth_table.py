@@ -15,8 +15,8 @@ import ast
 import pytest
 
 from dtype_lint.dtypes.evaluator import FP8, PACKED, PARAMS, STORAGES, Case
-from dtype_lint.fix.helper_template import function_table, helper_source, helper_table
 from dtype_lint.dtypes.truth_table import INTENDED, prove_guarded_cast
+from dtype_lint.fix.helper_template import function_table, helper_source, helper_table
 
 LAYER = "self.kv_b_proj"
 ALIAS = f'{LAYER}.weight.dtype if hasattr({LAYER}, "weight") else {LAYER}.params_dtype'

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
 from test_series import added_tests, checkout, git, tree_bytes
 
@@ -33,7 +32,7 @@ def test_series_applies_and_equals_in_place_migration(vllm_0330: Path, tmp_path:
     patches = sorted(SERIES.glob("*.patch"))
     assert len(patches) >= 2, "the helper patch and at least one site patch"
     target = checkout(vllm_0330, tmp_path / "am")
-    for k, patch in enumerate(patches, 1):
+    for patch in patches:
         git(target, "am", "-q", str(patch))
         touched = git(target, "show", "--name-only", "--format=", "HEAD").split()
         assert touched, patch.name

@@ -87,11 +87,11 @@ def test_matrix_holds_and_covers_every_backend(report):
 
 def test_fixer_rewrote_both_cast_sites(report):
     diff = report["fixer"]["diff"]
-    removed = [l[1:].strip() for l in diff.splitlines() if l.startswith("-") and not l.startswith("---")]
-    added = [l[1:].strip() for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")]
+    removed = [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert "kv_c_normed = kv_c_normed.to(self.kv_b_proj.weight.dtype)" in removed
     assert "kv_c_normed = kv_c_normed.to(kv_b_proj_w_dtype)" in removed
-    assert sum("get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)" in l for l in added) == 2
+    assert sum("get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)" in line for line in added) == 2
 
 
 def test_spec_crash_sets_are_exact(report):

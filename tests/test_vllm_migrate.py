@@ -274,7 +274,7 @@ def test_diff_touches_only_flagged_functions_and_imports(migration: Migration):
             assert fn.lineno <= f["line"] <= fn.end_lineno, f"{path}:{f['line']} outside {f['scope']}"
             regions.append((fn.lineno, fn.end_lineno))
 
-        def inside(first: int, last: int) -> bool:
+        def inside(first: int, last: int, regions=regions) -> bool:
             return any(lo <= first and last <= hi for lo, hi in regions)
 
         old_lines, new_lines = old_text.splitlines(), new_text.splitlines()

@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
+from tiny_project import ATTN, FIXED_CALL, PYPROJECT, tiny_project, tree_bytes
+
 from dtype_lint.engine import pipeline
 from dtype_lint.engine.writer import ProjectWriter, is_temp_name, remove_stale_temps
-from tiny_project import ATTN, FIXED_CALL, PYPROJECT, tiny_project, tree_bytes
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes, owners and symlinks")
 OTHER = ATTN.replace("class Attn", "class Other")

@@ -15,9 +15,9 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dtype_lint.findings import Evidence
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
 from dtype_lint.engine import trees
+from dtype_lint.findings import Evidence
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
@@ -266,7 +266,8 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                      index: QuantizableLayerIndex, imports: dict[str, str] | None = None) -> FileFacts:
     if imports is None:
         imports = collect_imports(tree, module, is_package)
-    facts = FileFacts(module, path, imports, LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index), tree=tree)
+    facts = FileFacts(module, path, imports,
+                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index), tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
@@ -330,7 +331,8 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
         self_name = args[0].arg
         params = {a.arg: a.annotation for a in args[1:]}
         if _single_return(fn) is not None and (len(args) == 1 or "property" in decorators or
-                                               "cached_property" in decorators or "functools.cached_property" in decorators):
+                                               "cached_property" in decorators or
+                                               "functools.cached_property" in decorators):
             cf.getters[fn.name] = _single_return(fn)
         local_values: dict[str, list[ast.expr]] = {}
         for node in iter_statements(fn.body):
@@ -346,8 +348,8 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                 why = _quant_root_call(node, self_name)
                 if why:
                     cf.quant_root = Evidence(why, path, node.lineno)
-            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2 \
-                    and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
                 kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
                 cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
         for node in iter_statements(fn.body):

@@ -21,8 +21,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtype_lint.findings import Evidence
 from dtype_lint.engine.source import iter_code
+from dtype_lint.findings import Evidence
 
 _STMT = re.compile(r"^[ \t]*(?:class|from|import)\b", re.M)
 
@@ -62,7 +62,6 @@ class ModuleHeader:
 
 # `dtype_functions` is text-only, so that the pre-commit fast path can use it without this module.
 from dtype_lint.engine.text_facts import dtype_functions  # noqa: E402,F401
-
 
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
 _IMPORTED = re.compile(r"(?:^|,)\s*(\w+)")
@@ -404,7 +403,8 @@ class ModuleTable:
         if digest is None:
             prefix = os.path.join(real_folder, "")
             found = sorted(f"{m}\t{f[1]}" for m, f in self._first.items() if f[1].startswith(prefix))
-            digest = self._listings[real_folder] = hashlib.sha1("\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            digest = self._listings[real_folder] = hashlib.sha1(
+                "\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return digest
 
     # The whole table (the doctor's census of a tree): every module's header, read as needed.
@@ -609,7 +609,8 @@ class QuantizableLayerIndex:
             verdict = ClassVerdict(True, (self._evidence(qualname, f"`{short}` is a configured {kind} class"),))
         elif self.class_location(qualname) is None and self._by_simple.get((qualname.split(".")[0], short)) in roots:
             match = self._by_simple[(qualname.split(".")[0], short)]
-            verdict = ClassVerdict(True, (Evidence(f"`{short}` matches configured {kind} class `{match}` by name", "", 0),))
+            verdict = ClassVerdict(
+                True, (Evidence(f"`{short}` matches configured {kind} class `{match}` by name", "", 0),))
         elif depth < 32:
             for base in self.bases(qualname):
                 sub = self._verdict(base, kind, depth + 1)

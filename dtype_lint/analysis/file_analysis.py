@@ -7,18 +7,17 @@ input: a file that cannot be parsed, or whose nesting exhausts the parser, becom
 
 from __future__ import annotations
 
-import ast
 import os
 
-from dtype_lint.config import Config
 from dtype_lint.analysis.class_facts import ProjectFacts
-from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
+from dtype_lint.config import Config
+from dtype_lint.engine import trees
 from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words
-from dtype_lint.rule import RuleContext, RuleFacts, RuleContractError
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
-from dtype_lint.engine import trees
+from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
+from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
 
 
 def enabled_rules(config: Config, path: str | None = None):

@@ -19,8 +19,8 @@ import ast
 import functools
 
 from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.dominance import parent_map
+from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.guard_flags import ClassGuardFlags, concrete_classes, imported_predicates
 from dtype_lint.analysis.guards import BackendNames, GuardKnowledge, unpacked_storage_guard, weight_present_at
 from dtype_lint.analysis.layers import NONE

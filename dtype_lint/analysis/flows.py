@@ -142,7 +142,7 @@ class Flows:
             scope = FunctionScope(method, cls)
             me = scope.self_name
 
-            def is_attr(node, depth: int = 0) -> bool:
+            def is_attr(node, depth: int = 0, scope=scope, me=me) -> bool:
                 """`self.X`, rows of it (`self.X[idx]` keeps its dtype), or a local only ever bound to those."""
                 if isinstance(node, ast.Subscript):
                     node = node.value

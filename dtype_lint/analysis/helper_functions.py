@@ -16,11 +16,19 @@ import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from dtype_lint.config import Config
-from dtype_lint.dtypes.evaluator import (Case, Table, Unsupported, evaluate_helper, helper_shape, possibly_unsound_cases,
-                         summarize_cases, unsound_cases)
 from dtype_lint.analysis.class_facts import FunctionScope
 from dtype_lint.analysis.class_index import ModuleHeader, QuantizableLayerIndex
+from dtype_lint.config import Config
+from dtype_lint.dtypes.evaluator import (
+    Case,
+    Table,
+    Unsupported,
+    evaluate_helper,
+    helper_shape,
+    possibly_unsound_cases,
+    summarize_cases,
+    unsound_cases,
+)
 from dtype_lint.engine import trees
 
 
@@ -269,8 +277,8 @@ def project_helpers(config: Config, paths: list[str]) -> list[KnownHelper]:
     """Every top-level input-dtype helper the project defines (a function of the helper's shape
     that decides a dtype from a layer's storage), read from the files whose text could hold one;
     by path and line."""
-    from dtype_lint.engine.discovery import discover, module_name
     from dtype_lint.analysis.class_index import dtype_functions
+    from dtype_lint.engine.discovery import discover, module_name
     from dtype_lint.engine.source import READ_ERRORS, read_file
 
     cfg_module, cfg_func = config.helper_spec

@@ -25,13 +25,22 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtype_lint.analysis.class_facts import (LAYER_PARAM, AttrOrigin, ClassFacts, FunctionScope, ProjectFacts, Signature, annotation_name,
-                    layer_params, storage_method_name)
 from dtype_lint.analysis import hf_family
-from dtype_lint.findings import Evidence
-from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.catalogue import default_model
+from dtype_lint.analysis.class_facts import (
+    LAYER_PARAM,
+    AttrOrigin,
+    ClassFacts,
+    FunctionScope,
+    ProjectFacts,
+    Signature,
+    annotation_name,
+    layer_params,
+    storage_method_name,
+)
+from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
+from dtype_lint.findings import Evidence
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
@@ -430,7 +439,8 @@ class LayerResolver:
         if name_patterns and not q:
             last = expr_text.rsplit(".", 1)[-1]
             if any(fnmatch.fnmatch(last, p) for p in name_patterns):
-                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
+                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve",
+                                        "", 0),)
         return None
 
     @property
@@ -509,7 +519,7 @@ class LayerResolver:
                 continue
             facts = self.project.file_facts(module)
             for cf in (facts.classes.values() if facts else ()):
-                for attr, origins in cf.attrs.items():
+                for origins in cf.attrs.values():
                     for origin in origins:
                         if origin.kind != "call" or not origin.type_name or \
                                 qualname not in self.index.mro(origin.type_name):

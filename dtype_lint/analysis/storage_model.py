@@ -84,7 +84,8 @@ class Storage:
         located = [e for e in self.evidence if e.path]
         ends = located[:1] + located[-1:] if len(located) > 1 else located
         where = " -> ".join(f"{os.path.basename(e.path)}:{e.line}" for e in ends)
-        return f"{_backend_name(self.backend)} ({where}) {self.what}" if where else f"{_backend_name(self.backend)} {self.what}"
+        return (f"{_backend_name(self.backend)} ({where}) {self.what}" if where
+                else f"{_backend_name(self.backend)} {self.what}")
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "method": self.method, "kind": self.kind, "dtype": self.dtype,
@@ -299,7 +300,8 @@ class CodeBackends:
             for method, line, src_path, typed in self._methods_for(config, set(self.index.mro(layer_class))):
                 if method is None:
                     out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
-                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read", src_path, line),),
+                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read",
+                                                 src_path, line),),
                                        typed))
                     continue
                 dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
@@ -462,7 +464,8 @@ class CodeBackends:
         resolve.flags = {k: v for k, v in assigns.items() if isinstance(v, (ast.BoolOp, ast.Call, ast.UnaryOp))}
         self._walk(fn.body, conds, src, owner, config, out, depth, layer_param, resolve)
 
-    def _applies(self, test: ast.expr, layer_param: str, layer_mro: frozenset[str], resolve, depth: int = 0) -> bool | None:
+    def _applies(self, test: ast.expr, layer_param: str, layer_mro: frozenset[str], resolve,
+                 depth: int = 0) -> bool | None:
         """Does `test` hold for the layer? None when it does not test the layer's type. A local
         flag (`lm_head_quantized = isinstance(layer, ParallelLMHead) and ...`) is read through."""
         flags = getattr(resolve, "flags", {})
@@ -479,8 +482,9 @@ class CodeBackends:
             if isinstance(test.op, ast.Or):
                 return True if any(known) else (None if len(known) < len(parts) else False)
             return False if not all(known) else (None if len(known) < len(parts) else True)
-        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("isinstance", "issubclass") \
-                and len(test.args) == 2 and isinstance(test.args[0], ast.Name) and test.args[0].id == layer_param:
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) \
+                and test.func.id in ("isinstance", "issubclass") and len(test.args) == 2 \
+                and isinstance(test.args[0], ast.Name) and test.args[0].id == layer_param:
             kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
             types = {self.index.canonical(t) for t in (resolve(dotted(k)) for k in kinds) if t}
             return bool(types & layer_mro)
@@ -507,7 +511,8 @@ class CodeBackends:
                 continue
             before = len(out)
             self._calls(stmt, conds, src, owner, config, out, depth, layer_param, resolve)
-            if isinstance(stmt, ast.Return) and len(out) == before and isinstance(stmt.value, (ast.Call, ast.Attribute)):
+            if isinstance(stmt, ast.Return) and len(out) == before \
+                    and isinstance(stmt.value, (ast.Call, ast.Attribute)):
                 # A method we cannot name (`return self.method_cls(self)`): it may store anything.
                 out.append((None, stmt.lineno, src.path, conds))
             if isinstance(stmt, (ast.Return, ast.Raise)):
@@ -518,7 +523,8 @@ class CodeBackends:
         # helper's own dispatch builds it (`get_linear_quant_method(self, layer, prefix, GPTQLinearMethod)`).
         followed: set[int] = set()
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and self._follow(node, conds, config, owner, layer_param, resolve, out, depth):
+            if isinstance(node, ast.Call) and self._follow(node, conds, config, owner, layer_param, resolve, out,
+                                                           depth):
                 followed.update(id(a) for a in node.args)
                 followed.update(id(k.value) for k in node.keywords)
         for node in ast.walk(stmt):
@@ -590,7 +596,8 @@ class CodeBackends:
             for other in self._package_methods(src, method):
                 for storage in self._method_storages(other, depth + 1):
                     out.append(Storage("", storage.method, storage.kind, storage.dtype, storage.what,
-                                       (Evidence(f"`{short}.create_weights` hands the layer to `{ast.unparse(delegated[0].func)}`",
+                                       (Evidence(f"`{short}.create_weights` hands the layer to "
+                                                 f"`{ast.unparse(delegated[0].func)}`",
                                                  src.path, delegated[0].lineno), *storage.evidence)))
             if out:
                 return out
@@ -602,7 +609,8 @@ class CodeBackends:
                 if after is not None:
                     out.append(Storage("", short, after[0], after[1], after[2], (reg, *after[3])))
                     break
-                what = (f"registers `weight` as {dtype}" if dtype else "registers `weight` in a dtype it does not state")
+                what = (f"registers `weight` as {dtype}" if dtype
+                        else "registers `weight` in a dtype it does not state")
                 if kind == COMPUTE:
                     what = "registers `weight` in the compute dtype (`params_dtype`)"
                 out.append(Storage("", short, kind, dtype, what, (reg, *dtype_ev)))
@@ -656,7 +664,8 @@ class CodeBackends:
                 name, value = _const_str(node.args[0]), node.args[1]
             elif isinstance(node, ast.Call) and dotted(node.func) in ("setattr",) and len(node.args) == 3:
                 name, value = _const_str(node.args[1]), node.args[2]
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Attribute) \
                     and isinstance(node.targets[0].value, ast.Name) and node.targets[0].value.id == "layer":
                 name, value = node.targets[0].attr, node.value
                 if not _makes_parameter(value, assigns):
@@ -745,12 +754,14 @@ class CodeBackends:
                         return (ABSENT, "", "deletes `weight`", (Evidence("`del ...weight`", src.path, node.lineno),))
             if isinstance(node, ast.Call) and dotted(node.func) == "delattr" and len(node.args) == 2 \
                     and _const_str(node.args[1]) == "weight":
-                return (ABSENT, "", "deletes `weight`", (Evidence("`delattr(..., \"weight\")`", src.path, node.lineno),))
+                return (ABSENT, "", "deletes `weight`",
+                        (Evidence("`delattr(..., \"weight\")`", src.path, node.lineno),))
             value = None
             if isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == "replace_parameter" \
                     and len(node.args) >= 3 and _const_str(node.args[1]) == "weight":
                 value = node.args[2]
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Attribute) \
                     and node.targets[0].attr == "weight" and isinstance(node.targets[0].value, ast.Name):
                 value = node.value
             if value is not None and _repacked(value, assigns):
@@ -870,7 +881,8 @@ def storage_evidence(storages: list[Storage], limit: int = 4) -> tuple[Evidence,
     seen = set()
     # One per backend first, then more of the same backends.
     firsts = {s.backend: s for s in reversed(storages)}
-    ordered = [s for s in storages if firsts.get(s.backend) is s] + [s for s in storages if firsts.get(s.backend) is not s]
+    ordered = ([s for s in storages if firsts.get(s.backend) is s]
+               + [s for s in storages if firsts.get(s.backend) is not s])
     for s in ordered:
         if (s.backend, s.method) in seen:
             continue
@@ -910,7 +922,8 @@ def _order(s: Storage) -> tuple:
 _ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\])", re.MULTILINE)
 
 
-def platform_admission(index: QuantizableLayerIndex, load_file, layer_class: str) -> list[tuple[str, str, int, list[str]]]:
+def platform_admission(index: QuantizableLayerIndex, load_file,
+                       layer_class: str) -> list[tuple[str, str, int, list[str]]]:
     """Which quantizations each platform admits: (platform class, path, line, names) for every class
     of the engine's `platforms` package (the top package of the layer's module, `.platforms`) that
     lists `supported_quantization`. An empty list admits every quantization (vLLM's interface)."""

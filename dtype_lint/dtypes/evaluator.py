@@ -565,8 +565,9 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
         for storage in STORAGES:
             case = Case(storage, flag)
             names = {} if flag_name is None else {flag_name: flag}
-            interp = Interpreter(case, names, globals_ or ModuleGlobals(None, {"torch": "torch",
-                                                                                "current_platform": "current_platform"}),
+            interp = Interpreter(case, names,
+                                 globals_ or ModuleGlobals(None, {"torch": "torch",
+                                                                  "current_platform": "current_platform"}),
                                  {layer_dump})
             for name, value in aliases.items():
                 interp.names[name] = _Lazy(value)
@@ -635,7 +636,8 @@ def summarize_cases(bad: list[tuple[Case, str]], flags: tuple[bool, ...] = (Fals
     return out
 
 
-def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr], unknown: bool | None) -> list[bool] | None:
+def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
+                  unknown: bool | None) -> list[bool] | None:
     """The test's truth for each packed storage, or None when it cannot be evaluated (or reads
     `.weight` on a layer without one: then it is no guard). `unknown`: the value an operand of a
     top-level `and` that cannot be evaluated takes (True: it cannot make the chain false; None:

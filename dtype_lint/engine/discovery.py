@@ -265,7 +265,8 @@ def changed_since(ref: str, cwd: Path) -> set[str]:
         top = _git(git, ["rev-parse", "--show-toplevel"], cwd, env).strip()
         commit = _git(git, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd, env,
                       f"--changed-since {ref}: not a commit in this repository").strip()
-        changed = _git(git, ["diff", "--name-only", "--no-ext-diff", "--no-textconv", "--diff-filter=ACMR", commit, "--"],
+        changed = _git(git, ["diff", "--name-only", "--no-ext-diff", "--no-textconv", "--diff-filter=ACMR",
+                             commit, "--"],
                        cwd, env)
         untracked = _git(git, ["ls-files", "--others", "--exclude-standard", "--"], cwd, env)
     except FileNotFoundError:

@@ -36,9 +36,9 @@ import os
 import re
 import sys
 
-from dtype_lint.engine.safe_read import read_bytes
 from dtype_lint.engine.fast_record import RECORD_NAME, load_record
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
+from dtype_lint.engine.safe_read import read_bytes
 from dtype_lint.engine.text_facts import helper_shaped_bodies
 
 MAX_SOURCE_BYTES = 4 << 20  # as engine.source: a larger file is DTL900 in the full run

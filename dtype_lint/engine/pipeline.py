@@ -24,22 +24,30 @@ from pathlib import Path
 from typing import Callable
 
 from dtype_lint import __version__
+from dtype_lint.analysis.class_index import (
+    ModuleFile,
+    ModuleHeader,
+    ModuleTable,
+    QuantizableLayerIndex,
+    dtype_functions,
+    extract_header,
+    from_imported,
+)
 from dtype_lint.analysis.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
-from dtype_lint.engine.cache import Cache
 from dtype_lint.config import Config
 from dtype_lint.engine import trees
-from dtype_lint.engine.fast_record import save_record
+from dtype_lint.engine.cache import Cache
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
-from dtype_lint.findings import Finding
-from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
-from dtype_lint.fix.helper_template import HelperError, HelperLocation
-from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
-from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
-from dtype_lint.analysis.class_index import ModuleFile, ModuleHeader, ModuleTable, QuantizableLayerIndex, dtype_functions, extract_header, from_imported
+from dtype_lint.engine.fast_record import save_record
 from dtype_lint.engine.prefilter import for_rules, has_suppression
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
 from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
+from dtype_lint.findings import Finding
+from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
+from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
+from dtype_lint.fix.helper_template import HelperError, HelperLocation
+from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
 
 
 class UserError(Exception):
@@ -169,7 +177,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     if options.use_cache:
         from dtype_lint.rules import ALL_RULES
 
-        save_record(config, writer, ALL_RULES, looked.files, valid=bool(index_found) and not warnings and not config.helper)
+        save_record(config, writer, ALL_RULES, looked.files,
+                    valid=bool(index_found) and not warnings and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=list(dict.fromkeys(messages)) + warnings, index=index,

@@ -2,8 +2,9 @@
 
 Each rule declares the spellings a file must contain for it to find anything (`Rule.patterns`,
 plus its `marker` word as a plain substring test); a file passes when it passes some enabled
-rule's own test (marker and pattern of the same rule). A file that passes none is never parsed. tests/test_rule_examples.py checks that every
-INVALID example of every rule passes, so a new rule form cannot be silently filtered out.
+rule's own test (marker and pattern of the same rule). A file that passes none is never parsed.
+tests/test_rule_examples.py checks that every INVALID example of every rule passes, so a new rule
+form cannot be silently filtered out.
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Collection, Iterable
 
-from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
 from dtype_lint.engine.source import SourceText, iter_code
+from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
 
 # A code list never holds `#`: each directive's scan stops at the next one (linear per comment).
 _IGNORE = re.compile(r"#\s*(?i:dtype-lint\s*:\s*ignore(?P<file>-file)?)(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?")
@@ -114,7 +114,8 @@ def might_hold_suppression(source: str) -> bool:
     """Substring tests only (linear): could `source` hold a directive that concerns us?"""
     lowered = source.lower()
     # A noqa comment naming only other tools' codes (E501) does not count: such files are not tokenized.
-    return "dtype-lint" in lowered or ("noqa" in lowered and ("dtl" in lowered or _BARE_NOQA.search(lowered) is not None))
+    return "dtype-lint" in lowered or ("noqa" in lowered
+                                       and ("dtl" in lowered or _BARE_NOQA.search(lowered) is not None))
 
 
 # --- finding comments ---------------------------------------------------------------------------

@@ -426,3 +426,16 @@ def _discard(tmp: str) -> None:
         os.unlink(tmp)
     except OSError:
         pass
+
+
+def write_scratch_files(root: Path, files: dict[str, bytes | str]) -> None:
+    """Files of a scratch tree under a temporary folder the run itself made (a migration's
+    re-check copy, a proof's module tree, a release's test folder): never a user's project, so
+    plain writes, but still only here, so that every write the tool makes is in this module."""
+    for rel, data in files.items():
+        target = Path(root) / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            target.write_text(data, encoding="utf-8")
+        else:
+            target.write_bytes(data)

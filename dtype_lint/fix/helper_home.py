@@ -97,8 +97,9 @@ def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> H
         location = locate_helper(inferred, func, cfg.template, config.root, base, configured=False,
                                  preset=config.preset)
     except HelperError as e:
-        return HelperChoice(None, config, "none", error=f"{why_not}; and no home for it could be inferred: {e}. "
-                                                        f"Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
+        return HelperChoice(None, config, "none",
+                            error=f"{why_not}; and no home for it could be inferred: {e}. "
+                                  f"Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
     rel = _rel(location.path, config.root)
     state = "the existing" if location.exists else "a new"
     note = (f"{why_not}; fixes use {state} `{inferred}:{func}` in {rel} ({reason}). "
@@ -115,8 +116,8 @@ def _default_unusable(location: HelperLocation, needing: list[Finding], root: Pa
     for f in needing:
         mod = module_name(f.path, root)
         if "." in mod or os.path.basename(f.path) == "__init__.py" or os.path.realpath(os.path.dirname(f.path)) != base:
-            return (f"a top-level module `{location.module}.py` in {_rel(location.path.parent, root)} is not importable "
-                    f"from `{mod}` once its package is installed")
+            return (f"a top-level module `{location.module}.py` in {_rel(location.path.parent, root)} is not "
+                    f"importable from `{mod}` once its package is installed")
     return ""
 
 
@@ -140,7 +141,8 @@ def _infer(config: Config, files: list[str], needing: list[Finding], func: str) 
         for top in ranked + sorted(set(existing) - set(ranked)):
             if top in existing:
                 return f"{top}.{INFERRED_MODULE}", existing[top], (
-                    f"an earlier run created it in package `{top}`; {counts[top]} of the {total} sites to fix are there")
+                    f"an earlier run created it in package `{top}`; {counts[top]} of the {total} sites to fix "
+                    "are there")
         top = ranked[0]
         base = package_root(top, files, root)
         if base is None:

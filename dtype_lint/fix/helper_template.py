@@ -131,7 +131,8 @@ def helper_table(module: str, func: str, template: str, path: str | None) -> Tab
     if key not in _TABLES:
         try:
             _TABLES[key] = function_table(source if source is not None else helper_source(func, template), func)
-        except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError):
+        except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError,
+                MemoryError):
             _TABLES[key] = None
     return _TABLES[key]
 

@@ -1,4 +1,5 @@
-"""Turn one DTL001 site into text edits that route it through the shared helper (the fix forms: README, "Fixes and the shared helper").
+"""Turn one DTL001 site into text edits that route it through the shared helper (the fix forms:
+README, "Fixes and the shared helper").
 
 Three forms, tried in order:
 - idiom: `alias = L.weight.dtype (if hasattr… else L.params_dtype)` + `if <guard>: x = x.to(…)`,
@@ -26,17 +27,17 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from dtype_lint.analysis.class_facts import FunctionScope, walk_function
+from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
 from dtype_lint.config import Config
 from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
-from dtype_lint.analysis.class_facts import FunctionScope, walk_function
-from dtype_lint.findings import Edit, Fix
-from dtype_lint.fix.helper_template import helper_table
-from dtype_lint.fix.formatting import project_style
-from dtype_lint.fix.import_edit import import_edit
-from dtype_lint.fix.bound_names import fresh, identifiers, module_names
-from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
-from dtype_lint.engine.source import SourceFile
 from dtype_lint.dtypes.truth_table import prove_guarded_cast
+from dtype_lint.engine.source import SourceFile
+from dtype_lint.findings import Edit, Fix
+from dtype_lint.fix.bound_names import fresh, identifiers, module_names
+from dtype_lint.fix.formatting import project_style
+from dtype_lint.fix.helper_template import helper_table
+from dtype_lint.fix.import_edit import import_edit
 
 _KNOWN_GLOBALS = {"torch", "current_platform", "hasattr", "getattr", "True", "False", "None"}
 
@@ -103,7 +104,8 @@ class Planner:
         """A fix routing through the helper: its edits plus the helper's import. Unsafe, whatever
         the form, when the helper itself is unsound."""
         if self._import is None:
-            edit = import_edit(self.src, self.tree, self.module, self.func, None if self.name == self.func else self.name,
+            edit = import_edit(self.src, self.tree, self.module, self.func,
+                               None if self.name == self.func else self.name,
                                style=project_style(str(self.config.root)))
             self._import = [] if edit is None else [edit]
         if safe is None:
@@ -355,7 +357,8 @@ class Planner:
 
     def _var_name(self, site: Site) -> str:
         layer = site.wds.layer
-        base = layer.attr if isinstance(layer, ast.Attribute) else (layer.id if isinstance(layer, ast.Name) else "layer")
+        base = (layer.attr if isinstance(layer, ast.Attribute)
+                else (layer.id if isinstance(layer, ast.Name) else "layer"))
         base = re.sub(r"^_+", "", base) or "layer"
         # Fresh in the function: not a local, parameter, `global`/`nonlocal`, import or nested
         # definition there (which it would shadow or be shadowed by), nor the helper's name, nor

@@ -95,10 +95,11 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     star = has_star_import(ast.parse(fixed))  # at module level, under an `if` or `try` too
     for mod, func, local in sorted(helpers):
         binds = assigned(local)
-        ours = [a for a in binds if a.scope is top and _imports(a.node, mod, func, local) and _is_top_level(a.node, module)]
+        ours = [a for a in binds
+                if a.scope is top and _imports(a.node, mod, func, local) and _is_top_level(a.node, module)]
         if len(binds) != 1 or len(ours) != 1:
-            raise FixCheckError(f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module binds "
-                                f"`{local}` {len(binds)} times")
+            raise FixCheckError(f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module "
+                                f"binds `{local}` {len(binds)} times")
         if star and not local.startswith("_"):
             raise FixCheckError(f"a star import could rebind `{local}`, the helper's name")
         for acc in accesses(local):
@@ -239,7 +240,8 @@ def _imports(node, module: str, func: str, local: str) -> bool:
         return False
     for alias in node.names:
         name = _dotted(alias.name)
-        asname = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
+        asname = (alias.asname.name.value
+                  if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None)
         if name == func and (asname or name) == local:
             return True
     return False

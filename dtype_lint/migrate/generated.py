@@ -106,7 +106,7 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
             notes.append(Note(path, "generated", source, source_rel, patched, action))
         lines = {f.span.line for f in ch.findings}
         blocks = copied_blocks(text)
-        for origin, qual, first, last in blocks:
+        for origin, _qual, first, last in blocks:
             if not any(first <= line <= last for line in lines):
                 continue
             origin_rel, _obj = origin_path(root, origin)
@@ -146,7 +146,8 @@ def _copies_left(root: Path, changed, changed_objects: dict[str, set[str]]) -> l
             module, _, obj = origin.rpartition(".")
             top = obj.split(".")[0]
             for mod, names in changed_objects.items():
-                if (module == mod and top in names) or (origin.startswith(mod + ".") and origin[len(mod) + 1:].split(".")[0] in names):
+                if (module == mod and top in names) or (origin.startswith(mod + ".")
+                                                        and origin[len(mod) + 1:].split(".")[0] in names):
                     notes.append(Note(rel, "copy-left", origin, origin_path(root, origin)[0], False,
                                       f"{qual} is copied from a changed object and this series leaves it: "
                                       f"run {FIX_COPIES} after applying it"))

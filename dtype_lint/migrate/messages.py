@@ -182,7 +182,8 @@ def check_clean(text: str) -> None:
     """A commit message must not carry a rule code or a part of this tool."""
     hit = RULE_CODE.search(text)
     if hit or "dtype-lint's" in text or "dtype evaluator" in text:
-        raise ValueError(f"a commit message names the tool's internals: {text[max(0, (hit.start() if hit else 0) - 40):][:80]!r}")
+        raise ValueError("a commit message names the tool's internals: "
+                         f"{text[max(0, (hit.start() if hit else 0) - 40):][:80]!r}")
 
 
 def flag_name(source: str, func: str) -> str:

@@ -12,9 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from dtype_lint.config import Config
-from dtype_lint.findings import Finding
 from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
+from dtype_lint.engine.writer import write_scratch_files
+from dtype_lint.findings import Finding
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -68,7 +69,8 @@ def render_report(root: str, result: RunResult, report_path: str | None = None, 
         "the storage format in one place.",
         "",
         f"- Files checked: {len(result.files)}",
-        f"- Sites fixed: {len(result.fixed)} in {len(fixed)} files" + (" (by the patches; the tree itself is unchanged)" if series else ""),
+        f"- Sites fixed: {len(result.fixed)} in {len(fixed)} files"
+        + (" (by the patches; the tree itself is unchanged)" if series else ""),
         f"- Sites left: {len(left)}",
     ]
     if helper is not None:
@@ -149,8 +151,8 @@ def _definite(h) -> bool:
 def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> list[str]:
     """The report's account of the input-dtype helpers the project already had: each one's table
     beside the helper this change uses, and what was done about it."""
-    from dtype_lint.fix.helper_template import helper_table
     from dtype_lint.analysis.helper_functions import project_helpers
+    from dtype_lint.fix.helper_template import helper_table
 
     module, func = result.config.helper_spec
     created = any(w.why == "helper" and w.action == "created" for w in result.writes)
@@ -255,9 +257,7 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
         copy = Path(tmp) / "tree"
         shutil.copytree(root, copy, symlinks=True,
                         ignore=shutil.ignore_patterns(".git", config.cache_dir, "__pycache__"))
-        for rel, data in changes.items():
-            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
-            (copy / rel).write_bytes(data)
+        write_scratch_files(copy, changes)
         moved = lambda p: copy / Path(p).resolve().relative_to(root)  # noqa: E731
         try:
             cfg_root = moved(config.root)
@@ -285,11 +285,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     False: none). Besides the patches, `out` gets PR.md (one pull request's description for the
     whole series) and README.md (what the tool knows about each patch: rule codes, sites,
     generated files). The result's remaining findings are a re-check of the patched tree."""
-    from dtype_lint.migrate import conventions, generated, messages
     from dtype_lint.engine.outputs import check_output
     from dtype_lint.engine.pipeline import UserError
     from dtype_lint.engine.source import FileText
-    from dtype_lint.migrate import series
+    from dtype_lint.migrate import conventions, generated, messages, series
 
     if problem := check_output(out, "--series", config, paths=[path], folder=True):
         raise UserError(problem)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import types
 from functools import lru_cache
+from pathlib import Path
 
 # (row id in kernels_ref's backend matrix, what a reviewer calls it)
 LAYER_ROWS = (("bf16", "unquantized bf16"), ("fp8", "FP8"), ("marlin", "Marlin FP8 (W8A16)"),
@@ -76,17 +77,18 @@ def layer_demo(helper_source: str, func: str, fp8_input: bool = True) -> str:
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(128, 256, generator=gen) / 16  # N=128 (two Marlin tiles), K=256 (two groups of 128)
     x = torch.randn(4, 256, generator=gen).to(torch.bfloat16)
-    rows = [f"{'backend':<20} {'weight storage':<16} {'before: x.to(L.weight.dtype)':<44} after: {func}(L, {fp8_input})"]
+    rows = [f"{'backend':<20} {'weight storage':<16} {'before: x.to(L.weight.dtype)':<44} "
+            f"after: {func}(L, {fp8_input})"]
     for row_id, name in LAYER_ROWS:
         backend = BACKENDS[row_id]
         layer = backend.build(w, backend.model_dtype, float(x.float().abs().max()))
         weight = getattr(layer, "weight", None)
         storage = "no .weight" if weight is None else str(weight.dtype).removeprefix("torch.")
 
-        def before():
+        def before(layer=layer):
             return layer(x.to(layer.weight.dtype))[0]
 
-        def after():
+        def after(layer=layer):
             dt = helper(layer, fp8_input)
             return layer(x if dt is None else x.to(dt))[0]
 
@@ -118,7 +120,7 @@ def mla_demo() -> str:
         out = row.get("outcomes", {})
         casts = row.get("casts", {})
 
-        def cell(key: str) -> str:
+        def cell(key: str, out=out, casts=casts) -> str:
             o = (out.get(key) or ["?"])[0]
             c = (casts.get(key) or [None])[0]
             return _cell(o if o != "ok" else f"ok (cast {c})", 26)
@@ -158,14 +160,11 @@ def _outcome_of(fn) -> str:
     return "ok"
 
 
-def _tree(files: dict[str, bytes], tmp) -> "Path":
-    from pathlib import Path
+def _tree(files: dict[str, bytes], tmp) -> Path:
+    from dtype_lint.engine.writer import write_scratch_files
 
     root = Path(tmp)
-    for rel, data in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+    write_scratch_files(root, files)
     return root
 
 
@@ -215,7 +214,7 @@ def unit_cases(before: dict[str, bytes], after: dict[str, bytes], module: str, f
     passed = {"before": 0, "after": 0}
     for sid, flag, _want in cases:
         cells = []
-        for label, res, err in (("before", old, old_error), ("after", new, new_error)):
+        for label, res, _err in (("before", old, old_error), ("after", new, new_error)):
             if res is None:
                 cells.append("(cannot import)")
                 continue
@@ -261,8 +260,8 @@ def release_prefill(version: str, before_text: str, after_text: str, read, scena
             layer = run.layer(backend)
             weight = getattr(layer, "weight", None)
             storage = "no .weight" if weight is None else str(weight.dtype).removeprefix("torch.")
-            cells = [_outcome_of(lambda rel=rel: ur.run(rel, "main", run.scenario,
-                                                        run.upstream_inputs(backend, layer, "main")))
+            cells = [_outcome_of(lambda rel=rel, backend=backend, layer=layer: ur.run(
+                rel, "main", run.scenario, run.upstream_inputs(backend, layer, "main")))
                      for rel in releases.values()]
             rows.append(f"    {name:<20} {storage:<14} {cells[0]:<54} {cells[1]}")
     return [f"vLLM {version}'s own _compute_prefill_context (cut out of mla_attention.py before and after "

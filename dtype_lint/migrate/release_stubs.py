@@ -19,13 +19,12 @@ and passing after it.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import importlib
 import importlib.abc
 import importlib.machinery
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,19 +165,21 @@ install(os.environ["DTL_RELEASE_TREE"], os.environ.get("DTL_RELEASE_PACKAGE", "v
 '''
 
 
-def run_tests(tree: Path, tests: list[str], timeout: float = 300, package: str = PACKAGE) -> subprocess.CompletedProcess:
+def run_tests(tree: Path, tests: list[str], timeout: float = 300,
+              package: str = PACKAGE) -> subprocess.CompletedProcess:
     """Run the test files `tests` (paths relative to `tree`) with pytest against `tree`'s own
     code, `vllm` imported through :func:`installed`. Their return code is pytest's."""
     with tempfile.TemporaryDirectory(prefix="dtype-lint-release-tests-") as tmp:
         work = Path(tmp)
-        (work / "conftest.py").write_text(_CONFTEST, encoding="utf-8")
+        from dtype_lint.engine.writer import write_scratch_files
+
+        write_scratch_files(work, {"conftest.py": _CONFTEST})
         copied = []
         for rel in tests:
             target = work / "t" / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
             source = Path(tree) / rel
             if source.is_file():
-                shutil.copyfile(source, target)
+                write_scratch_files(work / "t", {rel: source.read_bytes()})
                 copied.append(str(target))
         if not copied:
             return subprocess.CompletedProcess([], 5, "", "no test file of " + ", ".join(tests) + " is in the tree")

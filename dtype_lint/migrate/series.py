@@ -211,7 +211,8 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
             all_cases += messages.changed_cases(old, new)
             module = messages.module_of(ch.path, conv.package)
             test = _free_test_path(regression.helper_test(conv, ch.path, module, func,
-                                                          messages.flag_name(after_text, func), new), style, style.taken)
+                                                          messages.flag_name(after_text, func), new),
+                                   style, style.taken)
             changes.append(FileChange(test.path, None, test.text.encode("utf-8"), test=True))
             tests.append(test.path)
             if proofs.available():
@@ -321,7 +322,8 @@ def git(args: list[str], cwd: Path, author: tuple[str, str] = _SCRATCH) -> str:
     return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def split_by_rule(path: str, original: str, analyze, unsafe: bool, codes: list[str]) -> list[tuple[str, str, list[Finding]]]:
+def split_by_rule(path: str, original: str, analyze, unsafe: bool,
+                  codes: list[str]) -> list[tuple[str, str, list[Finding]]]:
     """(code, text after that code's fixes, the findings fixed) for each code in order, each step
     starting from the previous one's text: a file's change split by rule."""
     steps = []

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 def _engine_rules() -> dict[str, RuleInfo]:
     from dtype_lint.findings import ENGINE_CODES
 
-    return {c.code: RuleInfo(c.code, c.name, c.summary, f"# {c.code} {c.name}\n\n{c.summary[0].upper()}{c.summary[1:]}.\n")
+    return {c.code: RuleInfo(c.code, c.name, c.summary,
+                             f"# {c.code} {c.name}\n\n{c.summary[0].upper()}{c.summary[1:]}.\n")
             for c in ENGINE_CODES.values()}
 
 

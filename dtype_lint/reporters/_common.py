@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, TextIO
 
-from dtype_lint.findings import UNUSED_SUPPRESSION, Finding
 from dtype_lint.engine.source import SourceText
+from dtype_lint.findings import UNUSED_SUPPRESSION, Finding
 
 # Width used when not writing to a terminal, so snapshot output does not depend on $COLUMNS.
 PIPE_WIDTH = 100

@@ -27,8 +27,8 @@ What the harness supplies, and why each piece is shaped so:
 """
 
 from __future__ import annotations
-
 import __future__
+
 import inspect
 import sys
 import types
@@ -261,7 +261,7 @@ class CompiledRelease:
                 ns[pname] = provided[pname]
             if self.helper is not None:
                 ns[self.ext.helper_name] = self._helper_function(provided)
-            for unit, code in self.units:
+            for _unit, code in self.units:
                 exec(code, ns)
         finally:
             del sys.modules[name]
@@ -386,7 +386,6 @@ def run(release: CompiledRelease, path: str, scenario, inputs: UpstreamInputs, *
     ``_context_parallel_compute_prefill_context`` (``"cp"``, rank 0 of :data:`DCP_WORLD_SIZE`)
     over ``scenario``; returns ``(output [T,H,v], lse [H,T])``."""
     s = scenario
-    device = inputs.q.device
     world = DCP_WORLD_SIZE if path == "cp" else 1
     if len(inputs.caches) != world:
         raise UpstreamHarnessError(f"{path} path needs {world} rank cache(s), got {len(inputs.caches)}")

@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import os
-import sys
 import platform
 import re
 import shutil
 import struct
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 

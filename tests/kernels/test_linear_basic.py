@@ -14,7 +14,6 @@ from dtype_lint.kernels_ref.linear_basic import (
     awq_unpack,
 )
 
-
 # ----------------------------------------------------------------------------- unquantized
 
 

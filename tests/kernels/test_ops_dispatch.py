@@ -357,8 +357,9 @@ def test_torch_fallbacks_are_the_layers_own_functions() -> None:
         "awq": lb.AwqLikeLinear(randn(128, 64, scale=0.1), torch.bfloat16),
     }
     xq, sf = ops.scaled_fp4_quant(x, layers["nvfp4"].input_global_scale_inv, backend="torch")
-    l = layers["nvfp4"]
-    assert _same(ops.nvfp4_mm(xq, sf, l.weight, l.weight_scale, l.alpha, torch.bfloat16, backend="torch"), l(x)[0])
+    nvfp4 = layers["nvfp4"]
+    assert _same(ops.nvfp4_mm(xq, sf, nvfp4.weight, nvfp4.weight_scale, nvfp4.alpha, torch.bfloat16, backend="torch"),
+                 nvfp4(x)[0])
     assert _same(ops.unquantized_linear(x, layers["unquantized"].weight, backend="torch"), layers["unquantized"](x)[0])
     a = layers["awq"]
     assert _same(ops.awq_gemm(x, a.qweight, a.qzeros, a.scales, a.group_size, backend="torch"), a(x)[0])

@@ -9,10 +9,10 @@ import ast
 from pathlib import Path
 
 import pytest
-
-from dtype_lint.api import check_paths, make_config
-from dtype_lint.analysis.dormant import truth
 from tiny_project import write_tree
+
+from dtype_lint.analysis.dormant import truth
+from dtype_lint.api import check_paths, make_config
 
 LAYERS = """\
 import torch
