@@ -1,11 +1,14 @@
 #!/usr/bin/env python
 """The Hugging Face patch series of docs/upstream/ (transformers 5.23.0, diffusers 0.42.1).
 
-Runs a zero-config `dtype-lint migrate --series DIR --group-by file` on a git checkout of the
-release's `.py` files (the cached tree of `dtype_lint.releases`), writes the patches and a README
-listing each patch with its sites and their triage verdicts (docs/triage/verdicts/). It refuses a
-series holding a site the triage has not judged TRUE. The vLLM series has its own script
-(scripts/upstream.py).
+Runs a zero-config `dtype-lint migrate --series DIR --group-by file --convention DIST --signoff`
+on a git checkout of the release's `.py` files (the cached tree of `dtype_lint.releases`), authored
+by the vLLM series' committed author (scripts/upstream.py's `committed_author()`; `--author`
+overrides it). The commit messages follow the project's conventions and name no rule code: the
+codes and sites are in the README migrate writes beside the patches, from which this script
+writes the committed README, listing each patch with its sites and their triage verdicts
+(docs/triage/verdicts/). It refuses a series holding a site the triage has not judged TRUE.
+The vLLM series has its own script (scripts/upstream.py).
 
     .venv/bin/python scripts/hf_upstream.py transformers 5.23.0
     .venv/bin/python scripts/hf_upstream.py diffusers 0.42.1
@@ -24,78 +27,150 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import triage  # noqa: E402 - after the sys.path set-up
+import triage  # noqa: E402  (scripts/triage.py: the verdict files)
+import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed author)
 
 
-def generate(dist: str, version: str) -> Path:
+def default_author() -> str | None:
+    """The vLLM series' committed author, so the HF series carry the same one on any machine."""
+    return upstream.committed_author()
+
+
+def generate(dist: str, version: str, author: str | None) -> Path:
     from dtype_lint.releases import release_tree
-
-    out = ROOT / "docs" / "upstream" / f"{dist}-{version}"
     from dtype_lint.migrate.series import checkout
 
+    out = ROOT / "docs" / "upstream" / f"{dist}-{version}"
     with tempfile.TemporaryDirectory(prefix="dtype-lint-hf-series-") as tmp:
         repo = checkout(release_tree(dist, version), Path(tmp) / "tree", f"{dist} {version}",
                         ignore=("__pycache__", ".dtype_lint_cache", ".dtype-lint-complete"))
         series = Path(tmp) / "series"
-        proc = subprocess.run([sys.executable, "-m", "dtype_lint", "migrate", ".", "--series", str(series),
-                               "--report", str(Path(tmp) / "report.md"), "--no-progress"],
-                              cwd=repo, capture_output=True, text=True)
+        cmd = [sys.executable, "-m", "dtype_lint", "migrate", ".", "--series", str(series),
+               "--group-by", "file", "--convention", dist, "--signoff",
+               "--report", str(Path(tmp) / "report.md"), "--no-progress"]
+        if author:
+            cmd += ["--author", author]
+        proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
         if proc.returncode not in (0, 1):
             raise SystemExit(f"migrate failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         patches = sorted(series.glob("*.patch"))
+        if not patches:
+            raise SystemExit("migrate wrote no patches")
+        # The sites of each patch, from the README migrate wrote beside them (the commit messages
+        # carry no rule code), checked against the triage before anything is written.
+        series_readme = (series / "README.md").read_text(encoding="utf-8")
+        sites = sites_by_patch(series_readme, [p.name for p in patches])
+        check_sites(dist, version, sites)
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
         for patch in patches:
             shutil.copy(patch, out / patch.name)
-    return write_readme(dist, version, out)
+        if (series / "PR.md").is_file():
+            shutil.copy(series / "PR.md", out / "PR.md")
+        generated = section(series_readme, "## Generated files")
+    return write_readme(dist, version, out, sites, generated)
 
 
-SITE = re.compile(r"^- (\S+:\d+)\s+(DTL\d+)\s+in", re.MULTILINE)
+# A site cell of a README row: `path:line` DTLnnn (migrate's README adds the scope after it).
+SITE = re.compile(r"`([^`\s]+:\d+)` (DTL\d{3})")
 
 
-def write_readme(dist: str, version: str, out: Path) -> Path:
-    """The README of a written series: each patch with its sites and their triage verdicts."""
+def sites_by_patch(readme: str, names: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """patch name -> its (path:line, code) sites, from the table row of a README naming that patch
+    (migrate's `--series` README, or the committed one this script writes)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    rows = {line.split("`", 2)[1]: line for line in readme.splitlines() if line.startswith("| [`")}
+    for name in names:
+        if name not in rows:
+            raise SystemExit(f"{name}: no row in the series README")
+        cells = rows[name].split(" | ")
+        # The sites column: the first cell holding a site (the verdict cell quotes none).
+        site_cell = next((c for c in cells[1:] if SITE.search(c)), "")
+        out[name] = SITE.findall(site_cell)
+    return out
+
+
+def section(readme: str, heading: str) -> list[str]:
+    """The lines of a `## ` section of a README, without its heading."""
+    if heading not in readme:
+        return []
+    body = readme.split(heading, 1)[1].split("\n## ", 1)[0]
+    return body.strip("\n").splitlines()
+
+
+def check_sites(dist: str, version: str, sites: dict[str, list[tuple[str, str]]]) -> None:
     rows = triage.load_verdicts(dist, version).rows
-    table = []
-    for patch in sorted(out.glob("*.patch")):
-        text = patch.read_text(encoding="utf-8")
-        sites = SITE.findall(text)
-        for site, _code in sites:
+    for name, found in sites.items():
+        for site, _code in found:
             row = rows.get(site)
             if row is None or row.verdict != "TRUE":
-                raise SystemExit(f"{patch.name}: `{site}` is not judged TRUE in the triage")
-        cells = "<br>".join(f"`{s}` {c}" for s, c in sites) or "adds the helper"
-        verdict = "<br>".join(f"TRUE: {rows[s].why}" for s, _ in sites) or "—"
+                raise SystemExit(f"{name}: `{site}` is not judged TRUE in the triage")
+
+
+def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple[str, str]]] | None = None,
+                 generated: list[str] | None = None) -> Path:
+    """The README of a written series: each patch with its sites and their triage verdicts.
+    `sites`/`generated` default to what the committed README already says (`--readme-only`)."""
+    patches = sorted(out.glob("*.patch"))
+    old = (out / "README.md").read_text(encoding="utf-8") if (out / "README.md").is_file() else ""
+    if sites is None:
+        sites = sites_by_patch(old, [p.name for p in patches])
+    if generated is None:
+        generated = section(old, "## Generated files")
+    check_sites(dist, version, sites)
+    rows = triage.load_verdicts(dist, version).rows
+    table = []
+    for patch in patches:
+        text = patch.read_text(encoding="utf-8")
+        found = sites[patch.name]
+        cells = "<br>".join(f"`{s}` {c}" for s, c in found) or "adds the helper"
+        verdict = "<br>".join(f"TRUE: {_md(rows[s].why)}" for s, _ in found) or "—"
         proof = "real bitsandbytes 4/8-bit on CPU (hf_verify)" if "hf_verify`)" in text else \
-            ("re-check and compile only" if sites else "the helper's decisions, listed")
+            ("re-check and compile only" if found else "the helper's decisions, listed")
         table.append(f"| [`{patch.name}`]({patch.name}) | {cells} | {verdict} | {proof} |")
-    title = {"transformers": "transformers", "diffusers": "diffusers"}[dist]
+    title = dist
     readme = [
         f"# {title} {version}: the dtype-lint migration as a patch series", "",
         f"Generated by `scripts/hf_upstream.py {dist} {version}` from a zero-configuration `dtype-lint migrate "
-        f"--series DIR --group-by file` on the `.py` files of the {title} {version} release "
-        f"(`pip download {dist}=={version} --no-deps`). Apply on a checkout of that release:", "",
+        f"--series DIR --group-by file --convention {dist} --signoff` on the `.py` files of the {title} "
+        f"{version} release (`pip download {dist}=={version} --no-deps`). Apply on a checkout of that release:", "",
         "```sh", f"git am path/to/docs/upstream/{dist}-{version}/*.patch", "```", "",
         f"The first patch adds `get_module_input_dtype` to the project's torch utilities; every later patch "
         f"routes the sites of one file through it. Every site was judged TRUE in "
-        f"[the triage](../../triage/{dist}-{version}.md). `modular_*.py` files are transformers' sources of the "
-        "generated `modeling_*.py` copies: both are patched, as `make fix-copies` would leave them equal. "
-        "tests/test_hf_upstream.py applies the series with `git am` and compiles every file.", "",
+        f"[the triage](../../triage/{dist}-{version}.md). The commit messages follow {title}'s conventions "
+        "(a plain imperative title, the \"What does this PR do?\" / Tests / Results template, `Signed-off-by:`) "
+        "and name no rule code; the codes and the triage are here. `PR.md` is the description for sending the "
+        "series as one pull request. tests/test_hf_upstream.py applies the series with `git am` and compiles "
+        "every file.", "",
         "| patch | sites | verdict | proof in the commit message |", "|---|---|---|---|", *table, "",
     ]
+    if generated:
+        readme += ["## Generated files", "",
+                   "A patch to a generated file is undone by the next regeneration: a maintainer regenerates "
+                   "these (the released wheels ship no `utils/`, so the series cannot).", "", *generated, ""]
     (out / "README.md").write_text("\n".join(readme), encoding="utf-8")
     return out
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dist", choices=("transformers", "diffusers"))
     parser.add_argument("version")
+    parser.add_argument("--author", metavar="'NAME <EMAIL>'",
+                        help="author and sign-off of the commits (default: the vLLM series' committed author, "
+                             "else git config)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite the README of the committed patches")
     args = parser.parse_args(argv)
     out = ROOT / "docs" / "upstream" / f"{args.dist}-{args.version}"
-    print(write_readme(args.dist, args.version, out) if args.readme_only else generate(args.dist, args.version))
+    if args.readme_only:
+        print(write_readme(args.dist, args.version, out))
+    else:
+        print(generate(args.dist, args.version, args.author or default_author()))
     return 0
 
 

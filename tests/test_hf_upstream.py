@@ -26,7 +26,24 @@ def test_series_applies_and_compiles(tmp_path, dist, version):
     repo = checkout(release_tree(dist, version), tmp_path / "tree", ignore=("__pycache__", ".dtype-lint-complete"))
     git(["am", "-q", *map(str, patches)], repo)
     assert compileall.compile_dir(str(repo / dist), quiet=2, legacy=True)
-    sites = {m for p in patches for m in re.findall(r"^- (\S+:\d+)\s+DTL\d+\s+in", p.read_text(encoding="utf-8"), re.MULTILINE)}
-    assert sites
     readme = (series / "README.md").read_text(encoding="utf-8")
-    assert all(f"`{site}`" in readme for site in sites)
+    assert all(f"[`{p.name}`]({p.name})" in readme for p in patches)
+    assert re.search(r"`\S+:\d+` DTL\d{3}", readme), "the README carries the sites and their codes"
+
+
+SERIES = [ROOT / "docs" / "upstream" / name for name in ("transformers-5.23.0", "diffusers-0.42.1")]
+
+
+@pytest.mark.parametrize("series", SERIES, ids=lambda p: p.name)
+def test_commit_messages_follow_the_project(series):
+    """Every HF commit message: a conventional title (not a path, no rule code), a sign-off, and
+    no rule code anywhere before the `---` line."""
+    patches = sorted(series.glob("*.patch"))
+    assert patches
+    for patch in patches:
+        message = patch.read_text(encoding="utf-8").split("\n---\n", 1)[0]
+        subject = " ".join(re.search(r"^Subject: \[PATCH \d+/\d+\] (.*(?:\n .*)*)", message, re.M).group(1).split())
+        assert not re.match(r"\S+/\S+\.py:", subject), (patch.name, subject)
+        assert not re.search(r"DTL\d{3}", subject) and subject[:1].isupper(), (patch.name, subject)
+        assert re.search(r"^Signed-off-by: [^<>]+ <[^<>@]+@[^<>]+>$", message, re.M), patch.name
+        assert "DTL00" not in message, patch.name

@@ -178,7 +178,7 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
         # A package's __init__ may import a name only to re-export it: keep its imports.
         if graph is not None and module:
             for helper_module, _name in sorted({i for f in out.applied for i in f.fix.imports}):
-                if not _imports_module(text, helper_module):
+                if not _imports_module(text, helper_module, module, os.path.basename(path) == "__init__.py"):
                     problem = graph.cycle_problem(module, helper_module)
                     if problem:
                         raise FixError(problem)
@@ -210,13 +210,25 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
     return out
 
 
-def _imports_module(text: str, module: str) -> bool:
-    """Does the text already import from `module` at its top level (no new edge in the graph)?"""
+def _imports_module(text: str, module: str, importer: str = "", package: bool = False) -> bool:
+    """Does the text already import from `module` at its top level (no new edge in the graph)?
+    A relative import (`from ..utils.torch_utils import x` in `importer`) counts too."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
-    return any((isinstance(s, ast.ImportFrom) and s.level == 0 and s.module == module)
+
+    def absolute(s: ast.ImportFrom) -> str | None:
+        if s.level == 0:
+            return s.module
+        parts = importer.split(".") if importer else []
+        base = parts if package else parts[:-1]
+        if s.level - 1 > len(base) or not importer:
+            return None
+        base = base[:len(base) - (s.level - 1)]
+        return ".".join(base + ([s.module] if s.module else []))
+
+    return any((isinstance(s, ast.ImportFrom) and absolute(s) == module)
                or (isinstance(s, ast.Import) and any(a.name == module for a in s.names)) for s in tree.body)
 
 

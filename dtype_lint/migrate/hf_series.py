@@ -9,7 +9,7 @@ from dtype_lint.fix.hf_helper import HF_HELPER_NAME, settle_hf_helper
 def hf_series_patch(result, root, rel):
     """The first patch of an HF migration series: the helper added to its home, or None when no
     fix of the run routes through it (or the home already defines it)."""
-    from dtype_lint.migrate import series
+    from dtype_lint.migrate import messages, series
 
     changes = [series.FileChange(rel(path), expect, data)
                for path, data, expect in settle_hf_helper(result.outcomes, _Locator(root), root)]
@@ -17,19 +17,19 @@ def hf_series_patch(result, root, rel):
         return None
     homes = ", ".join(f"`{c.path}`" for c in changes)
     body = "\n".join([
-        series._wrap("Hugging Face quantizers replace a model's modules at load time, so "
+        messages.wrap("Hugging Face quantizers replace a model's modules at load time, so "
                      "`module.weight.dtype` is a storage dtype there (uint8 under bitsandbytes 4-bit and "
                      "GGUF, int8 under bitsandbytes 8-bit, float8 under FP8 layers and diffusers' layerwise "
                      "casting) or `.weight` is absent (GPTQ, AWQ, HQQ). Activations cast to it crash or "
                      "silently lose their values."), "",
-        series._wrap(f"This adds `{HF_HELPER_NAME}(module)` to {homes}: the dtype the module's forward "
+        messages.wrap(f"This adds `{HF_HELPER_NAME}(module)` to {homes}: the dtype the module's forward "
                      "expects of its input, or None to keep the activation's dtype:"), "",
         "    the module's compute_dtype (bitsandbytes 4-bit)   -> that dtype",
         "    a float weight that is not fp8 (unquantized,",
         "      quanto, torchao)                                -> the weight dtype",
         "    int8/uint8/fp8 storage, or no .weight             -> None",
         "",
-        series._wrap("Verified: `python -m dtype_lint.hf_verify` runs real bitsandbytes 4-bit and 8-bit "
+        messages.wrap("Verified: `python -m dtype_lint.hf_verify` runs real bitsandbytes 4-bit and 8-bit "
                      "on CPU over tiny models built from configs; the table is in docs/hf.md of dtype-lint."),
     ])
     return series.Patch(f"Add {HF_HELPER_NAME}: one helper decides a module's input dtype", body, changes)

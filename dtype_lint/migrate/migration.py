@@ -344,6 +344,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         proof = hf_proof
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None, style)
     if hf_patch is not None:
+        if style.signoff and identity is not None:
+            hf_patch.body = hf_patch.body.rstrip("\n") + f"\n\nSigned-off-by: {identity}"
         patches.insert(0, hf_patch)
     files = series.write(patches, Path(out), result.writer, identity) if patches else []
     settle(result, result.outcomes)  # the report counts what the patches fix
