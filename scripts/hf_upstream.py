@@ -37,8 +37,8 @@ def default_author() -> str | None:
 
 
 def generate(dist: str, version: str, author: str | None) -> Path:
-    from dtype_lint.releases import release_tree
     from dtype_lint.migrate.series import checkout
+    from dtype_lint.releases import release_tree
 
     out = ROOT / "docs" / "upstream" / f"{dist}-{version}"
     with tempfile.TemporaryDirectory(prefix="dtype-lint-hf-series-") as tmp:

@@ -444,3 +444,18 @@ def test_import_graph_an_explicit_import_of_a_package_above_is_an_edge():
     # Only the packages above it, implicitly: no edge.
     texts["pkg/helper.py"] = "import torch\n"
     assert ImportGraph(ModuleTable(files), read_text=texts.get).cycle_problem("pkg.mod", "pkg.helper") == ""
+
+
+def test_a_relative_import_of_the_helpers_module_is_an_import_the_module_already_has():
+    """The import-cycle check asks only about a new edge: `from ..utils.torch_utils import x` in
+    `pkg.models.attn` already imports `pkg.utils.torch_utils` (diffusers' fixes were refused
+    before this counted)."""
+    from dtype_lint.fix.fixer import _imports_module
+
+    text = "from ..utils.torch_utils import randn_tensor\n"
+    assert _imports_module(text, "pkg.utils.torch_utils", "pkg.models.attn")
+    assert not _imports_module(text, "pkg.models.utils.torch_utils", "pkg.models.attn")
+    # in a package's __init__, one dot is the package itself
+    assert _imports_module("from .utils.torch_utils import x\n", "pkg.models.utils.torch_utils", "pkg.models", True)
+    assert not _imports_module(text, "pkg.utils.torch_utils", "")  # no importer: a relative import says nothing
+    assert _imports_module("from pkg.utils.torch_utils import x\n", "pkg.utils.torch_utils")
