@@ -36,6 +36,20 @@ WHY = (
     "truncates the activation to integers."
 )
 
+# Hugging Face model code: no config reaches a constructor; quantizers replace the layers at load time.
+HF_WHY = (
+    "A quantizer may replace a layer when the model is loaded, so its weight's storage dtype is not "
+    "the compute dtype of the layer's input: bitsandbytes 4-bit and GGUF store `torch.uint8`, "
+    "bitsandbytes 8-bit `torch.int8`, FP8 and compressed-tensors `float8_e4m3fn`, and GPTQ, AWQ and HQQ "
+    "layers have no `.weight` at all. Casting an activation to `module.weight.dtype` then raises (a "
+    "dtype mismatch in the matmul, `TypeError` from `torch.finfo`, `AttributeError`) or silently "
+    "turns the activation into integers."
+)
+
+
+def why(convention: Convention) -> str:
+    return HF_WHY if convention.name in ("transformers", "diffusers") else WHY
+
 
 def wrap(text: str, indent: str = "") -> str:
     """Fill to 72 columns; a list item's continuation lines align under its text."""
@@ -147,7 +161,7 @@ def sites_message(convention: Convention, key: str, changes, func: str, rewrites
     else:
         what = f"Take the input dtype from {func}() in {label}, not the weight's storage dtype"
     title = convention.title("sites", what, key)
-    purpose = [wrap(WHY), "", f"The {'site' if n == 1 else f'{n} sites'}:"]
+    purpose = [wrap(why(convention)), "", f"The {'site' if n == 1 else f'{n} sites'}:"]
     for path, f in findings:
         purpose.append(wrap(f"{path}:{f.span.line} in `{f.scope}`: `{_short(f.expression)}`", "- "))
         for e in f.evidence:
@@ -222,7 +236,7 @@ def pr_description(patches, convention: Convention, notes=()) -> str:
     kinds = {patch.kind for patch in patches}
     title = convention.title("fix-helper" if "fix-helper" in kinds else "helper" if "helper" in kinds else "sites",
                              "Take activation dtypes from the layer's input dtype, not its weight storage", "")
-    lines = [f"# {title}", "", f"## {p}", "", wrap(WHY), "", "This pull request, commit by commit:", ""]
+    lines = [f"# {title}", "", f"## {p}", "", wrap(why(convention)), "", "This pull request, commit by commit:", ""]
     lines += [f"{i}. {patch.subject}" for i, patch in enumerate(patches, 1)]
     links = _links(convention)
     if links:
