@@ -270,26 +270,4 @@ def _split_at_words(body: str, words: tuple[str, ...]) -> list[str]:
 
 def _top_level_split(body: str) -> list[str]:
     """`body` split at its commas outside brackets and strings (a trailing comma dropped)."""
-    parts, depth, quote, start, i = [], 0, "", 0, 0
-    while i < len(body):
-        c = body[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[start:i].strip())
-            start = i + 1
-        i += 1
-    last = body[start:].strip()
-    if last:
-        parts.append(last)
-    return parts
+    return _split_at_words(body, (",",))
