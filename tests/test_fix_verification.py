@@ -20,28 +20,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
+from tiny_project import STUB_LAYERS, STUB_PYPROJECT  # noqa: E402
 
 from dtype_lint.findings import Edit, Finding, Fix, Span  # noqa: E402
 from dtype_lint.fix.fixer import fix_text  # noqa: E402
 from dtype_lint.fix.scope_check import FixCheckError, verify_names  # noqa: E402
 
-PYPROJECT = """\
-[tool.dtype-lint]
-quantizable = ["proj.layers.QLinear"]
-helper = "proj.dtypes:get_layer_input_dtype"
-helper-template = "torch"
-"""
-
-LAYERS = """\
-import torch
-
-
-class QLinear(torch.nn.Module):
-    def __init__(self, weight_dtype, params_dtype=torch.bfloat16):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(2, dtype=weight_dtype), requires_grad=False)
-        self.params_dtype = params_dtype
-"""
+# The runtime stub project (a layer whose weight dtype the test picks) is shared: tiny_project.py.
+PYPROJECT, LAYERS = STUB_PYPROJECT, STUB_LAYERS
 
 # A helper of the same name elsewhere, deciding something else (float64): if the fixed code
 # called it, the result would show.

@@ -21,25 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import time_limit, tiny_project, tree_bytes  # noqa: E402
+from tiny_project import STUB_LAYERS, STUB_PYPROJECT, time_limit, tiny_project, tree_bytes  # noqa: E402
 
-PYPROJECT = """\
-[tool.dtype-lint]
-quantizable = ["proj.layers.QLinear"]
-helper = "proj.dtypes:get_layer_input_dtype"
-helper-template = "torch"
-"""
-
-LAYERS = """\
-import torch
-
-
-class QLinear(torch.nn.Module):
-    def __init__(self, weight_dtype, params_dtype=torch.bfloat16):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(2, dtype=weight_dtype), requires_grad=False)
-        self.params_dtype = params_dtype
-"""
+# The runtime stub project (a layer whose weight dtype the test picks) is shared: tiny_project.py.
+PYPROJECT, LAYERS = STUB_PYPROJECT, STUB_LAYERS
 
 MODEL = """\
 import torch

@@ -33,6 +33,26 @@ class Attn(torch.nn.Module):
 
 FIXED_CALL = "get_layer_input_dtype(self.kv_b_proj, True)"
 
+# A project whose layer is a real torch module with a weight of the dtype a test picks: runtime
+# tests import the module before and after a fix and compare what it does.
+STUB_PYPROJECT = """\
+[tool.dtype-lint]
+quantizable = ["proj.layers.QLinear"]
+helper = "proj.dtypes:get_layer_input_dtype"
+helper-template = "torch"
+"""
+
+STUB_LAYERS = """\
+import torch
+
+
+class QLinear(torch.nn.Module):
+    def __init__(self, weight_dtype, params_dtype=torch.bfloat16):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(2, dtype=weight_dtype), requires_grad=False)
+        self.params_dtype = params_dtype
+"""
+
 
 def write_tree(root: Path, files: dict[str, str | bytes | None], *, dedent: bool = False) -> Path:
     """Write `files` (path relative to `root` -> text, bytes, or None: leave it out) under `root`,
