@@ -31,6 +31,12 @@ import triage  # noqa: E402  (scripts/triage.py: the verdict files)
 import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed author)
 
 
+# transformers: one patch per model directory, so a model's `modular_*.py` source and the
+# `modeling_*.py` it generates change in the same commit (a maintainer regenerates the one from the
+# other, and `make check-repo` holds at every commit); diffusers: one per file.
+GROUP_BY = {"transformers": "directory", "diffusers": "file"}
+
+
 def default_author() -> str | None:
     """The vLLM series' committed author, so the HF series carry the same one on any machine."""
     return upstream.committed_author()
@@ -46,7 +52,7 @@ def generate(dist: str, version: str, author: str | None) -> Path:
                         ignore=("__pycache__", ".dtype_lint_cache", ".dtype-lint-complete"))
         series = Path(tmp) / "series"
         cmd = [sys.executable, "-m", "dtype_lint", "migrate", ".", "--series", str(series),
-               "--group-by", "file", "--convention", dist, "--signoff",
+               "--group-by", GROUP_BY[dist], "--convention", dist, "--signoff",
                "--report", str(Path(tmp) / "report.md"), "--no-progress"]
         if author:
             cmd += ["--author", author]
@@ -69,7 +75,8 @@ def generate(dist: str, version: str, author: str | None) -> Path:
         if (series / "PR.md").is_file():
             shutil.copy(series / "PR.md", out / "PR.md")
         generated = section(series_readme, "## Generated files")
-    return write_readme(dist, version, out, sites, generated)
+        tests = section(series_readme, "## Regression tests")
+    return write_readme(dist, version, out, sites, generated, tests)
 
 
 # A site cell of a README row: `path:line` DTLnnn (migrate's README adds the scope after it).
@@ -109,7 +116,7 @@ def check_sites(dist: str, version: str, sites: dict[str, list[tuple[str, str]]]
 
 
 def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple[str, str]]] | None = None,
-                 generated: list[str] | None = None) -> Path:
+                 generated: list[str] | None = None, tests: list[str] | None = None) -> Path:
     """The README of a written series: each patch with its sites and their triage verdicts.
     `sites`/`generated` default to what the committed README already says (`--readme-only`)."""
     patches = sorted(out.glob("*.patch"))
@@ -118,6 +125,8 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
         sites = sites_by_patch(old, [p.name for p in patches])
     if generated is None:
         generated = section(old, "## Generated files")
+    if tests is None:
+        tests = section(old, "## Regression tests")
     check_sites(dist, version, sites)
     rows = triage.load_verdicts(dist, version).rows
     table = []
@@ -137,7 +146,7 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
         f"{version} release (`pip download {dist}=={version} --no-deps`). Apply on a checkout of that release:", "",
         "```sh", f"git am path/to/docs/upstream/{dist}-{version}/*.patch", "```", "",
         f"The first patch adds `get_module_input_dtype` to the project's torch utilities; every later patch "
-        f"routes the sites of one file through it. Every site was judged TRUE in "
+        f"routes the sites of one {'model directory' if GROUP_BY[dist] == 'directory' else 'file'} through it. Every site was judged TRUE in "
         f"[the triage](../../triage/{dist}-{version}.md). The commit messages follow {title}'s conventions "
         "(a plain imperative title, the \"What does this PR do?\" / Tests / Results template, `Signed-off-by:`) "
         "and name no rule code; the codes and the triage are here. `PR.md` is the description for sending the "
@@ -149,6 +158,8 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
         readme += ["## Generated files", "",
                    "A patch to a generated file is undone by the next regeneration: a maintainer regenerates "
                    "these (the released wheels ship no `utils/`, so the series cannot).", "", *generated, ""]
+    if tests:
+        readme += ["## Regression tests", "", *tests, ""]
     (out / "README.md").write_text("\n".join(readme), encoding="utf-8")
     return out
 

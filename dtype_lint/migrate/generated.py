@@ -80,6 +80,10 @@ def origin_path(root: Path, dotted: str) -> tuple[str, str]:
     return "", ".".join(parts[-1:])
 
 
+def _without_src(path: str) -> str:
+    return path[len("src/"):] if path.startswith("src/") else path
+
+
 def _dotted(rel: str) -> str:
     parts = list(Path(rel).with_suffix("").parts)
     if parts and parts[0] == "src":
@@ -97,8 +101,10 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
         text = ch.before.decode("utf-8", "replace")
         source = generated_from(text)
         if source is not None:
-            source_rel = source if (root / source).is_file() else ""
-            patched = source in changed
+            # The banner names the source repository's path (`src/transformers/...`); a tree made
+            # from the released wheel holds it without `src/`.
+            source_rel = next((s for s in (source, _without_src(source)) if (root / s).is_file()), "")
+            patched = source in changed or _without_src(source) in changed
             action = (f"regenerate it from {source} ({REGENERATE.format(source=source)}) and check the result "
                       "equals this patch" if patched else
                       f"the change must also go into {source} (or the file it inherits the code from): "

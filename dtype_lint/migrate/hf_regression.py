@@ -97,6 +97,63 @@ def _patch_embedder(cls: str, config_cls: str, config: str, call: str, target: s
                      storage=storage, imports=(config_cls,))
 
 
+_BLIP2 = ("Blip2Config(vision_config={\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+          "\"num_attention_heads\": 4, \"image_size\": 32, \"patch_size\": 8}, qformer_config={\"hidden_size\": 64, "
+          "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"intermediate_size\": 128, "
+          "\"encoder_hidden_size\": 64, \"vocab_size\": 128, \"max_position_embeddings\": 32, "
+          "\"use_qformer_text_input\": True}, num_query_tokens=4, "
+          "image_text_hidden_size=32)")
+_PIXELS32, _IDS = "torch.rand(2, 3, 32, 32)", "torch.randint(0, 128, (2, 6))"
+_IDS_MASK = f"{_IDS}, torch.ones(2, 6, dtype=torch.long)"
+
+
+def _blip2(cls: str, call: str, target: str) -> LayerCase:
+    return LayerCase(cls, _BLIP2, f"{cls}(config)", call, (target,), imports=("Blip2Config",))
+
+
+# Every replaced linear: in_features >= 64, out_features a multiple of 32 (bitsandbytes' CPU 4-bit).
+_SPEECH = ("hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128, conv_dim=(64, 64), "
+           "conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, "
+           "codevector_dim=64, proj_codevector_dim=64, num_codevector_groups=2, num_codevectors_per_group=32, "
+           "do_stable_layer_norm=True, feat_extract_norm=\"layer\", mask_time_prob=0.0")
+
+
+def _pretraining(cls: str, config_cls: str, extra: str = "") -> LayerCase:
+    """A speech model's pre-training head: the quantized codevectors go through `project_q`."""
+    return LayerCase(cls, f"{config_cls}({_SPEECH}{extra})", f"{cls}(config)", "module(torch.randn(1, 1600))",
+                     ("project_q",), imports=(config_cls,))
+
+
+_TTS = ("hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4, intermediate_size=128, "
+        "flow_head_config={\"condition_dim\": 64}")
+
+
+def _tts(cls: str, config_cls: str, prompt_id: int, bos_id: int, prompt_dim: int, extra: str = "") -> tuple:
+    """A TTS backbone: latents enter through `audio_latent_proj`, a voice prompt through
+    `audio_prompt_proj` (scattered into the prompt token's positions)."""
+    config = f"{config_cls}({_TTS}{extra})"
+    ids = f"torch.tensor([[{prompt_id}, {prompt_id}, {bos_id}, 7]])"
+    return (LayerCase(cls, config, f"{cls}(config)", "module.embed_audio_latents(torch.randn(2, 3, 32))",
+                      ("audio_latent_proj",), imports=(config_cls,)),
+            LayerCase(cls, config, f"{cls}(config)",
+                      f"module({ids}, audio_prompt_latents=torch.randn(1, 2, {prompt_dim}))", ("audio_prompt_proj",),
+                      imports=(config_cls,)))
+
+
+_TEXT = ("\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
+         "\"intermediate_size\": 128, \"vocab_size\": 256")
+_VISION = ("\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+           "\"image_size\": 32, \"patch_size\": 8")
+_TEXT_IDS = "input_ids=torch.randint(0, 200, (2, 6)), attention_mask=torch.ones(2, 6, dtype=torch.long)"
+
+
+def _retrieval(cls: str, config_cls: str, vlm: str) -> LayerCase:
+    """A ColVision retriever: the VLM's last hidden states go through `embedding_proj_layer`
+    (a text-only query, as retrieval embeds queries)."""
+    return LayerCase(cls, f"{config_cls}(vlm_config={vlm}, embedding_dim=32)", f"{cls}(config)",
+                     f"module({_TEXT_IDS})", ("embedding_proj_layer",), imports=(config_cls,))
+
+
 # One entry per class the transformers 5.23.0 series changes, keyed by the modeling module.
 LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
     "transformers.models.t5.modeling_t5": (_t5("T5DenseActDense", "T5Config"),
@@ -185,6 +242,54 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
         _patch_embedder("MuseSparkVisionPatchEmbedder", "MuseSparkVisionConfig",
                         "hidden_size=64, patch_size=4, patch_temporal=2, pos_emb_height=4, pos_emb_width=4",
                         "module(torch.rand(16, 96), torch.tensor([[1, 4, 4]]))"),),
+    "transformers.models.blip_2.modeling_blip_2": (
+        _blip2("Blip2TextModelWithProjection", f"module({_IDS})", "text_projection"),
+        _blip2("Blip2VisionModelWithProjection", f"module({_PIXELS32})", "vision_projection"),
+        _blip2("Blip2ForImageTextRetrieval", f"module({_PIXELS32}, {_IDS_MASK}, use_image_text_matching_head=True)",
+               "itm_head"),
+        _blip2("Blip2ForImageTextRetrieval", f"module({_PIXELS32}, {_IDS_MASK}, use_image_text_matching_head=False)",
+               "vision_projection"),
+        _blip2("Blip2ForImageTextRetrieval", f"module({_PIXELS32}, {_IDS_MASK}, use_image_text_matching_head=False)",
+               "text_projection")),
+    "transformers.models.wav2vec2.modeling_wav2vec2": (_pretraining("Wav2Vec2ForPreTraining", "Wav2Vec2Config"),),
+    "transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer": (
+        _pretraining("Wav2Vec2ConformerForPreTraining", "Wav2Vec2ConformerConfig"),),
+    "transformers.models.unispeech.modeling_unispeech": (
+        _pretraining("UniSpeechForPreTraining", "UniSpeechConfig", ", num_ctc_classes=64"),),
+    "transformers.models.mamba.modeling_mamba": (
+        LayerCase("MambaForCausalLM", "MambaConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, state_size=4)",
+                  "MambaForCausalLM(config)", f"module({_IDS})", ("lm_head",), imports=("MambaConfig",)),),
+    "transformers.models.pocket_tts.modeling_pocket_tts": _tts("PocketTTSModel", "PocketTTSConfig", 4000, 4003, 32),
+    "transformers.models.gradium_phonon_tts.modeling_gradium_phonon_tts": _tts(
+        "GradiumPhononTTSModel", "GradiumPhononTTSConfig", 5, 4, 64, ", audio_prompt_dim=64"),
+    "transformers.models.granite_speech5.modeling_granite_speech5": (
+        LayerCase("GraniteSpeech5Encoder",
+                  "GraniteSpeech5EncoderConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, "
+                  "num_attention_heads=4, num_mel_bins=16, vocab_size=64, subsample_layers=[], context_size=8, "
+                  "max_position_embeddings=16)",
+                  "GraniteSpeech5Encoder(config)", "module(torch.randn(1, 10, 64))", ("input_linear",),
+                  imports=("GraniteSpeech5EncoderConfig",)),),
+    "transformers.models.esmfold2.modeling_esmfold2": (
+        LayerCase("EsmFold2LanguageModelEncoder",
+                  "EsmFold2Config(pairwise_hidden_size=64, esmc_config={\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4})",
+                  "EsmFold2LanguageModelEncoder(config)", "module(torch.randn(1, 4, 2, 64))", ("pair_proj",),
+                  imports=("EsmFold2Config",)),),
+    "transformers.models.colpali.modeling_colpali": (
+        _retrieval("ColPaliForRetrieval", "ColPaliConfig",
+                   f"{{\"model_type\": \"paligemma\", \"text_config\": {{\"model_type\": \"gemma\", {_TEXT}, "
+                   f"\"head_dim\": 16}}, \"vision_config\": {{{_VISION}}}, \"projection_dim\": 64}}"),),
+    "transformers.models.colqwen2.modeling_colqwen2": (
+        _retrieval("ColQwen2ForRetrieval", "ColQwen2Config",
+                   f"{{\"model_type\": \"qwen2_vl\", \"text_config\": {{{_TEXT}, "
+                   f"\"rope_parameters\": {{\"rope_type\": \"default\", \"mrope_section\": [2, 3, 3]}}}}, "
+                   f"\"vision_config\": {{\"depth\": 1, \"embed_dim\": 64, \"hidden_size\": 64, \"num_heads\": 4}}}}"),),
+    "transformers.models.colmodernvbert.modeling_colmodernvbert": (
+        _retrieval("ColModernVBertForRetrieval", "ColModernVBertConfig",
+                   f"{{\"model_type\": \"modernvbert\", \"text_config\": {{\"model_type\": \"modernbert\", "
+                   f"\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+                   f"\"intermediate_size\": 128, \"vocab_size\": 256, \"pad_token_id\": 0, \"bos_token_id\": 1, "
+                   f"\"eos_token_id\": 2, \"cls_token_id\": 1, \"sep_token_id\": 2}}, \"vision_config\": {{{_VISION}}}, "
+                   f"\"image_token_id\": 255}}"),),
 }
 
 
@@ -300,11 +405,10 @@ def plan_tests(changes) -> tuple[list[LayerCase], list[str]]:
             if (module, cls) in seen:
                 continue
             seen.add((module, cls))
-            case = next((c for c in LAYER_CASES.get(module, ()) if c.cls == cls), None)
-            if case is None:
+            found = [c for c in LAYER_CASES.get(module, ()) if c.cls == cls]
+            if not found:
                 missing.append(f"{module}.{cls}")
-            else:
-                cases.append(case)
+            cases += found
     return cases, missing
 
 
@@ -340,15 +444,18 @@ def site_test(cases: list[LayerCase]) -> SiteTest:
             "from transformers.testing_utils import require_bitsandbytes, require_torch", "", "",
             "if is_torch_available():", "    import torch", "    from torch import nn", "", *imports,
             _STORAGE_HELPERS]
-    for case in cases:
-        body.append(_case_class(case))
-    return SiteTest(test_path(cases), "\n".join(body).rstrip() + "\n", tuple(classes),
+    for cls in dict.fromkeys(classes):  # one TestCase per class, one method per case
+        same = [c for c in cases if c.cls == cls]
+        decorators = "@require_torch\n@require_bitsandbytes\n" if any(c.storage == "4bit" for c in same) \
+            else "@require_torch\n"
+        body.append(f"\n{decorators}class {cls}QuantizedInputTest(unittest.TestCase):"
+                    + "".join(_case_method(c) for c in same))
+    return SiteTest(test_path(cases), "\n".join(body).rstrip() + "\n", tuple(dict.fromkeys(classes)),
                     tuple(sorted({c.storage for c in cases})))
 
 
-def _case_class(case: LayerCase) -> str:
+def _case_method(case: LayerCase) -> str:
     make = "_linear_4bit" if case.storage == "4bit" else "_linear_fp8"
-    decorators = "@require_torch\n@require_bitsandbytes\n" if case.storage == "4bit" else "@require_torch\n"
     what = ("bitsandbytes 4-bit" if case.storage == "4bit" else "fp8 storage")
     targets = " and ".join(f"`{t}`" for t in case.targets)
     name = "_and_".join(t.replace(".", "_") for t in case.targets)
@@ -364,18 +471,16 @@ def _case_class(case: LayerCase) -> str:
         target = case.targets[0]
         run = (f"        expected = _outputs_of(twin, \"{target}\", lambda: {twin_call})\n"
                f"        output = _outputs_of(module, \"{target}\", lambda: {case.call})\n")
-        checked = f"what `{target}` returns inside the call"
+        checked = "what it returns inside the call"
     else:
         run = (f"        out = {twin_call}\n        expected = {case.output}\n"
                f"        torch.manual_seed(1)\n"
                f"        out = {case.call}\n        output = {case.output}\n")
         checked = "the output"
     return f'''
-
-{decorators}class {case.cls}QuantizedInputTest(unittest.TestCase):
     def test_{name}_in_{case.storage}(self):
-        """{case.cls} with {targets} in {what}: {checked} is finite, keeps the
-        activation dtype and is close to the unquantized module's."""
+        """{targets} in {what}: {checked} is finite, in the activation
+        dtype, and close to the unquantized module's."""
         torch.manual_seed(0)
 {config_line}        module = {case.build}.eval()
         twin = copy.deepcopy(module)
@@ -503,6 +608,17 @@ def run_tests(tree: Path, test_paths: list[str], timeout: int = 900) -> dict[str
         return _parse_junit(report.read_text(encoding="utf-8"), test_paths, tree)
 
 
+IMPORT = "<import>"  # the test id of a module that failed to import
+
+
+def _first_error(problem) -> str:
+    """The error a failure report ends with (pytest's `E   ` lines), else its message."""
+    lines = [line[1:].strip() for line in (problem.text or "").splitlines() if line.startswith("E ")]
+    errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception):", line)]
+    text = errors[-1] if errors else (problem.get("message") or "failed").strip().splitlines()[0]
+    return text[:160]
+
+
 def _parse_junit(xml: str, test_paths: list[str], tree: Path) -> dict[str, dict[str, Outcome]]:
     out: dict[str, dict[str, Outcome]] = {p: {} for p in test_paths}
     by_module = {p.replace("/", ".").removesuffix(".py"): p for p in test_paths}
@@ -517,10 +633,10 @@ def _parse_junit(xml: str, test_paths: list[str], tree: Path) -> dict[str, dict[
             continue
         problem = next(iter(case.findall("failure") + case.findall("error")), None)
         skipped = case.find("skipped")
-        test_id = f"{classname.rsplit('.', 1)[-1]}.{name}" if "." in classname else name
+        # A module that fails at import is one case named after the module, with no class.
+        test_id = f"{classname.rsplit('.', 1)[-1]}.{name}" if classname else IMPORT
         if problem is not None:
-            text = (problem.get("message") or problem.text or "").strip().splitlines()
-            out[path][test_id] = Outcome(False, (text[0] if text else "failed")[:160])
+            out[path][test_id] = Outcome(False, _first_error(problem))
         elif skipped is not None:
             out[path][test_id] = Outcome(False, "skipped: " + (skipped.get("message") or "")[:140])
         else:
@@ -531,9 +647,143 @@ def _parse_junit(xml: str, test_paths: list[str], tree: Path) -> dict[str, dict[
 def result_lines(before: dict[str, Outcome], after: dict[str, Outcome], label: str) -> list[str]:
     """A patch's Results section: each test on the release and with the patch."""
     lines = ["The new test on CPU, on the release's code and with this patch:", ""]
+    if IMPORT in before and IMPORT not in after:
+        lines[-1:] = ["", f"    {label}: the test module fails at import: {before[IMPORT].message}", ""]
+        before = {test_id: Outcome(False, "not run (import failed)") for test_id in after}
     for test_id in sorted(set(before) | set(after)):
         b, a = before.get(test_id), after.get(test_id)
         lines.append(f"    {test_id}")
         lines.append(f"      {label}: {'passed' if b and b.passed else 'FAILED: ' + (b.message if b else 'not run')}")
         lines.append(f"      patched: {'passed' if a and a.passed else 'FAILED: ' + (a.message if a else 'not run')}")
     return lines
+
+
+# --- the tests in a series ----------------------------------------------------------------------
+
+
+@dataclass
+class SeriesTests:
+    """What add_tests did: each patch's test file (or the classes it could not test), and the run."""
+
+    tests: dict[int, str]  # patch index -> the test file it adds
+    missing: dict[int, list[str]]  # patch index -> changed classes with no LAYER_CASES entry
+    before: dict[str, dict[str, Outcome]]  # test file -> test id -> outcome on the release
+    after: dict[str, dict[str, Outcome]]  # ... on the release with the whole series applied
+    ran: str  # "" when run, else why not
+
+
+def runnable() -> str:
+    """"" when the tests can run here (torch, transformers and bitsandbytes importable), else why not."""
+    import importlib.util
+
+    for name in ("torch", "transformers", "bitsandbytes", "pytest"):
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed"
+    return ""
+
+
+def add_tests(patches, helper_patch, style, run: bool = True) -> SeriesTests:
+    """Add each transformers patch's regression test to it, run them all on the release tree
+    before and after the series, and write each outcome into its patch's Tests/Results."""
+    from dtype_lint.fix.hf_helper import HF_HELPER_NAME
+    from dtype_lint.migrate import messages, series
+
+    tests: dict[int, str] = {}
+    missing: dict[int, list[str]] = {}
+    for index, patch in enumerate(patches):
+        if patch is helper_patch:
+            home = next((c.path for c in patch.changes if not c.test and c.path.endswith(".py")), "")
+            test = helper_test(messages.module_of(home, "transformers"), HF_HELPER_NAME)
+        else:
+            cases, lacking = plan_tests(patch.changes)
+            if lacking:
+                missing[index] = lacking
+            if not cases:
+                continue
+            test = site_test(cases)
+        if style.root is not None and (Path(style.root) / test.path).exists() or test.path in style.taken:
+            raise ValueError(f"{test.path}: the tree already has this test file")
+        style.taken.add(test.path)
+        patch.changes.append(series.FileChange(test.path, None, test.text.encode("utf-8"), test=True))
+        tests[index] = test.path
+    why_not = runnable() if run else "not run (asked not to)"
+    before: dict[str, dict[str, Outcome]] = {}
+    after: dict[str, dict[str, Outcome]] = {}
+    if not why_not and tests and style.root is not None:
+        before, after = run_before_after(Path(style.root), patches)
+    for index, path in tests.items():
+        _write_outcome(patches[index], patches[index] is helper_patch, path, before.get(path), after.get(path),
+                       why_not, style)
+    return SeriesTests(tests, missing, before, after, why_not)
+
+
+def run_before_after(root: Path, patches) -> tuple[dict, dict]:
+    """The series' tests on a copy of the release holding only the tests, and on a copy with the
+    whole series applied (each test imports one modeling module, which only its own patch changes,
+    and the helper of the first patch)."""
+    import shutil
+
+    test_files = {c.path: c.after for p in patches for c in p.changes if c.test}
+    with tempfile.TemporaryDirectory(prefix="dtype-lint-hf-trees-") as tmp:
+        trees = {}
+        for name in ("before", "after"):
+            tree = Path(tmp) / name
+            shutil.copytree(root, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".dtype_lint_cache"))
+            files = dict(test_files)
+            if name == "after":
+                files.update({c.path: c.after for p in patches for c in p.changes if not c.test})
+            for rel, data in files.items():
+                (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tree / rel).write_bytes(data)
+            trees[name] = tree
+        paths = sorted(test_files)
+        return run_tests(trees["before"], paths), run_tests(trees["after"], paths)
+
+
+def _write_outcome(patch, is_helper: bool, path: str, before, after, why_not: str, style) -> None:
+    from dtype_lint.migrate import messages
+
+    command = f"    python -m pytest {path} -v"
+    if why_not:
+        result = [f"The new test was not run here: {why_not}."]
+    else:
+        result = result_lines(before or {}, after or {}, "release")
+    if is_helper:
+        text = "\n".join(["Tests:", "", command, "", "Results:", "", *result])
+        body, sep, trailer = patch.body.partition("\n\nSigned-off-by:")
+        patch.body = body.rstrip("\n") + "\n\n" + text + (sep + trailer if sep else "")
+        messages.check_clean(patch.body)
+        return
+    message = patch.message
+    plan = [line for line in message.test_plan if "py_compile" in line]
+    message.test_plan = plan + [command]
+    message.test_result = result + ([""] + message.test_result if any("hf_verify" in line for line in
+                                                                       message.test_result) else [])
+    patch.body = message.body(style.convention)
+    messages.check_clean(patch.subject + "\n" + patch.body)
+
+
+def readme_section(patches, found: SeriesTests) -> list[str]:
+    """The series README's section on the tests: each patch's test and its run, and what has none."""
+    lines = ["## Regression tests", ""]
+    if found.ran:
+        lines += [f"Not run when the series was written: {found.ran}.", ""]
+    else:
+        lines += ["Each test was run when the series was written: on the release tree with only the tests "
+                  "added (each must fail), and with the whole series applied (each must pass).", ""]
+    lines += ["| patch | test | release | patched |", "|---|---|---|---|"]
+    for index, patch in enumerate(patches):
+        name = patch.file.name if patch.file is not None else f"patch {index + 1}"
+        path = found.tests.get(index)
+        if path is None:
+            lines.append(f"| `{name}` | none: no case for {', '.join(f'`{m}`' for m in found.missing.get(index, []))} "
+                         "| — | — |")
+            continue
+        before, after = found.before.get(path, {}), found.after.get(path, {})
+        failed = sum(not o.passed for o in before.values())
+        passed = sum(o.passed for o in after.values())
+        release = "fails at import" if set(before) == {IMPORT} else f"{failed}/{len(before)} failed"
+        uncovered = found.missing.get(index)
+        cell = f"`{path}`" + (f" (no case for {', '.join(f'`{m}`' for m in uncovered)})" if uncovered else "")
+        lines.append(f"| `{name}` | {cell} | {release} | {passed}/{len(after)} passed |")
+    return lines + [""]
