@@ -47,3 +47,23 @@ def test_commit_messages_follow_the_project(series):
         assert not re.search(r"DTL\d{3}", subject) and subject[:1].isupper(), (patch.name, subject)
         assert re.search(r"^Signed-off-by: [^<>]+ <[^<>@]+@[^<>]+>$", message, re.M), patch.name
         assert "DTL00" not in message, patch.name
+
+
+def test_transformers_patches_add_their_test():
+    """Each transformers patch adds its regression test (tests/test_hf_regression.py runs them
+    before and after), names it in its Tests section and quotes the run in its Results."""
+    series = ROOT / "docs" / "upstream" / "transformers-5.23.0"
+    with_test = 0
+    for patch in sorted(series.glob("*.patch")):
+        text = patch.read_text(encoding="utf-8")
+        message, diff = text.split("\n---\n", 1)
+        added = re.findall(r"^diff --git a/(tests/\S+\.py) b/\1\nnew file mode", diff, re.M)
+        if not added:
+            continue
+        with_test += 1
+        assert len(added) == 1, (patch.name, added)
+        assert f"    python -m pytest {added[0]} -v" in message, patch.name
+        results = message.split("\nResults:\n", 1)[1]
+        assert "release:" in results and "patched: passed" in results, patch.name
+        assert "patched: FAILED" not in results, patch.name
+    assert with_test >= 30, with_test

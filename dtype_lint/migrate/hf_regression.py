@@ -290,6 +290,20 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
                    f"\"intermediate_size\": 128, \"vocab_size\": 256, \"pad_token_id\": 0, \"bos_token_id\": 1, "
                    f"\"eos_token_id\": 2, \"cls_token_id\": 1, \"sep_token_id\": 2}}, \"vision_config\": {{{_VISION}}}, "
                    f"\"image_token_id\": 255}}"),),
+    "transformers.models.inkling2.modeling_inkling2": (
+        LayerCase("Inkling2VisionModel",
+                  "Inkling2VisionConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, patch_size=4, "
+                  "spatial_merge_size=2, posemb_grid_size=4, projection_hidden_dim=64, text_hidden_size=64)",
+                  "Inkling2VisionModel(config)", "module(torch.rand(4, 8, 8, 3) * 2 - 1, torch.tensor([[1, 2, 2]]))",
+                  ("embeddings.patch_embedding",), imports=("Inkling2VisionConfig",)),),
+    "transformers.models.jev.modeling_jev": (
+        LayerCase("JevForDecision",
+                  "JevConfig(hidden_size=64, num_verbalizers=32, text_config={\"model_type\": \"qwen3\", "
+                  "\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+                  "\"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256, \"head_dim\": 16})",
+                  "JevForDecision(config)",
+                  "module(torch.randint(0, 200, (1, 6)), torch.tensor([[4]]), torch.tensor([[2]]), torch.tensor([[0]]))",
+                  ("proj",), imports=("JevConfig",)),),
 }
 
 
@@ -615,8 +629,7 @@ def _first_error(problem) -> str:
     """The error a failure report ends with (pytest's `E   ` lines), else its message."""
     lines = [line[1:].strip() for line in (problem.text or "").splitlines() if line.startswith("E ")]
     errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception):", line)]
-    text = errors[-1] if errors else (problem.get("message") or "failed").strip().splitlines()[0]
-    return text[:160]
+    return errors[-1] if errors else (problem.get("message") or "failed").strip().splitlines()[0]
 
 
 def _parse_junit(xml: str, test_paths: list[str], tree: Path) -> dict[str, dict[str, Outcome]]:
@@ -636,7 +649,8 @@ def _parse_junit(xml: str, test_paths: list[str], tree: Path) -> dict[str, dict[
         # A module that fails at import is one case named after the module, with no class.
         test_id = f"{classname.rsplit('.', 1)[-1]}.{name}" if classname else IMPORT
         if problem is not None:
-            out[path][test_id] = Outcome(False, _first_error(problem))
+            # The scratch tree's path would make the message differ from run to run.
+            out[path][test_id] = Outcome(False, _first_error(problem).replace(f"{tree}{os.sep}", "")[:160])
         elif skipped is not None:
             out[path][test_id] = Outcome(False, "skipped: " + (skipped.get("message") or "")[:140])
         else:
@@ -648,8 +662,11 @@ def result_lines(before: dict[str, Outcome], after: dict[str, Outcome], label: s
     """A patch's Results section: each test on the release and with the patch."""
     lines = ["The new test on CPU, on the release's code and with this patch:", ""]
     if IMPORT in before and IMPORT not in after:
-        lines[-1:] = ["", f"    {label}: the test module fails at import: {before[IMPORT].message}", ""]
-        before = {test_id: Outcome(False, "not run (import failed)") for test_id in after}
+        lines.append(f"    {label}: the test module fails at import:")
+        lines.append(f"      {before[IMPORT].message}")
+        for test_id in sorted(after):
+            lines.append(f"    patched: {test_id} {'passed' if after[test_id].passed else 'FAILED: ' + after[test_id].message}")
+        return lines
     for test_id in sorted(set(before) | set(after)):
         b, a = before.get(test_id), after.get(test_id)
         lines.append(f"    {test_id}")
