@@ -98,30 +98,38 @@ def _rewritten_lines(ch, span: tuple[int, int] | None = None) -> list[str]:
 _PARENT = re.compile(r"^from \.\.(\w+)\.(?:modeling|modular)_\w+ import", re.M)
 
 
-def _modular_sources(changed: dict, modular: str) -> list:
-    """The patched modular source and the patched files of the models it inherits code from (the
-    converter copies an inherited method from the parent's modeling file)."""
+def _modular_sources(changed: dict, modular: str, root: Path) -> list:
+    """The patched modular source (if the series patches it) and the patched files of the models
+    it inherits code from (the converter copies an inherited method from the parent's modeling
+    file)."""
     own = changed.get(modular)
-    if own is None:
+    if own is not None:
+        text = own.after.decode("utf-8", "replace")
+    elif modular and (root / modular).is_file():
+        text = (root / modular).read_text(encoding="utf-8", errors="replace")
+    else:
         return []
     base = PurePosixPath(modular).parent.parent
-    parents = set(_PARENT.findall(own.after.decode("utf-8", "replace")))
-    return [own] + [c for p, c in sorted(changed.items()) if PurePosixPath(p).parent.name in parents
-                    and PurePosixPath(p).parent.parent == base]
+    parents = set(_PARENT.findall(text))
+    return ([own] if own is not None else []) + [
+        c for p, c in sorted(changed.items()) if PurePosixPath(p).parent.name in parents
+        and PurePosixPath(p).parent.parent == base]
 
 
-def _carried(ch, sources, span: tuple[int, int] | None = None) -> str:
+def _carried(ch, sources, span: tuple[int, int] | None = None) -> tuple[str, bool]:
     """Whether the patched sources carry every line the change rewrites in a generated file or a
-    copied block: a line-by-line check, not the project's regeneration."""
+    copied block (a line-by-line check, not the project's regeneration): what to say, and whether
+    they all are."""
     if not sources:
-        return "no patched source to compare with"
+        return "no patched source to compare with", False
     texts = {line.strip() for src in sources for line in src.after.decode("utf-8", "replace").splitlines()}
     lines = _rewritten_lines(ch, span)
     absent = [line for line in lines if line not in texts]
     where = ", ".join(sorted(PurePosixPath(src.path).name for src in sources))
     if absent:
-        return f"{len(absent)} of the {len(lines)} rewritten lines are in no patched source ({where}): `{absent[0]}`"
-    return f"each of the {len(lines)} rewritten lines is in the patched {where} (a line-by-line check)"
+        return (f"{len(absent)} of the {len(lines)} rewritten lines are in no patched source ({where}): "
+                f"`{absent[0]}`"), False
+    return f"each of the {len(lines)} rewritten lines is in the patched {where} (a line-by-line check)", bool(lines)
 
 
 def _without_src(path: str) -> str:
@@ -149,11 +157,20 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
             # from the released wheel holds it without `src/`.
             source_rel = next((s for s in (source, _without_src(source)) if (root / s).is_file()), "")
             patched = source in changed or _without_src(source) in changed
-            carried = _carried(ch, _modular_sources(changed, source_rel or _without_src(source)))
-            action = (f"regenerate it from {source} ({REGENERATE.format(source=source)}) and check the result "
-                      f"equals this patch; {carried}" if patched else
-                      f"the change must also go into {source} (or the file it inherits the code from): "
-                      f"port it there, then {REGENERATE.format(source=source)}")
+            sources = _modular_sources(changed, source_rel or _without_src(source), root)
+            carried, complete = _carried(ch, sources)
+            if not patched and sources and complete:  # the modular source inherits the changed method from a patched parent
+                patched = True
+                action = (f"{source} inherits the changed code from "
+                          f"{', '.join(sorted(PurePosixPath(c.path).name for c in sources))}, patched in this "
+                          f"series: regenerate it ({REGENERATE.format(source=source)}) and check the result "
+                          f"equals this patch; {carried}")
+            elif patched:
+                action = (f"regenerate it from {source} ({REGENERATE.format(source=source)}) and check the result "
+                          f"equals this patch; {carried}")
+            else:
+                action = (f"the change must also go into {source} (or the file it inherits the code from): "
+                          f"port it there, then {REGENERATE.format(source=source)}")
             notes.append(Note(path, "generated", source, source_rel, patched, action))
         lines = {f.span.line for f in ch.findings}
         blocks = copied_blocks(text)
@@ -162,7 +179,7 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
                 continue
             origin_rel, _obj = origin_path(root, origin)
             patched = origin_rel in changed
-            carried = _carried(ch, [changed[origin_rel]] if patched else [], (first, last))
+            carried, _complete = _carried(ch, [changed[origin_rel]] if patched else [], (first, last))
             action = (f"the origin is patched in this series too; {FIX_COPIES} keeps the copy equal to it; {carried}"
                       if patched
                       else f"{FIX_COPIES} would undo this change: patch the origin {origin} as well")

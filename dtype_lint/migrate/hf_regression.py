@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -325,7 +326,8 @@ _LICENSE = """\
 """
 
 # The storages a test puts in place of a layer; the text is part of each generated test file.
-_STORAGE_HELPERS = '''
+# The helpers a generated test file holds, by the storages its cases use.
+_HELPER_4BIT = '''
 
 def _linear_4bit(linear):
     """`linear` as bitsandbytes 4-bit leaves it: an NF4 `Linear4bit` (uint8 `Params4bit`) computing in float32."""
@@ -343,6 +345,8 @@ def _linear_4bit(linear):
         quantized.bias = nn.Parameter(linear.bias.data.clone(), requires_grad=False)
     return quantized.to("cpu")
 
+'''
+_HELPER_FP8 = '''
 
 class _Fp8StorageLinear(nn.Linear):
     """A linear whose weight is stored in float8_e4m3fn and that computes in its input's dtype, as
@@ -360,6 +364,14 @@ def _linear_fp8(linear):
     return stored
 
 
+
+def _round_to_fp8(linear):
+    """The twin of an fp8-stored layer: the same rounded weight, kept in the compute dtype."""
+    linear.weight.data = linear.weight.data.to(torch.float8_e4m3fn).to(linear.weight.dtype)
+    return linear
+'''
+_HELPER_COMMON = '''
+
 def _replace(module, path, make):
     """Replace the submodule at dotted `path` with `make(submodule)`; return the replaced original."""
     *parents, name = path.split(".")
@@ -369,6 +381,20 @@ def _replace(module, path, make):
     original = getattr(owner, name)
     setattr(owner, name, make(original))
     return original
+
+
+def _outputs_of(module, path, call):
+    """What the submodule at `path` returns during `call()` (its first call): seeded inputs, so the
+    module and its twin see the same ones."""
+    layer = module.get_submodule(path)
+    seen = []
+    handle = layer.register_forward_hook(lambda _layer, _args, result: seen.append(result))
+    try:
+        torch.manual_seed(1)
+        call()
+    finally:
+        handle.remove()
+    return seen[0]
 '''
 
 # The relative error of a replaced layer's output against the unquantized twin: NF4 costs about
@@ -436,8 +462,8 @@ def test_path(cases: list[LayerCase]) -> str:
     return f"tests/models/{model}/test_modeling_{model}_quantized_input.py"
 
 
-def site_test(cases: list[LayerCase]) -> SiteTest:
-    """One test file for the cases of one patch (one model directory)."""
+def site_test(cases: list[LayerCase], style: bool = True) -> SiteTest:
+    """One test file for the cases of one patch (one model directory); `style`: through ruff."""
     modules: dict[str, list[str]] = {}
     configs: set[str] = set()
     for case in cases:
@@ -447,7 +473,8 @@ def site_test(cases: list[LayerCase]) -> SiteTest:
     for module, classes in modules.items():
         imports.append(f"    from {module} import {', '.join(classes)}")
     classes = [c.cls for c in cases]
-    doc = (f'"""Quantized layers inside {", ".join(f"`{c}`" for c in classes)}: the input keeps its dtype.\n\n'
+    doc = (textwrap.fill(f'"""Quantized layers inside {", ".join(f"`{c}`" for c in dict.fromkeys(classes))}: the '
+                         "input keeps its dtype.", 100, break_long_words=False) + "\n\n"
            "A quantizer replaces the layer when the model is loaded, and its weight's dtype is then a storage\n"
            "dtype (uint8 under bitsandbytes 4-bit, float8_e4m3fn in FP8 checkpoints): casting the activation\n"
            "to it destroys it or breaks the matmul. Each test replaces the layer in a tiny module with seeded\n"
@@ -455,16 +482,22 @@ def site_test(cases: list[LayerCase]) -> SiteTest:
            '"""\n')
     body = [_LICENSE + doc, "import copy", "import unittest", "",
             "from transformers import is_torch_available",
-            "from transformers.testing_utils import require_bitsandbytes, require_torch", "", "",
-            "if is_torch_available():", "    import torch", "    from torch import nn", "", *imports,
-            _STORAGE_HELPERS]
+            "from transformers.testing_utils import " + ("require_bitsandbytes, require_torch" if any(
+                c.storage == "4bit" for c in cases) else "require_torch"), "", "",
+            "if is_torch_available():", "    import torch", "    from torch import nn", "", *imports, "",
+            _HELPER_COMMON.rstrip("\n")]
+    storages = {c.storage for c in cases}
+    body += [_HELPER_4BIT.rstrip("\n")] if "4bit" in storages else []
+    body += [_HELPER_FP8.rstrip("\n")] if "fp8" in storages else []
     for cls in dict.fromkeys(classes):  # one TestCase per class, one method per case
         same = [c for c in cases if c.cls == cls]
         decorators = "@require_torch\n@require_bitsandbytes\n" if any(c.storage == "4bit" for c in same) \
             else "@require_torch\n"
-        body.append(f"\n{decorators}class {cls}QuantizedInputTest(unittest.TestCase):"
+        body.append(f"\n\n{decorators}class {cls}QuantizedInputTest(unittest.TestCase):"
                     + "".join(_case_method(c) for c in same))
-    return SiteTest(test_path(cases), "\n".join(body).rstrip() + "\n", tuple(dict.fromkeys(classes)),
+    # Two blank lines between top-level definitions, as ruff formats transformers.
+    text = re.sub(r"\n{4,}", "\n\n\n", "\n".join(body)).rstrip() + "\n"
+    return SiteTest(test_path(cases), ruff_format(text) if style else text, tuple(dict.fromkeys(classes)),
                     tuple(sorted({c.storage for c in cases})))
 
 
@@ -491,10 +524,12 @@ def _case_method(case: LayerCase) -> str:
                f"        torch.manual_seed(1)\n"
                f"        out = {case.call}\n        output = {case.output}\n")
         checked = "the output"
+    docstring = textwrap.fill(f'"""{targets} in {what}: {checked} is finite, in the activation dtype, and close '
+                              'to the unquantized module\'s."""', 100, initial_indent=" " * 8, subsequent_indent=" " * 8,
+                              break_long_words=False)
     return f'''
     def test_{name}_in_{case.storage}(self):
-        """{targets} in {what}: {checked} is finite, in the activation
-        dtype, and close to the unquantized module's."""
+{docstring}
         torch.manual_seed(0)
 {config_line}        module = {case.build}.eval()
         twin = copy.deepcopy(module)
@@ -513,28 +548,6 @@ def _indent(block: str) -> str:
     return "\n".join("    " + line if line else line for line in block.rstrip("\n").split("\n"))
 
 
-_ROUND_FP8 = '''
-
-def _outputs_of(module, path, call):
-    """What the submodule at `path` returns during `call()` (its first call): seeded inputs, so the
-    module and its twin see the same ones."""
-    layer = module.get_submodule(path)
-    seen = []
-    handle = layer.register_forward_hook(lambda _layer, _args, result: seen.append(result))
-    try:
-        torch.manual_seed(1)
-        call()
-    finally:
-        handle.remove()
-    return seen[0]
-
-
-def _round_to_fp8(linear):
-    """The twin of an fp8-stored layer: the same rounded weight, kept in the compute dtype."""
-    linear.weight.data = linear.weight.data.to(torch.float8_e4m3fn).to(linear.weight.dtype)
-    return linear
-'''
-_STORAGE_HELPERS += _ROUND_FP8
 
 
 def helper_test(module: str, func: str) -> SiteTest:
@@ -590,7 +603,31 @@ class GetModuleInputDtypeTest(unittest.TestCase):
         self.assertEqual(linear.weight.dtype, torch.uint8)
         self.assertEqual({func}(linear), torch.bfloat16)
 '''
-    return SiteTest(HELPER_TEST_PATH, text, (func,), ("unit",))
+    return SiteTest(HELPER_TEST_PATH, ruff_format(text), (func,), ("unit",))
+
+
+def ruff_format(text: str) -> str:
+    """`text` as transformers' `make style` leaves it (ruff: imports sorted, formatted, 119
+    columns), when ruff is installed (the `test` extra has it); else as written."""
+    import shutil
+
+    ruff = Path(sys.executable).with_name("ruff")
+    ruff = str(ruff) if ruff.is_file() else shutil.which("ruff")
+    if not ruff:
+        return text
+    settings = ["--isolated", "--line-length", "119"]
+    isort = ["--select", "I", "--fix", "--config", "lint.isort.known-first-party = ['transformers']",
+             "--config", "lint.isort.lines-after-imports = 2"]
+    try:
+        for args in (["check", "--quiet", *isort], ["format", "--quiet"]):
+            proc = subprocess.run([ruff, *args[:1], *settings, *args[1:], "--stdin-filename", "test.py", "-"],
+                                  input=text, capture_output=True, text=True, timeout=60)
+            if proc.returncode not in (0, 1) or not proc.stdout.strip():
+                return text
+            text = proc.stdout
+    except (OSError, subprocess.SubprocessError):
+        return text
+    return text
 
 
 # --- running the tests against a release tree -------------------------------------------------
