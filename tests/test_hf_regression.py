@@ -140,3 +140,17 @@ def test_each_patch_test_fails_on_the_release_and_passes_with_it(tmp_path):
         assert now and all(o.passed for o in now.values()), (path, now)
         assert was and not any(o.passed for o in was.values()), (path, was)
         assert set(was) == {hf_regression.IMPORT} or set(was) == set(now), (path, was, now)
+
+
+@pytest.mark.network
+def test_committed_series_is_fresh(capsys):
+    """`scripts/hf_upstream.py transformers 5.23.0 --check`: the committed series, its tests and
+    their recorded runs are what the generator writes now (minutes: the long local run only)."""
+    if not os.environ.get("DTL_FULL"):
+        pytest.skip("regenerating the transformers series takes minutes: set DTL_FULL=1 (the long local run)")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import hf_upstream
+
+    assert hf_upstream.main(["transformers", "5.23.0", "--check"]) == 0, capsys.readouterr().err
