@@ -14,6 +14,13 @@ layer was replaced). The storage is the one that shows the patched bug:
   8-bit integer storage (`is_floating_point`, `!= torch.int8 and != torch.uint8`), which bitsandbytes
   4-bit passes; the release casts the activation to fp8, and the CPU matmul raises.
 
+The storage a test uses need not be the backend the triage names for a site (HQQ, which leaves no
+`.weight`, for a layer in `_keep_in_fp32_modules` that bitsandbytes skips): the test asserts that the
+changed method is right whatever module a quantizer leaves there, and bitsandbytes 4-bit is the
+quantizer that runs on CPU. A method whose own output is indices or a sum (a sparse-attention
+indexer, an embedder adding positions) is judged by what the replaced layer returns inside it
+(`compare="layer"`, a forward hook), which is what the cast decides.
+
 The helper patch's test is a unit test of `get_module_input_dtype` over the storages (it fails at
 import before the patch). What each class needs to be built and called is in `LAYER_CASES`, one
 entry per class the series changes: a spec the generator refuses to guess. A changed class
@@ -51,6 +58,7 @@ class LayerCase:
     output: str = "out"  # expression: the tensor compared, from the call's result `out`
     imports: tuple[str, ...] = ()  # config class names imported from `transformers`
     compare: str = "layer"  # "layer": what targets[0] returns inside the call; "output": `output`
+    extra_imports: tuple[str, ...] = ()  # further import lines the call needs
 
 
 _T5 = dict(d_model=64, d_ff=128, dropout_rate=0.0)
@@ -274,7 +282,21 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
         LayerCase("EsmFold2LanguageModelEncoder",
                   "EsmFold2Config(pairwise_hidden_size=64, esmc_config={\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4})",
                   "EsmFold2LanguageModelEncoder(config)", "module(torch.randn(1, 4, 2, 64))", ("pair_proj",),
-                  imports=("EsmFold2Config",)),),
+                  imports=("EsmFold2Config",)),
+        LayerCase("EsmFold2AtomEncoder", "EsmFold2Config()", "EsmFold2AtomEncoder(config, config.atom_encoder)",
+                  "module.embed_atoms(EsmFold2AtomInputs(ref_pos=torch.randn(1, 6, 3), ref_charge=torch.zeros(1, 6), "
+                  "atom_attention_mask=torch.ones(1, 6), ref_element=torch.zeros(1, 6, 128), "
+                  "ref_atom_name_chars=torch.zeros(1, 6, 4, 64), ref_space_uid=torch.zeros(1, 6, dtype=torch.long), "
+                  "atom_to_token=torch.zeros(1, 6, dtype=torch.long)))",
+                  ("atom_linear",), imports=("EsmFold2Config",),
+                  extra_imports=("from transformers.models.esmfold2.modeling_esmfold2 import EsmFold2AtomInputs",)),
+        LayerCase("EsmFold2MSAEncoder", "EsmFold2Config(msa_encoder={\"num_hidden_layers\": 1})",
+                  "EsmFold2MSAEncoder(config)",
+                  "module(torch.randn(1, 4, 4, config.pairwise_hidden_size), torch.randn(1, 4, config.single_inputs_size), "
+                  "torch.nn.functional.one_hot(torch.randint(0, config.num_res_types, (1, 4, 3)), config.num_res_types)"
+                  ".float(), torch.zeros(1, 4, 3), torch.zeros(1, 4, 3), torch.ones(1, 4, 3))",
+                  ("embed",), imports=("EsmFold2Config",)),
+    ),
     "transformers.models.colpali.modeling_colpali": (
         _retrieval("ColPaliForRetrieval", "ColPaliConfig",
                    f"{{\"model_type\": \"paligemma\", \"text_config\": {{\"model_type\": \"gemma\", {_TEXT}, "
@@ -471,7 +493,8 @@ def site_test(cases: list[LayerCase], style: bool = True) -> SiteTest:
         configs.update(case.imports)
     imports = [f"    from transformers import {', '.join(sorted(configs))}"] if configs else []
     for module, classes in modules.items():
-        imports.append(f"    from {module} import {', '.join(classes)}")
+        imports.append(f"    from {module} import {', '.join(dict.fromkeys(classes))}")
+    imports += [f"    {line}" for line in dict.fromkeys(i for c in cases for i in c.extra_imports)]
     classes = [c.cls for c in cases]
     doc = (textwrap.fill(f'"""Quantized layers inside {", ".join(f"`{c}`" for c in dict.fromkeys(classes))}: the '
                          "input keeps its dtype.", 100, break_long_words=False) + "\n\n"
