@@ -53,20 +53,17 @@ def _added_files(patch: Path) -> dict[str, str]:
     return out
 
 
-def test_every_patch_adds_a_test_or_the_readme_says_why():
+def test_every_patch_adds_a_test_and_the_readme_has_its_run():
+    """Each patch adds one test file; the README's row: every test failed on the release (or the
+    module failed at import) and passed with the series. A changed class the test leaves out is
+    named in the row ("no case for")."""
     readme = (SERIES / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Regression tests", 1)[1]
     for patch in _patches():
         tests = [p for p in _added_files(patch) if p.startswith("tests/")]
         row = next(line for line in section.splitlines() if line.startswith(f"| `{patch.name}`"))
-        if tests:
-            assert len(tests) == 1 and f"`{tests[0]}`" in row, (patch.name, tests)
-            assert re.search(r"\| (\d+)/\1 failed \| (\d+)/\2 passed \||\| fails at import \| \d+/\d+ passed \|",
-                             row), row
-        else:
-            assert "none: no case for" in row, (patch.name, row)
-    tested = sum(bool([p for p in _added_files(patch) if p.startswith("tests/")]) for patch in _patches())
-    assert tested >= len(_patches()) - 8, "most patches carry their test"
+        assert len(tests) == 1 and f"`{tests[0]}`" in row, (patch.name, tests, row)
+        assert re.search(r"\| (\d+)/\1 failed \| (\d+)/\2 passed \||\| fails at import \| (\d+)/\3 passed \|", row), row
 
 
 def test_added_tests_are_transformers_style_and_compile():
