@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import triage  # noqa: E402  (scripts/triage.py: the verdict files)
 import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed author)
 
-
 # transformers: one patch per model directory, so a model's `modular_*.py` source and the
 # `modeling_*.py` it generates change in the same commit (a maintainer regenerates the one from the
 # other, and `make check-repo` holds at every commit); diffusers: one per file.
@@ -145,7 +144,9 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
     if sites is None:
         sites = sites_by_patch(old, [p.name for p in patches])
     if generated is None:
+        # The committed section opens with this script's own paragraph: keep only the notes.
         generated = section(old, "## Generated files")
+        generated = generated[next((i for i, line in enumerate(generated) if line.startswith("- ")), 0):]
     if tests is None:
         tests = section(old, "## Regression tests")
     check_sites(dist, version, sites)
@@ -167,7 +168,8 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
         f"{version} release (`pip download {dist}=={version} --no-deps`). Apply on a checkout of that release:", "",
         "```sh", f"git am path/to/docs/upstream/{dist}-{version}/*.patch", "```", "",
         f"The first patch adds `get_module_input_dtype` to the project's torch utilities; every later patch "
-        f"routes the sites of one {'model directory' if GROUP_BY[dist] == 'directory' else 'file'} through it. Every site was judged TRUE in "
+        f"routes the sites of one {'model directory' if GROUP_BY[dist] == 'directory' else 'file'} through it. "
+        "Every site was judged TRUE in "
         f"[the triage](../../triage/{dist}-{version}.md). The commit messages follow {title}'s conventions "
         "(a plain imperative title, the \"What does this PR do?\" / Tests / Results template, `Signed-off-by:`) "
         "and name no rule code; the codes and the triage are here. `PR.md` is the description for sending the "
@@ -218,7 +220,8 @@ def check(dist: str, version: str, out: Path, author: str | None) -> int:
         fresh = generate(dist, version, author, Path(tmp) / "out")
         names = {p.name for p in fresh.iterdir()}
         stale = sorted(names ^ {p.name for p in out.iterdir()}) if out.is_dir() else ["(missing)"]
-        stale += [n for n in sorted(names) if (out / n).is_file() and (out / n).read_bytes() != (fresh / n).read_bytes()]
+        stale += [n for n in sorted(names)
+                  if (out / n).is_file() and (out / n).read_bytes() != (fresh / n).read_bytes()]
     if stale:
         print(f"{out.relative_to(ROOT)} is stale: {', '.join(stale)}; run scripts/hf_upstream.py {dist} {version}",
               file=sys.stderr)

@@ -88,7 +88,7 @@ def _rewritten_lines(ch, span: tuple[int, int] | None = None) -> list[str]:
     before = ch.before.decode("utf-8", "replace").splitlines()
     after = ch.after.decode("utf-8", "replace").splitlines()
     out = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
         if tag in ("replace", "insert") and (span is None or span[0] <= i1 + 1 <= span[1] + 1):
             out += [line.strip() for line in after[j1:j2]
                     if line.strip() and not line.lstrip().startswith(("import ", "from "))]
@@ -159,7 +159,8 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
             patched = source in changed or _without_src(source) in changed
             sources = _modular_sources(changed, source_rel or _without_src(source), root)
             carried, complete = _carried(ch, sources)
-            if not patched and sources and complete:  # the modular source inherits the changed method from a patched parent
+            # A modular source that inherits the changed method from a patched parent carries it.
+            if not patched and sources and complete:
                 patched = True
                 action = (f"{source} inherits the changed code from "
                           f"{', '.join(sorted(PurePosixPath(c.path).name for c in sources))}, patched in this "

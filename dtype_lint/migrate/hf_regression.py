@@ -93,7 +93,8 @@ _MASK = "torch.zeros(2, 6, 6).masked_fill(torch.ones(6, 6, dtype=torch.bool).tri
 def _indexer(cls: str, config_cls: str, call: str, extra: str = ", q_lora_rank=32", rope: int = 16) -> LayerCase:
     """A sparse-attention indexer: `weights_proj` scores the heads; the method returns top-k
     indices, so the test compares what `weights_proj` returns inside it."""
-    return LayerCase(cls, f"{config_cls}({_INDEX}, qk_rope_head_dim={rope}{extra}, num_hidden_layers=1)", f"{cls}(config, layer_idx=0)",
+    return LayerCase(cls, f"{config_cls}({_INDEX}, qk_rope_head_dim={rope}{extra}, num_hidden_layers=1)",
+                     f"{cls}(config, layer_idx=0)",
                      call, ("weights_proj",), imports=(config_cls,))
 
 
@@ -227,11 +228,13 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
     "transformers.models.gemma4.modeling_gemma4": (
         _patch_embedder("Gemma4VisionPatchEmbedder", "Gemma4VisionConfig",
                         "hidden_size=64, patch_size=4, position_embedding_size=8",
-                        "module(torch.rand(2, 6, 48), torch.randint(0, 8, (2, 6, 2)), torch.zeros(2, 6, dtype=torch.bool))",
+                        "module(torch.rand(2, 6, 48), torch.randint(0, 8, (2, 6, 2)), "
+                        "torch.zeros(2, 6, dtype=torch.bool))",
                         target="input_proj", storage="fp8"),),
     "transformers.models.gemma4_unified.modeling_gemma4_unified": (
         _patch_embedder("Gemma4UnifiedVisionEmbedder", "Gemma4UnifiedVisionConfig",
-                        "patch_size=2, pooling_kernel_size=2, model_patch_size=4, mm_embed_dim=64, mm_posemb_size=8, output_proj_dims=64",
+                        "patch_size=2, pooling_kernel_size=2, model_patch_size=4, mm_embed_dim=64, mm_posemb_size=8, "
+                        "output_proj_dims=64",
                         "module(torch.rand(2, 6, 48), torch.randint(0, 8, (2, 6, 2)))", target="patch_dense",
                         storage="fp8",
                         build="Gemma4UnifiedVisionEmbedder(config, Gemma4UnifiedTextConfig(hidden_size=64))"),
@@ -280,7 +283,8 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
                   imports=("GraniteSpeech5EncoderConfig",)),),
     "transformers.models.esmfold2.modeling_esmfold2": (
         LayerCase("EsmFold2LanguageModelEncoder",
-                  "EsmFold2Config(pairwise_hidden_size=64, esmc_config={\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4})",
+                  "EsmFold2Config(pairwise_hidden_size=64, esmc_config={\"hidden_size\": 64, \"num_hidden_layers\": 1, "
+                  "\"num_attention_heads\": 4})",
                   "EsmFold2LanguageModelEncoder(config)", "module(torch.randn(1, 4, 2, 64))", ("pair_proj",),
                   imports=("EsmFold2Config",)),
         LayerCase("EsmFold2AtomEncoder", "EsmFold2Config()", "EsmFold2AtomEncoder(config, config.atom_encoder)",
@@ -292,7 +296,8 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
                   extra_imports=("from transformers.models.esmfold2.modeling_esmfold2 import EsmFold2AtomInputs",)),
         LayerCase("EsmFold2MSAEncoder", "EsmFold2Config(msa_encoder={\"num_hidden_layers\": 1})",
                   "EsmFold2MSAEncoder(config)",
-                  "module(torch.randn(1, 4, 4, config.pairwise_hidden_size), torch.randn(1, 4, config.single_inputs_size), "
+                  "module(torch.randn(1, 4, 4, config.pairwise_hidden_size), "
+                  "torch.randn(1, 4, config.single_inputs_size), "
                   "torch.nn.functional.one_hot(torch.randint(0, config.num_res_types, (1, 4, 3)), config.num_res_types)"
                   ".float(), torch.zeros(1, 4, 3), torch.zeros(1, 4, 3), torch.ones(1, 4, 3))",
                   ("embed",), imports=("EsmFold2Config",)),
@@ -305,13 +310,15 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
         _retrieval("ColQwen2ForRetrieval", "ColQwen2Config",
                    f"{{\"model_type\": \"qwen2_vl\", \"text_config\": {{{_TEXT}, "
                    f"\"rope_parameters\": {{\"rope_type\": \"default\", \"mrope_section\": [2, 3, 3]}}}}, "
-                   f"\"vision_config\": {{\"depth\": 1, \"embed_dim\": 64, \"hidden_size\": 64, \"num_heads\": 4}}}}"),),
+                   f"\"vision_config\": {{\"depth\": 1, \"embed_dim\": 64, \"hidden_size\": 64, "
+                   f"\"num_heads\": 4}}}}"),),
     "transformers.models.colmodernvbert.modeling_colmodernvbert": (
         _retrieval("ColModernVBertForRetrieval", "ColModernVBertConfig",
                    f"{{\"model_type\": \"modernvbert\", \"text_config\": {{\"model_type\": \"modernbert\", "
                    f"\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
                    f"\"intermediate_size\": 128, \"vocab_size\": 256, \"pad_token_id\": 0, \"bos_token_id\": 1, "
-                   f"\"eos_token_id\": 2, \"cls_token_id\": 1, \"sep_token_id\": 2}}, \"vision_config\": {{{_VISION}}}, "
+                   f"\"eos_token_id\": 2, \"cls_token_id\": 1, \"sep_token_id\": 2}}, "
+                   f"\"vision_config\": {{{_VISION}}}, "
                    f"\"image_token_id\": 255}}"),),
     "transformers.models.inkling2.modeling_inkling2": (
         LayerCase("Inkling2VisionModel",
@@ -325,7 +332,8 @@ LAYER_CASES: dict[str, tuple[LayerCase, ...]] = {
                   "\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
                   "\"num_key_value_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 256, \"head_dim\": 16})",
                   "JevForDecision(config)",
-                  "module(torch.randint(0, 200, (1, 6)), torch.tensor([[4]]), torch.tensor([[2]]), torch.tensor([[0]]))",
+                  "module(torch.randint(0, 200, (1, 6)), torch.tensor([[4]]), torch.tensor([[2]]), "
+                  "torch.tensor([[0]]))",
                   ("proj",), imports=("JevConfig",)),),
 }
 
@@ -548,7 +556,8 @@ def _case_method(case: LayerCase) -> str:
                f"        out = {case.call}\n        output = {case.output}\n")
         checked = "the output"
     docstring = textwrap.fill(f'"""{targets} in {what}: {checked} is finite, in the activation dtype, and close '
-                              'to the unquantized module\'s."""', 100, initial_indent=" " * 8, subsequent_indent=" " * 8,
+                              'to the unquantized module\'s."""', 100, initial_indent=" " * 8,
+                              subsequent_indent=" " * 8,
                               break_long_words=False)
     return f'''
     def test_{name}_in_{case.storage}(self):
@@ -725,7 +734,8 @@ def result_lines(before: dict[str, Outcome], after: dict[str, Outcome], label: s
         lines.append(f"    {label}: the test module fails at import:")
         lines.append(f"      {before[IMPORT].message}")
         for test_id in sorted(after):
-            lines.append(f"    patched: {test_id} {'passed' if after[test_id].passed else 'FAILED: ' + after[test_id].message}")
+            outcome = after[test_id]
+            lines.append(f"    patched: {test_id} {'passed' if outcome.passed else 'FAILED: ' + outcome.message}")
         return lines
     for test_id in sorted(set(before) | set(after)):
         b, a = before.get(test_id), after.get(test_id)
