@@ -44,7 +44,30 @@ class FileGuards:
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
         project = self._file.project
         class_facts = project.class_facts(function.class_qualname) if function.class_qualname else None
-        return unpacked_storage_guard(site, function.parents, layer, aliases, class_facts, self._file.source.path)
+        return unpacked_storage_guard(site, function.parents, layer, aliases, class_facts, self._file.source.path,
+                                      self._module_function)
+
+    @functools.cached_property
+    def _own_functions(self) -> dict[str, ast.AST]:
+        return {node.name: node for node in self._file.tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def _module_function(self, name: str):
+        """The top-level function `name` calls in this file: its own, or one imported from a
+        project module (read through the index's file facts)."""
+        if name in self._own_functions:
+            return self._own_functions[name]
+        target = self._file.imports.get(name)
+        if target is None:
+            return None
+        project = self._file.project
+        module, _, attr = project.index.canonical(target).rpartition(".")
+        if module not in project.index.modules:
+            return None
+        facts = project.file_facts(module)
+        tree = facts.tree if facts else None
+        return next((node for node in (tree.body if tree else []) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and node.name == attr), None)
 
     # ---- `.weight` exists -------------------------------------------------------------------
     @functools.cached_property
