@@ -99,6 +99,49 @@ def _fixed_head() -> str:
     return _HEAD.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1)
 
 
+_GUARDED = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, UnquantizedLinearMethod
+
+
+def is_quantized(layer) -> bool:
+    return not isinstance(layer.quant_method, UnquantizedLinearMethod)
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config):
+        super().__init__()
+        self.q_proj = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+        self.k_proj = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+
+    def plain(self, x):
+        if is_quantized(self.q_proj):
+            return self.q_proj(x)[0]
+        return x.to(self.q_proj.weight.dtype)
+
+    def grouped(self, x):
+        if not all(isinstance(p.quant_method, UnquantizedLinearMethod) for p in (self.q_proj, self.k_proj)):
+            return x
+        return x.to(self.k_proj.weight.dtype)
+
+    def bf16(self, x):
+        bf16_weight = self.q_proj.weight.dtype == torch.bfloat16
+        if bf16_weight:
+            x = x.to(self.q_proj.weight.dtype)
+        return x
+"""
+_GUARDED_WRONG_WAY = (_GUARDED.replace("if is_quantized(", "if not is_quantized(")
+                      .replace("for p in (self.q_proj, self.k_proj)", "for p in (self.q_proj,)")
+                      .replace("torch.bfloat16\n", "torch.int8\n"))
+_GUARDED_WRONG_WAY_FIXED = (
+    _GUARDED_WRONG_WAY.replace("UnquantizedLinearMethod\n", "UnquantizedLinearMethod\n" + _IMPORT, 1)
+    .replace("return x.to(self.q_proj.weight.dtype)", "return x.to(get_layer_input_dtype(self.q_proj, True) or x.dtype)")
+    .replace("return x.to(self.k_proj.weight.dtype)", "return x.to(get_layer_input_dtype(self.k_proj, True) or x.dtype)")
+    .replace("            x = x.to(self.q_proj.weight.dtype)\n",
+             "            q_proj_input_dtype = get_layer_input_dtype(self.q_proj, True)\n"
+             "            if q_proj_input_dtype is not None:\n                x = x.to(q_proj_input_dtype)\n"))
+
+
 class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
@@ -122,11 +165,16 @@ class WeightDtypeCast(Rule):
         Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\nclass G:\n    def __init__(self):\n"
               "        self.gate = ReplicatedLinear(8, 8, quant_config=None)\n"
               "    def forward(self, x):\n        return self.gate(x.to(self.gate.weight.dtype))\n"),
+        # Guards read through a negated predicate, an `all(...)` over a group of layers, and a
+        # flag derived from a storage check (where it holds, the weight exists and is bf16).
+        Valid(_GUARDED),
         # Already fixed code is clean (idempotence).
         Valid(_fixed_head() + "    def f(self, x):\n        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
               "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
     ]
     INVALID = [
+        # The same guards, the other way round: the cast runs where the layer may be quantized.
+        Invalid(_GUARDED_WRONG_WAY, expected_replacement=_GUARDED_WRONG_WAY_FIXED, count=3),
         Invalid(
             _HEAD + "    def f(self, x):\n        x = x.to(self.kv_b_proj.weight.dtype)\n        return x\n",
             expected_replacement=_fixed_head() + "    def f(self, x):\n"

@@ -282,6 +282,79 @@ _BACKENDS_BROKEN = _BACKENDS.replace(
     "        return self.self_attn.forward_decode(x)\n").replace(
     "isinstance(self.gate_up_proj.quant_method, Fp8LinearMethod)",
     "isinstance(self.gate_up_proj.quant_method, LinearMethodBase)")
+# Guards of fused fast paths: a negated predicate, a predicate whose test is `getattr(L, "weight",
+# None) is None` itself, an early return unless `all(...)` of a group is unquantized, a flag
+# computed on first use, and re-reads an earlier read dominates (that first read is the finding).
+_FAST_PATHS = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, UnquantizedLinearMethod
+
+
+def is_quantized(layer) -> bool:
+    return not isinstance(layer.quant_method, UnquantizedLinearMethod)
+
+
+def can_fuse(linear, x) -> bool:
+    if getattr(linear, "weight", None) is None or x.dtype != linear.weight.dtype:
+        return False
+    return x.is_cuda
+
+
+class Lazy:
+    def __init__(self, creator):
+        self.creator = creator
+
+    @property
+    def value(self):
+        return self.creator()
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config):
+        super().__init__()
+        self.up = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+        self.down = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+        self.fused_cpu = Lazy(lambda: isinstance(self.up.quant_method, UnquantizedLinearMethod))
+
+    def forward(self, x):
+        if is_quantized(self.up):
+            x = self.up(x)[0]
+        else:
+            x = x @ self.up.weight.t()
+        if can_fuse(self.down, x):
+            return torch.mm(x, self.down.weight.t())
+        return self.down(x)[0]
+
+    def pack(self):
+        if not all(isinstance(p.quant_method, UnquantizedLinearMethod) for p in (self.up, self.down)):
+            return None
+        return torch.cat([self.up.weight, self.down.weight])
+
+    def cpu(self, x):
+        if self.fused_cpu.value:
+            return torch.mm(x, self.up.weight.t())
+        return self.up(x)[0]
+"""
+_FAST_PATHS_RE_READ = _FAST_PATHS + """\
+
+    def rows(self):
+        n = self.up.weight.shape[0]
+        if n > 8:
+            return self.up.weight[:8] + self.down.weight.sum()
+        return self.up.weight.t()
+"""
+# Each guard turned around or loosened: the quantized branch, an `all` over another group, a
+# lazy flag computed from something else, and a re-read whose earlier read may not have run.
+_FAST_PATHS_WRONG = (_FAST_PATHS.replace("if is_quantized(self.up):", "if not is_quantized(self.up):")
+                     .replace("for p in (self.up, self.down)", "for p in (self.down,)")
+                     .replace("Lazy(lambda: isinstance(self.up.quant_method, UnquantizedLinearMethod))",
+                              "Lazy(lambda: self.up.bias is None)")) + """\
+
+    def rows(self, c):
+        if c:
+            n = self.up.weight.shape[0]
+        return self.up.weight.t()
+"""
 _NO_WEIGHT = "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`"
 
 
@@ -366,6 +439,7 @@ class UnguardedWeightAccess(Rule):
         Valid(_OPAQUE),
         Valid(_DORMANT),
         Valid(_BACKENDS),
+        Valid(_FAST_PATHS),
     ]
     INVALID = [
         Invalid(_HEAD + "    def f(self, q):\n        if self.kv_b_proj.weight.dtype == torch.float8_e4m3fn:\n"
@@ -391,6 +465,9 @@ class UnguardedWeightAccess(Rule):
         Invalid(_LIVE, message_contains=("self.in_proj.weight",)),
         # `forward_decode` is also called unguarded; `LinearMethodBase` names no backend.
         Invalid(_BACKENDS_BROKEN, count=2),
+        # Only the first of the reads in `rows` (`self.down.weight` is read once).
+        Invalid(_FAST_PATHS_RE_READ, count=2),
+        Invalid(_FAST_PATHS_WRONG, count=5),
     ]
 
     def check(self, ctx: RuleContext) -> None:

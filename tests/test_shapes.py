@@ -111,3 +111,29 @@ def test_a_family_that_never_quantizes_a_layer_type(findings):
     every OutputHead `fast_decode` builds has no config, while `draft` builds one with the model's."""
     assert at(findings, "fast_decode/head_kernels.py") == {}
     assert list(at(findings, "draft/head_kernels.py")) == [line_of("models/draft/head_kernels.py", "torch.zeros")]
+
+
+def test_guard_shapes_of_fused_fast_paths(findings):
+    """models/fused.py: each guard shape keeps its method clean, and its `*_unguarded` twin (the
+    same read without the check) is reported: an imported predicate that returns False when
+    `getattr(L, "weight", None) is None` (kernels/fusion.py), a negated predicate (`is_quantized`
+    returning `not isinstance(...)`), an early return unless `all(...)` of a group is unquantized,
+    a flag computed on first use (`LazyFlag(lambda: ...)`), a flag derived from a storage check,
+    and the re-reads an earlier read dominates (only that first read is reported)."""
+    import ast as ast_module
+
+    source = (SHAPES / "servelm" / "models" / "fused.py").read_text(encoding="utf-8")
+    spans = {node.name: (node.lineno, node.end_lineno) for node in ast_module.walk(ast_module.parse(source))
+             if isinstance(node, ast_module.FunctionDef)}
+    fused = at(findings, "models/fused.py")
+
+    def reported_in(method: str) -> list[int]:
+        first, last = spans[method]
+        return sorted(line for line in fused if first <= line <= last)
+    for clean in ("gelu", "plain", "pack_qk", "cpu"):
+        assert reported_in(clean) == [], clean
+    for twin in ("gelu_unguarded", "plain_unguarded", "pack_qk_unguarded"):
+        assert reported_in(twin), twin
+    assert reported_in("bf16_only") == [line_of("models/fused.py", "use_bf16 = self.up.weight.dtype")]
+    assert fused[reported_in("plain_unguarded")[0]]["code"] == "DTL001"
+    assert at(findings, "kernels/fusion.py") == {}  # `linear` is untyped: no layer resolves

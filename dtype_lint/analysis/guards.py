@@ -467,7 +467,7 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
     if _reads_weight_of(test, layer, True) or _deferred_flag(test, known):
         return True
     element = each_element(test, "all")
-    if element is not None and implies_weight(element[0], None, known):
+    if element is not None and _may_include(test, layer) and implies_weight(element[0], None, known):
         return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return implies_no_weight(test.operand, layer, known)
@@ -475,6 +475,13 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         return all(implies_weight(v, layer, known) for v in test.values)
     return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
         implies_weight(v, layer, known) for v in test.values)
+
+
+def _may_include(test: ast.Call, layer: ast.AST | None) -> bool:
+    """`all(... for v in items)`: `items` may hold the layer read (a tuple or list written out must
+    name it; a name or a call is not followed)."""
+    items = test.args[0].generators[0].iter
+    return layer is None or not isinstance(items, (ast.Tuple, ast.List)) or elements_include(items, layer, {})
 
 
 def _deferred_flag(test: ast.AST, known: GuardKnowledge) -> bool:
@@ -501,7 +508,7 @@ def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledg
     if _reads_weight_of(test, layer, False):
         return True
     element = each_element(test, "any")
-    if element is not None and implies_no_weight(element[0], None, known):
+    if element is not None and _may_include(test, layer) and implies_no_weight(element[0], None, known):
         return True
     if known.dormant and truth(test, known.dormant) is True:
         return True  # what runs where it is false is a dormant path
