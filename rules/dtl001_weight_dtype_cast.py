@@ -245,7 +245,10 @@ class WeightDtypeCast(Rule):
             self._finfo(ctx, function, node)
             for arg in cast_dtype_args(node):
                 weight_dtype = self._source(arg, function.scope, node)
-                if weight_dtype is None or _receiver_is_parameter(node, weight_dtype.layer):
+                if weight_dtype is None:
+                    self._through_getter(ctx, function, node, arg)
+                    continue
+                if _receiver_is_parameter(node, weight_dtype.layer):
                     continue
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node, form=weight_dtype.form)
                 if verdict is None:
@@ -260,6 +263,25 @@ class WeightDtypeCast(Rule):
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
+
+    @staticmethod
+    def _through_getter(ctx: RuleContext, function, node: ast.Call, arg: ast.expr) -> None:
+        """`x.to(dtype=model.context_dtype)`: a getter of another object (or of `self`) that
+        returns one of its layers' `.weight.dtype`; reported at the cast, naming the getter."""
+        got = ctx.layers.dtype_getter(arg, function.scope)
+        if got is None or _receiver_is_parameter(node, got[0]):
+            return
+        layer, returns = got
+        verdict = ctx.layer_verdict(layer, function, site=node)
+        if verdict is None:
+            return
+        confidence, evidence = verdict
+        text = ast.unparse(layer)
+        ctx.report(node, f"activation cast to `{ast.unparse(arg)}`, which returns `{text}.weight.dtype`, the storage "
+                         f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
+                         f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
+                   confidence=confidence, evidence=(returns, *evidence),
+                   no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand")
 
     @staticmethod
     def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:

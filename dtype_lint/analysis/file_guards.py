@@ -24,6 +24,7 @@ from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.guard_flags import ClassGuardFlags, concrete_classes, imported_predicates
 from dtype_lint.analysis.guards import BackendNames, GuardKnowledge, unpacked_storage_guard, weight_present_at
 from dtype_lint.analysis.layers import NONE
+from dtype_lint.analysis.lazy_exports import lazy_owner
 from dtype_lint.findings import Evidence
 
 _NO_LAYER = ast.Name(id="<no layer>")  # a guard in a caller speaks of no particular layer
@@ -62,8 +63,9 @@ class FileGuards:
             return None
         project = self._file.project
         module, _, attr = project.index.canonical(target).rpartition(".")
-        if module not in project.index.modules:
+        if project.index.modules.get(module) is None:
             return None
+        module = lazy_owner(project, module, attr) or module
         facts = project.file_facts(module)
         tree = facts.tree if facts else None
         return next((node for node in (tree.body if tree else []) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))

@@ -31,6 +31,7 @@ from dtype_lint.analysis.guards import (
     is_falsy,
     is_weight_or_none,
 )
+from dtype_lint.analysis.lazy_exports import lazy_owner
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NOT = ast.Not()
@@ -215,6 +216,9 @@ def imported_predicates(project, imports: dict[str, str], config_params: tuple[s
         header = index.modules.get(module)
         if header is None or name in header.classes:
             continue
+        owner = lazy_owner(project, module, name)
+        if owner is not None:  # `from pkg import f`, `pkg` resolving `f` in a `__getattr__`
+            module, header = owner, index.modules.get(owner)
 
         def build(module=module):
             facts = project.file_facts(module)

@@ -33,7 +33,7 @@ from dtype_lint.analysis.class_facts import ClassFacts
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import Dominator, dominators, evaluated_before, same_expression
 from dtype_lint.analysis.dormant import truth
-from dtype_lint.analysis.recognisers import feeds_dtype_site
+from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_dtype_source
 from dtype_lint.dtypes.evaluator import guard_excludes_packed, guard_includes_packed
 from dtype_lint.findings import Evidence
 
@@ -301,7 +301,23 @@ def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _
         own = isinstance(layer, ast.Name) and layer.id == "self"
         return all(_proves_unquantized(v, layer, aliases, _NO_CLASS_GUARDS, depth + 1, own)
                    for v in class_guards.assigned[test.attr])
-    return guard_excludes_packed(test, layer, aliases)
+    return guard_excludes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
+
+
+def _raising_is_reported(test: ast.AST, aliases, depth: int = 0) -> bool:
+    """A `.weight` read of the test that raises (no `.weight`) is reported where it is read
+    (DTL003), so the test counts as keeping the site from running there (`bf16 = L.weight.dtype ==
+    torch.bfloat16`, then `if bf16: x.to(L.weight.dtype)`). Not when the test reads it through a
+    local holding the dtype itself (`w_dtype = L.weight.dtype`): that read feeds the cast, is
+    reported with the cast, and would be reported by nothing else."""
+    if depth > 4:
+        return False
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name) and node.id in aliases:
+            value = aliases[node.id]
+            if weight_dtype_source(value, None) is not None or not _raising_is_reported(value, aliases, depth + 1):
+                return False
+    return True
 
 
 def returned_test(call: ast.AST, functions) -> ast.expr | None:
@@ -356,8 +372,8 @@ def _proves_quantized_or_packed(test: ast.AST, layer: ast.expr, aliases, class_g
         return _proves_quantized_or_packed(returned, layer, aliases, class_guards)
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
         return any(_proves_quantized_or_packed(v, layer, aliases, class_guards) for v in test.values) or \
-            guard_includes_packed(test, layer, aliases)
-    return guard_includes_packed(test, layer, aliases)
+            guard_includes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
+    return guard_includes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
 
 
 # ---- `.weight` exists ---------------------------------------------------------------------------
