@@ -142,6 +142,32 @@ _GUARDED_WRONG_WAY_FIXED = (
              "            if q_proj_input_dtype is not None:\n                x = x.to(q_proj_input_dtype)\n"))
 
 
+_GETTER = """\
+from torch import nn
+from vllm.model_executor.layers.linear import ReplicatedLinear
+
+
+class Drafter(nn.Module):
+    def __init__(self, hidden, quant_config=None):
+        super().__init__()
+        self.context_proj = ReplicatedLinear(hidden, hidden, quant_config=quant_config)
+
+    @property
+    def context_dtype(self):
+        return self.context_proj.weight.dtype
+
+
+class Model(nn.Module):
+    def __init__(self, hidden, quant_config=None):
+        super().__init__()
+        self.drafter = Drafter(hidden, quant_config)
+        self.plain = Drafter(hidden)
+
+    def forward(self, x):
+        return x.to(dtype=self.drafter.context_dtype), x.to(dtype=self.plain.context_dtype)
+"""
+
+
 class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
@@ -173,6 +199,8 @@ class WeightDtypeCast(Rule):
               "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
     ]
     INVALID = [
+        # A getter of another object returning its layer's storage dtype: reported at the cast.
+        Invalid(_GETTER, message_contains=("`self.drafter.context_dtype`", "context_proj.weight.dtype")),
         # The same guards, the other way round: the cast runs where the layer may be quantized.
         Invalid(_GUARDED_WRONG_WAY, expected_replacement=_GUARDED_WRONG_WAY_FIXED, count=3),
         Invalid(

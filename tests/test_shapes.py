@@ -137,3 +137,16 @@ def test_guard_shapes_of_fused_fast_paths(findings):
     assert reported_in("bf16_only") == [line_of("models/fused.py", "use_bf16 = self.up.weight.dtype")]
     assert fused[reported_in("plain_unguarded")[0]]["code"] == "DTL001"
     assert at(findings, "kernels/fusion.py") == {}  # `linear` is untyped: no layer resolves
+
+
+def test_a_dtype_getter_of_another_object(findings):
+    """`target_hidden.to(dtype=self.drafter.context_dtype)`: the getter returns the drafter's
+    `context_proj.weight.dtype`; reported at the cast, the getter named in the message and the
+    evidence; the same cast through a drafter built without a config is clean."""
+    drafter = at(findings, "models/drafter.py")
+    line = line_of("models/drafter.py", "target_hidden.to(dtype=self.drafter.context_dtype)")
+    assert set(drafter) == {line}
+    finding = drafter[line]
+    assert finding["code"] == "DTL001" and "`self.drafter.context_dtype`" in finding["message"]
+    returns = line_of("models/drafter.py", "return self.context_proj.weight.dtype")
+    assert any(e["line"] == returns and "`context_dtype` returns" in e["message"] for e in finding["evidence"])
