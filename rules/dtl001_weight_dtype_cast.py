@@ -5,7 +5,10 @@ Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weig
 `x.type(L.weight.dtype)` and `x.to(L.weight)`, also when the dtype is reached through a local
 alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
 (`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`) or `typing.cast`; a `dtype`
-getter that returns a layer's `.weight.dtype`; and `L.weight` (or its dtype) passed into a project
+getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
+of an object (or of `self`) that returns one of its layers' `.weight.dtype`
+(`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
+functions whose text holds `weight` or `_dtype`); and `L.weight` (or its dtype) passed into a project
 function that casts an activation to it. Only where `L` may really be quantized: its class obtains
 a quant method from a config (read from the code, or configured), a config may reach its
 construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
@@ -174,7 +177,9 @@ class WeightDtypeCast(Rule):
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
-    marker = ("weight", "parameters()")
+    # `_dtype`: a cast to a getter's value (`x.to(dtype=model.context_dtype)`) in a function that
+    # reads no `.weight` itself.
+    marker = ("weight", "parameters()", "_dtype")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"

@@ -68,8 +68,8 @@ class FileGuards:
         module = lazy_owner(project, module, attr) or module
         facts = project.file_facts(module)
         tree = facts.tree if facts else None
-        return next((node for node in (tree.body if tree else []) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and node.name == attr), None)
+        return next((node for node in (tree.body if tree else [])
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr), None)
 
     # ---- `.weight` exists -------------------------------------------------------------------
     @functools.cached_property

@@ -150,7 +150,8 @@ def each_element(test: ast.AST, function: str) -> tuple[ast.expr, str] | None:
     """`all(E for v in items)` (function "all") or `any(...)` -> (E, "v"): what holds of every
     element where `all` held (`any` failed). A filter (`... if c`) leaves elements unchecked."""
     if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == function
-            and len(test.args) == 1 and not test.keywords and isinstance(test.args[0], (ast.GeneratorExp, ast.ListComp))):
+            and len(test.args) == 1 and not test.keywords
+            and isinstance(test.args[0], (ast.GeneratorExp, ast.ListComp))):
         return None
     generators = test.args[0].generators
     if len(generators) != 1 or generators[0].ifs or not isinstance(generators[0].target, ast.Name):
