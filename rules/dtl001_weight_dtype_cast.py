@@ -171,6 +171,27 @@ class Model(nn.Module):
 """
 
 
+_HOLDER = """\
+from torch import nn
+from vllm.model_executor.layers.linear import RowParallelLinear
+
+
+def project(x, layer: nn.Module):
+    return layer(x.to(layer.weight.dtype))
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, quant_config=None):
+        super().__init__()
+        self.o_proj = RowParallelLinear(hidden, hidden, quant_config=quant_config)
+
+    def forward(self, x):
+        return project(x, self.o_proj)
+"""
+_HOLDER_FIXED = _HOLDER.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1).replace(
+    "layer(x.to(layer.weight.dtype))", "layer(x.to(get_layer_input_dtype(layer, True) or x.dtype))")
+
+
 class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
@@ -204,6 +225,8 @@ class WeightDtypeCast(Rule):
               "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
     ]
     INVALID = [
+        # A helper taking `layer: nn.Module`: its caller passes a quantizable layer (one step).
+        Invalid(_HOLDER, expected_replacement=_HOLDER_FIXED, message_contains=("`layer.weight.dtype`",)),
         # A getter of another object returning its layer's storage dtype: reported at the cast.
         Invalid(_GETTER, message_contains=("`self.drafter.context_dtype`", "context_proj.weight.dtype")),
         # The same guards, the other way round: the cast runs where the layer may be quantized.

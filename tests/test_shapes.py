@@ -150,3 +150,15 @@ def test_a_dtype_getter_of_another_object(findings):
     assert finding["code"] == "DTL001" and "`self.drafter.context_dtype`" in finding["message"]
     returns = line_of("models/drafter.py", "return self.context_proj.weight.dtype")
     assert any(e["line"] == returns and "`context_dtype` returns" in e["message"] for e in finding["evidence"])
+
+
+def test_callers_traced_for_a_generically_typed_holder(findings):
+    """`project_into(x, layer: nn.Module)` is judged by what its caller passes (`self.o_proj`,
+    built with the config), the call named in the evidence; `project_plain`'s caller passes a
+    torch layer, so it is clean."""
+    holders = at(findings, "models/holders.py")
+    line = line_of("models/holders.py", "return x.to(layer.weight.dtype) @ layer.weight.t()")
+    assert set(holders) == {line}
+    cast = next(f for f in findings if f["path"].endswith("holders.py") and f["code"] == "DTL001")
+    call = line_of("models/holders.py", "return project_into(x, self.o_proj)")
+    assert any(e["line"] == call and "`layer` is `self.o_proj`" in e["message"] for e in cast["evidence"])
