@@ -57,8 +57,9 @@ also moves device), for receivers with side effects, and for aliases used outsid
 finding says why.
 
 ## Known limits
-A layer typed only as `nn.Module` (callers are not traced back), a parameter annotated with a
-quantizable class whose real callers pass unquantized layers, layers attached from outside their
+A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one
+step (not by callers in other files); a parameter annotated with a quantizable class whose real
+callers pass unquantized layers, layers attached from outside their
 class, classes chosen at run time, and dtypes that reach a kernel two calls away are not resolved
 as a reviewer would; docs/quantizability.md lists each with the real site that showed it.
 
