@@ -43,7 +43,7 @@ from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.analysis.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.storage_model import why_storage
+from dtype_lint.analysis.storage_model import ABSENT, why_storage
 from dtype_lint.config import Config
 from dtype_lint.engine.source import SourceFile
 from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
@@ -454,8 +454,8 @@ class RuleContext:
         self._tracing = True
         try:
             for arg, caller, call in self._facts.generic_holders.passed(where, layer.id):
-                if caller.exempt:
-                    continue
+                if caller.exempt or (need == ABSENT and self._facts.guards.weight_present(call, caller, arg)):
+                    continue  # storage code, or a call made only where the layer has `.weight`
                 got = self.layer_verdict(arg, caller, site=call, need=need)
                 if got is not None:
                     step = Evidence(f"`{layer.id}` is `{ast.unparse(arg)}` where `{caller.scope_name}` calls "

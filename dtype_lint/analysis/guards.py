@@ -80,6 +80,15 @@ def is_quant_method(node: ast.AST) -> bool:
             and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "quant_method")
 
 
+def _names_method_object(node: ast.AST) -> bool:
+    """The layer's quant method or scheme, or a local named for one (`scheme = getattr(L,
+    "scheme", None)`)."""
+    if is_quant_method(node):
+        return True
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name in ("scheme", "quant_method") or name.endswith(("_scheme", "_quant_method"))
+
+
 def is_hasattr_weight(test: ast.AST, layer: ast.AST | None) -> bool:
     """`hasattr(L, "weight")` (of any layer when `layer` is None: a flag's value)."""
     return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
@@ -449,6 +458,11 @@ def backend_check(test: ast.AST, backends: BackendNames) -> bool:
         if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "type" \
                 and len(left.args) == 1 and is_quant_method(left.args[0]):
             return backends.names_backends(right)
+        if isinstance(left, ast.Attribute) and left.attr == "__name__" and isinstance(left.value, ast.Call) \
+                and dotted(left.value.func) == "type" and len(left.value.args) == 1 \
+                and _names_method_object(left.value.args[0]) and isinstance(right, ast.Constant) \
+                and isinstance(right.value, str) and right.value and "Base" not in right.value:
+            return True  # `type(scheme).__name__ == "W8A8Fp8"`: a backend named by its class's name
         return isinstance(test.ops[0], ast.Is) and backends.is_config(left) \
             and isinstance(right, ast.Constant) and right.value is None
     return False
