@@ -6,7 +6,7 @@ Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weig
 alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
 (`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`) or `typing.cast`; a `dtype`
 getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
-of an object (or of `self`) that returns one of its layers' `.weight.dtype`
+named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
 functions whose text holds `weight` or `_dtype`); and `L.weight` (or its dtype) passed into a project
 function that casts an activation to it. Only where `L` may really be quantized: its class obtains

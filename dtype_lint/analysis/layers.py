@@ -233,10 +233,10 @@ class LayerResolver:
         return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed)
 
     def dtype_getter(self, expr: ast.AST, scope: FunctionScope) -> tuple[ast.expr, Evidence] | None:
-        """`R.name` or `R.name()` where `name` is a property (or an argument-less method) of R's
-        class returning one of its layers' `.weight.dtype` (`context_dtype` returning
-        `self.context_proj.weight.dtype`): (that layer as seen from here, `R.context_proj`, and
-        where the getter returns it), else None. A getter named `dtype` is reported where it
+        """`R.name` or `R.name()` where `name` (a name holding `dtype`) is a property (or an
+        argument-less method) of R's class returning one of its layers' `.weight.dtype`
+        (`context_dtype` returning `self.context_proj.weight.dtype`): (that layer as seen from
+        here, `R.context_proj`, and where the getter returns it), else None. A getter named `dtype` is reported where it
         returns (DTL001), so it is not followed to its callers too."""
         from dtype_lint.analysis.recognisers import weight_dtype_source
 
@@ -244,7 +244,8 @@ class LayerResolver:
         if call and (expr.args or expr.keywords):
             return None
         node = expr.func if call else expr
-        if not isinstance(node, ast.Attribute) or node.attr == "dtype":
+        # A getter named for a dtype (`context_dtype`, `_dtype`): `dtype` itself is reported where it returns.
+        if not isinstance(node, ast.Attribute) or node.attr == "dtype" or "dtype" not in node.attr:
             return None
         owner = self.resolve(node.value, scope)
         if not owner.qualname:
