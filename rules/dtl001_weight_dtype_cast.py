@@ -172,6 +172,33 @@ class Model(nn.Module):
 """
 
 
+_CHAIN = """\
+from torch import nn
+from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+
+class TextModel(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, quant_config=quant_config)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.model = TextModel(config, quant_config=quant_config)
+
+
+class VisionLanguageModel(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.language_model = CausalLM(config, quant_config=quant_config)
+        self.draft_model = CausalLM(config)
+
+    def embed_images(self, image_embeds):
+        draft = image_embeds.to(self.draft_model.model.embed_tokens.weight.dtype)
+        return draft, image_embeds.to(self.language_model.model.embed_tokens.weight.dtype)
+"""
 _HOLDER = """\
 from torch import nn
 from vllm.model_executor.layers.linear import RowParallelLinear
@@ -226,6 +253,13 @@ class WeightDtypeCast(Rule):
               "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
     ]
     INVALID = [
+        # A chain through model classes built in `__init__`: the embedding gets the config at the
+        # end of it (and the same chain through a model built without one is clean).
+        Invalid(_CHAIN, message_contains=("self.language_model.model.embed_tokens.weight.dtype",),
+                expected_replacement=_CHAIN.replace("from torch import nn\n", "from torch import nn\n" + _IMPORT, 1)
+                .replace("image_embeds.to(self.language_model.model.embed_tokens.weight.dtype)",
+                         "image_embeds.to(get_layer_input_dtype(self.language_model.model.embed_tokens, True) "
+                         "or image_embeds.dtype)")),
         # A helper taking `layer: nn.Module`: its caller passes a quantizable layer (one step).
         Invalid(_HOLDER, expected_replacement=_HOLDER_FIXED, message_contains=("`layer.weight.dtype`",)),
         # A getter of another object returning its layer's storage dtype: reported at the cast.
