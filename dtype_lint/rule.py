@@ -448,14 +448,16 @@ class RuleContext:
         its function in this file passes for it, judged at that call (one step)."""
         from dtype_lint.analysis.callers import generically_typed
 
-        if not (isinstance(layer, ast.Name) and layer.id in where.scope.params
-                and generically_typed(where.fn, layer.id)) or self._tracing:
+        # Not for a read of `.weight` itself (DTL003): its callers' paths are guarded by checks the
+        # engine reads on the layer it is handed (a format predicate on the config), not at the call.
+        if need == ABSENT or not (isinstance(layer, ast.Name) and layer.id in where.scope.params
+                                  and generically_typed(where.fn, layer.id)) or self._tracing:
             return None
         self._tracing = True
         try:
             for arg, caller, call in self._facts.generic_holders.passed(where, layer.id):
-                if caller.exempt or (need == ABSENT and self._facts.guards.weight_present(call, caller, arg)):
-                    continue  # storage code, or a call made only where the layer has `.weight`
+                if caller.exempt:
+                    continue
                 got = self.layer_verdict(arg, caller, site=call, need=need)
                 if got is not None:
                     step = Evidence(f"`{layer.id}` is `{ast.unparse(arg)}` where `{caller.scope_name}` calls "

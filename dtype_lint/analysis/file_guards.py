@@ -105,7 +105,8 @@ class FileGuards:
         implies it (see the module docstring)."""
         known = self._known_in.get(id(function.fn))
         if known is None:
-            known = self._known_in[id(function.fn)] = self._class_flags.in_function(function.fn)
+            aliases = {k: v[0] for k, v in function.scope.assigns.items() if len(v) == 1 and v[0] is not None}
+            known = self._known_in[id(function.fn)] = self._class_flags.in_function(function.fn).with_aliases(aliases)
         if weight_present_at(read, layer, function.parents, known):
             return True
         if "self" in known.flags and isinstance(layer, ast.Name) and layer.id == function.scope.self_name:

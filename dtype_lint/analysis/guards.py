@@ -424,19 +424,25 @@ class GuardKnowledge:
     falsy constant its class ever gives it (analysis/dormant.py: a test true only once other code
     changes it guards a path the class never takes)."""
 
-    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant")
+    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant", "aliases")
 
     def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset(),
-                 backends: BackendNames | None = None, opaque=None, dormant: dict | None = None):
+                 backends: BackendNames | None = None, opaque=None, dormant: dict | None = None,
+                 aliases: dict | None = None):
         self.flags, self.predicates, self.backends = flags, predicates, backends or NO_BACKENDS
         self.opaque, self.dormant = opaque, dormant or {}
+        self.aliases = aliases or {}  # the function's single-assignment locals (a group's tuple)
 
     def with_flags(self, more) -> "GuardKnowledge":
-        return GuardKnowledge(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant)
+        return GuardKnowledge(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant,
+                              self.aliases)
+
+    def with_aliases(self, aliases: dict) -> "GuardKnowledge":
+        return GuardKnowledge(self.flags, self.predicates, self.backends, self.opaque, self.dormant, aliases)
 
     def at_read(self, opaque, dormant: dict) -> "GuardKnowledge":
         """What is known at a read: also the unresolved calls and the dormant attributes there."""
-        return GuardKnowledge(self.flags, self.predicates, self.backends, opaque, dormant)
+        return GuardKnowledge(self.flags, self.predicates, self.backends, opaque, dormant, self.aliases)
 
 
 NOTHING_KNOWN = GuardKnowledge()
@@ -498,7 +504,7 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
     if _reads_weight_of(test, layer, True) or _deferred_flag(test, known):
         return True
     element = each_element(test, "all")
-    if element is not None and _may_include(test, layer) and implies_weight(element[0], None, known):
+    if element is not None and _may_include(test, layer, known.aliases) and implies_weight(element[0], None, known):
         return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return implies_no_weight(test.operand, layer, known)
@@ -508,11 +514,11 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         implies_weight(v, layer, known) for v in test.values)
 
 
-def _may_include(test: ast.Call, layer: ast.AST | None) -> bool:
-    """`all(... for v in items)`: `items` may hold the layer read (a tuple or list written out must
-    name it; a name or a call is not followed)."""
-    items = test.args[0].generators[0].iter
-    return layer is None or not isinstance(items, (ast.Tuple, ast.List)) or elements_include(items, layer, {})
+def _may_include(test: ast.Call, layer: ast.AST | None, aliases: dict) -> bool:
+    """`all(... for v in items)`: `items` holds the layer read (a tuple or list written out, or a
+    local holding one, that names it). In a flag's or a predicate's value (no layer yet) any group
+    counts."""
+    return layer is None or elements_include(test.args[0].generators[0].iter, layer, aliases)
 
 
 def _deferred_flag(test: ast.AST, known: GuardKnowledge) -> bool:
@@ -539,7 +545,8 @@ def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledg
     if _reads_weight_of(test, layer, False):
         return True
     element = each_element(test, "any")
-    if element is not None and _may_include(test, layer) and implies_no_weight(element[0], None, known):
+    if element is not None and _may_include(test, layer, known.aliases) and implies_no_weight(element[0], None,
+                                                                                       known):
         return True
     if known.dormant and truth(test, known.dormant) is True:
         return True  # what runs where it is false is a dormant path
