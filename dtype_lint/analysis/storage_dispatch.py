@@ -10,7 +10,10 @@ when:
   storage dtype or allocates with it (the MLA prefill's `if ... w != torch.uint8: kv.to(w)`);
 - or its **fall-through treats the other storages as unpacked**: the `else` (or what follows the
   `if` in its block) hands the raw `L.weight` to a kernel (`F.linear(x, L.weight)`,
-  `torch.mm(x, L.weight.t())`), so int8, int32, uint8 or a missing `.weight` reach a float kernel.
+  `torch.mm(x, L.weight.t())`), so int8, int32, uint8 or a missing `.weight` reach a float kernel;
+- or it tests a **container dtype several formats share**: `uint8` (or `int32`) is the storage of
+  the layer under two or more backends (MXFP4 and NVFP4 nibbles alike), so the arm it picks runs
+  one format's kernel on the others (`ambiguous_storage`, asked of the storage model).
 """
 
 from __future__ import annotations
@@ -36,6 +39,26 @@ def hand_copy_reason(stmt: ast.stmt, layer: ast.expr, scope, block: list[ast.stm
         if raw is not None:
             return (f"its fall-through hands the raw `{ast.unparse(layer)}.weight` to `{raw}`, as if every other "
                     f"storage were unpacked")
+    return None
+
+
+# Byte and word containers of packed sub-byte formats: one such dtype is the storage of formats
+# that have nothing else in common (uint8: NVFP4 and MXFP4 nibbles; int32: Marlin and GPTQ words).
+CONTAINER_DTYPES = frozenset({"uint8", "int32"})
+
+
+def ambiguous_storage(storages, sentinels: list[str]) -> tuple[str, list[str]] | None:
+    """(dtype, the quant methods that leave it) when a container dtype the branch tests is the
+    storage of the layer under two or more backends' methods: a branch on that dtype picks one
+    format's kernel for all of them. `storages`: the storage model's answer for the layer type
+    (storage_model.Storage, typed dispatches only)."""
+    for sentinel in sentinels:
+        name = sentinel.rsplit(".", 1)[-1]
+        if name not in CONTAINER_DTYPES:
+            continue
+        methods = sorted({(s.backend, s.method) for s in storages or () if s.typed and s.dtype == name})
+        if len({backend for backend, _method in methods}) >= 2:
+            return name, [method for _backend, method in methods]
     return None
 
 
