@@ -8,7 +8,7 @@ alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr`
 getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
 named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
-functions whose text holds `weight` or `_dtype`); and `L.weight` (or its dtype) passed into a project
+functions whose text holds `weight`); and `L.weight` (or its dtype) passed into a project
 function that casts an activation to it. Only where `L` may really be quantized: its class obtains
 a quant method from a config (read from the code, or configured), a config may reach its
 construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
@@ -167,8 +167,8 @@ class Model(nn.Module):
         self.drafter = Drafter(hidden, quant_config)
         self.plain = Drafter(hidden)
 
-    def forward(self, x):
-        return x.to(dtype=self.drafter.context_dtype), x.to(dtype=self.plain.context_dtype)
+    def forward(self, x, tied_weight):
+        return x.to(dtype=self.drafter.context_dtype) @ tied_weight, x.to(dtype=self.plain.context_dtype)
 """
 
 
@@ -226,9 +226,7 @@ class WeightDtypeCast(Rule):
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
-    # `_dtype`: a cast to a getter's value (`x.to(dtype=model.context_dtype)`) in a function that
-    # reads no `.weight` itself.
-    marker = ("weight", "parameters()", "_dtype")
+    marker = ("weight", "parameters()")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"

@@ -245,7 +245,7 @@ class LayerResolver:
             return None
         node = expr.func if call else expr
         # A getter named for a dtype (`context_dtype`, `_dtype`): `dtype` itself is reported where it returns.
-        if not isinstance(node, ast.Attribute) or node.attr == "dtype" or "dtype" not in node.attr:
+        if not isinstance(node, ast.Attribute) or node.attr in _PLAIN_DTYPE_ATTRIBUTES or "dtype" not in node.attr:
             return None
         owner = self.resolve(node.value, scope)
         if not owner.qualname:
@@ -644,6 +644,11 @@ class LayerResolver:
 
 def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
+
+
+# `dtype` is reported where it returns; the others are plain attributes in engine code (a layer's
+# compute dtype, a config's), not looked up as getters.
+_PLAIN_DTYPE_ATTRIBUTES = frozenset({"dtype", "params_dtype", "torch_dtype"})
 
 
 def _rooted_at_self(layer: ast.AST) -> bool:

@@ -776,20 +776,18 @@ class CodeBackends:
                     return (found[0], found[1], f"{found[2]} under {_short(kernel)}", (*steps, *found[3]))
         return None
 
-    def _held_kernels(self, owner: str, attr: str) -> list[tuple[str, Evidence]]:
+    def _held_kernels(self, owner: str, attr: str):
         """The classes `self.<attr>` can hold, from its assignments in `owner`'s `__init__` or
         `create_weights`: a class constructed there, or what a factory's return annotation names
-        (and their subclasses in their package), at most a few dozen."""
-        out: list[tuple[str, Evidence]] = []
+        (and their subclasses in the same folder), at most a few dozen; yielded lazily (the
+        search stops at the first kernel that repacks)."""
         for name in ("__init__", "create_weights"):
             got = self._method_of(owner, name)
             if got is not None:
-                out.extend(self._kernels_assigned(got[1], got[2], attr))
-        return out
+                yield from self._kernels_assigned(got[1], got[2], attr)
 
-    def _kernels_assigned(self, src: _Source, method, attr: str) -> list[tuple[str, Evidence]]:
+    def _kernels_assigned(self, src: _Source, method, attr: str):
         resolve = self._resolver(src, method)
-        out: list[tuple[str, Evidence]] = []
         for node in ast.walk(method):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
                 continue
@@ -801,11 +799,13 @@ class CodeBackends:
             callee = resolve(dotted(node.value.func))
             classes = [callee] if callee and self.index.class_location(callee) else self._returned_classes(callee)
             for cls in classes:
+                yield cls, built
                 loc = self.index.class_location(cls)
                 folder = os.path.dirname(loc[0].path) if loc else None
-                for kernel in [cls, *(self._scan_configs(cls, folder) if folder else ())][:40]:
-                    out.append((kernel, built))
-        return out
+                for count, kernel in enumerate(self._scan_configs(cls, folder) if folder else ()):
+                    if count >= 40:
+                        break
+                    yield kernel, built
 
     def _returned_classes(self, function: str | None) -> list[str]:
         """The classes a project function's return annotation names (`A | B`, `Optional[A]`)."""
