@@ -769,7 +769,7 @@ class CodeBackends:
                 inner = self._method_of(kernel, node.func.attr)
                 if inner is None:
                     continue
-                found = self._mutation(inner[2], inner[1], depth=1, seen=set())
+                found = self._mutation(inner[2], inner[1], depth=2, seen=set())  # the kernel and one helper
                 if found is not None:
                     steps = (Evidence(f"`{_short(method)}.process_weights_after_loading` hands it to "
                                       f"`self.{node.func.value.attr}`", src.path, node.lineno), built)
