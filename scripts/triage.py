@@ -82,6 +82,7 @@ class Verdicts:
     path: Path
     rows: dict[str, Row] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # FALSE candidate lines without a row
+    notes: list[str] = field(default_factory=list)  # paragraphs for the tree's page (a tool bug's reproduction)
 
     @property
     def name(self) -> str:
@@ -107,9 +108,9 @@ def check_known_limits(doc: str | None = None) -> list[str]:
     return [name for name, lead in KNOWN_LIMITS.items() if lead not in leads]
 
 
-def _tsv_rows(path: Path, columns: tuple[str, ...], directive: str, on_directive, pad: bool = False):
+def _tsv_rows(path: Path, columns: tuple[str, ...], directives: dict, pad: bool = False):
     """(line number, where, cells) of each data row of a verdict file, after its header row.
-    Comment lines (`# `) are skipped; `#<directive>` lines go to `on_directive(where, cells, raw)`.
+    Comment lines (`# `) are skipped; a `#<directive>` line goes to `directives[directive](where, cells, raw)`.
     `pad`: trailing empty columns may be left out."""
     header_seen = False
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -117,8 +118,8 @@ def _tsv_rows(path: Path, columns: tuple[str, ...], directive: str, on_directive
         if not raw.strip() or raw.startswith("# "):
             continue
         cells = raw.split("\t")
-        if cells[0] == f"#{directive}":
-            on_directive(where, cells, raw)
+        if cells[0].startswith("#") and cells[0][1:] in directives:
+            directives[cells[0][1:]](where, cells, raw)
             continue
         if not header_seen:
             if tuple(cells) != columns:
@@ -134,6 +135,16 @@ def _tsv_rows(path: Path, columns: tuple[str, ...], directive: str, on_directive
         raise VerdictError(f"{path.name}: no header row {'<TAB>'.join(columns)!r}")
 
 
+def _note_into(notes: list[str]):
+    """The handler of `#note<TAB><one paragraph>` lines: each paragraph goes to `notes`."""
+    def note(where: str, cells: list[str], raw: str) -> None:
+        if len(cells) != 2 or not cells[1].strip():
+            raise VerdictError(f"{where}: expected `#note<TAB><one paragraph>`: {raw!r}")
+        notes.append(cells[1].strip())
+
+    return note
+
+
 def load_verdicts(dist: str, version: str, path: Path | None = None) -> Verdicts:
     path = path or verdict_path(dist, version)
     out = Verdicts(dist, version, path)
@@ -143,7 +154,7 @@ def load_verdicts(dist: str, version: str, path: Path | None = None) -> Verdicts
             raise VerdictError(f"{where}: expected `#count<TAB><FALSE category><TAB><number>`: {raw!r}")
         out.counts[cells[1]] = int(cells[2])
 
-    for n, where, cells in _tsv_rows(path, COLUMNS, "count", count, pad=True):
+    for n, where, cells in _tsv_rows(path, COLUMNS, {"count": count, "note": _note_into(out.notes)}, pad=True):
         key, verdict, category, why, site = cells
         if not re.fullmatch(r"[^:\s]+\.py:\d+", key):
             raise VerdictError(f"{where}: `{key}` is not path:line")
@@ -312,6 +323,8 @@ def render(t: Triage) -> str:
         f"| TRUE (sites) | {len(t.true_sites())} |",
     ]
     lines += [f"| FALSE: {c} | {v.counts[c]} |" for c in FALSE_CATEGORIES]
+    if v.notes:
+        lines += ["", "## Notes", ""] + sum(([note, ""] for note in v.notes), [])[:-1]
     lines += ["", "## Findings", ""]
     if t.findings:
         lines += ["| # | finding | rule | verdict | shared read | why |", "|---|---|---|---|---|---|"]
@@ -446,12 +459,7 @@ def load_rule_verdicts(dist: str, version: str, path: Path | None = None) -> Rul
 
 
 def _load_rule_file(path: Path, out: RuleVerdicts) -> None:
-    def note(where: str, cells: list[str], raw: str) -> None:
-        if len(cells) != 2 or not cells[1].strip():
-            raise VerdictError(f"{where}: expected `#note<TAB><one paragraph>`: {raw!r}")
-        out.notes.append(cells[1].strip())
-
-    for n, where, cells in _tsv_rows(path, RULE_COLUMNS, "note", note):
+    for n, where, cells in _tsv_rows(path, RULE_COLUMNS, {"note": _note_into(out.notes)}):
         key, code, verdict, why = cells
         if not re.fullmatch(r"[^:\s]+\.py:\d+", key):
             raise VerdictError(f"{where}: `{key}` is not path:line")
@@ -591,8 +599,10 @@ def render_rules(triages: list[RuleTriage]) -> str:
         n, true, _ = held_out_counts(triages, code)
         if n:
             verdict = "meets" if true / n >= DEFAULT_PRECISION else "is below"
-            lines.append(f"{code} off the development trees: {true} of {n} TRUE, {_pct0(true / n)}; {verdict} "
-                         f"the {DEFAULT_PRECISION:.0%} a default rule needs.")
+            trees = sum(1 for t in triages if not t.developed_on and t.counts(code)[0])
+            lines.append(f"{code} off the development trees: {true} of {n} TRUE, {_pct0(true / n)}, on "
+                         f"{trees} tree{'s' if trees != 1 else ''}; {verdict} the {DEFAULT_PRECISION:.0%} a default "
+                         "rule needs.")
     for t in triages:
         n, true, false = t.counts()
         p = t.precision()
@@ -643,9 +653,14 @@ def rule_triages(findings_of, trees: list[tuple[str, str]] | None = None) -> lis
 RULES_SUMMARY_HEADER = ("| tree | DTL003 | DTL004 | DTL005 | all three |\n|---|---|---|---|---|")
 
 
+def _anchor(title: str) -> str:
+    """The id a Markdown renderer gives the heading `title` (GitHub's rule: lower case, no punctuation)."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
 def rules_summary_row(t: RuleTriage) -> str:
     cells = [_ratio(t.counts(code)[1], t.counts(code)[0]) for code in (*RULE_CODES, None)]
-    return f"| [{_tree_title(t)}](rules-dtl003-005.md) | " + " | ".join(cells) + " |"
+    return f"| [{_tree_title(t)}](rules-dtl003-005.md#{_anchor(_tree_title(t))}) | " + " | ".join(cells) + " |"
 
 
 # The README's order: the seed release, the current one, the fork, the peers; any other tree after them.

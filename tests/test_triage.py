@@ -149,7 +149,8 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
         ("d.py:9", "TRUE", "known-limit:generic-types", "behind an nn.Module", ""),
         ("e.py:1", "TRUE", "", "was reported once", ""),
     ]
-    text = "".join(f"#count\t{c}\t1\n" for c in triage.FALSE_CATEGORIES) + "\t".join(triage.COLUMNS) + "\n"
+    text = ("#note\tA bug's reproduction.\n" + "".join(f"#count\t{c}\t1\n" for c in triage.FALSE_CATEGORIES)
+            + "\t".join(triage.COLUMNS) + "\n")
     (tmp_path / "t-1.tsv").write_text(text + "".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
     verdicts = triage.load_verdicts("t", "1", tmp_path / "t-1.tsv")
 
@@ -173,6 +174,7 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
     page = triage.render(t)
     assert "| `c.py:7` | [known limit: Value flow is one step deep](../quantizability.md#known-limits) |" in page
     assert "- `f.py:2` DTL001: m" in page
+    assert "## Notes\n\nA bug's reproduction.\n\n## Findings" in page
 
 
 @pytest.mark.network
@@ -355,7 +357,7 @@ def test_rules_summary_pools_the_trees_the_rules_were_not_developed_on(tmp_path)
     assert triage.held_out_counts([dev, *held]) == (3, 1, 2)
     page = triage.render_rules([dev, *held])
     assert "| DTL003 | 0/1 (0%) | 1/1 (100%) | 0/1 (0%) | 1/2 (50%) |" in page
-    assert "DTL003 off the development trees: 1 of 2 TRUE, 50%; is below the 95% a default rule needs." in page
+    assert "DTL003 off the development trees: 1 of 2 TRUE, 50%, on 2 trees; is below the 95% a default rule needs." in page
     assert "1 of 2 TRUE (measured; not a development tree)." in page
     assert "0 of 1 TRUE: **below the bar**." in page  # vLLM 0.27.1 is held to issue #10's 90%
     readme = f"x\n{triage.SUMMARY_BEGIN}\nold\n{triage.SUMMARY_END}\ny\n"
