@@ -86,7 +86,8 @@ def config_files(repo: Repository) -> list[str]:
     if env.get("GIT_CONFIG_GLOBAL") is not None:
         files.append(env["GIT_CONFIG_GLOBAL"])
     else:
-        files += [os.path.join(_xdg_config_home(), "git", "config"), os.path.join(os.path.expanduser("~"), ".gitconfig")]
+        home = os.path.expanduser("~")
+        files += [os.path.join(_xdg_config_home(), "git", "config"), os.path.join(home, ".gitconfig")]
     files.append(os.path.join(repo.common_dir, "config"))
     if (config_value([files[-1]], "extensions", "worktreeconfig") or "").lower() in ("true", "yes", "on", "1"):
         files.append(os.path.join(repo.git_dir, "config.worktree"))
