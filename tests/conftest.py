@@ -125,6 +125,7 @@ SLOW_MODULES = {
     "test_newcomer.py": "a newcomer's session, end to end",
     "test_hf_verify.py": "real bitsandbytes 4/8-bit on CPU (the `hf` extra)",
     "test_hf_upstream.py": "HF patch series (git am, compile)",
+    "test_budget.py": "the CI budget, run in pytest subprocesses",
 }
 SLOW_TESTS: dict[str, str] = {
     # "module::test name prefix": why
@@ -140,7 +141,7 @@ SLOW_TESTS: dict[str, str] = {
 # DTL_FULL skips, saying so. The share is named in the test, never sampled, and keeps one case of
 # each mechanism the full set exercises, so that a regression in any of them still fails CI.
 FULL = os.environ.get("DTL_FULL", "").strip().lower() not in ("", "0", "false", "no")
-FULL_REASON = "beyond the CI budget: DTL_FULL=1 runs it (docs/testing.md)"
+BEYOND = "beyond the CI budget"
 
 
 def budget(ci, full):
@@ -164,7 +165,7 @@ def pytest_report_header(config):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     skipped = [r for r in terminalreporter.stats.get("skipped", [])
-               if isinstance(r.longrepr, tuple) and FULL_REASON in str(r.longrepr[2])]
+               if isinstance(r.longrepr, tuple) and BEYOND in str(r.longrepr[2])]
     if skipped:
         terminalreporter.write_line(f"CI budget: {len(skipped)} test(s) beyond it skipped; DTL_FULL=1 runs them "
                                     "(docs/testing.md)")
@@ -213,5 +214,7 @@ def pytest_collection_modifyitems(config, items):
         relative = Path(str(item.path)).resolve().relative_to(_TESTS).as_posix()
         if item.get_closest_marker("slow") is None and slow_reason(f"{relative}::{item.name}"):
             item.add_marker(pytest.mark.slow)
-        if not FULL and item.get_closest_marker("full") is not None:
-            item.add_marker(pytest.mark.skip(reason=FULL_REASON))
+        full = item.get_closest_marker("full")
+        if full is not None and not FULL:
+            why = f" ({full.args[0]})" if full.args and full.args[0] else ""
+            item.add_marker(pytest.mark.skip(reason=f"{BEYOND}{why}: DTL_FULL=1 runs it (docs/testing.md)"))

@@ -183,6 +183,7 @@ class Attn(torch.nn.Module):
 
 @pytest.mark.slow
 @pytest.mark.network
+@pytest.mark.full("CI: test_codemod_fixtures_fixed_in_a_vllm_project_pass_ruff, vLLM's settings on our fixtures")
 def test_the_vllm_0330_migration_passes_vllms_ruff_settings(vllm_0330: Path, tmp_path: Path):
     before, after = tmp_path / "before", tmp_path / "after"
     for tree in (before, after):

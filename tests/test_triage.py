@@ -6,12 +6,15 @@ here until it is judged); precision holds on the trees issue #9 names; every TRU
 or carries a documented known limit; and the committed pages are what the run gives.
 
 The join is scripts/triage.py's own (imported, not re-implemented). Each tree is checked once per
-session, shared with test_vllm_real_world.py, which also holds the 0.28.0 side of the seed sites:
-`test_0280_mla_prefill_is_clean` (the two prefill functions call the helper and are not reported).
+session (`--select ALL`: the DTL001/DTL002 and the DTL003-DTL005 triage read the same run);
+test_vllm_real_world.py holds the 0.28.0 side of the seed sites: `test_0280_mla_prefill_is_clean`
+(the two prefill functions call the helper and are not reported). CI runs one tree of each kind
+(`CI_TREES`, the CI budget); DTL_FULL=1 runs every tree and the README summary of them all.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import sys
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
+from conftest import full_only
 from test_vllm_real_world import MLA, PREFILL_FUNCS, function_spans
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +54,17 @@ TREES = {
 PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241", "transformers_5230", "diffusers_0421")
 MIN_PRECISION = 0.95
 RULE_TREES = {"vllm_0271": ("vllm", "0.27.1"), "vllm_0330": ("vllm", "0.33.0")}  # DTL003-DTL005, issue #10
+# The CI budget (tests/conftest.py, docs/testing.md): one tree of each kind (the vLLM releases of the
+# seed sites and of the rule triage, the fork, the peer with nothing to find, a Hugging Face tree);
+# DTL_FULL=1 adds vLLM 0.30.0, sglang (the namespace-package peer) and transformers.
+CI_TREES = ("vllm_0271", "vllm_0330", "aphrodite_0241", "lmdeploy_0180", "diffusers_0421")
 
 
+def budgeted(fixtures) -> list:
+    return [f if f in CI_TREES else full_only(f, "one tree of each kind runs in CI") for f in fixtures]
+
+
+@functools.cache  # one run per tree and session: `triaged` and `rules_triaged` read the same one
 def _check_all(tree: Path):
     """The run scripts/triage.py makes: zero configuration but `--select ALL` (DTL003-DTL005 are
     opt-in; what DTL001/DTL002 report does not depend on it)."""
@@ -150,7 +163,7 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("fixture", list(TREES))
+@pytest.mark.parametrize("fixture", budgeted(TREES))
 def test_every_finding_has_a_verdict(triaged, fixture):
     t = triaged(fixture)
     missing = [f"{k} {f['code']} {f['scope']}: {f['expression']}" for k, f in t.unjudged]
@@ -161,7 +174,7 @@ def test_every_finding_has_a_verdict(triaged, fixture):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("fixture", PRECISION_TREES)
+@pytest.mark.parametrize("fixture", budgeted(PRECISION_TREES))
 def test_precision(triaged, fixture):
     t = triaged(fixture)
     assert t.findings, "no findings: nothing to measure (the tool went silent?)"
@@ -173,7 +186,7 @@ def test_precision(triaged, fixture):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("fixture", list(TREES))
+@pytest.mark.parametrize("fixture", budgeted(TREES))
 def test_every_true_site_is_reported_or_a_known_limit(triaged, fixture):
     t = triaged(fixture)
     # A `missed` row, a TRUE row no longer reported without a reason, a known limit that is reported now.
@@ -199,7 +212,7 @@ def test_0271_mla_prefill_sites_are_true_and_reported(triaged, vllm_0271, func):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("fixture", list(TREES))
+@pytest.mark.parametrize("fixture", budgeted(TREES))
 def test_committed_page_is_what_the_run_gives(triaged, fixture):
     t = triaged(fixture)
     page = triage.TRIAGE / f"{TREES[fixture]}.md"
@@ -209,6 +222,7 @@ def test_committed_page_is_what_the_run_gives(triaged, fixture):
 
 
 @pytest.mark.network
+@pytest.mark.full("needs every tree; CI checks the pages of its trees")
 def test_readme_summary_is_what_the_runs_give(triaged):
     runs = [triaged(f) for f in sorted(TREES, key=lambda f: triage.TREE_ORDER.index(TREES[f]))]
     readme = triage.README.read_text(encoding="utf-8")
