@@ -14,15 +14,13 @@ test_vllm_real_world.py holds the 0.28.0 side of the seed sites: `test_0280_mla_
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import dtl
 from conftest import full_only
+from release_runs import check_all, findings_json
 from test_vllm_real_world import MLA, PREFILL_FUNCS, function_spans
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,18 +62,17 @@ def budgeted(fixtures) -> list:
     return [f if f in CI_TREES else full_only(f, "one tree of each kind runs in CI") for f in fixtures]
 
 
-@functools.cache  # one run per tree and session: `triaged` and `rules_triaged` read the same one
-def _check_all(tree: Path):
-    """The run scripts/triage.py makes: zero configuration but `--select ALL` (DTL003-DTL005 are
-    opt-in; what DTL001/DTL002 report does not depend on it)."""
-    return dtl(tree, "check", str(tree), "--output-format", "json", "--no-cache", "--exit-zero", "--select", "ALL")
+def _check_all(tree: Path) -> list[dict]:
+    """The JSON findings of the run scripts/triage.py makes: zero configuration but `--select ALL`
+    (DTL003-DTL005 are opt-in; what DTL001/DTL002 report does not depend on it). One run per tree
+    and session (tests/release_runs.py): `triaged`, `rules_triaged` and test_rules_real_world.py
+    read the same one."""
+    return findings_json(check_all(tree))
 
 
 def _triage(tree: Path, name: str):
-    proc = _check_all(tree)
-    assert proc.returncode == 0, proc.stderr[-4000:]
     dist, _, version = name.rpartition("-")
-    return triage.join(triage.load_verdicts(dist, version), json.loads(proc.stdout)["findings"], tree)
+    return triage.join(triage.load_verdicts(dist, version), _check_all(tree), tree)
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +81,7 @@ def rules_triaged(request):
     def findings_of(dist, version):
         fixture = next(f for f, dv in RULE_TREES.items() if dv == (dist, version))
         tree = request.getfixturevalue(fixture)
-        proc = _check_all(tree)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        return json.loads(proc.stdout)["findings"], tree
+        return _check_all(tree), tree
 
     return {t.name: t for t in triage.rule_triages(findings_of)}
 
