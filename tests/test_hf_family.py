@@ -239,3 +239,47 @@ def test_a_method_only_init_calls_runs_before_quantization(tmp_path):
     found = _check(tmp_path, text)
     assert _line(text, "torch.zeros(4, 2)") not in found
     assert _line(text, "return x.to(") in found
+
+
+def test_the_layer_of_a_block_defined_in_another_file(tmp_path):
+    """diffusers #13464 (Ernie-Image before the fix, never released: diffusers commit dc8d903217):
+    `sample.to(self.time_embedding.linear_1.weight.dtype)`, the block's class defined in the
+    package's shared `embeddings.py`; GGUF (uint8) is what the report hit."""
+    package = tmp_path / "diffusers"
+    (package / "models").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models" / "__init__.py").write_text("")
+    (package / "models" / "embeddings.py").write_text(textwrap.dedent('''\
+        from torch import nn
+
+
+        class TimestepEmbedding(nn.Module):
+            def __init__(self, in_channels, time_embed_dim):
+                super().__init__()
+                self.linear_1 = nn.Linear(in_channels, time_embed_dim)
+                self.linear_2 = nn.Linear(time_embed_dim, time_embed_dim)
+    '''))
+    model = textwrap.dedent('''\
+        import torch
+        from torch import nn
+
+        from .embeddings import TimestepEmbedding
+        from .modeling_utils import ModelMixin
+
+
+        class ImageTransformer(ModelMixin):
+            def __init__(self, hidden_size):
+                super().__init__()
+                self.time_embedding = TimestepEmbedding(hidden_size, hidden_size)
+
+            def forward(self, hidden_states, sample):
+                sample = sample.to(self.time_embedding.linear_1.weight.dtype)
+                return self.time_embedding(sample)
+    ''')
+    (package / "models" / "modeling_utils.py").write_text("from torch import nn\n\n\nclass ModelMixin(nn.Module):\n    pass\n")
+    (package / "models" / "transformer_image.py").write_text(model)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--output-format", "json")
+    found = {(f["path"], f["line"]): f for f in json.loads(proc.stdout)["findings"]}
+    site = found[("diffusers/models/transformer_image.py", _line(model, "sample = sample.to"))]
+    assert "uint8 under bitsandbytes 4-bit/GGUF" in site["message"]
+    assert "get_module_input_dtype(self.time_embedding.linear_1)" in site["message"]
