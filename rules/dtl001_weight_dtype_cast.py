@@ -204,11 +204,18 @@ class WeightDtypeCast(Rule):
                     continue
                 confidence, evidence = verdict
                 planner = ctx.fixes_for(evidence)
-                if weight_dtype.form == FIRST_PARAMETER:
+                holder = ""
+                if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
+                    from dtype_lint.analysis.hf_family import first_parameter_holder
+
+                    holder = first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
+                                                    ctx.source.segment(weight_dtype.layer))
+                if weight_dtype.form == FIRST_PARAMETER and not holder:
                     fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")
                 else:
-                    fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
+                    fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
+                                                    holder))
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break

@@ -283,3 +283,18 @@ def test_the_layer_of_a_block_defined_in_another_file(tmp_path):
     site = found[("diffusers/models/transformer_image.py", _line(model, "sample = sample.to"))]
     assert "uint8 under bitsandbytes 4-bit/GGUF" in site["message"]
     assert "get_module_input_dtype(self.time_embedding.linear_1)" in site["message"]
+
+
+def test_first_parameter_fix_gives_the_helper_the_layer_holding_it(tmp_path):
+    """diffusers' Wan family: `next(iter(self.time_embedder.parameters())).dtype` under `!= torch.int8`
+    is routed through `get_module_input_dtype(self.time_embedder.linear_1)`, the layer whose weight
+    that first parameter is; the guard's storage test and the alias it no longer needs go."""
+    (tmp_path / "model.py").write_text(DIFFUSERS_MODEL)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        time_embedder_input_dtype = get_module_input_dtype(self.time_embedder.linear_1)\n"
+            "        if time_embedder_input_dtype is not None and timestep.dtype != time_embedder_input_dtype:\n"
+            "            timestep = timestep.to(time_embedder_input_dtype)\n") in fixed
+    assert "parameters()" not in fixed and "torch.int8" not in fixed
+    assert not _check(tmp_path, fixed)  # clean after the fix

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.hf_family import NO_WEIGHT, _Reader, hf_module
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER
 from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.planner import Planner, Site
@@ -46,13 +47,23 @@ class HFPlanner(Planner):
         configured = config.helper.split(":")[0] if config.helper else "hf_utils"
         self.module = hf_helper_module(source.module, source.path, configured)
         self.func = HF_HELPER_NAME
+        self._holder = ""  # the layer the helper is given for the site being planned, if not its own
+
+    def plan(self, site: Site) -> tuple[Fix | None, str]:
+        if site.wds.form == FIRST_PARAMETER and not site.helper_layer:
+            return None, "the layer holding the first parameter is not known"
+        self._holder = site.helper_layer
+        try:
+            return super().plan(site)
+        finally:
+            self._holder = ""
 
     @property
     def helper_wrong_cases(self) -> list[str]:
         return []  # the template decides from the module's own state: nothing to prove wrong
 
     def helper_call(self, layer: str, flag: str) -> str:
-        return f"{self.name}({layer})"
+        return f"{self.name}({self._holder or layer})"
 
     def helper_fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
                    binds: tuple[str, ...] = ()) -> Fix:
@@ -110,8 +121,31 @@ class HFPlanner(Planner):
             edits.append(Edit(pos, pos, hoist))
         a0, a1 = self.src.node_offsets(site.arg)
         edits.append(Edit(a0, a1, var))
+        edits += self._dead_aliases(site, if_node, header_start)
         return self._fix(f"route the guarded cast through `{self.func}`: its storage tests go", edits,
                          binds=(var,)), ""
+
+    def _dead_aliases(self, site: Site, if_node: ast.If, before: int) -> list[Edit]:
+        """Deletions of the alias assignments the rewritten `if` no longer reads (diffusers' Wan
+        `time_embedder_dtype = next(iter(self.time_embedder.parameters())).dtype`): an alias of
+        the layer's dtype assigned once, by a plain statement on lines of its own before the
+        `if`, and read nowhere but in the guard and the cast, which the helper's variable
+        replaces. Any other alias stays (it is still read)."""
+        edits = []
+        for name in sorted({n.id for n in ast.walk(if_node.test) if isinstance(n, ast.Name)}):
+            values = site.scope.assigns.get(name, [])
+            if len(values) != 1 or values[0] is None or self._uses_outside(site.fn, name, if_node):
+                continue
+            if not _Reader(site.wds.layer, {}, NO_WEIGHT)._is_dtype(values[0]):
+                continue
+            assign = site.parents.get(id(values[0]))
+            if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and
+                    isinstance(assign.targets[0], ast.Name) and self._own_lines(assign)):
+                continue
+            start, end = self._stmt_line_region(assign, with_comments=False)
+            if end <= before:
+                edits.append(Edit(start, end, ""))
+        return edits
 
 
 def _is_dtype_constant(node: ast.AST) -> bool:
