@@ -298,3 +298,42 @@ def test_first_parameter_fix_gives_the_helper_the_layer_holding_it(tmp_path):
             "            timestep = timestep.to(time_embedder_input_dtype)\n") in fixed
     assert "parameters()" not in fixed and "torch.int8" not in fixed
     assert not _check(tmp_path, fixed)  # clean after the fix
+
+
+HOISTED = textwrap.dedent('''\
+    import torch
+    from torch import nn
+    from diffusers import ModelMixin
+
+
+    class Block(ModelMixin):
+        def __init__(self):
+            super().__init__()
+            self.to_q = nn.Linear(64, 64)
+            self.time_proj = nn.Identity()
+            self.time_embedding = nn.Sequential(nn.Linear(64, 64), nn.SiLU())
+            self.to_q_custom = nn.Linear(64, 64)
+
+        def forward(self, h, t):
+            query = self.to_q_custom(h).to(self.to_q.weight.dtype)
+            temb = self.time_embedding(self.time_proj(t).to(dtype=next(self.time_embedding.parameters()).dtype))
+            other = [self.to_q_custom(x).to(self.to_q.weight.dtype) for x in h]
+            return query, temb, other
+''')
+
+
+def test_a_cast_whose_receiver_is_a_call_gets_the_receiver_named_first(tmp_path):
+    """diffusers' custom-diffusion processors and Wan-Animate 2: `f(x).to(L.weight.dtype)` cannot
+    take `or f(x).dtype` (f would run twice); the receiver is named on the line before, where it
+    runs first anyway. Inside a comprehension it may run zero or many times: no fix."""
+    (tmp_path / "model.py").write_text(HOISTED)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        to_q_custom_out = self.to_q_custom(h)\n"
+            "        query = to_q_custom_out.to(get_module_input_dtype(self.to_q) or to_q_custom_out.dtype)\n"
+            "        time_proj_out = self.time_proj(t)\n"
+            "        temb = self.time_embedding(time_proj_out.to(dtype=get_module_input_dtype(self.time_embedding[0]) "
+            "or time_proj_out.dtype))\n") in fixed
+    assert "other = [self.to_q_custom(x).to(self.to_q.weight.dtype) for x in h]" in fixed
+    assert list(_check(tmp_path, fixed)) == [_line(fixed, "other = [")]

@@ -20,11 +20,13 @@ module casts its input to its compute dtype itself.
 from __future__ import annotations
 
 import ast
+import re
 
 from dtype_lint.analysis.hf_family import NO_WEIGHT, _Reader, hf_module
-from dtype_lint.analysis.recognisers import FIRST_PARAMETER
+from dtype_lint.analysis.recognisers import FIRST_PARAMETER, is_pure
 from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
+from dtype_lint.fix.bound_names import fresh, identifiers
 from dtype_lint.fix.planner import Planner, Site
 
 
@@ -54,9 +56,69 @@ class HFPlanner(Planner):
             return None, "the layer holding the first parameter is not known"
         self._holder = site.helper_layer
         try:
-            return super().plan(site)
+            fix, reason = super().plan(site)
+            if fix is None and reason.startswith("the cast's receiver has side effects") and not site.wds.alias:
+                hoisted = self._hoisted(site)
+                if hoisted is not None:
+                    return hoisted, ""
+            return fix, reason
         finally:
             self._holder = ""
+
+    def _hoisted(self, site: Site) -> Fix | None:
+        """`y = f(self.to_q_c(h).to(L.weight.dtype))`, whose receiver is a call: the receiver goes
+        to a statement of its own right before, and the cast takes the `or` form on its name:
+
+            to_q_c_out = self.to_q_c(h)
+            y = f(to_q_c_out.to(get_module_input_dtype(L) or to_q_c_out.dtype))
+
+        Only where the receiver is the first thing the statement runs that is not a plain name
+        or attribute read (those cannot tell the difference), and it runs unconditionally: on
+        the path down to it, calls whose function and earlier arguments are pure, no lambda,
+        comprehension, conditional or short-circuit operand."""
+        stmt = self._statement_of(site)
+        receiver = site.call.func.value  # type: ignore[union-attr]
+        if not isinstance(stmt, (ast.Assign, ast.Expr, ast.Return)) or not self._own_lines(stmt) or \
+                stmt.lineno != stmt.end_lineno and '"""' in self.src.segment(stmt):
+            return None
+        if isinstance(stmt, ast.Assign) and not all(isinstance(t, ast.Name) for t in stmt.targets):
+            return None
+        node: ast.AST = site.call
+        while node is not stmt:
+            parent = site.parents[id(node)]
+            if isinstance(parent, ast.Call):
+                if node is parent.func:
+                    if not isinstance(node, ast.Attribute):
+                        return None
+                else:
+                    before = [parent.func.value if isinstance(parent.func, ast.Attribute) else parent.func]
+                    for arg in [*parent.args, *(k.value for k in parent.keywords)]:
+                        if arg is node:
+                            break
+                        before.append(arg)
+                    if not all(is_pure(b) for b in before):
+                        return None
+            elif isinstance(parent, ast.keyword) or parent is stmt:
+                pass
+            elif isinstance(parent, ast.Attribute) and node is parent.value:
+                pass
+            else:
+                return None  # a lambda, comprehension, conditional, operator: leave it to a person
+            node = parent
+        taken = identifiers(site.fn) | set(site.scope.params) | {self.name}
+        base = receiver.func.attr if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
+            else (receiver.func.id if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) else "cast")
+        tmp = fresh(re.sub(r"^_+", "", base) + "_out", taken)
+        indent = self.src.indent_of(stmt.lineno)
+        s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
+        r0, r1 = self.src.node_offsets(receiver)
+        a0, a1 = self.src.node_offsets(site.arg)
+        layer = self.src.segment(site.wds.layer)
+        edits = [Edit(s0, s0, f"{tmp} = {self.src.segment(receiver)}\n{indent}"),
+                 Edit(r0, r1, tmp),
+                 Edit(a0, a1, f"{self.helper_call(layer, self.flag_default)} or {tmp}.dtype")]
+        return self._fix(f"give the cast's receiver a name, then cast only when `{self.func}` names a dtype",
+                         edits)
 
     @property
     def helper_wrong_cases(self) -> list[str]:
