@@ -337,3 +337,29 @@ def test_a_cast_whose_receiver_is_a_call_gets_the_receiver_named_first(tmp_path)
             "or time_proj_out.dtype))\n") in fixed
     assert "other = [self.to_q_custom(x).to(self.to_q.weight.dtype) for x in h]" in fixed
     assert list(_check(tmp_path, fixed)) == [_line(fixed, "other = [")]
+
+
+def test_a_hand_written_fallback_becomes_the_helper_or_the_fallback(tmp_path):
+    """diffusers' Wan-Animate: `dt` is the weight dtype under `is_floating_point`, else the hidden
+    states' dtype; fp8 passes the test. The `if`/`else` becomes `dt = helper(L) or fallback`."""
+    text = (DIFFUSERS_MODEL.split("    class Transformer")[0] + textwrap.dedent('''\
+        class Embedding(ModelMixin):
+            def __init__(self):
+                super().__init__()
+                self.time_embedder = TimestepEmbedding()
+
+            def forward(self, timestep, encoder_hidden_states):
+                if self.time_embedder.linear_1.weight.dtype.is_floating_point:
+                    time_embedder_dtype = self.time_embedder.linear_1.weight.dtype
+                else:
+                    time_embedder_dtype = encoder_hidden_states.dtype
+
+                return self.time_embedder.linear_1(timestep.to(time_embedder_dtype))
+    '''))
+    assert "float8_e4m3fn under layerwise casting" in _check(tmp_path, text)[_line(text, "timestep.to(")]["message"]
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        time_embedder_dtype = get_module_input_dtype(self.time_embedder.linear_1) or "
+            "encoder_hidden_states.dtype\n\n        return self.time_embedder.linear_1(timestep.to(time_embedder_dtype))\n") in fixed
+    assert "is_floating_point" not in fixed and not _check(tmp_path, fixed)

@@ -61,9 +61,53 @@ class HFPlanner(Planner):
                 hoisted = self._hoisted(site)
                 if hoisted is not None:
                     return hoisted, ""
+            if fix is None and site.wds.alias and reason.endswith("is assigned more than once"):
+                fallback = self._fallback(site)
+                if fallback is not None:
+                    return fallback, ""
             return fix, reason
         finally:
             self._holder = ""
+
+    def _fallback(self, site: Site) -> Fix | None:
+        """The hand-written helper of diffusers' Wan-Animate: the alias is the layer's weight dtype
+        under a storage test, and a float fallback otherwise,
+
+            if L.weight.dtype.is_floating_point:
+                dt = L.weight.dtype
+            else:
+                dt = hidden_states.dtype
+
+        becomes `dt = get_module_input_dtype(L) or hidden_states.dtype`: the same dtype wherever
+        the test was right, the fallback where it was wrong (fp8 passes `is_floating_point`; a
+        missing `.weight` raised), and bitsandbytes 4-bit's compute dtype where it has one."""
+        name = site.wds.alias
+        values = site.scope.assigns.get(name, [])
+        if len(values) != 2 or any(v is None for v in values):
+            return None
+        values = sorted(values, key=lambda v: (v.lineno, v.col_offset))
+        assigns = [site.parents.get(id(v)) for v in values]
+        if not all(isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+                   for a in assigns):
+            return None
+        if_node = site.parents.get(id(assigns[0]))
+        if not (isinstance(if_node, ast.If) and if_node.body == [assigns[0]] and if_node.orelse == [assigns[1]]):
+            return None
+        reader = _Reader(site.wds.layer, {}, NO_WEIGHT)
+        if not reader._is_dtype(values[0]) or reader._is_dtype(values[1]) or reader.mentions(values[1]) or \
+                not is_pure(values[1]) or not reader.mentions(if_node.test) or reader.value(if_node.test) is None:
+            return None
+        if not self._own_lines(if_node):
+            return None
+        start, end = self._stmt_line_region(if_node, with_comments=False)
+        last = if_node.orelse[-1]
+        end_of_else = self.src.offset(last.end_lineno + 1, 0) if last.end_lineno < len(self.src.lines) \
+            else len(self.src.text)
+        indent = self.src.indent_of(if_node.lineno)
+        layer = self.src.segment(site.wds.layer)
+        text = f"{indent}{name} = {self.helper_call(layer, self.flag_default)} or {self.src.segment(values[1])}\n"
+        return self._fix(f"`{name}`: `{self.func}`, or the fallback where it keeps the activation's dtype",
+                         [Edit(start, max(end, end_of_else), text)])
 
     def _hoisted(self, site: Site) -> Fix | None:
         """`y = f(self.to_q_c(h).to(L.weight.dtype))`, whose receiver is a call: the receiver goes
