@@ -363,3 +363,25 @@ def test_a_hand_written_fallback_becomes_the_helper_or_the_fallback(tmp_path):
     assert ("        time_embedder_dtype = get_module_input_dtype(self.time_embedder.linear_1) or "
             "encoder_hidden_states.dtype\n\n        return self.time_embedder.linear_1(timestep.to(time_embedder_dtype))\n") in fixed
     assert "is_floating_point" not in fixed and not _check(tmp_path, fixed)
+
+
+def test_a_hand_written_helper_with_a_compute_dtype_elif_becomes_the_helper(tmp_path):
+    """diffusers' z_image: the weight dtype if it is a float, elif the module's `compute_dtype`.
+    fp8 passes the first test; the `if`/`elif` becomes the helper's guarded cast and both aliases
+    go, as nothing else reads them."""
+    text = SEQUENTIAL.replace(
+        "        if weight_dtype.is_floating_point:\n            t_freq = t_freq.to(weight_dtype)\n",
+        "        compute_dtype = getattr(self.mlp[0], \"compute_dtype\", None)\n"
+        "        if weight_dtype.is_floating_point:\n            t_freq = t_freq.to(weight_dtype)\n"
+        "        elif compute_dtype is not None:\n            t_freq = t_freq.to(compute_dtype)\n")
+    assert "elif compute_dtype" in text
+    (tmp_path / "model.py").write_text(text)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("    def forward(self, t_freq):\n"
+            "        mlp_input_dtype = get_module_input_dtype(self.mlp[0])\n"
+            "        if mlp_input_dtype is not None:\n"
+            "            t_freq = t_freq.to(mlp_input_dtype)\n"
+            "        return self.mlp(t_freq)\n") in fixed
+    assert not _check(tmp_path, fixed)

@@ -61,6 +61,10 @@ class HFPlanner(Planner):
                 hoisted = self._hoisted(site)
                 if hoisted is not None:
                     return hoisted, ""
+            if fix is None and site.wds.alias and "is used outside casts" in reason:
+                written = self._compute_dtype_elif(site)
+                if written is not None:
+                    return written, ""
             if fix is None and site.wds.alias and reason.endswith("is assigned more than once"):
                 fallback = self._fallback(site)
                 if fallback is not None:
@@ -68,6 +72,81 @@ class HFPlanner(Planner):
             return fix, reason
         finally:
             self._holder = ""
+
+    def _var_name(self, site: Site) -> str:
+        """`mlp_input_dtype` for `self.mlp[0]` (diffusers' Sequential items), not `layer_...`."""
+        layer = site.wds.layer
+        if isinstance(layer, ast.Subscript) and isinstance(layer.value, (ast.Attribute, ast.Name)):
+            from dataclasses import replace
+
+            return super()._var_name(replace(site, wds=replace(site.wds, layer=layer.value)))
+        return super()._var_name(site)
+
+    def _compute_dtype_elif(self, site: Site) -> Fix | None:
+        """diffusers' z_image writes the helper by hand, and gets fp8 wrong:
+
+            weight_dtype = self.mlp[0].weight.dtype
+            compute_dtype = getattr(self.mlp[0], "compute_dtype", None)
+            if weight_dtype.is_floating_point:
+                t_freq = t_freq.to(weight_dtype)
+            elif compute_dtype is not None:
+                t_freq = t_freq.to(compute_dtype)
+
+        The `if`/`elif` becomes the helper's guarded cast (the helper takes the compute dtype
+        first, which the `elif` reaches only on non-float storage: the same on bitsandbytes and
+        GGUF, no cast on fp8), and the two aliases go when nothing else reads them."""
+        stmt = self._statement_of(site)
+        if_node = site.parents.get(id(stmt))
+        if not (isinstance(if_node, ast.If) and if_node.body == [stmt] and self._is_self_cast(stmt, site)
+                and len(if_node.orelse) == 1 and isinstance(if_node.orelse[0], ast.If)):
+            return None
+        elif_node = if_node.orelse[0]
+        if elif_node.orelse or len(elif_node.body) != 1:
+            return None
+        reader = _Reader(site.wds.layer, {k: v[0] for k, v in site.scope.assigns.items()
+                                          if len(v) == 1 and v[0] is not None}, NO_WEIGHT)
+        if not reader.mentions(if_node.test) or reader.value(if_node.test) is None:
+            return None
+        # `elif C is not None:` with C `getattr(L, "compute_dtype", None)` (or `L.compute_dtype`)
+        test = elif_node.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot)
+                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+                and isinstance(test.left, ast.Name)):
+            return None
+        compute = test.left.id
+        compute_values = site.scope.assigns.get(compute, [])
+        if len(compute_values) != 1 or not _is_compute_dtype(compute_values[0], site.wds.layer):
+            return None
+        other = elif_node.body[0]
+        target = stmt.targets[0]  # type: ignore[attr-defined]
+        if not (isinstance(other, ast.Assign) and len(other.targets) == 1 and
+                ast.dump(other.targets[0]) == ast.dump(target) and isinstance(other.value, ast.Call) and
+                isinstance(other.value.func, ast.Attribute) and other.value.func.attr == "to" and
+                ast.dump(other.value.func.value).replace("Load()", "Store()") == ast.dump(target) and
+                len(other.value.args) == 1 and not other.value.keywords and
+                isinstance(other.value.args[0], ast.Name) and other.value.args[0].id == compute):
+            return None
+        if not self._own_lines(if_node):
+            return None
+        start, _ = self._stmt_line_region(if_node, with_comments=False)
+        end = self.src.offset(elif_node.end_lineno + 1, 0) if elif_node.end_lineno < len(self.src.lines) \
+            else len(self.src.text)
+        var = self._var_name(site)
+        indent = self.src.indent_of(if_node.lineno)
+        unit = self._indent_unit(site, stmt)
+        name = self.src.segment(target)
+        text = (f"{indent}{var} = {self.helper_call(self.src.segment(site.wds.layer), self.flag_default)}\n"
+                f"{indent}if {var} is not None:\n{indent}{unit}{name} = {name}.to({var})\n")
+        edits = [Edit(start, end, text)]
+        for alias in (site.wds.alias, compute):
+            values = site.scope.assigns.get(alias, [])
+            assign = site.parents.get(id(values[0])) if len(values) == 1 and values[0] is not None else None
+            if isinstance(assign, ast.Assign) and len(assign.targets) == 1 and self._own_lines(assign) and \
+                    not self._uses_outside(site.fn, alias, if_node):
+                a0, a1 = self._stmt_line_region(assign, with_comments=False)
+                if a1 <= start:
+                    edits.append(Edit(a0, a1, ""))
+        return self._fix(f"route the hand-written dtype choice through `{self.func}`", edits, binds=(var,))
 
     def _fallback(self, site: Site) -> Fix | None:
         """The hand-written helper of diffusers' Wan-Animate: the alias is the layer's weight dtype
@@ -256,3 +335,14 @@ class HFPlanner(Planner):
 
 def _is_dtype_constant(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch"
+
+
+def _is_compute_dtype(node: ast.AST, layer: ast.expr) -> bool:
+    """`getattr(L, "compute_dtype", None)` or `L.compute_dtype`: bitsandbytes 4-bit's and GGUF's
+    compute dtype, which the helper reads itself."""
+    if isinstance(node, ast.Attribute) and node.attr == "compute_dtype":
+        return ast.dump(node.value) == ast.dump(layer)
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) == 3 and ast.dump(node.args[0]) == ast.dump(layer)
+            and isinstance(node.args[1], ast.Constant) and node.args[1].value == "compute_dtype"
+            and isinstance(node.args[2], ast.Constant) and node.args[2].value is None)
