@@ -385,3 +385,33 @@ def test_a_hand_written_helper_with_a_compute_dtype_elif_becomes_the_helper(tmp_
             "            t_freq = t_freq.to(mlp_input_dtype)\n"
             "        return self.mlp(t_freq)\n") in fixed
     assert not _check(tmp_path, fixed)
+
+
+def test_an_alias_read_by_casts_of_calls_is_redefined_and_each_receiver_named(tmp_path):
+    """diffusers' Cosmos3: `dt = next(self.time_embedder.parameters()).dtype`, then
+    `self.time_embedder(self.time_proj(t).to(dt))` for two inputs: the alias becomes the helper
+    of the first parameter's layer, each receiver gets a name of its own."""
+    text = DIFFUSERS_MODEL.split("    class Transformer")[0] + textwrap.dedent('''\
+        class Transformer(ModelMixin):
+            def __init__(self):
+                super().__init__()
+                self.time_embedder = TimestepEmbedding()
+                self.time_proj = nn.Identity()
+
+            def forward(self, tv, ts):
+                time_embedder_dtype = next(self.time_embedder.parameters()).dtype
+                ev = self.time_embedder.linear_1(self.time_proj(tv).to(time_embedder_dtype))
+                es = self.time_embedder.linear_1(self.time_proj(ts).to(time_embedder_dtype))
+                return ev, es
+    ''')
+    (tmp_path / "model.py").write_text(text)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        time_embedder_dtype = get_module_input_dtype(self.time_embedder.linear_1)\n"
+            "        time_proj_out = self.time_proj(tv)\n"
+            "        ev = self.time_embedder.linear_1(time_proj_out.to(time_embedder_dtype or time_proj_out.dtype))\n"
+            "        time_proj_out_2 = self.time_proj(ts)\n"
+            "        es = self.time_embedder.linear_1(time_proj_out_2.to(time_embedder_dtype or time_proj_out_2.dtype))\n"
+            ) in fixed
+    assert not _check(tmp_path, fixed)

@@ -57,7 +57,7 @@ class HFPlanner(Planner):
         self._holder = site.helper_layer
         try:
             fix, reason = super().plan(site)
-            if fix is None and reason.startswith("the cast's receiver has side effects") and not site.wds.alias:
+            if fix is None and reason.startswith("the cast's receiver has side effects"):
                 hoisted = self._hoisted(site)
                 if hoisted is not None:
                     return hoisted, ""
@@ -228,18 +228,29 @@ class HFPlanner(Planner):
             else:
                 return None  # a lambda, comprehension, conditional, operator: leave it to a person
             node = parent
-        taken = identifiers(site.fn) | set(site.scope.params) | {self.name}
+        alias_edits: list[Edit] = []
+        if site.wds.alias:  # Cosmos3: `dt = next(M.parameters()).dtype` read by several such casts
+            values = site.scope.assigns.get(site.wds.alias, [])
+            assign = site.parents.get(id(values[0])) if len(values) == 1 and values[0] is not None else None
+            if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+                return None
+            _, t1 = self.src.node_offsets(assign.targets[0])
+            _, s1 = self.src.node_offsets(assign)
+            alias_edits.append(Edit(t1, s1, f" = {self.helper_call(self.src.segment(site.wds.layer), self.flag_default)}"))
+        in_pass = self._fn_vars.setdefault(id(site.fn), set())  # names other sites took this pass
+        taken = identifiers(site.fn) | set(site.scope.params) | {self.name} | in_pass
         base = receiver.func.attr if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
             else (receiver.func.id if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) else "cast")
         tmp = fresh(re.sub(r"^_+", "", base) + "_out", taken)
+        in_pass.add(tmp)
         indent = self.src.indent_of(stmt.lineno)
         s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
         r0, r1 = self.src.node_offsets(receiver)
         a0, a1 = self.src.node_offsets(site.arg)
         layer = self.src.segment(site.wds.layer)
-        edits = [Edit(s0, s0, f"{tmp} = {self.src.segment(receiver)}\n{indent}"),
-                 Edit(r0, r1, tmp),
-                 Edit(a0, a1, f"{self.helper_call(layer, self.flag_default)} or {tmp}.dtype")]
+        dtype = site.wds.alias or self.helper_call(layer, self.flag_default)
+        edits = alias_edits + [Edit(s0, s0, f"{tmp} = {self.src.segment(receiver)}\n{indent}"),
+                               Edit(r0, r1, tmp), Edit(a0, a1, f"{dtype} or {tmp}.dtype")]
         return self._fix(f"give the cast's receiver a name, then cast only when `{self.func}` names a dtype",
                          edits)
 
