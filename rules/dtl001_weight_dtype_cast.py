@@ -216,7 +216,8 @@ class WeightDtypeCast(Rule):
                 else:
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
-                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
+                                               holder),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -271,11 +272,13 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "") -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
+        if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
+            what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
 
