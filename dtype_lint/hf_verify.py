@@ -1,7 +1,7 @@
 """Proof with the real quantizers on CPU: Hugging Face model classes whose code dtype-lint reports,
 before and after the fix, under bitsandbytes 4-bit and 8-bit (the `hf` extra), and under the
 quantizers whose layers report a float `.dtype` (optimum-quanto int8, torchao int8 weight-only:
-the `hf-more` extra), where the release's cast is harmless and the fix must change nothing.
+the `hf` extra too), where the release's cast is harmless and the fix must change nothing.
 
 For each case: the real release's model file (transformers 5.23.0 as installed, the same text as
 the cached `.py` tree) and its fixed version (that file with the reported site routed through the
