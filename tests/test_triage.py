@@ -82,11 +82,11 @@ PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241", "t
 # The held-out trees were measured, not tuned for. A FALSE DTL001/DTL002 finding there is a tool bug
 # recorded on the tree's page (with a minimal reproduction) and expected here by its path:line, so
 # that a new FALSE finding fails, and so does one the tool stops reporting (then drop it from here).
-# vllm-ascend 0.23.0 has one finding, this FALSE one: it is held to this list instead of the 95%.
+# vllm-ascend 0.23.0's one finding of the first run was such a bug (`dispose_tensor(layer.weight)`,
+# the weight's own replacement storage), fixed since: the tree must now report nothing.
 HELD_OUT_FALSE = {
     "vllm_omni_0300": set(),
-    # `dispose_tensor(layer.weight)`: `x.set_(torch.empty([], dtype=x.dtype))` is the weight's own replacement storage
-    "vllm_ascend_0230": {"vllm_ascend/ops/layer_shard_linear.py:246"},
+    "vllm_ascend_0230": set(),
 }
 MIN_PRECISION = 0.95
 # DTL003-DTL005: every tree with a file (or parts of one) in verdicts/dtl003-005/, by fixture name.

@@ -588,6 +588,17 @@ def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
     return found[0], first[0] + (f".{found[1]}" if found[1] else "")
 
 
+def first_parameter_holder(resolver, layer: ast.expr, scope, text: str) -> str:
+    """The expression of the layer that holds `next(iter(M.parameters()))` (`text` spells M):
+    `self.time_embedder.linear_1`, `self.time_embedding[0]`; "" when it cannot be told. The fix
+    gives this layer to the helper: its quantizer decides what M's forward expects first."""
+    found = first_parameter(resolver, resolver.resolve(layer, scope), layer=layer, scope=scope)
+    if found is None:
+        return ""
+    path = found[1]
+    return text if not path else text + ("" if path.startswith("[") else ".") + path
+
+
 _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 
 
