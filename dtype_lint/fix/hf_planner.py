@@ -25,8 +25,8 @@ import re
 from dtype_lint.analysis.hf_family import NO_WEIGHT, _Reader, hf_module
 from dtype_lint.analysis.recognisers import FIRST_PARAMETER, is_pure
 from dtype_lint.findings import Edit, Fix
-from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.bound_names import fresh, identifiers
+from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.planner import Planner, Site
 
 
@@ -236,11 +236,12 @@ class HFPlanner(Planner):
                 return None
             _, t1 = self.src.node_offsets(assign.targets[0])
             _, s1 = self.src.node_offsets(assign)
-            alias_edits.append(Edit(t1, s1, f" = {self.helper_call(self.src.segment(site.wds.layer), self.flag_default)}"))
+            call = self.helper_call(self.src.segment(site.wds.layer), self.flag_default)
+            alias_edits.append(Edit(t1, s1, f" = {call}"))
         in_pass = self._fn_vars.setdefault(id(site.fn), set())  # names other sites took this pass
         taken = identifiers(site.fn) | set(site.scope.params) | {self.name} | in_pass
-        base = receiver.func.attr if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
-            else (receiver.func.id if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) else "cast")
+        func = receiver.func if isinstance(receiver, ast.Call) else None
+        base = func.attr if isinstance(func, ast.Attribute) else (func.id if isinstance(func, ast.Name) else "cast")
         tmp = fresh(re.sub(r"^_+", "", base) + "_out", taken)
         in_pass.add(tmp)
         indent = self.src.indent_of(stmt.lineno)
