@@ -39,6 +39,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from dtype_lint.analysis.class_facts import local_call
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.recognisers import first_parameter_of
 from dtype_lint.findings import Evidence
@@ -624,9 +625,11 @@ def _item_of(resolver, where: str, origin, index: int, self_origin):
     """The instance `nn.Sequential(A(...), B(...), ...)[index]` builds (origin: that assignment)."""
     args = origin.call.args
     if origin.type_name not in _SEQUENTIAL or any(isinstance(a, ast.Starred) for a in args) or \
-            not -len(args) <= index < len(args) or not isinstance(args[index], ast.Call):
+            not -len(args) <= index < len(args):
         return None
-    item = args[index]
+    item = local_call(origin, args[index])
+    if item is None:
+        return None
     loc = resolver.index.class_location(where)
     facts = resolver.project.file_facts(loc[0].module) if loc else None
     name = dotted(item.func)
