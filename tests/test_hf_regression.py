@@ -11,7 +11,6 @@ sites); with `DTL_FULL=1` it covers every patch of the series.
 from __future__ import annotations
 
 import ast
-import os
 import re
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import FULL
 
 from dtype_lint.migrate import hf_regression
 from dtype_lint.migrate.series import FileChange
@@ -122,9 +122,9 @@ def test_each_patch_test_fails_on_the_release_and_passes_with_it(tmp_path):
     chosen = []
     for patch in _patches():
         tests = [p for p in _added_files(patch) if p.startswith("tests/")]
-        if tests and (os.environ.get("DTL_FULL") or tests[0] in CI_SHAPES):
+        if tests and (FULL or tests[0] in CI_SHAPES):  # the CI budget: one patch per shape
             chosen.append((patch, tests[0]))
-    if not os.environ.get("DTL_FULL"):
+    if not FULL:
         assert sorted(t for _p, t in chosen) == sorted(CI_SHAPES), "each CI shape names a patch of the series"
     patches = [_patches()[0]] + [p for p, _t in chosen if p != _patches()[0]]
     before = _tree(release, tmp_path / "before", [p for p, _t in chosen], tests_only=True)
@@ -140,11 +140,10 @@ def test_each_patch_test_fails_on_the_release_and_passes_with_it(tmp_path):
 
 
 @pytest.mark.network
+@pytest.mark.full("regenerating the transformers series takes minutes; CI runs its patches' tests instead")
 def test_committed_series_is_fresh(capsys):
     """`scripts/hf_upstream.py transformers 5.23.0 --check`: the committed series, its tests and
-    their recorded runs are what the generator writes now (minutes: the long local run only)."""
-    if not os.environ.get("DTL_FULL"):
-        pytest.skip("regenerating the transformers series takes minutes: set DTL_FULL=1 (the long local run)")
+    their recorded runs are what the generator writes now."""
     import sys
 
     sys.path.insert(0, str(ROOT / "scripts"))
