@@ -44,6 +44,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from dtype_lint.engine.writer import write_scratch_files
+
 
 @dataclass(frozen=True)
 class LayerCase:
@@ -819,9 +821,7 @@ def run_before_after(root: Path, patches) -> tuple[dict, dict]:
             files = dict(test_files)
             if name == "after":
                 files.update({c.path: c.after for p in patches for c in p.changes if not c.test})
-            for rel, data in files.items():
-                (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tree / rel).write_bytes(data)
+            write_scratch_files(tree, files)
             trees[name] = tree
         paths = sorted(test_files)
         return run_tests(trees["before"], paths), run_tests(trees["after"], paths)
