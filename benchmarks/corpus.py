@@ -89,6 +89,23 @@ def corpus_dir(cache_root: Path, tree: Path, scale: int) -> Path:
     return cache_root / "bench-corpus" / f"{tree.name}-{key}-x{scale}"
 
 
+EDIT_MARK = "# dtype-lint benchmark edit "
+
+
+def edit(path: Path, seq: int) -> None:
+    """Edit `path` for real: its text ends with a comment naming the sample (the previous
+    sample's comment replaced), so its cached analysis no longer applies and the run analyses
+    it again, as pre-commit after an edit does; its findings stay the same."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    while lines and lines[-1].startswith(EDIT_MARK):
+        lines.pop()
+    body = "".join(lines)
+    if body and not body.endswith("\n"):
+        body += "\n"
+    path.write_text(f"{body}{EDIT_MARK}{seq}\n", encoding="utf-8")
+
+
 def touch(path: Path, seq: int) -> None:
     """Make `path` look edited (a new mtime, same bytes): its cache entries are stale, its
     findings the same, so every sample of the pre-commit rows does the same work."""
