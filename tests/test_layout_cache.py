@@ -91,3 +91,25 @@ def test_a_file_reached_through_a_link_is_not_kept_and_a_repointed_link_invalida
     (root / "pkg" / "link.py").unlink()
     (root / "pkg" / "link.py").symlink_to(outside)
     assert layout_cache.load(path, ".", str(root), ()) is None
+
+
+def test_a_run_on_named_files_takes_the_project_from_the_record(tmp_path, monkeypatch):
+    from dtype_lint.config import load_config
+    from dtype_lint.engine import pipeline
+
+    root = _project(tmp_path)
+    (root / "pyproject.toml").write_text("[tool.dtype-lint]\n")
+    monkeypatch.chdir(root)
+    config = load_config(Path("."))
+    fresh = pipeline._discover(config, ["pkg/a.py"])
+    layout = pipeline._Layout(reuse=True)
+    assert pipeline._discover(config, ["pkg/a.py"], layout=layout) == fresh
+    layout.save(_Writer())
+    walks = []
+    real_walk = layout_cache.discover_files
+    monkeypatch.setattr(layout_cache, "discover_files", lambda *a, **k: walks.append(a) or real_walk(*a, **k))
+    assert pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=True)) == fresh
+    assert pipeline._discover(config, ["."], layout=pipeline._Layout(reuse=True)) == pipeline._discover(config, ["."])
+    assert walks == []  # both from the record
+    assert pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=False))[1] == fresh[1]
+    assert len(walks) == 1  # --fix and --no-cache walk
