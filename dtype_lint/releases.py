@@ -4,7 +4,8 @@ prefill from them, and the real-world tests, triage and benchmarks lint them.
 `release_tree("vllm", "0.27.1")` returns a directory holding `vllm/` with every `.py` file of that
 release's wheel and nothing else. The first call downloads the wheel with pip (`--no-deps`, never
 an install), unpacks only the `.py` members, and deletes the wheel; later calls return the cached
-tree. `vllm_tree(version)` is the same for vLLM. Peers: `sglang`, `aphrodite-engine`, `lmdeploy`.
+tree. `vllm_tree(version)` is the same for vLLM. Peers: `sglang`, `aphrodite-engine`, `lmdeploy`;
+out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`.
 
 Cache: `${DTYPE_LINT_CACHE_DIR:-~/.cache/dtype-lint}/<dist>-<version>/`, deliberately outside the
 repo: no engine's code is ever copied into this project.
@@ -49,7 +50,10 @@ _TARGET = (
 # distribution -> the top-level package its wheel must hold
 PACKAGES = {"vllm": "vllm", "sglang": "sglang", "aphrodite-engine": "aphrodite", "lmdeploy": "lmdeploy",
             # Hugging Face model code: quantizers replace its modules at load time (docs/hf.md).
-            "transformers": "transformers", "diffusers": "diffusers", "peft": "peft"}
+            "transformers": "transformers", "diffusers": "diffusers", "peft": "peft",
+            # Out-of-tree vLLM projects: they import vLLM's layers without containing vLLM (the
+            # catalogue path, docs/quantizability.md), triaged in docs/triage/.
+            "vllm-omni": "vllm_omni", "vllm-ascend": "vllm_ascend"}
 
 
 class ReleaseFetchError(RuntimeError):

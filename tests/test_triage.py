@@ -34,7 +34,32 @@ def _load_script():
 
 triage = _load_script()
 
-# fixture name -> verdict file name; the fixtures (tests/conftest.py) fetch the trees.
+
+@pytest.fixture(scope="session")
+def vllm_omni_0300() -> Path:
+    """Root of vllm-omni 0.30.0's `.py` tree: an out-of-tree project on vLLM's layers (the catalogue
+    path), triaged held out: nobody tuned the tool to it."""
+    from dtype_lint import releases
+
+    try:
+        return releases.release_tree("vllm-omni", "0.30.0")
+    except releases.ReleaseFetchError as exc:
+        pytest.fail(f"vllm-omni 0.30.0 is needed and could not be fetched: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_ascend_0230() -> Path:
+    """Root of vllm-ascend 0.23.0's `.py` tree: an out-of-tree platform plugin on vLLM's layers,
+    triaged held out."""
+    from dtype_lint import releases
+
+    try:
+        return releases.release_tree("vllm-ascend", "0.23.0")
+    except releases.ReleaseFetchError as exc:
+        pytest.fail(f"vllm-ascend 0.23.0 is needed and could not be fetched: {exc}", pytrace=False)
+
+
+# fixture name -> verdict file name; the fixtures (tests/conftest.py, and the two above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
     "vllm_0300": "vllm-0.30.0",
@@ -44,12 +69,27 @@ TREES = {
     "lmdeploy_0180": "lmdeploy-0.18.0",
     "transformers_5230": "transformers-5.23.0",
     "diffusers_0421": "diffusers-0.42.1",
+    "vllm_omni_0300": "vllm-omni-0.30.0",
+    "vllm_ascend_0230": "vllm-ascend-0.23.0",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
-PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241", "transformers_5230", "diffusers_0421")
+PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241", "transformers_5230", "diffusers_0421",
+                   "vllm_omni_0300")
+# The held-out trees were measured, not tuned for. A FALSE DTL001/DTL002 finding there is a tool bug
+# recorded on the tree's page (with a minimal reproduction) and expected here by its path:line, so
+# that a new FALSE finding fails, and so does one the tool stops reporting (then drop it from here).
+# vllm-ascend 0.23.0 has one finding, this FALSE one: it is held to this list instead of the 95%.
+HELD_OUT_FALSE = {
+    "vllm_omni_0300": set(),
+    # `dispose_tensor(layer.weight)`: `x.set_(torch.empty([], dtype=x.dtype))` is the weight's own replacement storage
+    "vllm_ascend_0230": {"vllm_ascend/ops/layer_shard_linear.py:246"},
+}
 MIN_PRECISION = 0.95
-RULE_TREES = {"vllm_0271": ("vllm", "0.27.1"), "vllm_0330": ("vllm", "0.33.0")}  # DTL003-DTL005, issue #10
+# DTL003-DTL005: every tree with a file (or parts of one) in verdicts/dtl003-005/, by fixture name.
+_FIXTURE_OF = {name: fixture for fixture, name in TREES.items()}
+RULE_TREES = {_FIXTURE_OF.get(f"{d}-{v}", f"{d}-{v}"): (d, v) for d, v in triage.rule_trees()}
+RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TREES]  # issue #10's 90%
 
 
 def _check_all(tree: Path):
@@ -58,36 +98,43 @@ def _check_all(tree: Path):
     return dtl(tree, "check", str(tree), "--output-format", "json", "--no-cache", "--exit-zero", "--select", "ALL")
 
 
-def _triage(tree: Path, name: str):
-    proc = _check_all(tree)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    dist, _, version = name.rpartition("-")
-    return triage.join(triage.load_verdicts(dist, version), json.loads(proc.stdout)["findings"], tree)
+@pytest.fixture(scope="module")
+def runs(request):
+    """fixture name -> (findings, tree) of one `--select ALL` run, each tree run at most once for
+    both triages (DTL001/DTL002 and DTL003-DTL005), and only the trees a test asks for."""
+    done: dict[str, tuple[list[dict], Path]] = {}
+
+    def get(fixture: str):
+        if fixture not in done:
+            tree = request.getfixturevalue(fixture)
+            proc = _check_all(tree)
+            assert proc.returncode == 0, proc.stderr[-4000:]
+            done[fixture] = json.loads(proc.stdout)["findings"], tree
+        return done[fixture]
+
+    return get
 
 
 @pytest.fixture(scope="module")
-def rules_triaged(request):
-    """The DTL003-DTL005 triage of both trees (the same run as `triaged`'s)."""
+def rules_triaged(runs):
+    """dist-version -> the DTL003-DTL005 triage of every tree with such verdicts (`triaged`'s runs)."""
     def findings_of(dist, version):
-        fixture = next(f for f, dv in RULE_TREES.items() if dv == (dist, version))
-        tree = request.getfixturevalue(fixture)
-        proc = _check_all(tree)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        return json.loads(proc.stdout)["findings"], tree
+        return runs(next(f for f, dv in RULE_TREES.items() if dv == (dist, version)))
 
     return {t.name: t for t in triage.rule_triages(findings_of)}
 
 
 @pytest.fixture(scope="module")
-def triaged(request):
-    """name -> Triage, each tree run at most once (only the trees a test asks for)."""
+def triaged(runs):
+    """fixture name -> Triage (DTL001/DTL002) of that tree's run."""
     done = {}
 
     def get(fixture: str):
-        name = TREES[fixture]
-        if name not in done:
-            done[name] = _triage(request.getfixturevalue(fixture), name)
-        return done[name]
+        if fixture not in done:
+            findings, tree = runs(fixture)
+            dist, _, version = TREES[fixture].rpartition("-")
+            done[fixture] = triage.join(triage.load_verdicts(dist, version), findings, tree)
+        return done[fixture]
 
     return get
 
@@ -123,7 +170,8 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
         ("d.py:9", "TRUE", "known-limit:generic-types", "behind an nn.Module", ""),
         ("e.py:1", "TRUE", "", "was reported once", ""),
     ]
-    text = "".join(f"#count\t{c}\t1\n" for c in triage.FALSE_CATEGORIES) + "\t".join(triage.COLUMNS) + "\n"
+    text = ("#note\tA bug's reproduction.\n" + "".join(f"#count\t{c}\t1\n" for c in triage.FALSE_CATEGORIES)
+            + "\t".join(triage.COLUMNS) + "\n")
     (tmp_path / "t-1.tsv").write_text(text + "".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
     verdicts = triage.load_verdicts("t", "1", tmp_path / "t-1.tsv")
 
@@ -147,6 +195,7 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
     page = triage.render(t)
     assert "| `c.py:7` | [known limit: Value flow is one step deep](../quantizability.md#known-limits) |" in page
     assert "- `f.py:2` DTL001: m" in page
+    assert "## Notes\n\nA bug's reproduction.\n\n## Findings" in page
 
 
 @pytest.mark.network
@@ -172,13 +221,43 @@ def test_precision(triaged, fixture):
     )
 
 
+# The held-out tree was measured, not tuned for: a TRUE site the tool misses there is a `missed`
+# row (docs/triage/vllm-omni-0.30.0.md names the shape), expected here by its path:line so that
+# nothing else may go wrong on that tree, and so that the day the tool reports it this fails until
+# the row's category is cleared.
+HELD_OUT_MISSES = {
+    "vllm_omni_0300": {
+        # a layer put into nn.ModuleList through a local variable is not followed:
+        # `linear_1 = ColumnParallelLinear(..., quant_config=...)`; `self.mlp = nn.ModuleList([linear_1, ...])`
+        "vllm_omni/diffusion/models/sana_wm/sana_wm_transformer.py:534",
+        # `next(self.parameters()).dtype` whose first parameter is inside a library class (diffusers'
+        # TimestepEmbedding, its linear_1) is not resolved
+        "vllm_omni/diffusion/models/gr00t/modeling/modules/dit.py:146",
+    },
+}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("fixture", list(HELD_OUT_FALSE))
+def test_held_out_false_findings_are_the_recorded_ones(triaged, fixture):
+    t = triaged(fixture)
+    false = {k for k, _, _ in t.false_findings}
+    assert false == HELD_OUT_FALSE[fixture], (
+        f"{TREES[fixture]}: new FALSE findings {sorted(false - HELD_OUT_FALSE[fixture])}, no longer reported "
+        f"{sorted(HELD_OUT_FALSE[fixture] - false)} (update HELD_OUT_FALSE and the tree's page)")
+
+
 @pytest.mark.network
 @pytest.mark.parametrize("fixture", list(TREES))
 def test_every_true_site_is_reported_or_a_known_limit(triaged, fixture):
     t = triaged(fixture)
     # A `missed` row, a TRUE row no longer reported without a reason, a known limit that is reported now.
     problems = [p for p in t.problems() if "has no verdict" not in p]
-    assert problems == [], f"{TREES[fixture]}:\n" + "\n".join(problems)
+    expected = sorted(f"`{key}` is a TRUE site the tool misses and no known limit explains"
+                      for key in HELD_OUT_MISSES.get(fixture, ()))
+    assert sorted(problems) == expected, f"{TREES[fixture]}:\n" + "\n".join(
+        [f"unexpected: {p}" for p in problems if p not in expected]
+        + [f"reported now, clear its `missed` (and HELD_OUT_MISSES): {p}" for p in expected if p not in problems])
 
 
 @pytest.mark.network
@@ -209,10 +288,11 @@ def test_committed_page_is_what_the_run_gives(triaged, fixture):
 
 
 @pytest.mark.network
-def test_readme_summary_is_what_the_runs_give(triaged):
-    runs = [triaged(f) for f in sorted(TREES, key=lambda f: triage.TREE_ORDER.index(TREES[f]))]
+def test_readme_summary_is_what_the_runs_give(triaged, rules_triaged):
+    ordered = [triaged(f) for f in sorted(TREES, key=lambda f: triage.TREE_ORDER.index(TREES[f]))]
+    rules = [rules_triaged[f"{d}-{v}"] for d, v in triage.rule_trees()]
     readme = triage.README.read_text(encoding="utf-8")
-    assert triage.render_summary(runs, readme) == readme, "docs/triage/README.md: run scripts/triage.py --all"
+    assert triage.render_summary(ordered, readme, rules) == readme, "docs/triage/README.md: run scripts/triage.py --all"
 
 
 def _rule_rows(rows, notes=()) -> str:
@@ -220,14 +300,23 @@ def _rule_rows(rows, notes=()) -> str:
     return head + "".join("\t".join(r) + "\n" for r in rows)
 
 
+MAX_RULE_WHY = 900
+
+
 def test_rule_verdict_files_parse_and_cover_the_rule_trees():
-    assert set(triage.RULE_TREES) == set(RULE_TREES.values())
-    for dist, version in triage.RULE_TREES:
+    # The development trees are judged in full; every tree judged has a fixture that fetches it.
+    assert set(triage.RULE_DEV_TREES) <= set(triage.rule_trees())
+    assert all(f in TREES for f in RULE_TREES), f"a DTL003-DTL005 verdict file for a tree without a fixture: {RULE_TREES}"
+    for dist, version in triage.rule_trees():
         verdicts = triage.load_rule_verdicts(dist, version)
         assert verdicts.rows, verdicts.path
         assert {r.code for r in verdicts.rows.values()} <= set(triage.RULE_CODES)
         for row in verdicts.rows.values():
-            assert len(row.why) <= 400, f"{verdicts.path.name}:{row.lineno}: keep `why` to one short line"
+            # One line of reasons, never a pasted block of code. A DTL003 verdict may have to cite the
+            # whole chain that makes a read fail (caller, construction, each backend's file:line: sglang's
+            # EAGLE `get_embed_and_head` rows run to ~820 characters), hence a longer line than the
+            # DTL001/DTL002 files' 400.
+            assert len(row.why) <= MAX_RULE_WHY, f"{row.file}:{row.lineno}: keep `why` to one line"
 
 
 @pytest.mark.parametrize("row, message", [
@@ -266,9 +355,56 @@ def test_rule_join_counts_per_rule_and_names_findings_and_rows_to_judge(tmp_path
     assert "`c.py:7` DTL003 (t-1.tsv:6) has no finding" in problems[1]
     page = triage.render_rules([t])
     assert "| DTL003 | 2 | 1 | 0 | 50% |" in page and "| **all** | **4** | **2** | **1** | **50%** |" in page
-    assert "2 of 4 TRUE: **below the bar**." in page
+    assert "2 of 4 TRUE (measured; not a development tree)." in page  # issue #10's bar is vLLM's
     assert "A note.\n" in page and "| 4 | `d.py:2` | DTL003 | **no verdict** |  |" in page
     assert "## To judge" in page
+
+
+def test_rule_verdicts_in_parts_are_read_as_one_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(triage, "RULE_VERDICTS", tmp_path)
+    (tmp_path / "t-0.5.1.sg2.tsv").write_text(_rule_rows([("b.py:3", "DTL004", "FALSE", "dispatch")], ["Two."]),
+                                              encoding="utf-8")
+    (tmp_path / "t-0.5.1.sg1.tsv").write_text(_rule_rows([("a.py:1", "DTL003", "TRUE", "no weight")], ["One."]),
+                                              encoding="utf-8")
+    (tmp_path / "u-1.0.post1.tsv").write_text(_rule_rows([("c.py:2", "DTL005", "TRUE", "int8")]), encoding="utf-8")
+    assert triage.rule_trees() == [("t", "0.5.1"), ("u", "1.0.post1")]  # `.post1` is the version's, not a part
+    verdicts = triage.load_rule_verdicts("t", "0.5.1")
+    assert sorted(verdicts.rows) == [("a.py:1", "DTL003"), ("b.py:3", "DTL004")]
+    assert verdicts.notes == ["One.", "Two."]  # part order
+    assert verdicts.rows["b.py:3", "DTL004"].file == "t-0.5.1.sg2.tsv"
+    t = triage.join_rules(verdicts, [{"path": "c.py", "line": 9, "col": 1, "code": "DTL003", "message": "m"}], tmp_path)
+    assert "`a.py:1` DTL003 (t-0.5.1.sg1.tsv:3) has no finding" in "\n".join(t.problems())
+    (tmp_path / "t-0.5.1.sg2.tsv").write_text(_rule_rows([("a.py:1", "DTL003", "TRUE", "again")]), encoding="utf-8")
+    with pytest.raises(triage.VerdictError, match=r"t-0.5.1.sg2.tsv:2: `a.py:1` DTL003 already has a row \(t-0.5.1.sg1.tsv:3\)"):
+        triage.load_rule_verdicts("t", "0.5.1")
+    (tmp_path / "t-0.5.1.tsv").write_text(_rule_rows([]), encoding="utf-8")
+    with pytest.raises(triage.VerdictError, match="both exist: concatenate"):
+        triage.load_rule_verdicts("t", "0.5.1")
+
+
+def test_rules_summary_pools_the_trees_the_rules_were_not_developed_on(tmp_path):
+    def rule_triage(dist, version, rows):
+        path = tmp_path / f"{dist}-{version}.tsv"
+        path.write_text(_rule_rows(rows), encoding="utf-8")
+        findings = [{"path": k.rpartition(":")[0], "line": int(k.rpartition(":")[2]), "col": 1, "code": c,
+                     "message": "m"} for k, c, _, _ in rows]
+        return triage.join_rules(triage.load_rule_verdicts(dist, version, path), findings, tmp_path)
+
+    dev = rule_triage("vllm", "0.27.1", [("a.py:1", "DTL003", "FALSE", "x")])  # a development tree: not pooled
+    held = [rule_triage("x", "1", [("a.py:1", "DTL003", "TRUE", "x"), ("a.py:2", "DTL004", "FALSE", "x")]),
+            rule_triage("y", "2", [("b.py:1", "DTL003", "FALSE", "x")])]
+    assert dev.developed_on and not held[0].developed_on
+    assert triage.held_out_counts([dev, *held], "DTL003") == (2, 1, 1)
+    assert triage.held_out_counts([dev, *held]) == (3, 1, 2)
+    page = triage.render_rules([dev, *held])
+    assert "| DTL003 | 0/1 (0%) | 1/1 (100%) | 0/1 (0%) | 1/2 (50%) |" in page
+    assert "DTL003 off the development trees: 1 of 2 TRUE, 50%, on 2 trees; is below the 95% a default rule needs." in page
+    assert "1 of 2 TRUE (measured; not a development tree)." in page
+    assert "0 of 1 TRUE: **below the bar**." in page  # vLLM 0.27.1 is held to issue #10's 90%
+    readme = f"x\n{triage.SUMMARY_BEGIN}\nold\n{triage.SUMMARY_END}\ny\n"
+    summary = triage.render_summary([], readme, [dev, *held])
+    assert "| trees not developed on | 1/2 (50%) | 0/1 (0%) | — | 1/3 (33%) |" in summary
+    assert summary.startswith("x\n") and summary.endswith("\ny\n") and "old" not in summary
 
 
 @pytest.mark.network
@@ -281,7 +417,7 @@ def test_every_rule_finding_has_a_verdict_and_every_verdict_a_finding(rules_tria
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("fixture", list(RULE_TREES))
+@pytest.mark.parametrize("fixture", RULE_BAR_TREES)
 def test_rule_precision_meets_issue_10(rules_triaged, fixture):
     t = rules_triaged["-".join(RULE_TREES[fixture])]
     n, true, _ = t.counts()
@@ -293,7 +429,22 @@ def test_rule_precision_meets_issue_10(rules_triaged, fixture):
 
 
 @pytest.mark.network
+def test_a_default_rule_is_precise_off_its_development_trees(rules_triaged):
+    """Issue #21: a rule is on by default only once its findings on the trees it was not developed
+    on are at least 95% TRUE (an opt-in rule may be precise already: turning it on is a decision)."""
+    from dtype_lint.config import OPT_IN_RULES
+
+    every = [rules_triaged[f"{d}-{v}"] for d, v in triage.rule_trees()]
+    for code in triage.RULE_CODES:
+        if code in OPT_IN_RULES:
+            continue
+        n, true, _ = triage.held_out_counts(every, code)
+        assert n and true / n >= triage.DEFAULT_PRECISION, (
+            f"{code} is on by default, yet {true} of {n} of its findings off the development trees are TRUE")
+
+
+@pytest.mark.network
 def test_rule_page_is_what_the_runs_give(rules_triaged):
     page = triage.RULE_PAGE.read_text(encoding="utf-8")
-    runs = [rules_triaged[f"{d}-{v}"] for d, v in triage.RULE_TREES]
-    assert page == triage.render_rules(runs), "docs/triage/rules-dtl003-005.md is stale: run scripts/triage.py --all"
+    every = [rules_triaged[f"{d}-{v}"] for d, v in triage.rule_trees()]
+    assert page == triage.render_rules(every), "docs/triage/rules-dtl003-005.md is stale: run scripts/triage.py --all"
