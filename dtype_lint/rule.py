@@ -43,7 +43,7 @@ from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.analysis.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.storage_model import why_storage
+from dtype_lint.analysis.storage_model import ABSENT, why_storage
 from dtype_lint.config import Config
 from dtype_lint.engine.source import SourceFile
 from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
@@ -282,6 +282,12 @@ class RuleFacts:
         return Planner(self.source, self.config, self.project, self.tree)
 
     @cached_property
+    def generic_holders(self):
+        from dtype_lint.analysis.callers import GenericHolders
+
+        return GenericHolders(self.functions)
+
+    @cached_property
     def guards(self):
         from dtype_lint.analysis.file_guards import FileGuards
 
@@ -311,6 +317,7 @@ class RuleContext:
         self._sink = sink
         self.source = facts.source
         self.config = facts.config
+        self._tracing = False  # judging a caller's argument (analysis/callers.py): one step only
 
     def _fact(self, name: str):
         if name not in type(self.rule).facts:
@@ -410,6 +417,8 @@ class RuleContext:
                 return None
             inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
         verdict = self.layers.quantizable(inst, text, patterns, need)
+        if verdict is None and form != FIRST_PARAMETER and isinstance(where, Candidate):
+            verdict = self._from_callers(layer, where, need)
         if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
             return None
         if verdict is not None and hf_storages(verdict[1]) is not None and self.rule.code not in DTYPE_SITE_RULES:
@@ -433,6 +442,30 @@ class RuleContext:
         if self._facts.guards.storage_unpacked(site, where, layer) is not None:
             return None
         return verdict
+
+    def _from_callers(self, layer: ast.expr, where: "Candidate", need: str):
+        """A parameter typed only as a module (analysis/callers.py): the verdict on what a call of
+        its function in this file passes for it, judged at that call (one step)."""
+        from dtype_lint.analysis.callers import generically_typed
+
+        # Not for a read of `.weight` itself (DTL003): its callers' paths are guarded by checks the
+        # engine reads on the layer it is handed (a format predicate on the config), not at the call.
+        if need == ABSENT or not (isinstance(layer, ast.Name) and layer.id in where.scope.params
+                                  and generically_typed(where.fn, layer.id)) or self._tracing:
+            return None
+        self._tracing = True
+        try:
+            for arg, caller, call in self._facts.generic_holders.passed(where, layer.id):
+                if caller.exempt:
+                    continue
+                got = self.layer_verdict(arg, caller, site=call, need=need)
+                if got is not None:
+                    step = Evidence(f"`{layer.id}` is `{ast.unparse(arg)}` where `{caller.scope_name}` calls "
+                                    f"`{where.fn.name}`", self.source.path, call.lineno)
+                    return got[0], (step, *got[1])
+        finally:
+            self._tracing = False
+        return None
 
     def span(self, node: ast.AST) -> Span:
         src = self.source

@@ -5,7 +5,10 @@ Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weig
 `x.type(L.weight.dtype)` and `x.to(L.weight)`, also when the dtype is reached through a local
 alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
 (`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`) or `typing.cast`; a `dtype`
-getter that returns a layer's `.weight.dtype`; and `L.weight` (or its dtype) passed into a project
+getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
+named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
+(`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
+functions whose text holds `weight`); and `L.weight` (or its dtype) passed into a project
 function that casts an activation to it. Only where `L` may really be quantized: its class obtains
 a quant method from a config (read from the code, or configured), a config may reach its
 construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
@@ -54,8 +57,9 @@ also moves device), for receivers with side effects, and for aliases used outsid
 finding says why.
 
 ## Known limits
-A layer typed only as `nn.Module` (callers are not traced back), a parameter annotated with a
-quantizable class whose real callers pass unquantized layers, layers attached from outside their
+A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one
+step (not by callers in other files); a parameter annotated with a quantizable class whose real
+callers pass unquantized layers, layers attached from outside their
 class, classes chosen at run time, and dtypes that reach a kernel two calls away are not resolved
 as a reviewer would; docs/quantizability.md lists each with the real site that showed it.
 
@@ -99,6 +103,123 @@ def _fixed_head() -> str:
     return _HEAD.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1)
 
 
+_GUARDED = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, UnquantizedLinearMethod
+
+
+def is_quantized(layer) -> bool:
+    return not isinstance(layer.quant_method, UnquantizedLinearMethod)
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, hidden: int, quant_config):
+        super().__init__()
+        self.q_proj = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+        self.k_proj = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+
+    def plain(self, x):
+        if is_quantized(self.q_proj):
+            return self.q_proj(x)[0]
+        return x.to(self.q_proj.weight.dtype)
+
+    def grouped(self, x):
+        if not all(isinstance(p.quant_method, UnquantizedLinearMethod) for p in (self.q_proj, self.k_proj)):
+            return x
+        return x.to(self.k_proj.weight.dtype)
+
+    def bf16(self, x):
+        bf16_weight = self.q_proj.weight.dtype == torch.bfloat16
+        if bf16_weight:
+            x = x.to(self.q_proj.weight.dtype)
+        return x
+"""
+_GUARDED_WRONG_WAY = (_GUARDED.replace("if is_quantized(", "if not is_quantized(")
+                      .replace("for p in (self.q_proj, self.k_proj)", "for p in (self.q_proj,)")
+                      .replace("torch.bfloat16\n", "torch.int8\n"))
+_GUARDED_WRONG_WAY_FIXED = (
+    _GUARDED_WRONG_WAY.replace("UnquantizedLinearMethod\n", "UnquantizedLinearMethod\n" + _IMPORT, 1)
+    .replace("return x.to(self.q_proj.weight.dtype)", "return x.to(get_layer_input_dtype(self.q_proj, True) or x.dtype)")
+    .replace("return x.to(self.k_proj.weight.dtype)", "return x.to(get_layer_input_dtype(self.k_proj, True) or x.dtype)")
+    .replace("            x = x.to(self.q_proj.weight.dtype)\n",
+             "            q_proj_input_dtype = get_layer_input_dtype(self.q_proj, True)\n"
+             "            if q_proj_input_dtype is not None:\n                x = x.to(q_proj_input_dtype)\n"))
+
+
+_GETTER = """\
+from torch import nn
+from vllm.model_executor.layers.linear import ReplicatedLinear
+
+
+class Drafter(nn.Module):
+    def __init__(self, hidden, quant_config=None):
+        super().__init__()
+        self.context_proj = ReplicatedLinear(hidden, hidden, quant_config=quant_config)
+
+    @property
+    def context_dtype(self):
+        return self.context_proj.weight.dtype
+
+
+class Model(nn.Module):
+    def __init__(self, hidden, quant_config=None):
+        super().__init__()
+        self.drafter = Drafter(hidden, quant_config)
+        self.plain = Drafter(hidden)
+
+    def forward(self, x, tied_weight):
+        return x.to(dtype=self.drafter.context_dtype) @ tied_weight, x.to(dtype=self.plain.context_dtype)
+"""
+
+
+_CHAIN = """\
+from torch import nn
+from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+
+class TextModel(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, quant_config=quant_config)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.model = TextModel(config, quant_config=quant_config)
+
+
+class VisionLanguageModel(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.language_model = CausalLM(config, quant_config=quant_config)
+        self.draft_model = CausalLM(config)
+
+    def embed_images(self, image_embeds):
+        draft = image_embeds.to(self.draft_model.model.embed_tokens.weight.dtype)
+        return draft, image_embeds.to(self.language_model.model.embed_tokens.weight.dtype)
+"""
+_HOLDER = """\
+from torch import nn
+from vllm.model_executor.layers.linear import RowParallelLinear
+
+
+def project(x, layer: nn.Module):
+    return layer(x.to(layer.weight.dtype))
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, quant_config=None):
+        super().__init__()
+        self.o_proj = RowParallelLinear(hidden, hidden, quant_config=quant_config)
+
+    def forward(self, x):
+        return project(x, self.o_proj)
+"""
+_HOLDER_FIXED = _HOLDER.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1).replace(
+    "layer(x.to(layer.weight.dtype))", "layer(x.to(get_layer_input_dtype(layer, True) or x.dtype))")
+
+
 class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
@@ -122,11 +243,27 @@ class WeightDtypeCast(Rule):
         Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\nclass G:\n    def __init__(self):\n"
               "        self.gate = ReplicatedLinear(8, 8, quant_config=None)\n"
               "    def forward(self, x):\n        return self.gate(x.to(self.gate.weight.dtype))\n"),
+        # Guards read through a negated predicate, an `all(...)` over a group of layers, and a
+        # flag derived from a storage check (where it holds, the weight exists and is bf16).
+        Valid(_GUARDED),
         # Already fixed code is clean (idempotence).
         Valid(_fixed_head() + "    def f(self, x):\n        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
               "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
     ]
     INVALID = [
+        # A chain through model classes built in `__init__`: the embedding gets the config at the
+        # end of it (and the same chain through a model built without one is clean).
+        Invalid(_CHAIN, message_contains=("self.language_model.model.embed_tokens.weight.dtype",),
+                expected_replacement=_CHAIN.replace("from torch import nn\n", "from torch import nn\n" + _IMPORT, 1)
+                .replace("image_embeds.to(self.language_model.model.embed_tokens.weight.dtype)",
+                         "image_embeds.to(get_layer_input_dtype(self.language_model.model.embed_tokens, True) "
+                         "or image_embeds.dtype)")),
+        # A helper taking `layer: nn.Module`: its caller passes a quantizable layer (one step).
+        Invalid(_HOLDER, expected_replacement=_HOLDER_FIXED, message_contains=("`layer.weight.dtype`",)),
+        # A getter of another object returning its layer's storage dtype: reported at the cast.
+        Invalid(_GETTER, message_contains=("`self.drafter.context_dtype`", "context_proj.weight.dtype")),
+        # The same guards, the other way round: the cast runs where the layer may be quantized.
+        Invalid(_GUARDED_WRONG_WAY, expected_replacement=_GUARDED_WRONG_WAY_FIXED, count=3),
         Invalid(
             _HEAD + "    def f(self, x):\n        x = x.to(self.kv_b_proj.weight.dtype)\n        return x\n",
             expected_replacement=_fixed_head() + "    def f(self, x):\n"
@@ -197,7 +334,10 @@ class WeightDtypeCast(Rule):
             self._finfo(ctx, function, node)
             for arg in cast_dtype_args(node):
                 weight_dtype = self._source(arg, function.scope, node)
-                if weight_dtype is None or _receiver_is_parameter(node, weight_dtype.layer):
+                if weight_dtype is None:
+                    self._through_getter(ctx, function, node, arg)
+                    continue
+                if _receiver_is_parameter(node, weight_dtype.layer):
                     continue
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node, form=weight_dtype.form)
                 if verdict is None:
@@ -212,6 +352,25 @@ class WeightDtypeCast(Rule):
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
+
+    @staticmethod
+    def _through_getter(ctx: RuleContext, function, node: ast.Call, arg: ast.expr) -> None:
+        """`x.to(dtype=model.context_dtype)`: a getter of another object (or of `self`) that
+        returns one of its layers' `.weight.dtype`; reported at the cast, naming the getter."""
+        got = ctx.layers.dtype_getter(arg, function.scope)
+        if got is None or _receiver_is_parameter(node, got[0]):
+            return
+        layer, returns = got
+        verdict = ctx.layer_verdict(layer, function, site=node)
+        if verdict is None:
+            return
+        confidence, evidence = verdict
+        text = ast.unparse(layer)
+        ctx.report(node, f"activation cast to `{ast.unparse(arg)}`, which returns `{text}.weight.dtype`, the storage "
+                         f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
+                         f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
+                   confidence=confidence, evidence=(returns, *evidence),
+                   no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand")
 
     @staticmethod
     def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:

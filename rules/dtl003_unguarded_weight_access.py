@@ -1,21 +1,15 @@
 """DTL003 unguarded-weight-access: `.weight` is read on a quantizable layer without a fallback.
 
 ## What it does
-Flags reads of `L.weight` (and `getattr(L, "weight")` without a default) outside storage code —
-any function, `__init__` included (the message names it), that is not storage code: quant
-methods and weight kernels (a class whose
-`apply`, `apply_weights`, `create_weights`, `process_weights_after_loading`, `get_quant_method`
-or `embedding` takes the layer, as a `layer` parameter or one annotated with a layer class:
-`apply(self, x, linear: LinearBase)`), module-level functions named after one of those and
-taking the layer (`apply_int4_linear(layer, x)`), weight loaders, `create_weights` and
-`process_weights_after_loading` are exempt — when `L` resolves to a quantizable layer (the same
-resolution as DTL001: a configured class or a subclass found across the scanned files, or a layer
-constructed with `quant_config=`), unless a guard dominates the read:
-- an enclosing `if hasattr(L, "weight"):` (or its `else` after `if not hasattr(...)`), also as
-  one operand of an `and`;
-- a conditional expression `L.weight... if hasattr(L, "weight") else ...`;
-- an earlier `if not hasattr(L, "weight"): return` (or `raise`, `continue`, `break`) in the same
-  or an enclosing block;
+Flags reads of `L.weight` (and `getattr(L, "weight")` without a default) in any function,
+`__init__` included (the message names it), that is not storage code (quant methods and weight
+kernels: a class whose `apply`, `apply_weights`, `create_weights`, `process_weights_after_loading`,
+`get_quant_method` or `embedding` takes the layer, as `layer` or annotated with a layer class;
+module-level functions named after one of those taking the layer, `apply_int4_linear(layer, x)`;
+weight loaders) when `L` resolves to a quantizable layer (as in DTL001), unless a guard dominates
+the read:
+- `if hasattr(L, "weight"):` (or the `else` of its negation, an operand of `and`, a conditional
+  expression), or an earlier `if not hasattr(L, "weight"): return` (`raise`, `continue`, `break`);
 - an enclosing `try:` with an `except AttributeError` (or a bare/`Exception` handler);
 - a backend check, used as any of the guards above: the layer's quant method tested against
   named classes, `isinstance(L.quant_method, UnquantizedLinearMethod)` or `isinstance(
@@ -26,13 +20,15 @@ constructed with `quant_config=`), unless a guard dominates the read:
   written for them. A class that every backend shares names none (a configured storage-code root
   such as `LinearMethodBase` or `QuantizationConfig`, or a class declaring an abstract method); a
   class outside the scanned files is taken as a backend unless configuration names it a root;
-- a check the rule cannot read on the layer itself: a method, of an object whose class does not
-  resolve, handed the layer that is read (`self.fused_kernel.supports(self.o_proj)` with
-  `fused_kernel` given by the caller);
-- a predicate: a function (of the module, nested in the function, a method of the class, or
-  imported from the project) whose every true or non-None result is itself such a check or is
-  returned only after one (`if weight is None: return False` with `weight = getattr(L,
-  "weight", None)`);
+- a check the rule cannot read on the layer itself: a method of an object whose class does not
+  resolve, handed the layer read (`self.fused_kernel.supports(self.o_proj)`);
+- a predicate: a function (of the module, nested, a method of the class, or imported, also through
+  lazy PEP 562 exports) whose every true or non-None result is such a check or follows one (`if
+  getattr(L, "weight", None) is None: return False`); a negated one, false only after such a
+  check (`return not isinstance(L.quant_method, Unquantized...)`), in `if not f(L):` or the `else`;
+- `all(<check> for v in (A, B))`; a flag computed on first use (`LazyValue(lambda: <check>)`);
+- an earlier read of the same `L.weight` on every path here (a statement, a test, a flag from it):
+  that read is the finding (not one feeding a cast's dtype: its fix removes it);
 - a flag: a name or `self.X` attribute only ever set, in the function or in any method of the
   class, to such a check, a predicate's result, `getattr(L, "weight", None)`, `hasattr(...)`, a
   value assigned only where such a check holds, or false (`self.is_unquantized = isinstance(...)`,
@@ -94,10 +90,8 @@ No automatic fix: what the code should do for a layer without `.weight` (skip a 
 names the layer and how it resolved.
 
 ## Known limits
-The guards below are trusted; each can hide a real read (a false negative) where the trust is
-wrong. docs/triage/rules-dtl003-005.md judges every finding on vLLM 0.27.1 (38 of 39 true) and
-0.33.0 (20 of 21 true; the false one is a path closed by configuration values, which the rule
-cannot read).
+The guards below are trusted; each can hide a real read where the trust is wrong
+(docs/triage/rules-dtl003-005.md judges every finding on vLLM 0.27.1 and 0.33.0).
 - `hasattr` guards are recognised on the same layer expression (`hasattr(self.kv_b_proj,
   "weight")`), not on an alias of it.
 - A backend check trusts the path with every storage of the backends it names: a path for
@@ -117,18 +111,15 @@ cannot read).
   flag counts when every assignment of it (in this class's methods, not its bases') is such a
   check: a flag also set elsewhere is not seen. A kernel type tested on a quant method's
   attribute (`isinstance(method.kernel, ...)`) is not a backend check.
-- Reads in a class's own methods (`self.weight` inside a layer class) are reported like any other
-  when the class is quantizable.
-- Storage code is otherwise recognised by name (`exempt-functions`) and class (`exempt-classes`); a
-  helper that prepares weights under another name is checked as code outside storage code.
+- Reads in a quantizable layer class's own methods (`self.weight`) are reported like any other;
+  storage code is otherwise recognised by name (`exempt-functions`) and class (`exempt-classes`).
 - The `.weight` of a layer reached through a container (`self.layers[i].weight`) resolves only
   when the container's element type is known.
 
 ## Default
-Off: an opt-in rule. It runs only when `select` names its code (`--select DTL003`, or
-`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on trees it was not developed on (sglang 0.5.23: 16 of a seeded sample of 39 TRUE, 41%;
-aphrodite-engine 0.24.1 unjudged), it is below the 95% bar.
-It becomes a default rule once it is precise there (docs/triage/README.md).
+Off: an opt-in rule, run only when `select` names its code (`--select DTL003`, `extend-select`,
+`ALL`; not a prefix such as `DTL`). Measured on trees it was not developed on (sglang 0.5.23: 16
+of a seeded sample of 39 TRUE, 41%), it is below the 95% bar (docs/triage/README.md).
 
 ## Options
 The layer-resolution options of DTL001: `preset`, `quantizable`, `exempt-classes`,
@@ -203,8 +194,7 @@ class Attention(torch.nn.Module):
             return self.fused_kernel(x, self.o_proj.weight)
         return self.o_proj(x)[0]
 """
-# The same call, but it does not look at the layer.
-_OPAQUE_ELSEWHERE = _OPAQUE.replace("self.fused_kernel.supports(self.o_proj)", "self.fused_kernel.ready()")
+_OPAQUE_ELSEWHERE = _OPAQUE.replace("self.fused_kernel.supports(self.o_proj)", "self.fused_kernel.ready()")  # not the layer
 # A dormant path: the class only ever sets `overlap_max_tokens` to 0; another module turns it on.
 _DORMANT = """\
 import torch
@@ -282,6 +272,28 @@ _BACKENDS_BROKEN = _BACKENDS.replace(
     "        return self.self_attn.forward_decode(x)\n").replace(
     "isinstance(self.gate_up_proj.quant_method, Fp8LinearMethod)",
     "isinstance(self.gate_up_proj.quant_method, LinearMethodBase)")
+# Fast-path guards (fixtures/shapes/servelm/models/fused.py): a negated predicate, `all`, a lazy flag.
+_FAST_PATHS = """\
+from vllm.model_executor.layers.linear import ColumnParallelLinear, UnquantizedLinearMethod
+def is_quantized(layer):
+    return not isinstance(layer.quant_method, UnquantizedLinearMethod)
+class Mlp:
+    def __init__(self, quant_config):
+        self.up = ColumnParallelLinear(8, 8, quant_config=quant_config)
+        self.down = ColumnParallelLinear(8, 8, quant_config=quant_config)
+        self.fused = Lazy(lambda: isinstance(self.up.quant_method, UnquantizedLinearMethod))
+    def forward(self, x):
+        if is_quantized(self.up):
+            return self.up(x)[0]
+        y = x @ self.up.weight.t() if self.fused.value else x
+        if all(isinstance(p.quant_method, UnquantizedLinearMethod) for p in (self.up, self.down)):
+            return y @ self.down.weight
+"""
+_FAST_PATHS_RE_READ = _FAST_PATHS + "    def rows(self):\n        n = self.down.weight.shape[0]\n        return self.down.weight[:n]\n"
+_FAST_PATHS_WRONG = (_FAST_PATHS.replace("if is_quantized(self.up):", "if not is_quantized(self.up):")
+                     .replace("(self.up, self.down)", "(self.up,)").replace("Lazy(lambda: isinstance(", "Lazy(all, (")
+                     + "    def rows(self, c):\n        n = c and self.down.weight.shape[0]\n"
+                     "        return self.down.weight[:n]\n")
 _NO_WEIGHT = "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`"
 
 
@@ -366,6 +378,7 @@ class UnguardedWeightAccess(Rule):
         Valid(_OPAQUE),
         Valid(_DORMANT),
         Valid(_BACKENDS),
+        Valid(_FAST_PATHS),
     ]
     INVALID = [
         Invalid(_HEAD + "    def f(self, q):\n        if self.kv_b_proj.weight.dtype == torch.float8_e4m3fn:\n"
@@ -391,6 +404,7 @@ class UnguardedWeightAccess(Rule):
         Invalid(_LIVE, message_contains=("self.in_proj.weight",)),
         # `forward_decode` is also called unguarded; `LinearMethodBase` names no backend.
         Invalid(_BACKENDS_BROKEN, count=2),
+        Invalid(_FAST_PATHS_RE_READ), Invalid(_FAST_PATHS_WRONG, count=4),  # the first read in `rows` only
     ]
 
     def check(self, ctx: RuleContext) -> None:

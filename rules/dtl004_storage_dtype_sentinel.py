@@ -5,7 +5,16 @@ Flags comparisons of a quantizable layer's storage dtype (`L.weight.dtype`, dire
 local alias or a `hasattr` fallback) with a packed or quantized dtype — `torch.int32`,
 `torch.uint8`, `torch.int8`, the `torch.float8_*` dtypes, `current_platform.fp8_dtype()`, a
 module constant holding one, or membership in a tuple or set of them — outside the configured
-helper and outside functions of the helper's shape (those are DTL005's). One finding per
+helper and outside functions of the helper's shape (those are DTL005's), when the branch is a
+hand copy of the input-dtype decision (dtype_lint/analysis/storage_dispatch.py): it derives an
+activation's or a buffer's dtype from the storage dtype (a cast to it, an allocation with it), or
+its fall-through (the final `else`, or what follows the `if`) hands the raw `L.weight` to a kernel
+(`torch.mm(x, L.weight.t())`, `x @ w`), as if every other storage were unpacked. A kernel
+dispatch on the storage format whose fall-through hands the layer to its own code (`L(x)`, its
+quant method), and a flag that records the format (`is_int8 = L.weight.dtype == torch.int8`),
+ask the storage question the right way and are not reported, unless the dtype it tests is a
+container several backends' formats share for that layer (`uint8` holding NVFP4 and MXFP4 alike):
+then the arm it picks runs one format's kernel on the others. One finding per
 statement: a guard comparing against two sentinels is one finding. What the other side holds is
 decided by the dtype evaluator, so `_FP8 = current_platform.fp8_dtype()` at module level counts.
 Layers resolve as for DTL001; storage code (quant methods, weight loaders,
@@ -45,6 +54,10 @@ storage dtype, and the finding says so.
 ## Known limits
 - Test modules (`test_*.py`, `*_test.py`, files under a `test`/`tests` folder) are not checked: a
   test that asserts a backend's storage dtype asks the question on purpose.
+- Ambiguity is asked of the container dtypes only (`uint8`, `int32`): a branch on fp8 or int8
+  that picks a kernel is taken as deliberate, whichever fp8 or int8 format reaches the layer.
+- A fall-through is read in the branch's own block: a raw weight handed to a kernel in a caller,
+  or through a helper call, is not seen, and such a dispatch is taken as correct.
 - Only `==`, `!=`, `is`, `is not`, `in` and `not in` comparisons are seen; `is_fp8(w)`,
   `w.itemsize == 1` and `not w.is_floating_point` are not.
 - A storage dtype passed in as a parameter, or read from another object than the layer, is not
@@ -56,9 +69,10 @@ storage dtype, and the finding says so.
 
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL004`, or
-`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23, none of its 11 findings is worth acting on (deliberate kernel dispatch
-with a correct fallback, and unit tests), so it is below the 95% bar.
-It becomes a default rule once it is precise there (docs/triage/README.md).
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23,
+none of its 11 findings was worth acting on (deliberate kernel dispatch with a correct fallback,
+and unit tests); with the dispatch test above it reports none there. It stays opt-in until it is
+judged precise on trees it was not developed on (docs/triage/README.md).
 
 ## Options
 The layer-resolution options of DTL001 (`preset`, `quantizable`, `exempt-classes`,
@@ -71,7 +85,9 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.analysis.dominance import statement_blocks
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.analysis.storage_dispatch import ambiguous_storage, hand_copy_reason
 from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
@@ -91,6 +107,9 @@ class Attn:
 _ALIAS = ("        w = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, \"weight\") "
           "else self.kv_b_proj.params_dtype\n")
 _IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype\n"
+_DISPATCH = _HEAD + ("    def f(self, x):\n        if self.kv_b_proj.weight.dtype == current_platform.fp8_dtype():\n"
+                     "            return fp8_gemm(x, self.kv_b_proj.weight)\n"
+                     "        self.use_int8 = self.kv_b_proj.weight.dtype == torch.int8\n        return self.kv_b_proj(x)\n")
 
 
 class StorageDtypeSentinel(Rule):
@@ -116,6 +135,9 @@ class StorageDtypeSentinel(Rule):
         Valid("import torch\nfrom vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase\n"
               "class M(QuantizeMethodBase):\n    def apply(self, layer, x):\n"
               "        if layer.weight.dtype == torch.uint8:\n            return x\n        return x * 2\n"),
+        # A kernel dispatch on the storage format whose fall-through hands the layer to its own
+        # quant method: the storage question asked the right way.
+        Valid(_DISPATCH),
         # A plain torch layer is never repacked.
         Valid("import torch\nfrom torch import nn\nclass V(nn.Module):\n    def __init__(self):\n"
               "        self.proj = nn.Linear(2, 2)\n    def f(self, x):\n"
@@ -135,13 +157,18 @@ class StorageDtypeSentinel(Rule):
             "        return self.kv_b_proj(kv)\n",
             message_contains=("self.kv_b_proj", "torch.uint8", "current_platform.fp8_dtype()"),
         ),
-        # A kernel choice on the storage dtype, through a module constant: reported, no fix.
+        # A kernel choice on the storage dtype, through a module constant, whose fall-through hands
+        # the raw weight to a float matmul (int8, int32, uint8 land there): reported, no fix.
         Invalid(
             _HEAD.replace("\n\nclass", "\n_FP8 = current_platform.fp8_dtype()\n\n\nclass", 1)
             + "    def f(self, x):\n        weight = self.kv_b_proj.weight\n"
-            "        if weight.dtype in (_FP8, torch.float8_e5m2):\n            return x.float()\n        return x\n",
-            message_contains=("torch.float8_e4m3fn, torch.float8_e5m2",),
+            "        if weight.dtype in (_FP8, torch.float8_e5m2):\n            return fp8_gemm(x, weight)\n"
+            "        return x @ weight.t()\n",
+            message_contains=("torch.float8_e4m3fn, torch.float8_e5m2", "fall-through hands the raw"),
         ),
+        # The same dispatch on uint8, which several backends' formats share (NVFP4 and MXFP4 nibbles).
+        Invalid(_DISPATCH.replace("== current_platform.fp8_dtype()", "== torch.uint8"),
+                message_contains=("uint8 is the storage of several formats",)),
         # A guard that skips the fp16 cast the helper would make: not proven, not rewritten.
         Invalid(
             _HEAD + "    def f(self, kv):\n" + _ALIAS
@@ -171,9 +198,17 @@ class StorageDtypeSentinel(Rule):
                 stmt = _statement_of(node, c.parents)
                 if id(stmt) in done:
                     continue
+                block = next((b for b in statement_blocks(c.parents.get(id(stmt))) if any(s is stmt for s in b)), None)
+                why = hand_copy_reason(stmt, wds.layer, c.scope, block, ctx.imports)
+                if why is None and not isinstance(stmt, ast.If):
+                    continue  # a flag recording the format: what reads it decides
                 verdict = ctx.layer_verdict(wds.layer, c, site=node)
                 if verdict is None:
                     continue
+                if why is None:  # a kernel dispatch: wrong only if its dtype stands for several formats
+                    why = _ambiguity(ctx, wds.layer, c, _all_sentinels(stmt, wds, c.scope, globals_))
+                    if why is None:
+                        continue
                 done.add(id(stmt))
                 sentinels = _all_sentinels(stmt, wds, c.scope, globals_)
                 fix, reason = _rewrite(ctx, stmt, wds, c)
@@ -183,9 +218,20 @@ class StorageDtypeSentinel(Rule):
                 ctx.report(report_node,
                            f"branch compares `{layer}`'s storage dtype with {', '.join(sentinels)} outside "
                            f"`{ctx.fixes.func}`: a hand copy of the input-dtype decision, which drifts from the "
-                           "helper as backends change (int32 under Marlin, int8 under W8A8, no `.weight` under AWQ)",
+                           f"helper as backends change (int32 under Marlin, int8 under W8A8, no `.weight` under AWQ): "
+                           f"{why}",
                            fix=fix, no_fix_reason=reason, confidence=confidence,
                            evidence=evidence)
+
+
+def _ambiguity(ctx: RuleContext, layer: ast.expr, c, sentinels: list[str]) -> str | None:
+    qualname = ctx.layers.resolve(layer, c.scope).qualname
+    found = ambiguous_storage(ctx.layers.storage_model.storages_for(qualname), sentinels) if qualname else None
+    if found is None:
+        return None
+    dtype, methods = found
+    shown = ", ".join(f"`{m}`" for m in methods[:3]) + (f" and {len(methods) - 3} more" if len(methods) > 3 else "")
+    return f"{dtype} is the storage of several formats here ({shown}): the branch cannot tell them apart"
 
 
 def _sentinel_values(expr: ast.expr, globals_: ModuleGlobals) -> list[str] | None:

@@ -9,9 +9,9 @@ TRUE sites left to a known limit, and any finding nobody has judged yet). With -
 tree that has a verdict file and rewrites the summary tables of docs/triage/README.md, and
 docs/triage/rules-dtl003-005.md from docs/triage/verdicts/dtl003-005/<dist>-<version>.tsv (one row
 per DTL003-DTL005 finding, for every tree with such a file, or with parts of one,
-`<dist>-<version>.part1.tsv`, `.part2.tsv` (or `.sg1.tsv`, ...): counts and precision per tree and rule, pooled over the trees the
-rules were not developed on, every finding with its verdict; a finding without a row or a row
-without a finding is a problem).
+`<dist>-<version>.part1.tsv`, `.part2.tsv` (or `.sg1.tsv`, ...): counts and precision per tree and
+rule, pooled over the trees the rules were not developed on, every finding with its verdict; a
+finding without a row or a row without a finding is a problem).
 
     .venv/bin/python scripts/triage.py --dist vllm --version 0.33.0
     .venv/bin/python scripts/triage.py --all

@@ -111,3 +111,54 @@ def test_a_family_that_never_quantizes_a_layer_type(findings):
     every OutputHead `fast_decode` builds has no config, while `draft` builds one with the model's."""
     assert at(findings, "fast_decode/head_kernels.py") == {}
     assert list(at(findings, "draft/head_kernels.py")) == [line_of("models/draft/head_kernels.py", "torch.zeros")]
+
+
+def test_guard_shapes_of_fused_fast_paths(findings):
+    """models/fused.py: each guard shape keeps its method clean, and its `*_unguarded` twin (the
+    same read without the check) is reported: an imported predicate that returns False when
+    `getattr(L, "weight", None) is None` (kernels/fusion.py), a negated predicate (`is_quantized`
+    returning `not isinstance(...)`), an early return unless `all(...)` of a group is unquantized,
+    a flag computed on first use (`LazyFlag(lambda: ...)`), a flag derived from a storage check,
+    and the re-reads an earlier read dominates (only that first read is reported)."""
+    import ast as ast_module
+
+    source = (SHAPES / "servelm" / "models" / "fused.py").read_text(encoding="utf-8")
+    spans = {node.name: (node.lineno, node.end_lineno) for node in ast_module.walk(ast_module.parse(source))
+             if isinstance(node, ast_module.FunctionDef)}
+    fused = at(findings, "models/fused.py")
+
+    def reported_in(method: str) -> list[int]:
+        first, last = spans[method]
+        return sorted(line for line in fused if first <= line <= last)
+    for clean in ("gelu", "plain", "pack_qk", "cpu"):
+        assert reported_in(clean) == [], clean
+    for twin in ("gelu_unguarded", "plain_unguarded", "pack_qk_unguarded"):
+        assert reported_in(twin), twin
+    assert reported_in("bf16_only") == [line_of("models/fused.py", "use_bf16 = self.up.weight.dtype")]
+    assert fused[reported_in("plain_unguarded")[0]]["code"] == "DTL001"
+    assert at(findings, "kernels/fusion.py") == {}  # `linear` is untyped: no layer resolves
+
+
+def test_a_dtype_getter_of_another_object(findings):
+    """`target_hidden.to(dtype=self.drafter.context_dtype)`: the getter returns the drafter's
+    `context_proj.weight.dtype`; reported at the cast, the getter named in the message and the
+    evidence; the same cast through a drafter built without a config is clean."""
+    drafter = at(findings, "models/drafter.py")
+    line = line_of("models/drafter.py", "target_hidden.to(dtype=self.drafter.context_dtype)")
+    assert set(drafter) == {line}
+    finding = drafter[line]
+    assert finding["code"] == "DTL001" and "`self.drafter.context_dtype`" in finding["message"]
+    returns = line_of("models/drafter.py", "return self.context_proj.weight.dtype")
+    assert any(e["line"] == returns and "`context_dtype` returns" in e["message"] for e in finding["evidence"])
+
+
+def test_callers_traced_for_a_generically_typed_holder(findings):
+    """`project_into(x, layer: nn.Module)` is judged by what its caller passes (`self.o_proj`,
+    built with the config), the call named in the evidence; `project_plain`'s caller passes a
+    torch layer, so it is clean."""
+    holders = at(findings, "models/holders.py")
+    line = line_of("models/holders.py", "return x.to(layer.weight.dtype) @ layer.weight.t()")
+    assert set(holders) == {line}
+    cast = next(f for f in findings if f["path"].endswith("holders.py") and f["code"] == "DTL001")
+    call = line_of("models/holders.py", "return project_into(x, self.o_proj)")
+    assert any(e["line"] == call and "`layer` is `self.o_proj`" in e["message"] for e in cast["evidence"])

@@ -365,3 +365,79 @@ def test_a_slice_of_the_weight_is_an_alias_of_its_dtype():
                 return hidden.to(weight.dtype) @ weight
     """)
     assert [(f.code, f.span.line) for f in check_source(source)] == [("DTL001", 11)]
+
+
+KERNEL_FILES = {
+    "tinyserve/quant/kernels/__init__.py": "",
+    "tinyserve/quant/kernels/base.py": """
+        class Fp8Kernel:
+            def process_weights_after_loading(self, layer):
+                pass
+    """,
+    "tinyserve/quant/kernels/wide.py": """
+        from tinyserve.quant.kernels.base import Fp8Kernel
+        from tinyserve.quant.utils import repack_for_wide_kernel
+
+
+        class WideFp8Kernel(Fp8Kernel):
+            def process_weights_after_loading(self, layer):
+                repack_for_wide_kernel(layer)
+    """,
+    "tinyserve/quant/kernels/select.py": """
+        from tinyserve.quant.kernels.base import Fp8Kernel
+
+
+        def choose_fp8_kernel(n) -> Fp8Kernel:
+            raise NotImplementedError
+    """,
+    "tinyserve/quant/kernel_fp8.py": """
+        from tinyserve.layers.linear import LinearBase
+        from tinyserve.quant.base import QuantConfig
+        from tinyserve.quant.kernels.select import choose_fp8_kernel
+        from tinyserve.quant.utils import make_fp8_weight
+
+
+        class KernelFp8Method:
+            def create_weights(self, layer, n, params_dtype):
+                layer.register_parameter("weight", make_fp8_weight(n))
+                self.fp8_kernel = choose_fp8_kernel(n)
+
+            def process_weights_after_loading(self, layer):
+                self.fp8_kernel.process_weights_after_loading(layer)
+
+
+        class KernelFp8Config(QuantConfig):
+            def get_quant_method(self, layer, prefix):
+                if isinstance(layer, LinearBase):
+                    return KernelFp8Method()
+                return None
+    """,
+}
+
+
+def test_a_kernel_object_the_method_holds_is_followed(tmp_path):
+    """`self.fp8_kernel = choose_fp8_kernel(...)` (a factory whose return annotation names the
+    kernel base) and `self.fp8_kernel.process_weights_after_loading(layer)`: one of the kernels it
+    can be (a subclass in the base's package) repacks `weight` to int32, so the method leaves fp8
+    or int32, each with the lines that make it (as vLLM's Fp8 on Marlin)."""
+    from dtype_lint.analysis.catalogue_build import project_facts
+    from dtype_lint.analysis.storage_model import CodeBackends
+
+    for rel, text in {**FILES, **KERNEL_FILES}.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        config, project = project_facts(".")
+        storages = CodeBackends(project, config.all_config_params).storages_for("tinyserve.layers.linear.RowLinear")
+    finally:
+        os.chdir(here)
+    kernel = {(s.kind, s.dtype): s for s in storages if s.backend == "KernelFp8Config"}
+    assert set(kernel) == {("fp8", "float8_e4m3fn"), ("packed", "int32")}
+    repacked = kernel[("packed", "int32")]
+    assert repacked.what == "repacks `weight` to int32 under WideFp8Kernel"
+    steps = [(os.path.basename(e.path), e.message) for e in repacked.evidence]
+    assert ("kernel_fp8.py", "`self.fp8_kernel = choose_fp8_kernel(...)`") in steps
+    assert steps[-1][0] == "utils.py"  # the repack itself, in the helper the kernel calls

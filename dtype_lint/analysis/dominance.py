@@ -89,6 +89,35 @@ def dominators(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[Dominator
         child, parent = parent, parents.get(id(parent))
 
 
+def evaluated_before(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[ast.AST]:
+    """Expressions (and simple statements) that have run, without raising, on every path to `site`
+    within its function: each earlier statement of the same or an enclosing block, whole when it is
+    a simple statement, only its test (`if`, `while`), iterable (`for`) or context managers
+    (`with`) when it is compound. A `try`, a function or a class defined earlier says nothing."""
+    child, parent = site, parents.get(id(site))
+    while parent is not None:
+        if isinstance(child, ast.stmt):
+            for block in statement_blocks(parent):
+                if any(stmt is child for stmt in block):
+                    for earlier in block[: _index(block, child)]:
+                        yield from _always_runs(earlier)
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        child, parent = parent, parents.get(id(parent))
+
+
+def _always_runs(stmt: ast.stmt) -> list[ast.AST]:
+    if isinstance(stmt, (ast.If, ast.While)):
+        return [stmt.test]
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return [stmt.iter]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [item.context_expr for item in stmt.items]
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Assert)):
+        return [stmt]
+    return []
+
+
 def _within(node: ast.AST, body) -> bool:
     return node is body or (isinstance(body, list) and any(stmt is node for stmt in body))
 

@@ -24,6 +24,7 @@ from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.guard_flags import ClassGuardFlags, concrete_classes, imported_predicates
 from dtype_lint.analysis.guards import BackendNames, GuardKnowledge, unpacked_storage_guard, weight_present_at
 from dtype_lint.analysis.layers import NONE
+from dtype_lint.analysis.lazy_exports import lazy_owner
 from dtype_lint.findings import Evidence
 
 _NO_LAYER = ast.Name(id="<no layer>")  # a guard in a caller speaks of no particular layer
@@ -44,7 +45,31 @@ class FileGuards:
         aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
         project = self._file.project
         class_facts = project.class_facts(function.class_qualname) if function.class_qualname else None
-        return unpacked_storage_guard(site, function.parents, layer, aliases, class_facts, self._file.source.path)
+        return unpacked_storage_guard(site, function.parents, layer, aliases, class_facts, self._file.source.path,
+                                      self._module_function)
+
+    @functools.cached_property
+    def _own_functions(self) -> dict[str, ast.AST]:
+        return {node.name: node for node in self._file.tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def _module_function(self, name: str):
+        """The top-level function `name` calls in this file: its own, or one imported from a
+        project module (read through the index's file facts)."""
+        if name in self._own_functions:
+            return self._own_functions[name]
+        target = self._file.imports.get(name)
+        if target is None:
+            return None
+        project = self._file.project
+        module, _, attr = project.index.canonical(target).rpartition(".")
+        if project.index.modules.get(module) is None:
+            return None
+        module = lazy_owner(project, module, attr) or module
+        facts = project.file_facts(module)
+        tree = facts.tree if facts else None
+        return next((node for node in (tree.body if tree else [])
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr), None)
 
     # ---- `.weight` exists -------------------------------------------------------------------
     @functools.cached_property
@@ -80,7 +105,8 @@ class FileGuards:
         implies it (see the module docstring)."""
         known = self._known_in.get(id(function.fn))
         if known is None:
-            known = self._known_in[id(function.fn)] = self._class_flags.in_function(function.fn)
+            aliases = {k: v[0] for k, v in function.scope.assigns.items() if len(v) == 1 and v[0] is not None}
+            known = self._known_in[id(function.fn)] = self._class_flags.in_function(function.fn).with_aliases(aliases)
         if weight_present_at(read, layer, function.parents, known):
             return True
         if "self" in known.flags and isinstance(layer, ast.Name) and layer.id == function.scope.self_name:

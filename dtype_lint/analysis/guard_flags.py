@@ -31,6 +31,7 @@ from dtype_lint.analysis.guards import (
     is_falsy,
     is_weight_or_none,
 )
+from dtype_lint.analysis.lazy_exports import lazy_owner
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NOT = ast.Not()
@@ -49,6 +50,18 @@ class _Assignment:
         if is_falsy(self.value) or is_weight_or_none(self.value) or implies_weight(self.value, None, known):
             return True
         return any(implies_weight(test, None, known) for test in self.tests)
+
+    def is_deferred_flag_value(self, known: GuardKnowledge) -> bool:
+        """A wrapper of a guard computed on first use: `LazyValue(lambda: <flag value>)`,
+        `Cached(self._supported)` with `_supported` a predicate of the class."""
+        value = self.value
+        if not (isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords):
+            return False
+        creator = value.args[0]
+        if isinstance(creator, ast.Lambda) and not creator.args.args:
+            return _Assignment(creator.body, False, self.tests).is_flag_value(known)
+        name = ast.unparse(creator) if isinstance(creator, (ast.Name, ast.Attribute)) else None
+        return name is not None and name in known.predicates
 
 
 def _walk_block(body: list[ast.stmt], tests: tuple, visit) -> None:
@@ -120,6 +133,10 @@ def _flags_of(assignments: dict[str, list[_Assignment]], known_for) -> frozenset
                     not anded and derived and all(a.is_flag_value(known_for(a, flags)) for a in values)):
                 flags.add(name)
                 changed = True
+            elif f"{name}()" not in flags and not anded and derived and all(
+                    is_falsy(a.value) or a.is_deferred_flag_value(known_for(a, flags)) for a in values):
+                flags.add(f"{name}()")  # its value, read when first used, is the flag
+                changed = True
     return frozenset(flags)
 
 
@@ -128,6 +145,42 @@ def function_flags(fn, known: GuardKnowledge) -> frozenset[str]:
     local_names: dict[str, list[_Assignment]] = {}
     _assignments_of(fn, None, {}, local_names)
     return _flags_of(local_names, lambda _assignment, flags: known.with_flags(flags))
+
+
+def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
+    """`{name}` for a predicate, `{"not " + name}` for a negated one (every value it returns is
+    true, or false only when the layer has `.weight`: `return not isinstance(layer.quant_method,
+    UnquantizedLinearMethod)`), else nothing."""
+    if is_predicate(fn, known):
+        return frozenset({name})
+    if is_negated_predicate(fn, known):
+        return frozenset({f"not {name}"})
+    return frozenset()
+
+
+def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
+    """Every value `fn` returns is true, or false only when the layer has `.weight`: a value whose
+    falsity implies it (`not isinstance(L.quant_method, Unquantized...)`), or a false constant
+    returned only under a test that implies it."""
+    flags = function_flags(fn, known)
+    here = known.with_flags(flags)
+    returns: list[tuple[ast.Return, tuple]] = []
+    _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
+                else None)
+    if not returns:
+        return False
+    decided = False
+    for ret, tests in returns:
+        value = ret.value
+        if isinstance(value, ast.Constant) and value.value:
+            continue  # "maybe quantized" says nothing
+        if is_falsy(value):
+            if not any(implies_weight(test, None, here) for test in tests):
+                return False
+        elif not implies_no_weight(value, None, here):
+            return False
+        decided = True
+    return decided
 
 
 def is_predicate(fn, known: GuardKnowledge) -> bool:
@@ -149,7 +202,8 @@ def module_predicates(tree: ast.Module, config_params: tuple[str, ...]) -> froze
     """The module's top-level predicate functions, read with unquantized checks and config tests
     only (how an imported predicate is judged)."""
     known = GuardKnowledge(backends=BackendNames(config_params))
-    return frozenset(node.name for node in tree.body if isinstance(node, _FUNCTIONS) and is_predicate(node, known))
+    return frozenset().union(*(predicate_names(node, known, node.name) for node in tree.body
+                               if isinstance(node, _FUNCTIONS)))
 
 
 def imported_predicates(project, imports: dict[str, str], config_params: tuple[str, ...]) -> frozenset[str]:
@@ -162,12 +216,18 @@ def imported_predicates(project, imports: dict[str, str], config_params: tuple[s
         header = index.modules.get(module)
         if header is None or name in header.classes:
             continue
+        owner = lazy_owner(project, module, name)
+        if owner is not None:  # `from pkg import f`, `pkg` resolving `f` in a `__getattr__`
+            module, header = owner, index.modules.get(owner)
 
         def build(module=module):
             facts = project.file_facts(module)
             return module_predicates(facts.tree, config_params) if facts and facts.tree else frozenset()
-        if name in index.cached_facts(("guard-predicates", header.path, config_params), build):
+        predicates = index.cached_facts(("guard-predicates", header.path, config_params), build)
+        if name in predicates:
             found.add(local)
+        elif f"not {name}" in predicates:
+            found.add(f"not {local}")
     return frozenset(found)
 
 
@@ -229,9 +289,9 @@ class ClassGuardFlags:
 
     def _predicates(self) -> frozenset[str]:
         if self._module_predicates is None:
-            self._module_predicates = frozenset(
-                node.name for node in self._tree.body if isinstance(node, _FUNCTIONS)
-                and is_predicate(node, self._nothing)) | self._imported()
+            self._module_predicates = frozenset().union(*(
+                predicate_names(node, self._nothing, node.name) for node in self._tree.body
+                if isinstance(node, _FUNCTIONS))) | self._imported()
         return self._module_predicates
 
     def _settle(self, owner: ast.AST) -> None:
@@ -249,9 +309,9 @@ class ClassGuardFlags:
 
     def _class(self, cls: ast.ClassDef, module_predicates: frozenset[str], backends: BackendNames) -> None:
         methods = [m for m in cls.body if isinstance(m, _FUNCTIONS)]
-        predicates = module_predicates | frozenset(
-            f"self.{m.name}" for m in methods
-            if is_predicate(m, GuardKnowledge(frozenset(), module_predicates, backends)))
+        predicates = module_predicates | frozenset().union(*(
+            predicate_names(m, GuardKnowledge(frozenset(), module_predicates, backends), f"self.{m.name}")
+            for m in methods))
         nested = {id(m): _nested_predicates(m, predicates, backends) for m in methods}
         attributes: dict[str, list[_Assignment]] = {}
         local_names: dict[int, dict[str, list[_Assignment]]] = {}
@@ -291,8 +351,8 @@ class ClassGuardFlags:
 
 
 def _nested_predicates(fn, known_predicates: frozenset[str], backends: BackendNames) -> frozenset[str]:
-    return frozenset(node.name for node in ast.walk(fn) if isinstance(node, _FUNCTIONS)
-                     and node is not fn and is_predicate(node, GuardKnowledge(frozenset(), known_predicates, backends)))
+    return frozenset().union(*(predicate_names(node, GuardKnowledge(frozenset(), known_predicates, backends), node.name)
+                               for node in ast.walk(fn) if isinstance(node, _FUNCTIONS) and node is not fn))
 
 
 def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef, known: GuardKnowledge) -> bool:

@@ -26,12 +26,14 @@ Where the two answers differ, `GuardPolicy` says so, in this one place.
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 
 from dtype_lint.analysis.class_facts import ClassFacts
 from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.dominance import Dominator, dominators, same_expression
+from dtype_lint.analysis.dominance import Dominator, dominators, evaluated_before, same_expression
 from dtype_lint.analysis.dormant import truth
+from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_dtype_source
 from dtype_lint.dtypes.evaluator import guard_excludes_packed, guard_includes_packed
 from dtype_lint.findings import Evidence
 
@@ -78,6 +80,15 @@ def is_quant_method(node: ast.AST) -> bool:
             and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "quant_method")
 
 
+def _names_method_object(node: ast.AST) -> bool:
+    """The layer's quant method or scheme, or a local named for one (`scheme = getattr(L,
+    "scheme", None)`)."""
+    if is_quant_method(node):
+        return True
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name in ("scheme", "quant_method") or name.endswith(("_scheme", "_quant_method"))
+
+
 def is_hasattr_weight(test: ast.AST, layer: ast.AST | None) -> bool:
     """`hasattr(L, "weight")` (of any layer when `layer` is None: a flag's value)."""
     return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
@@ -86,10 +97,82 @@ def is_hasattr_weight(test: ast.AST, layer: ast.AST | None) -> bool:
 
 
 def is_weight_or_none(value: ast.AST) -> bool:
-    """`getattr(L, "weight", None)`: true (not None) only when the layer has `.weight`."""
-    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr"
+    """`getattr(L, "weight", None)` or `L._parameters.get("weight")`: true (not None) only when the
+    layer has `.weight`."""
+    if not isinstance(value, ast.Call):
+        return False
+    if _is_parameters_get(value):
+        return isinstance(value.args[0], ast.Constant) and value.args[0].value == "weight" \
+            and (len(value.args) == 1 or is_falsy(value.args[1]))
+    return (isinstance(value.func, ast.Name) and value.func.id == "getattr"
             and len(value.args) == 3 and isinstance(value.args[1], ast.Constant) and value.args[1].value == "weight"
             and isinstance(value.args[2], ast.Constant) and value.args[2].value is None)
+
+
+def _is_parameters_get(call: ast.Call) -> bool:
+    """`L._parameters.get(...)`: torch's own registry of a module's parameters."""
+    func = call.func
+    return (isinstance(func, ast.Attribute) and func.attr == "get" and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "_parameters" and 1 <= len(call.args) <= 2 and not call.keywords)
+
+
+def weight_reads_evaluated(test: ast.AST, outcome: bool | None = None) -> list[ast.Attribute]:
+    """The reads `L.weight` that the evaluation of `test` reads on every path that gives it
+    `outcome` (None: whatever it gives): a read that did not raise proves the layer has
+    `.weight` there (`use_fast = L.weight.dtype == torch.bfloat16`, then `if use_fast:`). Only
+    what always runs counts: the first operand of `and`/`or` (every operand of an `and` that held,
+    or an `or` that failed), a conditional's test, the first iterable of a comprehension; not a
+    lambda's body."""
+    layers: list[ast.expr] = []
+
+    def visit(node: ast.AST, outcome: bool | None) -> None:
+        if isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(node.ctx, ast.Load):
+            layers.append(node)
+        if isinstance(node, ast.BoolOp):
+            every = outcome is (isinstance(node.op, ast.And))
+            for value in node.values if every else node.values[:1]:
+                visit(value, outcome if every else None)
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            visit(node.operand, None if outcome is None else not outcome)
+            return
+        if isinstance(node, ast.IfExp):
+            visit(node.test, None)
+            return
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            visit(node.generators[0].iter, None)
+            return
+        if isinstance(node, (ast.Lambda, ast.NamedExpr)):
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, None)
+    visit(test, outcome)
+    return layers
+
+
+def _reads_weight_of(test: ast.AST, layer: ast.AST | None, outcome: bool | None, counts=None) -> bool:
+    return any((layer is None or same_expression(read.value, layer)) and (counts is None or counts(read))
+               for read in weight_reads_evaluated(test, outcome))
+
+
+def each_element(test: ast.AST, function: str) -> tuple[ast.expr, str] | None:
+    """`all(E for v in items)` (function "all") or `any(...)` -> (E, "v"): what holds of every
+    element where `all` held (`any` failed). A filter (`... if c`) leaves elements unchecked."""
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == function
+            and len(test.args) == 1 and not test.keywords
+            and isinstance(test.args[0], (ast.GeneratorExp, ast.ListComp))):
+        return None
+    generators = test.args[0].generators
+    if len(generators) != 1 or generators[0].ifs or not isinstance(generators[0].target, ast.Name):
+        return None
+    return test.args[0].elt, generators[0].target.id
+
+
+def elements_include(items: ast.AST, layer: ast.AST, aliases) -> bool:
+    """The iterable is a tuple or list (or a local holding one) with `layer` among its elements."""
+    if isinstance(items, ast.Name) and items.id in aliases:
+        items = aliases[items.id]
+    return isinstance(items, (ast.Tuple, ast.List)) and any(same_expression(e, layer) for e in items.elts)
 
 
 def is_falsy(value: ast.AST | None) -> bool:
@@ -115,22 +198,27 @@ def catches_attribute_error(handler: ast.ExceptHandler) -> bool:
 # ---- storage proven unpacked --------------------------------------------------------------------
 
 class _ClassGuards:
-    """The enclosing class's attributes (`self.X = value`) and methods, for flags and predicates."""
+    """The enclosing class's attributes (`self.X = value`) and methods, for flags and predicates;
+    `functions(name)`: the function of the module (defined or imported) a call names, or None."""
 
-    def __init__(self, assigned: dict, methods: dict):
+    def __init__(self, assigned: dict, methods: dict, functions=None):
         self.assigned = assigned
         self.methods = methods
+        self.functions = functions or (lambda _name: None)
 
 
 _NO_CLASS_GUARDS = _ClassGuards({}, {})
 
 
 def unpacked_storage_guard(site: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
-                           aliases: dict[str, ast.expr], cls: ClassFacts | None, path: str) -> Evidence | None:
+                           aliases: dict[str, ast.expr], cls: ClassFacts | None, path: str,
+                           functions=None) -> Evidence | None:
     """Evidence of a check that proves the layer unquantized (or its storage a float) wherever
     `site` runs, or None. `aliases`: the function's single-assignment locals; `cls`: facts of the
-    enclosing class (its `self.X = value` flags and its predicate methods)."""
-    class_guards = _ClassGuards(cls.assigned if cls else {}, cls.methods if cls else {})
+    enclosing class (its `self.X = value` flags and its predicate methods); `functions(name)`: the
+    module's functions, its own or imported, whose one returned test is read at the call
+    (`is_quantized(layer)` returning `not isinstance(layer.quant_method, Unquantized...)`)."""
+    class_guards = _ClassGuards(cls.assigned if cls else {}, cls.methods if cls else {}, functions)
     for dominator in dominators(site, parents):
         test = dominator.test
         if test is None:  # under a `try`
@@ -184,6 +272,10 @@ def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         if any(_proves_unquantized(v, layer, aliases, class_guards, depth + 1, own_flag) for v in test.values):
             return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and returned_test(test.operand,
+                                                                                        class_guards.functions):
+        # `not is_quantized(L)`: false only for the layers that test holds for
+        return _proves_quantized_or_packed(test.operand, layer, aliases, class_guards)
     if isinstance(test, ast.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2:
         obj, cls = test.args
         if isinstance(obj, ast.Attribute) and obj.attr == "quant_method" and same_expression(obj.value, layer):
@@ -203,6 +295,12 @@ def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _
             return True
     if isinstance(test, ast.Name) and test.id in aliases:
         return _proves_unquantized(aliases[test.id], layer, aliases, class_guards, depth + 1)
+    element = each_element(test, "all")
+    if element is not None and elements_include(test.args[0].generators[0].iter, layer, aliases):
+        return _proves_unquantized(element[0], ast.Name(id=element[1], ctx=ast.Load()), {}, class_guards, depth + 1)
+    returned = returned_test(test, class_guards.functions)
+    if returned is not None:
+        return _proves_unquantized(returned, layer, aliases, class_guards, depth + 1)
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and isinstance(test.func.value, ast.Name) \
             and test.func.value.id == "self" and isinstance(layer, ast.Name) and layer.id == "self" \
             and test.func.attr in class_guards.methods:
@@ -213,7 +311,50 @@ def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _
         own = isinstance(layer, ast.Name) and layer.id == "self"
         return all(_proves_unquantized(v, layer, aliases, _NO_CLASS_GUARDS, depth + 1, own)
                    for v in class_guards.assigned[test.attr])
-    return guard_excludes_packed(test, layer, aliases)
+    return guard_excludes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
+
+
+def _raising_is_reported(test: ast.AST, aliases, depth: int = 0) -> bool:
+    """A `.weight` read of the test that raises (no `.weight`) is reported where it is read
+    (DTL003), so the test counts as keeping the site from running there (`bf16 = L.weight.dtype ==
+    torch.bfloat16`, then `if bf16: x.to(L.weight.dtype)`). Not when the test reads it through a
+    local holding the dtype itself (`w_dtype = L.weight.dtype`): that read feeds the cast, is
+    reported with the cast, and would be reported by nothing else."""
+    if depth > 4:
+        return False
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name) and node.id in aliases:
+            value = aliases[node.id]
+            if weight_dtype_source(value, None) is not None or not _raising_is_reported(value, aliases, depth + 1):
+                return False
+    return True
+
+
+def returned_test(call: ast.AST, functions) -> ast.expr | None:
+    """The one value a function returns, its parameters replaced by the call's arguments: what
+    `is_quantized(self.proj)` tests when `is_quantized(layer)` is `return not isinstance(
+    layer.quant_method, UnquantizedLinearMethod)`. None unless the function's body is that one
+    `return` (after a docstring) and every parameter it reads is bound by the call."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    fn = functions(call.func.id)
+    if fn is None:
+        return None
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    bound = dict(zip(params, call.args))
+    bound.update((k.arg, k.value) for k in call.keywords if k.arg in params)
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+
+    class Bind(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            return bound.get(node.id, node) if isinstance(node.ctx, ast.Load) else node
+    if any(isinstance(n, ast.Name) and n.id in params and n.id not in bound for n in ast.walk(body[0].value)):
+        return None
+    return Bind().visit(copy.deepcopy(body[0].value))
 
 
 def _predicate_proves_unquantized(fn: ast.FunctionDef, layer: ast.expr, class_guards: _ClassGuards) -> bool:
@@ -236,10 +377,13 @@ def _proves_quantized_or_packed(test: ast.AST, layer: ast.expr, aliases, class_g
     for every packed storage."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _proves_unquantized(test.operand, layer, aliases, class_guards)
+    returned = returned_test(test, class_guards.functions)
+    if returned is not None:
+        return _proves_quantized_or_packed(returned, layer, aliases, class_guards)
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
         return any(_proves_quantized_or_packed(v, layer, aliases, class_guards) for v in test.values) or \
-            guard_includes_packed(test, layer, aliases)
-    return guard_includes_packed(test, layer, aliases)
+            guard_includes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
+    return guard_includes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
 
 
 # ---- `.weight` exists ---------------------------------------------------------------------------
@@ -270,27 +414,35 @@ NO_BACKENDS = BackendNames()
 
 class GuardKnowledge:
     """What guards mean in one function: `flags`, names and `self.X` attributes that, when true (or
-    not None), say the layer has a plain `.weight`; `predicates`, functions whose result is true
-    (not None) only then (`supports(layer)` that returns False unless unquantized); `backends`, how
+    not None), say the layer has a plain `.weight` (`self.F()` for a flag computed on first use:
+    then `self.F.value` or `self.F()` is the flag); `predicates`, functions whose result is true
+    (not None) only then (`supports(layer)` that returns False unless unquantized), and, spelt
+    `not f`, negated ones whose result is false only then (`is_quantized(layer)`); `backends`, how
     a backend check reads in this module (see `backend_check`); at a read, `opaque(call)`: the call
     is a method of an object whose class the engine cannot resolve (a check on the layer that the
     rule cannot read counts as one, see `_opaque_check`), and `dormant`: `self.X` text -> the one
     falsy constant its class ever gives it (analysis/dormant.py: a test true only once other code
     changes it guards a path the class never takes)."""
 
-    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant")
+    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant", "aliases")
 
     def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset(),
-                 backends: BackendNames | None = None, opaque=None, dormant: dict | None = None):
+                 backends: BackendNames | None = None, opaque=None, dormant: dict | None = None,
+                 aliases: dict | None = None):
         self.flags, self.predicates, self.backends = flags, predicates, backends or NO_BACKENDS
         self.opaque, self.dormant = opaque, dormant or {}
+        self.aliases = aliases or {}  # the function's single-assignment locals (a group's tuple)
 
     def with_flags(self, more) -> "GuardKnowledge":
-        return GuardKnowledge(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant)
+        return GuardKnowledge(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant,
+                              self.aliases)
+
+    def with_aliases(self, aliases: dict) -> "GuardKnowledge":
+        return GuardKnowledge(self.flags, self.predicates, self.backends, self.opaque, self.dormant, aliases)
 
     def at_read(self, opaque, dormant: dict) -> "GuardKnowledge":
         """What is known at a read: also the unresolved calls and the dormant attributes there."""
-        return GuardKnowledge(self.flags, self.predicates, self.backends, opaque, dormant)
+        return GuardKnowledge(self.flags, self.predicates, self.backends, opaque, dormant, self.aliases)
 
 
 NOTHING_KNOWN = GuardKnowledge()
@@ -312,6 +464,11 @@ def backend_check(test: ast.AST, backends: BackendNames) -> bool:
         if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "type" \
                 and len(left.args) == 1 and is_quant_method(left.args[0]):
             return backends.names_backends(right)
+        if isinstance(left, ast.Attribute) and left.attr == "__name__" and isinstance(left.value, ast.Call) \
+                and dotted(left.value.func) == "type" and len(left.value.args) == 1 \
+                and _names_method_object(left.value.args[0]) and isinstance(right, ast.Constant) \
+                and isinstance(right.value, str) and right.value and "Base" not in right.value:
+            return True  # `type(scheme).__name__ == "W8A8Fp8"`: a backend named by its class's name
         return isinstance(test.ops[0], ast.Is) and backends.is_config(left) \
             and isinstance(right, ast.Constant) and right.value is None
     return False
@@ -342,6 +499,13 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         return True
     if callee_name(test) in known.predicates or _opaque_check(test, layer, known):
         return True
+    if is_weight_or_none(test) or (none_test(test, ast.IsNot) is not None and is_weight_or_none(test.left)):
+        return True  # `getattr(L, "weight", None) is not None`, written in the test itself
+    if _reads_weight_of(test, layer, True) or _deferred_flag(test, known):
+        return True
+    element = each_element(test, "all")
+    if element is not None and _may_include(test, layer, known.aliases) and implies_weight(element[0], None, known):
+        return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return implies_no_weight(test.operand, layer, known)
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
@@ -350,12 +514,39 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         implies_weight(v, layer, known) for v in test.values)
 
 
+def _may_include(test: ast.Call, layer: ast.AST | None, aliases: dict) -> bool:
+    """`all(... for v in items)`: `items` holds the layer read (a tuple or list written out, or a
+    local holding one, that names it). In a flag's or a predicate's value (no layer yet) any group
+    counts."""
+    return layer is None or elements_include(test.args[0].generators[0].iter, layer, aliases)
+
+
+def _deferred_flag(test: ast.AST, known: GuardKnowledge) -> bool:
+    """`self.F.value`, `self.F.get()`, `self.F()`: the value of a flag computed on first use
+    (`self.F = LazyValue(lambda: <guard>)`), registered as `self.F()` (guard_flags.py)."""
+    if isinstance(test, ast.Call) and not test.args and not test.keywords:
+        test = test.func
+        if isinstance(test, (ast.Name, ast.Attribute)) and f"{ast.unparse(test)}()" in known.flags:
+            return True
+    return isinstance(test, ast.Attribute) and f"{ast.unparse(test.value)}()" in known.flags
+
+
 def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge = NOTHING_KNOWN) -> bool:
     """`test` false => the layer has a plain `.weight`: the negation of a guard, `flag is None`,
     `quant_config is not None`, alone, in an `or`, or as every one of an `and`'s operands."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return implies_weight(test.operand, layer, known)
     if none_test(test, ast.Is) in known.flags:
+        return True
+    if none_test(test, ast.Is) is not None and is_weight_or_none(test.left):
+        return True  # `getattr(L, "weight", None) is None`, written in the test itself
+    if callee_name(test) is not None and f"not {callee_name(test)}" in known.predicates:
+        return True  # a negated predicate: false only when the layer has `.weight`
+    if _reads_weight_of(test, layer, False):
+        return True
+    element = each_element(test, "any")
+    if element is not None and _may_include(test, layer, known.aliases) and implies_no_weight(element[0], None,
+                                                                                       known):
         return True
     if known.dormant and truth(test, known.dormant) is True:
         return True  # what runs where it is false is a dormant path
@@ -390,7 +581,21 @@ def weight_present_at(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]
                 return True
         elif implies_no_weight(dominator.test, layer, known):
             return True
-    return False
+    return read_before(site, layer, parents)
+
+
+def read_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """An earlier read of the same `L.weight` has run on every path to `site` (a dominated re-read:
+    had the layer no `.weight`, that read raised first, and it is the one to report). A read that
+    only feeds a cast's or an allocation's dtype does not count: DTL001/DTL002 report it, and their
+    fix removes it, which would leave this one the first."""
+    fn = site
+    while id(fn) in parents:
+        fn = parents[id(fn)]
+
+    def counts(read: ast.Attribute) -> bool:
+        return not feeds_dtype_site(read, fn, parents)
+    return any(_reads_weight_of(earlier, layer, None, counts) for earlier in evaluated_before(site, parents))
 
 
 def _catches(dominator: Dominator) -> bool:

@@ -20,6 +20,7 @@ Every step is recorded as Evidence, shown with the finding.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
@@ -230,6 +231,43 @@ class LayerResolver:
             return None
         step = Evidence(f"`{name}` returns `{ast.unparse(expr)}`", facts.path, expr.lineno)
         return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed)
+
+    def dtype_getter(self, expr: ast.AST, scope: FunctionScope) -> tuple[ast.expr, Evidence] | None:
+        """`R.name` or `R.name()` where `name` (a name holding `dtype`) is a property (or an
+        argument-less method) of R's class returning one of its layers' `.weight.dtype`
+        (`context_dtype` returning `self.context_proj.weight.dtype`): (that layer as seen from
+        here, `R.context_proj`, and where the getter returns it), else None. A getter named `dtype` is reported where it
+        returns (DTL001), so it is not followed to its callers too."""
+        from dtype_lint.analysis.recognisers import weight_dtype_source
+
+        call = isinstance(expr, ast.Call)
+        if call and (expr.args or expr.keywords):
+            return None
+        node = expr.func if call else expr
+        # A getter named for a dtype (`context_dtype`, `_dtype`): `dtype` itself is reported where it returns.
+        if not isinstance(node, ast.Attribute) or node.attr in _PLAIN_DTYPE_ATTRIBUTES or "dtype" not in node.attr:
+            return None
+        owner = self.resolve(node.value, scope)
+        if not owner.qualname:
+            return None
+        got = self.project.getter(owner.qualname, node.attr)
+        if got is None:
+            return None
+        where, returned = got
+        source = weight_dtype_source(returned, None)
+        if source is None or not _rooted_at_self(source.layer):
+            return None
+        location = self.index.class_location(where)
+        facts = self.project.file_facts(location[0].module) if location else None
+        if facts is None:
+            return None
+
+        class Rebase(ast.NodeTransformer):
+            def visit_Name(self, name: ast.Name) -> ast.AST:
+                return node.value if name.id == "self" else name
+        layer = Rebase().visit(copy.deepcopy(source.layer))
+        ast.copy_location(layer, node)
+        return layer, Evidence(f"`{node.attr}` returns `{ast.unparse(returned)}`", facts.path, returned.lineno)
 
     def _from_origin(self, origin: AttrOrigin, where: str, env: dict[str, str]) -> Instance:
         step = Evidence(origin.how, origin.path, origin.line)
@@ -606,3 +644,15 @@ class LayerResolver:
 
 def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
+
+
+# `dtype` is reported where it returns; the others are plain attributes in engine code (a layer's
+# compute dtype, a config's), not looked up as getters.
+_PLAIN_DTYPE_ATTRIBUTES = frozenset({"dtype", "params_dtype", "torch_dtype"})
+
+
+def _rooted_at_self(layer: ast.AST) -> bool:
+    """`self` or `self.a.b`: a layer of the getter's own object."""
+    while isinstance(layer, ast.Attribute):
+        layer = layer.value
+    return isinstance(layer, ast.Name) and layer.id == "self"

@@ -614,6 +614,12 @@ class CodeBackends:
                 if kind == COMPUTE:
                     what = "registers `weight` in the compute dtype (`params_dtype`)"
                 out.append(Storage("", short, kind, dtype, what, (reg, *dtype_ev)))
+            if after is None:
+                # A kernel object the method holds may repack it after loading (one of the kernels
+                # it can choose does): that storage as well as the one registered.
+                chosen = self._kernel_after_loading(method)
+                if chosen is not None:
+                    out.append(Storage("", short, chosen[0], chosen[1], chosen[2], (reg, *chosen[3])))
             return out
         if registered and not any("weight" in n for n in registered):
             # Only scales (`k_scale`, `q_scale`): a method for an attention's KV cache, not for a
@@ -744,6 +750,78 @@ class CodeBackends:
         _owner, src, fn = got
         return self._mutation(fn, src, depth=0, seen=set())
 
+    def _kernel_after_loading(self, method: str):
+        """(kind, dtype, what, evidence) when `process_weights_after_loading` hands the layer to a
+        kernel object the method holds (`self.fp8_linear.process_weights_after_loading(layer)`,
+        `self.fp8_linear = init_fp8_linear_kernel(...)` in `__init__`) and one of the kernel
+        classes it can be repacks or deletes `weight`: the class built there, or the classes
+        the factory's return annotation names and their subclasses in their package."""
+        got = self._method_of(method, "process_weights_after_loading")
+        if got is None:
+            return None
+        owner, src, fn = got
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name)
+                    and node.func.value.value.id == "self" and _hands_layer(node)):
+                continue
+            for kernel, built in self._held_kernels(owner, node.func.value.attr):
+                inner = self._method_of(kernel, node.func.attr)
+                if inner is None:
+                    continue
+                found = self._mutation(inner[2], inner[1], depth=2, seen=set())  # the kernel and one helper
+                if found is not None:
+                    steps = (Evidence(f"`{_short(method)}.process_weights_after_loading` hands it to "
+                                      f"`self.{node.func.value.attr}`", src.path, node.lineno), built)
+                    return (found[0], found[1], f"{found[2]} under {_short(kernel)}", (*steps, *found[3]))
+        return None
+
+    def _held_kernels(self, owner: str, attr: str):
+        """The classes `self.<attr>` can hold, from its assignments in `owner`'s `__init__` or
+        `create_weights`: a class constructed there, or what a factory's return annotation names
+        (and their subclasses in the same folder), at most a few dozen; yielded lazily (the
+        search stops at the first kernel that repacks)."""
+        for name in ("__init__", "create_weights"):
+            got = self._method_of(owner, name)
+            if got is not None:
+                yield from self._kernels_assigned(got[1], got[2], attr)
+
+    def _kernels_assigned(self, src: _Source, method, attr: str):
+        resolve = self._resolver(src, method)
+        for node in ast.walk(method):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
+                continue
+            target = node.targets[0]
+            if not (isinstance(target, ast.Attribute) and target.attr == attr and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"):
+                continue
+            built = Evidence(f"`self.{attr} = {ast.unparse(node.value.func)}(...)`", src.path, node.lineno)
+            callee = resolve(dotted(node.value.func))
+            classes = [callee] if callee and self.index.class_location(callee) else self._returned_classes(callee)
+            for cls in classes:
+                yield cls, built
+                loc = self.index.class_location(cls)
+                folder = os.path.dirname(loc[0].path) if loc else None
+                for count, kernel in enumerate(self._scan_configs(cls, folder) if folder else ()):
+                    if count >= 40:
+                        break
+                    yield kernel, built
+
+    def _returned_classes(self, function: str | None) -> list[str]:
+        """The classes a project function's return annotation names (`A | B`, `Optional[A]`)."""
+        got = self._function(function)
+        if got is None or got[2].returns is None:
+            return []
+        _none, src, fn = got
+        resolve = self._resolver(src, fn)
+        names = []
+        for node in ast.walk(fn.returns):
+            if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(getattr(node, "ctx", None), ast.Store):
+                name = resolve(dotted(node))
+                if name and self.index.class_location(name) is not None and name not in names:
+                    names.append(name)
+        return names
+
     def _mutation(self, fn, src: _Source, depth: int, seen: set):
         resolve = self._resolver(src, fn)
         assigns = _assignments(fn)
@@ -787,6 +865,11 @@ class CodeBackends:
                 return (inner[0], inner[1], inner[2], (Evidence(f"`{fn.name}` calls `{dotted(node.func)}`", src.path,
                                                                  node.lineno), *inner[3]))
         return None
+
+
+def _hands_layer(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Name) and a.id == "layer" for a in call.args) or \
+        any(isinstance(k.value, ast.Name) and k.value.id == "layer" for k in call.keywords)
 
 
 def _repacked(value: ast.expr, assigns: dict[str, ast.expr], depth: int = 0) -> bool:

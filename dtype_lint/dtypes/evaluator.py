@@ -637,11 +637,14 @@ def summarize_cases(bad: list[tuple[Case, str]], flags: tuple[bool, ...] = (Fals
 
 
 def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
-                  unknown: bool | None) -> list[bool] | None:
-    """The test's truth for each packed storage, or None when it cannot be evaluated (or reads
-    `.weight` on a layer without one: then it is no guard). `unknown`: the value an operand of a
-    top-level `and` that cannot be evaluated takes (True: it cannot make the chain false; None:
-    such an operand makes the whole test unknown)."""
+                  unknown: bool | None, raised: bool | None) -> list[bool] | None:
+    """The test's truth for each packed storage, or None when it cannot be evaluated. `unknown`:
+    the value an operand of a top-level `and` that cannot be evaluated takes (True: it cannot make
+    the chain false; None: such an operand makes the whole test unknown). `raised`: the value of a
+    test that reads `.weight` on a layer without one: it raises there, so what it guards is not
+    reached (`use_fast = L.weight.dtype == torch.bfloat16`: that read is the finding, DTL003), the
+    value that says so (False for a guard the site runs under, True for an early exit); None: the
+    test is then no guard at all (the read that raises is the site's own, reported with it)."""
     globals_ = ModuleGlobals(None, {"torch": "torch", "current_platform": "current_platform"})
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     out = []
@@ -656,7 +659,12 @@ def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
                 if unknown is None:
                     return None
                 value = unknown
-            except (_NoWeight, RecursionError):
+            except _NoWeight:
+                if raised is None:
+                    return None
+                value = raised
+                break
+            except RecursionError:
                 return None
             if not value:
                 break
@@ -664,15 +672,18 @@ def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
     return out
 
 
-def guard_excludes_packed(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr]) -> bool:
+def guard_excludes_packed(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
+                          raising_counts: bool = False) -> bool:
     """Is the test false for every packed storage of `layer` (so code it guards sees floats)?
     Operands of an `and` chain the evaluator cannot read (a kernel-support check) cannot make it
-    true, so they are skipped."""
-    values = _guard_values(test, layer, aliases, unknown=True)
+    true, so they are skipped. `raising_counts`: a test that raises for a storage (it reads a
+    missing `.weight`) keeps the site from running there."""
+    values = _guard_values(test, layer, aliases, unknown=True, raised=False if raising_counts else None)
     return values is not None and not any(values)
 
 
-def guard_includes_packed(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr]) -> bool:
+def guard_includes_packed(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
+                          raising_counts: bool = False) -> bool:
     """Is the test true for every packed storage of `layer` (an early exit that leaves floats)?"""
-    values = _guard_values(test, layer, aliases, unknown=None)
+    values = _guard_values(test, layer, aliases, unknown=None, raised=True if raising_counts else None)
     return values is not None and all(values)

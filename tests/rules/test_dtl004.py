@@ -38,7 +38,8 @@ def test_the_guard_and_its_cast_share_one_fix_and_both_are_fixed():
 
 def test_a_branch_that_casts_nothing_says_why_it_has_no_fix():
     (f,) = check_source(HEAD + "    def f(self, x):\n        if self.kv_b_proj.weight.dtype == torch.int8:\n"
-                        "            return x.float()\n        return x\n", settings={"select": ["DTL004"]})
+                        "            return int8_gemm(x)\n        return torch.mm(x, self.kv_b_proj.weight.t())\n",
+                        settings={"select": ["DTL004"]})
     assert f.fix is None and "does not guard a cast" in f.no_fix_reason and f.severity == "warning"
 
 
@@ -53,7 +54,8 @@ def test_test_modules_are_not_checked(tmp_path):
     """A unit test asserting a backend's storage dtype asks the storage question on purpose."""
     from cli_runner import dtl
 
-    body = HEAD + "    def f(self, x):\n        if self.kv_b_proj.weight.dtype == torch.int8:\n            return x.float()\n        return x\n"
+    body = HEAD + ("    def f(self, x):\n        if self.kv_b_proj.weight.dtype == torch.int8:\n            return int8_gemm(x)\n"
+                   "        return torch.mm(x, self.kv_b_proj.weight.t())\n")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "check_storage.py").write_text(body)
     (tmp_path / "model.py").write_text(body)
