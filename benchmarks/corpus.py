@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 MARKER = ".bench-corpus-complete"
@@ -103,7 +104,9 @@ def edit(path: Path, seq: int) -> None:
     body = "".join(lines)
     if body and not body.endswith("\n"):
         body += "\n"
-    path.write_text(f"{body}{EDIT_MARK}{seq}\n", encoding="utf-8")
+    # The clock too: a sample number alone repeats across runs, and a text the cache has seen
+    # (the previous run's last edit, caught up by the warm-up) would be a cache hit.
+    path.write_text(f"{body}{EDIT_MARK}{seq} {time.time_ns()}\n", encoding="utf-8")
 
 
 def touch(path: Path, seq: int) -> None:

@@ -38,7 +38,8 @@ from dtype_lint.config import Config
 from dtype_lint.engine import trees
 from dtype_lint.engine.cache import Cache
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
-from dtype_lint.engine.fast_record import forget as forget_validated_record, save_record
+from dtype_lint.engine.fast_record import forget as forget_validated_record
+from dtype_lint.engine.fast_record import save_record
 from dtype_lint.engine.prefilter import for_rules, has_suppression
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
