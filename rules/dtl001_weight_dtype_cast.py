@@ -344,12 +344,20 @@ class WeightDtypeCast(Rule):
                     continue
                 confidence, evidence = verdict
                 planner = ctx.fixes_for(evidence)
-                if weight_dtype.form == FIRST_PARAMETER:
+                holder = ""
+                if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
+                    from dtype_lint.analysis.hf_family import first_parameter_holder
+
+                    holder = first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
+                                                    ctx.source.segment(weight_dtype.layer))
+                if weight_dtype.form == FIRST_PARAMETER and not holder:
                     fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")
                 else:
-                    fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents))
-                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence),
+                    fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
+                                                    holder))
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
+                                               holder),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -423,11 +431,13 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=()) -> str:
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "") -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
+        if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
+            what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
         return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
 

@@ -62,7 +62,13 @@ import ast
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.flows import NEW_LIKE
 from dtype_lint.analysis.hf_family import hf_storages
-from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, alloc_dtype_keywords, weight_dtype_source, weight_expr
+from dtype_lint.analysis.recognisers import (
+    WEIGHT_SITE_PATTERNS,
+    alloc_dtype_keywords,
+    storage_replacements,
+    weight_dtype_source,
+    weight_expr,
+)
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
@@ -94,6 +100,11 @@ class WeightDtypeAllocation(Rule):
         Valid("import torch\nimport torch.nn as nn\nclass V(nn.Module):\n    def __init__(self):\n"
               "        self.proj = nn.Linear(4, 4)\n    def f(self, n):\n"
               "        return torch.zeros(n, dtype=self.proj.weight.dtype)\n"),
+        # The allocation becomes the weight's own storage (a dispose helper), here or in a callee.
+        Valid(_HEAD + "    def dispose(self):\n"
+              "        self.o_proj.weight.set_(torch.empty(0, dtype=self.o_proj.weight.dtype))\n"),
+        Valid(_HEAD + "    def dispose(self):\n        _empty_storage(self.o_proj.weight)\n"
+              "def _empty_storage(t):\n    t.data = torch.empty(0, device=t.device, dtype=t.dtype)\n"),
         Valid(_HEAD + "    def process_weights_after_loading(self, n):\n"
               "        return torch.empty(n, dtype=self.o_proj.weight.dtype)\n"),
     ]
@@ -109,7 +120,13 @@ class WeightDtypeAllocation(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
+        replaced: dict[int, set[int]] = {}  # per function: allocations that become a weight's storage
         for function, node in ctx.calls():
+            if id(function) not in replaced:
+                replaced[id(function)] = storage_replacements(
+                    function.nodes, lambda t, scope=function.scope: weight_expr(t, scope) is not None)
+            if id(node) in replaced[id(function)]:
+                continue  # `L.weight.set_(torch.empty(0, dtype=L.weight.dtype))`: the weight's own storage
             ctx.report_flows(function, node, "alloc", "allocates a tensor in")
             self._like_weight(ctx, function, node)
             # `t.new_zeros(..., dtype=L.weight.dtype)`: in HF code (esmfold2's one-hot), where the family

@@ -12,6 +12,11 @@ The vLLM series has its own script (scripts/upstream.py).
 
     .venv/bin/python scripts/hf_upstream.py transformers 5.23.0
     .venv/bin/python scripts/hf_upstream.py diffusers 0.42.1
+    .venv/bin/python scripts/hf_upstream.py transformers 5.23.0 --check   # exit 1 if the committed one is stale
+
+For transformers, migrate adds each patch's regression test (dtype_lint/migrate/hf_regression.py)
+and runs them all on the release before and after the series; the patches' Results and the
+README's "Regression tests" section quote that run.
 """
 
 from __future__ import annotations
@@ -30,23 +35,44 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import triage  # noqa: E402  (scripts/triage.py: the verdict files)
 import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed author)
 
+# transformers: one patch per model directory, so a model's `modular_*.py` source and the
+# `modeling_*.py` it generates change in the same commit (a maintainer regenerates the one from the
+# other, and `make check-repo` holds at every commit); diffusers: one per file.
+GROUP_BY = {"transformers": "directory", "diffusers": "file"}
+
+
+# Why the series does not run the project's regeneration itself, and what it does instead.
+REGENERATION = {
+    "transformers": (
+        "The regeneration was NOT run here: `utils/modular_model_converter.py` and `utils/check_copies.py` "
+        "(`make fix-copies`) live only in the source repository, the released wheel ships no `utils/`, and "
+        "the repository could not be brought into this workplace (its snapshot is 1.33 GB, over the 500 MB "
+        "limit on a fetched repository). What the series does instead: each patch changes a model's "
+        "`modular_*.py` source and the `modeling_*.py` generated from it together (one patch per model "
+        "directory), and patches every `# Copied from` origin of a changed block in the same series. A "
+        "maintainer runs, on the patched checkout, `make fix-copies` and `python utils/modular_model_converter.py "
+        "--files_to_parse <source>` for each source listed below, and checks that the generated files equal "
+        "the patches (`git diff` empty)."),
+    "diffusers": "A maintainer regenerates these (the released wheels ship no `utils/`, so the series cannot).",
+}
+
 
 def default_author() -> str | None:
     """The vLLM series' committed author, so the HF series carry the same one on any machine."""
     return upstream.committed_author()
 
 
-def generate(dist: str, version: str, author: str | None) -> Path:
+def generate(dist: str, version: str, author: str | None, out: Path | None = None) -> Path:
     from dtype_lint.migrate.series import checkout
     from dtype_lint.releases import release_tree
 
-    out = ROOT / "docs" / "upstream" / f"{dist}-{version}"
+    out = out or ROOT / "docs" / "upstream" / f"{dist}-{version}"
     with tempfile.TemporaryDirectory(prefix="dtype-lint-hf-series-") as tmp:
         repo = checkout(release_tree(dist, version), Path(tmp) / "tree", f"{dist} {version}",
                         ignore=("__pycache__", ".dtype_lint_cache", ".dtype-lint-complete"))
         series = Path(tmp) / "series"
         cmd = [sys.executable, "-m", "dtype_lint", "migrate", ".", "--series", str(series),
-               "--group-by", "file", "--convention", dist, "--signoff",
+               "--group-by", GROUP_BY[dist], "--convention", dist, "--signoff",
                "--report", str(Path(tmp) / "report.md"), "--no-progress"]
         if author:
             cmd += ["--author", author]
@@ -69,7 +95,8 @@ def generate(dist: str, version: str, author: str | None) -> Path:
         if (series / "PR.md").is_file():
             shutil.copy(series / "PR.md", out / "PR.md")
         generated = section(series_readme, "## Generated files")
-    return write_readme(dist, version, out, sites, generated)
+        tests = section(series_readme, "## Regression tests")
+    return write_readme(dist, version, out, sites, generated, tests)
 
 
 # A site cell of a README row: `path:line` DTLnnn (migrate's README adds the scope after it).
@@ -109,7 +136,7 @@ def check_sites(dist: str, version: str, sites: dict[str, list[tuple[str, str]]]
 
 
 def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple[str, str]]] | None = None,
-                 generated: list[str] | None = None) -> Path:
+                 generated: list[str] | None = None, tests: list[str] | None = None) -> Path:
     """The README of a written series: each patch with its sites and their triage verdicts.
     `sites`/`generated` default to what the committed README already says (`--readme-only`)."""
     patches = sorted(out.glob("*.patch"))
@@ -117,7 +144,11 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
     if sites is None:
         sites = sites_by_patch(old, [p.name for p in patches])
     if generated is None:
+        # The committed section opens with this script's own paragraph: keep only the notes.
         generated = section(old, "## Generated files")
+        generated = generated[next((i for i, line in enumerate(generated) if line.startswith("- ")), 0):]
+    if tests is None:
+        tests = section(old, "## Regression tests")
     check_sites(dist, version, sites)
     rows = triage.load_verdicts(dist, version).rows
     table = []
@@ -133,22 +164,27 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
     readme = [
         f"# {title} {version}: the dtype-lint migration as a patch series", "",
         f"Generated by `scripts/hf_upstream.py {dist} {version}` from a zero-configuration `dtype-lint migrate "
-        f"--series DIR --group-by file --convention {dist} --signoff` on the `.py` files of the {title} "
+        f"--series DIR --group-by {GROUP_BY[dist]} --convention {dist} --signoff` on the `.py` files of the {title} "
         f"{version} release (`pip download {dist}=={version} --no-deps`). Apply on a checkout of that release:", "",
         "```sh", f"git am path/to/docs/upstream/{dist}-{version}/*.patch", "```", "",
         f"The first patch adds `get_module_input_dtype` to the project's torch utilities; every later patch "
-        f"routes the sites of one file through it. Every site was judged TRUE in "
+        f"routes the sites of one {'model directory' if GROUP_BY[dist] == 'directory' else 'file'} through it. "
+        "Every site was judged TRUE in "
         f"[the triage](../../triage/{dist}-{version}.md). The commit messages follow {title}'s conventions "
         "(a plain imperative title, the \"What does this PR do?\" / Tests / Results template, `Signed-off-by:`) "
         "and name no rule code; the codes and the triage are here. `PR.md` is the description for sending the "
         "series as one pull request. tests/test_hf_upstream.py applies the series with `git am` and compiles "
-        "every file.", "",
+        "every file" + ("; each patch adds a regression test, and tests/test_hf_regression.py runs them on the "
+                        "release before and after the series (see \"Regression tests\" below)." if tests else "."),
+        "",
         "| patch | sites | verdict | proof in the commit message |", "|---|---|---|---|", *table, "",
     ]
     if generated:
         readme += ["## Generated files", "",
-                   "A patch to a generated file is undone by the next regeneration: a maintainer regenerates "
-                   "these (the released wheels ship no `utils/`, so the series cannot).", "", *generated, ""]
+                   "A patch to a generated file is undone by the next regeneration unless its source carries "
+                   "the change too. " + REGENERATION.get(dist, REGENERATION["diffusers"]), "", *generated, ""]
+    if tests:
+        readme += ["## Regression tests", "", *tests, ""]
     (out / "README.md").write_text("\n".join(readme), encoding="utf-8")
     return out
 
@@ -165,12 +201,32 @@ def main(argv=None) -> int:
                         help="author and sign-off of the commits (default: the vLLM series' committed author, "
                              "else git config)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite the README of the committed patches")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if the committed series differs from a fresh one (writes nothing)")
     args = parser.parse_args(argv)
     out = ROOT / "docs" / "upstream" / f"{args.dist}-{args.version}"
     if args.readme_only:
         print(write_readme(args.dist, args.version, out))
+    elif args.check:
+        return check(args.dist, args.version, out, args.author or default_author())
     else:
         print(generate(args.dist, args.version, args.author or default_author()))
+    return 0
+
+
+def check(dist: str, version: str, out: Path, author: str | None) -> int:
+    """Regenerate the series into a scratch folder and compare it with the committed one."""
+    with tempfile.TemporaryDirectory(prefix="dtype-lint-hf-check-") as tmp:
+        fresh = generate(dist, version, author, Path(tmp) / "out")
+        names = {p.name for p in fresh.iterdir()}
+        stale = sorted(names ^ {p.name for p in out.iterdir()}) if out.is_dir() else ["(missing)"]
+        stale += [n for n in sorted(names)
+                  if (out / n).is_file() and (out / n).read_bytes() != (fresh / n).read_bytes()]
+    if stale:
+        print(f"{out.relative_to(ROOT)} is stale: {', '.join(stale)}; run scripts/hf_upstream.py {dist} {version}",
+              file=sys.stderr)
+        return 1
+    print(f"{out.relative_to(ROOT)} is up to date")
     return 0
 
 

@@ -46,6 +46,7 @@ KNOWN_LIMITS = {
     "weight-loaders": "Weight loaders are trusted.",
     "value-flow": "Value flow is one step deep.",
     "attached-outside": "Layers attached from outside their class",
+    "outside-classes": "Classes outside the tree are opaque to `next(self.parameters())`.",
     "own-class": "A layer's own class",
     "backend-restrictions": "Backend restrictions",
 }

@@ -11,6 +11,7 @@ skipping silently.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -124,12 +125,52 @@ SLOW_MODULES = {
     "test_newcomer.py": "a newcomer's session, end to end",
     "test_hf_verify.py": "real bitsandbytes 4/8-bit on CPU (the `hf` extra)",
     "test_hf_upstream.py": "HF patch series (git am, compile)",
+    "test_budget.py": "the CI budget, run in pytest subprocesses",
 }
 SLOW_TESTS: dict[str, str] = {
     # "module::test name prefix": why
     "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",
     "test_conventions.py::test_generated_helper_test_runs": "pytest in a subprocess against a tree",
+    "test_hf_regression.py::test_each_patch_test": "the transformers series' tests, run on the release before and after",
+    "test_hf_regression.py::test_committed_series_is_fresh": "the transformers series regenerated (DTL_FULL)",
 }
+
+
+# The CI budget (docs/testing.md). The long tests of the slow tier run a share of their work by
+# default, as `.ci/run` does, and all of it with DTL_FULL=1: sizes (fuzzing examples, SIGKILL
+# trials) through `budget(ci, full)`, and cases (peer trees, bitsandbytes model classes, the whole
+# mutant set) through the `full` marker, on a test or on a `pytest.param`, which a run without
+# DTL_FULL skips, saying so. The share is named in the test, never sampled, and keeps one case of
+# each mechanism the full set exercises, so that a regression in any of them still fails CI.
+FULL = os.environ.get("DTL_FULL", "").strip().lower() not in ("", "0", "false", "no")
+BEYOND = "beyond the CI budget"
+
+
+def budget(ci, full):
+    """`ci` under the CI budget, `full` with DTL_FULL=1."""
+    return full if FULL else ci
+
+
+def full_only(value, why: str = ""):
+    """A `pytest.param` of `value` that only DTL_FULL=1 runs (`why`: what the CI share keeps of it)."""
+    return pytest.param(value, marks=pytest.mark.full(why), id=str(value))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full(why): beyond the CI budget; runs only with DTL_FULL=1 (docs/testing.md)")
+
+
+def pytest_report_header(config):
+    return ("CI budget: off (DTL_FULL=1): every case and the full sizes" if FULL else
+            "CI budget: on (the CI share of the long tests; DTL_FULL=1 runs all of them, docs/testing.md)")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and BEYOND in str(r.longrepr[2])]
+    if skipped:
+        terminalreporter.write_line(f"CI budget: {len(skipped)} test(s) beyond it skipped; DTL_FULL=1 runs them "
+                                    "(docs/testing.md)")
 
 
 def slow_reason(nodeid: str) -> str | None:
@@ -175,3 +216,7 @@ def pytest_collection_modifyitems(config, items):
         relative = Path(str(item.path)).resolve().relative_to(_TESTS).as_posix()
         if item.get_closest_marker("slow") is None and slow_reason(f"{relative}::{item.name}"):
             item.add_marker(pytest.mark.slow)
+        full = item.get_closest_marker("full")
+        if full is not None and not FULL:
+            why = f" ({full.args[0]})" if full.args and full.args[0] else ""
+            item.add_marker(pytest.mark.skip(reason=f"{BEYOND}{why}: DTL_FULL=1 runs it (docs/testing.md)"))

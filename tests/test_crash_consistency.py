@@ -12,9 +12,10 @@ run. No `finally` runs. Then:
 - no temp file lies in the user's tree (only in the cache's staging folder);
 - a rerun exits 0, leaves the tree equal to the reference and no temp file anywhere.
 
-CI runs DTYPE_LINT_KILL_TRIALS=24 trials (a few seconds); for a longer local run:
+The CI budget (tests/conftest.py, docs/testing.md) runs 24 trials (a few seconds); DTL_FULL=1 runs
+1000; DTYPE_LINT_KILL_TRIALS=N sets the number outright:
 
-    DTYPE_LINT_KILL_TRIALS=1000 .venv/bin/python -m pytest tests/test_crash_consistency.py
+    DTL_FULL=1 .venv/bin/python -m pytest tests/test_crash_consistency.py
 
 A failure prints its DTYPE_LINT_KILL_SEED, which replays it.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
+from conftest import budget
 from tiny_project import ATTN, PYPROJECT, tiny_project, tree_bytes
 
 from dtype_lint.engine.writer import is_temp_name
@@ -39,7 +41,7 @@ from dtype_lint.engine.writer import is_temp_name
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
                                 reason="forks a child and SIGKILLs it (Linux)")
 
-TRIALS = int(os.environ.get("DTYPE_LINT_KILL_TRIALS", "24"))
+TRIALS = int(os.environ.get("DTYPE_LINT_KILL_TRIALS") or budget(24, 1000))
 SEED = int(os.environ.get("DTYPE_LINT_KILL_SEED", str(random.randrange(1 << 32))))
 
 # What the writer does to the file system, wrapped in the child to count calls and die at one.

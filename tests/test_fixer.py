@@ -459,3 +459,23 @@ def test_a_relative_import_of_the_helpers_module_is_an_import_the_module_already
     assert _imports_module("from .utils.torch_utils import x\n", "pkg.models.utils.torch_utils", "pkg.models", True)
     assert not _imports_module(text, "pkg.utils.torch_utils", "")  # no importer: a relative import says nothing
     assert _imports_module("from pkg.utils.torch_utils import x\n", "pkg.utils.torch_utils")
+
+
+def test_import_graph_a_lazy_init_does_not_import_its_submodules():
+    """diffusers' `__init__`s import every submodule under `if TYPE_CHECKING or
+    DIFFUSERS_SLOW_IMPORT:` and install a `_LazyModule` otherwise: a model file importing
+    `pkg.utils.torch_utils` (whose package imports `pkg` for its version) closes no cycle (the
+    fix of `modeling_ace_step.py` was refused before). An `if` on another flag still counts."""
+    from dtype_lint.analysis.class_index import ModuleTable
+    from dtype_lint.fix.import_graph import ImportGraph
+
+    lazy = ("import sys\nfrom typing import TYPE_CHECKING\nfrom .utils import SLOW\n__version__ = '1'\n"
+            "if TYPE_CHECKING or SLOW:\n    from .models import Model\nelse:\n    sys.modules[__name__] = object()\n")
+    texts = {"pkg/__init__.py": lazy, "pkg/utils/__init__.py": "from .. import __version__\nSLOW = False\n",
+             "pkg/utils/torch_utils.py": "import torch\n", "pkg/models/__init__.py": "from .model import Model\n",
+             "pkg/models/model.py": "class Model:\n    pass\n"}
+    files = [(p, p, p[:-3].replace("/__init__", "").replace("/", ".")) for p in texts]
+    assert ImportGraph(ModuleTable(files), read_text=texts.get).cycle_problem("pkg.models.model", "pkg.utils.torch_utils") == ""
+    texts["pkg/__init__.py"] = lazy.replace("TYPE_CHECKING or SLOW", "SLOW or not SLOW")
+    assert "`pkg` → `pkg.models`" in ImportGraph(ModuleTable(files), read_text=texts.get).cycle_problem(
+        "pkg.models.model", "pkg.utils.torch_utils")

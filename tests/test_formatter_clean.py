@@ -117,6 +117,19 @@ def test_long_added_lines_wrap_as_ruff_format_does():
     assert wrap_long_lines(fixed, fixed + "x = 1\n", 40) == fixed + "x = 1\n"
 
 
+def test_brackets_commas_and_words_inside_strings_never_split_a_line():
+    from dtype_lint.fix.formatting import _bracket_pairs, _split_at_words
+
+    code = 'f(a, "x, (y" if b else \'z\\\' or )\', g[0])'
+    assert _bracket_pairs(code) == {1: len(code) - 1, code.index("[0]"): code.index("[0]") + 2}
+    assert _bracket_pairs('f("(")') == {1: 5} and _bracket_pairs('f(")') is None  # a string left open
+    assert _bracket_pairs("f(a))") is None and _bracket_pairs("f((a)") is None
+    body = code[2:-1]
+    assert _split_at_words(body, (",",)) == ["a", '"x, (y" if b else \'z\\\' or )\'', "g[0]"]
+    assert _split_at_words(body, (" if ", " else ")) == ['a, "x, (y"', "if b", "else 'z\\' or )', g[0]"]
+    assert _split_at_words(body, (" or ", " and ")) == [body]
+
+
 # --- real runs -----------------------------------------------------------------------------------
 
 
@@ -170,6 +183,7 @@ class Attn(torch.nn.Module):
 
 @pytest.mark.slow
 @pytest.mark.network
+@pytest.mark.full("CI: test_codemod_fixtures_fixed_in_a_vllm_project_pass_ruff, vLLM's settings on our fixtures")
 def test_the_vllm_0330_migration_passes_vllms_ruff_settings(vllm_0330: Path, tmp_path: Path):
     before, after = tmp_path / "before", tmp_path / "after"
     for tree in (before, after):

@@ -9,8 +9,8 @@ call `h(L, flag)` read back as `L.weight.dtype`, each variable the fix added rep
 value and its assignment dropped, each `if v is not None:` guard unwrapped, each `or x.dtype`
 fallback dropped) and demands the original tree: the sites are the only differences.
 
-CI runs DTYPE_LINT_FUZZ_EXAMPLES=40 examples per property (about 20 s in all); for a longer
-local run: `DTYPE_LINT_FUZZ_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_fuzz.py`.
+The CI budget (tests/conftest.py, docs/testing.md) runs 40 examples per property (about 20 s in
+all); DTL_FULL=1 runs 2000; DTYPE_LINT_FUZZ_EXAMPLES=N sets the number outright.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import ast
 import os
 
 import hypothesmith
+from conftest import budget
 from fuzz_programs import modules
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from dtype_lint.api import check_source, fix_source, make_config
 from dtype_lint.engine.pipeline import fix_one_text
 
-EXAMPLES = int(os.environ.get("DTYPE_LINT_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("DTYPE_LINT_FUZZ_EXAMPLES") or budget(40, 2000))
 BUDGET = settings(max_examples=EXAMPLES, deadline=None, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 HELPER_MODULE = make_config().helper_spec[0]

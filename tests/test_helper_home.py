@@ -250,6 +250,7 @@ def test_a_helper_in_a_nested_import_root_is_the_projects_own(tmp_path: Path):
 
 
 @pytest.mark.network
+@pytest.mark.full("CI: the inferred-home tests above, on our own projects, and aphrodite's triage")
 def test_a_vllm_fork_migrates_with_an_inferred_helper(tmp_path: Path, aphrodite_0241: Path):
     """aphrodite-engine is vLLM under another package name: no configuration, the vLLM preset's
     helper cannot live there, so it goes into `aphrodite/`, and every rewritten file imports it."""

@@ -239,3 +239,179 @@ def test_a_method_only_init_calls_runs_before_quantization(tmp_path):
     found = _check(tmp_path, text)
     assert _line(text, "torch.zeros(4, 2)") not in found
     assert _line(text, "return x.to(") in found
+
+
+def test_the_layer_of_a_block_defined_in_another_file(tmp_path):
+    """diffusers #13464 (Ernie-Image before the fix, never released: diffusers commit dc8d903217):
+    `sample.to(self.time_embedding.linear_1.weight.dtype)`, the block's class defined in the
+    package's shared `embeddings.py`; GGUF (uint8) is what the report hit."""
+    package = tmp_path / "diffusers"
+    (package / "models").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models" / "__init__.py").write_text("")
+    (package / "models" / "embeddings.py").write_text(textwrap.dedent('''\
+        from torch import nn
+
+
+        class TimestepEmbedding(nn.Module):
+            def __init__(self, in_channels, time_embed_dim):
+                super().__init__()
+                self.linear_1 = nn.Linear(in_channels, time_embed_dim)
+                self.linear_2 = nn.Linear(time_embed_dim, time_embed_dim)
+    '''))
+    model = textwrap.dedent('''\
+        import torch
+        from torch import nn
+
+        from .embeddings import TimestepEmbedding
+        from .modeling_utils import ModelMixin
+
+
+        class ImageTransformer(ModelMixin):
+            def __init__(self, hidden_size):
+                super().__init__()
+                self.time_embedding = TimestepEmbedding(hidden_size, hidden_size)
+
+            def forward(self, hidden_states, sample):
+                sample = sample.to(self.time_embedding.linear_1.weight.dtype)
+                return self.time_embedding(sample)
+    ''')
+    (package / "models" / "modeling_utils.py").write_text("from torch import nn\n\n\nclass ModelMixin(nn.Module):\n    pass\n")
+    (package / "models" / "transformer_image.py").write_text(model)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--output-format", "json")
+    found = {(f["path"], f["line"]): f for f in json.loads(proc.stdout)["findings"]}
+    site = found[("diffusers/models/transformer_image.py", _line(model, "sample = sample.to"))]
+    assert "uint8 under bitsandbytes 4-bit/GGUF" in site["message"]
+    assert "get_module_input_dtype(self.time_embedding.linear_1)" in site["message"]
+
+
+def test_first_parameter_fix_gives_the_helper_the_layer_holding_it(tmp_path):
+    """diffusers' Wan family: `next(iter(self.time_embedder.parameters())).dtype` under `!= torch.int8`
+    is routed through `get_module_input_dtype(self.time_embedder.linear_1)`, the layer whose weight
+    that first parameter is; the guard's storage test and the alias it no longer needs go."""
+    (tmp_path / "model.py").write_text(DIFFUSERS_MODEL)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        time_embedder_input_dtype = get_module_input_dtype(self.time_embedder.linear_1)\n"
+            "        if time_embedder_input_dtype is not None and timestep.dtype != time_embedder_input_dtype:\n"
+            "            timestep = timestep.to(time_embedder_input_dtype)\n") in fixed
+    assert "parameters()" not in fixed and "torch.int8" not in fixed
+    assert not _check(tmp_path, fixed)  # clean after the fix
+
+
+HOISTED = textwrap.dedent('''\
+    import torch
+    from torch import nn
+    from diffusers import ModelMixin
+
+
+    class Block(ModelMixin):
+        def __init__(self):
+            super().__init__()
+            self.to_q = nn.Linear(64, 64)
+            self.time_proj = nn.Identity()
+            self.time_embedding = nn.Sequential(nn.Linear(64, 64), nn.SiLU())
+            self.to_q_custom = nn.Linear(64, 64)
+
+        def forward(self, h, t):
+            query = self.to_q_custom(h).to(self.to_q.weight.dtype)
+            temb = self.time_embedding(self.time_proj(t).to(dtype=next(self.time_embedding.parameters()).dtype))
+            other = [self.to_q_custom(x).to(self.to_q.weight.dtype) for x in h]
+            return query, temb, other
+''')
+
+
+def test_a_cast_whose_receiver_is_a_call_gets_the_receiver_named_first(tmp_path):
+    """diffusers' custom-diffusion processors and Wan-Animate 2: `f(x).to(L.weight.dtype)` cannot
+    take `or f(x).dtype` (f would run twice); the receiver is named on the line before, where it
+    runs first anyway. Inside a comprehension it may run zero or many times: no fix."""
+    (tmp_path / "model.py").write_text(HOISTED)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        to_q_custom_out = self.to_q_custom(h)\n"
+            "        query = to_q_custom_out.to(get_module_input_dtype(self.to_q) or to_q_custom_out.dtype)\n"
+            "        time_proj_out = self.time_proj(t)\n"
+            "        temb = self.time_embedding(time_proj_out.to(dtype=get_module_input_dtype(self.time_embedding[0]) "
+            "or time_proj_out.dtype))\n") in fixed
+    assert "other = [self.to_q_custom(x).to(self.to_q.weight.dtype) for x in h]" in fixed
+    assert list(_check(tmp_path, fixed)) == [_line(fixed, "other = [")]
+
+
+def test_a_hand_written_fallback_becomes_the_helper_or_the_fallback(tmp_path):
+    """diffusers' Wan-Animate: `dt` is the weight dtype under `is_floating_point`, else the hidden
+    states' dtype; fp8 passes the test. The `if`/`else` becomes `dt = helper(L) or fallback`."""
+    text = (DIFFUSERS_MODEL.split("    class Transformer")[0] + textwrap.dedent('''\
+        class Embedding(ModelMixin):
+            def __init__(self):
+                super().__init__()
+                self.time_embedder = TimestepEmbedding()
+
+            def forward(self, timestep, encoder_hidden_states):
+                if self.time_embedder.linear_1.weight.dtype.is_floating_point:
+                    time_embedder_dtype = self.time_embedder.linear_1.weight.dtype
+                else:
+                    time_embedder_dtype = encoder_hidden_states.dtype
+
+                return self.time_embedder.linear_1(timestep.to(time_embedder_dtype))
+    '''))
+    assert "float8_e4m3fn under layerwise casting" in _check(tmp_path, text)[_line(text, "timestep.to(")]["message"]
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        time_embedder_dtype = get_module_input_dtype(self.time_embedder.linear_1) or "
+            "encoder_hidden_states.dtype\n\n        return self.time_embedder.linear_1(timestep.to(time_embedder_dtype))\n") in fixed
+    assert "is_floating_point" not in fixed and not _check(tmp_path, fixed)
+
+
+def test_a_hand_written_helper_with_a_compute_dtype_elif_becomes_the_helper(tmp_path):
+    """diffusers' z_image: the weight dtype if it is a float, elif the module's `compute_dtype`.
+    fp8 passes the first test; the `if`/`elif` becomes the helper's guarded cast and both aliases
+    go, as nothing else reads them."""
+    text = SEQUENTIAL.replace(
+        "        if weight_dtype.is_floating_point:\n            t_freq = t_freq.to(weight_dtype)\n",
+        "        compute_dtype = getattr(self.mlp[0], \"compute_dtype\", None)\n"
+        "        if weight_dtype.is_floating_point:\n            t_freq = t_freq.to(weight_dtype)\n"
+        "        elif compute_dtype is not None:\n            t_freq = t_freq.to(compute_dtype)\n")
+    assert "elif compute_dtype" in text
+    (tmp_path / "model.py").write_text(text)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("    def forward(self, t_freq):\n"
+            "        mlp_input_dtype = get_module_input_dtype(self.mlp[0])\n"
+            "        if mlp_input_dtype is not None:\n"
+            "            t_freq = t_freq.to(mlp_input_dtype)\n"
+            "        return self.mlp(t_freq)\n") in fixed
+    assert not _check(tmp_path, fixed)
+
+
+def test_an_alias_read_by_casts_of_calls_is_redefined_and_each_receiver_named(tmp_path):
+    """diffusers' Cosmos3: `dt = next(self.time_embedder.parameters()).dtype`, then
+    `self.time_embedder(self.time_proj(t).to(dt))` for two inputs: the alias becomes the helper
+    of the first parameter's layer, each receiver gets a name of its own."""
+    text = DIFFUSERS_MODEL.split("    class Transformer")[0] + textwrap.dedent('''\
+        class Transformer(ModelMixin):
+            def __init__(self):
+                super().__init__()
+                self.time_embedder = TimestepEmbedding()
+                self.time_proj = nn.Identity()
+
+            def forward(self, tv, ts):
+                time_embedder_dtype = next(self.time_embedder.parameters()).dtype
+                ev = self.time_embedder.linear_1(self.time_proj(tv).to(time_embedder_dtype))
+                es = self.time_embedder.linear_1(self.time_proj(ts).to(time_embedder_dtype))
+                return ev, es
+    ''')
+    (tmp_path / "model.py").write_text(text)
+    proc = dtl(tmp_path, "check", ".", "--no-cache", "--fix")
+    assert proc.returncode in (0, 1), proc.stderr
+    fixed = (tmp_path / "model.py").read_text()
+    assert ("        time_embedder_dtype = get_module_input_dtype(self.time_embedder.linear_1)\n"
+            "        time_proj_out = self.time_proj(tv)\n"
+            "        ev = self.time_embedder.linear_1(time_proj_out.to(time_embedder_dtype or time_proj_out.dtype))\n"
+            "        time_proj_out_2 = self.time_proj(ts)\n"
+            "        es = self.time_embedder.linear_1(time_proj_out_2.to(time_embedder_dtype or time_proj_out_2.dtype))\n"
+            ) in fixed
+    assert not _check(tmp_path, fixed)

@@ -1,6 +1,7 @@
 """docs/upstream/transformers-5.23.0 and diffusers-0.42.1 (scripts/hf_upstream.py): each series
 applies with `git am` on a checkout of the release's `.py` files, every file compiles after it,
-and a fresh check of the patched tree no longer reports the sites the patches name."""
+and a fresh check of the patched tree no longer reports the sites the patches name. The CI budget
+(tests/conftest.py) applies the diffusers series; DTL_FULL=1 adds transformers'."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 @pytest.mark.network
-@pytest.mark.parametrize("dist,version", [("transformers", "5.23.0"), ("diffusers", "0.42.1")])
+@pytest.mark.parametrize("dist,version", [
+    pytest.param("transformers", "5.23.0", marks=pytest.mark.full("CI applies the diffusers series")),
+    ("diffusers", "0.42.1")])
 def test_series_applies_and_compiles(tmp_path, dist, version):
     series = ROOT / "docs" / "upstream" / f"{dist}-{version}"
     patches = sorted(series.glob("*.patch"))
@@ -47,3 +50,24 @@ def test_commit_messages_follow_the_project(series):
         assert not re.search(r"DTL\d{3}", subject) and subject[:1].isupper(), (patch.name, subject)
         assert re.search(r"^Signed-off-by: [^<>]+ <[^<>@]+@[^<>]+>$", message, re.M), patch.name
         assert "DTL00" not in message, patch.name
+
+
+def test_transformers_patches_add_their_test():
+    """Each transformers patch adds its regression test (tests/test_hf_regression.py runs them
+    before and after), names it in its Tests section and quotes the run in its Results."""
+    series = ROOT / "docs" / "upstream" / "transformers-5.23.0"
+    with_test = 0
+    patches = sorted(series.glob("*.patch"))
+    for patch in patches:
+        text = patch.read_text(encoding="utf-8")
+        message, diff = text.split("\n---\n", 1)
+        added = re.findall(r"^diff --git a/(tests/\S+\.py) b/\1\nnew file mode", diff, re.M)
+        if not added:
+            continue
+        with_test += 1
+        assert len(added) == 1, (patch.name, added)
+        assert f"    python -m pytest {added[0]} -v" in message, patch.name
+        results = message.split("\nResults:\n", 1)[1]
+        assert "release:" in results and re.search(r"patched: (\S+ )?passed", results), patch.name
+        assert "patched: FAILED" not in results, patch.name
+    assert with_test == len(patches), "every patch adds its test"

@@ -4,6 +4,7 @@ On vLLM 0.27.1 (before upstream's own fix) and 0.33.0 (the current release): no 
 (no DTL901), every file the run changed compiles, a second run has nothing left to fix and
 writes nothing, and every file the run did not fix is byte for byte what it was (the new helper
 module aside). Each tree is copied whole; the copy and both runs take about 20 s on two cores.
+The CI budget runs 0.33.0 (tests/conftest.py); DTL_FULL=1 adds 0.27.1.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
+from conftest import full_only
 
 pytestmark = pytest.mark.network
 
@@ -22,7 +24,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.py"))}
 
 
-@pytest.mark.parametrize("release", ["vllm_0271", "vllm_0330"])
+@pytest.mark.parametrize("release", [full_only("vllm_0271", "CI: test_vllm_migrate.py fixes the whole 0.27.1 tree"),
+                                     "vllm_0330"])
 def test_fix_unsafe_round_trip_on_a_whole_release(release: str, request, tmp_path: Path):
     source: Path = request.getfixturevalue(release)
     tree = tmp_path / "tree"

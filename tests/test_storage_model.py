@@ -349,6 +349,34 @@ def test_a_layer_reached_through_a_container_index_is_its_element():
     assert found[0].evidence[0].message == "`self.mlp[0]` is `ColumnParallelLinear(...)` in `self.mlp = nn.Sequential(...)`"
 
 
+def test_a_container_element_named_by_a_local_is_that_local_s_construction():
+    """`linear_1 = ColumnParallelLinear(...)` then `nn.ModuleList([linear_1, act, linear_2])`: the
+    element is the local's construction (vllm-omni's SANA-WM timestep embedder had this shape);
+    a local bound twice, or to something that is not a call, is not followed."""
+    from dtype_lint.api import check_source
+
+    source = textwrap.dedent("""
+        from torch import nn
+        from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+        class Embedder(nn.Module):
+            def __init__(self, quant_config, plain):
+                super().__init__()
+                linear_1 = ColumnParallelLinear(4, 4, quant_config=quant_config)
+                unquantized = ColumnParallelLinear(4, 4, quant_config=None)
+                self.mlp = nn.ModuleList([linear_1, nn.SiLU(), unquantized, plain])
+
+            def forward(self, x):
+                x = x.to(self.mlp[0].weight.dtype)
+                x = x.to(self.mlp[2].weight.dtype)
+                return x.to(self.mlp[3].weight.dtype)
+    """)
+    found = check_source(source)
+    assert [(f.code, f.span.line) for f in found] == [("DTL001", 14)]
+    assert "`self.mlp[0]` is `ColumnParallelLinear(...)`" in found[0].evidence[0].message
+
+
 def test_a_slice_of_the_weight_is_an_alias_of_its_dtype():
     from dtype_lint.api import check_source
 

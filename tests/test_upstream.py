@@ -28,6 +28,8 @@ def test_committed_series_is_fresh(vllm_0330: Path, capsys):
 
 
 @pytest.mark.network
+@pytest.mark.full("CI: test_series.py proves series == in-place on our projects for every grouping, and "
+                  "test_committed_series_is_fresh applies every patch of this series with `git am`")
 def test_series_applies_and_equals_in_place_migration(vllm_0330: Path, tmp_path: Path):
     patches = sorted(SERIES.glob("*.patch"))
     assert len(patches) >= 2, "the helper patch and at least one site patch"

@@ -56,6 +56,15 @@ class AttrOrigin:
     locals: tuple = ()  # (name, value) of its single-assignment locals
 
 
+def local_call(origin: AttrOrigin, element: ast.expr) -> ast.Call | None:
+    """The construction an element of a container literal stands for: the call itself, or the
+    single-assignment local of the building method it names (`linear_1 = ColumnParallelLinear(...)`
+    then `nn.ModuleList([linear_1, act, linear_2])`)."""
+    if isinstance(element, ast.Name):
+        element = dict(origin.locals).get(element.id)
+    return element if isinstance(element, ast.Call) else None
+
+
 @dataclass
 class Signature:
     """A constructor's parameters after `self`."""

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from dtype_lint.analysis.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of, walk_function
 from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.recognisers import alloc_dtype_keywords, cast_dtype_args, weight_dtype_source, weight_expr
+from dtype_lint.analysis.recognisers import (
+    alloc_dtype_keywords,
+    cast_dtype_args,
+    storage_replacements,
+    weight_dtype_source,
+    weight_expr,
+)
 
 NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
 
@@ -180,8 +186,10 @@ class Flows:
         def is_param(node) -> bool:
             return isinstance(node, ast.Name) and node.id in aliases
 
-        for node in walk_function(fn):
-            if not isinstance(node, ast.Call):
+        nodes = list(walk_function(fn))
+        replacements = storage_replacements(nodes, is_param)
+        for node in nodes:
+            if not isinstance(node, ast.Call) or id(node) in replacements:
                 continue
             for kind, d in _dtype_args(node):
                 if is_param(d):

@@ -39,6 +39,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from dtype_lint.analysis.class_facts import local_call
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.recognisers import first_parameter_of
 from dtype_lint.findings import Evidence
@@ -588,6 +589,17 @@ def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
     return found[0], first[0] + (f".{found[1]}" if found[1] else "")
 
 
+def first_parameter_holder(resolver, layer: ast.expr, scope, text: str) -> str:
+    """The expression of the layer that holds `next(iter(M.parameters()))` (`text` spells M):
+    `self.time_embedder.linear_1`, `self.time_embedding[0]`; "" when it cannot be told. The fix
+    gives this layer to the helper: its quantizer decides what M's forward expects first."""
+    found = first_parameter(resolver, resolver.resolve(layer, scope), layer=layer, scope=scope)
+    if found is None:
+        return ""
+    path = found[1]
+    return text if not path else text + ("" if path.startswith("[") else ".") + path
+
+
 _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 
 
@@ -613,9 +625,11 @@ def _item_of(resolver, where: str, origin, index: int, self_origin):
     """The instance `nn.Sequential(A(...), B(...), ...)[index]` builds (origin: that assignment)."""
     args = origin.call.args
     if origin.type_name not in _SEQUENTIAL or any(isinstance(a, ast.Starred) for a in args) or \
-            not -len(args) <= index < len(args) or not isinstance(args[index], ast.Call):
+            not -len(args) <= index < len(args):
         return None
-    item = args[index]
+    item = local_call(origin, args[index])
+    if item is None:
+        return None
     loc = resolver.index.class_location(where)
     facts = resolver.project.file_facts(loc[0].module) if loc else None
     name = dotted(item.func)

@@ -37,6 +37,7 @@ from dtype_lint.analysis.class_facts import (
     Signature,
     annotation_name,
     layer_params,
+    local_call,
     storage_method_name,
 )
 from dtype_lint.analysis.class_index import dotted
@@ -174,9 +175,9 @@ class LayerResolver:
                 items = [call.args[0].elt] * (index + 1)  # every element is built the same way
             else:
                 continue
-            if not (-len(items) <= index < len(items)) or not isinstance(items[index], ast.Call) or facts is None:
+            element = local_call(origin, items[index]) if -len(items) <= index < len(items) else None
+            if element is None or facts is None:
                 continue
-            element = items[index]
             name = dotted(element.func)
             cls = self.index.resolve(facts.module, name, facts.imports) if name else None
             item = dataclasses.replace(origin, type_name=cls, call=element,
@@ -656,3 +657,4 @@ def _rooted_at_self(layer: ast.AST) -> bool:
     while isinstance(layer, ast.Attribute):
         layer = layer.value
     return isinstance(layer, ast.Name) and layer.id == "self"
+

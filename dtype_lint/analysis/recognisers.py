@@ -213,3 +213,19 @@ def _name_feeds_dtype_site(names: set[str], fn: ast.AST) -> bool:
         if any(isinstance(n, ast.Name) and n.id in names for a in args for n in ast.walk(a)):
             return True
     return False
+
+
+def storage_replacements(nodes, is_tensor) -> set[int]:
+    """ids of the expressions in `nodes` that become the storage of a tensor `is_tensor` accepts:
+    `T.set_(X)` and `T.data = X`. An allocation there is storage code (a dispose/replace helper
+    that swaps a weight's storage for an empty one of its own dtype), not a buffer beside it."""
+    found: set[int] = set()
+    for node in nodes:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set_" \
+                and is_tensor(node.func.value):
+            found.update(id(arg) for arg in node.args)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "data" and is_tensor(t.value) for t in node.targets):
+            found.add(id(node.value))
+    return found
+

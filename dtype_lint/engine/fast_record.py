@@ -202,7 +202,10 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
         return  # still true: the walk below is not repeated
     dirs, tops, ignores = layout_of(root)
     files = dict(looked_up_files)
-    for p in ignores:
+    from dtype_lint.engine.git_excludes import watched_files
+
+    # info/exclude, core.excludesFile and git's configuration decide the project's files too.
+    for p in ignores + watched_files(root):
         files[p] = _stamp_or_none(p)
     record = {
         "format": RECORD_FORMAT, "root": root, "config": [config_path, _stamp_or_none(config_path)],

@@ -9,7 +9,9 @@ files only and lets `!build/keep.py` re-include a file of the excluded folder `b
 - for a folder or a file, the last pattern that matches that path itself decides; a pattern
   ending in `/` matches folders only (`!*/` re-includes every folder, no file);
 - a `.gitignore` in a folder applies to the paths below it, relative to it, and decides over
-  those of the folders above.
+  those of the folders above;
+- inside a git work tree, `$GIT_DIR/info/exclude` and `core.excludesFile` (git_excludes.py) apply
+  too, relative to the work tree's top, below every `.gitignore`.
 
 A pattern with more than MAX_STAR_RUNS runs of `*` is not applied (a message says so): Python's
 regular expressions backtrack, and `a*a*a*a*a*b` against a long name would hang the run.
@@ -42,14 +44,18 @@ class _Pattern:
 @dataclass
 class IgnoreFile:
     """The patterns of one .gitignore, and the folder (root-relative posix, "" for the root)
-    they are relative to."""
+    they are relative to. `above`: for a file whose folder lies above the project root (a git
+    work tree's exclude files), the root's posix path below that folder."""
 
     base: str
     patterns: list[_Pattern] = field(default_factory=list)
+    above: str = ""
 
     def verdict(self, rel: str, is_dir: bool) -> bool | None:
         """Ignored (True), re-included (False) or untouched (None) by this file's patterns."""
-        if self.base:
+        if self.above:
+            rel = f"{self.above}/{rel}"
+        elif self.base:
             if not rel.startswith(self.base + "/"):
                 return None
             rel = rel[len(self.base) + 1:]
@@ -174,12 +180,32 @@ class GitIgnore:
         return bool(self.files)
 
 
+def repository_excludes(root: str, messages: list[str] | None) -> list[IgnoreFile]:
+    """The exclude files of the git work tree holding `root` (absolute), lowest precedence
+    first, with their patterns relative to its top; none outside a work tree."""
+    from dtype_lint.engine import git_excludes
+
+    repo = git_excludes.find_repository(root)
+    if repo is None:
+        return []
+    above = os.path.relpath(root, repo.top)
+    above = "" if above == "." else above.replace(os.sep, "/")
+    files = []
+    for path in git_excludes.exclude_files(repo):
+        f = read_ignore_file(path, "", messages)
+        if f is not None and f.patterns:
+            f.above = above
+            files.append(f)
+    return files
+
+
 def for_folder(root: str, folder: str, messages: list[str] | None) -> GitIgnore:
-    """The .gitignore files of the folders from `root` down to `folder` (both absolute, `folder`
-    inside `root`): those that apply to a walk starting at `folder`."""
+    """The exclude files of the git work tree holding `root` (repository_excludes), then the
+    .gitignore files of the folders from `root` down to `folder` (both absolute, `folder` inside
+    `root`): those that apply to a walk starting at `folder`."""
     rel = os.path.relpath(folder, root)
     parts = [] if rel == "." else rel.split(os.sep)
-    files = []
+    files = repository_excludes(root, messages)
     for i in range(len(parts) + 1):
         f = read_ignore_file(os.path.join(root, *parts[:i], ".gitignore"), "/".join(parts[:i]), messages)
         if f is not None and f.patterns:

@@ -899,7 +899,7 @@ def _settle_hf_helper(result: RunResult, index, outcomes) -> None:
     for path, data, expect in settle_hf_helper(outcomes, index, result.config.root):
         try:
             if expect is None:
-                result.writer.create_files([(path, data, "helper")], "folder for the helper")
+                result.writer.create_files([(Path(path), data, "helper")], "folder for the helper")
             else:
                 result.writer.write(path, data, "helper", expect=expect)
         except WriteError as e:

@@ -172,8 +172,10 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             if not applied:
                 break
             verify_parses(new_text, path)
+            # A later round's findings are spans of the text the earlier rounds made: report
+            # them where they are in the file as it was (the series and the summary cite them).
+            out.applied.extend(_at_original_lines(text, out.text, applied) if out.text != text else applied)
             out.text = new_text
-            out.applied.extend(applied)
             findings = analyze(new_text)
         # A package's __init__ may import a name only to re-export it: keep its imports.
         if graph is not None and module:
@@ -207,6 +209,27 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
         why = str(e) if isinstance(e, FixError) else f"{type(e).__name__}: {e}"
         return failed(path, text, why, first if first is not None else analyze(text))
     out.remaining = findings
+    return out
+
+
+def _at_original_lines(original: str, current: str, findings: list[Finding]) -> list[Finding]:
+    """The findings of `current` with their lines moved to `original`'s, where their first line
+    is one the earlier rounds left as it was (else kept as found)."""
+    from dataclasses import replace
+
+    old_lines, new_lines = original.splitlines(), current.splitlines()
+    moved: dict[int, int] = {}
+    for block in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            moved[block.b + k + 1] = block.a + k + 1
+    out = []
+    for f in findings:
+        line = moved.get(f.span.line)
+        if line is None:
+            out.append(f)
+            continue
+        shift = line - f.span.line
+        out.append(replace(f, span=Span(line, f.span.col, f.span.end_line + shift, f.span.end_col)))
     return out
 
 

@@ -220,9 +220,11 @@ def _split_body(indent: str, head: str, body: str, tail: str, limit: int) -> lis
     return [indent + head] + deeper + [indent + tail]
 
 
-def _bracket_pairs(code: str) -> dict[int, int] | None:
-    """Opening index -> closing index, outside strings; None when the brackets do not balance."""
-    pairs, stack, quote, i = {}, [], "", 0
+def _outside_strings(code: str) -> tuple[list[int], bool]:
+    """The indices of `code`'s characters outside string literals (a string's quotes, contents
+    and backslash escapes left out), and whether every string closes: the one scan the bracket
+    matcher and the splitters share."""
+    positions, quote, i = [], "", 0
     while i < len(code):
         c = code[i]
         if quote:
@@ -233,37 +235,40 @@ def _bracket_pairs(code: str) -> dict[int, int] | None:
                 quote = ""
         elif c in "\"'":
             quote = c
-        elif c in _OPEN:
+        else:
+            positions.append(i)
+        i += 1
+    return positions, not quote
+
+
+def _bracket_pairs(code: str) -> dict[int, int] | None:
+    """Opening index -> closing index, outside strings; None when the brackets do not balance."""
+    positions, closed = _outside_strings(code)
+    if not closed:
+        return None
+    pairs, stack = {}, []
+    for i in positions:
+        if code[i] in _OPEN:
             stack.append(i)
-        elif c in _CLOSE:
+        elif code[i] in _CLOSE:
             if not stack:
                 return None
             pairs[stack.pop()] = i
-        i += 1
-    return None if stack or quote else pairs
+    return None if stack else pairs
 
 
 def _split_at_words(body: str, words: tuple[str, ...]) -> list[str]:
     """`body` split before each of `words` outside brackets and strings."""
-    pieces, depth, quote, start, i = [], 0, "", 0, 0
-    while i < len(body):
+    pieces, depth, start = [], 0, 0
+    for i in _outside_strings(body)[0]:
         c = body[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c in _OPEN:
+        if c in _OPEN:
             depth += 1
         elif c in _CLOSE:
             depth -= 1
         elif depth == 0 and any(body.startswith(w, i) for w in words):
             pieces.append(body[start:i].strip())
             start = i + 1
-        i += 1
     pieces.append(body[start:].strip())
     return [p for p in pieces if p]
 

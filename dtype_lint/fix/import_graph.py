@@ -201,6 +201,13 @@ def _module_level(body: list[ast.stmt]):
 
 
 def _is_type_checking(test: ast.expr) -> bool:
+    """`TYPE_CHECKING`, or `TYPE_CHECKING or FLAG`: diffusers' lazy `__init__`s import every
+    submodule under `if TYPE_CHECKING or DIFFUSERS_SLOW_IMPORT:` (a debugging switch, off unless
+    set in the environment) and install a `_LazyModule` in the `else`; reading that body as run
+    made every model file look imported by `diffusers/__init__.py`, so any import of
+    `diffusers.utils` from one looked like a cycle (#22)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_is_type_checking(value) for value in test.values)
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 

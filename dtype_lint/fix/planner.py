@@ -53,6 +53,9 @@ class Site:
     fn: ast.FunctionDef | ast.AsyncFunctionDef
     scope: FunctionScope
     parents: dict[int, ast.AST]
+    # The layer the helper is given when it is not `wds.layer` itself: for HF's
+    # `next(iter(M.parameters())).dtype`, the layer holding M's first parameter (`M.linear_1`).
+    helper_layer: str = ""
 
 
 class Planner:

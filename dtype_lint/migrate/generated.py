@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 GENERATED = re.compile(r"This file was automatically generated from\s+(\S+?\.py)")
 COPIED = re.compile(r"^\s*# Copied from ((?:transformers|diffusers)\.[\w.]+)(?:\s+with\s+(.*))?$")
@@ -80,6 +80,62 @@ def origin_path(root: Path, dotted: str) -> tuple[str, str]:
     return "", ".".join(parts[-1:])
 
 
+def _rewritten_lines(ch, span: tuple[int, int] | None = None) -> list[str]:
+    """The lines a change adds to a file (stripped; imports left out: a generated file gathers its
+    own), optionally only those inside the line span (first, last) of the original."""
+    import difflib
+
+    before = ch.before.decode("utf-8", "replace").splitlines()
+    after = ch.after.decode("utf-8", "replace").splitlines()
+    out = []
+    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert") and (span is None or span[0] <= i1 + 1 <= span[1] + 1):
+            out += [line.strip() for line in after[j1:j2]
+                    if line.strip() and not line.lstrip().startswith(("import ", "from "))]
+    return out
+
+
+_PARENT = re.compile(r"^from \.\.(\w+)\.(?:modeling|modular)_\w+ import", re.M)
+
+
+def _modular_sources(changed: dict, modular: str, root: Path) -> list:
+    """The patched modular source (if the series patches it) and the patched files of the models
+    it inherits code from (the converter copies an inherited method from the parent's modeling
+    file)."""
+    own = changed.get(modular)
+    if own is not None:
+        text = own.after.decode("utf-8", "replace")
+    elif modular and (root / modular).is_file():
+        text = (root / modular).read_text(encoding="utf-8", errors="replace")
+    else:
+        return []
+    base = PurePosixPath(modular).parent.parent
+    parents = set(_PARENT.findall(text))
+    return ([own] if own is not None else []) + [
+        c for p, c in sorted(changed.items()) if PurePosixPath(p).parent.name in parents
+        and PurePosixPath(p).parent.parent == base]
+
+
+def _carried(ch, sources, span: tuple[int, int] | None = None) -> tuple[str, bool]:
+    """Whether the patched sources carry every line the change rewrites in a generated file or a
+    copied block (a line-by-line check, not the project's regeneration): what to say, and whether
+    they all are."""
+    if not sources:
+        return "no patched source to compare with", False
+    texts = {line.strip() for src in sources for line in src.after.decode("utf-8", "replace").splitlines()}
+    lines = _rewritten_lines(ch, span)
+    absent = [line for line in lines if line not in texts]
+    where = ", ".join(sorted(PurePosixPath(src.path).name for src in sources))
+    if absent:
+        return (f"{len(absent)} of the {len(lines)} rewritten lines are in no patched source ({where}): "
+                f"`{absent[0]}`"), False
+    return f"each of the {len(lines)} rewritten lines is in the patched {where} (a line-by-line check)", bool(lines)
+
+
+def _without_src(path: str) -> str:
+    return path[len("src/"):] if path.startswith("src/") else path
+
+
 def _dotted(rel: str) -> str:
     parts = list(Path(rel).with_suffix("").parts)
     if parts and parts[0] == "src":
@@ -97,12 +153,25 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
         text = ch.before.decode("utf-8", "replace")
         source = generated_from(text)
         if source is not None:
-            source_rel = source if (root / source).is_file() else ""
-            patched = source in changed
-            action = (f"regenerate it from {source} ({REGENERATE.format(source=source)}) and check the result "
-                      "equals this patch" if patched else
-                      f"the change must also go into {source} (or the file it inherits the code from): "
-                      f"port it there, then {REGENERATE.format(source=source)}")
+            # The banner names the source repository's path (`src/transformers/...`); a tree made
+            # from the released wheel holds it without `src/`.
+            source_rel = next((s for s in (source, _without_src(source)) if (root / s).is_file()), "")
+            patched = source in changed or _without_src(source) in changed
+            sources = _modular_sources(changed, source_rel or _without_src(source), root)
+            carried, complete = _carried(ch, sources)
+            # A modular source that inherits the changed method from a patched parent carries it.
+            if not patched and sources and complete:
+                patched = True
+                action = (f"{source} inherits the changed code from "
+                          f"{', '.join(sorted(PurePosixPath(c.path).name for c in sources))}, patched in this "
+                          f"series: regenerate it ({REGENERATE.format(source=source)}) and check the result "
+                          f"equals this patch; {carried}")
+            elif patched:
+                action = (f"regenerate it from {source} ({REGENERATE.format(source=source)}) and check the result "
+                          f"equals this patch; {carried}")
+            else:
+                action = (f"the change must also go into {source} (or the file it inherits the code from): "
+                          f"port it there, then {REGENERATE.format(source=source)}")
             notes.append(Note(path, "generated", source, source_rel, patched, action))
         lines = {f.span.line for f in ch.findings}
         blocks = copied_blocks(text)
@@ -111,7 +180,9 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
                 continue
             origin_rel, _obj = origin_path(root, origin)
             patched = origin_rel in changed
-            action = (f"the origin is patched in this series too; {FIX_COPIES} keeps the copy equal to it" if patched
+            carried, _complete = _carried(ch, [changed[origin_rel]] if patched else [], (first, last))
+            action = (f"the origin is patched in this series too; {FIX_COPIES} keeps the copy equal to it; {carried}"
+                      if patched
                       else f"{FIX_COPIES} would undo this change: patch the origin {origin} as well")
             notes.append(Note(path, "copy", origin, origin_rel, patched, action))
         # The objects this file's change touches, by qualname, for the reverse search.

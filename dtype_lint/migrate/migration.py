@@ -347,6 +347,12 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         if style.signoff and identity is not None:
             hf_patch.body = hf_patch.body.rstrip("\n") + f"\n\nSigned-off-by: {identity}"
         patches.insert(0, hf_patch)
+    found_tests = None
+    if conv.name == "transformers" and patches:
+        # Each transformers patch adds a test of the class it changes, run on the release here.
+        from dtype_lint.migrate import hf_regression
+
+        found_tests = hf_regression.add_tests(patches, hf_patch, style)
     files = series.write(patches, Path(out), result.writer, identity) if patches else []
     settle(result, result.outcomes)  # the report counts what the patches fix
     final: dict[str, bytes] = {}
@@ -357,8 +363,12 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     result.findings = recheck(config, path, result, final, jobs)
     if patches:
         _write(result, Path(out) / "PR.md", messages.pr_description(patches, conv, gen))
-        _write(result, Path(out) / "README.md", messages.readme(patches, files, conv, identity, style.signoff, gen,
-                                                                result.findings))
+        readme = messages.readme(patches, files, conv, identity, style.signoff, gen, result.findings)
+        if found_tests is not None:
+            from dtype_lint.migrate import hf_regression
+
+            readme = readme.rstrip("\n") + "\n\n" + "\n".join(hf_regression.readme_section(patches, found_tests))
+        _write(result, Path(out) / "README.md", readme)
     return result, patches, files
 
 
