@@ -113,3 +113,26 @@ def test_a_run_on_named_files_takes_the_project_from_the_record(tmp_path, monkey
     assert walks == []  # both from the record
     assert pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=False))[1] == fresh[1]
     assert len(walks) == 1  # --fix and --no-cache walk
+
+
+def test_a_change_to_info_exclude_invalidates(tmp_path, monkeypatch):
+    """git's own exclude files (read with the root's .gitignore) are part of the record's key."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    root = _project(tmp_path / "repo")
+    (root / ".git" / "info").mkdir(parents=True)
+    (root / ".git" / "objects").mkdir()
+    (root / ".git" / "refs").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (root / ".git" / "info" / "exclude").write_text("")
+    files, path = _saved(root, monkeypatch)
+    assert layout_cache.load(path, ".", str(root), ()) == files
+    (root / ".git" / "info" / "exclude").write_text("tool.py\n")
+    assert layout_cache.load(path, ".", str(root), ()) is None
+    assert "tool.py" not in {f.path for f in discover_files(["."], (), root)}
