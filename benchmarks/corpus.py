@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 MARKER = ".bench-corpus-complete"
@@ -87,6 +88,25 @@ def corpus_dir(cache_root: Path, tree: Path, scale: int) -> Path:
     stamp = marker.read_text(encoding="utf-8", errors="replace") if marker.is_file() else ""
     key = hashlib.sha1(f"{tree.resolve()}\n{stamp}".encode()).hexdigest()[:12]
     return cache_root / "bench-corpus" / f"{tree.name}-{key}-x{scale}"
+
+
+EDIT_MARK = "# dtype-lint benchmark edit "
+
+
+def edit(path: Path, seq: int) -> None:
+    """Edit `path` for real: its text ends with a comment naming the sample (the previous
+    sample's comment replaced), so its cached analysis no longer applies and the run analyses
+    it again, as pre-commit after an edit does; its findings stay the same."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    while lines and lines[-1].startswith(EDIT_MARK):
+        lines.pop()
+    body = "".join(lines)
+    if body and not body.endswith("\n"):
+        body += "\n"
+    # The clock too: a sample number alone repeats across runs, and a text the cache has seen
+    # (the previous run's last edit, caught up by the warm-up) would be a cache hit.
+    path.write_text(f"{body}{EDIT_MARK}{seq} {time.time_ns()}\n", encoding="utf-8")
 
 
 def touch(path: Path, seq: int) -> None:

@@ -19,7 +19,10 @@ BENCH = REPO / "benchmarks" / "bench.py"
 
 STAGE_ROWS = ("read", "read+prefilter", "ast.parse", "libcst-prefiltered")
 DTYPE_LINT_ROWS = ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-warm-j1", "dtype-lint-warm")
-PRECOMMIT_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean")
+# Every rule (`--select ALL`), cold, at 1x only: the default rules are DTL001/DTL002.
+DTYPE_LINT_ROWS_1X = ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-cold-all-j1", "dtype-lint-warm-j1",
+                      "dtype-lint-warm")
+PRECOMMIT_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean", "dtype-lint-precommit-edited")
 RUFF_ROWS = ("ruff-cold", "ruff-cached", "ruff-precommit")
 PEER_ROWS = (*RUFF_ROWS, "semgrep")
 # The 10x corpus: ten renamed copies of the tree; the costly reference rows are measured at 1x only.
@@ -91,7 +94,7 @@ def test_rows_and_header(quick_run, tiny_tree: Path):
     assert figures["floor"] == "read+prefilter"
     assert figures["touched"] == {"site": "pkg/attention.py", "clean": "pkg/norm.py"}
     rows = rows_by_id(figures)
-    assert list(rows) == [*STAGE_ROWS, *DTYPE_LINT_ROWS, *PRECOMMIT_ROWS, *PEER_ROWS, *ROWS_10X]
+    assert list(rows) == [*STAGE_ROWS, *DTYPE_LINT_ROWS_1X, *PRECOMMIT_ROWS, *PEER_ROWS, *ROWS_10X]
     for row in figures["rows"]:
         assert row["label"] in stdout, f"{row['label']!r} missing from the printed table"
         assert row["scale"] == (10 if row["id"].endswith("@10x") else 1)

@@ -445,8 +445,11 @@ class ClassVerdict:
 
 
 # Parsed files (and censuses) kept for reuse per process: the analysis of vLLM 0.27.1 shares 49
-# files; at 64 a ten-times tree peaks at 142 MiB instead of 529 (benchmarks/README.md).
-FACTS_CACHE_ENTRIES = 64
+# files; at 64 a ten-times tree peaked at 142 MiB instead of 529 with DTL001/DTL002 (issue #12).
+# Since the storage model's dispatch tables no longer keep every analysis's facts alive, 24 holds
+# the ten-times default run at 193 MiB instead of 256 for 2,230 parses instead of 2,190
+# (benchmarks/README.md).
+FACTS_CACHE_ENTRIES = 24
 
 
 class QuantizableLayerIndex:

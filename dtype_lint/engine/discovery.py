@@ -83,7 +83,8 @@ def discover(paths: list[str], excludes: tuple[str, ...], root: Path, temps: lis
 
 def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
                    skip_real: set[str] | None = None, temps: list[str] | None = None,
-                   force_exclude: bool = False, messages: list[str] | None = None) -> list[Found]:
+                   force_exclude: bool = False, messages: list[str] | None = None,
+                   visited: list[tuple[str, bool]] | None = None) -> list[Found]:
     """`discover`, with each file's real path and module name, in one walk per directory given.
 
     Work per file is a few string operations: the module name is carried down the walk (the
@@ -94,7 +95,8 @@ def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
     .gitignore files) match its path below the root (Ruff's `--force-exclude`, for pre-commit,
     which names each file).
     `.gitignore` files (gitignore.py) prune the walk as git would; what could not be read in them
-    is said in `messages`.
+    is said in `messages`. `visited`: collects (folder, holds a .gitignore) for each folder the
+    walks listed (what layout_cache.py stamps).
     """
     excluder = Excluder(tuple(DEFAULT_EXCLUDES) + tuple(excludes))
     root_abs = os.path.abspath(root)
@@ -121,7 +123,7 @@ def discover_files(paths: list[str], excludes: tuple[str, ...], root: Path,
         # A folder named on the command line is walked even when ignored (as a named file is
         # checked); the .gitignore files above it and in it apply below it.
         ignores = for_folder(root_abs, os.path.abspath(p), messages) if _inside(p, root_abs) else GitIgnore()
-        _walk(str(p), _rel(p, root), excluder, root_abs, add, temps, ignores, messages)
+        _walk(str(p), _rel(p, root), excluder, root_abs, add, temps, ignores, messages, visited)
     return out
 
 
@@ -158,7 +160,8 @@ def _named_excluded(path: Path, root_abs: str, excluder: Excluder, messages: lis
 
 
 def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps: list[str] | None,
-          ignores: GitIgnore | None = None, messages: list[str] | None = None) -> None:
+          ignores: GitIgnore | None = None, messages: list[str] | None = None,
+          visited: list[tuple[str, bool]] | None = None) -> None:
     """Depth first in sorted order, a folder's files before its subfolders (as os.walk with
     sorted names); folder symlinks are not followed. `add(found, is_link)` takes each file;
     `temps` collects temp files a killed dtype-lint run left (see writer.is_temp_name)."""
@@ -189,7 +192,10 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 is_dir = False
             (dirs if is_dir else files).append(e)
         files.sort(key=_name)
-        if not first and any(e.name == ".gitignore" for e in files):
+        has_ignore = any(e.name == ".gitignore" for e in files)
+        if visited is not None:
+            visited.append((abs_dir, has_ignore))
+        if not first and has_ignore:
             # The walk's top folder has its .gitignore already (for_folder); each folder below
             # adds its own, relative to itself.
             base = "" if rel_dir in ("", ".") else rel_dir

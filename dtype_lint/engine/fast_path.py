@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-from dtype_lint.engine.fast_record import RECORD_NAME, load_record
+from dtype_lint.engine.fast_record import RECORD_NAME, forget, load_record
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
 from dtype_lint.engine.safe_read import read_bytes
 from dtype_lint.engine.text_facts import helper_shaped_bodies
@@ -56,10 +56,14 @@ def try_clean_exit(argv: list[str]) -> int | None:
     entry point, `dtype_lint.entry.main`, did)."""
     if _already_tried:
         return None
+    forget()
     try:
-        return _clean_exit(argv)
+        code = _clean_exit(argv)
     except (OSError, ValueError, UnicodeError, RecursionError):
-        return None  # anything odd is the full run's to report
+        code = None  # anything odd is the full run's to report
+    if code is not None:
+        forget()  # what it validated serves only the full run it would fall back to
+    return code
 
 
 def _clean_exit(argv: list[str]) -> int | None:

@@ -10,6 +10,7 @@ its folder's), the .gitignore files' stamps, and where each top-level module nam
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -40,8 +41,10 @@ def stamp(path: str) -> str:
     return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
+@functools.lru_cache(maxsize=1)
 def tool_stamp() -> str:
-    """Changes when dtype-lint's code changes (as pipeline.code_stamp, without importing it)."""
+    """Changes when dtype-lint's code changes (as pipeline.code_stamp, without importing it);
+    computed once a process (the fast path, the record and the layout cache all ask)."""
     import zlib
 
     top = os.path.dirname(dtype_lint.__file__)
@@ -68,7 +71,35 @@ def _rules_folder() -> str | None:
     return locations[0] if locations else None
 
 
+# The record the fast path just found true, by (path, config, root) -> the record file's (mtime,
+# size): the full run it falls back to need not validate it again before deciding not to rewrite
+# it. Kept only from a fast path that falls back until that run's end (forget()); a record a
+# --fix run then made stale is caught by the next use's validation, which every use does.
+_VALIDATED: dict[tuple[str, str, str], tuple[int, int]] = {}
+
+
+def forget() -> None:
+    _VALIDATED.clear()
+
+
+def _file_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def load_record(path: str, config_path: str, root: str) -> dict | None:
+    record = _load_record(path, config_path, root)
+    if record is not None and (key := _file_key(path)) is not None:
+        _VALIDATED[(path, config_path, root)] = key
+    else:
+        _VALIDATED.pop((path, config_path, root), None)
+    return record
+
+
+def _load_record(path: str, config_path: str, root: str) -> dict | None:
     from dtype_lint.engine.safe_read import read_bytes
 
     try:
@@ -164,6 +195,9 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
     from dtype_lint.engine.prefilter import marker_words
 
     config_path = os.path.abspath(config.source)
+    validated = _VALIDATED.pop((path, config_path, root), None)
+    if validated is not None and validated == _file_key(path):
+        return  # found true by this process's fast path: not validated twice
     if load_record(path, config_path, root) is not None:
         return  # still true: the walk below is not repeated
     dirs, tops, ignores = layout_of(root)

@@ -38,6 +38,7 @@ from dtype_lint.config import Config
 from dtype_lint.engine import trees
 from dtype_lint.engine.cache import Cache
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
+from dtype_lint.engine.fast_record import forget as forget_validated_record
 from dtype_lint.engine.fast_record import save_record
 from dtype_lint.engine.prefilter import for_rules, has_suppression
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
@@ -105,6 +106,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
             return _run(config, options, t0)
     finally:
         trees.clear()  # the trees this run shared go with it
+        forget_validated_record()
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
@@ -125,7 +127,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     temps: list[str] = []
     messages: list[str] = []  # what discovery could not read (a .gitignore that is a FIFO...)
     try:
-        found, index_found = _discover(config, options.paths, temps, messages)
+        layout = _Layout(reuse=options.use_cache and not options.fix)
+        found, index_found = _discover(config, options.paths, temps, messages, layout)
     except DiscoveryError as e:
         raise UserError(str(e)) from None
     unnamed = [f.path for f in found if not _encodable(f.path)]
@@ -174,6 +177,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
     cache.save(writer)
+    layout.save(writer)
     if options.use_cache:
         from dtype_lint.rules import ALL_RULES
 
@@ -265,21 +269,70 @@ def _by_folder(paths: list[str]) -> dict[str, list[str]]:
 
 
 def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
-              messages: list[str] | None = None) -> tuple[list[Found], list[Found]]:
+              messages: list[str] | None = None, layout: "_Layout | None" = None) -> tuple[list[Found], list[Found]]:
     """(files to check, files of the project whose modules the index may look up). Named files
     (pre-commit passes only the staged ones) are checked against the modules of their whole
     project, so a layer defined in an unstaged file still resolves: one walk of the project,
-    which reads nothing."""
+    which reads nothing. `layout`: where that walk may come from the record of the last one, and
+    where a new record waits to be written (layout_cache.py)."""
     excludes = tuple(config.exclude)
+    rel = os.path.relpath(config.root)
+    root = rel if not rel.startswith("..") else str(config.root)
+    if (layout is not None and config.source != "defaults" and len(paths) == 1
+            and os.path.abspath(paths[0]) == os.path.abspath(config.root) and os.path.isdir(paths[0])):
+        # The whole project, walked as a run on named files walks it: the same record serves.
+        files = layout.project_files(config, paths[0], temps, messages)
+        return files, files
     files = discover_files(paths, excludes, config.root, temps=temps, force_exclude=config.force_exclude,
                            messages=messages)
     if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
-        rel = os.path.relpath(config.root)
-        root = rel if not rel.startswith("..") else str(config.root)
-        rest = discover_files([root], excludes, config.root, skip_real={f.real for f in files}, temps=temps,
-                              messages=messages)
-        return files, files + rest
+        named = {f.real for f in files}
+        if layout is None:
+            rest = discover_files([root], excludes, config.root, temps=temps, messages=messages)
+        else:
+            rest = layout.project_files(config, root, temps, messages)
+        return files, files + [f for f in rest if f.real not in named]
     return files, files
+
+
+@dataclass
+class _Layout:
+    """The project walk (of a run on named files, or on the project root), kept against folder
+    stamps (layout_cache.py).
+    `reuse`: a run with the cache on and no `--fix` (which also collects the temp files a killed
+    run left, so it always walks)."""
+
+    reuse: bool
+    pending: tuple[str, dict] | None = None  # (record path, record): written with the cache
+
+    def project_files(self, config: Config, root: str, temps: list[str] | None,
+                      messages: list[str] | None) -> list[Found]:
+        from dtype_lint.engine import layout_cache
+
+        excludes = tuple(config.exclude)
+        root_abs = os.path.abspath(config.root)
+        record_path = os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME)
+        if self.reuse:
+            kept = layout_cache.load(record_path, root, root_abs, excludes)
+            if kept is not None:
+                return kept
+        return self.walked(config, root, temps, messages)
+
+    def walked(self, config: Config, root: str, temps: list[str] | None, messages: list[str] | None) -> list[Found]:
+        """The project walked, its record kept for the end of the run (when it may be reused)."""
+        from dtype_lint.engine import layout_cache
+
+        root_abs = os.path.abspath(config.root)
+        files, record = layout_cache.walk(root, root_abs, tuple(config.exclude), temps, messages)
+        if record is not None and self.reuse:
+            self.pending = (os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME), record)
+        return files
+
+    def save(self, writer) -> None:
+        if self.pending is not None:
+            from dtype_lint.engine import layout_cache
+
+            layout_cache.save(*self.pending, writer)
 
 
 class _Project:
@@ -408,12 +461,15 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
         return path, False, False, [], ([], []), f"cannot read: {e}"
     st = worker_state()
     hits = [n for n in st["needles"] if _might_import(n, text, module)]
-    links = (sorted(dtype_functions(text)), from_imported(text))
+    # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
+    # with none enabled they are never read, and the cache key (the configuration's fingerprint,
+    # `select` included) keeps these empty links from a run that later enables one.
+    links = (sorted(dtype_functions(text)), from_imported(text)) if st["links"] else ([], [])
     return path, st["prefilter"].might_match(text), has_suppression(text), hits, links, None
 
 
-def _init_scan(prefilter, needles) -> None:
-    worker_state().update(prefilter=prefilter, needles=needles)
+def _init_scan(prefilter, needles, links: bool = True) -> None:
+    worker_state().update(prefilter=prefilter, needles=needles, links=links)
 
 
 def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress, needles: list[str],
@@ -433,11 +489,13 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path] = hit
         if hits:
             scan.hits[f.real] = hits
-    prefilter = for_rules(tuple(enabled_rules(config)))
+    rules = tuple(enabled_rules(config))
+    prefilter = for_rules(rules)
+    links = any(r.reads_helper_callers for r in rules)
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
-                           initargs=(prefilter, needles), progress=progress, stage="scan", parallel=False)
+                           initargs=(prefilter, needles, links), progress=progress, stage="scan", parallel=False)
     for f, (path, passes, suppressing, hits, links, err) in zip(misses, results):
         if err:
             scan.errors[path] = err

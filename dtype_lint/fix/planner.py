@@ -39,6 +39,9 @@ from dtype_lint.fix.formatting import project_style
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.fix.import_edit import import_edit
 
+# `import *` however it is spelled (a line continuation may part them); a match in a string or a
+# comment only costs the walk the text test spares.
+_STAR_IMPORT = re.compile(r"import[\s\\]*\*")
 _KNOWN_GLOBALS = {"torch", "current_platform", "hasattr", "getattr", "True", "False", "None"}
 
 
@@ -80,6 +83,12 @@ class Planner:
         function's own name when the module uses it nowhere (no local, parameter, global or
         import could shadow the helper, or be shadowed by it), else a fresh `_<func>` alias.
         A star import may bind any public name, so a module with one gets an underscore alias."""
+        text = self.src.text
+        if text.isascii() and self.func not in text and _STAR_IMPORT.search(text) is None:
+            # What the walk below would conclude, from the text: no name of the module is the
+            # function's (an ASCII text holds every identifier verbatim; a non-ASCII one may
+            # spell it in characters the parser normalises) and no star import can bind it.
+            return self.func
         bound, taken, star = module_names(self.tree)
         for stmt in self.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
