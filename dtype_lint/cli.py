@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--stdin-filename", metavar="PATH", help="check the text on stdin as the file PATH of its "
                    "project (its configuration, excludes and classes); with --fix, print the fixed text")
     c.add_argument("--preset", help="vllm (default) or generic")
+    c.add_argument("--line-length", type=int, metavar="N",
+                   help="wrap the lines a fix adds at N columns (default: the project's ruff/black/isort "
+                        "line length; no wrapping when it configures none)")
     c.add_argument("--name-heuristics", action="store_true",
                    help="also report low-confidence sites whose layer class did not resolve but whose name looks "
                         "like a projection")
@@ -126,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-j", "--jobs", type=int, default=None)
     m.add_argument("--config", metavar="FILE")
     m.add_argument("--preset")
+    m.add_argument("--line-length", type=int, metavar="N",
+                   help="wrap the lines a fix adds at N columns (default: the project's ruff/black/isort "
+                        "line length; no wrapping when it configures none)")
     m.add_argument("--no-progress", action="store_true")
     m.add_argument("--series", metavar="DIR", help="write the migration as `git format-patch` patches in DIR "
                    "(the helper first, then one per group) instead of rewriting the tree; apply with `git am`")

@@ -26,6 +26,8 @@ def _config(args, paths: list[str]):
         overrides["preset"] = args.preset
     if getattr(args, "name_heuristics", False):
         overrides["name-heuristics"] = True
+    if getattr(args, "line_length", None) is not None:
+        overrides["line-length"] = args.line_length
     if getattr(args, "force_exclude", None) is not None:
         overrides["force-exclude"] = args.force_exclude
     try:

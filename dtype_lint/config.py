@@ -60,6 +60,8 @@ class Config:
     helper_template: str = ""
     fp8_input_default: bool = True
     cache_dir: str = ".dtype_lint_cache"
+    # Length a fix wraps its added lines to; 0: the project's formatter settings (fix/formatting.py).
+    line_length: int = 0
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -140,6 +142,7 @@ _KEYS = {
     "helper-template": ("helper_template", str),
     "fp8-input-default": ("fp8_input_default", bool),
     "cache-dir": ("cache_dir", str),
+    "line-length": ("line_length", int),
 }
 
 
@@ -304,6 +307,8 @@ def _validate(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
                           "(dotted Python names, none empty)")
     _validate_cache_dir(cfg.cache_dir, where)
+    if isinstance(cfg.line_length, bool) or not 0 <= cfg.line_length <= 320:
+        raise ConfigError(f"{where}: `line-length` must be a whole number from 1 to 320 (0: the project's own)")
     if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):
         raise ConfigError(f"{where}: `helper-template` must be `vllm` or `torch`")
 

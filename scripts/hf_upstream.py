@@ -39,6 +39,9 @@ import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed 
 # `modeling_*.py` it generates change in the same commit (a maintainer regenerates the one from the
 # other, and `make check-repo` holds at every commit); diffusers: one per file.
 GROUP_BY = {"transformers": "directory", "diffusers": "file"}
+# Both projects' `[tool.ruff] line-length` (their repositories' pyproject.toml; the wheels ship none,
+# so the fixer would otherwise find no length to keep and `make style` would rewrap the patches).
+LINE_LENGTH = {"transformers": 119, "diffusers": 119}
 
 
 # Why the series does not run the project's regeneration itself, and what it does instead.
@@ -73,6 +76,7 @@ def generate(dist: str, version: str, author: str | None, out: Path | None = Non
         series = Path(tmp) / "series"
         cmd = [sys.executable, "-m", "dtype_lint", "migrate", ".", "--series", str(series),
                "--group-by", GROUP_BY[dist], "--convention", dist, "--signoff",
+               "--line-length", str(LINE_LENGTH[dist]),
                "--report", str(Path(tmp) / "report.md"), "--no-progress"]
         if author:
             cmd += ["--author", author]

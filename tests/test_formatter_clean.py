@@ -117,6 +117,33 @@ def test_long_added_lines_wrap_as_ruff_format_does():
     assert wrap_long_lines(fixed, fixed + "x = 1\n", 40) == fixed + "x = 1\n"
 
 
+def test_line_length_option_wraps_where_the_tree_configures_no_formatter(tmp_path: Path):
+    """A release tree ships without the project's pyproject (transformers' wheel): `--line-length`
+    (or `line-length` in [tool.dtype-lint]) gives the fixer the project's real length; without it,
+    nothing is wrapped (no formatter configured, no length to keep)."""
+    long_cast = ("    def forward(self, hidden_states_of_the_model):\n"
+                 "        return self.dense(hidden_states_of_the_model.to(self.model.decoder.fc.weight.dtype))\n")
+    source = ("from vllm.model_executor.layers.linear import ColumnParallelLinear\n\n\n"
+              "class Block:\n    def __init__(self, quant_config):\n"
+              "        self.model = Model(quant_config)\n\n" + long_cast + "\n\n"
+              "class Decoder:\n    def __init__(self, quant_config):\n"
+              "        self.fc = ColumnParallelLinear(4, 4, quant_config=quant_config)\n\n\n"
+              "class Model:\n    def __init__(self, quant_config):\n        self.decoder = Decoder(quant_config)\n")
+    widths = {}
+    for option in ((), ("--line-length", "79")):
+        project = tmp_path / ("wrapped" if option else "plain")
+        project.mkdir()
+        (project / "block.py").write_text(source, encoding="utf-8")
+        proc = dtl(project, "check", "--fix", "--no-cache", *option)
+        assert proc.returncode in (0, 1), proc.stderr
+        fixed = (project / "block.py").read_text(encoding="utf-8")
+        assert "get_layer_input_dtype(" in fixed, proc.stdout
+        widths[option] = max(len(line) for line in fixed.splitlines() if line not in source.splitlines())
+    assert widths[()] > 79 >= widths[("--line-length", "79")]
+    bad = dtl(tmp_path / "plain", "check", "--line-length", "-3", "--no-cache")
+    assert bad.returncode == 2 and "line-length" in bad.stderr
+
+
 def test_brackets_commas_and_words_inside_strings_never_split_a_line():
     from dtype_lint.fix.formatting import _bracket_pairs, _split_at_words
 

@@ -45,9 +45,9 @@ class Buffer:
         """The FixOutcome of fixing `text` (its `.text` is the fixed source). `only(finding)`:
         fix just the findings it selects (an editor's quick-fix for one diagnostic)."""
         from dtype_lint.fix.fixer import fix_text
-        from dtype_lint.fix.formatting import project_style
+        from dtype_lint.fix.formatting import line_length_for
 
-        length = project_style(str(self.config.root)).line_length
+        length = line_length_for(self.config)
         if only is None:
             return fix_text(self.path, text, self._analyze, unsafe, line_length=length)
         outcome = fix_text(self.path, text, lambda t: [f for f in self._analyze(t) if only(f)], unsafe,

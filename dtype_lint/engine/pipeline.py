@@ -735,13 +735,13 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
-    from dtype_lint.fix.formatting import project_style
+    from dtype_lint.fix.formatting import line_length_for
 
     first = checked.findings if checked is not None and before == checked.stamp == _stamp(checked.real) else None
     module = module_name(path, config.root)
     graph = ImportGraph(index.modules, created) if isinstance(index.modules, ModuleTable) else None
     outcome = fix_text(path, ft.text, lambda t: analyze(path, t, index, config, module), unsafe, first=first,
-                       line_length=project_style(str(config.root)).line_length, graph=graph, module=module)
+                       line_length=line_length_for(config), graph=graph, module=module)
     return _FileFix(outcome, ft, data)
 
 

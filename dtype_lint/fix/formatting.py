@@ -75,6 +75,11 @@ def _get(table: dict, *keys: str):
     return table
 
 
+def line_length_for(config) -> int | None:
+    """The length a fix wraps at: the `line-length` setting, else the project's formatter's."""
+    return config.line_length or project_style(str(config.root)).line_length
+
+
 @functools.lru_cache(maxsize=32)
 def project_style(root: str) -> ProjectStyle:
     """The style of the project at `root` (see the module docstring)."""
