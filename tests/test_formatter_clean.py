@@ -144,6 +144,22 @@ def test_line_length_option_wraps_where_the_tree_configures_no_formatter(tmp_pat
     assert bad.returncode == 2 and "line-length" in bad.stderr
 
 
+def test_a_trailing_comment_moves_to_the_closing_bracket_as_ruff_format_leaves_it():
+    original = ("def f(self, states):\n"
+                "    out = self.embedding_proj_layer(states.to(self.embedding_proj_layer.weight.dtype))  # (b, s)\n")
+    fixed = ("def f(self, states):\n    proj_dtype = get_module_input_dtype(self.embedding_proj_layer)\n"
+             "    out = self.embedding_proj_layer(states.to(proj_dtype or states.dtype))  # (batch_size, sequence_length)\n")
+    wrapped = wrap_long_lines(original, fixed, 79)
+    assert wrapped.splitlines()[2:] == ["    out = self.embedding_proj_layer(",
+                                        "        states.to(proj_dtype or states.dtype)",
+                                        "    )  # (batch_size, sequence_length)"]
+    proc = subprocess.run([str(RUFF), "format", "--isolated", "--line-length", "79", "--diff", "-"],
+                          input=wrapped, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout  # ruff format would leave it as it is
+    # A `#` inside a string is not a comment.
+    assert wrap_long_lines("", "x = f('#', a_long_name_number_one, a_long_name_number_two)\n", 40).count("\n") == 5
+
+
 def test_brackets_commas_and_words_inside_strings_never_split_a_line():
     from dtype_lint.fix.formatting import _bracket_pairs, _split_at_words
 

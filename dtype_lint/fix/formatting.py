@@ -172,13 +172,22 @@ def _wrap(line: str, limit: int) -> list[str] | None:
     split), then, when the body is still too long, at its top-level commas. None: no such split."""
     indent = line[: len(line) - len(line.lstrip())]
     stripped = line.strip()
-    if "#" in stripped or "\\" in stripped or '"""' in stripped or "'''" in stripped:
+    # A trailing comment moves to the closing bracket's line, as Black and `ruff format` leave it.
+    hashes = [i for i in _outside_strings(stripped)[0] if stripped[i] == "#"]
+    comment = ""
+    if hashes:
+        stripped, comment = stripped[: hashes[0]].rstrip(), "  " + stripped[hashes[0]:]
+    if not stripped or "\\" in stripped or '"""' in stripped or "'''" in stripped:
         return None
     if stripped.startswith("from ") and " import " in stripped and "(" not in stripped:
         head, _, names = stripped.partition(" import ")
         items = [n.strip() for n in names.split(",") if n.strip()]
-        return [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
-    return _right_hand_split(indent, stripped, limit)
+        wrapped = [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
+    else:
+        wrapped = _right_hand_split(indent, stripped, limit)
+    if wrapped is None or not comment:
+        return wrapped
+    return wrapped[:-1] + [wrapped[-1] + comment]
 
 
 def _right_hand_split(indent: str, code: str, limit: int) -> list[str] | None:
