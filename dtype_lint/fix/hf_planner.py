@@ -269,15 +269,6 @@ class HFPlanner(Planner):
 
     _fix = helper_fix
 
-    def idiom(self, site: Site) -> tuple[Fix | None, str]:
-        if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module):
-            return None, ""
-        stmt = self._statement_of(site)
-        parent = site.parents.get(id(stmt))
-        if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
-            return self._idiom(site, stmt, parent)
-        return None, ""
-
     def _idiom(self, site: Site, stmt: ast.stmt, if_node: ast.If) -> tuple[Fix | None, str]:
         aliases = {k: v[0] for k, v in site.scope.assigns.items() if len(v) == 1 and v[0] is not None}
         reader = _Reader(site.wds.layer, aliases, NO_WEIGHT)
