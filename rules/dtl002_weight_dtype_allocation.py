@@ -120,12 +120,15 @@ class WeightDtypeAllocation(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        replaced: dict[int, set[int]] = {}  # per function: allocations that become a weight's storage
+        # Per function: allocations that become a weight's storage; only a file that replaces a
+        # tensor's storage (`.set_(`, `.data =`) can have one, so the others skip the extra walk.
+        replaces = any("set_(" in line or ".data" in line for line in ctx.source.lines)
+        replaced: dict[int, set[int]] = {}
         for function, node in ctx.calls():
-            if id(function) not in replaced:
+            if replaces and id(function) not in replaced:
                 replaced[id(function)] = storage_replacements(
                     function.nodes, lambda t, scope=function.scope: weight_expr(t, scope) is not None)
-            if id(node) in replaced[id(function)]:
+            if id(node) in replaced.get(id(function), ()):
                 continue  # `L.weight.set_(torch.empty(0, dtype=L.weight.dtype))`: the weight's own storage
             ctx.report_flows(function, node, "alloc", "allocates a tensor in")
             self._like_weight(ctx, function, node)
