@@ -200,6 +200,10 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
     if any(patch.kind == "sites" for patch in patches):
         lines += [
             "",
+            "The test files the patches add carry no license header: this repository writes no other "
+            "project's copyright line. vLLM's pre-commit hook (`check-spdx-header`) adds vLLM's SPDX "
+            "header to each new file when the series is committed there.",
+            "",
             "The model patches add no test of their own: each changed method belongs to a model class "
             "that only vLLM's engine builds (its distributed state and a quantized checkpoint, for most a "
             "GPU), and a unit test cannot construct one. Their Test Plan runs the shared helper's test "

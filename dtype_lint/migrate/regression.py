@@ -83,13 +83,6 @@ def _storages(convention: Convention) -> str:
     return "\n".join(f'    "{sid}": {expr or fp8},' for sid, _s, expr in STORAGES)
 
 
-def _header(convention: Convention) -> str:
-    if convention.name == "vllm":
-        return ("# SPDX-License-Identifier: Apache-2.0\n"
-                "# SPDX-FileCopyrightText: Copyright contributors to the vLLM project\n")
-    return ""
-
-
 _LAYER = '''
 
 PARAMS_DTYPE = torch.bfloat16  # the model dtype
@@ -124,7 +117,7 @@ def _pytest(convention: Convention, module: str, function: str, flag_name: str, 
     fp8_import, _ = _fp8_expr(convention)
     rows = "\n".join(f'        ("{sid}", {flag}, "{want}"),' for sid, flag, want in cases)
     return (
-        _header(convention) + _docstring(function) + "\n"
+        _docstring(function) + "\n"
         "import pytest\nimport torch\n\n"
         f"from {module} import {function}\n" + fp8_import
         + _LAYER.format(storages=_storages(convention))
@@ -150,7 +143,7 @@ def _unittest(convention: Convention, module: str, function: str, flag_name: str
     rows = "\n".join(f'    ("{sid}", {flag}, "{want}"),' for sid, flag, want in cases)
     cls = "".join(p.capitalize() for p in function.strip("_").split("_")) + "Test"
     return (
-        _header(convention) + _docstring(function) + "\n"
+        _docstring(function) + "\n"
         "import unittest\n\nimport torch\n\n"
         f"from {module} import {function}\n" + fp8_import
         + _LAYER.format(storages=_storages(convention))
