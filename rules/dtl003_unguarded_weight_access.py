@@ -409,7 +409,7 @@ class UnguardedWeightAccess(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         for function in ctx.candidates:
-            for node in function.nodes:
+            for node in function.walk.of(ast.Attribute, ast.Call):  # what weight_read recognises
                 layer = weight_read(node)
                 if layer is None:
                     continue

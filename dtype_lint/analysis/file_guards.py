@@ -275,12 +275,11 @@ class _PrivateCalls:
     def calls(self) -> dict[str, list[tuple[ast.Call, object]]]:
         calls: dict[str, list[tuple[ast.Call, object]]] = {}
         for function in self._functions:
-            for node in function.nodes:
-                if isinstance(node, ast.Call):
-                    func = node.func
-                    name = func.id if isinstance(func, ast.Name) else (
-                        func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                        and func.value.id in ("self", "cls") else None)
-                    if name and name.startswith("_") and not name.startswith("__"):
-                        calls.setdefault(name, []).append((node, function))
+            for node in function.walk.of(ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else (
+                    func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.value.id in ("self", "cls") else None)
+                if name and name.startswith("_") and not name.startswith("__"):
+                    calls.setdefault(name, []).append((node, function))
         return calls

@@ -151,18 +151,19 @@ def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
     """`{name}` for a predicate, `{"not " + name}` for a negated one (every value it returns is
     true, or false only when the layer has `.weight`: `return not isinstance(layer.quant_method,
     UnquantizedLinearMethod)`), else nothing."""
-    if is_predicate(fn, known):
+    flags = function_flags(fn, known)  # both questions start from them: computed once
+    if is_predicate(fn, known, flags):
         return frozenset({name})
-    if is_negated_predicate(fn, known):
+    if is_negated_predicate(fn, known, flags):
         return frozenset({f"not {name}"})
     return frozenset()
 
 
-def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
+def is_negated_predicate(fn, known: GuardKnowledge, flags: frozenset[str] | None = None) -> bool:
     """Every value `fn` returns is true, or false only when the layer has `.weight`: a value whose
     falsity implies it (`not isinstance(L.quant_method, Unquantized...)`), or a false constant
-    returned only under a test that implies it."""
-    flags = function_flags(fn, known)
+    returned only under a test that implies it. `flags`: function_flags(fn, known), when known."""
+    flags = function_flags(fn, known) if flags is None else flags
     here = known.with_flags(flags)
     returns: list[tuple[ast.Return, tuple]] = []
     _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
@@ -183,10 +184,11 @@ def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
     return decided
 
 
-def is_predicate(fn, known: GuardKnowledge) -> bool:
+def is_predicate(fn, known: GuardKnowledge, flags: frozenset[str] | None = None) -> bool:
     """Every value `fn` returns is false (or None), or true only when the layer has `.weight`:
-    a return value that implies it, or a return dominated by such a test."""
-    flags = function_flags(fn, known)
+    a return value that implies it, or a return dominated by such a test. `flags`:
+    function_flags(fn, known), when known."""
+    flags = function_flags(fn, known) if flags is None else flags
     here = known.with_flags(flags)
     returns: list[tuple[ast.Return, tuple]] = []
     _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)

@@ -3,6 +3,7 @@ fast path (which must not import the analysis to use them)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
@@ -42,3 +43,41 @@ def top_level_defs(text: str, name: str) -> list[str]:
             end = _TOP_NEXT.search(text, m.end())
             out.append(text[m.start(): end.start() if end else len(text)])
     return out
+
+
+def could_be_helper_shaped(text: str) -> bool:
+    """Can a function whose text (decorators, signature and body) is `text` have the input-dtype
+    helper's shape (`dtypes.evaluator.helper_shape`)? False only where its tree cannot: the shape
+    needs a `return` with a value and a read of the layer's `weight` or `params_dtype` (an
+    attribute, or `getattr`/`hasattr` with the string "weight", which an escape or an implicit
+    concatenation may spell otherwise: any `getattr`/`hasattr` passes). A text that is not ASCII
+    passes (identifiers are NFKC-normalised, so `ｗｅｉｇｈｔ` is `weight`)."""
+    if not text.isascii():
+        return True
+    if "return" not in text:
+        return False
+    return "weight" in text or "params_dtype" in text or "getattr" in text or "hasattr" in text
+
+
+def function_text(lines: list[str], fn) -> str:
+    """The text of a function node from its first decorator to its last line (what `ast.walk(fn)`
+    covers), given the source's lines."""
+    start = min([d.lineno for d in fn.decorator_list] + [fn.lineno])
+    return "".join(lines[start - 1: fn.end_lineno or fn.lineno])
+
+
+_CALLEE_TAIL = r"\b(?:[\s)\\]|#[^\n]*)*[.(]"
+
+
+@functools.lru_cache(maxsize=256)
+def _callee_regex(names: tuple[str, ...]):
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + ")" + _CALLEE_TAIL)
+
+
+def callee_pattern(names):
+    """A regex that finds each place a name of `names` can be called (`name(`) or have an
+    attribute called (`name.f(`): the word, then whatever can stand between it and the `(` or `.`
+    token (spaces, line breaks, a backslash continuation, comments, closing brackets). None when
+    there are no names."""
+    names = tuple(sorted(set(names)))
+    return _callee_regex(names) if names else None
