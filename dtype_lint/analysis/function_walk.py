@@ -164,4 +164,33 @@ class FunctionWalk:
         return merged
 
 
-__all__ = ["SCOPE_EVENTS", "FunctionWalk"]
+def nodes_of(root: ast.AST, kind: type) -> list[ast.AST]:
+    """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
+    through each class's child fields instead of `ast.iter_child_nodes`."""
+    from collections import deque
+
+    found: list[ast.AST] = []
+    todo = deque([root])
+    pop, push, ast_type, fields = todo.popleft, todo.append, _AST, _FIELDS
+    while todo:
+        node = pop()
+        node_kind = type(node)
+        if node_kind is kind:
+            found.append(node)
+        child_fields = fields.get(node_kind)
+        if child_fields is None:
+            child_fields = _fields_of(node_kind)
+        for name in child_fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast_type):
+                        push(item)
+            elif isinstance(value, ast_type):
+                push(value)
+    return found
+
+
+__all__ = ["SCOPE_EVENTS", "FunctionWalk", "nodes_of"]

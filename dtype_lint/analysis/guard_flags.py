@@ -32,6 +32,7 @@ from dtype_lint.analysis.guards import (
     is_weight_or_none,
 )
 from dtype_lint.analysis.lazy_exports import lazy_owner
+from dtype_lint.engine.text_facts import may_define_top_level
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NOT = ast.Not()
@@ -221,6 +222,10 @@ def imported_predicates(project, imports: dict[str, str], config_params: tuple[s
         owner = lazy_owner(project, module, name)
         if owner is not None:  # `from pkg import f`, `pkg` resolving `f` in a `__getattr__`
             module, header = owner, index.modules.get(owner)
+
+        text = project.module_text(module)
+        if text is not None and not may_define_top_level(text, name):
+            continue  # no top-level `def name` there: not a predicate, and its module need not be parsed
 
         def build(module=module):
             facts = project.file_facts(module)

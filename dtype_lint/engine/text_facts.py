@@ -81,3 +81,15 @@ def callee_pattern(names):
     there are no names."""
     names = tuple(sorted(set(names)))
     return _callee_regex(names) if names else None
+
+
+_TOP_DEF_NAME = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def may_define_top_level(text: str, name: str) -> bool:
+    """Can a module with this text have a top-level `def name` (its `def` keyword starts a line)?
+    False only where its tree cannot: a text that is not ASCII (NFKC-normalised identifiers) or
+    holds a backslash continuation (`def \\` + newline + name) passes."""
+    if not text.isascii() or "\\\n" in text or "\\\r" in text:
+        return True
+    return any(m.group(1) == name for m in _TOP_DEF_NAME.finditer(text))
