@@ -334,9 +334,12 @@ class RuleContext:
         self.config = facts.config
         self._tracing = False  # judging a caller's argument (analysis/callers.py): one step only
 
-    def _fact(self, name: str):
+    def _declared(self, name: str) -> None:
         if name not in type(self.rule).facts:
             raise RuleContractError(f"{self.rule.code} reads `{name}` but does not declare it in `facts`")
+
+    def _fact(self, name: str):
+        self._declared(name)
         return getattr(self._facts, name)
 
     @property
@@ -360,11 +363,11 @@ class RuleContext:
     def every_function(self) -> list[Candidate]:
         """Every function of the file, its exemption decided only when `is_exempt` asks (the
         `functions` fact decides every one's first)."""
-        self._fact("functions")
+        self._declared("functions")
         return self._facts._all_functions
 
     def is_exempt(self, c: Candidate) -> bool:
-        self._fact("functions")
+        self._declared("functions")
         return self._facts.exempt(c)
 
     @property

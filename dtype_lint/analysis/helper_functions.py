@@ -30,7 +30,7 @@ from dtype_lint.dtypes.evaluator import (
     unsound_cases,
 )
 from dtype_lint.engine import trees
-from dtype_lint.engine.text_facts import callee_pattern, could_be_helper_shaped, function_text
+from dtype_lint.engine.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 
 
 @dataclass(frozen=True)
@@ -239,24 +239,29 @@ class HelperFacts:
         from bisect import bisect_right
 
         named = {fn.name for fn, _q, _h in self.defined}
-        modules = set()
+        modules: dict[str, ModuleHeader] = {}
         for local, target in self.imports.items():
             # What `called` and `lookup_function` ask first: `f` names a helper-shaped `def` of
-            # the module it resolves to (the lookups `imports_a_helper` made already), `m.f`
-            # needs `m` to be a project module.
+            # the module it resolves to (the lookups `imports_a_helper` made already); `m.f`
+            # needs `m` to be a project module whose header lists `f` as a helper-shaped `def`
+            # or imports it (`canonical` follows only that).
             module, _, name = self.index.canonical(target).rpartition(".")
             header = self.index.modules.get(module)
             if header is not None and name in header.functions:
                 named.add(local)
-            if self.index.modules.get(target) is not None:
-                modules.add(local)
+            own = self.index.modules.get(target)
+            if own is not None:
+                modules[local] = own
         text, starts, lines = self.source.text, self.source.starts, set()
-        for pattern, tail in ((callee_pattern(named), "("), (callee_pattern(modules), ".")):
-            if pattern is None:
-                continue
-            for m in pattern.finditer(text):
-                if text[m.end() - 1] == tail:
-                    lines.add(bisect_right(starts, m.start()))
+        pattern = callee_pattern(named)
+        for m in pattern.finditer(text) if pattern is not None else ():
+            if text[m.end() - 1] == "(":
+                lines.add(bisect_right(starts, m.start()))
+        pattern = attribute_pattern(modules)
+        for m in pattern.finditer(text) if pattern is not None else ():
+            header, attr = modules[m.group(1)], m.group(2)
+            if attr in header.functions or attr in header.imports:
+                lines.add(bisect_right(starts, m.start()))
         return sorted(lines)
 
     def may_call_helper(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

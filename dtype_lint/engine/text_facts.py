@@ -74,6 +74,18 @@ def _callee_regex(names: tuple[str, ...]):
     return re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + ")" + _CALLEE_TAIL)
 
 
+@functools.lru_cache(maxsize=256)
+def _attribute_regex(names: tuple[str, ...]):
+    return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b(?:[\s)\\]|#[^\n]*)*\.(?:[\s\\]|#[^\n]*)*(\w+)")
+
+
+def attribute_pattern(names):
+    """A regex that finds each `name.attr` of a name of `names` (group 1) and the attribute read
+    (group 2: the next word after the `.` token, whatever stands between), or None without names."""
+    names = tuple(sorted(set(names)))
+    return _attribute_regex(names) if names else None
+
+
 def callee_pattern(names):
     """A regex that finds each place a name of `names` can be called (`name(`) or have an
     attribute called (`name.f(`): the word, then whatever can stand between it and the `(` or `.`
