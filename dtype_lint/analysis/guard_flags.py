@@ -152,12 +152,21 @@ def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
     """`{name}` for a predicate, `{"not " + name}` for a negated one (every value it returns is
     true, or false only when the layer has `.weight`: `return not isinstance(layer.quant_method,
     UnquantizedLinearMethod)`), else nothing."""
+    if not _has_return(fn.body):
+        return frozenset()  # both questions need a `return`: no flags to compute
     flags = function_flags(fn, known)  # both questions start from them: computed once
     if is_predicate(fn, known, flags):
         return frozenset({name})
     if is_negated_predicate(fn, known, flags):
         return frozenset({f"not {name}"})
     return frozenset()
+
+
+def _has_return(body: list[ast.stmt]) -> bool:
+    """A `return` among the statements `_walk_block` visits (nested functions and classes left out)."""
+    found: list[ast.stmt] = []
+    _walk_block(body, (), lambda stmt, _tests: found.append(stmt) if isinstance(stmt, ast.Return) else None)
+    return bool(found)
 
 
 def is_negated_predicate(fn, known: GuardKnowledge, flags: frozenset[str] | None = None) -> bool:
