@@ -130,6 +130,8 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.file_guards import test_module
+from dtype_lint.analysis.never_runs import shadowed_definitions
 from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
 from dtype_lint.analysis.storage_model import ABSENT, why_storage
 from dtype_lint.findings import Evidence
@@ -303,7 +305,7 @@ class UnguardedWeightAccess(Rule):
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
     default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
-    facts = frozenset({"candidates", "layers", "flows", "guards"})
+    facts = frozenset({"candidates", "layers", "flows", "guards", "tree"})
     fix_availability = FixAvailability.NONE
     fix_note = "what to do without `.weight` is a human choice"
 
@@ -408,6 +410,9 @@ class UnguardedWeightAccess(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
+        if test_module(ctx.source.path):
+            return  # a test reads the storage of the config it builds on purpose
+        shadowed = None
         for function in ctx.candidates:
             for node in function.nodes:
                 layer = weight_read(node)
@@ -417,6 +422,10 @@ class UnguardedWeightAccess(Rule):
                     continue
                 if function.fn.name == "weight" and isinstance(function.parents.get(id(node)), ast.Return):
                     continue  # a wrapper's `weight` property forwarding its base's: raises exactly as the base
+                if shadowed is None:
+                    shadowed = shadowed_definitions(ctx.tree)
+                if id(function.fn) in shadowed:
+                    break  # a later `def` of the same name replaces this one: it never runs
                 # The engine's verdict also drops reads dominated by a check that proves the layer
                 # unquantized (a quant-method dispatch, a storage test).
                 verdict = ctx.layer_verdict(layer, function, site=node, need=ABSENT)

@@ -30,6 +30,16 @@ from dtype_lint.findings import Evidence
 _NO_LAYER = ast.Name(id="<no layer>")  # a guard in a caller speaks of no particular layer
 
 
+def test_module(path: str) -> bool:
+    """A test module: `test_*.py`, `*_test.py`, `conftest.py`, or a file under a `test`/`tests`
+    folder. A test builds its layer with the config it asserts on, and reads the storage that
+    config gives on purpose: not model code a backend can surprise."""
+    parts = path.replace("\\", "/").split("/")
+    name = parts[-1]
+    return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+            or any(part in ("test", "tests") for part in parts[:-1]))
+
+
 class FileGuards:
     """Guard questions about one file. `file`: the rule facts of the file (rule.RuleFacts: its
     tree, imports, project, config, layer resolver and functions)."""
@@ -118,7 +128,8 @@ class FileGuards:
         if at_read is None:
             at_read = self._known_at_read[id(function.fn)] = known.at_read(
                 lambda call: self._unresolved_method(call, function), self._dormant(function))
-        return weight_present_at(read, layer, function.parents, at_read) or self._callers.every_call_guarded(function)
+        return weight_present_at(read, layer, function.parents, at_read) or \
+            self._callers.every_call_guarded(function, layer)
 
     def _dormant(self, function) -> dict[str, object]:
         if not (function.class_qualname and function.scope.self_name):
@@ -196,22 +207,58 @@ class FileGuards:
 class _CallerGuards:
     """Guards in the callers: a function or method whose every use in its file is a call that a
     guard dominates in the calling function (`if self.attn.fast_decode: self.attn.forward_decode(
-    ...)`, with `fast_decode` a flag of the callee's class, read on the object called)."""
+    ...)`, with `fast_decode` a flag of the callee's class, read on the object called), or that an
+    earlier read of the same layer's `.weight` in the caller dominates (the layer named in the
+    caller's terms: `self.X` through the object called on, a parameter through the argument). That
+    read raises first, and is the one reported: a dispatch that reads `w = self.weight` and
+    calls `self._gemm_fp8(x)` only after testing `w.dtype`."""
 
     def __init__(self, file, class_flags: ClassGuardFlags):
         self._file, self._class_flags = file, class_flags
-        self._decided: dict[int, bool] = {}
+        self._decided: dict[tuple, bool] = {}
 
     @functools.cached_property
     def _parents(self) -> dict[int, ast.AST]:
         return parent_map(self._file.tree)
 
-    def every_call_guarded(self, function) -> bool:
-        if id(function.fn) not in self._decided:
-            self._decided[id(function.fn)] = self._decide(function)
-        return self._decided[id(function.fn)]
+    def every_call_guarded(self, function, layer: ast.expr | None = None) -> bool:
+        key = (id(function.fn), ast.dump(layer) if layer is not None else None)
+        if key not in self._decided:
+            self._decided[key] = self._decide(function, layer)
+        return self._decided[key]
 
-    def _decide(self, function) -> bool:
+    @staticmethod
+    def _in_caller(layer: ast.expr | None, function, call: ast.Call, receiver: ast.expr | None) -> ast.expr:
+        """`layer`, an expression of the callee, as the caller writes it at `call`: its root
+        `self` becomes the object called on, a parameter the argument passed for it; anything else
+        names no layer there."""
+        if layer is None:
+            return _NO_LAYER
+        root, path = layer, []
+        while isinstance(root, ast.Attribute):
+            path.append(root.attr)
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return _NO_LAYER
+        fn = function.fn
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if receiver is not None and params and root.id == params[0] == function.scope.self_name:
+            base = receiver
+        elif root.id in params and not any(isinstance(a, ast.Starred) for a in call.args):
+            positional = params[1:] if receiver is not None else params
+            base = next((k.value for k in call.keywords if k.arg == root.id), None)
+            position = positional.index(root.id) if root.id in positional else len(call.args)
+            if base is None and position < len(call.args):
+                base = call.args[position]
+            if base is None:
+                return _NO_LAYER
+        else:
+            return _NO_LAYER
+        for attr in reversed(path):
+            base = ast.Attribute(value=base, attr=attr, ctx=ast.Load())
+        return base
+
+    def _decide(self, function, layer: ast.expr | None) -> bool:
         fn = function.fn
         method = function.class_qualname is not None
         # Called implicitly (`module(x)` runs `forward`, an attribute read runs a property, a
@@ -244,7 +291,8 @@ class _CallerGuards:
                     theirs = self._class_flags.of(fn).flags
                     known = known.with_flags(f"{ast.unparse(use.value)}.{flag[5:]}" for flag in theirs
                                              if flag.startswith("self."))
-            if not weight_present_at(call, _NO_LAYER, caller.parents, known):
+            in_caller = self._in_caller(layer, function, call, use.value if method else None)
+            if not weight_present_at(call, in_caller, caller.parents, known):
                 return False
             calls += 1
         return calls > 0

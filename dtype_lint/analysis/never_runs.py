@@ -1,7 +1,8 @@
 """Code that never runs: a site there is no finding, whatever the layer.
 
 `if TYPE_CHECKING:` bodies are read by type checkers only (sglang's `kimi_k3.py` declares typed
-stubs of its layers there). New predicates live here rather than in the guard engine
+stubs of its layers there); a `def` that a later `def` of the same name in the same class or
+module body replaces is never called (`shadowed_definitions`, asked by DTL003). New predicates live here rather than in the guard engine
 (analysis/guards.py): they do not depend on the layer, only on where the site stands.
 """
 
@@ -24,3 +25,41 @@ def never_runs(site: ast.AST, parents: dict[int, ast.AST]) -> bool:
             return True
         child, node = node, parents.get(id(node))
     return False
+
+
+_KEEPS_NAME = ("staticmethod", "classmethod", "property", "cached_property", "functools.cached_property")
+
+
+def shadowed_definitions(tree: ast.Module) -> frozenset[int]:
+    """The `id`s of the functions of a module or class body rebound later in that same body (a
+    second `def` of the name, or an assignment to it): every use, `self.f()` included, finds the
+    later binding, so the first body never runs. Not when something between them, or the later
+    `def`'s decorators, reads the name (`@f.setter`, `g = f`), nor when the first is decorated
+    with anything but a plain method wrapper (`@overload`, a registering decorator keeps it)."""
+    shadowed: set[int] = set()
+    bodies = [tree.body] + [node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    for body in bodies:
+        for i, stmt in enumerate(body):
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                    any((dotted(d) or "") not in _KEEPS_NAME for d in stmt.decorator_list):
+                continue
+            for later in body[i + 1:]:
+                if isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if _reads(later.decorator_list, stmt.name):
+                        break
+                    if later.name == stmt.name:
+                        shadowed.add(id(stmt))
+                        break
+                    continue
+                if isinstance(later, ast.ClassDef) or _reads([later], stmt.name):
+                    break  # read (or may be) before it is rebound
+                if isinstance(later, ast.Assign) and any(isinstance(t, ast.Name) and t.id == stmt.name
+                                                         for t in later.targets):
+                    shadowed.add(id(stmt))
+                    break
+    return frozenset(shadowed)
+
+
+def _reads(nodes: list[ast.AST], name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+               for node in nodes for n in ast.walk(node))
