@@ -21,7 +21,14 @@ import functools
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
-from dtype_lint.analysis.guard_flags import ClassGuardFlags, concrete_classes, imported_predicates
+from dtype_lint.analysis.class_facts import annotation_name
+from dtype_lint.analysis.guard_flags import (
+    ClassGuardFlags,
+    concrete_classes,
+    imported_predicates,
+    object_predicate_calls,
+    predicate_names,
+)
 from dtype_lint.analysis.guards import BackendNames, GuardKnowledge, unpacked_storage_guard, weight_present_at
 from dtype_lint.analysis.layers import NONE
 from dtype_lint.analysis.lazy_exports import lazy_owner
@@ -88,7 +95,69 @@ class FileGuards:
         backends = BackendNames(file.config.all_config_params,
                                 concrete_classes(file.project, file.source.module, file.imports))
         return ClassGuardFlags(
-            file.tree, lambda: imported_predicates(file.project, file.imports, file.config.all_config_params), backends)
+            file.tree, lambda: imported_predicates(file.project, file.imports, file.config.all_config_params), backends,
+            self._object_predicates)
+
+    def _object_predicates(self, fn) -> frozenset[str]:
+        """`X.m` where `X = C(...)` or `X = f()` in `fn`, and `m`, a method of C (of the class
+        `f`'s return annotation names), is a predicate: read as an imported predicate is, with its
+        unquantized checks and config tests only."""
+        found = set()
+        for name, (builder, method_name) in object_predicate_calls(fn).items():
+            located = self._method_of_built(dotted(builder), method_name)
+            if located is None:
+                continue
+            owner, method = located
+            config_params = self._file.config.all_config_params
+            known = GuardKnowledge(backends=BackendNames(config_params))
+            key = ("object-predicate", owner, method_name, config_params)
+            names = self._file.project.index.cached_facts(key, lambda method=method, known=known:
+                                                           predicate_names(method, known, "m"))
+            if "m" in names:
+                found.add(name)
+            elif "not m" in names:
+                found.add(f"not {name}")
+        return frozenset(found)
+
+    def _method_of_built(self, builder: str, method_name: str):
+        """The method `method_name` of the class `builder(...)` builds: the class itself, or the
+        class a project function's return annotation names (its module's imports resolve it)."""
+        project, file = self._file.project, self._file
+        index = project.index
+        qualname = index.resolve(file.source.module, builder, file.imports)
+        if project.class_facts(qualname) is None:
+            located = self._module_function_at(builder)
+            if located is None:
+                return None
+            fn, module, imports = located
+            returned = annotation_name(fn.returns)
+            if not returned:
+                return None
+            qualname = index.resolve(module, returned, imports)
+        for owner in index.mro(qualname) or [qualname]:
+            facts = project.class_facts(owner)
+            if facts is not None and method_name in facts.methods:
+                return owner, facts.methods[method_name]
+        return None
+
+    def _module_function_at(self, name: str):
+        """(function, its module, that module's imports) for a top-level function `name` calls."""
+        if name in self._own_functions:
+            return self._own_functions[name], self._file.source.module, self._file.imports
+        target = self._file.imports.get(name)
+        if target is None:
+            return None
+        project = self._file.project
+        module, _, attr = project.index.canonical(target).rpartition(".")
+        if project.index.modules.get(module) is None:
+            return None
+        module = lazy_owner(project, module, attr) or module
+        facts = project.file_facts(module)
+        if facts is None or facts.tree is None:
+            return None
+        fn = next((node for node in facts.tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr), None)
+        return (fn, facts.module, facts.imports) if fn is not None else None
 
     @functools.cached_property
     def _private_calls(self) -> "_PrivateCalls":

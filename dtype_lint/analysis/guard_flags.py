@@ -264,9 +264,12 @@ class ClassGuardFlags:
     `self._scale = prep(layer)` where `prep` returns None unless the weight exists), and the
     predicates it may call (module functions, nested functions, the class's own methods)."""
 
-    def __init__(self, tree: ast.Module, imported, backends: BackendNames):
+    def __init__(self, tree: ast.Module, imported, backends: BackendNames, object_predicates=None):
         # Computed on demand, per class: most files hold no read the rule would report, and
         # reading every class's flags cost more than all the rest of the rule.
+        # `object_predicates(fn)`: the `X.m` predicates of objects `fn` builds (see
+        # `object_predicate_calls`).
+        self._object_predicates = object_predicates or (lambda _fn: frozenset())
         self._by_function: dict[int, GuardKnowledge] = {}
         self._nothing = GuardKnowledge(backends=backends)
         self._tree, self._imported, self._backends = tree, imported, backends
@@ -305,14 +308,15 @@ class ClassGuardFlags:
         for node in owner.body:
             if isinstance(node, _FUNCTIONS):
                 self._by_function[id(node)] = GuardKnowledge(
-                    frozenset(), predicates | _nested_predicates(node, predicates, backends), backends)
+                    frozenset(), predicates | _nested_predicates(node, predicates, backends)
+                    | self._object_predicates(node), backends)
 
     def _class(self, cls: ast.ClassDef, module_predicates: frozenset[str], backends: BackendNames) -> None:
         methods = [m for m in cls.body if isinstance(m, _FUNCTIONS)]
         predicates = module_predicates | frozenset().union(*(
             predicate_names(m, GuardKnowledge(frozenset(), module_predicates, backends), f"self.{m.name}")
             for m in methods))
-        nested = {id(m): _nested_predicates(m, predicates, backends) for m in methods}
+        nested = {id(m): _nested_predicates(m, predicates, backends) | self._object_predicates(m) for m in methods}
         attributes: dict[str, list[_Assignment]] = {}
         local_names: dict[int, dict[str, list[_Assignment]]] = {}
         for method in methods:
@@ -366,3 +370,31 @@ def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef, known: G
         if isinstance(stmt, ast.Assert) and backend_check(stmt.test, known.backends):
             return True
     return False
+
+
+def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
+    """`"X.m"` -> (what builds X, "m") for each call `X.m(...)` in `fn` on a local `X` assigned
+    once, from a call (`X = C(...)`, `X = get_kernel()`): the class it builds, or the one the
+    function's return annotation names, may define `m` as a predicate (`kernel.can_run(layer)`
+    false unless the layer's method is unquantized)."""
+    assigned: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigned.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+            assigned.setdefault(node.target.id, []).append(None)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
+            for target in ast.walk(node.target if hasattr(node, "target") else node):
+                if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
+                    assigned.setdefault(target.id, []).append(None)
+    found: dict[str, tuple[ast.AST, str]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name):
+            values = assigned.get(node.func.value.id, [])
+            if len(values) == 1 and isinstance(values[0], ast.Call) and dotted(values[0].func):
+                found[f"{node.func.value.id}.{node.func.attr}"] = (values[0].func, node.func.attr)
+    return found
+

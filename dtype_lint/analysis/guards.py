@@ -475,13 +475,14 @@ def backend_check(test: ast.AST, backends: BackendNames) -> bool:
 
 
 def callee_name(call: ast.AST) -> str | None:
-    """`f(...)` -> "f"; `self.f(...)` (or `cls.f`) -> "self.f"."""
+    """`f(...)` -> "f"; `self.f(...)` (or `cls.f`) -> "self.f"; `x.f(...)` on a local -> "x.f"
+    (a method of the object a local holds: guard_flags.object_predicate_calls)."""
     if isinstance(call, ast.Call):
         func = call.func
         if isinstance(func, ast.Name):
             return func.id
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
-            return f"self.{func.attr}"
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            return f"self.{func.attr}" if func.value.id in ("self", "cls") else f"{func.value.id}.{func.attr}"
     return None
 
 
