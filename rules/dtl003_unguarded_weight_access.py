@@ -130,6 +130,7 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.constructions import self_instance
 from dtype_lint.analysis.file_guards import test_module
 from dtype_lint.analysis.never_runs import shadowed_definitions
 from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
@@ -431,6 +432,8 @@ class UnguardedWeightAccess(Rule):
                 verdict = ctx.layer_verdict(layer, function, site=node, need=ABSENT)
                 if verdict is None or ctx.guards.weight_present(node, function, layer):
                     continue
+                if _built_without_config(ctx, layer, function):
+                    continue
                 confidence, evidence = verdict
                 text = ast.unparse(layer)
                 # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
@@ -445,6 +448,22 @@ class UnguardedWeightAccess(Rule):
                                  f"fallback: {first}",
                            confidence=confidence, evidence=(remedy, *evidence),
                            no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
+
+
+def _built_without_config(ctx: RuleContext, layer: ast.expr, function) -> bool:
+    """`self...` of a class whose every construction in the project is in sight
+    (analysis/constructions.py), and those constructions leave no config to this layer: a
+    `ReplicatedLinear` subclass built only with `quant_config=None`, a tower built without one."""
+    root = layer
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not (isinstance(root, ast.Name) and root.id == function.scope.self_name and function.class_qualname):
+        return False
+    this = self_instance(ctx.layers, function.class_qualname)
+    if this is None:
+        return False
+    inst = ctx.layers.resolve(layer, function.scope, this=this)
+    return inst.qualname is not None and ctx.layers.quantizable(inst, ast.unparse(layer), None, ABSENT) is None
 
 
 def _flows_on(ctx: RuleContext, node: ast.AST, function) -> bool:
