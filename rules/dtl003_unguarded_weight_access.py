@@ -297,6 +297,56 @@ _FAST_PATHS_WRONG = (_FAST_PATHS.replace("if is_quantized(self.up):", "if not is
                      .replace("(self.up, self.down)", "(self.up,)").replace("Lazy(lambda: isinstance(", "Lazy(all, (")
                      + "    def rows(self, c):\n        n = c and self.down.weight.shape[0]\n"
                      "        return self.down.weight[:n]\n")
+# Later-bound fast paths (fixtures/shapes/servelm/models/dispatch.py): a private kernel called only
+# after the caller's own read of the same `.weight`; a kernel object kept only where its
+# `can_run(layer)` predicate held; a plain-tensor `isinstance` on `getattr(L, "weight", None)`; a
+# method a later `def` replaces; a subclass the project builds only without a config.
+_DISPATCH = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear, ReplicatedLinear, UnquantizedLinearMethod
+class Reduce:
+    def can_run(self, linear):
+        if not isinstance(linear.quant_method, UnquantizedLinearMethod):
+            return False
+        return linear.input_size % 64 == 0
+def get_reduce() -> Reduce:
+    return Reduce()
+class Gate(ReplicatedLinear):
+    def forward(self, x):
+        return x @ self.weight.t()
+class Block(torch.nn.Module):
+    def __init__(self, quant_config):
+        super().__init__()
+        self.proj = ColumnParallelLinear(8, 8, quant_config=quant_config)
+        self.gate = Gate(8, 2, quant_config=None)
+        self.fused = None
+        kernel = get_reduce()
+        if kernel.can_run(self.proj):
+            self.fused = kernel
+        self.bf16 = isinstance(getattr(self.proj, "weight", None), torch.Tensor) and self.proj.weight.dtype == torch.bfloat16
+    def dispatch(self, x):
+        if self.proj.weight.dtype == torch.bfloat16:
+            return self._dense(x)
+        return self.proj(x)[0]
+    def _dense(self, x):
+        return x @ self.proj.weight.t()
+    def forward(self, x):
+        if self.fused is not None:
+            return x @ self.proj.weight.t()
+        return self.proj(x)[0]
+    def rows(self):
+        return self.proj.weight.shape[0]
+    def rows(self):
+        return self.proj.output_size
+"""
+# Each guard dropped: the kernel called unguarded too, a check that says nothing of the storage,
+# `isinstance(..., object)`, the later `def` renamed, the gate also built with a config.
+_DISPATCH_BROKEN = (_DISPATCH.replace("    def _dense", "    def warm(self, x):\n        return self._dense(x)\n"
+                                      "    def _dense")
+                    .replace("if not isinstance(linear.quant_method, UnquantizedLinearMethod):", "if linear is None:")
+                    .replace("torch.Tensor) and self.proj", "object) and self.proj")
+                    .replace("    def rows(self):\n        return self.proj.output_size", "    def cols(self):\n        return 0")
+                    .replace("quant_config=None)\n        self.fused", "quant_config=quant_config)\n        self.fused"))
 _NO_WEIGHT = "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`"
 
 
@@ -382,6 +432,7 @@ class UnguardedWeightAccess(Rule):
         Valid(_DORMANT),
         Valid(_BACKENDS),
         Valid(_FAST_PATHS),
+        Valid(_DISPATCH.replace("self.proj.weight.dtype == torch.bfloat16:", "hasattr(self.proj, 'weight'):")),
     ]
     INVALID = [
         Invalid(_HEAD + "    def f(self, q):\n        if self.kv_b_proj.weight.dtype == torch.float8_e4m3fn:\n"
@@ -408,6 +459,10 @@ class UnguardedWeightAccess(Rule):
         # `forward_decode` is also called unguarded; `LinearMethodBase` names no backend.
         Invalid(_BACKENDS_BROKEN, count=2),
         Invalid(_FAST_PATHS_RE_READ), Invalid(_FAST_PATHS_WRONG, count=4),  # the first read in `rows` only
+        # `dispatch`'s own first read is the finding (not `_dense`'s re-read); the broken twin adds
+        # `_dense`, `forward`, the `isinstance(..., object)` chain, `rows` and `Gate.forward`.
+        Invalid(_DISPATCH, message_contains=("self.proj.weight",)),
+        Invalid(_DISPATCH_BROKEN, count=6),
     ]
 
     def check(self, ctx: RuleContext) -> None:
