@@ -2,7 +2,9 @@
 
 `if TYPE_CHECKING:` bodies are read by type checkers only (sglang's `kimi_k3.py` declares typed
 stubs of its layers there); a `def` that a later `def` of the same name in the same class or
-module body replaces is never called (`shadowed_definitions`, asked by DTL003). New predicates live here rather than in the guard engine
+module body replaces is never called (`shadowed_definitions`, asked by DTL003); the `else` of a
+`hasattr(self.X, "m")` that every construction of `self.X` makes true never runs
+(`false_arm_of_method_check`, asked by DTL003). New predicates live here rather than in the guard engine
 (analysis/guards.py): they do not depend on the layer, only on where the site stands.
 """
 
@@ -63,3 +65,20 @@ def shadowed_definitions(tree: ast.Module) -> frozenset[int]:
 def _reads(nodes: list[ast.AST], name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                for node in nodes for n in ast.walk(node))
+
+
+def false_arm_of_method_check(site: ast.AST, parents: dict[int, ast.AST], has_method) -> bool:
+    """The site runs only where a `hasattr(X, "m")` failed, and `has_method(X, "m")` says every
+    object X can hold defines method `m` (a delegating `elif` after `if hasattr(self.language_model,
+    "get_embed_and_head"): return self.language_model.get_embed_and_head()`)."""
+    from dtype_lint.analysis.dominance import dominators
+
+    for dominator in dominators(site, parents):
+        test = dominator.test
+        if dominator.holds or not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)
+                                   and test.func.id == "hasattr" and len(test.args) == 2 and not test.keywords):
+            continue
+        name = test.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str) and has_method(test.args[0], name.value):
+            return True
+    return False
