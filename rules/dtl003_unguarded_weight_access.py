@@ -347,6 +347,36 @@ _DISPATCH_BROKEN = (_DISPATCH.replace("    def _dense", "    def warm(self, x):\
                     .replace("torch.Tensor) and self.proj", "object) and self.proj")
                     .replace("    def rows(self):\n        return self.proj.output_size", "    def cols(self):\n        return 0")
                     .replace("quant_config=None)\n        self.fused", "quant_config=quant_config)\n        self.fused"))
+# Paths that never meet a quantized layer: the layer is one only under one outcome of a module-level
+# flag and is read under the other; the fallback of a `hasattr` check every construction passes.
+_OTHER_ARM = """\
+import torch
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+_on_cpu = not torch.cuda.is_available()
+class Text(torch.nn.Module):
+    def __init__(self, quant_config):
+        super().__init__()
+        self.lm_head = ParallelLMHead(8, 8, quant_config=quant_config)
+    def get_head(self):
+        return getattr(self.lm_head, "weight", None)
+class Experts(torch.nn.Module):
+    def __init__(self, quant_config):
+        super().__init__()
+        if _on_cpu:
+            self.pre = ReplicatedLinear(8, 8, quant_config=quant_config)
+        else:
+            self.pre = torch.nn.Linear(8, 8)
+        self.text = Text(quant_config)
+    def forward(self, x):
+        if _on_cpu:
+            return self.pre(x)[0]
+        return x @ self.pre.weight.t()
+    def head(self):
+        if hasattr(self.text, "get_head"):
+            return self.text.get_head()
+        return self.text.lm_head.weight
+"""
 _NO_WEIGHT = "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`"
 
 
@@ -432,6 +462,7 @@ class UnguardedWeightAccess(Rule):
         Valid(_DORMANT),
         Valid(_BACKENDS),
         Valid(_FAST_PATHS),
+        Valid(_OTHER_ARM),
         Valid(_DISPATCH.replace("self.proj.weight.dtype == torch.bfloat16:", "hasattr(self.proj, 'weight'):")),
     ]
     INVALID = [
@@ -462,6 +493,9 @@ class UnguardedWeightAccess(Rule):
         # `dispatch`'s own first read is the finding (not `_dense`'s re-read); the broken twin adds
         # `_dense`, `forward`, the `isinstance(..., object)` chain, `rows` and `Gate.forward`.
         Invalid(_DISPATCH, message_contains=("self.proj.weight",)),
+        # The read on the flag's other outcome; a method the built class does not define.
+        Invalid(_OTHER_ARM.replace("        if _on_cpu:\n            return", "        if not _on_cpu:\n            return")
+                .replace('hasattr(self.text, "get_head")', 'hasattr(self.text, "get_tail")'), count=2),
         Invalid(_DISPATCH_BROKEN, count=6),
     ]
 

@@ -184,3 +184,15 @@ def test_dispatch_guards_of_dtl003(findings):
     assert line_of("models/dispatch.py", "class TinyGate") + 5 not in dispatch
     # Test modules are not checked.
     assert not [f for f in findings if f["path"].startswith("servelm/tests/")]
+
+
+def test_paths_that_never_meet_a_quantized_layer(findings):
+    """models/dispatch.py: a layer quantizable only under one outcome of a module-level flag, read
+    under the other; the fallback arm after a `hasattr` every construction satisfies."""
+    dispatch = at(findings, "models/dispatch.py")
+    lines = (SHAPES / "servelm" / "models" / "dispatch.py").read_text(encoding="utf-8").splitlines()
+    reads = [i for i, text in enumerate(lines, 1) if "return x @ self.pre_proj.weight.t()" in text]
+    assert len(reads) == 2
+    assert reads[0] not in dispatch and reads[1] in dispatch  # the GPU path; the unguarded twin
+    assert line_of("models/dispatch.py", "return self.language_model.lm_head.weight") not in dispatch
+    assert line_of("models/dispatch.py", "return self.drafter.lm_head.weight") in dispatch
