@@ -19,6 +19,7 @@ predicates it may call, and whether the class refuses quantization in `__init__`
 from __future__ import annotations
 
 import ast
+import copy
 
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import EXITS
@@ -109,8 +110,14 @@ def _assignments_of(fn, self_name: str | None, attributes: dict, local_names: di
             elif isinstance(target, ast.Name):
                 local_names.setdefault(target.id, []).append(assignment)
             elif isinstance(target, (ast.Tuple, ast.List)):
+                elements = target.elts if isinstance(value, ast.Call) and not any(
+                    isinstance(e, ast.Starred) for e in target.elts) else []
+                for position, element in enumerate(elements):
+                    if isinstance(element, ast.Name):  # `ok, why = f(L)`: `ok` is `f(L)[0]`
+                        item = ast.Subscript(value=value, slice=ast.Constant(position), ctx=ast.Load())
+                        local_names.setdefault(element.id, []).append(_Assignment(item, anded, tests, id(fn)))
                 for node in ast.walk(target):
-                    if isinstance(node, ast.Name):
+                    if isinstance(node, ast.Name) and not any(node is e for e in elements):
                         local_names.setdefault(node.id, []).append(unknown())
     _walk_block(fn.body, (), visit)
 
@@ -155,7 +162,36 @@ def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
         return frozenset({name})
     if is_negated_predicate(fn, known):
         return frozenset({f"not {name}"})
+    verdict = _first_elements(fn)
+    if verdict is not None and "[" not in name:
+        # `return False, "why"` / `return True, ""`: the verdict is the tuple's first element,
+        # read as `ok, _ = f(layer)` or `f(layer)[0]`.
+        return predicate_names(verdict, known, f"{name}[0]")
     return frozenset()
+
+
+def _first_elements(fn):
+    """A copy of `fn` returning the first element of each tuple it returns, when every `return`
+    of its own body returns a tuple literal; else None."""
+    returns = [node for node in _own_nodes(fn) if isinstance(node, ast.Return)]
+    if not returns or not all(isinstance(r.value, ast.Tuple) and r.value.elts
+                              and not isinstance(r.value.elts[0], ast.Starred) for r in returns):
+        return None
+    view = copy.deepcopy(fn)
+    for node in _own_nodes(view):
+        if isinstance(node, ast.Return):
+            node.value = node.value.elts[0]
+    return view
+
+
+def _own_nodes(fn):
+    """The nodes of `fn`'s body, not those of functions or classes nested in it."""
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node)
+                    if not isinstance(child, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)))
 
 
 def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
@@ -228,6 +264,10 @@ def imported_predicates(project, imports: dict[str, str], config_params: tuple[s
             found.add(local)
         elif f"not {name}" in predicates:
             found.add(f"not {local}")
+        elif f"{name}[0]" in predicates:
+            found.add(f"{local}[0]")
+        elif f"not {name}[0]" in predicates:
+            found.add(f"not {local}[0]")
     return frozenset(found)
 
 

@@ -500,6 +500,9 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         return True
     if callee_name(test) in known.predicates or _opaque_check(test, layer, known):
         return True
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and callee_name(test.value) \
+            and f"{callee_name(test.value)}[{test.slice.value}]" in known.predicates:
+        return True  # `f(L)[0]` of a predicate returning `(verdict, reason)`
     if is_weight_or_none(test) or (none_test(test, ast.IsNot) is not None and is_weight_or_none(test.left)):
         return True  # `getattr(L, "weight", None) is not None`, written in the test itself
     if _isinstance_of_weight_or_none(test, layer):
@@ -567,6 +570,9 @@ def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledg
         return True  # `getattr(L, "weight", None) is None`, written in the test itself
     if callee_name(test) is not None and f"not {callee_name(test)}" in known.predicates:
         return True  # a negated predicate: false only when the layer has `.weight`
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and callee_name(test.value) \
+            and f"not {callee_name(test.value)}[{test.slice.value}]" in known.predicates:
+        return True
     if _reads_weight_of(test, layer, False):
         return True
     element = each_element(test, "any")
