@@ -178,6 +178,8 @@ def test_dispatch_guards_of_dtl003(findings):
     assert line_of("models/dispatch.py", "return self.fused(x, self.o_proj.weight)") not in dispatch
     # `isinstance(getattr(L, "weight", None), torch.Tensor) and L.weight...`.
     assert line_of("models/dispatch.py", "and self.down.weight.dtype == torch.bfloat16") not in dispatch
+    # A guard two callers up.
+    assert line_of("models/dispatch.py", "a guard two callers up") + 1 not in dispatch
     # An imported predicate returning `(verdict, reason)`, unpacked.
     assert line_of("models/dispatch.py", "return x @ self.o_proj.weight[: x.shape[-1]].t()") not in dispatch
     # A method a later `def` of the same name replaces never runs.

@@ -290,10 +290,16 @@ class _CallerGuards:
     def _parents(self) -> dict[int, ast.AST]:
         return parent_map(self._file.tree)
 
-    def every_call_guarded(self, function, layer: ast.expr | None = None) -> bool:
+    def every_call_guarded(self, function, layer: ast.expr | None = None, depth: int = 0) -> bool:
+        """Every call of `function` in the file is guarded, in its caller or, up to three
+        levels up, in every call of that caller (`_project(x)` called only from `_fused(x)`,
+        called only under the flag)."""
         key = (id(function.fn), ast.dump(layer) if layer is not None else None)
         if key not in self._decided:
-            self._decided[key] = self._decide(function, layer)
+            if depth > 2:
+                return False
+            self._decided[key] = False  # a cycle of calls guards nothing
+            self._decided[key] = self._decide(function, layer, depth)
         return self._decided[key]
 
     @staticmethod
@@ -327,7 +333,7 @@ class _CallerGuards:
             base = ast.Attribute(value=base, attr=attr, ctx=ast.Load())
         return base
 
-    def _decide(self, function, layer: ast.expr | None) -> bool:
+    def _decide(self, function, layer: ast.expr | None, depth: int = 0) -> bool:
         fn = function.fn
         method = function.class_qualname is not None
         # Called implicitly (`module(x)` runs `forward`, an attribute read runs a property, a
@@ -361,7 +367,8 @@ class _CallerGuards:
                     known = known.with_flags(f"{ast.unparse(use.value)}.{flag[5:]}" for flag in theirs
                                              if flag.startswith("self."))
             in_caller = self._in_caller(layer, function, call, use.value if method else None)
-            if not weight_present_at(call, in_caller, caller.parents, known):
+            if not weight_present_at(call, in_caller, caller.parents, known) and not self.every_call_guarded(
+                    caller, None if in_caller is _NO_LAYER else in_caller, depth + 1):
                 return False
             calls += 1
         return calls > 0
