@@ -19,7 +19,6 @@ predicates it may call, and whether the class refuses quantization in `__init__`
 from __future__ import annotations
 
 import ast
-import copy
 
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import EXITS
@@ -157,54 +156,38 @@ def function_flags(fn, known: GuardKnowledge) -> frozenset[str]:
 def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
     """`{name}` for a predicate, `{"not " + name}` for a negated one (every value it returns is
     true, or false only when the layer has `.weight`: `return not isinstance(layer.quant_method,
-    UnquantizedLinearMethod)`), else nothing."""
-    if is_predicate(fn, known):
+    UnquantizedLinearMethod)`), else nothing. A function whose every `return` is a tuple
+    (`return False, "why"`) is judged by the tuples' first elements, as `name[0]` (read as
+    `ok, _ = f(layer)` or `f(layer)[0]`)."""
+    returns = _returns_of(fn)
+    if returns and all(isinstance(r.value, ast.Tuple) and r.value.elts and not isinstance(r.value.elts[0], ast.Starred)
+                       for r, _ in returns):
+        returns = [(ast.Return(value=r.value.elts[0]), tests) for r, tests in returns]
+        name = f"{name}[0]"
+    if is_predicate(fn, known, returns):
         return frozenset({name})
-    if is_negated_predicate(fn, known):
+    if is_negated_predicate(fn, known, returns):
         return frozenset({f"not {name}"})
-    verdict = _first_elements(fn)
-    if verdict is not None and "[" not in name:
-        # `return False, "why"` / `return True, ""`: the verdict is the tuple's first element,
-        # read as `ok, _ = f(layer)` or `f(layer)[0]`.
-        return predicate_names(verdict, known, f"{name}[0]")
     return frozenset()
 
 
-def _first_elements(fn):
-    """A copy of `fn` returning the first element of each tuple it returns, when every `return`
-    of its own body returns a tuple literal; else None."""
-    returns = [node for node in _own_nodes(fn) if isinstance(node, ast.Return)]
-    if not returns or not all(isinstance(r.value, ast.Tuple) and r.value.elts
-                              and not isinstance(r.value.elts[0], ast.Starred) for r in returns):
-        return None
-    view = copy.deepcopy(fn)
-    for node in _own_nodes(view):
-        if isinstance(node, ast.Return):
-            node.value = node.value.elts[0]
-    return view
-
-
-def _own_nodes(fn):
-    """The nodes of `fn`'s body, not those of functions or classes nested in it."""
-    todo = list(fn.body)
-    while todo:
-        node = todo.pop()
-        yield node
-        todo.extend(child for child in ast.iter_child_nodes(node)
-                    if not isinstance(child, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)))
-
-
-def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
-    """Every value `fn` returns is true, or false only when the layer has `.weight`: a value whose
-    falsity implies it (`not isinstance(L.quant_method, Unquantized...)`), or a false constant
-    returned only under a test that implies it."""
-    flags = function_flags(fn, known)
-    here = known.with_flags(flags)
+def _returns_of(fn) -> list[tuple[ast.Return, tuple]]:
     returns: list[tuple[ast.Return, tuple]] = []
     _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
                 else None)
+    return returns
+
+
+def is_negated_predicate(fn, known: GuardKnowledge, returns=None) -> bool:
+    """Every value `fn` returns is true, or false only when the layer has `.weight`: a value whose
+    falsity implies it (`not isinstance(L.quant_method, Unquantized...)`), or a false constant
+    returned only under a test that implies it. `returns`: its returns with the tests that hold
+    there (those of its body when None)."""
+    returns = _returns_of(fn) if returns is None else returns
     if not returns:
         return False
+    flags = function_flags(fn, known)
+    here = known.with_flags(flags)
     decided = False
     for ret, tests in returns:
         value = ret.value
@@ -219,17 +202,15 @@ def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
     return decided
 
 
-def is_predicate(fn, known: GuardKnowledge) -> bool:
+def is_predicate(fn, known: GuardKnowledge, returns=None) -> bool:
     """Every value `fn` returns is false (or None), or true only when the layer has `.weight`:
     a return value that implies it, or a return dominated by such a test."""
-    flags = function_flags(fn, known)
-    here = known.with_flags(flags)
-    returns: list[tuple[ast.Return, tuple]] = []
-    _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
-                else None)
+    returns = _returns_of(fn) if returns is None else returns
     real = [(ret, tests) for ret, tests in returns if not is_falsy(ret.value)]
     if not real:
         return False
+    flags = function_flags(fn, known)
+    here = known.with_flags(flags)
     return all(implies_weight(ret.value, None, here) or any(implies_weight(test, None, here) for test in tests)
                or (isinstance(ret.value, ast.Name) and ret.value.id in flags) for ret, tests in real)
 
@@ -429,9 +410,23 @@ def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
             for target in ast.walk(node.target if hasattr(node, "target") else node):
                 if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
                     assigned.setdefault(target.id, []).append(None)
-    found: dict[str, tuple[ast.AST, str]] = {}
+    # Only calls that decide something (a test, an operand of one, a value kept or returned) and
+    # are handed something to check: resolving the builder may read another module.
+    deciding: list[ast.AST] = []
     for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            deciding.append(node.test)
+        elif isinstance(node, ast.BoolOp):
+            deciding.extend(node.values)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            deciding.append(node.operand)
+        elif isinstance(node, (ast.Assign, ast.Return)) and node.value is not None:
+            deciding.append(node.value)
+    found: dict[str, tuple[ast.AST, str]] = {}
+    for node in deciding:
+        if isinstance(node, ast.Subscript):
+            node = node.value  # `x.check(L)[0]`
+        if isinstance(node, ast.Call) and (node.args or node.keywords) and isinstance(node.func, ast.Attribute) \
                 and isinstance(node.func.value, ast.Name):
             values = assigned.get(node.func.value.id, [])
             if len(values) == 1 and isinstance(values[0], ast.Call) and dotted(values[0].func):

@@ -39,9 +39,21 @@ def shadowed_definitions(tree: ast.Module) -> frozenset[int]:
     `def`'s decorators, reads the name (`@f.setter`, `g = f`), nor when the first is decorated
     with anything but a plain method wrapper (`@overload`, a registering decorator keeps it)."""
     shadowed: set[int] = set()
-    bodies = [tree.body] + [node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    bodies, todo = [], [tree.body]
+    while todo:  # the module's body and its classes' (not function bodies: nothing is rebound there)
+        body = todo.pop()
+        bodies.append(body)
+        todo.extend(stmt.body for stmt in body if isinstance(stmt, ast.ClassDef))
     for body in bodies:
+        names = [stmt.name for stmt in body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        twice = {name for name in names if names.count(name) > 1}
+        if not twice and not any(isinstance(stmt, ast.Assign) for stmt in body):
+            continue
         for i, stmt in enumerate(body):
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name not in twice and not any(
+                    isinstance(t, ast.Name) and t.id == stmt.name
+                    for later in body[i + 1:] if isinstance(later, ast.Assign) for t in later.targets):
+                continue
             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
                     any((dotted(d) or "") not in _KEEPS_NAME for d in stmt.decorator_list):
                 continue
