@@ -5,7 +5,7 @@ prefill from them, and the real-world tests, triage and benchmarks lint them.
 release's wheel and nothing else. The first call downloads the wheel with pip (`--no-deps`, never
 an install), unpacks only the `.py` members, and deletes the wheel; later calls return the cached
 tree. `vllm_tree(version)` is the same for vLLM. Peers: `sglang`, `aphrodite-engine`, `lmdeploy`;
-out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`.
+out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`, `tpu-inference`.
 
 Cache: `${DTYPE_LINT_CACHE_DIR:-~/.cache/dtype-lint}/<dist>-<version>/`, deliberately outside the
 repo: no engine's code is ever copied into this project.
