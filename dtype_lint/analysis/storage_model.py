@@ -113,21 +113,44 @@ class BackendFamily(Protocol):
 
 
 class StorageModel:
-    """Asks each family in turn; the first that knows the layer class answers."""
+    """Asks each family in turn; the first that knows the layer class answers, narrowed to the
+    backends the project's platforms admit (analysis/platforms.py) when they restrict."""
 
-    def __init__(self, families: Iterable[BackendFamily]):
+    def __init__(self, families: Iterable[BackendFamily], narrowing=None):
         self.families = list(families)
+        self.narrowing = narrowing  # platforms.PlatformNarrowing, or None: every backend counts
 
     def storages_for(self, layer_class: str, construction: object = None) -> frozenset[Storage] | None:
         for family in self.families:
             got = family.storages_for(layer_class, construction)
             if got is not None:
-                return got
+                narrowed = self._narrowed(layer_class, got, family)
+                return got if narrowed is None else narrowed
+        return None
+
+    def _narrowed(self, layer_class: str, got: frozenset[Storage], family) -> frozenset[Storage] | None:
+        if self.narrowing is None:
+            return None
+        data_for = getattr(family, "data_for", None)
+        return self.narrowing.narrow(layer_class, got, family.name, data_for(layer_class) if data_for else None)
+
+    def narrowed_by(self, layer_class: str) -> Evidence | None:
+        """The platforms' evidence when they narrow this class's backends (None: they do not)."""
+        if self.narrowing is None or self.narrowing.narrowing() is None:
+            return None
+        for family in self.families:
+            got = family.storages_for(layer_class)
+            if got is not None:
+                return self.narrowing.narrowing().evidence() if self._narrowed(layer_class, got, family) is not None \
+                    else None
         return None
 
     def find(self, layer_class: str, need: str, limit: int = 2) -> list[Storage] | None:
         """The storages of `need` some family's backends give this class (a few suffice); None
         when no family knows the class."""
+        if self.narrowing is not None and self.narrowing.narrowing() is not None:
+            every = self.storages_for(layer_class)
+            return None if every is None else summarize(every, need)
         for family in self.families:
             finder = getattr(family, "find", None)
             if finder is not None:
@@ -161,7 +184,9 @@ def _block_end(lines: list[str], start: int, indent: int) -> int:
 
 
 def _parse_snippet(lines: list[str], start: int, end: int):
-    text = textwrap.dedent("".join(lines[start:end]))
+    # A comment-only line (the block takes in a comment at column 0 before the next statement)
+    # would stop the dedent: blank it, keeping the line numbers.
+    text = textwrap.dedent("".join("\n" if line.lstrip().startswith("#") else line for line in lines[start:end]))
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -294,22 +319,32 @@ class CodeBackends:
             out.update(self._config_storages(config, layer_class))
         return frozenset(out)
 
+    def config_storages(self, config: str, layer_class: str, mro: list[str] | None = None) -> list[Storage]:
+        """The storages one config gives the layer; `mro`: the layer's classes when the tree does not
+        define it (a layer of an engine outside the tree, from the catalogue's record)."""
+        if mro is None:
+            return self._config_storages(config, layer_class)
+        return self._memo(("config storages", config, layer_class, tuple(mro)),
+                          lambda: self._read_config_storages(config, set(mro)))
+
     def _config_storages(self, config: str, layer_class: str) -> list[Storage]:
-        def build():
-            out = []
-            for method, line, src_path, typed in self._methods_for(config, set(self.index.mro(layer_class))):
-                if method is None:
-                    out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
-                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read",
-                                                 src_path, line),),
-                                       typed))
-                    continue
-                dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
-                for storage in self._method_storages(method):
-                    out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
-                                       (dispatch, *storage.evidence), typed))
-            return out
-        return self._memo(("config storages", config, layer_class), build)
+        return self._memo(("config storages", config, layer_class),
+                          lambda: self._read_config_storages(config, set(self.index.mro(layer_class))))
+
+    def _read_config_storages(self, config: str, layer_mro: set[str]) -> list[Storage]:
+        out = []
+        for method, line, src_path, typed in self._methods_for(config, layer_mro):
+            if method is None:
+                out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
+                                   (Evidence(f"`{_short(config)}`: a quant method we cannot read",
+                                             src_path, line),),
+                                   typed))
+                continue
+            dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
+            for storage in self._method_storages(method):
+                out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
+                                   (dispatch, *storage.evidence), typed))
+        return out
 
     def _iter_configs(self, layer_class: str):
         """The config classes of the layer's config type, found lazily in its package (the folder of
@@ -1004,29 +1039,3 @@ def _order(s: Storage) -> tuple:
     # Total, so that the order never depends on a set's (per-process) iteration order.
     return (not s.typed, rank.get(s.kind, 5), s.backend, s.method, s.dtype, s.what,
             tuple((e.path, e.line, e.message) for e in s.evidence))
-
-
-_ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\])", re.MULTILINE)
-
-
-def platform_admission(index: QuantizableLayerIndex, load_file,
-                       layer_class: str) -> list[tuple[str, str, int, list[str]]]:
-    """Which quantizations each platform admits: (platform class, path, line, names) for every class
-    of the engine's `platforms` package (the top package of the layer's module, `.platforms`) that
-    lists `supported_quantization`. An empty list admits every quantization (vLLM's interface)."""
-    top = layer_class.split(".", 1)[0]
-    header = index.modules.get(f"{top}.platforms")
-    if header is None or load_file is None:
-        return []
-    out = []
-    for _module, h in index.modules.iter_under(os.path.dirname(header.path)):
-        text = load_file(h.path) or ""
-        for m in _ADMITS.finditer(text):
-            try:
-                names = [str(n) for n in ast.literal_eval(m.group(1))]
-            except (ValueError, SyntaxError):
-                continue
-            line = text.count("\n", 0, m.start()) + 1
-            owner = max(((n, v[1]) for n, v in h.classes.items() if v[1] <= line), key=lambda c: c[1], default=("?", 0))
-            out.append((owner[0], h.path, line, names))
-    return out
