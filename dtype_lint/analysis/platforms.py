@@ -107,17 +107,21 @@ def admissions(index, load_file, resolve_constant) -> list[Admission]:
     roots = set()
     for q in declared:
         roots.update(index.mro(q)[1:])
-    out = []
+    found = []
     for module, header in headers:
         for name in header.classes:
             q = f"{module}.{name}"
             mro = index.mro(q)
-            if q not in declared and not (set(mro) & (set(declared) | roots)):
-                continue  # not a platform class (a helper of the platform module)
+            if q in declared or set(mro) & (set(declared) | roots):
+                found.append((q, mro, module, header, name))  # else a helper of the platform module
+    # An interface (a base of another platform class here) is not a platform one runs on.
+    interfaces = {c for _q, mro, *_rest in found for c in mro[1:]}
+    out = []
+    for q, mro, module, header, name in found:
+        if q not in interfaces:
             nearest = next((c for c in mro if c in declared), None)
             if nearest is None:  # inherits a list from outside the tree: taken as admitting all
-                loc = header.classes[name][1]
-                out.append(Admission(q, header.path, loc, None, ""))
+                out.append(Admission(q, header.path, header.classes[name][1], None, ""))
                 continue
             path, line, names = declared[nearest]
             out.append(Admission(q, path, line, names, nearest))
