@@ -79,7 +79,7 @@ class Narrowing:
 
 def platform_modules(index) -> list[str]:
     """The modules named `platform`/`platforms`, or inside a package of that name (no file read)."""
-    return [m for m, _path in index.modules.module_paths() if _PLATFORM_PARTS & set(m.split("."))]
+    return [m for m, _path in index.modules.module_paths() if "platform" in m and _PLATFORM_PARTS & set(m.split("."))]
 
 
 def admissions(index, load_file, resolve_constant) -> list[Admission]:
