@@ -488,14 +488,24 @@ class CodeBackends:
         return self._memo(("dispatch table", config), build)
 
     def _dispatch(self, fn, src: _Source, owner: str, config: str, conds: tuple, out: list, depth: int,
-                  layer_param: str | None = None, bound: dict[str, str] | None = None) -> None:
+                  layer_param: str | None = None, bound: dict[str, tuple[str, ...]] | None = None,
+                  feeds_return: bool = True) -> None:
         if depth > 3:
             return
         plain = self._resolver(src, fn)
         bound = bound or {}
 
         def resolve(name: str | None) -> str | None:
-            return bound.get(name) if name in bound else plain(name)
+            return bound[name][0] if name in bound else plain(name)
+        # A parameter bound to several method classes (`Linear=A if w4a16 else B`): each counts
+        # where the helper builds it, under the helper's own tests on the layer.
+        resolve.bound = bound
+        # Whether what this function returns is the quant method (False: a helper whose result the
+        # caller keeps as a value, `matched = self._find_matched_config(prefix, layer)`): only then
+        # is a `return` we cannot name a method we cannot name.
+        resolve.feeds_return = feeds_return
+        resolve.returned_names = {r.value.id for r in ast.walk(fn)
+                                  if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
         args = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
         if layer_param is None:
             layer_param = "layer" if "layer" in args else (args[1] if len(args) > 1 else "layer")
@@ -550,7 +560,7 @@ class CodeBackends:
                 continue
             before = len(out)
             self._calls(stmt, conds, src, owner, config, out, depth, layer_param, resolve)
-            if isinstance(stmt, ast.Return) and len(out) == before \
+            if isinstance(stmt, ast.Return) and len(out) == before and getattr(resolve, "feeds_return", True) \
                     and isinstance(stmt.value, (ast.Call, ast.Attribute)):
                 # A method we cannot name (`return self.method_cls(self)`): it may store anything.
                 out.append((None, stmt.lineno, src.path, conds))
@@ -563,18 +573,22 @@ class CodeBackends:
         followed: set[int] = set()
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and self._follow(node, conds, config, owner, layer_param, resolve, out,
-                                                           depth):
-                followed.update(id(a) for a in node.args)
-                followed.update(id(k.value) for k in node.keywords)
+                                                           depth, _feeds_return(stmt, resolve)):
+                # the classes handed to it, also inside a conditional (`Linear=A if c else B`)
+                for arg in (*node.args, *(k.value for k in node.keywords)):
+                    followed.update(id(n) for n in ast.walk(arg))
+        bound = getattr(resolve, "bound", {})
         for node in ast.walk(stmt):
             if id(node) in followed:
                 continue
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
-                target = resolve(dotted(node))
-                if target and self._is_method_class(target):
-                    out.append((self.index.canonical(target), node.lineno, src.path, conds))
+                name = dotted(node)
+                for target in (bound[name] if name in bound else (resolve(name),)):
+                    if target and self._is_method_class(target):
+                        out.append((self.index.canonical(target), node.lineno, src.path, conds))
 
-    def _follow(self, node: ast.Call, conds, config, owner, layer_param, resolve, out, depth) -> bool:
+    def _follow(self, node: ast.Call, conds, config, owner, layer_param, resolve, out, depth,
+                feeds_return: bool = True) -> bool:
         """Follow a call that hands the layer on (`super().get_quant_method(layer, prefix)`,
         `self.get_xxx_method(layer)`, a project helper); True when it was followed."""
         func = node.func
@@ -595,7 +609,8 @@ class CodeBackends:
         if param is None:
             return False
         bound = _bound_classes(callee, node, resolve, self._is_method_class)
-        self._dispatch(callee, callee_src, callee_owner or owner, config, conds, out, depth + 1, param, bound)
+        self._dispatch(callee, callee_src, callee_owner or owner, config, conds, out, depth + 1, param, bound,
+                       feeds_return)
         return True
 
     def _function(self, qualname: str | None):
@@ -921,18 +936,40 @@ def _repacked(value: ast.expr, assigns: dict[str, ast.expr], depth: int = 0) -> 
     return False
 
 
-def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, str]:
-    """The callee's parameters bound to a method class by the call (`linear_method_cls=GPTQLinearMethod`)."""
-    params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, tuple[str, ...]]:
+    """The callee's parameters bound to method classes by the call (`linear_method_cls=GPTQLinearMethod`,
+    or a table of roles `Linear=A if w4a16 else B, Moe=C`: each arm of a conditional)."""
+    params = [a.arg for a in callee.args.posonlyargs + callee.args.args + callee.args.kwonlyargs]
     offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
     out = {}
-    pairs = [(params[i + offset], a) for i, a in enumerate(call.args) if i + offset < len(params)]
-    pairs += [(k.arg, k.value) for k in call.keywords if k.arg]
+    positional = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+    pairs = [(positional[i + offset], a) for i, a in enumerate(call.args) if i + offset < len(positional)]
+    pairs += [(k.arg, k.value) for k in call.keywords if k.arg in params]
     for name, arg in pairs:
-        target = resolve(dotted(arg)) if isinstance(arg, (ast.Name, ast.Attribute)) else None
-        if target and is_method(target):
-            out[name] = target
+        targets = tuple(resolve(dotted(arm)) for arm in _arms(arg) if isinstance(arm, (ast.Name, ast.Attribute)))
+        if targets and len(targets) == len(_arms(arg)) and all(t and is_method(t) for t in targets):
+            out[name] = targets
     return out
+
+
+def _feeds_return(stmt: ast.stmt, resolve) -> bool:
+    """Does a call in `stmt` give the function its return value: the statement returns, or assigns
+    a local the function returns by name (`method = pick(layer)` ... `return method`)?"""
+    if not getattr(resolve, "feeds_return", True):
+        return False
+    if isinstance(stmt, ast.Return):
+        return True
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) \
+        else []
+    returned = getattr(resolve, "returned_names", set())
+    return any(isinstance(n, ast.Name) and n.id in returned for t in targets for n in ast.walk(t))
+
+
+def _arms(expr: ast.expr) -> list[ast.expr]:
+    """The values a conditional expression can take (`A if c else (B if d else C)`)."""
+    if isinstance(expr, ast.IfExp):
+        return _arms(expr.body) + _arms(expr.orelse)
+    return [expr]
 
 
 def _abstract(fn) -> bool:
