@@ -113,11 +113,11 @@ def admissions(index, load_file, resolve_constant) -> list[Admission]:
             q = f"{module}.{name}"
             mro = index.mro(q)
             if q in declared or set(mro) & (set(declared) | roots):
-                found.append((q, mro, module, header, name))  # else a helper of the platform module
+                found.append((q, mro, header, name))  # else a helper of the platform module
     # An interface (a base of another platform class here) is not a platform one runs on.
     interfaces = {c for _q, mro, *_rest in found for c in mro[1:]}
     out = []
-    for q, mro, module, header, name in found:
+    for q, mro, header, name in found:
         if q not in interfaces:
             nearest = next((c for c in mro if c in declared), None)
             if nearest is None:  # inherits a list from outside the tree: taken as admitting all
