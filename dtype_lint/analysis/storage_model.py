@@ -129,7 +129,7 @@ class StorageModel:
         return None
 
     def _narrowed(self, layer_class: str, got: frozenset[Storage], family) -> frozenset[Storage] | None:
-        if self.narrowing is None:
+        if self.narrowing is None or self.narrowing.narrowing() is None:
             return None
         data_for = getattr(family, "data_for", None)
         return self.narrowing.narrow(layer_class, got, family.name, data_for(layer_class) if data_for else None)
