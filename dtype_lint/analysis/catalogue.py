@@ -70,7 +70,7 @@ def _outside(storage: Storage, release: str) -> Storage:
                      for e in storage.evidence)
     return Storage(storage.backend, storage.method, storage.kind, storage.dtype,
                    f"{storage.what} ({where} in {release})" if where else f"{storage.what} ({release})",
-                   evidence, storage.typed)
+                   evidence, storage.typed, storage.params)
 
 
 def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -> StorageModel:

@@ -34,7 +34,7 @@ import os
 import re
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dtype_lint.analysis.class_facts import annotation_name
@@ -74,6 +74,9 @@ class Storage:
     # The dispatch tests the layer's type on the way (`isinstance(layer, LinearBase)`); False: it
     # reaches the method only because no test on the way could be read (a table lookup).
     typed: bool = True
+    # The parameters the method registers with `weight` (`weight_scale_inv`, ...), when read: what a
+    # test on the layer's other parameters (`hasattr(L, "weight_scale_inv")`) tells apart.
+    params: tuple[str, ...] = ()
 
     @property
     def non_compute(self) -> bool:
@@ -88,14 +91,18 @@ class Storage:
                 else f"{_backend_name(self.backend)} {self.what}")
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "method": self.method, "kind": self.kind, "dtype": self.dtype,
-                "what": self.what, "evidence": [[e.message, e.path, e.line] for e in self.evidence],
-                "typed": self.typed}
+        out = {"backend": self.backend, "method": self.method, "kind": self.kind, "dtype": self.dtype,
+               "what": self.what, "evidence": [[e.message, e.path, e.line] for e in self.evidence],
+               "typed": self.typed}
+        if self.params:
+            out["params"] = list(self.params)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> Storage:
         return cls(d["backend"], d["method"], d["kind"], d["dtype"], d["what"],
-                   tuple(Evidence(m, p, line) for m, p, line in d["evidence"]), d.get("typed", True))
+                   tuple(Evidence(m, p, line) for m, p, line in d["evidence"]), d.get("typed", True),
+                   tuple(d.get("params", ())))
 
 
 def _backend_name(config: str) -> str:
@@ -343,7 +350,7 @@ class CodeBackends:
             dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
             for storage in self._method_storages(method):
                 out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
-                                   (dispatch, *storage.evidence), typed))
+                                   (dispatch, *storage.evidence), typed, storage.params))
         return out
 
     def _iter_configs(self, layer_class: str):
@@ -652,7 +659,8 @@ class CodeBackends:
                     out.append(Storage("", storage.method, storage.kind, storage.dtype, storage.what,
                                        (Evidence(f"`{short}.create_weights` hands the layer to "
                                                  f"`{ast.unparse(delegated[0].func)}`",
-                                                 src.path, delegated[0].lineno), *storage.evidence)))
+                                                 src.path, delegated[0].lineno), *storage.evidence),
+                                       params=storage.params))
             if out:
                 return out
         if "weight" in registered:
@@ -674,7 +682,8 @@ class CodeBackends:
                 chosen = self._kernel_after_loading(method)
                 if chosen is not None:
                     out.append(Storage("", short, chosen[0], chosen[1], chosen[2], (reg, *chosen[3])))
-            return out
+            params = tuple(sorted(registered))
+            return [replace(s, params=params) for s in out]
         if registered and not any("weight" in n for n in registered):
             # Only scales (`k_scale`, `q_scale`): a method for an attention's KV cache, not for a
             # layer with weights; a dispatch we could not narrow may name it for any layer.
