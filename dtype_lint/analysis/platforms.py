@@ -291,7 +291,12 @@ class PlatformNarrowing:
         registered = self.project_registrations()
         tree_configs: dict[str, list[str]] = {}
         if family == "code":
-            for config in self.code.backends(layer_class) or ():
+            # The layer's own family of configs (the subclasses of its constructor's config type):
+            # a name registered for another family's layers (a plugin's torch-side configs beside
+            # its own layer stack) does not serve this layer.
+            own = list(self.code.backends(layer_class) or ())
+            registered = {name: tuple(c for c in configs if c in own) for name, configs in registered.items()}
+            for config in own:
                 for name in self.names_of(config):
                     tree_configs.setdefault(name, []).append(config)
         engine_names: dict[str, str] = {}

@@ -559,6 +559,17 @@ class CodeBackends:
                 elif _terminates(stmt.orelse):
                     conds = conds + ((stmt.test, layer_param, resolve, True),)
                 continue
+            if isinstance(stmt, ast.Match) and isinstance(stmt.subject, ast.Name) and stmt.subject.id == layer_param:
+                # `match layer: case LinearBase(): ...`: each case is a test of the layer's type, and
+                # a case without a guard excludes its types from the cases after it.
+                before: tuple = ()
+                for case in stmt.cases:
+                    test = _case_test(case.pattern, layer_param)
+                    own = () if test is None else ((test, layer_param, resolve, True),)
+                    self._walk(case.body, conds + before + own, src, owner, config, out, depth, layer_param, resolve)
+                    if test is not None and case.guard is None:
+                        before = before + ((test, layer_param, resolve, False),)
+                continue
             if isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
                 blocks = [getattr(stmt, f, []) or [] for f in ("body", "orelse", "finalbody")]
                 blocks += [h.body for h in getattr(stmt, "handlers", []) or []]
@@ -651,6 +662,21 @@ class CodeBackends:
         delegated = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr == "create_weights"]
         out: list[Storage] = []
+        named = self._named_delegates(delegated, src, fn) if "weight" not in registered else []
+        if named:
+            # `KernelSpec().create_weights(layer, ...)`: the object is built here, its class named.
+            for call, target in named:
+                step = Evidence(f"`{short}.create_weights` hands the layer to `{ast.unparse(call.func)}`",
+                                src.path, call.lineno)
+                if target is None or self.index.class_location(target) is None:
+                    shown = ast.unparse(call.func.value.func)
+                    out.append(Storage("", short, UNKNOWN, "", f"hands `create_weights` to `{shown}`, which the "
+                                       "tree does not define", (step,)))
+                    continue
+                for storage in self._method_storages(target, depth + 1):
+                    out.append(replace(storage, evidence=(step, *storage.evidence)))
+            if out:
+                return out
         if "weight" not in registered and delegated and depth == 0:
             # `layer.scheme.create_weights(...)`: the object is chosen elsewhere; every method of
             # the package that creates weights stands for it.
@@ -698,6 +724,19 @@ class CodeBackends:
                             (Evidence(f"`{short}.create_weights` registers {shown}", src.path, line),))]
         return [Storage("", short, UNKNOWN, "", "registers no parameter we can read",
                         (Evidence(f"`{short}.create_weights`", src.path, fn.lineno),))]
+
+    def _named_delegates(self, delegated: list[ast.Call], src: _Source, fn) -> list[tuple[ast.Call, str | None]]:
+        """The `create_weights` calls on an object built in the call itself (`Cls(...).create_weights`),
+        with the class it resolves to (None: it does not resolve); `super()` is not one."""
+        resolve = self._resolver(src, fn)
+        out = []
+        for call in delegated:
+            built = call.func.value
+            if isinstance(built, ast.Call) and isinstance(built.func, (ast.Name, ast.Attribute)) \
+                    and dotted(built.func) != "super":
+                target = resolve(dotted(built.func))
+                out.append((call, self.index.canonical(target) if target else None))
+        return out
 
     def _package_methods(self, src: _Source, exclude: str) -> list[str]:
         """The classes of the method's package that create weights and are not quant methods
@@ -959,6 +998,22 @@ def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, tupl
         if targets and len(targets) == len(_arms(arg)) and all(t and is_method(t) for t in targets):
             out[name] = targets
     return out
+
+
+def _case_test(pattern, layer_param: str) -> ast.expr | None:
+    """`isinstance(layer, (A, B))` for a case pattern of classes (`A()`, `A() | B()`, `A() as x`);
+    None for a pattern that tests no type (`_`, a value)."""
+    if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+        return _case_test(pattern.pattern, layer_param)
+    if isinstance(pattern, ast.MatchClass):
+        classes = [pattern.cls]
+    elif isinstance(pattern, ast.MatchOr) and all(isinstance(p, ast.MatchClass) for p in pattern.patterns):
+        classes = [p.cls for p in pattern.patterns]
+    else:
+        return None
+    test = ast.Call(func=ast.Name("isinstance", ast.Load()),
+                    args=[ast.Name(layer_param, ast.Load()), ast.Tuple(classes, ast.Load())], keywords=[])
+    return ast.copy_location(test, pattern)
 
 
 def _feeds_return(stmt: ast.stmt, resolve) -> bool:
