@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
 from dtype_lint.engine import trees
+from dtype_lint.engine.regions import Defs
 from dtype_lint.findings import Evidence
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
@@ -275,8 +276,11 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                      index: QuantizableLayerIndex, imports: dict[str, str] | None = None) -> FileFacts:
     if imports is None:
         imports = collect_imports(tree, module, is_package)
+    # A reduced tree (engine/regions.py) hands out the whole file's function when a blanked one is read.
+    source = getattr(tree, trees.SOURCE, None)
     facts = FileFacts(module, path, imports,
-                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index), tree=tree)
+                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index),
+                      functions=Defs(source), tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
@@ -298,6 +302,7 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
             reads.update(more)
 
         cf = ClassFacts(qualname, path, cls.lineno, complete)
+        cf.methods = Defs(source)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
@@ -473,8 +478,11 @@ class ProjectFacts:
     many files' layers are defined in one `linear.py`). The index records which files were read
     (`QuantizableLayerIndex.reading`), so a cached result can be invalidated when one changes."""
 
-    def __init__(self, index: QuantizableLayerIndex, load_file=None):
+    def __init__(self, index: QuantizableLayerIndex, load_file=None, reduce: bool = False):
         self.index = index
+        # Files read for their class facts parsed with unread function bodies blanked
+        # (engine/regions.py): only in runs whose rules' reads of a tree are known.
+        self.reduce = reduce
         self._by_module: dict[str, FileFacts] = {}
         self._pending: dict[str, tuple] = {}
         self._load_file = load_file  # path -> text or None
@@ -507,12 +515,12 @@ class ProjectFacts:
             if text is None:
                 return None
             try:
-                tree = trees.parse(header.path, text)
+                tree = trees.parse_reduced(header.path, text) if self.reduce else trees.parse(header.path, text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
             return build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
 
-        facts = self.index.cached_facts(header.path, build)
+        facts = self.index.cached_facts(("reduced", header.path) if self.reduce else header.path, build)
         if facts is None:
             return None
         self.add(facts)

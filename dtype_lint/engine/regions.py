@@ -1,0 +1,319 @@
+"""Parse only what can hold a site: a file's text with the bodies of the functions no rule reads
+blanked, line and column numbers kept.
+
+Most of a file that passes the prefilter is code no rule looks at: the functions without a site
+line (a line a rule's own pattern matches) whose bodies give no class fact. `reduce()` replaces
+each such outermost function's body by one `pass` and empty lines, so every kept node has the
+line and column it has in the whole file (findings, fixes and suppressions are unchanged), and
+`ast.parse` of the result costs about what the kept lines cost.
+
+What is kept whole:
+- every module-level and class-level statement other than a `def` (imports, assignments,
+  `if TYPE_CHECKING:`, guards, class statements, decorators, signatures);
+- a function or method holding a line a rule's pattern matches (`keep_lines`);
+- a method the class facts read (`class_facts.visit_method`): one assigning an attribute
+  (`self.x = ...`), calling `get_quant_method`/`resolve_quant_method`/`create_weights`, testing
+  `isinstance`/`issubclass`, calling a base's `__init__`, any `__init__`, and any short body
+  with a `return` (a property getter is a single `return`).
+
+Functions are found by text (a `def` line, its header up to the `:` that ends it, the body up to
+the next code line indented no deeper), so a body is blanked only when that is certain: its
+brackets and triple quotes balance and no line continues with a backslash. The parse of the
+reduced text is then checked (`check()`): every blanked `def` must be a function whose body is
+the one `pass` put there. Anything else (a `def` inside a string, a syntax error anywhere) sends
+the caller back to the whole file, which also makes a real syntax error in kept code DTL900.
+
+A syntax error inside a blanked body is not seen: that code cannot hold a site, and the project's
+other linters (and Python) report it, as they do for files the prefilter passes over.
+
+What may read a blanked function is guarded where it is looked up: `ClassFacts.methods` and
+`FileFacts.functions` are `Defs` maps, which hand out the whole file's function when a blanked
+one is read (a value flow followed into a method or a function): the file is then parsed whole,
+once (trees.whole_function). The fix planner's walk of every name of a module reads the whole
+tree (trees.whole_of).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+# Rules whose reads of a file are known: the candidate functions (site lines), the class facts,
+# module-level statements, and functions reached through `Defs` (guarded). Other rules walk the
+# whole tree (DTL003's file guards and private call sites, DTL004's module globals, DTL005's
+# helper facts), so a run enabling any of them parses every file whole.
+REDUCIBLE_RULES = frozenset({"DTL001", "DTL002"})
+# A blanked body must save something: shorter bodies are kept (a `pass` costs about a line).
+MIN_BLANKED_LINES = 4
+# A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.
+GETTER_LINES = 15
+
+_DEF = re.compile(r"^([ \t\f]*)(?:async[ \t]+)?def[ \t]+\w+", re.M)
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+# What visit_method reads from a method's body (see the module docstring).
+_CLASS_FACT = re.compile(r"quant_method|create_weights|__init__")
+_FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
+# `isinstance(param, ...)`: a storage method's dispatch on the class of a parameter it is given.
+_DISPATCH = re.compile(r"\b(?:isinstance|issubclass)\(\s*(\w+)\s*,")
+_RETURN = re.compile(r"^[ \t]*return\b", re.M)
+
+
+BLANKED = "_dtype_lint_blanked"  # set on a blanked FunctionDef node: the last line of its real body
+
+
+@dataclass
+class Reduced:
+    text: str
+    blanked: list[tuple[int, int, int]] = field(default_factory=list)  # (def, `pass`, last body line), 1-based
+    kept_chars: int = 0
+
+
+def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduced | None:
+    """The text with the bodies of outermost functions that hold no line of `keep_lines`
+    (inclusive (first, last) spans, 1-based) and give no class fact replaced by `pass`;
+    None when nothing would be blanked."""
+    if "def" not in text:
+        return None
+    lines = _LINE.findall(text)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    keep = sorted(keep_lines or ())
+    out: list[str] | None = None
+    blanked: list[tuple[int, int]] = []
+    skip_to = 0  # 0-based index of the first line not inside the previous outermost function
+    removed = 0
+    line_of = _line_index(starts)
+    for m in _DEF.finditer(text):
+        first = line_of(m.start())
+        if first < skip_to or starts[first] != m.start():
+            continue
+        indent = m.group(1)
+        header_end = _header_end(lines, first)
+        if header_end is None:
+            continue
+        body_start = header_end + 1
+        end = _body_end(lines, body_start, len(indent))  # first line past the body
+        skip_to = max(end, body_start)
+        last_code = _last_code(lines, body_start, end)
+        if last_code is None or last_code - body_start + 1 < MIN_BLANKED_LINES:
+            continue
+        if _spans_kept(keep, first + 1, last_code + 1):
+            continue
+        body = text[starts[body_start]:starts[last_code + 1]]
+        if indent and _class_fact(body, text[starts[first]:starts[body_start]], last_code - body_start):
+            continue  # maybe a method: the class facts read it (a `def` at column 0 is not one)
+        if not _balanced(text[starts[first]:starts[last_code + 1]]):
+            continue
+        if out is None:
+            out = list(lines)
+        out[body_start] = f"{indent} pass{_eol(lines[body_start])}"
+        for i in range(body_start + 1, last_code + 1):
+            out[i] = _eol(lines[i])
+        removed += starts[last_code + 1] - starts[body_start]
+        blanked.append((first + 1, body_start + 1, last_code + 1))
+    if out is None:
+        return None
+    return Reduced("".join(out), blanked, len(text) - removed)
+
+
+def _class_fact(body: str, header: str, lines: int) -> bool:
+    """Could class_facts.visit_method read something in this method body?"""
+    if _CLASS_FACT.search(body) or (lines < GETTER_LINES and _may_be_getter(body)):
+        return True
+    first = _FIRST_PARAM.search(header)
+    if first is None:
+        return True
+    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`)
+    if re.search(rf"\b{first.group(1)}\.\w+[ \t]*(?::[^=\n]*)?=(?!=)", body):
+        return True
+    params = header[first.end():]  # `isinstance(param, ...)` of a parameter after `self`
+    return any(re.search(rf"\b{m.group(1)}\b", params) for m in _DISPATCH.finditer(body))
+
+
+_DOCSTRING = re.compile(r"[ \t]*[rRuU]?(\"\"\"|\'\'\')")
+
+
+def _may_be_getter(body: str) -> bool:
+    """Could this body be one `return` after an optional docstring (class_facts._single_return)?"""
+    if not _RETURN.search(body):
+        return False
+    code = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    first = code[0].lstrip()
+    if first.startswith("return"):
+        return True
+    doc = _DOCSTRING.match(code[0])
+    if doc is None:
+        return first.startswith(("'", '"', "r'", 'r"', "u'", 'u"', "(", "f'", 'f"'))  # some other string: unsure
+    quote = doc.group(1)
+    rest = body[body.index(quote) + 3:]
+    if quote not in rest:
+        return True
+    after = [line for line in rest[rest.index(quote) + 3:].splitlines()[1:]
+             if line.strip() and not line.lstrip().startswith("#")]
+    return not after or after[0].lstrip().startswith(("return", "'", "\"", "r'", "r\"")) or rest[:rest.index(quote)].count("\\") > 0
+
+
+def check(tree: ast.Module, reduced: Reduced) -> bool:
+    """Is every blanked function in the reduced tree, with the one `pass` put there as its body?
+    Marks those nodes (`BLANKED`) for `Defs`. False: the text was not cut where the parser would."""
+    expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
+    found = 0
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = expected.get(node.lineno)
+            if where is not None:
+                pass_line, last = where
+                body = node.body
+                if len(body) != 1 or not isinstance(body[0], ast.Pass) or body[0].lineno != pass_line:
+                    return False
+                setattr(node, BLANKED, last)
+                found += 1
+                continue
+            todo.extend(node.body)  # a blanked def is never nested in a kept one, but be sure
+        elif isinstance(node, ast.ClassDef):
+            todo.extend(node.body)
+        elif isinstance(node, ast.stmt):
+            for name in ("body", "orelse", "finalbody"):
+                todo.extend(getattr(node, name, None) or ())
+            for handler in getattr(node, "handlers", None) or ():
+                todo.extend(handler.body)
+            for case in getattr(node, "cases", None) or ():
+                todo.extend(case.body)
+    return found == len(expected)
+
+
+def is_blanked(fn) -> bool:
+    return getattr(fn, BLANKED, False)
+
+
+class Defs(dict):
+    """name -> function node of a class or module whose tree may be reduced: a blanked function
+    read through it is replaced by the whole file's (parsed then, once per file and run)."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: "tuple[str, str] | None" = None):
+        super().__init__()
+        self.source = source  # (path, text) of the reduced tree's file
+
+    def _real(self, name, fn):
+        if self.source is not None and getattr(fn, BLANKED, False):
+            from dtype_lint.engine.trees import whole_function
+
+            fn = whole_function(*self.source, fn)
+            dict.__setitem__(self, name, fn)
+        return fn
+
+    def __getitem__(self, name):
+        return self._real(name, dict.__getitem__(self, name))
+
+    def get(self, name, default=None):
+        fn = dict.get(self, name, default)
+        return default if fn is default else self._real(name, fn)
+
+    def values(self):
+        return [self._real(name, fn) for name, fn in list(dict.items(self))]
+
+    def items(self):
+        return [(name, self._real(name, fn)) for name, fn in list(dict.items(self))]
+
+
+def split_lines(text: str) -> list[str]:
+    """The text's lines with their ends, split where Python's tokenizer splits them."""
+    return _LINE.findall(text)
+
+
+def site_spans(text: str, patterns) -> list[tuple[int, int]]:
+    """(first, last) 1-based lines of every match of the rules' patterns (compiled searches)."""
+    spans = []
+    for literal, pattern in patterns:
+        if literal and literal not in text:
+            continue
+        for m in pattern.finditer(text):
+            first = text.count("\n", 0, m.start()) + 1
+            spans.append((first, first + text.count("\n", m.start(), m.end())))
+    return spans
+
+
+def _line_index(starts: list[int]):
+    from bisect import bisect_right
+
+    def line_of(offset: int) -> int:
+        return bisect_right(starts, offset) - 1
+    return line_of
+
+
+_SIMPLE_STRING = re.compile(r"'[^'\\\n\r]*'|\"[^\"\\\n\r]*\"")
+
+
+def _header_end(lines: list[str], first: int) -> int | None:
+    """The line ending a `def` header (its `:`), or None when the body is on the same line or the
+    header cannot be followed by text alone (a string with a quote or backslash in it, a line
+    continued by a backslash)."""
+    depth = 0
+    for i in range(first, min(first + 200, len(lines))):
+        code = lines[i]
+        if "'" in code or '"' in code:
+            code = _SIMPLE_STRING.sub("''", code)
+            if '"' in code or code.count("'") % 2 or "'''" in code:
+                return None
+        if "#" in code:
+            code = code.split("#", 1)[0]  # no string is left: a `#` starts a comment
+        if "\\" in code:
+            return None
+        depth += code.count("(") + code.count("[") + code.count("{")
+        depth -= code.count(")") + code.count("]") + code.count("}")
+        if depth < 0:
+            return None
+        if depth == 0:
+            return i if code.rstrip().endswith(":") else None
+    return None
+
+
+def _indent_width(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t\f"))
+
+
+def _body_end(lines: list[str], start: int, indent: int) -> int:
+    for i in range(start, len(lines)):
+        stripped = lines[i].lstrip(" \t\f")
+        if not stripped.strip() or stripped.startswith("#"):
+            continue
+        if len(lines[i]) - len(stripped) <= indent:
+            return i
+    return len(lines)
+
+
+def _last_code(lines: list[str], start: int, end: int) -> int | None:
+    for i in range(end - 1, start - 1, -1):
+        stripped = lines[i].strip()
+        if stripped and not stripped.startswith("#"):
+            return i
+    return None
+
+
+def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
+    for lo, hi in keep:  # sorted by first line; few per file
+        if lo > last:
+            return False
+        if hi >= first:
+            return True
+    return False
+
+
+def _balanced(chunk: str) -> bool:
+    return (chunk.count("(") == chunk.count(")") and chunk.count("[") == chunk.count("]")
+            and chunk.count("{") == chunk.count("}") and chunk.count('"""') % 2 == 0
+            and chunk.count("'''") % 2 == 0 and "\\\n" not in chunk and "\\\r" not in chunk)
+
+
+def _eol(line: str) -> str:
+    if line.endswith("\r\n"):
+        return "\r\n"
+    if line.endswith(("\n", "\r")):
+        return line[-1]
+    return ""
