@@ -38,8 +38,9 @@ class Attn(torch.nn.Module):
 
 
 def _site_lines(text: str) -> list[tuple[int, int]]:
-    from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
     import re
+
+    from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
 
     return regions.site_spans(text, [("", re.compile(p, re.M)) for p in WEIGHT_SITE_PATTERNS])
 
@@ -72,7 +73,7 @@ def test_blanked_function_read_through_defs_is_the_whole_files():
     tree = trees.parse_reduced("m.py", _SOURCE, _site_lines(_SOURCE))
     method = tree.body[-1].body[1]
     assert regions.is_blanked(method)
-    defs = regions.Defs(("m.py", _SOURCE))
+    defs = regions.Defs(("m.py", _SOURCE), trees.whole_function)
     dict.__setitem__(defs, "unrelated", method)
     real = defs["unrelated"]
     expected = ast.parse(_SOURCE).body[-1].body[1]

@@ -280,7 +280,7 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
     source = getattr(tree, trees.SOURCE, None)
     facts = FileFacts(module, path, imports,
                       LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index),
-                      functions=Defs(source), tree=tree)
+                      functions=Defs(source, trees.whole_function), tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
@@ -302,7 +302,7 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
             reads.update(more)
 
         cf = ClassFacts(qualname, path, cls.lineno, complete)
-        cf.methods = Defs(source)
+        cf.methods = Defs(source, trees.whole_function)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 # Rules whose reads of a file are known: the candidate functions (site lines), the class facts,
 # module-level statements, and functions reached through `Defs` (guarded). Other rules walk the
@@ -49,10 +50,11 @@ MIN_BLANKED_LINES = 4
 # A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.
 GETTER_LINES = 15
 
-_DEF = re.compile(r"^([ \t\f]*)(?:async[ \t]+)?def[ \t]+\w+", re.M)
+_DEF = re.compile(r"def[ \t]+\w")  # a literal first: the search skips ahead; the line is checked
+_DEF_LINE = re.compile(r"([ \t\f]*)(?:async[ \t]+)?def[ \t]")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 # What visit_method reads from a method's body (see the module docstring).
-_CLASS_FACT = re.compile(r"quant_method|create_weights|__init__")
+_CLASS_FACT_WORDS = ("quant_method", "create_weights", "__init__")
 _FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
 # `isinstance(param, ...)`: a storage method's dispatch on the class of a parameter it is given.
 _DISPATCH = re.compile(r"\b(?:isinstance|issubclass)\(\s*(\w+)\s*,")
@@ -72,64 +74,81 @@ class Reduced:
 def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduced | None:
     """The text with the bodies of outermost functions that hold no line of `keep_lines`
     (inclusive (first, last) spans, 1-based) and give no class fact replaced by `pass`;
-    None when nothing would be blanked."""
-    if "def" not in text:
-        return None
-    lines = _LINE.findall(text)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
+    None when nothing would be blanked. Offsets, not lines: the scan runs on every analysed file."""
+    if "def" not in text or "\r" in text:
+        return None  # (a text with CR line ends is parsed whole: they are rare)
     keep = sorted(keep_lines or ())
-    out: list[str] | None = None
-    blanked: list[tuple[int, int]] = []
-    skip_to = 0  # 0-based index of the first line not inside the previous outermost function
+    pieces: list[str] = []
+    blanked: list[tuple[int, int, int]] = []
+    prev = 0  # the text up to here is in `pieces`
+    line, line_off = 1, 0  # the line number at offset line_off
+    skip_until = 0  # the end of the previous outermost function: defs before it are nested
     removed = 0
-    line_of = _line_index(starts)
-    for m in _DEF.finditer(text):
-        first = line_of(m.start())
-        if first < skip_to or starts[first] != m.start():
+    for found in _DEF.finditer(text):
+        if found.start() < skip_until:
             continue
+        start = text.rfind("\n", 0, found.start()) + 1
+        m = _DEF_LINE.match(text, start)
+        if m is None or m.end() != found.start() + 4:
+            continue  # not a `def` statement's line (`undefined`, a string, `x = 1; def ...`)
+        line += text.count("\n", line_off, start)
+        line_off = start
         indent = m.group(1)
-        header_end = _header_end(lines, first)
-        if header_end is None:
+        header = _header_end(text, start)
+        if header is None:
             continue
-        body_start = header_end + 1
-        end = _body_end(lines, body_start, len(indent))  # first line past the body
-        skip_to = max(end, body_start)
-        last_code = _last_code(lines, body_start, end)
-        if last_code is None or last_code - body_start + 1 < MIN_BLANKED_LINES:
+        body_start, header_lines = header
+        skip_until = body_end = _body_end(text, body_start, len(indent))
+        code_end = _code_end(text, body_start, body_end)
+        body = text[body_start:code_end]
+        newlines = body.count("\n")
+        body_lines = newlines + (not body.endswith("\n"))
+        if body_lines < MIN_BLANKED_LINES:
             continue
-        if _spans_kept(keep, first + 1, last_code + 1):
+        body_line = line + header_lines
+        last_line = body_line + body_lines - 1
+        if _spans_kept(keep, line, last_line):
             continue
-        body = text[starts[body_start]:starts[last_code + 1]]
-        if indent and _class_fact(body, text[starts[first]:starts[body_start]], last_code - body_start):
+        if indent and _class_fact(body, text[start:body_start], body_lines - 1):
             continue  # maybe a method: the class facts read it (a `def` at column 0 is not one)
-        if not _balanced(text[starts[first]:starts[last_code + 1]]):
+        if not _balanced(text[start:code_end]):
             continue
-        if out is None:
-            out = list(lines)
-        out[body_start] = f"{indent} pass{_eol(lines[body_start])}"
-        for i in range(body_start + 1, last_code + 1):
-            out[i] = _eol(lines[i])
-        removed += starts[last_code + 1] - starts[body_start]
-        blanked.append((first + 1, body_start + 1, last_code + 1))
-    if out is None:
+        pieces.append(text[prev:body_start])
+        pieces.append(f"{indent} pass" + "\n" * newlines)
+        removed += (code_end - body_start) - (len(indent) + 5 + newlines)
+        prev = code_end
+        blanked.append((line, body_line, last_line))
+    if not blanked:
         return None
-    return Reduced("".join(out), blanked, len(text) - removed)
+    pieces.append(text[prev:])
+    return Reduced("".join(pieces), blanked, len(text) - removed)
 
 
 def _class_fact(body: str, header: str, lines: int) -> bool:
     """Could class_facts.visit_method read something in this method body?"""
-    if _CLASS_FACT.search(body) or (lines < GETTER_LINES and _may_be_getter(body)):
+    if any(word in body for word in _CLASS_FACT_WORDS) or (lines < GETTER_LINES and _may_be_getter(body)):
         return True
     first = _FIRST_PARAM.search(header)
     if first is None:
         return True
     # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`)
-    if re.search(rf"\b{first.group(1)}\.\w+[ \t]*(?::[^=\n]*)?=(?!=)", body):
+    self_name = first.group(1)
+    if f"{self_name}." in body and _self_assign(self_name).search(body):
         return True
-    params = header[first.end():]  # `isinstance(param, ...)` of a parameter after `self`
-    return any(re.search(rf"\b{m.group(1)}\b", params) for m in _DISPATCH.finditer(body))
+    if "isinstance" not in body and "issubclass" not in body:
+        return False
+    params = set(_WORD.findall(header, first.end()))  # `isinstance(param, ...)` of a parameter after `self`
+    return any(m.group(1) in params for m in _DISPATCH.finditer(body))
+
+
+_WORD = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=64)
+def _self_assign(self_name: str) -> re.Pattern:
+    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`); a literal first,
+    # so that the search skips ahead (`myself.x = 1` matches too: one more kept method).
+    return re.compile(rf"{re.escape(self_name)}\.\w+[ \t]*(?::[^=\n]*)?=(?!=)")
 
 
 _DOCSTRING = re.compile(r"[ \t]*[rRuU]?(\"\"\"|\'\'\')")
@@ -152,7 +171,8 @@ def _may_be_getter(body: str) -> bool:
         return True
     after = [line for line in rest[rest.index(quote) + 3:].splitlines()[1:]
              if line.strip() and not line.lstrip().startswith("#")]
-    return not after or after[0].lstrip().startswith(("return", "'", "\"", "r'", "r\"")) or rest[:rest.index(quote)].count("\\") > 0
+    return not after or after[0].lstrip().startswith(("return", "'", '"', "r'", 'r"')) or \
+        "\\" in rest[:rest.index(quote)]  # (an escaped quote may end the docstring elsewhere)
 
 
 def check(tree: ast.Module, reduced: Reduced) -> bool:
@@ -192,19 +212,19 @@ def is_blanked(fn) -> bool:
 
 class Defs(dict):
     """name -> function node of a class or module whose tree may be reduced: a blanked function
-    read through it is replaced by the whole file's (parsed then, once per file and run)."""
+    read through it is replaced by the real one, `resolve(path, text, node)` (trees.whole_function:
+    its own lines parsed then)."""
 
-    __slots__ = ("source",)
+    __slots__ = ("source", "resolve")
 
-    def __init__(self, source: "tuple[str, str] | None" = None):
+    def __init__(self, source: "tuple[str, str] | None" = None, resolve=None):
         super().__init__()
         self.source = source  # (path, text) of the reduced tree's file
+        self.resolve = resolve
 
     def _real(self, name, fn):
         if self.source is not None and getattr(fn, BLANKED, False):
-            from dtype_lint.engine.trees import whole_function
-
-            fn = whole_function(*self.source, fn)
+            fn = self.resolve(*self.source, fn)
             dict.__setitem__(self, name, fn)
         return fn
 
@@ -228,38 +248,36 @@ def split_lines(text: str) -> list[str]:
 
 
 def site_spans(text: str, patterns) -> list[tuple[int, int]]:
-    """(first, last) 1-based lines of every match of the rules' patterns (compiled searches)."""
+    """(first, last) 1-based lines of every match of the rules' patterns ((literal, compiled)
+    pairs: a pattern whose literal is not in the text is not searched)."""
+    matches = sorted((m.start(), m.end()) for literal, pattern in patterns
+                     if not literal or literal in text for m in pattern.finditer(text))
     spans = []
-    for literal, pattern in patterns:
-        if literal and literal not in text:
-            continue
-        for m in pattern.finditer(text):
-            first = text.count("\n", 0, m.start()) + 1
-            spans.append((first, first + text.count("\n", m.start(), m.end())))
+    line, off = 1, 0
+    for start, end in matches:
+        line += text.count("\n", off, start)
+        off = start
+        spans.append((line, line + text.count("\n", start, end)))
     return spans
-
-
-def _line_index(starts: list[int]):
-    from bisect import bisect_right
-
-    def line_of(offset: int) -> int:
-        return bisect_right(starts, offset) - 1
-    return line_of
 
 
 _SIMPLE_STRING = re.compile(r"'[^'\\\n\r]*'|\"[^\"\\\n\r]*\"")
 
 
-def _header_end(lines: list[str], first: int) -> int | None:
-    """The line ending a `def` header (its `:`), or None when the body is on the same line or the
-    header cannot be followed by text alone (a string with a quote or backslash in it, a line
-    continued by a backslash)."""
+def _header_end(text: str, start: int) -> tuple[int, int] | None:
+    """(offset of the body's first line, lines of the header) of the `def` at `start`, or None
+    when the body is on the header's line or the header cannot be followed by text alone (a
+    string with a quote or backslash in it, a line continued by a backslash)."""
     depth = 0
-    for i in range(first, min(first + 200, len(lines))):
-        code = lines[i]
+    off = start
+    for lines in range(1, 200):
+        nl = text.find("\n", off)
+        if nl < 0:
+            return None  # no body line follows
+        code = text[off:nl]
         if "'" in code or '"' in code:
             code = _SIMPLE_STRING.sub("''", code)
-            if '"' in code or code.count("'") % 2 or "'''" in code:
+            if '"' in code or code.count("'") % 2 or "\'\'\'" in code:
                 return None
         if "#" in code:
             code = code.split("#", 1)[0]  # no string is left: a `#` starts a comment
@@ -270,30 +288,36 @@ def _header_end(lines: list[str], first: int) -> int | None:
         if depth < 0:
             return None
         if depth == 0:
-            return i if code.rstrip().endswith(":") else None
+            return (nl + 1, lines) if code.rstrip().endswith(":") else None
+        off = nl + 1
     return None
 
 
-def _indent_width(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t\f"))
+_DEDENT: dict[int, re.Pattern] = {}
 
 
-def _body_end(lines: list[str], start: int, indent: int) -> int:
-    for i in range(start, len(lines)):
-        stripped = lines[i].lstrip(" \t\f")
-        if not stripped.strip() or stripped.startswith("#"):
-            continue
-        if len(lines[i]) - len(stripped) <= indent:
-            return i
-    return len(lines)
+def _body_end(text: str, start: int, indent: int) -> int:
+    """The offset of the first code line from `start` indented no deeper than `indent` (a
+    comment or blank line never ends a body), or the text's end."""
+    pattern = _DEDENT.get(indent)
+    if pattern is None:
+        # A newline first: the search skips from line end to line end.
+        pattern = _DEDENT[indent] = re.compile(rf"\n[ \t\f]{{0,{indent}}}(?=[^ \t\f\n#])")
+    found = pattern.search(text, start - 1)  # `start` begins a line: the newline before it
+    return found.start() + 1 if found else len(text)
 
 
-def _last_code(lines: list[str], start: int, end: int) -> int | None:
-    for i in range(end - 1, start - 1, -1):
-        stripped = lines[i].strip()
-        if stripped and not stripped.startswith("#"):
-            return i
-    return None
+def _code_end(text: str, start: int, end: int) -> int:
+    """The offset past the last code line in [start, end): trailing blank and comment lines are
+    not the body's (the parser drops them)."""
+    while end > start:
+        before = text.rfind("\n", start, end - 1)
+        line_start = before + 1 if before >= 0 else start
+        line = text[line_start:end].strip()
+        if line and not line.startswith("#"):
+            return end
+        end = line_start
+    return start
 
 
 def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
@@ -309,11 +333,3 @@ def _balanced(chunk: str) -> bool:
     return (chunk.count("(") == chunk.count(")") and chunk.count("[") == chunk.count("]")
             and chunk.count("{") == chunk.count("}") and chunk.count('"""') % 2 == 0
             and chunk.count("'''") % 2 == 0 and "\\\n" not in chunk and "\\\r" not in chunk)
-
-
-def _eol(line: str) -> str:
-    if line.endswith("\r\n"):
-        return "\r\n"
-    if line.endswith(("\n", "\r")):
-        return line[-1]
-    return ""
