@@ -333,3 +333,71 @@ def _balanced(chunk: str) -> bool:
     return (chunk.count("(") == chunk.count(")") and chunk.count("[") == chunk.count("]")
             and chunk.count("{") == chunk.count("}") and chunk.count('"""') % 2 == 0
             and chunk.count("'''") % 2 == 0 and "\\\n" not in chunk and "\\\r" not in chunk)
+
+
+@dataclass(frozen=True)
+class ClassRegion:
+    """One top-level class statement's text: decorators to the last line of its body."""
+
+    name: str
+    first_line: int  # 1-based, its first decorator's line (else the class line)
+    class_line: int
+    start: int  # offsets in the file's text
+    end: int
+
+    def snippet(self, text: str) -> str:
+        """Its text below blank lines: parsed alone, its nodes have the whole file's lines."""
+        return "\n" * (self.first_line - 1) + text[self.start:self.end]
+
+
+_CLASS = re.compile(r"^class[ \t]+(\w+)", re.M)
+_INDENTED_CLASS = re.compile(r"^[ \t\f]+class[ \t]+\w", re.M)
+
+
+def class_regions(text: str) -> list[ClassRegion] | None:
+    """Every class statement of a module whose classes are all top-level, by text; None when
+    that is not certain (an indented `class`: nested, under `if`, or in a string; CR line ends;
+    a class line inside a triple-quoted string; a decorator or the line above it that is not
+    plainly one): the module is then parsed whole."""
+    if "\r" in text or _INDENTED_CLASS.search(text):
+        return None
+    regions = []
+    line, off = 1, 0
+    for m in _CLASS.finditer(text):
+        start = m.start()
+        if text.count('"""', 0, start) % 2 or text.count("'''", 0, start) % 2:
+            return None
+        line += text.count("\n", off, start)
+        off = start
+        first = _decorated_from(text, start)
+        if first is None:
+            return None
+        first_line = line - text.count("\n", first, start)
+        header = _header_end(text, start)  # the `:` that ends it, maybe lines below
+        if header is None:
+            return None
+        end = _code_end(text, start, _body_end(text, header[0], 0))
+        regions.append(ClassRegion(m.group(1), first_line, line, first, end))
+    return regions
+
+
+def _decorated_from(text: str, start: int) -> int | None:
+    """The offset of the first decorator of the class statement at `start` (`start` when it has
+    none), or None when the lines right above it are not plainly decorators: the walk up stops at
+    a blank or comment line or another statement; when it passed an `@` line, what it passed must
+    be `@` lines and their continuations (indented, or closing a bracket), brackets balanced."""
+    first = cur = start
+    while cur > 0:
+        above = text.rfind("\n", 0, cur - 1) + 1
+        line = text[above:cur]
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("#") and line[0] == "#"):
+            break
+        if line[0] == "@":
+            first = above
+        elif line[0] not in " \t\f)]}":
+            break  # another statement: what was passed (if anything) must be decorators
+        cur = above
+    if first != start and (cur != first or not _balanced(text[first:start])):
+        return None
+    return first

@@ -25,13 +25,13 @@ from dtype_lint.engine import regions
 # about 6 MB), so this bounds the store near 200 MB only for pathological inputs and near a few
 # dozen MB on real trees (their shared files are small).
 MAX_KEPT_CHARS = 1 << 20
-MAX_KEPT_FILES = 8
+MAX_KEPT_FILES = 32
 
 WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its kept spans
 # Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
 SOURCE = "_dtype_lint_source"
 
-_kept: "OrderedDict[str, tuple[str, ast.Module, object]]" = OrderedDict()
+_kept: "OrderedDict[str, tuple[str, ast.Module, object, int]]" = OrderedDict()  # text, tree, kind, size
 _chars = 0
 parses = 0  # module parses made here, whole or reduced (benchmarks and tests read it)
 parsed_chars = 0  # characters given to ast.parse here (a reduced text counts its kept characters)
@@ -44,7 +44,7 @@ def parse(path: str, text: str) -> ast.Module:
     if hit is not None and hit[0] == text and hit[2] == WHOLE:
         _kept.move_to_end(path)
         return hit[1]
-    return _keep(path, text, _parse(text, path, len(text)), WHOLE)
+    return _keep(path, text, _parse(text, path, len(text)), WHOLE, len(text))
 
 
 def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = None) -> ast.Module:
@@ -67,7 +67,7 @@ def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = No
             global reduced_parses
             reduced_parses += 1
             setattr(tree, SOURCE, (path, text))
-            return _keep(path, text, tree, key if key is not None else ())
+            return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars)
     return parse(path, text)
 
 
@@ -129,6 +129,44 @@ def _from_whole(path: str, text: str, blanked: ast.AST) -> ast.AST:
     return blanked
 
 
+def parse_class(path: str, text: str, region: "regions.ClassRegion", parse_file) -> ast.ClassDef | None:
+    """The class statement of `region` (regions.class_regions), parsed from its own text where it
+    stands in the file (reduced as a file is); from `parse_file()` (the module's tree) when that
+    text alone is not that class; None when the module does not parse."""
+    snippet = region.snippet(text)
+    padding = region.first_line - 1
+    tree = None
+    reduced = regions.reduce(snippet)
+    if reduced is not None:
+        try:
+            tree = _parse(reduced.text, path, reduced.kept_chars - padding)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if tree is not None and not regions.check(tree, reduced):
+            tree = None
+    if tree is None:
+        try:
+            tree = _parse(snippet, path, len(snippet) - padding)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+    if tree is not None and len(tree.body) == 1 and isinstance(tree.body[0], ast.ClassDef) \
+            and tree.body[0].lineno == region.class_line and tree.body[0].name == region.name:
+        return tree.body[0]
+    try:
+        module = parse_file()
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found = None
+    todo = list(reversed(module.body))
+    while todo:  # in order, as class_facts.build_file_facts registers them: the last definition wins
+        stmt = todo.pop()
+        if isinstance(stmt, ast.ClassDef) and stmt.name == region.name:
+            found = stmt
+        elif isinstance(stmt, (ast.If, ast.Try)):
+            todo.extend(reversed(stmt.body + stmt.orelse))
+    return found
+
+
 def _parse(text: str, path: str, chars: int) -> ast.Module:
     global parses, parsed_chars
     tree = ast.parse(text, filename=path)
@@ -137,17 +175,18 @@ def _parse(text: str, path: str, chars: int) -> ast.Module:
     return tree
 
 
-def _keep(path: str, text: str, tree: ast.Module, kind) -> ast.Module:
+def _keep(path: str, text: str, tree: ast.Module, kind, size: int) -> ast.Module:
+    """Keep the tree of `size` parsed characters (a reduced tree costs what was parsed of it)."""
     global _chars
     hit = _kept.get(path)
     if hit is not None:
-        _chars -= len(hit[0])
-    _kept[path] = (text, tree, kind)
+        _chars -= hit[3]
+    _kept[path] = (text, tree, kind, size)
     _kept.move_to_end(path)
-    _chars += len(text)
+    _chars += size
     while _kept and (_chars > MAX_KEPT_CHARS or len(_kept) > MAX_KEPT_FILES):
-        _, (old, _, _) = _kept.popitem(last=False)
-        _chars -= len(old)
+        _, (_, _, _, old) = _kept.popitem(last=False)
+        _chars -= old
     return tree
 
 
