@@ -127,3 +127,49 @@ def test_methods_the_class_facts_read_are_kept():
     assert reduced is not None
     names = [text.splitlines()[d - 1].split("def ")[1].split("(")[0] for d, _, _ in reduced.blanked]
     assert names == ["other"]
+
+
+_CLASSES = f"""\
+import torch
+
+
+@register(
+    name="first",
+)
+class First(torch.nn.Module):
+    def __init__(self):
+        self.proj = torch.nn.Linear(2, 2)
+
+    def unread(self, total):
+{_FILLER}        return total
+
+
+class Second(
+    First,
+):
+    x: int = 1
+"""
+
+
+def test_each_class_parses_alone_where_it_stands_in_the_file():
+    found = regions.class_regions(_CLASSES)
+    assert [(r.name, r.first_line, r.class_line) for r in found] == [("First", 4, 7), ("Second", 21, 21)]
+    whole = {c.name: c for c in ast.parse(_CLASSES).body if isinstance(c, ast.ClassDef)}
+    for region in found:
+        cls = trees.parse_class("c.py", _CLASSES, region, lambda: None)
+        if region.name == "First":  # its unread method blanked, its __init__ kept
+            assert regions.is_blanked(cls.body[1]) and not regions.is_blanked(cls.body[0])
+            assert ast.dump(cls.body[0], include_attributes=True) == \
+                ast.dump(whole["First"].body[0], include_attributes=True)
+            assert ast.dump(cls.decorator_list[0], include_attributes=True) == \
+                ast.dump(whole["First"].decorator_list[0], include_attributes=True)
+        else:
+            assert ast.dump(cls, include_attributes=True) == ast.dump(whole["Second"], include_attributes=True)
+
+
+def test_classes_not_plainly_top_level_send_the_file_to_a_whole_parse():
+    assert regions.class_regions("class A:\n    class Inner:\n        pass\n") is None
+    assert regions.class_regions("if X:\n    class A:\n        pass\n") is None
+    assert regions.class_regions('DOC = """\nclass Fake:\n    pass\n"""\n') is None
+    assert regions.class_regions("x = [\n    1,\n]\nclass A:\n    pass\n") is not None  # a statement above
+    assert regions.class_regions("x = f(\n@dec\n)\nclass A:\n    pass\n") is None  # not plainly a decorator

@@ -23,7 +23,14 @@ reduced text is then checked (`check()`): every blanked `def` must be a function
 the one `pass` put there. Anything else (a `def` inside a string, a syntax error anywhere) sends
 the caller back to the whole file, which also makes a real syntax error in kept code DTL900.
 
-A syntax error inside a blanked body is not seen: that code cannot hold a site, and the project's
+A file read only for its class facts (not analysed) is not parsed as a file at all when every
+class statement in it is plainly top-level (`class_regions()`): each class is parsed from its own
+text, reduced the same way, below blank lines that keep its line numbers, when its facts are
+first asked for (class_facts.build_class_file_facts, trees.parse_class); its functions and the
+module tree only if something asks for them.
+
+A syntax error inside a blanked body (or, in a file read for its class facts, outside the classes
+asked about) is not seen: that code cannot hold a site, and the project's
 other linters (and Python) report it, as they do for files the prefilter passes over.
 
 What may read a blanked function is guarded where it is looked up: `ClassFacts.methods` and
