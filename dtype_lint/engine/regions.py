@@ -76,6 +76,7 @@ class Reduced:
     text: str
     blanked: list[tuple[int, int, int]] = field(default_factory=list)  # (def, `pass`, last body line), 1-based
     kept_chars: int = 0
+    removed: list[tuple[int, int]] = field(default_factory=list)  # offsets of the blanked bodies' text
 
 
 def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduced | None:
@@ -91,6 +92,7 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduce
     line, line_off = 1, 0  # the line number at offset line_off
     skip_until = 0  # the end of the previous outermost function: defs before it are nested
     removed = 0
+    removed_spans: list[tuple[int, int]] = []
     for found in _DEF.finditer(text):
         if found.start() < skip_until:
             continue
@@ -125,10 +127,11 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduce
         removed += (code_end - body_start) - (len(indent) + 5 + newlines)
         prev = code_end
         blanked.append((line, body_line, last_line))
+        removed_spans.append((body_start, code_end))
     if not blanked:
         return None
     pieces.append(text[prev:])
-    return Reduced("".join(pieces), blanked, len(text) - removed)
+    return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans)
 
 
 def _class_fact(body: str, header: str, lines: int) -> bool:

@@ -30,6 +30,7 @@ MAX_KEPT_FILES = 32
 WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its kept spans
 # Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
 SOURCE = "_dtype_lint_source"
+REMOVED = "_dtype_lint_removed"  # ... and the offsets of the text its blanked bodies held
 
 _kept: "OrderedDict[str, tuple[str, ast.Module, object, int]]" = OrderedDict()  # text, tree, kind, size
 _chars = 0
@@ -67,6 +68,7 @@ def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = No
             global reduced_parses
             reduced_parses += 1
             setattr(tree, SOURCE, (path, text))
+            setattr(tree, REMOVED, reduced.removed)
             return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars)
     return parse(path, text)
 
@@ -81,6 +83,21 @@ def whole_of(tree: ast.Module) -> ast.Module:
         return parse(*source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return tree
+
+
+def whole_unless_absent(tree: ast.Module, names) -> ast.Module:
+    """The whole-file tree, unless the blanked bodies' text is ASCII and holds none of `names`:
+    then they bind and use no name that contains one of them (a non-ASCII text may spell an
+    identifier in characters the parser normalises), and the reduced tree tells every use of those."""
+    source = getattr(tree, SOURCE, None)
+    if source is None:
+        return tree
+    text = source[1]
+    for start, end in getattr(tree, REMOVED, ()):
+        body = text[start:end]
+        if not body.isascii() or any(name in body for name in names):
+            return whole_of(tree)
+    return tree
 
 
 def whole_function(path: str, text: str, blanked: ast.AST) -> ast.AST:
