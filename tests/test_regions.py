@@ -173,3 +173,19 @@ def test_classes_not_plainly_top_level_send_the_file_to_a_whole_parse():
     assert regions.class_regions('DOC = """\nclass Fake:\n    pass\n"""\n') is None
     assert regions.class_regions("x = [\n    1,\n]\nclass A:\n    pass\n") is not None  # a statement above
     assert regions.class_regions("x = f(\n@dec\n)\nclass A:\n    pass\n") is None  # not plainly a decorator
+
+
+def test_fix_names_the_helper_as_a_whole_parse_would(monkeypatch):
+    """A blanked body that binds the helper's name: the planner reads the whole tree for it."""
+    from dtype_lint.analysis import file_analysis
+    from dtype_lint.api import fix_source
+
+    shadowing = _SOURCE.replace("        total = total + 0\n", "        get_layer_input_dtype = total\n", 1)
+    assert shadowing != _SOURCE
+    trees.clear()
+    reduced = fix_source(shadowing, filename="m.py")
+    monkeypatch.setattr(file_analysis, "reducible", lambda config: False)
+    trees.clear()
+    whole = fix_source(shadowing, filename="m.py")
+    assert reduced == whole and "_get_layer_input_dtype" in whole
+    trees.clear()
