@@ -329,7 +329,12 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
 
     # No local function here calls itself: a closure referring to itself is a reference cycle,
     # and one holding `facts` kept every parsed tree alive until the cycle collector ran.
+    lazy = getattr(tree, trees.LAZY, None) if tree is not None else None
+
     def register_class(cls: ast.ClassDef):
+        if lazy and cls.lineno in lazy and cls.name == lazy[cls.lineno].name:  # its methods are blanked
+            facts.classes.register(f"{module}.{cls.name}" if module else cls.name, lazy[cls.lineno], cls.name)
+            return
         todo = [(cls, "")]
         while todo:  # the class, then its nested classes, depth first in order
             node, prefix = todo.pop()
@@ -339,7 +344,8 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
 
     def visit_class(qualname: str, cls, qual: str, reads) -> ClassFacts:
         if not isinstance(cls, ast.ClassDef):  # a ClassRegion: parse the class now
-            cls = trees.parse_class(path, by_class[0], cls, by_class[2])
+            text, parse_file = (by_class[0], by_class[2]) if by_class else (source[1], lambda: trees.parse(*source))
+            cls = trees.parse_class(path, text, cls, parse_file)
             if cls is None:
                 raise KeyError(qualname)  # the file does not parse: no facts, as for a whole parse
         def complete(cf: ClassFacts, body: BodyFacts) -> None:

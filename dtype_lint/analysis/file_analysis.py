@@ -47,7 +47,8 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
                                        "not parsed (generated code)", long_line, 1, config)
         reduce = reducible(config)
         try:
-            tree = trees.parse_reduced(path, text, site_spans(active, text)) if reduce else trees.parse(path, text)
+            tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) if reduce \
+                else trees.parse(path, text)
         except SyntaxError as e:
             return _engine_error(path, f"cannot parse: {e.msg}", e.lineno or 1, e.offset or 1, config)
         except (ValueError, RecursionError, MemoryError) as e:  # null bytes; absurd nesting

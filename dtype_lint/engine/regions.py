@@ -77,15 +77,26 @@ class Reduced:
     blanked: list[tuple[int, int, int]] = field(default_factory=list)  # (def, `pass`, last body line), 1-based
     kept_chars: int = 0
     removed: list[tuple[int, int]] = field(default_factory=list)  # offsets of the blanked bodies' text
+    lazy: list = field(default_factory=list)  # ClassRegion of each class whose facts its own text gives
 
 
-def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduced | None:
+def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_classes: bool = False) -> Reduced | None:
     """The text with the bodies of outermost functions that hold no line of `keep_lines`
     (inclusive (first, last) spans, 1-based) and give no class fact replaced by `pass`;
-    None when nothing would be blanked. Offsets, not lines: the scan runs on every analysed file."""
+    None when nothing would be blanked. Offsets, not lines: the scan runs on every analysed file.
+    With `lazy_classes`, the methods of a top-level class that holds no kept line are blanked
+    whatever the class facts read (`Reduced.lazy`: its facts are then read from the class's own
+    text, parsed when they are first asked for)."""
     if "def" not in text or "\r" in text:
         return None  # (a text with CR line ends is parsed whole: they are rare)
     keep = sorted(keep_lines or ())
+    lazy: list[ClassRegion] = []
+    if lazy_classes:
+        for region in class_regions(text) or ():
+            last = region.class_line + text.count("\n", region.start, region.end)
+            if not _spans_kept(keep, region.first_line, last):
+                lazy.append(region)
+    lazy_at = 0  # the next lazy class, by offset
     pieces: list[str] = []
     blanked: list[tuple[int, int, int]] = []
     prev = 0  # the text up to here is in `pieces`
@@ -118,7 +129,10 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduce
         last_line = body_line + body_lines - 1
         if _spans_kept(keep, line, last_line):
             continue
-        if indent and _class_fact(body, text[start:body_start], body_lines - 1):
+        while lazy_at < len(lazy) and lazy[lazy_at].end <= start:
+            lazy_at += 1
+        in_lazy = lazy_at < len(lazy) and lazy[lazy_at].start <= start
+        if indent and not in_lazy and _class_fact(body, text[start:body_start], body_lines - 1):
             continue  # maybe a method: the class facts read it (a `def` at column 0 is not one)
         if not _balanced(text[start:code_end]):
             continue
@@ -130,8 +144,9 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None) -> Reduce
         removed_spans.append((body_start, code_end))
     if not blanked:
         return None
+    lazy = [region for region in lazy if any(region.start <= start < region.end for start, _ in removed_spans)]
     pieces.append(text[prev:])
-    return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans)
+    return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans, lazy)
 
 
 def _class_fact(body: str, header: str, lines: int) -> bool:

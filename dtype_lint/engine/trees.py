@@ -31,6 +31,7 @@ WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its k
 # Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
 SOURCE = "_dtype_lint_source"
 REMOVED = "_dtype_lint_removed"  # ... and the offsets of the text its blanked bodies held
+LAZY = "_dtype_lint_lazy"  # ... and class line -> ClassRegion of the classes read from their own text
 
 _kept: "OrderedDict[str, tuple[str, ast.Module, object, int]]" = OrderedDict()  # text, tree, kind, size
 _chars = 0
@@ -48,7 +49,8 @@ def parse(path: str, text: str) -> ast.Module:
     return _keep(path, text, _parse(text, path, len(text)), WHOLE, len(text))
 
 
-def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = None) -> ast.Module:
+def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = None,
+                  lazy_classes: bool = False) -> ast.Module:
     """The tree of `text` with the bodies of the functions that hold no line of `spans` (sites)
     and give no class fact blanked (regions.reduce); the whole tree when nothing is blanked or
     the reduced text does not parse as expected. Raises what `ast.parse` of the whole text raises.
@@ -58,7 +60,7 @@ def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = No
     if hit is not None and hit[0] == text and (hit[2] == WHOLE or key is None or hit[2] == key):
         _kept.move_to_end(path)
         return hit[1]
-    reduced = regions.reduce(text, list(key or ()))
+    reduced = regions.reduce(text, list(key or ()), lazy_classes)
     if reduced is not None:
         try:
             tree = _parse(reduced.text, path, reduced.kept_chars)
@@ -69,6 +71,8 @@ def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = No
             reduced_parses += 1
             setattr(tree, SOURCE, (path, text))
             setattr(tree, REMOVED, reduced.removed)
+            if reduced.lazy:
+                setattr(tree, LAZY, {region.class_line: region for region in reduced.lazy})
             return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars)
     return parse(path, text)
 
