@@ -376,7 +376,7 @@ class ClassRegion:
 
 
 _CLASS = re.compile(r"^class[ \t]+(\w+)", re.M)
-_INDENTED_CLASS = re.compile(r"^[ \t\f]+class[ \t]+\w", re.M)
+_INDENTED_CLASS = re.compile(r"\n[ \t\f]+class[ \t]+\w")  # a newline first: the search skips ahead
 
 
 def class_regions(text: str) -> list[ClassRegion] | None:
@@ -388,9 +388,12 @@ def class_regions(text: str) -> list[ClassRegion] | None:
         return None
     regions = []
     line, off = 1, 0
+    double = single = 0  # triple quotes before `off`
     for m in _CLASS.finditer(text):
         start = m.start()
-        if text.count('"""', 0, start) % 2 or text.count("'''", 0, start) % 2:
+        double += text.count('"""', off, start)
+        single += text.count("'''", off, start)
+        if double % 2 or single % 2:
             return None
         line += text.count("\n", off, start)
         off = start
