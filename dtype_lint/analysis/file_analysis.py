@@ -95,13 +95,13 @@ def reducible(config: Config) -> bool:
 
 def site_spans(rules, text: str) -> list[tuple[int, int]]:
     """The lines every match of these rules' own patterns spans: where a site can be."""
-    return regions.site_spans(text, [(required_literal(p), _compiled(p)) for p in
-                                     dict.fromkeys(p for r in rules for p in r.patterns)])
+    return regions.site_spans(text, _searches(tuple(dict.fromkeys(p for r in rules for p in r.patterns))))
 
 
-@lru_cache(maxsize=64)
-def _compiled(pattern: str):
-    return re.compile(pattern, re.M)
+@lru_cache(maxsize=16)
+def _searches(patterns: tuple[str, ...]) -> list[tuple[str, re.Pattern]]:
+    """(the literal every match holds, the compiled pattern) of each pattern, once per run."""
+    return [(required_literal(p), re.compile(p, re.M)) for p in patterns]
 
 
 def reads_helper_callers(rules, index: QuantizableLayerIndex, module: str) -> bool:
