@@ -25,7 +25,7 @@ from dtype_lint.engine import regions
 # about 6 MB), so this bounds the store near 200 MB only for pathological inputs and near a few
 # dozen MB on real trees (their shared files are small).
 MAX_KEPT_CHARS = 1 << 20
-MAX_KEPT_FILES = 32
+MAX_KEPT_FILES = 8
 
 WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its kept spans
 # Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
