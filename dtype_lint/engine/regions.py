@@ -11,14 +11,18 @@ What is kept whole:
 - every module-level and class-level statement other than a `def` (imports, assignments,
   `if TYPE_CHECKING:`, guards, class statements, decorators, signatures);
 - a function or method holding a line a rule's pattern matches (`keep_lines`);
-- a method the class facts read (`class_facts.visit_method`): one assigning an attribute
-  (`self.x = ...`), calling `get_quant_method`/`resolve_quant_method`/`create_weights`, testing
-  `isinstance`/`issubclass`, calling a base's `__init__`, any `__init__`, and any short body
-  with a `return` (a property getter is a single `return`).
+- a method the class facts read (`class_facts.visit_method`): one assigning an attribute of its
+  first parameter (`self.x = ...`), naming `quant_method`/`create_weights`/`__init__` (a quant
+  method obtained, weights created, a base's `__init__` called), testing `isinstance`/`issubclass`
+  of one of its other parameters, or a short body that may be a getter (one `return` after an
+  optional docstring). A `def` at column 0 is not a method: only the site lines keep it.
+- with `lazy_classes` (analysed files), none of that in a top-level class without a site line:
+  its facts are then read from the class's own text when an analysis asks for them.
 
 Functions are found by text (a `def` line, its header up to the `:` that ends it, the body up to
 the next code line indented no deeper), so a body is blanked only when that is certain: its
-brackets and triple quotes balance and no line continues with a backslash. The parse of the
+brackets and triple quotes balance, no line continues with a backslash, the signature holds no
+string with a quote or backslash in it, and the body has at least MIN_BLANKED_LINES lines. The parse of the
 reduced text is then checked (`check()`): every blanked `def` must be a function whose body is
 the one `pass` put there. Anything else (a `def` inside a string, a syntax error anywhere) sends
 the caller back to the whole file, which also makes a real syntax error in kept code DTL900.
@@ -30,14 +34,15 @@ first asked for (class_facts.build_class_file_facts, trees.parse_class); its fun
 module tree only if something asks for them.
 
 A syntax error inside a blanked body (or, in a file read for its class facts, outside the classes
-asked about) is not seen: that code cannot hold a site, and the project's
-other linters (and Python) report it, as they do for files the prefilter passes over.
+asked about) is not seen: that code cannot hold a site, and the project's other linters (and
+Python) report it, as they do for files the prefilter passes over.
 
 What may read a blanked function is guarded where it is looked up: `ClassFacts.methods` and
-`FileFacts.functions` are `Defs` maps, which hand out the whole file's function when a blanked
-one is read (a value flow followed into a method or a function): the file is then parsed whole,
-once (trees.whole_function). The fix planner's walk of every name of a module reads the whole
-tree (trees.whole_of).
+`FileFacts.functions` are `Defs` maps, which hand out the real function when a blanked one is
+read (a value flow followed into a method or a function): its own lines are parsed then, where
+they stand (trees.whole_function). The fix planner's walk of every name of a module reads the
+whole tree unless the blanked text cannot hold the names it decides on
+(trees.whole_unless_absent).
 """
 
 from __future__ import annotations
