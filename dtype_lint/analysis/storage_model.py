@@ -39,6 +39,7 @@ from typing import Protocol
 
 from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.engine.facts_cache import MISS
 from dtype_lint.findings import Evidence
 
 # Storage kinds.
@@ -245,9 +246,19 @@ class CodeBackends:
         memo = self.index.__dict__.setdefault("_storage_memo", {})
         hit = memo.get(key)
         if hit is None:
+            # The top-level answers are also kept on disk across runs (engine/facts_cache.py),
+            # with their reads, valid while every file and folder they read is unchanged.
+            store = getattr(self.index, "disk_memo", None)
+            stored = store.get(key) if store is not None else MISS
+            if stored is not MISS:
+                hit = memo[key] = stored
+                self.index.replay(stored[1])
+                return stored[0]
             with self.index.reading() as reads:
                 value = build()
             hit = memo[key] = (value, reads)
+            if store is not None:
+                store.put(key, value, reads)
         else:
             self.index.replay(hit[1])
         return hit[0]
