@@ -468,8 +468,13 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
     # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
     # with none enabled they are never read, and the cache key (the configuration's fingerprint,
     # `select` included) keeps these empty links from a run that later enables one.
-    links = (sorted(dtype_functions(text)), from_imported(text)) if st["links"] else ([], [])
+    links = (sorted(dtype_functions(text)), from_imported(text)) if st["links"] else NO_LINKS
     return path, st["prefilter"].might_match(text), has_suppression(text), hits, links, None
+
+
+# The links of a file that has none, shared (read only): a record per file of the scan, 23,600
+# at ten times vLLM, each with two empty lists of its own, was 3.8 MiB.
+NO_LINKS: tuple[tuple, tuple] = ((), ())
 
 
 def _init_scan(prefilter, needles, links: bool = True) -> None:
