@@ -40,7 +40,6 @@ from typing import Protocol
 
 from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
-from dtype_lint.engine.facts_cache import MISS
 from dtype_lint.findings import Evidence
 
 # Storage kinds.
@@ -55,7 +54,7 @@ NON_COMPUTE = "non-compute"
 BACKEND_MARK = "backend: "
 # Module sources (text lines and parsed methods) kept at once. One engine's quantization package
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
-# instead of 580 (all kept) and peak at 139 MiB instead of 197 (benchmarks/README.md).
+# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
 SOURCES_KEPT = 32
 
 _INT_DTYPES = {"int32": PACKED, "uint8": PACKED, "int8": PACKED, "int16": PACKED, "int4": PACKED, "uint4": PACKED,
@@ -254,8 +253,8 @@ class CodeBackends:
             # The top-level answers are also kept on disk across runs (engine/facts_cache.py),
             # with their reads, valid while every file and folder they read is unchanged.
             store = getattr(self.index, "disk_memo", None)
-            stored = store.get(key) if store is not None else MISS
-            if stored is not MISS:
+            stored = store.get(key) if store is not None else None
+            if stored is not None:  # (value, reads): the value itself may be None
                 hit = memo[key] = stored
                 self.index.replay(stored[1])
                 return stored[0]

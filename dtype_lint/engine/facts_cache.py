@@ -26,7 +26,6 @@ from dtype_lint.analysis.class_index import Reads
 
 # The storage model's memo keys (their first element) whose values are kept on disk.
 PERSISTED = frozenset({"storages", "find"})
-MISS = object()
 
 
 class FactsStore:
@@ -44,12 +43,12 @@ class FactsStore:
         return json.dumps(list(key), separators=(",", ":"))
 
     def get(self, key: tuple):
-        """(value, Reads with real paths) of a stored answer whose reads are all unchanged, else MISS."""
+        """(value, Reads with real paths) of a stored answer whose reads are all unchanged, else None."""
         if key[0] not in PERSISTED:
-            return MISS
+            return None
         entry = self.cache.entry("s", self.name(key))
-        got = self._valid(entry, key) if entry is not None else MISS
-        if got is MISS:
+        got = self._valid(entry, key) if entry is not None else None
+        if got is None:
             self.misses += 1
         else:
             self.hits += 1
@@ -58,33 +57,33 @@ class FactsStore:
     def _valid(self, entry, key: tuple):
         cache, project = self.cache, self.project
         if not (isinstance(entry, dict) and entry.get("k") == list(key)):
-            return MISS
+            return None
         files, modules, listings = entry.get("files"), entry.get("modules"), entry.get("listings")
         if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)):
-            return MISS
+            return None
         reads = Reads()
         for dep, stamp in files.items():
             real = cache.real(dep)
             if not isinstance(stamp, str) or project.stamp(real) != stamp:
-                return MISS
+                return None
             reads.files[real] = stamp
         table = project.table
         for module, dep in modules.items():
             if dep is not None and not isinstance(dep, str):
-                return MISS
+                return None
             now = table.first_key(module)
             if (None if now is None else cache.rel(now)) != dep:
-                return MISS
+                return None
             reads.modules[module] = None if dep is None else cache.real(dep)
         for folder, digest in listings.items():
             real = cache.real(folder)
             if not isinstance(digest, str) or table.listing(real) != digest:
-                return MISS
+                return None
             reads.listings[real] = digest
         try:
             value = _decode(entry.get("v"), self._display)
         except (KeyError, TypeError, ValueError, AttributeError):
-            return MISS
+            return None
         return value, reads
 
     def put(self, key: tuple, value, reads: Reads) -> None:
