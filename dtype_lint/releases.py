@@ -5,7 +5,7 @@ prefill from them, and the real-world tests, triage and benchmarks lint them.
 release's wheel and nothing else. The first call downloads the wheel with pip (`--no-deps`, never
 an install), unpacks only the `.py` members, and deletes the wheel; later calls return the cached
 tree. `vllm_tree(version)` is the same for vLLM. Peers: `sglang`, `aphrodite-engine`, `lmdeploy`;
-out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`.
+out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`, `tpu-inference`.
 
 Cache: `${DTYPE_LINT_CACHE_DIR:-~/.cache/dtype-lint}/<dist>-<version>/`, deliberately outside the
 repo: no engine's code is ever copied into this project.
@@ -53,7 +53,9 @@ PACKAGES = {"vllm": "vllm", "sglang": "sglang", "aphrodite-engine": "aphrodite",
             "transformers": "transformers", "diffusers": "diffusers", "peft": "peft",
             # Out-of-tree vLLM projects: they import vLLM's layers without containing vLLM (the
             # catalogue path, docs/quantizability.md), triaged in docs/triage/.
-            "vllm-omni": "vllm_omni", "vllm-ascend": "vllm_ascend"}
+            "vllm-omni": "vllm_omni", "vllm-ascend": "vllm_ascend",
+            # vLLM's TPU backend (JAX and torchax): vLLM's layers with its own quantization methods.
+            "tpu-inference": "tpu_inference"}
 
 
 class ReleaseFetchError(RuntimeError):

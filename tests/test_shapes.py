@@ -162,3 +162,41 @@ def test_callers_traced_for_a_generically_typed_holder(findings):
     cast = next(f for f in findings if f["path"].endswith("holders.py") and f["code"] == "DTL001")
     call = line_of("models/holders.py", "return project_into(x, self.o_proj)")
     assert any(e["line"] == call and "`layer` is `self.o_proj`" in e["message"] for e in cast["evidence"])
+
+
+def test_dispatch_guards_of_dtl003(findings):
+    """models/dispatch.py: each clean read is kept by one mechanism, its twin is reported."""
+    dispatch = at(findings, "models/dispatch.py")
+    reported = {line_of("models/dispatch.py", "weight = self.proj.weight"),  # the first read: it raises
+                line_of("models/dispatch.py", "return self.fused_unguarded(x, self.down.weight)"),
+                line_of("models/dispatch.py", "class SharedGate") + 4}
+    assert {n for n, f in dispatch.items() if f["code"] == "DTL003"} >= reported
+    # A callee run only after the caller's own read of the same `.weight` (dominated re-read).
+    assert line_of("models/dispatch.py", "def _gemm_dense(self") + 1 not in dispatch
+    assert line_of("models/dispatch.py", "def _gemm_dense_unguarded(self") + 1 in dispatch
+    # A kernel object kept only when its `can_run(layer)` predicate held.
+    assert line_of("models/dispatch.py", "return self.fused(x, self.o_proj.weight)") not in dispatch
+    # `isinstance(getattr(L, "weight", None), torch.Tensor) and L.weight...`.
+    assert line_of("models/dispatch.py", "and self.down.weight.dtype == torch.bfloat16") not in dispatch
+    # A guard two callers up.
+    assert line_of("models/dispatch.py", "a guard two callers up") + 1 not in dispatch
+    # An imported predicate returning `(verdict, reason)`, unpacked.
+    assert line_of("models/dispatch.py", "return x @ self.o_proj.weight[: x.shape[-1]].t()") not in dispatch
+    # A method a later `def` of the same name replaces never runs.
+    assert line_of("models/dispatch.py", "return self.o_proj.weight.shape[0]") not in dispatch
+    # A subclass the project builds only with `quant_config=None`.
+    assert line_of("models/dispatch.py", "class TinyGate") + 5 not in dispatch
+    # Test modules are not checked.
+    assert not [f for f in findings if f["path"].startswith("servelm/tests/")]
+
+
+def test_paths_that_never_meet_a_quantized_layer(findings):
+    """models/dispatch.py: a layer quantizable only under one outcome of a module-level flag, read
+    under the other; the fallback arm after a `hasattr` every construction satisfies."""
+    dispatch = at(findings, "models/dispatch.py")
+    lines = (SHAPES / "servelm" / "models" / "dispatch.py").read_text(encoding="utf-8").splitlines()
+    reads = [i for i, text in enumerate(lines, 1) if "return x @ self.pre_proj.weight.t()" in text]
+    assert len(reads) == 2
+    assert reads[0] not in dispatch and reads[1] in dispatch  # the GPU path; the unguarded twin
+    assert line_of("models/dispatch.py", "return self.language_model.lm_head.weight") not in dispatch
+    assert line_of("models/dispatch.py", "return self.drafter.lm_head.weight") in dispatch

@@ -62,6 +62,18 @@ def vllm_ascend_0230() -> Path:
         pytest.fail(f"vllm-ascend 0.23.0 is needed and could not be fetched: {exc}", pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def tpu_inference_0320() -> Path:
+    """Root of tpu-inference 0.32.0's `.py` tree: vLLM's TPU backend, a platform plugin on vLLM's
+    layers with its own quantization configs, triaged held out."""
+    from dtype_lint import releases
+
+    try:
+        return releases.release_tree("tpu-inference", "0.32.0")
+    except releases.ReleaseFetchError as exc:
+        pytest.fail(f"tpu-inference 0.32.0 is needed and could not be fetched: {exc}", pytrace=False)
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the two above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -74,6 +86,7 @@ TREES = {
     "diffusers_0421": "diffusers-0.42.1",
     "vllm_omni_0300": "vllm-omni-0.30.0",
     "vllm_ascend_0230": "vllm-ascend-0.23.0",
+    "tpu_inference_0320": "tpu-inference-0.32.0",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -83,10 +96,12 @@ PRECISION_TREES = ("vllm_0300", "vllm_0330", "sglang_0523", "aphrodite_0241", "t
 # recorded on the tree's page (with a minimal reproduction) and expected here by its path:line, so
 # that a new FALSE finding fails, and so does one the tool stops reporting (then drop it from here).
 # vllm-ascend 0.23.0's one finding of the first run was such a bug (`dispose_tensor(layer.weight)`,
-# the weight's own replacement storage), fixed since: the tree must now report nothing.
+# the weight's own replacement storage), fixed since: the tree must now report nothing. tpu-inference
+# 0.32.0 reported nothing on its first run and has no TRUE site (its own models are JAX).
 HELD_OUT_FALSE = {
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
+    "tpu_inference_0320": set(),
 }
 MIN_PRECISION = 0.95
 # DTL003-DTL005: every tree with a file (or parts of one) in verdicts/dtl003-005/, by fixture name.
@@ -96,7 +111,7 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # The CI budget (tests/conftest.py, docs/testing.md): one tree of each kind (the vLLM releases of the
 # seed sites and of the rule triage, the fork, the peer with nothing to find, an out-of-tree plugin
 # on vLLM's layers, a Hugging Face tree); DTL_FULL=1 adds vLLM 0.30.0, sglang (the namespace-package
-# peer), vllm-omni and transformers.
+# peer), vllm-omni, tpu-inference (a second platform plugin, of vllm-ascend's kind) and transformers.
 CI_TREES = ("vllm_0271", "vllm_0330", "aphrodite_0241", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
 
 
@@ -254,6 +269,8 @@ HELD_OUT_MISSES = {
     # vllm-omni's two `missed` sites of the first run: a container element named by a local (fixed:
     # now reported) and `next(self.parameters())` into a library class (now a documented known limit).
     "vllm_omni_0300": set(),
+    # tpu-inference: no TRUE site (docs/triage/tpu-inference-0.32.0.md), so nothing to miss.
+    "tpu_inference_0320": set(),
 }
 
 

@@ -21,13 +21,30 @@ import functools
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
-from dtype_lint.analysis.guard_flags import ClassGuardFlags, concrete_classes, imported_predicates
+from dtype_lint.analysis.class_facts import annotation_name
+from dtype_lint.analysis.guard_flags import (
+    ClassGuardFlags,
+    concrete_classes,
+    imported_predicates,
+    object_predicate_calls,
+    predicate_names,
+)
 from dtype_lint.analysis.guards import BackendNames, GuardKnowledge, unpacked_storage_guard, weight_present_at
 from dtype_lint.analysis.layers import NONE
 from dtype_lint.analysis.lazy_exports import lazy_owner
 from dtype_lint.findings import Evidence
 
 _NO_LAYER = ast.Name(id="<no layer>")  # a guard in a caller speaks of no particular layer
+
+
+def test_module(path: str) -> bool:
+    """A test module: `test_*.py`, `*_test.py`, `conftest.py`, or a file under a `test`/`tests`
+    folder. A test builds its layer with the config it asserts on, and reads the storage that
+    config gives on purpose: not model code a backend can surprise."""
+    parts = path.replace("\\", "/").split("/")
+    name = parts[-1]
+    return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+            or any(part in ("test", "tests") for part in parts[:-1]))
 
 
 class FileGuards:
@@ -78,7 +95,69 @@ class FileGuards:
         backends = BackendNames(file.config.all_config_params,
                                 concrete_classes(file.project, file.source.module, file.imports))
         return ClassGuardFlags(
-            file.tree, lambda: imported_predicates(file.project, file.imports, file.config.all_config_params), backends)
+            file.tree, lambda: imported_predicates(file.project, file.imports, file.config.all_config_params), backends,
+            self._object_predicates)
+
+    def _object_predicates(self, fn) -> frozenset[str]:
+        """`X.m` where `X = C(...)` or `X = f()` in `fn`, and `m`, a method of C (of the class
+        `f`'s return annotation names), is a predicate: read as an imported predicate is, with its
+        unquantized checks and config tests only."""
+        found = set()
+        for name, (builder, method_name) in object_predicate_calls(fn).items():
+            located = self._method_of_built(dotted(builder), method_name)
+            if located is None:
+                continue
+            owner, method = located
+            config_params = self._file.config.all_config_params
+            known = GuardKnowledge(backends=BackendNames(config_params))
+            key = ("object-predicate", owner, method_name, config_params)
+            names = self._file.project.index.cached_facts(key, lambda method=method, known=known:
+                                                           predicate_names(method, known, "m"))
+            if "m" in names:
+                found.add(name)
+            elif "not m" in names:
+                found.add(f"not {name}")
+        return frozenset(found)
+
+    def _method_of_built(self, builder: str, method_name: str):
+        """The method `method_name` of the class `builder(...)` builds: the class itself, or the
+        class a project function's return annotation names (its module's imports resolve it)."""
+        project, file = self._file.project, self._file
+        index = project.index
+        qualname = index.resolve(file.source.module, builder, file.imports)
+        if project.class_facts(qualname) is None:
+            located = self._module_function_at(builder)
+            if located is None:
+                return None
+            fn, module, imports = located
+            returned = annotation_name(fn.returns)
+            if not returned:
+                return None
+            qualname = index.resolve(module, returned, imports)
+        for owner in index.mro(qualname) or [qualname]:
+            facts = project.class_facts(owner)
+            if facts is not None and method_name in facts.methods:
+                return owner, facts.methods[method_name]
+        return None
+
+    def _module_function_at(self, name: str):
+        """(function, its module, that module's imports) for a top-level function `name` calls."""
+        if name in self._own_functions:
+            return self._own_functions[name], self._file.source.module, self._file.imports
+        target = self._file.imports.get(name)
+        if target is None:
+            return None
+        project = self._file.project
+        module, _, attr = project.index.canonical(target).rpartition(".")
+        if project.index.modules.get(module) is None:
+            return None
+        module = lazy_owner(project, module, attr) or module
+        facts = project.file_facts(module)
+        if facts is None or facts.tree is None:
+            return None
+        fn = next((node for node in facts.tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr), None)
+        return (fn, facts.module, facts.imports) if fn is not None else None
 
     @functools.cached_property
     def _private_calls(self) -> "_PrivateCalls":
@@ -118,7 +197,8 @@ class FileGuards:
         if at_read is None:
             at_read = self._known_at_read[id(function.fn)] = known.at_read(
                 lambda call: self._unresolved_method(call, function), self._dormant(function))
-        return weight_present_at(read, layer, function.parents, at_read) or self._callers.every_call_guarded(function)
+        return weight_present_at(read, layer, function.parents, at_read) or \
+            self._callers.every_call_guarded(function, layer)
 
     def _dormant(self, function) -> dict[str, object]:
         if not (function.class_qualname and function.scope.self_name):
@@ -196,22 +276,64 @@ class FileGuards:
 class _CallerGuards:
     """Guards in the callers: a function or method whose every use in its file is a call that a
     guard dominates in the calling function (`if self.attn.fast_decode: self.attn.forward_decode(
-    ...)`, with `fast_decode` a flag of the callee's class, read on the object called)."""
+    ...)`, with `fast_decode` a flag of the callee's class, read on the object called), or that an
+    earlier read of the same layer's `.weight` in the caller dominates (the layer named in the
+    caller's terms: `self.X` through the object called on, a parameter through the argument). That
+    read raises first, and is the one reported: a dispatch that reads `w = self.weight` and
+    calls `self._gemm_fp8(x)` only after testing `w.dtype`."""
 
     def __init__(self, file, class_flags: ClassGuardFlags):
         self._file, self._class_flags = file, class_flags
-        self._decided: dict[int, bool] = {}
+        self._decided: dict[tuple, bool] = {}
 
     @functools.cached_property
     def _parents(self) -> dict[int, ast.AST]:
         return parent_map(self._file.tree)
 
-    def every_call_guarded(self, function) -> bool:
-        if id(function.fn) not in self._decided:
-            self._decided[id(function.fn)] = self._decide(function)
-        return self._decided[id(function.fn)]
+    def every_call_guarded(self, function, layer: ast.expr | None = None, depth: int = 0) -> bool:
+        """Every call of `function` in the file is guarded, in its caller or, up to three
+        levels up, in every call of that caller (`_project(x)` called only from `_fused(x)`,
+        called only under the flag)."""
+        key = (id(function.fn), ast.dump(layer) if layer is not None else None)
+        if key not in self._decided:
+            if depth > 2:
+                return False
+            self._decided[key] = False  # a cycle of calls guards nothing
+            self._decided[key] = self._decide(function, layer, depth)
+        return self._decided[key]
 
-    def _decide(self, function) -> bool:
+    @staticmethod
+    def _in_caller(layer: ast.expr | None, function, call: ast.Call, receiver: ast.expr | None) -> ast.expr:
+        """`layer`, an expression of the callee, as the caller writes it at `call`: its root
+        `self` becomes the object called on, a parameter the argument passed for it; anything else
+        names no layer there."""
+        if layer is None:
+            return _NO_LAYER
+        root, path = layer, []
+        while isinstance(root, ast.Attribute):
+            path.append(root.attr)
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return _NO_LAYER
+        fn = function.fn
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if receiver is not None and params and root.id == params[0] == function.scope.self_name:
+            base = receiver
+        elif root.id in params and not any(isinstance(a, ast.Starred) for a in call.args):
+            positional = params[1:] if receiver is not None else params
+            base = next((k.value for k in call.keywords if k.arg == root.id), None)
+            position = positional.index(root.id) if root.id in positional else len(call.args)
+            if base is None and position < len(call.args):
+                base = call.args[position]
+            if base is None:
+                return _NO_LAYER
+        else:
+            return _NO_LAYER
+        for attr in reversed(path):
+            base = ast.Attribute(value=base, attr=attr, ctx=ast.Load())
+        return base
+
+    def _decide(self, function, layer: ast.expr | None, depth: int = 0) -> bool:
         fn = function.fn
         method = function.class_qualname is not None
         # Called implicitly (`module(x)` runs `forward`, an attribute read runs a property, a
@@ -244,7 +366,9 @@ class _CallerGuards:
                     theirs = self._class_flags.of(fn).flags
                     known = known.with_flags(f"{ast.unparse(use.value)}.{flag[5:]}" for flag in theirs
                                              if flag.startswith("self."))
-            if not weight_present_at(call, _NO_LAYER, caller.parents, known):
+            in_caller = self._in_caller(layer, function, call, use.value if method else None)
+            if not weight_present_at(call, in_caller, caller.parents, known) and not self.every_call_guarded(
+                    caller, None if in_caller is _NO_LAYER else in_caller, depth + 1):
                 return False
             calls += 1
         return calls > 0

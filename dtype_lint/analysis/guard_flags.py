@@ -109,8 +109,14 @@ def _assignments_of(fn, self_name: str | None, attributes: dict, local_names: di
             elif isinstance(target, ast.Name):
                 local_names.setdefault(target.id, []).append(assignment)
             elif isinstance(target, (ast.Tuple, ast.List)):
+                elements = target.elts if isinstance(value, ast.Call) and not any(
+                    isinstance(e, ast.Starred) for e in target.elts) else []
+                for position, element in enumerate(elements):
+                    if isinstance(element, ast.Name):  # `ok, why = f(L)`: `ok` is `f(L)[0]`
+                        item = ast.Subscript(value=value, slice=ast.Constant(position), ctx=ast.Load())
+                        local_names.setdefault(element.id, []).append(_Assignment(item, anded, tests, id(fn)))
                 for node in ast.walk(target):
-                    if isinstance(node, ast.Name):
+                    if isinstance(node, ast.Name) and not any(node is e for e in elements):
                         local_names.setdefault(node.id, []).append(unknown())
     _walk_block(fn.body, (), visit)
 
@@ -150,25 +156,38 @@ def function_flags(fn, known: GuardKnowledge) -> frozenset[str]:
 def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
     """`{name}` for a predicate, `{"not " + name}` for a negated one (every value it returns is
     true, or false only when the layer has `.weight`: `return not isinstance(layer.quant_method,
-    UnquantizedLinearMethod)`), else nothing."""
-    if is_predicate(fn, known):
+    UnquantizedLinearMethod)`), else nothing. A function whose every `return` is a tuple
+    (`return False, "why"`) is judged by the tuples' first elements, as `name[0]` (read as
+    `ok, _ = f(layer)` or `f(layer)[0]`)."""
+    returns = _returns_of(fn)
+    if returns and all(isinstance(r.value, ast.Tuple) and r.value.elts and not isinstance(r.value.elts[0], ast.Starred)
+                       for r, _ in returns):
+        returns = [(ast.Return(value=r.value.elts[0]), tests) for r, tests in returns]
+        name = f"{name}[0]"
+    if is_predicate(fn, known, returns):
         return frozenset({name})
-    if is_negated_predicate(fn, known):
+    if is_negated_predicate(fn, known, returns):
         return frozenset({f"not {name}"})
     return frozenset()
 
 
-def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
-    """Every value `fn` returns is true, or false only when the layer has `.weight`: a value whose
-    falsity implies it (`not isinstance(L.quant_method, Unquantized...)`), or a false constant
-    returned only under a test that implies it."""
-    flags = function_flags(fn, known)
-    here = known.with_flags(flags)
+def _returns_of(fn) -> list[tuple[ast.Return, tuple]]:
     returns: list[tuple[ast.Return, tuple]] = []
     _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
                 else None)
+    return returns
+
+
+def is_negated_predicate(fn, known: GuardKnowledge, returns=None) -> bool:
+    """Every value `fn` returns is true, or false only when the layer has `.weight`: a value whose
+    falsity implies it (`not isinstance(L.quant_method, Unquantized...)`), or a false constant
+    returned only under a test that implies it. `returns`: its returns with the tests that hold
+    there (those of its body when None)."""
+    returns = _returns_of(fn) if returns is None else returns
     if not returns:
         return False
+    flags = function_flags(fn, known)
+    here = known.with_flags(flags)
     decided = False
     for ret, tests in returns:
         value = ret.value
@@ -183,17 +202,15 @@ def is_negated_predicate(fn, known: GuardKnowledge) -> bool:
     return decided
 
 
-def is_predicate(fn, known: GuardKnowledge) -> bool:
+def is_predicate(fn, known: GuardKnowledge, returns=None) -> bool:
     """Every value `fn` returns is false (or None), or true only when the layer has `.weight`:
     a return value that implies it, or a return dominated by such a test."""
-    flags = function_flags(fn, known)
-    here = known.with_flags(flags)
-    returns: list[tuple[ast.Return, tuple]] = []
-    _walk_block(fn.body, (), lambda stmt, tests: returns.append((stmt, tests)) if isinstance(stmt, ast.Return)
-                else None)
+    returns = _returns_of(fn) if returns is None else returns
     real = [(ret, tests) for ret, tests in returns if not is_falsy(ret.value)]
     if not real:
         return False
+    flags = function_flags(fn, known)
+    here = known.with_flags(flags)
     return all(implies_weight(ret.value, None, here) or any(implies_weight(test, None, here) for test in tests)
                or (isinstance(ret.value, ast.Name) and ret.value.id in flags) for ret, tests in real)
 
@@ -228,6 +245,10 @@ def imported_predicates(project, imports: dict[str, str], config_params: tuple[s
             found.add(local)
         elif f"not {name}" in predicates:
             found.add(f"not {local}")
+        elif f"{name}[0]" in predicates:
+            found.add(f"{local}[0]")
+        elif f"not {name}[0]" in predicates:
+            found.add(f"not {local}[0]")
     return frozenset(found)
 
 
@@ -264,9 +285,12 @@ class ClassGuardFlags:
     `self._scale = prep(layer)` where `prep` returns None unless the weight exists), and the
     predicates it may call (module functions, nested functions, the class's own methods)."""
 
-    def __init__(self, tree: ast.Module, imported, backends: BackendNames):
+    def __init__(self, tree: ast.Module, imported, backends: BackendNames, object_predicates=None):
         # Computed on demand, per class: most files hold no read the rule would report, and
         # reading every class's flags cost more than all the rest of the rule.
+        # `object_predicates(fn)`: the `X.m` predicates of objects `fn` builds (see
+        # `object_predicate_calls`).
+        self._object_predicates = object_predicates or (lambda _fn: frozenset())
         self._by_function: dict[int, GuardKnowledge] = {}
         self._nothing = GuardKnowledge(backends=backends)
         self._tree, self._imported, self._backends = tree, imported, backends
@@ -305,14 +329,15 @@ class ClassGuardFlags:
         for node in owner.body:
             if isinstance(node, _FUNCTIONS):
                 self._by_function[id(node)] = GuardKnowledge(
-                    frozenset(), predicates | _nested_predicates(node, predicates, backends), backends)
+                    frozenset(), predicates | _nested_predicates(node, predicates, backends)
+                    | self._object_predicates(node), backends)
 
     def _class(self, cls: ast.ClassDef, module_predicates: frozenset[str], backends: BackendNames) -> None:
         methods = [m for m in cls.body if isinstance(m, _FUNCTIONS)]
         predicates = module_predicates | frozenset().union(*(
             predicate_names(m, GuardKnowledge(frozenset(), module_predicates, backends), f"self.{m.name}")
             for m in methods))
-        nested = {id(m): _nested_predicates(m, predicates, backends) for m in methods}
+        nested = {id(m): _nested_predicates(m, predicates, backends) | self._object_predicates(m) for m in methods}
         attributes: dict[str, list[_Assignment]] = {}
         local_names: dict[int, dict[str, list[_Assignment]]] = {}
         for method in methods:
@@ -366,3 +391,45 @@ def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef, known: G
         if isinstance(stmt, ast.Assert) and backend_check(stmt.test, known.backends):
             return True
     return False
+
+
+def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
+    """`"X.m"` -> (what builds X, "m") for each call `X.m(...)` in `fn` on a local `X` assigned
+    once, from a call (`X = C(...)`, `X = get_kernel()`): the class it builds, or the one the
+    function's return annotation names, may define `m` as a predicate (`kernel.can_run(layer)`
+    false unless the layer's method is unquantized)."""
+    assigned: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigned.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+            assigned.setdefault(node.target.id, []).append(None)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
+            for target in ast.walk(node.target if hasattr(node, "target") else node):
+                if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
+                    assigned.setdefault(target.id, []).append(None)
+    # Only calls that decide something (a test, an operand of one, a value kept or returned) and
+    # are handed something to check: resolving the builder may read another module.
+    deciding: list[ast.AST] = []
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            deciding.append(node.test)
+        elif isinstance(node, ast.BoolOp):
+            deciding.extend(node.values)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            deciding.append(node.operand)
+        elif isinstance(node, (ast.Assign, ast.Return)) and node.value is not None:
+            deciding.append(node.value)
+    found: dict[str, tuple[ast.AST, str]] = {}
+    for node in deciding:
+        if isinstance(node, ast.Subscript):
+            node = node.value  # `x.check(L)[0]`
+        if isinstance(node, ast.Call) and (node.args or node.keywords) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name):
+            values = assigned.get(node.func.value.id, [])
+            if len(values) == 1 and isinstance(values[0], ast.Call) and dotted(values[0].func):
+                found[f"{node.func.value.id}.{node.func.attr}"] = (values[0].func, node.func.attr)
+    return found
+

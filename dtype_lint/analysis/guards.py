@@ -475,13 +475,14 @@ def backend_check(test: ast.AST, backends: BackendNames) -> bool:
 
 
 def callee_name(call: ast.AST) -> str | None:
-    """`f(...)` -> "f"; `self.f(...)` (or `cls.f`) -> "self.f"."""
+    """`f(...)` -> "f"; `self.f(...)` (or `cls.f`) -> "self.f"; `x.f(...)` on a local -> "x.f"
+    (a method of the object a local holds: guard_flags.object_predicate_calls)."""
     if isinstance(call, ast.Call):
         func = call.func
         if isinstance(func, ast.Name):
             return func.id
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
-            return f"self.{func.attr}"
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            return f"self.{func.attr}" if func.value.id in ("self", "cls") else f"{func.value.id}.{func.attr}"
     return None
 
 
@@ -499,8 +500,13 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         return True
     if callee_name(test) in known.predicates or _opaque_check(test, layer, known):
         return True
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and callee_name(test.value) \
+            and f"{callee_name(test.value)}[{test.slice.value}]" in known.predicates:
+        return True  # `f(L)[0]` of a predicate returning `(verdict, reason)`
     if is_weight_or_none(test) or (none_test(test, ast.IsNot) is not None and is_weight_or_none(test.left)):
         return True  # `getattr(L, "weight", None) is not None`, written in the test itself
+    if _isinstance_of_weight_or_none(test, layer):
+        return True  # `isinstance(getattr(L, "weight", None), torch.Tensor)`: None is no tensor
     if _reads_weight_of(test, layer, True) or _deferred_flag(test, known):
         return True
     element = each_element(test, "all")
@@ -512,6 +518,28 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
         return all(implies_weight(v, layer, known) for v in test.values)
     return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
         implies_weight(v, layer, known) for v in test.values)
+
+
+def _isinstance_of_weight_or_none(test: ast.AST, layer: ast.AST | None) -> bool:
+    """`isinstance(getattr(L, "weight", None), K)` for a class K that None is not an instance of
+    (any but `object`, `NoneType` or a tuple naming one): true only when `L` has `.weight`."""
+    if not (isinstance(test, ast.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2
+            and not test.keywords and is_weight_or_none(test.args[0])):
+        return False
+    if layer is not None and not (isinstance(test.args[0], ast.Call) and test.args[0].args
+                                  and _same_layer(test.args[0], layer)):
+        return False
+    classes = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+    names = [dotted(c) for c in classes]
+    return bool(names) and all(n and n.rsplit(".", 1)[-1] not in ("object", "NoneType") for n in names) and \
+        not any(isinstance(c, ast.Constant) and c.value is None for c in classes)
+
+
+def _same_layer(weight_or_none: ast.Call, layer: ast.AST) -> bool:
+    """The layer a `getattr(L, "weight", None)` / `L._parameters.get("weight")` names is `layer`."""
+    if _is_parameters_get(weight_or_none):
+        return same_expression(weight_or_none.func.value.value, layer)
+    return same_expression(weight_or_none.args[0], layer)
 
 
 def _may_include(test: ast.Call, layer: ast.AST | None, aliases: dict) -> bool:
@@ -542,6 +570,9 @@ def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledg
         return True  # `getattr(L, "weight", None) is None`, written in the test itself
     if callee_name(test) is not None and f"not {callee_name(test)}" in known.predicates:
         return True  # a negated predicate: false only when the layer has `.weight`
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and callee_name(test.value) \
+            and f"not {callee_name(test.value)}[{test.slice.value}]" in known.predicates:
+        return True
     if _reads_weight_of(test, layer, False):
         return True
     element = each_element(test, "any")
