@@ -33,6 +33,7 @@ from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, 
 from dtype_lint.config import Config
 from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
 from dtype_lint.dtypes.truth_table import prove_guarded_cast
+from dtype_lint.engine import trees
 from dtype_lint.engine.source import SourceFile
 from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.bound_names import fresh, identifiers, module_names
@@ -92,7 +93,13 @@ class Planner:
             # verbatim; a non-ASCII one (an em dash in a comment) may spell one in characters the
             # parser normalises (NFKC, PEP 3131), so its normalised text is searched too.
             return self.func
-        bound, taken, star = module_names(self.tree)
+        # Every name the module binds or uses, blanked function bodies too (engine/regions.py),
+        # unless their text holds none of the names decided on here: the helper's, names holding
+        # it (`_<func>`, and what `fresh` makes of it) and what a top-level import binds it as.
+        aliases = {a.asname for stmt in self.tree.body if isinstance(stmt, ast.ImportFrom)
+                   for a in stmt.names if a.name == self.func and a.asname}
+        names = {self.func.lstrip("_") or self.func, *aliases}
+        bound, taken, star = module_names(trees.whole_unless_absent(self.tree, names))
         for stmt in self.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
                 for a in stmt.names:
