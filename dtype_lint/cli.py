@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     c = sub.add_parser("check", help="lint files and directories (the default command)",
-                       description="Lint Python files for DTL rules; optionally fix them.")
+                       description="Lint Python files for DTL rules; optionally fix them. A file that "
+                                   "can hold a site but does not parse is DTL900; only what can hold a site "
+                                   "is parsed (with the default rules, not the bodies of functions no rule "
+                                   "reads), so a syntax error elsewhere is left to other linters.")
     c.add_argument("paths", nargs="*", default=None,
                    help="files or directories (default: .); `-` reads one file from stdin (see --stdin-filename)")
     c.add_argument("--fix", action="store_true", help="apply safe fixes in place")

@@ -14,12 +14,7 @@ import os
 from pathlib import Path
 
 from dtype_lint.analysis.catalogue import default_model
-from dtype_lint.analysis.storage_model import (
-    ABSENT,
-    COMPUTE,
-    NON_COMPUTE,
-    platform_admission,
-)
+from dtype_lint.analysis.storage_model import ABSENT, COMPUTE, NON_COMPUTE
 
 
 class ExplainError(Exception):
@@ -105,17 +100,45 @@ def explain(site: str, config_file: str | None = None) -> str:
                     out.append(f"      {s.method or '?'}: {s.what}{mark}")
                     for e in s.evidence:
                         out.append(f"        {_where(e)}{e.message}")
-        admission = platform_admission(project.index, project.load_file, inst.qualname)
-        if admission:
-            out.append("  platforms (`supported_quantization`; an empty list admits every quantization):")
-            for platform, where, at, names in admission:
-                shown = ", ".join(names) if names else "every quantization"
-                out.append(f"    {where}:{at}: {platform} admits {shown}")
+        out.extend(_platforms(model, inst.qualname))
         for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
             verdict = resolver.quantizable(inst, text_of, None, need)
             out.append(f"  {code}: " + ("reported unless a guard dominates the site" if verdict
                                          else "not reported (no reachable backend gives such a storage)"))
     return "\n".join(out) + "\n"
+
+
+def _platforms(model, qualname: str) -> list[str]:
+    """The project's platforms, what each admits, and whether they narrowed the backends above."""
+    narrowing = model.narrowing
+    if narrowing is None:
+        return []
+    found = narrowing.admissions()
+    if not found:
+        return ["  platforms: none in the tree (no class declares `supported_quantization`): every backend counts"]
+    out = ["  platforms (`supported_quantization`; an empty list admits every quantization):"]
+    for a in found:
+        shown = ", ".join(a.names) if a.names else "every quantization"
+        inherited = f" (inherited from {a.declared_by.rsplit('.', 1)[-1]})" if a.declared_by and \
+            a.declared_by != a.platform else ""
+        out.append(f"    {a.path}:{a.line}: {a.short} admits {shown}{inherited}")
+    chosen = narrowing.narrowing()
+    if chosen is None:
+        out.append("  platform narrowing: none (a platform admits every quantization): every backend counts")
+        return out
+    if model.narrowed_by(qualname) is None:
+        out.append(f"  platform narrowing: the platforms admit only {', '.join(chosen.names)}, but a name is served "
+                   "by no config we can find: every backend counts")
+        return out
+    out.append(f"  platform narrowing: the platforms admit only {', '.join(chosen.names)}; the backends above are "
+               "the configs serving those names:")
+    family = next(f for f in model.families if f.storages_for(qualname) is not None)
+    data_for = getattr(family, "data_for", None)
+    served = narrowing.served(qualname, family.name, data_for(qualname) if data_for else None) or {}
+    for name, configs in served.items():
+        shown = ", ".join(project or f"{short} (the engine's)" for short, project in configs)
+        out.append(f"    {name}: {shown}")
+    return out
 
 
 def _where(e) -> str:

@@ -134,7 +134,8 @@ class CodeInfo:
 # The one description of each engine code (the CLI's rule list, reporters, docs).
 ENGINE_CODES: dict[str, CodeInfo] = {
     PARSE_ERROR: CodeInfo(PARSE_ERROR, "parse-error",
-                          "a file could not be read or parsed; it was skipped and the run went on"),
+                          "a file that can hold a site could not be read or parsed; it was skipped and the run "
+                          "went on (a syntax error in code no rule reads is left to other linters)"),
     FIX_FAILED: CodeInfo(FIX_FAILED, "fix-failed",
                          "a fix could not be applied or written; the file was left untouched"),
     UNUSED_SUPPRESSION: CodeInfo(UNUSED_SUPPRESSION, "unused-suppression",

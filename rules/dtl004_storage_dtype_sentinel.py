@@ -14,7 +14,10 @@ dispatch on the storage format whose fall-through hands the layer to its own cod
 quant method), and a flag that records the format (`is_int8 = L.weight.dtype == torch.int8`),
 ask the storage question the right way and are not reported, unless the dtype it tests is a
 container several backends' formats share for that layer (`uint8` holding NVFP4 and MXFP4 alike):
-then the arm it picks runs one format's kernel on the others. One finding per
+then the arm it picks runs one format's kernel on the others — unless the same test also requires
+a parameter (`and hasattr(L, "weight_scale_inv")`, `getattr(L, "x", None) is not None`) that at
+most one of those backends registers with its `weight` (the storage model reads which parameters
+each method registers; one whose only parameter read is `weight` counts as having any). One finding per
 statement: a guard comparing against two sentinels is one finding. What the other side holds is
 decided by the dtype evaluator, so `_FP8 = current_platform.fp8_dtype()` at module level counts.
 Layers resolve as for DTL001; storage code (quant methods, weight loaders,
@@ -85,7 +88,7 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.analysis.dominance import statement_blocks
+from dtype_lint.analysis.dominance import same_expression, statement_blocks
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
 from dtype_lint.analysis.storage_dispatch import ambiguous_storage, hand_copy_reason
 from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
@@ -138,6 +141,11 @@ class StorageDtypeSentinel(Rule):
         # A kernel dispatch on the storage format whose fall-through hands the layer to its own
         # quant method: the storage question asked the right way.
         Valid(_DISPATCH),
+        # The fused arm also needs a parameter that at most one backend's uint8 format registers
+        # with its `weight` (`hasattr(L, "weight_scale_inv")`): the dtype no longer stands for
+        # several formats there.
+        Valid(_DISPATCH.replace("== current_platform.fp8_dtype()",
+                                "== torch.uint8 and hasattr(self.kv_b_proj, \"weight_scale_inv\")")),
         # A plain torch layer is never repacked.
         Valid("import torch\nfrom torch import nn\nclass V(nn.Module):\n    def __init__(self):\n"
               "        self.proj = nn.Linear(2, 2)\n    def f(self, x):\n"
@@ -206,7 +214,8 @@ class StorageDtypeSentinel(Rule):
                 if verdict is None:
                     continue
                 if why is None:  # a kernel dispatch: wrong only if its dtype stands for several formats
-                    why = _ambiguity(ctx, wds.layer, c, _all_sentinels(stmt, wds, c.scope, globals_))
+                    why = _ambiguity(ctx, wds.layer, c, _all_sentinels(stmt, wds, c.scope, globals_),
+                                     _required_params(stmt, wds.layer))
                     if why is None:
                         continue
                 done.add(id(stmt))
@@ -224,14 +233,39 @@ class StorageDtypeSentinel(Rule):
                            evidence=evidence)
 
 
-def _ambiguity(ctx: RuleContext, layer: ast.expr, c, sentinels: list[str]) -> str | None:
+def _ambiguity(ctx: RuleContext, layer: ast.expr, c, sentinels: list[str],
+               required: frozenset[str] = frozenset()) -> str | None:
     qualname = ctx.layers.resolve(layer, c.scope).qualname
-    found = ambiguous_storage(ctx.layers.storage_model.storages_for(qualname), sentinels) if qualname else None
+    found = ambiguous_storage(ctx.layers.storage_model.storages_for(qualname), sentinels, required) \
+        if qualname else None
     if found is None:
         return None
     dtype, methods = found
     shown = ", ".join(f"`{m}`" for m in methods[:3]) + (f" and {len(methods) - 3} more" if len(methods) > 3 else "")
     return f"{dtype} is the storage of several formats here ({shown}): the branch cannot tell them apart"
+
+
+def _required_params(stmt: ast.stmt, layer: ast.expr) -> frozenset[str]:
+    """The layer's parameters, other than `weight`, an `if`'s test requires along with the storage
+    test (`... and hasattr(L, "weight_scale_inv")`, `getattr(L, "weight_scale_inv", None) is not
+    None`): operands of its top-level `and`."""
+    test = getattr(stmt, "test", None)
+    operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else []
+    out = set()
+    for operand in operands:
+        call = operand
+        if isinstance(operand, ast.Compare) and len(operand.ops) == 1 and isinstance(operand.ops[0], ast.IsNot) \
+                and isinstance(operand.comparators[0], ast.Constant) and operand.comparators[0].value is None:
+            call = operand.left
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id in ("hasattr", "getattr") and len(call.args) >= 2):
+            continue
+        if call.func.id == "getattr" and call is operand:
+            continue  # `getattr(L, "x")` alone tests the value, not the presence
+        name = call.args[1].value if isinstance(call.args[1], ast.Constant) else None
+        if isinstance(name, str) and name != "weight" and same_expression(call.args[0], layer):
+            out.add(name)
+    return frozenset(out)
 
 
 def _sentinel_values(expr: ast.expr, globals_: ModuleGlobals) -> list[str] | None:

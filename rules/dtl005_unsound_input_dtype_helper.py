@@ -112,10 +112,15 @@ wrong case.
   followed.
 - Storages outside the evaluated set (int16, int4 in int32 words other than Marlin's) are not
   checked.
-- A helper is judged by its callers in its own file: a call that hands it a layer no backend packs
-  (a plain `nn.Linear`, a layer built without a config) is not reported, nor a helper that is not
-  the configured one and whose callers there all do so; callers in other files are not read for
-  this.
+- A helper is judged by its real callers: a call that hands it a layer no backend packs (a plain
+  `nn.Linear`, a layer built without a config) is not reported, nor a module-level helper that is
+  not the configured one and whose every caller does so — in its own file, and, one step, in the
+  other files that import it (by name, or its module: `mod.helper(...)`), each layer resolved in
+  its caller's file (dtype_lint/analysis/foreign_calls.py); the definition's evidence names a
+  caller in another file that makes it wrong. A helper called nowhere in the project is judged in
+  the abstract (a public helper: its callers may be another project's). A method is judged by its
+  own file's callers only; a caller's layer that is itself a parameter is taken as possibly
+  packed; a file that starts calling the helper does not by itself invalidate cached findings.
 
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
@@ -132,7 +137,9 @@ It becomes a default rule once it is precise there (docs/triage/README.md).
 from __future__ import annotations
 
 import ast
+import os
 
+from dtype_lint.analysis.foreign_calls import calls_elsewhere
 from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, cast_dtype_args
 from dtype_lint.dtypes.evaluator import AFTER_ERROR, Case, Table, alternatives, evaluate_helper, unsound_cases
@@ -252,9 +259,15 @@ class UnsoundInputDtypeHelper(Rule):
         for fn, _class_q, h in ctx.helpers.defined:
             if id(fn) in exempt or h.table is None or not h.unsound or not h.decides:
                 continue
-            here = callers.get(h.name)
-            if not h.configured and here and not any(here):
-                continue  # every caller in its file hands it a layer no backend packs (a plain nn.Linear)
+            here = callers.get(h.name, [])
+            # Its callers in other files too (one step, through imports): a helper whose every
+            # caller in the project hands it a layer no backend packs (a plain nn.Linear) is wrong
+            # for no real layer. No caller found anywhere: judged in the abstract, as a public helper.
+            elsewhere = [] if h.configured or _class_q is not None or any(here) else \
+                calls_elsewhere(ctx.layers.project, h.qualname, ctx.layers.module, ctx.layers.config_params)
+            if not h.configured and (here or elsewhere) and not any(here) \
+                    and not any(c.may_be_packed for c in elsewhere):
+                continue
             if h.configured:
                 fix, reason = _helper_fix(ctx, fn, h)
             elif blocker := _route_blocker(ctx, h):
@@ -264,8 +277,13 @@ class UnsoundInputDtypeHelper(Rule):
                 reason = reason and f"{blocker}; {reason}"
             else:
                 fix, reason = None, _no_fix_reason(h)
+            # The callers in other files that make it wrong for a real layer (only read when none here does).
+            callers_seen = tuple(Evidence(f"called from {os.path.basename(c.path)} with `{c.layer}`, which a "
+                                          "backend may pack", c.path, c.line)
+                                 for c in elsewhere if c.may_be_packed)[:2]
             ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
-                       no_fix_reason=reason, expression=f"def {fn.name}", kind="definition")
+                       no_fix_reason=reason, expression=f"def {fn.name}", kind="definition",
+                       evidence=callers_seen)
         for c in ctx.functions:
             if c.exempt:
                 continue

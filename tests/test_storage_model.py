@@ -161,6 +161,13 @@ FILES = {
         class Platform:
             supported_quantization: list[str] = []
     """,
+    "tinyserve/platforms/gpu.py": """
+        from tinyserve.platforms.interface import Platform
+
+
+        class GpuPlatform(Platform):  # inherits the interface's empty list: every quantization
+            pass
+    """,
     "tinyserve/platforms/npu.py": """
         from tinyserve.platforms.interface import Platform
 

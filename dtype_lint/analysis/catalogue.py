@@ -46,6 +46,10 @@ class CatalogueBackends:
 
     name = "catalogue"
 
+    def data_for(self, layer_class: str) -> dict | None:
+        """The catalogue that records this layer class (its backends' names, the layer's bases)."""
+        return next((data for data in shipped() if layer_class in data.get("layers", {})), None)
+
     def storages_for(self, layer_class: str, construction: object = None) -> frozenset[Storage] | None:
         for data in shipped():
             layers = data.get("layers", {})
@@ -66,9 +70,12 @@ def _outside(storage: Storage, release: str) -> Storage:
                      for e in storage.evidence)
     return Storage(storage.backend, storage.method, storage.kind, storage.dtype,
                    f"{storage.what} ({where} in {release})" if where else f"{storage.what} ({release})",
-                   evidence, storage.typed)
+                   evidence, storage.typed, storage.params)
 
 
 def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -> StorageModel:
     """The tree's own backends first, then the shipped catalogue (engines imported, not scanned)."""
-    return StorageModel([CodeBackends(project, config_params), CatalogueBackends()])
+    from dtype_lint.analysis.platforms import PlatformNarrowing
+
+    code = CodeBackends(project, config_params)
+    return StorageModel([code, CatalogueBackends()], PlatformNarrowing(code))

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from dtype_lint.analysis.class_facts import ProjectFacts
+from dtype_lint.analysis.platforms import PlatformNarrowing
 from dtype_lint.analysis.storage_model import CodeBackends, Storage
 from dtype_lint.findings import Evidence
 
@@ -58,15 +59,24 @@ def compute(root: str | Path, dist: str, version: str) -> dict:
     try:
         config, project = project_facts(".")
         backends = CodeBackends(project, config.all_config_params)
+        registry = PlatformNarrowing(backends)
         table: list[Storage] = []
         index_of: dict[Storage, int] = {}
         layers = {}
+        # What a platform plugin's narrowing needs of the engine: the names each backend is
+        # registered under, and each layer's classes (to match a plugin config's `isinstance`).
+        names: dict[str, list[str]] = {}
+        bases: dict[str, list[str]] = {}
         for name in config.all_quantizable:
             if project.index.class_location(name) is None:
                 continue
             storages = backends.storages_for(name)
             if storages is None:
                 continue
+            for backend in backends.backends(name) or ():
+                names.setdefault(backend.rsplit(".", 1)[-1], list(registry.names_of(backend)))
+            bases[name] = [project.index.canonical(q) for q in project.index.mro(name)
+                           if project.index.class_location(q) is not None]
             ids = []
             for s in sorted((_relative(s) for s in storages), key=_key):
                 if s not in index_of:
@@ -79,6 +89,7 @@ def compute(root: str | Path, dist: str, version: str) -> dict:
     # Layers share most storages (every LinearBase subclass the same): each is stored once.
     return {"format": 1, "dist": dist, "version": version,
             "regenerate": f"python scripts/catalogue.py --dist {dist} --version {version}",
+            "names": dict(sorted(names.items())), "mro": bases,
             "storages": [s.to_dict() for s in table], "layers": layers}
 
 
@@ -102,7 +113,8 @@ def dumps(data: dict) -> str:
 
 def _relative(s: Storage) -> Storage:
     return Storage(s.backend, s.method, s.kind, s.dtype, s.what,
-                   tuple(Evidence(e.message, os.path.normpath(e.path) if e.path else "", e.line) for e in s.evidence))
+                   tuple(Evidence(e.message, os.path.normpath(e.path) if e.path else "", e.line) for e in s.evidence),
+                   params=s.params)
 
 
 def _key(s: Storage) -> tuple:

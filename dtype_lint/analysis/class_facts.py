@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
-from dtype_lint.engine import trees
+from dtype_lint.engine import regions, trees
+from dtype_lint.engine.regions import Defs
 from dtype_lint.findings import Evidence
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
@@ -271,19 +272,69 @@ def _is_super_init(call: ast.Call) -> bool:
         isinstance(v, (ast.Name, ast.Attribute))  # `Base.__init__(self, ...)`
 
 
-def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
-                     index: QuantizableLayerIndex, imports: dict[str, str] | None = None) -> FileFacts:
+class ClassesFirst(FileFacts):
+    """The facts of a file read for its classes (engine/regions.class_regions): each class parsed
+    from its own text when its facts are first asked for; the module's functions and tree (the
+    file parsed, reduced) only if something asks for them."""
+
+    def __init__(self, module: str, path: str, imports: dict[str, str], classes: LazyClasses, whole):
+        self.module, self.path, self.imports, self.classes = module, path, imports, classes
+        self._whole = whole  # () -> FileFacts of the file's tree
+        self._full: FileFacts | None = None
+
+    def _load(self) -> FileFacts:
+        if self._full is None:
+            self._full = self._whole()
+        return self._full
+
+    @property
+    def functions(self):
+        return self._load().functions
+
+    @property
+    def tree(self):
+        return self._load().tree
+
+
+def build_class_file_facts(text: str, class_regions: list, module: str, path: str, is_package: bool,
+                           index: QuantizableLayerIndex, imports: dict[str, str], parse_file) -> FileFacts:
+    """FileFacts of a module read for its class facts whose classes are all top-level
+    (`class_regions`, from its text): nothing is parsed until a class's facts are asked for.
+    `parse_file()`: the module's (reduced) tree, for its functions and tree, or a class whose own
+    text does not parse as that class alone."""
+    def whole() -> FileFacts:
+        try:
+            return build_file_facts(parse_file(), module, path, is_package, index, imports)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # what a whole parse would not read
+            return FileFacts(module, path, imports, {}, Defs(), None)
+
+    facts = build_file_facts(None, module, path, is_package, index, imports, (text, class_regions, parse_file))
+    return ClassesFirst(module, path, imports, facts.classes, whole)
+
+
+def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package: bool,
+                     index: QuantizableLayerIndex, imports: dict[str, str] | None = None,
+                     by_class=None) -> FileFacts:
+    """`by_class`: (text, class regions, parse_file) for build_class_file_facts (`tree` None)."""
     if imports is None:
         imports = collect_imports(tree, module, is_package)
+    # A reduced tree (engine/regions.py) hands out the whole file's function when a blanked one is read.
+    source = getattr(tree, trees.SOURCE, None) if by_class is None else (path, by_class[0])
     facts = FileFacts(module, path, imports,
-                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index), tree=tree)
+                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index),
+                      functions=Defs(source, trees.whole_function), tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
 
     # No local function here calls itself: a closure referring to itself is a reference cycle,
     # and one holding `facts` kept every parsed tree alive until the cycle collector ran.
+    lazy = getattr(tree, trees.LAZY, None) if tree is not None else None
+
     def register_class(cls: ast.ClassDef):
+        if lazy and cls.lineno in lazy and cls.name == lazy[cls.lineno].name:  # its methods are blanked
+            facts.classes.register(f"{module}.{cls.name}" if module else cls.name, lazy[cls.lineno], cls.name)
+            return
         todo = [(cls, "")]
         while todo:  # the class, then its nested classes, depth first in order
             node, prefix = todo.pop()
@@ -291,13 +342,19 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
             facts.classes.register(f"{module}.{qual}" if module else qual, node, qual)
             todo.extend(reversed([(stmt, qual) for stmt in node.body if isinstance(stmt, ast.ClassDef)]))
 
-    def visit_class(qualname: str, cls: ast.ClassDef, qual: str, reads) -> ClassFacts:
+    def visit_class(qualname: str, cls, qual: str, reads) -> ClassFacts:
+        if not isinstance(cls, ast.ClassDef):  # a ClassRegion: parse the class now
+            text, parse_file = (by_class[0], by_class[2]) if by_class else (source[1], lambda: trees.parse(*source))
+            cls = trees.parse_class(path, text, cls, parse_file)
+            if cls is None:
+                raise KeyError(qualname)  # the file does not parse: no facts, as for a whole parse
         def complete(cf: ClassFacts, body: BodyFacts) -> None:
             with index.reading() as more:
                 complete_class(cls, cf, body)
             reads.update(more)
 
         cf = ClassFacts(qualname, path, cls.lineno, complete)
+        cf.methods = Defs(source, trees.whole_function)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
@@ -389,6 +446,10 @@ def build_file_facts(tree: ast.Module, module: str, path: str, is_package: bool,
                     if origin is not None:
                         cf.attrs.setdefault(tgt.attr, []).append(origin)
 
+    if by_class is not None:
+        for region in by_class[1]:  # a later definition of the same name wins, as at run time
+            facts.classes.register(f"{module}.{region.name}" if module else region.name, region, region.name)
+        return facts
     blocks = [iter(tree.body)]
     while blocks:  # statements in order, entering if/try blocks where they stand
         for stmt in blocks[-1]:
@@ -473,8 +534,11 @@ class ProjectFacts:
     many files' layers are defined in one `linear.py`). The index records which files were read
     (`QuantizableLayerIndex.reading`), so a cached result can be invalidated when one changes."""
 
-    def __init__(self, index: QuantizableLayerIndex, load_file=None):
+    def __init__(self, index: QuantizableLayerIndex, load_file=None, reduce: bool = False):
         self.index = index
+        # Files read for their class facts parsed with unread function bodies blanked
+        # (engine/regions.py): only in runs whose rules' reads of a tree are known.
+        self.reduce = reduce
         self._by_module: dict[str, FileFacts] = {}
         self._pending: dict[str, tuple] = {}
         self._load_file = load_file  # path -> text or None
@@ -506,13 +570,18 @@ class ProjectFacts:
             text = self._load_file(header.path)
             if text is None:
                 return None
+            class_regions = regions.class_regions(text) if self.reduce else None
+            if class_regions is not None:
+                return build_class_file_facts(text, class_regions, header.module, header.path, header.is_package,
+                                              self.index, header.imports,
+                                              lambda: trees.parse_reduced(header.path, text))
             try:
-                tree = trees.parse(header.path, text)
+                tree = trees.parse_reduced(header.path, text) if self.reduce else trees.parse(header.path, text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
             return build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
 
-        facts = self.index.cached_facts(header.path, build)
+        facts = self.index.cached_facts(("reduced", header.path) if self.reduce else header.path, build)
         if facts is None:
             return None
         self.add(facts)

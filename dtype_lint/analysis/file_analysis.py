@@ -8,12 +8,15 @@ input: a file that cannot be parsed, or whose nesting exhausts the parser, becom
 from __future__ import annotations
 
 import os
+import re
+from functools import lru_cache
 
 from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
 from dtype_lint.config import Config
-from dtype_lint.engine import trees
-from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words
+from dtype_lint.engine import regions, trees
+from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words, required_literal
+from dtype_lint.engine.regions import REDUCIBLE_RULES
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
 from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
@@ -42,8 +45,10 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         if long_line:
             return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
                                        "not parsed (generated code)", long_line, 1, config)
+        reduce = reducible(config)
         try:
-            tree = trees.parse(path, text)
+            tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) if reduce \
+                else trees.parse(path, text)
         except SyntaxError as e:
             return _engine_error(path, f"cannot parse: {e.msg}", e.lineno or 1, e.offset or 1, config)
         except (ValueError, RecursionError, MemoryError) as e:  # null bytes; absurd nesting
@@ -52,7 +57,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         known = index.modules.get(module)
         imports = known.imports if known is not None and known.path == path else \
             extract_header(text, module, path, is_pkg).imports
-        project = ProjectFacts(index, load_file=load_file or safe_read)
+        project = ProjectFacts(index, load_file=load_file or safe_read, reduce=reduce)
         project.register(tree, module, path, is_pkg, imports)
         facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
                           frozenset(m for r in active for m in marker_words(r)))
@@ -78,6 +83,25 @@ def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: C
             del raw[mark:]
             raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(e).__name__}: {e}; "
                                            "please report it", 1, 1, config))
+
+
+def reducible(config: Config) -> bool:
+    """May files be parsed with the function bodies no rule reads blanked (engine/regions.py)?
+    Only when every rule the run enables reads a tree in the ways regions.py knows."""
+    from dtype_lint.rules import ALL_RULES
+
+    return all(r.code in REDUCIBLE_RULES for r in ALL_RULES if config.enabled(r.code))
+
+
+def site_spans(rules, text: str) -> list[tuple[int, int]]:
+    """The lines every match of these rules' own patterns spans: where a site can be."""
+    return regions.site_spans(text, _searches(tuple(dict.fromkeys(p for r in rules for p in r.patterns))))
+
+
+@lru_cache(maxsize=16)
+def _searches(patterns: tuple[str, ...]) -> list[tuple[str, re.Pattern]]:
+    """(the literal every match holds, the compiled pattern) of each pattern, once per run."""
+    return [(required_literal(p), re.compile(p, re.M)) for p in patterns]
 
 
 def reads_helper_callers(rules, index: QuantizableLayerIndex, module: str) -> bool:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import ast
 import functools
 
+from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
-from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.guard_flags import (
     ClassGuardFlags,
     concrete_classes,

@@ -498,7 +498,9 @@ class LayerResolver:
             return ()
         if not relevant:
             return None
-        return storage_evidence(relevant)
+        # Narrowed to the backends the project's platforms admit: the evidence says which platform.
+        narrowed = self.storage_model.narrowed_by(qualname)
+        return storage_evidence(relevant) + ((narrowed,) if narrowed is not None else ())
 
     def _excluded_by_model(self, inst: Instance) -> bool:
         """The model class the expression starts from admits only some quantization configs

@@ -47,16 +47,21 @@ def hand_copy_reason(stmt: ast.stmt, layer: ast.expr, scope, block: list[ast.stm
 CONTAINER_DTYPES = frozenset({"uint8", "int32"})
 
 
-def ambiguous_storage(storages, sentinels: list[str]) -> tuple[str, list[str]] | None:
+def ambiguous_storage(storages, sentinels: list[str],
+                      required: frozenset[str] = frozenset()) -> tuple[str, list[str]] | None:
     """(dtype, the quant methods that leave it) when a container dtype the branch tests is the
     storage of the layer under two or more backends' methods: a branch on that dtype picks one
     format's kernel for all of them. `storages`: the storage model's answer for the layer type
-    (storage_model.Storage, typed dispatches only)."""
+    (storage_model.Storage, typed dispatches only). `required`: parameters the branch also
+    requires the layer to have (`hasattr(L, "weight_scale_inv")`): a method whose registered
+    parameters lack one cannot take that arm (one whose only parameter read is `weight` may have
+    any: its scales were registered where the model does not read)."""
     for sentinel in sentinels:
         name = sentinel.rsplit(".", 1)[-1]
         if name not in CONTAINER_DTYPES:
             continue
-        methods = sorted({(s.backend, s.method) for s in storages or () if s.typed and s.dtype == name})
+        methods = sorted({(s.backend, s.method) for s in storages or () if s.typed and s.dtype == name
+                          and (set(s.params) <= {"weight"} or required <= set(s.params))})
         if len({backend for backend, _method in methods}) >= 2:
             return name, [method for _backend, method in methods]
     return None

@@ -33,8 +33,9 @@ import ast
 import os
 import re
 import textwrap
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dtype_lint.analysis.class_facts import annotation_name
@@ -51,6 +52,10 @@ UNKNOWN = "unknown"  # `weight` is registered, its dtype is not stated where we 
 NON_COMPUTE = "non-compute"
 # The evidence of a storage starts with this, so a message can name the backends (`why_storage`).
 BACKEND_MARK = "backend: "
+# Module sources (text lines and parsed methods) kept at once. One engine's quantization package
+# has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
+# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
+SOURCES_KEPT = 32
 
 _INT_DTYPES = {"int32": PACKED, "uint8": PACKED, "int8": PACKED, "int16": PACKED, "int4": PACKED, "uint4": PACKED,
                "qint8": PACKED, "quint8": PACKED}
@@ -74,6 +79,9 @@ class Storage:
     # The dispatch tests the layer's type on the way (`isinstance(layer, LinearBase)`); False: it
     # reaches the method only because no test on the way could be read (a table lookup).
     typed: bool = True
+    # The parameters the method registers with `weight` (`weight_scale_inv`, ...), when read: what a
+    # test on the layer's other parameters (`hasattr(L, "weight_scale_inv")`) tells apart.
+    params: tuple[str, ...] = ()
 
     @property
     def non_compute(self) -> bool:
@@ -88,14 +96,18 @@ class Storage:
                 else f"{_backend_name(self.backend)} {self.what}")
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "method": self.method, "kind": self.kind, "dtype": self.dtype,
-                "what": self.what, "evidence": [[e.message, e.path, e.line] for e in self.evidence],
-                "typed": self.typed}
+        out = {"backend": self.backend, "method": self.method, "kind": self.kind, "dtype": self.dtype,
+               "what": self.what, "evidence": [[e.message, e.path, e.line] for e in self.evidence],
+               "typed": self.typed}
+        if self.params:
+            out["params"] = list(self.params)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> Storage:
         return cls(d["backend"], d["method"], d["kind"], d["dtype"], d["what"],
-                   tuple(Evidence(m, p, line) for m, p, line in d["evidence"]), d.get("typed", True))
+                   tuple(Evidence(m, p, line) for m, p, line in d["evidence"]), d.get("typed", True),
+                   tuple(d.get("params", ())))
 
 
 def _backend_name(config: str) -> str:
@@ -113,21 +125,44 @@ class BackendFamily(Protocol):
 
 
 class StorageModel:
-    """Asks each family in turn; the first that knows the layer class answers."""
+    """Asks each family in turn; the first that knows the layer class answers, narrowed to the
+    backends the project's platforms admit (analysis/platforms.py) when they restrict."""
 
-    def __init__(self, families: Iterable[BackendFamily]):
+    def __init__(self, families: Iterable[BackendFamily], narrowing=None):
         self.families = list(families)
+        self.narrowing = narrowing  # platforms.PlatformNarrowing, or None: every backend counts
 
     def storages_for(self, layer_class: str, construction: object = None) -> frozenset[Storage] | None:
         for family in self.families:
             got = family.storages_for(layer_class, construction)
             if got is not None:
-                return got
+                narrowed = self._narrowed(layer_class, got, family)
+                return got if narrowed is None else narrowed
+        return None
+
+    def _narrowed(self, layer_class: str, got: frozenset[Storage], family) -> frozenset[Storage] | None:
+        if self.narrowing is None or self.narrowing.narrowing() is None:
+            return None
+        data_for = getattr(family, "data_for", None)
+        return self.narrowing.narrow(layer_class, got, family.name, data_for(layer_class) if data_for else None)
+
+    def narrowed_by(self, layer_class: str) -> Evidence | None:
+        """The platforms' evidence when they narrow this class's backends (None: they do not)."""
+        if self.narrowing is None or self.narrowing.narrowing() is None:
+            return None
+        for family in self.families:
+            got = family.storages_for(layer_class)
+            if got is not None:
+                return self.narrowing.narrowing().evidence() if self._narrowed(layer_class, got, family) is not None \
+                    else None
         return None
 
     def find(self, layer_class: str, need: str, limit: int = 2) -> list[Storage] | None:
         """The storages of `need` some family's backends give this class (a few suffice); None
         when no family knows the class."""
+        if self.narrowing is not None and self.narrowing.narrowing() is not None:
+            every = self.storages_for(layer_class)
+            return None if every is None else summarize(every, need)
         for family in self.families:
             finder = getattr(family, "find", None)
             if finder is not None:
@@ -161,7 +196,9 @@ def _block_end(lines: list[str], start: int, indent: int) -> int:
 
 
 def _parse_snippet(lines: list[str], start: int, end: int):
-    text = textwrap.dedent("".join(lines[start:end]))
+    # A comment-only line (the block takes in a comment at column 0 before the next statement)
+    # would stop the dedent: blank it, keeping the line numbers.
+    text = textwrap.dedent("".join("\n" if line.lstrip().startswith("#") else line for line in lines[start:end]))
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -245,9 +282,19 @@ class CodeBackends:
         memo = self.index.__dict__.setdefault("_storage_memo", {})
         hit = memo.get(key)
         if hit is None:
+            # The top-level answers are also kept on disk across runs (engine/facts_cache.py),
+            # with their reads, valid while every file and folder they read is unchanged.
+            store = getattr(self.index, "disk_memo", None)
+            stored = store.get(key) if store is not None else None
+            if stored is not None:  # (value, reads): the value itself may be None
+                hit = memo[key] = stored
+                self.index.replay(stored[1])
+                return stored[0]
             with self.index.reading() as reads:
                 value = build()
             hit = memo[key] = (value, reads)
+            if store is not None:
+                store.put(key, value, reads)
         else:
             self.index.replay(hit[1])
         return hit[0]
@@ -294,22 +341,32 @@ class CodeBackends:
             out.update(self._config_storages(config, layer_class))
         return frozenset(out)
 
+    def config_storages(self, config: str, layer_class: str, mro: list[str] | None = None) -> list[Storage]:
+        """The storages one config gives the layer; `mro`: the layer's classes when the tree does not
+        define it (a layer of an engine outside the tree, from the catalogue's record)."""
+        if mro is None:
+            return self._config_storages(config, layer_class)
+        return self._memo(("config storages", config, layer_class, tuple(mro)),
+                          lambda: self._read_config_storages(config, set(mro)))
+
     def _config_storages(self, config: str, layer_class: str) -> list[Storage]:
-        def build():
-            out = []
-            for method, line, src_path, typed in self._methods_for(config, set(self.index.mro(layer_class))):
-                if method is None:
-                    out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
-                                       (Evidence(f"`{_short(config)}`: a quant method we cannot read",
-                                                 src_path, line),),
-                                       typed))
-                    continue
-                dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
-                for storage in self._method_storages(method):
-                    out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
-                                       (dispatch, *storage.evidence), typed))
-            return out
-        return self._memo(("config storages", config, layer_class), build)
+        return self._memo(("config storages", config, layer_class),
+                          lambda: self._read_config_storages(config, set(self.index.mro(layer_class))))
+
+    def _read_config_storages(self, config: str, layer_mro: set[str]) -> list[Storage]:
+        out = []
+        for method, line, src_path, typed in self._methods_for(config, layer_mro):
+            if method is None:
+                out.append(Storage(_short(config), "", UNKNOWN, "", "hands it a quant method we cannot name",
+                                   (Evidence(f"`{_short(config)}`: a quant method we cannot read",
+                                             src_path, line),),
+                                   typed))
+                continue
+            dispatch = Evidence(f"`{_short(config)}.get_quant_method` hands it `{_short(method)}`", src_path, line)
+            for storage in self._method_storages(method):
+                out.append(Storage(_short(config), storage.method, storage.kind, storage.dtype, storage.what,
+                                   (dispatch, *storage.evidence), typed, storage.params))
+        return out
 
     def _iter_configs(self, layer_class: str):
         """The config classes of the layer's config type, found lazily in its package (the folder of
@@ -377,7 +434,26 @@ class CodeBackends:
             if text is None:
                 return None
             return _Source(qualname_module, header.path, header, text.splitlines(keepends=True))
-        return self._memo(("storage source", qualname_module), build)
+        return self._kept_source(("storage source", qualname_module), build)
+
+    def _kept_source(self, key, build):
+        """`_memo` for a module's text and its parsed methods, but only the SOURCES_KEPT last used:
+        every answer made from a source is memoised itself, so a source is asked for again only
+        by a question not asked before. Ten times vLLM's tree held 605 sources (22 MiB of lines,
+        128,000 AST nodes of parsed methods, most of the live AST at the end of the run) when
+        they lived as long as the run (benchmarks/README.md)."""
+        kept = self.index.__dict__.setdefault("_storage_sources", OrderedDict())
+        hit = kept.pop(key, None)
+        if hit is None:
+            with self.index.reading() as reads:
+                value = build()
+            hit = (value, reads)
+            while len(kept) >= SOURCES_KEPT:
+                kept.popitem(last=False)
+        else:
+            self.index.replay(hit[1])
+        kept[key] = hit  # now the most recently used
+        return hit[0]
 
     def _method_of(self, qualname: str, name: str, after: str | None = None):
         """(the class in the MRO that defines `name`, its _Source, the parsed method); `after`:
@@ -414,14 +490,16 @@ class CodeBackends:
         known: dict[str, str | None] = {}
         # The index, not `self`: the resolver lives on in the run-long memo (dispatch tables), and
         # `self` would keep this analysis's project facts and every tree they parsed alive with it
-        # (ten times vLLM: 88 files' facts past the class-facts LRU; benchmarks/README.md).
+        # (ten times vLLM: 88 files' facts past the class-facts LRU; benchmarks/README.md). The
+        # module's name, not its source: that would keep the module's lines and parsed methods.
         index = self.index
+        module = src.module
 
         def resolve(name: str | None) -> str | None:
             if not name:
                 return None
             if name not in known:
-                known[name] = index.resolve(src.module, name, imports)
+                known[name] = index.resolve(module, name, imports)
             return known[name]
         return resolve
 
@@ -453,14 +531,24 @@ class CodeBackends:
         return self._memo(("dispatch table", config), build)
 
     def _dispatch(self, fn, src: _Source, owner: str, config: str, conds: tuple, out: list, depth: int,
-                  layer_param: str | None = None, bound: dict[str, str] | None = None) -> None:
+                  layer_param: str | None = None, bound: dict[str, tuple[str, ...]] | None = None,
+                  feeds_return: bool = True) -> None:
         if depth > 3:
             return
         plain = self._resolver(src, fn)
         bound = bound or {}
 
         def resolve(name: str | None) -> str | None:
-            return bound.get(name) if name in bound else plain(name)
+            return bound[name][0] if name in bound else plain(name)
+        # A parameter bound to several method classes (`Linear=A if w4a16 else B`): each counts
+        # where the helper builds it, under the helper's own tests on the layer.
+        resolve.bound = bound
+        # Whether what this function returns is the quant method (False: a helper whose result the
+        # caller keeps as a value, `matched = self._find_matched_config(prefix, layer)`): only then
+        # is a `return` we cannot name a method we cannot name.
+        resolve.feeds_return = feeds_return
+        resolve.returned_names = {r.value.id for r in ast.walk(fn)
+                                  if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
         args = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
         if layer_param is None:
             layer_param = "layer" if "layer" in args else (args[1] if len(args) > 1 else "layer")
@@ -507,6 +595,17 @@ class CodeBackends:
                 elif _terminates(stmt.orelse):
                     conds = conds + ((stmt.test, layer_param, resolve, True),)
                 continue
+            if isinstance(stmt, ast.Match) and isinstance(stmt.subject, ast.Name) and stmt.subject.id == layer_param:
+                # `match layer: case LinearBase(): ...`: each case is a test of the layer's type, and
+                # a case without a guard excludes its types from the cases after it.
+                before: tuple = ()
+                for case in stmt.cases:
+                    test = _case_test(case.pattern, layer_param)
+                    own = () if test is None else ((test, layer_param, resolve, True),)
+                    self._walk(case.body, conds + before + own, src, owner, config, out, depth, layer_param, resolve)
+                    if test is not None and case.guard is None:
+                        before = before + ((test, layer_param, resolve, False),)
+                continue
             if isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
                 blocks = [getattr(stmt, f, []) or [] for f in ("body", "orelse", "finalbody")]
                 blocks += [h.body for h in getattr(stmt, "handlers", []) or []]
@@ -515,7 +614,7 @@ class CodeBackends:
                 continue
             before = len(out)
             self._calls(stmt, conds, src, owner, config, out, depth, layer_param, resolve)
-            if isinstance(stmt, ast.Return) and len(out) == before \
+            if isinstance(stmt, ast.Return) and len(out) == before and getattr(resolve, "feeds_return", True) \
                     and isinstance(stmt.value, (ast.Call, ast.Attribute)):
                 # A method we cannot name (`return self.method_cls(self)`): it may store anything.
                 out.append((None, stmt.lineno, src.path, conds))
@@ -528,18 +627,22 @@ class CodeBackends:
         followed: set[int] = set()
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and self._follow(node, conds, config, owner, layer_param, resolve, out,
-                                                           depth):
-                followed.update(id(a) for a in node.args)
-                followed.update(id(k.value) for k in node.keywords)
+                                                           depth, _feeds_return(stmt, resolve)):
+                # the classes handed to it, also inside a conditional (`Linear=A if c else B`)
+                for arg in (*node.args, *(k.value for k in node.keywords)):
+                    followed.update(id(n) for n in ast.walk(arg))
+        bound = getattr(resolve, "bound", {})
         for node in ast.walk(stmt):
             if id(node) in followed:
                 continue
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
-                target = resolve(dotted(node))
-                if target and self._is_method_class(target):
-                    out.append((self.index.canonical(target), node.lineno, src.path, conds))
+                name = dotted(node)
+                for target in (bound[name] if name in bound else (resolve(name),)):
+                    if target and self._is_method_class(target):
+                        out.append((self.index.canonical(target), node.lineno, src.path, conds))
 
-    def _follow(self, node: ast.Call, conds, config, owner, layer_param, resolve, out, depth) -> bool:
+    def _follow(self, node: ast.Call, conds, config, owner, layer_param, resolve, out, depth,
+                feeds_return: bool = True) -> bool:
         """Follow a call that hands the layer on (`super().get_quant_method(layer, prefix)`,
         `self.get_xxx_method(layer)`, a project helper); True when it was followed."""
         func = node.func
@@ -560,7 +663,8 @@ class CodeBackends:
         if param is None:
             return False
         bound = _bound_classes(callee, node, resolve, self._is_method_class)
-        self._dispatch(callee, callee_src, callee_owner or owner, config, conds, out, depth + 1, param, bound)
+        self._dispatch(callee, callee_src, callee_owner or owner, config, conds, out, depth + 1, param, bound,
+                       feeds_return)
         return True
 
     def _function(self, qualname: str | None):
@@ -594,6 +698,21 @@ class CodeBackends:
         delegated = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr == "create_weights"]
         out: list[Storage] = []
+        named = self._named_delegates(delegated, src, fn) if "weight" not in registered else []
+        if named:
+            # `KernelSpec().create_weights(layer, ...)`: the object is built here, its class named.
+            for call, target in named:
+                step = Evidence(f"`{short}.create_weights` hands the layer to `{ast.unparse(call.func)}`",
+                                src.path, call.lineno)
+                if target is None or self.index.class_location(target) is None:
+                    shown = ast.unparse(call.func.value.func)
+                    out.append(Storage("", short, UNKNOWN, "", f"hands `create_weights` to `{shown}`, which the "
+                                       "tree does not define", (step,)))
+                    continue
+                for storage in self._method_storages(target, depth + 1):
+                    out.append(replace(storage, evidence=(step, *storage.evidence)))
+            if out:
+                return out
         if "weight" not in registered and delegated and depth == 0:
             # `layer.scheme.create_weights(...)`: the object is chosen elsewhere; every method of
             # the package that creates weights stands for it.
@@ -602,7 +721,8 @@ class CodeBackends:
                     out.append(Storage("", storage.method, storage.kind, storage.dtype, storage.what,
                                        (Evidence(f"`{short}.create_weights` hands the layer to "
                                                  f"`{ast.unparse(delegated[0].func)}`",
-                                                 src.path, delegated[0].lineno), *storage.evidence)))
+                                                 src.path, delegated[0].lineno), *storage.evidence),
+                                       params=storage.params))
             if out:
                 return out
         if "weight" in registered:
@@ -624,7 +744,8 @@ class CodeBackends:
                 chosen = self._kernel_after_loading(method)
                 if chosen is not None:
                     out.append(Storage("", short, chosen[0], chosen[1], chosen[2], (reg, *chosen[3])))
-            return out
+            params = tuple(sorted(registered))
+            return [replace(s, params=params) for s in out]
         if registered and not any("weight" in n for n in registered):
             # Only scales (`k_scale`, `q_scale`): a method for an attention's KV cache, not for a
             # layer with weights; a dispatch we could not narrow may name it for any layer.
@@ -639,6 +760,19 @@ class CodeBackends:
                             (Evidence(f"`{short}.create_weights` registers {shown}", src.path, line),))]
         return [Storage("", short, UNKNOWN, "", "registers no parameter we can read",
                         (Evidence(f"`{short}.create_weights`", src.path, fn.lineno),))]
+
+    def _named_delegates(self, delegated: list[ast.Call], src: _Source, fn) -> list[tuple[ast.Call, str | None]]:
+        """The `create_weights` calls on an object built in the call itself (`Cls(...).create_weights`),
+        with the class it resolves to (None: it does not resolve); `super()` is not one."""
+        resolve = self._resolver(src, fn)
+        out = []
+        for call in delegated:
+            built = call.func.value
+            if isinstance(built, ast.Call) and isinstance(built.func, (ast.Name, ast.Attribute)) \
+                    and dotted(built.func) != "super":
+                target = resolve(dotted(built.func))
+                out.append((call, self.index.canonical(target) if target else None))
+        return out
 
     def _package_methods(self, src: _Source, exclude: str) -> list[str]:
         """The classes of the method's package that create weights and are not quant methods
@@ -886,18 +1020,56 @@ def _repacked(value: ast.expr, assigns: dict[str, ast.expr], depth: int = 0) -> 
     return False
 
 
-def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, str]:
-    """The callee's parameters bound to a method class by the call (`linear_method_cls=GPTQLinearMethod`)."""
-    params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, tuple[str, ...]]:
+    """The callee's parameters bound to method classes by the call (`linear_method_cls=GPTQLinearMethod`,
+    or a table of roles `Linear=A if w4a16 else B, Moe=C`: each arm of a conditional)."""
+    params = [a.arg for a in callee.args.posonlyargs + callee.args.args + callee.args.kwonlyargs]
     offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
     out = {}
-    pairs = [(params[i + offset], a) for i, a in enumerate(call.args) if i + offset < len(params)]
-    pairs += [(k.arg, k.value) for k in call.keywords if k.arg]
+    positional = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+    pairs = [(positional[i + offset], a) for i, a in enumerate(call.args) if i + offset < len(positional)]
+    pairs += [(k.arg, k.value) for k in call.keywords if k.arg in params]
     for name, arg in pairs:
-        target = resolve(dotted(arg)) if isinstance(arg, (ast.Name, ast.Attribute)) else None
-        if target and is_method(target):
-            out[name] = target
+        targets = tuple(resolve(dotted(arm)) for arm in _arms(arg) if isinstance(arm, (ast.Name, ast.Attribute)))
+        if targets and len(targets) == len(_arms(arg)) and all(t and is_method(t) for t in targets):
+            out[name] = targets
     return out
+
+
+def _case_test(pattern, layer_param: str) -> ast.expr | None:
+    """`isinstance(layer, (A, B))` for a case pattern of classes (`A()`, `A() | B()`, `A() as x`);
+    None for a pattern that tests no type (`_`, a value)."""
+    if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+        return _case_test(pattern.pattern, layer_param)
+    if isinstance(pattern, ast.MatchClass):
+        classes = [pattern.cls]
+    elif isinstance(pattern, ast.MatchOr) and all(isinstance(p, ast.MatchClass) for p in pattern.patterns):
+        classes = [p.cls for p in pattern.patterns]
+    else:
+        return None
+    test = ast.Call(func=ast.Name("isinstance", ast.Load()),
+                    args=[ast.Name(layer_param, ast.Load()), ast.Tuple(classes, ast.Load())], keywords=[])
+    return ast.copy_location(test, pattern)
+
+
+def _feeds_return(stmt: ast.stmt, resolve) -> bool:
+    """Does a call in `stmt` give the function its return value: the statement returns, or assigns
+    a local the function returns by name (`method = pick(layer)` ... `return method`)?"""
+    if not getattr(resolve, "feeds_return", True):
+        return False
+    if isinstance(stmt, ast.Return):
+        return True
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) \
+        else []
+    returned = getattr(resolve, "returned_names", set())
+    return any(isinstance(n, ast.Name) and n.id in returned for t in targets for n in ast.walk(t))
+
+
+def _arms(expr: ast.expr) -> list[ast.expr]:
+    """The values a conditional expression can take (`A if c else (B if d else C)`)."""
+    if isinstance(expr, ast.IfExp):
+        return _arms(expr.body) + _arms(expr.orelse)
+    return [expr]
 
 
 def _abstract(fn) -> bool:
@@ -931,7 +1103,9 @@ def _assignments(fn) -> dict[str, ast.expr]:
     if got is not None and got[0] is fn:
         return got[1]
     out = _compute_assignments(fn)
-    if len(_ASSIGNS) > 4096:
+    # Each entry keeps its function's tree alive: a few hundred, so that a source dropped from
+    # SOURCES_KEPT is not kept here instead.
+    if len(_ASSIGNS) > 256:
         _ASSIGNS.clear()
     _ASSIGNS[id(fn)] = (fn, out)
     return out
@@ -1004,29 +1178,3 @@ def _order(s: Storage) -> tuple:
     # Total, so that the order never depends on a set's (per-process) iteration order.
     return (not s.typed, rank.get(s.kind, 5), s.backend, s.method, s.dtype, s.what,
             tuple((e.path, e.line, e.message) for e in s.evidence))
-
-
-_ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\])", re.MULTILINE)
-
-
-def platform_admission(index: QuantizableLayerIndex, load_file,
-                       layer_class: str) -> list[tuple[str, str, int, list[str]]]:
-    """Which quantizations each platform admits: (platform class, path, line, names) for every class
-    of the engine's `platforms` package (the top package of the layer's module, `.platforms`) that
-    lists `supported_quantization`. An empty list admits every quantization (vLLM's interface)."""
-    top = layer_class.split(".", 1)[0]
-    header = index.modules.get(f"{top}.platforms")
-    if header is None or load_file is None:
-        return []
-    out = []
-    for _module, h in index.modules.iter_under(os.path.dirname(header.path)):
-        text = load_file(h.path) or ""
-        for m in _ADMITS.finditer(text):
-            try:
-                names = [str(n) for n in ast.literal_eval(m.group(1))]
-            except (ValueError, SyntaxError):
-                continue
-            line = text.count("\n", 0, m.start()) + 1
-            owner = max(((n, v[1]) for n, v in h.classes.items() if v[1] <= line), key=lambda c: c[1], default=("?", 0))
-            out.append((owner[0], h.path, line, names))
-    return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -32,6 +33,7 @@ from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, 
 from dtype_lint.config import Config
 from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
 from dtype_lint.dtypes.truth_table import prove_guarded_cast
+from dtype_lint.engine import trees
 from dtype_lint.engine.source import SourceFile
 from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.bound_names import fresh, identifiers, module_names
@@ -84,12 +86,20 @@ class Planner:
         import could shadow the helper, or be shadowed by it), else a fresh `_<func>` alias.
         A star import may bind any public name, so a module with one gets an underscore alias."""
         text = self.src.text
-        if text.isascii() and self.func not in text and _STAR_IMPORT.search(text) is None:
+        if self.func not in text and _STAR_IMPORT.search(text) is None and \
+                (text.isascii() or self.func not in unicodedata.normalize("NFKC", text)):
             # What the walk below would conclude, from the text: no name of the module is the
-            # function's (an ASCII text holds every identifier verbatim; a non-ASCII one may
-            # spell it in characters the parser normalises) and no star import can bind it.
+            # function's and no star import can bind it. An ASCII text holds every identifier
+            # verbatim; a non-ASCII one (an em dash in a comment) may spell one in characters the
+            # parser normalises (NFKC, PEP 3131), so its normalised text is searched too.
             return self.func
-        bound, taken, star = module_names(self.tree)
+        # Every name the module binds or uses, blanked function bodies too (engine/regions.py),
+        # unless their text holds none of the names decided on here: the helper's, names holding
+        # it (`_<func>`, and what `fresh` makes of it) and what a top-level import binds it as.
+        aliases = {a.asname for stmt in self.tree.body if isinstance(stmt, ast.ImportFrom)
+                   for a in stmt.names if a.name == self.func and a.asname}
+        names = {self.func.lstrip("_") or self.func, *aliases}
+        bound, taken, star = module_names(trees.whole_unless_absent(self.tree, names))
         for stmt in self.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
                 for a in stmt.names:

@@ -1,0 +1,191 @@
+"""Parsing only what can hold a site (engine/regions.py, engine/trees.parse_reduced)."""
+
+from __future__ import annotations
+
+import ast
+
+from dtype_lint.api import check_source
+from dtype_lint.engine import regions, trees
+
+# A body long enough to be blanked (regions.MIN_BLANKED_LINES) that no rule reads.
+_FILLER = "".join(f"        total = total + {i}\n" for i in range(6))
+
+_SOURCE = f"""\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+def helper(total):
+{_FILLER.replace("        ", "    ")}    return total
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, quant_config, prefix: str):
+        super().__init__()
+        self.kv_b_proj = ColumnParallelLinear(8, 8, quant_config=quant_config, prefix=prefix)
+
+    def unrelated(self, total):
+{_FILLER}        return total
+
+    @staticmethod
+    def also_unrelated(total):
+{_FILLER}        return total
+
+    def forward(self, x):
+        # the site: the class's __init__ is far above, beyond blanked methods
+        return x.to(self.kv_b_proj.weight.dtype)
+"""
+
+
+def _site_lines(text: str) -> list[tuple[int, int]]:
+    import re
+
+    from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
+
+    return regions.site_spans(text, [("", re.compile(p, re.M)) for p in WEIGHT_SITE_PATTERNS])
+
+
+def test_reduced_text_keeps_every_line_and_column():
+    spans = _site_lines(_SOURCE)
+    reduced = regions.reduce(_SOURCE, spans)
+    assert reduced is not None
+    blanked_names = {ln.split("def ")[1].split("(")[0] for ln in (_SOURCE.splitlines()[d - 1] for d, _, _ in reduced.blanked)}
+    assert blanked_names == {"helper", "unrelated", "also_unrelated"}
+    assert reduced.text.count("\n") == _SOURCE.count("\n")
+    assert reduced.kept_chars < len(_SOURCE)
+    whole, part = ast.parse(_SOURCE), ast.parse(reduced.text)
+    assert regions.check(part, reduced)
+    # Every kept statement is the whole file's, positions included.
+    def kept(tree):
+        cls = tree.body[-1]
+        return [ast.dump(s, include_attributes=True) for s in tree.body[:2] + [cls.body[0], cls.body[-1]]]
+    assert kept(part) == kept(whole)
+    # A blanked function is one `pass` on its first body line, decorators and signature kept.
+    also = part.body[-1].body[2]
+    assert [type(s) for s in also.body] == [ast.Pass] and also.body[0].lineno == also.lineno + 1
+    assert [ast.dump(d) for d in also.decorator_list] == [ast.dump(d) for d in whole.body[-1].body[2].decorator_list]
+    assert regions.is_blanked(also)
+
+
+def test_blanked_function_read_through_defs_is_the_whole_files():
+    """What reads a blanked function gets the whole file's node, at its own lines and columns."""
+    trees.clear()
+    tree = trees.parse_reduced("m.py", _SOURCE, _site_lines(_SOURCE))
+    method = tree.body[-1].body[1]
+    assert regions.is_blanked(method)
+    defs = regions.Defs(("m.py", _SOURCE), trees.whole_function)
+    dict.__setitem__(defs, "unrelated", method)
+    real = defs["unrelated"]
+    expected = ast.parse(_SOURCE).body[-1].body[1]
+    assert ast.dump(real, include_attributes=True) == ast.dump(expected, include_attributes=True)
+    trees.clear()
+
+
+def test_finding_in_a_method_whose_init_is_elsewhere_is_still_found():
+    trees.clear()
+    before = trees.reduced_parses
+    findings = check_source(_SOURCE, filename="m.py")
+    assert trees.reduced_parses == before + 1  # the file was parsed reduced
+    site = _SOURCE.splitlines().index("        return x.to(self.kv_b_proj.weight.dtype)") + 1
+    assert [(f.code, f.span.line) for f in findings] == [("DTL001", site)]
+    # ... and as a whole-file run finds it (every rule enabled: nothing is blanked).
+    whole = check_source(_SOURCE, filename="m.py", settings={"select": ["ALL"]})
+    assert ("DTL001", site) in [(f.code, f.span.line) for f in whole]
+    trees.clear()
+
+
+def test_syntax_error_outside_regions_is_left_to_other_linters_inside_is_dtl900():
+    outside = _SOURCE.replace("        total = total + 3\n", "        total = = 3\n", 1)  # in `unrelated`
+    assert outside != _SOURCE
+    codes = [f.code for f in check_source(outside, filename="m.py")]
+    assert codes == ["DTL001"]
+    inside = _SOURCE.replace("return x.to(self.kv_b_proj.weight.dtype)", "return x.to(self.kv_b_proj.weight.dtype))")
+    found = check_source(inside, filename="m.py")
+    assert [f.code for f in found] == ["DTL900"]
+    assert found[0].span.line == _SOURCE.splitlines().index("        return x.to(self.kv_b_proj.weight.dtype)") + 1
+
+
+def test_a_def_inside_a_string_sends_the_parse_back_to_the_whole_file():
+    text = 'DOC = """\ndef fake(x):\n    a = 1\n    b = 2\n    c = 3\n    return a\n"""\n'
+    reduced = regions.reduce(text, [])
+    assert reduced is not None  # the text scan cannot tell a string from code ...
+    trees.clear()
+    tree = trees.parse_reduced("s.py", text, [])
+    assert ast.dump(tree) == ast.dump(ast.parse(text))  # ... the check of the parse can
+    trees.clear()
+
+
+def test_methods_the_class_facts_read_are_kept():
+    body = "".join(f"        y{i} = {i}\n" for i in range(6))
+    text = ("class A:\n"
+            f"    def sets(self):\n{body}        self.proj = Linear()\n"
+            f"    def getter(self):\n        '''Doc.'''\n        return self.proj\n"
+            f"    def dispatch(self, layer):\n{body}        if isinstance(layer, Linear):\n            return 1\n"
+            f"    def quant(self):\n{body}        self.qm = get_quant_method(self)\n"
+            f"    def other(self, layer):\n{body}        return isinstance(self, Linear)\n")
+    reduced = regions.reduce(text, [])
+    assert reduced is not None
+    names = [text.splitlines()[d - 1].split("def ")[1].split("(")[0] for d, _, _ in reduced.blanked]
+    assert names == ["other"]
+
+
+_CLASSES = f"""\
+import torch
+
+
+@register(
+    name="first",
+)
+class First(torch.nn.Module):
+    def __init__(self):
+        self.proj = torch.nn.Linear(2, 2)
+
+    def unread(self, total):
+{_FILLER}        return total
+
+
+class Second(
+    First,
+):
+    x: int = 1
+"""
+
+
+def test_each_class_parses_alone_where_it_stands_in_the_file():
+    found = regions.class_regions(_CLASSES)
+    assert [(r.name, r.first_line, r.class_line) for r in found] == [("First", 4, 7), ("Second", 21, 21)]
+    whole = {c.name: c for c in ast.parse(_CLASSES).body if isinstance(c, ast.ClassDef)}
+    for region in found:
+        cls = trees.parse_class("c.py", _CLASSES, region, lambda: None)
+        if region.name == "First":  # its unread method blanked, its __init__ kept
+            assert regions.is_blanked(cls.body[1]) and not regions.is_blanked(cls.body[0])
+            assert ast.dump(cls.body[0], include_attributes=True) == \
+                ast.dump(whole["First"].body[0], include_attributes=True)
+            assert ast.dump(cls.decorator_list[0], include_attributes=True) == \
+                ast.dump(whole["First"].decorator_list[0], include_attributes=True)
+        else:
+            assert ast.dump(cls, include_attributes=True) == ast.dump(whole["Second"], include_attributes=True)
+
+
+def test_classes_not_plainly_top_level_send_the_file_to_a_whole_parse():
+    assert regions.class_regions("class A:\n    class Inner:\n        pass\n") is None
+    assert regions.class_regions("if X:\n    class A:\n        pass\n") is None
+    assert regions.class_regions('DOC = """\nclass Fake:\n    pass\n"""\n') is None
+    assert regions.class_regions("x = [\n    1,\n]\nclass A:\n    pass\n") is not None  # a statement above
+    assert regions.class_regions("x = f(\n@dec\n)\nclass A:\n    pass\n") is None  # not plainly a decorator
+
+
+def test_fix_names_the_helper_as_a_whole_parse_would(monkeypatch):
+    """A blanked body that binds the helper's name: the planner reads the whole tree for it."""
+    from dtype_lint.analysis import file_analysis
+    from dtype_lint.api import fix_source
+
+    shadowing = _SOURCE.replace("        total = total + 0\n", "        get_layer_input_dtype = total\n", 1)
+    assert shadowing != _SOURCE
+    trees.clear()
+    reduced = fix_source(shadowing, filename="m.py")
+    monkeypatch.setattr(file_analysis, "reducible", lambda config: False)
+    trees.clear()
+    whole = fix_source(shadowing, filename="m.py")
+    assert reduced == whole and "_get_layer_input_dtype" in whole
+    trees.clear()
