@@ -32,10 +32,11 @@ from __future__ import annotations
 import ast
 import enum
 import fnmatch
+import re
 import textwrap
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import ClassVar
 
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts
@@ -168,6 +169,11 @@ class Candidate:
         return self.walk.parents
 
 
+@lru_cache(maxsize=16)
+def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern:
+    return re.compile("|".join(re.escape(m) for m in markers))
+
+
 class RuleFacts:
     """What rules may read about one file; built lazily, once, whatever rules ask."""
 
@@ -200,7 +206,21 @@ class RuleFacts:
 
     @cached_property
     def _marker_lines(self) -> list[int]:
-        return [i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in self._markers)]
+        """The 1-based lines holding a marker word: one regex search per such line over the whole
+        text (a marker holds no line break, so a match lies in one line), not a test per line."""
+        markers = sorted(self._markers)
+        if not markers or any(not m or "\r" in m or "\n" in m for m in markers):
+            return [i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in markers)]
+        search = _marker_pattern(tuple(markers)).search
+        text, starts = self.source.text, self.source.starts
+        out: list[int] = []
+        found = search(text)
+        while found is not None:
+            line = bisect_right(starts, found.start())
+            out.append(line)
+            # go on from the next line's start (`starts` ends with the text's end)
+            found = search(text, starts[line]) if line < len(starts) else None
+        return out
 
     @cached_property
     def _exemptions(self) -> dict[int, bool]:

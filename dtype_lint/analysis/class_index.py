@@ -172,6 +172,17 @@ def _logical_statement(text: str, start: int) -> str:
             return line + "\n"
         if stripped.endswith(":"):
             return line + " pass\n"
+    # Second fast path: an import continued in brackets up to the first `)` (black's multi-line
+    # `from a import (`), with no string, comment, backslash or other bracket on the way; what the
+    # character walk below would return, without walking.
+    if not is_class and "(" in line:
+        close = text.find(")", start)
+        stop = text.find("\n", close) if close >= 0 else -1
+        stop = len(text) if close >= 0 and stop < 0 else stop
+        if 0 <= close and stop - start <= 4000 and line.index("(") < close - start:
+            body = text[start:stop]
+            if body.count("(") == 1 and body.count(")") == 1 and not any(c in body for c in "\"'#\\[]{}"):
+                return body + "\n"
     depth = 0
     continued = -1
     stop = len(text)
