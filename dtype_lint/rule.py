@@ -212,14 +212,26 @@ class RuleFacts:
         if not markers or any(not m or "\r" in m or "\n" in m for m in markers):
             return [i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in markers)]
         search = _marker_pattern(tuple(markers)).search
-        text, starts = self.source.text, self.source.starts
+        text = self.source.text
         out: list[int] = []
+        if "\r" in text:  # lines may break at a lone CR: the source's line starts say where
+            starts = self.source.starts
+            found = search(text)
+            while found is not None:
+                line = bisect_right(starts, found.start())
+                out.append(line)
+                # go on from the next line's start (`starts` ends with the text's end)
+                found = search(text, starts[line]) if line < len(starts) else None
+            return out
+        line, counted = 1, 0  # the line number at offset `counted`
         found = search(text)
         while found is not None:
-            line = bisect_right(starts, found.start())
+            line += text.count("\n", counted, found.start())
             out.append(line)
-            # go on from the next line's start (`starts` ends with the text's end)
-            found = search(text, starts[line]) if line < len(starts) else None
+            counted = text.find("\n", found.start())
+            if counted < 0:
+                break
+            found = search(text, counted + 1)
         return out
 
     @cached_property
