@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from dtype_lint import __version__
 from dtype_lint.analysis.class_index import (
@@ -45,12 +45,10 @@ from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, re
 from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
 from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 from dtype_lint.findings import Finding
+from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
 from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
 from dtype_lint.fix.helper_template import HelperError, HelperLocation
 from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
-
-if TYPE_CHECKING:  # the fixer is imported by the fix stage only: a check run does not need it
-    from dtype_lint.fix.fixer import FixOutcome
 
 
 class UserError(Exception):
@@ -751,7 +749,6 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
     file is still the one it analysed (same stamp before and after reading it); otherwise, and for
     every later round, the text in hand is analysed. `created`: module -> text of a module the run
     will create (the helper), for the import graph."""
-    from dtype_lint.fix.fixer import failed, fix_text
     from dtype_lint.fix.import_graph import ImportGraph
 
     try:
@@ -812,7 +809,6 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
 
 
 def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, jobs: int) -> None:
-    from dtype_lint.fix.fixer import failed
     unsafe = options.unsafe_fixes
     todo = [f for f in result.findings if selected(f, unsafe)]
     paths = sorted({f.path for f in todo})
@@ -880,7 +876,6 @@ def _imports_helper(o: FixOutcome) -> bool:
 
 
 def _refuse(ff: _FileFix, result: RunResult, why: str | None) -> _FileFix:
-    from dtype_lint.fix.fixer import failed
     if not why:
         return ff
     o = ff.outcome
@@ -998,7 +993,6 @@ def check_text(text: str, filename: str, config: Config) -> list[Finding]:
 
 
 def fix_one_text(text: str, filename: str, config: Config, unsafe: bool) -> FixOutcome:
-    from dtype_lint.fix.fixer import fix_text
     index = single_file_index(text, filename, config)
     return fix_text(filename, text, lambda t: analyze(filename, t, index, config, "", load_file=_no_files), unsafe)
 
