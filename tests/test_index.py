@@ -383,3 +383,16 @@ def test_functions_inside_any_compound_statement_are_checked():
         "                return x.to(layer.weight.dtype)\n"
     )
     assert [(f.span.line, f.scope) for f in check_source(src)] == [(8, "f.g"), (12, "f.h")]
+
+
+def test_bracketed_imports_over_several_lines_are_read_whole():
+    # Black's `from a import (` over lines, with and without what sends the header reader to its
+    # character walk (a comment, a string, a second bracket, a statement after `)` on its line).
+    text = ("from pkg.a import (\n    X,\n    Y as Z,\n)\n"
+            "from pkg.b import (P,  # a comment\n    Q)\n"
+            "from pkg.c import (\n    R,\n); from pkg.d import S\n"
+            "from pkg.e import (\n    T, U)\nclass K(\n    X,\n):\n    pass\n")
+    header = extract_header(text, "m", "m.py", False)
+    assert header.imports == {"X": "pkg.a.X", "Z": "pkg.a.Y", "P": "pkg.b.P", "Q": "pkg.b.Q", "R": "pkg.c.R",
+                              "S": "pkg.d.S", "T": "pkg.e.T", "U": "pkg.e.U"}
+    assert header.classes == {"K": (["X"], 12)}

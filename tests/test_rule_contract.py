@@ -110,3 +110,20 @@ def test_examples_accept_dedented_triple_quoted_blocks():
         """)
     assert invalid.code == "if a:\n    b = 1\n" and invalid.expected_replacement == "b = 1\n"
     assert Valid("x = 1\n").code == "x = 1\n"  # written as is
+
+
+@pytest.mark.parametrize("text", [
+    "a = 1\nw = x.weight\n\ny = dtype\nweight",
+    "w = x.weight\r\nz = 1\r\nv = m.parameters()\r\n",
+    "w = x.weight\rz = 1\rweight\n\rweight",
+    "x = 1\x0cweight = 2\n\x85weight\u2028weight\nweightweight\n\n",
+    "",
+    "no marker here\n",
+])
+def test_marker_lines_are_the_lines_holding_a_marker_whatever_the_line_breaks(text):
+    # Lines break at \r\n, \r and \n only (engine/source.py), as `ast` counts them.
+    facts = RuleFacts(SourceFile("m.py", text, "m"), ast.Module(body=[], type_ignores=[]), make_config(),
+                      ProjectFacts(QuantizableLayerIndex([], [], [])), {}, frozenset({"weight", "parameters()"}))
+    expected = [i for i, line in enumerate(SourceFile("m.py", text, "m").lines, 1)
+                if "weight" in line or "parameters()" in line]
+    assert facts._marker_lines == expected
