@@ -59,6 +59,43 @@ class CatalogueBackends:
         return None
 
 
+@cache
+def _methods() -> tuple[dict[str, tuple[dict, dict]], dict[str, list[tuple[dict, dict]]]]:
+    """Quant method classes of the shipped catalogues: by qualified name, and by short name (a
+    plugin may name a class through a re-export)."""
+    by_name: dict[str, tuple[dict, dict]] = {}
+    by_short: dict[str, list[tuple[dict, dict]]] = {}
+    for data in shipped():
+        for qualname, record in data.get("methods", {}).items():
+            by_name.setdefault(qualname, (data, record))
+            by_short.setdefault(qualname.rsplit(".", 1)[-1], []).append((data, record))
+    return by_name, by_short
+
+
+def method_record(qualname: str) -> tuple[list[Storage] | None, Storage | None, bool] | None:
+    """What a shipped catalogue records of a quant method class outside the tree: (the storages
+    its `create_weights` and after-loading give `weight`, None when its MRO has no
+    `create_weights`; the storage its `process_weights_after_loading` leaves when it repacks or
+    deletes `weight`; whether its MRO has a `process_weights_after_loading`), or None when no
+    catalogue knows the class. A class named through a re-export of the engine's package is
+    matched by its short name when exactly one class of that engine has it."""
+    by_name, by_short = _methods()
+    got = by_name.get(qualname)
+    if got is None:
+        same = [(data, record) for data, record in by_short.get(qualname.rsplit(".", 1)[-1], ())
+                if qualname.split(".", 1)[0] == data["dist"].replace("-", "_")]
+        got = same[0] if len(same) == 1 else None
+    if got is None:
+        return None
+    data, record = got
+    release = f"{data['dist']} {data['version']}"
+    table = data["storages"]
+    storages = None if "storages" not in record else \
+        [_outside(Storage.from_dict(table[i]), release) for i in record["storages"]]
+    after = record.get("after")
+    return storages, (None if after is None else _outside(Storage.from_dict(table[after]), release)), "after" in record
+
+
 def _outside(storage: Storage, release: str) -> Storage:
     """The release's files are not the project's: their lines go into the words (`fp8.py:89 ->
     marlin_utils_fp8.py:141 in vllm 0.33.0`), not into locations a reporter would resolve in the
