@@ -72,12 +72,12 @@ def _methods() -> tuple[dict[str, tuple[dict, dict]], dict[str, list[tuple[dict,
     return by_name, by_short
 
 
-def method_record(qualname: str) -> tuple[list[Storage] | None, Storage | None, bool] | None:
+def method_record(qualname: str) -> tuple[list[Storage] | None, Storage | None, bool, Storage | None] | None:
     """What a shipped catalogue records of a quant method class outside the tree: (the storages
     its `create_weights` and after-loading give `weight`, None when its MRO has no
     `create_weights`; the storage its `process_weights_after_loading` leaves when it repacks or
-    deletes `weight`; whether its MRO has a `process_weights_after_loading`), or None when no
-    catalogue knows the class. A class named through a re-export of the engine's package is
+    deletes `weight`; whether its MRO has a `process_weights_after_loading`; the storage a kernel
+    object that method hands the layer to can leave), or None when no catalogue knows the class. A class named through a re-export of the engine's package is
     matched by its short name when exactly one class of that engine has it."""
     by_name, by_short = _methods()
     got = by_name.get(qualname)
@@ -92,8 +92,9 @@ def method_record(qualname: str) -> tuple[list[Storage] | None, Storage | None, 
     table = data["storages"]
     storages = None if "storages" not in record else \
         [_outside(Storage.from_dict(table[i]), release) for i in record["storages"]]
-    after = record.get("after")
-    return storages, (None if after is None else _outside(Storage.from_dict(table[after]), release)), "after" in record
+    after, kernel = record.get("after"), record.get("kernel")
+    return (storages, None if after is None else _outside(Storage.from_dict(table[after]), release), "after" in record,
+            None if kernel is None else _outside(Storage.from_dict(table[kernel]), release))
 
 
 def _outside(storage: Storage, release: str) -> Storage:

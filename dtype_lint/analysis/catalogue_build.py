@@ -99,7 +99,8 @@ def _methods(project, backends: CodeBackends, table: list[Storage], index_of: di
     PluginFp8LinearMethod(Fp8LinearMethod)`): for each quant method the dispatch reached and each
     class of its MRO with a `create_weights` or `process_weights_after_loading`, the storages its
     `create_weights` gives (with its after-loading) and what its `process_weights_after_loading`
-    leaves ("after": absent when its MRO has none, null when it leaves `weight` be)."""
+    leaves ("after": absent when its MRO has none, null when it leaves `weight` be; "kernel": the
+    storage a kernel object it hands the layer to can leave, besides the one registered)."""
     index = project.index
     classes: set[str] = set()
     for method in backends.methods_read():
@@ -123,6 +124,9 @@ def _methods(project, backends: CodeBackends, table: list[Storage], index_of: di
         if backends.has_method(q, "process_weights_after_loading"):
             after = backends.after_loading_storage(q)
             record["after"] = None if after is None else stored(after)
+            kernel = None if after is not None else backends.after_loading_storage(q, kernel=True)
+            if kernel is not None:
+                record["kernel"] = stored(kernel)
         out[q] = record
     return out
 

@@ -462,7 +462,7 @@ class CodeBackends:
             record = _catalogue_method(q)
             if record is None:
                 return ("unknown", q)
-            storages, _after, has_after = record
+            storages, _after, has_after, _kernel = record
             if (storages is not None) if name == "create_weights" else has_after:
                 return ("outside", q, record)
         return None
@@ -504,8 +504,10 @@ class CodeBackends:
     def method_storages(self, qualname: str) -> list[Storage]:
         return self._method_storages(qualname)
 
-    def after_loading_storage(self, qualname: str) -> Storage | None:
-        after = self._after_loading(qualname)
+    def after_loading_storage(self, qualname: str, kernel: bool = False) -> Storage | None:
+        """What `process_weights_after_loading` leaves in `weight` when it repacks or deletes it
+        (`kernel`: when a kernel object the method holds does, one storage among the registered)."""
+        after = self._kernel_after_loading(qualname) if kernel else self._after_loading(qualname)
         return None if after is None else Storage("", _short(qualname), after[0], after[1], after[2], after[3])
 
     def _resolver(self, src: _Source, fn):
@@ -967,8 +969,14 @@ class CodeBackends:
         classes it can be repacks or deletes `weight`: the class built there, or the classes
         the factory's return annotation names and their subclasses in their package."""
         first = self._first_definer(method, "process_weights_after_loading")
-        if first is None or first[0] != "tree":
+        if first is None or first[0] == "unknown":
             return None
+        if first[0] == "outside":
+            kernel = first[2][3]
+            if kernel is None:
+                return None
+            return (kernel.kind, kernel.dtype, kernel.what,
+                    (self._inherits(method, first, "inherits `process_weights_after_loading` from"), *kernel.evidence))
         owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
         for node in ast.walk(fn):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
