@@ -4,7 +4,9 @@ An out-of-tree model or platform plugin imports vLLM's layers (`from vllm.model_
 import ColumnParallelLinear`) but does not contain vLLM, so the tree's own backends cannot be read.
 `dtype_lint/data/catalogue-<dist>-<version>.json` holds what `CodeBackends` computed from a pinned
 release of the engine: layer class → the storages its backends can give `weight`, with the
-backend's file (relative to the release) and line. `scripts/catalogue.py` regenerates it;
+backend's file (relative to the release) and line; and quant method class → what its
+`create_weights` and `process_weights_after_loading` leave (`method_record`: a plugin's method that
+subclasses the engine's runs them). `scripts/catalogue.py` regenerates it;
 `tests/test_catalogue.py` checks that the shipped data equals a fresh computation.
 """
 
@@ -72,13 +74,17 @@ def _methods() -> tuple[dict[str, tuple[dict, dict]], dict[str, list[tuple[dict,
     return by_name, by_short
 
 
-def method_record(qualname: str) -> tuple[list[Storage] | None, Storage | None, bool, Storage | None] | None:
+MethodRecord = tuple[list[Storage] | None, Storage | None, bool, Storage | None]
+
+
+def method_record(qualname: str) -> MethodRecord | None:
     """What a shipped catalogue records of a quant method class outside the tree: (the storages
     its `create_weights` and after-loading give `weight`, None when its MRO has no
     `create_weights`; the storage its `process_weights_after_loading` leaves when it repacks or
     deletes `weight`; whether its MRO has a `process_weights_after_loading`; the storage a kernel
-    object that method hands the layer to can leave), or None when no catalogue knows the class. A class named through a re-export of the engine's package is
-    matched by its short name when exactly one class of that engine has it."""
+    object that method hands the layer to can leave), or None when no catalogue knows the class.
+    A class named through a re-export of the engine's package is matched by its short name when
+    exactly one class of that engine has it."""
     by_name, by_short = _methods()
     got = by_name.get(qualname)
     if got is None:

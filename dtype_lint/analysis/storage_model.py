@@ -13,7 +13,10 @@ who makes them?* This module answers it the way a reviewer does, from the tree's
   "qweight" | "weight_packed", ...)`), with the dtype where the code states it (followed into the
   helper that builds the parameter); a `create_weights` handed to an object it does not name
   (compressed-tensors' `layer.scheme.create_weights`) stands for every `create_weights` of its
-  package;
+  package; `super().create_weights` is the next class of the MRO that has one; a method whose
+  `create_weights` or `process_weights_after_loading` runs in a class outside the tree (a plugin's
+  `class PluginFp8LinearMethod(Fp8LinearMethod)`) gets the shipped catalogue's record of that
+  class, or an unknown storage when no catalogue records it (`_first_definer`);
 - **method → after loading**: what `process_weights_after_loading` and the project functions it
   calls do to `weight` (a repack into int32, `del layer.weight`).
 
@@ -718,7 +721,8 @@ class CodeBackends:
         def build():
             first = self._first_definer(qualname, "create_weights")
             # an unknown outside base alone does not make one (a layer class subclassing the engine's)
-            return first is not None and first[0] != "unknown" or self._method_of(qualname, "create_weights") is not None
+            return (first is not None and first[0] != "unknown"
+                    or self._method_of(qualname, "create_weights") is not None)
         return self._memo(("has create_weights", qualname), build)
 
     # ---- what a method stores ---------------------------------------------------------------------
@@ -731,7 +735,8 @@ class CodeBackends:
         if first is None:
             return [Storage("", short, UNKNOWN, "", "has no `create_weights` we can read")]
         if first[0] != "tree":
-            return self._outside_storages(method, first, self._inherits(method, first, "inherits `create_weights` from"))
+            step = self._inherits(method, first, "inherits `create_weights` from")
+            return self._outside_storages(method, first, step)
         got = self._method_of(first[1], "create_weights")
         owner, src, fn = got
         if _abstract(fn):
