@@ -5,7 +5,7 @@ outside the tree (dtype_lint/analysis/storage_model.py `_first_definer`).
 methods subclass the engine's (vLLM's, not in the tree): `super().create_weights` into the
 engine's Fp8 method, a method with no `create_weights` of its own (the engine's unquantized one
 runs, not the plugin's int8 base behind it), an engine method whose after-loading the plugin
-overrides (it deletes `weight`), an in-tree `super()` chain, and a vendor base no catalogue
+overrides (it deletes `weight`; another deletes it and sets a new one), an in-tree `super()` chain, and a vendor base no catalogue
 records. The package also holds an experts method registering `w2_qweight`: no linear's storage.
 """
 
@@ -79,7 +79,15 @@ def test_an_inherited_create_weights_is_the_first_base_s_even_outside_the_tree(s
 def test_an_in_tree_after_loading_over_an_engine_method_decides(storages):
     (device,) = storages["PlugFp8DeviceMethod"]
     assert (device.kind, device.what) == ("absent", "deletes `weight`")
-    assert os.path.basename(device.evidence[-1].path) == "fp8.py" and device.evidence[-1].line == 23
+    assert os.path.basename(device.evidence[-1].path) == "fp8.py" and device.evidence[-1].line == 25
+
+
+def test_a_weight_deleted_and_set_again_after_loading_is_replaced_not_absent(storages):
+    (resident,) = storages["PlugFp8ResidentMethod"]
+    assert (resident.kind, resident.what) == ("unknown", "replaces `weight` after loading, in a dtype it does not state")
+    assert [(e.message, e.line) for e in resident.evidence[-2:]] == [
+        ("`delattr(..., \"weight\")`", 33),
+        ("`torch.nn.Parameter(device_copy, requires_grad=False)` becomes `weight` again", 34)]
 
 
 def test_an_in_tree_super_chain_reads_the_base_that_defines_it(storages):
@@ -155,5 +163,5 @@ def test_findings_match_expected_txt():
     assert_golden(PLUGIN / "expected.txt", lines_text(f"{f['path']}:{f['line']}:{f['col']} {f['code']}" for f in found))
     (read,) = [f for f in found if f["code"] == "DTL003"]
     # the read fails only under the method that deletes `weight` after loading
-    assert "PlugFp8 (fp8.py:31 -> fp8.py:23) deletes `weight`" in read["message"]
+    assert "PlugFp8 (fp8.py:42 -> fp8.py:25) deletes `weight`" in read["message"]
     assert "w2_qweight" not in json.dumps(found)

@@ -1052,11 +1052,10 @@ class CodeBackends:
             if isinstance(node, ast.Delete):
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "weight":
-                        return (ABSENT, "", "deletes `weight`", (Evidence("`del ...weight`", src.path, node.lineno),))
+                        return _deleted(fn, node, Evidence("`del ...weight`", src.path, node.lineno), src, assigns)
             if isinstance(node, ast.Call) and dotted(node.func) == "delattr" and len(node.args) == 2 \
                     and _const_str(node.args[1]) == "weight":
-                return (ABSENT, "", "deletes `weight`",
-                        (Evidence("`delattr(..., \"weight\")`", src.path, node.lineno),))
+                return _deleted(fn, node, Evidence("`delattr(..., \"weight\")`", src.path, node.lineno), src, assigns)
             value = None
             if isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == "replace_parameter" \
                     and len(node.args) >= 3 and _const_str(node.args[1]) == "weight":
@@ -1099,6 +1098,31 @@ def _catalogue_method(qualname: str):
     from dtype_lint.analysis.catalogue import method_record  # the catalogue builds on this module
 
     return method_record(qualname)
+
+
+def _deleted(fn, node: ast.AST, deletion: Evidence, src: _Source, assigns):
+    """`weight` deleted after loading: absent, unless a later statement of the function sets a new
+    one (`delattr(layer, "weight")`, then `layer.weight = Parameter(device_copy)`): then the new
+    one's storage, repacked or of a dtype not stated here."""
+    top = next((stmt for stmt in fn.body if any(n is node for n in ast.walk(stmt))), None)
+    later = fn.body[fn.body.index(top) + 1:] if top is not None else []
+    for stmt in later:
+        for inner in ast.walk(stmt):
+            value = None
+            target = inner.targets[0] if isinstance(inner, ast.Assign) and len(inner.targets) == 1 else None
+            if isinstance(target, ast.Attribute) and target.attr == "weight" and isinstance(target.value, ast.Name):
+                value = inner.value
+            elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
+                    and inner.func.attr == "register_parameter" and len(inner.args) >= 2 \
+                    and _const_str(inner.args[0]) == "weight":
+                value = inner.args[1]
+            if value is None:
+                continue
+            again = Evidence(f"`{ast.unparse(value)[:60]}` becomes `weight` again", src.path, inner.lineno)
+            if _repacked(value, assigns):
+                return (PACKED, "int32", "repacks `weight` to int32", (deletion, again))
+            return (UNKNOWN, "", "replaces `weight` after loading, in a dtype it does not state", (deletion, again))
+    return (ABSENT, "", "deletes `weight`", (deletion,))
 
 
 def _hands_layer(call: ast.Call) -> bool:
