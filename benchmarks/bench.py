@@ -131,6 +131,9 @@ class Row:
     stage: bool = False  # a stages.py row: its stdout is JSON with the file count
     scale: int = 1  # which corpus: 1x or 10x the source tree
     prepare: object = None  # called (untimed) before each sample with the sample's number
+    # A reference row (what other tools or a bare parse cost; no target reads it): measured in the
+    # first `--reference-repeat` rounds only, so that a full run fits (libcst alone is 19 s a round).
+    reference: bool = False
 
     def record(self, s: Sample) -> None:
         if s.timed_out or s.returncode not in self.ok_codes:
@@ -264,8 +267,9 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str]) 
         sfx = suffix(c.scale)
         tag = "" if c.scale == 1 else f" [{c.scale}x]"
 
-        def stage(id_: str, label: str) -> Row:
-            return Row(id_ + sfx, label + tag, [py, str(STAGES), id_, tree_s], work, stage=True, scale=c.scale)
+        def stage(id_: str, label: str, reference: bool = False) -> Row:
+            return Row(id_ + sfx, label + tag, [py, str(STAGES), id_, tree_s], work, stage=True, scale=c.scale,
+                       reference=reference)
 
         def rewarm(_seq: int, root: Path = c.root, tree: str = tree_s) -> None:
             # The pre-commit rows of the previous round touched two files: "warm" means nothing
@@ -278,11 +282,11 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str]) 
             return Row(id_ + sfx, label + tag, cmd, c.root, files=files, scale=c.scale, prepare=prepare)
 
         if c.scale == 1:
-            rows.append(stage("read", "read every .py file"))
+            rows.append(stage("read", "read every .py file", reference=True))
         rows.append(stage("read+prefilter", "read + regex prefilter"))
         if c.scale == 1:
-            rows.append(stage("ast.parse", "stdlib ast.parse, every file"))
-            rows.append(stage("libcst-prefiltered", "libcst parse_module, prefiltered files"))
+            rows.append(stage("ast.parse", "stdlib ast.parse, every file", reference=True))
+            rows.append(stage("libcst-prefiltered", "libcst parse_module, prefiltered files", reference=True))
         rows += [
             dtl("dtype-lint-cold-j1", "dtype-lint check --no-cache -j 1", "--no-cache", "-j", "1"),
             dtl("dtype-lint-cold", "dtype-lint check --no-cache", "--no-cache"),
@@ -325,7 +329,7 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str]) 
                 cmd = [semgrep, "scan", "--config", str(work / "semgrep.yaml"), "--metrics", "off",
                        "--disable-version-check", "--quiet", tree_s]
                 rows.append(Row("semgrep", "semgrep, 2 patterns", cmd, work, files=n_files,
-                                note=_version([semgrep, "--version"]), ok_codes=(0, 1)))
+                                note=_version([semgrep, "--version"]), ok_codes=(0, 1), reference=True))
             else:
                 rows.append(Row("semgrep", "semgrep, 2 patterns", None, work,
                                 status="not available", note="not on PATH"))
@@ -358,17 +362,30 @@ def warm_up(runner: Runner, rows: list[Row], timeout: float, log) -> None:
             runner.measure(ruff.cmd, ruff.cwd, timeout)
 
 
-def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log) -> None:
+def select_rows(rows: list[Row], prefixes: list[str]) -> list[Row]:
+    """The rows whose id (scale suffix aside) starts with one of `prefixes`, plus what their ratios
+    are taken against: the floor and ruff's cold row of each scale."""
+    return [r for r in rows if r.id.split("@")[0] in (FLOOR, "ruff-cold")
+            or any(r.id.split("@")[0].startswith(p) for p in prefixes)]
+
+
+def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log, reference_repeat: int = 1) -> None:
     # Round-robin over every row of every scale, so that a change in machine load touches every
     # row (and every ratio's two sides) alike.
+    import time
+
+    start = time.monotonic()
     for rep in range(repeat):
         for row in rows:
-            if row.cmd is None or row.status == "failed":
+            if row.cmd is None or row.status == "failed" or (row.reference and rep >= reference_repeat):
                 continue
             log(f"[{rep + 1}/{repeat}] {row.label}")
             if row.prepare is not None:
                 row.prepare(rep)
             row.record(runner.measure(row.cmd, row.cwd, timeout))
+        spent = time.monotonic() - start
+        # Later rounds skip the reference rows: the first round's pace overestimates the rest.
+        log(f"round {rep + 1}/{repeat} done: {spent / 60:.1f} min so far")
 
 
 def print_table(rows: list[Row], figures: list[dict], header: str) -> None:
@@ -440,12 +457,15 @@ def judge(figures: list[dict]) -> list[dict]:
 def markdown(doc: dict) -> str:
     """The committed table (and the README's): every row, then each target met or not."""
     m = doc["machine"]
+    ref = doc.get("reference_repeat", doc["repeat"])
+    reference = (f" (the reference rows, read, ast.parse, libcst and semgrep, in the first {ref})"
+                 if ref < doc["repeat"] else "")
     lines = [
         f"# dtype-lint benchmark: {doc['source']}, {doc['date']}",
         "",
         f"Machine: `{m['host']}`, {m['cpus']} CPUs, Python {m['python']}, {m['platform']}; load average "
         f"{m['load_start']:.1f} at the start, {m['load_end']:.1f} at the end. {doc['repeat']} interleaved "
-        f"rounds, medians. Floor: `{doc['floor']}` of the same scale; × ruff: against `ruff check --select "
+        f"rounds{reference}, medians. Floor: `{doc['floor']}` of the same scale; × ruff: against `ruff check --select "
         f"E,F --no-cache` of the same scale ({doc['ruff']}). Written by `benchmarks/bench.py --save`.",
         "",
         "| scale | row | files | CPU s | wall s | × floor CPU | × ruff CPU | × ruff wall | peak RSS MiB |",
@@ -554,6 +574,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-version", default="0.27.1", help="release to fetch (default 0.27.1)")
     ap.add_argument("--scales", default="1,10", help="corpora: comma-separated copies of the tree (default 1,10)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per row (default 5)")
+    ap.add_argument("--reference-repeat", type=int, default=1, metavar="N",
+                    help="rounds that also run the reference rows (read, ast.parse, libcst, semgrep; default 1)")
+    ap.add_argument("--rows", metavar="PREFIX,...",
+                    help="only the rows whose id starts with one of these (the floor and ruff's cold row always)")
     ap.add_argument("--quick", action="store_true", help="each row once: a smoke test")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the figures here")
     ap.add_argument("--markdown", type=Path, metavar="PATH", help="write the table and the targets here")
@@ -629,10 +653,11 @@ def main(argv: list[str] | None = None) -> int:
                 return root / (f"{top[head]}/{rest}" if rest else top[rel[:-3]] + ".py")
 
             corpora.append(Corpus(scale, root, where(site), where(clean)))
-        rows = build_rows(corpora, work, ruff)
+        every = build_rows(corpora, work, ruff)
+        rows = select_rows(every, [p for p in args.rows.split(",") if p]) if args.rows else every
         with Runner() as runner:
-            warm_up(runner, rows, args.timeout, log)
-            run_all(runner, rows, repeat, args.timeout, log)
+            warm_up(runner, every, args.timeout, log)  # the caches every row expects, measured or not
+            run_all(runner, rows, repeat, args.timeout, log, max(1, args.reference_repeat))
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     figures = []
@@ -653,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         "scales": scales,
         "touched": {"site": site, "clean": clean},
         "repeat": repeat,
+        "reference_repeat": min(repeat, max(1, args.reference_repeat)),
         "floor": FLOOR,
         "ruff": ruff[1] if ruff[0] else "not available",
         "machine": {"host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),

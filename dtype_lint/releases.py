@@ -5,7 +5,8 @@ prefill from them, and the real-world tests, triage and benchmarks lint them.
 release's wheel and nothing else. The first call downloads the wheel with pip (`--no-deps`, never
 an install), unpacks only the `.py` members, and deletes the wheel; later calls return the cached
 tree. `vllm_tree(version)` is the same for vLLM. Peers: `sglang`, `aphrodite-engine`, `lmdeploy`;
-out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`, `tpu-inference`.
+out-of-tree vLLM projects: `vllm-omni`, `vllm-ascend`, `tpu-inference`; Intel's low-bit library
+`ipex-llm`.
 
 Cache: `${DTYPE_LINT_CACHE_DIR:-~/.cache/dtype-lint}/<dist>-<version>/`, deliberately outside the
 repo: no engine's code is ever copied into this project.
@@ -55,7 +56,10 @@ PACKAGES = {"vllm": "vllm", "sglang": "sglang", "aphrodite-engine": "aphrodite",
             # catalogue path, docs/quantizability.md), triaged in docs/triage/.
             "vllm-omni": "vllm_omni", "vllm-ascend": "vllm_ascend",
             # vLLM's TPU backend (JAX and torchax): vLLM's layers with its own quantization methods.
-            "tpu-inference": "tpu_inference"}
+            "tpu-inference": "tpu_inference",
+            # Intel's low-bit library: its own low-bit linears hold packed `.weight` storage, and it
+            # patches Hugging Face model code (judged as Hugging Face-style code, docs/hf.md).
+            "ipex-llm": "ipex_llm"}
 
 
 class ReleaseFetchError(RuntimeError):

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
-from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts, walk_function
-from dtype_lint.analysis.dominance import parent_map
+from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts
+from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
 from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.analysis.recognisers import FIRST_PARAMETER
@@ -150,16 +150,22 @@ class Candidate:
     exempt: bool = False
 
     @cached_property
+    def walk(self) -> FunctionWalk:
+        """The one walk of the function: its nodes, their events by kind (`walk.of(ast.Call)`), and
+        the parent map, shared by every rule and fact (analysis/function_walk.py)."""
+        return FunctionWalk(self.fn)
+
+    @property
     def nodes(self) -> list[ast.AST]:
-        return list(walk_function(self.fn))
+        return self.walk.nodes
 
     @cached_property
     def scope(self) -> FunctionScope:
-        return FunctionScope(self.fn, self.class_qualname, self.nodes)
+        return FunctionScope(self.fn, self.class_qualname, self.walk.of(*SCOPE_EVENTS))
 
-    @cached_property
+    @property
     def parents(self) -> dict[int, ast.AST]:
-        return parent_map(self.fn)
+        return self.walk.parents
 
 
 class RuleFacts:
@@ -229,6 +235,15 @@ class RuleFacts:
             known = self._storage_classes[class_q] = self.project.index.exempt_verdict(class_q).yes or \
                 self.layers.storage_code(class_q) is not None
         return known
+
+    @cached_property
+    def _function_index(self) -> dict[int, int]:
+        return {id(c.fn): i for i, c in enumerate(self._all_functions)}
+
+    def exempt(self, c: Candidate) -> bool:
+        """Is this function of the file exempt (`_exempt`), decided for it alone: a rule that reads
+        few functions' exemption need not decide every function's (it reads base classes)."""
+        return self._exempt(self._all_functions, self._function_index[id(c.fn)])
 
     @cached_property
     def functions(self) -> list[Candidate]:
@@ -305,7 +320,7 @@ class RuleFacts:
         from dtype_lint.analysis.helper_functions import HelperFacts
 
         return HelperFacts(self.tree, self.source.module, self.source.path, self.imports, self.config,
-                           self.project.index, self.project.load_file)
+                           self.project.index, self.project.load_file, self.source)
 
 
 class RuleContext:
@@ -319,9 +334,12 @@ class RuleContext:
         self.config = facts.config
         self._tracing = False  # judging a caller's argument (analysis/callers.py): one step only
 
-    def _fact(self, name: str):
+    def _declared(self, name: str) -> None:
         if name not in type(self.rule).facts:
             raise RuleContractError(f"{self.rule.code} reads `{name}` but does not declare it in `facts`")
+
+    def _fact(self, name: str):
+        self._declared(name)
         return getattr(self._facts, name)
 
     @property
@@ -340,6 +358,17 @@ class RuleContext:
     @property
     def functions(self) -> list[Candidate]:
         return self._fact("functions")
+
+    @property
+    def every_function(self) -> list[Candidate]:
+        """Every function of the file, its exemption decided only when `is_exempt` asks (the
+        `functions` fact decides every one's first)."""
+        self._declared("functions")
+        return self._facts._all_functions
+
+    def is_exempt(self, c: Candidate) -> bool:
+        self._declared("functions")
+        return self._facts.exempt(c)
 
     @property
     def layers(self) -> LayerResolver:
@@ -391,9 +420,7 @@ class RuleContext:
         """(candidate, call node) for every call in every candidate function, in source order (the
         fix planner names the variables of a function's sites in the order they are met)."""
         for c in self.candidates:
-            calls = [node for node in c.nodes if isinstance(node, ast.Call)]
-            calls.sort(key=lambda n: (n.lineno, n.col_offset))
-            for node in calls:
+            for node in sorted(c.walk.of(ast.Call), key=lambda n: (n.lineno, n.col_offset)):
                 yield c, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",

@@ -169,9 +169,9 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.constructions import self_instance
+from dtype_lint.analysis.constructions import never_reaches
 from dtype_lint.analysis.file_guards import test_module
-from dtype_lint.analysis.never_runs import false_arm_of_method_check, shadowed_definitions
+from dtype_lint.analysis.never_runs import shadowed_definitions
 from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
 from dtype_lint.analysis.storage_model import ABSENT, why_storage
 from dtype_lint.findings import Evidence
@@ -543,7 +543,7 @@ class UnguardedWeightAccess(Rule):
             return  # a test reads the storage of the config it builds on purpose
         shadowed = None
         for function in ctx.candidates:
-            for node in function.nodes:
+            for node in function.walk.of(ast.Attribute, ast.Call):  # what weight_read recognises
                 layer = weight_read(node)
                 if layer is None:
                     continue
@@ -560,10 +560,8 @@ class UnguardedWeightAccess(Rule):
                 verdict = ctx.layer_verdict(layer, function, site=node, need=ABSENT)
                 if verdict is None or ctx.guards.weight_present(node, function, layer):
                     continue
-                if _built_without_config(ctx, layer, function) or _other_arm_builds(ctx, node, layer, function) or \
-                        false_arm_of_method_check(
-                        node, function.parents, lambda obj, name: _always_defines(ctx, obj, name, function)):
-                    continue
+                if never_reaches(ctx, node, layer, function):
+                    continue  # the constructions that run with this read leave the layer unquantized
                 confidence, evidence = verdict
                 text = ast.unparse(layer)
                 # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
@@ -578,115 +576,6 @@ class UnguardedWeightAccess(Rule):
                                  f"fallback: {first}",
                            confidence=confidence, evidence=(remedy, *evidence),
                            no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
-
-
-def _built_without_config(ctx: RuleContext, layer: ast.expr, function) -> bool:
-    """`self...` of a class whose every construction in the project is in sight
-    (analysis/constructions.py), and those constructions leave no config to this layer: a
-    `ReplicatedLinear` subclass built only with `quant_config=None`, a tower built without one."""
-    root = layer
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    if not (isinstance(root, ast.Name) and root.id == function.scope.self_name and function.class_qualname):
-        return False
-    this = self_instance(ctx.layers, function.class_qualname)
-    if this is None:
-        return False
-    inst = ctx.layers.resolve(layer, function.scope, this=this)
-    return inst.qualname is not None and ctx.layers.quantizable(inst, ast.unparse(layer), None, ABSENT) is None
-
-
-def _module_flag_tests(site: ast.AST, parents: dict[int, ast.AST], flags: frozenset[str]) -> dict[str, bool]:
-    """The module-level flags (`_is_cpu`) tested on the way to `site`, with the outcome there:
-    `if _is_cpu:` body True, its `else`/`elif` False, `if _is_cpu: ...; return` then False."""
-    from dtype_lint.analysis.dominance import dominators
-
-    outcomes: dict[str, bool] = {}
-    for dominator in dominators(site, parents):
-        test, holds = dominator.test, dominator.holds
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test, holds = test.operand, not holds
-        if isinstance(test, ast.Name) and test.id in flags:
-            outcomes.setdefault(test.id, holds)
-    return outcomes
-
-
-def _module_flags(tree: ast.Module) -> frozenset[str]:
-    """Names bound once at the top level of a module (`_is_cpu = is_cpu()`): fixed for the run."""
-    counts: dict[str, int] = {}
-    for stmt in tree.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
-            stmt, ast.AnnAssign) and stmt.value is not None else []
-        for target in targets:
-            if isinstance(target, ast.Name):
-                counts[target.id] = counts.get(target.id, 0) + 1
-    stores: dict[str, int] = {}
-    rebound: set[str] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in counts:
-            stores[n.id] = stores.get(n.id, 0) + 1
-        elif isinstance(n, ast.Global):
-            rebound.update(n.names)
-    return frozenset(name for name, count in counts.items()
-                     if count == 1 and stores.get(name) == 1 and name not in rebound)
-
-
-def _other_arm_builds(ctx: RuleContext, node: ast.AST, layer: ast.expr, function) -> bool:
-    """`self.X` built with a config only under one outcome of a module-level flag (`if _is_cpu:
-    self.proj = ReplicatedLinear(..., quant_config=...)`, else a plain `nn.Linear`) and read only
-    under the other (`if _is_cpu: ...; return` before the read): the constructions that run with
-    the read are the only ones that count."""
-    if not (isinstance(layer, ast.Attribute) and isinstance(layer.value, ast.Name)
-            and layer.value.id == function.scope.self_name and function.class_qualname):
-        return False
-    layers, project = ctx.layers, ctx.layers.project
-    found = project.attr_origins(function.class_qualname, layer.attr)
-    location = layers.index.class_location(found[0]) if found else None
-    if location is None or location[0].module != ctx.source.module:
-        return False  # the flag is a module's: the class and the read share it
-    tree = ctx.tree
-    flags = _module_flags(tree)
-    at_read = _module_flag_tests(node, function.parents, flags)
-    if not at_read:
-        return False
-    from dtype_lint.analysis.dominance import parent_map
-
-    parents = parent_map(tree)
-    where, origins = found
-    env = layers._env_in(layers.resolve(layer.value, function.scope), where)
-    excluded = 0
-    for origin in origins:
-        if origin.call is None or id(origin.call) not in parents:
-            return False  # an origin this file's tree does not hold
-        built = _module_flag_tests(origin.call, parents, flags)
-        if any(name in at_read and at_read[name] != outcome for name, outcome in built.items()):
-            excluded += 1
-            continue  # never runs together with the read
-        inst = layers._from_origin(origin, where, env)
-        if inst.qualname is None or layers.quantizable(inst, ast.unparse(layer), None, ABSENT) is not None:
-            return False
-    return excluded > 0
-
-
-def _always_defines(ctx: RuleContext, obj: ast.expr, name: str, function) -> bool:
-    """`obj` is `self.X` (or a chain to it) whose every assignment in its class builds an object
-    of a class (or a subclass of one) whose MRO defines method `name`."""
-    if not isinstance(obj, ast.Attribute):
-        return False
-    layers = ctx.layers
-    owner = layers.resolve(obj.value, function.scope)
-    if owner.qualname is None:
-        return False
-    found = layers.project.attr_origins(owner.qualname, obj.attr)
-    if found is None or not found[1]:
-        return False
-    for origin in found[1]:
-        if origin.kind != "call" or not origin.type_name:
-            return False
-        if not any(name in facts.methods for facts in
-                   (layers.project.class_facts(q) for q in layers.index.mro(origin.type_name)) if facts):
-            return False
-    return True
 
 
 def _flows_on(ctx: RuleContext, node: ast.AST, function) -> bool:

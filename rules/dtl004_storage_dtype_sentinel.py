@@ -92,6 +92,7 @@ from dtype_lint.analysis.dominance import same_expression, statement_blocks
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
 from dtype_lint.analysis.storage_dispatch import ambiguous_storage, hand_copy_reason
 from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
+from dtype_lint.engine.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
@@ -193,12 +194,10 @@ class StorageDtypeSentinel(Rule):
             return  # a test asserting a storage dtype checks the backend on purpose
         globals_ = ModuleGlobals(ctx.tree, ctx.imports)
         for c in ctx.candidates:
-            if helper_shape(c.fn) is not None:
+            if could_be_helper_shaped(function_text(ctx.source.lines, c.fn)) and helper_shape(c.fn) is not None:
                 continue
             done: set[int] = set()
-            for node in c.nodes:
-                if not isinstance(node, ast.Compare):
-                    continue
+            for node in c.walk.of(ast.Compare):
                 hit = _sentinel_compare(node, c.scope, globals_)
                 if hit is None:
                     continue

@@ -254,10 +254,11 @@ class UnsoundInputDtypeHelper(Rule):
     ]
 
     def check(self, ctx: RuleContext) -> None:
-        exempt = {id(c.fn) for c in ctx.functions if c.exempt}
+        functions = {id(c.fn): c for c in ctx.every_function}
         callers = _callers_here(ctx)
         for fn, _class_q, h in ctx.helpers.defined:
-            if id(fn) in exempt or h.table is None or not h.unsound or not h.decides:
+            function = functions.get(id(fn))
+            if (function is not None and ctx.is_exempt(function)) or h.table is None or not h.unsound or not h.decides:
                 continue
             here = callers.get(h.name, [])
             # Its callers in other files too (one step, through imports): a helper whose every
@@ -284,12 +285,10 @@ class UnsoundInputDtypeHelper(Rule):
             ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
                        no_fix_reason=reason, expression=f"def {fn.name}", kind="definition",
                        evidence=callers_seen)
-        for c in ctx.functions:
-            if c.exempt:
+        for c in ctx.every_function:
+            if not ctx.helpers.may_call_helper(c.fn) or ctx.is_exempt(c):
                 continue
-            for node in c.nodes:
-                if not isinstance(node, ast.Call):
-                    continue
+            for node in c.walk.of(ast.Call):
                 h = ctx.helpers.called(node, c.scope)
                 if h is None or h.table is None or not h.unsound or not h.decides:
                     continue
@@ -327,9 +326,13 @@ def _callers_here(ctx: RuleContext) -> dict[str, list[bool]]:
     """Helper name → for each call of it in this file, whether the layer it passes may be packed."""
     out: dict[str, list[bool]] = {}
     names = {fn.name for fn, _q, _h in ctx.helpers.defined}
-    for c in ctx.functions:
-        for node in c.nodes:
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+    if not names:
+        return out
+    for c in ctx.every_function:
+        if not ctx.helpers.may_call_helper(c.fn):
+            continue  # no line of it names a helper of this file
+        for node in c.walk.of(ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in names:
                 out.setdefault(node.func.id, []).append(_may_be_packed(ctx, node, c))
     return out
 

@@ -208,3 +208,32 @@ def test_the_readme_table_comes_from_the_committed_results():
     assert readme[start:end] == bench.readme_table(doc, latest.with_suffix(".md").name)
     assert latest.with_suffix(".md").read_text(encoding="utf-8") == bench.markdown(doc)
     assert {t["row"] for t in doc["targets"]} >= {"dtype-lint-cold-j1", "dtype-lint-precommit@10x"}
+
+
+def test_reference_rows_run_in_the_first_rounds_only(tmp_path: Path):
+    # A full run fits the machine: the reference rows (libcst, ast.parse...) are no target's.
+    bench = _bench_module()
+
+    class Counting:
+        def __init__(self):
+            self.cmds = []
+
+        def measure(self, cmd, cwd, timeout):
+            self.cmds.append(cmd[0])
+            return bench.Sample(0.1, 0.1, 10.0, 0, "", "")
+
+    rows = [bench.Row("ref", "ref", ["ref"], tmp_path, reference=True), bench.Row("row", "row", ["row"], tmp_path)]
+    runner = Counting()
+    bench.run_all(runner, rows, 3, 60, lambda _msg: None)
+    assert runner.cmds.count("ref") == 1 and runner.cmds.count("row") == 3
+    assert rows[0].figures(None)["runs"] == 1 and rows[1].figures(None)["runs"] == 3
+
+
+def test_a_selection_of_rows_keeps_what_their_ratios_need(tmp_path: Path):
+    bench = _bench_module()
+    ids = ["read+prefilter", "dtype-lint-cold-j1", "dtype-lint-precommit", "dtype-lint-precommit-edited",
+           "ruff-cold", "ruff-cached", "read+prefilter@10x", "dtype-lint-precommit-edited@10x", "ruff-cold@10x"]
+    rows = [bench.Row(i, i, ["x"], tmp_path) for i in ids]
+    kept = [r.id for r in bench.select_rows(rows, ["dtype-lint-precommit-edited"])]
+    assert kept == ["read+prefilter", "dtype-lint-precommit-edited", "ruff-cold", "read+prefilter@10x",
+                    "dtype-lint-precommit-edited@10x", "ruff-cold@10x"]

@@ -153,7 +153,7 @@ def test_a_new_file_defining_a_missing_module_invalidates_what_looked_it_up(tmp_
 def test_a_damaged_cache_entry_is_a_miss(project: Path, damage: str):
     cold = shown(run(project))
     entries_ = [*(project / ".dtype_lint_cache").glob("v2-*/*/*.json"), *(project / ".dtype_lint_cache").glob("v2-*/scan.json")]
-    assert len(entries_) == 4  # a header, two findings, the scan summary
+    assert len(entries_) == 5  # a header, two findings, a storage-model answer, the scan summary
     for p in entries_:
         if damage == "garbage":
             p.write_bytes(b"\x00not json")
@@ -166,6 +166,8 @@ def test_a_damaged_cache_entry_is_a_miss(project: Path, damage: str):
                 data["files"] = {"proj/layers.py": 5}
             elif "h" in data:
                 data["h"] = {"imports": [], "classes": {"X": 1}}
+            elif "v" in data:  # a storage-model answer (engine/facts_cache.py)
+                data["v"] = {"set": [{"backend": 1, "evidence": "x"}]}
             else:
                 data["files"] = {k: ["x", 1, None, "y"] for k in data["files"]}
             p.write_bytes(cache_format.encode(data))

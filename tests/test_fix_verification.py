@@ -98,6 +98,9 @@ def fix_and_check(root: Path) -> str:
 SHADOWS = {
     "local": (attn(prologue="        get_layer_input_dtype = 3\n"), "as _get_layer_input_dtype"),
     "local-after-the-site": (attn(epilogue="        get_layer_input_dtype = 3\n"), "as _get_layer_input_dtype"),
+    # A fullwidth `ｇ` is `g` to the parser (NFKC): the text never spells the name, the tree binds it.
+    "local-spelled-in-fullwidth": (attn(prologue="        \uff47et_layer_input_dtype = 3  # \u2014\n"),
+                                   "as _get_layer_input_dtype"),
     "parameter": (attn(params=", get_layer_input_dtype=None"), "as _get_layer_input_dtype"),
     "module-function": (attn(after="\n\ndef get_layer_input_dtype(layer, fp8_input):\n    return None\n"),
                         "as _get_layer_input_dtype"),

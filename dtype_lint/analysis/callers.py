@@ -41,9 +41,7 @@ class GenericHolders:
     def _calls(self) -> dict[str, list[tuple[ast.Call, object]]]:
         calls: dict[str, list[tuple[ast.Call, object]]] = {}
         for function in self._functions:
-            for node in function.nodes:
-                if not isinstance(node, ast.Call):
-                    continue
+            for node in function.walk.of(ast.Call):
                 func = node.func
                 if isinstance(func, ast.Name):
                     calls.setdefault(func.id, []).append((node, function))

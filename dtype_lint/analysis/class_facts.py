@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.analysis.function_walk import nodes_of
 from dtype_lint.engine import regions, trees
 from dtype_lint.engine.regions import Defs
 from dtype_lint.findings import Evidence
@@ -407,9 +408,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     if isinstance(t, ast.Name):
                         local_values.setdefault(t.id, []).append(node.value)
         single = tuple((k, v[0]) for k, v in local_values.items() if len(v) == 1)
-        for node in ast.walk(fn):
-            if not isinstance(node, ast.Call):
-                continue
+        for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
             if cf.quant_root is None:
                 why = _quant_root_call(node, self_name)
                 if why:
@@ -553,6 +552,15 @@ class ProjectFacts:
 
     def add(self, facts: FileFacts) -> None:
         self._by_module[facts.module] = facts
+
+    def module_text(self, module: str) -> str | None:
+        """The text `file_facts(module)` would parse, read for a test on text before it; None when
+        its facts come from the analysed text (registered here, which may not be the file's) or it
+        cannot be read."""
+        if module in self._by_module or module in self._pending or self._load_file is None:
+            return None
+        header = self.index.modules.get(module)
+        return self._load_file(header.path) if header is not None else None
 
     def file_facts(self, module: str) -> FileFacts | None:
         if module in self._by_module:

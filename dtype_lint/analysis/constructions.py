@@ -20,6 +20,7 @@ import ast
 
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import parent_map
+from dtype_lint.analysis.storage_model import ABSENT
 from dtype_lint.findings import Evidence
 
 MAX_MODULES = 8  # modules that may build the class, its own included; more: a shared class
@@ -141,3 +142,52 @@ def _context_at(call: ast.Call, parents: dict[int, ast.AST], module: str, import
                 assigned.setdefault(node.target.id, []).append(ast.Name(id="?", ctx=ast.Load()))
     locals_ = {name: values[0] for name, values in assigned.items() if len(values) == 1 and name not in params}
     return context(params, locals_, {}, {}, module, imports)
+
+
+def _built_without_config(ctx, layer: ast.expr, function) -> bool:
+    """`self...` of a class whose every construction in the project is in sight
+    (analysis/constructions.py), and those constructions leave no config to this layer: a
+    `ReplicatedLinear` subclass built only with `quant_config=None`, a tower built without one."""
+    root = layer
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not (isinstance(root, ast.Name) and root.id == function.scope.self_name and function.class_qualname):
+        return False
+    this = self_instance(ctx.layers, function.class_qualname)
+    if this is None:
+        return False
+    inst = ctx.layers.resolve(layer, function.scope, this=this)
+    return inst.qualname is not None and ctx.layers.quantizable(inst, ast.unparse(layer), None, ABSENT) is None
+
+
+def _always_defines(ctx, obj: ast.expr, name: str, function) -> bool:
+    """`obj` is `self.X` (or a chain to it) whose every assignment in its class builds an object
+    of a class (or a subclass of one) whose MRO defines method `name`."""
+    if not isinstance(obj, ast.Attribute):
+        return False
+    layers = ctx.layers
+    owner = layers.resolve(obj.value, function.scope)
+    if owner.qualname is None:
+        return False
+    found = layers.project.attr_origins(owner.qualname, obj.attr)
+    if found is None or not found[1]:
+        return False
+    for origin in found[1]:
+        if origin.kind != "call" or not origin.type_name:
+            return False
+        if not any(name in facts.methods for facts in
+                   (layers.project.class_facts(q) for q in layers.index.mro(origin.type_name)) if facts):
+            return False
+    return True
+
+def never_reaches(ctx, node: ast.AST, layer: ast.expr, function) -> bool:
+    """No construction that runs together with the read at `node` gives `layer` a config (DTL003):
+    every construction of the class passes none, the one that does is under the other outcome of a
+    module-level flag, or the read is in the arm of a `hasattr(self.X, "m")` test that every
+    construction of `self.X` makes true. `ctx` is the rule's context (`layers`, `tree`, `source`)."""
+    from dtype_lint.analysis.module_flags import other_arm_builds
+    from dtype_lint.analysis.never_runs import false_arm_of_method_check
+
+    return (_built_without_config(ctx, layer, function) or other_arm_builds(ctx, node, layer, function)
+            or false_arm_of_method_check(node, function.parents,
+                                         lambda obj, name: _always_defines(ctx, obj, name, function)))

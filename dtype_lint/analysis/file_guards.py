@@ -18,10 +18,10 @@ from __future__ import annotations
 import ast
 import functools
 
+from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.dormant import dormant_attributes, enabled_in_file
-from dtype_lint.analysis.class_facts import annotation_name
 from dtype_lint.analysis.guard_flags import (
     ClassGuardFlags,
     concrete_classes,
@@ -399,12 +399,11 @@ class _PrivateCalls:
     def calls(self) -> dict[str, list[tuple[ast.Call, object]]]:
         calls: dict[str, list[tuple[ast.Call, object]]] = {}
         for function in self._functions:
-            for node in function.nodes:
-                if isinstance(node, ast.Call):
-                    func = node.func
-                    name = func.id if isinstance(func, ast.Name) else (
-                        func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                        and func.value.id in ("self", "cls") else None)
-                    if name and name.startswith("_") and not name.startswith("__"):
-                        calls.setdefault(name, []).append((node, function))
+            for node in function.walk.of(ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else (
+                    func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.value.id in ("self", "cls") else None)
+                if name and name.startswith("_") and not name.startswith("__"):
+                    calls.setdefault(name, []).append((node, function))
         return calls

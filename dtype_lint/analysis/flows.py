@@ -64,9 +64,20 @@ class Flows:
         self.imports = imports
         self.config = config
         self._uses: dict[tuple[str, str], list[CalleeUse]] = {}
+        # Per call and scope: DTL001 (casts), DTL002 (allocations) and DTL003 (reads handed on)
+        # ask about the same calls. The nodes are the analysed tree's, alive as long as this is.
+        self._by_call: dict[tuple[int, int], list[Flow]] = {}
 
     def flows(self, call: ast.Call, scope: FunctionScope) -> list[Flow]:
-        """The weight and weight-dtype arguments of `call` that its callee casts or allocates with."""
+        """The weight and weight-dtype arguments of `call` that its callee casts or allocates with
+        (shared: do not mutate)."""
+        key = (id(call), id(scope))
+        found = self._by_call.get(key)
+        if found is None:
+            found = self._by_call[key] = self._flows(call, scope)
+        return found
+
+    def _flows(self, call: ast.Call, scope: FunctionScope) -> list[Flow]:
         args = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
         kws = [(k.arg, k.value) for k in call.keywords if k.arg is not None]
         candidates = []

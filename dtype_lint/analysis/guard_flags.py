@@ -32,6 +32,7 @@ from dtype_lint.analysis.guards import (
     is_weight_or_none,
 )
 from dtype_lint.analysis.lazy_exports import lazy_owner
+from dtype_lint.engine.text_facts import may_define_top_level, top_level_defs
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NOT = ast.Not()
@@ -223,6 +224,36 @@ def module_predicates(tree: ast.Module, config_params: tuple[str, ...]) -> froze
                                if isinstance(node, _FUNCTIONS)))
 
 
+# (the text of a module's top-level `def`s of one name, config params) -> what module_predicates
+# says of that name; keyed by the text itself, so an edit is never answered from an older one.
+_DEF_PREDICATES: dict[tuple[str, tuple[str, ...]], frozenset[str]] = {}
+
+
+def _named_predicates(text: str, name: str, config_params: tuple[str, ...]) -> frozenset[str] | None:
+    """`module_predicates` restricted to `name`, read from the text of each top-level `def name`
+    parsed alone (a predicate is judged from its own body, with nothing known around it) instead
+    of the whole module: None when a def cannot be cut out so that it parses alone (a cut inside a
+    string or brackets never parses), and the caller parses the module."""
+    bodies = top_level_defs(text, name)
+    if not bodies:
+        return None
+    key = ("".join(bodies), config_params)
+    found = _DEF_PREDICATES.get(key)
+    if found is None:
+        names: set[str] = set()
+        for body in bodies:
+            try:
+                tree = ast.parse(body)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                return None
+            fns = [node for node in tree.body if isinstance(node, _FUNCTIONS)]
+            if len(tree.body) != 1 or len(fns) != 1 or fns[0].name != name:
+                return None
+            names |= module_predicates(tree, config_params)
+        found = _DEF_PREDICATES[key] = frozenset(names)
+    return found
+
+
 def imported_predicates(project, imports: dict[str, str], config_params: tuple[str, ...]) -> frozenset[str]:
     """Names this file imports that are predicates in their own (project) module, e.g.
     `from vllm.model_executor.layers.hpc.gated_mla import hpc_gated_mla_supported`."""
@@ -237,10 +268,15 @@ def imported_predicates(project, imports: dict[str, str], config_params: tuple[s
         if owner is not None:  # `from pkg import f`, `pkg` resolving `f` in a `__getattr__`
             module, header = owner, index.modules.get(owner)
 
-        def build(module=module):
-            facts = project.file_facts(module)
-            return module_predicates(facts.tree, config_params) if facts and facts.tree else frozenset()
-        predicates = index.cached_facts(("guard-predicates", header.path, config_params), build)
+        text = project.module_text(module)
+        if text is not None and not may_define_top_level(text, name):
+            continue  # no top-level `def name` there: not a predicate, and its module need not be parsed
+        predicates = _named_predicates(text, name, config_params) if text is not None else None
+        if predicates is None:
+            def build(module=module):
+                facts = project.file_facts(module)
+                return module_predicates(facts.tree, config_params) if facts and facts.tree else frozenset()
+            predicates = index.cached_facts(("guard-predicates", header.path, config_params), build)
         if name in predicates:
             found.add(local)
         elif f"not {name}" in predicates:

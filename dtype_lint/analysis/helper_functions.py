@@ -30,6 +30,7 @@ from dtype_lint.dtypes.evaluator import (
     unsound_cases,
 )
 from dtype_lint.engine import trees
+from dtype_lint.engine.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,11 @@ def _binds_top_level(node: ast.stmt, name: str) -> bool:
 
 
 def known_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | None, qualname: str, path: str,
-                 configured: bool = False) -> KnownHelper | None:
-    """The helper facts of `fn`, or None when it does not have the helper's shape."""
+                 configured: bool = False, lines: list[str] | None = None) -> KnownHelper | None:
+    """The helper facts of `fn`, or None when it does not have the helper's shape. `lines`: the
+    source's lines, for the shape's test on the function's text before its tree."""
+    if lines is not None and not could_be_helper_shaped(function_text(lines, fn)):
+        return None
     shape = helper_shape(fn)
     if shape is None:
         return None
@@ -193,8 +197,11 @@ class HelperFacts:
     """The helper-shaped functions of one file, and the helper (if any) a call reaches."""
 
     def __init__(self, tree: ast.Module, module: str, path: str, imports: dict[str, str], config: Config,
-                 index: QuantizableLayerIndex, load_file):
+                 index: QuantizableLayerIndex, load_file, source=None):
+        """`source`: the file's SourceFile, for the tests on text that spare walking functions which
+        cannot be helper-shaped or call one (without it every function is walked)."""
         self.tree = tree
+        self.source = source
         self.module = module
         self.path = path
         self.imports = imports
@@ -215,10 +222,58 @@ class HelperFacts:
         out = []
         for fn, class_q, scope_name in _functions(self.tree, self.module):
             qual = f"{self.module}.{scope_name}" if self.module else scope_name
-            h = known_helper(fn, self.tree, qual, self.path, self._configured(qual))
+            h = known_helper(fn, self.tree, qual, self.path, self._configured(qual),
+                             self.source.lines if self.source is not None else None)
             if h is not None:
                 out.append((fn, class_q, h))
         return out
+
+    @cached_property
+    def _call_lines(self) -> list[int] | None:
+        """Sorted lines on which a call `called` can resolve may start (None: any line). Such a call
+        names, as `f(...)`, an imported name, a helper-shaped function of this file or a method of
+        one, or, as `m.f(...)`, an imported name that is a project module (`called` looks a
+        function up under nothing else); a name's text is its identifier where the text is ASCII."""
+        if self.source is None or not self.source.text.isascii():
+            return None
+        from bisect import bisect_right
+
+        named = {fn.name for fn, _q, _h in self.defined}
+        modules: dict[str, ModuleHeader] = {}
+        for local, target in self.imports.items():
+            # What `called` and `lookup_function` ask first: `f` names a helper-shaped `def` of
+            # the module it resolves to (the lookups `imports_a_helper` made already); `m.f`
+            # needs `m` to be a project module whose header lists `f` as a helper-shaped `def`
+            # or imports it (`canonical` follows only that).
+            module, _, name = self.index.canonical(target).rpartition(".")
+            header = self.index.modules.get(module)
+            if header is not None and name in header.functions:
+                named.add(local)
+            own = self.index.modules.get(target)
+            if own is not None:
+                modules[local] = own
+        text, starts, lines = self.source.text, self.source.starts, set()
+        pattern = callee_pattern(named)
+        for m in pattern.finditer(text) if pattern is not None else ():
+            if text[m.end() - 1] == "(":
+                lines.add(bisect_right(starts, m.start()))
+        pattern = attribute_pattern(modules)
+        for m in pattern.finditer(text) if pattern is not None else ():
+            header, attr = modules[m.group(1)], m.group(2)
+            if attr in header.functions or attr in header.imports:
+                lines.add(bisect_right(starts, m.start()))
+        return sorted(lines)
+
+    def may_call_helper(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        """Can a call in `fn`'s own lines reach a helper-shaped function (`called`)? False only when
+        no line of it names what such a call must name (`_call_lines`)."""
+        lines = self._call_lines
+        if lines is None:
+            return True
+        from bisect import bisect_left
+
+        i = bisect_left(lines, fn.lineno)
+        return i < len(lines) and lines[i] <= (fn.end_lineno or fn.lineno)
 
     @cached_property
     def _top_level(self) -> dict[str, KnownHelper]:

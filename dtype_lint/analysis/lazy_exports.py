@@ -18,6 +18,10 @@ def lazy_owner(project, module: str, name: str) -> str | None:
     if header is None:
         return None
 
+    text = project.module_text(module)
+    if text is not None and text.isascii() and "__getattr__" not in text:
+        return None  # no `__getattr__` (what `_exports` asks first): its module need not be parsed
+
     def build() -> dict[str, str]:
         facts = project.file_facts(module)
         return _exports(facts.tree) if facts is not None and facts.tree is not None else {}

@@ -36,6 +36,7 @@ import ast
 import os
 import re
 import textwrap
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -54,6 +55,10 @@ UNKNOWN = "unknown"  # `weight` is registered, its dtype is not stated where we 
 NON_COMPUTE = "non-compute"
 # The evidence of a storage starts with this, so a message can name the backends (`why_storage`).
 BACKEND_MARK = "backend: "
+# Module sources (text lines and parsed methods) kept at once. One engine's quantization package
+# has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
+# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
+SOURCES_KEPT = 32
 
 _INT_DTYPES = {"int32": PACKED, "uint8": PACKED, "int8": PACKED, "int16": PACKED, "int4": PACKED, "uint4": PACKED,
                "qint8": PACKED, "quint8": PACKED}
@@ -280,9 +285,19 @@ class CodeBackends:
         memo = self.index.__dict__.setdefault("_storage_memo", {})
         hit = memo.get(key)
         if hit is None:
+            # The top-level answers are also kept on disk across runs (engine/facts_cache.py),
+            # with their reads, valid while every file and folder they read is unchanged.
+            store = getattr(self.index, "disk_memo", None)
+            stored = store.get(key) if store is not None else None
+            if stored is not None:  # (value, reads): the value itself may be None
+                hit = memo[key] = stored
+                self.index.replay(stored[1])
+                return stored[0]
             with self.index.reading() as reads:
                 value = build()
             hit = memo[key] = (value, reads)
+            if store is not None:
+                store.put(key, value, reads)
         else:
             self.index.replay(hit[1])
         return hit[0]
@@ -422,7 +437,26 @@ class CodeBackends:
             if text is None:
                 return None
             return _Source(qualname_module, header.path, header, text.splitlines(keepends=True))
-        return self._memo(("storage source", qualname_module), build)
+        return self._kept_source(("storage source", qualname_module), build)
+
+    def _kept_source(self, key, build):
+        """`_memo` for a module's text and its parsed methods, but only the SOURCES_KEPT last used:
+        every answer made from a source is memoised itself, so a source is asked for again only
+        by a question not asked before. Ten times vLLM's tree held 605 sources (22 MiB of lines,
+        128,000 AST nodes of parsed methods, most of the live AST at the end of the run) when
+        they lived as long as the run (benchmarks/README.md)."""
+        kept = self.index.__dict__.setdefault("_storage_sources", OrderedDict())
+        hit = kept.pop(key, None)
+        if hit is None:
+            with self.index.reading() as reads:
+                value = build()
+            hit = (value, reads)
+            while len(kept) >= SOURCES_KEPT:
+                kept.popitem(last=False)
+        else:
+            self.index.replay(hit[1])
+        kept[key] = hit  # now the most recently used
+        return hit[0]
 
     def _method_of(self, qualname: str, name: str, after: str | None = None):
         """(the class in the MRO that defines `name`, its _Source, the parsed method); `after`:
@@ -530,14 +564,16 @@ class CodeBackends:
         known: dict[str, str | None] = {}
         # The index, not `self`: the resolver lives on in the run-long memo (dispatch tables), and
         # `self` would keep this analysis's project facts and every tree they parsed alive with it
-        # (ten times vLLM: 88 files' facts past the class-facts LRU; benchmarks/README.md).
+        # (ten times vLLM: 88 files' facts past the class-facts LRU; benchmarks/README.md). The
+        # module's name, not its source: that would keep the module's lines and parsed methods.
         index = self.index
+        module = src.module
 
         def resolve(name: str | None) -> str | None:
             if not name:
                 return None
             if name not in known:
-                known[name] = index.resolve(src.module, name, imports)
+                known[name] = index.resolve(module, name, imports)
             return known[name]
         return resolve
 
@@ -1223,7 +1259,9 @@ def _assignments(fn) -> dict[str, ast.expr]:
     if got is not None and got[0] is fn:
         return got[1]
     out = _compute_assignments(fn)
-    if len(_ASSIGNS) > 4096:
+    # Each entry keeps its function's tree alive: a few hundred, so that a source dropped from
+    # SOURCES_KEPT is not kept here instead.
+    if len(_ASSIGNS) > 256:
         _ASSIGNS.clear()
     _ASSIGNS[id(fn)] = (fn, out)
     return out

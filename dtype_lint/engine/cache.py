@@ -8,6 +8,7 @@ One folder per (tool version, code stamp, config fingerprint) under the cache di
     f/<hash>      one file's findings, with what the analysis read: the files (and their stamps)
                   whose headers or code it used, and the module names it looked up (and which
                   file defined each, or none)
+    s/<hash>      one answer of the storage model (engine/facts_cache.py), with what it read
 
 Files are named by their real path relative to the project root, so a file reached as `x.py`,
 `./x.py`, `../proj/x.py` or through a symlink is one entry, whatever the current directory, and
@@ -77,7 +78,9 @@ class Cache:
         if not (isinstance(entry, list) and len(entry) == 5 and entry[0] == stamp
                 and isinstance(entry[1], bool) and isinstance(entry[2], bool) and _links_shaped(entry[4])):
             return None
-        hits, links = entry[3], (entry[4][0], entry[4][1])
+        # A file without links (nearly all) shares one record: the scan of ten times vLLM keeps
+        # 23,600 of them.
+        hits, links = entry[3], (entry[4][0], entry[4][1]) if entry[4][0] or entry[4][1] else _NO_LINKS
         if names:
             if names != self._scan_names or not isinstance(hits, list):
                 return None
@@ -163,6 +166,30 @@ class Cache:
             "listings": {self.rel(k): v for k, v in sorted((listings or {}).items())},
         })
 
+    # ---- other entries (engine/facts_cache.py) ------------------------------------------------
+    def entry(self, kind: str, name: str):
+        """The payload of the entry `name` of `kind`, or None (disabled, missing, not ours)."""
+        if not self.enabled:
+            return None
+        return _read_json(self._entry(kind, name))
+
+    def put_entry(self, kind: str, name: str, data) -> None:
+        if self.enabled:
+            self._pending[f"{kind}/{name}"] = _dump(data)
+
+    def take_entries(self, kind: str) -> list[tuple[str, bytes]]:
+        """The entries of `kind` waiting to be written, removed from this cache (a worker process
+        hands them to the parent, which writes them: `add_entries`)."""
+        prefix = f"{kind}/"
+        taken = [(name, data) for name, data in self._pending.items() if name.startswith(prefix)]
+        for name, _ in taken:
+            del self._pending[name]
+        return taken
+
+    def add_entries(self, entries: list[tuple[str, bytes]]) -> None:
+        if self.enabled:
+            self._pending.update(entries)
+
     # ---- writing ---------------------------------------------------------------------------
     def save(self, writer) -> None:
         """Write what this run computed through the run's writer. The cache folder gets a
@@ -176,6 +203,8 @@ class Cache:
         try:
             writer.make_dirs(self.dir / "h", "cache")
             writer.make_dirs(self.dir / "f", "cache")
+            if any(name.startswith("s/") for name in self._pending):
+                writer.make_dirs(self.dir / "s", "cache")
             gitignore = self.base / ".gitignore"
             if not gitignore.exists() and all(_ours(name) for name in os.listdir(self.base)):
                 writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache", create=True)
@@ -241,6 +270,7 @@ def _header_shaped(h) -> bool:
                 for v in h["classes"].values())
 
 
+_NO_LINKS: tuple[tuple, tuple] = ((), ())
 _INT, _STR, _BOOL = "int", "str", "bool"
 _FINDING = {"code": _STR, "message": _STR, "path": _STR, "confidence": _STR, "no_fix_reason": _STR,
             "scope": _STR, "expression": _STR, "kind": _STR,

@@ -76,7 +76,14 @@ def has_suppression(text: str) -> bool:
     reported, so it does not count here (it does once the file has findings: see
     suppressions.might_hold_suppression)."""
     lowered = text.lower()
-    return "dtype-lint" in lowered or ("dtl" in lowered and "noqa" in lowered)
+    return ("dtype-lint" in lowered and DIRECTIVE.search(lowered) is not None) or \
+        ("dtl" in lowered and "noqa" in lowered)
+
+
+# Every `dtype-lint: ignore` / `ignore-file` directive holds this (engine/suppressions.py's
+# pattern allows the same spaces): a file that only mentions dtype-lint (a comment, a docstring)
+# holds none, and is neither analysed for DTL902 nor tokenized for its comments.
+DIRECTIVE = re.compile(r"dtype-lint\s*:\s*ignore")
 
 
 @lru_cache(maxsize=16)

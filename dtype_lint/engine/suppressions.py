@@ -110,11 +110,15 @@ def _norm(code: str) -> str:
     return code.upper() if _DTL_CODE.match(code) else code
 
 
+# What every `dtype-lint: ignore` directive holds (_IGNORE, lowered): a mere mention is none.
+DIRECTIVE = re.compile(r"dtype-lint\s*:\s*ignore")
+
+
 def might_hold_suppression(source: str) -> bool:
     """Substring tests only (linear): could `source` hold a directive that concerns us?"""
     lowered = source.lower()
     # A noqa comment naming only other tools' codes (E501) does not count: such files are not tokenized.
-    return "dtype-lint" in lowered or ("noqa" in lowered
+    return ("dtype-lint" in lowered and DIRECTIVE.search(lowered) is not None) or ("noqa" in lowered
                                        and ("dtl" in lowered or _BARE_NOQA.search(lowered) is not None))
 
 

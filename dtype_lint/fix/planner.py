@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -85,10 +86,12 @@ class Planner:
         import could shadow the helper, or be shadowed by it), else a fresh `_<func>` alias.
         A star import may bind any public name, so a module with one gets an underscore alias."""
         text = self.src.text
-        if text.isascii() and self.func not in text and _STAR_IMPORT.search(text) is None:
+        if self.func not in text and _STAR_IMPORT.search(text) is None and \
+                (text.isascii() or self.func not in unicodedata.normalize("NFKC", text)):
             # What the walk below would conclude, from the text: no name of the module is the
-            # function's (an ASCII text holds every identifier verbatim; a non-ASCII one may
-            # spell it in characters the parser normalises) and no star import can bind it.
+            # function's and no star import can bind it. An ASCII text holds every identifier
+            # verbatim; a non-ASCII one (an em dash in a comment) may spell one in characters the
+            # parser normalises (NFKC, PEP 3131), so its normalised text is searched too.
             return self.func
         # Every name the module binds or uses, blanked function bodies too (engine/regions.py),
         # unless their text holds none of the names decided on here: the helper's, names holding

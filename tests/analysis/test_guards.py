@@ -266,4 +266,32 @@ def test_no_rule_module_holds_engine_code():
                 raise AssertionError(f"{path.name}: module-level mutable `{ast.unparse(stmt)[:60]}`")
         classes = [stmt.name for stmt in tree.body if isinstance(stmt, ast.ClassDef)]
         assert len(classes) == 1, f"{path.name}: classes besides the rule (an engine of its own?): {classes}"
-    assert len((rules[0].parent / "dtl003_unguarded_weight_access.py").read_text().splitlines()) < 450
+    # Rule-sized: its own code, not its documentation (the docstring docs/rules/ is made from) or
+    # its VALID/INVALID examples, which live beside it by design.
+    assert _code_lines(rules[0].parent / "dtl003_unguarded_weight_access.py") < 150
+
+
+def _code_lines(path) -> int:
+    """Non-blank, non-comment lines of a rule module outside docstrings, multi-line example strings
+    and the rule's VALID/INVALID lists."""
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    skip: set[int] = set()
+
+    def mark(node: ast.AST) -> None:
+        skip.update(range(node.lineno, node.end_lineno + 1))
+
+    def is_doc(stmt: ast.stmt) -> bool:
+        return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+    for stmt in tree.body:
+        if is_doc(stmt) or (isinstance(stmt, ast.Assign) and any(
+                isinstance(n, ast.Constant) and isinstance(n.value, str) and "\n" in n.value for n in ast.walk(stmt.value))):
+            mark(stmt)
+        if isinstance(stmt, ast.ClassDef):
+            for item in stmt.body:
+                target = item.targets[0] if isinstance(item, ast.Assign) else getattr(item, "target", None)
+                if is_doc(item) or (isinstance(target, ast.Name) and target.id in ("VALID", "INVALID")):
+                    mark(item)
+    return sum(1 for number, line in enumerate(text.splitlines(), 1)
+               if number not in skip and line.strip() and not line.lstrip().startswith("#"))

@@ -1,0 +1,196 @@
+"""One walk per function, whose node events every rule subscribes to.
+
+Ruff's checker visits a module once and dispatches each node to the rules that want its kind;
+the rules here used to walk each candidate function again (its nodes, then its parent map, then
+each fact's own `isinstance` filter over the nodes). `FunctionWalk` walks a function once and
+keeps what every consumer asks of it:
+
+- `nodes`: the function's own nodes in exactly the order `class_facts.walk_function` yields
+  them (nested functions, lambdas and classes are not entered, except a `def` or `class` that is
+  itself a statement of the body, as `walk_function` enters it), so that rules which keep the
+  first of several nodes, and fix planners that name variables in the order sites are met, see
+  them as before;
+- `parents`: `id(child) -> parent` for every node under the function, nested bodies, arguments
+  and decorators included (what `dominance.parent_map(fn)` builds);
+- `of(*types)`: the events, the nodes of the given exact AST classes in walk order (`ast.Call`,
+  `ast.Compare`, `ast.Attribute`...), bucketed during the walk, so that a rule that wants calls
+  meets only calls.
+
+The walk replaces `ast.iter_child_nodes`' three nested generators with a loop over each class's
+`_fields`, the same children in the same order.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+# Not entered by a function's own walk (walk_function): their nodes belong to another scope.
+_OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_AST = ast.AST
+# The nodes a FunctionScope reads (its local assignments and the names loops and `with` bind).
+SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With, ast.AugAssign)
+
+
+# Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).
+_SCALARS = frozenset({"identifier", "string", "constant", "int"})
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an AST class that can hold a node or a list of nodes, in `_fields` order
+    (the order `ast.iter_child_nodes` yields them), read from the grammar signature in its
+    docstring (`Name(identifier id, expr_context ctx)`: only `ctx`); every field when that
+    signature cannot be read."""
+    doc = (kind.__doc__ or "").split("\n", 1)[0]
+    match = re.match(rf"{kind.__name__}\((.*)\)\s*$", doc)
+    if match is None:
+        return tuple(kind._fields)
+    declared = {}
+    for part in match.group(1).split(","):
+        words = part.split()
+        if len(words) == 2:
+            declared[words[1]] = words[0].rstrip("*?")
+    if set(declared) != set(kind._fields):
+        return tuple(kind._fields)
+    return tuple(f for f in kind._fields if declared[f] not in _SCALARS)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields_of(kind: type) -> tuple[str, ...]:
+    found = _FIELDS.get(kind)
+    if found is None:
+        found = _FIELDS[kind] = _child_fields(kind)
+    return found
+
+
+def _children(node: ast.AST):
+    for name in _fields_of(type(node)):
+        value = getattr(node, name, None)
+        if isinstance(value, _AST):
+            yield value
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, _AST):
+                    yield item
+
+
+class FunctionWalk:
+    """The one walk of one function (see the module docstring)."""
+
+    __slots__ = ("fn", "nodes", "_parents", "_events", "_merged")
+
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+        self.fn = fn
+        nodes: list[ast.AST] = []
+        events: dict[type, list[ast.AST]] = {}
+        other_scopes = _OTHER_SCOPES
+        ast_type = _AST
+        fields = _FIELDS
+        todo: list[ast.AST] = list(fn.body)
+        append_node, pop, push = nodes.append, todo.pop, todo.append
+        while todo:
+            node = pop()
+            append_node(node)
+            kind = type(node)
+            bucket = events.get(kind)
+            if bucket is None:
+                events[kind] = [node]
+            else:
+                bucket.append(node)
+            child_fields = fields.get(kind)
+            if child_fields is None:
+                child_fields = _fields_of(kind)
+            for name in child_fields:
+                value = getattr(node, name, None)
+                if value is None:
+                    continue
+                if isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, ast_type) and not isinstance(item, other_scopes):
+                            push(item)
+                elif isinstance(value, ast_type) and not isinstance(value, other_scopes):
+                    push(value)
+        self.nodes = nodes
+        self._events = events
+        self._parents: dict[int, ast.AST] | None = None
+        self._merged: dict[tuple[type, ...], list[ast.AST]] = {}
+
+    @property
+    def parents(self) -> dict[int, ast.AST]:
+        """id(child) -> parent for every node under the function (nested scopes, arguments and
+        decorators included), built on first use: most functions never need it."""
+        parents = self._parents
+        if parents is None:
+            parents = self._parents = {}
+            todo = [self.fn]
+            pop, push, ast_type, fields = todo.pop, todo.append, _AST, _FIELDS
+            while todo:
+                node = pop()
+                kind = type(node)
+                child_fields = fields.get(kind)
+                if child_fields is None:
+                    child_fields = _fields_of(kind)
+                for name in child_fields:
+                    value = getattr(node, name, None)
+                    if value is None:
+                        continue
+                    if isinstance(value, list):
+                        for item in value:
+                            if isinstance(item, ast_type):
+                                parents[id(item)] = node
+                                push(item)
+                    elif isinstance(value, ast_type):
+                        parents[id(value)] = node
+                        push(value)
+        return parents
+
+    def of(self, *kinds: type) -> list[ast.AST]:
+        """The function's own nodes of these exact AST classes, in walk order (shared: do not
+        mutate). Abstract classes (`ast.expr`, `ast.stmt`) are matched with `isinstance`."""
+        if len(kinds) == 1 and kinds[0] in self._events:
+            return self._events[kinds[0]]
+        merged = self._merged.get(kinds)
+        if merged is None:
+            concrete = set(kinds)
+            if any(k.__subclasses__() for k in kinds):  # an abstract class: every subclass
+                merged = [n for n in self.nodes if isinstance(n, kinds)]
+            elif len(kinds) == 1:
+                merged = []
+            else:
+                merged = [n for n in self.nodes if type(n) in concrete]
+            self._merged[kinds] = merged
+        return merged
+
+
+def nodes_of(root: ast.AST, kind: type) -> list[ast.AST]:
+    """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
+    through each class's child fields instead of `ast.iter_child_nodes`."""
+    from collections import deque
+
+    found: list[ast.AST] = []
+    todo = deque([root])
+    pop, push, ast_type, fields = todo.popleft, todo.append, _AST, _FIELDS
+    while todo:
+        node = pop()
+        node_kind = type(node)
+        if node_kind is kind:
+            found.append(node)
+        child_fields = fields.get(node_kind)
+        if child_fields is None:
+            child_fields = _fields_of(node_kind)
+        for name in child_fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast_type):
+                        push(item)
+            elif isinstance(value, ast_type):
+                push(value)
+    return found
+
+
+__all__ = ["SCOPE_EVENTS", "FunctionWalk", "nodes_of"]

@@ -1,0 +1,147 @@
+"""The storage model's answers kept on disk across runs, each with what computing it read.
+
+A pre-commit run on an edited file with a site asks the storage model (analysis/storage_model.py)
+which storages its layers' backends can give `weight`: a census of the quantization package (every
+config's dispatch, every method's `create_weights` and `process_weights_after_loading`, parsed
+from their text) that is about a quarter of such a run and is the same from one run to the next
+while the backends' files are. So each top-level answer (`storages_for`, `find`) is written to the
+cache folder (`s/<hash>.json`, beside the headers and findings) with its reads: the files it read
+(their stamps: size and a hash of the bytes, as every cache entry), the module names it looked up
+(and which file defined each) and the folders it enumerated (their listing digests). A later run
+uses the entry only while every one of those is unchanged, and replays the reads into the open
+frames, so the findings cached for the file still name the backends' files they depend on; the
+cache folder's own key holds the tool's code stamp and the configuration's fingerprint. A
+missing, foreign or ill-shaped entry is a miss.
+
+Only answers made of plain values are kept (Storage records, whose evidence paths are stored
+relative to the project root and respelled for the run, as findings are); the inner memo entries
+(parsed methods, dispatch tables holding AST nodes) stay in memory for the run.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dtype_lint.analysis.class_index import Reads
+
+# The storage model's memo keys (their first element) whose values are kept on disk.
+PERSISTED = frozenset({"storages", "find"})
+
+
+class FactsStore:
+    """Answers of the storage model for one run's cache (engine/cache.py) and project (the stamps,
+    module table and path spellings of engine/pipeline.py's `_Project`)."""
+
+    def __init__(self, cache, project):
+        self.cache = cache
+        self.project = project
+        self.hits = 0  # answers read from disk this run (tests and benchmarks read it)
+        self.misses = 0
+
+    @staticmethod
+    def name(key: tuple) -> str:
+        return json.dumps(list(key), separators=(",", ":"))
+
+    def get(self, key: tuple):
+        """(value, Reads with real paths) of a stored answer whose reads are all unchanged, else None."""
+        if key[0] not in PERSISTED:
+            return None
+        entry = self.cache.entry("s", self.name(key))
+        got = self._valid(entry, key) if entry is not None else None
+        if got is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return got
+
+    def _valid(self, entry, key: tuple):
+        cache, project = self.cache, self.project
+        if not (isinstance(entry, dict) and entry.get("k") == list(key)):
+            return None
+        files, modules, listings = entry.get("files"), entry.get("modules"), entry.get("listings")
+        if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)):
+            return None
+        reads = Reads()
+        for dep, stamp in files.items():
+            real = cache.real(dep)
+            if not isinstance(stamp, str) or project.stamp(real) != stamp:
+                return None
+            reads.files[real] = stamp
+        table = project.table
+        for module, dep in modules.items():
+            if dep is not None and not isinstance(dep, str):
+                return None
+            now = table.first_key(module)
+            if (None if now is None else cache.rel(now)) != dep:
+                return None
+            reads.modules[module] = None if dep is None else cache.real(dep)
+        for folder, digest in listings.items():
+            real = cache.real(folder)
+            if not isinstance(digest, str) or table.listing(real) != digest:
+                return None
+            reads.listings[real] = digest
+        try:
+            value = _decode(entry.get("v"), self._display)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return value, reads
+
+    def put(self, key: tuple, value, reads: Reads) -> None:
+        """Keep an answer computed this run (only answers of PERSISTED keys, of plain values)."""
+        if key[0] not in PERSISTED:
+            return
+        try:
+            encoded = _encode(value, self._stored)
+        except (TypeError, AttributeError):
+            return  # not a value this store knows how to keep: it stays in memory only
+        cache = self.cache
+        self.cache.put_entry("s", self.name(key), {
+            "k": list(key), "v": encoded,
+            "files": {cache.rel(k): v for k, v in sorted(reads.files.items())},
+            "modules": {m: (None if k is None else cache.rel(k)) for m, k in sorted(reads.modules.items())},
+            "listings": {cache.rel(k): v for k, v in sorted(reads.listings.items())},
+        })
+
+    def _stored(self, path: str) -> str:
+        return self.cache.rel(self.project.real_of(path)) if path else ""
+
+    def _display(self, rel: str) -> str:
+        return self.project.display_of(self.cache.real(rel)) if rel else ""
+
+
+def _encode(value, stored) -> dict | None:
+    if value is None:
+        return None
+    kind = "set" if isinstance(value, frozenset) else "list" if isinstance(value, list) else None
+    if kind is None:
+        raise TypeError(type(value).__name__)
+    items = []
+    for storage in value:
+        d = storage.to_dict()
+        d["evidence"] = [[message, stored(path), line] for message, path, line in d["evidence"]]
+        items.append(d)
+    if kind == "set":  # a set's order is per process: stored sorted, so the entry's bytes are stable
+        items.sort(key=lambda d: json.dumps(d, sort_keys=True))
+    return {kind: items}
+
+
+def _decode(data, display):
+    from dtype_lint.analysis.storage_model import Storage
+
+    if data is None:
+        return None
+    (kind, items), = data.items()
+    if kind not in ("set", "list") or not isinstance(items, list):
+        raise ValueError(kind)
+    storages = []
+    for d in items:
+        if not all(isinstance(d[k], str) for k in ("backend", "method", "kind", "dtype", "what")) \
+                or not isinstance(d["typed"], bool) or not isinstance(d["evidence"], list):
+            raise ValueError("storage")
+        evidence = []
+        for message, path, line in d["evidence"]:
+            if not (isinstance(message, str) and isinstance(path, str) and type(line) is int):
+                raise ValueError("evidence")
+            evidence.append([message, display(path), line])
+        storages.append(Storage.from_dict(dict(d, evidence=evidence)))
+    return frozenset(storages) if kind == "set" else storages

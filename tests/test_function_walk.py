@@ -1,0 +1,146 @@
+"""The one walk per function (analysis/function_walk.py) and the tests on text that spare walks
+(engine/text_facts.py): each must conclude exactly what the walk it replaces concluded."""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+
+from dtype_lint.analysis.class_facts import walk_function
+from dtype_lint.analysis.dominance import parent_map
+from dtype_lint.analysis.function_walk import FunctionWalk, nodes_of
+from dtype_lint.dtypes.evaluator import helper_shape
+from dtype_lint.engine.source import SourceFile
+from dtype_lint.engine.text_facts import (
+    attribute_pattern,
+    callee_pattern,
+    could_be_helper_shaped,
+    function_text,
+    may_define_top_level,
+)
+
+CODE = textwrap.dedent('''\
+    import torch
+
+
+    @decorate(getattr(x, "weight"))
+    def forward(self, x, *, scale: float = 1.0, **kw) -> torch.Tensor:
+        """Docstring."""
+        w = self.proj.weight
+        if w.dtype == torch.int32 and (n := x.shape[0]) > 1:
+            x = x.to(w.dtype)
+        for i, (a, b) in enumerate(kw.items()):
+            x += a * b
+        with torch.no_grad() as ctx:
+            y = [v.to(self.proj.weight.dtype) for v in x if v is not None]
+
+        def inner(z):
+            return z.to(self.other.weight.dtype)
+
+        class Local:
+            attr = self.proj.weight
+
+        fn = lambda t: t.to(w.dtype)
+        try:
+            match x:
+                case [first, *rest]:
+                    pass
+                case {"k": value}:
+                    pass
+        except (ValueError, TypeError) as e:
+            raise RuntimeError(f"{e!r:>10}") from e
+        finally:
+            del y
+        return inner(x) if x is not None else -x
+
+
+    async def stream(layer, params):
+        async for chunk in params:
+            await chunk
+        return getattr(layer, "wei" "ght")
+    ''')
+
+
+def _functions(code: str):
+    return [n for n in ast.walk(ast.parse(code)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+# Shared singletons (`Load()`, `Add()`...) have no one parent: the maps agree on every other node.
+_SINGLETONS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+
+def test_nodes_parents_and_events_are_those_of_the_walks_they_replace():
+    for fn in _functions(CODE):
+        walk = FunctionWalk(fn)
+        old = list(walk_function(fn))
+        assert len(walk.nodes) == len(old) and all(a is b for a, b in zip(walk.nodes, old))
+        parents = parent_map(fn)
+        assert set(walk.parents) == set(parents)
+        for node in ast.walk(fn):
+            if not isinstance(node, _SINGLETONS):
+                assert walk.parents.get(id(node)) is parents.get(id(node))
+        for kinds in [(ast.Call,), (ast.Attribute, ast.Call), (ast.Compare,), (ast.expr,), (ast.Global,)]:
+            assert walk.of(*kinds) == [n for n in old if isinstance(n, kinds)]
+        assert nodes_of(fn, ast.Call) == [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+
+
+def test_the_walk_does_not_enter_nested_scopes_but_maps_their_parents():
+    forward = _functions(CODE)[0]
+    walk = FunctionWalk(forward)
+    inner = next(n for n in ast.walk(forward) if isinstance(n, ast.FunctionDef) and n.name == "inner")
+    lam = next(n for n in ast.walk(forward) if isinstance(n, ast.Lambda))
+    # `def inner` is a statement of the body: walk_function enters it; the lambda it does not.
+    assert inner in walk.nodes and inner.body[0] in walk.nodes
+    assert lam not in walk.nodes and lam.body not in walk.nodes
+    assert walk.parents[id(lam.body)] is lam
+    assert walk.parents[id(forward.decorator_list[0])] is forward
+
+
+def test_shape_test_on_text_never_refuses_a_helper_shaped_function():
+    code = CODE + textwrap.dedent('''\
+
+        def plain(layer, flag):
+            return layer.params_dtype if flag else None
+
+
+        def escaped(layer):
+            return getattr(layer, "\\x77eight").dtype
+
+
+        def nothing(layer):
+            return layer.bias
+        ''')
+    source = SourceFile("m.py", code, "m")
+    verdicts = {}
+    for fn in _functions(code):
+        text = function_text(source.lines, fn)
+        if helper_shape(fn) is not None:
+            assert could_be_helper_shaped(text), fn.name
+        verdicts[fn.name] = could_be_helper_shaped(text)
+    assert verdicts["plain"] and verdicts["escaped"] and verdicts["stream"]
+    assert not verdicts["nothing"]
+    assert could_be_helper_shaped("def f(ｌａｙｅｒ):\n    pass\n")  # not ASCII: the tree decides
+
+
+def test_callee_pattern_finds_every_way_a_name_can_be_called():
+    pattern = callee_pattern({"helper", "mod"})
+    hits = [re.match(r"\w+", m.group(0)).group(0) for m in pattern.finditer(
+        "helper(x)\n(helper)(x)\nhelper \\\n  (x)\nhelper  # why\n(x)\nmod.f(x)\nmod\n.f(x)\nhelpers(x)\n")]
+    assert hits.count("helper") == 4 and hits.count("mod") == 2 and "helpers" not in hits
+    assert callee_pattern(()) is None
+
+
+def test_top_level_def_test():
+    text = "import x\n\n@cache\ndef can_fuse(layer):\n    return True\n\nclass A:\n    def inner(self): ...\n"
+    assert may_define_top_level(text, "can_fuse")
+    assert not may_define_top_level(text, "inner")  # a method, not a top-level function
+    assert may_define_top_level("async def go():\n    pass\n", "go")
+    assert may_define_top_level("def \\\n  go():\n    pass\n", "go")  # continuation: not decided on text
+
+
+def test_attribute_pattern_names_the_attribute_read():
+    pattern = attribute_pattern({"ops", "m"})
+    found = [(m.group(1), m.group(2)) for m in pattern.finditer(
+        "ops.f(x)\n(ops) . \\\n g\nm  # c\n.h\nopsy.z\n")]
+    assert found == [("ops", "f"), ("ops", "g"), ("m", "h")]
