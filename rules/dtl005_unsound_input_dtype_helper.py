@@ -124,10 +124,12 @@ wrong case.
 
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
-`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured on sglang 0.5.23, 0 of its 3 findings were TRUE (every caller of `pi05_core.py`'s helper
-passes a plain `nn.Linear`; now judged by those callers, they are not reported); aphrodite-engine's 4
-and vLLM 0.30.0's 4 are not judged yet, so it stays opt-in.
-It becomes a default rule once it is precise there (docs/triage/README.md).
+`extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured with zero
+configuration on the trees it was not developed on (docs/triage/README.md): 8 of 8 findings TRUE
+(one helper and its callers in vLLM 0.30.0 and in aphrodite-engine 0.24.1; sglang 0.5.23's 3 FALSE
+findings, whose callers all pass a plain `nn.Linear`, are no longer reported now that a helper is
+judged by its callers). Too few findings to turn a rule on (the bar is 95% over at least 30), so it
+stays opt-in.
 
 ## Options
 `helper`, `helper-template` (the configured helper and its template), `exempt-functions`,

@@ -4,7 +4,9 @@ An out-of-tree model or platform plugin imports vLLM's layers (`from vllm.model_
 import ColumnParallelLinear`) but does not contain vLLM, so the tree's own backends cannot be read.
 `dtype_lint/data/catalogue-<dist>-<version>.json` holds what `CodeBackends` computed from a pinned
 release of the engine: layer class → the storages its backends can give `weight`, with the
-backend's file (relative to the release) and line. `scripts/catalogue.py` regenerates it;
+backend's file (relative to the release) and line; and quant method class → what its
+`create_weights` and `process_weights_after_loading` leave (`method_record`: a plugin's method that
+subclasses the engine's runs them). `scripts/catalogue.py` regenerates it;
 `tests/test_catalogue.py` checks that the shipped data equals a fresh computation.
 """
 
@@ -57,6 +59,48 @@ class CatalogueBackends:
                 release = f"{data['dist']} {data['version']}"
                 return frozenset(_outside(Storage.from_dict(data["storages"][i]), release) for i in layers[layer_class])
         return None
+
+
+@cache
+def _methods() -> tuple[dict[str, tuple[dict, dict]], dict[str, list[tuple[dict, dict]]]]:
+    """Quant method classes of the shipped catalogues: by qualified name, and by short name (a
+    plugin may name a class through a re-export)."""
+    by_name: dict[str, tuple[dict, dict]] = {}
+    by_short: dict[str, list[tuple[dict, dict]]] = {}
+    for data in shipped():
+        for qualname, record in data.get("methods", {}).items():
+            by_name.setdefault(qualname, (data, record))
+            by_short.setdefault(qualname.rsplit(".", 1)[-1], []).append((data, record))
+    return by_name, by_short
+
+
+MethodRecord = tuple[list[Storage] | None, Storage | None, bool, Storage | None]
+
+
+def method_record(qualname: str) -> MethodRecord | None:
+    """What a shipped catalogue records of a quant method class outside the tree: (the storages
+    its `create_weights` and after-loading give `weight`, None when its MRO has no
+    `create_weights`; the storage its `process_weights_after_loading` leaves when it repacks or
+    deletes `weight`; whether its MRO has a `process_weights_after_loading`; the storage a kernel
+    object that method hands the layer to can leave), or None when no catalogue knows the class.
+    A class named through a re-export of the engine's package is matched by its short name when
+    exactly one class of that engine has it."""
+    by_name, by_short = _methods()
+    got = by_name.get(qualname)
+    if got is None:
+        same = [(data, record) for data, record in by_short.get(qualname.rsplit(".", 1)[-1], ())
+                if qualname.split(".", 1)[0] == data["dist"].replace("-", "_")]
+        got = same[0] if len(same) == 1 else None
+    if got is None:
+        return None
+    data, record = got
+    release = f"{data['dist']} {data['version']}"
+    table = data["storages"]
+    storages = None if "storages" not in record else \
+        [_outside(Storage.from_dict(table[i]), release) for i in record["storages"]]
+    after, kernel = record.get("after"), record.get("kernel")
+    return (storages, None if after is None else _outside(Storage.from_dict(table[after]), release), "after" in record,
+            None if kernel is None else _outside(Storage.from_dict(table[kernel]), release))
 
 
 def _outside(storage: Storage, release: str) -> Storage:

@@ -84,20 +84,58 @@ def compute(root: str | Path, dist: str, version: str) -> dict:
                     table.append(s)
                 ids.append(index_of[s])
             layers[name] = ids
+        methods = _methods(project, backends, table, index_of)
     finally:
         os.chdir(here)
     # Layers share most storages (every LinearBase subclass the same): each is stored once.
     return {"format": 1, "dist": dist, "version": version,
             "regenerate": f"python scripts/catalogue.py --dist {dist} --version {version}",
             "names": dict(sorted(names.items())), "mro": bases,
-            "storages": [s.to_dict() for s in table], "layers": layers}
+            "storages": [s.to_dict() for s in table], "layers": layers, "methods": methods}
+
+
+def _methods(project, backends: CodeBackends, table: list[Storage], index_of: dict[Storage, int]) -> dict:
+    """What a plugin's method class that subclasses one of the engine's needs (`class
+    PluginFp8LinearMethod(Fp8LinearMethod)`): for each quant method the dispatch reached and each
+    class of its MRO with a `create_weights` or `process_weights_after_loading`, the storages its
+    `create_weights` gives (with its after-loading) and what its `process_weights_after_loading`
+    leaves ("after": absent when its MRO has none, null when it leaves `weight` be; "kernel": the
+    storage a kernel object it hands the layer to can leave, besides the one registered)."""
+    index = project.index
+    classes: set[str] = set()
+    for method in backends.methods_read():
+        for q in index.mro(method):
+            if index.class_location(q) is not None and (backends.defines(q, "create_weights")
+                                                        or backends.defines(q, "process_weights_after_loading")):
+                classes.add(index.canonical(q))
+
+    def stored(storage: Storage) -> int:
+        storage = _relative(storage)
+        if storage not in index_of:
+            index_of[storage] = len(table)
+            table.append(storage)
+        return index_of[storage]
+
+    out = {}
+    for q in sorted(classes):
+        record: dict = {}
+        if backends.has_method(q, "create_weights"):
+            record["storages"] = sorted({stored(s) for s in backends.method_storages(q)})
+        if backends.has_method(q, "process_weights_after_loading"):
+            after = backends.after_loading_storage(q)
+            record["after"] = None if after is None else stored(after)
+            kernel = None if after is not None else backends.after_loading_storage(q, kernel=True)
+            if kernel is not None:
+                record["kernel"] = stored(kernel)
+        out[q] = record
+    return out
 
 
 def dumps(data: dict) -> str:
     """The catalogue's file text: one storage per line, so a regeneration diffs readably."""
     import json
 
-    head = {k: v for k, v in data.items() if k not in ("storages", "layers")}
+    head = {k: v for k, v in data.items() if k not in ("storages", "layers", "methods")}
     lines = ["{"]
     for k, v in head.items():
         lines.append(f"{json.dumps(k)}: {json.dumps(v)},")
@@ -106,6 +144,9 @@ def dumps(data: dict) -> str:
     lines.append("],")
     lines.append('"layers": {')
     lines.append(",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in data["layers"].items()))
+    lines.append("},")
+    lines.append('"methods": {')
+    lines.append(",\n".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in data["methods"].items()))
     lines.append("}")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -13,7 +13,10 @@ who makes them?* This module answers it the way a reviewer does, from the tree's
   "qweight" | "weight_packed", ...)`), with the dtype where the code states it (followed into the
   helper that builds the parameter); a `create_weights` handed to an object it does not name
   (compressed-tensors' `layer.scheme.create_weights`) stands for every `create_weights` of its
-  package;
+  package; `super().create_weights` is the next class of the MRO that has one; a method whose
+  `create_weights` or `process_weights_after_loading` runs in a class outside the tree (a plugin's
+  `class PluginFp8LinearMethod(Fp8LinearMethod)`) gets the shipped catalogue's record of that
+  class, or an unknown storage when no catalogue records it (`_first_definer`);
 - **method → after loading**: what `process_weights_after_loading` and the project functions it
   calls do to `weight` (a repack into int32, `del layer.weight`).
 
@@ -473,6 +476,77 @@ class CodeBackends:
                 return q, src, fn
         return None
 
+    def _first_definer(self, qualname: str, name: str, after: str | None = None):
+        """The class whose `name` an instance of `qualname` runs (`after`: the next one after this
+        class, as `super()` in it): ("tree", class) for a class of the tree that defines it;
+        ("outside", class, record) for a class outside the tree a shipped catalogue records with
+        it (an out-of-tree plugin's `class PluginFp8LinearMethod(Fp8LinearMethod)`); ("unknown",
+        class) for a named class outside the tree that may define it and no catalogue knows;
+        None when no class of the MRO can. (An out-of-tree base is never passed over for an
+        in-tree base behind it: Python would run the outside one's.)"""
+        mro = self.index.mro(qualname)
+        if after is not None and after in mro:
+            mro = mro[mro.index(after) + 1:]
+        for q in mro:
+            loc = self.index.class_location(q)
+            if loc is not None:
+                src = self._source(loc[0].module)
+                if src is not None and src.method(loc[1], name) is not None:
+                    return ("tree", q)
+                continue
+            if "." not in q or q.split(".", 1)[0] in _NO_HOOKS:
+                continue  # a name we cannot place, or `abc.ABC`, `torch.nn.Module`, `typing.Generic`
+            record = _catalogue_method(q)
+            if record is None:
+                return ("unknown", q)
+            storages, _after, has_after, _kernel = record
+            if (storages is not None) if name == "create_weights" else has_after:
+                return ("outside", q, record)
+        return None
+
+    def _inherits(self, method: str, first, what: str) -> Evidence:
+        """`PluginFp8LinearMethod` inherits `create_weights` from `vllm...Fp8LinearMethod`, at the class line."""
+        loc = self.index.class_location(method)
+        src = self._source(loc[0].module) if loc else None
+        line = src.header.classes[loc[1]][1] if src is not None else 0
+        return Evidence(f"`{_short(method)}` {what} `{first[1]}`", src.path if src is not None else "", line)
+
+    def _outside_storages(self, method: str, first, step: Evidence) -> list[Storage]:
+        """The storages of a `create_weights` that runs outside the tree: the catalogue's record of
+        that class (an after-loading the tree's class overrides replaces its), else unknown."""
+        short = _short(method)
+        if first[0] == "unknown":
+            return [Storage("", short, UNKNOWN, "", f"runs `create_weights` of `{first[1]}`, outside the tree, "
+                            "which no shipped catalogue records", (step,))]
+        storages = first[2][0]
+        after = self._after_loading(method)
+        if after is not None and (self._first_definer(method, "process_weights_after_loading") or ("",))[0] == "tree":
+            return [Storage("", short, after[0], after[1], after[2], (step, *after[3]),
+                            params=storages[0].params if storages else ())]
+        return [Storage("", short, s.kind, s.dtype, s.what, (step, *s.evidence), s.typed, s.params)
+                for s in storages]
+
+    # ---- what the catalogue of an engine records of its methods (analysis/catalogue_build.py) ----
+    def methods_read(self) -> list[str]:
+        """The quant method classes whose storages this run has read."""
+        memo = self.index.__dict__.get("_storage_memo", {})
+        return sorted(key[1] for key in memo if key[0] == "method storages")
+
+    def defines(self, qualname: str, name: str) -> bool:
+        return self._defines(qualname, name)
+
+    def has_method(self, qualname: str, name: str) -> bool:
+        return self._method_of(qualname, name) is not None
+
+    def method_storages(self, qualname: str) -> list[Storage]:
+        return self._method_storages(qualname)
+
+    def after_loading_storage(self, qualname: str, kernel: bool = False) -> Storage | None:
+        """What `process_weights_after_loading` leaves in `weight` when it repacks or deletes it
+        (`kernel`: when a kernel object the method holds does, one storage among the registered)."""
+        after = self._kernel_after_loading(qualname) if kernel else self._after_loading(qualname)
+        return None if after is None else Storage("", _short(qualname), after[0], after[1], after[2], after[3])
+
     def _resolver(self, src: _Source, fn):
         """Name → qualified name in `fn`'s module, with the imports made inside `fn` too."""
         memo = self.__dict__.setdefault("_resolvers", {})
@@ -679,25 +753,39 @@ class CodeBackends:
         """A quant method: a class of the tree whose MRO defines `create_weights`."""
         if self.index.class_location(qualname) is None:
             return False
-        return self._memo(("has create_weights", qualname),
-                                       lambda: self._method_of(qualname, "create_weights") is not None)
+
+        def build():
+            first = self._first_definer(qualname, "create_weights")
+            # an unknown outside base alone does not make one (a layer class subclassing the engine's)
+            return (first is not None and first[0] != "unknown"
+                    or self._method_of(qualname, "create_weights") is not None)
+        return self._memo(("has create_weights", qualname), build)
 
     # ---- what a method stores ---------------------------------------------------------------------
     def _method_storages(self, method: str, depth: int = 0) -> list[Storage]:
         return self._memo(("method storages", method), lambda: self._read_method(method, depth))
 
     def _read_method(self, method: str, depth: int) -> list[Storage]:
-        got = self._method_of(method, "create_weights")
+        first = self._first_definer(method, "create_weights")
         short = _short(method)
-        if got is None:
+        if first is None:
             return [Storage("", short, UNKNOWN, "", "has no `create_weights` we can read")]
-        _owner, src, fn = got
+        if first[0] != "tree":
+            step = self._inherits(method, first, "inherits `create_weights` from")
+            return self._outside_storages(method, first, step)
+        got = self._method_of(first[1], "create_weights")
+        owner, src, fn = got
         if _abstract(fn):
             return []  # an interface (`raise NotImplementedError`): its subclasses are read instead
         registered = self._registered(fn, src, depth=0)
         delegated = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr == "create_weights"]
         out: list[Storage] = []
+        supers = [n for n in delegated if isinstance(n.func.value, ast.Call) and dotted(n.func.value.func) == "super"]
+        if supers and "weight" not in registered:
+            # `super().create_weights(...)`: the next class of the MRO that has one, in the tree or
+            # outside it (the catalogue's record), never every method of the package.
+            return self._super_storages(method, owner, supers[0], src, registered, depth)
         named = self._named_delegates(delegated, src, fn) if "weight" not in registered else []
         if named:
             # `KernelSpec().create_weights(layer, ...)`: the object is built here, its class named.
@@ -760,6 +848,23 @@ class CodeBackends:
                             (Evidence(f"`{short}.create_weights` registers {shown}", src.path, line),))]
         return [Storage("", short, UNKNOWN, "", "registers no parameter we can read",
                         (Evidence(f"`{short}.create_weights`", src.path, fn.lineno),))]
+
+    def _super_storages(self, method: str, owner: str, call: ast.Call, src: _Source, registered, depth: int):
+        short = _short(method)
+        step = Evidence(f"`{_short(owner)}.create_weights` calls `super().create_weights`", src.path, call.lineno)
+        target = self._first_definer(method, "create_weights", after=owner)
+        if target is None:
+            return [Storage("", short, UNKNOWN, "", "calls `super().create_weights`, which no base we can read "
+                            "defines", (step,))]
+        if target[0] != "tree":
+            return self._outside_storages(method, target, step)
+        after = self._after_loading(method)
+        inner = self._method_storages(target[1], depth + 1)
+        if after is not None and inner:
+            return [Storage("", short, after[0], after[1], after[2], (step, *after[3]),
+                            params=tuple(sorted({*inner[0].params, *registered})))]
+        return [Storage("", short, s.kind, s.dtype, s.what, (step, *s.evidence), s.typed,
+                        tuple(sorted({*s.params, *registered}))) for s in inner]
 
     def _named_delegates(self, delegated: list[ast.Call], src: _Source, fn) -> list[tuple[ast.Call, str | None]]:
         """The `create_weights` calls on an object built in the call itself (`Cls(...).create_weights`),
@@ -882,10 +987,20 @@ class CodeBackends:
     def _after_loading(self, method: str):
         """(kind, dtype, what, evidence) when `process_weights_after_loading` (or a project function
         it calls, three calls deep) repacks or deletes `weight`; None when it leaves it be."""
-        got = self._method_of(method, "process_weights_after_loading")
-        if got is None:
+        first = self._first_definer(method, "process_weights_after_loading")
+        if first is None:
             return None
-        _owner, src, fn = got
+        if first[0] == "unknown":
+            return (UNKNOWN, "", f"is processed after loading by `{first[1]}`, outside the tree, which no shipped "
+                    "catalogue records", (self._inherits(method, first, "inherits `process_weights_after_loading` "
+                                                                         "from"),))
+        if first[0] == "outside":
+            after = first[2][1]
+            if after is None:
+                return None
+            return (after.kind, after.dtype, after.what,
+                    (self._inherits(method, first, "inherits `process_weights_after_loading` from"), *after.evidence))
+        _owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
         return self._mutation(fn, src, depth=0, seen=set())
 
     def _kernel_after_loading(self, method: str):
@@ -894,10 +1009,16 @@ class CodeBackends:
         `self.fp8_linear = init_fp8_linear_kernel(...)` in `__init__`) and one of the kernel
         classes it can be repacks or deletes `weight`: the class built there, or the classes
         the factory's return annotation names and their subclasses in their package."""
-        got = self._method_of(method, "process_weights_after_loading")
-        if got is None:
+        first = self._first_definer(method, "process_weights_after_loading")
+        if first is None or first[0] == "unknown":
             return None
-        owner, src, fn = got
+        if first[0] == "outside":
+            kernel = first[2][3]
+            if kernel is None:
+                return None
+            return (kernel.kind, kernel.dtype, kernel.what,
+                    (self._inherits(method, first, "inherits `process_weights_after_loading` from"), *kernel.evidence))
+        owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
         for node in ast.walk(fn):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name)
@@ -967,11 +1088,10 @@ class CodeBackends:
             if isinstance(node, ast.Delete):
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "weight":
-                        return (ABSENT, "", "deletes `weight`", (Evidence("`del ...weight`", src.path, node.lineno),))
+                        return _deleted(fn, node, Evidence("`del ...weight`", src.path, node.lineno), src, assigns)
             if isinstance(node, ast.Call) and dotted(node.func) == "delattr" and len(node.args) == 2 \
                     and _const_str(node.args[1]) == "weight":
-                return (ABSENT, "", "deletes `weight`",
-                        (Evidence("`delattr(..., \"weight\")`", src.path, node.lineno),))
+                return _deleted(fn, node, Evidence("`delattr(..., \"weight\")`", src.path, node.lineno), src, assigns)
             value = None
             if isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == "replace_parameter" \
                     and len(node.args) >= 3 and _const_str(node.args[1]) == "weight":
@@ -1003,6 +1123,42 @@ class CodeBackends:
                 return (inner[0], inner[1], inner[2], (Evidence(f"`{fn.name}` calls `{dotted(node.func)}`", src.path,
                                                                  node.lineno), *inner[3]))
         return None
+
+
+# Packages whose classes never define a quant method's hooks: a base from them is passed over.
+_NO_HOOKS = frozenset({"abc", "typing", "typing_extensions", "builtins", "torch", "enum", "collections",
+                       "dataclasses", "functools"})
+
+
+def _catalogue_method(qualname: str):
+    from dtype_lint.analysis.catalogue import method_record  # the catalogue builds on this module
+
+    return method_record(qualname)
+
+
+def _deleted(fn, node: ast.AST, deletion: Evidence, src: _Source, assigns):
+    """`weight` deleted after loading: absent, unless a later statement of the function sets a new
+    one (`delattr(layer, "weight")`, then `layer.weight = Parameter(device_copy)`): then the new
+    one's storage, repacked or of a dtype not stated here."""
+    top = next((stmt for stmt in fn.body if any(n is node for n in ast.walk(stmt))), None)
+    later = fn.body[fn.body.index(top) + 1:] if top is not None else []
+    for stmt in later:
+        for inner in ast.walk(stmt):
+            value = None
+            target = inner.targets[0] if isinstance(inner, ast.Assign) and len(inner.targets) == 1 else None
+            if isinstance(target, ast.Attribute) and target.attr == "weight" and isinstance(target.value, ast.Name):
+                value = inner.value
+            elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
+                    and inner.func.attr == "register_parameter" and len(inner.args) >= 2 \
+                    and _const_str(inner.args[0]) == "weight":
+                value = inner.args[1]
+            if value is None:
+                continue
+            again = Evidence(f"`{ast.unparse(value)[:60]}` becomes `weight` again", src.path, inner.lineno)
+            if _repacked(value, assigns):
+                return (PACKED, "int32", "repacks `weight` to int32", (deletion, again))
+            return (UNKNOWN, "", "replaces `weight` after loading, in a dtype it does not state", (deletion, again))
+    return (ABSENT, "", "deletes `weight`", (deletion,))
 
 
 def _hands_layer(call: ast.Call) -> bool:

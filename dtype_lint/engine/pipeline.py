@@ -689,8 +689,8 @@ def reanalyze(result: RunResult, path: str, text: str) -> list[Finding]:
 
 
 def code_stamp() -> str:
-    """Changes when dtype-lint's own code changes (an editable install under development), so a
-    cache never outlives the rules that produced it."""
+    """Changes when dtype-lint's own code or shipped catalogues change (an editable install under
+    development), so a cache never outlives the rules and data that produced it."""
     import dtype_lint
     import dtype_lint.rules
 
@@ -701,7 +701,8 @@ def code_stamp() -> str:
             # the sub-packages by stage hold the engine; kernels and fixtures never change findings
             dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
             for name in sorted(names):
-                if name.endswith(".py"):
+                # the shipped catalogues too: the storage model's answers read them
+                if name.endswith(".py") or (name.startswith("catalogue-") and name.endswith(".json")):
                     path = os.path.join(folder, name)
                     rel = os.path.relpath(path, top)
                     with open(path, "rb") as f:  # the tool's own files: content, not mtime
