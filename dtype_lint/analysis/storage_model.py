@@ -224,6 +224,7 @@ class _Source:
 
     def __post_init__(self):
         self._parsed: dict = {}
+        self._class_defs: dict[int, dict[str, int] | None] = {}  # header line -> `_defs_of`
 
     def method(self, class_name: str, name: str):
         """The method `name` of top-level class `class_name`, parsed alone (None: not defined)."""
@@ -236,7 +237,18 @@ class _Source:
         got = self.header.classes.get(class_name)
         if got is None:
             return None
-        start = got[1] - 1
+        if got[1] not in self._class_defs:
+            self._class_defs[got[1]] = self._defs_of(got[1])
+        defs = self._class_defs[got[1]]
+        i = defs.get(name) if defs is not None else None
+        if i is None:
+            return None
+        return _parse_snippet(self.lines, i, _block_end(self.lines, i, _indent(self.lines[i])))
+
+    def _defs_of(self, header_line: int) -> dict[str, int] | None:
+        """Name -> index of the first `def` of that name in the class whose header is at this line
+        (None: no `class` line there), read once per class whatever methods are asked for."""
+        start = header_line - 1
         # The header's line is where the `class` keyword is; a decorated class's body follows it.
         while start < len(self.lines) and not self.lines[start].lstrip().startswith("class"):
             start += 1
@@ -244,11 +256,12 @@ class _Source:
             return None
         cls_indent = _indent(self.lines[start])
         end = _block_end(self.lines, start, cls_indent)
+        defs: dict[str, int] = {}
         for i in range(start + 1, end):
             m = _DEF.match(self.lines[i])
-            if m and m.group(2) == name and len(m.group(1).expandtabs()) > cls_indent:
-                return _parse_snippet(self.lines, i, _block_end(self.lines, i, _indent(self.lines[i])))
-        return None
+            if m and len(m.group(1).expandtabs()) > cls_indent:
+                defs.setdefault(m.group(2), i)
+        return defs
 
     def function(self, name: str):
         key = (None, name)
