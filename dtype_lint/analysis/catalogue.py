@@ -121,5 +121,5 @@ def default_model(project, config_params: tuple[str, ...] = ("quant_config",)) -
     """The tree's own backends first, then the shipped catalogue (engines imported, not scanned)."""
     from dtype_lint.analysis.platforms import PlatformNarrowing
 
-    code = CodeBackends(project, config_params)
+    code = CodeBackends(project, config_params, method_record)
     return StorageModel([code, CatalogueBackends()], PlatformNarrowing(code))

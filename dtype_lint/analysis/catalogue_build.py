@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dtype_lint.analysis.catalogue import method_record
 from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.analysis.platforms import PlatformNarrowing
 from dtype_lint.analysis.storage_model import CodeBackends, Storage
@@ -58,7 +59,7 @@ def compute(root: str | Path, dist: str, version: str) -> dict:
     os.chdir(root)  # paths as a check run in the tree shows them
     try:
         config, project = project_facts(".")
-        backends = CodeBackends(project, config.all_config_params)
+        backends = CodeBackends(project, config.all_config_params, method_record)
         registry = PlatformNarrowing(backends)
         table: list[Storage] = []
         index_of: dict[Storage, int] = {}

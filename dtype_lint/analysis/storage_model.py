@@ -286,10 +286,13 @@ class CodeBackends:
 
     name = "code"
 
-    def __init__(self, project, config_params: tuple[str, ...] = ("quant_config",)):
+    def __init__(self, project, config_params: tuple[str, ...] = ("quant_config",), method_lookup=None):
         self.project = project
         self.index: QuantizableLayerIndex = project.index
         self.config_params = config_params
+        # What the shipped catalogues record of a quant method class outside the tree
+        # (catalogue.method_record), handed in by the catalogue module that builds on this one.
+        self.method_lookup = method_lookup
 
     def _memo(self, key, build):
         """`build()` once per key for the whole run (shared by every file analysed against the
@@ -509,7 +512,7 @@ class CodeBackends:
                 continue
             if "." not in q or q.split(".", 1)[0] in _NO_HOOKS:
                 continue  # a name we cannot place, or `abc.ABC`, `torch.nn.Module`, `typing.Generic`
-            record = _catalogue_method(q)
+            record = self.method_lookup(q) if self.method_lookup else None
             if record is None:
                 return ("unknown", q)
             storages, _after, has_after, _kernel = record
@@ -1141,12 +1144,6 @@ class CodeBackends:
 # Packages whose classes never define a quant method's hooks: a base from them is passed over.
 _NO_HOOKS = frozenset({"abc", "typing", "typing_extensions", "builtins", "torch", "enum", "collections",
                        "dataclasses", "functools"})
-
-
-def _catalogue_method(qualname: str):
-    from dtype_lint.analysis.catalogue import method_record  # the catalogue builds on this module
-
-    return method_record(qualname)
 
 
 def _deleted(fn, node: ast.AST, deletion: Evidence, src: _Source, assigns):
