@@ -73,20 +73,8 @@ class FileGuards:
     def _module_function(self, name: str):
         """The top-level function `name` calls in this file: its own, or one imported from a
         project module (read through the index's file facts)."""
-        if name in self._own_functions:
-            return self._own_functions[name]
-        target = self._file.imports.get(name)
-        if target is None:
-            return None
-        project = self._file.project
-        module, _, attr = project.index.canonical(target).rpartition(".")
-        if project.index.modules.get(module) is None:
-            return None
-        module = lazy_owner(project, module, attr) or module
-        facts = project.file_facts(module)
-        tree = facts.tree if facts else None
-        return next((node for node in (tree.body if tree else [])
-                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr), None)
+        found = self._module_function_at(name)
+        return found[0] if found is not None else None
 
     # ---- `.weight` exists -------------------------------------------------------------------
     @functools.cached_property
