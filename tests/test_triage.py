@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import full_only
+from conftest import _release, full_only
 from release_runs import check_all, findings_json
 from test_vllm_real_world import MLA, PREFILL_FUNCS, function_spans
 
@@ -42,51 +42,31 @@ triage = _load_script()
 def vllm_omni_0300() -> Path:
     """Root of vllm-omni 0.30.0's `.py` tree: an out-of-tree project on vLLM's layers (the catalogue
     path), triaged held out: nobody tuned the tool to it."""
-    from dtype_lint import releases
-
-    try:
-        return releases.release_tree("vllm-omni", "0.30.0")
-    except releases.ReleaseFetchError as exc:
-        pytest.fail(f"vllm-omni 0.30.0 is needed and could not be fetched: {exc}", pytrace=False)
+    return _release("vllm-omni", "0.30.0")
 
 
 @pytest.fixture(scope="session")
 def vllm_ascend_0230() -> Path:
     """Root of vllm-ascend 0.23.0's `.py` tree: an out-of-tree platform plugin on vLLM's layers,
     triaged held out."""
-    from dtype_lint import releases
-
-    try:
-        return releases.release_tree("vllm-ascend", "0.23.0")
-    except releases.ReleaseFetchError as exc:
-        pytest.fail(f"vllm-ascend 0.23.0 is needed and could not be fetched: {exc}", pytrace=False)
+    return _release("vllm-ascend", "0.23.0")
 
 
 @pytest.fixture(scope="session")
 def tpu_inference_0320() -> Path:
     """Root of tpu-inference 0.32.0's `.py` tree: vLLM's TPU backend, a platform plugin on vLLM's
     layers with its own quantization configs, triaged held out."""
-    from dtype_lint import releases
-
-    try:
-        return releases.release_tree("tpu-inference", "0.32.0")
-    except releases.ReleaseFetchError as exc:
-        pytest.fail(f"tpu-inference 0.32.0 is needed and could not be fetched: {exc}", pytrace=False)
+    return _release("tpu-inference", "0.32.0")
 
 
 @pytest.fixture(scope="session")
 def ipex_llm_220() -> Path:
     """Root of ipex-llm 2.2.0's `.py` tree: Intel's low-bit library, which swaps a Hugging Face model's
     `nn.Linear` for its own packed low-bit linears and patches the model code, triaged held out."""
-    from dtype_lint import releases
-
-    try:
-        return releases.release_tree("ipex-llm", "2.2.0")
-    except releases.ReleaseFetchError as exc:
-        pytest.fail(f"ipex-llm 2.2.0 is needed and could not be fetched: {exc}", pytrace=False)
+    return _release("ipex-llm", "2.2.0")
 
 
-# fixture name -> verdict file name; the fixtures (tests/conftest.py, and the two above) fetch the trees.
+# fixture name -> verdict file name; the fixtures (tests/conftest.py, and the four above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
     "vllm_0300": "vllm-0.30.0",
