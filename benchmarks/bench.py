@@ -34,6 +34,7 @@ STAGES = Path(__file__).resolve().with_name("stages.py")
 RESULTS = Path(__file__).resolve().with_name("results")
 RUNNER = Path(__file__).resolve().with_name("runner.py")
 RUFF_VERSION = "0.17.6"  # pinned so that figures from different days compare
+SEMGREP_VERSION = "1.185.0"  # likewise (the reference row only)
 FLOOR = "read+prefilter"  # the floor: reading and prefiltering every file
 
 # Semgrep's rendering of the two DTL001 shapes DESIGN.md §7 measured it with.
@@ -200,29 +201,43 @@ def stage_note(info: dict) -> str:
 
 def find_ruff(install: bool, cache_root: Path) -> tuple[str | None, str]:
     """Path of a ruff binary and its version, or (None, why not)."""
-    # the test extra pins it beside the interpreter running the benchmark; else PATH
-    beside = Path(sys.executable).parent / ("ruff.exe" if os.name == "nt" else "ruff")
-    on_path = str(beside) if beside.is_file() else shutil.which("ruff")
+    return find_peer("ruff", RUFF_VERSION, install, cache_root)
+
+
+def find_semgrep(install: bool, cache_root: Path) -> tuple[str | None, str]:
+    """Path of a semgrep binary and its version, or (None, why not). Its wheel carries a compiled
+    core (about 390 MB installed with its dependencies): installed once into the cache, never
+    into the project's venv."""
+    return find_peer("semgrep", SEMGREP_VERSION, install, cache_root)
+
+
+def find_peer(name: str, version: str, install: bool, cache_root: Path) -> tuple[str | None, str]:
+    """Path of the peer tool `name` and its version: the one beside the interpreter running the
+    benchmark (the test extra pins ruff there), else on PATH, else `name==version` installed
+    once into a throwaway venv in the cache; or (None, why not)."""
+    exe = name + (".exe" if os.name == "nt" else "")
+    beside = Path(sys.executable).parent / exe
+    on_path = str(beside) if beside.is_file() else shutil.which(name)
     if on_path:
         return on_path, _version([on_path, "--version"])
-    venv = cache_root / f"bench-ruff-{RUFF_VERSION}"
-    binary = venv / ("Scripts/ruff.exe" if os.name == "nt" else "bin/ruff")
+    venv = cache_root / f"bench-{name}-{version}"
+    binary = venv / ("Scripts" if os.name == "nt" else "bin") / exe
     if binary.is_file():
         return str(binary), _version([str(binary), "--version"])
     if not install:
         return None, "not on PATH and not installed (--no-install)"
     # A throwaway venv beside the vLLM trees, never the project's: built aside, then renamed.
     cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".bench-ruff-", dir=cache_root))
+    tmp = Path(tempfile.mkdtemp(prefix=f".bench-{name}-", dir=cache_root))
     try:
         subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True,
                        capture_output=True, text=True)
         py = tmp / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
         proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               f"ruff=={RUFF_VERSION}"], capture_output=True, text=True)
+                               f"{name}=={version}"], capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
-            return None, f"could not install ruff=={RUFF_VERSION}: {' '.join(tail)}"
+            return None, f"could not install {name}=={version}: {' '.join(tail)}"
         try:
             os.rename(tmp, venv)
         except OSError:
@@ -230,7 +245,7 @@ def find_ruff(install: bool, cache_root: Path) -> tuple[str | None, str]:
                 raise
         return str(binary), _version([str(binary), "--version"])
     except (OSError, subprocess.CalledProcessError) as exc:
-        return None, f"could not create a venv for ruff: {exc}"
+        return None, f"could not create a venv for {name}: {exc}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -257,7 +272,8 @@ def suffix(scale: int) -> str:
     return "" if scale == 1 else f"@{scale}x"
 
 
-def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str]) -> list[Row]:
+def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str],
+               semgrep: tuple[str | None, str] = (None, "not looked for")) -> list[Row]:
     py = sys.executable
     rows: list[Row] = []
     ruff_bin, ruff_ver = ruff
@@ -323,16 +339,18 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str]) 
                             note=ruff_ver, status="ok" if base else "not available", scale=c.scale,
                             prepare=prepare))
         if c.scale == 1:
-            semgrep = shutil.which("semgrep")
-            if semgrep:
+            semgrep_bin, semgrep_note = semgrep
+            if semgrep_bin:
                 (work / "semgrep.yaml").write_text(SEMGREP_RULES, encoding="utf-8")
-                cmd = [semgrep, "scan", "--config", str(work / "semgrep.yaml"), "--metrics", "off",
-                       "--disable-version-check", "--quiet", tree_s]
-                rows.append(Row("semgrep", "semgrep, 2 patterns", cmd, work, files=n_files,
-                                note=_version([semgrep, "--version"]), ok_codes=(0, 1), reference=True))
+                # One job, as dtype-lint's `-j 1` row: CPU is compared, and semgrep's workers
+                # each load the rules and the parser again.
+                cmd = [semgrep_bin, "scan", "--config", str(work / "semgrep.yaml"), "--metrics", "off",
+                       "--disable-version-check", "--quiet", "--jobs", "1", tree_s]
+                rows.append(Row("semgrep", "semgrep, 2 patterns, -j 1", cmd, work, files=n_files,
+                                note=semgrep_note, ok_codes=(0, 1), reference=True))
             else:
                 rows.append(Row("semgrep", "semgrep, 2 patterns", None, work,
-                                status="not available", note="not on PATH"))
+                                status="not available", note=semgrep_note))
     return rows
 
 
@@ -584,8 +602,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", action="store_true",
                     help=f"write both to {RESULTS.relative_to(REPO)}/<date>-<host>.{{json,md}}")
     ap.add_argument("--no-install", action="store_true",
-                    help="do not create a throwaway venv for ruff when it is not on PATH")
+                    help="do not create a throwaway venv for ruff or semgrep when it is not on PATH")
     ap.add_argument("--ruff", metavar="PATH", help="the ruff binary to measure (else PATH, else installed)")
+    ap.add_argument("--semgrep", metavar="PATH",
+                    help="the semgrep binary for the reference row (else PATH, else installed)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
@@ -634,6 +654,11 @@ def main(argv: list[str] | None = None) -> int:
         find_ruff(not args.no_install, releases.cache_root())
     if ruff[0] is None:
         log(f"ruff not available: {ruff[1]}")
+    semgrep_bin = os.path.abspath(args.semgrep) if args.semgrep and os.sep in args.semgrep else args.semgrep
+    semgrep = (semgrep_bin, _version([semgrep_bin, "--version"])) if semgrep_bin else \
+        find_semgrep(not args.no_install, releases.cache_root())
+    if semgrep[0] is None:
+        log(f"semgrep not available: {semgrep[1]}")
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     with tempfile.TemporaryDirectory(prefix="dtype-lint-bench-") as work_s:
         work = Path(work_s)
@@ -653,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
                 return root / (f"{top[head]}/{rest}" if rest else top[rel[:-3]] + ".py")
 
             corpora.append(Corpus(scale, root, where(site), where(clean)))
-        every = build_rows(corpora, work, ruff)
+        every = build_rows(corpora, work, ruff, semgrep)
         rows = select_rows(every, [p for p in args.rows.split(",") if p]) if args.rows else every
         with Runner() as runner:
             warm_up(runner, every, args.timeout, log)  # the caches every row expects, measured or not
