@@ -129,7 +129,8 @@ def _carried(ch, sources, span: tuple[int, int] | None = None) -> tuple[str, boo
     if absent:
         return (f"{len(absent)} of the {len(lines)} rewritten lines are in no patched source ({where}): "
                 f"`{absent[0]}`"), False
-    return f"each of the {len(lines)} rewritten lines is in the patched {where} (a line-by-line check)", bool(lines)
+    said = "the one rewritten line is" if len(lines) == 1 else f"each of the {len(lines)} rewritten lines is"
+    return f"{said} in the patched {where} (a line-by-line check)", bool(lines)
 
 
 def _without_src(path: str) -> str:
