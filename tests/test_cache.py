@@ -384,3 +384,36 @@ def test_results_do_not_depend_on_how_many_parsed_files_are_kept(tmp_path: Path,
     # What an evicted and rebuilt entry read still counts: a change there invalidates.
     (root / "proj/pkg/__init__.py").write_text("from .plain import Inner\n")
     assert [Path(f["path"]).name for f in shown(run(root))] == ["b.py", "c.py"]
+
+
+def test_the_code_stamp_follows_the_tools_code_and_shipped_catalogues(tmp_path: Path, monkeypatch):
+    """The cache key's code stamp must change with any engine or rule module and with a shipped
+    catalogue (the storage model's answers read them), and must not with what never changes a
+    finding (kernels, fixtures, other data files)."""
+    import dtype_lint
+    import dtype_lint.rules
+    from dtype_lint.engine.pipeline import code_stamp
+
+    pkg, rules = tmp_path / "dtype_lint", tmp_path / "rules"
+    for folder in (pkg / "data", pkg / "kernels_ref", rules):
+        folder.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "data" / "catalogue-vllm-0.33.0.json").write_text("{}", encoding="utf-8")
+    (pkg / "kernels_ref" / "k.py").write_text("x = 1\n", encoding="utf-8")
+    (pkg / "notes.md").write_text("a\n", encoding="utf-8")
+    (rules / "__init__.py").write_text("", encoding="utf-8")
+    (rules / "dtl001.py").write_text("CODE = 1\n", encoding="utf-8")
+    monkeypatch.setattr(dtype_lint, "__file__", str(pkg / "__init__.py"))
+    monkeypatch.setattr(dtype_lint.rules, "__file__", str(rules / "__init__.py"))
+
+    first = code_stamp()
+    for ignored, text in ((pkg / "kernels_ref" / "k.py", "x = 2\n"), (pkg / "notes.md", "b\n")):
+        ignored.write_text(text, encoding="utf-8")
+        assert code_stamp() == first, ignored
+    seen = {first}
+    for changed, text in ((pkg / "data" / "catalogue-vllm-0.33.0.json", '{"a": 1}'),
+                          (rules / "dtl001.py", "CODE = 2\n"), (pkg / "__init__.py", "# x\n")):
+        changed.write_text(text, encoding="utf-8")
+        now = code_stamp()
+        assert now not in seen, changed
+        seen.add(now)
