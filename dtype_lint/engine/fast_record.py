@@ -82,6 +82,11 @@ def forget() -> None:
     _VALIDATED.clear()
 
 
+def validated_key(path: str, config_path: str, root: str) -> tuple[int, int] | None:
+    """The (mtime, size) of the record file this process last found true, or None."""
+    return _VALIDATED.get((path, config_path, root))
+
+
 def _file_key(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
