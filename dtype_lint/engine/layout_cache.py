@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from dtype_lint.engine.discovery import DEFAULT_EXCLUDES, Excluder, Found, discover_files
+from dtype_lint.engine.fast_record import folder_mtime
 
 RECORD_NAME = "project-files.json"
 RECORD_FORMAT = 1
@@ -88,6 +89,9 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
             return None
         excluder = Excluder(DEFAULT_EXCLUDES + tuple(excludes))
         for folder, mtime, listing in record["folders"]:
+            # A folder the fast path's record checked a moment ago in this run is not stat'ed again.
+            if folder_mtime(folder) == mtime:
+                continue
             try:
                 if os.stat(folder).st_mtime_ns == mtime:
                     continue
