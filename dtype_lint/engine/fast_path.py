@@ -108,8 +108,10 @@ def _clean_exit(argv: list[str]) -> int | None:
 def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
     """Print the run memo's answer as `cli._check` prints a run's (the report, then the warnings)
     and return the exit code, or None when there is none to trust (run_memo.py)."""
+    if fmt not in ("text", "concise") or sys.stdout.isatty():
+        return None  # a terminal (`--color never`) is written to by rich, as the full run does
     entry = run_memo.load()
-    if entry is None or fmt not in ("text", "concise"):
+    if entry is None:
         return None
     from dtype_lint.findings import Finding
 

@@ -133,8 +133,9 @@ def _load_record(path: str, config_path: str, root: str) -> dict | None:
         if _stamp_or_none(real) != s:
             return None
     seen = {}
+    lead = os.path.join(root, "")
     for rel, ns in dirs.items():
-        folder = root if rel == "." else os.path.join(root, rel)
+        folder = root if rel == "." else lead + rel  # relative paths (layout_of's): os.path.join's result
         try:
             if os.stat(folder).st_mtime_ns != ns:
                 return None
