@@ -106,9 +106,10 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
         append = out.append
         new = tuple.__new__  # Found(...) through its generated __new__ is half the time again
         sep = os.sep
+        lead_of = _leads(root_arg)
         for rel, real_dir, prefix, rows in record["dirs"]:
             # Joined by hand below: os.path.join costs more than the rest of the loop.
-            lead = _lead(root_arg, rel)
+            lead = lead_of(rel)
             real_lead = real_dir.rstrip(sep) + sep
             package = prefix[:-1]
             for row in rows:
@@ -178,6 +179,19 @@ def _lead(root_arg: str, rel: str) -> str:
     `root_arg`: the scandir path, without the `./` a walk of `.` would put first."""
     lead = os.path.join(root_arg, rel, "")
     return lead[2:] if lead.startswith("." + os.sep) else lead
+
+
+def _leads(root_arg: str):
+    """`_lead` for one `root_arg` and many folders, joined by hand: `rel` is relative and does
+    not end with a separator (os.path.relpath's, or ""), so os.path.join adds exactly one."""
+    head = os.path.join(root_arg, "")
+    dot = "." + os.sep
+
+    def lead(rel: str) -> str:
+        joined = head + rel + os.sep if rel else head
+        return joined[2:] if joined.startswith(dot) else joined
+
+    return lead
 
 
 def _stem(name: str) -> str:

@@ -390,9 +390,8 @@ class _Project:
 
     def display_of(self, real: str) -> str:
         if self._by_real is None:
-            self._by_real = {}
-            for f in self._index_found:
-                self._by_real.setdefault(f.real, f.path)
+            # The first file of each real path (reversed: a later one is overwritten by it).
+            self._by_real = {f.real: f.path for f in reversed(self._index_found)}
             self._by_real.update((f.real, f.path) for f in self._found)
         d = self._by_real.get(real)
         return d if d is not None else real
