@@ -191,3 +191,23 @@ def test_a_file_whose_analysis_depends_on_other_files_without_being_read_is_not_
     dtl(project, "check", "--exit-zero", ".")
     dtl(project, "check", "vllm/site.py", "vllm/caller.py")
     assert memo(project, "check", "vllm/site.py", "vllm/caller.py")[0] is None
+
+
+def test_no_answer_is_kept_where_the_fast_paths_record_does_not_watch_a_folder(project: Path):
+    """The memo trusts the fast path's record for the project's file list only where it lists
+    every folder of that list (today's walks agree: a guard against their drifting apart)."""
+    import json
+
+    from dtype_lint.engine.fast_record import RECORD_NAME
+
+    path = project / ".dtype_lint_cache" / RECORD_NAME
+    record = json.loads(path.read_text())
+    del record["dirs"]["vllm"]  # still true: it checks only what it lists
+    path.write_text(json.dumps(record))
+    dtl(project, "check", "vllm/site.py")
+    dtl(project, "check", "vllm/site.py")
+    assert memo(project, "check", "vllm/site.py")[0] is None
+    record["dirs"]["vllm"] = (project / "vllm").stat().st_mtime_ns
+    path.write_text(json.dumps(record))
+    dtl(project, "check", "vllm/site.py")
+    assert memo(project, "check", "vllm/site.py")[0] == 1

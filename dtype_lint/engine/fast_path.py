@@ -4,7 +4,9 @@ Pre-commit runs `dtype-lint check --no-progress FILE...` after every edit, and m
 hold no site. Before the pipeline, the rules or rich are imported (0.1-0.2 s of a 0.2 s run), this
 module reads the named files and decides whether any of them could give a finding. When none can,
 it prints what the full run would print ("All checks passed! (N files checked)", or nothing with
-`-q`) and exits 0; otherwise it returns None and the full run follows, as if it had not been here.
+`-q`) and exits 0. When one can, the answer the last full run on the same files kept
+(run_memo.py) is printed instead, if nothing it depends on changed; otherwise it returns None and
+the full run follows, as if it had not been here (and keeps its answer for the next one).
 
 A file cannot give a finding when:
 - no rule's own prefilter passes on it (its marker AND one of its patterns: `prefilter.Prefilter`);

@@ -76,8 +76,11 @@ def _key(root_abs: str, excludes: tuple[str, ...]) -> list:
     return [RECORD_FORMAT, tool_stamp(), root_abs, list(excludes), _root_ignores(root_abs)]
 
 
-def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ...]) -> list[Found] | None:
-    """The walk's files from the record, or None when it is missing or no longer true."""
+def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ...],
+         untracked: list[str] | None = None) -> list[Found] | None:
+    """The walk's files from the record, or None when it is missing or no longer true.
+    `untracked`: gets the folders of the record that the fast path's record, found true in this
+    run, does not list (the run memo trusts the file list only where that record watches it)."""
     from dtype_lint.engine.safe_read import read_bytes
 
     try:
@@ -90,8 +93,11 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
         excluder = Excluder(DEFAULT_EXCLUDES + tuple(excludes))
         for folder, mtime, listing in record["folders"]:
             # A folder the fast path's record checked a moment ago in this run is not stat'ed again.
-            if folder_mtime(folder) == mtime:
+            seen = folder_mtime(folder)
+            if seen == mtime:
                 continue
+            if seen is None and untracked is not None:
+                untracked.append(folder)
             try:
                 if os.stat(folder).st_mtime_ns == mtime:
                     continue

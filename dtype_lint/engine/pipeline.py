@@ -312,8 +312,9 @@ class _Layout:
 
     reuse: bool
     pending: tuple[str, dict] | None = None  # (record path, record): written with the cache
-    # The file list came from a record, or its walk made one: no link, no unreadable .gitignore
-    # in the way (what the run memo needs to trust folder stamps for it, run_memo.py).
+    # The file list came from its record (no link, no unreadable .gitignore in the way), every
+    # folder of which the fast path's record watches: what the run memo needs to trust that
+    # record's folder stamps for it (run_memo.py).
     kept: bool = False
 
     def project_files(self, config: Config, root: str, temps: list[str] | None,
@@ -324,9 +325,10 @@ class _Layout:
         root_abs = os.path.abspath(config.root)
         record_path = os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME)
         if self.reuse:
-            kept = layout_cache.load(record_path, root, root_abs, excludes)
+            untracked: list[str] = []
+            kept = layout_cache.load(record_path, root, root_abs, excludes, untracked)
             if kept is not None:
-                self.kept = True
+                self.kept = not untracked
                 return kept
         return self.walked(config, root, temps, messages)
 
@@ -338,7 +340,6 @@ class _Layout:
         files, record = layout_cache.walk(root, root_abs, tuple(config.exclude), temps, messages)
         if record is not None and self.reuse:
             self.pending = (os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME), record)
-            self.kept = True
         return files
 
     def save(self, writer) -> None:

@@ -15,7 +15,8 @@ checked and analysed, the warnings, and what they depend on:
   every folder of the project are as they were, so the project's file list is the one this run
   had, and with it every module name, which file defines it and each folder's listing (the
   memo is kept only when that list came from the walk's record, layout_cache.py, which is never
-  kept where a link or an unreadable .gitignore is in the way);
+  kept where a link or an unreadable .gitignore is in the way, and when the fast path's record
+  lists every folder of it);
 - the stamp of each named file and of every file its analysis read (its findings entry's,
   cache.py): with the file list the same, these are all that a cached findings entry is checked
   against;
