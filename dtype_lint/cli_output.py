@@ -74,7 +74,9 @@ def rule_infos() -> dict:
     return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
 
 
-def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, read_source, out) -> None:
+def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, read_source, out,
+            rules: dict | None = None) -> None:
+    """`rules`: the rules' metadata for the report (default: every rule's, which imports them)."""
     from dtype_lint.reporters import RunSummary, render
 
     summary = RunSummary(
@@ -86,7 +88,8 @@ def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, re
     )
     color = {"always": True, "never": False}.get(args.color)
     statistics = "table" if args.statistics_table else ("lines" if args.statistics else False)
-    render(args.output_format or "text", findings, summary, out, read_source=read_source, rules=rule_infos(),
+    render(args.output_format or "text", findings, summary, out, read_source=read_source,
+           rules=rule_infos() if rules is None else rules,
            color=color, statistics=statistics)
 
 

@@ -168,3 +168,64 @@ def test_a_new_backend_in_the_package_is_seen(tree, builds):
 def test_no_cache_neither_reads_nor_writes_answers(tree, builds):
     _findings(tree, ".", "--no-cache")
     assert not (tree / ".dtype_lint_cache").exists() or not list((tree / ".dtype_lint_cache").glob("v2-*/s/*"))
+
+
+# ---- the platforms' admissions ------------------------------------------------------------------
+
+PLUGIN = Path(__file__).resolve().parents[1] / "fixtures" / "platform_plugin"  # see test_platforms.py
+
+
+@pytest.fixture
+def plugin(tmp_path) -> Path:
+    import shutil
+
+    root = tmp_path / "platform_plugin"
+    shutil.copytree(PLUGIN, root)
+    return root
+
+
+@pytest.fixture
+def admitted(monkeypatch) -> list[int]:
+    """One entry per computation of the platforms' admissions (not read from disk)."""
+    from dtype_lint.analysis import platforms
+
+    seen: list[int] = []
+    real = platforms.admissions
+
+    def counting(*args, **kwargs):
+        seen.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(platforms, "admissions", counting)
+    return seen
+
+
+SHARD = "npuplug/ops/shard.py"
+
+
+def test_the_platforms_admissions_are_read_from_disk_while_the_platform_modules_are_the_same(plugin, admitted):
+    cold = _findings(plugin, ".", "--no-cache")
+    assert [f["code"] for f in cold] == ["DTL001"]  # narrowed to the platform's two backends
+    assert _findings(plugin, ".") == cold and admitted
+    admitted.clear()
+    _edit(plugin / SHARD)
+    assert _findings(plugin, SHARD) == cold
+    assert admitted == []  # kept with the storages' answers
+
+    # A platform module added anywhere is no read of the kept answer: the list of them is checked.
+    second = plugin / "npuplug" / "deep" / "platforms.py"
+    second.parent.mkdir()
+    second.write_text("from vllm.platforms import Platform\n\n\nclass OtherPlatform(Platform):\n"
+                      "    supported_quantization = [\"auto_awq\"]\n", encoding="utf-8")
+    _edit(plugin / SHARD)
+    widened = _findings(plugin, SHARD)
+    assert admitted and widened == _findings(plugin, ".", "--no-cache")
+    assert {f["code"] for f in widened} == {"DTL001", "DTL003"}  # the union admits AutoAWQ
+
+    # An edit of a platform's list reaches the answer through its file's stamp.
+    admitted.clear()
+    second.write_text(second.read_text(encoding="utf-8").replace('["auto_awq"]', '["fp8"]'), encoding="utf-8")
+    _edit(plugin / SHARD)
+    narrowed = _findings(plugin, SHARD)
+    assert admitted and narrowed == _findings(plugin, ".", "--no-cache")
+    assert [f["code"] for f in narrowed] == ["DTL001"]  # AutoAWQ is out again

@@ -4,6 +4,8 @@ while every folder's listing and every .gitignore is what the walk saw."""
 import os
 from pathlib import Path
 
+import pytest
+
 from dtype_lint.engine import layout_cache
 from dtype_lint.engine.discovery import discover_files
 
@@ -136,3 +138,11 @@ def test_a_change_to_info_exclude_invalidates(tmp_path, monkeypatch):
     (root / ".git" / "info" / "exclude").write_text("tool.py\n")
     assert layout_cache.load(path, ".", str(root), ()) is None
     assert "tool.py" not in {f.path for f in discover_files(["."], (), root)}
+
+
+@pytest.mark.parametrize("root_arg", [".", "./", "..", "../p", "a/b", "a/", "/abs/root", "/"])
+def test_the_loads_leads_are_the_walks(root_arg):
+    """`load` joins each folder's lead by hand; it must be what `walk` recorded with `_lead`."""
+    lead = layout_cache._leads(root_arg)
+    for rel in ("", "x", "x/y", ".hidden", "x/.y"):
+        assert lead(rel) == layout_cache._lead(root_arg, rel), (root_arg, rel)

@@ -316,6 +316,63 @@ def test_text_span_outside_source_has_no_frame():
     assert out == "t.py:99:1: DTL001 m\n  = no fix: why\n\nFound 1 finding; 12 files checked\n"
 
 
+def _through_rich(findings, summary=SUMMARY, src=read_source) -> str:
+    """The text report as rich prints it without colour (what `text` did before it had a plain
+    path): the same layout rows, each through `Console.print(row, soft_wrap=True)`."""
+    from dtype_lint.reporters import text
+    from dtype_lint.reporters._common import RenderContext, remaining
+    from dtype_lint.reporters._console import make_console
+
+    out = io.StringIO()
+    console = make_console(out, False)
+    ctx = RenderContext(read_source=src, rules=RULES, color=False, given_codes=tuple(RULES))
+    for f in remaining(findings):
+        console.print(text.header(f, summary.unsafe_fixes_enabled), soft_wrap=True)
+        source = ctx.source(f.path)
+        framed = text.frame(f, source) if source is not None else None
+        w = 1
+        if framed is not None:
+            rows, w = framed
+            for row in rows:
+                console.print(row, soft_wrap=True)
+        for row in text.notes(f, w):
+            console.print(row, soft_wrap=True)
+        console.print()
+    console.print(text._rich_text()(summary_line(tally(findings, summary))), soft_wrap=True)
+    return out.getvalue()
+
+
+def test_plain_text_is_what_rich_prints():
+    """Into a pipe without colour `text` writes without rich: the same characters, whatever
+    the messages and sources hold (tabs after wide characters, the control characters rich
+    drops, escape sequences it keeps, line breaks inside a message)."""
+    odd = "t\u00e9st \u6ce8\u610f\tmid\ttab \r\x07\x08\x0b\x0c bell \x1b[31m esc\nsecond\tline  "
+    src = 'def f(x):\n\ty = "\u6ce8\u610f";\tx = x.to(L.weight.dtype)\r\n\treturn x\x0c\n'
+    extra = [
+        Finding("DTL001", odd, "t.py", Span(2, 5, 2, 30), scope="f", expression=odd,
+                evidence=(Evidence(odd, "t.py", 2), Evidence("\tno place", "", 0)), no_fix_reason=odd),
+        Finding("DTL002", "m\t\u00e9", "t.py", Span(1, 1, 3, 2), fix=Fix(odd, False, (Edit(0, 1, "x"),))),
+    ]
+    sources = dict(SOURCES, **{"t.py": src})
+    for findings in (sample_findings(), extra, sample_findings() + extra, []):
+        plain = run("text", findings=findings, read_source=sources.get)
+        assert plain == _through_rich(findings, src=sources.get)
+
+
+def test_plain_text_does_not_import_rich():
+    code = """
+import io, sys
+from dtype_lint.reporters import render, RunSummary
+from dtype_lint.findings import Finding, Span
+render("text", [Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))], RunSummary(1, 1, 0.0),
+       io.StringIO(), read_source=lambda p: "x = 1\\n", rules={})
+leaked = sorted(m for m in sys.modules if m == "rich" or m.startswith("rich."))
+assert not leaked, leaked
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_read_source_errors_are_not_fatal():
     def boom(path):
         raise OSError("gone")

@@ -79,7 +79,13 @@ class Narrowing:
 
 def platform_modules(index) -> list[str]:
     """The modules named `platform`/`platforms`, or inside a package of that name (no file read)."""
-    return [m for m, _path in index.modules.module_paths() if "platform" in m and _PLATFORM_PARTS & set(m.split("."))]
+    return platform_module_names(index.modules)
+
+
+def platform_module_names(table) -> list[str]:
+    """`platform_modules` of a module table (engine/facts_cache.py checks a kept answer with it:
+    this enumeration is no read the index records)."""
+    return [m for m, _path in table.module_paths() if "platform" in m and _PLATFORM_PARTS & set(m.split("."))]
 
 
 def admissions(index, load_file, resolve_constant) -> list[Admission]:

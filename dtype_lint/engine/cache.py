@@ -166,6 +166,20 @@ class Cache:
             "listings": {self.rel(k): v for k, v in sorted((listings or {}).items())},
         })
 
+    def findings_reads(self, real: str) -> tuple[str, dict[str, str]] | None:
+        """(the file's stamp, real path -> stamp of every file its analysis read) of the findings
+        entry of `real` this run wrote or found, or None (engine/run_memo.py keeps these)."""
+        if not self.enabled:
+            return None
+        rel = self.rel(real)
+        pending = self._pending.get(f"f/{rel}")
+        entry = decode(pending) if pending is not None else _read_json(self._entry("f", rel))
+        if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
+                and isinstance(entry.get("files"), dict)
+                and all(isinstance(v, str) for v in entry["files"].values())):
+            return None
+        return entry["s"], {self.real(dep): s for dep, s in entry["files"].items()}
+
     # ---- other entries (engine/facts_cache.py) ------------------------------------------------
     def entry(self, kind: str, name: str):
         """The payload of the entry `name` of `kind`, or None (disabled, missing, not ours)."""
@@ -305,7 +319,7 @@ def _ours(name: str) -> bool:
     """A name dtype-lint puts in its cache folder (this format's, the single-file format's)."""
     from dtype_lint.engine.writer import is_temp_name
 
-    return name in ("tmp", "fast-path.json") or name.startswith(f"{FORMAT}-") or \
+    return name in ("tmp", "fast-path.json", "run-memo.json") or name.startswith(f"{FORMAT}-") or \
         (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
 
 

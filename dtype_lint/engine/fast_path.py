@@ -4,7 +4,9 @@ Pre-commit runs `dtype-lint check --no-progress FILE...` after every edit, and m
 hold no site. Before the pipeline, the rules or rich are imported (0.1-0.2 s of a 0.2 s run), this
 module reads the named files and decides whether any of them could give a finding. When none can,
 it prints what the full run would print ("All checks passed! (N files checked)", or nothing with
-`-q`) and exits 0; otherwise it returns None and the full run follows, as if it had not been here.
+`-q`) and exits 0. When one can, the answer the last full run on the same files kept
+(run_memo.py) is printed instead, if nothing it depends on changed; otherwise it returns None and
+the full run follows, as if it had not been here (and keeps its answer for the next one).
 
 A file cannot give a finding when:
 - no rule's own prefilter passes on it (its marker AND one of its patterns: `prefilter.Prefilter`);
@@ -36,7 +38,8 @@ import os
 import re
 import sys
 
-from dtype_lint.engine.fast_record import RECORD_NAME, forget, load_record
+from dtype_lint.engine import run_memo
+from dtype_lint.engine.fast_record import RECORD_NAME, forget, load_record, validated_key
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
 from dtype_lint.engine.safe_read import read_bytes
 from dtype_lint.engine.text_facts import helper_shaped_bodies
@@ -57,12 +60,14 @@ def try_clean_exit(argv: list[str]) -> int | None:
     if _already_tried:
         return None
     forget()
+    run_memo.forget()
     try:
         code = _clean_exit(argv)
     except (OSError, ValueError, UnicodeError, RecursionError):
         code = None  # anything odd is the full run's to report
     if code is not None:
         forget()  # what it validated serves only the full run it would fall back to
+        run_memo.forget()
     return code
 
 
@@ -70,7 +75,7 @@ def _clean_exit(argv: list[str]) -> int | None:
     options = _options(argv)
     if options is None:
         return None
-    paths, quiet, color = options
+    paths, quiet, color, fmt = options
     if color == "always" or (color == "auto" and sys.stdout.isatty()):
         return None
     config = _find_config(paths[0])
@@ -79,7 +84,8 @@ def _clean_exit(argv: list[str]) -> int | None:
     config_path, root, cache_dir, table = config
     if ("--force-exclude" in argv or table.get("force-exclude")) and _any_excluded(paths, root, table):
         return None  # the full run leaves it out, and counts the rest
-    record = load_record(os.path.join(root, cache_dir, RECORD_NAME), config_path, root)
+    record_path = os.path.join(root, cache_dir, RECORD_NAME)
+    record = load_record(record_path, config_path, root)
     if record is None:
         return None
     rules = Prefilter([_RuleText(m, tuple(p)) for _, m, p in record["rules"]])
@@ -89,22 +95,76 @@ def _clean_exit(argv: list[str]) -> int | None:
         real = os.path.realpath(path)
         reals.add(real)
         if _may_give_findings(path, rules, layout):
-            return None
+            record_key = validated_key(record_path, config_path, root)
+            if record_key is None:
+                return None
+            # The full run keeps its answer for these files; unchanged since, it is printed again.
+            run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv)
+            return _replay(quiet, color, fmt, "--exit-zero" in argv)
     if not quiet:
         n = len(reals)
         sys.stdout.write(f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n")
     return 0
 
 
-def _options(argv: list[str]) -> tuple[list[str], bool, str] | None:
-    """(paths, quiet, colour) of a plain `check` of files, or None for anything else."""
+def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
+    """Print the run memo's answer as `cli._check` prints a run's (the report, then the warnings)
+    and return the exit code, or None when there is none to trust (run_memo.py)."""
+    if fmt not in ("text", "concise") or sys.stdout.isatty():
+        return None  # a terminal (`--color never`) is written to by rich, as the full run does
+    entry = run_memo.load()
+    if entry is None:
+        return None
+    from dtype_lint.findings import Finding
+
+    try:
+        found = [Finding.from_dict(d) for d in entry["findings"]]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    import io
+    from types import SimpleNamespace
+
+    from dtype_lint.cli_output import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _printable, _render
+
+    args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color=color, statistics=False, statistics_table=False,
+                           output_format=fmt)
+    out = io.StringIO()  # printed once all of it is made: a failure falls back with nothing printed
+    try:
+        # `text` and `concise` read no rule metadata: the rules are not imported for it.
+        _render(found, [], args, entry["checked"], entry["analyzed"], 0.0, _read_source, out, rules={})
+    except Exception:  # an entry of another shape: the full run's to report
+        return None
+    try:
+        sys.stdout.write(out.getvalue())
+        sys.stdout.flush()
+    except BrokenPipeError:  # as cli.main: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    for warning in entry["warnings"]:
+        print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
+    return EXIT_CLEAN if exit_zero or not found else EXIT_FINDINGS
+
+
+def _read_source(path: str) -> str | None:
+    """analysis.file_analysis.safe_read, without importing the analysis."""
+    from dtype_lint.engine.source import READ_ERRORS, read_file
+
+    try:
+        return read_file(path).text
+    except READ_ERRORS:
+        return None
+
+
+def _options(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
+    """(paths, quiet, colour, output format) of a plain `check` of files, or None for anything
+    else."""
     args = list(argv)
     if args and args[0] == "check":
         args = args[1:]
     elif not args or args[0] in _COMMANDS:
         return None
     paths: list[str] = []
-    quiet, color = False, "auto"
+    quiet, color, fmt = False, "auto", "text"
     i = 0
     while i < len(args):
         a = args[i]
@@ -119,12 +179,16 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str] | None:
                 color = value
             elif value not in ("text", "concise"):
                 return None
+            else:
+                fmt = value
         elif a.startswith(("--color=", "--output-format=")):
             key, _, value = a.partition("=")
             if key == "--color":
                 color = value
             elif value not in ("text", "concise"):
                 return None
+            else:
+                fmt = value
         elif a == "--":
             paths.extend(args[i + 1:])
             break
@@ -142,7 +206,7 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str] | None:
             return None
         if not os.path.isfile(p):
             return None
-    return paths, quiet, color
+    return paths, quiet, color, fmt
 
 
 def _find_config(first_path: str) -> tuple[str, str, str] | None:

@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from dtype_lint.engine.discovery import DEFAULT_EXCLUDES, Excluder, Found, discover_files
+from dtype_lint.engine.fast_record import folder_mtime
 
 RECORD_NAME = "project-files.json"
 RECORD_FORMAT = 1
@@ -75,8 +76,11 @@ def _key(root_abs: str, excludes: tuple[str, ...]) -> list:
     return [RECORD_FORMAT, tool_stamp(), root_abs, list(excludes), _root_ignores(root_abs)]
 
 
-def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ...]) -> list[Found] | None:
-    """The walk's files from the record, or None when it is missing or no longer true."""
+def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ...],
+         untracked: list[str] | None = None) -> list[Found] | None:
+    """The walk's files from the record, or None when it is missing or no longer true.
+    `untracked`: gets the folders of the record that the fast path's record, found true in this
+    run, does not list (the run memo trusts the file list only where that record watches it)."""
     from dtype_lint.engine.safe_read import read_bytes
 
     try:
@@ -88,6 +92,12 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
             return None
         excluder = Excluder(DEFAULT_EXCLUDES + tuple(excludes))
         for folder, mtime, listing in record["folders"]:
+            # A folder the fast path's record checked a moment ago in this run is not stat'ed again.
+            seen = folder_mtime(folder)
+            if seen == mtime:
+                continue
+            if seen is None and untracked is not None:
+                untracked.append(folder)
             try:
                 if os.stat(folder).st_mtime_ns == mtime:
                     continue
@@ -102,9 +112,10 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
         append = out.append
         new = tuple.__new__  # Found(...) through its generated __new__ is half the time again
         sep = os.sep
+        lead_of = _leads(root_arg)
         for rel, real_dir, prefix, rows in record["dirs"]:
             # Joined by hand below: os.path.join costs more than the rest of the loop.
-            lead = _lead(root_arg, rel)
+            lead = lead_of(rel)
             real_lead = real_dir.rstrip(sep) + sep
             package = prefix[:-1]
             for row in rows:
@@ -174,6 +185,19 @@ def _lead(root_arg: str, rel: str) -> str:
     `root_arg`: the scandir path, without the `./` a walk of `.` would put first."""
     lead = os.path.join(root_arg, rel, "")
     return lead[2:] if lead.startswith("." + os.sep) else lead
+
+
+def _leads(root_arg: str):
+    """`_lead` for one `root_arg` and many folders, joined by hand: `rel` is relative and does
+    not end with a separator (os.path.relpath's, or ""), so os.path.join adds exactly one."""
+    head = os.path.join(root_arg, "")
+    dot = "." + os.sep
+
+    def lead(rel: str) -> str:
+        joined = head + rel + os.sep if rel else head
+        return joined[2:] if joined.startswith(dot) else joined
+
+    return lead
 
 
 def _stem(name: str) -> str:

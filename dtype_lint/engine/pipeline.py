@@ -35,11 +35,12 @@ from dtype_lint.analysis.class_index import (
 )
 from dtype_lint.analysis.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
 from dtype_lint.config import Config
-from dtype_lint.engine import trees
+from dtype_lint.engine import run_memo, trees
 from dtype_lint.engine.cache import Cache
 from dtype_lint.engine.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from dtype_lint.engine.fast_record import forget as forget_validated_record
 from dtype_lint.engine.fast_record import save_record
+from dtype_lint.engine.file_stamp import file_stamp as _stamp
 from dtype_lint.engine.prefilter import for_rules, has_suppression
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
@@ -106,7 +107,8 @@ def run(config: Config, options: RunOptions) -> RunResult:
             return _run(config, options, t0)
     finally:
         trees.clear()  # the trees this run shared go with it
-        forget_validated_record()
+        forget_validated_record()  # what the fast path handed over serves this run only
+        run_memo.forget()
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
@@ -200,6 +202,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         _write_baseline(result, options.write_baseline)
     elif options.baseline:
         _apply_baseline(result, options.baseline)
+    run_memo.keep(result, options, cache, project, scan, targets, layout.kept,
+                  lambda p: any(r.reads_helper_callers for r in enabled_rules(config, p)))
     writer.close()
     result.elapsed_s = time.perf_counter() - t0
     return result
@@ -308,6 +312,10 @@ class _Layout:
 
     reuse: bool
     pending: tuple[str, dict] | None = None  # (record path, record): written with the cache
+    # The file list came from its record (no link, no unreadable .gitignore in the way), every
+    # folder of which the fast path's record watches: what the run memo needs to trust that
+    # record's folder stamps for it (run_memo.py).
+    kept: bool = False
 
     def project_files(self, config: Config, root: str, temps: list[str] | None,
                       messages: list[str] | None) -> list[Found]:
@@ -317,8 +325,10 @@ class _Layout:
         root_abs = os.path.abspath(config.root)
         record_path = os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME)
         if self.reuse:
-            kept = layout_cache.load(record_path, root, root_abs, excludes)
+            untracked: list[str] = []
+            kept = layout_cache.load(record_path, root, root_abs, excludes, untracked)
             if kept is not None:
+                self.kept = not untracked
                 return kept
         return self.walked(config, root, temps, messages)
 
@@ -381,9 +391,8 @@ class _Project:
 
     def display_of(self, real: str) -> str:
         if self._by_real is None:
-            self._by_real = {}
-            for f in self._index_found:
-                self._by_real.setdefault(f.real, f.path)
+            # The first file of each real path (reversed: a later one is overwritten by it).
+            self._by_real = {f.real: f.path for f in reversed(self._index_found)}
             self._by_real.update((f.real, f.path) for f in self._found)
         d = self._by_real.get(real)
         return d if d is not None else real
@@ -419,27 +428,6 @@ class _Scan:
     # a file when it is asked for)
     stamps: dict[str, str] = field(default_factory=dict)
     scanned: set[str] = field(default_factory=set)  # real paths of the files scanned
-
-
-def _stamp(path: str) -> str:
-    """What a cache entry of this file is keyed by: its size and a hash of its bytes. Not its
-    mtime: an edit that keeps size and mtime (`touch -r`, `cp -p`, `rsync -t`, two writes in one
-    timestamp tick) must not bring old findings back. Reading and hashing every file costs a
-    warm run about 0.15 CPU s on vLLM (2,360 files, 35 MB), against seconds of parsing; it also
-    keeps a cache valid across a fresh checkout, which changes every mtime. A file that cannot be
-    read safely (a FIFO, a device, too large) is stamped from its `stat` alone: it is refused
-    unread anyway."""
-    try:
-        data = read_bytes(path, MAX_SOURCE_BYTES)
-    except FileNotFoundError:
-        return "missing"
-    except (OSError, ValueError):
-        try:
-            st = os.stat(path)
-        except OSError:
-            return "missing"
-        return f"unread:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
 def _needle(qualname: str) -> str:

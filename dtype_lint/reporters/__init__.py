@@ -4,8 +4,9 @@ A reporter knows nothing about libcst or rules' internals: it reads :class:`Find
 :class:`RunSummary`, rule metadata (:class:`RuleInfo`) and, where it needs text (code frames,
 SARIF's line/column fix regions), the source through the `read_source` callback.
 
-Only :func:`render` is eager here; format modules are imported on use, and only ``text`` and the
-``--statistics`` table import rich (0.1-0.2 s), so a JSON or GitHub run never pays for it.
+Only :func:`render` is eager here; format modules are imported on use, and only ``text`` (for
+colour or a terminal: into a pipe it writes the same characters itself) and the ``--statistics``
+table import rich (0.1-0.2 s), so a JSON or GitHub run, or pre-commit's, never pays for it.
 
 Shared conventions (every format):
 - findings are reported in (path, line, col, code) order;
