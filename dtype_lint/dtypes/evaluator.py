@@ -200,6 +200,9 @@ class Interpreter:
         self.globals = globals_
         # ast.dump of expressions that denote the layer (`self.kv_b_proj`)
         self.layer_exprs = set(layer_exprs)
+        # Their node types: a dump starts with the node's class name and "(", so a node of another
+        # type is never one of them, and is not dumped (ev sees every node of the function).
+        self._layer_types = {e.partition("(")[0] for e in self.layer_exprs}
         # Open mode: unknowns are values, and branches on them are decided by the oracle.
         self.oracle = oracle
 
@@ -221,7 +224,7 @@ class Interpreter:
 
     # ---- expressions -------------------------------------------------------------------------
     def ev(self, node: ast.AST):
-        if self.layer_exprs and ast.dump(node) in self.layer_exprs:
+        if type(node).__name__ in self._layer_types and ast.dump(node) in self.layer_exprs:
             return self.layer
         if isinstance(node, ast.Constant):
             if node.value is None or isinstance(node.value, (bool, str, int)):
