@@ -52,6 +52,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from dtype_lint.engine.text_facts import POSSESSIVE, LineStart
+
 # Rules whose reads of a file are known: the candidate functions (site lines), the class facts,
 # module-level statements, and functions reached through `Defs` (guarded). Other rules walk the
 # whole tree (DTL003's file guards and private call sites, DTL004's module globals, DTL005's
@@ -332,7 +334,7 @@ def _body_end(text: str, start: int, indent: int) -> int:
     pattern = _DEDENT.get(indent)
     if pattern is None:
         # A newline first: the search skips from line end to line end.
-        pattern = _DEDENT[indent] = re.compile(rf"\n[ \t\f]{{0,{indent}}}(?=[^ \t\f\n#])")
+        pattern = _DEDENT[indent] = re.compile(rf"\n[ \t\f]{{0,{indent}}}{POSSESSIVE}(?=[^ \t\f\n#])")
     found = pattern.search(text, start - 1)  # `start` begins a line: the newline before it
     return found.start() + 1 if found else len(text)
 
@@ -380,7 +382,7 @@ class ClassRegion:
         return "\n" * (self.first_line - 1) + text[self.start:self.end]
 
 
-_CLASS = re.compile(r"^class[ \t]+(\w+)", re.M)
+_CLASS = LineStart(r"class[ \t]+(\w+)")
 _INDENTED_CLASS = re.compile(r"\n[ \t\f]+class[ \t]+\w")  # a newline first: the search skips ahead
 
 
@@ -394,8 +396,7 @@ def class_regions(text: str) -> list[ClassRegion] | None:
     regions = []
     line, off = 1, 0
     double = single = 0  # triple quotes before `off`
-    for m in _CLASS.finditer(text):
-        start = m.start()
+    for start, m in _CLASS.finditer(text):
         double += text.count('"""', off, start)
         single += text.count("'''", off, start)
         if double % 2 or single % 2:
