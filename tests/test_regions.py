@@ -214,3 +214,15 @@ def test_line_start_patterns_find_what_the_multiline_caret_finds():
         for text in texts:
             got = [(start, m.end(), m.groups()) for start, m in fast.finditer(text)]
             assert got == [(m.start(), m.end(), m.groups()) for m in caret.finditer(text)], (body, text)
+
+
+def test_lines_split_where_the_tokenizer_splits_them():
+    # source.split_lines takes str.splitlines when no other break character is in the text.
+    import re
+
+    from dtype_lint.engine.source import split_lines
+
+    regex = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+    for text in ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\rc\n", "x\fy\n", "x\vy", "a\x1cb\x1d\x1e\n",
+                 "é\x85z\n", "\u2028\u2029\n", "é\nü", "tail  "]:
+        assert split_lines(text) == regex.findall(text), repr(text)

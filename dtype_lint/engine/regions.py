@@ -52,6 +52,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from dtype_lint.engine.source import split_lines  # noqa: F401 - trees and tests read it here
 from dtype_lint.engine.text_facts import POSSESSIVE, LineStart
 
 # Rules whose reads of a file are known: the candidate functions (site lines), the class facts,
@@ -66,7 +67,6 @@ GETTER_LINES = 15
 
 _DEF = re.compile(r"def[ \t]+\w")  # a literal first: the search skips ahead; the line is checked
 _DEF_LINE = re.compile(r"([ \t\f]*)(?:async[ \t]+)?def[ \t]")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 # What visit_method reads from a method's body (see the module docstring).
 _CLASS_FACT_WORDS = ("quant_method", "create_weights", "__init__")
 _FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
@@ -274,9 +274,6 @@ class Defs(dict):
         return [(name, self._real(name, fn)) for name, fn in list(dict.items(self))]
 
 
-def split_lines(text: str) -> list[str]:
-    """The text's lines with their ends, split where Python's tokenizer splits them."""
-    return _LINE.findall(text)
 
 
 def site_spans(text: str, patterns) -> list[tuple[int, int]]:
