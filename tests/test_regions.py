@@ -189,3 +189,40 @@ def test_fix_names_the_helper_as_a_whole_parse_would(monkeypatch):
     whole = fix_source(shadowing, filename="m.py")
     assert reduced == whole and "_get_layer_input_dtype" in whole
     trees.clear()
+
+
+def test_line_start_patterns_find_what_the_multiline_caret_finds():
+    # text_facts.LineStart searches newline first; it must find exactly the `^` pattern's matches
+    # (offsets, groups), at the text's start, after CRLF and blank lines, indented or not.
+    import re
+
+    from dtype_lint.analysis.class_index import _STMT
+    from dtype_lint.engine.text_facts import _TOP_DEF, LineStart
+
+    texts = [
+        "class A:\n    pass\n",
+        "import os\nfrom a import (\n  b,\n)\n\tclass  B(A):\n  x = 'class C'\n  classy = 1\n",
+        "\n\ndef f(x):\n    def g():\n        pass\nasync  def h (y):\n  return y\r\ndef k():\n",
+        "x = 1  # import\n   \t from . import y\nimport\nimportlib\n",
+        "",
+        "def",
+    ]
+    bodies = [(_STMT, r"[ \t]*(?:class|from|import)\b"), (_TOP_DEF, r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\("),
+              (LineStart(r"class[ \t]+(\w+)"), r"class[ \t]+(\w+)")]
+    for fast, body in bodies:
+        caret = re.compile("^" + body, re.M)
+        for text in texts:
+            got = [(start, m.end(), m.groups()) for start, m in fast.finditer(text)]
+            assert got == [(m.start(), m.end(), m.groups()) for m in caret.finditer(text)], (body, text)
+
+
+def test_lines_split_where_the_tokenizer_splits_them():
+    # source.split_lines takes str.splitlines when no other break character is in the text.
+    import re
+
+    from dtype_lint.engine.source import split_lines
+
+    regex = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+    for text in ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\rc\n", "x\fy\n", "x\vy", "a\x1cb\x1d\x1e\n",
+                 "é\x85z\n", "\u2028\u2029\n", "é\nü", "tail  "]:
+        assert split_lines(text) == regex.findall(text), repr(text)

@@ -284,3 +284,24 @@ def test_file_level_directive_covers_its_codes_everywhere():
     assert fixed(source, n) == "a = a.to(w)\nb = b.to(w)\n"
     kept, (n,) = apply("# dtype-lint: ignore-file[DTL001]\na = a.to(w)\n", [finding(2)])
     assert len(kept) == 1 and "has no reason" in n.message and "ignore-file[DTL001]" in n.message
+
+
+def test_suppression_test_on_any_text_is_the_lowered_texts():
+    # prefilter.has_suppression reads a text that is not ASCII by its UTF-8 bytes lowered: it must
+    # answer what the test on `text.lower()` answers, whatever other characters stand around.
+    from dtype_lint.engine.prefilter import DIRECTIVE, has_suppression
+
+    def reference(text: str) -> bool:
+        lowered = text.lower()
+        return ("dtype-lint" in lowered and DIRECTIVE.search(lowered) is not None) or \
+            ("dtl" in lowered and "noqa" in lowered)
+
+    words = ["dtype-lint: ignore", "DTYPE-LINT:IGNORE", "Dtype-Lint :\u00a0ignore", "dtype-lint\u3000:\tignore",
+             "# noqa: DTL001", "NOQA", "DtL", "dtype-lİnt: ignore", "dtype-l\u0130nt: ignore", "\u212aDTL noqa",
+             "dtype\u2014lint: ignore", "dt\u00e9l", "no\u0301qa dtl", "\udcff dtl noqa", "x = 1  # → dtype-lint"]
+    fillers = ["", "x = 1\n", "é → ", "\u0130", "\u212a", "\U0001f600"]
+    for a in words:
+        for b in words + [""]:
+            for f in fillers:
+                text = f + a + f + "\n" + b + f
+                assert has_suppression(text) == reference(text), text

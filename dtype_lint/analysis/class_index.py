@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtype_lint.engine.source import iter_code
+from dtype_lint.engine.text_facts import POSSESSIVE, LineStart
 from dtype_lint.findings import Evidence
 
-_STMT = re.compile(r"^[ \t]*(?:class|from|import)\b", re.M)
+_STMT = LineStart(r"[ \t]*" + POSSESSIVE + r"[cfi](?:lass|rom|mport)\b")
 
 
 @dataclass
@@ -83,8 +84,7 @@ def extract_header(text: str, module: str, path: str, is_package: bool) -> Modul
     header = ModuleHeader(module, path, is_package, functions=dtype_functions(text))
     snippets = []
     line_no, last = 1, 0
-    for m in _STMT.finditer(text):
-        start = m.start()
+    for start, _m in _STMT.finditer(text):
         line_no += text.count("\n", last, start)
         last = start
         snippet = _logical_statement(text, start)

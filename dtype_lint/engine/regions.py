@@ -52,6 +52,9 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from dtype_lint.engine.source import split_lines  # noqa: F401 - trees and tests read it here
+from dtype_lint.engine.text_facts import POSSESSIVE, LineStart
+
 # Rules whose reads of a file are known: the candidate functions (site lines), the class facts,
 # module-level statements, and functions reached through `Defs` (guarded). Other rules walk the
 # whole tree (DTL003's file guards and private call sites, DTL004's module globals, DTL005's
@@ -64,7 +67,6 @@ GETTER_LINES = 15
 
 _DEF = re.compile(r"def[ \t]+\w")  # a literal first: the search skips ahead; the line is checked
 _DEF_LINE = re.compile(r"([ \t\f]*)(?:async[ \t]+)?def[ \t]")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 # What visit_method reads from a method's body (see the module docstring).
 _CLASS_FACT_WORDS = ("quant_method", "create_weights", "__init__")
 _FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
@@ -272,9 +274,6 @@ class Defs(dict):
         return [(name, self._real(name, fn)) for name, fn in list(dict.items(self))]
 
 
-def split_lines(text: str) -> list[str]:
-    """The text's lines with their ends, split where Python's tokenizer splits them."""
-    return _LINE.findall(text)
 
 
 def site_spans(text: str, patterns) -> list[tuple[int, int]]:
@@ -332,7 +331,7 @@ def _body_end(text: str, start: int, indent: int) -> int:
     pattern = _DEDENT.get(indent)
     if pattern is None:
         # A newline first: the search skips from line end to line end.
-        pattern = _DEDENT[indent] = re.compile(rf"\n[ \t\f]{{0,{indent}}}(?=[^ \t\f\n#])")
+        pattern = _DEDENT[indent] = re.compile(rf"\n[ \t\f]{{0,{indent}}}{POSSESSIVE}(?=[^ \t\f\n#])")
     found = pattern.search(text, start - 1)  # `start` begins a line: the newline before it
     return found.start() + 1 if found else len(text)
 
@@ -380,7 +379,7 @@ class ClassRegion:
         return "\n" * (self.first_line - 1) + text[self.start:self.end]
 
 
-_CLASS = re.compile(r"^class[ \t]+(\w+)", re.M)
+_CLASS = LineStart(r"class[ \t]+(\w+)")
 _INDENTED_CLASS = re.compile(r"\n[ \t\f]+class[ \t]+\w")  # a newline first: the search skips ahead
 
 
@@ -394,8 +393,7 @@ def class_regions(text: str) -> list[ClassRegion] | None:
     regions = []
     line, off = 1, 0
     double = single = 0  # triple quotes before `off`
-    for m in _CLASS.finditer(text):
-        start = m.start()
+    for start, m in _CLASS.finditer(text):
         double += text.count('"""', off, start)
         single += text.count("'''", off, start)
         if double % 2 or single % 2:

@@ -40,10 +40,12 @@ def _init(init: Callable | None, args: tuple) -> None:
 
 def parallel_map(fn: Callable, items: Sequence, jobs: int, *, init: Callable | None = None,
                  initargs: tuple = (), progress: Callable | None = None, stage: str = "",
-                 parallel: bool | None = None) -> list:
+                 parallel: bool | None = None, chunks_per_job: int = 8) -> list:
     """[fn(x) for x in items], in order. `init(*initargs)` prepares each process's state
     (this one's too when run serially). `parallel`: force the choice; None: jobs > 1 and more
-    than a handful of items."""
+    than a handful of items. `chunks_per_job`: the items are handed out in runs of consecutive
+    items, this many per process (fewer: each process reads fewer of the files its items share,
+    more: the processes finish closer together)."""
     if not items:
         return []
     if parallel is None:
@@ -59,7 +61,7 @@ def parallel_map(fn: Callable, items: Sequence, jobs: int, *, init: Callable | N
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    chunk = max(1, len(items) // (jobs * 8))
+    chunk = max(1, len(items) // (jobs * chunks_per_job))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init,
                              initargs=(init, initargs)) as pool:
         return list(_ticking(pool.map(fn, items, chunksize=chunk), len(items), progress, stage))
