@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -714,6 +715,10 @@ def main(argv: list[str] | None = None) -> int:
     outputs = []
     if args.save:
         stem = RESULTS / f"{doc['date']}-{doc['machine']['host']}"
+        if stem.with_suffix(".json").exists():
+            # A second run on the same day keeps the first: named by its time too, which sorts
+            # after the day's first name ("T" after "-"), so the latest is still the last.
+            stem = RESULTS / f"{doc['date']}T{time.strftime('%H%M')}-{doc['machine']['host']}"
         outputs += [(stem.with_suffix(".json"), "json"), (stem.with_suffix(".md"), "md")]
     if args.json:
         outputs.append((args.json, "json"))
