@@ -252,8 +252,11 @@ def find_peer(name: str, version: str, install: bool, cache_root: Path) -> tuple
 
 
 def _version(cmd: list[str]) -> str:
+    # semgrep asks the network for a newer release after printing its version when stdout is no
+    # terminal: offline that waits for minutes (seen: past the 60 s below).
+    env = dict(os.environ, SEMGREP_ENABLE_VERSION_CHECK="0")
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown version"
 
