@@ -7,12 +7,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import dtl
+from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN
 
 from dtype_lint.engine import fast_path
@@ -183,14 +181,8 @@ def test_import_bindings_reads_every_form():
 
 def test_the_console_script_takes_the_fast_path(project: Path):
     """The installed entry point and `python -m dtype_lint` import neither the engine nor rich."""
-    code = ("import sys, runpy; sys.argv = ['dtype-lint', 'check', 'proj/plain.py']\n"
-            "try:\n    runpy.run_module('dtype_lint', run_name='__main__')\nexcept SystemExit as e:\n"
-            "    assert e.code == 0, e.code\n"
-            "heavy = [m for m in ('dtype_lint.engine.pipeline', 'dtype_lint.rules', 'rich') if m in sys.modules]\n"
-            "print('heavy:', heavy)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "All checks passed! (1 file checked)\nheavy: []\n"
+    printed, heavy = heavy_imports_of(project, "check", "proj/plain.py")
+    assert (printed, heavy) == ("All checks passed! (1 file checked)\n", "[]")
 
 
 def test_the_prefilter_wants_one_rules_marker_and_pattern():

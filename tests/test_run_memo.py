@@ -7,12 +7,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import dtl
+from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN, write_tree
 
 from dtype_lint.engine import fast_path
@@ -109,14 +107,8 @@ def test_an_unchanged_file_gets_the_full_runs_answer_again(project: Path, args):
 
 def test_the_replay_imports_neither_the_engine_nor_the_rules(project: Path):
     dtl(project, "check", "vllm/site.py")
-    code = ("import sys, runpy; sys.argv = ['dtype-lint', 'check', '--exit-zero', 'vllm/site.py']\n"
-            "try:\n    runpy.run_module('dtype_lint', run_name='__main__')\nexcept SystemExit as e:\n"
-            "    assert e.code == 0, e.code\n"
-            "heavy = [m for m in ('dtype_lint.engine.pipeline', 'dtype_lint.rules', 'rich') if m in sys.modules]\n"
-            "print('heavy:', heavy)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert "DTL001" in proc.stdout and proc.stdout.endswith("heavy: []\n")
+    printed, heavy = heavy_imports_of(project, "check", "--exit-zero", "vllm/site.py")
+    assert "DTL001" in printed and heavy == "[]"
 
 
 def edit_site(root: Path) -> None:
