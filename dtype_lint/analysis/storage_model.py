@@ -1011,13 +1011,18 @@ class CodeBackends:
                     "catalogue records", (self._inherits(method, first, "inherits `process_weights_after_loading` "
                                                                          "from"),))
         if first[0] == "outside":
-            after = first[2][1]
-            if after is None:
-                return None
-            return (after.kind, after.dtype, after.what,
-                    (self._inherits(method, first, "inherits `process_weights_after_loading` from"), *after.evidence))
+            return self._inherited_after_loading(method, first, first[2][1])
         _owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
         return self._mutation(fn, src, depth=0, seen=set())
+
+    def _inherited_after_loading(self, method: str, first, fact):
+        """(kind, dtype, what, evidence) of an outside class's recorded `process_weights_after_loading`
+        fact (what it does itself, or through a kernel it holds) for `method`, which inherits it;
+        None when the record says it leaves `weight` be."""
+        if fact is None:
+            return None
+        return (fact.kind, fact.dtype, fact.what,
+                (self._inherits(method, first, "inherits `process_weights_after_loading` from"), *fact.evidence))
 
     def _kernel_after_loading(self, method: str):
         """(kind, dtype, what, evidence) when `process_weights_after_loading` hands the layer to a
@@ -1029,11 +1034,7 @@ class CodeBackends:
         if first is None or first[0] == "unknown":
             return None
         if first[0] == "outside":
-            kernel = first[2][3]
-            if kernel is None:
-                return None
-            return (kernel.kind, kernel.dtype, kernel.what,
-                    (self._inherits(method, first, "inherits `process_weights_after_loading` from"), *kernel.evidence))
+            return self._inherited_after_loading(method, first, first[2][3])
         owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
         for node in ast.walk(fn):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

@@ -41,10 +41,9 @@ import sys
 from dtype_lint.engine import run_memo
 from dtype_lint.engine.fast_record import RECORD_NAME, forget, load_record, validated_key
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
-from dtype_lint.engine.safe_read import read_bytes
+from dtype_lint.engine.safe_read import MAX_SOURCE_BYTES, read_bytes
 from dtype_lint.engine.text_facts import helper_shaped_bodies
 
-MAX_SOURCE_BYTES = 4 << 20  # as engine.source: a larger file is DTL900 in the full run
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
 _FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
 _COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}

@@ -7,9 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from dtype_lint.engine.safe_read import read_bytes
-
-MAX_SOURCE_BYTES = 4 << 20  # engine.source's: a larger file is refused unread
+from dtype_lint.engine.safe_read import MAX_SOURCE_BYTES, read_bytes
 
 
 def file_stamp(path: str) -> str:

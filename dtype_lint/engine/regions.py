@@ -274,8 +274,6 @@ class Defs(dict):
         return [(name, self._real(name, fn)) for name, fn in list(dict.items(self))]
 
 
-
-
 def site_spans(text: str, patterns) -> list[tuple[int, int]]:
     """(first, last) 1-based lines of every match of the rules' patterns ((literal, compiled)
     pairs: a pattern whose literal is not in the text is not searched)."""

@@ -136,9 +136,6 @@ class SourceFile(SourceText):
     line_text = SourceText.line
 
 
-# A `.py` larger than this is generated data, not inference code: skipped unread (DTL900).
-# vLLM's largest module is ~350 KB; parsing costs ~300 bytes of memory per source byte.
-MAX_SOURCE_BYTES = 4 << 20
 # A file that may hold a site is parsed only if no line is longer than this (a minified or
 # generated one-liner costs the parser gigabytes and holds no inference code).
 MAX_LINE_CHARS = 100_000
@@ -146,7 +143,7 @@ MAX_LINE_CHARS = 100_000
 
 # The one safe reader lives in safe_read.py (standard library only, so that the pre-commit fast
 # path can use it before anything heavy is imported); re-exported here for every other reader.
-from dtype_lint.engine.safe_read import NotRegularFile, read_bytes  # noqa: E402, F401
+from dtype_lint.engine.safe_read import MAX_SOURCE_BYTES, NotRegularFile, read_bytes  # noqa: E402, F401
 
 
 def read_file(path: str, limit: int = MAX_SOURCE_BYTES) -> FileText:
