@@ -24,20 +24,25 @@ PLUGIN = Path(__file__).resolve().parents[1] / "fixtures" / "outside_bases"
 LINEAR = "vllm.model_executor.layers.linear.LinearBase"
 
 
-@pytest.fixture(scope="module")
-def storages():
+def linear_storages(root: Path) -> list:
+    """What the default storage model (the tree's backends and the shipped catalogue) says a
+    `LinearBase` of the project at `root` can hold in `weight`, zero-config, as a run there sees it."""
     from dtype_lint.analysis.catalogue import default_model
     from dtype_lint.analysis.catalogue_build import project_facts
 
     here = os.getcwd()
-    os.chdir(PLUGIN)
+    os.chdir(root)
     try:
         config, project = project_facts(".")
-        got = default_model(project, config.all_config_params).storages_for(LINEAR)
+        return default_model(project, config.all_config_params).storages_for(LINEAR)
     finally:
         os.chdir(here)
+
+
+@pytest.fixture(scope="module")
+def storages():
     by_method: dict[str, list] = {}
-    for storage in got:
+    for storage in linear_storages(PLUGIN):
         by_method.setdefault(storage.method, []).append(storage)
     return by_method
 
@@ -106,9 +111,6 @@ def test_a_base_no_catalogue_records_is_unknown_not_guessed(storages):
 def test_an_engine_after_loading_under_an_in_tree_create_weights(tmp_path):
     """The plugin registers `weight` itself; the engine's Fp8 `process_weights_after_loading`
     (its kernel, Marlin) still runs after loading: int32 as well as the plugin's fp8."""
-    from dtype_lint.analysis.catalogue import default_model
-    from dtype_lint.analysis.catalogue_build import project_facts
-
     files = {
         "own/__init__.py": "",
         "own/quant.py": """
@@ -142,14 +144,7 @@ def test_an_engine_after_loading_under_an_in_tree_create_weights(tmp_path):
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    here = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        config, project = project_facts(".")
-        got = default_model(project, config.all_config_params).storages_for(LINEAR)
-    finally:
-        os.chdir(here)
-    own = [s for s in got if s.method == "OwnFp8LinearMethod"]
+    own = [s for s in linear_storages(tmp_path) if s.method == "OwnFp8LinearMethod"]
     assert _kinds(own) == {("fp8", "float8_e4m3fn"), ("packed", "int32")}
     (repacked,) = [s for s in own if s.kind == "packed"]
     assert any(m.startswith("`OwnFp8LinearMethod` inherits `process_weights_after_loading` from "
