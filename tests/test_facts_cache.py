@@ -229,3 +229,27 @@ def test_the_platforms_admissions_are_read_from_disk_while_the_platform_modules_
     narrowed = _findings(plugin, SHARD)
     assert admitted and narrowed == _findings(plugin, ".", "--no-cache")
     assert [f["code"] for f in narrowed] == ["DTL001"]  # AutoAWQ is out again
+
+
+def test_a_platform_module_added_reaches_the_cached_findings_of_an_unchanged_file(plugin):
+    # The findings of an unchanged file are kept with what their analysis read: the enumeration
+    # of the platform modules is one of those reads, so a new platform module is a change. The
+    # file holds no fixable site, so no later stage analyses it again (which would hide a stale
+    # entry), and the new platform is in a package of its own (no folder listing covers it).
+    reader = plugin / "npuplug" / "ops" / "reader.py"
+    reader.write_text("import torch\nfrom vllm.model_executor.layers.linear import LinearBase\n\n\n"
+                      "def keep_shard(layer: LinearBase):\n    return torch.empty_like(layer.weight)\n",
+                      encoding="utf-8")
+    READER = "npuplug/ops/reader.py"
+    assert [f for f in _findings(plugin, ".") if f["path"] == READER] == []  # narrowed; cache written
+    second = plugin / "otherplug" / "platform.py"
+    second.parent.mkdir()
+    (second.parent / "__init__.py").write_text("", encoding="utf-8")
+    second.write_text("from vllm.platforms import Platform\n\n\nclass OtherPlatform(Platform):\n"
+                      "    supported_quantization = [\"auto_awq\"]\n", encoding="utf-8")
+    widened = _findings(plugin, ".")
+    assert widened == _findings(plugin, ".", "--no-cache")
+    assert [f["code"] for f in widened if f["path"] == READER] == ["DTL003"]  # the union admits AutoAWQ
+    assert _findings(plugin, READER) == [f for f in widened if f["path"] == READER]
+    second.unlink()  # and gone again: the narrowing is back
+    assert [f for f in _findings(plugin, ".") if f["path"] == READER] == []

@@ -255,7 +255,7 @@ class Reads:
     file that defines each, None when none does) and the files whose headers or code it read
     (key → stamp). Keys are the files' real paths."""
 
-    __slots__ = ("modules", "files", "listings")
+    __slots__ = ("modules", "files", "listings", "enumerations")
 
     def __init__(self) -> None:
         self.modules: dict[str, str | None] = {}
@@ -263,11 +263,26 @@ class Reads:
         # Folders whose modules were enumerated (real path → ModuleTable.listing digest): a file
         # added there changes what the enumeration sees.
         self.listings: dict[str, str] = {}
+        # Enumerations over the whole project's module names (ENUMERATIONS name → digest of the
+        # names selected): a module added anywhere that the enumeration selects is a change.
+        self.enumerations: dict[str, str] = {}
 
     def update(self, other: "Reads") -> None:
         self.modules.update(other.modules)
         self.files.update(other.files)
         self.listings.update(other.listings)
+        self.enumerations.update(other.enumerations)
+
+
+PLATFORM_MODULES = "platform modules"
+_PLATFORM_PARTS = frozenset({"platform", "platforms"})
+
+# The enumerations of the project's module names an analysis may depend on, by the name its reads
+# record them under (a kept answer is checked by selecting again, so the test lives here, by name).
+ENUMERATIONS = {
+    # modules named `platform`/`platforms`, or inside a package of that name (analysis/platforms.py)
+    PLATFORM_MODULES: lambda m: "platform" in m and not _PLATFORM_PARTS.isdisjoint(m.split(".")),
+}
 
 
 @dataclass
@@ -300,6 +315,7 @@ class ModuleTable:
                 first[f[2]] = f
         self._first = first
         self._listings: dict[str, str] = {}
+        self._enumerated: dict[str, tuple[list[str], str]] = {}
         self._files: dict[str, list[ModuleFile]] = {}
         self._load = load
         self._headers: dict[str, ModuleHeader | None] = {}
@@ -417,6 +433,28 @@ class ModuleTable:
             digest = self._listings[real_folder] = hashlib.sha1(
                 "\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return digest
+
+    def enumerate(self, name: str) -> list[str]:
+        """The module names of the project that ENUMERATIONS[name] selects, in discovery order,
+        without reading anything; recorded as a read (a module added or gone is a change)."""
+        names, digest = self._enumeration(name)
+        for frame in self.frames:
+            frame.enumerations[name] = digest
+        return names
+
+    def enumeration(self, name: str) -> str | None:
+        """The digest of `enumerate(name)` now (what a recorded enumeration is checked against;
+        None for a name this version does not know)."""
+        return self._enumeration(name)[1] if name in ENUMERATIONS else None
+
+    def _enumeration(self, name: str) -> tuple[list[str], str]:
+        got = self._enumerated.get(name)
+        if got is None:
+            select = ENUMERATIONS[name]
+            names = [m for m in self._first if select(m)]
+            got = self._enumerated[name] = (names, hashlib.sha1(
+                "\n".join(names).encode("utf-8", "surrogatepass")).hexdigest()[:16])
+        return got
 
     # The whole table (the doctor's census of a tree): every module's header, read as needed.
     def items(self):

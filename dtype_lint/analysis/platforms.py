@@ -35,7 +35,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.class_index import PLATFORM_MODULES, dotted
 from dtype_lint.findings import Evidence
 
 # `supported_quantization: list[str] = [...]` in a class body (its value spans lines).
@@ -45,7 +45,6 @@ _REGISTER_DECORATOR = re.compile(
     r"^[ \t]*@[ \t]*[\w.]*register\w*\(\s*([^()\n]+?)\s*\)[ \t]*\n(?:[ \t]*@[^\n]*\n)*[ \t]*class[ \t]+(\w+)",
     re.MULTILINE)
 _REGISTER_CALL = re.compile(r"[\w.]*register\w*\(\s*([^()\n]+?)\s*\)\s*\(\s*(\w+)\s*\)")
-_PLATFORM_PARTS = frozenset({"platform", "platforms"})
 
 
 @dataclass(frozen=True)
@@ -78,14 +77,9 @@ class Narrowing:
 
 
 def platform_modules(index) -> list[str]:
-    """The modules named `platform`/`platforms`, or inside a package of that name (no file read)."""
-    return platform_module_names(index.modules)
-
-
-def platform_module_names(table) -> list[str]:
-    """`platform_modules` of a module table (engine/facts_cache.py checks a kept answer with it:
-    this enumeration is no read the index records)."""
-    return [m for m, _path in table.module_paths() if "platform" in m and _PLATFORM_PARTS & set(m.split("."))]
+    """The modules named `platform`/`platforms`, or inside a package of that name (no file read;
+    the enumeration is recorded as a read: a platform module added anywhere is a change)."""
+    return index.modules.enumerate(PLATFORM_MODULES)
 
 
 def admissions(index, load_file, resolve_constant) -> list[Admission]:

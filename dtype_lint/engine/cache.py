@@ -119,11 +119,13 @@ class Cache:
             self._pending[f"h/{rel}"] = _dump({"k": rel, "s": stamp, "m": module, "h": body})
 
     # ---- findings -------------------------------------------------------------------------
-    def findings(self, real: str, stamp: str, stamp_of, first_key, display_of, listing_of) -> list[dict] | None:
+    def findings(self, real: str, stamp: str, stamp_of, first_key, display_of, listing_of,
+                 enumeration_of) -> list[dict] | None:
         """Cached findings of an unchanged file whose analysis read only unchanged things:
         `stamp_of(real)` is a file's stamp now, `first_key(module)` the real path of the file
         defining a module now (None: none), `listing_of(real folder)` the digest of the modules
-        under a folder now, `display_of(real)` the path to show for a file."""
+        under a folder now, `enumeration_of(name)` the digest of a named enumeration of the
+        project's modules now, `display_of(real)` the path to show for a file."""
         if not self.enabled:
             return None
         rel = self.rel(real)
@@ -131,9 +133,10 @@ class Cache:
         if not (isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp):
             return None
         found, files, modules = entry.get("f"), entry.get("files"), entry.get("modules")
-        listings = entry.get("listings", {})
+        listings, enumerations = entry.get("listings"), entry.get("enumerations")
         if not (isinstance(found, list) and isinstance(files, dict) and isinstance(modules, dict)
-                and isinstance(listings, dict) and all(_finding_shaped(d) for d in found)):
+                and isinstance(listings, dict) and isinstance(enumerations, dict)
+                and all(_finding_shaped(d) for d in found)):
             return None
         for dep, dep_stamp in files.items():
             if not isinstance(dep_stamp, str) or stamp_of(self.real(dep)) != dep_stamp:
@@ -147,13 +150,17 @@ class Cache:
         for folder, digest in listings.items():
             if not isinstance(digest, str) or listing_of(self.real(folder)) != digest:
                 return None
+        for name, digest in enumerations.items():
+            if not isinstance(digest, str) or enumeration_of(name) != digest:
+                return None
         try:
             return [_respell(d, display_of, self.real) for d in found]
         except (KeyError, TypeError, AttributeError):
             return None
 
     def put_findings(self, real: str, stamp: str, findings: list[dict], files: dict[str, str],
-                     modules: dict[str, str | None], real_of, listings: dict[str, str] | None = None) -> None:
+                     modules: dict[str, str | None], real_of, listings: dict[str, str] | None = None,
+                     enumerations: dict[str, str] | None = None) -> None:
         """`real_of(path)`: the real path of a file as this run shows it (for evidence paths)."""
         if not self.enabled:
             return
@@ -164,6 +171,7 @@ class Cache:
             "files": {self.rel(k): v for k, v in sorted(files.items())},
             "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(modules.items())},
             "listings": {self.rel(k): v for k, v in sorted((listings or {}).items())},
+            "enumerations": dict(sorted((enumerations or {}).items())),
         })
 
     def findings_reads(self, real: str) -> tuple[str, dict[str, str]] | None:

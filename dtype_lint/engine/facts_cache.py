@@ -7,19 +7,19 @@ from their text) that is about a quarter of such a run and is the same from one 
 while the backends' files are. So each top-level answer (`storages_for`, `find`) is written to the
 cache folder (`s/<hash>.json`, beside the headers and findings) with its reads: the files it read
 (their stamps: size and a hash of the bytes, as every cache entry), the module names it looked up
-(and which file defined each) and the folders it enumerated (their listing digests). A later run
-uses the entry only while every one of those is unchanged, and replays the reads into the open
-frames, so the findings cached for the file still name the backends' files they depend on; the
-cache folder's own key holds the tool's code stamp and the configuration's fingerprint. A
+(and which file defined each), the folders it enumerated (their listing digests) and the
+project-wide enumerations of module names it made (ModuleTable.enumerate: the platform modules).
+A later run uses the entry only while every one of those is unchanged, and replays the reads into
+the open frames, so the findings cached for the file still name the backends' files they depend
+on; the cache folder's own key holds the tool's code stamp and the configuration's fingerprint. A
 missing, foreign or ill-shaped entry is a miss.
 
 Only answers made of plain values are kept (Storage records, whose evidence paths are stored
 relative to the project root and respelled for the run, as findings are); the inner memo entries
 (parsed methods, dispatch tables holding AST nodes) stay in memory for the run. The platforms'
 admissions (analysis/platforms.py, about 0.04 s of an edited pre-commit run at ten times vLLM)
-are kept too, with one more check: they start from every module named `platform(s)`, an
-enumeration the index does not record as a read, so the entry holds that list of modules and is
-used only while the project's is the same.
+are kept too: they start from every module named `platform(s)`, a recorded enumeration, so a
+platform module added anywhere makes the entry (and every cached finding that used it) stale.
 """
 
 from __future__ import annotations
@@ -64,10 +64,10 @@ class FactsStore:
         if not (isinstance(entry, dict) and entry.get("k") == list(key)):
             return None
         files, modules, listings = entry.get("files"), entry.get("modules"), entry.get("listings")
-        if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)):
+        enumerations = entry.get("enumerations")
+        if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)
+                and isinstance(enumerations, dict)):
             return None
-        if key[0] == ADMISSIONS and entry.get("enumerated") != _platform_modules(project.table):
-            return None  # a platform module came or went: the enumeration is no recorded read
         reads = Reads()
         for dep, stamp in files.items():
             real = cache.real(dep)
@@ -87,6 +87,10 @@ class FactsStore:
             if not isinstance(digest, str) or table.listing(real) != digest:
                 return None
             reads.listings[real] = digest
+        for name, digest in enumerations.items():
+            if not isinstance(digest, str) or table.enumeration(name) != digest:
+                return None
+            reads.enumerations[name] = digest
         try:
             decode = _decode_admissions if key[0] == ADMISSIONS else _decode
             value = decode(entry.get("v"), self._display)
@@ -98,11 +102,9 @@ class FactsStore:
         """Keep an answer computed this run (only answers of PERSISTED keys, of plain values)."""
         if key[0] not in PERSISTED:
             return
-        extra = {}
         try:
             if key[0] == ADMISSIONS:
                 encoded = _encode_admissions(value, self._stored)
-                extra["enumerated"] = _platform_modules(self.project.table)
             else:
                 encoded = _encode(value, self._stored)
         except (TypeError, AttributeError):
@@ -113,7 +115,7 @@ class FactsStore:
             "files": {cache.rel(k): v for k, v in sorted(reads.files.items())},
             "modules": {m: (None if k is None else cache.rel(k)) for m, k in sorted(reads.modules.items())},
             "listings": {cache.rel(k): v for k, v in sorted(reads.listings.items())},
-            **extra,
+            "enumerations": dict(sorted(reads.enumerations.items())),
         })
 
     def _stored(self, path: str) -> str:
@@ -159,12 +161,6 @@ def _decode(data, display):
             evidence.append([message, display(path), line])
         storages.append(Storage.from_dict(dict(d, evidence=evidence)))
     return frozenset(storages) if kind == "set" else storages
-
-
-def _platform_modules(table) -> list[str]:
-    from dtype_lint.analysis.platforms import platform_module_names
-
-    return platform_module_names(table)
 
 
 def _encode_admissions(value, stored) -> list:

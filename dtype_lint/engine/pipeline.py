@@ -29,6 +29,7 @@ from dtype_lint.analysis.class_index import (
     ModuleHeader,
     ModuleTable,
     QuantizableLayerIndex,
+    Reads,
     dtype_functions,
     extract_header,
     from_imported,
@@ -612,7 +613,7 @@ def _init_analysis(index: QuantizableLayerIndex, config: Config, project: "_Proj
     worker_state().update(index=index, config=config, project=project)
 
 
-def _analyze_job(path: str) -> tuple[str, list[dict], dict[str, str], dict[str, str | None], dict[str, str], list]:
+def _analyze_job(path: str) -> tuple[str, list[dict], Reads, list, dict]:
     st = worker_state()
     project: _Project = st["project"]
     with st["index"].reading() as reads:
@@ -620,7 +621,7 @@ def _analyze_job(path: str) -> tuple[str, list[dict], dict[str, str], dict[str, 
     new, project.new_headers = project.new_headers, []
     # The storage model's new answers (engine/facts_cache.py): a worker's cache is its own copy.
     answers = project.cache.take_entries("s")
-    return path, [f.to_dict() for f in found], reads.files, reads.modules, reads.listings, new, answers
+    return path, [f.to_dict() for f in found], reads, new, answers
 
 
 def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
@@ -650,21 +651,22 @@ def _analyze(targets: list[str], scan: _Scan, index: QuantizableLayerIndex, proj
     for p in targets:
         real = project.real_of(p)
         hit = cache.findings(real, project.stamp(real), project.stamp, project.table.first_key, project.display_of,
-                             project.table.listing)
+                             project.table.listing, project.table.enumeration)
         try:
             findings.extend([Finding.from_dict(dict(d, path=p)) for d in hit])
         except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
             todo.append(p)
     size = sum(_size(project.real_of(p)) for p in todo) if jobs > 1 and len(todo) > 1 else 0
-    for path, dicts, files, modules, listings, headers, answers in parallel_map(
+    for path, dicts, reads, headers, answers in parallel_map(
             _analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config, project), progress=progress,
             stage="analyze", parallel=jobs > 1 and size >= ANALYZE_PARALLEL_BYTES,
             chunks_per_job=ANALYZE_CHUNKS_PER_JOB):
         real = project.real_of(path)
         project.save_headers(headers)
         cache.add_entries(answers)
-        files = {k: v for k, v in files.items() if k != real}
-        cache.put_findings(real, project.stamp(real), dicts, files, modules, project.real_of, listings)
+        files = {k: v for k, v in reads.files.items() if k != real}
+        cache.put_findings(real, project.stamp(real), dicts, files, reads.modules, project.real_of, reads.listings,
+                           reads.enumerations)
         findings.extend(Finding.from_dict(d) for d in dicts)
     project.save_headers(project.new_headers)
     project.new_headers = []
