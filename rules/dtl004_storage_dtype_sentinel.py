@@ -143,11 +143,11 @@ class StorageDtypeSentinel(Rule):
         # A kernel dispatch on the storage format whose fall-through hands the layer to its own
         # quant method: the storage question asked the right way.
         Valid(_DISPATCH),
-        # The fused arm also needs a parameter that at most one backend's uint8 format registers
+        # The fused arm also needs a parameter that at most one backend's int32 format registers
         # with its `weight` (`hasattr(L, "weight_scale_inv")`): the dtype no longer stands for
         # several formats there.
         Valid(_DISPATCH.replace("== current_platform.fp8_dtype()",
-                                "== torch.uint8 and hasattr(self.kv_b_proj, \"weight_scale_inv\")")),
+                                "== torch.int32 and hasattr(self.kv_b_proj, \"weight_scale_inv\")")),
         # A plain torch layer is never repacked.
         Valid("import torch\nfrom torch import nn\nclass V(nn.Module):\n    def __init__(self):\n"
               "        self.proj = nn.Linear(2, 2)\n    def f(self, x):\n"
@@ -176,9 +176,10 @@ class StorageDtypeSentinel(Rule):
             "        return x @ weight.t()\n",
             message_contains=("torch.float8_e4m3fn, torch.float8_e5m2", "fall-through hands the raw"),
         ),
-        # The same dispatch on uint8, which several backends' formats share (NVFP4 and MXFP4 nibbles).
-        Invalid(_DISPATCH.replace("== current_platform.fp8_dtype()", "== torch.uint8"),
-                message_contains=("uint8 is the storage of several formats",)),
+        # The same dispatch on int32, which several backends' formats share (Marlin's repacked
+        # FP8 words under three configs).
+        Invalid(_DISPATCH.replace("== current_platform.fp8_dtype()", "== torch.int32"),
+                message_contains=("int32 is the storage of several formats",)),
         # A guard that skips the fp16 cast the helper would make: not proven, not rewritten.
         Invalid(
             _HEAD + "    def f(self, kv):\n" + _ALIAS

@@ -156,7 +156,7 @@ def dumps(data: dict) -> str:
 def _relative(s: Storage) -> Storage:
     return Storage(s.backend, s.method, s.kind, s.dtype, s.what,
                    tuple(Evidence(e.message, os.path.normpath(e.path) if e.path else "", e.line) for e in s.evidence),
-                   params=s.params)
+                   s.typed, s.params)
 
 
 def _key(s: Storage) -> tuple:
