@@ -185,9 +185,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     cache.save(writer)
     layout.save(writer)
     if options.use_cache:
-        from dtype_lint.rules import ALL_RULES
-
-        save_record(config, writer, ALL_RULES, looked.files,
+        save_record(config, writer, looked.files,
                     valid=bool(index_found) and not warnings and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
@@ -232,13 +230,13 @@ def _require_rules(config: Config) -> None:
     """A configuration that enables no rule would check nothing and pass: refuse it."""
     if enabled_rules(config):
         return
-    from dtype_lint.rules import ALL_RULES
+    from dtype_lint.rules import codes
 
     where = "the command line" if config.source == "defaults" else f"{config.source} or the command line"
     raise UserError(
         f"no rule is enabled: select = {json.dumps(config.select)} and ignore = {json.dumps(config.ignore)} "
         f"(from {where}) leave none of "
-        f"{', '.join(r.code for r in ALL_RULES)}, so nothing would be checked; select at least one rule")
+        f"{', '.join(codes())}, so nothing would be checked; select at least one rule")
 
 
 def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions, config: Config) -> list[str]:
