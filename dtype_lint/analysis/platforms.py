@@ -85,7 +85,7 @@ def platform_modules(index) -> list[str]:
 def platform_module_names(table) -> list[str]:
     """`platform_modules` of a module table (engine/facts_cache.py checks a kept answer with it:
     this enumeration is no read the index records)."""
-    return [m for m, _path in table.module_paths() if "platform" in m and _PLATFORM_PARTS & set(m.split("."))]
+    return [m for m, _path in table.module_paths_with_part(_PLATFORM_PARTS)]
 
 
 def admissions(index, load_file, resolve_constant) -> list[Admission]:
