@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 
 from dtype_lint.engine.discovery import Found
 
@@ -57,7 +56,6 @@ class ProjectFiles:
         self._by_rel: dict[str, int] | None = None
         self._sorted_leads: list[tuple[str, int]] | None = None
         self._by_real_dir: dict[str, int] | None = None
-        self._sorted_reals: list[tuple[str, int]] | None = None
         self._lead_head = lead_of("")  # the root folder's lead
         self._files_of: dict[str, list[Found]] = {}
 
@@ -135,10 +133,14 @@ class ProjectFiles:
             self._sorted_leads = sorted((self._lead(d), d) for d in range(len(self._dirs)))
         return self._sorted_leads
 
-    def _reals_sorted(self) -> list[tuple[str, int]]:
-        if self._sorted_reals is None:
-            self._sorted_reals = sorted((self._real_lead(d), d) for d in range(len(self._dirs)))
-        return self._sorted_reals
+    def _folders_under_real(self, prefix: str) -> list[int]:
+        """The folders whose real path (with a separator after it) starts with `prefix`, in
+        discovery order: one pass over them, cheaper than sorting them for the few listings a
+        run asks for."""
+        # A real folder ends with no separator (but "/"): `real + sep` starts with `prefix` when
+        # `real` does, or when `real` is `prefix` without its last separator.
+        folder = prefix[:-1] if prefix.endswith(_SEP) else None
+        return [d for d, entry in enumerate(self._dirs) if entry[1] == folder or entry[1].startswith(prefix)]
 
     @staticmethod
     def _starting(pairs: list[tuple[str, int]], prefix: str) -> list[int]:
@@ -239,7 +241,7 @@ class ProjectFiles:
 
     def firsts_under_key(self, prefix: str):
         files = [f for f in self.front if f.real.startswith(prefix)]
-        files += self._rows_of(self._starting(self._reals_sorted(), prefix))
+        files += self._rows_of(self._folders_under_real(prefix))
         return [(m, f) for m, f in self._firsts_among(files).items() if f.real.startswith(prefix)]
 
     def firsts_under_path(self, prefix: str):
@@ -251,11 +253,11 @@ class ProjectFiles:
         by_prefix = self._prefixes()
         at: list[tuple[int, int]] = [p for m, ps in self._odd.items() if not parts.isdisjoint(m.split(".")) for p in ps]
         # A module has the part in its folder's prefix (every file of the folder) or is its stem
-        # (a file `part.py`): the prefixes are searched at once, the names folder by folder.
+        # (a file `part.py`): the prefixes holding a part's text are split, the names are looked for
+        # folder by folder.
         prefixes = list(by_prefix)
-        joined = "\n".join(prefixes)
-        wanted = re.compile(r"^(?:.*\.)?(?:" + "|".join(map(re.escape, sorted(parts))) + r")\..*$", re.M)
-        matched = {m.group() for m in wanted.finditer(joined)}
+        matched = {prefix for part in parts for prefix in prefixes
+                   if part in prefix and not parts.isdisjoint(prefix.split("."))}
         names = {p + ext for p in parts for ext in (".py", ".pyi")}
         odd_folders = {d for d, _ in self._odd_at}
         dirs = self._dirs
