@@ -76,7 +76,8 @@ def rule_infos() -> dict:
 
 def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, read_source, out,
             rules: dict | None = None) -> None:
-    """`rules`: the rules' metadata for the report (default: every rule's, which imports them)."""
+    """`rules`: the rules' metadata for the report (default: every rule's, which imports them, where
+    the format reads it)."""
     from dtype_lint.reporters import RunSummary, render
 
     summary = RunSummary(
@@ -88,8 +89,14 @@ def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, re
     )
     color = {"always": True, "never": False}.get(args.color)
     statistics = "table" if args.statistics_table else ("lines" if args.statistics else False)
-    render(args.output_format or "text", findings, summary, out, read_source=read_source,
-           rules=rule_infos() if rules is None else rules,
+    fmt = args.output_format or "text"
+    if rules is None:
+        # The human listings read no rule metadata (only the statistics and SARIF do): the rules a
+        # run did not enable are not imported for them.
+        from dtype_lint.reporters import HUMAN_FORMATS
+
+        rules = {} if fmt in HUMAN_FORMATS and not statistics else rule_infos()
+    render(fmt, findings, summary, out, read_source=read_source, rules=rules,
            color=color, statistics=statistics)
 
 

@@ -47,15 +47,15 @@ def dtl(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedP
 HEAVY_MODULES = ("dtype_lint.engine.pipeline", "dtype_lint.rules", "rich")
 
 
-def heavy_imports_of(cwd: Path, *args: str) -> tuple[str, str]:
+def heavy_imports_of(cwd: Path, *args: str, modules: tuple[str, ...] = HEAVY_MODULES) -> tuple[str, str]:
     """`python -m dtype_lint ARGS` in a fresh interpreter, which must exit 0: (what it printed,
-    which of HEAVY_MODULES it imported, as a list's text: "[]" for a run that needed none)."""
+    which of `modules` it imported, as a list's text: "[]" for a run that needed none)."""
     import sys
 
     code = (f"import sys, runpy; sys.argv = ['dtype-lint', *{list(args)!r}]\n"
             "try:\n    runpy.run_module('dtype_lint', run_name='__main__')\nexcept SystemExit as e:\n"
             "    assert e.code == 0, e.code\n"
-            f"heavy = [m for m in {HEAVY_MODULES!r} if m in sys.modules]\n"
+            f"heavy = [m for m in {modules!r} if m in sys.modules]\n"
             "print('heavy:', heavy)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from dtype_lint.engine import layout_cache
 from dtype_lint.engine.discovery import discover_files
+from dtype_lint.engine.project_files import ProjectFiles
 
 
 class _Writer:
@@ -110,7 +111,9 @@ def test_a_run_on_named_files_takes_the_project_from_the_record(tmp_path, monkey
     walks = []
     real_walk = layout_cache.discover_files
     monkeypatch.setattr(layout_cache, "discover_files", lambda *a, **k: walks.append(a) or real_walk(*a, **k))
-    assert pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=True)) == fresh
+    named, project = pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=True))
+    # From the record, the project's files are looked up without a list (engine/project_files.py).
+    assert isinstance(project, ProjectFiles) and (named, list(project)) == fresh
     assert pipeline._discover(config, ["."], layout=pipeline._Layout(reuse=True)) == pipeline._discover(config, ["."])
     assert walks == []  # both from the record
     assert pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=False))[1] == fresh[1]

@@ -111,6 +111,18 @@ def test_the_replay_imports_neither_the_engine_nor_the_rules(project: Path):
     assert "DTL001" in printed and heavy == "[]"
 
 
+RULE_MODULES = tuple(f"dtype_lint.rules.{m.stem}" for m in sorted((Path(__file__).parents[1] / "rules").glob("dtl*.py")))
+
+
+def test_an_edited_file_imports_only_the_enabled_rules(project: Path):
+    edit_site(project)  # the engine runs: the fast path's record holds, the memo does not
+    printed, imported = heavy_imports_of(project, "check", "--exit-zero", "vllm/site.py", modules=RULE_MODULES)
+    assert "DTL001" in printed
+    # The default rules' modules (DTL001, DTL002), not the three opt-in ones.
+    assert imported == repr([m for m in RULE_MODULES if m.split(".")[-1].startswith(("dtl001_", "dtl002_"))])
+    assert len(RULE_MODULES) == 5 and "dtl002_" in imported
+
+
 def edit_site(root: Path) -> None:
     (root / "vllm" / "site.py").write_text(SITE + "# edited\n")
 

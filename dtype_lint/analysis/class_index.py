@@ -278,10 +278,11 @@ PLATFORM_MODULES = "platform modules"
 _PLATFORM_PARTS = frozenset({"platform", "platforms"})
 
 # The enumerations of the project's module names an analysis may depend on, by the name its reads
-# record them under (a kept answer is checked by selecting again, so the test lives here, by name).
+# record them under (a kept answer is checked by selecting again, so the test lives here, by name):
+# the modules one of whose dotted parts is in the set.
 ENUMERATIONS = {
     # modules named `platform`/`platforms`, or inside a package of that name (analysis/platforms.py)
-    PLATFORM_MODULES: lambda m: "platform" in m and not _PLATFORM_PARTS.isdisjoint(m.split(".")),
+    PLATFORM_MODULES: _PLATFORM_PARTS,
 }
 
 
@@ -295,17 +296,13 @@ class ModuleFile:
     stamp: str | None = None
 
 
-class ModuleTable:
-    """Module name → ModuleHeader, extracted on first lookup.
+class ModuleFiles:
+    """Module name -> the project's files of that name, in discovery order, from a list of
+    (display path, key, module name). engine/project_files.py answers the same questions from the
+    project's file-list record without a tuple per file."""
 
-    `files`: (display path, key, module name) for every file of the project, in discovery order;
-    the first file of a module name that can be read defines it. `load(mf, module)` returns the
-    header (and records the file's stamp in `mf`), or None when the file cannot be read. Every
-    lookup is recorded in the open `Reads` frames (see QuantizableLayerIndex.reading)."""
-
-    def __init__(self, files=(), load=None):
+    def __init__(self, files=()):
         # module -> its first file, and the rare later files of the same name: (path, key, module).
-        # ModuleFile objects are made only for the modules looked up.
         first: dict[str, tuple] = {}
         self._more: dict[str, list[tuple]] = {}
         for f in files:
@@ -314,6 +311,44 @@ class ModuleTable:
             else:
                 first[f[2]] = f
         self._first = first
+
+    def first(self, module: str) -> tuple | None:
+        return self._first.get(module)
+
+    def files_of(self, module: str) -> list[tuple]:
+        first = self._first.get(module)
+        return [first, *self._more.get(module, ())] if first is not None else []
+
+    def firsts(self):
+        """(module, its first file) of every module, in discovery order."""
+        return self._first.items()
+
+    def firsts_under_key(self, prefix: str):
+        """`firsts` whose file's key starts with `prefix` (in no particular order)."""
+        return [(m, f) for m, f in self._first.items() if f[1].startswith(prefix)]
+
+    def firsts_under_path(self, prefix: str):
+        """`firsts` whose file's display path starts with `prefix`, in discovery order."""
+        return [(m, f) for m, f in self._first.items() if f[0].startswith(prefix)]
+
+    def firsts_with_part(self, parts: frozenset[str]):
+        """`firsts` of the modules one of whose dotted parts is in `parts`, in discovery order."""
+        return [(m, f) for m, f in self._first.items() if not parts.isdisjoint(m.split("."))]
+
+
+class ModuleTable:
+    """Module name → ModuleHeader, extracted on first lookup.
+
+    `files`: (display path, key, module name) for every file of the project, in discovery order
+    (or a `ModuleFiles` that answers for them); the first file of a module name that can be read
+    defines it. `load(mf, module)` returns the header (and records the file's stamp in `mf`), or
+    None when the file cannot be read. Every lookup is recorded in the open `Reads` frames (see
+    QuantizableLayerIndex.reading)."""
+
+    def __init__(self, files=(), load=None):
+        # ModuleFile objects are made only for the modules looked up.
+        # A list of files, or what answers for them (ModuleFiles' methods: engine/project_files.py).
+        self._names = files if hasattr(files, "firsts_with_part") else ModuleFiles(files)
         self._listings: dict[str, str] = {}
         self._enumerated: dict[str, tuple[list[str], str]] = {}
         self._files: dict[str, list[ModuleFile]] = {}
@@ -371,10 +406,8 @@ class ModuleTable:
     def _module_files(self, module: str) -> list[ModuleFile]:
         mfs = self._files.get(module)
         if mfs is None:
-            first = self._first.get(module)
-            found = [first, *self._more.get(module, ())] if first is not None else []
-            mfs = self._files[module] = [
-                ModuleFile(path, key, path.endswith(("__init__.py", "__init__.pyi"))) for path, key, _ in found]
+            mfs = self._files[module] = [ModuleFile(path, key, path.endswith(("__init__.py", "__init__.pyi")))
+                                         for path, key, _ in self._names.files_of(module)]
         return mfs
 
     def seed(self, header: ModuleHeader, stamp: str) -> None:
@@ -391,17 +424,17 @@ class ModuleTable:
     def first_key(self, module: str) -> str | None:
         """The key of the first file named `module`, without reading anything: what a recorded
         lookup is checked against (a file that could not be read is a change, to be safe)."""
-        first = self._first.get(module)
+        first = self._names.first(module)
         return first[1] if first is not None else None
 
     def path_of(self, module: str) -> str | None:
         """The display path of the first file named `module`, without reading anything."""
-        first = self._first.get(module)
+        first = self._names.first(module)
         return first[0] if first is not None else None
 
     def module_paths(self) -> list[tuple[str, str]]:
         """(module, display path) of the first file of every module, in discovery order."""
-        return [(m, f[0]) for m, f in self._first.items()]
+        return [(m, f[0]) for m, f in self._names.firsts()]
 
     def under(self, folder) -> list[tuple[str, ModuleHeader]]:
         """(module, header) of each module whose file lies under `folder` (a path as this run
@@ -412,7 +445,7 @@ class ModuleTable:
         """`under`, a header at a time (a search that stops early reads only what it needed)."""
         folder = Path(folder)
         prefix = os.path.join(str(folder), "")
-        mods = [m for m, f in self._first.items() if f[0].startswith(prefix) and Path(f[0]).is_relative_to(folder)]
+        mods = [m for m, f in self._names.firsts_under_path(prefix) if Path(f[0]).is_relative_to(folder)]
         if self.frames:
             real = os.path.realpath(folder)
             digest = self.listing(real)
@@ -429,7 +462,7 @@ class ModuleTable:
         digest = self._listings.get(real_folder)
         if digest is None:
             prefix = os.path.join(real_folder, "")
-            found = sorted(f"{m}\t{f[1]}" for m, f in self._first.items() if f[1].startswith(prefix))
+            found = sorted(f"{m}\t{f[1]}" for m, f in self._names.firsts_under_key(prefix))
             digest = self._listings[real_folder] = hashlib.sha1(
                 "\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return digest
@@ -450,15 +483,15 @@ class ModuleTable:
     def _enumeration(self, name: str) -> tuple[list[str], str]:
         got = self._enumerated.get(name)
         if got is None:
-            select = ENUMERATIONS[name]
-            names = [m for m in self._first if select(m)]
+            names = [m for m, _f in self._names.firsts_with_part(ENUMERATIONS[name])]
+            # sorted: the eager list and the file-list record need not enumerate in one order
             got = self._enumerated[name] = (names, hashlib.sha1(
-                "\n".join(names).encode("utf-8", "surrogatepass")).hexdigest()[:16])
+                "\n".join(sorted(names)).encode("utf-8", "surrogatepass")).hexdigest()[:16])
         return got
 
     # The whole table (the doctor's census of a tree): every module's header, read as needed.
     def items(self):
-        for module in list(self._first):
+        for module in [m for m, _ in self._names.firsts()]:
             header = self.get(module)
             if header is not None:
                 yield module, header
@@ -475,7 +508,7 @@ class ModuleTable:
     def winners(self) -> dict[str, str]:
         """key → module of every file that could define its module name (the first of each name,
         unread). For the `mentions` search over files that are not read otherwise."""
-        return {f[1]: m for m, f in self._first.items()}
+        return {f[1]: m for m, f in self._names.firsts()}
 
     def loaded(self) -> list[ModuleHeader]:
         return [h for h in self._headers.values() if h is not None]

@@ -24,9 +24,10 @@ from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
 
 
 def enabled_rules(config: Config, path: str | None = None):
-    from dtype_lint.rules import ALL_RULES
+    """The rules `config` enables (for `path`), in code order: only their modules are imported."""
+    from dtype_lint.rules import enabled
 
-    return [r for r in ALL_RULES if config.enabled(r.code, path)]
+    return enabled(lambda code: config.enabled(code, path))
 
 
 def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, module: str,
@@ -88,9 +89,9 @@ def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: C
 def reducible(config: Config) -> bool:
     """May files be parsed with the function bodies no rule reads blanked (engine/regions.py)?
     Only when every rule the run enables reads a tree in the ways regions.py knows."""
-    from dtype_lint.rules import ALL_RULES
+    from dtype_lint.rules import codes
 
-    return all(r.code in REDUCIBLE_RULES for r in ALL_RULES if config.enabled(r.code))
+    return all(code in REDUCIBLE_RULES for code in codes() if config.enabled(code))
 
 
 def site_spans(rules, text: str) -> list[tuple[int, int]]:

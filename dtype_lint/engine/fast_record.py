@@ -195,7 +195,7 @@ def layout_of(root: str) -> tuple[dict[str, int], dict[str, list[str]], list[str
     return dirs, tops, ignores
 
 
-def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: bool) -> None:
+def save_record(config, writer, looked_up_files: dict[str, str], valid: bool) -> None:
     """Write the record a later fast path trusts (see the module docstring), or remove a stale
     one. `looked_up_files`: real path -> stamp of every file read to decide the run's
     project-level warnings; `valid`: the run had none of those warnings and no configured helper
@@ -223,6 +223,7 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
     dirs, tops, ignores = layout_of(root)
     files = dict(looked_up_files)
     from dtype_lint.engine.git_excludes import watched_files
+    from dtype_lint.rules import ALL_RULES  # every rule's prefilter: imported only when a record is written
 
     # info/exclude, core.excludesFile and git's configuration decide the project's files too.
     for p in ignores + watched_files(root):
@@ -230,7 +231,7 @@ def save_record(config, writer, rules, looked_up_files: dict[str, str], valid: b
     record = {
         "format": RECORD_FORMAT, "root": root, "config": [config_path, _stamp_or_none(config_path)],
         "tool": tool_stamp(), "files": files, "dirs": dirs, "tops": tops,
-        "rules": [[r.code, list(marker_words(r)), list(r.patterns)] for r in rules],
+        "rules": [[r.code, list(marker_words(r)), list(r.patterns)] for r in ALL_RULES],
     }
     try:
         writer.write_cache(path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))

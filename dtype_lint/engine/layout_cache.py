@@ -22,12 +22,18 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtype_lint.engine.discovery import DEFAULT_EXCLUDES, Excluder, Found, discover_files
 from dtype_lint.engine.fast_record import folder_mtime
 
+if TYPE_CHECKING:
+    from dtype_lint.engine.project_files import ProjectFiles
+
 RECORD_NAME = "project-files.json"
-RECORD_FORMAT = 1
+# 2: a file whose stem holds a dot is spelled out with its module, and "odd" lists where the
+# spelled-out rows are (project_files.py looks modules up by folder prefix and stem).
+RECORD_FORMAT = 2
 
 
 def _listing_hash(folder: str, excluder: Excluder) -> str | None:
@@ -77,10 +83,12 @@ def _key(root_abs: str, excludes: tuple[str, ...]) -> list:
 
 
 def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ...],
-         untracked: list[str] | None = None) -> list[Found] | None:
+         untracked: list[str] | None = None, front: list[Found] | None = None) -> "list[Found] | ProjectFiles | None":
     """The walk's files from the record, or None when it is missing or no longer true.
     `untracked`: gets the folders of the record that the fast path's record, found true in this
-    run, does not list (the run memo trusts the file list only where that record watches it)."""
+    run, does not list (the run memo trusts the file list only where that record watches it).
+    `front`: the named files of a run on files: then the files are `front` and the record's other
+    files, as a `ProjectFiles` that makes a `Found` only for what the run looks up."""
     from dtype_lint.engine.safe_read import read_bytes
 
     try:
@@ -108,6 +116,19 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
         for path, s in record["ignores"].items():
             if _file_stamp(path) != s:
                 return None
+        if front is not None:
+            from dtype_lint.engine.project_files import ProjectFiles
+
+            dirs, odd = record["dirs"], record["odd"]
+            # The rows are not checked one by one (that is the cost this saves): the record is
+            # this tool's own (its stamp is in the key), written whole; the spelled-out rows are.
+            if not (isinstance(dirs, list) and isinstance(odd, list)):
+                return None
+            for d, r in odd:
+                name, module = dirs[d][3][r]
+                if not (isinstance(name, str) and isinstance(module, str)):
+                    return None
+            return ProjectFiles(front, dirs, odd, _leads(root_arg))
         out = []
         append = out.append
         new = tuple.__new__  # Found(...) through its generated __new__ is half the time again
@@ -154,7 +175,9 @@ def walk(root_arg: str, root_abs: str, excludes: tuple[str, ...], temps, message
         if has_ignore:
             ignores[os.path.join(folder, ".gitignore")] = _file_stamp(os.path.join(folder, ".gitignore"))
     dirs: list[list] = []
+    odd: list[list[int]] = []
     where: dict[str, list] = {}
+    numbers: dict[str, int] = {}  # real folder -> its place in `dirs`
     real_root = os.path.realpath(root_abs)
     leads: dict[str, str] = {}
     for f in files:
@@ -170,13 +193,19 @@ def walk(root_arg: str, root_abs: str, excludes: tuple[str, ...], temps, message
             if rel.startswith(".."):
                 return files, None
             group = where[real_dir] = [rel, real_dir, _prefix_of(f.module, name), []]
+            numbers[real_dir] = len(dirs)
             leads[real_dir] = _lead(root_arg, rel)
             dirs.append(group)
         if leads[real_dir] + name != f.path:
             return files, None  # shown otherwise than load() would show it: not kept
-        # A file's module is its folder's prefix and its stem, stored only where it is not.
-        group[3].append(name if _module(group[2], name) == f.module else [name, f.module])
-    record = {"key": _key(root_abs, excludes), "folders": folders, "ignores": ignores, "dirs": dirs}
+        # A file's module is its folder's prefix and its stem, stored only where it is not, or
+        # where the stem holds a dot (a module name is then not cut at its last dot).
+        if _module(group[2], name) == f.module and "." not in _stem(name):
+            group[3].append(name)
+        else:
+            odd.append([numbers[real_dir], len(group[3])])
+            group[3].append([name, f.module])
+    record = {"key": _key(root_abs, excludes), "folders": folders, "ignores": ignores, "dirs": dirs, "odd": odd}
     return files, record
 
 

@@ -43,6 +43,7 @@ from dtype_lint.engine.fast_record import forget as forget_validated_record
 from dtype_lint.engine.fast_record import save_record
 from dtype_lint.engine.file_stamp import file_stamp as _stamp
 from dtype_lint.engine.prefilter import for_rules, has_suppression
+from dtype_lint.engine.project_files import ProjectFiles
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
 from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
@@ -142,7 +143,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     files = [f.path for f in found]
     if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
         try:
-            configured_location(config, [f.path for f in index_found])
+            configured_location(config, _Paths(index_found))
         except HelperError as e:
             raise UserError(str(e)) from None
     if options.fix:
@@ -186,16 +187,14 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     cache.save(writer)
     layout.save(writer)
     if options.use_cache:
-        from dtype_lint.rules import ALL_RULES
-
-        save_record(config, writer, ALL_RULES, looked.files,
+        save_record(config, writer, looked.files,
                     valid=bool(index_found) and not warnings and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
                        warnings=list(dict.fromkeys(messages)) + warnings, index=index,
                        checked_stamps={p: (project.real_of(p), project.stamp(project.real_of(p))) for p in targets})
     result.warnings += _nothing_checked(files, in_scope, options, config)
-    choose_helper_stage(result, index, [f.path for f in index_found], options)
+    choose_helper_stage(result, index, _Paths(index_found), options)
 
     if options.fix or options.diff:
         _fix_stage(result, index, files, options, jobs)
@@ -208,6 +207,17 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     writer.close()
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+class _Paths:
+    """The display paths of a run's files, iterated as needed (a helper's home is found among the
+    first few: no list of every path of the project)."""
+
+    def __init__(self, files):
+        self._files = files
+
+    def __iter__(self):
+        return (f.path for f in self._files)
 
 
 @contextmanager
@@ -233,13 +243,13 @@ def _require_rules(config: Config) -> None:
     """A configuration that enables no rule would check nothing and pass: refuse it."""
     if enabled_rules(config):
         return
-    from dtype_lint.rules import ALL_RULES
+    from dtype_lint.rules import codes
 
     where = "the command line" if config.source == "defaults" else f"{config.source} or the command line"
     raise UserError(
         f"no rule is enabled: select = {json.dumps(config.select)} and ignore = {json.dumps(config.ignore)} "
         f"(from {where}) leave none of "
-        f"{', '.join(r.code for r in ALL_RULES)}, so nothing would be checked; select at least one rule")
+        f"{', '.join(codes())}, so nothing would be checked; select at least one rule")
 
 
 def _nothing_checked(files: list[str], in_scope: list[str], options: RunOptions, config: Config) -> list[str]:
@@ -299,7 +309,9 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
         if layout is None:
             rest = discover_files([root], excludes, config.root, temps=temps, messages=messages)
         else:
-            rest = layout.project_files(config, root, temps, messages)
+            rest = layout.project_files(config, root, temps, messages, front=files)
+            if isinstance(rest, ProjectFiles):
+                return files, rest  # the named files, then the record's others (project_files.py)
         return files, files + [f for f in rest if f.real not in named]
     return files, files
 
@@ -319,7 +331,9 @@ class _Layout:
     kept: bool = False
 
     def project_files(self, config: Config, root: str, temps: list[str] | None,
-                      messages: list[str] | None) -> list[Found]:
+                      messages: list[str] | None, front: list[Found] | None = None) -> "list[Found] | ProjectFiles":
+        """The project's files; with `front` (the named files) from the record, these and the
+        record's others as a `ProjectFiles` (layout_cache.load)."""
         from dtype_lint.engine import layout_cache
 
         excludes = tuple(config.exclude)
@@ -327,7 +341,7 @@ class _Layout:
         record_path = os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME)
         if self.reuse:
             untracked: list[str] = []
-            kept = layout_cache.load(record_path, root, root_abs, excludes, untracked)
+            kept = layout_cache.load(record_path, root, root_abs, excludes, untracked, front)
             if kept is not None:
                 self.kept = not untracked
                 return kept
@@ -353,17 +367,24 @@ class _Layout:
 class _Project:
     """The files of a run: display path <-> real path, module table, stamps. Maps over every
     file of the project are built only when a run needs them (a run on one named file in a
-    project of 24,000 files looks up a few hundred)."""
+    project of 24,000 files looks up a few hundred); a `ProjectFiles` (a run on named files, the
+    project's files from their record) answers those lookups without them."""
 
-    def __init__(self, index_found: list[Found], found: list[Found], cache: Cache):
+    def __init__(self, index_found: "list[Found] | ProjectFiles", found: list[Found], cache: Cache):
         self.cache = cache
         self._index_found = index_found
         self._found = found
+        self._lazy = index_found if isinstance(index_found, ProjectFiles) else None
         self._by_path: dict[str, Found] | None = None
         self._by_real: dict[str, str] | None = None
         self.stamps: dict[str, str] = {}  # real path -> stamp, for files stat'ed this run
         self.new_headers: list[tuple[str, str, str, dict]] = []
         self.table = ModuleTable(index_found, self._load_header)
+
+    def _at(self, path: str) -> Found | None:
+        if self._lazy is not None:
+            return self._lazy.at_path(path)
+        return self.by_path.get(path)
 
     @property
     def by_path(self) -> dict[str, Found]:
@@ -377,7 +398,7 @@ class _Project:
         return {p: f.module for p, f in self.by_path.items()}
 
     def module_of(self, path: str) -> str | None:
-        f = self.by_path.get(path)
+        f = self._at(path)
         return f.module if f is not None else None
 
     def stamp(self, real: str) -> str:
@@ -387,10 +408,13 @@ class _Project:
         return s
 
     def real_of(self, path: str) -> str:
-        f = self.by_path.get(path)
+        f = self._at(path)
         return f.real if f is not None else os.path.realpath(path)
 
     def display_of(self, real: str) -> str:
+        if self._lazy is not None:
+            d = self._lazy.display_of(real)
+            return d if d is not None else real
         if self._by_real is None:
             # The first file of each real path (reversed: a later one is overwritten by it).
             self._by_real = {f.real: f.path for f in reversed(self._index_found)}
