@@ -160,6 +160,27 @@ def test_a_fixing_run_lists_every_file_it_creates_or_changes(tmp_path: Path):
     assert not (root / ".dtype_lint_cache").exists()
 
 
+def test_only_a_run_that_reads_stamps_stamps_files(tmp_path: Path, monkeypatch):
+    # A stamp reads and hashes a file once more: a `--no-cache` check reads none, so it makes none;
+    # the cache and the fix stage (a file changed since it was checked) do.
+    attn = LAYER_HEAD + "    def f(self, x):\n        x = x.to(self.kv_b_proj.weight.dtype)\n        return x\n"
+    root = _project(tmp_path, {"proj/attn.py": attn, "proj/other.py": "import torch\n"})
+    stamped: list[str] = []
+    real_stamp = pipeline._stamp
+    monkeypatch.setattr(pipeline, "_stamp", lambda p: stamped.append(p) or real_stamp(p))
+    config = make_config({"helper": "proj.dtypes:get_layer_input_dtype"}, root=root)
+    runs = {}
+    for name, options in [("check", {}), ("diff", {"diff": True}), ("cached", {"use_cache": True})]:
+        stamped.clear()
+        result = pipeline.run(config, pipeline.RunOptions(paths=[str(root)], jobs=1,
+                                                          **{"use_cache": False, **options}))
+        runs[name] = ([f.code for f in result.findings], bool(stamped), sorted(result.checked_stamps.values()))
+    real = str((root / "proj/attn.py").resolve())
+    assert runs["check"] == (["DTL001"], False, [(real, pipeline.UNSTAMPED)])
+    assert runs["diff"][:2] == runs["cached"][:2] == (["DTL001"], True)
+    assert runs["diff"][2] == runs["cached"][2] == [(real, real_stamp(real))]
+
+
 # ---- rules declare themselves -----------------------------------------------------------------
 
 

@@ -305,3 +305,22 @@ def test_suppression_test_on_any_text_is_the_lowered_texts():
             for f in fillers:
                 text = f + a + f + "\n" + b + f
                 assert has_suppression(text) == reference(text), text
+                # The scan hands over the bytes it decoded (UTF-8, perhaps after a BOM).
+                data = text.encode("utf-8", "surrogatepass")
+                assert has_suppression(text, data) == has_suppression(text, b"\xef\xbb\xbf" + data) == \
+                    reference(text), text
+
+
+def test_the_scan_reads_a_suppression_in_any_encoding(tmp_path):
+    # The scan tests a UTF-8 file's bytes for a suppression, another encoding's text: both find it.
+    from dtype_lint.engine import pipeline
+
+    pipeline._init_scan(pipeline.for_rules(()), [], links=False)
+    for name, data in [("u.py", "x = 1  # → DTYPE-LINT: ignore[DTL001] why\n".encode()),
+                       ("bom.py", b"\xef\xbb\xbf# dtype-lint: ignore-file[DTL001] why\n"),
+                       ("l1.py", "# -*- coding: latin-1 -*-\ns = 'é'  # dtype-lint: ignore\n".encode("latin-1")),
+                       ("none.py", "# -*- coding: latin-1 -*-\ns = 'é'  # dtype lint\n".encode("latin-1"))]:
+        (tmp_path / name).write_bytes(data)
+        path, _passes, suppressing, _hits, _links, err = pipeline._scan_job((str(tmp_path / name), "m"))
+        assert err is None and suppressing == (name != "none.py"), name
+    pipeline.worker_state().clear()

@@ -152,7 +152,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
             remove_stale_temps(folder, names)
     cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp()}-{config.fingerprint()}",
                   enabled=options.use_cache, root=config.root)
-    project = _Project(index_found, found, cache)
+    # Stamps key the cache and its records, and tell the fix stage that a file is still the one
+    # checked: a `--no-cache` check reads none of them, and stamping re-reads and hashes each
+    # file analysed or whose header is read (vLLM: 396 files).
+    project = _Project(index_found, found, cache, stamped=options.use_cache or options.fix or options.diff)
     index = build_index(project.table, config)
     if cache.enabled:  # the storage model's answers of earlier runs, while what they read holds
         from dtype_lint.engine.facts_cache import FactsStore
@@ -364,14 +367,20 @@ class _Layout:
             layout_cache.save(*self.pending, writer)
 
 
+# The stamp of every file in a run that reads no stamp (`_Project.stamped`): no file's real one.
+UNSTAMPED = ""
+
+
 class _Project:
     """The files of a run: display path <-> real path, module table, stamps. Maps over every
     file of the project are built only when a run needs them (a run on one named file in a
     project of 24,000 files looks up a few hundred); a `ProjectFiles` (a run on named files, the
     project's files from their record) answers those lookups without them."""
 
-    def __init__(self, index_found: "list[Found] | ProjectFiles", found: list[Found], cache: Cache):
+    def __init__(self, index_found: "list[Found] | ProjectFiles", found: list[Found], cache: Cache,
+                 stamped: bool = True):
         self.cache = cache
+        self.stamped = stamped  # False: no stage reads a stamp, each is UNSTAMPED
         self._index_found = index_found
         self._found = found
         self._lazy = index_found if isinstance(index_found, ProjectFiles) else None
@@ -402,6 +411,8 @@ class _Project:
         return f.module if f is not None else None
 
     def stamp(self, real: str) -> str:
+        if not self.stamped:
+            return UNSTAMPED
         s = self.stamps.get(real)
         if s is None:
             s = self.stamps[real] = _stamp(real)
@@ -433,7 +444,8 @@ class _Project:
         except READ_ERRORS:
             return None
         header = extract_header(text, module, mf.path, mf.is_package)
-        self.new_headers.append((mf.key, stamp, module, header.to_dict()))
+        if self.cache.enabled:  # kept for the cache only
+            self.new_headers.append((mf.key, stamp, module, header.to_dict()))
         return header
 
     def save_headers(self, headers) -> None:
@@ -476,16 +488,19 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
     links, error)."""
     path, module = item
     try:
-        text = read_file(path).text
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+        ft = FileText.decode(data)
     except READ_ERRORS as e:
         return path, False, False, [], ([], []), f"cannot read: {e}"
+    text = ft.text
     st = worker_state()
     hits = [n for n in st["needles"] if _might_import(n, text, module)]
     # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
     # with none enabled they are never read, and the cache key (the configuration's fingerprint,
     # `select` included) keeps these empty links from a run that later enables one.
     links = (sorted(dtype_functions(text)), from_imported(text)) if st["links"] else NO_LINKS
-    return path, st["prefilter"].might_match(text), has_suppression(text), hits, links, None
+    suppressing = has_suppression(text, data if ft.encoding == "utf-8" else None)
+    return path, st["prefilter"].might_match(text), suppressing, hits, links, None
 
 
 # The links of a file that has none, shared (read only): a record per file of the scan, 23,600
@@ -642,10 +657,13 @@ def _analyze_job(path: str) -> tuple[str, list[dict], Reads, list, dict]:
     project: _Project = st["project"]
     with st["index"].reading() as reads:
         found = analyze_path(path, st["index"], st["config"], project)
+    found = [f.to_dict() for f in found]
+    if not project.cache.enabled:  # what the file read serves the cache only: not sent back
+        return path, found, Reads(), [], []
     new, project.new_headers = project.new_headers, []
     # The storage model's new answers (engine/facts_cache.py): a worker's cache is its own copy.
     answers = project.cache.take_entries("s")
-    return path, [f.to_dict() for f in found], reads, new, answers
+    return path, found, reads, new, answers
 
 
 def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
