@@ -223,32 +223,31 @@ def find_peer(name: str, version: str, install: bool, cache_root: Path) -> tuple
         return on_path, _version([on_path, "--version"])
     venv = cache_root / f"bench-{name}-{version}"
     binary = venv / ("Scripts" if os.name == "nt" else "bin") / exe
-    if binary.is_file():
+    marker = venv / ".bench-peer-complete"
+    if binary.is_file() and marker.is_file():
         return str(binary), _version([str(binary), "--version"])
     if not install:
         return None, "not on PATH and not installed (--no-install)"
-    # A throwaway venv beside the vLLM trees, never the project's: built aside, then renamed.
+    # A throwaway venv beside the vLLM trees, never the project's. It is built where it stays: a
+    # venv's scripts name its interpreter by path, so one renamed after the install cannot run.
+    # The marker, written last, tells a finished venv from one an interrupted install left.
     cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".bench-{name}-", dir=cache_root))
+    shutil.rmtree(venv, ignore_errors=True)
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True,
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
                        capture_output=True, text=True)
-        py = tmp / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+        py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
         proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                                f"{name}=={version}"], capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            shutil.rmtree(venv, ignore_errors=True)
             return None, f"could not install {name}=={version}: {' '.join(tail)}"
-        try:
-            os.rename(tmp, venv)
-        except OSError:
-            if not binary.is_file():
-                raise
+        marker.write_text(f"{name}=={version}\n", encoding="utf-8")
         return str(binary), _version([str(binary), "--version"])
     except (OSError, subprocess.CalledProcessError) as exc:
+        shutil.rmtree(venv, ignore_errors=True)
         return None, f"could not create a venv for {name}: {exc}"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _version(cmd: list[str]) -> str:

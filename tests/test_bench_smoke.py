@@ -237,3 +237,18 @@ def test_a_selection_of_rows_keeps_what_their_ratios_need(tmp_path: Path):
     kept = [r.id for r in bench.select_rows(rows, ["dtype-lint-precommit-edited"])]
     assert kept == ["read+prefilter", "dtype-lint-precommit-edited", "ruff-cold", "read+prefilter@10x",
                     "dtype-lint-precommit-edited@10x", "ruff-cold@10x"]
+
+
+def test_a_peer_venv_is_used_only_once_its_install_finished(tmp_path):
+    # The peer's venv is built where it stays (a renamed venv's scripts name a gone interpreter)
+    # and marked complete last: one an interrupted install left is not used.
+    bench = _bench_module()
+    name = "dtl-no-such-peer"
+    binary = tmp_path / f"bench-{name}-1.0" / "bin" / name
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\necho 1.0\n", encoding="utf-8")
+    binary.chmod(0o755)
+    path, why = bench.find_peer(name, "1.0", False, tmp_path)
+    assert path is None and "not installed" in why
+    (tmp_path / f"bench-{name}-1.0" / ".bench-peer-complete").write_text("x", encoding="utf-8")
+    assert bench.find_peer(name, "1.0", False, tmp_path) == (str(binary), "1.0")
