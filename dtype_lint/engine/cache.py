@@ -119,60 +119,82 @@ class Cache:
             self._pending[f"h/{rel}"] = _dump({"k": rel, "s": stamp, "m": module, "h": body})
 
     # ---- findings -------------------------------------------------------------------------
-    def findings(self, real: str, stamp: str, stamp_of, first_key, display_of, listing_of,
-                 enumeration_of) -> list[dict] | None:
-        """Cached findings of an unchanged file whose analysis read only unchanged things:
-        `stamp_of(real)` is a file's stamp now, `first_key(module)` the real path of the file
-        defining a module now (None: none), `listing_of(real folder)` the digest of the modules
-        under a folder now, `enumeration_of(name)` the digest of a named enumeration of the
-        project's modules now, `display_of(real)` the path to show for a file."""
+    def findings(self, real: str, stamp: str, stamp_of, table, display_of) -> list[dict] | None:
+        """Cached findings of an unchanged file whose analysis read only unchanged things (see
+        `unchanged_reads`); `display_of(real)` the path to show for a file."""
         if not self.enabled:
             return None
         rel = self.rel(real)
         entry = _read_json(self._entry("f", rel))
         if not (isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp):
             return None
-        found, files, modules = entry.get("f"), entry.get("files"), entry.get("modules")
-        listings, enumerations = entry.get("listings"), entry.get("enumerations")
-        if not (isinstance(found, list) and isinstance(files, dict) and isinstance(modules, dict)
-                and isinstance(listings, dict) and isinstance(enumerations, dict)
-                and all(_finding_shaped(d) for d in found)):
+        found = entry.get("f")
+        if not (isinstance(found, list) and all(_finding_shaped(d) for d in found)):
             return None
-        for dep, dep_stamp in files.items():
-            if not isinstance(dep_stamp, str) or stamp_of(self.real(dep)) != dep_stamp:
-                return None
-        for module, dep in modules.items():
-            if dep is not None and not isinstance(dep, str):
-                return None
-            now = first_key(module)
-            if (None if now is None else self.rel(now)) != dep:
-                return None
-        for folder, digest in listings.items():
-            if not isinstance(digest, str) or listing_of(self.real(folder)) != digest:
-                return None
-        for name, digest in enumerations.items():
-            if not isinstance(digest, str) or enumeration_of(name) != digest:
-                return None
+        if self.unchanged_reads(entry, stamp_of, table) is None:
+            return None
         try:
             return [_respell(d, display_of, self.real) for d in found]
         except (KeyError, TypeError, AttributeError):
             return None
 
-    def put_findings(self, real: str, stamp: str, findings: list[dict], files: dict[str, str],
-                     modules: dict[str, str | None], real_of, listings: dict[str, str] | None = None,
-                     enumerations: dict[str, str] | None = None) -> None:
-        """`real_of(path)`: the real path of a file as this run shows it (for evidence paths)."""
+    def put_findings(self, real: str, stamp: str, findings: list[dict], reads, real_of) -> None:
+        """`reads`: what the file's analysis read (class_index.Reads; the file itself is left
+        out, its stamp is the entry's own); `real_of(path)`: the real path of a file as this run
+        shows it (for evidence paths)."""
         if not self.enabled:
             return
         rel = self.rel(real)
         stored = [_respell(d, self.rel, real_of) for d in findings]
-        self._pending[f"f/{rel}"] = _dump({
-            "k": rel, "s": stamp, "f": stored,
-            "files": {self.rel(k): v for k, v in sorted(files.items())},
-            "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(modules.items())},
-            "listings": {self.rel(k): v for k, v in sorted((listings or {}).items())},
-            "enumerations": dict(sorted((enumerations or {}).items())),
-        })
+        self._pending[f"f/{rel}"] = _dump({"k": rel, "s": stamp, "f": stored, **self.stored_reads(reads, skip=real)})
+
+    # ---- what an entry's computation read (findings here, the storage model's answers in
+    # ---- engine/facts_cache.py): stored and checked one way --------------------------------
+    def stored_reads(self, reads, skip: str | None = None) -> dict:
+        """A computation's reads (class_index.Reads) as an entry stores them: paths relative to
+        the root. `skip`: a file left out (a findings entry's own)."""
+        return {
+            "files": {self.rel(k): v for k, v in sorted(reads.files.items()) if k != skip},
+            "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(reads.modules.items())},
+            "listings": {self.rel(k): v for k, v in sorted(reads.listings.items())},
+            "enumerations": dict(sorted(reads.enumerations.items())),
+        }
+
+    def unchanged_reads(self, entry: dict, stamp_of, table):
+        """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:
+        each file's stamp (`stamp_of(real)`), the file defining each module looked up, and the
+        digests of each folder listing and named enumeration of the module `table`; None when one
+        changed or the entry is ill-shaped."""
+        from dtype_lint.analysis.class_index import Reads
+
+        files, modules = entry.get("files"), entry.get("modules")
+        listings, enumerations = entry.get("listings"), entry.get("enumerations")
+        if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)
+                and isinstance(enumerations, dict)):
+            return None
+        reads = Reads()
+        for dep, dep_stamp in files.items():
+            real = self.real(dep)
+            if not isinstance(dep_stamp, str) or stamp_of(real) != dep_stamp:
+                return None
+            reads.files[real] = dep_stamp
+        for module, dep in modules.items():
+            if dep is not None and not isinstance(dep, str):
+                return None
+            now = table.first_key(module)
+            if (None if now is None else self.rel(now)) != dep:
+                return None
+            reads.modules[module] = None if dep is None else self.real(dep)
+        for folder, digest in listings.items():
+            real = self.real(folder)
+            if not isinstance(digest, str) or table.listing(real) != digest:
+                return None
+            reads.listings[real] = digest
+        for name, digest in enumerations.items():
+            if not isinstance(digest, str) or table.enumeration(name) != digest:
+                return None
+            reads.enumerations[name] = digest
+        return reads
 
     def findings_reads(self, real: str) -> tuple[str, dict[str, str]] | None:
         """(the file's stamp, real path -> stamp of every file its analysis read) of the findings

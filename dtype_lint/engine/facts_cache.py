@@ -60,37 +60,11 @@ class FactsStore:
         return got
 
     def _valid(self, entry, key: tuple):
-        cache, project = self.cache, self.project
         if not (isinstance(entry, dict) and entry.get("k") == list(key)):
             return None
-        files, modules, listings = entry.get("files"), entry.get("modules"), entry.get("listings")
-        enumerations = entry.get("enumerations")
-        if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)
-                and isinstance(enumerations, dict)):
+        reads = self.cache.unchanged_reads(entry, self.project.stamp, self.project.table)
+        if reads is None:
             return None
-        reads = Reads()
-        for dep, stamp in files.items():
-            real = cache.real(dep)
-            if not isinstance(stamp, str) or project.stamp(real) != stamp:
-                return None
-            reads.files[real] = stamp
-        table = project.table
-        for module, dep in modules.items():
-            if dep is not None and not isinstance(dep, str):
-                return None
-            now = table.first_key(module)
-            if (None if now is None else cache.rel(now)) != dep:
-                return None
-            reads.modules[module] = None if dep is None else cache.real(dep)
-        for folder, digest in listings.items():
-            real = cache.real(folder)
-            if not isinstance(digest, str) or table.listing(real) != digest:
-                return None
-            reads.listings[real] = digest
-        for name, digest in enumerations.items():
-            if not isinstance(digest, str) or table.enumeration(name) != digest:
-                return None
-            reads.enumerations[name] = digest
         try:
             decode = _decode_admissions if key[0] == ADMISSIONS else _decode
             value = decode(entry.get("v"), self._display)
@@ -109,14 +83,7 @@ class FactsStore:
                 encoded = _encode(value, self._stored)
         except (TypeError, AttributeError):
             return  # not a value this store knows how to keep: it stays in memory only
-        cache = self.cache
-        self.cache.put_entry("s", self.name(key), {
-            "k": list(key), "v": encoded,
-            "files": {cache.rel(k): v for k, v in sorted(reads.files.items())},
-            "modules": {m: (None if k is None else cache.rel(k)) for m, k in sorted(reads.modules.items())},
-            "listings": {cache.rel(k): v for k, v in sorted(reads.listings.items())},
-            "enumerations": dict(sorted(reads.enumerations.items())),
-        })
+        self.cache.put_entry("s", self.name(key), {"k": list(key), "v": encoded, **self.cache.stored_reads(reads)})
 
     def _stored(self, path: str) -> str:
         return self.cache.rel(self.project.real_of(path)) if path else ""

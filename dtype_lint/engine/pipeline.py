@@ -692,8 +692,7 @@ def _analyze(targets: list[str], scan: _Scan, index: QuantizableLayerIndex, proj
     project.stamps.update(scan.stamps)
     for p in targets:
         real = project.real_of(p)
-        hit = cache.findings(real, project.stamp(real), project.stamp, project.table.first_key, project.display_of,
-                             project.table.listing, project.table.enumeration)
+        hit = cache.findings(real, project.stamp(real), project.stamp, project.table, project.display_of)
         try:
             findings.extend([Finding.from_dict(dict(d, path=p)) for d in hit])
         except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
@@ -706,9 +705,7 @@ def _analyze(targets: list[str], scan: _Scan, index: QuantizableLayerIndex, proj
         real = project.real_of(path)
         project.save_headers(headers)
         cache.add_entries(answers)
-        files = {k: v for k, v in reads.files.items() if k != real}
-        cache.put_findings(real, project.stamp(real), dicts, files, reads.modules, project.real_of, reads.listings,
-                           reads.enumerations)
+        cache.put_findings(real, project.stamp(real), dicts, reads, project.real_of)
         findings.extend(Finding.from_dict(d) for d in dicts)
     project.save_headers(project.new_headers)
     project.new_headers = []
