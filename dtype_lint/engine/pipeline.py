@@ -736,13 +736,14 @@ def code_stamp() -> str:
         for folder, dirs, names in os.walk(top):
             # the sub-packages by stage hold the engine; kernels and fixtures never change findings
             dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
+            # os.path.relpath(path, top), once a folder (per file it was a third of the stamp)
+            prefix = "" if folder == top else os.path.relpath(folder, top) + os.sep
             for name in sorted(names):
                 # the shipped catalogues too: the storage model's answers read them
                 if name.endswith(".py") or (name.startswith("catalogue-") and name.endswith(".json")):
-                    path = os.path.join(folder, name)
-                    rel = os.path.relpath(path, top)
-                    with open(path, "rb") as f:  # the tool's own files: content, not mtime
-                        h.update(f"{rel}:".encode() + hashlib.blake2b(f.read(), digest_size=16).digest() + b";")
+                    with open(os.path.join(folder, name), "rb") as f:  # the tool's own files: content, not mtime
+                        digest = hashlib.blake2b(f.read(), digest_size=16).digest()
+                    h.update(f"{prefix}{name}:".encode() + digest + b";")
     return h.hexdigest()[:10]
 
 
