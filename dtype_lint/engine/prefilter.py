@@ -50,7 +50,8 @@ class Prefilter:
                 if hit is None:
                     kept = compiled.get(pattern)
                     if kept is None:
-                        kept = compiled[pattern] = (required_literal(pattern), re.compile(pattern, re.M).search)
+                        literal, regex = searched(pattern)
+                        kept = compiled[pattern] = (literal, regex.search)
                     literal, search = kept
                     held = holds.get(literal)
                     if held is None:
@@ -59,6 +60,13 @@ class Prefilter:
                 if hit:
                     return True
         return False
+
+
+@lru_cache(maxsize=None)
+def searched(pattern: str) -> tuple[str, re.Pattern]:
+    """(`required_literal`, the pattern compiled with re.M) of a rule pattern, once a process: the
+    prefilter and the site spans (analysis/file_analysis.py) read the same patterns."""
+    return required_literal(pattern), re.compile(pattern, re.M)
 
 
 def required_literal(pattern: str) -> str:
