@@ -418,3 +418,38 @@ def test_the_code_stamp_follows_the_tools_code_and_shipped_catalogues(tmp_path: 
         now = code_stamp()
         assert now not in seen, changed
         seen.add(now)
+
+
+def test_the_code_stamp_memo_never_outlives_an_edit(tmp_path: Path, monkeypatch):
+    """The memo keeps the stamp under the files' stat: an edit (even of the same size, with its
+    mtime put back) changes the stamp, and files written within `_SETTLED_NS` are not kept."""
+    import json
+    import os
+    import time
+
+    import dtype_lint
+    import dtype_lint.rules
+    from dtype_lint.engine import pipeline
+    from dtype_lint.engine.pipeline import code_stamp
+
+    pkg, rules = tmp_path / "dtype_lint", tmp_path / "rules"
+    pkg.mkdir()
+    rules.mkdir()
+    (pkg / "__init__.py").write_text("A = 1\n", encoding="utf-8")
+    (rules / "__init__.py").write_text("", encoding="utf-8")
+    monkeypatch.setattr(dtype_lint, "__file__", str(pkg / "__init__.py"))
+    monkeypatch.setattr(dtype_lint.rules, "__file__", str(rules / "__init__.py"))
+    memo = tmp_path / "code-stamp.json"
+
+    first = code_stamp(memo)
+    assert not memo.exists()  # just written: its stat proves nothing yet
+    monkeypatch.setattr(pipeline, "_SETTLED_NS", 0)
+    assert code_stamp(memo) == first and json.loads(memo.read_text())["stamp"] == first
+    memo.write_text(json.dumps({**json.loads(memo.read_text()), "stamp": "kept"}))
+    assert code_stamp(memo) == "kept"  # an unchanged stat: the memo answers
+    st = os.stat(pkg / "__init__.py")
+    time.sleep(0.05)  # past the clock tick of the stat kept (the memo's own rule covers real runs)
+    (pkg / "__init__.py").write_text("A = 2\n", encoding="utf-8")  # same size, same mtime
+    os.utime(pkg / "__init__.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = code_stamp(memo)
+    assert second not in (first, "kept") and second == code_stamp()

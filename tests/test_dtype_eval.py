@@ -219,3 +219,16 @@ def test_module_constants_and_imports():
     assert t.get(Case("float8_e4m3fn", False)) == "None"
     # `SPECIAL` is unknown: int8 storage may equal it (None) or not (torch.int8).
     assert t.get(Case("int8", True)) == "None or torch.int8"
+
+
+def test_interpreters_sharing_dumps_still_find_the_layer_by_its_node():
+    from dtype_lint.dtypes.evaluator import Case, Interpreter, Layer
+
+    layer = ast.parse("self.proj", mode="eval").body
+    other = ast.parse("self.other", mode="eval").body
+    # A stale entry under the layer node's id (another node once had it): the dump is taken again.
+    dumps = {id(layer): (other, ast.dump(other))}
+    for storage in ("fp16", "int32"):
+        interp = Interpreter(Case(storage, False), {}, None, {ast.dump(layer)}, dumps=dumps)
+        assert isinstance(interp.ev(layer), Layer)
+    assert dumps[id(layer)] == (layer, ast.dump(layer))

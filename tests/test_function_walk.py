@@ -144,3 +144,38 @@ def test_attribute_pattern_names_the_attribute_read():
     found = [(m.group(1), m.group(2)) for m in pattern.finditer(
         "ops.f(x)\n(ops) . \\\n g\nm  # c\n.h\nopsy.z\n")]
     assert found == [("ops", "f"), ("ops", "g"), ("m", "h")]
+
+
+def test_child_fields_are_read_from_the_grammar_signature():
+    from dtype_lint.analysis.function_walk import _child_fields
+
+    assert _child_fields(ast.Name) == ("ctx",)  # `identifier id` holds no node
+    assert _child_fields(ast.Attribute) == ("value", "ctx")
+    assert _child_fields(ast.Constant) == ()
+
+    class Unreadable(ast.expr):
+        """Not a signature."""
+        _fields = ("a", "b")
+
+    assert _child_fields(Unreadable) == ("a", "b")  # every field, when it cannot be read
+
+
+def test_own_and_all_nodes_are_the_walks_they_replace():
+    from dtype_lint.analysis.function_walk import all_nodes, own_nodes
+
+    def walk_function_as_it_was(fn):  # iter_child_nodes, statements popped from the end
+        todo = list(fn.body)
+        while todo:
+            node = todo.pop()
+            yield node
+            todo.extend(c for c in ast.iter_child_nodes(node)
+                        if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)))
+
+    tree = ast.parse(CODE)
+    for fn in _functions(CODE):
+        old = list(walk_function_as_it_was(fn))
+        assert [id(n) for n in walk_function(fn)] == [id(n) for n in old]
+        assert len(own_nodes(fn)) == len(old) and all(a is b for a, b in zip(own_nodes(fn), old))
+    for root in [tree, *_functions(CODE)]:
+        walked = list(ast.walk(root))
+        assert sorted(map(id, all_nodes(root))) == sorted(map(id, walked))

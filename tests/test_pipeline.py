@@ -200,6 +200,9 @@ def test_the_prefilter_takes_the_rules_patterns():
 
     assert Prefilter([Only]).might_match("x = special_marker_here\n")
     assert not Prefilter([Only]).might_match("x = y.weight.dtype\n")
+    lazy = Prefilter([Only])  # a pattern is compiled when a text first reaches its marker
+    assert not lazy.might_match("no marker\n") and not lazy._compiled
+    assert not lazy.might_match("special, but not the pattern\n") and lazy.might_match("special_marker_here")
     assert not Prefilter([]).might_match("x = y.weight.dtype\n")
 
 

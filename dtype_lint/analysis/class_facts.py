@@ -687,11 +687,8 @@ def _store_names(node) -> list[str]:
 
 
 def walk_function(fn):
-    """ast.walk over a function body without descending into nested functions, lambdas or classes."""
-    todo = list(fn.body)
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                todo.append(child)
+    """ast.walk over a function body without descending into nested functions, lambdas or classes
+    (statements popped from the end; function_walk.own_nodes lists them, in this order)."""
+    from dtype_lint.analysis.function_walk import own_nodes  # imports only `ast`; kept local
+
+    yield from own_nodes(fn)

@@ -15,7 +15,7 @@ from dtype_lint.analysis.class_facts import ProjectFacts
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
 from dtype_lint.config import Config
 from dtype_lint.engine import regions, trees
-from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words, required_literal
+from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words, searched
 from dtype_lint.engine.regions import REDUCIBLE_RULES
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
@@ -102,7 +102,7 @@ def site_spans(rules, text: str) -> list[tuple[int, int]]:
 @lru_cache(maxsize=16)
 def _searches(patterns: tuple[str, ...]) -> list[tuple[str, re.Pattern]]:
     """(the literal every match holds, the compiled pattern) of each pattern, once per run."""
-    return [(required_literal(p), re.compile(p, re.M)) for p in patterns]
+    return [searched(p) for p in patterns]  # shared with the prefilter's
 
 
 def reads_helper_callers(rules, index: QuantizableLayerIndex, module: str) -> bool:

@@ -193,7 +193,8 @@ class Interpreter:
     """Evaluates expressions and simple function bodies against one `Case`."""
 
     def __init__(self, case: Case, names: dict[str, object], globals_: "ModuleGlobals | None" = None,
-                 layer_exprs: Iterable[str] = (), oracle: _Oracle | None = None):
+                 layer_exprs: Iterable[str] = (), oracle: _Oracle | None = None,
+                 dumps: dict[int, tuple[ast.AST, str]] | None = None):
         self.case = case
         self.layer = Layer(case.storage)
         self.names = dict(names)
@@ -203,6 +204,9 @@ class Interpreter:
         # Their node types: a dump starts with the node's class name and "(", so a node of another
         # type is never one of them, and is not dumped (ev sees every node of the function).
         self._layer_types = {e.partition("(")[0] for e in self.layer_exprs}
+        # id(node) -> (node, its dump), shared by the interpreters of one question (one per case
+        # evaluate the same nodes): holding the node keeps its id from being reused meanwhile.
+        self._dumps = {} if dumps is None else dumps
         # Open mode: unknowns are values, and branches on them are decided by the oracle.
         self.oracle = oracle
 
@@ -224,8 +228,12 @@ class Interpreter:
 
     # ---- expressions -------------------------------------------------------------------------
     def ev(self, node: ast.AST):
-        if type(node).__name__ in self._layer_types and ast.dump(node) in self.layer_exprs:
-            return self.layer
+        if type(node).__name__ in self._layer_types:
+            kept = self._dumps.get(id(node))
+            if kept is None or kept[0] is not node:
+                kept = self._dumps[id(node)] = (node, ast.dump(node))
+            if kept[1] in self.layer_exprs:
+                return self.layer
         if isinstance(node, ast.Constant):
             if node.value is None or isinstance(node.value, (bool, str, int)):
                 return node.value
@@ -564,6 +572,7 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
     'AttributeError'. `aliases`: local names standing for expressions (`w_dtype = ...`)."""
     rows = []
     layer_dump = ast.dump(layer)
+    dumps: dict[int, tuple[ast.AST, str]] = {}
     for flag in flags:
         for storage in STORAGES:
             case = Case(storage, flag)
@@ -571,7 +580,7 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
             interp = Interpreter(case, names,
                                  globals_ or ModuleGlobals(None, {"torch": "torch",
                                                                   "current_platform": "current_platform"}),
-                                 {layer_dump})
+                                 {layer_dump}, dumps=dumps)
             for name, value in aliases.items():
                 interp.names[name] = _Lazy(value)
             try:
@@ -651,9 +660,10 @@ def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
     globals_ = ModuleGlobals(None, {"torch": "torch", "current_platform": "current_platform"})
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     out = []
+    layer_dumps, dumps = {ast.dump(layer)}, {}
     for storage in PACKED:
         interp = Interpreter(Case(storage, False), {k: _Lazy(v) for k, v in aliases.items()}, globals_,
-                             {ast.dump(layer)})
+                             layer_dumps, dumps=dumps)
         value = True
         for part in parts:  # short-circuit, in order, as Python evaluates `and`
             try:

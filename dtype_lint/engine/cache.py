@@ -349,7 +349,7 @@ def _ours(name: str) -> bool:
     """A name dtype-lint puts in its cache folder (this format's, the single-file format's)."""
     from dtype_lint.engine.writer import is_temp_name
 
-    return name in ("tmp", "fast-path.json", "run-memo.json") or name.startswith(f"{FORMAT}-") or \
+    return name in ("tmp", "fast-path.json", "run-memo.json", "code-stamp.json") or name.startswith(f"{FORMAT}-") or \
         (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
 
 

@@ -56,10 +56,12 @@ def tool_stamp() -> str:
     for base in folders:
         for folder, dirs, names in os.walk(base):
             dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
+            # os.path.relpath(path, base), once a folder (per file it was most of the stamp's cost)
+            prefix = "" if folder == base else os.path.relpath(folder, base) + os.sep
             for name in sorted(names):
                 if name.endswith(".py"):
                     st = os.stat(os.path.join(folder, name))
-                    parts.append(f"{os.path.relpath(os.path.join(folder, name), base)}:{st.st_mtime_ns}:{st.st_size}")
+                    parts.append(f"{prefix}{name}:{st.st_mtime_ns}:{st.st_size}")
     return f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
 
 

@@ -150,7 +150,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         remove_stale_temps(staging)
         for folder, names in _by_folder(temps).items():
             remove_stale_temps(folder, names)
-    cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp()}-{config.fingerprint()}",
+    stamp_memo = config.root / config.cache_dir / "code-stamp.json" if options.use_cache else None
+    cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp(stamp_memo)}-{config.fingerprint()}",
                   enabled=options.use_cache, root=config.root)
     # Stamps key the cache and its records, and tell the fix stage that a file is still the one
     # checked: a `--no-cache` check reads none of them, and stamping re-reads and hashes each
@@ -724,26 +725,64 @@ def reanalyze(result: RunResult, path: str, text: str) -> list[Finding]:
     return analyze(path, text, result.index, result.config, module_name(path, result.config.root))
 
 
-def code_stamp() -> str:
+def code_stamp(memo: str | os.PathLike | None = None) -> str:
     """Changes when dtype-lint's own code or shipped catalogues change (an editable install under
-    development), so a cache never outlives the rules and data that produced it."""
+    development), so a cache never outlives the rules and data that produced it.
+
+    `memo`: a file (in the cache folder) keeping the last stamp under the stat of every file it
+    hashed (size, mtime, ctime, inode): a write to a file changes its ctime, so an unchanged stat
+    is unchanged content, except for a second write in the same clock tick as the first one's
+    stat; a stamp is kept only when every file is older than `_SETTLED_NS` (git's racy-index rule),
+    so no later write can leave the stat it was kept under."""
     import dtype_lint
     import dtype_lint.rules
 
-    h = hashlib.sha1()
+    files = []
     for pkg in (dtype_lint, dtype_lint.rules):
         top = os.path.dirname(pkg.__file__)
         for folder, dirs, names in os.walk(top):
             # the sub-packages by stage hold the engine; kernels and fixtures never change findings
             dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
+            # os.path.relpath(path, top), once a folder (per file it was a third of the stamp)
+            prefix = "" if folder == top else os.path.relpath(folder, top) + os.sep
             for name in sorted(names):
                 # the shipped catalogues too: the storage model's answers read them
                 if name.endswith(".py") or (name.startswith("catalogue-") and name.endswith(".json")):
-                    path = os.path.join(folder, name)
-                    rel = os.path.relpath(path, top)
-                    with open(path, "rb") as f:  # the tool's own files: content, not mtime
-                        h.update(f"{rel}:".encode() + hashlib.blake2b(f.read(), digest_size=16).digest() + b";")
-    return h.hexdigest()[:10]
+                    files.append((f"{prefix}{name}", os.path.join(folder, name)))
+    key = newest = None
+    if memo is not None:
+        try:
+            stats = [os.stat(path) for _, path in files]
+            listed = "\n".join(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+                                for (_, path), st in zip(files, stats))
+            key = hashlib.sha1(listed.encode("utf-8", "surrogatepass")).hexdigest()
+            newest = max((max(st.st_mtime_ns, st.st_ctime_ns) for st in stats), default=0)
+            with open(memo, encoding="utf-8") as f:
+                kept = json.load(f)
+            if isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("stamp"), str):
+                return kept["stamp"]
+        except (OSError, ValueError):
+            pass
+    h = hashlib.sha1()
+    for rel, path in files:
+        with open(path, "rb") as f:  # the tool's own files: content, not mtime
+            digest = hashlib.blake2b(f.read(), digest_size=16).digest()
+        h.update(f"{rel}:".encode() + digest + b";")
+    stamp = h.hexdigest()[:10]
+    if key is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:
+        try:
+            from dtype_lint.engine.writer import write_atomic
+
+            if os.path.isdir(os.path.dirname(os.path.abspath(memo))):
+                write_atomic(memo, json.dumps({"key": key, "stamp": stamp}).encode())
+        except OSError:
+            pass
+    return stamp
+
+
+# A file written this recently may be written again within the same timestamp tick: its stat
+# does not yet prove its content (code_stamp's memo waits for it).
+_SETTLED_NS = 2_000_000_000
 
 
 # ---- fixing ---------------------------------------------------------------------------------

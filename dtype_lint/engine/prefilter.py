@@ -26,25 +26,33 @@ class Prefilter:
 
     def __init__(self, rules):
         self.markers = tuple(sorted({m for r in rules for m in marker_words(r)}))
-        patterns = list(dict.fromkeys(p for r in rules for p in r.patterns))
-        compiled = {p: (required_literal(p), re.compile(p, re.M).search) for p in patterns}
         groups: dict[str, dict[str, None]] = {}
         for r in rules:
             for marker in marker_words(r):  # any of a rule's marker words, with that rule's patterns
                 groups.setdefault(marker, {}).update(dict.fromkeys(r.patterns))
-        self._groups = [(marker, [(p, *compiled[p]) for p in pats]) for marker, pats in sorted(groups.items()) if pats]
+        self._groups = [(marker, list(pats)) for marker, pats in sorted(groups.items()) if pats]
+        # pattern -> (its required literal, its compiled search), on first use: a one-file run
+        # tests one text, whose markers reach a few of the 27 patterns (compiling and parsing
+        # all of them was a tenth of its work).
+        self._compiled: dict[str, tuple[str, object]] = {}
 
     def might_match(self, text: str) -> bool:
         seen: dict[str, bool] = {}
         # Most patterns share a literal (`.weight`): a text without it was searched for it once
         # per pattern, a whole pass over the text each time.
         holds: dict[str, bool] = {}
-        for marker, searches in self._groups:
+        compiled = self._compiled
+        for marker, patterns in self._groups:
             if marker not in text:
                 continue
-            for pattern, literal, search in searches:
+            for pattern in patterns:
                 hit = seen.get(pattern)
                 if hit is None:
+                    kept = compiled.get(pattern)
+                    if kept is None:
+                        literal, regex = searched(pattern)
+                        kept = compiled[pattern] = (literal, regex.search)
+                    literal, search = kept
                     held = holds.get(literal)
                     if held is None:
                         held = holds[literal] = literal in text
@@ -52,6 +60,13 @@ class Prefilter:
                 if hit:
                     return True
         return False
+
+
+@lru_cache(maxsize=None)
+def searched(pattern: str) -> tuple[str, re.Pattern]:
+    """(`required_literal`, the pattern compiled with re.M) of a rule pattern, once a process: the
+    prefilter and the site spans (analysis/file_analysis.py) read the same patterns."""
+    return required_literal(pattern), re.compile(pattern, re.M)
 
 
 def required_literal(pattern: str) -> str:

@@ -36,7 +36,9 @@ def _names_of(node: ast.AST, loads: bool):
 
 def identifiers(node: ast.AST) -> set[str]:
     """Every name `node` and the code inside it bind or read."""
-    return {name for n in ast.walk(node) for name in _names_of(n, loads=True)}
+    from dtype_lint.analysis.function_walk import all_nodes  # a set: ast.walk's order not needed
+
+    return {name for n in all_nodes(node) for name in _names_of(n, loads=True)}
 
 
 def bindings(node: ast.AST) -> Counter:

@@ -406,7 +406,9 @@ class Planner:
         return f"{indent}{var} = {self.helper_call(self.src.segment(site.wds.layer), flag)}\n"
 
     def _uses_outside(self, fn: ast.AST, name: str, region: ast.AST) -> bool:
-        inside = {id(n) for n in ast.walk(region)}
+        from dtype_lint.analysis.function_walk import all_nodes  # a set: no order needed
+
+        inside = {id(n) for n in all_nodes(region)}
         return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                    and id(n) not in inside for n in walk_function(fn))
 
