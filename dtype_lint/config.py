@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import keyword
@@ -267,6 +266,8 @@ def load_config(start: Path, explicit: Path | None = None, overrides: dict | Non
 def apply_settings(cfg: Config, table: dict, where: str) -> Config:
     for key, value in table.items():
         if key not in _KEYS:
+            import difflib  # only for this message: a run with valid settings does not pay its import
+
             hint = difflib.get_close_matches(key, list(_KEYS), n=1)
             extra = f" (did you mean `{hint[0]}`?)" if hint else ""
             raise ConfigError(f"{where}: unknown [tool.dtype-lint] key `{key}`{extra}")
