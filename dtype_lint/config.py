@@ -37,6 +37,7 @@ OPT_IN_RULES = frozenset({"DTL003", "DTL004", "DTL005"})
 
 @dataclass
 class Config:
+    """A run's settings: the defaults, then the configuration file's, then the command line's."""
     root: Path = field(default_factory=Path.cwd)
     source: str = "defaults"  # which file the settings came from, for messages
     preset: str = "vllm"

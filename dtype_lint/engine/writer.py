@@ -176,6 +176,7 @@ _COUNTER = itertools.count()
 
 @dataclass(frozen=True)
 class WriteRecord:
+    """One file a run wrote, and why."""
     path: str  # as written, relative to the project root when inside it
     action: str  # "created" | "changed"
     why: str  # "fix", "helper", "package marker", "baseline", "report", "cache"

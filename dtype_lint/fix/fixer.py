@@ -31,6 +31,7 @@ class FixError(Exception):
 
 @dataclass
 class FixOutcome:
+    """A file after fixing: its new text, the findings fixed and those left, or why it failed."""
     path: str
     original: str
     text: str
