@@ -38,7 +38,10 @@ def _codes(value: str) -> list[str]:
     return [c.strip() for c in value.split(",") if c.strip()]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; `only="check"`: the top level with `check` alone (what a check
+    parses: the other commands' parsers are half of building it, and of a pre-commit run's work
+    before the engine, for nothing)."""
     p = argparse.ArgumentParser(
         prog="dtype-lint",
         description="Find and fix activations cast to a quantizable layer's storage dtype "
@@ -113,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-v", "--verbose", action="store_true", help="also say on stderr what the run wrote for itself "
                    "(the cache, reports, baselines)")
 
+    if only == "check":
+        p.set_defaults(_commands={"check": c})
+        return p
+
     r = sub.add_parser("rule", help="explain a rule", description="Print a rule's documentation.")
     r.add_argument("code", nargs="?", help="e.g. DTL001")
     r.add_argument("--all", action="store_true", help="list every rule")
@@ -182,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """argparse reports unknown flags with the top-level usage; ours name the command's own."""
-    parser = build_parser()
+    parser = build_parser("check" if argv[:1] == ["check"] else None)
     args, extra = parser.parse_known_args(argv)
     if extra:
         sub = args._commands.get(args.command, parser)

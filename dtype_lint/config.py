@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import keyword
@@ -38,6 +37,7 @@ OPT_IN_RULES = frozenset({"DTL003", "DTL004", "DTL005"})
 
 @dataclass
 class Config:
+    """A run's settings: the defaults, then the configuration file's, then the command line's."""
     root: Path = field(default_factory=Path.cwd)
     source: str = "defaults"  # which file the settings came from, for messages
     preset: str = "vllm"
@@ -267,6 +267,8 @@ def load_config(start: Path, explicit: Path | None = None, overrides: dict | Non
 def apply_settings(cfg: Config, table: dict, where: str) -> Config:
     for key, value in table.items():
         if key not in _KEYS:
+            import difflib  # only for this message: a run with valid settings does not pay its import
+
             hint = difflib.get_close_matches(key, list(_KEYS), n=1)
             extra = f" (did you mean `{hint[0]}`?)" if hint else ""
             raise ConfigError(f"{where}: unknown [tool.dtype-lint] key `{key}`{extra}")

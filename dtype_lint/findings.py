@@ -38,6 +38,7 @@ class Edit:
 
 @dataclass(frozen=True)
 class Fix:
+    """A finding's fix: its edits, the imports it needs, and whether it is safe."""
     description: str
     safe: bool
     edits: tuple[Edit, ...]
@@ -59,6 +60,7 @@ class Fix:
 
 @dataclass
 class Finding:
+    """One reported site: the rule's code, where it is, the evidence, and its fix if any."""
     code: str
     message: str
     path: str
@@ -126,6 +128,7 @@ UNUSED_SUPPRESSION = "DTL902"
 
 @dataclass(frozen=True)
 class CodeInfo:
+    """A code's name and summary, for the codes no rule module defines (the engine's)."""
     code: str
     name: str
     summary: str

@@ -82,6 +82,7 @@ def example_code(code: str) -> str:
 
 @dataclass(frozen=True)
 class Valid:
+    """An example the rule must not report (Fixit's `Valid`)."""
     code: str
     settings: dict = field(default_factory=dict)
 
@@ -91,6 +92,7 @@ class Valid:
 
 @dataclass(frozen=True)
 class Invalid:
+    """An example the rule must report, and the source its fix must give (Fixit's `Invalid`)."""
     code: str
     # Expected source after `--fix` (safe fixes only unless unsafe=True); None: no fix expected.
     expected_replacement: str | None = None

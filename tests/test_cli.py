@@ -138,6 +138,17 @@ def test_findings_exit_1_and_both_layer_kinds_resolve(project: Path):
     assert rc == 1 and where(found) == EXPECTED
 
 
+def test_a_check_parses_with_the_check_parser_alone():
+    """`check` builds no other command's parser (most of what building them all costs); any other
+    command still gets every one."""
+    from dtype_lint.cli import parse
+
+    args = parse(["check", "a.py", "--exit-zero"])
+    assert (args.command, args.paths, args.exit_zero) == ("check", ["a.py"], True)
+    assert set(args._commands) == {"check"}
+    assert set(parse(["rule", "DTL001"])._commands) == {"check", "rule", "migrate", "doctor", "explain", "verify"}
+
+
 def test_default_command_is_check(project: Path):
     assert dtl(project, ".").returncode == 1
     assert dtl(project).returncode == 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,23 @@ def test_the_console_script_takes_the_fast_path(project: Path):
     """The installed entry point and `python -m dtype_lint` import neither the engine nor rich."""
     printed, heavy = heavy_imports_of(project, "check", "proj/plain.py")
     assert (printed, heavy) == ("All checks passed! (1 file checked)\n", "[]")
+
+
+def test_an_edited_file_with_a_site_leaves_the_rare_paths_imports_to_them(project: Path):
+    """The full run on one edited file (pre-commit's other case) writes no diff and suggests no
+    setting, so it does not import difflib; and importing the engine, every rule and the command
+    line imports neither difflib nor importlib.resources (only a shipped catalogue's reader needs
+    it, for a layer the tree's own backends say nothing about)."""
+    site = project / "proj" / "site.py"
+    site.write_text(site.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    printed, rare = heavy_imports_of(project, "check", "--exit-zero", "proj/site.py", modules=("difflib",))
+    assert "DTL001" in printed  # the engine ran: not the fast path's answer
+    assert rare == "[]"
+    code = ("import sys\nimport dtype_lint.cli, dtype_lint.engine.pipeline, dtype_lint.reporters.text\n"
+            "from dtype_lint.rules import ALL_RULES\n"
+            "print([m for m in ('difflib', 'importlib.resources') if m in sys.modules])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
 
 
 def test_the_prefilter_wants_one_rules_marker_and_pattern():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from importlib import resources
 
 from dtype_lint.analysis.storage_model import CodeBackends, Storage, StorageModel
 from dtype_lint.findings import Evidence
@@ -27,6 +26,10 @@ FORMAT = 1
 @cache
 def shipped() -> tuple[dict, ...]:
     """Every catalogue shipped with the tool (parsed once per process)."""
+    # Imported here, not at the top: importlib.resources (and the typing module it pulls in) is a
+    # tenth of the imports of a pre-commit run on one edited file, which never reads a catalogue.
+    from importlib import resources
+
     out = []
     try:
         folder = resources.files("dtype_lint") / "data"

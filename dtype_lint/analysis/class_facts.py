@@ -209,6 +209,7 @@ class LazyClasses(Mapping):
 
 @dataclass
 class FileFacts:
+    """One file's facts: its module name, imports, classes (built when first asked for) and module-level functions."""
     module: str
     path: str
     imports: dict[str, str]

@@ -19,6 +19,7 @@ import os
 import re
 import textwrap
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from dtype_lint.engine.source import iter_code
@@ -64,8 +65,13 @@ class ModuleHeader:
 # `dtype_functions` is text-only, so that the pre-commit fast path can use it without this module.
 from dtype_lint.engine.text_facts import dtype_functions  # noqa: E402,F401
 
-_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
-_IMPORTED = re.compile(r"(?:^|,)\s*(\w+)")
+
+@cache
+def _from_import_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """`from M import ...` and the names in its list; compiled on first use (only a run that looks
+    for helper callers across files needs them, not a pre-commit check of one edited file)."""
+    return (re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M),
+            re.compile(r"(?:^|,)\s*(\w+)"))
 
 
 def from_imported(text: str) -> list[str]:
@@ -74,9 +80,10 @@ def from_imported(text: str) -> list[str]:
     if "import" not in text:
         return []
     names = set()
-    for m in _FROM_IMPORT.finditer(text):
+    from_import, imported = _from_import_patterns()
+    for m in from_import.finditer(text):
         body = re.sub(r"#[^\n]*", "", m.group(1)).strip("() \t\r\n\\")
-        names.update(_IMPORTED.findall(body))
+        names.update(imported.findall(body))
     return sorted(names)
 
 

@@ -28,6 +28,7 @@ NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_ten
 
 @dataclass(frozen=True)
 class CalleeUse:
+    """How a callee uses a parameter: as a cast's or allocation's dtype, or as the weight whose dtype it reads."""
     kind: str  # "cast" | "alloc"
     what: str  # "dtype": the parameter is a dtype; "weight": the parameter is the weight tensor
     param: str
@@ -38,6 +39,7 @@ class CalleeUse:
 
 @dataclass(frozen=True)
 class _Callee:
+    """A project function a call reaches, with its positional parameters."""
     name: str
     fn: ast.FunctionDef | ast.AsyncFunctionDef
     path: str
@@ -47,6 +49,7 @@ class _Callee:
 
 @dataclass(frozen=True)
 class Flow:
+    """A layer's weight or dtype passed at a call into a callee that uses it (`use`)."""
     arg: ast.expr  # the argument at the call
     layer: ast.expr  # the layer whose weight (or dtype) it is
     callee: str

@@ -25,6 +25,7 @@ MAX_FILES = 40
 
 @dataclass(frozen=True)
 class ForeignCall:
+    """A call in another file that hands a layer to the function, and whether a backend may pack that layer."""
     path: str
     line: int
     layer: str  # the expression handed over ("self.kv_b_proj")

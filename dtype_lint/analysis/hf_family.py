@@ -80,6 +80,7 @@ STORAGE_WORDS = {UINT8: "uint8", INT8: "int8", FP8: "float8_e4m3fn", NO_WEIGHT: 
 
 @dataclass(frozen=True)
 class Quantizer:
+    """A Hugging Face quantizer: the storage it gives the layers it replaces, and which layers it skips."""
     name: str
     library: str  # "transformers" | "diffusers"
     storage: str

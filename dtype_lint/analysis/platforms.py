@@ -34,17 +34,23 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import cache
 
 from dtype_lint.analysis.class_index import PLATFORM_MODULES, dotted
 from dtype_lint.findings import Evidence
 
 # `supported_quantization: list[str] = [...]` in a class body (its value spans lines).
 _ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\]|\(\s*\))", re.MULTILINE)
-# A registration of a config class under a name: the decorator form and the call form.
-_REGISTER_DECORATOR = re.compile(
-    r"^[ \t]*@[ \t]*[\w.]*register\w*\(\s*([^()\n]+?)\s*\)[ \t]*\n(?:[ \t]*@[^\n]*\n)*[ \t]*class[ \t]+(\w+)",
-    re.MULTILINE)
-_REGISTER_CALL = re.compile(r"[\w.]*register\w*\(\s*([^()\n]+?)\s*\)\s*\(\s*(\w+)\s*\)")
+
+
+@cache
+def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A registration of a config class under a name: the decorator form and the call form;
+    compiled on first use (a check whose platforms' facts the cache keeps never needs them)."""
+    return (re.compile(
+        r"^[ \t]*@[ \t]*[\w.]*register\w*\(\s*([^()\n]+?)\s*\)[ \t]*\n(?:[ \t]*@[^\n]*\n)*[ \t]*class[ \t]+(\w+)",
+        re.MULTILINE),
+        re.compile(r"[\w.]*register\w*\(\s*([^()\n]+?)\s*\)\s*\(\s*(\w+)\s*\)"))
 
 
 @dataclass(frozen=True)
@@ -234,7 +240,7 @@ class PlatformNarrowing:
             if "register" not in text:
                 return {}
             out: dict[str, list[str]] = {}
-            for pattern in (_REGISTER_DECORATOR, _REGISTER_CALL):
+            for pattern in _register_patterns():
                 for m in pattern.finditer(text):
                     cls = src.header.classes.get(m.group(2)) and f"{module}.{m.group(2)}"
                     if cls is None:

@@ -26,6 +26,7 @@ WEIGHT_SITE_PATTERNS = (
 
 @dataclass(frozen=True)
 class WeightDtypeSource:
+    """A layer's weight dtype as a site reads it: the layer, the form of the read, and the alias it went through."""
     layer: ast.expr  # the layer expression (`self.kv_b_proj`)
     form: str  # "attribute" | "getattr" | "hasattr-fallback" | "tensor"
     alias: str | None = None  # the local name used at the site, when reached through an alias

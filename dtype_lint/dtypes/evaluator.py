@@ -57,6 +57,7 @@ class _NoWeight(Exception):
 
 @dataclass(frozen=True)
 class Dtype:
+    """A torch dtype (`torch.<name>`) as the evaluator computes with it."""
     name: str
 
     @property
@@ -73,11 +74,13 @@ class Dtype:
 
 @dataclass(frozen=True)
 class Layer:
+    """A layer as the evaluator sees it: its weight's storage dtype, or no `.weight`."""
     storage: str | None  # None: no `.weight`
 
 
 @dataclass(frozen=True)
 class Weight:
+    """A layer's `.weight` tensor, as the evaluator sees it."""
     layer: Layer
 
 
@@ -177,6 +180,7 @@ class _Raised(Exception):
 
 @dataclass(frozen=True)
 class Case:
+    """One input of a truth table: the weight's storage and the fp8-input flag."""
     storage: str | None
     flag: bool
 

@@ -21,6 +21,7 @@ INTENDED = PACKED + ("float8_e5m2",)
 
 @dataclass(frozen=True)
 class Row:
+    """One storage and flag: what the old code and the helper give, and whether they agree."""
     storage: str | None
     flag: bool
     old: str  # "torch.<dtype>" (cast) | "None" (no cast) | "AttributeError"

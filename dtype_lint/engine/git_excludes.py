@@ -31,6 +31,7 @@ MAX_CONFIG_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Repository:
+    """A git work tree: its top folder and its git folders."""
     top: str  # the work tree's top folder (absolute)
     git_dir: str  # this work tree's git folder (a linked worktree's own, under the main one)
     common_dir: str  # where info/, config and the objects live (the main git folder)

@@ -36,6 +36,7 @@ _DIR_MARK = "ps_d"
 
 @dataclass(frozen=True)
 class _Pattern:
+    """One pattern line of an ignore file, compiled."""
     include: bool  # True: ignore; False: a `!` negation
     regex: object | None  # compiled; None: matches every path ("*", "**")
     folders_only: bool  # "*/", "**/": every folder, no file

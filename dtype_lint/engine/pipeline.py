@@ -60,6 +60,7 @@ class UserError(Exception):
 
 @dataclass
 class RunOptions:
+    """What a run is asked to do beyond its configuration: the paths, fixing, the cache, baselines."""
     paths: list[str] = field(default_factory=lambda: ["."])
     changed_since: str | None = None
     jobs: int | None = None
@@ -74,6 +75,7 @@ class RunOptions:
 
 @dataclass
 class RunResult:
+    """What a run found, fixed and wrote."""
     config: Config
     findings: list[Finding]  # what remains, after suppressions, fixes and the baseline
     files: list[str]  # the files in scope
@@ -456,6 +458,7 @@ class _Project:
 
 @dataclass
 class _Scan:
+    """What the scan learnt of each file: the prefilters' answers, suppressions, read errors, names, stamps."""
     passes: dict[str, bool] = field(default_factory=dict)
     suppressing: dict[str, bool] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
@@ -795,6 +798,7 @@ def selected(f: Finding, unsafe: bool) -> bool:
 
 @dataclass
 class _FileFix:
+    """A file's fix outcome, with the bytes it was computed from and how to encode the result."""
     outcome: FixOutcome
     file: FileText | None  # how to encode the result (None: unreadable)
     data: bytes  # the bytes the fix was computed from

@@ -80,6 +80,7 @@ BLANKED = "_dtype_lint_blanked"  # set on a blanked FunctionDef node: the last l
 
 @dataclass
 class Reduced:
+    """A file's text with the bodies of the functions no rule reads blanked, and where they were."""
     text: str
     blanked: list[tuple[int, int, int]] = field(default_factory=list)  # (def, `pass`, last body line), 1-based
     kept_chars: int = 0

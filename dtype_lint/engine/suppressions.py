@@ -46,18 +46,24 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from dataclasses import dataclass
+from functools import cache
 from typing import Collection, Iterable
 
 from dtype_lint.engine.source import SourceText, iter_code
 from dtype_lint.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
 
 # A code list never holds `#`: each directive's scan stops at the next one (linear per comment).
-_IGNORE = re.compile(r"#\s*(?i:dtype-lint\s*:\s*ignore(?P<file>-file)?)(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?")
-_NOQA = re.compile(
-    r"#\s*(?i:noqa)(?![\w-])"
-    r"(?:\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:(?:\s*,\s*|[ \t]+)[A-Za-z]+[0-9]+)*))?"
-)
-_REASON_END = re.compile(r"\s#")
+
+
+@cache
+def _comment_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """An ignore directive, a noqa, and where a reason ends; compiled on first use (only a file
+    that may hold a suppression is read for them: most runs of pre-commit's never are)."""
+    return (re.compile(r"#\s*(?i:dtype-lint\s*:\s*ignore(?P<file>-file)?)(?![\w-])(?:\s*\[(?P<codes>[^\]\n#]*)\])?"),
+            re.compile(r"#\s*(?i:noqa)(?![\w-])"
+                       r"(?:\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:(?:\s*,\s*|[ \t]+)[A-Za-z]+[0-9]+)*))?"),
+            re.compile(r"\s#"))
+
 _DTL_CODE = re.compile(r"^DTL[0-9]+$", re.I)
 _BARE_NOQA = re.compile(r"noqa(?!\s*:)")
 BLANKET = "*"  # the code key of a bare noqa comment (no codes)
@@ -110,7 +116,7 @@ def _norm(code: str) -> str:
     return code.upper() if _DTL_CODE.match(code) else code
 
 
-# What every `dtype-lint: ignore` directive holds (_IGNORE, lowered): a mere mention is none.
+# What every `dtype-lint: ignore` directive holds (the first of _comment_patterns, lowered): a mere mention is none.
 DIRECTIVE = re.compile(r"dtype-lint\s*:\s*ignore")
 
 
@@ -161,10 +167,11 @@ def _split_codes(text: str) -> tuple[str, ...]:
 
 def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
     out = []
-    ignores = list(_IGNORE.finditer(comment))
+    ignore, noqa, reason_end = _comment_patterns()
+    ignores = list(ignore.finditer(comment))
     # A reason ends at the next ` #` or where the next directive starts; the ends are found in
     # one pass each, so a comment of many directives costs its length, not its length squared.
-    ends = [m.start() for m in _REASON_END.finditer(comment)]
+    ends = [m.start() for m in reason_end.finditer(comment)]
     starts = [m.start() for m in ignores]
     for i, m in enumerate(ignores):
         j = bisect_left(ends, m.end())
@@ -180,7 +187,7 @@ def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
             Suppression("file" if m["file"] else "ignore", line, col + m.start(), col + end, codes, reason,
                         comment[m.start() : end], cs, ce)
         )
-    for m in _NOQA.finditer(comment):
+    for m in noqa.finditer(comment):
         codes = _split_codes(m["codes"] or "")
         if codes and not any(_DTL_CODE.match(c) for c in codes):
             continue  # another tool's noqa: not ours

@@ -23,12 +23,18 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 # Temp files carry this suffix; a rerun removes any it finds in its staging folder.
 TEMP_SUFFIX = ".dtl-tmp"
 # `.<target name>.<pid>.<random>.dtl-tmp`, as `_temp_prefix` and mkstemp/mkdtemp name them.
-_TEMP_NAME = re.compile(r"^\..*\.(\d+)\.[A-Za-z0-9_]+" + re.escape(TEMP_SUFFIX) + "$", re.S)
+
+
+@cache
+def _temp_name() -> re.Pattern[str]:
+    """Compiled on first use: only a run that meets a `.dtl-tmp` name (a killed run's leftovers) needs it."""
+    return re.compile(r"^\..*\.(\d+)\.[A-Za-z0-9_]+" + re.escape(TEMP_SUFFIX) + "$", re.S)
 
 
 def _new_file_mode() -> int:
@@ -44,7 +50,7 @@ class WriteError(Exception):
 
 def is_temp_name(name: str) -> bool:
     """Is `name` a temp file or folder a dtype-lint run creates?"""
-    return _TEMP_NAME.match(name) is not None
+    return _temp_name().match(name) is not None
 
 
 def _temp_prefix(path: str) -> str:
@@ -134,7 +140,7 @@ def remove_stale_temps(folder: str | os.PathLike, names: list[str] | None = None
         except OSError:
             return 0
     for name in names:
-        m = _TEMP_NAME.match(name)
+        m = _temp_name().match(name)
         if m is None:
             continue
         pid = int(m.group(1))
@@ -176,6 +182,7 @@ _COUNTER = itertools.count()
 
 @dataclass(frozen=True)
 class WriteRecord:
+    """One file a run wrote, and why."""
     path: str  # as written, relative to the project root when inside it
     action: str  # "created" | "changed"
     why: str  # "fix", "helper", "package marker", "baseline", "report", "cache"

@@ -12,7 +12,6 @@ writer.py, the only code that touches the user's files.
 from __future__ import annotations
 
 import ast
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ class FixError(Exception):
 
 @dataclass
 class FixOutcome:
+    """A file after fixing: its new text, the findings fixed and those left, or why it failed."""
     path: str
     original: str
     text: str
@@ -44,6 +44,10 @@ class FixOutcome:
         return self.text != self.original and not self.error
 
     def diff(self) -> str:
+        # difflib here and in _at_original_lines, not at the top: a check that fixes nothing
+        # (pre-commit on an edited file) imports this module but needs neither.
+        import difflib
+
         return "".join(difflib.unified_diff(
             self.original.splitlines(keepends=True), self.text.splitlines(keepends=True),
             fromfile=f"a/{self.path}", tofile=f"b/{self.path}"))
@@ -215,6 +219,7 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
 def _at_original_lines(original: str, current: str, findings: list[Finding]) -> list[Finding]:
     """The findings of `current` with their lines moved to `original`'s, where their first line
     is one the earlier rounds left as it was (else kept as found)."""
+    import difflib
     from dataclasses import replace
 
     old_lines, new_lines = original.splitlines(), current.splitlines()

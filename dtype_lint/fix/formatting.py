@@ -35,6 +35,7 @@ FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL_FOLDER = range(5)
 
 @dataclass(frozen=True)
 class ProjectStyle:
+    """How the project sorts and wraps imports (isort's sections, its line length), for the lines a fix adds."""
     line_length: int | None = None
     first_party: frozenset[str] = field(default_factory=frozenset)
     third_party: frozenset[str] = field(default_factory=frozenset)

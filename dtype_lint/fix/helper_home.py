@@ -29,6 +29,7 @@ INFERRED_MODULE = "layer_input_dtype"
 
 @dataclass
 class HelperChoice:
+    """The helper fixes are routed through, and how it was chosen."""
     location: HelperLocation | None  # None: no helper can be used (see `error`)
     config: Config  # the configuration fixes are planned with (its `helper` set when inferred)
     how: str  # "configured" | "preset" | "inferred" | "none"

@@ -143,6 +143,7 @@ class HelperError(Exception):
 
 @dataclass
 class HelperLocation:
+    """Where the shared helper is, or is to be created: its module, function and file."""
     module: str
     func: str
     path: Path

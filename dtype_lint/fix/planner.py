@@ -49,6 +49,7 @@ _KNOWN_GLOBALS = {"torch", "current_platform", "hasattr", "getattr", "True", "Fa
 
 @dataclass
 class Site:
+    """A cast the planner rewrites, with what planning its edit needs."""
     call: ast.Call
     arg: ast.expr
     wds: WeightDtypeSource

@@ -16,6 +16,7 @@ PIPE_WIDTH = 100
 
 @dataclass
 class RunSummary:
+    """What a report's closing line counts."""
     files_checked: int
     files_analyzed: int
     elapsed_s: float
@@ -28,6 +29,7 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class RuleInfo:
+    """A rule's code, name, summary and documentation, as reporters show them."""
     code: str
     name: str
     summary: str
@@ -37,6 +39,7 @@ class RuleInfo:
 
 @dataclass
 class RenderContext:
+    """What a reporter reads besides the findings: the sources, the rules' metadata, colour."""
     read_source: Callable[[str], "str | None"]
     rules: Mapping[str, RuleInfo]
     color: bool | None = None
@@ -92,6 +95,7 @@ def remaining(findings: Iterable[Finding]) -> list[Finding]:
 
 @dataclass(frozen=True)
 class Tally:
+    """The counts of a run's findings that the summary line is made of."""
     remaining: int
     fixed: int
     # Remaining findings whose fix `--fix` would apply now (safe, or unsafe when enabled).
