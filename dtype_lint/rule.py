@@ -188,6 +188,15 @@ class RuleFacts:
         self.imports = imports
         self._markers = markers
 
+    def release(self) -> None:
+        """Forget what the rules' questions built, once they have all run. Some of it refers back
+        to this object (FileGuards), a reference cycle that kept the file's tree, its candidates
+        and its project facts alive until the cycle collector found them: on ten copies of vLLM
+        about half of each collection's objects were such garbage, and `check --no-cache -j 1`
+        (1,620 files analysed) ran eleven collections of 100,000 to 170,000 objects."""
+        for name in _CACHED:
+            self.__dict__.pop(name, None)
+
     @cached_property
     def _nodes(self) -> dict[int, Candidate]:
         return {}
@@ -355,6 +364,10 @@ class RuleFacts:
 
         return HelperFacts(self.tree, self.source.module, self.source.path, self.imports, self.config,
                            self.project.index, self.project.load_file, self.source)
+
+
+# RuleFacts' lazily built answers (what `release` forgets).
+_CACHED = tuple(name for name, value in vars(RuleFacts).items() if isinstance(value, cached_property))
 
 
 class RuleContext:

@@ -118,3 +118,21 @@ def test_a_named_run_keeps_the_record_lazy_and_a_bad_spelled_out_row_is_a_miss(r
     record["dirs"][d][3][r] = [record["dirs"][d][3][r][0], 7]
     Path(path).write_text(json.dumps(record))
     assert layout_cache.load(path, ".", str(root), (), front=found) is None
+
+
+def test_module_files_prefix_answers_are_a_scan_of_every_module():
+    """The sorted lookup of `firsts_under_path`/`firsts_under_key` answers what a scan of every
+    module in discovery order answers: neighbours that share a prefix without the separator
+    (`pkg/a` and `pkg/ab`), a prefix between sorted values, non-ASCII and surrogate-escaped
+    names, and a later file of a module name that is not its first."""
+    files = [("z/m.py", "/r/z/m.py", "z.m"), ("pkg/ab/c.py", "/r/pkg/ab/c.py", "pkg.ab.c"),
+             ("pkg/a/b.py", "/r/pkg/a/b.py", "pkg.a.b"), ("pkg/a/é.py", "/r/pkg/a/é.py", "pkg.a.é"),
+             ("pkg/a/\udcff.py", "/r/pkg/a/\udcff.py", "pkg.a.\udcff"), ("pkg/a.py", "/r/pkg/a.py", "pkg.a"),
+             ("other/pkg/a/b.py", "/r/pkg/a/b.py", "pkg.a.b"), ("pkg/a/0.py", "/s/0.py", "pkg.a.0")]
+    names = ModuleFiles(files)
+    firsts = list(names.firsts())
+    for prefix in ["pkg/a/", "pkg/", "pkg/ab/", "pkg/a", "pkg/aa/", "other/", "", "zz/", "z/m.py"]:
+        assert names.firsts_under_path(prefix) == [(m, f) for m, f in firsts if f[0].startswith(prefix)], prefix
+        key = "/r/" + prefix
+        assert sorted(names.firsts_under_key(key)) == sorted((m, f) for m, f in firsts if f[1].startswith(key)), key
+    assert [m for m, _ in names.firsts_under_path("pkg/a/")] == ["pkg.a.b", "pkg.a.é", "pkg.a.\udcff", "pkg.a.0"]

@@ -62,7 +62,10 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         project.register(tree, module, path, is_pkg, imports)
         facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
                           frozenset(m for r in active for m in marker_words(r)))
-        _run_rules(active, facts, raw, path, config)
+        try:
+            _run_rules(active, facts, raw, path, config)
+        finally:
+            facts.release()  # no reference cycle keeps the file's tree for the collector
     if not (has_suppression(text) or (raw and might_hold_suppression(text))):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
