@@ -535,7 +535,7 @@ def test_fix_leaves_suppressed_sites_alone(tmp_path: Path):
     lines = {ln.strip()[0]: ln for ln in text.splitlines() if ln.strip()[:1] in "abcd" and " = x.to(" in ln}
     original = SUPPRESSED.splitlines()
     assert lines["a"] == original[4]  # reasoned ignore: untouched
-    assert lines["c"] == original[6]  # noqa: DTL001: untouched
+    assert lines["c"] == original[6]  # the `noqa: DTL001` line: untouched
     assert "get_layer_input_dtype(layer, True) or x.dtype" in lines["b"]  # no reason: not a suppression
     assert "get_layer_input_dtype(layer, True) or x.dtype" in lines["d"]  # noqa for another tool
     assert text.count("import get_layer_input_dtype") == 1
