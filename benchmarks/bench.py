@@ -440,16 +440,22 @@ def print_table(rows: list[Row], figures: list[dict], header: str) -> None:
                   "--no-cache` of the same scale; medians of wall and CPU; peak RSS = largest process.")
 
 
-# (target, row ids, how the figure is judged, limit) — issue #23's targets.
+# (target, row ids, how the figure is judged, limit) — issue #23's targets. They concern the
+# check as shipped: the default rules DTL001/DTL002. The `--select ALL` row (the opt-in
+# DTL003-DTL005 read every `.weight` site) is measured and shown beside them, not judged.
 TARGETS = [
-    ("cold CPU ≤ 2.0× ruff E,F --no-cache", ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-cold-all-j1"),
-     "ruff_ratio_cpu", 2.0),
+    ("cold CPU ≤ 2.0× ruff E,F --no-cache", ("dtype-lint-cold-j1", "dtype-lint-cold"), "ruff_ratio_cpu", 2.0),
     ("warm CPU ≤ 0.5× ruff E,F --no-cache", ("dtype-lint-warm-j1", "dtype-lint-warm"), "ruff_ratio_cpu", 0.5),
     ("pre-commit, 1 touched file with a site, warm: CPU ≤ 0.25 s", ("dtype-lint-precommit",
                                                                     "dtype-lint-precommit-edited"), "cpu_s", 0.25),
     ("pre-commit, 1 touched file without one, warm: CPU ≤ 0.15 s", ("dtype-lint-precommit-clean",), "cpu_s", 0.15),
     ("peak RSS ≤ ruff's (10x)", ("dtype-lint-cold-j1", "dtype-lint-cold"), "rss", None),
 ]
+
+
+# Rows shown beside the targets, with why none applies.
+UNJUDGED = {"dtype-lint-cold-all-j1": "every rule: the opt-in DTL003-DTL005 parse every file with a `.weight` "
+                                      "read; the targets measure the default rules"}
 
 
 def judge(figures: list[dict]) -> list[dict]:
@@ -509,6 +515,10 @@ def markdown(doc: dict) -> str:
         fmt = ".0f" if unit == " MiB" else (".2f" if unit == "×" else ".3f")
         lines.append(f"| {t['target']} | `{t['row']}` | {t['value']:{fmt}}{unit} | {t['limit']:{fmt}}{unit} | "
                      f"{'yes' if t['met'] else '**no**'} |")
+    for f in doc["rows"]:
+        if f["id"] in UNJUDGED and f["status"] == "ok":
+            ratio = "" if f["ruff_ratio_cpu"] is None else f", {f['ruff_ratio_cpu']:.2f}× ruff's"
+            lines += ["", f"Not a target: `{f['id']}` ({UNJUDGED[f['id']]}): {f['cpu_s']:.3f} CPU s{ratio}."]
     return "\n".join(lines) + "\n"
 
 

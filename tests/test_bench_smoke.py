@@ -115,6 +115,9 @@ def test_markdown_has_every_row_and_the_targets(quick_run):
                                           "dtype-lint-warm", "dtype-lint-warm@10x"}
     for target, row in judged:
         assert f"| {target} | `{row}` |" in md
+    # The every-rule row is measured and named beside the targets, never judged against them.
+    assert "dtype-lint-cold-all-j1" not in {row for _, row in judged}
+    assert "Not a target: `dtype-lint-cold-all-j1`" in md
 
 
 def test_floor_and_parse_rows(quick_run):
