@@ -168,35 +168,19 @@ class FunctionWalk:
 def own_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     """`list(class_facts.walk_function(fn))`, in its order (the loop of `FunctionWalk.__init__`
     without the events): `ast.iter_child_nodes`' generators were most of a walk's cost."""
-    nodes: list[ast.AST] = []
-    todo: list[ast.AST] = list(fn.body)
-    append_node, pop, push = nodes.append, todo.pop, todo.append
-    other_scopes, ast_type, fields = _OTHER_SCOPES, _AST, _FIELDS
-    while todo:
-        node = pop()
-        append_node(node)
-        kind = type(node)
-        child_fields = fields.get(kind)
-        if child_fields is None:
-            child_fields = _fields_of(kind)
-        for name in child_fields:
-            value = getattr(node, name, None)
-            if value is None:
-                continue
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast_type) and not isinstance(item, other_scopes):
-                        push(item)
-            elif isinstance(value, ast_type) and not isinstance(value, other_scopes):
-                push(value)
-    return nodes
+    return _depth_first(list(fn.body), _OTHER_SCOPES)
 
 
 def all_nodes(root: ast.AST) -> list[ast.AST]:
     """The nodes of `ast.walk(root)` (root and everything under it, nested scopes included), but
     NOT in its order (depth first, last child first): for callers that only test or collect."""
+    return _depth_first([root], ())
+
+
+def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
+    """Every node reachable from `todo` (popped last first), not entering nodes of `skip`'s kinds.
+    One inlined loop: a call or a generator per node would cost more than the walk itself."""
     nodes: list[ast.AST] = []
-    todo: list[ast.AST] = [root]
     append_node, pop, push, ast_type, fields = nodes.append, todo.pop, todo.append, _AST, _FIELDS
     while todo:
         node = pop()
@@ -211,9 +195,9 @@ def all_nodes(root: ast.AST) -> list[ast.AST]:
                 continue
             if isinstance(value, list):
                 for item in value:
-                    if isinstance(item, ast_type):
+                    if isinstance(item, ast_type) and not isinstance(item, skip):
                         push(item)
-            elif isinstance(value, ast_type):
+            elif isinstance(value, ast_type) and not isinstance(value, skip):
                 push(value)
     return nodes
 
