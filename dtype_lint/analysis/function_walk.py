@@ -84,35 +84,15 @@ class FunctionWalk:
 
     def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef):
         self.fn = fn
-        nodes: list[ast.AST] = []
+        nodes = own_nodes(fn)
+        # Events after the walk, in walk order: one dict lookup a node, cheaper than the walk.
         events: dict[type, list[ast.AST]] = {}
-        other_scopes = _OTHER_SCOPES
-        ast_type = _AST
-        fields = _FIELDS
-        todo: list[ast.AST] = list(fn.body)
-        append_node, pop, push = nodes.append, todo.pop, todo.append
-        while todo:
-            node = pop()
-            append_node(node)
-            kind = type(node)
-            bucket = events.get(kind)
+        for node in nodes:
+            bucket = events.get(type(node))
             if bucket is None:
-                events[kind] = [node]
+                events[type(node)] = [node]
             else:
                 bucket.append(node)
-            child_fields = fields.get(kind)
-            if child_fields is None:
-                child_fields = _fields_of(kind)
-            for name in child_fields:
-                value = getattr(node, name, None)
-                if value is None:
-                    continue
-                if isinstance(value, list):
-                    for item in value:
-                        if isinstance(item, ast_type) and not isinstance(item, other_scopes):
-                            push(item)
-                elif isinstance(value, ast_type) and not isinstance(value, other_scopes):
-                    push(value)
         self.nodes = nodes
         self._events = events
         self._parents: dict[int, ast.AST] | None = None
