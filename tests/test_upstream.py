@@ -22,6 +22,18 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import upstream  # noqa: E402
 
 
+def apply_series(tree: Path, dest: Path, patches: list[Path]) -> Path:
+    """A git checkout of `tree` with every patch applied by `git am`; each touched file compiles."""
+    target = checkout(tree, dest)
+    for patch in patches:
+        git(target, "am", "-q", str(patch))
+        touched = git(target, "show", "--name-only", "--format=", "HEAD").split()
+        assert touched, patch.name
+        for rel in touched:
+            compile((target / rel).read_bytes(), rel, "exec")
+    return target
+
+
 @pytest.mark.network
 @pytest.mark.full("CI: test_committed_series_applies applies every committed patch with `git am` and "
                   "compiles what it touches; regenerating the series migrates the whole release")
@@ -33,13 +45,7 @@ def test_committed_series_is_fresh(vllm_0330: Path, capsys):
 def test_committed_series_applies(vllm_0330: Path, tmp_path: Path):
     patches = sorted(SERIES.glob("*.patch"))
     assert len(patches) >= 2, "the helper patch and at least one site patch"
-    target = checkout(vllm_0330, tmp_path / "am")
-    for patch in patches:
-        git(target, "am", "-q", str(patch))
-        touched = git(target, "show", "--name-only", "--format=", "HEAD").split()
-        assert touched, patch.name
-        for rel in touched:
-            compile((target / rel).read_bytes(), rel, "exec")
+    apply_series(vllm_0330, tmp_path / "am", patches)
 
 
 @pytest.mark.network
@@ -48,13 +54,7 @@ def test_committed_series_applies(vllm_0330: Path, tmp_path: Path):
 def test_series_applies_and_equals_in_place_migration(vllm_0330: Path, tmp_path: Path):
     patches = sorted(SERIES.glob("*.patch"))
     assert len(patches) >= 2, "the helper patch and at least one site patch"
-    target = checkout(vllm_0330, tmp_path / "am")
-    for patch in patches:
-        git(target, "am", "-q", str(patch))
-        touched = git(target, "show", "--name-only", "--format=", "HEAD").split()
-        assert touched, patch.name
-        for rel in touched:
-            compile((target / rel).read_bytes(), rel, "exec")
+    target = apply_series(vllm_0330, tmp_path / "am", patches)
     in_place = checkout(vllm_0330, tmp_path / "in-place")
     # The rules the series was made with (scripts/upstream.py: the opt-in ones are triaged on 0.33.0).
     settings = tmp_path / "select.toml"
