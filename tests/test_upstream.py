@@ -22,6 +22,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import upstream  # noqa: E402
 
 
+def committed_patches() -> list[Path]:
+    patches = sorted(SERIES.glob("*.patch"))
+    assert len(patches) >= 2, "the helper patch and at least one site patch"
+    return patches
+
+
 def apply_series(tree: Path, dest: Path, patches: list[Path]) -> Path:
     """A git checkout of `tree` with every patch applied by `git am`; each touched file compiles."""
     target = checkout(tree, dest)
@@ -43,17 +49,14 @@ def test_committed_series_is_fresh(vllm_0330: Path, capsys):
 
 @pytest.mark.network
 def test_committed_series_applies(vllm_0330: Path, tmp_path: Path):
-    patches = sorted(SERIES.glob("*.patch"))
-    assert len(patches) >= 2, "the helper patch and at least one site patch"
-    apply_series(vllm_0330, tmp_path / "am", patches)
+    apply_series(vllm_0330, tmp_path / "am", committed_patches())
 
 
 @pytest.mark.network
 @pytest.mark.full("CI: test_series.py proves series == in-place on our projects for every grouping, and "
                   "test_committed_series_applies applies every patch of this series with `git am`")
 def test_series_applies_and_equals_in_place_migration(vllm_0330: Path, tmp_path: Path):
-    patches = sorted(SERIES.glob("*.patch"))
-    assert len(patches) >= 2, "the helper patch and at least one site patch"
+    patches = committed_patches()
     target = apply_series(vllm_0330, tmp_path / "am", patches)
     in_place = checkout(vllm_0330, tmp_path / "in-place")
     # The rules the series was made with (scripts/upstream.py: the opt-in ones are triaged on 0.33.0).
