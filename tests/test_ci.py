@@ -182,6 +182,7 @@ def test_paths_and_args_inputs(pr_repo, tmp_path: Path):
     assert proc.returncode == 2 and "not a rule code" in proc.stderr
 
 
+@pytest.mark.xdist_group("builds-the-checkout")  # pip builds in the source tree: one at a time (docs/testing.md)
 @pytest.mark.network
 @pytest.mark.slow
 def test_install_step_installs_the_actions_own_version(tmp_path: Path, pr_repo):

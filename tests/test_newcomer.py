@@ -221,6 +221,7 @@ def _run(*cmd, cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=900, **kw)
 
 
+@pytest.mark.xdist_group("builds-the-checkout")  # pip builds in the source tree: one at a time (docs/testing.md)
 @pytest.mark.slow
 @pytest.mark.parametrize("walk", [budget("readme", "everything")])
 def test_a_newcomer_in_a_fresh_virtualenv(tmp_path: Path, walk: str):
