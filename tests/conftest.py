@@ -156,6 +156,11 @@ def full_only(value, why: str = ""):
     return pytest.param(value, marks=pytest.mark.full(why), id=str(value))
 
 
+# The tests that pip-install this checkout: pip builds in the source tree, so under pytest-xdist
+# they run in one worker, one after the other (`--dist loadgroup` in pyproject.toml, docs/testing.md).
+builds_the_checkout = pytest.mark.xdist_group("builds-the-checkout")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "full(why): beyond the CI budget; runs only with DTL_FULL=1 (docs/testing.md)")
 

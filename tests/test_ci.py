@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import builds_the_checkout
 from tiny_project import ATTN
 
 from dtype_lint import __version__
@@ -182,7 +183,7 @@ def test_paths_and_args_inputs(pr_repo, tmp_path: Path):
     assert proc.returncode == 2 and "not a rule code" in proc.stderr
 
 
-@pytest.mark.xdist_group("builds-the-checkout")  # pip builds in the source tree: one at a time (docs/testing.md)
+@builds_the_checkout
 @pytest.mark.network
 @pytest.mark.slow
 def test_install_step_installs_the_actions_own_version(tmp_path: Path, pr_repo):

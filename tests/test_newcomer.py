@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from conftest import budget
+from conftest import budget, builds_the_checkout
 from tiny_project import ATTN
 
 from dtype_lint.config import _KEYS
@@ -221,7 +221,7 @@ def _run(*cmd, cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=900, **kw)
 
 
-@pytest.mark.xdist_group("builds-the-checkout")  # pip builds in the source tree: one at a time (docs/testing.md)
+@builds_the_checkout
 @pytest.mark.slow
 @pytest.mark.parametrize("walk", [budget("readme", "everything")])
 def test_a_newcomer_in_a_fresh_virtualenv(tmp_path: Path, walk: str):
