@@ -144,7 +144,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "line length; no wrapping when it configures none)")
     m.add_argument("--no-progress", action="store_true")
     m.add_argument("--series", metavar="DIR", help="write the migration as `git format-patch` patches in DIR "
-                   "(the helper first, then one per group) instead of rewriting the tree; apply with `git am`")
+                   "(the helper first, then one per group) instead of rewriting the tree; apply with `git am` on "
+                   "the files it prints. No file of yours in DIR is overwritten (an earlier --series run's are replaced)")
     m.add_argument("--group-by", choices=("file", "directory", "rule"), default="file",
                    help="how --series splits the change (default: %(default)s)")
     m.add_argument("--convention", choices=("auto", "vllm", "transformers", "diffusers", "generic"), default="auto",
@@ -198,7 +199,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dtype_lint.stdout_guard import run_guarded
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    # A failed write to stdout is a message and exit 2, a non-encodable character an escape.
+    return run_guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     if (problem := environment_problem()) is not None:
         print(f"dtype-lint: error: {problem}", file=sys.stderr)
         return EXIT_ERROR
@@ -424,10 +432,14 @@ def _series(args, cfg, tick) -> int:
         raise UserError(str(e)) from None
     if args.report is not None:
         _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
+    from dtype_lint.migrate.series_folder import apply_command
+
     for f in files:
         print(f)
-    print(f"dtype-lint: {len(files)} patches in {args.series}; apply them in order with `git am {args.series}/*.patch`"
-          + (f"; {args.series}/PR.md describes them as one pull request" if files else ""), file=sys.stderr)
+    # The exact files, never `DIR/*.patch`: the folder may hold patches of the user's own.
+    print(f"dtype-lint: {len(files)} patches in {args.series}"
+          + (f"; apply them in order with `{apply_command(files)}`; {args.series}/PR.md describes them as one "
+             "pull request" if files else ""), file=sys.stderr)
     # One rule for both modes: what a fresh check of the migrated result leaves.
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 

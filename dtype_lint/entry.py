@@ -1,15 +1,21 @@
 """The console entry point (`dtype-lint`, `python -m dtype_lint`): the pre-commit fast path
-(engine/fast_path.py), else the command line. Nothing imports this module."""
+(engine/fast_path.py), else the command line, both with stdout guarded (stdout_guard.py). Nothing
+imports this module."""
 
 from __future__ import annotations
 
 import sys
 
 from dtype_lint.engine import fast_path
+from dtype_lint.stdout_guard import run_guarded
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    return run_guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     code = fast_path.try_clean_exit(argv)
     if code is not None:
         return code

@@ -265,8 +265,9 @@ def readme(patches, files, convention: Convention, identity: Identity | None, si
     lines = ["# Migration series", "",
              f"Written for {convention.project} (convention `{convention.name}`): titles, pull-request template "
              f"and test layout of the project. Author: {identity or 'not set'}; "
-             f"{'signed off' if signed else 'not signed off'}. Apply in order with `git am *.patch`; "
-             "`PR.md` is the description for sending them as one pull request.", "",
+             f"{'signed off' if signed else 'not signed off'}. Apply in order with `git am` on the patches "
+             "the table names, in its order (this folder may hold other files; `dtype-lint migrate` printed the "
+             "exact command); `PR.md` is the description for sending them as one pull request.", "",
              "| patch | kind | rules | sites | test added |", "|---|---|---|---|---|"]
     for name, patch in zip(names, patches):
         sites = "<br>".join(f"`{c.path}:{f.span.line}` {f.code} `{f.scope}`" for c in patch.changes

@@ -292,6 +292,13 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
 
     if problem := check_output(out, "--series", config, paths=[path], folder=True):
         raise UserError(problem)
+    from dtype_lint.migrate.series_folder import FIXED_NAMES, SeriesFolder
+
+    # The names every series writes are known now: a folder holding the user's README.md is
+    # refused before the migration runs (the patch names are checked once they are made).
+    folder = SeriesFolder.open(out)
+    if problem := folder.problem(FIXED_NAMES):
+        raise UserError(problem)
 
     root = series.series_root(Path(path).resolve())
     conv = conventions.get(convention, root)
@@ -353,7 +360,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         from dtype_lint.migrate import hf_regression
 
         found_tests = hf_regression.add_tests(patches, hf_patch, style)
-    files = series.write(patches, Path(out), result.writer, identity) if patches else []
+    formatted = series.format_patches(patches, Path(out), identity) if patches else []
+    files = [Path(out) / name for name, _data in formatted]
     settle(result, result.outcomes)  # the report counts what the patches fix
     final: dict[str, bytes] = {}
     for p in patches:
@@ -362,15 +370,36 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
                 final[ch.path] = ch.after
     result.findings = recheck(config, path, result, final, jobs)
     if patches:
-        _write(result, Path(out) / "PR.md", messages.pr_description(patches, conv, gen))
+        outputs = dict(formatted)
+        outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
         readme = messages.readme(patches, files, conv, identity, style.signoff, gen, result.findings)
         if found_tests is not None:
             from dtype_lint.migrate import hf_regression
 
             readme = readme.rstrip("\n") + "\n\n" + "\n".join(hf_regression.readme_section(patches, found_tests))
-        _write(result, Path(out) / "README.md", readme)
+        outputs["README.md"] = readme.encode("utf-8")
+        _publish(result, folder, outputs)
     return result, patches, files
 
 
-def _write(result: RunResult, path: Path, text: str) -> None:
-    result.writer.write(path, text.encode("utf-8"), "series", outside_ok=True)
+def _publish(result: RunResult, folder, outputs: dict[str, bytes]) -> None:
+    """Write the series' files into its folder, none over a file the user has (series_folder.py):
+    checked for all of them before the first is written; the tool's stale patches removed; the
+    manifest last: a run interrupted before it leaves files no manifest vouches for, which a
+    later run refuses to overwrite rather than guess whose they are."""
+    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.engine.writer import WriteError
+    from dtype_lint.migrate.series_folder import MANIFEST
+
+    if problem := folder.problem(outputs):
+        raise UserError(problem)
+    try:
+        result.writer.make_dirs(folder.path, "patch series", outside_ok=True)
+        for name, data in outputs.items():
+            result.writer.write(folder.path / name, data, "patch" if name.endswith(".patch") else "series",
+                                outside_ok=True)
+        for stale in folder.stale(outputs):
+            stale.unlink()
+        result.writer.write(folder.path / MANIFEST, folder.manifest(outputs), "series", outside_ok=True)
+    except (WriteError, OSError) as e:
+        raise UserError(f"--series {folder.shown}: {e}") from None

@@ -260,9 +260,11 @@ def _fixes_helper(f: Finding) -> bool:
     return f.kind == "definition" and f.fix is not None
 
 
-def write(patches: list[Patch], out: Path, writer: ProjectWriter, identity: Identity | None = None) -> list[Path]:
-    """Commit the patches in a scratch repository as `identity`, `git format-patch` them there,
-    and write the patch files into `out` through the run's writer (the user named that folder)."""
+def format_patches(patches: list[Patch], out: Path, identity: Identity | None = None) -> list[tuple[str, bytes]]:
+    """Commit the patches in a scratch repository as `identity` and `git format-patch` them
+    there: (file name, bytes) of each, in order; each patch's `file` is set to its path in `out`.
+    Nothing is written into `out` here: migration.py writes the patches and their descriptions
+    together, once series_folder.py has agreed that none of them overwrites a file the user has."""
     author = (identity.name, identity.email) if identity else _SCRATCH
     with tempfile.TemporaryDirectory(prefix="dtype-lint-series-") as tmp:
         repo = Path(tmp) / "repo"
@@ -286,14 +288,11 @@ def write(patches: list[Patch], out: Path, writer: ProjectWriter, identity: Iden
         made = Path(tmp) / "patches"
         names = git(["format-patch", "--no-signature", "--zero-commit", "-o", str(made), "HEAD~" +
                       str(len(patches))], repo).split()
-        files = []
-        writer.make_dirs(out, "patch series", outside_ok=True)
+        formatted = []
         for p, name in zip(patches, names):
-            target = out / Path(name).name
-            writer.write(target, Path(name).read_bytes(), "patch", outside_ok=True)
-            p.file = target
-            files.append(target)
-    return files
+            p.file = out / Path(name).name
+            formatted.append((Path(name).name, Path(name).read_bytes()))
+    return formatted
 
 
 def _put(writer: ProjectWriter, path: Path, data: bytes) -> None:
