@@ -145,7 +145,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--no-progress", action="store_true")
     m.add_argument("--series", metavar="DIR", help="write the migration as `git format-patch` patches in DIR "
                    "(the helper first, then one per group) instead of rewriting the tree; apply with `git am` on "
-                   "the files it prints. No file of yours in DIR is overwritten (an earlier --series run's are replaced)")
+                   "the files it prints. No file of yours in DIR is overwritten (an earlier --series run's "
+                   "are replaced)")
     m.add_argument("--group-by", choices=("file", "directory", "rule"), default="file",
                    help="how --series splits the change (default: %(default)s)")
     m.add_argument("--convention", choices=("auto", "vllm", "transformers", "diffusers", "generic"), default="auto",
