@@ -9,8 +9,16 @@
   document. A quick-fix edits the document as `--fix` would (the import of the shared helper
   included) and, when the helper module does not exist yet, creates it in the same workspace
   edit, so the fixed file imports something that exists.
+- A quick-fix is minimal, versioned and idempotent (server_edits.py): its edits replace only the
+  changed lines, name the document version they were computed for (a client rejects them once
+  the document has changed), and the helper is created with `CreateFile(ignoreIfExists)` plus an
+  edit that defines it only where it is not defined yet: two quick-fixes computed before either
+  is applied (in two files that both need the helper) leave one definition.
 - Ranges use the position encoding negotiated with the client (UTF-16 code units unless it
   prefers UTF-32 or UTF-8).
+- Nothing is written outside the workspace folders: a file outside them (a go-to-definition
+  into site-packages) is analysed without the cache (which would be created beside it), and
+  gets no quick-fix (its edit would change an installed package, or create the helper there).
 
 The project's class index is read once per file and kept until that file is saved (a save may
 change what other files see only through that file; reopen a file to re-read the whole project).
@@ -22,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -44,6 +53,24 @@ class DtypeLintServer(LanguageServer):
 
     # ---- analysis ----------------------------------------------------------------------------
 
+    def workspace_roots(self) -> list[str]:
+        """The workspace folders (and the root the client named), as real paths."""
+        uris = [folder.uri for folder in self.workspace.folders.values()]
+        if self.workspace.root_uri:
+            uris.append(self.workspace.root_uri)
+        roots = []
+        for uri in uris:
+            path = to_fs_path(uri)
+            if path:
+                roots.append(os.path.realpath(path))
+        return roots
+
+    def in_workspace(self, path: str) -> bool:
+        """`path` lies in a workspace folder, symbolic links resolved (a link in the workspace
+        to a file elsewhere is elsewhere)."""
+        real = os.path.realpath(path)
+        return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.workspace_roots())
+
     def buffer(self, path: str, fresh: bool = False):
         from dtype_lint.config import load_for_run
         from dtype_lint.engine.buffer import open_buffer
@@ -51,7 +78,9 @@ class DtypeLintServer(LanguageServer):
         with self.lock:
             if fresh or path not in self.buffers:
                 config = load_for_run([path] if os.path.exists(path) else [os.path.dirname(path) or "."])
-                self.buffers[path] = open_buffer(path, config)
+                # The cache lives in the file's project root: outside the workspace that is a
+                # folder the user never opened (an installed package), so none is written there.
+                self.buffers[path] = open_buffer(path, config, use_cache=self.in_workspace(path))
             return self.buffers[path]
 
     def findings(self, uri: str, fresh: bool = False) -> tuple[list[Finding], str]:
@@ -104,29 +133,41 @@ class DtypeLintServer(LanguageServer):
 
     def fix_edit(self, uri: str, wanted) -> tuple[types.WorkspaceEdit | None, list[Finding]]:
         """The workspace edit applying the safe fixes of the findings `wanted` selects (None: the
-        fixer applied nothing), and the findings it fixed."""
+        fixer applied nothing, or the edit would write outside the workspace), and the findings
+        it fixed. Minimal, versioned and idempotent: see server_edits.py."""
+        from dtype_lint.server_edits import changed_line_edits, defines, helper_definition_edit
+
         document = self.workspace.get_text_document(uri)
         path = to_fs_path(uri)
+        if path is None or not self.in_workspace(path):
+            return None, []
+        version = document.version  # read with the text the fix is computed from
+        source = document.source
         buffer = self.buffer(path)
-        outcome = buffer.fix(document.source, unsafe=False, only=wanted)
+        outcome = buffer.fix(source, unsafe=False, only=wanted)
         if not outcome.changed:
             return None, []
-        lines = document.source.splitlines(keepends=True)
-        end = self.position(lines + [""], len(lines) + 1, 1)
         changes: list = []
         helper = buffer.helper_to_create(outcome.applied)
         if helper is not None:
-            for created in [*helper.package_markers, helper.path]:
-                changes.append(types.CreateFile(uri=from_fs_path(str(created)),
+            created = [*helper.package_markers, helper.path]
+            if not all(self.in_workspace(str(p)) for p in created):
+                return None, []
+            for new_file in created:
+                changes.append(types.CreateFile(uri=from_fs_path(str(new_file)),
                                                 options=types.CreateFileOptions(ignore_if_exists=True)))
-            changes.append(types.TextDocumentEdit(
-                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=from_fs_path(str(helper.path)),
-                                                                            version=None),
-                edits=[types.TextEdit(range=types.Range(types.Position(0, 0), types.Position(0, 0)),
-                                      new_text=helper.source)]))
+            helper_uri = from_fs_path(str(helper.path))
+            # Open in the editor (unsaved, perhaps): its text and version are what the edit is for.
+            open_helper = self.workspace.text_documents.get(unquote(helper_uri))  # pygls's keys
+            current = open_helper.source if open_helper is not None else ""
+            if not defines(current, helper.func):
+                changes.append(types.TextDocumentEdit(
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(
+                        uri=helper_uri, version=open_helper.version if open_helper is not None else None),
+                    edits=[helper_definition_edit(helper.source, current, self.position)]))
         changes.append(types.TextDocumentEdit(
-            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=document.version),
-            edits=[types.TextEdit(range=types.Range(types.Position(0, 0), end), new_text=outcome.text)]))
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+            edits=changed_line_edits(source, outcome.text, self.position)))
         return types.WorkspaceEdit(document_changes=changes), outcome.applied
 
     def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
