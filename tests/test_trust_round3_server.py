@@ -148,8 +148,7 @@ def test_a_quick_fix_replaces_only_the_lines_it_changes(tmp_path: Path):
 
 def test_an_edit_at_the_end_of_a_file_without_a_final_newline(tmp_path: Path):
     """A last line without a newline ends mid-line: the range must end there, not on a next line
-    the document does not have (guards the line arithmetic; the whole-document edit of de0faa5
-    was right here)."""
+    the document does not have (de0faa5's whole-document edit ended on that line)."""
     source = ATTN.rstrip("\n")
     root = write_tree(tmp_path / "ws", {**FILES, "pkg/attn.py": source.replace(
         "        x = x.to(self.kv_b_proj.weight.dtype)\n        return self.kv_b_proj(x)",
@@ -243,9 +242,10 @@ def test_a_file_outside_the_workspace_is_analysed_without_writing_there(tmp_path
     server.publish(uri, fresh=True)
     (params,) = published
     assert [d.code for d in params.diagnostics] == ["DTL001"], "still analysed"
-    assert quick_fix(server, uri) is None, "no edit of an installed package"
     assert tree_bytes(site, cache=True) == before
     assert not list(site.rglob(".dtype_lint_cache")) and not list(tmp_path.glob(".dtype_lint_cache"))
+    assert quick_fix(server, uri) is None, "no edit of an installed package"
+    assert tree_bytes(site, cache=True) == before
 
 
 def test_a_file_reached_through_a_link_in_the_workspace_is_outside_it(tmp_path: Path):
