@@ -78,9 +78,12 @@ class DtypeLintServer(LanguageServer):
         with self.lock:
             if fresh or path not in self.buffers:
                 config = load_for_run([path] if os.path.exists(path) else [os.path.dirname(path) or "."])
-                # The cache lives in the file's project root: outside the workspace that is a
-                # folder the user never opened (an installed package), so none is written there.
-                self.buffers[path] = open_buffer(path, config, use_cache=self.in_workspace(path))
+                # The cache lives in the file's project root: for a file outside the workspace
+                # that is a folder the user never opened (an installed package), and a workspace
+                # folder inside a project has its root above it. No cache is written there.
+                cache = os.path.join(str(config.root), str(config.cache_dir))
+                self.buffers[path] = open_buffer(path, config,
+                                                 use_cache=self.in_workspace(path) and self.in_workspace(cache))
             return self.buffers[path]
 
     def findings(self, uri: str, fresh: bool = False) -> tuple[list[Finding], str]:

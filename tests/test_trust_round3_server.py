@@ -265,3 +265,19 @@ def test_a_file_in_the_workspace_still_uses_the_cache(tmp_path: Path):
     server.publish(uri, fresh=True)
     assert [d.code for d in published[0].diagnostics] == ["DTL001"]
     assert (root / ".dtype_lint_cache").is_dir()
+
+
+def test_a_workspace_folder_inside_a_project_gets_no_cache_above_it(tmp_path: Path):
+    """The project's root (its pyproject.toml) is above the opened folder: the cache would be
+    created there, outside the workspace; the file is analysed without it. (de0faa5 created
+    `.dtype_lint_cache/` in the project root.)"""
+    root = write_tree(tmp_path / "proj", FILES)
+    before = tree_bytes(root, cache=True)
+    server, published = start(root / "pkg")
+    uri = open_document(server, root / "pkg/attn.py")
+    server.publish(uri, fresh=True)
+    assert [d.code for d in published[0].diagnostics] == ["DTL001"]
+    assert tree_bytes(root, cache=True) == before
+    # Its quick-fix edits the file and creates the helper in the workspace folder: offered.
+    assert quick_fix(server, uri) is not None
+    assert tree_bytes(root, cache=True) == before
