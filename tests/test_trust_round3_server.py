@@ -248,13 +248,20 @@ def test_a_file_outside_the_workspace_is_analysed_without_writing_there(tmp_path
     assert tree_bytes(site, cache=True) == before
 
 
+# de0faa5: the quick-fix of a file reached through a link in the workspace edited the installed
+# package the link leads to.
 def test_a_file_reached_through_a_link_in_the_workspace_is_outside_it(tmp_path: Path):
     site = write_tree(tmp_path / "site-packages", {"pkg/__init__.py": "", "pkg/attn.py": ATTN})
     root = write_tree(tmp_path / "ws", FILES)
     os.symlink(site / "pkg", root / "linked")
-    server, _ = start(root)
-    assert server.in_workspace(str(root / "pkg/attn.py"))
-    assert not server.in_workspace(str(root / "linked/attn.py"))
+    before = tree_bytes(site, cache=True)
+    server, published = start(root)
+    uri = open_document(server, root / "linked/attn.py")
+    server.publish(uri, fresh=True)
+    assert [d.code for d in published[0].diagnostics] == ["DTL001"]
+    assert quick_fix(server, uri) is None
+    assert tree_bytes(site, cache=True) == before
+    assert quick_fix(server, open_document(server, root / "pkg/attn.py")) is not None
 
 
 def test_a_file_in_the_workspace_still_uses_the_cache(tmp_path: Path):
