@@ -215,7 +215,10 @@ class Cache:
             return None
         rel = self.rel(real)
         pending = self._pending.get(f"f/{rel}")
-        entry = decode(pending, self.context) if pending is not None else _read_json(self._entry("f", rel), self.context)
+        if pending is not None:
+            entry = decode(pending, self.context)
+        else:
+            entry = _read_json(self._entry("f", rel), self.context)
         if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
                 and isinstance(entry.get("files"), dict)
                 and all(isinstance(v, str) for v in entry["files"].values())):

@@ -105,29 +105,11 @@ def _read_key(path: str) -> bytes | None:
 
 
 def _create_key(path: str) -> bytes | None:
-    """Make the key file, whole or not at all: written to a temp file first, then linked into
-    place, which fails when another process was first (its key is then the one read)."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        try:
-            os.write(fd, os.urandom(KEY_BYTES))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another run made it first: that key is everyone's
-        except OSError:
-            os.replace(tmp, path)  # no hard links here (some file systems): a rename, last one wins
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    """Make the key file, whole or not at all (writer.create_private: 0600, written under a temp
+    name and linked into place); when another run made it first, its key is the one read."""
+    from dtype_lint.engine.writer import create_private  # only the first run of a user gets here
+
+    create_private(path, os.urandom(KEY_BYTES))
     return _read_key(path)
 
 

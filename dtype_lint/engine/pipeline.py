@@ -807,9 +807,8 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
     stamp = h.hexdigest()[:10]
     if key is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:
         try:
-            from dtype_lint.engine.writer import write_atomic
-
             from dtype_lint.engine.cache_seal import seal
+            from dtype_lint.engine.writer import write_atomic
 
             sealed = seal(json.dumps({"key": key, "stamp": stamp}).encode(), "code-stamp.json")
             if sealed is not None and os.path.isdir(os.path.dirname(os.path.abspath(memo))):
