@@ -149,10 +149,11 @@ def test_a_tampered_fix_with_its_sha256_line_recomputed_is_not_written(tmp_path:
     entry = _findings_entry(root)
     payload = entry.read_bytes().partition(b"\n")[2]
     data = json.loads(payload)
-    edits = [e for f in data["f"] if f["fix"] for e in f["fix"]["edits"] if FIXED_CALL.split("(")[0] in e["text"]]
-    assert edits, data
-    for e in edits:
-        e["text"] = EVIL
+    # The attacker's line rides on the helper's import edit (the rest of the fix kept, so the
+    # fixed text parses and routes the cast through the helper as the fixer's checks expect).
+    edits = [e for f in data["f"] if f["fix"] for e in f["fix"]["edits"] if e["text"].endswith(HELPER_IMPORT + "\n")]
+    assert len(edits) == 1, data
+    edits[0]["text"] += EVIL + "\n"
     # What the attacker can do with write access to the folder: recompute the checksum line.
     forged = json.dumps(data, separators=(",", ":")).encode()
     entry.write_bytes(hashlib.sha256(forged).hexdigest().encode() + b"\n" + forged)
