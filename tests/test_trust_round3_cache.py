@@ -296,7 +296,8 @@ def test_a_cache_folder_linked_outside_the_project_is_refused(tmp_path: Path):
     ("proj/cache", {}),
     ("src", {"src/lib/__init__.py": ""}),
     ("tools", {"tools/gen.py": "x = 1\n"}),
-], ids=["a package", "inside a package", "a folder of packages", "a folder of modules"])
+    ("ns/cache", {"ns/mod.py": "x = 1\n"}),
+], ids=["a package", "inside a package", "a folder of packages", "a folder of modules", "inside a namespace package"])
 def test_a_cache_folder_in_the_source_is_refused(tmp_path: Path, cache_dir: str, extra: dict[str, str]):
     """de0faa5: the package filled with v2-*/, code-stamp.json, project-files.json..."""
     pyproject = f'[tool.dtype-lint]\nhelper = "proj.dtypes:get_layer_input_dtype"\ncache-dir = "{cache_dir}"\n'

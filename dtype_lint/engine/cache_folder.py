@@ -8,9 +8,10 @@ no `..`, not the root). What it names on disk is checked here, on every run that
   that is a link to elsewhere (a restored CI cache, a checkout holding such a link) would have
   every cache write, the staging folder's temp files and the `.gitignore` land outside the
   project;
-- neither it nor any folder between the root and it may be a Python package (hold
-  `__init__.py`), and it may hold no Python module or package itself: a cache there is in the
-  source tree, its files beside the modules (and, with `.gitignore` of `*`, hiding them).
+- neither it nor any folder between the root and it may be a Python package: hold `__init__.py`,
+  or hold Python modules or packages (a namespace package, a folder of scripts on the path): a
+  cache there is in the source tree, its files beside the modules (and, with `.gitignore` of
+  `*`, hiding them).
 
 Either is refused with one line and exit 2 (pipeline.UserError), not worked around: the folder is
 the user's setting or the user's tree, and a run that silently lost its cache, or wrote it
@@ -32,19 +33,17 @@ def cache_folder_problem(root: str | os.PathLike, cache_dir: str) -> str | None:
     named = os.path.join(os.path.abspath(root), cache_dir)
     real = os.path.realpath(named)
     if real == real_root or not real.startswith(os.path.join(real_root, "")):
-        return (f"cache folder `{cache_dir}` resolves to {real}, outside the project {real_root} (a symbolic "
-                "link?); remove the link, set `cache-dir` to a folder inside the project, or pass --no-cache")
+        where = "the project root itself" if real == real_root else f"{real}, outside the project {real_root}"
+        return (f"cache folder `{cache_dir}` resolves to {where} (a symbolic link?); remove the link, set "
+                "`cache-dir` to a folder of its own inside the project, or pass --no-cache")
     folder = real
     while folder != real_root:
-        if os.path.exists(os.path.join(folder, "__init__.py")):
-            where = "" if folder == real else f" (inside the package {os.path.relpath(folder, real_root)})"
-            return (f"cache folder `{cache_dir}` is in a Python package{where}; set `cache-dir` to a folder "
-                    "of its own outside the project's source, or pass --no-cache")
+        source = "__init__.py" if os.path.exists(os.path.join(folder, "__init__.py")) else _python_entry(folder)
+        if source is not None:
+            where = "" if folder == real else f" (in `{os.path.relpath(folder, real_root)}`)"
+            return (f"cache folder `{cache_dir}` is in the project's Python source{where}: it holds `{source}`; "
+                    "set `cache-dir` to a folder of its own outside the source, or pass --no-cache")
         folder = os.path.dirname(folder)
-    source = _python_entry(real)
-    if source is not None:
-        return (f"cache folder `{cache_dir}` holds Python source ({source}); set `cache-dir` to a folder of "
-                "its own outside the project's source, or pass --no-cache")
     return None
 
 
