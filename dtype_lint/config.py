@@ -107,9 +107,23 @@ class Config:
         return True
 
     def fingerprint(self) -> str:
-        """Hash of everything that changes findings: part of every cache key."""
+        """Hash of everything that changes findings and their fixes: part of every cache key.
+
+        Both halves are built from what the code reads, not from a list kept beside it: every
+        setting of this class (but where the project is and where its cache goes), and the
+        project's import and formatting style as the fixer itself reads it
+        (`fix.formatting.project_style`: isort's and Ruff's isort sections, the formatters'
+        line length, the first-party names found at the root). A setting the fixer learns to
+        read lands in its `ProjectStyle`, and so in this key, with no second edit."""
+        from dtype_lint.fix.formatting import project_style
+
         data = {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("root", "source", "cache_dir", "force_exclude")}
+        # Read now, not the copy a long-lived process kept (the pipeline clears that one per run,
+        # so the fixes it plans read what this key holds).
+        style = project_style.__wrapped__(str(self.root))
+        data["project-style"] = {f.name: sorted(value) if isinstance(value, frozenset) else value
+                                 for f in fields(style) for value in [getattr(style, f.name)]}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -146,15 +146,16 @@ def test_a_cache_file_of_any_shape_is_ignored(tmp_path: Path, content):
     for path in _cache_files(root):
         data = content
         if content == "signed-wrong-shape":
-            # Our own checksum over entries of the wrong types: each entry is a miss, not a crash.
-            data = cache_format.decode(path.read_bytes())
+            # Our own seal over entries of the wrong types: each entry is a miss, not a crash.
+            sealed_for = next(p.name for p in path.parents if p.name.startswith(f"{cache_format.FORMAT}-"))
+            data = cache_format.decode(path.read_bytes(), sealed_for)
             if "h" in data:
                 data["h"] = {"module": 5}
             elif "f" in data:
                 data["f"] = [{"code": "DTL001", "span": {"line": "one"}}, 5]
             else:
                 data["files"] = {key: [1, "x"] for key in data["files"]}
-            data = cache_format.encode(data)
+            data = cache_format.encode(data, sealed_for)
         path.write_bytes(data)
     again = dtl(root, "check", "--output-format", "json")
     assert again.returncode == first.returncode == 1

@@ -74,9 +74,15 @@ def cache_writes(result: pipeline.RunResult) -> list[str]:
     return sorted(w.path for w in result.writes if w.why == "cache" and not w.path.endswith("/"))
 
 
+def sealed_for(path: Path) -> str:
+    """What a cache file's seal covers besides its payload: the name of its cache folder (v2-...)."""
+    return next(p.name for p in path.parents if p.name.startswith(f"{cache_format.FORMAT}-"))
+
+
 def entries(root: Path, kind: str) -> set[str]:
     """The files (relative to the root) that have a cache entry of this kind ("h" or "f")."""
-    return {cache_format.decode(p.read_bytes())["k"] for p in (root / ".dtype_lint_cache").glob(f"v2-*/{kind}/*.json")}
+    return {cache_format.decode(p.read_bytes(), sealed_for(p))["k"]
+            for p in (root / ".dtype_lint_cache").glob(f"v2-*/{kind}/*.json")}
 
 
 @pytest.fixture
@@ -158,10 +164,10 @@ def test_a_damaged_cache_entry_is_a_miss(project: Path, damage: str):
     for p in entries_:
         if damage == "garbage":
             p.write_bytes(b"\x00not json")
-        elif damage == "unsigned":  # valid JSON, but not written by dtype-lint (no checksum)
-            p.write_bytes(json.dumps(cache_format.decode(p.read_bytes())).encode())
-        elif damage == "signed-wrong-shape":  # our checksum over values of the wrong types
-            data = cache_format.decode(p.read_bytes())
+        elif damage == "unsigned":  # valid JSON, but not written by dtype-lint (no seal)
+            p.write_bytes(json.dumps(cache_format.decode(p.read_bytes(), sealed_for(p))).encode())
+        elif damage == "signed-wrong-shape":  # our seal over values of the wrong types
+            data = cache_format.decode(p.read_bytes(), sealed_for(p))
             if "f" in data:
                 data["f"] = [{"code": "DTL001", "span": {"line": "one"}}, 5]
                 data["files"] = {"proj/layers.py": 5}
@@ -171,7 +177,7 @@ def test_a_damaged_cache_entry_is_a_miss(project: Path, damage: str):
                 data["v"] = {"set": [{"backend": 1, "evidence": "x"}]}
             else:
                 data["files"] = {k: ["x", 1, None, "y"] for k in data["files"]}
-            p.write_bytes(cache_format.encode(data))
+            p.write_bytes(cache_format.encode(data, sealed_for(p)))
         elif hasattr(os, "mkfifo"):
             p.unlink()
             os.mkfifo(p)
@@ -444,9 +450,18 @@ def test_the_code_stamp_memo_never_outlives_an_edit(tmp_path: Path, monkeypatch)
     first = code_stamp(memo)
     assert not memo.exists()  # just written: its stat proves nothing yet
     monkeypatch.setattr(pipeline, "_SETTLED_NS", 0)
-    assert code_stamp(memo) == first and json.loads(memo.read_text())["stamp"] == first
-    memo.write_text(json.dumps({**json.loads(memo.read_text()), "stamp": "kept"}))
-    assert code_stamp(memo) == "kept"  # an unchanged stat: the memo answers
+    from dtype_lint.engine.cache_seal import seal, unseal
+
+    def kept() -> dict:
+        return json.loads(unseal(memo.read_bytes(), "code-stamp.json"))
+
+    assert code_stamp(memo) == first and kept()["stamp"] == first
+    # The memo is sealed (engine/cache_seal.py): a stamp written over it by anyone else is not read...
+    memo.write_text(json.dumps({**kept(), "stamp": "forged"}))
+    assert code_stamp(memo) == first
+    # ...one sealed by dtype-lint is: an unchanged stat, the memo answers.
+    memo.write_bytes(seal(json.dumps({**kept(), "stamp": "kept"}).encode(), "code-stamp.json"))
+    assert code_stamp(memo) == "kept"
     st = os.stat(pkg / "__init__.py")
     time.sleep(0.05)  # past the clock tick of the stat kept (the memo's own rule covers real runs)
     (pkg / "__init__.py").write_text("A = 2\n", encoding="utf-8")  # same size, same mtime

@@ -431,7 +431,8 @@ def test_changed_since(project: Path):
 
 def _findings_entries(root: Path) -> dict[str, Path]:
     """The cache's findings entries, by the file (relative to the root) they belong to."""
-    return {cache_format.decode(p.read_bytes())["k"]: p for p in (root / ".dtype_lint_cache").glob("v2-*/f/*.json")}
+    return {cache_format.decode(p.read_bytes(), p.parents[1].name)["k"]: p
+            for p in (root / ".dtype_lint_cache").glob("v2-*/f/*.json")}
 
 
 def test_cache_hit_and_invalidation(project: Path):
@@ -439,10 +440,11 @@ def test_cache_hit_and_invalidation(project: Path):
     entry = _findings_entries(project)["proj/mlp.py"]
     rc2, second = findings_json(project)
     assert (rc1, first) == (rc2, second)
-    # The second run really reads the cache: plant a marker in mlp.py's cached findings.
-    data = cache_format.decode(entry.read_bytes())
+    # The second run really reads the cache: plant a marker in mlp.py's cached findings (sealed
+    # for its folder as dtype-lint seals it, engine/cache_seal.py).
+    data = cache_format.decode(entry.read_bytes(), entry.parents[1].name)
     data["f"][0]["message"] = "FROM-THE-CACHE"
-    entry.write_bytes(cache_format.encode(data))
+    entry.write_bytes(cache_format.encode(data, entry.parents[1].name))
     _, third = findings_json(project)
     assert [f["message"] for f in third if f["path"].endswith("mlp.py")] == ["FROM-THE-CACHE"]
     assert [f for f in third if f["path"].endswith("attn.py")] == [f for f in first if f["path"].endswith("attn.py")]

@@ -163,7 +163,9 @@ def test_no_project_configuration_means_no_fast_path(tmp_path: Path):
 def test_the_record_holds_every_rules_own_prefilter(project: Path):
     import json
 
-    record = json.loads((project / ".dtype_lint_cache" / RECORD_NAME).read_text())
+    from dtype_lint.engine.cache_seal import unseal
+
+    record = json.loads(unseal((project / ".dtype_lint_cache" / RECORD_NAME).read_bytes(), RECORD_NAME))
     assert record["rules"] == [[r.code, list(marker_words(r)), list(r.patterns)] for r in ALL_RULES]
 
 

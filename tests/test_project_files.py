@@ -112,11 +112,14 @@ def test_a_named_run_keeps_the_record_lazy_and_a_bad_spelled_out_row_is_a_miss(r
     path = str(root / ".dtype_lint_cache" / layout_cache.RECORD_NAME)
     import json
 
-    record = json.loads(Path(path).read_text())
+    from dtype_lint.engine.cache_seal import seal, unseal
+
+    record = json.loads(unseal(Path(path).read_bytes(), layout_cache.RECORD_NAME))
     assert record["odd"], "the dotted stem is spelled out"
     d, r = record["odd"][0]
     record["dirs"][d][3][r] = [record["dirs"][d][3][r][0], 7]
-    Path(path).write_text(json.dumps(record))
+    # Sealed as dtype-lint seals it: the row itself is what makes it a miss.
+    Path(path).write_bytes(seal(json.dumps(record).encode(), layout_cache.RECORD_NAME))
     assert layout_cache.load(path, ".", str(root), (), front=found) is None
 
 

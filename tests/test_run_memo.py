@@ -202,16 +202,17 @@ def test_no_answer_is_kept_where_the_fast_paths_record_does_not_watch_a_folder(p
     every folder of that list (today's walks agree: a guard against their drifting apart)."""
     import json
 
+    from dtype_lint.engine.cache_seal import seal, unseal
     from dtype_lint.engine.fast_record import RECORD_NAME
 
     path = project / ".dtype_lint_cache" / RECORD_NAME
-    record = json.loads(path.read_text())
+    record = json.loads(unseal(path.read_bytes(), RECORD_NAME))
     del record["dirs"]["vllm"]  # still true: it checks only what it lists
-    path.write_text(json.dumps(record))
+    path.write_bytes(seal(json.dumps(record).encode(), RECORD_NAME))  # as dtype-lint would write it
     dtl(project, "check", "vllm/site.py")
     dtl(project, "check", "vllm/site.py")
     assert memo(project, "check", "vllm/site.py")[0] is None
     record["dirs"]["vllm"] = (project / "vllm").stat().st_mtime_ns
-    path.write_text(json.dumps(record))
+    path.write_bytes(seal(json.dumps(record).encode(), RECORD_NAME))
     dtl(project, "check", "vllm/site.py")
     assert memo(project, "check", "vllm/site.py")[0] == 1

@@ -16,6 +16,13 @@ findings keep paths relative to the root (respelled for each run). A pre-commit 
 reads that file's entry and the headers its analysis needs, and writes one entry back: nothing
 that grows with the project. Entries are written atomically (see writer.write_cache); an entry
 that is missing, unreadable, foreign or of the wrong shape is a miss, never an error.
+
+Every file is sealed (engine/cache_seal.py): an HMAC-SHA256 under a per-user key kept outside
+the cache folder, over the folder's key and the payload. An entry edited by whoever can write the
+folder (a restored CI cache, a shared folder), or moved from a folder computed under other
+settings, is a miss: a cached fix is applied only when this user's dtype-lint computed it under
+the current code and settings. Without a key (no writable state folder) the pipeline runs
+uncached.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+from dtype_lint.engine.cache_seal import seal, unseal
 
 # Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
 MAX_ENTRY_BYTES = 64 << 20
@@ -35,6 +44,9 @@ class Cache:
         self.enabled = enabled
         self.base = Path(directory)
         self.dir = self.base / f"{FORMAT}-{key}"
+        # What every entry's seal covers besides its payload: an entry is genuine only in the
+        # folder (code stamp, settings fingerprint) it was computed for.
+        self.context = self.dir.name
         self.root = os.path.realpath(root if root is not None else self.base.parent)
         self._scan: dict | None = None
         self._scan_names: list[str] = []
@@ -60,7 +72,7 @@ class Cache:
     def _scan_data(self) -> dict:
         if self._scan is None:
             self._scan = {}
-            loaded = _read_json(self.dir / "scan.json") if self.enabled else None
+            loaded = _read_json(self.dir / "scan.json", self.context) if self.enabled else None
             if isinstance(loaded, dict) and isinstance(loaded.get("files"), dict) \
                     and isinstance(loaded.get("names"), list):
                 self._scan = loaded["files"]
@@ -106,7 +118,7 @@ class Cache:
         if not self.enabled:
             return None
         rel = self.rel(real)
-        entry = _read_json(self._entry("h", rel))
+        entry = _read_json(self._entry("h", rel), self.context)
         if isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp \
                 and entry.get("m") == module and _header_shaped(entry.get("h")):
             return entry["h"]
@@ -116,7 +128,7 @@ class Cache:
         if self.enabled:
             rel = self.rel(real)
             body = {k: v for k, v in header.items() if k != "path"}
-            self._pending[f"h/{rel}"] = _dump({"k": rel, "s": stamp, "m": module, "h": body})
+            self._put(f"h/{rel}", {"k": rel, "s": stamp, "m": module, "h": body})
 
     # ---- findings -------------------------------------------------------------------------
     def findings(self, real: str, stamp: str, stamp_of, table, display_of) -> list[dict] | None:
@@ -125,7 +137,7 @@ class Cache:
         if not self.enabled:
             return None
         rel = self.rel(real)
-        entry = _read_json(self._entry("f", rel))
+        entry = _read_json(self._entry("f", rel), self.context)
         if not (isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp):
             return None
         found = entry.get("f")
@@ -146,7 +158,7 @@ class Cache:
             return
         rel = self.rel(real)
         stored = [_respell(d, self.rel, real_of) for d in findings]
-        self._pending[f"f/{rel}"] = _dump({"k": rel, "s": stamp, "f": stored, **self.stored_reads(reads, skip=real)})
+        self._put(f"f/{rel}", {"k": rel, "s": stamp, "f": stored, **self.stored_reads(reads, skip=real)})
 
     # ---- what an entry's computation read (findings here, the storage model's answers in
     # ---- engine/facts_cache.py): stored and checked one way --------------------------------
@@ -203,7 +215,10 @@ class Cache:
             return None
         rel = self.rel(real)
         pending = self._pending.get(f"f/{rel}")
-        entry = decode(pending) if pending is not None else _read_json(self._entry("f", rel))
+        if pending is not None:
+            entry = decode(pending, self.context)
+        else:
+            entry = _read_json(self._entry("f", rel), self.context)
         if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
                 and isinstance(entry.get("files"), dict)
                 and all(isinstance(v, str) for v in entry["files"].values())):
@@ -215,11 +230,16 @@ class Cache:
         """The payload of the entry `name` of `kind`, or None (disabled, missing, not ours)."""
         if not self.enabled:
             return None
-        return _read_json(self._entry(kind, name))
+        return _read_json(self._entry(kind, name), self.context)
 
     def put_entry(self, kind: str, name: str, data) -> None:
         if self.enabled:
-            self._pending[f"{kind}/{name}"] = _dump(data)
+            self._put(f"{kind}/{name}", data)
+
+    def _put(self, name: str, data) -> None:
+        sealed = encode(data, self.context)
+        if sealed is not None:  # no key: nothing is kept (the pipeline then runs uncached anyway)
+            self._pending[name] = sealed
 
     def take_entries(self, kind: str) -> list[tuple[str, bytes]]:
         """The entries of `kind` waiting to be written, removed from this cache (a worker process
@@ -255,8 +275,9 @@ class Cache:
             for name, data in self._pending.items():
                 kind, _, rel = name.partition("/")
                 writer.write_cache(self._entry(kind, rel), data)
-            if self._scan_dirty:
-                writer.write_cache(self.dir / "scan.json", _dump({"names": self._scan_names, "files": self._scan}))
+            scan = encode({"names": self._scan_names, "files": self._scan}, self.context) if self._scan_dirty else None
+            if scan is not None:
+                writer.write_cache(self.dir / "scan.json", scan)
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
         self._pending.clear()
@@ -269,42 +290,39 @@ def _respell(d: dict, path_of, real_of) -> dict:
     return dict(d, evidence=evidence)
 
 
-def _dump(obj) -> bytes:
-    return encode(obj)
+def encode(data, context: str) -> bytes | None:
+    """A cache file's bytes: the JSON payload sealed for `context` (cache_seal.seal: its MAC
+    under this user's key, a line break, the payload); None when there is no key."""
+    return seal(json.dumps(data, separators=(",", ":")).encode("utf-8", "surrogatepass"), context)
 
 
-def encode(data) -> bytes:
-    """A cache file's bytes: the payload's SHA-256, a line break, the JSON payload."""
-    payload = json.dumps(data, separators=(",", ":")).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
-
-
-def decode(raw: bytes):
-    """The payload of a cache file, or None when it is not one of ours, intact."""
+def decode(raw: bytes, context: str):
+    """The payload of a cache file, or None when it is not one this user's dtype-lint sealed for
+    `context`, intact."""
 
     def reject(constant: str):
         raise ValueError(f"{constant} is not a cache value")
 
-    check, _, payload = raw.partition(b"\n")
+    # The seal tells our own file from a truncated, edited, foreign or moved one.
+    payload = unseal(raw, context)
+    if payload is None:
+        return None
     try:
-        # The checksum tells our own file from a truncated, edited or foreign one.
-        if check.decode("ascii") != hashlib.sha256(payload).hexdigest():
-            return None
         return json.loads(payload, parse_constant=reject)
     except (ValueError, RecursionError):
         return None
 
 
-def _read_json(path: Path):
+def _read_json(path: str | os.PathLike, context: str):
     """The payload in `path`, or None: missing, not a regular file (never blocks on a FIFO), too
-    large, not ours (checksum), not UTF-8 JSON, or holding NaN/Infinity."""
-    from dtype_lint.engine.source import read_bytes
+    large, not sealed by us for `context`, not UTF-8 JSON, or holding NaN/Infinity."""
+    from dtype_lint.engine.safe_read import read_bytes
 
     try:
         data = read_bytes(path, MAX_ENTRY_BYTES)
     except (OSError, ValueError):
         return None
-    return decode(data)
+    return decode(data, context)
 
 
 def _header_shaped(h) -> bool:

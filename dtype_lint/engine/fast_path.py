@@ -28,8 +28,9 @@ a changed folder) means no fast path: the full run then writes a fresh record.
 Only a plain check is taken: `check` with file paths and `--exit-zero`, `--no-progress`, `-q`,
 `--force-exclude` (when no named file is excluded),
 `--color never|auto` (not on a terminal) and `--output-format text|concise`; any other flag,
-a folder, a missing file, no project configuration (no pyproject.toml above the files) or
-`--no-cache` goes to the full run.
+a folder, a missing file, no project configuration (no pyproject.toml above the files), a
+cache folder the full run refuses (engine/cache_folder.py) or `--no-cache` goes to the full run.
+The record and the memo are sealed (engine/cache_seal.py): an edited or foreign one is none.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import re
 import sys
 
 from dtype_lint.engine import run_memo
+from dtype_lint.engine.cache_folder import cache_folder_problem
 from dtype_lint.engine.fast_record import RECORD_NAME, forget, load_record, validated_key
 from dtype_lint.engine.prefilter import Prefilter, has_suppression
 from dtype_lint.engine.safe_read import MAX_SOURCE_BYTES, read_bytes
@@ -83,6 +85,8 @@ def _clean_exit(argv: list[str]) -> int | None:
     config_path, root, cache_dir, table = config
     if ("--force-exclude" in argv or table.get("force-exclude")) and _any_excluded(paths, root, table):
         return None  # the full run leaves it out, and counts the rest
+    if cache_folder_problem(root, cache_dir) is not None:
+        return None  # a cache folder the full run refuses: it says why (cache_folder.py)
     record_path = os.path.join(root, cache_dir, RECORD_NAME)
     record = load_record(record_path, config_path, root)
     if record is None:

@@ -5,7 +5,9 @@ its writer, read by the fast path, which then needs nothing else about the proje
 modules), the configuration file and its stamp, the rules' markers and patterns, the stamps of
 the files that decided the run's project-level warnings (there were none, or no record is kept),
 every folder of the project with its mtime (a file added, removed or renamed anywhere changes
-its folder's), the .gitignore files' stamps, and where each top-level module name lives.
+its folder's), the .gitignore files' stamps, and where each top-level module name lives. It is
+sealed as the cache's entries are (engine/cache_seal.py): a record edited to make a file look
+clean (a rule's patterns emptied) is no record.
 """
 
 from __future__ import annotations
@@ -117,11 +119,15 @@ def load_record(path: str, config_path: str, root: str) -> dict | None:
 
 
 def _load_record(path: str, config_path: str, root: str) -> dict | None:
+    from dtype_lint.engine.cache_seal import unseal
     from dtype_lint.engine.safe_read import read_bytes
 
     try:
-        record = json.loads(read_bytes(path, 64 << 20))
-    except (OSError, ValueError):
+        payload = unseal(read_bytes(path, 64 << 20), RECORD_NAME)
+        if payload is None:
+            return None
+        record = json.loads(payload)
+    except (OSError, ValueError, RecursionError):
         return None
     if not (isinstance(record, dict) and record.get("format") == RECORD_FORMAT and record.get("root") == root
             and record.get("config") == [config_path, _stamp_or_none(config_path)]
@@ -235,7 +241,12 @@ def save_record(config, writer, looked_up_files: dict[str, str], valid: bool) ->
         "tool": tool_stamp(), "files": files, "dirs": dirs, "tops": tops,
         "rules": [[r.code, list(marker_words(r)), list(r.patterns)] for r in ALL_RULES],
     }
+    from dtype_lint.engine.cache_seal import seal
+
+    sealed = seal(json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"), RECORD_NAME)
+    if sealed is None:
+        return  # no cache key: no record (cache_seal.py)
     try:
-        writer.write_cache(path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+        writer.write_cache(path, sealed)
     except OSError:
         pass  # a read-only checkout still lints; it just has no fast path

@@ -13,7 +13,8 @@ reads with it) is compared as parsed.
 
 Not used on a `--fix` run (the walk also collects the temp files a killed run left behind), nor
 when the walk said something about an unreadable `.gitignore` (said again on every run), nor when
-a file was reached through a symbolic link (its target can change without its folder's).
+a file was reached through a symbolic link (its target can change without its folder's). The
+record is sealed as the cache's entries are (engine/cache_seal.py): an edited one is no record.
 """
 
 from __future__ import annotations
@@ -89,11 +90,15 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
     run, does not list (the run memo trusts the file list only where that record watches it).
     `front`: the named files of a run on files: then the files are `front` and the record's other
     files, as a `ProjectFiles` that makes a `Found` only for what the run looks up."""
+    from dtype_lint.engine.cache_seal import unseal
     from dtype_lint.engine.safe_read import read_bytes
 
     try:
-        record = json.loads(read_bytes(record_path, 64 << 20))
-    except (OSError, ValueError):
+        payload = unseal(read_bytes(record_path, 64 << 20), RECORD_NAME)
+        if payload is None:
+            return None
+        record = json.loads(payload)
+    except (OSError, ValueError, RecursionError):
         return None
     try:
         if record.get("key") != _key(root_abs, excludes):
@@ -250,7 +255,12 @@ def _prefix_of(module: str, name: str) -> str:
 def save(record_path: str, record: dict, writer) -> None:
     if not os.path.isdir(os.path.dirname(record_path)):
         return  # the cache folder is made by the cache (with its .gitignore), never here
+    from dtype_lint.engine.cache_seal import seal
+
+    sealed = seal(json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"), RECORD_NAME)
+    if sealed is None:
+        return  # no cache key: no record (cache_seal.py)
     try:
-        writer.write_cache(record_path, json.dumps(record, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+        writer.write_cache(record_path, sealed)
     except OSError:
         pass  # a read-only checkout still lints; it just walks the project every time

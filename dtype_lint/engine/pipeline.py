@@ -116,8 +116,21 @@ def run(config: Config, options: RunOptions) -> RunResult:
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
+    from dtype_lint.engine.cache_folder import cache_folder_problem
+    from dtype_lint.fix.formatting import project_style
+
     jobs = effective_jobs(options.jobs)
-    staging = config.root / config.cache_dir / "tmp"
+    # The project's style is read afresh by each run (an in-process caller's earlier run may have
+    # read an older pyproject.toml): the cache key and the fixes this run plans read the same.
+    project_style.cache_clear()
+    folder_problem = cache_folder_problem(config.root, config.cache_dir)
+    if folder_problem is not None and options.use_cache:
+        raise UserError(folder_problem)
+    messages: list[str] = []  # what discovery could not read (a .gitignore that is a FIFO...)
+    options = _with_cache_key(options, messages)
+    # Without a usable cache folder (--no-cache over a refused one) a fix's temp files go beside
+    # their targets, never into a package or through a link.
+    staging = config.root / config.cache_dir / "tmp" if folder_problem is None else None
     writer = ProjectWriter(config.root, staging)
     if options.write_baseline:
         from dtype_lint.engine.outputs import check_output
@@ -131,7 +144,6 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         except WriteError as e:
             raise UserError(str(e)) from None
     temps: list[str] = []
-    messages: list[str] = []  # what discovery could not read (a .gitignore that is a FIFO...)
     try:
         layout = _Layout(reuse=options.use_cache and not options.fix)
         found, index_found = _discover(config, options.paths, temps, messages, layout)
@@ -213,6 +225,23 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     writer.close()
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+def _with_cache_key(options: RunOptions, messages: list[str]) -> RunOptions:
+    """`options`, uncached when no cache key can be kept (engine/cache_seal.py): nothing read from
+    the cache could be trusted, nothing written to it could be read back. Said in `messages`."""
+    if not options.use_cache:
+        return options
+    from dataclasses import replace
+
+    from dtype_lint.engine.cache_seal import problem
+
+    why = problem()
+    if why is None:
+        return options
+    messages.append(f"running without a cache: no cache key can be kept ({why}); set XDG_STATE_HOME to a "
+                    "writable folder, or pass --no-cache to say so")
+    return replace(options, use_cache=False)
 
 
 class _Paths:
@@ -760,8 +789,12 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
                                 for (_, path), st in zip(files, stats))
             key = hashlib.sha1(listed.encode("utf-8", "surrogatepass")).hexdigest()
             newest = max((max(st.st_mtime_ns, st.st_ctime_ns) for st in stats), default=0)
-            with open(memo, encoding="utf-8") as f:
-                kept = json.load(f)
+            from dtype_lint.engine.cache_seal import unseal
+
+            # Sealed as the cache is (cache_seal.py): an edited memo could name the stamp of a
+            # folder computed by other code.
+            payload = unseal(read_bytes(memo, 1 << 16), "code-stamp.json")
+            kept = json.loads(payload) if payload is not None else None
             if isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("stamp"), str):
                 return kept["stamp"]
         except (OSError, ValueError):
@@ -774,10 +807,12 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
     stamp = h.hexdigest()[:10]
     if key is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:
         try:
+            from dtype_lint.engine.cache_seal import seal
             from dtype_lint.engine.writer import write_atomic
 
-            if os.path.isdir(os.path.dirname(os.path.abspath(memo))):
-                write_atomic(memo, json.dumps({"key": key, "stamp": stamp}).encode())
+            sealed = seal(json.dumps({"key": key, "stamp": stamp}).encode(), "code-stamp.json")
+            if sealed is not None and os.path.isdir(os.path.dirname(os.path.abspath(memo))):
+                write_atomic(memo, sealed)
         except OSError:
             pass
     return stamp

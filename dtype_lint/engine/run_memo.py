@@ -32,6 +32,9 @@ and no `from` import where a rule that follows them, DTL005, is enabled), no nam
 unreadable, no fix was made and nothing but cache entries was written. The replay prints
 through the same report code and warnings as `cli._check`; the formats are the fast path's own
 (`text`, `concise`), which read no rule metadata, so no rule is imported.
+
+The memo is sealed as the cache's entries are (engine/cache_seal.py): a memo edited to hide a
+finding is not replayed.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def _key_name(key: list) -> str:
 def _entries(path: str) -> dict:
     from dtype_lint.engine.cache import _read_json
 
-    data = _read_json(path)
+    data = _read_json(path, MEMO_NAME)
     if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("entries"), dict):
         return data["entries"]
     return {}
@@ -152,8 +155,11 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
         entries.pop(next(iter(entries)))
     from dtype_lint.engine.cache import encode
 
+    sealed = encode({"format": FORMAT, "entries": entries}, MEMO_NAME)
+    if sealed is None:
+        return  # no cache key: nothing may be kept (cache_seal.py)
     try:
-        writer.write_cache(memo, encode({"format": FORMAT, "entries": entries}))
+        writer.write_cache(memo, sealed)
     except OSError:
         pass  # a read-only checkout still lints; it just has no memo
 

@@ -114,6 +114,30 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
         raise
 
 
+def create_private(path: str | os.PathLike, data: bytes) -> bool:
+    """Create `path` holding `data`, readable and writable by this user alone (0600, its folder
+    made 0700 when missing), whole or not at all: written and synced under a temp name, then
+    linked in. False when another process created `path` first (its file is kept). Used for the
+    cache key (cache_seal.py), which lives outside any project."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _link_new(tmp, path)
+    except FileExistsError:
+        _discard(tmp)
+        return False
+    except BaseException:
+        _discard(tmp)
+        raise
+    return True
+
+
 def _link_new(tmp: str, path: str) -> None:
     """Put `tmp` at `path` only if nothing is there: a hard link fails on an existing name."""
     try:

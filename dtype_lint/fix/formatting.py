@@ -58,13 +58,21 @@ class ProjectStyle:
 
 
 def _read(path: Path) -> dict:
-    from dtype_lint.config import ConfigError, read_toml
+    """A formatter's TOML document, or {} (read with the one safe reader and the configuration's
+    size limit, not through config.read_toml: `Config.fingerprint` reads the style, so config
+    imports this module)."""
+    from dtype_lint.engine.safe_read import read_bytes
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
 
     if not path.is_file():
         return {}
     try:
-        return read_toml(path)
-    except ConfigError:
+        return tomllib.loads(read_bytes(path, 1 << 20).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and TOMLDecodeError are ValueErrors
         return {}  # a broken formatter configuration is the formatter's to report, not ours
 
 
