@@ -45,6 +45,7 @@ def state_home(tmp_path: Path, monkeypatch) -> Path:
     """Each test keeps its cache key in a state folder of its own (never the user's)."""
     home = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    monkeypatch.delenv("DTYPE_LINT_CACHE_KEY", raising=False)
     cache_seal.forget()
     yield home
     cache_seal.forget()
@@ -245,6 +246,35 @@ def test_a_cache_sealed_under_another_key_is_a_miss(tmp_path: Path, monkeypatch)
     assert entry.read_bytes() != sealed_before  # sealed again under this key
     assert dtl(root, "check", "--fix", ".").returncode == 0
     assert tree_bytes(root) == cold
+
+
+def test_a_ci_key_from_the_environment_makes_a_restored_cache_hit(tmp_path: Path, monkeypatch):
+    """`DTYPE_LINT_CACHE_KEY` (a CI secret): the cache restored on a fresh runner (another home) is
+    served as it was sealed, and no key file is written anywhere."""
+    monkeypatch.setenv("DTYPE_LINT_CACHE_KEY", "ab" * 32)
+    cache_seal.forget()
+    root = tiny_project(tmp_path / "p")
+    first = dtl(root, "check", ".")
+    entry = _findings_entry(root)
+    sealed = entry.read_bytes()
+    fresh_home = tmp_path / "fresh-runner"
+    monkeypatch.setenv("XDG_STATE_HOME", str(fresh_home))
+    cache_seal.forget()
+    again = dtl(root, "check", ".")
+    assert (again.returncode, again.stdout, again.stderr) == (first.returncode, first.stdout, first.stderr)
+    assert entry.read_bytes() == sealed  # served, not recomputed and sealed again
+    assert not fresh_home.exists()
+
+
+@pytest.mark.parametrize("given", ["not hex at all", "ab" * 8])
+def test_a_bad_ci_key_runs_uncached_and_says_why(tmp_path: Path, monkeypatch, given: str):
+    monkeypatch.setenv("DTYPE_LINT_CACHE_KEY", given)
+    cache_seal.forget()
+    root = tiny_project(tmp_path / "p")
+    proc = dtl(root, "check", ".")
+    assert proc.returncode == 1 and "DTL001" in proc.stdout
+    assert "running without a cache" in proc.stderr and "DTYPE_LINT_CACHE_KEY" in proc.stderr
+    assert not list(root.glob(f"{CACHE}/v2-*/f/*.json"))
 
 
 def test_a_key_others_may_read_is_not_trusted(tmp_path: Path, state_home: Path):

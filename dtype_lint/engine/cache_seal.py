@@ -17,6 +17,10 @@ A cache made under another key (restored on another machine, another user's) is 
 miss: every entry is recomputed and sealed again. Where no key can be kept (a read-only or
 missing home), nothing is sealed and the caller runs without a cache (pipeline.py says why).
 
+CI runners start with a fresh home, so a restored cache would never hit there: such a job can
+hand the key in `DTYPE_LINT_CACHE_KEY` instead (64 or more hex digits, kept as a CI secret that
+jobs which can write the cache store cannot read). It is used as given and never written down.
+
 Standard library only, and cheap: the pre-commit fast path unseals its record with it before
 the engine is imported.
 """
@@ -29,12 +33,28 @@ import stat
 
 KEY_NAME = "cache-key"
 KEY_BYTES = 32
+KEY_ENV = "DTYPE_LINT_CACHE_KEY"
 _MAC_HEX = 64  # hex digits of an HMAC-SHA256
 
 # key file path -> its key (None: none could be kept there), once per process per path.
 _KEYS: dict[str, bytes | None] = {}
 # key file path -> why there is no key there (for the run's warning).
 _WHY: dict[str, str] = {}
+
+
+def _key_from_environment() -> bytes | None:
+    """The key a CI job hands in `DTYPE_LINT_CACHE_KEY`; ValueError when it is set but too short
+    or not hex (a typo must not silently run with a guessable key)."""
+    given = os.environ.get(KEY_ENV, "").strip()
+    if not given:
+        return None
+    try:
+        key = bytes.fromhex(given)
+    except ValueError:
+        raise ValueError(f"{KEY_ENV} is not hexadecimal") from None
+    if len(key) < KEY_BYTES:
+        raise ValueError(f"{KEY_ENV} has {len(key)} bytes; it needs at least {KEY_BYTES} (64 hex digits)")
+    return key
 
 
 def key_path() -> str:
@@ -47,17 +67,18 @@ def key_path() -> str:
 
 
 def secret() -> bytes | None:
-    """This user's cache key, created on first use; None when none can be kept (see `problem`)."""
+    """This user's cache key (`DTYPE_LINT_CACHE_KEY` where set, else the key file, created on
+    first use); None when there is none (see `problem`)."""
     path = key_path()
     if path not in _KEYS:
         try:
-            _KEYS[path] = _read_key(path) or _create_key(path)
+            _KEYS[path] = _key_from_environment() or _read_key(path) or _create_key(path)
         except OSError as e:
             _KEYS[path] = None
             _WHY[path] = f"{path}: {e.strerror or e}"
         except ValueError as e:
             _KEYS[path] = None
-            _WHY[path] = f"{path}: {e}"
+            _WHY[path] = str(e) if KEY_ENV in str(e) else f"{path}: {e}"
     return _KEYS[path]
 
 
