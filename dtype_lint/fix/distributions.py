@@ -105,16 +105,19 @@ def _distribution_at(folder: str) -> Distribution | None:
 
 @functools.lru_cache(maxsize=1024)
 def _read_distribution(folder: str, _stamps: tuple) -> Distribution | None:
-    pyproject = _read_toml(os.path.join(folder, "pyproject.toml"))
-    if pyproject is not None and any(k in pyproject for k in ("project", "build-system")) or \
-            (pyproject or {}).get("tool", {}).get("poetry"):
+    pyproject = _read_toml(os.path.join(folder, "pyproject.toml")) or {}
+    tool = pyproject.get("tool") if isinstance(pyproject.get("tool"), dict) else {}
+    if "project" in pyproject or tool.get("poetry"):
         return _from_pyproject(folder, pyproject)
+    # A pyproject.toml with only `[build-system]` leaves the metadata to setup.cfg or setup.py.
     setup_cfg = _read_cfg(os.path.join(folder, "setup.cfg"))
     setup_py = _read_text(os.path.join(folder, "setup.py"))
     if setup_cfg is not None and (setup_cfg.has_section("metadata") or setup_cfg.has_section("options")):
         return _from_setup_cfg(folder, setup_cfg, setup_py)
     if setup_py is not None:
         return _from_setup_py(folder, setup_py, "setup.py")
+    if "build-system" in pyproject:
+        return _from_pyproject(folder, pyproject)
     return None
 
 
