@@ -29,7 +29,6 @@ import pytest
 from cli_runner import dtl
 from tiny_project import tree_bytes, write_tree
 
-from dtype_lint.fix.distributions import distribution_of, lowest_python
 from dtype_lint.fix.helper_template import helper_source
 from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
 
@@ -226,29 +225,41 @@ def fixed_monorepo(tmp_path: Path, beta_kind: str) -> tuple[Path, Path]:
     return root, original
 
 
-def assert_each_package_runs_alone(tmp_path: Path, root: Path, original: Path, installed: dict[str, Path]) -> None:
-    """Each package, from its folder alone (and installed alone where `installed` says where),
-    imports and behaves as the helper decides, and as the original on float storages."""
-    jobs, checks = [], []
+def package_jobs(root: Path, original: Path, installed: dict[str, Path]) -> tuple[list, list[tuple[int, int]]]:
+    """run_alone's jobs for each package of a fixed monorepo, alone: the original from its folder,
+    then the fixed one from its folder (and where `installed` installed it), and the (before,
+    after) pairs of job indices to compare."""
+    jobs, pairs = [], []
     for name in ("alpha", "beta"):
         modules = (f"{name}.model0", f"{name}.layers", ())
         jobs.append(([original / f"packages/{name}"], *modules))
-        places = [root / f"packages/{name}"] + ([installed[name]] if name in installed else [])
-        for place in places:
-            checks.append((len(jobs) - 1, len(jobs)))
+        first = len(jobs) - 1
+        for place in [root / f"packages/{name}"] + ([installed[name]] if name in installed else []):
+            pairs.append((first, len(jobs)))
             jobs.append(([place], *modules))
-    results = run_alone(jobs, tmp_path / "cwd")
-    for before, after in checks:
+    return jobs, pairs
+
+
+def assert_packages_run_alone(jobs: list, pairs: list[tuple[int, int]], cwd: Path) -> None:
+    """Each package imports and behaves as the helper decides, and as the original on float
+    storages."""
+    results = run_alone(jobs, cwd)
+    for before, after in pairs:
         assert "import" not in results[before], results[before]
         assert_fixed_behaviour(results[before], results[after])
 
 
-@pytest.mark.parametrize("beta_kind", ["pyproject", "setup.cfg", "setup.py"])
-def test_each_package_of_a_monorepo_gets_its_own_helper(tmp_path: Path, beta_kind: str):
+def test_each_package_of_a_monorepo_gets_its_own_helper(tmp_path: Path):
     # de0faa5: the helper went into `alpha` (most sites) and beta/model0.py got
     # `from alpha.layer_input_dtype import ...`: ModuleNotFoundError where beta is used alone.
-    root, original = fixed_monorepo(tmp_path, beta_kind)
-    assert_each_package_runs_alone(tmp_path, root, original, {})
+    jobs: list = []
+    pairs: list[tuple[int, int]] = []
+    for kind in ("pyproject", "setup.cfg", "setup.py"):  # beta's packaging; one interpreter runs all
+        root, original = fixed_monorepo(tmp_path / kind, kind)
+        more, more_pairs = package_jobs(root, original, {})
+        pairs += [(before + len(jobs), after + len(jobs)) for before, after in more_pairs]
+        jobs += more
+    assert_packages_run_alone(jobs, pairs, tmp_path / "cwd")
 
 
 @pytest.mark.slow
@@ -257,7 +268,7 @@ def test_each_package_of_a_fixed_monorepo_installs_alone_as_a_wheel(tmp_path: Pa
     root, original = fixed_monorepo(tmp_path, beta_kind)
     installed = {name: install_alone(root / f"packages/{name}", tmp_path / f"site-{name}") for name in ("alpha", "beta")}
     assert all((installed[name] / name / "layer_input_dtype.py").is_file() for name in installed)
-    assert_each_package_runs_alone(tmp_path, root, original, installed)
+    assert_packages_run_alone(*package_jobs(root, original, installed), tmp_path / "cwd")
 
 
 def test_a_configured_helper_in_another_package_is_refused_per_file(tmp_path: Path):
@@ -282,6 +293,8 @@ def test_a_configured_helper_in_another_package_is_refused_per_file(tmp_path: Pa
 
 
 def test_distributions_are_read_from_each_kind_of_packaging_file(tmp_path: Path):
+    from dtype_lint.fix.distributions import distribution_of, lowest_python
+
     root = monorepo(tmp_path / "repo", "setup.cfg")
     write_tree(root, {"packages/gamma/setup.py": "from setuptools import setup\nsetup(name='Gamma_X', "
                                                  "install_requires=['Triton>=2; sys_platform == \"linux\"'], "
