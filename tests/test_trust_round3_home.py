@@ -508,3 +508,17 @@ def test_the_hf_helper_runs_on_the_oldest_python(tmp_path: Path):
     proc = subprocess.run([exe, "-c", code, str(folder)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["None", "None"]
+
+
+def test_a_monorepo_series_adds_every_packages_helper(tmp_path: Path):
+    # de0faa5: the one helper (in alpha) was the series' only new file, beta's fix importing it.
+    root = monorepo(tmp_path / "repo")
+    before = tree_bytes(root)
+    proc = dtl(root, "migrate", ".", "--series", str(tmp_path / "series"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert tree_bytes(root) == before  # a series changes nothing in the tree
+    patches = "".join(p.read_text(encoding="utf-8") for p in sorted((tmp_path / "series").glob("*.patch")))
+    for name in ("alpha", "beta"):
+        assert f"+++ b/packages/{name}/{name}/layer_input_dtype.py" in patches, name
+        assert f"+from {name}.layer_input_dtype import get_layer_input_dtype" in patches, name
+    assert "+from alpha.layer_input_dtype" not in patches.split("+++ b/packages/beta/beta/model0.py", 1)[1]

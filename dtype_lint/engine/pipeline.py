@@ -85,6 +85,8 @@ class RunResult:
     fixed: list[Finding] = field(default_factory=list)  # findings whose fix was written
     outcomes: list[FixOutcome] = field(default_factory=list)
     helper: HelperLocation | None = None  # the helper this run's fixes were routed through
+    # The helpers the run creates (or, with --diff, would): one per package in a monorepo.
+    created_helpers: list[HelperLocation] = field(default_factory=list)
     # Which helper fixes use and why (configured, the preset's default, inferred); None when no
     # finding's fix needs one.
     helper_choice: HelperChoice | None = None
@@ -957,6 +959,7 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     to_create = list({id(h): h for ff in fixes if _imports_helper(ff.outcome)
                       for h in [helper_of.get(ff.outcome.path)] if h is not None and not h.exists}.values())
     result.helper = helper
+    result.created_helpers = to_create
     if options.diff:
         result.diff = _diff(result, to_create, fixes)
         return
