@@ -522,3 +522,38 @@ def test_a_monorepo_series_adds_every_packages_helper(tmp_path: Path):
         assert f"+++ b/packages/{name}/{name}/layer_input_dtype.py" in patches, name
         assert f"+from {name}.layer_input_dtype import get_layer_input_dtype" in patches, name
     assert "+from alpha.layer_input_dtype" not in patches.split("+++ b/packages/beta/beta/model0.py", 1)[1]
+
+
+def test_the_hf_helper_is_never_created_where_git_ignores_it(tmp_path: Path):
+    # de0faa5: `hf_utils.py` was created although .gitignore ignores it, and the model imported it.
+    model = textwrap.dedent("""\
+        import torch
+        from torch import nn
+        from transformers import PreTrainedModel
+
+
+        class Block(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.proj = nn.Linear(64, 64)
+
+            def forward(self, hidden_states):
+                return hidden_states.to(self.proj.weight.dtype)
+
+
+        class Model(PreTrainedModel):
+            def __init__(self, config):
+                super().__init__(config)
+                self.block = Block(config)
+        """)
+    root = write_tree(tmp_path / "p", {"model.py": model, ".gitignore": "hf_utils.py\n"})
+    found = [f for f in findings_of(root) if f["code"] == "DTL001"]
+    assert found and all(f["fix"] is None for f in found), found
+    assert all("`hf_utils.py` is ignored" in f["no_fix_reason"] for f in found), found
+    before = tree_bytes(root)
+    proc = fix(root)
+    assert tree_bytes(root) == before, proc.stdout + proc.stderr
+    assert "fixes refused" in proc.stderr
+    (root / ".gitignore").write_text("build/\n")  # not ignored: created, and the model imports it
+    assert fix(root).returncode == 0 and (root / "hf_utils.py").is_file()
+    assert "from hf_utils import get_module_input_dtype" in (root / "model.py").read_text()

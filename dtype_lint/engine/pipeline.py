@@ -49,9 +49,15 @@ from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
 from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
-from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location, reach_problem_for
+from dtype_lint.fix.helper_home import (
+    HelperChoice,
+    choose_helper,
+    configured_location,
+    ignored_helper_problem,
+    reach_problem_for,
+)
 from dtype_lint.fix.helper_template import HelperError, HelperLocation
-from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
+from dtype_lint.fix.hf_helper import HF_HELPER_NAME, hf_helper_location, is_hf_fix, settle_hf_helper
 
 
 class UserError(Exception):
@@ -867,6 +873,7 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
     # Fixes through the HF helper find it in the project's torch utilities (fix/hf_helper.py).
     needing = [f for f in result.findings if f.fix is not None and f.fix.imports and not is_hf_fix(f)]
     if not needing:
+        _refuse_unreachable_helper(result)  # the HF helper's fixes
         return
     try:
         choice = choose_helper(result.config, files, needing)
@@ -904,18 +911,28 @@ def _refuse_unreachable_helper(result: RunResult) -> None:
     """Drop the fixes of files that could not import their helper where their package is
     installed (helper_home.reach_problem_for): the findings stay, saying why."""
     root = result.config.root
-    problems: dict[str, str] = {}
+    problems: dict[tuple[str, str], str] = {}
     for f in result.findings:
-        if f.fix is None or not f.fix.imports or is_hf_fix(f):
+        if f.fix is None or not f.fix.imports:
             continue
-        location = result.helper_choice.for_path(f.path, root).location
+        if is_hf_fix(f):  # the HF helper's home (fix/hf_helper.py), judged the same way
+            module = next(m for m, name in f.fix.imports if name == HF_HELPER_NAME)
+            location = hf_helper_location(module, result.index, root)
+        elif result.helper_choice is not None:
+            location = result.helper_choice.for_path(f.path, root).location
+        else:
+            continue
         if location is None:
             continue
-        if f.path not in problems:
-            problems[f.path] = reach_problem_for(f.path, location, root)
-        if problems[f.path]:
-            f.fix, f.no_fix_reason = None, f"the fix is refused: {problems[f.path]}"
-    result.warnings += [f"{_shown(path)}: fixes refused: {problem}" for path, problem in problems.items() if problem]
+        key = (f.path, location.module)
+        if key not in problems:
+            problems[key] = reach_problem_for(f.path, location, root)
+            if not location.exists and not problems[key]:
+                problems[key] = ignored_helper_problem(location, root)
+        if problems[key]:
+            f.fix, f.no_fix_reason = None, f"the fix is refused: {problems[key]}"
+    result.warnings += list(dict.fromkeys(f"{_shown(path)}: fixes refused: {problem}"
+                                          for (path, _module), problem in problems.items() if problem))
 
 
 def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, jobs: int) -> None:

@@ -137,6 +137,17 @@ def reach_problem_for(path: str, location: HelperLocation, root: Path) -> str:
     return reach_problem(path, location.module, location.path, source, root, own_folder)
 
 
+def ignored_helper_problem(location: HelperLocation, root: Path) -> str:
+    """Why the helper `location` must not be created (the ignore rules exclude its path), or ""."""
+    from dtype_lint.fix.helper_requirements import ignored_path
+
+    ignored = ignored_path(location.path, root)
+    if ignored is None:
+        return ""
+    return (f"the helper `{location.module}` would be created as {_rel(location.path, root)}, which the project's "
+            f"ignore rules exclude (`{ignored}` is ignored): the fixes would import a file that no clone has")
+
+
 def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> HelperChoice:
     """choose_helper for sites of one installable package (or of a project that is one)."""
     module, func = config.helper_spec
