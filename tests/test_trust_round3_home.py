@@ -396,12 +396,13 @@ def test_a_helper_is_never_created_where_git_ignores_it(tmp_path: Path, configur
     ignored = "proj/generated/" if configured else "proj/layer_input_dtype.py"
     assert f"which the project's ignore rules exclude (`{ignored}` is ignored)" in message, message
     assert "no clone has" in message
-    if not configured:  # a check keeps the finding and says why it has no fix
-        check = findings_of(root)
-        assert check and all(f["fix"] is None for f in check) and "ignore rules" in check[0]["no_fix_reason"]
-        # Un-ignored, the same run creates it and fixes the file.
-        (root / ".gitignore").write_text("build/\n")
-        assert fix(root).returncode == 0 and (root / "proj/layer_input_dtype.py").is_file()
+    # A check keeps the finding and says why it has no fix.
+    check = findings_of(root)
+    assert check and all(f["fix"] is None for f in check) and "ignore rules" in check[0]["no_fix_reason"]
+    # Un-ignored, the same run creates it and fixes the file.
+    (root / ".gitignore").write_text("build/\n")
+    assert fix(root).returncode == 0
+    assert (root / ("proj/generated/dtypes.py" if configured else "proj/layer_input_dtype.py")).is_file()
 
 
 # --- 4. the declared Python ----------------------------------------------------------------------

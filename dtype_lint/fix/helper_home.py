@@ -99,7 +99,12 @@ def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> H
     one per installable package that has such fixes (`HelperChoice.per_distribution`). Raises
     HelperError only for a configured helper that cannot be used (a user error)."""
     if config.helper:
-        return HelperChoice(configured_location(config, files), config, "configured")
+        location = configured_location(config, files)
+        ignored = "" if location.exists else ignored_helper_problem(location, config.root)
+        if ignored:  # an error only where a fix needs it: a check of an ignored tree has none
+            return HelperChoice(None, config, "none", error=f"{ignored}. Stop ignoring it, or set `helper` to a "
+                                                            "module git keeps")
+        return HelperChoice(location, config, "configured")
     groups: dict[str, list[Finding]] = {}
     for f in needing:
         dist = distribution_of(f.path, config.root)
@@ -159,7 +164,8 @@ def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> Hel
     else:
         try:
             default = configured_location(config, files)
-            why_not = _default_unusable(default, needing, config.root)
+            why_not = _default_unusable(default, needing, config.root) or \
+                ("" if default.exists else ignored_helper_problem(default, config.root))
         except HelperError as e:
             why_not = str(e)
     if default is not None and not why_not:
@@ -172,6 +178,9 @@ def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> Hel
         cfg = replace(config, helper=f"{inferred}:{func}", helper_template=config.helper_template or "torch")
         location = locate_helper(inferred, func, cfg.template, config.root, base, configured=False,
                                  preset=config.preset)
+        ignored = "" if location.exists else ignored_helper_problem(location, config.root)
+        if ignored:
+            raise HelperError(ignored)
     except HelperError as e:
         return HelperChoice(None, config, "none",
                             error=f"{why_not}; and no home for it could be inferred: {e}. "

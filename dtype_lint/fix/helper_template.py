@@ -198,16 +198,12 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
 
 
 def _creatable_source(module: str, func: str, path: Path, root: Path, source: str) -> str:
-    """The text the helper is created with, for a file git keeps and the project's declared
-    Python runs (helper_requirements.py). Raises HelperError."""
-    from dtype_lint.fix.helper_requirements import declared_python, for_declared_python, ignored_path, python_problem
+    """The text the helper is created with, one the project's declared Python runs
+    (helper_requirements.py; whether git keeps its path is helper_home's question, asked only
+    when a fix needs it). Raises HelperError."""
+    from dtype_lint.fix.helper_requirements import declared_python, for_declared_python, python_problem
 
     shown = os.path.relpath(os.path.abspath(path), os.path.abspath(root)).replace(os.sep, "/")
-    ignored = ignored_path(path, root)
-    if ignored is not None:
-        raise HelperError(f"the helper `{module}:{func}` would be created as {shown}, which the project's ignore "
-                          f"rules exclude (`{ignored}` is ignored): the fixes would import a file that no clone "
-                          "has. Stop ignoring it, or set `helper` to a module git keeps")
     specifier, lowest, marker = declared_python(path, root)
     source = for_declared_python(source, lowest)
     problem = python_problem(source, lowest)
