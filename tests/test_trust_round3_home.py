@@ -558,3 +558,12 @@ def test_the_hf_helper_is_never_created_where_git_ignores_it(tmp_path: Path):
     (root / ".gitignore").write_text("build/\n")  # not ignored: created, and the model imports it
     assert fix(root).returncode == 0 and (root / "hf_utils.py").is_file()
     assert "from hf_utils import get_module_input_dtype" in (root / "model.py").read_text()
+
+
+def test_doctor_names_each_packages_helper(tmp_path: Path):
+    root = monorepo(tmp_path / "repo")
+    proc = dtl(root, "doctor")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("alpha", "beta"):
+        assert (f"helper: {name}.layer_input_dtype:get_layer_input_dtype (inferred) at "
+                f"packages/{name}/{name}/layer_input_dtype.py") in proc.stdout, proc.stdout
