@@ -147,11 +147,16 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
     if choice is not None and choice.location is None:
         return [f"helper: none can be used: {choice.error}"]
     if choice is not None:
-        loc = choice.location
-        state = "exists" if loc.exists else f"would be created by --fix from the `{choice.config.template}` template"
-        lines = [f"helper: {loc.module}:{loc.func} ({choice.how}) at {rel(loc.path)}: {state}"]
-        if choice.inferred:
-            lines.append(f"  why: {choice.note}")
+        lines = []
+        for one in choice.choices():  # a monorepo's packages have one each
+            loc = one.location
+            if loc is None:
+                lines.append(f"helper: none can be used: {one.error}")
+                continue
+            state = "exists" if loc.exists else f"would be created by --fix from the `{one.config.template}` template"
+            lines.append(f"helper: {loc.module}:{loc.func} ({one.how}) at {rel(loc.path)}: {state}")
+            if one.inferred:
+                lines.append(f"  why: {one.note}")
         return lines
     module, func = config.helper_spec
     how = "configured" if config.helper else f"the {config.preset} preset's default"

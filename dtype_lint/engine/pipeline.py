@@ -49,9 +49,15 @@ from dtype_lint.engine.workers import effective_jobs, parallel_map, worker_state
 from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
-from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
+from dtype_lint.fix.helper_home import (
+    HelperChoice,
+    choose_helper,
+    configured_location,
+    ignored_helper_problem,
+    reach_problem_for,
+)
 from dtype_lint.fix.helper_template import HelperError, HelperLocation
-from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
+from dtype_lint.fix.hf_helper import HF_HELPER_NAME, hf_helper_location, is_hf_fix, settle_hf_helper
 
 
 class UserError(Exception):
@@ -85,6 +91,8 @@ class RunResult:
     fixed: list[Finding] = field(default_factory=list)  # findings whose fix was written
     outcomes: list[FixOutcome] = field(default_factory=list)
     helper: HelperLocation | None = None  # the helper this run's fixes were routed through
+    # The helpers the run creates (or, with --diff, would): one per package in a monorepo.
+    created_helpers: list[HelperLocation] = field(default_factory=list)
     # Which helper fixes use and why (configured, the preset's default, inferred); None when no
     # finding's fix needs one.
     helper_choice: HelperChoice | None = None
@@ -839,8 +847,8 @@ class _FileFix:
     data: bytes  # the bytes the fix was computed from
 
 
-def _init_fix(index, config, unsafe, created=None) -> None:
-    worker_state().update(index=index, config=config, unsafe=unsafe, created=created or {})
+def _init_fix(index, config, unsafe, created=None, configs=None) -> None:
+    worker_state().update(index=index, config=config, unsafe=unsafe, created=created or {}, configs=configs or {})
 
 
 @dataclass(frozen=True)
@@ -855,7 +863,8 @@ class CheckedFile:
 def _fix_job(item: tuple[str, "CheckedFile | None"]) -> _FileFix:
     st = worker_state()
     path, checked = item
-    return fix_path(path, st["index"], st["config"], st["unsafe"], checked, st.get("created"))
+    config = st.get("configs", {}).get(path, st["config"])  # a monorepo package's own helper
+    return fix_path(path, st["index"], config, st["unsafe"], checked, st.get("created"))
 
 
 def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bool,
@@ -899,28 +908,66 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
     # Fixes through the HF helper find it in the project's torch utilities (fix/hf_helper.py).
     needing = [f for f in result.findings if f.fix is not None and f.fix.imports and not is_hf_fix(f)]
     if not needing:
+        _refuse_unreachable_helper(result)  # the HF helper's fixes
         return
     try:
         choice = choose_helper(result.config, files, needing)
     except HelperError as e:
         raise UserError(str(e)) from None
     result.helper_choice = choice
-    if choice.location is None:
-        if (options.fix or options.diff) and any(selected(f, options.unsafe_fixes) for f in needing):
-            raise UserError(choice.error)
-        for f in needing:
-            f.fix, f.no_fix_reason = None, f"the fix needs the shared helper, which cannot be located: {choice.error}"
-        result.warnings.append(choice.error)
-        return
-    if choice.inferred:
-        chosen = (choice.location.module, choice.location.func)
-        paths = {f.path for f in needing if any(tuple(i) != chosen for i in f.fix.imports)}
-        fresh = [f for p in sorted(paths) for f in analyze_path(p, index, choice.config)
-                 if choice.config.enabled(f.code, f.path)]
+    root = result.config.root
+    chosen_for = {f.path: choice.for_path(f.path, root) for f in needing}  # one per package in a monorepo
+    unplaced = [f for f in needing if chosen_for[f.path].location is None]
+    if unplaced:
+        if (options.fix or options.diff) and any(selected(f, options.unsafe_fixes) for f in unplaced):
+            raise UserError(chosen_for[unplaced[0].path].error)
+        for f in unplaced:
+            error = chosen_for[f.path].error
+            f.fix, f.no_fix_reason = None, f"the fix needs the shared helper, which cannot be located: {error}"
+        result.warnings += list(dict.fromkeys(chosen_for[f.path].error for f in unplaced))
+        if choice.location is None:
+            return
+    inferred = {p: c for p, c in chosen_for.items() if c.inferred and c.location is not None}
+    if inferred:
+        paths = {f.path for f in needing if f.path in inferred and
+                 any(tuple(i) != (inferred[f.path].location.module, inferred[f.path].location.func)
+                     for i in f.fix.imports)}
+        fresh = [f for p in sorted(paths) for f in analyze_path(p, index, inferred[p].config)
+                 if inferred[p].config.enabled(f.code, f.path)]
         result.findings = sorted([f for f in result.findings if f.path not in paths] + fresh, key=Finding.sort_key)
-        result.config = choice.config
+        if choice.inferred:
+            result.config = choice.config
         if options.fix or options.diff:
-            result.warnings.append(choice.note)
+            result.warnings += list(dict.fromkeys(c.note for c in inferred.values()))
+    _refuse_unreachable_helper(result)
+
+
+def _refuse_unreachable_helper(result: RunResult) -> None:
+    """Drop the fixes of files that could not import their helper where their package is
+    installed (helper_home.reach_problem_for): the findings stay, saying why."""
+    root = result.config.root
+    problems: dict[tuple[str, str], str] = {}
+    for f in result.findings:
+        if f.fix is None or not f.fix.imports:
+            continue
+        if is_hf_fix(f):  # the HF helper's home (fix/hf_helper.py), judged the same way
+            module = next(m for m, name in f.fix.imports if name == HF_HELPER_NAME)
+            location = hf_helper_location(module, result.index, root)
+        elif result.helper_choice is not None:
+            location = result.helper_choice.for_path(f.path, root).location
+        else:
+            continue
+        if location is None:
+            continue
+        key = (f.path, location.module)
+        if key not in problems:
+            problems[key] = reach_problem_for(f.path, location, root)
+            if not location.exists and not problems[key]:
+                problems[key] = ignored_helper_problem(location, root)
+        if problems[key]:
+            f.fix, f.no_fix_reason = None, f"the fix is refused: {problems[key]}"
+    result.warnings += list(dict.fromkeys(f"{_shown(path)}: fixes refused: {problem}"
+                                          for (path, _module), problem in problems.items() if problem))
 
 
 def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, jobs: int) -> None:
@@ -930,33 +977,46 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     if not paths:
         return
     helper = None
+    helper_of: dict[str, HelperLocation] = {}  # each file's own (a monorepo's packages have one each)
+    configs: dict[str, Config] = {}  # the files whose fixes are planned with another package's helper
     if any(f.fix.imports for f in todo) and result.helper_choice is not None:
         helper = result.helper_choice.location
-    created = {helper.module: helper.source} if helper is not None and not helper.exists else {}
+        for p in paths:
+            own = result.helper_choice.for_path(p, result.config.root)
+            if own.location is not None:
+                helper_of[p] = own.location
+                if own.config is not result.config:
+                    configs[p] = own.config
+    created = {h.module: h.source for h in helper_of.values() if not h.exists}
     # The fix stage starts from the check stage's findings (fixer.fix_text's `first`).
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_path.setdefault(f.path, []).append(f)
     items = [(p, CheckedFile(by_path.get(p, []), *result.checked_stamps[p]) if p in result.checked_stamps else None)
              for p in paths]
-    fixes = parallel_map(_fix_job, items, jobs, init=_init_fix, initargs=(index, result.config, unsafe, created),
+    fixes = parallel_map(_fix_job, items, jobs, init=_init_fix,
+                         initargs=(index, result.config, unsafe, created, configs),
                          progress=options.progress, stage="fix", parallel=jobs > 1 and len(paths) >= 4)
     # A fix that cannot land is refused before anything is written (DTL901, its sites remain):
     # a file that would import the helper from outside its package layout, and (when writing)
     # a file the writer would refuse. The helper is then created only when a fix will use it.
     if helper is not None:
-        fixes = [_refuse(ff, result, helper_import_problem(ff.outcome.path, helper, result.config.root))
-                 if _imports_helper(ff.outcome) else ff for ff in fixes]
+        fixes = [_refuse(ff, result, helper_import_problem(ff.outcome.path, helper_of[ff.outcome.path],
+                                                           result.config.root))
+                 if _imports_helper(ff.outcome) and ff.outcome.path in helper_of else ff for ff in fixes]
     if not options.diff:
         fixes = [_refuse(ff, result, _write_problem(result.writer, ff)) if ff.outcome.changed else ff
                  for ff in fixes]
-    needs_helper = helper is not None and not helper.exists and any(_imports_helper(ff.outcome) for ff in fixes)
+    # The helpers to create: those a fix that lands imports (one per package in a monorepo).
+    to_create = list({id(h): h for ff in fixes if _imports_helper(ff.outcome)
+                      for h in [helper_of.get(ff.outcome.path)] if h is not None and not h.exists}.values())
     result.helper = helper
+    result.created_helpers = to_create
     if options.diff:
-        result.diff = _diff(result, helper if needs_helper else None, fixes)
+        result.diff = _diff(result, to_create, fixes)
         return
-    if needs_helper:
-        _create_helper(result.writer, helper)
+    for location in to_create:
+        _create_helper(result.writer, location)
     _settle_hf_helper(result, index, [ff.outcome for ff in fixes])
     outcomes = []
     for ff in fixes:
@@ -1019,6 +1079,10 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
     base = os.path.realpath(helper.path.parent)
     for _ in range(depth - 1):
         base = os.path.dirname(base)
+    # Where the file's package is installed alone (a monorepo's packages), it must reach it too.
+    unreachable = reach_problem_for(path, helper, root)
+    if unreachable:
+        return unreachable
     file_root = os.path.realpath(import_root(path, root) or os.path.dirname(os.path.abspath(path)))
     if file_root == base:
         return None
@@ -1052,11 +1116,11 @@ def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:
         raise UserError(f"cannot create the helper: {e}") from None
 
 
-def _diff(result: RunResult, helper: HelperLocation | None, fixes: list[_FileFix]) -> str:
+def _diff(result: RunResult, helpers: list[HelperLocation], fixes: list[_FileFix]) -> str:
     import difflib
 
     parts = []
-    if helper is not None:
+    for helper in helpers:
         for marker in helper.package_markers:
             parts.append(f"--- /dev/null\n+++ b/{os.path.relpath(marker)}\n")
         parts.append("".join(difflib.unified_diff(

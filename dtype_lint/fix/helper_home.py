@@ -10,18 +10,28 @@ layouts included, `discovery.module_name` names the packages), as `<package>.lay
 made from the `torch` template unless `helper-template` says otherwise.
 A helper created there by an earlier run is found again, so pre-commit runs over different staged
 files keep one helper.
+
+In a monorepo (several installable packages, each with its own pyproject.toml, setup.cfg or
+setup.py: distributions.py) each package is installed alone, so a helper nobody configured is
+inferred per package, and each fixed file imports the one of its own package. Whatever the
+choice, `reach_problem_for` says why a file still cannot import it (another package that does
+not depend on it, a top-level import of the helper module the file's package does not provide:
+helper_requirements.py); its fixes are then refused, the findings kept.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dtype_lint.config import Config
 from dtype_lint.engine.discovery import module_name
+from dtype_lint.engine.source import read_file
 from dtype_lint.findings import Finding
+from dtype_lint.fix.distributions import distribution_of
+from dtype_lint.fix.helper_requirements import reach_problem
 from dtype_lint.fix.helper_template import HelperError, HelperLocation, in_tree, locate_helper
 
 INFERRED_MODULE = "layer_input_dtype"
@@ -35,10 +45,24 @@ class HelperChoice:
     how: str  # "configured" | "preset" | "inferred" | "none"
     note: str = ""  # where and why, for the report and the user
     error: str = ""
+    # Monorepo: the choice for each installable package's folder (this one among them); files in
+    # no package use this one.
+    per_distribution: dict[str, HelperChoice] = field(default_factory=dict)
 
     @property
     def inferred(self) -> bool:
         return self.how == "inferred"
+
+    def for_path(self, path: str, root: Path) -> HelperChoice:
+        """The choice for the fixes of file `path`: its own package's helper in a monorepo."""
+        if not self.per_distribution:
+            return self
+        dist = distribution_of(path, root)
+        return self.per_distribution.get(dist.folder, self) if dist is not None else self
+
+    def choices(self) -> list[HelperChoice]:
+        """Every helper choice of the run, this one first."""
+        return [self] + [c for c in self.per_distribution.values() if c is not self]
 
 
 def package_root(top: str, files: list[str], root: Path) -> Path | None:
@@ -71,10 +95,66 @@ def configured_location(config: Config, files: list[str]) -> HelperLocation:
 
 
 def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> HelperChoice:
-    """The helper for fixes in `needing` (findings whose fix imports the helper). Raises
+    """The helper for fixes in `needing` (findings whose fix imports the helper); in a monorepo,
+    one per installable package that has such fixes (`HelperChoice.per_distribution`). Raises
     HelperError only for a configured helper that cannot be used (a user error)."""
     if config.helper:
-        return HelperChoice(configured_location(config, files), config, "configured")
+        location = configured_location(config, files)
+        ignored = "" if location.exists else ignored_helper_problem(location, config.root)
+        if ignored:  # an error only where a fix needs it: a check of an ignored tree has none
+            return HelperChoice(None, config, "none", error=f"{ignored}. Stop ignoring it, or set `helper` to a "
+                                                            "module git keeps")
+        return HelperChoice(location, config, "configured")
+    groups: dict[str, list[Finding]] = {}
+    for f in needing:
+        dist = distribution_of(f.path, config.root)
+        if dist is not None:
+            groups.setdefault(dist.folder, []).append(f)
+    if len(groups) < 2:
+        return _choose_one(config, files, needing)
+    # The package with the most sites first: its choice is the run's (files in no package use it).
+    ranked = sorted(groups, key=lambda folder: (-len(groups[folder]), folder))
+    folder_of = {f: _folder_of(f, config.root) for f in files}
+    per_distribution = {folder: _choose_one(config, [f for f in files if folder_of[f] == folder], groups[folder])
+                        for folder in ranked}
+    primary = per_distribution[ranked[0]]
+    primary.per_distribution = per_distribution
+    return primary
+
+
+def _folder_of(path: str, root: Path) -> str:
+    dist = distribution_of(path, root)
+    return dist.folder if dist is not None else ""
+
+
+def reach_problem_for(path: str, location: HelperLocation, root: Path) -> str:
+    """Why a fix in `path` must not import the helper at `location` ("" when it may): see
+    helper_requirements.reach_problem."""
+    if location.exists:
+        try:
+            source = read_file(str(location.path)).text
+        except (OSError, UnicodeDecodeError, ValueError, LookupError):
+            return ""  # locate_helper has read it: a file changed since is the writer's to refuse
+    else:
+        source = location.source
+    depth = len(location.module.split(".")) + (1 if location.path.name == "__init__.py" else 0)
+    own_folder = Path(os.path.abspath(location.path)).parents[depth - 1]
+    return reach_problem(path, location.module, location.path, source, root, own_folder)
+
+
+def ignored_helper_problem(location: HelperLocation, root: Path) -> str:
+    """Why the helper `location` must not be created (the ignore rules exclude its path), or ""."""
+    from dtype_lint.fix.helper_requirements import ignored_path
+
+    ignored = ignored_path(location.path, root)
+    if ignored is None:
+        return ""
+    return (f"the helper `{location.module}` would be created as {_rel(location.path, root)}, which the project's "
+            f"ignore rules exclude (`{ignored}` is ignored): the fixes would import a file that no clone has")
+
+
+def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> HelperChoice:
+    """choose_helper for sites of one installable package (or of a project that is one)."""
     module, func = config.helper_spec
     top = module.split(".")[0]
     default, why_not = None, ""
@@ -84,7 +164,8 @@ def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> H
     else:
         try:
             default = configured_location(config, files)
-            why_not = _default_unusable(default, needing, config.root)
+            why_not = _default_unusable(default, needing, config.root) or \
+                ("" if default.exists else ignored_helper_problem(default, config.root))
         except HelperError as e:
             why_not = str(e)
     if default is not None and not why_not:
@@ -97,6 +178,9 @@ def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> H
         cfg = replace(config, helper=f"{inferred}:{func}", helper_template=config.helper_template or "torch")
         location = locate_helper(inferred, func, cfg.template, config.root, base, configured=False,
                                  preset=config.preset)
+        ignored = "" if location.exists else ignored_helper_problem(location, config.root)
+        if ignored:
+            raise HelperError(ignored)
     except HelperError as e:
         return HelperChoice(None, config, "none",
                             error=f"{why_not}; and no home for it could be inferred: {e}. "

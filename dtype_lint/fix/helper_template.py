@@ -193,8 +193,25 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
     from dtype_lint.fix.formatting import FIRST_PARTY, project_style
 
     vllm_first_party = project_style(str(root)).section("vllm") == FIRST_PARTY
-    return HelperLocation(module, func, path, False, helper_source(func, template, vllm_first_party),
-                          _markers_needed(path.parent, base))
+    source = _creatable_source(module, func, path, root, helper_source(func, template, vllm_first_party))
+    return HelperLocation(module, func, path, False, source, _markers_needed(path.parent, base))
+
+
+def _creatable_source(module: str, func: str, path: Path, root: Path, source: str) -> str:
+    """The text the helper is created with, one the project's declared Python runs
+    (helper_requirements.py; whether git keeps its path is helper_home's question, asked only
+    when a fix needs it). Raises HelperError."""
+    from dtype_lint.fix.helper_requirements import declared_python, for_declared_python, python_problem
+
+    shown = os.path.relpath(os.path.abspath(path), os.path.abspath(root)).replace(os.sep, "/")
+    specifier, lowest, marker = declared_python(path, root)
+    source = for_declared_python(source, lowest)
+    problem = python_problem(source, lowest)
+    if problem:
+        raise HelperError(f"the helper `{module}:{func}` created as {shown} would not run on Python "
+                          f"{lowest[0]}.{lowest[1]}, the lowest that {marker} admits "
+                          f"(requires-python = \"{specifier}\"): {problem}")
+    return source
 
 
 # Packages a project of this kind imports, refused even when this environment lacks them (a

@@ -37,6 +37,20 @@ def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
 '''
 
 
+def hf_helper_location(module: str, index, root):
+    """Where the HF helper `module` is, or is to be created (settle_hf_helper), as a
+    HelperLocation: helper_home.reach_problem_for then judges it as it judges the shared helper."""
+    from pathlib import Path
+
+    from dtype_lint.fix.helper_template import HelperLocation
+
+    header = index.modules.get(module) if index is not None else None
+    if header is not None:
+        return HelperLocation(module, HF_HELPER_NAME, Path(header.path), True)
+    path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
+    return HelperLocation(module, HF_HELPER_NAME, path, False, "import torch\n\n\n" + HF_HELPER_SOURCE)
+
+
 def is_hf_fix(finding) -> bool:
     """Does this finding's fix route through the HF helper?"""
     return finding.fix is not None and any(func == HF_HELPER_NAME for _module, func in finding.fix.imports)

@@ -328,10 +328,12 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         else:
             changes.append(series.FileChange(rel(o.path), data, ft.encode(o.text), list(o.applied)))
     helper_changes = []
-    if result.helper is not None and not result.helper.exists and changes:
-        for marker in result.helper.package_markers:
+    # Every helper the fixes import and the tree lacks (a monorepo's packages each have one).
+    created = result.created_helpers or ([result.helper] if result.helper is not None else [])
+    for helper in [h for h in created if not h.exists] if changes else []:
+        for marker in helper.package_markers:
             helper_changes.append(series.FileChange(rel(marker), None, b""))
-        helper_changes.append(series.FileChange(rel(result.helper.path), None, result.helper.source.encode("utf-8")))
+        helper_changes.append(series.FileChange(rel(helper.path), None, helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
         from dtype_lint.migrate import proofs
 
