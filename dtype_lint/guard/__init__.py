@@ -17,3 +17,16 @@ from __future__ import annotations
 from dtype_lint.guard.watch import KINDS, RULE_BY_KIND, DtypeGuard, DtypeGuardError, GuardSite
 
 __all__ = ["KINDS", "RULE_BY_KIND", "DtypeGuard", "DtypeGuardError", "GuardSite"]
+
+try:  # `pytest -p dtype_lint.guard` registers this module: its hooks must be attributes here.
+    import pytest as _pytest  # noqa: F401 - only to know that the plugin can load
+except ImportError:  # the guard itself needs no pytest
+    pass
+else:
+    from dtype_lint.guard.plugin import (  # noqa: F401 - pytest hooks
+        pytest_addoption,
+        pytest_configure,
+        pytest_runtest_call,
+        pytest_sessionfinish,
+        pytest_terminal_summary,
+    )
