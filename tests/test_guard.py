@@ -355,6 +355,7 @@ def test_plugin_strict_fails_the_test_that_triggers_it(pytester):
 
 def test_plugin_report_writes_json_and_sarif_and_fails_nothing(pytester):
     pytester.makepyfile(test_model=PLUGIN_TEST)
+    (pytester.path / "out").mkdir()
     result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard", "--dtype-guard=report",
                                           "--dtype-guard-report=out/guard.json")
     result.assert_outcomes(passed=3)
@@ -377,3 +378,12 @@ def test_plugin_rejects_an_unknown_mode(pytester):
     result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard", "--dtype-guard=loud")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dtype-guard: invalid choice: 'loud'*"])
+
+
+def test_plugin_report_into_a_missing_folder_is_a_usage_error_before_any_test(pytester):
+    pytester.makepyfile(test_model=PLUGIN_TEST)
+    result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard", "--dtype-guard=report",
+                                          "--dtype-guard-report=missing/guard.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dtype-guard-report: folder missing does not exist*"])
+    assert not (pytester.path / "missing").exists()
