@@ -113,6 +113,7 @@ def run(block: Block, method: str, x: torch.Tensor | None = None, **guard_option
             getattr(block, method)(x)
         except (RuntimeError, AttributeError):  # the bug's own crash, after the guard saw it
             pass
+    assert guard.errors == []  # no handler of the guard failed (they never raise into the model)
     return guard
 
 
@@ -236,6 +237,21 @@ def test_nothing_is_patched_after_the_block_not_even_when_it_raised():
     block.cast(torch.randn(2, 8))
     torch.zeros(2, dtype=block.proj.weight.dtype)
     assert guard.sites == []
+
+
+def test_nested_guards_both_see_the_site_and_unwind_in_order():
+    originals = (torch.Tensor.to, torch.finfo)
+    block = Block(PackedLinear(torch.uint8))
+    with DtypeGuard(block) as outer:
+        outer_wrappers = (torch.Tensor.to, torch.finfo)
+        with DtypeGuard(block) as inner:
+            block.cast(torch.randn(2, 8))
+        assert (torch.Tensor.to, torch.finfo) == outer_wrappers
+        block.allocate(torch.randn(2, 8))
+    assert (torch.Tensor.to, torch.finfo) == originals
+    assert [site.kind for site in inner.sites] == ["activation-cast"]
+    assert sorted(site.kind for site in outer.sites) == ["activation-cast", "buffer-allocation"]
+    assert outer.errors == inner.errors == []
 
 
 def test_a_guard_is_not_reentered():

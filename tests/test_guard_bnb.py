@@ -75,6 +75,7 @@ def test_each_kind_on_real_bitsandbytes_layers(quantizer):
     model = Model(quantizer)
     with DtypeGuard(model) as guard:
         model(torch.randn(2, 64))
+    assert guard.errors == []
     name, storage, layer_class = QUANTIZER[quantizer]
     found = {(Path(site.path).resolve(), site.line, site.kind, site.layer_path, site.layer_class, site.quantizer,
               site.storage) for site in guard.sites}
@@ -90,7 +91,7 @@ def test_nothing_on_the_same_layers_unquantized_nor_inside_bitsandbytes_own_pack
         # bitsandbytes packs int8 and uint8 rows itself (its own casts are storage code).
         bnb_layer("bnb-8bit")(torch.randn(2, 64))
         bnb_layer("bnb-4bit")(torch.randn(2, 64))
-    assert guard.sites == []
+    assert (guard.sites, guard.errors) == ([], [])
 
 
 def _hf_cases():
@@ -126,6 +127,7 @@ def test_the_bitsandbytes_rows_of_docs_hf(model_name):
                     model(**inputs)
                 except RuntimeError:  # the 8-bit crash docs/hf.md records, after the cast was seen
                     pass
+            assert guard.errors == []
             if quantizer is None or quantizer not in case.breaks:
                 assert guard.sites == [], (quantizer, guard.sites)
                 continue
@@ -155,6 +157,7 @@ def test_peft_orthogonal_init_on_a_4bit_base(quantized):
             crashed = False
         except RuntimeError:
             crashed = True
+    assert guard.errors == []
     if not quantized:
         assert (crashed, guard.sites) == (False, [])
         return

@@ -4,8 +4,8 @@
 `--dtype-guard=strict` (the default once the plugin is loaded): a test that triggers the signature
 fails, with the sites in its message. `--dtype-guard=report`: tests are not failed; the sites of
 the whole session are written as JSON to `--dtype-guard-report` (default `dtype-guard.json`; its
-folder must exist) and as SARIF beside it (the same path ending in `.sarif`), and listed in the terminal summary. Under
-pytest-xdist each worker writes its own pair (`dtype-guard.gw0.json`, ...). `off` disables it;
+folder must exist) and as SARIF beside it (the same path ending in `.sarif`), and listed in the
+terminal summary. Under pytest-xdist each worker writes its own pair (`dtype-guard.gw0.json`, ...). `off` disables it;
 `@pytest.mark.no_dtype_guard` exempts one test.
 """
 
