@@ -95,6 +95,22 @@ class Block(torch.nn.Module):
     def missing(self, x):
         return x.to(self.proj.weight.dtype)  # SITE: missing
 
+    def missing_under_no_grad(self, x):
+        with torch.no_grad():  # a `with` block's handler catches nothing
+            return x.to(self.proj.weight.dtype)  # SITE: missing-with
+
+    def missing_caught_in_a_tuple(self, x):
+        try:
+            return x.to(self.proj.weight.dtype)
+        except (KeyError, AttributeError):
+            return x
+
+    def missing_caught_elsewhere(self, x):
+        try:
+            return x.to(self.proj.weight.dtype)  # SITE: missing-keyerror
+        except KeyError:  # not the AttributeError that escapes
+            return x
+
     def missing_guarded(self, x):
         weight = getattr(self.proj, "weight", None)
         if hasattr(self.proj, "weight") and weight is not None:
@@ -160,8 +176,16 @@ def test_missing_weight_on_a_layer_that_keeps_qweight():
     assert site.quantizer == "GPTQ" and "qweight" in site.storage
 
 
-def test_getattr_hasattr_and_try_are_fallbacks_not_the_bug():
-    assert run(Block(QuantLinear()), "missing_guarded").sites == []
+@pytest.mark.parametrize("method,marker", [("missing_under_no_grad", "missing-with"),
+                                           ("missing_caught_elsewhere", "missing-keyerror")])
+def test_missing_weight_inside_with_or_a_try_that_does_not_catch_it(method, marker):
+    site = only_site(run(Block(QuantLinear()), method))
+    assert (site.line, site.kind) == (line_of(marker), "missing-weight")
+
+
+@pytest.mark.parametrize("method", ["missing_guarded", "missing_caught_in_a_tuple"])
+def test_getattr_hasattr_and_try_are_fallbacks_not_the_bug(method):
+    assert run(Block(QuantLinear()), method).sites == []
 
 
 def test_fp8_storage_breaks_a_float_activation_not_an_fp8_one():
@@ -403,3 +427,17 @@ def test_plugin_report_into_a_missing_folder_is_a_usage_error_before_any_test(py
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dtype-guard-report: folder missing does not exist*"])
     assert not (pytester.path / "missing").exists()
+
+
+CRASHING_TEST = PLUGIN_TEST.split("def test_quantized")[0] + '''
+def test_crashes_after_the_cast():
+    torch.nn.Parameter(Model(Packed())(torch.randn(2, 4)))
+'''
+
+
+def test_plugin_strict_adds_the_sites_to_a_test_that_crashed_next(pytester):
+    pytester.makepyfile(test_crash=CRASHING_TEST)
+    result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*RuntimeError: Only Tensors of floating point*",
+                                 f"*test_crash.py:{PLUGIN_SITE_LINE} in Model.forward: floating activation cast*"])
