@@ -249,6 +249,8 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
                 verify_parses(wrapped, path)
                 out.text = wrapped
                 findings = analyze(out.text)
+        if graph is not None and module and out.applied:
+            _check_star_importers(text, out.text, out.applied, graph, module)
         try:
             verify_names(text, out.text, out.applied)
         except FixCheckError as e:
@@ -258,6 +260,49 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
         return failed(path, text, why, first if first is not None else analyze(text))
     out.remaining = findings
     return out
+
+
+def _check_star_importers(original: str, fixed: str, applied: list[Finding], graph: ImportGraph, module: str) -> None:
+    """The helper's name a fix imports is fresh in every module that `from <this> import *`
+    carries it into: there it would replace that module's own binding of the name (its own
+    function, an earlier import) or capture a read that meant another. A name with a leading
+    underscore, one a literal `__all__` leaves out, or one the module bound before is carried
+    nowhere new. Raises FixError naming the module."""
+    from dtype_lint.fix.bound_names import identifiers
+    from dtype_lint.fix.import_graph import star_exports
+
+    locals_added = {(m, n, local) for f in applied if f.fix is not None for m, n, local in f.fix.local_names()}
+    if not locals_added:
+        return
+    before, after = ast.parse(original), ast.parse(fixed)
+    bound_before = {name for stmt in before.body for name in _top_level_binds(stmt)}
+    for helper_module, func, local in sorted(locals_added):
+        if local in bound_before or not star_exports(after, local):
+            continue
+        for importer, tree in sorted(graph.star_importers(module, local).items()):
+            if tree is None:
+                raise FixError(f"`{importer}` star-imports `{module}` and cannot be parsed: the helper's name "
+                               f"`{local}` might replace one of its own")
+            own = [stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0
+                   and stmt.module == helper_module and any(a.name == func and (a.asname or a.name) == local
+                                                           for a in stmt.names)]
+            if local in identifiers(tree) and not own:
+                raise FixError(f"`from {module} import *` in `{importer}` would carry the helper's name `{local}` "
+                               f"there, where `{local}` already names something; give `{module}` an `__all__` "
+                               "or set `helper` to another function name")
+
+
+def _top_level_binds(stmt: ast.stmt):
+    """Names a top-level statement binds (imports, definitions, assignments)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        for a in stmt.names:
+            yield a.asname or a.name.split(".")[0]
+    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield stmt.name
+    else:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                yield node.id
 
 
 def _at_original_lines(original: str, current: str, findings: list[Finding]) -> list[Finding]:

@@ -22,6 +22,7 @@ The `torch` template needs only torch: fp8 is any torch float8 dtype.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import os
 import sys
@@ -93,6 +94,21 @@ def helper_source(func: str, template: str, vllm_first_party: bool = True) -> st
         + _DOC
         + _BODY.format(is_fp8=_IS_FP8[template])
     )
+
+
+# Stands for the helper's name while the template's own names are collected: no Python name a
+# template can use (two leading underscores and a word no code spells).
+_PLACEHOLDER = "__dtype_lint_helper_placeholder__"
+
+
+@functools.lru_cache(maxsize=None)
+def template_names(template: str) -> frozenset[str]:
+    """Every name the template's module text binds or reads (imports, globals, builtins, its
+    parameters and locals), the helper's own name aside: a helper called by one of them would
+    shadow it (config.py refuses such a `helper`). Computed from the text, never listed by hand."""
+    from dtype_lint.fix.bound_names import identifiers
+
+    return frozenset(identifiers(ast.parse(helper_source(_PLACEHOLDER, template))) - {_PLACEHOLDER})
 
 
 def _signature(func: str) -> str:
