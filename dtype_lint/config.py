@@ -308,33 +308,11 @@ def _validate(cfg: Config, where: str) -> None:
                        or any(keyword.iskeyword(p) for p in re.split(r"[.:]", cfg.helper))):
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
                           "(dotted Python names, none empty)")
-    if cfg.helper and _HELPER.match(cfg.helper):
-        _refuse_template_names(cfg, where)
     _validate_cache_dir(cfg.cache_dir, where)
     if isinstance(cfg.line_length, bool) or not 0 <= cfg.line_length <= 320:
         raise ConfigError(f"{where}: `line-length` must be a whole number from 1 to 320 (0: the project's own)")
     if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):
         raise ConfigError(f"{where}: `helper-template` must be `vllm` or `torch`")
-
-
-def _refuse_template_names(cfg: Config, where: str) -> None:
-    """A helper named like a name its own code uses (`getattr`, `torch`, `_FP8_DTYPES`, ...)
-    would shadow it in the module `--fix` creates, and every fixed site would raise. The names
-    come from the template's own text, so an edit of the template keeps this check true; any
-    builtin counts too (the template may call any, and a module-level `def` hides it there)."""
-    import builtins
-
-    from dtype_lint.fix.helper_template import template_names
-
-    func = cfg.helper.split(":")[1]
-    if cfg.template not in ("vllm", "torch"):
-        return  # reported just below, as an unknown template
-    if func in template_names(cfg.template) or hasattr(builtins, func):
-        what = (f"a name the `{cfg.template}` helper template uses" if func in template_names(cfg.template)
-                else "a Python builtin")
-        raise ConfigError(f"{where}: `helper = \"{cfg.helper}\"`: `{func}` is {what}; the helper would shadow it "
-                          "and every fixed site would fail. Choose another function name "
-                          "(e.g. `get_layer_input_dtype`)")
 
 
 def _validate_cache_dir(value: str, where: str) -> None:

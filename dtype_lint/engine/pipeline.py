@@ -50,7 +50,7 @@ from dtype_lint.engine.writer import ProjectWriter, WriteError, WriteRecord, rem
 from dtype_lint.findings import Finding
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
 from dtype_lint.fix.helper_home import HelperChoice, choose_helper, configured_location
-from dtype_lint.fix.helper_template import HelperError, HelperLocation
+from dtype_lint.fix.helper_template import HelperError, HelperLocation, refuse_template_names
 from dtype_lint.fix.hf_helper import is_hf_fix, settle_hf_helper
 
 
@@ -145,6 +145,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     files = [f.path for f in found]
     if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
         try:
+            refuse_template_names(config.helper, config.template)
             configured_location(config, _Paths(index_found))
         except HelperError as e:
             raise UserError(str(e)) from None

@@ -111,6 +111,24 @@ def template_names(template: str) -> frozenset[str]:
     return frozenset(identifiers(ast.parse(helper_source(_PLACEHOLDER, template))) - {_PLACEHOLDER})
 
 
+def refuse_template_names(helper: str, template: str) -> None:
+    """Raise HelperError when `helper = "pkg.mod:NAME"` names the function like a name the
+    template's own text uses (`getattr`, `torch`, `_FP8_DTYPES`, ...) or a builtin: the created
+    helper would shadow it in its module, and every fixed site would raise. The names come from
+    the text (`template_names`), so an edit of the template keeps this check true; any builtin
+    counts (the template may call any, and a module-level `def` hides it there)."""
+    import builtins
+
+    func = helper.rpartition(":")[2]
+    if template not in _HEADERS or not func:
+        return
+    if func in template_names(template) or hasattr(builtins, func):
+        what = (f"a name the `{template}` helper template uses" if func in template_names(template)
+                else "a Python builtin")
+        raise HelperError(f"`helper = \"{helper}\"`: `{func}` is {what}; the helper would shadow it and every "
+                          "fixed site would fail. Choose another function name (e.g. `get_layer_input_dtype`)")
+
+
 def _signature(func: str) -> str:
     """The helper's `def` line, as Black and `ruff format` lay it out: every line of the created
     module fits in 79 columns (PEP 8, and the shortest line length projects configure)."""

@@ -186,16 +186,10 @@ class ImportGraph:
         todo = deque([module])
         while todo:
             exporter = todo.popleft()
-            last = exporter.rsplit(".", 1)[-1]
-            for other, path in self.table.module_paths():
+            for other, path, tree in self._star_files():
                 if other in found or other == module:
                     continue
-                text = self._read(path)
-                if text is None or last not in text or _STAR.search(text) is None:
-                    continue
-                try:
-                    tree: ast.Module | None = ast.parse(text)
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                if tree is None:
                     found[other] = None  # cannot tell: as if it did
                     continue
                 is_package = path.endswith(("__init__.py", "__init__.pyi"))
@@ -206,6 +200,33 @@ class ImportGraph:
                     if star_exports(tree, name):
                         todo.append(other)
         return found
+
+    def _star_files(self) -> list[tuple[str, str, ast.Module | None]]:
+        """(module, path, tree or None: unparsable) of each project file whose text holds a star
+        import. Read once per module table and process: every fixed file asks, and a run's
+        fixes add only `from m import name` lines, never a star import."""
+        cached = _STAR_FILES.get(id(self.table))
+        if cached is not None and cached[0] is self.table and self._read is _read_text:
+            return cached[1]
+        files: list[tuple[str, str, ast.Module | None]] = []
+        for other, path in self.table.module_paths():
+            text = self._read(path)
+            if text is None or _STAR.search(text) is None:
+                continue
+            try:
+                tree: ast.Module | None = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = None
+            files.append((other, path, tree))
+        if self._read is _read_text:
+            if len(_STAR_FILES) >= 4:  # a long-lived process (the language server) sees many runs
+                _STAR_FILES.clear()
+            _STAR_FILES[id(self.table)] = (self.table, files)
+        return files
+
+
+# id(module table) -> (that table, its star-importing files); the table is kept so the id stays its own.
+_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None]]]] = {}
 
 
 def star_exports(tree: ast.Module, name: str) -> bool:
