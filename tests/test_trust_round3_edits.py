@@ -468,3 +468,41 @@ def test_the_name_check_looks_each_new_variable_up_once(monkeypatch):
         assert calls[0] == 1
         looked_up[count] = counter[0]
     assert looked_up[160] <= 4.5 * looked_up[40], looked_up
+
+
+def test_the_analysis_of_a_file_does_work_linear_in_its_functions():
+    """0.3 decided a function's exemption by testing every function before it for nesting, and
+    a node's scope by testing every function's span: each grew with the square of a file's
+    functions (a 100,000-function module took minutes). Measured as the lines rule.py executes
+    (a trace of that file only), which count loop iterations as well as calls."""
+    import os
+
+    from dtype_lint import rule
+    from dtype_lint.api import check_source
+
+    settings = {"helper": "proj.dtypes:get_layer_input_dtype"}
+    rule_file = os.path.normcase(rule.__file__)
+
+    def lines_run(count: int) -> int:
+        counter = [0]
+
+        def local(frame, event, arg):
+            if event == "line":
+                counter[0] += 1
+            return local
+
+        def tracer(frame, event, arg):
+            return local if os.path.normcase(frame.f_code.co_filename) == rule_file else None
+
+        source = _sites_module(count)
+        sys.settrace(tracer)
+        try:
+            findings = check_source(source, filename="m.py", settings=settings)
+        finally:
+            sys.settrace(None)
+        assert len([f for f in findings if f.code == "DTL001"]) == count
+        return counter[0]
+
+    check_source(_sites_module(2), filename="m.py", settings=settings)  # imports and caches warm
+    small, large = lines_run(150), lines_run(600)
+    assert large <= 4.5 * small, (small, large)
