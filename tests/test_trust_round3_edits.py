@@ -506,3 +506,35 @@ def test_the_analysis_of_a_file_does_work_linear_in_its_functions():
     check_source(_sites_module(2), filename="m.py", settings=settings)  # imports and caches warm
     small, large = lines_run(150), lines_run(600)
     assert large <= 4.5 * small, (small, large)
+
+
+_PEP701_SCRIPT = """\
+import ast, sys
+from dtype_lint.fix.string_lines import code_columns, rows_starting_in_strings, single_row_statements
+src = 'd = {"hidden_states": 1}\\nx = f"{d["hidden_\\\\\\nstates"]}"\\ny = f\\"\\"\\"{\\n1}\\n\\"\\"\\"\\nz = 1\\n'
+ast.parse(src)
+assert rows_starting_in_strings(src) == {3, 5, 6}, rows_starting_in_strings(src)
+assert single_row_statements(src) == {1, 7}, single_row_statements(src)
+assert code_columns('f(f"{d["#"]}", 1)  # c') == ([0, 1, 13, 14, 15, 16, 17, 18], 19)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.13"])
+def test_nested_f_strings_of_python_3_12_are_strings_to_the_edits(version: str):
+    """From 3.12 an f-string is many tokens (PEP 701) and may nest strings of its own quotes,
+    continued by a backslash-newline: a line starting inside one is still inside a string."""
+    import shutil
+    import subprocess
+
+    # On PATH, or installed by pyenv (whose shim answers only for the selected versions).
+    candidates = [shutil.which(f"python{version}")] + sorted(
+        str(p) for p in (Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python"))
+    python = next((c for c in candidates if c and subprocess.run(
+        [c, "-c", "import sys; assert sys.version_info >= (3, 12)"], capture_output=True).returncode == 0), None)
+    if python is None:
+        pytest.skip(f"no python{version} here: the tokenizer of that version cannot be asked")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([python, "-c", _PEP701_SCRIPT], capture_output=True, text=True, cwd=root,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
