@@ -96,7 +96,7 @@ def single_row_statements(text: str) -> set[int] | None:
 
 def code_columns(line: str) -> tuple[list[int], int] | None:
     """For one logical line: the indices of its characters outside string literals (quotes,
-    prefixes and contents left out, so is a comment's text), and the index where its comment
+    prefixes and contents left out, and a comment too), and the index where its comment
     starts (len(line) when it has none). None when the line does not tokenize alone."""
     try:
         tokens = list(_tokens(line.rstrip("\r\n") + "\n"))
