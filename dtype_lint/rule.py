@@ -262,11 +262,27 @@ class RuleFacts:
             bool(c.class_qualname and self._storage(c.class_qualname)) or \
             (c.class_qualname is None and c.scope_name == c.fn.name and self.layers.storage_function(c.fn) is not None)
         if not exempt:
-            line = c.fn.lineno
-            exempt = any(e.fn.lineno < line <= e.fn.end_lineno and self._exempt(functions, j)
-                         for j, e in enumerate(functions[:i]))
+            # The nearest enclosing function decides for all of them (its own answer takes in
+            # those enclosing it); scanning every earlier function was quadratic in a file's.
+            outer = self._enclosing.get(id(c.fn))
+            exempt = outer is not None and self._exempt(self._all_functions, self._function_index[id(outer)])
         c.exempt = self._exemptions[id(c.fn)] = exempt
         return exempt
+
+    @cached_property
+    def _enclosing(self) -> dict[int, ast.AST]:
+        """id(function) -> the innermost function whose lines hold its `def` line (as `_exempt`
+        reads nesting), in one sweep: the walk yields a function before those nested in it."""
+        out: dict[int, ast.AST] = {}
+        stack: list[ast.AST] = []
+        for c in self._all_functions:
+            line = c.fn.lineno
+            while stack and not (stack[-1].lineno < line <= stack[-1].end_lineno):
+                stack.pop()
+            if stack:
+                out[id(c.fn)] = stack[-1]
+            stack.append(c.fn)
+        return out
 
     @cached_property
     def _storage_classes(self) -> dict[str, bool]:
@@ -319,8 +335,33 @@ class RuleFacts:
         nested functions start later than the functions holding them, and a decorator line
         before its `def` belongs to the enclosing scope."""
         line, end = node.lineno, getattr(node, "end_lineno", None) or node.lineno
-        holding = [name for start, stop, name in self._function_spans if start <= line and end <= stop]
-        return holding[-1] if holding else "<module>"
+        # The last span (in start order) that holds the node is the last one starting at or before
+        # its line, or one enclosing that one: walked up the nesting, not a test of every span
+        # per node (quadratic in a file's functions).
+        spans, parents = self._function_spans, self._span_parents
+        index = bisect_right(self._function_starts, line) - 1
+        while index >= 0:
+            if end <= spans[index][1]:
+                return spans[index][2]
+            index = parents[index]
+        return "<module>"
+
+    @cached_property
+    def _function_starts(self) -> list[int]:
+        return [start for start, _stop, _name in self._function_spans]
+
+    @cached_property
+    def _span_parents(self) -> list[int]:
+        """For each function span, the index of the last earlier span holding it (-1: none)."""
+        parents: list[int] = []
+        stack: list[int] = []
+        for index, (start, stop, _name) in enumerate(self._function_spans):
+            while stack and not (self._function_spans[stack[-1]][0] <= start
+                                 and stop <= self._function_spans[stack[-1]][1]):
+                stack.pop()
+            parents.append(stack[-1] if stack else -1)
+            stack.append(index)
+        return parents
 
     @cached_property
     def layers(self) -> LayerResolver:

@@ -56,7 +56,7 @@ from dtype_lint.fix.helper_home import (
     ignored_helper_problem,
     reach_problem_for,
 )
-from dtype_lint.fix.helper_template import HelperError, HelperLocation
+from dtype_lint.fix.helper_template import HelperError, HelperLocation, refuse_template_names
 from dtype_lint.fix.hf_helper import HF_HELPER_NAME, hf_helper_location, is_hf_fix, settle_hf_helper
 
 
@@ -165,6 +165,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     files = [f.path for f in found]
     if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
         try:
+            refuse_template_names(config.helper, config.template)
             configured_location(config, _Paths(index_found))
         except HelperError as e:
             raise UserError(str(e)) from None

@@ -12,6 +12,7 @@ writer.py, the only code that touches the user's files.
 from __future__ import annotations
 
 import ast
+import bisect
 import os
 import re
 from dataclasses import dataclass, field
@@ -61,15 +62,16 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
     """Apply the non-overlapping fixes of one round (all of a fix's edits, or none)."""
     nl = SourceText(text).newline
     accepted: list[Edit] = []
+    taken = _AcceptedEdits()
     applied: list[Finding] = []
     bound: set[tuple[str, str]] = set()
     for f in findings:
         edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in f.fix.edits]
-        new = [e for e in edits if e not in accepted]
+        new = [e for e in edits if e not in taken.edits]
         if edits and not new:
             applied.append(f)  # the very fix another finding of this site carries (DTL004's and DTL001's)
             continue
-        if any(_overlaps(e, a) for e in new for a in accepted) or _self_overlap(new):
+        if any(taken.conflicts(e) for e in new) or _self_overlap(new):
             continue
         # Two fixes of one function planned on the same text may pick the same fresh variable;
         # the second waits for the next round, where the first's is no longer fresh.
@@ -77,14 +79,56 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
         if names & bound:
             continue
         bound |= names
+        for e in new:
+            taken.add(e)
         accepted.extend(new)
         applied.append(f)
-    # Apply back to front; insertions at the same offset keep their listed order.
+    # Apply back to front; insertions at the same offset keep their listed order. The text is
+    # built from its kept and replaced pieces in one join: slicing the whole text once per edit
+    # made a file's fix quadratic in its number of sites.
     order = sorted(range(len(accepted)), key=lambda i: (accepted[i].start, accepted[i].end, i), reverse=True)
+    pieces: list[str] = []
+    tail = len(text)
     for i in order:
         e = accepted[i]
-        text = text[: e.start] + e.text + text[e.end:]
-    return text, applied
+        pieces.append(text[e.end:tail])
+        pieces.append(e.text)
+        tail = e.start
+    pieces.append(text[:tail])
+    return "".join(reversed(pieces)), applied
+
+
+class _AcceptedEdits:
+    """The edits a round has accepted, kept so that a candidate is tested against its neighbours
+    only (an edit tested against every accepted one made a round quadratic in its sites).
+
+    Accepted ranges never overlap one another, so sorted by start they are sorted by end too:
+    the only range that can overlap [s, t) is the last one starting before t. An insertion
+    conflicts only with a range strictly around it (`_overlaps`)."""
+
+    def __init__(self) -> None:
+        self.edits: set[Edit] = set()
+        self._starts: list[int] = []  # starts of the accepted non-empty ranges, sorted
+        self._ends: list[int] = []  # their ends, in the same order
+        self._points: list[int] = []  # offsets of the accepted insertions, sorted
+
+    def add(self, edit: Edit) -> None:
+        self.edits.add(edit)
+        if edit.start == edit.end:
+            bisect.insort(self._points, edit.start)  # sites come in file order: an append
+        else:
+            at = bisect.bisect_left(self._starts, edit.start)
+            self._starts.insert(at, edit.start)
+            self._ends.insert(at, edit.end)
+
+    def conflicts(self, edit: Edit) -> bool:
+        before = bisect.bisect_left(self._starts, edit.end if edit.start != edit.end else edit.start) - 1
+        if edit.start == edit.end:  # an insertion: inside a range only
+            return before >= 0 and self._ends[before] > edit.start
+        if before >= 0 and self._ends[before] > edit.start:
+            return True
+        inside = bisect.bisect_right(self._points, edit.start)
+        return inside < len(self._points) and self._points[inside] < edit.end
 
 
 def _overlaps(a: Edit, b: Edit) -> bool:
@@ -205,6 +249,8 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
                 verify_parses(wrapped, path)
                 out.text = wrapped
                 findings = analyze(out.text)
+        if graph is not None and module and out.applied:
+            _check_star_importers(text, out.text, out.applied, graph, module)
         try:
             verify_names(text, out.text, out.applied)
         except FixCheckError as e:
@@ -214,6 +260,49 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
         return failed(path, text, why, first if first is not None else analyze(text))
     out.remaining = findings
     return out
+
+
+def _check_star_importers(original: str, fixed: str, applied: list[Finding], graph: ImportGraph, module: str) -> None:
+    """The helper's name a fix imports is fresh in every module that `from <this> import *`
+    carries it into: there it would replace that module's own binding of the name (its own
+    function, an earlier import) or capture a read that meant another. A name with a leading
+    underscore, one a literal `__all__` leaves out, or one the module bound before is carried
+    nowhere new. Raises FixError naming the module."""
+    from dtype_lint.fix.bound_names import identifiers
+    from dtype_lint.fix.import_graph import star_exports
+
+    locals_added = {(m, n, local) for f in applied if f.fix is not None for m, n, local in f.fix.local_names()}
+    if not locals_added:
+        return
+    before, after = ast.parse(original), ast.parse(fixed)
+    bound_before = {name for stmt in before.body for name in _top_level_binds(stmt)}
+    for helper_module, func, local in sorted(locals_added):
+        if local in bound_before or not star_exports(after, local):
+            continue
+        for importer, tree in sorted(graph.star_importers(module, local).items()):
+            if tree is None:
+                raise FixError(f"`{importer}` star-imports `{module}` and cannot be parsed: the helper's name "
+                               f"`{local}` might replace one of its own")
+            own = [stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0
+                   and stmt.module == helper_module and any(a.name == func and (a.asname or a.name) == local
+                                                           for a in stmt.names)]
+            if local in identifiers(tree) and not own:
+                raise FixError(f"`from {module} import *` in `{importer}` would carry the helper's name `{local}` "
+                               f"there, where `{local}` already names something; give `{module}` an `__all__` "
+                               "or set `helper` to another function name")
+
+
+def _top_level_binds(stmt: ast.stmt):
+    """Names a top-level statement binds (imports, definitions, assignments)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        for a in stmt.names:
+            yield a.asname or a.name.split(".")[0]
+    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield stmt.name
+    else:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                yield node.id
 
 
 def _at_original_lines(original: str, current: str, findings: list[Finding]) -> list[Finding]:

@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.fix.string_lines import code_columns, single_row_statements
+
 DEFAULT_LINE_LENGTH = 88
 
 FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL_FOLDER = range(5)
@@ -153,11 +155,19 @@ def wrap_long_lines(original: str, text: str, line_length: int, newline: str = "
 
     before = set(SourceText(original).lines)
     lines = list(SourceText(text).lines)
+    # Only a row that is a whole logical line by the tokenizer is re-laid-out: a row that starts
+    # or ends inside a string literal, a bracket or a backslash continuation is not a line `_wrap`
+    # may split (string_lines.py). One tokenize of the text, whatever its number of rows.
+    candidates = {row for row, line in enumerate(lines, 1)
+                  if len(line.rstrip("\r\n")) > line_length and line not in before}
+    whole_rows = single_row_statements(text) if candidates else None
+    if not whole_rows:
+        return text
     out: list[str] = []
     changed = False
-    for line in lines:
+    for row, line in enumerate(lines, 1):
         body = line.rstrip("\r\n")
-        if len(body) > line_length and line not in before:
+        if row in candidates and row in whole_rows:
             wrapped = _wrap(body, line_length)
             if wrapped is not None:
                 ending = line[len(body):] or ""
@@ -182,10 +192,14 @@ def _wrap(line: str, limit: int) -> list[str] | None:
     indent = line[: len(line) - len(line.lstrip())]
     stripped = line.strip()
     # A trailing comment moves to the closing bracket's line, as Black and `ruff format` leave it.
-    hashes = [i for i in _outside_strings(stripped)[0] if stripped[i] == "#"]
+    # Where strings and the comment are is the tokenizer's call (string_lines.py): a `#` or a
+    # bracket inside any string literal, prefixed, nested or escaped, is text, not code.
+    columns = code_columns(stripped)
+    if columns is None:
+        return None
     comment = ""
-    if hashes:
-        stripped, comment = stripped[: hashes[0]].rstrip(), "  " + stripped[hashes[0]:]
+    if columns[1] < len(stripped):
+        stripped, comment = stripped[: columns[1]].rstrip(), "  " + stripped[columns[1]:]
     if not stripped or "\\" in stripped or '"""' in stripped or "'''" in stripped:
         return None
     if stripped.startswith("from ") and " import " in stripped and "(" not in stripped:
@@ -244,24 +258,13 @@ def _split_body(indent: str, head: str, body: str, tail: str, limit: int) -> lis
 
 
 def _outside_strings(code: str) -> tuple[list[int], bool]:
-    """The indices of `code`'s characters outside string literals (a string's quotes, contents
-    and backslash escapes left out), and whether every string closes: the one scan the bracket
-    matcher and the splitters share."""
-    positions, quote, i = [], "", 0
-    while i < len(code):
-        c = code[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        else:
-            positions.append(i)
-        i += 1
-    return positions, not quote
+    """The indices of `code`'s characters outside string literals (a string's prefix, quotes and
+    contents left out), and whether it lexes as one row whose strings all close: the one scan,
+    by the tokenizer, that the bracket matcher and the splitters share."""
+    columns = code_columns(code)
+    if columns is None:
+        return [], False
+    return columns[0], True
 
 
 def _bracket_pairs(code: str) -> dict[int, int] | None:

@@ -22,6 +22,7 @@ The `torch` template needs only torch: fp8 is any torch float8 dtype.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import os
 import sys
@@ -93,6 +94,39 @@ def helper_source(func: str, template: str, vllm_first_party: bool = True) -> st
         + _DOC
         + _BODY.format(is_fp8=_IS_FP8[template])
     )
+
+
+# Stands for the helper's name while the template's own names are collected: no Python name a
+# template can use (two leading underscores and a word no code spells).
+_PLACEHOLDER = "__dtype_lint_helper_placeholder__"
+
+
+@functools.lru_cache(maxsize=None)
+def template_names(template: str) -> frozenset[str]:
+    """Every name the template's module text binds or reads (imports, globals, builtins, its
+    parameters and locals), the helper's own name aside: a helper called by one of them would
+    shadow it (config.py refuses such a `helper`). Computed from the text, never listed by hand."""
+    from dtype_lint.fix.bound_names import identifiers
+
+    return frozenset(identifiers(ast.parse(helper_source(_PLACEHOLDER, template))) - {_PLACEHOLDER})
+
+
+def refuse_template_names(helper: str, template: str) -> None:
+    """Raise HelperError when `helper = "pkg.mod:NAME"` names the function like a name the
+    template's own text uses (`getattr`, `torch`, `_FP8_DTYPES`, ...) or a builtin: the created
+    helper would shadow it in its module, and every fixed site would raise. The names come from
+    the text (`template_names`), so an edit of the template keeps this check true; any builtin
+    counts (the template may call any, and a module-level `def` hides it there)."""
+    import builtins
+
+    func = helper.rpartition(":")[2]
+    if template not in _HEADERS or not func:
+        return
+    if func in template_names(template) or hasattr(builtins, func):
+        what = (f"a name the `{template}` helper template uses" if func in template_names(template)
+                else "a Python builtin")
+        raise HelperError(f"`helper = \"{helper}\"`: `{func}` is {what}; the helper would shadow it and every "
+                          "fixed site would fail. Choose another function name (e.g. `get_layer_input_dtype`)")
 
 
 def _signature(func: str) -> str:

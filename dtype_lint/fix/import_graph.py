@@ -176,6 +176,78 @@ class ImportGraph:
         return ""
 
 
+    # ---- who star-imports a module ----------------------------------------------------------
+    def star_importers(self, module: str, name: str) -> dict[str, ast.Module | None]:
+        """Each project module into which `from module import *` carries `name`, directly or
+        through a chain of star imports (a module whose literal `__all__` leaves `name` out stops
+        the chain): module -> its tree (None: it cannot be parsed). Files whose text holds no
+        star import are not parsed. Only called for a fix that adds a public name."""
+        found: dict[str, ast.Module | None] = {}
+        todo = deque([module])
+        while todo:
+            exporter = todo.popleft()
+            for other, path, tree in self._star_files():
+                if other in found or other == module:
+                    continue
+                if tree is None:
+                    found[other] = None  # cannot tell: as if it did
+                    continue
+                is_package = path.endswith(("__init__.py", "__init__.pyi"))
+                if any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
+                       and resolve_relative(other, is_package, node.module, node.level) == exporter
+                       for node in ast.walk(tree)):
+                    found[other] = tree
+                    if star_exports(tree, name):
+                        todo.append(other)
+        return found
+
+    def _star_files(self) -> list[tuple[str, str, ast.Module | None]]:
+        """(module, path, tree or None: unparsable) of each project file whose text holds a star
+        import. Read once per module table and process: every fixed file asks, and a run's
+        fixes add only `from m import name` lines, never a star import."""
+        cached = _STAR_FILES.get(id(self.table))
+        if cached is not None and cached[0] is self.table and self._read is _read_text:
+            return cached[1]
+        files: list[tuple[str, str, ast.Module | None]] = []
+        for other, path in self.table.module_paths():
+            text = self._read(path)
+            if text is None or _STAR.search(text) is None:
+                continue
+            try:
+                tree: ast.Module | None = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = None
+            files.append((other, path, tree))
+        if self._read is _read_text:
+            if len(_STAR_FILES) >= 4:  # a long-lived process (the language server) sees many runs
+                _STAR_FILES.clear()
+            _STAR_FILES[id(self.table)] = (self.table, files)
+        return files
+
+
+# id(module table) -> (that table, its star-importing files); the table is kept so the id stays its own.
+_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None]]]] = {}
+
+
+def star_exports(tree: ast.Module, name: str) -> bool:
+    """Does `from <this module> import *` carry `name`: no literal `__all__`, or one listing it."""
+    listed = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
+            value = stmt.value
+            if isinstance(value, (ast.List, ast.Tuple)) and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+                listed = {e.value for e in value.elts}
+            else:
+                return True  # computed: it may
+        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == "__all__":
+            return True
+    return name in listed if listed is not None else not name.startswith("_")
+
+
+_STAR = re.compile(r"import[\s\\(]*\*")
+
+
 def _module_level(body: list[ast.stmt]):
     """The statements a module's import runs: its top level, into `if`/`try`/`with`/loops and
     class bodies, not into functions, and not into `if TYPE_CHECKING:` bodies."""

@@ -40,11 +40,32 @@ from dtype_lint.fix.bound_names import fresh, identifiers, module_names
 from dtype_lint.fix.formatting import project_style
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.fix.import_edit import import_edit
+from dtype_lint.fix.string_lines import rows_starting_in_strings
 
 # `import *` however it is spelled (a line continuation may part them); a match in a string or a
 # comment only costs the walk the text test spares.
 _STAR_IMPORT = re.compile(r"import[\s\\]*\*")
 _KNOWN_GLOBALS = {"torch", "current_platform", "hasattr", "getattr", "True", "False", "None"}
+
+
+# Calls through which a function can see its own local variables: a fix there must add none
+# (`locals()` would gain a key, `exec`/`eval` code could read or clobber it). `vars()` and `dir()`
+# only without arguments; a frame's `f_locals` however it was reached.
+_FRAME_READERS = {"locals", "eval", "exec"}
+_FRAME_READERS_WITHOUT_ARGS = {"vars", "dir"}
+
+
+def frame_reader(fn: ast.AST) -> str:
+    """How `fn` (or code nested in it) may read its local variables by name, as written
+    (`locals()`, `vars()`, `eval(...)`, `frame.f_locals`); "" when it cannot."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name = node.func.id
+            if name in _FRAME_READERS or (name in _FRAME_READERS_WITHOUT_ARGS and not node.args and not node.keywords):
+                return f"{name}()"
+        elif isinstance(node, ast.Attribute) and node.attr == "f_locals":
+            return ".f_locals"
+    return ""
 
 
 @dataclass
@@ -73,6 +94,13 @@ class Planner:
         self._fn_vars: dict[int, set[str]] = {}  # id(function) -> variables given to its sites
         self._fn_names: dict[int, set[str]] = {}  # id(function) -> every name it binds or reads
         self._site_vars: dict[int, str] = {}  # id(cast call) -> its variable
+        self._frame_readers: dict[int, str] = {}  # id(function) -> frame_reader(function)
+
+    def _frame_reader(self, fn: ast.AST) -> str:
+        """`frame_reader(fn)`, walked once per function however many sites it has."""
+        if id(fn) not in self._frame_readers:
+            self._frame_readers[id(fn)] = frame_reader(fn)
+        return self._frame_readers[id(fn)]
 
     @property
     def helper_path(self) -> str | None:
@@ -146,7 +174,8 @@ class Planner:
     def idiom(self, site: Site) -> tuple[Fix | None, str]:
         """The idiom form only: the cast is the one statement of an `if` that re-implements the
         helper, proven equal to it. (None, "") when the site is not in that shape."""
-        if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module):
+        if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module) or \
+                self._frame_reader(site.fn):
             return None, ""
         stmt = self._statement_of(site)
         parent = site.parents.get(id(stmt))
@@ -161,6 +190,14 @@ class Planner:
                           f"`.to(device=..., dtype={self.func}(layer, ...))`")
         if self.src.module and self.src.module == self.module:
             return None, "this file defines the helper itself"
+        reader = self._frame_reader(site.fn)
+        if reader:
+            # Every other form adds or redefines a local, which `locals()` and friends would see.
+            fix, reason = self._expression(site)
+            if fix is None:
+                return None, (f"the function reads its own locals (`{reader}`), so no fix may add a variable, "
+                              f"and the expression form cannot be used: {reason}")
+            return fix, ""
         stmt = self._statement_of(site)
         parent = site.parents.get(id(stmt))
         if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
@@ -302,17 +339,27 @@ class Planner:
 
     # ---- helpers ------------------------------------------------------------------------
     def _guard(self, site: Site, stmt: ast.stmt, var: str) -> list[Edit]:
-        """Edits that put `stmt` under `if var is not None:`, its continuation lines re-indented
-        (not inside a triple-quoted string, whose text an indent would change)."""
+        """Edits that put `stmt` under `if var is not None:`, its continuation lines re-indented,
+        except a line that starts inside a string literal of any kind (string_lines.py): its
+        leading whitespace is the string's, and an indent would change what the string says.
+        A blank continuation line gets no trailing whitespace."""
         s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
         indent = self.src.indent_of(stmt.lineno)
         unit = self._indent_unit(site, stmt)
         edits = [Edit(s0, s0, f"if {var} is not None:\n{indent}{unit}")]
-        segment = self.src.segment(stmt)
-        if '"""' not in segment and "'''" not in segment:
-            for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
-                o = self.src.offset(line, 0)
-                edits.append(Edit(o, o, unit))
+        if stmt.end_lineno == stmt.lineno:
+            return edits
+        # The statement alone lexes as it does in the file: a statement never starts or ends
+        # inside a string. Where it does not lex, nothing is re-indented (the code is valid
+        # without: a continuation line's indentation is free).
+        in_strings = rows_starting_in_strings(self.src.segment(stmt))
+        if in_strings is None:
+            return edits
+        for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
+            if line - stmt.lineno + 1 in in_strings or not self.src.line_text(line).strip():
+                continue
+            o = self.src.offset(line, 0)
+            edits.append(Edit(o, o, unit))
         return edits
 
     def _aliases_apart(self, site: Site, if_node: ast.If, aliases: dict[str, ast.expr]) -> str:
@@ -421,15 +468,27 @@ class Planner:
 
     def _stmt_line_region(self, stmt: ast.stmt, with_comments: bool = True) -> tuple[int, int]:
         """Whole lines of a statement, plus the comment lines attached directly above it (they
-        describe the code being replaced)."""
+        describe the code being replaced). A line that only looks like a comment because it
+        starts inside a string literal (`# …` in a triple-quoted string above) is the string's."""
         first = stmt.lineno
         if with_comments:
-            while first > 1 and self.src.line_text(first - 1).strip().startswith("#"):
+            while first > 1 and self.src.line_text(first - 1).strip().startswith("#") \
+                    and self._starts_outside_strings(first - 1):
                 first -= 1
         start = self.src.offset(first, 0)
         end_line = stmt.end_lineno
         end = self.src.offset(end_line + 1, 0) if end_line < len(self.src.lines) else len(self.src.text)
         return start, end
+
+    @cached_property
+    def _rows_in_strings(self) -> set[int] | None:
+        """The file's rows that start inside a string literal; None where it does not lex.
+        Computed once per file (one tokenize), and only when a fix deletes comment lines."""
+        return rows_starting_in_strings(self.src.text)
+
+    def _starts_outside_strings(self, line: int) -> bool:
+        rows = self._rows_in_strings
+        return rows is not None and line not in rows
 
     def _indent_unit(self, site: Site, stmt: ast.stmt) -> str:
         """One indentation level, as this block writes it."""

@@ -85,16 +85,33 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
         raise FixCheckError(f"the fixed text cannot be analysed ({type(e).__name__})") from None
     every = list({id(s): s for s in scopes.values() if s is not None}.values())
     top = next((s for s in every if isinstance(s, GlobalScope)), None)
+    # Each scope's assignments and accesses indexed by name once, and each function scope under
+    # its qualified name and every enclosing one: looking a name up by scanning every scope made
+    # a file's check quadratic in its number of sites.
+    assignments_of: dict[str, list] = {}
+    accesses_of: dict[str, list] = {}
+    functions_within: dict[str, list] = {}
+    for scope in every:
+        for assignment in scope.assignments:
+            assignments_of.setdefault(assignment.name, []).append(assignment)
+        for access in scope.accesses:
+            if isinstance(access.node, cst.Name):
+                accesses_of.setdefault(access.node.value, []).append(access)
+        if isinstance(scope, FunctionScope):
+            qualname = _qualname(scope, FunctionScope, ClassScope)
+            for enclosing in _enclosing_names(qualname):
+                functions_within.setdefault(enclosing, []).append(scope)
 
-    def assigned(name: str):
-        return [a for s in every for a in s.assignments if a.name == name]
-
-    def accesses(name: str):
-        return [acc for s in every for acc in s.accesses if isinstance(acc.node, cst.Name) and acc.node.value == name]
+    # Each use of a new variable's name, under every assignment it may resolve to.
+    uses_of: dict[int, list] = {}
+    for var in {v for _scope, v in variables}:
+        for access in accesses_of.get(var, []):
+            for referent in access.referents:
+                uses_of.setdefault(id(referent), []).append(access)
 
     star = has_star_import(ast.parse(fixed))  # at module level, under an `if` or `try` too
     for mod, func, local in sorted(helpers):
-        binds = assigned(local)
+        binds = assignments_of.get(local, [])
         ours = [a for a in binds
                 if a.scope is top and _imports(a.node, mod, func, local) and _is_top_level(a.node, module)]
         if len(binds) != 1 or len(ours) != 1:
@@ -102,22 +119,28 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
                                 f"binds `{local}` {len(binds)} times")
         if star and not local.startswith("_"):
             raise FixCheckError(f"a star import could rebind `{local}`, the helper's name")
-        for acc in accesses(local):
+        for acc in accesses_of.get(local, []):
             if [id(r) for r in acc.referents] != [id(ours[0])]:
                 raise FixCheckError(f"a use of `{local}` does not resolve to the helper's import")
 
     for scope_name, var in sorted(variables):
         # The site's function, or a function nested in it (a closure the finding is reported in).
-        functions = [s for s in every if isinstance(s, FunctionScope)
-                     and _within(_qualname(s, FunctionScope, ClassScope), scope_name)]
-        counts = [sum(1 for a in s.assignments if a.name == var) for s in functions]
+        functions = functions_within.get(scope_name, [])
+        counts = [sum(1 for a in s.assignments[var]) for s in functions]
         if not any(counts) or any(c > 1 for c in counts):
             raise FixCheckError(f"`{var}` is not assigned exactly once as a local of `{scope_name}`")
-        mine = {id(a) for s in functions for a in s.assignments if a.name == var}
-        for acc in accesses(var):
-            refs = {id(r) for r in acc.referents}
-            if refs & mine and len(refs) != 1:
+        # The uses that may resolve to this function's assignment (every function's variable may
+        # have the same name: scanning all uses of the name per variable was quadratic).
+        for acc in {id(acc): acc for s in functions for a in s.assignments[var]
+                    for acc in uses_of.get(id(a), ())}.values():
+            if len(acc.referents) != 1:
                 raise FixCheckError(f"a use of `{var}` in `{scope_name}` may also resolve to another binding")
+
+
+def _enclosing_names(qualname: str) -> list[str]:
+    """`a.b.c` -> [`a`, `a.b`, `a.b.c`]: the scope names `_within` matches the qualname to."""
+    parts = qualname.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
