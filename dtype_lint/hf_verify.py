@@ -188,7 +188,8 @@ def _run(model_cls, path, config, inputs, output, quant):
         return output(model(**inputs))
 
 
-def _rel(a, b) -> float:
+def relative_error(a, b) -> float:
+    """|a - b| / |b| (inf where the shapes differ or `a` is not finite)."""
     import torch
 
     if a.shape != b.shape:
@@ -211,10 +212,10 @@ def verify_case(case: Case, quantizer: str) -> dict:
         inputs = case.inputs(config)
         twin = _run(getattr(fixed, case.model), tmp, config, inputs, case.output, None)
         after = _run(getattr(fixed, case.model), tmp, config, inputs, case.output, quant)
-        own = _rel(after, twin)
+        own = relative_error(after, twin)
         try:
             before = _run(getattr(original, case.model), tmp, config, inputs, case.output, quant)
-            before_err = _rel(before, twin)
+            before_err = relative_error(before, twin)
             before_text = f"runs, rel. error {before_err:.3g}, dtype {str(before.dtype).removeprefix('torch.')}"
             broken = before_err > CHANGED_FACTOR * max(own, 1e-3) or before.dtype != twin.dtype
             if quantizer not in case.breaks:  # the release's own guard holds here: it must match too
