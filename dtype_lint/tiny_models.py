@@ -59,11 +59,14 @@ PATTERNS: list[tuple[re.Pattern[str], int]] = [(re.compile(p), v) for p, v in [
     (r"(^|_)(hidden_size|d_model|n_embd|embed_dim|hidden_dim|model_dim|dim|projection_dim|embedding_size|"
      r"embedding_dim|hidden_channels|proj_dim|width)$|_hidden_size$|_embed_dim$|_dim$", HIDDEN),
     (r"(^|_)(num_)?(local_|routed_)?experts$|^n_routed_experts$|^moe_num_experts$", EXPERTS),
+    (r"_vocab$|_vocab_size$", VOCAB),
+    (r"^hidden_size_|_window_len$", HIDDEN),
 ]]
 LAYER_COUNT_KEYS = re.compile(r"(^|_)(num|n)_?(hidden_)?layers?$|^n_layer$|^num_blocks$")
 TOKEN_KEY = re.compile(r"_token_id$|_token_index$|^image_token_id$|_token_ids?$")
 # Keys whose integers must stay as they are (flags, ratios held as ints, ids handled apart).
-KEEP = re.compile(r"(token|_id$|_ids$|^id2label|label2id|^num_channels$|channels?$|seed|^torch_dtype|"
+KEEP = re.compile(r"(feat_extract_layers|token|_id$|_ids$|^id2label|label2id|^num_channels$|channels?$|seed|"
+                  r"^torch_dtype|"
                   r"_ratio$|factor|^type_vocab_size$|stride|dilation|^pad_|groups?$|bins?$|_every|interval|"
                   r"_index$|^layer_types$|freq|theta|^max_window_layers$|^(rope|partial)_)")
 
@@ -104,8 +107,12 @@ def shrink_dict(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _move_token_ids(config: dict[str, Any]) -> None:
-    """Token ids beyond the new vocabulary go to its top (distinct ids, none below the dummy range)."""
+    """Token ids beyond the new vocabulary go to its top (distinct ids, none below the dummy range).
+    A composite config's ids (`image_token_id` beside a `text_config`) index the text vocabulary."""
     vocab = config.get("vocab_size")
+    if not isinstance(vocab, int):
+        text = config.get("text_config")
+        vocab = text.get("vocab_size") if isinstance(text, dict) else None
     if not isinstance(vocab, int):
         return
     next_free = vocab - 1
@@ -125,6 +132,38 @@ def tiny_config(config_cls):
     defaults = config_cls().to_dict()
     defaults.pop("transformers_version", None)
     return config_cls.from_dict(shrink_dict(defaults))
+
+
+def input_candidates(model, config) -> list[dict[str, Any]]:
+    """The inputs to try, in order: the main input alone, then (for a text model whose forward also
+    takes images, as CLIP-style dual encoders do) with `pixel_values` added."""
+    import inspect
+
+    first = dummy_inputs(model, config)
+    out = [first]
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return out
+    if "input_ids" in first and "pixel_values" in parameters:
+        vision = getattr(config, "vision_config", None) or config
+        both = dict(first)
+        both.update(dummy_inputs(_Named("pixel_values"), vision))
+        out.append(both)
+    if "attention_mask" in parameters and "input_ids" in first:
+        out.append(first | {"attention_mask": _ones_like(first["input_ids"])})
+    return out
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.main_input_name = name
+
+
+def _ones_like(tensor):
+    import torch
+
+    return torch.ones_like(tensor)
 
 
 def dummy_inputs(model, config) -> dict[str, Any]:
