@@ -30,13 +30,17 @@ def failure_reason(run: dict) -> str:
     """A short class of why a model could not be built or run unquantized."""
     error = run["error"]
     if error.startswith("timeout"):
-        return "timeout"
-    if run["stage"] == "config":
-        return "config rejects the shrunk sizes"
+        return "timeout (per class)"
+    if error.startswith(("ImportError", "ModuleNotFoundError")):
+        return "needs a package the `hf` extra does not install (PIL, timm, ...)"
+    if error.startswith("StrictDataclassClassValidationError") or run["stage"] == "config":
+        return "its config rejects the shrunk sizes (a relation between sizes the shrinker does not keep)"
     if run["stage"] == "build":
-        return "model rejects the shrunk config"
-    if run["stage"] in ("inputs", "twin"):
-        return "needs inputs beyond the main input (a processor's)"
+        return "its model rejects the shrunk config (a size relation the config does not check)"
+    if run["stage"] == "inputs":
+        return "a main input the sweep has no dummy for"
+    if run["stage"] == "twin":
+        return "its forward needs more than the main input (a processor's inputs), or the shrunk sizes break it"
     return f"stopped at {run['stage']}"
 
 
