@@ -120,7 +120,7 @@ def model_classes() -> list[tuple[str, str]]:
     return out
 
 
-class _Timeout(Exception):
+class _Timeout(BaseException):  # not Exception: library code catching Exception must not swallow it
     pass
 
 
@@ -486,6 +486,8 @@ def run_bridge(model_type: str, class_name: str, quantizer: str, site: dict, fin
         error = result["rel_error"]
         ok = result["forward"] == "ok" and not same and error is not None and error <= tolerance
         out["verdict"] = "fixed" if ok else "NOT fixed"
+    except _Timeout as exc:
+        out["verdict"] = f"timeout: {exc}"
     except Exception as exc:  # noqa: BLE001 - the bridge's failure is its row
         out["verdict"] = "error: " + _first_line(exc)
     finally:
@@ -524,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=TIMEOUT_S, help=f"seconds per class (default {TIMEOUT_S})")
     parser.add_argument("--from", dest="from_json", type=Path,
                         help="no sweep: re-run the bridge and rewrite the tables from a saved --json")
+    parser.add_argument("--keep-bridges", action="store_true", help="with --from: reuse its bridge rows too")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
 
@@ -556,7 +559,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runs = sweep(classes, quantizers, args.jobs, progress=not args.quiet, watch_lines=watch_lines)
     sites = merge_sites(runs)
-    bridge_rows = bridges(runs, sites, findings, args.jobs)
+    if args.from_json and args.keep_bridges:
+        bridge_rows = saved.get("bridges", [])
+    else:
+        bridge_rows = bridges(runs, sites, findings, args.jobs)
     if not args.from_json:
         seconds = time.monotonic() - start
     data = {"release": "-".join(RELEASE), "quantizers": list(quantizers), "seconds": round(seconds, 1),
