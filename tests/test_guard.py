@@ -95,6 +95,22 @@ class Block(torch.nn.Module):
     def missing(self, x):
         return x.to(self.proj.weight.dtype)  # SITE: missing
 
+    def missing_under_no_grad(self, x):
+        with torch.no_grad():  # a `with` block's handler catches nothing
+            return x.to(self.proj.weight.dtype)  # SITE: missing-with
+
+    def missing_caught_in_a_tuple(self, x):
+        try:
+            return x.to(self.proj.weight.dtype)
+        except (KeyError, AttributeError):
+            return x
+
+    def missing_caught_elsewhere(self, x):
+        try:
+            return x.to(self.proj.weight.dtype)  # SITE: missing-keyerror
+        except KeyError:  # not the AttributeError that escapes
+            return x
+
     def missing_guarded(self, x):
         weight = getattr(self.proj, "weight", None)
         if hasattr(self.proj, "weight") and weight is not None:
@@ -113,6 +129,7 @@ def run(block: Block, method: str, x: torch.Tensor | None = None, **guard_option
             getattr(block, method)(x)
         except (RuntimeError, AttributeError):  # the bug's own crash, after the guard saw it
             pass
+    assert guard.errors == []  # no handler of the guard failed (they never raise into the model)
     return guard
 
 
@@ -159,8 +176,16 @@ def test_missing_weight_on_a_layer_that_keeps_qweight():
     assert site.quantizer == "GPTQ" and "qweight" in site.storage
 
 
-def test_getattr_hasattr_and_try_are_fallbacks_not_the_bug():
-    assert run(Block(QuantLinear()), "missing_guarded").sites == []
+@pytest.mark.parametrize("method,marker", [("missing_under_no_grad", "missing-with"),
+                                           ("missing_caught_elsewhere", "missing-keyerror")])
+def test_missing_weight_inside_with_or_a_try_that_does_not_catch_it(method, marker):
+    site = only_site(run(Block(QuantLinear()), method))
+    assert (site.line, site.kind) == (line_of(marker), "missing-weight")
+
+
+@pytest.mark.parametrize("method", ["missing_guarded", "missing_caught_in_a_tuple"])
+def test_getattr_hasattr_and_try_are_fallbacks_not_the_bug(method):
+    assert run(Block(QuantLinear()), method).sites == []
 
 
 def test_fp8_storage_breaks_a_float_activation_not_an_fp8_one():
@@ -222,18 +247,35 @@ def test_sites_are_deduplicated_by_line_and_counted():
 
 
 def test_nothing_is_patched_after_the_block_not_even_when_it_raised():
-    originals = (torch.nn.Module.__dict__["__getattr__"], torch.finfo, torch.iinfo)
+    originals = (torch.nn.Module.__dict__["__getattr__"], torch.finfo, torch.iinfo, torch.zeros, torch.Tensor.to,
+                 torch.Tensor.dtype, torch.Tensor.new_empty)
     block = Block(PackedLinear(torch.uint8))
     with pytest.raises(ValueError), DtypeGuard(block) as guard:
         assert torch.finfo is not originals[1]
-        assert torch._C._len_torch_function_stack() == 1
+        assert "dtype" in torch.Tensor.__dict__
         raise ValueError("the model's own error")
-    assert (torch.nn.Module.__dict__["__getattr__"], torch.finfo, torch.iinfo) == originals
+    assert (torch.nn.Module.__dict__["__getattr__"], torch.finfo, torch.iinfo, torch.zeros, torch.Tensor.to,
+            torch.Tensor.dtype, torch.Tensor.new_empty) == originals
     assert "__getattr__" not in Block.__dict__ and "__getattr__" not in PackedLinear.__dict__
-    assert torch._C._len_torch_function_stack() == 0
+    assert not {"dtype", "to", "type", "new_zeros"} & set(torch.Tensor.__dict__)
     block.cast(torch.randn(2, 8))
     torch.zeros(2, dtype=block.proj.weight.dtype)
     assert guard.sites == []
+
+
+def test_nested_guards_both_see_the_site_and_unwind_in_order():
+    originals = (torch.Tensor.to, torch.finfo)
+    block = Block(PackedLinear(torch.uint8))
+    with DtypeGuard(block) as outer:
+        outer_wrappers = (torch.Tensor.to, torch.finfo)
+        with DtypeGuard(block) as inner:
+            block.cast(torch.randn(2, 8))
+        assert (torch.Tensor.to, torch.finfo) == outer_wrappers
+        block.allocate(torch.randn(2, 8))
+    assert (torch.Tensor.to, torch.finfo) == originals
+    assert [site.kind for site in inner.sites] == ["activation-cast"]
+    assert sorted(site.kind for site in outer.sites) == ["activation-cast", "buffer-allocation"]
+    assert outer.errors == inner.errors == []
 
 
 def test_a_guard_is_not_reentered():
@@ -353,6 +395,7 @@ def test_plugin_strict_fails_the_test_that_triggers_it(pytester):
 
 def test_plugin_report_writes_json_and_sarif_and_fails_nothing(pytester):
     pytester.makepyfile(test_model=PLUGIN_TEST)
+    (pytester.path / "out").mkdir()
     result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard", "--dtype-guard=report",
                                           "--dtype-guard-report=out/guard.json")
     result.assert_outcomes(passed=3)
@@ -375,3 +418,26 @@ def test_plugin_rejects_an_unknown_mode(pytester):
     result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard", "--dtype-guard=loud")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dtype-guard: invalid choice: 'loud'*"])
+
+
+def test_plugin_report_into_a_missing_folder_is_a_usage_error_before_any_test(pytester):
+    pytester.makepyfile(test_model=PLUGIN_TEST)
+    result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard", "--dtype-guard=report",
+                                          "--dtype-guard-report=missing/guard.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dtype-guard-report: folder missing does not exist*"])
+    assert not (pytester.path / "missing").exists()
+
+
+CRASHING_TEST = PLUGIN_TEST.split("def test_quantized")[0] + '''
+def test_crashes_after_the_cast():
+    torch.nn.Parameter(Model(Packed())(torch.randn(2, 4)))
+'''
+
+
+def test_plugin_strict_adds_the_sites_to_a_test_that_crashed_next(pytester):
+    pytester.makepyfile(test_crash=CRASHING_TEST)
+    result = pytester.runpytest_inprocess(*QUIET, "-p", "dtype_lint.guard")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*RuntimeError: Only Tensors of floating point*",
+                                 f"*test_crash.py:{PLUGIN_SITE_LINE} in Model.forward: floating activation cast*"])

@@ -14,7 +14,8 @@ docs/guard.md says what is watched and how.
 
 from __future__ import annotations
 
-from dtype_lint.guard.watch import KINDS, RULE_BY_KIND, DtypeGuard, DtypeGuardError, GuardSite
+from dtype_lint.guard.site import KINDS, RULE_BY_KIND, GuardSite
+from dtype_lint.guard.watch import DtypeGuard, DtypeGuardError
 
 __all__ = ["KINDS", "RULE_BY_KIND", "DtypeGuard", "DtypeGuardError", "GuardSite"]
 

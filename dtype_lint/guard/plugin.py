@@ -2,10 +2,10 @@
 `DtypeGuard` (fixtures, where models are usually loaded, are not watched).
 
 `--dtype-guard=strict` (the default once the plugin is loaded): a test that triggers the signature
-fails, with the sites in its message. `--dtype-guard=report`: tests are not failed; the sites of the
-whole session are written as JSON to `--dtype-guard-report` (default `dtype-guard.json`) and as
-SARIF beside it (the same path ending in `.sarif`), and listed in the terminal summary. Under
-pytest-xdist each worker writes its own pair (`dtype-guard.gw0.json`, ...). `off` disables it;
+fails, with the sites in its message. `--dtype-guard=report`: tests are not failed; the sites of
+the whole session are written as JSON to `--dtype-guard-report` (default `dtype-guard.json`; its
+folder must exist) and as SARIF beside it (the same path ending in `.sarif`), and listed in the
+terminal summary. Under pytest-xdist each worker writes its own pair (`dtype-guard.gw0.json`, ...). `off` disables it;
 `@pytest.mark.no_dtype_guard` exempts one test.
 """
 
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.guard.watch import DtypeGuard, GuardSite
+from dtype_lint.guard.site import GuardSite
+from dtype_lint.guard.watch import DtypeGuard
 
 MODES = ("strict", "report", "off")
 DEFAULT_REPORT = "dtype-guard.json"
@@ -61,6 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--dtype-guard-report")
     if mode == "report":
         report = Path(path or DEFAULT_REPORT)
+        # Said now, not after the whole session has run: the folder must exist (it is not created).
+        if not report.parent.is_dir():
+            raise pytest.UsageError(f"--dtype-guard-report: folder {report.parent} does not exist")
+        if report.is_dir():
+            raise pytest.UsageError(f"--dtype-guard-report: {report} is a folder; name a file")
         worker = getattr(config, "workerinput", {}).get("workerid")
         if worker:  # one pair of files per pytest-xdist worker, not one clobbering the other
             report = report.with_name(f"{report.stem}.{worker}{report.suffix}")
@@ -106,9 +112,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     document = guard_json(sites, state.occurrences)
     for record in document["sites"]:
         record["tests"] = state.tests.get((record["path"], record["line"], record["kind"]), [])
-    state.report_path.parent.mkdir(parents=True, exist_ok=True)
-    state.report_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    sarif_path(state.report_path).write_text(json.dumps(guard_sarif(sites), indent=2) + "\n", encoding="utf-8")
+    from dtype_lint.engine.writer import write_atomic
+
+    # The project's one writer: each file is the old one or the new one, never half written.
+    write_atomic(state.report_path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    write_atomic(sarif_path(state.report_path), (json.dumps(guard_sarif(sites), indent=2) + "\n").encode("utf-8"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

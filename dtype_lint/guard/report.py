@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dtype_lint.findings import Finding
-    from dtype_lint.guard.watch import GuardSite
+    from dtype_lint.guard.site import GuardSite
 
 SCHEMA_VERSION = 1
 # SARIF's automationDetails id: a code-scanning upload of the guard's log does not replace the
