@@ -7,8 +7,9 @@ from its config class's defaults shrunk (dtype_lint/tiny_models.py) with seeded 
 saved to a tmpfs folder, and reloaded: unquantized (the twin), and with the real transformers
 quantizers on CPU (bitsandbytes 4-bit and 8-bit; optimum-quanto int8 with `--quanto`, whose
 float `.dtype` makes the cast harmless: its silent findings are expected). Each quantized model
-runs one forward (and a two-token `generate` where the class can generate) under `dtype_lint.guard.DtypeGuard`, which records every
-site where an activation is cast to a quantized layer's storage dtype.
+runs one forward (and a two-token `generate` where the class can generate) under
+`dtype_lint.guard.DtypeGuard`, which records every site where an activation is cast to a
+quantized layer's storage dtype.
 
 The static side is `dtype-lint check` with zero configuration on the cached `.py` tree of the same
 release (`python -m dtype_lint.releases transformers 5.23.0`); a run-time site is matched by its
