@@ -162,6 +162,20 @@ def _cases() -> list[Case]:
     return cases
 
 
+def load_fixed_module(module_name: str, fixed_text: str):
+    """`module_name` as a second module whose source is `fixed_text` with the HF helper appended,
+    in the same package (so its relative imports resolve) and under the same file name plus
+    ` (fixed)` (so its frames name the release's file): (the original module, the fixed one)."""
+    original = importlib.import_module(module_name)
+    spec = importlib.util.spec_from_loader(module_name + "_dtype_lint_fixed", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = module_name.rpartition(".")[0]
+    module.__file__ = original.__file__
+    sys.modules[spec.name] = module
+    exec(compile(fixed_text + "\n\n" + HF_HELPER_SOURCE, original.__file__ + " (fixed)", "exec"), module.__dict__)
+    return original, module
+
+
 def _fixed_module(case: Case):
     """The release's module with the site fixed and the helper appended, under the same package."""
     original = importlib.import_module(case.module)
@@ -169,14 +183,7 @@ def _fixed_module(case: Case):
         text = f.read()
     if text.count(case.site) < 1:
         raise AssertionError(f"{case.module}: the reported site `{case.site}` is not in the release's file")
-    text = text.replace(case.site, case.fixed) + "\n\n" + HF_HELPER_SOURCE
-    spec = importlib.util.spec_from_loader(case.module + "_dtype_lint_fixed", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    module.__package__ = case.module.rpartition(".")[0]
-    module.__file__ = original.__file__
-    sys.modules[spec.name] = module
-    exec(compile(text, original.__file__ + " (fixed)", "exec"), module.__dict__)
-    return original, module
+    return load_fixed_module(case.module, text.replace(case.site, case.fixed))
 
 
 def _run(model_cls, path, config, inputs, output, quant):
@@ -188,7 +195,8 @@ def _run(model_cls, path, config, inputs, output, quant):
         return output(model(**inputs))
 
 
-def _rel(a, b) -> float:
+def relative_error(a, b) -> float:
+    """|a - b| / |b| (inf where the shapes differ or `a` is not finite)."""
     import torch
 
     if a.shape != b.shape:
@@ -211,10 +219,10 @@ def verify_case(case: Case, quantizer: str) -> dict:
         inputs = case.inputs(config)
         twin = _run(getattr(fixed, case.model), tmp, config, inputs, case.output, None)
         after = _run(getattr(fixed, case.model), tmp, config, inputs, case.output, quant)
-        own = _rel(after, twin)
+        own = relative_error(after, twin)
         try:
             before = _run(getattr(original, case.model), tmp, config, inputs, case.output, quant)
-            before_err = _rel(before, twin)
+            before_err = relative_error(before, twin)
             before_text = f"runs, rel. error {before_err:.3g}, dtype {str(before.dtype).removeprefix('torch.')}"
             broken = before_err > CHANGED_FACTOR * max(own, 1e-3) or before.dtype != twin.dtype
             if quantizer not in case.breaks:  # the release's own guard holds here: it must match too

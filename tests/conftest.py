@@ -124,6 +124,7 @@ SLOW_MODULES = {
     "test_triage.py": "real-world trees (the triage verdicts)",
     "test_newcomer.py": "a newcomer's session, end to end",
     "test_hf_verify.py": "real bitsandbytes 4/8-bit on CPU (the `hf` extra)",
+    "test_oracle_sweep.py": "the oracle sweep's CI share (tiny models under real bitsandbytes, the guard)",
     "test_guard_bnb.py": "the run-time guard on real bitsandbytes, HF models and peft (the `hf` extra)",
     "test_hf_upstream.py": "HF patch series (git am, compile)",
     "test_budget.py": "the CI budget, run in pytest subprocesses",

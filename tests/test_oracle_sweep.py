@@ -1,0 +1,126 @@
+"""The oracle sweep's CI share (scripts/oracle_sweep.py, benchmarks/accuracy/README.md): a few
+transformers classes built from shrunk configs, loaded with real bitsandbytes 4-bit and 8-bit on
+CPU, run under the run-time guard, and matched against `check`'s zero-configuration findings.
+
+A known-bad class (LongT5: `hidden_states.to(self.wo.weight.dtype)`, docs/hf.md) must get a
+run-time site under 4-bit that the static check reports, and none under 8-bit (its `!= torch.int8`
+guard holds) nor unquantized; a clean decoder (Llama) gets none; the site's fix, re-run, leaves no
+site and an output within the quantizer's own error of the twin.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("bitsandbytes", reason="the `hf` extra (bitsandbytes) runs the quantized models")
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import oracle_sweep  # noqa: E402
+
+LONGT5_FILE = "transformers/models/longt5/modeling_longt5.py"
+
+
+@pytest.fixture(scope="module")
+def workers():
+    oracle_sweep._worker_init()  # one torch thread, quiet logs, the per-class alarm
+    yield
+
+
+@pytest.fixture(scope="module")
+def longt5_findings(transformers_5230):
+    return oracle_sweep.static_findings(transformers_5230, [LONGT5_FILE])
+
+
+@pytest.fixture(scope="module")
+def longt5(workers, longt5_findings):
+    return oracle_sweep.run_class("longt5", "LongT5ForConditionalGeneration", ("bnb-4bit", "bnb-8bit"),
+                                  oracle_sweep.lines_to_watch(longt5_findings))
+
+
+def test_shrunk_config_fits_bitsandbytes_cpu_4bit():
+    from transformers import LlamaConfig
+
+    from dtype_lint.tiny_models import tiny_config
+
+    config = tiny_config(LlamaConfig)
+    assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (64, 128, 2)
+    assert config.num_attention_heads * config.head_dim == 64 and config.vocab_size == 512
+    # Special tokens beyond the vocabulary move inside it, above the dummy ids' range.
+    from transformers import Qwen2VLConfig
+
+    vl = tiny_config(Qwen2VLConfig)
+    assert oracle_sweep_ids_inside(vl)
+
+
+def oracle_sweep_ids_inside(config) -> bool:
+    from dtype_lint.tiny_models import INPUT_ID_RANGE
+
+    vocab = config.text_config.vocab_size if hasattr(config, "text_config") else config.vocab_size
+    ids = [getattr(config, name) for name in ("image_token_id", "video_token_id") if getattr(config, name, None)]
+    return bool(ids) and all(INPUT_ID_RANGE <= token < vocab for token in ids)
+
+
+@pytest.mark.network
+def test_known_bad_class_site_is_reported_statically(longt5, longt5_findings):
+    assert longt5.built, longt5.error
+    four, eight = longt5.runs["bnb-4bit"], longt5.runs["bnb-8bit"]
+    assert four["forward"] == "ok" and eight["forward"] == "ok"
+    sites = [s for s in four["sites"] if s["path"] == LONGT5_FILE]
+    assert sites, four["sites"]
+    site = sites[0]
+    assert site["kind"] == "activation-cast" and site["storage"] == "torch.uint8"
+    assert site["function"] == "LongT5DenseActDense.forward"
+    finding = oracle_sweep.match(site, longt5_findings)
+    assert finding is not None and finding["code"] == "DTL001"
+    assert "self.wo.weight.dtype" in finding["expression"]
+    # 8-bit: the release's own `!= torch.int8` guard holds; unquantized: nothing to report.
+    assert not eight["sites"]
+    assert longt5.twin_sites == []
+    # The static finding's line ran under both quantizers (the line tracer saw it).
+    assert (LONGT5_FILE, finding["line"]) in {tuple(hit) for hit in four["executed"]}
+
+
+@pytest.mark.network
+def test_bridge_fix_leaves_no_site_and_matches_the_twin(longt5, longt5_findings):
+    site = next(s for s in longt5.runs["bnb-4bit"]["sites"] if s["path"] == LONGT5_FILE)
+    finding = oracle_sweep.match(site, longt5_findings)
+    row = oracle_sweep.run_bridge("longt5", "LongT5ForConditionalGeneration", "bnb-4bit", site, finding)
+    assert row["verdict"] == "fixed", row
+    assert row["sites_after"] == 0 and row["forward"] == "ok"
+    from dtype_lint.hf_verify import MAX_OWN_ERROR
+
+    assert row["rel_error"] <= MAX_OWN_ERROR["bnb-4bit"]
+
+
+def test_clean_decoder_gets_no_site(workers):
+    run = oracle_sweep.run_class("llama", "LlamaForCausalLM", ("bnb-4bit", "bnb-8bit"))
+    assert run.built, run.error
+    for quantizer in ("bnb-4bit", "bnb-8bit"):
+        result = run.runs[quantizer]
+        assert result["forward"] == "ok" and result["generate"] == "ok", result
+        assert result["sites"] == []
+        assert result["rel_error"] is not None and result["rel_error"] < 1.0
+
+
+def test_report_counts_recall_and_misses():
+    from oracle_report import report
+
+    site = {"path": "transformers/a.py", "line": 3, "function": "f", "kind": "activation-cast",
+            "layer_class": "Linear4bit", "storage": "torch.uint8", "quantizers": ["bnb-4bit"], "classes": ["A"]}
+    missed = dict(site, path="transformers/b.py")
+    finding = {"code": "DTL001", "relpath": "transformers/a.py", "line": 3, "end_line": 3, "scope": "f",
+               "expression": "x.to(l.weight.dtype)", "applicability": "safe"}
+    silent = dict(finding, relpath="transformers/c.py")
+    run = {"model_type": "a", "model_class": "A", "built": True, "stage": "done", "error": "", "seconds": 1,
+           "twin_sites": [], "runs": {"bnb-4bit": {"forward": "ok", "generate": "", "rel_error": 0.1,
+                                                   "sites": [site, missed], "executed": [["transformers/c.py", 3]]}}}
+    text = report({"release": "transformers-5.23.0", "quantizers": ["bnb-4bit"], "seconds": 1, "jobs": 2,
+                   "runs": [run], "sites": [site, missed], "findings": [finding, silent], "bridges": []})
+    assert "| 2 | 1 | 50.0% |" in text
+    assert "`transformers/b.py:3`" in text and "MISS: NOT YET JUDGED" in text
+    assert "`transformers/c.py:3` DTL001" in text
