@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from dtype_lint.analysis.class_facts import FunctionScope, walk_function
+from dtype_lint.analysis.compiled_code import compiled_reason
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
 from dtype_lint.config import Config
 from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
@@ -73,6 +74,7 @@ class Planner:
         self._fn_vars: dict[int, set[str]] = {}  # id(function) -> variables given to its sites
         self._fn_names: dict[int, set[str]] = {}  # id(function) -> every name it binds or reads
         self._site_vars: dict[int, str] = {}  # id(cast call) -> its variable
+        self._compiled: dict = {}  # the file's compiled functions, once a site asks
 
     @property
     def helper_path(self) -> str | None:
@@ -148,14 +150,22 @@ class Planner:
         helper, proven equal to it. (None, "") when the site is not in that shape."""
         if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module):
             return None, ""
+        if refusal := self.compiled_refusal(site):
+            return None, refusal
         stmt = self._statement_of(site)
         parent = site.parents.get(id(stmt))
         if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
             return self._idiom(site, stmt, parent)
         return None, ""
 
+    def compiled_refusal(self, site: Site) -> str:
+        """Why no fix where TorchScript or fx compiles the site's function (analysis/compiled_code.py)."""
+        return compiled_reason(self.src.text, self.tree, site.fn, self.func, self._compiled)
+
     # ---- entry ------------------------------------------------------------------------
     def plan(self, site: Site) -> tuple[Fix | None, str]:
+        if refusal := self.compiled_refusal(site):
+            return None, refusal
         if site.wds.form == "tensor":
             return None, ("`.to(tensor)` also moves to the weight's device; rewrite by hand as "
                           f"`.to(device=..., dtype={self.func}(layer, ...))`")
