@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from cli_runner import dtl  # noqa: E402
 from tiny_project import STUB_LAYERS, STUB_PYPROJECT, write_tree  # noqa: E402
 
-from dtype_lint.dtypes.evaluator import UNPACKED  # noqa: E402
+from dtype_lint.dtypes import evaluator  # noqa: E402
 from dtype_lint.fix.helper_template import TEMPLATES, function_table, helper_source  # noqa: E402
 from dtype_lint.fix.hf_helper import HF_HELPER_NAME, HF_HELPER_SOURCE  # noqa: E402
 
@@ -106,8 +106,10 @@ def test_the_evaluator_reads_the_templates_as_torch_runs_them_on_unpacked_storag
     must give what running them gives."""
     source = helper_source("get_layer_input_dtype", template)
     helper = created(source, "get_layer_input_dtype")
-    table = function_table(source, "get_layer_input_dtype", UNPACKED)
-    assert {case.storage for case, _ in table.rows} == set(UNPACKED)
+    table = function_table(source, "get_layer_input_dtype", evaluator.UNPACKED)
+    assert {case.storage for case, _ in table.rows} == set(evaluator.UNPACKED)
+    # Every unpacked dtype torch defines is among the storages the proof evaluates.
+    assert {str(d).removeprefix("torch.") for d in ALL_DTYPES if unpacked(d)} <= set(evaluator.UNPACKED)
     for case, want in table.rows:
         got = helper(layer_with(getattr(torch, case.storage)), case.flag)
         assert str(got) == want == f"torch.{case.storage}", case
