@@ -56,6 +56,22 @@ With `fp8-input-default = false` fixes are **unsafe**. No fix is offered for `.t
 also moves device), for receivers with side effects, and for aliases used outside casts; the
 finding says why.
 
+A configured helper is evaluated from its own code, not trusted: a fix that replaces a plain cast
+is safe only when the helper is proven to answer the weight's own dtype on every storage that is
+not packed (float16, bfloat16, float32, float64, complex32/64/128, and fp8 with
+`fp8_input=True`), as `x.to(L.weight.dtype)` did. A helper that DTL005 accepts but that answers
+`params_dtype` for float storages, or that the evaluator cannot read, makes the fix **unsafe**,
+and the fix says on which storages it would cast differently. The templates answer the weight's
+own dtype on every floating and complex storage (complex weights are data, not packed integers).
+
+No fix either in code that TorchScript scripts or torch.fx traces: the helper takes an
+`nn.Module` (TorchScript cannot compile it) and branches on the weight's dtype (fx traces it as a
+proxy). The finding stays, and says which code compiles it (`torch.jit.script(Attn(...))` on
+line 30, `@torch.jit.script`, a `torch.jit.ScriptModule`, `torch.fx.symbolic_trace`, a
+`Tracer().trace`, or a module that builds it as a submodule). This is read from the site's own
+file: a class scripted from another file is not seen. `torch.compile`, `torch.export`,
+`torch.compiler.disable` and CUDA-graph capture run the helper as Python and are fixed as usual.
+
 ## Known limits
 A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one
 step (not by callers in other files); a parameter annotated with a quantizable class whose real

@@ -191,7 +191,8 @@ def test_a_mutated_helper_changes_the_proof():
     the fix exists for vanish; a helper that casts fp16 inputs to fp32 makes the proof refuse."""
     source = helper_source("get_layer_input_dtype", "vllm")
     forgets_ints = source.replace("    if weight_dtype == torch.int32:\n        return layer.params_dtype\n", "")
-    forgets_ints = forgets_ints.replace("    if not weight_dtype.is_floating_point:\n        return layer.params_dtype\n", "")
+    forgets_ints = forgets_ints.replace(
+        "    if not (weight_dtype.is_floating_point or weight_dtype.is_complex):\n        return layer.params_dtype\n", "")
     assert forgets_ints.count("params_dtype") < source.count("params_dtype")
     aliases = {"w": expr(ALIAS)}
     proven, rows, _ = prove(GUARD, "w")

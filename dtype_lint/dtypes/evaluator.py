@@ -41,7 +41,14 @@ PACKED: tuple[str | None, ...] = ("int32", "uint8", "int8", None)
 FLOATS = {"float16", "bfloat16", "float32", "float64", FP8, "float8_e4m3fnuz", "float8_e5m2",
           "float8_e5m2fnuz"}
 FP8_DTYPES = {FP8, "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
-_TORCH_DTYPES = FLOATS | {"uint8", "int8", "int16", "int32", "int64", "bool"}
+# Complex weights are data, not packed integers: a cast to their dtype is the layer's compute dtype.
+COMPLEX = {"complex32", "complex64", "complex128"}
+# The storages a fix must leave as the original `x.to(L.weight.dtype)` did: every one that is not
+# packed, floating and complex, wider than a byte (`unpacked_disagreements`); fp8 too where the
+# fix passes fp8_input=True. Evaluated only for that proof: the STORAGES above are what guards,
+# DTL004 and DTL005 are judged on.
+UNPACKED: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128")
+_TORCH_DTYPES = FLOATS | COMPLEX | {"uint8", "int8", "int16", "int32", "int64", "bool"}
 _TORCH_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "int": "int32",
                   "long": "int64", "short": "int16"}
 AFTER_ERROR = "AttributeError"  # outcome: `.weight` read on a layer without one
@@ -63,6 +70,10 @@ class Dtype:
     @property
     def is_floating_point(self) -> bool:
         return self.name in FLOATS
+
+    @property
+    def is_complex(self) -> bool:
+        return self.name in COMPLEX
 
     @property
     def is_packed(self) -> bool:
@@ -189,8 +200,8 @@ class Case:
         return f"{w}, fp8_input={self.flag}"
 
 
-def cases(flags: Iterable[bool] = (False, True)) -> list[Case]:
-    return [Case(s, f) for s in STORAGES for f in flags]
+def cases(flags: Iterable[bool] = (False, True), storages: Iterable[str | None] = STORAGES) -> list[Case]:
+    return [Case(s, f) for s in storages for f in flags]
 
 
 class Interpreter:
@@ -317,6 +328,8 @@ class Interpreter:
         if isinstance(base, Dtype):
             if attr == "is_floating_point":
                 return base.is_floating_point
+            if attr == "is_complex":
+                return base.is_complex
             if attr == "itemsize":
                 return 1 if base.name in FP8_DTYPES or base.name in ("uint8", "int8") else 2
         raise Unsupported(ast.unparse(node))
@@ -326,10 +339,10 @@ class Interpreter:
         if isinstance(fn, ast.Attribute) and fn.attr == "fp8_dtype" and not node.args:
             if self.ev(fn.value) is PLATFORM:
                 return Dtype(FP8)
-        if isinstance(fn, ast.Attribute) and fn.attr == "is_floating_point" and not node.args:
+        if isinstance(fn, ast.Attribute) and fn.attr in ("is_floating_point", "is_complex") and not node.args:
             base = self.ev(fn.value)
             if isinstance(base, Dtype):
-                return base.is_floating_point
+                return getattr(base, fn.attr)
         if isinstance(fn, ast.Name) and fn.id in ("getattr", "hasattr") and len(node.args) in (2, 3):
             obj, attr = self.ev(node.args[0]), self.ev(node.args[1])
             if not isinstance(attr, str):
@@ -540,7 +553,8 @@ def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | No
 
 
 def evaluate_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Module | None,
-                    shape: HelperShape | None = None, imports: dict[str, str] | None = None) -> Table:
+                    shape: HelperShape | None = None, imports: dict[str, str] | None = None,
+                    storages: Iterable[str | None] = STORAGES) -> Table:
     """The helper's decision for every case, evaluated open from its own AST: every path of
     every case (see the module docstring). Raises Unsupported when its code is beyond the
     interpreter even so."""
@@ -549,7 +563,7 @@ def evaluate_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Modu
         raise Unsupported(f"`{fn.name}` does not have the input-dtype helper's shape")
     globals_ = ModuleGlobals(module, imports)
     rows = []
-    for case in cases((False, True) if shape.flag_param else (False,)):
+    for case in cases((False, True) if shape.flag_param else (False,), storages):
         def run(oracle: _Oracle, case=case) -> str:
             names: dict[str, object] = {shape.layer_param: Layer(case.storage)}
             if shape.flag_param:
@@ -571,14 +585,15 @@ def evaluate_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Modu
 
 def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: ast.expr,
                           aliases: dict[str, ast.expr], flag_name: str | None, flags: Iterable[bool],
-                          globals_: ModuleGlobals | None = None) -> Table:
+                          globals_: ModuleGlobals | None = None,
+                          storages: tuple[str | None, ...] = STORAGES) -> Table:
     """`if guard: x = x.to(cast_dtype)` as a decision: the dtype cast to, 'None' (no cast), or
     'AttributeError'. `aliases`: local names standing for expressions (`w_dtype = ...`)."""
     rows = []
     layer_dump = ast.dump(layer)
     dumps: dict[int, tuple[ast.AST, str]] = {}
     for flag in flags:
-        for storage in STORAGES:
+        for storage in storages:
             case = Case(storage, flag)
             names = {} if flag_name is None else {flag_name: flag}
             interp = Interpreter(case, names,
@@ -592,7 +607,7 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
                 rows.append((case, outcome(interp.ev(cast_dtype)) if taken else "None"))
             except _NoWeight:
                 rows.append((case, AFTER_ERROR))
-    rows.sort(key=lambda r: (STORAGES.index(r[0].storage), r[0].flag))
+    rows.sort(key=lambda r: (storages.index(r[0].storage), r[0].flag))
     return Table(tuple(rows))
 
 
@@ -605,7 +620,7 @@ def _unsound(case: Case, value: str, flagged: bool) -> bool:
         return True
     if flagged and case.flag and case.storage in PACKED and value == "None":
         return True
-    return value.startswith("torch.") and value[len("torch."):] not in FLOATS
+    return value.startswith("torch.") and value[len("torch."):] not in FLOATS | COMPLEX
 
 
 def unsound_cases(table: Table) -> list[tuple[Case, str]]:

@@ -17,6 +17,11 @@ upstream handles (fp8 means `current_platform.fp8_dtype()`), with two deliberate
   docs/rules/DTL005.md gives the file and line references.
 tests/test_helper_template.py proves all three statements against the fetched upstream function.
 The `torch` template needs only torch: fp8 is any torch float8 dtype.
+
+Every storage that is not packed (every floating and complex dtype: complex64 weights are data,
+not packed integers) gets the weight's own dtype, as the cast it replaces did; only fp8 with
+fp8_input False differs (None: the layer quantizes its input). tests/test_trust_round3_templates.py
+runs both templates and the HF one on every dtype torch defines.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtype_lint.dtypes.evaluator import Table, Unsupported, evaluate_helper
+from dtype_lint.dtypes.evaluator import STORAGES, HelperShape, Table, Unsupported, evaluate_helper, helper_shape
 from dtype_lint.engine.source import read_file
 
 _DOC = '''\
@@ -45,7 +50,7 @@ _DOC = '''\
       uint8 (NVFP4), fp8_input True  -> layer.params_dtype: fp16/bf16 only
       other integer storage (int8)   -> layer.params_dtype
       fp8 weight, fp8_input False    -> None: the layer quantizes its input
-      otherwise                      -> the weight dtype
+      otherwise (float, complex)     -> the weight dtype
     """
 '''
 
@@ -56,7 +61,7 @@ _BODY = '''\
         return layer.params_dtype
     if weight_dtype == torch.uint8:
         return layer.params_dtype if fp8_input else None
-    if not weight_dtype.is_floating_point:
+    if not (weight_dtype.is_floating_point or weight_dtype.is_complex):
         return layer.params_dtype
     if {is_fp8} and not fp8_input:
         return None
@@ -138,21 +143,29 @@ def _signature(func: str) -> str:
     return f"\n\ndef {func}(\n    layer: torch.nn.Module, fp8_input: bool\n) -> torch.dtype | None:\n"
 
 
-def function_table(source: str, func: str) -> Table:
+def function_table(source: str, func: str, storages: tuple[str | None, ...] = STORAGES) -> Table:
     """What `func` in module text `source` decides, case by case. Raises Unsupported."""
     tree = ast.parse(source)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func:
-            return evaluate_helper(node, tree)
+            shape = helper_shape(node)
+            if shape is None and storages != STORAGES:
+                # The proof that a fix casts as before (UNPACKED storages) reads the function the
+                # fix calls as `func(layer, flag)` whatever else it takes: the rest are unknowns.
+                params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+                if params:
+                    shape = HelperShape(params[0], params[1] if len(params) > 1 else None, tuple(params[2:]))
+            return evaluate_helper(node, tree, shape, storages=storages)
     raise Unsupported(f"no function `{func}`")
 
 
 _TABLES: dict[tuple, Table | None] = {}
 
 
-def helper_table(module: str, func: str, template: str, path: str | None) -> Table | None:
-    """The configured helper's decisions: from its file when the project has it, else from the
-    template it would be created from. None when its code is beyond the evaluator."""
+def helper_table(module: str, func: str, template: str, path: str | None,
+                 storages: tuple[str | None, ...] = STORAGES) -> Table | None:
+    """The configured helper's decisions (on `storages`): from its file when the project has it,
+    else from the template it would be created from. None when its code is beyond the evaluator."""
     source = None
     if path is not None:
         try:  # keyed by the helper's text, not its mtime (a same-tick rewrite)
@@ -161,10 +174,11 @@ def helper_table(module: str, func: str, template: str, path: str | None) -> Tab
             path = None  # not created yet: the template it will be made from
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError, LookupError):
             return None  # beyond the evaluator, as before: unreadable
-    key = (module, func, template, path, source)
+    key = (module, func, template, path, source, storages)
     if key not in _TABLES:
         try:
-            _TABLES[key] = function_table(source if source is not None else helper_source(func, template), func)
+            _TABLES[key] = function_table(source if source is not None else helper_source(func, template), func,
+                                          storages)
         except (Unsupported, SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError,
                 MemoryError):
             _TABLES[key] = None

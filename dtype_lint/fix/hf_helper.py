@@ -7,8 +7,10 @@ absent under GPTQ, AWQ and HQQ. The maintainers' stated preference (diffusers #1
 activation's dtype; the helper names a dtype only where the module states one:
 
   the module's compute dtype (bitsandbytes 4-bit's `compute_dtype`)  -> that dtype
-  a floating-point weight that is not fp8 (unquantized, quanto, torchao) -> the weight dtype
-  anything else (int8/uint8 storage, fp8 storage, no `.weight`)      -> None: keep the activation's
+  a floating-point or complex weight wider than a byte (unquantized, quanto, torchao, complex64)
+                                                                      -> the weight dtype
+  anything else (int8/uint8 storage, one-byte floats: fp8, fp4x2, e8m0; no `.weight`)
+                                                                      -> None: keep the activation's
 
 Its home is where the project keeps shared torch utilities (`HF_HELPER_HOMES`).
 """
@@ -31,7 +33,9 @@ def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
     if isinstance(compute_dtype, torch.dtype):
         return compute_dtype
     weight = getattr(module, "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.dtype.is_floating_point and weight.dtype.itemsize > 1:
+    if isinstance(weight, torch.Tensor) and weight.dtype.itemsize > 1 and (
+        weight.dtype.is_floating_point or weight.dtype.is_complex
+    ):
         return weight.dtype
     return None
 '''

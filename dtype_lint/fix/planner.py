@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from dtype_lint.analysis.class_facts import FunctionScope, walk_function
+from dtype_lint.analysis.compiled_code import compiled_reason
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
 from dtype_lint.config import Config
-from dtype_lint.dtypes.evaluator import summarize_cases, unsound_cases
-from dtype_lint.dtypes.truth_table import prove_guarded_cast
+from dtype_lint.dtypes.evaluator import UNPACKED, summarize_cases, unsound_cases
+from dtype_lint.dtypes.truth_table import cast_disagreements, prove_guarded_cast, unpacked_storages
 from dtype_lint.engine import trees
 from dtype_lint.engine.source import SourceFile
 from dtype_lint.findings import Edit, Fix
@@ -95,6 +96,7 @@ class Planner:
         self._fn_names: dict[int, set[str]] = {}  # id(function) -> every name it binds or reads
         self._site_vars: dict[int, str] = {}  # id(cast call) -> its variable
         self._frame_readers: dict[int, str] = {}  # id(function) -> frame_reader(function)
+        self._compiled: dict = {}  # the file's compiled functions, once a site asks
 
     def _frame_reader(self, fn: ast.AST) -> str:
         """`frame_reader(fn)`, walked once per function however many sites it has."""
@@ -150,6 +152,15 @@ class Planner:
         table = helper_table(self.module, self.func, self.config.template, self.helper_path)
         return summarize_cases(unsound_cases(table), table.flags) if table is not None else []
 
+    @cached_property
+    def cast_disagreements(self) -> list[str]:
+        """Where a fix through the helper would cast differently from the plain cast it replaces
+        on a storage that is not packed (float, complex; truth_table.cast_disagreements): such
+        a fix is not safe. [] when the helper is proven to agree."""
+        flag = self.flag_default == "True"
+        return cast_disagreements(helper_table(self.module, self.func, self.config.template, self.helper_path,
+                                               unpacked_storages(flag)), flag)
+
     def helper_fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
                    binds: tuple[str, ...] = ()) -> Fix:
         """A fix routing through the helper: its edits plus the helper's import. Unsafe, whatever
@@ -159,6 +170,7 @@ class Planner:
                                None if self.name == self.func else self.name,
                                style=project_style(str(self.config.root)))
             self._import = [] if edit is None else [edit]
+        from_cast = safe is None  # the statement, alias and expression forms replace a plain cast
         if safe is None:
             safe = self.flag_default == "True"
             unsafe_reason = "" if safe else "fp8-input-default=false changes the cast for fp8 weights"
@@ -166,6 +178,10 @@ class Planner:
             safe = False
             unsafe_reason = (f"`{self.func}` is unsound (DTL005): " + "; ".join(self.helper_wrong_cases)
                              + (f"; also {unsafe_reason}" if unsafe_reason else ""))
+        elif safe and from_cast and self.cast_disagreements:
+            safe = False
+            unsafe_reason = (f"`{self.func}` is not proven to cast as `x.to(<layer>.weight.dtype)` did on every "
+                             "storage that is not packed: " + "; ".join(self.cast_disagreements))
         return Fix(description, safe, tuple(edits) + tuple(self._import), ((self.module, self.func),), unsafe_reason,
                    aliases=(self.name,), binds=binds)
 
@@ -177,14 +193,22 @@ class Planner:
         if site.wds.form == "tensor" or (self.src.module and self.src.module == self.module) or \
                 self._frame_reader(site.fn):
             return None, ""
+        if refusal := self.compiled_refusal(site):
+            return None, refusal
         stmt = self._statement_of(site)
         parent = site.parents.get(id(stmt))
         if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse:
             return self._idiom(site, stmt, parent)
         return None, ""
 
+    def compiled_refusal(self, site: Site) -> str:
+        """Why no fix where TorchScript or fx compiles the site's function (analysis/compiled_code.py)."""
+        return compiled_reason(self.src.text, self.tree, site.fn, self.func, self._compiled)
+
     # ---- entry ------------------------------------------------------------------------
     def plan(self, site: Site) -> tuple[Fix | None, str]:
+        if refusal := self.compiled_refusal(site):
+            return None, refusal
         if site.wds.form == "tensor":
             return None, ("`.to(tensor)` also moves to the weight's device; rewrite by hand as "
                           f"`.to(device=..., dtype={self.func}(layer, ...))`")
@@ -237,8 +261,9 @@ class Planner:
         table = helper_table(self.module, self.func, self.config.template, self.helper_path)
         if table is None:
             return None, f"guarded cast not rewritten: `{self.func}` is beyond the dtype evaluator"
+        unpacked = helper_table(self.module, self.func, self.config.template, self.helper_path, UNPACKED)
         proven, _rows, why = prove_guarded_cast(if_node.test, site.arg, site.wds.layer, aliases, flag,
-                                                self.flag_default == "True", table)
+                                                self.flag_default == "True", table, unpacked)
         if not proven:
             return None, f"guarded cast not rewritten: {why}"
         where = self._aliases_apart(site, if_node, aliases)
