@@ -66,7 +66,7 @@ STORAGES = {
     "int32": "torch.bfloat16", "uint8": "torch.bfloat16", "int8": "torch.bfloat16",
     "float8_e4m3fn": "torch.float8_e4m3fn", "missing": "torch.bfloat16",
     "float16": "torch.float16", "bfloat16": "torch.bfloat16", "float32": "torch.float32",
-    "complex64": "torch.bfloat16",
+    "complex64": "torch.complex64",  # not packed: the weight's own dtype (#36's template semantics)
 }
 FLOAT_STORAGES = ("float16", "bfloat16", "float32", "float8_e4m3fn")
 
@@ -410,15 +410,16 @@ def test_a_helper_is_never_created_where_git_ignores_it(tmp_path: Path, configur
 # A stand-in torch for interpreters that have none: dtypes as classes' instances, as torch's are.
 STUB_TORCH = '''\
 class dtype:
-    def __init__(self, name, is_floating_point, itemsize=2):
+    def __init__(self, name, is_floating_point, itemsize=2, is_complex=False):
         self.name, self.is_floating_point, self.itemsize = name, is_floating_point, itemsize
+        self.is_complex = is_complex
     def __repr__(self):
         return "torch." + self.name
 
 int32, uint8, int8 = dtype("int32", False, 4), dtype("uint8", False, 1), dtype("int8", False, 1)
 float16, bfloat16, float32 = dtype("float16", True), dtype("bfloat16", True), dtype("float32", True, 4)
 float8_e4m3fn = dtype("float8_e4m3fn", True, 1)
-complex64 = dtype("complex64", False, 8)
+complex64 = dtype("complex64", False, 8, is_complex=True)
 
 class Tensor:
     def __init__(self, dt):
