@@ -451,9 +451,11 @@ class RuleContext:
             confidence, evidence = verdict
             use = Evidence(f"there: `{flow.use.text}` (parameter `{flow.use.param}`)", flow.use.path, flow.use.line)
             target = "its dtype" if flow.use.what == "weight" else "it"
+            # A callee that rewrites a weight (`weight = weight.to(dtype)`) casts no activation.
+            verb = "casts a weight to" if kind == "cast" and flow.use.sink == "weight" else what
             self.report(
                 flow.arg,
-                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {target}: the storage "
+                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {verb} {target}: the storage "
                 f"dtype of quantizable layer `{ast.unparse(flow.layer)}` {storage_dtypes(evidence)}",
                 confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",

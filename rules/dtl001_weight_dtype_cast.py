@@ -9,7 +9,9 @@ getter that returns a layer's `.weight.dtype` (where it returns it), and a cast 
 named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
 functions whose text holds `weight`); and `L.weight` (or its dtype) passed into a project
-function that casts an activation to it. Only where `L` may really be quantized: its class obtains
+function that casts an activation to it. Where what is converted is a stored weight instead
+(`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
+"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains
 a quant method from a config (read from the code, or configured), a config may reach its
 construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
 methods, weight kernels, weight loaders and `process_weights_after_loading` are exempt: their job
@@ -83,6 +85,7 @@ from dtype_lint.analysis.recognisers import (
     weight_dtype_source,
     weight_expr,
 )
+from dtype_lint.analysis.sinks import ACTIVATION, cast_sink
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -356,8 +359,9 @@ class WeightDtypeCast(Rule):
                 else:
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
+                sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
-                                               holder),
+                                               holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -374,7 +378,8 @@ class WeightDtypeCast(Rule):
             return
         confidence, evidence = verdict
         text = ast.unparse(layer)
-        ctx.report(node, f"activation cast to `{ast.unparse(arg)}`, which returns `{text}.weight.dtype`, the storage "
+        sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
+        ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which returns `{text}.weight.dtype`, the storage "
                          f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
                          f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
                    confidence=confidence, evidence=(returns, *evidence),
@@ -431,14 +436,15 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "") -> str:
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "",
+                 sink: str = ACTIVATION) -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
             what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
-        return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
+        return (f"{sink} cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
 
 

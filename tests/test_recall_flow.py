@@ -54,3 +54,53 @@ def test_json_lists_a_nested_site_once(tmp_path):
     report = json.loads(run.stdout)
     lines = [(f["path"], f["line"], f["col"]) for f in report["findings"]]
     assert len(lines) == len(set(lines)) == 2 and report["summary"]["fixable"] == 2
+
+
+# A weight rewrite in a quantizer-adjacent helper, and an activation cast, both handed the
+# storage dtype of a quantizable layer.
+SINKS = textwrap.dedent("""\
+    import torch
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+    def requantize(weight, dtype):
+        weight = weight.to(dtype)
+        return weight
+
+
+    def rescale(hidden, dtype):
+        return hidden.to(dtype)
+
+
+    class Block(torch.nn.Module):
+        def __init__(self, proj: ColumnParallelLinear, gate: ColumnParallelLinear):
+            super().__init__()
+            self.proj = proj
+            self.gate = gate
+
+        def load(self, loaded):
+            return requantize(loaded, self.proj.weight.dtype)
+
+        def forward(self, x):
+            return rescale(x, self.proj.weight.dtype)
+
+        def rewrite(self):
+            stored = self.gate.weight
+            return stored.t().to(self.proj.weight.dtype)
+
+        def route(self, topk_weights):
+            return topk_weights.t().to(self.proj.weight.dtype)
+""")
+
+
+def _dtl001_messages(code: str) -> dict[int, str]:
+    return {f.span.line: f.message for f in check_source(code, filename="sinks.py", settings={"select": ["DTL001"]})}
+
+
+def test_a_weight_rewrite_is_not_called_an_activation_cast():
+    messages = _dtl001_messages(SINKS)
+    assert "which casts a weight to it" in messages[21] and "activation" not in messages[21]
+    assert "which casts an activation to it" in messages[24]
+    assert messages[28].startswith("weight cast to `self.proj.weight.dtype`")
+    # Plural `*_weights` are routing or attention weights: activations.
+    assert messages[31].startswith("activation cast to `self.proj.weight.dtype`")
