@@ -56,7 +56,10 @@ unpacked storage (fp16, bf16, fp32, fp8) and changes only the packed ones it exi
 rewritten; a plain cast passes `fp8_input=True` (`fp8-input-default`), which keeps fp8 casts.
 With `fp8-input-default = false` fixes are **unsafe**. No fix is offered for `.to(tensor)` (it
 also moves device), for receivers with side effects, and for aliases used outside casts; the
-finding says why.
+finding says why. A receiver is pure when it is a name, an attribute chain, a subscript of pure
+parts, or a call of a known-pure torch function or tensor method with pure arguments
+(`torch.rsqrt(torch.tensor(2.0))`, `mask.unsqueeze(-1)`; the lists are data in
+`analysis/pure_calls.py`).
 
 ## Known limits
 A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one

@@ -104,3 +104,94 @@ def test_a_weight_rewrite_is_not_called_an_activation_cast():
     assert messages[28].startswith("weight cast to `self.proj.weight.dtype`")
     # Plural `*_weights` are routing or attention weights: activations.
     assert messages[31].startswith("activation cast to `self.proj.weight.dtype`")
+
+
+# Casts whose receivers are calls without side effects (shaped like Gemma-3n's rsqrt scale and
+# a relative-position mask): `--fix` rewrites them with `or <receiver>.dtype`.
+PURE_ATTN = textwrap.dedent("""\
+    import torch
+
+    from proj.layers import QLinear
+
+
+    class Scaler(torch.nn.Module):
+        def __init__(self, proj: QLinear):
+            super().__init__()
+            self.proj = proj
+
+        def scale(self):
+            return torch.rsqrt(torch.tensor(2.0)).to(self.proj.weight.dtype)
+
+        def mask(self, same):
+            return same.unsqueeze(-1).to(self.proj.weight.dtype)
+
+        def rows(self, table, idx):
+            return table[idx].transpose(0, 1).to(self.proj.weight.dtype)
+""")
+
+# Storages a backend can leave (packed, fp8, missing) and the plain float and complex ones.
+STORAGES = ["int32", "uint8", "int8", "float8_e4m3fn", "missing", "float16", "bfloat16", "float32", "complex64"]
+
+
+def _layer(layers_module, storage: str):
+    import torch
+
+    layer = layers_module.QLinear(torch.float16 if storage == "missing" else getattr(torch, storage))
+    if storage == "missing":
+        del layer.weight  # AWQ/GPTQ: no `.weight` at all
+    return layer
+
+
+def _outcomes(root, storage: str) -> dict[str, object]:
+    """Each method's result (dtype and values) on a layer of this storage, or the error it raises."""
+    import torch
+    from test_fix_verification import imported
+
+    module = imported(root)
+    layers = __import__("proj.layers", fromlist=["QLinear"])
+    scaler = module.Scaler(_layer(layers, storage))
+    calls = {"scale": lambda: scaler.scale(), "mask": lambda: scaler.mask(torch.tensor([True, False])),
+             "rows": lambda: scaler.rows(torch.arange(12.0).reshape(3, 2, 2), 1)}
+    out: dict[str, object] = {}
+    for name, call in calls.items():
+        try:
+            result = call()
+            out[name] = (result.dtype, result.float().tolist() if not result.is_complex() else result.real.tolist())
+        except (AttributeError, RuntimeError, TypeError) as error:
+            out[name] = type(error).__name__
+    return out
+
+
+def test_pure_receivers_are_fixed_and_the_fixed_code_runs_identically(tmp_path):
+    import shutil
+
+    import torch
+    from tiny_project import STUB_LAYERS, STUB_PYPROJECT
+
+    root = write_tree(tmp_path / "fixed", {"pyproject.toml": STUB_PYPROJECT, "proj/__init__.py": "",
+                                           "proj/layers.py": STUB_LAYERS, "proj/attn.py": PURE_ATTN})
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    run = dtl(root, "check", ".", "--no-cache", "--fix", "--output-format", "concise")
+    assert run.returncode == 0 and "(3 fixed, 0 remaining)" in run.stdout, run.stdout + run.stderr
+    fixed = (root / "proj/attn.py").read_text()
+    assert "torch.rsqrt(torch.tensor(2.0)).dtype" in fixed and "same.unsqueeze(-1).dtype" in fixed
+    assert "table[idx].transpose(0, 1).dtype" in fixed
+    shutil.copy(root / "proj/dtypes.py", original / "proj/dtypes.py")  # the helper, to ask it below
+    helper = __import__("test_fix_verification").imported(root, "proj.dtypes").get_layer_input_dtype
+    unpacked: list[str] = []
+    for storage in STORAGES:
+        before, after = _outcomes(original, storage), _outcomes(root, storage)
+        layers = __import__("proj.layers", fromlist=["QLinear"])
+        decided = helper(_layer(layers, storage), True)
+        if decided is None or str(decided) == f"torch.{storage}":  # unpacked: nothing may change
+            unpacked.append(storage)
+            assert after == before, storage
+            continue
+        # Packed or missing: the fixed code casts to what the helper decides, on the same values.
+        assert decided == torch.bfloat16, storage
+        for name, result in after.items():
+            assert isinstance(result, tuple) and result[0] == torch.bfloat16, (storage, name, result)
+            floats = _outcomes(original, "float32")[name]
+            assert result[1] == torch.tensor(floats[1]).to(torch.bfloat16).float().tolist(), (storage, name)
+    assert unpacked == ["float8_e4m3fn", "float16", "bfloat16", "float32"]
