@@ -195,3 +195,39 @@ def test_pure_receivers_are_fixed_and_the_fixed_code_runs_identically(tmp_path):
             floats = _outcomes(original, "float32")[name]
             assert result[1] == torch.tensor(floats[1]).to(torch.bfloat16).float().tolist(), (storage, name)
     assert unpacked == ["float8_e4m3fn", "float16", "bfloat16", "float32"]
+
+
+# A weight swapped in by a helper not named for storage: what it does with the allocation makes it
+# storage code; a scratch buffer and a scale parameter beside it stay findings.
+REGISTERED = textwrap.dedent("""\
+    import torch
+    from torch import nn
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+    class Swapper(nn.Module):
+        def __init__(self, proj: ColumnParallelLinear):
+            super().__init__()
+            self.proj = proj
+
+        def swap_in(self, layer):
+            source = self.proj.weight
+            fresh = nn.Parameter(torch.empty(source.shape, dtype=source.dtype, device=source.device),
+                                 requires_grad=False)
+            del layer.weight
+            layer.register_parameter("weight", fresh)
+
+        def assign(self, layer):
+            buf = torch.zeros(4, dtype=self.proj.weight.dtype)
+            layer.weight = nn.Parameter(buf)
+
+        def beside(self, n):
+            scratch = torch.empty(n, dtype=self.proj.weight.dtype)
+            self.scale = nn.Parameter(torch.ones(n, dtype=self.proj.weight.dtype))
+            return scratch
+""")
+
+
+def test_an_allocation_registered_as_a_layers_weight_is_storage_code():
+    findings = check_source(REGISTERED, filename="swap.py", settings={"select": ["DTL002"]})
+    assert [(f.span.line, f.scope) for f in findings] == [(23, "Swapper.beside"), (24, "Swapper.beside")]
