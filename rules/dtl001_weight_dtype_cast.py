@@ -226,13 +226,20 @@ _HOLDER_FIXED = _HOLDER.replace("RowParallelLinear\n", "RowParallelLinear\n" + _
     "layer(x.to(layer.weight.dtype))", "layer(x.to(get_layer_input_dtype(layer, True) or x.dtype))")
 
 
+# A cast to an attribute chain from `self` ending in a name holding `dtype` (the line may break
+# after the parenthesis: `.type(\n    self.vision_tower.dtype\n)`).
+STORED_DTYPE_CAST = r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?self(?:\.\w+)*\.\w*dtype\b"
+
+
 class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
-    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
-    marker = ("weight", "parameters()")
+    # `x.type(self.vision_tower.dtype)`: a dtype an object stored from a layer's weight
+    # (`self.dtype = self.projector.linear_1.weight.dtype`), read in another method or class.
+    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
+    marker = ("weight", "parameters()", "dtype")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
@@ -373,6 +380,9 @@ class WeightDtypeCast(Rule):
         """`x.to(dtype=model.context_dtype)`: a getter of another object (or of `self`) that
         returns one of its layers' `.weight.dtype`; reported at the cast, naming the getter."""
         got = ctx.layers.dtype_getter(arg, function.scope)
+        verb = "returns"
+        if got is None:  # the value stored on an object instead (`self.dtype = L.weight.dtype`)
+            got, verb = ctx.layers.stored_dtype(arg, function.scope), "holds"
         if got is None or _receiver_is_parameter(node, got[0]):
             return
         layer, returns = got
@@ -382,11 +392,13 @@ class WeightDtypeCast(Rule):
         confidence, evidence = verdict
         text = ast.unparse(layer)
         sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
-        ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which returns `{text}.weight.dtype`, the storage "
+        ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which {verb} `{text}.weight.dtype`, the storage "
                          f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
                          f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
                    confidence=confidence, evidence=(returns, *evidence),
-                   no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand")
+                   no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand"
+                   if verb == "returns" else
+                   "the dtype comes from an attribute; route the cast (or the stored value) through the helper by hand")
 
     @staticmethod
     def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:

@@ -231,3 +231,57 @@ REGISTERED = textwrap.dedent("""\
 def test_an_allocation_registered_as_a_layers_weight_is_storage_code():
     findings = check_source(REGISTERED, filename="swap.py", settings={"select": ["DTL002"]})
     assert [(f.span.line, f.scope) for f in findings] == [(23, "Swapper.beside"), (24, "Swapper.beside")]
+
+
+# A dtype stored on `self` from a quantizable layer's weight, read in another method of the class
+# and, through the attribute chain `self.tower.dtype`, in another class of another module.
+TOWER = textwrap.dedent("""\
+    import torch
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+    class Tower(torch.nn.Module):
+        def __init__(self, hidden, quant_config=None):
+            super().__init__()
+            self.head = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
+            self.dtype = self.head.weight.dtype
+            self.norm_dtype = torch.float32
+
+        def forward(self, pixels):
+            return self.head(pixels.to(self.dtype))
+
+        def normed(self, pixels):
+            return pixels.to(self.norm_dtype)
+""")
+
+MODEL = textwrap.dedent("""\
+    import torch
+
+    from proj.tower import Tower
+
+
+    class Model(torch.nn.Module):
+        def __init__(self, hidden, quant_config=None):
+            super().__init__()
+            self.tower = Tower(hidden, quant_config=quant_config)
+
+        def embed(self, batch):
+            pixels = batch["pixels"].type(
+                self.tower.dtype
+            )
+            return self.tower(pixels)
+""")
+
+
+def test_a_dtype_stored_on_self_is_followed_within_and_across_classes(tmp_path):
+    write_tree(tmp_path, {"pyproject.toml": PYPROJECT, "proj/__init__.py": "", "proj/tower.py": TOWER,
+                          "proj/model.py": MODEL})
+    run = dtl(tmp_path, "check", ".", "--no-cache", "--output-format", "json", "--exit-zero")
+    found = sorted((f["path"], f["line"], f["message"].split(",")[0]) for f in json.loads(run.stdout)["findings"])
+    assert found == [
+        ("proj/model.py", 12, "activation cast to `self.tower.dtype`"),
+        ("proj/tower.py", 13, "activation cast to `self.dtype`"),
+    ], run.stdout
+    messages = {f["line"]: f for f in json.loads(run.stdout)["findings"]}
+    assert "which holds `self.tower.head.weight.dtype`" in messages[12]["message"]
+    assert any(e["line"] == 9 and e["path"] == "proj/tower.py" for e in messages[12]["evidence"])
