@@ -8,7 +8,9 @@ alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr`
 getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
 named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
-functions whose text holds `weight`); and `L.weight` (or its dtype) passed into a project
+functions whose text holds `weight`), or to an attribute an object stored a layer's `.weight.dtype`
+in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
+`pixels.type(self.vision_tower.dtype)` in another method or class); and `L.weight` (or its dtype) passed into a project
 function that casts an activation to it. Where what is converted is a stored weight instead
 (`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
 "weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains
