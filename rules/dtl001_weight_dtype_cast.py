@@ -241,7 +241,7 @@ class WeightDtypeCast(Rule):
     # `x.type(self.vision_tower.dtype)`: a dtype an object stored from a layer's weight
     # (`self.dtype = self.projector.linear_1.weight.dtype`), read in another method or class.
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
-    marker = ("weight", "parameters()", "dtype")
+    marker = ("weight", "parameters()", ".dtype")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
