@@ -418,6 +418,10 @@ class RuleContext:
         self.rule = rule
         self._facts = facts
         self._sink = sink
+        # (code, span, kind) -> index in the sink of what this rule reported there: a site in a
+        # nested `def` is met by the walk of the function holding it too (a `def` statement of a
+        # body is entered), and must be reported, listed and fixed once.
+        self._reported: dict[tuple[str, Span, str], int] = {}
         self.source = facts.source
         self.config = facts.config
         self._tracing = False  # judging a caller's argument (analysis/callers.py): one step only
@@ -488,9 +492,11 @@ class RuleContext:
             confidence, evidence = verdict
             use = Evidence(f"there: `{flow.use.text}` (parameter `{flow.use.param}`)", flow.use.path, flow.use.line)
             target = "its dtype" if flow.use.what == "weight" else "it"
+            # A callee that rewrites a weight (`weight = weight.to(dtype)`) casts no activation.
+            verb = "casts a weight to" if kind == "cast" and flow.use.sink == "weight" else what
             self.report(
                 flow.arg,
-                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {what} {target}: the storage "
+                f"`{ast.unparse(flow.arg)}` is passed to `{flow.callee}`, which {verb} {target}: the storage "
                 f"dtype of quantizable layer `{ast.unparse(flow.layer)}` {storage_dtypes(evidence)}",
                 confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",
@@ -613,6 +619,15 @@ class RuleContext:
             severity=severity or self.rule.severity,
             kind=kind,
         )
+        key = (finding.code, finding.span, kind)
+        earlier = self._reported.get(key)
+        if earlier is not None:
+            # The same site met again from another function's walk: keep one finding, the one
+            # with a fix where only this one has it (the enclosing walk resolves closures).
+            if self._sink[earlier].fix is None and fix is not None:
+                self._sink[earlier] = finding
+            return self._sink[earlier]
+        self._reported[key] = len(self._sink)
         self._sink.append(finding)
         return finding
 

@@ -8,8 +8,12 @@ alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr`
 getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
 named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
-functions whose text holds `weight`); and `L.weight` (or its dtype) passed into a project
-function that casts an activation to it. Only where `L` may really be quantized: its class obtains
+functions whose text holds `weight`), or to an attribute an object stored a layer's `.weight.dtype`
+in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
+`pixels.type(self.vision_tower.dtype)` in another method or class); and `L.weight` (or its dtype) passed into a project
+function that casts an activation to it. Where what is converted is a stored weight instead
+(`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
+"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains
 a quant method from a config (read from the code, or configured), a config may reach its
 construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
 methods, weight kernels, weight loaders and `process_weights_after_loading` are exempt: their job
@@ -54,7 +58,10 @@ unpacked storage (fp16, bf16, fp32, fp8) and changes only the packed ones it exi
 rewritten; a plain cast passes `fp8_input=True` (`fp8-input-default`), which keeps fp8 casts.
 With `fp8-input-default = false` fixes are **unsafe**. No fix is offered for `.to(tensor)` (it
 also moves device), for receivers with side effects, and for aliases used outside casts; the
-finding says why.
+finding says why. A receiver is pure when it is a name, an attribute chain, a subscript of pure
+parts, or a call of a known-pure torch function or tensor method with pure arguments
+(`torch.rsqrt(torch.tensor(2.0))`, `mask.unsqueeze(-1)`; the lists are data in
+`analysis/pure_calls.py`).
 
 A configured helper is evaluated from its own code, not trusted: a fix that replaces a plain cast
 is safe only when the helper is proven to answer the weight's own dtype on every storage that is
@@ -99,6 +106,7 @@ from dtype_lint.analysis.recognisers import (
     weight_dtype_source,
     weight_expr,
 )
+from dtype_lint.analysis.sinks import ACTIVATION, cast_sink
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -236,13 +244,20 @@ _HOLDER_FIXED = _HOLDER.replace("RowParallelLinear\n", "RowParallelLinear\n" + _
     "layer(x.to(layer.weight.dtype))", "layer(x.to(get_layer_input_dtype(layer, True) or x.dtype))")
 
 
+# A cast to an attribute chain from `self` ending in a name holding `dtype` (the line may break
+# after the parenthesis: `.type(\n    self.vision_tower.dtype\n)`).
+STORED_DTYPE_CAST = r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?self(?:\.\w+)*\.\w*dtype\b"
+
+
 class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
-    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype",)
-    marker = ("weight", "parameters()")
+    # `x.type(self.vision_tower.dtype)`: a dtype an object stored from a layer's weight
+    # (`self.dtype = self.projector.linear_1.weight.dtype`), read in another method or class.
+    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
+    marker = ("weight", "parameters()", ".dtype")
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
@@ -372,8 +387,9 @@ class WeightDtypeCast(Rule):
                 else:
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
+                sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
-                                               holder),
+                                               holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
 
@@ -382,6 +398,9 @@ class WeightDtypeCast(Rule):
         """`x.to(dtype=model.context_dtype)`: a getter of another object (or of `self`) that
         returns one of its layers' `.weight.dtype`; reported at the cast, naming the getter."""
         got = ctx.layers.dtype_getter(arg, function.scope)
+        verb = "returns"
+        if got is None:  # the value stored on an object instead (`self.dtype = L.weight.dtype`)
+            got, verb = ctx.layers.stored_dtype(arg, function.scope), "holds"
         if got is None or _receiver_is_parameter(node, got[0]):
             return
         layer, returns = got
@@ -390,11 +409,14 @@ class WeightDtypeCast(Rule):
             return
         confidence, evidence = verdict
         text = ast.unparse(layer)
-        ctx.report(node, f"activation cast to `{ast.unparse(arg)}`, which returns `{text}.weight.dtype`, the storage "
+        sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
+        ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which {verb} `{text}.weight.dtype`, the storage "
                          f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
                          f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
                    confidence=confidence, evidence=(returns, *evidence),
-                   no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand")
+                   no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand"
+                   if verb == "returns" else
+                   "the dtype comes from an attribute; route the cast (or the stored value) through the helper by hand")
 
     @staticmethod
     def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:
@@ -447,14 +469,15 @@ class WeightDtypeCast(Rule):
         return None
 
     @staticmethod
-    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "") -> str:
+    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "",
+                 sink: str = ACTIVATION) -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
         what = (f"the dtype and device of `{layer}.weight`" if weight_dtype.form == "tensor"
                 else f"`{layer}.weight.dtype`")
         if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
             what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
-        return (f"activation cast to {what}{via}, the storage dtype of a quantizable layer "
+        return (f"{sink} cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
 
 

@@ -9,7 +9,11 @@ local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks, and `
 dtype) passed into a project function that allocates with it. Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:
 docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
-`process_weights_after_loading`).
+`process_weights_after_loading`). Storage code is also known by what it does with the allocation,
+whatever the function is called: one that replaces a weight's storage (`L.weight.set_(...)`,
+`L.weight.data = ...`), or that a `nn.Parameter(...)` wraps which is then registered or assigned as
+a layer's weight (`layer.register_parameter("weight", P)`, `layer.weight = P`,
+`setattr(layer, "weight", P)`), is not reported: a weight's dtype must be its storage's.
 
 ## Why is this bad?
 Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ layers have
@@ -69,6 +73,7 @@ from dtype_lint.analysis.recognisers import (
     weight_dtype_source,
     weight_expr,
 )
+from dtype_lint.analysis.weight_registration import weight_allocations
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
@@ -124,10 +129,18 @@ class WeightDtypeAllocation(Rule):
         # tensor's storage (`.set_(`, `.data =`) can have one, so the others skip the extra walk.
         replaces = any("set_(" in line or ".data" in line for line in ctx.source.lines)
         replaced: dict[int, set[int]] = {}
+        registered: dict[int, set[int]] = {}
+        # Allocations a `nn.Parameter(...)` wraps that is then registered as a layer's weight:
+        # storage code by what it does (analysis/weight_registration.py), whatever it is named.
+        registers = "Parameter" in ctx.source.text
         for function, node in ctx.calls():
             if replaces and id(function) not in replaced:
                 replaced[id(function)] = storage_replacements(
                     function.nodes, lambda t, scope=function.scope: weight_expr(t, scope) is not None)
+            if registers and id(function) not in registered:
+                registered[id(function)] = weight_allocations(function.nodes, function.scope.assigns)
+            if id(node) in registered.get(id(function), ()):
+                continue  # `P = nn.Parameter(torch.empty(..., dtype=src.dtype))` registered as a weight
             if id(node) in replaced.get(id(function), ()):
                 continue  # `L.weight.set_(torch.empty(0, dtype=L.weight.dtype))`: the weight's own storage
             ctx.report_flows(function, node, "alloc", "allocates a tensor in")

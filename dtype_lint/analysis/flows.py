@@ -22,6 +22,7 @@ from dtype_lint.analysis.recognisers import (
     weight_dtype_source,
     weight_expr,
 )
+from dtype_lint.analysis.sinks import ACTIVATION, cast_sink
 
 NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
 
@@ -35,6 +36,7 @@ class CalleeUse:
     path: str
     line: int
     text: str  # the use, as written
+    sink: str = ACTIVATION  # what a cast converts (analysis/sinks.py): an activation, or a weight
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,8 @@ class Flows:
             for node in walk_function(method):
                 if not isinstance(node, ast.Call):
                     continue
-                uses += [CalleeUse(kind, "weight", param, cf.path, node.lineno, ast.unparse(node))
+                uses += [CalleeUse(kind, "weight", param, cf.path, node.lineno, ast.unparse(node),
+                                   _sink(kind, node, scope))
                          for kind, d in _dtype_args(node) if _dtype_of(d, is_attr, scope)]
                 callee = self._callee(node, scope) if any(is_attr(a) for a in node.args) else None
                 if callee is not None and callee.cls is None:
@@ -207,14 +210,23 @@ class Flows:
                 continue
             for kind, d in _dtype_args(node):
                 if is_param(d):
-                    uses.append(CalleeUse(kind, "dtype", param, path, node.lineno, ast.unparse(node)))
+                    uses.append(CalleeUse(kind, "dtype", param, path, node.lineno, ast.unparse(node),
+                                          _sink(kind, node, scope)))
                 elif _dtype_of(d, is_param, scope):
-                    uses.append(CalleeUse(kind, "weight", param, path, node.lineno, ast.unparse(node)))
+                    uses.append(CalleeUse(kind, "weight", param, path, node.lineno, ast.unparse(node),
+                                          _sink(kind, node, scope)))
             f = node.func
             if isinstance(f, ast.Attribute) and f.attr in NEW_LIKE and is_param(f.value) \
                     and not any(kw.arg == "dtype" for kw in node.keywords):
                 uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
         return uses
+
+
+def _sink(kind: str, call: ast.Call, scope: FunctionScope) -> str:
+    """What a cast use converts (its receiver); an allocation converts nothing."""
+    if kind != "cast" or not isinstance(call.func, ast.Attribute):
+        return ACTIVATION
+    return cast_sink(call.func.value, scope.assigns)
 
 
 def _dtype_args(call: ast.Call) -> list[tuple[str, ast.expr]]:

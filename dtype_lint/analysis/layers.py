@@ -270,6 +270,49 @@ class LayerResolver:
         ast.copy_location(layer, node)
         return layer, Evidence(f"`{node.attr}` returns `{ast.unparse(returned)}`", facts.path, returned.lineno)
 
+    def stored_dtype(self, expr: ast.AST, scope: FunctionScope) -> tuple[ast.expr, Evidence] | None:
+        """`R.name` where R's class (or a base) stores `self.name = self.<layer>.weight.dtype` in a
+        method (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`), and every
+        value it stores there is that layer's: (that layer as seen from here, `R.projector.linear_1`,
+        and where it is stored), else None. The `@property` form is `dtype_getter`'s; this is
+        the same value flow through an attribute, within one class (`self.dtype`) or across
+        classes (`self.vision_tower.dtype`, the tower's class resolved from its construction)."""
+        from dtype_lint.analysis.recognisers import weight_dtype_source
+
+        if not isinstance(expr, ast.Attribute) or "dtype" not in expr.attr:
+            return None
+        owner = self.resolve(expr.value, scope)
+        if not owner.qualname:
+            return None
+        stored: list[ast.expr] = []
+        holder = None
+        for q in self.index.mro(owner.qualname):
+            cf = self.project.class_facts(q)
+            if cf is None:
+                continue
+            if expr.attr in cf.getters:
+                return None  # a getter: dtype_getter's question
+            if expr.attr in cf.assigned:
+                stored, holder = cf.assigned[expr.attr], q
+                break
+        sources = [weight_dtype_source(value, None) for value in stored]
+        if not sources or any(s is None or not _rooted_at_self(s.layer) for s in sources) \
+                or len({ast.dump(s.layer) for s in sources}) != 1:  # type: ignore[union-attr]
+            return None
+        location = self.index.class_location(holder) if holder else None
+        facts = self.project.file_facts(location[0].module) if location else None
+        if facts is None:
+            return None
+
+        class Rebase(ast.NodeTransformer):
+            def visit_Name(self, name: ast.Name) -> ast.AST:
+                return expr.value if name.id == "self" else name
+        layer = Rebase().visit(copy.deepcopy(sources[0].layer))  # type: ignore[union-attr]
+        ast.copy_location(layer, expr)
+        value = stored[0]
+        return layer, Evidence(f"`self.{expr.attr} = {ast.unparse(value)}` stores the storage dtype",
+                               facts.path, value.lineno)
+
     def _from_origin(self, origin: AttrOrigin, where: str, env: dict[str, str]) -> Instance:
         step = Evidence(origin.how, origin.path, origin.line)
         if origin.kind != "call" or origin.call is None:

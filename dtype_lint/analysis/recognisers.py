@@ -139,11 +139,29 @@ def cast_dtype_args(call: ast.Call) -> list[ast.expr]:
 
 
 def is_pure(node: ast.AST) -> bool:
-    """No calls, no side effects: safe to evaluate twice (`x`, `self.a.b`, `x[i]`, `x[..., :n]`)."""
+    """No side effects: safe to evaluate twice. A name, an attribute chain, a subscript of pure
+    parts (`x`, `self.a.b`, `x[i]`, `x[..., :n]`), or a call of a known-pure torch function or
+    tensor method (analysis/pure_calls.py) with pure arguments (`torch.rsqrt(torch.tensor(2.0))`,
+    `mask.unsqueeze(-1)`)."""
     for sub in ast.walk(node):
-        if isinstance(sub, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)):
+        if isinstance(sub, ast.Call):
+            if not _pure_call(sub):
+                return False
+        elif isinstance(sub, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda, ast.Starred)):
             return False
     return True
+
+
+def _pure_call(call: ast.Call) -> bool:
+    """The call itself is pure (its arguments are checked by the walk of `is_pure`)."""
+    from dtype_lint.analysis.pure_calls import PURE_TENSOR_METHODS, PURE_TORCH_FUNCTIONS
+
+    func = call.func
+    if not isinstance(func, ast.Attribute) or any(kw.arg is None or kw.arg == "out" for kw in call.keywords):
+        return False
+    if isinstance(func.value, ast.Name) and func.value.id == "torch":
+        return func.attr in PURE_TORCH_FUNCTIONS
+    return func.attr in PURE_TENSOR_METHODS
 
 
 def names_in(node: ast.AST) -> set[str]:

@@ -316,7 +316,7 @@ class Planner:
             return None, "the cast's receiver has side effects; the `or x.dtype` rewrite would evaluate it twice"
         layer = self.src.segment(site.wds.layer)
         recv = self.src.segment(receiver)
-        if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
+        if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):  # `f(x).dtype` needs none
             recv = f"({recv})"
         a0, a1 = self.src.node_offsets(site.arg)
         text = f"{self.helper_call(layer, self.flag_default)} or {recv}.dtype"
