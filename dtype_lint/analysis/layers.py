@@ -41,6 +41,7 @@ from dtype_lint.analysis.class_facts import (
     storage_method_name,
 )
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.construction_forms import leaves, returns_receiver
 from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.findings import Evidence
 
@@ -123,6 +124,11 @@ class LayerResolver:
                     step = Evidence(f"`{expr.id} = {ast.unparse(values[0])}`", self.path, values[0].lineno)
                     return Instance(inner.qualname, inner.config, inner.env, (step, *inner.chain), inner.passed)
             return Instance(None)
+        if isinstance(expr, (ast.IfExp, ast.NamedExpr)) or returns_receiver(expr):
+            # `A(...).to(...)`, `(x := A(...))`, `A(...) if c else B(...)`: the arm that names a
+            # class a config may reach (construction_forms.leaves)
+            found = [self.resolve(leaf, scope, depth + 1, this) for leaf in leaves(expr)]
+            return min(found, key=self._rank) if found else Instance(None)
         if isinstance(expr, ast.Call):
             if isinstance(expr.func, ast.Attribute) and not expr.args and not expr.keywords:
                 owner = self.resolve(expr.func.value, scope, depth + 1, this)
@@ -148,26 +154,37 @@ class LayerResolver:
                 return Instance(None)
             return self.attribute(owner, expr.attr, depth)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
-                and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
-            # `self.mlp[0]`: an element of a container built in the class (`nn.Sequential(A(...), ...)`)
+                and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, (int, str)) \
+                and not isinstance(expr.slice.value, bool):
+            # `self.mlp[0]`, `self.heads["k"]`: an element of a container built in the class
+            # (`nn.Sequential(A(...), ...)`, or filled by `.append(A(...))` / `self.heads["k"] = A(...)`)
             owner = self.resolve(expr.value.value, scope, depth + 1, this)
             if owner.qualname:
                 return self._container_item(owner, expr.value.attr, expr.slice.value)
         return Instance(None)
 
-    def _container_item(self, owner: Instance, attr: str, index: int) -> Instance:
+    def _container_item(self, owner: Instance, attr: str, index: int | str) -> Instance:
         """Element `index` of `owner.attr` when the class builds it as `nn.Sequential(A(...), B(...))`,
-        `nn.ModuleList([A(...), ...])` or `nn.ModuleList([A(...) for ...])`: that element's construction."""
+        `nn.ModuleList([A(...), ...])`, `nn.ModuleList([A(...) for ...])` or `nn.ModuleDict({"k": A(...)})`,
+        or fills it after making it (`.append(A(...))`, `self.heads["k"] = A(...)`): that element's
+        construction."""
         found = self.project.attr_origins(owner.qualname, attr)
         if found is None:
-            return Instance(None)
+            return self._filled_item(owner, attr, index)
         where, origins = found
         loc = self.index.class_location(where)
         facts = self.project.file_facts(loc[0].module) if loc else None
         for origin in origins:
             call = origin.call
             kind = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call, ast.Call) else ""
-            if kind == "Sequential":
+            if isinstance(index, str):
+                if kind != "ModuleDict" or not call.args or not isinstance(call.args[0], ast.Dict):
+                    continue
+                literal = call.args[0]
+                items = [value for key, value in zip(literal.keys, literal.values)
+                         if isinstance(key, ast.Constant) and key.value == index]
+                position = -1
+            elif kind == "Sequential":
                 items = call.args
             elif kind == "ModuleList" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
                 items = call.args[0].elts
@@ -175,16 +192,42 @@ class LayerResolver:
                 items = [call.args[0].elt] * (index + 1)  # every element is built the same way
             else:
                 continue
-            element = local_call(origin, items[index]) if -len(items) <= index < len(items) else None
+            if not isinstance(index, str):
+                position = index
+            element = local_call(origin, items[position]) if -len(items) <= position < len(items) else None
             if element is None or facts is None:
                 continue
             name = dotted(element.func)
             cls = self.index.resolve(facts.module, name, facts.imports) if name else None
             item = dataclasses.replace(origin, type_name=cls, call=element,
-                                       how=f"`self.{attr}[{index}]` is `{name}(...)` in `{origin.how.strip('`')}`")
+                                       how=f"`self.{attr}[{index!r}]` is `{name}(...)` in `{origin.how.strip('`')}`")
             inst = self._from_origin(item, where, self._env_in(owner, where))
             return Instance(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, owner.origin)
-        return Instance(None)
+        return self._filled_item(owner, attr, index)
+
+    def _filled_item(self, owner: Instance, attr: str, index: int | str) -> Instance:
+        """Element `index` of a container the class fills after making it (class_facts.ContainerItem):
+        the slot at that position when every slot before it is counted (`.append` outside a loop),
+        else any slot that may stand there (from the first uncounted one on); for a string key,
+        the slots assigned under it. Of several candidates, the one a config may reach."""
+        for where in self.index.mro(owner.qualname):
+            cf = self.project.class_facts(where)
+            slots = cf.items.get(attr) if cf else None
+            if slots:
+                break
+        else:
+            return Instance(None)
+        if isinstance(index, str):
+            candidates = [slot for slot in slots if slot.key == index]
+        else:
+            sequence = [slot for slot in slots if slot.key is None]
+            candidates = _slots_at(sequence, index)
+        env = self._env_in(owner, where)
+        found = [self._from_origin(origin, where, env) for slot in candidates for origin in slot.origins]
+        if not found:
+            return Instance(None)
+        best = min(found, key=self._rank)
+        return Instance(best.qualname, best.config, best.env, best.chain, best.passed, owner.origin)
 
     def _annotated(self, name: str, annotation, what: str) -> Instance:
         ann = annotation_name(annotation)
@@ -660,3 +703,16 @@ def _rooted_at_self(layer: ast.AST) -> bool:
         layer = layer.value
     return isinstance(layer, ast.Name) and layer.id == "self"
 
+
+def _slots_at(sequence: list, index: int) -> list:
+    """The slots of a filled sequence that may stand at `index`: the one there when every slot
+    up to it is counted, else every slot from the first uncounted one on (a loop's fills may be
+    any number). A negative index counts from the end the same way."""
+    ordered = sequence if index >= 0 else sequence[::-1]
+    position = index if index >= 0 else -index - 1
+    for number, slot in enumerate(ordered):
+        if not slot.counted:
+            return ordered[number:]
+        if number == position:
+            return [slot]
+    return []
