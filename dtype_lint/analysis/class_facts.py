@@ -82,6 +82,7 @@ class ContainerItem:
     origins: tuple[AttrOrigin, ...]
     key: str | None
     counted: bool
+    anywhere: bool = False  # an `.insert`: it may stand before every other slot
 
 
 @dataclass
@@ -464,7 +465,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 for element in fill.elements:
                     cf.items.setdefault(fill.attr, []).append(ContainerItem(
                         tuple(origins_of(element, fill.attr, node.lineno, what)), fill.key,
-                        fill.counted and id(node) not in repeated))
+                        fill.counted and id(node) not in repeated, fill.anywhere))
                 continue
             named = named_attribute(node, self_name)
             if named is not None:

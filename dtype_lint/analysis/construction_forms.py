@@ -65,12 +65,14 @@ class Fill:
     """One statement putting layers into `self.<attr>`: `elements` are the values put in;
     `key` the literal key of a dict-like item (`self.heads["k"] = ...`), None for a sequence
     fill; `counted` whether the statement adds exactly `len(elements)` items at the end (an
-    `.append`/`.extend([...])`; not `.insert`, not a comprehension)."""
+    `.append`/`.extend([...])`; not `.insert`, not a comprehension); `anywhere` whether it may
+    put its item before the others (an `.insert`)."""
 
     attr: str
     elements: tuple[ast.expr, ...]
     key: str | None
     counted: bool
+    anywhere: bool = False
 
 
 def container_fill(stmt: ast.stmt, self_name: str) -> Fill | None:
@@ -87,7 +89,7 @@ def container_fill(stmt: ast.stmt, self_name: str) -> Fill | None:
         if func.attr == "append" and len(call.args) == 1:
             return Fill(attr, (call.args[0],), None, True)
         if func.attr == "insert" and len(call.args) == 2:
-            return Fill(attr, (call.args[1],), None, False)
+            return Fill(attr, (call.args[1],), None, False, anywhere=True)
         if func.attr == "extend" and len(call.args) == 1:
             items = call.args[0]
             if isinstance(items, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in items.elts):
