@@ -101,9 +101,15 @@ def test_linear_built_this_way_is_reported(tmp_path, shape):
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_layer_norm_built_this_way_is_not_reported(tmp_path, shape):
+    """The norm is found through the same expression (its class resolves: the norm, or the
+    `nn.Identity` of the other arm or slot, neither a layer a quantizer reaches), and no
+    quantizer touches it."""
     text = _model(shape, NORM)
     found = [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)]
     assert found == [], text
+    explained = dtl(tmp_path, "explain", f"model.py:{_cast_line(text)}")
+    resolved = {"torch.nn.LayerNorm", "torch.nn.Identity"} if "Identity" in text else {"torch.nn.LayerNorm"}
+    assert any(f"class: {name}\n" in explained.stdout for name in resolved), explained.stdout + explained.stderr
 
 
 def test_appended_slots_are_counted_in_order(tmp_path):
@@ -118,6 +124,12 @@ def test_appended_slots_are_counted_in_order(tmp_path):
         root = tmp_path / read.replace("[", "_").replace("]", "").replace("-", "m").replace(".", "_")
         found = [f for f in _findings(root, {"model.py": variant}) if f["line"] == _cast_line(variant)]
         assert bool(found) is reported, read
+
+
+def test_plain_list_fill_is_not_a_submodule(tmp_path):
+    """A layer appended to a plain list is no registered submodule: no quantizer replaces it."""
+    text = _model("append-in-loop", LINEAR).replace("self.layers = nn.ModuleList()", "self.layers = []")
+    assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
 
 
 def test_dict_item_keys_are_told_apart(tmp_path):

@@ -49,6 +49,8 @@ from dtype_lint.findings import Evidence
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
 NONE, SET, UNKNOWN = "none", "set", "unknown"
+# The torch containers that register the modules put into them.
+_MODULE_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
 # A model class attribute listing the only quantization configs it accepts (vLLM).
 RESTRICTING_ATTR = "supported_quantization_configs"
 
@@ -177,7 +179,12 @@ class LayerResolver:
                     if made is not None] if found else []
         filled: list[ContainerItem] = []
         filled_in = where
-        for cls in self.index.mro(owner.qualname):
+        # Only a module container registers what it is filled with: a layer appended to a plain
+        # list (`self.layers = []`) is no submodule, and no quantizer replaces or loads it.
+        registered = found is not None and any(
+            isinstance(origin.call, ast.Call) and (dotted(origin.call.func) or "").rsplit(".", 1)[-1]
+            in _MODULE_CONTAINERS for origin in found[1])
+        for cls in self.index.mro(owner.qualname) if registered else ():
             facts = self.project.class_facts(cls)
             if facts and facts.items.get(attr):
                 filled_in, filled = cls, facts.items[attr]
