@@ -498,6 +498,9 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
                                         fn.name, frozenset(params), single,
                                         lambda q: index.class_location(q) is not None)
+                    if origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
+                            and branch is not value:  # `nn.Linear(...).to(...)`: say what was unwrapped
+                        origin = replace(origin, how=f"{origin.how[:-1]}.{value.func.attr}(...)`")
                     if origin is not None:
                         cf.attrs.setdefault(tgt.attr, []).append(origin)
 
