@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dtype_lint.analysis.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.analysis.construction_forms import container_fill, leaves, named_attribute
 from dtype_lint.analysis.function_walk import nodes_of
 from dtype_lint.engine import regions, trees
 from dtype_lint.engine.regions import Defs
@@ -62,9 +63,26 @@ def local_call(origin: AttrOrigin, element: ast.expr) -> ast.Call | None:
     """The construction an element of a container literal stands for: the call itself, or the
     single-assignment local of the building method it names (`linear_1 = ColumnParallelLinear(...)`
     then `nn.ModuleList([linear_1, act, linear_2])`)."""
-    if isinstance(element, ast.Name):
-        element = dict(origin.locals).get(element.id)
-    return element if isinstance(element, ast.Call) else None
+    for leaf in leaves(element):  # `A(...).to(...)`, `(a := A(...))`, `A(...) if c else B(...)`
+        if isinstance(leaf, ast.Name):
+            value = dict(origin.locals).get(leaf.id)
+            leaf = next((v for v in leaves(value) if isinstance(v, ast.Call)), None) if value is not None else None
+        if isinstance(leaf, ast.Call):
+            return leaf
+    return None
+
+
+@dataclass(frozen=True)
+class ContainerItem:
+    """One slot of a container the class fills after making it (`self.layers.append(A(...))`,
+    `self.heads["k"] = A(...)`; construction_forms.Fill): the constructions it may hold (both
+    arms of a conditional), its literal key for a dict-like fill, and whether it is one counted
+    slot at the end of the sequence (not one of a loop's, an `.insert`'s or a comprehension's)."""
+
+    origins: tuple[AttrOrigin, ...]
+    key: str | None
+    counted: bool
+    anywhere: bool = False  # an `.insert`: it may stand before every other slot
 
 
 @dataclass
@@ -122,6 +140,9 @@ class BodyFacts:
     # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
     # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
     dispatch: set[str] = field(default_factory=set)
+    # Containers filled after they are made (`self.layers.append(A(...))`), attribute -> slots in
+    # statement order: what `self.layers[0]` / `self.heads["k"]` may hold.
+    items: dict[str, list[ContainerItem]] = field(default_factory=dict)
 
 
 def _body_fact(name: str):
@@ -167,6 +188,7 @@ class ClassFacts:
     assigned = _body_fact("assigned")
     param_attrs = _body_fact("param_attrs")
     dispatch = _body_fact("dispatch")
+    items = _body_fact("items")
 
     def __repr__(self) -> str:
         return f"ClassFacts({self.qualname!r}, {self.path!r}, {self.line})"
@@ -409,6 +431,23 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     if isinstance(t, ast.Name):
                         local_values.setdefault(t.id, []).append(node.value)
         single = tuple((k, v[0]) for k, v in local_values.items() if len(v) == 1)
+        # Statements that may run more than once: a fill there adds an unknown number of slots.
+        repeated = {id(inner) for loop in iter_statements(fn.body)
+                    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
+
+        def origins_of(value: ast.expr, attr: str, line: int, how: str) -> list[AttrOrigin]:
+            """The constructions `value` may be (a single-assignment local followed to its value)."""
+            found = []
+            for leaf in leaves(value):
+                if isinstance(leaf, ast.Name) and leaf.id not in params and leaf.id in dict(single):
+                    leaf = dict(single)[leaf.id]
+                for inner in leaves(leaf):
+                    origin = _origin_of(inner, None, params, resolve, path, line, attr, fn.name,
+                                        frozenset(params), single, lambda q: index.class_location(q) is not None)
+                    if origin is not None:
+                        name = dotted(inner.func) if isinstance(inner, ast.Call) else None
+                        found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
+            return found
         for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
             if cf.quant_root is None:
                 why = _quant_root_call(node, self_name)
@@ -419,6 +458,21 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
                 cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
         for node in iter_statements(fn.body):
+            fill = container_fill(node, self_name)
+            if fill is not None:
+                what = f"`self.{fill.attr}[{fill.key!r}] = {{name}}(...)`" if fill.key is not None else \
+                    f"`self.{fill.attr}` filled with `{{name}}(...)`"
+                for element in fill.elements:
+                    cf.items.setdefault(fill.attr, []).append(ContainerItem(
+                        tuple(origins_of(element, fill.attr, node.lineno, what)), fill.key,
+                        fill.counted and id(node) not in repeated, fill.anywhere))
+                continue
+            named = named_attribute(node, self_name)
+            if named is not None:
+                name, value = named
+                cf.attrs.setdefault(name, []).extend(
+                    origins_of(value, name, node.lineno, f"`self.{name}` added as `{{name}}(...)`"))
+                continue
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 if fn.name == "__init__" and cf.super_init is None and _is_super_init(node.value):
                     cf.super_init = node.value
@@ -437,12 +491,16 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     cf.assigned.setdefault(tgt.attr, []).append(value)
                     if fn.name == "__init__" and isinstance(value, ast.Name) and value.id in params:
                         cf.param_attrs.setdefault(tgt.attr, value.id)
-                # `X(...) if cond else None`: each branch is a possible origin.
-                branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+                # `X(...) if cond else None`: each branch is a possible origin; `X(...).to(...)`
+                # and `(x := X(...))` are X's construction (construction_forms.leaves).
+                branches = leaves(value) if value is not None else [value]
                 for branch in branches:
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
                                         fn.name, frozenset(params), single,
                                         lambda q: index.class_location(q) is not None)
+                    if origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
+                            and branch is not value:  # `nn.Linear(...).to(...)`: say what was unwrapped
+                        origin = replace(origin, how=f"{origin.how[:-1]}.{value.func.attr}(...)`")
                     if origin is not None:
                         cf.attrs.setdefault(tgt.attr, []).append(origin)
 

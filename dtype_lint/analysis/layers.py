@@ -32,6 +32,7 @@ from dtype_lint.analysis.class_facts import (
     LAYER_PARAM,
     AttrOrigin,
     ClassFacts,
+    ContainerItem,
     FunctionScope,
     ProjectFacts,
     Signature,
@@ -41,12 +42,15 @@ from dtype_lint.analysis.class_facts import (
     storage_method_name,
 )
 from dtype_lint.analysis.class_index import dotted
+from dtype_lint.analysis.construction_forms import leaves, returns_receiver
 from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.findings import Evidence
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
 NONE, SET, UNKNOWN = "none", "set", "unknown"
+# The torch containers that register the modules put into them.
+_MODULE_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
 # A model class attribute listing the only quantization configs it accepts (vLLM).
 RESTRICTING_ATTR = "supported_quantization_configs"
 
@@ -123,6 +127,11 @@ class LayerResolver:
                     step = Evidence(f"`{expr.id} = {ast.unparse(values[0])}`", self.path, values[0].lineno)
                     return Instance(inner.qualname, inner.config, inner.env, (step, *inner.chain), inner.passed)
             return Instance(None)
+        if isinstance(expr, (ast.IfExp, ast.NamedExpr)) or returns_receiver(expr):
+            # `A(...).to(...)`, `(x := A(...))`, `A(...) if c else B(...)`: the arm that names a
+            # class a config may reach (construction_forms.leaves)
+            found = [self.resolve(leaf, scope, depth + 1, this) for leaf in leaves(expr)]
+            return min(found, key=self._rank) if found else Instance(None)
         if isinstance(expr, ast.Call):
             if isinstance(expr.func, ast.Attribute) and not expr.args and not expr.keywords:
                 owner = self.resolve(expr.func.value, scope, depth + 1, this)
@@ -148,43 +157,94 @@ class LayerResolver:
                 return Instance(None)
             return self.attribute(owner, expr.attr, depth)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
-                and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
-            # `self.mlp[0]`: an element of a container built in the class (`nn.Sequential(A(...), ...)`)
+                and _literal_index(expr.slice) is not None:
+            # `self.mlp[0]`, `self.heads["k"]`: an element of a container built in the class
+            # (`nn.Sequential(A(...), ...)`, or filled by `.append(A(...))` / `self.heads["k"] = A(...)`)
             owner = self.resolve(expr.value.value, scope, depth + 1, this)
             if owner.qualname:
-                return self._container_item(owner, expr.value.attr, expr.slice.value)
+                return self._container_item(owner, expr.value.attr, _literal_index(expr.slice))
         return Instance(None)
 
-    def _container_item(self, owner: Instance, attr: str, index: int) -> Instance:
+    def _container_item(self, owner: Instance, attr: str, index: int | str) -> Instance:
         """Element `index` of `owner.attr` when the class builds it as `nn.Sequential(A(...), B(...))`,
-        `nn.ModuleList([A(...), ...])` or `nn.ModuleList([A(...) for ...])`: that element's construction."""
+        `nn.ModuleList([A(...), ...])`, `nn.ModuleList([A(...) for ...])` or `nn.ModuleDict({"k": A(...)})`,
+        and fills it after making it (`.append(A(...))`, `self.heads["k"] = A(...)`, class_facts.ContainerItem):
+        the slot at that position when every slot before it is counted (a literal's, an `.append`
+        outside a loop), else any slot that may stand there (from the first uncounted one on; all
+        of them after an `.insert`); for a string key, the slots under it. Of several candidates,
+        the one a quantizer may reach (`_rank`)."""
         found = self.project.attr_origins(owner.qualname, attr)
-        if found is None:
-            return Instance(None)
-        where, origins = found
-        loc = self.index.class_location(where)
-        facts = self.project.file_facts(loc[0].module) if loc else None
-        for origin in origins:
-            call = origin.call
-            kind = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call, ast.Call) else ""
-            if kind == "Sequential":
-                items = call.args
-            elif kind == "ModuleList" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
-                items = call.args[0].elts
-            elif kind == "ModuleList" and call.args and isinstance(call.args[0], ast.ListComp):
-                items = [call.args[0].elt] * (index + 1)  # every element is built the same way
+        where = found[0] if found else None
+        literals = [made for made in (self._literal_slots(origin, attr, index, where) for origin in found[1])
+                    if made is not None] if found else []
+        filled: list[ContainerItem] = []
+        filled_in = where
+        # Only a module container registers what it is filled with: a layer appended to a plain
+        # list (`self.layers = []`) is no submodule, and no quantizer replaces or loads it.
+        registered = found is not None and any(
+            isinstance(origin.call, ast.Call) and (dotted(origin.call.func) or "").rsplit(".", 1)[-1]
+            in _MODULE_CONTAINERS for origin in found[1])
+        for cls in self.index.mro(owner.qualname) if registered else ():
+            facts = self.project.class_facts(cls)
+            if facts and facts.items.get(attr):
+                filled_in, filled = cls, facts.items[attr]
+                break
+        for slots in literals or [[]]:
+            slots = slots + filled
+            if isinstance(index, str):
+                candidates = [slot for slot in slots if slot.key == index]
             else:
-                continue
-            element = local_call(origin, items[index]) if -len(items) <= index < len(items) else None
-            if element is None or facts is None:
-                continue
-            name = dotted(element.func)
-            cls = self.index.resolve(facts.module, name, facts.imports) if name else None
-            item = dataclasses.replace(origin, type_name=cls, call=element,
-                                       how=f"`self.{attr}[{index}]` is `{name}(...)` in `{origin.how.strip('`')}`")
-            inst = self._from_origin(item, where, self._env_in(owner, where))
-            return Instance(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, owner.origin)
+                candidates = _slots_at([slot for slot in slots if slot.key is None], index)
+            fills = {id(slot) for slot in filled}
+            made = [self._from_origin(origin, built_in, self._env_in(owner, built_in))
+                    for slot in candidates for built_in in [filled_in if id(slot) in fills else where]
+                    for origin in slot.origins]
+            if made:
+                best = min(made, key=self._rank)
+                return Instance(best.qualname, best.config, best.env, best.chain, best.passed, owner.origin)
         return Instance(None)
+
+    def _literal_slots(self, origin: AttrOrigin, attr: str, index: int | str,
+                       where: str | None) -> list[ContainerItem] | None:
+        """The slots a container literal makes (`nn.Sequential(A(...), ...)`, `nn.ModuleList([...])`,
+        `nn.ModuleList([A(...) for ...])`: one uncounted slot, `nn.ModuleDict({"k": A(...)})`), None
+        when `origin` builds none."""
+        call = origin.call
+        kind = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call, ast.Call) else ""
+        keys: list[str | None]
+        counted = True
+        if kind == "ModuleDict" and call.args and isinstance(call.args[0], ast.Dict):
+            literal = call.args[0]
+            keys = [key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "" for key in
+                    literal.keys]
+            elements = literal.values
+        elif kind == "Sequential":
+            elements = call.args
+        elif kind == "ModuleList" and call.args and isinstance(call.args[0], (ast.List, ast.Tuple)):
+            elements = call.args[0].elts
+        elif kind == "ModuleList" and call.args and isinstance(call.args[0], ast.ListComp):
+            elements, counted = [call.args[0].elt], False  # every element is built the same way
+        else:
+            return None
+        if kind != "ModuleDict":
+            keys = [None] * len(elements)
+            if any(isinstance(element, ast.Starred) for element in elements):
+                counted = False
+        loc = self.index.class_location(where) if where else None
+        facts = self.project.file_facts(loc[0].module) if loc else None
+        slots = []
+        for key, element in zip(keys, elements):
+            built = local_call(origin, element)
+            name = dotted(built.func) if built is not None else None
+            origins: tuple[AttrOrigin, ...] = ()
+            if name and facts is not None:
+                cls = self.index.resolve(facts.module, name, facts.imports)
+                shown = f"[{key!r}]" if key is not None else f"[{index!r}]"
+                origins = (dataclasses.replace(origin, type_name=cls, call=built,
+                                               how=f"`self.{attr}{shown}` is `{name}(...)` in "
+                                                   f"`{origin.how.strip('`')}`"),)
+            slots.append(ContainerItem(origins, key, counted))
+        return slots
 
     def _annotated(self, name: str, annotation, what: str) -> Instance:
         ann = annotation_name(annotation)
@@ -210,10 +270,21 @@ class LayerResolver:
             return Instance(None)
         return Instance(best.qualname, best.config, best.env, best.chain, best.passed, owner.origin)
 
-    @staticmethod
-    def _rank(inst: Instance) -> tuple:
-        # Prefer an origin that names a class, then one a config may reach.
-        return (inst.qualname is None, inst.config == NONE, inst.config != SET)
+    def _rank(self, inst: Instance) -> tuple:
+        # Prefer an origin that names a class, then one a config may reach, then (of origins
+        # alike so far) a layer class: `nn.Identity() if c else nn.Linear(...)` is the arm a
+        # quantizer can reach, whichever comes first.
+        return (inst.qualname is None, inst.config == NONE, inst.config != SET,
+                not (inst.passed or self._layer_class(inst.qualname)))
+
+    def _layer_class(self, qualname: str | None) -> bool:
+        """A class a quantizer may reach: a torch layer a Hugging Face quantizer replaces (or a
+        subclass), a configured quantizable class, or one with a quant root in the project."""
+        if not qualname:
+            return False
+        mro = self.index.mro(qualname)
+        return hf_family.layer_kind(mro) is not None or self.index.quantizable_verdict(qualname).yes \
+            or self.quant_root(qualname) is not None
 
     def _getter(self, owner: Instance, name: str, depth: int) -> Instance | None:
         got = self.project.getter(owner.qualname, name)
@@ -703,3 +774,29 @@ def _rooted_at_self(layer: ast.AST) -> bool:
         layer = layer.value
     return isinstance(layer, ast.Name) and layer.id == "self"
 
+
+def _slots_at(sequence: list, index: int) -> list:
+    """The slots of a filled sequence that may stand at `index`: the one there when every slot
+    up to it is counted, else every slot from the first uncounted one on (a loop's fills may be
+    any number). A negative index counts from the end the same way."""
+    ordered = sequence if index >= 0 else sequence[::-1]
+    position = index if index >= 0 else -index - 1
+    if any(slot.anywhere for slot in sequence):
+        return sequence
+    for number, slot in enumerate(ordered):
+        if not slot.counted:
+            return ordered[number:]
+        if number == position:
+            return [slot]
+    return []
+
+
+def _literal_index(node: ast.expr) -> int | str | None:
+    """`0`, `-1` (a unary minus, to the parser), `"k"`: the literal a subscript names, else None."""
+    negative = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+    value = node.operand if negative else node
+    if not isinstance(value, ast.Constant) or isinstance(value.value, bool):
+        return None
+    if isinstance(value.value, int):
+        return -value.value if negative else value.value
+    return value.value if isinstance(value.value, str) and not negative else None

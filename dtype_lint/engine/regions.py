@@ -12,7 +12,8 @@ What is kept whole:
   `if TYPE_CHECKING:`, guards, class statements, decorators, signatures);
 - a function or method holding a line a rule's pattern matches (`keep_lines`);
 - a method the class facts read (`class_facts.visit_method`): one assigning an attribute of its
-  first parameter (`self.x = ...`), naming `quant_method`/`create_weights`/`__init__` (a quant
+  first parameter (`self.x = ...`, or filling one: `.append(`, `add_module(`, `setattr(`,
+  `x["k"] = `), naming `quant_method`/`create_weights`/`__init__` (a quant
   method obtained, weights created, a base's `__init__` called), testing `isinstance`/`issubclass`
   of one of its other parameters, or a short body that may be a getter (one `return` after an
   optional docstring). A `def` at column 0 is not a method: only the site lines keep it.
@@ -168,6 +169,8 @@ def _class_fact(body: str, header: str, lines: int) -> bool:
     self_name = first.group(1)
     if f"{self_name}." in body and _self_assign(self_name).search(body):
         return True
+    if _container_fill(self_name).search(body):  # `self.layers.append(A(...))`, `setattr(self, "x", A(...))`
+        return True
     if "isinstance" not in body and "issubclass" not in body:
         return False
     params = set(_WORD.findall(header, first.end()))  # `isinstance(param, ...)` of a parameter after `self`
@@ -175,6 +178,16 @@ def _class_fact(body: str, header: str, lines: int) -> bool:
 
 
 _WORD = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=64)
+def _container_fill(self_name: str) -> re.Pattern:
+    # Statements that put a layer into an attribute of `self` without `self.x = ...`
+    # (analysis/construction_forms.py): `self.layers.append(`/`.extend(`/`.insert(`,
+    # `self.add_module(`, `setattr(self, `, `self.heads["k"] = `.
+    me = re.escape(self_name)
+    return re.compile(rf"{me}\.(?:\w+\.(?:append|extend|insert)|add_module|register_module)\(|"
+                      rf"setattr\([ \t]*{me}\b|{me}\.\w+\[[^\]\n]*\][ \t]*=(?!=)")
 
 
 @lru_cache(maxsize=64)
