@@ -124,3 +124,27 @@ def test_report_counts_recall_and_misses():
     assert "| 2 | 1 | 50.0% |" in text
     assert "`transformers/b.py:3`" in text and "MISS: NOT YET JUDGED" in text
     assert "`transformers/c.py:3` DTL001" in text
+
+
+# ---------------------------------------------------------------- diffusers 0.42.1 (scripts/oracle_diffusers.py)
+
+def test_diffusers_class_builds_tiny_and_runs_under_real_bitsandbytes_on_cpu(workers):
+    pytest.importorskip("diffusers", reason="the `hf` extra (diffusers) builds the diffusers models")
+    import oracle_diffusers
+    from diffusers import WanTransformer3DModel
+
+    from dtype_lint.tiny_diffusers import tiny_kwargs
+
+    kwargs = tiny_kwargs(WanTransformer3DModel)
+    assert (kwargs["num_layers"], kwargs["num_attention_heads"], kwargs["attention_head_dim"]) == (2, 4, 16)
+    assert kwargs["ffn_dim"] == 128 and kwargs["text_dim"] == 64
+    oracle_diffusers._worker_init()  # diffusers' bitsandbytes quantizer refuses a CPU: the sweep lets it load
+    run = oracle_diffusers.run_class("diffusers", "WanTransformer3DModel", ("bnb-4bit", "bnb-8bit"))
+    assert run.built, run.error
+    assert run.twin_sites == []
+    for quantizer in ("bnb-4bit", "bnb-8bit"):
+        result = run.runs[quantizer]
+        assert result["forward"] == "ok", result
+        # Wan keeps `time_embedder` in fp32 (`_keep_in_fp32_modules`): no cast to packed storage.
+        assert result["sites"] == []
+        assert result["rel_error"] is not None and 0 < result["rel_error"] < 1.0
