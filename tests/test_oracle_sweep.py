@@ -124,3 +124,90 @@ def test_report_counts_recall_and_misses():
     assert "| 2 | 1 | 50.0% |" in text
     assert "`transformers/b.py:3`" in text and "MISS: NOT YET JUDGED" in text
     assert "`transformers/c.py:3` DTL001" in text
+
+
+# ---------------------------------------------------------------- diffusers 0.42.1 (scripts/oracle_diffusers.py)
+
+def test_diffusers_class_builds_tiny_and_runs_under_real_bitsandbytes_on_cpu(workers):
+    pytest.importorskip("diffusers", reason="the `hf` extra (diffusers) builds the diffusers models")
+    import oracle_diffusers
+    from diffusers import WanTransformer3DModel
+
+    from dtype_lint.tiny_diffusers import tiny_kwargs
+
+    kwargs = tiny_kwargs(WanTransformer3DModel)
+    assert (kwargs["num_layers"], kwargs["num_attention_heads"], kwargs["attention_head_dim"]) == (2, 4, 16)
+    assert kwargs["ffn_dim"] == 128 and kwargs["text_dim"] == 64
+    oracle_diffusers._worker_init()  # diffusers' bitsandbytes quantizer refuses a CPU: the sweep lets it load
+    run = oracle_diffusers.run_class("diffusers", "WanTransformer3DModel", ("bnb-4bit", "bnb-8bit"))
+    assert run.built, run.error
+    assert run.twin_sites == []
+    for quantizer in ("bnb-4bit", "bnb-8bit"):
+        result = run.runs[quantizer]
+        assert result["forward"] == "ok", result
+        # Wan keeps `time_embedder` in fp32 (`_keep_in_fp32_modules`): no cast to packed storage.
+        assert result["sites"] == []
+        assert result["rel_error"] is not None and 0 < result["rel_error"] < 1.0
+
+
+# ---------------------------------------------------------------- vLLM's MLA prefill (scripts/oracle_vllm.py)
+
+MLA_FILE = "vllm/model_executor/layers/attention/mla_attention.py"
+
+
+def test_guard_follows_a_conditional_expression_to_the_returned_dtype():
+    """vLLM 0.28.0's `_get_kv_b_proj_input_dtype` reads `weight.dtype if weight is not None else ...`
+    and returns it later: the caller's cast to int8 storage is the helper's dtype."""
+    import torch
+
+    from dtype_lint.guard import DtypeGuard
+
+    def input_dtype(layer):
+        weight = getattr(layer, "weight", None)
+        weight_dtype = weight.dtype if weight is not None else torch.float32
+        if weight_dtype == torch.int32:
+            return torch.float32
+        return weight_dtype
+
+    def forward(layer, activation):
+        return activation.to(input_dtype(layer))
+
+    layer = torch.nn.Linear(4, 4)
+    layer.weight = torch.nn.Parameter(torch.zeros(4, 4, dtype=torch.int8), requires_grad=False)
+    with DtypeGuard(model=layer, strict=False) as guard:
+        forward(layer, torch.ones(2, 4))
+    assert [(site.function.rsplit(".", 1)[-1], site.kind, str(site.storage)) for site in guard.sites] == \
+        [("forward", "activation-cast", "torch.int8")]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_vllm_mla_prefill_sites_before_and_after_the_fix(vllm_0271, vllm_0280):
+    import oracle_vllm
+
+    data = oracle_vllm.sweep(["bf16", "marlin", "awq", "int8"])
+    rows = {(r["release"], r["backend"], r["path"]): r for r in data["rows"]}
+    # Unquantized: nothing in either release.
+    assert all(not rows[(release, "bf16", path)]["sites"] for release in ("0.27.1", "0.28.0") for path in ("main", "cp"))
+    # 0.27.1 casts the latent to the packed storage (Marlin int32) at the line `check` reports.
+    before = rows[("0.27.1", "marlin", "main")]
+    assert "unsupported `a` scalar_type" in before["outcome"]
+    assert [(s["path"], s["line"], s["kind"], s["storage"]) for s in before["sites"]] == \
+        [(MLA_FILE, 2373, "activation-cast", "torch.int32")]
+    assert rows[("0.27.1", "awq", "main")]["sites"][0]["kind"] == "missing-weight"
+    assert [s["line"] for s in rows[("0.27.1", "marlin", "cp")]["sites"]] == [2534]
+    static_before = {f["line"] for f in data["findings"]["0.27.1"]}
+    assert static_before == {2373, 2534}
+    # 0.28.0 (the fix): Marlin and AWQ run clean, no site; `check` finds nothing.
+    for backend in ("marlin", "awq"):
+        for path in ("main", "cp"):
+            assert rows[("0.28.0", backend, path)]["outcome"] == "ok"
+            assert rows[("0.28.0", backend, path)]["sites"] == []
+    assert data["findings"]["0.28.0"] == []
+    # ... but W8A8's int8 still reaches the cast (its helper lists int32 and uint8 only): a
+    # run-time site `check` misses, filed under a known limit in the report.
+    after = rows[("0.28.0", "int8", "main")]
+    assert [(s["line"], s["storage"]) for s in after["sites"]] == [(2650, "torch.int8")]
+    assert ("0.28.0", MLA_FILE, 2650) in oracle_vllm.MISS_LIMITS
+    text = oracle_vllm.report(data)
+    assert "| 0.27.1 | 2 (+0 judged not the bug) | 2 | 100.0% |" in text
