@@ -75,8 +75,9 @@ No fix either in code that TorchScript scripts or torch.fx traces: the helper ta
 `nn.Module` (TorchScript cannot compile it) and branches on the weight's dtype (fx traces it as a
 proxy). The finding stays, and says which code compiles it (`torch.jit.script(Attn(...))` on
 line 30, `@torch.jit.script`, a `torch.jit.ScriptModule`, `torch.fx.symbolic_trace`, a
-`Tracer().trace`, or a module that builds it as a submodule). This is read from the site's own
-file: a class scripted from another file is not seen. `torch.compile`, `torch.export`,
+`Tracer().trace`, or a module that builds it as a submodule; also through local names for them:
+`script as S`, `sj = torch.jit.script`, `import torch.jit as J`). This is read from the site's own
+file: a class scripted from another file is not seen, and its fix breaks scripting there. `torch.compile`, `torch.export`,
 `torch.compiler.disable` and CUDA-graph capture run the helper as Python and are fixed as usual.
 
 ## Known limits

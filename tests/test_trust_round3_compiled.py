@@ -53,6 +53,15 @@ SCRIPTED = {
     + "\n\ndef scripted(layer):\n    model = Attn(layer)\n    return torch.jit.script(model)\n",
     "imported-script": ATTN.format(forward=FORWARD).replace("import torch\n", "import torch\nfrom torch.jit import script\n", 1)
     + "\n\ndef scripted(layer):\n    return script(Attn(layer))\n",
+    # Aliases a hostile round found fixed and then unscriptable: `script as S`, `sj = torch.jit.script`,
+    # `import torch.jit as J`.
+    "imported-script-alias": ATTN.format(forward=FORWARD).replace(
+        "import torch\n", "import torch\nfrom torch.jit import script as S\n", 1)
+    + "\n\ndef scripted(layer):\n    return S(Attn(layer))\n",
+    "assigned-script": ATTN.format(forward=FORWARD)
+    + "\n\nsj = torch.jit.script\n\n\ndef scripted(layer):\n    return sj(Attn(layer))\n",
+    "module-alias": ATTN.format(forward=FORWARD).replace("import torch\n", "import torch\nimport torch.jit as J\n", 1)
+    + "\n\ndef scripted(layer):\n    return J.script(Attn(layer))\n",
     # A parent module scripted: TorchScript compiles its submodule's forward too.
     "scripted-parent": ATTN.format(forward=FORWARD)
     + "\n\nclass Block(torch.nn.Module):\n    def __init__(self, layer):\n        super().__init__()\n"
@@ -70,6 +79,9 @@ SCRIPTED = {
 TRACED = {
     "fx-symbolic-trace": ATTN.format(forward=FORWARD)
     + "\n\ndef traced(layer):\n    return torch.fx.symbolic_trace(Attn(layer))\n",
+    "fx-alias": ATTN.format(forward=FORWARD).replace(
+        "import torch\n", "import torch\nfrom torch.fx import symbolic_trace as trace_it\n", 1)
+    + "\n\ndef traced(layer):\n    return trace_it(Attn(layer))\n",
     "fx-tracer": ATTN.format(forward=FORWARD).replace("import torch\n", "import torch\nimport torch.fx\n", 1)
     + "\n\ndef traced(layer):\n    return torch.fx.Tracer().trace(Attn(layer))\n",
 }

@@ -72,11 +72,22 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
+def _expand(name: str, aliases: dict[str, str]) -> str:
+    """`name` with its first part replaced by what a local alias stands for."""
+    head, _, rest = name.partition(".")
+    if head in aliases:
+        return aliases[head] + ("." + rest if rest else "")
+    return name
+
+
 class CompiledCode:
     """The compiled functions of one module's tree, by function node."""
 
     def __init__(self, tree: ast.Module):
         self._jit_names = self._names_from(tree, "torch.jit")  # `from torch.jit import script`
+        # Local names for torch's compilers: `from torch.jit import script as S`, `import torch.jit as J`,
+        # `sj = torch.jit.script` (a hostile round found each of these fixed and then unscriptable).
+        self._aliases = self._aliases_of(tree)
         self._fx_names = self._names_from(tree, "torch.fx") | self._names_from(tree, "transformers.utils.fx")
         self._classes: dict[str, ast.ClassDef] = {}
         self._functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
@@ -91,6 +102,27 @@ class CompiledCode:
         self._top = [n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
 
     @staticmethod
+    def _aliases_of(tree: ast.Module) -> dict[str, str]:
+        """Local name -> the dotted name it stands for, for imports from torch's compiler packages
+        and plain assignments of such a name (`sj = torch.jit.script`)."""
+        aliases: dict[str, str] = {}
+        packages = ("torch.jit", "torch.fx", "transformers.utils.fx")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in packages:
+                for alias in node.names:
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in packages:
+                        aliases[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                target = _expand(_dotted(node.value), aliases)
+                if target.endswith(("jit.script", "symbolic_trace")):
+                    aliases[node.targets[0].id] = target
+        return aliases
+
+    @staticmethod
     def _names_from(tree: ast.Module, package: str) -> set[str]:
         return {alias.asname or alias.name for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and node.module == package for alias in node.names}
@@ -99,7 +131,7 @@ class CompiledCode:
     def _compiler_of(self, func: ast.expr) -> str:
         """TORCHSCRIPT for `torch.jit.script` / `jit.script` / an imported `script`, FX for
         `symbolic_trace` or `<...>Tracer(...).trace`, "" otherwise."""
-        name = _dotted(func)
+        name = _expand(_dotted(func), self._aliases)
         if name.endswith("jit.script") or (name == "script" and "script" in self._jit_names):
             return TORCHSCRIPT
         if name.endswith("symbolic_trace"):
@@ -113,7 +145,7 @@ class CompiledCode:
     def _decorated(self, node: ast.AST) -> str:
         for decorator in getattr(node, "decorator_list", ()):
             target = decorator.func if isinstance(decorator, ast.Call) else decorator
-            name = _dotted(target)
+            name = _expand(_dotted(target), self._aliases)
             last = name.rsplit(".", 1)[-1]
             if last in _SCRIPT_DECORATORS and (name.endswith("jit." + last) or last in self._jit_names):
                 return name
