@@ -3,7 +3,7 @@
 forward with and without `DtypeGuard(model)` around it, in one process, alternating.
 
     .venv/bin/python benchmarks/guard_overhead.py            # 7 rounds per row
-    .venv/bin/python benchmarks/guard_overhead.py --save     # ... and write results/<date>-guard-overhead.{json,md}
+    .venv/bin/python benchmarks/guard_overhead.py --save     # ... and results/guard/<date>-guard-overhead.{json,md}
 
 Rows: LongT5 encoder-decoders built from configs (seeded, nothing downloaded; the tiny one is
 `dtype_lint.hf_verify`'s, the others wider and deeper), unquantized and under bitsandbytes 4-bit on
@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().with_name("results")
+# Apart from bench.py's runs: the README's table is read from the latest file of results/ itself.
+RESULTS = Path(__file__).resolve().with_name("results") / "guard"
 TARGET = 1.5
 
 # (row name, LongT5 config overrides, batch, sequence length, forwards per round)
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply each row's forwards per round")
-    parser.add_argument("--save", action="store_true", help="write results/<date>-guard-overhead.{json,md}")
+    parser.add_argument("--save", action="store_true", help="write results/guard/<date>-guard-overhead.{json,md}")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.scale <= 0:

@@ -142,8 +142,14 @@ def test_a_fix_resolves_to_the_helper_whatever_is_in_the_way(tmp_path: Path, cas
 
 
 def test_an_existing_aliased_import_of_the_helper_is_reused(tmp_path: Path):
+    # The project's helper must agree with the cast on unpacked storage, or the fix is not safe (#36).
+    agreeing = ("import torch\n\n\ndef get_layer_input_dtype(layer, fp8_input):\n"
+                "    weight = getattr(layer, \"weight\", None)\n"
+                "    if weight is None or not (weight.dtype.is_floating_point or weight.dtype.is_complex):\n"
+                "        return layer.params_dtype\n"
+                "    return weight.dtype\n")
     root = project(tmp_path, attn(imports="from proj.dtypes import get_layer_input_dtype as layer_dtype"),
-                   {"proj/dtypes.py": OTHER.replace("torch.float64", "layer.params_dtype")})
+                   {"proj/dtypes.py": agreeing})
     fixed = fix_and_check(root)
     assert fixed.count("import get_layer_input_dtype") == 1 and "layer_dtype(self.kv_b_proj, True)" in fixed
 
