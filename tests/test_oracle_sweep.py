@@ -182,6 +182,7 @@ def test_guard_follows_a_conditional_expression_to_the_returned_dtype():
 
 @pytest.mark.slow
 @pytest.mark.network
+@pytest.mark.full("the guard on every storage kind in test_guard.py; the MLA prefill's static site in test_verify.py")
 def test_vllm_mla_prefill_sites_before_and_after_the_fix(vllm_0271, vllm_0280):
     import oracle_vllm
 

@@ -21,7 +21,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import STUB_LAYERS, STUB_PYPROJECT, time_limit, tiny_project, tree_bytes  # noqa: E402
+from tiny_project import (  # noqa: E402
+    STUB_LAYERS,
+    STUB_PYPROJECT,
+    fresh_import,
+    stub_project,
+    time_limit,
+    tiny_project,
+    tree_bytes,
+    write_tree,
+)
 
 # The runtime stub project (a layer whose weight dtype the test picks) is shared: tiny_project.py.
 PYPROJECT, LAYERS = STUB_PYPROJECT, STUB_LAYERS
@@ -45,28 +54,13 @@ class Attn(torch.nn.Module):
 """
 
 
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8", newline="")
-    return root
 
 
-def project(root: Path, model: str, extra: dict[str, str] | None = None, pyproject: str = PYPROJECT) -> Path:
-    return write(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/layers.py": LAYERS,
-                        "proj/model.py": model, **(extra or {})})
+
+project = stub_project
 
 
-def fresh_import(root: Path, module: str = "proj.model"):
-    for name in [m for m in sys.modules if m == "proj" or m.startswith("proj.")]:
-        del sys.modules[name]
-    sys.path.insert(0, str(root))
-    try:
-        importlib.invalidate_caches()
-        return importlib.import_module(module)
-    finally:
-        sys.path.remove(str(root))
+
 
 
 def outcome(call) -> str:
@@ -437,7 +431,7 @@ def test_gitignore_follows_git(tmp_path: Path, case: str):
     from dtype_lint.engine.discovery import discover
 
     ignores, expected = GIT_EXAMPLES[case]
-    write(tmp_path, {**ignores, **{p: "x = 1\n" for p in expected}})
+    write_tree(tmp_path, {**ignores, **{p: "x = 1\n" for p in expected}})
     found = {Path(p).relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)], (), tmp_path)}
     assert {p: p not in found for p in expected} == expected
     if shutil.which("git"):

@@ -11,7 +11,6 @@ to script (`Unknown type name 'torch.nn.Module'`) or to trace (control flow on a
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import STUB_LAYERS, STUB_PYPROJECT, write_tree  # noqa: E402
+from tiny_project import fresh_import, stub_project  # noqa: E402
 
 # Every storage a quantization backend leaves on `layer.weight`, and no weight at all.
 STORAGES = ["int32", "uint8", "int8", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32",
@@ -87,20 +86,10 @@ TRACED = {
 }
 
 
-def project(root: Path, model: str) -> Path:
-    return write_tree(root, {"pyproject.toml": STUB_PYPROJECT, "proj/__init__.py": "", "proj/layers.py": STUB_LAYERS,
-                             "proj/model.py": model})
+project = stub_project
 
 
-def fresh_import(root: Path, module: str = "proj.model"):
-    for name in [m for m in sys.modules if m == "proj" or m.startswith("proj.")]:
-        del sys.modules[name]
-    sys.path.insert(0, str(root))
-    try:
-        importlib.invalidate_caches()
-        return importlib.import_module(module)
-    finally:
-        sys.path.remove(str(root))
+
 
 
 def build(mod, storage: str | None):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
+from conftest import full_only
 from tiny_project import tree_bytes, write_tree
 
 from dtype_lint.fix.helper_template import helper_source
@@ -263,7 +264,11 @@ def test_each_package_of_a_monorepo_gets_its_own_helper(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beta_kind", ["pyproject", "setup.cfg", "setup.py"])
+@pytest.mark.parametrize("beta_kind", [
+    "pyproject",
+    full_only("setup.cfg", "the pyproject package's wheel; each packaging's helper placement is tested without a wheel"),
+    full_only("setup.py", "the pyproject package's wheel; each packaging's helper placement is tested without a wheel"),
+])
 def test_each_package_of_a_fixed_monorepo_installs_alone_as_a_wheel(tmp_path: Path, beta_kind: str):
     root, original = fixed_monorepo(tmp_path, beta_kind)
     installed = {name: install_alone(root / f"packages/{name}", tmp_path / f"site-{name}") for name in ("alpha", "beta")}

@@ -13,7 +13,6 @@ plain cast on every unpacked storage: on 0.2.x one that DTL005 accepts but that 
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import STUB_LAYERS, STUB_PYPROJECT, write_tree  # noqa: E402
+from tiny_project import fresh_import, stub_project  # noqa: E402
 
 from dtype_lint.dtypes import evaluator  # noqa: E402
 from dtype_lint.fix.helper_template import TEMPLATES, function_table, helper_source  # noqa: E402
@@ -134,19 +133,10 @@ class Attn(torch.nn.Module):
 
 
 def project(root: Path, extra: dict[str, str] | None = None) -> Path:
-    return write_tree(root, {"pyproject.toml": STUB_PYPROJECT, "proj/__init__.py": "", "proj/layers.py": STUB_LAYERS,
-                             "proj/model.py": MODEL, **(extra or {})})
+    return stub_project(root, MODEL, extra)
 
 
-def fresh_import(root: Path, module: str = "proj.model"):
-    for name in [m for m in sys.modules if m == "proj" or m.startswith("proj.")]:
-        del sys.modules[name]
-    sys.path.insert(0, str(root))
-    try:
-        importlib.invalidate_caches()
-        return importlib.import_module(module)
-    finally:
-        sys.path.remove(str(root))
+
 
 
 def casts(root: Path) -> dict[torch.dtype, str]:

@@ -10,7 +10,9 @@ one snapshot of a tree to compare before and after a run."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
+import sys
 import textwrap
 from pathlib import Path
 
@@ -74,6 +76,26 @@ def tiny_project(root: Path, files: dict[str, str | bytes | None] | None = None,
     """`root` holding pyproject.toml, proj/__init__.py, proj/attn.py, and `files` (None: leave out)."""
     return write_tree(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/attn.py": ATTN,
                              **(files or {})})
+
+
+def stub_project(root: Path, model: str, extra: dict[str, str] | None = None, pyproject: str = STUB_PYPROJECT) -> Path:
+    """`root` holding the run-time stub project: `proj/layers.py` (a real torch layer whose weight
+    has the dtype a test picks), `proj/model.py` = `model`, and `extra` files."""
+    return write_tree(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/layers.py": STUB_LAYERS,
+                             "proj/model.py": model, **(extra or {})})
+
+
+def fresh_import(root: Path, module: str = "proj.model"):
+    """Import `module` from the project at `root`, dropping every `proj` module imported before
+    (so a test compares the code before and after a fix, not a cached module)."""
+    for name in [m for m in sys.modules if m == "proj" or m.startswith("proj.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(root))
+    try:
+        importlib.invalidate_caches()
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(root))
 
 
 def tree_bytes(root: Path, *, cache: bool = False) -> dict[str, bytes]:
