@@ -169,3 +169,27 @@ def test_series_without_an_author_is_an_error(tmp_path: Path):
     assert proc.returncode == 2
     assert "--author" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "patches").exists()
+
+
+def test_a_series_of_a_package_named_at_a_tree_without_git_applies_at_its_root(tmp_path: Path):
+    """`migrate vllm --series OUT` at a release's root (no git yet, no pyproject.toml): 0.3 wrote
+    `a/attention/mla.py` (relative to the package), so `git am` at the root, once it was a
+    repository, put patch 0001 into a stray top-level `attention/` and failed on 0002. The
+    paths are the root's, and the series applies there, to the package's files."""
+    import shutil
+
+    root = tmp_path / "release"
+    shutil.copytree(FIXTURES / "project" / "minillm", root / "minillm")
+    proc = dtl(root, "migrate", "minillm", "--series", "../patches", "--author", AUTHOR)
+    assert proc.returncode in (0, 1), proc.stderr
+    patches = sorted((tmp_path / "patches").glob("*.patch"))
+    paths = {line.split()[2] for p in patches for line in p.read_text().splitlines() if line.startswith("diff --git")}
+    assert paths and all(p.startswith("a/minillm/") or p.startswith("a/tests/") for p in paths), paths
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=Ann", "-c", "user.email=ann@example.org", "commit", "-qm", "release")
+    before = {p.relative_to(root).as_posix() for p in root.rglob("*.py")}
+    git(root, "-c", "user.name=Ann", "-c", "user.email=ann@example.org", "am", *map(str, patches))
+    after = {p.relative_to(root).as_posix() for p in root.rglob("*.py")}
+    assert not [p for p in after - before if not p.startswith(("minillm/", "tests/"))], after - before
+    assert "get_layer_input_dtype(" in (root / "minillm/attention/mla.py").read_text()

@@ -251,7 +251,7 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
         return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False)).findings
     from dtype_lint.migrate.series import series_root
 
-    root = series_root(Path(path).resolve())
+    root = series_root(Path(path).resolve(), Path(config.root))
     target = Path(path).resolve()
     with tempfile.TemporaryDirectory(prefix="dtype-lint-recheck-") as tmp:
         copy = Path(tmp) / "tree"
@@ -300,7 +300,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     if problem := folder.problem(FIXED_NAMES):
         raise UserError(problem)
 
-    root = series.series_root(Path(path).resolve())
+    root = series.series_root(Path(path).resolve(), Path(config.root))
     conv = conventions.get(convention, root)
     identity = conventions.resolve_identity(author, root)
     style = series.Style(conv, identity, conv.signoff if signoff is None else signoff, root,

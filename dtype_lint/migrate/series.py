@@ -85,13 +85,19 @@ class Style:
     generated: list = field(default_factory=list)  # generated.Note for the files the series changes
 
 
-def series_root(path: Path) -> Path:
-    """Patch paths are relative to the git checkout holding `path`, else to `path` itself."""
+def series_root(path: Path, project_root: Path | None = None) -> Path:
+    """Patch paths are relative to the git checkout holding `path`; outside git, to the project
+    root dtype-lint found for it (`config.project_root`: the configuration's folder, else the first
+    folder above that is not a package) when `path` lies in it, else to `path` itself. So
+    `migrate vllm --series OUT` at a release's root writes `vllm/...` paths, and `git am` at that
+    root, once it is a repository, applies them where they belong."""
+    folder = path if path.is_dir() else path.parent
     try:
-        top = git(["rev-parse", "--show-toplevel"], path if path.is_dir() else path.parent).strip()
-        return Path(top)
+        return Path(git(["rev-parse", "--show-toplevel"], folder).strip())
     except (OSError, subprocess.CalledProcessError):
-        return path if path.is_dir() else path.parent
+        pass
+    top = project_root.resolve() if project_root is not None else None
+    return top if top is not None and (folder == top or top in folder.parents) else folder
 
 
 def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: HelperLocation | None,
