@@ -262,6 +262,8 @@ class WeightDtypeCast(Rule):
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
+    regions = "sites"
+    dtype_site = True
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.

@@ -127,6 +127,7 @@ class StorageDtypeSentinel(Rule):
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe when the branch guards a cast and is proven equal to the helper / none with reason"
     severity = "warning"
+    in_migration = True  # DTL004's guard rewrite is DTL001's rewrite
 
     VALID = [
         # Comparing with an unpacked dtype is not a sentinel.

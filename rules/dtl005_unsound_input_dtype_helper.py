@@ -207,6 +207,7 @@ class UnsoundInputDtypeHelper(Rule):
                 "where proven to agree, else the missing branch in the unsound helper itself; all proven by the "
                 "evaluator / none with reason")
     reads_helper_callers = True
+    in_migration = True  # the migration fixes an unsound helper in place
 
     VALID = [
         Valid(_SOUND + _CALLER),

@@ -31,13 +31,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.rule_registry import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "docs" / "triage"
 VERDICTS = TRIAGE / "verdicts"
 README = TRIAGE / "README.md"
 QUANTIZABILITY = ROOT / "docs" / "quantizability.md"
 
-RULES = ("DTL001", "DTL002")  # the other rules are triaged with their own documents
+# The dtype-site rules (`dtype_site = True` in their modules) are triaged here, tree by tree; the
+# other rules with their own documents (RULE_CODES).
+RULES = tuple(info.code for info in registry() if info.dtype_site)
 FALSE_CATEGORIES = ("not-quantizable", "exempt-storage", "guarded", "not-activation", "fixed-helper")
 # Short names of the bullets of docs/quantizability.md "Known limits", by the bold words they open with.
 KNOWN_LIMITS = {
@@ -388,7 +392,7 @@ def render_summary(triages: list[Triage], readme: str, rules: list | None = None
 # others the precision is measured, per rule, and decides the rules' defaults (README): a rule is
 # on by default only once it is at least DEFAULT_PRECISION precise on the trees it was not
 # developed on.
-RULE_CODES = ("DTL003", "DTL004", "DTL005")
+RULE_CODES = tuple(info.code for info in registry() if not info.dtype_site)
 RULE_DEV_TREES = (("vllm", "0.27.1"), ("vllm", "0.33.0"))  # where the rules were developed (issue #10)
 RULE_TREES = RULE_DEV_TREES  # older name: the trees issue #10's bar applies to
 RULE_VERDICTS = VERDICTS / "dtl003-005"
@@ -651,7 +655,8 @@ def rule_triages(findings_of, trees: list[tuple[str, str]] | None = None) -> lis
     return out
 
 
-RULES_SUMMARY_HEADER = ("| tree | DTL003 | DTL004 | DTL005 | all three |\n|---|---|---|---|---|")
+RULES_SUMMARY_HEADER = ("| tree | " + " | ".join(RULE_CODES) + " | all |\n|---"
+                        + "|---" * (len(RULE_CODES) + 1) + "|")
 
 
 def _anchor(title: str) -> str:
