@@ -2,7 +2,7 @@
 
 A rule module (`rules/dtlNNN_<name>.py`) declares its metadata as plain class attributes of its
 `Rule` subclass, before its examples and methods: `code`, `name`, `summary`, `default_enabled`,
-`facts`, `fix_availability`, `severity`, `regions`, `dtype_site` and `in_migration` (their
+`facts`, `fix_availability`, `fix_note`, `severity`, `regions`, `dtype_site` and `in_migration` (their
 meaning: `dtype_lint/rule.py`). Everything that needs to know about rules asks here rather
 than keeping its own list of codes: which rules are on by default (config.py), whether files
 may be parsed reduced (analysis/file_analysis.py), which opt-in rules a migration turns on
@@ -30,8 +30,8 @@ from pathlib import Path
 # `dtl001_weight_dtype_cast`: the code is the module name's first six characters.
 RULE_MODULE_NAME = re.compile(r"dtl\d{3}_\w+")
 # The metadata a rule module declares (each has a default on `Rule` in dtype_lint/rule.py).
-DECLARED = ("code", "name", "summary", "default_enabled", "facts", "fix_availability", "severity", "regions",
-            "dtype_site", "in_migration")
+DECLARED = ("code", "name", "summary", "default_enabled", "facts", "fix_availability", "fix_note", "severity",
+            "regions", "dtype_site", "in_migration")
 # What `regions` may say: "sites" (a run reads the functions holding a site line, the class facts,
 # module-level statements, and what `Defs` hands out: engine/regions.py may blank the rest) or
 # "whole-file" (the rule walks the whole tree: any run enabling it parses every file whole).
@@ -60,6 +60,7 @@ class RuleInfo:
     default_enabled: bool
     facts: frozenset[str]
     fix_availability: str  # a FixAvailability value: "always", "sometimes", "none"
+    fix_note: str
     severity: str
     regions: str
     dtype_site: bool
@@ -68,6 +69,16 @@ class RuleInfo:
     @property
     def opt_in(self) -> bool:
         return not self.default_enabled
+
+    def fix_column(self) -> str:
+        """The README rules table's fix cell (as `Rule.fix_column`): the availability, then the note."""
+        return f"{self.fix_availability}: {self.fix_note}" if self.fix_note else self.fix_availability
+
+    def what_column(self) -> str:
+        """The README rules table's description: the summary, after what makes the rule special."""
+        marks = [word for word, applies in (("opt-in", self.opt_in), ("warning", self.severity == "warning"))
+                 if applies]
+        return (f"({', '.join(marks)}) " if marks else "") + self.summary
 
 
 def _literal(node: ast.expr) -> object:
@@ -133,11 +144,16 @@ def read_rule(path: Path) -> RuleInfo:
     return RuleInfo(module=path.stem, **{name: declared[name] for name in DECLARED})  # type: ignore[arg-type]
 
 
+def read_folder(folder: Path) -> tuple[RuleInfo, ...]:
+    """The declarations of every rule module in `folder`, by code (a checkout's `rules/`)."""
+    paths = sorted(path for path in folder.glob("dtl*.py") if RULE_MODULE_NAME.fullmatch(path.stem))
+    return tuple(read_rule(path) for path in paths)
+
+
 @lru_cache(maxsize=1)
 def registry() -> tuple[RuleInfo, ...]:
     """Every rule's declarations, by code; no rule imported."""
-    paths = sorted(path for path in rules_folder().glob("dtl*.py") if RULE_MODULE_NAME.fullmatch(path.stem))
-    return tuple(read_rule(path) for path in paths)
+    return read_folder(rules_folder())
 
 
 def rule_info(code: str) -> RuleInfo | None:

@@ -106,6 +106,7 @@ SLOW_MODULES = {
     "kernels/test_cuda_emulated.py": "kernel emulation (the SIMT emulator runs the CUDA sources)",
     "kernels/test_cuda_compile.py": "kernel compilation",
     "kernels/test_gpu_check_cpu.py": "the GPU check script, run on CPU",
+    "test_add_rule.py": "the rule scaffold in a copy of the checkout, its tests run there",
     "test_mutate.py": "mutation testing",
     "test_crash_consistency.py": "crash consistency (SIGKILL at random points)",
     "test_fuzz.py": "fuzzing (hypothesis)",

@@ -124,3 +124,16 @@ def test_an_undeclared_attribute_takes_the_base_rules_default(tmp_path: Path):
     info = read_rule(module)
     assert (info.default_enabled, info.regions, info.fix_availability, info.facts) == (
         True, "whole-file", "none", frozenset())
+
+
+def test_the_rules_tables_are_generated_from_the_registry():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import readme_rules
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert readme_rules.write_tables(ROOT, check=True) == [], "run python scripts/readme_rules.py"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for info in registry():
+        assert readme_rules.readme_row(info) in readme
+        assert info.opt_in == readme_rules.readme_row(info).split(" | ")[2].startswith("(opt-in")
