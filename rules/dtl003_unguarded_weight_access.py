@@ -112,7 +112,7 @@ names the layer and how it resolved.
 
 ## Known limits
 The guards below are trusted; each can hide a real read where the trust is wrong
-(docs/triage/rules-dtl003-005.md judges every finding on vLLM 0.27.1 and 0.33.0).
+(benchmarks/accuracy/triage/rules-dtl003-005.md judges every finding on vLLM 0.27.1 and 0.33.0).
 - `hasattr` guards are recognised on the same layer expression (`hasattr(self.kv_b_proj,
   "weight")`), not on an alias of it.
 - A backend check trusts the path with every storage of the backends it names: a path for
@@ -150,12 +150,12 @@ The guards below are trusted; each can hide a real read where the trust is wrong
 ## Default
 Off: an opt-in rule, run only when `select` names its code (`--select DTL003`, `extend-select`,
 `ALL`; not a prefix such as `DTL`). Measured with zero configuration against the verdicts of
-docs/triage/rules-dtl003-005.md (every finding removed since that triage was judged FALSE there;
+benchmarks/accuracy/triage/rules-dtl003-005.md (every finding removed since that triage was judged FALSE there;
 none was added): on the trees it was developed on, vLLM 0.27.1 33 of 34 TRUE (97%) and 0.33.0 18
 of 19 (95%); on the others, vLLM 0.30.0 17 of 19 (89%), aphrodite-engine 0.24.1 16 of 18 (89%),
 sglang 0.5.23 94 of 135 (70%), vllm-omni 0.30.0 5 of 5, vllm-ascend 0.23.0 0 of 2,
 tpu-inference 0.32.0 none (its 17 findings, all FALSE, were in its tests): 132 of 179 (74%),
-below the 95% a default rule needs (docs/triage/README.md). Most of what is left: draft
+below the 95% a default rule needs (benchmarks/accuracy/triage/README.md). Most of what is left: draft
 models' `get_embed_and_head` (no caller the index can see), flags built from a constructor
 parameter or from a sibling layer's storage, configs restricted by values, and platforms that
 admit only backends keeping `.weight` (Known limits).
@@ -423,7 +423,7 @@ class UnguardedWeightAccess(Rule):
     code = "DTL003"
     name = "unguarded-weight-access"
     summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
-    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
+    default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "layers", "flows", "guards", "tree"})
     fix_availability = FixAvailability.NONE

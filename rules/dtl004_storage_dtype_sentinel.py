@@ -73,7 +73,7 @@ storage dtype, and the finding says so.
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL004`, or
 `extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured with zero
-configuration on the trees it was not developed on (docs/triage/README.md): 5 of 5 findings TRUE
+configuration on the trees it was not developed on (benchmarks/accuracy/triage/README.md): 5 of 5 findings TRUE
 (sglang 0.5.23's 3, vLLM 0.30.0's and aphrodite-engine's 1 each; before the dispatch test above,
 none of sglang's 11 was worth acting on). Precise where it fires, but five findings are too few to
 turn a rule on (the bar is 95% over at least 30), so it stays opt-in.
@@ -121,7 +121,7 @@ class StorageDtypeSentinel(Rule):
     code = "DTL004"
     name = "storage-dtype-sentinel"
     summary = "branch compares a quantizable layer's storage dtype with int32/uint8/int8/fp8 outside the helper"
-    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
+    default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
     facts = frozenset({"candidates", "layers", "fixes", "tree", "imports"})
     fix_availability = FixAvailability.SOMETIMES

@@ -55,7 +55,7 @@ for fp8 storage: an unknown to the evaluator, so fp8 is not reported) with the s
 and its call sites `mla_attention.py:2980`, `:3103` and `kimi_k3/nvidia/mla.py:851`. In 0.28.0
 the call sites are rewritten to the configured helper (proven to agree on every case upstream
 gets right); in 0.33.0 they cannot be (the ModelOpt case), so the fix is the two-line branch in
-`_get_kv_b_proj_input_dtype` itself (docs/upstream/vllm-0.33.0/ holds it as a patch). 0.27.1 has
+`_get_kv_b_proj_input_dtype` itself (tests/goldens/upstream/vllm-0.33.0/ holds it as a patch). 0.27.1 has
 no such function.
 
 ## Example
@@ -125,7 +125,7 @@ wrong case.
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
 `extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured with zero
-configuration on the trees it was not developed on (docs/triage/README.md): 8 of 8 findings TRUE
+configuration on the trees it was not developed on (benchmarks/accuracy/triage/README.md): 8 of 8 findings TRUE
 (one helper and its callers in vLLM 0.30.0 and in aphrodite-engine 0.24.1; sglang 0.5.23's 3 FALSE
 findings, whose callers all pass a plain `nn.Linear`, are no longer reported now that a helper is
 judged by its callers). Too few findings to turn a rule on (the bar is 95% over at least 30), so it
@@ -198,7 +198,7 @@ class UnsoundInputDtypeHelper(Rule):
     code = "DTL005"
     name = "unsound-input-dtype-helper"
     summary = "an input-dtype helper returns an integer storage dtype (or raises, or keeps fp8) for some storage"
-    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
+    default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = WEIGHT_SITE_PATTERNS + (r"\.params_dtype\b",)
     marker = "dtype"
     facts = frozenset({"functions", "helpers", "fixes", "layers"})
