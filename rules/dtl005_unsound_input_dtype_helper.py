@@ -142,11 +142,11 @@ import ast
 import os
 
 from dtype_lint.analysis.foreign_calls import calls_elsewhere
+from dtype_lint.analysis.helper_calls import def_name_node, fed_cast, layer_argument
 from dtype_lint.analysis.helper_functions import KnownHelper
-from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS, cast_dtype_args
-from dtype_lint.dtypes.evaluator import AFTER_ERROR, Case, Table, alternatives, evaluate_helper, unsound_cases
-from dtype_lint.findings import Edit, Evidence, Fix
-from dtype_lint.fix.helper_template import helper_table
+from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
+from dtype_lint.findings import Evidence
+from dtype_lint.fix.helper_repair import missing_branch_fix, route_blocker, route_fix
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _UPSTREAM_SHAPE = """\
@@ -273,11 +273,11 @@ class UnsoundInputDtypeHelper(Rule):
                     and not any(c.may_be_packed for c in elsewhere):
                 continue
             if h.configured:
-                fix, reason = _helper_fix(ctx, fn, h)
-            elif blocker := _route_blocker(ctx, h):
+                fix, reason = missing_branch_fix(ctx.source, fn, h)
+            elif blocker := route_blocker(ctx.fixes, ctx.config.template, h):
                 # Its callers cannot be routed to the configured helper: the one automatic fix
                 # left is the missing branch where it is defined.
-                fix, reason = _helper_fix(ctx, fn, h)
+                fix, reason = missing_branch_fix(ctx.source, fn, h)
                 reason = reason and f"{blocker}; {reason}"
             else:
                 fix, reason = None, _no_fix_reason(h)
@@ -285,7 +285,7 @@ class UnsoundInputDtypeHelper(Rule):
             callers_seen = tuple(Evidence(f"called from {os.path.basename(c.path)} with `{c.layer}`, which a "
                                           "backend may pack", c.path, c.line)
                                  for c in elsewhere if c.may_be_packed)[:2]
-            ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
+            ctx.report(def_name_node(ctx.source, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
                        no_fix_reason=reason, expression=f"def {fn.name}", kind="definition",
                        evidence=callers_seen)
         for c in ctx.every_function:
@@ -295,10 +295,10 @@ class UnsoundInputDtypeHelper(Rule):
                 h = ctx.helpers.called(node, c.scope)
                 if h is None or h.table is None or not h.unsound or not h.decides:
                     continue
-                cast = _fed_cast(node, c)
+                cast = fed_cast(node, c)
                 if cast is None or not _may_be_packed(ctx, node, c):
                     continue
-                fix, reason = _route_fix(ctx, node, h)
+                fix, reason = route_fix(ctx.source, ctx.fixes, ctx.config.template, node, h)
                 here = h.path == ctx.source.path
                 ctx.report(node, _call_message(h, cast), fix=fix, kind="call",
                            no_fix_reason=reason, severity="warning",
@@ -306,17 +306,11 @@ class UnsoundInputDtypeHelper(Rule):
                                               h.path, h.line),))
 
 
-def _layer_arg(call: ast.Call) -> ast.expr | None:
-    if call.args and not isinstance(call.args[0], ast.Starred):
-        return call.args[0]
-    return next((k.value for k in call.keywords if k.arg in ("layer", "module", "linear")), None)
-
-
 def _may_be_packed(ctx: RuleContext, call: ast.Call, c) -> bool:
     """Can the layer this call hands the helper have a storage the helper decides wrongly? False
     only when the layer resolves and no backend gives it a non-compute storage (a plain
     `nn.Linear`, a layer built without a quant config)."""
-    arg = _layer_arg(call)
+    arg = layer_argument(call)
     if arg is None:
         return True
     inst = ctx.layers.resolve(arg, c.scope)
@@ -364,140 +358,3 @@ def _no_fix_reason(h: KnownHelper) -> str:
 def _call_message(h: KnownHelper, cast: ast.Call) -> str:
     return (f"`{h.name}(...)` feeds the cast at line {cast.lineno}, and `{h.name}` is wrong for some storage: "
             + "; ".join(h.wrong_cases()))
-
-
-def _name_node(ctx: RuleContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
-    """The function's name on its `def` line, for the finding's span."""
-    line = ctx.source.line(fn.lineno)
-    raw = line.encode("utf-8")
-    start = raw.find(f"def {fn.name}".encode()) + 4
-    if start < 4:
-        start = fn.col_offset
-    node = ast.Name(id=fn.name)
-    node.lineno = node.end_lineno = fn.lineno
-    node.col_offset, node.end_col_offset = start, start + len(fn.name.encode("utf-8"))
-    return node
-
-
-def _fed_cast(call: ast.Call, c) -> ast.Call | None:
-    """The cast this call's result feeds: as the cast's dtype (alone or in `... or x.dtype`), or
-    through a local name assigned from it and cast to in this function or one nested in it."""
-    parents = c.parents
-    node, parent = call, parents.get(id(call))
-    while isinstance(parent, (ast.BoolOp, ast.keyword)):
-        node, parent = parent, parents.get(id(parent))
-    if isinstance(parent, ast.Call) and any(a is node or a is getattr(node, "value", None)
-                                            for a in cast_dtype_args(parent)):
-        return parent
-    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
-        return None
-    name = parent.targets[0].id
-    for sub in ast.walk(c.fn):
-        if isinstance(sub, ast.Call):
-            for arg in cast_dtype_args(sub):
-                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(arg)):
-                    return sub
-    return None
-
-
-def _helper_fix(ctx: RuleContext, fn, h: KnownHelper) -> tuple[Fix | None, str]:
-    """One branch returning `params_dtype` for exactly the wrong cases, inserted after the
-    assignment of the variable the function finally returns; proven by evaluating the result."""
-    if any(v == AFTER_ERROR for _c, v in h.unsound):
-        return None, "the helper reads `.weight` without a fallback (`getattr(layer, \"weight\", None)`): not a plain branch"
-    last = fn.body[-1]
-    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Name)):
-        return None, "the helper does not end in `return <weight dtype>`: add the missing case by hand"
-    var = last.value.id
-    assigns = [s for s in fn.body if isinstance(s, ast.Assign) and len(s.targets) == 1
-               and isinstance(s.targets[0], ast.Name) and s.targets[0].id == var]
-    every = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Store)]
-    if len(assigns) != 1 or len(every) != 1:
-        return None, f"`{var}` is not assigned once at the top of the helper: add the missing case by hand"
-    layer = fn.args.posonlyargs + fn.args.args
-    layer = [a.arg for a in layer if a.arg not in ("self", "cls")][0]
-    flags_in_table = h.table.flags
-    parts = []
-    by_storage: dict[str | None, set[bool]] = {}
-    for case, _v in h.unsound:
-        by_storage.setdefault(case.storage, set()).add(case.flag)
-    for storage, flags in by_storage.items():
-        test = f"{var} == torch.{storage}"
-        if len(flags) < len(flags_in_table):
-            flag_test = h.flag_param if True in flags else f"not {h.flag_param}"
-            test = f"({test} and {flag_test})"
-        parts.append(test)
-    if len(parts) == 1 and parts[0].startswith("("):
-        parts[0] = parts[0][1:-1]
-    assign = assigns[0]
-    src = ctx.source
-    indent = src.indent_of(assign.lineno)
-    unit = src.indent_of(fn.body[0].lineno)[len(src.indent_of(fn.lineno)):] or "    "
-    nl = src.newline
-    text = f"{indent}if {' or '.join(parts)}:{nl}{indent}{unit}return {layer}.params_dtype{nl}"
-    at = src.offset(assign.end_lineno + 1, 0) if assign.end_lineno < len(src.lines) else len(src.text)
-    patched = src.text[:at] + text + src.text[at:]
-    why = _still_wrong(patched, fn.name, fn.lineno, h.table)
-    if why:
-        return None, why
-    return Fix(f"return `{layer}.params_dtype` for the wrong cases (proven by the dtype evaluator)", True,
-               (Edit(at, at, text),)), ""
-
-
-def _still_wrong(patched: str, name: str, line: int, before: Table) -> str:
-    try:
-        tree = ast.parse(patched)
-    except SyntaxError:
-        return "the branch would not parse here"
-    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and n.name == name and n.lineno == line), None)
-    try:
-        after = evaluate_helper(fn, tree) if fn is not None else None
-    except Exception as e:  # noqa: BLE001 - whatever the evaluator refuses, the fix is off
-        return f"the patched helper cannot be evaluated ({e})"
-    if after is None or unsound_cases(after):
-        return "the branch would not make the helper sound"
-    wrong = {c for c, _ in unsound_cases(before)}
-    if any(after.get(c) != v for c, v in before.rows if c not in wrong):
-        return "the branch would change a case the helper gets right"
-    return ""
-
-
-def _route_blocker(ctx: RuleContext, h: KnownHelper, has_flag: bool = True) -> str:
-    """Why calls of `h` cannot become calls of the configured helper ("" when they can): some
-    case `h` gets right is decided otherwise (or not surely) by the configured helper."""
-    planner = ctx.fixes
-    if planner.helper_wrong_cases:
-        return f"the configured helper `{planner.func}` is unsound too"
-    cfg = helper_table(planner.module, planner.func, ctx.config.template, planner.helper_path)
-    if cfg is None:
-        return f"`{planner.func}` is beyond the dtype evaluator"
-    default = planner.flag_default == "True"
-    wrong = {c for c, _ in h.unsound}
-    for case, value in h.table.rows:
-        if case in wrong:
-            continue
-        theirs = cfg.get(case if has_flag else Case(case.storage, default))
-        if len(alternatives(value)) > 1 or value != theirs:
-            return f"`{h.name}` and `{planner.func}` decide {case.describe()} differently ({value} vs {theirs})"
-    return ""
-
-
-def _route_fix(ctx: RuleContext, call: ast.Call, h: KnownHelper) -> tuple[Fix | None, str]:
-    """Call the configured helper instead, when it decides every case `h` gets right the same way."""
-    planner = ctx.fixes
-    if h.configured:
-        return None, f"fix `{h.name}` itself (reported at its definition)"
-    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args) or not 1 <= len(call.args) <= 2:
-        return None, f"`{h.name}` is called with keywords or other arguments: route it to `{planner.func}` by hand"
-    has_flag = len(call.args) == 2
-    blocker = _route_blocker(ctx, h, has_flag)
-    if blocker:
-        return None, (f"{blocker}; route it by hand, or take the fix offered where `{h.name}` is defined "
-                      "(its missing cases as one branch)")
-    edits = [Edit(*ctx.source.node_offsets(call.func), planner.name)]
-    if not has_flag:
-        _, end = ctx.source.node_offsets(call.args[0])
-        edits.append(Edit(end, end, f", {planner.flag_default}"))
-    return planner.helper_fix(f"call `{planner.func}` instead of `{h.name}` (they agree on every storage "
-                              f"`{h.name}` gets right)", edits, True), ""
