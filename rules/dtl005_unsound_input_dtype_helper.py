@@ -26,37 +26,9 @@ once, and looks fixed. vLLM 0.28.0's `_get_kv_b_proj_input_dtype` (PR #38771) ma
 `return weight_dtype`: a `kv_b_proj` with `torch.int8` storage (compressed-tensors or Quark
 W8A8-INT8) gets its latent cast to int8, truncating it.
 
-It also keeps an fp8 activation for an NVFP4 (uint8) `kv_b_proj` during fp8 prefill, and that
-combination is reachable upstream. MLA decides fp8 prefill from the KV-cache dtype, the user's
-`use_prefill_query_quantization` and the prefill backend, never from `kv_b_proj`'s
-quantization (`determine_prefill_query_data_type`: vLLM 0.28.0
-`model_executor/layers/attention/mla_attention.py:2023-2041`, 0.33.0 `:2357-2374`, gated by
-`backend_supports_prefill_query_quantization`: 0.28.0 `:1613-1638`, 0.33.0 `:1903-1928`,
-SM100 with the FLASHINFER, TRTLLM_RAGGED or TOKENSPEED_MLA prefill backend). On that path the
-chunked-context workspace is allocated in the query dtype (0.28.0 `:2155`, 0.33.0 `:2493`) and
-filled without dequantization (`cp_gather_cache`: 0.28.0 `:2638` and `:2747`, 0.33.0 `:3028` and
-`:3143`), so `kv_c_normed` is fp8; `use_fp8_prefill` (0.28.0 `:2601`, 0.33.0 `:2979`) makes the
-helper return None for uint8 storage, the cast is skipped (0.28.0 `:2650`, 0.33.0 `:3040`), the
-fp8 latent enters `kv_b_proj` (0.28.0 `:2653`, 0.33.0 `:3043`), and every NVFP4 linear kernel
-quantizes its input with `scaled_fp4_quant`, which
-asserts fp16/bf16 input (`_custom_ops.py`: 0.28.0 `:1563`, 0.33.0 `:1566`). ModelOpt NVFP4
-quantizes every `LinearBase` not excluded, `kv_b_proj` included (0.33.0
-`quantization/modelopt.py:228-256`), and its checkpoints usually ship an fp8 KV cache. vLLM
-0.27.1's inline guard (`mla_attention.py:2363-2373`, `:2526-2534`) skips the cast for uint8 the
-same way.
-
-What it finds in vLLM: 0.28.0 — `_get_kv_b_proj_input_dtype`
-(`mla_attention.py:365`): "uint8 storage, fp8_input=True → returns None (keeps the fp8
-activation); int8 storage → returns torch.int8", and, as warnings, its three call sites that
-feed the `kv_c_normed` cast (`mla_attention.py:2602` and `:2707`, and
-`models/kimi_k3/nvidia/mla.py:771`, which imports it). 0.33.0 — the same function
-(`mla_attention.py:379`, which now also returns ModelOpt FP8_PB_WO's `quant_method.input_dtype`
-for fp8 storage: an unknown to the evaluator, so fp8 is not reported) with the same two cases,
-and its call sites `mla_attention.py:2980`, `:3103` and `kimi_k3/nvidia/mla.py:851`. In 0.28.0
-the call sites are rewritten to the configured helper (proven to agree on every case upstream
-gets right); in 0.33.0 they cannot be (the ModelOpt case), so the fix is the two-line branch in
-`_get_kv_b_proj_input_dtype` itself (tests/goldens/upstream/vllm-0.33.0/ holds it as a patch). 0.27.1 has
-no such function.
+It also keeps an fp8 activation for an NVFP4 (uint8) `kv_b_proj` during fp8 prefill, a path that
+is reachable upstream; docs/mla-fp8-prefill.md traces it through vLLM 0.28.0 and 0.33.0 line by
+line, and lists what this rule finds in vLLM 0.27.1, 0.28.0 and 0.33.0.
 
 ## Example
 ```python
@@ -142,7 +114,7 @@ import ast
 import os
 
 from dtype_lint.analysis.foreign_calls import calls_elsewhere
-from dtype_lint.analysis.helper_calls import def_name_node, fed_cast, layer_argument
+from dtype_lint.analysis.helper_calls import callers_here, def_name_node, fed_cast, may_be_packed
 from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
 from dtype_lint.findings import Evidence
@@ -178,15 +150,6 @@ class Attn:
             kv_c = kv_c.to(kv_dtype)
         return self.kv_b_proj(kv_c)
 """
-_QUANT_METHOD_SHAPE = _UPSTREAM_SHAPE.replace(
-    "    if weight_dtype == current_platform.fp8_dtype() and not use_fp8_prefill:\n        return None\n",
-    "    if weight_dtype == current_platform.fp8_dtype():\n"
-    "        from pkg.quant import BlockFp8LinearMethod\n\n"
-    "        # Block-FP8 quantizes its bf16 input itself.\n"
-    "        if isinstance(getattr(layer, \"quant_method\", None), BlockFp8LinearMethod):\n"
-    "            return None\n"
-    "        if not use_fp8_prefill:\n"
-    "            return None\n")
 _CONFIGURED = {"helper": "pkg.layer_input_dtype:kv_b_proj_input_dtype"}
 _PATCH = ("    weight_dtype = weight.dtype if weight is not None else layer.params_dtype\n"
           "    if (weight_dtype == torch.uint8 and use_fp8_prefill) or weight_dtype == torch.int8:\n"
@@ -231,14 +194,6 @@ class UnsoundInputDtypeHelper(Rule):
                                   + _CALLER.replace("kv_dtype = kv_b_proj_input_dtype(",
                                                     "kv_dtype = get_layer_input_dtype(")),
         ),
-        # Its fp8 case asks the quant method, which the evaluator cannot know: the callers cannot
-        # be proven to agree with the configured helper, so the helper gets the branch in place.
-        Invalid(
-            _QUANT_METHOD_SHAPE + _CALLER, count=2,
-            message_contains=("int8 storage → returns torch.int8",),
-            expected_replacement=_QUANT_METHOD_SHAPE.replace(
-                "    weight_dtype = weight.dtype if weight is not None else layer.params_dtype\n", _PATCH) + _CALLER,
-        ),
         # The configured helper itself: the missing cases become one plain branch.
         Invalid(
             _UPSTREAM_SHAPE, settings=_CONFIGURED,
@@ -258,7 +213,7 @@ class UnsoundInputDtypeHelper(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         functions = {id(c.fn): c for c in ctx.every_function}
-        callers = _callers_here(ctx)
+        callers = callers_here(ctx)
         for fn, _class_q, h in ctx.helpers.defined:
             function = functions.get(id(fn))
             if (function is not None and ctx.is_exempt(function)) or h.table is None or not h.unsound or not h.decides:
@@ -296,7 +251,7 @@ class UnsoundInputDtypeHelper(Rule):
                 if h is None or h.table is None or not h.unsound or not h.decides:
                     continue
                 cast = fed_cast(node, c)
-                if cast is None or not _may_be_packed(ctx, node, c):
+                if cast is None or not may_be_packed(ctx, node, c):
                     continue
                 fix, reason = route_fix(ctx.source, ctx.fixes, ctx.config.template, node, h)
                 here = h.path == ctx.source.path
@@ -304,34 +259,6 @@ class UnsoundInputDtypeHelper(Rule):
                            no_fix_reason=reason, severity="warning",
                            evidence=(Evidence(f"`{h.name}` is defined {'here' if here else 'in ' + h.qualname}",
                                               h.path, h.line),))
-
-
-def _may_be_packed(ctx: RuleContext, call: ast.Call, c) -> bool:
-    """Can the layer this call hands the helper have a storage the helper decides wrongly? False
-    only when the layer resolves and no backend gives it a non-compute storage (a plain
-    `nn.Linear`, a layer built without a quant config)."""
-    arg = layer_argument(call)
-    if arg is None:
-        return True
-    inst = ctx.layers.resolve(arg, c.scope)
-    if inst.qualname is None and inst.config != "none":
-        return True  # unresolved: the helper's own verdict stands
-    return ctx.layer_verdict(arg, c, site=call) is not None
-
-
-def _callers_here(ctx: RuleContext) -> dict[str, list[bool]]:
-    """Helper name → for each call of it in this file, whether the layer it passes may be packed."""
-    out: dict[str, list[bool]] = {}
-    names = {fn.name for fn, _q, _h in ctx.helpers.defined}
-    if not names:
-        return out
-    for c in ctx.every_function:
-        if not ctx.helpers.may_call_helper(c.fn):
-            continue  # no line of it names a helper of this file
-        for node in c.walk.of(ast.Call):
-            if isinstance(node.func, ast.Name) and node.func.id in names:
-                out.setdefault(node.func.id, []).append(_may_be_packed(ctx, node, c))
-    return out
 
 
 def _scope_of(h: KnownHelper) -> str:

@@ -137,3 +137,11 @@ def test_the_rules_tables_are_generated_from_the_registry():
     for info in registry():
         assert readme_rules.readme_row(info) in readme
         assert info.opt_in == readme_rules.readme_row(info).split(" | ")[2].startswith("(opt-in")
+
+
+@pytest.mark.parametrize("info", registry(), ids=lambda info: info.code)
+def test_a_rule_module_stays_readable_in_one_sitting(info):
+    """At most 300 lines with its docs and examples: the analysis a rule needs lives in modules named
+    for it (dtype_lint/analysis/, dtype_lint/fix/), its longer test programs in tests/rules/."""
+    lines = (ROOT / "rules" / f"{info.module}.py").read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"{info.module}.py has {lines} lines"

@@ -48,3 +48,33 @@ def def_name_node(source, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST
     node.lineno = node.end_lineno = fn.lineno
     node.col_offset, node.end_col_offset = start, start + len(fn.name.encode("utf-8"))
     return node
+
+
+def may_be_packed(context, call: ast.Call, function) -> bool:
+    """Can the layer this call hands the helper have a storage the helper decides wrongly? False
+    only when the layer resolves and no backend gives it a non-compute storage (a plain
+    `nn.Linear`, a layer built without a quant config). `context`: the rule's, for its layers
+    and their verdicts."""
+    argument = layer_argument(call)
+    if argument is None:
+        return True
+    instance = context.layers.resolve(argument, function.scope)
+    if instance.qualname is None and instance.config != "none":
+        return True  # unresolved: the helper's own verdict stands
+    return context.layer_verdict(argument, function, site=call) is not None
+
+
+def callers_here(context) -> dict[str, list[bool]]:
+    """Helper name → for each call of it in this file, whether the layer it passes may be packed
+    (`context`: the rule's, for its helpers and functions)."""
+    out: dict[str, list[bool]] = {}
+    names = {fn.name for fn, _q, _h in context.helpers.defined}
+    if not names:
+        return out
+    for function in context.every_function:
+        if not context.helpers.may_call_helper(function.fn):
+            continue  # no line of it names a helper of this file
+        for node in function.walk.of(ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in names:
+                out.setdefault(node.func.id, []).append(may_be_packed(context, node, function))
+    return out
