@@ -165,21 +165,26 @@ def codes() -> tuple[str, ...]:
     return tuple(info.code for info in registry())
 
 
+# The sets below are asked per file and per finding (Config.enabled); a process's rules do not change.
+@lru_cache(maxsize=1)
 def opt_in_codes() -> frozenset[str]:
     """The rules off unless `select` names their exact code (or ALL)."""
     return frozenset(info.code for info in registry() if info.opt_in)
 
 
+@lru_cache(maxsize=1)
 def reduced_parsing_codes() -> frozenset[str]:
     """The rules that read a file only in the regions engine/regions.py keeps."""
     return frozenset(info.code for info in registry() if info.regions == "sites")
 
 
+@lru_cache(maxsize=1)
 def dtype_site_codes() -> frozenset[str]:
     """The rules that report a layer's weight dtype used as a compute dtype (a cast, an allocation)."""
     return frozenset(info.code for info in registry() if info.dtype_site)
 
 
+@lru_cache(maxsize=1)
 def migration_codes() -> tuple[str, ...]:
     """The opt-in rules a migration turns on (their fixes are part of routing every site)."""
     return tuple(info.code for info in registry() if info.opt_in and info.in_migration)
