@@ -156,10 +156,6 @@ def registry() -> tuple[RuleInfo, ...]:
     return read_folder(rules_folder())
 
 
-def rule_info(code: str) -> RuleInfo | None:
-    return next((info for info in registry() if info.code == code), None)
-
-
 def codes() -> tuple[str, ...]:
     """Every rule's code, in order."""
     return tuple(info.code for info in registry())
@@ -176,12 +172,6 @@ def opt_in_codes() -> frozenset[str]:
 def reduced_parsing_codes() -> frozenset[str]:
     """The rules that read a file only in the regions engine/regions.py keeps."""
     return frozenset(info.code for info in registry() if info.regions == "sites")
-
-
-@lru_cache(maxsize=1)
-def dtype_site_codes() -> frozenset[str]:
-    """The rules that report a layer's weight dtype used as a compute dtype (a cast, an allocation)."""
-    return frozenset(info.code for info in registry() if info.dtype_site)
 
 
 @lru_cache(maxsize=1)
