@@ -229,7 +229,7 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
     assert any("`e.py:1` is TRUE and no longer reported" in p for p in problems)
     assert any("`d.py:9` is reported now" in p for p in problems)
     page = triage.render(t)
-    assert "| `c.py:7` | [known limit: Value flow is one step deep](../quantizability.md#known-limits) |" in page
+    assert "| `c.py:7` | [known limit: Value flow is one step deep](../../../docs/quantizability.md#known-limits) |" in page
     assert "- `f.py:2` DTL001: m" in page
     assert "## Notes\n\nA bug's reproduction.\n\n## Findings" in page
 
