@@ -83,6 +83,8 @@ class RuleInfo:
 
 def _literal(node: ast.expr) -> object:
     """The value of a declaration: a literal, `frozenset({...})`, or `FixAvailability.X` ("x")."""
+    if isinstance(node, ast.Constant):
+        return node.value  # most declarations, read without literal_eval's walk
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "frozenset":
         return frozenset(ast.literal_eval(node.args[0])) if node.args else frozenset()
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "FixAvailability":
