@@ -32,6 +32,7 @@ from dtype_lint.cli_output import (
     rule_doc,
 )
 from dtype_lint.reporters import FORMATS
+from dtype_lint.rule_registry import opt_in_codes
 
 
 def _codes(value: str) -> list[str]:
@@ -76,7 +77,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "`--add-noqa=REASON` `# dtype-lint: ignore[CODE] REASON`")
     c.add_argument("--select", type=_codes,
                    help="comma-separated codes or prefixes to enable (e.g. DTL001); the opt-in rules "
-                   "DTL003-DTL005 run only when named by code (or ALL)")
+                   f"{', '.join(sorted(opt_in_codes()))} run only when named by code (or ALL)")
     c.add_argument("--extend-select", type=_codes,
                    help="comma-separated codes or prefixes to enable on top of `select`")
     c.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes to disable")

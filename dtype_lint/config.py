@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from dtype_lint.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
+from dtype_lint.rule_registry import opt_in_codes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,13 +27,6 @@ class ConfigError(Exception):
 _CODE = re.compile(r"^DTL\d{0,3}$|^ALL$")
 _HELPER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _QUALNAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
-
-
-# Rules off by default: not yet precise (>= 95%) on trees they were not developed on (see
-# docs/triage/README.md). A rule here runs only when `select` names its exact code (or "ALL"): a
-# prefix such as "DTL" does not turn it on. Each rule class says the same (`Rule.default_enabled`),
-# which a test checks; the list lives here so that deciding what is enabled imports no rule.
-OPT_IN_RULES = frozenset({"DTL003", "DTL004", "DTL005"})
 
 
 @dataclass
@@ -95,7 +89,10 @@ class Config:
 
         if not matches(self.select) or matches(self.ignore):
             return False
-        if code in OPT_IN_RULES and not any(p in ("ALL", code) for p in self.select):
+        # An opt-in rule (`default_enabled = False`: not yet precise off the trees it was developed
+        # on) runs only when `select` names its exact code or ALL: a prefix such as "DTL" does not
+        # turn it on. The rule module says so; the registry reads it without importing the rule.
+        if code in opt_in_codes() and not any(p in ("ALL", code) for p in self.select):
             return False
         if path is not None and self.per_file_ignores:
             import fnmatch

@@ -101,6 +101,8 @@ def explain(site: str, config_file: str | None = None) -> str:
                     for e in s.evidence:
                         out.append(f"        {_where(e)}{e.message}")
         out.extend(_platforms(model, inst.qualname))
+        # Not a list of rules to keep in step with rules/: the two storage questions the storage
+        # model answers (a non-compute storage, no `weight`), named by the rules that ask them.
         for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
             verdict = resolver.quantizable(inst, text_of, None, need)
             out.append(f"  {code}: " + ("reported unless a guard dominates the site" if verdict

@@ -53,7 +53,7 @@ PACKAGES = {"vllm": "vllm", "sglang": "sglang", "aphrodite-engine": "aphrodite",
             # Hugging Face model code: quantizers replace its modules at load time (docs/hf.md).
             "transformers": "transformers", "diffusers": "diffusers", "peft": "peft",
             # Out-of-tree vLLM projects: they import vLLM's layers without containing vLLM (the
-            # catalogue path, docs/quantizability.md), triaged in docs/triage/.
+            # catalogue path, docs/quantizability.md), triaged in benchmarks/accuracy/triage/.
             "vllm-omni": "vllm_omni", "vllm-ascend": "vllm_ascend",
             # vLLM's TPU backend (JAX and torchax): vLLM's layers with its own quantization methods.
             "tpu-inference": "tpu_inference",

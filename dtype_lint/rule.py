@@ -41,7 +41,7 @@ from typing import ClassVar
 
 from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
-from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
+from dtype_lint.analysis.hf_family import backend_words, hf_storages
 from dtype_lint.analysis.layers import LayerResolver
 from dtype_lint.analysis.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.storage_model import ABSENT, why_storage
@@ -119,8 +119,19 @@ class Rule:
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
     # False: off unless `select` names the code (measured precision below 95% off the trees it was
-    # developed on; config.OPT_IN_RULES holds the same codes).
+    # developed on). Read without importing the rule (dtype_lint/rule_registry.py), as are the
+    # other declarations: each must be a literal.
     default_enabled: ClassVar[bool] = True
+    # The parts of a file the rule reads: "sites" (the functions holding a line its patterns match,
+    # the class facts, module-level statements: engine/regions.py may blank every other function
+    # body) or "whole-file" (it walks the whole tree; a run enabling it parses every file whole).
+    regions: ClassVar[str] = "whole-file"
+    # It reports a layer's weight dtype used as a compute dtype (a cast, an allocation): every
+    # ecosystem family answers for such sites, and the triage judges them tree by tree.
+    dtype_site: ClassVar[bool] = False
+    # An opt-in rule that `dtype-lint migrate` turns on: its fixes are part of routing every site
+    # through the helper.
+    in_migration: ClassVar[bool] = False
     # Analyse files that import a helper-shaped function from another file even when their text
     # matches no pattern (a call site of the helper needs no `.weight` on its lines).
     reads_helper_callers: ClassVar[bool] = False
@@ -542,7 +553,7 @@ class RuleContext:
             verdict = self._from_callers(layer, where, need)
         if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
             return None
-        if verdict is not None and hf_storages(verdict[1]) is not None and self.rule.code not in DTYPE_SITE_RULES:
+        if verdict is not None and hf_storages(verdict[1]) is not None and not self.rule.dtype_site:
             return None
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict

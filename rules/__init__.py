@@ -1,33 +1,29 @@
 """One rule per module, discovered: each `dtlNNN_<name>.py` here defines one `Rule` subclass.
 
-Adding a rule is adding its module (and its tests); nothing else lists rules. The test suite runs
-every rule's VALID/INVALID examples, `dtype-lint rule CODE` prints its docstring, the prefilter
-takes its `patterns`, and docs/rules/CODE.md is generated from it.
+Adding a rule is adding its module (and its tests); nothing else lists rules (`python
+scripts/add_rule.py` writes both, CONTRIBUTING.md). The test suite runs every rule's VALID/INVALID
+examples, `dtype-lint rule CODE` prints its docstring, the prefilter takes its `patterns`, and
+docs/rules/CODE.md is generated from it.
 
-A rule's code is its module's name (`dtl001_...` defines DTL001), so the codes are known without
-importing a rule, and a run imports only the rules it enables (`enabled`): the default run's two
-of five, which spares a pre-commit run the import of the others and of what only they use.
-`ALL_RULES` and `RULES_BY_CODE` import every rule, on first use.
+A rule's code is its module's name (`dtl001_...` defines DTL001), and what it declares (default,
+facts, fix availability, regions) is read from its text by dtype_lint/rule_registry.py, so both
+are known without importing a rule, and a run imports only the rules it enables (`enabled`): the
+default run's, which spares a pre-commit run the import of the opt-in ones and of what only they
+use. `ALL_RULES` and `RULES_BY_CODE` import every rule, on first use.
 """
 
 from __future__ import annotations
 
 import importlib
-import re
 from functools import lru_cache
 
 from dtype_lint.rule import Rule
+from dtype_lint.rule_registry import registry
 
-_MODULE_NAME = re.compile(r"dtl\d{3}_\w+")
 
-
-@lru_cache(maxsize=1)
 def _modules() -> tuple[tuple[str, str], ...]:
     """(code, module name) of every rule module, by code; nothing imported."""
-    import pkgutil
-
-    return tuple(sorted((info.name[:6].upper(), info.name) for info in pkgutil.iter_modules(__path__)
-                        if _MODULE_NAME.fullmatch(info.name)))
+    return tuple((info.code, info.module) for info in registry())
 
 
 def codes() -> tuple[str, ...]:

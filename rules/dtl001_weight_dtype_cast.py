@@ -71,14 +71,13 @@ not packed (float16, bfloat16, float32, float64, complex32/64/128, and fp8 with
 and the fix says on which storages it would cast differently. The templates answer the weight's
 own dtype on every floating and complex storage (complex weights are data, not packed integers).
 
-No fix either in code that TorchScript scripts or torch.fx traces: the helper takes an
-`nn.Module` (TorchScript cannot compile it) and branches on the weight's dtype (fx traces it as a
-proxy). The finding stays, and says which code compiles it (`torch.jit.script(Attn(...))` on
-line 30, `@torch.jit.script`, a `torch.jit.ScriptModule`, `torch.fx.symbolic_trace`, a
-`Tracer().trace`, or a module that builds it as a submodule; also through local names for them:
-`script as S`, `sj = torch.jit.script`, `import torch.jit as J`). This is read from the site's own
-file: a class scripted from another file is not seen, and its fix breaks scripting there. `torch.compile`, `torch.export`,
-`torch.compiler.disable` and CUDA-graph capture run the helper as Python and are fixed as usual.
+No fix either in code that TorchScript scripts or torch.fx traces (the helper takes an
+`nn.Module` and branches on the weight's dtype, which neither compiles): the finding stays and says
+which code compiles it (`torch.jit.script(Attn(...))` on line 30, `@torch.jit.script`, a
+`torch.jit.ScriptModule`, `torch.fx.symbolic_trace`, a `Tracer().trace`, a module that builds it
+as a submodule, also through local names: `script as S`, `import torch.jit as J`), read from the
+site's own file only. `torch.compile`, `torch.export`, `torch.compiler.disable` and CUDA-graph
+capture run the helper as Python and are fixed as usual.
 
 ## Known limits
 A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one
@@ -96,7 +95,7 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_facts import FunctionScope
+from dtype_lint.analysis.cast_sites import cast_weight_dtype, receiver_is_parameter
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.hf_family import hf_storages
 from dtype_lint.analysis.recognisers import (
@@ -105,7 +104,6 @@ from dtype_lint.analysis.recognisers import (
     WeightDtypeSource,
     cast_dtype_args,
     weight_dtype_source,
-    weight_expr,
 )
 from dtype_lint.analysis.sinks import ACTIVATION, cast_sink
 from dtype_lint.fix.planner import Site
@@ -122,127 +120,7 @@ class Attn:
         self.o_proj = o_proj
 """
 _IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype\n"
-
-
-def _fixed_head() -> str:
-    return _HEAD.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1)
-
-
-_GUARDED = """\
-import torch
-from vllm.model_executor.layers.linear import ColumnParallelLinear, UnquantizedLinearMethod
-
-
-def is_quantized(layer) -> bool:
-    return not isinstance(layer.quant_method, UnquantizedLinearMethod)
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, hidden: int, quant_config):
-        super().__init__()
-        self.q_proj = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
-        self.k_proj = ColumnParallelLinear(hidden, hidden, quant_config=quant_config)
-
-    def plain(self, x):
-        if is_quantized(self.q_proj):
-            return self.q_proj(x)[0]
-        return x.to(self.q_proj.weight.dtype)
-
-    def grouped(self, x):
-        if not all(isinstance(p.quant_method, UnquantizedLinearMethod) for p in (self.q_proj, self.k_proj)):
-            return x
-        return x.to(self.k_proj.weight.dtype)
-
-    def bf16(self, x):
-        bf16_weight = self.q_proj.weight.dtype == torch.bfloat16
-        if bf16_weight:
-            x = x.to(self.q_proj.weight.dtype)
-        return x
-"""
-_GUARDED_WRONG_WAY = (_GUARDED.replace("if is_quantized(", "if not is_quantized(")
-                      .replace("for p in (self.q_proj, self.k_proj)", "for p in (self.q_proj,)")
-                      .replace("torch.bfloat16\n", "torch.int8\n"))
-_GUARDED_WRONG_WAY_FIXED = (
-    _GUARDED_WRONG_WAY.replace("UnquantizedLinearMethod\n", "UnquantizedLinearMethod\n" + _IMPORT, 1)
-    .replace("return x.to(self.q_proj.weight.dtype)", "return x.to(get_layer_input_dtype(self.q_proj, True) or x.dtype)")
-    .replace("return x.to(self.k_proj.weight.dtype)", "return x.to(get_layer_input_dtype(self.k_proj, True) or x.dtype)")
-    .replace("            x = x.to(self.q_proj.weight.dtype)\n",
-             "            q_proj_input_dtype = get_layer_input_dtype(self.q_proj, True)\n"
-             "            if q_proj_input_dtype is not None:\n                x = x.to(q_proj_input_dtype)\n"))
-
-
-_GETTER = """\
-from torch import nn
-from vllm.model_executor.layers.linear import ReplicatedLinear
-
-
-class Drafter(nn.Module):
-    def __init__(self, hidden, quant_config=None):
-        super().__init__()
-        self.context_proj = ReplicatedLinear(hidden, hidden, quant_config=quant_config)
-
-    @property
-    def context_dtype(self):
-        return self.context_proj.weight.dtype
-
-
-class Model(nn.Module):
-    def __init__(self, hidden, quant_config=None):
-        super().__init__()
-        self.drafter = Drafter(hidden, quant_config)
-        self.plain = Drafter(hidden)
-
-    def forward(self, x, tied_weight):
-        return x.to(dtype=self.drafter.context_dtype) @ tied_weight, x.to(dtype=self.plain.context_dtype)
-"""
-
-
-_CHAIN = """\
-from torch import nn
-from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-
-class TextModel(nn.Module):
-    def __init__(self, config, quant_config=None):
-        super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, quant_config=quant_config)
-
-
-class CausalLM(nn.Module):
-    def __init__(self, config, quant_config=None):
-        super().__init__()
-        self.model = TextModel(config, quant_config=quant_config)
-
-
-class VisionLanguageModel(nn.Module):
-    def __init__(self, config, quant_config=None):
-        super().__init__()
-        self.language_model = CausalLM(config, quant_config=quant_config)
-        self.draft_model = CausalLM(config)
-
-    def embed_images(self, image_embeds):
-        draft = image_embeds.to(self.draft_model.model.embed_tokens.weight.dtype)
-        return draft, image_embeds.to(self.language_model.model.embed_tokens.weight.dtype)
-"""
-_HOLDER = """\
-from torch import nn
-from vllm.model_executor.layers.linear import RowParallelLinear
-
-
-def project(x, layer: nn.Module):
-    return layer(x.to(layer.weight.dtype))
-
-
-class Block(nn.Module):
-    def __init__(self, hidden, quant_config=None):
-        super().__init__()
-        self.o_proj = RowParallelLinear(hidden, hidden, quant_config=quant_config)
-
-    def forward(self, x):
-        return project(x, self.o_proj)
-"""
-_HOLDER_FIXED = _HOLDER.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1).replace(
-    "layer(x.to(layer.weight.dtype))", "layer(x.to(get_layer_input_dtype(layer, True) or x.dtype))")
+_FIXED_HEAD = _HEAD.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1)
 
 
 # A cast to an attribute chain from `self` ending in a name holding `dtype` (the line may break
@@ -262,6 +140,8 @@ class WeightDtypeCast(Rule):
     facts = frozenset({"candidates", "layers", "fixes", "flows"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
+    regions = "sites"
+    dtype_site = True
 
     VALID = [
         # Vision towers: plain torch layers are never repacked.
@@ -275,87 +155,34 @@ class WeightDtypeCast(Rule):
         Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\nclass G:\n    def __init__(self):\n"
               "        self.gate = ReplicatedLinear(8, 8, quant_config=None)\n"
               "    def forward(self, x):\n        return self.gate(x.to(self.gate.weight.dtype))\n"),
-        # Guards read through a negated predicate, an `all(...)` over a group of layers, and a
-        # flag derived from a storage check (where it holds, the weight exists and is bf16).
-        Valid(_GUARDED),
         # Already fixed code is clean (idempotence).
-        Valid(_fixed_head() + "    def f(self, x):\n        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
+        Valid(_FIXED_HEAD + "    def f(self, x):\n        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
               "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n"),
     ]
     INVALID = [
-        # A chain through model classes built in `__init__`: the embedding gets the config at the
-        # end of it (and the same chain through a model built without one is clean).
-        Invalid(_CHAIN, message_contains=("self.language_model.model.embed_tokens.weight.dtype",),
-                expected_replacement=_CHAIN.replace("from torch import nn\n", "from torch import nn\n" + _IMPORT, 1)
-                .replace("image_embeds.to(self.language_model.model.embed_tokens.weight.dtype)",
-                         "image_embeds.to(get_layer_input_dtype(self.language_model.model.embed_tokens, True) "
-                         "or image_embeds.dtype)")),
-        # A helper taking `layer: nn.Module`: its caller passes a quantizable layer (one step).
-        Invalid(_HOLDER, expected_replacement=_HOLDER_FIXED, message_contains=("`layer.weight.dtype`",)),
-        # A getter of another object returning its layer's storage dtype: reported at the cast.
-        Invalid(_GETTER, message_contains=("`self.drafter.context_dtype`", "context_proj.weight.dtype")),
-        # The same guards, the other way round: the cast runs where the layer may be quantized.
-        Invalid(_GUARDED_WRONG_WAY, expected_replacement=_GUARDED_WRONG_WAY_FIXED, count=3),
         Invalid(
             _HEAD + "    def f(self, x):\n        x = x.to(self.kv_b_proj.weight.dtype)\n        return x\n",
-            expected_replacement=_fixed_head() + "    def f(self, x):\n"
+            expected_replacement=_FIXED_HEAD + "    def f(self, x):\n"
             "        kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, True)\n"
             "        if kv_b_proj_input_dtype is not None:\n            x = x.to(kv_b_proj_input_dtype)\n        return x\n",
             message_contains=("self.kv_b_proj",),
         ),
         Invalid(
             _HEAD + "    def f(self, x):\n        return self.o_proj(x.to(dtype=self.o_proj.weight.dtype))\n",
-            expected_replacement=_fixed_head() + "    def f(self, x):\n"
+            expected_replacement=_FIXED_HEAD + "    def f(self, x):\n"
             "        return self.o_proj(x.to(dtype=get_layer_input_dtype(self.o_proj, True) or x.dtype))\n",
         ),
         Invalid(
             _HEAD + "    def f(self, x, dev):\n        return x.to(dev, getattr(self.kv_b_proj, \"weight\", None).dtype)\n",
-            expected_replacement=_fixed_head() + "    def f(self, x, dev):\n"
+            expected_replacement=_FIXED_HEAD + "    def f(self, x, dev):\n"
             "        return x.to(dev, get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n",
         ),
         Invalid(_HEAD + "    def f(self, x):\n        return x.type(self.kv_b_proj.weight.dtype)\n",
-                expected_replacement=_fixed_head() + "    def f(self, x):\n"
+                expected_replacement=_FIXED_HEAD + "    def f(self, x):\n"
                 "        return x.type(get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n"),
         # `.to(tensor)` also moves the device: reported, not fixed.
         Invalid(_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight)\n",
                 message_contains=("device",)),
-        # Through an alias with a hasattr fallback.
-        Invalid(
-            _HEAD + "    def f(self, x):\n        w = (\n            self.kv_b_proj.weight.dtype\n"
-            "            if hasattr(self.kv_b_proj, \"weight\")\n            else self.kv_b_proj.params_dtype\n        )\n"
-            "        x = x.to(w)\n        return x\n",
-            expected_replacement=_fixed_head() + "    def f(self, x):\n        w = get_layer_input_dtype(self.kv_b_proj, True)\n"
-            "        if w is not None:\n            x = x.to(w)\n        return x\n",
-            message_contains=("`w`",),
-        ),
-        # A local name for the layer, annotated parameter of another function.
-        Invalid(
-            "from vllm.model_executor.layers.linear import LinearBase\n"
-            "def run(layer: LinearBase, x):\n    y = x.to(layer.weight.dtype)\n    return layer(y)\n",
-            expected_replacement="from vllm.model_executor.layers.linear import LinearBase\n" + _IMPORT +
-            "def run(layer: LinearBase, x):\n    y = x.to(get_layer_input_dtype(layer, True) or x.dtype)\n    return layer(y)\n",
-        ),
-        # The guarded idiom of vLLM 0.27.1's MLA prefill: the helper is called where the dtype
-        # was read, in the loop (which may run zero times, and calls the layer).
-        Invalid(
-            _HEAD + "    def prefill(self, chunks, use_fp8_prefill):\n"
-            "        for c in chunks:\n"
-            "            kv = c[..., :4]\n"
-            "            w_dtype = (\n                self.kv_b_proj.weight.dtype\n"
-            "                if hasattr(self.kv_b_proj, \"weight\")\n                else self.kv_b_proj.params_dtype\n            )\n"
-            "            # packed weights stay in the model dtype\n"
-            "            if (\n                use_fp8_prefill or w_dtype != torch.float8_e4m3fn\n"
-            "            ) and w_dtype != torch.uint8:\n"
-            "                kv = kv.to(self.kv_b_proj.weight.dtype)\n"
-            "            yield self.kv_b_proj(kv)\n",
-            expected_replacement=_fixed_head() + "    def prefill(self, chunks, use_fp8_prefill):\n"
-            "        for c in chunks:\n"
-            "            kv = c[..., :4]\n"
-            "            kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)\n"
-            "            if kv_b_proj_input_dtype is not None:\n"
-            "                kv = kv.to(kv_b_proj_input_dtype)\n"
-            "            yield self.kv_b_proj(kv)\n",
-        ),
     ]
 
     def check(self, ctx: RuleContext) -> None:
@@ -365,11 +192,11 @@ class WeightDtypeCast(Rule):
             ctx.report_flows(function, node, "cast", "casts an activation to")
             self._finfo(ctx, function, node)
             for arg in cast_dtype_args(node):
-                weight_dtype = self._source(arg, function.scope, node)
+                weight_dtype = cast_weight_dtype(arg, function.scope, node)
                 if weight_dtype is None:
                     self._through_getter(ctx, function, node, arg)
                     continue
-                if _receiver_is_parameter(node, weight_dtype.layer):
+                if receiver_is_parameter(node, weight_dtype.layer):
                     continue
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node, form=weight_dtype.form)
                 if verdict is None:
@@ -402,7 +229,7 @@ class WeightDtypeCast(Rule):
         verb = "returns"
         if got is None:  # the value stored on an object instead (`self.dtype = L.weight.dtype`)
             got, verb = ctx.layers.stored_dtype(arg, function.scope), "holds"
-        if got is None or _receiver_is_parameter(node, got[0]):
+        if got is None or receiver_is_parameter(node, got[0]):
             return
         layer, returns = got
         verdict = ctx.layer_verdict(layer, function, site=node)
@@ -459,17 +286,6 @@ class WeightDtypeCast(Rule):
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
     @staticmethod
-    def _source(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> WeightDtypeSource | None:
-        weight_dtype = weight_dtype_source(arg, scope)
-        if weight_dtype is not None:
-            return weight_dtype
-        if call.func.attr == "to":  # type: ignore[union-attr]
-            w = weight_expr(arg, scope)
-            if w is not None:
-                return WeightDtypeSource(w[0], "tensor")
-        return None
-
-    @staticmethod
     def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "",
                  sink: str = ACTIVATION) -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
@@ -480,20 +296,3 @@ class WeightDtypeCast(Rule):
             what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
         return (f"{sink} cast to {what}{via}, the storage dtype of a quantizable layer "
                 f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
-
-
-def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:
-    """`layer.weight.to(...)`, `param.data.to(...)`, `layer.weight_scale.to(...)`: casting a layer's
-    stored parameters is not an activation cast. (A scale buffer of another module multiplied
-    into activations, `self.embed_scale.to(...)`, is.)"""
-    recv = call.func.value  # type: ignore[union-attr]
-    last = recv.attr if isinstance(recv, ast.Attribute) else (recv.id if isinstance(recv, ast.Name) else "")
-    if last in ("weight", "bias", "data") or "weight" in last:
-        return True
-    return last in _QUANT_SCALES and isinstance(recv, ast.Attribute) and ast.dump(recv.value) == ast.dump(layer)
-
-
-# A layer's quantization parameters (an `embed_scale` normaliser buffer is not one of them).
-_QUANT_SCALES = frozenset({"input_scale", "output_scale", "input_scale_inv", "k_scale", "v_scale", "q_scale",
-                           "prob_scale", "smooth_scale", "act_scale", "input_global_scale", "alpha"})
-

@@ -97,6 +97,8 @@ class WeightDtypeAllocation(Rule):
     facts = frozenset({"candidates", "layers", "flows", "imports"})
     fix_availability = FixAvailability.NONE
     fix_note = "the buffer's dtype is a human choice"
+    regions = "sites"
+    dtype_site = True
 
     VALID = [
         Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),

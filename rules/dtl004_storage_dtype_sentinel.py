@@ -73,7 +73,7 @@ storage dtype, and the finding says so.
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL004`, or
 `extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured with zero
-configuration on the trees it was not developed on (docs/triage/README.md): 5 of 5 findings TRUE
+configuration on the trees it was not developed on (benchmarks/accuracy/triage/README.md): 5 of 5 findings TRUE
 (sglang 0.5.23's 3, vLLM 0.30.0's and aphrodite-engine's 1 each; before the dispatch test above,
 none of sglang's 11 was worth acting on). Precise where it fires, but five findings are too few to
 turn a rule on (the bar is 95% over at least 30), so it stays opt-in.
@@ -88,16 +88,20 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.analysis.dominance import same_expression, statement_blocks
+from dtype_lint.analysis.dominance import statement_blocks
 from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.analysis.sentinel_compare import (
+    all_sentinels,
+    is_test_code,
+    required_params,
+    sentinel_compare,
+    statement_of,
+)
 from dtype_lint.analysis.storage_dispatch import ambiguous_storage, hand_copy_reason
-from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported, helper_shape
+from dtype_lint.dtypes.evaluator import ModuleGlobals, helper_shape
 from dtype_lint.engine.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
-
-SENTINELS = frozenset({"int32", "uint8", "int8"} | FP8_DTYPES)
 
 _HEAD = """\
 import torch
@@ -121,12 +125,13 @@ class StorageDtypeSentinel(Rule):
     code = "DTL004"
     name = "storage-dtype-sentinel"
     summary = "branch compares a quantizable layer's storage dtype with int32/uint8/int8/fp8 outside the helper"
-    default_enabled = False  # opt-in until precise off vLLM: docs/triage/README.md
+    default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
     facts = frozenset({"candidates", "layers", "fixes", "tree", "imports"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe when the branch guards a cast and is proven equal to the helper / none with reason"
     severity = "warning"
+    in_migration = True  # DTL004's guard rewrite is DTL001's rewrite
 
     VALID = [
         # Comparing with an unpacked dtype is not a sentinel.
@@ -192,7 +197,7 @@ class StorageDtypeSentinel(Rule):
         module, _func = ctx.config.helper_spec
         if ctx.source.module and ctx.source.module == module:
             return  # the helper's own file
-        if _test_code(ctx.source.path):
+        if is_test_code(ctx.source.path):
             return  # a test asserting a storage dtype checks the backend on purpose
         globals_ = ModuleGlobals(ctx.tree, ctx.imports)
         for c in ctx.candidates:
@@ -200,11 +205,11 @@ class StorageDtypeSentinel(Rule):
                 continue
             done: set[int] = set()
             for node in c.walk.of(ast.Compare):
-                hit = _sentinel_compare(node, c.scope, globals_)
+                hit = sentinel_compare(node, c.scope, globals_)
                 if hit is None:
                     continue
                 wds, _sentinels = hit
-                stmt = _statement_of(node, c.parents)
+                stmt = statement_of(node, c.parents)
                 if id(stmt) in done:
                     continue
                 block = next((b for b in statement_blocks(c.parents.get(id(stmt))) if any(s is stmt for s in b)), None)
@@ -215,12 +220,12 @@ class StorageDtypeSentinel(Rule):
                 if verdict is None:
                     continue
                 if why is None:  # a kernel dispatch: wrong only if its dtype stands for several formats
-                    why = _ambiguity(ctx, wds.layer, c, _all_sentinels(stmt, wds, c.scope, globals_),
-                                     _required_params(stmt, wds.layer))
+                    why = _ambiguity(ctx, wds.layer, c, all_sentinels(stmt, wds, c.scope, globals_),
+                                     required_params(stmt, wds.layer))
                     if why is None:
                         continue
                 done.add(id(stmt))
-                sentinels = _all_sentinels(stmt, wds, c.scope, globals_)
+                sentinels = all_sentinels(stmt, wds, c.scope, globals_)
                 fix, reason = _rewrite(ctx, stmt, wds, c)
                 layer = ast.unparse(wds.layer)
                 confidence, evidence = verdict
@@ -246,82 +251,6 @@ def _ambiguity(ctx: RuleContext, layer: ast.expr, c, sentinels: list[str],
     return f"{dtype} is the storage of several formats here ({shown}): the branch cannot tell them apart"
 
 
-def _required_params(stmt: ast.stmt, layer: ast.expr) -> frozenset[str]:
-    """The layer's parameters, other than `weight`, an `if`'s test requires along with the storage
-    test (`... and hasattr(L, "weight_scale_inv")`, `getattr(L, "weight_scale_inv", None) is not
-    None`): operands of its top-level `and`."""
-    test = getattr(stmt, "test", None)
-    operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else []
-    out = set()
-    for operand in operands:
-        call = operand
-        if isinstance(operand, ast.Compare) and len(operand.ops) == 1 and isinstance(operand.ops[0], ast.IsNot) \
-                and isinstance(operand.comparators[0], ast.Constant) and operand.comparators[0].value is None:
-            call = operand.left
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id in ("hasattr", "getattr") and len(call.args) >= 2):
-            continue
-        if call.func.id == "getattr" and call is operand:
-            continue  # `getattr(L, "x")` alone tests the value, not the presence
-        name = call.args[1].value if isinstance(call.args[1], ast.Constant) else None
-        if isinstance(name, str) and name != "weight" and same_expression(call.args[0], layer):
-            out.add(name)
-    return frozenset(out)
-
-
-def _sentinel_values(expr: ast.expr, globals_: ModuleGlobals) -> list[str] | None:
-    """The packed/quantized dtypes `expr` holds (a dtype, or a tuple/set/list of them)."""
-    try:
-        value = Interpreter(Case(None, False), {}, globals_).ev(expr)
-    except (Unsupported, RecursionError, Exception):  # noqa: BLE001 - whatever it cannot read is no sentinel
-        return None
-    values = value if isinstance(value, (tuple, frozenset)) else (value,)
-    found = [v for v in values if isinstance(v, Dtype) and v.name in SENTINELS]
-    return [_spell(expr, v) for v in found] or None
-
-
-def _spell(expr: ast.expr, value: Dtype) -> str:
-    text = ast.unparse(expr)
-    return "current_platform.fp8_dtype()" if "fp8_dtype()" in text and value.name == "float8_e4m3fn" else str(value)
-
-
-def _sentinel_compare(node: ast.Compare, scope: FunctionScope, globals_: ModuleGlobals):
-    operands = [node.left, *node.comparators]
-    for i, op in enumerate(node.ops):
-        if not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)):
-            continue
-        a, b = operands[i], operands[i + 1]
-        for storage, other in ((a, b), (b, a)):
-            if isinstance(op, (ast.In, ast.NotIn)) and storage is b:
-                continue  # `x in w.dtype` is not a membership test of the storage dtype
-            wds = weight_dtype_source(storage, scope)
-            if wds is None or wds.form == "tensor":
-                continue
-            sentinels = _sentinel_values(other, globals_)
-            if sentinels:
-                return wds, sentinels
-    return None
-
-
-def _all_sentinels(stmt: ast.stmt, wds: WeightDtypeSource, scope: FunctionScope, globals_) -> list[str]:
-    """Every sentinel the statement's comparisons of this layer name, in order, once each."""
-    layer = ast.dump(wds.layer)
-    out: list[str] = []
-    test = stmt.test if isinstance(stmt, (ast.If, ast.While)) else stmt
-    for node in ast.walk(test):
-        if isinstance(node, ast.Compare):
-            hit = _sentinel_compare(node, scope, globals_)
-            if hit and ast.dump(hit[0].layer) == layer:
-                out += [s for s in hit[1] if s not in out]
-    return out
-
-
-def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.stmt:
-    while not isinstance(node, ast.stmt):
-        node = parents[id(node)]
-    return node
-
-
 def _rewrite(ctx: RuleContext, stmt: ast.stmt, wds: WeightDtypeSource, c):
     """The helper rewrite when the branch guards one cast to this layer's storage dtype and the
     evaluator proves the branch equal to the helper (fixplan's idiom form)."""
@@ -339,10 +268,3 @@ def _rewrite(ctx: RuleContext, stmt: ast.stmt, wds: WeightDtypeSource, c):
                     return fix, reason
                 return None, "no fix: the guarded cast is not in the shape the helper rewrite handles"
     return None, "no fix: the branch does not guard a cast to this layer's storage dtype"
-
-
-def _test_code(path: str) -> bool:
-    """A test module: `test_*.py` / `*_test.py`, or a file under a `test`/`tests` folder."""
-    parts = path.replace("\\", "/").split("/")
-    name = parts[-1]
-    return name.startswith("test_") or name.endswith("_test.py") or any(p in ("test", "tests") for p in parts[:-1])

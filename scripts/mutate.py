@@ -290,7 +290,7 @@ def render(outcomes: list[Outcome]) -> str:
 
 def markdown(outcomes: list[Outcome], seconds: float, jobs: int, verify_args: list[str],
              rerun: list[str] | None = None) -> str:
-    """The committed report (docs/mutation-report.md)."""
+    """The committed report (benchmarks/mutation/mutation-report.md)."""
     s = summary(outcomes)
     by = s["killed_by"]
     out = ["# Mutation report", "",
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per verify or pytest run")
     ap.add_argument("--json", help="write the outcomes and the summary as JSON")
-    ap.add_argument("--report", help="write the markdown report (docs/mutation-report.md)")
+    ap.add_argument("--report", help="write the markdown report (benchmarks/mutation/mutation-report.md)")
     ap.add_argument("--update", metavar="JSON", help="a whole run's --json: re-run only the selected mutants and "
                     "write the merged outcomes (the report says which were re-run)")
     ap.add_argument("--keep", action="store_true", help="keep each mutant's temporary tree")

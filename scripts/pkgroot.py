@@ -1,6 +1,6 @@
 """Make the repository importable as the installed package would be, without installing it.
 
-``pyproject.toml`` installs four top-level folders under one package (``rules/`` as
+``pyproject.toml`` installs three top-level folders under one package (``rules/`` as
 ``dtype_lint.rules``, ``kernels_ref/`` as ``dtype_lint.kernels_ref``, ...), so putting the checkout
 on ``PYTHONPATH`` is not enough. This script builds a folder that holds ``dtype_lint/`` laid out
 as installed, made of symlinks into a source tree, and prints it; put it first on
@@ -33,7 +33,6 @@ FALLBACK_PACKAGE_DIRS = {
     "dtype_lint.rules": "rules",
     "dtype_lint.kernels_ref": "kernels_ref",
     "dtype_lint.kernels_ref.harness": "kernels_ref/harness",
-    "dtype_lint.fixtures": "fixtures",
 }
 
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """The triage of dtype-lint's findings on real trees, regenerated from a fresh zero-config run.
 
-Each tree has a verdict file, docs/triage/verdicts/<dist>-<version>.tsv, written by people who read
+Each tree has a verdict file, benchmarks/accuracy/triage/verdicts/<dist>-<version>.tsv, written by people who read
 the code: one row per DTL001/DTL002 finding and per TRUE site the tool does not report. This script
 runs the tool on the release's tree, joins its findings with those rows and writes
-docs/triage/<dist>-<version>.md (counts, precision, recall, the findings with their verdicts, the
+benchmarks/accuracy/triage/<dist>-<version>.md (counts, precision, recall, the findings with their verdicts, the
 TRUE sites left to a known limit, and any finding nobody has judged yet). With --all it does every
-tree that has a verdict file and rewrites the summary tables of docs/triage/README.md, and
-docs/triage/rules-dtl003-005.md from docs/triage/verdicts/dtl003-005/<dist>-<version>.tsv (one row
+tree that has a verdict file and rewrites the summary tables of benchmarks/accuracy/triage/README.md,
+and benchmarks/accuracy/triage/rules-dtl003-005.md from
+benchmarks/accuracy/triage/verdicts/dtl003-005/<dist>-<version>.tsv (one row
 per DTL003-DTL005 finding, for every tree with such a file, or with parts of one,
 `<dist>-<version>.part1.tsv`, `.part2.tsv` (or `.sg1.tsv`, ...): counts and precision per tree and
 rule, pooled over the trees the rules were not developed on, every finding with its verdict; a
@@ -31,13 +32,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.rule_registry import registry
+
 ROOT = Path(__file__).resolve().parents[1]
-TRIAGE = ROOT / "docs" / "triage"
+TRIAGE = ROOT / "benchmarks" / "accuracy" / "triage"
 VERDICTS = TRIAGE / "verdicts"
 README = TRIAGE / "README.md"
 QUANTIZABILITY = ROOT / "docs" / "quantizability.md"
+# The same page as the triage pages link it.
+QUANTIZABILITY_LINK = "../../../docs/quantizability.md"
 
-RULES = ("DTL001", "DTL002")  # the other rules are triaged with their own documents
+# The dtype-site rules (`dtype_site = True` in their modules) are triaged here, tree by tree; the
+# other rules with their own documents (RULE_CODES).
+RULES = tuple(info.code for info in registry() if info.dtype_site)
 FALSE_CATEGORIES = ("not-quantizable", "exempt-storage", "guarded", "not-activation", "fixed-helper")
 # Short names of the bullets of docs/quantizability.md "Known limits", by the bold words they open with.
 KNOWN_LIMITS = {
@@ -346,7 +353,7 @@ def render(t: Triage) -> str:
         for r in unreported:
             name = r.category.removeprefix("known-limit:")
             if name in KNOWN_LIMITS:
-                reason = f"[known limit: {KNOWN_LIMITS[name].rstrip('.')}](../quantizability.md#known-limits)"
+                reason = f"[known limit: {KNOWN_LIMITS[name].rstrip('.')}]({QUANTIZABILITY_LINK}#known-limits)"
             else:
                 reason = f"**{r.category or 'no reason recorded'}**"
             lines.append(f"| `{r.key}` | {reason} | {_cell(r.why)} |")
@@ -388,7 +395,7 @@ def render_summary(triages: list[Triage], readme: str, rules: list | None = None
 # others the precision is measured, per rule, and decides the rules' defaults (README): a rule is
 # on by default only once it is at least DEFAULT_PRECISION precise on the trees it was not
 # developed on.
-RULE_CODES = ("DTL003", "DTL004", "DTL005")
+RULE_CODES = tuple(info.code for info in registry() if not info.dtype_site)
 RULE_DEV_TREES = (("vllm", "0.27.1"), ("vllm", "0.33.0"))  # where the rules were developed (issue #10)
 RULE_TREES = RULE_DEV_TREES  # older name: the trees issue #10's bar applies to
 RULE_VERDICTS = VERDICTS / "dtl003-005"
@@ -651,7 +658,8 @@ def rule_triages(findings_of, trees: list[tuple[str, str]] | None = None) -> lis
     return out
 
 
-RULES_SUMMARY_HEADER = ("| tree | DTL003 | DTL004 | DTL005 | all three |\n|---|---|---|---|---|")
+RULES_SUMMARY_HEADER = ("| tree | " + " | ".join(RULE_CODES) + " | all |\n|---"
+                        + "|---" * (len(RULE_CODES) + 1) + "|")
 
 
 def _anchor(title: str) -> str:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The vLLM 0.33.0 patch series of docs/upstream/, regenerated from a fresh run (the default rules
+"""The vLLM 0.33.0 patch series of tests/goldens/upstream/, regenerated from a fresh run (the default rules
 plus the opt-in DTL003-DTL005, which the triage judged on this release).
 
 Runs `migrate --series` (grouped by file) on a git checkout of the release's `.py` files, writes
@@ -7,7 +7,7 @@ the patches and a README that lists each patch with its sites, their triage verd
 proof its commit message carries, and every finding left out of the series with the reason.
 It refuses to write a series holding a site the triage has not judged TRUE.
 
-    .venv/bin/python scripts/upstream.py            # rewrite docs/upstream/vllm-0.33.0/
+    .venv/bin/python scripts/upstream.py            # rewrite tests/goldens/upstream/vllm-0.33.0/
     .venv/bin/python scripts/upstream.py --check    # exit 1 if the committed series is stale
 
 tests/test_upstream.py checks the series applies with `git am` and equals the in-place migration.
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import triage  # noqa: E402  (scripts/triage.py: the verdict files)
 
 DIST, VERSION = "vllm", "0.33.0"
-OUT = ROOT / "docs" / "upstream" / f"{DIST}-{VERSION}"
+OUT = ROOT / "tests" / "goldens" / "upstream" / f"{DIST}-{VERSION}"
 
 
 @contextmanager
@@ -121,8 +121,10 @@ def generate(tree: Path, out: Path, work: Path, author: str | None = None) -> No
     (out / "README.md").write_text(readme(left, resolved, patches, files, verdicts, rules), encoding="utf-8")
 
 
-# The opt-in rules are judged on this release (docs/triage/rules-dtl003-005.md): the series fixes
-# their TRUE sites too (the MLA helper's own fix is DTL005's).
+# The opt-in rules are judged on this release (benchmarks/accuracy/triage/rules-dtl003-005.md): the
+# series fixes their TRUE sites too (the MLA helper's own fix is DTL005's). Named, not derived from
+# the registry: the committed series (tests/goldens/upstream/) is what these rules' judged findings
+# give, and a new rule joins it only once the triage has judged its findings on this release.
 SELECT = ("DTL", "DTL003", "DTL004", "DTL005")
 
 
@@ -168,11 +170,11 @@ def readme(left, resolved, patches, files, verdicts, rules) -> str:
         "release (`pip download vllm==0.33.0 --no-deps`). Apply on a checkout of that release:",
         "",
         "```sh",
-        "git am path/to/docs/upstream/vllm-0.33.0/*.patch",
+        "git am path/to/tests/goldens/upstream/vllm-0.33.0/*.patch",
         "```",
         "",
-        "Every site a patch touches was judged TRUE in the triage (docs/triage/vllm-0.33.0.md for "
-        "DTL001/DTL002, docs/triage/rules-dtl003-005.md for DTL003-DTL005): some shipped "
+        "Every site a patch touches was judged TRUE in the triage (benchmarks/accuracy/triage/vllm-0.33.0.md for "
+        "DTL001/DTL002, benchmarks/accuracy/triage/rules-dtl003-005.md for DTL003-DTL005): some shipped "
         "quantization backend gives that layer a packed or missing `.weight` on that path. "
         "`tests/test_upstream.py` applies the series with `git am`, compiles every file after each "
         "patch, and compares the result with the in-place migration byte for byte (the tests the "

@@ -100,12 +100,13 @@ def diffusers_0421() -> Path:
 
 
 # The slow tier, by module (path under tests/) or by test name: what each is slow for. `pytest -m
-# "not slow and not network"` (the fast tier, README) runs the rest; plain `pytest` runs all. A new
+# "not slow and not network"` (the fast tier, docs/testing.md) runs the rest; plain `pytest` runs all. A new
 # test that takes more than a second or two belongs in one of these, not in a decorator of its own.
 SLOW_MODULES = {
     "kernels/test_cuda_emulated.py": "kernel emulation (the SIMT emulator runs the CUDA sources)",
     "kernels/test_cuda_compile.py": "kernel compilation",
     "kernels/test_gpu_check_cpu.py": "the GPU check script, run on CPU",
+    "test_add_rule.py": "the rule scaffold in a copy of the checkout, its tests run there",
     "test_mutate.py": "mutation testing",
     "test_crash_consistency.py": "crash consistency (SIGKILL at random points)",
     "test_fuzz.py": "fuzzing (hypothesis)",

@@ -104,4 +104,4 @@ def test_the_slow_tier_is_marked_by_module_in_conftest():
     assert slow_reason("kernels/test_cuda_emulated.py::test_x[0]")
     assert slow_reason("tests/test_rule_examples.py::test_valid") is None
     assert all((ROOT / "tests" / module).is_file() for module in SLOW_MODULES), "a slow module was renamed"
-    assert '-m "not slow and not network"' in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert '-m "not slow and not network"' in (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ storage case upstream handles (fp8 meaning `current_platform.fp8_dtype()`). Two 
 differences, and no others:
 - other integer storage (int8, W8A8): upstream returns the storage dtype `torch.int8` (casting an
   activation to int8 would truncate it), ours returns `params_dtype`;
-- uint8 storage (NVFP4) with fp8 input (MLA's fp8 prefill, reachable upstream: docs/rules/DTL005.md):
+- uint8 storage (NVFP4) with fp8 input (MLA's fp8 prefill, reachable upstream: docs/mla-fp8-prefill.md):
   upstream returns None, keeping the fp8 activation, which NVFP4's input quantization rejects
   (fp16/bf16 only); ours returns `params_dtype`.
 

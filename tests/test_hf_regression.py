@@ -24,7 +24,7 @@ from dtype_lint.migrate import hf_regression
 from dtype_lint.migrate.series import FileChange
 
 ROOT = Path(__file__).resolve().parents[1]
-SERIES = ROOT / "docs" / "upstream" / "transformers-5.23.0"
+SERIES = ROOT / "tests" / "goldens" / "upstream" / "transformers-5.23.0"
 # One patch per shape, by the test file it adds: what CI runs before and after.
 CI_SHAPES = (
     "tests/utils/test_get_module_input_dtype.py",  # the helper: fails at import before

@@ -1,4 +1,4 @@
-"""docs/upstream/transformers-5.23.0 and diffusers-0.42.1 (scripts/hf_upstream.py): each series
+"""tests/goldens/upstream/transformers-5.23.0 and diffusers-0.42.1 (scripts/hf_upstream.py): each series
 applies with `git am` on a checkout of the release's `.py` files, every file compiles after it,
 and a fresh check of the patched tree no longer reports the sites the patches name. The CI budget
 (tests/conftest.py) applies the diffusers series; DTL_FULL=1 adds transformers'."""
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
     pytest.param("transformers", "5.23.0", marks=pytest.mark.full("CI applies the diffusers series")),
     ("diffusers", "0.42.1")])
 def test_series_applies_and_compiles(tmp_path, dist, version):
-    series = ROOT / "docs" / "upstream" / f"{dist}-{version}"
+    series = ROOT / "tests" / "goldens" / "upstream" / f"{dist}-{version}"
     patches = sorted(series.glob("*.patch"))
     assert patches and "get_module_input_dtype" in patches[0].read_text(encoding="utf-8")
     repo = checkout(release_tree(dist, version), tmp_path / "tree", ignore=("__pycache__", ".dtype-lint-complete"))
@@ -34,7 +34,7 @@ def test_series_applies_and_compiles(tmp_path, dist, version):
     assert re.search(r"`\S+:\d+` DTL\d{3}", readme), "the README carries the sites and their codes"
 
 
-SERIES = [ROOT / "docs" / "upstream" / name for name in ("transformers-5.23.0", "diffusers-0.42.1")]
+SERIES = [ROOT / "tests" / "goldens" / "upstream" / name for name in ("transformers-5.23.0", "diffusers-0.42.1")]
 
 
 @pytest.mark.parametrize("series", SERIES, ids=lambda p: p.name)
@@ -55,7 +55,7 @@ def test_commit_messages_follow_the_project(series):
 def test_transformers_patches_add_their_test():
     """Each transformers patch adds its regression test (tests/test_hf_regression.py runs them
     before and after), names it in its Tests section and quotes the run in its Results."""
-    series = ROOT / "docs" / "upstream" / "transformers-5.23.0"
+    series = ROOT / "tests" / "goldens" / "upstream" / "transformers-5.23.0"
     with_test = 0
     patches = sorted(series.glob("*.patch"))
     for patch in patches:

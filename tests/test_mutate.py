@@ -1,8 +1,8 @@
 """scripts/mutate.py: the committed mutant set applies to this tree, the CI subset is killed, and
 the committed report is the set's.
 
-The whole set (about half an hour on two cores; docs/mutation-report.md is its committed report)
-runs locally with ``.venv/bin/python scripts/mutate.py --report docs/mutation-report.md``, or here
+The whole set (about half an hour on two cores; benchmarks/mutation/mutation-report.md is its committed report)
+runs locally with ``.venv/bin/python scripts/mutate.py --report benchmarks/mutation/mutation-report.md``, or here
 with ``DTL_FULL=1`` (``test_the_whole_set_bites_at_run_time``, beyond the CI budget: docs/testing.md). CI runs the mutants marked
 ``ci = true`` (about two minutes): one that only verify's exact crash-row check sees, one in a CUDA
 kernel that verify's matrix on the emulated kernels sees, one in the reference merge that only the
@@ -67,7 +67,7 @@ def test_what_killed_a_mutant_is_read_from_the_checks_that_fired():
 
 
 def test_the_committed_report_is_of_this_mutant_set():
-    report = (REPO / "docs" / "mutation-report.md").read_text()
+    report = (REPO / "benchmarks" / "mutation" / "mutation-report.md").read_text()
     ids = [m.id for m in mutate.load_mutants()]
     rows = [line for line in report.splitlines() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == ids

@@ -84,6 +84,41 @@ def test_project_urls_point_at_files_that_exist():
         assert "://" not in target and (ROOT / target).is_file(), (label, target)
 
 
+def test_the_wheel_ships_the_tool_not_its_test_inputs(tmp_path: Path):
+    """The wheel holds the package, the rules, the reference kernels, the shipped catalogues and the
+    one test input the tool needs at run time (`dtype-lint verify`'s fixture), and no fixtures
+    module: `fixtures/` is the test suite's input. Installed from the wheel, verify finds its
+    fixture."""
+    import zipfile
+
+    source = tmp_path / "source"
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("dtype_lint-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [name for name in names if "fixtures/" in name or name.startswith("fixtures")]
+    assert "dtype_lint/kernels_ref/harness/verify_fixture/mla_prefill.py" in names
+    assert "dtype_lint/rules/dtl001_weight_dtype_cast.py" in names and "dtype_lint/rule_registry.py" in names
+    assert any(name.startswith("dtype_lint/data/catalogue-") for name in names)
+    target = tmp_path / "installed"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import dtype_lint; "
+         "from dtype_lint.kernels_ref.harness.variants import fixture_source; from dtype_lint.rules import codes; "
+         "print(dtype_lint.__file__, len(fixture_source()) > 0, codes())", str(target)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.startswith(str(target)) and " True ('DTL001'" in probe.stdout
+
+
 def _clone(tmp_path: Path) -> Path:
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)

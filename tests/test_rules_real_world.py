@@ -1,5 +1,5 @@
 """DTL003-DTL005 on real vLLM releases: whole trees without an internal error, and what they must
-find there (docs/triage/rules-dtl003-005.md judges every finding).
+find there (benchmarks/accuracy/triage/rules-dtl003-005.md judges every finding).
 
 - 0.28.0 and 0.33.0: `_get_kv_b_proj_input_dtype` (PR #38771) returns `torch.int8` for int8
   storage and keeps an fp8 activation for NVFP4 storage during fp8 prefill (DTL005), and each

@@ -1,4 +1,4 @@
-"""The triage of real trees (docs/triage/) stays true of the tool.
+"""The triage of real trees (benchmarks/accuracy/triage/) stays true of the tool.
 
 Every DTL001/DTL002 finding on vLLM 0.27.1 and 0.33.0, aphrodite-engine 0.24.1, sglang 0.5.23 and
 lmdeploy 0.18.0 has a verdict written by someone who read the code (a new or moved finding fails
@@ -229,7 +229,7 @@ def test_join_counts_sites_and_names_what_to_rejudge(tmp_path):
     assert any("`e.py:1` is TRUE and no longer reported" in p for p in problems)
     assert any("`d.py:9` is reported now" in p for p in problems)
     page = triage.render(t)
-    assert "| `c.py:7` | [known limit: Value flow is one step deep](../quantizability.md#known-limits) |" in page
+    assert "| `c.py:7` | [known limit: Value flow is one step deep](../../../docs/quantizability.md#known-limits) |" in page
     assert "- `f.py:2` DTL001: m" in page
     assert "## Notes\n\nA bug's reproduction.\n\n## Findings" in page
 
@@ -240,7 +240,7 @@ def test_every_finding_has_a_verdict(triaged, fixture):
     t = triaged(fixture)
     missing = [f"{k} {f['code']} {f['scope']}: {f['expression']}" for k, f in t.unjudged]
     assert missing == [], (
-        f"findings without a verdict in docs/triage/verdicts/{TREES[fixture]}.tsv (read the code, add a row, "
+        f"findings without a verdict in benchmarks/accuracy/triage/verdicts/{TREES[fixture]}.tsv (read the code, add a row, "
         "then run scripts/triage.py --all):\n" + "\n".join(missing)
     )
 
@@ -258,17 +258,17 @@ def test_precision(triaged, fixture):
 
 
 # The held-out tree was measured, not tuned for: a TRUE site the tool misses there is a `missed`
-# row (docs/triage/vllm-omni-0.30.0.md names the shape), expected here by its path:line so that
+# row (benchmarks/accuracy/triage/vllm-omni-0.30.0.md names the shape), expected here by its path:line so that
 # nothing else may go wrong on that tree, and so that the day the tool reports it this fails until
 # the row's category is cleared.
 HELD_OUT_MISSES = {
     # vllm-omni's two `missed` sites of the first run: a container element named by a local (fixed:
     # now reported) and `next(self.parameters())` into a library class (now a documented known limit).
     "vllm_omni_0300": set(),
-    # tpu-inference: no TRUE site (docs/triage/tpu-inference-0.32.0.md), so nothing to miss.
+    # tpu-inference: no TRUE site (benchmarks/accuracy/triage/tpu-inference-0.32.0.md), so nothing to miss.
     "tpu_inference_0320": set(),
     # ipex-llm: its 4 TRUE sites (the benchmark wrappers' static-cache dtype) are the documented
-    # generic-types limit (docs/triage/ipex-llm-2.2.0.md), not `missed` rows.
+    # generic-types limit (benchmarks/accuracy/triage/ipex-llm-2.2.0.md), not `missed` rows.
     "ipex_llm_220": set(),
 }
 
@@ -319,7 +319,7 @@ def test_committed_page_is_what_the_run_gives(triaged, fixture):
     t = triaged(fixture)
     page = triage.TRIAGE / f"{TREES[fixture]}.md"
     assert page.read_text(encoding="utf-8") == triage.render(t), (
-        f"docs/triage/{page.name} is stale: run .venv/bin/python scripts/triage.py --all"
+        f"benchmarks/accuracy/triage/{page.name} is stale: run .venv/bin/python scripts/triage.py --all"
     )
 
 
@@ -329,7 +329,7 @@ def test_readme_summary_is_what_the_runs_give(triaged, rules_triaged):
     ordered = [triaged(f) for f in sorted(TREES, key=lambda f: triage.TREE_ORDER.index(TREES[f]))]
     rules = [rules_triaged[f"{d}-{v}"] for d, v in triage.rule_trees()]
     readme = triage.README.read_text(encoding="utf-8")
-    assert triage.render_summary(ordered, readme, rules) == readme, "docs/triage/README.md: run scripts/triage.py --all"
+    assert triage.render_summary(ordered, readme, rules) == readme, "benchmarks/accuracy/triage/README.md: run scripts/triage.py --all"
 
 
 def _rule_rows(rows, notes=()) -> str:
@@ -450,7 +450,7 @@ def test_rules_summary_pools_the_trees_the_rules_were_not_developed_on(tmp_path)
 def test_every_rule_finding_has_a_verdict_and_every_verdict_a_finding(rules_triaged, fixture):
     t = rules_triaged["-".join(RULE_TREES[fixture])]
     assert t.problems() == [], (
-        f"docs/triage/verdicts/dtl003-005/{t.name}.tsv no longer fits the run (read the code, fix the rows, then "
+        f"benchmarks/accuracy/triage/verdicts/dtl003-005/{t.name}.tsv no longer fits the run (read the code, fix the rows, then "
         "run scripts/triage.py --all):\n" + "\n".join(t.problems()))
 
 
@@ -470,9 +470,9 @@ def test_rule_precision_meets_issue_10(rules_triaged, fixture):
 def test_a_default_rule_is_precise_off_its_development_trees(rules_triaged):
     """Issue #21: a rule is on by default only once its findings on the trees it was not developed
     on are at least 95% TRUE (an opt-in rule may be precise already: turning it on is a decision)."""
-    from dtype_lint.config import OPT_IN_RULES
+    from dtype_lint.rule_registry import opt_in_codes
 
-    defaults = [code for code in triage.RULE_CODES if code not in OPT_IN_RULES]
+    defaults = [code for code in triage.RULE_CODES if code not in opt_in_codes()]
     # Every tree is run for it (under the CI budget too) once a rule is on by default.
     every = [rules_triaged[f"{d}-{v}"] for d, v in triage.rule_trees()] if defaults else []
     for code in defaults:
@@ -486,4 +486,4 @@ def test_a_default_rule_is_precise_off_its_development_trees(rules_triaged):
 def test_rule_page_is_what_the_runs_give(rules_triaged):
     page = triage.RULE_PAGE.read_text(encoding="utf-8")
     every = [rules_triaged[f"{d}-{v}"] for d, v in triage.rule_trees()]
-    assert page == triage.render_rules(every), "docs/triage/rules-dtl003-005.md is stale: run scripts/triage.py --all"
+    assert page == triage.render_rules(every), "benchmarks/accuracy/triage/rules-dtl003-005.md is stale: run scripts/triage.py --all"

@@ -1,4 +1,4 @@
-"""The vLLM 0.33.0 patch series committed under docs/upstream/: still what the tool writes, it
+"""The vLLM 0.33.0 patch series committed under tests/goldens/upstream/: still what the tool writes, it
 applies with `git am` on a checkout of the release, each patch leaves its files compiling, the
 tree after the last patch is the in-place migration byte for byte (plus the tests the series
 adds), every commit message is a vLLM one (tagged title, Purpose / Test Plan / Test Result,
@@ -16,7 +16,7 @@ from cli_runner import dtl
 from test_series import added_tests, checkout, git, tree_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-SERIES = ROOT / "docs" / "upstream" / "vllm-0.33.0"
+SERIES = ROOT / "tests" / "goldens" / "upstream" / "vllm-0.33.0"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import upstream  # noqa: E402

@@ -16,7 +16,6 @@ from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_heade
 from dtype_lint.config import Config
 from dtype_lint.engine import regions, trees
 from dtype_lint.engine.prefilter import for_rules, has_suppression, marker_words, searched
-from dtype_lint.engine.regions import REDUCIBLE_RULES
 from dtype_lint.engine.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.engine.suppressions import apply_suppressions, might_hold_suppression
 from dtype_lint.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
@@ -92,9 +91,10 @@ def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: C
 def reducible(config: Config) -> bool:
     """May files be parsed with the function bodies no rule reads blanked (engine/regions.py)?
     Only when every rule the run enables reads a tree in the ways regions.py knows."""
-    from dtype_lint.rules import codes
+    from dtype_lint.rule_registry import reduced_parsing_codes, registry
 
-    return all(code in REDUCIBLE_RULES for code in codes() if config.enabled(code))
+    reducible_codes = reduced_parsing_codes()
+    return all(info.code in reducible_codes for info in registry() if config.enabled(info.code))
 
 
 def site_spans(rules, text: str) -> list[tuple[int, int]]:

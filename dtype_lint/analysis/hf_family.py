@@ -108,11 +108,11 @@ QUANTIZERS = (
 )
 # diffusers/hooks/layerwise_casting.py (0.42.1) line 31.
 LAYERWISE_DEFAULT_SKIPS = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
-# The rules the family answers: the dtype sites. DTL003 (a `.weight` read without fallback) and
-# DTL004 (a storage-sentinel branch) speak of vLLM's backends; in HF code the quantizers without
-# `.weight` (GPTQ/AWQ/HQQ) and the sentinel guards are named by DTL001/DTL002 at the dtype site
-# (a partial guard's storages), and other `.weight` reads (init, tying) are not this bug class.
-DTYPE_SITE_RULES = frozenset({"DTL001", "DTL002"})
+# The family answers only the rules that declare `dtype_site` (dtype_lint/rule.py): the dtype
+# sites. DTL003 (a `.weight` read without fallback) and DTL004 (a storage-sentinel branch) speak of
+# vLLM's backends; in HF code the quantizers without `.weight` (GPTQ/AWQ/HQQ) and the sentinel
+# guards are named by DTL001/DTL002 at the dtype site (a partial guard's storages), and other
+# `.weight` reads (init, tying) are not this bug class.
 HEAD_NAMES = frozenset({"lm_head", "output_embeddings"})
 # The class attributes of a model class that name modules no quantizer (or some) touches.
 SKIP_ATTRS = ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict", "_skip_layerwise_casting_patterns")

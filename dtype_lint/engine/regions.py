@@ -56,11 +56,11 @@ from functools import lru_cache
 from dtype_lint.engine.source import split_lines  # noqa: F401 - trees and tests read it here
 from dtype_lint.engine.text_facts import POSSESSIVE, LineStart
 
-# Rules whose reads of a file are known: the candidate functions (site lines), the class facts,
-# module-level statements, and functions reached through `Defs` (guarded). Other rules walk the
-# whole tree (DTL003's file guards and private call sites, DTL004's module globals, DTL005's
-# helper facts), so a run enabling any of them parses every file whole.
-REDUCIBLE_RULES = frozenset({"DTL001", "DTL002"})
+# Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
+# the candidate functions (site lines), the class facts, module-level statements, and functions
+# reached through `Defs`, guarded); a rule that walks the whole tree (file guards, module globals,
+# helper facts) keeps the default "whole-file", and a run enabling it parses every file whole
+# (dtype_lint/rule_registry.py, analysis/file_analysis.py's `reducible`).
 # A blanked body must save something: shorter bodies are kept (a `pass` costs about a line).
 MIN_BLANKED_LINES = 4
 # A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.

@@ -14,7 +14,7 @@ upstream handles (fp8 means `current_platform.fp8_dtype()`), with two deliberate
   the fp8 activation, and NVFP4's kernels quantize only fp16/bf16 input (`scaled_fp4_quant`
   asserts it); ours returns `params_dtype`. The combination is reachable upstream (fp8 prefill is
   chosen from the KV-cache dtype and the prefill backend, never from kv_b_proj's quantization):
-  docs/rules/DTL005.md gives the file and line references.
+  docs/mla-fp8-prefill.md gives the file and line references.
 tests/test_helper_template.py proves all three statements against the fetched upstream function.
 The `torch` template needs only torch: fp8 is any torch float8 dtype.
 

@@ -9,7 +9,9 @@ ACTIVATION_CAST, BUFFER_ALLOCATION = "activation-cast", "buffer-allocation"
 FINFO, MISSING_WEIGHT = "finfo", "missing-weight"
 KINDS = (ACTIVATION_CAST, BUFFER_ALLOCATION, FINFO, MISSING_WEIGHT)
 # The static rule that reports the same shape (docs/hf.md "Shapes": `torch.finfo(M.weight.dtype)`
-# is DTL001's; an unguarded `.weight` read is DTL003's, opt-in).
+# is DTL001's; an unguarded `.weight` read is DTL003's, opt-in). Not a list of rules to keep in
+# step with rules/: it maps the guard's own run-time site kinds onto the rule whose finding a
+# run-time report stands for, and a new rule reports no run-time kind until the guard learns one.
 RULE_BY_KIND = {ACTIVATION_CAST: "DTL001", BUFFER_ALLOCATION: "DTL002", FINFO: "DTL001", MISSING_WEIGHT: "DTL003"}
 _KIND_WORDS = {
     ACTIVATION_CAST: "floating activation cast to",

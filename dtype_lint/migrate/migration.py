@@ -16,15 +16,17 @@ from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, se
 from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.engine.writer import write_scratch_files
 from dtype_lint.findings import Finding
+from dtype_lint.rule_registry import migration_codes
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
                   progress=None) -> RunResult:
     config = reuse_sound_helper(config, path)
     # A migration routes every site through the helper, and the opt-in rules with proven fixes
-    # belong to it (DTL004's guard is DTL001's rewrite, DTL005 fixes an unsound helper in place),
+    # belong to it (`in_migration` in the rule module: DTL004's guard is DTL001's rewrite, DTL005
+    # fixes an unsound helper in place),
     # unless the configuration turned them off.
-    opt_in = [c for c in ("DTL004", "DTL005") if not config.enabled(c) and c not in config.ignore]
+    opt_in = [code for code in migration_codes() if not config.enabled(code) and code not in config.ignore]
     if opt_in and config.select == ["DTL"]:
         config = dataclasses.replace(config, select=[*config.select, *opt_in])
     return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, fix=True,

@@ -1,6 +1,6 @@
 """A stand-in for vLLM's ``current_platform``, reduced to what the MLA prefill asks of it.
 
-The verification fixture (``fixtures/verify/mla_prefill.py``), vLLM's own prefill functions run by
+The verification fixture (``kernels_ref/harness/verify_fixture/mla_prefill.py``), vLLM's own prefill functions run by
 the upstream harness, and the ``vllm`` helper template all compare a weight dtype against
 ``current_platform.fp8_dtype()``. vLLM is not installed here, so they get this object instead.
 Only CUDA-like platforms are modelled: ROCm's ``float8_e4m3fnuz`` would change the sentinel, and

@@ -3,9 +3,9 @@
 Two sources, both rewritten by the linter's stable API (``dtype_lint.api.fix_source`` and
 ``helper_module_source``), never by hand:
 
-* **the fixture** (``fixtures/verify/mla_prefill.py``, our own code in vLLM's shape): written
-  into a fresh temp package as ``pre.py``, the fixer's ``post.py`` and helper module beside it,
-  all three imported from there (:func:`fixture_package`);
+* **the fixture** (``kernels_ref/harness/verify_fixture/mla_prefill.py``, our own code in vLLM's
+  shape, shipped as package data: the one test input the installed tool needs): written into a
+  fresh temp package as ``pre.py``, the fixer's ``post.py`` and helper module beside it, all three imported from there (:func:`fixture_package`);
 * **vLLM's own functions**: 0.27.1's ``mla_attention.py`` from ``dtype_lint.releases`` (the
   original, and the fixer's rewrite of it with the ``vllm`` helper template) and 0.28.0's, cut out
   by :mod:`.upstream_source` (:func:`upstream_releases`).
@@ -41,7 +41,7 @@ from dtype_lint.engine.writer import write_atomic
 
 from . import upstream_source as us
 
-FIXTURE = "verify/mla_prefill.py"
+FIXTURE = "verify_fixture/mla_prefill.py"  # beside this module, shipped as package data
 HELPER_MODULE = "layer_input_dtype"
 HELPER_FUNC = "get_layer_input_dtype"
 UPSTREAM_PRE, UPSTREAM_FIXED = "0.27.1", "0.28.0"
@@ -102,7 +102,7 @@ class FixtureSources:
 
 
 def fixture_source() -> str:
-    return importlib.resources.files("dtype_lint.fixtures").joinpath(FIXTURE).read_text()
+    return importlib.resources.files("dtype_lint.kernels_ref.harness").joinpath(FIXTURE).read_text()
 
 
 def fix_fixture(*, unsafe_fixes: bool = False, name: str | None = None) -> FixtureSources:
