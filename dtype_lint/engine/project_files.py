@@ -145,9 +145,9 @@ class ProjectFiles:
     @staticmethod
     def _starting(pairs: list[tuple[str, int]], prefix: str) -> list[int]:
         """The folders whose key in `pairs` (sorted) starts with `prefix`, in discovery order."""
-        lo = bisect.bisect_left(pairs, (prefix,))
+        low = bisect.bisect_left(pairs, (prefix,))
         out = []
-        for key, d in pairs[lo:]:
+        for key, d in pairs[low:]:
             if not key.startswith(prefix):
                 break
             out.append(d)
@@ -225,17 +225,17 @@ class ProjectFiles:
     def _firsts_among(self, files):
         """(module, first file) of the modules whose first file is among `files` (in order)."""
         out: dict[str, Found] = {}
-        for f in files:
-            if f.module not in out:
-                first = self.first(f.module)
-                if first is not None and first.real == f.real:
-                    out[f.module] = first
+        for file in files:
+            if file.module not in out:
+                first = self.first(file.module)
+                if first is not None and first.real == file.real:
+                    out[file.module] = first
         return out
 
     def _rows_of(self, folders):
-        for d in folders:
-            for r in range(len(self._dirs[d][3])):
-                f = self._found(d, r)
+        for folder in folders:
+            for r in range(len(self._dirs[folder][3])):
+                f = self._found(folder, r)
                 if f is not None:
                     yield f
 
@@ -266,12 +266,12 @@ class ProjectFiles:
             if prefix in matched:
                 at += [(d, r) for d in folders for r, row in enumerate(dirs[d][3]) if row.__class__ is str]
                 continue
-            for d in folders:
-                rows = dirs[d][3]
-                if d in odd_folders:  # a spelled-out row is a list: not hashable
+            for folder in folders:
+                rows = dirs[folder][3]
+                if folder in odd_folders:  # a spelled-out row is a list: not hashable
                     rows = [row for row in rows if row.__class__ is str]
                 if not names.isdisjoint(rows):
-                    at += [(d, dirs[d][3].index(n)) for n in names if n in rows]
+                    at += [(folder, dirs[folder][3].index(n)) for n in names if n in rows]
         at.sort()
         files = [f for f in self.front if not parts.isdisjoint(f.module.split("."))]
         files += [f for f in (self._found(d, r) for d, r in at) if f is not None]
