@@ -130,13 +130,13 @@ def _top_level_names(folder: Path) -> set[str]:
     except OSError:
         return set()
     names = set()
-    for e in entries:
-        if e.name.startswith("."):
+    for entry in entries:
+        if entry.name.startswith("."):
             continue
-        if e.name.endswith(".py") and e.name != "setup.py":
-            names.add(e.name[:-3])
-        elif e.is_dir() and (os.path.exists(os.path.join(e.path, "__init__.py"))):
-            names.add(e.name)
+        if entry.name.endswith(".py") and entry.name != "setup.py":
+            names.add(entry.name[:-3])
+        elif entry.is_dir() and (os.path.exists(os.path.join(entry.path, "__init__.py"))):
+            names.add(entry.name)
     return names
 
 
