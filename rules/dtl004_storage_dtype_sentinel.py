@@ -195,33 +195,33 @@ class StorageDtypeSentinel(Rule):
         if _test_code(ctx.source.path):
             return  # a test asserting a storage dtype checks the backend on purpose
         globals_ = ModuleGlobals(ctx.tree, ctx.imports)
-        for c in ctx.candidates:
-            if could_be_helper_shaped(function_text(ctx.source.lines, c.fn)) and helper_shape(c.fn) is not None:
+        for candidate in ctx.candidates:
+            if could_be_helper_shaped(function_text(ctx.source.lines, candidate.fn)) and helper_shape(candidate.fn) is not None:
                 continue
             done: set[int] = set()
-            for node in c.walk.of(ast.Compare):
-                hit = _sentinel_compare(node, c.scope, globals_)
+            for node in candidate.walk.of(ast.Compare):
+                hit = _sentinel_compare(node, candidate.scope, globals_)
                 if hit is None:
                     continue
                 wds, _sentinels = hit
-                stmt = _statement_of(node, c.parents)
+                stmt = _statement_of(node, candidate.parents)
                 if id(stmt) in done:
                     continue
-                block = next((b for b in statement_blocks(c.parents.get(id(stmt))) if any(s is stmt for s in b)), None)
-                why = hand_copy_reason(stmt, wds.layer, c.scope, block, ctx.imports)
+                block = next((b for b in statement_blocks(candidate.parents.get(id(stmt))) if any(s is stmt for s in b)), None)
+                why = hand_copy_reason(stmt, wds.layer, candidate.scope, block, ctx.imports)
                 if why is None and not isinstance(stmt, ast.If):
                     continue  # a flag recording the format: what reads it decides
-                verdict = ctx.layer_verdict(wds.layer, c, site=node)
+                verdict = ctx.layer_verdict(wds.layer, candidate, site=node)
                 if verdict is None:
                     continue
                 if why is None:  # a kernel dispatch: wrong only if its dtype stands for several formats
-                    why = _ambiguity(ctx, wds.layer, c, _all_sentinels(stmt, wds, c.scope, globals_),
+                    why = _ambiguity(ctx, wds.layer, candidate, _all_sentinels(stmt, wds, candidate.scope, globals_),
                                      _required_params(stmt, wds.layer))
                     if why is None:
                         continue
                 done.add(id(stmt))
-                sentinels = _all_sentinels(stmt, wds, c.scope, globals_)
-                fix, reason = _rewrite(ctx, stmt, wds, c)
+                sentinels = _all_sentinels(stmt, wds, candidate.scope, globals_)
+                fix, reason = _rewrite(ctx, stmt, wds, candidate)
                 layer = ast.unparse(wds.layer)
                 confidence, evidence = verdict
                 report_node = stmt.test if isinstance(stmt, (ast.If, ast.While)) else node
@@ -287,12 +287,12 @@ def _spell(expr: ast.expr, value: Dtype) -> str:
 
 def _sentinel_compare(node: ast.Compare, scope: FunctionScope, globals_: ModuleGlobals):
     operands = [node.left, *node.comparators]
-    for i, op in enumerate(node.ops):
-        if not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+    for i, operator_node in enumerate(node.ops):
+        if not isinstance(operator_node, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)):
             continue
         a, b = operands[i], operands[i + 1]
         for storage, other in ((a, b), (b, a)):
-            if isinstance(op, (ast.In, ast.NotIn)) and storage is b:
+            if isinstance(operator_node, (ast.In, ast.NotIn)) and storage is b:
                 continue  # `x in w.dtype` is not a membership test of the storage dtype
             wds = weight_dtype_source(storage, scope)
             if wds is None or wds.form == "tensor":

@@ -258,8 +258,8 @@ class UnsoundInputDtypeHelper(Rule):
     def check(self, ctx: RuleContext) -> None:
         functions = {id(c.fn): c for c in ctx.every_function}
         callers = _callers_here(ctx)
-        for fn, _class_q, h in ctx.helpers.defined:
-            function = functions.get(id(fn))
+        for function_node, _class_q, h in ctx.helpers.defined:
+            function = functions.get(id(function_node))
             if (function is not None and ctx.is_exempt(function)) or h.table is None or not h.unsound or not h.decides:
                 continue
             here = callers.get(h.name, [])
@@ -272,11 +272,11 @@ class UnsoundInputDtypeHelper(Rule):
                     and not any(c.may_be_packed for c in elsewhere):
                 continue
             if h.configured:
-                fix, reason = _helper_fix(ctx, fn, h)
+                fix, reason = _helper_fix(ctx, function_node, h)
             elif blocker := _route_blocker(ctx, h):
                 # Its callers cannot be routed to the configured helper: the one automatic fix
                 # left is the missing branch where it is defined.
-                fix, reason = _helper_fix(ctx, fn, h)
+                fix, reason = _helper_fix(ctx, function_node, h)
                 reason = reason and f"{blocker}; {reason}"
             else:
                 fix, reason = None, _no_fix_reason(h)
@@ -284,18 +284,18 @@ class UnsoundInputDtypeHelper(Rule):
             callers_seen = tuple(Evidence(f"called from {os.path.basename(c.path)} with `{c.layer}`, which a "
                                           "backend may pack", c.path, c.line)
                                  for c in elsewhere if c.may_be_packed)[:2]
-            ctx.report(_name_node(ctx, fn), _definition_message(h), scope=_scope_of(h), fix=fix,
-                       no_fix_reason=reason, expression=f"def {fn.name}", kind="definition",
+            ctx.report(_name_node(ctx, function_node), _definition_message(h), scope=_scope_of(h), fix=fix,
+                       no_fix_reason=reason, expression=f"def {function_node.name}", kind="definition",
                        evidence=callers_seen)
-        for c in ctx.every_function:
-            if not ctx.helpers.may_call_helper(c.fn) or ctx.is_exempt(c):
+        for candidate in ctx.every_function:
+            if not ctx.helpers.may_call_helper(candidate.fn) or ctx.is_exempt(candidate):
                 continue
-            for node in c.walk.of(ast.Call):
-                h = ctx.helpers.called(node, c.scope)
+            for node in candidate.walk.of(ast.Call):
+                h = ctx.helpers.called(node, candidate.scope)
                 if h is None or h.table is None or not h.unsound or not h.decides:
                     continue
-                cast = _fed_cast(node, c)
-                if cast is None or not _may_be_packed(ctx, node, c):
+                cast = _fed_cast(node, candidate)
+                if cast is None or not _may_be_packed(ctx, node, candidate):
                     continue
                 fix, reason = _route_fix(ctx, node, h)
                 here = h.path == ctx.source.path
@@ -330,12 +330,12 @@ def _callers_here(ctx: RuleContext) -> dict[str, list[bool]]:
     names = {fn.name for fn, _q, _h in ctx.helpers.defined}
     if not names:
         return out
-    for c in ctx.every_function:
-        if not ctx.helpers.may_call_helper(c.fn):
+    for candidate in ctx.every_function:
+        if not ctx.helpers.may_call_helper(candidate.fn):
             continue  # no line of it names a helper of this file
-        for node in c.walk.of(ast.Call):
+        for node in candidate.walk.of(ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in names:
-                out.setdefault(node.func.id, []).append(_may_be_packed(ctx, node, c))
+                out.setdefault(node.func.id, []).append(_may_be_packed(ctx, node, candidate))
     return out
 
 
@@ -448,12 +448,12 @@ def _still_wrong(patched: str, name: str, line: int, before: Table) -> str:
         tree = ast.parse(patched)
     except SyntaxError:
         return "the branch would not parse here"
-    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    function_node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.name == name and n.lineno == line), None)
     try:
-        after = evaluate_helper(fn, tree) if fn is not None else None
-    except Exception as e:  # noqa: BLE001 - whatever the evaluator refuses, the fix is off
-        return f"the patched helper cannot be evaluated ({e})"
+        after = evaluate_helper(function_node, tree) if function_node is not None else None
+    except Exception as error:  # noqa: BLE001 - whatever the evaluator refuses, the fix is off
+        return f"the patched helper cannot be evaluated ({error})"
     if after is None or unsound_cases(after):
         return "the branch would not make the helper sound"
     wrong = {c for c, _ in unsound_cases(before)}
