@@ -120,8 +120,8 @@ def _int_list(text: str) -> list[int]:
     out = []
     for part in text.split(","):
         if "-" in part:
-            lo, hi = part.split("-")
-            out += range(int(lo), int(hi) + 1)
+            low, high = part.split("-")
+            out += range(int(low), int(high) + 1)
         elif part:
             out.append(int(part))
     return out
