@@ -179,8 +179,8 @@ def load_fixed_module(module_name: str, fixed_text: str):
 def _fixed_module(case: Case):
     """The release's module with the site fixed and the helper appended, under the same package."""
     original = importlib.import_module(case.module)
-    with open(original.__file__, encoding="utf-8") as f:
-        text = f.read()
+    with open(original.__file__, encoding="utf-8") as handle:
+        text = handle.read()
     if text.count(case.site) < 1:
         raise AssertionError(f"{case.module}: the reported site `{case.site}` is not in the release's file")
     return load_fixed_module(case.module, text.replace(case.site, case.fixed))
@@ -227,8 +227,8 @@ def verify_case(case: Case, quantizer: str) -> dict:
             broken = before_err > CHANGED_FACTOR * max(own, 1e-3) or before.dtype != twin.dtype
             if quantizer not in case.breaks:  # the release's own guard holds here: it must match too
                 broken = before_err <= MAX_OWN_ERROR[quantizer] and before.dtype == twin.dtype
-        except Exception as e:  # noqa: BLE001 - the crash is the finding
-            before_text = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        except Exception as error:  # noqa: BLE001 - the crash is the finding
+            before_text = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}"
             broken = quantizer in case.breaks
     ok_after = after.dtype == twin.dtype and own <= MAX_OWN_ERROR[quantizer]
     return {"model": case.model, "quantizer": quantizer, "before": before_text,
@@ -243,16 +243,16 @@ def main() -> int:
         for quantizer in quantizers_for(case):
             try:
                 rows.append(verify_case(case, quantizer))
-            except Exception as e:  # noqa: BLE001 - a harness failure is a failed row, with why
+            except Exception as error:  # noqa: BLE001 - a harness failure is a failed row, with why
                 rows.append({"model": case.model, "quantizer": quantizer, "before": "-",
-                             "after": f"harness error: {type(e).__name__}: {str(e).splitlines()[0][:100]}",
+                             "after": f"harness error: {type(error).__name__}: {str(error).splitlines()[0][:100]}",
                              "proven": False})
                 traceback.print_exc(file=sys.stderr)
     print("| model class | quantizer | release's code (expected) | release's code | fixed code | proven |")
     print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['quantizer']} | {r.get('expected', '-')} | {r['before']} | {r['after']} | "
-              f"{'yes' if r['proven'] else 'NO'} |")
+    for row in rows:
+        print(f"| {row['model']} | {row['quantizer']} | {row.get('expected', '-')} | {row['before']} | "
+              f"{row['after']} | {'yes' if row['proven'] else 'NO'} |")
     return 0 if all(r["proven"] for r in rows) else 1
 
 
