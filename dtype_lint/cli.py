@@ -336,10 +336,11 @@ def _report(result, args) -> None:
 
     from dtype_lint.engine.pipeline import safe_read
 
-    out = io.StringIO() if args.output_file else sys.stdout
+    report = io.StringIO()  # written to the named file, or not used
+    out = report if args.output_file else sys.stdout
     _render(result.findings, result.fixed, args, len(result.files), result.analyzed, result.elapsed_s, safe_read, out)
     if args.output_file:
-        _write_named_file(result, args.output_file, out.getvalue(), "report")
+        _write_named_file(result, args.output_file, report.getvalue(), "report")
 
 
 def environment_problem() -> str | None:
