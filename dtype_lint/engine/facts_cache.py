@@ -76,6 +76,7 @@ class FactsStore:
         """Keep an answer computed this run (only answers of PERSISTED keys, of plain values)."""
         if key[0] not in PERSISTED:
             return
+        encoded: list | dict | None
         try:
             if key[0] == ADMISSIONS:
                 encoded = _encode_admissions(value, self._stored)

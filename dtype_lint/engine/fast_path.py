@@ -212,7 +212,7 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
     return paths, quiet, color, fmt
 
 
-def _find_config(first_path: str) -> tuple[str, str, str] | None:
+def _find_config(first_path: str) -> tuple[str, str, str, dict] | None:
     """(configuration file, project root, cache folder) as config.find_pyproject finds them: the
     nearest pyproject.toml with a [tool.dtype-lint] table, else the nearest pyproject.toml. None
     when there is none (zero configuration: the full run) or another kind of settings file is in

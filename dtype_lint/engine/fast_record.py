@@ -229,7 +229,7 @@ def save_record(config, writer, looked_up_files: dict[str, str], valid: bool) ->
     if load_record(path, config_path, root) is not None:
         return  # still true: the walk below is not repeated
     dirs, tops, ignores = layout_of(root)
-    files = dict(looked_up_files)
+    files: dict[str, str | None] = dict(looked_up_files)
     from dtype_lint.engine.git_excludes import watched_files
     from dtype_lint.rules import ALL_RULES  # every rule's prefilter: imported only when a record is written
 

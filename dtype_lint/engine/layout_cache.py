@@ -134,7 +134,7 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
                 if not (isinstance(name, str) and isinstance(module, str)):
                     return None
             return ProjectFiles(front, dirs, odd, _leads(root_arg))
-        out = []
+        out: list[Found] = []
         append = out.append
         new = tuple.__new__  # Found(...) through its generated __new__ is half the time again
         sep = os.sep

@@ -172,7 +172,7 @@ class ProjectFiles:
         head, sep, name = path.rpartition(_SEP)
         d = self._folder_shown(head + sep)
         r = self._row(d, name) if d is not None else None
-        return self._found(d, r) if r is not None else None
+        return self._found(d, r) if d is not None and r is not None else None
 
     def display_of(self, real: str) -> str | None:
         """The path shown for the file at `real` (the last named file of that real path first)."""
@@ -182,7 +182,7 @@ class ProjectFiles:
         real_dir, name = os.path.split(real)
         d = self._folder_at(real_dir)
         r = self._row(d, name) if d is not None else None
-        f = self._found(d, r) if r is not None else None
+        f = self._found(d, r) if d is not None and r is not None else None
         return f.path if f is not None else None
 
     # ---- class_index.ModuleFiles -----------------------------------------------------------
@@ -196,7 +196,9 @@ class ProjectFiles:
     def _record_files_of(self, module: str) -> list[Found]:
         by_prefix = self._prefixes()
         dirs = self._dirs
-        at: list[tuple[int, int]] = list(self._odd.get(module, ()))
+        odd = self._odd
+        assert odd is not None  # _prefixes() builds it with the prefixes
+        at: list[tuple[int, int]] = list(odd.get(module, ()))
         # The package: the `__init__` of a folder whose prefix is the module's ("" for module "").
         for d in by_prefix.get(module + "." if module else "", ()):
             rows = dirs[d][3]
@@ -251,7 +253,9 @@ class ProjectFiles:
 
     def firsts_with_part(self, parts: frozenset[str]):
         by_prefix = self._prefixes()
-        at: list[tuple[int, int]] = [p for m, ps in self._odd.items() if not parts.isdisjoint(m.split(".")) for p in ps]
+        odd = self._odd
+        assert odd is not None  # _prefixes() builds it with the prefixes
+        at: list[tuple[int, int]] = [p for m, ps in odd.items() if not parts.isdisjoint(m.split(".")) for p in ps]
         # A module has the part in its folder's prefix (every file of the folder) or is its stem
         # (a file `part.py`): the prefixes holding a part's text are split, the names are looked for
         # folder by folder.

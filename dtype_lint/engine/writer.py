@@ -459,7 +459,7 @@ def _discard(tmp: str) -> None:
         pass
 
 
-def write_scratch_files(root: Path, files: dict[str, bytes | str]) -> None:
+def write_scratch_files(root: Path, files: dict[str, bytes] | dict[str, str] | dict[str, bytes | str]) -> None:
     """Files of a scratch tree under a temporary folder the run itself made (a migration's
     re-check copy, a proof's module tree, a release's test folder): never a user's project, so
     plain writes, but still only here, so that every write the tool makes is in this module."""
