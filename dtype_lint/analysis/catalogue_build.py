@@ -28,7 +28,7 @@ def project_facts(root: str | Path, paths: list[str] | None = None):
 
     root = Path(root)
     config = load_config(root)
-    found, index_found = _discover(config, [str(p) for p in (paths or [root])])
+    found, index_found = _discover(config, [str(p) for p in (paths or [str(root)])])
     cache = Cache(root / config.cache_dir, key="none", enabled=False, root=root)
     project = _Project(index_found, found, cache)
     index = build_index(project.table, config)

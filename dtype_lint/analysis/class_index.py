@@ -566,14 +566,14 @@ class QuantizableLayerIndex:
     """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
 
     def __init__(self, headers: "list[ModuleHeader] | ModuleTable", quantizable: list[str], exempt: list[str],
-                 not_quantizable: list[str] = ()):
+                 not_quantizable: list[str] | tuple[str, ...] = ()):
         self.modules: ModuleTable = headers if isinstance(headers, ModuleTable) else ModuleTable.of(headers)
         self.quantizable = set(quantizable)
         self.exempt = set(exempt)
         self._not_quantizable = set(not_quantizable)
         # Preset names matched by simple name inside their own top package, for re-export paths
         # (`from vllm.model_executor.layers import X`) when that package is not in the scan.
-        self._by_simple = {}
+        self._by_simple: dict[tuple[str, str], str] = {}
         for q in self.quantizable | self.exempt | self._not_quantizable:
             self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
         self._memo: dict[tuple[str, str], ClassVerdict] = {}
@@ -658,7 +658,8 @@ class QuantizableLayerIndex:
 
     def mro(self, qualname: str) -> list[str]:
         """The class and all its resolved ancestors, nearest first (a linearisation good enough for attribute facts)."""
-        out, todo = [], [qualname]
+        out: list[str] = []
+        todo = [qualname]
         while todo:
             q = todo.pop(0)
             if q in out or len(out) > 64:

@@ -111,7 +111,7 @@ def _value(node: ast.AST, values: dict[str, object]):
     if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (bool, int, float)):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and type(node.operand.value) in (int, float):
+            and isinstance(node.operand.value, (int, float)) and not isinstance(node.operand.value, bool):
         return -node.operand.value
     if isinstance(node, (ast.Name, ast.Attribute)):
         return values.get(ast.unparse(node), _UNKNOWN)

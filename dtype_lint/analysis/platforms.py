@@ -169,7 +169,7 @@ def narrowing_of(found: list[Admission]) -> Narrowing | None:
         return None
     names: list[str] = []
     for a in found:
-        names.extend(n for n in a.names if n not in names)
+        names.extend(n for n in a.names or () if n not in names)  # None: returned above
     return Narrowing(tuple(found), tuple(names))
 
 
@@ -310,7 +310,7 @@ class PlatformNarrowing:
             for config, names in catalogue_data.get("names", {}).items():
                 for name in names:
                     engine_names.setdefault(name, config)
-        out = {}
+        out: dict[str, list[tuple[str, str | None]]] = {}
         for name in narrowing.names:
             project = registered.get(name) or tree_configs.get(name)
             if project:
