@@ -78,7 +78,7 @@ def _read(path: Path) -> dict:
         return {}  # a broken formatter configuration is the formatter's to report, not ours
 
 
-def _get(table: dict, *keys: str):
+def _get(table: object, *keys: str):
     for key in keys:
         if not isinstance(table, dict):
             return None
@@ -205,7 +205,7 @@ def _wrap(line: str, limit: int) -> list[str] | None:
     if stripped.startswith("from ") and " import " in stripped and "(" not in stripped:
         head, _, names = stripped.partition(" import ")
         items = [n.strip() for n in names.split(",") if n.strip()]
-        wrapped = [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
+        wrapped: list[str] | None = [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
     else:
         wrapped = _right_hand_split(indent, stripped, limit)
     if wrapped is None or not comment:

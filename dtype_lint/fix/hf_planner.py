@@ -200,7 +200,7 @@ class HFPlanner(Planner):
         the path down to it, calls whose function and earlier arguments are pure, no lambda,
         comprehension, conditional or short-circuit operand."""
         stmt = self._statement_of(site)
-        receiver = site.call.func.value  # type: ignore[union-attr]
+        receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         if not isinstance(stmt, (ast.Assign, ast.Expr, ast.Return)) or not self._own_lines(stmt) or \
                 stmt.lineno != stmt.end_lineno and '"""' in self.src.segment(stmt):
             return None

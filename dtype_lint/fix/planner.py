@@ -311,7 +311,7 @@ class Planner:
         return self._fix(f"cast only when `{self.func}` names an input dtype", edits, binds=(var,))
 
     def _expression(self, site: Site) -> tuple[Fix | None, str]:
-        receiver = site.call.func.value  # type: ignore[union-attr]
+        receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         if not is_pure(receiver):
             return None, "the cast's receiver has side effects; the `or x.dtype` rewrite would evaluate it twice"
         layer = self.src.segment(site.wds.layer)
@@ -355,7 +355,7 @@ class Planner:
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             edits += self._guard(site, stmt, name)
         else:
-            receiver = site.call.func.value  # type: ignore[union-attr]
+            receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
             if not is_pure(receiver):
                 return None, "the cast's receiver has side effects"
             arg_start, arg_end = self.src.node_offsets(site.arg)
@@ -430,7 +430,7 @@ class Planner:
         """`x = x.to(...)` with the same simple target and receiver, the call being the whole value."""
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.value is site.call):
             return False
-        receiver = site.call.func.value  # type: ignore[union-attr]
+        receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         return ast.dump(stmt.targets[0]).replace("Store()", "Load()") == ast.dump(receiver) and is_pure(receiver)
 
     @staticmethod
