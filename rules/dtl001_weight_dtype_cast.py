@@ -388,7 +388,7 @@ class WeightDtypeCast(Rule):
                 else:
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
-                sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
+                sink = cast_sink(node.func.value, function.scope.assigns)
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
                                                holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
@@ -410,7 +410,7 @@ class WeightDtypeCast(Rule):
             return
         confidence, evidence = verdict
         text = ast.unparse(layer)
-        sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
+        sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which {verb} `{text}.weight.dtype`, the storage "
                          f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
                          f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
@@ -427,7 +427,9 @@ class WeightDtypeCast(Rule):
         if dotted(node.func) not in ("torch.finfo", "finfo") or len(node.args) != 1:
             return
         weight_dtype = weight_dtype_source(node.args[0], function.scope)
-        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
+        if weight_dtype is None:
+            return
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
         if verdict is None or hf_storages(verdict[1]) is None:
             return
         confidence, evidence = verdict
@@ -447,7 +449,9 @@ class WeightDtypeCast(Rule):
         if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
             return
         weight_dtype = weight_dtype_source(body[0].value, function.scope)
-        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=body[0]) if weight_dtype is not None else None
+        if weight_dtype is None:
+            return
+        verdict = ctx.layer_verdict(weight_dtype.layer, function, site=body[0])
         if verdict is None:
             return
         confidence, evidence = verdict
@@ -463,7 +467,7 @@ class WeightDtypeCast(Rule):
         weight_dtype = weight_dtype_source(arg, scope)
         if weight_dtype is not None:
             return weight_dtype
-        if call.func.attr == "to":  # type: ignore[union-attr]
+        if call.func.attr == "to":  # type: ignore[attr-defined]  # a method cast: func is an Attribute
             w = weight_expr(arg, scope)
             if w is not None:
                 return WeightDtypeSource(w[0], "tensor")
@@ -486,7 +490,7 @@ def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:
     """`layer.weight.to(...)`, `param.data.to(...)`, `layer.weight_scale.to(...)`: casting a layer's
     stored parameters is not an activation cast. (A scale buffer of another module multiplied
     into activations, `self.embed_scale.to(...)`, is.)"""
-    recv = call.func.value  # type: ignore[union-attr]
+    recv = call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
     last = recv.attr if isinstance(recv, ast.Attribute) else (recv.id if isinstance(recv, ast.Name) else "")
     if last in ("weight", "bias", "data") or "weight" in last:
         return True

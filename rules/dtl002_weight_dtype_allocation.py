@@ -151,7 +151,9 @@ class WeightDtypeAllocation(Rule):
             keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
             for keyword_arg in alloc_dtype_keywords(node, ctx.imports) + keywords:
                 weight_dtype = weight_dtype_source(keyword_arg.value, function.scope)
-                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
+                if weight_dtype is None:
+                    continue
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
                 if verdict is None or (keyword_arg in keywords and hf_storages(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
@@ -172,7 +174,9 @@ class WeightDtypeAllocation(Rule):
         if not (isinstance(callee, ast.Attribute) and callee.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
             return
         w = weight_expr(callee.value, function.scope)
-        verdict = ctx.layer_verdict(w[0], function, site=node) if w is not None else None
+        if w is None:
+            return
+        verdict = ctx.layer_verdict(w[0], function, site=node)
         if verdict is None:
             return
         confidence, evidence = verdict
