@@ -44,8 +44,8 @@ def explain(site: str, config_file: str | None = None) -> str:
     try:
         text = read_file(path).text
         tree = ast.parse(text, filename=path)
-    except (OSError, UnicodeError, SyntaxError, ValueError) as evidence_item:
-        raise ExplainError(f"`{path}`: cannot read or parse: {evidence_item}") from None
+    except (OSError, UnicodeError, SyntaxError, ValueError) as error:
+        raise ExplainError(f"`{path}`: cannot read or parse: {error}") from None
     config, project = project_facts_for(path, config_file)
     module = module_name(path, config.root)
     imports = extract_header(text, module, path, os.path.basename(path) == "__init__.py").imports

@@ -645,8 +645,8 @@ def ruff_format(text: str) -> str:
     columns), when ruff is installed (the `test` extra has it); else as written."""
     import shutil
 
-    ruff = Path(sys.executable).with_name("ruff")
-    ruff = str(ruff) if ruff.is_file() else shutil.which("ruff")
+    beside = Path(sys.executable).with_name("ruff")
+    ruff = str(beside) if beside.is_file() else shutil.which("ruff")
     if not ruff:
         return text
     settings = ["--isolated", "--line-length", "119"]

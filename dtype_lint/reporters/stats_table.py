@@ -29,13 +29,14 @@ def rows(findings: list[Finding], unsafe_fixes_enabled: bool) -> list[tuple[str,
     """(code, count, fixable now, hidden unsafe) per code, most frequent first."""
     per: dict[str, list[int]] = {}
     for finding in findings:
-        c = per.setdefault(finding.code, [0, 0, 0])
-        c[0] += 1
+        counts = per.setdefault(finding.code, [0, 0, 0])
+        counts[0] += 1
         if fix_applicable(finding, unsafe_fixes_enabled):
-            c[1] += 1
+            counts[1] += 1
         elif finding.fix is not None:
-            c[2] += 1
-    return sorted(((k, *v) for k, v in per.items()), key=lambda r: (-r[1], r[0]))
+            counts[2] += 1
+    return sorted(((code, found, fixable, hidden) for code, (found, fixable, hidden) in per.items()),
+                  key=lambda r: (-r[1], r[0]))
 
 
 def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: RenderContext) -> None:
