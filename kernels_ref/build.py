@@ -410,15 +410,15 @@ def launch(name: str, grid, block, args, *, device, shared_mem: int = 0) -> None
     import cupy
 
     key = (name, index)
-    function_node = _kernels.get(key)
-    if function_node is None:
-        function_node = load_module(stem, index).get_function(name)
-        _kernels[key] = function_node
+    kernel = _kernels.get(key)
+    if kernel is None:
+        kernel = load_module(stem, index).get_function(name)
+        _kernels[key] = kernel
     packed = tuple(_arg(k, v) for k, v in zip(sig, args))
     with cupy.cuda.Device(index):
         stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(index).cuda_stream)
         with stream:
-            function_node(grid, tuple(int(b) for b in block), packed, shared_mem=shared_mem)
+            kernel(grid, tuple(int(b) for b in block), packed, shared_mem=shared_mem)
 
 
 _sig_cache: dict[str, tuple[str, str]] | None = None
