@@ -194,14 +194,14 @@ def unit_cases(before: dict[str, bytes], after: dict[str, bytes], module: str, f
     def results(files):
         with tempfile.TemporaryDirectory() as tmp, installed(_tree(files, tmp), package):
             try:
-                function_node = getattr(importlib.import_module(module), func)
+                helper = getattr(importlib.import_module(module), func)
             except (ImportError, AttributeError) as error:
                 return None, f"{type(error).__name__}: {error}"
             out = {}
             for sid, flag, want in cases:
                 expected = {"weight": storages[sid], "params": torch.bfloat16, "keep": None}[want]
                 try:
-                    got = function_node(Layer(storages[sid]), flag)
+                    got = helper(Layer(storages[sid]), flag)
                 except Exception as error:  # noqa: BLE001
                     got = f"{type(error).__name__}"
                 out[(sid, flag)] = (got, got == expected, expected)
