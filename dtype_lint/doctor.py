@@ -100,6 +100,7 @@ def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch
 
 def diagnose(config: Config, paths: list[str], use_cache: bool = True) -> tuple[RunResult, list[RootMatch]]:
     result = run(config, RunOptions(paths=paths, use_cache=use_cache))
+    assert result.index is not None  # a check run always builds its class index (pipeline._run)
     return result, root_matches(result.index, config)
 
 
@@ -188,13 +189,15 @@ def _relto(root: Path):
 def render(result: RunResult, matches: list[RootMatch]) -> str:
     config = result.config
     rel = _relto(config.root)
-    files = [h.path for h in result.index.modules.values()]
+    index = result.index
+    assert index is not None  # a check run always builds its class index (pipeline._run)
+    files = [h.path for h in index.modules.values()]
     lines = [
         f"dtype-lint {__version__}",
         f"project root: {config.root}",
         f"configuration: {config.source if config.source != 'defaults' else 'none found (defaults)'}",
         f"files: {len(result.files)} Python files in scope, {result.analyzed} could hold a site "
-        f"(class index: {len(result.index.modules)} modules)",
+        f"(class index: {len(index.modules)} modules)",
         "",
         "settings:",
     ]

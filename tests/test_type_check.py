@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 REPO = Path(__file__).resolve().parents[1]
 # The modules listed as type debt when the checker was set up; fixing one lowers this.
-DEBT_CEILING = 47
+DEBT_CEILING = 46
 
 
 def _script():
