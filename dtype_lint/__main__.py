@@ -4,6 +4,7 @@ import sys
 # `python -m dtype_lint` puts the current folder first on sys.path. Run from a project's root,
 # that would import the project's own `json.py` or `re.py` in place of the standard library's:
 # the linter must never run the code it checks. Drop it before anything else is imported.
+_cwd: str | None
 try:
     _cwd = os.getcwd()
 except OSError:  # the current folder was deleted: cli.main says so

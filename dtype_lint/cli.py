@@ -246,8 +246,8 @@ def _main(argv: list[str]) -> int:
     except BrokenPipeError:  # `dtype-lint check | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
-    except UserError as e:
-        print(f"dtype-lint: error: {e}", file=sys.stderr)
+    except UserError as error:
+        print(f"dtype-lint: error: {error}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -322,13 +322,14 @@ def _print_writes(result, verbose: bool = False, skip: tuple[str, ...] = (), sho
     package markers, suppressions added. Bookkeeping (the cache, `-o` reports, baselines, which
     announce themselves) only with -v."""
     bookkeeping = {"cache", "report", "baseline"} - set(show)
-    for w in result.writes:
-        if w.why in skip or (w.why in bookkeeping and not verbose):
+    for write in result.writes:
+        if write.why in skip or (write.why in bookkeeping and not verbose):
             continue
-        if w.why == "cache" and not w.path.endswith("/"):
+        if write.why == "cache" and not write.path.endswith("/"):
             continue
-        what = "created" if w.action == "created" else "wrote"
-        print(f"dtype-lint: {what} {_printable(_from_cwd(result.config.root, w.path))} ({w.why})", file=sys.stderr)
+        what = "created" if write.action == "created" else "wrote"
+        shown = _printable(_from_cwd(result.config.root, write.path))
+        print(f"dtype-lint: {what} {shown} ({write.why})", file=sys.stderr)
 
 
 def _report(result, args) -> None:
@@ -336,10 +337,11 @@ def _report(result, args) -> None:
 
     from dtype_lint.engine.pipeline import safe_read
 
-    out = io.StringIO() if args.output_file else sys.stdout
+    report = io.StringIO()  # written to the named file, or not used
+    out = report if args.output_file else sys.stdout
     _render(result.findings, result.fixed, args, len(result.files), result.analyzed, result.elapsed_s, safe_read, out)
     if args.output_file:
-        _write_named_file(result, args.output_file, out.getvalue(), "report")
+        _write_named_file(result, args.output_file, report.getvalue(), "report")
 
 
 def environment_problem() -> str | None:
@@ -347,9 +349,9 @@ def environment_problem() -> str | None:
     relative path, the project root and the cache hang off it), or None."""
     try:
         os.getcwd()
-    except OSError as e:
-        return (f"the current folder cannot be reached ({e.strerror or e}; deleted while this shell was in it?): "
-                "cd to an existing folder and run again")
+    except OSError as error:
+        return (f"the current folder cannot be reached ({error.strerror or error}; "
+                "deleted while this shell was in it?): cd to an existing folder and run again")
     return None
 
 
@@ -377,8 +379,8 @@ def _write_named_file(result, path: str, text: str, why: str) -> None:
         raise UserError(problem)
     try:
         result.writer.write(path, text.encode("utf-8"), why, outside_ok=True)
-    except WriteError as e:
-        raise UserError(str(e)) from None
+    except WriteError as error:
+        raise UserError(str(error)) from None
 
 
 def _migrate(args) -> int:
@@ -410,10 +412,10 @@ def _migrate(args) -> int:
     report = render_report(args.path, result, args.report)
     try:
         _write_named_file(result, args.report, report, "report")
-    except UserError as e:
+    except UserError as error:
         # The tree is already rewritten: the report must not be lost with the error.
         sys.stdout.write(report)
-        print(f"dtype-lint: error: {e}; the report is printed above", file=sys.stderr)
+        print(f"dtype-lint: error: {error}; the report is printed above", file=sys.stderr)
         return EXIT_ERROR
     print_summary(result, args.report)
     _print_writes(result, show=("report",))
@@ -430,14 +432,14 @@ def _series(args, cfg, tick) -> int:
         result, patches, files = migration_series(
             cfg, args.path, args.series, args.group_by, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs,
             progress=tick, convention=args.convention, author=args.author, signoff=args.signoff)
-    except IdentityError as e:
-        raise UserError(str(e)) from None
+    except IdentityError as error:
+        raise UserError(str(error)) from None
     if args.report is not None:
         _write_named_file(result, args.report, render_report(args.path, result, series=True), "report")
     from dtype_lint.migrate.series_folder import apply_command
 
-    for f in files:
-        print(f)
+    for file in files:
+        print(file)
     # The exact files, never `DIR/*.patch`: the folder may hold patches of the user's own.
     print(f"dtype-lint: {len(files)} patches in {args.series}"
           + (f"; apply them in order with `{apply_command(files)}`; {args.series}/PR.md describes them as one "
@@ -476,8 +478,8 @@ def _rule(args) -> int:
 def _server() -> int:
     try:
         from dtype_lint.server import serve
-    except ImportError as e:
-        print(f"dtype-lint: error: `server` needs pygls, in the `lsp` extra: {_extra_install('lsp')} ({e})",
+    except ImportError as error:
+        print(f"dtype-lint: error: `server` needs pygls, in the `lsp` extra: {_extra_install('lsp')} ({error})",
               file=sys.stderr)
         return EXIT_ERROR
     return serve()
@@ -508,7 +510,7 @@ def _extra_install(extra: str) -> str:
 def _verify(argv: list[str]) -> int:
     try:
         from dtype_lint.kernels_ref.harness.verify import main as verify_main
-    except ImportError as e:
+    except ImportError as error:
         install = (f"`verify` needs torch (the CPU build: see docs/install.md), in the `verify` extra: "
                    f"{_extra_install('verify')}")
         if any(a in ("-h", "--help") for a in argv):
@@ -516,8 +518,8 @@ def _verify(argv: list[str]) -> int:
             print("usage: dtype-lint verify [options]\n\n"
                   "Prove on reference kernels (PyTorch, CPU) that the MLA prefill fix changes nothing but the "
                   "crash: the original and the fixed code run over every storage format of kv_b_proj.\n\n"
-                  f"{install}; its options are listed here once torch is installed.\n(not available: {e})")
+                  f"{install}; its options are listed here once torch is installed.\n(not available: {error})")
             return EXIT_CLEAN
-        print(f"dtype-lint: error: {install} ({e})", file=sys.stderr)
+        print(f"dtype-lint: error: {install} ({error})", file=sys.stderr)
         return EXIT_ERROR
     return int(verify_main(argv) or 0)

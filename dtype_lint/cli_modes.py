@@ -31,14 +31,14 @@ def check_stdin(args) -> int:
 
     if args.write_baseline or args.baseline or args.changed_since or args.add_noqa is not None:
         raise UserError("stdin mode takes no --baseline, --write-baseline, --changed-since or --add-noqa")
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     filename = args.stdin_filename or "stdin.py"
     from dtype_lint.engine.source import READ_ERRORS, FileText
 
     try:
         text = FileText.decode(sys.stdin.buffer.read()).text
-    except READ_ERRORS as e:
-        raise UserError(f"cannot read stdin as Python source: {e}") from None
+    except READ_ERRORS as error:
+        raise UserError(f"cannot read stdin as Python source: {error}") from None
     cfg = _config(args, [filename] if os.path.exists(filename) else ["."])
     buffer = open_buffer(filename, cfg, use_cache=not args.no_cache)
     fixing = (args.fix or args.fix_only) and not args.diff
@@ -61,10 +61,10 @@ def check_stdin(args) -> int:
                   f"{_printable(display_path(str(missing.path)))} does not exist yet; `dtype-lint check --fix` "
                   "creates it", file=sys.stderr)
         if not args.fix_only and left:
-            _render(left, fixed, args, 1, 1, time.perf_counter() - t0, lambda p: outcome.text, sys.stderr)
+            _render(left, fixed, args, 1, 1, time.perf_counter() - started, lambda p: outcome.text, sys.stderr)
         return _exit_code(args, bool(left) and not args.fix_only, bool(fixed))
     found = buffer.findings(text)
-    _render(found, [], args, 1, 1, time.perf_counter() - t0, lambda p: text, sys.stdout)
+    _render(found, [], args, 1, 1, time.perf_counter() - started, lambda p: text, sys.stdout)
     return _exit_code(args, bool(found), False)
 
 
@@ -76,8 +76,8 @@ def add_noqa_mode(result, reason: str) -> int:
     from dtype_lint.engine.writer import WriteError
 
     by_path: dict[str, list] = {}
-    for f in result.findings:
-        by_path.setdefault(f.path, []).append(f)
+    for finding in result.findings:
+        by_path.setdefault(finding.path, []).append(finding)
     added = 0
     for path, found in sorted(by_path.items()):
         try:
@@ -90,8 +90,8 @@ def add_noqa_mode(result, reason: str) -> int:
             continue
         try:
             result.writer.write(path, file.encode(text), "suppression", expect=data)
-        except WriteError as e:
-            raise UserError(str(e)) from None
+        except WriteError as error:
+            raise UserError(str(error)) from None
         added += count
     result.writer.close()
     print(f"Added {plural(added, 'suppression')} ({'`# dtype-lint: ignore[...]`' if reason else '`# noqa`'}).",

@@ -32,8 +32,8 @@ def _config(args, paths: list[str]):
         overrides["force-exclude"] = args.force_exclude
     try:
         return load_for_run(paths, args.config, overrides, getattr(args, "exclude", None))
-    except ConfigError as e:
-        raise UserError(str(e)) from None
+    except ConfigError as error:
+        raise UserError(str(error)) from None
 
 
 def _exit_code(args, findings_left: bool, fixed: bool) -> int:

@@ -170,14 +170,14 @@ def read_toml(path: Path) -> dict:
         return {}  # `--config /dev/null`: no settings (the only device read as a file)
     try:
         data = read_bytes(path, MAX_CONFIG_BYTES)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read configuration: {getattr(e, 'strerror', None) or e}") from None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: cannot read configuration: {getattr(error, 'strerror', None) or error}") from None
     try:
         return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: cannot read configuration: not UTF-8 (byte {e.start})") from None
-    except (tomllib.TOMLDecodeError, RecursionError) as e:
-        raise ConfigError(f"{path}: cannot read configuration: {e}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: cannot read configuration: not UTF-8 (byte {error.start})") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as error:
+        raise ConfigError(f"{path}: cannot read configuration: {error}") from None
 
 
 def _tool_table(doc: dict, path: Path, default):
@@ -225,8 +225,8 @@ def find_pyproject(start: Path) -> Path | None:
 
                 try:
                     mentions = b"dtype-lint" in read_bytes(candidate, MAX_CONFIG_BYTES)
-                except ValueError as e:  # too large: load_config says so
-                    raise ConfigError(str(e)) from None
+                except ValueError as error:  # too large: load_config says so
+                    raise ConfigError(str(error)) from None
                 if mentions:
                     tool = read_toml(candidate).get("tool", {})
                     if not isinstance(tool, dict) or "dtype-lint" in tool:
@@ -244,9 +244,9 @@ def project_root(start: Path, found: Path | None) -> Path:
     if found is not None:
         return found.parent
     folders = _folders_up(start)
-    for d in folders:
-        if not (d / "__init__.py").exists():
-            return d
+    for folder in folders:
+        if not (folder / "__init__.py").exists():
+            return folder
     return folders[-1]
 
 

@@ -57,9 +57,9 @@ def _code_roots(index: QuantizableLayerIndex) -> dict[str, tuple[str, str]]:
             continue
         for name in header.classes:
             qualname = f"{module}.{name}" if module else name
-            cf = project.class_facts(qualname)
-            if cf is not None and cf.quant_root is not None:
-                roots[qualname] = (f"{header.path}:{cf.quant_root.line}", cf.quant_root.message)
+            class_facts = project.class_facts(qualname)
+            if class_facts is not None and class_facts.quant_root is not None:
+                roots[qualname] = (f"{header.path}:{class_facts.quant_root.line}", class_facts.quant_root.message)
     return roots
 
 
@@ -68,11 +68,11 @@ def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch
     where the tree defines, subclasses or imports it. Reads the index through its public
     surface (modules, class_location, canonical, mro) and class facts for the code's roots."""
     matches = {q: RootMatch(q, "code", why=why) for q, (_at, why) in _code_roots(index).items()}
-    for r in config.all_quantizable:
-        matches.setdefault(r, RootMatch(r, "configured" if r in config.quantizable else "preset"))
+    for match in config.all_quantizable:
+        matches.setdefault(match, RootMatch(match, "configured" if match in config.quantizable else "preset"))
     by_short = defaultdict(list)  # a root matched by name where its package is not scanned
-    for r in matches:
-        by_short[(r.split(".")[0], r.rsplit(".", 1)[-1])].append(r)
+    for match in matches:
+        by_short[(match.split(".")[0], match.rsplit(".", 1)[-1])].append(match)
 
     def roots_of(qualname: str) -> set[str]:
         found = set()
@@ -88,18 +88,19 @@ def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch
             qualname = f"{module}.{name}" if module else name
             if qualname in matches:
                 matches[qualname].defined_at = f"{header.path}:{line}"
-            for r in roots_of(qualname):
-                matches[r].subclasses.append(qualname)
+            for match in roots_of(qualname):
+                matches[match].subclasses.append(qualname)
         for target in set(header.imports.values()):
             target = index.canonical(target)
             key = (target.split(".")[0], target.rsplit(".", 1)[-1])
-            for r in ({target} & matches.keys()) or set(by_short.get(key, ())):
-                matches[r].importers.append(module)
+            for match in ({target} & matches.keys()) or set(by_short.get(key, ())):
+                matches[match].importers.append(module)
     return list(matches.values())
 
 
 def diagnose(config: Config, paths: list[str], use_cache: bool = True) -> tuple[RunResult, list[RootMatch]]:
     result = run(config, RunOptions(paths=paths, use_cache=use_cache))
+    assert result.index is not None  # a check run always builds its class index (pipeline._run)
     return result, root_matches(result.index, config)
 
 
@@ -162,8 +163,8 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
     how = "configured" if config.helper else f"the {config.preset} preset's default"
     try:
         loc = configured_location(config, files)
-    except HelperError as e:
-        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {e}"]
+    except HelperError as error:
+        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {error}"]
         earlier = existing_inferred(files, config.root)
         if earlier:
             top, base = sorted(earlier.items())[0]
@@ -188,13 +189,15 @@ def _relto(root: Path):
 def render(result: RunResult, matches: list[RootMatch]) -> str:
     config = result.config
     rel = _relto(config.root)
-    files = [h.path for h in result.index.modules.values()]
+    index = result.index
+    assert index is not None  # a check run always builds its class index (pipeline._run)
+    files = [h.path for h in index.modules.values()]
     lines = [
         f"dtype-lint {__version__}",
         f"project root: {config.root}",
         f"configuration: {config.source if config.source != 'defaults' else 'none found (defaults)'}",
         f"files: {len(result.files)} Python files in scope, {result.analyzed} could hold a site "
-        f"(class index: {len(result.index.modules)} modules)",
+        f"(class index: {len(index.modules)} modules)",
         "",
         "settings:",
     ]
@@ -205,21 +208,21 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
     code = sum(1 for m in matches if m.origin == "code")
     lines.append(f"quantizable roots: {len(matched)} of {len(matches)} match the tree "
                  f"({code} found in the code: classes that obtain a quant method for themselves)")
-    for m in matches:
-        if not m.matched:
+    for match in matches:
+        if not match.matched:
             continue
         parts = []
-        if m.defined_at:
-            parts.append(f"defined at {rel(m.defined_at.rsplit(':', 1)[0])}:{m.defined_at.rsplit(':', 1)[1]}")
-        if m.subclasses:
-            shown = ", ".join(s.rsplit(".", 1)[-1] for s in m.subclasses[:6])
-            more = f" and {len(m.subclasses) - 6} more" if len(m.subclasses) > 6 else ""
-            parts.append(f"{plural(len(m.subclasses), 'subclass', 'subclasses')} ({shown}{more})")
-        if m.importers:
-            parts.append(f"imported by {plural(len(m.importers), 'module')}")
-        lines.append(f"  {m.root} [{m.origin}]")
-        if m.why:
-            lines.append(f"      why: {m.why}")
+        if match.defined_at:
+            parts.append(f"defined at {rel(match.defined_at.rsplit(':', 1)[0])}:{match.defined_at.rsplit(':', 1)[1]}")
+        if match.subclasses:
+            shown = ", ".join(s.rsplit(".", 1)[-1] for s in match.subclasses[:6])
+            more = f" and {len(match.subclasses) - 6} more" if len(match.subclasses) > 6 else ""
+            parts.append(f"{plural(len(match.subclasses), 'subclass', 'subclasses')} ({shown}{more})")
+        if match.importers:
+            parts.append(f"imported by {plural(len(match.importers), 'module')}")
+        lines.append(f"  {match.root} [{match.origin}]")
+        if match.why:
+            lines.append(f"      why: {match.why}")
         lines.append(f"      {'; '.join(parts)}")
     unmatched = [m for m in matches if not m.matched]
     if unmatched:
@@ -230,6 +233,6 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
                      "to your layer classes (those whose weights a quantization backend repacks), or `preset`")
     fixable = sum(1 for f in result.findings if f.fix is not None)
     lines += ["", f"findings: {len(result.findings)} ({fixable} with a fix); `dtype-lint check` lists them"]
-    for w in result.warnings:
-        lines.append(f"warning: {w}")
+    for warning in result.warnings:
+        lines.append(f"warning: {warning}")
     return "\n".join(lines) + "\n"

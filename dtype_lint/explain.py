@@ -44,8 +44,8 @@ def explain(site: str, config_file: str | None = None) -> str:
     try:
         text = read_file(path).text
         tree = ast.parse(text, filename=path)
-    except (OSError, UnicodeError, SyntaxError, ValueError) as e:
-        raise ExplainError(f"`{path}`: cannot read or parse: {e}") from None
+    except (OSError, UnicodeError, SyntaxError, ValueError) as error:
+        raise ExplainError(f"`{path}`: cannot read or parse: {error}") from None
     config, project = project_facts_for(path, config_file)
     module = module_name(path, config.root)
     imports = extract_header(text, module, path, os.path.basename(path) == "__init__.py").imports
@@ -58,11 +58,11 @@ def explain(site: str, config_file: str | None = None) -> str:
     if not reads:
         return f"{path}:{line}: no `.weight` read on this line\n"
     scopes = {}
-    for fn, class_q, _name in iter_functions(tree, module):
-        if fn.lineno <= line <= (fn.end_lineno or fn.lineno):
-            scopes[(fn.end_lineno or fn.lineno) - fn.lineno] = (fn, class_q)
-    fn, class_q = scopes[min(scopes)] if scopes else (None, None)
-    scope = FunctionScope(fn, class_q)
+    for function_node, class_q, _name in iter_functions(tree, module):
+        if function_node.lineno <= line <= (function_node.end_lineno or function_node.lineno):
+            scopes[(function_node.end_lineno or function_node.lineno) - function_node.lineno] = (function_node, class_q)
+    function_node, class_q = scopes[min(scopes)] if scopes else (None, None)
+    scope = FunctionScope(function_node, class_q)
     out = []
     seen = set()
     for node in reads:
@@ -77,8 +77,8 @@ def explain(site: str, config_file: str | None = None) -> str:
             out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
             continue
         out.append(f"  class: {inst.qualname}")
-        for e in inst.chain:
-            out.append(f"    {_where(e)}{e.message}")
+        for evidence_item in inst.chain:
+            out.append(f"    {_where(evidence_item)}{evidence_item.message}")
         out.append(f"  quantization config at its construction: {inst.config}")
         root = resolver.quant_root(inst.qualname)
         if root is None:
@@ -98,8 +98,8 @@ def explain(site: str, config_file: str | None = None) -> str:
                     mark = ("" if s.kind == COMPUTE
                             else "  <- " + ("no `weight`" if s.kind == ABSENT else "not the compute dtype"))
                     out.append(f"      {s.method or '?'}: {s.what}{mark}")
-                    for e in s.evidence:
-                        out.append(f"        {_where(e)}{e.message}")
+                    for evidence_item in s.evidence:
+                        out.append(f"        {_where(evidence_item)}{evidence_item.message}")
         out.extend(_platforms(model, inst.qualname))
         # Not a list of rules to keep in step with rules/: the two storage questions the storage
         # model answers (a non-compute storage, no `weight`), named by the rules that ask them.
@@ -152,8 +152,8 @@ def run(site: str, config_file: str | None = None) -> int:
 
     try:
         sys.stdout.write(explain(site, config_file))
-    except ExplainError as e:
-        print(f"dtype-lint: error: {e}", file=sys.stderr)
+    except ExplainError as error:
+        print(f"dtype-lint: error: {error}", file=sys.stderr)
         return 2
     return 0
 

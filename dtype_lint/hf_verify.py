@@ -27,6 +27,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
 
@@ -81,7 +82,7 @@ class Case:
     fixed: str  # the same line routed through the helper
     config: Callable[[], object]
     inputs: Callable[[object], dict]
-    output: Callable[[object], object]  # the tensor compared
+    output: Callable[[Any], object]  # the tensor compared (from a model output mypy cannot type)
     # The quantizers whose storage the release's code breaks on; on the others its own guard holds
     # (T5-style `!= torch.int8` handles bitsandbytes 8-bit), and the row shows that it does.
     breaks: tuple[str, ...] = ("bnb-4bit", "bnb-8bit")
@@ -107,10 +108,10 @@ def _cases() -> list[Case]:
         ids = torch.randint(0, 128, (2, 8), generator=g)
         return {"input_ids": ids, "decoder_input_ids": ids}
 
-    t5_like = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
+    t5_like: dict[str, Any] = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
                    decoder_start_token_id=0, pad_token_id=0)
     # Every replaced linear: in_features >= 64, out_features a multiple of 32 (bitsandbytes' CPU 4-bit).
-    speech = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+    speech: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
                   conv_dim=(64, 64), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
                   num_conv_pos_embedding_groups=4, codevector_dim=64, proj_codevector_dim=64,
                   num_codevector_groups=2, num_codevectors_per_group=32, do_stable_layer_norm=True,
@@ -168,6 +169,8 @@ def load_fixed_module(module_name: str, fixed_text: str):
     ` (fixed)` (so its frames name the release's file): (the original module, the fixed one)."""
     original = importlib.import_module(module_name)
     spec = importlib.util.spec_from_loader(module_name + "_dtype_lint_fixed", loader=None)
+    assert spec is not None  # a name and no loader always make a spec
+    assert original.__file__ is not None  # a transformers module is a file
     module = importlib.util.module_from_spec(spec)
     module.__package__ = module_name.rpartition(".")[0]
     module.__file__ = original.__file__
@@ -179,8 +182,9 @@ def load_fixed_module(module_name: str, fixed_text: str):
 def _fixed_module(case: Case):
     """The release's module with the site fixed and the helper appended, under the same package."""
     original = importlib.import_module(case.module)
-    with open(original.__file__, encoding="utf-8") as f:
-        text = f.read()
+    assert original.__file__ is not None  # a transformers module is a file
+    with open(original.__file__, encoding="utf-8") as handle:
+        text = handle.read()
     if text.count(case.site) < 1:
         raise AssertionError(f"{case.module}: the reported site `{case.site}` is not in the release's file")
     return load_fixed_module(case.module, text.replace(case.site, case.fixed))
@@ -227,8 +231,8 @@ def verify_case(case: Case, quantizer: str) -> dict:
             broken = before_err > CHANGED_FACTOR * max(own, 1e-3) or before.dtype != twin.dtype
             if quantizer not in case.breaks:  # the release's own guard holds here: it must match too
                 broken = before_err <= MAX_OWN_ERROR[quantizer] and before.dtype == twin.dtype
-        except Exception as e:  # noqa: BLE001 - the crash is the finding
-            before_text = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        except Exception as error:  # noqa: BLE001 - the crash is the finding
+            before_text = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}"
             broken = quantizer in case.breaks
     ok_after = after.dtype == twin.dtype and own <= MAX_OWN_ERROR[quantizer]
     return {"model": case.model, "quantizer": quantizer, "before": before_text,
@@ -243,16 +247,16 @@ def main() -> int:
         for quantizer in quantizers_for(case):
             try:
                 rows.append(verify_case(case, quantizer))
-            except Exception as e:  # noqa: BLE001 - a harness failure is a failed row, with why
+            except Exception as error:  # noqa: BLE001 - a harness failure is a failed row, with why
                 rows.append({"model": case.model, "quantizer": quantizer, "before": "-",
-                             "after": f"harness error: {type(e).__name__}: {str(e).splitlines()[0][:100]}",
+                             "after": f"harness error: {type(error).__name__}: {str(error).splitlines()[0][:100]}",
                              "proven": False})
                 traceback.print_exc(file=sys.stderr)
     print("| model class | quantizer | release's code (expected) | release's code | fixed code | proven |")
     print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['quantizer']} | {r.get('expected', '-')} | {r['before']} | {r['after']} | "
-              f"{'yes' if r['proven'] else 'NO'} |")
+    for row in rows:
+        print(f"| {row['model']} | {row['quantizer']} | {row.get('expected', '-')} | {row['before']} | "
+              f"{row['after']} | {'yes' if row['proven'] else 'NO'} |")
     return 0 if all(r["proven"] for r in rows) else 1
 
 

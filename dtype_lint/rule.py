@@ -214,10 +214,10 @@ class RuleFacts:
 
     def _function_list(self, lines: list[int] | None) -> list[Candidate]:
         out = []
-        for fn, class_q, scope_name in iter_functions(self.tree, self.source.module, lines):
-            c = self._nodes.get(id(fn))
+        for function_node, class_q, scope_name in iter_functions(self.tree, self.source.module, lines):
+            c = self._nodes.get(id(function_node))
             if c is None:
-                c = self._nodes[id(fn)] = Candidate(fn, class_q, scope_name)
+                c = self._nodes[id(function_node)] = Candidate(function_node, class_q, scope_name)
             out.append(c)
         return out
 
@@ -286,13 +286,13 @@ class RuleFacts:
         reads nesting), in one sweep: the walk yields a function before those nested in it."""
         out: dict[int, ast.AST] = {}
         stack: list[ast.AST] = []
-        for c in self._all_functions:
-            line = c.fn.lineno
+        for function in self._all_functions:
+            line = function.fn.lineno
             while stack and not (stack[-1].lineno < line <= stack[-1].end_lineno):
                 stack.pop()
             if stack:
-                out[id(c.fn)] = stack[-1]
-            stack.append(c.fn)
+                out[id(function.fn)] = stack[-1]
+            stack.append(function.fn)
         return out
 
     @cached_property
@@ -330,11 +330,11 @@ class RuleFacts:
         lines = self._marker_lines
         functions = self._function_list(lines)
         out = []
-        for i, c in enumerate(functions):
-            j = bisect_left(lines, c.fn.lineno)
-            if j == len(lines) or lines[j] > c.fn.end_lineno or self._exempt(functions, i):
+        for i, function in enumerate(functions):
+            j = bisect_left(lines, function.fn.lineno)
+            if j == len(lines) or lines[j] > function.fn.end_lineno or self._exempt(functions, i):
                 continue
-            out.append(c)
+            out.append(function)
         return out
 
     @cached_property
@@ -524,9 +524,9 @@ class RuleContext:
     def calls(self):
         """(candidate, call node) for every call in every candidate function, in source order (the
         fix planner names the variables of a function's sites in the order they are met)."""
-        for c in self.candidates:
-            for node in sorted(c.walk.of(ast.Call), key=lambda n: (n.lineno, n.col_offset)):
-                yield c, node
+        for candidate in self.candidates:
+            for node in sorted(candidate.walk.of(ast.Call), key=lambda n: (n.lineno, n.col_offset)):
+                yield candidate, node
 
     def layer_verdict(self, layer: ast.expr, where: "FunctionScope | Candidate",
                       site: ast.AST | None = None, need: str = "non-compute",
@@ -565,10 +565,10 @@ class RuleContext:
             from dtype_lint.analysis.hf_family import narrowed
 
             aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
-            cf = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
+            class_facts = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
             return narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
                             lambda: self._facts.guards.storage_unpacked(site, where, layer) is not None,
-                            scope.assigns, cf)
+                            scope.assigns, class_facts)
         # A check that proves the layer unquantized there (asked for every rule: a guard the
         # rule did not declare still decides whether the layer may be quantized at this site).
         if self._facts.guards.storage_unpacked(site, where, layer) is not None:

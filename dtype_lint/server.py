@@ -99,8 +99,8 @@ class DtypeLintServer(LanguageServer):
 
         try:
             found, text = self.findings(uri, fresh)
-        except (ConfigError, UserError) as e:
-            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"dtype-lint: {e}"))
+        except (ConfigError, UserError) as error:
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"dtype-lint: {error}"))
             return
         lines = text.splitlines(keepends=True)
         diagnostics = [self.diagnostic(f, lines) for f in found]

@@ -45,8 +45,8 @@ class _GuardedStream:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except OSError as e:
-            raise StdoutWriteError(e) from None
+        except OSError as error:
+            raise StdoutWriteError(error) from None
 
     def writelines(self, lines) -> None:
         for line in lines:
@@ -55,8 +55,8 @@ class _GuardedStream:
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except OSError as e:
-            raise StdoutWriteError(e) from None
+        except OSError as error:
+            raise StdoutWriteError(error) from None
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
@@ -78,12 +78,12 @@ def _silence(stream: TextIO) -> None:
     """Point stdout's file descriptor at /dev/null and drop what is still buffered, so that the
     interpreter's own flush at exit neither fails again nor prints "Exception ignored"."""
     try:
-        fd = stream.fileno()
+        descriptor = stream.fileno()
     except (AttributeError, ValueError, OSError):
         return  # an in-memory stream: nothing is flushed at exit
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, fd)
+        os.dup2(devnull, descriptor)
         os.close(devnull)
         stream.flush()  # what was buffered now goes to /dev/null
     except (OSError, ValueError):
@@ -117,11 +117,11 @@ def run_guarded(command: Callable[[], int]) -> int:
             raise
         sys.stdout.flush()
         return code
-    except StdoutWriteError as e:
+    except StdoutWriteError as error:
         _silence(original)
-        if isinstance(e.error, BrokenPipeError) or e.error.errno == errno.EPIPE:
+        if isinstance(error.error, BrokenPipeError) or error.error.errno == errno.EPIPE:
             return EXIT_ERROR  # the reader left: nothing to tell it
-        reason = e.error.strerror or str(e.error)
+        reason = error.error.strerror or str(error.error)
         _say(f"cannot write to standard output: {reason}; the output is incomplete")
         return EXIT_ERROR
     finally:

@@ -98,8 +98,8 @@ def shrink_dict(config: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, list) and old_layers and len(value) == old_layers and old_layers > LAYERS:
             out[key] = value[:LAYERS]  # per-layer lists (layer_types, ...) follow the new count
         elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            small = [_small(key, v) for v in value]
-            out[key] = [v if s is None else s for v, s in zip(value, small)]
+            smaller = [_small(key, v) for v in value]
+            out[key] = [v if s is None else s for v, s in zip(value, smaller)]
         else:
             out[key] = value
     _move_token_ids(out)

@@ -187,8 +187,8 @@ class Nvrtc:
                 self.lib = ctypes.CDLL(cand)
                 self.path = cand
                 break
-            except OSError as e:
-                errors.append(f"{cand}: {e}")
+            except OSError as error:
+                errors.append(f"{cand}: {error}")
         if self.lib is None:
             raise CudaUnavailable("libnvrtc not found; tried:\n  " + "\n  ".join(errors[:12]))
         L = self.lib
@@ -198,10 +198,10 @@ class Nvrtc:
             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
         ]
         L.nvrtcCompileProgram.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        for fn in ("nvrtcGetProgramLogSize", "nvrtcGetCUBINSize", "nvrtcGetPTXSize"):
-            getattr(L, fn).argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-        for fn in ("nvrtcGetProgramLog", "nvrtcGetCUBIN", "nvrtcGetPTX"):
-            getattr(L, fn).argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        for symbol in ("nvrtcGetProgramLogSize", "nvrtcGetCUBINSize", "nvrtcGetPTXSize"):
+            getattr(L, symbol).argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        for symbol in ("nvrtcGetProgramLog", "nvrtcGetCUBIN", "nvrtcGetPTX"):
+            getattr(L, symbol).argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         L.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
 
     def version(self) -> tuple[int, int]:
@@ -314,15 +314,15 @@ def load_module(stem: str, device_index: int = 0):
             return _modules[key]
         try:
             import cupy
-        except Exception as e:  # pragma: no cover - exercised on GPU machines only
-            raise CudaUnavailable(f"cupy is not importable: {e}") from e
+        except Exception as error:  # pragma: no cover - exercised on GPU machines only
+            raise CudaUnavailable(f"cupy is not importable: {error}") from error
         import time
 
         path = CUDA_DIR / f"{stem}.cu"
         arch = _device_arch(device_index)
         opts = nvrtc_options(arch)
         src = kernel_source(path)
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         with cupy.cuda.Device(device_index):
             try:
                 nv = Nvrtc()
@@ -336,14 +336,14 @@ def load_module(stem: str, device_index: int = 0):
                     write_atomic(cubin, image)
                 try:
                     mod = cupy.RawModule(path=str(cubin))
-                except Exception as e:  # pragma: no cover - a driver that rejects the cubin
+                except Exception as error:  # pragma: no cover - a driver that rejects the cubin
                     # Same options, PTX for compute_XY instead: the driver JIT-compiles it.
                     ptx_opts = NVRTC_OPTIONS + (f"--gpu-architecture=compute_{arch[3:]}",)
                     image, log = nv.compile(src, path.name, ptx_opts)
                     ptx = cubin.with_suffix(".ptx")
                     write_atomic(ptx, image.rstrip(b"\0"))
                     mod = cupy.RawModule(path=str(ptx))
-                    log = f"cubin load failed ({type(e).__name__}: {e}); loaded PTX instead\n{log}"
+                    log = f"cubin load failed ({type(error).__name__}: {error}); loaded PTX instead\n{log}"
                     opts = ptx_opts
                 _info.nvrtc_path, _info.nvrtc_version = nv.path, ver
             except CudaUnavailable:
@@ -352,7 +352,7 @@ def load_module(stem: str, device_index: int = 0):
                 cached, log = False, "compiled by cupy.RawModule(code=...): -ftz=true forced"
                 _info.ftz_forced = True
         _info.arch, _info.options = arch, opts
-        _info.modules[stem] = {"seconds": round(time.perf_counter() - t0, 3), "cached": cached, "log": log}
+        _info.modules[stem] = {"seconds": round(time.perf_counter() - started, 3), "cached": cached, "log": log}
         _modules[key] = mod
         return mod
 
@@ -410,15 +410,15 @@ def launch(name: str, grid, block, args, *, device, shared_mem: int = 0) -> None
     import cupy
 
     key = (name, index)
-    fn = _kernels.get(key)
-    if fn is None:
-        fn = load_module(stem, index).get_function(name)
-        _kernels[key] = fn
+    kernel = _kernels.get(key)
+    if kernel is None:
+        kernel = load_module(stem, index).get_function(name)
+        _kernels[key] = kernel
     packed = tuple(_arg(k, v) for k, v in zip(sig, args))
     with cupy.cuda.Device(index):
         stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(index).cuda_stream)
         with stream:
-            fn(grid, tuple(int(b) for b in block), packed, shared_mem=shared_mem)
+            kernel(grid, tuple(int(b) for b in block), packed, shared_mem=shared_mem)
 
 
 _sig_cache: dict[str, tuple[str, str]] | None = None

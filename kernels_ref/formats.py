@@ -195,6 +195,6 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_nibbles`: uint8 ``[..., K/2]`` to nibble codes uint8 ``[..., K]``."""
     if packed.dtype != torch.uint8:
         raise TypeError(f"expected torch.uint8, got {packed.dtype}")
-    lo = packed & 0xF
-    hi = packed >> 4
-    return torch.stack((lo, hi), dim=-1).flatten(-2)
+    low = packed & 0xF
+    high = packed >> 4
+    return torch.stack((low, high), dim=-1).flatten(-2)

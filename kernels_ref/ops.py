@@ -648,9 +648,9 @@ def installed(backend: str = "cuda") -> Iterator[None]:
     }
     saved = {key: getattr(*key) for key in patches}
     try:
-        for (owner, name), fn in patches.items():
-            setattr(owner, name, fn)
+        for (owner, name), function_node in patches.items():
+            setattr(owner, name, function_node)
         yield
     finally:
-        for (owner, name), fn in saved.items():
-            setattr(owner, name, fn)
+        for (owner, name), function_node in saved.items():
+            setattr(owner, name, function_node)

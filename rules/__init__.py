@@ -52,6 +52,7 @@ def enabled(wanted) -> list[type[Rule]]:
 
 def __getattr__(name: str):
     # Every rule, imported on first use (the documentation, `dtype-lint rule`, the fast path's record).
+    value: object
     if name == "ALL_RULES":
         value = tuple(enabled(lambda _code: True))
     elif name == "RULES_BY_CODE":

@@ -151,16 +151,18 @@ class WeightDtypeAllocation(Rule):
             # decided the layer; elsewhere a tensor method's dtype is left as before.
             tensor_method = isinstance(node.func, ast.Attribute) and node.func.attr in NEW_LIKE
             keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
-            for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
-                weight_dtype = weight_dtype_source(kw.value, function.scope)
-                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-                if verdict is None or (kw in keywords and hf_storages(verdict[1]) is None):
+            for keyword_arg in alloc_dtype_keywords(node, ctx.imports) + keywords:
+                weight_dtype = weight_dtype_source(keyword_arg.value, function.scope)
+                if weight_dtype is None:
+                    continue
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
+                if verdict is None or (keyword_arg in keywords and hf_storages(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
                 via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
                 ctx.report(
                     node,
-                    f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
+                    f"`{dotted(node.func) or 'call'}(..., {keyword_arg.arg}=...)` allocates in "
                     f"`{ast.unparse(weight_dtype.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
                     f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
                     confidence=confidence, evidence=evidence,
@@ -170,17 +172,19 @@ class WeightDtypeAllocation(Rule):
     @staticmethod
     def _like_weight(ctx: RuleContext, function, node: ast.Call) -> None:
         """`w.new_zeros(...)` with `w = L.weight` and no `dtype=`: a buffer in the storage dtype."""
-        f = node.func
-        if not (isinstance(f, ast.Attribute) and f.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
+        callee = node.func
+        if not (isinstance(callee, ast.Attribute) and callee.attr in NEW_LIKE) or any(kw.arg == "dtype" for kw in node.keywords):
             return
-        w = weight_expr(f.value, function.scope)
-        verdict = ctx.layer_verdict(w[0], function, site=node) if w is not None else None
+        w = weight_expr(callee.value, function.scope)
+        if w is None:
+            return
+        verdict = ctx.layer_verdict(w[0], function, site=node)
         if verdict is None:
             return
         confidence, evidence = verdict
         ctx.report(
             node,
-            f"`{ast.unparse(f.value)}.{f.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
+            f"`{ast.unparse(callee.value)}.{callee.attr}(...)` allocates like `{ast.unparse(w[0])}.weight`, in the storage "
             f"dtype of a quantizable layer {storage_dtypes(evidence)}; pass the "
             f"buffer's dtype explicitly",
             confidence=confidence, evidence=evidence,

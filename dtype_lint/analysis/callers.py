@@ -54,19 +54,19 @@ class GenericHolders:
         """(argument, calling function, call) for each call in the file that passes `param` of
         `function` (a rule.Candidate): a module-level function called by name, or a method called
         on `self` from a method of the same class."""
-        fn = function.fn
+        function_node = function.fn
         if function.class_qualname is not None:
             if function.scope_name.count(".") != 1:
                 return []
-            key, skip = f"self.{fn.name}", 1
-        elif function.scope_name == fn.name:
-            key, skip = fn.name, 0
+            key, skip = f"self.{function_node.name}", 1
+        elif function.scope_name == function_node.name:
+            key, skip = function_node.name, 0
         else:
             return []
-        positional = [a.arg for a in fn.args.posonlyargs + fn.args.args][skip:]
+        positional = [a.arg for a in function_node.args.posonlyargs + function_node.args.args][skip:]
         out = []
         for call, caller in self._calls.get(key, []):
-            if caller.fn is fn or (skip and caller.class_qualname != function.class_qualname):
+            if caller.fn is function_node or (skip and caller.class_qualname != function.class_qualname):
                 continue
             arg = next((k.value for k in call.keywords if k.arg == param), None)
             if arg is None and param in positional:

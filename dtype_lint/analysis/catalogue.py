@@ -33,7 +33,8 @@ def shipped() -> tuple[dict, ...]:
     out = []
     try:
         folder = resources.files("dtype_lint") / "data"
-        entries = sorted(p for p in folder.iterdir() if p.name.startswith("catalogue-") and p.name.endswith(".json"))
+        entries = sorted((p for p in folder.iterdir() if p.name.startswith("catalogue-") and p.name.endswith(".json")),
+                         key=lambda entry: entry.name)  # one folder: by name is by path
     except (FileNotFoundError, NotADirectoryError, ModuleNotFoundError):
         return ()
     for entry in entries:

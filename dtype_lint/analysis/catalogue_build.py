@@ -28,7 +28,7 @@ def project_facts(root: str | Path, paths: list[str] | None = None):
 
     root = Path(root)
     config = load_config(root)
-    found, index_found = _discover(config, [str(p) for p in (paths or [root])])
+    found, index_found = _discover(config, [str(p) for p in (paths or [str(root)])])
     cache = Cache(root / config.cache_dir, key="none", enabled=False, root=root)
     project = _Project(index_found, found, cache)
     index = build_index(project.table, config)
@@ -105,10 +105,11 @@ def _methods(project, backends: CodeBackends, table: list[Storage], index_of: di
     index = project.index
     classes: set[str] = set()
     for method in backends.methods_read():
-        for q in index.mro(method):
-            if index.class_location(q) is not None and (backends.defines(q, "create_weights")
-                                                        or backends.defines(q, "process_weights_after_loading")):
-                classes.add(index.canonical(q))
+        for class_qualname in index.mro(method):
+            if index.class_location(class_qualname) is not None and (
+                    backends.defines(class_qualname, "create_weights")
+                    or backends.defines(class_qualname, "process_weights_after_loading")):
+                classes.add(index.canonical(class_qualname))
 
     def stored(storage: Storage) -> int:
         storage = _relative(storage)
@@ -118,17 +119,17 @@ def _methods(project, backends: CodeBackends, table: list[Storage], index_of: di
         return index_of[storage]
 
     out = {}
-    for q in sorted(classes):
+    for class_qualname in sorted(classes):
         record: dict = {}
-        if backends.has_method(q, "create_weights"):
-            record["storages"] = sorted({stored(s) for s in backends.method_storages(q)})
-        if backends.has_method(q, "process_weights_after_loading"):
-            after = backends.after_loading_storage(q)
+        if backends.has_method(class_qualname, "create_weights"):
+            record["storages"] = sorted({stored(s) for s in backends.method_storages(class_qualname)})
+        if backends.has_method(class_qualname, "process_weights_after_loading"):
+            after = backends.after_loading_storage(class_qualname)
             record["after"] = None if after is None else stored(after)
-            kernel = None if after is not None else backends.after_loading_storage(q, kernel=True)
+            kernel = None if after is not None else backends.after_loading_storage(class_qualname, kernel=True)
             if kernel is not None:
                 record["kernel"] = stored(kernel)
-        out[q] = record
+        out[class_qualname] = record
     return out
 
 

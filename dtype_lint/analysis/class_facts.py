@@ -108,9 +108,9 @@ class Signature:
                 break
             if i < len(self.positional):
                 bound[self.positional[i]] = arg
-        for kw in call.keywords:
-            if kw.arg is not None and self.has(kw.arg):
-                bound[kw.arg] = kw.value
+        for keyword in call.keywords:
+            if keyword.arg is not None and self.has(keyword.arg):
+                bound[keyword.arg] = keyword.value
         spread = any(kw.arg is None for kw in call.keywords)
         for name in self.positional + self.kwonly:
             if name not in bound:
@@ -214,8 +214,8 @@ class LazyClasses(Mapping):
         built = self._built.get(qualname)
         if built is None:
             with self._index.reading() as reads:
-                cf = self._build(qualname, self._nodes[qualname], reads)
-            built = self._built[qualname] = (cf, reads)
+                class_facts = self._build(qualname, self._nodes[qualname], reads)
+            built = self._built[qualname] = (class_facts, reads)
         self._index.replay(built[1])
         return built[0]
 
@@ -259,9 +259,9 @@ def annotation_name(node: ast.AST | None) -> str | None:
         if base.rsplit(".", 1)[-1] in ("Optional", "Union"):
             inner = node.slice
             elts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
-            for e in elts:
-                if not (isinstance(e, ast.Constant) and e.value is None):
-                    return annotation_name(e)
+            for element in elts:
+                if not (isinstance(element, ast.Constant) and element.value is None):
+                    return annotation_name(element)
         return None
     return dotted(node)
 
@@ -288,10 +288,10 @@ def signature_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
 
 
 def _is_super_init(call: ast.Call) -> bool:
-    f = call.func
-    if not (isinstance(f, ast.Attribute) and f.attr == "__init__"):
+    callee = call.func
+    if not (isinstance(callee, ast.Attribute) and callee.attr == "__init__"):
         return False
-    v = f.value
+    v = callee.value
     return (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super") or \
         isinstance(v, (ast.Name, ast.Attribute))  # `Base.__init__(self, ...)`
 
@@ -377,30 +377,31 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 complete_class(cls, cf, body)
             reads.update(more)
 
-        cf = ClassFacts(qualname, path, cls.lineno, complete)
-        cf.methods = Defs(source, trees.whole_function)
+        class_facts = ClassFacts(qualname, path, cls.lineno, complete)
+        class_facts.methods = Defs(source, trees.whole_function)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                     if isinstance(t, ast.Name):
-                        cf.class_values[t.id] = stmt.value
+                        class_facts.class_values[t.id] = stmt.value
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                cf.methods.setdefault(stmt.name, stmt)
+                class_facts.methods.setdefault(stmt.name, stmt)
                 args = stmt.args.posonlyargs + stmt.args.args + stmt.args.kwonlyargs
                 if not args or any(dotted(d) == "staticmethod" for d in stmt.decorator_list):
                     continue
                 if stmt.name == "__init__":
-                    cf.init = signature_of(stmt)
-                if cf.storage_code is None and storage_method_name(stmt.name):
+                    class_facts.init = signature_of(stmt)
+                if class_facts.storage_code is None and storage_method_name(stmt.name):
                     for name, ann in layer_params(stmt, skip_first=True):
                         if name == LAYER_PARAM:
-                            cf.storage_code = Evidence(f"`{stmt.name}(self, ..., layer, ...)`: storage-format code for "
-                                                       "the layer it is given", path, stmt.lineno)
+                            class_facts.storage_code = Evidence(
+                                f"`{stmt.name}(self, ..., layer, ...)`: storage-format code for the layer it is given",
+                                path, stmt.lineno)
                             break
                         t = resolve(annotation_name(ann))
                         if t:  # a layer class or not: the resolver decides (layers.storage_code)
-                            cf.storage_params.append((stmt.name, name, t, stmt.lineno))
-        return cf
+                            class_facts.storage_params.append((stmt.name, name, t, stmt.lineno))
+        return class_facts
 
     def complete_class(cls: ast.ClassDef, cf: ClassFacts, body: BodyFacts) -> None:
         for stmt in cls.body:
@@ -663,27 +664,28 @@ class ProjectFacts:
 
     def attr_origins(self, class_qualname: str, attr: str) -> tuple[str, list[AttrOrigin]] | None:
         """(the class in the MRO that assigns it, its origins), nearest first."""
-        for q in self.index.mro(class_qualname):
-            cf = self.class_facts(q)
-            if cf and attr in cf.attrs:
-                return q, cf.attrs[attr]
+        for ancestor in self.index.mro(class_qualname):
+            class_facts = self.class_facts(ancestor)
+            if class_facts and attr in class_facts.attrs:
+                return ancestor, class_facts.attrs[attr]
         return None
 
     def getter(self, class_qualname: str, name: str) -> tuple[str, ast.expr] | None:
-        for q in self.index.mro(class_qualname):
-            cf = self.class_facts(q)
-            if cf and name in cf.getters:
-                return q, cf.getters[name]
-            if cf and name in cf.attrs:
+        for ancestor in self.index.mro(class_qualname):
+            class_facts = self.class_facts(ancestor)
+            if class_facts and name in class_facts.getters:
+                return ancestor, class_facts.getters[name]
+            if class_facts and name in class_facts.attrs:
                 return None
         return None
 
     def init_of(self, class_qualname: str) -> tuple[str, Signature] | None:
         """The nearest `__init__` in the MRO that is not a bare `(*args, **kwargs)` pass-through."""
-        for q in self.index.mro(class_qualname):
-            cf = self.class_facts(q)
-            if cf and cf.init is not None and (cf.init.positional or cf.init.kwonly):
-                return q, cf.init
+        for ancestor in self.index.mro(class_qualname):
+            class_facts = self.class_facts(ancestor)
+            if class_facts and class_facts.init is not None and (
+                    class_facts.init.positional or class_facts.init.kwonly):
+                return ancestor, class_facts.init
         return None
 
     def function(self, module: str, name: str) -> tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef] | None:
@@ -714,21 +716,21 @@ class FunctionScope:
         if class_qualname and args and not is_static:
             self.self_name = args[0].arg
             args = args[1:]
-        for a in args:
-            self.params[a.arg] = a.annotation
+        for arg in args:
+            self.params[arg.arg] = arg.annotation
         for node in walk_function(fn) if nodes is None else nodes:
             if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        self.assigns.setdefault(t.id, []).append(node.value)
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.assigns.setdefault(target.id, []).append(node.value)
             elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
                 if isinstance(node, ast.AnnAssign):
                     self.annotations.setdefault(node.target.id, node.annotation)
                 if node.value is not None:
                     self.assigns.setdefault(node.target.id, []).append(node.value)
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
-                for t in _store_names(node):
-                    self.assigns.setdefault(t, []).append(None)  # unknown value
+                for target in _store_names(node):
+                    self.assigns.setdefault(target, []).append(None)  # unknown value
 
 
 def _store_names(node) -> list[str]:
@@ -740,8 +742,8 @@ def _store_names(node) -> list[str]:
     elif isinstance(node, ast.AugAssign):
         targets = [node.target]
     out = []
-    for t in targets:
-        out.extend(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    for target in targets:
+        out.extend(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return out
 
 

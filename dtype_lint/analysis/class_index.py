@@ -82,8 +82,8 @@ def from_imported(text: str) -> list[str]:
         return []
     names = set()
     from_import, imported = _from_import_patterns()
-    for m in from_import.finditer(text):
-        body = re.sub(r"#[^\n]*", "", m.group(1)).strip("() \t\r\n\\")
+    for match in from_import.finditer(text):
+        body = re.sub(r"#[^\n]*", "", match.group(1)).strip("() \t\r\n\\")
         names.update(imported.findall(body))
     return sorted(names)
 
@@ -137,20 +137,20 @@ _AS = re.compile(r"^([\w.]+)(?:\s+as\s+(\w+))?$")
 def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
     """Record a one-line import or a plain class header without parsing; False: needs ast."""
     snippet = snippet.strip()
-    m = _SIMPLE_FROM.match(snippet)
-    if m:
-        base = resolve_relative(header.module, header.is_package, m.group(2) or None, len(m.group(1)))
+    match = _SIMPLE_FROM.match(snippet)
+    if match:
+        base = resolve_relative(header.module, header.is_package, match.group(2) or None, len(match.group(1)))
         if base is None:
             return True
-        for part in m.group(3).split(","):
+        for part in match.group(3).split(","):
             a = _AS.match(part.strip())
             if a is None or "." in a.group(1):
                 return False
             header.imports[a.group(2) or a.group(1)] = f"{base}.{a.group(1)}" if base else a.group(1)
         return True
-    m = _SIMPLE_IMPORT.match(snippet)
-    if m:
-        for part in m.group(1).split(","):
+    match = _SIMPLE_IMPORT.match(snippet)
+    if match:
+        for part in match.group(1).split(","):
             a = _AS.match(part.strip())
             if a is None:
                 return False
@@ -160,10 +160,10 @@ def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
                 head = a.group(1).split(".")[0]
                 header.imports.setdefault(head, head)
         return True
-    m = _SIMPLE_CLASS.match(snippet)
-    if m:
-        bases = [b.strip() for b in (m.group(2) or "").split(",") if b.strip()]
-        header.classes.setdefault(m.group(1), (bases, line))
+    match = _SIMPLE_CLASS.match(snippet)
+    if match:
+        bases = [b.strip() for b in (match.group(2) or "").split(",") if b.strip()]
+        header.classes.setdefault(match.group(1), (bases, line))
         return True
     return False
 
@@ -214,20 +214,20 @@ def _logical_statement(text: str, start: int) -> str:
 
 def record_import(node: ast.AST, into: dict[str, str], module: str, is_package: bool) -> None:
     if isinstance(node, ast.Import):
-        for a in node.names:
-            if a.asname:
-                into[a.asname] = a.name
+        for alias in node.names:
+            if alias.asname:
+                into[alias.asname] = alias.name
             else:
-                head = a.name.split(".")[0]
+                head = alias.name.split(".")[0]
                 into.setdefault(head, head)
     elif isinstance(node, ast.ImportFrom):
         base = resolve_relative(module, is_package, node.module, node.level)
         if base is None:
             return
-        for a in node.names:
-            if a.name == "*":
+        for alias in node.names:
+            if alias.name == "*":
                 continue
-            into[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+            into[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
 
 
 def resolve_relative(module: str, is_package: bool, target: str | None, level: int) -> str | None:
@@ -313,11 +313,11 @@ class ModuleFiles:
         # module -> its first file, and the rare later files of the same name: (path, key, module).
         first: dict[str, tuple] = {}
         self._more: dict[str, list[tuple]] = {}
-        for f in files:
-            if f[2] in first:
-                self._more.setdefault(f[2], []).append(f)
+        for file in files:
+            if file[2] in first:
+                self._more.setdefault(file[2], []).append(file)
             else:
-                first[f[2]] = f
+                first[file[2]] = file
         self._first = first
         # By field (0: display path, 1: key): the firsts' field values sorted, and the discovery
         # position of each, built on the first prefix question. A run asks about one folder per
@@ -335,10 +335,10 @@ class ModuleFiles:
             order = sorted(range(len(firsts)), key=lambda i: firsts[i][1][at])
             by = self._sorted[at] = ([firsts[i][1][at] for i in order], order, firsts)
         values, order, firsts = by
-        lo = hi = bisect.bisect_left(values, prefix)
-        while hi < len(values) and values[hi].startswith(prefix):
-            hi += 1
-        return [firsts[i] for i in sorted(order[lo:hi])]
+        low = high = bisect.bisect_left(values, prefix)
+        while high < len(values) and values[high].startswith(prefix):
+            high += 1
+        return [firsts[i] for i in sorted(order[low:high])]
 
     def first(self, module: str) -> tuple | None:
         return self._first.get(module)
@@ -389,22 +389,22 @@ class ModuleTable:
     def of(cls, headers: list[ModuleHeader]) -> "ModuleTable":
         """A table of headers already extracted (one text, tests): nothing to load."""
         table = cls([(h.path, h.path, h.module) for h in headers])
-        for h in headers:
-            if h.module not in table._headers:
-                table._headers[h.module] = h
-                table._where[h.module] = ModuleFile(h.path, h.path, h.is_package, "")
+        for header in headers:
+            if header.module not in table._headers:
+                table._headers[header.module] = header
+                table._where[header.module] = ModuleFile(header.path, header.path, header.is_package, "")
         return table
 
     def get(self, module: str, default=None) -> ModuleHeader | None:
         header = self._header(module)
         if self.frames:
-            mf = self._where.get(module)
+            module_file = self._where.get(module)
             for frame in self.frames:
-                if mf is None:
+                if module_file is None:
                     frame.modules[module] = None
                 else:
-                    frame.modules[module] = mf.key
-                    frame.files[mf.key] = mf.stamp or ""
+                    frame.modules[module] = module_file.key
+                    frame.files[module_file.key] = module_file.stamp or ""
         return header if header is not None else default
 
     def __getitem__(self, module: str) -> ModuleHeader:
@@ -422,10 +422,10 @@ class ModuleTable:
         except KeyError:
             pass
         header, where = None, None
-        for mf in self._module_files(module):
-            header = self._load(mf, module) if self._load is not None else None
+        for module_file in self._module_files(module):
+            header = self._load(module_file, module) if self._load is not None else None
             if header is not None:
-                where = mf
+                where = module_file
                 break
         self._headers[module] = header
         self._where[module] = where
@@ -479,10 +479,10 @@ class ModuleTable:
             digest = self.listing(real)
             for frame in self.frames:
                 frame.listings[real] = digest
-        for m in mods:
-            header = self.get(m)
+        for mod in mods:
+            header = self.get(mod)
             if header is not None:
-                yield m, header
+                yield mod, header
 
     def listing(self, real_folder: str) -> str:
         """A digest of the module names and files under a folder (by real path): it changes when
@@ -566,14 +566,14 @@ class QuantizableLayerIndex:
     """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
 
     def __init__(self, headers: "list[ModuleHeader] | ModuleTable", quantizable: list[str], exempt: list[str],
-                 not_quantizable: list[str] = ()):
+                 not_quantizable: list[str] | tuple[str, ...] = ()):
         self.modules: ModuleTable = headers if isinstance(headers, ModuleTable) else ModuleTable.of(headers)
         self.quantizable = set(quantizable)
         self.exempt = set(exempt)
         self._not_quantizable = set(not_quantizable)
         # Preset names matched by simple name inside their own top package, for re-export paths
         # (`from vllm.model_executor.layers import X`) when that package is not in the scan.
-        self._by_simple = {}
+        self._by_simple: dict[tuple[str, str], str] = {}
         for q in self.quantizable | self.exempt | self._not_quantizable:
             self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
         self._memo: dict[tuple[str, str], ClassVerdict] = {}
@@ -658,7 +658,8 @@ class QuantizableLayerIndex:
 
     def mro(self, qualname: str) -> list[str]:
         """The class and all its resolved ancestors, nearest first (a linearisation good enough for attribute facts)."""
-        out, todo = [], [qualname]
+        out: list[str] = []
+        todo = [qualname]
         while todo:
             q = todo.pop(0)
             if q in out or len(out) > 64:

@@ -239,7 +239,8 @@ class CompiledCode:
                         continue
                     name = _dotted(inner.func).rsplit(".", 1)[-1] if isinstance(inner.func, ast.Name) else \
                         (inner.func.attr if isinstance(inner.func, ast.Attribute) else "")
-                    reached = self._classes.get(name) if isinstance(inner.func, (ast.Name, ast.Attribute)) else None
+                    reached: ast.AST | None = \
+                        self._classes.get(name) if isinstance(inner.func, (ast.Name, ast.Attribute)) else None
                     if reached is None and isinstance(inner.func, ast.Name):
                         reached = self._functions.get(name)
                     if reached is not None:

@@ -121,17 +121,18 @@ def _annotation(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
 def _context_at(call: ast.Call, parents: dict[int, ast.AST], module: str, imports: dict[str, str], context):
     """Where the call's arguments are evaluated: its enclosing function's parameters (unknown
     states) and single-assignment locals."""
-    fn = parents.get(id(call))
-    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        fn = parents.get(id(fn))
-    if fn is None:
+    function_node = parents.get(id(call))
+    while function_node is not None and not isinstance(
+            function_node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        function_node = parents.get(id(function_node))
+    if function_node is None:
         return context(frozenset(), {}, {}, {}, module, imports)
-    args = fn.args
+    args = function_node.args
     params = frozenset(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
                        + [a for a in (args.vararg, args.kwarg) if a is not None])
     assigned: dict[str, list[ast.expr]] = {}
-    if not isinstance(fn, ast.Lambda):
-        for node in ast.walk(fn):
+    if not isinstance(function_node, ast.Lambda):
+        for node in ast.walk(function_node):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     for name in ast.walk(target):

@@ -81,9 +81,10 @@ def dominators(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[Dominator
         if isinstance(child, ast.stmt):
             for block in statement_blocks(parent):
                 if any(stmt is child for stmt in block):
-                    for earlier in block[: _index(block, child)]:
-                        if isinstance(earlier, ast.If) and earlier.body and isinstance(earlier.body[-1], EXITS):
-                            yield Dominator(earlier.test, False, earlier, "exit")
+                    for earlier_stmt in block[: _index(block, child)]:
+                        if isinstance(earlier_stmt, ast.If) and earlier_stmt.body \
+                                and isinstance(earlier_stmt.body[-1], EXITS):
+                            yield Dominator(earlier_stmt.test, False, earlier_stmt, "exit")
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return
         child, parent = parent, parents.get(id(parent))

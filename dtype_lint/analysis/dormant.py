@@ -48,10 +48,10 @@ def enabled_in_file(tree: ast.Module) -> frozenset[str]:
 
 def _targets(targets) -> list[ast.Attribute]:
     out = []
-    for t in targets:
-        for n in ast.walk(t):
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
-                out.append(n)
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                out.append(node)
     return out
 
 
@@ -65,17 +65,17 @@ def dormant_attributes(project: ProjectFacts, class_qualname: str, enabled: froz
         return {}
     values: dict[str, set] = {}
     poisoned: set[str] = set()
-    for q in project.index.mro(class_qualname):
-        cf = project.class_facts(q)
-        if cf is None:
+    for ancestor in project.index.mro(class_qualname):
+        class_facts = project.class_facts(ancestor)
+        if class_facts is None:
             continue
-        for attr, assigned in cf.assigned.items():
+        for attr, assigned in class_facts.assigned.items():
             for v in assigned:
                 if _falsy_constant(v):
                     values.setdefault(attr, set()).add(repr(v.value))
                 else:
                     poisoned.add(attr)
-        poisoned.update(k for k, v in cf.class_values.items() if not _falsy_constant(v))
+        poisoned.update(k for k, v in class_facts.class_values.items() if not _falsy_constant(v))
     out: dict[str, object] = {}
     for attr, consts in values.items():
         if attr in poisoned or attr in enabled or len(consts) != 1:
@@ -111,7 +111,7 @@ def _value(node: ast.AST, values: dict[str, object]):
     if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (bool, int, float)):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and type(node.operand.value) in (int, float):
+            and isinstance(node.operand.value, (int, float)) and not isinstance(node.operand.value, bool):
         return -node.operand.value
     if isinstance(node, (ast.Name, ast.Attribute)):
         return values.get(ast.unparse(node), _UNKNOWN)
@@ -124,10 +124,10 @@ def _compare(test: ast.Compare, values: dict[str, object]) -> bool | None:
     false whatever `n` is)."""
     operands = [_value(n, values) for n in [test.left, *test.comparators]]
     ops = test.ops
-    for i, op in enumerate(ops):  # `x is None` / `x is not None` with x known
+    for i, operator_node in enumerate(ops):  # `x is None` / `x is not None` with x known
         a, b = operands[i], operands[i + 1]
-        if isinstance(op, (ast.Is, ast.IsNot)) and _UNKNOWN not in (a, b) and (a is None or b is None):
-            if (a is b) != isinstance(op, ast.Is):
+        if isinstance(operator_node, (ast.Is, ast.IsNot)) and _UNKNOWN not in (a, b) and (a is None or b is None):
+            if (a is b) != isinstance(operator_node, ast.Is):
                 return False
     for i in range(len(operands)):
         if operands[i] is _UNKNOWN or operands[i] is None:
@@ -144,8 +144,8 @@ def _compare(test: ast.Compare, values: dict[str, object]) -> bool | None:
             elif all(isinstance(o, _UP) for o in run) or all(isinstance(o, _DOWN) for o in run):
                 strict = any(isinstance(o, (ast.Lt, ast.Gt)) for o in run)
                 up = isinstance(run[0], _UP)
-                lo, hi = (operands[i], operands[j]) if up else (operands[j], operands[i])
-                if (strict and not lo < hi) or (not strict and not lo <= hi):
+                low, high = (operands[i], operands[j]) if up else (operands[j], operands[i])
+                if (strict and not low < high) or (not strict and not low <= high):
                     return False
             break
     if all(o is not _UNKNOWN for o in operands) and all(type(o) in _CMP or isinstance(o, (ast.Is, ast.IsNot))

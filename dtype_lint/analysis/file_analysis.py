@@ -49,10 +49,10 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         try:
             tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) if reduce \
                 else trees.parse(path, text)
-        except SyntaxError as e:
-            return _engine_error(path, f"cannot parse: {e.msg}", e.lineno or 1, e.offset or 1, config)
-        except (ValueError, RecursionError, MemoryError) as e:  # null bytes; absurd nesting
-            return _engine_error(path, f"cannot parse: {_why(e)}", 1, 1, config)
+        except SyntaxError as error:
+            return _engine_error(path, f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1, config)
+        except (ValueError, RecursionError, MemoryError) as error:  # null bytes; absurd nesting
+            return _engine_error(path, f"cannot parse: {_why(error)}", 1, 1, config)
         is_pkg = os.path.basename(path) == "__init__.py"
         known = index.modules.get(module)
         imports = known.imports if known is not None and known.path == path else \
@@ -82,9 +82,9 @@ def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: C
             raw.extend(_engine_error(path, f"{rule.code} gave up: expression nesting too deep", 1, 1, config))
         except RuleContractError:
             raise  # a bug in the rule, for its author
-        except Exception as e:  # noqa: BLE001 - one rule's bug must not abort the run or lose files
+        except Exception as error:  # noqa: BLE001 - one rule's bug must not abort the run or lose files
             del raw[mark:]
-            raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(e).__name__}: {e}; "
+            raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(error).__name__}: {error}; "
                                            "please report it", 1, 1, config))
 
 

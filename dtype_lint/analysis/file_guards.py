@@ -117,8 +117,8 @@ class FileGuards:
             located = self._module_function_at(builder)
             if located is None:
                 return None
-            fn, module, imports = located
-            returned = annotation_name(fn.returns)
+            function_node, module, imports = located
+            returned = annotation_name(function_node.returns)
             if not returned:
                 return None
             qualname = index.resolve(module, returned, imports)
@@ -143,9 +143,9 @@ class FileGuards:
         facts = project.file_facts(module)
         if facts is None or facts.tree is None:
             return None
-        fn = next((node for node in facts.tree.body
+        function_node = next((node for node in facts.tree.body
                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr), None)
-        return (fn, facts.module, facts.imports) if fn is not None else None
+        return (function_node, facts.module, facts.imports) if function_node is not None else None
 
     @functools.cached_property
     def _private_calls(self) -> "_PrivateCalls":
@@ -217,13 +217,13 @@ class FileGuards:
         only those calls can reach it, so its annotation's class says too much."""
         if depth > 3 or not isinstance(layer, ast.Name) or layer.id not in function.scope.params:
             return False
-        fn = function.fn
-        if not fn.name.startswith("_") or fn.name.startswith("__"):
+        function_node = function.fn
+        if not function_node.name.startswith("_") or function_node.name.startswith("__"):
             return False
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        params = [a.arg for a in function_node.args.posonlyargs + function_node.args.args]
         if function.class_qualname is not None and params[:1] in (["self"], ["cls"]):
             params = params[1:]
-        calls = self._private_calls.calls.get(fn.name, [])
+        calls = self._private_calls.calls.get(function_node.name, [])
         if not calls:
             return False
         layers = self._file.layers
@@ -303,8 +303,8 @@ class _CallerGuards:
             root = root.value
         if not isinstance(root, ast.Name):
             return _NO_LAYER
-        fn = function.fn
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        function_node = function.fn
+        params = [a.arg for a in function_node.args.posonlyargs + function_node.args.args]
         if receiver is not None and params and root.id == params[0] == function.scope.self_name:
             base = receiver
         elif root.id in params and not any(isinstance(a, ast.Starred) for a in call.args):
@@ -322,25 +322,27 @@ class _CallerGuards:
         return base
 
     def _decide(self, function, layer: ast.expr | None, depth: int = 0) -> bool:
-        fn = function.fn
+        function_node = function.fn
         method = function.class_qualname is not None
         # Called implicitly (`module(x)` runs `forward`, an attribute read runs a property, a
         # decorator may register it): not every call is in sight.
-        if fn.name.startswith("__") or fn.name == "forward" or function.scope_name.count(".") > int(method):
+        if (function_node.name.startswith("__") or function_node.name == "forward"
+                or function.scope_name.count(".") > int(method)):
             return False
-        if any(dotted(d) not in ("staticmethod", "classmethod") for d in fn.decorator_list):
+        if any(dotted(d) not in ("staticmethod", "classmethod") for d in function_node.decorator_list):
             return False
         parents = self._parents
         uses = [n for n in ast.walk(self._file.tree)
-                if (isinstance(n, ast.Attribute) and method and n.attr == fn.name)
-                or (isinstance(n, ast.Name) and not method and n.id == fn.name and isinstance(n.ctx, ast.Load))]
+                if (isinstance(n, ast.Attribute) and method and n.attr == function_node.name)
+                or (isinstance(n, ast.Name) and not method and n.id == function_node.name
+                    and isinstance(n.ctx, ast.Load))]
         calls = 0
         for use in uses:
             call = parents.get(id(use))
             if not (isinstance(call, ast.Call) and call.func is use):
                 return False  # handed on as a value: called where the rule cannot see
             caller = self._caller_of(call)
-            if caller is None or caller.fn is fn:
+            if caller is None or caller.fn is function_node:
                 return False
             known = self._class_flags.in_function(caller.fn)
             if method:
@@ -351,7 +353,7 @@ class _CallerGuards:
                     continue  # another class's method of the same name
                 if not (isinstance(use.value, ast.Name) and use.value.id == caller.scope.self_name):
                     # The callee's flags, read on the object it is called on.
-                    theirs = self._class_flags.of(fn).flags
+                    theirs = self._class_flags.of(function_node).flags
                     known = known.with_flags(f"{ast.unparse(use.value)}.{flag[5:]}" for flag in theirs
                                              if flag.startswith("self."))
             in_caller = self._in_caller(layer, function, call, use.value if method else None)

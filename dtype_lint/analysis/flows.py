@@ -99,13 +99,13 @@ class Flows:
         callee = self._callee(call, scope)
         if callee is None:
             return []
-        name, fn, path, params, cls = callee.name, callee.fn, callee.path, callee.params, callee.cls
+        name, function_node, path, params, cls = callee.name, callee.fn, callee.path, callee.params, callee.cls
         out = []
         for key, arg, layer, what in candidates:
             param = key if isinstance(key, str) else (params[key] if key < len(params) else None)
             if param is None:
                 continue
-            uses = self._class_uses(cls, param) if cls is not None else self._param_uses(fn, path, param)
+            uses = self._class_uses(cls, param) if cls is not None else self._param_uses(function_node, path, param)
             for use in uses:
                 if use.what == what:
                     out.append(Flow(arg, layer, name, use))
@@ -114,51 +114,55 @@ class Flows:
 
     def _callee(self, call: ast.Call, scope: FunctionScope) -> "_Callee | None":
         """The project function (or constructor) the call reaches, if any."""
-        f = call.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == scope.self_name \
-                and scope.class_qualname:
-            for q in self.index.mro(scope.class_qualname):
-                cf: ClassFacts | None = self.project.class_facts(q)
-                if cf is not None and f.attr in cf.methods:
-                    fn = cf.methods[f.attr]
-                    return _Callee(f"{q.rsplit('.', 1)[-1]}.{f.attr}", fn, cf.path, signature_of(fn).positional)
+        callee = call.func
+        if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) \
+                and callee.value.id == scope.self_name and scope.class_qualname:
+            for ancestor in self.index.mro(scope.class_qualname):
+                class_facts: ClassFacts | None = self.project.class_facts(ancestor)
+                if class_facts is not None and callee.attr in class_facts.methods:
+                    function_node = class_facts.methods[callee.attr]
+                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
+                                   signature_of(function_node).positional)
             return None
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and self.layers is not None:
-            owner = self.layers.resolve(f.value, scope)  # `self.language_model.rotary_emb.method(...)`
-            for q in self.index.mro(owner.qualname) if owner.qualname else []:
-                cf = self.project.class_facts(q)
-                if cf is not None and f.attr in cf.methods:
-                    fn = cf.methods[f.attr]
-                    return _Callee(f"{q.rsplit('.', 1)[-1]}.{f.attr}", fn, cf.path, signature_of(fn).positional)
+        if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Attribute) and self.layers is not None:
+            owner = self.layers.resolve(callee.value, scope)  # `self.language_model.rotary_emb.method(...)`
+            for ancestor in self.index.mro(owner.qualname) if owner.qualname else []:
+                class_facts = self.project.class_facts(ancestor)
+                if class_facts is not None and callee.attr in class_facts.methods:
+                    function_node = class_facts.methods[callee.attr]
+                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
+                                   signature_of(function_node).positional)
             return None
-        name = dotted(f)
+        name = dotted(callee)
         if not name:
             return None
         target = self.index.resolve(self.module, name, self.imports)
         if self.index.class_location(target) is not None:  # a constructor: follow the instance
             init = self.project.init_of(target)
-            cf = self.project.class_facts(target)
-            if init is None or cf is None or init[0] != target:
+            class_facts = self.project.class_facts(target)
+            if init is None or class_facts is None or init[0] != target:
                 return None
-            return _Callee(target.rsplit(".", 1)[-1], cf.methods["__init__"], cf.path, init[1].positional, target)
+            return _Callee(target.rsplit(".", 1)[-1], class_facts.methods["__init__"], class_facts.path,
+                           init[1].positional, target)
         mod, _, func = target.rpartition(".")
         found = self.project.function(mod, func) if mod else None
         if found is None:
             found = self.project.function(self.module, name) if "." not in name else None
         if found is None:
             return None
-        facts, fn = found
-        return _Callee(func, fn, facts.path, [a.arg for a in fn.args.posonlyargs + fn.args.args])
+        facts, function_node = found
+        return _Callee(func, function_node, facts.path,
+                       [a.arg for a in function_node.args.posonlyargs + function_node.args.args])
 
     def _class_uses(self, cls: str, param: str) -> list[CalleeUse]:
         """A constructor parameter kept as `self.X = param`: the weight uses of `self.X` in the
         class's methods, directly or handed on to a project function."""
-        cf = self.project.class_facts(cls)
-        if cf is None:
+        class_facts = self.project.class_facts(cls)
+        if class_facts is None:
             return []
-        attrs = {x for x, p in cf.param_attrs.items() if p == param}
+        attrs = {x for x, p in class_facts.param_attrs.items() if p == param}
         uses: list[CalleeUse] = []
-        for method in cf.methods.values():
+        for method in class_facts.methods.values():
             if not attrs or any(fnmatch.fnmatch(method.name, p) for p in self.config.exempt_functions):
                 continue
             scope = FunctionScope(method, cls)
@@ -177,13 +181,13 @@ class Flows:
             for node in walk_function(method):
                 if not isinstance(node, ast.Call):
                     continue
-                uses += [CalleeUse(kind, "weight", param, cf.path, node.lineno, ast.unparse(node),
+                uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
                                    _sink(kind, node, scope))
                          for kind, d in _dtype_args(node) if _dtype_of(d, is_attr, scope)]
                 callee = self._callee(node, scope) if any(is_attr(a) for a in node.args) else None
                 if callee is not None and callee.cls is None:
-                    for i, a in enumerate(node.args):
-                        if is_attr(a) and i < len(callee.params):
+                    for i, arg in enumerate(node.args):
+                        if is_attr(arg) and i < len(callee.params):
                             uses += [u for u in self._param_uses(callee.fn, callee.path, callee.params[i])
                                      if u.what == "weight"]
         return uses
@@ -215,8 +219,8 @@ class Flows:
                 elif _dtype_of(d, is_param, scope):
                     uses.append(CalleeUse(kind, "weight", param, path, node.lineno, ast.unparse(node),
                                           _sink(kind, node, scope)))
-            f = node.func
-            if isinstance(f, ast.Attribute) and f.attr in NEW_LIKE and is_param(f.value) \
+            callee = node.func
+            if isinstance(callee, ast.Attribute) and callee.attr in NEW_LIKE and is_param(callee.value) \
                     and not any(kw.arg == "dtype" for kw in node.keywords):
                 uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
         return uses

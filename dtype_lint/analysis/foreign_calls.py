@@ -87,9 +87,9 @@ def _calls_in(project, module: str, header, text: str, direct: set[str], via_mod
         return []
     resolver = LayerResolver(project, module, header.imports, header.path, config_params)
     out = []
-    for fn, class_q, _scope_name in iter_functions(tree, module):
+    for function_node, class_q, _scope_name in iter_functions(tree, module):
         scope = None
-        for node in ast.walk(fn):
+        for node in ast.walk(function_node):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
@@ -101,7 +101,7 @@ def _calls_in(project, module: str, header, text: str, direct: set[str], via_mod
             if arg is None:
                 out.append(ForeignCall(header.path, node.lineno, "", True))
                 continue
-            scope = scope or FunctionScope(fn, class_q)
+            scope = scope or FunctionScope(function_node, class_q)
             inst = resolver.resolve(arg, scope)
             text_of = ast.unparse(arg)
             if inst.qualname is None and inst.config != "none":

@@ -23,6 +23,7 @@ The walk replaces `ast.iter_child_nodes`' three nested generators with a loop ov
 from __future__ import annotations
 
 import ast
+from typing import TypeVar, overload
 
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
 _OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -33,6 +34,7 @@ SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor,
 
 # Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).
 _SCALARS = frozenset({"identifier", "string", "constant", "int"})
+_Node = TypeVar("_Node", bound=ast.AST)
 
 
 def _child_fields(kind: type) -> tuple[str, ...]:
@@ -127,7 +129,13 @@ class FunctionWalk:
                         push(value)
         return parents
 
-    def of(self, *kinds: type) -> list[ast.AST]:
+    @overload
+    def of(self, kind: type[_Node], /) -> list[_Node]: ...
+
+    @overload
+    def of(self, *kinds: type[ast.AST]) -> list[ast.AST]: ...
+
+    def of(self, *kinds: type[ast.AST]) -> list[ast.AST]:
         """The function's own nodes of these exact AST classes, in walk order (shared: do not
         mutate). Abstract classes (`ast.expr`, `ast.stmt`) are matched with `isinstance`."""
         if len(kinds) == 1 and kinds[0] in self._events:

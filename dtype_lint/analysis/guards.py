@@ -337,13 +337,13 @@ def returned_test(call: ast.AST, functions) -> ast.expr | None:
     `return` (after a docstring) and every parameter it reads is bound by the call."""
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
         return None
-    fn = functions(call.func.id)
-    if fn is None:
+    callee = functions(call.func.id)
+    if callee is None:
         return None
-    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    body = [s for s in callee.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
         return None
-    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
     bound = dict(zip(params, call.args))
     bound.update((k.arg, k.value) for k in call.keywords if k.arg in params)
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -620,12 +620,12 @@ def read_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) -> b
     had the layer no `.weight`, that read raised first, and it is the one to report). A read that
     only feeds a cast's or an allocation's dtype does not count: DTL001/DTL002 report it, and their
     fix removes it, which would leave this one the first."""
-    fn = site
-    while id(fn) in parents:
-        fn = parents[id(fn)]
+    function_node = site
+    while id(function_node) in parents:
+        function_node = parents[id(function_node)]
 
     def counts(read: ast.Attribute) -> bool:
-        return not feeds_dtype_site(read, fn, parents)
+        return not feeds_dtype_site(read, function_node, parents)
     return any(_reads_weight_of(earlier, layer, None, counts) for earlier in evaluated_before(site, parents))
 
 

@@ -135,8 +135,8 @@ def known_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module | 
         return None
     try:
         table = evaluate_helper(fn, tree, shape)
-    except (Unsupported, RecursionError) as e:
-        return KnownHelper(fn.name, qualname, path, fn.lineno, None, f"cannot evaluate `{e}`", configured,
+    except (Unsupported, RecursionError) as error:
+        return KnownHelper(fn.name, qualname, path, fn.lineno, None, f"cannot evaluate `{error}`", configured,
                            shape.flag_param, uncallable=call_problem(fn, tree))
     return KnownHelper(fn.name, qualname, path, fn.lineno, table, "", configured, shape.flag_param,
                        tuple(unsound_cases(table)), tuple(possibly_unsound_cases(table)),
@@ -220,12 +220,12 @@ class HelperFacts:
     def defined(self) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, KnownHelper]]:
         """(function, enclosing class qualname or None, facts) for each helper-shaped function here."""
         out = []
-        for fn, class_q, scope_name in _functions(self.tree, self.module):
+        for function_node, class_q, scope_name in _functions(self.tree, self.module):
             qual = f"{self.module}.{scope_name}" if self.module else scope_name
-            h = known_helper(fn, self.tree, qual, self.path, self._configured(qual),
+            h = known_helper(function_node, self.tree, qual, self.path, self._configured(qual),
                              self.source.lines if self.source is not None else None)
             if h is not None:
-                out.append((fn, class_q, h))
+                out.append((function_node, class_q, h))
         return out
 
     @cached_property
@@ -286,18 +286,18 @@ class HelperFacts:
     def called(self, call: ast.Call, scope: FunctionScope | None = None) -> KnownHelper | None:
         """The helper-shaped function this call reaches: a function of this file (`f(...)`,
         `self.f(...)` in its class), or one imported from another file of the project."""
-        fn = call.func
-        if isinstance(fn, ast.Name):
-            if fn.id in self.imports:
-                found = lookup_function(self.index, self.imports[fn.id], self.load_file)
+        callee = call.func
+        if isinstance(callee, ast.Name):
+            if callee.id in self.imports:
+                found = lookup_function(self.index, self.imports[callee.id], self.load_file)
                 return _configured_copy(found, self._configured(found.qualname)) if found else None
-            return self._top_level.get(fn.id)
-        if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name):
-            if scope is not None and fn.value.id == scope.self_name and scope.class_qualname:
-                return self._methods.get((scope.class_qualname, fn.attr))
-            target = self.imports.get(fn.value.id)
+            return self._top_level.get(callee.id)
+        if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name):
+            if scope is not None and callee.value.id == scope.self_name and scope.class_qualname:
+                return self._methods.get((scope.class_qualname, callee.attr))
+            target = self.imports.get(callee.value.id)
             if target is not None:  # `module.func(...)` after `import pkg.module as module`
-                found = lookup_function(self.index, f"{target}.{fn.attr}", self.load_file)
+                found = lookup_function(self.index, f"{target}.{callee.attr}", self.load_file)
                 return _configured_copy(found, self._configured(found.qualname)) if found else None
         return None
 

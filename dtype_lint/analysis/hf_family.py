@@ -165,11 +165,11 @@ def layer_kind(mro: list[str]) -> str | None:
 
 
 def _matches(patterns: list[str], attr: str, search: bool) -> bool:
-    for p in patterns:
-        if p.rsplit(".", 1)[-1] == attr:
+    for pattern in patterns:
+        if pattern.rsplit(".", 1)[-1] == attr:
             return True
         try:
-            if (re.search(p, attr) if search else re.fullmatch(p, attr)):
+            if (re.search(pattern, attr) if search else re.fullmatch(pattern, attr)):
                 return True
         except re.error:
             continue
@@ -205,9 +205,9 @@ def model_skips(classes) -> dict[str, list[str]]:
     """The skip lists the model classes of a file declare (string literals of the class-level
     `_keep_in_fp32_modules = [...]` and friends)."""
     out: dict[str, list[str]] = {}
-    for cf in classes:
+    for class_facts in classes:
         for attr in SKIP_ATTRS:
-            value = cf.class_values.get(attr)
+            value = class_facts.class_values.get(attr)
             if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
                 out.setdefault(attr, []).extend(e.value for e in value.elts
                                                 if isinstance(e, ast.Constant) and isinstance(e.value, str))
@@ -234,16 +234,16 @@ def storage_phrase(storages) -> str:
 
 def backend_words(evidence, default: str) -> str:
     """The words a message uses for the storages: the HF family's when it decided the layer."""
-    for e in evidence or ():
-        if isinstance(e, BackendEvidence):
-            return storage_phrase(e.storages)
+    for evidence_item in evidence or ():
+        if isinstance(evidence_item, BackendEvidence):
+            return storage_phrase(evidence_item.storages)
     return default
 
 
 def hf_storages(evidence) -> BackendEvidence | None:
-    for e in evidence or ():
-        if isinstance(e, BackendEvidence):
-            return e
+    for evidence_item in evidence or ():
+        if isinstance(evidence_item, BackendEvidence):
+            return evidence_item
     return None
 
 
@@ -305,17 +305,17 @@ class _Reader:
             results = [self.value(v) for v in node.values]
             stop = not isinstance(node.op, ast.And)
             out = not stop
-            for r in results:
-                if r == _RAISES:
+            for result in results:
+                if result == _RAISES:
                     return _RAISES
-                if r is stop:
+                if result is stop:
                     return stop
-                if r is None:
+                if result is None:
                     out = None
             return out
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            r = self.value(node.operand)
-            return r if r in (None, _RAISES) else not r
+            result = self.value(node.operand)
+            return result if result in (None, _RAISES) else not result
         if isinstance(node, ast.NamedExpr):
             return self.value(node.value)
         # `<dtype>.is_floating_point`, `<weight>.is_floating_point()`, `torch.is_floating_point(<weight>)`
@@ -561,11 +561,11 @@ def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
         return (deeper[0], "[0]" + (f".{deeper[1]}" if deeper[1] else "")) if deeper else None
     if layer_kind(resolver.index.mro(inst.qualname)) is not None:
         return inst, ""
-    cf = resolver.project.class_facts(inst.qualname)
-    if cf is None:
+    class_facts = resolver.project.class_facts(inst.qualname)
+    if class_facts is None:
         return None
     first = None
-    for attr, origins in cf.attrs.items():
+    for attr, origins in class_facts.attrs.items():
         for origin in origins:
             if origin.method != "__init__" or origin.kind != "call":
                 continue

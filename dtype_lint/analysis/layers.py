@@ -291,8 +291,8 @@ class LayerResolver:
         if got is None:
             return None
         where, expr = got
-        cf = self.project.class_facts(where)
-        facts = self.project.file_facts(self.index.class_location(where)[0].module) if cf else None
+        class_facts = self.project.class_facts(where)
+        facts = self.project.file_facts(self.index.class_location(where)[0].module) if class_facts else None
         if facts is None:
             return None
         sub = LayerResolver(self.project, facts.module, facts.imports, facts.path, self.config_params)
@@ -357,14 +357,14 @@ class LayerResolver:
             return None
         stored: list[ast.expr] = []
         holder = None
-        for q in self.index.mro(owner.qualname):
-            cf = self.project.class_facts(q)
-            if cf is None:
+        for ancestor in self.index.mro(owner.qualname):
+            class_facts = self.project.class_facts(ancestor)
+            if class_facts is None:
                 continue
-            if expr.attr in cf.getters:
+            if expr.attr in class_facts.getters:
                 return None  # a getter: dtype_getter's question
-            if expr.attr in cf.assigned:
-                stored, holder = cf.assigned[expr.attr], q
+            if expr.attr in class_facts.assigned:
+                stored, holder = class_facts.assigned[expr.attr], ancestor
                 break
         sources = [weight_dtype_source(value, None) for value in stored]
         if not sources or any(s is None or not _rooted_at_self(s.layer) for s in sources) \
@@ -388,12 +388,12 @@ class LayerResolver:
         step = Evidence(origin.how, origin.path, origin.line)
         if origin.kind != "call" or origin.call is None:
             return Instance(origin.type_name, UNKNOWN, (), (step,))
-        cf = self.project.class_facts(where)
+        class_facts = self.project.class_facts(where)
         in_init = origin.method == "__init__"
         loc = self.index.class_location(where)
         facts = self.project.file_facts(loc[0].module) if loc else None
         ctx = _Context(origin.method_params, dict(origin.locals), env if in_init else {},
-                       cf.param_attrs if cf else {}, facts.module if facts else None,
+                       class_facts.param_attrs if class_facts else {}, facts.module if facts else None,
                        facts.imports if facts else None)
         inst = self.construct(origin.call, origin.type_name, ctx)
         extra = {NONE: " without a quantization config", SET: " with a quantization config"}.get(inst.config, "")
@@ -426,10 +426,10 @@ class LayerResolver:
         one, or a call of a project function whose every `return` is one (sglang's
         `**get_embedding_tp_kwargs()`); None when any is unknown."""
         keys: set[str] = set()
-        for kw in call.keywords:
-            if kw.arg is not None:
+        for keyword in call.keywords:
+            if keyword.arg is not None:
                 continue
-            found = self._dict_keys(kw.value, ctx)
+            found = self._dict_keys(keyword.value, ctx)
             if found is None:
                 return None
             keys |= found
@@ -468,21 +468,21 @@ class LayerResolver:
 
     def _config_of(self, sig: Signature, call: ast.Call, env: dict[str, str], ctx: _Context) -> str:
         """NONE also when the constructor has no config parameter and no **kwargs to carry one."""
-        for p in self.config_params:
-            if sig.has(p):
-                return env[p]
-        for kw in call.keywords:  # a config passed through **kwargs
-            if kw.arg in self.config_params:
-                return self.state(kw.value, ctx)
+        for config_param in self.config_params:
+            if sig.has(config_param):
+                return env[config_param]
+        for keyword in call.keywords:  # a config passed through **kwargs
+            if keyword.arg in self.config_params:
+                return self.state(keyword.value, ctx)
         return UNKNOWN if sig.varkw or sig.varargs else NONE
 
     def _config_without_signature(self, call: ast.Call, ctx: _Context) -> tuple[str, bool]:
         """(state, passed) for a class whose code we cannot see (not in the scanned tree): the
         config keyword decides; vLLM-style layers take `quant_config` sixth at the earliest, so
         fewer positionals mean none."""
-        for kw in call.keywords:
-            if kw.arg in self.config_params:
-                return self.state(kw.value, ctx), True
+        for keyword in call.keywords:
+            if keyword.arg in self.config_params:
+                return self.state(keyword.value, ctx), True
         if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
             return UNKNOWN, False
         return (NONE, False) if len(call.args) < 6 else (UNKNOWN, True)
@@ -526,25 +526,26 @@ class LayerResolver:
         for _ in range(16):
             if cur == where:
                 return env
-            cf = self.project.class_facts(cur)
+            class_facts = self.project.class_facts(cur)
             bases = self.index.bases(cur)
             if not bases:
                 return {}
             nxt = bases[0]
-            if cf is None:
+            if class_facts is None:
                 return {}
-            if cf.init is None:
+            if class_facts.init is None:
                 cur = nxt  # inherited __init__: same parameters
                 continue
-            if cf.super_init is None:
+            if class_facts.super_init is None:
                 return {}
             target = self.project.init_of(nxt)
             if target is None:
                 return {}
-            call = cf.super_init
+            call = class_facts.super_init
             if not (isinstance(call.func.value, ast.Call)):  # `Base.__init__(self, ...)`
                 call = ast.Call(call.func, call.args[1:], call.keywords)
-            ctx = _Context(frozenset(cf.init.positional + cf.init.kwonly), {}, env, cf.param_attrs)
+            ctx = _Context(frozenset(class_facts.init.positional + class_facts.init.kwonly), {}, env,
+                           class_facts.param_attrs)
             new = {}
             for name, arg in target[1].bind(call).items():
                 new[name] = (self._default_state(target[1], name) if arg == "default" else
@@ -623,13 +624,13 @@ class LayerResolver:
         those is in the layer's MRO."""
         if not inst.origin or not inst.qualname:
             return False
-        for q in self.index.mro(inst.origin):
-            cf = self.project.class_facts(q)
-            value = cf.class_values.get(RESTRICTING_ATTR) if cf else None
+        for ancestor in self.index.mro(inst.origin):
+            class_facts = self.project.class_facts(ancestor)
+            value = class_facts.class_values.get(RESTRICTING_ATTR) if class_facts else None
             if value is None:
                 continue
             names = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
-            loc = self.index.class_location(q)
+            loc = self.index.class_location(ancestor)
             facts = self.project.file_facts(loc[0].module) if loc else None
             if facts is None:
                 return False
@@ -640,9 +641,9 @@ class LayerResolver:
                     return False
                 handled: set[str] = set()
                 config = self.index.resolve(facts.module, name, facts.imports)
-                for c in self.index.mro(config):
-                    ccf = self.project.class_facts(c)
-                    if ccf is None and c == config:
+                for config_base in self.index.mro(config):
+                    ccf = self.project.class_facts(config_base)
+                    if ccf is None and config_base == config:
                         return False  # a config we cannot read: it may handle anything
                     if ccf is not None:
                         handled |= ccf.dispatch
@@ -673,14 +674,14 @@ class LayerResolver:
             if not any(c for c in header.classes):
                 continue
             facts = self.project.file_facts(module)
-            for cf in (facts.classes.values() if facts else ()):
-                for origins in cf.attrs.values():
+            for class_facts in (facts.classes.values() if facts else ()):
+                for origins in class_facts.attrs.values():
                     for origin in origins:
                         if origin.kind != "call" or not origin.type_name or \
                                 qualname not in self.index.mro(origin.type_name):
                             continue
                         found = True
-                        if self._from_origin(origin, cf.qualname, {}).config != NONE:
+                        if self._from_origin(origin, class_facts.qualname, {}).config != NONE:
                             return False
         return found
 
@@ -688,15 +689,16 @@ class LayerResolver:
         """(the nearest class in the MRO that makes it quantizable, the evidence chain) or None:
         a class whose own code obtains a quant method for itself, or one configuration names."""
         mro = self.index.mro(qualname)
-        for i, q in enumerate(mro):
-            cf = self.project.class_facts(q)
+        for i, ancestor in enumerate(mro):
+            class_facts = self.project.class_facts(ancestor)
             why = None
-            if cf is not None and cf.quant_root is not None:  # what the code says comes first
-                why = Evidence(f"`{_short(q)}`: {cf.quant_root.message}", cf.quant_root.path, cf.quant_root.line)
-            why = why or self.index.configured(q)
+            if class_facts is not None and class_facts.quant_root is not None:  # what the code says comes first
+                root = class_facts.quant_root
+                why = Evidence(f"`{_short(ancestor)}`: {root.message}", root.path, root.line)
+            why = why or self.index.configured(ancestor)
             if why is not None:
                 chain = [self._subclass_step(mro[j], mro[j + 1]) for j in range(i)] if i else []
-                return q, (*chain, why)
+                return ancestor, (*chain, why)
         return None
 
     def _subclass_step(self, sub: str, base: str) -> Evidence:
@@ -715,13 +717,14 @@ class LayerResolver:
 
     def _forwards_none(self, qualname: str, root: str) -> str:
         """Without construction facts: does any class on the way to the root pass a literal None?"""
-        for q in self.index.mro(qualname):
-            if q == root:
+        for ancestor in self.index.mro(qualname):
+            if ancestor == root:
                 return UNKNOWN
-            cf = self.project.class_facts(q)
-            if cf is not None and cf.super_init is not None:
-                for kw in cf.super_init.keywords:
-                    if kw.arg in self.config_params and isinstance(kw.value, ast.Constant) and kw.value.value is None:
+            class_facts = self.project.class_facts(ancestor)
+            if class_facts is not None and class_facts.super_init is not None:
+                for keyword in class_facts.super_init.keywords:
+                    if keyword.arg in self.config_params and isinstance(keyword.value, ast.Constant) \
+                            and keyword.value.value is None:
                         return NONE
         return UNKNOWN
 
@@ -729,16 +732,16 @@ class LayerResolver:
         """Evidence that the class is storage-format code (a quant method or weight kernel): one of
         its storage methods takes the layer it owns (`layer`, or a parameter annotated with a
         quantizable layer class)."""
-        for q in self.index.mro(qualname):
-            cf: ClassFacts | None = self.project.class_facts(q)
-            if cf is None:
+        for ancestor in self.index.mro(qualname):
+            class_facts: ClassFacts | None = self.project.class_facts(ancestor)
+            if class_facts is None:
                 continue
-            if cf.storage_code is not None:
-                return cf.storage_code
-            for method, param, annotated, line in cf.storage_params:
+            if class_facts.storage_code is not None:
+                return class_facts.storage_code
+            for method, param, annotated, line in class_facts.storage_params:
                 if self.quant_root(annotated) is not None:
                     return Evidence(f"`{method}(self, ..., {param}: {_short(annotated)}, ...)`: storage-format code "
-                                    "for the layer it is given", cf.path, line)
+                                    "for the layer it is given", class_facts.path, line)
         return None
 
     def storage_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Evidence | None:

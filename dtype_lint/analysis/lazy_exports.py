@@ -41,8 +41,11 @@ def _exports(tree: ast.Module) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in tree.body:
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-        if isinstance(value, ast.Dict) and value.keys and all(
-                isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Constant)
-                and isinstance(v.value, str) for k, v in zip(value.keys, value.values)):
-            found.update((k.value, v.value) for k, v in zip(value.keys, value.values))
+        if not isinstance(value, ast.Dict) or not value.keys:
+            continue
+        pairs = [(k.value, v.value) for k, v in zip(value.keys, value.values)
+                 if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                 and isinstance(v, ast.Constant) and isinstance(v.value, str)]
+        if len(pairs) == len(value.keys):  # every entry maps a string to a string
+            found.update(pairs)
     return found

@@ -34,11 +34,11 @@ def _module_flags(tree: ast.Module) -> frozenset[str]:
                 counts[target.id] = counts.get(target.id, 0) + 1
     stores: dict[str, int] = {}
     rebound: set[str] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in counts:
-            stores[n.id] = stores.get(n.id, 0) + 1
-        elif isinstance(n, ast.Global):
-            rebound.update(n.names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in counts:
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.Global):
+            rebound.update(node.names)
     return frozenset(name for name, count in counts.items()
                      if count == 1 and stores.get(name) == 1 and name not in rebound)
 

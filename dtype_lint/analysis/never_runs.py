@@ -74,7 +74,7 @@ def shadowed_definitions(tree: ast.Module) -> frozenset[int]:
     return frozenset(shadowed)
 
 
-def _reads(nodes: list[ast.AST], name: str) -> bool:
+def _reads(nodes: list[ast.expr] | list[ast.stmt], name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                for node in nodes for n in ast.walk(node))
 

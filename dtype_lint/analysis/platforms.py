@@ -100,13 +100,13 @@ def admissions(index, load_file, resolve_constant) -> list[Admission]:
         text = (load_file(header.path) if load_file else None) or ""
         if "supported_quantization" not in text:
             continue
-        for m in _ADMITS.finditer(text):
-            line = text.count("\n", 0, m.start()) + 1
+        for match in _ADMITS.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
             owner = max(((n, v[1]) for n, v in header.classes.items() if v[1] <= line), key=lambda c: c[1],
                         default=None)
             if owner is None:
                 continue
-            names = _names(m.group(1), module, header, resolve_constant)
+            names = _names(match.group(1), module, header, resolve_constant)
             declared[f"{module}.{owner[0]}"] = (header.path, line, names)
     if not declared:
         return []
@@ -142,8 +142,8 @@ def _names(text: str, module: str, header, resolve_constant) -> tuple[str, ...] 
         return None
     elts = node.elts if isinstance(node, (ast.List, ast.Tuple)) else []
     out = []
-    for e in elts:
-        value = constant_string(e, module, header.imports, resolve_constant)
+    for element in elts:
+        value = constant_string(element, module, header.imports, resolve_constant)
         if value is None:
             return None  # a name we cannot read: it may be any method
         out.append(value)
@@ -169,7 +169,7 @@ def narrowing_of(found: list[Admission]) -> Narrowing | None:
         return None
     names: list[str] = []
     for a in found:
-        names.extend(n for n in a.names if n not in names)
+        names.extend(n for n in a.names or () if n not in names)  # None: returned above
     return Narrowing(tuple(found), tuple(names))
 
 
@@ -199,9 +199,9 @@ class PlatformNarrowing:
                     return None
                 pattern = re.compile(rf"^{re.escape(name)}\s*(?::[^=\n]+)?=\s*(['\"])([^'\"\n]*)\1\s*(?:#.*)?$")
                 for line in src.lines:
-                    m = pattern.match(line)
-                    if m:
-                        return m.group(2)
+                    match = pattern.match(line)
+                    if match:
+                        return match.group(2)
                 target = src.header.imports.get(name)
                 if not target or target == qualname_[0]:
                     return None
@@ -218,8 +218,8 @@ class PlatformNarrowing:
             out: list[str] = []
             got = self.code._method_of(config, "get_name")
             if got is not None:
-                _owner, src, fn = got
-                for node in ast.walk(fn):
+                _owner, src, function_node = got
+                for node in ast.walk(function_node):
                     if isinstance(node, ast.Return) and node.value is not None:
                         value = constant_string(node.value, src.module, src.header.imports, self.constant)
                         if value and value not in out:
@@ -241,15 +241,15 @@ class PlatformNarrowing:
                 return {}
             out: dict[str, list[str]] = {}
             for pattern in _register_patterns():
-                for m in pattern.finditer(text):
-                    cls = src.header.classes.get(m.group(2)) and f"{module}.{m.group(2)}"
+                for match in pattern.finditer(text):
+                    cls = src.header.classes.get(match.group(2)) and f"{module}.{match.group(2)}"
                     if cls is None:
-                        target = src.header.imports.get(m.group(2))
+                        target = src.header.imports.get(match.group(2))
                         cls = self.index.canonical(target) if target else None
                     if cls is None:
                         continue
                     try:
-                        expr = ast.parse(m.group(1), mode="eval").body
+                        expr = ast.parse(match.group(1), mode="eval").body
                     except SyntaxError:
                         continue
                     value = constant_string(expr, module, src.header.imports, self.constant)
@@ -310,7 +310,7 @@ class PlatformNarrowing:
             for config, names in catalogue_data.get("names", {}).items():
                 for name in names:
                     engine_names.setdefault(name, config)
-        out = {}
+        out: dict[str, list[tuple[str, str | None]]] = {}
         for name in narrowing.names:
             project = registered.get(name) or tree_configs.get(name)
             if project:

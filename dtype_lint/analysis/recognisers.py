@@ -77,8 +77,8 @@ def first_parameter_of(node: ast.AST) -> ast.expr | None:
 def _typing_cast(node: ast.AST) -> ast.AST | None:
     """The value of `typing.cast(T, value)` / `cast(T, value)`: a no-op at run time."""
     if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords:
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        callee = node.func
+        name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
         if name == "cast":
             return node.args[1]
     return None

@@ -258,9 +258,9 @@ class _Source:
         end = _block_end(self.lines, start, cls_indent)
         defs: dict[str, int] = {}
         for i in range(start + 1, end):
-            m = _DEF.match(self.lines[i])
-            if m and len(m.group(1).expandtabs()) > cls_indent:
-                defs.setdefault(m.group(2), i)
+            match = _DEF.match(self.lines[i])
+            if match and len(match.group(1).expandtabs()) > cls_indent:
+                defs.setdefault(match.group(2), i)
         return defs
 
     def function(self, name: str):
@@ -275,8 +275,8 @@ class _Source:
             if needle not in line:
                 continue
             if line.startswith(("def ", "async def ")):
-                m = _DEF.match(line)
-                if m and m.group(2) == name:
+                match = _DEF.match(line)
+                if match and match.group(2) == name:
                     return _parse_snippet(self.lines, i, _block_end(self.lines, i, 0))
         return None
 
@@ -426,9 +426,9 @@ class CodeBackends:
     # ---- which configs --------------------------------------------------------------------------
     def _config_base(self, layer_class: str) -> str | None:
         """The config type the layer's quant root takes: its `__init__`'s config parameter's annotation."""
-        for q in self.index.mro(layer_class):
-            cf = self.project.class_facts(q)
-            init = cf.methods.get("__init__") if cf else None
+        for ancestor in self.index.mro(layer_class):
+            class_facts = self.project.class_facts(ancestor)
+            init = class_facts.methods.get("__init__") if class_facts else None
             if init is None:
                 continue
             args = init.args.posonlyargs + init.args.args + init.args.kwonlyargs
@@ -437,7 +437,7 @@ class CodeBackends:
                     name = annotation_name(arg.annotation)
                     if not name:
                         continue
-                    loc = self.index.class_location(q)
+                    loc = self.index.class_location(ancestor)
                     resolved = self.index.resolve(loc[0].module, name, loc[0].imports) if loc else None
                     if resolved and self.index.class_location(resolved) is not None:
                         return self.index.canonical(resolved)
@@ -480,16 +480,16 @@ class CodeBackends:
         mro = self.index.mro(qualname)
         if after is not None and after in mro:
             mro = mro[mro.index(after) + 1:]
-        for q in mro:
-            loc = self.index.class_location(q)
+        for ancestor in mro:
+            loc = self.index.class_location(ancestor)
             if loc is None:
                 continue
             src = self._source(loc[0].module)
             if src is None:
                 continue
-            fn = src.method(loc[1], name)
-            if fn is not None:
-                return q, src, fn
+            function_node = src.method(loc[1], name)
+            if function_node is not None:
+                return ancestor, src, function_node
         return None
 
     def _first_definer(self, qualname: str, name: str, after: str | None = None):
@@ -503,21 +503,21 @@ class CodeBackends:
         mro = self.index.mro(qualname)
         if after is not None and after in mro:
             mro = mro[mro.index(after) + 1:]
-        for q in mro:
-            loc = self.index.class_location(q)
+        for ancestor in mro:
+            loc = self.index.class_location(ancestor)
             if loc is not None:
                 src = self._source(loc[0].module)
                 if src is not None and src.method(loc[1], name) is not None:
-                    return ("tree", q)
+                    return ("tree", ancestor)
                 continue
-            if "." not in q or q.split(".", 1)[0] in _NO_HOOKS:
+            if "." not in ancestor or ancestor.split(".", 1)[0] in _NO_HOOKS:
                 continue  # a name we cannot place, or `abc.ABC`, `torch.nn.Module`, `typing.Generic`
-            record = self.method_lookup(q) if self.method_lookup else None
+            record = self.method_lookup(ancestor) if self.method_lookup else None
             if record is None:
-                return ("unknown", q)
+                return ("unknown", ancestor)
             storages, _after, has_after, _kernel = record
             if (storages is not None) if name == "create_weights" else has_after:
-                return ("outside", q, record)
+                return ("outside", ancestor, record)
         return None
 
     def _inherits(self, method: str, first, what: str) -> Evidence:
@@ -614,9 +614,9 @@ class CodeBackends:
             if got is None:  # no dispatch we can read: the config may hand any layer anything
                 loc = self.index.class_location(config)
                 return [(None, loc[0].classes[loc[1]][1] if loc else 0, loc[0].path if loc else "", ())]
-            owner, src, fn = got
+            owner, src, function_node = got
             out: list[tuple] = []
-            self._dispatch(fn, src, owner, config, (), out, depth=0)
+            self._dispatch(function_node, src, owner, config, (), out, depth=0)
             return out
         return self._memo(("dispatch table", config), build)
 
@@ -762,8 +762,8 @@ class CodeBackends:
             return None
         module, _, name = qualname.rpartition(".")
         src = self._source(module)
-        fn = src.function(name) if src is not None else None
-        return (None, src, fn) if fn is not None else None
+        function_node = src.function(name) if src is not None else None
+        return (None, src, function_node) if function_node is not None else None
 
     def _is_method_class(self, qualname: str) -> bool:
         """A quant method: a class of the tree whose MRO defines `create_weights`."""
@@ -790,11 +790,11 @@ class CodeBackends:
             step = self._inherits(method, first, "inherits `create_weights` from")
             return self._outside_storages(method, first, step)
         got = self._method_of(first[1], "create_weights")
-        owner, src, fn = got
-        if _abstract(fn):
+        owner, src, function_node = got
+        if _abstract(function_node):
             return []  # an interface (`raise NotImplementedError`): its subclasses are read instead
-        registered = self._registered(fn, src, depth=0)
-        delegated = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        registered = self._registered(function_node, src, depth=0)
+        delegated = [n for n in ast.walk(function_node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr == "create_weights"]
         out: list[Storage] = []
         supers = [n for n in delegated if isinstance(n.func.value, ast.Call) and dotted(n.func.value.func) == "super"]
@@ -802,7 +802,7 @@ class CodeBackends:
             # `super().create_weights(...)`: the next class of the MRO that has one, in the tree or
             # outside it (the catalogue's record), never every method of the package.
             return self._super_storages(method, owner, supers[0], src, registered, depth)
-        named = self._named_delegates(delegated, src, fn) if "weight" not in registered else []
+        named = self._named_delegates(delegated, src, function_node) if "weight" not in registered else []
         if named:
             # `KernelSpec().create_weights(layer, ...)`: the object is built here, its class named.
             for call, target in named:
@@ -863,7 +863,7 @@ class CodeBackends:
             return [Storage("", short, ABSENT, "", f"registers {shown}, not `weight`",
                             (Evidence(f"`{short}.create_weights` registers {shown}", src.path, line),))]
         return [Storage("", short, UNKNOWN, "", "registers no parameter we can read",
-                        (Evidence(f"`{short}.create_weights`", src.path, fn.lineno),))]
+                        (Evidence(f"`{short}.create_weights`", src.path, function_node.lineno),))]
 
     def _super_storages(self, method: str, owner: str, call: ast.Call, src: _Source, registered, depth: int):
         short = _short(method)
@@ -1012,8 +1012,8 @@ class CodeBackends:
                                                                          "from"),))
         if first[0] == "outside":
             return self._inherited_after_loading(method, first, first[2][1])
-        _owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
-        return self._mutation(fn, src, depth=0, seen=set())
+        _owner, src, function_node = self._method_of(first[1], "process_weights_after_loading")
+        return self._mutation(function_node, src, depth=0, seen=set())
 
     def _inherited_after_loading(self, method: str, first, fact):
         """(kind, dtype, what, evidence) of an outside class's recorded `process_weights_after_loading`
@@ -1035,8 +1035,8 @@ class CodeBackends:
             return None
         if first[0] == "outside":
             return self._inherited_after_loading(method, first, first[2][3])
-        owner, src, fn = self._method_of(first[1], "process_weights_after_loading")
-        for node in ast.walk(fn):
+        owner, src, function_node = self._method_of(first[1], "process_weights_after_loading")
+        for node in ast.walk(function_node):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name)
                     and node.func.value.value.id == "self" and _hands_layer(node)):
@@ -1088,10 +1088,10 @@ class CodeBackends:
         got = self._function(function)
         if got is None or got[2].returns is None:
             return []
-        _none, src, fn = got
-        resolve = self._resolver(src, fn)
+        _none, src, function_node = got
+        resolve = self._resolver(src, function_node)
         names = []
-        for node in ast.walk(fn.returns):
+        for node in ast.walk(function_node.returns):
             if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(getattr(node, "ctx", None), ast.Store):
                 name = resolve(dotted(node))
                 if name and self.index.class_location(name) is not None and name not in names:
@@ -1252,8 +1252,8 @@ def _param_for(callee, call: ast.Call, layer_name: str) -> str | None:
     """The callee's parameter the call binds the layer to."""
     params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
     offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
-    for i, a in enumerate(call.args):
-        if isinstance(a, ast.Name) and a.id == layer_name and i + offset < len(params):
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id == layer_name and i + offset < len(params):
             return params[i + offset]
     for k in call.keywords:
         if isinstance(k.value, ast.Name) and k.value.id == layer_name and k.arg:

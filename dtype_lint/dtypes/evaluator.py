@@ -264,8 +264,8 @@ class Interpreter:
             return self._call(node)
         if isinstance(node, ast.BoolOp):
             result = isinstance(node.op, ast.And)
-            for v in node.values:
-                result = self.ev(v)
+            for value in node.values:
+                result = self.ev(value)
                 if isinstance(node.op, ast.And) and not self.truth(result):
                     return result
                 if isinstance(node.op, ast.Or) and self.truth(result):
@@ -335,19 +335,19 @@ class Interpreter:
         raise Unsupported(ast.unparse(node))
 
     def _call(self, node: ast.Call):
-        fn = node.func
-        if isinstance(fn, ast.Attribute) and fn.attr == "fp8_dtype" and not node.args:
-            if self.ev(fn.value) is PLATFORM:
+        callee = node.func
+        if isinstance(callee, ast.Attribute) and callee.attr == "fp8_dtype" and not node.args:
+            if self.ev(callee.value) is PLATFORM:
                 return Dtype(FP8)
-        if isinstance(fn, ast.Attribute) and fn.attr in ("is_floating_point", "is_complex") and not node.args:
-            base = self.ev(fn.value)
+        if isinstance(callee, ast.Attribute) and callee.attr in ("is_floating_point", "is_complex") and not node.args:
+            base = self.ev(callee.value)
             if isinstance(base, Dtype):
-                return getattr(base, fn.attr)
-        if isinstance(fn, ast.Name) and fn.id in ("getattr", "hasattr") and len(node.args) in (2, 3):
+                return getattr(base, callee.attr)
+        if isinstance(callee, ast.Name) and callee.id in ("getattr", "hasattr") and len(node.args) in (2, 3):
             obj, attr = self.ev(node.args[0]), self.ev(node.args[1])
             if not isinstance(attr, str):
                 raise Unsupported(ast.unparse(node))
-            if fn.id == "hasattr":
+            if callee.id == "hasattr":
                 try:
                     self._attribute(obj, attr, node)
                     return True
@@ -359,13 +359,13 @@ class Interpreter:
                 if len(node.args) == 3:
                     return self.ev(node.args[2])
                 raise
-        if isinstance(fn, ast.Name) and fn.id in ("frozenset", "set", "tuple", "list") and len(node.args) <= 1:
+        if isinstance(callee, ast.Name) and callee.id in ("frozenset", "set", "tuple", "list") and len(node.args) <= 1:
             if not node.args:
                 return ()
             value = self.ev(node.args[0])
             if isinstance(value, (tuple, frozenset)):
-                return frozenset(value) if fn.id in ("frozenset", "set") else tuple(value)
-        if isinstance(fn, ast.Name) and fn.id == "bool" and len(node.args) == 1:
+                return frozenset(value) if callee.id in ("frozenset", "set") else tuple(value)
+        if isinstance(callee, ast.Name) and callee.id == "bool" and len(node.args) == 1:
             return self.truth(self.ev(node.args[0]))
         # isinstance(...), a call into other code: its value is unknown (open mode only).
         return self._unknown(node)
@@ -406,8 +406,8 @@ class Interpreter:
                 if stmt.value is None or not all(isinstance(t, ast.Name) for t in targets):
                     raise Unsupported(ast.unparse(stmt))
                 value = self.ev(stmt.value)
-                for t in targets:
-                    self.names[t.id] = value  # type: ignore[union-attr]
+                for target in targets:
+                    self.names[target.id] = value  # type: ignore[union-attr]
                 continue
             if isinstance(stmt, ast.If):
                 done = self.run_body(stmt.body if self.truth(self.ev(stmt.test)) else stmt.orelse)
@@ -415,9 +415,9 @@ class Interpreter:
                     return done
                 continue
             if self.open and isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                for a in stmt.names:
-                    bound = a.asname or a.name.split(".")[0]
-                    self.names[bound] = TORCH if a.name == "torch" and not a.asname else Unknown(bound)
+                for alias in stmt.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    self.names[bound] = TORCH if alias.name == "torch" and not alias.asname else Unknown(bound)
                 continue
             if self.open and isinstance(stmt, ast.Raise):
                 exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
@@ -457,10 +457,10 @@ class ModuleGlobals:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     self._defs.add(stmt.name)
                 if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                    for a in stmt.names:
-                        target = a.name if isinstance(stmt, ast.Import) else f"{stmt.module or ''}.{a.name}"
-                        self._imports[a.asname or a.name.split(".")[0]] = (
-                            target if a.asname or isinstance(stmt, ast.ImportFrom) else a.name.split(".")[0])
+                    for alias in stmt.names:
+                        target = alias.name if isinstance(stmt, ast.Import) else f"{stmt.module or ''}.{alias.name}"
+                        self._imports[alias.asname or alias.name.split(".")[0]] = (
+                            target if alias.asname or isinstance(stmt, ast.ImportFrom) else alias.name.split(".")[0])
                 elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                     self._pending[stmt.targets[0].id] = stmt.value
                 elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
@@ -568,16 +568,16 @@ def evaluate_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Modu
             names: dict[str, object] = {shape.layer_param: Layer(case.storage)}
             if shape.flag_param:
                 names[shape.flag_param] = case.flag
-            for p in shape.other_params:
-                names[p] = Unknown(p)
+            for other_param in shape.other_params:
+                names[other_param] = Unknown(other_param)
             interp = Interpreter(case, names, globals_, oracle=oracle)
             try:
                 done = interp.run_body(fn.body)
                 return outcome(done[1] if done else None)
             except _NoWeight:
                 return AFTER_ERROR
-            except _Raised as e:
-                return e.what
+            except _Raised as error:
+                return error.what
 
         rows.append((case, _joined(explore(run))))
     return Table(tuple(rows))

@@ -40,8 +40,8 @@ def prove_guarded_cast(guard: ast.expr, cast_dtype: ast.expr, layer: ast.expr, a
         old = evaluate_guarded_cast(guard, cast_dtype, layer, aliases, flag_name, flags)
         extra = evaluate_guarded_cast(guard, cast_dtype, layer, aliases, flag_name, flags, storages=UNPACKED) \
             if unpacked is not None else Table(())
-    except Unsupported as e:
-        return False, [], f"cannot evaluate `{e}` symbolically"
+    except Unsupported as error:
+        return False, [], f"cannot evaluate `{error}` symbolically"
     rows = []
     for table, old_table in ((helper, old), (unpacked, extra)):
         for case, was in old_table.rows:

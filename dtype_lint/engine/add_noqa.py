@@ -28,13 +28,14 @@ def add_noqa(text: str, findings: list[Finding], reason: str = "") -> tuple[str,
     src = SourceText(text)
     ok_lines = _comment_safe_lines(text, len(src.lines))
     by_line: dict[int, list[str]] = defaultdict(list)
-    for f in findings:
-        if f.code == UNUSED_SUPPRESSION:
+    for finding in findings:
+        if finding.code == UNUSED_SUPPRESSION:
             continue
-        last = f.span.end_line - 1 if f.span.end_line > f.span.line and f.span.end_col <= 1 else f.span.end_line
-        line = next((n for n in range(f.span.line, max(f.span.line, last) + 1) if n in ok_lines), None)
-        if line is not None and f.code not in by_line[line]:
-            by_line[line].append(f.code)
+        span = finding.span
+        last = span.end_line - 1 if span.end_line > span.line and span.end_col <= 1 else span.end_line
+        line = next((n for n in range(finding.span.line, max(finding.span.line, last) + 1) if n in ok_lines), None)
+        if line is not None and finding.code not in by_line[line]:
+            by_line[line].append(finding.code)
     if not by_line:
         return text, 0
     lines = list(src.lines)

@@ -212,10 +212,10 @@ class Baseline:
     def from_findings(cls, findings: Iterable[Finding], root: str | os.PathLike) -> "Baseline":
         """A baseline accepting exactly these findings (engine codes skipped)."""
         counts: dict[BaselineKey, int] = {}
-        for f in findings:
-            if f.code in _NEVER_BASELINED:
+        for finding in findings:
+            if finding.code in _NEVER_BASELINED:
                 continue
-            key = finding_key(f, root)
+            key = finding_key(finding, root)
             counts[key] = counts.get(key, 0) + 1
         return cls(counts, root)
 
@@ -247,17 +247,17 @@ class Baseline:
         entries = data.get("entries", [])
         if not isinstance(entries, list):
             raise BaselineError(f"baseline {path}: `entries` must be a list, got {type(entries).__name__}")
-        for i, e in enumerate(entries):
+        for i, entry in enumerate(entries):
             try:
                 key = BaselineKey(
-                    _text(e["path"]), _text(e.get("scope", "")), _text(e["code"]),
-                    normalise_expression(_text(e.get("expression", ""))),
+                    _text(entry["path"]), _text(entry.get("scope", "")), _text(entry["code"]),
+                    normalise_expression(_text(entry.get("expression", ""))),
                 )
-                n = e.get("count", 1)
+                n = entry.get("count", 1)
                 if isinstance(n, bool) or not isinstance(n, int):
                     raise TypeError("count")
             except (KeyError, TypeError, ValueError, AttributeError):
-                raise BaselineError(f"baseline {path}: entry {i} is malformed: {_short(e)}") from None
+                raise BaselineError(f"baseline {path}: entry {i} is malformed: {_short(entry)}") from None
             if n > 0:
                 counts[key] = counts.get(key, 0) + n
         return cls(counts, path.parent if root is None else root)

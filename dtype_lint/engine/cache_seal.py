@@ -73,12 +73,12 @@ def secret() -> bytes | None:
     if path not in _KEYS:
         try:
             _KEYS[path] = _key_from_environment() or _read_key(path) or _create_key(path)
-        except OSError as e:
+        except OSError as error:
             _KEYS[path] = None
-            _WHY[path] = f"{path}: {e.strerror or e}"
-        except ValueError as e:
+            _WHY[path] = f"{path}: {error.strerror or error}"
+        except ValueError as error:
             _KEYS[path] = None
-            _WHY[path] = str(e) if KEY_ENV in str(e) else f"{path}: {e}"
+            _WHY[path] = str(error) if KEY_ENV in str(error) else f"{path}: {error}"
     return _KEYS[path]
 
 
@@ -100,15 +100,15 @@ def _read_key(path: str) -> bytes | None:
     be trusted (another user's, readable or writable by others, a link, of the wrong size)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
+        descriptor = os.open(path, flags)
     except FileNotFoundError:
         return None
-    except OSError as e:
+    except OSError as error:
         if os.path.islink(path):
             raise ValueError("is a symbolic link; not trusted as the cache key") from None
-        raise e
+        raise error
     try:
-        st = os.fstat(fd)
+        st = os.fstat(descriptor)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("not a regular file; not trusted as the cache key")
         if os.name == "posix":
@@ -117,9 +117,9 @@ def _read_key(path: str) -> bytes | None:
             if st.st_mode & 0o077:
                 raise ValueError(f"mode {stat.S_IMODE(st.st_mode):o} lets others read or write it; "
                                  "not trusted as the cache key (chmod 600 it, or remove it)")
-        data = os.read(fd, KEY_BYTES + 1)
+        data = os.read(descriptor, KEY_BYTES + 1)
     finally:
-        os.close(fd)
+        os.close(descriptor)
     if len(data) != KEY_BYTES:
         raise ValueError(f"holds {len(data)} bytes, not {KEY_BYTES}; not trusted as the cache key (remove it)")
     return data

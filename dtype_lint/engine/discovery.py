@@ -184,7 +184,8 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 entries = list(it)
         except OSError:
             continue
-        files, dirs = [], []
+        files: list[os.DirEntry[str]] = []
+        dirs: list[os.DirEntry[str]] = []
         for e in entries:
             try:
                 is_dir = e.is_dir()

@@ -76,6 +76,7 @@ class FactsStore:
         """Keep an answer computed this run (only answers of PERSISTED keys, of plain values)."""
         if key[0] not in PERSISTED:
             return
+        encoded: list | dict | None
         try:
             if key[0] == ADMISSIONS:
                 encoded = _encode_admissions(value, self._stored)
@@ -117,16 +118,16 @@ def _decode(data, display):
     if kind not in ("set", "list") or not isinstance(items, list):
         raise ValueError(kind)
     storages = []
-    for d in items:
-        if not all(isinstance(d[k], str) for k in ("backend", "method", "kind", "dtype", "what")) \
-                or not isinstance(d["typed"], bool) or not isinstance(d["evidence"], list):
+    for item in items:
+        if not all(isinstance(item[k], str) for k in ("backend", "method", "kind", "dtype", "what")) \
+                or not isinstance(item["typed"], bool) or not isinstance(item["evidence"], list):
             raise ValueError("storage")
         evidence = []
-        for message, path, line in d["evidence"]:
+        for message, path, line in item["evidence"]:
             if not (isinstance(message, str) and isinstance(path, str) and type(line) is int):
                 raise ValueError("evidence")
             evidence.append([message, display(path), line])
-        storages.append(Storage.from_dict(dict(d, evidence=evidence)))
+        storages.append(Storage.from_dict(dict(item, evidence=evidence)))
     return frozenset(storages) if kind == "set" else storages
 
 

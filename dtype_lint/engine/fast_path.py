@@ -202,17 +202,17 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
         i += 1
     if not paths or color not in ("auto", "never"):
         return None
-    for p in paths:
+    for path in paths:
         try:
-            p.encode("utf-8")
+            path.encode("utf-8")
         except UnicodeEncodeError:
             return None
-        if not os.path.isfile(p):
+        if not os.path.isfile(path):
             return None
     return paths, quiet, color, fmt
 
 
-def _find_config(first_path: str) -> tuple[str, str, str] | None:
+def _find_config(first_path: str) -> tuple[str, str, str, dict] | None:
     """(configuration file, project root, cache folder) as config.find_pyproject finds them: the
     nearest pyproject.toml with a [tool.dtype-lint] table, else the nearest pyproject.toml. None
     when there is none (zero configuration: the full run) or another kind of settings file is in
@@ -321,28 +321,28 @@ def import_bindings(text: str) -> tuple[dict[str, list[tuple[int, str, str]]], b
     unsure = False
     if "import" not in text:
         return out, unsure
-    for m in _FROM.finditer(text):
-        level, module = len(m.group(1)), m.group(2)
-        body = _COMMENT.sub("", m.group(3)).replace("\\\n", " ").strip("() \t\r\n")
+    for match in _FROM.finditer(text):
+        level, module = len(match.group(1)), match.group(2)
+        body = _COMMENT.sub("", match.group(3)).replace("\\\n", " ").strip("() \t\r\n")
         for part in body.split(","):
             part = part.strip(" \t\r\n()")
             if not part:
                 continue
-            nm = _NAME_AS.fullmatch(part)
-            if nm is None:
+            bound_name = _NAME_AS.fullmatch(part)
+            if bound_name is None:
                 unsure = True  # `*`, or text this reader does not follow
                 continue
-            out.setdefault(nm.group(2) or nm.group(1), []).append((level, module, nm.group(1)))
-    for m in _IMPORT.finditer(text):
-        body = _COMMENT.sub("", m.group(1)).replace("\\\n", " ")
+            out.setdefault(bound_name.group(2) or bound_name.group(1), []).append((level, module, bound_name.group(1)))
+    for match in _IMPORT.finditer(text):
+        body = _COMMENT.sub("", match.group(1)).replace("\\\n", " ")
         for part in body.split(";")[0].split(","):
             part = part.strip()
-            nm = _DOTTED_AS.fullmatch(part)
-            if nm is None:
+            bound_name = _DOTTED_AS.fullmatch(part)
+            if bound_name is None:
                 if part:
                     unsure = True
                 continue
-            dotted, alias = nm.group(1), nm.group(2)
+            dotted, alias = bound_name.group(1), bound_name.group(2)
             if alias and "." in dotted:
                 module, _, name = dotted.rpartition(".")
                 out.setdefault(alias, []).append((0, module, name))
@@ -409,7 +409,7 @@ class _Layout:
             bindings, unsure = import_bindings(text)
             if unsure:
                 return True
-            for lvl, mod, nm in bindings.get(name, ()):
-                if self._reaches_helper(f, lvl, mod, nm, hops + 1, seen):
+            for lvl, mod, bound_name in bindings.get(name, ()):
+                if self._reaches_helper(f, lvl, mod, bound_name, hops + 1, seen):
                     return True
         return False

@@ -183,21 +183,21 @@ def layout_of(root: str) -> tuple[dict[str, int], dict[str, list[str]], list[str
             continue
         names = {e.name for e in entries}
         loose = "__init__.py" not in names
-        for e in entries:
+        for entry in entries:
             try:
-                is_dir = e.is_dir(follow_symlinks=False)
+                is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
             if is_dir:
-                if e.name in PRUNED or e.name.endswith(".egg-info"):
+                if entry.name in PRUNED or entry.name.endswith(".egg-info"):
                     continue
-                todo.append(e.path)
+                todo.append(entry.path)
                 if loose:
-                    tops.setdefault(e.name, []).append(rel)
-            elif e.name.endswith(".py") and loose:
-                tops.setdefault(e.name[:-3], []).append(rel)
-            elif e.name == ".gitignore":
-                ignores.append(e.path)
+                    tops.setdefault(entry.name, []).append(rel)
+            elif entry.name.endswith(".py") and loose:
+                tops.setdefault(entry.name[:-3], []).append(rel)
+            elif entry.name == ".gitignore":
+                ignores.append(entry.path)
     for v in tops.values():
         v.sort()
     return dirs, tops, ignores
@@ -229,7 +229,7 @@ def save_record(config, writer, looked_up_files: dict[str, str], valid: bool) ->
     if load_record(path, config_path, root) is not None:
         return  # still true: the walk below is not repeated
     dirs, tops, ignores = layout_of(root)
-    files = dict(looked_up_files)
+    files: dict[str, str | None] = dict(looked_up_files)
     from dtype_lint.engine.git_excludes import watched_files
     from dtype_lint.rules import ALL_RULES  # every rule's prefilter: imported only when a record is written
 

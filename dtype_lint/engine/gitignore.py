@@ -62,21 +62,21 @@ class IgnoreFile:
             rel = rel[len(self.base) + 1:]
         probe = rel + "/" if is_dir else rel
         decided = None
-        for p in self.patterns:
-            if p.regex is None:
-                if p.folders_only and not is_dir:
+        for pattern in self.patterns:
+            if pattern.regex is None:
+                if pattern.folders_only and not is_dir:
                     continue
-                decided = p.include
+                decided = pattern.include
                 continue
-            m = p.regex.search(probe)
-            if m is None:
+            match = pattern.regex.search(probe)
+            if match is None:
                 continue
-            mark = m.groupdict().get(_DIR_MARK)
+            mark = match.groupdict().get(_DIR_MARK)
             # A match through a folder mark matched that folder, not this path, unless the
             # folder is this path (the probe's own trailing slash).
-            if mark is not None and not (is_dir and m.end(_DIR_MARK) == len(probe)):
+            if mark is not None and not (is_dir and match.end(_DIR_MARK) == len(probe)):
                 continue
-            decided = p.include
+            decided = pattern.include
         return decided
 
 
@@ -146,16 +146,18 @@ def read_ignore_file(path: str, base: str, messages: list[str] | None) -> Ignore
         data = read_bytes(path, MAX_GITIGNORE_BYTES)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError) as error:
         if messages is not None:
-            messages.append(f"{path}: not read ({getattr(e, 'strerror', None) or e}); its patterns are not applied")
+            reason = getattr(error, "strerror", None) or error
+            messages.append(f"{path}: not read ({reason}); its patterns are not applied")
         return None
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
+    except UnicodeDecodeError as error:
         text = data.decode("utf-8", "surrogateescape")
         if messages is not None:
-            messages.append(f"{path}: not UTF-8 (byte {e.start}); its patterns are matched byte for byte, as git does")
+            messages.append(f"{path}: not UTF-8 (byte {error.start}); "
+                            "its patterns are matched byte for byte, as git does")
     text = text.removeprefix("\ufeff")
     return parse(text.splitlines(), base, messages, path)
 
@@ -168,8 +170,8 @@ class GitIgnore:
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         decided = None
-        for f in self.files:  # root first: a deeper file decides over the ones above
-            v = f.verdict(rel, is_dir)
+        for file in self.files:  # root first: a deeper file decides over the ones above
+            v = file.verdict(rel, is_dir)
             if v is not None:
                 decided = v
         return bool(decided)

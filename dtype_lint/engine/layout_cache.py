@@ -134,7 +134,7 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
                 if not (isinstance(name, str) and isinstance(module, str)):
                     return None
             return ProjectFiles(front, dirs, odd, _leads(root_arg))
-        out = []
+        out: list[Found] = []
         append = out.append
         new = tuple.__new__  # Found(...) through its generated __new__ is half the time again
         sep = os.sep
@@ -185,9 +185,9 @@ def walk(root_arg: str, root_abs: str, excludes: tuple[str, ...], temps, message
     numbers: dict[str, int] = {}  # real folder -> its place in `dirs`
     real_root = os.path.realpath(root_abs)
     leads: dict[str, str] = {}
-    for f in files:
-        real_dir, name = os.path.split(f.real)
-        if os.path.basename(f.path) != name or os.path.islink(f.path):
+    for file in files:
+        real_dir, name = os.path.split(file.real)
+        if os.path.basename(file.path) != name or os.path.islink(file.path):
             return files, None  # through a link: its target can change without any folder
         group = where.get(real_dir)
         if group is None:
@@ -197,19 +197,19 @@ def walk(root_arg: str, root_abs: str, excludes: tuple[str, ...], temps, message
             rel = "" if rel == "." else rel
             if rel.startswith(".."):
                 return files, None
-            group = where[real_dir] = [rel, real_dir, _prefix_of(f.module, name), []]
+            group = where[real_dir] = [rel, real_dir, _prefix_of(file.module, name), []]
             numbers[real_dir] = len(dirs)
             leads[real_dir] = _lead(root_arg, rel)
             dirs.append(group)
-        if leads[real_dir] + name != f.path:
+        if leads[real_dir] + name != file.path:
             return files, None  # shown otherwise than load() would show it: not kept
         # A file's module is its folder's prefix and its stem, stored only where it is not, or
         # where the stem holds a dot (a module name is then not cut at its last dot).
-        if _module(group[2], name) == f.module and "." not in _stem(name):
+        if _module(group[2], name) == file.module and "." not in _stem(name):
             group[3].append(name)
         else:
             odd.append([numbers[real_dir], len(group[3])])
-            group[3].append([name, f.module])
+            group[3].append([name, file.module])
     record = {"key": _key(root_abs, excludes), "folders": folders, "ignores": ignores, "dirs": dirs, "odd": odd}
     return files, record
 

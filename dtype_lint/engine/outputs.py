@@ -65,7 +65,7 @@ def output_problem(target: str | os.PathLike, flag: str, root: str | os.PathLike
     return None
 
 
-def _same_file(a: str, b: str) -> bool:
+def _same_file(a: str | os.PathLike, b: str) -> bool:
     """One file under two names (a hard link, another case on a case-insensitive file system)."""
     try:
         return os.path.samefile(a, b)

@@ -112,11 +112,11 @@ class RunResult:
 
 
 def run(config: Config, options: RunOptions) -> RunResult:
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     _require_rules(config)
     try:
         with _gc_tuned():
-            return _run(config, options, t0)
+            return _run(config, options, started)
     finally:
         trees.clear()  # the trees this run shared go with it
         forget_validated_record()  # what the fast path handed over serves this run only
@@ -149,14 +149,14 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
             raise UserError(problem)
         try:
             writer.check(options.write_baseline)  # before any fix is written, not after
-        except WriteError as e:
-            raise UserError(str(e)) from None
+        except WriteError as error:
+            raise UserError(str(error)) from None
     temps: list[str] = []
     try:
         layout = _Layout(reuse=options.use_cache and not options.fix)
         found, index_found = _discover(config, options.paths, temps, messages, layout)
-    except DiscoveryError as e:
-        raise UserError(str(e)) from None
+    except DiscoveryError as error:
+        raise UserError(str(error)) from None
     unnamed = [f.path for f in found if not _encodable(f.path)]
     if unnamed:
         whole = index_found is found
@@ -167,8 +167,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         try:
             refuse_template_names(config.helper, config.template)
             configured_location(config, _Paths(index_found))
-        except HelperError as e:
-            raise UserError(str(e)) from None
+        except HelperError as error:
+            raise UserError(str(error)) from None
     if options.fix:
         remove_stale_temps(staging)
         for folder, names in _by_folder(temps).items():
@@ -204,8 +204,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     if options.changed_since is not None:
         try:
             changed = changed_since(options.changed_since, config.root)
-        except DiscoveryError as e:
-            raise UserError(str(e)) from None
+        except DiscoveryError as error:
+            raise UserError(str(error)) from None
         in_scope = [f.path for f in found if f.real in changed]
     targets = _targets(found, set(in_scope), scan, index, config, full)
     findings = [parse_error(p, scan.errors[p]) for p in in_scope if p in scan.errors]
@@ -326,8 +326,8 @@ def _shown(path: str) -> str:
 
 def _by_folder(paths: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for p in paths:
-        out.setdefault(os.path.dirname(p), []).append(os.path.basename(p))
+    for path in paths:
+        out.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
     return out
 
 
@@ -532,8 +532,8 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
     try:
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
-    except READ_ERRORS as e:
-        return path, False, False, [], ([], []), f"cannot read: {e}"
+    except READ_ERRORS as error:
+        return path, False, False, [], ([], []), f"cannot read: {error}"
     text = ft.text
     st = worker_state()
     hits = [n for n in st["needles"] if _might_import(n, text, module)]
@@ -713,8 +713,8 @@ def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
     """The findings of one file on disk (DTL900 when it cannot be read)."""
     try:
         text = read_file(path).text
-    except READ_ERRORS as e:
-        return [parse_error(path, f"cannot read: {e}")]
+    except READ_ERRORS as error:
+        return [parse_error(path, f"cannot read: {error}")]
     if project is not None:
         module = project.module_of(path)
         if module is None:
@@ -732,13 +732,13 @@ def _analyze(targets: list[str], scan: _Scan, index: QuantizableLayerIndex, proj
     findings: list[Finding] = []
     todo = []
     project.stamps.update(scan.stamps)
-    for p in targets:
-        real = project.real_of(p)
+    for target in targets:
+        real = project.real_of(target)
         hit = cache.findings(real, project.stamp(real), project.stamp, project.table, project.display_of)
         try:
-            findings.extend([Finding.from_dict(dict(d, path=p)) for d in hit])
+            findings.extend([Finding.from_dict(dict(d, path=target)) for d in hit])
         except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
-            todo.append(p)
+            todo.append(target)
     size = sum(_size(project.real_of(p)) for p in todo) if jobs > 1 and len(todo) > 1 else 0
     for path, dicts, reads, headers, answers in parallel_map(
             _analyze_job, todo, jobs, init=_init_analysis, initargs=(index, config, project), progress=progress,
@@ -810,8 +810,8 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
             pass
     h = hashlib.sha1()
     for rel, path in files:
-        with open(path, "rb") as f:  # the tool's own files: content, not mtime
-            digest = hashlib.blake2b(f.read(), digest_size=16).digest()
+        with open(path, "rb") as handle:  # the tool's own files: content, not mtime
+            digest = hashlib.blake2b(handle.read(), digest_size=16).digest()
         h.update(f"{rel}:".encode() + digest + b";")
     stamp = h.hexdigest()[:10]
     if key is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:
@@ -880,8 +880,8 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         before = _stamp(checked.real) if checked is not None else None
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
-    except READ_ERRORS as e:
-        return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
+    except READ_ERRORS as error:
+        return _FileFix(failed(path, "", f"cannot read: {error}", []), None, b"")
     from dtype_lint.fix.formatting import line_length_for
 
     first = checked.findings if checked is not None and before == checked.stamp == _stamp(checked.real) else None
@@ -948,25 +948,25 @@ def _refuse_unreachable_helper(result: RunResult) -> None:
     installed (helper_home.reach_problem_for): the findings stay, saying why."""
     root = result.config.root
     problems: dict[tuple[str, str], str] = {}
-    for f in result.findings:
-        if f.fix is None or not f.fix.imports:
+    for finding in result.findings:
+        if finding.fix is None or not finding.fix.imports:
             continue
-        if is_hf_fix(f):  # the HF helper's home (fix/hf_helper.py), judged the same way
-            module = next(m for m, name in f.fix.imports if name == HF_HELPER_NAME)
+        if is_hf_fix(finding):  # the HF helper's home (fix/hf_helper.py), judged the same way
+            module = next(m for m, name in finding.fix.imports if name == HF_HELPER_NAME)
             location = hf_helper_location(module, result.index, root)
         elif result.helper_choice is not None:
-            location = result.helper_choice.for_path(f.path, root).location
+            location = result.helper_choice.for_path(finding.path, root).location
         else:
             continue
         if location is None:
             continue
-        key = (f.path, location.module)
+        key = (finding.path, location.module)
         if key not in problems:
-            problems[key] = reach_problem_for(f.path, location, root)
+            problems[key] = reach_problem_for(finding.path, location, root)
             if not location.exists and not problems[key]:
                 problems[key] = ignored_helper_problem(location, root)
         if problems[key]:
-            f.fix, f.no_fix_reason = None, f"the fix is refused: {problems[key]}"
+            finding.fix, finding.no_fix_reason = None, f"the fix is refused: {problems[key]}"
     result.warnings += list(dict.fromkeys(f"{_shown(path)}: fixes refused: {problem}"
                                           for (path, _module), problem in problems.items() if problem))
 
@@ -982,17 +982,17 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     configs: dict[str, Config] = {}  # the files whose fixes are planned with another package's helper
     if any(f.fix.imports for f in todo) and result.helper_choice is not None:
         helper = result.helper_choice.location
-        for p in paths:
-            own = result.helper_choice.for_path(p, result.config.root)
+        for path in paths:
+            own = result.helper_choice.for_path(path, result.config.root)
             if own.location is not None:
-                helper_of[p] = own.location
+                helper_of[path] = own.location
                 if own.config is not result.config:
-                    configs[p] = own.config
+                    configs[path] = own.config
     created = {h.module: h.source for h in helper_of.values() if not h.exists}
     # The fix stage starts from the check stage's findings (fixer.fix_text's `first`).
     by_path: dict[str, list[Finding]] = {}
-    for f in result.findings:
-        by_path.setdefault(f.path, []).append(f)
+    for finding in result.findings:
+        by_path.setdefault(finding.path, []).append(finding)
     items = [(p, CheckedFile(by_path.get(p, []), *result.checked_stamps[p]) if p in result.checked_stamps else None)
              for p in paths]
     fixes = parallel_map(_fix_job, items, jobs, init=_init_fix,
@@ -1020,13 +1020,13 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
         _create_helper(result.writer, location)
     _settle_hf_helper(result, index, [ff.outcome for ff in fixes])
     outcomes = []
-    for ff in fixes:
-        o = ff.outcome
+    for fix in fixes:
+        o = fix.outcome
         if o.changed:
             try:
-                result.writer.write(o.path, ff.file.encode(o.text), "fix", expect=ff.data)
-            except WriteError as e:
-                o = failed(o.path, o.original, str(e), _pre_fix(result.findings, o.path))
+                result.writer.write(o.path, fix.file.encode(o.text), "fix", expect=fix.data)
+            except WriteError as error:
+                o = failed(o.path, o.original, str(error), _pre_fix(result.findings, o.path))
         outcomes.append(o)
     settle(result, outcomes)
 
@@ -1035,10 +1035,10 @@ def settle(result: RunResult, outcomes: list[FixOutcome]) -> None:
     """Account for applied fixes: their findings move to `fixed`, what they left stays."""
     by_path = {o.path for o in outcomes}
     left = [f for f in result.findings if f.path not in by_path]
-    for o in outcomes:
-        left.extend(o.remaining)
-        if o.changed:
-            result.fixed.extend(o.applied)
+    for outcome in outcomes:
+        left.extend(outcome.remaining)
+        if outcome.changed:
+            result.fixed.extend(outcome.applied)
     result.outcomes = outcomes
     result.findings = sorted(left, key=Finding.sort_key)
 
@@ -1061,8 +1061,8 @@ def _refuse(ff: _FileFix, result: RunResult, why: str | None) -> _FileFix:
 def _write_problem(writer: ProjectWriter, ff: _FileFix) -> str | None:
     try:
         writer.check(ff.outcome.path, expect=ff.data)
-    except WriteError as e:
-        return str(e)
+    except WriteError as error:
+        return str(error)
     return None
 
 
@@ -1104,8 +1104,8 @@ def _settle_hf_helper(result: RunResult, index, outcomes) -> None:
                 result.writer.create_files([(Path(path), data, "helper")], "folder for the helper")
             else:
                 result.writer.write(path, data, "helper", expect=expect)
-        except WriteError as e:
-            raise UserError(f"cannot add the HF helper to {path}: {e}") from None
+        except WriteError as error:
+            raise UserError(f"cannot add the HF helper to {path}: {error}") from None
 
 
 def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:
@@ -1113,8 +1113,8 @@ def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:
     files.append((helper.path, helper.source.encode("utf-8"), "helper"))
     try:
         writer.create_files(files, "folder for the helper")
-    except WriteError as e:
-        raise UserError(f"cannot create the helper: {e}") from None
+    except WriteError as error:
+        raise UserError(f"cannot create the helper: {error}") from None
 
 
 def _diff(result: RunResult, helpers: list[HelperLocation], fixes: list[_FileFix]) -> str:
@@ -1141,8 +1141,8 @@ def _write_baseline(result: RunResult, path: str) -> None:
     try:
         write_baseline(path, result.findings, result.config.root,
                        lambda p, data: result.writer.write(p, data, "baseline"))
-    except (BaselineError, WriteError) as e:
-        raise UserError(str(e)) from None
+    except (BaselineError, WriteError) as error:
+        raise UserError(str(error)) from None
     result.baselined = len(result.findings)
     result.findings = []
 
@@ -1152,8 +1152,8 @@ def _apply_baseline(result: RunResult, path: str) -> None:
 
     try:
         baseline = Baseline.load(path)
-    except (OSError, ValueError, BaselineError) as e:
-        raise UserError(f"cannot read baseline {path}: {e}") from None
+    except (OSError, ValueError, BaselineError) as error:
+        raise UserError(f"cannot read baseline {path}: {error}") from None
     result.findings, result.baselined, _stale = baseline.filter(result.findings, result.config.root)
 
 

@@ -27,9 +27,9 @@ class Prefilter:
     def __init__(self, rules):
         self.markers = tuple(sorted({m for r in rules for m in marker_words(r)}))
         groups: dict[str, dict[str, None]] = {}
-        for r in rules:
-            for marker in marker_words(r):  # any of a rule's marker words, with that rule's patterns
-                groups.setdefault(marker, {}).update(dict.fromkeys(r.patterns))
+        for rule in rules:
+            for marker in marker_words(rule):  # any of a rule's marker words, with that rule's patterns
+                groups.setdefault(marker, {}).update(dict.fromkeys(rule.patterns))
         self._groups = [(marker, list(pats)) for marker, pats in sorted(groups.items()) if pats]
         # pattern -> (its required literal, its compiled search), on first use: a one-file run
         # tests one text, whose markers reach a few of the 27 patterns (compiling and parsing

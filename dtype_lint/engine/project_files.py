@@ -145,9 +145,9 @@ class ProjectFiles:
     @staticmethod
     def _starting(pairs: list[tuple[str, int]], prefix: str) -> list[int]:
         """The folders whose key in `pairs` (sorted) starts with `prefix`, in discovery order."""
-        lo = bisect.bisect_left(pairs, (prefix,))
+        low = bisect.bisect_left(pairs, (prefix,))
         out = []
-        for key, d in pairs[lo:]:
+        for key, d in pairs[low:]:
             if not key.startswith(prefix):
                 break
             out.append(d)
@@ -172,7 +172,7 @@ class ProjectFiles:
         head, sep, name = path.rpartition(_SEP)
         d = self._folder_shown(head + sep)
         r = self._row(d, name) if d is not None else None
-        return self._found(d, r) if r is not None else None
+        return self._found(d, r) if d is not None and r is not None else None
 
     def display_of(self, real: str) -> str | None:
         """The path shown for the file at `real` (the last named file of that real path first)."""
@@ -182,7 +182,7 @@ class ProjectFiles:
         real_dir, name = os.path.split(real)
         d = self._folder_at(real_dir)
         r = self._row(d, name) if d is not None else None
-        f = self._found(d, r) if r is not None else None
+        f = self._found(d, r) if d is not None and r is not None else None
         return f.path if f is not None else None
 
     # ---- class_index.ModuleFiles -----------------------------------------------------------
@@ -196,7 +196,9 @@ class ProjectFiles:
     def _record_files_of(self, module: str) -> list[Found]:
         by_prefix = self._prefixes()
         dirs = self._dirs
-        at: list[tuple[int, int]] = list(self._odd.get(module, ()))
+        odd = self._odd
+        assert odd is not None  # _prefixes() builds it with the prefixes
+        at: list[tuple[int, int]] = list(odd.get(module, ()))
         # The package: the `__init__` of a folder whose prefix is the module's ("" for module "").
         for d in by_prefix.get(module + "." if module else "", ()):
             rows = dirs[d][3]
@@ -225,17 +227,17 @@ class ProjectFiles:
     def _firsts_among(self, files):
         """(module, first file) of the modules whose first file is among `files` (in order)."""
         out: dict[str, Found] = {}
-        for f in files:
-            if f.module not in out:
-                first = self.first(f.module)
-                if first is not None and first.real == f.real:
-                    out[f.module] = first
+        for file in files:
+            if file.module not in out:
+                first = self.first(file.module)
+                if first is not None and first.real == file.real:
+                    out[file.module] = first
         return out
 
     def _rows_of(self, folders):
-        for d in folders:
-            for r in range(len(self._dirs[d][3])):
-                f = self._found(d, r)
+        for folder in folders:
+            for r in range(len(self._dirs[folder][3])):
+                f = self._found(folder, r)
                 if f is not None:
                     yield f
 
@@ -251,7 +253,9 @@ class ProjectFiles:
 
     def firsts_with_part(self, parts: frozenset[str]):
         by_prefix = self._prefixes()
-        at: list[tuple[int, int]] = [p for m, ps in self._odd.items() if not parts.isdisjoint(m.split(".")) for p in ps]
+        odd = self._odd
+        assert odd is not None  # _prefixes() builds it with the prefixes
+        at: list[tuple[int, int]] = [p for m, ps in odd.items() if not parts.isdisjoint(m.split(".")) for p in ps]
         # A module has the part in its folder's prefix (every file of the folder) or is its stem
         # (a file `part.py`): the prefixes holding a part's text are split, the names are looked for
         # folder by folder.
@@ -266,12 +270,12 @@ class ProjectFiles:
             if prefix in matched:
                 at += [(d, r) for d in folders for r, row in enumerate(dirs[d][3]) if row.__class__ is str]
                 continue
-            for d in folders:
-                rows = dirs[d][3]
-                if d in odd_folders:  # a spelled-out row is a list: not hashable
+            for folder in folders:
+                rows = dirs[folder][3]
+                if folder in odd_folders:  # a spelled-out row is a list: not hashable
                     rows = [row for row in rows if row.__class__ is str]
                 if not names.isdisjoint(rows):
-                    at += [(d, dirs[d][3].index(n)) for n in names if n in rows]
+                    at += [(folder, dirs[folder][3].index(n)) for n in names if n in rows]
         at.sort()
         files = [f for f in self.front if not parts.isdisjoint(f.module.split("."))]
         files += [f for f in (self._found(d, r) for d, r in at) if f is not None]

@@ -117,12 +117,12 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
         if found.start() < skip_until:
             continue
         start = text.rfind("\n", 0, found.start()) + 1
-        m = _DEF_LINE.match(text, start)
-        if m is None or m.end() != found.start() + 4:
+        match = _DEF_LINE.match(text, start)
+        if match is None or match.end() != found.start() + 4:
             continue  # not a `def` statement's line (`undefined`, a string, `x = 1; def ...`)
         line += text.count("\n", line_off, start)
         line_off = start
-        indent = m.group(1)
+        indent = match.group(1)
         header = _header_end(text, start)
         if header is None:
             continue
@@ -278,8 +278,8 @@ class Defs(dict):
         return self._real(name, dict.__getitem__(self, name))
 
     def get(self, name, default=None):
-        fn = dict.get(self, name, default)
-        return default if fn is default else self._real(name, fn)
+        function_node = dict.get(self, name, default)
+        return default if function_node is default else self._real(name, function_node)
 
     def values(self):
         return [self._real(name, fn) for name, fn in list(dict.items(self))]
@@ -362,10 +362,10 @@ def _code_end(text: str, start: int, end: int) -> int:
 
 
 def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
-    for lo, hi in keep:  # sorted by first line; few per file
-        if lo > last:
+    for low, high in keep:  # sorted by first line; few per file
+        if low > last:
             return False
-        if hi >= first:
+        if high >= first:
             return True
     return False
 

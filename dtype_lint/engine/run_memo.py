@@ -127,16 +127,16 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
         return files.setdefault(real, stamp) == stamp
 
     analysed = set(targets)
-    for p in result.files:
-        real = project.real_of(p)
-        if p in analysed:
+    for file in result.files:
+        real = project.real_of(file)
+        if file in analysed:
             reads = cache.findings_reads(real)
             if reads is None or reads[0] != project.stamp(real) or not add(real, reads[0]):
                 return
             if not all(add(dep, s) for dep, s in reads[1].items()):
                 return
-        elif (scan.passes.get(p) or scan.suppressing.get(p)
-              or (scan.links.get(p, ((), ()))[1] and reads_callers(p))):
+        elif (scan.passes.get(file) or scan.suppressing.get(file)
+              or (scan.links.get(file, ((), ()))[1] and reads_callers(file))):
             return  # left out for what other files hold now, which the memo does not follow
         elif not add(real, scan.stamps.get(real) or project.stamp(real)):
             return

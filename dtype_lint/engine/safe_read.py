@@ -29,11 +29,11 @@ def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
         raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)}); skipped unread")
     if st.st_size > limit:
         raise ValueError(f"larger than {_size(limit)} ({_size(st.st_size)}); skipped unread")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise NotRegularFile("not a regular file; skipped unread")
-        data = f.read(limit + 1)
+        data = handle.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {_size(limit)}; skipped")
     return data

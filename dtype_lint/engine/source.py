@@ -104,8 +104,8 @@ class SourceText:
     @property
     def newline(self) -> str:
         """The file's line break style, from its first line break (LF when it has none)."""
-        m = _BREAK.search(self.text)
-        return m.group(0) if m else "\n"
+        match = _BREAK.search(self.text)
+        return match.group(0) if match else "\n"
 
 
 class SourceFile(SourceText):

@@ -173,28 +173,28 @@ def _parse_comment(line: int, col: int, comment: str) -> list[Suppression]:
     # one pass each, so a comment of many directives costs its length, not its length squared.
     ends = [m.start() for m in reason_end.finditer(comment)]
     starts = [m.start() for m in ignores]
-    for i, m in enumerate(ignores):
-        j = bisect_left(ends, m.end())
+    for i, match in enumerate(ignores):
+        j = bisect_left(ends, match.end())
         stop = min(ends[j] if j < len(ends) else len(comment), starts[i + 1] if i + 1 < len(starts) else len(comment))
-        rest = comment[m.end() : stop]
+        rest = comment[match.end() : stop]
         reason = rest.strip().lstrip(_SEPARATORS).strip()
         if not re.search(r"\w", reason):
             reason = ""
-        end = m.end() + len(rest.rstrip())
-        codes = _split_codes(m["codes"] or "")
-        cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
+        end = match.end() + len(rest.rstrip())
+        codes = _split_codes(match["codes"] or "")
+        cs, ce = (col + match.start("codes"), col + match.end("codes")) if match["codes"] is not None else (-1, -1)
         out.append(
-            Suppression("file" if m["file"] else "ignore", line, col + m.start(), col + end, codes, reason,
-                        comment[m.start() : end], cs, ce)
+            Suppression("file" if match["file"] else "ignore", line, col + match.start(), col + end, codes, reason,
+                        comment[match.start() : end], cs, ce)
         )
-    for m in noqa.finditer(comment):
-        codes = _split_codes(m["codes"] or "")
+    for match in noqa.finditer(comment):
+        codes = _split_codes(match["codes"] or "")
         if codes and not any(_DTL_CODE.match(c) for c in codes):
             continue  # another tool's noqa: not ours
-        cs, ce = (col + m.start("codes"), col + m.end("codes")) if m["codes"] is not None else (-1, -1)
+        cs, ce = (col + match.start("codes"), col + match.end("codes")) if match["codes"] is not None else (-1, -1)
         out.append(
-            Suppression("noqa", line, col + m.start(), col + m.end(), codes, "",
-                        m.group(0), cs, ce)
+            Suppression("noqa", line, col + match.start(), col + match.end(), codes, "",
+                        match.group(0), cs, ce)
         )
     return out
 
@@ -225,14 +225,14 @@ class _File(SourceText):
         # of a finding, however many directives one line holds.
         self.by_line: dict[tuple[int, str], list[Suppression]] = {}
         self.file_wide: dict[str, list[Suppression]] = {}  # code -> its valid ignore-file directives
-        for s in self.suppressions:
-            if s.problem:
+        for suppression in self.suppressions:
+            if suppression.problem:
                 continue
-            for code in dict.fromkeys(s.our_codes):
-                if s.kind == "file":
-                    self.file_wide.setdefault(code, []).append(s)
+            for code in dict.fromkeys(suppression.our_codes):
+                if suppression.kind == "file":
+                    self.file_wide.setdefault(code, []).append(suppression)
                 else:
-                    self.by_line.setdefault((s.line, code), []).append(s)
+                    self.by_line.setdefault((suppression.line, code), []).append(suppression)
 
     def covering(self, f: Finding) -> list[Suppression]:
         found = list(self.file_wide.get(f.code, ()))
@@ -336,12 +336,12 @@ def apply_suppressions(
         return findings, []
     used: dict[int, set[str]] = {}
     kept = []
-    for f in findings:
-        covering = file.covering(f)
+    for finding in findings:
+        covering = file.covering(finding)
         if not covering:
-            kept.append(f)
-        for s in covering:
-            used.setdefault(id(s), set()).add(f.code)
+            kept.append(finding)
+        for suppression in covering:
+            used.setdefault(id(suppression), set()).add(finding.code)
 
     def reportable(code: str) -> bool:
         if code == UNUSED_SUPPRESSION:
@@ -351,15 +351,15 @@ def apply_suppressions(
         return True
 
     new: list[Finding] = []
-    for s in file.suppressions:
-        if s.problem:
-            new.append(_problem_finding(path, s))
+    for suppression in file.suppressions:
+        if suppression.problem:
+            new.append(_problem_finding(path, suppression))
             continue
-        if s.blanket:
+        if suppression.blanket:
             continue  # other tools read a bare noqa too: never reported unused
-        done = used.get(id(s), set())
-        unused = [c for c in s.our_codes if c not in done and reportable(c)]
+        done = used.get(id(suppression), set())
+        unused = [c for c in suppression.our_codes if c not in done and reportable(c)]
         if unused:
-            new.append(_unused_finding(path, file, s, unused))
+            new.append(_unused_finding(path, file, suppression, unused))
     new = [g for g in new if not file.covering(g)]
     return kept, sorted(new, key=Finding.sort_key)

@@ -28,11 +28,11 @@ class LineStart:
     def finditer(self, text: str):
         """(line start offset, match) of each match, in order; `match.start()` of a match after
         the first line is its line feed's offset: use the offset given with it."""
-        m = self._first.match(text)
-        if m is not None:
-            yield 0, m
-        for m in self._rest.finditer(text):
-            yield m.start() + 1, m
+        match = self._first.match(text)
+        if match is not None:
+            yield 0, match
+        for match in self._rest.finditer(text):
+            yield match.start() + 1, match
 
 
 _TOP_DEF = LineStart(r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(")

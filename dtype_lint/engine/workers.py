@@ -68,7 +68,7 @@ def parallel_map(fn: Callable, items: Sequence, jobs: int, *, init: Callable | N
 
 
 def _ticking(results: Iterable, total: int, progress: Callable | None, stage: str):
-    for i, r in enumerate(results, 1):
-        yield r
+    for i, result in enumerate(results, 1):
+        yield result
         if progress:
             progress(i, total, stage)

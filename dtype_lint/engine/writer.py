@@ -76,7 +76,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
         except OSError:
             staging = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
+        descriptor, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)
     except OSError:
         if staging is None:
             raise
@@ -84,12 +84,12 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
         return write_atomic(path, data, like=like, exclusive=exclusive)
     try:
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            if staging is None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            if staging is None or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
                 raise
             _discard(tmp)
             return write_atomic(path, data, like=like, exclusive=exclusive)
@@ -104,8 +104,8 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
                 _link_new(tmp, path)
             else:
                 os.replace(tmp, path)
-        except OSError as e:
-            if staging is None or e.errno != errno.EXDEV:
+        except OSError as error:
+            if staging is None or error.errno != errno.EXDEV:
                 raise
             os.unlink(tmp)
             write_atomic(path, data, like=like, exclusive=exclusive)
@@ -122,12 +122,12 @@ def create_private(path: str | os.PathLike, data: bytes) -> bool:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)  # 0600
+    descriptor, tmp = tempfile.mkstemp(dir=folder, prefix=_temp_prefix(path), suffix=TEMP_SUFFIX)  # 0600
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
         _link_new(tmp, path)
     except FileExistsError:
         _discard(tmp)
@@ -144,8 +144,8 @@ def _link_new(tmp: str, path: str) -> None:
         os.link(tmp, path)
     except FileExistsError:
         raise
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
             raise
         if os.path.lexists(path):  # a file system without hard links: check, then rename
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
@@ -164,10 +164,10 @@ def remove_stale_temps(folder: str | os.PathLike, names: list[str] | None = None
         except OSError:
             return 0
     for name in names:
-        m = _temp_name().match(name)
-        if m is None:
+        match = _temp_name().match(name)
+        if match is None:
             continue
-        pid = int(m.group(1))
+        pid = int(match.group(1))
         if pid != os.getpid() and _alive(pid):
             continue  # a concurrent run is writing it
         full = os.path.join(folder, name)
@@ -276,8 +276,8 @@ class ProjectWriter:
                 d.mkdir()
             except FileExistsError:
                 continue
-            except OSError as e:
-                raise WriteError(f"{d}: cannot create: {e.strerror or e}") from None
+            except OSError as error:
+                raise WriteError(f"{d}: cannot create: {error.strerror or error}") from None
             self.records.append(WriteRecord(self.rel(d) + "/", "created", why))
 
     def write_cache(self, path: str | os.PathLike, data: bytes) -> WriteRecord:
@@ -298,10 +298,10 @@ class ProjectWriter:
                 staging = None
             self._cache_tmp = os.fspath(staging) if staging is not None else ""
         tmp = os.path.join(self._cache_tmp or head, f".{name}.{os.getpid()}.{next(_COUNTER)}{TEMP_SUFFIX}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
             existed = os.path.exists(path)
             os.replace(tmp, path)
         except BaseException:
@@ -342,14 +342,14 @@ class ProjectWriter:
                 (box / rel).parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(box / rel, data)
             os.rename(box / top.name, top)
-        except OSError as e:
+        except OSError as error:
             shutil.rmtree(box, ignore_errors=True)
             # Another file system, or a concurrent run made the folder first: file by file
             # (identical files are left as they are, others are never overwritten).
-            if e.errno in (errno.EXDEV, errno.EEXIST, errno.ENOTEMPTY):
+            if error.errno in (errno.EXDEV, errno.EEXIST, errno.ENOTEMPTY):
                 self._create_plainly(files, folders_why)
                 return
-            raise WriteError(f"{top}: cannot create: {e.strerror or e}") from None
+            raise WriteError(f"{top}: cannot create: {error.strerror or error}") from None
         shutil.rmtree(box, ignore_errors=True)
         for d in reversed(missing):
             self.records.append(WriteRecord(self.rel(d) + "/", "created", folders_why))
@@ -370,8 +370,8 @@ class ProjectWriter:
             st = os.stat(folder)
         except FileNotFoundError:
             raise WriteError(f"{path}: folder {folder} does not exist; not written") from None
-        except OSError as e:
-            raise WriteError(f"{path}: cannot stat folder {folder}: {e.strerror}") from None
+        except OSError as error:
+            raise WriteError(f"{path}: cannot stat folder {folder}: {error.strerror}") from None
         if not stat.S_ISDIR(st.st_mode):
             raise WriteError(f"{path}: {folder} is not a folder; not written")
         if not os.access(folder, os.W_OK | os.X_OK) or not st.st_mode & stat.S_IWUSR:
@@ -389,8 +389,8 @@ class ProjectWriter:
             st = os.stat(target)
         except FileNotFoundError:
             st = None
-        except OSError as e:
-            raise WriteError(f"{path}: cannot stat: {e.strerror}") from None
+        except OSError as error:
+            raise WriteError(f"{path}: cannot stat: {error.strerror}") from None
         if st is not None and create:
             raise WriteError(f"{path}: appeared while this run was creating it; not overwritten")
         if st is not None:
@@ -408,8 +408,8 @@ class ProjectWriter:
                     current = read_bytes(target, len(expect))
                 except ValueError:
                     current = None  # larger than it was: changed
-                except OSError as e:
-                    raise WriteError(f"{path}: cannot read back: {e.strerror or e}") from None
+                except OSError as error:
+                    raise WriteError(f"{path}: cannot read back: {error.strerror or error}") from None
                 if current != expect:
                     raise WriteError(f"{path}: changed on disk while it was being fixed; not written")
         elif expect is not None:
@@ -434,8 +434,8 @@ class ProjectWriter:
             write_atomic(target, data, staging=staging, like=st, exclusive=create)
         except FileExistsError:
             raise WriteError(f"{path}: appeared while this run was creating it; not overwritten") from None
-        except OSError as e:
-            raise WriteError(f"{path}: cannot write: {e.strerror or e}") from None
+        except OSError as error:
+            raise WriteError(f"{path}: cannot write: {error.strerror or error}") from None
         record = WriteRecord(self.rel(path), "changed" if st is not None else "created", why)
         self.records.append(record)
         return record
@@ -446,8 +446,8 @@ def target_problem(path: str | os.PathLike) -> str | None:
     checked before a run, so that a run that rewrites files never loses its report."""
     try:
         ProjectWriter(Path(os.getcwd())).check(path, outside_ok=True)
-    except WriteError as e:
-        return str(e)
+    except WriteError as error:
+        return str(error)
     return None
 
 
@@ -459,7 +459,7 @@ def _discard(tmp: str) -> None:
         pass
 
 
-def write_scratch_files(root: Path, files: dict[str, bytes | str]) -> None:
+def write_scratch_files(root: Path, files: dict[str, bytes] | dict[str, str] | dict[str, bytes | str]) -> None:
     """Files of a scratch tree under a temporary folder the run itself made (a migration's
     re-check copy, a proof's module tree, a release's test folder): never a user's project, so
     plain writes, but still only here, so that every write the tool makes is in this module."""

@@ -52,15 +52,15 @@ def module_names(tree: ast.AST) -> tuple[Counter, set[str], bool]:
     bound: Counter = Counter()
     seen: set[str] = set()
     star = False
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name):
-            seen.add(n.id)
-            if not isinstance(n.ctx, ast.Load):
-                bound[n.id] += 1
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            seen.add(node.id)
+            if not isinstance(node.ctx, ast.Load):
+                bound[node.id] += 1
             continue
-        if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             star = True
-        for name in _names_of(n, loads=False):
+        for name in _names_of(node, loads=False):
             bound[name] += 1
             seen.add(name)
     return bound, seen, star

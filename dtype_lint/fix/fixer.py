@@ -65,24 +65,24 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
     taken = _AcceptedEdits()
     applied: list[Finding] = []
     bound: set[tuple[str, str]] = set()
-    for f in findings:
-        edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in f.fix.edits]
+    for finding in findings:
+        edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in finding.fix.edits]
         new = [e for e in edits if e not in taken.edits]
         if edits and not new:
-            applied.append(f)  # the very fix another finding of this site carries (DTL004's and DTL001's)
+            applied.append(finding)  # the very fix another finding of this site carries (DTL004's and DTL001's)
             continue
         if any(taken.conflicts(e) for e in new) or _self_overlap(new):
             continue
         # Two fixes of one function planned on the same text may pick the same fresh variable;
         # the second waits for the next round, where the first's is no longer fresh.
-        names = {(f.scope, v) for v in f.fix.binds}
+        names = {(finding.scope, v) for v in finding.fix.binds}
         if names & bound:
             continue
         bound |= names
         for e in new:
             taken.add(e)
         accepted.extend(new)
-        applied.append(f)
+        applied.append(finding)
     # Apply back to front; insertions at the same offset keep their listed order. The text is
     # built from its kept and replaced pieces in one join: slicing the whole text once per edit
     # made a file's fix quadratic in its number of sites.
@@ -197,8 +197,8 @@ def _computed_all(tree: ast.Module) -> bool:
 def verify_parses(text: str, path: str) -> None:
     try:
         ast.parse(text, filename=path)
-    except SyntaxError as e:
-        raise FixError(f"the fixed text does not parse ({e.msg}, line {e.lineno})") from None
+    except SyntaxError as error:
+        raise FixError(f"the fixed text does not parse ({error.msg}, line {error.lineno})") from None
 
 
 def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsafe: bool,
@@ -253,10 +253,10 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             _check_star_importers(text, out.text, out.applied, graph, module)
         try:
             verify_names(text, out.text, out.applied)
-        except FixCheckError as e:
-            raise FixError(str(e)) from None
-    except Exception as e:  # nothing may escape and lose the file
-        why = str(e) if isinstance(e, FixError) else f"{type(e).__name__}: {e}"
+        except FixCheckError as error:
+            raise FixError(str(error)) from None
+    except Exception as error:  # nothing may escape and lose the file
+        why = str(error) if isinstance(error, FixError) else f"{type(error).__name__}: {error}"
         return failed(path, text, why, first if first is not None else analyze(text))
     out.remaining = findings
     return out
@@ -295,8 +295,8 @@ def _check_star_importers(original: str, fixed: str, applied: list[Finding], gra
 def _top_level_binds(stmt: ast.stmt):
     """Names a top-level statement binds (imports, definitions, assignments)."""
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        for a in stmt.names:
-            yield a.asname or a.name.split(".")[0]
+        for alias in stmt.names:
+            yield alias.asname or alias.name.split(".")[0]
     elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         yield stmt.name
     else:
@@ -317,13 +317,14 @@ def _at_original_lines(original: str, current: str, findings: list[Finding]) -> 
         for k in range(block.size):
             moved[block.b + k + 1] = block.a + k + 1
     out = []
-    for f in findings:
-        line = moved.get(f.span.line)
+    for finding in findings:
+        line = moved.get(finding.span.line)
         if line is None:
-            out.append(f)
+            out.append(finding)
             continue
-        shift = line - f.span.line
-        out.append(replace(f, span=Span(line, f.span.col, f.span.end_line + shift, f.span.end_col)))
+        shift = line - finding.span.line
+        span = finding.span
+        out.append(replace(finding, span=Span(line, span.col, span.end_line + shift, span.end_col)))
     return out
 
 

@@ -78,7 +78,7 @@ def _read(path: Path) -> dict:
         return {}  # a broken formatter configuration is the formatter's to report, not ours
 
 
-def _get(table: dict, *keys: str):
+def _get(table: object, *keys: str):
     for key in keys:
         if not isinstance(table, dict):
             return None
@@ -130,13 +130,13 @@ def _top_level_names(folder: Path) -> set[str]:
     except OSError:
         return set()
     names = set()
-    for e in entries:
-        if e.name.startswith("."):
+    for entry in entries:
+        if entry.name.startswith("."):
             continue
-        if e.name.endswith(".py") and e.name != "setup.py":
-            names.add(e.name[:-3])
-        elif e.is_dir() and (os.path.exists(os.path.join(e.path, "__init__.py"))):
-            names.add(e.name)
+        if entry.name.endswith(".py") and entry.name != "setup.py":
+            names.add(entry.name[:-3])
+        elif entry.is_dir() and (os.path.exists(os.path.join(entry.path, "__init__.py"))):
+            names.add(entry.name)
     return names
 
 
@@ -205,7 +205,7 @@ def _wrap(line: str, limit: int) -> list[str] | None:
     if stripped.startswith("from ") and " import " in stripped and "(" not in stripped:
         head, _, names = stripped.partition(" import ")
         items = [n.strip() for n in names.split(",") if n.strip()]
-        wrapped = [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
+        wrapped: list[str] | None = [f"{indent}{head} import ("] + [f"{indent}    {n}," for n in items] + [f"{indent})"]
     else:
         wrapped = _right_hand_split(indent, stripped, limit)
     if wrapped is None or not comment:

@@ -67,10 +67,10 @@ class HelperChoice:
 
 def package_root(top: str, files: list[str], root: Path) -> Path | None:
     """The folder the scanned top-level package `top` is imported from (`src/` in a src layout)."""
-    for f in files:
-        mod = module_name(f, root)
+    for file in files:
+        mod = module_name(file, root)
         if mod and mod.split(".")[0] == top:
-            p = Path(f).resolve()
+            p = Path(file).resolve()
             n = len(mod.split("."))
             return p.parents[n if p.name == "__init__.py" else n - 1]
     # Not among the files of this run (`check tests/`): the package where the project keeps it.
@@ -80,9 +80,9 @@ def package_root(top: str, files: list[str], root: Path) -> Path | None:
         places += sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     except OSError:
         pass
-    for d in places:
-        if (d / top / "__init__.py").is_file():
-            return d
+    for place in places:
+        if (place / top / "__init__.py").is_file():
+            return place
     return None
 
 
@@ -166,8 +166,8 @@ def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> Hel
             default = configured_location(config, files)
             why_not = _default_unusable(default, needing, config.root) or \
                 ("" if default.exists else ignored_helper_problem(default, config.root))
-        except HelperError as e:
-            why_not = str(e)
+        except HelperError as error:
+            why_not = str(error)
     if default is not None and not why_not:
         return HelperChoice(default, config, "preset")
     why_not = f"`helper` is not set, and the {config.preset} preset's `{module}:{func}` cannot be used: {why_not}"
@@ -181,9 +181,9 @@ def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> Hel
         ignored = "" if location.exists else ignored_helper_problem(location, config.root)
         if ignored:
             raise HelperError(ignored)
-    except HelperError as e:
+    except HelperError as error:
         return HelperChoice(None, config, "none",
-                            error=f"{why_not}; and no home for it could be inferred: {e}. "
+                            error=f"{why_not}; and no home for it could be inferred: {error}. "
                                   f"Set `helper = \"yourpackage.module:{func}\"` in [tool.dtype-lint]")
     rel = _rel(location.path, config.root)
     state = "the existing" if location.exists else "a new"
@@ -248,11 +248,11 @@ def existing_inferred(files: list[str], root: Path) -> dict[str, Path]:
     """Top-level package -> the folder it is imported from, for each `<package>.layer_input_dtype`
     among the files."""
     found = {}
-    for f in files:
-        if os.path.basename(f) == INFERRED_MODULE + ".py":
-            parts = module_name(f, root).split(".")
+    for file in files:
+        if os.path.basename(file) == INFERRED_MODULE + ".py":
+            parts = module_name(file, root).split(".")
             if len(parts) == 2:
-                found[parts[0]] = Path(f).resolve().parents[1]
+                found[parts[0]] = Path(file).resolve().parents[1]
     return found
 
 

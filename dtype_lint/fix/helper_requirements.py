@@ -100,8 +100,8 @@ def python_problem(source: str, lowest: tuple[int, int] | None) -> str:
         return ""
     try:
         ast.parse(source, feature_version=max(lowest, (3, 7)))
-    except SyntaxError as e:
-        return f"its syntax needs a newer Python (line {e.lineno}: {e.msg})"
+    except SyntaxError as error:
+        return f"its syntax needs a newer Python (line {error.lineno}: {error.msg})"
     problems = _runtime_annotation_problems(source, lowest)
     return problems[0] if problems else ""
 

@@ -227,8 +227,9 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
     if path.exists():
         try:
             tree = ast.parse(read_file(str(path)).text)
-        except (SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError, MemoryError) as e:
-            raise HelperError(f"helper module {path} cannot be read: {e}") from None
+        except (SyntaxError, OSError, UnicodeDecodeError, ValueError, LookupError, RecursionError,
+                MemoryError) as error:
+            raise HelperError(f"helper module {path} cannot be read: {error}") from None
         defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func]
         if not defs:
             raise HelperError(f"{path} exists but defines no `{func}`; add it or point `helper` elsewhere")

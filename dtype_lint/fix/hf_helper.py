@@ -70,7 +70,7 @@ def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | No
 
     homes = sorted({module for o in outcomes if o.changed for f in o.applied if f.fix is not None
                     for module, func in f.fix.imports if func == HF_HELPER_NAME})
-    out = []
+    out: list[tuple[str, bytes, bytes | None]] = []
     for module in homes:
         header = index.modules.get(module)
         if header is None:

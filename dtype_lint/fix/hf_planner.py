@@ -143,9 +143,9 @@ class HFPlanner(Planner):
             assign = site.parents.get(id(values[0])) if len(values) == 1 and values[0] is not None else None
             if isinstance(assign, ast.Assign) and len(assign.targets) == 1 and self._own_lines(assign) and \
                     not self._uses_outside(site.fn, alias, if_node):
-                a0, a1 = self._stmt_line_region(assign, with_comments=False)
-                if a1 <= start:
-                    edits.append(Edit(a0, a1, ""))
+                arg_start, arg_end = self._stmt_line_region(assign, with_comments=False)
+                if arg_end <= start:
+                    edits.append(Edit(arg_start, arg_end, ""))
         return self._fix(f"route the hand-written dtype choice through `{self.func}`", edits, binds=(var,))
 
     def _fallback(self, site: Site) -> Fix | None:
@@ -200,7 +200,7 @@ class HFPlanner(Planner):
         the path down to it, calls whose function and earlier arguments are pure, no lambda,
         comprehension, conditional or short-circuit operand."""
         stmt = self._statement_of(site)
-        receiver = site.call.func.value  # type: ignore[union-attr]
+        receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         if not isinstance(stmt, (ast.Assign, ast.Expr, ast.Return)) or not self._own_lines(stmt) or \
                 stmt.lineno != stmt.end_lineno and '"""' in self.src.segment(stmt):
             return None
@@ -247,11 +247,11 @@ class HFPlanner(Planner):
         indent = self.src.indent_of(stmt.lineno)
         s0 = self.src.offset(stmt.lineno, self.src.char_col(stmt.lineno, stmt.col_offset))
         r0, r1 = self.src.node_offsets(receiver)
-        a0, a1 = self.src.node_offsets(site.arg)
+        arg_start, arg_end = self.src.node_offsets(site.arg)
         layer = self.src.segment(site.wds.layer)
         dtype = site.wds.alias or self.helper_call(layer, self.flag_default)
         edits = alias_edits + [Edit(s0, s0, f"{tmp} = {self.src.segment(receiver)}\n{indent}"),
-                               Edit(r0, r1, tmp), Edit(a0, a1, f"{dtype} or {tmp}.dtype")]
+                               Edit(r0, r1, tmp), Edit(arg_start, arg_end, f"{dtype} or {tmp}.dtype")]
         return self._fix(f"give the cast's receiver a name, then cast only when `{self.func}` names a dtype",
                          edits)
 
@@ -278,20 +278,21 @@ class HFPlanner(Planner):
             isinstance(if_node.test.op, ast.And) else [if_node.test]
         var = self._var_name(site)
         kept = []
-        for c in conjuncts:
-            if not reader.mentions(c):
-                kept.append(self.src.segment(c))
-            elif isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Eq, ast.NotEq)) \
-                    and sum(reader._is_dtype(side) for side in (c.left, c.comparators[0])) == 1 \
+        for conjunct in conjuncts:
+            if not reader.mentions(conjunct):
+                kept.append(self.src.segment(conjunct))
+            elif isinstance(conjunct, ast.Compare) and len(conjunct.ops) == 1 \
+                    and isinstance(conjunct.ops[0], (ast.Eq, ast.NotEq)) \
+                    and sum(reader._is_dtype(side) for side in (conjunct.left, conjunct.comparators[0])) == 1 \
                     and not any(reader.mentions(side) and not reader._is_dtype(side)
-                                for side in (c.left, c.comparators[0])) \
-                    and not any(_is_dtype_constant(side) for side in (c.left, c.comparators[0])):
+                                for side in (conjunct.left, conjunct.comparators[0])) \
+                    and not any(_is_dtype_constant(side) for side in (conjunct.left, conjunct.comparators[0])):
                 # `hidden_states.dtype != L.weight.dtype`: the same test against the input dtype.
-                left = var if reader._is_dtype(c.left) else self.src.segment(c.left)
-                right = var if reader._is_dtype(c.comparators[0]) else self.src.segment(c.comparators[0])
-                kept.append(f"{left} {'!=' if isinstance(c.ops[0], ast.NotEq) else '=='} {right}")
-            elif reader.value(c) is None:
-                return None, f"guarded cast not rewritten: cannot tell what `{ast.unparse(c)}` tests"
+                left = var if reader._is_dtype(conjunct.left) else self.src.segment(conjunct.left)
+                right = var if reader._is_dtype(conjunct.comparators[0]) else self.src.segment(conjunct.comparators[0])
+                kept.append(f"{left} {'!=' if isinstance(conjunct.ops[0], ast.NotEq) else '=='} {right}")
+            elif reader.value(conjunct) is None:
+                return None, f"guarded cast not rewritten: cannot tell what `{ast.unparse(conjunct)}` tests"
         # An alias bound inside the test (the walrus) must not be needed after the `if`.
         for node in ast.walk(if_node.test):
             if isinstance(node, ast.NamedExpr) and self._uses_outside(site.fn, node.target.id, if_node):
@@ -307,8 +308,8 @@ class HFPlanner(Planner):
         edits = [Edit(header_start, body_start, (hoist if pos is None else "") + f"{indent}if {test}:{sep}")]
         if pos is not None:
             edits.append(Edit(pos, pos, hoist))
-        a0, a1 = self.src.node_offsets(site.arg)
-        edits.append(Edit(a0, a1, var))
+        arg_start, arg_end = self.src.node_offsets(site.arg)
+        edits.append(Edit(arg_start, arg_end, var))
         edits += self._dead_aliases(site, if_node, header_start)
         return self._fix(f"route the guarded cast through `{self.func}`: its storage tests go", edits,
                          binds=(var,)), ""

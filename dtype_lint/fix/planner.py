@@ -133,9 +133,9 @@ class Planner:
         bound, taken, star = module_names(trees.whole_unless_absent(self.tree, names))
         for stmt in self.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
-                for a in stmt.names:
-                    local = a.asname or a.name
-                    if a.name == self.func and bound[local] == 1 and not (star and not local.startswith("_")):
+                for alias in stmt.names:
+                    local = alias.asname or alias.name
+                    if alias.name == self.func and bound[local] == 1 and not (star and not local.startswith("_")):
                         return local
         if self.func not in taken and not (star and not self.func.startswith("_")):
             return self.func
@@ -291,8 +291,8 @@ class Planner:
         else:
             header = f"{indent}if {var} is not None:\n{self.src.indent_of(body0.lineno)}"
         edits.append(Edit(header_start, body_start, helper_text + header))
-        a0, a1 = self.src.node_offsets(site.arg)
-        edits.append(Edit(a0, a1, var))
+        arg_start, arg_end = self.src.node_offsets(site.arg)
+        edits.append(Edit(arg_start, arg_end, var))
         return self._fix(f"route the guarded cast through `{self.func}` (proven by truth table)", edits, True,
                          binds=(var,)), ""
 
@@ -306,22 +306,22 @@ class Planner:
         # Insertions at one offset apply in the order listed: the helper call, then the guard.
         edits = [Edit(s0, s0, text[len(indent):] + indent)]
         edits += self._guard(site, stmt, var)
-        a0, a1 = self.src.node_offsets(site.arg)
-        edits.append(Edit(a0, a1, var))
+        arg_start, arg_end = self.src.node_offsets(site.arg)
+        edits.append(Edit(arg_start, arg_end, var))
         return self._fix(f"cast only when `{self.func}` names an input dtype", edits, binds=(var,))
 
     def _expression(self, site: Site) -> tuple[Fix | None, str]:
-        receiver = site.call.func.value  # type: ignore[union-attr]
+        receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         if not is_pure(receiver):
             return None, "the cast's receiver has side effects; the `or x.dtype` rewrite would evaluate it twice"
         layer = self.src.segment(site.wds.layer)
         recv = self.src.segment(receiver)
         if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):  # `f(x).dtype` needs none
             recv = f"({recv})"
-        a0, a1 = self.src.node_offsets(site.arg)
+        arg_start, arg_end = self.src.node_offsets(site.arg)
         text = f"{self.helper_call(layer, self.flag_default)} or {recv}.dtype"
         return self._fix(f"cast to `{self.func}(...)`, keeping the input dtype when it says None",
-                         [Edit(a0, a1, text)]), ""
+                         [Edit(arg_start, arg_end, text)]), ""
 
     def _alias(self, site: Site, stmt: ast.stmt) -> tuple[Fix | None, str]:
         """`w = L.weight.dtype` … `x.to(w)`: redefine the alias as the helper and guard each cast."""
@@ -355,11 +355,11 @@ class Planner:
         if self._is_self_cast(stmt, site) and self._own_lines(stmt) and self._only_dtype(site):
             edits += self._guard(site, stmt, name)
         else:
-            receiver = site.call.func.value  # type: ignore[union-attr]
+            receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
             if not is_pure(receiver):
                 return None, "the cast's receiver has side effects"
-            a0, a1 = self.src.node_offsets(site.arg)
-            edits.append(Edit(a0, a1, f"{name} or {self.src.segment(receiver)}.dtype"))
+            arg_start, arg_end = self.src.node_offsets(site.arg)
+            edits.append(Edit(arg_start, arg_end, f"{name} or {self.src.segment(receiver)}.dtype"))
         return self._fix(f"define `{name}` with `{self.func}` and cast only when it names a dtype", edits), ""
 
     # ---- helpers ------------------------------------------------------------------------
@@ -430,7 +430,7 @@ class Planner:
         """`x = x.to(...)` with the same simple target and receiver, the call being the whole value."""
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.value is site.call):
             return False
-        receiver = site.call.func.value  # type: ignore[union-attr]
+        receiver = site.call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         return ast.dump(stmt.targets[0]).replace("Store()", "Load()") == ast.dump(receiver) and is_pure(receiver)
 
     @staticmethod

@@ -49,10 +49,10 @@ def import_libcst():
     try:
         import libcst
         import libcst.metadata
-    except ImportError as e:
+    except ImportError as error:
         raise LibcstUnavailable(
-            f"libcst cannot be imported ({e}): dtype-lint's fixer needs it to check the names a fix "
-            "introduces (pip install 'libcst>=1.1')", name="libcst") from e
+            f"libcst cannot be imported ({error}): dtype-lint's fixer needs it to check the names a fix "
+            "introduces (pip install 'libcst>=1.1')", name="libcst") from error
     return libcst, libcst.metadata
 
 
@@ -60,8 +60,8 @@ def libcst_unavailable() -> LibcstUnavailable | None:
     """The error a fix would meet here for want of libcst, or None where libcst imports."""
     try:
         import_libcst()
-    except LibcstUnavailable as e:
-        return e
+    except LibcstUnavailable as error:
+        return error
     return None
 
 
@@ -81,8 +81,8 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     try:
         module = cst.parse_module(fixed)
         scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as e:
-        raise FixCheckError(f"the fixed text cannot be analysed ({type(e).__name__})") from None
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
+        raise FixCheckError(f"the fixed text cannot be analysed ({type(error).__name__})") from None
     every = list({id(s): s for s in scopes.values() if s is not None}.values())
     top = next((s for s in every if isinstance(s, GlobalScope)), None)
     # Each scope's assignments and accesses indexed by name once, and each function scope under
@@ -153,8 +153,8 @@ def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise FixCheckError("the original text cannot be analysed") from None
     names: dict[str, set[str]] = {}
-    for fn, _class_q, qualname in iter_functions(tree, ""):
-        names.setdefault(qualname, set()).update(identifiers(fn))
+    for function_node, _class_q, qualname in iter_functions(tree, ""):
+        names.setdefault(qualname, set()).update(identifiers(function_node))
     for scope_name, var in variables:
         if var in names.get(scope_name, set()):
             raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
@@ -170,13 +170,13 @@ def _check_placement(fixed: str, variables: set[tuple[str, str]], helper_names: 
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise FixCheckError("the fixed text cannot be analysed") from None
     functions: dict[str, list[ast.AST]] = {}
-    for fn, _class_q, qualname in iter_functions(tree, ""):
-        functions.setdefault(qualname, []).append(fn)  # two `def inner` in one function share a name
+    for function_node, _class_q, qualname in iter_functions(tree, ""):
+        functions.setdefault(qualname, []).append(function_node)  # two `def inner` in one function share a name
     for scope_name, var in sorted(variables):
         placed = [(fn, block, i) for fn in functions.get(scope_name, []) for block, i in _own_assignments(fn, var)]
         if not placed or len({id(fn) for fn, _b, _i in placed}) != len(placed):
             raise FixCheckError(f"`{var}` is not assigned exactly once in `{scope_name}`")
-        for fn, block, i in placed:
+        for function_node, block, i in placed:
             value = block[i].value
             if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in helper_names):
                 raise FixCheckError(f"`{var}` in `{scope_name}` is not assigned the helper's result")
@@ -186,7 +186,7 @@ def _check_placement(fixed: str, variables: set[tuple[str, str]], helper_names: 
                                     f"the `if {var} is not None:` guarding the cast: it would run where the dtype "
                                     "was not read")
             inside = {id(n) for n in ast.walk(guard)}
-            for node in _own_nodes(fn):
+            for node in _own_nodes(function_node):
                 if isinstance(node, ast.Name) and node.id == var and isinstance(node.ctx, ast.Load) \
                         and id(node) not in inside:
                     raise FixCheckError(f"`{var}` is read on line {node.lineno}, outside the guard it was made for")

@@ -82,7 +82,7 @@ class FrameClassifier:
 
 def caller_chain(frame: FrameType, depth: int = CHAIN_DEPTH) -> tuple[FrameType, ...]:
     """The frame's callers, innermost first, at most `depth` of them."""
-    chain = []
+    chain: list[FrameType] = []
     caller = frame.f_back
     while caller is not None and len(chain) < depth:
         chain.append(caller)

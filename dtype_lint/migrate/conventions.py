@@ -39,10 +39,10 @@ _IDENTITY = re.compile(r"^\s*(?P<name>[^<>]*?)\s*<(?P<email>[^<>\s]+@[^<>\s]+)>\
 
 
 def parse_identity(text: str) -> Identity:
-    m = _IDENTITY.match(text or "")
-    if not m or not m.group("name"):
+    match = _IDENTITY.match(text or "")
+    if not match or not match.group("name"):
         raise IdentityError(f"--author must be `Name <email>`, got {text!r}")
-    return Identity(m.group("name"), m.group("email"))
+    return Identity(match.group("name"), match.group("email"))
 
 
 def resolve_identity(author: str | None, root: Path) -> Identity:

@@ -40,8 +40,8 @@ class Note:
 
 def generated_from(text: str) -> str | None:
     """The modular source a generated file names in its banner, or None."""
-    m = GENERATED.search(text[:4000])
-    return m.group(1) if m else None
+    match = GENERATED.search(text[:4000])
+    return match.group(1) if match else None
 
 
 def copied_blocks(text: str) -> list[tuple[str, str, int, int]]:
@@ -59,9 +59,9 @@ def copied_blocks(text: str) -> list[tuple[str, str, int, int]]:
                 first = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 qual = prefix + node.name
                 above = lines[first - 2] if first >= 2 else ""
-                m = COPIED.match(above)
-                if m:
-                    out.append((m.group(1), qual, first, node.end_lineno or node.lineno))
+                match = COPIED.match(above)
+                if match:
+                    out.append((match.group(1), qual, first, node.end_lineno or node.lineno))
                 if isinstance(node, ast.ClassDef):
                     visit(node.body, qual + ".")
 
@@ -148,10 +148,10 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
     changed = {ch.path: ch for p in patches for ch in p.changes if not ch.test}
     notes: list[Note] = []
     changed_objects: dict[str, set[str]] = {}
-    for path, ch in sorted(changed.items()):
-        if ch.before is None:
+    for path, change in sorted(changed.items()):
+        if change.before is None:
             continue
-        text = ch.before.decode("utf-8", "replace")
+        text = change.before.decode("utf-8", "replace")
         source = generated_from(text)
         if source is not None:
             # The banner names the source repository's path (`src/transformers/...`); a tree made
@@ -159,7 +159,7 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
             source_rel = next((s for s in (source, _without_src(source)) if (root / s).is_file()), "")
             patched = source in changed or _without_src(source) in changed
             sources = _modular_sources(changed, source_rel or _without_src(source), root)
-            carried, complete = _carried(ch, sources)
+            carried, complete = _carried(change, sources)
             # A modular source that inherits the changed method from a patched parent carries it.
             if not patched and sources and complete:
                 patched = True
@@ -174,14 +174,14 @@ def analyze(root: Path, patches, scan_tree: bool = True) -> list[Note]:
                 action = (f"the change must also go into {source} (or the file it inherits the code from): "
                           f"port it there, then {REGENERATE.format(source=source)}")
             notes.append(Note(path, "generated", source, source_rel, patched, action))
-        lines = {f.span.line for f in ch.findings}
+        lines = {f.span.line for f in change.findings}
         blocks = copied_blocks(text)
         for origin, _qual, first, last in blocks:
             if not any(first <= line <= last for line in lines):
                 continue
             origin_rel, _obj = origin_path(root, origin)
             patched = origin_rel in changed
-            carried, _complete = _carried(ch, [changed[origin_rel]] if patched else [], (first, last))
+            carried, _complete = _carried(change, [changed[origin_rel]] if patched else [], (first, last))
             action = (f"the origin is patched in this series too; {FIX_COPIES} keeps the copy equal to it; {carried}"
                       if patched
                       else f"{FIX_COPIES} would undo this change: patch the origin {origin} as well")

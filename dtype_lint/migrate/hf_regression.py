@@ -69,8 +69,8 @@ _T5_ACT = "dense_act_fn=\"relu\""
 
 def _t5(cls: str, config_cls: str, gated: bool = False, extra: str = "") -> LayerCase:
     act = "dense_act_fn=\"gelu_new\", is_gated_act=True" if gated else _T5_ACT
-    kw = ", ".join(f"{k}={v}" for k, v in _T5.items())
-    return LayerCase(cls, f"{config_cls}({kw}, {act}{extra})", f"{cls}(config)",
+    keyword_arg = ", ".join(f"{k}={v}" for k, v in _T5.items())
+    return LayerCase(cls, f"{config_cls}({keyword_arg}, {act}{extra})", f"{cls}(config)",
                      "module(torch.randn(2, 5, 64))", ("wo",), imports=(config_cls,))
 
 
@@ -469,11 +469,11 @@ def plan_tests(changes) -> tuple[list[LayerCase], list[str]]:
     cases: list[LayerCase] = []
     missing: list[str] = []
     seen: set[tuple[str, str]] = set()
-    for ch in changes:
-        if ch.test or ch.before is None or not ch.findings:
+    for change in changes:
+        if change.test or change.before is None or not change.findings:
             continue
-        module = modeling_module(ch.path)
-        for cls in _changed_classes(ch.before.decode("utf-8"), {f.span.line for f in ch.findings}):
+        module = modeling_module(change.path)
+        for cls in _changed_classes(change.before.decode("utf-8"), {f.span.line for f in change.findings}):
             if (module, cls) in seen:
                 continue
             seen.add((module, cls))
@@ -645,8 +645,8 @@ def ruff_format(text: str) -> str:
     columns), when ruff is installed (the `test` extra has it); else as written."""
     import shutil
 
-    ruff = Path(sys.executable).with_name("ruff")
-    ruff = str(ruff) if ruff.is_file() else shutil.which("ruff")
+    beside = Path(sys.executable).with_name("ruff")
+    ruff = str(beside) if beside.is_file() else shutil.which("ruff")
     if not ruff:
         return text
     settings = ["--isolated", "--line-length", "119"]

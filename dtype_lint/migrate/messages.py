@@ -164,9 +164,9 @@ def sites_message(convention: Convention, key: str, changes, func: str, rewrites
     purpose = [wrap(why(convention)), "", f"The {'site' if n == 1 else f'{n} sites'}:"]
     for path, f in findings:
         purpose.append(wrap(f"{path}:{f.span.line} in `{f.scope}`: `{_short(f.expression)}`", "- "))
-        for e in f.evidence:
-            where = f" ({Path(e.path).name}:{e.line})" if e.path else ""
-            purpose.append(wrap(scrub(f"{e.message}{where}"), "    "))
+        for evidence_item in f.evidence:
+            where = f" ({Path(evidence_item.path).name}:{evidence_item.line})" if evidence_item.path else ""
+            purpose.append(wrap(scrub(f"{evidence_item.message}{where}"), "    "))
     purpose += ["", "Change:"] + [wrap(scrub(d), "- ") for d in rewrites]
     if notes:
         purpose += [""] + _generated_lines(notes)[:-1]
@@ -222,10 +222,10 @@ def _generated_lines(notes) -> list[str]:
     if not notes:
         return []
     lines = ["Generated and copied code:", ""]
-    for n in notes:
-        what = {"generated": f"generated from {n.source}", "copy": f"a block copied from {n.source}",
-                "copy-left": f"a copy of {n.source}, not patched here"}[n.kind]
-        lines.append(wrap(f"{n.path}: {what}; {n.action}.", "- "))
+    for note in notes:
+        what = {"generated": f"generated from {note.source}", "copy": f"a block copied from {note.source}",
+                "copy-left": f"a copy of {note.source}, not patched here"}[note.kind]
+        lines.append(wrap(f"{note.path}: {what}; {note.action}.", "- "))
     return lines + [""]
 
 

@@ -314,21 +314,22 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         return Path(p).resolve().relative_to(root).as_posix()
 
     changes: list[series.FileChange] = []
-    for o in result.outcomes:
-        if not o.changed:
+    for outcome in result.outcomes:
+        if not outcome.changed:
             continue
-        data = read_bytes(o.path, MAX_SOURCE_BYTES)
+        data = read_bytes(outcome.path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
         if group_by == "rule":
-            steps = series.split_by_rule(o.path, o.original, lambda t, p=o.path: reanalyze(result, p, t),
-                                         unsafe_fixes, sorted({f.code for f in o.applied}))
+            steps = series.split_by_rule(outcome.path, outcome.original,
+                                         lambda t, p=outcome.path: reanalyze(result, p, t),
+                                         unsafe_fixes, sorted({f.code for f in outcome.applied}))
             before = data
             for code, text, applied in steps:
                 after = ft.encode(text)
-                changes.append(series.FileChange(rel(o.path), before, after, applied, group=code))
+                changes.append(series.FileChange(rel(outcome.path), before, after, applied, group=code))
                 before = after
         else:
-            changes.append(series.FileChange(rel(o.path), data, ft.encode(o.text), list(o.applied)))
+            changes.append(series.FileChange(rel(outcome.path), data, ft.encode(outcome.text), list(outcome.applied)))
     helper_changes = []
     # Every helper the fixes import and the tree lacks (a monorepo's packages each have one).
     created = result.created_helpers or ([result.helper] if result.helper is not None else [])
@@ -368,10 +369,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     files = [Path(out) / name for name, _data in formatted]
     settle(result, result.outcomes)  # the report counts what the patches fix
     final: dict[str, bytes] = {}
-    for p in patches:
-        for ch in p.changes:
-            if not ch.test:
-                final[ch.path] = ch.after
+    for patch in patches:
+        for change in patch.changes:
+            if not change.test:
+                final[change.path] = change.after
     result.findings = recheck(config, path, result, final, jobs)
     if patches:
         outputs = dict(formatted)
@@ -405,5 +406,5 @@ def _publish(result: RunResult, folder, outputs: dict[str, bytes]) -> None:
         for stale in folder.stale(outputs):
             stale.unlink()
         result.writer.write(folder.path / MANIFEST, folder.manifest(outputs), "series", outside_ok=True)
-    except (WriteError, OSError) as e:
-        raise UserError(f"--series {folder.shown}: {e}") from None
+    except (WriteError, OSError) as error:
+        raise UserError(f"--series {folder.shown}: {error}") from None

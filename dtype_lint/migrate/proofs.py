@@ -60,8 +60,8 @@ def _cell(text: str, width: int = 44) -> str:
 def _outcome(fn) -> str:
     try:
         y = fn()
-    except Exception as e:  # noqa: BLE001 - the crash is the finding
-        return _cell(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+    except Exception as error:  # noqa: BLE001 - the crash is the finding
+        return _cell(f"{type(error).__name__}: {str(error).splitlines()[0]}")
     return f"ok ({str(y.dtype).removeprefix('torch.')} out)"
 
 
@@ -155,8 +155,8 @@ def for_changes(helper_source: str, func: str):
 def _outcome_of(fn) -> str:
     try:
         fn()
-    except Exception as e:  # noqa: BLE001 - the crash is the result
-        return _cell(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 52)
+    except Exception as error:  # noqa: BLE001 - the crash is the result
+        return _cell(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", 52)
     return "ok"
 
 
@@ -194,16 +194,16 @@ def unit_cases(before: dict[str, bytes], after: dict[str, bytes], module: str, f
     def results(files):
         with tempfile.TemporaryDirectory() as tmp, installed(_tree(files, tmp), package):
             try:
-                fn = getattr(importlib.import_module(module), func)
-            except (ImportError, AttributeError) as e:
-                return None, f"{type(e).__name__}: {e}"
+                helper = getattr(importlib.import_module(module), func)
+            except (ImportError, AttributeError) as error:
+                return None, f"{type(error).__name__}: {error}"
             out = {}
             for sid, flag, want in cases:
                 expected = {"weight": storages[sid], "params": torch.bfloat16, "keep": None}[want]
                 try:
-                    got = fn(Layer(storages[sid]), flag)
-                except Exception as e:  # noqa: BLE001
-                    got = f"{type(e).__name__}"
+                    got = helper(Layer(storages[sid]), flag)
+                except Exception as error:  # noqa: BLE001
+                    got = f"{type(error).__name__}"
                 out[(sid, flag)] = (got, got == expected, expected)
             return out, ""
 

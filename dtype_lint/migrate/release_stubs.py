@@ -134,7 +134,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 @contextmanager
-def installed(tree: Path, package: str = PACKAGE):
+def installed(tree: str | Path, package: str = PACKAGE):
     """`import vllm...` (or `package`) serves the tree at `tree`, the directory holding the
     package (see the module docstring), inside the block."""
     finder = _Finder(Path(tree), package)

@@ -118,9 +118,9 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
         if style.root is not None and (style.root / candidate).is_file():
             helper_test_path = candidate
     groups: dict[str, list[FileChange]] = defaultdict(list)
-    for ch in changes:
-        key = {"file": ch.path, "directory": str(Path(ch.path).parent), "rule": ch.group}[group_by]
-        groups[key].append(ch)
+    for change in changes:
+        key = {"file": change.path, "directory": str(Path(change.path).parent), "rule": change.group}[group_by]
+        groups[key].append(change)
     # A group that fixes an existing helper goes first: every later patch may rely on it, and a
     # reviewer reads the decision before its uses.
     for key in sorted(groups, key=lambda k: (not any(_fixes_helper(f) for c in groups[k] for f in c.findings), k)):
@@ -204,13 +204,13 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
     changes = list(chs)
     all_cases, funcs, tests, result = [], [], [], []
     line = 0
-    for ch in chs:
-        names = messages.fixed_helper_names(ch.findings)
+    for change in chs:
+        names = messages.fixed_helper_names(change.findings)
         if not names:
             continue
-        before_text = ch.before.decode("utf-8") if ch.before is not None else ""
-        after_text = ch.after.decode("utf-8")
-        line = line or min(f.span.line for f in ch.findings if _fixes_helper(f))
+        before_text = change.before.decode("utf-8") if change.before is not None else ""
+        after_text = change.after.decode("utf-8")
+        line = line or min(f.span.line for f in change.findings if _fixes_helper(f))
         for func in names:
             funcs.append(func)
             try:
@@ -218,24 +218,24 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
             except Exception:  # noqa: BLE001 - beyond the evaluator: no table, no generated test
                 continue
             all_cases += messages.changed_cases(old, new)
-            module = messages.module_of(ch.path, conv.package)
-            test = _free_test_path(regression.helper_test(conv, ch.path, module, func,
+            module = messages.module_of(change.path, conv.package)
+            test = _free_test_path(regression.helper_test(conv, change.path, module, func,
                                                           messages.flag_name(after_text, func), new),
                                    style, style.taken)
             changes.append(FileChange(test.path, None, test.text.encode("utf-8"), test=True))
             tests.append(test.path)
             if proofs.available():
                 package = module.split(".")[0]
-                rel = _package_rel(ch.path)
-                result += proofs.unit_cases({rel: ch.before or b""}, {rel: ch.after}, module, func, test.cases,
+                rel = _package_rel(change.path)
+                result += proofs.unit_cases({rel: change.before or b""}, {rel: change.after}, module, func, test.cases,
                                             package) + [""]
-        if proofs.available() and style.root is not None and ch.path == _MLA_MODULE:
+        if proofs.available() and style.root is not None and change.path == _MLA_MODULE:
             try:
                 from dtype_lint.kernels_ref.harness.upstream_source import read_release
 
                 result += proofs.release_prefill(style.label, before_text, after_text, read_release(style.root)) + [""]
-            except Exception as e:  # noqa: BLE001 - the harness cannot reach this release: say so
-                result += [f"The release's own prefill could not be run here: {type(e).__name__}: {e}", ""]
+            except Exception as error:  # noqa: BLE001 - the harness cannot reach this release: say so
+                result += [f"The release's own prefill could not be run here: {type(error).__name__}: {error}", ""]
     extra = _proof_lines(proof, chs, fallback=False)
     result += extra
     if not any(text.strip() for text in result):
@@ -278,25 +278,25 @@ def format_patches(patches: list[Patch], out: Path, identity: Identity | None = 
         scratch.make_dirs(repo, "scratch repository")
         git(["init", "-q", "-b", "main"], repo)
         base: dict[str, bytes] = {}
-        for p in patches:
-            for ch in p.changes:
-                if ch.before is not None:
-                    base.setdefault(ch.path, ch.before)
+        for patch in patches:
+            for change in patch.changes:
+                if change.before is not None:
+                    base.setdefault(change.path, change.before)
         for rel, data in base.items():
             _put(scratch, repo / rel, data)
         git(["add", "-A"], repo)
         git(["commit", "-q", "--allow-empty", "-m", "base"], repo)
-        for p in patches:
-            for ch in p.changes:
-                _put(scratch, repo / ch.path, ch.after)
+        for patch in patches:
+            for change in patch.changes:
+                _put(scratch, repo / change.path, change.after)
             git(["add", "-A"], repo)
-            git(["commit", "-q", "--cleanup=verbatim", "-m", p.subject + "\n\n" + p.body], repo, author)
+            git(["commit", "-q", "--cleanup=verbatim", "-m", patch.subject + "\n\n" + patch.body], repo, author)
         made = Path(tmp) / "patches"
         names = git(["format-patch", "--no-signature", "--zero-commit", "-o", str(made), "HEAD~" +
                       str(len(patches))], repo).split()
         formatted = []
-        for p, name in zip(patches, names):
-            p.file = out / Path(name).name
+        for patch, name in zip(patches, names):
+            patch.file = out / Path(name).name
             formatted.append((Path(name).name, Path(name).read_bytes()))
     return formatted
 

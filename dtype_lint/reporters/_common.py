@@ -216,8 +216,8 @@ def fingerprints(findings: list[Finding]) -> list[str]:
 
     seen: dict[tuple, int] = {}
     out = []
-    for f in findings:
-        k = finding_key(f)
+    for finding in findings:
+        k = finding_key(finding)
         parts = (k.path, k.scope, k.code, k.expression)
         n = seen.get(parts, 0)
         seen[parts] = n + 1

@@ -41,8 +41,8 @@ def line(f: Finding, unsafe_fixes_enabled: bool, color: bool = False) -> str:
 
 def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: RenderContext) -> None:
     color = ctx.use_color(out)
-    for f in remaining(findings):
-        out.write(line(f, summary.unsafe_fixes_enabled, color) + "\n")
+    for finding in remaining(findings):
+        out.write(line(finding, summary.unsafe_fixes_enabled, color) + "\n")
     if summary.quiet:
         return
     t = tally(findings, summary)

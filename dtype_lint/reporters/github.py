@@ -38,5 +38,5 @@ def command(f: Finding) -> str:
 
 
 def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: RenderContext) -> None:
-    for f in remaining(findings):
-        out.write(command(f) + "\n")
+    for finding in remaining(findings):
+        out.write(command(finding) + "\n")

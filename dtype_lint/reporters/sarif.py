@@ -95,10 +95,10 @@ def _fix(f: Finding, ctx: RenderContext) -> dict | None:
     if src is not None and any(e.end > len(src.text) or e.start > e.end for e in fix.edits):
         return None  # the edits do not belong to this text: better no fix than a wrong one
     replacements = []
-    for e in sorted(fix.edits, key=lambda e: (e.start, e.end)):
+    for edit in sorted(fix.edits, key=lambda e: (e.start, e.end)):
         if src is not None:
-            start_line, start_col = src.position(e.start)
-            end_line, end_col = src.position(e.end)
+            start_line, start_col = src.position(edit.start)
+            end_line, end_col = src.position(edit.end)
             region = {
                 "startLine": start_line,
                 "startColumn": start_col,
@@ -106,8 +106,8 @@ def _fix(f: Finding, ctx: RenderContext) -> dict | None:
                 "endColumn": end_col,
             }
         else:
-            region = {"charOffset": e.start, "charLength": e.end - e.start}
-        replacements.append({"deletedRegion": region, "insertedContent": {"text": e.text}})
+            region = {"charOffset": edit.start, "charLength": edit.end - edit.start}
+        replacements.append({"deletedRegion": region, "insertedContent": {"text": edit.text}})
     description = fix.description
     if fix.imports:
         names = ", ".join(f"`from {m} import {n}`" for m, n in fix.imports)

@@ -28,14 +28,15 @@ from dtype_lint.reporters._console import make_console
 def rows(findings: list[Finding], unsafe_fixes_enabled: bool) -> list[tuple[str, int, int, int]]:
     """(code, count, fixable now, hidden unsafe) per code, most frequent first."""
     per: dict[str, list[int]] = {}
-    for f in findings:
-        c = per.setdefault(f.code, [0, 0, 0])
-        c[0] += 1
-        if fix_applicable(f, unsafe_fixes_enabled):
-            c[1] += 1
-        elif f.fix is not None:
-            c[2] += 1
-    return sorted(((k, *v) for k, v in per.items()), key=lambda r: (-r[1], r[0]))
+    for finding in findings:
+        counts = per.setdefault(finding.code, [0, 0, 0])
+        counts[0] += 1
+        if fix_applicable(finding, unsafe_fixes_enabled):
+            counts[1] += 1
+        elif finding.fix is not None:
+            counts[2] += 1
+    return sorted(((code, found, fixable, hidden) for code, (found, fixable, hidden) in per.items()),
+                  key=lambda r: (-r[1], r[0]))
 
 
 def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: RenderContext) -> None:

@@ -203,11 +203,12 @@ def notes(f: Finding, w: int, Text=None) -> list:
     Text = Text or _rich_text()
     prefix = " " * w + " = "
     rows = []
-    for ev in f.evidence:
-        where = evidence_location(ev.path, ev.line)
+    for evidence_item in f.evidence:
+        where = evidence_location(evidence_item.path, evidence_item.line)
         rows.append(
             Text.assemble(
-                (prefix, NOTE), ("evidence: ", NOTE), f"{where} {ev.message}" if where else ev.message
+                (prefix, NOTE), ("evidence: ", NOTE),
+                f"{where} {evidence_item.message}" if where else evidence_item.message
             )
         )
     note = fix_note(f)
@@ -238,16 +239,16 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
 
         def emit(text=None) -> None:
             out.write("\n" if text is None else text.line() + "\n")
-    for f in remaining(findings):
-        emit(header(f, summary.unsafe_fixes_enabled, Text))
-        src = ctx.source(f.path)
-        framed = frame(f, src, Text) if src is not None else None
+    for finding in remaining(findings):
+        emit(header(finding, summary.unsafe_fixes_enabled, Text))
+        src = ctx.source(finding.path)
+        framed = frame(finding, src, Text) if src is not None else None
         w = 1
         if framed is not None:
             rows, w = framed
             for row in rows:
                 emit(row)
-        for row in notes(f, w, Text):
+        for row in notes(finding, w, Text):
             emit(row)
         emit()
     if summary.quiet:

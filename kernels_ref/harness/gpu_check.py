@@ -394,8 +394,8 @@ class KernelChecks:
                 try:
                     call(b)
                     got[b] = ("no error", "")
-                except Exception as e:  # noqa: BLE001 - the exception is the result
-                    got[b] = (type(e).__name__, str(e))
+                except Exception as error:  # noqa: BLE001 - the exception is the result
+                    got[b] = (type(error).__name__, str(error))
             ok = got[self.candidate] == got["torch"] and got["torch"][0] != "no error"
             out[f"contract.{name}"] = {"ok": ok, "torch": list(got["torch"]), self.candidate: list(got[self.candidate])}
         return out
@@ -451,23 +451,23 @@ def _environment(device: str) -> dict:
             import cupy
 
             env["cupy"] = cupy.__version__
-        except Exception as e:  # noqa: BLE001
-            env["cupy"] = f"unavailable: {e}"
+        except Exception as error:  # noqa: BLE001
+            env["cupy"] = f"unavailable: {error}"
     else:
         env["device_name"] = "cpu (dry run: PyTorch ops stand in for CUDA)"
     return env
 
 
 def _run_step(report: Report, name: str, fn: Callable[[], dict], *, kind: str, device: str = "cpu") -> dict:
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     try:
         result = fn()
         _synchronize(device)
         status = "pass" if result.get("ok") else "fail"
-    except Exception as e:  # noqa: BLE001 - a failing step is recorded, the script goes on
-        result = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
+    except Exception as error:  # noqa: BLE001 - a failing step is recorded, the script goes on
+        result = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=8)}
         status = "fail"
-    return report.add({"name": name, "kind": kind, "status": status, "seconds": round(time.perf_counter() - t0, 3), **result})
+    return report.add({"name": name, "kind": kind, "status": status, "seconds": round(time.perf_counter() - started, 3), **result})
 
 
 def step_build(device: str) -> dict:
@@ -492,8 +492,8 @@ def step_verify(device: str, scenario: str, seeds: list[int], implementation: st
                 variants_dir: str | None = None, upstream: bool = False) -> dict:
     try:
         verify = importlib.import_module("dtype_lint.kernels_ref.harness.verify")
-    except Exception as e:  # noqa: BLE001 - e.g. an import error on an unexpected image
-        return {"ok": False, "error": f"verify is not importable: {type(e).__name__}: {e}"}
+    except Exception as error:  # noqa: BLE001 - e.g. an import error on an unexpected image
+        return {"ok": False, "error": f"verify is not importable: {type(error).__name__}: {error}"}
     from dtype_lint.kernels_ref import ops
 
     def run():
@@ -570,24 +570,24 @@ def run(args: argparse.Namespace) -> int:
     if build_step["status"] == "pass" or device == "cpu":
         kc = KernelChecks(device, candidate, SIZES[args.sizes], seed=args.seed)
         for group in ("marlin", "fp8", "nvfp4", "linear", "attention", "contract"):
-            t0 = time.perf_counter()
+            started = time.perf_counter()
             try:
                 results = getattr(kc, group)()
                 _synchronize(device)
-            except Exception as e:  # noqa: BLE001
-                results = {f"{group}.*": {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}}
+            except Exception as error:  # noqa: BLE001
+                results = {f"{group}.*": {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=8)}}
             for name, res in results.items():
                 report.add({"name": name, "kind": "kernel", "status": "pass" if res.get("ok") else "fail",
-                            "seconds": round(time.perf_counter() - t0, 3), **res})
-                t0 = time.perf_counter()
+                            "seconds": round(time.perf_counter() - started, 3), **res})
+                started = time.perf_counter()
     else:
         report.add({"name": "kernel checks", "kind": "kernel", "status": "fail", "error": "skipped: build failed"})
 
     if not args.skip_verify:
         try:
             upstream, why = upstream_available(args.variants)
-        except (OSError, ValueError) as e:
-            upstream, why = False, f"{args.variants}: {e}"
+        except (OSError, ValueError) as error:
+            upstream, why = False, f"{args.variants}: {error}"
         report.data["upstream"] = why
         if not upstream:
             report.add({"name": "vLLM's own functions", "kind": "verify", "status": "fail",

@@ -322,45 +322,45 @@ def run_row(
         checks.append(check)
         violations.append(text)
 
-    for v in all_variants:
-        vlayer = run.layer(backend, twin=True) if v.twin else layer
-        out, results[v.name] = _outcome(lambda: runner(v, vlayer))
+    for variant in all_variants:
+        vlayer = run.layer(backend, twin=True) if variant.twin else layer
+        out, results[variant.name] = _outcome(lambda: runner(variant, vlayer))
         if out is not None:
-            outputs[v.name] = out
-        if v.twin:
+            outputs[variant.name] = out
+        if variant.twin:
             continue
-        exp = _expectation(v, backend, layer, helpers)
-        expected[v.name] = exp
-        problem = _mismatch(results[v.name], exp)
+        exp = _expectation(variant, backend, layer, helpers)
+        expected[variant.name] = exp
+        problem = _mismatch(results[variant.name], exp)
         if problem:
-            add("outcome", f"{v.name}: {problem}")
-        if v.rule == "ours" and exp.crash is not None:
+            add("outcome", f"{variant.name}: {problem}")
+        if variant.rule == "ours" and exp.crash is not None:
             if not backend.known_failure:
-                add("outcome", f"{v.name} fails on this row: the helper casts to {dtype_name(exp.cast)}, "
+                add("outcome", f"{variant.name} fails on this row: the helper casts to {dtype_name(exp.cast)}, "
                                   f"kv_b_proj gets {dtype_name(exp.fed)} and raises {exp.describe()}")
             elif not problem:
-                known.append({"variant": v.name, "failure": exp.describe(), "reason": backend.known_failure,
+                known.append({"variant": variant.name, "failure": exp.describe(), "reason": backend.known_failure,
                               "cast": dtype_name(exp.cast), "fed": dtype_name(exp.fed)})
 
     # 2. ours never fails where 0.28.0 runs
-    for v in variants:
-        if v.rule == "ours":
-            other = v.name.replace("ours", "0.28.0")
-            if other in results and results[v.name]["outcome"] != "ok" and results[other]["outcome"] == "ok":
-                add("ours-vs-0.28.0", f"{v.name} fails where {other} runs: {describe(results[v.name])}")
+    for variant in variants:
+        if variant.rule == "ours":
+            other = variant.name.replace("ours", "0.28.0")
+            if other in results and results[variant.name]["outcome"] != "ok" and results[other]["outcome"] == "ok":
+                add("ours-vs-0.28.0", f"{variant.name} fails where {other} runs: {describe(results[variant.name])}")
 
     # 3. bounds for every variant that ran
     ref_out, ref_lse = run.reference(backend)
     metrics = {}
-    for v in variants:
-        if v.name in outputs:
-            out, lse = outputs[v.name]
+    for variant in variants:
+        if variant.name in outputs:
+            out, lse = outputs[variant.name]
             m = error_metrics(out, lse, ref_out, ref_lse, ctx, qsl)
-            metrics[v.name] = {"rel": m.rel, "rel_per_request": m.rel_per_request, "lse": m.lse,
+            metrics[variant.name] = {"rel": m.rel, "rel_per_request": m.rel_per_request, "lse": m.lse,
                                "max_abs_over_rms": m.max_abs_over_rms, "finite": m.finite}
-            if v.fixed:
+            if variant.fixed:
                 for x in m.violations(backend.rel_bound, backend.lse_bound):
-                    add("bounds", f"{v.name}: {x}")
+                    add("bounds", f"{variant.name}: {x}")
 
     # 4. bit identity
     identical, notes = {}, list(extra_notes or [])
@@ -664,13 +664,13 @@ def run_matrix(
 def crash_sets(rows: list[dict]) -> dict:
     """Per variant, the rows on which it failed (observed) and was predicted to (expected)."""
     out: dict[str, dict[str, list[str]]] = {}
-    for r in rows:
-        for v, res in r["variants"].items():
+    for row in rows:
+        for v, res in row["variants"].items():
             entry = out.setdefault(v, {"observed": set(), "expected": set()})
             if res["outcome"] != "ok":
-                entry["observed"].add(r["backend"])
-            if r["expected"].get(v, {}).get("outcome", "ok") != "ok":
-                entry["expected"].add(r["backend"])
+                entry["observed"].add(row["backend"])
+            if row["expected"].get(v, {}).get("outcome", "ok") != "ok":
+                entry["expected"].add(row["backend"])
     return {v: {k: sorted(s) for k, s in e.items()} for v, e in out.items()}
 
 
@@ -679,13 +679,13 @@ def summarize(rows: list[dict], backend_ids: list[str]) -> dict:
     summary: dict[str, dict] = {}
     for source in sorted({r["source"] for r in rows}):
         per = summary.setdefault(source, {})
-        for b in backend_ids:
-            mine = [r for r in rows if r["backend"] == b and r["source"] == source]
+        for backend_id in backend_ids:
+            mine = [r for r in rows if r["backend"] == backend_id and r["source"] == source]
             if not mine:
                 continue
             variants = list(mine[0]["variants"])
             idents = sorted({k for r in mine for k in r["bit_identical"]})
-            per[b] = {
+            per[backend_id] = {
                 "outcomes": {v: sorted({describe(r["variants"][v]) for r in mine}) for v in variants},
                 "casts": {v: sorted({r["expected"][v]["cast"] for r in mine if v in r["expected"]}) for v in variants
                           if v in mine[0]["expected"]},

@@ -35,8 +35,8 @@ class Scenario:
     @property
     def query_start_loc(self) -> list[int]:
         loc = [0]
-        for n in self.query_lens:
-            loc.append(loc[-1] + n)
+        for query_len in self.query_lens:
+            loc.append(loc[-1] + query_len)
         return loc
 
     @property

@@ -43,7 +43,7 @@ def reference_context_attention(
     for r, ctx in enumerate(context_lens):
         if ctx == 0:
             continue
-        t0, t1 = query_start_loc[r], query_start_loc[r + 1]
+        started, t1 = query_start_loc[r], query_start_loc[r + 1]
         pos = torch.arange(ctx, device=cache.device)
         rows = cache[block_table[r].long()[pos // block_size], pos % block_size].to(acc)
         if cache.dtype == torch.float8_e4m3fn:
@@ -52,9 +52,9 @@ def reference_context_attention(
         kv = (latent @ w.t()).view(ctx, num_heads, qk_nope_head_dim + v_head_dim)
         k_nope, v = kv.split([qk_nope_head_dim, v_head_dim], dim=-1)
         k = torch.cat((k_nope, k_pe.unsqueeze(1).expand(-1, num_heads, -1)), dim=-1)
-        scores = torch.einsum("thd,shd->hts", q[t0:t1].to(acc), k) * scale
-        lse[:, t0:t1] = torch.logsumexp(scores, dim=-1)
-        out[t0:t1] = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v)
+        scores = torch.einsum("thd,shd->hts", q[started:t1].to(acc), k) * scale
+        lse[:, started:t1] = torch.logsumexp(scores, dim=-1)
+        out[started:t1] = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v)
     return out, lse
 
 
@@ -93,8 +93,8 @@ def error_metrics(
     spans = [(query_start_loc[r], query_start_loc[r + 1]) for r, c in enumerate(context_lens) if c > 0]
     idx = torch.cat([torch.arange(a, b) for a, b in spans]).to(out.device)
     o, ref = out[idx].to(ref_out.dtype), ref_out[idx]
-    lo, lref = lse[:, idx].to(ref_lse.dtype), ref_lse[:, idx]
-    finite = bool(torch.isfinite(o).all() and torch.isfinite(lo).all())
+    low, lref = lse[:, idx].to(ref_lse.dtype), ref_lse[:, idx]
+    finite = bool(torch.isfinite(o).all() and torch.isfinite(low).all())
 
     def rel(a: torch.Tensor, b: torch.Tensor) -> float:
         return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
@@ -104,7 +104,7 @@ def error_metrics(
     return ErrorMetrics(
         rel=rel(o, ref),
         rel_per_request=per_request,
-        lse=float((lo - lref).abs().max()),
+        lse=float((low - lref).abs().max()),
         max_abs_over_rms=float((o - ref).abs().max()) / rms,
         finite=finite,
     )

@@ -144,12 +144,12 @@ def free_names(node: ast.AST) -> set[str]:
             visit(ast.Expr(d))
         body = ast.Module(body=node.body, type_ignores=[])
         if isinstance(node, ast.ClassDef):
-            for b in node.bases:
-                visit(ast.Expr(b))
+            for base in node.bases:
+                visit(ast.Expr(base))
         else:
-            for a in ast.walk(node.args):
-                if isinstance(a, ast.arg):
-                    bound.add(a.arg)
+            for arg_node in ast.walk(node.args):
+                if isinstance(arg_node, ast.arg):
+                    bound.add(arg_node.arg)
             for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
                 visit(default)
         visit(body)
@@ -177,18 +177,18 @@ class _Module:
                 top[node.name] = node
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    if isinstance(t, ast.Name):
-                        top[t.id] = node
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        top[target.id] = node
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                for a in node.names:
-                    stmt = f"from {node.module} import {a.name}" + (f" as {a.asname}" if a.asname else "")
-                    imports[a.asname or a.name] = (node.module, a.name, stmt)
+                for alias in node.names:
+                    stmt = f"from {node.module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+                    imports[alias.asname or alias.name] = (node.module, alias.name, stmt)
             elif isinstance(node, ast.Import):
-                for a in node.names:
-                    local = a.asname or a.name.split(".")[0]
-                    stmt = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
-                    imports[local] = (a.name, "", stmt)
+                for alias in node.names:
+                    local = alias.asname or alias.name.split(".")[0]
+                    stmt = f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+                    imports[local] = (alias.name, "", stmt)
         return cls(path, text, lines, top, imports)
 
 
@@ -268,9 +268,9 @@ def extract(
                 raise ExtractionError(
                     f"{mod.path}: {name} uses {free!r} from {source_module}, which the upstream harness does not provide"
                 )
-    for u in units:
-        if u.kind == "method" and "super" in free_names(ast.parse(u.text).body[0]):
-            raise ExtractionError(f"{u.name} calls super(): it cannot run outside its class")
+    for unit in units:
+        if unit.kind == "method" and "super" in free_names(ast.parse(unit.text).body[0]):
+            raise ExtractionError(f"{unit.name} calls super(): it cannot run outside its class")
     if helper_module is not None and ext.helper_module is None:
         raise ExtractionError(f"the rewritten module never imports its helper from {helper_module}")
     # Source order per file, followed files first: the order the interpreter would define them in.

@@ -224,13 +224,13 @@ def validate_extraction(ext: us.Extraction) -> None:
     if ext.helper_text is not None:
         defined.add(ext.helper_name)
         check_helper_text(ext.helper_text, ext.helper_name, f"{ext.label} helper")
-    for u in ext.units:
-        node = ast.parse(u.text).body[0]
-        if getattr(node, "name", None) not in (u.name, None) or len(ast.parse(u.text).body) != 1:
-            raise VariantsError(f"{ext.label}: unit {u.name} is not one definition of that name")
+    for unit in ext.units:
+        node = ast.parse(unit.text).body[0]
+        if getattr(node, "name", None) not in (unit.name, None) or len(ast.parse(unit.text).body) != 1:
+            raise VariantsError(f"{ext.label}: unit {unit.name} is not one definition of that name")
         free = us.free_names(node) - {"self"} - defined
         if free:
-            raise VariantsError(f"{ext.label}: {u.name} uses {sorted(free)}, defined nowhere in the extraction")
+            raise VariantsError(f"{ext.label}: {unit.name} uses {sorted(free)}, defined nowhere in the extraction")
 
 
 def check_helper_text(text: str, func: str, what: str) -> None:

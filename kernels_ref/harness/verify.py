@@ -117,11 +117,11 @@ def render_tables(report: dict, console=None) -> None:
 
 
 def _int_list(text: str) -> list[int]:
-    out = []
+    out: list[int] = []
     for part in text.split(","):
         if "-" in part:
-            lo, hi = part.split("-")
-            out += range(int(lo), int(hi) + 1)
+            low, high = part.split("-")
+            out += range(int(low), int(high) + 1)
         elif part:
             out.append(int(part))
     return out
@@ -183,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not args.matrix_only:
         from . import gpu_check
 
-        out = str(Path(args.json).resolve().parent) if args.json else tempfile.mkdtemp(prefix="dtl-gpu-check-")
-        print(f"dtype-lint verify: running the full GPU check; report in {out}/gpu_check.json", file=sys.stderr)
+        report_dir = str(Path(args.json).resolve().parent) if args.json else tempfile.mkdtemp(prefix="dtl-gpu-check-")
+        print(f"dtype-lint verify: running the full GPU check; report in {report_dir}/gpu_check.json", file=sys.stderr)
         extra = ["--variants", args.variants] if args.variants else []
-        return gpu_check.main(["--out", out, "--device", "cuda", *extra])
+        return gpu_check.main(["--out", report_dir, "--device", "cuda", *extra])
 
     def progress(message: str) -> None:
         if sys.stderr.isatty():
