@@ -512,8 +512,8 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
     that dominate its assignment too (`elif hasattr(self.config, "_is_quantized"): ... else:`)."""
     confidence, evidence = verdict
     backend = hf_storages(evidence)
-    if runs_at_construction(fn, cls):
-        return None
+    if runs_at_construction(fn, cls) and not getattr(backend, "built_after_loading", False):
+        return None  # (an adapter is built after its base layer was loaded: ecosystems/peft)
     left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
     reader = _Reader(layer, {}, UINT8)
     for name in {n.id for n in ast.walk(site) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
