@@ -123,6 +123,15 @@ class Flows:
                     fn = cf.methods[f.attr]
                     return _Callee(f"{q.rsplit('.', 1)[-1]}.{f.attr}", fn, cf.path, signature_of(fn).positional)
             return None
+        if isinstance(f, ast.Attribute) and _is_super(f.value) and scope.class_qualname:
+            # `super().__init__(..., target_dtype=target_dtype)` (peft's adaption prompts): the
+            # next class of the MRO that defines the method.
+            for q in self.index.mro(scope.class_qualname)[1:]:
+                cf = self.project.class_facts(q)
+                if cf is not None and f.attr in cf.methods:
+                    fn = cf.methods[f.attr]
+                    return _Callee(f"{q.rsplit('.', 1)[-1]}.{f.attr}", fn, cf.path, signature_of(fn).positional)
+            return None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and self.layers is not None:
             owner = self.layers.resolve(f.value, scope)  # `self.language_model.rotary_emb.method(...)`
             for q in self.index.mro(owner.qualname) if owner.qualname else []:
@@ -220,6 +229,12 @@ class Flows:
                     and not any(kw.arg == "dtype" for kw in node.keywords):
                 uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
         return uses
+
+
+def _is_super(node: ast.expr) -> bool:
+    """`super()` (argument-less: the enclosing class's next definer)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" \
+        and not node.args and not node.keywords
 
 
 def _sink(kind: str, call: ast.Call, scope: FunctionScope) -> str:

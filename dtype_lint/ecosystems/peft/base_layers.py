@@ -99,3 +99,46 @@ def as_stored_base_layer(source):
 
     stored = ast.Attribute(ast.Name("self", ast.Load()), BASE_ATTRIBUTE, ast.Load())
     return replace(source, layer=ast.copy_location(stored, source.layer))
+
+
+# Attributes a base layer's weight tensor is read for without computing with its values.
+_METADATA = frozenset({"dtype", "device", "shape", "size", "ndim", "dim", "is_floating_point"})
+# ... or converts to a compute dtype before computing with it.
+_CONVERSIONS = frozenset({"to", "float", "half", "bfloat16", "double"})
+
+
+def computes_with_base_weight(fn: ast.AST, scope) -> bool:
+    """Does the function compute with the base layer's weight tensor itself (a local bound to
+    `<base layer>.weight` used for more than its dtype, device or shape: `weight.reshape(-1)`,
+    passed to a norm, copied row by row)? Such code works in the weight's own space (SuperTuning's
+    on-the-fly composition, DoRA's weight norm, trainable tokens' rows): its dtype reads follow the
+    storage it computes with, and a quantized base breaks it at the weight, not at the cast."""
+    weight_locals = {name for name, values in scope.assigns.items()
+                     if len(values) == 1 and isinstance(values[0], ast.Attribute) and values[0].attr == "weight"
+                     and base_layer_step(values[0].value, scope) is not None}
+    if not weight_locals:
+        return False
+    parents = {id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Name) and node.id in weight_locals and isinstance(node.ctx, ast.Load)):
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.attr == "data":  # `weight.data.to(...)`
+            parent = parents.get(id(parent))
+        if isinstance(parent, ast.Attribute) and (parent.attr in _METADATA or parent.attr in _CONVERSIONS):
+            continue  # its metadata, or converted to a compute dtype first (LoRA-GA's `weight.data.to(float32)`)
+        return True
+    return False
+
+
+# Attributes only an embedding has; `embed_scale` only a subclass of torch's (Gemma's scaled
+# embeddings), which no HF quantizer replaces (analysis/hf_family.py: GGUF takes exact
+# `nn.Embedding` only).
+EMBEDDING_ATTRIBUTES = frozenset({"embedding_dim", "num_embeddings", "padding_idx", "embed_scale"})
+SCALED_EMBEDDING_ATTRIBUTE = "embed_scale"
+
+
+def base_attributes_read(fn: ast.AST, scope) -> set[str]:
+    """The attributes the function reads of a base-layer expression (`base_layer.embed_scale`)."""
+    return {node.attr for node in ast.walk(fn)
+            if isinstance(node, ast.Attribute) and base_layer_step(node.value, scope) is not None}

@@ -18,7 +18,11 @@ from dtype_lint.analysis.hf_family import (
     storage_phrase,
 )
 from dtype_lint.ecosystems.peft.base_layers import (
+    EMBEDDING_ATTRIBUTES,
+    SCALED_EMBEDDING_ATTRIBUTE,
+    base_attributes_read,
     base_layer_step,
+    computes_with_base_weight,
     is_adapter_class,
     is_adapter_file,
     writes_base_weight,
@@ -65,9 +69,16 @@ def adapter_verdict(resolver, layer: ast.expr, scope, class_qualname: str | None
         return None
     if not (is_adapter_file(resolver) or is_adapter_class(resolver, class_qualname)):
         return None
-    if scope.fn is not None and writes_base_weight(scope.fn.name):
-        return False  # a merge: the base weight's storage dtype is what writing into it needs
-    storages = reaching_quantizers(base_kind(class_qualname))
+    kind = base_kind(class_qualname)
+    if scope.fn is not None:
+        if writes_base_weight(scope.fn.name) or computes_with_base_weight(scope.fn, scope):
+            return False  # a merge, or code computing in the base weight's own storage
+        read = base_attributes_read(scope.fn, scope)
+        if SCALED_EMBEDDING_ATTRIBUTE in read:
+            return False  # a scaled embedding: a subclass no HF quantizer replaces
+        if read & EMBEDDING_ATTRIBUTES:
+            kind = EMBEDDING
+    storages = reaching_quantizers(kind)
     if not storages:
         return None
     line = getattr(layer, "lineno", 0)
