@@ -171,6 +171,7 @@ def test_the_original_raises_on_a_bitsandbytes_base_and_the_fix_matches_the_twin
 @pytest.mark.parametrize("storage", ["float16", "bfloat16", "float32", "float64", "complex64"])
 def test_the_fix_keeps_behaviour_on_unquantized_bases(fixed_project, storage):
     original, fixed, _ = fixed_project
+    assert "get_module_input_dtype(self.get_base_layer())" in (fixed / "adapters" / "lora.py").read_text()
     original_cls = load_lora_layer(original, f"original_lora_{storage}")
     fixed_cls = load_lora_layer(fixed, f"fixed_lora_{storage}")
     torch.manual_seed(0)
