@@ -232,6 +232,14 @@ def test_a_peft_shaped_class_that_is_not_an_adapter_is_not_reported(tmp_path):
             def forward(self, x, base_layer):
                 return x.to(self.proj.weight.dtype) + x.to(base_layer.weight.dtype)
         '''))
+    # A script importing peft: its `model` is the whole model, not an adapter's base layer.
+    (tmp_path / "train.py").write_text(textwrap.dedent('''\
+        import peft
+
+
+        def first_logits(model, x):
+            return model(x.to(model.lm_head.weight.dtype))
+        '''))
     assert findings_of(tmp_path, ".") == []
 
 

@@ -81,7 +81,10 @@ def base_layer_step(layer: ast.expr, scope, depth: int = 0) -> ast.expr | None:
         # A submodule of the base layer (`model.q_proj`, `base_layer.out_proj`) is the model's too.
         return base_layer_step(layer.value, scope, depth + 1)
     if isinstance(layer, ast.Name):
-        if layer.id in scope.params and layer.id in BASE_PARAMETERS:
+        # `target` and `model` are the base only in an adapter's or tuner's method (a script's
+        # `def train(model)` holds the whole model, head included).
+        if layer.id in scope.params and layer.id in BASE_PARAMETERS and \
+                (layer.id == BASE_ATTRIBUTE or scope.class_qualname is not None):
             return layer
         values = scope.assigns.get(layer.id, [])
         if len(values) == 1 and values[0] is not None:
