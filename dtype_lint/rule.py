@@ -548,7 +548,16 @@ class RuleContext:
             if found is None:
                 return None
             inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
-        verdict = self.layers.quantizable(inst, text, patterns, need)
+        verdict = None
+        if form != FIRST_PARAMETER and need != ABSENT:
+            # An adapter's base layer (ecosystems/peft): the loaded model's layer, quantized.
+            from dtype_lint.ecosystems.peft import adapter_verdict
+
+            verdict = adapter_verdict(self.layers, layer, scope, scope.class_qualname)
+            if verdict is False:
+                return None
+        if verdict is None:
+            verdict = self.layers.quantizable(inst, text, patterns, need)
         if verdict is None and form != FIRST_PARAMETER and isinstance(where, Candidate):
             verdict = self._from_callers(layer, where, need)
         if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):

@@ -34,6 +34,7 @@ RELEASE_FIXTURES = {
     "lmdeploy_0180": ("lmdeploy", "0.18.0"),
     "transformers_5230": ("transformers", "5.23.0"),
     "diffusers_0421": ("diffusers", "0.42.1"),
+    "peft_0212": ("peft", "0.21.2"),
 }
 VLLM_RELEASE_FIXTURES = RELEASE_FIXTURES  # older name
 
@@ -99,6 +100,12 @@ def diffusers_0421() -> Path:
     return _release("diffusers", "0.42.1")
 
 
+@pytest.fixture(scope="session")
+def peft_0212() -> Path:
+    """Root of peft 0.21.2's `.py` tree: an adapter library whose base layers are quantized (#40)."""
+    return _release("peft", "0.21.2")
+
+
 # The slow tier, by module (path under tests/) or by test name: what each is slow for. `pytest -m
 # "not slow and not network"` (the fast tier, docs/testing.md) runs the rest; plain `pytest` runs all. A new
 # test that takes more than a second or two belongs in one of these, not in a decorator of its own.
@@ -129,6 +136,7 @@ SLOW_MODULES = {
     "test_guard_bnb.py": "the run-time guard on real bitsandbytes, HF models and peft (the `hf` extra)",
     "test_hf_upstream.py": "HF patch series (git am, compile)",
     "test_budget.py": "the CI budget, run in pytest subprocesses",
+    "test_peft_family.py": "real bitsandbytes 4/8-bit on CPU and peft itself (the `hf` extra), the peft tree",
 }
 SLOW_TESTS: dict[str, str] = {
     # "module::test name prefix": why

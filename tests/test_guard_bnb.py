@@ -143,8 +143,8 @@ def test_the_bitsandbytes_rows_of_docs_hf(model_name):
 @pytest.mark.parametrize("quantized", [True, False])
 def test_peft_orthogonal_init_on_a_4bit_base(quantized):
     """peft 0.21.2 `LoraLayer.orthogonal_init`: `dtype = self.get_base_layer().weight.dtype`, then
-    `lora_A...to(dtype)`: uint8 under bitsandbytes 4-bit, and `nn.Parameter` of it crashes. Static
-    dtype-lint exempts peft as a whole, so the static run does not report it: the guard does."""
+    `lora_A...to(dtype)`: uint8 under bitsandbytes 4-bit, and `nn.Parameter` of it crashes. The
+    guard records it, and the static run reports the same line (the adapter family, docs/hf.md)."""
     peft = pytest.importorskip("peft")
     from peft.tuners.lora import layer as lora_layer
 
@@ -169,4 +169,4 @@ def test_peft_orthogonal_init_on_a_4bit_base(quantized):
         Path(lora_layer.__file__).resolve(), cast_line, "LoraLayer.orthogonal_init", "activation-cast")
     assert (site.layer_path, site.layer_class, site.quantizer, site.storage) == (
         "proj", "Linear4bit", "bitsandbytes 4-bit", "torch.uint8")
-    assert site.static_reported is False
+    assert site.static_reported is True

@@ -124,6 +124,16 @@ class Flows:
                     return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
                                    signature_of(function_node).positional)
             return None
+        if isinstance(callee, ast.Attribute) and _is_super(callee.value) and scope.class_qualname:
+            # `super().__init__(..., target_dtype=target_dtype)` (peft's adaption prompts): the
+            # next class of the MRO that defines the method.
+            for ancestor in self.index.mro(scope.class_qualname)[1:]:
+                class_facts = self.project.class_facts(ancestor)
+                if class_facts is not None and callee.attr in class_facts.methods:
+                    function_node = class_facts.methods[callee.attr]
+                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
+                                   signature_of(function_node).positional)
+            return None
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Attribute) and self.layers is not None:
             owner = self.layers.resolve(callee.value, scope)  # `self.language_model.rotary_emb.method(...)`
             for ancestor in self.index.mro(owner.qualname) if owner.qualname else []:
@@ -224,6 +234,12 @@ class Flows:
                     and not any(kw.arg == "dtype" for kw in node.keywords):
                 uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
         return uses
+
+
+def _is_super(node: ast.expr) -> bool:
+    """`super()` (argument-less: the enclosing class's next definer)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" \
+        and not node.args and not node.keywords
 
 
 def _sink(kind: str, call: ast.Call, scope: FunctionScope) -> str:

@@ -512,12 +512,12 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
     that dominate its assignment too (`elif hasattr(self.config, "_is_quantized"): ... else:`)."""
     confidence, evidence = verdict
     backend = hf_storages(evidence)
-    if runs_at_construction(fn, cls):
-        return None
+    if runs_at_construction(fn, cls) and not getattr(backend, "built_after_loading", False):
+        return None  # (an adapter is built after its base layer was loaded: ecosystems/peft)
     left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
     reader = _Reader(layer, {}, UINT8)
     for name in {n.id for n in ast.walk(site) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
-        values = [v for v in (assigns or {}).get(name, []) if v is not None and reader._is_dtype(v)]
+        values = [arm for arm in (_dtype_arm(v, reader) for v in (assigns or {}).get(name, [])) if arm is not None]
         if not values:
             continue
         through: set = set()
@@ -540,6 +540,21 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
                            + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
                            path, tests[0].lineno if tests else 0, left)
     return confidence, (*rest, note)
+
+
+def _dtype_arm(value: ast.AST | None, reader: _Reader) -> ast.AST | None:
+    """The weight-dtype read a local is assigned: the value itself, or the arm of a conditional
+    that reads it (`L.weight.dtype if L.weight.dtype not in [int8, uint8] else float32`, peft's
+    adaption prompts), whose test then narrows the storages that reach it."""
+    if value is None:
+        return None
+    if reader._is_dtype(value):
+        return value
+    if isinstance(value, ast.IfExp):
+        for arm in (value.body, value.orelse):
+            if reader._is_dtype(arm):
+                return arm
+    return None
 
 
 _PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})

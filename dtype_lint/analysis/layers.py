@@ -44,6 +44,7 @@ from dtype_lint.analysis.class_facts import (
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.construction_forms import leaves, returns_receiver
 from dtype_lint.analysis.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
+from dtype_lint.ecosystems.peft.base_layers import as_stored_base_layer
 from dtype_lint.findings import Evidence
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
@@ -367,6 +368,8 @@ class LayerResolver:
                 stored, holder = class_facts.assigned[expr.attr], ancestor
                 break
         sources = [weight_dtype_source(value, None) for value in stored]
+        # An adapter stores the `base_layer` it is handed as `self.base_layer` (ecosystems/peft).
+        sources = [as_stored_base_layer(s) for s in sources]
         if not sources or any(s is None or not _rooted_at_self(s.layer) for s in sources) \
                 or len({ast.dump(s.layer) for s in sources}) != 1:  # type: ignore[union-attr]
             return None

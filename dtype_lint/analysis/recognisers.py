@@ -21,6 +21,8 @@ WEIGHT_SITE_PATTERNS = (
     r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']",
     r"=\s*[\w.]+\.weight\s*$",
     r"=\s*[\w.]+\.weight\s*\[",  # a slice of the weight (`w = L.weight[:, a:b]`), an alias of its dtype
+    # an adapter's base layer's `.weight.data.dtype` (peft's HRA; ecosystems/peft)
+    r"get_base_layer\(\)\s*\.\s*weight\s*\.\s*data\s*\.\s*dtype",
 )
 
 
@@ -39,6 +41,11 @@ def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> t
     parameter of a module, which the Hugging Face family resolves to a layer (hf_family.py)."""
     if isinstance(node, ast.Attribute) and node.attr == "weight":
         return node.value, "attribute"
+    if isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.value, ast.Attribute) \
+            and node.value.attr == "weight" and _is_base_layer_getter(node.value.value):
+        # `M.get_base_layer().weight.data.dtype` (peft's HRA): `.data` has the weight's dtype. Only
+        # for an adapter's base layer (ecosystems/peft): other trees' findings stay as they were.
+        return node.value.value, "attribute"
     module = first_parameter_of(node)
     if module is not None:
         return module, FIRST_PARAMETER
@@ -57,6 +64,12 @@ def weight_expr(node: ast.AST, scope: FunctionScope | None, depth: int = 0) -> t
 
 
 FIRST_PARAMETER = "first-parameter"
+
+
+def _is_base_layer_getter(node: ast.AST) -> bool:
+    """`X.get_base_layer()`: an adapter's base layer (peft's `BaseTunerLayer`)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        node.func.attr == "get_base_layer" and not node.args and not node.keywords
 
 
 def first_parameter_of(node: ast.AST) -> ast.expr | None:

@@ -1,0 +1,1 @@
+"""Ecosystem families: each folder knows one kind of project (its layers, its quantizers, its words)."""

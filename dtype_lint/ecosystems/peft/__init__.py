@@ -1,0 +1,14 @@
+"""The adapter-library family (peft and projects in its shape).
+
+An adapter library attaches small trainable layers (LoRA, IA3, HRA, BOFT, ...) to a model that was
+loaded, and possibly quantized, before: the adapters themselves are never quantized, but the
+*base layer* each one wraps is the loaded model's layer, which bitsandbytes 4/8-bit, GPTQ, AWQ,
+HQQ, GGUF or an FP8 quantizer replaced at load time. So `self.get_base_layer().weight.dtype`,
+`self.base_layer.weight.dtype` or `base_layer.weight.dtype` (the layer handed to an adapter's
+constructor) is a storage dtype there, exactly as in Hugging Face model code, even in `__init__`:
+the adapter is built after loading.
+"""
+
+from dtype_lint.ecosystems.peft.family import adapter_verdict
+
+__all__ = ["adapter_verdict"]
