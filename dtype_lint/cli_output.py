@@ -12,8 +12,8 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def _config(args, paths: list[str]):
-    from dtype_lint.config import ConfigError, load_for_run
-    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.core.config import ConfigError, load_for_run
+    from dtype_lint.run.pipeline import UserError
 
     overrides = {}
     if getattr(args, "select", None):

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dtype_lint import __version__
-from dtype_lint.analysis.class_facts import ProjectFacts
-from dtype_lint.analysis.class_index import QuantizableLayerIndex
-from dtype_lint.analysis.file_analysis import safe_read
-from dtype_lint.config import _KEYS, Config
-from dtype_lint.engine.pipeline import RunOptions, RunResult, run
+from dtype_lint.analysis.index.class_facts import ProjectFacts
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
+from dtype_lint.core.config import _KEYS, Config
 from dtype_lint.fix.helper_home import INFERRED_MODULE, configured_location, existing_inferred
 from dtype_lint.fix.helper_template import HelperError
 from dtype_lint.reporters._common import plural
+from dtype_lint.run.file_analysis import safe_read
+from dtype_lint.run.pipeline import RunOptions, RunResult, run
 
 
 @dataclass
@@ -108,7 +108,7 @@ def _settings(config: Config) -> list[tuple[str, object, str]]:
     from_file: set[str] = set()
     if config.source != "defaults":
         try:
-            from dtype_lint.config import ConfigError, read_toml
+            from dtype_lint.core.config import ConfigError, read_toml
 
             doc = read_toml(Path(config.source))
             tool = doc.get("tool", {})

@@ -21,7 +21,7 @@ Facts a rule may declare (reading an undeclared one raises, so declarations stay
   they decide for every storage (helper_facts.py). A rule that reports calls of helpers defined
   in other files sets `reads_helper_callers`, so that files importing one are analysed whatever
   their text;
-- "guards": the questions asked of the checks that dominate a site (analysis/file_guards.py):
+- "guards": the questions asked of the checks that dominate a site (analysis/guard_engine/file_guards.py):
   `storage_unpacked(site, function, layer)` (the layer is proven unquantized or its storage a
   float there; `layer_verdict(..., site=)` asks it for every rule) and `weight_present(read,
   function, layer)` (`L.weight` cannot raise there).
@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import ClassVar
 
-from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts
+from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
-from dtype_lint.analysis.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
-from dtype_lint.analysis.layers import LayerResolver
-from dtype_lint.analysis.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.storage_model import ABSENT, why_storage
-from dtype_lint.config import Config
-from dtype_lint.engine.source import SourceFile
-from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
+from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
+from dtype_lint.analysis.storage.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
+from dtype_lint.analysis.storage.layers import LayerResolver
+from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
+from dtype_lint.core.config import Config
+from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
+from dtype_lint.core.source import SourceFile
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
@@ -370,7 +370,7 @@ class RuleFacts:
 
     @cached_property
     def flows(self):
-        from dtype_lint.analysis.flows import Flows
+        from dtype_lint.analysis.flow.flows import Flows
 
         return Flows(self.project, self.source.module, self.imports, self.config, self.layers)
 
@@ -382,13 +382,13 @@ class RuleFacts:
 
     @cached_property
     def generic_holders(self):
-        from dtype_lint.analysis.callers import GenericHolders
+        from dtype_lint.analysis.flow.callers import GenericHolders
 
         return GenericHolders(self.functions)
 
     @cached_property
     def guards(self):
-        from dtype_lint.analysis.file_guards import FileGuards
+        from dtype_lint.analysis.guard_engine.file_guards import FileGuards
 
         return FileGuards(self)
 
@@ -424,7 +424,7 @@ class RuleContext:
         self._reported: dict[tuple[str, Span, str], int] = {}
         self.source = facts.source
         self.config = facts.config
-        self._tracing = False  # judging a caller's argument (analysis/callers.py): one step only
+        self._tracing = False  # judging a caller's argument (analysis/flow/callers.py): one step only
 
     def _declared(self, name: str) -> None:
         if name not in type(self.rule).facts:
@@ -522,16 +522,16 @@ class RuleContext:
                       form: str = "") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
-        proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
+        proves the layer unquantized (analysis/guard_engine/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
         the storage that makes the site a finding ("non-compute", or "absent" for a read of `.weight`
-        itself), asked of the storage model (analysis/storage_model.py)."""
+        itself), asked of the storage model (analysis/storage/storage_model.py)."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
         inst = self.layers.resolve(layer, scope)
         text = ast.unparse(layer)
         if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
-            from dtype_lint.analysis.hf_family import first_parameter
+            from dtype_lint.analysis.storage.hf_family import first_parameter
 
             found = first_parameter(self.layers, inst, layer=layer, scope=scope)
             if found is None:
@@ -546,12 +546,12 @@ class RuleContext:
             return None
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
-        from dtype_lint.analysis.never_runs import never_runs
+        from dtype_lint.analysis.guard_engine.never_runs import never_runs
 
         if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
             return None
         if hf_storages(verdict[1]) is not None:  # HF quantizers' storages, narrowed by partial guards
-            from dtype_lint.analysis.hf_family import narrowed
+            from dtype_lint.analysis.storage.hf_family import narrowed
 
             aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
             cf = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
@@ -565,9 +565,9 @@ class RuleContext:
         return verdict
 
     def _from_callers(self, layer: ast.expr, where: "Candidate", need: str):
-        """A parameter typed only as a module (analysis/callers.py): the verdict on what a call of
+        """A parameter typed only as a module (analysis/flow/callers.py): the verdict on what a call of
         its function in this file passes for it, judged at that call (one step)."""
-        from dtype_lint.analysis.callers import generically_typed
+        from dtype_lint.analysis.flow.callers import generically_typed
 
         # Not for a read of `.weight` itself (DTL003): its callers' paths are guarded by checks the
         # engine reads on the layer it is handed (a format predicate on the config), not at the call.

@@ -37,7 +37,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from dtype_lint import __version__
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
 
 SOURCE = "dtype-lint"
 FIX_ALL = types.CodeActionKind.SourceFixAll + ".dtype-lint"
@@ -72,8 +72,8 @@ class DtypeLintServer(LanguageServer):
         return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.workspace_roots())
 
     def buffer(self, path: str, fresh: bool = False):
-        from dtype_lint.config import load_for_run
-        from dtype_lint.engine.buffer import open_buffer
+        from dtype_lint.core.config import load_for_run
+        from dtype_lint.run.buffer import open_buffer
 
         with self.lock:
             if fresh or path not in self.buffers:
@@ -94,8 +94,8 @@ class DtypeLintServer(LanguageServer):
         return self.buffer(path, fresh).findings(document.source), document.source
 
     def publish(self, uri: str, fresh: bool = False) -> None:
-        from dtype_lint.config import ConfigError
-        from dtype_lint.engine.pipeline import UserError
+        from dtype_lint.core.config import ConfigError
+        from dtype_lint.run.pipeline import UserError
 
         try:
             found, text = self.findings(uri, fresh)

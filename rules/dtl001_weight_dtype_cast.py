@@ -41,7 +41,7 @@ if kv_b_proj_input_dtype is not None:
 ```
 
 ## Which backends
-A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+A site is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
 instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
 backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
@@ -61,7 +61,7 @@ also moves device), for receivers with side effects, and for aliases used outsid
 finding says why. A receiver is pure when it is a name, an attribute chain, a subscript of pure
 parts, or a call of a known-pure torch function or tensor method with pure arguments
 (`torch.rsqrt(torch.tensor(2.0))`, `mask.unsqueeze(-1)`; the lists are data in
-`analysis/pure_calls.py`).
+`analysis/flow/pure_calls.py`).
 
 A configured helper is evaluated from its own code, not trusted: a fix that replaces a plain cast
 is safe only when the helper is proven to answer the weight's own dtype on every storage that is
@@ -96,10 +96,7 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.hf_family import hf_storages
-from dtype_lint.analysis.recognisers import (
+from dtype_lint.analysis.flow.recognisers import (
     FIRST_PARAMETER,
     WEIGHT_SITE_PATTERNS,
     WeightDtypeSource,
@@ -107,7 +104,10 @@ from dtype_lint.analysis.recognisers import (
     weight_dtype_source,
     weight_expr,
 )
-from dtype_lint.analysis.sinks import ACTIVATION, cast_sink
+from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
+from dtype_lint.analysis.index.class_facts import FunctionScope
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.analysis.storage.hf_family import hf_storages
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -378,7 +378,7 @@ class WeightDtypeCast(Rule):
                 planner = ctx.fixes_for(evidence)
                 holder = ""
                 if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
-                    from dtype_lint.analysis.hf_family import first_parameter_holder
+                    from dtype_lint.analysis.storage.hf_family import first_parameter_holder
 
                     holder = first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
                                                     ctx.source.segment(weight_dtype.layer))

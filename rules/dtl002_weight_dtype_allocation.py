@@ -35,7 +35,7 @@ or the input dtype the layer expects, `get_layer_input_dtype(self.o_proj, fp8_in
 explicit choice for `None` (keep the model dtype).
 
 ## Which backends
-A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+A site is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
 instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
 backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
@@ -63,17 +63,17 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.flows import NEW_LIKE
-from dtype_lint.analysis.hf_family import hf_storages
-from dtype_lint.analysis.recognisers import (
+from dtype_lint.analysis.flow.flows import NEW_LIKE
+from dtype_lint.analysis.flow.recognisers import (
     WEIGHT_SITE_PATTERNS,
     alloc_dtype_keywords,
     storage_replacements,
     weight_dtype_source,
     weight_expr,
 )
-from dtype_lint.analysis.weight_registration import weight_allocations
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.analysis.storage.hf_family import hf_storages
+from dtype_lint.analysis.storage.weight_registration import weight_allocations
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
@@ -131,7 +131,7 @@ class WeightDtypeAllocation(Rule):
         replaced: dict[int, set[int]] = {}
         registered: dict[int, set[int]] = {}
         # Allocations a `nn.Parameter(...)` wraps that is then registered as a layer's weight:
-        # storage code by what it does (analysis/weight_registration.py), whatever it is named.
+        # storage code by what it does (analysis/storage/weight_registration.py), whatever it is named.
         registers = "Parameter" in ctx.source.text
         for function, node in ctx.calls():
             if replaces and id(function) not in replaced:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cli_runner import dtl
 
-from dtype_lint.analysis.hf_family import LINEAR, LINEAR_SUBCLASS, reaching
+from dtype_lint.analysis.storage.hf_family import LINEAR, LINEAR_SUBCLASS, reaching
 from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
 
 MODEL = textwrap.dedent('''\

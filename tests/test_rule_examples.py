@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from dtype_lint.api import check_source, fix_source
-from dtype_lint.engine.prefilter import might_match
+from dtype_lint.core.prefilter import might_match
 from dtype_lint.rules import ALL_RULES
 
 # `dtype-lint rule CODE` prints the docstring; ruff's page layout (What it does / Why is this bad / Example / Fix safety).

@@ -63,7 +63,7 @@ def _read(path: Path) -> dict:
     """A formatter's TOML document, or {} (read with the one safe reader and the configuration's
     size limit, not through config.read_toml: `Config.fingerprint` reads the style, so config
     imports this module)."""
-    from dtype_lint.engine.safe_read import read_bytes
+    from dtype_lint.core.safe_read import read_bytes
 
     if sys.version_info >= (3, 11):
         import tomllib
@@ -151,7 +151,7 @@ def wrap_long_lines(original: str, text: str, line_length: int, newline: str = "
     (see the module docstring); the result has the AST of `text`, else `text` is returned."""
     if all(len(line.rstrip("\r\n")) <= line_length for line in text.splitlines()):
         return text
-    from dtype_lint.engine.source import SourceText
+    from dtype_lint.core.source import SourceText
 
     before = set(SourceText(original).lines)
     lines = list(SourceText(text).lines)

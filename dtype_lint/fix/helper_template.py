@@ -34,8 +34,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.core.source import read_file
 from dtype_lint.dtypes.evaluator import STORAGES, HelperShape, Table, Unsupported, evaluate_helper, helper_shape
-from dtype_lint.engine.source import read_file
 
 _DOC = '''\
     """The dtype an activation must have before entering `layer`, or None to
@@ -110,7 +110,7 @@ _PLACEHOLDER = "__dtype_lint_helper_placeholder__"
 def template_names(template: str) -> frozenset[str]:
     """Every name the template's module text binds or reads (imports, globals, builtins, its
     parameters and locals), the helper's own name aside: a helper called by one of them would
-    shadow it (config.py refuses such a `helper`). Computed from the text, never listed by hand."""
+    shadow it (core/config.py refuses such a `helper`). Computed from the text, never listed by hand."""
     from dtype_lint.fix.bound_names import identifiers
 
     return frozenset(identifiers(ast.parse(helper_source(_PLACEHOLDER, template))) - {_PLACEHOLDER})

@@ -22,9 +22,9 @@ from __future__ import annotations
 import ast
 import re
 
-from dtype_lint.analysis.hf_family import NO_WEIGHT, _Reader, hf_module
-from dtype_lint.analysis.recognisers import FIRST_PARAMETER, is_pure
-from dtype_lint.findings import Edit, Fix
+from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER, is_pure
+from dtype_lint.analysis.storage.hf_family import NO_WEIGHT, _Reader, hf_module
+from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.fix.bound_names import fresh, identifiers
 from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.planner import Planner, Site

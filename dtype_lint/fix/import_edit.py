@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.engine.source import SourceText
-from dtype_lint.findings import Edit
+from dtype_lint.core.findings import Edit
+from dtype_lint.core.source import SourceText
 
 
 def _leading_block(tree: ast.Module) -> list[ast.stmt]:

@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dtype_lint.findings import Finding
+    from dtype_lint.core.findings import Finding
     from dtype_lint.guard.site import GuardSite
 
 SCHEMA_VERSION = 1
@@ -24,7 +24,7 @@ def static_findings(path: str) -> frozenset[tuple[int, str]] | None:
     """(line, code) of what `dtype-lint check PATH` reports, with the configuration it would find
     (the nearest pyproject.toml); None when the file cannot be checked. No cache is written."""
     from dtype_lint.api import check_paths
-    from dtype_lint.config import load_for_run
+    from dtype_lint.core.config import load_for_run
 
     if not os.path.isfile(path):
         return None
@@ -45,7 +45,7 @@ def static_reported(site: "GuardSite") -> bool | None:
 
 def site_finding(site: "GuardSite") -> "Finding":
     """The site as a finding of its static rule, spanning its line."""
-    from dtype_lint.findings import Finding, Span
+    from dtype_lint.core.findings import Finding, Span
 
     text = linecache.getline(site.path, site.line).rstrip("\n")
     indent = len(text) - len(text.lstrip())

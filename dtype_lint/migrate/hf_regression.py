@@ -44,7 +44,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from dtype_lint.engine.writer import write_scratch_files
+from dtype_lint.core.writer import write_scratch_files
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
-from dtype_lint.config import Config
-from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
-from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
-from dtype_lint.engine.writer import write_scratch_files
-from dtype_lint.findings import Finding
+from dtype_lint.core.config import Config
+from dtype_lint.core.findings import Finding
+from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
+from dtype_lint.core.writer import write_scratch_files
+from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -285,10 +285,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     False: none). Besides the patches, `out` gets PR.md (one pull request's description for the
     whole series) and README.md (what the tool knows about each patch: rule codes, sites,
     generated files). The result's remaining findings are a re-check of the patched tree."""
-    from dtype_lint.engine.outputs import check_output
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.source import FileText
+    from dtype_lint.core.source import FileText
     from dtype_lint.migrate import conventions, generated, messages, series
+    from dtype_lint.run.outputs import check_output
+    from dtype_lint.run.pipeline import UserError
 
     if problem := check_output(out, "--series", config, paths=[path], folder=True):
         raise UserError(problem)
@@ -389,9 +389,9 @@ def _publish(result: RunResult, folder, outputs: dict[str, bytes]) -> None:
     checked for all of them before the first is written; the tool's stale patches removed; the
     manifest last: a run interrupted before it leaves files no manifest vouches for, which a
     later run refuses to overwrite rather than guess whose they are."""
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.writer import WriteError
+    from dtype_lint.core.writer import WriteError
     from dtype_lint.migrate.series_folder import MANIFEST
+    from dtype_lint.run.pipeline import UserError
 
     if problem := folder.problem(outputs):
         raise UserError(problem)

@@ -171,7 +171,7 @@ def run_tests(tree: Path, tests: list[str], timeout: float = 300,
     code, `vllm` imported through :func:`installed`. Their return code is pytest's."""
     with tempfile.TemporaryDirectory(prefix="dtype-lint-release-tests-") as tmp:
         work = Path(tmp)
-        from dtype_lint.engine.writer import write_scratch_files
+        from dtype_lint.core.writer import write_scratch_files
 
         write_scratch_files(work, {"conftest.py": _CONFTEST})
         copied = []

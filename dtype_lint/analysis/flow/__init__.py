@@ -1,0 +1,1 @@
+"""flow: see docs/architecture.md."""

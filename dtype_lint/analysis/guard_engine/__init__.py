@@ -1,0 +1,1 @@
+"""guard_engine: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""storage: see docs/architecture.md."""
