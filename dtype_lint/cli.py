@@ -211,7 +211,7 @@ def _main(argv: list[str]) -> int:
     if (problem := environment_problem()) is not None:
         print(f"dtype-lint: error: {problem}", file=sys.stderr)
         return EXIT_ERROR
-    from dtype_lint.run.fast_path import try_clean_exit  # before the engine: see its docstring
+    from dtype_lint.fast_path import try_clean_exit  # before the engine: see its docstring
 
     if (code := try_clean_exit(argv)) is not None:
         return code

@@ -1,4 +1,4 @@
-"""The pre-commit fast path (dtype_lint/run/fast_path.py): a named file that cannot give a
+"""The pre-commit fast path (dtype_lint/fast_path.py): a named file that cannot give a
 finding ends the run before the engine, with the full run's output; anything it cannot vouch
 for goes to the full run."""
 
@@ -15,9 +15,9 @@ import pytest
 from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN
 
+from dtype_lint import fast_path
 from dtype_lint.core.prefilter import Prefilter, marker_words
 from dtype_lint.rules import ALL_RULES
-from dtype_lint.run import fast_path
 from dtype_lint.run.fast_record import RECORD_NAME
 
 PYPROJECT = "[tool.dtype-lint]\n"

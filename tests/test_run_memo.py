@@ -13,7 +13,7 @@ import pytest
 from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN, write_tree
 
-from dtype_lint.run import fast_path
+from dtype_lint import fast_path
 
 PYPROJECT = '[tool.dtype-lint]\nquantizable = ["vllm.base.QuantBase"]\n'
 HELPER = "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"

@@ -27,7 +27,8 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN, FIXED_CALL, tiny_project, tree_bytes, write_tree
 
-from dtype_lint.run import cache_seal, fast_path
+from dtype_lint import fast_path
+from dtype_lint.run import cache_seal
 from dtype_lint.run.fast_record import RECORD_NAME
 
 CACHE = ".dtype_lint_cache"

@@ -146,7 +146,7 @@ def _context_at(call: ast.Call, parents: dict[int, ast.AST], module: str, import
 
 def _built_without_config(ctx, layer: ast.expr, function) -> bool:
     """`self...` of a class whose every construction in the project is in sight
-    (analysis/index/constructions.py), and those constructions leave no config to this layer: a
+    (analysis/storage/constructions.py), and those constructions leave no config to this layer: a
     `ReplicatedLinear` subclass built only with `quant_config=None`, a tower built without one."""
     root = layer
     while isinstance(root, ast.Attribute):
