@@ -40,7 +40,7 @@ from functools import cached_property, lru_cache
 from typing import ClassVar
 
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
+from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
 from dtype_lint.analysis.storage.layers import LayerResolver
@@ -630,42 +630,6 @@ class RuleContext:
         self._reported[key] = len(self._sink)
         self._sink.append(finding)
         return finding
-
-
-_COMPOUND = tuple(getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try",
-                                             "TryStar", "Match") if hasattr(ast, n))
-
-
-def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None):
-    """(function node, enclosing class qualname or None, scope qualname) for every function;
-    with `lines` (sorted line numbers), only those whose statement spans one of them (and the
-    walk skips every statement that spans none)."""
-    yield from _visit(tree.body, None, "", module, lines)
-
-
-def _spans(node: ast.stmt, lines: list[int]) -> bool:
-    i = bisect_left(lines, node.lineno)
-    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
-
-
-def _visit(body, class_q, prefix, module, lines):
-    for node in body:
-        if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
-                and not _spans(node, lines):
-            continue
-        if isinstance(node, ast.ClassDef):
-            q = f"{prefix}.{node.name}" if prefix else node.name
-            yield from _visit(node.body, f"{module}.{q}" if module else q, q, module, lines)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            q = f"{prefix}.{node.name}" if prefix else node.name
-            yield node, class_q, q
-            yield from _visit(node.body, None, q, module, lines)
-        elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
-            blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
-            blocks += [h.body for h in getattr(node, "handlers", None) or []]
-            blocks += [c.body for c in getattr(node, "cases", None) or []]
-            for block in blocks:
-                yield from _visit(block, class_q, prefix, module, lines)
 
 
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",

@@ -210,7 +210,7 @@ def build_server() -> DtypeLintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: DtypeLintServer, params: types.DidSaveTextDocumentParams) -> None:
-        from dtype_lint.fix.formatting import project_style
+        from dtype_lint.core.project_style import project_style
 
         project_style.cache_clear()  # a saved pyproject.toml may change the line length or sections
         ls.publish(params.text_document.uri, fresh=True)

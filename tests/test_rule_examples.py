@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from dtype_lint.api import check_source, fix_source
-from dtype_lint.core.prefilter import might_match
+from dtype_lint.core.prefilter import for_rules
 from dtype_lint.rules import ALL_RULES
 
 # `dtype-lint rule CODE` prints the docstring; ruff's page layout (What it does / Why is this bad / Example / Fix safety).
@@ -81,4 +81,4 @@ def test_invalid(rule, example):
 
 @pytest.mark.parametrize("rule,example", _examples("INVALID"))
 def test_invalid_examples_pass_the_prefilter(rule, example):
-    assert might_match(example.code)
+    assert for_rules(ALL_RULES).might_match(example.code)

@@ -112,10 +112,10 @@ class Config:
         Both halves are built from what the code reads, not from a list kept beside it: every
         setting of this class (but where the project is and where its cache goes), and the
         project's import and formatting style as the fixer itself reads it
-        (`fix.formatting.project_style`: isort's and Ruff's isort sections, the formatters'
+        (`core.project_style.project_style`: isort's and Ruff's isort sections, the formatters'
         line length, the first-party names found at the root). A setting the fixer learns to
         read lands in its `ProjectStyle`, and so in this key, with no second edit."""
-        from dtype_lint.fix.formatting import project_style
+        from dtype_lint.core.project_style import project_style
 
         data = {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("root", "source", "cache_dir", "force_exclude")}
@@ -135,7 +135,7 @@ def _relposix(path: str, root: Path) -> str:
 
 
 # pyproject key -> (attribute, type check)
-_KEYS = {
+SETTING_KEYS = {
     "preset": ("preset", str),
     "select": ("select", list),
     "ignore": ("ignore", list),
@@ -280,13 +280,13 @@ def load_config(start: Path, explicit: Path | None = None, overrides: dict | Non
 
 def apply_settings(cfg: Config, table: dict, where: str) -> Config:
     for key, value in table.items():
-        if key not in _KEYS:
+        if key not in SETTING_KEYS:
             import difflib  # only for this message: a run with valid settings does not pay its import
 
-            hint = difflib.get_close_matches(key, list(_KEYS), n=1)
+            hint = difflib.get_close_matches(key, list(SETTING_KEYS), n=1)
             extra = f" (did you mean `{hint[0]}`?)" if hint else ""
             raise ConfigError(f"{where}: unknown [tool.dtype-lint] key `{key}`{extra}")
-        attr, kind = _KEYS[key]
+        attr, kind = SETTING_KEYS[key]
         if kind == "extend":
             _check_type(where, key, value, list)
             setattr(cfg, attr, list(getattr(cfg, attr)) + list(value))

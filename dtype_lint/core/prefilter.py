@@ -130,13 +130,6 @@ def for_rules(rules: tuple) -> Prefilter:
     return Prefilter(rules)
 
 
-def might_match(text: str) -> bool:
-    """The prefilter of every rule."""
-    from dtype_lint.rules import ALL_RULES
-
-    return for_rules(ALL_RULES).might_match(text)
-
-
 def marker_words(rule) -> tuple[str, ...]:
     """A rule's marker words: one string, or a tuple of them (DTL001 also reads `parameters()`)."""
     return rule.marker if isinstance(rule.marker, tuple) else (rule.marker,)

@@ -238,7 +238,7 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
         if problem:
             raise HelperError(f"helper `{module}:{func}` in {path} cannot be called as fixes call it: {problem}")
         return HelperLocation(module, func, path, True)
-    from dtype_lint.fix.formatting import FIRST_PARTY, project_style
+    from dtype_lint.core.project_style import FIRST_PARTY, project_style
 
     vllm_first_party = project_style(str(root)).section("vllm") == FIRST_PARTY
     source = _creatable_source(module, func, path, root, helper_source(func, template, vllm_first_party))

@@ -23,7 +23,7 @@ import ast
 import re
 
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER, is_pure
-from dtype_lint.analysis.storage.hf_family import NO_WEIGHT, _Reader, hf_module
+from dtype_lint.analysis.storage.hf_family import NO_WEIGHT, StorageReader, hf_module
 from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.fix.bound_names import fresh, identifiers
 from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
@@ -103,7 +103,7 @@ class HFPlanner(Planner):
         elif_node = if_node.orelse[0]
         if elif_node.orelse or len(elif_node.body) != 1:
             return None
-        reader = _Reader(site.wds.layer, {k: v[0] for k, v in site.scope.assigns.items()
+        reader = StorageReader(site.wds.layer, {k: v[0] for k, v in site.scope.assigns.items()
                                           if len(v) == 1 and v[0] is not None}, NO_WEIGHT)
         if not reader.mentions(if_node.test) or reader.value(if_node.test) is None:
             return None
@@ -172,7 +172,7 @@ class HFPlanner(Planner):
         if_node = site.parents.get(id(assigns[0]))
         if not (isinstance(if_node, ast.If) and if_node.body == [assigns[0]] and if_node.orelse == [assigns[1]]):
             return None
-        reader = _Reader(site.wds.layer, {}, NO_WEIGHT)
+        reader = StorageReader(site.wds.layer, {}, NO_WEIGHT)
         if not reader._is_dtype(values[0]) or reader._is_dtype(values[1]) or reader.mentions(values[1]) or \
                 not is_pure(values[1]) or not reader.mentions(if_node.test) or reader.value(if_node.test) is None:
             return None
@@ -271,7 +271,7 @@ class HFPlanner(Planner):
 
     def _idiom(self, site: Site, stmt: ast.stmt, if_node: ast.If) -> tuple[Fix | None, str]:
         aliases = {k: v[0] for k, v in site.scope.assigns.items() if len(v) == 1 and v[0] is not None}
-        reader = _Reader(site.wds.layer, aliases, NO_WEIGHT)
+        reader = StorageReader(site.wds.layer, aliases, NO_WEIGHT)
         if not reader.mentions(if_node.test) or not self._is_self_cast(stmt, site):
             return None, ""
         conjuncts = if_node.test.values if isinstance(if_node.test, ast.BoolOp) and \
@@ -324,7 +324,7 @@ class HFPlanner(Planner):
             values = site.scope.assigns.get(name, [])
             if len(values) != 1 or values[0] is None or self._uses_outside(site.fn, name, if_node):
                 continue
-            if not _Reader(site.wds.layer, {}, NO_WEIGHT)._is_dtype(values[0]):
+            if not StorageReader(site.wds.layer, {}, NO_WEIGHT)._is_dtype(values[0]):
                 continue
             assign = site.parents.get(id(values[0]))
             if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and

@@ -40,11 +40,11 @@ from dtype_lint.analysis.index.class_facts import FunctionScope, walk_function
 from dtype_lint.core import trees
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import Edit, Fix
+from dtype_lint.core.project_style import project_style
 from dtype_lint.core.source import SourceFile
 from dtype_lint.dtypes.evaluator import UNPACKED, summarize_cases, unsound_cases
 from dtype_lint.dtypes.truth_table import cast_disagreements, prove_guarded_cast, unpacked_storages
 from dtype_lint.fix.bound_names import fresh, identifiers, module_names
-from dtype_lint.fix.formatting import project_style
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.fix.import_edit import import_edit
 from dtype_lint.fix.string_lines import rows_starting_in_strings

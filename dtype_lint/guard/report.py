@@ -80,9 +80,9 @@ def guard_json(sites: list["GuardSite"], occurrences: dict) -> dict:
 def guard_sarif(sites: list["GuardSite"]) -> dict:
     """SARIF 2.1.0 as `check --output-format sarif` writes it, one result per site, each with its
     run-time facts in `properties`, and its own automation category."""
-    from dtype_lint.cli_output import rule_infos
     from dtype_lint.reporters import ENGINE_RULES, RunSummary
     from dtype_lint.reporters._common import RenderContext
+    from dtype_lint.reporters.rule_metadata import rule_infos
     from dtype_lint.reporters.sarif import log
 
     # `log` lists results in Finding.sort_key order (a stable sort): sorting the pairs by it first

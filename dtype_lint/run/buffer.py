@@ -44,8 +44,8 @@ class Buffer:
     def fix(self, text: str, unsafe: bool = False, only=None):
         """The FixOutcome of fixing `text` (its `.text` is the fixed source). `only(finding)`:
         fix just the findings it selects (an editor's quick-fix for one diagnostic)."""
+        from dtype_lint.core.project_style import line_length_for
         from dtype_lint.fix.fixer import fix_text
-        from dtype_lint.fix.formatting import line_length_for
 
         length = line_length_for(self.config)
         if only is None:

@@ -125,7 +125,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
-    from dtype_lint.fix.formatting import project_style
+    from dtype_lint.core.project_style import project_style
     from dtype_lint.run.cache_folder import cache_folder_problem
 
     jobs = effective_jobs(options.jobs)
@@ -883,7 +883,7 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         ft = FileText.decode(data)
     except READ_ERRORS as e:
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
-    from dtype_lint.fix.formatting import line_length_for
+    from dtype_lint.core.project_style import line_length_for
 
     first = checked.findings if checked is not None and before == checked.stamp == _stamp(checked.real) else None
     module = module_name(path, config.root)

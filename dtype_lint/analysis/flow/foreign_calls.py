@@ -75,11 +75,11 @@ def calls_elsewhere(project, qualname: str, here_module: str, config_params: tup
 
 def _calls_in(project, module: str, header, text: str, direct: set[str], via_module: set[str], name: str,
               config_params) -> list[ForeignCall]:
+    from dtype_lint.analysis.function_walk import iter_functions
     from dtype_lint.analysis.index.class_facts import FunctionScope
     from dtype_lint.analysis.storage.layers import LayerResolver
     from dtype_lint.analysis.storage.storage_model import NON_COMPUTE
     from dtype_lint.core import trees
-    from dtype_lint.rule import iter_functions
 
     try:
         tree = trees.parse(header.path, text)

@@ -1,1 +1,1 @@
-"""guard_engine: see docs/architecture.md."""
+"""The guard engine: the dominance walk, the guard vocabulary and flags, dormant and never-run code."""

@@ -1,1 +1,1 @@
-"""index: see docs/architecture.md."""
+"""The class index: class headers across files, per-class facts, lazy exports."""

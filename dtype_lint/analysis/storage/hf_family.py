@@ -266,7 +266,7 @@ def _dtype_constant(node: ast.AST) -> str | None:
     return None
 
 
-class _Reader:
+class StorageReader:
     """Evaluates a test over one storage of `layer.weight`: True, False, _RAISES or None (cannot tell)."""
 
     def __init__(self, layer: ast.expr, aliases: dict[str, ast.expr], storage: str):
@@ -404,11 +404,11 @@ def partial_guard(site: ast.AST, fn: ast.AST, parents: dict[int, ast.AST], layer
     read = []
     unreadable = False
     for test, _ in conditions:
-        if _Reader(layer, aliases, UINT8).mentions(test):
+        if StorageReader(layer, aliases, UINT8).mentions(test):
             read.append(test)
     left = []
     for name, storage in storages:
-        reader = _Reader(layer, aliases, storage)
+        reader = StorageReader(layer, aliases, storage)
         reached = True
         for test, must in conditions:
             if not reader.mentions(test):
@@ -515,7 +515,7 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
     if runs_at_construction(fn, cls):
         return None
     left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
-    reader = _Reader(layer, {}, UINT8)
+    reader = StorageReader(layer, {}, UINT8)
     for name in {n.id for n in ast.walk(site) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
         values = [v for v in (assigns or {}).get(name, []) if v is not None and reader._is_dtype(v)]
         if not values:
