@@ -42,12 +42,12 @@ from typing import ClassVar
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
-from dtype_lint.analysis.storage.hf_family import DTYPE_SITE_RULES, backend_words, hf_storages
 from dtype_lint.analysis.storage.layers import LayerResolver
 from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
+from dtype_lint.ecosystems.hf.family import DTYPE_SITE_RULES, backend_words, hf_storages
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
@@ -394,8 +394,8 @@ class RuleFacts:
 
     @cached_property
     def hf_fixes(self):
-        """The planner of sites the Hugging Face family decided (fix/hf_planner.py)."""
-        from dtype_lint.fix.hf_planner import HFPlanner
+        """The planner of sites the Hugging Face family decided (ecosystems/hf/planner.py)."""
+        from dtype_lint.ecosystems.hf.planner import HFPlanner
 
         return HFPlanner(self.source, self.config, self.project, self.tree)
 
@@ -531,7 +531,7 @@ class RuleContext:
         inst = self.layers.resolve(layer, scope)
         text = ast.unparse(layer)
         if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
-            from dtype_lint.analysis.storage.hf_family import first_parameter
+            from dtype_lint.ecosystems.hf.family import first_parameter
 
             found = first_parameter(self.layers, inst, layer=layer, scope=scope)
             if found is None:
@@ -551,7 +551,7 @@ class RuleContext:
         if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
             return None
         if hf_storages(verdict[1]) is not None:  # HF quantizers' storages, narrowed by partial guards
-            from dtype_lint.analysis.storage.hf_family import narrowed
+            from dtype_lint.ecosystems.hf.family import narrowed
 
             aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
             cf = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None

@@ -107,7 +107,7 @@ from dtype_lint.analysis.flow.recognisers import (
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.analysis.storage.hf_family import hf_storages
+from dtype_lint.ecosystems.hf.family import hf_storages
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -378,7 +378,7 @@ class WeightDtypeCast(Rule):
                 planner = ctx.fixes_for(evidence)
                 holder = ""
                 if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
-                    from dtype_lint.analysis.storage.hf_family import first_parameter_holder
+                    from dtype_lint.ecosystems.hf.family import first_parameter_holder
 
                     holder = first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
                                                     ctx.source.segment(weight_dtype.layer))

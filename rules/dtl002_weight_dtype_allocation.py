@@ -72,8 +72,8 @@ from dtype_lint.analysis.flow.recognisers import (
     weight_expr,
 )
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.analysis.storage.hf_family import hf_storages
 from dtype_lint.analysis.storage.weight_registration import weight_allocations
+from dtype_lint.ecosystems.hf.family import hf_storages
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.

@@ -1,6 +1,6 @@
 """Regenerate (or --check) the shipped storage-model catalogue of an engine release.
 
-    python scripts/catalogue.py --dist vllm --version 0.33.0          # write dtype_lint/data/catalogue-vllm-0.33.0.json
+    python scripts/catalogue.py --dist vllm --version 0.33.0          # write dtype_lint/ecosystems/vllm/catalogue-vllm-0.33.0.json
     python scripts/catalogue.py --dist vllm --version 0.33.0 --check  # exit 1 if the shipped file differs
 
 The release is fetched once with `dtype_lint.releases` (pip download --no-deps, .py files only)
@@ -22,7 +22,7 @@ from dtype_lint.run.catalogue_build import compute, dumps  # noqa: E402 - after 
 
 
 def target(dist: str, version: str) -> Path:
-    return REPO / "dtype_lint" / "data" / f"catalogue-{dist}-{version}.json"
+    return REPO / "dtype_lint" / "ecosystems" / dist / f"catalogue-{dist}-{version}.json"
 
 
 def fresh(dist: str, version: str) -> str:

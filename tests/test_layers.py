@@ -43,13 +43,25 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rule", ("dtype_lint.rule", "dtype_lint.rules")),
     ("run", ("dtype_lint.run",)),
     ("api", ("dtype_lint.api",)),
-    ("consumers", ("dtype_lint.migrate", "dtype_lint.reporters", "dtype_lint.guard", "dtype_lint.hf_verify",
+    ("consumers", ("dtype_lint.migrate", "dtype_lint.reporters", "dtype_lint.guard", "dtype_lint.ecosystems.hf.verify",
                    "dtype_lint.releases", "dtype_lint.tiny_models", "dtype_lint.tiny_diffusers",
                    "dtype_lint.stdout_guard", "dtype_lint.kernels_ref")),
     ("front", ("dtype_lint.fast_path", "dtype_lint.cli", "dtype_lint.cli_output", "dtype_lint.cli_modes",
                "dtype_lint.server", "dtype_lint.server_edits", "dtype_lint.explain", "dtype_lint.doctor",
                "dtype_lint.entry", "dtype_lint.__main__")),
 ]
+# An ecosystem (dtype_lint/ecosystems/<name>/) plugs a module into each stage it extends, so each
+# of its modules sits in the layer of the stage it plugs into, by its file name; a new module of an
+# ecosystem needs a line here (a name not listed fails test_every_module_has_a_layer).
+ECOSYSTEM_ROLES: dict[str, str] = {
+    "presets": "core",         # what a preset knows (config reads it)
+    "family": "analysis",      # the backend family: layers, quantizers, storages, guards
+    "planner": "fix",          # a site of the family → edits through its helper
+    "helper": "fix",           # its helper's text and where it lives
+    "series": "consumers",     # its conventions for a patch series
+    "regression": "consumers",  # the regression tests a series adds
+    "verify": "consumers",     # its proof against real quantized layers
+}
 LAYER_NAMES = [name for name, _ in LAYERS]
 # The layers below the run: none of them may import `dtype_lint.run`, directly or by a back arrow.
 STAGES = {"core", "dtypes", "analysis", "fix", "rule"}
@@ -74,6 +86,13 @@ MODULES = _module_files()
 def layer_of(module: str) -> str:
     if module == "dtype_lint":  # the package itself holds only `__version__`
         return "core"
+    if module.startswith("dtype_lint.ecosystems"):
+        role = ECOSYSTEM_ROLES.get(module.rpartition(".")[2])
+        if role is not None:
+            return role
+        if module in MODULES and MODULES[module].name == "__init__.py":  # the packages: docstrings only
+            return "core"
+        raise AssertionError(f"{module} has no role: add its file name to ECOSYSTEM_ROLES in tests/test_layers.py")
     best, best_len = None, -1
     for name, prefixes in LAYERS:
         for prefix in prefixes:

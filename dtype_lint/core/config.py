@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from dtype_lint.core.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
+from dtype_lint.ecosystems.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -346,7 +346,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
            if conv.name in generated.REGENERATING else [])
     style.generated = gen
     # Hugging Face sites route through their own helper, added to the project's torch utilities.
-    from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
+    from dtype_lint.ecosystems.hf.series import hf_proof, hf_series_patch
 
     hf_patch = hf_series_patch(result, root, rel) if changes else None
     if hf_patch is not None and not proof:
@@ -359,7 +359,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     found_tests = None
     if conv.name == "transformers" and patches:
         # Each transformers patch adds a test of the class it changes, run on the release here.
-        from dtype_lint.migrate import hf_regression
+        from dtype_lint.ecosystems.hf import regression as hf_regression
 
         found_tests = hf_regression.add_tests(patches, hf_patch, style)
     formatted = series.format_patches(patches, Path(out), identity) if patches else []
@@ -376,7 +376,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
         readme = messages.readme(patches, files, conv, identity, style.signoff, gen, result.findings)
         if found_tests is not None:
-            from dtype_lint.migrate import hf_regression
+            from dtype_lint.ecosystems.hf import regression as hf_regression
 
             readme = readme.rstrip("\n") + "\n\n" + "\n".join(hf_regression.readme_section(patches, found_tests))
         outputs["README.md"] = readme.encode("utf-8")

@@ -42,6 +42,7 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.core.prefilter import for_rules, has_suppression
 from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.core.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, hf_helper_location, is_hf_fix, settle_hf_helper
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
 from dtype_lint.fix.helper_home import (
     HelperChoice,
@@ -51,7 +52,6 @@ from dtype_lint.fix.helper_home import (
     reach_problem_for,
 )
 from dtype_lint.fix.helper_template import HelperError, HelperLocation, refuse_template_names
-from dtype_lint.fix.hf_helper import HF_HELPER_NAME, hf_helper_location, is_hf_fix, settle_hf_helper
 from dtype_lint.run import run_memo
 from dtype_lint.run.cache import Cache
 from dtype_lint.run.fast_record import forget as forget_validated_record
@@ -631,7 +631,7 @@ def _scan_for_names(index_found: list[Found], config: Config, cache: Cache, jobs
 def _looked_for(config: Config, index: QuantizableLayerIndex) -> list[str]:
     """Configured and preset class names the project does not define: whether some file imports
     them decides the warnings below, and only their files' headers are read for it."""
-    from dtype_lint.core.presets import PRESETS
+    from dtype_lint.ecosystems.presets import PRESETS
 
     out = [n for names in (config.quantizable, config.exempt_classes, config.not_quantizable)
            for n in names if not index.defines(n)]
@@ -663,7 +663,7 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
         if missing:
             out.append(f"`{key}` names classes the checked files neither define nor import: "
                        f"{', '.join(missing)} (check the spelling and the module path)")
-    from dtype_lint.core.presets import PRESETS
+    from dtype_lint.ecosystems.presets import PRESETS
 
     preset = PRESETS[config.preset]["quantizable"]
     if preset and not any(mentioned(n) for n in preset):
@@ -907,7 +907,7 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
     helper). When no helper can be used, a fixing run stops (exit 2, nothing written); a check
     keeps the findings but drops those fixes, saying why, so that `[*]` and "fixable" promise only
     what `--fix` would do."""
-    # Fixes through the HF helper find it in the project's torch utilities (fix/hf_helper.py).
+    # Fixes through the HF helper find it in the project's torch utilities (ecosystems/hf/helper.py).
     needing = [f for f in result.findings if f.fix is not None and f.fix.imports and not is_hf_fix(f)]
     if not needing:
         _refuse_unreachable_helper(result)  # the HF helper's fixes
@@ -952,7 +952,7 @@ def _refuse_unreachable_helper(result: RunResult) -> None:
     for f in result.findings:
         if f.fix is None or not f.fix.imports:
             continue
-        if is_hf_fix(f):  # the HF helper's home (fix/hf_helper.py), judged the same way
+        if is_hf_fix(f):  # the HF helper's home (ecosystems/hf/helper.py), judged the same way
             module = next(m for m, name in f.fix.imports if name == HF_HELPER_NAME)
             location = hf_helper_location(module, result.index, root)
         elif result.helper_choice is not None:

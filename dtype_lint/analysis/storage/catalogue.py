@@ -2,7 +2,7 @@
 
 An out-of-tree model or platform plugin imports vLLM's layers (`from vllm.model_executor.layers.linear
 import ColumnParallelLinear`) but does not contain vLLM, so the tree's own backends cannot be read.
-`dtype_lint/data/catalogue-<dist>-<version>.json` holds what `CodeBackends` computed from a pinned
+`dtype_lint/ecosystems/<ecosystem>/catalogue-<dist>-<version>.json` holds what `CodeBackends` computed from a pinned
 release of the engine: layer class → the storages its backends can give `weight`, with the
 backend's file (relative to the release) and line; and quant method class → what its
 `create_weights` and `process_weights_after_loading` leave (`method_record`: a plugin's method that
@@ -32,8 +32,10 @@ def shipped() -> tuple[dict, ...]:
 
     out = []
     try:
-        folder = resources.files("dtype_lint") / "data"
-        entries = sorted(p for p in folder.iterdir() if p.name.startswith("catalogue-") and p.name.endswith(".json"))
+        # Each ecosystem ships its engines' catalogues in its own folder (ecosystems/vllm/...).
+        folder = resources.files("dtype_lint") / "ecosystems"
+        entries = sorted((p for ecosystem in folder.iterdir() if ecosystem.is_dir() for p in ecosystem.iterdir()
+                          if p.name.startswith("catalogue-") and p.name.endswith(".json")), key=lambda p: p.name)
     except (FileNotFoundError, NotADirectoryError, ModuleNotFoundError):
         return ()
     for entry in entries:

@@ -41,10 +41,10 @@ from dtype_lint.analysis.index.class_facts import (
 )
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.index.construction_forms import leaves, returns_receiver
-from dtype_lint.analysis.storage import hf_family
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
+from dtype_lint.ecosystems.hf import family as hf_family
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 

@@ -1,9 +1,9 @@
 """The first patch of a Hugging Face migration series: the HF helper added to the project's torch
-utilities (fix/hf_helper.py), and each site patch's proof where hf_verify runs its model class."""
+utilities (ecosystems/hf/helper.py), and each site patch's proof where hf_verify runs its model class."""
 
 from __future__ import annotations
 
-from dtype_lint.fix.hf_helper import HF_HELPER_NAME, settle_hf_helper
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, settle_hf_helper
 
 
 def hf_series_patch(result, root, rel):
@@ -29,7 +29,7 @@ def hf_series_patch(result, root, rel):
         "      quanto, torchao)                                -> the weight dtype",
         "    int8/uint8/fp8 storage, or no .weight             -> None",
         "",
-        messages.wrap("Verified: `python -m dtype_lint.hf_verify` runs real bitsandbytes 4-bit and 8-bit "
+        messages.wrap("Verified: `python -m dtype_lint.ecosystems.hf.verify` runs real bitsandbytes 4-bit and 8-bit "
                      "on CPU over tiny models built from configs; the table is in docs/hf.md of dtype-lint."),
     ])
     return series.Patch(f"Add {HF_HELPER_NAME}: one helper decides a module's input dtype", body, changes)
@@ -49,7 +49,7 @@ class _Locator:
         return type("Header", (), {"path": str(path)}) if path.is_file() else None
 
 
-# The rows `python -m dtype_lint.hf_verify` printed for each model file (docs/hf.md's table), for
+# The rows `python -m dtype_lint.ecosystems.hf.verify` printed for each model file (docs/hf.md's table), for
 # the commit messages of a series.
 VERIFIED = {
     "transformers/models/longt5/modeling_longt5.py": "LongT5Model",
@@ -66,7 +66,7 @@ def hf_proof(changes) -> str | None:
     models = sorted({VERIFIED[c.path] for c in changes if c.path in VERIFIED})
     if not models:
         return None
-    return ("- with real bitsandbytes 4-bit and 8-bit on CPU (`python -m dtype_lint.hf_verify`),\n"
+    return ("- with real bitsandbytes 4-bit and 8-bit on CPU (`python -m dtype_lint.ecosystems.hf.verify`),\n"
             f"  a tiny {', '.join(models)} built from a config: the release's code\n"
             "  crashes or returns an unrelated output (uint8, or an error of about\n"
             "  100%); the patched code matches an unquantized twin within the\n"

@@ -1,7 +1,7 @@
 """Fixes of Hugging Face sites: routed through the HF helper, `get_module_input_dtype(module)`.
 
 The same forms as the vLLM planner (statement, expression, alias; planner.py), with the HF
-helper (fix/hf_helper.py) imported from where the project keeps shared torch utilities
+helper (ecosystems/hf/helper.py) imported from where the project keeps shared torch utilities
 (`transformers.pytorch_utils`, `diffusers.utils.torch_utils`; a configured `helper` module for a
 project built on them). The guarded form is HF's own: a cast under a partial guard
 (`if L.weight.dtype != torch.int8:`, `if (dt := L.weight.dtype).is_floating_point:`) becomes
@@ -23,10 +23,10 @@ import ast
 import re
 
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER, is_pure
-from dtype_lint.analysis.storage.hf_family import NO_WEIGHT, StorageReader, hf_module
 from dtype_lint.core.findings import Edit, Fix
+from dtype_lint.ecosystems.hf.family import NO_WEIGHT, StorageReader, hf_module
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.bound_names import fresh, identifiers
-from dtype_lint.fix.hf_helper import HF_HELPER_HOMES, HF_HELPER_NAME
 from dtype_lint.fix.planner import Planner, Site
 
 

@@ -774,7 +774,7 @@ def runnable() -> str:
 def add_tests(patches, helper_patch, style, run: bool = True) -> SeriesTests:
     """Add each transformers patch's regression test to it, run them all on the release tree
     before and after the series, and write each outcome into its patch's Tests/Results."""
-    from dtype_lint.fix.hf_helper import HF_HELPER_NAME
+    from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME
     from dtype_lint.migrate import messages, series
 
     tests: dict[int, str] = {}

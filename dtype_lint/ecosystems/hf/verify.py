@@ -15,7 +15,7 @@ The quantizer's own error is measured, not assumed: the same fixed model quantiz
 twin, is what the quantizer costs; the release's code is "changed" when its error is more than
 `CHANGED_FACTOR` times that, or not finite, or its output dtype is not the twin's.
 
-Usage: `python -m dtype_lint.hf_verify` prints the table (markdown); exit 1 if a case fails.
+Usage: `python -m dtype_lint.ecosystems.hf.verify` prints the table (markdown); exit 1 if a case fails.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
 CHANGED_FACTOR = 3.0
 # bitsandbytes' own error on these random tiny models stays well under this (measured per case).
