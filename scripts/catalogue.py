@@ -1,6 +1,6 @@
 """Regenerate (or --check) the shipped storage-model catalogue of an engine release.
 
-    python scripts/catalogue.py --dist vllm --version 0.33.0          # write dtype_lint/ecosystems/vllm/catalogue-vllm-0.33.0.json
+    python scripts/catalogue.py --dist vllm --version 0.33.0  # write ecosystems/vllm/catalogue-vllm-0.33.0.json
     python scripts/catalogue.py --dist vllm --version 0.33.0 --check  # exit 1 if the shipped file differs
 
 The release is fetched once with `dtype_lint.releases` (pip download --no-deps, .py files only)
