@@ -47,7 +47,7 @@ from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
-from dtype_lint.ecosystems.hf.family import DTYPE_SITE_RULES, backend_words, hf_storages
+from dtype_lint.ecosystems.registry import family_of, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
@@ -58,10 +58,11 @@ STORAGE_DTYPES = "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
     (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
-    STORAGE_DTYPES when it knew none. Where the Hugging Face family decided the layer, its
-    quantizers' words (`uint8 under bitsandbytes 4-bit/GGUF, ...`), narrowed by partial guards."""
-    if hf_storages(evidence) is not None:
-        return "(" + backend_words(evidence, STORAGE_DTYPES[1:-1]) + ")"
+    STORAGE_DTYPES when it knew none. Where an ecosystem's family decided the layer, its
+    quantizers' words (ecosystems/registry.py), narrowed by partial guards."""
+    family = family_of(evidence)
+    if family is not None:
+        return "(" + family.backend_words(evidence, STORAGE_DTYPES[1:-1]) + ")"
     return "(" + why_storage(evidence, STORAGE_DTYPES[1:-1]) + ")"
 
 
@@ -392,12 +393,12 @@ class RuleFacts:
 
         return FileGuards(self)
 
-    @cached_property
-    def hf_fixes(self):
-        """The planner of sites the Hugging Face family decided (ecosystems/hf/planner.py)."""
-        from dtype_lint.ecosystems.hf.planner import HFPlanner
-
-        return HFPlanner(self.source, self.config, self.project, self.tree)
+    def family_fixes(self, family):
+        """The planner of sites an ecosystem's family decided (its "planner" plug-in), one per file."""
+        planners = self.__dict__.setdefault("_family_planners", {})
+        if family not in planners:
+            planners[family] = planner_of(family)(self.source, self.config, self.project, self.tree)
+        return planners[family]
 
     @cached_property
     def helpers(self):
@@ -475,10 +476,11 @@ class RuleContext:
         return self._fact("flows")
 
     def fixes_for(self, evidence):
-        """The planner for a site with this verdict's evidence: the HF helper's where the Hugging
-        Face family decided the layer, else the configured helper's."""
+        """The planner for a site with this verdict's evidence: the ecosystem helper's where an
+        ecosystem's family decided the layer, else the configured helper's."""
         planner = self._fact("fixes")
-        return self._facts.hf_fixes if hf_storages(evidence) is not None else planner
+        family = family_of(evidence)
+        return self._facts.family_fixes(family) if family is not None else planner
 
     def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:
         """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",
@@ -530,19 +532,20 @@ class RuleContext:
         scope = where.scope if isinstance(where, Candidate) else where
         inst = self.layers.resolve(layer, scope)
         text = ast.unparse(layer)
-        if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
-            from dtype_lint.ecosystems.hf.family import first_parameter
-
-            found = first_parameter(self.layers, inst, layer=layer, scope=scope)
+        if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, a family's code only
+            found = next((got for family in plugins("family")
+                          for got in [family.first_parameter(self.layers, inst, layer=layer, scope=scope)]
+                          if got is not None), None)
             if found is None:
                 return None
             inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
         verdict = self.layers.quantizable(inst, text, patterns, need)
         if verdict is None and form != FIRST_PARAMETER and isinstance(where, Candidate):
             verdict = self._from_callers(layer, where, need)
-        if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
+        family = family_of(verdict[1]) if verdict is not None else None
+        if form == FIRST_PARAMETER and family is None:
             return None
-        if verdict is not None and hf_storages(verdict[1]) is not None and self.rule.code not in DTYPE_SITE_RULES:
+        if family is not None and self.rule.code not in family.DTYPE_SITE_RULES:
             return None
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
@@ -550,14 +553,12 @@ class RuleContext:
 
         if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
             return None
-        if hf_storages(verdict[1]) is not None:  # HF quantizers' storages, narrowed by partial guards
-            from dtype_lint.ecosystems.hf.family import narrowed
-
+        if family is not None:  # the family's quantizers' storages, narrowed by its partial guards
             aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
             cf = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
-            return narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
-                            lambda: self._facts.guards.storage_unpacked(site, where, layer) is not None,
-                            scope.assigns, cf)
+            return family.narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
+                                   lambda: self._facts.guards.storage_unpacked(site, where, layer) is not None,
+                                   scope.assigns, cf)
         # A check that proves the layer unquantized there (asked for every rule: a guard the
         # rule did not declare still decides whether the layer may be quantized at this site).
         if self._facts.guards.storage_unpacked(site, where, layer) is not None:

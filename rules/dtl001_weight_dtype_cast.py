@@ -107,7 +107,7 @@ from dtype_lint.analysis.flow.recognisers import (
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.ecosystems.hf.family import hf_storages
+from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -378,10 +378,10 @@ class WeightDtypeCast(Rule):
                 planner = ctx.fixes_for(evidence)
                 holder = ""
                 if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
-                    from dtype_lint.ecosystems.hf.family import first_parameter_holder
-
-                    holder = first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
-                                                    ctx.source.segment(weight_dtype.layer))
+                    # only a family's verdict reaches here (layer_verdict drops this form otherwise)
+                    family = family_of(evidence)
+                    holder = family.first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
+                                                           ctx.source.segment(weight_dtype.layer))
                 if weight_dtype.form == FIRST_PARAMETER and not holder:
                     fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")
@@ -428,7 +428,7 @@ class WeightDtypeCast(Rule):
             return
         weight_dtype = weight_dtype_source(node.args[0], function.scope)
         verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-        if verdict is None or hf_storages(verdict[1]) is None:
+        if verdict is None or family_of(verdict[1]) is None:
             return
         confidence, evidence = verdict
         layer = ast.unparse(weight_dtype.layer)
@@ -479,7 +479,7 @@ class WeightDtypeCast(Rule):
         if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
             what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
         return (f"{sink} cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
+                f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if family_of(evidence) is not None else ', ...'})`")
 
 
 def _receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:

@@ -73,7 +73,7 @@ from dtype_lint.analysis.flow.recognisers import (
 )
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.weight_registration import weight_allocations
-from dtype_lint.ecosystems.hf.family import hf_storages
+from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
@@ -152,7 +152,7 @@ class WeightDtypeAllocation(Rule):
             for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
                 weight_dtype = weight_dtype_source(kw.value, function.scope)
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-                if verdict is None or (kw in keywords and hf_storages(verdict[1]) is None):
+                if verdict is None or (kw in keywords and family_of(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
                 via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""

@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # of its modules sits in the layer of the stage it plugs into, by its file name; a new module of an
 # ecosystem needs a line here (a name not listed fails test_every_module_has_a_layer).
 ECOSYSTEM_ROLES: dict[str, str] = {
+    "registry": "core",        # names the plug-ins as data; imports none of them itself
     "presets": "core",         # what a preset knows (config reads it)
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "planner": "fix",          # a site of the family → edits through its helper
@@ -185,6 +186,38 @@ def test_no_private_name_crosses_a_package():
                 if imp.name and imp.name.startswith("_") and not imp.name.startswith("__")
                 and _owning_package(imp.target) != _package_of(imp.importer, MODULES[imp.importer])]
     assert crossing == [], "private names taken from another package:\n" + "\n".join(map(repr, crossing))
+
+
+# The registry's calls that hand a stage an ecosystem module, and the role each hands out (for
+# `plugins(ROLE)` and `plugin(ECOSYSTEM, ROLE)`, the role is the string argument).
+PLUGIN_CALLS = {"family_of": "family", "planner_of": "planner", "helper_of": "helper"}
+
+
+def plugin_requests(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, role) of every plug-in this module asks the registry for."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        strings = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        if name in PLUGIN_CALLS:
+            found.append((node.lineno, PLUGIN_CALLS[name]))
+        elif name in ("plugins", "plugin") and strings:
+            found.append((node.lineno, strings[-1]))
+    return found
+
+
+def test_no_stage_asks_the_registry_for_a_plug_in_above_it():
+    """A plug-in is imported by name (ecosystems/registry.py), so the import check above cannot see
+    it: the role a stage asks for must sit at or below the stage's layer, as an import must."""
+    upward = [f"{module}:{line} asks for a {role} ({ECOSYSTEM_ROLES[role]})"
+              for module, path in sorted(MODULES.items()) if not module.startswith("dtype_lint.ecosystems")
+              for line, role in plugin_requests(module, path)
+              if LAYER_NAMES.index(ECOSYSTEM_ROLES[role]) > LAYER_NAMES.index(layer_of(module))]
+    assert upward == [], "\n".join(upward)
+    asked = {role for module, path in MODULES.items() for _line, role in plugin_requests(module, path)}
+    assert {"family", "planner", "helper"} <= asked, asked  # the reader sees the stages' requests
 
 
 @pytest.mark.parametrize("source, expected", [

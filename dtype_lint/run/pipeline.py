@@ -42,7 +42,7 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.core.prefilter import for_rules, has_suppression
 from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.core.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
-from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, hf_helper_location, is_hf_fix, settle_hf_helper
+from dtype_lint.ecosystems.registry import helper_of, plugins
 from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
 from dtype_lint.fix.helper_home import (
     HelperChoice,
@@ -907,10 +907,11 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
     helper). When no helper can be used, a fixing run stops (exit 2, nothing written); a check
     keeps the findings but drops those fixes, saying why, so that `[*]` and "fixable" promise only
     what `--fix` would do."""
-    # Fixes through the HF helper find it in the project's torch utilities (ecosystems/hf/helper.py).
-    needing = [f for f in result.findings if f.fix is not None and f.fix.imports and not is_hf_fix(f)]
+    # Fixes through an ecosystem's own helper find it where that ecosystem keeps it (its "helper"
+    # plug-in: the HF helper in the project's torch utilities).
+    needing = [f for f in result.findings if f.fix is not None and f.fix.imports and helper_of(f) is None]
     if not needing:
-        _refuse_unreachable_helper(result)  # the HF helper's fixes
+        _refuse_unreachable_helper(result)  # the ecosystem helpers' fixes
         return
     try:
         choice = choose_helper(result.config, files, needing)
@@ -952,9 +953,9 @@ def _refuse_unreachable_helper(result: RunResult) -> None:
     for f in result.findings:
         if f.fix is None or not f.fix.imports:
             continue
-        if is_hf_fix(f):  # the HF helper's home (ecosystems/hf/helper.py), judged the same way
-            module = next(m for m, name in f.fix.imports if name == HF_HELPER_NAME)
-            location = hf_helper_location(module, result.index, root)
+        ecosystem_helper = helper_of(f)
+        if ecosystem_helper is not None:  # an ecosystem helper's home, judged the same way
+            location = ecosystem_helper.helper_location(f, result.index, root)
         elif result.helper_choice is not None:
             location = result.helper_choice.for_path(f.path, root).location
         else:
@@ -1019,7 +1020,7 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
         return
     for location in to_create:
         _create_helper(result.writer, location)
-    _settle_hf_helper(result, index, [ff.outcome for ff in fixes])
+    _settle_ecosystem_helpers(result, index, [ff.outcome for ff in fixes])
     outcomes = []
     for ff in fixes:
         o = ff.outcome
@@ -1097,16 +1098,17 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
     return None
 
 
-def _settle_hf_helper(result: RunResult, index, outcomes) -> None:
-    """Append the HF helper to its home (or create that), where an applied fix imports it."""
-    for path, data, expect in settle_hf_helper(outcomes, index, result.config.root):
-        try:
-            if expect is None:
-                result.writer.create_files([(Path(path), data, "helper")], "folder for the helper")
-            else:
-                result.writer.write(path, data, "helper", expect=expect)
-        except WriteError as e:
-            raise UserError(f"cannot add the HF helper to {path}: {e}") from None
+def _settle_ecosystem_helpers(result: RunResult, index, outcomes) -> None:
+    """Append each ecosystem's helper to its home (or create that), where an applied fix imports it."""
+    for ecosystem_helper in plugins("helper"):
+        for path, data, expect in ecosystem_helper.settle_helper(outcomes, index, result.config.root):
+            try:
+                if expect is None:
+                    result.writer.create_files([(Path(path), data, "helper")], "folder for the helper")
+                else:
+                    result.writer.write(path, data, "helper", expect=expect)
+            except WriteError as e:
+                raise UserError(f"cannot add the {ecosystem_helper.HELPER_LABEL} to {path}: {e}") from None
 
 
 def _create_helper(writer: ProjectWriter, helper: HelperLocation) -> None:

@@ -44,7 +44,7 @@ from dtype_lint.analysis.index.construction_forms import leaves, returns_receive
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
-from dtype_lint.ecosystems.hf import family as hf_family
+from dtype_lint.ecosystems.registry import plugins
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
@@ -147,10 +147,11 @@ class LayerResolver:
                 return Instance(inst.qualname, inst.config, inst.env,
                                 (Evidence(f"`{name}(...)` call", self.path, expr.lineno), *inst.chain), inst.passed)
             return Instance(None)
-        if isinstance(expr, ast.Subscript):  # `self.mlp[0]` of an `nn.Sequential(...)` in HF code
-            hf_item = hf_family.sequential_item(self, expr, scope, depth, this)
-            if hf_item is not None:
-                return hf_item
+        if isinstance(expr, ast.Subscript):  # `self.mlp[0]` of an `nn.Sequential(...)` in a family's code
+            for family in plugins("family"):
+                item = family.sequential_item(self, expr, scope, depth, this)
+                if item is not None:
+                    return item
         if isinstance(expr, ast.Attribute):
             owner = self.resolve(expr.value, scope, depth + 1, this)
             if not owner.qualname:
@@ -283,7 +284,8 @@ class LayerResolver:
         if not qualname:
             return False
         mro = self.index.mro(qualname)
-        return hf_family.layer_kind(mro) is not None or self.index.quantizable_verdict(qualname).yes \
+        return any(family.layer_kind(mro) is not None for family in plugins("family")) \
+            or self.index.quantizable_verdict(qualname).yes \
             or self.quant_root(qualname) is not None
 
     def _getter(self, owner: Instance, name: str, depth: int) -> Instance | None:
@@ -559,11 +561,13 @@ class LayerResolver:
         `need`: the storage that makes the site a finding, NON_COMPUTE (a packed, fp8 or missing
         `weight`: casts, allocations) or ABSENT (no `weight` at all: an unguarded read); when the
         storage model knows the layer's backends and none of them gives it such a storage, None."""
-        # Hugging Face model code: quantizers replace torch layers at load time, no config reaches
-        # a constructor (hf_family.py).
-        hf = hf_family.verdict(self, inst, expr_text)
-        if hf is not None:
-            return hf or None
+        # An ecosystem's family first (ecosystems/registry.py): Hugging Face quantizers replace torch
+        # layers at load time, and no config reaches a constructor. A family's "no" (an empty
+        # verdict) is final; None leaves the layer to the storage model below.
+        for family in plugins("family"):
+            decided = family.verdict(self, inst, expr_text)
+            if decided is not None:
+                return decided or None
         if inst.config == NONE:
             return None
         q = inst.qualname

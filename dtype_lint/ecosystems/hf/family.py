@@ -661,3 +661,11 @@ def runs_at_construction(fn, cls) -> bool:
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
                 callers.add(name)
     return callers == {"__init__"}
+
+
+# ---- the family protocol (ecosystems/registry.py) ----------------------------------------------
+
+
+def claims(evidence) -> bool:
+    """Did this family decide the verdict that carries this evidence (its quantizers' storages)?"""
+    return hf_storages(evidence) is not None

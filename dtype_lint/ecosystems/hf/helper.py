@@ -84,3 +84,22 @@ def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | No
             continue
         out.append((header.path, (text.rstrip("\n") + "\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), data))
     return out
+
+
+# ---- the helper protocol (ecosystems/registry.py) ----------------------------------------------
+
+HELPER_LABEL = "HF helper"  # as messages name it
+
+
+def owns_fix(finding) -> bool:
+    """Does this finding's fix route through this ecosystem's helper?"""
+    return is_hf_fix(finding)
+
+
+def helper_location(finding, index, root):
+    """Where the helper a fix imports lives, judged as the shared helper's home is."""
+    module = next(module for module, name in finding.fix.imports if name == HF_HELPER_NAME)
+    return hf_helper_location(module, index, root)
+
+
+settle_helper = settle_hf_helper

@@ -349,3 +349,7 @@ def _is_compute_dtype(node: ast.AST, layer: ast.expr) -> bool:
             and len(node.args) == 3 and ast.dump(node.args[0]) == ast.dump(layer)
             and isinstance(node.args[1], ast.Constant) and node.args[1].value == "compute_dtype"
             and isinstance(node.args[2], ast.Constant) and node.args[2].value is None)
+
+
+# The planner of this family's sites (ecosystems/registry.py, the "planner" role).
+PLANNER = HFPlanner
