@@ -1,4 +1,4 @@
-"""Parsing only what can hold a site (core/regions.py, engine/trees.parse_reduced)."""
+"""Parsing only what can hold a site (core/regions.py, core/trees.parse_reduced)."""
 
 from __future__ import annotations
 

@@ -297,7 +297,7 @@ def _is_super_init(call: ast.Call) -> bool:
 
 
 class ClassesFirst(FileFacts):
-    """The facts of a file read for its classes (engine/regions.class_regions): each class parsed
+    """The facts of a file read for its classes (core/regions.class_regions): each class parsed
     from its own text when its facts are first asked for; the module's functions and tree (the
     file parsed, reduced) only if something asks for them."""
 
