@@ -6,7 +6,7 @@ forward with and without `DtypeGuard(model)` around it, in one process, alternat
     .venv/bin/python benchmarks/guard_overhead.py --save     # ... and results/guard/<date>-guard-overhead.{json,md}
 
 Rows: LongT5 encoder-decoders built from configs (seeded, nothing downloaded; the tiny one is
-`dtype_lint.hf_verify`'s, the others wider and deeper), unquantized and under bitsandbytes 4-bit on
+`dtype_lint.ecosystems.hf.verify`'s, the others wider and deeper), unquantized and under bitsandbytes 4-bit on
 CPU (the `hf` extra). One guard is around each round's forwards, so the ratio is the steady
 cost per forward; entering and leaving a guard (patching, registering the model's packed weights,
 restoring: what the pytest plugin adds to each test) is its own column.
@@ -52,7 +52,7 @@ def build(size: dict, quantizer: str | None, folder: str):
     import torch
     from transformers import LongT5Config, LongT5Model
 
-    from dtype_lint import hf_verify
+    from dtype_lint.ecosystems.hf import verify as hf_verify
 
     base = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_decoder_layers=1, num_heads=4,
                 decoder_start_token_id=0, pad_token_id=0, encoder_attention_type="local")

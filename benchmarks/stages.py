@@ -31,16 +31,19 @@ def _read(path):
 
 def _prefilter():
     try:
-        from dtype_lint.engine.prefilter import might_match
+        from dtype_lint.core.prefilter import for_rules
+        from dtype_lint.rules import ALL_RULES
+
+        might_match = for_rules(ALL_RULES).might_match
     except ImportError:
-        # Only until dtype_lint.engine.prefilter exists: the same shape of test, said plainly.
+        # Only until dtype_lint.core.prefilter exists: the same shape of test, said plainly.
         site = re.compile(r"weight\w*[\"'\])]*\s*[.,)]")
 
         def might_match(text):
             return "weight" in text and site.search(text) is not None
 
-        return might_match, "fallback regex (dtype_lint.engine.prefilter not importable)"
-    return might_match, "dtype_lint.engine.prefilter.might_match"
+        return might_match, "fallback regex (dtype_lint.core.prefilter not importable)"
+    return might_match, "dtype_lint.core.prefilter.for_rules(ALL_RULES).might_match"
 
 
 def run_stage(name, tree):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dtype_lint.config import Config, apply_settings
-from dtype_lint.engine.pipeline import RunOptions, RunResult, check_text, fix_one_text, run
-from dtype_lint.findings import Finding
+from dtype_lint.core.config import Config, apply_settings
+from dtype_lint.core.findings import Finding
 from dtype_lint.fix.helper_template import helper_source
 from dtype_lint.fix.scope_check import libcst_unavailable
+from dtype_lint.run.pipeline import RunOptions, RunResult, check_text, fix_one_text, run
 
 
 def make_config(settings: dict | None = None, root: Path | None = None) -> Config:

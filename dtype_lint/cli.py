@@ -212,7 +212,7 @@ def _main(argv: list[str]) -> int:
     if (problem := environment_problem()) is not None:
         print(f"dtype-lint: error: {problem}", file=sys.stderr)
         return EXIT_ERROR
-    from dtype_lint.engine.fast_path import try_clean_exit  # before the engine: see its docstring
+    from dtype_lint.fast_path import try_clean_exit  # before the engine: see its docstring
 
     if (code := try_clean_exit(argv)) is not None:
         return code
@@ -224,7 +224,7 @@ def _main(argv: list[str]) -> int:
     # `--add-noqa` takes its reason only as `--add-noqa=REASON`: a bare one never eats a path.
     argv = ["--add-noqa=" if a == "--add-noqa" else a for a in argv]
     args = parse(argv)
-    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.run.pipeline import UserError
 
     try:
         if args.command == "rule":
@@ -252,8 +252,8 @@ def _main(argv: list[str]) -> int:
 
 
 def _check(args) -> int:
-    from dtype_lint.engine.pipeline import RunOptions, UserError, run
-    from dtype_lint.engine.progress import progress_bar
+    from dtype_lint.run.pipeline import RunOptions, UserError, run
+    from dtype_lint.run.progress import progress_bar
 
     _check_combinations(args)
     if args.paths == ["-"] or (args.stdin_filename and not args.paths):
@@ -303,7 +303,7 @@ def _check(args) -> int:
 
 
 def _check_combinations(args) -> None:
-    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.run.pipeline import UserError
 
     if args.add_noqa is not None:
         clash = [flag for flag, on in (("--fix", args.fix), ("--fix-only", args.fix_only), ("--diff", args.diff),
@@ -335,7 +335,7 @@ def _print_writes(result, verbose: bool = False, skip: tuple[str, ...] = (), sho
 def _report(result, args) -> None:
     import io
 
-    from dtype_lint.engine.pipeline import safe_read
+    from dtype_lint.run.pipeline import safe_read
 
     report = io.StringIO()  # written to the named file, or not used
     out = report if args.output_file else sys.stdout
@@ -358,10 +358,10 @@ def environment_problem() -> str | None:
 def _check_named_file(path: str | None, flag: str = "", cfg=None, paths=(), baseline=None,
                       folder: bool = False) -> None:
     """A report file the user named must be writable before a run starts, not after it has
-    rewritten files, and must not be one of the run's inputs (engine/outputs.py)."""
-    from dtype_lint.engine.outputs import check_output
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.writer import target_problem
+    rewritten files, and must not be one of the run's inputs (run/outputs.py)."""
+    from dtype_lint.core.writer import target_problem
+    from dtype_lint.run.outputs import check_output
+    from dtype_lint.run.pipeline import UserError
 
     if path and cfg is not None and (problem := check_output(path, flag, cfg, paths=paths, baseline=baseline,
                                                             folder=folder)):
@@ -371,9 +371,9 @@ def _check_named_file(path: str | None, flag: str = "", cfg=None, paths=(), base
 
 
 def _write_named_file(result, path: str, text: str, why: str) -> None:
-    from dtype_lint.engine.outputs import check_output
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.writer import WriteError
+    from dtype_lint.core.writer import WriteError
+    from dtype_lint.run.outputs import check_output
+    from dtype_lint.run.pipeline import UserError
 
     if problem := check_output(path, "", result.config, paths=result.files):
         raise UserError(problem)
@@ -385,9 +385,9 @@ def _write_named_file(result, path: str, text: str, why: str) -> None:
 
 def _migrate(args) -> int:
 
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.progress import progress_bar
     from dtype_lint.migrate.migration import print_summary, render_report, run_migration
+    from dtype_lint.run.pipeline import UserError
+    from dtype_lint.run.progress import progress_bar
 
     if not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or directory")
@@ -424,9 +424,9 @@ def _migrate(args) -> int:
 
 
 def _series(args, cfg, tick) -> int:
-    from dtype_lint.engine.pipeline import UserError
     from dtype_lint.migrate.conventions import IdentityError
     from dtype_lint.migrate.migration import migration_series, render_report
+    from dtype_lint.run.pipeline import UserError
 
     try:
         result, patches, files = migration_series(
@@ -458,9 +458,9 @@ def _doctor(args) -> int:
 
 
 def _rule(args) -> int:
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.findings import ENGINE_CODES
+    from dtype_lint.core.findings import ENGINE_CODES
     from dtype_lint.rules import ALL_RULES, RULES_BY_CODE
+    from dtype_lint.run.pipeline import UserError
 
     if args.all or not args.code:
         for r in ALL_RULES:

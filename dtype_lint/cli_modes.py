@@ -26,14 +26,14 @@ def check_stdin(args) -> int:
     report goes to stdout, or to stderr when stdout carries the fixed text."""
     import time
 
-    from dtype_lint.engine.buffer import display_path, open_buffer
-    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.run.buffer import display_path, open_buffer
+    from dtype_lint.run.pipeline import UserError
 
     if args.write_baseline or args.baseline or args.changed_since or args.add_noqa is not None:
         raise UserError("stdin mode takes no --baseline, --write-baseline, --changed-since or --add-noqa")
     started = time.perf_counter()
     filename = args.stdin_filename or "stdin.py"
-    from dtype_lint.engine.source import READ_ERRORS, FileText
+    from dtype_lint.core.source import READ_ERRORS, FileText
 
     try:
         text = FileText.decode(sys.stdin.buffer.read()).text
@@ -70,10 +70,10 @@ def check_stdin(args) -> int:
 
 def add_noqa_mode(result, reason: str) -> int:
     """Write a suppression for every remaining finding (see engine.add_noqa)."""
-    from dtype_lint.engine.add_noqa import add_noqa
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes
-    from dtype_lint.engine.writer import WriteError
+    from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes
+    from dtype_lint.core.writer import WriteError
+    from dtype_lint.run.add_noqa import add_noqa
+    from dtype_lint.run.pipeline import UserError
 
     by_path: dict[str, list] = {}
     for finding in result.findings:
@@ -102,7 +102,7 @@ def add_noqa_mode(result, reason: str) -> int:
 
 def show_fixes(result, args) -> None:
     """Ruff's `--show-fixes`: per file, how many of each code were fixed (or can be)."""
-    from dtype_lint.engine.pipeline import selected
+    from dtype_lint.run.pipeline import selected
 
     names = {code: info.name for code, info in _all_rule_infos().items()}
     if result.fixed:

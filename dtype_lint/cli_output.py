@@ -12,8 +12,8 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def _config(args, paths: list[str]):
-    from dtype_lint.config import ConfigError, load_for_run
-    from dtype_lint.engine.pipeline import UserError
+    from dtype_lint.core.config import ConfigError, load_for_run
+    from dtype_lint.run.pipeline import UserError
 
     overrides = {}
     if getattr(args, "select", None):
@@ -68,10 +68,10 @@ def _from_cwd(root: Path, path: str) -> str:
 
 
 def rule_infos() -> dict:
-    from dtype_lint.reporters import RuleInfo
-    from dtype_lint.rules import ALL_RULES
+    """Every rule's metadata for the reports (reporters/rule_metadata.py, imported when asked)."""
+    from dtype_lint.reporters.rule_metadata import rule_infos as every_rule_info
 
-    return {r.code: RuleInfo(r.code, r.name, r.summary, rule_doc(r)) for r in ALL_RULES}
+    return every_rule_info()
 
 
 def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, read_source, out,
@@ -101,8 +101,7 @@ def _render(findings, fixed, args, files: int, analyzed: int, elapsed: float, re
 
 
 def rule_doc(rule) -> str:
-    import inspect
+    """A rule's page (reporters/rule_metadata.py, imported when asked)."""
+    from dtype_lint.reporters.rule_metadata import rule_doc as page
 
-    doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
-    title, _, body = doc.partition("\n")
-    return f"# {title}\n{body}\n"
+    return page(rule)

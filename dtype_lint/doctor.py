@@ -15,14 +15,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dtype_lint import __version__
-from dtype_lint.analysis.class_facts import ProjectFacts
-from dtype_lint.analysis.class_index import QuantizableLayerIndex
-from dtype_lint.analysis.file_analysis import safe_read
-from dtype_lint.config import _KEYS, Config
-from dtype_lint.engine.pipeline import RunOptions, RunResult, run
+from dtype_lint.analysis.index.class_facts import ProjectFacts
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
+from dtype_lint.core.config import SETTING_KEYS, Config
 from dtype_lint.fix.helper_home import INFERRED_MODULE, configured_location, existing_inferred
 from dtype_lint.fix.helper_template import HelperError
 from dtype_lint.reporters._common import plural
+from dtype_lint.run.file_analysis import safe_read
+from dtype_lint.run.pipeline import RunOptions, RunResult, run
 
 
 @dataclass
@@ -109,7 +109,7 @@ def _settings(config: Config) -> list[tuple[str, object, str]]:
     from_file: set[str] = set()
     if config.source != "defaults":
         try:
-            from dtype_lint.config import ConfigError, read_toml
+            from dtype_lint.core.config import ConfigError, read_toml
 
             doc = read_toml(Path(config.source))
             tool = doc.get("tool", {})
@@ -121,7 +121,7 @@ def _settings(config: Config) -> list[tuple[str, object, str]]:
     default = Config()
     attrs = {f.name for f in fields(Config)}
     out = []
-    for key, (attr, kind) in _KEYS.items():
+    for key, (attr, kind) in SETTING_KEYS.items():
         if kind == "extend" or attr not in attrs:
             continue
         value = getattr(config, attr)
@@ -129,7 +129,8 @@ def _settings(config: Config) -> list[tuple[str, object, str]]:
             value = ":".join(config.helper_spec)
         elif key == "helper-template" and not value:
             value = config.template
-        if key in from_file or any(k in from_file for k, (a, kd) in _KEYS.items() if a == attr and kd == "extend"):
+        if key in from_file or any(other in from_file for other, (other_attr, other_kind) in SETTING_KEYS.items()
+                                   if other_attr == attr and other_kind == "extend"):
             where = Path(config.source).name
         elif key in ("helper", "helper-template") and not getattr(config, attr):
             where = f"the {config.preset} preset"

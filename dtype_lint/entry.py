@@ -1,12 +1,12 @@
 """The console entry point (`dtype-lint`, `python -m dtype_lint`): the pre-commit fast path
-(engine/fast_path.py), else the command line, both with stdout guarded (stdout_guard.py). Nothing
+(fast_path.py), else the command line, both with stdout guarded (stdout_guard.py). Nothing
 imports this module."""
 
 from __future__ import annotations
 
 import sys
 
-from dtype_lint.engine import fast_path
+from dtype_lint import fast_path
 from dtype_lint.stdout_guard import run_guarded
 
 

@@ -13,8 +13,8 @@ import ast
 import os
 from pathlib import Path
 
-from dtype_lint.analysis.catalogue import default_model
-from dtype_lint.analysis.storage_model import ABSENT, COMPUTE, NON_COMPUTE
+from dtype_lint.analysis.storage.catalogue import default_model
+from dtype_lint.analysis.storage.storage_model import ABSENT, COMPUTE, NON_COMPUTE
 
 
 class ExplainError(Exception):
@@ -32,13 +32,13 @@ def parse_site(site: str) -> tuple[str, int]:
 
 def explain(site: str, config_file: str | None = None) -> str:
     """The explanation, as text."""
-    from dtype_lint.analysis.catalogue_build import project_facts_for
-    from dtype_lint.analysis.class_facts import FunctionScope
-    from dtype_lint.analysis.class_index import extract_header
-    from dtype_lint.analysis.layers import LayerResolver
-    from dtype_lint.engine.discovery import module_name
-    from dtype_lint.engine.source import read_file
-    from dtype_lint.rule import iter_functions
+    from dtype_lint.analysis.function_walk import iter_functions
+    from dtype_lint.analysis.index.class_facts import FunctionScope
+    from dtype_lint.analysis.index.class_index import extract_header
+    from dtype_lint.analysis.storage.layers import LayerResolver
+    from dtype_lint.core.discovery import module_name
+    from dtype_lint.core.source import read_file
+    from dtype_lint.run.catalogue_build import project_facts_for
 
     path, line = parse_site(site)
     try:

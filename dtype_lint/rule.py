@@ -21,7 +21,7 @@ Facts a rule may declare (reading an undeclared one raises, so declarations stay
   they decide for every storage (helper_facts.py). A rule that reports calls of helpers defined
   in other files sets `reads_helper_callers`, so that files importing one are analysed whatever
   their text;
-- "guards": the questions asked of the checks that dominate a site (analysis/file_guards.py):
+- "guards": the questions asked of the checks that dominate a site (analysis/guard_engine/file_guards.py):
   `storage_unpacked(site, function, layer)` (the layer is proven unquantized or its storage a
   float there; `layer_verdict(..., site=)` asks it for every rule) and `weight_present(read,
   function, layer)` (`L.weight` cannot raise there).
@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import ClassVar
 
-from dtype_lint.analysis.class_facts import FunctionScope, ProjectFacts
-from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
-from dtype_lint.analysis.hf_family import backend_words, hf_storages
-from dtype_lint.analysis.layers import LayerResolver
-from dtype_lint.analysis.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.storage_model import ABSENT, why_storage
-from dtype_lint.config import Config
-from dtype_lint.engine.source import SourceFile
-from dtype_lint.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
+from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
+from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions
+from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
+from dtype_lint.analysis.storage.layers import LayerResolver
+from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
+from dtype_lint.core.config import Config
+from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
+from dtype_lint.core.source import SourceFile
+from dtype_lint.ecosystems.registry import family_of, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
@@ -58,10 +58,11 @@ STORAGE_DTYPES = "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
     (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
-    STORAGE_DTYPES when it knew none. Where the Hugging Face family decided the layer, its
-    quantizers' words (`uint8 under bitsandbytes 4-bit/GGUF, ...`), narrowed by partial guards."""
-    if hf_storages(evidence) is not None:
-        return "(" + backend_words(evidence, STORAGE_DTYPES[1:-1]) + ")"
+    STORAGE_DTYPES when it knew none. Where an ecosystem's family decided the layer, its
+    quantizers' words (ecosystems/registry.py), narrowed by partial guards."""
+    family = family_of(evidence)
+    if family is not None:
+        return "(" + family.backend_words(evidence, STORAGE_DTYPES[1:-1]) + ")"
     return "(" + why_storage(evidence, STORAGE_DTYPES[1:-1]) + ")"
 
 
@@ -123,7 +124,7 @@ class Rule:
     # other declarations: each must be a literal.
     default_enabled: ClassVar[bool] = True
     # The parts of a file the rule reads: "sites" (the functions holding a line its patterns match,
-    # the class facts, module-level statements: engine/regions.py may blank every other function
+    # the class facts, module-level statements: core/regions.py may blank every other function
     # body) or "whole-file" (it walks the whole tree; a run enabling it parses every file whole).
     regions: ClassVar[str] = "whole-file"
     # It reports a layer's weight dtype used as a compute dtype (a cast, an allocation): every
@@ -381,7 +382,7 @@ class RuleFacts:
 
     @cached_property
     def flows(self):
-        from dtype_lint.analysis.flows import Flows
+        from dtype_lint.analysis.flow.flows import Flows
 
         return Flows(self.project, self.source.module, self.imports, self.config, self.layers)
 
@@ -393,22 +394,22 @@ class RuleFacts:
 
     @cached_property
     def generic_holders(self):
-        from dtype_lint.analysis.callers import GenericHolders
+        from dtype_lint.analysis.flow.callers import GenericHolders
 
         return GenericHolders(self.functions)
 
     @cached_property
     def guards(self):
-        from dtype_lint.analysis.file_guards import FileGuards
+        from dtype_lint.analysis.guard_engine.file_guards import FileGuards
 
         return FileGuards(self)
 
-    @cached_property
-    def hf_fixes(self):
-        """The planner of sites the Hugging Face family decided (fix/hf_planner.py)."""
-        from dtype_lint.fix.hf_planner import HFPlanner
-
-        return HFPlanner(self.source, self.config, self.project, self.tree)
+    def family_fixes(self, family):
+        """The planner of sites an ecosystem's family decided (its "planner" plug-in), one per file."""
+        planners = self.__dict__.setdefault("_family_planners", {})
+        if family not in planners:
+            planners[family] = planner_of(family)(self.source, self.config, self.project, self.tree)
+        return planners[family]
 
     @cached_property
     def helpers(self):
@@ -435,7 +436,7 @@ class RuleContext:
         self._reported: dict[tuple[str, Span, str], int] = {}
         self.source = facts.source
         self.config = facts.config
-        self._tracing = False  # judging a caller's argument (analysis/callers.py): one step only
+        self._tracing = False  # judging a caller's argument (analysis/flow/callers.py): one step only
 
     def _declared(self, name: str) -> None:
         if name not in type(self.rule).facts:
@@ -486,10 +487,11 @@ class RuleContext:
         return self._fact("flows")
 
     def fixes_for(self, evidence):
-        """The planner for a site with this verdict's evidence: the HF helper's where the Hugging
-        Face family decided the layer, else the configured helper's."""
+        """The planner for a site with this verdict's evidence: the ecosystem helper's where an
+        ecosystem's family decided the layer, else the configured helper's."""
         planner = self._fact("fixes")
-        return self._facts.hf_fixes if hf_storages(evidence) is not None else planner
+        family = family_of(evidence)
+        return self._facts.family_fixes(family) if family is not None else planner
 
     def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:
         """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",
@@ -533,18 +535,18 @@ class RuleContext:
                       form: str = "") -> tuple[str, tuple[Evidence, ...]] | None:
         """(confidence, evidence) when `layer` may hold a repacked weight here, else None.
         Given the candidate function and the `site` node, a check that dominates the site and
-        proves the layer unquantized (analysis/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
+        proves the layer unquantized (analysis/guard_engine/guards.py, STORAGE_UNPACKED) also makes it None. `need`:
         the storage that makes the site a finding ("non-compute", or "absent" for a read of `.weight`
-        itself), asked of the storage model (analysis/storage_model.py)."""
+        itself), asked of the storage model (analysis/storage/storage_model.py)."""
         cfg = self.config
         patterns = cfg.name_patterns if cfg.name_heuristics else None
         scope = where.scope if isinstance(where, Candidate) else where
         inst = self.layers.resolve(layer, scope)
         text = ast.unparse(layer)
-        if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, HF code only
-            from dtype_lint.analysis.hf_family import first_parameter
-
-            found = first_parameter(self.layers, inst, layer=layer, scope=scope)
+        if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, a family's code only
+            found = next((got for family in plugins("family")
+                          for got in [family.first_parameter(self.layers, inst, layer=layer, scope=scope)]
+                          if got is not None), None)
             if found is None:
                 return None
             inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
@@ -560,24 +562,23 @@ class RuleContext:
             verdict = self.layers.quantizable(inst, text, patterns, need)
         if verdict is None and form != FIRST_PARAMETER and isinstance(where, Candidate):
             verdict = self._from_callers(layer, where, need)
-        if form == FIRST_PARAMETER and (verdict is None or hf_storages(verdict[1]) is None):
+        family = family_of(verdict[1]) if verdict is not None else None
+        if form == FIRST_PARAMETER and family is None:
             return None
-        if verdict is not None and hf_storages(verdict[1]) is not None and not self.rule.dtype_site:
+        if family is not None and not self.rule.dtype_site:
             return None
         if verdict is None or site is None or not isinstance(where, Candidate):
             return verdict
-        from dtype_lint.analysis.never_runs import never_runs
+        from dtype_lint.analysis.guard_engine.never_runs import never_runs
 
         if never_runs(site, where.parents):  # `if TYPE_CHECKING:`: the site never runs
             return None
-        if hf_storages(verdict[1]) is not None:  # HF quantizers' storages, narrowed by partial guards
-            from dtype_lint.analysis.hf_family import narrowed
-
+        if family is not None:  # the family's quantizers' storages, narrowed by its partial guards
             aliases = {k: v[0] for k, v in scope.assigns.items() if len(v) == 1 and v[0] is not None}
-            class_facts = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
-            return narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
-                            lambda: self._facts.guards.storage_unpacked(site, where, layer) is not None,
-                            scope.assigns, class_facts)
+            cf = self._facts.project.class_facts(where.class_qualname) if where.class_qualname else None
+            return family.narrowed(verdict, site, where.fn, where.parents, layer, aliases, self.source.path,
+                                   lambda: self._facts.guards.storage_unpacked(site, where, layer) is not None,
+                                   scope.assigns, cf)
         # A check that proves the layer unquantized there (asked for every rule: a guard the
         # rule did not declare still decides whether the layer may be quantized at this site).
         if self._facts.guards.storage_unpacked(site, where, layer) is not None:
@@ -585,9 +586,9 @@ class RuleContext:
         return verdict
 
     def _from_callers(self, layer: ast.expr, where: "Candidate", need: str):
-        """A parameter typed only as a module (analysis/callers.py): the verdict on what a call of
+        """A parameter typed only as a module (analysis/flow/callers.py): the verdict on what a call of
         its function in this file passes for it, judged at that call (one step)."""
-        from dtype_lint.analysis.callers import generically_typed
+        from dtype_lint.analysis.flow.callers import generically_typed
 
         # Not for a read of `.weight` itself (DTL003): its callers' paths are guarded by checks the
         # engine reads on the layer it is handed (a format predicate on the config), not at the call.
@@ -650,42 +651,6 @@ class RuleContext:
         self._reported[key] = len(self._sink)
         self._sink.append(finding)
         return finding
-
-
-_COMPOUND = tuple(getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try",
-                                             "TryStar", "Match") if hasattr(ast, n))
-
-
-def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None):
-    """(function node, enclosing class qualname or None, scope qualname) for every function;
-    with `lines` (sorted line numbers), only those whose statement spans one of them (and the
-    walk skips every statement that spans none)."""
-    yield from _visit(tree.body, None, "", module, lines)
-
-
-def _spans(node: ast.stmt, lines: list[int]) -> bool:
-    i = bisect_left(lines, node.lineno)
-    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
-
-
-def _visit(body, class_q, prefix, module, lines):
-    for node in body:
-        if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
-                and not _spans(node, lines):
-            continue
-        if isinstance(node, ast.ClassDef):
-            q = f"{prefix}.{node.name}" if prefix else node.name
-            yield from _visit(node.body, f"{module}.{q}" if module else q, q, module, lines)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            q = f"{prefix}.{node.name}" if prefix else node.name
-            yield node, class_q, q
-            yield from _visit(node.body, None, q, module, lines)
-        elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
-            blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
-            blocks += [h.body for h in getattr(node, "handlers", None) or []]
-            blocks += [c.body for c in getattr(node, "cases", None) or []]
-            for block in blocks:
-                yield from _visit(block, class_q, prefix, module, lines)
 
 
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",

@@ -4,8 +4,8 @@ A rule module (`rules/dtlNNN_<name>.py`) declares its metadata as plain class at
 `Rule` subclass, before its examples and methods: `code`, `name`, `summary`, `default_enabled`,
 `facts`, `fix_availability`, `fix_note`, `severity`, `regions`, `dtype_site` and `in_migration` (their
 meaning: `dtype_lint/rule.py`). Everything that needs to know about rules asks here rather
-than keeping its own list of codes: which rules are on by default (config.py), whether files
-may be parsed reduced (analysis/file_analysis.py), which opt-in rules a migration turns on
+than keeping its own list of codes: which rules are on by default (core/config.py), whether files
+may be parsed reduced (run/file_analysis.py), which opt-in rules a migration turns on
 (migrate/migration.py), which rules the triage judges in which document (scripts/triage.py),
 the README's and docs/rules/'s tables (scripts/readme_rules.py, tests/test_docs.py).
 
@@ -33,7 +33,7 @@ RULE_MODULE_NAME = re.compile(r"dtl\d{3}_\w+")
 DECLARED = ("code", "name", "summary", "default_enabled", "facts", "fix_availability", "fix_note", "severity",
             "regions", "dtype_site", "in_migration")
 # What `regions` may say: "sites" (a run reads the functions holding a site line, the class facts,
-# module-level statements, and what `Defs` hands out: engine/regions.py may blank the rest) or
+# module-level statements, and what `Defs` hands out: core/regions.py may blank the rest) or
 # "whole-file" (the rule walks the whole tree: any run enabling it parses every file whole).
 REGIONS = ("sites", "whole-file")
 # Facts that walk the whole tree of a file: a rule declaring one cannot run on a reduced tree.
@@ -172,7 +172,7 @@ def opt_in_codes() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def reduced_parsing_codes() -> frozenset[str]:
-    """The rules that read a file only in the regions engine/regions.py keeps."""
+    """The rules that read a file only in the regions core/regions.py keeps."""
     return frozenset(info.code for info in registry() if info.regions == "sites")
 
 

@@ -37,7 +37,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from dtype_lint import __version__
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
 
 SOURCE = "dtype-lint"
 FIX_ALL = types.CodeActionKind.SourceFixAll + ".dtype-lint"
@@ -72,8 +72,8 @@ class DtypeLintServer(LanguageServer):
         return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.workspace_roots())
 
     def buffer(self, path: str, fresh: bool = False):
-        from dtype_lint.config import load_for_run
-        from dtype_lint.engine.buffer import open_buffer
+        from dtype_lint.core.config import load_for_run
+        from dtype_lint.run.buffer import open_buffer
 
         with self.lock:
             if fresh or path not in self.buffers:
@@ -94,8 +94,8 @@ class DtypeLintServer(LanguageServer):
         return self.buffer(path, fresh).findings(document.source), document.source
 
     def publish(self, uri: str, fresh: bool = False) -> None:
-        from dtype_lint.config import ConfigError
-        from dtype_lint.engine.pipeline import UserError
+        from dtype_lint.core.config import ConfigError
+        from dtype_lint.run.pipeline import UserError
 
         try:
             found, text = self.findings(uri, fresh)
@@ -210,7 +210,7 @@ def build_server() -> DtypeLintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: DtypeLintServer, params: types.DidSaveTextDocumentParams) -> None:
-        from dtype_lint.fix.formatting import project_style
+        from dtype_lint.core.project_style import project_style
 
         project_style.cache_clear()  # a saved pyproject.toml may change the line length or sections
         ls.publish(params.text_document.uri, fresh=True)

@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtype_lint.engine.writer import write_atomic
+from dtype_lint.core.writer import write_atomic
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 #: Where cubins are cached: ``kernels_ref/.build`` (git-ignored) in a checkout, else a temp dir.

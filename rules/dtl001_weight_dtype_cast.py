@@ -41,7 +41,7 @@ if kv_b_proj_input_dtype is not None:
 ```
 
 ## Which backends
-A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+A site is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
 instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
 backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
@@ -61,7 +61,7 @@ also moves device), for receivers with side effects, and for aliases used outsid
 finding says why. A receiver is pure when it is a name, an attribute chain, a subscript of pure
 parts, or a call of a known-pure torch function or tensor method with pure arguments
 (`torch.rsqrt(torch.tensor(2.0))`, `mask.unsqueeze(-1)`; the lists are data in
-`analysis/pure_calls.py`).
+`analysis/flow/pure_calls.py`).
 
 A configured helper is evaluated from its own code, not trusted: a fix that replaces a plain cast
 is safe only when the helper is proven to answer the weight's own dtype on every storage that is
@@ -96,16 +96,16 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.cast_sites import cast_weight_dtype, receiver_is_parameter
-from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.hf_family import hf_storages
-from dtype_lint.analysis.recognisers import (
+from dtype_lint.analysis.flow.recognisers import (
     FIRST_PARAMETER,
     WEIGHT_SITE_PATTERNS,
     WeightDtypeSource,
     cast_dtype_args,
     weight_dtype_source,
 )
-from dtype_lint.analysis.sinks import ACTIVATION, cast_sink
+from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -205,10 +205,10 @@ class WeightDtypeCast(Rule):
                 planner = ctx.fixes_for(evidence)
                 holder = ""
                 if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
-                    from dtype_lint.analysis.hf_family import first_parameter_holder
-
-                    holder = first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
-                                                    ctx.source.segment(weight_dtype.layer))
+                    # only a family's verdict reaches here (layer_verdict drops this form otherwise)
+                    family = family_of(evidence)
+                    holder = family.first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
+                                                           ctx.source.segment(weight_dtype.layer))
                 if weight_dtype.form == FIRST_PARAMETER and not holder:
                     fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")
@@ -255,7 +255,7 @@ class WeightDtypeCast(Rule):
             return
         weight_dtype = weight_dtype_source(node.args[0], function.scope)
         verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-        if verdict is None or hf_storages(verdict[1]) is None:
+        if verdict is None or family_of(verdict[1]) is None:
             return
         confidence, evidence = verdict
         layer = ast.unparse(weight_dtype.layer)
@@ -295,4 +295,4 @@ class WeightDtypeCast(Rule):
         if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
             what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
         return (f"{sink} cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if hf_storages(evidence) else ', ...'})`")
+                f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if family_of(evidence) is not None else ', ...'})`")

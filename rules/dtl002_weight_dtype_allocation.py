@@ -35,7 +35,7 @@ or the input dtype the layer expects, `get_layer_input_dtype(self.o_proj, fp8_in
 explicit choice for `None` (keep the model dtype).
 
 ## Which backends
-A site is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+A site is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
 instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
 backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
@@ -63,17 +63,17 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_index import dotted
-from dtype_lint.analysis.flows import NEW_LIKE
-from dtype_lint.analysis.hf_family import hf_storages
-from dtype_lint.analysis.recognisers import (
+from dtype_lint.analysis.flow.flows import NEW_LIKE
+from dtype_lint.analysis.flow.recognisers import (
     WEIGHT_SITE_PATTERNS,
     alloc_dtype_keywords,
     storage_replacements,
     weight_dtype_source,
     weight_expr,
 )
-from dtype_lint.analysis.weight_registration import weight_allocations
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.analysis.storage.weight_registration import weight_allocations
+from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
@@ -133,7 +133,7 @@ class WeightDtypeAllocation(Rule):
         replaced: dict[int, set[int]] = {}
         registered: dict[int, set[int]] = {}
         # Allocations a `nn.Parameter(...)` wraps that is then registered as a layer's weight:
-        # storage code by what it does (analysis/weight_registration.py), whatever it is named.
+        # storage code by what it does (analysis/storage/weight_registration.py), whatever it is named.
         registers = "Parameter" in ctx.source.text
         for function, node in ctx.calls():
             if replaces and id(function) not in replaced:
@@ -151,18 +151,16 @@ class WeightDtypeAllocation(Rule):
             # decided the layer; elsewhere a tensor method's dtype is left as before.
             tensor_method = isinstance(node.func, ast.Attribute) and node.func.attr in NEW_LIKE
             keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
-            for keyword_arg in alloc_dtype_keywords(node, ctx.imports) + keywords:
-                weight_dtype = weight_dtype_source(keyword_arg.value, function.scope)
-                if weight_dtype is None:
-                    continue
-                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node)
-                if verdict is None or (keyword_arg in keywords and hf_storages(verdict[1]) is None):
+            for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
+                weight_dtype = weight_dtype_source(kw.value, function.scope)
+                verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
+                if verdict is None or (kw in keywords and family_of(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
                 via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
                 ctx.report(
                     node,
-                    f"`{dotted(node.func) or 'call'}(..., {keyword_arg.arg}=...)` allocates in "
+                    f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in "
                     f"`{ast.unparse(weight_dtype.layer)}.weight.dtype`{via}, the storage dtype of a quantizable layer "
                     f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
                     confidence=confidence, evidence=evidence,

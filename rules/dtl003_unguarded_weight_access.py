@@ -16,7 +16,7 @@ class builds a class defining method `m` (that arm never runs); a read of `self.
 outcome of a module-level flag (`_is_cpu = is_cpu()`, bound once) when `self.X` is built with a
 config only under the other (`if _is_cpu: self.X = ReplicatedLinear(..., quant_config=...)`,
 else `nn.Linear`); a read on `self` (`self.weight`, `self.proj.weight`) in a class whose every construction
-in the project is in sight and leaves the layer without a config (analysis/constructions.py: a
+in the project is in sight and leaves the layer without a config (analysis/storage/constructions.py: a
 `ReplicatedLinear` subclass built only with `quant_config=None`); a read of a parameter of a private function or method (`_f`) when every
 call of it in the file passes a layer that is never quantized (the engine's verdict on the
 argument, followed through callers that pass their own parameter on); a wrapper's `weight`
@@ -50,7 +50,7 @@ or, for the dtype an activation needs, the shared helper
 (`get_layer_input_dtype(self.kv_b_proj, fp8_input)`), which handles a missing `.weight`.
 
 ## Which backends
-A read is reported only when the storage model (dtype_lint/analysis/storage_model.py) finds a
+A read is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and registers no `weight` (`qweight`, `weight_packed`) or deletes
 it; the message names them with their lines. A layer type every backend keeps `.weight` for (an
 embedding in a tree where no backend quantizes embeddings that way) is not reported.
@@ -119,12 +119,12 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.constructions import never_reaches
-from dtype_lint.analysis.file_guards import test_module
-from dtype_lint.analysis.never_runs import shadowed_definitions
-from dtype_lint.analysis.recognisers import feeds_dtype_site, weight_read
-from dtype_lint.analysis.storage_model import ABSENT, why_storage
-from dtype_lint.findings import Evidence
+from dtype_lint.analysis.flow.recognisers import feeds_dtype_site, weight_read
+from dtype_lint.analysis.guard_engine.file_guards import test_module
+from dtype_lint.analysis.guard_engine.never_runs import shadowed_definitions
+from dtype_lint.analysis.storage.constructions import never_reaches
+from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
+from dtype_lint.core.findings import Evidence
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\

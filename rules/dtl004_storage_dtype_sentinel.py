@@ -6,7 +6,7 @@ local alias or a `hasattr` fallback) with a packed or quantized dtype — `torch
 `torch.uint8`, `torch.int8`, the `torch.float8_*` dtypes, `current_platform.fp8_dtype()`, a
 module constant holding one, or membership in a tuple or set of them — outside the configured
 helper and outside functions of the helper's shape (those are DTL005's), when the branch is a
-hand copy of the input-dtype decision (dtype_lint/analysis/storage_dispatch.py): it derives an
+hand copy of the input-dtype decision (dtype_lint/analysis/storage/storage_dispatch.py): it derives an
 activation's or a buffer's dtype from the storage dtype (a cast to it, an allocation with it), or
 its fall-through (the final `else`, or what follows the `if`) hands the raw `L.weight` to a kernel
 (`torch.mm(x, L.weight.t())`, `x @ w`), as if every other storage were unpacked. A kernel
@@ -88,8 +88,8 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.dominance import statement_blocks
-from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.analysis.flow.recognisers import WeightDtypeSource, cast_dtype_args, weight_dtype_source
+from dtype_lint.analysis.guard_engine.dominance import statement_blocks
 from dtype_lint.analysis.sentinel_compare import (
     all_sentinels,
     is_test_code,
@@ -97,9 +97,9 @@ from dtype_lint.analysis.sentinel_compare import (
     sentinel_compare,
     statement_of,
 )
-from dtype_lint.analysis.storage_dispatch import ambiguous_storage, hand_copy_reason
+from dtype_lint.analysis.storage.storage_dispatch import ambiguous_storage, hand_copy_reason
+from dtype_lint.core.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import ModuleGlobals, helper_shape
-from dtype_lint.engine.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 

@@ -88,7 +88,7 @@ wrong case.
   `nn.Linear`, a layer built without a config) is not reported, nor a module-level helper that is
   not the configured one and whose every caller does so — in its own file, and, one step, in the
   other files that import it (by name, or its module: `mod.helper(...)`), each layer resolved in
-  its caller's file (dtype_lint/analysis/foreign_calls.py); the definition's evidence names a
+  its caller's file (dtype_lint/analysis/flow/foreign_calls.py); the definition's evidence names a
   caller in another file that makes it wrong. A helper called nowhere in the project is judged in
   the abstract (a public helper: its callers may be another project's). A method is judged by its
   own file's callers only; a caller's layer that is itself a parameter is taken as possibly
@@ -113,11 +113,11 @@ from __future__ import annotations
 import ast
 import os
 
-from dtype_lint.analysis.foreign_calls import calls_elsewhere
+from dtype_lint.analysis.flow.foreign_calls import calls_elsewhere
+from dtype_lint.analysis.flow.recognisers import WEIGHT_SITE_PATTERNS
 from dtype_lint.analysis.helper_calls import callers_here, def_name_node, fed_cast, may_be_packed
 from dtype_lint.analysis.helper_functions import KnownHelper
-from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
-from dtype_lint.findings import Evidence
+from dtype_lint.core.findings import Evidence
 from dtype_lint.fix.helper_repair import missing_branch_fix, route_blocker, route_fix
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 

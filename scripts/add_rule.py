@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.recognisers import weight_dtype_source
+from dtype_lint.analysis.flow.recognisers import weight_dtype_source
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 _HEAD = """\\

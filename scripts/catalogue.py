@@ -1,10 +1,10 @@
 """Regenerate (or --check) the shipped storage-model catalogue of an engine release.
 
-    python scripts/catalogue.py --dist vllm --version 0.33.0          # write dtype_lint/data/catalogue-vllm-0.33.0.json
+    python scripts/catalogue.py --dist vllm --version 0.33.0  # write ecosystems/vllm/catalogue-vllm-0.33.0.json
     python scripts/catalogue.py --dist vllm --version 0.33.0 --check  # exit 1 if the shipped file differs
 
 The release is fetched once with `dtype_lint.releases` (pip download --no-deps, .py files only)
-and its storage model computed by the tool itself (dtype_lint.analysis.catalogue_build): nothing
+and its storage model computed by the tool itself (dtype_lint.run.catalogue_build): nothing
 in the catalogue is typed by hand.
 """
 
@@ -17,12 +17,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dtype_lint.analysis.catalogue_build import compute, dumps  # noqa: E402 - after the sys.path set-up
 from dtype_lint.releases import release_tree  # noqa: E402 - after the sys.path set-up
+from dtype_lint.run.catalogue_build import compute, dumps  # noqa: E402 - after the sys.path set-up
 
 
 def target(dist: str, version: str) -> Path:
-    return REPO / "dtype_lint" / "data" / f"catalogue-{dist}-{version}.json"
+    return REPO / "dtype_lint" / "ecosystems" / dist / f"catalogue-{dist}-{version}.json"
 
 
 def fresh(dist: str, version: str) -> str:

@@ -14,7 +14,7 @@ The vLLM series has its own script (scripts/upstream.py).
     .venv/bin/python scripts/hf_upstream.py diffusers 0.42.1
     .venv/bin/python scripts/hf_upstream.py transformers 5.23.0 --check   # exit 1 if the committed one is stale
 
-For transformers, migrate adds each patch's regression test (dtype_lint/migrate/hf_regression.py)
+For transformers, migrate adds each patch's regression test (dtype_lint/ecosystems/hf/regression.py)
 and runs them all on the release before and after the series; the patches' Results and the
 README's "Regression tests" section quote that run.
 """

@@ -98,8 +98,8 @@ def _worker_init() -> None:
 def _run_quantized(model_cls, folder: str, inputs: dict, quantizer: str, twin, watch_lines) -> dict:
     import torch
 
+    from dtype_lint.ecosystems.hf.verify import relative_error
     from dtype_lint.guard import DtypeGuard
-    from dtype_lint.hf_verify import relative_error
 
     result: dict = {"forward": "", "generate": "", "rel_error": None, "sites": [], "executed": []}
     try:

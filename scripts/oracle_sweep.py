@@ -194,8 +194,8 @@ def _run_quantized(model_cls, folder, config, inputs, quantizer, twin, watch_lin
     """Load `folder` quantized, one forward (and generate) under the guard: what happened."""
     import torch
 
+    from dtype_lint.ecosystems.hf.verify import quantization_config, relative_error
     from dtype_lint.guard import DtypeGuard
-    from dtype_lint.hf_verify import quantization_config, relative_error
 
     result: dict = {"forward": "", "generate": "", "rel_error": None, "sites": [], "executed": []}
     try:
@@ -460,7 +460,7 @@ def run_bridge(model_type: str, class_name: str, quantizer: str, site: dict, fin
     import torch
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from dtype_lint.hf_verify import MAX_OWN_ERROR, load_fixed_module
+    from dtype_lint.ecosystems.hf.verify import MAX_OWN_ERROR, load_fixed_module
     from dtype_lint.tiny_models import input_candidates, tiny_config
 
     out = {"class": class_name, "quantizer": quantizer, "path": site["path"], "line": site["line"], "verdict": ""}

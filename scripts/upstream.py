@@ -72,9 +72,9 @@ def committed_author() -> str | None:
 
 def generate(tree: Path, out: Path, work: Path, author: str | None = None) -> None:
     """Write the series and its README for the release tree `tree` into `out` (emptied first)."""
-    from dtype_lint.engine.pipeline import RunOptions, run
     from dtype_lint.migrate.migration import migration_series
     from dtype_lint.migrate.series import checkout, git
+    from dtype_lint.run.pipeline import RunOptions, run
 
     repo = checkout(tree, work / "tree", f"{DIST} {VERSION}")
     series_dir = work / "series"
@@ -131,7 +131,7 @@ SELECT = ("DTL", "DTL003", "DTL004", "DTL005")
 def _config():
     import dataclasses
 
-    from dtype_lint.config import load_config
+    from dtype_lint.core.config import load_config
 
     return dataclasses.replace(load_config(Path(".")), select=list(SELECT))
 

@@ -44,7 +44,7 @@ def dtl(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedP
 
 
 
-HEAVY_MODULES = ("dtype_lint.engine.pipeline", "dtype_lint.rules", "rich")
+HEAVY_MODULES = ("dtype_lint.run.pipeline", "dtype_lint.rules", "rich")
 
 
 def heavy_imports_of(cwd: Path, *args: str, modules: tuple[str, ...] = HEAVY_MODULES) -> tuple[str, str]:

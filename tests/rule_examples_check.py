@@ -12,7 +12,7 @@ the text prefilter, so a new rule form cannot be filtered out before parsing.
 from __future__ import annotations
 
 from dtype_lint.api import check_source, fix_source
-from dtype_lint.engine.prefilter import might_match
+from dtype_lint.core.prefilter import might_match
 
 
 def settings_for(rule, example) -> dict:

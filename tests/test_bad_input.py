@@ -18,7 +18,7 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN, FIXED_CALL, time_limit, tiny_project
 
-from dtype_lint.engine import cache as cache_format
+from dtype_lint.run import cache as cache_format
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs, devices and SIGALRM are POSIX")
 
@@ -196,7 +196,7 @@ def test_migrate_prints_its_report_when_it_cannot_write_it_after_rewriting(tmp_p
     root = tiny_project(tmp_path)
 
     def refuse(result, path, text, why):
-        from dtype_lint.engine.pipeline import UserError
+        from dtype_lint.run.pipeline import UserError
 
         raise UserError(f"{path}: disk full")
 

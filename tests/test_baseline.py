@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.engine.baseline import (
+from dtype_lint.core.findings import Finding, Span
+from dtype_lint.core.writer import ProjectWriter
+from dtype_lint.run.baseline import (
     BASELINE_VERSION,
     Baseline,
     BaselineEntry,
@@ -22,8 +24,6 @@ from dtype_lint.engine.baseline import (
     normalise_expression,
     write_baseline,
 )
-from dtype_lint.engine.writer import ProjectWriter
-from dtype_lint.findings import Finding, Span
 
 
 def WRITE(path, data: bytes) -> None:  # noqa: N802 - stands for the run's writer

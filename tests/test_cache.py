@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from tiny_project import write_tree
 
-from dtype_lint.config import load_config
-from dtype_lint.engine import cache as cache_format
-from dtype_lint.engine import pipeline
-from dtype_lint.engine.discovery import discover_files, module_name
+from dtype_lint.core.config import load_config
+from dtype_lint.core.discovery import discover_files, module_name
+from dtype_lint.run import cache as cache_format
+from dtype_lint.run import pipeline
 
 LAYERS = """\
 import torch
@@ -173,7 +173,7 @@ def test_a_damaged_cache_entry_is_a_miss(project: Path, damage: str):
                 data["files"] = {"proj/layers.py": 5}
             elif "h" in data:
                 data["h"] = {"imports": [], "classes": {"X": 1}}
-            elif "v" in data:  # a storage-model answer (engine/facts_cache.py)
+            elif "v" in data:  # a storage-model answer (run/facts_cache.py)
                 data["v"] = {"set": [{"backend": 1, "evidence": "x"}]}
             else:
                 data["files"] = {k: ["x", 1, None, "y"] for k in data["files"]}
@@ -284,7 +284,7 @@ def test_what_shared_class_facts_read_counts_for_every_file_using_them(tmp_path:
 def test_memoised_results_replay_what_computing_them_read():
     """A verdict or a file's facts computed once are reused by later analyses; each reuse must
     report the reads the computation made, or a cached result would miss a dependency."""
-    from dtype_lint.analysis.class_index import ModuleTable, QuantizableLayerIndex, extract_header
+    from dtype_lint.analysis.index.class_index import ModuleTable, QuantizableLayerIndex, extract_header
 
     texts = {"a.py": "from m.b import B\n\nclass A(B):\n    pass\n", "b.py": "class B:\n    pass\n"}
 
@@ -379,7 +379,7 @@ def test_a_file_added_to_a_model_family_invalidates_what_enumerated_it(tmp_path:
 
 
 def test_results_do_not_depend_on_how_many_parsed_files_are_kept(tmp_path: Path, monkeypatch):
-    from dtype_lint.analysis import class_index as index_module
+    from dtype_lint.analysis.index import class_index as index_module
 
     root = make(tmp_path / "p", {**REEXPORTED, **FAMILY, "proj/a.py": HOLDER_USER.format(name="A"),
                                  "proj/b.py": USER.format(name="B"), "proj/c.py": USER.format(name="C")})
@@ -399,7 +399,7 @@ def test_the_code_stamp_follows_the_tools_code_and_shipped_catalogues(tmp_path: 
     finding (kernels, fixtures, other data files)."""
     import dtype_lint
     import dtype_lint.rules
-    from dtype_lint.engine.pipeline import code_stamp
+    from dtype_lint.run.pipeline import code_stamp
 
     pkg, rules = tmp_path / "dtype_lint", tmp_path / "rules"
     for folder in (pkg / "data", pkg / "kernels_ref", rules):
@@ -435,8 +435,8 @@ def test_the_code_stamp_memo_never_outlives_an_edit(tmp_path: Path, monkeypatch)
 
     import dtype_lint
     import dtype_lint.rules
-    from dtype_lint.engine import pipeline
-    from dtype_lint.engine.pipeline import code_stamp
+    from dtype_lint.run import pipeline
+    from dtype_lint.run.pipeline import code_stamp
 
     pkg, rules = tmp_path / "dtype_lint", tmp_path / "rules"
     pkg.mkdir()
@@ -450,13 +450,13 @@ def test_the_code_stamp_memo_never_outlives_an_edit(tmp_path: Path, monkeypatch)
     first = code_stamp(memo)
     assert not memo.exists()  # just written: its stat proves nothing yet
     monkeypatch.setattr(pipeline, "_SETTLED_NS", 0)
-    from dtype_lint.engine.cache_seal import seal, unseal
+    from dtype_lint.run.cache_seal import seal, unseal
 
     def kept() -> dict:
         return json.loads(unseal(memo.read_bytes(), "code-stamp.json"))
 
     assert code_stamp(memo) == first and kept()["stamp"] == first
-    # The memo is sealed (engine/cache_seal.py): a stamp written over it by anyone else is not read...
+    # The memo is sealed (run/cache_seal.py): a stamp written over it by anyone else is not read...
     memo.write_text(json.dumps({**kept(), "stamp": "forged"}))
     assert code_stamp(memo) == first
     # ...one sealed by dtype-lint is: an unchanged stat, the memo answers.

@@ -20,8 +20,8 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN
 
-from dtype_lint.engine import cache as cache_format
 from dtype_lint.fix.helper_template import helper_source
+from dtype_lint.run import cache as cache_format
 
 PYPROJECT = """\
 [tool.dtype-lint]
@@ -441,7 +441,7 @@ def test_cache_hit_and_invalidation(project: Path):
     rc2, second = findings_json(project)
     assert (rc1, first) == (rc2, second)
     # The second run really reads the cache: plant a marker in mlp.py's cached findings (sealed
-    # for its folder as dtype-lint seals it, engine/cache_seal.py).
+    # for its folder as dtype-lint seals it, run/cache_seal.py).
     data = cache_format.decode(entry.read_bytes(), entry.parents[1].name)
     data["f"][0]["message"] = "FROM-THE-CACHE"
     entry.write_bytes(cache_format.encode(data, entry.parents[1].name))

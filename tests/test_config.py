@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.config import Config, ConfigError, apply_settings, find_pyproject, load_config
-from dtype_lint.presets import EXEMPT_FUNCTIONS, PRESETS
+from dtype_lint.core.config import Config, ConfigError, apply_settings, find_pyproject, load_config
+from dtype_lint.ecosystems.presets import EXEMPT_FUNCTIONS, PRESETS
 
 
 def write(path: Path, text: str) -> Path:

@@ -36,7 +36,7 @@ from cli_runner import dtl
 from conftest import budget
 from tiny_project import ATTN, PYPROJECT, tiny_project, tree_bytes
 
-from dtype_lint.engine.writer import is_temp_name
+from dtype_lint.core.writer import is_temp_name
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
                                 reason="forks a child and SIGKILLs it (Linux)")

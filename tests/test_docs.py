@@ -86,7 +86,7 @@ def test_fix_availability_matches_the_rules_examples(rule):
 def test_the_repos_pre_commit_hooks_run_ruff_and_dtype_lint_from_the_test_extra():
     import yaml
 
-    from dtype_lint.config import tomllib
+    from dtype_lint.core.config import tomllib
 
     hooks = {h["id"]: h for repo in yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
              for h in repo["hooks"]}

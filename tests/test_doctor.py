@@ -58,7 +58,7 @@ def test_doctor_says_why_a_tree_is_clean(tmp_path: Path):
     })
     assert dtl(root, "check").returncode == 0
     out = dtl(root, "doctor").stdout
-    from dtype_lint.config import Config
+    from dtype_lint.core.config import Config
 
     n = len(Config().all_quantizable)
     assert f"quantizable roots: 0 of {n} match the tree (0 found in the code: " in out

@@ -1,4 +1,4 @@
-"""The storage model's answers kept on disk (dtype_lint/engine/facts_cache.py): a run on an edited
+"""The storage model's answers kept on disk (dtype_lint/run/facts_cache.py): a run on an edited
 file with a site reads its layers' backends from the cache while their files are unchanged, and
 computes them again as soon as one of the files the answer read changes.
 
@@ -95,7 +95,7 @@ def tree(tmp_path) -> Path:
 @pytest.fixture
 def builds(monkeypatch) -> list[str]:
     """The layer classes whose storages the model computed (not read from disk)."""
-    from dtype_lint.analysis import storage_model
+    from dtype_lint.analysis.storage import storage_model
 
     seen: list[str] = []
     real = storage_model.CodeBackends._config_storages
@@ -187,7 +187,7 @@ def plugin(tmp_path) -> Path:
 @pytest.fixture
 def admitted(monkeypatch) -> list[int]:
     """One entry per computation of the platforms' admissions (not read from disk)."""
-    from dtype_lint.analysis import platforms
+    from dtype_lint.analysis.storage import platforms
 
     seen: list[int] = []
     real = platforms.admissions

@@ -1,4 +1,4 @@
-"""The pre-commit fast path (dtype_lint/engine/fast_path.py): a named file that cannot give a
+"""The pre-commit fast path (dtype_lint/fast_path.py): a named file that cannot give a
 finding ends the run before the engine, with the full run's output; anything it cannot vouch
 for goes to the full run."""
 
@@ -15,10 +15,10 @@ import pytest
 from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN
 
-from dtype_lint.engine import fast_path
-from dtype_lint.engine.fast_record import RECORD_NAME
-from dtype_lint.engine.prefilter import Prefilter, marker_words
+from dtype_lint import fast_path
+from dtype_lint.core.prefilter import Prefilter, marker_words
 from dtype_lint.rules import ALL_RULES
+from dtype_lint.run.fast_record import RECORD_NAME
 
 PYPROJECT = "[tool.dtype-lint]\n"
 
@@ -163,7 +163,7 @@ def test_no_project_configuration_means_no_fast_path(tmp_path: Path):
 def test_the_record_holds_every_rules_own_prefilter(project: Path):
     import json
 
-    from dtype_lint.engine.cache_seal import unseal
+    from dtype_lint.run.cache_seal import unseal
 
     record = json.loads(unseal((project / ".dtype_lint_cache" / RECORD_NAME).read_bytes(), RECORD_NAME))
     assert record["rules"] == [[r.code, list(marker_words(r)), list(r.patterns)] for r in ALL_RULES]
@@ -199,7 +199,7 @@ def test_an_edited_file_with_a_site_leaves_the_rare_paths_imports_to_them(projec
     printed, rare = heavy_imports_of(project, "check", "--exit-zero", "proj/site.py", modules=("difflib",))
     assert "DTL001" in printed  # the engine ran: not the fast path's answer
     assert rare == "[]"
-    code = ("import sys\nimport dtype_lint.cli, dtype_lint.engine.pipeline, dtype_lint.reporters.text\n"
+    code = ("import sys\nimport dtype_lint.cli, dtype_lint.run.pipeline, dtype_lint.reporters.text\n"
             "from dtype_lint.rules import ALL_RULES\n"
             "print([m for m in ('difflib', 'importlib.resources') if m in sys.modules])\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from cli_runner import dtl  # noqa: E402
 from tiny_project import STUB_LAYERS, STUB_PYPROJECT  # noqa: E402
 
-from dtype_lint.findings import Edit, Finding, Fix, Span  # noqa: E402
+from dtype_lint.core.findings import Edit, Finding, Fix, Span  # noqa: E402
 from dtype_lint.fix.fixer import fix_text  # noqa: E402
 from dtype_lint.fix.scope_check import FixCheckError, verify_names  # noqa: E402
 

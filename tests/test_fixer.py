@@ -16,10 +16,10 @@ import pytest
 
 from dtype_lint.api import check_source, fix_source
 from dtype_lint.cli import main
-from dtype_lint.engine import writer
-from dtype_lint.engine.source import FileText
-from dtype_lint.engine.writer import ProjectWriter, WriteError, write_atomic
-from dtype_lint.findings import FIX_FAILED, Edit, Finding, Fix, Span
+from dtype_lint.core import writer
+from dtype_lint.core.findings import FIX_FAILED, Edit, Finding, Fix, Span
+from dtype_lint.core.source import FileText
+from dtype_lint.core.writer import ProjectWriter, WriteError, write_atomic
 from dtype_lint.fix import fixer
 from dtype_lint.fix.fixer import fix_text
 
@@ -409,7 +409,7 @@ def test_line_separators_inside_comments_do_not_shift_lines():
 
 
 def test_import_graph_module_level_edges_and_importers():
-    from dtype_lint.analysis.class_index import ModuleTable
+    from dtype_lint.analysis.index.class_index import ModuleTable
     from dtype_lint.fix.import_graph import ImportGraph
 
     texts = {
@@ -433,7 +433,7 @@ def test_import_graph_an_explicit_import_of_a_package_above_is_an_edge():
     """`pkg/__init__.py` imports `pkg.mod`; the helper does `from pkg import x`: importing
     `pkg.mod` first runs `pkg`, which imports `pkg.mod`, which imports the helper, which needs
     `x` from the half-initialised `pkg`."""
-    from dtype_lint.analysis.class_index import ModuleTable
+    from dtype_lint.analysis.index.class_index import ModuleTable
     from dtype_lint.fix.import_graph import ImportGraph
 
     texts = {"pkg/__init__.py": "from pkg.mod import f\nx = 1\n", "pkg/mod.py": "def f():\n    pass\n",
@@ -466,7 +466,7 @@ def test_import_graph_a_lazy_init_does_not_import_its_submodules():
     DIFFUSERS_SLOW_IMPORT:` and install a `_LazyModule` otherwise: a model file importing
     `pkg.utils.torch_utils` (whose package imports `pkg` for its version) closes no cycle (the
     fix of `modeling_ace_step.py` was refused before). An `if` on another flag still counts."""
-    from dtype_lint.analysis.class_index import ModuleTable
+    from dtype_lint.analysis.index.class_index import ModuleTable
     from dtype_lint.fix.import_graph import ImportGraph
 
     lazy = ("import sys\nfrom typing import TYPE_CHECKING\nfrom .utils import SLOW\n__version__ = '1'\n"

@@ -22,8 +22,8 @@ from cli_runner import dtl
 from golden import assert_golden, lines_text
 
 from dtype_lint.api import check_source, fix_source
-from dtype_lint.config import load_config
-from dtype_lint.engine.pipeline import RunOptions, run
+from dtype_lint.core.config import load_config
+from dtype_lint.run.pipeline import RunOptions, run
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "fixtures" / "project"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from cli_runner import dtl
 
-from dtype_lint.engine.source import SourceText
+from dtype_lint.core.source import SourceText
 from dtype_lint.fix.formatting import ProjectStyle, project_style, wrap_long_lines
 from dtype_lint.fix.import_edit import import_edit
 

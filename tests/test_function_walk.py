@@ -1,5 +1,5 @@
 """The one walk per function (analysis/function_walk.py) and the tests on text that spare walks
-(engine/text_facts.py): each must conclude exactly what the walk it replaces concluded."""
+(core/text_facts.py): each must conclude exactly what the walk it replaces concluded."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ import ast
 import re
 import textwrap
 
-from dtype_lint.analysis.class_facts import walk_function
-from dtype_lint.analysis.dominance import parent_map
 from dtype_lint.analysis.function_walk import FunctionWalk, nodes_of
-from dtype_lint.dtypes.evaluator import helper_shape
-from dtype_lint.engine.source import SourceFile
-from dtype_lint.engine.text_facts import (
+from dtype_lint.analysis.guard_engine.dominance import parent_map
+from dtype_lint.analysis.index.class_facts import walk_function
+from dtype_lint.core.source import SourceFile
+from dtype_lint.core.text_facts import (
     attribute_pattern,
     callee_pattern,
     could_be_helper_shaped,
     function_text,
     may_define_top_level,
 )
+from dtype_lint.dtypes.evaluator import helper_shape
 
 CODE = textwrap.dedent('''\
     import torch

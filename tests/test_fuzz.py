@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dtype_lint.api import check_source, fix_source, make_config
-from dtype_lint.engine.pipeline import fix_one_text
+from dtype_lint.run.pipeline import fix_one_text
 
 EXAMPLES = int(os.environ.get("DTYPE_LINT_FUZZ_EXAMPLES") or budget(40, 2000))
 BUDGET = settings(max_examples=EXAMPLES, deadline=None, database=None,

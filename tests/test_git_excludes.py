@@ -1,6 +1,6 @@
 """git's other exclude files: `$GIT_DIR/info/exclude` and `core.excludesFile` (default
 `$XDG_CONFIG_HOME/git/ignore`) prune the walk as a `.gitignore` does, inside a git work tree only,
-relative to its top, below every `.gitignore` (engine/git_excludes.py).
+relative to its top, below every `.gitignore` (core/git_excludes.py).
 
 Each repository is made by hand (a `.git` folder, or a linked worktree's `.git` file and
 `commondir`): dtype-lint reads them without git. Where git is installed, `git ls-files --others
@@ -17,8 +17,8 @@ import pytest
 from cli_runner import dtl
 from tiny_project import tiny_project
 
-from dtype_lint.engine import git_excludes
-from dtype_lint.engine.discovery import discover, path_excluded
+from dtype_lint.core import git_excludes
+from dtype_lint.core.discovery import discover, path_excluded
 
 
 @pytest.fixture(autouse=True)
@@ -162,7 +162,7 @@ def test_an_exclude_file_that_is_a_fifo_is_a_message_not_a_hang(tmp_path: Path):
     os.mkfifo(top / ".git/info/exclude")
     write(top, {"main.py": "x = 1\n"})
     messages: list[str] = []
-    from dtype_lint.engine.discovery import discover_files
+    from dtype_lint.core.discovery import discover_files
 
     assert [f.path for f in discover_files([str(top)], (), top, messages=messages)] == [str(top / "main.py")]
     assert len(messages) == 1 and "info/exclude" in messages[0] and "not read" in messages[0]

@@ -1,6 +1,6 @@
 """The run-time guard on the real quantizers (issue #38's "done when"): each kind on bitsandbytes
 4-bit and 8-bit layers on CPU, the bitsandbytes rows of docs/hf.md (the tiny models of
-`dtype_lint.hf_verify`, reloaded quantized), peft's `orthogonal_init` on a 4-bit base, and nothing
+`dtype_lint.ecosystems.hf.verify`, reloaded quantized), peft's `orthogonal_init` on a 4-bit base, and nothing
 on the same models unquantized. Slow: importing bitsandbytes alone takes seconds.
 
 The CI budget runs the three model classes `tests/test_hf_verify.py` runs; DTL_FULL=1 every one.
@@ -95,7 +95,7 @@ def test_nothing_on_the_same_layers_unquantized_nor_inside_bitsandbytes_own_pack
 
 
 def _hf_cases():
-    from dtype_lint import hf_verify
+    from dtype_lint.ecosystems.hf import verify as hf_verify
 
     pytest.importorskip("transformers")
     return [case for case in hf_verify._cases() if FULL or case.model in CI_MODELS]
@@ -105,7 +105,7 @@ def _hf_cases():
 def test_the_bitsandbytes_rows_of_docs_hf(model_name):
     """Each `breaks` row is reported at the release's line with its layer and quantizer; the rows
     whose own guard holds (T5-style `!= torch.int8` under 8-bit) and the unquantized twin are not."""
-    from dtype_lint import hf_verify
+    from dtype_lint.ecosystems.hf import verify as hf_verify
 
     case = next((case for case in _hf_cases() if case.model == model_name), None)
     if case is None:

@@ -1,4 +1,4 @@
-"""DTL005 judged by the helper's real callers, also in other files (dtype_lint/analysis/foreign_calls.py).
+"""DTL005 judged by the helper's real callers, also in other files (dtype_lint/analysis/flow/foreign_calls.py).
 
 `fixtures/helper_callers` holds three copies of one unsound input-dtype helper, none called in its
 own file: one whose only callers (through `from pkg import mod`, `mod.helper(...)`) hand it plain

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from cli_runner import dtl
 
-from dtype_lint.analysis.hf_family import LINEAR, LINEAR_SUBCLASS, reaching
-from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
+from dtype_lint.ecosystems.hf.family import LINEAR, LINEAR_SUBCLASS, reaching
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
 MODEL = textwrap.dedent('''\
     import torch

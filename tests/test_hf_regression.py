@@ -1,4 +1,4 @@
-"""The regression tests of the transformers 5.23.0 series (dtype_lint/migrate/hf_regression.py):
+"""The regression tests of the transformers 5.23.0 series (dtype_lint/ecosystems/hf/regression.py):
 every patch adds one (or the series README says which changed class has no case), each is valid
 Python in transformers' layout, and each fails on the release and passes with its patch, run on
 CPU against the release's own tree (transformers 5.23.0 and bitsandbytes are in the test extra).
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import FULL
 
-from dtype_lint.migrate import hf_regression
+from dtype_lint.ecosystems.hf import regression as hf_regression
 from dtype_lint.migrate.series import FileChange
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ CI_MODELS = ("LongT5Model", "Siglip2VisionModel", "Wav2Vec2ForPreTraining")
 
 @pytest.mark.slow
 def test_real_models_under_bitsandbytes():
-    from dtype_lint import hf_verify
+    from dtype_lint.ecosystems.hf import verify as hf_verify
 
     cases = [case for case in hf_verify._cases() if FULL or case.model in CI_MODELS]
     rows = [hf_verify.verify_case(case, quantizer) for case in cases for quantizer in ("bnb-4bit", "bnb-8bit")]
@@ -33,7 +33,7 @@ def test_float_dtype_quantizers_leave_the_cast_harmless_and_the_fix_changes_noth
     """optimum-quanto int8 and torchao int8 weight-only report the float dtype in `.weight.dtype`:
     the release's cast is safe under them, and the fixed code must give the same output. CI runs
     one model class per quantizer; DTL_FULL=1 (the long local run) every class each accepts."""
-    from dtype_lint import hf_verify
+    from dtype_lint.ecosystems.hf import verify as hf_verify
 
     pytest.importorskip("optimum.quanto", reason="optimum-quanto is not installed")
     pytest.importorskip("torchao", reason="torchao is not installed")

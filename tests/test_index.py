@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from tiny_project import write_tree
 
-from dtype_lint.analysis.class_index import QuantizableLayerIndex, extract_header
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, extract_header
 from dtype_lint.api import make_config
-from dtype_lint.engine import pipeline
-from dtype_lint.engine.pipeline import RunOptions
+from dtype_lint.run import pipeline
+from dtype_lint.run.pipeline import RunOptions
 
 LINEAR = """
     from torch import nn

@@ -1,4 +1,4 @@
-"""The project's file list kept against folder stamps (engine/layout_cache.py): trusted only
+"""The project's file list kept against folder stamps (run/layout_cache.py): trusted only
 while every folder's listing and every .gitignore is what the walk saw."""
 
 import os
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.engine import layout_cache
-from dtype_lint.engine.discovery import discover_files
-from dtype_lint.engine.project_files import ProjectFiles
+from dtype_lint.core.discovery import discover_files
+from dtype_lint.run import layout_cache
+from dtype_lint.run.project_files import ProjectFiles
 
 
 class _Writer:
@@ -97,8 +97,8 @@ def test_a_file_reached_through_a_link_is_not_kept_and_a_repointed_link_invalida
 
 
 def test_a_run_on_named_files_takes_the_project_from_the_record(tmp_path, monkeypatch):
-    from dtype_lint.config import load_config
-    from dtype_lint.engine import pipeline
+    from dtype_lint.core.config import load_config
+    from dtype_lint.run import pipeline
 
     root = _project(tmp_path)
     (root / "pyproject.toml").write_text("[tool.dtype-lint]\n")
@@ -112,7 +112,7 @@ def test_a_run_on_named_files_takes_the_project_from_the_record(tmp_path, monkey
     real_walk = layout_cache.discover_files
     monkeypatch.setattr(layout_cache, "discover_files", lambda *a, **k: walks.append(a) or real_walk(*a, **k))
     named, project = pipeline._discover(config, ["pkg/a.py"], layout=pipeline._Layout(reuse=True))
-    # From the record, the project's files are looked up without a list (engine/project_files.py).
+    # From the record, the project's files are looked up without a list (run/project_files.py).
     assert isinstance(project, ProjectFiles) and (named, list(project)) == fresh
     assert pipeline._discover(config, ["."], layout=pipeline._Layout(reuse=True)) == pipeline._discover(config, ["."])
     assert walks == []  # both from the record

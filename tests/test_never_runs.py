@@ -1,4 +1,4 @@
-"""Sites in code that never runs are not findings (dtype_lint/analysis/never_runs.py)."""
+"""Sites in code that never runs are not findings (dtype_lint/analysis/guard_engine/never_runs.py)."""
 
 from __future__ import annotations
 

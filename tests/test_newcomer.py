@@ -20,7 +20,7 @@ from cli_runner import dtl
 from conftest import budget, builds_the_checkout
 from tiny_project import ATTN
 
-from dtype_lint.config import _KEYS
+from dtype_lint.core.config import _KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,7 +187,10 @@ class Attn(torch.nn.Module):
 
 
 def test_a_multi_line_getattr_with_a_comment_is_found_and_fixed(tmp_path: Path):
-    from dtype_lint.engine.prefilter import might_match
+    from dtype_lint.core.prefilter import for_rules
+    from dtype_lint.rules import ALL_RULES
+
+    might_match = for_rules(ALL_RULES).might_match
 
     assert might_match(BLACK_GETATTR)
     # Without the multi-line form the file has no other spelling the prefilter knows.

@@ -92,7 +92,7 @@ def test_bridge_fix_leaves_no_site_and_matches_the_twin(longt5, longt5_findings)
     row = oracle_sweep.run_bridge("longt5", "LongT5ForConditionalGeneration", "bnb-4bit", site, finding)
     assert row["verdict"] == "fixed", row
     assert row["sites_after"] == 0 and row["forward"] == "ok"
-    from dtype_lint.hf_verify import MAX_OWN_ERROR
+    from dtype_lint.ecosystems.hf.verify import MAX_OWN_ERROR
 
     assert row["rel_error"] <= MAX_OWN_ERROR["bnb-4bit"]
 

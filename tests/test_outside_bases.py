@@ -1,5 +1,5 @@
 """A quant method class whose `create_weights` or `process_weights_after_loading` runs in a class
-outside the tree (dtype_lint/analysis/storage_model.py `_first_definer`).
+outside the tree (dtype_lint/analysis/storage/storage_model.py `_first_definer`).
 
 `fixtures/outside_bases` is our own plugin in the shape of an out-of-tree device plugin whose
 methods subclass the engine's (vLLM's, not in the tree): `super().create_weights` into the
@@ -27,8 +27,8 @@ LINEAR = "vllm.model_executor.layers.linear.LinearBase"
 def linear_storages(root: Path) -> list:
     """What the default storage model (the tree's backends and the shipped catalogue) says a
     `LinearBase` of the project at `root` can hold in `weight`, zero-config, as a run there sees it."""
-    from dtype_lint.analysis.catalogue import default_model
-    from dtype_lint.analysis.catalogue_build import project_facts
+    from dtype_lint.analysis.storage.catalogue import default_model
+    from dtype_lint.run.catalogue_build import project_facts
 
     here = os.getcwd()
     os.chdir(root)

@@ -18,10 +18,10 @@ from cli_runner import dtl
 from tiny_project import write_tree
 
 from dtype_lint.api import check_source, make_config
-from dtype_lint.engine import pipeline
-from dtype_lint.engine.prefilter import Prefilter, marker_words
+from dtype_lint.core.prefilter import Prefilter, marker_words
 from dtype_lint.rule import Rule, RuleContractError
 from dtype_lint.rules import ALL_RULES
+from dtype_lint.run import pipeline
 
 PKG = Path(__file__).resolve().parents[1]
 LAYER_HEAD = (
@@ -89,9 +89,9 @@ def test_no_import_cycles_in_the_package():
 def test_front_ends_run_through_the_pipeline(front):
     mods = _modules()
     deps = _imports(front, mods[front], set(mods))
-    assert "dtype_lint.engine.pipeline" in deps
+    assert "dtype_lint.run.pipeline" in deps
     # ...and do not wire stages themselves.
-    assert not deps & {"dtype_lint.analysis.file_analysis", "dtype_lint.fix.fixer", "dtype_lint.engine.suppressions", "dtype_lint.engine.cache"}
+    assert not deps & {"dtype_lint.run.file_analysis", "dtype_lint.fix.fixer", "dtype_lint.core.suppressions", "dtype_lint.run.cache"}
     assert "dtype_lint.cli" not in deps
 
 
@@ -103,7 +103,7 @@ def test_only_the_writer_writes_files():
     cache of downloaded trees outside any project, with a directory rename of its own)."""
     offenders = []
     for name, path in _modules().items():
-        if name in ("dtype_lint.engine.writer", "dtype_lint.releases"):
+        if name in ("dtype_lint.core.writer", "dtype_lint.releases"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):
@@ -211,7 +211,7 @@ def test_the_prefilter_says_what_each_rules_own_regex_says():
     marker and one of that rule's own patterns are in it."""
     import re
 
-    from dtype_lint.engine.prefilter import required_literal
+    from dtype_lint.core.prefilter import required_literal
     from dtype_lint.rules import ALL_RULES
 
     assert required_literal(r"=\s*[\w.]+\.weight\s*$") == ".weight"
@@ -233,8 +233,8 @@ def test_the_prefilter_says_what_each_rules_own_regex_says():
 
 
 def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
-    from dtype_lint.analysis.file_analysis import analyze
-    from dtype_lint.engine.pipeline import single_file_index
+    from dtype_lint.run.file_analysis import analyze
+    from dtype_lint.run.pipeline import single_file_index
 
     class Sneaky(Rule):
         code, name, summary = "DTL998", "sneaky", "test"
@@ -244,7 +244,7 @@ def test_a_rule_cannot_read_a_fact_it_did_not_declare(monkeypatch):
         def check(self, ctx):
             _ = ctx.layers  # not declared
 
-    monkeypatch.setattr("dtype_lint.analysis.file_analysis.enabled_rules", lambda config, path=None: [Sneaky])
+    monkeypatch.setattr("dtype_lint.run.file_analysis.enabled_rules", lambda config, path=None: [Sneaky])
     cfg = make_config()
     text = LAYER_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight.dtype)\n"
     with pytest.raises(RuleContractError, match="does not declare"):

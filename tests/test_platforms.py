@@ -1,4 +1,4 @@
-"""Platform narrowing (dtype_lint/analysis/platforms.py): a backend that no platform of the project
+"""Platform narrowing (dtype_lint/analysis/storage/platforms.py): a backend that no platform of the project
 admits cannot reach a layer, so its storages do not make a site a finding.
 
 `fixtures/platform_plugin` is our own plugin in the shape of an out-of-tree device plugin: one
@@ -130,9 +130,9 @@ def test_explain_shows_the_platforms_and_the_configs_serving_each_name():
 
 def test_in_tree_platforms_narrow_only_when_every_one_restricts(tmp_path):
     """An engine tree: the interface declares an empty list; a platform inheriting it admits all."""
-    from dtype_lint.analysis.catalogue_build import project_facts
-    from dtype_lint.analysis.platforms import PlatformNarrowing
-    from dtype_lint.analysis.storage_model import CodeBackends
+    from dtype_lint.analysis.storage.platforms import PlatformNarrowing
+    from dtype_lint.analysis.storage.storage_model import CodeBackends
+    from dtype_lint.run.catalogue_build import project_facts
 
     files = {
         "eng/__init__.py": "",

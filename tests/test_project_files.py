@@ -1,4 +1,4 @@
-"""The project's files answered from the file-list record (engine/project_files.py) without a
+"""The project's files answered from the file-list record (run/project_files.py) without a
 record per file: every answer is the one the list it replaces gives (the named files, then the
 record's files of other real paths), through class_index.ModuleFiles and pipeline._Project."""
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.analysis.class_index import ModuleFiles, ModuleTable
-from dtype_lint.engine import layout_cache
-from dtype_lint.engine.discovery import discover_files
-from dtype_lint.engine.pipeline import _Project
-from dtype_lint.engine.project_files import ProjectFiles
+from dtype_lint.analysis.index.class_index import ModuleFiles, ModuleTable
+from dtype_lint.core.discovery import discover_files
+from dtype_lint.run import layout_cache
+from dtype_lint.run.pipeline import _Project
+from dtype_lint.run.project_files import ProjectFiles
 
 FILES = [
     "pkg/__init__.py", "pkg/a.py", "pkg/a.pyi",  # one module, two files
@@ -112,7 +112,7 @@ def test_a_named_run_keeps_the_record_lazy_and_a_bad_spelled_out_row_is_a_miss(r
     path = str(root / ".dtype_lint_cache" / layout_cache.RECORD_NAME)
     import json
 
-    from dtype_lint.engine.cache_seal import seal, unseal
+    from dtype_lint.run.cache_seal import seal, unseal
 
     record = json.loads(unseal(Path(path).read_bytes(), layout_cache.RECORD_NAME))
     assert record["odd"], "the dotted stem is spelled out"

@@ -1,11 +1,11 @@
-"""Parsing only what can hold a site (engine/regions.py, engine/trees.parse_reduced)."""
+"""Parsing only what can hold a site (core/regions.py, core/trees.parse_reduced)."""
 
 from __future__ import annotations
 
 import ast
 
 from dtype_lint.api import check_source
-from dtype_lint.engine import regions, trees
+from dtype_lint.core import regions, trees
 
 # A body long enough to be blanked (regions.MIN_BLANKED_LINES) that no rule reads.
 _FILLER = "".join(f"        total = total + {i}\n" for i in range(6))
@@ -40,7 +40,7 @@ class Attn(torch.nn.Module):
 def _site_lines(text: str) -> list[tuple[int, int]]:
     import re
 
-    from dtype_lint.analysis.recognisers import WEIGHT_SITE_PATTERNS
+    from dtype_lint.analysis.flow.recognisers import WEIGHT_SITE_PATTERNS
 
     return regions.site_spans(text, [("", re.compile(p, re.M)) for p in WEIGHT_SITE_PATTERNS])
 
@@ -177,8 +177,8 @@ def test_classes_not_plainly_top_level_send_the_file_to_a_whole_parse():
 
 def test_fix_names_the_helper_as_a_whole_parse_would(monkeypatch):
     """A blanked body that binds the helper's name: the planner reads the whole tree for it."""
-    from dtype_lint.analysis import file_analysis
     from dtype_lint.api import fix_source
+    from dtype_lint.run import file_analysis
 
     shadowing = _SOURCE.replace("        total = total + 0\n", "        get_layer_input_dtype = total\n", 1)
     assert shadowing != _SOURCE
@@ -196,8 +196,8 @@ def test_line_start_patterns_find_what_the_multiline_caret_finds():
     # (offsets, groups), at the text's start, after CRLF and blank lines, indented or not.
     import re
 
-    from dtype_lint.analysis.class_index import _STMT
-    from dtype_lint.engine.text_facts import _TOP_DEF, LineStart
+    from dtype_lint.analysis.index.class_index import _STMT
+    from dtype_lint.core.text_facts import _TOP_DEF, LineStart
 
     texts = [
         "class A:\n    pass\n",
@@ -220,7 +220,7 @@ def test_lines_split_where_the_tokenizer_splits_them():
     # source.split_lines takes str.splitlines when no other break character is in the text.
     import re
 
-    from dtype_lint.engine.source import split_lines
+    from dtype_lint.core.source import split_lines
 
     regex = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
     for text in ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\rc\n", "x\fy\n", "x\vy", "a\x1cb\x1d\x1e\n",

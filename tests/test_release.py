@@ -26,7 +26,7 @@ TAG = f"v{__version__}"
 
 
 def test_version_has_one_source():
-    from dtype_lint.config import tomllib
+    from dtype_lint.core.config import tomllib
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     project = pyproject["project"]
@@ -75,7 +75,7 @@ def test_the_docs_pin_only_what_exists():
 
 
 def test_project_urls_point_at_files_that_exist():
-    from dtype_lint.config import tomllib
+    from dtype_lint.core.config import tomllib
 
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]
     assert urls and "Documentation" in urls

@@ -19,7 +19,7 @@ import pytest
 from golden import assert_golden
 
 from dtype_lint import __version__
-from dtype_lint.findings import Edit, Evidence, Finding, Fix, Span
+from dtype_lint.core.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
 from dtype_lint.reporters._common import SourceText, summary_line, tally
 from dtype_lint.reporters.github import escape_data, escape_property
@@ -363,7 +363,7 @@ def test_plain_text_does_not_import_rich():
     code = """
 import io, sys
 from dtype_lint.reporters import render, RunSummary
-from dtype_lint.findings import Finding, Span
+from dtype_lint.core.findings import Finding, Span
 render("text", [Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))], RunSummary(1, 1, 0.0),
        io.StringIO(), read_source=lambda p: "x = 1\\n", rules={})
 leaked = sorted(m for m in sys.modules if m == "rich" or m.startswith("rich."))
@@ -731,7 +731,7 @@ def test_machine_formats_do_not_import_rich(fmt):
 import io, sys
 from dtype_lint.reporters import render, RunSummary
 assert "rich" not in sys.modules, "importing dtype_lint.reporters imported rich"
-from dtype_lint.findings import Finding, Span
+from dtype_lint.core.findings import Finding, Span
 render({fmt!r}, [Finding("DTL001", "m", "a.py", Span(1, 1, 1, 2))], RunSummary(1, 1, 0.0),
        io.StringIO(), read_source=lambda p: "x = 1\\n", rules={{}})
 leaked = sorted(m for m in sys.modules if m == "rich" or m.startswith("rich."))

@@ -7,11 +7,11 @@ import ast
 
 import pytest
 
-from dtype_lint.analysis.class_facts import ProjectFacts
-from dtype_lint.analysis.class_index import QuantizableLayerIndex
+from dtype_lint.analysis.index.class_facts import ProjectFacts
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
 from dtype_lint.api import make_config
-from dtype_lint.engine.source import SourceFile
-from dtype_lint.findings import Edit, Fix
+from dtype_lint.core.findings import Edit, Fix
+from dtype_lint.core.source import SourceFile
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, RuleContractError, RuleFacts, Valid
 
 CODE = """\
@@ -121,7 +121,7 @@ def test_examples_accept_dedented_triple_quoted_blocks():
     "no marker here\n",
 ])
 def test_marker_lines_are_the_lines_holding_a_marker_whatever_the_line_breaks(text):
-    # Lines break at \r\n, \r and \n only (engine/source.py), as `ast` counts them.
+    # Lines break at \r\n, \r and \n only (core/source.py), as `ast` counts them.
     facts = RuleFacts(SourceFile("m.py", text, "m"), ast.Module(body=[], type_ignores=[]), make_config(),
                       ProjectFacts(QuantizableLayerIndex([], [], [])), {}, frozenset({"weight", "parameters()"}))
     expected = [i for i, line in enumerate(SourceFile("m.py", text, "m").lines, 1)

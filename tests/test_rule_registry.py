@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from dtype_lint import rule_registry
-from dtype_lint.analysis.file_analysis import reducible
-from dtype_lint.config import Config
+from dtype_lint.core.config import Config
 from dtype_lint.rule_registry import DECLARED, WHOLE_FILE_FACTS, RegistryError, read_rule, registry
 from dtype_lint.rules import RULES_BY_CODE
+from dtype_lint.run.file_analysis import reducible
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_the_triage_splits_the_rules_by_their_declaration():
 
 
 def test_config_holds_no_list_of_rule_codes():
-    text = (ROOT / "dtype_lint" / "config.py").read_text(encoding="utf-8")
+    text = (ROOT / "dtype_lint" / "core/config.py").read_text(encoding="utf-8")
     assert not re.findall(r"[\"']DTL\d{3}[\"']", text)
     assert "OPT_IN_RULES" not in text
 

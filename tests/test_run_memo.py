@@ -1,4 +1,4 @@
-"""The run memo (dtype_lint/engine/run_memo.py): a pre-commit run on files that hold sites, with
+"""The run memo (dtype_lint/run/run_memo.py): a pre-commit run on files that hold sites, with
 nothing they depend on changed since the last full run on them, prints that run's answer again
 without the engine; any change it depends on sends the run to the engine."""
 
@@ -13,7 +13,7 @@ import pytest
 from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN, write_tree
 
-from dtype_lint.engine import fast_path
+from dtype_lint import fast_path
 from dtype_lint.rule_registry import registry
 
 PYPROJECT = '[tool.dtype-lint]\nquantizable = ["vllm.base.QuantBase"]\n'
@@ -204,8 +204,8 @@ def test_no_answer_is_kept_where_the_fast_paths_record_does_not_watch_a_folder(p
     every folder of that list (today's walks agree: a guard against their drifting apart)."""
     import json
 
-    from dtype_lint.engine.cache_seal import seal, unseal
-    from dtype_lint.engine.fast_record import RECORD_NAME
+    from dtype_lint.run.cache_seal import seal, unseal
+    from dtype_lint.run.fast_record import RECORD_NAME
 
     path = project / ".dtype_lint_cache" / RECORD_NAME
     record = json.loads(unseal(path.read_bytes(), RECORD_NAME))

@@ -17,7 +17,7 @@ import pytest
 from cli_runner import dtl
 from golden import assert_golden, lines_text
 
-from dtype_lint.config import load_config
+from dtype_lint.core.config import load_config
 
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "shapes"
 

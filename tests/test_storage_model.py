@@ -1,4 +1,4 @@
-"""The storage model (dtype_lint/analysis/storage_model.py): what each backend of a tree leaves in
+"""The storage model (dtype_lint/analysis/storage/storage_model.py): what each backend of a tree leaves in
 a layer's `.weight`, read from the backends' code, and how the rules ask it.
 
 The tree below is our own, written in the shapes real engines take: a config base in a
@@ -206,8 +206,8 @@ def tree(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def backends(tree):
-    from dtype_lint.analysis.catalogue_build import project_facts
-    from dtype_lint.analysis.storage_model import CodeBackends
+    from dtype_lint.analysis.storage.storage_model import CodeBackends
+    from dtype_lint.run.catalogue_build import project_facts
 
     here = os.getcwd()
     os.chdir(tree)
@@ -309,7 +309,7 @@ def test_a_plugin_importing_vllm_gets_the_shipped_catalogue(tmp_path):
 
 
 def test_the_shipped_catalogue_names_its_release_and_how_to_regenerate_it():
-    from dtype_lint.analysis.catalogue import shipped
+    from dtype_lint.analysis.storage.catalogue import shipped
 
     (data,) = [d for d in shipped() if d["dist"] == "vllm"]
     assert data["version"] == "0.33.0" and data["regenerate"].startswith("python scripts/catalogue.py")
@@ -455,8 +455,8 @@ def test_a_kernel_object_the_method_holds_is_followed(tmp_path):
     kernel base) and `self.fp8_kernel.process_weights_after_loading(layer)`: one of the kernels it
     can be (a subclass in the base's package) repacks `weight` to int32, so the method leaves fp8
     or int32, each with the lines that make it (as vLLM's Fp8 on Marlin)."""
-    from dtype_lint.analysis.catalogue_build import project_facts
-    from dtype_lint.analysis.storage_model import CodeBackends
+    from dtype_lint.analysis.storage.storage_model import CodeBackends
+    from dtype_lint.run.catalogue_build import project_facts
 
     for rel, text in {**FILES, **KERNEL_FILES}.items():
         path = tmp_path / rel

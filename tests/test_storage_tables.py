@@ -1,4 +1,4 @@
-"""Table dispatch per layer type (dtype_lint/analysis/storage_model.py): a config that hands a
+"""Table dispatch per layer type (dtype_lint/analysis/storage/storage_model.py): a config that hands a
 helper the layer and a table of method classes by role (`Linear=A if a16 else B, Experts=C`)
 reaches each class only where the helper's own tests on the layer type build it, and a helper
 whose result the config keeps as a value (a lookup of the layer's entry) is no method it cannot
@@ -21,8 +21,8 @@ TABLES = Path(__file__).resolve().parents[1] / "fixtures" / "table_dispatch"
 
 @pytest.fixture(scope="module")
 def storages():
-    from dtype_lint.analysis.catalogue_build import project_facts
-    from dtype_lint.analysis.storage_model import CodeBackends
+    from dtype_lint.analysis.storage.storage_model import CodeBackends
+    from dtype_lint.run.catalogue_build import project_facts
 
     here = os.getcwd()
     os.chdir(TABLES)
@@ -69,8 +69,8 @@ def test_findings_match_expected_txt():
 def test_a_create_weights_handed_to_an_object_it_builds_is_that_class_s(tmp_path):
     """`Spec().create_weights(layer, ...)`: the class is named, so its own storages stand for the
     method (not every method of the package); a class outside the tree is an unknown storage."""
-    from dtype_lint.analysis.catalogue_build import project_facts
-    from dtype_lint.analysis.storage_model import CodeBackends
+    from dtype_lint.analysis.storage.storage_model import CodeBackends
+    from dtype_lint.run.catalogue_build import project_facts
 
     files = {
         "eng/__init__.py": "",

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from dtype_lint.engine.suppressions import Suppression, apply_suppressions, parse_suppressions
-from dtype_lint.findings import UNUSED_SUPPRESSION, Finding, Span
+from dtype_lint.core.findings import UNUSED_SUPPRESSION, Finding, Span
+from dtype_lint.core.suppressions import Suppression, apply_suppressions, parse_suppressions
 
 
 def src(text: str) -> str:
@@ -289,7 +289,7 @@ def test_file_level_directive_covers_its_codes_everywhere():
 def test_suppression_test_on_any_text_is_the_lowered_texts():
     # prefilter.has_suppression reads a text that is not ASCII by its UTF-8 bytes lowered: it must
     # answer what the test on `text.lower()` answers, whatever other characters stand around.
-    from dtype_lint.engine.prefilter import DIRECTIVE, has_suppression
+    from dtype_lint.core.prefilter import DIRECTIVE, has_suppression
 
     def reference(text: str) -> bool:
         lowered = text.lower()
@@ -313,7 +313,7 @@ def test_suppression_test_on_any_text_is_the_lowered_texts():
 
 def test_the_scan_reads_a_suppression_in_any_encoding(tmp_path):
     # The scan tests a UTF-8 file's bytes for a suppression, another encoding's text: both find it.
-    from dtype_lint.engine import pipeline
+    from dtype_lint.run import pipeline
 
     pipeline._init_scan(pipeline.for_rules(()), [], links=False)
     for name, data in [("u.py", "x = 1  # → DTYPE-LINT: ignore[DTL001] why\n".encode()),

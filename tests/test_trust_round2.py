@@ -199,7 +199,7 @@ def test_a_fix_never_moves_the_helper_past_what_guarded_the_cast(tmp_path: Path,
 
 
 def test_the_verifier_refuses_a_helper_call_hoisted_out_of_its_block():
-    from dtype_lint.findings import Edit, Finding, Fix, Span
+    from dtype_lint.core.findings import Edit, Finding, Fix, Span
     from dtype_lint.fix.fixer import fix_text
 
     src = ("from m import h\n\n\ndef f(self, xs):\n    for x in xs:\n        x = x.to(self.p.weight.dtype)\n"
@@ -389,7 +389,7 @@ def test_a_gitignore_with_non_utf8_bytes_matches_names_byte_for_byte(tmp_path: P
     (root / ".gitignore").write_bytes(b"gen_\xff.py\n")
     name = os.fsdecode(b"gen_\xff.py")
     (root / "proj" / name).write_text("x = 1\n")
-    from dtype_lint.engine.discovery import discover
+    from dtype_lint.core.discovery import discover
 
     assert not any(p.endswith(name) for p in discover([str(root)], (), root))
 
@@ -428,7 +428,7 @@ GIT_EXAMPLES = {
 def test_gitignore_follows_git(tmp_path: Path, case: str):
     """0.2.0 skipped every `!` line (the whitelist excluded every file: "No Python files
     checked.", exit 0) and read only the root's .gitignore."""
-    from dtype_lint.engine.discovery import discover
+    from dtype_lint.core.discovery import discover
 
     ignores, expected = GIT_EXAMPLES[case]
     write_tree(tmp_path, {**ignores, **{p: "x = 1\n" for p in expected}})

@@ -4,12 +4,12 @@ settings would compute.
 - Every setting a fix reads is in the cache key: editing only `[tool.isort]`, Ruff's isort
   section or `ruff.toml` makes a warm `--fix` write what a cold one writes.
 - Every cache file is sealed with a per-user key kept outside the cache folder
-  (engine/cache_seal.py): an entry whose fix was edited and whose SHA-256 line was recomputed (the
+  (run/cache_seal.py): an entry whose fix was edited and whose SHA-256 line was recomputed (the
   attack of #36), a genuine entry moved from a folder computed under other settings, an edited
   fast-path record or run memo, are all misses; a cache sealed under another key (a CI cache
   restored on another machine) is a miss, never an error.
 - The cache folder is never used through a link that leaves the project, nor inside a source
-  package (engine/cache_folder.py): exit 2 with one line saying why; `--no-cache` still runs.
+  package (run/cache_folder.py): exit 2 with one line saying why; `--no-cache` still runs.
 
 Each test here failed on de0faa5.
 """
@@ -27,8 +27,9 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN, FIXED_CALL, tiny_project, tree_bytes, write_tree
 
-from dtype_lint.engine import cache_seal, fast_path
-from dtype_lint.engine.fast_record import RECORD_NAME
+from dtype_lint import fast_path
+from dtype_lint.run import cache_seal
+from dtype_lint.run.fast_record import RECORD_NAME
 
 CACHE = ".dtype_lint_cache"
 HELPER_IMPORT = "from proj.dtypes import get_layer_input_dtype"
@@ -111,7 +112,7 @@ def test_the_other_way_round_and_a_ruff_toml(tmp_path: Path):
     (".ruff.toml", "line-length = 100\n"),
 ], ids=lambda e: f"{e[0]}:{e[1].splitlines()[-1]}")
 def test_the_fingerprint_holds_each_style_setting_the_fixer_reads(tmp_path: Path, edit):
-    from dtype_lint.config import load_config
+    from dtype_lint.core.config import load_config
 
     root = tiny_project(tmp_path / "p", pyproject=_pyproject(""))
     before = load_config(root).fingerprint()
@@ -123,7 +124,7 @@ def test_the_fingerprint_holds_each_style_setting_the_fixer_reads(tmp_path: Path
 
 def test_a_new_first_party_package_at_the_root_changes_the_key(tmp_path: Path):
     """Ruff and isort find first-party names at the root themselves: so does the key."""
-    from dtype_lint.config import load_config
+    from dtype_lint.core.config import load_config
 
     root = tiny_project(tmp_path / "p", pyproject=_pyproject(""))
     before = load_config(root).fingerprint()

@@ -398,7 +398,7 @@ def _count_calls(monkeypatch, owner, name: str, counter: list[int]) -> None:
 def test_one_round_of_edits_compares_each_edit_with_its_neighbours_only(monkeypatch):
     """0.3 tested each fix's edits against every edit accepted before it (`in` on a list, then
     `_overlaps` pairwise): comparisons grew with the square of the sites."""
-    from dtype_lint.findings import Edit, Finding, Fix, Span
+    from dtype_lint.core.findings import Edit, Finding, Fix, Span
     from dtype_lint.fix import fixer
 
     def comparisons(count: int) -> tuple[int, str]:
@@ -431,8 +431,8 @@ def test_the_name_check_looks_each_new_variable_up_once(monkeypatch):
     from libcst.metadata import scope_provider
 
     from dtype_lint.api import make_config
-    from dtype_lint.engine.pipeline import fix_one_text
     from dtype_lint.fix import fixer
+    from dtype_lint.run.pipeline import fix_one_text
 
     config = make_config({"helper": "proj.dtypes:get_layer_input_dtype"})
     looked_up = {}

@@ -30,8 +30,8 @@ from cli_runner import dtl
 from conftest import full_only
 from tiny_project import tree_bytes, write_tree
 
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 from dtype_lint.fix.helper_template import helper_source
-from dtype_lint.fix.hf_helper import HF_HELPER_SOURCE
 
 LAYERS = """\
 import torch

@@ -25,8 +25,8 @@ from cli_runner import dtl  # noqa: E402
 from tiny_project import fresh_import, stub_project  # noqa: E402
 
 from dtype_lint.dtypes import evaluator  # noqa: E402
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, HF_HELPER_SOURCE  # noqa: E402
 from dtype_lint.fix.helper_template import TEMPLATES, function_table, helper_source  # noqa: E402
-from dtype_lint.fix.hf_helper import HF_HELPER_NAME, HF_HELPER_SOURCE  # noqa: E402
 
 PARAMS_DTYPE = torch.bfloat16
 # Every dtype torch defines, found by asking torch (aliases such as `torch.half` fold into one).

@@ -16,8 +16,8 @@ import pytest
 from cli_runner import dtl
 from tiny_project import ATTN, FIXED_CALL, PYPROJECT, tiny_project, tree_bytes
 
-from dtype_lint.engine import pipeline
-from dtype_lint.engine.writer import ProjectWriter, is_temp_name, remove_stale_temps
+from dtype_lint.core.writer import ProjectWriter, is_temp_name, remove_stale_temps
+from dtype_lint.run import pipeline
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes, owners and symlinks")
 OTHER = ATTN.replace("class Attn", "class Other")
@@ -267,7 +267,7 @@ def test_the_writer_refuses_every_path_outside_the_root(tmp_path: Path):
 def test_a_write_that_fails_midway_is_dtl901_and_the_file_is_unchanged(tmp_path: Path, monkeypatch):
     import errno
 
-    from dtype_lint.engine import writer
+    from dtype_lint.core import writer
 
     root = tiny_project(tmp_path, {"proj/z.py": OTHER})
     real = writer.write_atomic
@@ -285,7 +285,7 @@ def test_a_write_that_fails_midway_is_dtl901_and_the_file_is_unchanged(tmp_path:
 
 
 def test_output_problem_by_kind(tmp_path: Path):
-    from dtype_lint.engine.outputs import output_problem
+    from dtype_lint.run.outputs import output_problem
 
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)

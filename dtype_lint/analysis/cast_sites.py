@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.analysis.recognisers import WeightDtypeSource, weight_dtype_source, weight_expr
+from dtype_lint.analysis.flow.recognisers import WeightDtypeSource, weight_dtype_source, weight_expr
+from dtype_lint.analysis.index.class_facts import FunctionScope
 
 # A layer's quantization parameters (an `embed_scale` normaliser buffer is not one of them).
 QUANT_SCALES = frozenset({"input_scale", "output_scale", "input_scale_inv", "k_scale", "v_scale", "q_scale",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from dtype_lint.engine import trees
+from dtype_lint.core import trees
 
 # Text without any of these cannot script or trace anything: the parse-free answer.
 MARKERS = ("jit", "symbolic_trace", "Tracer", "ScriptModule")
@@ -248,7 +248,7 @@ class CompiledCode:
 
     def why(self, fn: ast.AST) -> Compiled | None:
         """Why the function `fn` is compiled, or None when it is not. Found by its line, not its
-        node: the planner's tree may have other functions' bodies blanked (engine/regions.py)."""
+        node: the planner's tree may have other functions' bodies blanked (core/regions.py)."""
         line = fn.lineno
         owner = next((n for n in self._top if n.lineno <= line <= n.end_lineno), None)
         why = self._why.get(id(owner)) if owner is not None else None

@@ -23,6 +23,7 @@ The walk replaces `ast.iter_child_nodes`' three nested generators with a loop ov
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from typing import TypeVar, overload
 
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
@@ -220,3 +221,41 @@ def nodes_of(root: ast.AST, kind: type) -> list[ast.AST]:
 
 
 __all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "nodes_of", "own_nodes"]
+
+
+# Every function of a module with its scope: the walk the rules' candidates, the fix planner's scope
+# check and the foreign-call search share (it lived in rule.py; the fix stage, below the rules, reads it).
+_COMPOUND = tuple(getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try",
+                                             "TryStar", "Match") if hasattr(ast, n))
+
+
+def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None):
+    """(function node, enclosing class qualname or None, scope qualname) for every function;
+    with `lines` (sorted line numbers), only those whose statement spans one of them (and the
+    walk skips every statement that spans none)."""
+    yield from _visit(tree.body, None, "", module, lines)
+
+
+def _spans(node: ast.stmt, lines: list[int]) -> bool:
+    i = bisect_left(lines, node.lineno)
+    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
+
+
+def _visit(body, class_q, prefix, module, lines):
+    for node in body:
+        if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
+                and not _spans(node, lines):
+            continue
+        if isinstance(node, ast.ClassDef):
+            q = f"{prefix}.{node.name}" if prefix else node.name
+            yield from _visit(node.body, f"{module}.{q}" if module else q, q, module, lines)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            q = f"{prefix}.{node.name}" if prefix else node.name
+            yield node, class_q, q
+            yield from _visit(node.body, None, q, module, lines)
+        elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
+            blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
+            blocks += [h.body for h in getattr(node, "handlers", None) or []]
+            blocks += [c.body for c in getattr(node, "cases", None) or []]
+            for block in blocks:
+                yield from _visit(block, class_q, prefix, module, lines)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.recognisers import cast_dtype_args
+from dtype_lint.analysis.flow.recognisers import cast_dtype_args
 
 
 def layer_argument(call: ast.Call) -> ast.expr | None:

@@ -16,9 +16,11 @@ import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.analysis.class_index import ModuleHeader, QuantizableLayerIndex
-from dtype_lint.config import Config
+from dtype_lint.analysis.index.class_facts import FunctionScope
+from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex
+from dtype_lint.core import trees
+from dtype_lint.core.config import Config
+from dtype_lint.core.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import (
     Case,
     Table,
@@ -29,8 +31,6 @@ from dtype_lint.dtypes.evaluator import (
     summarize_cases,
     unsound_cases,
 )
-from dtype_lint.engine import trees
-from dtype_lint.engine.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 
 
 @dataclass(frozen=True)
@@ -332,9 +332,9 @@ def project_helpers(config: Config, paths: list[str]) -> list[KnownHelper]:
     """Every top-level input-dtype helper the project defines (a function of the helper's shape
     that decides a dtype from a layer's storage), read from the files whose text could hold one;
     by path and line."""
-    from dtype_lint.analysis.class_index import dtype_functions
-    from dtype_lint.engine.discovery import discover, module_name
-    from dtype_lint.engine.source import READ_ERRORS, read_file
+    from dtype_lint.analysis.index.class_index import dtype_functions
+    from dtype_lint.core.discovery import discover, module_name
+    from dtype_lint.core.source import READ_ERRORS, read_file
 
     cfg_module, cfg_func = config.helper_spec
     out = []

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.class_facts import FunctionScope
-from dtype_lint.analysis.dominance import same_expression
-from dtype_lint.analysis.recognisers import WeightDtypeSource, weight_dtype_source
+from dtype_lint.analysis.flow.recognisers import WeightDtypeSource, weight_dtype_source
+from dtype_lint.analysis.guard_engine.dominance import same_expression
+from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.dtypes.evaluator import FP8_DTYPES, Case, Dtype, Interpreter, ModuleGlobals, Unsupported
 
 SENTINELS = frozenset({"int32", "uint8", "int8"} | FP8_DTYPES)

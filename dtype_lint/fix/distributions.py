@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtype_lint.engine.source import read_bytes
+from dtype_lint.core.source import read_bytes
 
 # Packaging files are small; anything larger is not read (and the folder counts as no package).
 _MAX_PACKAGING_BYTES = 1 << 20

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from dtype_lint.engine.source import SourceText
-from dtype_lint.findings import FIX_FAILED, Edit, Finding, Span
+from dtype_lint.core.findings import FIX_FAILED, Edit, Finding, Span
+from dtype_lint.core.source import SourceText
 from dtype_lint.fix.import_graph import ImportGraph
 from dtype_lint.fix.scope_check import FixCheckError, verify_names
 

@@ -26,10 +26,10 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dtype_lint.config import Config
-from dtype_lint.engine.discovery import module_name
-from dtype_lint.engine.source import read_file
-from dtype_lint.findings import Finding
+from dtype_lint.core.config import Config
+from dtype_lint.core.discovery import module_name
+from dtype_lint.core.findings import Finding
+from dtype_lint.core.source import read_file
 from dtype_lint.fix.distributions import distribution_of
 from dtype_lint.fix.helper_requirements import reach_problem
 from dtype_lint.fix.helper_template import HelperError, HelperLocation, in_tree, locate_helper

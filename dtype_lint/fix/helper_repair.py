@@ -7,8 +7,8 @@ from __future__ import annotations
 import ast
 
 from dtype_lint.analysis.helper_functions import KnownHelper
+from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.dtypes.evaluator import AFTER_ERROR, Case, Table, alternatives, evaluate_helper, unsound_cases
-from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.helper_template import helper_table
 
 

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from dtype_lint.engine.source import read_file
+from dtype_lint.core.source import read_file
 from dtype_lint.fix.distributions import Distribution, distribution_of, distribution_of_import, lowest_python, relative
 
 # Imports a fixed module is granted whatever it declares (see the module docstring).
@@ -37,7 +37,7 @@ def ignored_path(path: Path, root: Path) -> str | None:
     """The root-relative path (the file or a folder above it) that the project's ignore rules
     exclude, making `path` a file git would not commit; None when git would keep it or `path`
     lies outside the project."""
-    from dtype_lint.engine.gitignore import for_folder
+    from dtype_lint.core.gitignore import for_folder
 
     root_abs, path_abs = os.path.abspath(root), os.path.abspath(path)
     rel = os.path.relpath(path_abs, root_abs)

@@ -34,8 +34,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtype_lint.core.source import read_file
 from dtype_lint.dtypes.evaluator import STORAGES, HelperShape, Table, Unsupported, evaluate_helper, helper_shape
-from dtype_lint.engine.source import read_file
 
 _DOC = '''\
     """The dtype an activation must have before entering `layer`, or None to
@@ -110,7 +110,7 @@ _PLACEHOLDER = "__dtype_lint_helper_placeholder__"
 def template_names(template: str) -> frozenset[str]:
     """Every name the template's module text binds or reads (imports, globals, builtins, its
     parameters and locals), the helper's own name aside: a helper called by one of them would
-    shadow it (config.py refuses such a `helper`). Computed from the text, never listed by hand."""
+    shadow it (core/config.py refuses such a `helper`). Computed from the text, never listed by hand."""
     from dtype_lint.fix.bound_names import identifiers
 
     return frozenset(identifiers(ast.parse(helper_source(_PLACEHOLDER, template))) - {_PLACEHOLDER})
@@ -239,7 +239,7 @@ def locate_helper(module: str, func: str, template: str, root: Path, package_roo
         if problem:
             raise HelperError(f"helper `{module}:{func}` in {path} cannot be called as fixes call it: {problem}")
         return HelperLocation(module, func, path, True)
-    from dtype_lint.fix.formatting import FIRST_PARTY, project_style
+    from dtype_lint.core.project_style import FIRST_PARTY, project_style
 
     vllm_first_party = project_style(str(root)).section("vllm") == FIRST_PARTY
     source = _creatable_source(module, func, path, root, helper_source(func, template, vllm_first_party))

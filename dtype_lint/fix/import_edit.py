@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.engine.source import SourceText
-from dtype_lint.findings import Edit
+from dtype_lint.core.findings import Edit
+from dtype_lint.core.source import SourceText
 
 
 def _leading_block(tree: ast.Module) -> list[ast.stmt]:
@@ -41,7 +41,7 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
                 style=None) -> Edit | None:
     """`from module import name` (`as asname`: the planner's fresh alias when `name` is taken).
     `style`: the project's formatting.ProjectStyle (default: no configuration, the root unknown)."""
-    from dtype_lint.fix.formatting import ProjectStyle
+    from dtype_lint.core.project_style import ProjectStyle
 
     style = style or ProjectStyle()
     nl = "\n"  # the fixer writes every inserted line break in the file's own style

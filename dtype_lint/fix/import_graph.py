@@ -24,8 +24,8 @@ import re
 from collections import deque
 from typing import Callable
 
-from dtype_lint.analysis.class_index import ModuleTable, resolve_relative
-from dtype_lint.engine.source import READ_ERRORS, read_file
+from dtype_lint.analysis.index.class_index import ModuleTable, resolve_relative
+from dtype_lint.core.source import READ_ERRORS, read_file
 
 
 class ImportGraph:

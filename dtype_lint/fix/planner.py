@@ -28,17 +28,23 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 
-from dtype_lint.analysis.class_facts import FunctionScope, walk_function
 from dtype_lint.analysis.compiled_code import compiled_reason
-from dtype_lint.analysis.recognisers import WeightDtypeSource, cast_dtype_args, is_pure, names_in, weight_dtype_source
-from dtype_lint.config import Config
+from dtype_lint.analysis.flow.recognisers import (
+    WeightDtypeSource,
+    cast_dtype_args,
+    is_pure,
+    names_in,
+    weight_dtype_source,
+)
+from dtype_lint.analysis.index.class_facts import FunctionScope, walk_function
+from dtype_lint.core import trees
+from dtype_lint.core.config import Config
+from dtype_lint.core.findings import Edit, Fix
+from dtype_lint.core.project_style import project_style
+from dtype_lint.core.source import SourceFile
 from dtype_lint.dtypes.evaluator import UNPACKED, summarize_cases, unsound_cases
 from dtype_lint.dtypes.truth_table import cast_disagreements, prove_guarded_cast, unpacked_storages
-from dtype_lint.engine import trees
-from dtype_lint.engine.source import SourceFile
-from dtype_lint.findings import Edit, Fix
 from dtype_lint.fix.bound_names import fresh, identifiers, module_names
-from dtype_lint.fix.formatting import project_style
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.fix.import_edit import import_edit
 from dtype_lint.fix.string_lines import rows_starting_in_strings
@@ -124,7 +130,7 @@ class Planner:
             # verbatim; a non-ASCII one (an em dash in a comment) may spell one in characters the
             # parser normalises (NFKC, PEP 3131), so its normalised text is searched too.
             return self.func
-        # Every name the module binds or uses, blanked function bodies too (engine/regions.py),
+        # Every name the module binds or uses, blanked function bodies too (core/regions.py),
         # unless their text holds none of the names decided on here: the helper's, names holding
         # it (`_<func>`, and what `fresh` makes of it) and what a top-level import binds it as.
         aliases = {a.asname for stmt in self.tree.body if isinstance(stmt, ast.ImportFrom)

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.findings import Finding
+from dtype_lint.analysis.function_walk import iter_functions
+from dtype_lint.core.findings import Finding
 from dtype_lint.fix.bound_names import has_star_import, identifiers
-from dtype_lint.rule import iter_functions
 
 
 class FixCheckError(Exception):

@@ -18,7 +18,7 @@ import token
 import tokenize
 from typing import Iterator
 
-from dtype_lint.engine.source import split_lines
+from dtype_lint.core.source import split_lines
 
 # Python 3.12 tokenizes an f-string as FSTRING_START … FSTRING_END with the replacement fields'
 # tokens between (3.14's template strings likewise); before 3.12 it is one STRING token.

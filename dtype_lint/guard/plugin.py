@@ -112,7 +112,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     document = guard_json(sites, state.occurrences)
     for record in document["sites"]:
         record["tests"] = state.tests.get((record["path"], record["line"], record["kind"]), [])
-    from dtype_lint.engine.writer import write_atomic
+    from dtype_lint.core.writer import write_atomic
 
     # The project's one writer: each file is the old one or the new one, never half written.
     write_atomic(state.report_path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))

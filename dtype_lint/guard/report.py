@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dtype_lint.findings import Finding
+    from dtype_lint.core.findings import Finding
     from dtype_lint.guard.site import GuardSite
 
 SCHEMA_VERSION = 1
@@ -24,7 +24,7 @@ def static_findings(path: str) -> frozenset[tuple[int, str]] | None:
     """(line, code) of what `dtype-lint check PATH` reports, with the configuration it would find
     (the nearest pyproject.toml); None when the file cannot be checked. No cache is written."""
     from dtype_lint.api import check_paths
-    from dtype_lint.config import load_for_run
+    from dtype_lint.core.config import load_for_run
 
     if not os.path.isfile(path):
         return None
@@ -45,7 +45,7 @@ def static_reported(site: "GuardSite") -> bool | None:
 
 def site_finding(site: "GuardSite") -> "Finding":
     """The site as a finding of its static rule, spanning its line."""
-    from dtype_lint.findings import Finding, Span
+    from dtype_lint.core.findings import Finding, Span
 
     text = linecache.getline(site.path, site.line).rstrip("\n")
     indent = len(text) - len(text.lstrip())
@@ -80,9 +80,9 @@ def guard_json(sites: list["GuardSite"], occurrences: dict) -> dict:
 def guard_sarif(sites: list["GuardSite"]) -> dict:
     """SARIF 2.1.0 as `check --output-format sarif` writes it, one result per site, each with its
     run-time facts in `properties`, and its own automation category."""
-    from dtype_lint.cli_output import rule_infos
     from dtype_lint.reporters import ENGINE_RULES, RunSummary
     from dtype_lint.reporters._common import RenderContext
+    from dtype_lint.reporters.rule_metadata import rule_infos
     from dtype_lint.reporters.sarif import log
 
     # `log` lists results in Finding.sort_key order (a stable sort): sorting the pairs by it first

@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
 from dtype_lint.migrate.conventions import RULE_CODE, Convention, Identity, scrub
 
 # What a reviewer calls the backend that leaves each storage on a layer.

@@ -11,12 +11,12 @@ import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
-from dtype_lint.config import Config
-from dtype_lint.engine.pipeline import RunOptions, RunResult, reanalyze, run, settle
-from dtype_lint.engine.source import MAX_SOURCE_BYTES, read_bytes, read_file
-from dtype_lint.engine.writer import write_scratch_files
-from dtype_lint.findings import Finding
+from dtype_lint.core.config import Config
+from dtype_lint.core.findings import Finding
+from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
+from dtype_lint.core.writer import write_scratch_files
 from dtype_lint.rule_registry import migration_codes
+from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -287,10 +287,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     False: none). Besides the patches, `out` gets PR.md (one pull request's description for the
     whole series) and README.md (what the tool knows about each patch: rule codes, sites,
     generated files). The result's remaining findings are a re-check of the patched tree."""
-    from dtype_lint.engine.outputs import check_output
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.source import FileText
+    from dtype_lint.core.source import FileText
     from dtype_lint.migrate import conventions, generated, messages, series
+    from dtype_lint.run.outputs import check_output
+    from dtype_lint.run.pipeline import UserError
 
     if problem := check_output(out, "--series", config, paths=[path], folder=True):
         raise UserError(problem)
@@ -349,7 +349,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
            if conv.name in generated.REGENERATING else [])
     style.generated = gen
     # Hugging Face sites route through their own helper, added to the project's torch utilities.
-    from dtype_lint.migrate.hf_series import hf_proof, hf_series_patch
+    from dtype_lint.ecosystems.hf.series import hf_proof, hf_series_patch
 
     hf_patch = hf_series_patch(result, root, rel) if changes else None
     if hf_patch is not None and not proof:
@@ -362,7 +362,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     found_tests = None
     if conv.name == "transformers" and patches:
         # Each transformers patch adds a test of the class it changes, run on the release here.
-        from dtype_lint.migrate import hf_regression
+        from dtype_lint.ecosystems.hf import regression as hf_regression
 
         found_tests = hf_regression.add_tests(patches, hf_patch, style)
     formatted = series.format_patches(patches, Path(out), identity) if patches else []
@@ -379,7 +379,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
         readme = messages.readme(patches, files, conv, identity, style.signoff, gen, result.findings)
         if found_tests is not None:
-            from dtype_lint.migrate import hf_regression
+            from dtype_lint.ecosystems.hf import regression as hf_regression
 
             readme = readme.rstrip("\n") + "\n\n" + "\n".join(hf_regression.readme_section(patches, found_tests))
         outputs["README.md"] = readme.encode("utf-8")
@@ -392,9 +392,9 @@ def _publish(result: RunResult, folder, outputs: dict[str, bytes]) -> None:
     checked for all of them before the first is written; the tool's stale patches removed; the
     manifest last: a run interrupted before it leaves files no manifest vouches for, which a
     later run refuses to overwrite rather than guess whose they are."""
-    from dtype_lint.engine.pipeline import UserError
-    from dtype_lint.engine.writer import WriteError
+    from dtype_lint.core.writer import WriteError
     from dtype_lint.migrate.series_folder import MANIFEST
+    from dtype_lint.run.pipeline import UserError
 
     if problem := folder.problem(outputs):
         raise UserError(problem)

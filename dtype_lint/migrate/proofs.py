@@ -161,7 +161,7 @@ def _outcome_of(fn) -> str:
 
 
 def _tree(files: dict[str, bytes], tmp) -> Path:
-    from dtype_lint.engine.writer import write_scratch_files
+    from dtype_lint.core.writer import write_scratch_files
 
     root = Path(tmp)
     write_scratch_files(root, files)

@@ -60,10 +60,10 @@ class _ReleaseModule(types.ModuleType):
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        from dtype_lint.kernels_ref.harness.upstream_source import _Module
+        from dtype_lint.kernels_ref.harness.upstream_source import SourceModule
 
         if self._source is None:
-            self._source = _Module.parse(self.__name__.replace(".", "/") + ".py", Path(self.__file__).read_text())
+            self._source = SourceModule.parse(self.__name__.replace(".", "/") + ".py", Path(self.__file__).read_text())
         if attr not in self._source.top:
             raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
         _define(self, self._source, attr)
@@ -72,7 +72,7 @@ class _ReleaseModule(types.ModuleType):
 
 def _define(module: _ReleaseModule, source, name: str) -> None:
     """Execute `name`'s definition and every top-level definition it reads, in source order."""
-    from dtype_lint.kernels_ref.harness.upstream_source import _segment, free_names
+    from dtype_lint.kernels_ref.harness.upstream_source import free_names, source_segment
 
     ns = module.__dict__
     needed: dict[str, object] = {}
@@ -93,7 +93,7 @@ def _define(module: _ReleaseModule, source, name: str) -> None:
                 else:
                     exec(compile(stmt, f"<{module.__name__} imports>", "exec"), ns)  # noqa: S102
     for node_name, node in sorted(needed.items(), key=lambda item: item[1].lineno):
-        text = _segment(source.lines, node)
+        text = source_segment(source.lines, node)
         exec(compile(text, f"{module.__file__}:{node.lineno} {node_name}", "exec", flags=_FLAGS,  # noqa: S102
                      dont_inherit=True), ns)
 
@@ -171,7 +171,7 @@ def run_tests(tree: Path, tests: list[str], timeout: float = 300,
     code, `vllm` imported through :func:`installed`. Their return code is pytest's."""
     with tempfile.TemporaryDirectory(prefix="dtype-lint-release-tests-") as tmp:
         work = Path(tmp)
-        from dtype_lint.engine.writer import write_scratch_files
+        from dtype_lint.core.writer import write_scratch_files
 
         write_scratch_files(work, {"conftest.py": _CONFTEST})
         copied = []

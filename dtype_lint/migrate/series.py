@@ -23,8 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from dtype_lint.engine.writer import ProjectWriter
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
+from dtype_lint.core.writer import ProjectWriter
 from dtype_lint.fix.fixer import fix_text
 from dtype_lint.fix.helper_template import HelperLocation, decision_rows, function_table
 from dtype_lint.migrate import messages, proofs, regression

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Callable, Mapping, TextIO
 from dtype_lint.reporters._common import RuleInfo, RunSummary
 
 if TYPE_CHECKING:
-    from dtype_lint.findings import Finding
+    from dtype_lint.core.findings import Finding
 
 
 def _engine_rules() -> dict[str, RuleInfo]:
-    from dtype_lint.findings import ENGINE_CODES
+    from dtype_lint.core.findings import ENGINE_CODES
 
     return {c.code: RuleInfo(c.code, c.name, c.summary,
                              f"# {c.code} {c.name}\n\n{c.summary[0].upper()}{c.summary[1:]}.\n")

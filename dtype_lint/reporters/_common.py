@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, TextIO
 
-from dtype_lint.engine.source import SourceText
-from dtype_lint.findings import UNUSED_SUPPRESSION, Finding
+from dtype_lint.core.findings import UNUSED_SUPPRESSION, Finding
+from dtype_lint.core.source import SourceText
 
 # Width used when not writing to a terminal, so snapshot output does not depend on $COLUMNS.
 PIPE_WIDTH = 100
@@ -212,7 +212,7 @@ def fingerprints(findings: list[Finding]) -> list[str]:
     unrelated edits keep it); a key seen again in the same file gets its occurrence number mixed
     in, so two identical casts in one function stay two issues.
     """
-    from dtype_lint.engine.baseline import finding_key
+    from dtype_lint.run.baseline import finding_key
 
     seen: dict[tuple, int] = {}
     out = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import RenderContext, level, remaining
 

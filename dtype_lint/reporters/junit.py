@@ -15,7 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import TextIO
 
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import RenderContext, evidence_location, location, plural, remaining
 

@@ -30,7 +30,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from dtype_lint import __version__
-from dtype_lint.findings import Evidence, Finding
+from dtype_lint.core.findings import Evidence, Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import (
     RenderContext,

@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from dtype_lint.findings import Finding
+from dtype_lint.core.findings import Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import (
     RenderContext,

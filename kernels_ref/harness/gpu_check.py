@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from dtype_lint.engine.writer import write_atomic
+from dtype_lint.core.writer import write_atomic
 
 from . import preflight
 

@@ -107,7 +107,7 @@ class Extraction:
 # ----------------------------------------------------------------------------- name analysis
 
 
-def _segment(lines: list[str], node: ast.AST) -> str:
+def source_segment(lines: list[str], node: ast.AST) -> str:
     first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))
 
@@ -159,7 +159,7 @@ def free_names(node: ast.AST) -> set[str]:
 
 
 @dataclass
-class _Module:
+class SourceModule:
     path: str
     text: str
     lines: list[str]
@@ -167,7 +167,7 @@ class _Module:
     imports: dict[str, tuple[str, str, str]]  # name -> (module, imported name, statement text)
 
     @classmethod
-    def parse(cls, path: str, text: str) -> "_Module":
+    def parse(cls, path: str, text: str) -> "SourceModule":
         tree = ast.parse(text)
         lines = text.splitlines(keepends=True)
         top: dict[str, ast.AST] = {}
@@ -210,7 +210,7 @@ def extract(
     ``read(path)`` returns another file of the same release (for :data:`FOLLOW` names).
     ``helper_module``/``helper_text``: the fixer's helper, for the rewritten module.
     """
-    main = _Module.parse(MLA_MODULE, text)
+    main = SourceModule.parse(MLA_MODULE, text)
     impl = main.top.get(IMPL_CLASS)
     if not isinstance(impl, ast.ClassDef):
         raise ExtractionError(f"{MLA_MODULE}: no class {IMPL_CLASS}")
@@ -225,7 +225,7 @@ def extract(
     imports: dict[str, None] = {}
     provided: dict[str, None] = {}
     units: list[Unit] = []
-    queue: list[tuple[_Module, str, ast.AST, str]] = [(main, m, methods[m], "method") for m in METHODS]
+    queue: list[tuple[SourceModule, str, ast.AST, str]] = [(main, m, methods[m], "method") for m in METHODS]
     queue += [(main, name, main.top[name], "") for name in METADATA if name in main.top]
     if len(queue) != len(METHODS) + len(METADATA):
         raise ExtractionError(f"{MLA_MODULE}: missing one of {', '.join(METADATA)}")
@@ -237,7 +237,7 @@ def extract(
         done.add((mod.path, name))
         if not kind:
             kind = "class" if isinstance(node, ast.ClassDef) else ("assign" if isinstance(node, (ast.Assign, ast.AnnAssign)) else "function")
-        units.append(Unit(name, kind, mod.path, node.lineno, _segment(mod.lines, node)))
+        units.append(Unit(name, kind, mod.path, node.lineno, source_segment(mod.lines, node)))
         for free in sorted(free_names(node)):
             if free == "self" and kind == "method":
                 continue
@@ -255,7 +255,7 @@ def extract(
             elif top_package == "vllm" and imported in FOLLOW:
                 path = _module_file(source_module)
                 if path not in modules:
-                    modules[path] = _Module.parse(path, read(path))
+                    modules[path] = SourceModule.parse(path, read(path))
                 other = modules[path]
                 if imported not in other.top:
                     raise ExtractionError(f"{path} does not define {imported} (imported by {mod.path})")
@@ -283,7 +283,7 @@ def extract(
 
 def helper_imports(text: str) -> list[tuple[str, str, str]]:
     """``(module, name, statement)`` of each import in a helper module's text."""
-    return list(_Module.parse("<helper>", text).imports.values())
+    return list(SourceModule.parse("<helper>", text).imports.values())
 
 
 def read_release(root: Path):

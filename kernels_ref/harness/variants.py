@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
-from dtype_lint.engine.writer import write_atomic
+from dtype_lint.core.writer import write_atomic
 
 from . import upstream_source as us
 

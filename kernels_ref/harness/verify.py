@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dtype_lint.engine.writer import write_atomic
+from dtype_lint.core.writer import write_atomic
 
 from .backends import BACKENDS
 from .matrix import DEFAULT_SCENARIOS, DEFAULT_SEEDS, KERNEL_ROUTES, run_matrix

@@ -1,4 +1,4 @@
-"""The one guard engine (analysis/dominance.py, guards.py, guard_flags.py, file_guards.py): what
+"""The one guard engine (analysis/guard_engine/dominance.py, guards.py, guard_flags.py, file_guards.py): what
 dominates a site, what a test proves under each question, flags and predicates, and the one policy
 where DTL001 and DTL003 answer differently."""
 
@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from dtype_lint.analysis.dominance import dominators, parent_map, same_expression
-from dtype_lint.analysis.guard_flags import ClassGuardFlags, is_predicate, module_predicates
-from dtype_lint.analysis.guards import (
+from dtype_lint.analysis.guard_engine.dominance import dominators, parent_map, same_expression
+from dtype_lint.analysis.guard_engine.guard_flags import ClassGuardFlags, is_predicate, module_predicates
+from dtype_lint.analysis.guard_engine.guards import (
     NOTHING_KNOWN,
     STORAGE_UNPACKED,
     WEIGHT_PRESENT,

@@ -6,9 +6,9 @@ calls RuleFacts.release once the rules have run)."""
 import gc
 import weakref
 
-from dtype_lint.analysis import file_analysis
 from dtype_lint.api import check_source
 from dtype_lint.rule import RuleFacts
+from dtype_lint.run import file_analysis
 
 _GUARDED_CAST = """\
 import torch

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tiny_project import write_tree
 
-from dtype_lint.analysis.dormant import truth
+from dtype_lint.analysis.guard_engine.dormant import truth
 from dtype_lint.api import check_paths, make_config
 
 LAYERS = """\

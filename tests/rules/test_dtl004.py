@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from dtype_lint.api import check_source, make_config
-from dtype_lint.engine.pipeline import fix_one_text
+from dtype_lint.run.pipeline import fix_one_text
 
 HEAD = """\
 import torch

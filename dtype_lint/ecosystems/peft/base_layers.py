@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.hf_family import ENGINE_PACKAGES, hf_module
+from dtype_lint.ecosystems.hf.family import ENGINE_PACKAGES, hf_module
 
 ADAPTER_LIBRARIES = frozenset({"peft"})
 BASE_GETTER = "get_base_layer"
@@ -135,7 +135,7 @@ def computes_with_base_weight(fn: ast.AST, scope) -> bool:
 
 
 # Attributes only an embedding has; `embed_scale` only a subclass of torch's (Gemma's scaled
-# embeddings), which no HF quantizer replaces (analysis/hf_family.py: GGUF takes exact
+# embeddings), which no HF quantizer replaces (ecosystems/hf/family.py: GGUF takes exact
 # `nn.Embedding` only).
 EMBEDDING_ATTRIBUTES = frozenset({"embedding_dim", "num_embeddings", "padding_idx", "embed_scale"})
 SCALED_EMBEDDING_ATTRIBUTE = "embed_scale"

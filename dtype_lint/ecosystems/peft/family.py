@@ -1,15 +1,16 @@
 """The adapter family's verdict on a layer expression: the base layer an adapter wraps is the
-loaded model's layer, so the Hugging Face quantizers reach it (analysis/hf_family.py names them
+loaded model's layer, so the Hugging Face quantizers reach it (ecosystems/hf/family.py names them
 and the storage each leaves). The verdict's evidence is the HF family's `BackendEvidence`: the
 rules word the message, narrow it by partial guards and fix it through the HF helper
-(`get_module_input_dtype`, fix/hf_helper.py), which needs no vLLM.
+(`get_module_input_dtype`, ecosystems/hf/helper.py), which needs no vLLM.
 """
 
 from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.hf_family import (
+from dtype_lint.core.findings import Evidence
+from dtype_lint.ecosystems.hf.family import (
     CONV,
     EMBEDDING,
     LINEAR,
@@ -27,7 +28,6 @@ from dtype_lint.ecosystems.peft.base_layers import (
     is_adapter_file,
     writes_base_weight,
 )
-from dtype_lint.findings import Evidence
 
 
 class BaseLayerEvidence(BackendEvidence):

@@ -1,0 +1,268 @@
+"""One step of value flow into a callee: a layer's weight, or its dtype, passed as an argument.
+
+`f(embed_weight=self.embed_tokens.weight)` where `f` casts an activation to `embed_weight.dtype`,
+or `g(x, bulk_dtype)` with `bulk_dtype = self.attn.to_q.weight.dtype` where `g` does
+`x.to(dtype)`: the site is in the callee, the layer at the call. The call is reported (where the
+layer is known); the callee's use is its evidence. Callees are functions of the project (module
+functions, `self.method(...)`), one level deep; exempt storage code is not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from dataclasses import dataclass
+
+from dtype_lint.analysis.flow.recognisers import (
+    alloc_dtype_keywords,
+    cast_dtype_args,
+    storage_replacements,
+    weight_dtype_source,
+    weight_expr,
+)
+from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
+from dtype_lint.analysis.index.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of, walk_function
+from dtype_lint.analysis.index.class_index import dotted
+
+NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
+
+
+@dataclass(frozen=True)
+class CalleeUse:
+    """How a callee uses a parameter: as a cast's or allocation's dtype, or as the weight whose dtype it reads."""
+    kind: str  # "cast" | "alloc"
+    what: str  # "dtype": the parameter is a dtype; "weight": the parameter is the weight tensor
+    param: str
+    path: str
+    line: int
+    text: str  # the use, as written
+    sink: str = ACTIVATION  # what a cast converts (analysis/flow/sinks.py): an activation, or a weight
+
+
+@dataclass(frozen=True)
+class _Callee:
+    """A project function a call reaches, with its positional parameters."""
+    name: str
+    fn: ast.FunctionDef | ast.AsyncFunctionDef
+    path: str
+    params: list[str]  # positional parameters, after `self` for methods
+    cls: str | None = None  # set for a constructor: the class whose instance keeps the argument
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A layer's weight or dtype passed at a call into a callee that uses it (`use`)."""
+    arg: ast.expr  # the argument at the call
+    layer: ast.expr  # the layer whose weight (or dtype) it is
+    callee: str
+    use: CalleeUse
+
+
+class Flows:
+    """Callee uses of parameters, computed once per callee."""
+
+    def __init__(self, project: ProjectFacts, module: str, imports: dict[str, str], config, layers=None):
+        self.project = project
+        self.layers = layers  # resolves `self.a.b` in `self.a.b.method(...)`
+        self.index = project.index
+        self.module = module
+        self.imports = imports
+        self.config = config
+        self._uses: dict[tuple[str, str], list[CalleeUse]] = {}
+        # Per call and scope: DTL001 (casts), DTL002 (allocations) and DTL003 (reads handed on)
+        # ask about the same calls. The nodes are the analysed tree's, alive as long as this is.
+        self._by_call: dict[tuple[int, int], list[Flow]] = {}
+
+    def flows(self, call: ast.Call, scope: FunctionScope) -> list[Flow]:
+        """The weight and weight-dtype arguments of `call` that its callee casts or allocates with
+        (shared: do not mutate)."""
+        key = (id(call), id(scope))
+        found = self._by_call.get(key)
+        if found is None:
+            found = self._by_call[key] = self._flows(call, scope)
+        return found
+
+    def _flows(self, call: ast.Call, scope: FunctionScope) -> list[Flow]:
+        args = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+        kws = [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        candidates = []
+        for key, arg in args + kws:
+            wds = weight_dtype_source(arg, scope)
+            if wds is not None and wds.form != "tensor":
+                candidates.append((key, arg, wds.layer, "dtype"))
+                continue
+            w = weight_expr(arg, scope)
+            if w is not None:
+                candidates.append((key, arg, w[0], "weight"))
+        if not candidates:
+            return []
+        callee = self._callee(call, scope)
+        if callee is None:
+            return []
+        name, function_node, path, params, cls = callee.name, callee.fn, callee.path, callee.params, callee.cls
+        out = []
+        for key, arg, layer, what in candidates:
+            param = key if isinstance(key, str) else (params[key] if key < len(params) else None)
+            if param is None:
+                continue
+            uses = self._class_uses(cls, param) if cls is not None else self._param_uses(function_node, path, param)
+            for use in uses:
+                if use.what == what:
+                    out.append(Flow(arg, layer, name, use))
+                    break
+        return out
+
+    def _callee(self, call: ast.Call, scope: FunctionScope) -> "_Callee | None":
+        """The project function (or constructor) the call reaches, if any."""
+        callee = call.func
+        if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) \
+                and callee.value.id == scope.self_name and scope.class_qualname:
+            for ancestor in self.index.mro(scope.class_qualname):
+                class_facts: ClassFacts | None = self.project.class_facts(ancestor)
+                if class_facts is not None and callee.attr in class_facts.methods:
+                    function_node = class_facts.methods[callee.attr]
+                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
+                                   signature_of(function_node).positional)
+            return None
+        if isinstance(callee, ast.Attribute) and _is_super(callee.value) and scope.class_qualname:
+            # `super().__init__(..., target_dtype=target_dtype)` (peft's adaption prompts): the
+            # next class of the MRO that defines the method.
+            for ancestor in self.index.mro(scope.class_qualname)[1:]:
+                class_facts = self.project.class_facts(ancestor)
+                if class_facts is not None and callee.attr in class_facts.methods:
+                    function_node = class_facts.methods[callee.attr]
+                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
+                                   signature_of(function_node).positional)
+            return None
+        if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Attribute) and self.layers is not None:
+            owner = self.layers.resolve(callee.value, scope)  # `self.language_model.rotary_emb.method(...)`
+            for ancestor in self.index.mro(owner.qualname) if owner.qualname else []:
+                class_facts = self.project.class_facts(ancestor)
+                if class_facts is not None and callee.attr in class_facts.methods:
+                    function_node = class_facts.methods[callee.attr]
+                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
+                                   signature_of(function_node).positional)
+            return None
+        name = dotted(callee)
+        if not name:
+            return None
+        target = self.index.resolve(self.module, name, self.imports)
+        if self.index.class_location(target) is not None:  # a constructor: follow the instance
+            init = self.project.init_of(target)
+            class_facts = self.project.class_facts(target)
+            if init is None or class_facts is None or init[0] != target:
+                return None
+            return _Callee(target.rsplit(".", 1)[-1], class_facts.methods["__init__"], class_facts.path,
+                           init[1].positional, target)
+        mod, _, func = target.rpartition(".")
+        found = self.project.function(mod, func) if mod else None
+        if found is None:
+            found = self.project.function(self.module, name) if "." not in name else None
+        if found is None:
+            return None
+        facts, function_node = found
+        return _Callee(func, function_node, facts.path,
+                       [a.arg for a in function_node.args.posonlyargs + function_node.args.args])
+
+    def _class_uses(self, cls: str, param: str) -> list[CalleeUse]:
+        """A constructor parameter kept as `self.X = param`: the weight uses of `self.X` in the
+        class's methods, directly or handed on to a project function."""
+        class_facts = self.project.class_facts(cls)
+        if class_facts is None:
+            return []
+        attrs = {x for x, p in class_facts.param_attrs.items() if p == param}
+        uses: list[CalleeUse] = []
+        for method in class_facts.methods.values():
+            if not attrs or any(fnmatch.fnmatch(method.name, p) for p in self.config.exempt_functions):
+                continue
+            scope = FunctionScope(method, cls)
+            me = scope.self_name
+
+            def is_attr(node, depth: int = 0, scope=scope, me=me) -> bool:
+                """`self.X`, rows of it (`self.X[idx]` keeps its dtype), or a local only ever bound to those."""
+                if isinstance(node, ast.Subscript):
+                    node = node.value
+                if isinstance(node, ast.Name) and depth < 2:
+                    vals = scope.assigns.get(node.id, [])
+                    return bool(vals) and all(v is not None and is_attr(v, depth + 1) for v in vals)
+                return isinstance(node, ast.Attribute) and node.attr in attrs and \
+                    isinstance(node.value, ast.Name) and node.value.id == me
+
+            for node in walk_function(method):
+                if not isinstance(node, ast.Call):
+                    continue
+                uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
+                                   _sink(kind, node, scope))
+                         for kind, d in _dtype_args(node) if _dtype_of(d, is_attr, scope)]
+                callee = self._callee(node, scope) if any(is_attr(a) for a in node.args) else None
+                if callee is not None and callee.cls is None:
+                    for i, arg in enumerate(node.args):
+                        if is_attr(arg) and i < len(callee.params):
+                            uses += [u for u in self._param_uses(callee.fn, callee.path, callee.params[i])
+                                     if u.what == "weight"]
+        return uses
+
+    def _param_uses(self, fn, path: str, param: str) -> list[CalleeUse]:
+        key = (path + ":" + str(fn.lineno), param)
+        if key in self._uses:
+            return self._uses[key]
+        uses: list[CalleeUse] = []
+        self._uses[key] = uses
+        if any(fnmatch.fnmatch(fn.name, p) for p in self.config.exempt_functions):
+            return uses
+        scope = FunctionScope(fn, None)
+        aliases = {param} | {k for k, v in scope.assigns.items()
+                             if len(v) == 1 and isinstance(v[0], ast.Name) and v[0].id == param}
+
+        def is_param(node) -> bool:
+            return isinstance(node, ast.Name) and node.id in aliases
+
+        nodes = list(walk_function(fn))
+        replacements = storage_replacements(nodes, is_param)
+        for node in nodes:
+            if not isinstance(node, ast.Call) or id(node) in replacements:
+                continue
+            for kind, d in _dtype_args(node):
+                if is_param(d):
+                    uses.append(CalleeUse(kind, "dtype", param, path, node.lineno, ast.unparse(node),
+                                          _sink(kind, node, scope)))
+                elif _dtype_of(d, is_param, scope):
+                    uses.append(CalleeUse(kind, "weight", param, path, node.lineno, ast.unparse(node),
+                                          _sink(kind, node, scope)))
+            callee = node.func
+            if isinstance(callee, ast.Attribute) and callee.attr in NEW_LIKE and is_param(callee.value) \
+                    and not any(kw.arg == "dtype" for kw in node.keywords):
+                uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
+        return uses
+
+
+def _is_super(node: ast.expr) -> bool:
+    """`super()` (argument-less: the enclosing class's next definer)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" \
+        and not node.args and not node.keywords
+
+
+def _sink(kind: str, call: ast.Call, scope: FunctionScope) -> str:
+    """What a cast use converts (its receiver); an allocation converts nothing."""
+    if kind != "cast" or not isinstance(call.func, ast.Attribute):
+        return ACTIVATION
+    return cast_sink(call.func.value, scope.assigns)
+
+
+def _dtype_args(call: ast.Call) -> list[tuple[str, ast.expr]]:
+    """("cast" | "alloc", the expression giving the dtype) for each dtype the call uses."""
+    return [("cast", d) for d in cast_dtype_args(call)] + \
+        [("alloc", kw.value) for kw in alloc_dtype_keywords(call, {"torch": "torch"})]
+
+
+def _dtype_of(node: ast.expr, is_tensor, scope: FunctionScope, depth: int = 0) -> bool:
+    """`t.dtype` (or a local bound to it, or `t.dtype if ... else ...`) for a tensor `is_tensor` accepts."""
+    if depth > 4:  # `dtype = dtype if c else x` binds a name to itself
+        return False
+    if isinstance(node, ast.Name):
+        vals = scope.assigns.get(node.id, [])
+        if len(vals) == 1 and vals[0] is not None:
+            node = vals[0]
+    if isinstance(node, ast.IfExp):
+        return _dtype_of(node.body, is_tensor, scope, depth + 1) or _dtype_of(node.orelse, is_tensor, scope, depth + 1)
+    return isinstance(node, ast.Attribute) and node.attr == "dtype" and is_tensor(node.value)

@@ -1,0 +1,1 @@
+"""The class index: class headers across files, per-class facts, lazy exports."""

@@ -1,0 +1,755 @@
+"""Per-class facts, read from a module's AST: what a class's code says about its instances.
+
+For each class: where its attributes come from (`self.X = Cls(...)`, `self.X = param` with
+`param: Cls`, `X: Cls` annotations, `@property` getters), its `__init__` signature and the
+`super().__init__(...)` call (so a quantization config can be followed through constructors),
+whether its own code obtains a quant method for `self` or lets one create its weights (it is a
+quantizable layer), and whether it is storage-format code (a quant method: methods that take the
+`layer` whose weights they own). Files defining base classes are parsed lazily, once per index.
+Layer resolution over these facts lives in layers.py.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from dtype_lint.analysis.function_walk import nodes_of
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.analysis.index.construction_forms import container_fill, leaves, named_attribute
+from dtype_lint.core import regions, trees
+from dtype_lint.core.findings import Evidence
+from dtype_lint.core.regions import Defs
+
+# Methods that receive the layer whose storage they own: a class defining one is storage code.
+STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
+                             "get_quant_method", "embedding"})
+# The name a storage method gives the layer it owns when no annotation says it is one.
+LAYER_PARAM = "layer"
+
+
+def storage_method_name(name: str, prefixed: bool = False) -> bool:
+    """A storage method's name; with `prefixed`, also one followed by `_...` (a module-level
+    function split out of a quant method or kernel: `apply_<format>_linear(layer, x)`)."""
+    return name in STORAGE_METHODS or (prefixed and any(name.startswith(f"{m}_") for m in STORAGE_METHODS))
+
+
+def layer_params(fn: ast.FunctionDef | ast.AsyncFunctionDef, skip_first: bool) -> list[tuple[str, ast.expr | None]]:
+    """(name, annotation) of the parameters that may be the layer a storage method owns: one named
+    `layer`, or any annotated one (whether its annotation is a layer class is the resolver's call)."""
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    if skip_first:
+        args = args[1:]
+    return [(a.arg, a.annotation) for a in args if a.arg == LAYER_PARAM or a.annotation is not None]
+
+
+@dataclass(frozen=True)
+class AttrOrigin:
+    """One assignment of `self.<attr>` in a class's code."""
+
+    kind: str  # "call": built by a constructor call; "annotation": declared type; "param": a parameter's type
+    type_name: str | None  # qualified class name, None when not resolvable
+    how: str  # human words for the evidence line
+    path: str
+    line: int
+    call: ast.Call | None = None  # the construction, for kind "call"
+    method: str = ""  # the method that made the assignment
+    method_params: frozenset[str] = frozenset()  # its parameters
+    locals: tuple = ()  # (name, value) of its single-assignment locals
+
+
+def local_call(origin: AttrOrigin, element: ast.expr) -> ast.Call | None:
+    """The construction an element of a container literal stands for: the call itself, or the
+    single-assignment local of the building method it names (`linear_1 = ColumnParallelLinear(...)`
+    then `nn.ModuleList([linear_1, act, linear_2])`)."""
+    for leaf in leaves(element):  # `A(...).to(...)`, `(a := A(...))`, `A(...) if c else B(...)`
+        if isinstance(leaf, ast.Name):
+            value = dict(origin.locals).get(leaf.id)
+            leaf = next((v for v in leaves(value) if isinstance(v, ast.Call)), None) if value is not None else None
+        if isinstance(leaf, ast.Call):
+            return leaf
+    return None
+
+
+@dataclass(frozen=True)
+class ContainerItem:
+    """One slot of a container the class fills after making it (`self.layers.append(A(...))`,
+    `self.heads["k"] = A(...)`; construction_forms.Fill): the constructions it may hold (both
+    arms of a conditional), its literal key for a dict-like fill, and whether it is one counted
+    slot at the end of the sequence (not one of a loop's, an `.insert`'s or a comprehension's)."""
+
+    origins: tuple[AttrOrigin, ...]
+    key: str | None
+    counted: bool
+    anywhere: bool = False  # an `.insert`: it may stand before every other slot
+
+
+@dataclass
+class Signature:
+    """A constructor's parameters after `self`."""
+
+    positional: list[str]  # positional-or-keyword, in order
+    kwonly: list[str]
+    defaults: dict[str, ast.expr]  # parameters with a default, and what it is
+    varargs: bool
+    varkw: bool
+
+    def has(self, name: str) -> bool:
+        return name in self.positional or name in self.kwonly
+
+    def bind(self, call: ast.Call, spread_keys: set[str] | None = None) -> dict[str, ast.expr | str]:
+        """Parameter → argument expression, "default", or "unknown" (hidden behind */**).
+        `spread_keys`: the keys every `**mapping` of the call is known to hold (None: unknown)."""
+        bound: dict[str, ast.expr | str] = {}
+        starred = any(isinstance(a, ast.Starred) for a in call.args)
+        for i, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if i < len(self.positional):
+                bound[self.positional[i]] = arg
+        for keyword in call.keywords:
+            if keyword.arg is not None and self.has(keyword.arg):
+                bound[keyword.arg] = keyword.value
+        spread = any(kw.arg is None for kw in call.keywords)
+        for name in self.positional + self.kwonly:
+            if name not in bound:
+                if starred or (spread and (spread_keys is None or name in spread_keys)):
+                    bound[name] = "unknown"
+                else:
+                    bound[name] = "default"
+        return bound
+
+
+@dataclass
+class BodyFacts:
+    """What a class's method bodies say (walking them costs; see ClassFacts)."""
+
+    attrs: dict[str, list[AttrOrigin]] = field(default_factory=dict)
+    super_init: ast.Call | None = None  # `super().__init__(...)` in __init__
+    # Where this class's own code obtains a quant method for `self` or lets one create its
+    # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
+    # `self.quant_method.create_weights(self, ...)`.
+    quant_root: Evidence | None = None
+    # @property getters and argument-less methods with one `return <expr>`.
+    getters: dict[str, ast.expr] = field(default_factory=dict)
+    # Every `self.X = <value>` (any method), for guards such as `self.is_unquantized = isinstance(...)`.
+    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
+    # `self.X = <param of __init__>`: X → the parameter.
+    param_attrs: dict[str, str] = field(default_factory=dict)
+    # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
+    # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
+    dispatch: set[str] = field(default_factory=set)
+    # Containers filled after they are made (`self.layers.append(A(...))`), attribute -> slots in
+    # statement order: what `self.layers[0]` / `self.heads["k"]` may hold.
+    items: dict[str, list[ContainerItem]] = field(default_factory=dict)
+
+
+def _body_fact(name: str):
+    return property(lambda self: getattr(self.body, name), doc=BodyFacts.__doc__)
+
+
+class ClassFacts:
+    """One class, read from its statements: the signatures in its body (cheap: methods, the
+    `__init__` signature, storage-format methods, class-level values) at once, and what its method
+    bodies say (BodyFacts: attribute origins, quant-method calls, getters...) the first time one
+    of those is read: deciding that a class is storage code or where its `__init__` is needs no
+    walk of its bodies."""
+
+    def __init__(self, qualname: str, path: str, line: int, complete=None):
+        self.qualname = qualname
+        self.path = path
+        self.line = line
+        self.init: Signature | None = None
+        # Where it shows it is storage-format code: a method taking the `layer` it owns.
+        self.storage_code: Evidence | None = None
+        # Storage methods' annotated parameters (method, parameter, annotated class, line): storage
+        # code too when that class is a layer's (`apply(self, x, linear: LinearBase)`).
+        self.storage_params: list[tuple[str, str, str, int]] = []
+        self.methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        # Class-level `NAME = value` (vLLM's `supported_quantization_configs = (QuarkConfig,)`).
+        self.class_values: dict[str, ast.expr] = {}
+        self._complete = complete  # fills BodyFacts
+        self._body: BodyFacts | None = None
+
+    @property
+    def body(self) -> BodyFacts:
+        if self._body is None:
+            self._body = BodyFacts()
+            if self._complete is not None:
+                complete, self._complete = self._complete, None
+                complete(self, self._body)
+        return self._body
+
+    attrs = _body_fact("attrs")
+    super_init = _body_fact("super_init")
+    quant_root = _body_fact("quant_root")
+    getters = _body_fact("getters")
+    assigned = _body_fact("assigned")
+    param_attrs = _body_fact("param_attrs")
+    dispatch = _body_fact("dispatch")
+    items = _body_fact("items")
+
+    def __repr__(self) -> str:
+        return f"ClassFacts({self.qualname!r}, {self.path!r}, {self.line})"
+
+
+class LazyClasses(Mapping):
+    """Class qualname → ClassFacts, each built the first time it is asked for: a file parsed for
+    one base class often defines dozens of others that no analysis needs."""
+
+    def __init__(self, build, index: QuantizableLayerIndex):
+        self._build = build
+        self._index = index
+        self._nodes: dict[str, tuple] = {}
+        self._built: dict[str, tuple] = {}
+
+    def register(self, qualname: str, *node) -> None:
+        self._nodes[qualname] = node  # a later definition of the same name wins, as at run time
+        self._built.pop(qualname, None)
+
+    def __getitem__(self, qualname: str) -> ClassFacts:
+        # What building a class's facts read (names resolved through the index, now or when its
+        # bodies are first read) counts as read by every analysis that uses them.
+        built = self._built.get(qualname)
+        if built is None:
+            with self._index.reading() as reads:
+                class_facts = self._build(qualname, self._nodes[qualname], reads)
+            built = self._built[qualname] = (class_facts, reads)
+        self._index.replay(built[1])
+        return built[0]
+
+    def __contains__(self, qualname) -> bool:
+        return qualname in self._nodes
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+@dataclass
+class FileFacts:
+    """One file's facts: its module name, imports, classes (built when first asked for) and module-level functions."""
+    module: str
+    path: str
+    imports: dict[str, str]
+    classes: "LazyClasses | dict[str, ClassFacts]"
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    tree: ast.Module | None = None
+
+
+def annotation_name(node: ast.AST | None) -> str | None:
+    """`X`, `a.X`, `"X"`, `Optional[X]`, `X | None` → dotted `X`."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        for side in (node.left, node.right):
+            if not (isinstance(side, ast.Constant) and side.value is None):
+                return annotation_name(side)
+        return None
+    if isinstance(node, ast.Subscript):
+        base = dotted(node.value) or ""
+        if base.rsplit(".", 1)[-1] in ("Optional", "Union"):
+            inner = node.slice
+            elts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+            for element in elts:
+                if not (isinstance(element, ast.Constant) and element.value is None):
+                    return annotation_name(element)
+        return None
+    return dotted(node)
+
+
+def collect_imports(tree: ast.Module, module: str, is_package: bool) -> dict[str, str]:
+    imports: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            record_import(node, imports, module, is_package)
+    return imports
+
+
+def signature_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
+    a = fn.args
+    positional = [p.arg for p in a.posonlyargs + a.args][1:]
+    defaults: dict[str, ast.expr] = {}
+    pos_all = a.posonlyargs + a.args
+    for p, d in zip(pos_all[len(pos_all) - len(a.defaults):], a.defaults):
+        defaults[p.arg] = d
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        if d is not None:
+            defaults[p.arg] = d
+    return Signature(positional, [p.arg for p in a.kwonlyargs], defaults, a.vararg is not None, a.kwarg is not None)
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    callee = call.func
+    if not (isinstance(callee, ast.Attribute) and callee.attr == "__init__"):
+        return False
+    v = callee.value
+    return (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super") or \
+        isinstance(v, (ast.Name, ast.Attribute))  # `Base.__init__(self, ...)`
+
+
+class ClassesFirst(FileFacts):
+    """The facts of a file read for its classes (core/regions.class_regions): each class parsed
+    from its own text when its facts are first asked for; the module's functions and tree (the
+    file parsed, reduced) only if something asks for them."""
+
+    def __init__(self, module: str, path: str, imports: dict[str, str], classes: LazyClasses, whole):
+        self.module, self.path, self.imports, self.classes = module, path, imports, classes
+        self._whole = whole  # () -> FileFacts of the file's tree
+        self._full: FileFacts | None = None
+
+    def _load(self) -> FileFacts:
+        if self._full is None:
+            self._full = self._whole()
+        return self._full
+
+    @property
+    def functions(self):
+        return self._load().functions
+
+    @property
+    def tree(self):
+        return self._load().tree
+
+
+def build_class_file_facts(text: str, class_regions: list, module: str, path: str, is_package: bool,
+                           index: QuantizableLayerIndex, imports: dict[str, str], parse_file) -> FileFacts:
+    """FileFacts of a module read for its class facts whose classes are all top-level
+    (`class_regions`, from its text): nothing is parsed until a class's facts are asked for.
+    `parse_file()`: the module's (reduced) tree, for its functions and tree, or a class whose own
+    text does not parse as that class alone."""
+    def whole() -> FileFacts:
+        try:
+            return build_file_facts(parse_file(), module, path, is_package, index, imports)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # what a whole parse would not read
+            return FileFacts(module, path, imports, {}, Defs(), None)
+
+    facts = build_file_facts(None, module, path, is_package, index, imports, (text, class_regions, parse_file))
+    return ClassesFirst(module, path, imports, facts.classes, whole)
+
+
+def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package: bool,
+                     index: QuantizableLayerIndex, imports: dict[str, str] | None = None,
+                     by_class=None) -> FileFacts:
+    """`by_class`: (text, class regions, parse_file) for build_class_file_facts (`tree` None)."""
+    if imports is None:
+        imports = collect_imports(tree, module, is_package)
+    # A reduced tree (core/regions.py) hands out the whole file's function when a blanked one is read.
+    source = getattr(tree, trees.SOURCE, None) if by_class is None else (path, by_class[0])
+    facts = FileFacts(module, path, imports,
+                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index),
+                      functions=Defs(source, trees.whole_function), tree=tree)
+
+    def resolve(name: str | None) -> str | None:
+        return index.resolve(module, name, imports) if name else None
+
+    # No local function here calls itself: a closure referring to itself is a reference cycle,
+    # and one holding `facts` kept every parsed tree alive until the cycle collector ran.
+    lazy = getattr(tree, trees.LAZY, None) if tree is not None else None
+
+    def register_class(cls: ast.ClassDef):
+        if lazy and cls.lineno in lazy and cls.name == lazy[cls.lineno].name:  # its methods are blanked
+            facts.classes.register(f"{module}.{cls.name}" if module else cls.name, lazy[cls.lineno], cls.name)
+            return
+        todo = [(cls, "")]
+        while todo:  # the class, then its nested classes, depth first in order
+            node, prefix = todo.pop()
+            qual = f"{prefix}.{node.name}" if prefix else node.name
+            facts.classes.register(f"{module}.{qual}" if module else qual, node, qual)
+            todo.extend(reversed([(stmt, qual) for stmt in node.body if isinstance(stmt, ast.ClassDef)]))
+
+    def visit_class(qualname: str, cls, qual: str, reads) -> ClassFacts:
+        if not isinstance(cls, ast.ClassDef):  # a ClassRegion: parse the class now
+            text, parse_file = (by_class[0], by_class[2]) if by_class else (source[1], lambda: trees.parse(*source))
+            cls = trees.parse_class(path, text, cls, parse_file)
+            if cls is None:
+                raise KeyError(qualname)  # the file does not parse: no facts, as for a whole parse
+        def complete(cf: ClassFacts, body: BodyFacts) -> None:
+            with index.reading() as more:
+                complete_class(cls, cf, body)
+            reads.update(more)
+
+        class_facts = ClassFacts(qualname, path, cls.lineno, complete)
+        class_facts.methods = Defs(source, trees.whole_function)
+        for stmt in cls.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                    if isinstance(t, ast.Name):
+                        class_facts.class_values[t.id] = stmt.value
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                class_facts.methods.setdefault(stmt.name, stmt)
+                args = stmt.args.posonlyargs + stmt.args.args + stmt.args.kwonlyargs
+                if not args or any(dotted(d) == "staticmethod" for d in stmt.decorator_list):
+                    continue
+                if stmt.name == "__init__":
+                    class_facts.init = signature_of(stmt)
+                if class_facts.storage_code is None and storage_method_name(stmt.name):
+                    for name, ann in layer_params(stmt, skip_first=True):
+                        if name == LAYER_PARAM:
+                            class_facts.storage_code = Evidence(
+                                f"`{stmt.name}(self, ..., layer, ...)`: storage-format code for the layer it is given",
+                                path, stmt.lineno)
+                            break
+                        t = resolve(annotation_name(ann))
+                        if t:  # a layer class or not: the resolver decides (layers.storage_code)
+                            class_facts.storage_params.append((stmt.name, name, t, stmt.lineno))
+        return class_facts
+
+    def complete_class(cls: ast.ClassDef, cf: ClassFacts, body: BodyFacts) -> None:
+        for stmt in cls.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                t = resolve(annotation_name(stmt.annotation))
+                if t:
+                    body.attrs.setdefault(stmt.target.id, []).append(AttrOrigin(
+                        "annotation", t, f"class attribute `{stmt.target.id}: {t.rsplit('.', 1)[-1]}`",
+                        path, stmt.lineno))
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit_method(body, stmt)
+
+    def visit_method(cf: BodyFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        decorators = {dotted(d) for d in fn.decorator_list}
+        if "staticmethod" in decorators or not args:
+            return
+        self_name = args[0].arg
+        params = {a.arg: a.annotation for a in args[1:]}
+        if _single_return(fn) is not None and (len(args) == 1 or "property" in decorators or
+                                               "cached_property" in decorators or
+                                               "functools.cached_property" in decorators):
+            cf.getters[fn.name] = _single_return(fn)
+        local_values: dict[str, list[ast.expr]] = {}
+        for node in iter_statements(fn.body):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(t, ast.Name):
+                        local_values.setdefault(t.id, []).append(node.value)
+        single = tuple((k, v[0]) for k, v in local_values.items() if len(v) == 1)
+        # Statements that may run more than once: a fill there adds an unknown number of slots.
+        repeated = {id(inner) for loop in iter_statements(fn.body)
+                    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
+
+        def origins_of(value: ast.expr, attr: str, line: int, how: str) -> list[AttrOrigin]:
+            """The constructions `value` may be (a single-assignment local followed to its value)."""
+            found = []
+            for leaf in leaves(value):
+                if isinstance(leaf, ast.Name) and leaf.id not in params and leaf.id in dict(single):
+                    leaf = dict(single)[leaf.id]
+                for inner in leaves(leaf):
+                    origin = _origin_of(inner, None, params, resolve, path, line, attr, fn.name,
+                                        frozenset(params), single, lambda q: index.class_location(q) is not None)
+                    if origin is not None:
+                        name = dotted(inner.func) if isinstance(inner, ast.Call) else None
+                        found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
+            return found
+        for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
+            if cf.quant_root is None:
+                why = _quant_root_call(node, self_name)
+                if why:
+                    cf.quant_root = Evidence(why, path, node.lineno)
+            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
+        for node in iter_statements(fn.body):
+            fill = container_fill(node, self_name)
+            if fill is not None:
+                what = f"`self.{fill.attr}[{fill.key!r}] = {{name}}(...)`" if fill.key is not None else \
+                    f"`self.{fill.attr}` filled with `{{name}}(...)`"
+                for element in fill.elements:
+                    cf.items.setdefault(fill.attr, []).append(ContainerItem(
+                        tuple(origins_of(element, fill.attr, node.lineno, what)), fill.key,
+                        fill.counted and id(node) not in repeated, fill.anywhere))
+                continue
+            named = named_attribute(node, self_name)
+            if named is not None:
+                name, value = named
+                cf.attrs.setdefault(name, []).extend(
+                    origins_of(value, name, node.lineno, f"`self.{name}` added as `{{name}}(...)`"))
+                continue
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                if fn.name == "__init__" and cf.super_init is None and _is_super_init(node.value):
+                    cf.super_init = node.value
+                continue
+            if isinstance(node, ast.Assign):
+                targets, value, ann = node.targets, node.value, None
+            elif isinstance(node, ast.AnnAssign):
+                targets, value, ann = [node.target], node.value, node.annotation
+            else:
+                continue
+            for tgt in targets:
+                if not (isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name)
+                        and tgt.value.id == self_name):
+                    continue
+                if value is not None:
+                    cf.assigned.setdefault(tgt.attr, []).append(value)
+                    if fn.name == "__init__" and isinstance(value, ast.Name) and value.id in params:
+                        cf.param_attrs.setdefault(tgt.attr, value.id)
+                # `X(...) if cond else None`: each branch is a possible origin; `X(...).to(...)`
+                # and `(x := X(...))` are X's construction (construction_forms.leaves).
+                branches = leaves(value) if value is not None else [value]
+                for branch in branches:
+                    origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
+                                        fn.name, frozenset(params), single,
+                                        lambda q: index.class_location(q) is not None)
+                    if origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
+                            and branch is not value:  # `nn.Linear(...).to(...)`: say what was unwrapped
+                        origin = replace(origin, how=f"{origin.how[:-1]}.{value.func.attr}(...)`")
+                    if origin is not None:
+                        cf.attrs.setdefault(tgt.attr, []).append(origin)
+
+    if by_class is not None:
+        for region in by_class[1]:  # a later definition of the same name wins, as at run time
+            facts.classes.register(f"{module}.{region.name}" if module else region.name, region, region.name)
+        return facts
+    blocks = [iter(tree.body)]
+    while blocks:  # statements in order, entering if/try blocks where they stand
+        for stmt in blocks[-1]:
+            if isinstance(stmt, ast.ClassDef):
+                register_class(stmt)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                facts.functions.setdefault(stmt.name, stmt)
+            elif isinstance(stmt, (ast.If, ast.Try)):  # under `if TYPE_CHECKING:`, platform checks
+                blocks.append(iter(stmt.body + stmt.orelse))
+                break
+        else:
+            blocks.pop()
+    return facts
+
+
+def _single_return(fn) -> ast.expr | None:
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+        return body[0].value
+    return None
+
+
+def _quant_root_call(call: ast.Call, self_name: str) -> str:
+    """Why this call makes the calling class a quantizable layer ("" when it does not)."""
+    passes_self = any(isinstance(a, ast.Name) and a.id == self_name for a in call.args) or any(
+        isinstance(k.value, ast.Name) and k.value.id == self_name and k.arg in ("layer", "module")
+        for k in call.keywords)
+    if not passes_self:
+        return ""
+    name = dotted(call.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    if last in ("get_quant_method", "resolve_quant_method"):
+        return f"`{name}(..., {self_name}, ...)` gives it a quant method, which decides its weight storage"
+    if last == "create_weights":
+        return f"`{name}({self_name}, ...)` lets a quant method create its weights"
+    return ""
+
+
+def iter_statements(body):
+    """Statements only, through compound statements but not into nested defs: far cheaper than
+    ast.walk, and attribute facts live in statements."""
+    todo = list(reversed(body))
+    while todo:
+        stmt = todo.pop()
+        yield stmt
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            todo.extend(reversed(getattr(stmt, name, None) or []))
+        for h in getattr(stmt, "handlers", None) or []:
+            todo.extend(reversed(h.body))
+        for c in getattr(stmt, "cases", None) or []:
+            todo.extend(reversed(c.body))
+
+
+def _origin_of(value, ann, params, resolve, path, line, attr, method, method_params, single,
+               is_class=lambda _q: False) -> AttrOrigin | None:
+    # `self.x: Base | None = Cls(..., quant_config=None)`: the construction says more than the
+    # annotation (it carries the config), so it wins when its class resolves.
+    call_name = dotted(value.func) if isinstance(value, ast.Call) else None
+    call_type = resolve(call_name) if call_name else None
+    if ann is not None and not (call_type and is_class(call_type)):
+        t = resolve(annotation_name(ann))
+        if t:
+            return AttrOrigin("annotation", t, f"`self.{attr}: {t.rsplit('.', 1)[-1]}` annotation", path, line)
+    if isinstance(value, ast.Call):
+        name = call_name
+        if name:
+            return AttrOrigin("call", resolve(name), f"`self.{attr} = {name}(...)`", path, line, value,
+                              method, method_params, single)
+    if isinstance(value, ast.Name) and value.id in params:
+        t = resolve(annotation_name(params[value.id]))
+        if t:
+            return AttrOrigin("param", t, f"`self.{attr}` is set from parameter `{value.id}: {t.rsplit('.', 1)[-1]}`",
+                              path, line)
+    return None
+
+
+class ProjectFacts:
+    """Facts of the analysed file, built only if a site needs them, plus lazily parsed files
+    that define base classes (kept on the index, so every file analysed against it shares them:
+    many files' layers are defined in one `linear.py`). The index records which files were read
+    (`QuantizableLayerIndex.reading`), so a cached result can be invalidated when one changes."""
+
+    def __init__(self, index: QuantizableLayerIndex, load_file=None, reduce: bool = False):
+        self.index = index
+        # Files read for their class facts parsed with unread function bodies blanked
+        # (core/regions.py): only in runs whose rules' reads of a tree are known.
+        self.reduce = reduce
+        self._by_module: dict[str, FileFacts] = {}
+        self._pending: dict[str, tuple] = {}
+        self._load_file = load_file  # path -> text or None
+
+    @property
+    def load_file(self):
+        """path -> text or None: how facts of other project files are read."""
+        return self._load_file
+
+    def register(self, tree: ast.Module, module: str, path: str, is_package: bool, imports: dict[str, str]) -> None:
+        self._pending[module] = (tree, module, path, is_package, imports)
+
+    def add(self, facts: FileFacts) -> None:
+        self._by_module[facts.module] = facts
+
+    def module_text(self, module: str) -> str | None:
+        """The text `file_facts(module)` would parse, read for a test on text before it; None when
+        its facts come from the analysed text (registered here, which may not be the file's) or it
+        cannot be read."""
+        if module in self._by_module or module in self._pending or self._load_file is None:
+            return None
+        header = self.index.modules.get(module)
+        return self._load_file(header.path) if header is not None else None
+
+    def file_facts(self, module: str) -> FileFacts | None:
+        if module in self._by_module:
+            return self._by_module[module]
+        if module in self._pending:
+            tree, module, path, is_pkg, imports = self._pending.pop(module)
+            facts = build_file_facts(tree, module, path, is_pkg, self.index, imports)
+            self.add(facts)
+            return facts
+        header = self.index.modules.get(module)
+        if header is None or self._load_file is None:
+            return None
+
+        def build() -> FileFacts | None:
+            text = self._load_file(header.path)
+            if text is None:
+                return None
+            class_regions = regions.class_regions(text) if self.reduce else None
+            if class_regions is not None:
+                return build_class_file_facts(text, class_regions, header.module, header.path, header.is_package,
+                                              self.index, header.imports,
+                                              lambda: trees.parse_reduced(header.path, text))
+            try:
+                tree = trees.parse_reduced(header.path, text) if self.reduce else trees.parse(header.path, text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                return None
+            return build_file_facts(tree, header.module, header.path, header.is_package, self.index, header.imports)
+
+        facts = self.index.cached_facts(("reduced", header.path) if self.reduce else header.path, build)
+        if facts is None:
+            return None
+        self.add(facts)
+        return facts
+
+    def class_facts(self, qualname: str) -> ClassFacts | None:
+        loc = self.index.class_location(qualname)
+        if loc is None:
+            return None
+        facts = self.file_facts(loc[0].module)
+        return facts.classes.get(qualname) if facts else None
+
+    def attr_origins(self, class_qualname: str, attr: str) -> tuple[str, list[AttrOrigin]] | None:
+        """(the class in the MRO that assigns it, its origins), nearest first."""
+        for ancestor in self.index.mro(class_qualname):
+            class_facts = self.class_facts(ancestor)
+            if class_facts and attr in class_facts.attrs:
+                return ancestor, class_facts.attrs[attr]
+        return None
+
+    def getter(self, class_qualname: str, name: str) -> tuple[str, ast.expr] | None:
+        for ancestor in self.index.mro(class_qualname):
+            class_facts = self.class_facts(ancestor)
+            if class_facts and name in class_facts.getters:
+                return ancestor, class_facts.getters[name]
+            if class_facts and name in class_facts.attrs:
+                return None
+        return None
+
+    def init_of(self, class_qualname: str) -> tuple[str, Signature] | None:
+        """The nearest `__init__` in the MRO that is not a bare `(*args, **kwargs)` pass-through."""
+        for ancestor in self.index.mro(class_qualname):
+            class_facts = self.class_facts(ancestor)
+            if class_facts and class_facts.init is not None and (
+                    class_facts.init.positional or class_facts.init.kwonly):
+                return ancestor, class_facts.init
+        return None
+
+    def function(self, module: str, name: str) -> tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+        facts = self.file_facts(module)
+        if facts is None or name not in facts.functions:
+            return None
+        return facts, facts.functions[name]
+
+
+class FunctionScope:
+    """One function's parameters and local assignments, for alias and type resolution."""
+
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef | None, class_qualname: str | None,
+                 nodes: list[ast.AST] | None = None):
+        """`nodes`: walk_function(fn) already listed (a candidate's, shared by every rule)."""
+        self.fn = fn
+        self.class_qualname = class_qualname
+        self.params: dict[str, ast.AST | None] = {}
+        self.self_name: str | None = None
+        self.assigns: dict[str, list[ast.AST]] = {}
+        # `proj: RowParallelLinear = ...` or a bare `proj: RowParallelLinear` before `for proj in`:
+        # the declared type holds whatever the local is (re)bound to.
+        self.annotations: dict[str, ast.AST] = {}
+        if fn is None:
+            return
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        is_static = any(dotted(d) == "staticmethod" for d in fn.decorator_list)
+        if class_qualname and args and not is_static:
+            self.self_name = args[0].arg
+            args = args[1:]
+        for arg in args:
+            self.params[arg.arg] = arg.annotation
+        for node in walk_function(fn) if nodes is None else nodes:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.assigns.setdefault(target.id, []).append(node.value)
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+                if isinstance(node, ast.AnnAssign):
+                    self.annotations.setdefault(node.target.id, node.annotation)
+                if node.value is not None:
+                    self.assigns.setdefault(node.target.id, []).append(node.value)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
+                for target in _store_names(node):
+                    self.assigns.setdefault(target, []).append(None)  # unknown value
+
+
+def _store_names(node) -> list[str]:
+    targets = []
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, ast.With):
+        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+    elif isinstance(node, ast.AugAssign):
+        targets = [node.target]
+    out = []
+    for target in targets:
+        out.extend(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return out
+
+
+def walk_function(fn):
+    """ast.walk over a function body without descending into nested functions, lambdas or classes
+    (statements popped from the end; function_walk.own_nodes lists them, in this order)."""
+    from dtype_lint.analysis.function_walk import own_nodes  # imports only `ast`; kept local
+
+    yield from own_nodes(fn)

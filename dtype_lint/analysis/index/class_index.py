@@ -1,0 +1,759 @@
+"""The project's class index: which classes are quantizable layers, resolved across files.
+
+Building it must not cost a parse of every file (a full libcst parse of vLLM takes
+minutes, even `ast.parse` seconds). A class hierarchy needs only two kinds of statement, `import`
+and `class` headers, so `extract_header` finds those lines with a regex, cuts each logical
+statement out by bracket counting, and parses just those snippets.
+
+Nor is it built for every file: `ModuleTable` maps each module name of the project to its file
+(from discovery, no reading) and extracts a module's header the first time a lookup asks for it
+(from the cache when the file is unchanged). What an analysis looked up is recorded (`Reads`),
+so a cached result can be checked against exactly the files and module names it depended on.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import hashlib
+import os
+import re
+import textwrap
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from dtype_lint.core.findings import Evidence
+from dtype_lint.core.source import iter_code
+from dtype_lint.core.text_facts import POSSESSIVE, LineStart
+
+_STMT = LineStart(r"[ \t]*" + POSSESSIVE + r"[cfi](?:lass|rom|mport)\b")
+
+
+@dataclass
+class ModuleHeader:
+    """What one module binds by import and which classes it defines with which bases."""
+
+    module: str
+    path: str
+    is_package: bool
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified target
+    classes: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # name -> (bases, line)
+    # Top-level functions that may be input-dtype helpers (their text reads a weight's dtype or
+    # `params_dtype` and returns): name -> hash of that text. Other files' findings depend on what
+    # such a function decides, so the hash is part of the header (and of every cached finding's key).
+    functions: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "module": self.module,
+            "path": self.path,
+            "is_package": self.is_package,
+            "imports": self.imports,
+            "classes": {k: [v[0], v[1]] for k, v in self.classes.items()},
+            "functions": self.functions,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModuleHeader":
+        return cls(
+            d["module"], d["path"], d["is_package"], dict(d["imports"]),
+            {k: (list(v[0]), v[1]) for k, v in d["classes"].items()},
+            dict(d.get("functions", {})),
+        )
+
+
+# `dtype_functions` is text-only, so that the pre-commit fast path can use it without this module.
+from dtype_lint.core.text_facts import dtype_functions  # noqa: E402,F401
+
+
+@cache
+def _from_import_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """`from M import ...` and the names in its list; compiled on first use (only a run that looks
+    for helper callers across files needs them, not a pre-commit check of one edited file)."""
+    return (re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M),
+            re.compile(r"(?:^|,)\s*(\w+)"))
+
+
+def from_imported(text: str) -> list[str]:
+    """The names a file imports with `from ... import`, without a parse (the names as defined,
+    before any `as`). A superset is fine: it only decides which files get a closer look."""
+    if "import" not in text:
+        return []
+    names = set()
+    from_import, imported = _from_import_patterns()
+    for match in from_import.finditer(text):
+        body = re.sub(r"#[^\n]*", "", match.group(1)).strip("() \t\r\n\\")
+        names.update(imported.findall(body))
+    return sorted(names)
+
+
+def extract_header(text: str, module: str, path: str, is_package: bool) -> ModuleHeader:
+    header = ModuleHeader(module, path, is_package, functions=dtype_functions(text))
+    snippets = []
+    line_no, last = 1, 0
+    for start, _m in _STMT.finditer(text):
+        line_no += text.count("\n", last, start)
+        last = start
+        snippet = _logical_statement(text, start)
+        if not _fast_path(snippet, line_no, header):
+            snippets.append((line_no, textwrap.dedent(snippet)))
+    if not snippets:
+        return header
+    # One parse for the whole file's headers; per-snippet parses only if some snippet is not code
+    # (a docstring line that starts with "from", say).
+    try:
+        trees = [(0, ast.parse("".join(s for _, s in snippets)))]
+        lines = [line for line, s in snippets for _ in range(s.count("\n"))]
+    except _UNPARSABLE:
+        trees, lines = [], []
+        for line, s in snippets:
+            try:
+                trees.append((line, ast.parse(s)))
+            except _UNPARSABLE:
+                continue
+    for base_line, tree in trees:
+        for node in tree.body:
+            line = base_line or (lines[node.lineno - 1] if node.lineno - 1 < len(lines) else 0)
+            if isinstance(node, ast.ClassDef):
+                bases = [b for b in (dotted(e) for e in node.bases) if b]
+                header.classes.setdefault(node.name, (bases, line))
+            else:
+                record_import(node, header.imports, module, is_package)
+    return header
+
+
+# A snippet that does not parse: not code (a docstring line), null bytes, absurd nesting.
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
+# Matched against stripped snippets. Linear by construction: no two adjacent parts can match
+# the same characters (a group after `\s+` starts with a non-space), so a long line that
+# fails at its end is not retried split by split (`from a import b` + 200,000 spaces + `;`).
+_SIMPLE_FROM = re.compile(r"from\s+(\.*)(\w[\w.]*)?\s+import\s+([\w,][\w\s,]*)$")
+_SIMPLE_IMPORT = re.compile(r"import\s+([\w.,][\w.\s,]*)$")
+_SIMPLE_CLASS = re.compile(r"class\s+(\w+)(?:\s*\(([\w.\s,]*)\))?\s*:\s*pass$")
+_AS = re.compile(r"^([\w.]+)(?:\s+as\s+(\w+))?$")
+
+
+def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
+    """Record a one-line import or a plain class header without parsing; False: needs ast."""
+    snippet = snippet.strip()
+    match = _SIMPLE_FROM.match(snippet)
+    if match:
+        base = resolve_relative(header.module, header.is_package, match.group(2) or None, len(match.group(1)))
+        if base is None:
+            return True
+        for part in match.group(3).split(","):
+            a = _AS.match(part.strip())
+            if a is None or "." in a.group(1):
+                return False
+            header.imports[a.group(2) or a.group(1)] = f"{base}.{a.group(1)}" if base else a.group(1)
+        return True
+    match = _SIMPLE_IMPORT.match(snippet)
+    if match:
+        for part in match.group(1).split(","):
+            a = _AS.match(part.strip())
+            if a is None:
+                return False
+            if a.group(2):
+                header.imports[a.group(2)] = a.group(1)
+            else:
+                head = a.group(1).split(".")[0]
+                header.imports.setdefault(head, head)
+        return True
+    match = _SIMPLE_CLASS.match(snippet)
+    if match:
+        bases = [b.strip() for b in (match.group(2) or "").split(",") if b.strip()]
+        header.classes.setdefault(match.group(1), (bases, line))
+        return True
+    return False
+
+
+def _logical_statement(text: str, start: int) -> str:
+    """The statement at start: up to the end of line at bracket depth 0 (class: up to its colon)."""
+    end = text.find("\n", start)
+    line = text[start:] if end < 0 else text[start:end]
+    stripped = line.strip()
+    is_class = stripped.startswith("class")
+    # Fast path: one physical line with balanced brackets and no string or comment.
+    if not any(c in line for c in "\"'#\\") and line.count("(") == line.count(")") and "[" not in line:
+        if not is_class:
+            return line + "\n"
+        if stripped.endswith(":"):
+            return line + " pass\n"
+    # Second fast path: an import continued in brackets up to the first `)` (black's multi-line
+    # `from a import (`), with no string, comment, backslash or other bracket on the way; what the
+    # character walk below would return, without walking.
+    if not is_class and "(" in line:
+        close = text.find(")", start)
+        stop = text.find("\n", close) if close >= 0 else -1
+        stop = len(text) if close >= 0 and stop < 0 else stop
+        if 0 <= close and stop - start <= 4000 and line.index("(") < close - start:
+            body = text[start:stop]
+            if body.count("(") == 1 and body.count(")") == 1 and not any(c in body for c in "\"'#\\[]{}"):
+                return body + "\n"
+    depth = 0
+    continued = -1
+    stop = len(text)
+    for i, c in iter_code(text, start):
+        if i - start > 4000:  # a runaway (unbalanced) statement: give up on it
+            stop = i
+            break
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "\\":
+            continued = i + 1
+        elif c == "\n" and depth <= 0 and i != continued:
+            stop = i
+            break
+        elif c == ":" and is_class and depth == 0:
+            return text[start:i] + ": pass\n"
+    return text[start:stop] + "\n"
+
+
+def record_import(node: ast.AST, into: dict[str, str], module: str, is_package: bool) -> None:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                into[alias.asname] = alias.name
+            else:
+                head = alias.name.split(".")[0]
+                into.setdefault(head, head)
+    elif isinstance(node, ast.ImportFrom):
+        base = resolve_relative(module, is_package, node.module, node.level)
+        if base is None:
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            into[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+
+
+def resolve_relative(module: str, is_package: bool, target: str | None, level: int) -> str | None:
+    if level == 0:
+        return target or ""
+    parts = module.split(".") if module else []
+    if not is_package:
+        parts = parts[:-1]
+    if level - 1 > len(parts):
+        return None
+    parts = parts[: len(parts) - (level - 1)]
+    if target:
+        parts.append(target)
+    return ".".join(parts)
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`a.b.C` for Name/Attribute chains; Generic[...] subscripts are reduced to their base."""
+    if isinstance(node, ast.Subscript):
+        return dotted(node.value)
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+class Reads:
+    """What one computation read through the index: module names looked up (→ the key of the
+    file that defines each, None when none does) and the files whose headers or code it read
+    (key → stamp). Keys are the files' real paths."""
+
+    __slots__ = ("modules", "files", "listings", "enumerations")
+
+    def __init__(self) -> None:
+        self.modules: dict[str, str | None] = {}
+        self.files: dict[str, str] = {}
+        # Folders whose modules were enumerated (real path → ModuleTable.listing digest): a file
+        # added there changes what the enumeration sees.
+        self.listings: dict[str, str] = {}
+        # Enumerations over the whole project's module names (ENUMERATIONS name → digest of the
+        # names selected): a module added anywhere that the enumeration selects is a change.
+        self.enumerations: dict[str, str] = {}
+
+    def update(self, other: "Reads") -> None:
+        self.modules.update(other.modules)
+        self.files.update(other.files)
+        self.listings.update(other.listings)
+        self.enumerations.update(other.enumerations)
+
+
+PLATFORM_MODULES = "platform modules"
+_PLATFORM_PARTS = frozenset({"platform", "platforms"})
+
+# The enumerations of the project's module names an analysis may depend on, by the name its reads
+# record them under (a kept answer is checked by selecting again, so the test lives here, by name):
+# the modules one of whose dotted parts is in the set.
+ENUMERATIONS = {
+    # modules named `platform`/`platforms`, or inside a package of that name (analysis/storage/platforms.py)
+    PLATFORM_MODULES: _PLATFORM_PARTS,
+}
+
+
+@dataclass
+class ModuleFile:
+    """Where a module lives: the path shown for it, its key (real path) and its stamp, once read."""
+
+    path: str
+    key: str
+    is_package: bool
+    stamp: str | None = None
+
+
+class ModuleFiles:
+    """Module name -> the project's files of that name, in discovery order, from a list of
+    (display path, key, module name). run/project_files.py answers the same questions from the
+    project's file-list record without a tuple per file."""
+
+    def __init__(self, files=()):
+        # module -> its first file, and the rare later files of the same name: (path, key, module).
+        first: dict[str, tuple] = {}
+        self._more: dict[str, list[tuple]] = {}
+        for file in files:
+            if file[2] in first:
+                self._more.setdefault(file[2], []).append(file)
+            else:
+                first[file[2]] = file
+        self._first = first
+        # By field (0: display path, 1: key): the firsts' field values sorted, and the discovery
+        # position of each, built on the first prefix question. A run asks about one folder per
+        # family or platform package, and a tree of ten copies of a project asks ten times as
+        # often over ten times as many files: a scan of every module per question grew with the
+        # square of the tree.
+        self._sorted: dict[int, tuple[list[str], list[int], list[tuple]]] = {}
+
+    def _starting(self, at: int, prefix: str) -> list[tuple]:
+        """(module, its first file) of the firsts whose field `at` starts with `prefix`, in
+        discovery order: the sorted values that do form one run, found by bisection."""
+        by = self._sorted.get(at)
+        if by is None:
+            firsts = list(self._first.items())
+            order = sorted(range(len(firsts)), key=lambda i: firsts[i][1][at])
+            by = self._sorted[at] = ([firsts[i][1][at] for i in order], order, firsts)
+        values, order, firsts = by
+        low = high = bisect.bisect_left(values, prefix)
+        while high < len(values) and values[high].startswith(prefix):
+            high += 1
+        return [firsts[i] for i in sorted(order[low:high])]
+
+    def first(self, module: str) -> tuple | None:
+        return self._first.get(module)
+
+    def files_of(self, module: str) -> list[tuple]:
+        first = self._first.get(module)
+        return [first, *self._more.get(module, ())] if first is not None else []
+
+    def firsts(self):
+        """(module, its first file) of every module, in discovery order."""
+        return self._first.items()
+
+    def firsts_under_key(self, prefix: str):
+        """`firsts` whose file's key starts with `prefix` (in no particular order)."""
+        return self._starting(1, prefix)
+
+    def firsts_under_path(self, prefix: str):
+        """`firsts` whose file's display path starts with `prefix`, in discovery order."""
+        return self._starting(0, prefix)
+
+    def firsts_with_part(self, parts: frozenset[str]):
+        """`firsts` of the modules one of whose dotted parts is in `parts`, in discovery order."""
+        return [(m, f) for m, f in self._first.items() if not parts.isdisjoint(m.split("."))]
+
+
+class ModuleTable:
+    """Module name → ModuleHeader, extracted on first lookup.
+
+    `files`: (display path, key, module name) for every file of the project, in discovery order
+    (or a `ModuleFiles` that answers for them); the first file of a module name that can be read
+    defines it. `load(mf, module)` returns the header (and records the file's stamp in `mf`), or
+    None when the file cannot be read. Every lookup is recorded in the open `Reads` frames (see
+    QuantizableLayerIndex.reading)."""
+
+    def __init__(self, files=(), load=None):
+        # ModuleFile objects are made only for the modules looked up.
+        # A list of files, or what answers for them (ModuleFiles' methods: run/project_files.py).
+        self._names = files if hasattr(files, "firsts_with_part") else ModuleFiles(files)
+        self._listings: dict[str, str] = {}
+        self._enumerated: dict[str, tuple[list[str], str]] = {}
+        self._files: dict[str, list[ModuleFile]] = {}
+        self._load = load
+        self._headers: dict[str, ModuleHeader | None] = {}
+        self._where: dict[str, ModuleFile | None] = {}
+        self.frames: list[Reads] = []
+
+    @classmethod
+    def of(cls, headers: list[ModuleHeader]) -> "ModuleTable":
+        """A table of headers already extracted (one text, tests): nothing to load."""
+        table = cls([(h.path, h.path, h.module) for h in headers])
+        for header in headers:
+            if header.module not in table._headers:
+                table._headers[header.module] = header
+                table._where[header.module] = ModuleFile(header.path, header.path, header.is_package, "")
+        return table
+
+    def get(self, module: str, default=None) -> ModuleHeader | None:
+        header = self._header(module)
+        if self.frames:
+            module_file = self._where.get(module)
+            for frame in self.frames:
+                if module_file is None:
+                    frame.modules[module] = None
+                else:
+                    frame.modules[module] = module_file.key
+                    frame.files[module_file.key] = module_file.stamp or ""
+        return header if header is not None else default
+
+    def __getitem__(self, module: str) -> ModuleHeader:
+        header = self.get(module)
+        if header is None:
+            raise KeyError(module)
+        return header
+
+    def __contains__(self, module: str) -> bool:
+        return self.get(module) is not None
+
+    def _header(self, module: str) -> ModuleHeader | None:
+        try:
+            return self._headers[module]
+        except KeyError:
+            pass
+        header, where = None, None
+        for module_file in self._module_files(module):
+            header = self._load(module_file, module) if self._load is not None else None
+            if header is not None:
+                where = module_file
+                break
+        self._headers[module] = header
+        self._where[module] = where
+        return header
+
+    def _module_files(self, module: str) -> list[ModuleFile]:
+        mfs = self._files.get(module)
+        if mfs is None:
+            mfs = self._files[module] = [ModuleFile(path, key, path.endswith(("__init__.py", "__init__.pyi")))
+                                         for path, key, _ in self._names.files_of(module)]
+        return mfs
+
+    def seed(self, header: ModuleHeader, stamp: str) -> None:
+        """The header of a file being analysed, extracted from the text in hand: used when the
+        file defines its module, so that the file is not read again."""
+        if header.module in self._headers:
+            return
+        candidates = self._module_files(header.module)
+        if candidates and candidates[0].path == header.path:
+            candidates[0].stamp = stamp
+            self._headers[header.module] = header
+            self._where[header.module] = candidates[0]
+
+    def first_key(self, module: str) -> str | None:
+        """The key of the first file named `module`, without reading anything: what a recorded
+        lookup is checked against (a file that could not be read is a change, to be safe)."""
+        first = self._names.first(module)
+        return first[1] if first is not None else None
+
+    def path_of(self, module: str) -> str | None:
+        """The display path of the first file named `module`, without reading anything."""
+        first = self._names.first(module)
+        return first[0] if first is not None else None
+
+    def module_paths(self) -> list[tuple[str, str]]:
+        """(module, display path) of the first file of every module, in discovery order."""
+        return [(m, f[0]) for m, f in self._names.firsts()]
+
+    def under(self, folder) -> list[tuple[str, ModuleHeader]]:
+        """(module, header) of each module whose file lies under `folder` (a path as this run
+        shows files), in discovery order; the enumeration is recorded as a read of the folder."""
+        return list(self.iter_under(folder))
+
+    def iter_under(self, folder):
+        """`under`, a header at a time (a search that stops early reads only what it needed)."""
+        folder = Path(folder)
+        prefix = os.path.join(str(folder), "")
+        mods = [m for m, f in self._names.firsts_under_path(prefix) if Path(f[0]).is_relative_to(folder)]
+        if self.frames:
+            real = os.path.realpath(folder)
+            digest = self.listing(real)
+            for frame in self.frames:
+                frame.listings[real] = digest
+        for mod in mods:
+            header = self.get(mod)
+            if header is not None:
+                yield mod, header
+
+    def listing(self, real_folder: str) -> str:
+        """A digest of the module names and files under a folder (by real path): it changes when
+        a file there is added, removed or renamed."""
+        digest = self._listings.get(real_folder)
+        if digest is None:
+            prefix = os.path.join(real_folder, "")
+            found = sorted(f"{m}\t{f[1]}" for m, f in self._names.firsts_under_key(prefix))
+            digest = self._listings[real_folder] = hashlib.sha1(
+                "\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return digest
+
+    def enumerate(self, name: str) -> list[str]:
+        """The module names of the project that ENUMERATIONS[name] selects, in discovery order,
+        without reading anything; recorded as a read (a module added or gone is a change)."""
+        names, digest = self._enumeration(name)
+        for frame in self.frames:
+            frame.enumerations[name] = digest
+        return names
+
+    def enumeration(self, name: str) -> str | None:
+        """The digest of `enumerate(name)` now (what a recorded enumeration is checked against;
+        None for a name this version does not know)."""
+        return self._enumeration(name)[1] if name in ENUMERATIONS else None
+
+    def _enumeration(self, name: str) -> tuple[list[str], str]:
+        got = self._enumerated.get(name)
+        if got is None:
+            names = [m for m, _f in self._names.firsts_with_part(ENUMERATIONS[name])]
+            # sorted: the eager list and the file-list record need not enumerate in one order
+            got = self._enumerated[name] = (names, hashlib.sha1(
+                "\n".join(sorted(names)).encode("utf-8", "surrogatepass")).hexdigest()[:16])
+        return got
+
+    # The whole table (the doctor's census of a tree): every module's header, read as needed.
+    def items(self):
+        for module in [m for m, _ in self._names.firsts()]:
+            header = self.get(module)
+            if header is not None:
+                yield module, header
+
+    def values(self):
+        return [h for _, h in self.items()]
+
+    def __iter__(self):
+        return (m for m, _ in self.items())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.items())
+
+    def winners(self) -> dict[str, str]:
+        """key → module of every file that could define its module name (the first of each name,
+        unread). For the `mentions` search over files that are not read otherwise."""
+        return {f[1]: m for m, f in self._names.firsts()}
+
+    def loaded(self) -> list[ModuleHeader]:
+        return [h for h in self._headers.values() if h is not None]
+
+
+def _join(module: str, name: str) -> str:
+    return f"{module}.{name}" if module else name
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    """Whether a class is a quantizable layer (or exempt storage code), with the chain that says so."""
+
+    yes: bool
+    chain: tuple[Evidence, ...] = ()
+
+
+# Parsed files (and censuses) kept for reuse per process: the analysis of vLLM 0.27.1 shares 49
+# files; at 64 a ten-times tree peaked at 142 MiB instead of 529 with DTL001/DTL002 (issue #12).
+# Since the storage model's dispatch tables no longer keep every analysis's facts alive, 24 holds
+# the ten-times default run at 193 MiB instead of 256 for 2,230 parses instead of 2,190
+# (benchmarks/README.md).
+FACTS_CACHE_ENTRIES = 24
+
+
+class QuantizableLayerIndex:
+    """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
+
+    def __init__(self, headers: "list[ModuleHeader] | ModuleTable", quantizable: list[str], exempt: list[str],
+                 not_quantizable: list[str] | tuple[str, ...] = ()):
+        self.modules: ModuleTable = headers if isinstance(headers, ModuleTable) else ModuleTable.of(headers)
+        self.quantizable = set(quantizable)
+        self.exempt = set(exempt)
+        self._not_quantizable = set(not_quantizable)
+        # Preset names matched by simple name inside their own top package, for re-export paths
+        # (`from vllm.model_executor.layers import X`) when that package is not in the scan.
+        self._by_simple: dict[tuple[str, str], str] = {}
+        for q in self.quantizable | self.exempt | self._not_quantizable:
+            self._by_simple.setdefault((q.split(".")[0], q.rsplit(".", 1)[-1]), q)
+        self._memo: dict[tuple[str, str], ClassVerdict] = {}
+        # Facts of files parsed for their class bodies (facts.ProjectFacts), shared by every file
+        # analysed against this index and gone with it, each with what building it read.
+        self.facts_cache: dict = {}
+        self._memo_reads: dict[tuple[str, str], Reads] = {}
+
+    # ---- what a computation read ---------------------------------------------------------
+    def reading(self) -> "_Frame":
+        """`with index.reading() as reads:` collects every module lookup and file read made
+        inside, including those that memoised results made when they were first computed."""
+        return _Frame(self.modules)
+
+    def replay(self, reads: Reads) -> None:
+        """A memoised result is reused: what computing it read counts as read now."""
+        for frame in self.modules.frames:
+            frame.update(reads)
+
+    def cached_facts(self, key, build):
+        """`build()` once per key (a file's facts, a census), shared by every analysis against
+        this index; the reads made by building it are replayed for every later user. The least
+        recently used entries beyond FACTS_CACHE_ENTRIES are dropped (and rebuilt if asked for
+        again): files are analysed in path order, so what one folder's files share is used
+        together, and a tree ten times larger must not hold ten times the parsed files."""
+        cache = self.facts_cache
+        hit = cache.pop(key, None)
+        if hit is None:
+            with self.reading() as reads:
+                facts = build()
+            hit = (facts, reads)
+            while len(cache) >= FACTS_CACHE_ENTRIES:
+                del cache[next(iter(cache))]
+        cache[key] = hit  # now the most recently used
+        self.replay(hit[1])
+        return hit[0]
+
+    # ---- name resolution ---------------------------------------------------------------
+    def resolve(self, module: str, name: str, local_imports: dict[str, str] | None = None) -> str:
+        """Qualified, canonical name of a dotted name used in `module`."""
+        head, _, rest = name.partition(".")
+        header = self.modules.get(module)
+        imports = local_imports if local_imports is not None else (header.imports if header else {})
+        if header and head in header.classes and head not in imports:
+            q = _join(module, head)
+        elif head in imports:
+            q = imports[head]
+        elif header and head in header.classes:
+            q = _join(module, head)
+        else:
+            q = head
+        if rest:
+            q = f"{q}.{rest}"
+        return self.canonical(q)
+
+    def canonical(self, qualname: str) -> str:
+        """Follow re-exports (`pkg/__init__.py: from .linear import X`) to the defining module."""
+        for _ in range(12):
+            mod, _, name = qualname.rpartition(".")
+            header = self.modules.get(mod)
+            if header is None or name in header.classes or name not in header.imports:
+                return qualname
+            nxt = header.imports[name]
+            if nxt == qualname:
+                return qualname
+            qualname = nxt
+        return qualname
+
+    def class_location(self, qualname: str) -> tuple[ModuleHeader, str] | None:
+        mod, _, name = qualname.rpartition(".")
+        header = self.modules.get(mod)
+        if header and name in header.classes:
+            return header, name
+        return None
+
+    def bases(self, qualname: str) -> list[str]:
+        loc = self.class_location(qualname)
+        if loc is None:
+            return []
+        header, name = loc
+        return [self.resolve(header.module, b) for b in header.classes[name][0]]
+
+    def mro(self, qualname: str) -> list[str]:
+        """The class and all its resolved ancestors, nearest first (a linearisation good enough for attribute facts)."""
+        out: list[str] = []
+        todo = [qualname]
+        while todo:
+            q = todo.pop(0)
+            if q in out or len(out) > 64:
+                continue
+            out.append(q)
+            todo.extend(self.bases(q))
+        return out
+
+    # ---- verdicts ----------------------------------------------------------------------
+    def not_quantizable(self, qualname: str) -> bool:
+        """Configured as never holding a repackable weight (embeddings), or a subclass of one."""
+        return bool(self._not_quantizable) and self._verdict(qualname, "not_quantizable").yes
+
+    def defines(self, qualname: str) -> bool:
+        """Does the project define this class (directly or through re-exports)?"""
+        return self.class_location(self.canonical(qualname)) is not None
+
+    def mentions(self, qualname: str) -> bool:
+        """Does the project define this class, or does a module whose header was read import it
+        by this name? (The pipeline reads the headers of the files whose text names it.)"""
+        if self.defines(qualname):
+            return True
+        return any(qualname in h.imports.values() for h in self.modules.loaded())
+
+    def configured(self, qualname: str, kind: str = "quantizable") -> Evidence | None:
+        """Evidence that this very class is named by configuration (not one of its bases)."""
+        roots = {"quantizable": self.quantizable, "exempt": self.exempt, "not_quantizable": self._not_quantizable}[kind]
+        short = qualname.rsplit(".", 1)[-1]
+        if qualname in roots:
+            return self._evidence(qualname, f"`{short}` is a configured {kind} class")
+        match = self._by_simple.get((qualname.split(".")[0], short))
+        if self.class_location(qualname) is None and match in roots:
+            return Evidence(f"`{short}` matches configured {kind} class `{match}` by name", "", 0)
+        return None
+
+    def quantizable_verdict(self, qualname: str) -> ClassVerdict:
+        return self._verdict(qualname, "quantizable")
+
+    def exempt_verdict(self, qualname: str) -> ClassVerdict:
+        return self._verdict(qualname, "exempt")
+
+    def _verdict(self, qualname: str, kind: str, depth: int = 0) -> ClassVerdict:
+        key = (qualname, kind)
+        if key in self._memo:
+            reads = self._memo_reads.get(key)
+            if reads is not None:
+                self.replay(reads)
+            return self._memo[key]
+        self._memo[key] = ClassVerdict(False)  # cycle guard
+        with self.reading() as reads:
+            verdict = self._compute_verdict(qualname, kind, depth)
+        self._memo[key] = verdict
+        self._memo_reads[key] = reads
+        return verdict
+
+    def _compute_verdict(self, qualname: str, kind: str, depth: int) -> ClassVerdict:
+        roots = {"quantizable": self.quantizable, "exempt": self.exempt, "not_quantizable": self._not_quantizable}[kind]
+        verdict = ClassVerdict(False)
+        short = qualname.rsplit(".", 1)[-1]
+        if qualname in roots:
+            verdict = ClassVerdict(True, (self._evidence(qualname, f"`{short}` is a configured {kind} class"),))
+        elif self.class_location(qualname) is None and self._by_simple.get((qualname.split(".")[0], short)) in roots:
+            match = self._by_simple[(qualname.split(".")[0], short)]
+            verdict = ClassVerdict(
+                True, (Evidence(f"`{short}` matches configured {kind} class `{match}` by name", "", 0),))
+        elif depth < 32:
+            for base in self.bases(qualname):
+                sub = self._verdict(base, kind, depth + 1)
+                if sub.yes:
+                    step = self._evidence(qualname, f"`{short}` subclasses `{base.rsplit('.', 1)[-1]}`")
+                    verdict = ClassVerdict(True, (step, *sub.chain))
+                    break
+        return verdict
+
+    def _evidence(self, qualname: str, message: str) -> Evidence:
+        loc = self.class_location(qualname)
+        if loc is None:
+            return Evidence(message, "", 0)
+        header, name = loc
+        return Evidence(message, header.path, header.classes[name][1])
+
+
+class _Frame:
+    def __init__(self, table: ModuleTable):
+        self._table = table
+        self.reads = Reads()
+
+    def __enter__(self) -> Reads:
+        self._table.frames.append(self.reads)
+        return self.reads
+
+    def __exit__(self, *exc) -> None:
+        frames = self._table.frames
+        if frames and frames[-1] is self.reads:
+            frames.pop()
+        else:
+            frames[:] = [f for f in frames if f is not self.reads]

@@ -1,0 +1,31 @@
+"""What a cache entry of a file is keyed by (pipeline, the run memo): its size and a hash of its
+bytes. Apart from the pipeline so that the pre-commit fast path can check stamps without
+importing it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from dtype_lint.core.safe_read import MAX_SOURCE_BYTES, read_bytes
+
+
+def file_stamp(path: str) -> str:
+    """What a cache entry of this file is keyed by: its size and a hash of its bytes. Not its
+    mtime: an edit that keeps size and mtime (`touch -r`, `cp -p`, `rsync -t`, two writes in one
+    timestamp tick) must not bring old findings back. Reading and hashing every file costs a
+    warm run about 0.15 CPU s on vLLM (2,360 files, 35 MB), against seconds of parsing; it also
+    keeps a cache valid across a fresh checkout, which changes every mtime. A file that cannot be
+    read safely (a FIFO, a device, too large) is stamped from its `stat` alone: it is refused
+    unread anyway."""
+    try:
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return "missing"
+        return f"unread:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"

@@ -1,0 +1,135 @@
+"""The cheap text test run on every file before any parsing.
+
+Each rule declares the spellings a file must contain for it to find anything (`Rule.patterns`,
+plus its `marker` word as a plain substring test); a file passes when it passes some enabled
+rule's own test (marker and pattern of the same rule). A file that passes none is never parsed.
+tests/test_rule_examples.py checks that every INVALID example of every rule passes, so a new rule
+form cannot be silently filtered out.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+
+class Prefilter:
+    """A file passes when some rule's marker AND one of that same rule's patterns are in it (one
+    rule's marker with another rule's pattern proves nothing: on vLLM 0.27.1 the union of markers
+    and the union of patterns passed 273 files more, none of which any rule could report in).
+    Rules with the same marker share one test of their patterns' union.
+
+    Each distinct pattern is searched on its own, after a plain substring test for the literal
+    text it cannot match without (`.weight` in `=\\s*[\\w.]+\\.weight\\s*$`): one alternation of
+    all of them made the regex engine try every `.` and `=` of every file, twice as slow; a
+    pattern two markers share is searched once per text."""
+
+    def __init__(self, rules):
+        self.markers = tuple(sorted({m for r in rules for m in marker_words(r)}))
+        groups: dict[str, dict[str, None]] = {}
+        for rule in rules:
+            for marker in marker_words(rule):  # any of a rule's marker words, with that rule's patterns
+                groups.setdefault(marker, {}).update(dict.fromkeys(rule.patterns))
+        self._groups = [(marker, list(pats)) for marker, pats in sorted(groups.items()) if pats]
+        # pattern -> (its required literal, its compiled search), on first use: a one-file run
+        # tests one text, whose markers reach a few of the 27 patterns (compiling and parsing
+        # all of them was a tenth of its work).
+        self._compiled: dict[str, tuple[str, object]] = {}
+
+    def might_match(self, text: str) -> bool:
+        seen: dict[str, bool] = {}
+        # Most patterns share a literal (`.weight`): a text without it was searched for it once
+        # per pattern, a whole pass over the text each time.
+        holds: dict[str, bool] = {}
+        compiled = self._compiled
+        for marker, patterns in self._groups:
+            if marker not in text:
+                continue
+            for pattern in patterns:
+                hit = seen.get(pattern)
+                if hit is None:
+                    kept = compiled.get(pattern)
+                    if kept is None:
+                        literal, regex = searched(pattern)
+                        kept = compiled[pattern] = (literal, regex.search)
+                    literal, search = kept
+                    held = holds.get(literal)
+                    if held is None:
+                        held = holds[literal] = literal in text
+                    hit = seen[pattern] = held and search(text) is not None
+                if hit:
+                    return True
+        return False
+
+
+@lru_cache(maxsize=None)
+def searched(pattern: str) -> tuple[str, re.Pattern]:
+    """(`required_literal`, the pattern compiled with re.M) of a rule pattern, once a process: the
+    prefilter and the site spans (run/file_analysis.py) read the same patterns."""
+    return required_literal(pattern), re.compile(pattern, re.M)
+
+
+def required_literal(pattern: str) -> str:
+    """The longest run of plain characters every match of `pattern` contains ("" if unsure)."""
+    try:
+        try:
+            from re import _parser as sre_parse
+            from re._constants import LITERAL
+        except ImportError:  # Python 3.10
+            import sre_parse  # type: ignore[no-redef]
+            from sre_constants import LITERAL  # type: ignore[no-redef]
+        parsed = sre_parse.parse(pattern, re.M)
+    except Exception:  # noqa: BLE001 - a private module: never let it break a run
+        return ""
+    if parsed.state.flags & re.IGNORECASE:
+        return ""
+    best = run = ""
+    for op, arg in parsed:  # the top-level sequence: every item is in every match, in order
+        run = run + chr(arg) if op is LITERAL else ""
+        if len(run) > len(best):
+            best = run
+    return best
+
+
+def has_suppression(text: str, utf8: bytes | None = None) -> bool:
+    """Could the text hold a dtype-lint suppression comment that DTL902 may report (so the file
+    is analysed even without a site)? Substring tests only: linear. A bare `# noqa` is never
+    reported, so it does not count here (it does once the file has findings: see
+    suppressions.might_hold_suppression). `utf8`: the bytes the text was decoded from, when they
+    are its UTF-8 (a BOM before them changes no ASCII letter): lowered, they answer as the text's
+    own bytes below do, without encoding it again, and `bytes.lower()` costs a third of an ASCII
+    `str.lower()`."""
+    if utf8 is not None:
+        folded = utf8.lower()
+        return (b"dtype-lint" in folded and DIRECTIVE.search(text.lower()) is not None) or \
+            (b"dtl" in folded and b"noqa" in folded)
+    if text.isascii():
+        lowered = text.lower()
+        return ("dtype-lint" in lowered and DIRECTIVE.search(lowered) is not None) or \
+            ("dtl" in lowered and "noqa" in lowered)
+    # Another text's `lower()` maps each character through Unicode's tables, ten times the cost
+    # of an ASCII text's (on vLLM, a few files with an arrow or a dash in a comment cost as much
+    # as all the others). Its UTF-8 bytes lowered hold the same ASCII letters lowered and no other
+    # ASCII byte, so the words are found there alike: only U+0130 and U+212A lower to a text with
+    # an ASCII letter (an `i` followed by a combining dot, a `k`), which no word needs. The
+    # directive's own test (its spaces may be any Unicode space) reads the text as before.
+    folded = text.encode("utf-8", "surrogatepass").lower()
+    return (b"dtype-lint" in folded and DIRECTIVE.search(text.lower()) is not None) or \
+        (b"dtl" in folded and b"noqa" in folded)
+
+
+# Every `dtype-lint: ignore` / `ignore-file` directive holds this (core/suppressions.py's
+# pattern allows the same spaces): a file that only mentions dtype-lint (a comment, a docstring)
+# holds none, and is neither analysed for DTL902 nor tokenized for its comments.
+DIRECTIVE = re.compile(r"dtype-lint\s*:\s*ignore")
+
+
+@lru_cache(maxsize=16)
+def for_rules(rules: tuple) -> Prefilter:
+    """The prefilter of these rules (a tuple of Rule classes), built once."""
+    return Prefilter(rules)
+
+
+def marker_words(rule) -> tuple[str, ...]:
+    """A rule's marker words: one string, or a tuple of them (DTL001 also reads `parameters()`)."""
+    return rule.marker if isinstance(rule.marker, tuple) else (rule.marker,)

@@ -1,0 +1,446 @@
+"""Parse only what can hold a site: a file's text with the bodies of the functions no rule reads
+blanked, line and column numbers kept.
+
+Most of a file that passes the prefilter is code no rule looks at: the functions without a site
+line (a line a rule's own pattern matches) whose bodies give no class fact. `reduce()` replaces
+each such outermost function's body by one `pass` and empty lines, so every kept node has the
+line and column it has in the whole file (findings, fixes and suppressions are unchanged), and
+`ast.parse` of the result costs about what the kept lines cost.
+
+What is kept whole:
+- every module-level and class-level statement other than a `def` (imports, assignments,
+  `if TYPE_CHECKING:`, guards, class statements, decorators, signatures);
+- a function or method holding a line a rule's pattern matches (`keep_lines`);
+- a method the class facts read (`class_facts.visit_method`): one assigning an attribute of its
+  first parameter (`self.x = ...`, or filling one: `.append(`, `add_module(`, `setattr(`,
+  `x["k"] = `), naming `quant_method`/`create_weights`/`__init__` (a quant
+  method obtained, weights created, a base's `__init__` called), testing `isinstance`/`issubclass`
+  of one of its other parameters, or a short body that may be a getter (one `return` after an
+  optional docstring). A `def` at column 0 is not a method: only the site lines keep it.
+- with `lazy_classes` (analysed files), none of that in a top-level class without a site line:
+  its facts are then read from the class's own text when an analysis asks for them.
+
+Functions are found by text (a `def` line, its header up to the `:` that ends it, the body up to
+the next code line indented no deeper), so a body is blanked only when that is certain: its
+brackets and triple quotes balance, no line continues with a backslash, the signature holds no
+string with a quote or backslash in it, and the body has at least MIN_BLANKED_LINES lines. The parse of the
+reduced text is then checked (`check()`): every blanked `def` must be a function whose body is
+the one `pass` put there. Anything else (a `def` inside a string, a syntax error anywhere) sends
+the caller back to the whole file, which also makes a real syntax error in kept code DTL900.
+
+A file read only for its class facts (not analysed) is not parsed as a file at all when every
+class statement in it is plainly top-level (`class_regions()`): each class is parsed from its own
+text, reduced the same way, below blank lines that keep its line numbers, when its facts are
+first asked for (class_facts.build_class_file_facts, trees.parse_class); its functions and the
+module tree only if something asks for them.
+
+A syntax error inside a blanked body (or, in a file read for its class facts, outside the classes
+asked about) is not seen: that code cannot hold a site, and the project's other linters (and
+Python) report it, as they do for files the prefilter passes over.
+
+What may read a blanked function is guarded where it is looked up: `ClassFacts.methods` and
+`FileFacts.functions` are `Defs` maps, which hand out the real function when a blanked one is
+read (a value flow followed into a method or a function): its own lines are parsed then, where
+they stand (trees.whole_function). The fix planner's walk of every name of a module reads the
+whole tree unless the blanked text cannot hold the names it decides on
+(trees.whole_unless_absent).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from dtype_lint.core.source import split_lines  # noqa: F401 - trees and tests read it here
+from dtype_lint.core.text_facts import POSSESSIVE, LineStart
+
+# Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
+# the candidate functions (site lines), the class facts, module-level statements, and functions
+# reached through `Defs`, guarded); a rule that walks the whole tree (file guards, module globals,
+# helper facts) keeps the default "whole-file", and a run enabling it parses every file whole
+# (dtype_lint/rule_registry.py, run/file_analysis.py's `reducible`).
+# A blanked body must save something: shorter bodies are kept (a `pass` costs about a line).
+MIN_BLANKED_LINES = 4
+# A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.
+GETTER_LINES = 15
+
+_DEF = re.compile(r"def[ \t]+\w")  # a literal first: the search skips ahead; the line is checked
+_DEF_LINE = re.compile(r"([ \t\f]*)(?:async[ \t]+)?def[ \t]")
+# What visit_method reads from a method's body (see the module docstring).
+_CLASS_FACT_WORDS = ("quant_method", "create_weights", "__init__")
+_FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
+# `isinstance(param, ...)`: a storage method's dispatch on the class of a parameter it is given.
+_DISPATCH = re.compile(r"\b(?:isinstance|issubclass)\(\s*(\w+)\s*,")
+_RETURN = re.compile(r"^[ \t]*return\b", re.M)
+
+
+BLANKED = "_dtype_lint_blanked"  # set on a blanked FunctionDef node: the last line of its real body
+
+
+@dataclass
+class Reduced:
+    """A file's text with the bodies of the functions no rule reads blanked, and where they were."""
+    text: str
+    blanked: list[tuple[int, int, int]] = field(default_factory=list)  # (def, `pass`, last body line), 1-based
+    kept_chars: int = 0
+    removed: list[tuple[int, int]] = field(default_factory=list)  # offsets of the blanked bodies' text
+    lazy: list = field(default_factory=list)  # ClassRegion of each class whose facts its own text gives
+
+
+def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_classes: bool = False) -> Reduced | None:
+    """The text with the bodies of outermost functions that hold no line of `keep_lines`
+    (inclusive (first, last) spans, 1-based) and give no class fact replaced by `pass`;
+    None when nothing would be blanked. Offsets, not lines: the scan runs on every analysed file.
+    With `lazy_classes`, the methods of a top-level class that holds no kept line are blanked
+    whatever the class facts read (`Reduced.lazy`: its facts are then read from the class's own
+    text, parsed when they are first asked for)."""
+    if "def" not in text or "\r" in text:
+        return None  # (a text with CR line ends is parsed whole: they are rare)
+    keep = sorted(keep_lines or ())
+    lazy: list[ClassRegion] = []
+    if lazy_classes:
+        for region in class_regions(text) or ():
+            last = region.class_line + text.count("\n", region.start, region.end)
+            if not _spans_kept(keep, region.first_line, last):
+                lazy.append(region)
+    lazy_at = 0  # the next lazy class, by offset
+    pieces: list[str] = []
+    blanked: list[tuple[int, int, int]] = []
+    prev = 0  # the text up to here is in `pieces`
+    line, line_off = 1, 0  # the line number at offset line_off
+    skip_until = 0  # the end of the previous outermost function: defs before it are nested
+    removed = 0
+    removed_spans: list[tuple[int, int]] = []
+    for found in _DEF.finditer(text):
+        if found.start() < skip_until:
+            continue
+        start = text.rfind("\n", 0, found.start()) + 1
+        match = _DEF_LINE.match(text, start)
+        if match is None or match.end() != found.start() + 4:
+            continue  # not a `def` statement's line (`undefined`, a string, `x = 1; def ...`)
+        line += text.count("\n", line_off, start)
+        line_off = start
+        indent = match.group(1)
+        header = _header_end(text, start)
+        if header is None:
+            continue
+        body_start, header_lines = header
+        skip_until = body_end = _body_end(text, body_start, len(indent))
+        code_end = _code_end(text, body_start, body_end)
+        body = text[body_start:code_end]
+        newlines = body.count("\n")
+        body_lines = newlines + (not body.endswith("\n"))
+        if body_lines < MIN_BLANKED_LINES:
+            continue
+        body_line = line + header_lines
+        last_line = body_line + body_lines - 1
+        if _spans_kept(keep, line, last_line):
+            continue
+        while lazy_at < len(lazy) and lazy[lazy_at].end <= start:
+            lazy_at += 1
+        in_lazy = lazy_at < len(lazy) and lazy[lazy_at].start <= start
+        if indent and not in_lazy and _class_fact(body, text[start:body_start], body_lines - 1):
+            continue  # maybe a method: the class facts read it (a `def` at column 0 is not one)
+        if not _balanced(text[start:code_end]):
+            continue
+        pieces.append(text[prev:body_start])
+        pieces.append(f"{indent} pass" + "\n" * newlines)
+        removed += (code_end - body_start) - (len(indent) + 5 + newlines)
+        prev = code_end
+        blanked.append((line, body_line, last_line))
+        removed_spans.append((body_start, code_end))
+    if not blanked:
+        return None
+    lazy = [region for region in lazy if any(region.start <= start < region.end for start, _ in removed_spans)]
+    pieces.append(text[prev:])
+    return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans, lazy)
+
+
+def _class_fact(body: str, header: str, lines: int) -> bool:
+    """Could class_facts.visit_method read something in this method body?"""
+    if any(word in body for word in _CLASS_FACT_WORDS) or (lines < GETTER_LINES and _may_be_getter(body)):
+        return True
+    first = _FIRST_PARAM.search(header)
+    if first is None:
+        return True
+    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`)
+    self_name = first.group(1)
+    if f"{self_name}." in body and _self_assign(self_name).search(body):
+        return True
+    if _container_fill(self_name).search(body):  # `self.layers.append(A(...))`, `setattr(self, "x", A(...))`
+        return True
+    if "isinstance" not in body and "issubclass" not in body:
+        return False
+    params = set(_WORD.findall(header, first.end()))  # `isinstance(param, ...)` of a parameter after `self`
+    return any(m.group(1) in params for m in _DISPATCH.finditer(body))
+
+
+_WORD = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=64)
+def _container_fill(self_name: str) -> re.Pattern:
+    # Statements that put a layer into an attribute of `self` without `self.x = ...`
+    # (analysis/index/construction_forms.py): `self.layers.append(`/`.extend(`/`.insert(`,
+    # `self.add_module(`, `setattr(self, `, `self.heads["k"] = `.
+    me = re.escape(self_name)
+    return re.compile(rf"{me}\.(?:\w+\.(?:append|extend|insert)|add_module|register_module)\(|"
+                      rf"setattr\([ \t]*{me}\b|{me}\.\w+\[[^\]\n]*\][ \t]*=(?!=)")
+
+
+@lru_cache(maxsize=64)
+def _self_assign(self_name: str) -> re.Pattern:
+    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`); a literal first,
+    # so that the search skips ahead (`myself.x = 1` matches too: one more kept method).
+    return re.compile(rf"{re.escape(self_name)}\.\w+[ \t]*(?::[^=\n]*)?=(?!=)")
+
+
+_DOCSTRING = re.compile(r"[ \t]*[rRuU]?(\"\"\"|\'\'\')")
+
+
+def _may_be_getter(body: str) -> bool:
+    """Could this body be one `return` after an optional docstring (class_facts._single_return)?"""
+    if not _RETURN.search(body):
+        return False
+    code = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    first = code[0].lstrip()
+    if first.startswith("return"):
+        return True
+    doc = _DOCSTRING.match(code[0])
+    if doc is None:
+        return first.startswith(("'", '"', "r'", 'r"', "u'", 'u"', "(", "f'", 'f"'))  # some other string: unsure
+    quote = doc.group(1)
+    rest = body[body.index(quote) + 3:]
+    if quote not in rest:
+        return True
+    after = [line for line in rest[rest.index(quote) + 3:].splitlines()[1:]
+             if line.strip() and not line.lstrip().startswith("#")]
+    return not after or after[0].lstrip().startswith(("return", "'", '"', "r'", 'r"')) or \
+        "\\" in rest[:rest.index(quote)]  # (an escaped quote may end the docstring elsewhere)
+
+
+def check(tree: ast.Module, reduced: Reduced) -> bool:
+    """Is every blanked function in the reduced tree, with the one `pass` put there as its body?
+    Marks those nodes (`BLANKED`) for `Defs`. False: the text was not cut where the parser would."""
+    expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
+    found = 0
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = expected.get(node.lineno)
+            if where is not None:
+                pass_line, last = where
+                body = node.body
+                if len(body) != 1 or not isinstance(body[0], ast.Pass) or body[0].lineno != pass_line:
+                    return False
+                setattr(node, BLANKED, last)
+                found += 1
+                continue
+            todo.extend(node.body)  # a blanked def is never nested in a kept one, but be sure
+        elif isinstance(node, ast.ClassDef):
+            todo.extend(node.body)
+        elif isinstance(node, ast.stmt):
+            for name in ("body", "orelse", "finalbody"):
+                todo.extend(getattr(node, name, None) or ())
+            for handler in getattr(node, "handlers", None) or ():
+                todo.extend(handler.body)
+            for case in getattr(node, "cases", None) or ():
+                todo.extend(case.body)
+    return found == len(expected)
+
+
+def is_blanked(fn) -> bool:
+    return getattr(fn, BLANKED, False)
+
+
+class Defs(dict):
+    """name -> function node of a class or module whose tree may be reduced: a blanked function
+    read through it is replaced by the real one, `resolve(path, text, node)` (trees.whole_function:
+    its own lines parsed then)."""
+
+    __slots__ = ("source", "resolve")
+
+    def __init__(self, source: "tuple[str, str] | None" = None, resolve=None):
+        super().__init__()
+        self.source = source  # (path, text) of the reduced tree's file
+        self.resolve = resolve
+
+    def _real(self, name, fn):
+        if self.source is not None and getattr(fn, BLANKED, False):
+            fn = self.resolve(*self.source, fn)
+            dict.__setitem__(self, name, fn)
+        return fn
+
+    def __getitem__(self, name):
+        return self._real(name, dict.__getitem__(self, name))
+
+    def get(self, name, default=None):
+        function_node = dict.get(self, name, default)
+        return default if function_node is default else self._real(name, function_node)
+
+    def values(self):
+        return [self._real(name, fn) for name, fn in list(dict.items(self))]
+
+    def items(self):
+        return [(name, self._real(name, fn)) for name, fn in list(dict.items(self))]
+
+
+def site_spans(text: str, patterns) -> list[tuple[int, int]]:
+    """(first, last) 1-based lines of every match of the rules' patterns ((literal, compiled)
+    pairs: a pattern whose literal is not in the text is not searched)."""
+    matches = sorted((m.start(), m.end()) for literal, pattern in patterns
+                     if not literal or literal in text for m in pattern.finditer(text))
+    spans = []
+    line, off = 1, 0
+    for start, end in matches:
+        line += text.count("\n", off, start)
+        off = start
+        spans.append((line, line + text.count("\n", start, end)))
+    return spans
+
+
+_SIMPLE_STRING = re.compile(r"'[^'\\\n\r]*'|\"[^\"\\\n\r]*\"")
+
+
+def _header_end(text: str, start: int) -> tuple[int, int] | None:
+    """(offset of the body's first line, lines of the header) of the `def` at `start`, or None
+    when the body is on the header's line or the header cannot be followed by text alone (a
+    string with a quote or backslash in it, a line continued by a backslash)."""
+    depth = 0
+    off = start
+    for lines in range(1, 200):
+        nl = text.find("\n", off)
+        if nl < 0:
+            return None  # no body line follows
+        code = text[off:nl]
+        if "'" in code or '"' in code:
+            code = _SIMPLE_STRING.sub("''", code)
+            if '"' in code or code.count("'") % 2 or "\'\'\'" in code:
+                return None
+        if "#" in code:
+            code = code.split("#", 1)[0]  # no string is left: a `#` starts a comment
+        if "\\" in code:
+            return None
+        depth += code.count("(") + code.count("[") + code.count("{")
+        depth -= code.count(")") + code.count("]") + code.count("}")
+        if depth < 0:
+            return None
+        if depth == 0:
+            return (nl + 1, lines) if code.rstrip().endswith(":") else None
+        off = nl + 1
+    return None
+
+
+_DEDENT: dict[int, re.Pattern] = {}
+
+
+def _body_end(text: str, start: int, indent: int) -> int:
+    """The offset of the first code line from `start` indented no deeper than `indent` (a
+    comment or blank line never ends a body), or the text's end."""
+    pattern = _DEDENT.get(indent)
+    if pattern is None:
+        # A newline first: the search skips from line end to line end.
+        pattern = _DEDENT[indent] = re.compile(rf"\n[ \t\f]{{0,{indent}}}{POSSESSIVE}(?=[^ \t\f\n#])")
+    found = pattern.search(text, start - 1)  # `start` begins a line: the newline before it
+    return found.start() + 1 if found else len(text)
+
+
+def _code_end(text: str, start: int, end: int) -> int:
+    """The offset past the last code line in [start, end): trailing blank and comment lines are
+    not the body's (the parser drops them)."""
+    while end > start:
+        before = text.rfind("\n", start, end - 1)
+        line_start = before + 1 if before >= 0 else start
+        line = text[line_start:end].strip()
+        if line and not line.startswith("#"):
+            return end
+        end = line_start
+    return start
+
+
+def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
+    for low, high in keep:  # sorted by first line; few per file
+        if low > last:
+            return False
+        if high >= first:
+            return True
+    return False
+
+
+def _balanced(chunk: str) -> bool:
+    return (chunk.count("(") == chunk.count(")") and chunk.count("[") == chunk.count("]")
+            and chunk.count("{") == chunk.count("}") and chunk.count('"""') % 2 == 0
+            and chunk.count("'''") % 2 == 0 and "\\\n" not in chunk and "\\\r" not in chunk)
+
+
+@dataclass(frozen=True)
+class ClassRegion:
+    """One top-level class statement's text: decorators to the last line of its body."""
+
+    name: str
+    first_line: int  # 1-based, its first decorator's line (else the class line)
+    class_line: int
+    start: int  # offsets in the file's text
+    end: int
+
+    def snippet(self, text: str) -> str:
+        """Its text below blank lines: parsed alone, its nodes have the whole file's lines."""
+        return "\n" * (self.first_line - 1) + text[self.start:self.end]
+
+
+_CLASS = LineStart(r"class[ \t]+(\w+)")
+_INDENTED_CLASS = re.compile(r"\n[ \t\f]+class[ \t]+\w")  # a newline first: the search skips ahead
+
+
+def class_regions(text: str) -> list[ClassRegion] | None:
+    """Every class statement of a module whose classes are all top-level, by text; None when
+    that is not certain (an indented `class`: nested, under `if`, or in a string; CR line ends;
+    a class line inside a triple-quoted string; a decorator or the line above it that is not
+    plainly one): the module is then parsed whole."""
+    if "\r" in text or _INDENTED_CLASS.search(text):
+        return None
+    regions = []
+    line, off = 1, 0
+    double = single = 0  # triple quotes before `off`
+    for start, m in _CLASS.finditer(text):
+        double += text.count('"""', off, start)
+        single += text.count("'''", off, start)
+        if double % 2 or single % 2:
+            return None
+        line += text.count("\n", off, start)
+        off = start
+        first = _decorated_from(text, start)
+        if first is None:
+            return None
+        first_line = line - text.count("\n", first, start)
+        header = _header_end(text, start)  # the `:` that ends it, maybe lines below
+        if header is None:
+            return None
+        end = _code_end(text, start, _body_end(text, header[0], 0))
+        regions.append(ClassRegion(m.group(1), first_line, line, first, end))
+    return regions
+
+
+def _decorated_from(text: str, start: int) -> int | None:
+    """The offset of the first decorator of the class statement at `start` (`start` when it has
+    none), or None when the lines right above it are not plainly decorators: the walk up stops at
+    a blank or comment line or another statement; when it passed an `@` line, what it passed must
+    be `@` lines and their continuations (indented, or closing a bracket), brackets balanced."""
+    first = cur = start
+    while cur > 0:
+        above = text.rfind("\n", 0, cur - 1) + 1
+        line = text[above:cur]
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("#") and line[0] == "#"):
+            break
+        if line[0] == "@":
+            first = above
+        elif line[0] not in " \t\f)]}":
+            break  # another statement: what was passed (if anything) must be decorators
+        cur = above
+    if first != start and (cur != first or not _balanced(text[first:start])):
+        return None
+    return first

@@ -1,0 +1,218 @@
+"""One parse per file per run: the trees of the files parsed last, shared by every consumer.
+
+A file analysed in a run is also read by other analyses for its class bodies (class facts), its
+helper-shaped functions (helper facts) and its predicates; each used to parse it again (vLLM
+0.27.1: 806 whole-module parses of 659 texts). `parse(path, text)` returns the tree already made
+for that very text, else parses and keeps it among the last few (a bounded number of bytes of
+source, so that a tree ten times larger does not keep ten times the trees). Trees are shared
+read-only: no consumer changes one. `clear()` at the end of a run lets them go.
+
+`parse_reduced(path, text, spans)` parses only what can hold a site or give a class fact
+(core/regions.py): the bodies of the other functions are blanked, every kept node where it is
+in the whole file. A reduced tree answers for the whole one only where its reads are known
+(`regions = "sites"`, rule_registry.py); a blanked function read through `regions.Defs` is parsed then from
+its own lines (`whole_function`), and a class of a file read for its class facts from its own
+text (`parse_class`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import OrderedDict
+
+from dtype_lint.core import regions
+
+# Source bytes whose trees are kept: a tree costs about 60 times its source (a 100 KB module's is
+# about 6 MB), so this bounds the store near 200 MB only for pathological inputs and near a few
+# dozen MB on real trees (their shared files are small).
+MAX_KEPT_CHARS = 1 << 20
+MAX_KEPT_FILES = 8
+
+WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its kept spans
+# Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
+SOURCE = "_dtype_lint_source"
+REMOVED = "_dtype_lint_removed"  # ... and the offsets of the text its blanked bodies held
+LAZY = "_dtype_lint_lazy"  # ... and class line -> ClassRegion of the classes read from their own text
+
+_kept: "OrderedDict[str, tuple[str, ast.Module, object, int]]" = OrderedDict()  # text, tree, kind, size
+_chars = 0
+parses = 0  # module parses made here, whole or reduced (benchmarks and tests read it)
+parsed_chars = 0  # characters given to ast.parse here (a reduced text counts its kept characters)
+reduced_parses = 0
+
+
+def parse(path: str, text: str) -> ast.Module:
+    """The whole tree of `text` (the content of `path`); raises what `ast.parse` raises."""
+    hit = _kept.get(path)
+    if hit is not None and hit[0] == text and hit[2] == WHOLE:
+        _kept.move_to_end(path)
+        return hit[1]
+    return _keep(path, text, _parse(text, path, len(text)), WHOLE, len(text))
+
+
+def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = None,
+                  lazy_classes: bool = False) -> ast.Module:
+    """The tree of `text` with the bodies of the functions that hold no line of `spans` (sites)
+    and give no class fact blanked (regions.reduce); the whole tree when nothing is blanked or
+    the reduced text does not parse as expected. Raises what `ast.parse` of the whole text raises.
+    With `spans` None (a file read for its class facts only), any tree kept for the text serves."""
+    key = tuple(sorted(spans)) if spans is not None else None
+    hit = _kept.get(path)
+    if hit is not None and hit[0] == text and (hit[2] == WHOLE or key is None or hit[2] == key):
+        _kept.move_to_end(path)
+        return hit[1]
+    reduced = regions.reduce(text, list(key or ()), lazy_classes)
+    if reduced is not None:
+        try:
+            tree = _parse(reduced.text, path, reduced.kept_chars)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None  # the whole text says what is wrong, or that the cut was wrong
+        if tree is not None and regions.check(tree, reduced):
+            global reduced_parses
+            reduced_parses += 1
+            setattr(tree, SOURCE, (path, text))
+            setattr(tree, REMOVED, reduced.removed)
+            if reduced.lazy:
+                setattr(tree, LAZY, {region.class_line: region for region in reduced.lazy})
+            return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars)
+    return parse(path, text)
+
+
+def whole_of(tree: ast.Module) -> ast.Module:
+    """The whole-file tree of a tree `parse_reduced` made (the tree itself when it is whole, or
+    when the whole text does not parse: the blanked code is then beyond the analysis)."""
+    source = getattr(tree, SOURCE, None)
+    if source is None:
+        return tree
+    try:
+        return parse(*source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return tree
+
+
+def whole_unless_absent(tree: ast.Module, names) -> ast.Module:
+    """The whole-file tree, unless the blanked bodies' text is ASCII and holds none of `names`:
+    then they bind and use no name that contains one of them (a non-ASCII text may spell an
+    identifier in characters the parser normalises), and the reduced tree tells every use of those."""
+    source = getattr(tree, SOURCE, None)
+    if source is None:
+        return tree
+    text = source[1]
+    for start, end in getattr(tree, REMOVED, ()):
+        body = text[start:end]
+        if not body.isascii() or any(name in body for name in names):
+            return whole_of(tree)
+    return tree
+
+
+def whole_function(path: str, text: str, blanked: ast.AST) -> ast.AST:
+    """The function a blanked node stands for: its own lines parsed where they are in `text`
+    (decorators to the last line of its body, below blank lines and, for a method, an `if 1:`
+    that keeps its indentation), so its nodes have the lines and columns of the whole file's;
+    from the whole tree if that does not give the same function."""
+    last = getattr(blanked, regions.BLANKED, 0)
+    first = min([blanked.lineno] + [d.lineno for d in blanked.decorator_list])
+    lines = regions.split_lines(text)
+    if first >= 2 and last >= first:
+        indented = blanked.col_offset > 0
+        snippet = "\n" * (first - 1 - indented) + ("if 1:\n" if indented else "") + "".join(lines[first - 1:last])
+        try:
+            tree = _parse(snippet, path, len(snippet) - first)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if tree is not None:
+            node = tree.body[0].body[0] if indented and tree.body and isinstance(tree.body[0], ast.If) else \
+                (tree.body[0] if tree.body else None)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == blanked.lineno \
+                    and node.name == blanked.name and node.col_offset == blanked.col_offset \
+                    and len(tree.body) == 1 and (not indented or len(tree.body[0].body) == 1):
+                return node
+    return _from_whole(path, text, blanked)
+
+
+def _from_whole(path: str, text: str, blanked: ast.AST) -> ast.AST:
+    try:
+        tree = parse(path, text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return blanked  # a syntax error in code that cannot hold a site: left to other linters
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.lineno == blanked.lineno and node.name == blanked.name:
+                return node
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            todo.extend(getattr(node, name, None) or ())
+        for handler in getattr(node, "handlers", None) or ():
+            todo.extend(handler.body)
+        for case in getattr(node, "cases", None) or ():
+            todo.extend(case.body)
+    return blanked
+
+
+def parse_class(path: str, text: str, region: "regions.ClassRegion", parse_file) -> ast.ClassDef | None:
+    """The class statement of `region` (regions.class_regions), parsed from its own text where it
+    stands in the file (reduced as a file is); from `parse_file()` (the module's tree) when that
+    text alone is not that class; None when the module does not parse."""
+    snippet = region.snippet(text)
+    padding = region.first_line - 1
+    tree = None
+    reduced = regions.reduce(snippet)
+    if reduced is not None:
+        try:
+            tree = _parse(reduced.text, path, reduced.kept_chars - padding)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if tree is not None and not regions.check(tree, reduced):
+            tree = None
+    if tree is None:
+        try:
+            tree = _parse(snippet, path, len(snippet) - padding)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+    if tree is not None and len(tree.body) == 1 and isinstance(tree.body[0], ast.ClassDef) \
+            and tree.body[0].lineno == region.class_line and tree.body[0].name == region.name:
+        return tree.body[0]
+    try:
+        module = parse_file()
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found = None
+    todo = list(reversed(module.body))
+    while todo:  # in order, as class_facts.build_file_facts registers them: the last definition wins
+        stmt = todo.pop()
+        if isinstance(stmt, ast.ClassDef) and stmt.name == region.name:
+            found = stmt
+        elif isinstance(stmt, (ast.If, ast.Try)):
+            todo.extend(reversed(stmt.body + stmt.orelse))
+    return found
+
+
+def _parse(text: str, path: str, chars: int) -> ast.Module:
+    global parses, parsed_chars
+    tree = ast.parse(text, filename=path)
+    parses += 1
+    parsed_chars += chars
+    return tree
+
+
+def _keep(path: str, text: str, tree: ast.Module, kind, size: int) -> ast.Module:
+    """Keep the tree of `size` parsed characters (a reduced tree costs what was parsed of it)."""
+    global _chars
+    hit = _kept.get(path)
+    if hit is not None:
+        _chars -= hit[3]
+    _kept[path] = (text, tree, kind, size)
+    _kept.move_to_end(path)
+    _chars += size
+    while _kept and (_chars > MAX_KEPT_CHARS or len(_kept) > MAX_KEPT_FILES):
+        _, (_, _, _, old) = _kept.popitem(last=False)
+        _chars -= old
+    return tree
+
+
+def clear() -> None:
+    global _chars
+    _kept.clear()
+    _chars = 0

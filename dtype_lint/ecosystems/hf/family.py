@@ -1,0 +1,686 @@
+"""The Hugging Face backend family: which storages a torch layer in transformers/diffusers model
+code can have once a quantizer has replaced it at load time.
+
+In vLLM a quantization config reaches a layer's constructor; in Hugging Face model code no config
+reaches anything: `from_pretrained(..., quantization_config=...)` walks the built model and swaps
+`nn.Linear` (and, for some quantizers, `Conv1D`, `nn.Embedding` or `nn.Conv*`) for its own
+modules. So a plain `nn.Linear(a, b)` attribute of a model class *is* quantizable there, and the
+question per site is which quantizers reach that layer and what they leave in `.weight`. The
+facts below are read from the libraries' own code; docs/hf.md cites the versions and lines.
+
+| quantizer (library) | replaces | `.weight` after | honours `_keep_in_fp32_modules` |
+|---|---|---|---|
+| bitsandbytes 4-bit (transformers) | exact `nn.Linear`, `Conv1D` | `Params4bit`, uint8 | yes |
+| bitsandbytes 8-bit (transformers) | exact `nn.Linear`, `Conv1D` | `Int8Params`, int8 | yes |
+| bitsandbytes 4/8-bit (diffusers) | `nn.Linear` and subclasses | uint8 / int8 | yes |
+| GPTQ (gptqmodel) | `nn.Linear` and subclasses, `Conv1D` | none (`qweight`) | no |
+| AWQ | exact `nn.Linear` | none (`qweight`) | yes |
+| HQQ | `nn.Linear` and subclasses | none (`W_q`) | no |
+| GGUF, not dequantized (transformers) | exact `nn.Linear`, `nn.Embedding` | uint8 blocks | no |
+| GGUF (diffusers) | `nn.Linear` and subclasses | uint8 blocks | no |
+| FP8 (finegrained) / compressed-tensors | exact `nn.Linear` (FP8: named embeddings) | float8_e4m3fn | yes |
+| layerwise casting (diffusers) | `nn.Linear`, `nn.Conv*` and subclasses | fp8 storage | no |
+| optimum-quanto, torchao | — | `.dtype` reports the float dtype: safe | — |
+
+The lm_head / output embedding / tied weights are skipped by default by every quantizer but GGUF;
+`_keep_in_fp32_modules(_strict)` and `modules_to_not_convert` / `llm_int8_skip_modules` skip by
+name; diffusers' layerwise casting skips `DEFAULT_SKIP_MODULES_PATTERN` and the model class's
+`_skip_layerwise_casting_patterns`. Quantizer, integration and hook code owns storage: exempt.
+
+A site's storages are narrowed by the checks that dominate it (`partial_guard`): HF code guards
+with `is_floating_point` (misses fp8), `!= torch.int8` (misses uint8) and
+`isinstance(M.weight, torch.Tensor)` (raises where there is no `.weight`), so a partially guarded
+site is reported with the storages it still breaks on.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from dtype_lint.analysis.flow.recognisers import first_parameter_of
+from dtype_lint.analysis.index.class_facts import local_call
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.findings import Evidence
+
+HF_LIBRARIES = ("transformers", "diffusers", "peft")
+# Model base classes whose subclasses `from_pretrained` quantizes (a project built on the libraries).
+MODEL_BASES = frozenset({
+    "transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel",
+    "diffusers.ModelMixin", "diffusers.models.ModelMixin", "diffusers.models.modeling_utils.ModelMixin",
+})
+ENGINE_PACKAGES = frozenset({"vllm", "sglang", "aphrodite", "lmdeploy"})
+# Code whose job is the storage format or its hooks: it is handed the replaced modules.
+# diffusers' `models/lora.py` holds the LoRA adapter layers, attached after loading: no quantizer
+# replaces them (as peft's tuners).
+STORAGE_PACKAGES = ("transformers.integrations", "transformers.quantizers", "transformers.fusion_mapping",
+                    "diffusers.quantizers", "diffusers.hooks", "diffusers.models.lora", "peft")
+# transformers 5.23.0 loads GGUF files only for these architectures (integrations/ggml.py lines
+# 28-335, GGUF_CONFIG_MAPPING; modeling_gguf_pytorch_utils.py line 649 refuses the others): the
+# model folders whose layers GGUF can reach.
+GGUF_ARCHITECTURES = frozenset({
+    "llama", "mistral", "qwen2", "qwen2_moe", "gpt_oss", "lfm2", "qwen3", "qwen3_moe", "falcon", "phi3",
+    "bloom", "t5", "stablelm", "gpt2", "starcoder2", "mamba", "nemotron", "gemma2", "gemma3", "gemma4",
+    "umt5", "deci", "minimax_m2"})
+
+LINEAR, LINEAR_SUBCLASS, CONV1D_HF, EMBEDDING, CONV = "linear", "linear-subclass", "Conv1D", "embedding", "conv"
+_TORCH_LINEAR = frozenset({"torch.nn.Linear", "torch.nn.modules.linear.Linear"})
+_TORCH_EMBEDDING = frozenset({"torch.nn.Embedding", "torch.nn.modules.sparse.Embedding"})
+_TORCH_CONV = frozenset(f"torch.nn.{c}" for c in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+                                                    "ConvTranspose2d", "ConvTranspose3d"))
+_HF_CONV1D = frozenset({"transformers.pytorch_utils.Conv1D", "transformers.modeling_utils.Conv1D"})
+
+# Storage words: what `.weight` is after the quantizer ran.
+UINT8, INT8, FP8, NO_WEIGHT = "uint8", "int8", "fp8", "none"
+# What a message says of the storages when the vLLM family decided the layer.
+VLLM_WORDS = "int32 under Marlin, uint8 under NVFP4, absent under AWQ"
+STORAGE_WORDS = {UINT8: "uint8", INT8: "int8", FP8: "float8_e4m3fn", NO_WEIGHT: "absent"}
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """A Hugging Face quantizer: the storage it gives the layers it replaces, and which layers it skips."""
+    name: str
+    library: str  # "transformers" | "diffusers"
+    storage: str
+    kinds: frozenset[str]
+    keeps_fp32: bool  # honours `_keep_in_fp32_modules(_strict)`
+    skips_head: bool  # skips lm_head / output embeddings / tied weights by default
+    layerwise: bool = False  # diffusers layerwise casting: its own skip patterns
+
+
+QUANTIZERS = (
+    Quantizer("bitsandbytes 4-bit", "transformers", UINT8, frozenset({LINEAR, CONV1D_HF}), True, True),
+    Quantizer("bitsandbytes 8-bit", "transformers", INT8, frozenset({LINEAR, CONV1D_HF}), True, True),
+    Quantizer("GPTQ", "transformers", NO_WEIGHT, frozenset({LINEAR, LINEAR_SUBCLASS, CONV1D_HF}), False, True),
+    Quantizer("AWQ", "transformers", NO_WEIGHT, frozenset({LINEAR}), True, True),
+    Quantizer("HQQ", "transformers", NO_WEIGHT, frozenset({LINEAR, LINEAR_SUBCLASS}), False, True),
+    Quantizer("GGUF", "transformers", UINT8, frozenset({LINEAR, EMBEDDING}), False, False),
+    # FP8 embeddings only where the config names them (`quantize_embeddings`, off by default).
+    Quantizer("FP8", "transformers", FP8, frozenset({LINEAR}), True, True),
+    Quantizer("compressed-tensors", "transformers", FP8, frozenset({LINEAR}), True, True),
+    Quantizer("bitsandbytes 4-bit", "diffusers", UINT8, frozenset({LINEAR, LINEAR_SUBCLASS}), True, True),
+    Quantizer("bitsandbytes 8-bit", "diffusers", INT8, frozenset({LINEAR, LINEAR_SUBCLASS}), True, True),
+    Quantizer("GGUF", "diffusers", UINT8, frozenset({LINEAR, LINEAR_SUBCLASS}), False, False),
+    Quantizer("layerwise casting", "diffusers", FP8, frozenset({LINEAR, LINEAR_SUBCLASS, CONV}), False, False,
+              layerwise=True),
+)
+# diffusers/hooks/layerwise_casting.py (0.42.1) line 31.
+LAYERWISE_DEFAULT_SKIPS = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
+# The family answers only the rules that declare `dtype_site` (dtype_lint/rule.py): the dtype
+# sites. DTL003 (a `.weight` read without fallback) and DTL004 (a storage-sentinel branch) speak of
+# vLLM's backends; in HF code the quantizers without `.weight` (GPTQ/AWQ/HQQ) and the sentinel
+# guards are named by DTL001/DTL002 at the dtype site (a partial guard's storages), and other
+# `.weight` reads (init, tying) are not this bug class.
+HEAD_NAMES = frozenset({"lm_head", "output_embeddings"})
+# The class attributes of a model class that name modules no quantizer (or some) touches.
+SKIP_ATTRS = ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict", "_skip_layerwise_casting_patterns")
+
+
+class BackendEvidence(Evidence):
+    """The quantizers that can reach the layer and the storage each leaves: (quantizer, storage).
+    Serialised as plain Evidence (the words are in its message): the storages are for the rules
+    of this run."""
+
+    def __init__(self, message: str, path: str, line: int, storages=()):
+        super().__init__(message, path, line)
+        object.__setattr__(self, "storages", tuple(storages))
+
+
+def libraries_of(module: str, imports: dict[str, str]) -> frozenset[str]:
+    """The HF libraries whose quantizers may reach this file's modules: its own package's, or (a
+    project built on them) those it imports."""
+    top = module.split(".", 1)[0]
+    if top in HF_LIBRARIES:
+        return frozenset({top})
+    found = {v.split(".", 1)[0] for v in imports.values()} & {"transformers", "diffusers"}
+    return frozenset(found)
+
+
+def is_storage_module(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in STORAGE_PACKAGES)
+
+
+def layer_kind(mro: list[str]) -> str | None:
+    """What a quantizer sees in this class: the torch leaf it is, or a subclass of one."""
+    if not mro:
+        return None
+    if mro[0] in _TORCH_LINEAR:
+        return LINEAR
+    if mro[0] in _HF_CONV1D:
+        return CONV1D_HF
+    if mro[0] in _TORCH_EMBEDDING:
+        return EMBEDDING
+    if mro[0] in _TORCH_CONV:
+        return CONV
+    rest = set(mro[1:])
+    if rest & _TORCH_LINEAR:
+        return LINEAR_SUBCLASS
+    if rest & _HF_CONV1D:
+        return CONV1D_HF
+    if rest & _TORCH_CONV:
+        return CONV
+    return None
+
+
+def _matches(patterns: list[str], attr: str, search: bool) -> bool:
+    for pattern in patterns:
+        if pattern.rsplit(".", 1)[-1] == attr:
+            return True
+        try:
+            if (re.search(pattern, attr) if search else re.fullmatch(pattern, attr)):
+                return True
+        except re.error:
+            continue
+    return False
+
+
+def reaching(libraries: frozenset[str], kind: str, attr: str, skips: dict[str, list[str]],
+             module: str = "") -> list[Quantizer]:
+    """The quantizers of these libraries that replace a layer of this kind named `attr`, given the
+    model classes' skip lists (`_keep_in_fp32_modules` ... → names); `module`: the file's module
+    (transformers' GGUF loads only some architectures' folders)."""
+    parts = module.split(".")
+    gguf_ok = len(parts) > 2 and parts[:2] == ["transformers", "models"] and parts[2] in GGUF_ARCHITECTURES
+    keep = skips.get("_keep_in_fp32_modules", []) + skips.get("_keep_in_fp32_modules_strict", [])
+    layerwise_skips = list(LAYERWISE_DEFAULT_SKIPS) + skips.get("_skip_layerwise_casting_patterns", [])
+    out = []
+    for q in QUANTIZERS:
+        if q.library not in libraries or kind not in q.kinds:
+            continue
+        if q.skips_head and attr in HEAD_NAMES:
+            continue
+        if q.name == "GGUF" and q.library == "transformers" and not gguf_ok:
+            continue
+        if q.keeps_fp32 and _matches(keep, attr, search=False):
+            continue
+        if q.layerwise and _matches(layerwise_skips, attr, search=True):
+            continue
+        out.append(q)
+    return out
+
+
+def model_skips(classes) -> dict[str, list[str]]:
+    """The skip lists the model classes of a file declare (string literals of the class-level
+    `_keep_in_fp32_modules = [...]` and friends)."""
+    out: dict[str, list[str]] = {}
+    for class_facts in classes:
+        for attr in SKIP_ATTRS:
+            value = class_facts.class_values.get(attr)
+            if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+                out.setdefault(attr, []).extend(e.value for e in value.elts
+                                                if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return out
+
+
+def evidence_for(quantizers: list[Quantizer], kind: str, path: str, line: int) -> BackendEvidence:
+    what = {LINEAR: "an `nn.Linear`", LINEAR_SUBCLASS: "an `nn.Linear` subclass", CONV1D_HF: "a `Conv1D`",
+            EMBEDDING: "an `nn.Embedding`", CONV: "an `nn.Conv*`"}[kind]
+    storages = tuple((q.name, q.storage) for q in quantizers)
+    return BackendEvidence(f"{what} in Hugging Face model code: replaced at load time by "
+                           f"{storage_phrase(storages)}", path, line, storages)
+
+
+def storage_phrase(storages) -> str:
+    """`uint8 under bitsandbytes 4-bit, int8 under bitsandbytes 8-bit, absent under GPTQ/HQQ`."""
+    by_storage: dict[str, list[str]] = {}
+    for name, storage in storages:
+        names = by_storage.setdefault(storage, [])
+        if name not in names:
+            names.append(name)
+    return ", ".join(f"{STORAGE_WORDS[s]} under {'/'.join(n)}" for s, n in by_storage.items())
+
+
+def backend_words(evidence, default: str) -> str:
+    """The words a message uses for the storages: the HF family's when it decided the layer."""
+    for evidence_item in evidence or ():
+        if isinstance(evidence_item, BackendEvidence):
+            return storage_phrase(evidence_item.storages)
+    return default
+
+
+def hf_storages(evidence) -> BackendEvidence | None:
+    for evidence_item in evidence or ():
+        if isinstance(evidence_item, BackendEvidence):
+            return evidence_item
+    return None
+
+
+# ---- partial guards ------------------------------------------------------------------------------
+_RAISES = "raises"
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
+
+
+def _dtype_constant(node: ast.AST) -> str | None:
+    name = dotted(node) or ""
+    head, _, attr = name.rpartition(".")
+    if head != "torch":
+        return None
+    if attr in _FLOATS:
+        return "float"
+    if attr.startswith("float8"):
+        return FP8
+    if attr in ("int8", "uint8", "int32"):
+        return attr
+    return None
+
+
+class StorageReader:
+    """Evaluates a test over one storage of `layer.weight`: True, False, _RAISES or None (cannot tell)."""
+
+    def __init__(self, layer: ast.expr, aliases: dict[str, ast.expr], storage: str):
+        self.layer = ast.dump(layer)
+        self.aliases = aliases
+        self.storage = storage
+
+    def _is_weight(self, node: ast.AST, depth: int = 0) -> bool:
+        if isinstance(node, ast.NamedExpr):
+            return self._is_weight(node.value, depth)
+        module = first_parameter_of(node)
+        if module is not None:
+            return ast.dump(module) == self.layer
+        if isinstance(node, ast.Name) and node.id in self.aliases and depth < 4:
+            return self._is_weight(self.aliases[node.id], depth + 1)
+        if isinstance(node, ast.Attribute) and node.attr == "weight":
+            return ast.dump(node.value) == self.layer
+        if isinstance(node, ast.Call) and dotted(node.func) == "getattr" and len(node.args) >= 2 and \
+                isinstance(node.args[1], ast.Constant) and node.args[1].value == "weight":
+            return ast.dump(node.args[0]) == self.layer
+        return False
+
+    def _is_dtype(self, node: ast.AST, depth: int = 0) -> bool:
+        if isinstance(node, ast.NamedExpr):
+            return self._is_dtype(node.value, depth)
+        if isinstance(node, ast.Name) and node.id in self.aliases and depth < 4:
+            return self._is_dtype(self.aliases[node.id], depth + 1)
+        return isinstance(node, ast.Attribute) and node.attr == "dtype" and self._is_weight(node.value)
+
+    def mentions(self, node: ast.AST) -> bool:
+        return any(self._is_weight(n) or self._is_dtype(n) or _quantized_flag(n) for n in ast.walk(node))
+
+    def value(self, node: ast.AST):
+        s = self.storage
+        if isinstance(node, ast.BoolOp):
+            results = [self.value(v) for v in node.values]
+            stop = not isinstance(node.op, ast.And)
+            out = not stop
+            for result in results:
+                if result == _RAISES:
+                    return _RAISES
+                if result is stop:
+                    return stop
+                if result is None:
+                    out = None
+            return out
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            result = self.value(node.operand)
+            return result if result in (None, _RAISES) else not result
+        if isinstance(node, ast.NamedExpr):
+            return self.value(node.value)
+        # `<dtype>.is_floating_point`, `<weight>.is_floating_point()`, `torch.is_floating_point(<weight>)`
+        target = None
+        if isinstance(node, ast.Attribute) and node.attr == "is_floating_point":
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "is_floating_point" and not node.args:
+            target = node.func.value
+        elif isinstance(node, ast.Call) and dotted(node.func) == "torch.is_floating_point" and node.args:
+            target = node.args[0]
+        if target is not None and (self._is_dtype(target) or self._is_weight(target)):
+            return _RAISES if s == NO_WEIGHT else s == FP8
+        if isinstance(node, ast.Call) and dotted(node.func) == "isinstance" and len(node.args) == 2 and \
+                self._is_weight(node.args[0]) and not isinstance(node.args[0], ast.Call):
+            return _RAISES if s == NO_WEIGHT else True
+        if isinstance(node, ast.Call) and dotted(node.func) == "hasattr" and len(node.args) == 2 and \
+                ast.dump(node.args[0]) == self.layer and isinstance(node.args[1], ast.Constant) and \
+                node.args[1].value == "weight":
+            return s != NO_WEIGHT
+        if _quantized_flag(node):
+            return True  # every transformers quantizer marks the config (quantizers/base.py `_assign_is_quantized`)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            return self._compare(node.left, node.ops[0], node.comparators[0])
+        return None
+
+    def _compare(self, left, op, right):
+        s = self.storage
+        if self._is_dtype(right) and not self._is_dtype(left):
+            left, right = right, left
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None \
+                and self._is_weight(left) and isinstance(left, ast.Call):  # getattr(L, "weight", None) is None
+            return (s == NO_WEIGHT) == isinstance(op, ast.Is)
+        if not self._is_dtype(left):
+            return None
+        if s == NO_WEIGHT:
+            return _RAISES
+        consts = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) and \
+            isinstance(op, (ast.In, ast.NotIn)) else [right]
+        kinds = [_dtype_constant(c) for c in consts]
+        if any(k is None for k in kinds):
+            return None  # against another tensor's dtype (`x.dtype != w.dtype`): cannot tell
+        equal = s in kinds
+        if isinstance(op, (ast.Eq, ast.Is, ast.In)):
+            return equal
+        if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
+            return not equal
+        return None
+
+
+_LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+# What a transformers quantizer sets on the model's config: `hasattr(self.config, "_is_quantized")`
+# (gpt_neo, gptj, falcon take `config.dtype` then, and the weight's dtype only unquantized).
+QUANTIZED_FLAGS = ("_is_quantized", "_pre_quantization_dtype")
+
+
+def _quantized_flag(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and dotted(node.func) == "hasattr" and len(node.args) == 2 and \
+        isinstance(node.args[1], ast.Constant) and node.args[1].value in QUANTIZED_FLAGS
+
+
+def partial_guard(site: ast.AST, fn: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
+                  aliases: dict[str, ast.expr], storages: tuple[tuple[str, str], ...]) \
+        -> tuple[tuple[tuple[str, str], ...], list[ast.expr], bool]:
+    """(the storages that still reach the site and break it, the dominating tests that read the
+    weight, whether some test could not be read). A storage on which a test raises
+    (`isinstance(L.weight, ...)` without `.weight`) still breaks: at the test."""
+    conditions: list[tuple[ast.expr, bool]] = []  # (test, must hold)
+    node = site
+    while id(node) in parents and node is not fn:
+        parent = parents[id(node)]
+        if isinstance(parent, (ast.If, ast.While)) and node in parent.body or \
+                isinstance(parent, ast.IfExp) and node is parent.body:
+            conditions.append((parent.test, True))
+        elif isinstance(parent, ast.If) and node in parent.orelse or \
+                isinstance(parent, ast.IfExp) and node is parent.orelse:
+            conditions.append((parent.test, False))
+        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) and node in parent.values:
+            conditions.extend((v, True) for v in parent.values[: parent.values.index(node)])
+        body = _body_holding(parent, node)
+        if body is not None:  # earlier `if T: return` in the same block: T is false here
+            for stmt in body[: body.index(node)]:
+                if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], _LEAVES) and not stmt.orelse:
+                    conditions.append((stmt.test, False))
+        node = parent
+    read = []
+    unreadable = False
+    for test, _ in conditions:
+        if StorageReader(layer, aliases, UINT8).mentions(test):
+            read.append(test)
+    left = []
+    for name, storage in storages:
+        reader = StorageReader(layer, aliases, storage)
+        reached = True
+        for test, must in conditions:
+            if not reader.mentions(test):
+                continue
+            got = reader.value(test)
+            if got == _RAISES:
+                break  # the test itself raises: the site breaks there
+            if got is None:
+                unreadable = True
+                continue
+            if got != must:
+                reached = False
+                break
+        if reached:
+            left.append((name, storage))
+    return tuple(left), read, unreadable
+
+
+def _body_holding(parent: ast.AST, node: ast.AST) -> list | None:
+    for field_name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field_name, None)
+        if isinstance(block, list) and node in block:
+            return block
+    return None
+
+
+# ---- the verdict, for layers.LayerResolver ------------------------------------------------------
+def hf_model_file(resolver) -> frozenset[str]:
+    """The HF libraries whose quantizers reach this file's layers: a file of transformers or
+    diffusers itself, or one of a project that defines a subclass of their model bases."""
+    key = ("hf libraries", resolver.module)
+    return resolver.index.cached_facts(key, lambda: _libraries(resolver))
+
+
+def hf_module(resolver) -> str:
+    """The file's dotted name inside transformers/diffusers/peft when its path lies in one of their
+    package folders (a single file checked on its own gets a shorter module name), else its module."""
+    parts = resolver.path.replace("\\", "/").removesuffix(".py").split("/")
+    for i in range(len(parts) - 1):  # the outermost: diffusers has a `models/transformers/` folder
+        if parts[i] in HF_LIBRARIES and ".".join(parts[i:]).endswith(resolver.module):
+            return ".".join(parts[i:]).removesuffix(".__init__")
+    return resolver.module
+
+
+def _libraries(resolver) -> frozenset[str]:
+    module = hf_module(resolver)
+    libraries = libraries_of(module, resolver.imports)
+    if module != resolver.module:
+        return libraries
+    # An inference engine's model file that borrows an HF class (sglang's gemma4_unified subclasses
+    # PreTrainedModel) is loaded by the engine's own loader and quantized by its own configs.
+    tops = {resolver.module.split(".", 1)[0]} | {v.split(".", 1)[0] for v in resolver.imports.values()}
+    if tops & ENGINE_PACKAGES:
+        return frozenset()
+    if not libraries or resolver.module.split(".", 1)[0] in HF_LIBRARIES:
+        return libraries
+    facts = resolver.project.file_facts(resolver.module)
+    for qualname in (facts.classes if facts else ()):
+        if set(resolver.index.mro(qualname)) & MODEL_BASES:
+            return libraries
+    return frozenset()
+
+
+def verdict(resolver, inst, expr_text: str):
+    """None: not the HF family's call. False: no HF quantizer reaches this layer. Else
+    ("high", evidence), the last step a BackendEvidence with the quantizers and their storages."""
+    if not inst.qualname:
+        return None
+    libraries = hf_model_file(resolver)
+    if not libraries or "peft" in libraries and len(libraries) == 1:
+        return None
+    kind = layer_kind(resolver.index.mro(inst.qualname))
+    if kind is None:
+        return None
+    module = hf_module(resolver)
+    if is_storage_module(module) or expr_text == "self":
+        return False  # storage code; a layer's own code runs only where no quantizer replaced it
+    if "diffusers" in libraries and inst.origin and "Processor" in inst.origin.rsplit(".", 1)[-1] \
+            and expr_text.startswith("self."):
+        # An attention processor's own layers (custom diffusion, IP-Adapter) are adapter weights,
+        # attached with `set_attn_processor` after the model was loaded and quantized.
+        return False
+    attr = re.sub(r"\[.*\]$", "", expr_text).rsplit(".", 1)[-1]
+    facts = resolver.project.file_facts(resolver.module)
+    skips = resolver.index.cached_facts(("hf skips", resolver.module),
+                                        lambda: model_skips(facts.classes[q] for q in facts.classes) if facts else {})
+    quantizers = reaching(libraries, kind, attr, skips, module)
+    if not quantizers:
+        return False
+    # No config reaches an HF layer's constructor: the vLLM family's words about one are moot.
+    chain = tuple(Evidence(e.message.replace(" without a quantization config", ""), e.path, e.line)
+                  for e in inst.chain)
+    where = chain[0] if chain else Evidence("", resolver.path, 0)
+    return "high", (*chain, evidence_for(quantizers, kind, where.path, where.line))
+
+
+def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):
+    """The HF verdict after the checks that dominate the site: None when no storage that breaks it
+    reaches it, else the evidence with the storages left (and the partial guard named). A dtype
+    reached through a local (`target_dtype = L.weight.dtype` in one branch) carries the checks
+    that dominate its assignment too (`elif hasattr(self.config, "_is_quantized"): ... else:`)."""
+    confidence, evidence = verdict
+    backend = hf_storages(evidence)
+    if runs_at_construction(fn, cls) and not getattr(backend, "built_after_loading", False):
+        return None  # (an adapter is built after its base layer was loaded: ecosystems/peft)
+    left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
+    reader = StorageReader(layer, {}, UINT8)
+    for name in {n.id for n in ast.walk(site) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
+        values = [arm for arm in (_dtype_arm(v, reader) for v in (assigns or {}).get(name, [])) if arm is not None]
+        if not values:
+            continue
+        through: set = set()
+        for value in values:
+            got, more, more_unreadable = partial_guard(value, fn, parents, layer, aliases, left)
+            through |= set(got)
+            tests = tests + [t for t in more if t not in tests]
+            unreadable = unreadable or more_unreadable
+        left = tuple(st for st in left if st in through)
+    if not left:
+        return None
+    if unreadable and vllm_guard_proves():
+        return None  # a test this reader cannot read, that the storage evaluator proves a guard
+    rest = tuple(e for e in evidence if e is not backend)
+    if len(left) == len(backend.storages):
+        return confidence, (*rest, backend)
+    guard = " and ".join(f"`{ast.unparse(t)}`" for t in tests) or "a dominating check"
+    missed = sorted({s for _, s in left}, key=list(STORAGE_WORDS).index)
+    note = BackendEvidence(f"partial guard {guard}: still breaks on {storage_phrase(left)}"
+                           + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
+                           path, tests[0].lineno if tests else 0, left)
+    return confidence, (*rest, note)
+
+
+def _dtype_arm(value: ast.AST | None, reader: StorageReader) -> ast.AST | None:
+    """The weight-dtype read a local is assigned: the value itself, or the arm of a conditional
+    that reads it (`L.weight.dtype if L.weight.dtype not in [int8, uint8] else float32`, peft's
+    adaption prompts), whose test then narrows the storages that reach it."""
+    if value is None:
+        return None
+    if reader._is_dtype(value):
+        return value
+    if isinstance(value, ast.IfExp):
+        for arm in (value.body, value.orelse):
+            if reader._is_dtype(arm):
+                return arm
+    return None
+
+
+_PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
+    """(the layer holding `next(iter(M.parameters()))`, its attribute path below M) for a module
+    instance M, or None when it cannot be told or is a plain parameter. `parameters()` yields a
+    module's own parameters first, then its submodules' in the order `__init__` assigned them.
+    `layer`, `scope`: M's expression, where M itself is an `nn.Sequential` attribute."""
+    if not inst.qualname or depth > 3:
+        return None
+    if inst.qualname in _SEQUENTIAL and isinstance(layer, ast.Attribute) and scope is not None:
+        owner = resolver.resolve(layer.value, scope)
+        found = resolver.project.attr_origins(owner.qualname, layer.attr) if owner.qualname else None
+        calls = [o for o in (found[1] if found else []) if o.kind == "call" and o.call is not None]
+        item = _item_of(resolver, found[0], calls[0], 0, owner.origin) if len(calls) == 1 else None
+        deeper = first_parameter(resolver, item, depth + 1) if item is not None else None
+        return (deeper[0], "[0]" + (f".{deeper[1]}" if deeper[1] else "")) if deeper else None
+    if layer_kind(resolver.index.mro(inst.qualname)) is not None:
+        return inst, ""
+    class_facts = resolver.project.class_facts(inst.qualname)
+    if class_facts is None:
+        return None
+    first = None
+    for attr, origins in class_facts.attrs.items():
+        for origin in origins:
+            if origin.method != "__init__" or origin.kind != "call":
+                continue
+            if origin.type_name in _PARAMETER_CLASSES:
+                return None  # an own parameter comes first: a plain float tensor
+            if first is None or origin.line < first[1]:
+                first = (attr, origin.line)
+    if first is None:
+        return None
+    sub = resolver.attribute(inst, first[0])
+    if sub.qualname in _SEQUENTIAL:  # `nn.Sequential(nn.Linear(...), ...)`: its first layer's
+        found = resolver.project.attr_origins(inst.qualname, first[0])
+        calls = [o for o in (found[1] if found else []) if o.kind == "call" and o.call is not None]
+        item = _item_of(resolver, found[0], calls[0], 0, inst.origin) if len(calls) == 1 else None
+        if item is None:
+            return None
+        deeper = first_parameter(resolver, item, depth + 1)
+        return (deeper[0], f"{first[0]}[0]" + (f".{deeper[1]}" if deeper[1] else "")) if deeper else None
+    found = first_parameter(resolver, sub, depth + 1)
+    if found is None:
+        return None
+    return found[0], first[0] + (f".{found[1]}" if found[1] else "")
+
+
+def first_parameter_holder(resolver, layer: ast.expr, scope, text: str) -> str:
+    """The expression of the layer that holds `next(iter(M.parameters()))` (`text` spells M):
+    `self.time_embedder.linear_1`, `self.time_embedding[0]`; "" when it cannot be told. The fix
+    gives this layer to the helper: its quantizer decides what M's forward expects first."""
+    found = first_parameter(resolver, resolver.resolve(layer, scope), layer=layer, scope=scope)
+    if found is None:
+        return ""
+    path = found[1]
+    return text if not path else text + ("" if path.startswith("[") else ".") + path
+
+
+_SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
+
+
+def sequential_item(resolver, expr: ast.Subscript, scope, depth: int, this):
+    """The layer `self.mlp[i]` holds when `self.mlp = nn.Sequential(A(...), B(...), ...)` and `i`
+    is a constant, in Hugging Face model code (diffusers' z_image `self.mlp[0].weight.dtype`);
+    None otherwise."""
+    if not hf_model_file(resolver) or not isinstance(expr.value, ast.Attribute) or \
+            not isinstance(expr.slice, ast.Constant) or not isinstance(expr.slice.value, int):
+        return None
+    owner = resolver.resolve(expr.value.value, scope, depth + 1, this)
+    found = resolver.project.attr_origins(owner.qualname, expr.value.attr) if owner.qualname else None
+    if found is None:
+        return None
+    where, origins = found
+    calls = [o for o in origins if o.kind == "call" and o.type_name in _SEQUENTIAL and o.call is not None]
+    if len(calls) != 1:
+        return None
+    return _item_of(resolver, where, calls[0], expr.slice.value, owner.origin)
+
+
+def _item_of(resolver, where: str, origin, index: int, self_origin):
+    """The instance `nn.Sequential(A(...), B(...), ...)[index]` builds (origin: that assignment)."""
+    args = origin.call.args
+    if origin.type_name not in _SEQUENTIAL or any(isinstance(a, ast.Starred) for a in args) or \
+            not -len(args) <= index < len(args):
+        return None
+    item = local_call(origin, args[index])
+    if item is None:
+        return None
+    loc = resolver.index.class_location(where)
+    facts = resolver.project.file_facts(loc[0].module) if loc else None
+    name = dotted(item.func)
+    if facts is None or not name:
+        return None
+    from dataclasses import replace as _replace
+
+    attr = origin.how.split("`")[1] if "`" in origin.how else "the Sequential"
+    step = _replace(origin, type_name=resolver.index.resolve(facts.module, name, facts.imports), call=item,
+                    how=f"item {index} of `{attr}`: `{name}(...)`")
+    inst = resolver._from_origin(step, where, {})
+    return type(inst)(inst.qualname, inst.config, inst.env, inst.chain, inst.passed, self_origin)
+
+
+def runs_at_construction(fn, cls) -> bool:
+    """`__init__`, or a method of its class that only `__init__` calls: it runs while the model is
+    built, before any quantizer replaced a layer (swinv2's `create_coords_table_and_index`)."""
+    if fn is None:
+        return False
+    if fn.name == "__init__":
+        return True
+    if cls is None or not getattr(fn, "args", None) or not fn.args.args:
+        return False
+    callers = set()
+    for name, method in cls.methods.items():
+        for node in ast.walk(method):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == fn.name \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                callers.add(name)
+    return callers == {"__init__"}
+
+
+# ---- the family protocol (ecosystems/registry.py) ----------------------------------------------
+
+
+def claims(evidence) -> bool:
+    """Did this family decide the verdict that carries this evidence (its quantizers' storages)?"""
+    return hf_storages(evidence) is not None

@@ -1,0 +1,105 @@
+"""The HF helper template: what dtype a Hugging Face module's forward expects of its input.
+
+Hugging Face quantizers replace a model's modules at load time (docs/hf.md), so `M.weight.dtype`
+is a storage dtype there: uint8 under bitsandbytes 4-bit (`Params4bit`) and GGUF, int8 under
+bitsandbytes 8-bit, float8_e4m3fn under FP8 / compressed-tensors / diffusers' layerwise casting,
+absent under GPTQ, AWQ and HQQ. The maintainers' stated preference (diffusers #13444) is to keep the
+activation's dtype; the helper names a dtype only where the module states one:
+
+  the module's compute dtype (bitsandbytes 4-bit's `compute_dtype`)  -> that dtype
+  a floating-point or complex weight wider than a byte (unquantized, quanto, torchao, complex64)
+                                                                      -> the weight dtype
+  anything else (int8/uint8 storage, one-byte floats: fp8, fp4x2, e8m0; no `.weight`)
+                                                                      -> None: keep the activation's
+
+Its home is where the project keeps shared torch utilities (`HF_HELPER_HOMES`).
+"""
+
+HF_HELPER_NAME = "get_module_input_dtype"
+# Where transformers and diffusers keep shared torch utilities.
+HF_HELPER_HOMES = {"transformers": "transformers.pytorch_utils", "diffusers": "diffusers.utils.torch_utils"}
+
+HF_HELPER_SOURCE = '''\
+def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
+    """The dtype `module`'s forward expects of its input, or None to keep the activation's dtype.
+
+    Quantizers replace modules at load time, so `module.weight.dtype` may be a storage dtype
+    (uint8 under bitsandbytes 4-bit and GGUF, int8 under bitsandbytes 8-bit, fp8 under FP8 layers
+    and layerwise casting) or `.weight` may be absent (GPTQ, AWQ, HQQ).
+    """
+    import torch
+
+    compute_dtype = getattr(module, "compute_dtype", None)
+    if isinstance(compute_dtype, torch.dtype):
+        return compute_dtype
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dtype.itemsize > 1 and (
+        weight.dtype.is_floating_point or weight.dtype.is_complex
+    ):
+        return weight.dtype
+    return None
+'''
+
+
+def hf_helper_location(module: str, index, root):
+    """Where the HF helper `module` is, or is to be created (settle_hf_helper), as a
+    HelperLocation: helper_home.reach_problem_for then judges it as it judges the shared helper."""
+    from pathlib import Path
+
+    from dtype_lint.fix.helper_template import HelperLocation
+
+    header = index.modules.get(module) if index is not None else None
+    if header is not None:
+        return HelperLocation(module, HF_HELPER_NAME, Path(header.path), True)
+    path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
+    return HelperLocation(module, HF_HELPER_NAME, path, False, "import torch\n\n\n" + HF_HELPER_SOURCE)
+
+
+def is_hf_fix(finding) -> bool:
+    """Does this finding's fix route through the HF helper?"""
+    return finding.fix is not None and any(func == HF_HELPER_NAME for _module, func in finding.fix.imports)
+
+
+def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]]:
+    """(path, new bytes, the bytes it must still hold or None to create it) for each home of the HF
+    helper that an applied fix imports from and that does not define it yet: the template is
+    appended to the project's shared torch utilities (`transformers/pytorch_utils.py`), or a
+    module of its own is created where the configured home does not exist."""
+    import ast
+    from pathlib import Path
+
+    homes = sorted({module for o in outcomes if o.changed for f in o.applied if f.fix is not None
+                    for module, func in f.fix.imports if func == HF_HELPER_NAME})
+    out: list[tuple[str, bytes, bytes | None]] = []
+    for module in homes:
+        header = index.modules.get(module)
+        if header is None:
+            path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
+            out.append((str(path), ("import torch\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), None))
+            continue
+        data = Path(header.path).read_bytes()
+        text = data.decode("utf-8")
+        tree = ast.parse(text)
+        if any(isinstance(n, ast.FunctionDef) and n.name == HF_HELPER_NAME for n in tree.body):
+            continue
+        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), data))
+    return out
+
+
+# ---- the helper protocol (ecosystems/registry.py) ----------------------------------------------
+
+HELPER_LABEL = "HF helper"  # as messages name it
+
+
+def owns_fix(finding) -> bool:
+    """Does this finding's fix route through this ecosystem's helper?"""
+    return is_hf_fix(finding)
+
+
+def helper_location(finding, index, root):
+    """Where the helper a fix imports lives, judged as the shared helper's home is."""
+    module = next(module for module, name in finding.fix.imports if name == HF_HELPER_NAME)
+    return hf_helper_location(module, index, root)
+
+
+settle_helper = settle_hf_helper

@@ -1,0 +1,85 @@
+"""The ecosystems dtype-lint knows, and the one place a stage asks for their plug-ins.
+
+An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug into one stage, by
+role (the file's name): `family` into the analysis (which classes are its layers, what its
+quantizers leave in `.weight`, its partial guards, its words for messages), `planner` and `helper`
+into the fix stage (a site of the family → edits through its helper; the helper's text and home),
+`series`, `regression` and `verify` into the migration and its proofs. A stage asks for one role
+(`plugins("family")`) and talks to what it gets through that role's protocol (`ROLE_PROTOCOLS`);
+it never names an ecosystem. The modules are named here as data, as Python's entry points name
+plug-ins, and imported when a stage first asks: the pre-commit fast path imports none.
+
+vLLM's knowledge is not yet a plug-in (#35): its backends are read from the code or from the
+catalogues in `ecosystems/vllm/`, and the storage model, the dtype evaluator and the helper
+template still hold its vocabulary (tests/test_ecosystems.py lists those files).
+
+Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import import_module
+from types import ModuleType
+
+# Ecosystem → role → module. Order matters where families overlap: the first that claims wins.
+ECOSYSTEMS: dict[str, dict[str, str]] = {
+    "hf": {
+        "family": "dtype_lint.ecosystems.hf.family",
+        "planner": "dtype_lint.ecosystems.hf.planner",
+        "helper": "dtype_lint.ecosystems.hf.helper",
+        "series": "dtype_lint.ecosystems.hf.series",
+        "regression": "dtype_lint.ecosystems.hf.regression",
+        "verify": "dtype_lint.ecosystems.hf.verify",
+    },
+}
+
+# What a module of each role provides (names its stage reads); tests/test_ecosystems.py checks it.
+ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    # claims(evidence) -> bool: did this family decide the verdict with this evidence?
+    # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
+    # backend_words(evidence, default): its quantizers' words for a message;
+    # narrowed(...): a verdict narrowed by the family's partial guards (applied to the rules that
+    # declare `dtype_site`, dtype_lint/rule_registry.py); first_parameter / first_parameter_holder:
+    # `next(iter(M.parameters()))`.
+    "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
+               "first_parameter", "first_parameter_holder"),
+    # PLANNER(source, config, project, tree): the planner of the family's sites.
+    "planner": ("PLANNER",),
+    # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
+    # settle_helper(outcomes, index, root) -> [(path, bytes, expected bytes or None)]; HELPER_LABEL.
+    "helper": ("owns_fix", "helper_location", "settle_helper", "HELPER_LABEL"),
+}
+
+
+@cache
+def plugins(role: str) -> tuple[ModuleType, ...]:
+    """Every ecosystem's module for `role`, in ECOSYSTEMS order, imported on first ask."""
+    return tuple(import_module(roles[role]) for roles in ECOSYSTEMS.values() if role in roles)
+
+
+def plugin(ecosystem: str, role: str) -> ModuleType:
+    """One ecosystem's module for `role`."""
+    return import_module(ECOSYSTEMS[ecosystem][role])
+
+
+def ecosystem_of(module: ModuleType) -> str:
+    """The ecosystem a plugged module belongs to."""
+    return next(name for name, roles in ECOSYSTEMS.items() if module.__name__ in roles.values())
+
+
+def family_of(evidence) -> ModuleType | None:
+    """The family that decided a verdict from its evidence, or None where the storage model
+    decided it from the backends it read (the code in the tree, or a shipped catalogue)."""
+    return next((family for family in plugins("family") if family.claims(evidence)), None)
+
+
+def planner_of(family: ModuleType):
+    """The planner class for a family's sites."""
+    return plugin(ecosystem_of(family), "planner").PLANNER
+
+
+def helper_of(finding) -> ModuleType | None:
+    """The ecosystem helper a finding's fix routes through, or None for the project's configured
+    (or inferred) helper."""
+    return next((helper for helper in plugins("helper") if helper.owns_fix(finding)), None)

@@ -1,1 +1,0 @@
-"""The run: discovery, reading and prefiltering, the cache, suppressions, the baseline, the one writer."""

@@ -1,0 +1,415 @@
+"""The pre-commit fast path: a run on named files that cannot hold a site ends before the engine.
+
+Pre-commit runs `dtype-lint check --no-progress FILE...` after every edit, and most edited files
+hold no site. Before the pipeline, the rules or rich are imported (0.1-0.2 s of a 0.2 s run), this
+module reads the named files and decides whether any of them could give a finding. When none can,
+it prints what the full run would print ("All checks passed! (N files checked)", or nothing with
+`-q`) and exits 0. When one can, the answer the last full run on the same files kept
+(run_memo.py) is printed instead, if nothing it depends on changed; otherwise it returns None and
+the full run follows, as if it had not been here (and keeps its answer for the next one).
+
+A file cannot give a finding when:
+- no rule's own prefilter passes on it (its marker AND one of its patterns: `prefilter.Prefilter`);
+- it holds no suppression comment (an unused one is DTL902);
+- it imports no name that may be an input-dtype helper another module defines (DTL005 reports
+  such calls whatever the caller's text): each `from M import n` / `import M.n as x` is followed
+  to M's files in the project, and through their re-exports; a helper-shaped `def n` there, a
+  star import, or anything unreadable sends the run to the engine;
+- it reads as UTF-8 without a BOM or a coding cookie (anything else: the engine decodes it).
+
+What it needs about the project comes from a record the last full run wrote into the cache folder
+(`fast-path.json`, see fast_record.py): the rules' markers and patterns (so no rule is imported),
+the stamps of the configuration file and of the files that decided the run's project-level
+warnings (there were none, or the record is not written), every folder of the project with its
+stamp (a file added, removed or renamed anywhere changes its folder's stamp) and, from that walk,
+where each top-level module name lives. Any mismatch (another dtype-lint, another configuration,
+a changed folder) means no fast path: the full run then writes a fresh record.
+
+Only a plain check is taken: `check` with file paths and `--exit-zero`, `--no-progress`, `-q`,
+`--force-exclude` (when no named file is excluded),
+`--color never|auto` (not on a terminal) and `--output-format text|concise`; any other flag,
+a folder, a missing file, no project configuration (no pyproject.toml above the files), a
+cache folder the full run refuses (run/cache_folder.py) or `--no-cache` goes to the full run.
+The record and the memo are sealed (run/cache_seal.py): an edited or foreign one is none.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from dtype_lint.core.prefilter import Prefilter, has_suppression
+from dtype_lint.core.safe_read import MAX_SOURCE_BYTES, read_bytes
+from dtype_lint.core.text_facts import helper_shaped_bodies
+from dtype_lint.run import run_memo
+from dtype_lint.run.cache_folder import cache_folder_problem
+from dtype_lint.run.fast_record import RECORD_NAME, forget, load_record, validated_key
+
+DEFAULT_CACHE_DIR = ".dtype_lint_cache"
+_FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
+_COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
+_MAX_HOPS = 12  # re-exports followed, as the class index does
+
+_already_tried = False  # set while `dtype_lint.entry.main` hands over to the command line
+
+
+def try_clean_exit(argv: list[str]) -> int | None:
+    """The exit code of a run on `argv` when it provably finds nothing (its output printed), else
+    None. `cli.main` calls it too, for callers that start there (not again after the console
+    entry point, `dtype_lint.entry.main`, did)."""
+    if _already_tried:
+        return None
+    forget()
+    run_memo.forget()
+    try:
+        code = _clean_exit(argv)
+    except (OSError, ValueError, UnicodeError, RecursionError):
+        code = None  # anything odd is the full run's to report
+    if code is not None:
+        forget()  # what it validated serves only the full run it would fall back to
+        run_memo.forget()
+    return code
+
+
+def _clean_exit(argv: list[str]) -> int | None:
+    options = _options(argv)
+    if options is None:
+        return None
+    paths, quiet, color, fmt = options
+    if color == "always" or (color == "auto" and sys.stdout.isatty()):
+        return None
+    config = _find_config(paths[0])
+    if config is None:
+        return None
+    config_path, root, cache_dir, table = config
+    if ("--force-exclude" in argv or table.get("force-exclude")) and _any_excluded(paths, root, table):
+        return None  # the full run leaves it out, and counts the rest
+    if cache_folder_problem(root, cache_dir) is not None:
+        return None  # a cache folder the full run refuses: it says why (cache_folder.py)
+    record_path = os.path.join(root, cache_dir, RECORD_NAME)
+    record = load_record(record_path, config_path, root)
+    if record is None:
+        return None
+    rules = Prefilter([_RuleText(m, tuple(p)) for _, m, p in record["rules"]])
+    layout = _Layout(root, record["tops"])
+    reals = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        reals.add(real)
+        if _may_give_findings(path, rules, layout):
+            record_key = validated_key(record_path, config_path, root)
+            if record_key is None:
+                return None
+            # The full run keeps its answer for these files; unchanged since, it is printed again.
+            run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv)
+            return _replay(quiet, color, fmt, "--exit-zero" in argv)
+    if not quiet:
+        n = len(reals)
+        sys.stdout.write(f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n")
+    return 0
+
+
+def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
+    """Print the run memo's answer as `cli._check` prints a run's (the report, then the warnings)
+    and return the exit code, or None when there is none to trust (run_memo.py)."""
+    if fmt not in ("text", "concise") or sys.stdout.isatty():
+        return None  # a terminal (`--color never`) is written to by rich, as the full run does
+    entry = run_memo.load()
+    if entry is None:
+        return None
+    from dtype_lint.core.findings import Finding
+
+    try:
+        found = [Finding.from_dict(d) for d in entry["findings"]]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    import io
+    from types import SimpleNamespace
+
+    from dtype_lint.cli_output import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _printable, _render
+
+    args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color=color, statistics=False, statistics_table=False,
+                           output_format=fmt)
+    out = io.StringIO()  # printed once all of it is made: a failure falls back with nothing printed
+    try:
+        # `text` and `concise` read no rule metadata: the rules are not imported for it.
+        _render(found, [], args, entry["checked"], entry["analyzed"], 0.0, _read_source, out, rules={})
+    except Exception:  # an entry of another shape: the full run's to report
+        return None
+    try:
+        sys.stdout.write(out.getvalue())
+        sys.stdout.flush()
+    except BrokenPipeError:  # as cli.main: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    for warning in entry["warnings"]:
+        print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
+    return EXIT_CLEAN if exit_zero or not found else EXIT_FINDINGS
+
+
+def _read_source(path: str) -> str | None:
+    """analysis.file_analysis.safe_read, without importing the analysis."""
+    from dtype_lint.core.source import READ_ERRORS, read_file
+
+    try:
+        return read_file(path).text
+    except READ_ERRORS:
+        return None
+
+
+def _options(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
+    """(paths, quiet, colour, output format) of a plain `check` of files, or None for anything
+    else."""
+    args = list(argv)
+    if args and args[0] == "check":
+        args = args[1:]
+    elif not args or args[0] in _COMMANDS:
+        return None
+    paths: list[str] = []
+    quiet, color, fmt = False, "auto", "text"
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in _FLAGS:
+            pass
+        elif a in ("-q", "--quiet"):
+            quiet = True
+        elif a in ("--color", "--output-format") and i + 1 < len(args):
+            value = args[i + 1]
+            i += 1
+            if a == "--color":
+                color = value
+            elif value not in ("text", "concise"):
+                return None
+            else:
+                fmt = value
+        elif a.startswith(("--color=", "--output-format=")):
+            key, _, value = a.partition("=")
+            if key == "--color":
+                color = value
+            elif value not in ("text", "concise"):
+                return None
+            else:
+                fmt = value
+        elif a == "--":
+            paths.extend(args[i + 1:])
+            break
+        elif a.startswith("-"):
+            return None
+        else:
+            paths.append(a)
+        i += 1
+    if not paths or color not in ("auto", "never"):
+        return None
+    for path in paths:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        if not os.path.isfile(path):
+            return None
+    return paths, quiet, color, fmt
+
+
+def _find_config(first_path: str) -> tuple[str, str, str, dict] | None:
+    """(configuration file, project root, cache folder) as config.find_pyproject finds them: the
+    nearest pyproject.toml with a [tool.dtype-lint] table, else the nearest pyproject.toml. None
+    when there is none (zero configuration: the full run) or another kind of settings file is in
+    the way."""
+    d = os.path.dirname(os.path.realpath(first_path))
+    first = None
+    chosen = None
+    table: dict = {}
+    while True:
+        if any(os.path.exists(os.path.join(d, n)) for n in ("dtype-lint.toml", ".dtype-lint.toml")):
+            return None
+        candidate = os.path.join(d, "pyproject.toml")
+        if os.path.isfile(candidate):
+            first = first or candidate
+            try:
+                data = read_bytes(candidate, 1 << 20)
+            except (OSError, ValueError):
+                return None  # a FIFO, a device, too large: the full run says so
+            if b"dtype-lint" in data:
+                import tomllib
+
+                try:
+                    tool = tomllib.loads(data.decode("utf-8")).get("tool", {})
+                except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+                    return None
+                if not isinstance(tool, dict):
+                    return None
+                if "dtype-lint" in tool:
+                    chosen, table = candidate, tool["dtype-lint"]
+                    break
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    chosen = chosen or first
+    if chosen is None or not isinstance(table, dict):
+        return None
+    cache_dir = table.get("cache-dir", DEFAULT_CACHE_DIR)
+    if not isinstance(cache_dir, str):
+        return None
+    return chosen, os.path.dirname(chosen), cache_dir, table
+
+
+def _any_excluded(paths: list[str], root: str, table: dict) -> bool:
+    """Would `force-exclude` leave out one of the named files? (Discovery's own test.)"""
+    from pathlib import Path
+
+    from dtype_lint.core.discovery import path_excluded
+
+    patterns = []
+    for key in ("exclude", "extend-exclude"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return True
+        patterns += value
+    messages: list[str] = []
+    excluded = any(path_excluded(p, tuple(patterns), Path(root), messages) for p in paths)
+    return excluded or bool(messages)  # a .gitignore that could not be read: the full run says so
+
+
+class _RuleText:
+    """What the prefilter reads of a rule, from the record."""
+
+    def __init__(self, marker: str | list[str], patterns: tuple[str, ...]):
+        # JSON keeps a tuple of marker words as a list
+        self.marker, self.patterns = (tuple(marker) if isinstance(marker, list) else marker), patterns
+
+
+# ---- can a file give a finding? ---------------------------------------------------------------
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
+
+
+def _may_give_findings(path: str, rules: Prefilter, layout: "_Layout") -> bool:
+    try:
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+    except (OSError, ValueError):
+        return True  # a FIFO, a device, too large: the full run reports it (DTL900)
+    if data.startswith(b"\xef\xbb\xbf"):
+        return True
+    head = data.split(b"\n", 2)
+    if _COOKIE.search(b"\n".join(head[:2])):
+        return True
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True  # DTL900, or a codec the engine knows
+    if has_suppression(text) or rules.might_match(text):
+        return True
+    return layout.may_call_helper(text, os.path.abspath(path))
+
+
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n\\]|\\[\s\S])*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+((?:[^\n\\]|\\[\s\S])*)", re.M)
+_COMMENT = re.compile(r"#[^\n]*")
+_NAME_AS = re.compile(r"(\w+)(?:\s+as\s+(\w+))?")
+_DOTTED_AS = re.compile(r"([\w.]+)(?:\s+as\s+(\w+))?")
+
+
+def import_bindings(text: str) -> tuple[dict[str, list[tuple[int, str, str]]], bool]:
+    """(local name -> [(relative level, module, name)], whether the text may star-import or holds
+    an import this reader does not understand). `import a.b as c` binds c to (0, "a", "b"); a
+    plain `import a.b` binds only the package, never a helper, and is left out."""
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    unsure = False
+    if "import" not in text:
+        return out, unsure
+    for match in _FROM.finditer(text):
+        level, module = len(match.group(1)), match.group(2)
+        body = _COMMENT.sub("", match.group(3)).replace("\\\n", " ").strip("() \t\r\n")
+        for part in body.split(","):
+            part = part.strip(" \t\r\n()")
+            if not part:
+                continue
+            bound_name = _NAME_AS.fullmatch(part)
+            if bound_name is None:
+                unsure = True  # `*`, or text this reader does not follow
+                continue
+            out.setdefault(bound_name.group(2) or bound_name.group(1), []).append((level, module, bound_name.group(1)))
+    for match in _IMPORT.finditer(text):
+        body = _COMMENT.sub("", match.group(1)).replace("\\\n", " ")
+        for part in body.split(";")[0].split(","):
+            part = part.strip()
+            bound_name = _DOTTED_AS.fullmatch(part)
+            if bound_name is None:
+                if part:
+                    unsure = True
+                continue
+            dotted, alias = bound_name.group(1), bound_name.group(2)
+            if alias and "." in dotted:
+                module, _, name = dotted.rpartition(".")
+                out.setdefault(alias, []).append((0, module, name))
+    return out, unsure
+
+
+class _Layout:
+    """Where the project's modules are, from the record's top-level names: found by path."""
+
+    def __init__(self, root: str, tops: dict[str, list[str]]):
+        self.root = root
+        self.tops = tops
+        self._texts: dict[str, str | None] = {}
+
+    def module_files(self, origin: str, level: int, module: str) -> list[str]:
+        """The files that may define `module` as imported from the file `origin`."""
+        parts = module.split(".") if module else []
+        if level:
+            base = os.path.dirname(origin)
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            bases = [os.path.join(base, *parts)]
+        else:
+            if not parts:
+                return []
+            bases = [os.path.join(self.root, where, *parts) for where in self.tops.get(parts[0], ())]
+        out = []
+        for b in bases:
+            if parts:
+                out.append(b + ".py")
+            out.append(os.path.join(b, "__init__.py"))
+        return [f for f in out if os.path.isfile(f)]
+
+    def text(self, path: str) -> str | None:
+        if path not in self._texts:
+            try:
+                self._texts[path] = read_bytes(path, MAX_SOURCE_BYTES).decode("utf-8")
+            except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+                self._texts[path] = None
+        return self._texts[path]
+
+    def may_call_helper(self, text: str, path: str) -> bool:
+        bindings, unsure = import_bindings(text)
+        if unsure:
+            return True
+        seen: set[tuple[str, str]] = set()
+        return any(self._reaches_helper(path, level, module, name, 0, seen)
+                   for targets in bindings.values() for level, module, name in targets)
+
+    def _reaches_helper(self, origin: str, level: int, module: str, name: str, hops: int, seen: set) -> bool:
+        if hops > _MAX_HOPS:
+            return True
+        for f in self.module_files(origin, level, module):
+            if (f, name) in seen:
+                continue
+            seen.add((f, name))
+            text = self.text(f)
+            if text is None:
+                return True  # the engine would try to read it: let it
+            if name not in text:
+                continue
+            if any(n == name for n, _ in helper_shaped_bodies(text)):
+                return True
+            bindings, unsure = import_bindings(text)
+            if unsure:
+                return True
+            for lvl, mod, bound_name in bindings.get(name, ()):
+                if self._reaches_helper(f, lvl, mod, bound_name, hops + 1, seen):
+                    return True
+        return False

@@ -1,0 +1,376 @@
+"""A per-project cache: one small entry per file, so a run reads and writes only what it touches.
+
+One folder per (tool version, code stamp, config fingerprint) under the cache directory:
+
+    scan.json     per file checked by a directory run: stamp, prefilter verdict, suppression
+                  comment, and which looked-for class names its text contains
+    h/<hash>      one module's class header (imports, classes and bases), by file and stamp
+    f/<hash>      one file's findings, with what the analysis read: the files (and their stamps)
+                  whose headers or code it used, and the module names it looked up (and which
+                  file defined each, or none)
+    s/<hash>      one answer of the storage model (run/facts_cache.py), with what it read
+
+Files are named by their real path relative to the project root, so a file reached as `x.py`,
+`./x.py`, `../proj/x.py` or through a symlink is one entry, whatever the current directory, and
+findings keep paths relative to the root (respelled for each run). A pre-commit run on one file
+reads that file's entry and the headers its analysis needs, and writes one entry back: nothing
+that grows with the project. Entries are written atomically (see writer.write_cache); an entry
+that is missing, unreadable, foreign or of the wrong shape is a miss, never an error.
+
+Every file is sealed (run/cache_seal.py): an HMAC-SHA256 under a per-user key kept outside
+the cache folder, over the folder's key and the payload. An entry edited by whoever can write the
+folder (a restored CI cache, a shared folder), or moved from a folder computed under other
+settings, is a miss: a cached fix is applied only when this user's dtype-lint computed it under
+the current code and settings. Without a key (no writable state folder) the pipeline runs
+uncached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from dtype_lint.run.cache_seal import seal, unseal
+
+# Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
+MAX_ENTRY_BYTES = 64 << 20
+FORMAT = "v2"
+
+
+class Cache:
+    def __init__(self, directory: Path, key: str, enabled: bool = True, root: Path | None = None):
+        self.enabled = enabled
+        self.base = Path(directory)
+        self.dir = self.base / f"{FORMAT}-{key}"
+        # What every entry's seal covers besides its payload: an entry is genuine only in the
+        # folder (code stamp, settings fingerprint) it was computed for.
+        self.context = self.dir.name
+        self.root = os.path.realpath(root if root is not None else self.base.parent)
+        self._scan: dict | None = None
+        self._scan_names: list[str] = []
+        self._scan_dirty = False
+        self._pending: dict[str, bytes] = {}
+
+    # ---- keys: real paths, stored relative to the project root ---------------------------------
+    def rel(self, real: str) -> str:
+        """The stored form of a real path: relative to the root (posix) when inside it."""
+        root = self.root
+        if real.startswith(root) and real[len(root):len(root) + 1] == os.sep:
+            rel = real[len(root) + 1:]
+            return rel if os.sep == "/" else rel.replace(os.sep, "/")
+        return real
+
+    def real(self, rel: str) -> str:
+        return rel if os.path.isabs(rel) else os.path.join(self.root, *rel.split("/"))
+
+    def _entry(self, kind: str, rel: str) -> Path:
+        return self.dir / kind / (hashlib.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".json")
+
+    # ---- the scan summary --------------------------------------------------------------------
+    def _scan_data(self) -> dict:
+        if self._scan is None:
+            self._scan = {}
+            loaded = _read_json(self.dir / "scan.json", self.context) if self.enabled else None
+            if isinstance(loaded, dict) and isinstance(loaded.get("files"), dict) \
+                    and isinstance(loaded.get("names"), list):
+                self._scan = loaded["files"]
+                self._scan_names = [n for n in loaded["names"] if isinstance(n, str)]
+        return self._scan
+
+    def scan_entry(self, real: str, stamp: str, names: list[str]):
+        """(passes the prefilter, holds a suppression, looked-for names in its text, helper links)
+        of an unchanged file, or None. `names`: the names looked for now; hits recorded for another
+        list are not reused (None is returned when `names` is not empty). Helper links: (names of
+        the functions it defines that may be input-dtype helpers, names it imports with `from`)."""
+        if not self.enabled:
+            return None
+        entry = self._scan_data().get(self.rel(real))
+        if not (isinstance(entry, list) and len(entry) == 5 and entry[0] == stamp
+                and isinstance(entry[1], bool) and isinstance(entry[2], bool) and _links_shaped(entry[4])):
+            return None
+        # A file without links (nearly all) shares one record: the scan of ten times vLLM keeps
+        # 23,600 of them.
+        hits, links = entry[3], (entry[4][0], entry[4][1]) if entry[4][0] or entry[4][1] else _NO_LINKS
+        if names:
+            if names != self._scan_names or not isinstance(hits, list):
+                return None
+            return entry[1], entry[2], [h for h in hits if isinstance(h, str)], links
+        return entry[1], entry[2], [], links
+
+    def put_scan(self, real: str, stamp: str, passes: bool, suppressing: bool, names: list[str],
+                 hits: list[str], links: tuple[list[str], list[str]]) -> None:
+        if not self.enabled:
+            return
+        data = self._scan_data()
+        if names and names != self._scan_names:
+            # Hits of another list of names are meaningless now: keep the verdicts only.
+            for entry in data.values():
+                if isinstance(entry, list) and len(entry) == 5:
+                    entry[3] = None
+            self._scan_names = list(names)
+        data[self.rel(real)] = [stamp, passes, suppressing, hits if names else None, [links[0], links[1]]]
+        self._scan_dirty = True
+
+    # ---- class headers -------------------------------------------------------------------
+    def header(self, real: str, stamp: str, module: str) -> dict | None:
+        if not self.enabled:
+            return None
+        rel = self.rel(real)
+        entry = _read_json(self._entry("h", rel), self.context)
+        if isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp \
+                and entry.get("m") == module and _header_shaped(entry.get("h")):
+            return entry["h"]
+        return None
+
+    def put_header(self, real: str, stamp: str, module: str, header: dict) -> None:
+        if self.enabled:
+            rel = self.rel(real)
+            body = {k: v for k, v in header.items() if k != "path"}
+            self._put(f"h/{rel}", {"k": rel, "s": stamp, "m": module, "h": body})
+
+    # ---- findings -------------------------------------------------------------------------
+    def findings(self, real: str, stamp: str, stamp_of, table, display_of) -> list[dict] | None:
+        """Cached findings of an unchanged file whose analysis read only unchanged things (see
+        `unchanged_reads`); `display_of(real)` the path to show for a file."""
+        if not self.enabled:
+            return None
+        rel = self.rel(real)
+        entry = _read_json(self._entry("f", rel), self.context)
+        if not (isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp):
+            return None
+        found = entry.get("f")
+        if not (isinstance(found, list) and all(_finding_shaped(d) for d in found)):
+            return None
+        if self.unchanged_reads(entry, stamp_of, table) is None:
+            return None
+        try:
+            return [_respell(d, display_of, self.real) for d in found]
+        except (KeyError, TypeError, AttributeError):
+            return None
+
+    def put_findings(self, real: str, stamp: str, findings: list[dict], reads, real_of) -> None:
+        """`reads`: what the file's analysis read (class_index.Reads; the file itself is left
+        out, its stamp is the entry's own); `real_of(path)`: the real path of a file as this run
+        shows it (for evidence paths)."""
+        if not self.enabled:
+            return
+        rel = self.rel(real)
+        stored = [_respell(d, self.rel, real_of) for d in findings]
+        self._put(f"f/{rel}", {"k": rel, "s": stamp, "f": stored, **self.stored_reads(reads, skip=real)})
+
+    # ---- what an entry's computation read (findings here, the storage model's answers in
+    # ---- run/facts_cache.py): stored and checked one way --------------------------------
+    def stored_reads(self, reads, skip: str | None = None) -> dict:
+        """A computation's reads (class_index.Reads) as an entry stores them: paths relative to
+        the root. `skip`: a file left out (a findings entry's own)."""
+        return {
+            "files": {self.rel(k): v for k, v in sorted(reads.files.items()) if k != skip},
+            "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(reads.modules.items())},
+            "listings": {self.rel(k): v for k, v in sorted(reads.listings.items())},
+            "enumerations": dict(sorted(reads.enumerations.items())),
+        }
+
+    def unchanged_reads(self, entry: dict, stamp_of, table):
+        """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:
+        each file's stamp (`stamp_of(real)`), the file defining each module looked up, and the
+        digests of each folder listing and named enumeration of the module `table`; None when one
+        changed or the entry is ill-shaped."""
+        from dtype_lint.analysis.index.class_index import Reads
+
+        files, modules = entry.get("files"), entry.get("modules")
+        listings, enumerations = entry.get("listings"), entry.get("enumerations")
+        if not (isinstance(files, dict) and isinstance(modules, dict) and isinstance(listings, dict)
+                and isinstance(enumerations, dict)):
+            return None
+        reads = Reads()
+        for dep, dep_stamp in files.items():
+            real = self.real(dep)
+            if not isinstance(dep_stamp, str) or stamp_of(real) != dep_stamp:
+                return None
+            reads.files[real] = dep_stamp
+        for module, dep in modules.items():
+            if dep is not None and not isinstance(dep, str):
+                return None
+            now = table.first_key(module)
+            if (None if now is None else self.rel(now)) != dep:
+                return None
+            reads.modules[module] = None if dep is None else self.real(dep)
+        for folder, digest in listings.items():
+            real = self.real(folder)
+            if not isinstance(digest, str) or table.listing(real) != digest:
+                return None
+            reads.listings[real] = digest
+        for name, digest in enumerations.items():
+            if not isinstance(digest, str) or table.enumeration(name) != digest:
+                return None
+            reads.enumerations[name] = digest
+        return reads
+
+    def findings_reads(self, real: str) -> tuple[str, dict[str, str]] | None:
+        """(the file's stamp, real path -> stamp of every file its analysis read) of the findings
+        entry of `real` this run wrote or found, or None (run/run_memo.py keeps these)."""
+        if not self.enabled:
+            return None
+        rel = self.rel(real)
+        pending = self._pending.get(f"f/{rel}")
+        if pending is not None:
+            entry = decode(pending, self.context)
+        else:
+            entry = _read_json(self._entry("f", rel), self.context)
+        if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
+                and isinstance(entry.get("files"), dict)
+                and all(isinstance(v, str) for v in entry["files"].values())):
+            return None
+        return entry["s"], {self.real(dep): s for dep, s in entry["files"].items()}
+
+    # ---- other entries (run/facts_cache.py) ------------------------------------------------
+    def entry(self, kind: str, name: str):
+        """The payload of the entry `name` of `kind`, or None (disabled, missing, not ours)."""
+        if not self.enabled:
+            return None
+        return _read_json(self._entry(kind, name), self.context)
+
+    def put_entry(self, kind: str, name: str, data) -> None:
+        if self.enabled:
+            self._put(f"{kind}/{name}", data)
+
+    def _put(self, name: str, data) -> None:
+        sealed = encode(data, self.context)
+        if sealed is not None:  # no key: nothing is kept (the pipeline then runs uncached anyway)
+            self._pending[name] = sealed
+
+    def take_entries(self, kind: str) -> list[tuple[str, bytes]]:
+        """The entries of `kind` waiting to be written, removed from this cache (a worker process
+        hands them to the parent, which writes them: `add_entries`)."""
+        prefix = f"{kind}/"
+        taken = [(name, data) for name, data in self._pending.items() if name.startswith(prefix)]
+        for name, _ in taken:
+            del self._pending[name]
+        return taken
+
+    def add_entries(self, entries: list[tuple[str, bytes]]) -> None:
+        if self.enabled:
+            self._pending.update(entries)
+
+    # ---- writing ---------------------------------------------------------------------------
+    def save(self, writer) -> None:
+        """Write what this run computed through the run's writer. The cache folder gets a
+        `.gitignore` of `*` only while it holds nothing but dtype-lint's own files (so never the
+        project root, never a folder of the user's; a run killed after making the folder leaves
+        it for the next run to add)."""
+        if not self.enabled or not (self._pending or self._scan_dirty):
+            return
+        from dtype_lint.core.writer import WriteError
+
+        try:
+            writer.make_dirs(self.dir / "h", "cache")
+            writer.make_dirs(self.dir / "f", "cache")
+            if any(name.startswith("s/") for name in self._pending):
+                writer.make_dirs(self.dir / "s", "cache")
+            gitignore = self.base / ".gitignore"
+            if not gitignore.exists() and all(_ours(name) for name in os.listdir(self.base)):
+                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache", create=True)
+            for name, data in self._pending.items():
+                kind, _, rel = name.partition("/")
+                writer.write_cache(self._entry(kind, rel), data)
+            scan = encode({"names": self._scan_names, "files": self._scan}, self.context) if self._scan_dirty else None
+            if scan is not None:
+                writer.write_cache(self.dir / "scan.json", scan)
+        except (OSError, WriteError):
+            pass  # a read-only checkout still lints; it just does not cache
+        self._pending.clear()
+        self._scan_dirty = False
+
+
+def _respell(d: dict, path_of, real_of) -> dict:
+    """A finding dict with its evidence paths mapped (stored form <-> this run's display form)."""
+    evidence = [dict(e, path=path_of(real_of(e["path"])) if e["path"] else "") for e in d["evidence"]]
+    return dict(d, evidence=evidence)
+
+
+def encode(data, context: str) -> bytes | None:
+    """A cache file's bytes: the JSON payload sealed for `context` (cache_seal.seal: its MAC
+    under this user's key, a line break, the payload); None when there is no key."""
+    return seal(json.dumps(data, separators=(",", ":")).encode("utf-8", "surrogatepass"), context)
+
+
+def decode(raw: bytes, context: str):
+    """The payload of a cache file, or None when it is not one this user's dtype-lint sealed for
+    `context`, intact."""
+
+    def reject(constant: str):
+        raise ValueError(f"{constant} is not a cache value")
+
+    # The seal tells our own file from a truncated, edited, foreign or moved one.
+    payload = unseal(raw, context)
+    if payload is None:
+        return None
+    try:
+        return json.loads(payload, parse_constant=reject)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _read_json(path: str | os.PathLike, context: str):
+    """The payload in `path`, or None: missing, not a regular file (never blocks on a FIFO), too
+    large, not sealed by us for `context`, not UTF-8 JSON, or holding NaN/Infinity."""
+    from dtype_lint.core.safe_read import read_bytes
+
+    try:
+        data = read_bytes(path, MAX_ENTRY_BYTES)
+    except (OSError, ValueError):
+        return None
+    return decode(data, context)
+
+
+def _header_shaped(h) -> bool:
+    return isinstance(h, dict) and isinstance(h.get("imports"), dict) and isinstance(h.get("classes"), dict) \
+        and all(isinstance(v, str) for v in h["imports"].values()) \
+        and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) and isinstance(v[1], int)
+                for v in h["classes"].values())
+
+
+_NO_LINKS: tuple[tuple, tuple] = ((), ())
+_INT, _STR, _BOOL = "int", "str", "bool"
+_FINDING = {"code": _STR, "message": _STR, "path": _STR, "confidence": _STR, "no_fix_reason": _STR,
+            "scope": _STR, "expression": _STR, "kind": _STR,
+            "span": {"line": _INT, "col": _INT, "end_line": _INT, "end_col": _INT},
+            "evidence": [{"message": _STR, "path": _STR, "line": _INT}],
+            "fix": {"description": _STR, "safe": _BOOL, "unsafe_reason": _STR,
+                    "edits": [{"start": _INT, "end": _INT, "text": _STR}], "imports": [[_STR]],
+                    "aliases": [_STR], "binds": [_STR]}}
+
+
+def _finding_shaped(d) -> bool:
+    """A cached finding has the types `Finding.to_dict` gives (a `fix` may be null)."""
+    return _fits(d, _FINDING)
+
+
+def _fits(value, schema) -> bool:
+    if schema == _INT:
+        return type(value) is int
+    if schema == _STR:
+        return type(value) is str
+    if schema == _BOOL:
+        return type(value) is bool
+    if isinstance(schema, list):
+        return isinstance(value, list) and all(_fits(v, schema[0]) for v in value)
+    if value is None and "edits" in schema:
+        return True  # no fix
+    return isinstance(value, dict) and all(k in value and _fits(value[k], sub) for k, sub in schema.items()
+                                            if k in value or k in ("code", "message", "path", "span"))
+
+
+def _ours(name: str) -> bool:
+    """A name dtype-lint puts in its cache folder (this format's, the single-file format's)."""
+    from dtype_lint.core.writer import is_temp_name
+
+    return name in ("tmp", "fast-path.json", "run-memo.json", "code-stamp.json") or name.startswith(f"{FORMAT}-") or \
+        (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
+
+
+def _links_shaped(links) -> bool:
+    return (isinstance(links, list) and len(links) == 2
+            and all(isinstance(x, list) and all(isinstance(n, str) for n in x) for x in links))

@@ -1,0 +1,142 @@
+"""One file's findings: parse → facts → rules → per-file ignores → suppressions.
+
+The same function serves a check and every round of a fix, so what `--fix` acts on is exactly
+what a check reports (unused suppressions included, with their fixes). It never raises on user
+input: a file that cannot be parsed, or whose nesting exhausts the parser, becomes DTL900.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+
+from dtype_lint.analysis.index.class_facts import ProjectFacts
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, extract_header
+from dtype_lint.core import regions, trees
+from dtype_lint.core.config import Config
+from dtype_lint.core.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
+from dtype_lint.core.prefilter import for_rules, has_suppression, marker_words, searched
+from dtype_lint.core.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
+from dtype_lint.core.suppressions import apply_suppressions, might_hold_suppression
+from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
+
+
+def enabled_rules(config: Config, path: str | None = None):
+    """The rules `config` enables (for `path`), in code order: only their modules are imported."""
+    from dtype_lint.rules import enabled
+
+    return enabled(lambda code: config.enabled(code, path))
+
+
+def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, module: str,
+            load_file=None) -> list[Finding]:
+    """Every finding of one file's text, sorted. `module`: its dotted name ("" when unknown).
+    The other files the analysis reads are recorded by the index (`index.reading()`)."""
+    rules = enabled_rules(config, path)
+    codes = frozenset(r.code for r in rules)
+    raw: list[Finding] = []
+    # Each rule runs only where its own prefilter passes: one rule's broad patterns must not change
+    # what another reports (a file is parsed once, for the rules that can find something in it).
+    callers = reads_helper_callers(rules, index, module)
+    active = [r for r in rules if for_rules((r,)).might_match(text) or (callers and r.reads_helper_callers)]
+    if active:
+        long_line = too_long_line(text)
+        if long_line:
+            return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
+                                       "not parsed (generated code)", long_line, 1, config)
+        reduce = reducible(config)
+        try:
+            tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) if reduce \
+                else trees.parse(path, text)
+        except SyntaxError as error:
+            return _engine_error(path, f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1, config)
+        except (ValueError, RecursionError, MemoryError) as error:  # null bytes; absurd nesting
+            return _engine_error(path, f"cannot parse: {_why(error)}", 1, 1, config)
+        is_pkg = os.path.basename(path) == "__init__.py"
+        known = index.modules.get(module)
+        imports = known.imports if known is not None and known.path == path else \
+            extract_header(text, module, path, is_pkg).imports
+        project = ProjectFacts(index, load_file=load_file or safe_read, reduce=reduce)
+        project.register(tree, module, path, is_pkg, imports)
+        facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
+                          frozenset(m for r in active for m in marker_words(r)))
+        try:
+            _run_rules(active, facts, raw, path, config)
+        finally:
+            facts.release()  # no reference cycle keeps the file's tree for the collector
+    if not (has_suppression(text) or (raw and might_hold_suppression(text))):
+        return sorted(raw, key=Finding.sort_key)
+    kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
+    return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
+
+
+def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> None:
+    for rule in rules:
+        mark = len(raw)
+        instance = rule()
+        try:
+            instance.check(RuleContext(instance, facts, raw))
+        except RecursionError:
+            del raw[mark:]
+            raw.extend(_engine_error(path, f"{rule.code} gave up: expression nesting too deep", 1, 1, config))
+        except RuleContractError:
+            raise  # a bug in the rule, for its author
+        except Exception as error:  # noqa: BLE001 - one rule's bug must not abort the run or lose files
+            del raw[mark:]
+            raw.extend(_engine_error(path, f"internal error in {rule.code}: {type(error).__name__}: {error}; "
+                                           "please report it", 1, 1, config))
+
+
+def reducible(config: Config) -> bool:
+    """May files be parsed with the function bodies no rule reads blanked (core/regions.py)?
+    Only when every rule the run enables reads a tree in the ways regions.py knows."""
+    from dtype_lint.rule_registry import reduced_parsing_codes, registry
+
+    reducible_codes = reduced_parsing_codes()
+    return all(info.code in reducible_codes for info in registry() if config.enabled(info.code))
+
+
+def site_spans(rules, text: str) -> list[tuple[int, int]]:
+    """The lines every match of these rules' own patterns spans: where a site can be."""
+    return regions.site_spans(text, _searches(tuple(dict.fromkeys(p for r in rules for p in r.patterns))))
+
+
+@lru_cache(maxsize=16)
+def _searches(patterns: tuple[str, ...]) -> list[tuple[str, re.Pattern]]:
+    """(the literal every match holds, the compiled pattern) of each pattern, once per run."""
+    return [searched(p) for p in patterns]  # shared with the prefilter's
+
+
+def reads_helper_callers(rules, index: QuantizableLayerIndex, module: str) -> bool:
+    """A rule reports calls of input-dtype helpers, and this module imports one from elsewhere."""
+    if not any(r.reads_helper_callers for r in rules):
+        return False
+    from dtype_lint.analysis.helper_functions import imports_a_helper
+
+    return imports_a_helper(index.modules.get(module), index)
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, RecursionError):
+        return "nesting too deep for the parser"
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    return str(e)
+
+
+def _engine_error(path: str, message: str, line: int, col: int, config: Config) -> list[Finding]:
+    return [parse_error(path, message, line, col)] if config.enabled(PARSE_ERROR, path) else []
+
+
+def parse_error(path: str, message: str, line: int = 1, col: int = 1) -> Finding:
+    return Finding(PARSE_ERROR, message, path, Span(line, col, line, col + 1),
+                   evidence=(Evidence("the file was skipped; other files were checked", path, line),),
+                   scope="<module>", expression=message)
+
+
+def safe_read(path: str) -> str | None:
+    try:
+        return read_file(path).text
+    except READ_ERRORS:
+        return None

@@ -1,0 +1,183 @@
+"""The answer of the last full run on the same named files, replayed by a pre-commit run that
+changes nothing it depends on.
+
+When a named file can hold a site, the fast path (fast_path.py) falls back to the full run, which
+pays for the whole engine even when nothing changed since the last run on those files (a
+`touch`, a `git stash` round trip, a hook run twice): at ten times vLLM about 0.15 s of imports,
+the project's file list and the checks of the cached findings, for findings the cache already
+holds. That full run keeps its answer in `run-memo.json` in the cache folder, one entry per
+(current folder, named files, `--force-exclude`): the findings as reported, the counts of files
+checked and analysed, the warnings, and what they depend on:
+
+- the fast path's record (fast_record.py), by its file's mtime and size, as this run found it
+  true at its start and left it at its end: while the fast path finds that same record true, the
+  configuration, dtype-lint's code, the .gitignore files and git's excludes, and the mtime of
+  every folder of the project are as they were, so the project's file list is the one this run
+  had, and with it every module name, which file defines it and each folder's listing (the
+  memo is kept only when that list came from the walk's record, layout_cache.py, which is never
+  kept where a link or an unreadable .gitignore is in the way, and when the fast path's record
+  lists every folder of it);
+- the stamp of each named file and of every file its analysis read (its findings entry's,
+  cache.py): with the file list the same, these are all that a cached findings entry is checked
+  against;
+- the helper's file, when it exists: the findings' fixes depend on whether it can be used. The
+  memo is kept only when the helper is the preset's and its place was settled by the tree
+  (a dotted module inside the project, or an existing file), never by what is installed
+  (helper_template._refuse_foreign).
+
+It is kept only by the run the fast path fell back to (the same arguments: the fast path takes
+only flags that change no finding), when every named file was either analysed (its findings entry
+lists what it read) or cannot hold a site by its own text (no rule's prefilter, no suppression,
+and no `from` import where a rule that follows them, DTL005, is enabled), no named file was
+unreadable, no fix was made and nothing but cache entries was written. The replay prints
+through the same report code and warnings as `cli._check`; the formats are the fast path's own
+(`text`, `concise`), which read no rule metadata, so no rule is imported.
+
+The memo is sealed as the cache's entries are (run/cache_seal.py): a memo edited to hide a
+finding is not replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from dtype_lint.core.file_stamp import file_stamp
+
+MEMO_NAME = "run-memo.json"
+FORMAT = 1
+MAX_ENTRIES = 8  # the most recent sets of named files; an older one is a miss, never wrong
+
+# What the fast path hands the full run it falls back to: where the memo lives, the arguments,
+# and the record it found true. Cleared with the fast path's own state (fast_record.forget)
+# by its callers.
+_handoff: dict | None = None
+
+
+def forget() -> None:
+    global _handoff
+    _handoff = None
+
+
+def hand_over(root: str, cache_dir: str, record_path: str, record_key: tuple[int, int], paths: list[str],
+              force_exclude: bool) -> None:
+    global _handoff
+    _handoff = {"memo": os.path.join(root, cache_dir, MEMO_NAME), "record": [record_path, *record_key],
+                "key": [os.getcwd(), list(paths), force_exclude]}
+
+
+def _key_name(key: list) -> str:
+    import hashlib
+
+    return hashlib.sha1(json.dumps(key).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _entries(path: str) -> dict:
+    from dtype_lint.run.cache import _read_json
+
+    data = _read_json(path, MEMO_NAME)
+    if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("entries"), dict):
+        return data["entries"]
+    return {}
+
+
+def load() -> dict | None:
+    """The kept answer for the handed-over run: {"findings": [finding dicts], "checked": files
+    checked, "analyzed": files analysed, "warnings": [...]}, or None when there is none or
+    anything it depends on changed (fast_path.py prints it)."""
+    h = _handoff
+    if h is None:
+        return None
+    entry = _entries(h["memo"]).get(_key_name(h["key"]))
+    if not (isinstance(entry, dict) and entry.get("key") == h["key"] and entry.get("record") == h["record"]):
+        return None
+    files, dicts, warnings = entry.get("files"), entry.get("findings"), entry.get("warnings")
+    if not (isinstance(files, dict) and isinstance(dicts, list) and isinstance(warnings, list)
+            and all(isinstance(w, str) for w in warnings) and type(entry.get("checked")) is int
+            and type(entry.get("analyzed")) is int):
+        return None
+    for real, stamp in files.items():
+        if file_stamp(real) != stamp:
+            return None
+    return entry
+
+
+def keep(result, options, cache, project, scan, targets: list[str], layout_kept: bool, reads_callers) -> None:
+    """Keep the answer of the run the fast path handed over, when it may be replayed (see the
+    module docstring); otherwise leave the memo as it is (its entry for these files, if any, can
+    no longer match the record or the stamps it checks). `reads_callers(path)`: does a rule
+    enabled there report calls of helpers imported from elsewhere (whether the file is analysed
+    then depends on other files)?"""
+    h = _handoff
+    if (h is None or not layout_kept or not cache.enabled or options.paths != h["key"][1] or options.fix
+            or options.diff or options.baseline or options.write_baseline or options.changed_since is not None
+            or result.fixed or scan.errors or os.getcwd() != h["key"][0]):
+        return
+    writer = result.writer
+    if any(w.why != "cache" or w.path.endswith("/") for w in writer.records):
+        return  # the run said it wrote something: a replay would not
+    from dtype_lint.run.fast_record import _file_key
+
+    record_path = h["record"][0]
+    if [record_path, *(_file_key(record_path) or ())] != h["record"]:
+        return  # the record was rewritten or removed (a warning): it no longer vouches for the layout
+    files: dict[str, str] = {}
+
+    def add(real: str, stamp: str) -> bool:
+        return files.setdefault(real, stamp) == stamp
+
+    analysed = set(targets)
+    for file in result.files:
+        real = project.real_of(file)
+        if file in analysed:
+            reads = cache.findings_reads(real)
+            if reads is None or reads[0] != project.stamp(real) or not add(real, reads[0]):
+                return
+            if not all(add(dep, s) for dep, s in reads[1].items()):
+                return
+        elif (scan.passes.get(file) or scan.suppressing.get(file)
+              or (scan.links.get(file, ((), ()))[1] and reads_callers(file))):
+            return  # left out for what other files hold now, which the memo does not follow
+        elif not add(real, scan.stamps.get(real) or project.stamp(real)):
+            return
+    if not _helper_settled(result, files):
+        return
+    memo = h["memo"]
+    if not os.path.isdir(os.path.dirname(memo)):
+        return
+    entries = _entries(memo)
+    name = _key_name(h["key"])
+    entries.pop(name, None)
+    entries[name] = {"key": h["key"], "record": h["record"], "files": files,
+                     "findings": [f.to_dict() for f in result.findings], "checked": len(result.files),
+                     "analyzed": result.analyzed, "warnings": list(result.warnings)}
+    while len(entries) > MAX_ENTRIES:
+        entries.pop(next(iter(entries)))
+    from dtype_lint.run.cache import encode
+
+    sealed = encode({"format": FORMAT, "entries": entries}, MEMO_NAME)
+    if sealed is None:
+        return  # no cache key: nothing may be kept (cache_seal.py)
+    try:
+        writer.write_cache(memo, sealed)
+    except OSError:
+        pass  # a read-only checkout still lints; it just has no memo
+
+
+def _helper_settled(result, files: dict[str, str]) -> bool:
+    """Does the run's helper choice depend only on the tree (see the module docstring)? Adds the
+    helper's file to `files` when it exists."""
+    choice = result.helper_choice
+    if choice is None:
+        return True
+    location = choice.location
+    if choice.how != "preset" or location is None:
+        return False
+    path = os.path.realpath(location.path)
+    root = os.path.realpath(result.config.root)
+    if not path.startswith(root + os.sep):
+        return False
+    if location.exists:
+        stamp = file_stamp(path)
+        return files.setdefault(path, stamp) == stamp
+    return "." in location.module

@@ -1,0 +1,234 @@
+"""Ecosystems as plug-ins (#35): the registry hands each stage the families of every ecosystem
+through one protocol per role, a new ecosystem plugs in with a registry line, and the words that
+name an ecosystem's backends, quantizers and helper stay inside `dtype_lint/ecosystems/`."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dtype_lint.api import check_source
+from dtype_lint.core.findings import Edit, Evidence, Finding, Fix, Span
+from dtype_lint.ecosystems import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Words that name one ecosystem's backends, quantizers, helper or parameters.
+ECOSYSTEM_WORDS = re.compile(
+    r"marlin|nvfp4|\bawq\b|gptq|bitsandbytes|\bbnb\b|\bgguf\b|params_dtype|get_module_input_dtype|hf_utils",
+    re.IGNORECASE)
+
+# A shrinking allow-list: the files outside ecosystems/ that still name an ecosystem's words, each
+# with why. A file leaves the list when its words move into an ecosystem (the test below fails on a
+# listed file that no longer needs its place, so the list only shrinks); a new file may not join.
+STILL_NAMING_ECOSYSTEMS = {
+    # vLLM's vocabulary is not yet a plug-in: the storage model, the dtype evaluator's storages and
+    # the helper templates are keyed by vLLM's backends (storage formats as data is another step).
+    "dtype_lint/analysis/storage/storage_model.py": "vLLM backends' repacks (Marlin, NVFP4)",
+    "dtype_lint/analysis/storage/storage_dispatch.py": "the container dtypes of vLLM's formats",
+    "dtype_lint/analysis/storage/catalogue.py": "the catalogue's vLLM backends, by name",
+    "dtype_lint/analysis/storage/layers.py": "`params_dtype` as a plain dtype attribute",
+    "dtype_lint/analysis/guard_engine/guards.py": "vLLM's guard vocabulary",
+    "dtype_lint/analysis/index/class_index.py": "vLLM's platform modules",
+    "dtype_lint/analysis/helper_functions.py": "the helper's shape (`params_dtype`)",
+    "dtype_lint/analysis/compiled_code.py": "a comment on `params_dtype` in scripted code",
+    "dtype_lint/dtypes/evaluator.py": "STORAGES keyed by vLLM formats",
+    "dtype_lint/dtypes/truth_table.py": "the storages' names",
+    "dtype_lint/fix/helper_template.py": "the vLLM helper template",
+    "dtype_lint/fix/planner.py": "the idiom's `params_dtype` fallback; bitsandbytes' swap",
+    "dtype_lint/core/text_facts.py": "helper-shaped `def`s (`params_dtype`)",
+    # The rules' own pages and messages explain the bug class with its best-known backends.
+    "dtype_lint/rule.py": "STORAGE_DTYPES, the default message words (Marlin, NVFP4, AWQ)",
+    "rules/dtl001_weight_dtype_cast.py": "the rule's page",
+    "rules/dtl002_weight_dtype_allocation.py": "the rule's page",
+    "rules/dtl003_unguarded_weight_access.py": "the rule's page",
+    "rules/dtl004_storage_dtype_sentinel.py": "the rule's page",
+    "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
+    "dtype_lint/cli.py": "`--help`'s one-line explanation of the bug class",
+    # The migration's vLLM conventions and proofs (hf's moved to ecosystems/hf/).
+    "dtype_lint/migrate/messages.py": "vLLM commit messages",
+    "dtype_lint/migrate/migration.py": "the pull request's explanation",
+    "dtype_lint/migrate/proofs.py": "vLLM reference kernels",
+    "dtype_lint/migrate/regression.py": "vLLM regression tests",
+    "dtype_lint/migrate/series.py": "the series' conventions",
+    # The run-time guard recognises quantizers' parameters in a live model.
+    "dtype_lint/guard/storage.py": "run-time quantizer recognition",
+    "dtype_lint/guard/frames.py": "whose code an event is (library names)",
+    "dtype_lint/guard/site.py": "a site's storage words",
+    "dtype_lint/guard/watch.py": "the wrappers' storage words",
+    "dtype_lint/tiny_models.py": "tiny quantized models for the proofs",
+    "dtype_lint/tiny_diffusers.py": "tiny quantized models for the proofs",
+}
+
+
+def _source_files() -> list[Path]:
+    return sorted([*(ROOT / "dtype_lint").rglob("*.py"), *(ROOT / "rules").glob("*.py")])
+
+
+def _naming_files() -> set[str]:
+    return {path.relative_to(ROOT).as_posix() for path in _source_files()
+            if not path.relative_to(ROOT).as_posix().startswith("dtype_lint/ecosystems/")
+            and ECOSYSTEM_WORDS.search(path.read_text(encoding="utf-8"))}
+
+
+def test_no_new_file_outside_ecosystems_names_an_ecosystem():
+    unexpected = sorted(_naming_files() - set(STILL_NAMING_ECOSYSTEMS))
+    assert unexpected == [], ("these files name an ecosystem's backends, quantizers or helper; move that "
+                              f"knowledge into dtype_lint/ecosystems/: {unexpected}")
+
+
+def test_the_allow_list_only_shrinks():
+    cleared = sorted(set(STILL_NAMING_ECOSYSTEMS) - _naming_files())
+    assert cleared == [], f"no longer naming an ecosystem: remove from STILL_NAMING_ECOSYSTEMS: {cleared}"
+
+
+def test_the_word_search_sees_the_words():
+    assert ECOSYSTEM_WORDS.search("x = layer.params_dtype")
+    assert ECOSYSTEM_WORDS.search("under Marlin")
+    assert not ECOSYSTEM_WORDS.search("layer.weight.dtype")
+    assert "dtype_lint/ecosystems/hf/family.py" in {p.relative_to(ROOT).as_posix() for p in _source_files()
+                                                     if ECOSYSTEM_WORDS.search(p.read_text(encoding="utf-8"))}
+
+
+def test_the_hf_modules_moved_no_stage_imports_them_by_name():
+    """Stages reach an ecosystem only through the registry: no module outside ecosystems/ imports
+    one, but for the shrinking list below."""
+    importing = [path.relative_to(ROOT).as_posix() for path in _source_files()
+                 if not path.relative_to(ROOT).as_posix().startswith("dtype_lint/ecosystems/")
+                 and re.search(r"dtype_lint\.ecosystems\.(hf|vllm)\b", path.read_text(encoding="utf-8"))]
+    assert sorted(importing) == sorted(IMPORTING_AN_ECOSYSTEM_BY_NAME), importing
+
+
+# Shrinking too: the stages that still import an ecosystem module by name (the migration's HF
+# series and regression tests are not yet asked for by role).
+IMPORTING_AN_ECOSYSTEM_BY_NAME = [
+    "dtype_lint/migrate/migration.py",
+]
+
+
+@pytest.mark.parametrize("role", sorted(registry.ROLE_PROTOCOLS))
+def test_every_plugged_module_provides_its_roles_protocol(role):
+    modules = registry.plugins(role)
+    assert modules, f"no ecosystem fills the {role} role"
+    for module in modules:
+        missing = [name for name in registry.ROLE_PROTOCOLS[role] if not hasattr(module, name)]
+        assert missing == [], f"{module.__name__} lacks {missing}"
+
+
+def test_the_registry_names_each_family_by_what_decided_the_verdict():
+    family = registry.plugins("family")[0]
+    backend = family.BackendEvidence("bitsandbytes 4-bit leaves uint8", "m.py", 3, (("bnb4", "uint8"),))
+    assert registry.family_of((Evidence("`Linear(...)` call", "m.py", 2), backend)) is family
+    assert registry.family_of((Evidence("`Linear(...)` call", "m.py", 2),)) is None
+    assert registry.family_of(()) is None
+    assert registry.planner_of(family) is registry.plugin("hf", "planner").PLANNER
+
+
+def _finding_importing(func: str) -> Finding:
+    fix = Fix("route through the helper", True, (Edit(0, 1, "x"),), imports=(("pkg.utils", func),))
+    return Finding("DTL001", "cast", "m.py", Span(1, 0, 1, 1), fix=fix)
+
+
+def test_the_helper_a_fix_routes_through_is_found_by_role():
+    helper = registry.helper_of(_finding_importing("get_module_input_dtype"))
+    assert helper is registry.plugin("hf", "helper")
+    assert registry.helper_of(_finding_importing("get_layer_input_dtype")) is None
+
+
+# ---- a third ecosystem: one folder (here, two modules) plus a registry line --------------------------
+
+FAKE_FAMILY = '''
+from dtype_lint.core.findings import Evidence
+
+DTYPE_SITE_RULES = frozenset({"DTL001"})
+
+
+class PackedEvidence(Evidence):
+    pass
+
+
+def claims(evidence):
+    return any(isinstance(e, PackedEvidence) for e in evidence or ())
+
+
+def layer_kind(mro):
+    return "linear" if any(name.endswith("W4Linear") for name in mro) else None
+
+
+def verdict(resolver, inst, expr_text):
+    if not inst.qualname or not inst.qualname.endswith("W4Linear"):
+        return None
+    return "high", (PackedEvidence("W4 packs `weight` into int32 nibbles", resolver.path, 1),)
+
+
+def backend_words(evidence, default):
+    return "int32 under the W4 kernel"
+
+
+def narrowed(verdict, *args):
+    return verdict
+
+
+def sequential_item(*args):
+    return None
+
+
+def first_parameter(*args, **kwargs):
+    return None
+
+
+def first_parameter_holder(*args):
+    return ""
+'''
+
+FAKE_PLANNER = "from dtype_lint.fix.planner import Planner as PLANNER  # noqa: F401\n"
+
+SITE = textwrap.dedent("""\
+    import torch
+
+
+    class W4Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = W4Linear()
+
+        def forward(self, x):
+            return x.to(self.proj.weight.dtype)
+    """)
+
+
+@pytest.fixture
+def third_ecosystem(tmp_path, monkeypatch):
+    package = tmp_path / "w4eco"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "family.py").write_text(FAKE_FAMILY)
+    (package / "planner.py").write_text(FAKE_PLANNER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ecosystems = {**registry.ECOSYSTEMS, "w4": {"family": "w4eco.family", "planner": "w4eco.planner"}}
+    monkeypatch.setattr(registry, "ECOSYSTEMS", ecosystems)
+    registry.plugins.cache_clear()
+    yield
+    registry.plugins.cache_clear()
+    for name in ("w4eco", "w4eco.family", "w4eco.planner"):
+        sys.modules.pop(name, None)
+
+
+def test_without_the_plug_in_the_layer_is_not_known():
+    assert [f for f in check_source(SITE, filename="block.py") if f.code == "DTL001"] == []
+
+
+def test_a_third_ecosystem_plugs_in_with_a_registry_line(third_ecosystem):
+    found = [f for f in check_source(SITE, filename="block.py") if f.code == "DTL001"]
+    assert len(found) == 1, found
+    assert "int32 under the W4 kernel" in found[0].message
+    assert found[0].span.line == 15
