@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from dtype_lint.analysis.class_facts import local_call
 from dtype_lint.analysis.class_index import dotted
 from dtype_lint.analysis.recognisers import first_parameter_of
-from dtype_lint.dtypes.storage_formats import format_named
+from dtype_lint.dtypes.storage_formats import format_named, packed_storages
 from dtype_lint.findings import Evidence
 
 HF_LIBRARIES = ("transformers", "diffusers", "peft")
@@ -78,6 +78,8 @@ UINT8, INT8, FP8, NO_WEIGHT = "uint8", "int8", "fp8", "none"
 STORAGE_FORMATS = {UINT8: format_named("bnb_4bit"), INT8: format_named("bnb_8bit"), FP8: format_named("fp8"),
                    NO_WEIGHT: format_named("gptq")}
 STORAGE_WORDS = {word: storage.storage_word() for word, storage in STORAGE_FORMATS.items()}
+# The integer containers a sentinel test on `.weight.dtype` can name.
+_INTEGER_CONTAINERS = frozenset(dtype for dtype in packed_storages() if dtype is not None)
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,7 @@ def _dtype_constant(node: ast.AST) -> str | None:
         return "float"
     if attr.startswith("float8"):
         return FP8
-    if attr in ("int8", "uint8", "int32"):
+    if attr in _INTEGER_CONTAINERS:
         return attr
     return None
 
