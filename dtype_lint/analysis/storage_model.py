@@ -1137,7 +1137,6 @@ class CodeBackends:
                                                                  node.lineno), *inner[3]))
         return None
 
-
     def _deleted(self, fn, node: ast.AST, deletion: Evidence, src: _Source, assigns):
         """`weight` deleted after loading: absent, unless a later statement of the function sets a
         new one (`delattr(layer, "weight")`, then `layer.weight = Parameter(device_copy)`): then the
