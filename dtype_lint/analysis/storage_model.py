@@ -833,6 +833,10 @@ class CodeBackends:
             line, kinds = registered["weight"]
             reg = Evidence(f"`{short}.create_weights` registers `weight`", src.path, line)
             after = self._after_loading(method)
+            if _keeps_registered(after, kinds):
+                # Replaced after loading by a tensor of the dtype it registered (a placeholder,
+                # a copy): the storage is unchanged and the registration names it.
+                after = None
             for kind, dtype, dtype_ev in kinds:
                 if after is not None:
                     out.append(Storage("", short, after[0], after[1], after[2], (reg, *after[3])))
@@ -876,6 +880,8 @@ class CodeBackends:
             return self._outside_storages(method, target, step)
         after = self._after_loading(method)
         inner = self._method_storages(target[1], depth + 1)
+        if _keeps_registered(after, [(s.kind, s.dtype, ()) for s in inner]):
+            after = None
         if after is not None and inner:
             return [Storage("", short, after[0], after[1], after[2], (step, *after[3]),
                             params=tuple(sorted({*inner[0].params, *registered})))]
@@ -1219,6 +1225,14 @@ _NO_HOOKS = frozenset({"abc", "typing", "typing_extensions", "builtins", "torch"
 def _hands_layer(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Name) and a.id == "layer" for a in call.args) or \
         any(isinstance(k.value, ast.Name) and k.value.id == "layer" for k in call.keywords)
+
+
+def _keeps_registered(after, kinds) -> bool:
+    """Does an after-loading repack leave the very dtype every registered storage has? Then it
+    changes nothing a rule reads (vLLM's ModelOpt block quant registers uint8 and replaces it by
+    an empty uint8 placeholder on some layers only)."""
+    return after is not None and after[0] == PACKED and bool(kinds) \
+        and all(kind == PACKED and dtype == after[1] for kind, dtype, _evidence in kinds)
 
 
 def _replacement(node: ast.AST) -> ast.expr | None:
