@@ -201,6 +201,19 @@ def test_a_replacement_whose_dtype_is_not_integer_is_no_repack(tmp_path):
         ("compute", "params_dtype", "registers `weight` in the compute dtype (`params_dtype`)")}
 
 
+def test_a_replacement_in_the_registered_dtype_keeps_the_registration(tmp_path):
+    """Registered uint8, replaced after loading by an empty uint8 placeholder (vLLM's ModelOpt
+    block quant, on some layers only): the storage is unchanged, so the registration names it."""
+    packer = """
+    def squeeze_codes(w):
+        return torch.empty(0, dtype=torch.uint8, device=w.device)
+    """
+    root = _project(tmp_path, "squeeze_codes", packer)
+    backend = root / "mxlm/quant/mx6.py"
+    backend.write_text(backend.read_text().replace("dtype=params_dtype", "dtype=torch.uint8"))
+    assert _storages(root) == {("packed", "uint8", "registers `weight` as uint8")}
+
+
 def test_a_compiled_op_is_read_from_the_formats_table(tmp_path):
     """A kernel outside the tree (no code to read) is known by the format that records it."""
     packer = """
