@@ -47,12 +47,13 @@ from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
+from dtype_lint.dtypes.storage_formats import storage_words
 from dtype_lint.ecosystems.registry import family_of, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
 # What a repacked or dropped weight is, in every message that names a layer's storage dtype.
-STORAGE_DTYPES = "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
+STORAGE_DTYPES = f"({storage_words()})"
 
 
 def storage_dtypes(evidence) -> str:

@@ -105,7 +105,7 @@ FILES = {
 
 
         def repack_for_wide_kernel(layer):
-            words = wide_kernel_repack_int32(layer.weight)
+            words = wide_kernel_pack(layer.weight).view(torch.int32)  # the words' dtype, stated
             replace_parameter(layer, "weight", words)
     """,
     "tinyserve/quant/fp8.py": """

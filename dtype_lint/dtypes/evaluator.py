@@ -32,12 +32,14 @@ import ast
 from dataclasses import dataclass
 from typing import Iterable
 
+from dtype_lint.dtypes.storage_formats import evaluated_storages, packed_storages
+
 FP8 = "float8_e4m3fn"
 PARAMS = "bfloat16"  # the layer's params_dtype: the model dtype
-STORAGES: tuple[str | None, ...] = ("float16", "bfloat16", "float32", FP8, "float8_e5m2",
-                                     "int32", "uint8", "int8", None)
+# Each container of the storage formats (dtypes/storage_formats.py), and no `.weight` (None).
+STORAGES: tuple[str | None, ...] = evaluated_storages()
 # Storages whose `.weight.dtype` is not the dtype the layer computes in.
-PACKED: tuple[str | None, ...] = ("int32", "uint8", "int8", None)
+PACKED: tuple[str | None, ...] = packed_storages()
 FLOATS = {"float16", "bfloat16", "float32", "float64", FP8, "float8_e4m3fnuz", "float8_e5m2",
           "float8_e5m2fnuz"}
 FP8_DTYPES = {FP8, "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}

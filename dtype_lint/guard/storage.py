@@ -15,8 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# The dtype names of packed integer storage (bitsandbytes, Marlin, GGUF blocks).
-PACKED_INTEGER_NAMES = frozenset({"torch.int8", "torch.uint8", "torch.int32"})
+from dtype_lint.dtypes.storage_formats import packed_storages
+
+# The dtype names of packed integer storage (bitsandbytes, Marlin, GGUF blocks): the storage
+# formats' integer containers.
+PACKED_INTEGER_NAMES = frozenset(f"torch.{dtype}" for dtype in packed_storages() if dtype is not None)
 
 # The attributes a layer without `.weight` keeps its storage in, by backend: GPTQ/AWQ/Marlin
 # (`qweight`, `qzeros`), HQQ (`W_q`), compressed-tensors (`weight_packed`).

@@ -22,6 +22,7 @@ import ast
 
 from dtype_lint.analysis.flow.recognisers import alloc_dtype_keywords, cast_dtype_args, weight_dtype_source
 from dtype_lint.analysis.guard_engine.dominance import same_expression
+from dtype_lint.dtypes.storage_formats import shared_containers
 
 # Views of a tensor that keep its storage: `L.weight.t()` is still the raw weight.
 _VIEWS = frozenset({"t", "T", "data", "contiguous", "view", "transpose", "reshape", "permute", "mT", "detach"})
@@ -43,8 +44,9 @@ def hand_copy_reason(stmt: ast.stmt, layer: ast.expr, scope, block: list[ast.stm
 
 
 # Byte and word containers of packed sub-byte formats: one such dtype is the storage of formats
-# that have nothing else in common (uint8: NVFP4 and MXFP4 nibbles; int32: Marlin and GPTQ words).
-CONTAINER_DTYPES = frozenset({"uint8", "int32"})
+# that have nothing else in common (uint8: NVFP4 and MXFP4 nibbles; int32: Marlin and GPTQ words),
+# read from the storage formats' table.
+CONTAINER_DTYPES = shared_containers()
 
 
 def ambiguous_storage(storages, sentinels: list[str],

@@ -44,13 +44,18 @@ from typing import Protocol
 from dtype_lint.analysis.index.class_facts import annotation_name
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, dotted, record_import
 from dtype_lint.core.findings import Evidence
+from dtype_lint.dtypes.storage_formats import (
+    ABSENT,
+    COMPUTE,
+    COMPUTE_DTYPE_NAMES,
+    FP8,
+    PACKED,
+    UNKNOWN,
+    format_of_kernel,
+    integer_dtypes,
+)
 
-# Storage kinds.
-ABSENT = "absent"  # no `.weight` at all (AWQ/GPTQ `qweight`, compressed-tensors `weight_packed`)
-PACKED = "packed"  # an integer storage (Marlin int32, NVFP4 uint8, W8A8 int8)
-FP8 = "fp8"  # a float8 storage: floating point, but not a compute dtype for activations
-COMPUTE = "compute"  # the model's compute dtype (`params_dtype`): harmless
-UNKNOWN = "unknown"  # `weight` is registered, its dtype is not stated where we can read it
+# Storage kinds (ABSENT, PACKED, FP8, COMPUTE, UNKNOWN): the storage formats' table names them.
 # What a rule asks for: a storage that is not the compute dtype (casts, allocations), or none at all.
 NON_COMPUTE = "non-compute"
 # The evidence of a storage starts with this, so a message can name the backends (`why_storage`).
@@ -60,13 +65,8 @@ BACKEND_MARK = "backend: "
 # instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
 SOURCES_KEPT = 32
 
-_INT_DTYPES = {"int32": PACKED, "uint8": PACKED, "int8": PACKED, "int16": PACKED, "int4": PACKED, "uint4": PACKED,
-               "qint8": PACKED, "quint8": PACKED}
-_FLOAT_COMPUTE = {"float16", "bfloat16", "float32", "half", "float", "bfloat", "float64"}
-# A call whose result is a repacked weight: its name says so (Marlin, AllSpark, machete...).
-# (Marlin and its relatives return int32 tiles; other "packed" tensor subclasses, torchao's, report
-# a float `.dtype` and are not counted.)
-_REPACK = re.compile(r"marlin|machete|allspark|repack_int|_int32", re.IGNORECASE)
+_INT_DTYPES = {dtype: PACKED for dtype in integer_dtypes()}
+_FLOAT_COMPUTE = COMPUTE_DTYPE_NAMES
 
 
 @dataclass(frozen=True)
@@ -833,6 +833,10 @@ class CodeBackends:
             line, kinds = registered["weight"]
             reg = Evidence(f"`{short}.create_weights` registers `weight`", src.path, line)
             after = self._after_loading(method)
+            if _keeps_registered(after, kinds):
+                # Replaced after loading by a tensor of the dtype it registered (a placeholder,
+                # a copy): the storage is unchanged and the registration names it.
+                after = None
             for kind, dtype, dtype_ev in kinds:
                 if after is not None:
                     out.append(Storage("", short, after[0], after[1], after[2], (reg, *after[3])))
@@ -876,6 +880,8 @@ class CodeBackends:
             return self._outside_storages(method, target, step)
         after = self._after_loading(method)
         inner = self._method_storages(target[1], depth + 1)
+        if _keeps_registered(after, [(s.kind, s.dtype, ()) for s in inner]):
+            after = None
         if after is not None and inner:
             return [Storage("", short, after[0], after[1], after[2], (step, *after[3]),
                             params=tuple(sorted({*inner[0].params, *registered})))]
@@ -1105,20 +1111,16 @@ class CodeBackends:
             if isinstance(node, ast.Delete):
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "weight":
-                        return _deleted(fn, node, Evidence("`del ...weight`", src.path, node.lineno), src, assigns)
+                        return self._deleted(fn, node, Evidence("`del ...weight`", src.path, node.lineno), src,
+                                             assigns)
             if isinstance(node, ast.Call) and dotted(node.func) == "delattr" and len(node.args) == 2 \
                     and _const_str(node.args[1]) == "weight":
-                return _deleted(fn, node, Evidence("`delattr(..., \"weight\")`", src.path, node.lineno), src, assigns)
-            value = None
-            if isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == "replace_parameter" \
-                    and len(node.args) >= 3 and _const_str(node.args[1]) == "weight":
-                value = node.args[2]
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Attribute) \
-                    and node.targets[0].attr == "weight" and isinstance(node.targets[0].value, ast.Name):
-                value = node.value
-            if value is not None and _repacked(value, assigns):
-                return (PACKED, "int32", "repacks `weight` to int32",
+                return self._deleted(fn, node, Evidence("`delattr(..., \"weight\")`", src.path, node.lineno), src,
+                                     assigns)
+            value = _replacement(node)
+            dtype = self._repacked_dtype(value, assigns, src, resolve) if value is not None else None
+            if dtype is not None:
+                return (PACKED, dtype, f"repacks `weight` to {dtype}",
                         (Evidence(f"`{ast.unparse(value)[:60]}` replaces `weight`", src.path, node.lineno),))
         if depth >= 3:
             return None
@@ -1141,35 +1143,83 @@ class CodeBackends:
                                                                  node.lineno), *inner[3]))
         return None
 
+    def _deleted(self, fn, node: ast.AST, deletion: Evidence, src: _Source, assigns):
+        """`weight` deleted after loading: absent, unless a later statement of the function sets a
+        new one (`delattr(layer, "weight")`, then `layer.weight = Parameter(device_copy)`): then the
+        new one's storage, repacked or of a dtype not stated here."""
+        top = next((stmt for stmt in fn.body if any(n is node for n in ast.walk(stmt))), None)
+        later = fn.body[fn.body.index(top) + 1:] if top is not None else []
+        for stmt in later:
+            for inner in ast.walk(stmt):
+                value = _replacement(inner)
+                if value is None or (isinstance(inner, ast.Call) and not (isinstance(inner.func, ast.Attribute)
+                                                                          and inner.func.attr == "register_parameter")):
+                    continue
+                again = Evidence(f"`{ast.unparse(value)[:60]}` becomes `weight` again", src.path, inner.lineno)
+                dtype = self._repacked_dtype(value, assigns, src, self._resolver(src, fn))
+                if dtype is not None:
+                    return (PACKED, dtype, f"repacks `weight` to {dtype}", (deletion, again))
+                return (UNKNOWN, "", "replaces `weight` after loading, in a dtype it does not state", (deletion, again))
+        return (ABSENT, "", "deletes `weight`", (deletion,))
+
+    def _repacked_dtype(self, value: ast.expr, assigns: dict[str, ast.expr], src: _Source, resolve) -> str | None:
+        """The integer dtype of the new tensor registered as `weight` (a repack), read from what the
+        code does to it, never from a function's name; None when it is not an integer tensor or its
+        dtype cannot be read."""
+        dtype = self._tensor_dtype(value, assigns, src, resolve, 0)
+        return dtype if dtype is not None and dtype in _INT_DTYPES else None
+
+    def _tensor_dtype(self, expr: ast.expr | None, assigns: dict[str, ast.expr], src: _Source, resolve,
+                      depth: int) -> str | None:
+        """The torch dtype the tensor an expression makes gets: a `dtype=` it is allocated with, a
+        cast or view to a dtype (`.view(torch.int32)`, `.to(torch.uint8)`), the receiver's through
+        views and copies, an operand's through packing arithmetic (`hi << 4 | lo`), a project
+        function's return, a compiled op the storage formats record; None when nothing says."""
+        if expr is None or depth > 8:
+            return None
+        if isinstance(expr, ast.Name):
+            value = assigns.get(expr.id)
+            return None if value is None or value is expr else self._tensor_dtype(value, assigns, src, resolve,
+                                                                                 depth + 1)
+        if isinstance(expr, ast.Subscript) or (isinstance(expr, ast.Attribute) and expr.attr in _KEEPS_DTYPE):
+            return self._tensor_dtype(expr.value, assigns, src, resolve, depth + 1)
+        if isinstance(expr, ast.BinOp):
+            return self._tensor_dtype(expr.left, assigns, src, resolve, depth + 1) \
+                or self._tensor_dtype(expr.right, assigns, src, resolve, depth + 1)
+        if not isinstance(expr, ast.Call):
+            return None
+        stated = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
+        if stated is not None:
+            return _dtype_name(stated, assigns)
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in _CASTS | _KEEPS_DTYPE:
+            cast = _dtype_name(expr.args[0], assigns) if func.attr in _CASTS and expr.args else None
+            return cast or self._tensor_dtype(func.value, assigns, src, resolve, depth + 1)
+        name = dotted(func) or ""
+        if name.rsplit(".", 1)[-1].endswith("Parameter"):
+            # `Parameter(new)`, `ModelWeightParameter(data=new, ...)`: the tensor it wraps.
+            data = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "data"), None)
+            return self._tensor_dtype(data, assigns, src, resolve, depth + 1)
+        target = resolve(name) if name else None
+        if target and "." not in target:
+            target = f"{src.module}.{target}"  # a function of the same module (`pack_mxfp6(w)`)
+        got = self._function(target)
+        if got is not None:
+            _qualname, fn_src, fn = got
+            fn_assigns, fn_resolve = _assignments(fn), self._resolver(fn_src, fn)
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Return) and node.value is not None:
+                    found = self._tensor_dtype(node.value, fn_assigns, fn_src, fn_resolve, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        known = format_of_kernel(name.rsplit(".", 1)[-1])
+        return known.container if known is not None else None
+
 
 # Packages whose classes never define a quant method's hooks: a base from them is passed over.
 _NO_HOOKS = frozenset({"abc", "typing", "typing_extensions", "builtins", "torch", "enum", "collections",
                        "dataclasses", "functools"})
-
-
-def _deleted(fn, node: ast.AST, deletion: Evidence, src: _Source, assigns):
-    """`weight` deleted after loading: absent, unless a later statement of the function sets a new
-    one (`delattr(layer, "weight")`, then `layer.weight = Parameter(device_copy)`): then the new
-    one's storage, repacked or of a dtype not stated here."""
-    top = next((stmt for stmt in fn.body if any(n is node for n in ast.walk(stmt))), None)
-    later = fn.body[fn.body.index(top) + 1:] if top is not None else []
-    for stmt in later:
-        for inner in ast.walk(stmt):
-            value = None
-            target = inner.targets[0] if isinstance(inner, ast.Assign) and len(inner.targets) == 1 else None
-            if isinstance(target, ast.Attribute) and target.attr == "weight" and isinstance(target.value, ast.Name):
-                value = inner.value
-            elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
-                    and inner.func.attr == "register_parameter" and len(inner.args) >= 2 \
-                    and _const_str(inner.args[0]) == "weight":
-                value = inner.args[1]
-            if value is None:
-                continue
-            again = Evidence(f"`{ast.unparse(value)[:60]}` becomes `weight` again", src.path, inner.lineno)
-            if _repacked(value, assigns):
-                return (PACKED, "int32", "repacks `weight` to int32", (deletion, again))
-            return (UNKNOWN, "", "replaces `weight` after loading, in a dtype it does not state", (deletion, again))
-    return (ABSENT, "", "deletes `weight`", (deletion,))
 
 
 def _hands_layer(call: ast.Call) -> bool:
@@ -1177,14 +1227,53 @@ def _hands_layer(call: ast.Call) -> bool:
         any(isinstance(k.value, ast.Name) and k.value.id == "layer" for k in call.keywords)
 
 
-def _repacked(value: ast.expr, assigns: dict[str, ast.expr], depth: int = 0) -> bool:
-    for node in ast.walk(value):
-        if isinstance(node, ast.Call) and _REPACK.search(dotted(node.func) or ""):
-            return True
-        if isinstance(node, ast.Name) and node.id in assigns and depth < 3 and assigns[node.id] is not value \
-                and _repacked(assigns[node.id], assigns, depth + 1):
-            return True
-    return False
+def _keeps_registered(after, kinds) -> bool:
+    """Does an after-loading repack leave the very dtype every registered storage has? Then it
+    changes nothing a rule reads (vLLM's ModelOpt block quant registers uint8 and replaces it by
+    an empty uint8 placeholder on some layers only)."""
+    return after is not None and after[0] == PACKED and bool(kinds) \
+        and all(kind == PACKED and dtype == after[1] for kind, dtype, _evidence in kinds)
+
+
+def _replacement(node: ast.AST) -> ast.expr | None:
+    """The new tensor a statement registers as `weight`: `replace_parameter(layer, "weight", new)`,
+    `layer.weight = new`, `layer.register_parameter("weight", new)`; None for any other node."""
+    if isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == "replace_parameter" \
+            and len(node.args) >= 3 and _const_str(node.args[1]) == "weight":
+        return node.args[2]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_parameter" \
+            and len(node.args) >= 2 and _const_str(node.args[0]) == "weight":
+        return node.args[1]
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+            and node.targets[0].attr == "weight" and isinstance(node.targets[0].value, ast.Name):
+        return node.value
+    return None
+
+
+# Tensor methods and attributes whose result keeps the receiver's dtype.
+_KEEPS_DTYPE = frozenset({"t", "T", "mT", "data", "contiguous", "transpose", "reshape", "permute", "clone", "detach",
+                          "cuda", "cpu", "squeeze", "unsqueeze", "flatten", "narrow", "expand", "repeat", "flip",
+                          "view_as", "requires_grad_", "pin_memory"})
+# Tensor methods that take a dtype (`x.view(torch.int32)`, `x.to(torch.uint8)`, `x.type(torch.int8)`);
+# given a shape or a device instead, they keep the receiver's.
+_CASTS = frozenset({"view", "to", "type"})
+# torch's dtype aliases a cast may spell.
+_DTYPE_ALIASES = {"int": "int32", "long": "int64", "short": "int16", "half": "float16", "float": "float32",
+                  "double": "float64", "bfloat": "bfloat16"}
+_TORCH_DTYPE_NAMES = frozenset({*integer_dtypes(), *COMPUTE_DTYPE_NAMES, "int64", "bool", "float8_e4m3fn",
+                                "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
+
+
+def _dtype_name(expr: ast.expr | None, assigns: dict[str, ast.expr], depth: int = 0) -> str | None:
+    """The torch dtype an expression names (`torch.uint8`, `torch.int`, a local bound to one)."""
+    if expr is None or depth > 3:
+        return None
+    if isinstance(expr, ast.Name) and expr.id in assigns and assigns[expr.id] is not expr:
+        return _dtype_name(assigns[expr.id], assigns, depth + 1)
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "torch"):
+        return None
+    name = _DTYPE_ALIASES.get(expr.attr, expr.attr)
+    return name if name in _TORCH_DTYPE_NAMES else None
 
 
 def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, tuple[str, ...]]:

@@ -43,6 +43,7 @@ from dtype_lint.analysis.flow.recognisers import first_parameter_of
 from dtype_lint.analysis.index.class_facts import local_call
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.core.findings import Evidence
+from dtype_lint.dtypes.storage_formats import format_named, packed_storages
 
 HF_LIBRARIES = ("transformers", "diffusers", "peft")
 # Model base classes whose subclasses `from_pretrained` quantizes (a project built on the libraries).
@@ -73,9 +74,12 @@ _HF_CONV1D = frozenset({"transformers.pytorch_utils.Conv1D", "transformers.model
 
 # Storage words: what `.weight` is after the quantizer ran.
 UINT8, INT8, FP8, NO_WEIGHT = "uint8", "int8", "fp8", "none"
-# What a message says of the storages when the vLLM family decided the layer.
-VLLM_WORDS = "int32 under Marlin, uint8 under NVFP4, absent under AWQ"
-STORAGE_WORDS = {UINT8: "uint8", INT8: "int8", FP8: "float8_e4m3fn", NO_WEIGHT: "absent"}
+# Each storage word names the format (dtypes/storage_formats.py) the quantizers of that word leave.
+STORAGE_FORMATS = {UINT8: format_named("bnb_4bit"), INT8: format_named("bnb_8bit"), FP8: format_named("fp8"),
+                   NO_WEIGHT: format_named("gptq")}
+STORAGE_WORDS = {word: storage.storage_word() for word, storage in STORAGE_FORMATS.items()}
+# The integer containers a sentinel test on `.weight.dtype` can name.
+_INTEGER_CONTAINERS = frozenset(dtype for dtype in packed_storages() if dtype is not None)
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,7 @@ def _dtype_constant(node: ast.AST) -> str | None:
         return "float"
     if attr.startswith("float8"):
         return FP8
-    if attr in ("int8", "uint8", "int32"):
+    if attr in _INTEGER_CONTAINERS:
         return attr
     return None
 
