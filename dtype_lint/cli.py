@@ -31,8 +31,8 @@ from dtype_lint.cli_output import (
     plural,
     rule_doc,
 )
+from dtype_lint.core.rule_registry import opt_in_codes
 from dtype_lint.reporters import FORMATS
-from dtype_lint.rule_registry import opt_in_codes
 
 
 def _codes(value: str) -> list[str]:

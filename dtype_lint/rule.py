@@ -121,7 +121,7 @@ class Rule:
     facts: ClassVar[frozenset[str]] = frozenset()
     severity: ClassVar[str] = "error"  # "error" | "warning"
     # False: off unless `select` names the code (measured precision below 95% off the trees it was
-    # developed on). Read without importing the rule (dtype_lint/rule_registry.py), as are the
+    # developed on). Read without importing the rule (dtype_lint/core/rule_registry.py), as are the
     # other declarations: each must be a literal.
     default_enabled: ClassVar[bool] = True
     # The parts of a file the rule reads: "sites" (the functions holding a line its patterns match,
@@ -553,12 +553,13 @@ class RuleContext:
             inst, text = found[0], (text + ("" if found[1].startswith("[") else ".") + found[1]) if found[1] else text
         verdict = None
         if form != FIRST_PARAMETER and need != ABSENT:
-            # An adapter's base layer (ecosystems/peft): the loaded model's layer, quantized.
-            from dtype_lint.ecosystems.peft import adapter_verdict
-
-            verdict = adapter_verdict(self.layers, layer, scope, scope.class_qualname)
-            if verdict is False:
-                return None
+            # An adapter's base layer (the registry's `adapter` role): the loaded model's layer, quantized.
+            for adapter in plugins("adapter"):
+                verdict = adapter.adapter_verdict(self.layers, layer, scope, scope.class_qualname)
+                if verdict is False:
+                    return None
+                if verdict is not None:
+                    break
         if verdict is None:
             verdict = self.layers.quantizable(inst, text, patterns, need)
         if verdict is None and form != FIRST_PARAMETER and isinstance(where, Candidate):

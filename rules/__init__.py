@@ -6,7 +6,7 @@ examples, `dtype-lint rule CODE` prints its docstring, the prefilter takes its `
 docs/rules/CODE.md is generated from it.
 
 A rule's code is its module's name (`dtl001_...` defines DTL001), and what it declares (default,
-facts, fix availability, regions) is read from its text by dtype_lint/rule_registry.py, so both
+facts, fix availability, regions) is read from its text by dtype_lint/core/rule_registry.py, so both
 are known without importing a rule, and a run imports only the rules it enables (`enabled`): the
 default run's, which spares a pre-commit run the import of the opt-in ones and of what only they
 use. `ALL_RULES` and `RULES_BY_CODE` import every rule, on first use.
@@ -17,8 +17,8 @@ from __future__ import annotations
 import importlib
 from functools import lru_cache
 
+from dtype_lint.core.rule_registry import registry
 from dtype_lint.rule import Rule
-from dtype_lint.rule_registry import registry
 
 
 def _modules() -> tuple[tuple[str, str], ...]:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from readme_rules import write_tables  # noqa: E402 - scripts/ is not a package
 
-from dtype_lint.rule_registry import RULE_MODULE_NAME, read_folder  # noqa: E402
+from dtype_lint.core.rule_registry import RULE_MODULE_NAME, read_folder  # noqa: E402
 
 _NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _CODE = re.compile(r"DTL[0-8]\d\d")

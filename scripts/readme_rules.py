@@ -1,4 +1,4 @@
-"""Regenerate the rules tables from the rule registry (dtype_lint/rule_registry.py): the README's
+"""Regenerate the rules tables from the rule registry (dtype_lint/core/rule_registry.py): the README's
 (code, name, what, fix: `Rule.summary`, `default_enabled`, `severity`, `fix_availability` and
 `fix_note`) and docs/rules/README.md's index of the generated pages. `--check` exits 1 when a table
 is stale instead of writing it. `scripts/add_rule.py` runs it, so a new rule's rows need no edit."""
@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from dtype_lint.rule_registry import RuleInfo, read_folder, registry
+from dtype_lint.core.rule_registry import RuleInfo, read_folder, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

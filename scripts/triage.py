@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtype_lint.rule_registry import registry
+from dtype_lint.core.rule_registry import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "benchmarks" / "accuracy" / "triage"

@@ -37,12 +37,15 @@ STILL_NAMING_ECOSYSTEMS = {
     "dtype_lint/analysis/helper_functions.py": "the helper's shape (`params_dtype`)",
     "dtype_lint/analysis/compiled_code.py": "a comment on `params_dtype` in scripted code",
     "dtype_lint/dtypes/evaluator.py": "STORAGES keyed by vLLM formats",
+    # The storage formats' table: one vocabulary every stage derives from (docs/architecture.md,
+    # "Storage formats"); its rows name the formats each ecosystem's backends leave.
+    "dtype_lint/dtypes/storage_formats.py": "the storage formats' table (Marlin, NVFP4, bitsandbytes...)",
     "dtype_lint/dtypes/truth_table.py": "the storages' names",
     "dtype_lint/fix/helper_template.py": "the vLLM helper template",
     "dtype_lint/fix/planner.py": "the idiom's `params_dtype` fallback; bitsandbytes' swap",
+    "dtype_lint/fix/helper_repair.py": "DTL005's repair of a vLLM-style helper (`params_dtype`)",
     "dtype_lint/core/text_facts.py": "helper-shaped `def`s (`params_dtype`)",
     # The rules' own pages and messages explain the bug class with its best-known backends.
-    "dtype_lint/rule.py": "STORAGE_DTYPES, the default message words (Marlin, NVFP4, AWQ)",
     "rules/dtl001_weight_dtype_cast.py": "the rule's page",
     "rules/dtl002_weight_dtype_allocation.py": "the rule's page",
     "rules/dtl003_unguarded_weight_access.py": "the rule's page",

@@ -57,6 +57,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "registry": "core",        # names the plug-ins as data; imports none of them itself
     "presets": "core",         # what a preset knows (config reads it)
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
+    "adapter": "analysis",     # an adapter library's base layers (peft)
+    "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
     "planner": "fix",          # a site of the family → edits through its helper
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series

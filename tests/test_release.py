@@ -105,7 +105,7 @@ def test_the_wheel_ships_the_tool_not_its_test_inputs(tmp_path: Path):
     names = zipfile.ZipFile(wheel).namelist()
     assert not [name for name in names if "fixtures/" in name or name.startswith("fixtures")]
     assert "dtype_lint/kernels_ref/harness/verify_fixture/mla_prefill.py" in names
-    assert "dtype_lint/rules/dtl001_weight_dtype_cast.py" in names and "dtype_lint/rule_registry.py" in names
+    assert "dtype_lint/rules/dtl001_weight_dtype_cast.py" in names and "dtype_lint/core/rule_registry.py" in names
     assert any(name.startswith("dtype_lint/data/catalogue-") for name in names)
     target = tmp_path / "installed"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],

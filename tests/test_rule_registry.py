@@ -1,4 +1,4 @@
-"""The one rule registry (dtype_lint/rule_registry.py): what each rule module declares, read
+"""The one rule registry (dtype_lint/core/rule_registry.py): what each rule module declares, read
 without importing it, is what the rule class says, and everything that used to keep its own list
 of codes (config's opt-in list, reduced parsing, the migration, the triage) derives from it."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint import rule_registry
+from dtype_lint.core import rule_registry
 from dtype_lint.core.config import Config
-from dtype_lint.rule_registry import DECLARED, WHOLE_FILE_FACTS, RegistryError, read_rule, registry
+from dtype_lint.core.rule_registry import DECLARED, WHOLE_FILE_FACTS, RegistryError, read_rule, registry
 from dtype_lint.rules import RULES_BY_CODE
 from dtype_lint.run.file_analysis import reducible
 

@@ -14,7 +14,7 @@ from cli_runner import dtl, heavy_imports_of
 from tiny_project import ATTN, write_tree
 
 from dtype_lint import fast_path
-from dtype_lint.rule_registry import registry
+from dtype_lint.core.rule_registry import registry
 
 PYPROJECT = '[tool.dtype-lint]\nquantizable = ["vllm.base.QuantBase"]\n'
 HELPER = "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"

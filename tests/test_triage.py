@@ -470,7 +470,7 @@ def test_rule_precision_meets_issue_10(rules_triaged, fixture):
 def test_a_default_rule_is_precise_off_its_development_trees(rules_triaged):
     """Issue #21: a rule is on by default only once its findings on the trees it was not developed
     on are at least 95% TRUE (an opt-in rule may be precise already: turning it on is a decision)."""
-    from dtype_lint.rule_registry import opt_in_codes
+    from dtype_lint.core.rule_registry import opt_in_codes
 
     defaults = [code for code in triage.RULE_CODES if code not in opt_in_codes()]
     # Every tree is run for it (under the CI budget too) once a rule is on by default.

@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from dtype_lint.core.rule_registry import opt_in_codes
 from dtype_lint.ecosystems.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
-from dtype_lint.rule_registry import opt_in_codes
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -60,7 +60,7 @@ from dtype_lint.core.text_facts import POSSESSIVE, LineStart
 # the candidate functions (site lines), the class facts, module-level statements, and functions
 # reached through `Defs`, guarded); a rule that walks the whole tree (file guards, module globals,
 # helper facts) keeps the default "whole-file", and a run enabling it parses every file whole
-# (dtype_lint/rule_registry.py, run/file_analysis.py's `reducible`).
+# (dtype_lint/core/rule_registry.py, run/file_analysis.py's `reducible`).
 # A blanked body must save something: shorter bodies are kept (a `pass` costs about a line).
 MIN_BLANKED_LINES = 4
 # A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.

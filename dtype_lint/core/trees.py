@@ -10,7 +10,7 @@ read-only: no consumer changes one. `clear()` at the end of a run lets them go.
 `parse_reduced(path, text, spans)` parses only what can hold a site or give a class fact
 (core/regions.py): the bodies of the other functions are blanked, every kept node where it is
 in the whole file. A reduced tree answers for the whole one only where its reads are known
-(`regions = "sites"`, rule_registry.py); a blanked function read through `regions.Defs` is parsed then from
+(`regions = "sites"`, core/rule_registry.py); a blanked function read through `regions.Defs` is parsed then from
 its own lines (`whole_function`), and a class of a file read for its class facts from its own
 text (`parse_class`).
 """

@@ -32,6 +32,10 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "regression": "dtype_lint.ecosystems.hf.regression",
         "verify": "dtype_lint.ecosystems.hf.verify",
     },
+    # Adapter libraries: the adapters are not quantized, the base layer each wraps is (HF's words).
+    "peft": {
+        "adapter": "dtype_lint.ecosystems.peft.adapter",
+    },
 }
 
 # What a module of each role provides (names its stage reads); tests/test_ecosystems.py checks it.
@@ -40,7 +44,7 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
     # backend_words(evidence, default): its quantizers' words for a message;
     # narrowed(...): a verdict narrowed by the family's partial guards (applied to the rules that
-    # declare `dtype_site`, dtype_lint/rule_registry.py); first_parameter / first_parameter_holder:
+    # declare `dtype_site`, dtype_lint/core/rule_registry.py); first_parameter / first_parameter_holder:
     # `next(iter(M.parameters()))`.
     "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
                "first_parameter", "first_parameter_holder"),
@@ -49,6 +53,9 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
     # settle_helper(outcomes, index, root) -> [(path, bytes, expected bytes or None)]; HELPER_LABEL.
     "helper": ("owns_fix", "helper_location", "settle_helper", "HELPER_LABEL"),
+    # adapter_verdict(resolver, layer, scope, class_qualname) -> verdict | False | None: a layer read
+    # through an adapter's base layer; as_stored_base_layer(source): `self.base_layer` as stored.
+    "adapter": ("adapter_verdict", "as_stored_base_layer"),
 }
 
 

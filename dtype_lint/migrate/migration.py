@@ -13,9 +13,9 @@ from pathlib import Path
 
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import Finding
+from dtype_lint.core.rule_registry import migration_codes
 from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.core.writer import write_scratch_files
-from dtype_lint.rule_registry import migration_codes
 from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 

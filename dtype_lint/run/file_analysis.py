@@ -91,7 +91,7 @@ def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: C
 def reducible(config: Config) -> bool:
     """May files be parsed with the function bodies no rule reads blanked (core/regions.py)?
     Only when every rule the run enables reads a tree in the ways regions.py knows."""
-    from dtype_lint.rule_registry import reduced_parsing_codes, registry
+    from dtype_lint.core.rule_registry import reduced_parsing_codes, registry
 
     reducible_codes = reduced_parsing_codes()
     return all(info.code in reducible_codes for info in registry() if config.enabled(info.code))

@@ -44,7 +44,6 @@ from dtype_lint.analysis.index.construction_forms import leaves, returns_receive
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
-from dtype_lint.ecosystems.peft.base_layers import as_stored_base_layer
 from dtype_lint.ecosystems.registry import plugins
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
@@ -370,8 +369,9 @@ class LayerResolver:
                 stored, holder = class_facts.assigned[expr.attr], ancestor
                 break
         sources = [weight_dtype_source(value, None) for value in stored]
-        # An adapter stores the `base_layer` it is handed as `self.base_layer` (ecosystems/peft).
-        sources = [as_stored_base_layer(s) for s in sources]
+        # An adapter stores the `base_layer` it is handed as `self.base_layer` (the `adapter` role).
+        for adapter in plugins("adapter"):
+            sources = [adapter.as_stored_base_layer(s) for s in sources]
         if not sources or any(s is None or not _rooted_at_self(s.layer) for s in sources) \
                 or len({ast.dump(s.layer) for s in sources}) != 1:  # type: ignore[union-attr]
             return None

@@ -6,9 +6,6 @@ loaded, and possibly quantized, before: the adapters themselves are never quanti
 HQQ, GGUF or an FP8 quantizer replaced at load time. So `self.get_base_layer().weight.dtype`,
 `self.base_layer.weight.dtype` or `base_layer.weight.dtype` (the layer handed to an adapter's
 constructor) is a storage dtype there, exactly as in Hugging Face model code, even in `__init__`:
-the adapter is built after loading.
+the adapter is built after loading. The stages reach it through the registry's `adapter` role
+(adapter.py).
 """
-
-from dtype_lint.ecosystems.peft.family import adapter_verdict
-
-__all__ = ["adapter_verdict"]
