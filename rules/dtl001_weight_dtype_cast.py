@@ -207,6 +207,7 @@ class WeightDtypeCast(Rule):
                 if weight_dtype.form == FIRST_PARAMETER:  # the helper is given the first parameter's layer
                     # only a family's verdict reaches here (layer_verdict drops this form otherwise)
                     family = family_of(evidence)
+                    assert family is not None
                     holder = family.first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
                                                            ctx.source.segment(weight_dtype.layer))
                 if weight_dtype.form == FIRST_PARAMETER and not holder:
@@ -215,7 +216,7 @@ class WeightDtypeCast(Rule):
                 else:
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
-                sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
+                sink = cast_sink(node.func.value, function.scope.assigns)
                 ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
                                                holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
@@ -237,7 +238,7 @@ class WeightDtypeCast(Rule):
             return
         confidence, evidence = verdict
         text = ast.unparse(layer)
-        sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[union-attr]
+        sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[attr-defined]  # a method cast
         ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which {verb} `{text}.weight.dtype`, the storage "
                          f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
                          f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
@@ -255,7 +256,7 @@ class WeightDtypeCast(Rule):
             return
         weight_dtype = weight_dtype_source(node.args[0], function.scope)
         verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-        if verdict is None or family_of(verdict[1]) is None:
+        if verdict is None or weight_dtype is None or family_of(verdict[1]) is None:
             return
         confidence, evidence = verdict
         layer = ast.unparse(weight_dtype.layer)
@@ -275,7 +276,7 @@ class WeightDtypeCast(Rule):
             return
         weight_dtype = weight_dtype_source(body[0].value, function.scope)
         verdict = ctx.layer_verdict(weight_dtype.layer, function, site=body[0]) if weight_dtype is not None else None
-        if verdict is None:
+        if verdict is None or weight_dtype is None:
             return
         confidence, evidence = verdict
         layer = ast.unparse(weight_dtype.layer)

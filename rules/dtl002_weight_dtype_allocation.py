@@ -154,7 +154,7 @@ class WeightDtypeAllocation(Rule):
             for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
                 weight_dtype = weight_dtype_source(kw.value, function.scope)
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
-                if verdict is None or (kw in keywords and family_of(verdict[1]) is None):
+                if verdict is None or weight_dtype is None or (kw in keywords and family_of(verdict[1]) is None):
                     continue
                 confidence, evidence = verdict
                 via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""

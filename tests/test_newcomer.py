@@ -20,7 +20,7 @@ from cli_runner import dtl
 from conftest import budget, builds_the_checkout
 from tiny_project import ATTN
 
-from dtype_lint.core.config import _KEYS
+from dtype_lint.core.config import SETTING_KEYS as _KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -274,6 +274,7 @@ def test_peft_reports_the_issue_sites_and_only_judged_true_ones(peft_0212):
 
 
 @pytest.mark.network
+@pytest.mark.full("the peft-shaped project's orthogonal init, fixed and run on real bitsandbytes 4- and 8-bit bases")
 def test_peft_orthogonal_init_fixed_runs_on_a_bitsandbytes_4bit_base(peft_0212, tmp_path):
     """peft's own `orthogonal_init`, fixed by `--fix` in a copy of the release, initialises a LoRA
     adapter on a real bitsandbytes 4-bit base on CPU; the release raises there."""

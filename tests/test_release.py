@@ -106,7 +106,7 @@ def test_the_wheel_ships_the_tool_not_its_test_inputs(tmp_path: Path):
     assert not [name for name in names if "fixtures/" in name or name.startswith("fixtures")]
     assert "dtype_lint/kernels_ref/harness/verify_fixture/mla_prefill.py" in names
     assert "dtype_lint/rules/dtl001_weight_dtype_cast.py" in names and "dtype_lint/core/rule_registry.py" in names
-    assert any(name.startswith("dtype_lint/data/catalogue-") for name in names)
+    assert any(name.startswith("dtype_lint/ecosystems/vllm/catalogue-") for name in names)
     target = tmp_path / "installed"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=300)
@@ -203,6 +203,7 @@ def _pre_commit() -> list[str]:
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.full("tests/test_pre_commit.py runs both hooks on a project in CI")
 def test_pre_commit_hooks_at_the_release(tmp_path: Path):
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.fail("needs git and this repository's checkout", pytrace=False)

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import full_only
 from release_runs import check_all, only
 
 from dtype_lint.api import check_paths, make_config
@@ -56,7 +57,7 @@ def rules_0271(vllm_0271: Path):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("release", ["rules_0271", "rules_0330"])
+@pytest.mark.parametrize("release", ["rules_0271", full_only("rules_0330", "vLLM 0.27.1's whole tree; 0.33.0's DTL005 sites below")])
 def test_whole_tree_without_internal_error(release, request):
     result = request.getfixturevalue(release)
     assert result.analyzed > 0

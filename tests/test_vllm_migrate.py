@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 from cli_runner import dtl as run_cli
 
-pytestmark = pytest.mark.network
+# One worker builds the migration of the whole release once (a session fixture per worker).
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("vllm-0.27.1-migration")]
 
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
 HELPER_FILE = "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"

@@ -19,7 +19,7 @@ def cast_weight_dtype(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> We
     weight_dtype = weight_dtype_source(arg, scope)
     if weight_dtype is not None:
         return weight_dtype
-    if call.func.attr == "to":  # type: ignore[union-attr]
+    if call.func.attr == "to":  # type: ignore[attr-defined]  # a method cast: func is an Attribute
         weight_read = weight_expr(arg, scope)
         if weight_read is not None:
             return WeightDtypeSource(weight_read[0], "tensor")
@@ -30,7 +30,7 @@ def receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:
     """`layer.weight.to(...)`, `param.data.to(...)`, `layer.weight_scale.to(...)`: casting a layer's
     stored parameters is not an activation cast. (A scale buffer of another module multiplied
     into activations, `self.embed_scale.to(...)`, is.)"""
-    receiver = call.func.value  # type: ignore[union-attr]
+    receiver = call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
     last = (receiver.attr if isinstance(receiver, ast.Attribute)
             else receiver.id if isinstance(receiver, ast.Name) else "")
     if last in ("weight", "bias", "data") or "weight" in last:

@@ -20,7 +20,8 @@ def fed_cast(call: ast.Call, function) -> ast.Call | None:
     """The cast this call's result feeds: as the cast's dtype (alone or in `... or x.dtype`), or
     through a local name assigned from it and cast to in this function or one nested in it."""
     parents = function.parents
-    node, parent = call, parents.get(id(call))
+    node: ast.AST = call
+    parent = parents.get(id(call))
     while isinstance(parent, (ast.BoolOp, ast.keyword)):
         node, parent = parent, parents.get(id(parent))
     if isinstance(parent, ast.Call) and any(a is node or a is getattr(node, "value", None)

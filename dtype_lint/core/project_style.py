@@ -62,7 +62,7 @@ def _read(path: Path) -> dict:
         return {}  # a broken formatter configuration is the formatter's to report, not ours
 
 
-def _get(table: dict, *keys: str):
+def _get(table: object, *keys: str):
     for key in keys:
         if not isinstance(table, dict):
             return None

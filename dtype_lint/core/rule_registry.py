@@ -103,10 +103,11 @@ def _declarations(text: str, class_pattern: re.Pattern, where: str) -> dict[str,
     for statement in ast.parse(body).body:
         target = (statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1
                   else statement.target if isinstance(statement, ast.AnnAssign) else None)
-        if not isinstance(target, ast.Name) or target.id not in DECLARED or statement.value is None:
+        value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(target, ast.Name) or target.id not in DECLARED or value is None:
             continue
         try:
-            declared[target.id] = _literal(statement.value)
+            declared[target.id] = _literal(value)
         except ValueError:
             raise RegistryError(f"{where}: `{target.id}` must be a literal (the registry reads it without "
                                 "importing the rule)") from None

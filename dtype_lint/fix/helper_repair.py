@@ -29,6 +29,7 @@ def missing_branch_fix(source, fn, h: KnownHelper) -> tuple[Fix | None, str]:
         return None, f"`{var}` is not assigned once at the top of the helper: add the missing case by hand"
     layer = fn.args.posonlyargs + fn.args.args
     layer = [a.arg for a in layer if a.arg not in ("self", "cls")][0]
+    assert h.table is not None  # a helper the evaluator read: its table is there
     flags_in_table = h.table.flags
     parts = []
     by_storage: dict[str | None, set[bool]] = {}
@@ -48,8 +49,10 @@ def missing_branch_fix(source, fn, h: KnownHelper) -> tuple[Fix | None, str]:
     unit = src.indent_of(fn.body[0].lineno)[len(src.indent_of(fn.lineno)):] or "    "
     nl = src.newline
     text = f"{indent}if {' or '.join(parts)}:{nl}{indent}{unit}return {layer}.params_dtype{nl}"
-    at = src.offset(assign.end_lineno + 1, 0) if assign.end_lineno < len(src.lines) else len(src.text)
+    last = assign.end_lineno or assign.lineno
+    at = src.offset(last + 1, 0) if last < len(src.lines) else len(src.text)
     patched = src.text[:at] + text + src.text[at:]
+    assert h.table is not None  # a helper the evaluator read: its table is there
     why = still_wrong(patched, fn.name, fn.lineno, h.table)
     if why:
         return None, why
@@ -87,6 +90,7 @@ def route_blocker(planner, template: str, h: KnownHelper, has_flag: bool = True)
         return f"`{planner.func}` is beyond the dtype evaluator"
     default = planner.flag_default == "True"
     wrong = {c for c, _ in h.unsound}
+    assert h.table is not None  # a helper the evaluator read: its table is there
     for case, value in h.table.rows:
         if case in wrong:
             continue
@@ -107,7 +111,8 @@ def route_fix(source, planner, template: str, call: ast.Call, h: KnownHelper) ->
     if blocker:
         return None, (f"{blocker}; route it by hand, or take the fix offered where `{h.name}` is defined "
                       "(its missing cases as one branch)")
-    edits = [Edit(*source.node_offsets(call.func), planner.name)]
+    func_start, func_end = source.node_offsets(call.func)
+    edits = [Edit(func_start, func_end, planner.name)]
     if not has_flag:
         _, end = source.node_offsets(call.args[0])
         edits.append(Edit(end, end, f", {planner.flag_default}"))

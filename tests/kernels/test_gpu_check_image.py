@@ -55,6 +55,7 @@ def image_venv(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.network
+@pytest.mark.full("the image's other checks here and tests/kernels/test_gpu_check_cpu.py's dry runs")
 def test_the_device_command_dry_runs_without_libcst(tmp_path, image_venv, vllm_0271, vllm_0280):
     variants_dir = tmp_path / "variants"
     emitted = subprocess.run([sys.executable, "-m", "dtype_lint", "verify", "--emit-variants", str(variants_dir)],
