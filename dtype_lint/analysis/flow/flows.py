@@ -112,37 +112,29 @@ class Flows:
                     break
         return out
 
+    def _method_of(self, classes, method: str) -> "_Callee | None":
+        """The first of `classes` (qualnames, in MRO order) that defines `method`, as a callee."""
+        for ancestor in classes:
+            class_facts: ClassFacts | None = self.project.class_facts(ancestor)
+            if class_facts is not None and method in class_facts.methods:
+                function_node = class_facts.methods[method]
+                return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{method}", function_node, class_facts.path,
+                               signature_of(function_node).positional)
+        return None
+
     def _callee(self, call: ast.Call, scope: FunctionScope) -> "_Callee | None":
         """The project function (or constructor) the call reaches, if any."""
         callee = call.func
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) \
                 and callee.value.id == scope.self_name and scope.class_qualname:
-            for ancestor in self.index.mro(scope.class_qualname):
-                class_facts: ClassFacts | None = self.project.class_facts(ancestor)
-                if class_facts is not None and callee.attr in class_facts.methods:
-                    function_node = class_facts.methods[callee.attr]
-                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
-                                   signature_of(function_node).positional)
-            return None
+            return self._method_of(self.index.mro(scope.class_qualname), callee.attr)
         if isinstance(callee, ast.Attribute) and _is_super(callee.value) and scope.class_qualname:
             # `super().__init__(..., target_dtype=target_dtype)` (peft's adaption prompts): the
             # next class of the MRO that defines the method.
-            for ancestor in self.index.mro(scope.class_qualname)[1:]:
-                class_facts = self.project.class_facts(ancestor)
-                if class_facts is not None and callee.attr in class_facts.methods:
-                    function_node = class_facts.methods[callee.attr]
-                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
-                                   signature_of(function_node).positional)
-            return None
+            return self._method_of(self.index.mro(scope.class_qualname)[1:], callee.attr)
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Attribute) and self.layers is not None:
             owner = self.layers.resolve(callee.value, scope)  # `self.language_model.rotary_emb.method(...)`
-            for ancestor in self.index.mro(owner.qualname) if owner.qualname else []:
-                class_facts = self.project.class_facts(ancestor)
-                if class_facts is not None and callee.attr in class_facts.methods:
-                    function_node = class_facts.methods[callee.attr]
-                    return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{callee.attr}", function_node, class_facts.path,
-                                   signature_of(function_node).positional)
-            return None
+            return self._method_of(self.index.mro(owner.qualname) if owner.qualname else [], callee.attr)
         name = dotted(callee)
         if not name:
             return None
