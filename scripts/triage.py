@@ -685,10 +685,36 @@ def all_trees() -> list[tuple[str, str]]:
     return [(n.rpartition("-")[0], n.rpartition("-")[2]) for n in names]
 
 
+# Triaged distributions that dtype_lint.releases does not fetch by itself (it knows the engines and
+# the Hugging Face trees the tool ships data for): their top-level package, and the Python the wheel
+# needs where it is newer than the 3.11 the fetch targets (megatron-core 0.17+ requires 3.12).
+EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
+               "megatron-core": ("megatron", "3.12"), "nvidia-modelopt": ("modelopt", None),
+               "llmcompressor": ("llmcompressor", None)}
+
+
+def release_tree(dist: str, version: str) -> Path:
+    """dtype_lint.releases.release_tree, also for the EXTRA_DISTS (registered for this process only,
+    so the tool's own fetch list does not change)."""
+    from dtype_lint import releases
+
+    if dist in EXTRA_DISTS and dist not in releases.PACKAGES:
+        releases.PACKAGES[dist] = EXTRA_DISTS[dist][0]
+    python = EXTRA_DISTS.get(dist, (None, None))[1]
+    if python is None:
+        return releases.release_tree(dist, version)
+    saved = releases._TARGET
+    # The wheel's tags follow its Python: retarget the one download, then restore.
+    releases._TARGET = tuple({"3.11": python, "cp311": "cp" + python.replace(".", "")}.get(arg, arg)
+                             for arg in saved)
+    try:
+        return releases.release_tree(dist, version)
+    finally:
+        releases._TARGET = saved
+
+
 def triage_tree(dist: str, version: str, tree: Path | None = None, runs: dict | None = None) -> Triage:
     """`runs`: (dist, version) -> (findings, tree), filled with this run for the DTL003-DTL005 page."""
-    from dtype_lint.releases import release_tree
-
     verdicts = load_verdicts(dist, version)
     tree = tree or release_tree(dist, version)
     findings = run_tool(tree)
@@ -698,8 +724,6 @@ def triage_tree(dist: str, version: str, tree: Path | None = None, runs: dict | 
 
 
 def _fresh_run(dist: str, version: str) -> tuple[list[dict], Path]:
-    from dtype_lint.releases import release_tree
-
     tree = release_tree(dist, version)
     return run_tool(tree), tree
 
