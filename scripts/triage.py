@@ -673,9 +673,12 @@ def rules_summary_row(t: RuleTriage) -> str:
 
 
 # The README's order: the seed release, the current one, the fork, the peers; any other tree after them.
-TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "aphrodite-engine-0.24.1", "sglang-0.5.23",
+TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphrodite-engine-0.24.1", "sglang-0.5.23",
               "lmdeploy-0.18.0", "vllm-omni-0.30.0", "vllm-ascend-0.23.0", "tpu-inference-0.32.0", "ipex-llm-2.2.0",
-              "transformers-5.23.0", "diffusers-0.42.1")
+              "transformers-5.23.0", "transformers-5.25.0", "diffusers-0.42.1",
+              # issue #40: projects built on the engines and their quantizers
+              "unsloth-2026.10.9", "axolotl-0.19.0", "megatron-core-0.19.2", "nvidia-modelopt-0.47.0",
+              "llmcompressor-0.14.0.1")
 
 
 def all_trees() -> list[tuple[str, str]]:
