@@ -4,7 +4,7 @@ findings on the same release. The transformers sweep's machinery (scripts/oracle
 tables (scripts/oracle_report.py) are reused; what differs is here.
 
 Each `ModelMixin` class that `diffusers.models` exports is built from its `__init__` defaults
-shrunk (dtype_lint/tiny_diffusers.py) with seeded random weights, run unquantized on dummy inputs
+shrunk (dtype_lint/ecosystems/hf/tiny_diffusers.py) with seeded random weights, run unquantized on dummy inputs
 read from its forward signature (the first combination that runs is kept, with its output: the
 twin), saved to a tmpfs folder, and reloaded with diffusers' own `BitsAndBytesConfig` (4-bit and
 8-bit) through `from_pretrained`, then one forward under `dtype_lint.guard.DtypeGuard`.
@@ -132,8 +132,8 @@ def run_class(_model_type: str, class_name: str, quantizers: tuple[str, ...],
     import diffusers
     import torch
 
+    from dtype_lint.ecosystems.hf.tiny_diffusers import input_candidates, tiny_kwargs
     from dtype_lint.guard import DtypeGuard
-    from dtype_lint.tiny_diffusers import input_candidates, tiny_kwargs
 
     run = ClassRun("diffusers", class_name)
     start = time.monotonic()

@@ -3,7 +3,7 @@ class, matched against `dtype-lint check`'s zero-configuration findings on the s
 
 For each model type of transformers' auto mappings, one class (the causal LM if it has one, else
 the seq2seq LM, else the base model; and the pre-training class where it is another) is built
-from its config class's defaults shrunk (dtype_lint/tiny_models.py) with seeded random weights,
+from its config class's defaults shrunk (dtype_lint/ecosystems/hf/tiny_models.py) with seeded random weights,
 saved to a tmpfs folder, and reloaded: unquantized (the twin), and with the real transformers
 quantizers on CPU (bitsandbytes 4-bit and 8-bit; optimum-quanto int8 with `--quanto`, whose
 float `.dtype` makes the cast harmless: its silent findings are expected). Each quantized model
@@ -286,7 +286,7 @@ def run_class(model_type: str, class_name: str, quantizers: tuple[str, ...],
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from dtype_lint.tiny_models import input_candidates, tiny_config
+    from dtype_lint.ecosystems.hf.tiny_models import input_candidates, tiny_config
 
     run = ClassRun(model_type, class_name)
     start = time.monotonic()
@@ -460,8 +460,8 @@ def run_bridge(model_type: str, class_name: str, quantizer: str, site: dict, fin
     import torch
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    from dtype_lint.ecosystems.hf.tiny_models import input_candidates, tiny_config
     from dtype_lint.ecosystems.hf.verify import MAX_OWN_ERROR, load_fixed_module
-    from dtype_lint.tiny_models import input_candidates, tiny_config
 
     out = {"class": class_name, "quantizer": quantizer, "path": site["path"], "line": site["line"], "verdict": ""}
     signal.alarm(TIMEOUT_S)

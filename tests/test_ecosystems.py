@@ -63,8 +63,6 @@ STILL_NAMING_ECOSYSTEMS = {
     "dtype_lint/guard/frames.py": "whose code an event is (library names)",
     "dtype_lint/guard/site.py": "a site's storage words",
     "dtype_lint/guard/watch.py": "the wrappers' storage words",
-    "dtype_lint/tiny_models.py": "tiny quantized models for the proofs",
-    "dtype_lint/tiny_diffusers.py": "tiny quantized models for the proofs",
 }
 
 

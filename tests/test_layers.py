@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("run", ("dtype_lint.run",)),
     ("api", ("dtype_lint.api",)),
     ("consumers", ("dtype_lint.migrate", "dtype_lint.reporters", "dtype_lint.guard", "dtype_lint.ecosystems.hf.verify",
-                   "dtype_lint.releases", "dtype_lint.tiny_models", "dtype_lint.tiny_diffusers",
+                   "dtype_lint.releases",
                    "dtype_lint.stdout_guard", "dtype_lint.kernels_ref")),
     ("front", ("dtype_lint.fast_path", "dtype_lint.cli", "dtype_lint.cli_output", "dtype_lint.cli_modes",
                "dtype_lint.server", "dtype_lint.server_edits", "dtype_lint.explain", "dtype_lint.doctor",
@@ -64,6 +64,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "series": "consumers",     # its conventions for a patch series
     "regression": "consumers",  # the regression tests a series adds
     "verify": "consumers",     # its proof against real quantized layers
+    "tiny_models": "consumers",     # tiny models built from an ecosystem's configs, for its proofs
+    "tiny_diffusers": "consumers",
 }
 LAYER_NAMES = [name for name, _ in LAYERS]
 # The layers below the run: none of them may import `dtype_lint.run`, directly or by a back arrow.

@@ -45,7 +45,7 @@ def longt5(workers, longt5_findings):
 def test_shrunk_config_fits_bitsandbytes_cpu_4bit():
     from transformers import LlamaConfig
 
-    from dtype_lint.tiny_models import tiny_config
+    from dtype_lint.ecosystems.hf.tiny_models import tiny_config
 
     config = tiny_config(LlamaConfig)
     assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (64, 128, 2)
@@ -58,7 +58,7 @@ def test_shrunk_config_fits_bitsandbytes_cpu_4bit():
 
 
 def oracle_sweep_ids_inside(config) -> bool:
-    from dtype_lint.tiny_models import INPUT_ID_RANGE
+    from dtype_lint.ecosystems.hf.tiny_models import INPUT_ID_RANGE
 
     vocab = config.text_config.vocab_size if hasattr(config, "text_config") else config.vocab_size
     ids = [getattr(config, name) for name in ("image_token_id", "video_token_id") if getattr(config, name, None)]
@@ -133,7 +133,7 @@ def test_diffusers_class_builds_tiny_and_runs_under_real_bitsandbytes_on_cpu(wor
     import oracle_diffusers
     from diffusers import WanTransformer3DModel
 
-    from dtype_lint.tiny_diffusers import tiny_kwargs
+    from dtype_lint.ecosystems.hf.tiny_diffusers import tiny_kwargs
 
     kwargs = tiny_kwargs(WanTransformer3DModel)
     assert (kwargs["num_layers"], kwargs["num_attention_heads"], kwargs["attention_head_dim"]) == (2, 4, 16)

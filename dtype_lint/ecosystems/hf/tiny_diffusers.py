@@ -1,6 +1,6 @@
 """Tiny diffusers models for the run-time oracle (scripts/oracle_diffusers.py): each `ModelMixin`
 class built from its `__init__` defaults with the sizes shrunk by the same shrinker as the
-transformers configs (dtype_lint/tiny_models.py), plus the keys diffusers names its own way
+transformers configs (dtype_lint/ecosystems/hf/tiny_models.py), plus the keys diffusers names its own way
 (`block_out_channels`, `layers_per_block`, ...), and dummy inputs read from the forward signature.
 
 What cannot be built or run this way is recorded by the sweep with the first line of its error:
@@ -13,7 +13,7 @@ import inspect
 import itertools
 from typing import Any
 
-from dtype_lint.tiny_models import HIDDEN, LAYERS, SEQUENCE, shrink_dict
+from dtype_lint.ecosystems.hf.tiny_models import HIDDEN, LAYERS, SEQUENCE, shrink_dict
 
 # diffusers-only size keys: channel lists stay 64-wide (a multiple of the default 32 norm groups,
 # and bitsandbytes' CPU 4-bit needs in_features >= 64); one layer per block is enough to run each.
