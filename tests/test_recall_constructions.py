@@ -64,6 +64,17 @@ SHAPES = {
     "add-module": (['self.add_module("proj", LAYER)'], "self.proj"),
     "setattr": (['setattr(self, "proj", LAYER)'], "self.proj"),
     "setattr-cast": (['setattr(self, "proj", LAYER.cuda())'], "self.proj"),
+    "float": (["self.proj = LAYER.float()"], "self.proj"),
+    "eval": (["self.proj = LAYER.eval()"], "self.proj"),
+    # The construction bound to a local of `__init__` first: the local stands for its value.
+    "local": (["proj = LAYER", "self.proj = proj"], "self.proj"),
+    "local-cast": (["proj = LAYER.cuda()", "self.proj = proj"], "self.proj"),
+    "local-then-cast": (["proj = LAYER", "self.proj = proj.to(torch.float32)"], "self.proj"),
+    "local-conditional": (["proj = LAYER if flag else None", "self.proj = proj"], "self.proj"),
+    "append-local-cast": (["self.layers = nn.ModuleList()", "for _ in range(3):", "    layer = LAYER",
+                           "    self.layers.append(layer.requires_grad_(False))"], "self.layers[0]"),
+    "sequential-local-cast": (["first = LAYER", "self.net = nn.Sequential(first.half(), nn.Identity())"],
+                              "self.net[0]"),
 }
 
 LINEAR, NORM = "nn.Linear(8, 8)", "nn.LayerNorm(8)"
@@ -168,3 +179,29 @@ def test_vllm_config_is_followed_through_the_expression(tmp_path, config, report
     text = VLLM_LAYER.replace("QUANT", config)
     found = _findings(tmp_path, {"pkg/head.py": text, "pkg/__init__.py": ""})
     assert [f["code"] for f in found] == ["DTL001"] * reported, found
+
+
+LOCAL_CHAIN = textwrap.dedent('''\
+    import torch
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+    def project(x, quant_config):
+        made = ColumnParallelLinear(8, 8, quant_config=QUANT)
+        moved = made.to(torch.float32)
+        return x.to(moved.weight.dtype)
+
+
+    def scale(x):
+        table = torch.ones(8)
+        moved = table.to(torch.float32)
+        return x.to(moved.dtype)
+''')
+
+
+@pytest.mark.parametrize(("config", "reported"), [("quant_config", [8]), ("None", [])])
+def test_a_module_method_on_a_local_layer_is_the_layer(tmp_path, config, reported):
+    """`moved = made.to(...)` with `made` a layer: `moved` is that layer (its config followed);
+    the same call on a tensor local resolves to no layer."""
+    found = _findings(tmp_path, {"pkg/run.py": LOCAL_CHAIN.replace("QUANT", config), "pkg/__init__.py": ""})
+    assert [f["line"] for f in found if f["code"] == "DTL001"] == reported, found

@@ -63,13 +63,8 @@ def local_call(origin: AttrOrigin, element: ast.expr) -> ast.Call | None:
     """The construction an element of a container literal stands for: the call itself, or the
     single-assignment local of the building method it names (`linear_1 = ColumnParallelLinear(...)`
     then `nn.ModuleList([linear_1, act, linear_2])`)."""
-    for leaf in leaves(element):  # `A(...).to(...)`, `(a := A(...))`, `A(...) if c else B(...)`
-        if isinstance(leaf, ast.Name):
-            value = dict(origin.locals).get(leaf.id)
-            leaf = next((v for v in leaves(value) if isinstance(v, ast.Call)), None) if value is not None else None
-        if isinstance(leaf, ast.Call):
-            return leaf
-    return None
+    # `A(...).to(...)`, `(a := A(...))`, `A(...) if c else B(...)`, a local bound to one (`a.cuda()`)
+    return next((leaf for leaf in leaves(element, dict(origin.locals)) if isinstance(leaf, ast.Call)), None)
 
 
 @dataclass(frozen=True)
@@ -432,6 +427,9 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     if isinstance(t, ast.Name):
                         local_values.setdefault(t.id, []).append(node.value)
         single = tuple((k, v[0]) for k, v in local_values.items() if len(v) == 1)
+        # What a local stands for in a construction expression (`proj = A(...)`, `self.proj =
+        # proj.to(...)`); a parameter's name is its annotation's, never a local's (`_origin_of`).
+        construction_locals = {name: bound for name, bound in single if name not in params}
         # Statements that may run more than once: a fill there adds an unknown number of slots.
         repeated = {id(inner) for loop in iter_statements(fn.body)
                     if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
@@ -439,15 +437,12 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         def origins_of(value: ast.expr, attr: str, line: int, how: str) -> list[AttrOrigin]:
             """The constructions `value` may be (a single-assignment local followed to its value)."""
             found = []
-            for leaf in leaves(value):
-                if isinstance(leaf, ast.Name) and leaf.id not in params and leaf.id in dict(single):
-                    leaf = dict(single)[leaf.id]
-                for inner in leaves(leaf):
-                    origin = _origin_of(inner, None, params, resolve, path, line, attr, fn.name,
-                                        frozenset(params), single, lambda q: index.class_location(q) is not None)
-                    if origin is not None:
-                        name = dotted(inner.func) if isinstance(inner, ast.Call) else None
-                        found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
+            for inner in leaves(value, construction_locals):
+                origin = _origin_of(inner, None, params, resolve, path, line, attr, fn.name,
+                                    frozenset(params), single, lambda q: index.class_location(q) is not None)
+                if origin is not None:
+                    name = dotted(inner.func) if isinstance(inner, ast.Call) else None
+                    found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
             return found
         for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
             if cf.quant_root is None:
@@ -494,12 +489,18 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                         cf.param_attrs.setdefault(tgt.attr, value.id)
                 # `X(...) if cond else None`: each branch is a possible origin; `X(...).to(...)`
                 # and `(x := X(...))` are X's construction (construction_forms.leaves).
-                branches = leaves(value) if value is not None else [value]
+                # A single-assignment local stands for its value (`proj = X(...)`, `self.p = proj`).
+                branches = leaves(value, construction_locals) if value is not None else [value]
+                written = {id(part) for part in ast.walk(value)} if value is not None else set()
                 for branch in branches:
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
                                         fn.name, frozenset(params), single,
                                         lambda q: index.class_location(q) is not None)
-                    if origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
+                    if origin is not None and origin.kind == "call" and id(branch) not in written:
+                        # reached through a local: the evidence quotes both statements
+                        origin = replace(origin, how=f"`self.{tgt.attr} = {_short(value)}`, built as "
+                                                     f"`{dotted(branch.func)}(...)` (line {branch.lineno})")
+                    elif origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
                             and branch is not value:  # `nn.Linear(...).to(...)`: say what was unwrapped
                         origin = replace(origin, how=f"{origin.how[:-1]}.{value.func.attr}(...)`")
                     if origin is not None:
@@ -522,6 +523,12 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         else:
             blocks.pop()
     return facts
+
+
+def _short(value: ast.expr, limit: int = 40) -> str:
+    """An expression's source for an evidence line, cut to `limit` characters."""
+    text = ast.unparse(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _single_return(fn) -> ast.expr | None:

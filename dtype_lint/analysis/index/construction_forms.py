@@ -13,6 +13,10 @@ holds that construction (a quantizer replaces or repacks it all the same when th
 - an attribute named by a literal: `self.add_module("proj", Cls(...))`,
   `setattr(self, "proj", Cls(...))`.
 
+The construction may first be bound to a local of the building method (`proj = Cls(...)`, then
+`self.proj = proj.to(...)` or `self.layers.append(proj.cuda())`): `leaves(expr, local_values)`
+follows a single-assignment local to its value, and a module-returning call on such a local.
+
 `leaves(expr)` unwraps the first three; `container_fill(stmt, self_name)` and
 `named_attribute(stmt, self_name)` recognise the statements of the last two. Resolving what they
 give is class_facts.visit_method's and layers.LayerResolver's work.
@@ -21,6 +25,7 @@ give is class_facts.visit_method's and layers.LayerResolver's work.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # `nn.Module` methods that return the module they are called on (so `Cls(...).m(...)` is the
@@ -33,10 +38,16 @@ _SEQUENCE_FILLS = frozenset({"append", "extend", "insert"})
 _NAMED_ADDS = frozenset({"add_module", "register_module"})
 
 
-def leaves(expr: ast.expr) -> list[ast.expr]:
+def leaves(expr: ast.expr, local_values: Mapping[str, ast.expr] | None = None) -> list[ast.expr]:
     """The expressions `expr` may evaluate to, through the module-returning calls, walruses and
     conditionals above (`nn.Linear(...).to(...)` -> [the `nn.Linear(...)` call];
-    `A() if c else None` -> [A(), None]). Anything else is its own one leaf."""
+    `A() if c else None` -> [A(), None]). Anything else is its own one leaf.
+
+    `local_values`: the building method's single-assignment locals (name -> the one value bound);
+    a name among them stands for its value (`proj = A(...)` then `self.proj = proj.to(...)` ->
+    [A(...)]), each name followed once (a local bound to an expression naming itself stops)."""
+    locals_ = local_values or {}
+    followed: set[str] = set()
     found: list[ast.expr] = []
     todo = [expr]
     while todo:
@@ -45,19 +56,33 @@ def leaves(expr: ast.expr) -> list[ast.expr]:
             todo.extend((node.orelse, node.body))  # popped body first: the arms in source order
         elif isinstance(node, ast.NamedExpr):
             todo.append(node.value)
-        elif returns_receiver(node):
-            todo.append(node.func.value)
+        elif isinstance(node, ast.Name) and node.id in locals_ and node.id not in followed:
+            followed.add(node.id)
+            todo.append(locals_[node.id])
+        elif returns_receiver(node, locals_):
+            todo.append(node.func.value)  # type: ignore[attr-defined]  # returns_receiver: a method call
         else:
             found.append(node)
     return found
 
 
-def returns_receiver(node: ast.AST) -> bool:
+def returns_receiver(node: ast.AST, local_values: Mapping[str, ast.expr] | None = None) -> bool:
     """`<construction>.to(...)` and the like: a module-returning method called on an expression
-    that builds a module (a call, a walrus or a conditional, not a name that may be a tensor)."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in MODULE_RETURNING
-            and isinstance(node.func.value, (ast.Call, ast.IfExp, ast.NamedExpr)))
+    that builds a module (a call, a walrus or a conditional, or a local of `local_values`, the
+    building method's single-assignment locals; not any name, which may be a tensor)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MODULE_RETURNING):
+        return False
+    receiver = node.func.value
+    return isinstance(receiver, (ast.Call, ast.IfExp, ast.NamedExpr)) or (
+        isinstance(receiver, ast.Name) and receiver.id in (local_values or {}))
+
+
+def module_method_receiver(node: ast.AST) -> ast.expr | None:
+    """The receiver of any module-returning method call (`x.to(...)`, `x.cuda()`), else None: what
+    the call hands back when the receiver is a module (the resolver's question, not a syntax one)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MODULE_RETURNING:
+        return node.func.value
+    return None
 
 
 @dataclass(frozen=True)
