@@ -75,6 +75,15 @@ SHAPES = {
                            "    self.layers.append(layer.requires_grad_(False))"], "self.layers[0]"),
     "sequential-local-cast": (["first = LAYER", "self.net = nn.Sequential(first.half(), nn.Identity())"],
                               "self.net[0]"),
+    # A local container filled first, then handed to `self` (or wrapped in a module container).
+    "local-list-wrapped": (["layers = []", "for _ in range(3):", "    layers.append(LAYER)",
+                            "self.layers = nn.ModuleList(layers)"], "self.layers[0]"),
+    "local-list-sequential": (["layers = [nn.Identity()]", "layers.append(LAYER)", "layers.append(nn.Identity())",
+                               "self.net = nn.Sequential(*layers)"], "self.net[1]"),
+    "local-module-list": (["layers = nn.ModuleList()", "layers.extend([LAYER])", "self.layers = layers"],
+                          "self.layers[0]"),
+    "local-dict-wrapped": (["heads = {}", 'heads["out"] = LAYER', "self.heads = nn.ModuleDict(heads)"],
+                           'self.heads["out"]'),
 }
 
 LINEAR, NORM = "nn.Linear(8, 8)", "nn.LayerNorm(8)"
@@ -140,6 +149,19 @@ def test_appended_slots_are_counted_in_order(tmp_path):
 def test_plain_list_fill_is_not_a_submodule(tmp_path):
     """A layer appended to a plain list is no registered submodule: no quantizer replaces it."""
     text = _model("append-in-loop", LINEAR).replace("self.layers = nn.ModuleList()", "self.layers = []")
+    assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
+
+
+@pytest.mark.parametrize("read", ["self.net[0]", "self.net[2]"])
+def test_slots_of_a_spliced_local_list_are_counted_in_order(tmp_path, read):
+    """`nn.Sequential(*layers)`: `layers`' own slots, in order; only `[1]` is the linear."""
+    text = _model("local-list-sequential", LINEAR).replace("hidden.to(self.net[1]", f"hidden.to({read}")
+    assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
+
+
+def test_a_local_plain_list_handed_over_is_not_a_submodule(tmp_path):
+    """`self.layers = layers` with `layers = []`: a plain list, whatever it was filled with."""
+    text = _model("local-list-wrapped", LINEAR).replace("self.layers = nn.ModuleList(layers)", "self.layers = layers")
     assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
 
 

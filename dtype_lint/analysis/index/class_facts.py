@@ -17,7 +17,13 @@ from dataclasses import dataclass, field, replace
 
 from dtype_lint.analysis.function_walk import nodes_of
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, dotted, record_import
-from dtype_lint.analysis.index.construction_forms import container_fill, leaves, named_attribute
+from dtype_lint.analysis.index.construction_forms import (
+    MODULE_CONTAINERS,
+    container_fill,
+    handed_locals,
+    leaves,
+    named_attribute,
+)
 from dtype_lint.core import regions, trees
 from dtype_lint.core.findings import Evidence
 from dtype_lint.core.regions import Defs
@@ -453,6 +459,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
                 kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
                 cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
+        local_items = _local_items(construction_locals, self_name, fn.body, repeated, origins_of)
         for node in iter_statements(fn.body):
             fill = container_fill(node, self_name)
             if fill is not None:
@@ -485,6 +492,8 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     continue
                 if value is not None:
                     cf.assigned.setdefault(tgt.attr, []).append(value)
+                    for local in handed_locals(value):  # `self.layers = nn.ModuleList(layers)`
+                        cf.items.setdefault(tgt.attr, []).extend(local_items.get(local, ()))
                     if fn.name == "__init__" and isinstance(value, ast.Name) and value.id in params:
                         cf.param_attrs.setdefault(tgt.attr, value.id)
                 # `X(...) if cond else None`: each branch is a possible origin; `X(...).to(...)`
@@ -523,6 +532,39 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         else:
             blocks.pop()
     return facts
+
+
+def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body: list[ast.stmt],
+                 repeated: set[int], origins_of) -> dict[str, list[ContainerItem]]:
+    """The slots of each local container a method fills before handing it to `self`: `layers = [A(...)]`
+    or `nn.ModuleList()` / `{}`, then `layers.append(B(...))`, `heads["k"] = C(...)` (in statement
+    order; a fill in a loop is uncounted). Only locals bound once to a list, tuple or dict display
+    or a module container call: what `handed_locals` may give to `self.X`."""
+    items: dict[str, list[ContainerItem]] = {}
+    for name, bound in construction_locals.items():
+        if isinstance(bound, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in bound.elts):
+            made = f"`{name}` made with `{{name}}(...)`"
+            items[name] = [ContainerItem(tuple(origins_of(element, name, bound.lineno, made)), None, True)
+                           for element in bound.elts]
+        elif isinstance(bound, ast.Dict):
+            keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in bound.keys]
+            if None not in keys:  # literal string keys only: a `**spread` or a computed key is unknown
+                items[name] = [ContainerItem(tuple(origins_of(element, name, bound.lineno,
+                                                              f"`{name}[{key!r}]` is `{{name}}(...)`")), key, False)
+                               for key, element in zip(keys, bound.values)]
+        elif isinstance(bound, ast.Call) and (dotted(bound.func) or "").rsplit(".", 1)[-1] in MODULE_CONTAINERS \
+                and not bound.args and not bound.keywords:
+            items[name] = []
+    for node in iter_statements(body):
+        fill = container_fill(node, self_name, local=True)
+        if fill is None or fill.attr not in items:
+            continue
+        what = f"`{fill.attr}[{fill.key!r}] = {{name}}(...)`" if fill.key is not None else \
+            f"`{fill.attr}` filled with `{{name}}(...)`"
+        for element in fill.elements:
+            items[fill.attr].append(ContainerItem(tuple(origins_of(element, fill.attr, node.lineno, what)), fill.key,
+                                                  fill.counted and id(node) not in repeated, fill.anywhere))
+    return items
 
 
 def _short(value: ast.expr, limit: int = 40) -> str:

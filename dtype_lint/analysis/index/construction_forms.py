@@ -9,7 +9,9 @@ holds that construction (a quantizer replaces or repacks it all the same when th
 - `A(...) if cond else B(...)`: either arm;
 - a container filled after it is made: `self.layers = nn.ModuleList()` then
   `self.layers.append(Cls(...))` (`.extend([...])`, `.insert(i, ...)`), or `nn.ModuleDict` items
-  `self.heads["k"] = Cls(...)`;
+  `self.heads["k"] = Cls(...)`; or a local list filled first and handed over
+  (`layers = []`, `layers.append(Cls(...))`, `self.layers = nn.ModuleList(layers)` or
+  `nn.Sequential(*layers)`: `handed_locals`);
 - an attribute named by a literal: `self.add_module("proj", Cls(...))`,
   `setattr(self, "proj", Cls(...))`.
 
@@ -33,6 +35,9 @@ from dataclasses import dataclass
 # must itself be a construction (a call, a walrus, a conditional), never a tensor name.
 MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "xpu", "half", "float", "double", "bfloat16",
                               "requires_grad_", "train", "eval", "to_empty", "share_memory"})
+
+# The module containers: what they are filled with is registered as submodules.
+MODULE_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
 
 _SEQUENCE_FILLS = frozenset({"append", "extend", "insert"})
 _NAMED_ADDS = frozenset({"add_module", "register_module"})
@@ -100,15 +105,22 @@ class Fill:
     anywhere: bool = False
 
 
-def container_fill(stmt: ast.stmt, self_name: str) -> Fill | None:
+def container_fill(stmt: ast.stmt, self_name: str, local: bool = False) -> Fill | None:
     """`self.X.append(v)`, `self.X.extend([...])` (or a comprehension), `self.X.insert(i, v)`,
-    `self.X["k"] = v`: the Fill it makes, else None."""
+    `self.X["k"] = v`: the Fill it makes, else None. `local`: the same statements on a local
+    `X` of the method instead (`layers.append(v)`), whose Fill names the local."""
+    if local:
+        def receiver(node: ast.expr) -> str | None:
+            return node.id if isinstance(node, ast.Name) and node.id != self_name else None
+    else:
+        def receiver(node: ast.expr) -> str | None:
+            return _self_attr(node, self_name)
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         call = stmt.value
         func = call.func
         if not (isinstance(func, ast.Attribute) and func.attr in _SEQUENCE_FILLS and not call.keywords):
             return None
-        attr = _self_attr(func.value, self_name)
+        attr = receiver(func.value)
         if attr is None:
             return None
         if func.attr == "append" and len(call.args) == 1:
@@ -124,10 +136,37 @@ def container_fill(stmt: ast.stmt, self_name: str) -> Fill | None:
         return None
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
         target = stmt.targets[0]
-        attr = _self_attr(target.value, self_name)
+        attr = receiver(target.value)
         if attr is not None and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str):
             return Fill(attr, (stmt.value,), target.slice.value, False)
     return None
+
+
+def handed_locals(value: ast.expr) -> list[str]:
+    """The locals whose items `self.X = value` hands to `self.X`: `layers` itself, or the list a
+    module container is made of (`nn.ModuleList(layers)`, `nn.Sequential(*layers)`,
+    `nn.ModuleDict(heads)`), through the expression forms of `leaves`."""
+    names: list[str] = []
+    for leaf in leaves(value):
+        if isinstance(leaf, ast.Name):
+            names.append(leaf.id)
+        elif isinstance(leaf, ast.Call) and _callee_name(leaf.func) in MODULE_CONTAINERS:
+            for arg in leaf.args:
+                inner = arg.value if isinstance(arg, ast.Starred) else arg
+                if isinstance(inner, ast.Name):
+                    names.append(inner.id)
+    return names
+
+
+def spliced_local(element: ast.expr, local_values: Mapping[str, ast.expr]) -> bool:
+    """`*layers` in `nn.Sequential(..., *layers)` with `layers` a single-assignment local bound to a
+    list display: its items are the fills `handed_locals` handed over, not one unknown slot."""
+    return isinstance(element, ast.Starred) and isinstance(element.value, ast.Name) \
+        and isinstance(local_values.get(element.value.id), (ast.List, ast.Tuple))
+
+
+def _callee_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def named_attribute(stmt: ast.stmt, self_name: str) -> tuple[str, ast.expr] | None:
