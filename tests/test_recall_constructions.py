@@ -80,6 +80,8 @@ SHAPES = {
                             "self.layers = nn.ModuleList(layers)"], "self.layers[0]"),
     "local-list-sequential": (["layers = [nn.Identity()]", "layers.append(LAYER)", "layers.append(nn.Identity())",
                                "self.net = nn.Sequential(*layers)"], "self.net[1]"),
+    "local-comprehension-wrapped": (["layers = [LAYER for _ in range(2)]", "self.layers = nn.ModuleList(layers)"],
+                                    "self.layers[1]"),
     "local-module-list": (["layers = nn.ModuleList()", "layers.extend([LAYER])", "self.layers = layers"],
                           "self.layers[0]"),
     "local-dict-wrapped": (["heads = {}", 'heads["out"] = LAYER', "self.heads = nn.ModuleDict(heads)"],

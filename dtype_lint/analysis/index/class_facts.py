@@ -537,15 +537,18 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
 def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body: list[ast.stmt],
                  repeated: set[int], origins_of) -> dict[str, list[ContainerItem]]:
     """The slots of each local container a method fills before handing it to `self`: `layers = [A(...)]`
-    or `nn.ModuleList()` / `{}`, then `layers.append(B(...))`, `heads["k"] = C(...)` (in statement
-    order; a fill in a loop is uncounted). Only locals bound once to a list, tuple or dict display
-    or a module container call: what `handed_locals` may give to `self.X`."""
+    (or a comprehension), `nn.ModuleList()` / `{}`, then `layers.append(B(...))`, `heads["k"] = C(...)` (in statement
+    order; a fill in a loop is uncounted). Only locals bound once to a list, tuple or dict display,
+    a comprehension or a module container call: what `handed_locals` may give to `self.X`."""
     items: dict[str, list[ContainerItem]] = {}
     for name, bound in construction_locals.items():
         if isinstance(bound, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in bound.elts):
             made = f"`{name}` made with `{{name}}(...)`"
             items[name] = [ContainerItem(tuple(origins_of(element, name, bound.lineno, made)), None, True)
                            for element in bound.elts]
+        elif isinstance(bound, (ast.ListComp, ast.GeneratorExp)):  # every item built alike, none counted
+            items[name] = [ContainerItem(tuple(origins_of(bound.elt, name, bound.lineno,
+                                                          f"`{name}` made of `{{name}}(...)`")), None, False)]
         elif isinstance(bound, ast.Dict):
             keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in bound.keys]
             if None not in keys:  # literal string keys only: a `**spread` or a computed key is unknown
