@@ -156,9 +156,12 @@ def test_plain_list_fill_is_not_a_submodule(tmp_path):
 
 @pytest.mark.parametrize("read", ["self.net[0]", "self.net[2]"])
 def test_slots_of_a_spliced_local_list_are_counted_in_order(tmp_path, read):
-    """`nn.Sequential(*layers)`: `layers`' own slots, in order; only `[1]` is the linear."""
+    """`nn.Sequential(*layers)`: `layers`' own slots, in order; only `[1]` is the linear, the
+    others resolve to the `nn.Identity` put there."""
     text = _model("local-list-sequential", LINEAR).replace("hidden.to(self.net[1]", f"hidden.to({read}")
     assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
+    explained = dtl(tmp_path, "explain", f"model.py:{_cast_line(text)}")
+    assert "class: torch.nn.Identity\n" in explained.stdout, explained.stdout + explained.stderr
 
 
 def test_a_local_plain_list_handed_over_is_not_a_submodule(tmp_path):
