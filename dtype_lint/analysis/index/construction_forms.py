@@ -64,8 +64,8 @@ def leaves(expr: ast.expr, local_values: Mapping[str, ast.expr] | None = None) -
         elif isinstance(node, ast.Name) and node.id in locals_ and node.id not in followed:
             followed.add(node.id)
             todo.append(locals_[node.id])
-        elif returns_receiver(node, locals_):
-            todo.append(node.func.value)  # type: ignore[attr-defined]  # returns_receiver: a method call
+        elif (receiver := _constructing_receiver(node, locals_)) is not None:
+            todo.append(receiver)
         else:
             found.append(node)
     return found
@@ -75,11 +75,16 @@ def returns_receiver(node: ast.AST, local_values: Mapping[str, ast.expr] | None 
     """`<construction>.to(...)` and the like: a module-returning method called on an expression
     that builds a module (a call, a walrus or a conditional, or a local of `local_values`, the
     building method's single-assignment locals; not any name, which may be a tensor)."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MODULE_RETURNING):
-        return False
-    receiver = node.func.value
-    return isinstance(receiver, (ast.Call, ast.IfExp, ast.NamedExpr)) or (
-        isinstance(receiver, ast.Name) and receiver.id in (local_values or {}))
+    return _constructing_receiver(node, local_values or {}) is not None
+
+
+def _constructing_receiver(node: ast.AST, local_values: Mapping[str, ast.expr]) -> ast.expr | None:
+    """The receiver of `returns_receiver`'s calls, else None."""
+    receiver = module_method_receiver(node)
+    if isinstance(receiver, (ast.Call, ast.IfExp, ast.NamedExpr)) or (
+            isinstance(receiver, ast.Name) and receiver.id in local_values):
+        return receiver
+    return None
 
 
 def module_method_receiver(node: ast.AST) -> ast.expr | None:
