@@ -33,6 +33,7 @@ RELEASE_FIXTURES = {
     "aphrodite_0241": ("aphrodite-engine", "0.24.1"),
     "lmdeploy_0180": ("lmdeploy", "0.18.0"),
     "transformers_5230": ("transformers", "5.23.0"),
+    "transformers_5250": ("transformers", "5.25.0"),
     "diffusers_0421": ("diffusers", "0.42.1"),
     "peft_0212": ("peft", "0.21.2"),
 }
@@ -95,6 +96,12 @@ def transformers_5230() -> Path:
 
 
 @pytest.fixture(scope="session")
+def transformers_5250() -> Path:
+    """Root of transformers 5.25.0's `.py` tree: layers built by expressions (#39)."""
+    return _release("transformers", "5.25.0")
+
+
+@pytest.fixture(scope="session")
 def diffusers_0421() -> Path:
     """Root of diffusers 0.42.1's `.py` tree: Hugging Face model code (docs/hf.md)."""
     return _release("diffusers", "0.42.1")
@@ -136,6 +143,7 @@ SLOW_MODULES = {
     "test_guard_bnb.py": "the run-time guard on real bitsandbytes, HF models and peft (the `hf` extra)",
     "test_hf_upstream.py": "HF patch series (git am, compile)",
     "test_budget.py": "the CI budget, run in pytest subprocesses",
+    "test_recall_real_trees.py": "real-world trees (transformers 5.25.0's built-then-cast and appended layers)",
     "test_peft_family.py": "real bitsandbytes 4/8-bit on CPU and peft itself (the `hf` extra), the peft tree",
 }
 SLOW_TESTS: dict[str, str] = {

@@ -64,6 +64,28 @@ SHAPES = {
     "add-module": (['self.add_module("proj", LAYER)'], "self.proj"),
     "setattr": (['setattr(self, "proj", LAYER)'], "self.proj"),
     "setattr-cast": (['setattr(self, "proj", LAYER.cuda())'], "self.proj"),
+    "float": (["self.proj = LAYER.float()"], "self.proj"),
+    "eval": (["self.proj = LAYER.eval()"], "self.proj"),
+    # The construction bound to a local of `__init__` first: the local stands for its value.
+    "local": (["proj = LAYER", "self.proj = proj"], "self.proj"),
+    "local-cast": (["proj = LAYER.cuda()", "self.proj = proj"], "self.proj"),
+    "local-then-cast": (["proj = LAYER", "self.proj = proj.to(torch.float32)"], "self.proj"),
+    "local-conditional": (["proj = LAYER if flag else None", "self.proj = proj"], "self.proj"),
+    "append-local-cast": (["self.layers = nn.ModuleList()", "for _ in range(3):", "    layer = LAYER",
+                           "    self.layers.append(layer.requires_grad_(False))"], "self.layers[0]"),
+    "sequential-local-cast": (["first = LAYER", "self.net = nn.Sequential(first.half(), nn.Identity())"],
+                              "self.net[0]"),
+    # A local container filled first, then handed to `self` (or wrapped in a module container).
+    "local-list-wrapped": (["layers = []", "for _ in range(3):", "    layers.append(LAYER)",
+                            "self.layers = nn.ModuleList(layers)"], "self.layers[0]"),
+    "local-list-sequential": (["layers = [nn.Identity()]", "layers.append(LAYER)", "layers.append(nn.Identity())",
+                               "self.net = nn.Sequential(*layers)"], "self.net[1]"),
+    "local-comprehension-wrapped": (["layers = [LAYER for _ in range(2)]", "self.layers = nn.ModuleList(layers)"],
+                                    "self.layers[1]"),
+    "local-module-list": (["layers = nn.ModuleList()", "layers.extend([LAYER])", "self.layers = layers"],
+                          "self.layers[0]"),
+    "local-dict-wrapped": (["heads = {}", 'heads["out"] = LAYER', "self.heads = nn.ModuleDict(heads)"],
+                           'self.heads["out"]'),
 }
 
 LINEAR, NORM = "nn.Linear(8, 8)", "nn.LayerNorm(8)"
@@ -132,6 +154,22 @@ def test_plain_list_fill_is_not_a_submodule(tmp_path):
     assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
 
 
+@pytest.mark.parametrize("read", ["self.net[0]", "self.net[2]"])
+def test_slots_of_a_spliced_local_list_are_counted_in_order(tmp_path, read):
+    """`nn.Sequential(*layers)`: `layers`' own slots, in order; only `[1]` is the linear, the
+    others resolve to the `nn.Identity` put there."""
+    text = _model("local-list-sequential", LINEAR).replace("hidden.to(self.net[1]", f"hidden.to({read}")
+    assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
+    explained = dtl(tmp_path, "explain", f"model.py:{_cast_line(text)}")
+    assert "class: torch.nn.Identity\n" in explained.stdout, explained.stdout + explained.stderr
+
+
+def test_a_local_plain_list_handed_over_is_not_a_submodule(tmp_path):
+    """`self.layers = layers` with `layers = []`: a plain list, whatever it was filled with."""
+    text = _model("local-list-wrapped", LINEAR).replace("self.layers = nn.ModuleList(layers)", "self.layers = layers")
+    assert [f for f in _findings(tmp_path, {"model.py": text}) if f["line"] == _cast_line(text)] == []
+
+
 def test_dict_item_keys_are_told_apart(tmp_path):
     text = _model("module-dict-item", LINEAR).replace(
         "        self.heads[\"out\"] = nn.Linear(8, 8)",
@@ -168,3 +206,29 @@ def test_vllm_config_is_followed_through_the_expression(tmp_path, config, report
     text = VLLM_LAYER.replace("QUANT", config)
     found = _findings(tmp_path, {"pkg/head.py": text, "pkg/__init__.py": ""})
     assert [f["code"] for f in found] == ["DTL001"] * reported, found
+
+
+LOCAL_CHAIN = textwrap.dedent('''\
+    import torch
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+
+
+    def project(x, quant_config):
+        made = ColumnParallelLinear(8, 8, quant_config=QUANT)
+        moved = made.to(torch.float32)
+        return x.to(moved.weight.dtype)
+
+
+    def scale(x):
+        table = torch.ones(8)
+        moved = table.to(torch.float32)
+        return x.to(moved.dtype)
+''')
+
+
+@pytest.mark.parametrize(("config", "reported"), [("quant_config", [8]), ("None", [])])
+def test_a_module_method_on_a_local_layer_is_the_layer(tmp_path, config, reported):
+    """`moved = made.to(...)` with `made` a layer: `moved` is that layer (its config followed);
+    the same call on a tensor local resolves to no layer."""
+    found = _findings(tmp_path, {"pkg/run.py": LOCAL_CHAIN.replace("QUANT", config), "pkg/__init__.py": ""})
+    assert [f["line"] for f in found if f["code"] == "DTL001"] == reported, found

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field, replace
 
 from dtype_lint.analysis.function_walk import nodes_of
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, dotted, record_import
-from dtype_lint.analysis.index.construction_forms import container_fill, leaves, named_attribute
+from dtype_lint.analysis.index.construction_forms import (
+    MODULE_CONTAINERS,
+    container_fill,
+    handed_locals,
+    leaves,
+    named_attribute,
+)
 from dtype_lint.core import regions, trees
 from dtype_lint.core.findings import Evidence
 from dtype_lint.core.regions import Defs
@@ -63,13 +69,8 @@ def local_call(origin: AttrOrigin, element: ast.expr) -> ast.Call | None:
     """The construction an element of a container literal stands for: the call itself, or the
     single-assignment local of the building method it names (`linear_1 = ColumnParallelLinear(...)`
     then `nn.ModuleList([linear_1, act, linear_2])`)."""
-    for leaf in leaves(element):  # `A(...).to(...)`, `(a := A(...))`, `A(...) if c else B(...)`
-        if isinstance(leaf, ast.Name):
-            value = dict(origin.locals).get(leaf.id)
-            leaf = next((v for v in leaves(value) if isinstance(v, ast.Call)), None) if value is not None else None
-        if isinstance(leaf, ast.Call):
-            return leaf
-    return None
+    # `A(...).to(...)`, `(a := A(...))`, `A(...) if c else B(...)`, a local bound to one (`a.cuda()`)
+    return next((leaf for leaf in leaves(element, dict(origin.locals)) if isinstance(leaf, ast.Call)), None)
 
 
 @dataclass(frozen=True)
@@ -432,6 +433,9 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     if isinstance(t, ast.Name):
                         local_values.setdefault(t.id, []).append(node.value)
         single = tuple((k, v[0]) for k, v in local_values.items() if len(v) == 1)
+        # What a local stands for in a construction expression (`proj = A(...)`, `self.proj =
+        # proj.to(...)`); a parameter's name is its annotation's, never a local's (`_origin_of`).
+        construction_locals = {name: bound for name, bound in single if name not in params}
         # Statements that may run more than once: a fill there adds an unknown number of slots.
         repeated = {id(inner) for loop in iter_statements(fn.body)
                     if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
@@ -439,15 +443,12 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         def origins_of(value: ast.expr, attr: str, line: int, how: str) -> list[AttrOrigin]:
             """The constructions `value` may be (a single-assignment local followed to its value)."""
             found = []
-            for leaf in leaves(value):
-                if isinstance(leaf, ast.Name) and leaf.id not in params and leaf.id in dict(single):
-                    leaf = dict(single)[leaf.id]
-                for inner in leaves(leaf):
-                    origin = _origin_of(inner, None, params, resolve, path, line, attr, fn.name,
-                                        frozenset(params), single, lambda q: index.class_location(q) is not None)
-                    if origin is not None:
-                        name = dotted(inner.func) if isinstance(inner, ast.Call) else None
-                        found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
+            for inner in leaves(value, construction_locals):
+                origin = _origin_of(inner, None, params, resolve, path, line, attr, fn.name,
+                                    frozenset(params), single, lambda q: index.class_location(q) is not None)
+                if origin is not None:
+                    name = dotted(inner.func) if isinstance(inner, ast.Call) else None
+                    found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
             return found
         for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
             if cf.quant_root is None:
@@ -458,6 +459,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
                 kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
                 cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
+        local_items = _local_items(construction_locals, self_name, fn.body, repeated, origins_of)
         for node in iter_statements(fn.body):
             fill = container_fill(node, self_name)
             if fill is not None:
@@ -490,16 +492,24 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     continue
                 if value is not None:
                     cf.assigned.setdefault(tgt.attr, []).append(value)
+                    for local in handed_locals(value):  # `self.layers = nn.ModuleList(layers)`
+                        cf.items.setdefault(tgt.attr, []).extend(local_items.get(local, ()))
                     if fn.name == "__init__" and isinstance(value, ast.Name) and value.id in params:
                         cf.param_attrs.setdefault(tgt.attr, value.id)
                 # `X(...) if cond else None`: each branch is a possible origin; `X(...).to(...)`
                 # and `(x := X(...))` are X's construction (construction_forms.leaves).
-                branches = leaves(value) if value is not None else [value]
+                # A single-assignment local stands for its value (`proj = X(...)`, `self.p = proj`).
+                branches = leaves(value, construction_locals) if value is not None else [value]
+                written = {id(part) for part in ast.walk(value)} if value is not None else set()
                 for branch in branches:
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
                                         fn.name, frozenset(params), single,
                                         lambda q: index.class_location(q) is not None)
-                    if origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
+                    if origin is not None and origin.kind == "call" and id(branch) not in written:
+                        # reached through a local: the evidence quotes both statements
+                        origin = replace(origin, how=f"`self.{tgt.attr} = {_short(value)}`, built as "
+                                                     f"`{dotted(branch.func)}(...)` (line {branch.lineno})")
+                    elif origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
                             and branch is not value:  # `nn.Linear(...).to(...)`: say what was unwrapped
                         origin = replace(origin, how=f"{origin.how[:-1]}.{value.func.attr}(...)`")
                     if origin is not None:
@@ -522,6 +532,48 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         else:
             blocks.pop()
     return facts
+
+
+def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body: list[ast.stmt],
+                 repeated: set[int], origins_of) -> dict[str, list[ContainerItem]]:
+    """The slots of each local container a method fills before handing it to `self`: `layers = [A(...)]`
+    (or a comprehension), `nn.ModuleList()` / `{}`, then `layers.append(B(...))`, `heads["k"] = C(...)` (in statement
+    order; a fill in a loop is uncounted). Only locals bound once to a list, tuple or dict display,
+    a comprehension or a module container call: what `handed_locals` may give to `self.X`."""
+    items: dict[str, list[ContainerItem]] = {}
+    for name, bound in construction_locals.items():
+        if isinstance(bound, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in bound.elts):
+            made = f"`{name}` made with `{{name}}(...)`"
+            items[name] = [ContainerItem(tuple(origins_of(element, name, bound.lineno, made)), None, True)
+                           for element in bound.elts]
+        elif isinstance(bound, (ast.ListComp, ast.GeneratorExp)):  # every item built alike, none counted
+            items[name] = [ContainerItem(tuple(origins_of(bound.elt, name, bound.lineno,
+                                                          f"`{name}` made of `{{name}}(...)`")), None, False)]
+        elif isinstance(bound, ast.Dict):
+            keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in bound.keys]
+            if None not in keys:  # literal string keys only: a `**spread` or a computed key is unknown
+                items[name] = [ContainerItem(tuple(origins_of(element, name, bound.lineno,
+                                                              f"`{name}[{key!r}]` is `{{name}}(...)`")), key, False)
+                               for key, element in zip(keys, bound.values)]
+        elif isinstance(bound, ast.Call) and (dotted(bound.func) or "").rsplit(".", 1)[-1] in MODULE_CONTAINERS \
+                and not bound.args and not bound.keywords:
+            items[name] = []
+    for node in iter_statements(body):
+        fill = container_fill(node, self_name, local=True)
+        if fill is None or fill.attr not in items:
+            continue
+        what = f"`{fill.attr}[{fill.key!r}] = {{name}}(...)`" if fill.key is not None else \
+            f"`{fill.attr}` filled with `{{name}}(...)`"
+        for element in fill.elements:
+            items[fill.attr].append(ContainerItem(tuple(origins_of(element, fill.attr, node.lineno, what)), fill.key,
+                                                  fill.counted and id(node) not in repeated, fill.anywhere))
+    return items
+
+
+def _short(value: ast.expr, limit: int = 40) -> str:
+    """An expression's source for an evidence line, cut to `limit` characters."""
+    text = ast.unparse(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _single_return(fn) -> ast.expr | None:

@@ -40,7 +40,12 @@ from dtype_lint.analysis.index.class_facts import (
     storage_method_name,
 )
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.analysis.index.construction_forms import leaves, returns_receiver
+from dtype_lint.analysis.index.construction_forms import (
+    leaves,
+    module_method_receiver,
+    returns_receiver,
+    spliced_local,
+)
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
@@ -132,6 +137,13 @@ class LayerResolver:
             # class a config may reach (construction_forms.leaves)
             found = [self.resolve(leaf, scope, depth + 1, this) for leaf in leaves(expr)]
             return min(found, key=self._rank) if found else Instance(None)
+        receiver = module_method_receiver(expr)
+        if receiver is not None:
+            # `layer.cuda()` with `layer = A(...)`: a module method hands back its module; on a
+            # tensor (the receiver resolves to no class) it is an ordinary call, below
+            owner = self.resolve(receiver, scope, depth + 1, this)
+            if owner.qualname:
+                return owner
         if isinstance(expr, ast.Call):
             if isinstance(expr.func, ast.Attribute) and not expr.args and not expr.keywords:
                 owner = self.resolve(expr.func.value, scope, depth + 1, this)
@@ -227,6 +239,10 @@ class LayerResolver:
             elements, counted = [call.args[0].elt], False  # every element is built the same way
         else:
             return None
+        if kind == "Sequential" and elements and spliced_local(elements[-1], dict(origin.locals)):
+            # `nn.Sequential(*layers)`, `layers` filled before: its items are the class's fills
+            # (class_facts hands them to the attribute), after the literal's own slots
+            elements = elements[:-1]
         if kind != "ModuleDict":
             keys = [None] * len(elements)
             if any(isinstance(element, ast.Starred) for element in elements):
