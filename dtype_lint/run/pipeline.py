@@ -991,6 +991,7 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
                 if own.config is not result.config:
                     configs[path] = own.config
     created = {h.module: h.source for h in helper_of.values() if not h.exists}
+    created.update(_ecosystem_helpers_to_create(todo, index, result.config.root))
     # The fix stage starts from the check stage's findings (fixer.fix_text's `first`).
     by_path: dict[str, list[Finding]] = {}
     for finding in result.findings:
@@ -1016,7 +1017,8 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     result.helper = helper
     result.created_helpers = to_create
     if options.diff:
-        result.diff = _diff(result, to_create, fixes)
+        result.diff = _diff(result, to_create, fixes) + _ecosystem_helpers_diff(index, [ff.outcome for ff in fixes],
+                                                                              result.config.root)
         return
     for location in to_create:
         _create_helper(result.writer, location)
@@ -1096,6 +1098,35 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
                     f"`from {helper.module} import {helper.func}` would not reach the helper in "
                     f"`{os.path.relpath(str(helper.path), root)}`")
     return None
+
+
+def _ecosystem_helpers_to_create(todo: list[Finding], index, root: Path) -> dict[str, str]:
+    """module -> text of each ecosystem helper module the fixes would create (the import graph
+    must know it: importing it runs nothing of the project's, so it closes no cycle)."""
+    created: dict[str, str] = {}
+    for ecosystem_helper in plugins("helper"):
+        for finding in todo:
+            if finding.fix is not None and ecosystem_helper.owns_fix(finding):
+                location = ecosystem_helper.helper_location(finding, index, root)
+                if not location.exists:
+                    created[location.module] = location.source
+    return created
+
+
+def _ecosystem_helpers_diff(index, outcomes, root: Path) -> str:
+    """`--diff`'s view of what settling the ecosystem helpers would write: a new module, or the
+    helper appended to an existing one."""
+    import difflib
+
+    parts = []
+    for ecosystem_helper in plugins("helper"):
+        for path, data, expect in ecosystem_helper.settle_helper(outcomes, index, root):
+            old = [] if expect is None else expect.decode("utf-8").splitlines(keepends=True)
+            parts.append("".join(difflib.unified_diff(
+                old, data.decode("utf-8").splitlines(keepends=True),
+                fromfile="/dev/null" if expect is None else f"a/{os.path.relpath(path)}",
+                tofile=f"b/{os.path.relpath(path)}")))
+    return "".join(parts)
 
 
 def _settle_ecosystem_helpers(result: RunResult, index, outcomes) -> None:
