@@ -164,7 +164,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         found = [f for f in found if _encodable(f.path)]
         index_found = found if whole else [f for f in index_found if _encodable(f.path)]
     files = [f.path for f in found]
-    if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
+    # A bad `helper` setting is an error on every run, not only when fixing; one that pins an
+    # ecosystem's own helper (the HF helper, `get_module_input_dtype(module)`) is that ecosystem's
+    # home, judged where a shared-helper fix needs it (choose_helper).
+    if config.helper and not _pins_ecosystem_helper(config.helper):
         try:
             refuse_template_names(config.helper, config.template)
             configured_location(config, _Paths(index_found))
@@ -1098,6 +1101,11 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
                     f"`from {helper.module} import {helper.func}` would not reach the helper in "
                     f"`{os.path.relpath(str(helper.path), root)}`")
     return None
+
+
+def _pins_ecosystem_helper(helper: str) -> bool:
+    func = helper.partition(":")[2]
+    return any(getattr(ecosystem_helper, "HELPER_NAME", None) == func for ecosystem_helper in plugins("helper"))
 
 
 def _ecosystem_helpers_to_create(todo: list[Finding], index, root: Path) -> dict[str, str]:

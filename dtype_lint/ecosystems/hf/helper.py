@@ -116,6 +116,7 @@ def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | No
 # ---- the helper protocol (ecosystems/registry.py) ----------------------------------------------
 
 HELPER_LABEL = "HF helper"  # as messages name it
+HELPER_NAME = HF_HELPER_NAME  # `helper = "pkg.mod:<this>"` pins this helper's home, not the shared one's
 
 
 def owns_fix(finding) -> bool:
