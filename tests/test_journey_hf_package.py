@@ -204,7 +204,9 @@ def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
     python = env / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    (site / "_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    # `addsitedir`: this interpreter's own .pth files (its dependencies may be linked in that way)
+    (site / "_deps.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n",
+                                    encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                            "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
