@@ -278,3 +278,94 @@ def test_the_fixed_helper_runs_on_every_storage_the_hf_family_names(tmp_path: Pa
     assert helper(layer()) is None
     assert helper(layer(torch.uint8, compute_dtype=torch.bfloat16)) == torch.bfloat16
 
+
+
+# ---- --name-heuristics: a layer known only by its name, in HF model code ---------------------------
+
+BAR = '''\
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from .configuration_foo import FooConfig
+
+
+class BarAttention(nn.Module):
+    def __init__(self, config: FooConfig, o_proj):
+        super().__init__()
+        self.o_proj = o_proj
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.to(self.o_proj.weight.dtype)
+        return self.o_proj(hidden_states)
+
+
+class BarModel(PreTrainedModel):
+    config_class = FooConfig
+
+    def __init__(self, config: FooConfig):
+        super().__init__(config)
+        self.attn = BarAttention(config, nn.Linear(config.hidden_size, config.hidden_size))
+        self.post_init()
+'''
+
+
+def name_heuristics_project(tmp_path: Path, name: str = "named") -> Path:
+    root = project(tmp_path, name)
+    (root / "src/mypkg/modeling_bar.py").write_text(BAR, encoding="utf-8")
+    return root
+
+
+def test_name_heuristics_in_hf_code_speak_the_hf_familys_words_and_use_its_helper(tmp_path: Path):
+    # 33e5fec: "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)" and the vLLM helper,
+    # whose template reads `params_dtype`: AttributeError on Linear4bit / Linear8bitLt
+    root = name_heuristics_project(tmp_path)
+    found = [f for f in findings(root, "--name-heuristics") if f["path"].endswith("modeling_bar.py")]
+    assert len(found) == 1 and found[0]["confidence"] == "low", found
+    assert "bitsandbytes" in found[0]["message"] and not any(
+        word in found[0]["message"] for word in ("Marlin", "NVFP4", "AWQ)")), found[0]["message"]
+    fix(root, "--name-heuristics")
+    fixed = (root / "src/mypkg/modeling_bar.py").read_text(encoding="utf-8")
+    assert "from .module_input_dtype import get_module_input_dtype" in fixed, fixed
+    assert "get_module_input_dtype(self.o_proj)" in fixed
+    assert not list(root.rglob("layer_input_dtype.py"))
+    assert "params_dtype" not in (root / HELPER).read_text(encoding="utf-8")
+
+
+def test_name_heuristics_fix_runs_on_real_bitsandbytes_layers(tmp_path: Path):
+    """The fixed attention, given real Linear4bit / Linear8bitLt, matches its float twin."""
+    pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
+    root = name_heuristics_project(tmp_path)
+    fix(root, "--name-heuristics")
+    script = r"""
+import json, sys
+import torch
+import bitsandbytes as bnb
+sys.path.insert(0, sys.argv[1])
+from mypkg.modeling_bar import BarAttention
+from mypkg.configuration_foo import FooConfig
+
+torch.manual_seed(0)
+linear = torch.nn.Linear(64, 64)
+x = torch.randn(4, 64)
+with torch.no_grad():
+    twin = BarAttention(FooConfig(hidden_size=64), linear)(x)
+    out = {}
+    for kind in ("bnb-4bit", "bnb-8bit"):
+        if kind == "bnb-4bit":
+            layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
+            layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
+        else:
+            layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
+            layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
+        layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
+        got = BarAttention(FooConfig(hidden_size=64), layer.to("cpu"))(x)
+        out[kind] = [str(got.dtype), ((got.float() - twin).norm() / twin.norm()).item()]
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", script, str(root / "src")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["bnb-4bit"][0] == "torch.float32" and out["bnb-4bit"][1] < 0.5, out
+    assert out["bnb-8bit"][0] == "torch.float32" and out["bnb-8bit"][1] < 0.2, out

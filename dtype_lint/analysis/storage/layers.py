@@ -600,8 +600,12 @@ class LayerResolver:
         if name_patterns and not q:
             last = expr_text.rsplit(".", 1)[-1]
             if any(fnmatch.fnmatch(last, p) for p in name_patterns):
-                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve",
-                                        "", 0),)
+                named = (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
+                for family in plugins("family"):  # the family whose code this is speaks for it (optional role)
+                    decided = getattr(family, "named_verdict", lambda *_: None)(self, expr_text, named)
+                    if decided is not None:
+                        return decided
+                return "low", named
         return None
 
     @property
