@@ -35,6 +35,7 @@ class RootMatch:
     subclasses: list[str] = field(default_factory=list)  # tree classes that inherit from it
     importers: list[str] = field(default_factory=list)  # tree modules that import it by name
     why: str = ""  # for a root from the code: what its code does
+    unknown_backends: str = ""  # why the backends handed it cannot be told (its sites: low confidence)
 
     @property
     def matched(self) -> bool:
@@ -101,7 +102,24 @@ def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch
 def diagnose(config: Config, paths: list[str], use_cache: bool = True) -> tuple[RunResult, list[RootMatch]]:
     result = run(config, RunOptions(paths=paths, use_cache=use_cache))
     assert result.index is not None  # a check run always builds its class index (pipeline._run)
-    return result, root_matches(result.index, config)
+    matches = root_matches(result.index, config)
+    _note_unknown_backends(result.index, config, matches)
+    return result, matches
+
+
+def _note_unknown_backends(index: QuantizableLayerIndex, config: Config, matches: list[RootMatch]) -> None:
+    """A root found in the code whose backends the storage model cannot read (its config type
+    has no subclass in the tree): doctor says so, as check reports its sites with low confidence."""
+    from dtype_lint.analysis.storage.catalogue import default_model
+
+    code_roots = [m for m in matches if m.origin == "code" and m.matched]
+    if not code_roots:
+        return
+    model = default_model(ProjectFacts(index, load_file=safe_read), config.all_config_params)
+    for match in code_roots:
+        found = model.undispatched(match.root)
+        if found is not None:
+            match.unknown_backends = found[0]
 
 
 def _settings(config: Config) -> list[tuple[str, object, str]]:
@@ -225,6 +243,8 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
         if match.why:
             lines.append(f"      why: {match.why}")
         lines.append(f"      {'; '.join(parts)}")
+        if match.unknown_backends:
+            lines.append(f"      backends: {match.unknown_backends}; its sites are reported with low confidence")
     unmatched = [m for m in matches if not m.matched]
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")

@@ -92,6 +92,9 @@ def explain(site: str, config_file: str | None = None) -> str:
         else:
             backends = sorted({s.backend for s in storages})
             out.append(f"  backends that can be handed it: {len(backends)}")
+            unknown = model.undispatched(inst.qualname) if not backends else None
+            if unknown is not None:  # not knowing the backends is not "no backend" (never fail open)
+                out.append(f"    {_where(unknown[1])}{unknown[0]}")
             for backend in backends:
                 out.append(f"    {backend}:")
                 for s in sorted((s for s in storages if s.backend == backend), key=lambda s: (s.kind, s.method)):
@@ -105,7 +108,10 @@ def explain(site: str, config_file: str | None = None) -> str:
         # model answers (a non-compute storage, no `weight`), named by the rules that ask them.
         for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
             verdict = resolver.quantizable(inst, text_of, None, need)
-            out.append(f"  {code}: " + ("reported unless a guard dominates the site" if verdict
+            low = bool(verdict) and verdict[0] == "low"
+            out.append(f"  {code}: " + ("reported with low confidence unless a guard dominates the site (the "
+                                         "backends that reach it are not known)" if low
+                                         else "reported unless a guard dominates the site" if verdict
                                          else "not reported (no reachable backend gives such a storage)"))
     return "\n".join(out) + "\n"
 

@@ -42,7 +42,7 @@ from dtype_lint.analysis.index.class_facts import (
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.index.construction_forms import leaves, returns_receiver
 from dtype_lint.analysis.storage.catalogue import default_model
-from dtype_lint.analysis.storage.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
+from dtype_lint.analysis.storage.storage_model import ABSENT, BACKEND_MARK, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import plugins
 
@@ -587,7 +587,7 @@ class LayerResolver:
                     return None
                 storage = self.storage_evidence(q, need)
                 if storage is None:
-                    return None
+                    return self._undispatched(q, inst.chain + evidence)
                 return "high", inst.chain + evidence + storage
             if self.index.class_location(q) is not None:
                 return None  # a class of the scanned tree outside every quantizable hierarchy
@@ -614,6 +614,16 @@ class LayerResolver:
         if model is None:
             model = self._storage_model = default_model(self.project, self.config_params)
         return model
+
+    def _undispatched(self, qualname: str, chain: tuple[Evidence, ...]):
+        """Never fail open: a quantizable layer whose backends the model could not read (not one
+        that reads them and finds none that repacks) is reported with low confidence, the
+        reason in its evidence (and, through BACKEND_MARK, in its message)."""
+        found = self.storage_model.undispatched(qualname)
+        if found is None:
+            return None
+        why, where = found
+        return "low", chain + (Evidence(BACKEND_MARK + why, where.path, where.line),)
 
     def storage_evidence(self, qualname: str, need: str) -> tuple[Evidence, ...] | None:
         """The storages that make a site on an instance of this class a finding, as evidence
