@@ -669,7 +669,11 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
     from dtype_lint.ecosystems.presets import PRESETS
 
     preset = PRESETS[config.preset]["quantizable"]
-    if preset and not any(mentioned(n) for n in preset):
+    # Only where the project uses the preset's engine (a file that can hold a site imports it): an
+    # HF package or another engine's tree is not degraded by lacking vLLM's classes.
+    engines = {n.split(".", 1)[0] for n in preset}
+    uses_engine = any(target.split(".", 1)[0] in engines for target in imported)
+    if preset and uses_engine and not any(mentioned(n) for n in preset):
         out.append(f"none of the `{config.preset}` preset's layer classes is defined or imported here; "
                    "quantizable layers are inferred from the code alone (`preset = \"generic\"` says so "
                    "without this warning)")
