@@ -183,7 +183,10 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
     try:
         loc = configured_location(config, files)
     except HelperError as error:
-        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {error}"]
+        # The preset's default living in an engine the project does not hold (vLLM's, for an HF
+        # package or another engine) is not news where no site needs it: said without its words.
+        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {error}"] if config.helper else \
+            [f"helper: the shared `{func}` (for sites no ecosystem family claims) is not in this project"]
         earlier = existing_inferred(files, config.root)
         if earlier:
             top, base = sorted(earlier.items())[0]
@@ -194,6 +197,20 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
         return lines
     state = "exists" if loc.exists else "would be created by --fix when a site needs it"
     return [f"helper: {module}:{func} ({how}) at {rel(loc.path)}: {state}"]
+
+
+def _family_lines(result: RunResult) -> list[str]:
+    """Each ecosystem family that decided sites in this run: its own paragraph (its helper
+    plug-in's `doctor_lines`, optional): its sites, quantizable roots and where its helper lives."""
+    from dtype_lint.ecosystems.registry import plugins
+
+    lines: list[str] = []
+    findings = [*result.findings, *result.fixed]
+    for ecosystem_helper in plugins("helper"):
+        describe = getattr(ecosystem_helper, "doctor_lines", None)
+        if describe is not None:
+            lines += describe(findings, result.index, result.config.root)
+    return lines
 
 
 def _relto(root: Path):
@@ -249,9 +266,12 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")
         lines += [f"    {m.root} [{m.origin}]" for m in unmatched]
-    if not matched:
+    family_lines = _family_lines(result)
+    if not matched and not family_lines:
         lines.append("  => no class in the tree is quantizable: every site is skipped. Set `quantizable = [...]` "
                      "to your layer classes (those whose weights a quantization backend repacks), or `preset`")
+    if family_lines:
+        lines += ["", *family_lines]
     fixable = sum(1 for f in result.findings if f.fix is not None)
     lines += ["", f"findings: {len(result.findings)} ({fixable} with a fix); `dtype-lint check` lists them"]
     for warning in result.warnings:

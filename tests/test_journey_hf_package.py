@@ -369,3 +369,27 @@ print(json.dumps(out))
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["bnb-4bit"][0] == "torch.float32" and out["bnb-4bit"][1] < 0.5, out
     assert out["bnb-8bit"][0] == "torch.float32" and out["bnb-8bit"][1] < 0.2, out
+
+
+# ---- words: the HF family's own, in check, explain and doctor ---------------------------------------
+
+VLLM_WORDS = ("Marlin", "NVFP4", "vllm preset", "`vllm` preset")
+
+
+def test_check_and_doctor_speak_the_hf_familys_words(tmp_path: Path):
+    # 33e5fec: every run warned that "none of the `vllm` preset's layer classes" is here, and
+    # doctor said "no class in the tree is quantizable: every site is skipped", then "findings: 1"
+    root = project(tmp_path)
+    proc = dtl(root, "check", ".", "--no-cache")
+    assert proc.returncode == 1 and not any(word in proc.stdout + proc.stderr for word in VLLM_WORDS), \
+        proc.stdout + proc.stderr
+    doctor = dtl(root, "doctor", "--no-cache").stdout
+    assert "every site is skipped" not in doctor, doctor
+    assert "family: Hugging Face model code (1 site)" in doctor, doctor
+    assert "quantizable roots: `nn.Linear`" in doctor
+    assert f"helper: mypkg.module_input_dtype:get_module_input_dtype at {HELPER}: would be created by --fix" in doctor
+    assert "findings: 1 (1 with a fix)" in doctor
+    helper_paragraph = doctor.split("\nhelper:", 1)[1].split("\n\n", 1)[0]
+    assert not any(word in helper_paragraph for word in VLLM_WORDS), helper_paragraph
+    fix(root)
+    assert f"at {HELPER}: exists" not in dtl(root, "doctor", "--no-cache").stdout  # no site left: no paragraph

@@ -218,6 +218,11 @@ def model_skips(classes) -> dict[str, list[str]]:
     return out
 
 
+# Every verdict of this family carries evidence saying so (evidence_for, named_verdict): what a
+# finding read back from the cache is known by.
+FAMILY_EVIDENCE = "in Hugging Face model code"
+
+
 def evidence_for(quantizers: list[Quantizer], kind: str, path: str, line: int) -> BackendEvidence:
     what = {LINEAR: "an `nn.Linear`", LINEAR_SUBCLASS: "an `nn.Linear` subclass", CONV1D_HF: "a `Conv1D`",
             EMBEDDING: "an `nn.Embedding`", CONV: "an `nn.Conv*`"}[kind]

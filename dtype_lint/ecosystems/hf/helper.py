@@ -131,3 +131,38 @@ def helper_location(finding, index, root):
 
 
 settle_helper = settle_hf_helper
+
+
+def doctor_lines(findings, index, root) -> list[str]:
+    """`doctor`'s paragraph on this family, where the run found its sites: how many, its
+    quantizable roots, and where its helper lives (or would be created)."""
+    from dtype_lint.ecosystems.hf.family import FAMILY_EVIDENCE
+
+    ours = [f for f in findings if (f.fix is not None and is_hf_fix(f)) or
+            any(FAMILY_EVIDENCE in e.message for e in f.evidence)]
+    if not ours:
+        return []
+    lines = [f"family: Hugging Face model code ({len(ours)} site{'s' if len(ours) != 1 else ''})",
+             "  quantizable roots: `nn.Linear` and its subclasses, `Conv1D`, `nn.Embedding`, `nn.Conv*` in model "
+             "code (files of transformers/diffusers, or a project's subclasses of their model bases): "
+             "bitsandbytes, GPTQ, AWQ, HQQ, FP8, GGUF replace them at load time"]
+    homes: dict[str, object] = {}
+    for finding in ours:
+        if finding.fix is not None and is_hf_fix(finding):
+            location = helper_location(finding, index, root)
+            homes.setdefault(location.module, location)
+    for module, location in sorted(homes.items()):
+        state = "exists" if location.exists else "would be created by --fix"
+        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {_shown(location.path, root)}: {state}")
+    if not homes:
+        lines.append("  helper: none needed (no site here has a fix)")
+    return lines
+
+
+def _shown(path, root) -> str:
+    from pathlib import Path
+
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
