@@ -391,5 +391,10 @@ def test_check_and_doctor_speak_the_hf_familys_words(tmp_path: Path):
     assert "findings: 1 (1 with a fix)" in doctor
     helper_paragraph = doctor.split("\nhelper:", 1)[1].split("\n\n", 1)[0]
     assert not any(word in helper_paragraph for word in VLLM_WORDS), helper_paragraph
+    # explain on the reported line agrees (33e5fec: "quant root: none ...: not quantizable")
+    explained = dtl(root, "explain", f"{MODEL}:14").stdout
+    assert "  family: hf\n" in explained and "in Hugging Face model code" in explained, explained
+    assert "DTL001/DTL002: reported unless a guard dominates the site" in explained
+    assert "not quantizable" not in explained and not any(word in explained for word in VLLM_WORDS)
     fix(root)
     assert f"at {HELPER}: exists" not in dtl(root, "doctor", "--no-cache").stdout  # no site left: no paragraph
