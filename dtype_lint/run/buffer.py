@@ -58,10 +58,9 @@ class Buffer:
     def helper_to_create(self, applied: list[Finding]):
         """The HelperLocation the fixes in `applied` import from, when it does not exist yet
         (so that whoever applies them creates it too); else None."""
+        from dtype_lint.ecosystems.registry import helper_of
         from dtype_lint.fix.helper_home import choose_helper
         from dtype_lint.fix.helper_template import HelperError
-
-        from dtype_lint.ecosystems.registry import helper_of
 
         needing = [f for f in applied if f.fix is not None and f.fix.imports]
         if not needing:
