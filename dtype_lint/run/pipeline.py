@@ -165,7 +165,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         index_found = found if whole else [f for f in index_found if _encodable(f.path)]
     files = [f.path for f in found]
     # A bad `helper` setting is an error on every run, not only when fixing; one that pins an
-    # ecosystem's own helper (the HF helper, `get_module_input_dtype(module)`) is that ecosystem's
+    # ecosystem's own helper (its helper plug-in's `HELPER_NAME`) is that ecosystem's
     # home, judged where a shared-helper fix needs it (choose_helper).
     if config.helper and not _pins_ecosystem_helper(config.helper):
         try:
