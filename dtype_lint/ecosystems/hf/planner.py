@@ -80,7 +80,9 @@ class HFPlanner(Planner):
         configured = module if module and func == HF_HELPER_NAME else default_hf_helper_module(source.module)
         self.module = hf_helper_module(source.module, source.path, configured)
         self.func = HF_HELPER_NAME
-        self.spelled = sibling_spelling(source.module, source.path, self.module, tree)
+        # transformers' and diffusers' own homes keep the absolute import their patch series use.
+        self.spelled = "" if self.module in HF_HELPER_HOMES.values() else \
+            sibling_spelling(source.module, source.path, self.module, tree)
         self._holder = ""  # the layer the helper is given for the site being planned, if not its own
 
     def plan(self, site: Site) -> tuple[Fix | None, str]:
