@@ -191,7 +191,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         index.disk_memo = FactsStore(cache, project)
     with index.reading() as looked:
         wanted = _looked_for(config, index) if index_found else []
-    needles = sorted({_needle(n) for n in wanted})
+    needles = sorted({_needle(n) for n in wanted} | _engine_needles(config, wanted, index))
     # A directory run reads every file anyway: it looks for the names on the way. A run on named
     # files (pre-commit) reads only those, and the rest of the project only when a name is needed.
     full = found is index_found
@@ -518,6 +518,19 @@ def _needle(qualname: str) -> str:
     return f"{qualname.split('.', 1)[0]}:{qualname.rsplit('.', 1)[-1]}"
 
 
+def _engine_needles(config: Config, wanted: list[str], index: QuantizableLayerIndex) -> set[str]:
+    """`top:` for the engine of each preset class looked for, unless the project holds that
+    package itself: a file naming the engine is read for its imports, which decide whether the
+    project uses it (_unmatched_classes's warning)."""
+    return {f"{engine}:" for engine in _preset_engines(config, wanted) if index.modules.get(engine) is None}
+
+
+def _preset_engines(config: Config, wanted: list[str]) -> set[str]:
+    from dtype_lint.ecosystems.presets import PRESETS
+
+    return {n.split(".", 1)[0] for n in PRESETS[config.preset]["quantizable"] if n in wanted}
+
+
 def _might_import(needle: str, text: str, module: str) -> bool:
     """Could a file with this text import the class? An import names the class, and names its
     top-level package too unless it is relative (only possible inside that package)."""
@@ -672,8 +685,12 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
     # Only where the project uses the preset's engine (a file that can hold a site imports it): an
     # HF package or another engine's tree is not degraded by lacking vLLM's classes.
     engines = {n.split(".", 1)[0] for n in preset}
-    uses_engine = any(target.split(".", 1)[0] in engines for target in imported)
-    if preset and uses_engine and not any(mentioned(n) for n in preset):
+
+    def uses_engine() -> bool:
+        return any(target.split(".", 1)[0] in engines for target in imported) or \
+            any(index.modules.get(engine) is not None for engine in engines)
+
+    if preset and not any(mentioned(n) for n in preset) and uses_engine():
         out.append(f"none of the `{config.preset}` preset's layer classes is defined or imported here; "
                    "quantizable layers are inferred from the code alone (`preset = \"generic\"` says so "
                    "without this warning)")
