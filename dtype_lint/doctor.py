@@ -35,6 +35,7 @@ class RootMatch:
     subclasses: list[str] = field(default_factory=list)  # tree classes that inherit from it
     importers: list[str] = field(default_factory=list)  # tree modules that import it by name
     why: str = ""  # for a root from the code: what its code does
+    unknown_backends: str = ""  # why the backends handed it cannot be told (its sites: low confidence)
 
     @property
     def matched(self) -> bool:
@@ -101,7 +102,24 @@ def root_matches(index: QuantizableLayerIndex, config: Config) -> list[RootMatch
 def diagnose(config: Config, paths: list[str], use_cache: bool = True) -> tuple[RunResult, list[RootMatch]]:
     result = run(config, RunOptions(paths=paths, use_cache=use_cache))
     assert result.index is not None  # a check run always builds its class index (pipeline._run)
-    return result, root_matches(result.index, config)
+    matches = root_matches(result.index, config)
+    _note_unknown_backends(result.index, config, matches)
+    return result, matches
+
+
+def _note_unknown_backends(index: QuantizableLayerIndex, config: Config, matches: list[RootMatch]) -> None:
+    """A root found in the code whose backends the storage model cannot read (its config type
+    has no subclass in the tree): doctor says so, as check reports its sites with low confidence."""
+    from dtype_lint.analysis.storage.catalogue import default_model
+
+    code_roots = [m for m in matches if m.origin == "code" and m.matched]
+    if not code_roots:
+        return
+    model = default_model(ProjectFacts(index, load_file=safe_read), config.all_config_params)
+    for match in code_roots:
+        found = model.undispatched(match.root)
+        if found is not None:
+            match.unknown_backends = found[0]
 
 
 def _settings(config: Config) -> list[tuple[str, object, str]]:
@@ -165,7 +183,10 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
     try:
         loc = configured_location(config, files)
     except HelperError as error:
-        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {error}"]
+        # The preset's default living in an engine the project does not hold (vLLM's, for an HF
+        # package or another engine) is not news where no site needs it: said without its words.
+        lines = [f"helper: {module}:{func} ({how}) cannot be used here: {error}"] if config.helper else \
+            [f"helper: the shared `{func}` (for sites no ecosystem family claims) is not in this project"]
         earlier = existing_inferred(files, config.root)
         if earlier:
             top, base = sorted(earlier.items())[0]
@@ -176,6 +197,20 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
         return lines
     state = "exists" if loc.exists else "would be created by --fix when a site needs it"
     return [f"helper: {module}:{func} ({how}) at {rel(loc.path)}: {state}"]
+
+
+def _family_lines(result: RunResult) -> list[str]:
+    """Each ecosystem family that decided sites in this run: its own paragraph (its helper
+    plug-in's `doctor_lines`, optional): its sites, quantizable roots and where its helper lives."""
+    from dtype_lint.ecosystems.registry import plugins
+
+    lines: list[str] = []
+    findings = [*result.findings, *result.fixed]
+    for ecosystem_helper in plugins("helper"):
+        describe = getattr(ecosystem_helper, "doctor_lines", None)
+        if describe is not None:
+            lines += describe(findings, result.index, result.config.root)
+    return lines
 
 
 def _relto(root: Path):
@@ -225,13 +260,18 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
         if match.why:
             lines.append(f"      why: {match.why}")
         lines.append(f"      {'; '.join(parts)}")
+        if match.unknown_backends:
+            lines.append(f"      backends: {match.unknown_backends}; its sites are reported with low confidence")
     unmatched = [m for m in matches if not m.matched]
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")
         lines += [f"    {m.root} [{m.origin}]" for m in unmatched]
-    if not matched:
+    family_lines = _family_lines(result)
+    if not matched and not family_lines:
         lines.append("  => no class in the tree is quantizable: every site is skipped. Set `quantizable = [...]` "
                      "to your layer classes (those whose weights a quantization backend repacks), or `preset`")
+    if family_lines:
+        lines += ["", *family_lines]
     fixable = sum(1 for f in result.findings if f.fix is not None)
     lines += ["", f"findings: {len(result.findings)} ({fixable} with a fix); `dtype-lint check` lists them"]
     for warning in result.warnings:

@@ -80,6 +80,8 @@ def explain(site: str, config_file: str | None = None) -> str:
         for evidence_item in inst.chain:
             out.append(f"    {_where(evidence_item)}{evidence_item.message}")
         out.append(f"  quantization config at its construction: {inst.config}")
+        if _family_decides(resolver, inst, text_of, out):
+            continue
         root = resolver.quant_root(inst.qualname)
         if root is None:
             out.append("  quant root: none (no backend can be handed it): not quantizable")
@@ -92,6 +94,9 @@ def explain(site: str, config_file: str | None = None) -> str:
         else:
             backends = sorted({s.backend for s in storages})
             out.append(f"  backends that can be handed it: {len(backends)}")
+            unknown = model.undispatched(inst.qualname) if not backends else None
+            if unknown is not None:  # not knowing the backends is not "no backend" (never fail open)
+                out.append(f"    {_where(unknown[1])}{unknown[0]}")
             for backend in backends:
                 out.append(f"    {backend}:")
                 for s in sorted((s for s in storages if s.backend == backend), key=lambda s: (s.kind, s.method)):
@@ -105,9 +110,34 @@ def explain(site: str, config_file: str | None = None) -> str:
         # model answers (a non-compute storage, no `weight`), named by the rules that ask them.
         for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
             verdict = resolver.quantizable(inst, text_of, None, need)
-            out.append(f"  {code}: " + ("reported unless a guard dominates the site" if verdict
+            low = bool(verdict) and verdict[0] == "low"
+            out.append(f"  {code}: " + ("reported with low confidence unless a guard dominates the site (the "
+                                         "backends that reach it are not known)" if low
+                                         else "reported unless a guard dominates the site" if verdict
                                          else "not reported (no reachable backend gives such a storage)"))
     return "\n".join(out) + "\n"
+
+
+def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
+    """An ecosystem family that decides this layer (HF model code: the quantizers that replace
+    it at load time), as check's verdict takes it first: its evidence, then what the rules
+    conclude. False where no family speaks for it (the storage model below does)."""
+    from dtype_lint.ecosystems.registry import ecosystem_of, plugins
+
+    for family in plugins("family"):
+        decided = family.verdict(resolver, inst, text_of)
+        if decided is None:
+            continue
+        out.append(f"  family: {ecosystem_of(family)}")
+        if not decided:
+            out.append("    no quantizer of this family replaces it here (storage code, or excluded by the model)")
+            out.append("  DTL001/DTL002: not reported")
+            return True
+        for evidence_item in decided[1][len(inst.chain):]:
+            out.append(f"    {_where(evidence_item)}{evidence_item.message}")
+        out.append("  DTL001/DTL002: reported unless a guard dominates the site")
+        return True
+    return False
 
 
 def _platforms(model, qualname: str) -> list[str]:

@@ -43,7 +43,7 @@ from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.layers import LayerResolver
-from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
+from dtype_lint.analysis.storage.storage_model import ABSENT, backends_unknown, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
@@ -420,6 +420,19 @@ class RuleFacts:
                            self.project.index, self.project.load_file, self.source)
 
 
+class _NoFix:
+    """A planner that plans nothing, saying why; everything else is the wrapped planner's."""
+
+    def __init__(self, planner, reason: str):
+        self._planner, self._reason = planner, reason
+
+    def plan(self, site) -> tuple[None, str]:
+        return None, self._reason
+
+    def __getattr__(self, name: str):
+        return getattr(self._planner, name)
+
+
 # RuleFacts' lazily built answers (what `release` forgets).
 _CACHED = tuple(name for name, value in vars(RuleFacts).items() if isinstance(value, cached_property))
 
@@ -492,6 +505,9 @@ class RuleContext:
         ecosystem's family decided the layer, else the configured helper's."""
         planner = self._fact("fixes")
         family = family_of(evidence)
+        if family is None and backends_unknown(evidence):
+            return _NoFix(planner, "the backends that reach this layer are not known, so no helper is proven to run "
+                                   "on it; route the cast by hand (or set `quantizable`/`preset` for your engine)")
         return self._facts.family_fixes(family) if family is not None else planner
 
     def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:

@@ -147,6 +147,8 @@ SLOW_MODULES = {
     "test_peft_family.py": "real bitsandbytes 4/8-bit on CPU and peft itself (the `hf` extra), the peft tree",
 }
 SLOW_TESTS: dict[str, str] = {
+    "test_journey_hf_package.py::test_name_heuristics_fix_runs": "the --name-heuristics fix run on real bitsandbytes",
+    "test_journey_hf_package.py::test_wheel_": "the fixed HF package built as a wheel, installed fresh, run on real bitsandbytes",
     # "module::test name prefix": why
     "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",
     "test_type_check.py::test_mypy_is_clean": "mypy over the package (half a minute warm, minutes cold)",

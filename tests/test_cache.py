@@ -335,6 +335,10 @@ def test_a_configured_class_imported_elsewhere_is_not_reported(tmp_path: Path, p
 @pytest.mark.parametrize("paths", [(), ("proj/plain.py",)], ids=["directory", "named file"])
 def test_the_preset_warning_needs_the_whole_project(tmp_path: Path, paths):
     root = make(tmp_path / "p", {"proj/plain.py": PLAIN})
+    # A project that never imports vLLM is not told that vLLM's classes are missing (#40) ...
+    assert not any("preset" in w for w in warnings_of(root, *paths))
+    # ... one that imports it (another file than the one named) is.
+    (root / "proj/engine.py").write_text("from vllm import LLM\n")
     assert any("preset" in w for w in warnings_of(root, *paths))
     # A relative import inside a package of that name counts as importing the class.
     (root / "vllm/model_executor/layers").mkdir(parents=True)

@@ -52,6 +52,13 @@ class Fix:
     # Variables the fix assigns in the site's function, fresh there: the fixer verifies that
     # these and the aliases resolve to what the fix meant before anything is written.
     binds: tuple[str, ...] = ()
+    # How each of `imports`' modules is spelled in the fixed file where that is not its dotted
+    # name: a relative `.module_input_dtype` in a package whose files import their siblings so.
+    spelled: tuple[str, ...] = ()
+
+    def spelling(self, i: int) -> str:
+        """The module of import `i` as the fixed file's `from ... import` writes it."""
+        return self.spelled[i] if i < len(self.spelled) and self.spelled[i] else self.imports[i][0]
 
     def local_names(self) -> tuple[tuple[str, str, str], ...]:
         """(module, name, local name) of each import."""
@@ -101,6 +108,7 @@ class Finding:
                 unsafe_reason=fix.get("unsafe_reason", ""),
                 aliases=tuple(fix.get("aliases", ())),
                 binds=tuple(fix.get("binds", ())),
+                spelled=tuple(fix.get("spelled", ())),
             )
         return cls(
             code=d["code"],

@@ -45,7 +45,8 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # backend_words(evidence, default): its quantizers' words for a message;
     # narrowed(...): a verdict narrowed by the family's partial guards (applied to the rules that
     # declare `dtype_site`, dtype_lint/core/rule_registry.py); first_parameter / first_parameter_holder:
-    # `next(iter(M.parameters()))`.
+    # `next(iter(M.parameters()))`. Optional: named_verdict(resolver, expr_text, named): a layer
+    # known only by its name (`--name-heuristics`) in this family's code, as its own low-confidence verdict.
     "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
                "first_parameter", "first_parameter_holder"),
     # PLANNER(source, config, project, tree): the planner of the family's sites.

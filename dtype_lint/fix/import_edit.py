@@ -37,17 +37,25 @@ def _isort_key(name: str) -> tuple:
     return kind, name.lower()
 
 
+def _spelling(s: ast.ImportFrom) -> str:
+    return "." * s.level + (s.module or "")
+
+
 def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asname: str | None = None,
                 style=None) -> Edit | None:
     """`from module import name` (`as asname`: the planner's fresh alias when `name` is taken).
+    `module` may be relative (`.module_input_dtype`): it then goes among the file's relative imports.
     `style`: the project's formatting.ProjectStyle (default: no configuration, the root unknown)."""
     from dtype_lint.core.project_style import ProjectStyle
 
     style = style or ProjectStyle()
     nl = "\n"  # the fixer writes every inserted line break in the file's own style
     block = _leading_block(tree)
-    top_from = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.level == 0 and s.col_offset == 0]
-    if any(s.module == module and any(a.name == name and a.asname == asname for a in s.names) for s in top_from):
+    level = len(module) - len(module.lstrip("."))
+    top_from = [s for s in tree.body if isinstance(s, ast.ImportFrom) and (s.level > 0) == (level > 0)
+                and s.col_offset == 0]
+    if any(_spelling(s) == module and any(a.name == name and a.asname == asname for a in s.names)
+           for s in top_from):
         return None
     if asname is not None:
         name = f"{name} as {asname}"  # isort keeps an aliased import on a line of its own
@@ -65,7 +73,7 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
         off = src.offset(s.end_lineno + 1, 0) if s.end_lineno < len(src.lines) else len(src.text)
         return Edit(off, off, f"from {module} import {name}{nl}")
 
-    same = [s for s in block if s in top_from and s.module == module and alone(s)]
+    same = [s for s in block if s in top_from and _spelling(s) == module and alone(s)]
     for s in same:
         raw = src.line(s.lineno)
         if asname is None and s.lineno == s.end_lineno and "(" not in raw and "#" not in raw and "\\" not in raw \
@@ -77,10 +85,11 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
     if same:
         return after(same[-1])
 
-    top = module.split(".")[0]
-    siblings = [s for s in block if s in top_from and s.module and s.module.split(".")[0] == top and alone(s)]
+    top = module.split(".")[0]  # "" for a relative module: its siblings are the relative imports
+    siblings = [s for s in block if s in top_from and (level or s.module) and
+                _spelling(s).split(".")[0] == top and alone(s)]
     if siblings:
-        before = [s for s in siblings if s.module.lower() < module.lower()]
+        before = [s for s in siblings if _spelling(s).lower() < module.lower()]
         if before:
             return after(before[-1])
         off = src.offset(siblings[0].lineno, 0)
@@ -113,12 +122,13 @@ def _section_of(s: ast.stmt, style) -> int:
 
 def _in_section(src: SourceText, imports: list[ast.stmt], module: str, name: str, style, after, nl: str) -> Edit:
     """The edit that puts the import into its isort section (see the module docstring)."""
-    ours = style.section(module)
+    level = len(module) - len(module.lstrip("."))
+    ours = style.section(module.lstrip("."), level)
     line = f"from {module} import {name}"
     same = [s for s in imports if _section_of(s, style) == ours]
     if same:
         def sort_key(s: ast.stmt):
-            target = s.module if isinstance(s, ast.ImportFrom) else s.names[0].name
+            target = _spelling(s) if isinstance(s, ast.ImportFrom) else s.names[0].name
             plain_first = 0 if style.force_sort_within_sections else (0 if isinstance(s, ast.Import) else 1)
             return plain_first, (target or "").lower()
 

@@ -96,6 +96,7 @@ class Planner:
         self.project = project
         self.tree = tree
         self.module, self.func = config.helper_spec
+        self.spelled = ""  # the module as this file's import writes it, where not `self.module` (relative)
         self.flag_default = "True" if config.fp8_input_default else "False"
         self._import: list[Edit] | None = None
         self._fn_vars: dict[int, set[str]] = {}  # id(function) -> variables given to its sites
@@ -138,7 +139,8 @@ class Planner:
         names = {self.func.lstrip("_") or self.func, *aliases}
         bound, taken, star = module_names(trees.whole_unless_absent(self.tree, names))
         for stmt in self.tree.body:
-            if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == self.module:
+            if isinstance(stmt, ast.ImportFrom) and \
+                    "." * stmt.level + (stmt.module or "") == (self.spelled or self.module):
                 for alias in stmt.names:
                     local = alias.asname or alias.name
                     if alias.name == self.func and bound[local] == 1 and not (star and not local.startswith("_")):
@@ -172,7 +174,7 @@ class Planner:
         """A fix routing through the helper: its edits plus the helper's import. Unsafe, whatever
         the form, when the helper itself is unsound."""
         if self._import is None:
-            edit = import_edit(self.src, self.tree, self.module, self.func,
+            edit = import_edit(self.src, self.tree, self.spelled or self.module, self.func,
                                None if self.name == self.func else self.name,
                                style=project_style(str(self.config.root)))
             self._import = [] if edit is None else [edit]
@@ -189,7 +191,7 @@ class Planner:
             unsafe_reason = (f"`{self.func}` is not proven to cast as `x.to(<layer>.weight.dtype)` did on every "
                              "storage that is not packed: " + "; ".join(self.cast_disagreements))
         return Fix(description, safe, tuple(edits) + tuple(self._import), ((self.module, self.func),), unsafe_reason,
-                   aliases=(self.name,), binds=binds)
+                   aliases=(self.name,), binds=binds, spelled=(self.spelled,) if self.spelled else ())
 
     _fix = helper_fix
 

@@ -67,7 +67,8 @@ def libcst_unavailable() -> LibcstUnavailable | None:
 
 def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     """Raise FixCheckError when a name an applied fix introduced does not resolve as intended."""
-    helpers = {t for f in applied if f.fix is not None for t in f.fix.local_names()}
+    helpers = {(f.fix.spelling(i), func, local) for f in applied if f.fix is not None
+               for i, (_module, func, local) in enumerate(f.fix.local_names())}
     variables = {(f.scope, v) for f in applied if f.fix is not None for v in f.fix.binds}
     if not helpers and not variables:
         return
@@ -256,10 +257,10 @@ def _is_top_level(node, module) -> bool:
 def _imports(node, module: str, func: str, local: str) -> bool:
     cst, _metadata = import_libcst()
 
-    if not isinstance(node, cst.ImportFrom) or node.relative or node.module is None \
-            or isinstance(node.names, cst.ImportStar):
+    if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
         return False
-    if _dotted(node.module) != module:
+    # `module` is as the fix spells it: dotted, or relative (`.module_input_dtype`, Fix.spelled)
+    if "." * len(node.relative) + (_dotted(node.module) if node.module is not None else "") != module:
         return False
     for alias in node.names:
         name = _dotted(alias.name)

@@ -58,12 +58,19 @@ class Buffer:
     def helper_to_create(self, applied: list[Finding]):
         """The HelperLocation the fixes in `applied` import from, when it does not exist yet
         (so that whoever applies them creates it too); else None."""
+        from dtype_lint.ecosystems.registry import helper_of
         from dtype_lint.fix.helper_home import choose_helper
         from dtype_lint.fix.helper_template import HelperError
 
         needing = [f for f in applied if f.fix is not None and f.fix.imports]
         if not needing:
             return None
+        # A fix through an ecosystem's own helper (the HF helper) creates that helper where
+        # `--fix` would, never the shared one.
+        ecosystem_helper = helper_of(needing[0])
+        if ecosystem_helper is not None:
+            location = ecosystem_helper.helper_location(needing[0], self.index, self.config.root)
+            return None if location.exists else location
         try:
             location = choose_helper(self.config, [self.path], needing).location
         except HelperError:

@@ -340,7 +340,7 @@ _FINDING = {"code": _STR, "message": _STR, "path": _STR, "confidence": _STR, "no
             "evidence": [{"message": _STR, "path": _STR, "line": _INT}],
             "fix": {"description": _STR, "safe": _BOOL, "unsafe_reason": _STR,
                     "edits": [{"start": _INT, "end": _INT, "text": _STR}], "imports": [[_STR]],
-                    "aliases": [_STR], "binds": [_STR]}}
+                    "aliases": [_STR], "binds": [_STR], "spelled": [_STR]}}
 
 
 def _finding_shaped(d) -> bool:

@@ -164,7 +164,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         found = [f for f in found if _encodable(f.path)]
         index_found = found if whole else [f for f in index_found if _encodable(f.path)]
     files = [f.path for f in found]
-    if config.helper:  # a bad `helper` setting is an error on every run, not only when fixing
+    # A bad `helper` setting is an error on every run, not only when fixing; one that pins an
+    # ecosystem's own helper (its helper plug-in's `HELPER_NAME`) is that ecosystem's
+    # home, judged where a shared-helper fix needs it (choose_helper).
+    if config.helper and not _pins_ecosystem_helper(config.helper):
         try:
             refuse_template_names(config.helper, config.template)
             configured_location(config, _Paths(index_found))
@@ -188,7 +191,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         index.disk_memo = FactsStore(cache, project)
     with index.reading() as looked:
         wanted = _looked_for(config, index) if index_found else []
-    needles = sorted({_needle(n) for n in wanted})
+    needles = sorted({_needle(n) for n in wanted} | _engine_needles(config, wanted, index))
     # A directory run reads every file anyway: it looks for the names on the way. A run on named
     # files (pre-commit) reads only those, and the rest of the project only when a name is needed.
     full = found is index_found
@@ -515,6 +518,19 @@ def _needle(qualname: str) -> str:
     return f"{qualname.split('.', 1)[0]}:{qualname.rsplit('.', 1)[-1]}"
 
 
+def _engine_needles(config: Config, wanted: list[str], index: QuantizableLayerIndex) -> set[str]:
+    """`top:` for the engine of each preset class looked for, unless the project holds that
+    package itself: a file naming the engine is read for its imports, which decide whether the
+    project uses it (_unmatched_classes's warning)."""
+    return {f"{engine}:" for engine in _preset_engines(config, wanted) if index.modules.get(engine) is None}
+
+
+def _preset_engines(config: Config, wanted: list[str]) -> set[str]:
+    from dtype_lint.ecosystems.presets import PRESETS
+
+    return {n.split(".", 1)[0] for n in PRESETS[config.preset]["quantizable"] if n in wanted}
+
+
 def _might_import(needle: str, text: str, module: str) -> bool:
     """Could a file with this text import the class? An import names the class, and names its
     top-level package too unless it is relative (only possible inside that package)."""
@@ -666,7 +682,15 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
     from dtype_lint.ecosystems.presets import PRESETS
 
     preset = PRESETS[config.preset]["quantizable"]
-    if preset and not any(mentioned(n) for n in preset):
+    # Only where the project uses the preset's engine (a file that can hold a site imports it): an
+    # HF package or another engine's tree is not degraded by lacking vLLM's classes.
+    engines = {n.split(".", 1)[0] for n in preset}
+
+    def uses_engine() -> bool:
+        return any(target.split(".", 1)[0] in engines for target in imported) or \
+            any(index.modules.get(engine) is not None for engine in engines)
+
+    if preset and not any(mentioned(n) for n in preset) and uses_engine():
         out.append(f"none of the `{config.preset}` preset's layer classes is defined or imported here; "
                    "quantizable layers are inferred from the code alone (`preset = \"generic\"` says so "
                    "without this warning)")
@@ -991,6 +1015,7 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
                 if own.config is not result.config:
                     configs[path] = own.config
     created = {h.module: h.source for h in helper_of.values() if not h.exists}
+    created.update(_ecosystem_helpers_to_create(todo, index, result.config.root))
     # The fix stage starts from the check stage's findings (fixer.fix_text's `first`).
     by_path: dict[str, list[Finding]] = {}
     for finding in result.findings:
@@ -1016,7 +1041,8 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     result.helper = helper
     result.created_helpers = to_create
     if options.diff:
-        result.diff = _diff(result, to_create, fixes)
+        result.diff = _diff(result, to_create, fixes) + _ecosystem_helpers_diff(index, [ff.outcome for ff in fixes],
+                                                                              result.config.root)
         return
     for location in to_create:
         _create_helper(result.writer, location)
@@ -1096,6 +1122,40 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
                     f"`from {helper.module} import {helper.func}` would not reach the helper in "
                     f"`{os.path.relpath(str(helper.path), root)}`")
     return None
+
+
+def _pins_ecosystem_helper(helper: str) -> bool:
+    func = helper.partition(":")[2]
+    return any(getattr(ecosystem_helper, "HELPER_NAME", None) == func for ecosystem_helper in plugins("helper"))
+
+
+def _ecosystem_helpers_to_create(todo: list[Finding], index, root: Path) -> dict[str, str]:
+    """module -> text of each ecosystem helper module the fixes would create (the import graph
+    must know it: importing it runs nothing of the project's, so it closes no cycle)."""
+    created: dict[str, str] = {}
+    for ecosystem_helper in plugins("helper"):
+        for finding in todo:
+            if finding.fix is not None and ecosystem_helper.owns_fix(finding):
+                location = ecosystem_helper.helper_location(finding, index, root)
+                if not location.exists:
+                    created[location.module] = location.source
+    return created
+
+
+def _ecosystem_helpers_diff(index, outcomes, root: Path) -> str:
+    """`--diff`'s view of what settling the ecosystem helpers would write: a new module, or the
+    helper appended to an existing one."""
+    import difflib
+
+    parts = []
+    for ecosystem_helper in plugins("helper"):
+        for path, data, expect in ecosystem_helper.settle_helper(outcomes, index, root):
+            old = [] if expect is None else expect.decode("utf-8").splitlines(keepends=True)
+            parts.append("".join(difflib.unified_diff(
+                old, data.decode("utf-8").splitlines(keepends=True),
+                fromfile="/dev/null" if expect is None else f"a/{os.path.relpath(path)}",
+                tofile=f"b/{os.path.relpath(path)}")))
+    return "".join(parts)
 
 
 def _settle_ecosystem_helpers(result: RunResult, index, outcomes) -> None:

@@ -47,7 +47,7 @@ from dtype_lint.analysis.index.construction_forms import (
     spliced_local,
 )
 from dtype_lint.analysis.storage.catalogue import default_model
-from dtype_lint.analysis.storage.storage_model import ABSENT, NON_COMPUTE, StorageModel, storage_evidence
+from dtype_lint.analysis.storage.storage_model import ABSENT, BACKEND_MARK, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import plugins
 
@@ -603,7 +603,7 @@ class LayerResolver:
                     return None
                 storage = self.storage_evidence(q, need)
                 if storage is None:
-                    return None
+                    return self._undispatched(q, inst.chain + evidence)
                 return "high", inst.chain + evidence + storage
             if self.index.class_location(q) is not None:
                 return None  # a class of the scanned tree outside every quantizable hierarchy
@@ -616,8 +616,12 @@ class LayerResolver:
         if name_patterns and not q:
             last = expr_text.rsplit(".", 1)[-1]
             if any(fnmatch.fnmatch(last, p) for p in name_patterns):
-                return "low", (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve",
-                                        "", 0),)
+                named = (Evidence(f"name `{last}` looks like a projection layer; its class did not resolve", "", 0),)
+                for family in plugins("family"):  # the family whose code this is speaks for it (optional role)
+                    decided = getattr(family, "named_verdict", lambda *_: None)(self, expr_text, named)
+                    if decided is not None:
+                        return decided
+                return "low", named
         return None
 
     @property
@@ -626,6 +630,16 @@ class LayerResolver:
         if model is None:
             model = self._storage_model = default_model(self.project, self.config_params)
         return model
+
+    def _undispatched(self, qualname: str, chain: tuple[Evidence, ...]):
+        """Never fail open: a quantizable layer whose backends the model could not read (not one
+        that reads them and finds none that repacks) is reported with low confidence, the
+        reason in its evidence (and, through BACKEND_MARK, in its message)."""
+        found = self.storage_model.undispatched(qualname)
+        if found is None:
+            return None
+        why, where = found
+        return "low", chain + (Evidence(BACKEND_MARK + why, where.path, where.line),)
 
     def storage_evidence(self, qualname: str, need: str) -> tuple[Evidence, ...] | None:
         """The storages that make a site on an instance of this class a finding, as evidence

@@ -60,6 +60,14 @@ from dtype_lint.dtypes.storage_formats import (
 NON_COMPUTE = "non-compute"
 # The evidence of a storage starts with this, so a message can name the backends (`why_storage`).
 BACKEND_MARK = "backend: "
+# A verdict that reports a layer whose backends could not be read (CodeBackends.undispatched).
+UNKNOWN_BACKENDS = "which backends reach it cannot be told"
+
+
+def backends_unknown(evidence) -> bool:
+    """Does this verdict's evidence say the layer's backends could not be read? No helper is then
+    proven to run on its layers (the shared template reads `params_dtype`): no fix is offered."""
+    return any(e.message.startswith(BACKEND_MARK + UNKNOWN_BACKENDS) for e in evidence or ())
 # Module sources (text lines and parsed methods) kept at once. One engine's quantization package
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
 # instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
@@ -158,6 +166,15 @@ class StorageModel:
             if got is not None:
                 return self.narrowing.narrowing().evidence() if self._narrowed(layer_class, got, family) is not None \
                     else None
+        return None
+
+    def undispatched(self, layer_class: str) -> tuple[str, Evidence] | None:
+        """Why no backend was found for this class because none could be read, not because none
+        gives such a storage (CodeBackends.undispatched); None otherwise."""
+        for family in self.families:
+            reason = getattr(family, "undispatched", lambda _class: None)(layer_class)
+            if reason is not None:
+                return reason
         return None
 
     def find(self, layer_class: str, need: str, limit: int = 2) -> list[Storage] | None:
@@ -345,6 +362,19 @@ class CodeBackends:
                     break
             return summarize(found, need)
         return self._memo(("find", layer_class, need, limit), build)
+
+    def undispatched(self, layer_class: str) -> tuple[str, Evidence] | None:
+        """(why, where) the backends handed this class cannot be told, or None: its config type
+        resolves in the tree but no class there subclasses it (a plain dataclass, TensorRT-LLM's
+        shape), so the quant methods it reaches are chosen by code this model does not read (a
+        module-level `get_quant_method(quant_config)`). Not knowing them is not "no backend"."""
+        base = self._config_base(layer_class)
+        if base is None or next(iter(self._iter_configs(layer_class)), None) is not None:
+            return None
+        loc = self.index.class_location(base)
+        where = Evidence("", loc[0].path, loc[0].classes[loc[1]][1]) if loc else Evidence("", "", 0)
+        return (f"{UNKNOWN_BACKENDS}: its config type `{base}` has no subclass in the "
+                "tree, so its quant methods are chosen elsewhere"), where
 
     def backends(self, layer_class: str) -> list[str] | None:
         """The config classes that may be handed an instance of this class (None: not found)."""

@@ -218,6 +218,11 @@ def model_skips(classes) -> dict[str, list[str]]:
     return out
 
 
+# Every verdict of this family carries evidence saying so (evidence_for, named_verdict): what a
+# finding read back from the cache is known by.
+FAMILY_EVIDENCE = "in Hugging Face model code"
+
+
 def evidence_for(quantizers: list[Quantizer], kind: str, path: str, line: int) -> BackendEvidence:
     what = {LINEAR: "an `nn.Linear`", LINEAR_SUBCLASS: "an `nn.Linear` subclass", CONV1D_HF: "a `Conv1D`",
             EMBEDDING: "an `nn.Embedding`", CONV: "an `nn.Conv*`"}[kind]
@@ -507,6 +512,26 @@ def verdict(resolver, inst, expr_text: str):
                   for e in inst.chain)
     where = chain[0] if chain else Evidence("", resolver.path, 0)
     return "high", (*chain, evidence_for(quantizers, kind, where.path, where.line))
+
+
+def named_verdict(resolver, expr_text: str, named: tuple):
+    """A layer whose class did not resolve and whose name looks like a projection (the
+    `--name-heuristics` verdict, `named` its evidence), in Hugging Face model code: most likely an
+    `nn.Linear`, which the HF quantizers replace, so the finding is this family's (its words, its
+    helper: the shared helper's template reads `params_dtype`, which bitsandbytes layers lack).
+    None where the file is not HF model code."""
+    libraries = hf_model_file(resolver)
+    if not libraries or "peft" in libraries and len(libraries) == 1:
+        return None
+    module = hf_module(resolver)
+    attr = re.sub(r"\[.*\]$", "", expr_text).rsplit(".", 1)[-1]
+    quantizers = reaching(libraries, LINEAR, attr, {}, module)
+    if not quantizers:
+        return None
+    storages = tuple((q.name, q.storage) for q in quantizers)
+    note = BackendEvidence(f"if it is an `nn.Linear` in Hugging Face model code: replaced at load time by "
+                           f"{storage_phrase(storages)}", "", 0, storages)
+    return "low", (*named, note)
 
 
 def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):

@@ -18,6 +18,20 @@ Its home is where the project keeps shared torch utilities (`HF_HELPER_HOMES`).
 HF_HELPER_NAME = "get_module_input_dtype"
 # Where transformers and diffusers keep shared torch utilities.
 HF_HELPER_HOMES = {"transformers": "transformers.pytorch_utils", "diffusers": "diffusers.utils.torch_utils"}
+# The helper's own module in a project built on them: inside the package of the fixed file (its
+# wheel then ships it), named for the function as the shared helper's `layer_input_dtype` is.
+HF_HELPER_MODULE = "module_input_dtype"
+# A top-level module (a script beside its helper, not in a package): the folder's own module.
+LOOSE_HF_HELPER_MODULE = "hf_utils"
+
+
+def default_hf_helper_module(source_module: str) -> str:
+    """Where the HF helper goes for a file of a project that did not set `helper`: its top-level
+    package's `module_input_dtype` (a wheel of that package ships it; each package of a monorepo
+    gets its own), or `hf_utils` beside a top-level module."""
+    if "." not in source_module:
+        return LOOSE_HF_HELPER_MODULE
+    return f"{source_module.split('.', 1)[0]}.{HF_HELPER_MODULE}"
 
 HF_HELPER_SOURCE = '''\
 def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
@@ -51,8 +65,22 @@ def hf_helper_location(module: str, index, root):
     header = index.modules.get(module) if index is not None else None
     if header is not None:
         return HelperLocation(module, HF_HELPER_NAME, Path(header.path), True)
-    path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
-    return HelperLocation(module, HF_HELPER_NAME, path, False, "import torch\n\n\n" + HF_HELPER_SOURCE)
+    return HelperLocation(module, HF_HELPER_NAME, new_helper_path(module, index, root), False, NEW_HF_HELPER_TEXT)
+
+
+NEW_HF_HELPER_TEXT = "import torch\n\n\n" + HF_HELPER_SOURCE
+
+
+def new_helper_path(module: str, index, root):
+    """The file a new helper module is created as: beside the package it belongs to, wherever
+    that package lives (`src/mypkg/module_input_dtype.py` in a src/ layout), else under the root."""
+    from pathlib import Path
+
+    package, _, name = module.rpartition(".")
+    header = index.modules.get(package) if index is not None and package else None
+    if header is not None and Path(header.path).name == "__init__.py":
+        return Path(header.path).parent / f"{name}.py"
+    return Path(root).joinpath(*module.split(".")).with_suffix(".py")
 
 
 def is_hf_fix(finding) -> bool:
@@ -74,8 +102,7 @@ def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | No
     for module in homes:
         header = index.modules.get(module)
         if header is None:
-            path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
-            out.append((str(path), ("import torch\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), None))
+            out.append((str(new_helper_path(module, index, root)), NEW_HF_HELPER_TEXT.encode("utf-8"), None))
             continue
         data = Path(header.path).read_bytes()
         text = data.decode("utf-8")
@@ -89,6 +116,7 @@ def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | No
 # ---- the helper protocol (ecosystems/registry.py) ----------------------------------------------
 
 HELPER_LABEL = "HF helper"  # as messages name it
+HELPER_NAME = HF_HELPER_NAME  # `helper = "pkg.mod:<this>"` pins this helper's home, not the shared one's
 
 
 def owns_fix(finding) -> bool:
@@ -103,3 +131,38 @@ def helper_location(finding, index, root):
 
 
 settle_helper = settle_hf_helper
+
+
+def doctor_lines(findings, index, root) -> list[str]:
+    """`doctor`'s paragraph on this family, where the run found its sites: how many, its
+    quantizable roots, and where its helper lives (or would be created)."""
+    from dtype_lint.ecosystems.hf.family import FAMILY_EVIDENCE
+
+    ours = [f for f in findings if (f.fix is not None and is_hf_fix(f)) or
+            any(FAMILY_EVIDENCE in e.message for e in f.evidence)]
+    if not ours:
+        return []
+    lines = [f"family: Hugging Face model code ({len(ours)} site{'s' if len(ours) != 1 else ''})",
+             "  quantizable roots: `nn.Linear` and its subclasses, `Conv1D`, `nn.Embedding`, `nn.Conv*` in model "
+             "code (files of transformers/diffusers, or a project's subclasses of their model bases): "
+             "bitsandbytes, GPTQ, AWQ, HQQ, FP8, GGUF replace them at load time"]
+    homes: dict[str, object] = {}
+    for finding in ours:
+        if finding.fix is not None and is_hf_fix(finding):
+            location = helper_location(finding, index, root)
+            homes.setdefault(location.module, location)
+    for module, location in sorted(homes.items()):
+        state = "exists" if location.exists else "would be created by --fix"
+        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {_shown(location.path, root)}: {state}")
+    if not homes:
+        lines.append("  helper: none needed (no site here has a fix)")
+    return lines
+
+
+def _shown(path, root) -> str:
+    from pathlib import Path
+
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)

@@ -25,7 +25,7 @@ import re
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER, is_pure
 from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.ecosystems.hf.family import NO_WEIGHT, StorageReader, hf_module
-from dtype_lint.ecosystems.hf.helper import HF_HELPER_HOMES, HF_HELPER_NAME
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_HOMES, HF_HELPER_NAME, default_hf_helper_module
 from dtype_lint.fix.bound_names import fresh, identifiers
 from dtype_lint.fix.planner import Planner, Site
 
@@ -43,12 +43,46 @@ def hf_helper_module(source_module: str, path: str, configured: str) -> str:
     return configured
 
 
+def sibling_spelling(source_module: str, path: str, helper_module: str, tree: ast.Module) -> str:
+    """The helper's module as a relative import (`.module_input_dtype`, `..module_input_dtype`)
+    where the file imports modules of its own package relatively and never absolutely, as the
+    package's files import their siblings; "" (absolute) otherwise, or where the helper is not
+    in the file's top-level package."""
+    top = source_module.split(".", 1)[0]
+    if "." not in helper_module or helper_module.split(".", 1)[0] != top:
+        return ""
+    relative = absolute = 0
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom):
+            relative += stmt.level > 0
+            absolute += stmt.level == 0 and (stmt.module or "").split(".", 1)[0] == top
+        elif isinstance(stmt, ast.Import):
+            absolute += any(alias.name.split(".", 1)[0] == top for alias in stmt.names)
+    if not relative or absolute:
+        return ""
+    package = source_module.split(".")
+    if not path.replace("\\", "/").endswith("/__init__.py"):
+        package = package[:-1]  # a module's relative imports start from its package
+    target = helper_module.split(".")
+    common = 0
+    while common < min(len(package), len(target) - 1) and package[common] == target[common]:
+        common += 1
+    return "." * (len(package) - common + 1) + ".".join(target[common:])
+
+
 class HFPlanner(Planner):
     def __init__(self, source, config, project, tree):
         super().__init__(source, config, project, tree)
-        configured = config.helper.split(":")[0] if config.helper else "hf_utils"
+        # `helper` names the HF helper's home only when it names the HF helper: a pinned shared
+        # helper (`pkg.layer_input_dtype:get_layer_input_dtype`) is another family's, whose
+        # template would not run on bitsandbytes layers; its module is not shared with it.
+        module, _, func = (config.helper or "").partition(":")
+        configured = module if module and func == HF_HELPER_NAME else default_hf_helper_module(source.module)
         self.module = hf_helper_module(source.module, source.path, configured)
         self.func = HF_HELPER_NAME
+        # transformers' and diffusers' own homes keep the absolute import their patch series use.
+        self.spelled = "" if self.module in HF_HELPER_HOMES.values() else \
+            sibling_spelling(source.module, source.path, self.module, tree)
         self._holder = ""  # the layer the helper is given for the site being planned, if not its own
 
     def plan(self, site: Site) -> tuple[Fix | None, str]:

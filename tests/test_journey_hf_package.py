@@ -1,0 +1,400 @@
+"""The user's own project, end to end (#40): a Hugging Face-based package with a `src/` layout.
+
+`fixtures/journeys/hf_package` is `mypkg`: `modeling_foo.py` subclasses `PreTrainedModel`, its
+block holds an `nn.Linear` that bitsandbytes replaces at load time, and casts its input to
+`self.proj.weight.dtype` (uint8 under 4-bit, int8 under 8-bit). The package imports its siblings
+relatively (`from .configuration_foo import FooConfig`).
+
+The journey: `check` reports that site and nothing else; `--fix` creates the HF helper inside
+`mypkg` (at 33e5fec it was a root-level `hf_utils.py` that the wheel does not ship) and imports
+it as the package imports its siblings; `--diff` shows the file it would create; pinning the
+helper as the tool suggests keeps working and never swaps in the vLLM template; the editor's
+quick-fix writes the same files. The slow part (SLOW_TESTS in conftest.py) builds the fixed
+project as a wheel, installs it alone into a fresh environment, imports it, and runs the fixed
+model with real bitsandbytes 4-bit and 8-bit layers on CPU against its unquantized twin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from cli_runner import dtl
+from tiny_project import tree_bytes, write_tree
+
+from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "fixtures" / "journeys" / "hf_package"
+MODEL = "src/mypkg/modeling_foo.py"
+HELPER = "src/mypkg/module_input_dtype.py"
+
+
+def project(tmp_path: Path, name: str = "proj") -> Path:
+    root = tmp_path / name
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def findings(root: Path, *args: str) -> list[dict]:
+    proc = dtl(root, "check", ".", "--no-cache", "--output-format", "json", *args)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["findings"]
+
+
+def fix(root: Path, *args: str) -> subprocess.CompletedProcess:
+    proc = dtl(root, "check", ".", "--fix", "--no-cache", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_check_reports_the_planted_site_and_nothing_else(tmp_path: Path):
+    found = findings(project(tmp_path))
+    assert [(Path(f["path"]).as_posix().split("proj/")[-1], f["line"], f["code"]) for f in found] == \
+        [(MODEL, 14, "DTL001")], found
+
+
+def test_fix_creates_the_helper_inside_the_package_imported_as_its_siblings_are(tmp_path: Path):
+    # 33e5fec: `from hf_utils import get_module_input_dtype` and a root-level hf_utils.py
+    root = project(tmp_path)
+    fix(root)
+    fixed = (root / MODEL).read_text(encoding="utf-8")
+    assert "from .module_input_dtype import get_module_input_dtype\n" in fixed, fixed
+    assert "hf_utils" not in fixed and not (root / "hf_utils.py").exists()
+    assert (root / HELPER).read_text(encoding="utf-8") == "import torch\n\n\n" + HF_HELPER_SOURCE
+    compile(fixed, MODEL, "exec")
+    # Fixed, the project checks clean, and a second `--fix` changes nothing.
+    assert findings(root) == []
+    before = tree_bytes(root)
+    fix(root)
+    assert tree_bytes(root) == before
+
+
+def test_a_package_that_imports_its_siblings_absolutely_gets_an_absolute_import(tmp_path: Path):
+    root = project(tmp_path)
+    model = root / MODEL
+    model.write_text(model.read_text(encoding="utf-8").replace(
+        "from .configuration_foo import", "from mypkg.configuration_foo import"), encoding="utf-8")
+    fix(root)
+    fixed = model.read_text(encoding="utf-8")
+    assert "from mypkg.module_input_dtype import get_module_input_dtype\n" in fixed, fixed
+    assert "from .module_input_dtype" not in fixed and (root / HELPER).is_file()
+
+
+def test_a_model_in_a_subpackage_reaches_the_helper_of_its_top_level_package(tmp_path: Path):
+    root = project(tmp_path)
+    sub = root / "src/mypkg/models/foo"
+    sub.mkdir(parents=True)
+    for name in ("src/mypkg/models/__init__.py", "src/mypkg/models/foo/__init__.py"):
+        (root / name).write_text("", encoding="utf-8")
+    (root / MODEL).rename(sub / "modeling_foo.py")
+    (root / "src/mypkg/configuration_foo.py").rename(sub / "configuration_foo.py")
+    (root / "src/mypkg/__init__.py").write_text("from .models.foo.modeling_foo import FooModel\n", encoding="utf-8")
+    fix(root)
+    fixed = (sub / "modeling_foo.py").read_text(encoding="utf-8")
+    assert "from ...module_input_dtype import get_module_input_dtype\n" in fixed, fixed
+    assert (root / HELPER).is_file() and not (sub / "module_input_dtype.py").exists()
+
+
+def test_diff_shows_the_helper_it_would_create_and_writes_nothing(tmp_path: Path):
+    # 33e5fec: the diff showed only the model's edit; the helper's file appeared only with --fix
+    root = project(tmp_path)
+    before = tree_bytes(root)
+    proc = dtl(root, "check", ".", "--diff", "--no-cache")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert tree_bytes(root) == before
+    assert f"--- /dev/null\n+++ b/{HELPER}\n" in proc.stdout, proc.stdout
+    shown = "".join(line[1:] + "\n" for line in proc.stdout.split(f"+++ b/{HELPER}\n", 1)[1].splitlines()
+                    if line.startswith("+"))
+    fix(root)
+    assert shown == (root / HELPER).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("pinned", ["mypkg.module_input_dtype:get_module_input_dtype",
+                                    "mypkg.layer_input_dtype:get_layer_input_dtype"])
+def test_pinning_the_helper_keeps_the_hf_helper_and_its_template(tmp_path: Path, pinned: str):
+    """Pinned as the HF helper, that module is its home; pinned as the shared (vLLM-style)
+    helper, the HF sites keep their own helper: the vLLM template reads `params_dtype`, which
+    bitsandbytes layers do not have."""
+    root = project(tmp_path)
+    with open(root / "pyproject.toml", "a", encoding="utf-8") as pyproject:
+        pyproject.write(f'\n[tool.dtype-lint]\nhelper = "{pinned}"\n')
+    fix(root)
+    assert (root / HELPER).read_text(encoding="utf-8") == "import torch\n\n\n" + HF_HELPER_SOURCE
+    assert not (root / "src/mypkg/layer_input_dtype.py").exists()
+    assert "from .module_input_dtype import get_module_input_dtype" in (root / MODEL).read_text(encoding="utf-8")
+    # The next run with the pin is clean (33e5fec: exit 2, "appeared while this run was creating it").
+    assert dtl(root, "check", ".", "--fix", "--no-cache").returncode == 0
+
+
+def test_the_editor_quick_fix_writes_the_same_files_as_fix(tmp_path: Path):
+    # 33e5fec: the quick-fix imported `hf_utils` but created `mypkg/layer_input_dtype.py`
+    from pygls.uris import to_fs_path
+    from test_trust_round3_server import Editor, open_document, quick_fix, start
+
+    root = project(tmp_path, "ws")
+    server, _ = start(root)
+    uri = open_document(server, root / MODEL)
+    action = quick_fix(server, uri)
+    assert action is not None
+    editor = Editor()
+    original = (root / MODEL).read_text(encoding="utf-8")
+    editor.open = {uri: (1, original)}
+    assert editor.apply(action.edit)
+    Path(to_fs_path(uri)).write_text(editor.open[uri][1], encoding="utf-8")
+    by_cli = project(tmp_path, "cli")
+    fix(by_cli)
+    assert tree_bytes(root) == tree_bytes(by_cli)
+
+
+# ---- slow: the fixed project as a wheel, and run on real bitsandbytes layers ----------------------
+
+RUN_MODEL = r"""
+import json, sys
+import torch
+import bitsandbytes as bnb
+import mypkg
+from mypkg.configuration_foo import FooConfig
+
+assert "/src/" not in mypkg.__file__, mypkg.__file__  # the installed wheel, not the checkout
+torch.manual_seed(0)
+model = mypkg.FooModel(FooConfig(hidden_size=64)).eval()
+linear = model.block.proj
+x = torch.randn(4, 64)
+
+
+def quantized(kind):
+    if kind == "bnb-4bit":
+        layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
+        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
+    else:
+        layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
+        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
+    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
+    return layer.to("cpu")
+
+
+with torch.no_grad():
+    twin = model(x)
+    out = {"module": mypkg.modeling_foo.__file__}
+    for kind in ("bnb-4bit", "bnb-8bit"):
+        model.block.proj = quantized(kind)
+        try:
+            got = model(x)
+            error = ((got.float() - twin).norm() / twin.norm()).item()
+            out[kind] = {"dtype": str(got.dtype), "error": error}
+        except Exception as e:
+            out[kind] = {"raises": f"{type(e).__name__}: {e}"}
+        model.block.proj = linear
+print(json.dumps(out))
+"""
+
+
+def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
+    """A new virtual environment holding the wheel alone; torch, transformers and bitsandbytes
+    come from this interpreter's site-packages through a .pth file (never the checkout)."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    # `addsitedir`: this interpreter's own .pth files (its dependencies may be linked in that way)
+    (site / "_deps.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n",
+                                    encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                           "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return python
+
+
+def build_wheel(root: Path, out: Path) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "-w", str(out), str(root)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = out.glob("mypkg-*.whl")
+    return wheel
+
+
+def run_installed(python: Path, cwd: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    proc = subprocess.run([str(python), "-c", RUN_MODEL], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_wheel_of_the_fixed_project_installs_imports_and_runs_on_bitsandbytes(tmp_path: Path):
+    pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
+    original = project(tmp_path, "original")
+    fixed = project(tmp_path, "fixed")
+    fix(fixed)
+    wheel = build_wheel(fixed, tmp_path / "wheels")
+    import zipfile
+
+    assert "mypkg/module_input_dtype.py" in zipfile.ZipFile(wheel).namelist()
+    python = fresh_environment(tmp_path, wheel)
+    elsewhere = write_tree(tmp_path / "cwd", {"README": "not the project\n"})
+    after = run_installed(python, elsewhere)
+    assert "site-packages" in after["module"], after
+    for kind, tolerance in (("bnb-4bit", 0.5), ("bnb-8bit", 0.2)):
+        assert after[kind].get("dtype") == "torch.float32" and after[kind]["error"] < tolerance, after
+    # The original, built and installed the same way, raised (8-bit) or diverged (4-bit: uint8 out).
+    before = run_installed(fresh_environment(tmp_path / "o", build_wheel(original, tmp_path / "owheels")), elsewhere)
+    assert "raises" in before["bnb-8bit"], before
+    assert before["bnb-4bit"].get("dtype") != "torch.float32" or "raises" in before["bnb-4bit"], before
+
+
+def test_the_fixed_helper_runs_on_every_storage_the_hf_family_names(tmp_path: Path):
+    """The created helper (imported from the fixed package's folder) on every storage: no
+    AttributeError, never an integer or packed dtype, the unquantized path's dtype where the
+    weight is a float wider than a byte."""
+    import torch
+
+    root = project(tmp_path)
+    fix(root)
+    namespace: dict = {}
+    exec(compile((root / HELPER).read_text(encoding="utf-8"), HELPER, "exec"), namespace)
+    helper = namespace["get_module_input_dtype"]
+
+    def layer(dtype=None, **attrs):
+        module = torch.nn.Module()
+        if dtype is not None:
+            module.weight = torch.nn.Parameter(torch.zeros(2, dtype=dtype), requires_grad=False)
+        for key, value in attrs.items():
+            setattr(module, key, value)
+        return module
+
+    expected = {torch.float16: torch.float16, torch.bfloat16: torch.bfloat16, torch.float32: torch.float32,
+                torch.complex64: torch.complex64, torch.float8_e4m3fn: None, torch.int8: None, torch.uint8: None,
+                torch.int32: None}
+    for dtype, want in expected.items():
+        assert helper(layer(dtype)) == want, dtype
+    assert helper(layer()) is None
+    assert helper(layer(torch.uint8, compute_dtype=torch.bfloat16)) == torch.bfloat16
+
+
+
+# ---- --name-heuristics: a layer known only by its name, in HF model code ---------------------------
+
+BAR = '''\
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from .configuration_foo import FooConfig
+
+
+class BarAttention(nn.Module):
+    def __init__(self, config: FooConfig, o_proj):
+        super().__init__()
+        self.o_proj = o_proj
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.to(self.o_proj.weight.dtype)
+        return self.o_proj(hidden_states)
+
+
+class BarModel(PreTrainedModel):
+    config_class = FooConfig
+
+    def __init__(self, config: FooConfig):
+        super().__init__(config)
+        self.attn = BarAttention(config, nn.Linear(config.hidden_size, config.hidden_size))
+        self.post_init()
+'''
+
+
+def name_heuristics_project(tmp_path: Path, name: str = "named") -> Path:
+    root = project(tmp_path, name)
+    (root / "src/mypkg/modeling_bar.py").write_text(BAR, encoding="utf-8")
+    return root
+
+
+def test_name_heuristics_in_hf_code_speak_the_hf_familys_words_and_use_its_helper(tmp_path: Path):
+    # 33e5fec: "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)" and the vLLM helper,
+    # whose template reads `params_dtype`: AttributeError on Linear4bit / Linear8bitLt
+    root = name_heuristics_project(tmp_path)
+    found = [f for f in findings(root, "--name-heuristics") if f["path"].endswith("modeling_bar.py")]
+    assert len(found) == 1 and found[0]["confidence"] == "low", found
+    assert "bitsandbytes" in found[0]["message"] and not any(
+        word in found[0]["message"] for word in ("Marlin", "NVFP4", "AWQ)")), found[0]["message"]
+    fix(root, "--name-heuristics")
+    fixed = (root / "src/mypkg/modeling_bar.py").read_text(encoding="utf-8")
+    assert "from .module_input_dtype import get_module_input_dtype" in fixed, fixed
+    assert "get_module_input_dtype(self.o_proj)" in fixed
+    assert not list(root.rglob("layer_input_dtype.py"))
+    assert "params_dtype" not in (root / HELPER).read_text(encoding="utf-8")
+
+
+def test_name_heuristics_fix_runs_on_real_bitsandbytes_layers(tmp_path: Path):
+    """The fixed attention, given real Linear4bit / Linear8bitLt, matches its float twin."""
+    pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
+    root = name_heuristics_project(tmp_path)
+    fix(root, "--name-heuristics")
+    script = r"""
+import json, sys
+import torch
+import bitsandbytes as bnb
+sys.path.insert(0, sys.argv[1])
+from mypkg.modeling_bar import BarAttention
+from mypkg.configuration_foo import FooConfig
+
+torch.manual_seed(0)
+linear = torch.nn.Linear(64, 64)
+x = torch.randn(4, 64)
+with torch.no_grad():
+    twin = BarAttention(FooConfig(hidden_size=64), linear)(x)
+    out = {}
+    for kind in ("bnb-4bit", "bnb-8bit"):
+        if kind == "bnb-4bit":
+            layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
+            layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
+        else:
+            layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
+            layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
+        layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
+        got = BarAttention(FooConfig(hidden_size=64), layer.to("cpu"))(x)
+        out[kind] = [str(got.dtype), ((got.float() - twin).norm() / twin.norm()).item()]
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", script, str(root / "src")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["bnb-4bit"][0] == "torch.float32" and out["bnb-4bit"][1] < 0.5, out
+    assert out["bnb-8bit"][0] == "torch.float32" and out["bnb-8bit"][1] < 0.2, out
+
+
+# ---- words: the HF family's own, in check, explain and doctor ---------------------------------------
+
+VLLM_WORDS = ("Marlin", "NVFP4", "vllm preset", "`vllm` preset")
+
+
+def test_check_and_doctor_speak_the_hf_familys_words(tmp_path: Path):
+    # 33e5fec: every run warned that "none of the `vllm` preset's layer classes" is here, and
+    # doctor said "no class in the tree is quantizable: every site is skipped", then "findings: 1"
+    root = project(tmp_path)
+    proc = dtl(root, "check", ".", "--no-cache")
+    assert proc.returncode == 1 and not any(word in proc.stdout + proc.stderr for word in VLLM_WORDS), \
+        proc.stdout + proc.stderr
+    doctor = dtl(root, "doctor", "--no-cache").stdout
+    assert "every site is skipped" not in doctor, doctor
+    assert "family: Hugging Face model code (1 site)" in doctor, doctor
+    assert "quantizable roots: `nn.Linear`" in doctor
+    assert f"helper: mypkg.module_input_dtype:get_module_input_dtype at {HELPER}: would be created by --fix" in doctor
+    assert "findings: 1 (1 with a fix)" in doctor
+    helper_paragraph = doctor.split("\nhelper:", 1)[1].split("\n\n", 1)[0]
+    assert not any(word in helper_paragraph for word in VLLM_WORDS), helper_paragraph
+    # explain on the reported line agrees (33e5fec: "quant root: none ...: not quantizable")
+    explained = dtl(root, "explain", f"{MODEL}:14").stdout
+    assert "  family: hf\n" in explained and "in Hugging Face model code" in explained, explained
+    assert "DTL001/DTL002: reported unless a guard dominates the site" in explained
+    assert "not quantizable" not in explained and not any(word in explained for word in VLLM_WORDS)
+    fix(root)
+    assert f"at {HELPER}: exists" not in dtl(root, "doctor", "--no-cache").stdout  # no site left: no paragraph
