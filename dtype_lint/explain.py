@@ -110,7 +110,7 @@ def explain(site: str, config_file: str | None = None) -> str:
         # model answers (a non-compute storage, no `weight`), named by the rules that ask them.
         for code, need in (("DTL001/DTL002", NON_COMPUTE), ("DTL003", ABSENT)):
             verdict = resolver.quantizable(inst, text_of, None, need)
-            low = bool(verdict) and verdict[0] == "low"
+            low = verdict is not None and verdict[0] == "low"
             out.append(f"  {code}: " + ("reported with low confidence unless a guard dominates the site (the "
                                          "backends that reach it are not known)" if low
                                          else "reported unless a guard dominates the site" if verdict

@@ -151,7 +151,7 @@ SLOW_TESTS: dict[str, str] = {
     "test_journey_hf_package.py::test_wheel_": "the fixed HF package built as a wheel, installed fresh, run on real bitsandbytes",
     # "module::test name prefix": why
     "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",
-    "test_type_check.py::test_mypy_is_clean": "mypy over the package (half a minute warm, minutes cold)",
+    "test_type_check.py::test_mypy_is_clean": "mypy over the package (about 20 s of CPU cold)",
     "test_conventions.py::test_generated_helper_test_runs": "pytest in a subprocess against a tree",
     "test_hf_regression.py::test_each_patch_test": "the transformers series' tests, run on the release before and after",
     "test_hf_regression.py::test_committed_series_is_fresh": "the transformers series regenerated (DTL_FULL)",

@@ -15,6 +15,13 @@ activation's dtype; the helper names a dtype only where the module states one:
 Its home is where the project keeps shared torch utilities (`HF_HELPER_HOMES`).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the fix layer imports this module lazily; only the annotations name its class
+    from dtype_lint.fix.helper_template import HelperLocation
+
 HF_HELPER_NAME = "get_module_input_dtype"
 # Where transformers and diffusers keep shared torch utilities.
 HF_HELPER_HOMES = {"transformers": "transformers.pytorch_utils", "diffusers": "diffusers.utils.torch_utils"}
@@ -55,7 +62,7 @@ def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
 '''
 
 
-def hf_helper_location(module: str, index, root):
+def hf_helper_location(module: str, index, root) -> HelperLocation:
     """Where the HF helper `module` is, or is to be created (settle_hf_helper), as a
     HelperLocation: helper_home.reach_problem_for then judges it as it judges the shared helper."""
     from pathlib import Path
@@ -124,7 +131,7 @@ def owns_fix(finding) -> bool:
     return is_hf_fix(finding)
 
 
-def helper_location(finding, index, root):
+def helper_location(finding, index, root) -> HelperLocation:
     """Where the helper a fix imports lives, judged as the shared helper's home is."""
     module = next(module for module, name in finding.fix.imports if name == HF_HELPER_NAME)
     return hf_helper_location(module, index, root)
@@ -146,7 +153,7 @@ def doctor_lines(findings, index, root) -> list[str]:
              "  quantizable roots: `nn.Linear` and its subclasses, `Conv1D`, `nn.Embedding`, `nn.Conv*` in model "
              "code (files of transformers/diffusers, or a project's subclasses of their model bases): "
              "bitsandbytes, GPTQ, AWQ, HQQ, FP8, GGUF replace them at load time"]
-    homes: dict[str, object] = {}
+    homes: dict[str, HelperLocation] = {}
     for finding in ours:
         if finding.fix is not None and is_hf_fix(finding):
             location = helper_location(finding, index, root)
