@@ -51,6 +51,8 @@ __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 NONE, SET, UNKNOWN = "none", "set", "unknown"
 # The torch containers that register the modules put into them.
 _MODULE_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
+# What `nn.Module` resolves to: a value typed only as a module (a model state's `model: nn.Module`).
+GENERIC_MODULES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 # A model class attribute listing the only quantization configs it accepts (vLLM).
 RESTRICTING_ATTR = "supported_quantization_configs"
 
@@ -259,6 +261,8 @@ class LayerResolver:
         found = self.project.attr_origins(owner.qualname, attr)
         if found is None:
             got = self._getter(owner, attr, depth)
+            if got is None and owner.qualname in GENERIC_MODULES:
+                got = self._generic_module_attribute(owner, attr, depth)
             return got if got is not None else Instance(None)
         where, origins = found
         env = self._env_in(owner, where)
@@ -270,6 +274,28 @@ class LayerResolver:
         if best is None:
             return Instance(None)
         return Instance(best.qualname, best.config, best.env, best.chain, best.passed, owner.origin)
+
+    def _generic_module_attribute(self, owner: Instance, attr: str, depth: int) -> Instance | None:
+        """`attr` of a value typed only `nn.Module` (vLLM's model state: `model: nn.Module`, then
+        `self.model.model.embed_tokens`): the class of this file that assigns `self.<attr>` from a
+        construction, when exactly one module class of the file does (else None: which model the
+        state holds is not in view). The file is where the state and its model are written
+        together; a class of another file is never guessed."""
+        facts = self.project.file_facts(self.module)
+        if facts is None or depth > 6:
+            return None
+        holders = [qualname for qualname, class_facts in facts.classes.items()
+                   if any(origin.kind == "call" for origin in class_facts.attrs.get(attr, ()))
+                   and any(base in GENERIC_MODULES for base in self.index.mro(qualname))]
+        if len(holders) != 1:
+            return None
+        inst = self.attribute(Instance(holders[0], origin=holders[0]), attr, depth + 1)
+        if not inst.qualname:
+            return None
+        built = next(origin for origin in facts.classes[holders[0]].attrs[attr] if origin.kind == "call")
+        step = Evidence(f"`.{attr}` of a value typed `nn.Module`: `{holders[0].rsplit('.', 1)[-1]}` is the only "
+                        f"module class of this file that builds `self.{attr}`", built.path, built.line)
+        return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed, owner.origin)
 
     def _rank(self, inst: Instance) -> tuple:
         # Prefer an origin that names a class, then one a config may reach, then (of origins
