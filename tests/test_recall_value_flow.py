@@ -60,6 +60,9 @@ TOWER = """\
 
         def by_alias(self, pixels):
             return pixels.to(self.head.weight.dtype)
+
+        def scratch(self, n):
+            return torch.empty(n, dtype=self.w.dtype)
 """
 
 TOWER_MODEL = """\
@@ -75,6 +78,13 @@ TOWER_MODEL = """\
 
         def embed(self, batch):
             return batch["pixels"].type(self.tower.dtype)
+
+        def dummy(self, n):
+            return torch.zeros(
+                n,
+                3,
+                dtype=self.tower.dtype,
+            )
 """
 
 QUANTIZABLE = "ColumnParallelLinear(hidden, hidden, quant_config=quant_config)"
@@ -93,6 +103,8 @@ def test_values_kept_on_self_are_followed_only_where_the_layer_is_quantizable(tm
         ("DTL001", "proj/tower.py", 14, "activation cast to `self.dtype`"),
         ("DTL001", "proj/tower.py", 17, "activation cast to `self.w.dtype`"),
         ("DTL001", "proj/tower.py", 20, "activation cast to `self.head.weight.dtype`"),
+        ("DTL002", "proj/model.py", 15, "`torch.zeros(..."),
+        ("DTL002", "proj/tower.py", 23, "`torch.empty(..."),
     ]
 
 
