@@ -6,7 +6,10 @@ Flags allocations and kernel outputs whose dtype comes from a quantizable layer'
 `torch` factories, any call passing `out_dtype=`/`output_dtype=L.weight.dtype`, and
 `L.weight.new_zeros(...)` (and `new_empty/ones/full/tensor`) without a `dtype=` — also through
 local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks, and `L.weight` (or its
-dtype) passed into a project function that allocates with it. Layers resolve exactly as for DTL001
+dtype) passed into a project function that allocates with it, or that hands it on to one that
+does (two calls down), and a dtype an object stored from a layer's weight
+(`self.dtype = self.proj.weight.dtype`, or `self.w = self.proj.weight`) read as an attribute chain
+from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:
 docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
 `process_weights_after_loading`). Storage code is also known by what it does with the allocation,
