@@ -520,7 +520,9 @@ class RuleContext:
             if verdict is None:
                 continue
             confidence, evidence = verdict
-            use = Evidence(f"there: `{flow.use.text}` (parameter `{flow.use.param}`)", flow.use.path, flow.use.line)
+            handed = f", handed on to `{flow.use.via}`" if flow.use.via else ""
+            use = Evidence(f"there: `{flow.use.text}` (parameter `{flow.use.param}`{handed})", flow.use.path,
+                           flow.use.line)
             target = "its dtype" if flow.use.what == "weight" else "it"
             # A callee that rewrites a weight (`weight = weight.to(dtype)`) casts no activation.
             verb = "casts a weight to" if kind == "cast" and flow.use.sink == "weight" else what

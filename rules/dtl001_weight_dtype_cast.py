@@ -10,8 +10,9 @@ named for a dtype, of an object (or of `self`), that returns one of its layers' 
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
 functions whose text holds `weight`), or to an attribute an object stored a layer's `.weight.dtype`
 in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
-`pixels.type(self.vision_tower.dtype)` in another method or class); and `L.weight` (or its dtype) passed into a project
-function that casts an activation to it. Where what is converted is a stored weight instead
+`pixels.type(self.vision_tower.dtype)` in another method or class; or a weight, `self.w = L.weight`);
+`L.weight` (or its dtype) passed into a project function that casts an activation to it, or hands
+it on to one that does (docs/quantizability.md, section 4). Where what is converted is a stored weight instead
 (`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
 "weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains
 a quant method from a config (read from the code, or configured), a config may reach its
@@ -83,8 +84,8 @@ capture run the helper as Python and are fixed as usual.
 A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one
 step (not by callers in other files); a parameter annotated with a quantizable class whose real
 callers pass unquantized layers, layers attached from outside their
-class, classes chosen at run time, and dtypes that reach a kernel two calls away are not resolved
-as a reviewer would; docs/quantizability.md lists each with the real site that showed it.
+class, classes chosen at run time, and dtypes three calls away or returned by a call are not
+resolved as a reviewer would; docs/quantizability.md lists each with the real site that showed it.
 
 ## Options
 `preset`, `quantizable`, `exempt-classes`, `not-quantizable`, `exempt-functions`, `config-params`,

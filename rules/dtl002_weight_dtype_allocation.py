@@ -6,7 +6,10 @@ Flags allocations and kernel outputs whose dtype comes from a quantizable layer'
 `torch` factories, any call passing `out_dtype=`/`output_dtype=L.weight.dtype`, and
 `L.weight.new_zeros(...)` (and `new_empty/ones/full/tensor`) without a `dtype=` — also through
 local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks, and `L.weight` (or its
-dtype) passed into a project function that allocates with it. Layers resolve exactly as for DTL001
+dtype) passed into a project function that allocates with it, or that hands it on to one that
+does (two calls down), and a dtype an object stored from a layer's weight
+(`self.dtype = self.proj.weight.dtype`, or `self.w = self.proj.weight`) read as an attribute chain
+from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:
 docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
 `process_weights_after_loading`). Storage code is also known by what it does with the allocation,
@@ -76,6 +79,9 @@ from dtype_lint.analysis.storage.weight_registration import weight_allocations
 from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
+# An allocation's dtype read from an attribute chain ending in `.dtype` (the line may break after `(`).
+STORED_DTYPE_ALLOC = r"\bdtype\s*=\s*self(?:\.\w+)+\.dtype\b"
+
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
 _HEAD = """\
@@ -93,7 +99,10 @@ class WeightDtypeAllocation(Rule):
     code = "DTL002"
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
-    patterns = WEIGHT_SITE_PATTERNS
+    # `dtype=self.vision_tower.dtype`: a dtype another object stored from a layer's weight (a
+    # chain of at least one attribute: `dtype=self.dtype` and `self.params_dtype` are too common to read).
+    patterns = WEIGHT_SITE_PATTERNS + (STORED_DTYPE_ALLOC,)
+    marker = ("weight", ".dtype")  # candidate functions: those whose text names either
     facts = frozenset({"candidates", "layers", "flows", "imports"})
     fix_availability = FixAvailability.NONE
     fix_note = "the buffer's dtype is a human choice"
@@ -153,6 +162,8 @@ class WeightDtypeAllocation(Rule):
             keywords = [kw for kw in node.keywords if kw.arg == "dtype"] if tensor_method else []
             for kw in alloc_dtype_keywords(node, ctx.imports) + keywords:
                 weight_dtype = weight_dtype_source(kw.value, function.scope)
+                if weight_dtype is None and kw not in keywords:
+                    self._stored(ctx, function, node, kw)
                 verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if weight_dtype is not None else None
                 if verdict is None or weight_dtype is None or (kw in keywords and family_of(verdict[1]) is None):
                     continue
@@ -166,6 +177,25 @@ class WeightDtypeAllocation(Rule):
                     confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
+
+    @staticmethod
+    def _stored(ctx: RuleContext, function, node: ast.Call, kw: ast.keyword) -> None:
+        """`torch.zeros(n, dtype=self.tower.dtype)` where the object stored a layer's weight dtype
+        (`self.dtype = self.proj.weight.dtype`) or its weight (`self.w = self.proj.weight`, read as
+        `self.w.dtype`) in another method: the same value flow through an attribute as DTL001's."""
+        got = ctx.layers.stored_dtype(kw.value, function.scope)
+        verdict = ctx.layer_verdict(got[0], function, site=node) if got is not None else None
+        if got is None or verdict is None:
+            return
+        confidence, evidence = verdict
+        ctx.report(
+            node,
+            f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in `{ast.unparse(kw.value)}`, which holds "
+            f"`{ast.unparse(got[0])}.weight.dtype`, the storage dtype of a quantizable layer "
+            f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
+            confidence=confidence, evidence=(got[1], *evidence),
+            no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
+        )
 
     @staticmethod
     def _like_weight(ctx: RuleContext, function, node: ast.Call) -> None:

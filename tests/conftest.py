@@ -135,6 +135,7 @@ SLOW_MODULES = {
     "test_round_trips.py": "real-world trees",
     "test_rules_real_world.py": "real-world trees",
     "test_vllm_real_world.py": "real-world trees",
+    "test_recall_value_flow_real.py": "real-world trees (vLLM 0.34.0's value-flow sites, #39)",
     "test_vllm_migrate.py": "real-world trees",
     "test_triage.py": "real-world trees (the triage verdicts)",
     "test_newcomer.py": "a newcomer's session, end to end",

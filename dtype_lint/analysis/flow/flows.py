@@ -4,12 +4,17 @@
 or `g(x, bulk_dtype)` with `bulk_dtype = self.attn.to_q.weight.dtype` where `g` does
 `x.to(dtype)`: the site is in the callee, the layer at the call. The call is reported (where the
 layer is known); the callee's use is its evidence. Callees are functions of the project (module
-functions, `self.method(...)`), one level deep; exempt storage code is not followed.
+functions, `self.method(...)`); exempt storage code is not followed. A callee that hands the
+dtype (or the weight, or the weight's dtype) on to another project function is followed one call
+further (`f(x, dtype)` calling `g(y, dtype)` that allocates with it; a constructor keeping the
+weight as `self.w` whose method passes `self.w.dtype` to a function that allocates: vLLM's
+`sample_row_stats(..., probs_dtype)`), and no further: two calls down from the reported call.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import fnmatch
 from dataclasses import dataclass
 
@@ -25,6 +30,9 @@ from dtype_lint.analysis.index.class_facts import ClassFacts, FunctionScope, Pro
 from dtype_lint.analysis.index.class_index import dotted
 
 NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
+# How many calls a use may be handed on below the callee the reported call reaches (one: the
+# callee's callee). Deeper chains are left alone: each step guesses less of what the value is.
+HAND_ON_DEPTH = 1
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class CalleeUse:
     line: int
     text: str  # the use, as written
     sink: str = ACTIVATION  # what a cast converts (analysis/flow/sinks.py): an activation, or a weight
+    via: str = ""  # the function the value was handed on to, where the use is one call further
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class _Callee:
     path: str
     params: list[str]  # positional parameters, after `self` for methods
     cls: str | None = None  # set for a constructor: the class whose instance keeps the argument
+    module: str | None = None  # the module the function is written in (its names resolve there)
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ class Flows:
             param = key if isinstance(key, str) else (params[key] if key < len(params) else None)
             if param is None:
                 continue
-            uses = self._class_uses(cls, param) if cls is not None else self._param_uses(function_node, path, param)
+            uses = self._class_uses(cls, param) if cls is not None else \
+                self._param_uses(function_node, path, param, callee.module)
             for use in uses:
                 if use.what == what:
                     out.append(Flow(arg, layer, name, use))
@@ -118,12 +129,17 @@ class Flows:
             class_facts: ClassFacts | None = self.project.class_facts(ancestor)
             if class_facts is not None and method in class_facts.methods:
                 function_node = class_facts.methods[method]
+                location = self.index.class_location(ancestor)
                 return _Callee(f"{ancestor.rsplit('.', 1)[-1]}.{method}", function_node, class_facts.path,
-                               signature_of(function_node).positional)
+                               signature_of(function_node).positional,
+                               module=location[0].module if location else None)
         return None
 
-    def _callee(self, call: ast.Call, scope: FunctionScope) -> "_Callee | None":
-        """The project function (or constructor) the call reaches, if any."""
+    def _callee(self, call: ast.Call, scope: FunctionScope, module: str | None = None) -> "_Callee | None":
+        """The project function (or constructor) the call reaches, if any; its names are read in
+        `module` (the analysed file's by default)."""
+        module = module or self.module
+        imports = self.imports if module == self.module else self._imports_of(module)
         callee = call.func
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) \
                 and callee.value.id == scope.self_name and scope.class_qualname:
@@ -138,23 +154,27 @@ class Flows:
         name = dotted(callee)
         if not name:
             return None
-        target = self.index.resolve(self.module, name, self.imports)
+        target = self.index.resolve(module, name, imports)
         if self.index.class_location(target) is not None:  # a constructor: follow the instance
             init = self.project.init_of(target)
             class_facts = self.project.class_facts(target)
             if init is None or class_facts is None or init[0] != target:
                 return None
             return _Callee(target.rsplit(".", 1)[-1], class_facts.methods["__init__"], class_facts.path,
-                           init[1].positional, target)
+                           init[1].positional, target, self.index.class_location(target)[0].module)
         mod, _, func = target.rpartition(".")
         found = self.project.function(mod, func) if mod else None
         if found is None:
-            found = self.project.function(self.module, name) if "." not in name else None
+            found = self.project.function(module, name) if "." not in name else None
         if found is None:
             return None
         facts, function_node = found
         return _Callee(func, function_node, facts.path,
-                       [a.arg for a in function_node.args.posonlyargs + function_node.args.args])
+                       [a.arg for a in function_node.args.posonlyargs + function_node.args.args], module=facts.module)
+
+    def _imports_of(self, module: str) -> dict[str, str]:
+        facts = self.project.file_facts(module)
+        return facts.imports if facts is not None else {}
 
     def _class_uses(self, cls: str, param: str) -> list[CalleeUse]:
         """A constructor parameter kept as `self.X = param`: the weight uses of `self.X` in the
@@ -163,6 +183,8 @@ class Flows:
         if class_facts is None:
             return []
         attrs = {x for x, p in class_facts.param_attrs.items() if p == param}
+        location = self.index.class_location(cls)
+        module = location[0].module if location else None
         uses: list[CalleeUse] = []
         for method in class_facts.methods.values():
             if not attrs or any(fnmatch.fnmatch(method.name, p) for p in self.config.exempt_functions):
@@ -186,16 +208,43 @@ class Flows:
                 uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
                                    _sink(kind, node, scope))
                          for kind, d in _dtype_args(node) if _dtype_of(d, is_attr, scope)]
-                callee = self._callee(node, scope) if any(is_attr(a) for a in node.args) else None
-                if callee is not None and callee.cls is None:
-                    for i, arg in enumerate(node.args):
-                        if is_attr(arg) and i < len(callee.params):
-                            uses += [u for u in self._param_uses(callee.fn, callee.path, callee.params[i])
-                                     if u.what == "weight"]
+                # `self.X` handed on (its weight uses), or `self.X.dtype` handed on (the callee's
+                # dtype uses: `sample_row_stats(logits, probs_dtype)` with
+                # `probs_dtype = self.embed_weight.dtype if c else None`): one call further.
+                uses += self._handed_on(node, scope, is_attr, param, module, HAND_ON_DEPTH, weight_only=True)
         return uses
 
-    def _param_uses(self, fn, path: str, param: str) -> list[CalleeUse]:
-        key = (path + ":" + str(fn.lineno), param)
+    def _handed_on(self, call: ast.Call, scope: FunctionScope, is_value, param: str, module: str | None,
+                   depth: int, weight_only: bool = False) -> list[CalleeUse]:
+        """The uses a project function makes of what `call` hands it: the value `is_value` accepts
+        itself (its uses as they are; only its weight uses with `weight_only`, for a value known to
+        be a weight), or that value's `.dtype` (its "dtype" uses, which are then uses of the
+        weight). Relabelled as uses of `param`, where they happen."""
+        positional = [(index, arg) for index, arg in enumerate(call.args) if not isinstance(arg, ast.Starred)]
+        keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
+        handed = [(key, arg, is_value(arg)) for key, arg in positional + keywords
+                  if is_value(arg) or _dtype_of(arg, is_value, scope)]
+        if not handed:
+            return []
+        callee = self._callee(call, scope, module)
+        if callee is None or callee.cls is not None:
+            return []
+        uses: list[CalleeUse] = []
+        for key, _arg, itself in handed:
+            inner = key if isinstance(key, str) else (callee.params[key] if key < len(callee.params) else None)
+            if inner is None:
+                continue
+            for use in self._param_uses(callee.fn, callee.path, inner, callee.module, depth):
+                if itself and (use.what == "weight" or not weight_only):
+                    uses.append(dataclasses.replace(use, param=param, via=use.via or callee.name))
+                elif not itself and use.what == "dtype":  # the dtype of the weight `param` holds
+                    uses.append(dataclasses.replace(use, what="weight", param=param, via=use.via or callee.name))
+        return uses
+
+    def _param_uses(self, fn, path: str, param: str, module: str | None = None, depth: int = 0) -> list[CalleeUse]:
+        """How `fn` uses its parameter `param` as a dtype (or as a weight whose dtype it takes);
+        below `HAND_ON_DEPTH`, also what a project function it hands the parameter to does."""
+        key = (path + ":" + str(fn.lineno), param, depth)
         if key in self._uses:
             return self._uses[key]
         uses: list[CalleeUse] = []
@@ -225,6 +274,11 @@ class Flows:
             if isinstance(callee, ast.Attribute) and callee.attr in NEW_LIKE and is_param(callee.value) \
                     and not any(kw.arg == "dtype" for kw in node.keywords):
                 uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
+        if depth < HAND_ON_DEPTH and module is not None:
+            # Its own uses first: a flow reports the first use of the kind it asks for.
+            for node in nodes:
+                if isinstance(node, ast.Call) and id(node) not in replacements:
+                    uses += self._handed_on(node, scope, is_param, param, module, depth + 1)
         return uses
 
 

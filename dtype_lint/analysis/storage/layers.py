@@ -56,6 +56,9 @@ __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 NONE, SET, UNKNOWN = "none", "set", "unknown"
 # The torch containers that register the modules put into them.
 _MODULE_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
+# What `nn.Module` resolves to: a value typed only as a module (a model state's `model: nn.Module`).
+GENERIC_MODULES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+GENERIC_STEP = "a value typed `nn.Module`, its"
 # A model class attribute listing the only quantization configs it accepts (vLLM).
 RESTRICTING_ATTR = "supported_quantization_configs"
 
@@ -275,6 +278,10 @@ class LayerResolver:
         found = self.project.attr_origins(owner.qualname, attr)
         if found is None:
             got = self._getter(owner, attr, depth)
+            if got is None:
+                got = self._attribute_alias(owner, attr, depth)
+            if got is None and owner.qualname in GENERIC_MODULES:
+                got = self._generic_module_attribute(owner, attr, depth)
             return got if got is not None else Instance(None)
         where, origins = found
         env = self._env_in(owner, where)
@@ -285,7 +292,59 @@ class LayerResolver:
                 best = inst
         if best is None:
             return Instance(None)
-        return Instance(best.qualname, best.config, best.env, best.chain, best.passed, owner.origin)
+        # How a value typed only `nn.Module` was resolved stays in view down the chain.
+        carried = tuple(step for step in owner.chain if step.message.startswith(GENERIC_STEP))
+        return Instance(best.qualname, best.config, best.env, (*carried, *best.chain), best.passed, owner.origin)
+
+    def _attribute_alias(self, owner: Instance, attr: str, depth: int) -> Instance | None:
+        """`self.<attr> = self.a.b` in the class (or a base), every value it stores there the same
+        chain: a layer kept under a second name (`self.head = self.proj`) is the layer the chain
+        holds, resolved on the same instance."""
+        if depth > 6:
+            return None
+        for ancestor in self.index.mro(owner.qualname):
+            class_facts = self.project.class_facts(ancestor)
+            if class_facts is None or attr not in class_facts.assigned:
+                continue
+            values = class_facts.assigned[attr]
+            if not all(isinstance(value, ast.Attribute) and _rooted_at_self(value) for value in values) \
+                    or len({ast.dump(value) for value in values}) != 1:
+                return None
+            location = self.index.class_location(ancestor)
+            facts = self.project.file_facts(location[0].module) if location else None
+            if facts is None:
+                return None
+            sub = LayerResolver(self.project, facts.module, facts.imports, facts.path, self.config_params)
+            scope = FunctionScope(None, ancestor)
+            scope.self_name = "self"
+            inst = sub.resolve(values[0], scope, depth + 1, this=owner)
+            if inst.qualname is None:
+                return None
+            step = Evidence(f"`self.{attr} = {ast.unparse(values[0])}`", facts.path, values[0].lineno)
+            return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed, owner.origin)
+        return None
+
+    def _generic_module_attribute(self, owner: Instance, attr: str, depth: int) -> Instance | None:
+        """`attr` of a value typed only `nn.Module` (vLLM's model state: `model: nn.Module`, then
+        `self.model.model.embed_tokens`): the class of this file that assigns `self.<attr>` from a
+        construction, when exactly one module class of the file does (else None: which model the
+        state holds is not in view). The file is where the state and its model are written
+        together; a class of another file is never guessed."""
+        facts = self.project.file_facts(self.module)
+        if facts is None or depth > 6:
+            return None
+        holders = [qualname for qualname, class_facts in facts.classes.items()
+                   if any(origin.kind == "call" for origin in class_facts.attrs.get(attr, ()))
+                   and any(base in GENERIC_MODULES for base in self.index.mro(qualname))]
+        if len(holders) != 1:
+            return None
+        inst = self.attribute(Instance(holders[0], origin=holders[0]), attr, depth + 1)
+        if not inst.qualname:
+            return None
+        built = next(origin for origin in facts.classes[holders[0]].attrs[attr] if origin.kind == "call")
+        step = Evidence(f"{GENERIC_STEP} `.{attr}`: `{holders[0].rsplit('.', 1)[-1]}` is the only "
+                        f"module class of this file that builds `self.{attr}`", built.path, built.line)
+        return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed, owner.origin)
 
     def _rank(self, inst: Instance) -> tuple:
         # Prefer an origin that names a class, then one a config may reach, then (of origins
@@ -366,10 +425,18 @@ class LayerResolver:
         and where it is stored), else None. The `@property` form is `dtype_getter`'s; this is
         the same value flow through an attribute, within one class (`self.dtype`) or across
         classes (`self.vision_tower.dtype`, the tower's class resolved from its construction)."""
-        from dtype_lint.analysis.flow.recognisers import weight_dtype_source
-
+        if isinstance(expr, ast.Attribute) and expr.attr == "dtype" and isinstance(expr.value, ast.Attribute):
+            kept = self._stored(expr.value, scope, weight=True)  # `self.w = self.proj.weight`, read as `R.w.dtype`
+            if kept is not None:
+                return kept
         if not isinstance(expr, ast.Attribute) or "dtype" not in expr.attr:
             return None
+        return self._stored(expr, scope, weight=False)
+
+    def _stored(self, expr: ast.Attribute, scope: FunctionScope, weight: bool) -> tuple[ast.expr, Evidence] | None:
+        """`stored_dtype` for `R.name` holding a layer's weight dtype, or (`weight`) the weight itself."""
+        from dtype_lint.analysis.flow.recognisers import WeightDtypeSource, weight_dtype_source, weight_expr
+
         owner = self.resolve(expr.value, scope)
         if not owner.qualname:
             return None
@@ -384,7 +451,12 @@ class LayerResolver:
             if expr.attr in class_facts.assigned:
                 stored, holder = class_facts.assigned[expr.attr], ancestor
                 break
-        sources = [weight_dtype_source(value, None) for value in stored]
+        if weight:
+            kept = [weight_expr(value, None) for value in stored]
+            sources = [WeightDtypeSource(k[0], k[1]) if k is not None and k[1] in ("attribute", "getattr") else None
+                       for k in kept]
+        else:
+            sources = [weight_dtype_source(value, None) for value in stored]
         # An adapter stores the `base_layer` it is handed as `self.base_layer` (the `adapter` role).
         for adapter in plugins("adapter"):
             sources = [adapter.as_stored_base_layer(s) for s in sources]
@@ -402,8 +474,8 @@ class LayerResolver:
         layer = Rebase().visit(copy.deepcopy(sources[0].layer))  # type: ignore[union-attr]
         ast.copy_location(layer, expr)
         value = stored[0]
-        return layer, Evidence(f"`self.{expr.attr} = {ast.unparse(value)}` stores the storage dtype",
-                               facts.path, value.lineno)
+        what = "the weight" if weight else "the storage dtype"
+        return layer, Evidence(f"`self.{expr.attr} = {ast.unparse(value)}` stores {what}", facts.path, value.lineno)
 
     def _from_origin(self, origin: AttrOrigin, where: str, env: dict[str, str]) -> Instance:
         step = Evidence(origin.how, origin.path, origin.line)
