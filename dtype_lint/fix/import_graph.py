@@ -186,29 +186,28 @@ class ImportGraph:
         todo = deque([module])
         while todo:
             exporter = todo.popleft()
-            for other, path, tree in self._star_files():
+            for other, _path, tree, starred in self._star_files():
                 if other in found or other == module:
                     continue
                 if tree is None:
                     found[other] = None  # cannot tell: as if it did
                     continue
-                is_package = path.endswith(("__init__.py", "__init__.pyi"))
-                if any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
-                       and resolve_relative(other, is_package, node.module, node.level) == exporter
-                       for node in ast.walk(tree)):
+                if exporter in starred:
                     found[other] = tree
                     if star_exports(tree, name):
                         todo.append(other)
         return found
 
-    def _star_files(self) -> list[tuple[str, str, ast.Module | None]]:
-        """(module, path, tree or None: unparsable) of each project file whose text holds a star
-        import. Read once per module table and process: every fixed file asks, and a run's
-        fixes add only `from m import name` lines, never a star import."""
+    def _star_files(self) -> list[tuple[str, str, ast.Module | None, frozenset[str]]]:
+        """(module, path, tree or None: unparsable, the modules its star imports name) of each
+        project file whose text holds a star import. Read once per module table and process:
+        every fixed file asks, and a run's fixes add only `from m import name` lines, never a
+        star import. The star imports are resolved here once: walking every such tree for each
+        fixed file and each module in a chain was a quarter of a `--fix` run's fixing (#37)."""
         cached = _STAR_FILES.get(id(self.table))
         if cached is not None and cached[0] is self.table and self._read is _read_text:
             return cached[1]
-        files: list[tuple[str, str, ast.Module | None]] = []
+        files: list[tuple[str, str, ast.Module | None, frozenset[str]]] = []
         for other, path in self.table.module_paths():
             text = self._read(path)
             if text is None or _STAR.search(text) is None:
@@ -217,7 +216,11 @@ class ImportGraph:
                 tree: ast.Module | None = ast.parse(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = None
-            files.append((other, path, tree))
+            is_package = path.endswith(("__init__.py", "__init__.pyi"))
+            starred = frozenset() if tree is None else frozenset(
+                resolve_relative(other, is_package, node.module, node.level) for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
+            files.append((other, path, tree, starred))
         if self._read is _read_text:
             if len(_STAR_FILES) >= 4:  # a long-lived process (the language server) sees many runs
                 _STAR_FILES.clear()
@@ -226,7 +229,7 @@ class ImportGraph:
 
 
 # id(module table) -> (that table, its star-importing files); the table is kept so the id stays its own.
-_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None]]]] = {}
+_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None, frozenset[str]]]]] = {}
 
 
 def star_exports(tree: ast.Module, name: str) -> bool:
