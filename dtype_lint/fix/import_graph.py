@@ -25,7 +25,7 @@ from collections import deque
 from typing import Callable
 
 from dtype_lint.analysis.index.class_index import ModuleTable, resolve_relative
-from dtype_lint.core.source import READ_ERRORS, read_file
+from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, read_bytes, read_file
 
 
 class ImportGraph:
@@ -186,30 +186,31 @@ class ImportGraph:
         todo = deque([module])
         while todo:
             exporter = todo.popleft()
-            for other, path, tree in self._star_files():
+            for other, _path, tree, starred in self._star_files():
                 if other in found or other == module:
                     continue
                 if tree is None:
                     found[other] = None  # cannot tell: as if it did
                     continue
-                is_package = path.endswith(("__init__.py", "__init__.pyi"))
-                if any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
-                       and resolve_relative(other, is_package, node.module, node.level) == exporter
-                       for node in ast.walk(tree)):
+                if exporter in starred:
                     found[other] = tree
                     if star_exports(tree, name):
                         todo.append(other)
         return found
 
-    def _star_files(self) -> list[tuple[str, str, ast.Module | None]]:
-        """(module, path, tree or None: unparsable) of each project file whose text holds a star
-        import. Read once per module table and process: every fixed file asks, and a run's
-        fixes add only `from m import name` lines, never a star import."""
+    def _star_files(self) -> list[tuple[str, str, ast.Module | None, frozenset[str]]]:
+        """(module, path, tree or None: unparsable, the modules its star imports name) of each
+        project file whose text holds a star import. Read once per module table and process:
+        every fixed file asks, and a run's fixes add only `from m import name` lines, never a
+        star import. The star imports are resolved here once: walking every such tree for each
+        fixed file and each module in a chain was a quarter of a `--fix` run's fixing (#37)."""
         cached = _STAR_FILES.get(id(self.table))
         if cached is not None and cached[0] is self.table and self._read is _read_text:
             return cached[1]
-        files: list[tuple[str, str, ast.Module | None]] = []
+        files: list[tuple[str, str, ast.Module | None, frozenset[str]]] = []
         for other, path in self.table.module_paths():
+            if self._read is _read_text and not _may_star_import(path):
+                continue  # most files: their bytes searched, never decoded (a tenth of `--fix`'s fixing)
             text = self._read(path)
             if text is None or _STAR.search(text) is None:
                 continue
@@ -217,7 +218,11 @@ class ImportGraph:
                 tree: ast.Module | None = ast.parse(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = None
-            files.append((other, path, tree))
+            is_package = path.endswith(("__init__.py", "__init__.pyi"))
+            starred = frozenset() if tree is None else frozenset(
+                resolve_relative(other, is_package, node.module, node.level) for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
+            files.append((other, path, tree, starred))
         if self._read is _read_text:
             if len(_STAR_FILES) >= 4:  # a long-lived process (the language server) sees many runs
                 _STAR_FILES.clear()
@@ -226,7 +231,7 @@ class ImportGraph:
 
 
 # id(module table) -> (that table, its star-importing files); the table is kept so the id stays its own.
-_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None]]]] = {}
+_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None, frozenset[str]]]]] = {}
 
 
 def star_exports(tree: ast.Module, name: str) -> bool:
@@ -246,6 +251,19 @@ def star_exports(tree: ast.Module, name: str) -> bool:
 
 
 _STAR = re.compile(r"import[\s\\(]*\*")
+# The same on the raw bytes: a Python source's encoding is ASCII-compatible (a coding cookie must
+# be), so a file whose bytes do not match holds no star import once decoded.
+_STAR_BYTES = re.compile(rb"import[\s\\(]*\*")
+
+
+def _may_star_import(path: str) -> bool:
+    """Can the file hold a star import: its bytes match, or they cannot be read here (the
+    safe reader then says why, as before)."""
+    try:
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+    except READ_ERRORS:
+        return True
+    return _STAR_BYTES.search(data) is not None
 
 
 def _module_level(body: list[ast.stmt]):

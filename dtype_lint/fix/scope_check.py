@@ -33,7 +33,8 @@ import ast
 
 from dtype_lint.analysis.function_walk import iter_functions
 from dtype_lint.core.findings import Finding
-from dtype_lint.fix.bound_names import has_star_import, identifiers
+from dtype_lint.core.source import split_lines
+from dtype_lint.fix.bound_names import bindings, has_star_import, identifiers
 
 
 class FixCheckError(Exception):
@@ -73,14 +74,26 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
     if not helpers and not variables:
         return
     _check_fresh(original, variables)
-    _check_placement(fixed, variables, {local for _m, _f, local in helpers})
+    try:
+        tree = ast.parse(fixed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise FixCheckError("the fixed text cannot be analysed") from None
+    _check_placement(tree, variables, {local for _m, _f, local in helpers})
+    _check_helper_bindings(tree, helpers)
 
     cst, metadata = import_libcst()
     ClassScope, FunctionScope, GlobalScope = metadata.ClassScope, metadata.FunctionScope, metadata.GlobalScope
     MetadataWrapper, ScopeProvider = metadata.MetadataWrapper, metadata.ScopeProvider
 
+    # libcst's scope analysis reads only the scopes the fixes touched: every function body that
+    # holds no new variable is one `pass` (lines kept). A new variable is fresh in its function
+    # (`_check_fresh`), so no use of it outside that function can resolve to its assignment; and
+    # the helper's name is bound once in the whole module (`_check_helper_bindings`, on the whole
+    # tree), so no blanked body can hold a binding that shadows it. The analysis of whole
+    # modules was more than half of a `--fix` run (issue #37).
+    touched = _touched_text(fixed, tree, {scope for scope, _var in variables})
     try:
-        module = cst.parse_module(fixed)
+        module = cst.parse_module(touched)
         scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
         raise FixCheckError(f"the fixed text cannot be analysed ({type(error).__name__})") from None
@@ -110,7 +123,7 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
             for referent in access.referents:
                 uses_of.setdefault(id(referent), []).append(access)
 
-    star = has_star_import(ast.parse(fixed))  # at module level, under an `if` or `try` too
+    star = has_star_import(tree)  # at module level, under an `if` or `try` too
     for mod, func, local in sorted(helpers):
         binds = assignments_of.get(local, [])
         ours = [a for a in binds
@@ -161,15 +174,120 @@ def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
             raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
 
 
-def _check_placement(fixed: str, variables: set[tuple[str, str]], helper_names: set[str]) -> None:
+def _check_helper_bindings(tree: ast.Module, helpers: set[tuple[str, str, str]]) -> None:
+    """The helper's local name is bound exactly once in the whole module (in any role, in any
+    scope: a local, parameter, nested definition, `global`, exception or match capture, another
+    import), by a top-level `from <module> import <func> [as <local>]`. Then every use of the name
+    anywhere resolves to that import: the scope analysis below, which reads only the touched
+    functions, could not see a binding in a body it blanked."""
+    if not helpers:
+        return
+    bound = bindings(tree)
+    for mod, func, local in sorted(helpers):
+        ours = [stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0
+                and stmt.module == mod and any(alias.name == func and (alias.asname or alias.name) == local
+                                               for alias in stmt.names)]
+        if bound[local] != 1 or len(ours) != 1:
+            raise FixCheckError(f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module "
+                                f"binds `{local}` {bound[local]} times")
+
+
+def _touched_text(fixed: str, tree: ast.Module, scopes: set[str]) -> str:
+    """What libcst's scope analysis needs of `fixed`, lines kept: the module's top-level imports
+    (where the helper's import is), and each function a new variable is assigned in, whole, with
+    the headers of the classes it is defined in. A new variable's uses resolve within its own
+    function, so nothing else can change what they resolve to; the helper's bindings elsewhere
+    are counted on the whole tree (`_check_helper_bindings`). Where a touched function is defined
+    under an `if`, `try`... (a header that needs its other branches to parse), every function
+    body outside the touched ones is blanked instead (`_bodies_blanked`)."""
+    lines = split_lines(fixed)
+    keep: list[tuple[int, int]] = [(stmt.lineno, stmt.end_lineno or stmt.lineno) for stmt in tree.body
+                                   if isinstance(stmt, (ast.Import, ast.ImportFrom))]
+
+    def visit(body: list[ast.stmt], prefix: str) -> bool:
+        """Keep what `body` holds of the touched functions; False where that cannot be cut out."""
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = f"{prefix}.{node.name}" if prefix else node.name
+                if not any(_within(scope, qualname) for scope in scopes):
+                    continue
+                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                if not isinstance(node, ast.ClassDef):
+                    keep.append((first, node.end_lineno or node.lineno))  # a touched function, whole
+                    continue
+                body_line = node.body[0].lineno
+                if lines[body_line - 1][:node.body[0].col_offset].strip():
+                    return False  # `class C: x = 1` on one line
+                keep.append((first, body_line - 1))  # the class's header, its body's functions below
+                if not visit(node.body, qualname):
+                    return False
+            elif isinstance(node, _COMPOUND) and any(
+                    isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                        _within(scope, f"{prefix}.{inner.name}" if prefix else inner.name) for scope in scopes)
+                    for inner in ast.walk(node)):
+                return False
+        return True
+
+    if not visit(tree.body, ""):
+        return _bodies_blanked(lines, tree, scopes)
+    kept = bytearray(len(lines) + 1)
+    for first, last in keep:
+        kept[first:last + 1] = b"\x01" * (last + 1 - first)
+    return "".join(line if kept[number] else _line_end(line) for number, line in enumerate(lines, 1))
+
+
+def _bodies_blanked(lines: list[str], tree: ast.Module, scopes: set[str]) -> str:
+    """The text of `lines` with the body of every function outside `scopes` (the functions a new
+    variable is assigned in, and those enclosing them) replaced by one `pass` and empty lines:
+    module- and class-level statements, signatures and decorators kept."""
+    blank: list[tuple[int, int]] = []  # (first, last) 1-based body lines, each a body that goes
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}.{node.name}" if prefix else node.name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualname = f"{prefix}.{node.name}" if prefix else node.name
+                if any(_within(scope, qualname) for scope in scopes):
+                    continue  # a touched function, or one enclosing a touched one: kept whole
+                first = node.body[0]
+                # Only a body that starts on a line of its own (not `def f(): return x`), so
+                # that the whole lines from its first statement to its end are the body's.
+                if lines[first.lineno - 1][:first.col_offset].strip() == "" and (node.end_lineno or 0) >= first.lineno:
+                    blank.append((first.lineno, node.end_lineno or first.lineno))
+            elif isinstance(node, _COMPOUND):
+                blocks = [getattr(node, name, None) or [] for name in ("body", "orelse", "finalbody")]
+                blocks += [handler.body for handler in getattr(node, "handlers", None) or []]
+                blocks += [case.body for case in getattr(node, "cases", None) or []]
+                for block in blocks:
+                    visit(block, prefix)
+
+    visit(tree.body, "")
+    lines = list(lines)
+    for first, last in blank:
+        line = lines[first - 1]
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        lines[first - 1] = f"{indent}pass{_line_end(line)}"
+        for number in range(first, last):
+            lines[number] = _line_end(lines[number])
+    return "".join(lines)
+
+
+def _line_end(line: str) -> str:
+    """The line's own end (\\r\\n, \\r, \\n), or none on a last line without one."""
+    return line[len(line.rstrip("\r\n")):]
+
+
+# Statements whose blocks hold statements of the same scope (a `def` under an `if` at module level).
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match,
+             *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+
+
+def _check_placement(tree: ast.Module, variables: set[tuple[str, str]], helper_names: set[str]) -> None:
     """Each new variable is `var = helper(...)` right before `if var is not None:` in one block,
     and read only inside that `if`."""
     if not variables:
         return
-    try:
-        tree = ast.parse(fixed)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise FixCheckError("the fixed text cannot be analysed") from None
     functions: dict[str, list[ast.AST]] = {}
     for function_node, _class_q, qualname in iter_functions(tree, ""):
         functions.setdefault(qualname, []).append(function_node)  # two `def inner` in one function share a name
