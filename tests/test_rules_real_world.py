@@ -22,7 +22,9 @@ from release_runs import check_all, only
 
 from dtype_lint.api import check_paths, make_config
 
-pytestmark = pytest.mark.network
+# With test_triage.py on one worker: both read release_runs.check_all's `--select ALL` run of vLLM
+# 0.27.1 and 0.33.0, made once per worker process (tens of seconds each).
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("release-runs")]
 
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
 KIMI_MLA = "vllm/models/kimi_k3/nvidia/mla.py"

@@ -25,6 +25,8 @@ from release_runs import check_all, findings_json
 from test_vllm_real_world import MLA, PREFILL_FUNCS, function_spans
 
 ROOT = Path(__file__).resolve().parents[1]
+# On one worker with test_rules_real_world.py: both read release_runs.check_all's run of a tree.
+pytestmark = pytest.mark.xdist_group("release-runs")
 
 
 def _load_script():

@@ -28,7 +28,9 @@ from pathlib import Path
 import pytest
 from cli_runner import dtl as run_cli
 
-# One worker builds the migration of the whole release once (a session fixture per worker).
+# One worker builds the migration of the whole release once: the group keeps this module's tests on
+# one worker, and the fixtures are session-scoped because a module fixture is torn down (and built
+# again) when a test of another module runs between two of this module's tests there.
 pytestmark = [pytest.mark.network, pytest.mark.xdist_group("vllm-0.27.1-migration")]
 
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
@@ -56,7 +58,7 @@ class Migration:
 MIGRATE_RULES = ("--extend-select", "DTL004,DTL005")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def migration(vllm_0271: Path, tmp_path_factory) -> Migration:
     base = tmp_path_factory.mktemp("migrate")
     tree = base / "tree"
@@ -153,12 +155,12 @@ def normalised_guard(fix: PrefillFix) -> str:
     return ast.dump(Rename().visit(ast.parse(ast.unparse(fix.guard))).body[0])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def migrated_mla(migration: Migration) -> ast.Module:
     return ast.parse((migration.tree / MLA).read_text(encoding="utf-8"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shipped_mla(vllm_0280: Path) -> ast.Module:
     return ast.parse((vllm_0280 / MLA).read_text(encoding="utf-8"))
 

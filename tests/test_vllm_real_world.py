@@ -67,12 +67,12 @@ def run_check(tree: Path) -> CliRun:
     return CliRun(tree, check_tree(tree))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def check_0271(vllm_0271: Path) -> CliRun:
     return run_check(vllm_0271)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def check_0280(vllm_0280: Path) -> CliRun:
     return run_check(vllm_0280)
 

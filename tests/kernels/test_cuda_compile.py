@@ -47,7 +47,7 @@ def _nvcc_compile(nvcc: str, cu: Path, out_dir: Path) -> subprocess.CompletedPro
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def nvcc_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     """Every translation unit compiled once, in parallel (nvcc is slow; CI has few cores)."""
     nvcc = _nvcc()
@@ -80,7 +80,7 @@ def _nvrtc() -> build.Nvrtc:
         pytest.skip(f"no libnvrtc here: {str(e).splitlines()[0]}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def nvrtc_results() -> dict[str, tuple[bytes, str]]:
     nv = _nvrtc()
     files = build.cuda_files()
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def host_conv(tmp_path_factory) -> Path:
     nvcc = _nvcc()
     d = tmp_path_factory.mktemp("hostconv")

@@ -119,6 +119,8 @@ def test_the_order_check_catches_a_missing_barrier(emulator, tmp_path, monkeypat
 
 
 @pytest.mark.slow
+@pytest.mark.full("each kernel's emulated checks above and vLLM's own prefill functions on the emulated "
+                   "kernels below (the crash rows and the rows whose kernels differ)")
 def test_verify_matrix_on_emulated_kernels(emulated) -> None:
     """The whole MLA context prefill (fixer's pre/post, chunks, mask, merge; every row of the
     matrix) with every kernel call routed to the emulated CUDA kernels, scenario A: all of the
