@@ -39,6 +39,7 @@ from dtype_lint.reporters._common import (
     level,
     markers,
     remaining,
+    fixable_line,
     summary_line,
     tally,
     want_color,
@@ -256,3 +257,6 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
     t = tally(findings, summary)
     style = "bold green" if t.remaining == 0 else "bold"
     emit(Text(summary_line(t), style=style))
+    next_step = fixable_line(t)
+    if next_step:
+        emit(Text(next_step))
