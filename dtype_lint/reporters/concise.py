@@ -12,11 +12,11 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import (
     RenderContext,
+    fixable_line,
     level,
     location,
     markers,
     remaining,
-    fixable_line,
     summary_line,
     tally,
 )
