@@ -203,3 +203,24 @@ def test_the_inferred_helper_warning_is_one_short_line_with_its_detail_under_ver
     assert any(textwrap.dedent(line).startswith("`helper` is not set, and the vllm preset's") and
                'Pin it with `helper = "mypkg.layer_input_dtype:get_layer_input_dtype"`' in line
                for line in detail[1:]), verbose.stderr
+
+
+# --- installs that respect the user's environment ---------------------------------------------------
+
+def test_user_extras_take_ranges_and_ci_pins_through_its_constraints_file():
+    """Installing `verify` or `hf` into a user's vLLM or HF environment must not replace its torch
+    (they pinned `torch==2.13.0` and `transformers==5.23.0`); CI installs exactly what it tests."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for extra in ("verify", "hf", "test"):
+        pinned = [requirement for requirement in extras[extra] if "==" in requirement]
+        assert pinned == [], (extra, pinned)
+    assert "torch>=2.4" in extras["verify"] and "torch>=2.4" in extras["hf"]
+    constraints = (REPO / ".ci" / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    assert "torch==2.13.0" in constraints and "transformers==5.23.0" in constraints
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    test_command = next(line for line in readme if "pytest" in line)
+    assert "-c .ci/constraints.txt" in test_command
+    ci_lines = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert ci_lines[-1] == test_command  # CI runs exactly the README's test command
