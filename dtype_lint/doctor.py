@@ -150,11 +150,13 @@ def _settings(config: Config, command_line: frozenset[str] = frozenset(),
             value = ":".join(config.helper_spec)
         elif key == "helper-template" and not value:
             value = config.template
-        if key in from_file or any(other in from_file for other, (other_attr, other_kind) in SETTING_KEYS.items()
-                                   if other_attr == attr and other_kind == "extend"):
-            where = Path(config.source).name
-        elif key in command_line:
+        # A flag overrides (or extends) the file's value: the command line is where it came from.
+        if key in command_line or any(other in command_line for other, (other_attr, other_kind)
+                                      in SETTING_KEYS.items() if other_attr == attr and other_kind == "extend"):
             where = "command line"
+        elif key in from_file or any(other in from_file for other, (other_attr, other_kind) in SETTING_KEYS.items()
+                                     if other_attr == attr and other_kind == "extend"):
+            where = Path(config.source).name
         elif key in inferred:
             where = "inferred from the code"
         elif key in ("helper", "helper-template") and not getattr(config, attr):

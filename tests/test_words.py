@@ -154,6 +154,8 @@ def test_doctor_labels_each_setting_by_its_true_source(tmp_path: Path):
     assert sources["preset"] == "default" and sources["exclude"] == "default"
     assert "command line" not in sources.values(), sources
 
+    # The flag overrides the file's `preset`: the command line is where the value in force came from.
+    (root / "pyproject.toml").write_text(GENERIC_PYPROJECT + 'preset = "generic"\n')
     flagged = _sources(dtl(root, "doctor", ".", "--no-cache", "--preset", "vllm", "--exclude", "build").stdout)
     assert flagged["preset"] == "command line" and flagged["exclude"] == "command line", flagged
     assert flagged["quantizable"] == "pyproject.toml"
