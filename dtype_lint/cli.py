@@ -13,6 +13,7 @@ libcst are imported only when output or a fix needs them.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from dtype_lint.cli_output import (
     _print_warnings,
     _printable,
     _render,
+    command_line_settings,
     plural,
     rule_doc,
 )
@@ -115,7 +117,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
     c.add_argument("-v", "--verbose", action="store_true", help="also say on stderr what the run wrote for itself "
-                   "(the cache, reports, baselines)")
+                   "(the cache, reports, baselines), and each warning's detail")
 
     if only == "check":
         p.set_defaults(_commands={"check": c})
@@ -276,7 +278,7 @@ def _check(args) -> int:
     if args.diff:
         # Only the diff on stdout (`--diff > fix.patch` is a patch), as Ruff: exit 1 when there is one.
         sys.stdout.write(result.diff)
-        _print_warnings(result)
+        _print_warnings(result, args.verbose)
         return EXIT_FINDINGS if result.diff else EXIT_CLEAN
     if args.add_noqa is not None:
         from dtype_lint.cli_modes import add_noqa_mode
@@ -298,7 +300,7 @@ def _check(args) -> int:
 
         show_fixes(result, args)
     _print_writes(result, args.verbose)
-    _print_warnings(result)
+    _print_warnings(result, args.verbose)
     return _exit_code(args, bool(result.findings) and not args.fix_only, bool(result.fixed))
 
 
@@ -452,8 +454,11 @@ def _doctor(args) -> int:
     from dtype_lint.doctor import diagnose, render
 
     cfg = _config(args, args.paths)
+    configured = copy.deepcopy(cfg)  # as the file and the flags set it, before the run infers anything
     result, matches = diagnose(cfg, args.paths, use_cache=not args.no_cache)
-    sys.stdout.write(render(result, matches))
+    # `--exclude` extends the file's list rather than setting it (load_for_run).
+    command_line = frozenset(command_line_settings(args)) | ({"exclude"} if args.exclude else frozenset())
+    sys.stdout.write(render(result, matches, command_line, configured))
     return EXIT_CLEAN
 
 

@@ -15,7 +15,15 @@ def _config(args, paths: list[str]):
     from dtype_lint.core.config import ConfigError, load_for_run
     from dtype_lint.run.pipeline import UserError
 
-    overrides = {}
+    try:
+        return load_for_run(paths, args.config, command_line_settings(args), getattr(args, "exclude", None))
+    except ConfigError as error:
+        raise UserError(str(error)) from None
+
+
+def command_line_settings(args) -> dict:
+    """The [tool.dtype-lint] settings the command line's flags set (over the file's)."""
+    overrides: dict = {}
     if getattr(args, "select", None):
         overrides["select"] = args.select
     if getattr(args, "extend_select", None):
@@ -30,10 +38,7 @@ def _config(args, paths: list[str]):
         overrides["line-length"] = args.line_length
     if getattr(args, "force_exclude", None) is not None:
         overrides["force-exclude"] = args.force_exclude
-    try:
-        return load_for_run(paths, args.config, overrides, getattr(args, "exclude", None))
-    except ConfigError as error:
-        raise UserError(str(error)) from None
+    return overrides
 
 
 def _exit_code(args, findings_left: bool, fixed: bool) -> int:
@@ -48,9 +53,14 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word if n == 1 else word + 's'}"
 
 
-def _print_warnings(result) -> None:
-    for warning in result.warnings:
+def _print_warnings(result, verbose: bool = False) -> None:
+    """Each warning once, one short line; its detail (where it has one) under it with `--verbose`."""
+    details = getattr(result, "warning_details", {})
+    for warning in dict.fromkeys(result.warnings):
         print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
+        detail = details.get(warning)
+        if verbose and detail and detail != warning:
+            print(f"  {_printable(detail)}", file=sys.stderr)
 
 
 def _printable(text: str) -> str:

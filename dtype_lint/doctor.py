@@ -122,8 +122,11 @@ def _note_unknown_backends(index: QuantizableLayerIndex, config: Config, matches
             match.unknown_backends = found[0]
 
 
-def _settings(config: Config) -> list[tuple[str, object, str]]:
-    """(key, value, where from) for every [tool.dtype-lint] key."""
+def _settings(config: Config, command_line: frozenset[str] = frozenset(),
+              inferred: frozenset[str] = frozenset()) -> list[tuple[str, object, str]]:
+    """(key, value, where from) for every [tool.dtype-lint] key: the configuration file, the
+    command line (`command_line`: the keys its flags set), a preset, inferred from the code
+    (`inferred`: the keys the run chose from the tree, such as the helper's home), or the default."""
     from_file: set[str] = set()
     if config.source != "defaults":
         try:
@@ -147,13 +150,21 @@ def _settings(config: Config) -> list[tuple[str, object, str]]:
             value = ":".join(config.helper_spec)
         elif key == "helper-template" and not value:
             value = config.template
-        if key in from_file or any(other in from_file for other, (other_attr, other_kind) in SETTING_KEYS.items()
-                                   if other_attr == attr and other_kind == "extend"):
+        # A flag overrides (or extends) the file's value: the command line is where it came from.
+        if key in command_line or any(other in command_line for other, (other_attr, other_kind)
+                                      in SETTING_KEYS.items() if other_attr == attr and other_kind == "extend"):
+            where = "command line"
+        elif key in from_file or any(other in from_file for other, (other_attr, other_kind) in SETTING_KEYS.items()
+                                     if other_attr == attr and other_kind == "extend"):
             where = Path(config.source).name
+        elif key in inferred:
+            where = "inferred from the code"
         elif key in ("helper", "helper-template") and not getattr(config, attr):
             where = f"the {config.preset} preset"
         elif value != getattr(default, attr):
-            where = "command line"
+            # Set neither by the file nor by a flag: a value the run derived (never a guess that
+            # the user typed it).
+            where = "inferred from the code"
         else:
             where = "default"
         out.append((key, value, where))
@@ -222,7 +233,20 @@ def _relto(root: Path):
     return rel
 
 
-def render(result: RunResult, matches: list[RootMatch]) -> str:
+def _inferred_keys(result: RunResult, file_keys_config: Config) -> frozenset[str]:
+    """The settings this run chose from the code: the helper's home (and its template) where no
+    file or flag set `helper`."""
+    choice = result.helper_choice
+    if choice is None or not choice.inferred:
+        return frozenset()
+    return frozenset({"helper"} | ({"helper-template"} if not file_keys_config.helper_template else set()))
+
+
+def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[str] = frozenset(),
+           configured: Config | None = None) -> str:
+    """The doctor's report. `command_line`: the setting keys the command line's flags set;
+    `configured`: the configuration as the file and the flags give it (before the run inferred
+    anything), to tell inferred settings from set ones."""
     config = result.config
     rel = _relto(config.root)
     index = result.index
@@ -237,7 +261,7 @@ def render(result: RunResult, matches: list[RootMatch]) -> str:
         "",
         "settings:",
     ]
-    for key, value, where in _settings(config):
+    for key, value, where in _settings(config, command_line, _inferred_keys(result, configured or config)):
         lines.append(f"  {key} = {json.dumps(value)}  ({where})")
     lines += ["", *_helper_lines(result, files), ""]
     matched = [m for m in matches if m.matched]

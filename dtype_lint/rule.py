@@ -48,7 +48,7 @@ from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
 from dtype_lint.dtypes.storage_formats import storage_words
-from dtype_lint.ecosystems.registry import family_of, planner_of, plugins
+from dtype_lint.ecosystems.registry import default_words, family_of, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
@@ -59,12 +59,14 @@ STORAGE_DTYPES = f"({storage_words()})"
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
     (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
-    STORAGE_DTYPES when it knew none. Where an ecosystem's family decided the layer, its
+    the words of the ecosystem whose layer it is when it knew none (vLLM's STORAGE_DTYPES for a
+    vLLM-style engine's layer, the generic family's otherwise). Where an ecosystem's family decided the layer, its
     quantizers' words (ecosystems/registry.py), narrowed by partial guards."""
+    default = default_words(evidence)  # the words of the ecosystem whose layer it is
     family = family_of(evidence)
     if family is not None:
-        return "(" + family.backend_words(evidence, STORAGE_DTYPES[1:-1]) + ")"
-    return "(" + why_storage(evidence, STORAGE_DTYPES[1:-1]) + ")"
+        return "(" + family.backend_words(evidence, default) + ")"
+    return "(" + why_storage(evidence, default) + ")"
 
 
 class FixAvailability(enum.Enum):

@@ -314,7 +314,7 @@ def test_fix_never_creates_the_vllm_preset_helper_outside_vllm(tmp_path: Path):
     not get a `vllm/__init__.py` created in it (it would shadow the installed vLLM): the helper goes
     into the project's own package instead, and the run says so (tests/test_helper_home.py)."""
     root = make_project(tmp_path / "p", {"proj/mlp.py": None}, pyproject="[tool.dtype-lint]\n")
-    proc = dtl(root, "check", "--fix")
+    proc = dtl(root, "check", "--fix", "--verbose")  # the warning's detail says why not the preset's
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not (root / "vllm").exists()
     assert (root / "proj/layer_input_dtype.py").read_text() == helper_source("get_layer_input_dtype", "torch")

@@ -70,7 +70,7 @@ def test_an_inferred_helper_is_found_again(tmp_path: Path):
     })
     assert dtl(root, "check", "--fix", "alpha/a.py").returncode == 0
     assert (root / "alpha/layer_input_dtype.py").exists()
-    proc = dtl(root, "check", "--fix", "beta/b.py")
+    proc = dtl(root, "check", "--fix", "beta/b.py", "--verbose")  # the warning's detail names the helper
     assert proc.returncode == 0, proc.stderr
     assert not (root / "beta/layer_input_dtype.py").exists()
     assert "from alpha.layer_input_dtype import get_layer_input_dtype" in (root / "beta/b.py").read_text()
@@ -98,7 +98,7 @@ def test_generic_preset_puts_the_helper_inside_the_package(tmp_path: Path):
         "pkg/layers.py": "import torch\n\n\nclass QLinear(torch.nn.Module):\n    pass\n",
         "pkg/a.py": "from pkg.layers import QLinear\n\n\ndef run(layer: QLinear, x):\n    return layer(x.to(layer.weight.dtype))\n",
     })
-    proc = dtl(root, "check", "--fix")
+    proc = dtl(root, "check", "--fix", "--verbose")  # the warning's detail says why not the preset's
     assert proc.returncode == 0, proc.stderr
     assert (root / "pkg/layer_input_dtype.py").read_text() == helper_source("get_layer_input_dtype", "torch")
     assert not (root / "layer_input_dtype.py").exists()

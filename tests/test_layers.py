@@ -58,6 +58,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "presets": "core",         # what a preset knows (config reads it)
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "adapter": "analysis",     # an adapter library's base layers (peft)
+    "words": "analysis",       # a message's storage words where the verdict names no backend
     "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
     "planner": "fix",          # a site of the family → edits through its helper
     "helper": "fix",           # its helper's text and where it lives

@@ -21,7 +21,7 @@ from golden import assert_golden
 from dtype_lint import __version__
 from dtype_lint.core.findings import Edit, Evidence, Finding, Fix, Span
 from dtype_lint.reporters import FORMATS, RuleInfo, RunSummary, render
-from dtype_lint.reporters._common import SourceText, summary_line, tally
+from dtype_lint.reporters._common import SourceText, fixable_line, summary_line, tally
 from dtype_lint.reporters.github import escape_data, escape_property
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -339,6 +339,8 @@ def _through_rich(findings, summary=SUMMARY, src=read_source) -> str:
             console.print(row, soft_wrap=True)
         console.print()
     console.print(text._rich_text()(summary_line(tally(findings, summary))), soft_wrap=True)
+    if fixable_line(tally(findings, summary)):
+        console.print(text._rich_text()(fixable_line(tally(findings, summary))), soft_wrap=True)
     return out.getvalue()
 
 
@@ -390,6 +392,7 @@ def test_fixed_findings_are_counted_not_listed():
     assert out.endswith(
         "Found 4 findings (1 fixed, 3 remaining; 1 fixable; "
         "1 hidden fix can be enabled with --unsafe-fixes); 12 files checked\n"
+        "[*] 1 fixable with `--fix`.\n"
     )
     data = json.loads(run("json", findings=fs, summary=summary))
     assert data["summary"]["fixed"] == 1 and data["summary"]["findings"] == 3

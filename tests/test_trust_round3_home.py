@@ -207,7 +207,7 @@ def fixed_monorepo(tmp_path: Path, beta_kind: str) -> tuple[Path, Path]:
     root = monorepo(tmp_path / "repo", beta_kind)
     original = tmp_path / "original"
     shutil.copytree(root, original)
-    proc = fix(root)
+    proc = fix(root, "--verbose")  # the helper warning's detail (why there)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("alpha", "beta"):
         helper = root / f"packages/{name}/{name}/layer_input_dtype.py"

@@ -36,6 +36,15 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     "peft": {
         "adapter": "dtype_lint.ecosystems.peft.adapter",
     },
+    # vLLM-style engines: only their words are a plug-in yet (the rest, #35: see above).
+    "vllm": {
+        "words": "dtype_lint.ecosystems.vllm.words",
+    },
+    # A project's own layers, no family's backends known: words that name no quantizer. Last, as
+    # it speaks for every verdict.
+    "generic": {
+        "words": "dtype_lint.ecosystems.generic.words",
+    },
 }
 
 # What a module of each role provides (names its stage reads); tests/test_ecosystems.py checks it.
@@ -57,6 +66,9 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # adapter_verdict(resolver, layer, scope, class_qualname) -> verdict | False | None: a layer read
     # through an adapter's base layer; as_stored_base_layer(source): `self.base_layer` as stored.
     "adapter": ("adapter_verdict", "as_stored_base_layer"),
+    # speaks_for(evidence) -> bool; DEFAULT_WORDS: a message's storages where the verdict names no
+    # backend (the first ecosystem that speaks for the evidence; a family's own words come first).
+    "words": ("speaks_for", "DEFAULT_WORDS"),
 }
 
 
@@ -80,6 +92,12 @@ def family_of(evidence) -> ModuleType | None:
     """The family that decided a verdict from its evidence, or None where the storage model
     decided it from the backends it read (the code in the tree, or a shipped catalogue)."""
     return next((family for family in plugins("family") if family.claims(evidence)), None)
+
+
+def default_words(evidence) -> str:
+    """The storages a message names where the verdict's evidence names no backend: the words of
+    the ecosystem whose layer it is (vLLM's repacks only for a vLLM-style engine's layer)."""
+    return next(words.DEFAULT_WORDS for words in plugins("words") if words.speaks_for(evidence))
 
 
 def planner_of(family: ModuleType):

@@ -44,6 +44,8 @@ class HelperChoice:
     config: Config  # the configuration fixes are planned with (its `helper` set when inferred)
     how: str  # "configured" | "preset" | "inferred" | "none"
     note: str = ""  # where and why, for the report and the user
+    # The note's first line, for a warning read at a glance (the note is its `--verbose` detail).
+    headline: str = ""
     error: str = ""
     # Monorepo: the choice for each installable package's folder (this one among them); files in
     # no package use this one.
@@ -189,7 +191,9 @@ def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> Hel
     state = "the existing" if location.exists else "a new"
     note = (f"{why_not}; fixes use {state} `{inferred}:{func}` in {rel} ({reason}). "
             f"Pin it with `helper = \"{inferred}:{func}\"` in [tool.dtype-lint]")
-    return HelperChoice(location, cfg, "inferred", note=note)
+    headline = (f"`helper` is not set: fixes use {state} {rel}, a home inferred from the code "
+                f"(`--verbose` says why, and how to pin it)")
+    return HelperChoice(location, cfg, "inferred", note=note, headline=headline)
 
 
 def _default_unusable(location: HelperLocation, needing: list[Finding], root: Path) -> str:

@@ -158,6 +158,14 @@ def summary_line(t: Tally) -> str:
     return f"{line}; {checked}" if checked else line
 
 
+def fixable_line(t: Tally) -> str:
+    """Ruff's next step under the summary (`[*] N fixable with the --fix option.`), "" when no
+    finding left has a fix this run would apply."""
+    if not t.applicable or not t.remaining:
+        return ""
+    return f"[*] {t.applicable} fixable with `--fix`."
+
+
 # --- per-finding text ---------------------------------------------------------------------------
 
 

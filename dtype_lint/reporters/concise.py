@@ -12,6 +12,7 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.reporters import RunSummary
 from dtype_lint.reporters._common import (
     RenderContext,
+    fixable_line,
     level,
     location,
     markers,
@@ -50,3 +51,5 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
     if color:
         closing = f"{_GREEN if t.remaining == 0 else _BOLD}{closing}{_RESET}"
     out.write(closing + "\n")
+    if fixable_line(t):
+        out.write(fixable_line(t) + "\n")

@@ -35,6 +35,7 @@ from dtype_lint.reporters._common import (
     SourceText,
     evidence_location,
     fix_note,
+    fixable_line,
     is_tty,
     level,
     markers,
@@ -256,3 +257,6 @@ def render(findings: list[Finding], summary: RunSummary, out: TextIO, ctx: Rende
     t = tally(findings, summary)
     style = "bold green" if t.remaining == 0 else "bold"
     emit(Text(summary_line(t), style=style))
+    next_step = fixable_line(t)
+    if next_step:
+        emit(Text(next_step))

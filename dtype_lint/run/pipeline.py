@@ -102,6 +102,9 @@ class RunResult:
     # Things the user should know that are not findings (a run that checked nothing, a configured
     # class that matches nothing...): printed on stderr by the CLI.
     warnings: list[str] = field(default_factory=list)
+    # A warning's detail (its full text), printed under it with `--verbose`: a warning is one
+    # short line a person reads at a glance.
+    warning_details: dict[str, str] = field(default_factory=dict)
     index: QuantizableLayerIndex | None = None  # the class index the run analysed against
     # Display path -> (real path, stamp) of each file as analysed: the fix stage starts from the
     # findings of a file whose stamp is unchanged instead of analysing it again.
@@ -965,7 +968,11 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
         if choice.inferred:
             result.config = choice.config
         if options.fix or options.diff:
-            result.warnings += list(dict.fromkeys(c.note for c in inferred.values()))
+            for chosen in inferred.values():
+                headline = chosen.headline or chosen.note
+                if headline not in result.warnings:
+                    result.warnings.append(headline)
+                    result.warning_details[headline] = chosen.note
     _refuse_unreachable_helper(result)
 
 
