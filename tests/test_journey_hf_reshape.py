@@ -72,6 +72,18 @@ def test_check_reports_the_planted_sites_and_nothing_else(tmp_path: Path):
     assert "`gate_proj` of `LlamaModel`, a transformers model class outside this tree" in evidence, evidence
 
 
+def test_explain_agrees_with_check_on_the_patched_functions(tmp_path: Path):
+    root = project(tmp_path)
+    patched = dtl(root, "explain", f"{PATCHES}:10").stdout
+    assert "class: torch.nn.Linear" in patched and "  family: hf\n" in patched, patched
+    assert "DTL001/DTL002: reported unless a guard dominates the site" in patched
+    unread = dtl(root, "explain", f"{PATCHES}:16").stdout
+    assert "`gate_proj` of `LlamaModel`, a transformers model class outside this tree" in unread, unread
+    assert "DTL001/DTL002: reported with low confidence unless a guard dominates the site" in unread
+    control = dtl(root, "explain", f"{PATCHES}:21").stdout
+    assert "not quantizable" in control and "family: hf" not in control, control
+
+
 def test_a_subclass_of_a_diffusers_model_and_a_model_imported_from_its_module(tmp_path: Path):
     """`class MyUNet(UNet2DConditionModel)`, and a transformers class imported from its modeling
     module (`transformers.models.vit.modeling_vit.ViTModel`): both HF model code."""

@@ -553,7 +553,7 @@ def _unread_member(resolver, inst, expr_text: str):
     library, short = origin.split(".", 1)[0], origin.rsplit(".", 1)[-1]
     storages = tuple((q.name, q.storage) for q in quantizers)
     why = Evidence(f"`{attr}` of `{short}`, a {library} model class outside this tree: its layers are not "
-                   f"read here", resolver.path, 0)
+                   f"read here", "", 0)
     note = BackendEvidence(f"if it is an `nn.Linear` in Hugging Face model code: replaced at load time by "
                            f"{storage_phrase(storages)}", "", 0, storages)
     return "low", (why, note)
