@@ -32,7 +32,7 @@ def parse_site(site: str) -> tuple[str, int]:
 
 def explain(site: str, config_file: str | None = None) -> str:
     """The explanation, as text."""
-    from dtype_lint.analysis.function_walk import iter_functions
+    from dtype_lint.analysis.function_walk import iter_functions, patched_methods
     from dtype_lint.analysis.index.class_facts import FunctionScope
     from dtype_lint.analysis.index.class_index import extract_header
     from dtype_lint.analysis.storage.layers import LayerResolver
@@ -58,7 +58,10 @@ def explain(site: str, config_file: str | None = None) -> str:
     if not reads:
         return f"{path}:{line}: no `.weight` read on this line\n"
     scopes = {}
-    for function_node, class_q, _name in iter_functions(tree, module):
+    patched = patched_methods(tree)  # `Model.forward = fn`: fn runs as Model's method, as check reads it
+    for function_node, class_q, scope_name in iter_functions(tree, module):
+        if class_q is None and scope_name in patched:
+            class_q = project.index.resolve(module, patched[scope_name], imports)
         if function_node.lineno <= line <= (function_node.end_lineno or function_node.lineno):
             scopes[(function_node.end_lineno or function_node.lineno) - function_node.lineno] = (function_node, class_q)
     function_node, class_q = scopes[min(scopes)] if scopes else (None, None)
@@ -75,6 +78,8 @@ def explain(site: str, config_file: str | None = None) -> str:
         out.append(f"{path}:{line}: `{text_of}.weight`")
         if not inst.qualname:
             out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
+            if inst.origin:  # a layer of a class a family knows outside the tree (as check asks it)
+                _family_decides(resolver, inst, text_of, out)
             continue
         out.append(f"  class: {inst.qualname}")
         for evidence_item in inst.chain:
@@ -135,7 +140,8 @@ def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
             return True
         for evidence_item in decided[1][len(inst.chain):]:
             out.append(f"    {_where(evidence_item)}{evidence_item.message}")
-        out.append("  DTL001/DTL002: reported unless a guard dominates the site")
+        out.append("  DTL001/DTL002: reported " + ("with low confidence " if decided[0] == "low" else "")
+                   + "unless a guard dominates the site")
         return True
     return False
 

@@ -40,7 +40,7 @@ from functools import cached_property, lru_cache
 from typing import ClassVar
 
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
-from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions
+from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions, patched_methods
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.layers import LayerResolver
 from dtype_lint.analysis.storage.storage_model import ABSENT, backends_unknown, why_storage
@@ -219,11 +219,27 @@ class RuleFacts:
     def _function_list(self, lines: list[int] | None) -> list[Candidate]:
         out = []
         for function_node, class_q, scope_name in iter_functions(self.tree, self.source.module, lines):
+            if class_q is None and scope_name in self._patched:  # `Model.forward = fn`: fn is Model's method
+                class_q = self.project.index.resolve(self.source.module, self._patched[scope_name], self.imports)
             c = self._nodes.get(id(function_node))
             if c is None:
                 c = self._nodes[id(function_node)] = Candidate(function_node, class_q, scope_name)
             out.append(c)
         return out
+
+    @cached_property
+    def _patched(self) -> dict[str, str]:
+        """Module-level functions patched onto a class (`Model.forward = fn`). The tree the rules
+        get is reduced to the statements near sites, so the statements that patch (often inside
+        an `apply()` function) are read from the whole text, parsed only where a module-level
+        function takes `self` (rare outside such projects)."""
+        if not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.args.args
+                   and node.args.args[0].arg == "self" for node in self.tree.body):
+            return {}
+        try:
+            return patched_methods(ast.parse(self.source.text))
+        except (SyntaxError, ValueError, RecursionError):
+            return {}
 
     @cached_property
     def _all_functions(self) -> list[Candidate]:

@@ -149,6 +149,8 @@ SLOW_MODULES = {
 }
 SLOW_TESTS: dict[str, str] = {
     "test_journey_hf_package.py::test_name_heuristics_fix_runs": "the --name-heuristics fix run on real bitsandbytes",
+    "test_journey_hf_reshape.py::test_fixed_subclass_and_patched_forward_run_on_bitsandbytes": "the fixed reshaping project run on real bitsandbytes",
+    "test_journey_hf_reshape.py::test_the_shipped_catalogue_is_fresh": "transformers' and diffusers' model classes recomputed from the cached releases",
     "test_journey_hf_package.py::test_wheel_": "the fixed HF package built as a wheel, installed fresh, run on real bitsandbytes",
     # "module::test name prefix": why
     "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",

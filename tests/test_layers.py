@@ -60,6 +60,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "adapter": "analysis",     # an adapter library's base layers (peft)
     "words": "analysis",       # a message's storage words where the verdict names no backend
     "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
+    "model_classes": "analysis",  # hf: the shipped model class names of transformers and diffusers
     "planner": "fix",          # a site of the family → edits through its helper
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series

@@ -259,3 +259,38 @@ def _visit(body, class_q, prefix, module, lines):
             blocks += [c.body for c in getattr(node, "cases", None) or []]
             for block in blocks:
                 yield from _visit(block, class_q, prefix, module, lines)
+
+
+def patched_methods(tree: ast.Module) -> dict[str, str]:
+    """Module-level functions patched onto a class in this module (`Model.forward = fn`,
+    `setattr(Model, "forward", fn)`, anywhere in the file): the function's name → the class's
+    dotted name as the file spells it. Such a function runs as that class's method, so its first
+    parameter is an instance of the class. Only a function whose first parameter is `self`, and
+    bound to one class: one patched onto several classes (or rebound) keeps no class."""
+    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.args.args and node.args.args[0].arg == "self"}
+    if not functions:
+        return {}
+    bound: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        owner, function = None, None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+                and isinstance(node.value, ast.Name):
+            owner, function = node.targets[0].value, node.value.id
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str) and isinstance(node.args[2], ast.Name):
+            owner, function = node.args[0], node.args[2].id
+        name = _dotted_name(owner) if owner is not None else None
+        if function in functions and name and name != "self":
+            bound.setdefault(function, set()).add(name)
+    return {function: next(iter(names)) for function, names in bound.items() if len(names) == 1}
+
+
+def _dotted_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted_name(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None

@@ -282,7 +282,9 @@ class LayerResolver:
                 got = self._attribute_alias(owner, attr, depth)
             if got is None and owner.qualname in GENERIC_MODULES:
                 got = self._generic_module_attribute(owner, attr, depth)
-            return got if got is not None else Instance(None)
+            # unread, it keeps the class of its `self`: a family may still speak for a layer of a
+            # class it knows outside the tree
+            return got if got is not None else Instance(None, origin=owner.origin)
         where, origins = found
         env = self._env_in(owner, where)
         best: Instance | None = None

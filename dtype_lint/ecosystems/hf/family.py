@@ -44,6 +44,7 @@ from dtype_lint.analysis.index.class_facts import local_call
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import format_named, packed_storages
+from dtype_lint.ecosystems.hf.model_classes import is_model_class
 
 HF_LIBRARIES = ("transformers", "diffusers", "peft")
 # Model base classes whose subclasses `from_pretrained` quantizes (a project built on the libraries).
@@ -476,17 +477,38 @@ def _libraries(resolver) -> frozenset[str]:
         return libraries
     facts = resolver.project.file_facts(resolver.module)
     for qualname in (facts.classes if facts else ()):
-        if set(resolver.index.mro(qualname)) & MODEL_BASES:
+        if is_model_code(resolver.index, qualname):
             return libraries
     return frozenset()
+
+
+def is_model_code(index, qualname: str) -> bool:
+    """A model class `from_pretrained` quantizes: a subclass of the model bases, or of a concrete
+    transformers/diffusers model class (`class LongcatCausalLM(LlamaForCausalLM)`, the catalogue),
+    or one of those classes itself."""
+    mro = index.mro(qualname)
+    return bool(set(mro) & MODEL_BASES) or any(is_model_class(ancestor) for ancestor in mro)
+
+
+def _model_class_libraries(resolver, qualname: str | None) -> frozenset[str]:
+    """The HF library of the model class `self` stands for, where the file itself is not HF
+    model code: a function patched onto a model class (`LongcatCausalLM.draft = fast_draft`,
+    `setattr(LlamaModel, "gate", fn)`) in a file that defines none. Not in an engine's files."""
+    if not qualname or not is_model_code(resolver.index, qualname):
+        return frozenset()
+    tops = {resolver.module.split(".", 1)[0]} | {v.split(".", 1)[0] for v in resolver.imports.values()}
+    if tops & ENGINE_PACKAGES:
+        return frozenset()
+    found = {ancestor.split(".", 1)[0] for ancestor in resolver.index.mro(qualname)} & {"transformers", "diffusers"}
+    return frozenset(found) or libraries_of(resolver.module, resolver.imports)
 
 
 def verdict(resolver, inst, expr_text: str):
     """None: not the HF family's call. False: no HF quantizer reaches this layer. Else
     ("high", evidence), the last step a BackendEvidence with the quantizers and their storages."""
     if not inst.qualname:
-        return None
-    libraries = hf_model_file(resolver)
+        return _unread_member(resolver, inst, expr_text)
+    libraries = hf_model_file(resolver) or _model_class_libraries(resolver, inst.origin)
     if not libraries or "peft" in libraries and len(libraries) == 1:
         return None
     kind = layer_kind(resolver.index.mro(inst.qualname))
@@ -512,6 +534,29 @@ def verdict(resolver, inst, expr_text: str):
                   for e in inst.chain)
     where = chain[0] if chain else Evidence("", resolver.path, 0)
     return "high", (*chain, evidence_for(quantizers, kind, where.path, where.line))
+
+
+def _unread_member(resolver, inst, expr_text: str):
+    """`self.proj` where `self` is a transformers/diffusers model class outside the tree (a
+    function patched onto `LlamaModel`): its layers are the library's, not read here, so the
+    layer is most likely an `nn.Linear` the quantizers replace, but cannot be told: low
+    confidence, saying why (never a silent pass). None for anything else."""
+    origin = inst.origin
+    if not origin or not is_model_class(origin) or resolver.index.class_location(origin) is not None \
+            or not re.fullmatch(r"\w+\.\w+", expr_text):
+        return None
+    libraries = _model_class_libraries(resolver, origin)
+    attr = expr_text.rsplit(".", 1)[-1]
+    quantizers = reaching(libraries, LINEAR, attr, {}, hf_module(resolver))
+    if not quantizers:
+        return None
+    library, short = origin.split(".", 1)[0], origin.rsplit(".", 1)[-1]
+    storages = tuple((q.name, q.storage) for q in quantizers)
+    why = Evidence(f"`{attr}` of `{short}`, a {library} model class outside this tree: its layers are not "
+                   f"read here", "", 0)
+    note = BackendEvidence(f"if it is an `nn.Linear` in Hugging Face model code: replaced at load time by "
+                           f"{storage_phrase(storages)}", "", 0, storages)
+    return "low", (why, note)
 
 
 def named_verdict(resolver, expr_text: str, named: tuple):
