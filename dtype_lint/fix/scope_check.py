@@ -184,9 +184,10 @@ def _check_helper_bindings(tree: ast.Module, helpers: set[tuple[str, str, str]])
         return
     bound = bindings(tree)
     for mod, func, local in sorted(helpers):
-        ours = [stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0
-                and stmt.module == mod and any(alias.name == func and (alias.asname or alias.name) == local
-                                               for alias in stmt.names)]
+        # `mod` as the fix spells it: dotted, or relative (`.module_input_dtype`, Fix.spelled)
+        ours = [stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom)
+                and "." * stmt.level + (stmt.module or "") == mod
+                and any(alias.name == func and (alias.asname or alias.name) == local for alias in stmt.names)]
         if bound[local] != 1 or len(ours) != 1:
             raise FixCheckError(f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module "
                                 f"binds `{local}` {bound[local]} times")
