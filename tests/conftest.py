@@ -23,6 +23,9 @@ if str(_TESTS) not in sys.path:
 
 from dtype_lint import releases  # noqa: E402
 
+# `xdist_group` under pytest 9 (tests/xdist_groups.py).
+pytest_plugins = ["xdist_groups"]
+
 # fixture name -> (distribution, version)
 RELEASE_FIXTURES = {
     "vllm_0271": ("vllm", "0.27.1"),

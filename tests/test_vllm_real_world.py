@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from release_runs import check_tree
 
-pytestmark = pytest.mark.network
+# One worker makes the whole-tree checks of 0.27.1 and 0.28.0 once (session fixtures below).
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("vllm-real-world")]
 
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
 PREFILL_FUNCS = ("_compute_prefill_context", "_context_parallel_compute_prefill_context")

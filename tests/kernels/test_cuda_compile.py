@@ -27,6 +27,9 @@ import torch
 
 from dtype_lint.kernels_ref import build
 
+# One worker compiles every translation unit once (the session fixtures below), not each worker.
+pytestmark = pytest.mark.xdist_group("cuda-compile")
+
 CUDA_DIR = build.CUDA_DIR
 NVCC_FLAGS = ["-arch=sm_90", "-std=c++17", "-fmad=false"]
 
