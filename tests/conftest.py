@@ -161,6 +161,7 @@ SLOW_TESTS: dict[str, str] = {
     "test_conventions.py::test_generated_helper_test_runs": "pytest in a subprocess against a tree",
     "test_hf_regression.py::test_each_patch_test": "the transformers series' tests, run on the release before and after",
     "test_hf_regression.py::test_committed_series_is_fresh": "the transformers series regenerated (DTL_FULL)",
+    "test_named_file_backends.py::test_real_": "real-world trees (named files of vLLM 0.27.1 and 0.33.0 vs the whole tree)",
 }
 
 

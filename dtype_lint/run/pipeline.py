@@ -355,7 +355,7 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
         return files, files
     files = discover_files(paths, excludes, config.root, temps=temps, force_exclude=config.force_exclude,
                            messages=messages)
-    if config.source != "defaults" and any(os.path.isfile(p) for p in paths):
+    if (config.source != "defaults" or _holds_engine(config)) and any(os.path.isfile(p) for p in paths):
         named = {f.real for f in files}
         if layout is None:
             rest = discover_files([root], excludes, config.root, temps=temps, messages=messages)
@@ -365,6 +365,19 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
                 return files, rest  # the named files, then the record's others (project_files.py)
         return files, files + [f for f in rest if f.real not in named]
     return files, files
+
+
+def _holds_engine(config: Config) -> bool:
+    """Is the project a checkout of an engine the preset names (its root holds the `vllm`
+    package)? Without a configuration a run on named files is otherwise checked against those
+    files alone, and in the engine's own tree that judged its layers by the catalogue shipped for
+    another release instead of the checkout's backends (#39). The project's walk is the one a run
+    with a configuration makes; with the cache it is kept (layout_cache.py), and the backends'
+    answers with the stamps of what they read (facts_cache.py), so pre-commit pays for them once."""
+    from dtype_lint.ecosystems.presets import PRESETS
+
+    engines = {qualname.split(".", 1)[0] for qualname in PRESETS[config.preset]["quantizable"]}
+    return any(os.path.isfile(os.path.join(config.root, engine, "__init__.py")) for engine in engines)
 
 
 @dataclass
