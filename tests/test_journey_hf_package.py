@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import tree_bytes, write_tree
+from tiny_project import copy_project, fix_project, json_findings, tree_bytes, write_tree
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -37,21 +36,11 @@ HELPER = "src/mypkg/module_input_dtype.py"
 
 
 def project(tmp_path: Path, name: str = "proj") -> Path:
-    root = tmp_path / name
-    shutil.copytree(FIXTURE, root)
-    return root
+    return copy_project(FIXTURE, tmp_path, name)
 
 
-def findings(root: Path, *args: str) -> list[dict]:
-    proc = dtl(root, "check", ".", "--no-cache", "--output-format", "json", *args)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return json.loads(proc.stdout)["findings"]
-
-
-def fix(root: Path, *args: str) -> subprocess.CompletedProcess:
-    proc = dtl(root, "check", ".", "--fix", "--no-cache", *args)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
+findings = json_findings
+fix = fix_project
 
 
 def test_check_reports_the_planted_site_and_nothing_else(tmp_path: Path):

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import tree_bytes
+from tiny_project import copy_project, fix_project, json_findings, tree_bytes
 
 from dtype_lint.analysis.function_walk import patched_methods
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
@@ -40,20 +39,11 @@ HELPER = "src/reshape/module_input_dtype.py"
 
 
 def project(tmp_path: Path, name: str = "proj") -> Path:
-    root = tmp_path / name
-    shutil.copytree(FIXTURE, root)
-    return root
+    return copy_project(FIXTURE, tmp_path, name)
 
 
-def findings(root: Path, *args: str) -> list[dict]:
-    proc = dtl(root, "check", ".", "--no-cache", "--output-format", "json", *args)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return json.loads(proc.stdout)["findings"]
-
-
-def fix(root: Path) -> None:
-    proc = dtl(root, "check", ".", "--fix", "--no-cache")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+findings = json_findings
+fix = fix_project
 
 
 def where(found: dict) -> tuple[str, int, str, str]:

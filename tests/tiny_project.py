@@ -124,3 +124,35 @@ def time_limit(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# --- a journey over a project of fixtures/journeys/ (tests/test_journey_*.py) -----------------------
+
+
+def copy_project(fixture: Path, tmp_path: Path, name: str = "proj") -> Path:
+    """A copy of the journey project `fixture` under `tmp_path/name`, to check and fix."""
+    import shutil
+
+    root = tmp_path / name
+    shutil.copytree(fixture, root)
+    return root
+
+
+def json_findings(root: Path, *args: str) -> list[dict]:
+    """`dtype-lint check . --no-cache --output-format json` in `root`: its findings."""
+    import json
+
+    from cli_runner import dtl
+
+    proc = dtl(root, "check", ".", "--no-cache", "--output-format", "json", *args)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["findings"]
+
+
+def fix_project(root: Path, *args: str):
+    """`dtype-lint check . --fix --no-cache` in `root`, which must exit 0."""
+    from cli_runner import dtl
+
+    proc = dtl(root, "check", ".", "--fix", "--no-cache", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
