@@ -119,9 +119,9 @@ def main(env=os.environ) -> int:
         findings = sum(1 for line in proc.stdout.splitlines() if line.startswith(("::error ", "::warning ")))
         listing = subprocess.run([*cmd, "check", *names, "--output-format", "concise", "--exit-zero", *common],
                                  capture_output=True, text=True)
-        last = listing.stdout.strip().splitlines()[-1:] or [""]
-        m = re.search(r"(\d+) files? checked", last[0])
-        files = int(m.group(1)) if m else 0
+        # The closing count line, wherever it stands (a `[*] N fixable` line may follow it).
+        counts = [m for line in listing.stdout.splitlines() if (m := re.search(r"(\d+) files? checked", line))]
+        files = int(counts[-1].group(1)) if counts else 0
         scope = f"{len(targets)} changed files" if targets is not None else "`" + " ".join(opts["paths"]) + "`"
         summary_lines += [f"Checked {scope}.", "", "```", listing.stdout.rstrip(), "```"]
 

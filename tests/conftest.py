@@ -21,10 +21,9 @@ _TESTS = Path(__file__).resolve().parent
 if str(_TESTS) not in sys.path:
     sys.path.insert(0, str(_TESTS))
 
-from dtype_lint import releases  # noqa: E402
+from xdist_groups import group_for_xdist  # noqa: E402
 
-# `xdist_group` under pytest 9 (tests/xdist_groups.py).
-pytest_plugins = ["xdist_groups"]
+from dtype_lint import releases  # noqa: E402
 
 # fixture name -> (distribution, version)
 RELEASE_FIXTURES = {
@@ -243,6 +242,7 @@ def pytest_ignore_collect(collection_path, config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # tryfirst: the marker must be on the item before `-m` deselection looks at it.
+    group_for_xdist(config, items)  # `xdist_group` under pytest 9 (tests/xdist_groups.py)
     for item in items:
         if set(getattr(item, "fixturenames", ())) & RELEASE_FIXTURES.keys():
             if item.get_closest_marker("network") is None:

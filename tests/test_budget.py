@@ -36,6 +36,7 @@ def test_size():
 
 def run(tmp_path: Path, full: str | None) -> subprocess.CompletedProcess:
     shutil.copy(conftest.__file__, tmp_path / "conftest.py")
+    shutil.copy(Path(conftest.__file__).with_name("xdist_groups.py"), tmp_path / "xdist_groups.py")  # conftest imports it
     (tmp_path / "test_sample.py").write_text(MODULE)
     env = {k: v for k, v in os.environ.items() if k != "DTL_FULL"}
     if full is not None:
