@@ -26,6 +26,9 @@ from dtype_lint.kernels_ref.harness.prefill_context import (
     store_cache,
 )
 
+# One worker: the module-scoped matrix runs (`report`, `upstream_report`) are built once, not on each.
+pytestmark = pytest.mark.xdist_group("verify-matrix")
+
 MARLIN_MSG = "unsupported `a` scalar_type"
 AWQ_MSG = "'AwqLikeLinear' object has no attribute 'weight'"
 NVFP4_FP8_MSG = "input.dtype needs to be fp16 or bf16 but got torch.float8_e4m3fn."
