@@ -179,6 +179,7 @@ def test_nothing_to_migrate_exits_0_and_writes_only_the_report(tmp_path: Path):
 
 
 @pytest.mark.network
+@pytest.mark.full("a whole-tree migrate; CI: lmdeploy's triage finds nothing (test_triage.py), migrate on our projects here")
 def test_lmdeploy_has_nothing_to_migrate(tmp_path: Path, lmdeploy_0180: Path):
     root = tmp_path / "lmdeploy"
     shutil.copytree(lmdeploy_0180, root)

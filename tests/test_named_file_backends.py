@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import full_only
 
 from tests.cli_runner import dtl
 
@@ -204,7 +205,7 @@ def _copy(tree: Path, target: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.network
-@pytest.mark.parametrize("release", ["vllm_0271", "vllm_0330"])
+@pytest.mark.parametrize("release", ["vllm_0271", full_only("vllm_0330", "the same mechanism on 0.27.1")])
 def test_real_named_files_read_the_release_s_own_backends(release, request, tmp_path, builds):
     root = _copy(request.getfixturevalue(release), tmp_path / release)
     whole = findings(root, ".", "--no-cache")
