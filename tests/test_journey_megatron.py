@@ -309,3 +309,18 @@ def test_a_spec_computed_by_a_call_is_low_confidence_with_the_reason(tmp_path: P
     assert state["confidence"] == "low", state
     assert REASON in state["message"] and "a spec computes it: `backend.column_parallel_layer_norm_linear()`" in \
         state["message"], state["message"]
+
+
+def test_megatron_cores_own_spec_machinery_from_outside_the_tree_is_followed_too(tmp_path: Path):
+    """The common user shape: `ModuleSpec` and `build_module` imported from an installed
+    megatron-core, not defined in the project."""
+    root = project(tmp_path)
+    (root / "minimeg/spec_utils.py").unlink()
+    for name, old in ((MIXER, "from ..spec_utils import"), (SPECS, "from .spec_utils import")):
+        path = root / name
+        path.write_text(path.read_text(encoding="utf-8").replace(
+            old, "from megatron.core.transformer.spec_utils import"), encoding="utf-8")
+    allocation, cast = planted(root)
+    [low] = planted(root, "# planted-low")
+    assert sites(json_findings(root)) == [(MIXER, allocation, "DTL002", "high"), (MIXER, cast, "DTL001", "high"),
+                                          (MIXER, low, "DTL001", "low")]
