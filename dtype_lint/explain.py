@@ -135,7 +135,10 @@ def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
             continue
         out.append(f"  family: {ecosystem_of(family)}")
         if not decided:
-            out.append("    no quantizer of this family replaces it here (storage code, or excluded by the model)")
+            # A family may say why in its own words (optional: `why_not(resolver, inst, text)`).
+            why = getattr(family, "why_not", lambda *_: None)(resolver, inst, text_of) or \
+                "no quantizer of this family replaces it here (storage code, or excluded by the model)"
+            out.append(f"    {why}")
             out.append("  DTL001/DTL002: not reported")
             return True
         for evidence_item in decided[1][len(inst.chain):]:

@@ -61,6 +61,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "words": "analysis",       # a message's storage words where the verdict names no backend
     "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
     "model_classes": "analysis",  # hf: the shipped model class names of transformers and diffusers
+    "specs": "analysis",       # megatron: the module specs that say which class `build_module` builds
+    "modelopt_catalogue": "analysis",  # megatron: what nvidia-modelopt reaches and leaves in `.weight`
     "planner": "fix",          # a site of the family → edits through its helper
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series

@@ -40,6 +40,13 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     "vllm": {
         "words": "dtype_lint.ecosystems.vllm.words",
     },
+    # Models built through module specs (megatron-core's `build_module`), quantized by nvidia-modelopt.
+    "megatron": {
+        "family": "dtype_lint.ecosystems.megatron.family",
+        "planner": "dtype_lint.ecosystems.megatron.planner",
+        "helper": "dtype_lint.ecosystems.megatron.helper",
+        "words": "dtype_lint.ecosystems.megatron.words",
+    },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
     # it speaks for every verdict.
     "generic": {

@@ -1,0 +1,190 @@
+"""The family role of the megatron ecosystem (dtype_lint/ecosystems/registry.py): a layer built
+through `build_module(spec, ...)` is the class its spec names (specs.py), and where that class is
+one of megatron-core's linears nvidia-modelopt quantizes, `mtq.compress` may have packed its
+weight (modelopt_catalogue.py).
+
+Verdicts:
+- some spec of the tree names a class modelopt reaches: ("high", evidence), the last step a
+  `ModeloptEvidence` with the formats and their storages;
+- every spec names a class modelopt does not reach (a norm, a layer with its own `forward`):
+  False, no finding;
+- no spec it reaches, and some value cannot be read (a spec computed by a call, a dataclass no
+  file of the tree builds): ("low", evidence) with the reason, as the storage model reports a layer
+  whose backends it cannot read (`CodeBackends.undispatched`): never a silent pass.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS
+from dtype_lint.core.findings import Evidence
+from dtype_lint.ecosystems.hf.family import NO_WEIGHT, STORAGE_WORDS, partial_guard, runs_at_construction
+from dtype_lint.ecosystems.megatron.modelopt_catalogue import (
+    COMPRESS_EVIDENCE,
+    KNOWN_PACKAGE,
+    PLUGIN,
+    RELEASE,
+    TORCH_LINEAR_EVIDENCE,
+    compressed_storages,
+    registered_line,
+)
+from dtype_lint.ecosystems.megatron.specs import build_site, is_built_by_spec
+
+# Every verdict of this family carries this in an evidence message: what `doctor`, the words role
+# and a finding read back from the cache know it by.
+FAMILY_EVIDENCE = "built from a module spec (`build_module`)"
+REACHED, NOT_REACHED, UNKNOWN = "reached", "not reached", "unknown"
+
+
+class ModeloptEvidence(Evidence):
+    """The modelopt formats that can pack the layer's weight and the storage each leaves:
+    (format, storage word). Serialised as plain Evidence (the words are in its message)."""
+
+    storages: tuple[tuple[str, str], ...]
+
+    def __init__(self, message: str, path: str, line: int, storages=()):
+        super().__init__(message, path, line)
+        object.__setattr__(self, "storages", tuple(storages))
+
+
+def storage_phrase(storages) -> str:
+    """`uint8 under NVFP4/INT4 (AWQ), int8 under INT8, fp8 under FP8` (modelopt's formats)."""
+    by_storage: dict[str, list[str]] = {}
+    for name, storage in storages:
+        names = by_storage.setdefault(storage, [])
+        if name not in names:
+            names.append(name)
+    return ", ".join(f"{STORAGE_WORDS[storage]} under modelopt {'/'.join(names)}"
+                     for storage, names in by_storage.items())
+
+
+def modelopt_reach(resolver, qualname: str) -> tuple[str, str]:
+    """(REACHED | NOT_REACHED | UNKNOWN, why) for a class a spec names. modelopt's registry takes a
+    registered class and its subclasses that keep its `forward` (modelopt_catalogue.py)."""
+    for ancestor in resolver.index.mro(qualname):
+        line, short = registered_line(ancestor), ancestor.rsplit(".", 1)[-1]
+        if line is not None:
+            where = f"{PLUGIN}:{line}" if line else TORCH_LINEAR_EVIDENCE
+            via = "" if ancestor == qualname else f" (a subclass of `{short}` keeping its `forward`)"
+            return REACHED, f"modelopt registers `{short}` for quantization ({where}, {RELEASE}){via}"
+        class_facts = resolver.project.class_facts(ancestor)
+        if class_facts is not None and "forward" in class_facts.methods:
+            return NOT_REACHED, f"`{short}` has its own `forward`: modelopt's registry does not take it"
+        if class_facts is None and resolver.index.class_location(ancestor) is None:
+            if ancestor.startswith((KNOWN_PACKAGE, "torch.")):
+                return NOT_REACHED, f"modelopt does not register `{ancestor}` ({RELEASE})"
+            return UNKNOWN, f"`{ancestor}` is not in the tree"
+    return NOT_REACHED, f"no class modelopt registers is among `{qualname}`'s bases"
+
+
+def verdict(resolver, inst, expr_text: str):
+    """None: not a layer built through `build_module`. False: no spec gives it a class modelopt
+    reaches. Else ("high" | "low", evidence)."""
+    if not is_built_by_spec(inst.qualname):
+        return None
+    site = build_site(resolver, inst, expr_text)
+    if site is None:
+        return None
+    chain = tuple(Evidence(e.message.replace(" without a quantization config", ""), e.path, e.line) for e in inst.chain)
+    built = Evidence(f"`{site.attribute}` is {FAMILY_EVIDENCE}: `{site.spec_text}`", site.path, site.line)
+    reached: list[Evidence] = []
+    unknown = [site.unknown] if site.unknown else []
+    for spec_class in site.classes:
+        if spec_class.qualname is None:
+            continue
+        state, why = modelopt_reach(resolver, spec_class.qualname)
+        if state == REACHED:
+            reached.append(Evidence(f"a spec names `{spec_class.written}`: {why}", spec_class.path, spec_class.line))
+        elif state == UNKNOWN:
+            unknown.append(why)
+    if reached:
+        storages = compressed_storages()
+        packed = ModeloptEvidence(f"`mtq.compress` (real quantization) leaves {storage_phrase(storages)} "
+                                  f"({COMPRESS_EVIDENCE})", "", 0, storages)
+        return "high", (*chain, built, *reached[:3], packed)
+    if not unknown:
+        return False
+    # Low confidence, the reason first; the storages it would have if its spec names a linear
+    # modelopt reaches, so that the message names them and the fix (whose helper answers for every
+    # layer, packed or not) is this family's.
+    reason = f"{UNKNOWN_BACKENDS}: which class its spec builds is not known here ({'; '.join(unknown)})"
+    storages = compressed_storages()
+    maybe = ModeloptEvidence(f"if its spec names a linear modelopt quantizes, `mtq.compress` leaves "
+                             f"{storage_phrase(storages)}", "", 0, storages)
+    return "low", (*chain, built, Evidence(BACKEND_MARK + reason, site.path, site.line), maybe)
+
+
+def why_not(resolver, inst, expr_text: str) -> str | None:
+    """`explain`'s words for a layer this family leaves alone: the classes its specs name, and why
+    modelopt does not reach them."""
+    site = build_site(resolver, inst, expr_text) if is_built_by_spec(inst.qualname) else None
+    if site is None:
+        return None
+    whys = [f"`{spec_class.written}`: {modelopt_reach(resolver, spec_class.qualname)[1]}"
+            for spec_class in site.classes if spec_class.qualname is not None]
+    return (f"its specs name {'; '.join(dict.fromkeys(whys))}: modelopt ({RELEASE}) quantizes none of them"
+            if whys else "no spec of the tree gives it a layer")
+
+
+def modelopt_storages(evidence) -> ModeloptEvidence | None:
+    for item in evidence or ():
+        if isinstance(item, ModeloptEvidence):
+            return item
+    return None
+
+
+def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):
+    """The verdict after the checks that dominate the site: None in `__init__` and the methods only
+    it calls (the layer is built, not yet compressed) or where no storage that breaks the site
+    gets past its guards; else the storages left, the partial guard named."""
+    confidence, evidence = verdict
+    packed = modelopt_storages(evidence)
+    if packed is None or runs_at_construction(fn, cls):
+        return None  # `mtq.compress` runs on a built model
+    left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, packed.storages)
+    if not left:
+        return None
+    if unreadable and vllm_guard_proves():
+        return None
+    if len(left) == len(packed.storages):
+        return verdict
+    rest = tuple(item for item in evidence if item is not packed)
+    guard = " and ".join(f"`{ast.unparse(test)}`" for test in tests) or "a dominating check"
+    missed = {storage for _, storage in left}
+    note = ModeloptEvidence(f"partial guard {guard}: still breaks on {storage_phrase(left)}"
+                            + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
+                            path, tests[0].lineno if tests else 0, left)
+    return confidence, (*rest, note)
+
+
+# ---- the family protocol (ecosystems/registry.py) ----------------------------------------------
+
+
+def claims(evidence) -> bool:
+    """Did this family decide the verdict (modelopt's storages in its evidence)?"""
+    return modelopt_storages(evidence) is not None
+
+
+def backend_words(evidence, default: str) -> str:
+    """modelopt's storages; after the reason where the spec could not be read."""
+    packed = modelopt_storages(evidence)
+    words = storage_phrase(packed.storages) if packed is not None else default
+    unknown = [item.message[len(BACKEND_MARK):] for item in evidence or () if item.message.startswith(BACKEND_MARK)]
+    return f"{unknown[0]}; if it is a linear modelopt quantizes: {words}" if unknown else words
+
+
+def layer_kind(mro: list[str]) -> str | None:
+    return None  # its layers are known by their spec, not by a torch leaf class
+
+
+def sequential_item(resolver, expr, scope, depth: int, this):
+    return None
+
+
+def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
+    return None
+
+
+def first_parameter_holder(resolver, layer, scope, text: str) -> str:
+    return ""
