@@ -242,6 +242,24 @@ def _inferred_keys(result: RunResult, file_keys_config: Config) -> frozenset[str
     return frozenset({"helper"} | ({"helper-template"} if not file_keys_config.helper_template else set()))
 
 
+def _engines(matches: list[RootMatch]) -> set[str]:
+    return {m.root.split(".", 1)[0] for m in matches}
+
+
+def _unused_preset(config: Config, index, unmatched: list[RootMatch]) -> list[RootMatch]:
+    """The preset's roots, when none is in the tree and no module of the tree imports (or is) the
+    preset's engine; else []."""
+    preset = [m for m in unmatched if m.origin == "preset"]
+    if not preset or any(m.origin == "preset" for m in unmatched if m.matched):
+        return []
+    engines = _engines(preset)
+    for name, header in index.modules.items():
+        if name.split(".", 1)[0] in engines or \
+                any(target.split(".", 1)[0] in engines for target in header.imports.values()):
+            return []
+    return preset
+
+
 def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[str] = frozenset(),
            configured: Config | None = None) -> str:
     """The doctor's report. `command_line`: the setting keys the command line's flags set;
@@ -287,6 +305,13 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
         if match.unknown_backends:
             lines.append(f"      backends: {match.unknown_backends}; its sites are reported with low confidence")
     unmatched = [m for m in matches if not m.matched]
+    unused = _unused_preset(config, index, unmatched)
+    if unused:
+        # A project that never imports the preset's engine (an HF package, another engine) is not
+        # missing its classes: one line, not a list of another ecosystem's layers.
+        lines.append(f"  the `{config.preset}` preset's {plural(len(unused), 'layer class', 'layer classes')}: "
+                     f"not used here (no file defines or imports {' or '.join(sorted(_engines(unused)))})")
+        unmatched = [m for m in unmatched if m not in unused]
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")
         lines += [f"    {m.root} [{m.origin}]" for m in unmatched]
