@@ -37,9 +37,6 @@ STILL_NAMING_ECOSYSTEMS = {
     "dtype_lint/analysis/helper_functions.py": "the helper's shape (`params_dtype`)",
     "dtype_lint/analysis/compiled_code.py": "a comment on `params_dtype` in scripted code",
     "dtype_lint/dtypes/evaluator.py": "STORAGES keyed by vLLM formats",
-    # The storage formats' table: one vocabulary every stage derives from (docs/architecture.md,
-    # "Storage formats"); its rows name the formats each ecosystem's backends leave.
-    "dtype_lint/dtypes/storage_formats.py": "the storage formats' table (Marlin, NVFP4, bitsandbytes...)",
     "dtype_lint/dtypes/truth_table.py": "the storages' names",
     "dtype_lint/fix/helper_template.py": "the vLLM helper template",
     "dtype_lint/fix/planner.py": "the idiom's `params_dtype` fallback; bitsandbytes' swap",

@@ -1,17 +1,19 @@
 """The ecosystems dtype-lint knows, and the one place a stage asks for their plug-ins.
 
 An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug into one stage, by
-role (the file's name): `family` into the analysis (which classes are its layers, what its
-quantizers leave in `.weight`, its partial guards, its words for messages), `planner` and `helper`
+role (the file's name): `formats` into the dtypes (the storage formats its backends leave in
+`.weight`, rows of dtypes/storage_formats.py's table), `family` into the analysis (which classes
+are its layers, what its quantizers leave in `.weight`, its partial guards, its words for
+messages), `planner` and `helper`
 into the fix stage (a site of the family → edits through its helper; the helper's text and home),
 `series`, `regression` and `verify` into the migration and its proofs. A stage asks for one role
 (`plugins("family")`) and talks to what it gets through that role's protocol (`ROLE_PROTOCOLS`);
 it never names an ecosystem. The modules are named here as data, as Python's entry points name
 plug-ins, and imported when a stage first asks: the pre-commit fast path imports none.
 
-vLLM's knowledge is not yet a plug-in (#35): its backends are read from the code or from the
-catalogues in `ecosystems/vllm/`, and the storage model, the dtype evaluator and the helper
-template still hold its vocabulary (tests/test_ecosystems.py lists those files).
+vLLM's knowledge is only partly a plug-in yet (#35): its formats and words are, its backends are
+read from the code or from the catalogues in `ecosystems/vllm/`, and some stages still hold its
+vocabulary (tests/test_ecosystems.py lists those files).
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """
@@ -25,6 +27,7 @@ from types import ModuleType
 # Ecosystem → role → module. Order matters where families overlap: the first that claims wins.
 ECOSYSTEMS: dict[str, dict[str, str]] = {
     "hf": {
+        "formats": "dtype_lint.ecosystems.hf.formats",
         "family": "dtype_lint.ecosystems.hf.family",
         "planner": "dtype_lint.ecosystems.hf.planner",
         "helper": "dtype_lint.ecosystems.hf.helper",
@@ -36,19 +39,24 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     "peft": {
         "adapter": "dtype_lint.ecosystems.peft.adapter",
     },
-    # vLLM-style engines: only their words are a plug-in yet (the rest, #35: see above).
+    # vLLM-style engines: their formats and words are plug-ins (the rest, #35: see above).
     "vllm": {
+        "formats": "dtype_lint.ecosystems.vllm.formats",
         "words": "dtype_lint.ecosystems.vllm.words",
     },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
     # it speaks for every verdict.
     "generic": {
+        "formats": "dtype_lint.ecosystems.generic.formats",
         "words": "dtype_lint.ecosystems.generic.words",
     },
 }
 
 # What a module of each role provides (names its stage reads); tests/test_ecosystems.py checks it.
 ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    # FORMATS: the storage formats its backends leave in `.weight` (dtypes/storage_format.py's rows),
+    # which dtypes/storage_formats.py assembles into the one table every stage derives from.
+    "formats": ("FORMATS",),
     # claims(evidence) -> bool: did this family decide the verdict with this evidence?
     # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
     # backend_words(evidence, default): its quantizers' words for a message;
