@@ -29,15 +29,12 @@ STILL_NAMING_ECOSYSTEMS = {
     # vLLM's vocabulary is not yet a plug-in: the storage model, the dtype evaluator's storages and
     # the helper templates are keyed by vLLM's backends (storage formats as data is another step).
     "dtype_lint/analysis/storage/storage_model.py": "vLLM backends' repacks (Marlin, NVFP4)",
-    "dtype_lint/analysis/storage/storage_dispatch.py": "the container dtypes of vLLM's formats",
     "dtype_lint/analysis/storage/catalogue.py": "the catalogue's vLLM backends, by name",
     "dtype_lint/analysis/storage/layers.py": "`params_dtype` as a plain dtype attribute",
-    "dtype_lint/analysis/guard_engine/guards.py": "vLLM's guard vocabulary",
     "dtype_lint/analysis/index/class_index.py": "vLLM's platform modules",
     "dtype_lint/analysis/helper_functions.py": "the helper's shape (`params_dtype`)",
     "dtype_lint/analysis/compiled_code.py": "a comment on `params_dtype` in scripted code",
     "dtype_lint/dtypes/evaluator.py": "STORAGES keyed by vLLM formats",
-    "dtype_lint/dtypes/truth_table.py": "the storages' names",
     "dtype_lint/fix/helper_template.py": "the vLLM helper template",
     "dtype_lint/fix/planner.py": "the idiom's `params_dtype` fallback; bitsandbytes' swap",
     "dtype_lint/fix/helper_repair.py": "DTL005's repair of a vLLM-style helper (`params_dtype`)",
