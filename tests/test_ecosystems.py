@@ -26,19 +26,9 @@ ECOSYSTEM_WORDS = re.compile(
 # with why. A file leaves the list when its words move into an ecosystem (the test below fails on a
 # listed file that no longer needs its place, so the list only shrinks); a new file may not join.
 STILL_NAMING_ECOSYSTEMS = {
-    # vLLM's vocabulary is not yet a plug-in: the storage model, the dtype evaluator's storages and
-    # the helper templates are keyed by vLLM's backends (storage formats as data is another step).
-    "dtype_lint/analysis/storage/storage_model.py": "vLLM backends' repacks (Marlin, NVFP4)",
+    # vLLM's vocabulary not yet a plug-in: the catalogue's backends and the helper template.
     "dtype_lint/analysis/storage/catalogue.py": "the catalogue's vLLM backends, by name",
-    "dtype_lint/analysis/storage/layers.py": "`params_dtype` as a plain dtype attribute",
-    "dtype_lint/analysis/index/class_index.py": "vLLM's platform modules",
-    "dtype_lint/analysis/helper_functions.py": "the helper's shape (`params_dtype`)",
-    "dtype_lint/analysis/compiled_code.py": "a comment on `params_dtype` in scripted code",
-    "dtype_lint/dtypes/evaluator.py": "STORAGES keyed by vLLM formats",
     "dtype_lint/fix/helper_template.py": "the vLLM helper template",
-    "dtype_lint/fix/planner.py": "the idiom's `params_dtype` fallback; bitsandbytes' swap",
-    "dtype_lint/fix/helper_repair.py": "DTL005's repair of a vLLM-style helper (`params_dtype`)",
-    "dtype_lint/core/text_facts.py": "helper-shaped `def`s (`params_dtype`)",
     # The rules' own pages and messages explain the bug class with its best-known backends.
     "rules/dtl001_weight_dtype_cast.py": "the rule's page",
     "rules/dtl002_weight_dtype_allocation.py": "the rule's page",

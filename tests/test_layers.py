@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ECOSYSTEM_ROLES: dict[str, str] = {
     "registry": "core",        # names the plug-ins as data; imports none of them itself
     "presets": "core",         # what a preset knows (config reads it)
+    "layer_attributes": "core",  # what a layer's attributes mean (the model dtype's name): text facts read it
     "formats": "dtypes",       # the storage formats its backends leave (dtypes/storage_formats.py's rows)
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "adapter": "analysis",     # an adapter library's base layers (peft)

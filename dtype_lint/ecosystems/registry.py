@@ -1,19 +1,21 @@
 """The ecosystems dtype-lint knows, and the one place a stage asks for their plug-ins.
 
-An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug into one stage, by
-role (the file's name): `formats` into the dtypes (the storage formats its backends leave in
-`.weight`, rows of dtypes/storage_formats.py's table), `family` into the analysis (which classes
-are its layers, what its quantizers leave in `.weight`, its partial guards, its words for
-messages), `planner` and `helper`
-into the fix stage (a site of the family → edits through its helper; the helper's text and home),
-`series`, `regression` and `verify` into the migration and its proofs. A stage asks for one role
-(`plugins("family")`) and talks to what it gets through that role's protocol (`ROLE_PROTOCOLS`);
-it never names an ecosystem. The modules are named here as data, as Python's entry points name
-plug-ins, and imported when a stage first asks: the pre-commit fast path imports none.
+An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug into one stage, by role
+(the file's name): `layer_attributes` into the foundations (what a layer's attributes mean: the name
+of its model dtype), `formats` into the dtypes (the storage formats its backends leave in `.weight`,
+rows of dtypes/storage_formats.py's table), `family` into the analysis (which classes are its
+layers, what its quantizers leave in `.weight`, its partial guards, its words for messages),
+`planner` and `helper` into the fix stage (a site of the family → edits through its helper; the
+helper's text and home), `series`, `regression` and `verify` into the migration and its proofs. A
+stage asks for one role (`plugins("family")`) and talks to what it gets through that role's protocol
+(`ROLE_PROTOCOLS`); it never names an ecosystem. The modules are named here as data, as Python's
+entry points name plug-ins, and imported when a stage first asks: the pre-commit fast path imports
+none but the one a text fact reads (`layer_attributes`, for a file with a function that may be a
+helper and reads no `weight`).
 
-vLLM's knowledge is only partly a plug-in yet (#35): its formats and words are, its backends are
-read from the code or from the catalogues in `ecosystems/vllm/`, and some stages still hold its
-vocabulary (tests/test_ecosystems.py lists those files).
+vLLM's knowledge is only partly a plug-in yet (#35): its formats, layer attributes and words are,
+its backends are read from the code or from the catalogues in `ecosystems/vllm/`, and some stages
+still hold its vocabulary (tests/test_ecosystems.py lists those files).
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """
@@ -42,6 +44,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     # vLLM-style engines: their formats and words are plug-ins (the rest, #35: see above).
     "vllm": {
         "formats": "dtype_lint.ecosystems.vllm.formats",
+        "layer_attributes": "dtype_lint.ecosystems.vllm.layer_attributes",
         "words": "dtype_lint.ecosystems.vllm.words",
     },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
@@ -57,6 +60,8 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # FORMATS: the storage formats its backends leave in `.weight` (dtypes/storage_format.py's rows),
     # which dtypes/storage_formats.py assembles into the one table every stage derives from.
     "formats": ("FORMATS",),
+    # MODEL_DTYPE_ATTRIBUTES: the attribute names its layers state their model (compute) dtype under.
+    "layer_attributes": ("MODEL_DTYPE_ATTRIBUTES",),
     # claims(evidence) -> bool: did this family decide the verdict with this evidence?
     # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
     # backend_words(evidence, default): its quantizers' words for a message;
@@ -84,6 +89,13 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
 def plugins(role: str) -> tuple[ModuleType, ...]:
     """Every ecosystem's module for `role`, in ECOSYSTEMS order, imported on first ask."""
     return tuple(import_module(roles[role]) for roles in ECOSYSTEMS.values() if role in roles)
+
+
+@cache
+def model_dtype_attributes() -> tuple[str, ...]:
+    """Every ecosystem's names for a layer's model dtype attribute, in ECOSYSTEMS order: what a
+    helper may return where the weight is packed or missing, and what states a compute dtype."""
+    return tuple(name for module in plugins("layer_attributes") for name in module.MODEL_DTYPE_ATTRIBUTES)
 
 
 def plugin(ecosystem: str, role: str) -> ModuleType:
