@@ -26,9 +26,8 @@ ECOSYSTEM_WORDS = re.compile(
 # with why. A file leaves the list when its words move into an ecosystem (the test below fails on a
 # listed file that no longer needs its place, so the list only shrinks); a new file may not join.
 STILL_NAMING_ECOSYSTEMS = {
-    # vLLM's vocabulary not yet a plug-in: the catalogue's backends and the helper template.
+    # vLLM's vocabulary not yet a plug-in: the catalogue's backends.
     "dtype_lint/analysis/storage/catalogue.py": "the catalogue's vLLM backends, by name",
-    "dtype_lint/fix/helper_template.py": "the vLLM helper template",
     # The rules' own pages and messages explain the bug class with its best-known backends.
     "rules/dtl001_weight_dtype_cast.py": "the rule's page",
     "rules/dtl002_weight_dtype_allocation.py": "the rule's page",

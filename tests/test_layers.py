@@ -64,6 +64,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
     "model_classes": "analysis",  # hf: the shipped model class names of transformers and diffusers
     "planner": "fix",          # a site of the family → edits through its helper
+    "template": "fix",         # the input-dtype helper's text `--fix` creates (vllm, torch)
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series
     "regression": "consumers",  # the regression tests a series adds

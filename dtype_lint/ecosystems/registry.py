@@ -45,12 +45,14 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     "vllm": {
         "formats": "dtype_lint.ecosystems.vllm.formats",
         "layer_attributes": "dtype_lint.ecosystems.vllm.layer_attributes",
+        "template": "dtype_lint.ecosystems.vllm.template",
         "words": "dtype_lint.ecosystems.vllm.words",
     },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
     # it speaks for every verdict.
     "generic": {
         "formats": "dtype_lint.ecosystems.generic.formats",
+        "template": "dtype_lint.ecosystems.generic.template",
         "words": "dtype_lint.ecosystems.generic.words",
     },
 }
@@ -71,6 +73,9 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # known only by its name (`--name-heuristics`) in this family's code, as its own low-confidence verdict.
     "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
                "first_parameter", "first_parameter_holder"),
+    # TEMPLATES: template name -> (imports, fp8 test, docstring, body): the input-dtype helper text
+    # `--fix` creates for a project's configured helper (`helper_template = "<name>"`).
+    "template": ("TEMPLATES",),
     # PLANNER(source, config, project, tree): the planner of the family's sites.
     "planner": ("PLANNER",),
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
