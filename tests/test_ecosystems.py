@@ -41,11 +41,6 @@ STILL_NAMING_ECOSYSTEMS = {
     "dtype_lint/migrate/proofs.py": "vLLM reference kernels",
     "dtype_lint/migrate/regression.py": "vLLM regression tests",
     "dtype_lint/migrate/series.py": "the series' conventions",
-    # The run-time guard recognises quantizers' parameters in a live model.
-    "dtype_lint/guard/storage.py": "run-time quantizer recognition",
-    "dtype_lint/guard/frames.py": "whose code an event is (library names)",
-    "dtype_lint/guard/site.py": "a site's storage words",
-    "dtype_lint/guard/watch.py": "the wrappers' storage words",
 }
 
 

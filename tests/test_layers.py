@@ -68,7 +68,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series
     "regression": "consumers",  # the regression tests a series adds
-    "verify": "consumers",     # its proof against real quantized layers
+    "verify": "consumers",
+    "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model     # its proof against real quantized layers
     "tiny_models": "consumers",     # tiny models built from an ecosystem's configs, for its proofs
     "tiny_diffusers": "consumers",
 }

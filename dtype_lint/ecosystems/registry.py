@@ -36,6 +36,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "series": "dtype_lint.ecosystems.hf.series",
         "regression": "dtype_lint.ecosystems.hf.regression",
         "verify": "dtype_lint.ecosystems.hf.verify",
+        "runtime": "dtype_lint.ecosystems.hf.runtime",
     },
     # Adapter libraries: the adapters are not quantized, the base layer each wraps is (HF's words).
     "peft": {
@@ -76,6 +77,12 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # TEMPLATES: template name -> (imports, fp8 test, docstring, body): the input-dtype helper text
     # `--fix` creates for a project's configured helper (`helper_template = "<name>"`).
     "template": ("TEMPLATES",),
+    # What the run-time guard (dtype_lint/guard/) recognises its quantizers by in a live model: the
+    # quantizer's name by a layer's class name, a prefix of it, its weight's class, its package, a part
+    # of its class name; where a layer without `.weight` keeps its storage; the quantizers' own code.
+    "runtime": ("QUANTIZER_BY_CLASS_NAME", "QUANTIZER_BY_CLASS_PREFIX", "QUANTIZER_BY_WEIGHT_CLASS_NAME",
+                "QUANTIZER_BY_PACKAGE", "QUANTIZER_BY_CLASS_NAME_PART", "NO_WEIGHT_STORAGE_ATTRIBUTES",
+                "STORAGE_CODE_FRAGMENTS"),
     # PLANNER(source, config, project, tree): the planner of the family's sites.
     "planner": ("PLANNER",),
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
