@@ -34,7 +34,6 @@ STILL_NAMING_ECOSYSTEMS = {
     "rules/dtl003_unguarded_weight_access.py": "the rule's page",
     "rules/dtl004_storage_dtype_sentinel.py": "the rule's page",
     "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
-    "dtype_lint/cli.py": "`--help`'s one-line explanation of the bug class",
     # The migration's vLLM conventions and proofs (hf's moved to ecosystems/hf/).
     "dtype_lint/migrate/messages.py": "vLLM commit messages",
     "dtype_lint/migrate/migration.py": "the pull request's explanation",
