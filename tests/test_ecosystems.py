@@ -26,8 +26,6 @@ ECOSYSTEM_WORDS = re.compile(
 # with why. A file leaves the list when its words move into an ecosystem (the test below fails on a
 # listed file that no longer needs its place, so the list only shrinks); a new file may not join.
 STILL_NAMING_ECOSYSTEMS = {
-    # vLLM's vocabulary not yet a plug-in: the catalogue's backends.
-    "dtype_lint/analysis/storage/catalogue.py": "the catalogue's vLLM backends, by name",
     # The rules' own pages and messages explain the bug class with its best-known backends.
     "rules/dtl001_weight_dtype_cast.py": "the rule's page",
     "rules/dtl002_weight_dtype_allocation.py": "the rule's page",
@@ -39,7 +37,6 @@ STILL_NAMING_ECOSYSTEMS = {
     "dtype_lint/migrate/migration.py": "the pull request's explanation",
     "dtype_lint/migrate/proofs.py": "vLLM reference kernels",
     "dtype_lint/migrate/regression.py": "vLLM regression tests",
-    "dtype_lint/migrate/series.py": "the series' conventions",
 }
 
 
