@@ -33,7 +33,6 @@ STILL_NAMING_ECOSYSTEMS = {
     "rules/dtl004_storage_dtype_sentinel.py": "the rule's page",
     "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
     # The migration's vLLM conventions and proofs (hf's moved to ecosystems/hf/).
-    "dtype_lint/migrate/messages.py": "vLLM commit messages",
     "dtype_lint/migrate/migration.py": "the pull request's explanation",
     "dtype_lint/migrate/proofs.py": "vLLM reference kernels",
     "dtype_lint/migrate/regression.py": "vLLM regression tests",

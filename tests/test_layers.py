@@ -69,6 +69,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "series": "consumers",     # its conventions for a patch series
     "regression": "consumers",  # the regression tests a series adds
     "verify": "consumers",
+    "series_words": "consumers",  # its words in a patch series' messages
     "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model     # its proof against real quantized layers
     "tiny_models": "consumers",     # tiny models built from an ecosystem's configs, for its proofs
     "tiny_diffusers": "consumers",

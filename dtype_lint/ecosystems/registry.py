@@ -37,6 +37,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "regression": "dtype_lint.ecosystems.hf.regression",
         "verify": "dtype_lint.ecosystems.hf.verify",
         "runtime": "dtype_lint.ecosystems.hf.runtime",
+        "series_words": "dtype_lint.ecosystems.hf.series_words",
     },
     # Adapter libraries: the adapters are not quantized, the base layer each wraps is (HF's words).
     "peft": {
@@ -47,6 +48,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "formats": "dtype_lint.ecosystems.vllm.formats",
         "layer_attributes": "dtype_lint.ecosystems.vllm.layer_attributes",
         "template": "dtype_lint.ecosystems.vllm.template",
+        "series_words": "dtype_lint.ecosystems.vllm.series_words",
         "words": "dtype_lint.ecosystems.vllm.words",
     },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
@@ -83,6 +85,10 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     "runtime": ("QUANTIZER_BY_CLASS_NAME", "QUANTIZER_BY_CLASS_PREFIX", "QUANTIZER_BY_WEIGHT_CLASS_NAME",
                 "QUANTIZER_BY_PACKAGE", "QUANTIZER_BY_CLASS_NAME_PART", "NO_WEIGHT_STORAGE_ATTRIBUTES",
                 "STORAGE_CODE_FRAGMENTS"),
+    # CONVENTIONS (the project conventions it speaks for; None: every other), WHY: a patch series'
+    # explanation of the bug class. The one for every other convention also gives the helper patches'
+    # words: BACKEND_OF, SHORT_BACKEND, HELPER_FIX_HARM, HELPER_FIX_HISTORY, MODEL_DTYPE_WORDS.
+    "series_words": ("CONVENTIONS", "WHY"),
     # PLANNER(source, config, project, tree): the planner of the family's sites.
     "planner": ("PLANNER",),
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
