@@ -5,17 +5,20 @@ An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug int
 of its model dtype), `formats` into the dtypes (the storage formats its backends leave in `.weight`,
 rows of dtypes/storage_formats.py's table), `family` into the analysis (which classes are its
 layers, what its quantizers leave in `.weight`, its partial guards, its words for messages),
-`planner` and `helper` into the fix stage (a site of the family → edits through its helper; the
-helper's text and home), `series`, `regression` and `verify` into the migration and its proofs. A
+`planner`, `helper` and `template` into the fix stage (a site of the family → edits through its
+helper; the helper's text and home; the helper templates), `series`, `series_words`, `regression`
+and `verify` into the migration and its proofs, `runtime` into the run-time guard. A
 stage asks for one role (`plugins("family")`) and talks to what it gets through that role's protocol
 (`ROLE_PROTOCOLS`); it never names an ecosystem. The modules are named here as data, as Python's
 entry points name plug-ins, and imported when a stage first asks: the pre-commit fast path imports
 none but the one a text fact reads (`layer_attributes`, for a file with a function that may be a
 helper and reads no `weight`).
 
-vLLM's knowledge is only partly a plug-in yet (#35): its formats, layer attributes and words are,
-its backends are read from the code or from the catalogues in `ecosystems/vllm/`, and some stages
-still hold its vocabulary (tests/test_ecosystems.py lists those files).
+Each ecosystem's storage formats, layer attributes, helper templates, message and series words
+and run-time quantizer names are plug-ins; vLLM's backends are read from the code or from the
+catalogues in `ecosystems/vllm/`. The files outside `ecosystems/` that still name an ecosystem's
+backends (the rule modules, the vLLM migration's PR text, proofs and regression tests) are listed,
+to shrink, in tests/test_ecosystems.py.
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """
