@@ -48,8 +48,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dtype-lint",
         description="Find and fix activations cast to a quantizable layer's storage dtype "
-                    "(`x.to(layer.weight.dtype)`): Marlin stores FP8 weights as int32, NVFP4 as uint8, "
-                    "and AWQ layers have no `.weight`.",
+                    "(`x.to(layer.weight.dtype)`): a quantization backend may repack the weight into int32 "
+                    "or uint8, or leave the layer with no `.weight` at all.",
         epilog="exit codes: 0 clean, 1 findings remain (or --diff would change files), 2 error. "
                "`dtype-lint rule DTL001` explains a rule.",
     )

@@ -47,19 +47,14 @@ from dtype_lint.analysis.storage.storage_model import ABSENT, backends_unknown, 
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
-from dtype_lint.dtypes.storage_formats import storage_words
 from dtype_lint.ecosystems.registry import default_words, family_of, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
 
-# What a repacked or dropped weight is, in every message that names a layer's storage dtype.
-STORAGE_DTYPES = f"({storage_words()})"
-
-
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
     (`(Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as float8_e4m3fn; ...)`), or
-    the words of the ecosystem whose layer it is when it knew none (vLLM's STORAGE_DTYPES for a
+    the words of the ecosystem whose layer it is when it knew none (vLLM's repacks for a
     vLLM-style engine's layer, the generic family's otherwise). Where an ecosystem's family decided the layer, its
     quantizers' words (ecosystems/registry.py), narrowed by partial guards."""
     default = default_words(evidence)  # the words of the ecosystem whose layer it is
@@ -692,4 +687,4 @@ class RuleContext:
 
 
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",
-           "STORAGE_DTYPES", "example_code", "iter_functions", "storage_dtypes"]
+           "example_code", "iter_functions", "storage_dtypes"]

@@ -26,43 +26,16 @@ ECOSYSTEM_WORDS = re.compile(
 # with why. A file leaves the list when its words move into an ecosystem (the test below fails on a
 # listed file that no longer needs its place, so the list only shrinks); a new file may not join.
 STILL_NAMING_ECOSYSTEMS = {
-    # vLLM's vocabulary is not yet a plug-in: the storage model, the dtype evaluator's storages and
-    # the helper templates are keyed by vLLM's backends (storage formats as data is another step).
-    "dtype_lint/analysis/storage/storage_model.py": "vLLM backends' repacks (Marlin, NVFP4)",
-    "dtype_lint/analysis/storage/storage_dispatch.py": "the container dtypes of vLLM's formats",
-    "dtype_lint/analysis/storage/catalogue.py": "the catalogue's vLLM backends, by name",
-    "dtype_lint/analysis/storage/layers.py": "`params_dtype` as a plain dtype attribute",
-    "dtype_lint/analysis/guard_engine/guards.py": "vLLM's guard vocabulary",
-    "dtype_lint/analysis/index/class_index.py": "vLLM's platform modules",
-    "dtype_lint/analysis/helper_functions.py": "the helper's shape (`params_dtype`)",
-    "dtype_lint/analysis/compiled_code.py": "a comment on `params_dtype` in scripted code",
-    "dtype_lint/dtypes/evaluator.py": "STORAGES keyed by vLLM formats",
-    # The storage formats' table: one vocabulary every stage derives from (docs/architecture.md,
-    # "Storage formats"); its rows name the formats each ecosystem's backends leave.
-    "dtype_lint/dtypes/storage_formats.py": "the storage formats' table (Marlin, NVFP4, bitsandbytes...)",
-    "dtype_lint/dtypes/truth_table.py": "the storages' names",
-    "dtype_lint/fix/helper_template.py": "the vLLM helper template",
-    "dtype_lint/fix/planner.py": "the idiom's `params_dtype` fallback; bitsandbytes' swap",
-    "dtype_lint/fix/helper_repair.py": "DTL005's repair of a vLLM-style helper (`params_dtype`)",
-    "dtype_lint/core/text_facts.py": "helper-shaped `def`s (`params_dtype`)",
     # The rules' own pages and messages explain the bug class with its best-known backends.
     "rules/dtl001_weight_dtype_cast.py": "the rule's page",
     "rules/dtl002_weight_dtype_allocation.py": "the rule's page",
     "rules/dtl003_unguarded_weight_access.py": "the rule's page",
     "rules/dtl004_storage_dtype_sentinel.py": "the rule's page",
     "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
-    "dtype_lint/cli.py": "`--help`'s one-line explanation of the bug class",
     # The migration's vLLM conventions and proofs (hf's moved to ecosystems/hf/).
-    "dtype_lint/migrate/messages.py": "vLLM commit messages",
     "dtype_lint/migrate/migration.py": "the pull request's explanation",
     "dtype_lint/migrate/proofs.py": "vLLM reference kernels",
     "dtype_lint/migrate/regression.py": "vLLM regression tests",
-    "dtype_lint/migrate/series.py": "the series' conventions",
-    # The run-time guard recognises quantizers' parameters in a live model.
-    "dtype_lint/guard/storage.py": "run-time quantizer recognition",
-    "dtype_lint/guard/frames.py": "whose code an event is (library names)",
-    "dtype_lint/guard/site.py": "a site's storage words",
-    "dtype_lint/guard/watch.py": "the wrappers' storage words",
 }
 
 

@@ -56,6 +56,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ECOSYSTEM_ROLES: dict[str, str] = {
     "registry": "core",        # names the plug-ins as data; imports none of them itself
     "presets": "core",         # what a preset knows (config reads it)
+    "layer_attributes": "core",  # what a layer's attributes mean (the model dtype's name): text facts read it
+    "formats": "dtypes",       # the storage formats its backends leave (dtypes/storage_formats.py's rows)
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "adapter": "analysis",     # an adapter library's base layers (peft)
     "words": "analysis",       # a message's storage words where the verdict names no backend
@@ -64,10 +66,13 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "specs": "analysis",       # megatron: the module specs that say which class `build_module` builds
     "modelopt_catalogue": "analysis",  # megatron: what nvidia-modelopt reaches and leaves in `.weight`
     "planner": "fix",          # a site of the family → edits through its helper
+    "template": "fix",         # the input-dtype helper's text `--fix` creates (vllm, torch)
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series
     "regression": "consumers",  # the regression tests a series adds
-    "verify": "consumers",     # its proof against real quantized layers
+    "verify": "consumers",
+    "series_words": "consumers",  # its words in a patch series' messages
+    "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model     # its proof against real quantized layers
     "tiny_models": "consumers",     # tiny models built from an ecosystem's configs, for its proofs
     "tiny_diffusers": "consumers",
 }

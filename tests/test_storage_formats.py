@@ -23,7 +23,7 @@ from tiny_project import write_tree
 
 from dtype_lint.dtypes import storage_formats
 from dtype_lint.dtypes.evaluator import PARAMS
-from dtype_lint.dtypes.storage_formats import FORMATS, KEEP, PARAMS_DTYPE, WEIGHT_DTYPE
+from dtype_lint.dtypes.storage_formats import FORMATS, KEEP, MODEL_DTYPE, WEIGHT_DTYPE
 
 CORE = {
     "pyproject.toml": """
@@ -235,7 +235,7 @@ def test_formats_sharing_a_container_differ_but_agree_on_the_helper_answer():
     assert nvfp4.container == bnb4.container == "uint8"
     assert nvfp4.quantizes_input and not bnb4.quantizes_input
     assert (nvfp4.answer, nvfp4.answer_fp8_input) == (bnb4.answer, bnb4.answer_fp8_input)
-    assert storage_formats.answers_by_container()["uint8"] == (KEEP, PARAMS_DTYPE)
+    assert storage_formats.answers_by_container()["uint8"] == (KEEP, MODEL_DTYPE)
 
 
 def test_a_format_a_dtype_keyed_helper_cannot_serve_is_refused(monkeypatch):
@@ -251,20 +251,20 @@ def test_the_tables_derived_from_the_formats():
     from dtype_lint.analysis.storage import storage_dispatch
     from dtype_lint.dtypes import evaluator
     from dtype_lint.ecosystems.hf.family import STORAGE_WORDS
-    from dtype_lint.rule import STORAGE_DTYPES
+    from dtype_lint.ecosystems.registry import plugin
 
     assert evaluator.STORAGES == ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2",
                                   "int32", "uint8", "int8", None)
     assert evaluator.PACKED == ("int32", "uint8", "int8", None)
     # int8 (W8A8, bitsandbytes 8-bit) holds one value per byte: a test of it names its format
     assert storage_dispatch.CONTAINER_DTYPES == {"int32", "uint8"}
-    assert STORAGE_DTYPES == "(int32 under Marlin, uint8 under NVFP4, absent under AWQ)"
+    assert plugin("vllm", "words").DEFAULT_WORDS == "int32 under Marlin, uint8 under NVFP4, absent under AWQ"
     assert STORAGE_WORDS == {"uint8": "uint8", "int8": "int8", "fp8": "float8_e4m3fn", "none": "absent"}
     assert {f.kind for f in FORMATS} == {"compute", "fp8", "packed", "absent"}
 
 
 def _expected(answer: str, container: str | None) -> str:
-    return {PARAMS_DTYPE: f"torch.{PARAMS}", KEEP: "None", WEIGHT_DTYPE: f"torch.{container}"}[answer]
+    return {MODEL_DTYPE: f"torch.{PARAMS}", KEEP: "None", WEIGHT_DTYPE: f"torch.{container}"}[answer]
 
 
 @pytest.mark.parametrize("template", ["torch", "vllm"])
@@ -308,5 +308,5 @@ def test_the_kernels_matrix_stores_what_the_formats_say_and_the_helper_answers_t
         stored = getattr(layer, "weight", None)
         assert (None if stored is None else str(stored.dtype).removeprefix("torch.")) == storage.container, row.id
         answer = storage.answer_fp8_input if row.fp8_prefill else storage.answer
-        want = {PARAMS_DTYPE: layer.params_dtype, KEEP: None, WEIGHT_DTYPE: getattr(stored, "dtype", None)}[answer]
+        want = {MODEL_DTYPE: layer.params_dtype, KEEP: None, WEIGHT_DTYPE: getattr(stored, "dtype", None)}[answer]
         assert helper(layer, row.fp8_prefill) == want, row.id

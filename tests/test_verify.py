@@ -260,9 +260,10 @@ def test_a_helper_the_fixer_will_not_use_still_fails_at_run_time(monkeypatch):
     "helper"), where it raises on the layer without a weight."""
     from dtype_lint.fix import helper_template
 
-    body = helper_template._BODY.replace("weight.dtype if weight is not None else layer.params_dtype", "weight.dtype")
-    assert body != helper_template._BODY
-    monkeypatch.setattr(helper_template, "_BODY", body)
+    for name, (header, is_fp8, doc, old_body) in list(helper_template._TEMPLATES.items()):
+        body = old_body.replace("weight.dtype if weight is not None else layer.params_dtype", "weight.dtype")
+        assert body != old_body
+        monkeypatch.setitem(helper_template._TEMPLATES, name, (header, is_fp8, doc, body))
     rep = verify.run_matrix("cpu", ("B",), (0,), backends=("bf16", "awq"), upstream=False)
     assert not rep["ok"] and rep["violations_by_check"]["fixer"] >= 1
     helper = [v for v in rep["violations"] if v.startswith("[helper]")]

@@ -20,11 +20,11 @@ from tiny_project import ATTN, write_tree
 
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import default_words, plugin
-from dtype_lint.rule import STORAGE_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_BACKENDS = re.compile(r"marlin|nvfp4|\bawq\b", re.IGNORECASE)
 GENERIC_WORDS = plugin("generic", "words").DEFAULT_WORDS
+VLLM_WORDS = plugin("vllm", "words").DEFAULT_WORDS
 
 # A generic PyTorch project: its own layer class, configured as quantizable, built with a config.
 GENERIC_LAYERS = """\
@@ -125,9 +125,9 @@ def test_default_words_follow_the_layer_that_decided_the_verdict():
                        "`vllm.model_executor.layers.linear.RowParallelLinear` by name", "", 0)
     own = Evidence("`QLinear` is a configured quantizable class", "mypkg/layers.py", 4)
     built = Evidence("constructed with a quantization config: its quant method may repack `.weight`", "", 0)
-    assert default_words((code_root,)) == STORAGE_DTYPES[1:-1]
-    assert default_words((preset,)) == STORAGE_DTYPES[1:-1]
-    assert default_words((by_name,)) == STORAGE_DTYPES[1:-1]
+    assert default_words((code_root,)) == VLLM_WORDS
+    assert default_words((preset,)) == VLLM_WORDS
+    assert default_words((by_name,)) == VLLM_WORDS
     assert default_words((own,)) == GENERIC_WORDS
     assert default_words((built,)) == GENERIC_WORDS
     assert default_words(()) == GENERIC_WORDS

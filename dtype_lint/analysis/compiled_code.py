@@ -21,8 +21,8 @@ What counts as compiled, from this file alone (a class scripted from another fil
 - what those reach: the top-level functions their code calls, and the classes their code builds
   (a scripted or traced module compiles its submodules' `forward` too), transitively.
 `__init__` is never compiled. A `torch.jit.ignore` method is not compiled but still refused: it runs
-as Python on the scripted module, whose dtype attributes are ints (`layer.params_dtype` there is
-not a dtype, and `x.to(<int>)` reads it as a device).
+as Python on the scripted module, whose dtype attributes are ints (a layer's model dtype attribute
+there is not a dtype, and `x.to(<int>)` reads it as a device).
 `torch.jit.trace`, `torch.compiler.disable` and CUDA-graph capture run the Python as written
 (tracing records the ops the eager code runs), so they need no refusal.
 """

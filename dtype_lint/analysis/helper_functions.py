@@ -1,10 +1,11 @@
 """Functions of the input-dtype helper's shape that a file defines or calls, and what they decide.
 
-A function has the helper's shape when it takes a layer, reads that layer's weight dtype or
-`params_dtype`, and returns (dtype_eval.helper_shape). Its decision table is evaluated from its
-own AST (dtype_eval.evaluate_helper), in this file or in the project file it is imported from
-(followed through re-exports by the class index, whose module headers list each module's
-candidate functions: ModuleHeader.functions). The configured helper is marked as such.
+A function has the helper's shape when it takes a layer, reads that layer's weight dtype or model
+dtype attribute (an ecosystem's name for it: ecosystems/registry.py), and returns
+(dtype_eval.helper_shape). Its decision table is evaluated from its own AST
+(dtype_eval.evaluate_helper), in this file or in the project file it is imported from (followed
+through re-exports by the class index, whose module headers list each module's candidate functions:
+ModuleHeader.functions). The configured helper is marked as such.
 
 Rules read this as the `helpers` fact; the fix planner and `migrate` use `known_helper` directly.
 """

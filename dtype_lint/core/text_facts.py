@@ -43,13 +43,14 @@ _TOP_NEXT = re.compile(r"\n(?=[^\s#)\]}])")
 
 def helper_shaped_bodies(text: str):
     """(name, text) of each top-level function whose text could make it an input-dtype helper:
-    it reads a weight's dtype or `params_dtype`, and returns."""
+    it reads a weight's dtype or a layer's model dtype attribute (an ecosystem's name for it), and
+    returns."""
     if "dtype" not in text:
         return
     for start, m in _TOP_DEF.finditer(text):
         end = _TOP_NEXT.search(text, m.end())
         body = text[start: end.start() if end else len(text)]
-        if "dtype" in body and "return" in body and ("weight" in body or "params_dtype" in body):
+        if "dtype" in body and "return" in body and ("weight" in body or _names_model_dtype(body)):
             yield m.group(1), body
 
 
@@ -77,7 +78,7 @@ def top_level_defs(text: str, name: str) -> list[str]:
 def could_be_helper_shaped(text: str) -> bool:
     """Can a function whose text (decorators, signature and body) is `text` have the input-dtype
     helper's shape (`dtypes.evaluator.helper_shape`)? False only where its tree cannot: the shape
-    needs a `return` with a value and a read of the layer's `weight` or `params_dtype` (an
+    needs a `return` with a value and a read of the layer's `weight` or model dtype (an
     attribute, or `getattr`/`hasattr` with the string "weight", which an escape or an implicit
     concatenation may spell otherwise: any `getattr`/`hasattr` passes). A text that is not ASCII
     passes (identifiers are NFKC-normalised, so `ｗｅｉｇｈｔ` is `weight`)."""
@@ -85,7 +86,15 @@ def could_be_helper_shaped(text: str) -> bool:
         return True
     if "return" not in text:
         return False
-    return "weight" in text or "params_dtype" in text or "getattr" in text or "hasattr" in text
+    return "weight" in text or _names_model_dtype(text) or "getattr" in text or "hasattr" in text
+
+
+def _names_model_dtype(text: str) -> bool:
+    """Does the text name a layer's model dtype attribute, as any ecosystem's layers call it
+    (ecosystems/registry.py's `layer_attributes` role: imported only when a text gets this far)?"""
+    from dtype_lint.ecosystems.registry import model_dtype_attributes
+
+    return any(name in text for name in model_dtype_attributes())
 
 
 def function_text(lines: list[str], fn) -> str:

@@ -6,13 +6,14 @@ idiom the same decision as the helper? Running user code is out of the question 
 vLLM, no side effects), so the answer comes from evaluating the code's own AST over every case
 that matters:
 
-    storage of `layer.weight`: fp16, bf16, fp32, fp8 e4m3fn, fp8 e5m2, int32 (Marlin), uint8
-    (NVFP4), int8 (W8A8-INT8), or no `.weight` at all (AWQ/GPTQ)   ×   the fp8-input flag
+    storage of `layer.weight`: fp16, bf16, fp32, fp8 e4m3fn, fp8 e5m2, int32 (a repack into
+    words), uint8 (4-bit codes), int8 (W8A8), or no `.weight` at all   ×   the fp8-input flag
 
-The layer's `params_dtype` (the model dtype) is bf16. Values are dtypes, booleans, None, strings,
-tuples/sets of those, the layer, its weight, `torch` and `current_platform`. Anything else raises
-`Unsupported`: no answer is better than a wrong one. A read of `.weight` on a layer that has none
-is the `AttributeError` outcome, as at run time.
+(each container of the ecosystems' storage formats, dtypes/storage_formats.py). The layer's model
+dtype attribute (each ecosystem names it: ecosystems/registry.py's `model_dtype_attributes`) is
+bf16. Values are dtypes, booleans, None, strings, tuples/sets of those, the layer, its weight,
+`torch` and `current_platform`. Anything else raises `Unsupported`: no answer is better than a wrong
+one. A read of `.weight` on a layer that has none is the `AttributeError` outcome, as at run time.
 
 Helpers are read "open" (`evaluate_helper`): what the interpreter cannot know (an import, the
 layer's `quant_method`, `isinstance(...)`, a call into other code) is an `Unknown` value instead
@@ -33,9 +34,10 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from dtype_lint.dtypes.storage_formats import evaluated_storages, packed_storages
+from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 FP8 = "float8_e4m3fn"
-PARAMS = "bfloat16"  # the layer's params_dtype: the model dtype
+PARAMS = "bfloat16"  # the layer's model dtype (its model dtype attribute)
 # Each container of the storage formats (dtypes/storage_formats.py), and no `.weight` (None).
 STORAGES: tuple[str | None, ...] = evaluated_storages()
 # Storages whose `.weight.dtype` is not the dtype the layer computes in.
@@ -322,7 +324,7 @@ class Interpreter:
                 if base.storage is None:
                     raise _NoWeight()
                 return Weight(base)
-            if attr == "params_dtype":
+            if attr in model_dtype_attributes():
                 return Dtype(PARAMS)
             return self._unknown(node)  # quant_method, input_size...: open mode only
         if isinstance(base, Weight) and attr == "dtype":
@@ -526,7 +528,7 @@ class HelperShape:
 
 def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | None:
     """A function that takes a layer, reads that layer's weight dtype (`layer.weight.dtype`,
-    `getattr(layer, "weight", ...)`, `hasattr(layer, "weight")`) or its `params_dtype`, and
+    `getattr(layer, "weight", ...)`, `hasattr(layer, "weight")`) or its model dtype attribute, and
     returns a value. Whether what it returns is a dtype or None is for `evaluate_helper` to say."""
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
     if params and params[0] in ("self", "cls"):
@@ -540,7 +542,8 @@ def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | No
 
     reads_weight = False
     for node in ast.walk(fn):
-        if isinstance(node, ast.Attribute) and node.attr in ("params_dtype", "weight") and is_layer(node.value):
+        if isinstance(node, ast.Attribute) and (node.attr == "weight" or node.attr in model_dtype_attributes()) \
+                and is_layer(node.value):
             reads_weight = True
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
                 and len(node.args) >= 2 and is_layer(node.args[0]) and isinstance(node.args[1], ast.Constant) \
@@ -617,7 +620,7 @@ def _unsound(case: Case, value: str, flagged: bool) -> bool:
     """An integer storage dtype (not a compute dtype); an AttributeError (`.weight` read on a layer
     without one); or, when the input may be fp8 (the flag is true), None for a packed storage:
     the fp8 activation is kept and reaches a layer whose kernel takes only fp16/bf16 input
-    (NVFP4's input quantization, Marlin, the AWQ/GPTQ kernels)."""
+    (a 4-bit format's input quantization, a W4A16/W8A16 kernel)."""
     if value == AFTER_ERROR:
         return True
     if flagged and case.flag and case.storage in PACKED and value == "None":

@@ -3,9 +3,10 @@
 The old code is `alias = <weight dtype, maybe with a hasattr fallback>; if <guard>: x = x.to(<dtype>)`.
 Both it and the helper (the configured one, evaluated from its own source; see dtype_eval.py) are
 evaluated over every storage × flag. They must agree on every storage the old code handles
-correctly; where they differ is the fix itself: the packed storages (int32 Marlin, uint8 NVFP4,
-int8, no `.weight`), and fp8 storages other than the platform's (e5m2: the torch template treats
-every fp8 dtype alike; no shipped vLLM backend stores linear weights as e5m2).
+correctly; where they differ is the fix itself: the packed storages (int32 repacks, uint8 4-bit
+codes, int8, no `.weight`: dtypes/storage_formats.py), and fp8 storages other than the platform's
+(e5m2: the torch template treats every fp8 dtype alike; no shipped vLLM backend stores linear
+weights as e5m2).
 """
 
 from __future__ import annotations

@@ -1,17 +1,24 @@
 """The ecosystems dtype-lint knows, and the one place a stage asks for their plug-ins.
 
-An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug into one stage, by
-role (the file's name): `family` into the analysis (which classes are its layers, what its
-quantizers leave in `.weight`, its partial guards, its words for messages), `planner` and `helper`
-into the fix stage (a site of the family → edits through its helper; the helper's text and home),
-`series`, `regression` and `verify` into the migration and its proofs. A stage asks for one role
-(`plugins("family")`) and talks to what it gets through that role's protocol (`ROLE_PROTOCOLS`);
-it never names an ecosystem. The modules are named here as data, as Python's entry points name
-plug-ins, and imported when a stage first asks: the pre-commit fast path imports none.
+An ecosystem is a folder of `dtype_lint/ecosystems/` whose modules each plug into one stage, by role
+(the file's name): `layer_attributes` into the foundations (what a layer's attributes mean: the name
+of its model dtype), `formats` into the dtypes (the storage formats its backends leave in `.weight`,
+rows of dtypes/storage_formats.py's table), `family` into the analysis (which classes are its
+layers, what its quantizers leave in `.weight`, its partial guards, its words for messages),
+`planner`, `helper` and `template` into the fix stage (a site of the family → edits through its
+helper; the helper's text and home; the helper templates), `series`, `series_words`, `regression`
+and `verify` into the migration and its proofs, `runtime` into the run-time guard. A
+stage asks for one role (`plugins("family")`) and talks to what it gets through that role's protocol
+(`ROLE_PROTOCOLS`); it never names an ecosystem. The modules are named here as data, as Python's
+entry points name plug-ins, and imported when a stage first asks: the pre-commit fast path imports
+none but the one a text fact reads (`layer_attributes`, for a file with a function that may be a
+helper and reads no `weight`).
 
-vLLM's knowledge is not yet a plug-in (#35): its backends are read from the code or from the
-catalogues in `ecosystems/vllm/`, and the storage model, the dtype evaluator and the helper
-template still hold its vocabulary (tests/test_ecosystems.py lists those files).
+Each ecosystem's storage formats, layer attributes, helper templates, message and series words
+and run-time quantizer names are plug-ins; vLLM's backends are read from the code or from the
+catalogues in `ecosystems/vllm/`. The files outside `ecosystems/` that still name an ecosystem's
+backends (the rule modules, the vLLM migration's PR text, proofs and regression tests) are listed,
+to shrink, in tests/test_ecosystems.py.
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """
@@ -25,19 +32,26 @@ from types import ModuleType
 # Ecosystem → role → module. Order matters where families overlap: the first that claims wins.
 ECOSYSTEMS: dict[str, dict[str, str]] = {
     "hf": {
+        "formats": "dtype_lint.ecosystems.hf.formats",
         "family": "dtype_lint.ecosystems.hf.family",
         "planner": "dtype_lint.ecosystems.hf.planner",
         "helper": "dtype_lint.ecosystems.hf.helper",
         "series": "dtype_lint.ecosystems.hf.series",
         "regression": "dtype_lint.ecosystems.hf.regression",
         "verify": "dtype_lint.ecosystems.hf.verify",
+        "runtime": "dtype_lint.ecosystems.hf.runtime",
+        "series_words": "dtype_lint.ecosystems.hf.series_words",
     },
     # Adapter libraries: the adapters are not quantized, the base layer each wraps is (HF's words).
     "peft": {
         "adapter": "dtype_lint.ecosystems.peft.adapter",
     },
-    # vLLM-style engines: only their words are a plug-in yet (the rest, #35: see above).
+    # vLLM-style engines: their formats and words are plug-ins (the rest, #35: see above).
     "vllm": {
+        "formats": "dtype_lint.ecosystems.vllm.formats",
+        "layer_attributes": "dtype_lint.ecosystems.vllm.layer_attributes",
+        "template": "dtype_lint.ecosystems.vllm.template",
+        "series_words": "dtype_lint.ecosystems.vllm.series_words",
         "words": "dtype_lint.ecosystems.vllm.words",
     },
     # Models built through module specs (megatron-core's `build_module`), quantized by nvidia-modelopt.
@@ -50,12 +64,19 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
     # it speaks for every verdict.
     "generic": {
+        "formats": "dtype_lint.ecosystems.generic.formats",
+        "template": "dtype_lint.ecosystems.generic.template",
         "words": "dtype_lint.ecosystems.generic.words",
     },
 }
 
 # What a module of each role provides (names its stage reads); tests/test_ecosystems.py checks it.
 ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    # FORMATS: the storage formats its backends leave in `.weight` (dtypes/storage_format.py's rows),
+    # which dtypes/storage_formats.py assembles into the one table every stage derives from.
+    "formats": ("FORMATS",),
+    # MODEL_DTYPE_ATTRIBUTES: the attribute names its layers state their model (compute) dtype under.
+    "layer_attributes": ("MODEL_DTYPE_ATTRIBUTES",),
     # claims(evidence) -> bool: did this family decide the verdict with this evidence?
     # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
     # backend_words(evidence, default): its quantizers' words for a message;
@@ -65,6 +86,19 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # known only by its name (`--name-heuristics`) in this family's code, as its own low-confidence verdict.
     "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
                "first_parameter", "first_parameter_holder"),
+    # TEMPLATES: template name -> (imports, fp8 test, docstring, body): the input-dtype helper text
+    # `--fix` creates for a project's configured helper (`helper_template = "<name>"`).
+    "template": ("TEMPLATES",),
+    # What the run-time guard (dtype_lint/guard/) recognises its quantizers by in a live model: the
+    # quantizer's name by a layer's class name, a prefix of it, its weight's class, its package, a part
+    # of its class name; where a layer without `.weight` keeps its storage; the quantizers' own code.
+    "runtime": ("QUANTIZER_BY_CLASS_NAME", "QUANTIZER_BY_CLASS_PREFIX", "QUANTIZER_BY_WEIGHT_CLASS_NAME",
+                "QUANTIZER_BY_PACKAGE", "QUANTIZER_BY_CLASS_NAME_PART", "NO_WEIGHT_STORAGE_ATTRIBUTES",
+                "STORAGE_CODE_FRAGMENTS"),
+    # CONVENTIONS (the project conventions it speaks for; None: every other), WHY: a patch series'
+    # explanation of the bug class. The one for every other convention also gives the helper patches'
+    # words: BACKEND_OF, SHORT_BACKEND, HELPER_FIX_HARM, HELPER_FIX_HISTORY, MODEL_DTYPE_WORDS.
+    "series_words": ("CONVENTIONS", "WHY"),
     # PLANNER(source, config, project, tree): the planner of the family's sites.
     "planner": ("PLANNER",),
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
@@ -83,6 +117,13 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
 def plugins(role: str) -> tuple[ModuleType, ...]:
     """Every ecosystem's module for `role`, in ECOSYSTEMS order, imported on first ask."""
     return tuple(import_module(roles[role]) for roles in ECOSYSTEMS.values() if role in roles)
+
+
+@cache
+def model_dtype_attributes() -> tuple[str, ...]:
+    """Every ecosystem's names for a layer's model dtype attribute, in ECOSYSTEMS order: what a
+    helper may return where the weight is packed or missing, and what states a compute dtype."""
+    return tuple(name for module in plugins("layer_attributes") for name in module.MODEL_DTYPE_ATTRIBUTES)
 
 
 def plugin(ecosystem: str, role: str) -> ModuleType:

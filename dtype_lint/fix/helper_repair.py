@@ -9,11 +9,12 @@ import ast
 from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.dtypes.evaluator import AFTER_ERROR, Case, Table, alternatives, evaluate_helper, unsound_cases
+from dtype_lint.ecosystems.registry import model_dtype_attributes
 from dtype_lint.fix.helper_template import helper_table
 
 
 def missing_branch_fix(source, fn, h: KnownHelper) -> tuple[Fix | None, str]:
-    """One branch returning `params_dtype` for exactly the wrong cases, inserted after the
+    """One branch returning the layer's model dtype for exactly the wrong cases, inserted after the
     assignment of the variable the function finally returns; proven by evaluating the result."""
     if any(v == AFTER_ERROR for _c, v in h.unsound):
         return None, ("the helper reads `.weight` without a fallback (`getattr(layer, \"weight\", None)`): "
@@ -48,7 +49,9 @@ def missing_branch_fix(source, fn, h: KnownHelper) -> tuple[Fix | None, str]:
     indent = src.indent_of(assign.lineno)
     unit = src.indent_of(fn.body[0].lineno)[len(src.indent_of(fn.lineno)):] or "    "
     nl = src.newline
-    text = f"{indent}if {' or '.join(parts)}:{nl}{indent}{unit}return {layer}.params_dtype{nl}"
+    # The layer's model dtype, by the attribute its engine's layers state it under.
+    model_dtype = f"{layer}.{model_dtype_attributes()[0]}"
+    text = f"{indent}if {' or '.join(parts)}:{nl}{indent}{unit}return {model_dtype}{nl}"
     last = assign.end_lineno or assign.lineno
     at = src.offset(last + 1, 0) if last < len(src.lines) else len(src.text)
     patched = src.text[:at] + text + src.text[at:]
@@ -56,7 +59,7 @@ def missing_branch_fix(source, fn, h: KnownHelper) -> tuple[Fix | None, str]:
     why = still_wrong(patched, fn.name, fn.lineno, h.table)
     if why:
         return None, why
-    return Fix(f"return `{layer}.params_dtype` for the wrong cases (proven by the dtype evaluator)", True,
+    return Fix(f"return `{model_dtype}` for the wrong cases (proven by the dtype evaluator)", True,
                (Edit(at, at, text),)), ""
 
 

@@ -6,17 +6,9 @@ template where the project does not have it yet. What it decides is never copied
 idiom proof and the soundness checks evaluate the helper's own source (dtype_eval.py), the
 project's file when it exists, else the template text below.
 
-The `vllm` template behaves exactly as vLLM 0.28.0's `_get_kv_b_proj_input_dtype` on every case
-upstream handles (fp8 means `current_platform.fp8_dtype()`), with two deliberate differences:
-- other integer storage (int8, W8A8): upstream returns the storage dtype `torch.int8`, ours
-  `params_dtype`;
-- uint8 storage (NVFP4) with an fp8 input (MLA's fp8 prefill): upstream returns None, which keeps
-  the fp8 activation, and NVFP4's kernels quantize only fp16/bf16 input (`scaled_fp4_quant`
-  asserts it); ours returns `params_dtype`. The combination is reachable upstream (fp8 prefill is
-  chosen from the KV-cache dtype and the prefill backend, never from kv_b_proj's quantization):
-  docs/mla-fp8-prefill.md gives the file and line references.
-tests/test_helper_template.py proves all three statements against the fetched upstream function.
-The `torch` template needs only torch: fp8 is any torch float8 dtype.
+The templates are the ecosystems' (the registry's `template` role): `vllm`
+(ecosystems/vllm/template.py, which says how it differs from upstream vLLM and where that is
+proven) and `torch` (ecosystems/generic/template.py, the same decisions with only torch).
 
 Every storage that is not packed (every floating and complex dtype: complex64 weights are data,
 not packed integers) gets the weight's own dtype, as the cast it replaces did; only fp8 with
@@ -36,52 +28,20 @@ from pathlib import Path
 
 from dtype_lint.core.source import read_file
 from dtype_lint.dtypes.evaluator import STORAGES, HelperShape, Table, Unsupported, evaluate_helper, helper_shape
+from dtype_lint.ecosystems.registry import plugins
 
-_DOC = '''\
-    """The dtype an activation must have before entering `layer`, or None to
-    keep the model dtype.
-
-    A quantization backend may repack a layer's weight after loading, so the
-    storage dtype of `layer.weight` is not the compute dtype of its input
-    (vLLM issue #38658):
-      no `.weight` (AWQ/GPTQ)        -> layer.params_dtype
-      int32 (Marlin repack)          -> layer.params_dtype
-      uint8 (NVFP4), fp8_input False -> None: the layer quantizes its input
-      uint8 (NVFP4), fp8_input True  -> layer.params_dtype: fp16/bf16 only
-      other integer storage (int8)   -> layer.params_dtype
-      fp8 weight, fp8_input False    -> None: the layer quantizes its input
-      otherwise (float, complex)     -> the weight dtype
-    """
-'''
-
-_BODY = '''\
-    weight = getattr(layer, "weight", None)
-    weight_dtype = weight.dtype if weight is not None else layer.params_dtype
-    if weight_dtype == torch.int32:
-        return layer.params_dtype
-    if weight_dtype == torch.uint8:
-        return layer.params_dtype if fp8_input else None
-    if not (weight_dtype.is_floating_point or weight_dtype.is_complex):
-        return layer.params_dtype
-    if {is_fp8} and not fp8_input:
-        return None
-    return weight_dtype
-'''
-
-_HEADERS = {
-    "vllm": "import torch\n\nfrom vllm.platforms import current_platform\n",
-    "torch": ('import torch\n\n_FP8_DTYPES = frozenset(\n    getattr(torch, name)\n'
-              '    for name in (\n        "float8_e4m3fn",\n        "float8_e4m3fnuz",\n        "float8_e5m2",\n'
-              '        "float8_e5m2fnuz",\n    )\n    if hasattr(torch, name)\n)\n'),
-}
-_IS_FP8 = {"vllm": "weight_dtype == current_platform.fp8_dtype()", "torch": "weight_dtype in _FP8_DTYPES"}
+# Template name -> (its imports, its test of an fp8 weight, docstring, body), from the ecosystems that
+# ship one (the `template` role: ecosystems/vllm/template.py, ecosystems/generic/template.py).
+_TEMPLATES: dict[str, tuple[str, str, str, str]] = {
+    name: parts for module in plugins("template") for name, parts in module.TEMPLATES.items()}
+_HEADERS = {name: parts[0] for name, parts in _TEMPLATES.items()}
 TEMPLATES = tuple(_HEADERS)
 
 
 def decision_rows() -> list[str]:
     """The helper's decisions as its docstring states them, one `case -> result` line each (the
     evaluator proves the code agrees: tests/test_truth_table.py)."""
-    return [line.strip() for line in _DOC.splitlines() if "->" in line]
+    return [line.strip() for line in _TEMPLATES[TEMPLATES[0]][2].splitlines() if "->" in line]
 
 
 def helper_source(func: str, template: str, vllm_first_party: bool = True) -> str:
@@ -96,8 +56,8 @@ def helper_source(func: str, template: str, vllm_first_party: bool = True) -> st
         '"""Created by dtype-lint: the one place that decides a layer\'s input dtype."""\n\n'
         + header
         + _signature(func)
-        + _DOC
-        + _BODY.format(is_fp8=_IS_FP8[template])
+        + _TEMPLATES[template][2]
+        + _TEMPLATES[template][3].format(is_fp8=_TEMPLATES[template][1])
     )
 
 

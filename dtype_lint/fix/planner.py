@@ -2,7 +2,7 @@
 README, "Fixes and the shared helper").
 
 Three forms, tried in order:
-- idiom: `alias = L.weight.dtype (if hasattr… else L.params_dtype)` + `if <guard>: x = x.to(…)`,
+- idiom: `alias = L.weight.dtype (if hasattr… else L.<model dtype>)` + `if <guard>: x = x.to(…)`,
   proven equal to the helper by truth table, becomes `v = helper(L, flag)` and
   `if v is not None: x = x.to(v)`, where the old code evaluated the dtype (the aliases must be
   the statements right before the guard);
@@ -482,7 +482,7 @@ class Planner:
         evaluated the dtype. Never hoisted out of a loop: a loop may run zero times (the call
         would run where it never did, on a layer that may be None or deleted), the cast may sit
         under an `if` or `try` inside it, and any call in the loop may rebind or repack the layer
-        (`self.swap()`; bitsandbytes packs its CPU weights on the first forward)."""
+        (`self.swap()`; a quantizer may pack its CPU weights on the first forward)."""
         indent = self.src.indent_of(anchor_stmt.lineno)
         return f"{indent}{var} = {self.helper_call(self.src.segment(site.wds.layer), flag)}\n"
 

@@ -2,8 +2,8 @@
 the guard's own (not reported).
 
 An event (a cast, an allocation, a `.dtype` read) is attributed to the innermost Python frame
-that is not torch and not the guard. If that frame belongs to a quantizer or a loader (bitsandbytes
-packing its own int8 rows, transformers' quantizer integrations, accelerate moving tensors), the
+that is not torch and not the guard. If that frame belongs to a quantizer or a loader (a
+quantizer packing its own int8 rows, its library's loading integrations, tensors being moved), the
 event is the storage code doing its job and is not the bug: static dtype-lint exempts the same
 code (docs/hf.md, "Storage code is exempt").
 """
@@ -15,24 +15,13 @@ import os
 import sys
 from types import CodeType, FrameType
 
+from dtype_lint.ecosystems.registry import plugins
+
 # Path fragments (with `/` separators) of storage and loader code: where a `.dtype` read of a
-# quantized weight, or a cast to it, is the quantizer's own business.
-STORAGE_CODE_FRAGMENTS = (
-    "/bitsandbytes/",
-    "/transformers/integrations/",
-    "/transformers/quantizers/",
-    "/transformers/core_model_loading.py",
-    "/optimum/quanto/",
-    "/torchao/",
-    "/diffusers/quantizers/",
-    "/diffusers/hooks/",
-    "/accelerate/",
-    "/gptqmodel/",
-    "/auto_gptq/",
-    "/awq/",
-    "/hqq/",
-    "/compressed_tensors/",
-)
+# quantized weight, or a cast to it, is the quantizer's own business (each ecosystem's, the
+# registry's `runtime` role).
+STORAGE_CODE_FRAGMENTS = tuple(dict.fromkeys(fragment for runtime in plugins("runtime")
+                                             for fragment in runtime.STORAGE_CODE_FRAGMENTS))
 
 _GUARD_DIR = os.path.dirname(os.path.abspath(__file__)).replace(os.sep, "/") + "/"
 

@@ -31,7 +31,7 @@ class GuardSite:
     kind: str  # one of KINDS
     layer_path: str | None
     layer_class: str | None
-    quantizer: str | None  # "bitsandbytes 4-bit", "GPTQ", ...
+    quantizer: str | None  # the quantizer's name, as guard/storage.py's `quantizer_name` gives it
     storage: str | None  # "torch.uint8", or what a layer without `.weight` keeps
     rule: str | None  # the static rule of the same shape
     # Whether `dtype-lint check` reports the rule at this line (None: not asked, or the file could

@@ -1,11 +1,11 @@
 """What a quantized layer stores, seen at run time: which quantizer a module belongs to, and
 whether a dtype is a packed storage dtype that no floating activation should be cast to.
 
-This mirrors, for live objects, what the static storage model reads from the backends' code
-(docs/hf.md, "What each quantizer replaces and leaves"): bitsandbytes 4-bit keeps `Params4bit`
-in uint8, 8-bit `Int8Params` in int8, Marlin repacks to int32, FP8 keeps float8, and GPTQ, AWQ
-and HQQ layers have no `.weight` at all (`qweight`, `W_q`). optimum-quanto and torchao layers
-report the float dtype in `.weight.dtype`, so nothing here calls them packed.
+This mirrors, for live objects, what the static storage model reads from the backends' code: a
+packed integer or fp8 `.weight`, or no `.weight` with the storage kept under another name. Which
+quantizer a layer belongs to, and where a layer without `.weight` keeps its storage, is each
+ecosystem's data (the registry's `runtime` role: ecosystems/hf/runtime.py says what each of its
+quantizers leaves).
 
 torch is imported only inside functions: the pytest plugin imports this package at start-up.
 """
@@ -16,44 +16,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtype_lint.dtypes.storage_formats import packed_storages
+from dtype_lint.ecosystems.registry import plugins
 
-# The dtype names of packed integer storage (bitsandbytes, Marlin, GGUF blocks): the storage
-# formats' integer containers.
+# The dtype names of packed integer storage: the storage formats' integer containers.
 PACKED_INTEGER_NAMES = frozenset(f"torch.{dtype}" for dtype in packed_storages() if dtype is not None)
 
-# The attributes a layer without `.weight` keeps its storage in, by backend: GPTQ/AWQ/Marlin
-# (`qweight`, `qzeros`), HQQ (`W_q`), compressed-tensors (`weight_packed`).
-NO_WEIGHT_STORAGE_ATTRIBUTES = ("qweight", "W_q", "weight_packed", "qzeros")
+# What each ecosystem's quantizers look like in a live model (the registry's `runtime` role:
+# ecosystems/hf/runtime.py), merged in the registry's order.
+_RUNTIMES = plugins("runtime")
 
-# Exact layer class names of the quantizers whose modules the guard names, and the name it reports.
-# Matched on the class and its bases, so bitsandbytes' LinearNF4/LinearFP4 (subclasses of
-# Linear4bit) are named too.
-QUANTIZER_BY_CLASS_NAME = {
-    "Linear4bit": "bitsandbytes 4-bit",
-    "Embedding4bit": "bitsandbytes 4-bit",
-    "Linear8bitLt": "bitsandbytes 8-bit",
-    "Embedding8bit": "bitsandbytes 8-bit",
-    "HQQLinear": "HQQ",
-    "GgufLinear": "GGUF",
-    "GgufEmbedding": "GGUF",
-    "GGUFLinear": "GGUF",
-    "FP8Linear": "FP8",
-    "CompressedLinear": "compressed-tensors",
-    "QLinear": "optimum-quanto",
-}
-# The weight's own class names, for layers of other classes that hold a bitsandbytes parameter.
-QUANTIZER_BY_WEIGHT_CLASS_NAME = {"Params4bit": "bitsandbytes 4-bit", "Int8Params": "bitsandbytes 8-bit"}
-# Top-level packages of quantizers whose layer classes vary by kernel (GPTQ's QuantLinear family,
-# AWQ's WQLinear_*): the package names the quantizer.
-QUANTIZER_BY_PACKAGE = {
-    "gptqmodel": "GPTQ",
-    "auto_gptq": "GPTQ",
-    "awq": "AWQ",
-    "hqq": "HQQ",
-    "bitsandbytes": "bitsandbytes",
-    "compressed_tensors": "compressed-tensors",
-    "torchao": "torchao",
-}
+
+def _merged(table: str) -> dict[str, str]:
+    """One of the runtime tables, every ecosystem's merged (the first one's entry wins a key)."""
+    merged: dict[str, str] = {}
+    for runtime in _RUNTIMES:
+        for key, quantizer in getattr(runtime, table).items():
+            merged.setdefault(key, quantizer)
+    return merged
+
+
+# The attributes a layer without `.weight` keeps its storage in.
+NO_WEIGHT_STORAGE_ATTRIBUTES = tuple(dict.fromkeys(attribute for runtime in _RUNTIMES
+                                                   for attribute in runtime.NO_WEIGHT_STORAGE_ATTRIBUTES))
+# The quantizer's name by a layer's exact class name (on the class and its bases), by a prefix of it,
+# by its weight's class name, by its top-level package, and by a part of the layer's own class name.
+QUANTIZER_BY_CLASS_NAME = _merged("QUANTIZER_BY_CLASS_NAME")
+QUANTIZER_BY_CLASS_PREFIX = _merged("QUANTIZER_BY_CLASS_PREFIX")
+QUANTIZER_BY_WEIGHT_CLASS_NAME = _merged("QUANTIZER_BY_WEIGHT_CLASS_NAME")
+QUANTIZER_BY_PACKAGE = _merged("QUANTIZER_BY_PACKAGE")
+QUANTIZER_BY_CLASS_NAME_PART = _merged("QUANTIZER_BY_CLASS_NAME_PART")
 
 
 @dataclass(frozen=True)
@@ -90,14 +81,15 @@ def _class_chain_names(cls: type) -> list[str]:
 
 
 def quantizer_name(module: Any, weight: Any = None) -> str:
-    """The quantizer a layer belongs to, in docs/hf.md's words ("bitsandbytes 4-bit", "GPTQ"),
+    """The quantizer a layer belongs to, in its ecosystem's words (docs/hf.md's for Hugging Face's),
     else the top-level package of its class and the class name."""
     cls = type(module)
     for name in _class_chain_names(cls):
         if name in QUANTIZER_BY_CLASS_NAME:
             return QUANTIZER_BY_CLASS_NAME[name]
-        if name.startswith("WQLinear"):
-            return "AWQ"
+        prefix = next((prefix for prefix in QUANTIZER_BY_CLASS_PREFIX if name.startswith(prefix)), None)
+        if prefix is not None:
+            return QUANTIZER_BY_CLASS_PREFIX[prefix]
     if weight is not None:
         for name in _class_chain_names(type(weight)):
             if name in QUANTIZER_BY_WEIGHT_CLASS_NAME:
@@ -105,8 +97,9 @@ def quantizer_name(module: Any, weight: Any = None) -> str:
     package = (cls.__module__ or "").partition(".")[0]
     if package in QUANTIZER_BY_PACKAGE:
         return QUANTIZER_BY_PACKAGE[package]
-    if "QuantLinear" in cls.__name__:
-        return "GPTQ"
+    part = next((part for part in QUANTIZER_BY_CLASS_NAME_PART if part in cls.__name__), None)
+    if part is not None:
+        return QUANTIZER_BY_CLASS_NAME_PART[part]
     return f"{package or '?'} ({cls.__name__})"
 
 
@@ -130,8 +123,8 @@ def weight_storage(module: Any, weight: Any) -> LayerStorage | None:
 
 
 def missing_weight_storage(module: Any) -> LayerStorage | None:
-    """The layer's storage when it is a quantized layer with no `.weight` (GPTQ/AWQ `qweight`,
-    HQQ `W_q`, compressed-tensors `weight_packed`), else None."""
+    """The layer's storage when it is a quantized layer with no `.weight` (its storage under one of
+    NO_WEIGHT_STORAGE_ATTRIBUTES), else None."""
     if _own_value(module, "weight") is not None:
         return None
     for attribute in NO_WEIGHT_STORAGE_ATTRIBUTES:

@@ -25,9 +25,9 @@ How the pieces are seen, since `torch.uint8` is one object whoever reads it:
 
 A cast, allocation or `finfo` is reported when its dtype is the storage dtype of a weight whose
 `.dtype` was read in the same function, or in one of its callers or callees (a helper that
-returns the dtype), so that an int32 index buffer next to a Marlin layer is not called the bug.
-Events in torch, the guard, and storage or loader code (bitsandbytes, transformers'
-quantizer integrations, accelerate, ...) are not the user's and are not reported (frames.py).
+returns the dtype), so that an int32 index buffer next to an int32-packed layer is not called the bug.
+Events in torch, the guard, and storage or loader code (the quantizers' own code, their
+loading integrations: each ecosystem's `runtime` data) are not the user's and are not reported (frames.py).
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ class DtypeGuard:
         cls = type(tensor)
         if cls in self._plain_types:
             return None
-        # A bitsandbytes parameter read without its layer (`next(iter(m.parameters()))` with no
+        # A quantizer's own parameter class read without its layer (`next(iter(m.parameters()))` with no
         # `model=`): the quantizer is known from the parameter's class, the layer is not.
         for klass in cls.__mro__:
             if klass.__name__ in QUANTIZER_BY_WEIGHT_CLASS_NAME:

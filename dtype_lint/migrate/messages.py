@@ -1,6 +1,6 @@
 """Commit messages, the PR description and the series README, in the target's conventions.
 
-A commit message is the project's: a title in its wording (`[Bugfix] Fix ... for INT8 and NVFP4
+A commit message is the project's: a title in its wording (`[Bugfix] Fix ... for INT8 and <format>
 kv_b_proj weights`), a body in its pull-request template (vLLM: Purpose / Test Plan / Test
 Result), a `Signed-off-by:` trailer where the project asks for one, and no rule code or part of
 this tool. The README beside the patches carries what the tool knows: each patch's rule codes,
@@ -15,40 +15,23 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.findings import Finding
+from dtype_lint.ecosystems.registry import plugins
 from dtype_lint.migrate.conventions import RULE_CODE, Convention, Identity, scrub
 
-# What a reviewer calls the backend that leaves each storage on a layer.
-BACKEND_OF = {
-    "int32": "Marlin FP8 (W8A16), which repacks the weight to int32",
-    "uint8": "NVFP4, which packs the weight into uint8",
-    "int8": "W8A8-INT8 from compressed-tensors or Quark, which stores int8",
-    None: "AWQ/GPTQ/compressed-tensors WNA16, which leave no `.weight`",
-    "float8_e4m3fn": "FP8",
-}
-SHORT_BACKEND = {"int32": "Marlin FP8", "uint8": "NVFP4", "int8": "INT8", None: "AWQ/GPTQ", "float8_e4m3fn": "FP8"}
-
-WHY = (
-    "A quantization backend may repack a layer's weight after loading, so its storage dtype is not "
-    "the compute dtype of the layer's input: Marlin FP8 stores `torch.int32`, NVFP4 `torch.uint8`, "
-    "FP8 `float8_e4m3fn`, W8A8-INT8 `torch.int8`, and AWQ/GPTQ/compressed-tensors WNA16 layers have "
-    "no `.weight` at all. Casting an activation to `layer.weight.dtype` (or allocating in it) then "
-    "crashes (`unsupported `a` scalar_type` in Marlin; `AttributeError` on AWQ) or silently "
-    "truncates the activation to integers."
-)
-
-# Hugging Face model code: no config reaches a constructor; quantizers replace the layers at load time.
-HF_WHY = (
-    "A quantizer may replace a layer when the model is loaded, so its weight's storage dtype is not "
-    "the compute dtype of the layer's input: bitsandbytes 4-bit and GGUF store `torch.uint8`, "
-    "bitsandbytes 8-bit `torch.int8`, FP8 and compressed-tensors `float8_e4m3fn`, and GPTQ, AWQ and HQQ "
-    "layers have no `.weight` at all. Casting an activation to `module.weight.dtype` then raises (a "
-    "dtype mismatch in the matmul, `TypeError` from `torch.finfo`, `AttributeError`) or silently "
-    "turns the activation into integers."
-)
+# Each ecosystem's words for a series (the registry's `series_words` role): the first that claims a
+# convention speaks for it; the one that claims none in particular (CONVENTIONS None) for every other,
+# and for the helper's own patches, whose storages are the helper template's.
+_SERIES_WORDS = plugins("series_words")
+_DEFAULT_WORDS = next(words for words in _SERIES_WORDS if words.CONVENTIONS is None)
+BACKEND_OF: dict[str | None, str] = _DEFAULT_WORDS.BACKEND_OF
+SHORT_BACKEND: dict[str | None, str] = _DEFAULT_WORDS.SHORT_BACKEND
+WHY: str = _DEFAULT_WORDS.WHY
 
 
 def why(convention: Convention) -> str:
-    return HF_WHY if convention.name in ("transformers", "diffusers") else WHY
+    """Why the cast is wrong, in the words of the ecosystem that speaks for the convention."""
+    return next(words.WHY for words in _SERIES_WORDS
+                if words.CONVENTIONS is None or convention.name in words.CONVENTIONS)
 
 
 def wrap(text: str, indent: str = "") -> str:
@@ -96,8 +79,8 @@ def changed_cases(before, after) -> list[tuple[str | None, bool, str, str]]:
     from dtype_lint.dtypes.evaluator import PARAMS
 
     def said(storage, value: str) -> str:
-        # The evaluator models params_dtype as the model dtype (bf16): name it as the code does.
-        return "the layer's params_dtype" if value == f"torch.{PARAMS}" and storage != PARAMS else value
+        # The evaluator models the layer's model dtype as bf16: name it as the code does.
+        return _DEFAULT_WORDS.MODEL_DTYPE_WORDS if value == f"torch.{PARAMS}" and storage != PARAMS else value
 
     old = before.as_dict()
     return [(case.storage, case.flag, said(case.storage, old.get(case, "?")), said(case.storage, now))
@@ -140,12 +123,10 @@ def fix_helper_message(convention: Convention, path: str, funcs: list[str], case
         backend = BACKEND_OF.get(storage, str(storage))
         purpose.append(wrap(f"{_storage_name(storage)} storage ({backend}), fp8 input {flag}: returned "
                             f"{was}, now {now}", "- "))
-    purpose += ["", wrap("An integer dtype truncates the activation (or crashes the kernel, as the W8A8-INT8 "
-                         "input quantization does on an int8 tensor); an fp8 activation reaches NVFP4's input "
-                         "quantization, which takes fp16/bf16 only.")]
-    if convention.name == "vllm":
-        purpose += ["", wrap("The fix for the Marlin FP8 case (#38771) lost its unit test in review; this patch "
-                             "adds one covering every storage times the fp8 flag.")]
+    purpose += ["", wrap(_DEFAULT_WORDS.HELPER_FIX_HARM)]
+    history = _DEFAULT_WORDS.HELPER_FIX_HISTORY.get(convention.name)
+    if history is not None:
+        purpose += ["", wrap(history)]
     purpose += _links(convention)
     plan = [f"    {convention.test_command(p)}" for p in test_paths]
     return Message(title, purpose, plan, result)

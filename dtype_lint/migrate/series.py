@@ -128,7 +128,7 @@ def plan(changes: list[FileChange], helper_changes: list[FileChange], helper: He
         if any(_fixes_helper(f) for c in chs for f in c.findings):
             patches.append(_fix_helper_patch(chs, helper, style, proof))
         else:
-            # The helper the fixes import (a Hugging Face site's is `get_module_input_dtype`).
+            # The helper the fixes import (an ecosystem's own helper where its sites route through it).
             imported = {name for ch in chs for f in ch.findings if f.fix for _module, name in f.fix.imports}
             func = (next(iter(imported)) if len(imported) == 1 else
                     helper.func if helper else "the input-dtype helper")

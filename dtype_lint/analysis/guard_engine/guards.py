@@ -46,7 +46,7 @@ class GuardPolicy:
     "unquantized" (a check naming `Fp8LinearMethod` proves the storage *is* fp8, so a cast to it is
     still wrong) or "concrete" (any backend of its own: a path written for the formats it names
     handles their `.weight`). `hasattr_counts`: `hasattr(L, "weight")` proves a `.weight`, not an
-    unpacked one (Marlin's is int32). `handler_counts`: an `except AttributeError` catches a
+    unpacked one (a repack leaves one in int32). `handler_counts`: an `except AttributeError` catches a
     missing `.weight`, not a cast to a packed dtype."""
 
     name: str

@@ -39,8 +39,8 @@ class ModuleHeader:
     is_package: bool
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified target
     classes: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # name -> (bases, line)
-    # Top-level functions that may be input-dtype helpers (their text reads a weight's dtype or
-    # `params_dtype` and returns): name -> hash of that text. Other files' findings depend on what
+    # Top-level functions that may be input-dtype helpers (their text reads a weight's dtype or a
+    # layer's model dtype attribute, and returns): name -> hash of that text. Other files' findings depend on what
     # such a function decides, so the hash is part of the header (and of every cached finding's key).
     functions: dict[str, str] = field(default_factory=dict)
 

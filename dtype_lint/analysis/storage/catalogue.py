@@ -110,7 +110,7 @@ def method_record(qualname: str) -> MethodRecord | None:
 
 def _outside(storage: Storage, release: str) -> Storage:
     """The release's files are not the project's: their lines go into the words (`fp8.py:89 ->
-    marlin_utils_fp8.py:141 in vllm 0.33.0`), not into locations a reporter would resolve in the
+    repack_utils.py:141 in vllm 0.33.0`), not into locations a reporter would resolve in the
     project."""
     located = [e for e in storage.evidence if e.path]
     ends = located[:1] + located[-1:] if len(located) > 1 else located

@@ -49,7 +49,7 @@ from dtype_lint.analysis.index.construction_forms import (
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, BACKEND_MARK, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
-from dtype_lint.ecosystems.registry import plugins
+from dtype_lint.ecosystems.registry import model_dtype_attributes, plugins
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
@@ -878,8 +878,8 @@ def _short(qualname: str) -> str:
 
 
 # `dtype` is reported where it returns; the others are plain attributes in engine code (a layer's
-# compute dtype, a config's), not looked up as getters.
-_PLAIN_DTYPE_ATTRIBUTES = frozenset({"dtype", "params_dtype", "torch_dtype"})
+# compute dtype, as its ecosystem names it; a config's), not looked up as getters.
+_PLAIN_DTYPE_ATTRIBUTES = frozenset({"dtype", "torch_dtype", *model_dtype_attributes()})
 
 
 def _rooted_at_self(layer: ast.AST) -> bool:

@@ -12,7 +12,7 @@ when:
   `if` in its block) hands the raw `L.weight` to a kernel (`F.linear(x, L.weight)`,
   `torch.mm(x, L.weight.t())`), so int8, int32, uint8 or a missing `.weight` reach a float kernel;
 - or it tests a **container dtype several formats share**: `uint8` (or `int32`) is the storage of
-  the layer under two or more backends (MXFP4 and NVFP4 nibbles alike), so the arm it picks runs
+  the layer under two or more backends (two 4-bit formats' nibbles alike), so the arm it picks runs
   one format's kernel on the others (`ambiguous_storage`, asked of the storage model).
 """
 
@@ -44,8 +44,8 @@ def hand_copy_reason(stmt: ast.stmt, layer: ast.expr, scope, block: list[ast.stm
 
 
 # Byte and word containers of packed sub-byte formats: one such dtype is the storage of formats
-# that have nothing else in common (uint8: NVFP4 and MXFP4 nibbles; int32: Marlin and GPTQ words),
-# read from the storage formats' table.
+# that have nothing else in common (uint8: two 4-bit formats' nibbles; int32: two backends' packed
+# words), read from the storage formats' table (the ecosystems' formats.py name them).
 CONTAINER_DTYPES = shared_containers()
 
 

@@ -54,6 +54,7 @@ from dtype_lint.dtypes.storage_formats import (
     format_of_kernel,
     integer_dtypes,
 )
+from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 # Storage kinds (ABSENT, PACKED, FP8, COMPUTE, UNKNOWN): the storage formats' table names them.
 # What a rule asks for: a storage that is not the compute dtype (casts, allocations), or none at all.
@@ -66,7 +67,8 @@ UNKNOWN_BACKENDS = "which backends reach it cannot be told"
 
 def backends_unknown(evidence) -> bool:
     """Does this verdict's evidence say the layer's backends could not be read? No helper is then
-    proven to run on its layers (the shared template reads `params_dtype`): no fix is offered."""
+    proven to run on its layers (the shared template reads the layer's model dtype attribute): no fix
+    is offered."""
     return any(e.message.startswith(BACKEND_MARK + UNKNOWN_BACKENDS) for e in evidence or ())
 # Module sources (text lines and parsed methods) kept at once. One engine's quantization package
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
@@ -74,6 +76,8 @@ def backends_unknown(evidence) -> bool:
 SOURCES_KEPT = 32
 
 _INT_DTYPES = {dtype: PACKED for dtype in integer_dtypes()}
+# How a compute storage's dtype is written: the engine's layers' name for their model dtype.
+_MODEL_DTYPE = model_dtype_attributes()[0]
 _FLOAT_COMPUTE = COMPUTE_DTYPE_NAMES
 
 
@@ -84,7 +88,7 @@ class Storage:
     backend: str  # the config class's short name ("Fp8Config")
     method: str  # the quant method class's short name ("Fp8LinearMethod")
     kind: str  # ABSENT, PACKED, FP8, COMPUTE or UNKNOWN
-    dtype: str  # "int32", "float8_e4m3fn", "params_dtype", "" (none or not stated)
+    dtype: str  # "int32", "float8_e4m3fn", the model dtype attribute (compute), "" (none or not stated)
     what: str  # "registers `qweight`, not `weight`", "repacks `weight` to int32"
     evidence: tuple[Evidence, ...] = ()
     # The dispatch tests the layer's type on the way (`isinstance(layer, LinearBase)`); False: it
@@ -99,7 +103,7 @@ class Storage:
         return self.kind != COMPUTE
 
     def describe(self) -> str:
-        """"under Fp8Config (fp8.py:194 -> marlin_utils_fp8.py:80) `weight` is repacked to int32"."""
+        """"under Fp8Config (fp8.py:194 -> repack_utils.py:80) `weight` is repacked to int32"."""
         located = [e for e in self.evidence if e.path]
         ends = located[:1] + located[-1:] if len(located) > 1 else located
         where = " -> ".join(f"{os.path.basename(e.path)}:{e.line}" for e in ends)
@@ -743,7 +747,7 @@ class CodeBackends:
 
     def _calls(self, stmt, conds, src, owner, config, out, depth, layer_param, resolve):
         # A method class handed to a helper that dispatches on the layer counts only where the
-        # helper's own dispatch builds it (`get_linear_quant_method(self, layer, prefix, GPTQLinearMethod)`).
+        # helper's own dispatch builds it (`get_linear_quant_method(self, layer, prefix, Int4LinearMethod)`).
         followed: set[int] = set()
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and self._follow(node, conds, config, owner, layer_param, resolve, out,
@@ -874,7 +878,7 @@ class CodeBackends:
                 what = (f"registers `weight` as {dtype}" if dtype
                         else "registers `weight` in a dtype it does not state")
                 if kind == COMPUTE:
-                    what = "registers `weight` in the compute dtype (`params_dtype`)"
+                    what = f"registers `weight` in the compute dtype (`{_MODEL_DTYPE}`)"
                 out.append(Storage("", short, kind, dtype, what, (reg, *dtype_ev)))
             if after is None:
                 # A kernel object the method holds may repack it after loading (one of the kernels
@@ -1027,8 +1031,8 @@ class CodeBackends:
             return [(FP8, last if last.startswith("float8") else "fp8", ())]
         if last in _INT_DTYPES:
             return [(_INT_DTYPES[last], last, ())]
-        if "params_dtype" in text or last in _FLOAT_COMPUTE or "orig_dtype" in text:
-            return [(COMPUTE, "params_dtype", ())]
+        if any(name in text for name in model_dtype_attributes()) or last in _FLOAT_COMPUTE or "orig_dtype" in text:
+            return [(COMPUTE, _MODEL_DTYPE, ())]
         if isinstance(expr, ast.Name) and expr.id in assigns and depth < 4:
             return self._classify_dtype(assigns[expr.id], assigns, src, resolve, depth + 1)
         if "fp4" in text.lower() or "uint8" in text:
@@ -1307,7 +1311,7 @@ def _dtype_name(expr: ast.expr | None, assigns: dict[str, ast.expr], depth: int 
 
 
 def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, tuple[str, ...]]:
-    """The callee's parameters bound to method classes by the call (`linear_method_cls=GPTQLinearMethod`,
+    """The callee's parameters bound to method classes by the call (`linear_method_cls=Int4LinearMethod`,
     or a table of roles `Linear=A if w4a16 else B, Moe=C`: each arm of a conditional)."""
     params = [a.arg for a in callee.args.posonlyargs + callee.args.args + callee.args.kwonlyargs]
     offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
