@@ -80,8 +80,16 @@ The guards below are trusted; each can hide a real read where the trust is wrong
   `apply(self, x, layer)` method, or a function `apply_*(layer, ...)`, is exempt like a kernel.
 - A quant-method check (and a `hasattr` in a flag's value) counts whichever layer it names, and a
   flag counts when every assignment of it (in this class's methods, not its bases') is such a
-  check: a flag also set elsewhere is not seen. A kernel type tested on a quant method's
-  attribute (`isinstance(method.kernel, ...)`) is not a backend check.
+  check: a flag also set elsewhere is not seen, except an attribute its class only sets to a
+  false constant, whose stores elsewhere in the same file decide (on any object: stores in
+  another module are not seen). A kernel type tested on an object the layer's quant method or
+  scheme holds (`isinstance(L.quant_method.kernel, K)`) counts as a backend check for K, a
+  concrete class.
+- A parameter flag (`if gather_input:`) is read from the calls in the file that pass it: a call
+  in another module passing True is not seen, nor a positional pass to `forward` through an object
+  whose class does not resolve.
+- A list of flags handed on element by element (`fused = [supports(l) for l in layers]`, then
+  `for f, layer in zip(fused, layers): run(layer, f)`) is not read.
 - Reads in a quantizable layer class's own methods (`self.weight`) are reported like any other;
   storage code is otherwise recognised by name (`exempt-functions`) and class (`exempt-classes`).
 - The `.weight` of a layer reached through a container (`self.layers[i].weight`) resolves only
@@ -104,8 +112,9 @@ benchmarks/accuracy/triage/rules-dtl003-005.md (every finding removed since that
 none was added): on the trees it was developed on, vLLM 0.27.1 33 of 34 TRUE (97%) and 0.33.0 18
 of 19 (95%); on the others, vLLM 0.30.0 17 of 19 (89%), aphrodite-engine 0.24.1 16 of 18 (89%),
 sglang 0.5.23 94 of 135 (70%), vllm-omni 0.30.0 5 of 5, vllm-ascend 0.23.0 0 of 2,
-tpu-inference 0.32.0 none (its 17 findings, all FALSE, were in its tests): 132 of 179 (74%),
-below the 95% a default rule needs (benchmarks/accuracy/triage/README.md). Most of what is left: draft
+tpu-inference 0.32.0 none (its 17 findings, all FALSE, were in its tests), and vLLM 0.34.0 (held
+out, issue #39) 21 of 24 (88%; 21 of 29 before flags set in another method were read): 153 of 203
+(75%), below the 95% a default rule needs (benchmarks/accuracy/triage/README.md). Most of what is left: draft
 models' `get_embed_and_head` (no caller the index can see), flags built from a constructor
 parameter or from a sibling layer's storage, configs restricted by values, and platforms that
 admit only backends keeping `.weight` (Known limits).

@@ -97,8 +97,8 @@ wrong case.
 ## Default
 Off: an opt-in rule. It runs only when `select` names its code (`--select DTL005`, or
 `extend-select`, or `ALL`); a prefix such as `DTL` does not turn it on. Measured with zero
-configuration on the trees it was not developed on (benchmarks/accuracy/triage/README.md): 8 of 8 findings TRUE
-(one helper and its callers in vLLM 0.30.0 and in aphrodite-engine 0.24.1; sglang 0.5.23's 3 FALSE
+configuration on the trees it was not developed on (benchmarks/accuracy/triage/README.md): 12 of 12 findings TRUE
+(one helper and its callers in vLLM 0.30.0, in aphrodite-engine 0.24.1 and in vLLM 0.34.0; sglang 0.5.23's 3 FALSE
 findings, whose callers all pass a plain `nn.Linear`, are no longer reported now that a helper is
 judged by its callers). Too few findings to turn a rule on (the bar is 95% over at least 30), so it
 stays opt-in.

@@ -7,6 +7,8 @@ site runs says something about the program state there:
 - after an earlier operand of `and`, that operand held;
 - after an earlier `if test: return` (or `raise`, `continue`, `break`) in the same or an enclosing
   block, the test failed;
+- after an earlier `assert test` in the same or an enclosing block, the test held (where it failed,
+  the `assert` raised before the site);
 - in the body of a `try`, its handlers are there to catch what the site raises.
 
 `dominators` yields these, innermost first; what a test *means* (it proves the layer unquantized,
@@ -53,8 +55,8 @@ class Dominator:
 
     `test` held (`holds`) or failed (not `holds`); `construct` is the node that decides it: the
     `if`/conditional/`while`, the boolean operation, the earlier `if` that leaves, or a `try`
-    (then `test` is None: the site runs under its handlers). `kind`: "branch", "operand", "exit"
-    or "handler"."""
+    (then `test` is None: the site runs under its handlers). `kind`: "branch", "operand", "exit",
+    "assert" or "handler"."""
 
     test: ast.expr | None
     holds: bool
@@ -85,6 +87,8 @@ def dominators(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[Dominator
                         if isinstance(earlier_stmt, ast.If) and earlier_stmt.body \
                                 and isinstance(earlier_stmt.body[-1], EXITS):
                             yield Dominator(earlier_stmt.test, False, earlier_stmt, "exit")
+                        elif isinstance(earlier_stmt, ast.Assert):
+                            yield Dominator(earlier_stmt.test, True, earlier_stmt, "assert")
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return
         child, parent = parent, parents.get(id(parent))

@@ -18,10 +18,11 @@ from __future__ import annotations
 import ast
 import functools
 
-from dtype_lint.analysis.guard_engine.dominance import parent_map
+from dtype_lint.analysis.guard_engine.dominance import dominators, parent_map, statement_blocks
 from dtype_lint.analysis.guard_engine.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.guard_engine.guard_flags import (
     ClassGuardFlags,
+    attribute_predicate_calls,
     concrete_classes,
     imported_predicates,
     object_predicate_calls,
@@ -30,6 +31,9 @@ from dtype_lint.analysis.guard_engine.guard_flags import (
 from dtype_lint.analysis.guard_engine.guards import (
     BackendNames,
     GuardKnowledge,
+    implies_no_weight,
+    implies_weight,
+    is_falsy,
     unpacked_storage_guard,
     weight_present_at,
 )
@@ -110,7 +114,39 @@ class FileGuards:
                 found.add(name)
             elif "not m" in names:
                 found.add(f"not {name}")
+        return frozenset(found) | self._attribute_predicates(fn)
+
+    def _attribute_predicates(self, fn) -> frozenset[str]:
+        """`self.a.m` where `self.a` resolves to a class whose method `m` is a predicate (read as
+        an imported predicate is, with its unquantized checks and config tests only):
+        `self.self_attn.can_fuse(x)` true only when the attention's projection is unquantized."""
+        function = self._candidate(fn)
+        if function is None or not function.scope.self_name:
+            return frozenset()
+        found = set()
+        project, config_params = self._file.project, self._file.config.all_config_params
+        for name, (receiver, method_name) in attribute_predicate_calls(fn, function.scope.self_name).items():
+            qualname = self._file.layers.resolve(receiver, function.scope).qualname
+            if qualname is None:
+                continue
+            owner = next((c for c in project.index.mro(qualname) or [qualname] if project.class_facts(c) is not None
+                          and method_name in project.class_facts(c).methods), None)
+            if owner is None:
+                continue
+            method = project.class_facts(owner).methods[method_name]
+            known = GuardKnowledge(backends=BackendNames(config_params))
+            key = ("object-predicate", owner, method_name, config_params)
+            names = project.index.cached_facts(key, lambda method=method, known=known:
+                                               predicate_names(method, known, "m"))
+            if "m" in names:
+                found.add(name)
+            elif "not m" in names:
+                found.add(f"not {name}")
         return frozenset(found)
+
+    def _candidate(self, fn):
+        """The rule.Candidate of a function node of this file, or None."""
+        return next((function for function in self._file.functions if function.fn is fn), None)
 
     def _method_of_built(self, builder: str, method_name: str):
         """The method `method_name` of the class `builder(...)` builds: the class itself, or the
@@ -191,7 +227,7 @@ class FileGuards:
             at_read = self._known_at_read[id(function.fn)] = known.at_read(
                 lambda call: self._unresolved_method(call, function), self._dormant(function))
         return weight_present_at(read, layer, function.parents, at_read) or \
-            self._callers.every_call_guarded(function, layer)
+            self._callers.every_call_guarded(function, layer) or self._callers.parameter_guards(function, read)
 
     def _dormant(self, function) -> dict[str, object]:
         if not (function.class_qualname and function.scope.self_name):
@@ -329,6 +365,8 @@ class _CallerGuards:
     def _decide(self, function, layer: ast.expr | None, depth: int = 0) -> bool:
         function_node = function.fn
         method = function.class_qualname is not None
+        if method and function_node.name == "__init__" and function.scope_name.count(".") == 1:
+            return self._constructions_guarded(function, layer, depth)
         # Called implicitly (`module(x)` runs `forward`, an attribute read runs a property, a
         # decorator may register it): not every call is in sight.
         if (function_node.name.startswith("__") or function_node.name == "forward"
@@ -368,6 +406,129 @@ class _CallerGuards:
             calls += 1
         return calls > 0
 
+    def parameter_guards(self, function, read: ast.AST) -> bool:
+        """The read runs only where a parameter held (`if gather_input:`), one that defaults to a
+        false constant, and every call in the file that passes it passes a guard value: a false
+        constant, a flag or predicate of the caller, or a local that is true there only where a
+        guard held (`gather = ...; if gather and not self.attn.can_fuse(x): gather = False`)."""
+        function_node = function.fn
+        defaults = _false_defaults(function_node)
+        guarding = []
+        for dominator in dominators(read, function.parents):
+            test = dominator.test
+            values = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+            if dominator.holds and dominator.kind in ("branch", "operand"):
+                guarding += [v.id for v in values if isinstance(v, ast.Name) and v.id in defaults]
+        return any(self._every_call_passes_a_guard(function, name) for name in dict.fromkeys(guarding))
+
+    def _every_call_passes_a_guard(self, function, name: str) -> bool:
+        passed = self._arguments_for(function, name)
+        if not passed:
+            return False  # unknown, or never passed here: turned on out of sight
+        for call, value in passed:
+            caller = self._caller_of(call)
+            known = self._class_flags.in_function(caller.fn) if caller is not None else self._class_flags.of(None)
+            if is_falsy(value) or implies_weight(value, None, known):
+                continue
+            if not (caller is not None and isinstance(value, ast.Name) and _local_flag_before(call, value.id, known,
+                                                                                              self._parents)):
+                return False
+        return True
+
+    def _arguments_for(self, function, name: str) -> list[tuple[ast.Call, ast.expr]] | None:
+        """(call, the value it passes for parameter `name`) for every call in the file that may
+        call `function` and passes it: by keyword (whatever the call names: a keyword of that name
+        is read as this one), or by position to a call of the function's name (for `forward`, a
+        call of an object of its class). None where a call passes what cannot be read (`*args`,
+        `**kwargs` to the function's name)."""
+        function_node = function.fn
+        method = function.class_qualname is not None
+        positional = [a.arg for a in function_node.args.posonlyargs + function_node.args.args]
+        if method:
+            positional = positional[1:]
+        position = positional.index(name) if name in positional else None
+        found: list[tuple[ast.Call, ast.expr]] = []
+        for call in ast.walk(self._file.tree):
+            if not isinstance(call, ast.Call):
+                continue
+            keyword = next((k.value for k in call.keywords if k.arg == name), None)
+            if keyword is not None:
+                found.append((call, keyword))
+                continue
+            func = call.func
+            named = (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name)
+                     else None) == function_node.name
+            unreadable = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+            if named and unreadable:
+                return None
+            if position is None or position >= len(call.args):
+                continue
+            if not named and function_node.name == "forward" and method and isinstance(func, (ast.Name, ast.Attribute)):
+                caller = self._caller_of(call)
+                receiver = self._receiver_class(func, caller) if caller is not None else None
+                named = receiver is not None and function.class_qualname in self._file.layers.index.mro(receiver)
+            if named:
+                if any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+                    return None
+                found.append((call, call.args[position]))
+        return found
+
+    def _constructions_guarded(self, function, layer: ast.expr | None, depth: int) -> bool:
+        """`__init__` runs where its class is built: every construction in the file (`C(...)`,
+        or `cls(...)` in a classmethod of C) is guarded, and C is named nowhere else but in
+        annotations (a subclass, or the class handed on as a value, builds it out of sight)."""
+        constructions = self._constructions(function)
+        if not constructions:
+            return False
+        new_object = ast.Name(id="<the object built>", ctx=ast.Load())
+        for call in constructions:
+            caller = self._caller_of(call)
+            if caller is None or caller.fn is function.fn:
+                return False
+            known = self._class_flags.in_function(caller.fn)
+            in_caller = self._in_caller(layer, function, call, new_object)
+            if not weight_present_at(call, in_caller, caller.parents, known) and not self.every_call_guarded(
+                    caller, None if in_caller is _NO_LAYER else in_caller, depth + 1):
+                return False
+        return True
+
+    def _constructions(self, function) -> list[ast.Call] | None:
+        """The calls that build `function`'s class in this file, or None where the class is also
+        named otherwise (a base, a value handed on) or is not a top-level class of the file."""
+        class_name = function.class_qualname.rsplit(".", 1)[-1]
+        owner = next((node for node in self._file.tree.body if isinstance(node, ast.ClassDef)
+                      and node.name == class_name and any(m is function.fn for m in node.body)), None)
+        if owner is None:
+            return None
+        parents = self._parents
+        annotations = {id(node) for holder in ast.walk(self._file.tree) for annotation in _annotations_of(holder)
+                       for node in ast.walk(annotation)}
+        class_params = {id(m): m.args.args[0].arg for m in owner.body
+                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.args.args
+                        and any(dotted(d) == "classmethod" for d in m.decorator_list)}
+        calls: list[ast.Call] = []
+        for node in ast.walk(self._file.tree):
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or id(node) in annotations:
+                continue
+            if node.id != class_name:
+                caller = self._caller_of_node(node, class_params)
+                if caller is None or node.id != class_params[id(caller)]:
+                    continue  # not `cls` in a classmethod of the class
+            call = parents.get(id(node))
+            if not (isinstance(call, ast.Call) and call.func is node):
+                return None
+            calls.append(call)
+        return calls
+
+    def _caller_of_node(self, node: ast.AST, functions: dict[int, str]):
+        """The function among `functions` (by id) whose body holds `node`, or None."""
+        parents = self._parents
+        while id(node) in parents:
+            node = parents[id(node)]
+            if id(node) in functions:
+                return node
+        return None
+
     def _caller_of(self, call: ast.Call):
         """The innermost function of the file holding the call."""
         best = None
@@ -381,6 +542,100 @@ class _CallerGuards:
         if isinstance(receiver, ast.Name) and receiver.id == caller.scope.self_name:
             return caller.class_qualname
         return self._file.layers.resolve(receiver, caller.scope).qualname
+
+
+def _false_defaults(function_node) -> set[str]:
+    """The parameters of a function that default to a false constant (`gather_input: bool = False`)."""
+    args = function_node.args
+    positional = args.posonlyargs + args.args
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    return {a.arg for a, default in pairs if isinstance(default, ast.Constant) and not default.value}
+
+
+def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
+    while not isinstance(node, ast.stmt) and id(node) in parents:
+        node = parents[id(node)]
+    return node
+
+
+def _stores(stmt: ast.stmt, name: str) -> list[ast.AST]:
+    """The nodes of `stmt` storing into the local `name` (nested functions and classes aside)."""
+    found, todo = [], [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
+    return found
+
+
+def _only_false_stores(statements: list[ast.stmt], name: str) -> bool:
+    """Every store into `name` in `statements` is `name = <false constant>`."""
+    for stmt in statements:
+        allowed = {id(node.targets[0]) for node in ast.walk(stmt) if isinstance(node, ast.Assign)
+                   and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                   and node.targets[0].id == name and is_falsy(node.value)}
+        if any(id(store) not in allowed for store in _stores(stmt, name)):
+            return False
+    return True
+
+
+def _local_flag_before(site: ast.AST, name: str, known: GuardKnowledge, parents: dict[int, ast.AST]) -> bool:
+    """The local `name` is true at `site` only where a guard held: walking back from `site`, the
+    nearest statement that stores it gives it a guard value, and any statement in between only
+    resets it to a false constant, or does so in the body of `if <R>:` (or `if name and <R>:`)
+    where `R` false implies a `.weight` (then `name` true after it means `R` failed: `if gather
+    and not self.attn.can_fuse(x): gather = False`)."""
+    child = _statement_of(site, parents)
+    parent = parents.get(id(child))
+    while parent is not None:
+        for block in statement_blocks(parent):
+            if not any(stmt is child for stmt in block):
+                continue
+            for earlier in reversed(block[:next(i for i, stmt in enumerate(block) if stmt is child)]):
+                if not _stores(earlier, name):
+                    continue
+                targets = earlier.targets if isinstance(earlier, ast.Assign) else [earlier.target] \
+                    if isinstance(earlier, ast.AnnAssign) and earlier.value is not None else []
+                if len(targets) == 1 and isinstance(targets[0], ast.Name) and len(_stores(earlier, name)) == 1:
+                    return is_falsy(earlier.value) or implies_weight(earlier.value, None, known)
+                if isinstance(earlier, ast.If) and _only_false_stores(earlier.body, name) \
+                        and not any(_stores(stmt, name) for stmt in earlier.orelse) \
+                        and not _stores_in(earlier.test, name):
+                    test = earlier.test
+                    values = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+                    rest = [v for v in values if not (isinstance(v, ast.Name) and v.id == name)]
+                    if rest and implies_no_weight(
+                            rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.And(), values=rest), None, known):
+                        return True
+                    continue  # it only resets `name`: what held before still does
+                if _only_false_stores([earlier], name):
+                    continue
+                return False
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False  # a parameter, or a free variable: not known here
+        child, parent = parent, parents.get(id(parent))
+    return False
+
+
+def _stores_in(expr: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name) and n.target.id == name
+               for n in ast.walk(expr))
+
+
+def _annotations_of(node: ast.AST) -> list[ast.expr]:
+    """The annotations a node holds itself: a parameter's, a function's return, an annotated
+    assignment's."""
+    if isinstance(node, ast.arg):
+        return [node.annotation] if node.annotation is not None else []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [node.returns] if node.returns is not None else []
+    if isinstance(node, ast.AnnAssign):
+        return [node.annotation]
+    return []
 
 
 class _PrivateCalls:

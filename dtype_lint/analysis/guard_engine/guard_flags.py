@@ -29,6 +29,7 @@ from dtype_lint.analysis.guard_engine.guards import (
     implies_weight,
     is_falsy,
     is_weight_or_none,
+    method_part,
 )
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.index.lazy_exports import lazy_owner
@@ -122,6 +123,44 @@ def _assignments_of(fn, self_name: str | None, attributes: dict, local_names: di
     _walk_block(fn.body, (), visit)
 
 
+_ANY_NAME = "*"  # `setattr(X, name, ...)` with a computed name: any attribute may be set
+
+
+def _stores_on_other_objects(tree: ast.Module) -> dict[str, list[_Assignment]]:
+    """attribute name -> the assignments `X.name = value` in every function of the file whose `X`
+    is not the function's own `self` (`layer.mlp.fuse_act = supports(layer.mlp.down_proj)`, a
+    decoder layer turning on its MLP's path), with the tests that hold there; a `setattr(X, "name",
+    v)` is an assignment of an unknown value, and one with a computed name sets `_ANY_NAME`."""
+    stores: dict[str, list[_Assignment]] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, _FUNCTIONS):
+            continue
+        params = fn.args.posonlyargs + fn.args.args
+        self_name = params[0].arg if params else None
+
+        def visit(stmt, tests, fn=fn, self_name=self_name):
+            pairs = []
+            if isinstance(stmt, ast.Assign):
+                pairs = [(target, stmt.value, False) for target in stmt.targets]
+            elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+                pairs = [(stmt.target, stmt.value, isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.BitAnd))]
+            for target, value, anded in pairs:
+                for node in ast.walk(target):
+                    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and not (
+                            isinstance(node.value, ast.Name) and node.value.id == self_name):
+                        known_value = value if node is target else ast.Name("?")
+                        stores.setdefault(node.attr, []).append(_Assignment(known_value, anded, tests, id(fn)))
+            for node in ast.walk(stmt) if not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+                    else ():
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                        and len(node.args) >= 2:
+                    name = node.args[1]
+                    key = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else _ANY_NAME
+                    stores.setdefault(key, []).append(_Assignment(ast.Name("?"), False, tests, id(fn)))
+        _walk_block(fn.body, (), visit)
+    return stores
+
+
 def _flags_of(assignments: dict[str, list[_Assignment]], known_for) -> frozenset[str]:
     """Names whose every assignment is a flag value (one that is false, or true only when the
     layer has `.weight`); `x &= <flag>` makes `x` one whatever it was. Constant false values alone
@@ -145,6 +184,24 @@ def _flags_of(assignments: dict[str, list[_Assignment]], known_for) -> frozenset
                 flags.add(f"{name}()")  # its value, read when first used, is the flag
                 changed = True
     return frozenset(flags)
+
+
+def method_locals(fn) -> frozenset[str]:
+    """The locals of `fn` that only ever hold the layer's quant method or scheme, or an object
+    reached from it (`kernel = getattr(L.quant_method, "kernel", None)`, then `if kernel is None:
+    kernel = getattr(L.scheme, "mx_linear", None)`); None counts as no object."""
+    local_names: dict[str, list[_Assignment]] = {}
+    _assignments_of(fn, None, {}, local_names)
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, values in local_names.items():
+            if name not in found and any(not is_falsy(a.value) for a in values) and all(
+                    not a.anded and (is_falsy(a.value) or method_part(a.value, frozenset(found))) for a in values):
+                found.add(name)
+                changed = True
+    return frozenset(found)
 
 
 def function_flags(fn, known: GuardKnowledge) -> frozenset[str]:
@@ -187,6 +244,7 @@ def is_negated_predicate(fn, known: GuardKnowledge, returns=None) -> bool:
     returns = _returns_of(fn) if returns is None else returns
     if not returns:
         return False
+    known = known.with_method_locals(method_locals(fn))
     flags = function_flags(fn, known)
     here = known.with_flags(flags)
     decided = False
@@ -210,6 +268,7 @@ def is_predicate(fn, known: GuardKnowledge, returns=None) -> bool:
     real = [(ret, tests) for ret, tests in returns if not is_falsy(ret.value)]
     if not real:
         return False
+    known = known.with_method_locals(method_locals(fn))
     flags = function_flags(fn, known)
     here = known.with_flags(flags)
     return all(implies_weight(ret.value, None, here) or any(implies_weight(test, None, here) for test in tests)
@@ -333,6 +392,7 @@ class ClassGuardFlags:
         self._module_predicates: frozenset[str] | None = None
         self._owners: dict[int, ast.AST] | None = None  # function -> its class, or the module
         self._settled: set[int] = set()
+        self._outside_stores: dict[str, list[_Assignment]] | None = None
 
     def _owner(self, fn: ast.AST) -> ast.AST | None:
         if self._owners is None:
@@ -380,6 +440,7 @@ class ClassGuardFlags:
             local_names[id(method)] = {}
             _assignments_of(method, method.args.args[0].arg if method.args.args else None,
                             attributes, local_names[id(method)])
+        self._add_stores_from_outside(attributes)
         flags: frozenset[str] = frozenset()
         method_flags: dict[int, frozenset[str]] = {}
         for _ in range(8):  # locals feed attributes and attributes feed locals
@@ -398,6 +459,20 @@ class ClassGuardFlags:
         for method in methods:
             self._by_function[id(method)] = GuardKnowledge(flags, predicates | nested[id(method)], backends)
 
+    def _add_stores_from_outside(self, attributes: dict[str, list[_Assignment]]) -> None:
+        """An attribute the class itself only ever sets to a false constant has handed the decision
+        to other code: where this file turns it on (on an object of any class, the rule cannot
+        always tell which), those values decide whether it is a flag (`mlp.fuse_act =
+        supports(mlp.down_proj)`, a predicate's result, makes `self.fuse_act` one)."""
+        if self._outside_stores is None:
+            self._outside_stores = _stores_on_other_objects(self._tree)
+        if _ANY_NAME in self._outside_stores:
+            return
+        for name, values in attributes.items():
+            outside = self._outside_stores.get(name[len("self."):])
+            if outside and all(is_falsy(a.value) for a in values):
+                values.extend(outside)
+
     def of(self, fn: ast.AST) -> GuardKnowledge:
         """What is known in `fn` from its class and module (not yet its own local flags)."""
         owner = self._owner(fn)
@@ -407,7 +482,7 @@ class ClassGuardFlags:
 
     def in_function(self, fn: ast.AST) -> GuardKnowledge:
         """What is known in `fn`, its own local flags included."""
-        known = self.of(fn)
+        known = self.of(fn).with_method_locals(method_locals(fn))
         return known.with_flags(function_flags(fn, known))
 
 
@@ -446,8 +521,19 @@ def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
             for target in ast.walk(node.target if hasattr(node, "target") else node):
                 if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
                     assigned.setdefault(target.id, []).append(None)
-    # Only calls that decide something (a test, an operand of one, a value kept or returned) and
-    # are handed something to check: resolving the builder may read another module.
+    found: dict[str, tuple[ast.AST, str]] = {}
+    for node in _deciding_method_calls(fn):
+        if isinstance(node.func.value, ast.Name):
+            values = assigned.get(node.func.value.id, [])
+            if len(values) == 1 and isinstance(values[0], ast.Call) and dotted(values[0].func):
+                found[f"{node.func.value.id}.{node.func.attr}"] = (values[0].func, node.func.attr)
+    return found
+
+
+def _deciding_method_calls(fn) -> list[ast.Call]:
+    """The calls `R.m(...)` in `fn` that decide something (a test, an operand of one, a value kept
+    or returned) and are handed something to check: only those may be predicates worth resolving
+    (resolving the receiver may read another module)."""
     deciding: list[ast.AST] = []
     for node in ast.walk(fn):
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
@@ -458,14 +544,27 @@ def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
             deciding.append(node.operand)
         elif isinstance(node, (ast.Assign, ast.Return)) and node.value is not None:
             deciding.append(node.value)
-    found: dict[str, tuple[ast.AST, str]] = {}
+    calls = []
     for node in deciding:
         if isinstance(node, ast.Subscript):
             node = node.value  # `x.check(L)[0]`
-        if isinstance(node, ast.Call) and (node.args or node.keywords) and isinstance(node.func, ast.Attribute) \
-                and isinstance(node.func.value, ast.Name):
-            values = assigned.get(node.func.value.id, [])
-            if len(values) == 1 and isinstance(values[0], ast.Call) and dotted(values[0].func):
-                found[f"{node.func.value.id}.{node.func.attr}"] = (values[0].func, node.func.attr)
+        if isinstance(node, ast.Call) and (node.args or node.keywords) and isinstance(node.func, ast.Attribute):
+            calls.append(node)
+    return calls
+
+
+def attribute_predicate_calls(fn, self_name: str | None) -> dict[str, tuple[ast.expr, str]]:
+    """`"self.a.m"` -> (`self.a`, "m") for each deciding call `self.a.m(...)` in `fn` on an
+    attribute of its own object (`self.self_attn.can_fuse(x)`): the class the attribute holds may
+    define `m` as a predicate."""
+    found: dict[str, tuple[ast.expr, str]] = {}
+    for node in _deciding_method_calls(fn):
+        receiver = node.func.value
+        root = receiver
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if receiver is not root and isinstance(root, ast.Name) and root.id == self_name and dotted(receiver):
+            name = f"self.{dotted(receiver)[len(self_name) + 1:]}.{node.func.attr}"
+            found[name] = (receiver, node.func.attr)
     return found
 

@@ -424,25 +424,35 @@ class GuardKnowledge:
     falsy constant its class ever gives it (analysis/guard_engine/dormant.py: a test true only once other code
     changes it guards a path the class never takes)."""
 
-    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant", "aliases")
+    __slots__ = ("flags", "predicates", "backends", "opaque", "dormant", "aliases", "method_locals")
 
     def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset(),
                  backends: BackendNames | None = None, opaque=None, dormant: dict | None = None,
-                 aliases: dict | None = None):
+                 aliases: dict | None = None, method_locals: frozenset[str] = frozenset()):
         self.flags, self.predicates, self.backends = flags, predicates, backends or NO_BACKENDS
         self.opaque, self.dormant = opaque, dormant or {}
         self.aliases = aliases or {}  # the function's single-assignment locals (a group's tuple)
+        # Locals only ever holding a layer's quant method or scheme, or an object it holds (its
+        # kernel): `kernel = getattr(L.quant_method, "kernel", None)` (see `method_part`).
+        self.method_locals = method_locals
+
+    def _copy(self, **changes) -> "GuardKnowledge":
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return GuardKnowledge(**fields)
 
     def with_flags(self, more) -> "GuardKnowledge":
-        return GuardKnowledge(self.flags | frozenset(more), self.predicates, self.backends, self.opaque, self.dormant,
-                              self.aliases)
+        return self._copy(flags=self.flags | frozenset(more))
 
     def with_aliases(self, aliases: dict) -> "GuardKnowledge":
-        return GuardKnowledge(self.flags, self.predicates, self.backends, self.opaque, self.dormant, aliases)
+        return self._copy(aliases=aliases)
+
+    def with_method_locals(self, names: frozenset[str]) -> "GuardKnowledge":
+        return self._copy(method_locals=self.method_locals | names) if names else self
 
     def at_read(self, opaque, dormant: dict) -> "GuardKnowledge":
         """What is known at a read: also the unresolved calls and the dormant attributes there."""
-        return GuardKnowledge(self.flags, self.predicates, self.backends, opaque, dormant, self.aliases)
+        return self._copy(opaque=opaque, dormant=dormant)
 
 
 NOTHING_KNOWN = GuardKnowledge()
@@ -474,15 +484,57 @@ def backend_check(test: ast.AST, backends: BackendNames) -> bool:
     return False
 
 
+def method_part(node: ast.AST, method_locals: frozenset[str] = frozenset()) -> bool:
+    """The layer's quant method or scheme, or an object reached from it by attributes (`L.quant_method.kernel`,
+    `getattr(L.quant_method, "kernel", None)`, `getattr(getattr(L, "scheme", None), "mx_linear",
+    None)`), or a local only ever holding one (`method_locals`)."""
+    if is_quant_method(node) or (isinstance(node, ast.Attribute) and node.attr == "scheme") \
+            or _getattr_named(node) == "scheme":
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in method_locals
+    if isinstance(node, ast.Attribute):
+        return method_part(node.value, method_locals)
+    return _getattr_named(node) is not None and method_part(node.args[0], method_locals)
+
+
+def _getattr_named(node: ast.AST) -> str | None:
+    """`getattr(X, "name")` or `getattr(X, "name", default)` -> "name"."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+            and len(node.args) in (2, 3) and not node.keywords and isinstance(node.args[1], ast.Constant) \
+            and isinstance(node.args[1].value, str):
+        return node.args[1].value
+    return None
+
+
+def _method_part_check(test: ast.AST, known: "GuardKnowledge") -> bool:
+    """`isinstance(K, C)` on an object the layer's quant method holds (its kernel, directly or
+    through a local holding only such objects), C a class of its own: a path that runs only for
+    the kernel it names was written for that kernel's storage, as a backend check's is."""
+    return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+            and len(test.args) == 2 and not test.keywords and not is_quant_method(test.args[0])
+            and method_part(test.args[0], known.method_locals) and known.backends.names_backends(test.args[1]))
+
+
+def _attribute_chain(node: ast.AST) -> bool:
+    """`a.b.c`: attributes down to a name, no call or subscript on the way."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
 def callee_name(call: ast.AST) -> str | None:
     """`f(...)` -> "f"; `self.f(...)` (or `cls.f`) -> "self.f"; `x.f(...)` on a local -> "x.f"
-    (a method of the object a local holds: guard_flags.object_predicate_calls)."""
+    (a method of the object a local holds: guard_flags.object_predicate_calls); `self.a.m(...)` ->
+    "self.a.m" (guard_flags.attribute_predicate_calls)."""
     if isinstance(call, ast.Call):
         func = call.func
         if isinstance(func, ast.Name):
             return func.id
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             return f"self.{func.attr}" if func.value.id in ("self", "cls") else f"{func.value.id}.{func.attr}"
+        if isinstance(func, ast.Attribute) and _attribute_chain(func.value):
+            return f"{ast.unparse(func.value)}.{func.attr}"  # `self.a.m(...)`: a method of what `self.a` holds
     return None
 
 
@@ -490,7 +542,8 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
     """`test` true => the layer has a plain `.weight`: `hasattr(L, "weight")`, a backend check, a
     flag or a predicate's result (see GuardKnowledge); as the test, one of its `and`s, every one
     of its `or`s, or the negation of a no-weight test."""
-    if (WEIGHT_PRESENT.hasattr_counts and is_hasattr_weight(test, layer)) or backend_check(test, known.backends):
+    if (WEIGHT_PRESENT.hasattr_counts and is_hasattr_weight(test, layer)) or backend_check(test, known.backends) \
+            or _method_part_check(test, known):
         return True
     if known.dormant and truth(test, known.dormant) is False:
         return True  # a dormant path
