@@ -175,9 +175,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     e = sub.add_parser("explain", help="show the storage model for the layers read at PATH:LINE",
                        description="For each `X.weight` on the line: the class X resolves to, whether a quantization "
                                    "config reaches it, the backends that can be handed it and the storage each gives "
-                                   "`weight` (with the lines that make it), and what the rules conclude.")
+                                   "`weight` (with the line that makes it), and what the rules conclude. Backends "
+                                   "that keep `weight` in the compute dtype are one line; --verbose lists every "
+                                   "backend with each line of its chain.")
     e.add_argument("site", metavar="PATH:LINE")
     e.add_argument("--config", metavar="FILE")
+    e.add_argument("-v", "--verbose", action="store_true",
+                   help="every backend, and every line from the dispatch to the storage")
 
     sub.add_parser("server", help="run the Language Server (LSP over stdio) for editors: diagnostics and quick-fixes",
                    description="A Language Server over stdio: diagnostics for each Python document on open, "
@@ -238,7 +242,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "explain":
             from dtype_lint.explain import run as explain
 
-            return explain(args.site, args.config)
+            return explain(args.site, args.config, args.verbose)
         if args.command == "server":
             return _server()
         return _check(args)

@@ -30,8 +30,9 @@ def parse_site(site: str) -> tuple[str, int]:
     return path, int(line)
 
 
-def explain(site: str, config_file: str | None = None) -> str:
-    """The explanation, as text."""
+def explain(site: str, config_file: str | None = None, verbose: bool = False) -> str:
+    """The explanation, as text. Short by default: each backend whose storage is not the compute
+    dtype, with the line that makes it; `verbose`: every backend and each line of its chain."""
     from dtype_lint.analysis.function_walk import iter_functions, patched_methods
     from dtype_lint.analysis.index.class_facts import FunctionScope
     from dtype_lint.analysis.index.class_index import extract_header
@@ -102,14 +103,7 @@ def explain(site: str, config_file: str | None = None) -> str:
             unknown = model.undispatched(inst.qualname) if not backends else None
             if unknown is not None:  # not knowing the backends is not "no backend" (never fail open)
                 out.append(f"    {_where(unknown[1])}{unknown[0]}")
-            for backend in backends:
-                out.append(f"    {backend}:")
-                for s in sorted((s for s in storages if s.backend == backend), key=lambda s: (s.kind, s.method)):
-                    mark = ("" if s.kind == COMPUTE
-                            else "  <- " + ("no `weight`" if s.kind == ABSENT else "not the compute dtype"))
-                    out.append(f"      {s.method or '?'}: {s.what}{mark}")
-                    for evidence_item in s.evidence:
-                        out.append(f"        {_where(evidence_item)}{evidence_item.message}")
+            out.extend(_backend_lines(backends, storages, verbose))
         out.extend(_platforms(model, inst.qualname))
         # Not a list of rules to keep in step with rules/: the two storage questions the storage
         # model answers (a non-compute storage, no `weight`), named by the rules that ask them.
@@ -182,15 +176,55 @@ def _platforms(model, qualname: str) -> list[str]:
     return out
 
 
+# By default a backend shows this many of its harmful storages (a config that dispatches to dozens
+# of schemes would fill a screen; the first few say why the site is reported).
+SHOWN_PER_BACKEND = 3
+
+
+def _backend_lines(backends: list[str], storages, verbose: bool) -> list[str]:
+    """The backends' storages. A backend that only registers `weight` in the compute dtype cannot
+    hurt a cast: by default those are one line, and each other storage shows the line that makes
+    it (the last of its chain); `verbose` shows every backend and each line of every chain."""
+    out = []
+    harmless = []
+    for backend in backends:
+        mine = sorted((s for s in storages if s.backend == backend), key=lambda s: (s.kind, s.method))
+        if not verbose and all(s.kind == COMPUTE for s in mine):
+            harmless.append(backend)
+            continue
+        out.append(f"    {backend}:")
+        shown = mine if verbose else [storage for storage in mine if storage.kind != COMPUTE]
+        if not verbose and len(shown) > SHOWN_PER_BACKEND:
+            rest = len(shown) - SHOWN_PER_BACKEND
+            shown = shown[:SHOWN_PER_BACKEND]
+        else:
+            rest = 0
+        for storage in shown:
+            mark = ("" if storage.kind == COMPUTE
+                    else "  <- " + ("no `weight`" if storage.kind == ABSENT else "not the compute dtype"))
+            out.append(f"      {storage.method or '?'}: {storage.what}{mark}")
+            for evidence_item in storage.evidence if verbose else storage.evidence[-1:]:
+                out.append(f"        {_where(evidence_item)}{evidence_item.message}")
+        if rest:
+            out.append(f"      and {rest} more methods whose storage is not the compute dtype (--verbose lists them)")
+        compute = 0 if verbose else sum(1 for storage in mine if storage.kind == COMPUTE)
+        if compute:
+            out.append(f"      and {compute} in the compute dtype (--verbose lists them)")
+    if harmless:
+        out.append(f"    {len(harmless)} more give `weight` in the compute dtype: {', '.join(harmless)}"
+                   " (--verbose shows each backend's lines)")
+    return out
+
+
 def _where(e) -> str:
     return f"{e.path}:{e.line}: " if e.path else ""
 
 
-def run(site: str, config_file: str | None = None) -> int:
+def run(site: str, config_file: str | None = None, verbose: bool = False) -> int:
     import sys
 
     try:
-        sys.stdout.write(explain(site, config_file))
+        sys.stdout.write(explain(site, config_file, verbose))
     except ExplainError as error:
         print(f"dtype-lint: error: {error}", file=sys.stderr)
         return 2

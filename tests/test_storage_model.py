@@ -280,8 +280,13 @@ def test_explain_shows_the_model_for_a_site(tree):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "`self.embed.weight`" in out and "class: tinyserve.layers.embedding.Embedding" in out
-    assert "PlainMethod: registers `weight` in the compute dtype" in out
+    # short by default: a backend that keeps `weight` in the compute dtype is named on one line
+    assert "PlainMethod: registers `weight` in the compute dtype" not in out
+    assert "      and 1 in the compute dtype (--verbose lists them)" in out
     assert "DTL003: not reported (no reachable backend gives such a storage)" in out
+    verbose = dtl(tree, "explain", "--verbose", "tinyserve/model.py:12").stdout
+    assert "PlainMethod: registers `weight` in the compute dtype" in verbose
+    assert verbose.count("\n") > out.count("\n")
     assert "tinyserve/platforms/npu.py:5: NpuPlatform admits int4" in out
     assert "Platform admits every quantization" in out
     bad = dtl(tree, "explain", "tinyserve/model.py")
