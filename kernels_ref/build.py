@@ -38,6 +38,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from dtype_lint.core.writer import write_atomic
 
@@ -176,7 +177,7 @@ class Nvrtc:
 
     def __init__(self, lib_path: str | None = None) -> None:
         errors = []
-        self.lib = None
+        lib: ctypes.CDLL | None = None
         for cand in [lib_path] if lib_path else _nvrtc_candidates():
             try:
                 # libnvrtc dlopen()s libnvrtc-builtins by soname at compile time; a wheel's copy
@@ -184,13 +185,14 @@ class Nvrtc:
                 for b in sorted(glob.glob(os.path.join(os.path.dirname(cand), "libnvrtc-builtins.so*"))):
                     if ".alt." not in b:
                         ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
-                self.lib = ctypes.CDLL(cand)
+                lib = ctypes.CDLL(cand)
                 self.path = cand
                 break
             except OSError as error:
                 errors.append(f"{cand}: {error}")
-        if self.lib is None:
+        if lib is None:
             raise CudaUnavailable("libnvrtc not found; tried:\n  " + "\n  ".join(errors[:12]))
+        self.lib: ctypes.CDLL = lib
         L = self.lib
         L.nvrtcGetErrorString.restype = ctypes.c_char_p
         L.nvrtcCreateProgram.argtypes = [
@@ -277,7 +279,7 @@ class BuildInfo:
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, int], object] = {}
-_kernels: dict[tuple[str, int], object] = {}
+_kernels: dict[tuple[str, int], Callable[..., object]] = {}  # cupy kernel functions
 _info = BuildInfo()
 
 

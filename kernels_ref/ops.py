@@ -631,7 +631,8 @@ def installed(backend: str = "cuda") -> Iterator[None]:
 
         wrapper.__name__ = fn.__name__
         wrapper.__doc__ = fn.__doc__
-        wrapper.__wrapped__ = fn
+        # mypy does not model attributes set on a function object; Python allows any.
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         return wrapper
 
     patches = {

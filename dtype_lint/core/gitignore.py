@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 
 from dtype_lint.core.source import read_bytes
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the `re` import stays lazy)
+if TYPE_CHECKING:
+    import re
+
 # A .gitignore is a few KB; anything this large is not one.
 MAX_GITIGNORE_BYTES = 1 << 20
 _DIR_MARK = "ps_d"
@@ -38,7 +42,7 @@ _DIR_MARK = "ps_d"
 class _Pattern:
     """One pattern line of an ignore file, compiled."""
     include: bool  # True: ignore; False: a `!` negation
-    regex: object | None  # compiled; None: matches every path ("*", "**")
+    regex: re.Pattern[str] | None  # compiled; None: matches every path ("*", "**")
     folders_only: bool  # "*/", "**/": every folder, no file
 
 

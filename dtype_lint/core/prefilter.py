@@ -12,6 +12,10 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (this module is on the fast path)
+if TYPE_CHECKING:
+    from typing import Callable
+
 
 class Prefilter:
     """A file passes when some rule's marker AND one of that same rule's patterns are in it (one
@@ -34,7 +38,7 @@ class Prefilter:
         # pattern -> (its required literal, its compiled search), on first use: a one-file run
         # tests one text, whose markers reach a few of the 27 patterns (compiling and parsing
         # all of them was a tenth of its work).
-        self._compiled: dict[str, tuple[str, object]] = {}
+        self._compiled: dict[str, tuple[str, Callable[[str], re.Match[str] | None]]] = {}
 
     def might_match(self, text: str) -> bool:
         seen: dict[str, bool] = {}
@@ -73,11 +77,13 @@ def required_literal(pattern: str) -> str:
     """The longest run of plain characters every match of `pattern` contains ("" if unsure)."""
     try:
         try:
-            from re import _parser as sre_parse
-            from re._constants import LITERAL
+            # typeshed's `re` is one module without 3.11's private `re._parser`/`re._constants`;
+            # they exist at run time (sre_parse/sre_constants below are their deprecated aliases).
+            from re import _parser as sre_parse  # type: ignore[attr-defined]
+            from re._constants import LITERAL  # type: ignore[import-not-found]
         except ImportError:  # Python 3.10
-            import sre_parse  # type: ignore[no-redef]
-            from sre_constants import LITERAL  # type: ignore[no-redef]
+            import sre_parse
+            from sre_constants import LITERAL
         parsed = sre_parse.parse(pattern, re.M)
     except Exception:  # noqa: BLE001 - a private module: never let it break a run
         return ""

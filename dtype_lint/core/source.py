@@ -7,13 +7,24 @@ shift every later line against `ast`'s line numbers.
 
 from __future__ import annotations
 
-import ast
 import io
 import re
 import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (this module is on the fast path)
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Positioned(Protocol):
+        """An `ast` node with a source span (`ast.AST` itself has none: `ast.mod`, `ast.operator`)."""
+
+        lineno: int
+        col_offset: int
+        end_lineno: int | None
+        end_col_offset: int | None
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _BREAK = re.compile(r"\r\n|\r|\n")
@@ -123,12 +134,15 @@ class SourceFile(SourceText):
             return byte_col
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
 
-    def node_offsets(self, node: ast.AST) -> tuple[int, int]:
+    def node_offsets(self, node: Positioned) -> tuple[int, int]:
         start = self.offset(node.lineno, self.char_col(node.lineno, node.col_offset))
-        end = self.offset(node.end_lineno, self.char_col(node.end_lineno, node.end_col_offset))
+        end_line, end_col = node.end_lineno, node.end_col_offset
+        if end_line is None or end_col is None:  # a node built by hand, never parsed: no span to read
+            raise TypeError(f"{type(node).__name__} node has no end position")
+        end = self.offset(end_line, self.char_col(end_line, end_col))
         return start, end
 
-    def segment(self, node: ast.AST) -> str:
+    def segment(self, node: Positioned) -> str:
         start, end = self.node_offsets(node)
         return self.text[start:end]
 

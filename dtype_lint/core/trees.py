@@ -105,7 +105,8 @@ def whole_unless_absent(tree: ast.Module, names) -> ast.Module:
     return tree
 
 
-def whole_function(path: str, text: str, blanked: ast.AST) -> ast.AST:
+def whole_function(path: str, text: str, blanked: ast.FunctionDef | ast.AsyncFunctionDef) \
+        -> ast.FunctionDef | ast.AsyncFunctionDef:
     """The function a blanked node stands for: its own lines parsed where they are in `text`
     (decorators to the last line of its body, below blank lines and, for a method, an `if 1:`
     that keeps its indentation), so its nodes have the lines and columns of the whole file's;
@@ -121,16 +122,18 @@ def whole_function(path: str, text: str, blanked: ast.AST) -> ast.AST:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             tree = None
         if tree is not None:
-            node = tree.body[0].body[0] if indented and tree.body and isinstance(tree.body[0], ast.If) else \
-                (tree.body[0] if tree.body else None)
+            top = tree.body[0] if tree.body else None
+            node = top.body[0] if indented and isinstance(top, ast.If) else top
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == blanked.lineno \
                     and node.name == blanked.name and node.col_offset == blanked.col_offset \
-                    and len(tree.body) == 1 and (not indented or len(tree.body[0].body) == 1):
+                    and len(tree.body) == 1 \
+                    and (not indented or len(top.body if isinstance(top, ast.If) else node.body) == 1):
                 return node
     return _from_whole(path, text, blanked)
 
 
-def _from_whole(path: str, text: str, blanked: ast.AST) -> ast.AST:
+def _from_whole(path: str, text: str, blanked: ast.FunctionDef | ast.AsyncFunctionDef) \
+        -> ast.FunctionDef | ast.AsyncFunctionDef:
     try:
         tree = parse(path, text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

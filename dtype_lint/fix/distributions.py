@@ -91,7 +91,7 @@ def lowest_python(specifier: str) -> tuple[int, int] | None:
 def _distribution_at(folder: str) -> Distribution | None:
     """The distribution rooted at `folder`, or None; re-read when a packaging file changes (a
     language server outlives edits to them)."""
-    stamps = []
+    stamps: list[tuple[int, int] | None] = []
     for name in ("pyproject.toml", "setup.cfg", "setup.py"):
         try:
             st = os.stat(os.path.join(folder, name))
@@ -106,7 +106,7 @@ def _distribution_at(folder: str) -> Distribution | None:
 @functools.lru_cache(maxsize=1024)
 def _read_distribution(folder: str, _stamps: tuple) -> Distribution | None:
     pyproject = _read_toml(os.path.join(folder, "pyproject.toml")) or {}
-    tool = pyproject.get("tool") if isinstance(pyproject.get("tool"), dict) else {}
+    tool = _table(pyproject, "tool")
     if "project" in pyproject or tool.get("poetry"):
         return _from_pyproject(folder, pyproject)
     # A pyproject.toml with only `[build-system]` leaves the metadata to setup.cfg or setup.py.
@@ -121,10 +121,15 @@ def _read_distribution(folder: str, _stamps: tuple) -> Distribution | None:
     return None
 
 
+def _table(data: dict, key: str) -> dict:
+    """`data[key]` when it is a table, else an empty one (a hand-written file may hold anything)."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _from_pyproject(folder: str, data: dict) -> Distribution:
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    poetry = data.get("tool", {}).get("poetry") if isinstance(data.get("tool"), dict) else None
-    poetry = poetry if isinstance(poetry, dict) else {}
+    project = _table(data, "project")
+    poetry = _table(_table(data, "tool"), "poetry")
     name = project.get("name") or poetry.get("name") or ""
     dependencies: frozenset[str] | None = None
     requires = project.get("requires-python") or ""
@@ -136,7 +141,7 @@ def _from_pyproject(folder: str, data: dict) -> Distribution:
         files = files.get("file") if isinstance(files, dict) else None
         dependencies = _requirement_files(folder, [files] if isinstance(files, str) else files)
     if poetry and not project:
-        declared = poetry.get("dependencies") if isinstance(poetry.get("dependencies"), dict) else {}
+        declared = _table(poetry, "dependencies")
         requires = declared.get("python") if isinstance(declared.get("python"), str) else ""
         dependencies = frozenset(normalise(n) for n in declared if n != "python")
     if dependencies is None:  # a setuptools project may still declare them in setup.cfg/setup.py

@@ -37,6 +37,11 @@ def _isort_key(name: str) -> tuple:
     return kind, name.lower()
 
 
+def _last_line(s: ast.stmt) -> int:
+    # A parsed statement always has its end line (typeshed's `int | None` is for nodes built by hand).
+    return s.end_lineno or s.lineno
+
+
 def _spelling(s: ast.ImportFrom) -> str:
     return "." * s.level + (s.module or "")
 
@@ -59,18 +64,18 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
         return None
     if asname is not None:
         name = f"{name} as {asname}"  # isort keeps an aliased import on a line of its own
-    line_of = {}
+    line_of: dict[int, list[ast.stmt]] = {}
     for s in block:
-        for n in range(s.lineno, s.end_lineno + 1):
+        for n in range(s.lineno, _last_line(s) + 1):
             line_of.setdefault(n, []).append(s)
 
     def alone(s: ast.stmt) -> bool:
-        return all(len(line_of.get(n, ())) == 1 for n in (s.lineno, s.end_lineno))
+        return all(len(line_of.get(n, ())) == 1 for n in (s.lineno, _last_line(s)))
 
     def after(s: ast.stmt) -> Edit:
-        if s.end_lineno >= len(src.lines) and not src.lines[-1].endswith(("\n", "\r")):
+        if _last_line(s) >= len(src.lines) and not src.lines[-1].endswith(("\n", "\r")):
             return Edit(len(src.text), len(src.text), f"{nl}from {module} import {name}")
-        off = src.offset(s.end_lineno + 1, 0) if s.end_lineno < len(src.lines) else len(src.text)
+        off = src.offset(_last_line(s) + 1, 0) if _last_line(s) < len(src.lines) else len(src.text)
         return Edit(off, off, f"from {module} import {name}{nl}")
 
     same = [s for s in block if s in top_from and _spelling(s) == module and alone(s)]
@@ -103,7 +108,7 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
             and isinstance(block[0].value.value, str):
         anchor = block[0]
     if anchor is not None:
-        off = src.offset(anchor.end_lineno + 1, 0) if anchor.end_lineno < len(src.lines) else len(src.text)
+        off = src.offset(_last_line(anchor) + 1, 0) if _last_line(anchor) < len(src.lines) else len(src.text)
         lead = "" if src.text[:off].endswith(("\n", "\r")) else nl
         return Edit(off, off, f"{lead}{nl}from {module} import {name}{nl}")
     # No docstring, no import: at the top, after a shebang and encoding comments.
@@ -114,20 +119,21 @@ def import_edit(src: SourceText, tree: ast.Module, module: str, name: str, asnam
     return Edit(off, off, f"from {module} import {name}{nl}{nl}")
 
 
-def _section_of(s: ast.stmt, style) -> int:
+def _section_of(s: ast.Import | ast.ImportFrom, style) -> int:
     if isinstance(s, ast.ImportFrom):
         return style.section(s.module or "", s.level)
     return style.section(s.names[0].name)
 
 
-def _in_section(src: SourceText, imports: list[ast.stmt], module: str, name: str, style, after, nl: str) -> Edit:
+def _in_section(src: SourceText, imports: list[ast.Import | ast.ImportFrom], module: str, name: str, style, after,
+                nl: str) -> Edit:
     """The edit that puts the import into its isort section (see the module docstring)."""
     level = len(module) - len(module.lstrip("."))
     ours = style.section(module.lstrip("."), level)
     line = f"from {module} import {name}"
     same = [s for s in imports if _section_of(s, style) == ours]
     if same:
-        def sort_key(s: ast.stmt):
+        def sort_key(s: ast.Import | ast.ImportFrom):
             target = _spelling(s) if isinstance(s, ast.ImportFrom) else s.names[0].name
             plain_first = 0 if style.force_sort_within_sections else (0 if isinstance(s, ast.Import) else 1)
             return plain_first, (target or "").lower()
@@ -141,10 +147,10 @@ def _in_section(src: SourceText, imports: list[ast.stmt], module: str, name: str
     earlier = [s for s in imports if _section_of(s, style) < ours]
     if earlier:
         last = earlier[-1]
-        if any(_section_of(s, style) > ours and s.lineno > last.end_lineno for s in imports):
+        if any(_section_of(s, style) > ours and s.lineno > _last_line(last) for s in imports):
             # The next section follows: a block between two blank lines, reusing the one there.
-            if last.end_lineno < len(src.lines) and not src.line(last.end_lineno + 1).strip():
-                off = src.offset(last.end_lineno + 2, 0) if last.end_lineno + 1 < len(src.lines) else len(src.text)
+            if _last_line(last) < len(src.lines) and not src.line(_last_line(last) + 1).strip():
+                off = src.offset(_last_line(last) + 2, 0) if _last_line(last) + 1 < len(src.lines) else len(src.text)
                 return Edit(off, off, f"{line}{nl}{nl}")
             edit = after(last)
             return Edit(edit.start, edit.end, nl + edit.text + nl)

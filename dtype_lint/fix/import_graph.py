@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections import deque
 from typing import Callable
 
@@ -198,7 +199,7 @@ class ImportGraph:
                         todo.append(other)
         return found
 
-    def _star_files(self) -> list[tuple[str, str, ast.Module | None, frozenset[str]]]:
+    def _star_files(self) -> list[tuple[str, str, ast.Module | None, frozenset[str | None]]]:
         """(module, path, tree or None: unparsable, the modules its star imports name) of each
         project file whose text holds a star import. Read once per module table and process:
         every fixed file asks, and a run's fixes add only `from m import name` lines, never a
@@ -207,7 +208,7 @@ class ImportGraph:
         cached = _STAR_FILES.get(id(self.table))
         if cached is not None and cached[0] is self.table and self._read is _read_text:
             return cached[1]
-        files: list[tuple[str, str, ast.Module | None, frozenset[str]]] = []
+        files: list[tuple[str, str, ast.Module | None, frozenset[str | None]]] = []
         for other, path in self.table.module_paths():
             if self._read is _read_text and not _may_star_import(path):
                 continue  # most files: their bytes searched, never decoded (a tenth of `--fix`'s fixing)
@@ -219,7 +220,8 @@ class ImportGraph:
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = None
             is_package = path.endswith(("__init__.py", "__init__.pyi"))
-            starred = frozenset() if tree is None else frozenset(
+            # None: a relative star import that climbs above the top package (it names nothing).
+            starred: frozenset[str | None] = frozenset() if tree is None else frozenset(
                 resolve_relative(other, is_package, node.module, node.level) for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
             files.append((other, path, tree, starred))
@@ -231,7 +233,7 @@ class ImportGraph:
 
 
 # id(module table) -> (that table, its star-importing files); the table is kept so the id stays its own.
-_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None, frozenset[str]]]]] = {}
+_STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None, frozenset[str | None]]]]] = {}
 
 
 def star_exports(tree: ast.Module, name: str) -> bool:
@@ -242,7 +244,7 @@ def star_exports(tree: ast.Module, name: str) -> bool:
             value = stmt.value
             if isinstance(value, (ast.List, ast.Tuple)) and all(
                     isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
-                listed = {e.value for e in value.elts}
+                listed = {e.value for e in value.elts if isinstance(e, ast.Constant)}  # all are, checked above
             else:
                 return True  # computed: it may
         elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == "__all__":
@@ -266,6 +268,13 @@ def _may_star_import(path: str) -> bool:
     return _STAR_BYTES.search(data) is not None
 
 
+# `try:` and, from Python 3.11, `try: ... except* ...:` (both have body, handlers, orelse, finalbody).
+if sys.version_info >= (3, 11):
+    _TRY_STATEMENTS = (ast.Try, ast.TryStar)
+else:
+    _TRY_STATEMENTS = (ast.Try,)
+
+
 def _module_level(body: list[ast.stmt]):
     """The statements a module's import runs: its top level, into `if`/`try`/`with`/loops and
     class bodies, not into functions, and not into `if TYPE_CHECKING:` bodies."""
@@ -279,7 +288,7 @@ def _module_level(body: list[ast.stmt]):
             yield from _module_level(node.orelse)
         elif isinstance(node, ast.ClassDef):
             yield from _module_level(node.body)
-        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        elif isinstance(node, _TRY_STATEMENTS):
             yield from _module_level(node.body)
             for handler in node.handlers:
                 yield from _module_level(handler.body)

@@ -39,7 +39,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 from dtype_lint.guard.frames import (
     FrameClassifier,
@@ -185,7 +185,7 @@ class DtypeGuard:
         self._active = True
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:  # never swallows the block's exception
         self._active = False
         while self._restore:
             owner, name, original = self._restore.pop()

@@ -31,6 +31,12 @@ import tempfile
 import types
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ast
+
+    from dtype_lint.kernels_ref.harness.upstream_source import SourceModule
 
 PACKAGE = "vllm"
 _FLAGS = __future__.annotations.compiler_flag
@@ -55,7 +61,7 @@ class _ReleaseModule(types.ModuleType):
     def __init__(self, name: str, path: Path):
         super().__init__(name)
         self.__file__ = str(path)
-        self._source = None
+        self._source: SourceModule | None = None  # parsed on first access
 
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
@@ -63,6 +69,7 @@ class _ReleaseModule(types.ModuleType):
         from dtype_lint.kernels_ref.harness.upstream_source import SourceModule
 
         if self._source is None:
+            assert self.__file__ is not None  # set in __init__ (ModuleType's is `str | None`)
             self._source = SourceModule.parse(self.__name__.replace(".", "/") + ".py", Path(self.__file__).read_text())
         if attr not in self._source.top:
             raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
@@ -70,12 +77,12 @@ class _ReleaseModule(types.ModuleType):
         return self.__dict__[attr]
 
 
-def _define(module: _ReleaseModule, source, name: str) -> None:
+def _define(module: _ReleaseModule, source: SourceModule, name: str) -> None:
     """Execute `name`'s definition and every top-level definition it reads, in source order."""
     from dtype_lint.kernels_ref.harness.upstream_source import free_names, source_segment
 
     ns = module.__dict__
-    needed: dict[str, object] = {}
+    needed: dict[str, ast.stmt] = {}
     queue = [name]
     while queue:
         current = queue.pop()

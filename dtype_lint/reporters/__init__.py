@@ -97,7 +97,8 @@ def render(
     module.render(findings, summary, out, ctx)
 
 
-def _printable_paths(findings: "list[Finding]", read_source: Callable[[str], "str | None"]):
+def _printable_paths(findings: "list[Finding]", read_source: Callable[[str], "str | None"]) \
+        -> "tuple[list[Finding], Callable[[str], str | None]]":
     """Findings whose file names hold control characters (an escape sequence in a name would
     drive the terminal, and XML forbids them), shown with those characters escaped; the source
     is still read from the real name."""

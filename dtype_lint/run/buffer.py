@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import Finding
+
+if TYPE_CHECKING:
+    from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
 
 
 @dataclass
@@ -23,7 +27,7 @@ class Buffer:
 
     path: str  # as findings name it (cwd-relative when inside the cwd)
     config: Config
-    index: object  # QuantizableLayerIndex
+    index: QuantizableLayerIndex | None  # None: no such file on disk (the text is judged alone)
     module: str
     excluded: bool = False  # `exclude` matches the name (the server and --force-exclude skip it)
 

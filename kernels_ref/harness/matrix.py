@@ -47,7 +47,7 @@ from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expe
 from .chunking import plan_chunked_context
 from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
 from .reference import bit_identical, empty_context_violations, error_metrics, reference_context_attention
-from .variants import FixturePackage, Sources, fixture_package, sources
+from .variants import FixturePackage, UpstreamSources, fixture_package, sources
 
 DEFAULT_SCENARIOS = ("A", "B", "S", "P")
 DEFAULT_SEEDS = (0,)
@@ -442,6 +442,8 @@ def masking_matters(scenario) -> bool:
         context_lens=torch.tensor(s.context_lens), query_start_loc=torch.tensor(s.query_start_loc),
         workspace=torch.empty(s.workspace_size, 1), block_size=s.block_size,
     )
+    if plan is None:  # no request has context (every scenario has some)
+        return False
     with_context = torch.tensor(s.context_lens) > 0
     return bool(((plan.seq_lens == 0) & with_context).any())
 
@@ -507,8 +509,8 @@ def _cpu_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _releases(src: Sources, scenarios) -> Releases:
-    compiled = {label: ur.CompiledRelease(ext) for label, ext in src.upstream.releases.items()}
+def _releases(upstream: UpstreamSources, scenarios) -> Releases:
+    compiled = {label: ur.CompiledRelease(ext) for label, ext in upstream.releases.items()}
     helpers = {"ours": compiled["0.27.1+dtype-lint"].fixed_helper(), "0.28.0": compiled["0.28.0"].fixed_helper()}
     agree = {}
     for name in scenarios:
@@ -576,7 +578,7 @@ def run_matrix(
         fixture_package(src.fixture, src.fixture_origin) as pkg,
         _cpu_threads(1 if device == "cpu" else None),
     ):
-        rel = _releases(src, scenarios) if src.upstream else None
+        rel = _releases(src.upstream, scenarios) if src.upstream else None
         # Where the fixer rewrote nothing in vLLM 0.27.1 there is no "ours" to run, but the helper
         # it would have called still runs through every row (check 7).
         lone_helper = ur.load_helper(*src.upstream_helper) if src.upstream is None and src.upstream_helper else None
@@ -586,9 +588,9 @@ def run_matrix(
                 run = ScenarioRun(name, seed, device)
                 for backend_id in backend_ids:
                     backend = BACKENDS[backend_id]
-                    problem = backend.shape_problem(run.scenario)
-                    if problem:
-                        not_applicable.setdefault(name, {})[backend_id] = problem
+                    shape_problem = backend.shape_problem(run.scenario)
+                    if shape_problem:
+                        not_applicable.setdefault(name, {})[backend_id] = shape_problem
                         continue
                     for check, v in cache_check(run, backend):
                         add(check, f"{name}/seed {seed}/{backend_id}: {v}")
@@ -613,7 +615,7 @@ def run_matrix(
         add("negative-control", "negative control did not run although a scenario has an empty span to mask")
 
     upstream_info = None
-    if src.upstream:
+    if src.upstream and rel is not None:  # rel is None exactly when src.upstream is
         upstream_info = {
             "origin": src.upstream_origin,
             "settings": src.upstream.settings,
@@ -663,7 +665,7 @@ def run_matrix(
 
 def crash_sets(rows: list[dict]) -> dict:
     """Per variant, the rows on which it failed (observed) and was predicted to (expected)."""
-    out: dict[str, dict[str, list[str]]] = {}
+    out: dict[str, dict[str, set[str]]] = {}
     for row in rows:
         for v, res in row["variants"].items():
             entry = out.setdefault(v, {"observed": set(), "expected": set()})

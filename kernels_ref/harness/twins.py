@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..contracts import InputRejection
-from ..formats import FP8, HALF_DTYPES, f32, matmul_fp32
+from ..formats import FP8, f32, matmul_fp32
 from ..fp8_linear import fp8_input_rejection
 from ..nvfp4 import scaled_fp4_quant_input_error
 
@@ -121,8 +121,9 @@ class NvFp4Twin(nn.Module):
         return None if error is None else InputRejection(error, "scaled_fp4_quant")
 
     def forward(self, x: torch.Tensor):
-        if x.dtype not in HALF_DTYPES:
-            raise scaled_fp4_quant_input_error(x.dtype)
+        error = scaled_fp4_quant_input_error(x.dtype)  # None exactly for a 16-bit input
+        if error is not None:
+            raise error
         x2d = x.reshape(-1, x.shape[-1])
         xd = _nvfp4_dequant(x2d, self.in_gs_inv)
         y = (matmul_fp32(xd, self.wd.t()) * self.alpha).to(x.dtype)

@@ -35,6 +35,7 @@ import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Protocol
 
 import torch
 
@@ -233,7 +234,7 @@ class CompiledRelease:
         ]
         self.current = _CurrentRun()
         self._ns: dict | None = None
-        self.helper = None
+        self.helper: types.CodeType | None = None
         if ext.helper_text is not None:
             self.helper = compile(_strip_imports(ext.helper_text), f"<{ext.label} helper>", "exec", dont_inherit=True)
 
@@ -260,7 +261,10 @@ class CompiledRelease:
             for pname in self.ext.provided:
                 ns[pname] = provided[pname]
             if self.helper is not None:
-                ns[self.ext.helper_name] = self._helper_function(provided)
+                helper_name, helper_text = self.ext.helper_name, self.ext.helper_text
+                if helper_name is None or helper_text is None:  # extract() names the helper it was given
+                    raise UpstreamHarnessError(f"{self.label}: a helper text the release never imports")
+                ns[helper_name] = self._helper_function(provided, self.helper, helper_text)
             for _unit, code in self.units:
                 exec(code, ns)
         finally:
@@ -278,16 +282,16 @@ class CompiledRelease:
         finally:
             self.current.ctx = None
 
-    def _helper_function(self, provided: dict[str, object]):
+    def _helper_function(self, provided: dict[str, object], code: types.CodeType, text: str):
         hns: dict = {"__name__": self.ext.helper_module, "__builtins__": __builtins__}
-        for module, name, stmt in helper_imports(self.ext.helper_text):
+        for module, name, stmt in helper_imports(text):
             if module.split(".")[0] == "vllm":
                 if name not in provided:
                     raise UpstreamHarnessError(f"the helper imports {name} from {module}, which the harness does not provide")
                 hns[name] = provided[name]
             else:
                 exec(stmt, hns)
-        exec(self.helper, hns)
+        exec(code, hns)
         return hns[self.ext.helper_name]
 
     def fixed_helper(self):
@@ -319,14 +323,27 @@ def _strip_imports(text: str) -> str:
 
     tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
-    drop = set()
+    drop: set[int] = set()
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            drop.update(range(node.lineno, node.end_lineno + 1))
+            # A parsed statement always has its end line (typeshed's `int | None` is for built nodes).
+            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     return "".join("\n" if i + 1 in drop else line for i, line in enumerate(lines))
 
 
 # ----------------------------------------------------------------------------- one run
+
+
+class _ChunkedContextMetadata(Protocol):
+    cu_seq_lens: torch.Tensor  # [chunks, requests + 1]
+
+
+class _PrefillMetadata(Protocol):
+    """What 0.27.1's chunk call reads of the release's own MLACommonPrefillMetadata (a class of
+    the release's code, compiled at run time)."""
+
+    query_start_loc: torch.Tensor
+    chunked_context: _ChunkedContextMetadata
 
 
 class ContextAttention:
@@ -335,12 +352,13 @@ class ContextAttention:
     def __init__(self, scale: float, output_dtype: torch.dtype) -> None:
         self.scale = scale
         self.output_dtype = output_dtype
-        self._prefill_metadata = None
+        self._prefill_metadata: _PrefillMetadata | None = None  # set by upstream run() before 0.27.1 calls
 
     def run_prefill_context_chunk(self, q, k, v, chunk_idx=None, chunk=None, out=None):
         if chunk is not None:  # 0.28.0
             cu_q, cu_k = chunk.query_start_loc, chunk.cu_seq_lens
         else:  # 0.27.1
+            assert self._prefill_metadata is not None  # run() sets it before the release's code runs
             cu_q = self._prefill_metadata.query_start_loc
             cu_k = self._prefill_metadata.chunked_context.cu_seq_lens[chunk_idx]
         o, lse = attention.mla_prefill_attention(q, k, v, cu_q, cu_k, self.scale, False, self.output_dtype)

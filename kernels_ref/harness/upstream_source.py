@@ -30,6 +30,7 @@ import hashlib
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 MLA_MODULE = "vllm/model_executor/layers/attention/mla_attention.py"
 IMPL_CLASS = "MLACommonBaseImpl"
@@ -107,7 +108,7 @@ class Extraction:
 # ----------------------------------------------------------------------------- name analysis
 
 
-def source_segment(lines: list[str], node: ast.AST) -> str:
+def source_segment(lines: list[str], node: ast.stmt) -> str:
     first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))
 
@@ -163,14 +164,14 @@ class SourceModule:
     path: str
     text: str
     lines: list[str]
-    top: dict[str, ast.AST]
+    top: dict[str, ast.stmt]  # name -> its def, class or assignment
     imports: dict[str, tuple[str, str, str]]  # name -> (module, imported name, statement text)
 
     @classmethod
     def parse(cls, path: str, text: str) -> "SourceModule":
         tree = ast.parse(text)
         lines = text.splitlines(keepends=True)
-        top: dict[str, ast.AST] = {}
+        top: dict[str, ast.stmt] = {}
         imports: dict[str, tuple[str, str, str]] = {}
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -180,7 +181,7 @@ class SourceModule:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         top[target.id] = node
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:  # level 0 names one
                 for alias in node.names:
                     stmt = f"from {node.module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
                     imports[alias.asname or alias.name] = (node.module, alias.name, stmt)
@@ -201,7 +202,7 @@ def extract(
     version: str,
     label: str,
     *,
-    read: "callable[[str], str]",
+    read: Callable[[str], str],
     helper_module: str | None = None,
     helper_text: str | None = None,
 ) -> Extraction:
@@ -225,7 +226,7 @@ def extract(
     imports: dict[str, None] = {}
     provided: dict[str, None] = {}
     units: list[Unit] = []
-    queue: list[tuple[SourceModule, str, ast.AST, str]] = [(main, m, methods[m], "method") for m in METHODS]
+    queue: list[tuple[SourceModule, str, ast.stmt, str]] = [(main, m, methods[m], "method") for m in METHODS]
     queue += [(main, name, main.top[name], "") for name in METADATA if name in main.top]
     if len(queue) != len(METHODS) + len(METADATA):
         raise ExtractionError(f"{MLA_MODULE}: missing one of {', '.join(METADATA)}")

@@ -215,13 +215,17 @@ def validate_extraction(ext: us.Extraction) -> None:
     defined = {u.name for u in ext.units} | set(ext.provided)
     for stmt in ext.imports:
         node = ast.parse(stmt).body[0]
-        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):  # extract() records import statements only
+            raise VariantsError(f"{ext.label}: {stmt!r} is not an import")
+        module = (node.module or "") if isinstance(node, ast.ImportFrom) else node.names[0].name  # "": relative
         if module.split(".")[0] not in us.PLAIN_IMPORTS:
             raise VariantsError(f"{ext.label}: import {stmt!r} is not one the harness executes")
         defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
     if not set(ext.provided) <= us.PROVIDED:
         raise VariantsError(f"{ext.label}: unknown provided names {sorted(set(ext.provided) - us.PROVIDED)}")
     if ext.helper_text is not None:
+        if ext.helper_name is None:  # extract() names the helper whenever it is given its text
+            raise VariantsError(f"{ext.label}: a helper text the release never imports")
         defined.add(ext.helper_name)
         check_helper_text(ext.helper_text, ext.helper_name, f"{ext.label} helper")
     for unit in ext.units:
