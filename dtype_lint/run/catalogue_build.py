@@ -13,21 +13,23 @@ import os
 from pathlib import Path
 
 from dtype_lint.analysis.index.class_facts import ProjectFacts
-from dtype_lint.analysis.storage.catalogue import method_record
 from dtype_lint.analysis.storage.platforms import PlatformNarrowing
 from dtype_lint.analysis.storage.storage_model import CodeBackends, Storage
 from dtype_lint.core.findings import Evidence
 
 
-def project_facts(root: str | Path, paths: list[str] | None = None):
-    """(config, ProjectFacts) for the tree at `root`, as a check run there builds them."""
-    from dtype_lint.core.config import load_config
+def project_facts(root: str | Path, paths: list[str] | None = None, alone: bool = False):
+    """(config, ProjectFacts) for the tree at `root`, as a check run there builds them.
+    `alone`: the tree is its own project with the default settings, whatever configuration a
+    folder above it holds (an engine installed in a project's `.venv`: the project's
+    pyproject.toml and .gitignore are not the engine's)."""
+    from dtype_lint.core.config import Config, load_config
     from dtype_lint.run.cache import Cache
     from dtype_lint.run.file_analysis import safe_read
     from dtype_lint.run.pipeline import _discover, _Project, build_index
 
     root = Path(root)
-    config = load_config(root)
+    config = Config(root=root.resolve()) if alone else load_config(root)
     found, index_found = _discover(config, [str(p) for p in (paths or [str(root)])])
     cache = Cache(root / config.cache_dir, key="none", enabled=False, root=root)
     project = _Project(index_found, found, cache)
@@ -52,14 +54,17 @@ def project_facts_for(path: str, config_file: str | None = None):
     return config, ProjectFacts(build_index(project.table, config), load_file=safe_read)
 
 
-def compute(root: str | Path, dist: str, version: str) -> dict:
-    """The catalogue data of the tree at `root`."""
+def compute(root: str | Path, dist: str, version: str, package: str | None = None) -> dict:
+    """The catalogue data of the tree at `root` (of its `package` folder alone, as its own
+    project: an installed engine's site-packages holds every other installed package too)."""
     root = Path(root)
     here = os.getcwd()
     os.chdir(root)  # paths as a check run in the tree shows them
     try:
-        config, project = project_facts(".")
-        backends = CodeBackends(project, config.all_config_params, method_record)
+        config, project = project_facts(".", [package] if package else None, alone=package is not None)
+        # The engine's own tree: every class of it is in the tree, and no other release's
+        # catalogue may decide what this one records.
+        backends = CodeBackends(project, config.all_config_params, lambda _qualname: None)
         registry = PlatformNarrowing(backends)
         table: list[Storage] = []
         index_of: dict[Storage, int] = {}
