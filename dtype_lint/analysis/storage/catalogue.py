@@ -150,17 +150,17 @@ def _choose_for(index, dist: str) -> tuple[EngineSource | None, dict | None]:
     from dtype_lint.analysis.storage.engine_source import choose, shipped_releases
 
     project = getattr(index, "engine_project", None)
+    source: EngineSource | None
     if project is None:
         releases = shipped_releases(dist)
-        if not releases:
-            return None, None
-        source = EngineSource(dist, releases[-1], "newest", f"{dist} {releases[-1]}, the newest shipped release",
-                              "the newest catalogue shipped")
+        source = None if not releases else EngineSource(dist, releases[-1], "newest",
+                                                        f"{dist} {releases[-1]}, the newest shipped release",
+                                                        "the newest catalogue shipped")
     else:
         root, setting = project
         source = choose(root, setting, dist)
-        if source is None:
-            return None, None
+    if source is None:
+        return None, None
     if source.kind == "installed":
         return source, installed_catalogue(source)
     return source, release_catalogue(dist, source.version)

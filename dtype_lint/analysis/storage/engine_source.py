@@ -311,7 +311,9 @@ def choose(root: str | Path, setting: str = "", dist: str = "vllm") -> EngineSou
     if not releases:
         return None
     pin = find_pin(root, dist)
-    witnesses += [str(p) for p in pin_files(root)]
+    # The pin files there are, and requirements.txt even where there is none: one added later
+    # makes what was chosen from their absence stale.
+    witnesses += list(dict.fromkeys([*(str(p) for p in pin_files(root)), str(root / "requirements.txt")]))
     if pin is None:
         newest = releases[-1]
         return EngineSource(dist, newest, "newest",
