@@ -226,8 +226,8 @@ def _family_lines(result: RunResult) -> list[str]:
 
 def _engine_lines(result: RunResult) -> list[str]:
     """Which release of each engine the project's layers of it are judged against, and why
-    (analysis/storage/engine_source.py): the tree's own code, the installed engine, a pin."""
-    from dtype_lint.analysis.storage.engine_source import ENGINES, choose
+    (core/engine_source.py): the tree's own code, the installed engine, a pin."""
+    from dtype_lint.core.engine_source import ENGINES, choose
 
     config, index = result.config, result.index
     lines = []

@@ -20,7 +20,7 @@ import pytest
 from cli_runner import dtl
 from golden import assert_golden, lines_text
 
-from dtype_lint.analysis.storage.engine_source import shipped_releases
+from dtype_lint.core.engine_source import shipped_releases
 
 PLUGIN = Path(__file__).resolve().parents[1] / "fixtures" / "outside_bases"
 LINEAR = "vllm.model_executor.layers.linear.LinearBase"

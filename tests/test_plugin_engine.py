@@ -2,7 +2,7 @@
 
 Before: one shipped catalogue (vLLM 0.33.0) served every plugin, so a plugin pinned to vLLM 0.34.0
 was told about 0.33.0's lines ("marlin_utils_fp8.py:141 in vllm 0.33.0", where 0.34.0 has the
-repack at :128). Now the engine is chosen per project (analysis/storage/engine_source.py): an
+repack at :128). Now the engine is chosen per project (core/engine_source.py): an
 installed vLLM in the project's own environment (its code read, never imported), else the
 shipped catalogue of the release the project pins (pyproject.toml, setup.cfg, requirements*.txt),
 else the newest shipped one; the `engine-release` setting names one outright. The evidence says
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.analysis.storage import engine_source
 from dtype_lint.analysis.storage.catalogue import release_catalogue
+from dtype_lint.core import engine_source
 from tests.cli_runner import dtl
 
 HEAD = """

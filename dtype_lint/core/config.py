@@ -325,7 +325,7 @@ def _validate(cfg: Config, where: str) -> None:
                           "(dotted Python names, none empty)")
     _validate_cache_dir(cfg.cache_dir, where)
     if cfg.engine_release:
-        from dtype_lint.analysis.storage.engine_source import shipped_releases
+        from dtype_lint.core.engine_source import shipped_releases
 
         releases = shipped_releases("vllm")
         if cfg.engine_release not in releases:

@@ -65,7 +65,7 @@ class EngineSource:
 def shipped_releases(dist: str) -> list[str]:
     """The releases of `dist` whose catalogue ships with the tool, oldest first (from the file
     names alone: nothing is parsed)."""
-    folder = Path(__file__).resolve().parents[2] / "ecosystems" / dist
+    folder = Path(__file__).resolve().parents[1] / "ecosystems" / dist
     prefix = f"catalogue-{dist}-"
     try:
         names = os.listdir(folder)
@@ -289,6 +289,13 @@ def _record_stamp(dist_info: Path) -> str:
         stamp = file_stamp(str(dist_info / "METADATA"))
     where = os.path.realpath(dist_info.parent)
     return hashlib.blake2b(f"{where}\0{stamp}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def tool_cache_root() -> Path:
+    """The tool's own cache folder, outside every project: `${DTYPE_LINT_CACHE_DIR:-~/.cache/dtype-lint}`
+    (release trees, descriptions of installed engines)."""
+    env = os.environ.get("DTYPE_LINT_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "dtype-lint"
 
 
 # ---- the choice ------------------------------------------------------------------------------------
