@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,11 +154,15 @@ def _target(specifiers: list[tuple[str, str]]) -> tuple[int, ...] | None:
 
 
 def _pins_in_pyproject(path: Path, dist: str) -> list[str]:
-    from dtype_lint.core.config import ConfigError, read_toml
-
+    # Parsed here, not with config.read_toml (config validates `engine-release` with this module):
+    # a pyproject.toml that cannot be read pins nothing, and the configuration reports its errors.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
-        project = read_toml(path).get("project", {})
-    except ConfigError:
+        project = tomllib.loads(_text(path)).get("project", {})
+    except (tomllib.TOMLDecodeError, RecursionError):
         return []
     if not isinstance(project, dict):
         return []

@@ -113,6 +113,8 @@ class EngineCatalogues:
         if got is None:
             return None
         source, data = got
+        # Known or not, the answer is the chosen release's: another release may know the class.
+        self.used(source)
         by_name, by_short = self._method_tables(source.dist, data)
         record = by_name.get(qualname)
         if record is None:
@@ -120,7 +122,6 @@ class EngineCatalogues:
             record = same[0][1] if len(same) == 1 else None
         if record is None:
             return None
-        self.used(source)
         table = data["storages"]
         words = source.words
         storages = None if "storages" not in record else \
@@ -188,10 +189,10 @@ class CatalogueBackends:
         if got is None:
             return None
         source, data = got
+        self.engines.used(source)  # known or not, the answer is the chosen release's
         ids = data.get("layers", {}).get(layer_class)
         if ids is None:
             return None
-        self.engines.used(source)
         return frozenset(_outside(Storage.from_dict(data["storages"][i]), source.words) for i in ids)
 
 
