@@ -262,16 +262,16 @@ def test_an_installed_engine_is_read_from_its_code(tmp_path, monkeypatch):
 def test_the_installed_engine_is_described_once_and_kept(tmp_path, monkeypatch):
     """Its description is computed from the installed files once and kept in the tool's cache,
     keyed by the installed version and its RECORD: the next run (pre-commit) reads it."""
-    from dtype_lint.run import catalogue_build
+    from dtype_lint.run import installed_engine
 
     computed: list[str] = []
-    real = catalogue_build.compute
+    real = installed_engine.describe_tree
 
     def counting(*args, **kwargs):
-        computed.append(args[2])
+        computed.append(args[3])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(catalogue_build, "compute", counting)
+    monkeypatch.setattr(installed_engine, "describe_tree", counting)
     root = plugin(tmp_path / "p")
     install_engine(root, "0.99.0")
     first = the_cast(root, "--no-cache")
