@@ -412,3 +412,21 @@ def test_an_installed_release_is_described_as_its_shipped_catalogue(tmp_path):
     pinned = the_cast(root, "--no-cache")
     assert installed["message"].replace("the installed vllm 0.34.0", "vllm 0.34.0, the release requirements.txt pins") \
         == pinned["message"]
+
+
+# ---- what 0.34.0's catalogue showed ------------------------------------------------------------------
+def test_two_configs_handing_out_one_method_are_one_format():
+    """vLLM 0.34.0's W4AFP8Config hands linear layers Fp8Config's `Fp8LinearMethod`: its int32
+    (Marlin) storage is one format, so a branch on `int32` with the method's `weight_scale_inv`
+    picks the right kernel (DTL004's VALID example); two methods leaving int32 are two formats."""
+    from dtype_lint.analysis.storage.storage_dispatch import ambiguous_storage
+    from dtype_lint.analysis.storage.storage_model import Storage
+
+    def int32(backend: str, method: str) -> Storage:
+        return Storage(backend, method, "packed", "int32", "repacks `weight` to int32", (), True,
+                       ("weight", "weight_scale", "weight_scale_inv"))
+
+    shared = [int32("vllm.q.fp8.Fp8Config", "Fp8LinearMethod"), int32("vllm.q.w4afp8.W4AFP8Config", "Fp8LinearMethod")]
+    assert ambiguous_storage(shared, ["torch.int32"], frozenset({"weight_scale_inv"})) is None
+    two = [*shared, int32("vllm.q.fbgemm.FBGEMMFp8Config", "FBGEMMFp8LinearMethod")]
+    assert ambiguous_storage(two, ["torch.int32"], frozenset()) == ("int32", ["FBGEMMFp8LinearMethod", "Fp8LinearMethod"])
