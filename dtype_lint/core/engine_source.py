@@ -272,9 +272,11 @@ def installed(root: Path, dist: str, witnesses: list[str]) -> tuple[Path, str, P
                 continue
             prefix = f"{package}-"
             try:
-                infos = sorted(n for n in os.listdir(site) if n.startswith(prefix) and n.endswith(".dist-info"))
+                infos = [n for n in os.listdir(site) if n.startswith(prefix) and n.endswith(".dist-info")]
             except OSError:
                 continue
+            # The newest first: an interrupted upgrade can leave the old release's dist-info behind.
+            infos.sort(key=lambda n: version_key(n[len(prefix):-len(".dist-info")]), reverse=True)
             for info in infos:
                 version = info[len(prefix):-len(".dist-info")]
                 if version[:1].isdigit():
