@@ -224,6 +224,26 @@ def _family_lines(result: RunResult) -> list[str]:
     return lines
 
 
+def _engine_lines(result: RunResult) -> list[str]:
+    """Which release of each engine the project's layers of it are judged against, and why
+    (core/engine_source.py): the tree's own code, the installed engine, a pin."""
+    from dtype_lint.core.engine_source import ENGINES, choose
+
+    config, index = result.config, result.index
+    lines = []
+    for dist, package in ENGINES.items():
+        if index is not None and index.modules.get(package) is not None:
+            lines.append(f"engine ({dist}): the tree's own `{package}` package: its backends are read from its code")
+            continue
+        source = choose(config.root, config.engine_release, dist)
+        if source is None:
+            continue
+        how = "read from its code" if source.kind == "installed" else "shipped catalogue"
+        lines.append(f"engine ({dist}): {source.words.split(', ')[0]}, {how} (for layers the project imports from "
+                     f"{package}): {source.why}")
+    return lines
+
+
 def _relto(root: Path):
     def rel(path) -> str:
         try:
@@ -281,7 +301,7 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
     ]
     for key, value, where in _settings(config, command_line, _inferred_keys(result, configured or config)):
         lines.append(f"  {key} = {json.dumps(value)}  ({where})")
-    lines += ["", *_helper_lines(result, files), ""]
+    lines += ["", *_helper_lines(result, files), *_engine_lines(result), ""]
     matched = [m for m in matches if m.matched]
     code = sum(1 for m in matches if m.origin == "code")
     lines.append(f"quantizable roots: {len(matched)} of {len(matches)} match the tree "

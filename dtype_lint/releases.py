@@ -70,8 +70,9 @@ VllmFetchError = ReleaseFetchError
 
 
 def cache_root() -> Path:
-    env = os.environ.get("DTYPE_LINT_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dtype-lint"
+    from dtype_lint.core.engine_source import tool_cache_root  # one definition (installed engines' cache too)
+
+    return tool_cache_root()
 
 
 def vllm_tree(version: str) -> Path:

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dtype_lint.releases import release_tree  # noqa: E402 - after the sys.path set-up
-from dtype_lint.run.catalogue_build import compute, dumps  # noqa: E402 - after the sys.path set-up
+from dtype_lint.run.catalogue_build import compute  # noqa: E402 - after the sys.path set-up
+from dtype_lint.run.catalogue_data import dumps  # noqa: E402 - after the sys.path set-up
 
 
 def target(dist: str, version: str) -> Path:

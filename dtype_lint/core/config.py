@@ -53,6 +53,9 @@ class Config:
     helper: str = ""
     helper_template: str = ""
     fp8_input_default: bool = True
+    # The release of the engine (vLLM) whose shipped catalogue describes the layers a project
+    # imports without containing it; "" chooses from the environment and the pins (engine_source.py).
+    engine_release: str = ""
     cache_dir: str = ".dtype_lint_cache"
     # Length a fix wraps its added lines to; 0: the project's formatter settings (fix/formatting.py).
     line_length: int = 0
@@ -153,6 +156,7 @@ SETTING_KEYS = {
     "helper-template": ("helper_template", str),
     "fp8-input-default": ("fp8_input_default", bool),
     "cache-dir": ("cache_dir", str),
+    "engine-release": ("engine_release", str),
     "line-length": ("line_length", int),
 }
 
@@ -320,6 +324,13 @@ def _validate(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
                           "(dotted Python names, none empty)")
     _validate_cache_dir(cfg.cache_dir, where)
+    if cfg.engine_release:
+        from dtype_lint.core.engine_source import shipped_releases
+
+        releases = shipped_releases("vllm")
+        if cfg.engine_release not in releases:
+            raise ConfigError(f"{where}: `engine-release` must be a vLLM release whose catalogue ships with "
+                              f"dtype-lint ({', '.join(releases)}), got `{cfg.engine_release}`")
     if isinstance(cfg.line_length, bool) or not 0 <= cfg.line_length <= 320:
         raise ConfigError(f"{where}: `line-length` must be a whole number from 1 to 320 (0: the project's own)")
     if cfg.helper_template and cfg.helper_template not in ("vllm", "torch"):

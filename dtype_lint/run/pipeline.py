@@ -714,7 +714,14 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
 
 
 def build_index(headers: "list[ModuleHeader] | ModuleTable", config: Config) -> QuantizableLayerIndex:
-    return QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes, config.all_not_quantizable)
+    index = QuantizableLayerIndex(headers, config.all_quantizable, config.all_exempt_classes,
+                                  config.all_not_quantizable)
+    # Where an engine the project imports without containing it is chosen from (its environment,
+    # its pins, the setting): core/engine_source.py, asked only when a layer needs it.
+    from dtype_lint.run.installed_engine import describe_installed
+
+    index.engine_project = (str(config.root), config.engine_release, describe_installed)
+    return index
 
 
 # ---- analysis -------------------------------------------------------------------------------

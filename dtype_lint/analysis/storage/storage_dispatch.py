@@ -62,10 +62,12 @@ def ambiguous_storage(storages, sentinels: list[str],
         name = sentinel.rsplit(".", 1)[-1]
         if name not in CONTAINER_DTYPES:
             continue
-        methods = sorted({(s.backend, s.method) for s in storages or () if s.typed and s.dtype == name
+        methods = sorted({s.method for s in storages or () if s.typed and s.dtype == name
                           and (set(s.params) <= {"weight"} or required <= set(s.params))})
-        if len({backend for backend, _method in methods}) >= 2:
-            return name, [method for _backend, method in methods]
+        # Formats are methods, not configs: two configs handing a layer the same method (vLLM
+        # 0.34.0's W4AFP8Config and Fp8Config both give `Fp8LinearMethod`) leave one format.
+        if len(methods) >= 2:
+            return name, methods
     return None
 
 
