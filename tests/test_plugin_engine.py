@@ -134,6 +134,12 @@ def the_cast(root: Path, *args: str) -> dict:
     return cast
 
 
+def said(cast: dict) -> str:
+    """The finding's message and evidence lines: the message names the release, the evidence also
+    why it was chosen."""
+    return "\n".join([cast["message"], *(e["message"] for e in cast["evidence"])])
+
+
 def cited(cast: dict, words: str) -> set[tuple[str, int]]:
     """(file name, line) of every engine location the evidence cites with these words: a backend's
     first and last steps, `(fp8.py:185 -> marlin_utils_fp8.py:128 in WORDS)`."""
@@ -166,8 +172,10 @@ def test_a_plugin_pinned_to_0_34_0_is_told_0_34_0_s_lines(tmp_path):
     root = plugin(tmp_path / "p", pyproject__toml='[project]\nname = "p"\ndependencies = ["vllm==0.34.0"]\n')
     cast = the_cast(root)
     words = "vllm 0.34.0, the release pyproject.toml pins"
-    assert f"in {words})" in cast["message"], cast["message"]
+    assert f"in {words})" in said(cast), said(cast)
     assert "0.33.0" not in json.dumps(cast)
+    # the message names the release; why it was chosen is in the evidence, not repeated per backend
+    assert "in vllm 0.34.0)" in cast["message"] and "pins" not in cast["message"], cast["message"]
     locations = cited(cast, words)
     assert locations and locations <= catalogue_locations("0.34.0")
     # 0.34.0 moved the FP8 Marlin repack: the line cited is 0.34.0's, not 0.33.0's
@@ -201,7 +209,7 @@ def test_a_plugin_pinned_to_0_33_0_keeps_0_33_0(tmp_path):
 def test_the_pin_chooses_the_shipped_catalogue(tmp_path, files, version, source):
     cast = the_cast(plugin(tmp_path / "p", **files))
     words = f"vllm {version}, the release {source} pins"
-    assert f"in {words})" in cast["message"], cast["message"]
+    assert f"in {words})" in said(cast), said(cast)
     assert cited(cast, words) <= catalogue_locations(version)
 
 
@@ -209,7 +217,7 @@ def test_no_pin_gets_the_newest_shipped_catalogue_and_says_so(tmp_path):
     cast = the_cast(plugin(tmp_path / "p", pyproject__toml='[project]\nname = "p"\ndependencies = ["torch"]\n'))
     newest = engine_source.shipped_releases("vllm")[-1]
     words = f"vllm {newest}, the newest shipped release: the project pins none"
-    assert f"in {words})" in cast["message"], cast["message"]
+    assert f"in {words})" in said(cast), said(cast)
     assert cited(cast, words) <= catalogue_locations(newest)
 
 
@@ -218,10 +226,10 @@ def test_a_pin_no_shipped_release_satisfies_gets_the_nearest_and_says_so(tmp_pat
     cast = the_cast(root)
     newest = engine_source.shipped_releases("vllm")[-1]
     assert f"in vllm {newest}, the shipped release nearest to the pin `vllm==0.40.1` of requirements.txt)" \
-        in cast["message"], cast["message"]
+        in said(cast), said(cast)
     old = plugin(tmp_path / "old", requirements__txt="vllm==0.20.0\n")
     oldest = engine_source.shipped_releases("vllm")[0]
-    assert f"in vllm {oldest}, the shipped release nearest" in the_cast(old)["message"]
+    assert f"in vllm {oldest}, the shipped release nearest" in said(the_cast(old))
 
 
 def test_the_setting_names_the_release_outright(tmp_path):
@@ -247,7 +255,7 @@ def test_an_installed_engine_is_read_from_its_code(tmp_path, monkeypatch):
     site = install_engine(root, "0.99.0")
     cast = the_cast(root)
     words = "the installed vllm 0.99.0"
-    assert f"in {words})" in cast["message"], cast["message"]
+    assert f"in {words})" in said(cast), said(cast)
     assert "TilePack" in cast["message"] and "int32" in cast["message"]
     # the lines cited are our tiny engine's: the config's dispatch and the repack after loading
     locations = cited(cast, words)
@@ -289,7 +297,7 @@ def test_the_installed_engine_is_described_once_and_kept(tmp_path, monkeypatch):
 def test_installing_upgrading_or_removing_the_engine_makes_cached_findings_stale(tmp_path):
     root = plugin(tmp_path / "p", requirements__txt="vllm==0.33.0\n")
     (root / ".venv" / "lib" / "python3.12" / "site-packages").mkdir(parents=True)  # a venv without vLLM
-    assert "in vllm 0.33.0, the release requirements.txt pins)" in the_cast(root)["message"]
+    assert "in vllm 0.33.0, the release requirements.txt pins)" in said(the_cast(root))
     install_engine(root, "0.98.0")
     assert "in the installed vllm 0.98.0)" in the_cast(root)["message"]
     import shutil
@@ -298,10 +306,10 @@ def test_installing_upgrading_or_removing_the_engine_makes_cached_findings_stale
     install_engine(root, "0.99.0")
     assert "in the installed vllm 0.99.0)" in the_cast(root)["message"]
     shutil.rmtree(root / SITE / "vllm")
-    assert "in vllm 0.33.0, the release requirements.txt pins)" in the_cast(root)["message"]
+    assert "in vllm 0.33.0, the release requirements.txt pins)" in said(the_cast(root))
     # and an edited pin, with the cache on
     (root / "requirements.txt").write_text("vllm==0.34.0\n", encoding="utf-8")
-    assert "in vllm 0.34.0, the release requirements.txt pins)" in the_cast(root)["message"]
+    assert "in vllm 0.34.0, the release requirements.txt pins)" in said(the_cast(root))
 
 
 def test_the_active_virtual_env_counts_after_the_project_s_own(tmp_path, monkeypatch):
@@ -410,8 +418,7 @@ def test_an_installed_release_is_described_as_its_shipped_catalogue(tmp_path):
     shutil.rmtree(site / "vllm")
     (root / "requirements.txt").write_text("vllm==0.34.0\n", encoding="utf-8")
     pinned = the_cast(root, "--no-cache")
-    assert installed["message"].replace("the installed vllm 0.34.0", "vllm 0.34.0, the release requirements.txt pins") \
-        == pinned["message"]
+    assert installed["message"].replace("the installed vllm 0.34.0", "vllm 0.34.0") == pinned["message"]
 
 
 # ---- what 0.34.0's catalogue showed ------------------------------------------------------------------

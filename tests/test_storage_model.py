@@ -311,7 +311,8 @@ def test_a_plugin_importing_vllm_gets_the_shipped_catalogue(tmp_path):
     """), encoding="utf-8")
     proc = dtl(tmp_path, "check", ".", "--no-cache", "--output-format", "json")
     (cast,) = json.loads(proc.stdout)["findings"]
-    assert re.search(r"in vllm \d+\.\d+\.\d+, the newest shipped release: the project pins none\)", cast["message"])
+    assert re.search(r"in vllm \d+\.\d+\.\d+, the newest shipped release: the project pins none\)",
+                     "\n".join(e["message"] for e in cast["evidence"]))
     assert "repacks `weight` to int32" in cast["message"]
     assert all(not e["path"] or e["path"] == "plugin/head.py" for e in cast["evidence"])  # no location outside the project
 

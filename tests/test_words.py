@@ -112,7 +112,9 @@ def test_a_vllm_plugin_keeps_the_backends_of_vllm(tmp_path: Path):
     assert finding["message"].startswith(
         "activation cast to `self.kv_b_proj.weight.dtype`, the storage dtype of a quantizable layer "
         "(CompressedTensors registers `weight` as int8"), finding["message"]
-    assert re.search(r"in vllm \d+\.\d+\.\d+, the newest shipped release", finding["message"])
+    assert re.search(r"in vllm \d+\.\d+\.\d+\)", finding["message"])  # why that release: in the evidence
+    assert any(re.search(r"in vllm \d+\.\d+\.\d+, the newest shipped release", e["message"])
+               for e in finding["evidence"])
 
 
 def test_default_words_follow_the_layer_that_decided_the_verdict():

@@ -1449,10 +1449,17 @@ def why_storage(evidence: Iterable[Evidence], default: str) -> str:
     """The backends behind a finding, for its message ("Fp8 (fp8.py:345) registers `weight` as
     fp8; AutoAWQ (auto_awq.py:517) registers `qweight`, not `weight`"); `default` when the
     evidence names none (the model did not know the layer's backends)."""
-    parts = [e.message[len(BACKEND_MARK):] for e in evidence if e.message.startswith(BACKEND_MARK)]
+    parts = [_RELEASE_REASON.sub(r"\1)", e.message[len(BACKEND_MARK):])
+             for e in evidence if e.message.startswith(BACKEND_MARK)]
     if not parts:
         return default
     return "; ".join(parts[:2]) + (f"; +{len(parts) - 2} more" if len(parts) > 2 else "")
+
+
+# A catalogue's backend names its release and why it was chosen (`... in vllm 0.34.0, the release
+# pyproject.toml pins)`, analysis/storage/catalogue.py). The message keeps the release; the reason
+# stays in the evidence lines: said once per backend, it would fill the message's first line.
+_RELEASE_REASON = re.compile(r"( in [\w.-]+ \d[\w.+-]*), [^()]*\)")
 
 
 def summarize(storages: Iterable[Storage], want: str) -> list[Storage]:
