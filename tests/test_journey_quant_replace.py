@@ -47,6 +47,18 @@ def test_check_reports_the_quantized_gate_and_not_its_twin(tmp_path: Path):
     assert "`bnb.nn.Linear4bit(...)` applies a swap to `bnb.nn.Linear4bit` to `TinyModel`" in evidence, evidence
 
 
+def test_explain_and_doctor_speak_the_family(tmp_path: Path):
+    root = project(tmp_path)
+    planted = dtl(root, "explain", f"{MODEL}:11").stdout
+    assert "family: quantizers" in planted and "applies a swap to `bnb.nn.Linear4bit`" in planted, planted
+    twin = dtl(root, "explain", f"{MODEL}:33").stdout
+    assert "not quantizable" in twin and "family:" not in twin, twin
+    doctor = dtl(root, "doctor").stdout
+    assert "family: a project that quantizes its own modules (1 site)" in doctor, doctor
+    assert "helper: tinyq.module_input_dtype:get_module_input_dtype: would be created by --fix" in doctor, doctor
+    assert "Hugging Face" not in doctor and "every site is skipped" not in doctor, doctor
+
+
 def _write(root: Path, name: str, text: str) -> None:
     (root / "src/tinyq" / name).write_text(text, encoding="utf-8")
 

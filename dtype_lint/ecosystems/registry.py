@@ -65,6 +65,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     "quantizers": {
         "family": "dtype_lint.ecosystems.quantizers.family",
         "planner": "dtype_lint.ecosystems.quantizers.planner",
+        "helper": "dtype_lint.ecosystems.quantizers.helper",
         "words": "dtype_lint.ecosystems.quantizers.words",
     },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
