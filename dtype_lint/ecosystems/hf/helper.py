@@ -144,7 +144,6 @@ def doctor_lines(findings, index, root) -> list[str]:
     """`doctor`'s paragraph on this family, where the run found its sites: how many, its
     quantizable roots, and where its helper lives (or would be created)."""
     from dtype_lint.ecosystems.hf.family import FAMILY_EVIDENCE
-
     from dtype_lint.ecosystems.registry import plugins
 
     # Another family whose fixes route through this helper speaks for its own sites.
