@@ -25,6 +25,8 @@ from dtype_lint.ecosystems.quantizers.catalogue import (
 )
 
 _FOLLOW_DEPTH = 2  # parameter → caller's argument → its caller's
+# What a swapping function fills in the layer it builds (not a swap into the model).
+_LAYER_PARTS = frozenset({"weight", "bias", "compute_dtype", "quant_state"})
 
 
 @dataclass
@@ -120,8 +122,10 @@ def _swaps(function) -> bool:
     for node in ast.walk(function):
         if isinstance(node, ast.Call) and dotted(node.func) == "setattr":
             return True
-        if isinstance(node, ast.Assign) and any(isinstance(target, (ast.Attribute, ast.Subscript))
-                                                for target in node.targets):
+        # not `layer.weight = Params4bit(...)`: filling the new layer is no swap
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Subscript) or
+                isinstance(target, ast.Attribute) and target.attr not in _LAYER_PARTS for target in node.targets):
             return True
     return False
 

@@ -90,13 +90,14 @@ def _contained(resolver, model: str) -> frozenset[str]:
     return frozenset(seen)
 
 
-def _reaches(resolver, application: Application, owner: str) -> bool:
-    """Is the module class `owner` (or a class built from it) inside a model the application quantizes?"""
+def _reached_model(resolver, application: Application, owner: str) -> str | None:
+    """The model the application quantizes that builds the module class `owner` (or a subclass
+    of it), or None."""
     for model in application.classes:
         inside = contained(resolver, model)
         if owner in inside or any(owner in resolver.index.mro(built) for built in inside):
-            return True
-    return False
+            return model
+    return None
 
 
 def verdict(resolver, inst, expr_text: str):
@@ -109,16 +110,17 @@ def verdict(resolver, inst, expr_text: str):
     if not found:
         return None
     packing = [application for application in found if application.quantizer.storages]
-    reaching = [application for application in packing if _reaches(resolver, application, owner)]
+    reaching = [(application, model) for application in packing
+                if (model := _reached_model(resolver, application, owner)) is not None]
     chain = tuple(Evidence(e.message.replace(" without a quantization config", ""), e.path, e.line) for e in inst.chain)
     short = owner.rsplit(".", 1)[-1]
     if reaching:
-        storages = tuple(dict.fromkeys(storage for application in reaching
+        storages = tuple(dict.fromkeys(storage for application, _ in reaching
                                        for storage in application.quantizer.storages))
         steps = tuple(Evidence(f"`{short}` is {FAMILY_EVIDENCE}: `{application.call_text}(...)` applies "
-                               f"{application.quantizer.name} to `{application.classes[0].rsplit('.', 1)[-1]}`, "
+                               f"{application.quantizer.name} to `{model.rsplit('.', 1)[-1]}`, "
                                f"which builds it; `.weight` becomes {application.quantizer.leaves}",
-                               application.path, application.line) for application in reaching[:3])
+                               application.path, application.line) for application, model in reaching[:3])
         return "high", (*chain, *steps, QuantizerEvidence(storage_phrase(storages), "", 0, storages))
     package = owner.split(".", 1)[0]
     unknown = [application for application in packing if application.unknown and application.package == package]
