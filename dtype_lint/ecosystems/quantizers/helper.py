@@ -4,6 +4,11 @@ and settles, so this one owns no fix; it speaks for the family in `doctor`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the fix layer imports this module lazily; only the annotations name its class
+    from dtype_lint.fix.helper_template import HelperLocation
+
 HELPER_LABEL = "HF helper"  # the helper this family's fixes route through, as messages name it
 
 
@@ -11,7 +16,7 @@ def owns_fix(finding) -> bool:
     return False  # the HF helper role settles `get_module_input_dtype`
 
 
-def helper_location(finding, index, root):
+def helper_location(finding, index, root) -> HelperLocation:
     from dtype_lint.ecosystems.hf.helper import helper_location as hf_location
 
     return hf_location(finding, index, root)
@@ -34,7 +39,7 @@ def doctor_lines(findings, index, root) -> list[str]:
              "  quantizable roots: `nn.Linear` and its subclasses in a model the project hands to bitsandbytes "
              "(`replace_with_bnb_linear`, a swap to `bnb.nn.Linear4bit`/`Linear8bitLt`) or `mtq.compress`; "
              "torchao, optimum-quanto and `mtq.quantize` keep a float `.dtype`"]
-    homes = {}
+    homes: dict[str, HelperLocation] = {}
     for finding in ours:
         if finding.fix is not None and is_hf_fix(finding):
             location = helper_location(finding, index, root)
