@@ -154,6 +154,7 @@ SLOW_TESTS: dict[str, str] = {
     "test_journey_hf_reshape.py::test_fixed_subclass_and_patched_forward_run_on_bitsandbytes": "the fixed reshaping project run on real bitsandbytes",
     "test_journey_hf_reshape.py::test_the_shipped_catalogue_is_fresh": "transformers' and diffusers' model classes recomputed from the cached releases",
     "test_journey_hf_package.py::test_wheel_": "the fixed HF package built as a wheel, installed fresh, run on real bitsandbytes",
+    "test_journey_quant_replace.py::test_fixed_gate_runs_on_real_quantized_layers": "the fixed plain PyTorch gate run on real bitsandbytes, torchao and quanto layers",
     "test_journey_mixed.py::test_the_fixed_": "the mixed project's fixed modules run on every storage and on real bitsandbytes",
     # "module::test name prefix": why
     "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",

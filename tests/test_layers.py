@@ -65,6 +65,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "model_classes": "analysis",  # hf: the shipped model class names of transformers and diffusers
     "specs": "analysis",       # megatron: the module specs that say which class `build_module` builds
     "modelopt_catalogue": "analysis",  # megatron: what nvidia-modelopt reaches and leaves in `.weight`
+    "applications": "analysis",  # quantizers: where a project applies a quantizer, to which model
+    "catalogue": "analysis",   # quantizers: what each quantizer leaves in `.weight`
     "planner": "fix",          # a site of the family → edits through its helper
     "template": "fix",         # the input-dtype helper's text `--fix` creates (vllm, torch)
     "helper": "fix",           # its helper's text and where it lives

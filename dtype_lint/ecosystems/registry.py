@@ -61,6 +61,13 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "helper": "dtype_lint.ecosystems.megatron.helper",
         "words": "dtype_lint.ecosystems.megatron.words",
     },
+    # A plain PyTorch project that quantizes its own modules (bitsandbytes, modelopt, torchao, quanto).
+    "quantizers": {
+        "family": "dtype_lint.ecosystems.quantizers.family",
+        "planner": "dtype_lint.ecosystems.quantizers.planner",
+        "helper": "dtype_lint.ecosystems.quantizers.helper",
+        "words": "dtype_lint.ecosystems.quantizers.words",
+    },
     # A project's own layers, no family's backends known: words that name no quantizer. Last, as
     # it speaks for every verdict.
     "generic": {

@@ -144,9 +144,14 @@ def doctor_lines(findings, index, root) -> list[str]:
     """`doctor`'s paragraph on this family, where the run found its sites: how many, its
     quantizable roots, and where its helper lives (or would be created)."""
     from dtype_lint.ecosystems.hf.family import FAMILY_EVIDENCE
+    from dtype_lint.ecosystems.registry import plugins
 
-    ours = [f for f in findings if (f.fix is not None and is_hf_fix(f)) or
-            any(FAMILY_EVIDENCE in e.message for e in f.evidence)]
+    # Another family whose fixes route through this helper speaks for its own sites.
+    others = [marker for family in plugins("family") if family.__name__ != __name__.replace(".helper", ".family")
+              for marker in [getattr(family, "FAMILY_EVIDENCE", "")] if marker]
+    ours = [f for f in findings if ((f.fix is not None and is_hf_fix(f)) or
+            any(FAMILY_EVIDENCE in e.message for e in f.evidence)) and
+            not any(marker in e.message for marker in others for e in f.evidence)]
     if not ours:
         return []
     lines = [f"family: Hugging Face model code ({len(ours)} site{'s' if len(ours) != 1 else ''})",

@@ -1,0 +1,216 @@
+"""Where a project applies a quantizer to a model, and which of its model classes that reaches.
+
+A call's first argument is the model: `self` (a method of the model class), a local built by a
+class of the tree (`model = TinyModel(...)`), or a parameter, followed one step to the calls of
+its function in the tree (`swap_linears(model)`). A function that builds a bitsandbytes layer and
+swaps it in (`setattr(module, name, bnb.nn.Linear4bit(...))`) applies it to its first parameter.
+A parameter that no call in the tree passes is a library's API (the model is its caller's, outside
+the tree): not an application to this tree. Anything else (an attribute, a model a function
+returns) cannot be told: an `Application` with no classes and the reason, which the family turns
+into a low-confidence finding, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.ecosystems.quantizers.catalogue import (
+    LIBRARY_PACKAGES,
+    QUANTIZER_PACKAGES,
+    Quantizer,
+    applied_by,
+    swapped_in,
+)
+
+_FOLLOW_DEPTH = 2  # parameter → caller's argument → its caller's
+# What a swapping function fills in the layer it builds (not a swap into the model).
+_LAYER_PARTS = frozenset({"weight", "bias", "compute_dtype", "quant_state"})
+
+
+@dataclass
+class Application:
+    """One quantizer applied to a model: the model's classes in the tree, or why they are unknown."""
+
+    quantizer: Quantizer
+    path: str
+    line: int
+    call_text: str
+    package: str  # the top-level package of the applying file
+    classes: list[str] = field(default_factory=list)
+    unknown: str = ""
+
+
+@dataclass
+class _File:
+    module: str
+    path: str
+    imports: dict[str, str]
+    tree: ast.Module
+    parents: dict[int, ast.AST]
+
+
+def applications(resolver) -> list[Application]:
+    """Every application in the tree, computed once per run."""
+    return resolver.index.cached_facts(("quantizer applications",), lambda: _scan(resolver))
+
+
+def _imports_a_quantizer(imports: dict[str, str]) -> bool:
+    return any(target == package or target.startswith(package + ".") for target in imports.values()
+               for package in QUANTIZER_PACKAGES)
+
+
+def _load(resolver, module: str, header) -> _File | None:
+    from dtype_lint.core.source import read_file
+
+    try:
+        tree = ast.parse(read_file(header.path).text)
+    except (OSError, SyntaxError, ValueError, UnicodeError):
+        return None
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return _File(module, header.path, header.imports, tree, parents)
+
+
+def _scan(resolver) -> list[Application]:
+    found: list[Application] = []
+    for module, header in list(resolver.index.modules.items()):
+        if module.split(".", 1)[0] in LIBRARY_PACKAGES or not _imports_a_quantizer(header.imports):
+            continue
+        loaded = _load(resolver, module, header)
+        if loaded is None:
+            continue
+        swapping: dict[int, tuple[ast.AST, Quantizer, ast.Call]] = {}
+        for node in ast.walk(loaded.tree):
+            if not isinstance(node, ast.Call) or not (name := dotted(node.func)):
+                continue
+            qualname = resolver.index.resolve(module, name, loaded.imports)
+            quantizer = applied_by(qualname)
+            if quantizer is not None and (node.args or node.keywords):
+                model = node.args[0] if node.args else node.keywords[0].value
+                found.append(_application(resolver, loaded, quantizer, node, model))
+                continue
+            swap = swapped_in(qualname)
+            function = _enclosing_function(loaded, node)
+            if swap is not None and function is not None and _swaps(function) and id(function) not in swapping:
+                swapping[id(function)] = (function, swap, node)
+        for function, swap, node in swapping.values():
+            found.append(_swap_application(resolver, loaded, swap, function, node))
+    return found
+
+
+def _enclosing_function(loaded: _File, node: ast.AST):
+    while id(node) in loaded.parents:
+        node = loaded.parents[id(node)]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return node
+    return None
+
+
+def _enclosing_class(loaded: _File, node: ast.AST) -> str | None:
+    parts = []
+    while id(node) in loaded.parents:
+        node = loaded.parents[id(node)]
+        if isinstance(node, ast.ClassDef):
+            parts.append(node.name)
+    return f"{loaded.module}.{'.'.join(reversed(parts))}" if parts else None
+
+
+def _swaps(function) -> bool:
+    """Does the function put a module into another (`setattr(m, name, layer)`, `m._modules[k] = layer`,
+    `m.proj = layer`, `m[i] = layer`)?"""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and dotted(node.func) == "setattr":
+            return True
+        # not `layer.weight = Params4bit(...)`: filling the new layer is no swap
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Subscript) or
+                isinstance(target, ast.Attribute) and target.attr not in _LAYER_PARTS for target in node.targets):
+            return True
+    return False
+
+
+def _swap_application(resolver, loaded: _File, swap: Quantizer, function, node: ast.Call) -> Application:
+    arguments = function.args.posonlyargs + function.args.args
+    application = Application(swap, loaded.path, node.lineno, ast.unparse(node.func), loaded.module.split(".", 1)[0])
+    if not arguments:
+        application.unknown = f"`{function.name}` swaps it into a module it takes no parameter for"
+        return application
+    _model_of(resolver, loaded, function, ast.Name(arguments[0].arg, ast.Load()), application, 0)
+    return application
+
+
+def _application(resolver, loaded: _File, quantizer: Quantizer, call: ast.Call, model: ast.expr) -> Application:
+    application = Application(quantizer, loaded.path, call.lineno, ast.unparse(call.func),
+                              loaded.module.split(".", 1)[0])
+    _model_of(resolver, loaded, _enclosing_function(loaded, call), model, application, 0)
+    return application
+
+
+def _model_of(resolver, loaded: _File, function, model: ast.expr, application: Application, depth: int) -> None:
+    """Add the classes `model` (an expression in `function` of `loaded`) can be to `application`,
+    or say why they cannot be told."""
+    text = ast.unparse(model)
+    if isinstance(model, ast.Call) and (name := dotted(model.func)):
+        qualname = resolver.index.resolve(loaded.module, name, loaded.imports)
+        if resolver.index.class_location(qualname) is not None:
+            application.classes.append(qualname)
+            return
+        application.unknown = application.unknown or f"the model is what `{name}(...)` returns"
+        return
+    if not isinstance(model, ast.Name):
+        application.unknown = application.unknown or f"which model `{text}` is cannot be told here"
+        return
+    if function is None:
+        values = _assigned(loaded.tree.body, model.id)
+    else:
+        parameters = [arg.arg for arg in function.args.posonlyargs + function.args.args + function.args.kwonlyargs]
+        if model.id in parameters:
+            if model.id == "self" and parameters[0] == "self":
+                owner = _enclosing_class(loaded, function)
+                if owner is not None:
+                    application.classes.append(owner)
+                    return
+            _from_callers(resolver, loaded, function, parameters.index(model.id), application, depth)
+            return
+        values = _assigned(list(ast.walk(function)), model.id)
+    if not values:
+        application.unknown = application.unknown or f"`{text}` is not assigned a model here"
+        return
+    for value in values:
+        _model_of(resolver, loaded, function, value, application, depth)
+
+
+def _assigned(nodes, name: str) -> list[ast.expr]:
+    return [node.value for node in nodes if isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
+
+
+def _from_callers(resolver, loaded: _File, function, position: int, application: Application, depth: int) -> None:
+    """The models the calls of `function` in the tree pass at `position` (one step per depth); none
+    found: a library's API, not an application to this tree."""
+    if depth >= _FOLLOW_DEPTH:
+        application.unknown = application.unknown or f"`{function.name}` is handed its model from too far away"
+        return
+    for caller_file in _files_naming(resolver, loaded, function.name):
+        for node in ast.walk(caller_file.tree):
+            if not (isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == function.name):
+                continue
+            caller = _enclosing_function(caller_file, node)
+            if caller is function:
+                continue  # the recursion into children
+            argument = node.args[position] if position < len(node.args) else None
+            if argument is None or isinstance(argument, ast.Starred):
+                continue
+            _model_of(resolver, caller_file, caller, argument, application, depth + 1)
+
+
+def _files_naming(resolver, loaded: _File, name: str) -> list[_File]:
+    """This file and the files of the tree that import `name` from it."""
+    files = [loaded]
+    for module, header in resolver.index.modules.items():
+        if module != loaded.module and any(target == f"{loaded.module}.{name}" for target in header.imports.values()):
+            other = _load(resolver, module, header)
+            if other is not None:
+                files.append(other)
+    return files

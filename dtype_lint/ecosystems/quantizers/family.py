@@ -1,0 +1,193 @@
+"""The family role of the generic quantizer ecosystem (dtype_lint/ecosystems/registry.py): an
+`nn.Linear` (or subclass) a project's own module builds is quantizable when the project applies a
+quantizer that packs `.weight` to a model that contains that module (applications.py), through
+the constructions the index follows (`self.blocks = nn.ModuleList([Block(...) ...])`).
+
+Verdicts (None leaves the layer to the other families and the storage model):
+- a model containing the layer's module is handed to bitsandbytes or `mtq.compress`: ("high",
+  evidence), the last step a `QuantizerEvidence` with the storages each leaves;
+- only torchao, optimum-quanto or modelopt's fake quantization reach it: None (they leave a
+  float `.dtype`: a cast to it is harmless);
+- the project applies a packing quantizer to a model this analysis cannot tell (an attribute, a
+  model a function returns), in the layer's own package: ("low", evidence) with the reason, as the
+  storage model reports a layer whose backends it cannot read.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS
+from dtype_lint.core.findings import Evidence
+from dtype_lint.ecosystems.hf.family import (
+    LINEAR,
+    LINEAR_SUBCLASS,
+    NO_WEIGHT,
+    STORAGE_WORDS,
+    layer_kind,
+    partial_guard,
+    runs_at_construction,
+)
+from dtype_lint.ecosystems.quantizers.applications import Application, applications
+
+# Every verdict of this family carries this in an evidence message (words.py, `doctor`, the cache).
+FAMILY_EVIDENCE = "in a module the project quantizes"
+# The layers these quantizers replace: bitsandbytes swaps and `replace_with_bnb_linear` take
+# `nn.Linear`; modelopt's registry takes `nn.Linear` and subclasses keeping its `forward`.
+_KINDS = frozenset({LINEAR, LINEAR_SUBCLASS})
+
+
+class QuantizerEvidence(Evidence):
+    """The quantizers' storages for the layer: (format, storage word)."""
+
+    storages: tuple[tuple[str, str], ...]
+
+    def __init__(self, message: str, path: str, line: int, storages=()):
+        super().__init__(message, path, line)
+        object.__setattr__(self, "storages", tuple(storages))
+
+
+def storage_phrase(storages) -> str:
+    """`uint8 under bitsandbytes 4-bit, int8 under bitsandbytes 8-bit`."""
+    by_storage: dict[str, list[str]] = {}
+    for name, storage in storages:
+        names = by_storage.setdefault(storage, [])
+        if name not in names:
+            names.append(name)
+    return ", ".join(f"{STORAGE_WORDS[storage]} under {'/'.join(names)}" for storage, names in by_storage.items())
+
+
+def contained(resolver, model: str) -> frozenset[str]:
+    """The classes of the tree a model class builds, transitively (its own and its ancestors'
+    attributes' constructions, every class called inside them: `nn.ModuleList([Block(...)])`)."""
+    return resolver.index.cached_facts(("quantizer containment", model), lambda: _contained(resolver, model))
+
+
+def _contained(resolver, model: str) -> frozenset[str]:
+    seen: set[str] = set()
+    todo = [model]
+    while todo and len(seen) < 512:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for ancestor in resolver.index.mro(current):
+            location = resolver.index.class_location(ancestor)
+            class_facts = resolver.project.class_facts(ancestor) if location else None
+            facts = resolver.project.file_facts(location[0].module) if location else None
+            if class_facts is None or facts is None:
+                continue
+            for origins in class_facts.attrs.values():
+                for origin in origins:
+                    if origin.kind != "call" or origin.call is None:
+                        continue
+                    for node in ast.walk(origin.call):
+                        if isinstance(node, ast.Call) and (name := dotted(node.func)):
+                            built = resolver.index.resolve(facts.module, name, facts.imports)
+                            if resolver.index.class_location(built) is not None and built not in seen:
+                                todo.append(built)
+    return frozenset(seen)
+
+
+def _reached_model(resolver, application: Application, owner: str) -> str | None:
+    """The model the application quantizes that builds the module class `owner` (or a subclass
+    of it), or None."""
+    for model in application.classes:
+        inside = contained(resolver, model)
+        if owner in inside or any(owner in resolver.index.mro(built) for built in inside):
+            return model
+    return None
+
+
+def verdict(resolver, inst, expr_text: str):
+    """None: not this family's layer. Else ("high" | "low", evidence)."""
+    owner = inst.origin
+    if not inst.qualname or not owner or expr_text == "self" or \
+            layer_kind(resolver.index.mro(inst.qualname)) not in _KINDS:
+        return None
+    found = applications(resolver)
+    if not found:
+        return None
+    packing = [application for application in found if application.quantizer.storages]
+    reaching = [(application, model) for application in packing
+                if (model := _reached_model(resolver, application, owner)) is not None]
+    chain = tuple(Evidence(e.message.replace(" without a quantization config", ""), e.path, e.line) for e in inst.chain)
+    short = owner.rsplit(".", 1)[-1]
+    if reaching:
+        storages = tuple(dict.fromkeys(storage for application, _ in reaching
+                                       for storage in application.quantizer.storages))
+        steps = tuple(Evidence(f"`{short}` is {FAMILY_EVIDENCE}: `{application.call_text}(...)` applies "
+                               f"{application.quantizer.name} to `{model.rsplit('.', 1)[-1]}`, "
+                               f"which builds it; `.weight` becomes {application.quantizer.leaves}",
+                               application.path, application.line) for application, model in reaching[:3])
+        return "high", (*chain, *steps, QuantizerEvidence(storage_phrase(storages), "", 0, storages))
+    package = owner.split(".", 1)[0]
+    unknown = [application for application in packing if application.unknown and application.package == package]
+    if not unknown:
+        return None
+    first = unknown[0]
+    storages = tuple(dict.fromkeys(storage for application in unknown for storage in application.quantizer.storages))
+    reason = (f"{UNKNOWN_BACKENDS}: `{first.call_text}(...)` applies {first.quantizer.name} to a model "
+              f"not known here ({first.unknown}); `{short}` may be {FAMILY_EVIDENCE}")
+    return "low", (*chain, Evidence(BACKEND_MARK + reason, first.path, first.line),
+                   QuantizerEvidence(f"if that model builds `{short}`: {storage_phrase(storages)}", "", 0, storages))
+
+
+def quantizer_storages(evidence) -> QuantizerEvidence | None:
+    for item in evidence or ():
+        if isinstance(item, QuantizerEvidence):
+            return item
+    return None
+
+
+def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):
+    """The verdict after the checks that dominate the site: None in `__init__` and the methods only
+    it calls (the model is quantized after it is built) or where no storage that breaks the site
+    gets past its guards; else the storages left, the partial guard named."""
+    confidence, evidence = verdict
+    packed = quantizer_storages(evidence)
+    if packed is None or runs_at_construction(fn, cls):
+        return None
+    left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, packed.storages)
+    if not left:
+        return None
+    if unreadable and vllm_guard_proves():
+        return None
+    if len(left) == len(packed.storages):
+        return verdict
+    rest = tuple(item for item in evidence if item is not packed)
+    guard = " and ".join(f"`{ast.unparse(test)}`" for test in tests) or "a dominating check"
+    missed = {storage for _, storage in left}
+    note = QuantizerEvidence(f"partial guard {guard}: still breaks on {storage_phrase(left)}"
+                             + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
+                             path, tests[0].lineno if tests else 0, left)
+    return confidence, (*rest, note)
+
+
+# ---- the family protocol (ecosystems/registry.py) ----------------------------------------------
+
+
+def claims(evidence) -> bool:
+    """Did this family decide the verdict (its quantizers' storages in the evidence)?"""
+    return quantizer_storages(evidence) is not None
+
+
+def backend_words(evidence, default: str) -> str:
+    """The quantizers' storages; after the reason where the model could not be told."""
+    packed = quantizer_storages(evidence)
+    words = storage_phrase(packed.storages) if packed is not None else default
+    unknown = [item.message[len(BACKEND_MARK):] for item in evidence or () if item.message.startswith(BACKEND_MARK)]
+    return f"{unknown[0]}; if so: {words}" if unknown else words
+
+
+def sequential_item(resolver, expr, scope, depth: int, this):
+    return None
+
+
+def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
+    return None
+
+
+def first_parameter_holder(resolver, layer, scope, text: str) -> str:
+    return ""

@@ -1,0 +1,52 @@
+"""The quantizer family's helper role: its sites are fixed through the Hugging Face helper
+(`get_module_input_dtype`, ecosystems/hf/helper.py), which that ecosystem's helper role creates
+and settles, so this one owns no fix; it speaks for the family in `doctor`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the fix layer imports this module lazily; only the annotations name its class
+    from dtype_lint.fix.helper_template import HelperLocation
+
+HELPER_LABEL = "HF helper"  # the helper this family's fixes route through, as messages name it
+
+
+def owns_fix(finding) -> bool:
+    return False  # the HF helper role settles `get_module_input_dtype`
+
+
+def helper_location(finding, index, root) -> HelperLocation:
+    from dtype_lint.ecosystems.hf.helper import helper_location as hf_location
+
+    return hf_location(finding, index, root)
+
+
+def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]]:
+    return []
+
+
+def doctor_lines(findings, index, root) -> list[str]:
+    """`doctor`'s paragraph on this family: its sites, what makes a layer quantizable here, and
+    where the helper its fixes import lives (or would be created)."""
+    from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, is_hf_fix
+    from dtype_lint.ecosystems.quantizers.family import FAMILY_EVIDENCE
+
+    ours = [f for f in findings if any(FAMILY_EVIDENCE in e.message for e in f.evidence)]
+    if not ours:
+        return []
+    lines = [f"family: a project that quantizes its own modules ({len(ours)} site{'s' if len(ours) != 1 else ''})",
+             "  quantizable roots: `nn.Linear` and its subclasses in a model the project hands to bitsandbytes "
+             "(`replace_with_bnb_linear`, a swap to `bnb.nn.Linear4bit`/`Linear8bitLt`) or `mtq.compress`; "
+             "torchao, optimum-quanto and `mtq.quantize` keep a float `.dtype`"]
+    homes: dict[str, HelperLocation] = {}
+    for finding in ours:
+        if finding.fix is not None and is_hf_fix(finding):
+            location = helper_location(finding, index, root)
+            homes.setdefault(location.module, location)
+    for module, location in sorted(homes.items()):
+        state = "exists" if location.exists else "would be created by --fix"
+        lines.append(f"  helper: {module}:{HF_HELPER_NAME}: {state}")
+    if not homes:
+        lines.append("  helper: none needed (no site here has a fix)")
+    return lines
