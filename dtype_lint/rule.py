@@ -49,7 +49,8 @@ from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
 from dtype_lint.ecosystems.registry import default_words, family_of, planner_of, plugins
 
-FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
+FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports",
+                   "loaders"})
 
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
@@ -352,6 +353,36 @@ class RuleFacts:
             out.append(function)
         return out
 
+    def _storage_exempt(self, c: Candidate) -> bool:
+        """Exempt as storage code (a method of a storage class, a storage function), itself or
+        through an enclosing function: not merely for its name."""
+        current: Candidate | None = c
+        while current is not None:
+            if (current.class_qualname and self._storage(current.class_qualname)) or \
+                    (current.class_qualname is None and current.scope_name == current.fn.name
+                     and self.layers.storage_function(current.fn) is not None):
+                return True
+            outer = self._enclosing.get(id(current.fn))
+            current = self._all_functions[self._function_index[id(outer)]] if outer is not None else None
+        return False
+
+    @cached_property
+    def loaders(self) -> list[Candidate]:
+        """Functions with a marker word that are exempt only for their name (`exempt-functions`:
+        weight loaders, `load_weights`), not as storage code. Their storage work stays exempt; a
+        rule asks of them only whether a cast or allocation in a weight's dtype is installed as
+        another parameter of that layer (analysis/storage/compute_parameters.py)."""
+        lines = self._marker_lines
+        functions = self._function_list(lines)
+        out = []
+        for i, function in enumerate(functions):
+            j = bisect_left(lines, function.fn.lineno)
+            if j == len(lines) or lines[j] > function.fn.end_lineno:
+                continue
+            if self._exempt(functions, i) and not self._storage_exempt(function):
+                out.append(function)
+        return out
+
     @cached_property
     def _function_spans(self) -> list[tuple[int, int, str]]:
         return sorted((c.fn.lineno, c.fn.end_lineno or c.fn.lineno, c.scope_name) for c in self._all_functions)
@@ -554,6 +585,14 @@ class RuleContext:
     @property
     def guards(self):
         return self._fact("guards")
+
+    def loader_calls(self):
+        """(function, call node) for every call in every function exempt only for its name (the
+        `loaders` fact), in source order."""
+        self._declared("loaders")
+        for loader in self._facts.loaders:
+            for node in sorted(loader.walk.of(ast.Call), key=lambda n: (n.lineno, n.col_offset)):
+                yield loader, node
 
     def calls(self):
         """(candidate, call node) for every call in every candidate function, in source order (the

@@ -12,7 +12,8 @@ does (two calls down), and a dtype an object stored from a layer's weight
 from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:
 docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
-`process_weights_after_loading`). Storage code is also known by what it does with the allocation,
+`process_weights_after_loading`), except, in a weight loader, an allocation in `L.weight.dtype`
+installed as another parameter of `L` (a bias, a scale), as for DTL001. Storage code is also known by what it does with the allocation,
 whatever the function is called: one that replaces a weight's storage (`L.weight.set_(...)`,
 `L.weight.data = ...`), or that a `nn.Parameter(...)` wraps which is then registered or assigned as
 a layer's weight (`layer.register_parameter("weight", P)`, `layer.weight = P`,
@@ -75,6 +76,7 @@ from dtype_lint.analysis.flow.recognisers import (
     weight_expr,
 )
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.analysis.storage.compute_parameters import compute_parameter_install
 from dtype_lint.analysis.storage.weight_registration import weight_allocations
 from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
@@ -103,7 +105,7 @@ class WeightDtypeAllocation(Rule):
     # chain of at least one attribute: `dtype=self.dtype` and `self.params_dtype` are too common to read).
     patterns = WEIGHT_SITE_PATTERNS + (STORED_DTYPE_ALLOC,)
     marker = ("weight", ".dtype")  # candidate functions: those whose text names either
-    facts = frozenset({"candidates", "layers", "flows", "imports"})
+    facts = frozenset({"candidates", "layers", "flows", "imports", "loaders"})
     fix_availability = FixAvailability.NONE
     fix_note = "the buffer's dtype is a human choice"
     regions = "sites"
@@ -177,6 +179,33 @@ class WeightDtypeAllocation(Rule):
                     confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
+        for function, node in ctx.loader_calls():
+            self._loader_install(ctx, function, node)
+
+    @staticmethod
+    def _loader_install(ctx: RuleContext, function, node: ast.Call) -> None:
+        """In a weight loader (exempt for its name): an allocation in `L.weight.dtype` that the
+        loader installs as another parameter of `L` (`L.bias = nn.Parameter(torch.zeros(n,
+        dtype=L.weight.dtype))`). What becomes the weight itself is storage work and stays exempt."""
+        for kw in alloc_dtype_keywords(node, ctx.imports):
+            weight_dtype = weight_dtype_source(kw.value, function.scope)
+            if weight_dtype is None:
+                continue
+            name = compute_parameter_install(node, weight_dtype.layer, function.nodes, function.scope.assigns)
+            verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if name is not None else None
+            if verdict is None:
+                continue
+            confidence, evidence = verdict
+            layer = ast.unparse(weight_dtype.layer)
+            ctx.report(
+                node,
+                f"weight loader allocates `{layer}.{name}` in `{layer}.weight.dtype`, the storage dtype of a "
+                f"quantizable layer {storage_dtypes(evidence)}: the layer computes with its `{name}`, which takes "
+                f"the compute dtype (`{layer}.params_dtype`), not the weight's storage",
+                confidence=confidence, evidence=evidence,
+                no_fix_reason=f"`{name}` is a parameter the layer computes with; choose its dtype by hand",
+            )
+            return
 
     @staticmethod
     def _stored(ctx: RuleContext, function, node: ast.Call, kw: ast.keyword) -> None:
