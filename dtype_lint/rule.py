@@ -39,7 +39,12 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import ClassVar
 
-from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
+from dtype_lint.analysis.flow.recognisers import (
+    FIRST_PARAMETER,
+    alloc_dtype_keywords,
+    cast_dtype_args,
+    weight_dtype_source,
+)
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions, patched_methods
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.layers import LayerResolver
@@ -586,13 +591,38 @@ class RuleContext:
     def guards(self):
         return self._fact("guards")
 
-    def loader_calls(self):
-        """(function, call node) for every call in every function exempt only for its name (the
-        `loaders` fact), in source order."""
+    def report_loader_installs(self, kind: str) -> None:
+        """In functions exempt only for their name (the `loaders` fact: weight loaders), a cast
+        (`kind` "cast") or an allocation ("alloc") in `L.weight.dtype` whose result the loader
+        installs as another parameter of `L` that the layer computes with (`L.bias =
+        nn.Parameter(b.to(L.weight.dtype))`): not storage work (analysis/storage/compute_parameters.py).
+        What becomes the weight itself stays exempt."""
+        from dtype_lint.analysis.storage.compute_parameters import compute_parameter_install
+
         self._declared("loaders")
         for loader in self._facts.loaders:
             for node in sorted(loader.walk.of(ast.Call), key=lambda n: (n.lineno, n.col_offset)):
-                yield loader, node
+                dtypes = cast_dtype_args(node) if kind == "cast" else \
+                    [kw.value for kw in alloc_dtype_keywords(node, self._facts.imports)]
+                for dtype in dtypes:
+                    weight_dtype = weight_dtype_source(dtype, loader.scope)
+                    if weight_dtype is None or weight_dtype.form == FIRST_PARAMETER:
+                        continue
+                    name = compute_parameter_install(node, weight_dtype.layer, loader.nodes, loader.scope.assigns)
+                    verdict = self.layer_verdict(weight_dtype.layer, loader, site=node) if name else None
+                    if verdict is None:
+                        continue
+                    layer = ast.unparse(weight_dtype.layer)
+                    via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
+                    verb = "casts" if kind == "cast" else "allocates"
+                    self.report(node, f"weight loader {verb} `{layer}.{name}` in `{layer}.weight.dtype`{via}, the "
+                                      f"storage dtype of a quantizable layer {storage_dtypes(verdict[1])}: the layer "
+                                      f"computes with its `{name}`, which takes the compute dtype "
+                                      f"(`{layer}.params_dtype`), not the weight's storage",
+                                confidence=verdict[0], evidence=verdict[1],
+                                no_fix_reason=f"`{name}` is a parameter the layer computes with; choose its "
+                                              "dtype by hand")
+                    break
 
     def calls(self):
         """(candidate, call node) for every call in every candidate function, in source order (the

@@ -14,15 +14,11 @@ in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
 `L.weight` (or its dtype) passed into a project function that casts an activation to it, or hands
 it on to one that does (docs/quantizability.md, section 4). Where what is converted is a stored weight instead
 (`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
-"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains
-a quant method from a config (read from the code, or configured), a config may reach its
-construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
-methods, weight kernels, weight loaders and `process_weights_after_loading` are exempt: their job
-is the storage format. In a weight loader (exempt for its name, `exempt-functions`), a cast to
-`L.weight.dtype` whose result the loader installs as another parameter of `L` that the layer
-computes with (`L.bias = nn.Parameter(b.to(L.weight.dtype))`, `register_parameter` or `setattr`
-with a literal name that is not weight-named) is still reported: it is not storage. With `name-heuristics = true`, layers whose class did not resolve but whose
-name looks like a projection (`*_proj`) are reported with low confidence.
+"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains a quant method from a
+config (read from the code, or configured), a config may reach its construction, and no dominating check proves it
+unquantized (docs/quantizability.md). Quant methods, weight kernels, weight loaders and `process_weights_after_loading`
+are exempt (their job is the storage format) but for a loader's cast that becomes another parameter of `L` (`L.bias =
+nn.Parameter(b.to(L.weight.dtype))`). With `name-heuristics = true`, unresolved `*_proj`-named layers are reported, with low confidence.
 
 ## Why is this bad?
 A quantization backend may repack a layer's weight after loading: Marlin stores FP8 weights as
@@ -109,7 +105,6 @@ from dtype_lint.analysis.flow.recognisers import (
 )
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.analysis.storage.compute_parameters import compute_parameter_install
 from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
@@ -226,31 +221,7 @@ class WeightDtypeCast(Rule):
                                                holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
-        for function, node in ctx.loader_calls():
-            self._loader_install(ctx, function, node)
-
-    @staticmethod
-    def _loader_install(ctx: RuleContext, function, node: ast.Call) -> None:
-        """In a weight loader (exempt for its name): a cast to `L.weight.dtype` whose result the
-        loader installs as another parameter of `L` (`L.bias = nn.Parameter(b.to(L.weight.dtype))`).
-        What becomes the weight itself is storage work and stays exempt."""
-        for arg in cast_dtype_args(node):
-            weight_dtype = weight_dtype_source(arg, function.scope)
-            if weight_dtype is None or weight_dtype.form == FIRST_PARAMETER:
-                continue
-            name = compute_parameter_install(node, weight_dtype.layer, function.nodes, function.scope.assigns)
-            verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if name is not None else None
-            if verdict is None:
-                continue
-            confidence, evidence = verdict
-            layer = ast.unparse(weight_dtype.layer)
-            via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
-            ctx.report(node, f"weight loader casts `{layer}.{name}` to `{layer}.weight.dtype`{via}, the storage dtype "
-                             f"of a quantizable layer {storage_dtypes(evidence)}: the layer computes with its `{name}`, "
-                             f"which takes the compute dtype (`{layer}.params_dtype`), not the weight's storage",
-                       confidence=confidence, evidence=evidence,
-                       no_fix_reason=f"`{name}` is a parameter the layer computes with; choose its dtype by hand")
-            return
+        ctx.report_loader_installs("cast")  # a loader's bias or scale in the storage dtype
 
     @staticmethod
     def _through_getter(ctx: RuleContext, function, node: ast.Call, arg: ast.expr) -> None:

@@ -76,7 +76,6 @@ from dtype_lint.analysis.flow.recognisers import (
     weight_expr,
 )
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.analysis.storage.compute_parameters import compute_parameter_install
 from dtype_lint.analysis.storage.weight_registration import weight_allocations
 from dtype_lint.ecosystems.registry import family_of
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
@@ -179,33 +178,7 @@ class WeightDtypeAllocation(Rule):
                     confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
-        for function, node in ctx.loader_calls():
-            self._loader_install(ctx, function, node)
-
-    @staticmethod
-    def _loader_install(ctx: RuleContext, function, node: ast.Call) -> None:
-        """In a weight loader (exempt for its name): an allocation in `L.weight.dtype` that the
-        loader installs as another parameter of `L` (`L.bias = nn.Parameter(torch.zeros(n,
-        dtype=L.weight.dtype))`). What becomes the weight itself is storage work and stays exempt."""
-        for kw in alloc_dtype_keywords(node, ctx.imports):
-            weight_dtype = weight_dtype_source(kw.value, function.scope)
-            if weight_dtype is None:
-                continue
-            name = compute_parameter_install(node, weight_dtype.layer, function.nodes, function.scope.assigns)
-            verdict = ctx.layer_verdict(weight_dtype.layer, function, site=node) if name is not None else None
-            if verdict is None:
-                continue
-            confidence, evidence = verdict
-            layer = ast.unparse(weight_dtype.layer)
-            ctx.report(
-                node,
-                f"weight loader allocates `{layer}.{name}` in `{layer}.weight.dtype`, the storage dtype of a "
-                f"quantizable layer {storage_dtypes(evidence)}: the layer computes with its `{name}`, which takes "
-                f"the compute dtype (`{layer}.params_dtype`), not the weight's storage",
-                confidence=confidence, evidence=evidence,
-                no_fix_reason=f"`{name}` is a parameter the layer computes with; choose its dtype by hand",
-            )
-            return
+        ctx.report_loader_installs("alloc")  # a loader's bias or scale in the storage dtype
 
     @staticmethod
     def _stored(ctx: RuleContext, function, node: ast.Call, kw: ast.keyword) -> None:
