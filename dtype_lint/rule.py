@@ -617,8 +617,8 @@ class RuleContext:
                     verb = "casts" if kind == "cast" else "allocates"
                     self.report(node, f"weight loader {verb} `{layer}.{name}` in `{layer}.weight.dtype`{via}, the "
                                       f"storage dtype of a quantizable layer {storage_dtypes(verdict[1])}: the layer "
-                                      f"computes with its `{name}`, which takes the compute dtype "
-                                      f"(`{layer}.params_dtype`), not the weight's storage",
+                                      f"computes with its `{name}`, which takes the compute dtype, not the "
+                                      f"weight's storage",
                                 confidence=verdict[0], evidence=verdict[1],
                                 no_fix_reason=f"`{name}` is a parameter the layer computes with; choose its "
                                               "dtype by hand")

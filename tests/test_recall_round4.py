@@ -107,7 +107,7 @@ def test_a_loader_installing_a_compute_parameter_in_the_storage_dtype_is_reporte
     assert [(f.code in ("DTL001", "DTL002"), f.span.line) for f in findings] == [(True, LOADER_LINE + line - 1)], \
         [(f.code, f.span.line, f.message) for f in findings]
     message = findings[0].message
-    assert message.startswith("weight loader ") and "self.head." in message and "params_dtype" in message
+    assert message.startswith("weight loader ") and "self.head." in message and "takes the compute dtype" in message
     assert findings[0].fix is None and "choose its dtype by hand" in findings[0].no_fix_reason
 
 
