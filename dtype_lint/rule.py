@@ -39,7 +39,12 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import ClassVar
 
-from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER
+from dtype_lint.analysis.flow.recognisers import (
+    FIRST_PARAMETER,
+    alloc_dtype_keywords,
+    cast_dtype_args,
+    weight_dtype_source,
+)
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions, patched_methods
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.layers import LayerResolver
@@ -49,7 +54,8 @@ from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
 from dtype_lint.ecosystems.registry import default_words, family_of, planner_of, plugins
 
-FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports"})
+FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports",
+                   "loaders"})
 
 def storage_dtypes(evidence) -> str:
     """The storages behind a finding, for its message: the backends the storage model found
@@ -352,6 +358,36 @@ class RuleFacts:
             out.append(function)
         return out
 
+    def _storage_exempt(self, c: Candidate) -> bool:
+        """Exempt as storage code (a method of a storage class, a storage function), itself or
+        through an enclosing function: not merely for its name."""
+        current: Candidate | None = c
+        while current is not None:
+            if (current.class_qualname and self._storage(current.class_qualname)) or \
+                    (current.class_qualname is None and current.scope_name == current.fn.name
+                     and self.layers.storage_function(current.fn) is not None):
+                return True
+            outer = self._enclosing.get(id(current.fn))
+            current = self._all_functions[self._function_index[id(outer)]] if outer is not None else None
+        return False
+
+    @cached_property
+    def loaders(self) -> list[Candidate]:
+        """Functions with a marker word that are exempt only for their name (`exempt-functions`:
+        weight loaders, `load_weights`), not as storage code. Their storage work stays exempt; a
+        rule asks of them only whether a cast or allocation in a weight's dtype is installed as
+        another parameter of that layer (analysis/storage/compute_parameters.py)."""
+        lines = self._marker_lines
+        functions = self._function_list(lines)
+        out = []
+        for i, function in enumerate(functions):
+            j = bisect_left(lines, function.fn.lineno)
+            if j == len(lines) or lines[j] > function.fn.end_lineno:
+                continue
+            if self._exempt(functions, i) and not self._storage_exempt(function):
+                out.append(function)
+        return out
+
     @cached_property
     def _function_spans(self) -> list[tuple[int, int, str]]:
         return sorted((c.fn.lineno, c.fn.end_lineno or c.fn.lineno, c.scope_name) for c in self._all_functions)
@@ -554,6 +590,39 @@ class RuleContext:
     @property
     def guards(self):
         return self._fact("guards")
+
+    def report_loader_installs(self, kind: str) -> None:
+        """In functions exempt only for their name (the `loaders` fact: weight loaders), a cast
+        (`kind` "cast") or an allocation ("alloc") in `L.weight.dtype` whose result the loader
+        installs as another parameter of `L` that the layer computes with (`L.bias =
+        nn.Parameter(b.to(L.weight.dtype))`): not storage work (analysis/storage/compute_parameters.py).
+        What becomes the weight itself stays exempt."""
+        from dtype_lint.analysis.storage.compute_parameters import compute_parameter_install
+
+        self._declared("loaders")
+        for loader in self._facts.loaders:
+            for node in sorted(loader.walk.of(ast.Call), key=lambda n: (n.lineno, n.col_offset)):
+                dtypes = cast_dtype_args(node) if kind == "cast" else \
+                    [kw.value for kw in alloc_dtype_keywords(node, self._facts.imports)]
+                for dtype in dtypes:
+                    weight_dtype = weight_dtype_source(dtype, loader.scope)
+                    if weight_dtype is None or weight_dtype.form == FIRST_PARAMETER:
+                        continue
+                    name = compute_parameter_install(node, weight_dtype.layer, loader.nodes, loader.scope.assigns)
+                    verdict = self.layer_verdict(weight_dtype.layer, loader, site=node) if name else None
+                    if verdict is None:
+                        continue
+                    layer = ast.unparse(weight_dtype.layer)
+                    via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
+                    verb = "casts" if kind == "cast" else "allocates"
+                    self.report(node, f"weight loader {verb} `{layer}.{name}` in `{layer}.weight.dtype`{via}, the "
+                                      f"storage dtype of a quantizable layer {storage_dtypes(verdict[1])}: the layer "
+                                      f"computes with its `{name}`, which takes the compute dtype, not the "
+                                      f"weight's storage",
+                                confidence=verdict[0], evidence=verdict[1],
+                                no_fix_reason=f"`{name}` is a parameter the layer computes with; choose its "
+                                              "dtype by hand")
+                    break
 
     def calls(self):
         """(candidate, call node) for every call in every candidate function, in source order (the

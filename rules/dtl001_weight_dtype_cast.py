@@ -14,12 +14,11 @@ in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
 `L.weight` (or its dtype) passed into a project function that casts an activation to it, or hands
 it on to one that does (docs/quantizability.md, section 4). Where what is converted is a stored weight instead
 (`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
-"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains
-a quant method from a config (read from the code, or configured), a config may reach its
-construction, and no dominating check proves it unquantized (docs/quantizability.md). Quant
-methods, weight kernels, weight loaders and `process_weights_after_loading` are exempt: their job
-is the storage format. With `name-heuristics = true`, layers whose class did not resolve but whose
-name looks like a projection (`*_proj`) are reported with low confidence.
+"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains a quant method from a
+config (read from the code, or configured), a config may reach its construction, and no dominating check proves it
+unquantized (docs/quantizability.md). Quant methods, weight kernels, weight loaders and `process_weights_after_loading`
+are exempt (their job is the storage format) but for a loader's cast that becomes another parameter of `L` (`L.bias =
+nn.Parameter(b.to(L.weight.dtype))`). With `name-heuristics = true`, unresolved `*_proj`-named layers are reported, with low confidence.
 
 ## Why is this bad?
 A quantization backend may repack a layer's weight after loading: Marlin stores FP8 weights as
@@ -138,7 +137,7 @@ class WeightDtypeCast(Rule):
     # (`self.dtype = self.projector.linear_1.weight.dtype`), read in another method or class.
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
     marker = ("weight", "parameters()", ".dtype")
-    facts = frozenset({"candidates", "layers", "fixes", "flows"})
+    facts = frozenset({"candidates", "layers", "fixes", "flows", "loaders"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"
     regions = "sites"
@@ -222,6 +221,7 @@ class WeightDtypeCast(Rule):
                                                holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
+        ctx.report_loader_installs("cast")  # a loader's bias or scale in the storage dtype
 
     @staticmethod
     def _through_getter(ctx: RuleContext, function, node: ast.Call, arg: ast.expr) -> None:

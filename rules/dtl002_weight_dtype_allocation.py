@@ -12,7 +12,8 @@ does (two calls down), and a dtype an object stored from a layer's weight
 from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:
 docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
-`process_weights_after_loading`). Storage code is also known by what it does with the allocation,
+`process_weights_after_loading`), except, in a weight loader, an allocation in `L.weight.dtype`
+installed as another parameter of `L` (a bias, a scale), as for DTL001. Storage code is also known by what it does with the allocation,
 whatever the function is called: one that replaces a weight's storage (`L.weight.set_(...)`,
 `L.weight.data = ...`), or that a `nn.Parameter(...)` wraps which is then registered or assigned as
 a layer's weight (`layer.register_parameter("weight", P)`, `layer.weight = P`,
@@ -103,7 +104,7 @@ class WeightDtypeAllocation(Rule):
     # chain of at least one attribute: `dtype=self.dtype` and `self.params_dtype` are too common to read).
     patterns = WEIGHT_SITE_PATTERNS + (STORED_DTYPE_ALLOC,)
     marker = ("weight", ".dtype")  # candidate functions: those whose text names either
-    facts = frozenset({"candidates", "layers", "flows", "imports"})
+    facts = frozenset({"candidates", "layers", "flows", "imports", "loaders"})
     fix_availability = FixAvailability.NONE
     fix_note = "the buffer's dtype is a human choice"
     regions = "sites"
@@ -177,6 +178,7 @@ class WeightDtypeAllocation(Rule):
                     confidence=confidence, evidence=evidence,
                     no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
                 )
+        ctx.report_loader_installs("alloc")  # a loader's bias or scale in the storage dtype
 
     @staticmethod
     def _stored(ctx: RuleContext, function, node: ast.Call, kw: ast.keyword) -> None:
