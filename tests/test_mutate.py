@@ -38,7 +38,7 @@ def test_every_mutant_applies_to_this_tree():
     # Barrier removal in every CUDA file that has a barrier, and a mutant in every kernel family.
     for f in ("attention.cu", "fp8_linear.cu", "gemm_tile.cuh", "marlin_fp8.cu", "nvfp4.cu", "linear_basic.cu"):
         assert f"kernels_ref/cuda/{f}" in files, f
-    assert {"dtype_lint/fix/helper_template.py", "dtype_lint/fix/planner.py"} <= files
+    assert {"dtype_lint/ecosystems/vllm/template.py", "dtype_lint/fix/planner.py"} <= files  # the helper template, the planner
     assert sum(m.ci for m in mutants) == 4
     # The classes the runtime matrix must reach, each with mutants.
     kinds = {m.kind for m in mutants}
