@@ -51,8 +51,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "dtype_lint.entry", "dtype_lint.__main__")),
 ]
 # An ecosystem (dtype_lint/ecosystems/<name>/) plugs a module into each stage it extends, so each
-# of its modules sits in the layer of the stage it plugs into, by its file name; a new module of an
-# ecosystem needs a line here (a name not listed fails test_every_module_has_a_layer).
+# of its modules sits in the layer of the stage it plugs into, by its role (the file name the
+# registry names it by). A module of its own that is no role (megatron's specs.py) is declared with
+# its layer in the ecosystem's `__init__.py` (`MODULE_LAYERS`), so adding an ecosystem touches only
+# its folder and the registry; a name in neither fails test_every_module_has_a_layer.
 ECOSYSTEM_ROLES: dict[str, str] = {
     "registry": "core",        # names the plug-ins as data; imports none of them itself
     "presets": "core",         # what a preset knows (config reads it)
@@ -61,23 +63,26 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "adapter": "analysis",     # an adapter library's base layers (peft)
     "words": "analysis",       # a message's storage words where the verdict names no backend
-    "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
-    "model_classes": "analysis",  # hf: the shipped model class names of transformers and diffusers
-    "specs": "analysis",       # megatron: the module specs that say which class `build_module` builds
-    "modelopt_catalogue": "analysis",  # megatron: what nvidia-modelopt reaches and leaves in `.weight`
-    "applications": "analysis",  # quantizers: where a project applies a quantizer, to which model
-    "catalogue": "analysis",   # quantizers: what each quantizer leaves in `.weight`
     "planner": "fix",          # a site of the family → edits through its helper
     "template": "fix",         # the input-dtype helper's text `--fix` creates (vllm, torch)
     "helper": "fix",           # its helper's text and where it lives
     "series": "consumers",     # its conventions for a patch series
     "regression": "consumers",  # the regression tests a series adds
-    "verify": "consumers",
+    "verify": "consumers",     # its proof against real quantized layers
     "series_words": "consumers",  # its words in a patch series' messages
-    "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model     # its proof against real quantized layers
-    "tiny_models": "consumers",     # tiny models built from an ecosystem's configs, for its proofs
-    "tiny_diffusers": "consumers",
+    "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model
 }
+
+
+def _declared_layers(ecosystem_init: Path) -> dict[str, str]:
+    """An ecosystem's `MODULE_LAYERS` literal, read without importing the package."""
+    for node in ast.parse(ecosystem_init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MODULE_LAYERS"
+                                                for t in node.targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
 LAYER_NAMES = [name for name, _ in LAYERS]
 # The layers below the run: none of them may import `dtype_lint.run`, directly or by a back arrow.
 STAGES = {"core", "dtypes", "analysis", "fix", "rule"}
@@ -106,9 +111,16 @@ def layer_of(module: str) -> str:
         role = ECOSYSTEM_ROLES.get(module.rpartition(".")[2])
         if role is not None:
             return role
+        parts = module.split(".")  # dtype_lint.ecosystems.<ecosystem>.<module>
+        ecosystem_init = ROOT / "dtype_lint" / "ecosystems" / parts[2] / "__init__.py" if len(parts) == 4 else None
+        if ecosystem_init is not None and ecosystem_init.exists():
+            declared = _declared_layers(ecosystem_init).get(parts[3])
+            if declared is not None:
+                assert declared in LAYER_NAMES, f"{ecosystem_init}: {declared!r} is no layer of {LAYER_NAMES}"
+                return declared
         if module in MODULES and MODULES[module].name == "__init__.py":  # the packages: docstrings only
             return "core"
-        raise AssertionError(f"{module} has no role: add its file name to ECOSYSTEM_ROLES in tests/test_layers.py")
+        raise AssertionError(f"{module} has no role: name it in its ecosystem's `MODULE_LAYERS` (its __init__.py)")
     best, best_len = None, -1
     for name, prefixes in LAYERS:
         for prefix in prefixes:
@@ -177,6 +189,18 @@ def test_every_module_has_a_layer():
     assert MODULES, "no module found"
     for module in MODULES:
         layer_of(module)
+
+
+def test_each_declared_ecosystem_module_exists_and_is_no_role():
+    """An ecosystem's `MODULE_LAYERS` names its own modules only: a stale name (a module moved or
+    deleted) or a role's name (whose layer the role already says) is a declaration that lies."""
+    declared = {(init.parent.name, name): layer for init in (ROOT / "dtype_lint" / "ecosystems").glob("*/__init__.py")
+                for name, layer in _declared_layers(init).items()}
+    assert declared, "no ecosystem declares its own modules"
+    for (ecosystem, name), layer in declared.items():
+        assert f"dtype_lint.ecosystems.{ecosystem}.{name}" in MODULES, f"{ecosystem}: no module {name}.py"
+        assert name not in ECOSYSTEM_ROLES, f"{ecosystem}: {name} is a role; its layer is {ECOSYSTEM_ROLES[name]}"
+        assert layer in LAYER_NAMES, f"{ecosystem}: {name}: {layer!r} is no layer"
 
 
 def test_no_import_goes_up_the_stack():

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from dtype_lint.analysis.flow.recognisers import first_parameter_of
 from dtype_lint.analysis.index.class_facts import local_call
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.analysis.storage.storage_model import BACKEND_MARK
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import format_named, packed_storages
 from dtype_lint.ecosystems.hf.model_classes import is_model_class
@@ -123,14 +124,41 @@ HEAD_NAMES = frozenset({"lm_head", "output_embeddings"})
 SKIP_ATTRS = ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict", "_skip_layerwise_casting_patterns")
 
 
-class BackendEvidence(Evidence):
-    """The quantizers that can reach the layer and the storage each leaves: (quantizer, storage).
+class StorageEvidence(Evidence):
+    """The formats that can reach the layer and the storage each leaves: (format, storage word).
     Serialised as plain Evidence (the words are in its message): the storages are for the rules
-    of this run."""
+    of this run. Each family that builds on this one's torch-level guards (peft, megatron, the
+    quantizer family) subclasses it, so a verdict's family is the type of its evidence."""
+
+    storages: tuple[tuple[str, str], ...]
+    FORMAT_PREFIX = ""  # how a message introduces a format's name (`modelopt NVFP4`)
 
     def __init__(self, message: str, path: str, line: int, storages=()):
         super().__init__(message, path, line)
         object.__setattr__(self, "storages", tuple(storages))
+
+    @classmethod
+    def phrase(cls, storages) -> str:
+        """`uint8 under bitsandbytes 4-bit, int8 under bitsandbytes 8-bit, absent under GPTQ/HQQ`."""
+        by_storage: dict[str, list[str]] = {}
+        for name, storage in storages:
+            names = by_storage.setdefault(storage, [])
+            if name not in names:
+                names.append(name)
+        return ", ".join(f"{STORAGE_WORDS[storage]} under {cls.FORMAT_PREFIX}{'/'.join(names)}"
+                         for storage, names in by_storage.items())
+
+    @classmethod
+    def first_in(cls, evidence):
+        """The first evidence item of this kind in a verdict's evidence, or None."""
+        for item in evidence or ():
+            if isinstance(item, cls):
+                return item
+        return None
+
+
+class BackendEvidence(StorageEvidence):
+    """The HF quantizers that can reach the layer and the storage each leaves: (quantizer, storage)."""
 
 
 def libraries_of(module: str, imports: dict[str, str]) -> frozenset[str]:
@@ -232,29 +260,27 @@ def evidence_for(quantizers: list[Quantizer], kind: str, path: str, line: int) -
                            f"{storage_phrase(storages)}", path, line, storages)
 
 
-def storage_phrase(storages) -> str:
-    """`uint8 under bitsandbytes 4-bit, int8 under bitsandbytes 8-bit, absent under GPTQ/HQQ`."""
-    by_storage: dict[str, list[str]] = {}
-    for name, storage in storages:
-        names = by_storage.setdefault(storage, [])
-        if name not in names:
-            names.append(name)
-    return ", ".join(f"{STORAGE_WORDS[s]} under {'/'.join(n)}" for s, n in by_storage.items())
+storage_phrase = BackendEvidence.phrase
 
 
 def backend_words(evidence, default: str) -> str:
     """The words a message uses for the storages: the HF family's when it decided the layer."""
-    for evidence_item in evidence or ():
-        if isinstance(evidence_item, BackendEvidence):
-            return storage_phrase(evidence_item.storages)
-    return default
+    backend = hf_storages(evidence)
+    return storage_phrase(backend.storages) if backend is not None else default
 
 
 def hf_storages(evidence) -> BackendEvidence | None:
-    for evidence_item in evidence or ():
-        if isinstance(evidence_item, BackendEvidence):
-            return evidence_item
-    return None
+    return BackendEvidence.first_in(evidence)
+
+
+def words_after_reason(kind: type[StorageEvidence], evidence, default: str, joiner: str) -> str:
+    """A family's storages (`kind`) for a message; where its verdict is low confidence, the reason
+    first (`...: a model not known here; if so: uint8 under ...`), so the words never claim more
+    than the family knows."""
+    packed = kind.first_in(evidence)
+    words = kind.phrase(packed.storages) if packed is not None else default
+    unknown = [item.message[len(BACKEND_MARK):] for item in evidence or () if item.message.startswith(BACKEND_MARK)]
+    return f"{unknown[0]}; {joiner}: {words}" if unknown else words
 
 
 # ---- partial guards ------------------------------------------------------------------------------
@@ -608,12 +634,38 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
     rest = tuple(e for e in evidence if e is not backend)
     if len(left) == len(backend.storages):
         return confidence, (*rest, backend)
-    guard = " and ".join(f"`{ast.unparse(t)}`" for t in tests) or "a dominating check"
-    missed = sorted({s for _, s in left}, key=list(STORAGE_WORDS).index)
-    note = BackendEvidence(f"partial guard {guard}: still breaks on {storage_phrase(left)}"
-                           + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
-                           path, tests[0].lineno if tests else 0, left)
-    return confidence, (*rest, note)
+    return confidence, (*rest, partial_guard_note(BackendEvidence, tests, left, path))
+
+
+def partial_guard_note(kind: type[StorageEvidence], tests: list, left, path: str) -> StorageEvidence:
+    """The evidence that replaces a family's storages when the checks that dominate a site let
+    only some through: the guard named, the storages left."""
+    guard = " and ".join(f"`{ast.unparse(test)}`" for test in tests) or "a dominating check"
+    missed = {storage for _, storage in left}
+    return kind(f"partial guard {guard}: still breaks on {kind.phrase(left)}"
+                + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
+                path, tests[0].lineno if tests else 0, left)
+
+
+def narrowed_after_build(kind: type[StorageEvidence], verdict, site, fn, parents, layer, aliases, path: str,
+                         vllm_guard_proves, cls=None):
+    """`narrowed` for a family whose quantizer runs on a built model (`mtq.compress`,
+    `replace_with_bnb_linear`): None in `__init__` and the methods only it calls (the layer is
+    built, not yet quantized) or where no storage that breaks the site gets past its guards; else
+    the storages left, the partial guard named."""
+    confidence, evidence = verdict
+    packed = kind.first_in(evidence)
+    if packed is None or runs_at_construction(fn, cls):
+        return None
+    left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, packed.storages)
+    if not left:
+        return None
+    if unreadable and vllm_guard_proves():
+        return None
+    if len(left) == len(packed.storages):
+        return verdict
+    rest = tuple(item for item in evidence if item is not packed)
+    return confidence, (*rest, partial_guard_note(kind, tests, left, path))
 
 
 def _dtype_arm(value: ast.AST | None, reader: StorageReader) -> ast.AST | None:

@@ -158,17 +158,23 @@ def doctor_lines(findings, index, root) -> list[str]:
              "  quantizable roots: `nn.Linear` and its subclasses, `Conv1D`, `nn.Embedding`, `nn.Conv*` in model "
              "code (files of transformers/diffusers, or a project's subclasses of their model bases): "
              "bitsandbytes, GPTQ, AWQ, HQQ, FP8, GGUF replace them at load time"]
+    fixed = [finding for finding in ours if finding.fix is not None and is_hf_fix(finding)]
+    return lines + helper_homes(fixed, helper_location, HF_HELPER_NAME, index, root)
+
+
+def helper_homes(fixed, location_of, helper_name: str, index, root, *, with_path: bool = True) -> list[str]:
+    """The `helper:` lines of a family's `doctor` paragraph: for each module the fixes of `fixed`
+    import the helper from, whether it exists or `--fix` would create it."""
     homes: dict[str, HelperLocation] = {}
-    for finding in ours:
-        if finding.fix is not None and is_hf_fix(finding):
-            location = helper_location(finding, index, root)
-            homes.setdefault(location.module, location)
+    for finding in fixed:
+        location = location_of(finding, index, root)
+        homes.setdefault(location.module, location)
+    lines = []
     for module, location in sorted(homes.items()):
         state = "exists" if location.exists else "would be created by --fix"
-        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {_shown(location.path, root)}: {state}")
-    if not homes:
-        lines.append("  helper: none needed (no site here has a fix)")
-    return lines
+        where = f" at {_shown(location.path, root)}" if with_path else ""
+        lines.append(f"  helper: {module}:{helper_name}{where}: {state}")
+    return lines or ["  helper: none needed (no site here has a fix)"]
 
 
 def _shown(path, root) -> str:

@@ -8,3 +8,11 @@ quantization reaches and what its real quantization (`mtq.compress`) leaves in `
 modelopt 0.47.0's file:line; `family.py`, `words.py`, `planner.py` and `helper.py` plug those into
 the stages (dtype_lint/ecosystems/registry.py).
 """
+
+# The modules of this ecosystem that are not a registry role (a role's file name says its stage),
+# each with the stage layer it sits in: tests/test_layers.py reads this, so an ecosystem's own
+# modules need no line outside its folder.
+MODULE_LAYERS = {
+    "specs": "analysis",                 # the module specs that say which class `build_module` builds
+    "modelopt_catalogue": "analysis",    # what nvidia-modelopt reaches and leaves in `.weight`
+}

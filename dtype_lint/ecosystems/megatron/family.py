@@ -15,11 +15,9 @@ Verdicts:
 
 from __future__ import annotations
 
-import ast
-
 from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
-from dtype_lint.ecosystems.hf.family import NO_WEIGHT, STORAGE_WORDS, partial_guard, runs_at_construction
+from dtype_lint.ecosystems.hf.family import StorageEvidence, narrowed_after_build, words_after_reason
 from dtype_lint.ecosystems.megatron.modelopt_catalogue import (
     COMPRESS_EVIDENCE,
     KNOWN_PACKAGE,
@@ -37,26 +35,14 @@ FAMILY_EVIDENCE = "built from a module spec (`build_module`)"
 REACHED, NOT_REACHED, UNKNOWN = "reached", "not reached", "unknown"
 
 
-class ModeloptEvidence(Evidence):
+class ModeloptEvidence(StorageEvidence):
     """The modelopt formats that can pack the layer's weight and the storage each leaves:
-    (format, storage word). Serialised as plain Evidence (the words are in its message)."""
+    `uint8 under modelopt NVFP4/INT4 (AWQ), int8 under modelopt INT8`."""
 
-    storages: tuple[tuple[str, str], ...]
-
-    def __init__(self, message: str, path: str, line: int, storages=()):
-        super().__init__(message, path, line)
-        object.__setattr__(self, "storages", tuple(storages))
+    FORMAT_PREFIX = "modelopt "
 
 
-def storage_phrase(storages) -> str:
-    """`uint8 under NVFP4/INT4 (AWQ), int8 under INT8, fp8 under FP8` (modelopt's formats)."""
-    by_storage: dict[str, list[str]] = {}
-    for name, storage in storages:
-        names = by_storage.setdefault(storage, [])
-        if name not in names:
-            names.append(name)
-    return ", ".join(f"{STORAGE_WORDS[storage]} under modelopt {'/'.join(names)}"
-                     for storage, names in by_storage.items())
+storage_phrase = ModeloptEvidence.phrase
 
 
 def modelopt_reach(resolver, qualname: str) -> tuple[str, str]:
@@ -128,34 +114,13 @@ def why_not(resolver, inst, expr_text: str) -> str | None:
 
 
 def modelopt_storages(evidence) -> ModeloptEvidence | None:
-    for item in evidence or ():
-        if isinstance(item, ModeloptEvidence):
-            return item
-    return None
+    return ModeloptEvidence.first_in(evidence)
 
 
 def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):
-    """The verdict after the checks that dominate the site: None in `__init__` and the methods only
-    it calls (the layer is built, not yet compressed) or where no storage that breaks the site
-    gets past its guards; else the storages left, the partial guard named."""
-    confidence, evidence = verdict
-    packed = modelopt_storages(evidence)
-    if packed is None or runs_at_construction(fn, cls):
-        return None  # `mtq.compress` runs on a built model
-    left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, packed.storages)
-    if not left:
-        return None
-    if unreadable and vllm_guard_proves():
-        return None
-    if len(left) == len(packed.storages):
-        return verdict
-    rest = tuple(item for item in evidence if item is not packed)
-    guard = " and ".join(f"`{ast.unparse(test)}`" for test in tests) or "a dominating check"
-    missed = {storage for _, storage in left}
-    note = ModeloptEvidence(f"partial guard {guard}: still breaks on {storage_phrase(left)}"
-                            + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
-                            path, tests[0].lineno if tests else 0, left)
-    return confidence, (*rest, note)
+    """The verdict after the checks that dominate the site; `mtq.compress` runs on a built model."""
+    return narrowed_after_build(ModeloptEvidence, verdict, site, fn, parents, layer, aliases, path,
+                                vllm_guard_proves, cls)
 
 
 # ---- the family protocol (ecosystems/registry.py) ----------------------------------------------
@@ -168,10 +133,7 @@ def claims(evidence) -> bool:
 
 def backend_words(evidence, default: str) -> str:
     """modelopt's storages; after the reason where the spec could not be read."""
-    packed = modelopt_storages(evidence)
-    words = storage_phrase(packed.storages) if packed is not None else default
-    unknown = [item.message[len(BACKEND_MARK):] for item in evidence or () if item.message.startswith(BACKEND_MARK)]
-    return f"{unknown[0]}; if it is a linear modelopt quantizes: {words}" if unknown else words
+    return words_after_reason(ModeloptEvidence, evidence, default, "if it is a linear modelopt quantizes")
 
 
 def layer_kind(mro: list[str]) -> str | None:

@@ -119,6 +119,7 @@ def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]
 def doctor_lines(findings, index, root) -> list[str]:
     """`doctor`'s paragraph on this family where the run found its sites: how many, its quantizable
     roots, and where its helper lives (or would be created)."""
+    from dtype_lint.ecosystems.hf.helper import helper_homes
     from dtype_lint.ecosystems.megatron.family import FAMILY_EVIDENCE
     from dtype_lint.ecosystems.megatron.modelopt_catalogue import RELEASE
 
@@ -130,23 +131,5 @@ def doctor_lines(findings, index, root) -> list[str]:
              + (f", {low} with low confidence: the spec that builds the layer cannot be read" if low else "") + ")",
              "  quantizable roots: layers built through `build_module(spec, ...)` whose spec names a megatron-core "
              f"linear that nvidia-modelopt quantizes ({RELEASE}); `mtq.compress` packs their weights"]
-    homes: dict[str, HelperLocation] = {}
-    for finding in ours:
-        if owns_fix(finding):
-            location = helper_location(finding, index, root)
-            homes.setdefault(location.module, location)
-    for module, location in sorted(homes.items()):
-        state = "exists" if location.exists else "would be created by --fix"
-        lines.append(f"  helper: {module}:{HELPER_NAME} at {_shown(location.path, root)}: {state}")
-    if not homes:
-        lines.append("  helper: none needed (no site here has a fix)")
-    return lines
-
-
-def _shown(path, root) -> str:
-    from pathlib import Path
-
-    try:
-        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
-    except ValueError:
-        return str(path)
+    return lines + helper_homes([finding for finding in ours if owns_fix(finding)], helper_location, HELPER_NAME,
+                                index, root)

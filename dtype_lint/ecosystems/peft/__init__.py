@@ -9,3 +9,10 @@ constructor) is a storage dtype there, exactly as in Hugging Face model code, ev
 the adapter is built after loading. The stages reach it through the registry's `adapter` role
 (adapter.py).
 """
+
+# The modules of this ecosystem that are not a registry role (a role's file name says its stage),
+# each with the stage layer it sits in: tests/test_layers.py reads this, so an ecosystem's own
+# modules need no line outside its folder.
+MODULE_LAYERS = {
+    "base_layers": "analysis",    # an adapter's base layer, the loaded (quantized) model's layer
+}

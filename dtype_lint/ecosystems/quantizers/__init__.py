@@ -11,3 +11,11 @@ reaches; `family.py`, `planner.py` and `words.py` plug those into the stages
 (`get_module_input_dtype`, ecosystems/hf/helper.py), proven on every storage these quantizers
 leave (tests/test_journey_quant_replace.py).
 """
+
+# The modules of this ecosystem that are not a registry role (a role's file name says its stage),
+# each with the stage layer it sits in: tests/test_layers.py reads this, so an ecosystem's own
+# modules need no line outside its folder.
+MODULE_LAYERS = {
+    "applications": "analysis",    # where a project applies a quantizer, to which model
+    "catalogue": "analysis",       # what each quantizer leaves in `.weight`
+}

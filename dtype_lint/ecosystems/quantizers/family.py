@@ -23,11 +23,10 @@ from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.hf.family import (
     LINEAR,
     LINEAR_SUBCLASS,
-    NO_WEIGHT,
-    STORAGE_WORDS,
+    StorageEvidence,
     layer_kind,
-    partial_guard,
-    runs_at_construction,
+    narrowed_after_build,
+    words_after_reason,
 )
 from dtype_lint.ecosystems.quantizers.applications import Application, applications
 
@@ -38,24 +37,11 @@ FAMILY_EVIDENCE = "in a module the project quantizes"
 _KINDS = frozenset({LINEAR, LINEAR_SUBCLASS})
 
 
-class QuantizerEvidence(Evidence):
-    """The quantizers' storages for the layer: (format, storage word)."""
-
-    storages: tuple[tuple[str, str], ...]
-
-    def __init__(self, message: str, path: str, line: int, storages=()):
-        super().__init__(message, path, line)
-        object.__setattr__(self, "storages", tuple(storages))
+class QuantizerEvidence(StorageEvidence):
+    """The quantizers' storages for the layer: `uint8 under bitsandbytes 4-bit, int8 under ...`."""
 
 
-def storage_phrase(storages) -> str:
-    """`uint8 under bitsandbytes 4-bit, int8 under bitsandbytes 8-bit`."""
-    by_storage: dict[str, list[str]] = {}
-    for name, storage in storages:
-        names = by_storage.setdefault(storage, [])
-        if name not in names:
-            names.append(name)
-    return ", ".join(f"{STORAGE_WORDS[storage]} under {'/'.join(names)}" for storage, names in by_storage.items())
+storage_phrase = QuantizerEvidence.phrase
 
 
 def contained(resolver, model: str) -> frozenset[str]:
@@ -135,34 +121,13 @@ def verdict(resolver, inst, expr_text: str):
 
 
 def quantizer_storages(evidence) -> QuantizerEvidence | None:
-    for item in evidence or ():
-        if isinstance(item, QuantizerEvidence):
-            return item
-    return None
+    return QuantizerEvidence.first_in(evidence)
 
 
 def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_proves, assigns=None, cls=None):
-    """The verdict after the checks that dominate the site: None in `__init__` and the methods only
-    it calls (the model is quantized after it is built) or where no storage that breaks the site
-    gets past its guards; else the storages left, the partial guard named."""
-    confidence, evidence = verdict
-    packed = quantizer_storages(evidence)
-    if packed is None or runs_at_construction(fn, cls):
-        return None
-    left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, packed.storages)
-    if not left:
-        return None
-    if unreadable and vllm_guard_proves():
-        return None
-    if len(left) == len(packed.storages):
-        return verdict
-    rest = tuple(item for item in evidence if item is not packed)
-    guard = " and ".join(f"`{ast.unparse(test)}`" for test in tests) or "a dominating check"
-    missed = {storage for _, storage in left}
-    note = QuantizerEvidence(f"partial guard {guard}: still breaks on {storage_phrase(left)}"
-                             + (" (the test itself raises without `.weight`)" if NO_WEIGHT in missed else ""),
-                             path, tests[0].lineno if tests else 0, left)
-    return confidence, (*rest, note)
+    """The verdict after the checks that dominate the site; the model is quantized after it is built."""
+    return narrowed_after_build(QuantizerEvidence, verdict, site, fn, parents, layer, aliases, path,
+                                vllm_guard_proves, cls)
 
 
 # ---- the family protocol (ecosystems/registry.py) ----------------------------------------------
@@ -175,10 +140,7 @@ def claims(evidence) -> bool:
 
 def backend_words(evidence, default: str) -> str:
     """The quantizers' storages; after the reason where the model could not be told."""
-    packed = quantizer_storages(evidence)
-    words = storage_phrase(packed.storages) if packed is not None else default
-    unknown = [item.message[len(BACKEND_MARK):] for item in evidence or () if item.message.startswith(BACKEND_MARK)]
-    return f"{unknown[0]}; if so: {words}" if unknown else words
+    return words_after_reason(QuantizerEvidence, evidence, default, "if so")
 
 
 def sequential_item(resolver, expr, scope, depth: int, this):

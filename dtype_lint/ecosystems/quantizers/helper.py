@@ -29,7 +29,7 @@ def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]
 def doctor_lines(findings, index, root) -> list[str]:
     """`doctor`'s paragraph on this family: its sites, what makes a layer quantizable here, and
     where the helper its fixes import lives (or would be created)."""
-    from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, is_hf_fix
+    from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, helper_homes, is_hf_fix
     from dtype_lint.ecosystems.quantizers.family import FAMILY_EVIDENCE
 
     ours = [f for f in findings if any(FAMILY_EVIDENCE in e.message for e in f.evidence)]
@@ -39,14 +39,5 @@ def doctor_lines(findings, index, root) -> list[str]:
              "  quantizable roots: `nn.Linear` and its subclasses in a model the project hands to bitsandbytes "
              "(`replace_with_bnb_linear`, a swap to `bnb.nn.Linear4bit`/`Linear8bitLt`) or `mtq.compress`; "
              "torchao, optimum-quanto and `mtq.quantize` keep a float `.dtype`"]
-    homes: dict[str, HelperLocation] = {}
-    for finding in ours:
-        if finding.fix is not None and is_hf_fix(finding):
-            location = helper_location(finding, index, root)
-            homes.setdefault(location.module, location)
-    for module, location in sorted(homes.items()):
-        state = "exists" if location.exists else "would be created by --fix"
-        lines.append(f"  helper: {module}:{HF_HELPER_NAME}: {state}")
-    if not homes:
-        lines.append("  helper: none needed (no site here has a fix)")
-    return lines
+    fixed = [finding for finding in ours if finding.fix is not None and is_hf_fix(finding)]
+    return lines + helper_homes(fixed, helper_location, HF_HELPER_NAME, index, root, with_path=False)
