@@ -755,12 +755,12 @@ class FunctionScope:
         """`nodes`: walk_function(fn) already listed (a candidate's, shared by every rule)."""
         self.fn = fn
         self.class_qualname = class_qualname
-        self.params: dict[str, ast.AST | None] = {}
+        self.params: dict[str, ast.expr | None] = {}
         self.self_name: str | None = None
-        self.assigns: dict[str, list[ast.AST]] = {}
+        self.assigns: dict[str, list[ast.expr | None]] = {}  # None: bound by a loop, `with` or `+=`
         # `proj: RowParallelLinear = ...` or a bare `proj: RowParallelLinear` before `for proj in`:
         # the declared type holds whatever the local is (re)bound to.
-        self.annotations: dict[str, ast.AST] = {}
+        self.annotations: dict[str, ast.expr] = {}
         if fn is None:
             return
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
