@@ -13,35 +13,14 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Sequence
-from typing import Protocol
 
-from dtype_lint.analysis.function_walk import FunctionWalk
-from dtype_lint.analysis.index.class_facts import FunctionScope, annotation_name
+from dtype_lint.analysis.analysed_function import AnalysedFunction
+from dtype_lint.analysis.index.class_facts import annotation_name
 
 # What an annotation names when it says only "a module": no layer class to resolve.
 GENERIC_ANNOTATIONS = frozenset({
     "nn.Module", "torch.nn.Module", "Module", "Any", "typing.Any", "object", "nn.modules.module.Module",
 })
-
-
-class Function(Protocol):
-    """What this module reads of a rule.Candidate (the rule layer sits above analysis, so the
-    class itself is not imported here)."""
-
-    @property
-    def fn(self) -> ast.FunctionDef | ast.AsyncFunctionDef: ...
-
-    @property
-    def class_qualname(self) -> str | None: ...
-
-    @property
-    def scope_name(self) -> str: ...
-
-    @property
-    def walk(self) -> FunctionWalk: ...
-
-    @property
-    def scope(self) -> FunctionScope: ...
 
 
 def generically_typed(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
@@ -57,12 +36,12 @@ class GenericHolders:
     """The calls of each function of one file, by name. `functions`: the file's rule.Candidate
     list (every function, with its class)."""
 
-    def __init__(self, functions: Sequence[Function]):
+    def __init__(self, functions: Sequence[AnalysedFunction]):
         self._functions = functions
 
     @functools.cached_property
-    def _calls(self) -> dict[str, list[tuple[ast.Call, Function]]]:
-        calls: dict[str, list[tuple[ast.Call, Function]]] = {}
+    def _calls(self) -> dict[str, list[tuple[ast.Call, AnalysedFunction]]]:
+        calls: dict[str, list[tuple[ast.Call, AnalysedFunction]]] = {}
         for function in self._functions:
             for node in function.walk.of(ast.Call):
                 func = node.func
@@ -73,7 +52,7 @@ class GenericHolders:
                     calls.setdefault(f"self.{func.attr}", []).append((node, function))
         return calls
 
-    def passed(self, function: Function, param: str) -> list[tuple[ast.expr, Function, ast.Call]]:
+    def passed(self, function: AnalysedFunction, param: str) -> list[tuple[ast.expr, AnalysedFunction, ast.Call]]:
         """(argument, calling function, call) for each call in the file that passes `param` of
         `function` (a rule.Candidate): a module-level function called by name, or a method called
         on `self` from a method of the same class."""

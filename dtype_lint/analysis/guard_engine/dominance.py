@@ -60,7 +60,7 @@ class Dominator:
 
     test: ast.expr | None
     holds: bool
-    construct: ast.AST
+    construct: ast.stmt | ast.expr  # an if, while, assert or try; a conditional or a boolean operation
     kind: str
 
 
