@@ -37,6 +37,7 @@ SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor,
 # Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).
 _SCALARS = frozenset({"identifier", "string", "constant", "int"})
 _Node = TypeVar("_Node", bound=ast.AST)
+_Other = TypeVar("_Other", bound=ast.AST)
 
 
 def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
@@ -135,6 +136,9 @@ class FunctionWalk:
     def of(self, kind: type[_Node], /) -> list[_Node]: ...
 
     @overload
+    def of(self, first: type[_Node], second: type[_Other], /) -> list[_Node | _Other]: ...
+
+    @overload
     def of(self, *kinds: type[ast.AST]) -> list[ast.AST]: ...
 
     def of(self, *kinds: type[ast.AST]) -> list[Any]:  # list[_Node] for one class (overloads above)
@@ -192,12 +196,12 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
     return nodes
 
 
-def nodes_of(root: ast.AST, kind: type) -> list[ast.AST]:
+def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
     """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
     through each class's child fields instead of `ast.iter_child_nodes`."""
     from collections import deque
 
-    found: list[ast.AST] = []
+    found: list[Any] = []  # of `kind` only (tested below), as the signature says
     todo = deque([root])
     pop, push, ast_type, fields = todo.popleft, todo.append, _AST, _FIELDS
     while todo:

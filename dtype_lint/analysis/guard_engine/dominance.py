@@ -36,8 +36,9 @@ def parent_map(root: ast.AST) -> dict[int, ast.AST]:
     return parents
 
 
-def statement_blocks(node: ast.AST) -> list[list[ast.stmt]]:
-    """The statement lists directly under `node`: body, else, finally, handlers, match cases."""
+def statement_blocks(node: ast.AST | None) -> list[list[ast.stmt]]:
+    """The statement lists directly under `node`: body, else, finally, handlers, match cases
+    (none under None: a node without a parent)."""
     blocks = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
     blocks += [handler.body for handler in getattr(node, "handlers", None) or []]
     blocks += [case.body for case in getattr(node, "cases", None) or []]

@@ -471,8 +471,9 @@ class LayerResolver:
         # An adapter stores the `base_layer` it is handed as `self.base_layer` (the `adapter` role).
         for adapter in plugins("adapter"):
             sources = [adapter.as_stored_base_layer(s) for s in sources]
-        if not sources or any(s is None or not _rooted_at_self(s.layer) for s in sources) \
-                or len({ast.dump(s.layer) for s in sources}) != 1:  # type: ignore[union-attr]
+        present = [s for s in sources if s is not None]
+        if not sources or len(present) != len(sources) or any(not _rooted_at_self(s.layer) for s in present) \
+                or len({ast.dump(s.layer) for s in present}) != 1:
             return None
         location = self.index.class_location(holder) if holder else None
         facts = self.project.file_facts(location[0].module) if location else None
@@ -482,7 +483,7 @@ class LayerResolver:
         class Rebase(ast.NodeTransformer):
             def visit_Name(self, name: ast.Name) -> ast.AST:
                 return expr.value if name.id == "self" else name
-        layer = Rebase().visit(copy.deepcopy(sources[0].layer))  # type: ignore[union-attr]
+        layer = Rebase().visit(copy.deepcopy(present[0].layer))
         ast.copy_location(layer, expr)
         value = stored[0]
         what = "the weight" if weight else "the storage dtype"
