@@ -240,7 +240,7 @@ class Interpreter:
 
     def truth(self, value) -> bool:
         if isinstance(value, Unknown):
-            return self.oracle.decide(value.what)  # type: ignore[union-attr]
+            return self.oracle.decide(value.what)  # type: ignore[union-attr]  # Unknowns exist in open mode only
         if isinstance(value, (Layer, Weight, _Module)):
             return True
         return bool(value)
@@ -328,7 +328,7 @@ class Interpreter:
                 return Dtype(PARAMS)
             return self._unknown(node)  # quant_method, input_size...: open mode only
         if isinstance(base, Weight) and attr == "dtype":
-            return Dtype(base.layer.storage)  # type: ignore[arg-type]
+            return Dtype(base.layer.storage)  # type: ignore[arg-type]  # a Weight is made only with a storage
         if isinstance(base, Dtype):
             if attr == "is_floating_point":
                 return base.is_floating_point

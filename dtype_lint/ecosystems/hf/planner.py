@@ -150,7 +150,7 @@ class HFPlanner(Planner):
         if len(compute_values) != 1 or not _is_compute_dtype(compute_values[0], site.wds.layer):
             return None
         other = elif_node.body[0]
-        target = stmt.targets[0]  # type: ignore[attr-defined]
+        target = stmt.targets[0]  # type: ignore[attr-defined]  # _is_self_cast(stmt) held: an ast.Assign
         if not (isinstance(other, ast.Assign) and len(other.targets) == 1 and
                 ast.dump(other.targets[0]) == ast.dump(target) and isinstance(other.value, ast.Call) and
                 isinstance(other.value.func, ast.Attribute) and other.value.func.attr == "to" and
