@@ -60,6 +60,7 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
         return f"{path}:{line}: no `.weight` read on this line\n"
     scopes = {}
     patched = patched_methods(tree)  # `Model.forward = fn`: fn runs as Model's method, as check reads it
+    function_node: ast.FunctionDef | ast.AsyncFunctionDef | None  # None: the line is in no function
     for function_node, class_q, scope_name in iter_functions(tree, module):
         if class_q is None and scope_name in patched:
             class_q = project.index.resolve(module, patched[scope_name], imports)

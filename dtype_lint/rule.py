@@ -306,10 +306,10 @@ class RuleFacts:
         """id(function) -> the innermost function whose lines hold its `def` line (as `_exempt`
         reads nesting), in one sweep: the walk yields a function before those nested in it."""
         out: dict[int, ast.AST] = {}
-        stack: list[ast.AST] = []
+        stack: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
         for function in self._all_functions:
             line = function.fn.lineno
-            while stack and not (stack[-1].lineno < line <= stack[-1].end_lineno):
+            while stack and not (stack[-1].lineno < line <= (stack[-1].end_lineno or stack[-1].lineno)):
                 stack.pop()
             if stack:
                 out[id(function.fn)] = stack[-1]
@@ -353,7 +353,8 @@ class RuleFacts:
         out = []
         for i, function in enumerate(functions):
             j = bisect_left(lines, function.fn.lineno)
-            if j == len(lines) or lines[j] > function.fn.end_lineno or self._exempt(functions, i):
+            if j == len(lines) or lines[j] > (function.fn.end_lineno or function.fn.lineno) \
+                    or self._exempt(functions, i):
                 continue
             out.append(function)
         return out
@@ -382,7 +383,7 @@ class RuleFacts:
         out = []
         for i, function in enumerate(functions):
             j = bisect_left(lines, function.fn.lineno)
-            if j == len(lines) or lines[j] > function.fn.end_lineno:
+            if j == len(lines) or lines[j] > (function.fn.end_lineno or function.fn.lineno):
                 continue
             if self._exempt(functions, i) and not self._storage_exempt(function):
                 out.append(function)
@@ -392,7 +393,7 @@ class RuleFacts:
     def _function_spans(self) -> list[tuple[int, int, str]]:
         return sorted((c.fn.lineno, c.fn.end_lineno or c.fn.lineno, c.scope_name) for c in self._all_functions)
 
-    def scope_of(self, node: ast.AST) -> str:
+    def scope_of(self, node: ast.expr | ast.stmt) -> str:
         """The qualified name of the innermost function holding `node` ("<module>" outside any):
         nested functions start later than the functions holding them, and a decorator line
         before its `def` belongs to the enclosing scope."""
@@ -711,12 +712,15 @@ class RuleContext:
             self._tracing = False
         return None
 
-    def span(self, node: ast.AST) -> Span:
+    def span(self, node: ast.expr | ast.stmt) -> Span:
         src = self.source
+        # A parsed node has its end; a node made by hand without one spans its start.
+        end_line = node.end_lineno or node.lineno
+        end_col = node.end_col_offset if node.end_col_offset is not None else node.col_offset
         return Span(node.lineno, src.char_col(node.lineno, node.col_offset) + 1,
-                    node.end_lineno, src.char_col(node.end_lineno, node.end_col_offset) + 1)
+                    end_line, src.char_col(end_line, end_col) + 1)
 
-    def report(self, node: ast.AST, message: str, *, fix: Fix | None = None, no_fix_reason: str = "",
+    def report(self, node: ast.expr | ast.stmt, message: str, *, fix: Fix | None = None, no_fix_reason: str = "",
                confidence: str = "high", evidence: tuple[Evidence, ...] = (), expression: str | None = None,
                code: str | None = None, severity: str | None = None, kind: str = "site",
                scope: str | None = None) -> Finding:

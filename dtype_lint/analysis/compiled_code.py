@@ -246,23 +246,24 @@ class CompiledCode:
                     if reached is not None:
                         changed |= self._mark(reached, why)
 
-    def why(self, fn: ast.AST) -> Compiled | None:
+    def why(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Compiled | None:
         """Why the function `fn` is compiled, or None when it is not. Found by its line, not its
         node: the planner's tree may have other functions' bodies blanked (core/regions.py)."""
         line = fn.lineno
-        owner = next((n for n in self._top if n.lineno <= line <= n.end_lineno), None)
+        owner = next((n for n in self._top if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
         why = self._why.get(id(owner)) if owner is not None else None
         if why is None:
             return None
         if isinstance(owner, ast.ClassDef):
             method = next((m for m in owner.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-                           and m.lineno <= line <= m.end_lineno), None)
+                           and m.lineno <= line <= (m.end_lineno or m.lineno)), None)
             if getattr(method, "name", "") == "__init__":
                 return None  # TorchScript and fx compile what runs after construction
         return why
 
 
-def compiled_reason(text: str, tree: ast.Module, fn: ast.AST, func: str, memo: dict) -> str:
+def compiled_reason(text: str, tree: ast.Module, fn: ast.FunctionDef | ast.AsyncFunctionDef, func: str,
+                    memo: dict) -> str:
     """The no-fix reason for a site in function `fn` of the module `tree` (text `text`), or ""
     when nothing compiles it. `memo` keeps the file's analysis between its sites."""
     if not any(marker in text for marker in MARKERS):

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left
-from typing import TypeVar, overload
+from collections.abc import Iterator
+from typing import Any, TypeVar, overload
 
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
 _OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -36,9 +37,10 @@ SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor,
 # Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).
 _SCALARS = frozenset({"identifier", "string", "constant", "int"})
 _Node = TypeVar("_Node", bound=ast.AST)
+_Other = TypeVar("_Other", bound=ast.AST)
 
 
-def _child_fields(kind: type) -> tuple[str, ...]:
+def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
     """The fields of an AST class that can hold a node or a list of nodes, in `_fields` order
     (the order `ast.iter_child_nodes` yields them), read from the grammar signature in its
     docstring (`Name(identifier id, expr_context ctx)`: only `ctx`); every field when that
@@ -59,10 +61,10 @@ def _child_fields(kind: type) -> tuple[str, ...]:
     return tuple(f for f in kind._fields if declared[f] not in _SCALARS)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
 
 
-def _fields_of(kind: type) -> tuple[str, ...]:
+def _fields_of(kind: type[ast.AST]) -> tuple[str, ...]:
     found = _FIELDS.get(kind)
     if found is None:
         found = _FIELDS[kind] = _child_fields(kind)
@@ -108,7 +110,7 @@ class FunctionWalk:
         parents = self._parents
         if parents is None:
             parents = self._parents = {}
-            todo = [self.fn]
+            todo: list[ast.AST] = [self.fn]
             pop, push, ast_type, fields = todo.pop, todo.append, _AST, _FIELDS
             while todo:
                 node = pop()
@@ -134,9 +136,12 @@ class FunctionWalk:
     def of(self, kind: type[_Node], /) -> list[_Node]: ...
 
     @overload
+    def of(self, first: type[_Node], second: type[_Other], /) -> list[_Node | _Other]: ...
+
+    @overload
     def of(self, *kinds: type[ast.AST]) -> list[ast.AST]: ...
 
-    def of(self, *kinds: type[ast.AST]) -> list[ast.AST]:
+    def of(self, *kinds: type[ast.AST]) -> list[Any]:  # list[_Node] for one class (overloads above)
         """The function's own nodes of these exact AST classes, in walk order (shared: do not
         mutate). Abstract classes (`ast.expr`, `ast.stmt`) are matched with `isinstance`."""
         if len(kinds) == 1 and kinds[0] in self._events:
@@ -191,12 +196,12 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
     return nodes
 
 
-def nodes_of(root: ast.AST, kind: type) -> list[ast.AST]:
+def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
     """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
     through each class's child fields instead of `ast.iter_child_nodes`."""
     from collections import deque
 
-    found: list[ast.AST] = []
+    found: list[Any] = []  # of `kind` only (tested below), as the signature says
     todo = deque([root])
     pop, push, ast_type, fields = todo.popleft, todo.append, _AST, _FIELDS
     while todo:
@@ -225,11 +230,13 @@ __all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "nodes_of", "own_nodes"]
 
 # Every function of a module with its scope: the walk the rules' candidates, the fix planner's scope
 # check and the foreign-call search share (it lived in rule.py; the fix stage, below the rules, reads it).
-_COMPOUND = tuple(getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try",
-                                             "TryStar", "Match") if hasattr(ast, n))
+_COMPOUND: tuple[type[ast.stmt], ...] = tuple(
+    getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
+    if hasattr(ast, n))
 
 
-def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None):
+def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None
+                   ) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
     """(function node, enclosing class qualname or None, scope qualname) for every function;
     with `lines` (sorted line numbers), only those whose statement spans one of them (and the
     walk skips every statement that spans none)."""
@@ -241,7 +248,8 @@ def _spans(node: ast.stmt, lines: list[int]) -> bool:
     return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
 
 
-def _visit(body, class_q, prefix, module, lines):
+def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, lines: list[int] | None
+           ) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
     for node in body:
         if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
                 and not _spans(node, lines):

@@ -38,7 +38,7 @@ def fed_cast(call: ast.Call, function) -> ast.Call | None:
     return None
 
 
-def def_name_node(source, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+def def_name_node(source, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Name:
     """The function's name on its `def` line, for the finding's span."""
     line = source.line(fn.lineno)
     raw = line.encode("utf-8")

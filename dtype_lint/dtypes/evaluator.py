@@ -240,7 +240,7 @@ class Interpreter:
 
     def truth(self, value) -> bool:
         if isinstance(value, Unknown):
-            return self.oracle.decide(value.what)  # type: ignore[union-attr]
+            return self.oracle.decide(value.what)  # type: ignore[union-attr]  # Unknowns exist in open mode only
         if isinstance(value, (Layer, Weight, _Module)):
             return True
         return bool(value)
@@ -328,7 +328,7 @@ class Interpreter:
                 return Dtype(PARAMS)
             return self._unknown(node)  # quant_method, input_size...: open mode only
         if isinstance(base, Weight) and attr == "dtype":
-            return Dtype(base.layer.storage)  # type: ignore[arg-type]
+            return Dtype(base.layer.storage)  # type: ignore[arg-type]  # a Weight is made only with a storage
         if isinstance(base, Dtype):
             if attr == "is_floating_point":
                 return base.is_floating_point
@@ -411,7 +411,8 @@ class Interpreter:
                     raise Unsupported(ast.unparse(stmt))
                 value = self.ev(stmt.value)
                 for target in targets:
-                    self.names[target.id] = value  # type: ignore[union-attr]
+                    if isinstance(target, ast.Name):  # every one is (checked above)
+                        self.names[target.id] = value
                 continue
             if isinstance(stmt, ast.If):
                 done = self.run_body(stmt.body if self.truth(self.ev(stmt.test)) else stmt.orelse)
@@ -600,7 +601,7 @@ def evaluate_guarded_cast(guard: ast.expr | None, cast_dtype: ast.expr, layer: a
     for flag in flags:
         for storage in storages:
             case = Case(storage, flag)
-            names = {} if flag_name is None else {flag_name: flag}
+            names: dict[str, object] = {} if flag_name is None else {flag_name: flag}
             interp = Interpreter(case, names,
                                  globals_ or ModuleGlobals(None, {"torch": "torch",
                                                                   "current_platform": "current_platform"}),
@@ -684,7 +685,8 @@ def _guard_values(test: ast.expr, layer: ast.expr, aliases: dict[str, ast.expr],
     globals_ = ModuleGlobals(None, {"torch": "torch", "current_platform": "current_platform"})
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     out = []
-    layer_dumps, dumps = {ast.dump(layer)}, {}
+    layer_dumps = {ast.dump(layer)}
+    dumps: dict[int, tuple[ast.AST, str]] = {}
     for storage in PACKED:
         interp = Interpreter(Case(storage, False), {k: _Lazy(v) for k, v in aliases.items()}, globals_,
                              layer_dumps, dumps=dumps)

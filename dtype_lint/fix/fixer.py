@@ -66,7 +66,10 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
     applied: list[Finding] = []
     bound: set[tuple[str, str]] = set()
     for finding in findings:
-        edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in finding.fix.edits]
+        fix = finding.fix
+        if fix is None:  # never: a round applies the findings that carry a fix
+            continue
+        edits = [Edit(e.start, e.end, e.text.replace("\n", nl) if nl != "\n" else e.text) for e in fix.edits]
         new = [e for e in edits if e not in taken.edits]
         if edits and not new:
             applied.append(finding)  # the very fix another finding of this site carries (DTL004's and DTL001's)
@@ -75,7 +78,7 @@ def apply_edits(text: str, findings: list[Finding]) -> tuple[str, list[Finding]]
             continue
         # Two fixes of one function planned on the same text may pick the same fresh variable;
         # the second waits for the next round, where the first's is no longer fresh.
-        names = {(finding.scope, v) for v in finding.fix.binds}
+        names = {(finding.scope, v) for v in fix.binds}
         if names & bound:
             continue
         bound |= names
@@ -153,27 +156,28 @@ def drop_orphaned_imports(original: str, text: str, taken_elsewhere: Callable[[s
         return text
     used_before = {n.id for n in ast.walk(ast.parse(original)) if isinstance(n, ast.Name)}
     lines = list(SourceText(text).lines)
-    starts = {}
+    starts: dict[int, list[ast.stmt]] = {}
     for stmt in tree.body:
         starts.setdefault(stmt.lineno, []).append(stmt)
-        if stmt.end_lineno != stmt.lineno:
+        if stmt.end_lineno is not None and stmt.end_lineno != stmt.lineno:  # (set on every parsed node)
             starts.setdefault(stmt.end_lineno, []).append(stmt)
     drop: list[tuple[int, int]] = []
     for stmt in tree.body:
         if not (isinstance(stmt, ast.ImportFrom) and len(stmt.names) == 1 and stmt.col_offset == 0):
             continue
+        end_line = stmt.end_lineno or stmt.lineno  # set on every parsed node
         bound = stmt.names[0].asname or stmt.names[0].name
         if bound == "*" or bound not in used_before or stmt.module == "__future__":
             continue
         if len(re.findall(rf"(?<![\w.]){re.escape(bound)}(?!\w)", text)) != 1:
             continue
-        if any(other is not stmt for ln in (stmt.lineno, stmt.end_lineno) for other in starts.get(ln, ())):
+        if any(other is not stmt for ln in (stmt.lineno, end_line) for other in starts.get(ln, ())):
             continue  # shares a line with another statement
-        if lines[stmt.end_lineno - 1].rstrip("\r\n").rstrip().endswith("\\"):
+        if lines[end_line - 1].rstrip("\r\n").rstrip().endswith("\\"):
             continue
         if taken_elsewhere is not None and taken_elsewhere(bound):
             continue  # `from this_module import name` in another module of the project
-        drop.append((stmt.lineno, stmt.end_lineno))
+        drop.append((stmt.lineno, end_line))
     for first, last in reversed(drop):
         del lines[first - 1 : last]
     return "".join(lines) if drop else text
@@ -182,8 +186,9 @@ def drop_orphaned_imports(original: str, text: str, taken_elsewhere: Callable[[s
 def _computed_all(tree: ast.Module) -> bool:
     """Does the module build `__all__` other than as one literal list or tuple of strings?"""
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):  # no target
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
             if isinstance(target, ast.Name) and target.id == "__all__":
                 value = node.value
@@ -227,7 +232,7 @@ def fix_text(path: str, text: str, analyze: Callable[[str], list[Finding]], unsa
             findings = analyze(new_text)
         # A package's __init__ may import a name only to re-export it: keep its imports.
         if graph is not None and module:
-            for helper_module, _name in sorted({i for f in out.applied for i in f.fix.imports}):
+            for helper_module, _name in sorted({i for f in out.applied if f.fix is not None for i in f.fix.imports}):
                 if not _imports_module(text, helper_module, module, os.path.basename(path) == "__init__.py"):
                     problem = graph.cycle_problem(module, helper_module)
                     if problem:

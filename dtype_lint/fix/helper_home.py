@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -67,7 +68,7 @@ class HelperChoice:
         return [self] + [c for c in self.per_distribution.values() if c is not self]
 
 
-def package_root(top: str, files: list[str], root: Path) -> Path | None:
+def package_root(top: str, files: Iterable[str], root: Path) -> Path | None:
     """The folder the scanned top-level package `top` is imported from (`src/` in a src layout)."""
     for file in files:
         mod = module_name(file, root)
@@ -88,7 +89,7 @@ def package_root(top: str, files: list[str], root: Path) -> Path | None:
     return None
 
 
-def configured_location(config: Config, files: list[str]) -> HelperLocation:
+def configured_location(config: Config, files: Iterable[str]) -> HelperLocation:
     """Where `config`'s helper (set or the preset's default) lives. Raises HelperError."""
     module, func = config.helper_spec
     return locate_helper(module, func, config.template, config.root,
@@ -96,7 +97,7 @@ def configured_location(config: Config, files: list[str]) -> HelperLocation:
                          configured=bool(config.helper), preset=config.preset)
 
 
-def choose_helper(config: Config, files: list[str], needing: list[Finding]) -> HelperChoice:
+def choose_helper(config: Config, files: Iterable[str], needing: list[Finding]) -> HelperChoice:
     """The helper for fixes in `needing` (findings whose fix imports the helper); in a monorepo,
     one per installable package that has such fixes (`HelperChoice.per_distribution`). Raises
     HelperError only for a configured helper that cannot be used (a user error)."""
@@ -155,7 +156,7 @@ def ignored_helper_problem(location: HelperLocation, root: Path) -> str:
             f"ignore rules exclude (`{ignored}` is ignored): the fixes would import a file that no clone has")
 
 
-def _choose_one(config: Config, files: list[str], needing: list[Finding]) -> HelperChoice:
+def _choose_one(config: Config, files: Iterable[str], needing: list[Finding]) -> HelperChoice:
     """choose_helper for sites of one installable package (or of a project that is one)."""
     module, func = config.helper_spec
     top = module.split(".")[0]
@@ -210,7 +211,7 @@ def _default_unusable(location: HelperLocation, needing: list[Finding], root: Pa
     return ""
 
 
-def _infer(config: Config, files: list[str], needing: list[Finding], func: str) -> tuple[str, Path, str]:
+def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: str) -> tuple[str, Path, str]:
     """(module, the folder it is imported from, why) for a helper nobody configured."""
     root = config.root
     counts: Counter[str] = Counter()
@@ -248,7 +249,7 @@ def _infer(config: Config, files: list[str], needing: list[Finding], func: str) 
                       f"({', '.join(sorted(_rel(Path(d), root) for d in loose_dirs))}), and no package holds them")
 
 
-def existing_inferred(files: list[str], root: Path) -> dict[str, Path]:
+def existing_inferred(files: Iterable[str], root: Path) -> dict[str, Path]:
     """Top-level package -> the folder it is imported from, for each `<package>.layer_input_dtype`
     among the files."""
     found = {}

@@ -216,7 +216,7 @@ def _creatable_source(module: str, func: str, path: Path, root: Path, source: st
     specifier, lowest, marker = declared_python(path, root)
     source = for_declared_python(source, lowest)
     problem = python_problem(source, lowest)
-    if problem:
+    if problem and lowest is not None:  # a problem is found only against a declared version
         raise HelperError(f"the helper `{module}:{func}` created as {shown} would not run on Python "
                           f"{lowest[0]}.{lowest[1]}, the lowest that {marker} admits "
                           f"(requires-python = \"{specifier}\"): {problem}")

@@ -334,13 +334,13 @@ class Planner:
     def _alias(self, site: Site, stmt: ast.stmt) -> tuple[Fix | None, str]:
         """`w = L.weight.dtype` … `x.to(w)`: redefine the alias as the helper and guard each cast."""
         name = site.wds.alias
-        values = [v for v in site.scope.assigns.get(name, [])]
-        if len(values) != 1 or values[0] is None:
+        values = [v for v in site.scope.assigns.get(name, [])] if name is not None else []
+        if name is None or len(values) != 1 or values[0] is None:
             return None, f"alias `{name}` is assigned more than once"
         # Every load of the alias must be a cast's dtype argument, or None would leak elsewhere:
         # in this function and in every lambda, nested function, comprehension or class body in
         # it that can read it as a closure (`get = lambda: w` would start returning None).
-        cast_args = set()
+        cast_args: set[int] = set()
         for node in ast.walk(site.fn):
             if isinstance(node, ast.Call):
                 cast_args.update(id(a) for a in cast_dtype_args(node))
@@ -388,7 +388,7 @@ class Planner:
         in_strings = rows_starting_in_strings(self.src.segment(stmt))
         if in_strings is None:
             return edits
-        for line in range(stmt.lineno + 1, stmt.end_lineno + 1):
+        for line in range(stmt.lineno + 1, (stmt.end_lineno or stmt.lineno) + 1):
             if line - stmt.lineno + 1 in in_strings or not self.src.line_text(line).strip():
                 continue
             o = self.src.offset(line, 0)
@@ -452,7 +452,9 @@ class Planner:
         guarded whole would leave `y` unbound when the helper says None)."""
         if not self._starts_line(stmt):
             return False
-        rest = self.src.line_text(stmt.end_lineno)[self.src.char_col(stmt.end_lineno, stmt.end_col_offset):].strip()
+        end_line = stmt.end_lineno or stmt.lineno  # a parsed statement has its end
+        end_col = stmt.end_col_offset if stmt.end_col_offset is not None else stmt.col_offset
+        rest = self.src.line_text(end_line)[self.src.char_col(end_line, end_col):].strip()
         return rest == "" or rest.startswith("#")
 
     def _starts_line(self, stmt: ast.stmt) -> bool:
@@ -509,7 +511,7 @@ class Planner:
                     and self._starts_outside_strings(first - 1):
                 first -= 1
         start = self.src.offset(first, 0)
-        end_line = stmt.end_lineno
+        end_line = stmt.end_lineno or stmt.lineno  # a parsed statement has its end
         end = self.src.offset(end_line + 1, 0) if end_line < len(self.src.lines) else len(self.src.text)
         return start, end
 

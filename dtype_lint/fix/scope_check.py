@@ -289,7 +289,7 @@ def _check_placement(tree: ast.Module, variables: set[tuple[str, str]], helper_n
     and read only inside that `if`."""
     if not variables:
         return
-    functions: dict[str, list[ast.AST]] = {}
+    functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
     for function_node, _class_q, qualname in iter_functions(tree, ""):
         functions.setdefault(qualname, []).append(function_node)  # two `def inner` in one function share a name
     for scope_name, var in sorted(variables):

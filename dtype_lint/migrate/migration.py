@@ -33,6 +33,11 @@ def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs
                                   unsafe_fixes=unsafe_fixes, progress=progress))
 
 
+def _fix_description(finding: Finding) -> str:
+    """What the written fix does (a fixed finding always carries its fix)."""
+    return finding.fix.description if finding.fix is not None else ""
+
+
 def _rel(path: str, root: str) -> str:
     try:
         return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
@@ -175,7 +180,7 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
         where = f"`{_rel(h.path, root)}:{h.line}` `{h.name}`"
         fixed = in_place.get((_rel(h.path, root), h.name))
         if fixed is not None:
-            what = (f"fixed in place ({fixed.fix.description}); before: "
+            what = (f"fixed in place ({_fix_description(fixed)}); before: "
                     + fixed.message.split(": ", 1)[-1].split("; an activation", 1)[0])
         elif h.configured and not created:
             what = ("sound: the fixes are routed to it, and no new helper was created" if h.sound
@@ -191,7 +196,7 @@ def helper_reuse_section(root: str, result: RunResult, series: bool = False) -> 
                   + (f"; {len(left)} left, each with its reason below." if left else ".")
                   + " The old helpers stay defined (other code may call them); delete them once unused."]
         for f in rewritten:
-            lines.append(f"  - `{_rel(f.path, root)}:{f.span.line}` `{f.scope}`: {f.fix.description}")
+            lines.append(f"  - `{_rel(f.path, root)}:{f.span.line}` `{f.scope}`: {_fix_description(f)}")
         for f in left:
             lines.append(f"  - left: `{_rel(f.path, root)}:{f.span.line}` `{f.scope}`: "
                          f"{(f.no_fix_reason or f.message).replace('|', '/')}")

@@ -37,7 +37,9 @@ def _helper(source: str, func: str):
     import torch
 
     platforms = types.ModuleType("vllm.platforms")
-    platforms.current_platform = types.SimpleNamespace(fp8_dtype=lambda: torch.float8_e4m3fn)
+    # A module made here: mypy cannot know its attributes, and setattr with a constant name is B010.
+    stub = types.SimpleNamespace(fp8_dtype=lambda: torch.float8_e4m3fn)
+    platforms.current_platform = stub  # type: ignore[attr-defined]
     saved = {k: sys.modules.get(k) for k in ("vllm", "vllm.platforms")}
     sys.modules.setdefault("vllm", types.ModuleType("vllm"))
     sys.modules["vllm.platforms"] = platforms

@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from dtype_lint import __version__
 from dtype_lint.analysis.index.class_index import (
@@ -177,7 +177,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         except HelperError as error:
             raise UserError(str(error)) from None
     if options.fix:
-        remove_stale_temps(staging)
+        remove_stale_temps(staging if staging is not None else os.curdir)  # None listed the current folder
         for folder, names in _by_folder(temps).items():
             remove_stale_temps(folder, names)
     stamp_memo = config.root / config.cache_dir / "code-stamp.json" if options.use_cache else None
@@ -339,7 +339,8 @@ def _by_folder(paths: list[str]) -> dict[str, list[str]]:
 
 
 def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
-              messages: list[str] | None = None, layout: "_Layout | None" = None) -> tuple[list[Found], list[Found]]:
+              messages: list[str] | None = None, layout: "_Layout | None" = None
+              ) -> "tuple[list[Found], list[Found] | ProjectFiles]":
     """(files to check, files of the project whose modules the index may look up). Named files
     (pre-commit passes only the staged ones) are checked against the modules of their whole
     project, so a layer defined in an unstaged file still resolves: one walk of the project,
@@ -351,12 +352,14 @@ def _discover(config: Config, paths: list[str], temps: list[str] | None = None,
     if (layout is not None and config.source != "defaults" and len(paths) == 1
             and os.path.abspath(paths[0]) == os.path.abspath(config.root) and os.path.isdir(paths[0])):
         # The whole project, walked as a run on named files walks it: the same record serves.
-        files = layout.project_files(config, paths[0], temps, messages)
-        return files, files
+        whole = layout.project_files(config, paths[0], temps, messages)
+        if isinstance(whole, list):  # always, without `front` (only named files make a ProjectFiles)
+            return whole, whole
     files = discover_files(paths, excludes, config.root, temps=temps, force_exclude=config.force_exclude,
                            messages=messages)
     if (config.source != "defaults" or _holds_engine(config)) and any(os.path.isfile(p) for p in paths):
         named = {f.real for f in files}
+        rest: list[Found] | ProjectFiles
         if layout is None:
             rest = discover_files([root], excludes, config.root, temps=temps, messages=messages)
         else:
@@ -489,7 +492,8 @@ class _Project:
             return d if d is not None else real
         if self._by_real is None:
             # The first file of each real path (reversed: a later one is overwritten by it).
-            self._by_real = {f.real: f.path for f in reversed(self._index_found)}
+            listed = self._index_found if isinstance(self._index_found, list) else []  # (ProjectFiles: above)
+            self._by_real = {f.real: f.path for f in reversed(listed)}
             self._by_real.update((f.real, f.path) for f in self._found)
         d = self._by_real.get(real)
         return d if d is not None else real
@@ -651,8 +655,8 @@ def _targets(found: list[Found], in_scope: set[str], scan: _Scan, index, config:
     return out
 
 
-def _scan_for_names(index_found: list[Found], config: Config, cache: Cache, jobs: int, needles: list[str],
-                    scan: _Scan) -> None:
+def _scan_for_names(index_found: "list[Found] | ProjectFiles", config: Config, cache: Cache, jobs: int,
+                    needles: list[str], scan: _Scan) -> None:
     """The looked-for names in every file of the project (a run on named files needs them only
     when a configured class is not defined in the project)."""
     found = [f for f in index_found if f.real not in scan.scanned]
@@ -682,7 +686,7 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
         for real in sorted(scan.hits):
             module = winners.get(real)
             header = project.table.get(module) if module is not None else None
-            if header is not None and project.table.first_key(module) == real:
+            if header is not None and module is not None and project.table.first_key(module) == real:
                 imported.update(header.imports.values())
 
     def mentioned(n: str) -> bool:
@@ -742,12 +746,12 @@ def _init_analysis(index: QuantizableLayerIndex, config: Config, project: "_Proj
     worker_state().update(index=index, config=config, project=project)
 
 
-def _analyze_job(path: str) -> tuple[str, list[dict], Reads, list, dict]:
+def _analyze_job(path: str) -> tuple[str, list[dict], Reads, list, list]:
     st = worker_state()
     project: _Project = st["project"]
     with st["index"].reading() as reads:
-        found = analyze_path(path, st["index"], st["config"], project)
-    found = [f.to_dict() for f in found]
+        findings = analyze_path(path, st["index"], st["config"], project)
+    found = [f.to_dict() for f in findings]
     if not project.cache.enabled:  # what the file read serves the cache only: not sent back
         return path, found, Reads(), [], []
     new, project.new_headers = project.new_headers, []
@@ -783,6 +787,9 @@ def _analyze(targets: list[str], scan: _Scan, index: QuantizableLayerIndex, proj
     for target in targets:
         real = project.real_of(target)
         hit = cache.findings(real, project.stamp(real), project.stamp, project.table, project.display_of)
+        if hit is None:  # a miss
+            todo.append(target)
+            continue
         try:
             findings.extend([Finding.from_dict(dict(d, path=target)) for d in hit])
         except (TypeError, KeyError, ValueError, AttributeError):  # a miss, or an entry of another shape
@@ -811,6 +818,7 @@ def _size(path: str) -> int:
 
 def reanalyze(result: RunResult, path: str, text: str) -> list[Finding]:
     """The findings of another version of a file of this run, against the run's class index."""
+    assert result.index is not None, "a run's result carries the index it was checked against"
     return analyze(path, text, result.index, result.config, module_name(path, result.config.root))
 
 
@@ -828,6 +836,8 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
 
     files = []
     for pkg in (dtype_lint, dtype_lint.rules):
+        if pkg.__file__ is None:  # a namespace package: no file of ours
+            continue
         top = os.path.dirname(pkg.__file__)
         for folder, dirs, names in os.walk(top):
             # the sub-packages by stage hold the engine; kernels and fixtures never change findings
@@ -862,7 +872,7 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
             digest = hashlib.blake2b(handle.read(), digest_size=16).digest()
         h.update(f"{rel}:".encode() + digest + b";")
     stamp = h.hexdigest()[:10]
-    if key is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:
+    if key is not None and memo is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:
         try:
             from dtype_lint.core.writer import write_atomic
             from dtype_lint.run.cache_seal import seal
@@ -945,7 +955,7 @@ def helper_location(config: Config, files: list[str]) -> HelperLocation:
     return configured_location(config, files)
 
 
-def choose_helper_stage(result: RunResult, index, files: list[str], options: RunOptions) -> None:
+def choose_helper_stage(result: RunResult, index, files: Iterable[str], options: RunOptions) -> None:
     """The helper-choice stage: decide which helper the fixes route through, before anything is
     fixed or reported.
 
@@ -979,9 +989,9 @@ def choose_helper_stage(result: RunResult, index, files: list[str], options: Run
             return
     inferred = {p: c for p, c in chosen_for.items() if c.inferred and c.location is not None}
     if inferred:
-        paths = {f.path for f in needing if f.path in inferred and
-                 any(tuple(i) != (inferred[f.path].location.module, inferred[f.path].location.func)
-                     for i in f.fix.imports)}
+        paths = {f.path for f in needing if f.path in inferred and f.fix is not None and
+                 (inferred_at := inferred[f.path].location) is not None and  # (kept only with one)
+                 any(tuple(i) != (inferred_at.module, inferred_at.func) for i in f.fix.imports)}
         fresh = [f for p in sorted(paths) for f in analyze_path(p, index, inferred[p].config)
                  if inferred[p].config.enabled(f.code, f.path)]
         result.findings = sorted([f for f in result.findings if f.path not in paths] + fresh, key=Finding.sort_key)
@@ -1033,7 +1043,7 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
     helper = None
     helper_of: dict[str, HelperLocation] = {}  # each file's own (a monorepo's packages have one each)
     configs: dict[str, Config] = {}  # the files whose fixes are planned with another package's helper
-    if any(f.fix.imports for f in todo) and result.helper_choice is not None:
+    if any(f.fix is not None and f.fix.imports for f in todo) and result.helper_choice is not None:
         helper = result.helper_choice.location
         for path in paths:
             own = result.helper_choice.for_path(path, result.config.root)
@@ -1103,7 +1113,7 @@ def _pre_fix(findings: list[Finding], path: str) -> list[Finding]:
 
 
 def _imports_helper(o: FixOutcome) -> bool:
-    return o.changed and any(f.fix.imports for f in o.applied)
+    return o.changed and any(f.fix is not None and f.fix.imports for f in o.applied)
 
 
 def _refuse(ff: _FileFix, result: RunResult, why: str | None) -> _FileFix:

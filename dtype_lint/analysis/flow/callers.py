@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Sequence
 
+from dtype_lint.analysis.analysed_function import AnalysedFunction
 from dtype_lint.analysis.index.class_facts import annotation_name
 
 # What an annotation names when it says only "a module": no layer class to resolve.
@@ -21,7 +23,7 @@ GENERIC_ANNOTATIONS = frozenset({
 })
 
 
-def generically_typed(fn: ast.AST, name: str) -> bool:
+def generically_typed(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
     """`name` is a parameter of `fn` annotated with nothing more than a module (or nothing)."""
     args = fn.args
     for arg in args.posonlyargs + args.args + args.kwonlyargs:
@@ -34,12 +36,12 @@ class GenericHolders:
     """The calls of each function of one file, by name. `functions`: the file's rule.Candidate
     list (every function, with its class)."""
 
-    def __init__(self, functions):
+    def __init__(self, functions: Sequence[AnalysedFunction]):
         self._functions = functions
 
     @functools.cached_property
-    def _calls(self) -> dict[str, list[tuple[ast.Call, object]]]:
-        calls: dict[str, list[tuple[ast.Call, object]]] = {}
+    def _calls(self) -> dict[str, list[tuple[ast.Call, AnalysedFunction]]]:
+        calls: dict[str, list[tuple[ast.Call, AnalysedFunction]]] = {}
         for function in self._functions:
             for node in function.walk.of(ast.Call):
                 func = node.func
@@ -50,7 +52,7 @@ class GenericHolders:
                     calls.setdefault(f"self.{func.attr}", []).append((node, function))
         return calls
 
-    def passed(self, function, param: str) -> list[tuple[ast.expr, object, ast.Call]]:
+    def passed(self, function: AnalysedFunction, param: str) -> list[tuple[ast.expr, AnalysedFunction, ast.Call]]:
         """(argument, calling function, call) for each call in the file that passes `param` of
         `function` (a rule.Candidate): a module-level function called by name, or a method called
         on `self` from a method of the same class."""

@@ -78,7 +78,7 @@ class Flows:
         self.module = module
         self.imports = imports
         self.config = config
-        self._uses: dict[tuple[str, str], list[CalleeUse]] = {}
+        self._uses: dict[tuple[str, str, int], list[CalleeUse]] = {}
         # Per call and scope: DTL001 (casts), DTL002 (allocations) and DTL003 (reads handed on)
         # ask about the same calls. The nodes are the analysed tree's, alive as long as this is.
         self._by_call: dict[tuple[int, int], list[Flow]] = {}
@@ -155,13 +155,14 @@ class Flows:
         if not name:
             return None
         target = self.index.resolve(module, name, imports)
-        if self.index.class_location(target) is not None:  # a constructor: follow the instance
+        location = self.index.class_location(target)
+        if location is not None:  # a constructor: follow the instance
             init = self.project.init_of(target)
             class_facts = self.project.class_facts(target)
             if init is None or class_facts is None or init[0] != target:
                 return None
             return _Callee(target.rsplit(".", 1)[-1], class_facts.methods["__init__"], class_facts.path,
-                           init[1].positional, target, self.index.class_location(target)[0].module)
+                           init[1].positional, target, location[0].module)
         mod, _, func = target.rpartition(".")
         found = self.project.function(mod, func) if mod else None
         if found is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import dotted
@@ -87,7 +88,7 @@ def first_parameter_of(node: ast.AST) -> ast.expr | None:
     return None
 
 
-def _typing_cast(node: ast.AST) -> ast.AST | None:
+def _typing_cast(node: ast.AST) -> ast.expr | None:
     """The value of `typing.cast(T, value)` / `cast(T, value)`: a no-op at run time."""
     if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords:
         callee = node.func
@@ -196,7 +197,7 @@ def weight_read(node: ast.AST) -> ast.expr | None:
     return None
 
 
-def _is_typing_cast_call(node: ast.AST) -> bool:
+def _is_typing_cast_call(node: ast.AST | None) -> TypeGuard[ast.Call]:
     return isinstance(node, ast.Call) and (ast.unparse(node.func) in ("cast", "typing.cast")) and len(node.args) == 2
 
 

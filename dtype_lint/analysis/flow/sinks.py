@@ -30,7 +30,7 @@ def _stored_name(name: str) -> bool:
         or lowered in _STORED_NAMES
 
 
-def cast_sink(receiver: ast.expr, assigns: dict[str, list[ast.AST]] | None = None, depth: int = 0) -> str:
+def cast_sink(receiver: ast.expr, assigns: dict[str, list[ast.expr | None]] | None = None, depth: int = 0) -> str:
     """WEIGHT when `receiver` (what `.to()`/`.type()` is called on) is a stored weight: a name or
     attribute called for one (`weight`, `w.data`, `self.qweight`), a view of one (`weight.t()`), or
     a local bound only to such a tensor or to `nn.Parameter(...)`; else ACTIVATION."""

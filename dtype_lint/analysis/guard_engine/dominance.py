@@ -36,8 +36,9 @@ def parent_map(root: ast.AST) -> dict[int, ast.AST]:
     return parents
 
 
-def statement_blocks(node: ast.AST) -> list[list[ast.stmt]]:
-    """The statement lists directly under `node`: body, else, finally, handlers, match cases."""
+def statement_blocks(node: ast.AST | None) -> list[list[ast.stmt]]:
+    """The statement lists directly under `node`: body, else, finally, handlers, match cases
+    (none under None: a node without a parent)."""
     blocks = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
     blocks += [handler.body for handler in getattr(node, "handlers", None) or []]
     blocks += [case.body for case in getattr(node, "cases", None) or []]
@@ -60,7 +61,7 @@ class Dominator:
 
     test: ast.expr | None
     holds: bool
-    construct: ast.AST
+    construct: ast.stmt | ast.expr  # an if, while, assert or try; a conditional or a boolean operation
     kind: str
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Sequence
 
+from dtype_lint.analysis.analysed_function import AnalysedFunction
 from dtype_lint.analysis.guard_engine.dominance import dominators, parent_map, statement_blocks
 from dtype_lint.analysis.guard_engine.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.guard_engine.guard_flags import (
@@ -101,7 +103,10 @@ class FileGuards:
         unquantized checks and config tests only."""
         found = set()
         for name, (builder, method_name) in object_predicate_calls(fn).items():
-            located = self._method_of_built(dotted(builder), method_name)
+            builder_name = dotted(builder)
+            if builder_name is None:  # never: object_predicate_calls keeps only builders with a dotted name
+                continue
+            located = self._method_of_built(builder_name, method_name)
             if located is None:
                 continue
             owner, method = located
@@ -346,6 +351,7 @@ class _CallerGuards:
             return _NO_LAYER
         function_node = function.fn
         params = [a.arg for a in function_node.args.posonlyargs + function_node.args.args]
+        base: ast.expr | None
         if receiver is not None and params and root.id == params[0] == function.scope.self_name:
             base = receiver
         elif root.id in params and not any(isinstance(a, ast.Starred) for a in call.args):
@@ -388,7 +394,7 @@ class _CallerGuards:
             if caller is None or caller.fn is function_node:
                 return False
             known = self._class_flags.in_function(caller.fn)
-            if method:
+            if isinstance(use, ast.Attribute):  # a method's uses are attributes, a function's names
                 receiver = self._receiver_class(use.value, caller)
                 if receiver is None:
                     return False  # an object of unknown class: it may be this one
@@ -399,7 +405,7 @@ class _CallerGuards:
                     theirs = self._class_flags.of(function_node).flags
                     known = known.with_flags(f"{ast.unparse(use.value)}.{flag[5:]}" for flag in theirs
                                              if flag.startswith("self."))
-            in_caller = self._in_caller(layer, function, call, use.value if method else None)
+            in_caller = self._in_caller(layer, function, call, use.value if isinstance(use, ast.Attribute) else None)
             if not weight_present_at(call, in_caller, caller.parents, known) and not self.every_call_guarded(
                     caller, None if in_caller is _NO_LAYER else in_caller, depth + 1):
                 return False
@@ -561,7 +567,8 @@ def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
 
 def _stores(stmt: ast.stmt, name: str) -> list[ast.AST]:
     """The nodes of `stmt` storing into the local `name` (nested functions and classes aside)."""
-    found, todo = [], [stmt]
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = [stmt]
     while todo:
         node = todo.pop()
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
@@ -600,8 +607,10 @@ def _local_flag_before(site: ast.AST, name: str, known: GuardKnowledge, parents:
                     continue
                 targets = earlier.targets if isinstance(earlier, ast.Assign) else [earlier.target] \
                     if isinstance(earlier, ast.AnnAssign) and earlier.value is not None else []
-                if len(targets) == 1 and isinstance(targets[0], ast.Name) and len(_stores(earlier, name)) == 1:
-                    return is_falsy(earlier.value) or implies_weight(earlier.value, None, known)
+                if len(targets) == 1 and isinstance(targets[0], ast.Name) and len(_stores(earlier, name)) == 1 \
+                        and isinstance(earlier, (ast.Assign, ast.AnnAssign)):  # always, with one target
+                    value = earlier.value  # None is falsy: implies_weight never sees it
+                    return is_falsy(value) or (value is not None and implies_weight(value, None, known))
                 if isinstance(earlier, ast.If) and _only_false_stores(earlier.body, name) \
                         and not any(_stores(stmt, name) for stmt in earlier.orelse) \
                         and not _stores_in(earlier.test, name):
@@ -642,12 +651,12 @@ class _PrivateCalls:
     """The calls of each private function or method of this file (`_f(...)`, `self._f(...)`), with
     the function each call is in."""
 
-    def __init__(self, functions):
+    def __init__(self, functions: Sequence[AnalysedFunction]):
         self._functions = functions
 
     @functools.cached_property
-    def calls(self) -> dict[str, list[tuple[ast.Call, object]]]:
-        calls: dict[str, list[tuple[ast.Call, object]]] = {}
+    def calls(self) -> dict[str, list[tuple[ast.Call, AnalysedFunction]]]:
+        calls: dict[str, list[tuple[ast.Call, AnalysedFunction]]] = {}
         for function in self._functions:
             for node in function.walk.of(ast.Call):
                 func = node.func

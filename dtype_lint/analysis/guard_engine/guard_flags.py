@@ -19,6 +19,7 @@ predicates it may call, and whether the class refuses quantization in `__init__`
 from __future__ import annotations
 
 import ast
+from typing import Callable
 
 from dtype_lint.analysis.guard_engine.dominance import EXITS
 from dtype_lint.analysis.guard_engine.guards import (
@@ -92,7 +93,7 @@ def _assignments_of(fn, self_name: str | None, attributes: dict, local_names: di
         return _Assignment(ast.Name("?"), False, (), id(fn))
 
     def visit(stmt, tests):
-        pairs: list[tuple[ast.AST, ast.AST | None, bool]] = []
+        pairs: list[tuple[ast.expr, ast.expr | None, bool]] = []
         if isinstance(stmt, ast.Assign):
             pairs = [(target, stmt.value, False) for target in stmt.targets]
         elif isinstance(stmt, ast.AnnAssign):
@@ -114,7 +115,8 @@ def _assignments_of(fn, self_name: str | None, attributes: dict, local_names: di
                 elements = target.elts if isinstance(value, ast.Call) and not any(
                     isinstance(e, ast.Starred) for e in target.elts) else []
                 for position, element in enumerate(elements):
-                    if isinstance(element, ast.Name):  # `ok, why = f(L)`: `ok` is `f(L)[0]`
+                    # `ok, why = f(L)`: `ok` is `f(L)[0]` (elements is empty unless `value` is a call)
+                    if isinstance(element, ast.Name) and isinstance(value, ast.Call):
                         item = ast.Subscript(value=value, slice=ast.Constant(position), ctx=ast.Load())
                         local_names.setdefault(element.id, []).append(_Assignment(item, anded, tests, id(fn)))
                 for node in ast.walk(target):
@@ -139,7 +141,7 @@ def _stores_on_other_objects(tree: ast.Module) -> dict[str, list[_Assignment]]:
         self_name = params[0].arg if params else None
 
         def visit(stmt, tests, fn=fn, self_name=self_name):
-            pairs = []
+            pairs: list[tuple[ast.expr, ast.expr | None, bool]] = []
             if isinstance(stmt, ast.Assign):
                 pairs = [(target, stmt.value, False) for target in stmt.targets]
             elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
@@ -220,7 +222,8 @@ def predicate_names(fn, known: GuardKnowledge, name: str) -> frozenset[str]:
     returns = _returns_of(fn)
     if returns and all(isinstance(r.value, ast.Tuple) and r.value.elts and not isinstance(r.value.elts[0], ast.Starred)
                        for r, _ in returns):
-        returns = [(ast.Return(value=r.value.elts[0]), tests) for r, tests in returns]
+        returns = [(ast.Return(value=r.value.elts[0]), tests) for r, tests in returns
+                   if isinstance(r.value, ast.Tuple)]  # every one is (checked above): narrows the type
         name = f"{name}[0]"
     if is_predicate(fn, known, returns):
         return frozenset({name})
@@ -385,18 +388,19 @@ class ClassGuardFlags:
         # reading every class's flags cost more than all the rest of the rule.
         # `object_predicates(fn)`: the `X.m` predicates of objects `fn` builds (see
         # `object_predicate_calls`).
-        self._object_predicates = object_predicates or (lambda _fn: frozenset())
+        self._object_predicates: Callable[[ast.AST], frozenset[str]] = object_predicates or (lambda _fn: frozenset())
         self._by_function: dict[int, GuardKnowledge] = {}
         self._nothing = GuardKnowledge(backends=backends)
         self._tree, self._imported, self._backends = tree, imported, backends
         self._module_predicates: frozenset[str] | None = None
-        self._owners: dict[int, ast.AST] | None = None  # function -> its class, or the module
+        self._owners: dict[int, ast.ClassDef | ast.Module] | None = None  # function -> its class, or the module
         self._settled: set[int] = set()
         self._outside_stores: dict[str, list[_Assignment]] | None = None
 
-    def _owner(self, fn: ast.AST) -> ast.AST | None:
+    def _owner(self, fn: ast.AST | None) -> ast.ClassDef | ast.Module | None:
         if self._owners is None:
-            owners = self._owners = {}
+            owners: dict[int, ast.ClassDef | ast.Module] = {}
+            self._owners = owners
             for node in self._tree.body:
                 if isinstance(node, _FUNCTIONS):
                     owners[id(node)] = self._tree
@@ -414,7 +418,7 @@ class ClassGuardFlags:
                 if isinstance(node, _FUNCTIONS))) | self._imported()
         return self._module_predicates
 
-    def _settle(self, owner: ast.AST) -> None:
+    def _settle(self, owner: ast.ClassDef | ast.Module) -> None:
         if id(owner) in self._settled:
             return
         self._settled.add(id(owner))
@@ -473,8 +477,9 @@ class ClassGuardFlags:
             if outside and all(is_falsy(a.value) for a in values):
                 values.extend(outside)
 
-    def of(self, fn: ast.AST) -> GuardKnowledge:
-        """What is known in `fn` from its class and module (not yet its own local flags)."""
+    def of(self, fn: ast.AST | None) -> GuardKnowledge:
+        """What is known in `fn` from its class and module (not yet its own local flags); None:
+        outside any function, where nothing is known."""
         owner = self._owner(fn)
         if owner is not None:
             self._settle(owner)
@@ -509,7 +514,7 @@ def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
     once, from a call (`X = C(...)`, `X = get_kernel()`): the class it builds, or the one the
     function's return annotation names, may define `m` as a predicate (`kernel.can_run(layer)`
     false unless the layer's method is unquantized)."""
-    assigned: dict[str, list[ast.AST]] = {}
+    assigned: dict[str, list[ast.expr | None]] = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign):
             for target in node.targets:
@@ -518,19 +523,20 @@ def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
             assigned.setdefault(node.target.id, []).append(None)
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
-            for target in ast.walk(node.target if hasattr(node, "target") else node):
-                if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
-                    assigned.setdefault(target.id, []).append(None)
+            for bound in ast.walk(node.target if hasattr(node, "target") else node):
+                if isinstance(bound, ast.Name) and isinstance(bound.ctx, ast.Store):
+                    assigned.setdefault(bound.id, []).append(None)
     found: dict[str, tuple[ast.AST, str]] = {}
     for node in _deciding_method_calls(fn):
-        if isinstance(node.func.value, ast.Name):
-            values = assigned.get(node.func.value.id, [])
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # the first is always so
+            values = assigned.get(func.value.id, [])
             if len(values) == 1 and isinstance(values[0], ast.Call) and dotted(values[0].func):
-                found[f"{node.func.value.id}.{node.func.attr}"] = (values[0].func, node.func.attr)
+                found[f"{func.value.id}.{func.attr}"] = (values[0].func, func.attr)
     return found
 
 
-def _deciding_method_calls(fn) -> list[ast.Call]:
+def _deciding_method_calls(fn) -> list[ast.Call]:  # each one's `func` is an ast.Attribute
     """The calls `R.m(...)` in `fn` that decide something (a test, an operand of one, a value kept
     or returned) and are handed something to check: only those may be predicates worth resolving
     (resolving the receiver may read another module)."""
@@ -559,12 +565,15 @@ def attribute_predicate_calls(fn, self_name: str | None) -> dict[str, tuple[ast.
     define `m` as a predicate."""
     found: dict[str, tuple[ast.expr, str]] = {}
     for node in _deciding_method_calls(fn):
-        receiver = node.func.value
-        root = receiver
+        func = node.func
+        if not isinstance(func, ast.Attribute):  # never: _deciding_method_calls keeps `R.m(...)` only
+            continue
+        receiver = root = func.value
         while isinstance(root, ast.Attribute):
             root = root.value
-        if receiver is not root and isinstance(root, ast.Name) and root.id == self_name and dotted(receiver):
-            name = f"self.{dotted(receiver)[len(self_name) + 1:]}.{node.func.attr}"
-            found[name] = (receiver, node.func.attr)
+        if receiver is not root and isinstance(root, ast.Name) and root.id == self_name \
+                and (receiver_name := dotted(receiver)):
+            name = f"self.{receiver_name[len(root.id) + 1:]}.{func.attr}"
+            found[name] = (receiver, func.attr)
     return found
 

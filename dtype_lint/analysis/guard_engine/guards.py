@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import copy
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dtype_lint.analysis.flow.recognisers import feeds_dtype_site, weight_dtype_source
 from dtype_lint.analysis.guard_engine.dominance import Dominator, dominators, evaluated_before, same_expression
@@ -59,6 +60,8 @@ STORAGE_UNPACKED = GuardPolicy("storage proven unpacked", named_backends="unquan
                                hasattr_counts=False, handler_counts=False)
 WEIGHT_PRESENT = GuardPolicy("implies `.weight` exists", named_backends="concrete",
                              hasattr_counts=True, handler_counts=True)
+# The statements whose handlers a site in their body runs under (`try*` since Python 3.11).
+_TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
 # ---- primitives shared by both questions ------------------------------------------------------
@@ -111,9 +114,16 @@ def is_weight_or_none(value: ast.AST) -> bool:
 
 def _is_parameters_get(call: ast.Call) -> bool:
     """`L._parameters.get(...)`: torch's own registry of a module's parameters."""
+    return _parameters_owner(call) is not None
+
+
+def _parameters_owner(call: ast.Call) -> ast.expr | None:
+    """`L._parameters.get(...)` -> `L`, else None."""
     func = call.func
-    return (isinstance(func, ast.Attribute) and func.attr == "get" and isinstance(func.value, ast.Attribute)
-            and func.value.attr == "_parameters" and 1 <= len(call.args) <= 2 and not call.keywords)
+    if (isinstance(func, ast.Attribute) and func.attr == "get" and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "_parameters" and 1 <= len(call.args) <= 2 and not call.keywords):
+        return func.value.value
+    return None
 
 
 def weight_reads_evaluated(test: ast.AST, outcome: bool | None = None) -> list[ast.Attribute]:
@@ -123,7 +133,7 @@ def weight_reads_evaluated(test: ast.AST, outcome: bool | None = None) -> list[a
     what always runs counts: the first operand of `and`/`or` (every operand of an `and` that held,
     or an `or` that failed), a conditional's test, the first iterable of a comprehension; not a
     lambda's body."""
-    layers: list[ast.expr] = []
+    layers: list[ast.Attribute] = []
 
     def visit(node: ast.AST, outcome: bool | None) -> None:
         if isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(node.ctx, ast.Load):
@@ -155,8 +165,16 @@ def _reads_weight_of(test: ast.AST, layer: ast.AST | None, outcome: bool | None,
                for read in weight_reads_evaluated(test, outcome))
 
 
-def each_element(test: ast.AST, function: str) -> tuple[ast.expr, str] | None:
-    """`all(E for v in items)` (function "all") or `any(...)` -> (E, "v"): what holds of every
+class Element(NamedTuple):
+    """`all(E for v in items)` read as (E, "v", items)."""
+
+    value: ast.expr
+    name: str
+    items: ast.expr
+
+
+def each_element(test: ast.AST, function: str) -> Element | None:
+    """`all(E for v in items)` (function "all") or `any(...)` -> (E, "v", items): what holds of every
     element where `all` held (`any` failed). A filter (`... if c`) leaves elements unchecked."""
     if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == function
             and len(test.args) == 1 and not test.keywords
@@ -165,7 +183,7 @@ def each_element(test: ast.AST, function: str) -> tuple[ast.expr, str] | None:
     generators = test.args[0].generators
     if len(generators) != 1 or generators[0].ifs or not isinstance(generators[0].target, ast.Name):
         return None
-    return test.args[0].elt, generators[0].target.id
+    return Element(test.args[0].elt, generators[0].target.id, generators[0].iter)
 
 
 def elements_include(items: ast.AST, layer: ast.AST, aliases) -> bool:
@@ -265,7 +283,7 @@ def _names_policy_backends(node: ast.AST, policy: GuardPolicy, concrete=None) ->
     return bool(elts) and all(names_unquantized_class(e) or (bool(dotted(e)) and concrete(dotted(e))) for e in elts)
 
 
-def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _ClassGuards, depth: int = 0,
+def _proves_unquantized(test: ast.expr, layer: ast.expr, aliases, class_guards: _ClassGuards, depth: int = 0,
                         own_flag: bool = False) -> bool:
     if depth > 4:
         return False
@@ -296,7 +314,7 @@ def _proves_unquantized(test: ast.AST, layer: ast.expr, aliases, class_guards: _
     if isinstance(test, ast.Name) and test.id in aliases:
         return _proves_unquantized(aliases[test.id], layer, aliases, class_guards, depth + 1)
     element = each_element(test, "all")
-    if element is not None and elements_include(test.args[0].generators[0].iter, layer, aliases):
+    if element is not None and elements_include(element.items, layer, aliases):
         return _proves_unquantized(element[0], ast.Name(id=element[1], ctx=ast.Load()), {}, class_guards, depth + 1)
     returned = returned_test(test, class_guards.functions)
     if returned is not None:
@@ -371,7 +389,7 @@ def _predicate_proves_unquantized(fn: ast.FunctionDef, layer: ast.expr, class_gu
     return False
 
 
-def _proves_quantized_or_packed(test: ast.AST, layer: ast.expr, aliases, class_guards: _ClassGuards) -> bool:
+def _proves_quantized_or_packed(test: ast.expr, layer: ast.expr, aliases, class_guards: _ClassGuards) -> bool:
     """The test holds whenever the layer is quantized or packed (its body leaves, so what follows
     runs only on unquantized layers): `not <proves unquantized>`, or the evaluator shows it true
     for every packed storage."""
@@ -495,7 +513,7 @@ def method_part(node: ast.AST, method_locals: frozenset[str] = frozenset()) -> b
         return node.id in method_locals
     if isinstance(node, ast.Attribute):
         return method_part(node.value, method_locals)
-    return _getattr_named(node) is not None and method_part(node.args[0], method_locals)
+    return isinstance(node, ast.Call) and _getattr_named(node) is not None and method_part(node.args[0], method_locals)
 
 
 def _getattr_named(node: ast.AST) -> str | None:
@@ -554,16 +572,18 @@ def implies_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledge =
     if callee_name(test) in known.predicates or _opaque_check(test, layer, known):
         return True
     if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and callee_name(test.value) \
-            and f"{callee_name(test.value)}[{test.slice.value}]" in known.predicates:
+            and f"{callee_name(test.value)}[{test.slice.value!s}]" in known.predicates:
         return True  # `f(L)[0]` of a predicate returning `(verdict, reason)`
-    if is_weight_or_none(test) or (none_test(test, ast.IsNot) is not None and is_weight_or_none(test.left)):
+    if is_weight_or_none(test) or (isinstance(test, ast.Compare) and none_test(test, ast.IsNot) is not None
+                                   and is_weight_or_none(test.left)):
         return True  # `getattr(L, "weight", None) is not None`, written in the test itself
     if _isinstance_of_weight_or_none(test, layer):
         return True  # `isinstance(getattr(L, "weight", None), torch.Tensor)`: None is no tensor
     if _reads_weight_of(test, layer, True) or _deferred_flag(test, known):
         return True
     element = each_element(test, "all")
-    if element is not None and _may_include(test, layer, known.aliases) and implies_weight(element[0], None, known):
+    if element is not None and _may_include(element.items, layer, known.aliases) \
+            and implies_weight(element[0], None, known):
         return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return implies_no_weight(test.operand, layer, known)
@@ -590,16 +610,17 @@ def _isinstance_of_weight_or_none(test: ast.AST, layer: ast.AST | None) -> bool:
 
 def _same_layer(weight_or_none: ast.Call, layer: ast.AST) -> bool:
     """The layer a `getattr(L, "weight", None)` / `L._parameters.get("weight")` names is `layer`."""
-    if _is_parameters_get(weight_or_none):
-        return same_expression(weight_or_none.func.value.value, layer)
+    owner = _parameters_owner(weight_or_none)
+    if owner is not None:
+        return same_expression(owner, layer)
     return same_expression(weight_or_none.args[0], layer)
 
 
-def _may_include(test: ast.Call, layer: ast.AST | None, aliases: dict) -> bool:
+def _may_include(items: ast.expr, layer: ast.AST | None, aliases: dict) -> bool:
     """`all(... for v in items)`: `items` holds the layer read (a tuple or list written out, or a
     local holding one, that names it). In a flag's or a predicate's value (no layer yet) any group
     counts."""
-    return layer is None or elements_include(test.args[0].generators[0].iter, layer, aliases)
+    return layer is None or elements_include(items, layer, aliases)
 
 
 def _deferred_flag(test: ast.AST, known: GuardKnowledge) -> bool:
@@ -619,22 +640,22 @@ def implies_no_weight(test: ast.AST, layer: ast.AST | None, known: GuardKnowledg
         return implies_weight(test.operand, layer, known)
     if none_test(test, ast.Is) in known.flags:
         return True
-    if none_test(test, ast.Is) is not None and is_weight_or_none(test.left):
+    if isinstance(test, ast.Compare) and none_test(test, ast.Is) is not None and is_weight_or_none(test.left):
         return True  # `getattr(L, "weight", None) is None`, written in the test itself
     if callee_name(test) is not None and f"not {callee_name(test)}" in known.predicates:
         return True  # a negated predicate: false only when the layer has `.weight`
     if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and callee_name(test.value) \
-            and f"not {callee_name(test.value)}[{test.slice.value}]" in known.predicates:
+            and f"not {callee_name(test.value)}[{test.slice.value!s}]" in known.predicates:
         return True
     if _reads_weight_of(test, layer, False):
         return True
     element = each_element(test, "any")
-    if element is not None and _may_include(test, layer, known.aliases) and implies_no_weight(element[0], None,
-                                                                                       known):
+    if element is not None and _may_include(element.items, layer, known.aliases) \
+            and implies_no_weight(element[0], None, known):
         return True
     if known.dormant and truth(test, known.dormant) is True:
         return True  # what runs where it is false is a dormant path
-    if none_test(test, ast.IsNot) is not None and known.backends.is_config(test.left):
+    if isinstance(test, ast.Compare) and none_test(test, ast.IsNot) is not None and known.backends.is_config(test.left):
         return True  # `quant_config is not None`
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return all(implies_no_weight(v, layer, known) for v in test.values)
@@ -683,4 +704,5 @@ def read_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) -> b
 
 
 def _catches(dominator: Dominator) -> bool:
-    return any(catches_attribute_error(handler) for handler in dominator.construct.handlers)
+    construct = dominator.construct  # a test-less dominator is a `try` the site is in (dominance.dominators)
+    return isinstance(construct, _TRY) and any(catches_attribute_error(handler) for handler in construct.handlers)

@@ -282,9 +282,9 @@ def signature_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
     pos_all = a.posonlyargs + a.args
     for p, d in zip(pos_all[len(pos_all) - len(a.defaults):], a.defaults):
         defaults[p.arg] = d
-    for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        if d is not None:
-            defaults[p.arg] = d
+    for p, kw_default in zip(a.kwonlyargs, a.kw_defaults):
+        if kw_default is not None:
+            defaults[p.arg] = kw_default
     return Signature(positional, [p.arg for p in a.kwonlyargs], defaults, a.vararg is not None, a.kwarg is not None)
 
 
@@ -302,7 +302,8 @@ class ClassesFirst(FileFacts):
     from its own text when its facts are first asked for; the module's functions and tree (the
     file parsed, reduced) only if something asks for them."""
 
-    def __init__(self, module: str, path: str, imports: dict[str, str], classes: LazyClasses, whole):
+    def __init__(self, module: str, path: str, imports: dict[str, str], classes: LazyClasses | dict[str, ClassFacts],
+                 whole):
         self.module, self.path, self.imports, self.classes = module, path, imports, classes
         self._whole = whole  # () -> FileFacts of the file's tree
         self._full: FileFacts | None = None
@@ -312,12 +313,14 @@ class ClassesFirst(FileFacts):
             self._full = self._whole()
         return self._full
 
+    # The fields of FileFacts read on first use instead: a property over a dataclass field is what
+    # this class is for, and mypy cannot tell it from an accidental override.
     @property
-    def functions(self):
+    def functions(self):  # type: ignore[override]
         return self._load().functions
 
     @property
-    def tree(self):
+    def tree(self):  # type: ignore[override]
         return self._load().tree
 
 
@@ -342,12 +345,11 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                      by_class=None) -> FileFacts:
     """`by_class`: (text, class regions, parse_file) for build_class_file_facts (`tree` None)."""
     if imports is None:
-        imports = collect_imports(tree, module, is_package)
+        imports = collect_imports(tree, module, is_package) if tree is not None else {}
     # A reduced tree (core/regions.py) hands out the whole file's function when a blanked one is read.
     source = getattr(tree, trees.SOURCE, None) if by_class is None else (path, by_class[0])
-    facts = FileFacts(module, path, imports,
-                      LazyClasses(lambda q, node, reads: visit_class(q, *node, reads), index),
-                      functions=Defs(source, trees.whole_function), tree=tree)
+    classes = LazyClasses(lambda q, node, reads: visit_class(q, node[0], node[1], reads), index)
+    facts = FileFacts(module, path, imports, classes, functions=Defs(source, trees.whole_function), tree=tree)
 
     def resolve(name: str | None) -> str | None:
         return index.resolve(module, name, imports) if name else None
@@ -358,18 +360,23 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
 
     def register_class(cls: ast.ClassDef):
         if lazy and cls.lineno in lazy and cls.name == lazy[cls.lineno].name:  # its methods are blanked
-            facts.classes.register(f"{module}.{cls.name}" if module else cls.name, lazy[cls.lineno], cls.name)
+            classes.register(f"{module}.{cls.name}" if module else cls.name, lazy[cls.lineno], cls.name)
             return
         todo = [(cls, "")]
         while todo:  # the class, then its nested classes, depth first in order
             node, prefix = todo.pop()
             qual = f"{prefix}.{node.name}" if prefix else node.name
-            facts.classes.register(f"{module}.{qual}" if module else qual, node, qual)
+            classes.register(f"{module}.{qual}" if module else qual, node, qual)
             todo.extend(reversed([(stmt, qual) for stmt in node.body if isinstance(stmt, ast.ClassDef)]))
 
     def visit_class(qualname: str, cls, qual: str, reads) -> ClassFacts:
         if not isinstance(cls, ast.ClassDef):  # a ClassRegion: parse the class now
-            text, parse_file = (by_class[0], by_class[2]) if by_class else (source[1], lambda: trees.parse(*source))
+            if by_class:
+                text, parse_file = by_class[0], by_class[2]
+            elif source is not None:  # a region comes with the reduced tree's source
+                text, parse_file = source[1], lambda: trees.parse(*source)
+            else:
+                raise KeyError(qualname)  # nothing to parse the class from: no facts
             cls = trees.parse_class(path, text, cls, parse_file)
             if cls is None:
                 raise KeyError(qualname)  # the file does not parse: no facts, as for a whole parse
@@ -399,9 +406,9 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                                 f"`{stmt.name}(self, ..., layer, ...)`: storage-format code for the layer it is given",
                                 path, stmt.lineno)
                             break
-                        t = resolve(annotation_name(ann))
-                        if t:  # a layer class or not: the resolver decides (layers.storage_code)
-                            class_facts.storage_params.append((stmt.name, name, t, stmt.lineno))
+                        layer_class = resolve(annotation_name(ann))
+                        if layer_class:  # a layer class or not: the resolver decides (layers.storage_code)
+                            class_facts.storage_params.append((stmt.name, name, layer_class, stmt.lineno))
         return class_facts
 
     def complete_class(cls: ast.ClassDef, cf: ClassFacts, body: BodyFacts) -> None:
@@ -422,10 +429,11 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
             return
         self_name = args[0].arg
         params = {a.arg: a.annotation for a in args[1:]}
-        if _single_return(fn) is not None and (len(args) == 1 or "property" in decorators or
-                                               "cached_property" in decorators or
-                                               "functools.cached_property" in decorators):
-            cf.getters[fn.name] = _single_return(fn)
+        returned = _single_return(fn)
+        if returned is not None and (len(args) == 1 or "property" in decorators or
+                                     "cached_property" in decorators or
+                                     "functools.cached_property" in decorators):
+            cf.getters[fn.name] = returned
         local_values: dict[str, list[ast.expr]] = {}
         for node in iter_statements(fn.body):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
@@ -472,14 +480,16 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 continue
             named = named_attribute(node, self_name)
             if named is not None:
-                name, value = named
+                name, named_value = named
                 cf.attrs.setdefault(name, []).extend(
-                    origins_of(value, name, node.lineno, f"`self.{name}` added as `{{name}}(...)`"))
+                    origins_of(named_value, name, node.lineno, f"`self.{name}` added as `{{name}}(...)`"))
                 continue
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 if fn.name == "__init__" and cf.super_init is None and _is_super_init(node.value):
                     cf.super_init = node.value
                 continue
+            value: ast.expr | None
+            ann: ast.expr | None
             if isinstance(node, ast.Assign):
                 targets, value, ann = node.targets, node.value, None
             elif isinstance(node, ast.AnnAssign):
@@ -505,11 +515,14 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
                                         fn.name, frozenset(params), single,
                                         lambda q: index.class_location(q) is not None)
-                    if origin is not None and origin.kind == "call" and id(branch) not in written:
+                    # a "call" origin is made of an ast.Call only (_origin_of)
+                    if origin is not None and origin.kind == "call" and isinstance(branch, ast.Call) \
+                            and value is not None and id(branch) not in written:  # (a call branch has a value)
                         # reached through a local: the evidence quotes both statements
                         origin = replace(origin, how=f"`self.{tgt.attr} = {_short(value)}`, built as "
                                                      f"`{dotted(branch.func)}(...)` (line {branch.lineno})")
                     elif origin is not None and origin.kind == "call" and isinstance(value, ast.Call) \
+                            and isinstance(value.func, ast.Attribute) \
                             and branch is not value:  # `nn.Linear(...).to(...)`: say what was unwrapped
                         origin = replace(origin, how=f"{origin.how[:-1]}.{value.func.attr}(...)`")
                     if origin is not None:
@@ -517,7 +530,9 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
 
     if by_class is not None:
         for region in by_class[1]:  # a later definition of the same name wins, as at run time
-            facts.classes.register(f"{module}.{region.name}" if module else region.name, region, region.name)
+            classes.register(f"{module}.{region.name}" if module else region.name, region, region.name)
+        return facts
+    if tree is None:  # neither a tree nor class regions: nothing to read
         return facts
     blocks = [iter(tree.body)]
     while blocks:  # statements in order, entering if/try blocks where they stand
@@ -755,12 +770,12 @@ class FunctionScope:
         """`nodes`: walk_function(fn) already listed (a candidate's, shared by every rule)."""
         self.fn = fn
         self.class_qualname = class_qualname
-        self.params: dict[str, ast.AST | None] = {}
+        self.params: dict[str, ast.expr | None] = {}
         self.self_name: str | None = None
-        self.assigns: dict[str, list[ast.AST]] = {}
+        self.assigns: dict[str, list[ast.expr | None]] = {}  # None: bound by a loop, `with` or `+=`
         # `proj: RowParallelLinear = ...` or a bare `proj: RowParallelLinear` before `for proj in`:
         # the declared type holds whatever the local is (re)bound to.
-        self.annotations: dict[str, ast.AST] = {}
+        self.annotations: dict[str, ast.expr] = {}
         if fn is None:
             return
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
@@ -781,8 +796,8 @@ class FunctionScope:
                 if node.value is not None:
                     self.assigns.setdefault(node.target.id, []).append(node.value)
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
-                for target in _store_names(node):
-                    self.assigns.setdefault(target, []).append(None)  # unknown value
+                for bound_name in _store_names(node):
+                    self.assigns.setdefault(bound_name, []).append(None)  # unknown value
 
 
 def _store_names(node) -> list[str]:
@@ -793,7 +808,7 @@ def _store_names(node) -> list[str]:
         targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
     elif isinstance(node, ast.AugAssign):
         targets = [node.target]
-    out = []
+    out: list[str] = []
     for target in targets:
         out.extend(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return out

@@ -565,6 +565,11 @@ FACTS_CACHE_ENTRIES = 24
 class QuantizableLayerIndex:
     """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
 
+    # Set by a run that has them, read with getattr (absent otherwise): the storage model's answers
+    # kept on disk (run/facts_cache.FactsStore), and where an engine outside the tree is chosen from.
+    disk_memo: object
+    engine_project: tuple
+
     def __init__(self, headers: "list[ModuleHeader] | ModuleTable", quantizable: list[str], exempt: list[str],
                  not_quantizable: list[str] | tuple[str, ...] = ()):
         self.modules: ModuleTable = headers if isinstance(headers, ModuleTable) else ModuleTable.of(headers)

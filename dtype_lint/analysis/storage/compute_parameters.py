@@ -35,7 +35,7 @@ def _installs(nodes) -> list[tuple[ast.expr, str, ast.expr]]:
     return found
 
 
-def _value_of(node: ast.expr, assigns: dict[str, list[ast.AST]]) -> ast.AST | None:
+def _value_of(node: ast.expr, assigns: dict[str, list[ast.expr | None]]) -> ast.AST | None:
     """The expression an installed value stands for: `nn.Parameter(X)` unwrapped, a local bound
     once followed (`bias = t.to(dtype)`, `param = nn.Parameter(bias)`), two steps at most."""
     for _ in range(4):
@@ -54,7 +54,7 @@ def _value_of(node: ast.expr, assigns: dict[str, list[ast.AST]]) -> ast.AST | No
 
 
 def compute_parameter_install(site: ast.Call, layer: ast.expr, nodes,
-                              assigns: dict[str, list[ast.AST]]) -> str | None:
+                              assigns: dict[str, list[ast.expr | None]]) -> str | None:
     """The name under which the function holding `nodes` installs the value of `site` (a cast or
     an allocation in `layer.weight.dtype`) as a parameter or attribute of `layer` itself that is
     not its weight (`bias`, `out_scale`): None when it does not, or installs it as a weight-named

@@ -95,7 +95,7 @@ def _build(resolver, qualname: str):
             env = states if env is None else {k: _merge(v, states[k]) for k, v in env.items() if k in states}
             passed = passed or inst.passed
             sites.append((facts.path, call.lineno))
-    if not sites:
+    if not sites or config is None:  # config is set with the first site
         return None
     where = ", ".join(f"{path}:{line}" for path, line in sites[:4]) + (" ..." if len(sites) > 4 else "")
     how = "without a quantization config" if config == NONE else "as its constructions pass it"

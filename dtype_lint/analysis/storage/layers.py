@@ -115,7 +115,7 @@ class LayerResolver:
         self.config_params = tuple(config_params)
 
     # ---- step 1: the class -------------------------------------------------------------------
-    def resolve(self, expr: ast.AST, scope: FunctionScope, depth: int = 0, this: Instance | None = None) -> Instance:
+    def resolve(self, expr: ast.expr, scope: FunctionScope, depth: int = 0, this: Instance | None = None) -> Instance:
         """`this`: the instance `self` stands for (a getter resolved on a known instance)."""
         if depth > 10:
             return Instance(None)
@@ -173,12 +173,12 @@ class LayerResolver:
                 return Instance(None)
             return self.attribute(owner, expr.attr, depth)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
-                and _literal_index(expr.slice) is not None:
+                and (position := _literal_index(expr.slice)) is not None:
             # `self.mlp[0]`, `self.heads["k"]`: an element of a container built in the class
             # (`nn.Sequential(A(...), ...)`, or filled by `.append(A(...))` / `self.heads["k"] = A(...)`)
             owner = self.resolve(expr.value.value, scope, depth + 1, this)
             if owner.qualname:
-                return self._container_item(owner, expr.value.attr, _literal_index(expr.slice))
+                return self._container_item(owner, expr.value.attr, position)
         return Instance(None)
 
     def _container_item(self, owner: Instance, attr: str, index: int | str) -> Instance:
@@ -189,18 +189,21 @@ class LayerResolver:
         outside a loop), else any slot that may stand there (from the first uncounted one on; all
         of them after an `.insert`); for a string key, the slots under it. Of several candidates,
         the one a quantizer may reach (`_rank`)."""
-        found = self.project.attr_origins(owner.qualname, attr)
-        where = found[0] if found else None
+        qualname = owner.qualname
+        found = self.project.attr_origins(qualname, attr) if qualname is not None else None
+        if found is None or qualname is None:  # no slot is known: a fill needs the attribute too
+            return Instance(None)
+        where = found[0]
         literals = [made for made in (self._literal_slots(origin, attr, index, where) for origin in found[1])
-                    if made is not None] if found else []
+                    if made is not None]
         filled: list[ContainerItem] = []
         filled_in = where
         # Only a module container registers what it is filled with: a layer appended to a plain
         # list (`self.layers = []`) is no submodule, and no quantizer replaces or loads it.
-        registered = found is not None and any(
+        registered = any(
             isinstance(origin.call, ast.Call) and (dotted(origin.call.func) or "").rsplit(".", 1)[-1]
             in _MODULE_CONTAINERS for origin in found[1])
-        for cls in self.index.mro(owner.qualname) if registered else ():
+        for cls in self.index.mro(qualname) if registered else ():
             facts = self.project.class_facts(cls)
             if facts and facts.items.get(attr):
                 filled_in, filled = cls, facts.items[attr]
@@ -226,7 +229,9 @@ class LayerResolver:
         `nn.ModuleList([A(...) for ...])`: one uncounted slot, `nn.ModuleDict({"k": A(...)})`), None
         when `origin` builds none."""
         call = origin.call
-        kind = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call, ast.Call) else ""
+        if not isinstance(call, ast.Call):  # no kind: none of the literals below
+            return None
+        kind = (dotted(call.func) or "").rsplit(".", 1)[-1]
         keys: list[str | None]
         counted = True
         if kind == "ModuleDict" and call.args and isinstance(call.args[0], ast.Dict):
@@ -275,6 +280,8 @@ class LayerResolver:
                                                      getattr(annotation, "lineno", 0)),), annotated=True)
 
     def attribute(self, owner: Instance, attr: str, depth: int = 0) -> Instance:
+        if owner.qualname is None:  # callers resolve the owner first: an unknown class has no attributes
+            return Instance(None, origin=owner.origin)
         found = self.project.attr_origins(owner.qualname, attr)
         if found is None:
             got = self._getter(owner, attr, depth)
@@ -302,7 +309,7 @@ class LayerResolver:
         """`self.<attr> = self.a.b` in the class (or a base), every value it stores there the same
         chain: a layer kept under a second name (`self.head = self.proj`) is the layer the chain
         holds, resolved on the same instance."""
-        if depth > 6:
+        if depth > 6 or owner.qualname is None:  # (callers resolve the owner first)
             return None
         for ancestor in self.index.mro(owner.qualname):
             class_facts = self.project.class_facts(ancestor)
@@ -366,12 +373,13 @@ class LayerResolver:
             or self.quant_root(qualname) is not None
 
     def _getter(self, owner: Instance, name: str, depth: int) -> Instance | None:
-        got = self.project.getter(owner.qualname, name)
+        got = self.project.getter(owner.qualname, name) if owner.qualname is not None else None
         if got is None:
             return None
         where, expr = got
         class_facts = self.project.class_facts(where)
-        facts = self.project.file_facts(self.index.class_location(where)[0].module) if class_facts else None
+        location = self.index.class_location(where)  # found when its class facts are
+        facts = self.project.file_facts(location[0].module) if class_facts and location else None
         if facts is None:
             return None
         sub = LayerResolver(self.project, facts.module, facts.imports, facts.path, self.config_params)
@@ -391,10 +399,9 @@ class LayerResolver:
         returns (DTL001), so it is not followed to its callers too."""
         from dtype_lint.analysis.flow.recognisers import weight_dtype_source
 
-        call = isinstance(expr, ast.Call)
-        if call and (expr.args or expr.keywords):
+        if isinstance(expr, ast.Call) and (expr.args or expr.keywords):
             return None
-        node = expr.func if call else expr
+        node = expr.func if isinstance(expr, ast.Call) else expr
         # A getter named for a dtype (`context_dtype`, `_dtype`): `dtype` itself is reported where it returns.
         if not isinstance(node, ast.Attribute) or node.attr in _PLAIN_DTYPE_ATTRIBUTES or "dtype" not in node.attr:
             return None
@@ -413,9 +420,11 @@ class LayerResolver:
         if facts is None:
             return None
 
+        receiver = node.value
+
         class Rebase(ast.NodeTransformer):
             def visit_Name(self, name: ast.Name) -> ast.AST:
-                return node.value if name.id == "self" else name
+                return receiver if name.id == "self" else name
         layer = Rebase().visit(copy.deepcopy(source.layer))
         ast.copy_location(layer, node)
         return layer, Evidence(f"`{node.attr}` returns `{ast.unparse(returned)}`", facts.path, returned.lineno)
@@ -462,8 +471,9 @@ class LayerResolver:
         # An adapter stores the `base_layer` it is handed as `self.base_layer` (the `adapter` role).
         for adapter in plugins("adapter"):
             sources = [adapter.as_stored_base_layer(s) for s in sources]
-        if not sources or any(s is None or not _rooted_at_self(s.layer) for s in sources) \
-                or len({ast.dump(s.layer) for s in sources}) != 1:  # type: ignore[union-attr]
+        present = [s for s in sources if s is not None]
+        if not sources or len(present) != len(sources) or any(not _rooted_at_self(s.layer) for s in present) \
+                or len({ast.dump(s.layer) for s in present}) != 1:
             return None
         location = self.index.class_location(holder) if holder else None
         facts = self.project.file_facts(location[0].module) if location else None
@@ -473,7 +483,7 @@ class LayerResolver:
         class Rebase(ast.NodeTransformer):
             def visit_Name(self, name: ast.Name) -> ast.AST:
                 return expr.value if name.id == "self" else name
-        layer = Rebase().visit(copy.deepcopy(sources[0].layer))  # type: ignore[union-attr]
+        layer = Rebase().visit(copy.deepcopy(present[0].layer))
         ast.copy_location(layer, expr)
         value = stored[0]
         what = "the weight" if weight else "the storage dtype"
@@ -508,7 +518,7 @@ class LayerResolver:
         for name, arg in bound.items():
             if arg == "default":
                 env[name] = self._default_state(sig, name)
-            elif arg == "unknown":
+            elif isinstance(arg, str):  # "unknown", the only other word bind() gives
                 env[name] = UNKNOWN
             else:
                 env[name] = self.state(arg, ctx)
@@ -536,15 +546,16 @@ class LayerResolver:
         if isinstance(expr, ast.Dict):
             if any(k is None or not (isinstance(k, ast.Constant) and isinstance(k.value, str)) for k in expr.keys):
                 return None
-            return {k.value for k in expr.keys}
+            return {k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}  # all
         if isinstance(expr, ast.Call) and dotted(expr.func) == "dict" and not expr.args:
-            return None if any(k.arg is None for k in expr.keywords) else {k.arg for k in expr.keywords}
+            return None if any(k.arg is None for k in expr.keywords) else \
+                {k.arg for k in expr.keywords if k.arg is not None}  # all are (checked)
         if isinstance(expr, ast.Name) and expr.id in ctx.locals:
             return self._dict_keys(ctx.locals[expr.id], ctx, depth + 1)
-        if isinstance(expr, ast.Call) and not expr.args and not expr.keywords and dotted(expr.func):
+        if isinstance(expr, ast.Call) and not expr.args and not expr.keywords and (func_name := dotted(expr.func)):
             module = ctx.module if ctx.module is not None else self.module
             imports = ctx.imports if ctx.imports is not None else self.imports
-            target = self.index.resolve(module, dotted(expr.func), imports)
+            target = self.index.resolve(module, func_name, imports)
             mod, _, name = target.rpartition(".")
             found = self.project.function(mod, name)
             if found is None:
@@ -553,7 +564,7 @@ class LayerResolver:
             if not returns or any(r is None for r in returns):
                 return None
             keys: set[str] = set()
-            for r in returns:
+            for r in (r for r in returns if r is not None):  # all are (checked above)
                 got = self._dict_keys(r, _Context(frozenset()), depth + 1)
                 if got is None:
                     return None
@@ -621,6 +632,8 @@ class LayerResolver:
         for _ in range(16):
             if cur == where:
                 return env
+            if cur is None:  # an unresolved instance: no constructor to read
+                return {}
             class_facts = self.project.class_facts(cur)
             bases = self.index.bases(cur)
             if not bases:
@@ -644,7 +657,7 @@ class LayerResolver:
             new = {}
             for name, arg in target[1].bind(call).items():
                 new[name] = (self._default_state(target[1], name) if arg == "default" else
-                             UNKNOWN if arg == "unknown" else self.state(arg, ctx))
+                             UNKNOWN if isinstance(arg, str) else self.state(arg, ctx))  # str: "unknown"
             env, cur = new, nxt
         return {}
 
@@ -824,7 +837,9 @@ class LayerResolver:
             return inst.config
         env = self._env_in(inst, root)
         states = [env[p] for p in self.config_params if p in env]
-        return states[0] if states else self._forwards_none(inst.qualname, root)
+        if not states and inst.qualname is not None:  # (callers pass a resolved instance)
+            return self._forwards_none(inst.qualname, root)
+        return states[0] if states else UNKNOWN
 
     def _forwards_none(self, qualname: str, root: str) -> str:
         """Without construction facts: does any class on the way to the root pass a literal None?"""
@@ -865,8 +880,8 @@ class LayerResolver:
             if param == LAYER_PARAM:
                 return Evidence(f"`{fn.name}(..., layer, ...)`: storage-format code for the layer it is given",
                                 self.path, fn.lineno)
-            annotated = self.index.resolve(self.module, annotation_name(ann), self.imports) \
-                if annotation_name(ann) else None
+            annotated = self.index.resolve(self.module, ann_name, self.imports) \
+                if (ann_name := annotation_name(ann)) else None
             if annotated and self.quant_root(annotated) is not None:
                 return Evidence(f"`{fn.name}(..., {param}: {_short(annotated)}, ...)`: storage-format code for the "
                                 "layer it is given", self.path, fn.lineno)
@@ -907,8 +922,8 @@ def _slots_at(sequence: list, index: int) -> list:
 
 def _literal_index(node: ast.expr) -> int | str | None:
     """`0`, `-1` (a unary minus, to the parser), `"k"`: the literal a subscript names, else None."""
-    negative = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-    value = node.operand if negative else node
+    value = node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) else node
+    negative = value is not node
     if not isinstance(value, ast.Constant) or isinstance(value.value, bool):
         return None
     if isinstance(value.value, int):

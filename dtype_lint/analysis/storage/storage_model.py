@@ -39,10 +39,10 @@ import textwrap
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Callable, Protocol
 
 from dtype_lint.analysis.index.class_facts import annotation_name
-from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex, dotted, record_import
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import (
     ABSENT,
@@ -240,7 +240,7 @@ class _Source:
 
     module: str
     path: str
-    header: object
+    header: ModuleHeader
     lines: list[str]
 
     def __post_init__(self):
@@ -425,6 +425,8 @@ class CodeBackends:
         """The config classes of the layer's config type, found lazily in its package (the folder of
         the module defining the type), in discovery order; what was found is remembered."""
         base = self._config_base(layer_class)
+        if base is None:  # never: every caller asks _config_base first
+            return
         state = self.index.__dict__.setdefault("_storage_configs", {})
         if base not in state:
             loc = self.index.class_location(base)
@@ -558,7 +560,7 @@ class CodeBackends:
         """`PluginFp8LinearMethod` inherits `create_weights` from `vllm...Fp8LinearMethod`, at the class line."""
         loc = self.index.class_location(method)
         src = self._source(loc[0].module) if loc else None
-        line = src.header.classes[loc[1]][1] if src is not None else 0
+        line = src.header.classes[loc[1]][1] if src is not None and loc is not None else 0
         return Evidence(f"`{_short(method)}` {what} `{first[1]}`", src.path if src is not None else "", line)
 
     def _outside_storages(self, method: str, first, step: Evidence) -> list[Storage]:
@@ -627,11 +629,11 @@ class CodeBackends:
             return known[name]
         return resolve
 
-    def _methods_for(self, config: str, layer_mro: set[str]) -> list[tuple[str, int, str]]:
-        """(method class, line of the dispatch, path) for each quant method the config can hand an
-        instance whose MRO is `layer_mro`."""
+    def _methods_for(self, config: str, layer_mro: set[str]) -> list[tuple[str | None, int, str, bool]]:
+        """(method class or None, line of the dispatch, path, typed) for each quant method the config
+        can hand an instance whose MRO is `layer_mro` (typed: a test on the layer's type leads there)."""
         canon = frozenset(self.index.canonical(q) for q in layer_mro)
-        out = set()
+        out: set[tuple[str | None, int, str, bool]] = set()
         for method, line, path, conds in self.dispatch_table(config):
             held = [self._applies(test, param, canon, resolve) for test, param, resolve, _expected in conds]
             if all(h in (None, c[3]) for h, c in zip(held, conds)):
@@ -659,20 +661,14 @@ class CodeBackends:
                   feeds_return: bool = True) -> None:
         if depth > 3:
             return
-        plain = self._resolver(src, fn)
-        bound = bound or {}
-
-        def resolve(name: str | None) -> str | None:
-            return bound[name][0] if name in bound else plain(name)
         # A parameter bound to several method classes (`Linear=A if w4a16 else B`): each counts
-        # where the helper builds it, under the helper's own tests on the layer.
-        resolve.bound = bound
-        # Whether what this function returns is the quant method (False: a helper whose result the
+        # where the helper builds it, under the helper's own tests on the layer. `feeds_return`:
+        # whether what this function returns is the quant method (False: a helper whose result the
         # caller keeps as a value, `matched = self._find_matched_config(prefix, layer)`): only then
         # is a `return` we cannot name a method we cannot name.
-        resolve.feeds_return = feeds_return
-        resolve.returned_names = {r.value.id for r in ast.walk(fn)
-                                  if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
+        resolve = _DispatchResolve(self._resolver(src, fn), bound or {}, feeds_return,
+                                   {r.value.id for r in ast.walk(fn)
+                                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)})
         args = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
         if layer_param is None:
             layer_param = "layer" if "layer" in args else (args[1] if len(args) > 1 else "layer")
@@ -736,9 +732,9 @@ class CodeBackends:
                 for block in blocks:
                     self._walk(block, conds, src, owner, config, out, depth, layer_param, resolve)
                 continue
-            before = len(out)
+            found_before = len(out)
             self._calls(stmt, conds, src, owner, config, out, depth, layer_param, resolve)
-            if isinstance(stmt, ast.Return) and len(out) == before and getattr(resolve, "feeds_return", True) \
+            if isinstance(stmt, ast.Return) and len(out) == found_before and getattr(resolve, "feeds_return", True) \
                     and isinstance(stmt.value, (ast.Call, ast.Attribute)):
                 # A method we cannot name (`return self.method_cls(self)`): it may store anything.
                 out.append((None, stmt.lineno, src.path, conds))
@@ -831,7 +827,8 @@ class CodeBackends:
         delegated = [n for n in ast.walk(function_node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr == "create_weights"]
         out: list[Storage] = []
-        supers = [n for n in delegated if isinstance(n.func.value, ast.Call) and dotted(n.func.value.func) == "super"]
+        supers = [n for n in delegated if isinstance(n.func, ast.Attribute)  # all are: narrows the type
+                  and isinstance(n.func.value, ast.Call) and dotted(n.func.value.func) == "super"]
         if supers and "weight" not in registered:
             # `super().create_weights(...)`: the next class of the MRO that has one, in the tree or
             # outside it (the catalogue's record), never every method of the package.
@@ -839,11 +836,11 @@ class CodeBackends:
         named = self._named_delegates(delegated, src, function_node) if "weight" not in registered else []
         if named:
             # `KernelSpec().create_weights(layer, ...)`: the object is built here, its class named.
-            for call, target in named:
+            for call, built, target in named:
                 step = Evidence(f"`{short}.create_weights` hands the layer to `{ast.unparse(call.func)}`",
                                 src.path, call.lineno)
                 if target is None or self.index.class_location(target) is None:
-                    shown = ast.unparse(call.func.value.func)
+                    shown = ast.unparse(built.func)
                     out.append(Storage("", short, UNKNOWN, "", f"hands `create_weights` to `{shown}`, which the "
                                        "tree does not define", (step,)))
                     continue
@@ -922,17 +919,19 @@ class CodeBackends:
         return [Storage("", short, s.kind, s.dtype, s.what, (step, *s.evidence), s.typed,
                         tuple(sorted({*s.params, *registered}))) for s in inner]
 
-    def _named_delegates(self, delegated: list[ast.Call], src: _Source, fn) -> list[tuple[ast.Call, str | None]]:
+    def _named_delegates(self, delegated: list[ast.Call], src: _Source, fn
+                         ) -> list[tuple[ast.Call, ast.Call, str | None]]:
         """The `create_weights` calls on an object built in the call itself (`Cls(...).create_weights`),
-        with the class it resolves to (None: it does not resolve); `super()` is not one."""
+        with that construction and the class it resolves to (None: it does not resolve); `super()`
+        is not one."""
         resolve = self._resolver(src, fn)
         out = []
         for call in delegated:
-            built = call.func.value
+            built = call.func.value if isinstance(call.func, ast.Attribute) else None  # always an attribute
             if isinstance(built, ast.Call) and isinstance(built.func, (ast.Name, ast.Attribute)) \
                     and dotted(built.func) != "super":
                 target = resolve(dotted(built.func))
-                out.append((call, self.index.canonical(target) if target else None))
+                out.append((call, built, self.index.canonical(target) if target else None))
         return out
 
     def _package_methods(self, src: _Source, exclude: str) -> list[str]:
@@ -951,7 +950,7 @@ class CodeBackends:
     def _defines(self, qualname: str, name: str) -> bool:
         loc = self.index.class_location(qualname)
         src = self._source(loc[0].module) if loc else None
-        if src is None:
+        if src is None or loc is None:
             return False
         start = src.header.classes[loc[1]][1] - 1
         end = _block_end(src.lines, start, _indent(src.lines[start])) if start < len(src.lines) else start
@@ -963,7 +962,10 @@ class CodeBackends:
         assigns = _assignments(fn)
         out: dict[str, tuple[int, list]] = {}
         for node in ast.walk(fn):
-            name = value = None
+            if not isinstance(node, (ast.Call, ast.Assign)):  # every registration below is one
+                continue
+            name: str | None = None
+            value: ast.expr | None = None
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                     node.func.attr in ("register_parameter", "register_buffer") and len(node.args) >= 2:
                 name, value = _const_str(node.args[0]), node.args[1]
@@ -983,7 +985,7 @@ class CodeBackends:
                         for k, v in self._registered(got[2], got[1], depth + 1).items():
                             out.setdefault(k, v)
                 continue
-            if not name:
+            if not name or value is None:  # a name comes with its value
                 continue
             kinds = self._dtype_of(value, assigns, src, resolve, depth=0)
             out.setdefault(name, (node.lineno, kinds))
@@ -1151,8 +1153,12 @@ class CodeBackends:
                     and _const_str(node.args[1]) == "weight":
                 return self._deleted(fn, node, Evidence("`delattr(..., \"weight\")`", src.path, node.lineno), src,
                                      assigns)
+            if not isinstance(node, (ast.Call, ast.Assign)):  # what _replacement reads
+                continue
             value = _replacement(node)
-            dtype = self._repacked_dtype(value, assigns, src, resolve) if value is not None else None
+            if value is None:
+                continue
+            dtype = self._repacked_dtype(value, assigns, src, resolve)
             if dtype is not None:
                 return (PACKED, dtype, f"repacks `weight` to {dtype}",
                         (Evidence(f"`{ast.unparse(value)[:60]}` replaces `weight`", src.path, node.lineno),))
@@ -1186,8 +1192,9 @@ class CodeBackends:
         for stmt in later:
             for inner in ast.walk(stmt):
                 value = _replacement(inner)
-                if value is None or (isinstance(inner, ast.Call) and not (isinstance(inner.func, ast.Attribute)
-                                                                          and inner.func.attr == "register_parameter")):
+                if value is None or not isinstance(inner, (ast.Call, ast.Assign)) or (
+                        isinstance(inner, ast.Call) and not (isinstance(inner.func, ast.Attribute)
+                                                             and inner.func.attr == "register_parameter")):
                     continue
                 again = Evidence(f"`{ast.unparse(value)[:60]}` becomes `weight` again", src.path, inner.lineno)
                 dtype = self._repacked_dtype(value, assigns, src, self._resolver(src, fn))
@@ -1326,15 +1333,33 @@ def _bound_classes(callee, call: ast.Call, resolve, is_method) -> dict[str, tupl
     return out
 
 
+class _DispatchResolve:
+    """`resolve(name)` in one function of a config's dispatch: a parameter the caller bound to
+    method classes first (`bound`), else the module's name; with what the walk reads beside it
+    (`feeds_return`, the names the function returns, and `flags`, its local flags, set after)."""
+
+    __slots__ = ("plain", "bound", "feeds_return", "returned_names", "flags")
+
+    def __init__(self, plain: Callable[[str | None], str | None], bound: dict[str, tuple[str, ...]],
+                 feeds_return: bool, returned_names: set[str]):
+        self.plain, self.bound = plain, bound
+        self.feeds_return, self.returned_names = feeds_return, returned_names
+        self.flags: dict[str, ast.expr] = {}
+
+    def __call__(self, name: str | None) -> str | None:
+        return self.bound[name][0] if name in self.bound else self.plain(name)
+
+
 def _case_test(pattern, layer_param: str) -> ast.expr | None:
     """`isinstance(layer, (A, B))` for a case pattern of classes (`A()`, `A() | B()`, `A() as x`);
     None for a pattern that tests no type (`_`, a value)."""
     if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
         return _case_test(pattern.pattern, layer_param)
+    classes: list[ast.expr]
     if isinstance(pattern, ast.MatchClass):
         classes = [pattern.cls]
     elif isinstance(pattern, ast.MatchOr) and all(isinstance(p, ast.MatchClass) for p in pattern.patterns):
-        classes = [p.cls for p in pattern.patterns]
+        classes = [p.cls for p in pattern.patterns if isinstance(p, ast.MatchClass)]  # all are (checked)
     else:
         return None
     test = ast.Call(func=ast.Name("isinstance", ast.Load()),
@@ -1351,7 +1376,7 @@ def _feeds_return(stmt: ast.stmt, resolve) -> bool:
         return True
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) \
         else []
-    returned = getattr(resolve, "returned_names", set())
+    returned: set[str] = getattr(resolve, "returned_names", set())
     return any(isinstance(n, ast.Name) and n.id in returned for t in targets for n in ast.walk(t))
 
 

@@ -133,6 +133,8 @@ class StorageEvidence(Evidence):
     storages: tuple[tuple[str, str], ...]
     FORMAT_PREFIX = ""  # how a message introduces a format's name (`modelopt NVFP4`)
 
+    storages: tuple[tuple[str, str], ...]  # set in __init__ (Evidence is frozen); not a dataclass field
+
     def __init__(self, message: str, path: str, line: int, storages=()):
         super().__init__(message, path, line)
         object.__setattr__(self, "storages", tuple(storages))
@@ -340,7 +342,7 @@ class StorageReader:
         if isinstance(node, ast.BoolOp):
             results = [self.value(v) for v in node.values]
             stop = not isinstance(node.op, ast.And)
-            out = not stop
+            out: bool | None = not stop
             for result in results:
                 if result == _RAISES:
                     return _RAISES
@@ -612,6 +614,8 @@ def narrowed(verdict, site, fn, parents, layer, aliases, path: str, vllm_guard_p
     that dominate its assignment too (`elif hasattr(self.config, "_is_quantized"): ... else:`)."""
     confidence, evidence = verdict
     backend = hf_storages(evidence)
+    if backend is None:  # never: an HF verdict carries its backend evidence
+        return None
     if runs_at_construction(fn, cls) and not getattr(backend, "built_after_loading", False):
         return None  # (an adapter is built after its base layer was loaded: ecosystems/peft)
     left, tests, unreadable = partial_guard(site, fn, parents, layer, aliases, backend.storages)
@@ -697,7 +701,7 @@ def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
         owner = resolver.resolve(layer.value, scope)
         found = resolver.project.attr_origins(owner.qualname, layer.attr) if owner.qualname else None
         calls = [o for o in (found[1] if found else []) if o.kind == "call" and o.call is not None]
-        item = _item_of(resolver, found[0], calls[0], 0, owner.origin) if len(calls) == 1 else None
+        item = _item_of(resolver, found[0], calls[0], 0, owner.origin) if len(calls) == 1 and found else None
         deeper = first_parameter(resolver, item, depth + 1) if item is not None else None
         return (deeper[0], "[0]" + (f".{deeper[1]}" if deeper[1] else "")) if deeper else None
     if layer_kind(resolver.index.mro(inst.qualname)) is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
+from types import SimpleNamespace
 
 from dtype_lint.analysis.flow.recognisers import FIRST_PARAMETER, is_pure
 from dtype_lint.core.findings import Edit, Fix
@@ -33,11 +34,8 @@ from dtype_lint.fix.planner import Planner, Site
 def hf_helper_module(source_module: str, path: str, configured: str) -> str:
     """The module the HF helper lives in for this file."""
 
-    class _Where:  # hf_module reads a resolver's module and path
-        module, imports = source_module, {}
-
-    _Where.path = path
-    top = hf_module(_Where).split(".", 1)[0]
+    where = SimpleNamespace(module=source_module, imports={}, path=path)  # hf_module reads a resolver's module and path
+    top = hf_module(where).split(".", 1)[0]
     if top in HF_HELPER_HOMES:
         return HF_HELPER_HOMES[top]
     return configured
@@ -152,7 +150,7 @@ class HFPlanner(Planner):
         if len(compute_values) != 1 or not _is_compute_dtype(compute_values[0], site.wds.layer):
             return None
         other = elif_node.body[0]
-        target = stmt.targets[0]  # type: ignore[attr-defined]
+        target = stmt.targets[0]  # type: ignore[attr-defined]  # _is_self_cast(stmt) held: an ast.Assign
         if not (isinstance(other, ast.Assign) and len(other.targets) == 1 and
                 ast.dump(other.targets[0]) == ast.dump(target) and isinstance(other.value, ast.Call) and
                 isinstance(other.value.func, ast.Attribute) and other.value.func.attr == "to" and
@@ -163,8 +161,8 @@ class HFPlanner(Planner):
         if not self._own_lines(if_node):
             return None
         start, _ = self._stmt_line_region(if_node, with_comments=False)
-        end = self.src.offset(elif_node.end_lineno + 1, 0) if elif_node.end_lineno < len(self.src.lines) \
-            else len(self.src.text)
+        elif_end = elif_node.end_lineno or elif_node.lineno  # set on every parsed node
+        end = self.src.offset(elif_end + 1, 0) if elif_end < len(self.src.lines) else len(self.src.text)
         var = self._var_name(site)
         indent = self.src.indent_of(if_node.lineno)
         unit = self._indent_unit(site, stmt)
@@ -173,6 +171,8 @@ class HFPlanner(Planner):
                 f"{indent}if {var} is not None:\n{indent}{unit}{name} = {name}.to({var})\n")
         edits = [Edit(start, end, text)]
         for alias in (site.wds.alias, compute):
+            if alias is None:  # no alias: no assignment of it to remove
+                continue
             values = site.scope.assigns.get(alias, [])
             assign = site.parents.get(id(values[0])) if len(values) == 1 and values[0] is not None else None
             if isinstance(assign, ast.Assign) and len(assign.targets) == 1 and self._own_lines(assign) and \
@@ -195,10 +195,10 @@ class HFPlanner(Planner):
         the test was right, the fallback where it was wrong (fp8 passes `is_floating_point`; a
         missing `.weight` raised), and bitsandbytes 4-bit's compute dtype where it has one."""
         name = site.wds.alias
-        values = site.scope.assigns.get(name, [])
-        if len(values) != 2 or any(v is None for v in values):
+        bound = site.scope.assigns.get(name, []) if name is not None else []
+        if len(bound) != 2 or any(v is None for v in bound):
             return None
-        values = sorted(values, key=lambda v: (v.lineno, v.col_offset))
+        values = sorted((v for v in bound if v is not None), key=lambda v: (v.lineno, v.col_offset))
         assigns = [site.parents.get(id(v)) for v in values]
         if not all(isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
                    for a in assigns):
@@ -214,8 +214,8 @@ class HFPlanner(Planner):
             return None
         start, end = self._stmt_line_region(if_node, with_comments=False)
         last = if_node.orelse[-1]
-        end_of_else = self.src.offset(last.end_lineno + 1, 0) if last.end_lineno < len(self.src.lines) \
-            else len(self.src.text)
+        last_end = last.end_lineno or last.lineno  # set on every parsed node
+        end_of_else = self.src.offset(last_end + 1, 0) if last_end < len(self.src.lines) else len(self.src.text)
         indent = self.src.indent_of(if_node.lineno)
         layer = self.src.segment(site.wds.layer)
         text = f"{indent}{name} = {self.helper_call(layer, self.flag_default)} or {self.src.segment(values[1])}\n"
@@ -375,7 +375,7 @@ def _is_dtype_constant(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch"
 
 
-def _is_compute_dtype(node: ast.AST, layer: ast.expr) -> bool:
+def _is_compute_dtype(node: ast.AST | None, layer: ast.expr) -> bool:
     """`getattr(L, "compute_dtype", None)` or `L.compute_dtype`: bitsandbytes 4-bit's and GGUF's
     compute dtype, which the helper reads itself."""
     if isinstance(node, ast.Attribute) and node.attr == "compute_dtype":
