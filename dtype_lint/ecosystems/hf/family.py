@@ -130,10 +130,8 @@ class StorageEvidence(Evidence):
     of this run. Each family that builds on this one's torch-level guards (peft, megatron, the
     quantizer family) subclasses it, so a verdict's family is the type of its evidence."""
 
-    storages: tuple[tuple[str, str], ...]
-    FORMAT_PREFIX = ""  # how a message introduces a format's name (`modelopt NVFP4`)
-
     storages: tuple[tuple[str, str], ...]  # set in __init__ (Evidence is frozen); not a dataclass field
+    FORMAT_PREFIX = ""  # how a message introduces a format's name (`modelopt NVFP4`)
 
     def __init__(self, message: str, path: str, line: int, storages=()):
         super().__init__(message, path, line)
