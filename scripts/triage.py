@@ -678,7 +678,8 @@ TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphro
               "transformers-5.23.0", "transformers-5.25.0", "diffusers-0.42.1",
               # issue #40: projects built on the engines and their quantizers
               "unsloth-2026.10.9", "axolotl-0.19.0", "megatron-core-0.19.2", "nvidia-modelopt-0.47.0",
-              "llmcompressor-0.14.0.1")
+              "llmcompressor-0.14.0.1", "auto-round-0.16.1", "llamafactory-0.9.5",
+              "flash-linear-attention-0.6.0")
 
 
 def all_trees() -> list[tuple[str, str]]:
@@ -693,7 +694,10 @@ def all_trees() -> list[tuple[str, str]]:
 # needs where it is newer than the 3.11 the fetch targets (megatron-core 0.17+ requires 3.12).
 EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
                "megatron-core": ("megatron", "3.12"), "nvidia-modelopt": ("modelopt", None),
-               "llmcompressor": ("llmcompressor", None)}
+               "llmcompressor": ("llmcompressor", None),
+               # round 5 of issue #40: two more trees nobody here had triaged
+               "auto-round": ("auto_round", None), "llamafactory": ("llamafactory", None),
+               "flash-linear-attention": ("fla", None)}
 
 
 def release_tree(dist: str, version: str) -> Path:

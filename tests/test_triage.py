@@ -118,6 +118,24 @@ def llmcompressor_01401() -> Path:
     return _extra_release("llmcompressor", "0.14.0.1")
 
 
+@pytest.fixture(scope="session")
+def auto_round_0161() -> Path:
+    """auto-round 0.16.1: Intel's quantizer of Hugging Face models, with packed QuantLinears of its own (#40 round 5), held out."""
+    return _extra_release("auto-round", "0.16.1")
+
+
+@pytest.fixture(scope="session")
+def llamafactory_095() -> Path:
+    """llamafactory 0.9.5: fine-tuning on Hugging Face models quantized on the fly, patched (#40 round 5), held out."""
+    return _extra_release("llamafactory", "0.9.5")
+
+
+@pytest.fixture(scope="session")
+def fla_060() -> Path:
+    """flash-linear-attention 0.6.0: Hugging Face model classes with their layers in a sibling package (#40 round 5), held out."""
+    return _extra_release("flash-linear-attention", "0.6.0")
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the ones above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -139,6 +157,9 @@ TREES = {
     "megatron_core_0192": "megatron-core-0.19.2",
     "nvidia_modelopt_0470": "nvidia-modelopt-0.47.0",
     "llmcompressor_01401": "llmcompressor-0.14.0.1",
+    "auto_round_0161": "auto-round-0.16.1",
+    "llamafactory_095": "llamafactory-0.9.5",
+    "fla_060": "flash-linear-attention-0.6.0",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -160,6 +181,10 @@ HELD_OUT_FALSE = {
     "megatron_core_0192": set(),
     "nvidia_modelopt_0470": set(),
     "llmcompressor_01401": set(),
+    # Round 5 of #40, two trees nobody here had triaged, at 9b82479: no finding, so no FALSE one.
+    "auto_round_0161": set(),
+    "llamafactory_095": set(),
+    "fla_060": set(),
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
     "tpu_inference_0320": set(),
@@ -175,7 +200,8 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # on vLLM's layers, a Hugging Face tree); DTL_FULL=1 adds vLLM 0.30.0, sglang (the namespace-package
 # peer), vllm-omni, tpu-inference (a second platform plugin, of vllm-ascend's kind), ipex-llm (a
 # quantizer of Hugging Face models with its own low-bit linears), transformers, and the trees of issues
-# #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor).
+# #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor,
+# auto-round, llamafactory, flash-linear-attention).
 # aphrodite-engine (the fork under another package name) runs with DTL_FULL=1: its findings are
 # compared object for object with each release of the tool (benchmarks/accuracy/README.md).
 CI_TREES = ("vllm_0271", "vllm_0330", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
@@ -337,6 +363,9 @@ HELD_OUT_MISSES = {
     # layer built from a module spec that modelopt's compress repacks (reported now: ecosystems/megatron).
     "axolotl_0190": {"axolotl/integrations/kernels/libs/glm_dsa/patch.py:69"},
     "megatron_core_0192": set(),
+    # flash-linear-attention: a plain layer class in `fla/layers/` that the model files build (HF model
+    # code is decided per file, so the layer's own file reads as vLLM-style code; its page says more).
+    "fla_060": {"fla/layers/rodimus.py:391"},
     # vllm-omni's two `missed` sites of the first run: a container element named by a local (fixed:
     # now reported) and `next(self.parameters())` into a library class (now a documented known limit).
     "vllm_omni_0300": set(),
