@@ -16,8 +16,6 @@ model with real bitsandbytes 4-bit and 8-bit layers on CPU against its unquantiz
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import sysconfig
@@ -25,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, tree_bytes, write_tree
+from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes, write_tree
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -147,7 +145,6 @@ def test_the_editor_quick_fix_writes_the_same_files_as_fix(tmp_path: Path):
 RUN_MODEL = r"""
 import json, sys
 import torch
-import bitsandbytes as bnb
 import mypkg
 from mypkg.configuration_foo import FooConfig
 
@@ -159,22 +156,11 @@ linear = model.block.proj
 x = torch.randn(4, 64)
 
 
-def quantized(kind):
-    if kind == "bnb-4bit":
-        layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-    else:
-        layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-    return layer.to("cpu")
-
-
 with torch.no_grad():
     twin = model(x)
     out = {"module": mypkg.modeling_foo.__file__}
     for kind in ("bnb-4bit", "bnb-8bit"):
-        model.block.proj = quantized(kind)
+        model.block.proj = bnb_layer(linear, kind)
         try:
             got = model(x)
             error = ((got.float() - twin).norm() / twin.norm()).item()
@@ -214,13 +200,8 @@ def build_wheel(root: Path, out: Path) -> Path:
 def run_installed(python: Path, cwd: Path, source: Path | None = None) -> dict:
     """RUN_MODEL with the package installed in `python`'s environment, or imported from `source`'s
     src/ folder."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    if source is not None:
-        env["PYTHONPATH"] = str(source / "src")
-    proc = subprocess.run([str(python), "-c", RUN_MODEL, *(["--from-source"] if source else [])], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_on_quantized_layers(RUN_MODEL, *(["--from-source"] if source else []), python=python, cwd=cwd,
+                                   pythonpath=source / "src" if source is not None else None)
 
 
 def test_wheel_of_the_fixed_project_installs_imports_and_runs_on_bitsandbytes(tmp_path: Path):
@@ -335,7 +316,6 @@ def test_name_heuristics_fix_runs_on_real_bitsandbytes_layers(tmp_path: Path):
     script = r"""
 import json, sys
 import torch
-import bitsandbytes as bnb
 sys.path.insert(0, sys.argv[1])
 from mypkg.modeling_bar import BarAttention
 from mypkg.configuration_foo import FooConfig
@@ -347,21 +327,11 @@ with torch.no_grad():
     twin = BarAttention(FooConfig(hidden_size=64), linear)(x)
     out = {}
     for kind in ("bnb-4bit", "bnb-8bit"):
-        if kind == "bnb-4bit":
-            layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-            layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-        else:
-            layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-            layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-        layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-        got = BarAttention(FooConfig(hidden_size=64), layer.to("cpu"))(x)
+        got = BarAttention(FooConfig(hidden_size=64), bnb_layer(linear, kind))(x)
         out[kind] = [str(got.dtype), ((got.float() - twin).norm() / twin.norm()).item()]
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", script, str(root / "src")], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_on_quantized_layers(script, root / "src")
     assert out["bnb-4bit"][0] == "torch.float32" and out["bnb-4bit"][1] < 0.5, out
     assert out["bnb-8bit"][0] == "torch.float32" and out["bnb-8bit"][1] < 0.2, out
 

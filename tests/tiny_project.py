@@ -156,3 +156,46 @@ def fix_project(root: Path, *args: str):
     proc = dtl(root, "check", ".", "--fix", "--no-cache", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+# --- running a journey project's code on real quantized layers, in a fresh interpreter ---------------
+
+# Prepended to every script `run_on_quantized_layers` runs: `bnb_layer(linear, kind)` is a real
+# bitsandbytes layer ("bnb-4bit": Linear4bit computing in float32; "bnb-8bit": Linear8bitLt
+# without fp16 weights) holding a copy of the float `linear`'s weight and bias, on CPU, as a
+# loader leaves it. bitsandbytes is imported only when a script asks for a layer.
+QUANTIZED_LAYERS = r'''
+def bnb_layer(linear, kind):
+    import bitsandbytes as bnb
+    import torch
+
+    if kind == "bnb-4bit":
+        layer = bnb.nn.Linear4bit(linear.in_features, linear.out_features, compute_dtype=torch.float32)
+        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
+    elif kind == "bnb-8bit":
+        layer = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, has_fp16_weights=False)
+        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
+    else:
+        raise ValueError(f"no bitsandbytes layer of kind {kind!r}")
+    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
+    return layer.to("cpu")
+'''
+
+
+def run_on_quantized_layers(script: str, *args: str | Path, python: str | Path = sys.executable,
+                            cwd: Path | None = None, pythonpath: Path | None = None) -> dict:
+    """Run `script` (which may call `bnb_layer(linear, kind)`, QUANTIZED_LAYERS) with `args` in a
+    fresh `python` and return the JSON object its last stdout line prints. The environment's
+    PYTHONPATH is dropped (the script puts the project it runs on `sys.path` itself, or the
+    interpreter has it installed), or set to `pythonpath`."""
+    import json
+    import os
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    proc = subprocess.run([str(python), "-c", QUANTIZED_LAYERS + script, *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
