@@ -108,8 +108,8 @@ def test_doctor_shows_the_adapter_family_its_roots_and_its_helper(journey):
 def test_fix_puts_the_helper_inside_the_package_diff_shows_it_and_a_second_run_changes_nothing(journey):
     fixed, diff = journey["fixed"], journey["diff"]
     assert f"--- /dev/null\n+++ b/{HELPER}\n" in diff, diff
-    shown = "".join(line[1:] + "\n" for line in diff.split(f"+++ b/{HELPER}\n", 1)[1].splitlines()
-                    if line.startswith("+"))
+    hunks = diff.split(f"+++ b/{HELPER}\n", 1)[1].split("\n--- ", 1)[0]  # up to the next file's header
+    shown = "".join(line[1:] + "\n" for line in hunks.splitlines() if line.startswith("+"))
     assert shown == (fixed / HELPER).read_text(encoding="utf-8") == "import torch\n\n\n" + HF_HELPER_SOURCE
     layers = (fixed / LAYERS).read_text(encoding="utf-8")
     ia3 = (fixed / IA3).read_text(encoding="utf-8")

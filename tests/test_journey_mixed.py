@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes, write_tree
+from tiny_project import (
+    STAND_IN_VLLM,
+    copy_project,
+    fix_project,
+    json_findings,
+    run_on_quantized_layers,
+    tree_bytes,
+    write_tree,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "journeys" / "mixed"
@@ -91,39 +99,17 @@ def test_fix_gives_each_family_its_own_helper_inside_the_package(tmp_path: Path)
     assert tree_bytes(root) == fixed
 
 
-# A stand-in for the vLLM the package pins (vLLM is never installed here): a `ColumnParallelLinear`
-# whose weight storage a test picks, recording the dtype of the input it is handed.
-FAKE_VLLM = {
-    "vllm/__init__.py": "",
-    "vllm/model_executor/__init__.py": "",
-    "vllm/model_executor/layers/__init__.py": "",
-    "vllm/model_executor/layers/linear.py": (
-        "import torch\n\n\n"
-        "class ColumnParallelLinear(torch.nn.Module):\n"
-        "    storage = torch.bfloat16  # the weight's dtype, or None: no `.weight` (AWQ)\n\n"
-        "    def __init__(self, input_size, output_size, quant_config=None):\n"
-        "        super().__init__()\n"
-        "        self.params_dtype = torch.bfloat16\n"
-        "        if self.storage is not None:\n"
-        "            self.weight = torch.nn.Parameter(torch.zeros(output_size, input_size).to(self.storage),\n"
-        "                                             requires_grad=False)\n"
-        "        self.seen = None\n\n"
-        "    def forward(self, x):\n"
-        "        self.seen = x.dtype\n"
-        "        return x.float().repeat(1, 3), None\n"),
-}
-
 RUN_ENGINE = r"""
 import json, sys
 import torch
 sys.path[:0] = sys.argv[1:3]
-from vllm.model_executor.layers.linear import ColumnParallelLinear
+from vllm.model_executor.layers.linear import LinearBase
 from mixpkg.engine.attention import BarAttention
 
 out = {}
 for name in ("int32", "uint8", "missing", "float8_e4m3fn", "float16", "float32"):
-    ColumnParallelLinear.storage = None if name == "missing" else getattr(torch, name)
-    attention = BarAttention(8)
+    LinearBase.storage = None if name == "missing" else getattr(torch, name)
+    attention = BarAttention(8, quant_config="a quantization config")
     try:
         attention(torch.randn(2, 8))
         out[name] = str(attention.qkv_proj.seen)
@@ -134,7 +120,7 @@ print(json.dumps(out))
 
 
 def test_the_fixed_engine_module_hands_its_layer_the_compute_dtype_on_every_storage(tmp_path: Path):
-    fake = write_tree(tmp_path / "fake", FAKE_VLLM)
+    fake = write_tree(tmp_path / "fake", STAND_IN_VLLM)
     original, fixed = project(tmp_path, "original"), project(tmp_path, "fixed")
     fix_project(fixed)
     before = run_on_quantized_layers(RUN_ENGINE, original / "src", fake)

@@ -199,3 +199,70 @@ def run_on_quantized_layers(script: str, *args: str | Path, python: str | Path =
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# A stand-in for the vLLM a plugin or an out-of-tree model runs with (vLLM is never installed
+# here), in vLLM's module layout so that the `vllm` preset names its layers. Each linear layer's
+# `.weight` has the storage a test picks on `LinearBase.storage` (None: no `.weight`, as AWQ and
+# GPTQ leave it) when it is built with a quantization config, and the model dtype (`params_dtype`,
+# bfloat16) without one, as vLLM's unquantized method leaves it. It records the dtype of the input
+# it is handed (`seen`) and computes as its float twin would, with a fixed float32 weight of its own.
+STAND_IN_VLLM = {
+    "vllm/__init__.py": (
+        "class ModelRegistry:\n"
+        "    models = {}\n\n"
+        "    @classmethod\n"
+        "    def get_supported_archs(cls):\n"
+        "        return list(cls.models)\n\n"
+        "    @classmethod\n"
+        "    def register_model(cls, arch, where):\n"
+        "        cls.models[arch] = where\n"),
+    "vllm/model_executor/__init__.py": "",
+    "vllm/model_executor/layers/__init__.py": "",
+    "vllm/model_executor/layers/linear.py": '''\
+import torch
+
+
+class LinearBase(torch.nn.Module):
+    storage = torch.bfloat16  # the weight's dtype under the backend a test picks, or None: no `.weight`
+
+    def __init__(self, input_size, output_size, quant_config=None):
+        super().__init__()
+        self.params_dtype = torch.bfloat16
+        storage = self.storage if quant_config is not None else self.params_dtype
+        if storage is not None:
+            self.weight = torch.nn.Parameter(torch.zeros(output_size, input_size).to(storage), requires_grad=False)
+        else:
+            self.register_buffer("qweight", torch.zeros(input_size // 8, output_size, dtype=torch.int32))
+        generator = torch.Generator().manual_seed(1000 * input_size + output_size)
+        self.reference = torch.randn(output_size, input_size, generator=generator)
+        self.seen = None
+
+    def forward(self, x):
+        self.seen = x.dtype
+        return torch.nn.functional.linear(x.to(torch.float32), self.reference), None
+
+
+class ColumnParallelLinear(LinearBase):
+    pass
+
+
+class RowParallelLinear(LinearBase):
+    pass
+
+
+class ReplicatedLinear(LinearBase):
+    pass
+
+
+class MergedColumnParallelLinear(LinearBase):
+    def __init__(self, input_size, output_sizes, quant_config=None):
+        super().__init__(input_size, sum(output_sizes), quant_config=quant_config)
+
+
+class QKVParallelLinear(LinearBase):
+    def __init__(self, hidden_size, head_size, total_num_heads, total_num_kv_heads=None, quant_config=None):
+        kv_heads = total_num_heads if total_num_kv_heads is None else total_num_kv_heads
+        super().__init__(hidden_size, (total_num_heads + 2 * kv_heads) * head_size, quant_config=quant_config)
+''',
+}
