@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes
+from tiny_project import copy_project, fix_in_editor, fix_project, json_findings, run_on_quantized_layers, tree_bytes
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -131,6 +131,12 @@ def test_fix_puts_the_helper_inside_the_package_diff_shows_it_and_a_second_run_c
     fix_project(fixed)
     assert tree_bytes(fixed) == before
 
+
+
+def test_the_editor_fix_all_writes_the_same_files_as_fix(journey, tmp_path: Path):
+    root = copy_project(FIXTURE, tmp_path, "editor")
+    fix_in_editor(root, [LAYERS, IA3])
+    assert tree_bytes(root) == tree_bytes(journey["fixed"])
 
 # One interpreter runs the original and the fixed package (each imported from its own folder) on
 # every base: real bitsandbytes 4-bit and 8-bit layers (bnb_layer, tests/tiny_project.py) and

@@ -27,6 +27,7 @@ from cli_runner import dtl
 from tiny_project import (
     STAND_IN_VLLM,
     copy_project,
+    fix_in_editor,
     fix_project,
     json_findings,
     run_on_quantized_layers,
@@ -110,6 +111,12 @@ def test_fix_puts_the_helper_inside_the_plugin_diff_shows_it_and_a_second_run_ch
     fix_project(fixed)
     assert tree_bytes(fixed) == before
 
+
+
+def test_the_editor_fix_all_writes_the_same_files_as_fix(journey, tmp_path: Path):
+    root = copy_project(FIXTURE, tmp_path, "editor")
+    fix_in_editor(root, [MODEL])
+    assert tree_bytes(root) == tree_bytes(journey["fixed"])
 
 # One interpreter registers the original and the fixed plugin (each from its own folder) as vLLM
 # loads a plugin, builds the registered model on every storage of the stand-in vLLM

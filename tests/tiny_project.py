@@ -266,3 +266,27 @@ class QKVParallelLinear(LinearBase):
         super().__init__(hidden_size, (total_num_heads + 2 * kv_heads) * head_size, quant_config=quant_config)
 ''',
 }
+
+
+def fix_in_editor(root: Path, files: list[str]) -> None:
+    """Fix `files` of the project at `root` as an editor user would: open each in the language
+    server (the workspace is `root`), apply its "fix all" code action (`source.fixAll.dtype-lint`,
+    helper creation included) and save, one file after the other."""
+    from lsprotocol import types
+    from pygls.uris import to_fs_path
+    from test_trust_round3_server import Editor, open_document, start
+
+    from dtype_lint.server import FIX_ALL
+
+    server, _ = start(root)
+    for rel in files:
+        uri = open_document(server, root / rel)
+        actions = server.code_actions(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+            context=types.CodeActionContext(diagnostics=[], only=[FIX_ALL])))
+        assert len(actions) == 1, (rel, actions)
+        editor = Editor()
+        editor.open = {uri: (1, (root / rel).read_text(encoding="utf-8"))}
+        assert editor.apply(actions[0].edit), rel
+        Path(to_fs_path(uri)).write_text(editor.open[uri][1], encoding="utf-8")
