@@ -167,13 +167,14 @@ def doctor_lines(findings, index, root) -> list[str]:
             homes.setdefault(location.module, location)
     for module, location in sorted(homes.items()):
         state = "exists" if location.exists else "would be created by --fix"
-        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {_shown(location.path, root)}: {state}")
+        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {shown_path(location.path, root)}: {state}")
     if not homes:
         lines.append("  helper: none needed (no site here has a fix)")
     return lines
 
 
-def _shown(path, root) -> str:
+def shown_path(path, root) -> str:
+    """`path` relative to `root` (posix), or as given where it lies outside."""
     from pathlib import Path
 
     try:

@@ -34,7 +34,7 @@ def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]
 def doctor_lines(findings, index, root) -> list[str]:
     """`doctor`'s paragraph on this family: its sites, what makes a layer quantizable here (the
     base layer an adapter wraps), and where the helper its fixes import lives (or would be created)."""
-    from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, _shown, is_hf_fix
+    from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, is_hf_fix, shown_path
 
     ours = [f for f in findings if any(FAMILY_EVIDENCE in e.message for e in f.evidence)]
     if not ours:
@@ -50,7 +50,7 @@ def doctor_lines(findings, index, root) -> list[str]:
             homes.setdefault(location.module, location)
     for module, location in sorted(homes.items()):
         state = "exists" if location.exists else "would be created by --fix"
-        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {_shown(location.path, root)}: {state}")
+        lines.append(f"  helper: {module}:{HF_HELPER_NAME} at {shown_path(location.path, root)}: {state}")
     if not homes:
         lines.append("  helper: none needed (no site here has a fix)")
     return lines
