@@ -54,10 +54,6 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
     resolver = LayerResolver(project, module, imports, path, config.all_config_params)
     model = default_model(project, config.all_config_params)
 
-    reads = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "weight"
-             and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    if not reads:
-        return f"{path}:{line}: no `.weight` read on this line\n"
     scopes = {}
     patched = patched_methods(tree)  # `Model.forward = fn`: fn runs as Model's method, as check reads it
     function_node: ast.FunctionDef | ast.AsyncFunctionDef | None  # None: the line is in no function
@@ -68,16 +64,22 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
             scopes[(function_node.end_lineno or function_node.lineno) - function_node.lineno] = (function_node, class_q)
     function_node, class_q = scopes[min(scopes)] if scopes else (None, None)
     scope = FunctionScope(function_node, class_q)
+    reads = _weight_reads(tree, line, scope)
+    if not reads:
+        return f"{path}:{line}: no `.weight` read on this line\n"
     out = []
     seen = set()
-    for node in reads:
+    for node, alias in reads:
         layer = node.value
         text_of = ast.unparse(layer)
         if text_of in seen:
             continue
         seen.add(text_of)
+        via = f" (through `{alias}`, bound at line {node.lineno})" if alias else ""
+        out.append(f"{path}:{line}: `{text_of}.weight`{via}")
+        if _adapter_decides(resolver, layer, scope, out):
+            continue
         inst = resolver.resolve(layer, scope)
-        out.append(f"{path}:{line}: `{text_of}.weight`")
         if not inst.qualname:
             out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
             if inst.origin:  # a layer of a class a family knows outside the tree (as check asks it)
@@ -116,6 +118,53 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
                                          else "reported unless a guard dominates the site" if verdict
                                          else "not reported (no reachable backend gives such a storage)"))
     return "\n".join(out) + "\n"
+
+
+def _weight_reads(tree: ast.AST, line: int, scope) -> list[tuple[ast.Attribute, str]]:
+    """(`X.weight` read, the local it reaches the line through or "") for the line: the reads on it
+    (an assignment to `X.weight` is no read), else those of a local the line uses that is bound
+    once to an expression reading `.weight` (`dtype = base.weight.dtype` ... `.to(dtype)`), as
+    check reports a cast through a local at the cast."""
+
+    def reads_in(node: ast.AST) -> list[ast.Attribute]:
+        return [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr == "weight"
+                and isinstance(n.ctx, ast.Load)]
+
+    on_line = [n for n in reads_in(tree) if n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if on_line:
+        return [(n, "") for n in on_line]
+    names = sorted({n.id for n in ast.walk(scope.fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                    and n.lineno <= line <= (n.end_lineno or n.lineno)}) if scope.fn is not None else []
+    found = []
+    for name in names:
+        values = scope.assigns.get(name, [])
+        if len(values) == 1 and values[0] is not None:
+            found += [(n, name) for n in reads_in(values[0])]
+    return found
+
+
+def _adapter_decides(resolver, layer: ast.expr, scope, out: list[str]) -> bool:
+    """An adapter library's base layer (the registry's `adapter` role), as check asks it before
+    the layer's class: its evidence and what the rules conclude; False where no adapter role
+    speaks for this layer."""
+    from dtype_lint.ecosystems.registry import ecosystem_of, plugins
+
+    for adapter in plugins("adapter"):
+        decided = adapter.adapter_verdict(resolver, layer, scope, scope.class_qualname)
+        if decided is None:
+            continue
+        out.append(f"  family: {ecosystem_of(adapter)} (an adapter library)")
+        if not decided:
+            out.append("    the base layer, in code that writes into its weight or computes in its own storage: "
+                       "its storage dtype is the right one here")
+            out.append("  DTL001/DTL002: not reported")
+            return True
+        for evidence_item in decided[1]:
+            out.append(f"    {_where(evidence_item)}{evidence_item.message}")
+        out.append("  DTL001/DTL002: reported " + ("with low confidence " if decided[0] == "low" else "")
+                   + "unless a guard dominates the site")
+        return True
+    return False
 
 
 def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:

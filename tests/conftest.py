@@ -156,6 +156,8 @@ SLOW_TESTS: dict[str, str] = {
     "test_journey_hf_package.py::test_wheel_": "the fixed HF package built as a wheel, installed fresh, run on real bitsandbytes",
     "test_journey_quant_replace.py::test_fixed_gate_runs_on_real_quantized_layers": "the fixed plain PyTorch gate run on real bitsandbytes, torchao and quanto layers",
     "test_journey_mixed.py::test_the_fixed_": "the mixed project's fixed modules run on every storage and on real bitsandbytes",
+    "test_journey_adapter.py::test_the_fixed_adapters_run": "the adapter library's fixed adapters run on real bitsandbytes bases and stand-ins",
+    "test_journey_vllm_plugin.py::test_the_fixed_plugin_model": "the vLLM plugin's fixed model run on a stand-in vLLM of every storage",
     # "module::test name prefix": why
     "test_conventions.py::test_hf_series": "a migration series of the Hugging Face-shaped fixture",
     "test_type_check.py::test_mypy_is_clean": "mypy over the package (about 20 s of CPU cold)",

@@ -11,13 +11,14 @@ it as the package imports its siblings; `--diff` shows the file it would create;
 helper as the tool suggests keeps working and never swaps in the vLLM template; the editor's
 quick-fix writes the same files. The slow part (SLOW_TESTS in conftest.py) builds the fixed
 project as a wheel, installs it alone into a fresh environment, imports it, and runs the fixed
-model with real bitsandbytes 4-bit and 8-bit layers on CPU against its unquantized twin.
+model with real bitsandbytes 4-bit and 8-bit layers on CPU against its unquantized twin; the same
+wheel ships the fixed packages of the megatron, quantizers and mixed journeys, each run from where
+it is installed (`DTL_FULL=1`: each journey project as its own wheel, installed alone).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,7 +26,15 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, tree_bytes, write_tree
+from tiny_project import (
+    STAND_IN_VLLM,
+    copy_project,
+    fix_project,
+    json_findings,
+    run_on_quantized_layers,
+    tree_bytes,
+    write_tree,
+)
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -147,7 +156,6 @@ def test_the_editor_quick_fix_writes_the_same_files_as_fix(tmp_path: Path):
 RUN_MODEL = r"""
 import json, sys
 import torch
-import bitsandbytes as bnb
 import mypkg
 from mypkg.configuration_foo import FooConfig
 
@@ -159,22 +167,11 @@ linear = model.block.proj
 x = torch.randn(4, 64)
 
 
-def quantized(kind):
-    if kind == "bnb-4bit":
-        layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-    else:
-        layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-    return layer.to("cpu")
-
-
 with torch.no_grad():
     twin = model(x)
     out = {"module": mypkg.modeling_foo.__file__}
     for kind in ("bnb-4bit", "bnb-8bit"):
-        model.block.proj = quantized(kind)
+        model.block.proj = bnb_layer(linear, kind)
         try:
             got = model(x)
             error = ((got.float() - twin).norm() / twin.norm()).item()
@@ -184,6 +181,161 @@ with torch.no_grad():
         model.block.proj = linear
 print(json.dumps(out))
 """
+
+
+# The fixed code of the other families' journey projects, run where it is installed: each section
+# imports its package (never from a checkout: the test asserts where each module came from) and runs
+# the fixed code on the storages its family names, against the unquantized twin. `--families
+# NAMES STAND_IN` picks the sections; STAND_IN holds the stand-in vLLM (tests/tiny_project.py).
+RUN_FAMILIES = r"""
+import importlib, json, sys
+import torch
+where = sys.argv.index("--families")
+wanted, stand_in = sys.argv[where + 1].split(","), sys.argv[where + 2]
+sys.path.insert(0, stand_in)
+out = globals().get("out", {})  # beside RUN_MODEL's own results, where it ran first
+out["files"] = {}
+
+
+def compare(model, holder, name, x):
+    linear = getattr(holder, name)
+    with torch.no_grad():
+        twin = model(x)
+        got = {}
+        for kind in ("bnb-4bit", "bnb-8bit"):
+            setattr(holder, name, bnb_layer(linear, kind))
+            result = model(x)
+            got[kind] = {"dtype": str(result.dtype), "error": ((result.float() - twin).norm() / twin.norm()).item()}
+        setattr(holder, name, linear)
+    return got
+
+
+def seen_by(build, layer, storages):
+    return {storage: str(layer(build(storage))) for storage in storages}
+
+
+if "quantizers" in wanted:
+    module = importlib.import_module("tinyq.model")
+    out["files"]["quantizers"] = module.__file__
+    torch.manual_seed(0)
+    gate = module.Gate(64).eval()
+    out["quantizers"] = compare(gate, gate, "proj", torch.randn(2, 5, 64))
+if "hf" in wanted:
+    from transformers import PretrainedConfig
+    module = importlib.import_module("mixpkg.hf.modeling_bar")
+    out["files"]["hf"] = module.__file__
+    torch.manual_seed(0)
+    model = module.BarModel(PretrainedConfig(hidden_size=64)).eval()
+    out["hf"] = compare(model, model.block, "proj", torch.randn(4, 64))
+if "vllm" in wanted:
+    from vllm.model_executor.layers.linear import LinearBase
+    module = importlib.import_module("mixpkg.engine.attention")
+    out["files"]["vllm"] = module.__file__
+
+    def attention(storage):
+        LinearBase.storage = None if storage == "missing" else getattr(torch, storage)
+        layer = module.BarAttention(8, quant_config="a quantization config")
+        layer(torch.randn(2, 8).to(torch.bfloat16))
+        return layer
+    out["vllm"] = seen_by(attention, lambda layer: layer.qkv_proj.seen, ("int32", "uint8", "missing", "bfloat16"))
+if "megatron" in wanted:
+    mixer = importlib.import_module("minimeg.ssm.mixer")
+    specs = importlib.import_module("minimeg.spec_utils")
+    out["files"]["megatron"] = mixer.__file__
+
+    class Config:
+        params_dtype = torch.bfloat16
+
+    def linear_of(storage):
+        class Linear(torch.nn.Module):  # modelopt's compressed layer: packed `.weight` or none
+            def __init__(self, in_features, out_features, config=None):
+                super().__init__()
+                self.config, self.seen = config, None
+                if storage != "missing":
+                    self.weight = torch.nn.Parameter(torch.zeros(out_features, in_features).to(getattr(torch, storage)),
+                                                     requires_grad=False)
+
+            def forward(self, x):
+                self.seen = x.dtype
+                return x, None
+        return Linear
+
+    class Norm(torch.nn.Module):
+        def __init__(self, hidden, config=None):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(hidden, dtype=torch.bfloat16))
+
+        def forward(self, x):
+            return x
+
+    def built(storage):
+        submodules = mixer.MixerSubmodules(in_proj=linear_of("bfloat16"),
+                                           out_proj=specs.ModuleSpec(module=linear_of(storage)), norm=Norm)
+        layer = specs.build_module(specs.ModuleSpec(module=mixer.Mixer, submodules=submodules), Config(),
+                                   d_model=4, d_state=2)
+        layer(torch.zeros(1, 4))
+        return layer
+    out["megatron"] = seen_by(built, lambda layer: layer.out_proj.seen, ("uint8", "int8", "int32", "missing"))
+if "adapter" in wanted:
+    module = importlib.import_module("tinyadapt.layers")
+    out["files"]["adapter"] = module.__file__
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    out["adapter"] = {}
+    for kind in ("bnb-4bit", "bnb-8bit"):
+        lora = module.LoraLinear(bnb_layer(linear, kind))
+        lora.orthogonal_init()
+        out["adapter"][kind] = str(lora.lora_A.weight.dtype)
+if "plugin" in wanted:
+    from vllm import ModelRegistry
+    from vllm.model_executor.layers.linear import LinearBase
+    importlib.import_module("tinyllm_plugin").register()
+    name, _, cls = ModelRegistry.models["TinyLlmForCausalLM"].partition(":")
+    module = importlib.import_module(name)
+    out["files"]["plugin"] = module.__file__
+
+    def plugin_model(storage):
+        LinearBase.storage = None if storage == "missing" else getattr(torch, storage)
+        model = getattr(module, cls)(8, quant_config="a quantization config")
+        model(torch.randn(2, 8).to(torch.bfloat16))
+        return model
+    out["plugin"] = seen_by(plugin_model, lambda model: model.attn.qkv_proj.seen, ("int32", "uint8", "missing"))
+print(json.dumps(out))
+"""
+# What each family's installed, fixed code must do (RUN_FAMILIES): the compute dtype, and the twin's
+# result within the quantizer's own error.
+BNB_TOLERANCE = {"bnb-4bit": 0.5, "bnb-8bit": 0.2}
+# The journey projects the sections run: (fixture, the package folder in it, its helpers).
+FAMILY_PROJECTS = {
+    "quantizers": ("quant_replace", "src/tinyq", ("tinyq/module_input_dtype.py",)),
+    "hf": ("mixed", "src/mixpkg", ("mixpkg/module_input_dtype.py", "mixpkg/layer_input_dtype.py")),
+    "vllm": ("mixed", "src/mixpkg", ("mixpkg/module_input_dtype.py", "mixpkg/layer_input_dtype.py")),
+    "megatron": ("megatron_spec", "minimeg", ("minimeg/layer_compute_dtype.py",)),
+}
+
+
+def fixed_family_project(tmp_path: Path, fixture: str) -> Path:
+    """A fixed copy of the journey project `fixture` (the megatron one keeps its allocation site,
+    which has no fix: exit 1)."""
+    root = tmp_path / fixture
+    if not root.exists():
+        copy_project(REPO / "fixtures" / "journeys" / fixture, tmp_path, fixture)
+        proc = dtl(root, "check", ".", "--fix", "--no-cache")
+        assert proc.returncode in (0, 1) and "fixed" in proc.stdout, proc.stdout + proc.stderr
+    return root
+
+
+def assert_families_ran(out: dict, families) -> None:
+    for family in families:
+        assert "site-packages" in out["files"][family] and "/src/" not in out["files"][family], out["files"]
+    for family in {"quantizers", "hf"} & set(families):
+        for kind, tolerance in BNB_TOLERANCE.items():
+            got = out[family][kind]
+            assert got["dtype"] == "torch.float32" and got["error"] < tolerance, (family, kind, got)
+    for family in {"vllm", "megatron", "plugin"} & set(families):
+        assert set(out[family].values()) == {"torch.bfloat16"}, (family, out[family])
+    if "adapter" in families:  # the adapter made in the compute dtype (4-bit's `compute_dtype`; 8-bit: its own)
+        assert set(out["adapter"].values()) == {"torch.float32"}, out["adapter"]
 
 
 def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
@@ -203,24 +355,23 @@ def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
     return python
 
 
-def build_wheel(root: Path, out: Path) -> Path:
+def build_wheel(root: Path, out: Path, name: str = "mypkg") -> Path:
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                            "--no-index", "-w", str(out), str(root)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (wheel,) = out.glob("mypkg-*.whl")
+    (wheel,) = out.glob(f"{name}-*.whl")
     return wheel
 
 
-def run_installed(python: Path, cwd: Path, source: Path | None = None) -> dict:
+def run_installed(python: Path, cwd: Path, source: Path | None = None, families: tuple[str, ...] = (),
+                  stand_in: Path | None = None) -> dict:
     """RUN_MODEL with the package installed in `python`'s environment, or imported from `source`'s
-    src/ folder."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    if source is not None:
-        env["PYTHONPATH"] = str(source / "src")
-    proc = subprocess.run([str(python), "-c", RUN_MODEL, *(["--from-source"] if source else [])], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    src/ folder; then RUN_FAMILIES' sections for `families`, installed beside it."""
+    if not families:
+        return run_on_quantized_layers(RUN_MODEL, *(["--from-source"] if source else []), python=python, cwd=cwd,
+                                       pythonpath=source / "src" if source is not None else None)
+    return run_on_quantized_layers(RUN_MODEL + RUN_FAMILIES, "--families", ",".join(families), stand_in,
+                                   python=python, cwd=cwd)
 
 
 def test_wheel_of_the_fixed_project_installs_imports_and_runs_on_bitsandbytes(tmp_path: Path):
@@ -228,13 +379,25 @@ def test_wheel_of_the_fixed_project_installs_imports_and_runs_on_bitsandbytes(tm
     original = project(tmp_path, "original")
     fixed = project(tmp_path, "fixed")
     fix(fixed)
+    # The fixed packages of the megatron, quantizers and mixed journeys ride in the same wheel (the CI
+    # budget builds one wheel and one environment; DTL_FULL builds each project's own, below): each is
+    # imported from where it is installed and run, so a helper the fix left outside its package, or
+    # imported by a path only a checkout has, fails here.
+    for fixture, folder, _ in FAMILY_PROJECTS.values():
+        package = fixed / "src" / Path(folder).name
+        if not package.exists():
+            shutil.copytree(fixed_family_project(tmp_path / "families", fixture) / folder, package)
     wheel = build_wheel(fixed, tmp_path / "wheels")
     import zipfile
 
-    assert "mypkg/module_input_dtype.py" in zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
+    for helper in ("mypkg/module_input_dtype.py", *(h for _, _, helpers in FAMILY_PROJECTS.values() for h in helpers)):
+        assert helper in names, (helper, names)
     python = fresh_environment(tmp_path, wheel)
     elsewhere = write_tree(tmp_path / "cwd", {"README": "not the project\n"})
-    after = run_installed(python, elsewhere)
+    stand_in = write_tree(tmp_path / "stand_in_vllm", STAND_IN_VLLM)
+    after = run_installed(python, elsewhere, families=tuple(FAMILY_PROJECTS), stand_in=stand_in)
+    assert_families_ran(after, FAMILY_PROJECTS)
     assert "site-packages" in after["module"], after
     for kind, tolerance in (("bnb-4bit", 0.5), ("bnb-8bit", 0.2)):
         assert after[kind].get("dtype") == "torch.float32" and after[kind]["error"] < tolerance, after
@@ -243,6 +406,32 @@ def test_wheel_of_the_fixed_project_installs_imports_and_runs_on_bitsandbytes(tm
     before = run_installed(Path(sys.executable), elsewhere, source=original)
     assert "raises" in before["bnb-8bit"], before
     assert before["bnb-4bit"].get("dtype") != "torch.float32" or "raises" in before["bnb-4bit"], before
+
+
+# Each family's journey project as its own wheel (its own packaging: a flat layout, a `src/` one, a
+# plugin's entry point), installed alone into its own fresh environment: beyond the CI budget,
+# whose share above ships the three families' packages in the one wheel it builds.
+OWN_WHEELS = {
+    "quant_replace": ("tinyq", ("quantizers",)),
+    "mixed": ("mixpkg", ("hf", "vllm")),
+    "megatron_spec": ("minimeg", ("megatron",)),
+    "adapter_lib": ("tinyadapt", ("adapter",)),
+    "vllm_plugin": ("vllm_tinyllm_plugin", ("plugin",)),
+}
+
+
+@pytest.mark.full("the CI share ships the megatron, quantizers and mixed packages in the HF package's wheel")
+@pytest.mark.parametrize("fixture", sorted(OWN_WHEELS))
+def test_each_familys_fixed_project_installs_alone_as_its_own_wheel_and_runs(tmp_path: Path, fixture: str):
+    pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
+    name, families = OWN_WHEELS[fixture]
+    wheel = build_wheel(fixed_family_project(tmp_path, fixture), tmp_path / "wheels", name)
+    python = fresh_environment(tmp_path, wheel)
+    elsewhere = write_tree(tmp_path / "cwd", {"README": "not the project\n"})
+    stand_in = write_tree(tmp_path / "stand_in_vllm", STAND_IN_VLLM)
+    out = run_on_quantized_layers(RUN_FAMILIES, "--families", ",".join(families), stand_in, python=python,
+                                  cwd=elsewhere)
+    assert_families_ran(out, families)
 
 
 def test_the_fixed_helper_runs_on_every_storage_the_hf_family_names(tmp_path: Path):
@@ -335,7 +524,6 @@ def test_name_heuristics_fix_runs_on_real_bitsandbytes_layers(tmp_path: Path):
     script = r"""
 import json, sys
 import torch
-import bitsandbytes as bnb
 sys.path.insert(0, sys.argv[1])
 from mypkg.modeling_bar import BarAttention
 from mypkg.configuration_foo import FooConfig
@@ -347,21 +535,11 @@ with torch.no_grad():
     twin = BarAttention(FooConfig(hidden_size=64), linear)(x)
     out = {}
     for kind in ("bnb-4bit", "bnb-8bit"):
-        if kind == "bnb-4bit":
-            layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-            layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-        else:
-            layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-            layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-        layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-        got = BarAttention(FooConfig(hidden_size=64), layer.to("cpu"))(x)
+        got = BarAttention(FooConfig(hidden_size=64), bnb_layer(linear, kind))(x)
         out[kind] = [str(got.dtype), ((got.float() - twin).norm() / twin.norm()).item()]
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", script, str(root / "src")], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_on_quantized_layers(script, root / "src")
     assert out["bnb-4bit"][0] == "torch.float32" and out["bnb-4bit"][1] < 0.5, out
     assert out["bnb-8bit"][0] == "torch.float32" and out["bnb-8bit"][1] < 0.2, out
 

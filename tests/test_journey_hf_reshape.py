@@ -18,15 +18,12 @@ function's `self` was an ordinary parameter.
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import dtl
 from conftest import full_only
-from tiny_project import copy_project, fix_project, json_findings, tree_bytes
+from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes
 
 from dtype_lint.analysis.function_walk import patched_methods
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
@@ -175,7 +172,6 @@ def test_the_shipped_catalogue_is_fresh(library: str):
 RUN_MODEL = r"""
 import json, sys
 import torch
-import bitsandbytes as bnb
 from transformers import LlamaConfig
 sys.path.insert(0, sys.argv[1])
 import reshape
@@ -189,22 +185,11 @@ linear = model.draft_proj
 ids = torch.randint(0, 64, (2, 5))
 
 
-def quantized(kind):
-    if kind == "bnb-4bit":
-        layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-    else:
-        layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-    return layer.to("cpu")
-
-
 def run(out, name):
     twin = model(ids)
     out[name] = {"float": twin.tolist()}
     for kind in ("bnb-4bit", "bnb-8bit"):
-        model.draft_proj = quantized(kind)
+        model.draft_proj = bnb_layer(linear, kind)
         try:
             got = model(ids)
             out[name][kind] = {"dtype": str(got.dtype), "error": ((got.float() - twin).norm() / twin.norm()).item()}
@@ -220,7 +205,7 @@ with torch.no_grad():
     run(out, "patched")  # fast_draft, patched over it
     # the transformers class's layer, patched: handed a real 4-bit layer as `gate_proj`
     hidden = torch.randn(2, 5, 64)
-    model.model.gate_proj = quantized("bnb-4bit")
+    model.model.gate_proj = bnb_layer(linear, "bnb-4bit")
     gated = model.model.gate(hidden)
     out["gate"] = {"dtype": str(gated.dtype), "same": bool(torch.equal(gated.float(), hidden))}
 print(json.dumps(out))
@@ -228,10 +213,7 @@ print(json.dumps(out))
 
 
 def run_model(root: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", RUN_MODEL, str(root / "src")], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_on_quantized_layers(RUN_MODEL, root / "src")
 
 
 def test_fixed_subclass_and_patched_forward_run_on_bitsandbytes(tmp_path: Path):

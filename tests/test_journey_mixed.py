@@ -14,14 +14,19 @@ bitsandbytes 4-bit and 8-bit layers on CPU, against the original."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, tree_bytes, write_tree
+from tiny_project import (
+    STAND_IN_VLLM,
+    copy_project,
+    fix_project,
+    json_findings,
+    run_on_quantized_layers,
+    tree_bytes,
+    write_tree,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "journeys" / "mixed"
@@ -94,39 +99,17 @@ def test_fix_gives_each_family_its_own_helper_inside_the_package(tmp_path: Path)
     assert tree_bytes(root) == fixed
 
 
-# A stand-in for the vLLM the package pins (vLLM is never installed here): a `ColumnParallelLinear`
-# whose weight storage a test picks, recording the dtype of the input it is handed.
-FAKE_VLLM = {
-    "vllm/__init__.py": "",
-    "vllm/model_executor/__init__.py": "",
-    "vllm/model_executor/layers/__init__.py": "",
-    "vllm/model_executor/layers/linear.py": (
-        "import torch\n\n\n"
-        "class ColumnParallelLinear(torch.nn.Module):\n"
-        "    storage = torch.bfloat16  # the weight's dtype, or None: no `.weight` (AWQ)\n\n"
-        "    def __init__(self, input_size, output_size, quant_config=None):\n"
-        "        super().__init__()\n"
-        "        self.params_dtype = torch.bfloat16\n"
-        "        if self.storage is not None:\n"
-        "            self.weight = torch.nn.Parameter(torch.zeros(output_size, input_size).to(self.storage),\n"
-        "                                             requires_grad=False)\n"
-        "        self.seen = None\n\n"
-        "    def forward(self, x):\n"
-        "        self.seen = x.dtype\n"
-        "        return x.float().repeat(1, 3), None\n"),
-}
-
 RUN_ENGINE = r"""
 import json, sys
 import torch
 sys.path[:0] = sys.argv[1:3]
-from vllm.model_executor.layers.linear import ColumnParallelLinear
+from vllm.model_executor.layers.linear import LinearBase
 from mixpkg.engine.attention import BarAttention
 
 out = {}
 for name in ("int32", "uint8", "missing", "float8_e4m3fn", "float16", "float32"):
-    ColumnParallelLinear.storage = None if name == "missing" else getattr(torch, name)
-    attention = BarAttention(8)
+    LinearBase.storage = None if name == "missing" else getattr(torch, name)
+    attention = BarAttention(8, quant_config="a quantization config")
     try:
         attention(torch.randn(2, 8))
         out[name] = str(attention.qkv_proj.seen)
@@ -136,20 +119,12 @@ print(json.dumps(out))
 """
 
 
-def _run(script: str, *paths: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    proc = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True,
-                          timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_the_fixed_engine_module_hands_its_layer_the_compute_dtype_on_every_storage(tmp_path: Path):
-    fake = write_tree(tmp_path / "fake", FAKE_VLLM)
+    fake = write_tree(tmp_path / "fake", STAND_IN_VLLM)
     original, fixed = project(tmp_path, "original"), project(tmp_path, "fixed")
     fix_project(fixed)
-    before = _run(RUN_ENGINE, original / "src", fake)
-    after = _run(RUN_ENGINE, fixed / "src", fake)
+    before = run_on_quantized_layers(RUN_ENGINE, original / "src", fake)
+    after = run_on_quantized_layers(RUN_ENGINE, fixed / "src", fake)
     # The original hands Marlin's int32 and NVFP4's uint8 to the layer and raises without a weight.
     assert before["int32"] == "torch.int32" and before["uint8"] == "torch.uint8", before
     assert before["missing"] == "raises AttributeError", before
@@ -164,7 +139,6 @@ def test_the_fixed_engine_module_hands_its_layer_the_compute_dtype_on_every_stor
 RUN_MODEL = r"""
 import json, sys
 import torch
-import bitsandbytes as bnb
 from transformers import PretrainedConfig
 sys.path.insert(0, sys.argv[1])
 from mixpkg.hf.modeling_bar import BarModel
@@ -175,22 +149,11 @@ linear = model.block.proj
 x = torch.randn(4, 64)
 
 
-def quantized(kind):
-    if kind == "bnb-4bit":
-        layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-    else:
-        layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-    return layer.to("cpu")
-
-
 with torch.no_grad():
     twin = model(x)
     out = {"float": twin.tolist()}
     for kind in ("bnb-4bit", "bnb-8bit"):
-        model.block.proj = quantized(kind)
+        model.block.proj = bnb_layer(linear, kind)
         try:
             got = model(x)
             out[kind] = {"dtype": str(got.dtype), "error": ((got.float() - twin).norm() / twin.norm()).item()}
@@ -205,7 +168,8 @@ def test_the_fixed_hf_model_runs_on_real_bitsandbytes_layers(tmp_path: Path):
     pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
     original, fixed = project(tmp_path, "original"), project(tmp_path, "fixed")
     fix_project(fixed)
-    before, after = _run(RUN_MODEL, original / "src"), _run(RUN_MODEL, fixed / "src")
+    before = run_on_quantized_layers(RUN_MODEL, original / "src")
+    after = run_on_quantized_layers(RUN_MODEL, fixed / "src")
     assert after["float"] == before["float"]  # unquantized, the fix changes nothing
     for kind, tolerance in (("bnb-4bit", 0.5), ("bnb-8bit", 0.2)):
         assert after[kind].get("dtype") == "torch.float32" and after[kind]["error"] < tolerance, (kind, after)

@@ -10,14 +10,11 @@ family knew a project that applies a quantizer to its own modules
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, tree_bytes
+from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -145,7 +142,6 @@ warnings.filterwarnings("ignore")
 import torch
 sys.path.insert(0, sys.argv[1])
 from tinyq.model import Gate, Twin
-import bitsandbytes as bnb
 
 torch.manual_seed(0)
 gate = Gate(64).eval()
@@ -155,18 +151,7 @@ x = torch.randn(2, 5, 64)
 linear = gate.proj
 
 
-def bnb_layer(kind):
-    if kind == "bnb-4bit":
-        layer = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32)
-        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
-    else:
-        layer = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
-        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
-    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
-    return layer.to("cpu")
-
-
-def library_layer(kind):
+def library_layer(linear, kind):
     import copy
     holder = torch.nn.Sequential(copy.deepcopy(linear))
     if kind == "torchao-int8":
@@ -186,7 +171,7 @@ with torch.no_grad():
     for kind, make in (("bnb-4bit", bnb_layer), ("bnb-8bit", bnb_layer), ("torchao-int8", library_layer),
                        ("quanto-int8", library_layer)):
         try:
-            gate.proj = make(kind)
+            gate.proj = make(linear, kind)
         except ImportError as e:  # a library not installed here (torchao and quanto are optional)
             out[kind] = {"unavailable": f"{type(e).__name__}: {e}"}
             continue
@@ -202,10 +187,7 @@ print(json.dumps(out))
 
 
 def run_model(root: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", RUN_MODEL, str(root / "src")], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_on_quantized_layers(RUN_MODEL, root / "src")
 
 
 def test_fixed_gate_runs_on_real_quantized_layers(tmp_path: Path):

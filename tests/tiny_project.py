@@ -156,3 +156,137 @@ def fix_project(root: Path, *args: str):
     proc = dtl(root, "check", ".", "--fix", "--no-cache", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+# --- running a journey project's code on real quantized layers, in a fresh interpreter ---------------
+
+# Prepended to every script `run_on_quantized_layers` runs: `bnb_layer(linear, kind)` is a real
+# bitsandbytes layer ("bnb-4bit": Linear4bit computing in float32; "bnb-8bit": Linear8bitLt
+# without fp16 weights) holding a copy of the float `linear`'s weight and bias, on CPU, as a
+# loader leaves it. bitsandbytes is imported only when a script asks for a layer.
+QUANTIZED_LAYERS = r'''
+def bnb_layer(linear, kind):
+    import bitsandbytes as bnb
+    import torch
+
+    if kind == "bnb-4bit":
+        layer = bnb.nn.Linear4bit(linear.in_features, linear.out_features, compute_dtype=torch.float32)
+        layer.weight = bnb.nn.Params4bit(linear.weight.data.clone(), requires_grad=False)
+    elif kind == "bnb-8bit":
+        layer = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, has_fp16_weights=False)
+        layer.weight = bnb.nn.Int8Params(linear.weight.data.clone(), requires_grad=False, has_fp16_weights=False)
+    else:
+        raise ValueError(f"no bitsandbytes layer of kind {kind!r}")
+    layer.bias = torch.nn.Parameter(linear.bias.data.clone(), requires_grad=False)
+    return layer.to("cpu")
+'''
+
+
+def run_on_quantized_layers(script: str, *args: str | Path, python: str | Path = sys.executable,
+                            cwd: Path | None = None, pythonpath: Path | None = None) -> dict:
+    """Run `script` (which may call `bnb_layer(linear, kind)`, QUANTIZED_LAYERS) with `args` in a
+    fresh `python` and return the JSON object its last stdout line prints. The environment's
+    PYTHONPATH is dropped (the script puts the project it runs on `sys.path` itself, or the
+    interpreter has it installed), or set to `pythonpath`."""
+    import json
+    import os
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    proc = subprocess.run([str(python), "-c", QUANTIZED_LAYERS + script, *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# A stand-in for the vLLM a plugin or an out-of-tree model runs with (vLLM is never installed
+# here), in vLLM's module layout so that the `vllm` preset names its layers. Each linear layer's
+# `.weight` has the storage a test picks on `LinearBase.storage` (None: no `.weight`, as AWQ and
+# GPTQ leave it) when it is built with a quantization config, and the model dtype (`params_dtype`,
+# bfloat16) without one, as vLLM's unquantized method leaves it. It records the dtype of the input
+# it is handed (`seen`) and computes as its float twin would, with a fixed float32 weight of its own.
+STAND_IN_VLLM = {
+    "vllm/__init__.py": (
+        "class ModelRegistry:\n"
+        "    models = {}\n\n"
+        "    @classmethod\n"
+        "    def get_supported_archs(cls):\n"
+        "        return list(cls.models)\n\n"
+        "    @classmethod\n"
+        "    def register_model(cls, arch, where):\n"
+        "        cls.models[arch] = where\n"),
+    "vllm/model_executor/__init__.py": "",
+    "vllm/model_executor/layers/__init__.py": "",
+    "vllm/model_executor/layers/linear.py": '''\
+import torch
+
+
+class LinearBase(torch.nn.Module):
+    storage = torch.bfloat16  # the weight's dtype under the backend a test picks, or None: no `.weight`
+
+    def __init__(self, input_size, output_size, quant_config=None):
+        super().__init__()
+        self.params_dtype = torch.bfloat16
+        storage = self.storage if quant_config is not None else self.params_dtype
+        if storage is not None:
+            self.weight = torch.nn.Parameter(torch.zeros(output_size, input_size).to(storage), requires_grad=False)
+        else:
+            self.register_buffer("qweight", torch.zeros(input_size // 8, output_size, dtype=torch.int32))
+        generator = torch.Generator().manual_seed(1000 * input_size + output_size)
+        self.reference = torch.randn(output_size, input_size, generator=generator)
+        self.seen = None
+
+    def forward(self, x):
+        self.seen = x.dtype
+        return torch.nn.functional.linear(x.to(torch.float32), self.reference), None
+
+
+class ColumnParallelLinear(LinearBase):
+    pass
+
+
+class RowParallelLinear(LinearBase):
+    pass
+
+
+class ReplicatedLinear(LinearBase):
+    pass
+
+
+class MergedColumnParallelLinear(LinearBase):
+    def __init__(self, input_size, output_sizes, quant_config=None):
+        super().__init__(input_size, sum(output_sizes), quant_config=quant_config)
+
+
+class QKVParallelLinear(LinearBase):
+    def __init__(self, hidden_size, head_size, total_num_heads, total_num_kv_heads=None, quant_config=None):
+        kv_heads = total_num_heads if total_num_kv_heads is None else total_num_kv_heads
+        super().__init__(hidden_size, (total_num_heads + 2 * kv_heads) * head_size, quant_config=quant_config)
+''',
+}
+
+
+def fix_in_editor(root: Path, files: list[str]) -> None:
+    """Fix `files` of the project at `root` as an editor user would: open each in the language
+    server (the workspace is `root`), apply its "fix all" code action (`source.fixAll.dtype-lint`,
+    helper creation included) and save, one file after the other."""
+    from lsprotocol import types
+    from pygls.uris import to_fs_path
+    from test_trust_round3_server import Editor, open_document, start
+
+    from dtype_lint.server import FIX_ALL
+
+    server, _ = start(root)
+    for rel in files:
+        uri = open_document(server, root / rel)
+        actions = server.code_actions(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+            context=types.CodeActionContext(diagnostics=[], only=[FIX_ALL])))
+        assert len(actions) == 1, (rel, actions)
+        editor = Editor()
+        editor.open = {uri: (1, (root / rel).read_text(encoding="utf-8"))}
+        assert editor.apply(actions[0].edit), rel
+        Path(to_fs_path(uri)).write_text(editor.open[uri][1], encoding="utf-8")

@@ -45,6 +45,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
     # Adapter libraries: the adapters are not quantized, the base layer each wraps is (HF's words).
     "peft": {
         "adapter": "dtype_lint.ecosystems.peft.adapter",
+        "helper": "dtype_lint.ecosystems.peft.helper",
     },
     # vLLM-style engines: their formats and words are plug-ins (the rest, #35: see above).
     "vllm": {

@@ -146,8 +146,10 @@ def doctor_lines(findings, index, root) -> list[str]:
     from dtype_lint.ecosystems.hf.family import FAMILY_EVIDENCE
     from dtype_lint.ecosystems.registry import plugins
 
-    # Another family whose fixes route through this helper speaks for its own sites.
-    others = [marker for family in plugins("family") if family.__name__ != __name__.replace(".helper", ".family")
+    # Another family whose fixes route through this helper speaks for its own sites (a family
+    # role's marker, or a helper role's where the family has no role of that name: adapters).
+    others = [marker for family in (*plugins("family"), *plugins("helper"))
+              if family.__name__ not in (__name__, __name__.replace(".helper", ".family"))
               for marker in [getattr(family, "FAMILY_EVIDENCE", "")] if marker]
     ours = [f for f in findings if ((f.fix is not None and is_hf_fix(f)) or
             any(FAMILY_EVIDENCE in e.message for e in f.evidence)) and
@@ -172,12 +174,13 @@ def helper_homes(fixed, location_of, helper_name: str, index, root, *, with_path
     lines = []
     for module, location in sorted(homes.items()):
         state = "exists" if location.exists else "would be created by --fix"
-        where = f" at {_shown(location.path, root)}" if with_path else ""
+        where = f" at {shown_path(location.path, root)}" if with_path else ""
         lines.append(f"  helper: {module}:{helper_name}{where}: {state}")
     return lines or ["  helper: none needed (no site here has a fix)"]
 
 
-def _shown(path, root) -> str:
+def shown_path(path, root) -> str:
+    """`path` relative to `root` (posix), or as given where it lies outside."""
     from pathlib import Path
 
     try:

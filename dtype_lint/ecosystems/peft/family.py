@@ -29,6 +29,9 @@ from dtype_lint.ecosystems.peft.base_layers import (
     writes_base_weight,
 )
 
+# The words of this family's evidence: how `doctor` and the HF helper's paragraph tell its sites.
+FAMILY_EVIDENCE = "is the base layer the adapter wraps"
+
 
 class BaseLayerEvidence(BackendEvidence):
     """The HF quantizers that reach an adapter's base layer. The adapter is built after the model
@@ -82,7 +85,7 @@ def adapter_verdict(resolver, layer: ast.expr, scope, class_qualname: str | None
     if not storages:
         return None
     line = getattr(layer, "lineno", 0)
-    where = Evidence(f"`{ast.unparse(step)}` is the base layer the adapter wraps: the loaded model's own layer "
+    where = Evidence(f"`{ast.unparse(step)}` {FAMILY_EVIDENCE}: the loaded model's own layer "
                      "(adapter layers are never quantized, their base layers are)", resolver.path, line)
     backend = BaseLayerEvidence(f"quantized before the adapter is attached: {storage_phrase(storages)}",
                                 resolver.path, line, storages)
