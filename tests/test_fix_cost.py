@@ -71,22 +71,28 @@ def _texts_libcst_reads(monkeypatch) -> list[str]:
     return seen
 
 
+def _in_order(part: list[str], whole: list[str]) -> bool:
+    """Is `part` a subsequence of `whole`?"""
+    rest = iter(whole)
+    return all(any(line == candidate for candidate in rest) for line in part)
+
+
 def test_libcst_reads_only_the_imports_and_the_touched_function(monkeypatch):
     seen = _texts_libcst_reads(monkeypatch)
     fixed = fix_source(GUARDED.format(prefix="", indent=""), filename="m.py")
     assert "kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)" in fixed
     assert len(seen) == 1  # the rewritten file, parsed by libcst once
     read = seen[0]
-    # Lines kept: every kept node stands where it stands in the fixed module.
-    assert read.count("\n") == fixed.count("\n")
+    # Every line libcst reads is a line of the fixed module, in its order; the others are left
+    # out, not left empty (empty lines were most of libcst's work on vLLM's modules, #37).
+    assert _in_order(read.splitlines(), fixed.splitlines())
+    assert "" not in read.splitlines()
     assert f"from {HELPER_MODULE} import get_layer_input_dtype" in read
     assert "class Attn(torch.nn.Module):" in read and "def forward(self, x, use_fp8_prefill: bool):" in read
     assert "x = x.to(kv_b_proj_input_dtype)" in read
     for untouched in ("UNTOUCHED_DOCSTRING_MARKER", "untouched_body_marker", "another_untouched_marker",
                       "MODULE_LEVEL_MARKER", "def __init__", "def unrelated"):
         assert untouched not in read, untouched
-    for number, (kept, whole) in enumerate(zip(read.splitlines(), fixed.splitlines()), 1):
-        assert kept in ("", whole), number
 
 
 def test_a_touched_class_under_an_if_keeps_the_module_and_blanks_the_other_bodies(monkeypatch):

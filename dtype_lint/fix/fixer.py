@@ -21,6 +21,7 @@ from typing import Callable
 from dtype_lint.core.findings import FIX_FAILED, Edit, Finding, Span
 from dtype_lint.core.source import SourceText
 from dtype_lint.fix.import_graph import ImportGraph
+from dtype_lint.fix.parsed_texts import parsed
 from dtype_lint.fix.scope_check import FixCheckError, verify_names
 
 MAX_ROUNDS = 6
@@ -151,25 +152,29 @@ def drop_orphaned_imports(original: str, text: str, taken_elsewhere: Callable[[s
     a name still written anywhere else in the text, even in a string (`__all__`), keeps its
     import, and so does every name when `__all__` is computed rather than listed. So does a name
     `taken_elsewhere(name)` says another module imports from this one (it returns that module)."""
-    tree = ast.parse(text)
-    if _computed_all(tree):
-        return text
-    used_before = {n.id for n in ast.walk(ast.parse(original)) if isinstance(n, ast.Name)}
+    tree = parsed(text)
     lines = list(SourceText(text).lines)
     starts: dict[int, list[ast.stmt]] = {}
     for stmt in tree.body:
         starts.setdefault(stmt.lineno, []).append(stmt)
         if stmt.end_lineno is not None and stmt.end_lineno != stmt.lineno:  # (set on every parsed node)
             starts.setdefault(stmt.end_lineno, []).append(stmt)
+    # The cheap questions first: most one-name imports are still written elsewhere in the text,
+    # and only a name written once is asked whether the original read it (a walk of its tree).
+    used_before: set[str] | None = None
     drop: list[tuple[int, int]] = []
     for stmt in tree.body:
         if not (isinstance(stmt, ast.ImportFrom) and len(stmt.names) == 1 and stmt.col_offset == 0):
             continue
         end_line = stmt.end_lineno or stmt.lineno  # set on every parsed node
         bound = stmt.names[0].asname or stmt.names[0].name
-        if bound == "*" or bound not in used_before or stmt.module == "__future__":
+        if bound == "*" or stmt.module == "__future__":
             continue
-        if len(re.findall(rf"(?<![\w.]){re.escape(bound)}(?!\w)", text)) != 1:
+        if not _written_once(bound, text):
+            continue
+        if used_before is None:
+            used_before = {n.id for n in ast.walk(parsed(original)) if isinstance(n, ast.Name)}
+        if bound not in used_before:
             continue
         if any(other is not stmt for ln in (stmt.lineno, end_line) for other in starts.get(ln, ())):
             continue  # shares a line with another statement
@@ -178,9 +183,32 @@ def drop_orphaned_imports(original: str, text: str, taken_elsewhere: Callable[[s
         if taken_elsewhere is not None and taken_elsewhere(bound):
             continue  # `from this_module import name` in another module of the project
         drop.append((stmt.lineno, end_line))
+    if drop and _computed_all(tree):
+        return text
     for first, last in reversed(drop):
         del lines[first - 1 : last]
     return "".join(lines) if drop else text
+
+
+_WORD_OR_DOT = re.compile(r"[\w.]")
+_WORD = re.compile(r"\w")
+
+
+def _written_once(name: str, text: str) -> bool:
+    """Is `name` written exactly once in `text` as a whole name (not after a word character or
+    a dot, not before a word character)? The question a regex with a look-behind asked before,
+    answered by `str.find` and stopped at the second: the look-behind made the regex engine try
+    every position of a 100 KB text, for every import."""
+    found = 0
+    at = text.find(name)
+    while at >= 0:
+        end = at + len(name)
+        if (at == 0 or not _WORD_OR_DOT.match(text, at - 1)) and not _WORD.match(text, end):
+            found += 1
+            if found > 1:
+                return False
+        at = text.find(name, at + 1)
+    return found == 1
 
 
 def _computed_all(tree: ast.Module) -> bool:
@@ -201,7 +229,7 @@ def _computed_all(tree: ast.Module) -> bool:
 
 def verify_parses(text: str, path: str) -> None:
     try:
-        ast.parse(text, filename=path)
+        parsed(text)  # the tree the later checks of this text read (parsed_texts.py)
     except SyntaxError as error:
         raise FixError(f"the fixed text does not parse ({error.msg}, line {error.lineno})") from None
 
@@ -279,7 +307,7 @@ def _check_star_importers(original: str, fixed: str, applied: list[Finding], gra
     locals_added = {(m, n, local) for f in applied if f.fix is not None for m, n, local in f.fix.local_names()}
     if not locals_added:
         return
-    before, after = ast.parse(original), ast.parse(fixed)
+    before, after = parsed(original), parsed(fixed)
     bound_before = {name for stmt in before.body for name in _top_level_binds(stmt)}
     for helper_module, func, local in sorted(locals_added):
         if local in bound_before or not star_exports(after, local):
@@ -337,7 +365,7 @@ def _imports_module(text: str, module: str, importer: str = "", package: bool = 
     """Does the text already import from `module` at its top level (no new edge in the graph)?
     A relative import (`from ..utils.torch_utils import x` in `importer`) counts too."""
     try:
-        tree = ast.parse(text)
+        tree = parsed(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
 

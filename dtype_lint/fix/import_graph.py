@@ -37,7 +37,25 @@ class ImportGraph:
         self.table = table
         self.created = dict(created or {})
         self._read = read_text or _read_text
-        self._precise: dict[str, set[str]] = {}
+        self._precise: dict[str, set[str]] = self._shared_imports()
+
+    def _shared_imports(self) -> dict[str, set[str]]:
+        """The module-level imports found so far, shared by every graph of this module table and
+        these created modules in this process: a run builds one graph per fixed file, and each
+        parsed again the modules reachable from the helper's (a tenth of a `--fix` run's fixing,
+        #37). A module's imports depend only on its text, read from the same files in one run,
+        and on the created modules; a graph with its own reader keeps its own."""
+        if self._read is not _read_text:
+            return {}
+        key = (id(self.table), tuple(sorted(self.created.items())))
+        cached = _IMPORTS.get(key)
+        if cached is not None and cached[0] is self.table:
+            return cached[1]
+        if len(_IMPORTS) >= 4:  # a long-lived process (the language server) sees many runs
+            _IMPORTS.clear()
+        found: dict[str, set[str]] = {}
+        _IMPORTS[key] = (self.table, found)
+        return found
 
     # ---- what importing a module runs ------------------------------------------------------
     def _is_module(self, name: str) -> bool:
@@ -232,6 +250,9 @@ class ImportGraph:
         return files
 
 
+# (id(module table), created modules) -> (that table, each module's module-level imports); the
+# table is kept so the id stays its own.
+_IMPORTS: dict[tuple[int, tuple], tuple[object, dict[str, set[str]]]] = {}
 # id(module table) -> (that table, its star-importing files); the table is kept so the id stays its own.
 _STAR_FILES: dict[int, tuple[object, list[tuple[str, str, ast.Module | None, frozenset[str | None]]]]] = {}
 

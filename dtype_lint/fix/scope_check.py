@@ -30,11 +30,13 @@ fix failed".
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 
 from dtype_lint.analysis.function_walk import iter_functions
 from dtype_lint.core.findings import Finding
 from dtype_lint.core.source import split_lines
 from dtype_lint.fix.bound_names import bindings, has_star_import, identifiers
+from dtype_lint.fix.parsed_texts import parsed
 
 
 class FixCheckError(Exception):
@@ -75,28 +77,40 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
         return
     _check_fresh(original, variables)
     try:
-        tree = ast.parse(fixed)
+        tree = parsed(fixed)  # the tree the fixer's other checks of this text read (parsed_texts.py)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise FixCheckError("the fixed text cannot be analysed") from None
     _check_placement(tree, variables, {local for _m, _f, local in helpers})
     _check_helper_bindings(tree, helpers)
 
+    # libcst's scope analysis reads only the scopes the fixes touched: the top-level imports and
+    # each function a new variable is assigned in, under its class headers, every other line left
+    # out. A new variable is fresh in its function (`_check_fresh`), so no use of it outside that
+    # function can resolve to its assignment; and the helper's name is bound once in the whole
+    # module (`_check_helper_bindings`, on the whole tree), so no left-out body can hold a binding
+    # that shadows it. The analysis of whole modules was more than half of a `--fix` run, and the
+    # empty lines that once stood for the left-out code most of what remained (issue #37).
+    touched = _touched_text(fixed, tree, {scope for scope, _var in variables})
+    star = bool(helpers) and has_star_import(tree)  # at module level, under an `if` or `try` too
+    problem = _libcst_problem(touched, frozenset(helpers), frozenset(variables), star)
+    if problem:
+        raise FixCheckError(problem)
+
+
+@lru_cache(maxsize=16)
+def _libcst_problem(touched: str, helpers: frozenset, variables: frozenset, star: bool) -> str | None:
+    """What libcst's scope analysis of `touched` finds wrong with the names the fixes added, or
+    None. Remembered by its inputs: a text the run already checked (a `--series --group-by rule`
+    step that repeats the fixing run's text, a second fix of the same buffer) is parsed by libcst
+    once. Raises LibcstUnavailable where libcst is missing (not remembered: an exception)."""
     cst, metadata = import_libcst()
     ClassScope, FunctionScope, GlobalScope = metadata.ClassScope, metadata.FunctionScope, metadata.GlobalScope
     MetadataWrapper, ScopeProvider = metadata.MetadataWrapper, metadata.ScopeProvider
-
-    # libcst's scope analysis reads only the scopes the fixes touched: every function body that
-    # holds no new variable is one `pass` (lines kept). A new variable is fresh in its function
-    # (`_check_fresh`), so no use of it outside that function can resolve to its assignment; and
-    # the helper's name is bound once in the whole module (`_check_helper_bindings`, on the whole
-    # tree), so no blanked body can hold a binding that shadows it. The analysis of whole
-    # modules was more than half of a `--fix` run (issue #37).
-    touched = _touched_text(fixed, tree, {scope for scope, _var in variables})
     try:
         module = cst.parse_module(touched)
         scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
-        raise FixCheckError(f"the fixed text cannot be analysed ({type(error).__name__})") from None
+        return f"the fixed text cannot be analysed ({type(error).__name__})"
     every = list({id(s): s for s in scopes.values() if s is not None}.values())
     top = next((s for s in every if isinstance(s, GlobalScope)), None)
     # Each scope's assignments and accesses indexed by name once, and each function scope under
@@ -123,32 +137,32 @@ def verify_names(original: str, fixed: str, applied: list[Finding]) -> None:
             for referent in access.referents:
                 uses_of.setdefault(id(referent), []).append(access)
 
-    star = has_star_import(tree)  # at module level, under an `if` or `try` too
     for mod, func, local in sorted(helpers):
         binds = assignments_of.get(local, [])
         ours = [a for a in binds
                 if a.scope is top and _imports(a.node, mod, func, local) and _is_top_level(a.node, module)]
         if len(binds) != 1 or len(ours) != 1:
-            raise FixCheckError(f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module "
-                                f"binds `{local}` {len(binds)} times")
+            return (f"`{local}` would not name the helper `{mod}:{func}` everywhere: the fixed module "
+                    f"binds `{local}` {len(binds)} times")
         if star and not local.startswith("_"):
-            raise FixCheckError(f"a star import could rebind `{local}`, the helper's name")
+            return f"a star import could rebind `{local}`, the helper's name"
         for acc in accesses_of.get(local, []):
             if [id(r) for r in acc.referents] != [id(ours[0])]:
-                raise FixCheckError(f"a use of `{local}` does not resolve to the helper's import")
+                return f"a use of `{local}` does not resolve to the helper's import"
 
     for scope_name, var in sorted(variables):
         # The site's function, or a function nested in it (a closure the finding is reported in).
         functions = functions_within.get(scope_name, [])
         counts = [sum(1 for a in s.assignments[var]) for s in functions]
         if not any(counts) or any(c > 1 for c in counts):
-            raise FixCheckError(f"`{var}` is not assigned exactly once as a local of `{scope_name}`")
+            return f"`{var}` is not assigned exactly once as a local of `{scope_name}`"
         # The uses that may resolve to this function's assignment (every function's variable may
         # have the same name: scanning all uses of the name per variable was quadratic).
         for acc in {id(acc): acc for s in functions for a in s.assignments[var]
                     for acc in uses_of.get(id(a), ())}.values():
             if len(acc.referents) != 1:
-                raise FixCheckError(f"a use of `{var}` in `{scope_name}` may also resolve to another binding")
+                return f"a use of `{var}` in `{scope_name}` may also resolve to another binding"
+    return None
 
 
 def _enclosing_names(qualname: str) -> list[str]:
@@ -163,12 +177,14 @@ def _check_fresh(original: str, variables: set[tuple[str, str]]) -> None:
     if not variables:
         return
     try:
-        tree = ast.parse(original)
+        tree = parsed(original)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise FixCheckError("the original text cannot be analysed") from None
+    wanted = {scope_name for scope_name, _var in variables}
     names: dict[str, set[str]] = {}
     for function_node, _class_q, qualname in iter_functions(tree, ""):
-        names.setdefault(qualname, set()).update(identifiers(function_node))
+        if qualname in wanted:  # only the functions a variable is added to: the others' names are not asked
+            names.setdefault(qualname, set()).update(identifiers(function_node))
     for scope_name, var in variables:
         if var in names.get(scope_name, set()):
             raise FixCheckError(f"`{var}` already names something in `{scope_name}`; the fix would shadow it")
@@ -194,13 +210,18 @@ def _check_helper_bindings(tree: ast.Module, helpers: set[tuple[str, str, str]])
 
 
 def _touched_text(fixed: str, tree: ast.Module, scopes: set[str]) -> str:
-    """What libcst's scope analysis needs of `fixed`, lines kept: the module's top-level imports
-    (where the helper's import is), and each function a new variable is assigned in, whole, with
-    the headers of the classes it is defined in. A new variable's uses resolve within its own
-    function, so nothing else can change what they resolve to; the helper's bindings elsewhere
-    are counted on the whole tree (`_check_helper_bindings`). Where a touched function is defined
-    under an `if`, `try`... (a header that needs its other branches to parse), every function
-    body outside the touched ones is blanked instead (`_bodies_blanked`)."""
+    """What libcst's scope analysis needs of `fixed`: the module's top-level imports (where the
+    helper's import is), and each function a new variable is assigned in, whole, with the headers
+    of the classes it is defined in; every line of these as it is in `fixed`, in its order, and no
+    other line. A new variable's uses resolve within its own function, so nothing else can change
+    what they resolve to; the helper's bindings elsewhere are counted on the whole tree
+    (`_check_helper_bindings`). Where a touched function is defined under an `if`, `try`... (a
+    header that needs its other branches to parse), every function body outside the touched ones
+    is one `pass` instead (`_bodies_blanked`).
+
+    The lines left out are left out, not left empty: libcst makes a node of every empty line and
+    its scope analysis visits each, and on vLLM's 1,500-line modules those were most of the check
+    (issue #37). Nothing the check asks of libcst depends on where a node stands."""
     lines = split_lines(fixed)
     keep: list[tuple[int, int]] = [(stmt.lineno, stmt.end_lineno or stmt.lineno) for stmt in tree.body
                                    if isinstance(stmt, (ast.Import, ast.ImportFrom))]
@@ -234,13 +255,15 @@ def _touched_text(fixed: str, tree: ast.Module, scopes: set[str]) -> str:
     kept = bytearray(len(lines) + 1)
     for first, last in keep:
         kept[first:last + 1] = b"\x01" * (last + 1 - first)
-    return "".join(line if kept[number] else _line_end(line) for number, line in enumerate(lines, 1))
+    # Whole statements are kept or left out, so the kept lines parse on their own; a kept last
+    # line without its end is given one, so that a line kept after it stays a line of its own.
+    return "".join(_ended(line) for number, line in enumerate(lines, 1) if kept[number])
 
 
 def _bodies_blanked(lines: list[str], tree: ast.Module, scopes: set[str]) -> str:
     """The text of `lines` with the body of every function outside `scopes` (the functions a new
-    variable is assigned in, and those enclosing them) replaced by one `pass` and empty lines:
-    module- and class-level statements, signatures and decorators kept."""
+    variable is assigned in, and those enclosing them) replaced by one `pass`, its other lines
+    left out: module- and class-level statements, signatures and decorators kept."""
     blank: list[tuple[int, int]] = []  # (first, last) 1-based body lines, each a body that goes
 
     def visit(body: list[ast.stmt], prefix: str) -> None:
@@ -265,13 +288,19 @@ def _bodies_blanked(lines: list[str], tree: ast.Module, scopes: set[str]) -> str
 
     visit(tree.body, "")
     lines = list(lines)
+    gone = bytearray(len(lines) + 1)
     for first, last in blank:
         line = lines[first - 1]
         indent = line[: len(line) - len(line.lstrip(" \t"))]
-        lines[first - 1] = f"{indent}pass{_line_end(line)}"
-        for number in range(first, last):
-            lines[number] = _line_end(lines[number])
-    return "".join(lines)
+        end = _line_end(line) or "\n"
+        lines[first - 1] = f"{indent}pass{end}"
+        gone[first + 1:last + 1] = b"\x01" * (last - first)
+    return "".join(_ended(line) for number, line in enumerate(lines, 1) if not gone[number])
+
+
+def _ended(line: str) -> str:
+    """`line` with a line end: its own, or \\n on a last line without one."""
+    return line if line.endswith(("\n", "\r")) else line + "\n"
 
 
 def _line_end(line: str) -> str:
