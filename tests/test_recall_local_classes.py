@@ -18,7 +18,7 @@ import pytest
 from tiny_project import write_tree
 
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, extract_header
-from dtype_lint.api import make_config
+from dtype_lint.api import check_source, make_config
 from dtype_lint.run import pipeline
 from dtype_lint.run.pipeline import RunOptions
 
@@ -212,3 +212,28 @@ def test_the_index_locates_a_nested_class_only_when_its_name_is_unique(tmp_path)
     assert index.class_location("pkg.other.make.<locals>.Made") is None
     # the header survives the cache's round trip
     assert type(header).from_dict(header.to_dict()).nested == header.nested
+
+
+FACTORY = textwrap.dedent("""\
+    import torch
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+
+    def as_classifier(cls):
+        class Classifier(cls):
+            def make_head(self, quant_config):
+                self.head = ReplicatedLinear(8, 2, bias=False, quant_config=QUANT)
+
+            def forward(self, x):
+                return self.head(x.to(self.head.weight.dtype))
+
+        return Classifier
+""")
+
+
+def test_a_text_checked_alone_resolves_its_function_s_class():
+    """`check_source` indexes the text alone, as module "": the factory's class is found there too
+    (the cast is reported with the model's quant config, not with `quant_config=None`)."""
+    reported = check_source(FACTORY.replace("QUANT", "quant_config"), filename="cls.py", settings={})
+    assert [(f.span.line, f.code) for f in reported] == [(11, "DTL001")]
+    assert check_source(FACTORY.replace("QUANT", "None"), filename="cls.py", settings={}) == []

@@ -681,7 +681,7 @@ class QuantizableLayerIndex:
             header = self.modules.get(mod)
             if header and name in header.classes:
                 return header, name
-            if header is not None or "." not in mod:
+            if header is not None or not mod:
                 return None
         return self._nested_location(qualname)
 
@@ -697,7 +697,7 @@ class QuantizableLayerIndex:
         # A `<locals>` name's module ends before the first function holding locals; a class
         # body's name is tried from the longest prefix short of the class itself.
         stop = parts.index(LOCALS) - 1 if LOCALS in parts else len(parts) - 2
-        for end in range(stop, 0, -1):
+        for end in range(stop, -1, -1):  # down to "": the module of a text checked alone (api.check_source)
             mod = ".".join(parts[:end])
             if self.modules.path_of(mod) is None:
                 continue
