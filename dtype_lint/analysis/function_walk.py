@@ -239,8 +239,10 @@ def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None
                    ) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
     """(function node, enclosing class qualname or None, scope qualname) for every function;
     with `lines` (sorted line numbers), only those whose statement spans one of them (and the
-    walk skips every statement that spans none)."""
-    yield from _visit(tree.body, None, "", module, lines)
+    walk skips every statement that spans none). A class defined in a function has Python's
+    qualified name (`module.outer.<locals>.Inner`), the name the class index locates it by; the
+    scope qualname stays the dotted path (`outer.Inner.method`: baselines are keyed by it)."""
+    yield from _visit(tree.body, None, "", module, lines, "")
 
 
 def _spans(node: ast.stmt, lines: list[int]) -> bool:
@@ -248,25 +250,28 @@ def _spans(node: ast.stmt, lines: list[int]) -> bool:
     return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
 
 
-def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, lines: list[int] | None
-           ) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
+def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, lines: list[int] | None,
+           qual: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
+    """`prefix`: the scope path; `qual`: the Python qualified name of what encloses `body`."""
     for node in body:
         if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
                 and not _spans(node, lines):
             continue
         if isinstance(node, ast.ClassDef):
             q = f"{prefix}.{node.name}" if prefix else node.name
-            yield from _visit(node.body, f"{module}.{q}" if module else q, q, module, lines)
+            inner = f"{qual}.{node.name}" if qual else node.name
+            yield from _visit(node.body, f"{module}.{inner}" if module else inner, q, module, lines, inner)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             q = f"{prefix}.{node.name}" if prefix else node.name
             yield node, class_q, q
-            yield from _visit(node.body, None, q, module, lines)
+            function_qual = f"{qual}.{node.name}" if qual else node.name
+            yield from _visit(node.body, None, q, module, lines, f"{function_qual}.<locals>")
         elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
             blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
             blocks += [h.body for h in getattr(node, "handlers", None) or []]
             blocks += [c.body for c in getattr(node, "cases", None) or []]
             for block in blocks:
-                yield from _visit(block, class_q, prefix, module, lines)
+                yield from _visit(block, class_q, prefix, module, lines, qual)
 
 
 def patched_methods(tree: ast.Module) -> dict[str, str]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from dtype_lint.analysis.function_walk import nodes_of
-from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, dotted, record_import
+from dtype_lint.analysis.index.class_index import LOCALS, QuantizableLayerIndex, dotted, record_import
 from dtype_lint.analysis.index.construction_forms import (
     MODULE_CONTAINERS,
     container_fill,
@@ -199,29 +199,48 @@ class LazyClasses(Mapping):
     """Class qualname → ClassFacts, each built the first time it is asked for: a file parsed for
     one base class often defines dozens of others that no analysis needs."""
 
-    def __init__(self, build, index: QuantizableLayerIndex):
+    def __init__(self, build, index: QuantizableLayerIndex, find_local=None):
         self._build = build
         self._index = index
         self._nodes: dict[str, tuple] = {}
         self._built: dict[str, tuple] = {}
+        # Classes defined in functions (`module.outer.<locals>.Inner`), found by `find_local()`
+        # (a walk of the file's statements) the first time one is asked for by name. Kept apart
+        # from `_nodes`: iterating a file's classes gives its module-level ones whatever was asked.
+        self._find_local = find_local
+        self._local: dict[str, tuple] = {}
 
     def register(self, qualname: str, *node) -> None:
         self._nodes[qualname] = node  # a later definition of the same name wins, as at run time
         self._built.pop(qualname, None)
+
+    def _node(self, qualname: str) -> tuple:
+        node = self._nodes.get(qualname)
+        if node is not None:
+            return node
+        if self._find_local is not None and LOCALS in qualname:
+            find, self._find_local = self._find_local, None
+            self._local.update((qual, (stmt, local)) for qual, stmt, local in find())
+        return self._local[qualname]
 
     def __getitem__(self, qualname: str) -> ClassFacts:
         # What building a class's facts read (names resolved through the index, now or when its
         # bodies are first read) counts as read by every analysis that uses them.
         built = self._built.get(qualname)
         if built is None:
+            node = self._node(qualname)
             with self._index.reading() as reads:
-                class_facts = self._build(qualname, self._nodes[qualname], reads)
+                class_facts = self._build(qualname, node, reads)
             built = self._built[qualname] = (class_facts, reads)
         self._index.replay(built[1])
         return built[0]
 
     def __contains__(self, qualname) -> bool:
-        return qualname in self._nodes
+        try:
+            self._node(qualname)
+        except KeyError:
+            return False
+        return True
 
     def __iter__(self):
         return iter(self._nodes)
@@ -348,7 +367,8 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         imports = collect_imports(tree, module, is_package) if tree is not None else {}
     # A reduced tree (core/regions.py) hands out the whole file's function when a blanked one is read.
     source = getattr(tree, trees.SOURCE, None) if by_class is None else (path, by_class[0])
-    classes = LazyClasses(lambda q, node, reads: visit_class(q, node[0], node[1], reads), index)
+    classes = LazyClasses(lambda q, node, reads: visit_class(q, node[0], node[1], reads), index,
+                          (lambda: local_classes(tree, module)) if tree is not None else None)
     facts = FileFacts(module, path, imports, classes, functions=Defs(source, trees.whole_function), tree=tree)
 
     def resolve(name: str | None) -> str | None:
@@ -547,6 +567,28 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         else:
             blocks.pop()
     return facts
+
+
+def local_classes(tree: ast.Module, module: str):
+    """(qualified name, node, name within the module) of each class defined in a function, at
+    any depth (and each class nested in one): Python's qualified names, `outer.<locals>.Inner`,
+    as function_walk.iter_functions gives their methods. Statements only, as `iter_statements`."""
+    todo: list[tuple[list[ast.stmt], str, bool]] = [(tree.body, "", False)]
+    while todo:
+        body, qual, in_function = todo.pop()
+        for stmt in body:
+            if isinstance(stmt, ast.ClassDef):
+                inner = f"{qual}.{stmt.name}" if qual else stmt.name
+                if in_function:
+                    yield (f"{module}.{inner}" if module else inner), stmt, inner
+                todo.append((stmt.body, inner, in_function))
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                todo.append((stmt.body, f"{qual}.{stmt.name}.{LOCALS}" if qual else f"{stmt.name}.{LOCALS}", True))
+            else:
+                blocks = [getattr(stmt, name, None) or [] for name in ("body", "orelse", "finalbody")]
+                blocks += [handler.body for handler in getattr(stmt, "handlers", None) or []]
+                blocks += [case.body for case in getattr(stmt, "cases", None) or []]
+                todo.extend((block, qual, in_function) for block in blocks if block)
 
 
 def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body: list[ast.stmt],

@@ -43,6 +43,12 @@ class ModuleHeader:
     # layer's model dtype attribute, and returns): name -> hash of that text. Other files' findings depend on what
     # such a function decides, so the hash is part of the header (and of every cached finding's key).
     functions: dict[str, str] = field(default_factory=dict)
+    # Classes whose `class` line is indented (defined in a function, a class body or a block) and
+    # which are the file's only class statement of their name: `classes` holds each under its
+    # simple name, so a qualified name ending in it (`outer.<locals>.Inner`, `Outer.Inner`) can
+    # only mean that one class (`QuantizableLayerIndex.class_location`). A name defined twice is
+    # left out: which statement a qualified name means would take the nesting, not read here.
+    nested: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict:
         return {
@@ -52,6 +58,7 @@ class ModuleHeader:
             "imports": self.imports,
             "classes": {k: [v[0], v[1]] for k, v in self.classes.items()},
             "functions": self.functions,
+            "nested": sorted(self.nested),
         }
 
     @classmethod
@@ -60,6 +67,7 @@ class ModuleHeader:
             d["module"], d["path"], d["is_package"], dict(d["imports"]),
             {k: (list(v[0]), v[1]) for k, v in d["classes"].items()},
             dict(d.get("functions", {})),
+            frozenset(d.get("nested", ())),
         )
 
 
@@ -92,14 +100,33 @@ def extract_header(text: str, module: str, path: str, is_package: bool) -> Modul
     header = ModuleHeader(module, path, is_package, functions=dtype_functions(text))
     snippets = []
     line_no, last = 1, 0
-    for start, _m in _STMT.finditer(text):
+    class_count: dict[str, int] = {}  # class statements by name
+    indented: dict[str, int] = {}  # indented class statements: name -> line
+    for start, found in _STMT.finditer(text):
         line_no += text.count("\n", last, start)
         last = start
+        if text.startswith("class", found.end() - 5):
+            named = _CLASS_NAME.match(text, found.end())
+            if named is not None:
+                class_count[named.group(1)] = class_count.get(named.group(1), 0) + 1
+                if text[start] in " \t\f":
+                    indented[named.group(1)] = line_no
         snippet = _logical_statement(text, start)
         if not _fast_path(snippet, line_no, header):
             snippets.append((line_no, textwrap.dedent(snippet)))
-    if not snippets:
-        return header
+    if snippets:
+        _parse_snippets(snippets, header, module, is_package)
+    if indented:
+        header.nested = frozenset(name for name, line in indented.items() if class_count[name] == 1
+                                  and name in header.classes and header.classes[name][1] == line)
+    return header
+
+
+_CLASS_NAME = re.compile(r"[ \t]+(\w+)")
+
+
+def _parse_snippets(snippets: list[tuple[int, str]], header: ModuleHeader, module: str, is_package: bool) -> None:
+    """Record the class headers and imports of the statements the fast path could not read."""
     # One parse for the whole file's headers; per-snippet parses only if some snippet is not code
     # (a docstring line that starts with "from", say).
     try:
@@ -120,7 +147,6 @@ def extract_header(text: str, module: str, path: str, is_package: bool) -> Modul
                 header.classes.setdefault(node.name, (bases, line))
             else:
                 record_import(node, header.imports, module, is_package)
-    return header
 
 
 # A snippet that does not parse: not code (a docstring line), null bytes, absurd nesting.
@@ -542,6 +568,10 @@ class ModuleTable:
         return [h for h in self._headers.values() if h is not None]
 
 
+# The part of a qualified name that follows a function holding the class (Python's `__qualname__`).
+LOCALS = "<locals>"
+
+
 def _join(module: str, name: str) -> str:
     return f"{module}.{name}" if module else name
 
@@ -636,6 +666,8 @@ class QuantizableLayerIndex:
 
     def canonical(self, qualname: str) -> str:
         """Follow re-exports (`pkg/__init__.py: from .linear import X`) to the defining module."""
+        if LOCALS in qualname:  # a function's own class: nothing re-exports it
+            return qualname
         for _ in range(12):
             mod, _, name = qualname.rpartition(".")
             header = self.modules.get(mod)
@@ -648,10 +680,39 @@ class QuantizableLayerIndex:
         return qualname
 
     def class_location(self, qualname: str) -> tuple[ModuleHeader, str] | None:
-        mod, _, name = qualname.rpartition(".")
-        header = self.modules.get(mod)
-        if header and name in header.classes:
-            return header, name
+        """(the defining module's header, the class's key in its `classes`), or None."""
+        if LOCALS not in qualname:
+            mod, _, name = qualname.rpartition(".")
+            header = self.modules.get(mod)
+            if header and name in header.classes:
+                return header, name
+            if header is not None or not mod:
+                return None
+        return self._nested_location(qualname)
+
+    def _nested_location(self, qualname: str) -> tuple[ModuleHeader, str] | None:
+        """A class defined in a function (`module.outer.<locals>.Inner`, the qualified name
+        function_walk gives its methods) or in a class body (`module.Outer.Inner`): the module is
+        the longest prefix the project has a file for, and the class is its header's only class
+        statement of that name (ModuleHeader.nested). Only module names the project has are
+        looked up (and so recorded as read): a failed lookup of another dotted name costs a
+        dictionary probe per prefix."""
+        parts = qualname.split(".")
+        name = parts[-1]
+        # A `<locals>` name's module ends before the first function holding locals; a class
+        # body's name is tried from the longest prefix short of the class itself.
+        stop = parts.index(LOCALS) - 1 if LOCALS in parts else len(parts) - 2
+        for end in range(stop, -1, -1):  # down to "": the module of a text checked alone (api.check_source)
+            mod = ".".join(parts[:end])
+            if self.modules.path_of(mod) is None:
+                continue
+            header = self.modules.get(mod)
+            inner = parts[end:-1]
+            # a class body's path must name classes of the module; a function's is not checked
+            if header is not None and name in header.nested and (
+                    LOCALS in parts or all(part in header.classes for part in inner)):
+                return header, name
+            return None
         return None
 
     def bases(self, qualname: str) -> list[str]:
