@@ -74,6 +74,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "regression": "consumers",  # the regression tests a series adds
     "verify": "consumers",
     "series_words": "consumers",  # its words in a patch series' messages
+    "proofs": "consumers",     # a patch's executable proof (vllm: the reference kernels, the release's own code)
+    "stand_ins": "consumers",  # what a release's code imports that its tree cannot serve (vllm.platforms)
     "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model     # its proof against real quantized layers
     "tiny_models": "consumers",     # tiny models built from an ecosystem's configs, for its proofs
     "tiny_diffusers": "consumers",

@@ -16,6 +16,7 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.core.rule_registry import migration_codes
 from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.core.writer import write_scratch_files
+from dtype_lint.ecosystems.registry import default_plugin
 from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
@@ -64,9 +65,7 @@ def render_report(root: str, result: RunResult, report_path: str | None = None, 
     lines = [
         "# Route activation casts through one input-dtype helper",
         "",
-        "A quantization backend may repack a layer's weight after loading (Marlin FP8 stores it as "
-        "`torch.int32`, NVFP4 as `torch.uint8`; AWQ/GPTQ layers have no `.weight`), so casting an "
-        "activation to `layer.weight.dtype` crashes or silently mis-casts (vLLM issue #38658). "
+        default_plugin("series_words").REPORT_WHY +
         f"This change routes those casts through `{func}`, which decides the input dtype from "
         "the storage format in one place.",
         "",
@@ -283,10 +282,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     the target's convention (detected, or `convention`), authored and signed off by `author`
     (default: git's user.name/user.email; an IdentityError when neither is there).
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
-    a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
-    False: none). Besides the patches, `out` gets PR.md (one pull request's description for the
-    whole series) and README.md (what the tool knows about each patch: rule codes, sites,
-    generated files). The result's remaining findings are a re-check of the patched tree."""
+    a patch's executable proof (default: the ecosystems' `proofs`, on the reference kernels when
+    torch is there; False: none). Besides the patches, `out` gets PR.md (one pull request's
+    description for the whole series) and README.md (what the tool knows about each patch: rule
+    codes, sites, generated files). The result's remaining findings are a re-check of the patched tree."""
     from dtype_lint.core.source import FileText
     from dtype_lint.migrate import conventions, generated, messages, series
     from dtype_lint.run.outputs import check_output
@@ -338,10 +337,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(helper.path), None, helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
-        from dtype_lint.migrate import proofs
-
         text = result.helper.source or read_file(str(result.helper.path)).text
-        proof = proofs.for_changes(text, result.helper.func)
+        proof = default_plugin("proofs").for_changes(text, result.helper.func)
     # Generated and copied files, known before the messages are written: a maintainer reading a
     # patch to a generated file must see there what regenerates it.
     # (Only the Hugging Face projects regenerate files: elsewhere a `# Copied from` comment is prose.)
