@@ -61,6 +61,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "adapter": "analysis",     # an adapter library's base layers (peft)
     "words": "analysis",       # a message's storage words where the verdict names no backend
+    "rule_words": "analysis",  # the passages a rule's page (and its examples) name backends with
     "base_layers": "analysis",  # peft: an adapter's base layer, the loaded (quantized) model's layer
     "model_classes": "analysis",  # hf: the shipped model class names of transformers and diffusers
     "specs": "analysis",       # megatron: the module specs that say which class `build_module` builds

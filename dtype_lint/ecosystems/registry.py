@@ -8,7 +8,7 @@ layers, what its quantizers leave in `.weight`, its partial guards, its words fo
 `planner`, `helper` and `template` into the fix stage (a site of the family → edits through its
 helper; the helper's text and home; the helper templates), `series`, `series_words`, `regression`,
 `proofs`, `stand_ins` and `verify` into the migration and its proofs, `runtime` into the run-time
-guard. A
+guard, `rule_words` into the rules' pages. A
 stage asks for one role (`plugins("family")`) and talks to what it gets through that role's protocol
 (`ROLE_PROTOCOLS`); it never names an ecosystem. The modules are named here as data, as Python's
 entry points name plug-ins, and imported when a stage first asks: the pre-commit fast path imports
@@ -57,6 +57,7 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "words": "dtype_lint.ecosystems.vllm.words",
         "proofs": "dtype_lint.ecosystems.vllm.proofs",
         "stand_ins": "dtype_lint.ecosystems.vllm.stand_ins",
+        "rule_words": "dtype_lint.ecosystems.vllm.rule_words",
     },
     # Models built through module specs (megatron-core's `build_module`), quantized by nvidia-modelopt.
     "megatron": {
@@ -120,6 +121,9 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # PACKAGE, stand_ins() -> {module: {name: value}}: what a release's code of that package imports
     # that its tree cannot serve here (migrate/release_stubs.py serves the tree's own modules).
     "stand_ins": ("PACKAGE", "stand_ins"),
+    # PASSAGES: name -> text, filling a rule page's `{{name}}` slots (reporters/rule_metadata.py) and
+    # the rules' examples: the backends a page names to explain the bug class, the model dtype attribute.
+    "rule_words": ("PASSAGES",),
     # PLANNER(source, config, project, tree): the planner of the family's sites.
     "planner": ("PLANNER",),
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
