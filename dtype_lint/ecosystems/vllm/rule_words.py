@@ -19,6 +19,14 @@ PASSAGES: dict[str, str] = {
     "repack": "a Marlin repack",
     # The storage a layer has only after loading, not in a serialized checkpoint.
     "after_loading": "Marlin's int32",
+    # DTL001's "Why is this bad?": what the weight is under the best-known backends, and vLLM's own
+    # crashes of this shape.
+    "DTL001.storages": ("Marlin stores FP8 weights as\n`torch.int32`, NVFP4 as `torch.uint8`, FP8 as "
+                        "`float8_e4m3fn`, and AWQ/GPTQ layers have no\n`.weight` at all. The storage dtype of "
+                        "a weight is not the compute dtype of its input. vLLM's MLA\nprefill did "
+                        "`kv_c_normed.to(self.kv_b_proj.weight.dtype)` and crashed with\n``unsupported `a` "
+                        "scalar_type`` on Marlin FP8 (vLLM issue #38658, fixed by PR #38771); the same\nshape "
+                        "raised `AttributeError: ... no attribute 'weight'` on AWQ (PR #34695)."),
     # DTL002's "Why is this bad?": what the weight is under the best-known backends.
     "DTL002.storages": ("Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ "
                         "layers have\nno `.weight` at all"),
