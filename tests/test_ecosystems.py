@@ -85,11 +85,9 @@ def test_the_hf_modules_moved_no_stage_imports_them_by_name():
     assert sorted(importing) == sorted(IMPORTING_AN_ECOSYSTEM_BY_NAME), importing
 
 
-# Shrinking too: the stages that still import an ecosystem module by name (the migration's HF
-# series and regression tests are not yet asked for by role).
-IMPORTING_AN_ECOSYSTEM_BY_NAME = [
-    "dtype_lint/migrate/migration.py",
-]
+# Shrinking too: the stages that still import an ecosystem module by name (none: the migration asks
+# for the HF series and regression tests by role).
+IMPORTING_AN_ECOSYSTEM_BY_NAME: list[str] = []
 
 
 @pytest.mark.parametrize("role", sorted(registry.ROLE_PROTOCOLS))

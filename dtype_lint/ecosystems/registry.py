@@ -121,6 +121,12 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # PACKAGE, stand_ins() -> {module: {name: value}}: what a release's code of that package imports
     # that its tree cannot serve here (migrate/release_stubs.py serves the tree's own modules).
     "stand_ins": ("PACKAGE", "stand_ins"),
+    # series_patch(result, root, rel) -> a first patch of a series (the ecosystem's own helper added)
+    # or None; patch_proof(changes) -> the proof text of a patch, or None.
+    "series": ("series_patch", "patch_proof"),
+    # CONVENTIONS (the series conventions whose patches it tests); add_tests(patches, first patch,
+    # style) -> what it added and ran; readme_section(patches, added) -> the series README's lines.
+    "regression": ("CONVENTIONS", "add_tests", "readme_section"),
     # PASSAGES: name -> text, filling a rule page's `{{name}}` slots (reporters/rule_metadata.py) and
     # the rules' examples: the backends a page names to explain the bug class, the model dtype attribute.
     "rule_words": ("PASSAGES",),

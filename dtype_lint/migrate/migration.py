@@ -16,7 +16,7 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.core.rule_registry import migration_codes
 from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.core.writer import write_scratch_files
-from dtype_lint.ecosystems.registry import default_plugin
+from dtype_lint.ecosystems.registry import default_plugin, plugins
 from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
@@ -345,23 +345,27 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     gen = (generated.analyze(root, [series.Patch("", "", changes)])
            if conv.name in generated.REGENERATING else [])
     style.generated = gen
-    # Hugging Face sites route through their own helper, added to the project's torch utilities.
-    from dtype_lint.ecosystems.hf.series import hf_proof, hf_series_patch
-
-    hf_patch = hf_series_patch(result, root, rel) if changes else None
-    if hf_patch is not None and not proof:
-        proof = hf_proof
+    # An ecosystem whose sites route through its own helper adds it in a first patch of its own (the
+    # registry's `series` role: Hugging Face's, to the project's torch utilities), with its proof.
+    first_patch, first_proof = None, None
+    for plugin in plugins("series") if changes else ():
+        first_patch = plugin.series_patch(result, root, rel)
+        if first_patch is not None:
+            first_proof = plugin.patch_proof
+            break
+    if first_patch is not None and not proof:
+        proof = first_proof
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None, style)
-    if hf_patch is not None:
+    if first_patch is not None:
         if style.signoff and identity is not None:
-            hf_patch.body = hf_patch.body.rstrip("\n") + f"\n\nSigned-off-by: {identity}"
-        patches.insert(0, hf_patch)
+            first_patch.body = first_patch.body.rstrip("\n") + f"\n\nSigned-off-by: {identity}"
+        patches.insert(0, first_patch)
     found_tests = None
-    if conv.name == "transformers" and patches:
-        # Each transformers patch adds a test of the class it changes, run on the release here.
-        from dtype_lint.ecosystems.hf import regression as hf_regression
-
-        found_tests = hf_regression.add_tests(patches, hf_patch, style)
+    # A convention whose ecosystem tests each patch (the `regression` role: transformers' adds a test
+    # of the class each patch changes, run on the release here).
+    tests_plugin = next((plugin for plugin in plugins("regression") if conv.name in plugin.CONVENTIONS), None)
+    if tests_plugin is not None and patches:
+        found_tests = tests_plugin.add_tests(patches, first_patch, style)
     formatted = series.format_patches(patches, Path(out), identity) if patches else []
     files = [Path(out) / name for name, _data in formatted]
     settle(result, result.outcomes)  # the report counts what the patches fix
@@ -375,10 +379,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         outputs = dict(formatted)
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
         readme = messages.readme(patches, files, conv, identity, style.signoff, gen, result.findings)
-        if found_tests is not None:
-            from dtype_lint.ecosystems.hf import regression as hf_regression
-
-            readme = readme.rstrip("\n") + "\n\n" + "\n".join(hf_regression.readme_section(patches, found_tests))
+        if tests_plugin is not None and found_tests is not None:
+            readme = readme.rstrip("\n") + "\n\n" + "\n".join(tests_plugin.readme_section(patches, found_tests))
         outputs["README.md"] = readme.encode("utf-8")
         _publish(result, folder, outputs)
     return result, patches, files
