@@ -34,7 +34,6 @@ ECOSYSTEM_WORDS = re.compile(
 STILL_NAMING_ECOSYSTEMS = {
     # The rules' own pages and messages explain the bug class with its best-known backends.
     "rules/dtl003_unguarded_weight_access.py": "the rule's page",
-    "rules/dtl004_storage_dtype_sentinel.py": "the rule's page",
     "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
 }
 

@@ -162,6 +162,17 @@ def default_plugin(role: str) -> ModuleType:
     return next(module for module in plugins(role) if module.CONVENTIONS is None)
 
 
+@cache
+def passages() -> dict[str, str]:
+    """Every ecosystem's passages for the rules' pages and messages (the `rule_words` role), by name;
+    where two ecosystems give one name, the first in ECOSYSTEMS order."""
+    found: dict[str, str] = {}
+    for module in plugins("rule_words"):
+        for name, text in module.PASSAGES.items():
+            found.setdefault(name, text)
+    return found
+
+
 def plugin(ecosystem: str, role: str) -> ModuleType:
     """One ecosystem's module for `role`."""
     return import_module(ECOSYSTEMS[ecosystem][role])

@@ -35,15 +35,13 @@ _SLOT = re.compile(r"\{\{([\w.]+)\}\}")
 def fill_passages(text: str) -> str:
     """`text` with each `{{name}}` replaced by the first ecosystem's passage of that name; a slot no
     ecosystem fills is an error (a page must not ship with a hole)."""
-    from dtype_lint.ecosystems.registry import plugins
+    from dtype_lint.ecosystems.registry import passages
 
-    passages: dict[str, str] = {}
-    for module in reversed(plugins("rule_words")):  # the first ecosystem's passage wins
-        passages.update(module.PASSAGES)
+    known = passages()
 
     def passage(match: re.Match) -> str:
-        if match.group(1) not in passages:
+        if match.group(1) not in known:
             raise KeyError(f"no ecosystem fills the rule page's slot {{{{{match.group(1)}}}}}")
-        return passages[match.group(1)]
+        return known[match.group(1)]
 
     return _SLOT.sub(passage, text)
