@@ -4,7 +4,7 @@
 Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weight.dtype)`,
 `x.type(L.weight.dtype)` and `x.to(L.weight)`, also when the dtype is reached through a local
 alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
-(`L.weight.dtype if hasattr(L, "weight") else L.params_dtype`) or `typing.cast`; a `dtype`
+(`L.weight.dtype if hasattr(L, "weight") else L.{{model_dtype}}`) or `typing.cast`; a `dtype`
 getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
 named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
 (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
@@ -21,12 +21,7 @@ are exempt (their job is the storage format) but for a loader's cast that become
 nn.Parameter(b.to(L.weight.dtype))`). With `name-heuristics = true`, unresolved `*_proj`-named layers are reported, with low confidence.
 
 ## Why is this bad?
-A quantization backend may repack a layer's weight after loading: Marlin stores FP8 weights as
-`torch.int32`, NVFP4 as `torch.uint8`, FP8 as `float8_e4m3fn`, and AWQ/GPTQ layers have no
-`.weight` at all. The storage dtype of a weight is not the compute dtype of its input. vLLM's MLA
-prefill did `kv_c_normed.to(self.kv_b_proj.weight.dtype)` and crashed with
-``unsupported `a` scalar_type`` on Marlin FP8 (vLLM issue #38658, fixed by PR #38771); the same
-shape raised `AttributeError: ... no attribute 'weight'` on AWQ (PR #34695).
+A quantization backend may repack a layer's weight after loading: {{DTL001.storages}}
 
 ## Example
 ```python
@@ -43,7 +38,7 @@ if kv_b_proj_input_dtype is not None:
 ## Which backends
 A site is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
-instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+instead of `weight`, an integer or fp8 `weight`, {{repack}}. The message names up to two such
 backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
 float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
 shows them all. Where the tree's backends cannot be read (a project importing vLLM without
@@ -67,7 +62,7 @@ A configured helper is evaluated from its own code, not trusted: a fix that repl
 is safe only when the helper is proven to answer the weight's own dtype on every storage that is
 not packed (float16, bfloat16, float32, float64, complex32/64/128, and fp8 with
 `fp8_input=True`), as `x.to(L.weight.dtype)` did. A helper that DTL005 accepts but that answers
-`params_dtype` for float storages, or that the evaluator cannot read, makes the fix **unsafe**,
+`{{model_dtype}}` for float storages, or that the evaluator cannot read, makes the fix **unsafe**,
 and the fix says on which storages it would cast differently. The templates answer the weight's
 own dtype on every floating and complex storage (complex weights are data, not packed integers).
 
@@ -105,9 +100,12 @@ from dtype_lint.analysis.flow.recognisers import (
 )
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.ecosystems.registry import family_of
+from dtype_lint.ecosystems.registry import family_of, model_dtype_attributes
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
+
+# The attribute a layer states its model (compute) dtype under: what a `dtype` getter should return.
+_MODEL_DTYPE = model_dtype_attributes()[0]
 
 _HEAD = """\
 import torch
@@ -150,7 +148,7 @@ class WeightDtypeCast(Rule):
         # Weight loaders own the storage format.
         Valid(_HEAD + "    def weight_loader(self, param, w):\n        param.data.copy_(w.to(self.kv_b_proj.weight.dtype))\n"),
         # Casting to something that is not a weight dtype.
-        Valid(_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.params_dtype)\n"),
+        Valid(_HEAD + f"    def f(self, x):\n        return x.to(self.kv_b_proj.{_MODEL_DTYPE})\n"),
         # A layer built with quant_config=None is never quantized.
         Valid("from vllm.model_executor.layers.linear import ReplicatedLinear\nclass G:\n    def __init__(self):\n"
               "        self.gate = ReplicatedLinear(8, 8, quant_config=None)\n"
@@ -251,7 +249,7 @@ class WeightDtypeCast(Rule):
     @staticmethod
     def _finfo(ctx: RuleContext, function, node: ast.Call) -> None:
         """`torch.finfo(L.weight.dtype)` in Hugging Face model code (transformers #45672, Gemma4
-        audio): TypeError on bitsandbytes' uint8/int8 storage, an fp8 range under FP8 layers,
+        audio): TypeError on a quantizer's uint8/int8 storage, an fp8 range under FP8 layers,
         AttributeError without `.weight`. Reported where the HF family decided the layer."""
         if dotted(node.func) not in ("torch.finfo", "finfo") or len(node.args) != 1:
             return
@@ -283,7 +281,7 @@ class WeightDtypeCast(Rule):
         layer = ast.unparse(weight_dtype.layer)
         ctx.report(body[0].value, f"`dtype` returns `{layer}.weight.dtype`, the storage dtype of a quantizable layer "
                    f"{storage_dtypes(evidence)}; its callers cast activations to it: "
-                   f"return the compute dtype (`{layer}.params_dtype`)",
+                   f"return the compute dtype (`{layer}.{_MODEL_DTYPE}`)",
                    confidence=confidence, evidence=evidence,
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 

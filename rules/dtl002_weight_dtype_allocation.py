@@ -20,8 +20,7 @@ a layer's weight (`layer.register_parameter("weight", P)`, `layer.weight = P`,
 `setattr(layer, "weight", P)`), is not reported: a weight's dtype must be its storage's.
 
 ## Why is this bad?
-Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ layers have
-no `.weight` at all: a buffer allocated "like the weight" becomes an integer buffer that a float
+{{DTL002.storages}}: a buffer allocated "like the weight" becomes an integer buffer that a float
 kernel rejects or silently truncates into, or the allocation raises `AttributeError`. It is the
 same confusion as DTL001 (vLLM issue #38658): the storage dtype of a weight is not the dtype of the
 activations or outputs around it.
@@ -33,7 +32,7 @@ out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.weight.dtype)
 
 ## Use instead
 ```python
-out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.params_dtype)
+out = torch.empty(n, self.o_proj.output_size, dtype=self.o_proj.{{model_dtype}})
 ```
 or the input dtype the layer expects, `get_layer_input_dtype(self.o_proj, fp8_input)`, with an
 explicit choice for `None` (keep the model dtype).
@@ -41,7 +40,7 @@ explicit choice for `None` (keep the model dtype).
 ## Which backends
 A site is reported only when the storage model (dtype_lint/analysis/storage/storage_model.py) finds a
 backend that can reach the layer and leaves a storage that is not the compute dtype: `qweight`
-instead of `weight`, an integer or fp8 `weight`, a Marlin repack. The message names up to two such
+instead of `weight`, an integer or fp8 `weight`, {{repack}}. The message names up to two such
 backends with their lines (`Fp8 (fp8.py:194 -> fp8_utils.py:1255) registers `weight` as
 float8_e4m3fn`), the evidence each of them (SARIF related locations); `dtype-lint explain PATH:LINE`
 shows them all. Where the tree's backends cannot be read (a project importing vLLM without
@@ -51,11 +50,11 @@ possibly packed.
 ## Fix safety
 No automatic fix: the right dtype of a buffer depends on what it will hold (an activation, a
 layer output, a dequantized weight), which the code does not say. The finding names the layer
-and how it resolved; choose `params_dtype`, the activation's dtype, or the helper by hand.
+and how it resolved; choose `{{model_dtype}}`, the activation's dtype, or the helper by hand.
 
 ## Known limits
 Those of DTL001's layer resolution (docs/quantizability.md). A buffer made in `__init__` sees the
-storage of a serialized checkpoint (fp8, int8, uint8, or no `.weight`), not Marlin's int32, which
+storage of a serialized checkpoint (fp8, int8, uint8, or no `.weight`), not {{after_loading}}, which
 appears only after loading: the finding says "storage dtype" for both.
 
 ## Options
@@ -77,13 +76,16 @@ from dtype_lint.analysis.flow.recognisers import (
 )
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.weight_registration import weight_allocations
-from dtype_lint.ecosystems.registry import family_of
+from dtype_lint.ecosystems.registry import family_of, model_dtype_attributes
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # An allocation's dtype read from an attribute chain ending in `.dtype` (the line may break after `(`).
 STORED_DTYPE_ALLOC = r"\bdtype\s*=\s*self(?:\.\w+)+\.dtype\b"
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
+
+# The attribute a layer states its model dtype under (the examples' right answer).
+_MODEL_DTYPE = model_dtype_attributes()[0]
 
 _HEAD = """\
 import torch
@@ -101,7 +103,7 @@ class WeightDtypeAllocation(Rule):
     name = "weight-dtype-allocation"
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
     # `dtype=self.vision_tower.dtype`: a dtype another object stored from a layer's weight (a
-    # chain of at least one attribute: `dtype=self.dtype` and `self.params_dtype` are too common to read).
+    # chain of at least one attribute: `dtype=self.dtype` and `self.<model dtype>` are too common to read).
     patterns = WEIGHT_SITE_PATTERNS + (STORED_DTYPE_ALLOC,)
     marker = ("weight", ".dtype")  # candidate functions: those whose text names either
     facts = frozenset({"candidates", "layers", "flows", "imports", "loaders"})
@@ -111,7 +113,7 @@ class WeightDtypeAllocation(Rule):
     dtype_site = True
 
     VALID = [
-        Valid(_HEAD + "    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.params_dtype)\n"),
+        Valid(_HEAD + f"    def f(self, n):\n        return torch.empty(n, dtype=self.o_proj.{_MODEL_DTYPE})\n"),
         # Casts are DTL001's; DTL002 does not report them twice.
         Valid(_HEAD + "    def f(self, x):\n        return torch.relu(x).sum()\n"),
         Valid("import torch\nimport torch.nn as nn\nclass V(nn.Module):\n    def __init__(self):\n"

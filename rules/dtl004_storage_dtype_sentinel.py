@@ -13,7 +13,7 @@ its fall-through (the final `else`, or what follows the `if`) hands the raw `L.w
 dispatch on the storage format whose fall-through hands the layer to its own code (`L(x)`, its
 quant method), and a flag that records the format (`is_int8 = L.weight.dtype == torch.int8`),
 ask the storage question the right way and are not reported, unless the dtype it tests is a
-container several backends' formats share for that layer (`uint8` holding NVFP4 and MXFP4 alike):
+container several backends' formats share for that layer ({{shared_container}}):
 then the arm it picks runs one format's kernel on the others — unless the same test also requires
 a parameter (`and hasattr(L, "weight_scale_inv")`, `getattr(L, "x", None) is not None`) that at
 most one of those backends registers with its `weight` (the storage model reads which parameters
@@ -25,14 +25,11 @@ Layers resolve as for DTL001; storage code (quant methods, weight loaders,
 
 ## Why is this bad?
 Each such branch re-implements, by hand, the decision the shared input-dtype helper makes in one
-place, and hand copies drift. vLLM 0.27.1's MLA prefill guarded its cast with
-`(use_fp8_prefill or w != current_platform.fp8_dtype()) and w != torch.uint8`: it knew NVFP4 and
-fp8 but not Marlin's int32 repack, and crashed (vLLM issue #38658); it still casts to int8 under
-W8A8-INT8 today wherever the copy survives. A new backend means finding every copy.
+place, and hand copies drift. {{DTL004.drift}} A new backend means finding every copy.
 
 ## Example
 ```python
-w = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, "weight") else self.kv_b_proj.params_dtype
+w = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, "weight") else self.kv_b_proj.{{model_dtype}}
 if (use_fp8_prefill or w != current_platform.fp8_dtype()) and w != torch.uint8:
     kv_c_normed = kv_c_normed.to(w)
 ```
@@ -100,8 +97,12 @@ from dtype_lint.analysis.sentinel_compare import (
 from dtype_lint.analysis.storage.storage_dispatch import ambiguous_storage, hand_copy_reason
 from dtype_lint.core.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import ModuleGlobals, helper_shape
+from dtype_lint.ecosystems.registry import model_dtype_attributes, passages
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
+
+# The attribute a layer states its model dtype under (the examples' helper returns it).
+_MODEL_DTYPE = model_dtype_attributes()[0]
 
 _HEAD = """\
 import torch
@@ -114,7 +115,7 @@ class Attn:
         self.kv_b_proj = kv_b_proj
 """
 _ALIAS = ("        w = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, \"weight\") "
-          "else self.kv_b_proj.params_dtype\n")
+          f"else self.kv_b_proj.{_MODEL_DTYPE}\n")
 _IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype\n"
 _DISPATCH = _HEAD + ("    def f(self, x):\n        if self.kv_b_proj.weight.dtype == current_platform.fp8_dtype():\n"
                      "            return fp8_gemm(x, self.kv_b_proj.weight)\n"
@@ -139,7 +140,7 @@ class StorageDtypeSentinel(Rule):
               "            x = x * 2\n        return x\n"),
         # The helper's own shape is DTL005's business.
         Valid("import torch\n\ndef input_dtype(layer, fp8_input):\n    wd = layer.weight.dtype\n"
-              "    if wd == torch.int32:\n        return layer.params_dtype\n    return wd\n",
+              f"    if wd == torch.int32:\n        return layer.{_MODEL_DTYPE}\n    return wd\n",
               ),
         # Quant methods own the storage format.
         Valid("import torch\nfrom vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase\n"
@@ -181,8 +182,8 @@ class StorageDtypeSentinel(Rule):
             "        return x @ weight.t()\n",
             message_contains=("torch.float8_e4m3fn, torch.float8_e5m2", "fall-through hands the raw"),
         ),
-        # The same dispatch on int32, which several backends' formats share (Marlin's repacked
-        # FP8 words under three configs).
+        # The same dispatch on int32, which several backends' formats share (one repack's int32
+        # words under three configs).
         Invalid(_DISPATCH.replace("== current_platform.fp8_dtype()", "== torch.int32"),
                 message_contains=("int32 is the storage of several formats",)),
         # A guard that skips the fp16 cast the helper would make: not proven, not rewritten.
@@ -233,7 +234,7 @@ class StorageDtypeSentinel(Rule):
                 ctx.report(report_node,
                            f"branch compares `{layer}`'s storage dtype with {', '.join(sentinels)} outside "
                            f"`{ctx.fixes.func}`: a hand copy of the input-dtype decision, which drifts from the "
-                           f"helper as backends change (int32 under Marlin, int8 under W8A8, no `.weight` under AWQ): "
+                           f"helper as backends change ({passages()['backends_change']}): "
                            f"{why}",
                            fix=fix, no_fix_reason=reason, confidence=confidence,
                            evidence=evidence)

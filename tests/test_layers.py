@@ -63,6 +63,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "family": "analysis",      # the backend family: layers, quantizers, storages, guards
     "adapter": "analysis",     # an adapter library's base layers (peft)
     "words": "analysis",       # a message's storage words where the verdict names no backend
+    "rule_words": "analysis",  # the passages a rule's page (and its examples) name backends with
     "planner": "fix",          # a site of the family → edits through its helper
     "template": "fix",         # the input-dtype helper's text `--fix` creates (vllm, torch)
     "helper": "fix",           # its helper's text and where it lives
@@ -70,6 +71,8 @@ ECOSYSTEM_ROLES: dict[str, str] = {
     "regression": "consumers",  # the regression tests a series adds
     "verify": "consumers",     # its proof against real quantized layers
     "series_words": "consumers",  # its words in a patch series' messages
+    "proofs": "consumers",     # a patch's executable proof (vllm: the reference kernels, the release's own code)
+    "stand_ins": "consumers",  # what a release's code imports that its tree cannot serve (vllm.platforms)
     "runtime": "consumers",    # how the run-time guard recognises its quantizers in a live model
 }
 

@@ -6,8 +6,9 @@ of its model dtype), `formats` into the dtypes (the storage formats its backends
 rows of dtypes/storage_formats.py's table), `family` into the analysis (which classes are its
 layers, what its quantizers leave in `.weight`, its partial guards, its words for messages),
 `planner`, `helper` and `template` into the fix stage (a site of the family → edits through its
-helper; the helper's text and home; the helper templates), `series`, `series_words`, `regression`
-and `verify` into the migration and its proofs, `runtime` into the run-time guard. A
+helper; the helper's text and home; the helper templates), `series`, `series_words`, `regression`,
+`proofs`, `stand_ins` and `verify` into the migration and its proofs, `runtime` into the run-time
+guard, `rule_words` into the rules' pages. A
 stage asks for one role (`plugins("family")`) and talks to what it gets through that role's protocol
 (`ROLE_PROTOCOLS`); it never names an ecosystem. The modules are named here as data, as Python's
 entry points name plug-ins, and imported when a stage first asks: the pre-commit fast path imports
@@ -16,9 +17,10 @@ helper and reads no `weight`).
 
 Each ecosystem's storage formats, layer attributes, helper templates, message and series words
 and run-time quantizer names are plug-ins; vLLM's backends are read from the code or from the
-catalogues in `ecosystems/vllm/`. The files outside `ecosystems/` that still name an ecosystem's
-backends (the rule modules, the vLLM migration's PR text, proofs and regression tests) are listed,
-to shrink, in tests/test_ecosystems.py.
+catalogues in `ecosystems/vllm/`; the migration's proofs, the words of its report and of the
+helper's regression test are vLLM's `proofs` and `series_words`. The files outside `ecosystems/`
+that still name an ecosystem's backends (the rule modules) are listed, to shrink, in
+tests/test_ecosystems.py.
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """
@@ -54,6 +56,9 @@ ECOSYSTEMS: dict[str, dict[str, str]] = {
         "template": "dtype_lint.ecosystems.vllm.template",
         "series_words": "dtype_lint.ecosystems.vllm.series_words",
         "words": "dtype_lint.ecosystems.vllm.words",
+        "proofs": "dtype_lint.ecosystems.vllm.proofs",
+        "stand_ins": "dtype_lint.ecosystems.vllm.stand_ins",
+        "rule_words": "dtype_lint.ecosystems.vllm.rule_words",
     },
     # Models built through module specs (megatron-core's `build_module`), quantized by nvidia-modelopt.
     "megatron": {
@@ -105,8 +110,27 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
                 "STORAGE_CODE_FRAGMENTS"),
     # CONVENTIONS (the project conventions it speaks for; None: every other), WHY: a patch series'
     # explanation of the bug class. The one for every other convention also gives the helper patches'
-    # words: BACKEND_OF, SHORT_BACKEND, HELPER_FIX_HARM, HELPER_FIX_HISTORY, MODEL_DTYPE_WORDS.
+    # words: BACKEND_OF, SHORT_BACKEND, HELPER_FIX_HARM, HELPER_FIX_HISTORY, MODEL_DTYPE_WORDS; the
+    # helper's regression test's: TEST_NO_WEIGHT_LAYERS, TEST_STORAGES_NOTE, TEST_FP8_DTYPE; and the
+    # migration report's opening: REPORT_WHY.
     "series_words": ("CONVENTIONS", "WHY"),
+    # CONVENTIONS (None: every convention), available() -> bool (torch is there), for_changes(helper
+    # source, func) -> a patch's proof function, unit_cases(before, after, module, func, cases, package):
+    # an input-dtype helper run on real dtypes before and after a patch, release_proof(path, label,
+    # before, after, root): the release's own code run before and after a patch to `path`.
+    "proofs": ("CONVENTIONS", "available", "for_changes", "unit_cases", "release_proof"),
+    # PACKAGE, stand_ins() -> {module: {name: value}}: what a release's code of that package imports
+    # that its tree cannot serve here (migrate/release_stubs.py serves the tree's own modules).
+    "stand_ins": ("PACKAGE", "stand_ins"),
+    # series_patch(result, root, rel) -> a first patch of a series (the ecosystem's own helper added)
+    # or None; patch_proof(changes) -> the proof text of a patch, or None.
+    "series": ("series_patch", "patch_proof"),
+    # CONVENTIONS (the series conventions whose patches it tests); add_tests(patches, first patch,
+    # style) -> what it added and ran; readme_section(patches, added) -> the series README's lines.
+    "regression": ("CONVENTIONS", "add_tests", "readme_section"),
+    # PASSAGES: name -> text, filling a rule page's `{{name}}` slots (reporters/rule_metadata.py) and
+    # the rules' examples: the backends a page names to explain the bug class, the model dtype attribute.
+    "rule_words": ("PASSAGES",),
     # PLANNER(source, config, project, tree): the planner of the family's sites.
     "planner": ("PLANNER",),
     # owns_fix(finding) -> bool; helper_location(finding, index, root) -> HelperLocation;
@@ -132,6 +156,22 @@ def model_dtype_attributes() -> tuple[str, ...]:
     """Every ecosystem's names for a layer's model dtype attribute, in ECOSYSTEMS order: what a
     helper may return where the weight is packed or missing, and what states a compute dtype."""
     return tuple(name for module in plugins("layer_attributes") for name in module.MODEL_DTYPE_ATTRIBUTES)
+
+
+def default_plugin(role: str) -> ModuleType:
+    """The module of `role` that speaks for every convention no other claims (`CONVENTIONS` None)."""
+    return next(module for module in plugins(role) if module.CONVENTIONS is None)
+
+
+@cache
+def passages() -> dict[str, str]:
+    """Every ecosystem's passages for the rules' pages and messages (the `rule_words` role), by name;
+    where two ecosystems give one name, the first in ECOSYSTEMS order."""
+    found: dict[str, str] = {}
+    for module in plugins("rule_words"):
+        for name, text in module.PASSAGES.items():
+            found.setdefault(name, text)
+    return found
 
 
 def plugin(ecosystem: str, role: str) -> ModuleType:

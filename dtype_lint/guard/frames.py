@@ -145,7 +145,7 @@ def returns_value_read_at(frame: FrameType) -> bool:
     following = instructions[position + 1]
     if following.opname == "JUMP_FORWARD":
         # A conditional expression (`w.dtype if w is not None else default`) jumps to its store:
-        # the value read is what the jump's target stores (vLLM 0.28.0's `_get_kv_b_proj_input_dtype`).
+        # the value read is what the jump's target stores (vLLM 0.28.0's MLA input-dtype helper).
         following = next((ins for ins in instructions if ins.offset == following.argval), following)
     if following.opname == "RETURN_VALUE":
         return True

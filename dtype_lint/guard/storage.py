@@ -115,7 +115,7 @@ def _own_value(module: Any, name: str) -> Any:
 
 def weight_storage(module: Any, weight: Any) -> LayerStorage | None:
     """The layer's storage when its `.weight` is packed (uint8/int8/int32/fp8), else None: a float
-    `.weight` (unquantized, quanto, torchao) is what the activation may be cast to."""
+    `.weight` (unquantized, or a quantizer that keeps a float weight) is what the activation may be cast to."""
     dtype = getattr(weight, "dtype", None)
     if dtype is None or not is_packed_storage(dtype):
         return None

@@ -16,6 +16,7 @@ from dtype_lint.core.findings import Finding
 from dtype_lint.core.rule_registry import migration_codes
 from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.core.writer import write_scratch_files
+from dtype_lint.ecosystems.registry import default_plugin, plugins
 from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
@@ -69,9 +70,7 @@ def render_report(root: str, result: RunResult, report_path: str | None = None, 
     lines = [
         "# Route activation casts through one input-dtype helper",
         "",
-        "A quantization backend may repack a layer's weight after loading (Marlin FP8 stores it as "
-        "`torch.int32`, NVFP4 as `torch.uint8`; AWQ/GPTQ layers have no `.weight`), so casting an "
-        "activation to `layer.weight.dtype` crashes or silently mis-casts (vLLM issue #38658). "
+        default_plugin("series_words").REPORT_WHY +
         f"This change routes those casts through `{func}`, which decides the input dtype from "
         "the storage format in one place.",
         "",
@@ -288,10 +287,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     the target's convention (detected, or `convention`), authored and signed off by `author`
     (default: git's user.name/user.email; an IdentityError when neither is there).
     Returns (the fixing run's result, the patches, the files written). `proof`: a function giving
-    a patch's executable proof (default: proofs.py on the reference kernels when torch is there;
-    False: none). Besides the patches, `out` gets PR.md (one pull request's description for the
-    whole series) and README.md (what the tool knows about each patch: rule codes, sites,
-    generated files). The result's remaining findings are a re-check of the patched tree."""
+    a patch's executable proof (default: the ecosystems' `proofs`, on the reference kernels when
+    torch is there; False: none). Besides the patches, `out` gets PR.md (one pull request's
+    description for the whole series) and README.md (what the tool knows about each patch: rule
+    codes, sites, generated files). The result's remaining findings are a re-check of the patched tree."""
     from dtype_lint.core.source import FileText
     from dtype_lint.migrate import conventions, generated, messages, series
     from dtype_lint.run.outputs import check_output
@@ -343,33 +342,35 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             helper_changes.append(series.FileChange(rel(marker), None, b""))
         helper_changes.append(series.FileChange(rel(helper.path), None, helper.source.encode("utf-8")))
     if proof is None and result.helper is not None:
-        from dtype_lint.migrate import proofs
-
         text = result.helper.source or read_file(str(result.helper.path)).text
-        proof = proofs.for_changes(text, result.helper.func)
+        proof = default_plugin("proofs").for_changes(text, result.helper.func)
     # Generated and copied files, known before the messages are written: a maintainer reading a
     # patch to a generated file must see there what regenerates it.
     # (Only the Hugging Face projects regenerate files: elsewhere a `# Copied from` comment is prose.)
     gen = (generated.analyze(root, [series.Patch("", "", changes)])
            if conv.name in generated.REGENERATING else [])
     style.generated = gen
-    # Hugging Face sites route through their own helper, added to the project's torch utilities.
-    from dtype_lint.ecosystems.hf.series import hf_proof, hf_series_patch
-
-    hf_patch = hf_series_patch(result, root, rel) if changes else None
-    if hf_patch is not None and not proof:
-        proof = hf_proof
+    # An ecosystem whose sites route through its own helper adds it in a first patch of its own (the
+    # registry's `series` role: Hugging Face's, to the project's torch utilities), with its proof.
+    first_patch, first_proof = None, None
+    for plugin in plugins("series") if changes else ():
+        first_patch = plugin.series_patch(result, root, rel)
+        if first_patch is not None:
+            first_proof = plugin.patch_proof
+            break
+    if first_patch is not None and not proof:
+        proof = first_proof
     patches = series.plan(changes, helper_changes, result.helper, group_by, proof or None, style)
-    if hf_patch is not None:
+    if first_patch is not None:
         if style.signoff and identity is not None:
-            hf_patch.body = hf_patch.body.rstrip("\n") + f"\n\nSigned-off-by: {identity}"
-        patches.insert(0, hf_patch)
+            first_patch.body = first_patch.body.rstrip("\n") + f"\n\nSigned-off-by: {identity}"
+        patches.insert(0, first_patch)
     found_tests = None
-    if conv.name == "transformers" and patches:
-        # Each transformers patch adds a test of the class it changes, run on the release here.
-        from dtype_lint.ecosystems.hf import regression as hf_regression
-
-        found_tests = hf_regression.add_tests(patches, hf_patch, style)
+    # A convention whose ecosystem tests each patch (the `regression` role: transformers' adds a test
+    # of the class each patch changes, run on the release here).
+    tests_plugin = next((plugin for plugin in plugins("regression") if conv.name in plugin.CONVENTIONS), None)
+    if tests_plugin is not None and patches:
+        found_tests = tests_plugin.add_tests(patches, first_patch, style)
     formatted = series.format_patches(patches, Path(out), identity) if patches else []
     files = [Path(out) / name for name, _data in formatted]
     settle(result, result.outcomes)  # the report counts what the patches fix
@@ -383,10 +384,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         outputs = dict(formatted)
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
         readme = messages.readme(patches, files, conv, identity, style.signoff, gen, result.findings)
-        if found_tests is not None:
-            from dtype_lint.ecosystems.hf import regression as hf_regression
-
-            readme = readme.rstrip("\n") + "\n\n" + "\n".join(hf_regression.readme_section(patches, found_tests))
+        if tests_plugin is not None and found_tests is not None:
+            readme = readme.rstrip("\n") + "\n\n" + "\n".join(tests_plugin.readme_section(patches, found_tests))
         outputs["README.md"] = readme.encode("utf-8")
         _publish(result, folder, outputs)
     return result, patches, files

@@ -2,13 +2,17 @@
 
 An input-dtype helper (the shared one a series adds, or a project's own one a patch makes sound)
 gets the pure unit test vLLM's fix #38771 lost in review: every weight storage a backend can
-leave on a layer (fp16, bf16, fp32, fp8, Marlin's int32, NVFP4's uint8, W8A8's int8, no
-`.weight`) times the fp8-input flag, each case asserting the dtype the helper must return. The
+leave on a layer (fp16, bf16, fp32, fp8, a repacked int32, a packed uint8, int8, no `.weight`)
+times the fp8-input flag, each case asserting the dtype the helper must return. The
 expected values are the patched helper's own decisions, read from its code by the dtype
 evaluator and checked there never to be an integer dtype; on the unpatched code the rows the
 patch changes fail (and a test of a helper the series adds fails at import). A call site's patch
 gets no generated test: exercising a model's forward needs the model built, which needs the
 project's distributed state and weights; its Test Plan names the helper's test instead.
+
+The test's layer carries the model dtype under the helper template's attribute (the registry's
+`layer_attributes`), and its words for the backends and the platform's fp8 dtype are those of the
+ecosystem that speaks for the helper's patches (the `series_words` with `CONVENTIONS` None).
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtype_lint.dtypes.evaluator import FP8, PARAMS, Table, alternatives
+from dtype_lint.ecosystems.registry import default_plugin, model_dtype_attributes
 from dtype_lint.migrate.conventions import Convention
+
+# The helper's words (the ecosystem that speaks for every convention); the layer's model dtype
+# attribute, and the test's constant for its value.
+_WORDS = default_plugin("series_words")
+_ATTRIBUTE = model_dtype_attributes()[0]
+_CONSTANT = _ATTRIBUTE.upper()
 
 # (id in the test, evaluator storage name, the expression a test builds it with)
 STORAGES = (("fp16", "float16", "torch.float16"), ("bf16", "bfloat16", "torch.bfloat16"),
@@ -35,13 +46,13 @@ class HelperTest:
 
 def expected_cases(table: Table) -> tuple[tuple[str, bool, str], ...]:
     """Each storage x flag the helper decides definitely, as the test states it: the weight's own
-    dtype, the layer's params_dtype, or None (keep the activation as it is)."""
+    dtype, the layer's model dtype, or None (keep the activation as it is)."""
     cases = []
     for sid, storage, _expr in STORAGES:
         for flag in (False, True):
             value = table.get(_case(storage, flag))
-            # "None or unknown `quant_method.input_dtype`": the unknown branch needs a ModelOpt
-            # linear method, which a plain layer does not have; the test builds plain layers.
+            # "None or unknown `quant_method.input_dtype`": the unknown branch needs a backend's
+            # own quant method, which a plain layer does not have; the test builds plain layers.
             known = [v for v in alternatives(value) if not v.startswith("unknown")]
             if len(known) != 1:
                 continue
@@ -72,10 +83,9 @@ def helper_test(convention: Convention, module_path: str, module: str, function:
 
 
 def _fp8_expr(convention: Convention) -> tuple[str, str]:
-    """(import line, expression) for the platform's fp8 dtype."""
-    if convention.name == "vllm":
-        return "from vllm.platforms import current_platform\n", "current_platform.fp8_dtype()"
-    return "", "torch.float8_e4m3fn"
+    """(import line, expression) for the platform's fp8 dtype: the convention's platform, where its
+    ecosystem names one, else torch's e4m3."""
+    return _WORDS.TEST_FP8_DTYPE.get(convention.name, ("", "torch.float8_e4m3fn"))
 
 
 def _storages(convention: Convention) -> str:
@@ -85,25 +95,31 @@ def _storages(convention: Convention) -> str:
 
 _LAYER = '''
 
-PARAMS_DTYPE = torch.bfloat16  # the model dtype
+{constant} = torch.bfloat16  # the model dtype
 
 
 class _Layer(torch.nn.Module):
     """A linear layer after weight loading: `weight` in the backend's storage (none at all for
-    AWQ/GPTQ-style layers), `params_dtype` the model dtype."""
+    {no_weight} layers), `{attribute}` the model dtype."""
 
     def __init__(self, storage: torch.dtype | None):
         super().__init__()
-        self.params_dtype = PARAMS_DTYPE
+        self.{attribute} = {constant}
         if storage is not None:
             self.weight = torch.nn.Parameter(torch.empty(4, 4, dtype=storage), requires_grad=False)
 
 
-# Marlin FP8 repacks to int32, NVFP4 packs to uint8, W8A8-INT8 stores int8.
+# {storages_note}
 STORAGES = {{
 {storages}
 }}
 '''
+
+
+def _layer(convention: Convention) -> str:
+    """The test's layer and its storages, in the words of the helper's ecosystem."""
+    return _LAYER.format(constant=_CONSTANT, attribute=_ATTRIBUTE, no_weight=_WORDS.TEST_NO_WEIGHT_LAYERS,
+                         storages_note=_WORDS.TEST_STORAGES_NOTE, storages=_storages(convention))
 
 
 def _docstring(function: str) -> str:
@@ -120,7 +136,7 @@ def _pytest(convention: Convention, module: str, function: str, flag_name: str, 
         _docstring(function) + "\n"
         "import pytest\nimport torch\n\n"
         f"from {module} import {function}\n" + fp8_import
-        + _LAYER.format(storages=_storages(convention))
+        + _layer(convention)
         + f'''
 
 @pytest.mark.parametrize(
@@ -131,7 +147,7 @@ def _pytest(convention: Convention, module: str, function: str, flag_name: str, 
 )
 def test_{function.lstrip("_")}(storage: str, {flag_name}: bool, expected: str):
     layer = _Layer(STORAGES[storage])
-    want = {{"weight": STORAGES[storage], "params": PARAMS_DTYPE, "keep": None}}[expected]
+    want = {{"weight": STORAGES[storage], "params": {_CONSTANT}, "keep": None}}[expected]
     got = {function}(layer, {flag_name})
     assert got == want
     assert got is None or got.is_floating_point
@@ -146,7 +162,7 @@ def _unittest(convention: Convention, module: str, function: str, flag_name: str
         _docstring(function) + "\n"
         "import unittest\n\nimport torch\n\n"
         f"from {module} import {function}\n" + fp8_import
-        + _LAYER.format(storages=_storages(convention))
+        + _layer(convention)
         + f'''
 CASES = [
 {rows}
@@ -158,7 +174,7 @@ class {cls}(unittest.TestCase):
         for storage, {flag_name}, expected in CASES:
             with self.subTest(storage=storage, {flag_name}={flag_name}):
                 layer = _Layer(STORAGES[storage])
-                want = {{"weight": STORAGES[storage], "params": PARAMS_DTYPE, "keep": None}}[expected]
+                want = {{"weight": STORAGES[storage], "params": {_CONSTANT}, "keep": None}}[expected]
                 got = {function}(layer, {flag_name})
                 self.assertEqual(got, want)
                 self.assertTrue(got is None or got.is_floating_point)

@@ -1,15 +1,14 @@
 """Import a release's own functions where the release itself cannot be imported.
 
-vLLM cannot be installed here (CUDA extensions, a GPU stack), yet a series' regression tests
-import its functions (`from vllm.model_executor.layers.attention.mla_attention import
-_get_kv_b_proj_input_dtype`) and the proof runs its prefill. :func:`installed` puts a finder for
-`vllm.*` on `sys.meta_path` that serves a module of the release tree lazily: `from M import name`
+A release may not be installable here (vLLM: CUDA extensions, a GPU stack), yet a series' regression
+tests import its functions (the input-dtype helper a patch fixes, from the module that defines it)
+and the proof runs its own code. :func:`installed` puts a finder for `<package>.*` on
+`sys.meta_path` that serves a module of the release tree lazily: `from M import name`
 cuts `name` (and the top-level definitions it uses) out of the tree's `M.py` with the same
 extraction `dtype-lint verify` uses (kernels_ref/harness/upstream_source.py) and executes only
-that, its own non-vLLM imports as written. The vLLM names it reads come from this finder too;
-`current_platform` is the harness's reference platform, and the two modules 0.33.0's helper
-imports inside its fp8 branch are stand-ins whose classes nothing is an instance of (the ModelOpt
-FP8_PB_WO case needs a ModelOpt linear method, which no unit test here builds). A module the tree
+that, its own imports of other packages as written. The package's names it reads come from this
+finder too, but for the modules an ecosystem serves stand-ins for (the registry's `stand_ins`
+role: vLLM's in ecosystems/vllm/stand_ins.py). A module the tree
 does not have is not found, as in the unpatched release: a test of a helper a patch adds fails
 there with ModuleNotFoundError.
 
@@ -33,26 +32,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dtype_lint.ecosystems.registry import plugins
+
 if TYPE_CHECKING:
     import ast
 
     from dtype_lint.kernels_ref.harness.upstream_source import SourceModule
 
-PACKAGE = "vllm"
+# The package served where none is named: the first ecosystem's that serves stand-ins.
+PACKAGE: str = plugins("stand_ins")[0].PACKAGE
 _FLAGS = __future__.annotations.compiler_flag
 
 
-def _stand_ins() -> dict[str, dict[str, object]]:
-    from dtype_lint.kernels_ref.harness.reference_platform import current_platform
-
-    class ModelOptLinearMethod:
-        """Stand-in: no layer built by a test has a ModelOpt linear method."""
-
-    return {
-        "vllm.platforms": {"current_platform": current_platform},
-        "vllm.model_executor.layers.quantization.modelopt": {"ModelOptLinearMethod": ModelOptLinearMethod},
-        "vllm.model_executor.layers.quantization.utils.quant_utils": {"kFp8Static128BlockSym": object()},
-    }
+def _stand_ins(package: str) -> dict[str, dict[str, object]]:
+    """The stand-in modules the ecosystems serve for `package` (none for a project's own)."""
+    return {name: names for module in plugins("stand_ins") if module.PACKAGE == package
+            for name, names in module.stand_ins().items()}
 
 
 class _ReleaseModule(types.ModuleType):
@@ -109,7 +104,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, tree: Path, package: str):
         self.tree = tree
         self.package = package
-        self.stand_ins = _stand_ins() if package == PACKAGE else {}
+        self.stand_ins = _stand_ins(package)
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".")[0] != self.package:
@@ -142,7 +137,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 @contextmanager
 def installed(tree: str | Path, package: str = PACKAGE):
-    """`import vllm...` (or `package`) serves the tree at `tree`, the directory holding the
+    """`import <package>...` serves the tree at `tree`, the directory holding the
     package (see the module docstring), inside the block."""
     finder = _Finder(Path(tree), package)
     saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == package}
@@ -168,14 +163,14 @@ import os
 
 from dtype_lint.migrate.release_stubs import install
 
-install(os.environ["DTL_RELEASE_TREE"], os.environ.get("DTL_RELEASE_PACKAGE", "vllm"))
+install(os.environ["DTL_RELEASE_TREE"], os.environ["DTL_RELEASE_PACKAGE"])
 '''
 
 
 def run_tests(tree: Path, tests: list[str], timeout: float = 300,
               package: str = PACKAGE) -> subprocess.CompletedProcess:
     """Run the test files `tests` (paths relative to `tree`) with pytest against `tree`'s own
-    code, `vllm` imported through :func:`installed`. Their return code is pytest's."""
+    code, `package` imported through :func:`installed`. Their return code is pytest's."""
     with tempfile.TemporaryDirectory(prefix="dtype-lint-release-tests-") as tmp:
         work = Path(tmp)
         from dtype_lint.core.writer import write_scratch_files

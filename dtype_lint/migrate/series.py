@@ -7,11 +7,11 @@ conventions (conventions.py, messages.py): its title tag and wording, its pull-r
 (vLLM: Purpose / Test Plan / Test Result), a sign-off by the configured author, no rule codes.
 A patch to an input-dtype helper adds that helper's unit test in the project's test layout
 (regression.py), and its Test Result is the helper run before and after (and, for vLLM's MLA
-module, the release's own prefill run before and after; proofs.py). The patches are made by git
-itself, in a scratch repository holding the original text of every file they touch, so they
-apply with `git am` (or `git apply`) on a checkout of the scanned tree, in order, and the tree
-after the last one equals the in-place migration byte for byte, plus the tests the series adds
-(tests/test_series.py).
+module, the release's own prefill run before and after: an ecosystem's `proofs`). The patches
+are made by git itself, in a scratch repository holding the original text of every file they
+touch, so they apply with `git am` (or `git apply`) on a checkout of the scanned tree, in order,
+and the tree after the last one equals the in-place migration byte for byte, plus the tests the
+series adds (tests/test_series.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,15 @@ from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.findings import Finding
 from dtype_lint.core.writer import ProjectWriter
+from dtype_lint.ecosystems.registry import default_plugin
 from dtype_lint.fix.fixer import fix_text
 from dtype_lint.fix.helper_template import HelperLocation, decision_rows, function_table
-from dtype_lint.migrate import messages, proofs, regression
+from dtype_lint.migrate import messages, regression
 from dtype_lint.migrate.conventions import CONVENTIONS, Convention, Identity
+
+# The executable proofs every convention's patches get (the registry's `proofs` role: the reference
+# kernels of the helper template's storages).
+proofs = default_plugin("proofs")
 
 GROUPS = ("file", "directory", "rule")
 # A fixed date makes the series reproducible: the same tree and author give the same patches.
@@ -229,13 +234,8 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
                 rel = _package_rel(change.path)
                 result += proofs.unit_cases({rel: change.before or b""}, {rel: change.after}, module, func, test.cases,
                                             package) + [""]
-        if proofs.available() and style.root is not None and change.path == _MLA_MODULE:
-            try:
-                from dtype_lint.kernels_ref.harness.upstream_source import read_release
-
-                result += proofs.release_prefill(style.label, before_text, after_text, read_release(style.root)) + [""]
-            except Exception as error:  # noqa: BLE001 - the harness cannot reach this release: say so
-                result += [f"The release's own prefill could not be run here: {type(error).__name__}: {error}", ""]
+        if proofs.available() and style.root is not None:
+            result += proofs.release_proof(change.path, style.label, before_text, after_text, style.root)
     extra = _proof_lines(proof, chs, fallback=False)
     result += extra
     if not any(text.strip() for text in result):
@@ -249,9 +249,6 @@ def _fix_helper_patch(chs: list[FileChange], helper: HelperLocation | None, styl
     while message.test_result and not message.test_result[-1].strip():
         message.test_result.pop()
     return _finish(Patch("", "", changes, kind="fix-helper"), message, style)
-
-
-_MLA_MODULE = "vllm/model_executor/layers/attention/mla_attention.py"
 
 
 def _proof_lines(proof, chs, fallback: bool = True) -> list[str]:

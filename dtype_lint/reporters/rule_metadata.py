@@ -8,6 +8,7 @@ reports do; `cli_output` hands it on without importing it until asked (the fast 
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 
 from dtype_lint.reporters._common import RuleInfo
@@ -21,7 +22,26 @@ def rule_infos() -> dict[str, RuleInfo]:
 
 
 def rule_doc(rule) -> str:
-    """A rule's page: its module docstring, the first line as the title."""
-    doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
+    """A rule's page: its module docstring, the first line as the title, each `{{name}}` slot filled
+    with the ecosystems' passage of that name (the registry's `rule_words` role)."""
+    doc = fill_passages(inspect.getdoc(sys.modules[rule.__module__]) or "")
     title, _, body = doc.partition("\n")
     return f"# {title}\n{body}\n"
+
+
+_SLOT = re.compile(r"\{\{([\w.]+)\}\}")
+
+
+def fill_passages(text: str) -> str:
+    """`text` with each `{{name}}` replaced by the first ecosystem's passage of that name; a slot no
+    ecosystem fills is an error (a page must not ship with a hole)."""
+    from dtype_lint.ecosystems.registry import passages
+
+    known = passages()
+
+    def passage(match: re.Match) -> str:
+        if match.group(1) not in known:
+            raise KeyError(f"no ecosystem fills the rule page's slot {{{{{match.group(1)}}}}}")
+        return known[match.group(1)]
+
+    return _SLOT.sub(passage, text)

@@ -2,7 +2,7 @@
 decision (DTL004 asks this).
 
 A branch that picks a kernel by the storage format (`if L.weight.dtype == torch.uint8:
-mxfp4_path(...)`, a flag `is_int8 = L.weight.dtype == torch.int8`) and falls back to the layer
+fp4_path(...)`, a flag `is_int8 = L.weight.dtype == torch.int8`) and falls back to the layer
 itself (`L(x)`, its quant method) asks the storage question the way it must be asked: whatever a
 backend stores, the fallback hands it to the code that owns it. It is a hand copy worth reporting
 when:

@@ -12,7 +12,7 @@ who makes them?* This module answers it the way a reviewer does, from the tree's
 - **method → parameters**: what its `create_weights` registers (`register_parameter("weight" |
   "qweight" | "weight_packed", ...)`), with the dtype where the code states it (followed into the
   helper that builds the parameter); a `create_weights` handed to an object it does not name
-  (compressed-tensors' `layer.scheme.create_weights`) stands for every `create_weights` of its
+  (a scheme's `layer.scheme.create_weights`) stands for every `create_weights` of its
   package; `super().create_weights` is the next class of the MRO that has one; a method whose
   `create_weights` or `process_weights_after_loading` runs in a class outside the tree (a plugin's
   `class PluginFp8LinearMethod(Fp8LinearMethod)`) gets the shipped catalogue's record of that
@@ -1270,7 +1270,7 @@ def _hands_layer(call: ast.Call) -> bool:
 
 def _keeps_registered(after, kinds) -> bool:
     """Does an after-loading repack leave the very dtype every registered storage has? Then it
-    changes nothing a rule reads (vLLM's ModelOpt block quant registers uint8 and replaces it by
+    changes nothing a rule reads (a block-quantized method that registers uint8 and replaces it by
     an empty uint8 placeholder on some layers only)."""
     return after is not None and after[0] == PACKED and bool(kinds) \
         and all(kind == PACKED and dtype == after[1] for kind, dtype, _evidence in kinds)

@@ -46,6 +46,10 @@ from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.writer import write_scratch_files
 
+# The series conventions whose patches get these tests (the registry's `regression` role:
+# migrate/migration.py calls `add_tests` and `readme_section` for a series in one of them).
+CONVENTIONS: tuple[str, ...] = ("transformers",)
+
 
 @dataclass(frozen=True)
 class LayerCase:

@@ -1,12 +1,15 @@
 """The first patch of a Hugging Face migration series: the HF helper added to the project's torch
-utilities (ecosystems/hf/helper.py), and each site patch's proof where hf_verify runs its model class."""
+utilities (ecosystems/hf/helper.py), and each site patch's proof where hf_verify runs its model class.
+
+Plugged in by the registry's `series` role (consumers layer): migrate/migration.py asks every
+ecosystem's `series_patch` for a first patch, and takes the first one's `patch_proof`."""
 
 from __future__ import annotations
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, settle_hf_helper
 
 
-def hf_series_patch(result, root, rel):
+def series_patch(result, root, rel):
     """The first patch of an HF migration series: the helper added to its home, or None when no
     fix of the run routes through it (or the home already defines it)."""
     from dtype_lint.migrate import messages, series
@@ -61,7 +64,7 @@ VERIFIED = {
 }
 
 
-def hf_proof(changes) -> str | None:
+def patch_proof(changes) -> str | None:
     """A patch's executable proof, where hf_verify runs its model class under bitsandbytes."""
     models = sorted({VERIFIED[c.path] for c in changes if c.path in VERIFIED})
     if not models:

@@ -44,3 +44,17 @@ HELPER_FIX_HISTORY = {
 }
 # How a case's answer names the layer's model dtype: as the code does.
 MODEL_DTYPE_WORDS = f"the layer's {model_dtype_attributes()[0]}"
+
+# The regression test a helper's patch adds (migrate/regression.py): the layers it builds without a
+# `.weight`, what each storage stands for, and the platform's fp8 dtype per convention that has one.
+TEST_NO_WEIGHT_LAYERS = "AWQ/GPTQ-style"
+TEST_STORAGES_NOTE = "Marlin FP8 repacks to int32, NVFP4 packs to uint8, W8A8-INT8 stores int8."
+TEST_FP8_DTYPE: dict[str, tuple[str, str]] = {
+    "vllm": ("from vllm.platforms import current_platform\n", "current_platform.fp8_dtype()"),
+}
+
+# The migration report's (the pull request's) first words: why the casts are routed through a helper.
+REPORT_WHY = (
+    "A quantization backend may repack a layer's weight after loading (Marlin FP8 stores it as "
+    "`torch.int32`, NVFP4 as `torch.uint8`; AWQ/GPTQ layers have no `.weight`), so casting an "
+    "activation to `layer.weight.dtype` crashes or silently mis-casts (vLLM issue #38658). ")

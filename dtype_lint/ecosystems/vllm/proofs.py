@@ -5,8 +5,13 @@ about: one layer per storage a backend gives it (bf16, fp8, Marlin FP8's int32, 
 AWQ's missing `.weight`, W8A8's int8), an activation cast the old way (`x.to(L.weight.dtype)`)
 and the new way (the helper the patch adds, executed), and what the layer does with each. A patch
 to an MLA prefill function, or to an input-dtype helper MLA calls, gets the rows of
-`dtype-lint verify` that differ between the old and new helper. Needs torch (`dtype-lint[verify]`);
-without it the commit message says that no executable proof was run.
+`dtype-lint verify` that differ between the old and new helper; a patch to vLLM's MLA module, the
+release's own prefill run before and after. Needs torch (`dtype-lint[verify]`); without it the
+commit message says that no executable proof was run.
+
+Plugged in by the registry's `proofs` role (consumers layer): migrate/series.py and
+migrate/migration.py ask the proofs that speak for every convention (`CONVENTIONS` None), as the
+reference kernels are the helper template's storages whatever the project.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import sys
 import types
 from functools import lru_cache
 from pathlib import Path
+
+# None: these proofs speak for every convention (the helper template's storages).
+CONVENTIONS: tuple[str, ...] | None = None
 
 # (row id in kernels_ref's backend matrix, what a reviewer calls it)
 LAYER_ROWS = (("bf16", "unquantized bf16"), ("fp8", "FP8"), ("marlin", "Marlin FP8 (W8A16)"),
@@ -268,3 +276,21 @@ def release_prefill(version: str, before_text: str, after_text: str, read, scena
             rows.append(f"    {name:<20} {storage:<14} {cells[0]:<54} {cells[1]}")
     return [f"vLLM {version}'s own _compute_prefill_context (cut out of mla_attention.py before and after "
             f"this patch), run on reference CPU kernels of each backend, scenario {scenario}:", ""] + rows
+
+
+# The release module whose own prefill `release_proof` runs before and after a patch.
+MLA_MODULE = "vllm/model_executor/layers/attention/mla_attention.py"
+
+
+def release_proof(path: str, label: str, before_text: str, after_text: str, root: Path) -> list[str]:
+    """The release's own code run before and after a patch to the file at `path` (relative to the
+    series root `root`; `label` names the release): its MLA prefill, or nothing for another file.
+    A release the harness cannot reach gets a line saying so."""
+    if path != MLA_MODULE:
+        return []
+    try:
+        from dtype_lint.kernels_ref.harness.upstream_source import read_release
+
+        return release_prefill(label, before_text, after_text, read_release(root)) + [""]
+    except Exception as error:  # noqa: BLE001 - the harness cannot reach this release: say so
+        return [f"The release's own prefill could not be run here: {type(error).__name__}: {error}", ""]

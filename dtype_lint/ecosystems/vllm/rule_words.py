@@ -1,0 +1,41 @@
+"""vLLM's passages in the rules' pages: the backends a page names where it explains the bug class
+by example (Marlin's int32 repack, NVFP4's uint8, AWQ/GPTQ's missing `.weight`), and the attribute its
+"Use instead" code reads the model dtype from.
+
+A rule module's docstring is its page (`dtype-lint rule CODE`, docs/rules/CODE.md, the SARIF
+report's help); where it would name an ecosystem's backends it holds a slot, `{{name}}`, which
+reporters/rule_metadata.py fills with the first ecosystem's passage of that name (the registry's
+`rule_words` role, analysis layer: a rule's message reads a passage too, `registry.passages()`).
+"""
+
+from __future__ import annotations
+
+from dtype_lint.ecosystems.vllm.layer_attributes import MODEL_DTYPE_ATTRIBUTES
+
+PASSAGES: dict[str, str] = {
+    # The attribute a layer states its model (compute) dtype under, as example code reads it.
+    "model_dtype": MODEL_DTYPE_ATTRIBUTES[0],
+    # A storage the storage model reads from a backend's code (a "Which backends" section).
+    "repack": "a Marlin repack",
+    # The storage a layer has only after loading, not in a serialized checkpoint.
+    "after_loading": "Marlin's int32",
+    # DTL001's "Why is this bad?": what the weight is under the best-known backends, and vLLM's own
+    # crashes of this shape.
+    "DTL001.storages": ("Marlin stores FP8 weights as\n`torch.int32`, NVFP4 as `torch.uint8`, FP8 as "
+                        "`float8_e4m3fn`, and AWQ/GPTQ layers have no\n`.weight` at all. The storage dtype of "
+                        "a weight is not the compute dtype of its input. vLLM's MLA\nprefill did "
+                        "`kv_c_normed.to(self.kv_b_proj.weight.dtype)` and crashed with\n``unsupported `a` "
+                        "scalar_type`` on Marlin FP8 (vLLM issue #38658, fixed by PR #38771); the same\nshape "
+                        "raised `AttributeError: ... no attribute 'weight'` on AWQ (PR #34695)."),
+    # DTL004: a container dtype several formats share; how a hand copy drifted in vLLM; what a hand
+    # copy misses as backends change (in its message).
+    "shared_container": "`uint8` holding NVFP4 and MXFP4 alike",
+    "DTL004.drift": ("vLLM 0.27.1's MLA prefill guarded its cast with\n`(use_fp8_prefill or w != "
+                     "current_platform.fp8_dtype()) and w != torch.uint8`: it knew NVFP4 and\nfp8 but not "
+                     "Marlin's int32 repack, and crashed (vLLM issue #38658); it still casts to int8 under\n"
+                     "W8A8-INT8 today wherever the copy survives."),
+    "backends_change": "int32 under Marlin, int8 under W8A8, no `.weight` under AWQ",
+    # DTL002's "Why is this bad?": what the weight is under the best-known backends.
+    "DTL002.storages": ("Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ "
+                        "layers have\nno `.weight` at all"),
+}
