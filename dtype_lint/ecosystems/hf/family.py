@@ -562,9 +562,12 @@ def _reached_layers(resolver) -> ReachedLayers:
         tops = {module.split(".", 1)[0]} | {v.split(".", 1)[0] for v in header.imports.values()}
         if module.split(".", 1)[0] in HF_LIBRARIES or tops & ENGINE_PACKAGES:
             continue  # the libraries' own files are decided file by file; engines load with their own configs
-        for name in header.classes:
+        # Last defined first: the outermost model of a file (`FooForCausalLM` after `FooModel`) is
+        # walked first, and a model class another one builds is not walked again (what it builds,
+        # the outer walk reached already).
+        for name in sorted(header.classes, key=lambda class_name: -header.classes[class_name][1]):
             qualname = f"{module}.{name}"
-            if not is_model_code(resolver.index, qualname):
+            if qualname in by_class or not is_model_code(resolver.index, qualname):
                 continue
             ancestors = resolver.index.mro(qualname)
             libraries = frozenset({a.split(".", 1)[0] for a in ancestors} & {"transformers", "diffusers"}) \
