@@ -543,8 +543,9 @@ def _built_within(resolver, model: str) -> dict[str, Construction | None]:
 @dataclass(frozen=True)
 class ReachedLayers:
     """The module classes of the tree that an HF model class of the tree builds (outside the HF
-    libraries and the engines): class → (the model class, its libraries, the construction)."""
-    by_class: dict[str, tuple[str, frozenset[str], Construction | None]]
+    libraries and the engines): class → (the model class, its libraries, the class it builds:
+    the class itself, or a subclass of it whose inherited methods are the sites)."""
+    by_class: dict[str, tuple[str, frozenset[str], str]]
 
 
 def reached_layers(resolver) -> ReachedLayers:
