@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tiny_project import fix_project, json_findings, write_tree
 
 ATTN = "xpkg/layers/attn.py"
@@ -173,13 +174,17 @@ def test_layers_an_hf_model_builds_in_a_sibling_module_are_reported_and_nothing_
 
 
 def test_the_fix_of_a_reached_layer_keeps_a_float_input_on_a_packed_weight(tmp_path: Path):
-    """The fixed layer, run: on a uint8 (bitsandbytes 4-bit) and int8 (8-bit) weight the original
-    casts the activation to an integer dtype, the fixed one keeps it; on float weights both cast."""
+    """The fixed layer, run: on a uint8 (bitsandbytes 4-bit), int8 (8-bit), int32 (packed) or fp8
+    weight the original casts the activation to that storage dtype, the fixed one keeps the
+    activation's; without `.weight` (GPTQ/AWQ/HQQ) the original raises, the fixed one runs; on
+    float and complex weights both cast to the weight's dtype."""
     import importlib
     import sys
 
     import torch
 
+    original: dict = {}
+    exec(compile(FILES[ATTN], ATTN, "exec"), original)
     root = project(tmp_path)
     fix_project(root)
     fixed = (root / ATTN).read_text(encoding="utf-8")
@@ -197,14 +202,21 @@ def test_the_fix_of_a_reached_layer_keeps_a_float_input_on_a_packed_weight(tmp_p
             def forward(self, x):
                 return x
 
+        # Packed or fp8 storage: keep the activation's dtype; a float or complex weight: its dtype,
+        # as the original cast gives.
         for dtype, want in ((torch.uint8, torch.bfloat16), (torch.int8, torch.bfloat16),
-                            (torch.float16, torch.float16), (torch.float32, torch.float32)):
-            layer = attn.XAttention(2)
-            layer.o_proj = Recorder(dtype)
+                            (torch.int32, torch.bfloat16), (torch.float8_e4m3fn, torch.bfloat16),
+                            (torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
+                            (torch.float32, torch.float32), (torch.complex64, torch.complex64)):
+            layer, before = attn.XAttention(2), original["XAttention"](2)
+            layer.o_proj = before.o_proj = Recorder(dtype)
             assert layer(torch.ones(2, 2, dtype=torch.bfloat16)).dtype == want, dtype
-        layer = attn.XAttention(2)
-        layer.o_proj = torch.nn.Identity()  # GPTQ/AWQ/HQQ: no `.weight` at all
+            assert before(torch.ones(2, 2, dtype=torch.bfloat16)).dtype == dtype, dtype
+        layer, before = attn.XAttention(2), original["XAttention"](2)
+        layer.o_proj = before.o_proj = torch.nn.Identity()  # GPTQ/AWQ/HQQ: no `.weight` at all
         assert layer(torch.ones(2, 2, dtype=torch.bfloat16)).dtype == torch.bfloat16
+        with pytest.raises(AttributeError):
+            before(torch.ones(2, 2, dtype=torch.bfloat16))
     finally:
         sys.path.remove(str(root))
         for name in [m for m in sys.modules if m == "xpkg" or m.startswith("xpkg.")]:
