@@ -516,6 +516,132 @@ def is_model_code(index, qualname: str) -> bool:
     return bool(set(mro) & MODEL_BASES) or any(is_model_class(ancestor) for ancestor in mro)
 
 
+# ---- layers an HF model class of the tree builds -------------------------------------------------
+@dataclass(frozen=True)
+class Construction:
+    """Where a class of the tree is built inside a model: `builder`'s attribute constructs it at
+    path:line (`self.layers = nn.ModuleList([Block(config) ...])`)."""
+    builder: str
+    path: str
+    line: int
+
+
+_WALK_LIMIT = 512  # classes one model's walk visits at most (a tree of generated model code stays bounded)
+
+
+def built_within(resolver, model: str) -> dict[str, Construction | None]:
+    """The classes of the tree the class `model` builds, transitively (its own and its ancestors'
+    attributes' constructions, every class called inside them: `nn.ModuleList([Block(...)])`),
+    each with the construction that first reached it (None for `model` itself). Shared by the
+    quantizer family (the models a quantizer is applied to) and this family (the layers an HF
+    model class builds in sibling modules)."""
+    return resolver.index.cached_facts(("built within", model), lambda: _built_within(resolver, model))
+
+
+def _built_within(resolver, model: str) -> dict[str, Construction | None]:
+    found: dict[str, Construction | None] = {model: None}
+    seen: set[str] = set()
+    todo = [model]  # depth first, as the quantizer family's walk always did: the same classes under the limit
+    while todo and len(seen) < _WALK_LIMIT:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for ancestor in resolver.index.mro(current):
+            location = resolver.index.class_location(ancestor)
+            class_facts = resolver.project.class_facts(ancestor) if location else None
+            facts = resolver.project.file_facts(location[0].module) if location else None
+            if class_facts is None or facts is None:
+                continue
+            for origins in class_facts.attrs.values():
+                for origin in origins:
+                    if origin.kind != "call" or origin.call is None:
+                        continue
+                    for node in ast.walk(origin.call):
+                        if isinstance(node, ast.Call) and (name := dotted(node.func)):
+                            built = resolver.index.resolve(facts.module, name, facts.imports)
+                            if resolver.index.class_location(built) is not None and built not in seen:
+                                found.setdefault(built, Construction(current, origin.path, origin.line))
+                                todo.append(built)
+    return {name: how for name, how in found.items() if name in seen}
+
+
+@dataclass(frozen=True)
+class ReachedLayers:
+    """The module classes of the tree that an HF model class of the tree builds (outside the HF
+    libraries and the engines): class → (the model class, its libraries, the class it builds:
+    the class itself, or a subclass of it whose inherited methods are the sites)."""
+    by_class: dict[str, tuple[str, frozenset[str], str]]
+
+
+def reached_layers(resolver) -> ReachedLayers:
+    """Computed once per run: a layer class defined in a file with no model class
+    (`fla/layers/rodimus.py`) is HF model code when a model class of the tree builds it
+    (`fla/models/rodimus/modeling_rodimus.py`), since `from_pretrained` quantizes the whole
+    module tree the model class builds."""
+    return resolver.index.cached_facts(("hf reached layers",), lambda: _reached_layers(resolver))
+
+
+def _reached_layers(resolver) -> ReachedLayers:
+    by_class: dict[str, tuple[str, frozenset[str], str]] = {}
+    inherited: dict[str, tuple[str, frozenset[str], str]] = {}
+    for module, header in list(resolver.index.modules.items()):
+        tops = {module.split(".", 1)[0]} | {v.split(".", 1)[0] for v in header.imports.values()}
+        if module.split(".", 1)[0] in HF_LIBRARIES or tops & ENGINE_PACKAGES:
+            continue  # the libraries' own files are decided file by file; engines load with their own configs
+        # Last defined first: the outermost model of a file (`FooForCausalLM` after `FooModel`) is
+        # walked first, and a model class another one builds is not walked again (what it builds,
+        # the outer walk reached already).
+        for name in sorted(header.classes, key=lambda class_name: -header.classes[class_name][1]):
+            qualname = f"{module}.{name}"
+            if qualname in by_class or not is_model_code(resolver.index, qualname):
+                continue
+            ancestors = resolver.index.mro(qualname)
+            libraries = frozenset({a.split(".", 1)[0] for a in ancestors} & {"transformers", "diffusers"}) \
+                or libraries_of(module, header.imports)
+            if not libraries:
+                continue
+            for built in _built_within(resolver, qualname):
+                if built == qualname:
+                    continue
+                by_class.setdefault(built, (qualname, libraries, built))
+                # An ancestor's methods run on the built subclass (the site is an inherited method).
+                for ancestor in resolver.index.mro(built)[1:]:
+                    if resolver.index.class_location(ancestor) is not None:
+                        inherited.setdefault(ancestor, (qualname, libraries, built))
+    for ancestor, hit in inherited.items():
+        by_class.setdefault(ancestor, hit)
+    return ReachedLayers(by_class)
+
+
+def _reached_by_model(resolver, owner: str | None):
+    """(libraries, evidence, the model's skip lists) where an HF model class of the tree builds
+    the class `owner` (or a subclass of it: the site is an inherited method), else None. Not in
+    an engine's files, nor in the HF libraries' own (decided file by file)."""
+    if not owner or owner.split(".", 1)[0] in HF_LIBRARIES:
+        return None
+    tops = {resolver.module.split(".", 1)[0]} | {v.split(".", 1)[0] for v in resolver.imports.values()}
+    if tops & ENGINE_PACKAGES:
+        return None
+    hit = reached_layers(resolver).by_class.get(owner)
+    if hit is None:
+        return None
+    model, libraries, built = hit
+    steps = built_within(resolver, model)
+    chain = [built]
+    while (how := steps.get(chain[-1])) is not None and how.builder != model and len(chain) < 8:
+        chain.append(how.builder)
+    first = steps.get(built)
+    short = model.rsplit(".", 1)[-1]
+    path_words = " → ".join(f"`{name.rsplit('.', 1)[-1]}`" for name in reversed(chain))
+    subclass = "" if built == owner else f" (as its subclass `{built.rsplit('.', 1)[-1]}`)"
+    why = Evidence(f"built by `{short}` (Hugging Face model code){subclass}: `{short}` → {path_words}",
+                   first.path if first else "", first.line if first else 0)
+    skips = model_skips(class_facts for ancestor in resolver.index.mro(model)
+                        if (class_facts := resolver.project.class_facts(ancestor)) is not None)
+    return libraries, why, skips
+
+
 def _model_class_libraries(resolver, qualname: str | None) -> frozenset[str]:
     """The HF library of the model class `self` stands for, where the file itself is not HF
     model code: a function patched onto a model class (`LongcatCausalLM.draft = fast_draft`,
@@ -535,10 +661,16 @@ def verdict(resolver, inst, expr_text: str):
     if not inst.qualname:
         return _unread_member(resolver, inst, expr_text)
     libraries = hf_model_file(resolver) or _model_class_libraries(resolver, inst.origin)
-    if not libraries or "peft" in libraries and len(libraries) == 1:
-        return None
     kind = layer_kind(resolver.index.mro(inst.qualname))
     if kind is None:
+        return None
+    reached = None
+    if not libraries:  # a layer class in a file with no model class: a model class of the tree may build it
+        reached = _reached_by_model(resolver, inst.origin)
+        if reached is None:
+            return None
+        libraries = reached[0]
+    if "peft" in libraries and len(libraries) == 1:
         return None
     module = hf_module(resolver)
     if is_storage_module(module) or expr_text == "self":
@@ -552,12 +684,15 @@ def verdict(resolver, inst, expr_text: str):
     facts = resolver.project.file_facts(resolver.module)
     skips = resolver.index.cached_facts(("hf skips", resolver.module),
                                         lambda: model_skips(facts.classes[q] for q in facts.classes) if facts else {})
+    if reached is not None:  # the building model's `_keep_in_fp32_modules` and friends name its layers too
+        skips = {attr_name: skips.get(attr_name, []) + reached[2].get(attr_name, [])
+                 for attr_name in {*skips, *reached[2]}}
     quantizers = reaching(libraries, kind, attr, skips, module)
     if not quantizers:
         return False
     # No config reaches an HF layer's constructor: the vLLM family's words about one are moot.
     chain = tuple(Evidence(e.message.replace(" without a quantization config", ""), e.path, e.line)
-                  for e in inst.chain)
+                  for e in inst.chain) + ((reached[1],) if reached is not None else ())
     where = chain[0] if chain else Evidence("", resolver.path, 0)
     return "high", (*chain, evidence_for(quantizers, kind, where.path, where.line))
 

@@ -15,15 +15,13 @@ Verdicts (None leaves the layer to the other families and the storage model):
 
 from __future__ import annotations
 
-import ast
-
-from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.hf.family import (
     LINEAR,
     LINEAR_SUBCLASS,
     StorageEvidence,
+    built_within,
     layer_kind,
     narrowed_after_build,
     words_after_reason,
@@ -46,34 +44,10 @@ storage_phrase = QuantizerEvidence.phrase
 
 def contained(resolver, model: str) -> frozenset[str]:
     """The classes of the tree a model class builds, transitively (its own and its ancestors'
-    attributes' constructions, every class called inside them: `nn.ModuleList([Block(...)])`)."""
-    return resolver.index.cached_facts(("quantizer containment", model), lambda: _contained(resolver, model))
-
-
-def _contained(resolver, model: str) -> frozenset[str]:
-    seen: set[str] = set()
-    todo = [model]
-    while todo and len(seen) < 512:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for ancestor in resolver.index.mro(current):
-            location = resolver.index.class_location(ancestor)
-            class_facts = resolver.project.class_facts(ancestor) if location else None
-            facts = resolver.project.file_facts(location[0].module) if location else None
-            if class_facts is None or facts is None:
-                continue
-            for origins in class_facts.attrs.values():
-                for origin in origins:
-                    if origin.kind != "call" or origin.call is None:
-                        continue
-                    for node in ast.walk(origin.call):
-                        if isinstance(node, ast.Call) and (name := dotted(node.func)):
-                            built = resolver.index.resolve(facts.module, name, facts.imports)
-                            if resolver.index.class_location(built) is not None and built not in seen:
-                                todo.append(built)
-    return frozenset(seen)
+    attributes' constructions, every class called inside them: `nn.ModuleList([Block(...)])`):
+    the walk the Hugging Face family shares (`built_within`)."""
+    return resolver.index.cached_facts(("quantizer containment", model),
+                                       lambda: frozenset(built_within(resolver, model)))
 
 
 def _reached_model(resolver, application: Application, owner: str) -> str | None:
