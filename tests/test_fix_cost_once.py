@@ -203,3 +203,19 @@ def test_a_remembered_libcst_verdict_is_the_verdict(monkeypatch):
     for _ in range(2):
         assert scope_check._libcst_problem(once, helpers, frozenset(), False) is None
     assert seen == [twice, once]
+
+
+def test_a_remembered_verdict_does_not_hide_a_missing_libcst(monkeypatch):
+    """Without libcst a fix cannot be checked, even one whose text this process checked before:
+    the answer does not depend on what ran earlier (verify's harness hides libcst on the GPU
+    machine and expects LibcstUnavailable; tests/test_verify.py)."""
+    import sys
+
+    from dtype_lint.fix.scope_check import LibcstUnavailable
+
+    marker = f"# {uuid.uuid4().hex}\n"
+    original, fixed = marker + _fixed(""), marker + _fixed(GOOD)
+    verify_names(original, fixed, [_finding()])  # checked, and remembered
+    monkeypatch.setitem(sys.modules, "libcst", None)
+    with pytest.raises(LibcstUnavailable):
+        verify_names(original, fixed, [_finding()])
