@@ -187,3 +187,17 @@ def shown_path(path, root) -> str:
         return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+# ---- a family whose fixes route through this helper (peft's adapters, the quantizer family) -----
+# Its helper role owns no fix and settles nothing: this ecosystem's role creates and settles
+# `get_module_input_dtype`. Such a role takes these, and writes only its own `doctor_lines`.
+ROUTED_HELPER_LABEL = "HF helper"  # the helper its fixes route through, as messages name it
+
+
+def routed_owns_fix(finding) -> bool:
+    return False  # this ecosystem's helper role settles `get_module_input_dtype`
+
+
+def routed_settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]]:
+    return []

@@ -4,26 +4,12 @@ and settles, so this one owns no fix; it speaks for the family in `doctor`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dtype_lint.ecosystems.hf.helper import ROUTED_HELPER_LABEL as HELPER_LABEL
+from dtype_lint.ecosystems.hf.helper import helper_location
+from dtype_lint.ecosystems.hf.helper import routed_owns_fix as owns_fix
+from dtype_lint.ecosystems.hf.helper import routed_settle_helper as settle_helper
 
-if TYPE_CHECKING:  # the fix layer imports this module lazily; only the annotations name its class
-    from dtype_lint.fix.helper_template import HelperLocation
-
-HELPER_LABEL = "HF helper"  # the helper this family's fixes route through, as messages name it
-
-
-def owns_fix(finding) -> bool:
-    return False  # the HF helper role settles `get_module_input_dtype`
-
-
-def helper_location(finding, index, root) -> HelperLocation:
-    from dtype_lint.ecosystems.hf.helper import helper_location as hf_location
-
-    return hf_location(finding, index, root)
-
-
-def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]]:
-    return []
+__all__ = ["HELPER_LABEL", "doctor_lines", "helper_location", "owns_fix", "settle_helper"]
 
 
 def doctor_lines(findings, index, root) -> list[str]:
