@@ -23,7 +23,15 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_in_editor, fix_project, json_findings, run_on_quantized_layers, tree_bytes
+from tiny_project import (
+    assert_fix_created_only,
+    copy_project,
+    fix_in_editor,
+    fix_project,
+    json_findings,
+    run_on_quantized_layers,
+    tree_bytes,
+)
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -123,13 +131,7 @@ def test_fix_puts_the_helper_inside_the_package_diff_shows_it_and_a_second_run_c
     assert "(self.lora_B.weight @ self.lora_A.weight).to(self.base_layer.weight.dtype)" in layers
     assert "x.to(self.lora_A.weight.dtype)" in layers
     assert (fixed / TOOLS).read_bytes() == (FIXTURE / TOOLS).read_bytes()
-    created = sorted(p.relative_to(fixed).as_posix() for p in fixed.rglob("*.py")
-                     if not (FIXTURE / p.relative_to(fixed)).exists())
-    assert created == [HELPER], created  # no root-level hf_utils.py, no vLLM helper
-    assert json_findings(fixed) == []
-    before = tree_bytes(fixed)
-    fix_project(fixed)
-    assert tree_bytes(fixed) == before
+    assert_fix_created_only(FIXTURE, fixed, [HELPER])  # no root-level hf_utils.py, no vLLM helper
 
 
 

@@ -26,6 +26,7 @@ import pytest
 from cli_runner import dtl
 from tiny_project import (
     STAND_IN_VLLM,
+    assert_fix_created_only,
     copy_project,
     fix_in_editor,
     fix_project,
@@ -103,13 +104,7 @@ def test_fix_puts_the_helper_inside_the_plugin_diff_shows_it_and_a_second_run_ch
     assert "get_layer_input_dtype(self.qkv_proj, True) or hidden_states.dtype" in model, model
     assert "get_layer_input_dtype(self.gate_up_proj, True) or x.dtype" in model, model
     assert "x.to(self.router.weight.dtype)" in model and "x.to(self.scale.weight.dtype)" in model  # the twins
-    created = sorted(p.relative_to(fixed).as_posix() for p in fixed.rglob("*.py")
-                     if not (FIXTURE / p.relative_to(fixed)).exists())
-    assert created == [HELPER], created  # never a `vllm/` folder that would shadow the engine
-    assert json_findings(fixed) == []
-    before = tree_bytes(fixed)
-    fix_project(fixed)
-    assert tree_bytes(fixed) == before
+    assert_fix_created_only(FIXTURE, fixed, [HELPER])  # never a `vllm/` folder that would shadow the engine
 
 
 

@@ -158,6 +158,18 @@ def fix_project(root: Path, *args: str):
     return proc
 
 
+def assert_fix_created_only(fixture: Path, fixed: Path, expected: list[str]) -> None:
+    """The fixed copy of `fixture`: `--fix` created exactly the `expected` new .py files (its
+    helper, inside the package), a fresh check finds nothing, and a second `--fix` changes nothing."""
+    created = sorted(path.relative_to(fixed).as_posix() for path in fixed.rglob("*.py")
+                     if not (fixture / path.relative_to(fixed)).exists())
+    assert created == sorted(expected), created
+    assert json_findings(fixed) == []
+    before = tree_bytes(fixed)
+    fix_project(fixed)
+    assert tree_bytes(fixed) == before
+
+
 # --- running a journey project's code on real quantized layers, in a fresh interpreter ---------------
 
 # Prepended to every script `run_on_quantized_layers` runs: `bnb_layer(linear, kind)` is a real
