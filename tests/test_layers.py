@@ -16,10 +16,12 @@ checks that the drawing names the same layers in the same order.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
 import pytest
+from parsed_sources import nodes, parsed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +81,7 @@ ECOSYSTEM_ROLES: dict[str, str] = {
 
 def _declared_layers(ecosystem_init: Path) -> dict[str, str]:
     """An ecosystem's `MODULE_LAYERS` literal, read without importing the package."""
-    for node in ast.parse(ecosystem_init.read_text()).body:
+    for node in parsed(ecosystem_init).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MODULE_LAYERS"
                                                 for t in node.targets):
             return ast.literal_eval(node.value)
@@ -152,11 +154,10 @@ class Import:
 def imports_of(module: str, path: Path) -> list[Import]:
     """Every import of a dtype_lint module in this file, at any depth, with the private attribute
     reads of the modules it binds (`source._helper`) as imports of that name."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     package = _package_of(module, path)
     found: list[Import] = []
     bound_modules: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("dtype_lint"):
@@ -178,7 +179,7 @@ def imports_of(module: str, path: Path) -> list[Import]:
                     bound_modules[alias.asname or alias.name] = submodule
                 else:
                     found.append(Import(module, source, alias.name, node.lineno))
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound_modules
                 and node.attr.startswith("_") and not node.attr.startswith("__")):
             found.append(Import(module, bound_modules[node.value.id], node.attr, node.lineno))
@@ -235,10 +236,11 @@ def test_no_private_name_crosses_a_package():
 PLUGIN_CALLS = {"family_of": "family", "planner_of": "planner", "helper_of": "helper"}
 
 
+@functools.cache  # the test below asks twice per module, and walking a tree is its whole cost
 def plugin_requests(module: str, path: Path) -> list[tuple[int, str]]:
     """(line, role) of every plug-in this module asks the registry for."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes(path):
         if not isinstance(node, ast.Call):
             continue
         name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from parsed_sources import nodes
+
 REPO = Path(__file__).resolve().parents[1]
 SCOPE = ("dtype_lint", "rules")
 LOOP_COUNTERS = frozenset({"i", "j", "k", "_"})
@@ -54,8 +56,7 @@ def short_name_share(roots: list[Path]) -> tuple[int, int, list[str]]:
     total, short = 0, []
     for root in roots:
         for path in sorted(root.rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            for function in ast.walk(tree):
+            for function in nodes(path):
                 if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     names = function_locals(function)
                     total += len(names)

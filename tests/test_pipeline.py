@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
+from parsed_sources import nodes
 from tiny_project import write_tree
 
 from dtype_lint.api import check_source, make_config
@@ -43,9 +44,8 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     deps = set()
-    for node in ast.walk(tree):  # function-level (lazy) imports count too
+    for node in nodes(path):  # function-level (lazy) imports count too
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = name.split(".")
@@ -105,7 +105,7 @@ def test_only_the_writer_writes_files():
     for name, path in _modules().items():
         if name in ("dtype_lint.core.writer", "dtype_lint.releases"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in nodes(path):
             if not isinstance(node, ast.Call):
                 continue
             f = node.func
