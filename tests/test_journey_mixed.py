@@ -23,7 +23,7 @@ from tiny_project import (
     copy_project,
     fix_project,
     json_findings,
-    run_on_quantized_layers,
+    run_on_each_project,
     tree_bytes,
     write_tree,
 )
@@ -123,8 +123,7 @@ def test_the_fixed_engine_module_hands_its_layer_the_compute_dtype_on_every_stor
     fake = write_tree(tmp_path / "fake", STAND_IN_VLLM)
     original, fixed = project(tmp_path, "original"), project(tmp_path, "fixed")
     fix_project(fixed)
-    before = run_on_quantized_layers(RUN_ENGINE, original / "src", fake)
-    after = run_on_quantized_layers(RUN_ENGINE, fixed / "src", fake)
+    before, after = run_on_each_project(RUN_ENGINE, [original / "src", fixed / "src"], fake)
     # The original hands Marlin's int32 and NVFP4's uint8 to the layer and raises without a weight.
     assert before["int32"] == "torch.int32" and before["uint8"] == "torch.uint8", before
     assert before["missing"] == "raises AttributeError", before
@@ -168,8 +167,7 @@ def test_the_fixed_hf_model_runs_on_real_bitsandbytes_layers(tmp_path: Path):
     pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
     original, fixed = project(tmp_path, "original"), project(tmp_path, "fixed")
     fix_project(fixed)
-    before = run_on_quantized_layers(RUN_MODEL, original / "src")
-    after = run_on_quantized_layers(RUN_MODEL, fixed / "src")
+    before, after = run_on_each_project(RUN_MODEL, [original / "src", fixed / "src"])
     assert after["float"] == before["float"]  # unquantized, the fix changes nothing
     for kind, tolerance in (("bnb-4bit", 0.5), ("bnb-8bit", 0.2)):
         assert after[kind].get("dtype") == "torch.float32" and after[kind]["error"] < tolerance, (kind, after)

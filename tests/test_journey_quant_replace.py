@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes
+from tiny_project import copy_project, fix_project, json_findings, run_on_each_project, tree_bytes
 
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
@@ -186,15 +186,11 @@ print(json.dumps(out))
 """
 
 
-def run_model(root: Path) -> dict:
-    return run_on_quantized_layers(RUN_MODEL, root / "src")
-
-
 def test_fixed_gate_runs_on_real_quantized_layers(tmp_path: Path):
     pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
     original, fixed = project(tmp_path, "original"), project(tmp_path, "fixed")
     fix_project(fixed)
-    before, after = run_model(original), run_model(fixed)
+    before, after = run_on_each_project(RUN_MODEL, [original / "src", fixed / "src"])
     assert after["float"] and before["float"]  # unquantized, the fix changes nothing
     for kind, tolerance in (("bnb-4bit", 0.5), ("bnb-8bit", 0.2)):
         got = after[kind]

@@ -213,6 +213,41 @@ def run_on_quantized_layers(script: str, *args: str | Path, python: str | Path =
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+
+# Runs one script per project root in one interpreter: importing torch, bitsandbytes, transformers
+# and the quantization libraries is most of a run's cost, and a journey runs the same script on the
+# original and on the fixed copy of one project. Between runs the project's own modules (those
+# loaded from that root) leave `sys.modules` and its root leaves `sys.path`, so the fixed copy is
+# imported from its own files, as a fresh interpreter would.
+_EACH_ROOT = r"""
+def _run_each_root(script, roots, rest):
+    import contextlib, importlib, io, json, os, sys
+    results = []
+    for root in roots:
+        saved_path, loaded = list(sys.path), set(sys.modules)
+        sys.argv = ["-c", root, *rest]
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(script, "<journey script>", "exec"), {"__name__": "__main__"})
+        inside = os.path.abspath(root) + os.sep
+        for name in set(sys.modules) - loaded:
+            if os.path.abspath(getattr(sys.modules[name], "__file__", None) or "").startswith(inside):
+                del sys.modules[name]
+        sys.path[:] = saved_path
+        importlib.invalidate_caches()
+        results.append(json.loads(printed.getvalue().strip().splitlines()[-1]))
+    print(json.dumps(results))
+"""
+
+
+def run_on_each_project(script: str, roots: list[Path], *args: str | Path) -> list[dict]:
+    """`run_on_quantized_layers(script, ROOT, *args)` for each of `roots` (the script reads its
+    project's root as `sys.argv[1]`), in one fresh interpreter: the JSON objects, in order."""
+    driver = _EACH_ROOT + f"_run_each_root({QUANTIZED_LAYERS + script!r}, {[str(r) for r in roots]!r}, {[str(a) for a in args]!r})\n"
+    found = run_on_quantized_layers(driver)
+    assert isinstance(found, list) and len(found) == len(roots), found
+    return found
+
 # A stand-in for the vLLM a plugin or an out-of-tree model runs with (vLLM is never installed
 # here), in vLLM's module layout so that the `vllm` preset names its layers. Each linear layer's
 # `.weight` has the storage a test picks on `LinearBase.storage` (None: no `.weight`, as AWQ and
