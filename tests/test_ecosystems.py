@@ -33,7 +33,6 @@ ECOSYSTEM_WORDS = re.compile(
 # listed file that no longer needs its place, so the list only shrinks); a new file may not join.
 STILL_NAMING_ECOSYSTEMS = {
     # The rules' own pages and messages explain the bug class with its best-known backends.
-    "rules/dtl003_unguarded_weight_access.py": "the rule's page",
     "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
 }
 

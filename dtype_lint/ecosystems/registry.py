@@ -27,6 +27,7 @@ Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import import_module
 from types import ModuleType
@@ -172,6 +173,27 @@ def passages() -> dict[str, str]:
         for name, text in module.PASSAGES.items():
             found.setdefault(name, text)
     return found
+
+
+# A slot in a rule's page, summary or message: `{{name}}`, filled with the passage of that name.
+_SLOT = re.compile(r"\{\{([\w.]+)\}\}")
+
+
+def filled(text: str) -> str:
+    """`text` with each `{{name}}` replaced by the first ecosystem's passage of that name; a slot no
+    ecosystem fills is an error (a page or a summary must not ship with a hole). Here, in the core
+    layer, so that whatever renders a rule's declarations (the rule registry's README table, the
+    reports, `dtype-lint rule`) fills them the one way."""
+    if "{{" not in text:
+        return text  # most summaries: no passage module imported for them
+    known = passages()
+
+    def passage(match: re.Match) -> str:
+        if match.group(1) not in known:
+            raise KeyError(f"no ecosystem fills the rule page's slot {{{{{match.group(1)}}}}}")
+        return known[match.group(1)]
+
+    return _SLOT.sub(passage, text)
 
 
 def plugin(ecosystem: str, role: str) -> ModuleType:

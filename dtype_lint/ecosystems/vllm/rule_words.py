@@ -35,6 +35,19 @@ PASSAGES: dict[str, str] = {
                      "Marlin's int32 repack, and crashed (vLLM issue #38658); it still casts to int8 under\n"
                      "W8A8-INT8 today wherever the copy survives."),
     "backends_change": "int32 under Marlin, int8 under W8A8, no `.weight` under AWQ",
+    # DTL003's summary: the best-known layers without `.weight`.
+    "no_weight_short": "AWQ/GPTQ",
+    # DTL003's message where its evidence names no backend: the storages without `.weight`.
+    "no_weight": "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`",
+    # DTL003's known limits: a backend a backend check trusts although some of its layers have no `.weight`.
+    "no_weight_checked": "compressed-tensors (whose WNA16 layers have no `.weight`)",
+    # DTL003's "Why is this bad?": what the best-known backends store instead of `.weight`, and
+    # vLLM's own crash of this shape.
+    "DTL003.storages": ("AWQ and GPTQ layers store `qweight`, `qzeros` and\n`scales`; compressed-tensors WNA16 "
+                        "stores `weight_packed` (linear layers and embeddings); GGUF\nstores `qweight`. On those, "
+                        "`layer.weight` raises `AttributeError` (`nn.Module.__getattr__`).\nvLLM's MLA crashed that "
+                        "way on AWQ/GPTQ DeepSeek checkpoints (PR #34695), in code that read\n"
+                        "`self.kv_b_proj.weight.dtype` to choose a cast."),
     # DTL002's "Why is this bad?": what the weight is under the best-known backends.
     "DTL002.storages": ("Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ "
                         "layers have\nno `.weight` at all"),
