@@ -18,9 +18,9 @@ helper and reads no `weight`).
 Each ecosystem's storage formats, layer attributes, helper templates, message and series words
 and run-time quantizer names are plug-ins; vLLM's backends are read from the code or from the
 catalogues in `ecosystems/vllm/`; the migration's proofs, the words of its report and of the
-helper's regression test are vLLM's `proofs` and `series_words`. The files outside `ecosystems/`
-that still name an ecosystem's backends (the rule modules) are listed, to shrink, in
-tests/test_ecosystems.py.
+helper's regression test are vLLM's `proofs` and `series_words`; the backends the rules' pages,
+summaries and messages name are its `rule_words` passages (`filled`). No file outside
+`ecosystems/` names an ecosystem's backends (tests/test_ecosystems.py).
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """

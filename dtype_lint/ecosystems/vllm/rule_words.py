@@ -48,6 +48,16 @@ PASSAGES: dict[str, str] = {
                         "`layer.weight` raises `AttributeError` (`nn.Module.__getattr__`).\nvLLM's MLA crashed that "
                         "way on AWQ/GPTQ DeepSeek checkpoints (PR #34695), in code that read\n"
                         "`self.kv_b_proj.weight.dtype` to choose a cast."),
+    # DTL005's "Why is this bad?": vLLM's own unsound helper, and where the docs trace it.
+    "DTL005.upstream": ("vLLM 0.28.0's `_get_kv_b_proj_input_dtype` (PR #38771) maps int32 to\n`params_dtype`, "
+                        "uint8 to None and fp8 to None without fp8 prefill, then falls through to\n`return "
+                        "weight_dtype`: a `kv_b_proj` with `torch.int8` storage (compressed-tensors or Quark\n"
+                        "W8A8-INT8) gets its latent cast to int8, truncating it.\n\nIt also keeps an fp8 activation "
+                        "for an NVFP4 (uint8) `kv_b_proj` during fp8 prefill, a path that\nis reachable upstream; "
+                        "docs/mla-fp8-prefill.md traces it through vLLM 0.28.0 and 0.33.0 line by\nline, and lists "
+                        "what this rule finds in vLLM 0.27.1, 0.28.0 and 0.33.0."),
+    # DTL005's known limits: the int4-in-int32 layouts the helper evaluator does not model.
+    "unevaluated_int4": "int4 in int32 words other than Marlin's",
     # DTL002's "Why is this bad?": what the weight is under the best-known backends.
     "DTL002.storages": ("Under Marlin FP8 the weight is `torch.int32`, under NVFP4 `torch.uint8`, and AWQ/GPTQ "
                         "layers have\nno `.weight` at all"),
