@@ -138,18 +138,6 @@ def backend_words(evidence, default):
 
 def narrowed(verdict, *args):
     return verdict
-
-
-def sequential_item(*args):
-    return None
-
-
-def first_parameter(*args, **kwargs):
-    return None
-
-
-def first_parameter_holder(*args):
-    return ""
 '''
 
 FAKE_PLANNER = "from dtype_lint.fix.planner import Planner as PLANNER  # noqa: F401\n"

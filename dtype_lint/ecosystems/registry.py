@@ -31,6 +31,7 @@ import re
 from functools import cache
 from importlib import import_module
 from types import ModuleType
+from typing import Any, Callable
 
 # Ecosystem → role → module. Order matters where families overlap: the first that claims wins.
 ECOSYSTEMS: dict[str, dict[str, str]] = {
@@ -92,14 +93,11 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # MODEL_DTYPE_ATTRIBUTES: the attribute names its layers state their model (compute) dtype under.
     "layer_attributes": ("MODEL_DTYPE_ATTRIBUTES",),
     # claims(evidence) -> bool: did this family decide the verdict with this evidence?
-    # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
+    # verdict(resolver, inst, text): the layer's verdict in this family's code (None: not its layer);
     # backend_words(evidence, default): its quantizers' words for a message;
     # narrowed(...): a verdict narrowed by the family's partial guards (applied to the rules that
-    # declare `dtype_site`, dtype_lint/core/rule_registry.py); first_parameter / first_parameter_holder:
-    # `next(iter(M.parameters()))`. Optional: named_verdict(resolver, expr_text, named): a layer
-    # known only by its name (`--name-heuristics`) in this family's code, as its own low-confidence verdict.
-    "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
-               "first_parameter", "first_parameter_holder"),
+    # declare `dtype_site`, dtype_lint/core/rule_registry.py). Its optional questions: ROLE_DEFAULTS.
+    "family": ("claims", "verdict", "backend_words", "narrowed"),
     # TEMPLATES: template name -> (imports, fp8 test, docstring, body): the input-dtype helper text
     # `--fix` creates for a project's configured helper (`helper_template = "<name>"`).
     "template": ("TEMPLATES",),
@@ -144,6 +142,40 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # backend (the first ecosystem that speaks for the evidence; a family's own words come first).
     "words": ("speaks_for", "DEFAULT_WORDS"),
 }
+
+
+def _no_answer(*args: object, **kwargs: object) -> None:
+    return None
+
+
+def _no_holder(*args: object, **kwargs: object) -> str:
+    return ""
+
+
+# The questions of a role that a module may leave out, each with the answer the registry gives in
+# its place: a stage asks them through `optional(...)`, so a family that has nothing to say (no
+# torch leaf class of its own, no `nn.Sequential` item) writes nothing rather than a stub.
+ROLE_DEFAULTS: dict[str, dict[str, Callable[..., Any]]] = {
+    "family": {
+        # layer_kind(mro) -> str | None: the torch leaf a quantizer of the family sees in the class.
+        "layer_kind": _no_answer,
+        # sequential_item(resolver, expr, scope, depth, this): the layer `self.mlp[i]` holds.
+        "sequential_item": _no_answer,
+        # first_parameter(resolver, inst, depth=0, layer=None, scope=None) -> (holder instance,
+        # path) of `next(iter(M.parameters()))`; first_parameter_holder(resolver, layer, scope,
+        # text) -> its expression ("" when it cannot be told: no fix).
+        "first_parameter": _no_answer,
+        "first_parameter_holder": _no_holder,
+        # why_not(resolver, inst, text) -> str | None: `explain`'s words for a verdict of False.
+        "why_not": _no_answer,
+    },
+}
+
+
+def optional(module: ModuleType, role: str, question: str) -> Callable[..., Any]:
+    """A plugged module's answer to an optional question of its role, or the registry's default
+    where it leaves the question out (ROLE_DEFAULTS)."""
+    return getattr(module, question, ROLE_DEFAULTS[role][question])
 
 
 @cache
