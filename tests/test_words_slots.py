@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import re
 import sys
-import textwrap
 
 import pytest
+from test_ecosystems import FAKE_FAMILY, FAKE_PLANNER
+from test_ecosystems import SITE as THIRD_ECOSYSTEM_SITE
 
 from dtype_lint.api import check_source
 from dtype_lint.cli import main
@@ -76,31 +78,9 @@ def test_dtl005_prefilters_on_every_model_dtype_attribute():
 
 # ---- the family role's optional questions -----------------------------------------------------
 
-FAMILY_ANSWERS = '''
-from dtype_lint.core.findings import Evidence
-
-
-class PackedEvidence(Evidence):
-    pass
-
-
-def claims(evidence):
-    return any(isinstance(e, PackedEvidence) for e in evidence or ())
-
-
-def verdict(resolver, inst, expr_text):
-    if not inst.qualname or not inst.qualname.endswith("W4Linear"):
-        return None
-    return "high", (PackedEvidence("W4 packs `weight` into int32 nibbles", resolver.path, 1),)
-
-
-def backend_words(evidence, default):
-    return "int32 under the W4 kernel"
-
-
-def narrowed(verdict, *args):
-    return verdict
-'''
+# test_ecosystems' third family (W4Linear's int32 nibbles) with no optional question at all: its
+# `layer_kind` goes too.
+FAMILY_ANSWERS = re.sub(r"\ndef layer_kind\(mro\):\n.*?\n\n\n", "\n", FAKE_FAMILY, flags=re.S)
 # The same family answering each optional question with "nothing", as the stubs did.
 STUBS = '''
 
@@ -124,27 +104,14 @@ def why_not(*args):
     return None
 '''
 
-# Reaches each optional question: a class's layer kind, an `nn.Sequential` item, a first parameter.
-SITE = textwrap.dedent("""\
-    import torch
-
-
-    class W4Linear(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = W4Linear()
-            self.mlp = torch.nn.Sequential(W4Linear(), torch.nn.ReLU())
-
-        def forward(self, x):
-            x = x.to(self.proj.weight.dtype)
-            x = x.to(self.mlp[0].weight.dtype)
-            return x.to(next(iter(self.mlp.parameters())).dtype)
-    """)
+# test_ecosystems' site, grown to reach each optional question: a class's layer kind, an
+# `nn.Sequential` item, a first parameter.
+SITE = THIRD_ECOSYSTEM_SITE.replace(
+    "        self.proj = W4Linear()\n",
+    "        self.proj = W4Linear()\n        self.mlp = torch.nn.Sequential(W4Linear(), torch.nn.ReLU())\n").replace(
+    "        return x.to(self.proj.weight.dtype)\n",
+    "        x = x.to(self.proj.weight.dtype)\n        x = x.to(self.mlp[0].weight.dtype)\n"
+    "        return x.to(next(iter(self.mlp.parameters())).dtype)\n")
 
 
 def _findings_with_family(tmp_path, monkeypatch, package: str, text: str) -> list[tuple]:
@@ -152,7 +119,7 @@ def _findings_with_family(tmp_path, monkeypatch, package: str, text: str) -> lis
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text("")
     (folder / "family.py").write_text(text)
-    (folder / "planner.py").write_text("from dtype_lint.fix.planner import Planner as PLANNER  # noqa: F401\n")
+    (folder / "planner.py").write_text(FAKE_PLANNER)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "ECOSYSTEMS", {**registry.ECOSYSTEMS, package: {
         "family": f"{package}.family", "planner": f"{package}.planner"}})
@@ -167,6 +134,9 @@ def _findings_with_family(tmp_path, monkeypatch, package: str, text: str) -> lis
 
 
 def test_a_family_without_the_optional_questions_works_through_the_registry_default(tmp_path, monkeypatch):
+    assert SITE.count("W4Linear()") == 2 and "parameters()" in SITE
+    assert "layer_kind" in FAKE_FAMILY and not any(f"def {question}(" in FAMILY_ANSWERS
+                                                   for question in registry.ROLE_DEFAULTS["family"])
     with monkeypatch.context() as patch:
         answering = _findings_with_family(tmp_path / "stubs", patch, "w4stubs", FAMILY_ANSWERS + STUBS)
     silent = _findings_with_family(tmp_path / "silent", monkeypatch, "w4silent", FAMILY_ANSWERS)
