@@ -78,6 +78,7 @@ def test_dtl005_prefilters_on_every_model_dtype_attribute():
 
 # ---- the family role's optional questions -----------------------------------------------------
 
+OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not")
 # test_ecosystems' third family (W4Linear's int32 nibbles) with no optional question at all: its
 # `layer_kind` goes too.
 FAMILY_ANSWERS = re.sub(r"\ndef layer_kind\(mro\):\n.*?\n\n\n", "\n", FAKE_FAMILY, flags=re.S)
@@ -135,8 +136,7 @@ def _findings_with_family(tmp_path, monkeypatch, package: str, text: str) -> lis
 
 def test_a_family_without_the_optional_questions_works_through_the_registry_default(tmp_path, monkeypatch):
     assert SITE.count("W4Linear()") == 2 and "parameters()" in SITE
-    assert "layer_kind" in FAKE_FAMILY and not any(f"def {question}(" in FAMILY_ANSWERS
-                                                   for question in registry.ROLE_DEFAULTS["family"])
+    assert "layer_kind" in FAKE_FAMILY and not any(f"def {question}(" in FAMILY_ANSWERS for question in OPTIONAL)
     with monkeypatch.context() as patch:
         answering = _findings_with_family(tmp_path / "stubs", patch, "w4stubs", FAMILY_ANSWERS + STUBS)
     silent = _findings_with_family(tmp_path / "silent", monkeypatch, "w4silent", FAMILY_ANSWERS)
@@ -158,4 +158,5 @@ def test_the_registry_default_answers_nothing_for_each_optional_question():
     # A family that answers is asked its own question: HF's linear is a linear.
     hf = registry.plugin("hf", "family")
     assert registry.optional(hf, "family", "layer_kind") is hf.layer_kind
-    assert not set(registry.ROLE_DEFAULTS["family"]) & set(registry.ROLE_PROTOCOLS["family"])
+    assert set(registry.ROLE_DEFAULTS["family"]) == set(OPTIONAL)
+    assert not set(OPTIONAL) & set(registry.ROLE_PROTOCOLS["family"])
