@@ -472,8 +472,10 @@ def _rule(args) -> int:
     from dtype_lint.run.pipeline import UserError
 
     if args.all or not args.code:
+        from dtype_lint.reporters.rule_metadata import rule_summary
+
         for r in ALL_RULES:
-            print(f"{r.code}  {r.name:<28} {r.summary}")
+            print(f"{r.code}  {r.name:<28} {rule_summary(r)}")
         for c in ENGINE_CODES.values():
             print(f"{c.code}  {c.name:<28} {c.summary}")
         return EXIT_CLEAN

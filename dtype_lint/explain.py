@@ -171,7 +171,7 @@ def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
     """An ecosystem family that decides this layer (HF model code: the quantizers that replace
     it at load time), as check's verdict takes it first: its evidence, then what the rules
     conclude. False where no family speaks for it (the storage model below does)."""
-    from dtype_lint.ecosystems.registry import ecosystem_of, plugins
+    from dtype_lint.ecosystems.registry import ecosystem_of, optional, plugins
 
     for family in plugins("family"):
         decided = family.verdict(resolver, inst, text_of)
@@ -179,8 +179,8 @@ def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
             continue
         out.append(f"  family: {ecosystem_of(family)}")
         if not decided:
-            # A family may say why in its own words (optional: `why_not(resolver, inst, text)`).
-            why = getattr(family, "why_not", lambda *_: None)(resolver, inst, text_of) or \
+            # A family may say why in its own words (an optional question of the family role).
+            why = optional(family, "family", "why_not")(resolver, inst, text_of) or \
                 "no quantizer of this family replaces it here (storage code, or excluded by the model)"
             out.append(f"    {why}")
             out.append("  DTL001/DTL002: not reported")

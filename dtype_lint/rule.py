@@ -52,7 +52,7 @@ from dtype_lint.analysis.storage.storage_model import ABSENT, backends_unknown, 
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.source import SourceFile
-from dtype_lint.ecosystems.registry import default_words, family_of, planner_of, plugins
+from dtype_lint.ecosystems.registry import default_words, family_of, optional, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports",
                    "loaders"})
@@ -647,7 +647,8 @@ class RuleContext:
         text = ast.unparse(layer)
         if form == FIRST_PARAMETER:  # `next(iter(M.parameters())).dtype`: M's first layer, a family's code only
             found = next((got for family in plugins("family")
-                          for got in [family.first_parameter(self.layers, inst, layer=layer, scope=scope)]
+                          for got in [optional(family, "family", "first_parameter")(self.layers, inst,
+                                                                                    layer=layer, scope=scope)]
                           if got is not None), None)
             if found is None:
                 return None

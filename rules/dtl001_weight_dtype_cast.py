@@ -100,7 +100,7 @@ from dtype_lint.analysis.flow.recognisers import (
 )
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.ecosystems.registry import family_of, model_dtype_attributes
+from dtype_lint.ecosystems.registry import family_of, model_dtype_attributes, optional
 from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
@@ -206,8 +206,8 @@ class WeightDtypeCast(Rule):
                     # only a family's verdict reaches here (layer_verdict drops this form otherwise)
                     family = family_of(evidence)
                     assert family is not None
-                    holder = family.first_parameter_holder(ctx.layers, weight_dtype.layer, function.scope,
-                                                           ctx.source.segment(weight_dtype.layer))
+                    holder = optional(family, "family", "first_parameter_holder")(
+                        ctx.layers, weight_dtype.layer, function.scope, ctx.source.segment(weight_dtype.layer))
                 if weight_dtype.form == FIRST_PARAMETER and not holder:
                     fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")

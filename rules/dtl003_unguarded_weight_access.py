@@ -28,11 +28,7 @@ function that casts with it), which DTL001 and DTL002 report, and whose fixes ha
 `.weight` too. The message names the storages that have no `.weight`.
 
 ## Why is this bad?
-Not every quantized layer has a `.weight`: AWQ and GPTQ layers store `qweight`, `qzeros` and
-`scales`; compressed-tensors WNA16 stores `weight_packed` (linear layers and embeddings); GGUF
-stores `qweight`. On those, `layer.weight` raises `AttributeError` (`nn.Module.__getattr__`).
-vLLM's MLA crashed that way on AWQ/GPTQ DeepSeek checkpoints (PR #34695), in code that read
-`self.kv_b_proj.weight.dtype` to choose a cast.
+Not every quantized layer has a `.weight`: {{DTL003.storages}}
 
 ## Example
 ```python
@@ -57,7 +53,7 @@ embedding in a tree where no backend quantizes embeddings that way) is not repor
 
 ## Fix safety
 No automatic fix: what the code should do for a layer without `.weight` (skip a fast path, use
-`params_dtype`, refuse the configuration) depends on what it reads the weight for. The finding
+`{{model_dtype}}`, refuse the configuration) depends on what it reads the weight for. The finding
 names the layer and how it resolved.
 
 ## Known limits
@@ -66,7 +62,7 @@ The guards below are trusted; each can hide a real read where the trust is wrong
 - `hasattr` guards are recognised on the same layer expression (`hasattr(self.kv_b_proj,
   "weight")`), not on an alias of it.
 - A backend check trusts the path with every storage of the backends it names: a path for
-  compressed-tensors (whose WNA16 layers have no `.weight`) or for an fp8 method that uses the
+  {{no_weight_checked}} or for an fp8 method that uses the
   fp8 weight as a dense one is not reported. A predicate imported from another module is read
   with its unquantized checks and `quant_config is None` tests only.
 - A check the rule cannot read is trusted whatever it checks (a shape, a device) as long as it is
@@ -134,6 +130,7 @@ from dtype_lint.analysis.guard_engine.never_runs import shadowed_definitions
 from dtype_lint.analysis.storage.constructions import never_reaches
 from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
 from dtype_lint.core.findings import Evidence
+from dtype_lint.ecosystems.registry import passages
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
 _HEAD = """\
@@ -145,13 +142,12 @@ class Attn:
     def __init__(self, kv_b_proj: ColumnParallelLinear):
         self.kv_b_proj = kv_b_proj
 """
-_NO_WEIGHT = "AWQ/GPTQ (`qweight`), compressed-tensors WNA16 (`weight_packed`) and GGUF layers have no `.weight`"
 
 
 class UnguardedWeightAccess(Rule):
     code = "DTL003"
     name = "unguarded-weight-access"
-    summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback (AWQ/GPTQ have none)"
+    summary = "`.weight` read on a quantizable layer with no `hasattr`/`getattr` fallback ({{no_weight_short}} have none)"
     default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "layers", "flows", "guards", "tree"})
@@ -276,10 +272,11 @@ class UnguardedWeightAccess(Rule):
                 # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
                 # go in the evidence. `__init__` is called out: it is not a forward path.
                 where = " (in `__init__`)" if function.fn.name == "__init__" else ""
-                remedy = Evidence(f"{why_storage(evidence, _NO_WEIGHT)}: AttributeError there; guard the read with "
+                # The storages without `.weight` where the evidence names no backend: an ecosystem's words.
+                backends = why_storage(evidence, passages()["no_weight"])
+                remedy = Evidence(f"{backends}: AttributeError there; guard the read with "
                                   f"`hasattr({text}, \"weight\")` or read `getattr({text}, \"weight\", None)`",
                                   ctx.source.path, node.lineno)
-                backends = why_storage(evidence, _NO_WEIGHT)
                 first = backends.split("; ")[0] + (" (and more)" if "; " in backends else "")
                 ctx.report(node, f"`{text}.weight` read outside storage code{where} with no `hasattr`/`getattr` "
                                  f"fallback: {first}",

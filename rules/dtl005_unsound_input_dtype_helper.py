@@ -3,7 +3,7 @@
 ## What it does
 Finds functions of the input-dtype helper's shape — they take a layer, read that layer's weight
 dtype (`layer.weight.dtype`, `getattr(layer, "weight", None)`, `hasattr(layer, "weight")`) or
-its `params_dtype`, and decide a dtype or None from it — and evaluates each one's own code over
+its `{{model_dtype}}`, and decide a dtype or None from it — and evaluates each one's own code over
 every storage a quantization backend can leave behind (fp16, bf16, fp32, fp8 e4m3fn and e5m2,
 int32, uint8, int8, no `.weight`) and both values of its fp8-input flag. A helper is reported
 when, for some storage, every path of its code:
@@ -21,21 +21,14 @@ layer.weight.dtype`) are left to the rules that see their callers.
 
 ## Why is this bad?
 A helper exists so that call sites stop guessing; a wrong helper makes every call site wrong at
-once, and looks fixed. vLLM 0.28.0's `_get_kv_b_proj_input_dtype` (PR #38771) maps int32 to
-`params_dtype`, uint8 to None and fp8 to None without fp8 prefill, then falls through to
-`return weight_dtype`: a `kv_b_proj` with `torch.int8` storage (compressed-tensors or Quark
-W8A8-INT8) gets its latent cast to int8, truncating it.
-
-It also keeps an fp8 activation for an NVFP4 (uint8) `kv_b_proj` during fp8 prefill, a path that
-is reachable upstream; docs/mla-fp8-prefill.md traces it through vLLM 0.28.0 and 0.33.0 line by
-line, and lists what this rule finds in vLLM 0.27.1, 0.28.0 and 0.33.0.
+once, and looks fixed. {{DTL005.upstream}}
 
 ## Example
 ```python
 def kv_b_proj_input_dtype(layer, use_fp8_prefill):
-    weight_dtype = layer.weight.dtype if hasattr(layer, "weight") else layer.params_dtype
+    weight_dtype = layer.weight.dtype if hasattr(layer, "weight") else layer.{{model_dtype}}
     if weight_dtype == torch.int32:
-        return layer.params_dtype
+        return layer.{{model_dtype}}
     if weight_dtype == torch.uint8:
         return None
     if weight_dtype == current_platform.fp8_dtype() and not use_fp8_prefill:
@@ -51,13 +44,13 @@ kv_b_proj_input_dtype = get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)
 or the missing branch in the existing helper:
 ```python
     if (weight_dtype == torch.uint8 and use_fp8_prefill) or weight_dtype == torch.int8:
-        return layer.params_dtype
+        return layer.{{model_dtype}}
 ```
 
 ## Fix safety
 For the configured helper itself, when the wrong cases are plain returns of the weight dtype (the
 function ends in `return <weight dtype variable>`), the fix inserts one branch right after that
-variable is assigned, returning `params_dtype` for exactly the wrong cases. It is **safe**: the
+variable is assigned, returning `{{model_dtype}}` for exactly the wrong cases. It is **safe**: the
 patched function is evaluated again and must be sound and decide every other case as before.
 A call site of another unsound helper is rewritten to call the configured helper when the two
 are proven to agree on every case the old helper gets right (**safe**); that fix imports the
@@ -82,7 +75,7 @@ wrong case.
   mentions it when the function is reported for another case).
 - A result that reaches a cast through a container, an attribute or another function is not
   followed.
-- Storages outside the evaluated set (int16, int4 in int32 words other than Marlin's) are not
+- Storages outside the evaluated set (int16, {{unevaluated_int4}}) are not
   checked.
 - A helper is judged by its real callers: a call that hands it a layer no backend packs (a plain
   `nn.Linear`, a layer built without a config) is not reported, nor a module-level helper that is
@@ -118,19 +111,23 @@ from dtype_lint.analysis.flow.recognisers import WEIGHT_SITE_PATTERNS
 from dtype_lint.analysis.helper_calls import callers_here, def_name_node, fed_cast, may_be_packed
 from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.core.findings import Evidence
+from dtype_lint.ecosystems.registry import model_dtype_attributes
 from dtype_lint.fix.helper_repair import missing_branch_fix, route_blocker, route_fix
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 
-_UPSTREAM_SHAPE = """\
+# The attribute a layer states its model dtype under (an ecosystem's word): what a sound helper
+# returns for a packed or missing weight, and what marks a function that may be a helper.
+_MODEL_DTYPE = model_dtype_attributes()[0]
+_UPSTREAM_SHAPE = f"""\
 import torch
 from vllm.platforms import current_platform
 
 
 def kv_b_proj_input_dtype(layer, use_fp8_prefill):
     weight = getattr(layer, "weight", None)
-    weight_dtype = weight.dtype if weight is not None else layer.params_dtype
+    weight_dtype = weight.dtype if weight is not None else layer.{_MODEL_DTYPE}
     if weight_dtype == torch.int32:
-        return layer.params_dtype
+        return layer.{_MODEL_DTYPE}
     if weight_dtype == torch.uint8:
         return None
     if weight_dtype == current_platform.fp8_dtype() and not use_fp8_prefill:
@@ -139,8 +136,8 @@ def kv_b_proj_input_dtype(layer, use_fp8_prefill):
 """
 _SOUND = _UPSTREAM_SHAPE.replace(
     "    if weight_dtype == torch.uint8:\n        return None\n",
-    "    if weight_dtype == torch.uint8:\n        return layer.params_dtype if use_fp8_prefill else None\n"
-    "    if not weight_dtype.is_floating_point:\n        return layer.params_dtype\n")
+    f"    if weight_dtype == torch.uint8:\n        return layer.{_MODEL_DTYPE} if use_fp8_prefill else None\n"
+    f"    if not weight_dtype.is_floating_point:\n        return layer.{_MODEL_DTYPE}\n")
 _CALLER = """
 
 class Attn:
@@ -151,9 +148,9 @@ class Attn:
         return self.kv_b_proj(kv_c)
 """
 _CONFIGURED = {"helper": "pkg.layer_input_dtype:kv_b_proj_input_dtype"}
-_PATCH = ("    weight_dtype = weight.dtype if weight is not None else layer.params_dtype\n"
+_PATCH = (f"    weight_dtype = weight.dtype if weight is not None else layer.{_MODEL_DTYPE}\n"
           "    if (weight_dtype == torch.uint8 and use_fp8_prefill) or weight_dtype == torch.int8:\n"
-          "        return layer.params_dtype\n")
+          f"        return layer.{_MODEL_DTYPE}\n")
 _IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype import get_layer_input_dtype\n"
 
 
@@ -162,7 +159,7 @@ class UnsoundInputDtypeHelper(Rule):
     name = "unsound-input-dtype-helper"
     summary = "an input-dtype helper returns an integer storage dtype (or raises, or keeps fp8) for some storage"
     default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
-    patterns = WEIGHT_SITE_PATTERNS + (r"\.params_dtype\b",)
+    patterns = WEIGHT_SITE_PATTERNS + tuple(rf"\.{name}\b" for name in model_dtype_attributes())
     marker = "dtype"
     facts = frozenset({"functions", "helpers", "fixes", "layers"})
     fix_availability = FixAvailability.SOMETIMES
@@ -175,17 +172,17 @@ class UnsoundInputDtypeHelper(Rule):
     VALID = [
         Valid(_SOUND + _CALLER),
         # A getter decides nothing: its callers are DTL001's business.
-        Valid("def weight_dtype(layer):\n    return layer.weight.dtype if hasattr(layer, 'weight') else layer.params_dtype\n"),
+        Valid(f"def weight_dtype(layer):\n    return layer.weight.dtype if hasattr(layer, 'weight') else layer.{_MODEL_DTYPE}\n"),
         # Quant methods own the storage format.
         Valid("import torch\nfrom vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase\n"
               "class M(QuantizeMethodBase):\n    def storage(self, layer, packed):\n"
               "        if layer.weight.dtype == torch.int32:\n            return torch.int32\n"
-              "        return layer.params_dtype\n"),
+              f"        return layer.{_MODEL_DTYPE}\n"),
         # Beyond the evaluator: no answer, no finding.
         Valid("import torch\ndef f(layer, flag):\n    for x in (1, 2):\n        pass\n    return layer.weight.dtype\n"),
     ]
     INVALID = [
-        # Upstream's shape: int8 falls through; an fp8 input into NVFP4 is kept. Its call site
+        # Upstream's shape: int8 falls through; an fp8 input into a uint8 storage is kept. Its call site
         # feeds a cast: rewritten to the configured helper, which agrees everywhere else.
         Invalid(
             _UPSTREAM_SHAPE + _CALLER, count=2,
@@ -200,12 +197,12 @@ class UnsoundInputDtypeHelper(Rule):
             message_contains=("int8 storage → returns torch.int8",
                               "uint8 storage, fp8_input=True → returns None (keeps the fp8 activation)"),
             expected_replacement=_UPSTREAM_SHAPE.replace(
-                "    weight_dtype = weight.dtype if weight is not None else layer.params_dtype\n", _PATCH),
+                f"    weight_dtype = weight.dtype if weight is not None else layer.{_MODEL_DTYPE}\n", _PATCH),
         ),
-        # Reads `.weight` with no fallback: AttributeError on AWQ/GPTQ; no plain-branch fix.
+        # Reads `.weight` with no fallback: AttributeError on a layer without one; no plain-branch fix.
         Invalid(
             "import torch\n\ndef input_dtype(layer, fp8_input):\n    wd = layer.weight.dtype\n"
-            "    if wd == torch.int32:\n        return layer.params_dtype\n    return wd\n",
+            f"    if wd == torch.int32:\n        return layer.{_MODEL_DTYPE}\n    return wd\n",
             settings={"helper": "pkg.m:input_dtype"},
             message_contains=("no `.weight` → raises AttributeError", "int8 storage → returns torch.int8"),
         ),
@@ -269,7 +266,7 @@ def _definition_message(h: KnownHelper) -> str:
     which = "the configured helper" if h.configured else "input-dtype helper"
     msg = (f"{which} `{h.name}` is wrong for some storage: " + "; ".join(h.wrong_cases())
            + "; an activation cast to an integer dtype is truncated, a missing `.weight` raises, an fp8 "
-           "activation reaches a kernel that takes fp16/bf16 only; return `layer.params_dtype` there")
+           f"activation reaches a kernel that takes fp16/bf16 only; return `layer.{_MODEL_DTYPE}` there")
     if h.maybe_unsound:
         msg += " (also possibly: " + "; ".join(h.maybe_wrong_cases()) + ")"
     return msg

@@ -28,15 +28,6 @@ ECOSYSTEM_WORDS = re.compile(
     r"|params_dtype|get_module_input_dtype|get_kv_b_proj_input_dtype|hf_utils",
     re.IGNORECASE)
 
-# A shrinking allow-list: the files outside ecosystems/ that still name an ecosystem's words, each
-# with why. A file leaves the list when its words move into an ecosystem (the test below fails on a
-# listed file that no longer needs its place, so the list only shrinks); a new file may not join.
-STILL_NAMING_ECOSYSTEMS = {
-    # The rules' own pages and messages explain the bug class with its best-known backends.
-    "rules/dtl003_unguarded_weight_access.py": "the rule's page",
-    "rules/dtl005_unsound_input_dtype_helper.py": "the rule's page and its storages",
-}
-
 
 def _source_files() -> list[Path]:
     return sorted([*(ROOT / "dtype_lint").rglob("*.py"), *(ROOT / "rules").glob("*.py")])
@@ -49,15 +40,12 @@ def _naming_files() -> frozenset[str]:
                      and ECOSYSTEM_WORDS.search(path.read_text(encoding="utf-8")))
 
 
-def test_no_new_file_outside_ecosystems_names_an_ecosystem():
-    unexpected = sorted(_naming_files() - set(STILL_NAMING_ECOSYSTEMS))
-    assert unexpected == [], ("these files name an ecosystem's backends, quantizers or helper; move that "
-                              f"knowledge into dtype_lint/ecosystems/: {unexpected}")
-
-
-def test_the_allow_list_only_shrinks():
-    cleared = sorted(set(STILL_NAMING_ECOSYSTEMS) - _naming_files())
-    assert cleared == [], f"no longer naming an ecosystem: remove from STILL_NAMING_ECOSYSTEMS: {cleared}"
+def test_no_file_outside_ecosystems_names_an_ecosystem():
+    """The rules' pages, summaries, messages and examples too: where they explain the bug class with
+    its best-known backends they hold `{{name}}` slots or read the ecosystems' passages."""
+    naming = sorted(_naming_files())
+    assert naming == [], ("these files name an ecosystem's backends, quantizers or helper; move that "
+                          f"knowledge into dtype_lint/ecosystems/ (a rule's words: a `rule_words` passage): {naming}")
 
 
 def test_the_word_search_sees_the_words():
@@ -150,18 +138,6 @@ def backend_words(evidence, default):
 
 def narrowed(verdict, *args):
     return verdict
-
-
-def sequential_item(*args):
-    return None
-
-
-def first_parameter(*args, **kwargs):
-    return None
-
-
-def first_parameter_holder(*args):
-    return ""
 '''
 
 FAKE_PLANNER = "from dtype_lint.fix.planner import Planner as PLANNER  # noqa: F401\n"

@@ -74,11 +74,19 @@ class RuleInfo:
         """The README rules table's fix cell (as `Rule.fix_column`): the availability, then the note."""
         return f"{self.fix_availability}: {self.fix_note}" if self.fix_note else self.fix_availability
 
+    def shown_summary(self) -> str:
+        """The summary as it is shown: a summary that names an ecosystem's backends holds `{{name}}`
+        slots (as a rule's page does), filled from the ecosystems' passages. `summary` keeps the
+        declaration as written (what the registry reads equals the class's attribute)."""
+        from dtype_lint.ecosystems.registry import filled  # imports passages only for a summary with a slot
+
+        return filled(self.summary)
+
     def what_column(self) -> str:
         """The README rules table's description: the summary, after what makes the rule special."""
         marks = [word for word, applies in (("opt-in", self.opt_in), ("warning", self.severity == "warning"))
                  if applies]
-        return (f"({', '.join(marks)}) " if marks else "") + self.summary
+        return (f"({', '.join(marks)}) " if marks else "") + self.shown_summary()
 
 
 def _literal(node: ast.expr) -> object:

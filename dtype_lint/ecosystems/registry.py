@@ -18,18 +18,20 @@ helper and reads no `weight`).
 Each ecosystem's storage formats, layer attributes, helper templates, message and series words
 and run-time quantizer names are plug-ins; vLLM's backends are read from the code or from the
 catalogues in `ecosystems/vllm/`; the migration's proofs, the words of its report and of the
-helper's regression test are vLLM's `proofs` and `series_words`. The files outside `ecosystems/`
-that still name an ecosystem's backends (the rule modules) are listed, to shrink, in
-tests/test_ecosystems.py.
+helper's regression test are vLLM's `proofs` and `series_words`; the backends the rules' pages,
+summaries and messages name are its `rule_words` passages (`filled`). No file outside
+`ecosystems/` names an ecosystem's backends (tests/test_ecosystems.py).
 
 Adding an ecosystem: its folder, and its line in `ECOSYSTEMS`.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import import_module
 from types import ModuleType
+from typing import Any, Callable
 
 # Ecosystem → role → module. Order matters where families overlap: the first that claims wins.
 ECOSYSTEMS: dict[str, dict[str, str]] = {
@@ -91,14 +93,11 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
     # MODEL_DTYPE_ATTRIBUTES: the attribute names its layers state their model (compute) dtype under.
     "layer_attributes": ("MODEL_DTYPE_ATTRIBUTES",),
     # claims(evidence) -> bool: did this family decide the verdict with this evidence?
-    # verdict(resolver, inst, text), layer_kind(mro), sequential_item(...): the layer it holds;
+    # verdict(resolver, inst, text): the layer's verdict in this family's code (None: not its layer);
     # backend_words(evidence, default): its quantizers' words for a message;
     # narrowed(...): a verdict narrowed by the family's partial guards (applied to the rules that
-    # declare `dtype_site`, dtype_lint/core/rule_registry.py); first_parameter / first_parameter_holder:
-    # `next(iter(M.parameters()))`. Optional: named_verdict(resolver, expr_text, named): a layer
-    # known only by its name (`--name-heuristics`) in this family's code, as its own low-confidence verdict.
-    "family": ("claims", "verdict", "layer_kind", "sequential_item", "backend_words", "narrowed",
-               "first_parameter", "first_parameter_holder"),
+    # declare `dtype_site`, dtype_lint/core/rule_registry.py). Its optional questions: ROLE_DEFAULTS.
+    "family": ("claims", "verdict", "backend_words", "narrowed"),
     # TEMPLATES: template name -> (imports, fp8 test, docstring, body): the input-dtype helper text
     # `--fix` creates for a project's configured helper (`helper_template = "<name>"`).
     "template": ("TEMPLATES",),
@@ -145,6 +144,40 @@ ROLE_PROTOCOLS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _no_answer(*args: object, **kwargs: object) -> None:
+    return None
+
+
+def _no_holder(*args: object, **kwargs: object) -> str:
+    return ""
+
+
+# The questions of a role that a module may leave out, each with the answer the registry gives in
+# its place: a stage asks them through `optional(...)`, so a family that has nothing to say (no
+# torch leaf class of its own, no `nn.Sequential` item) writes nothing rather than a stub.
+ROLE_DEFAULTS: dict[str, dict[str, Callable[..., Any]]] = {
+    "family": {
+        # layer_kind(mro) -> str | None: the torch leaf a quantizer of the family sees in the class.
+        "layer_kind": _no_answer,
+        # sequential_item(resolver, expr, scope, depth, this): the layer `self.mlp[i]` holds.
+        "sequential_item": _no_answer,
+        # first_parameter(resolver, inst, depth=0, layer=None, scope=None) -> (holder instance,
+        # path) of `next(iter(M.parameters()))`; first_parameter_holder(resolver, layer, scope,
+        # text) -> its expression ("" when it cannot be told: no fix).
+        "first_parameter": _no_answer,
+        "first_parameter_holder": _no_holder,
+        # why_not(resolver, inst, text) -> str | None: `explain`'s words for a verdict of False.
+        "why_not": _no_answer,
+    },
+}
+
+
+def optional(module: ModuleType, role: str, question: str) -> Callable[..., Any]:
+    """A plugged module's answer to an optional question of its role, or the registry's default
+    where it leaves the question out (ROLE_DEFAULTS)."""
+    return getattr(module, question, ROLE_DEFAULTS[role][question])
+
+
 @cache
 def plugins(role: str) -> tuple[ModuleType, ...]:
     """Every ecosystem's module for `role`, in ECOSYSTEMS order, imported on first ask."""
@@ -172,6 +205,27 @@ def passages() -> dict[str, str]:
         for name, text in module.PASSAGES.items():
             found.setdefault(name, text)
     return found
+
+
+# A slot in a rule's page, summary or message: `{{name}}`, filled with the passage of that name.
+_SLOT = re.compile(r"\{\{([\w.]+)\}\}")
+
+
+def filled(text: str) -> str:
+    """`text` with each `{{name}}` replaced by the first ecosystem's passage of that name; a slot no
+    ecosystem fills is an error (a page or a summary must not ship with a hole). Here, in the core
+    layer, so that whatever renders a rule's declarations (the rule registry's README table, the
+    reports, `dtype-lint rule`) fills them the one way."""
+    if "{{" not in text:
+        return text  # most summaries: no passage module imported for them
+    known = passages()
+
+    def passage(match: re.Match) -> str:
+        if match.group(1) not in known:
+            raise KeyError(f"no ecosystem fills the rule page's slot {{{{{match.group(1)}}}}}")
+        return known[match.group(1)]
+
+    return _SLOT.sub(passage, text)
 
 
 def plugin(ecosystem: str, role: str) -> ModuleType:

@@ -8,9 +8,9 @@ reports do; `cli_output` hands it on without importing it until asked (the fast 
 from __future__ import annotations
 
 import inspect
-import re
 import sys
 
+from dtype_lint.ecosystems.registry import filled as fill_passages  # the core's slot filling
 from dtype_lint.reporters._common import RuleInfo
 
 
@@ -18,7 +18,7 @@ def rule_infos() -> dict[str, RuleInfo]:
     """Every rule's metadata, by code (imports every rule)."""
     from dtype_lint.rules import ALL_RULES
 
-    return {rule.code: RuleInfo(rule.code, rule.name, rule.summary, rule_doc(rule)) for rule in ALL_RULES}
+    return {rule.code: RuleInfo(rule.code, rule.name, rule_summary(rule), rule_doc(rule)) for rule in ALL_RULES}
 
 
 def rule_doc(rule) -> str:
@@ -29,19 +29,7 @@ def rule_doc(rule) -> str:
     return f"# {title}\n{body}\n"
 
 
-_SLOT = re.compile(r"\{\{([\w.]+)\}\}")
+def rule_summary(rule) -> str:
+    """A rule's one-line summary as listings and reports show it: its `{{name}}` slots filled."""
+    return fill_passages(rule.summary)
 
-
-def fill_passages(text: str) -> str:
-    """`text` with each `{{name}}` replaced by the first ecosystem's passage of that name; a slot no
-    ecosystem fills is an error (a page must not ship with a hole)."""
-    from dtype_lint.ecosystems.registry import passages
-
-    known = passages()
-
-    def passage(match: re.Match) -> str:
-        if match.group(1) not in known:
-            raise KeyError(f"no ecosystem fills the rule page's slot {{{{{match.group(1)}}}}}")
-        return known[match.group(1)]
-
-    return _SLOT.sub(passage, text)

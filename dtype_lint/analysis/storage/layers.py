@@ -49,7 +49,7 @@ from dtype_lint.analysis.index.construction_forms import (
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, BACKEND_MARK, NON_COMPUTE, StorageModel, storage_evidence
 from dtype_lint.core.findings import Evidence
-from dtype_lint.ecosystems.registry import model_dtype_attributes, plugins
+from dtype_lint.ecosystems.registry import model_dtype_attributes, optional, plugins
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
@@ -164,7 +164,7 @@ class LayerResolver:
             return Instance(None)
         if isinstance(expr, ast.Subscript):  # `self.mlp[0]` of an `nn.Sequential(...)` in a family's code
             for family in plugins("family"):
-                item = family.sequential_item(self, expr, scope, depth, this)
+                item = optional(family, "family", "sequential_item")(self, expr, scope, depth, this)
                 if item is not None:
                     return item
         if isinstance(expr, ast.Attribute):
@@ -368,7 +368,7 @@ class LayerResolver:
         if not qualname:
             return False
         mro = self.index.mro(qualname)
-        return any(family.layer_kind(mro) is not None for family in plugins("family")) \
+        return any(optional(family, "family", "layer_kind")(mro) is not None for family in plugins("family")) \
             or self.index.quantizable_verdict(qualname).yes \
             or self.quant_root(qualname) is not None
 

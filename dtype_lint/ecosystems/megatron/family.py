@@ -134,19 +134,3 @@ def claims(evidence) -> bool:
 def backend_words(evidence, default: str) -> str:
     """modelopt's storages; after the reason where the spec could not be read."""
     return words_after_reason(ModeloptEvidence, evidence, default, "if it is a linear modelopt quantizes")
-
-
-def layer_kind(mro: list[str]) -> str | None:
-    return None  # its layers are known by their spec, not by a torch leaf class
-
-
-def sequential_item(resolver, expr, scope, depth: int, this):
-    return None
-
-
-def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
-    return None
-
-
-def first_parameter_holder(resolver, layer, scope, text: str) -> str:
-    return ""

@@ -115,15 +115,3 @@ def claims(evidence) -> bool:
 def backend_words(evidence, default: str) -> str:
     """The quantizers' storages; after the reason where the model could not be told."""
     return words_after_reason(QuantizerEvidence, evidence, default, "if so")
-
-
-def sequential_item(resolver, expr, scope, depth: int, this):
-    return None
-
-
-def first_parameter(resolver, inst, depth: int = 0, layer=None, scope=None):
-    return None
-
-
-def first_parameter_holder(resolver, layer, scope, text: str) -> str:
-    return ""
