@@ -620,7 +620,8 @@ class RuleContext:
             there: tuple[Evidence, ...] = (Evidence(f"there: `{use.text}`", use.path, use.line),)
         else:
             message, there = f"`{use.text}` {verb} {source}", ()
-        self.report(anchor.node, f"{message}: the storage dtype of quantizable layer `{layer}` {storage_dtypes(evidence)}",
+        self.report(anchor.node,
+                    f"{message}: the storage dtype of quantizable layer `{layer}` {storage_dtypes(evidence)}",
                     confidence=confidence, evidence=(handed, *there, *evidence),
                     no_fix_reason="the weight is handed in from another function; take the compute dtype where it "
                                   "is handed over (route it through the helper by hand)")
