@@ -51,6 +51,7 @@ from dtype_lint.analysis.storage.layers import LayerResolver
 from dtype_lint.analysis.storage.storage_model import ABSENT, backends_unknown, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
+from dtype_lint.core.regions import BLANKED
 from dtype_lint.core.source import SourceFile
 from dtype_lint.ecosystems.registry import default_words, family_of, optional, planner_of, plugins
 
@@ -391,7 +392,10 @@ class RuleFacts:
 
     @cached_property
     def _function_spans(self) -> list[tuple[int, int, str]]:
-        return sorted((c.fn.lineno, c.fn.end_lineno or c.fn.lineno, c.scope_name) for c in self._all_functions)
+        # A blanked body (core/regions.py) still spans its real lines: a site found in it through
+        # a value flow (the real function read back) belongs to it.
+        return sorted((c.fn.lineno, max(c.fn.end_lineno or c.fn.lineno, getattr(c.fn, BLANKED, 0) or 0), c.scope_name)
+                      for c in self._all_functions)
 
     def scope_of(self, node: ast.expr | ast.stmt) -> str:
         """The qualified name of the innermost function holding `node` ("<module>" outside any):
@@ -564,10 +568,18 @@ class RuleContext:
         """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",
         "alloc"), when the layer may be quantized."""
         for flow in self.flows.flows(call, c.scope):
-            if flow.use.kind != kind:
+            # A weight handed over (not its dtype): its dtype is also reported where it is taken,
+            # in this file (analysis/flow/flows.py, `anchors`).
+            taken = [use for use in flow.uses if use.kind == kind and use.what == "weight"
+                     and flow.use.what == "weight"]
+            if flow.use.kind != kind and not taken:
                 continue
             verdict = self.layer_verdict(flow.layer, c, site=call)
             if verdict is None:
+                continue
+            for use in taken:
+                self._report_handed_use(flow, use, c, call, verdict, what)
+            if flow.use.kind != kind:
                 continue
             confidence, evidence = verdict
             handed = f", handed on to `{flow.use.via}`" if flow.use.via else ""
@@ -583,6 +595,36 @@ class RuleContext:
                 confidence=confidence, evidence=(use, *evidence),
                 no_fix_reason="the dtype is used in another function; route it through the helper by hand",
             )
+
+    def _report_handed_use(self, flow, use, c: Candidate, call: ast.Call,
+                           verdict: tuple[str, tuple[Evidence, ...]], what: str) -> None:
+        """Report where the dtype of a weight handed over at `call` (in `c`) is taken, at the
+        nearest of the use's anchors in this file: the callee's cast or allocation that reads the
+        parameter's `.dtype`, or the argument that passes that dtype on. A use in another file
+        stays the evidence of the handing call only."""
+        anchor = next((a for a in use.anchors if a.path == self.source.path), None)
+        if anchor is None or anchor.node is flow.arg:
+            return
+        confidence, evidence = verdict
+        layer = ast.unparse(flow.layer)
+        line = flow.arg.lineno
+        onward = f" and on to `{use.via}`" if use.via and not anchor.via else ""
+        handed = Evidence(f"`{use.param}` is `{ast.unparse(flow.arg)}`, handed to `{flow.callee}` in "
+                          f"`{c.scope_name}`", self.source.path, line)
+        source = f"the dtype of `{layer}.weight`, handed to `{flow.callee}` at line {line}{onward}"
+        verb = "casts a weight to" if use.kind == "cast" and use.sink == "weight" else what
+        if anchor.via:
+            passed = ast.unparse(anchor.node)
+            passed = f"`{passed}`, {source}," if anchor.of_dtype else f"`{passed}` ({source})"
+            message = f"{passed} is passed to `{anchor.via}`, which {verb} {'it' if anchor.of_dtype else 'its dtype'}"
+            there: tuple[Evidence, ...] = (Evidence(f"there: `{use.text}`", use.path, use.line),)
+        else:
+            message, there = f"`{use.text}` {verb} {source}", ()
+        self.report(anchor.node,
+                    f"{message}: the storage dtype of quantizable layer `{layer}` {storage_dtypes(evidence)}",
+                    confidence=confidence, evidence=(handed, *there, *evidence),
+                    no_fix_reason="the weight is handed in from another function; take the compute dtype where it "
+                                  "is handed over (route it through the helper by hand)")
 
     @property
     def helpers(self):

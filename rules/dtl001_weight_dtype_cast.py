@@ -12,7 +12,8 @@ functions whose text holds `weight`), or to an attribute an object stored a laye
 in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
 `pixels.type(self.vision_tower.dtype)` in another method or class; or a weight, `self.w = L.weight`);
 `L.weight` (or its dtype) passed into a project function that casts an activation to it, or hands
-it on to one that does (docs/quantizability.md, section 4). Where what is converted is a stored weight instead
+it on to one that does; a weight handed over is also reported where its dtype is taken in the same
+file (the callee's `x.to(w.dtype)`, or the argument passing `self.w.dtype` on; docs/quantizability.md, section 4). Where what is converted is a stored weight instead
 (`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
 "weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains a quant method from a
 config (read from the code, or configured), a config may reach its construction, and no dominating check proves it

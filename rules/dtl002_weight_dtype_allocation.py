@@ -7,7 +7,8 @@ Flags allocations and kernel outputs whose dtype comes from a quantizable layer'
 `L.weight.new_zeros(...)` (and `new_empty/ones/full/tensor`) without a `dtype=` — also through
 local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks, and `L.weight` (or its
 dtype) passed into a project function that allocates with it, or that hands it on to one that
-does (two calls down), and a dtype an object stored from a layer's weight
+does (two calls down; a weight handed over is also reported where its dtype is taken in the same
+file: the argument passing a kept `self.w.dtype` on), and a dtype an object stored from a layer's weight
 (`self.dtype = self.proj.weight.dtype`, or `self.w = self.proj.weight`) read as an attribute chain
 from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:

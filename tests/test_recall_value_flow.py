@@ -258,10 +258,13 @@ TWO_CALLS = """\
 def test_a_dtype_handed_on_is_followed_two_calls_down(tmp_path):
     root = _project(tmp_path, {"proj/two.py": TWO_CALLS.format(build=QUANTIZABLE)})
     found = {(code, line): message for code, _path, line, message in _findings(root, "DTL001", "DTL002")}
-    assert sorted(found) == [("DTL001", 49), ("DTL002", 48), ("DTL002", 52)], found
+    assert sorted(found) == [("DTL001", 49), ("DTL002", 39), ("DTL002", 48), ("DTL002", 52)], found
     assert "`self.proj.weight.dtype` is passed to `step`, which allocates a tensor in it" in found[("DTL002", 48)]
     assert "`self.proj.weight.dtype` is passed to `step_cast`, which casts an activation to it" in found[("DTL001", 49)]
     assert "`self.proj.weight` is passed to `Sampler`, which allocates a tensor in its dtype" in found[("DTL002", 52)]
+    # and where the kept weight's dtype is taken and handed on, in the same file (test_recall_handed_layers.py)
+    assert found[("DTL002", 39)].startswith("`probs_dtype`, the dtype of `self.proj.weight`, handed to `Sampler` at "
+                                            "line 52, is passed to `allocate`, which allocates a tensor in it")
     # `step_plain` hands the dtype to a function that ignores it; `three` is three calls down: neither is followed.
     run = dtl(root, "check", ".", "--no-cache", "--output-format", "json", "--exit-zero", "--select", "DTL002")
     evidence = {f["line"]: f["evidence"][0] for f in json.loads(run.stdout)["findings"]}
@@ -338,7 +341,10 @@ def test_a_model_state_typed_nn_module_is_resolved_from_its_files_model_class(tm
     root = _project(tmp_path, {"proj/state.py": STATE.format(config="quant_config", more=""), "proj/stats.py": STATS})
     run = dtl(root, "check", ".", "--no-cache", "--output-format", "json", "--exit-zero")
     findings = json.loads(run.stdout)["findings"]
-    assert [(f["code"], f["path"], f["line"]) for f in findings] == [("DTL002", "proj/state.py", 35)], run.stdout
+    # the handover, and where the kept weight's dtype is handed on (test_recall_handed_layers.py)
+    assert sorted((f["code"], f["path"], f["line"]) for f in findings) == [("DTL002", "proj/state.py", 26),
+                                                                           ("DTL002", "proj/state.py", 35)], run.stdout
+    findings = [f for f in findings if f["line"] == 35]
     evidence = [(e["path"], e["line"], e["message"]) for e in findings[0]["evidence"]]
     assert evidence[0][:2] == ("proj/stats.py", 5) and "handed on to `sample_stats`" in evidence[0][2]
     assert ("proj/state.py", 17, "a value typed `nn.Module`, its `.model`: `ForGeneration` is the only module "

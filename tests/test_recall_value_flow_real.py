@@ -88,3 +88,19 @@ def test_diffusion_gemma_embedding_handed_through_the_nn_module_state_is_reporte
     assert any("`DiffusionGemmaForConditionalGeneration` is the only module class of this file that builds "
                "`self.model`" in m for m in messages), messages
     assert any("`self.embed_tokens = VocabParallelEmbedding(...)` with a quantization config" in m for m in messages)
+
+
+def test_diffusion_gemma_sampler_sites_are_reported_where_the_handed_weights_dtype_is_taken(vllm_0340, report):
+    # Issue #39's labelled sites (0.33.0 :601, :1532, :1535; here 0.34.0's lines, found in its text):
+    # the step's cast to `embed_weight.dtype`, and `probs_dtype = self.embed_weight.dtype` handed
+    # to the row statistics (which allocate in it) and to their reference twin (which casts to it).
+    cast = _lines(vllm_0340, DIFFUSION, r"\]\.to\(embed_weight\.dtype\)$")
+    stats = _lines(vllm_0340, DIFFUSION, r"= sample_row_stats\(tile_logits, temp, W, seed, probs_dtype\)$")
+    reference = [line + 1 for line in _lines(vllm_0340, DIFFUSION, r"= sample_row_stats_reference\($")]
+    handed = _lines(vllm_0340, DIFFUSION, r"^\s*embed_weight=embed_tokens\.weight,$")
+    assert len(cast) == len(stats) == len(reference) == len(handed) == 1
+    found = _at(report, DIFFUSION)
+    for line, code in ((cast[0], "DTL001"), (stats[0], "DTL002"), (reference[0], "DTL001")):
+        assert line in found and found[line]["code"] == code, (line, sorted(found))
+        assert f"handed to `DiffusionSampler` at line {handed[0]}" in found[line]["message"]
+        assert found[line]["evidence"][0]["line"] == handed[0]

@@ -104,6 +104,10 @@ def test_embeddings_values_and_getters(findings):
     flows = [f for f in sampler.values() if "is passed to" in f["message"]]
     assert {f["message"].split("`")[3] for f in flows} == {"soft_embed", "Sampler"}
     assert any("new_zeros" in f["message"] for f in sampler.values())
+    # and where the handed weight's dtype is taken, in this file: `soft_embed`'s cast
+    taken = sampler[line_of("models/sampler.py", "probs.to(embed_weight.dtype)")]
+    assert taken["code"] == "DTL001" and taken["scope"] == "soft_embed"
+    assert "the dtype of `self.embed_tokens.weight`, handed to `soft_embed` at line 30" in taken["message"]
 
 
 def test_a_family_that_never_quantizes_a_layer_type(findings):

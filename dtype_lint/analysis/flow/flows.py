@@ -9,6 +9,11 @@ dtype (or the weight, or the weight's dtype) on to another project function is f
 further (`f(x, dtype)` calling `g(y, dtype)` that allocates with it; a constructor keeping the
 weight as `self.w` whose method passes `self.w.dtype` to a function that allocates: vLLM's
 `sample_row_stats(..., probs_dtype)`), and no further: two calls down from the reported call.
+
+A weight handed over (not its dtype) has its dtype taken further along, where the reported call
+cannot show it: each use keeps where that happens (`anchors`: the cast or allocation that reads
+`param.dtype`, or the argument that passes `self.w.dtype` on), so the rules also report it there
+when it is in the file of the handing call (DiffusionGemma's sampler step, its row statistics).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dtype_lint.analysis.flow.recognisers import (
     alloc_dtype_keywords,
@@ -46,6 +51,19 @@ class CalleeUse:
     text: str  # the use, as written
     sink: str = ACTIVATION  # what a cast converts (analysis/flow/sinks.py): an activation, or a weight
     via: str = ""  # the function the value was handed on to, where the use is one call further
+    # Where the weight's dtype is taken, nearest first: the use itself (a cast or allocation that
+    # reads `param.dtype`), or an argument that hands the dtype (or the weight) on to `via`.
+    anchors: tuple[Anchor, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A node where a handed weight's dtype is used: `via` empty, the cast or allocation itself;
+    else an argument passing the weight's dtype (`of_dtype`) or the weight on to the function `via`."""
+    path: str
+    node: ast.expr = field(compare=False)
+    via: str = ""
+    of_dtype: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,7 +83,8 @@ class Flow:
     arg: ast.expr  # the argument at the call
     layer: ast.expr  # the layer whose weight (or dtype) it is
     callee: str
-    use: CalleeUse
+    use: CalleeUse  # the first use of the kind the argument is (its dtype, or the weight)
+    uses: tuple[CalleeUse, ...] = ()  # every such use, the first included
 
 
 class Flows:
@@ -117,10 +136,9 @@ class Flows:
                 continue
             uses = self._class_uses(cls, param) if cls is not None else \
                 self._param_uses(function_node, path, param, callee.module)
-            for use in uses:
-                if use.what == what:
-                    out.append(Flow(arg, layer, name, use))
-                    break
+            matching = tuple(use for use in uses if use.what == what)
+            if matching:
+                out.append(Flow(arg, layer, name, matching[0], matching))
         return out
 
     def _method_of(self, classes, method: str) -> "_Callee | None":
@@ -207,20 +225,21 @@ class Flows:
                 if not isinstance(node, ast.Call):
                     continue
                 uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
-                                   _sink(kind, node, scope))
+                                   _sink(kind, node, scope), anchors=(Anchor(class_facts.path, node),))
                          for kind, d in _dtype_args(node) if _dtype_of(d, is_attr, scope)]
                 # `self.X` handed on (its weight uses), or `self.X.dtype` handed on (the callee's
                 # dtype uses: `sample_row_stats(logits, probs_dtype)` with
                 # `probs_dtype = self.embed_weight.dtype if c else None`): one call further.
-                uses += self._handed_on(node, scope, is_attr, param, module, HAND_ON_DEPTH, weight_only=True)
+                uses += self._handed_on(node, scope, is_attr, param, module, HAND_ON_DEPTH, class_facts.path,
+                                        weight_only=True)
         return uses
 
     def _handed_on(self, call: ast.Call, scope: FunctionScope, is_value, param: str, module: str | None,
-                   depth: int, weight_only: bool = False) -> list[CalleeUse]:
+                   depth: int, path: str, weight_only: bool = False) -> list[CalleeUse]:
         """The uses a project function makes of what `call` hands it: the value `is_value` accepts
         itself (its uses as they are; only its weight uses with `weight_only`, for a value known to
         be a weight), or that value's `.dtype` (its "dtype" uses, which are then uses of the
-        weight). Relabelled as uses of `param`, where they happen."""
+        weight). Relabelled as uses of `param`, where they happen; `path`: the file of `call`."""
         positional = [(index, arg) for index, arg in enumerate(call.args) if not isinstance(arg, ast.Starred)]
         keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
         handed = [(key, arg, is_value(arg)) for key, arg in positional + keywords
@@ -231,15 +250,19 @@ class Flows:
         if callee is None or callee.cls is not None:
             return []
         uses: list[CalleeUse] = []
-        for key, _arg, itself in handed:
+        for key, arg, itself in handed:
             inner = key if isinstance(key, str) else (callee.params[key] if key < len(callee.params) else None)
             if inner is None:
                 continue
+            passed = Anchor(path, arg, callee.name, of_dtype=not itself)
             for use in self._param_uses(callee.fn, callee.path, inner, callee.module, depth):
                 if itself and (use.what == "weight" or not weight_only):
-                    uses.append(dataclasses.replace(use, param=param, via=use.via or callee.name))
-                elif not itself and use.what == "dtype":  # the dtype of the weight `param` holds
-                    uses.append(dataclasses.replace(use, what="weight", param=param, via=use.via or callee.name))
+                    # the value itself: its dtype is taken where the callee uses it, else here
+                    uses.append(dataclasses.replace(use, param=param, via=use.via or callee.name,
+                                                    anchors=(*use.anchors, passed)))
+                elif not itself and use.what == "dtype":  # the dtype of the weight `param` holds, taken here
+                    uses.append(dataclasses.replace(use, what="weight", param=param, via=use.via or callee.name,
+                                                    anchors=(passed,)))
         return uses
 
     def _param_uses(self, fn, path: str, param: str, module: str | None = None, depth: int = 0) -> list[CalleeUse]:
@@ -267,19 +290,20 @@ class Flows:
             for kind, d in _dtype_args(node):
                 if is_param(d):
                     uses.append(CalleeUse(kind, "dtype", param, path, node.lineno, ast.unparse(node),
-                                          _sink(kind, node, scope)))
+                                          _sink(kind, node, scope), anchors=(Anchor(path, node),)))
                 elif _dtype_of(d, is_param, scope):
                     uses.append(CalleeUse(kind, "weight", param, path, node.lineno, ast.unparse(node),
-                                          _sink(kind, node, scope)))
+                                          _sink(kind, node, scope), anchors=(Anchor(path, node),)))
             callee = node.func
             if isinstance(callee, ast.Attribute) and callee.attr in NEW_LIKE and is_param(callee.value) \
                     and not any(kw.arg == "dtype" for kw in node.keywords):
-                uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node)))
+                uses.append(CalleeUse("alloc", "weight", param, path, node.lineno, ast.unparse(node),
+                                      anchors=(Anchor(path, node),)))
         if depth < HAND_ON_DEPTH and module is not None:
             # Its own uses first: a flow reports the first use of the kind it asks for.
             for node in nodes:
                 if isinstance(node, ast.Call) and id(node) not in replacements:
-                    uses += self._handed_on(node, scope, is_param, param, module, depth + 1)
+                    uses += self._handed_on(node, scope, is_param, param, module, depth + 1, path)
         return uses
 
 
