@@ -239,8 +239,11 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 sub_parts = [] if sub_abs == src else (parts or []) + [name]
             elif parts is not None:
                 sub_parts = parts + [name]
-            elif os.path.exists(os.path.join(e.path, "__init__.py")):
-                sub_parts = [name]  # the topmost package: its parent is where it is imported from
+            elif os.path.exists(os.path.join(e.path, "__init__.py")) or (
+                    _below(sub_abs, root_abs) and is_namespace_folder(sub_abs)):
+                # the topmost package (or the namespace folder above it): its parent is where it
+                # is imported from
+                sub_parts = [name]
             else:
                 sub_parts = None
             subdirs.append((e.path, _join(rel_dir, name), os.path.join(real_dir, name), sub_abs, sub_parts, ignores))
@@ -360,4 +363,64 @@ def _import_root(directory: str, root: str | None) -> str | None:
         if parent == d or (root is not None and d == root):
             break
         d = parent
+    # A namespace folder above the topmost package (or holding the file) is part of the name:
+    # flash-linear-attention's wheel ships `fla/layers/` and `fla/models/` with no
+    # `fla/__init__.py` (fla-core provides it), and its files import `fla.layers.X`.
+    candidate = directory if top is None else os.path.dirname(top)
+    while candidate != root and _below(candidate, root) and is_namespace_folder(candidate):
+        top = candidate
+        candidate = os.path.dirname(candidate)
     return os.path.dirname(top) if top is not None else None
+
+
+def _below(folder: str, root: str | None) -> bool:
+    """Is `folder` strictly inside `root` (anywhere but a filesystem root when no root is given)?
+    The root itself is never a namespace folder: its parent is outside the project."""
+    if root is None:
+        return os.path.dirname(folder) != folder
+    return folder.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# A file of the folder's sub-packages that imports through the folder's own name.
+_SELF_IMPORT = r"^[ \t]*(?:from|import)[ \t]+{name}\."
+_SELF_IMPORT_FILES = 64  # files read per namespace folder at most: a few ms, once per run
+_NESTING = 2  # namespace folders inside a namespace folder (`a/b/pkg`, imported `a.b.pkg`)
+
+
+@functools.lru_cache(maxsize=1024)
+def is_namespace_folder(folder: str, depth: int = 0) -> bool:
+    """Is `folder` a namespace package (PEP 420) its sub-packages are imported through: no
+    `__init__.py`, a sub-folder that is a package (or such a namespace folder itself), and a
+    file of those sub-packages that imports `<folder name>.`? A folder of loose packages that
+    never names itself (`tests/` holding `tests/models/__init__.py`, run from `tests/`) is not:
+    its packages stay top-level as they are imported. `depth`: namespace folders nested in it
+    so far (at most _NESTING: a data folder of many plain folders is not searched through)."""
+    name = os.path.basename(folder)
+    if not name.isidentifier() or name in DEFAULT_EXCLUDES or depth > _NESTING or \
+            os.path.exists(os.path.join(folder, "__init__.py")):
+        return False
+    try:
+        subfolders = sorted(e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return False
+    packages = [sub for sub in subfolders if os.path.exists(os.path.join(sub, "__init__.py"))
+                or is_namespace_folder(sub, depth + 1)]
+    if not packages:
+        return False
+    pattern = re.compile(_SELF_IMPORT.format(name=re.escape(name)), re.MULTILINE)
+    budget = _SELF_IMPORT_FILES
+    for package in packages:
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames.sort()
+            budget -= 1  # a folder listed counts as a file read: a tree of empty folders ends too
+            for file in sorted(f for f in filenames if f.endswith(".py")):
+                if budget <= 0:
+                    return False
+                budget -= 1
+                try:
+                    with open(os.path.join(dirpath, file), encoding="utf-8", errors="replace") as handle:
+                        if pattern.search(handle.read()):
+                            return True
+                except OSError:
+                    continue
+    return False
