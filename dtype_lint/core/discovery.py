@@ -340,6 +340,25 @@ def module_name(path: str, root: str | os.PathLike | None = None) -> str:
     return ".".join(parts)
 
 
+def top_package(module: str, path: str) -> str:
+    """The package a file's own helper belongs in: the module's first component, or through the
+    namespace folders above it to its first regular package (`fla.layers` for `fla/layers/x.py`
+    when `fla/` has no `__init__.py`: the wheel ships `fla/layers/`, not a file put in `fla/`).
+    "" for a top-level module."""
+    if "." not in module:
+        return ""
+    parts = module.split(".")
+    folder = os.path.dirname(os.path.abspath(path))
+    below = len(parts) - (0 if os.path.basename(path) == "__init__.py" else 1)
+    base = folder
+    for _ in range(below):
+        base = os.path.dirname(base)
+    for depth in range(1, below + 1):
+        if os.path.exists(os.path.join(base, *parts[:depth], "__init__.py")):
+            return ".".join(parts[:depth])
+    return parts[0]
+
+
 def import_root(path: str, root: str | os.PathLike | None = None) -> str | None:
     """The folder `path`'s package is imported from (see module_name), or None for a file with
     no package above it."""
