@@ -15,8 +15,10 @@ Read from the project root's configuration, first found wins per setting:
 Two uses: `import_edit` puts the helper's import into its isort section (first-party imports in
 their own block after the third-party one, never appended to it), and `wrap_long_lines` breaks an
 added line that is longer than the line length the way Black and `ruff format` do (the last
-bracket pair first, then one element per line with a magic trailing comma). Only lines the fix
-added are touched, and a wrap must leave the module's AST unchanged, or it is not made.
+bracket pair first, then one element per line with a magic trailing comma; a `return X` or
+`target = X` ending in no bracket gets parentheses of its own). Only lines the fix added are
+touched, and a wrap must leave the module's AST unchanged, or it is not made. `fit_docstrings`
+re-fills a created helper's docstrings to the line length (the templates are written to 100).
 """
 
 from __future__ import annotations
