@@ -32,7 +32,7 @@ from tiny_project import fix_project, json_findings, write_tree
 from dtype_lint.core.discovery import discover_files, module_name
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE, NEW_HF_HELPER_TEXT
 from dtype_lint.ecosystems.megatron.helper import HELPER_SOURCE, NEW_HELPER_TEXT
-from dtype_lint.fix.formatting import fit_docstrings, wrap_long_lines
+from dtype_lint.fix import formatting
 
 ROOT = Path(__file__).resolve().parents[1]
 JOURNEYS = ROOT / "fixtures" / "journeys"
@@ -233,7 +233,7 @@ def test_a_family_fix_adds_no_ruff_finding_at_the_projects_settings(tmp_path, jo
                          ids=["hf-new", "hf-appended", "megatron-new", "megatron-appended"])
 @pytest.mark.parametrize("length", [88, 79])
 def test_each_helper_template_fits_the_projects_line_length(template, length):
-    fitted = fit_docstrings(template, length)
+    fitted = formatting.fit_docstrings(template, length)
     # Only the docstrings are re-filled (the code is the template's); every docstring row fits.
     assert ast.dump(_code_only(ast.parse(fitted))) == ast.dump(_code_only(ast.parse(template)))
     tree = ast.parse(fitted)
@@ -243,7 +243,7 @@ def test_each_helper_template_fits_the_projects_line_length(template, length):
     assert all(len(rows[row - 1]) <= length for row in docstring_rows), fitted
     assert ast.get_docstring(tree.body[-1]).split() == ast.get_docstring(ast.parse(template).body[-1]).split()
     # A project at a longer line length (transformers' 119) gets the template unchanged.
-    assert fit_docstrings(template, 119) == template and fit_docstrings(template, None) == template
+    assert formatting.fit_docstrings(template, 119) == template and formatting.fit_docstrings(template, None) == template
 
 
 def _code_only(tree: ast.Module) -> ast.Module:
@@ -260,7 +260,7 @@ def _code_only(tree: ast.Module) -> ast.Module:
 def test_a_lengthened_statement_ending_in_no_bracket_is_wrapped_in_parentheses(statement):
     original = "def forward(self, x):\n    if x is not None:\n        " + "return x\n"
     text = "def forward(self, x):\n    if x is not None:\n        " + statement + "\n"
-    wrapped = wrap_long_lines(original, text, 88)
+    wrapped = formatting.wrap_long_lines(original, text, 88)
     assert wrapped != text and all(len(row) <= 88 for row in wrapped.splitlines()), wrapped
     assert ast.dump(ast.parse(wrapped)) == ast.dump(ast.parse(text))
     assert wrapped.splitlines()[2].endswith(" (") and wrapped.splitlines()[-1] == "        )"
