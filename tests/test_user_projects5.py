@@ -119,6 +119,12 @@ def test_a_namespace_folder_that_imports_itself_is_the_top_of_module_names(tmp_p
                                             "suite/models/a.py": "X = 1\n"})
     assert module_name(str(loose / "suite/models/a.py"), loose) == "models.a"
     assert {f.module for f in discover_files([str(loose)], (), loose)} == {"models", "models.a"}
+    # A distribution folder named as its package (a monorepo's `packages/alpha/alpha/`): its files
+    # import `alpha.layers`, the package's own name, not the folder's `alpha.alpha`.
+    repo = write_tree(tmp_path / "repo", {"packages/alpha/alpha/__init__.py": "",
+                                          "packages/alpha/alpha/layers.py": "X = 1\n",
+                                          "packages/alpha/alpha/model.py": "from alpha.layers import X\n"})
+    assert module_name(str(repo / "packages/alpha/alpha/model.py"), repo) == "alpha.model"
 
 
 def test_a_layer_in_a_namespace_package_is_reported_and_fixed_inside_its_package(tmp_path):

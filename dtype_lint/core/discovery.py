@@ -400,8 +400,10 @@ def _below(folder: str, root: str | None) -> bool:
     return folder.startswith(root.rstrip(os.sep) + os.sep)
 
 
-# A file of the folder's sub-packages that imports through the folder's own name.
-_SELF_IMPORT = r"^[ \t]*(?:from|import)[ \t]+{name}\."
+# A file of a sub-package that imports it through the folder's name (`from fla.layers.utils
+# import`, scanning `fla/layers/`): the sub-package's own name must follow, since a distribution
+# folder named as its package (`packages/alpha/alpha/`) holds files importing `alpha.layers`.
+_SELF_IMPORT = r"^[ \t]*(?:from|import)[ \t]+{name}\.{package}\b"
 _SELF_IMPORT_FILES = 64  # files read per namespace folder at most: a few ms, once per run
 _NESTING = 2  # namespace folders inside a namespace folder (`a/b/pkg`, imported `a.b.pkg`)
 
@@ -410,7 +412,7 @@ _NESTING = 2  # namespace folders inside a namespace folder (`a/b/pkg`, imported
 def is_namespace_folder(folder: str, depth: int = 0) -> bool:
     """Is `folder` a namespace package (PEP 420) its sub-packages are imported through: no
     `__init__.py`, a sub-folder that is a package (or such a namespace folder itself), and a
-    file of those sub-packages that imports `<folder name>.`? A folder of loose packages that
+    file of such a sub-package that imports `<folder name>.<sub-package name>`? A folder of loose packages that
     never names itself (`tests/` holding `tests/models/__init__.py`, run from `tests/`) is not:
     its packages stay top-level as they are imported. `depth`: namespace folders nested in it
     so far (at most _NESTING: a data folder of many plain folders is not searched through)."""
@@ -426,9 +428,10 @@ def is_namespace_folder(folder: str, depth: int = 0) -> bool:
                 or is_namespace_folder(sub, depth + 1)]
     if not packages:
         return False
-    pattern = re.compile(_SELF_IMPORT.format(name=re.escape(name)), re.MULTILINE)
     budget = _SELF_IMPORT_FILES
     for package in packages:
+        pattern = re.compile(_SELF_IMPORT.format(name=re.escape(name), package=re.escape(os.path.basename(package))),
+                             re.MULTILINE)
         for dirpath, dirnames, filenames in os.walk(package):
             dirnames.sort()
             budget -= 1  # a folder listed counts as a file read: a tree of empty folders ends too
