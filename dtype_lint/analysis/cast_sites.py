@@ -26,11 +26,38 @@ def cast_weight_dtype(arg: ast.expr, scope: FunctionScope, call: ast.Call) -> We
     return None
 
 
+# Tensor methods that return their tensor converted (or itself): what they convert is what the
+# cast converts, so `w.data.to(torch.float32).to(dtype)` casts the weight `w`.
+_CONVERSIONS = frozenset({"to", "float", "half", "bfloat16", "double", "type", "contiguous", "clone", "detach"})
+
+
+def _converted_tensor(receiver: ast.expr) -> ast.expr:
+    """The tensor a cast's receiver is made of, through conversions and `torch.nn.init` calls
+    (`nn.init.orthogonal_(w)` fills `w` in place and returns it): an initialiser that writes a
+    weight back in its own dtype (`L.weight.data = nn.init.orthogonal_(L.weight.data.float())
+    .to(dtype)`) casts the weight, not an activation."""
+    while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+        func = receiver.func
+        if func.attr in _CONVERSIONS:
+            receiver = func.value
+        elif func.attr.endswith("_") and isinstance(func.value, ast.Attribute) and func.value.attr == "init" \
+                and receiver.args:
+            receiver = receiver.args[0]
+        else:
+            break
+    return receiver
+
+
 def receiver_is_parameter(call: ast.Call, layer: ast.expr) -> bool:
     """`layer.weight.to(...)`, `param.data.to(...)`, `layer.weight_scale.to(...)`: casting a layer's
     stored parameters is not an activation cast. (A scale buffer of another module multiplied
     into activations, `self.embed_scale.to(...)`, is.)"""
-    receiver = call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
+    direct = call.func.value  # type: ignore[attr-defined]  # a method cast: func is an Attribute
+    receiver = _converted_tensor(direct)
+    if receiver is not direct:
+        # Through conversions only a parameter read as such counts (`L.weight.data.float()`):
+        # `attn_weights.float()` or a local named `data` may be an activation.
+        return isinstance(receiver, ast.Attribute) and receiver.attr in ("weight", "bias", "data")
     last = (receiver.attr if isinstance(receiver, ast.Attribute)
             else receiver.id if isinstance(receiver, ast.Name) else "")
     if last in ("weight", "bias", "data") or "weight" in last:

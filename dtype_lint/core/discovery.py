@@ -239,8 +239,11 @@ def _walk(top: str, top_rel: str, excluder: Excluder, root_abs: str, add, temps:
                 sub_parts = [] if sub_abs == src else (parts or []) + [name]
             elif parts is not None:
                 sub_parts = parts + [name]
-            elif os.path.exists(os.path.join(e.path, "__init__.py")):
-                sub_parts = [name]  # the topmost package: its parent is where it is imported from
+            elif os.path.exists(os.path.join(e.path, "__init__.py")) or (
+                    _below(sub_abs, root_abs) and is_namespace_folder(sub_abs)):
+                # the topmost package (or the namespace folder above it): its parent is where it
+                # is imported from
+                sub_parts = [name]
             else:
                 sub_parts = None
             subdirs.append((e.path, _join(rel_dir, name), os.path.join(real_dir, name), sub_abs, sub_parts, ignores))
@@ -337,6 +340,25 @@ def module_name(path: str, root: str | os.PathLike | None = None) -> str:
     return ".".join(parts)
 
 
+def top_package(module: str, path: str) -> str:
+    """The package a file's own helper belongs in: the module's first component, or through the
+    namespace folders above it to its first regular package (`fla.layers` for `fla/layers/x.py`
+    when `fla/` has no `__init__.py`: the wheel ships `fla/layers/`, not a file put in `fla/`).
+    "" for a top-level module."""
+    if "." not in module:
+        return ""
+    parts = module.split(".")
+    folder = os.path.dirname(os.path.abspath(path))
+    below = len(parts) - (0 if os.path.basename(path) == "__init__.py" else 1)
+    base = folder
+    for _ in range(below):
+        base = os.path.dirname(base)
+    for depth in range(1, below + 1):
+        if os.path.exists(os.path.join(base, *parts[:depth], "__init__.py")):
+            return ".".join(parts[:depth])
+    return parts[0]
+
+
 def import_root(path: str, root: str | os.PathLike | None = None) -> str | None:
     """The folder `path`'s package is imported from (see module_name), or None for a file with
     no package above it."""
@@ -360,4 +382,67 @@ def _import_root(directory: str, root: str | None) -> str | None:
         if parent == d or (root is not None and d == root):
             break
         d = parent
+    # A namespace folder above the topmost package (or holding the file) is part of the name:
+    # flash-linear-attention's wheel ships `fla/layers/` and `fla/models/` with no
+    # `fla/__init__.py` (fla-core provides it), and its files import `fla.layers.X`.
+    candidate = directory if top is None else os.path.dirname(top)
+    while candidate != root and _below(candidate, root) and is_namespace_folder(candidate):
+        top = candidate
+        candidate = os.path.dirname(candidate)
     return os.path.dirname(top) if top is not None else None
+
+
+def _below(folder: str, root: str | None) -> bool:
+    """Is `folder` strictly inside `root` (anywhere but a filesystem root when no root is given)?
+    The root itself is never a namespace folder: its parent is outside the project."""
+    if root is None:
+        return os.path.dirname(folder) != folder
+    return folder.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# A file of a sub-package that imports it through the folder's name (`from fla.layers.utils
+# import`, scanning `fla/layers/`): the sub-package's own name must follow, since a distribution
+# folder named as its package (`packages/alpha/alpha/`) holds files importing `alpha.layers`.
+_SELF_IMPORT = r"^[ \t]*(?:from|import)[ \t]+{name}\.{package}\b"
+_SELF_IMPORT_FILES = 64  # files read per namespace folder at most: a few ms, once per run
+_NESTING = 2  # namespace folders inside a namespace folder (`a/b/pkg`, imported `a.b.pkg`)
+
+
+@functools.lru_cache(maxsize=1024)
+def is_namespace_folder(folder: str, depth: int = 0) -> bool:
+    """Is `folder` a namespace package (PEP 420) its sub-packages are imported through: no
+    `__init__.py`, a sub-folder that is a package (or such a namespace folder itself), and a
+    file of such a sub-package that imports `<folder name>.<sub-package name>`? A folder of loose packages that
+    never names itself (`tests/` holding `tests/models/__init__.py`, run from `tests/`) is not:
+    its packages stay top-level as they are imported. `depth`: namespace folders nested in it
+    so far (at most _NESTING: a data folder of many plain folders is not searched through)."""
+    name = os.path.basename(folder)
+    if not name.isidentifier() or name in DEFAULT_EXCLUDES or depth > _NESTING or \
+            os.path.exists(os.path.join(folder, "__init__.py")):
+        return False
+    try:
+        subfolders = sorted(e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return False
+    packages = [sub for sub in subfolders if os.path.exists(os.path.join(sub, "__init__.py"))
+                or is_namespace_folder(sub, depth + 1)]
+    if not packages:
+        return False
+    budget = _SELF_IMPORT_FILES
+    for package in packages:
+        pattern = re.compile(_SELF_IMPORT.format(name=re.escape(name), package=re.escape(os.path.basename(package))),
+                             re.MULTILINE)
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames.sort()
+            budget -= 1  # a folder listed counts as a file read: a tree of empty folders ends too
+            for file in sorted(f for f in filenames if f.endswith(".py")):
+                if budget <= 0:
+                    return False
+                budget -= 1
+                try:
+                    with open(os.path.join(dirpath, file), encoding="utf-8", errors="replace") as handle:
+                        if pattern.search(handle.read()):
+                            return True
+                except OSError:
+                    continue
+    return False

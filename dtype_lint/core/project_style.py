@@ -109,6 +109,8 @@ def _strings(value) -> list[str]:
 
 def _top_level_names(folder: Path) -> set[str]:
     """Packages and modules directly in `folder`, as Ruff's first-party detection sees them."""
+    from dtype_lint.core.discovery import is_namespace_folder
+
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -119,6 +121,7 @@ def _top_level_names(folder: Path) -> set[str]:
             continue
         if e.name.endswith(".py") and e.name != "setup.py":
             names.add(e.name[:-3])
-        elif e.is_dir() and (os.path.exists(os.path.join(e.path, "__init__.py"))):
+        elif e.is_dir() and (os.path.exists(os.path.join(e.path, "__init__.py")) or is_namespace_folder(e.path)):
+            # A namespace folder (PEP 420) is a folder Ruff and isort find too (they take any folder).
             names.add(e.name)
     return names

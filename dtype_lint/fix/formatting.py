@@ -15,8 +15,10 @@ Read from the project root's configuration, first found wins per setting:
 Two uses: `import_edit` puts the helper's import into its isort section (first-party imports in
 their own block after the third-party one, never appended to it), and `wrap_long_lines` breaks an
 added line that is longer than the line length the way Black and `ruff format` do (the last
-bracket pair first, then one element per line with a magic trailing comma). Only lines the fix
-added are touched, and a wrap must leave the module's AST unchanged, or it is not made.
+bracket pair first, then one element per line with a magic trailing comma; a `return X` or
+`target = X` ending in no bracket gets parentheses of its own). Only lines the fix added are
+touched, and a wrap must leave the module's AST unchanged, or it is not made. `fit_docstrings`
+re-fills a created helper's docstrings to the line length (the templates are written to 100).
 """
 
 from __future__ import annotations
@@ -115,8 +117,10 @@ def _right_hand_split(indent: str, code: str, limit: int) -> list[str] | None:
     """Black's right-hand split: at the last bracket pair whose closing bracket ends the line,
     or, when what stays before it is still too long, at an earlier pair followed only by
     trailers (`(...)[0]`: the subscript stays on the closing line, as Black leaves it)."""
-    if not code or code[-1] not in _CLOSE:
+    if not code:
         return None
+    if code[-1] not in _CLOSE:
+        return _invisible_parentheses(indent, code, limit)
     pairs = _bracket_pairs(code)
     if pairs is None:
         return None
@@ -143,16 +147,44 @@ def _split_body(indent: str, head: str, body: str, tail: str, limit: int) -> lis
     parts = _top_level_split(body)
     if len(parts) > 1:
         return [indent + head] + [f"{inner}{p}," for p in parts] + [indent + tail]
-    # Black's next delimiters by priority: a conditional expression, then `or`/`and`; the
-    # operator starts each continuation line.
-    for words in ((" if ", " else "), (" or ", " and ")):
+    # Black's next delimiters by priority: a conditional expression, then `or`/`and`, a
+    # comparison, then arithmetic; the operator starts each continuation line, and a piece still
+    # too long is split at its own last bracket pair.
+    for words in _DELIMITERS:
         pieces = _split_at_words(body, words)
         if len(pieces) > 1:
-            return [indent + head] + [inner + piece for piece in pieces] + [indent + tail]
+            rows = []
+            for piece in pieces:
+                deeper = _right_hand_split(inner, piece, limit) if len(inner + piece) > limit else None
+                rows.extend(deeper if deeper is not None else [inner + piece])
+            return [indent + head] + rows + [indent + tail]
     deeper = _right_hand_split(inner, body, limit)
     if deeper is None:
         return [indent + head, inner + body, indent + tail]
     return [indent + head] + deeper + [indent + tail]
+
+
+_DELIMITERS = ((" if ", " else "), (" or ", " and "),
+               (" == ", " != ", " < ", " <= ", " > ", " >= ", " is ", " in "),
+               (" + ", " - "), (" * ", " / ", " // ", " % ", " @ "))
+
+
+def _invisible_parentheses(indent: str, code: str, limit: int) -> list[str] | None:
+    """A `return X` or `target = X` whose value ends in no bracket, wrapped as Black wraps it:
+    the value in parentheses of its own (`return (`, the value, `)`). None for other lines."""
+    head = ""
+    if code.startswith("return "):
+        head = "return ("
+        body = code[len("return "):]
+    else:
+        # One top-level ` = ` (not a chained assignment): `_split_at_words` starts the value
+        # with the `=` it split before.
+        pieces = _split_at_words(code, (" = ",))
+        if len(pieces) == 2 and pieces[1].startswith("= "):
+            head, body = pieces[0] + " = (", pieces[1][2:].strip()
+    if not head or not body:
+        return None
+    return _split_body(indent, head, body, ")", limit)
 
 
 def _outside_strings(code: str) -> tuple[list[int], bool]:
@@ -200,3 +232,78 @@ def _split_at_words(body: str, words: tuple[str, ...]) -> list[str]:
 def _top_level_split(body: str) -> list[str]:
     """`body` split at its commas outside brackets and strings (a trailing comma dropped)."""
     return _split_at_words(body, (",",))
+
+
+# ---- a template's docstrings ------------------------------------------------------------------
+
+
+def fit_docstrings(source: str, line_length: int | None) -> str:
+    """`source` (a helper template) with each docstring paragraph that has a line longer than
+    `line_length` re-filled to it, as a person keeping the project's E501 would write it: the
+    templates are written to 100 columns, and a project that lints at 88 must not get a created
+    helper it then reports. Code lines and paragraphs that fit are left as they are; no limit, or
+    text that does not parse, is returned unchanged."""
+    import textwrap
+
+    lines = source.split("\n")
+    if not line_length or all(len(line) <= line_length for line in lines):
+        return source
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return source
+    spans = []  # (first row, last row), 0-based, of each docstring written over several rows
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str) and first.end_lineno is not None:
+                spans.append((first.lineno - 1, first.end_lineno - 1))
+    for start, end in sorted(spans, reverse=True):
+        lines[start:end + 1] = _fill_docstring(lines[start:end + 1], line_length, textwrap)
+    fitted = "\n".join(lines)
+    try:
+        same = ast.dump(_without_docstrings(ast.parse(fitted))) == ast.dump(_without_docstrings(tree))
+    except (SyntaxError, ValueError, RecursionError):
+        same = False
+    return fitted if same else source
+
+
+def _fill_docstring(rows: list[str], limit: int, textwrap) -> list[str]:
+    """The rows of one docstring, each paragraph (rows between blank ones) that has a row over
+    `limit` re-filled at the docstring's indentation; the opening quotes stay on the first row."""
+    indent = rows[0][: len(rows[0]) - len(rows[0].lstrip())]
+    out: list[str] = []
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        if any(len(row) > limit for row in paragraph):
+            opening = paragraph[0].lstrip()[:3] if paragraph[0].lstrip().startswith(('"""', "'''")) else ""
+            words = " ".join(row.strip() for row in paragraph)
+            out.extend(textwrap.wrap(words, width=limit, initial_indent=indent, subsequent_indent=indent,
+                                     break_long_words=False, break_on_hyphens=False) if not opening else
+                       textwrap.wrap(words[3:], width=limit, initial_indent=indent + opening,
+                                     subsequent_indent=indent, break_long_words=False, break_on_hyphens=False))
+        else:
+            out.extend(paragraph)
+        paragraph.clear()
+
+    for row in rows:
+        if not row.strip() or row.strip() in ('"""', "'''"):
+            flush()
+            out.append(row)
+        else:
+            paragraph.append(row)
+    flush()
+    return out
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    """`tree` with each docstring's text blanked: a re-filled docstring changes only that."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                first.value.value = ""
+    return tree

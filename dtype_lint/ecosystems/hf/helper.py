@@ -32,13 +32,15 @@ HF_HELPER_MODULE = "module_input_dtype"
 LOOSE_HF_HELPER_MODULE = "hf_utils"
 
 
-def default_hf_helper_module(source_module: str) -> str:
+def default_hf_helper_module(source_module: str, path: str) -> str:
     """Where the HF helper goes for a file of a project that did not set `helper`: its top-level
     package's `module_input_dtype` (a wheel of that package ships it; each package of a monorepo
-    gets its own), or `hf_utils` beside a top-level module."""
-    if "." not in source_module:
-        return LOOSE_HF_HELPER_MODULE
-    return f"{source_module.split('.', 1)[0]}.{HF_HELPER_MODULE}"
+    gets its own; below a namespace folder, its first regular package), or `hf_utils` beside a
+    top-level module."""
+    from dtype_lint.core.discovery import top_package
+
+    package = top_package(source_module, path)
+    return f"{package}.{HF_HELPER_MODULE}" if package else LOOSE_HF_HELPER_MODULE
 
 HF_HELPER_SOURCE = '''\
 def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
@@ -72,10 +74,21 @@ def hf_helper_location(module: str, index, root) -> HelperLocation:
     header = index.modules.get(module) if index is not None else None
     if header is not None:
         return HelperLocation(module, HF_HELPER_NAME, Path(header.path), True)
-    return HelperLocation(module, HF_HELPER_NAME, new_helper_path(module, index, root), False, NEW_HF_HELPER_TEXT)
+    return HelperLocation(module, HF_HELPER_NAME, new_helper_path(module, index, root), False,
+                          fitted(NEW_HF_HELPER_TEXT, root))
 
 
 NEW_HF_HELPER_TEXT = "import torch\n\n\n" + HF_HELPER_SOURCE
+
+
+def fitted(template: str, root) -> str:
+    """A helper template as the project at `root` is to get it: its docstrings re-filled to the
+    line length its ruff/black/isort settings name (the templates are written to 100 columns;
+    transformers' 119 keeps them as they are)."""
+    from dtype_lint.core.project_style import project_style
+    from dtype_lint.fix.formatting import fit_docstrings
+
+    return fit_docstrings(template, project_style(str(root)).line_length)
 
 
 def new_helper_path(module: str, index, root):
@@ -109,14 +122,16 @@ def settle_hf_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | No
     for module in homes:
         header = index.modules.get(module)
         if header is None:
-            out.append((str(new_helper_path(module, index, root)), NEW_HF_HELPER_TEXT.encode("utf-8"), None))
+            out.append((str(new_helper_path(module, index, root)), fitted(NEW_HF_HELPER_TEXT, root).encode("utf-8"),
+                        None))
             continue
         data = Path(header.path).read_bytes()
         text = data.decode("utf-8")
         tree = ast.parse(text)
         if any(isinstance(n, ast.FunctionDef) and n.name == HF_HELPER_NAME for n in tree.body):
             continue
-        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + HF_HELPER_SOURCE).encode("utf-8"), data))
+        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + fitted(HF_HELPER_SOURCE, root)).encode("utf-8"),
+                    data))
     return out
 
 

@@ -75,7 +75,8 @@ class HFPlanner(Planner):
         # helper (`pkg.layer_input_dtype:get_layer_input_dtype`) is another family's, whose
         # template would not run on bitsandbytes layers; its module is not shared with it.
         module, _, func = (config.helper or "").partition(":")
-        configured = module if module and func == HF_HELPER_NAME else default_hf_helper_module(source.module)
+        configured = module if module and func == HF_HELPER_NAME else \
+            default_hf_helper_module(source.module, source.path)
         self.module = hf_helper_module(source.module, source.path, configured)
         self.func = HF_HELPER_NAME
         # transformers' and diffusers' own homes keep the absolute import their patch series use.

@@ -57,26 +57,29 @@ def get_layer_compute_dtype(layer: "torch.nn.Module") -> "torch.dtype":
 NEW_HELPER_TEXT = "import torch\n\n\n" + HELPER_SOURCE
 
 
-def default_helper_module(source_module: str) -> str:
+def default_helper_module(source_module: str, path: str) -> str:
     """Where the helper goes for a file of a project that did not pin it: its top-level package's
-    `layer_compute_dtype` (each package of a monorepo gets its own), or a module of that name
-    beside a top-level module."""
-    if "." not in source_module:
-        return HELPER_MODULE
-    return f"{source_module.split('.', 1)[0]}.{HELPER_MODULE}"
+    `layer_compute_dtype` (each package of a monorepo gets its own; below a namespace folder such
+    as megatron-core's `megatron/`, its first regular package), or a module of that name beside a
+    top-level module."""
+    from dtype_lint.core.discovery import top_package
+
+    package = top_package(source_module, path)
+    return f"{package}.{HELPER_MODULE}" if package else HELPER_MODULE
 
 
 def location_of(module: str, index, root) -> HelperLocation:
     """Where the helper `module` is, or is to be created, judged as the shared helper's home is."""
     from pathlib import Path
 
-    from dtype_lint.ecosystems.hf.helper import new_helper_path
+    from dtype_lint.ecosystems.hf.helper import fitted, new_helper_path
     from dtype_lint.fix.helper_template import HelperLocation
 
     header = index.modules.get(module) if index is not None else None
     if header is not None:
         return HelperLocation(module, HELPER_NAME, Path(header.path), True)
-    return HelperLocation(module, HELPER_NAME, new_helper_path(module, index, root), False, NEW_HELPER_TEXT)
+    return HelperLocation(module, HELPER_NAME, new_helper_path(module, index, root), False,
+                          fitted(NEW_HELPER_TEXT, root))
 
 
 # ---- the helper protocol (ecosystems/registry.py) ----------------------------------------------
@@ -98,7 +101,7 @@ def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]
     import ast
     from pathlib import Path
 
-    from dtype_lint.ecosystems.hf.helper import new_helper_path
+    from dtype_lint.ecosystems.hf.helper import fitted, new_helper_path
 
     homes = sorted({module for outcome in outcomes if outcome.changed for finding in outcome.applied
                     if finding.fix is not None for module, func in finding.fix.imports if func == HELPER_NAME})
@@ -106,13 +109,13 @@ def settle_helper(outcomes, index, root) -> list[tuple[str, bytes, bytes | None]
     for module in homes:
         header = index.modules.get(module)
         if header is None:
-            out.append((str(new_helper_path(module, index, root)), NEW_HELPER_TEXT.encode("utf-8"), None))
+            out.append((str(new_helper_path(module, index, root)), fitted(NEW_HELPER_TEXT, root).encode("utf-8"), None))
             continue
         data = Path(header.path).read_bytes()
         text = data.decode("utf-8")
         if any(isinstance(node, ast.FunctionDef) and node.name == HELPER_NAME for node in ast.parse(text).body):
             continue
-        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + HELPER_SOURCE).encode("utf-8"), data))
+        out.append((header.path, (text.rstrip("\n") + "\n\n\n" + fitted(HELPER_SOURCE, root)).encode("utf-8"), data))
     return out
 
 

@@ -20,7 +20,7 @@ class MegatronPlanner(HFPlanner):
         # `helper` names this helper's home only when it names this helper (another family's
         # pinned helper would not answer for a modelopt-packed layer).
         module, _, func = (config.helper or "").partition(":")
-        self.module = module if module and func == HELPER_NAME else default_helper_module(source.module)
+        self.module = module if module and func == HELPER_NAME else default_helper_module(source.module, source.path)
         self.func = HELPER_NAME
         self.spelled = sibling_spelling(source.module, source.path, self.module, tree)
 
