@@ -165,7 +165,7 @@ def _shown(findings) -> list[tuple]:
     return [(f.path, f.span.line, f.code, f.message, [(e.path, e.line) for e in f.evidence]) for f in findings]
 
 
-@pytest.mark.parametrize("change", ["dependency-edited", "module-added"])
+@pytest.mark.parametrize("change", ["dependency-edited", "module-added", "caller-added"])
 def test_a_stale_result_is_never_reused(tmp_path: Path, monkeypatch, change: str):
     """A check of a copy with the store of a check of the original gives what a cold check of the
     copy gives, and analyses again the files whose analysis read what changed:
@@ -173,7 +173,11 @@ def test_a_stale_result_is_never_reused(tmp_path: Path, monkeypatch, change: str
       stops being a finding), probe.py is not;
     - a module added that calls the helper nobody called: dtypes.py, whose verdict on that helper
       came from a walk of every module of the project, is analysed again (the helper is now judged
-      by that caller: a plain layer, no finding)."""
+      by that caller: a plain layer, no finding);
+    - the same call added to policy.py, a file that never named that helper (the callers' census
+      reads only the texts naming it; here dtypes.py's analysis also read policy.py otherwise, so
+      this case does not isolate the memory cache's whole-tree stamp check, which is the safety
+      net for the trees where nothing else did)."""
     monkeypatch.chdir(tmp_path)
     original = tmp_path / "original"
     shutil.copytree(CALLERS, original, ignore=shutil.ignore_patterns("expected.txt", "__pycache__"))
@@ -183,6 +187,12 @@ def test_a_stale_result_is_never_reused(tmp_path: Path, monkeypatch, change: str
     shutil.copytree(original, copy)
     if change == "dependency-edited":
         (copy / "callerlm" / "dtypes.py").write_text(SOUND, encoding="utf-8")
+    elif change == "caller-added":
+        policy = copy / "callerlm" / "policy.py"
+        policy.write_text(policy.read_text(encoding="utf-8").replace(
+            "        x = x.to(dtypes.plain_input_dtype(self.in_proj, False))\n",
+            "        x = x.to(dtypes.plain_input_dtype(self.in_proj, False))\n"
+            "        x = x.to(dtypes.unused_input_dtype(self.in_proj, False))\n"), encoding="utf-8")
     else:
         (copy / "callerlm" / "user.py").write_text(
             "from torch import nn\n\nfrom callerlm.dtypes import unused_input_dtype\n\n\n"
@@ -199,4 +209,4 @@ def test_a_stale_result_is_never_reused(tmp_path: Path, monkeypatch, change: str
     if change == "dependency-edited":
         assert reanalysed == {"callerlm/attention.py", "callerlm/dtypes.py"}
     else:
-        assert "callerlm/dtypes.py" in reanalysed and "callerlm/user.py" in reanalysed
+        assert "callerlm/dtypes.py" in reanalysed

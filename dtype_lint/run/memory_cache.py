@@ -13,9 +13,14 @@ reuses an entry exactly where the disk cache would reuse it on that tree: the fi
 every file its analysis read is unchanged, every module it looked up resolves to the same file
 (a module the series creates, looked up as missing before, is a change), every folder listing
 and enumeration of module names it made is the same (a census of the whole table included:
-class_index.ALL_MODULES). Everything else is analysed again. Entries are JSON, as on disk (no
-seal: they never leave the process), and keyed by the configuration's fingerprint: a run under
-other settings starts empty.
+class_index.ALL_MODULES). One read more is checked here than on disk: an answer that walked every
+module may also have read every file's text without recording it (the callers of a helper are
+found by the helper's name in each file's text, analysis/flow/foreign_calls.py: a rewrite that
+adds a call of it to a file that never named it changes the helper's verdict), so an entry that
+recorded ALL_MODULES is reused only when every file of the tree has the stamp the earlier run's
+scan gave it. Everything else is analysed again. Entries are JSON, as on disk (no seal: they
+never leave the process), and keyed by the configuration's fingerprint: a run under other
+settings starts empty.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dtype_lint.analysis.index.class_index import ALL_MODULES
 from dtype_lint.run.cache import Cache
 
 
@@ -43,6 +49,31 @@ class MemoryCache(Cache):
     def __init__(self, entries: dict[str, bytes], key: str, root: Path):
         super().__init__(Path(root) / ".dtype-lint-memory", key=f"memory-{key}", enabled=True, root=root)
         self._entries = entries
+        # The earlier run's scan: file (relative) -> its stamp then (None: not loaded yet).
+        self._earlier: dict[str, str] | None = None
+        self._tree_unchanged: bool | None = None
+
+    def _scan_data(self) -> dict:
+        data = super()._scan_data()
+        if self._earlier is None:  # before this run's scan writes its own stamps over it
+            self._earlier = {rel: entry[0] for rel, entry in data.items()
+                             if isinstance(entry, list) and entry and isinstance(entry[0], str)}
+        return data
+
+    def unchanged_reads(self, entry: dict, stamp_of, table):
+        enumerations = entry.get("enumerations")
+        if isinstance(enumerations, dict) and ALL_MODULES in enumerations and not self._same_tree(stamp_of, table):
+            return None
+        return super().unchanged_reads(entry, stamp_of, table)
+
+    def _same_tree(self, stamp_of, table) -> bool:
+        """Every file of the tree (the earlier scan's, the same list of modules) unchanged."""
+        if self._tree_unchanged is None:
+            self._scan_data()
+            earlier = self._earlier or {}
+            self._tree_unchanged = bool(earlier) and all(stamp_of(self.real(rel)) == stamp
+                                                         for rel, stamp in earlier.items())
+        return self._tree_unchanged
 
     def _load(self, kind: str, rel: str):
         raw = self._entries.get(f"{kind}/{rel}")
