@@ -28,7 +28,6 @@ from dtype_lint.migrate import series
 from dtype_lint.migrate.migration import migration_series
 from dtype_lint.run import pipeline
 from dtype_lint.run.cache import Cache
-from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.pipeline import RunOptions
 
 CALLERS = Path(__file__).resolve().parents[1] / "fixtures" / "helper_callers"
@@ -156,7 +155,7 @@ def test_the_stale_finding_would_survive_without_the_dependency_check(tmp_path: 
     assert [(f.path, f.code) for f in result.findings] == [("callerlm/attention.py", "DTL005")]
 
 
-def _check(root: Path, store: RunStore) -> list:
+def _check(root: Path, store) -> list:
     os.chdir(root)
     return pipeline.run(load_config(root), RunOptions(paths=["."], use_cache=False, store=store)).findings
 
@@ -178,6 +177,8 @@ def test_a_stale_result_is_never_reused(tmp_path: Path, monkeypatch, change: str
       reads only the texts naming it; here dtypes.py's analysis also read policy.py otherwise, so
       this case does not isolate the memory cache's whole-tree stamp check, which is the safety
       net for the trees where nothing else did)."""
+    from dtype_lint.run.memory_cache import RunStore  # here: the other tests run on a tree without it
+
     monkeypatch.chdir(tmp_path)
     original = tmp_path / "original"
     shutil.copytree(CALLERS, original, ignore=shutil.ignore_patterns("expected.txt", "__pycache__"))
