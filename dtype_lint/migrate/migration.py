@@ -17,6 +17,7 @@ from dtype_lint.core.rule_registry import migration_codes
 from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.core.writer import write_scratch_files
 from dtype_lint.ecosystems.registry import default_plugin, plugins
+from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
 
 
@@ -244,11 +245,16 @@ def print_summary(result: RunResult, report_path: str) -> None:
 
 
 def recheck(config: Config, path: str, result: RunResult, changes: dict[str, bytes] | None = None,
-            jobs: int | None = None) -> list[Finding]:
+            jobs: int | None = None, store: RunStore | None = None) -> list[Finding]:
     """The findings of a fresh check of the migrated result: of the tree itself after an in-place
     migration (`changes` None), or of a scratch copy of it with `changes` (paths relative to the
     series root -> bytes) applied. The fixing run's own account misses what a fix does to other
-    files (a call site stops being a finding once the helper it calls is made sound)."""
+    files (a call site stops being a finding once the helper it calls is made sound).
+    `store`: the fixing run's entries (run/memory_cache.py). The copy reuses a file's findings only
+    where the disk cache would on that tree (the file, everything its analysis read, every module
+    it looked up, every listing and census it made unchanged); the rest is analysed again. Used
+    only when the project root is the series root: entries are named relative to the project
+    root, and a file outside it is named by its absolute path, which in the copy is another file."""
     import os
     import shutil
     import tempfile
@@ -270,7 +276,9 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
         except ValueError:
             cfg_root = copy
         cfg = dataclasses.replace(config, root=cfg_root)
-        fresh = run(cfg, RunOptions(paths=[str(moved(target))], jobs=jobs, use_cache=False)).findings
+        same_root = Path(config.root).resolve() == root
+        fresh = run(cfg, RunOptions(paths=[str(moved(target))], jobs=jobs, use_cache=False,
+                                    store=store if same_root else None)).findings
         relative = not any(Path(f.path).is_absolute() for f in result.fixed + result.findings)
         out = []
         for f in fresh:
@@ -311,8 +319,10 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     identity = conventions.resolve_identity(author, root)
     style = series.Style(conv, identity, conv.signoff if signoff is None else signoff, root,
                          label or "the tree")
+    # The fixing run's per-file results, for the re-check of the patched copy below.
+    store = RunStore()
     result = run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, diff=True,
-                                    unsafe_fixes=unsafe_fixes, progress=progress))
+                                    unsafe_fixes=unsafe_fixes, progress=progress, store=store))
 
     def rel(p) -> str:
         return Path(p).resolve().relative_to(root).as_posix()
@@ -379,7 +389,7 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         for change in patch.changes:
             if not change.test:
                 final[change.path] = change.after
-    result.findings = recheck(config, path, result, final, jobs)
+    result.findings = recheck(config, path, result, final, jobs, store)
     if patches:
         outputs = dict(formatted)
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")

@@ -72,7 +72,7 @@ class Cache:
     def _scan_data(self) -> dict:
         if self._scan is None:
             self._scan = {}
-            loaded = _read_json(self.dir / "scan.json", self.context) if self.enabled else None
+            loaded = self._load("", "scan.json") if self.enabled else None
             if isinstance(loaded, dict) and isinstance(loaded.get("files"), dict) \
                     and isinstance(loaded.get("names"), list):
                 self._scan = loaded["files"]
@@ -118,7 +118,7 @@ class Cache:
         if not self.enabled:
             return None
         rel = self.rel(real)
-        entry = _read_json(self._entry("h", rel), self.context)
+        entry = self._load("h", rel)
         if isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp \
                 and entry.get("m") == module and _header_shaped(entry.get("h")):
             return entry["h"]
@@ -137,7 +137,7 @@ class Cache:
         if not self.enabled:
             return None
         rel = self.rel(real)
-        entry = _read_json(self._entry("f", rel), self.context)
+        entry = self._load("f", rel)
         if not (isinstance(entry, dict) and entry.get("k") == rel and entry.get("s") == stamp):
             return None
         found = entry.get("f")
@@ -216,9 +216,9 @@ class Cache:
         rel = self.rel(real)
         pending = self._pending.get(f"f/{rel}")
         if pending is not None:
-            entry = decode(pending, self.context)
+            entry = self._decode(pending)
         else:
-            entry = _read_json(self._entry("f", rel), self.context)
+            entry = self._load("f", rel)
         if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
                 and isinstance(entry.get("files"), dict)
                 and all(isinstance(v, str) for v in entry["files"].values())):
@@ -230,14 +230,26 @@ class Cache:
         """The payload of the entry `name` of `kind`, or None (disabled, missing, not ours)."""
         if not self.enabled:
             return None
-        return _read_json(self._entry(kind, name), self.context)
+        return self._load(kind, name)
 
     def put_entry(self, kind: str, name: str, data) -> None:
         if self.enabled:
             self._put(f"{kind}/{name}", data)
 
+    # ---- where entries are kept: sealed files here, memory in run/memory_cache.py ---------
+    def _load(self, kind: str, rel: str):
+        """The payload of an entry (`kind` "" : the scan summary), or None."""
+        path = self.dir / rel if not kind else self._entry(kind, rel)
+        return _read_json(path, self.context)
+
+    def _encode(self, data) -> bytes | None:
+        return encode(data, self.context)
+
+    def _decode(self, raw: bytes):
+        return decode(raw, self.context)
+
     def _put(self, name: str, data) -> None:
-        sealed = encode(data, self.context)
+        sealed = self._encode(data)
         if sealed is not None:  # no key: nothing is kept (the pipeline then runs uncached anyway)
             self._pending[name] = sealed
 

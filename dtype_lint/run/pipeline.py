@@ -57,6 +57,7 @@ from dtype_lint.run.cache import Cache
 from dtype_lint.run.fast_record import forget as forget_validated_record
 from dtype_lint.run.fast_record import save_record
 from dtype_lint.run.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
+from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.project_files import ProjectFiles
 from dtype_lint.run.workers import effective_jobs, parallel_map, worker_state
 
@@ -78,6 +79,9 @@ class RunOptions:
     baseline: str | None = None
     write_baseline: str | None = None
     progress: Callable[[int, int, str], None] | None = None
+    # An uncached run's entries kept in memory for a later run of this process over a copy of the
+    # tree (run/memory_cache.py: `migrate --series` re-checks its scratch copy with them).
+    store: "RunStore | None" = None
 
 
 @dataclass
@@ -181,12 +185,16 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         for folder, names in _by_folder(temps).items():
             remove_stale_temps(folder, names)
     stamp_memo = config.root / config.cache_dir / "code-stamp.json" if options.use_cache else None
-    cache = Cache(config.root / config.cache_dir, key=f"{__version__}-{code_stamp(stamp_memo)}-{config.fingerprint()}",
-                  enabled=options.use_cache, root=config.root)
+    if options.store is not None and not options.use_cache:
+        cache = options.store.cache(config.fingerprint(), config.root)
+    else:
+        cache = Cache(config.root / config.cache_dir,
+                      key=f"{__version__}-{code_stamp(stamp_memo)}-{config.fingerprint()}",
+                      enabled=options.use_cache, root=config.root)
     # Stamps key the cache and its records, and tell the fix stage that a file is still the one
     # checked: a `--no-cache` check reads none of them, and stamping re-reads and hashes each
     # file analysed or whose header is read (vLLM: 396 files).
-    project = _Project(index_found, found, cache, stamped=options.use_cache or options.fix or options.diff)
+    project = _Project(index_found, found, cache, stamped=cache.enabled or options.fix or options.diff)
     index = build_index(project.table, config)
     if cache.enabled:  # the storage model's answers of earlier runs, while what they read holds
         from dtype_lint.run.facts_cache import FactsStore

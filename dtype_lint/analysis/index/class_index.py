@@ -318,6 +318,11 @@ ENUMERATIONS = {
     # modules named `platform`/`platforms`, or inside a package of that name (analysis/storage/platforms.py)
     PLATFORM_MODULES: _PLATFORM_PARTS,
 }
+# Every module of the project and its first file: what a census of the whole table read
+# (`ModuleTable.items`, `module_paths`). Its lookups record each module it read, but not that a
+# module added later would have been read too: a file created (a migration's helper) must be a
+# change to every answer that walked the whole table.
+ALL_MODULES = "all modules"
 
 
 @dataclass
@@ -488,6 +493,7 @@ class ModuleTable:
 
     def module_paths(self) -> list[tuple[str, str]]:
         """(module, display path) of the first file of every module, in discovery order."""
+        self._record_census()
         return [(m, f[0]) for m, f in self._names.firsts()]
 
     def under(self, folder) -> list[tuple[str, ModuleHeader]]:
@@ -532,10 +538,22 @@ class ModuleTable:
     def enumeration(self, name: str) -> str | None:
         """The digest of `enumerate(name)` now (what a recorded enumeration is checked against;
         None for a name this version does not know)."""
-        return self._enumeration(name)[1] if name in ENUMERATIONS else None
+        return self._enumeration(name)[1] if name in ENUMERATIONS or name == ALL_MODULES else None
+
+    def _record_census(self) -> None:
+        """A walk over every module is recorded as the ALL_MODULES enumeration."""
+        if self.frames:
+            digest = self._enumeration(ALL_MODULES)[1]
+            for frame in self.frames:
+                frame.enumerations[ALL_MODULES] = digest
 
     def _enumeration(self, name: str) -> tuple[list[str], str]:
         got = self._enumerated.get(name)
+        if got is None and name == ALL_MODULES:
+            firsts = list(self._names.firsts())
+            # module and first file: a module whose first file moved is a change too
+            got = self._enumerated[name] = ([m for m, _f in firsts], hashlib.sha1("\n".join(
+                sorted(f"{m}\t{f[1]}" for m, f in firsts)).encode("utf-8", "surrogatepass")).hexdigest()[:16])
         if got is None:
             names = [m for m, _f in self._names.firsts_with_part(ENUMERATIONS[name])]
             # sorted: the eager list and the file-list record need not enumerate in one order
@@ -545,6 +563,7 @@ class ModuleTable:
 
     # The whole table (the doctor's census of a tree): every module's header, read as needed.
     def items(self):
+        self._record_census()
         for module in [m for m, _ in self._names.firsts()]:
             header = self.get(module)
             if header is not None:
