@@ -154,14 +154,15 @@ def _from_whole(path: str, text: str, blanked: ast.FunctionDef | ast.AsyncFuncti
     return blanked
 
 
-def parse_class(path: str, text: str, region: "regions.ClassRegion", parse_file) -> ast.ClassDef | None:
+def parse_class(path: str, text: str, region: "regions.ClassRegion", parse_file,
+                reduce: bool = True) -> ast.ClassDef | None:
     """The class statement of `region` (regions.class_regions), parsed from its own text where it
-    stands in the file (reduced as a file is); from `parse_file()` (the module's tree) when that
-    text alone is not that class; None when the module does not parse."""
+    stands in the file (reduced as a file is, unless `reduce` is False); from `parse_file()` (the
+    module's tree) when that text alone is not that class; None when the module does not parse."""
     snippet = region.snippet(text)
     padding = region.first_line - 1
     tree = None
-    reduced = regions.reduce(snippet)
+    reduced = regions.reduce(snippet) if reduce else None
     if reduced is not None:
         try:
             tree = _parse(reduced.text, path, reduced.kept_chars - padding)

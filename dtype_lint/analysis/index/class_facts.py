@@ -344,25 +344,27 @@ class ClassesFirst(FileFacts):
 
 
 def build_class_file_facts(text: str, class_regions: list, module: str, path: str, is_package: bool,
-                           index: QuantizableLayerIndex, imports: dict[str, str], parse_file) -> FileFacts:
+                           index: QuantizableLayerIndex, imports: dict[str, str], parse_file,
+                           reduce: bool = True) -> FileFacts:
     """FileFacts of a module read for its class facts whose classes are all top-level
     (`class_regions`, from its text): nothing is parsed until a class's facts are asked for.
     `parse_file()`: the module's (reduced) tree, for its functions and tree, or a class whose own
-    text does not parse as that class alone."""
+    text does not parse as that class alone. `reduce` False (a run whose rules read whole trees):
+    each class is parsed whole from its own text, and `parse_file()` is the whole module."""
     def whole() -> FileFacts:
         try:
             return build_file_facts(parse_file(), module, path, is_package, index, imports)
         except (SyntaxError, ValueError, RecursionError, MemoryError):  # what a whole parse would not read
             return FileFacts(module, path, imports, {}, Defs(), None)
 
-    facts = build_file_facts(None, module, path, is_package, index, imports, (text, class_regions, parse_file))
+    facts = build_file_facts(None, module, path, is_package, index, imports, (text, class_regions, parse_file, reduce))
     return ClassesFirst(module, path, imports, facts.classes, whole)
 
 
 def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package: bool,
                      index: QuantizableLayerIndex, imports: dict[str, str] | None = None,
                      by_class=None) -> FileFacts:
-    """`by_class`: (text, class regions, parse_file) for build_class_file_facts (`tree` None)."""
+    """`by_class`: (text, class regions, parse_file, reduce) for build_class_file_facts (`tree` None)."""
     if imports is None:
         imports = collect_imports(tree, module, is_package) if tree is not None else {}
     # A reduced tree (core/regions.py) hands out the whole file's function when a blanked one is read.
@@ -397,7 +399,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 text, parse_file = source[1], lambda: trees.parse(*source)
             else:
                 raise KeyError(qualname)  # nothing to parse the class from: no facts
-            cls = trees.parse_class(path, text, cls, parse_file)
+            cls = trees.parse_class(path, text, cls, parse_file, reduce=not by_class or by_class[3])
             if cls is None:
                 raise KeyError(qualname)  # the file does not parse: no facts, as for a whole parse
         def complete(cf: ClassFacts, body: BodyFacts) -> None:
@@ -709,6 +711,8 @@ class ProjectFacts:
         self.reduce = reduce
         self._by_module: dict[str, FileFacts] = {}
         self._pending: dict[str, tuple] = {}
+        # The modules whose facts come from an analysed text (which may not be the file's).
+        self._registered: set[str] = set()
         self._load_file = load_file  # path -> text or None
 
     @property
@@ -718,6 +722,7 @@ class ProjectFacts:
 
     def register(self, tree: ast.Module, module: str, path: str, is_package: bool, imports: dict[str, str]) -> None:
         self._pending[module] = (tree, module, path, is_package, imports)
+        self._registered.add(module)
 
     def add(self, facts: FileFacts) -> None:
         self._by_module[facts.module] = facts
@@ -725,8 +730,10 @@ class ProjectFacts:
     def module_text(self, module: str) -> str | None:
         """The text `file_facts(module)` would parse, read for a test on text before it; None when
         its facts come from the analysed text (registered here, which may not be the file's) or it
-        cannot be read."""
-        if module in self._by_module or module in self._pending or self._load_file is None:
+        cannot be read. A module whose facts were already read from its file gives its text too: the
+        tests on text then spare a whole-module parse and read (the guard engine's imported
+        predicates, lazy exports), which with every rule on cost more than a fifth of a run."""
+        if module in self._registered or self._load_file is None:
             return None
         header = self.index.modules.get(module)
         return self._load_file(header.path) if header is not None else None
@@ -747,11 +754,16 @@ class ProjectFacts:
             text = self._load_file(header.path)
             if text is None:
                 return None
-            class_regions = regions.class_regions(text) if self.reduce else None
+            # Each class parsed from its own text when its facts are first asked for, in every
+            # run: a file read for its class facts is most often read for one or two classes, and
+            # with every rule on (no reduced parse) parsing such files whole was a sixth of a run.
+            class_regions = regions.class_regions(text)
             if class_regions is not None:
+                reduce = self.reduce
                 return build_class_file_facts(text, class_regions, header.module, header.path, header.is_package,
                                               self.index, header.imports,
-                                              lambda: trees.parse_reduced(header.path, text))
+                                              (lambda: trees.parse_reduced(header.path, text)) if reduce
+                                              else (lambda: trees.parse(header.path, text)), reduce)
             try:
                 tree = trees.parse_reduced(header.path, text) if self.reduce else trees.parse(header.path, text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):

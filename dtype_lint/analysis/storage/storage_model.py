@@ -74,6 +74,18 @@ def backends_unknown(evidence) -> bool:
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
 # instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
 SOURCES_KEPT = 32
+# Answers the storage model keeps for the run (`_memo`), least recently used dropped beyond this:
+# vLLM's tree asks about 220 questions with every rule on, but an answer may hold parsed methods
+# and dispatch tables, and a tree with many times the backends must not keep them all alive. A
+# dropped answer is computed again (or read from the disk memo) when asked for, with its reads.
+STORAGE_MEMO_ENTRIES = 1024
+
+
+
+def _trim(memo: OrderedDict) -> None:
+    while len(memo) > STORAGE_MEMO_ENTRIES:
+        memo.popitem(last=False)  # the least recently used
+
 
 _INT_DTYPES = {dtype: PACKED for dtype in integer_dtypes()}
 # How a compute storage's dtype is written: the engine's layers' name for their model dtype.
@@ -316,26 +328,31 @@ class CodeBackends:
         self.method_lookup = method_lookup
 
     def _memo(self, key, build):
-        """`build()` once per key for the whole run (shared by every file analysed against the
-        index, never evicted: the model is small), replaying what it read for each later user so
-        a cached finding is invalidated when a backend's file changes."""
-        memo = self.index.__dict__.setdefault("_storage_memo", {})
-        hit = memo.get(key)
+        """`build()` once per key while it stays among the STORAGE_MEMO_ENTRIES last used (shared by
+        every file analysed against the index), replaying what it read for each later user so a
+        cached finding is invalidated when a backend's file changes."""
+        memo = self.index.__dict__.setdefault("_storage_memo", OrderedDict())
+        hit = memo.pop(key, None)
         if hit is None:
+            if key[0] == "method storages":  # methods_read() lists them after the run
+                self.index.__dict__.setdefault("_storage_methods_read", set()).add(key[1])
             # The top-level answers are also kept on disk across runs (run/facts_cache.py),
             # with their reads, valid while every file and folder they read is unchanged.
             store = getattr(self.index, "disk_memo", None)
             stored = store.get(key) if store is not None else None
             if stored is not None:  # (value, reads): the value itself may be None
                 hit = memo[key] = stored
+                _trim(memo)
                 self.index.replay(stored[1])
                 return stored[0]
             with self.index.reading() as reads:
                 value = build()
             hit = memo[key] = (value, reads)
+            _trim(memo)  # after the build: the answers it asked for were added meanwhile
             if store is not None:
                 store.put(key, value, reads)
         else:
+            memo[key] = hit  # now the most recently used
             self.index.replay(hit[1])
         return hit[0]
 
@@ -581,8 +598,7 @@ class CodeBackends:
     # ---- what the catalogue of an engine records of its methods (run/catalogue_build.py) ----
     def methods_read(self) -> list[str]:
         """The quant method classes whose storages this run has read."""
-        memo = self.index.__dict__.get("_storage_memo", {})
-        return sorted(key[1] for key in memo if key[0] == "method storages")
+        return sorted(self.index.__dict__.get("_storage_methods_read", ()))
 
     def defines(self, qualname: str, name: str) -> bool:
         return self._defines(qualname, name)
