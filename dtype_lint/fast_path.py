@@ -102,11 +102,22 @@ def _clean_exit(argv: list[str]) -> int | None:
             if record_key is None:
                 return None
             # The full run keeps its answer for these files; unchanged since, it is printed again.
-            run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv)
+            run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv, record)
             return _replay(quiet, color, fmt, "--exit-zero" in argv)
+    n = len(reals)
+    output = f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n"
     if not quiet:
-        n = len(reals)
-        sys.stdout.write(f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n")
+        sys.stdout.write(output)
+    record_key = validated_key(record_path, config_path, root)
+    if record_key is not None:
+        # Kept for the next run on these files, which then replays it (run/replay_index.py).
+        from dtype_lint.run.replay_index import keep_clean
+
+        try:
+            keep_clean(record, [record_path, *record_key], os.path.join(root, cache_dir), paths,
+                       "--force-exclude" in argv, [*paths, *layout.read_files()], output)
+        except Exception:  # noqa: BLE001 - the answer is printed: a replay not kept is only slower
+            pass
     return 0
 
 
@@ -375,6 +386,10 @@ class _Layout:
                 out.append(b + ".py")
             out.append(os.path.join(b, "__init__.py"))
         return [f for f in out if os.path.isfile(f)]
+
+    def read_files(self) -> list[str]:
+        """The module files the verdict read (what it depends on besides the named files)."""
+        return list(self._texts)
 
     def text(self, path: str) -> str | None:
         if path not in self._texts:

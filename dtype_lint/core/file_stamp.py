@@ -4,8 +4,12 @@ importing it."""
 
 from __future__ import annotations
 
-import hashlib
 import os
+
+try:  # hashlib.blake2b itself: hashlib's import starts OpenSSL, a tenth of a pre-commit replay
+    from _blake2 import blake2b
+except ImportError:  # an interpreter built without it
+    from hashlib import blake2b
 
 from dtype_lint.core.safe_read import MAX_SOURCE_BYTES, read_bytes
 
@@ -28,4 +32,4 @@ def file_stamp(path: str) -> str:
         except OSError:
             return "missing"
         return f"unread:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
+    return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"
