@@ -48,7 +48,7 @@ _FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
 _COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
 # The outputs kept for each entry: (format, quiet, colour) as the replay is asked for them.
 VARIANTS = tuple((fmt, quiet, color) for fmt in ("text", "concise") for quiet in (False, True)
-                 for color in ("auto", "never"))
+                 for color in ("never", "auto"))
 
 StatKey = tuple  # (size, mtime_ns, ctime_ns, inode, device), or None: hash every time
 
@@ -403,12 +403,18 @@ def _rendered(findings, checked: int, analyzed: int) -> dict | None:
     found = [Finding.from_dict(f.to_dict()) for f in findings]
     out = {}
     for fmt, quiet, color in VARIANTS:
-        args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color=color, statistics=False,
+        if (fmt, quiet, "never") in out:
+            # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
+            # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves
+            # only pipes and files: rendered once.
+            out[(fmt, quiet, color)] = out[(fmt, quiet, "never")]
+            continue
+        args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color="never", statistics=False,
                                statistics_table=False, output_format=fmt)
         buffer = io.StringIO()
         try:
             _render(found, [], args, checked, analyzed, 0.0, _read_source, buffer, rules={})
         except Exception:  # noqa: BLE001 - what cannot be rendered is not kept
             return None
-        out[(fmt, quiet, color)] = buffer.getvalue()
+        out[(fmt, quiet, "never")] = out[(fmt, quiet, color)] = buffer.getvalue()
     return out
