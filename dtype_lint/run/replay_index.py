@@ -401,7 +401,7 @@ def _rendered(findings, checked: int, analyzed: int) -> dict | None:
     from dtype_lint.fast_path import _read_source
 
     found = [Finding.from_dict(f.to_dict()) for f in findings]
-    out = {}
+    out: dict[tuple[str, bool, str], str] = {}
     for fmt, quiet, color in VARIANTS:
         if (fmt, quiet, "never") in out:
             # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
