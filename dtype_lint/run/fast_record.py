@@ -30,16 +30,9 @@ def stamp(path: str) -> str:
     """A file's size and a hash of its bytes (as the cache's: never its mtime, which an edit can
     keep). These are small files (the configuration, .gitignore files); raises OSError when the
     file is gone."""
-    import hashlib
+    from dtype_lint.core.file_stamp import small_file_stamp
 
-    from dtype_lint.core.safe_read import read_bytes
-
-    try:
-        data = read_bytes(path, 4 << 20)
-    except ValueError:  # too large: from its stat, with a mark that no content stamp equals
-        st = os.stat(path)
-        return f"unread:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
+    return small_file_stamp(path)
 
 
 @functools.lru_cache(maxsize=1)

@@ -239,9 +239,12 @@ def current_stamp(path: str, kind: str) -> str | None:
         from dtype_lint.core.file_stamp import file_stamp
 
         return file_stamp(path)
-    from dtype_lint.run.fast_record import _stamp_or_none
+    from dtype_lint.core.file_stamp import small_file_stamp
 
-    return _stamp_or_none(path)
+    try:
+        return small_file_stamp(path)  # fast_record.stamp, as the record's files are stamped
+    except OSError:
+        return None
 
 
 def _same_stat_data(paths: tuple, kept: tuple) -> bool:
@@ -279,13 +282,16 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
     record = handoff.get("fast_record")
     if record is None or handoff.get("config") is None:
         return
-    out = _rendered(findings, checked, analyzed)  # before the stamps: it reads the named files
-    if out is None:
+    render = handoff.get("render")
+    if render is None:
         return
-    from dtype_lint.cli_output import _printable
-
-    entry = {"out": out, "found": bool(findings),
-             "warnings": [f"dtype-lint: warning: {_printable(w)}\n" for w in warnings]}
+    # The front end that handed over renders (fast_path.render_outputs: the run layer does not
+    # import the report code); before the stamps, as it reads the named files.
+    rendered = render(findings, checked, analyzed, warnings)
+    if rendered is None:
+        return
+    out, warning_lines = rendered
+    entry = {"out": out, "found": bool(findings), "warnings": warning_lines}
     key = (handoff["key"][0], tuple(handoff["key"][1]), handoff["key"][2])
 
     def write(path: str, data: bytes) -> None:
@@ -388,33 +394,3 @@ def _kept_key(path: str, now_ns: int) -> StatKey | None:
     if key is None or max(key[1], key[2]) >= now_ns - RACY_NS:
         return None
     return key
-
-
-def _rendered(findings, checked: int, analyzed: int) -> dict | None:
-    """Each kept output of the report, as the fast path's memo replay renders it (fast_path._replay),
-    which prints what `cli._check` prints for these formats."""
-    import io
-    from types import SimpleNamespace
-
-    from dtype_lint.cli_output import _render
-    from dtype_lint.core.findings import Finding
-    from dtype_lint.fast_path import _read_source
-
-    found = [Finding.from_dict(f.to_dict()) for f in findings]
-    out: dict[tuple[str, bool, str], str] = {}
-    for fmt, quiet, color in VARIANTS:
-        if (fmt, quiet, "never") in out:
-            # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
-            # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves
-            # only pipes and files: rendered once.
-            out[(fmt, quiet, color)] = out[(fmt, quiet, "never")]
-            continue
-        args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color="never", statistics=False,
-                               statistics_table=False, output_format=fmt)
-        buffer = io.StringIO()
-        try:
-            _render(found, [], args, checked, analyzed, 0.0, _read_source, buffer, rules={})
-        except Exception:  # noqa: BLE001 - what cannot be rendered is not kept
-            return None
-        out[(fmt, quiet, "never")] = out[(fmt, quiet, color)] = buffer.getvalue()
-    return out

@@ -60,13 +60,14 @@ def forget() -> None:
 
 
 def hand_over(root: str, cache_dir: str, record_path: str, record_key: tuple[int, int], paths: list[str],
-              force_exclude: bool, record: dict | None = None) -> None:
+              force_exclude: bool, record: dict | None = None, render=None) -> None:
     """`record`: the fast path's record as it found it true (the replay index copies what it
-    checks, run/replay_index.py)."""
+    checks, run/replay_index.py); `render(findings, checked, analyzed, warnings)`: the outputs
+    the replay prints, rendered by the front end (fast_path.render_outputs)."""
     global _handoff
     _handoff = {"memo": os.path.join(root, cache_dir, MEMO_NAME), "record": [record_path, *record_key],
                 "key": [os.getcwd(), list(paths), force_exclude], "fast_record": record,
-                "config": tuple(record["config"]) if record is not None else None}
+                "config": tuple(record["config"]) if record is not None else None, "render": render}
 
 
 def _key_name(key: list) -> str:
