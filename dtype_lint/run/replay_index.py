@@ -371,20 +371,11 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    """Write `path` whole or not at all (a temp file beside it, renamed over it): the fast path
-    writes without the run's writer, which it does not import."""
-    temp = f"{path}.{os.getpid()}.tmp"
-    descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+    """The fast path writes without a run's writer: the writer's atomic write (a temp file beside
+    the index, renamed over it)."""
+    from dtype_lint.core.writer import write_atomic
+
+    write_atomic(path, data)
 
 
 def _kept_key(path: str, now_ns: int) -> StatKey | None:
