@@ -102,11 +102,23 @@ def _clean_exit(argv: list[str]) -> int | None:
             if record_key is None:
                 return None
             # The full run keeps its answer for these files; unchanged since, it is printed again.
-            run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv)
+            run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv, record,
+                               render_outputs)
             return _replay(quiet, color, fmt, "--exit-zero" in argv)
+    n = len(reals)
+    output = f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n"
     if not quiet:
-        n = len(reals)
-        sys.stdout.write(f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n")
+        sys.stdout.write(output)
+    record_key = validated_key(record_path, config_path, root)
+    if record_key is not None:
+        # Kept for the next run on these files, which then replays it (run/replay_index.py).
+        from dtype_lint.run.replay_index import keep_clean
+
+        try:
+            keep_clean(record, [record_path, *record_key], os.path.join(root, cache_dir), paths,
+                       "--force-exclude" in argv, [*paths, *layout.read_files()], output)
+        except Exception:  # noqa: BLE001 - the answer is printed: a replay not kept is only slower
+            pass
     return 0
 
 
@@ -146,6 +158,37 @@ def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
     for warning in entry["warnings"]:
         print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
     return EXIT_CLEAN if exit_zero or not found else EXIT_FINDINGS
+
+
+def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -> tuple[dict, list[str]] | None:
+    """(each output the replay index keeps, the warning lines), rendered as `_replay` renders the
+    run memo's answer, which prints what `cli._check` prints for these formats; None when it
+    cannot be rendered."""
+    import io
+    from types import SimpleNamespace
+
+    from dtype_lint.cli_output import _printable, _render
+    from dtype_lint.core.findings import Finding
+    from dtype_lint.run.replay_index import VARIANTS
+
+    found = [Finding.from_dict(f.to_dict()) for f in findings]
+    out: dict[tuple[str, bool, str], str] = {}
+    for fmt, quiet, color in VARIANTS:
+        if (fmt, quiet, "never") in out:
+            # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
+            # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves
+            # only pipes and files: rendered once.
+            out[(fmt, quiet, color)] = out[(fmt, quiet, "never")]
+            continue
+        args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color="never", statistics=False,
+                               statistics_table=False, output_format=fmt)
+        buffer = io.StringIO()
+        try:
+            _render(found, [], args, checked, analyzed, 0.0, _read_source, buffer, rules={})
+        except Exception:  # noqa: BLE001 - what cannot be rendered is not kept
+            return None
+        out[(fmt, quiet, "never")] = out[(fmt, quiet, color)] = buffer.getvalue()
+    return out, [f"dtype-lint: warning: {_printable(w)}\n" for w in warnings]
 
 
 def _read_source(path: str) -> str | None:
@@ -375,6 +418,10 @@ class _Layout:
                 out.append(b + ".py")
             out.append(os.path.join(b, "__init__.py"))
         return [f for f in out if os.path.isfile(f)]
+
+    def read_files(self) -> list[str]:
+        """The module files the verdict read (what it depends on besides the named files)."""
+        return list(self._texts)
 
     def text(self, path: str) -> str | None:
         if path not in self._texts:

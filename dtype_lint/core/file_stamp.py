@@ -4,8 +4,12 @@ importing it."""
 
 from __future__ import annotations
 
-import hashlib
 import os
+
+try:  # hashlib.blake2b itself: hashlib's import starts OpenSSL, a tenth of a pre-commit replay
+    from _blake2 import blake2b
+except ImportError:  # an interpreter built without it
+    from hashlib import blake2b
 
 from dtype_lint.core.safe_read import MAX_SOURCE_BYTES, read_bytes
 
@@ -28,4 +32,16 @@ def file_stamp(path: str) -> str:
         except OSError:
             return "missing"
         return f"unread:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
+    return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"
+
+
+def small_file_stamp(path: str) -> str:
+    """The stamp of a small file (a configuration, a .gitignore: the fast path's record and the
+    replay index watch them): its size and a hash of its bytes, or, past 4 MiB, its stat data with
+    a mark no content stamp equals. Raises OSError when the file is gone."""
+    try:
+        data = read_bytes(path, 4 << 20)
+    except ValueError:  # too large: from its stat, with a mark that no content stamp equals
+        st = os.stat(path)
+        return f"unread:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"

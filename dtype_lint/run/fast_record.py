@@ -13,7 +13,6 @@ clean (a rule's patterns emptied) is no record.
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import dtype_lint
@@ -31,16 +30,9 @@ def stamp(path: str) -> str:
     """A file's size and a hash of its bytes (as the cache's: never its mtime, which an edit can
     keep). These are small files (the configuration, .gitignore files); raises OSError when the
     file is gone."""
-    import hashlib
+    from dtype_lint.core.file_stamp import small_file_stamp
 
-    from dtype_lint.core.safe_read import read_bytes
-
-    try:
-        data = read_bytes(path, 4 << 20)
-    except ValueError:  # too large: from its stat, with a mark that no content stamp equals
-        st = os.stat(path)
-        return f"unread:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
+    return small_file_stamp(path)
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,22 +41,37 @@ def tool_stamp() -> str:
     computed once a process (the fast path, the record and the layout cache all ask)."""
     import zlib
 
+    parts = [dtype_lint.__version__]
+    for base, folder, names in _tool_folders():
+        # os.path.relpath(path, base), once a folder (per file it was most of the stamp's cost)
+        prefix = "" if folder == base else os.path.relpath(folder, base) + os.sep
+        for name in names:
+            st = os.stat(os.path.join(folder, name))
+            parts.append(f"{prefix}{name}:{st.st_mtime_ns}:{st.st_size}")
+    return f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
+
+
+def tool_paths() -> list[str]:
+    """Every path `tool_stamp` reads, folders first: the replay (run/replay_index.py) checks the
+    stamp's inputs by their stat data (a module added or removed changes its folder's mtime)."""
+    folders, files = [], []
+    for _base, folder, names in _tool_folders():
+        folders.append(folder)
+        files += [os.path.join(folder, name) for name in names]
+    return folders + files
+
+
+def _tool_folders():
+    """(package folder, folder, its .py file names, sorted) of dtype-lint's code, in walk order."""
     top = os.path.dirname(dtype_lint.__file__)
-    folders = [top]
+    bases = [top]
     rules = _rules_folder()
     if rules:
-        folders.append(rules)
-    parts = [dtype_lint.__version__]
-    for base in folders:
+        bases.append(rules)
+    for base in bases:
         for folder, dirs, names in os.walk(base):
             dirs[:] = sorted(d for d in dirs if d not in {"kernels_ref", "fixtures", "rules", "__pycache__"})
-            # os.path.relpath(path, base), once a folder (per file it was most of the stamp's cost)
-            prefix = "" if folder == base else os.path.relpath(folder, base) + os.sep
-            for name in sorted(names):
-                if name.endswith(".py"):
-                    st = os.stat(os.path.join(folder, name))
-                    parts.append(f"{prefix}{name}:{st.st_mtime_ns}:{st.st_size}")
-    return f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
+            yield base, folder, sorted(name for name in names if name.endswith(".py"))
 
 
 def _rules_folder() -> str | None:
@@ -119,6 +126,8 @@ def load_record(path: str, config_path: str, root: str) -> dict | None:
 
 
 def _load_record(path: str, config_path: str, root: str) -> dict | None:
+    import json
+
     from dtype_lint.core.safe_read import read_bytes
     from dtype_lint.run.cache_seal import unseal
 
@@ -220,6 +229,8 @@ def save_record(config, writer, looked_up_files: dict[str, str], valid: bool) ->
             except OSError:
                 pass
         return
+    import json
+
     from dtype_lint.core.prefilter import marker_words
 
     config_path = os.path.abspath(config.source)

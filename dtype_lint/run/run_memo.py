@@ -60,10 +60,14 @@ def forget() -> None:
 
 
 def hand_over(root: str, cache_dir: str, record_path: str, record_key: tuple[int, int], paths: list[str],
-              force_exclude: bool) -> None:
+              force_exclude: bool, record: dict | None = None, render=None) -> None:
+    """`record`: the fast path's record as it found it true (the replay index copies what it
+    checks, run/replay_index.py); `render(findings, checked, analyzed, warnings)`: the outputs
+    the replay prints, rendered by the front end (fast_path.render_outputs)."""
     global _handoff
     _handoff = {"memo": os.path.join(root, cache_dir, MEMO_NAME), "record": [record_path, *record_key],
-                "key": [os.getcwd(), list(paths), force_exclude]}
+                "key": [os.getcwd(), list(paths), force_exclude], "fast_record": record,
+                "config": tuple(record["config"]) if record is not None else None, "render": render}
 
 
 def _key_name(key: list) -> str:
@@ -161,7 +165,10 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     try:
         writer.write_cache(memo, sealed)
     except OSError:
-        pass  # a read-only checkout still lints; it just has no memo
+        return  # a read-only checkout still lints; it just has no memo
+    from dtype_lint.run import replay_index
+
+    replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer)
 
 
 def _helper_settled(result, files: dict[str, str]) -> bool:

@@ -1,0 +1,387 @@
+"""The pre-commit replay: a run on named files whose answer was kept, printed again with nothing
+but the standard library's built-in modules imported.
+
+Pre-commit runs `dtype-lint check FILE` after every save. When nothing the answer depends on
+changed since the last run on the same files (a `touch`, a `git stash` round trip, a hook run
+twice), the run memo (run_memo.py) already held that answer, but reading it cost the fast path's
+imports (regexes, JSON, hashlib, tomllib, the reporters and their dataclasses): three times the
+interpreter's own start-up. This index holds what the replay needs, ready to use:
+
+- the configuration file the fast path chose, by path and content stamp (the parsed settings are
+  the answer's: the exclude verdict and the report are kept, not computed again), the size and
+  mtime of every input of dtype-lint's code stamp (fast_record.tool_paths: its modules and their
+  folders), and the fast path's record as it was found true: the files that
+  decided the project-level warnings and the project's file list (.gitignore files, git's excludes)
+  and every folder of the project with its mtime;
+- one entry per (current folder, named files, `--force-exclude`), as the run memo keys them: the
+  stamp of every file the answer read (the named files and every file their analysis read), and
+  the report already rendered, for each output the replay serves (`text` and `concise`, `-q` or
+  not, `--color auto|never` on a pipe), with the warnings and whether any finding was reported.
+
+Files are checked by their `stat` data first: size, mtime, ctime, inode and device as they were
+when the stamp was taken. Equal, the file is taken as unchanged; otherwise it is hashed again and
+compared with its stamp (a `touch` costs one hash, not a miss). An edit that keeps size and mtime
+(`touch -r`, `cp -p`, `rsync -t`) still moves the ctime, which no user call can set; an edit in
+the same clock tick as the stamp (git's "racy" case) is ruled out by keeping no stat data for a
+file changed less than `RACY_NS` before the stamp was taken: such a file is always hashed.
+
+The index is written by the full run that keeps a run memo entry (run_memo.keep), sealed with the
+per-user cache key (cache_seal.quick_seal) over a context naming this format and the interpreter
+(marshal's format is the interpreter's), and rewritten whole; an index of another format, another
+Python, another key, or an edited one is no index. The reader imports only `os`, `sys`,
+`marshal`, `_blake2` and dtype-lint's standard-library-only helpers; anything it cannot vouch for
+returns None and the fast path (fast_path.py) goes on as before.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+INDEX_NAME = "replay-index.bin"
+FORMAT = 1
+MAX_ENTRIES = 8  # the most recent sets of named files, as the run memo keeps
+RACY_NS = 2_000_000_000  # a file changed this close to its stamp is hashed on every replay
+DEFAULT_CACHE_DIR = ".dtype_lint_cache"
+_FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
+_COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
+# The outputs kept for each entry: (format, quiet, colour) as the replay is asked for them.
+VARIANTS = tuple((fmt, quiet, color) for fmt in ("text", "concise") for quiet in (False, True)
+                 for color in ("never", "auto"))
+
+StatKey = tuple  # (size, mtime_ns, ctime_ns, inode, device), or None: hash every time
+
+
+def _context() -> str:
+    return f"{INDEX_NAME} {FORMAT} {sys.implementation.cache_tag} {sys.version}"
+
+
+# ---- reading: the replay -----------------------------------------------------------------------
+
+
+def plain_check(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
+    """(paths, quiet, colour, output format) of a plain `check` of files, or None for anything
+    else (see fast_path.py for what is taken)."""
+    args = list(argv)
+    if args and args[0] == "check":
+        args = args[1:]
+    elif not args or args[0] in _COMMANDS:
+        return None
+    paths: list[str] = []
+    quiet, color, fmt = False, "auto", "text"
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _FLAGS:
+            pass
+        elif arg in ("-q", "--quiet"):
+            quiet = True
+        elif arg in ("--color", "--output-format") and i + 1 < len(args):
+            value = args[i + 1]
+            i += 1
+            if arg == "--color":
+                color = value
+            elif value not in ("text", "concise"):
+                return None
+            else:
+                fmt = value
+        elif arg.startswith(("--color=", "--output-format=")):
+            key, _, value = arg.partition("=")
+            if key == "--color":
+                color = value
+            elif value not in ("text", "concise"):
+                return None
+            else:
+                fmt = value
+        elif arg == "--":
+            paths.extend(args[i + 1:])
+            break
+        elif arg.startswith("-"):
+            return None
+        else:
+            paths.append(arg)
+        i += 1
+    if not paths or color not in ("auto", "never"):
+        return None
+    for path in paths:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        if not os.path.isfile(path):
+            return None
+    return paths, quiet, color, fmt
+
+
+def replay(argv: list[str]) -> int | None:
+    """The exit code of a run on `argv` whose kept answer still holds (printed), else None."""
+    try:
+        return _replay(argv)
+    except (OSError, ValueError, UnicodeError, RecursionError, EOFError, TypeError, KeyError, IndexError,
+            AttributeError):
+        return None  # anything odd: the fast path and the full run decide
+
+
+def _replay(argv: list[str]) -> int | None:
+    options = plain_check(argv)
+    if options is None:
+        return None
+    paths, quiet, color, fmt = options
+    if sys.stdout.isatty():
+        return None  # a terminal is written to by rich, as the full run does
+    found = _configuration(paths[0])
+    if found is None:
+        return None
+    config_path, config_stamp = found
+    root = os.path.dirname(config_path)
+    from dtype_lint.run.cache_folder import cache_folder_problem
+
+    if cache_folder_problem(root, DEFAULT_CACHE_DIR) is not None:
+        return None
+    index = load(os.path.join(root, DEFAULT_CACHE_DIR, INDEX_NAME))
+    if index is None or index["root"] != root or index["config"] != (config_path, config_stamp):
+        return None
+    entry = index["entries"].get((os.getcwd(), tuple(paths), "--force-exclude" in argv))
+    if entry is None:
+        return None
+    if not _same_stat_data(index["tool_paths"], index["tool_stats"]):
+        return None  # dtype-lint's code changed (fast_record.tool_stamp's inputs)
+    if not all(unchanged(path, key, stamp, kind) for path, (key, stamp, kind) in index["watched"].items()):
+        return None
+    if not _folders_unchanged(index["folders"], index["mtimes"]):
+        return None
+    if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
+        return None
+    text = entry["out"][(fmt, quiet, color)]
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    for line in entry["warnings"]:
+        sys.stderr.write(line)
+    return 0 if "--exit-zero" in argv or not entry["found"] else 1
+
+
+def _configuration(first_path: str) -> tuple[str, str] | None:
+    """(configuration file, its content stamp) as the fast path would choose it, when the index
+    can vouch for the choice: the nearest pyproject.toml that names dtype-lint, else the nearest
+    pyproject.toml; None where another kind of settings file is in the way or the file sets its
+    own cache folder (read then by the fast path, which parses it)."""
+    folder = os.path.dirname(os.path.realpath(first_path))
+    nearest: tuple[str, bytes] | None = None
+    chosen: tuple[str, bytes] | None = None
+    from dtype_lint.core.safe_read import read_bytes
+
+    while True:
+        if any(os.path.exists(os.path.join(folder, name)) for name in ("dtype-lint.toml", ".dtype-lint.toml")):
+            return None
+        candidate = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(candidate):
+            data = read_bytes(candidate, 1 << 20)
+            nearest = nearest or (candidate, data)
+            if b"dtype-lint" in data:
+                # The index says whether its [tool.dtype-lint] table is what the fast path chose:
+                # a pyproject.toml that names the tool elsewhere is then another configuration.
+                chosen = (candidate, data)
+                break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    chosen = chosen or nearest
+    if chosen is None or b"cache-dir" in chosen[1]:
+        return None
+    return chosen[0], content_stamp(chosen[1])
+
+
+def content_stamp(data: bytes) -> str:
+    """fast_record.stamp of a file holding `data` (a configuration file of at most 1 MiB)."""
+    from dtype_lint.core.file_stamp import blake2b
+
+    return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"
+
+
+def load(path: str) -> dict | None:
+    """The index at `path`, or None (missing, another format or interpreter, not sealed by us)."""
+    from dtype_lint.core.safe_read import read_bytes
+    from dtype_lint.run.cache_seal import quick_unseal
+
+    try:
+        payload = quick_unseal(read_bytes(path, 256 << 20), _context())
+    except (OSError, ValueError):
+        return None
+    if payload is None:
+        return None
+    index = marshal.loads(payload)  # sealed by this user's key: our own bytes
+    if not (isinstance(index, dict) and index.get("format") == FORMAT):
+        return None
+    return index
+
+
+def stat_key(path: str) -> StatKey | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def unchanged(path: str, key: StatKey | None, stamp: str | None, kind: str) -> bool:
+    """Is the file at `path` still what `stamp` says? By its stat data when `key` is kept and
+    equal, else by its stamp taken again (`kind`: "source", file_stamp.file_stamp; "small",
+    fast_record's stamp of a configuration or ignore file, None when missing)."""
+    if key is not None and stat_key(path) == key:
+        return True
+    return current_stamp(path, kind) == stamp
+
+
+def current_stamp(path: str, kind: str) -> str | None:
+    if kind == "source":
+        from dtype_lint.core.file_stamp import file_stamp
+
+        return file_stamp(path)
+    from dtype_lint.core.file_stamp import small_file_stamp
+
+    try:
+        return small_file_stamp(path)  # fast_record.stamp, as the record's files are stamped
+    except OSError:
+        return None
+
+
+def _same_stat_data(paths: tuple, kept: tuple) -> bool:
+    try:
+        return tuple(map(_size_and_mtime, paths)) == kept
+    except OSError:
+        return False
+
+
+def _size_and_mtime(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _folders_unchanged(folders: tuple, mtimes: tuple) -> bool:
+    """Every folder of the project as the record found it (a file added, removed or renamed
+    anywhere changes its folder's mtime): one stat each, in a loop that stays in C."""
+    try:
+        return tuple(map(_mtime, folders)) == mtimes
+    except OSError:
+        return False
+
+
+def _mtime(folder: str) -> int:
+    return os.stat(folder).st_mtime_ns
+
+
+# ---- writing: the full run that keeps a run memo entry -------------------------------------------
+
+
+def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, analyzed: int,
+         warnings: list[str], writer) -> None:
+    """Add the answer run_memo.keep just kept to the index (see the module docstring), when every
+    file it depends on is still as stamped; `handoff` is the fast path's (run_memo.hand_over)."""
+    record = handoff.get("fast_record")
+    if record is None or handoff.get("config") is None:
+        return
+    render = handoff.get("render")
+    if render is None:
+        return
+    # The front end that handed over renders (fast_path.render_outputs: the run layer does not
+    # import the report code); before the stamps, as it reads the named files.
+    rendered = render(findings, checked, analyzed, warnings)
+    if rendered is None:
+        return
+    out, warning_lines = rendered
+    entry = {"out": out, "found": bool(findings), "warnings": warning_lines}
+    key = (handoff["key"][0], tuple(handoff["key"][1]), handoff["key"][2])
+
+    def write(path: str, data: bytes) -> None:
+        writer.write_cache(path, data)
+
+    _add(record, handoff["config"], handoff["record"], os.path.dirname(handoff["memo"]), key, entry,
+         entry_files, write)
+
+
+def keep_clean(record: dict, record_id: list, cache_folder: str, paths: list[str], force_exclude: bool,
+               read: list[str], output: str) -> None:
+    """Keep the fast path's verdict that the named files cannot give a finding (fast_path.py), so
+    that a later run on them replays it: `read` holds every file the verdict read (the named files
+    and the modules their imports were followed to), `output` what it printed without `-q`."""
+    from dtype_lint.core.file_stamp import file_stamp
+
+    entry = {"out": {variant: ("" if variant[1] else output) for variant in VARIANTS}, "found": False,
+             "warnings": []}
+    files = {}
+    for path in read:
+        real = os.path.realpath(path)
+        files[real] = file_stamp(real)
+    key = (os.getcwd(), tuple(paths), force_exclude)
+    _add(record, tuple(record["config"]), record_id, cache_folder, key, entry, files, _write_atomic)
+
+
+def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: tuple, entry: dict,
+         entry_files: dict[str, str], write) -> None:
+    import time
+
+    root = record["root"]
+    if config[1] is None or os.path.join(root, DEFAULT_CACHE_DIR) != cache_folder:
+        return  # a cache folder of its own: the replay does not parse the configuration to find it
+    now = time.time_ns()
+    watched = {}
+    for path, stamp in record["files"].items():
+        stat_data = _kept_key(path, now)
+        if current_stamp(path, "small") != stamp:
+            return
+        watched[path] = (stat_data, stamp, "small")
+    files = {}
+    for path, stamp in entry_files.items():
+        stat_data = _kept_key(path, now)
+        if current_stamp(path, "source") != stamp:
+            return
+        files[path] = (stat_data, stamp)
+    entry["files"] = files
+    lead = os.path.join(root, "")
+    folders = tuple(root if rel == "." else lead + rel for rel in record["dirs"])
+    mtimes = tuple(record["dirs"].values())
+    path = os.path.join(cache_folder, INDEX_NAME)
+    old = load(path)
+    entries = {}
+    if old is not None and old.get("record") == record_id and old.get("config") == config:
+        entries = dict(old["entries"])  # answers under another record are dropped with it
+    entries.pop(key, None)
+    entries[key] = entry
+    while len(entries) > MAX_ENTRIES:
+        entries.pop(next(iter(entries)))
+    from dtype_lint.run.fast_record import tool_paths, tool_stamp
+
+    if record["tool"] != tool_stamp():
+        return
+    code = tuple(tool_paths())
+    index = {"format": FORMAT, "root": root, "config": config, "record": record_id,
+             "tool_paths": code, "tool_stats": tuple(map(_size_and_mtime, code)), "watched": watched,
+             "folders": folders, "mtimes": mtimes, "entries": entries}
+    from dtype_lint.run.cache_seal import quick_seal
+
+    sealed = quick_seal(marshal.dumps(index), _context())
+    if sealed is None:
+        return
+    try:
+        write(path, sealed)
+    except OSError:
+        pass  # a read-only checkout still lints; it just has no replay
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """The fast path writes without a run's writer: the writer's atomic write (a temp file beside
+    the index, renamed over it)."""
+    from dtype_lint.core.writer import write_atomic
+
+    write_atomic(path, data)
+
+
+def _kept_key(path: str, now_ns: int) -> StatKey | None:
+    """The stat data a replay may trust for `path`, taken before its stamp is checked again; None
+    when the file changed within RACY_NS of now (an edit in the same tick would keep it)."""
+    key = stat_key(path)
+    if key is None or max(key[1], key[2]) >= now_ns - RACY_NS:
+        return None
+    return key

@@ -1,0 +1,188 @@
+"""The pre-commit replay (dtype_lint/run/replay_index.py): a run on named files whose kept answer
+still holds prints it again with only built-in modules imported; any change the answer depends on
+(a named file's or a dependency's content, even at the same size and mtime, a .gitignore, a
+folder's listing, the index itself) sends the run on to the fast path and the engine."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import marshal
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import dtl
+from conftest import full_only
+from tiny_project import ATTN, write_tree
+
+from dtype_lint.run import replay_index
+from dtype_lint.run.cache_seal import quick_seal
+
+PYPROJECT = '[tool.dtype-lint]\nquantizable = ["vllm.base.QuantBase"]\n'
+BASE = "import torch\n\n\nclass QuantBase(torch.nn.Module):\n    pass\n"
+# The layer class the site's attribute holds: quantizable only through its base, in another file
+# (a dependency of the site's answer, at the same size whatever the base's name: see below).
+LAYERS = "from vllm.base import QuantBase\n\n\nclass QLinear(QuantBase):\n    def __init__(self, n):\n" \
+         "        super().__init__()\n"
+SITE = """\
+import torch
+
+from vllm.layers import QLinear
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, proj: QLinear):
+        super().__init__()
+        self.proj = proj
+
+    def forward(self, x):
+        x = x.to(self.proj.weight.dtype)
+        return self.proj(x)
+"""
+PLAIN = "def greet(name):\n    return name\n"
+SITE_ARGS = ("check", "--exit-zero", "vllm/site.py")
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:
+    """A tree of package `vllm` with one site whose layer is quantizable through another file (and
+    one of the preset's layer classes imported: a run with a project-level warning keeps nothing).
+    Files this young would never have their stat data trusted (replay_index.RACY_NS); the tests
+    that need it lift the guard for the run that keeps the answer."""
+    root = write_tree(tmp_path / "p", {
+        "pyproject.toml": PYPROJECT, "vllm/__init__.py": "", "vllm/base.py": BASE, "vllm/layers.py": LAYERS,
+        "vllm/site.py": SITE, "vllm/plain.py": PLAIN, "vllm/attn.py": ATTN,  # a preset layer: no warning
+    })
+    assert "DTL001" in dtl(root, "check", "--exit-zero", ".").stdout  # writes the fast path's record
+    return root
+
+
+def replayed(root: Path, *args: str) -> tuple[int | None, str, str]:
+    """What the replay alone answers (None: it declines, the fast path and the engine go on)."""
+    saved = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.chdir(root)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = replay_index.replay(list(args))
+    finally:
+        os.chdir(saved)
+    return code, out.getvalue(), err.getvalue()
+
+
+def keep(root: Path, *args: str, trust_stat_data: bool = False) -> subprocess.CompletedProcess:
+    """A named-file run that falls back to the engine, which keeps its answer in the index.
+    `trust_stat_data`: keep the stat data of files changed just now (as of files older than
+    RACY_NS), so that a replay checks them by stat first."""
+    racy = replay_index.RACY_NS
+    if trust_stat_data:
+        replay_index.RACY_NS = -(10 ** 12)
+    try:
+        return dtl(root, *args)
+    finally:
+        replay_index.RACY_NS = racy
+
+
+def test_a_touched_file_replays_exactly_what_the_full_run_printed(project: Path):
+    assert replayed(project, *SITE_ARGS)[0] is None  # nothing kept yet
+    variants = [SITE_ARGS, ("check", "-q", "vllm/site.py"), ("check", "--output-format", "concise", "vllm/site.py"),
+                ("check", "--color=never", "--exit-zero", "vllm/site.py", "vllm/plain.py")]
+    for args in variants:
+        first = keep(project, *args)
+        assert "DTL001" in first.stdout
+        (project / "vllm" / "site.py").touch()  # same bytes, new mtime: one hash, then the replay
+        assert replayed(project, *args) == (first.returncode, first.stdout, first.stderr), args
+    assert replayed(project, "check", "vllm/site.py")[0] == 1  # findings: exit 1 without --exit-zero
+    # The answer is the run's: another set of named files or another folder has none.
+    assert replayed(project, "check", "vllm/site.py", "vllm/base.py")[0] is None
+    assert replayed(project / "vllm", "check", "site.py")[0] is None
+
+
+def test_the_replay_imports_only_built_in_modules(project: Path):
+    keep(project, *SITE_ARGS)
+    code = ("import sys, runpy\nbefore = set(sys.modules)\n"
+            f"sys.argv = ['dtype-lint', *{list(SITE_ARGS)!r}]\n"
+            "try:\n    runpy.run_module('dtype_lint', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    assert e.code == 0, e.code\n"
+            "print('imported:', sorted(set(sys.modules) - before))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    printed, _, imported = proc.stdout.rpartition("imported: ")
+    assert "DTL001" in printed
+    modules = eval(imported)  # noqa: S307 - our own subprocess's list of names
+    ours = {m for m in modules if m.split(".")[0] == "dtype_lint"}
+    # What the replay needs of dtype-lint: the entry point, the index and the standard-library-only
+    # helpers it reads with; no analysis, fast path, report code or rule.
+    assert ours <= {"dtype_lint", "dtype_lint.__main__", "dtype_lint.entry", "dtype_lint.stdout_guard",
+                    "dtype_lint.run", "dtype_lint.run.replay_index", "dtype_lint.core",
+                    "dtype_lint.core.safe_read", "dtype_lint.core.file_stamp", "dtype_lint.run.cache_folder",
+                    "dtype_lint.run.cache_seal"}, ours
+    # Everything else is built into the interpreter, or BLAKE2's C module (hashlib.blake2b, an
+    # extension module in some builds): no third-party module, and none of the standard library's
+    # costly ones (re, json, hashlib's OpenSSL, typing, tomllib, dataclasses).
+    others = sorted(m for m in modules if m not in ours and m not in sys.builtin_module_names)
+    assert set(others) <= {"_blake2"}, others
+
+
+def test_a_dependency_changed_at_the_same_size_and_mtime_is_not_replayed(project: Path):
+    layers = project / "vllm" / "layers.py"
+    first = keep(project, *SITE_ARGS, trust_stat_data=True)
+    assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)
+    index = replay_index.load(str(project / ".dtype_lint_cache" / replay_index.INDEX_NAME))
+    (entry,) = [e for k, e in index["entries"].items() if k[1] == ("vllm/site.py",)]
+    assert entry["files"][str(layers.resolve())][0] is not None  # checked by its stat data first
+    # Touched, its stat data differs: hashed again, the same bytes: still replayed.
+    os.utime(layers, ns=(layers.stat().st_atime_ns, layers.stat().st_mtime_ns + 10 ** 9))
+    assert replayed(project, *SITE_ARGS)[0] == 0
+    # Edited at the same size with its mtime put back (`touch -r`, `cp -p`): the ctime moved.
+    before = layers.stat()
+    layers.write_text(LAYERS.replace("QuantBase", "QuantBasf", 1).replace("QuantBase)", "QuantBasf)"))
+    assert layers.stat().st_size == before.st_size
+    os.utime(layers, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert replayed(project, *SITE_ARGS)[0] is None
+    assert "DTL001" not in dtl(project, *SITE_ARGS).stdout  # the engine: the layer is no longer quantizable
+
+
+def test_a_file_stamped_in_the_same_clock_tick_is_always_hashed(project: Path):
+    fresh = project / "vllm" / "plain.py"
+    assert replay_index._kept_key(str(fresh), replay_index.stat_key(str(fresh))[2]) is None
+    assert replay_index._kept_key(str(fresh), replay_index.stat_key(str(fresh))[2] + 3 * replay_index.RACY_NS)
+
+
+@pytest.mark.parametrize("change", ["gitignore", "new_module", "tampered", "other_format",
+                                    full_only("settings", "test_run_memo.py checks a settings change")])
+def test_a_change_the_answer_depends_on_is_not_replayed(project: Path, change: str):
+    keep(project, *SITE_ARGS)
+    assert replayed(project, *SITE_ARGS)[0] == 0
+    index_path = project / ".dtype_lint_cache" / replay_index.INDEX_NAME
+    if change == "gitignore":
+        (project / ".gitignore").write_text("vllm/site.py\n")
+    elif change == "new_module":
+        (project / "vllm" / "models").mkdir()  # the project's file list changed
+    elif change == "settings":
+        (project / "pyproject.toml").write_text(PYPROJECT + "ignore = [\"DTL001\"]\n")
+    elif change == "tampered":
+        data = bytearray(index_path.read_bytes())
+        data[-2] ^= 1
+        index_path.write_bytes(bytes(data))
+    else:  # an index of another format (an older dtype-lint's), sealed by us: ignored, never misread
+        index = replay_index.load(str(index_path))
+        sealed = quick_seal(marshal.dumps({**index, "format": replay_index.FORMAT - 1}), replay_index._context())
+        index_path.write_bytes(sealed)
+    assert replayed(project, *SITE_ARGS)[0] is None
+
+
+def test_a_clean_verdict_and_the_first_named_run_after_a_full_check_replay(project: Path):
+    first = dtl(project, "check", "vllm/plain.py")  # the fast path: no site; its verdict is kept
+    assert first.stdout == "All checks passed! (1 file checked)\n"
+    (project / "vllm" / "plain.py").touch()
+    assert replayed(project, "check", "vllm/plain.py") == (0, first.stdout, "")
+    assert replayed(project, "check", "-q", "vllm/plain.py") == (0, "", "")
+    site = keep(project, *SITE_ARGS)
+    assert dtl(project, "check", "--exit-zero", ".").returncode == 0  # a full run in between
+    (project / "vllm" / "site.py").touch()
+    assert replayed(project, *SITE_ARGS) == (0, site.stdout, site.stderr)
+    assert replayed(project, "check", "vllm/plain.py")[0] == 0
