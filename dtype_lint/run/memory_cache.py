@@ -79,7 +79,7 @@ class MemoryCache(Cache):
         raw = self._entries.get(f"{kind}/{rel}")
         return self._decode(raw) if raw is not None else None
 
-    def _encode(self, data) -> bytes | None:
+    def _encode(self, data) -> bytes:
         return json.dumps(data, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
     def _decode(self, raw: bytes):

@@ -185,6 +185,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         for folder, names in _by_folder(temps).items():
             remove_stale_temps(folder, names)
     stamp_memo = config.root / config.cache_dir / "code-stamp.json" if options.use_cache else None
+    cache: Cache  # the in-memory one (run/memory_cache.py) is a Cache that keeps its entries in the process
     if options.store is not None and not options.use_cache:
         cache = options.store.cache(config.fingerprint(), config.root)
     else:
