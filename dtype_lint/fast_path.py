@@ -45,10 +45,9 @@ from dtype_lint.core.text_facts import helper_shaped_bodies
 from dtype_lint.run import run_memo
 from dtype_lint.run.cache_folder import cache_folder_problem
 from dtype_lint.run.fast_record import RECORD_NAME, forget, load_record, validated_key
+from dtype_lint.run.replay_index import plain_check
 
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
-_FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
-_COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
 _MAX_HOPS = 12  # re-exports followed, as the class index does
 
 _already_tried = False  # set while `dtype_lint.entry.main` hands over to the command line
@@ -73,7 +72,7 @@ def try_clean_exit(argv: list[str]) -> int | None:
 
 
 def _clean_exit(argv: list[str]) -> int | None:
-    options = _options(argv)
+    options = plain_check(argv)  # the replay's reading of the arguments: one definition
     if options is None:
         return None
     paths, quiet, color, fmt = options
@@ -201,58 +200,6 @@ def _read_source(path: str) -> str | None:
         return None
 
 
-def _options(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
-    """(paths, quiet, colour, output format) of a plain `check` of files, or None for anything
-    else."""
-    args = list(argv)
-    if args and args[0] == "check":
-        args = args[1:]
-    elif not args or args[0] in _COMMANDS:
-        return None
-    paths: list[str] = []
-    quiet, color, fmt = False, "auto", "text"
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in _FLAGS:
-            pass
-        elif a in ("-q", "--quiet"):
-            quiet = True
-        elif a in ("--color", "--output-format") and i + 1 < len(args):
-            value = args[i + 1]
-            i += 1
-            if a == "--color":
-                color = value
-            elif value not in ("text", "concise"):
-                return None
-            else:
-                fmt = value
-        elif a.startswith(("--color=", "--output-format=")):
-            key, _, value = a.partition("=")
-            if key == "--color":
-                color = value
-            elif value not in ("text", "concise"):
-                return None
-            else:
-                fmt = value
-        elif a == "--":
-            paths.extend(args[i + 1:])
-            break
-        elif a.startswith("-"):
-            return None
-        else:
-            paths.append(a)
-        i += 1
-    if not paths or color not in ("auto", "never"):
-        return None
-    for path in paths:
-        try:
-            path.encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-        if not os.path.isfile(path):
-            return None
-    return paths, quiet, color, fmt
 
 
 def _find_config(first_path: str) -> tuple[str, str, str, dict] | None:

@@ -62,7 +62,7 @@ def _context() -> str:
 
 def plain_check(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
     """(paths, quiet, colour, output format) of a plain `check` of files, or None for anything
-    else (see fast_path.py for what is taken)."""
+    else: the replay and the fast path both read the arguments through it."""
     args = list(argv)
     if args and args[0] == "check":
         args = args[1:]
