@@ -16,33 +16,15 @@ from pathlib import Path
 import pytest
 from cli_runner import dtl
 from conftest import full_only
+
+# The project test_run_memo.py's runs use: a site whose layer is quantizable only through a base
+# class in another file (a dependency of the site's answer), and a file without a site.
+from test_run_memo import BASE, LAYERS, PLAIN, PYPROJECT, SITE
 from tiny_project import ATTN, write_tree
 
 from dtype_lint.run import replay_index
 from dtype_lint.run.cache_seal import quick_seal
 
-PYPROJECT = '[tool.dtype-lint]\nquantizable = ["vllm.base.QuantBase"]\n'
-BASE = "import torch\n\n\nclass QuantBase(torch.nn.Module):\n    pass\n"
-# The layer class the site's attribute holds: quantizable only through its base, in another file
-# (a dependency of the site's answer, at the same size whatever the base's name: see below).
-LAYERS = "from vllm.base import QuantBase\n\n\nclass QLinear(QuantBase):\n    def __init__(self, n):\n" \
-         "        super().__init__()\n"
-SITE = """\
-import torch
-
-from vllm.layers import QLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, proj: QLinear):
-        super().__init__()
-        self.proj = proj
-
-    def forward(self, x):
-        x = x.to(self.proj.weight.dtype)
-        return self.proj(x)
-"""
-PLAIN = "def greet(name):\n    return name\n"
 SITE_ARGS = ("check", "--exit-zero", "vllm/site.py")
 
 
