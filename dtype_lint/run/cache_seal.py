@@ -155,17 +155,21 @@ def seal(payload: bytes, context: str) -> bytes | None:
 def unseal(raw: bytes, context: str) -> bytes | None:
     """The payload of a cache file sealed under this user's key for `context`, else None
     (damaged, edited, foreign, sealed under another key or for another context, or no key)."""
+    import hmac
+
+    return _opened(raw, context, _mac, hmac.compare_digest)
+
+
+def _opened(raw: bytes, context: str, mac_of, same) -> bytes | None:
+    """`raw`'s payload when its MAC is `mac_of(key, context, payload)` under this user's key
+    (compared by the constant-time `same`), else None."""
     key = secret()
     if key is None:
         return None
     mac, newline, payload = raw.partition(b"\n")
     if not newline or len(mac) != _MAC_HEX:
         return None
-    import hmac
-
-    if not hmac.compare_digest(mac, _mac(key, context, payload)):
-        return None
-    return payload
+    return payload if same(mac, mac_of(key, context, payload)) else None
 
 
 def _quick_mac(key: bytes, context: str, payload: bytes) -> bytes:
@@ -187,15 +191,7 @@ def quick_seal(payload: bytes, context: str) -> bytes | None:
 
 def quick_unseal(raw: bytes, context: str) -> bytes | None:
     """As `unseal`, for what `quick_seal` made."""
-    key = secret()
-    if key is None:
-        return None
-    mac, newline, payload = raw.partition(b"\n")
-    if not newline or len(mac) != _MAC_HEX:
-        return None
     from _operator import _compare_digest  # hmac's constant-time comparison where OpenSSL is absent
 
-    if not _compare_digest(mac, _quick_mac(key, context, payload)):
-        return None
-    return payload
+    return _opened(raw, context, _quick_mac, _compare_digest)
 
