@@ -23,7 +23,8 @@ DTYPE_LINT_ROWS = ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-warm-j1"
 # `--fix` and `migrate --series`, each on a fresh copy, at 1x only (issue #37).
 DTYPE_LINT_ROWS_1X = ("dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-cold-all-j1", "dtype-lint-fix-j1",
                       "dtype-lint-series-j1", "dtype-lint-warm-j1", "dtype-lint-warm")
-PRECOMMIT_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean", "dtype-lint-precommit-edited")
+PRECOMMIT_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean", "dtype-lint-precommit-first",
+                  "dtype-lint-precommit-edited")
 RUFF_ROWS = ("ruff-cold", "ruff-cached", "ruff-precommit")
 PEER_ROWS = (*RUFF_ROWS, "semgrep")
 # The 10x corpus: ten renamed copies of the tree; the costly reference rows are measured at 1x only.
