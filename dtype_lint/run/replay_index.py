@@ -77,17 +77,13 @@ def plain_check(argv: list[str]) -> tuple[list[str], bool, str, str] | None:
             pass
         elif arg in ("-q", "--quiet"):
             quiet = True
-        elif arg in ("--color", "--output-format") and i + 1 < len(args):
-            value = args[i + 1]
-            i += 1
-            if arg == "--color":
-                color = value
-            elif value not in ("text", "concise"):
-                return None
-            else:
-                fmt = value
-        elif arg.startswith(("--color=", "--output-format=")):
-            key, _, value = arg.partition("=")
+        elif arg.startswith(("--color=", "--output-format=")) or (
+                arg in ("--color", "--output-format") and i + 1 < len(args)):
+            if "=" in arg:
+                key, _, value = arg.partition("=")
+            else:  # the value is the next argument
+                key, value = arg, args[i + 1]
+                i += 1
             if key == "--color":
                 color = value
             elif value not in ("text", "concise"):
