@@ -408,11 +408,14 @@ def _migrate(args) -> int:
     try:
         if args.series:
             return _series(args, cfg, tick)
-        result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick)
         from dtype_lint.migrate.migration import recheck
+        from dtype_lint.run.memory_cache import RunStore
 
+        store = RunStore()  # the fixing run's per-file results, for the re-check below
+        result = run_migration(cfg, args.path, unsafe_fixes=args.unsafe_fixes, jobs=args.jobs, progress=tick,
+                               store=store)
         # The report counts what a fresh check of the migrated tree finds, not the fixing run's account.
-        result.findings = recheck(cfg, args.path, result, None, args.jobs)
+        result.findings = recheck(cfg, args.path, result, None, args.jobs, store)
     finally:
         stop()
     report = render_report(args.path, result, args.report)

@@ -211,3 +211,36 @@ def test_a_stale_result_is_never_reused(tmp_path: Path, monkeypatch, change: str
         assert reanalysed == {"callerlm/attention.py", "callerlm/dtypes.py"}
     else:
         assert "callerlm/dtypes.py" in reanalysed
+
+
+def test_an_in_place_migration_rechecks_only_what_its_fixes_can_change(tmp_path: Path, monkeypatch):
+    """`dtype-lint migrate PATH` (no series) re-checks the rewritten tree itself with the fixing
+    run's per-file results: the same two files as the series' re-check above are analysed again
+    (probe.py read nothing the fixes wrote), and the call that the helper's fix cleans is gone from
+    the report, as from a cold check of the migrated tree."""
+    from cli_runner import dtl
+
+    from dtype_lint.migrate import migration
+
+    tree = tmp_path / "tree"
+    shutil.copytree(CALLERS, tree, ignore=shutil.ignore_patterns("expected.txt", "__pycache__"))
+    (tree / "callerlm" / "probe.py").write_text(UNRELATED, encoding="utf-8")
+    runs: list[list[str]] = []
+    original_run, original_analyze = migration.run, pipeline.analyze_path
+
+    def counted_run(*args, **kwargs):
+        runs.append([])
+        return original_run(*args, **kwargs)
+
+    monkeypatch.setattr(migration, "run", counted_run)
+    monkeypatch.setattr(pipeline, "analyze_path", lambda path, *a, **k: runs[-1].append(path) or
+                        original_analyze(path, *a, **k))
+    proc = dtl(tree, "migrate", ".", "--report", str(tmp_path / "report.md"), "-j", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fixing, recheck = (set(r) for r in runs)
+    assert fixing == {"callerlm/attention.py", "callerlm/dtypes.py", "callerlm/probe.py"}
+    assert recheck == {"callerlm/attention.py", "callerlm/dtypes.py"}
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "- Sites left: 0" in report and "callerlm/dtypes.py" in report
+    monkeypatch.chdir(tree)
+    assert pipeline.run(load_config(tree), RunOptions(paths=["."], use_cache=False)).findings == []

@@ -1,7 +1,7 @@
 """`dtype-lint migrate` on a copy of vLLM 0.27.1, compared with what vLLM 0.28.0 shipped (PR #38771).
 
-One module-scoped run does the work (copy, check, migrate, check again) and the tests read its
-results:
+One session-scoped run does the work (copy, migrate, check again; the check before is the
+release's shared `--select ALL` run) and the tests read its results:
 - migrate exits 0 and writes a report naming the helper and mla_attention.py;
 - in the migrated mla_attention.py, both prefill-context paths call
   `get_layer_input_dtype(self.kv_b_proj, use_fp8_prefill)` into a name where 0.27.1 read the
@@ -10,7 +10,8 @@ results:
   `kv_b_proj_w_dtype` left; the guard and the call are the ones 0.28.0 has (its helper is named
   `_get_kv_b_proj_input_dtype`); 0.28.0 calls it once before the loop, which is the same on
   every run that enters the loop, and also runs it on a run with no chunk;
-- every .py file of the migrated tree compiles, and a second check offers no DTL001 fix;
+- every .py file the migration wrote compiles (the others are the release's bytes), and a second check
+  offers no DTL001 fix;
 - the diff between the trees touches only the flagged functions (from the first check's JSON
   scopes and lines), the added helper import lines, and the new helper file.
 """
@@ -27,11 +28,14 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl as run_cli
+from release_runs import check_all, findings_json
 
 # One worker builds the migration of the whole release once: the group keeps this module's tests on
 # one worker, and the fixtures are session-scoped because a module fixture is torn down (and built
-# again) when a test of another module runs between two of this module's tests there.
-pytestmark = [pytest.mark.network, pytest.mark.xdist_group("vllm-0.27.1-migration")]
+# again) when a test of another module runs between two of this module's tests there. The group is
+# test_triage.py's and test_rules_real_world.py's: the first check is their `--select ALL` run of
+# the release (tests/release_runs.py), made once per worker.
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("release-runs")]
 
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
 HELPER_FILE = "vllm/model_executor/layers/quantization/utils/layer_input_dtype.py"
@@ -50,12 +54,23 @@ class Migration:
     original: Path  # the fetched 0.27.1 tree (read-only here)
     tree: Path  # the migrated copy
     report: Path
-    before: dict  # first check's JSON
+    before: dict  # first check's JSON (paths in the copy)
     migrate: subprocess.CompletedProcess
     after: dict  # second check's JSON
 
 
 MIGRATE_RULES = ("--extend-select", "DTL004,DTL005")
+
+
+def first_check(original: Path, tree: Path) -> dict:
+    """What `check TREE --output-format json --no-cache --extend-select DTL004,DTL005` prints for
+    the copy before the migration: the findings of those rules in the shared `--select ALL` run of
+    the release (what a rule reports does not depend on which other rules run), named in the copy."""
+    opted_out = {"DTL003"}  # the one rule migrate does not run
+    findings = [f for f in findings_json(check_all(original)) if f["code"] not in opted_out]
+    for f in findings:
+        f["path"] = str(tree / Path(f["path"]).resolve().relative_to(original.resolve()))
+    return {"findings": findings}
 
 
 @pytest.fixture(scope="session")
@@ -64,14 +79,13 @@ def migration(vllm_0271: Path, tmp_path_factory) -> Migration:
     tree = base / "tree"
     shutil.copytree(vllm_0271 / "vllm", tree / "vllm")
     report = base / "report.md"
-    # --no-cache: the copy must hold nothing but vLLM's files when the trees are compared.
     # migrate runs the opt-in DTL004/DTL005 too (their fixes are proven): the checks see what it sees.
-    first = dtl("check", str(tree), "--output-format", "json", "--no-cache", *MIGRATE_RULES, cwd=base)
-    assert first.returncode == 1, first.stderr
+    before = first_check(vllm_0271, tree)
+    assert before["findings"]
     proc = dtl("migrate", str(tree), "--report", str(report), cwd=base)
     second = dtl("check", str(tree), "--output-format", "json", "--no-cache", *MIGRATE_RULES, cwd=base)
     assert second.returncode in (0, 1), second.stderr
-    return Migration(vllm_0271, tree, report, json.loads(first.stdout), proc, json.loads(second.stdout))
+    return Migration(vllm_0271, tree, report, before, proc, json.loads(second.stdout))
 
 
 def rel(path: str, root: Path) -> str:
@@ -222,11 +236,14 @@ def test_helper_import_and_file(migration: Migration, migrated_mla: ast.Module):
 
 
 def test_every_migrated_file_compiles(migration: Migration):
-    count = 0
-    for path in sorted(migration.tree.rglob("*.py")):
+    # Every file the migration wrote or created; the others hold the release's own bytes
+    # (test_diff_touches_only_flagged_functions_and_imports), which Python compiles as shipped.
+    written = [path for path in sorted(migration.tree.rglob("*.py"))
+               if not (migration.original / path.relative_to(migration.tree)).is_file()
+               or (migration.original / path.relative_to(migration.tree)).read_bytes() != path.read_bytes()]
+    for path in written:
         compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
-        count += 1
-    assert count > 2000
+    assert (migration.tree / HELPER_FILE) in written and (migration.tree / MLA) in written
 
 
 def test_second_check_offers_no_fix(migration: Migration):

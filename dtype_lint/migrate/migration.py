@@ -22,7 +22,8 @@ from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settl
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
-                  progress=None) -> RunResult:
+                  progress=None, store: RunStore | None = None) -> RunResult:
+    """`store`: keeps the fixing run's per-file results for the re-check of the migrated tree."""
     config = reuse_sound_helper(config, path)
     # A migration routes every site through the helper, and the opt-in rules with proven fixes
     # belong to it (`in_migration` in the rule module: DTL004's guard is DTL001's rewrite, DTL005
@@ -32,7 +33,7 @@ def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs
     if opt_in and config.select == ["DTL"]:
         config = dataclasses.replace(config, select=[*config.select, *opt_in])
     return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False, fix=True,
-                                  unsafe_fixes=unsafe_fixes, progress=progress))
+                                  unsafe_fixes=unsafe_fixes, progress=progress, store=store))
 
 
 def _fix_description(finding: Finding) -> str:
@@ -260,7 +261,7 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
     import tempfile
 
     if changes is None:
-        return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False)).findings
+        return _recheck_in_place(config, path, result, jobs, store)
     from dtype_lint.migrate.series import series_root
 
     root = series_root(Path(path).resolve(), Path(config.root))
@@ -286,6 +287,22 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
             shown = os.path.relpath(original) if relative else str(original)
             out.append(dataclasses.replace(f, path=Path(shown).as_posix()))
         return sorted(out, key=Finding.sort_key)
+
+
+def _recheck_in_place(config: Config, path: str, result: RunResult, jobs: int | None,
+                      store: RunStore | None) -> list[Finding]:
+    """A fresh check of the migrated tree under `config`. The fixing run's entries in `store` are
+    keyed by its own settings, which add the migration's opt-in rules to `config`'s (run_migration):
+    where that is the only difference, the tree is checked under the fixing run's settings (each
+    file whose analysis read nothing the fixes wrote keeps its results, as a warm disk cache would)
+    and the added rules' findings are dropped: what a rule reports does not depend on which other
+    rules run. Otherwise (a helper the run chose, another setting) the check starts cold."""
+    added = [code for code in result.config.select if code not in config.select]
+    same_settings = dataclasses.replace(config, select=result.config.select).fingerprint() == result.config.fingerprint()
+    if store is None or not same_settings:
+        return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False)).findings
+    fresh = run(result.config, RunOptions(paths=[path], jobs=jobs, use_cache=False, store=store)).findings
+    return [f for f in fresh if f.code not in added]
 
 
 def migration_series(config: Config, path: str, out: str, group_by: str = "file", *, unsafe_fixes: bool = False,
