@@ -28,6 +28,10 @@ It must also be killed by what its ``must`` names (``runtime``: one of the two v
 kinds; ``verify``: verify at all; ``emulated``: a test in ``test_cuda_emulated.py``; ``tests``:
 anything). The exit status is 0 only when every selected mutant is killed as required.
 
+``--until-killed`` runs a mutant's own tests only when verify did not already kill it as its
+``must`` requires (CI: the verdict is the same, the tests' column stays empty); the committed report
+runs both.
+
 Mutants run in parallel (``--jobs``, default half the CPUs, at least 1); each subprocess gets one
 intra-op thread. Nothing is written into this checkout except ``--json`` if given.
 """
@@ -213,7 +217,7 @@ def required_kill(m: Mutant, o: Outcome) -> bool:
     }[m.must]
 
 
-def run_one(m: Mutant, verify_args: list[str], timeout: float, keep: bool) -> Outcome:
+def run_one(m: Mutant, verify_args: list[str], timeout: float, keep: bool, until_killed: bool = False) -> Outcome:
     o = Outcome(m.id, m.what, must=m.must, kind=m.kind, verify_mode=m.verify)
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f"dtl_mutant_{m.id}_"))
@@ -229,7 +233,9 @@ def run_one(m: Mutant, verify_args: list[str], timeout: float, keep: bool) -> Ou
         args = list(m.verify_args) if m.verify_args else ([] if m.verify == "emulated" else verify_args)
         o.verify, o.verify_violations, o.verify_checks = run_verify(pkg, args, timeout, m.verify, copy)
         o.verify_violations = o.verify_violations[:20]
-        o.tests_failed, o.tests_run = run_tests(pkg, copy, m.tests, timeout)
+        o.killed_by = killed_by(o)
+        if not (until_killed and o.killed_by and required_kill(m, o)):
+            o.tests_failed, o.tests_run = run_tests(pkg, copy, m.tests, timeout)
         o.killed_by = killed_by(o)
         killed = bool(o.killed_by)
         o.status = "survived" if not killed else ("killed" if required_kill(m, o) else "weak")
@@ -331,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update", metavar="JSON", help="a whole run's --json: re-run only the selected mutants and "
                     "write the merged outcomes (the report says which were re-run)")
     ap.add_argument("--keep", action="store_true", help="keep each mutant's temporary tree")
+    ap.add_argument("--until-killed", action="store_true",
+                    help="skip a mutant's tests when verify already killed it as required")
     args = ap.parse_args(argv)
 
     mutants = load_mutants()
@@ -359,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     verify_args = args.verify_args.split()
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        outcomes = list(pool.map(lambda m: run_one(m, verify_args, args.timeout, args.keep), mutants))
+        outcomes = list(pool.map(lambda m: run_one(m, verify_args, args.timeout, args.keep, args.until_killed), mutants))
     seconds = time.perf_counter() - t0
     rerun: list[str] = []
     if args.update:

@@ -91,7 +91,8 @@ def test_a_stale_mutant_is_reported_not_killed(tmp_path):
 @pytest.mark.slow
 def test_the_ci_mutants_are_killed_as_required(tmp_path):
     res = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "mutate.py"), "--ci", "--jobs", "2", "--json", str(tmp_path / "m.json"),
+        [sys.executable, str(REPO / "scripts" / "mutate.py"), "--ci", "--until-killed", "--jobs", "2",
+         "--json", str(tmp_path / "m.json"),
          "--verify-args=--no-upstream --scenarios B --backends marlin,bf16"],
         capture_output=True, text=True, timeout=900,
     )
@@ -103,6 +104,8 @@ def test_the_ci_mutants_are_killed_as_required(tmp_path):
     assert got["cu-marlin-group-scale-index"]["killed_by"] == "verify runtime (emulated CUDA)"
     assert got["gather-drops-k-scale"]["killed_by"] == "verify runtime" and got["gather-drops-k-scale"]["verify_checks"]["bounds"]
     assert got["merge-suffix-plus-inf"]["killed_by"] == "unit tests"
+    # --until-killed: the tests ran only for the mutant verify did not kill.
+    assert [i for i, o in got.items() if o["tests_run"]] == ["merge-suffix-plus-inf"]
 
 
 @pytest.mark.slow

@@ -66,7 +66,9 @@ def first_check(original: Path, tree: Path) -> dict:
     """What `check TREE --output-format json --no-cache --extend-select DTL004,DTL005` prints for
     the copy before the migration: the findings of those rules in the shared `--select ALL` run of
     the release (what a rule reports does not depend on which other rules run), named in the copy."""
-    opted_out = {"DTL003"}  # the one rule migrate does not run
+    from dtype_lint.core.rule_registry import migration_codes, opt_in_codes
+
+    opted_out = opt_in_codes() - set(migration_codes())  # the opt-in rules migrate does not run
     findings = [f for f in findings_json(check_all(original)) if f["code"] not in opted_out]
     for f in findings:
         f["path"] = str(tree / Path(f["path"]).resolve().relative_to(original.resolve()))
