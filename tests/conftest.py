@@ -206,7 +206,38 @@ builds_the_checkout = pytest.mark.xdist_group("builds-the-checkout")
 def pytest_configure(config):
     config.addinivalue_line("markers", "full(why): beyond the CI budget; runs only with DTL_FULL=1 (docs/testing.md)")
     if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
+        compile_the_environment()
         compile_the_checkout()
+
+
+# Installed packages whose bytecode tells whether the environment was compiled (the first found).
+COMPILE_PROBES = ("torch", "transformers", "mypy", "hypothesis")
+
+
+def compile_the_environment() -> None:
+    """Write the installed packages' bytecode with every CPU, when the install left none.
+
+    `.ci/run` installs with `pip install --no-compile`: pip compiles each installed file in turn,
+    about a minute of CPU for torch, transformers and the rest, on one core. Here they are compiled
+    once, on all cores, before the workers start; where PYTHONDONTWRITEBYTECODE is set nothing else
+    would write them, and each process importing torch would compile it again. An environment that
+    has its bytecode (pip's default) costs one file lookup.
+    """
+    import compileall
+    import importlib.util
+    import sysconfig
+
+    for name in COMPILE_PROBES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            if os.path.exists(importlib.util.cache_from_source(spec.origin)):
+                return
+            break
+    else:
+        return
+    for folder in dict.fromkeys((sysconfig.get_path("purelib"), sysconfig.get_path("platlib"))):
+        if folder and os.access(folder, os.W_OK):
+            compileall.compile_dir(folder, quiet=2, workers=0)
 
 
 def compile_the_checkout() -> None:
