@@ -101,8 +101,10 @@ def _clean_exit(argv: list[str]) -> int | None:
             if record_key is None:
                 return None
             # The full run keeps its answer for these files; unchanged since, it is printed again.
+            # The answer is rendered for the replay index only as asked: the other outputs are
+            # rendered by the run that asks for them (kept beside this one, replay_index._add).
             run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv, record,
-                               render_outputs)
+                               _OutputRenderer(fmt, quiet))
             return _replay(quiet, color, fmt, "--exit-zero" in argv)
     n = len(reals)
     output = f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n"
@@ -156,13 +158,55 @@ def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
         return EXIT_ERROR
     for warning in entry["warnings"]:
         print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
+    _keep_replayed_output(entry, found, quiet, fmt)
     return EXIT_CLEAN if exit_zero or not found else EXIT_FINDINGS
 
 
-def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -> tuple[dict, list[str]] | None:
-    """(each output the replay index keeps, the warning lines), rendered as `_replay` renders the
+def _keep_replayed_output(entry: dict, found: list, quiet: bool, fmt: str) -> None:
+    """Add the output just replayed from the run memo to the replay index (run/replay_index.py),
+    beside the outputs the run that kept the answer rendered: a run memo replay happens when the
+    index lacks this output (only the output a run prints is rendered for it), and the next
+    such run is then the index's."""
+    from dtype_lint.run.replay_index import keep
+
+    handoff = run_memo.handed_over()
+    if handoff is None:
+        return
+    try:
+        keep({**handoff, "render": _OutputRenderer(fmt, quiet)}, entry["files"], found, entry["checked"],
+             entry["analyzed"], entry["warnings"], _IndexWriter())
+    except Exception:  # noqa: BLE001 - the answer is printed: an output not kept is only slower next time
+        pass
+
+
+class _IndexWriter:
+    """What replay_index.keep writes through outside a run: the atomic write a run's writer makes."""
+
+    @staticmethod
+    def write_cache(path: str, data: bytes) -> None:
+        from dtype_lint.core.writer import write_atomic
+
+        write_atomic(path, data)
+
+
+class _OutputRenderer:
+    """`render(findings, checked, analyzed, warnings)` for replay_index.keep: the one output this
+    run prints (its format, with or without `-q`), so a run that keeps an answer renders it once
+    more, not in every variant the replay could be asked for."""
+
+    def __init__(self, fmt: str, quiet: bool):
+        self.fmt, self.quiet = fmt, quiet
+
+    def __call__(self, findings, checked: int, analyzed: int, warnings: list[str]):
+        return render_outputs(findings, checked, analyzed, warnings, ((self.fmt, self.quiet),))
+
+
+def render_outputs(findings, checked: int, analyzed: int, warnings: list[str],
+                   variants: tuple[tuple[str, bool], ...] | None = None) -> tuple[dict, list[str]] | None:
+    """(the outputs the replay index keeps, the warning lines), rendered as `_replay` renders the
     run memo's answer, which prints what `cli._check` prints for these formats; None when it
-    cannot be rendered."""
+    cannot be rendered. `variants`: the (format, quiet) pairs to render, by default every one
+    the replay serves (replay_index.VARIANTS)."""
     import io
     from types import SimpleNamespace
 
@@ -170,15 +214,11 @@ def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -
     from dtype_lint.core.findings import Finding
     from dtype_lint.run.replay_index import VARIANTS
 
+    if variants is None:
+        variants = tuple(dict.fromkeys((fmt, quiet) for fmt, quiet, _color in VARIANTS))
     found = [Finding.from_dict(f.to_dict()) for f in findings]
     out: dict[tuple[str, bool, str], str] = {}
-    for fmt, quiet, color in VARIANTS:
-        if (fmt, quiet, "never") in out:
-            # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
-            # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves
-            # only pipes and files: rendered once.
-            out[(fmt, quiet, color)] = out[(fmt, quiet, "never")]
-            continue
+    for fmt, quiet in variants:
         args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color="never", statistics=False,
                                statistics_table=False, output_format=fmt)
         buffer = io.StringIO()
@@ -186,7 +226,10 @@ def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -
             _render(found, [], args, checked, analyzed, 0.0, _read_source, buffer, rules={})
         except Exception:  # noqa: BLE001 - what cannot be rendered is not kept
             return None
-        out[(fmt, quiet, "never")] = out[(fmt, quiet, color)] = buffer.getvalue()
+        # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
+        # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves only
+        # pipes and files: rendered once for both.
+        out[(fmt, quiet, "never")] = out[(fmt, quiet, "auto")] = buffer.getvalue()
     return out, [f"dtype-lint: warning: {_printable(w)}\n" for w in warnings]
 
 

@@ -15,8 +15,11 @@ interpreter's own start-up. This index holds what the replay needs, ready to use
   and every folder of the project with its mtime;
 - one entry per (current folder, named files, `--force-exclude`), as the run memo keys them: the
   stamp of every file the answer read (the named files and every file their analysis read), and
-  the report already rendered, for each output the replay serves (`text` and `concise`, `-q` or
-  not, `--color auto|never` on a pipe), with the warnings and whether any finding was reported.
+  the report already rendered for each output a run on those files printed (`text` or `concise`,
+  `-q` or not; `--color auto` and `never` are the same on a pipe), with the warnings and whether
+  any finding was reported. The run that keeps an answer renders only the output it was asked
+  for; a replay asked for another one declines, the run memo's replay (fast_path.py) prints it
+  and adds it beside the others while the answer is the same (every file it read unchanged).
 
 Files are checked by their `stat` data first: size, mtime, ctime, inode and device as they were
 when the stamp was taken. Equal, the file is taken as unchanged; otherwise it is hashed again and
@@ -46,7 +49,7 @@ RACY_NS = 2_000_000_000  # a file changed this close to its stamp is hashed on e
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
 _FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
 _COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
-# The outputs kept for each entry: (format, quiet, colour) as the replay is asked for them.
+# The outputs an entry can hold: (format, quiet, colour) as the replay is asked for them.
 VARIANTS = tuple((fmt, quiet, color) for fmt in ("text", "concise") for quiet in (False, True)
                  for color in ("never", "auto"))
 
@@ -149,7 +152,9 @@ def _replay(argv: list[str]) -> int | None:
         return None
     if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
         return None
-    text = entry["out"][(fmt, quiet, color)]
+    text = entry["out"].get((fmt, quiet, color))
+    if text is None:
+        return None  # an output no run on these files printed yet: the run memo's replay renders it
     sys.stdout.write(text)
     sys.stdout.flush()
     for line in entry["warnings"]:
@@ -343,7 +348,12 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     entries = {}
     if old is not None and old.get("record") == record_id and old.get("config") == config:
         entries = dict(old["entries"])  # answers under another record are dropped with it
-    entries.pop(key, None)
+    kept = entries.pop(key, None)
+    if kept is not None and {path: stamp for path, (_key, stamp) in kept["files"].items()} == entry_files \
+            and kept["found"] == entry["found"] and kept["warnings"] == entry["warnings"]:
+        # The same answer (every file it read as it was, under the same record and settings):
+        # the outputs other runs rendered for it still hold beside this run's.
+        entry["out"] = {**kept["out"], **entry["out"]}
     entries[key] = entry
     while len(entries) > MAX_ENTRIES:
         entries.pop(next(iter(entries)))
