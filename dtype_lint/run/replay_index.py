@@ -144,13 +144,15 @@ def _replay(argv: list[str]) -> int | None:
     entry = index["entries"].get((os.getcwd(), tuple(paths), "--force-exclude" in argv))
     if entry is None:
         return None
+    # The answer's own files first: after an edit one of them differs, and the run is declined
+    # before the stat of every module of dtype-lint and every folder of the project.
+    if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
+        return None
     if not _same_stat_data(index["tool_paths"], index["tool_stats"]):
         return None  # dtype-lint's code changed (fast_record.tool_stamp's inputs)
     if not all(unchanged(path, key, stamp, kind) for path, (key, stamp, kind) in index["watched"].items()):
         return None
     if not _folders_unchanged(index["folders"], index["mtimes"]):
-        return None
-    if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
         return None
     text = entry["out"].get((fmt, quiet, color))
     if text is None:
@@ -357,13 +359,13 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     entries[key] = entry
     while len(entries) > MAX_ENTRIES:
         entries.pop(next(iter(entries)))
-    from dtype_lint.run.fast_record import tool_paths, tool_stamp
+    from dtype_lint.run.fast_record import tool_paths, tool_stamp, tool_stat_data
 
     if record["tool"] != tool_stamp():
         return
-    code = tuple(tool_paths())
+    # The stat data the stamp was taken from: a module changed since is one the stamp never saw.
     index = {"format": FORMAT, "root": root, "config": config, "record": record_id,
-             "tool_paths": code, "tool_stats": tuple(map(_size_and_mtime, code)), "watched": watched,
+             "tool_paths": tuple(tool_paths()), "tool_stats": tool_stat_data(), "watched": watched,
              "folders": folders, "mtimes": mtimes, "entries": entries}
     from dtype_lint.run.cache_seal import quick_seal
 
