@@ -286,8 +286,8 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
     if record is None or handoff.get("config") is None:
         return
     render = handoff.get("render")
-    if render is None:
-        return
+    if render is None or not _indexable(record, handoff["config"], os.path.dirname(handoff["memo"])):
+        return  # nothing would be kept: not rendered either
     # The front end that handed over renders (fast_path.render_outputs: the run layer does not
     # import the report code); before the stamps, as it reads the named files.
     rendered = render(findings, checked, analyzed, warnings)
@@ -326,8 +326,8 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     import time
 
     root = record["root"]
-    if config[1] is None or os.path.join(root, DEFAULT_CACHE_DIR) != cache_folder:
-        return  # a cache folder of its own: the replay does not parse the configuration to find it
+    if not _indexable(record, config, cache_folder):
+        return
     now = time.time_ns()
     watched = {}
     for path, stamp in record["files"].items():
@@ -376,6 +376,12 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
         write(path, sealed)
     except OSError:
         pass  # a read-only checkout still lints; it just has no replay
+
+
+def _indexable(record: dict, config: tuple, cache_folder: str) -> bool:
+    """Can an answer under this record be kept? Not with a cache folder of the project's own
+    choosing (the replay does not parse the configuration to find it)."""
+    return config[1] is not None and os.path.join(record["root"], DEFAULT_CACHE_DIR) == cache_folder
 
 
 def _write_atomic(path: str, data: bytes) -> None:
