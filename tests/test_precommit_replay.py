@@ -207,3 +207,20 @@ def test_an_output_rendered_for_an_older_answer_is_never_replayed(project: Path)
     assert kept_outputs(project, ("vllm/site.py",)) == {("text", True, "never"), ("text", True, "auto")}
     assert replayed(project, *SITE_ARGS)[0] is None  # the older answer's output went with it
     assert "DTL001" not in dtl(project, *SITE_ARGS).stdout
+
+
+def test_an_answer_the_index_cannot_keep_is_not_rendered(tmp_path: Path):
+    """A project with a cache folder of its own has no replay (the replay does not parse the
+    configuration to find it): the run that keeps an answer renders nothing for the index."""
+    rendered = []
+    record = {"root": str(tmp_path), "files": {}, "dirs": {}}
+    handoff = {"fast_record": record, "config": (str(tmp_path / "pyproject.toml"), "12:ab"),
+               "memo": str(tmp_path / "own-cache" / "run-memo.json"), "key": [str(tmp_path), ["a.py"], False],
+               "record": [str(tmp_path / "own-cache" / "fast-path.json"), 1, 1],
+               "render": lambda *answer: rendered.append(answer)}
+    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
+    assert rendered == []
+    # In the default cache folder the same answer is rendered (and then kept, were it stamped).
+    handoff["memo"] = str(tmp_path / replay_index.DEFAULT_CACHE_DIR / "run-memo.json")
+    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
+    assert rendered == [([], 1, 1, [])]
