@@ -35,6 +35,7 @@ The record and the memo are sealed (run/cache_seal.py): an edited or foreign one
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -101,8 +102,10 @@ def _clean_exit(argv: list[str]) -> int | None:
             if record_key is None:
                 return None
             # The full run keeps its answer for these files; unchanged since, it is printed again.
+            # The answer is rendered for the replay index only as asked: the other outputs are
+            # rendered by the run that asks for them (kept beside this one, replay_index._add).
             run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv, record,
-                               render_outputs)
+                               _OutputRenderer(fmt, quiet))
             return _replay(quiet, color, fmt, "--exit-zero" in argv)
     n = len(reals)
     output = f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n"
@@ -156,13 +159,55 @@ def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
         return EXIT_ERROR
     for warning in entry["warnings"]:
         print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
+    _keep_replayed_output(entry, found, quiet, fmt)
     return EXIT_CLEAN if exit_zero or not found else EXIT_FINDINGS
 
 
-def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -> tuple[dict, list[str]] | None:
-    """(each output the replay index keeps, the warning lines), rendered as `_replay` renders the
+def _keep_replayed_output(entry: dict, found: list, quiet: bool, fmt: str) -> None:
+    """Add the output just replayed from the run memo to the replay index (run/replay_index.py),
+    beside the outputs the run that kept the answer rendered: a run memo replay happens when the
+    index lacks this output (only the output a run prints is rendered for it), and the next
+    such run is then the index's."""
+    from dtype_lint.run.replay_index import keep
+
+    handoff = run_memo.handed_over()
+    if handoff is None:
+        return
+    try:
+        keep({**handoff, "render": _OutputRenderer(fmt, quiet)}, entry["files"], found, entry["checked"],
+             entry["analyzed"], entry["warnings"], _IndexWriter())
+    except Exception:  # noqa: BLE001 - the answer is printed: an output not kept is only slower next time
+        pass
+
+
+class _IndexWriter:
+    """What replay_index.keep writes through outside a run: the atomic write a run's writer makes."""
+
+    @staticmethod
+    def write_cache(path: str, data: bytes) -> None:
+        from dtype_lint.core.writer import write_atomic
+
+        write_atomic(path, data)
+
+
+class _OutputRenderer:
+    """`render(findings, checked, analyzed, warnings)` for replay_index.keep: the one output this
+    run prints (its format, with or without `-q`), so a run that keeps an answer renders it once
+    more, not in every variant the replay could be asked for."""
+
+    def __init__(self, fmt: str, quiet: bool):
+        self.fmt, self.quiet = fmt, quiet
+
+    def __call__(self, findings, checked: int, analyzed: int, warnings: list[str]):
+        return render_outputs(findings, checked, analyzed, warnings, ((self.fmt, self.quiet),))
+
+
+def render_outputs(findings, checked: int, analyzed: int, warnings: list[str],
+                   variants: tuple[tuple[str, bool], ...] | None = None) -> tuple[dict, list[str]] | None:
+    """(the outputs the replay index keeps, the warning lines), rendered as `_replay` renders the
     run memo's answer, which prints what `cli._check` prints for these formats; None when it
-    cannot be rendered."""
+    cannot be rendered. `variants`: the (format, quiet) pairs to render, by default every one
+    the replay serves (replay_index.VARIANTS)."""
     import io
     from types import SimpleNamespace
 
@@ -170,15 +215,11 @@ def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -
     from dtype_lint.core.findings import Finding
     from dtype_lint.run.replay_index import VARIANTS
 
+    if variants is None:
+        variants = tuple(dict.fromkeys((fmt, quiet) for fmt, quiet, _color in VARIANTS))
     found = [Finding.from_dict(f.to_dict()) for f in findings]
     out: dict[tuple[str, bool, str], str] = {}
-    for fmt, quiet, color in VARIANTS:
-        if (fmt, quiet, "never") in out:
-            # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
-            # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves
-            # only pipes and files: rendered once.
-            out[(fmt, quiet, color)] = out[(fmt, quiet, "never")]
-            continue
+    for fmt, quiet in variants:
         args = SimpleNamespace(unsafe_fixes=False, quiet=quiet, color="never", statistics=False,
                                statistics_table=False, output_format=fmt)
         buffer = io.StringIO()
@@ -186,7 +227,10 @@ def render_outputs(findings, checked: int, analyzed: int, warnings: list[str]) -
             _render(found, [], args, checked, analyzed, 0.0, _read_source, buffer, rules={})
         except Exception:  # noqa: BLE001 - what cannot be rendered is not kept
             return None
-        out[(fmt, quiet, "never")] = out[(fmt, quiet, color)] = buffer.getvalue()
+        # Off a terminal `auto` is `never` whatever the environment says (NO_COLOR,
+        # FORCE_COLOR, $COLUMNS: reporters/_console.make_console), and the replay serves only
+        # pipes and files: rendered once for both.
+        out[(fmt, quiet, "never")] = out[(fmt, quiet, "auto")] = buffer.getvalue()
     return out, [f"dtype-lint: warning: {_printable(w)}\n" for w in warnings]
 
 
@@ -296,11 +340,17 @@ def _may_give_findings(path: str, rules: Prefilter, layout: "_Layout") -> bool:
     return layout.may_call_helper(text, os.path.abspath(path))
 
 
-_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n\\]|\\[\s\S])*)", re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+((?:[^\n\\]|\\[\s\S])*)", re.M)
-_COMMENT = re.compile(r"#[^\n]*")
-_NAME_AS = re.compile(r"(\w+)(?:\s+as\s+(\w+))?")
-_DOTTED_AS = re.compile(r"([\w.]+)(?:\s+as\s+(\w+))?")
+@functools.lru_cache(maxsize=1)
+def _import_patterns() -> tuple[re.Pattern, ...]:
+    """The import reader's regexes (`from` import, plain import, comment, `name as x`, `a.b as x`),
+    compiled on first use: a run whose named file passes a rule's prefilter never reads imports,
+    and compiling them was a fifth of this module's import."""
+    return (re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n\\]|\\[\s\S])*)",
+                       re.M),
+            re.compile(r"^[ \t]*import[ \t]+((?:[^\n\\]|\\[\s\S])*)", re.M),
+            re.compile(r"#[^\n]*"),
+            re.compile(r"(\w+)(?:\s+as\s+(\w+))?"),
+            re.compile(r"([\w.]+)(?:\s+as\s+(\w+))?"))
 
 
 def import_bindings(text: str) -> tuple[dict[str, list[tuple[int, str, str]]], bool]:
@@ -311,23 +361,24 @@ def import_bindings(text: str) -> tuple[dict[str, list[tuple[int, str, str]]], b
     unsure = False
     if "import" not in text:
         return out, unsure
-    for match in _FROM.finditer(text):
+    from_import, plain_import, comment, name_as, dotted_as = _import_patterns()
+    for match in from_import.finditer(text):
         level, module = len(match.group(1)), match.group(2)
-        body = _COMMENT.sub("", match.group(3)).replace("\\\n", " ").strip("() \t\r\n")
+        body = comment.sub("", match.group(3)).replace("\\\n", " ").strip("() \t\r\n")
         for part in body.split(","):
             part = part.strip(" \t\r\n()")
             if not part:
                 continue
-            bound_name = _NAME_AS.fullmatch(part)
+            bound_name = name_as.fullmatch(part)
             if bound_name is None:
                 unsure = True  # `*`, or text this reader does not follow
                 continue
             out.setdefault(bound_name.group(2) or bound_name.group(1), []).append((level, module, bound_name.group(1)))
-    for match in _IMPORT.finditer(text):
-        body = _COMMENT.sub("", match.group(1)).replace("\\\n", " ")
+    for match in plain_import.finditer(text):
+        body = comment.sub("", match.group(1)).replace("\\\n", " ")
         for part in body.split(";")[0].split(","):
             part = part.strip()
-            bound_name = _DOTTED_AS.fullmatch(part)
+            bound_name = dotted_as.fullmatch(part)
             if bound_name is None:
                 if part:
                     unsure = True

@@ -168,3 +168,59 @@ def test_a_clean_verdict_and_the_first_named_run_after_a_full_check_replay(proje
     (project / "vllm" / "site.py").touch()
     assert replayed(project, *SITE_ARGS) == (0, site.stdout, site.stderr)
     assert replayed(project, "check", "vllm/plain.py")[0] == 0
+
+
+def kept_outputs(root: Path, paths: tuple[str, ...]) -> set[tuple[str, bool, str]]:
+    """The outputs the index holds for a run on `paths` in `root`."""
+    index = replay_index.load(str(root / ".dtype_lint_cache" / replay_index.INDEX_NAME))
+    (entry,) = [e for key, e in index["entries"].items() if key[1] == paths]
+    return set(entry["out"])
+
+
+QUIET_ARGS = ("check", "-q", "--exit-zero", "vllm/site.py")
+CONCISE_ARGS = ("check", "--output-format=concise", "--exit-zero", "vllm/site.py")
+
+
+def test_a_run_that_keeps_an_answer_renders_only_the_output_it_prints(project: Path):
+    # What the engine prints for each output, with no cache, memo or replay involved.
+    real = {args: dtl(project, *args, "--no-cache") for args in (SITE_ARGS, QUIET_ARGS, CONCISE_ARGS)}
+    first = keep(project, *SITE_ARGS)
+    assert (first.returncode, first.stdout, first.stderr) == (0, real[SITE_ARGS].stdout, real[SITE_ARGS].stderr)
+    assert kept_outputs(project, ("vllm/site.py",)) == {("text", False, "never"), ("text", False, "auto")}
+    for args in (QUIET_ARGS, CONCISE_ARGS):
+        assert replayed(project, *args)[0] is None  # never rendered: declined, never another output
+        ran = dtl(project, *args)  # the run memo's replay prints it and adds it to the index
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, real[args].stdout, real[args].stderr), args
+        assert replayed(project, *args) == (0, ran.stdout, ran.stderr), args
+    assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)  # kept beside them
+    assert kept_outputs(project, ("vllm/site.py",)) == {
+        (fmt, quiet, color) for fmt, quiet in (("text", False), ("text", True), ("concise", False))
+        for color in ("never", "auto")}
+
+
+def test_an_output_rendered_for_an_older_answer_is_never_replayed(project: Path):
+    keep(project, *SITE_ARGS)
+    layers = project / "vllm" / "layers.py"  # the layer is no longer quantizable: the answer changes
+    layers.write_text(LAYERS.replace("QuantBase", "QuantBasf", 1).replace("QuantBase)", "QuantBasf)"))
+    quiet = keep(project, *QUIET_ARGS)  # the engine: a new answer, kept with its own output only
+    assert quiet.stdout == dtl(project, *QUIET_ARGS, "--no-cache").stdout
+    assert kept_outputs(project, ("vllm/site.py",)) == {("text", True, "never"), ("text", True, "auto")}
+    assert replayed(project, *SITE_ARGS)[0] is None  # the older answer's output went with it
+    assert "DTL001" not in dtl(project, *SITE_ARGS).stdout
+
+
+def test_an_answer_the_index_cannot_keep_is_not_rendered(tmp_path: Path):
+    """A project with a cache folder of its own has no replay (the replay does not parse the
+    configuration to find it): the run that keeps an answer renders nothing for the index."""
+    rendered = []
+    record = {"root": str(tmp_path), "files": {}, "dirs": {}}
+    handoff = {"fast_record": record, "config": (str(tmp_path / "pyproject.toml"), "12:ab"),
+               "memo": str(tmp_path / "own-cache" / "run-memo.json"), "key": [str(tmp_path), ["a.py"], False],
+               "record": [str(tmp_path / "own-cache" / "fast-path.json"), 1, 1],
+               "render": lambda *answer: rendered.append(answer)}
+    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
+    assert rendered == []
+    # In the default cache folder the same answer is rendered (and then kept, were it stamped).
+    handoff["memo"] = str(tmp_path / replay_index.DEFAULT_CACHE_DIR / "run-memo.json")
+    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
+    assert rendered == [([], 1, 1, [])]

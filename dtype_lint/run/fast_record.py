@@ -35,30 +35,45 @@ def stamp(path: str) -> str:
     return small_file_stamp(path)
 
 
-@functools.lru_cache(maxsize=1)
 def tool_stamp() -> str:
-    """Changes when dtype-lint's code changes (as pipeline.code_stamp, without importing it);
-    computed once a process (the fast path, the record and the layout cache all ask)."""
-    import zlib
-
-    parts = [dtype_lint.__version__]
-    for base, folder, names in _tool_folders():
-        # os.path.relpath(path, base), once a folder (per file it was most of the stamp's cost)
-        prefix = "" if folder == base else os.path.relpath(folder, base) + os.sep
-        for name in names:
-            st = os.stat(os.path.join(folder, name))
-            parts.append(f"{prefix}{name}:{st.st_mtime_ns}:{st.st_size}")
-    return f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
+    """Changes when dtype-lint's code changes (as pipeline.code_stamp, without importing it)."""
+    return _tool_inputs()[0]
 
 
 def tool_paths() -> list[str]:
     """Every path `tool_stamp` reads, folders first: the replay (run/replay_index.py) checks the
     stamp's inputs by their stat data (a module added or removed changes its folder's mtime)."""
-    folders, files = [], []
-    for _base, folder, names in _tool_folders():
+    return list(_tool_inputs()[1])
+
+
+def tool_stat_data() -> tuple[tuple[int, int], ...]:
+    """The (size, mtime) of each of `tool_paths`, as the stamp read them."""
+    return _tool_inputs()[2]
+
+
+@functools.lru_cache(maxsize=1)
+def _tool_inputs() -> tuple[str, tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """(tool_stamp, tool_paths, tool_stat_data): one walk of the code and one stat of each path a
+    process (the fast path, the record, the layout cache and the replay index all ask; a second
+    walk and stat of 200 files was most of what keeping a replay cost an edited file's run)."""
+    import zlib
+
+    parts = [dtype_lint.__version__]
+    folders, files, folder_stats, file_stats = [], [], [], []
+    for base, folder, names in _tool_folders():
+        st = os.stat(folder)
         folders.append(folder)
-        files += [os.path.join(folder, name) for name in names]
-    return folders + files
+        folder_stats.append((st.st_size, st.st_mtime_ns))
+        # os.path.relpath(path, base), once a folder (per file it was most of the stamp's cost)
+        prefix = "" if folder == base else os.path.relpath(folder, base) + os.sep
+        for name in names:
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            parts.append(f"{prefix}{name}:{st.st_mtime_ns}:{st.st_size}")
+            files.append(path)
+            file_stats.append((st.st_size, st.st_mtime_ns))
+    stamp = f"{zlib.crc32(';'.join(parts).encode('utf-8', 'surrogatepass')):08x}-{len(parts)}"
+    return stamp, tuple(folders + files), tuple(folder_stats + file_stats)
 
 
 def _tool_folders():

@@ -15,8 +15,11 @@ interpreter's own start-up. This index holds what the replay needs, ready to use
   and every folder of the project with its mtime;
 - one entry per (current folder, named files, `--force-exclude`), as the run memo keys them: the
   stamp of every file the answer read (the named files and every file their analysis read), and
-  the report already rendered, for each output the replay serves (`text` and `concise`, `-q` or
-  not, `--color auto|never` on a pipe), with the warnings and whether any finding was reported.
+  the report already rendered for each output a run on those files printed (`text` or `concise`,
+  `-q` or not; `--color auto` and `never` are the same on a pipe), with the warnings and whether
+  any finding was reported. The run that keeps an answer renders only the output it was asked
+  for; a replay asked for another one declines, the run memo's replay (fast_path.py) prints it
+  and adds it beside the others while the answer is the same (every file it read unchanged).
 
 Files are checked by their `stat` data first: size, mtime, ctime, inode and device as they were
 when the stamp was taken. Equal, the file is taken as unchanged; otherwise it is hashed again and
@@ -46,7 +49,7 @@ RACY_NS = 2_000_000_000  # a file changed this close to its stamp is hashed on e
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
 _FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
 _COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
-# The outputs kept for each entry: (format, quiet, colour) as the replay is asked for them.
+# The outputs an entry can hold: (format, quiet, colour) as the replay is asked for them.
 VARIANTS = tuple((fmt, quiet, color) for fmt in ("text", "concise") for quiet in (False, True)
                  for color in ("never", "auto"))
 
@@ -141,15 +144,19 @@ def _replay(argv: list[str]) -> int | None:
     entry = index["entries"].get((os.getcwd(), tuple(paths), "--force-exclude" in argv))
     if entry is None:
         return None
+    # The answer's own files first: after an edit one of them differs, and the run is declined
+    # before the stat of every module of dtype-lint and every folder of the project.
+    if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
+        return None
     if not _same_stat_data(index["tool_paths"], index["tool_stats"]):
         return None  # dtype-lint's code changed (fast_record.tool_stamp's inputs)
     if not all(unchanged(path, key, stamp, kind) for path, (key, stamp, kind) in index["watched"].items()):
         return None
     if not _folders_unchanged(index["folders"], index["mtimes"]):
         return None
-    if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
-        return None
-    text = entry["out"][(fmt, quiet, color)]
+    text = entry["out"].get((fmt, quiet, color))
+    if text is None:
+        return None  # an output no run on these files printed yet: the run memo's replay renders it
     sys.stdout.write(text)
     sys.stdout.flush()
     for line in entry["warnings"]:
@@ -279,8 +286,8 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
     if record is None or handoff.get("config") is None:
         return
     render = handoff.get("render")
-    if render is None:
-        return
+    if render is None or not _indexable(record, handoff["config"], os.path.dirname(handoff["memo"])):
+        return  # nothing would be kept: not rendered either
     # The front end that handed over renders (fast_path.render_outputs: the run layer does not
     # import the report code); before the stamps, as it reads the named files.
     rendered = render(findings, checked, analyzed, warnings)
@@ -319,8 +326,8 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     import time
 
     root = record["root"]
-    if config[1] is None or os.path.join(root, DEFAULT_CACHE_DIR) != cache_folder:
-        return  # a cache folder of its own: the replay does not parse the configuration to find it
+    if not _indexable(record, config, cache_folder):
+        return
     now = time.time_ns()
     watched = {}
     for path, stamp in record["files"].items():
@@ -343,17 +350,22 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     entries = {}
     if old is not None and old.get("record") == record_id and old.get("config") == config:
         entries = dict(old["entries"])  # answers under another record are dropped with it
-    entries.pop(key, None)
+    kept = entries.pop(key, None)
+    if kept is not None and {path: stamp for path, (_key, stamp) in kept["files"].items()} == entry_files \
+            and kept["found"] == entry["found"] and kept["warnings"] == entry["warnings"]:
+        # The same answer (every file it read as it was, under the same record and settings):
+        # the outputs other runs rendered for it still hold beside this run's.
+        entry["out"] = {**kept["out"], **entry["out"]}
     entries[key] = entry
     while len(entries) > MAX_ENTRIES:
         entries.pop(next(iter(entries)))
-    from dtype_lint.run.fast_record import tool_paths, tool_stamp
+    from dtype_lint.run.fast_record import tool_paths, tool_stamp, tool_stat_data
 
     if record["tool"] != tool_stamp():
         return
-    code = tuple(tool_paths())
+    # The stat data the stamp was taken from: a module changed since is one the stamp never saw.
     index = {"format": FORMAT, "root": root, "config": config, "record": record_id,
-             "tool_paths": code, "tool_stats": tuple(map(_size_and_mtime, code)), "watched": watched,
+             "tool_paths": tuple(tool_paths()), "tool_stats": tool_stat_data(), "watched": watched,
              "folders": folders, "mtimes": mtimes, "entries": entries}
     from dtype_lint.run.cache_seal import quick_seal
 
@@ -364,6 +376,12 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
         write(path, sealed)
     except OSError:
         pass  # a read-only checkout still lints; it just has no replay
+
+
+def _indexable(record: dict, config: tuple, cache_folder: str) -> bool:
+    """Can an answer under this record be kept? Not with a cache folder of the project's own
+    choosing (the replay does not parse the configuration to find it)."""
+    return config[1] is not None and os.path.join(record["root"], DEFAULT_CACHE_DIR) == cache_folder
 
 
 def _write_atomic(path: str, data: bytes) -> None:

@@ -70,6 +70,11 @@ def hand_over(root: str, cache_dir: str, record_path: str, record_key: tuple[int
                 "config": tuple(record["config"]) if record is not None else None, "render": render}
 
 
+def handed_over() -> dict | None:
+    """What the fast path handed over (hand_over), or None."""
+    return _handoff
+
+
 def _key_name(key: list) -> str:
     import hashlib
 
