@@ -47,7 +47,7 @@ from .backends import BACKENDS, SPEC_ROWS, Backend, Expectation, cast_0271, expe
 from .chunking import plan_chunked_context
 from .prefill_context import SCENARIOS, ScenarioData, build_layer, make_data, run_variant, store_cache
 from .reference import bit_identical, empty_context_violations, error_metrics, reference_context_attention
-from .variants import FixturePackage, UpstreamSources, fixture_package, sources
+from .variants import FixturePackage, ReusedFix, UpstreamSources, fixture_package, sources
 
 DEFAULT_SCENARIOS = ("A", "B", "S", "P")
 DEFAULT_SEEDS = (0,)
@@ -531,8 +531,12 @@ def run_matrix(
     variants_dir: str | Path | None = None,
     upstream: bool = True,
     progress: Callable[[str], None] | None = None,
+    reused: ReusedFix | None = None,
 ) -> dict:
     """Run the matrix and return the JSON-ready report; ``report["ok"]`` is the verdict.
+
+    ``reused``: vLLM 0.27.1's MLA module as a migration already rewrote it, run as "ours" instead
+    of the fixer's rewrite (``variants.upstream_sources``; `migrate --series` passes its patch).
 
     ``upstream=False`` runs the fixture alone (offline: no release tree needed). Raises
     ValueError for unknown names, RuntimeError when the device cannot run, and
@@ -560,7 +564,7 @@ def run_matrix(
             raise RuntimeError("kernels='cuda' needs --device cuda and a working CuPy/NVRTC")
 
     started = time.perf_counter()
-    src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream)
+    src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream, reused=reused)
     rows, controls, violations, timings = [], [], [], {}
     violation_checks: list[str] = []
 

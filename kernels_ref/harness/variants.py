@@ -171,8 +171,39 @@ class UpstreamSources:
     unsafe_fixes: bool = False
 
 
-def upstream_sources(*, unsafe_fixes: bool = False, name: str | None = None) -> UpstreamSources:
-    """Fetch (from the cache) 0.27.1 and 0.28.0, rewrite 0.27.1 with the fixer, extract all three."""
+@dataclass(frozen=True)
+class ReusedFix:
+    """vLLM 0.27.1's MLA module as a migration already rewrote it (`migrate --series`): the text
+    its patch writes and the helper that text imports. :func:`upstream_sources` runs these bytes as
+    "ours" instead of running the fixer on the release again, but only when ``before`` is the
+    release's own text: a fix of another text proves nothing about 0.27.1. Nothing here is
+    trusted: the matrix judges "ours" by what it does on every kv_b_proj storage, so a text that is
+    not the fix (one that still casts to the weight's storage, or changes nothing) fails its checks."""
+
+    before: str  # the module's text the migration read
+    after: str  # the text the patch writes
+    helper_module: str  # the module the rewrite imports the helper from (the tree's own)
+    helper_text: str  # that module's text, as the series adds it (or the tree has it)
+    helper_func: str = HELPER_FUNC  # the helper's name in it
+    origin: str = "the migration's patch"
+
+
+def _runnable_helper(reused: ReusedFix) -> bool:
+    """The reused helper's module is one the harness can run on its own (it imports only torch
+    and vLLM's platform, and defines the helper): a helper living in a larger module of the tree
+    is not, and the fixer's own rewrite and helper are run instead, as without reuse."""
+    try:
+        check_helper_text(reused.helper_text, reused.helper_func, "the reused helper")
+    except (VariantsError, SyntaxError):
+        return False
+    return True
+
+
+def upstream_sources(*, unsafe_fixes: bool = False, name: str | None = None,
+                     reused: ReusedFix | None = None) -> UpstreamSources:
+    """Fetch (from the cache) 0.27.1 and 0.28.0, rewrite 0.27.1 with the fixer, extract all three.
+    ``reused``: the rewrite a migration already made (see :class:`ReusedFix`), used instead of the
+    fixer's when it is a rewrite of this release's text; otherwise the fixer runs as without it."""
     from dtype_lint.api import fix_source, helper_module_source
     from dtype_lint.releases import release_tree
 
@@ -180,23 +211,29 @@ def upstream_sources(*, unsafe_fixes: bool = False, name: str | None = None) -> 
     settings = _settings(name, "vllm")
     root_pre, root_fixed = release_tree("vllm", UPSTREAM_PRE), release_tree("vllm", UPSTREAM_FIXED)
     text = (root_pre / us.MLA_MODULE).read_text()
-    helper = helper_module_source(settings)
-    try:
-        fixed = fix_source(text, filename=_absent_filename(name, "mla_attention.py"), settings=settings,
-                           unsafe_fixes=unsafe_fixes)
-    except ImportError:
-        raise
-    except ValueError as exc:
-        raise FixerChangedNothing(f"fixer: it failed on vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}: {exc}", helper,
-                                  HELPER_FUNC, f"{name}.{HELPER_MODULE}") from exc
+    if reused is not None and reused.before == text and _runnable_helper(reused):
+        settings = {"reused": reused.origin, "helper": f"{reused.helper_module}:{reused.helper_func}"}
+        helper, helper_module, fixed = reused.helper_text, reused.helper_module, reused.after
+        helper_func = reused.helper_func
+        nothing = f"the reused rewrite ({reused.origin}) changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}"
+    else:
+        helper, helper_module, helper_func = helper_module_source(settings), f"{name}.{HELPER_MODULE}", HELPER_FUNC
+        nothing = f"fixer: it changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}"
+        try:
+            fixed = fix_source(text, filename=_absent_filename(name, "mla_attention.py"), settings=settings,
+                               unsafe_fixes=unsafe_fixes)
+        except ImportError:
+            raise
+        except ValueError as exc:
+            raise FixerChangedNothing(f"fixer: it failed on vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}: {exc}", helper,
+                                      helper_func, helper_module) from exc
     if fixed == text:
-        raise FixerChangedNothing(f"fixer: it changed nothing in vLLM {UPSTREAM_PRE}'s {us.MLA_MODULE}", helper,
-                                  HELPER_FUNC, f"{name}.{HELPER_MODULE}")
+        raise FixerChangedNothing(nothing, helper, helper_func, helper_module)
     releases = {
         "0.27.1": us.extract(text, UPSTREAM_PRE, "0.27.1", read=us.read_release(root_pre)),
         "0.27.1+dtype-lint": us.extract(
             fixed, UPSTREAM_PRE, "0.27.1+dtype-lint", read=us.read_release(root_pre),
-            helper_module=f"{name}.{HELPER_MODULE}", helper_text=helper,
+            helper_module=helper_module, helper_text=helper,
         ),
         "0.28.0": us.extract((root_fixed / us.MLA_MODULE).read_text(), UPSTREAM_FIXED, "0.28.0",
                              read=us.read_release(root_fixed)),
@@ -392,8 +429,9 @@ class Sources:
     upstream_helper: tuple[str, str, str] | None = None  # (text, func, module) when there is no rewrite
 
 
-def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = None, upstream: bool = True) -> Sources:
-    """Produce (or load) what a verify run executes."""
+def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = None, upstream: bool = True,
+            reused: ReusedFix | None = None) -> Sources:
+    """Produce (or load) what a verify run executes. ``reused``: see :func:`upstream_sources`."""
     if variants_dir is not None:
         notes: list[str] = []
         fixture = load_fixture(variants_dir, notes)
@@ -407,9 +445,12 @@ def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = Non
     up, lone_helper = None, None
     if upstream:
         try:
-            up = upstream_sources(unsafe_fixes=unsafe_fixes)
+            up = upstream_sources(unsafe_fixes=unsafe_fixes, reused=reused)
         except FixerChangedNothing as exc:
             problems.append(str(exc))
             lone_helper = (exc.helper_text, exc.helper_func, exc.module)
-    return Sources(fixture, "dtype_lint.api", up, "dtype_lint.releases + dtype_lint.api" if up else None,
+    origin = "dtype_lint.releases + dtype_lint.api"
+    if up is not None and "reused" in up.settings:
+        origin = f"dtype_lint.releases + {up.settings['reused']}"
+    return Sources(fixture, "dtype_lint.api", up, origin if up else None,
                    fixer_problems=problems, upstream_helper=lone_helper)

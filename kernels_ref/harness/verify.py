@@ -19,7 +19,7 @@ from dtype_lint.core.writer import write_atomic
 from .backends import BACKENDS
 from .matrix import DEFAULT_SCENARIOS, DEFAULT_SEEDS, KERNEL_ROUTES, run_matrix
 from .prefill_context import SCENARIOS
-from .variants import VariantsError, write_variants
+from .variants import ReusedFix, VariantsError, write_variants
 
 __all__ = ["build_parser", "main", "render_tables", "run_matrix"]
 
@@ -168,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, reused: ReusedFix | None = None) -> int:
+    """`reused`: for an in-process caller (`migrate --series`'s proof), vLLM 0.27.1's MLA module as
+    its migration rewrote it, run instead of the fixer's rewrite (no command-line form)."""
     args = build_parser().parse_args(argv)
     from dtype_lint.releases import ReleaseFetchError
 
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             args.device, args.scenarios, args.seeds, backends=args.backends,
             kernels=args.kernels or ("cuda" if args.device == "cuda" else "reference"),
             unsafe_fixes=args.unsafe_fixes, variants_dir=args.variants, upstream=not args.no_upstream,
-            progress=progress,
+            progress=progress, reused=reused,
         )
     except ReleaseFetchError as exc:
         print(f"dtype-lint verify: error: {exc}\n(--no-upstream runs the fixture alone, offline)", file=sys.stderr)

@@ -107,9 +107,13 @@ def layer_demo(helper_source: str, func: str, fp8_input: bool = True) -> str:
 
 
 @lru_cache(maxsize=2)
-def mla_demo() -> str:
+def mla_demo(reused=None) -> str:
     """What `dtype-lint verify` shows on vLLM's own MLA prefill functions (scenario S, seed 0):
-    per storage, what 0.27.1's casts, ours and vLLM 0.28.0's helper do."""
+    per storage, what 0.27.1's casts, ours and vLLM 0.28.0's helper do. `reused`
+    (kernels_ref.harness.variants.ReusedFix): the series' own rewrite of 0.27.1's MLA module and
+    its helper, run as "ours" instead of verify running the fixer on the release again (the
+    migration already did, on the same text); verify uses it only when its `before` is the
+    release's text, and judges it by what it does on every storage like its own rewrite."""
     import json
     import tempfile
     from pathlib import Path
@@ -119,7 +123,7 @@ def mla_demo() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "verify.json"
         rc = main(["--scenarios", "S", "--seeds", "0", "--backends", ",".join(r for r, _ in LAYER_ROWS),
-                   "--json", str(report), "--no-table"])
+                   "--json", str(report), "--no-table"], reused=reused)
         data = json.loads(report.read_text())
     rows = data.get("summary", {}).get("vllm", {})
     lines = [f"`dtype-lint verify` on vLLM's own `_compute_prefill_context` (exit {rc}; all assertions "
@@ -139,6 +143,28 @@ def mla_demo() -> str:
     return "\n".join(lines)
 
 
+def reused_mla_fix(changes, helper_source: str, func: str):
+    """The series' rewrite of vLLM's MLA module among `changes` (series.FileChange), as the
+    `ReusedFix` mla_demo runs instead of fixing the release again: the bytes the patch writes, and
+    the helper its fixes import. None when no change rewrites that module from a text, or its
+    fixes import the helper from more than one module (then verify runs its own fixer)."""
+    from dtype_lint.kernels_ref.harness.variants import ReusedFix
+
+    for change in changes:
+        if change.path != MLA_MODULE or change.before is None or change.test:
+            continue
+        modules = {module for f in change.findings if f.fix is not None for module, name in f.fix.imports
+                   if name == func}
+        if len(modules) != 1:
+            return None
+        try:
+            before, after = change.before.decode("utf-8"), change.after.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return ReusedFix(before, after, modules.pop(), helper_source, func)
+    return None
+
+
 def for_changes(helper_source: str, func: str):
     """A proof function for series.plan: text for a patch's commit message, or None."""
 
@@ -153,7 +179,7 @@ def for_changes(helper_source: str, func: str):
                          "linear layer, cast as before and as after this patch:\n\n" +
                          "\n".join("    " + line for line in layer_demo(helper_source, func).splitlines()))
         if scopes & set(MLA_SCOPES):
-            parts.append(mla_demo())
+            parts.append(mla_demo(reused_mla_fix(changes, helper_source, func)))
         return "\n".join(parts) if parts else None
 
     return proof
