@@ -21,6 +21,7 @@ _TESTS = Path(__file__).resolve().parent
 if str(_TESTS) not in sys.path:
     sys.path.insert(0, str(_TESTS))
 
+from rewritten_tests import write_share_of_the_rewritten_modules  # noqa: E402
 from xdist_groups import group_for_xdist  # noqa: E402
 
 from dtype_lint import releases  # noqa: E402
@@ -207,6 +208,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "full(why): beyond the CI budget; runs only with DTL_FULL=1 (docs/testing.md)")
     if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
         compile_the_checkout()
+    write_share_of_the_rewritten_modules(config)  # the tests' own bytecode (tests/rewritten_tests.py)
 
 
 def compile_the_checkout() -> None:
