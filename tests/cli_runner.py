@@ -17,13 +17,14 @@ from dtype_lint.cli import main
 _CLEAN_ENV = ("CI", "PRE_COMMIT", "FORCE_COLOR")
 
 
-def dtl(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`dtype-lint ARGS` run in `cwd`; stdout, stderr and the exit code, like a subprocess."""
+def dtl(cwd: Path, *args: str, env: dict | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`dtype-lint ARGS` run in `cwd` with `env` set and the variables `unset` removed; stdout,
+    stderr and the exit code, like a subprocess."""
     saved_env = dict(os.environ)
     saved_cwd = os.getcwd()
     out, err = io.StringIO(), io.StringIO()
     try:
-        for k in _CLEAN_ENV:
+        for k in (*_CLEAN_ENV, *unset):
             os.environ.pop(k, None)
         os.environ["NO_COLOR"] = "1"
         os.environ.update(env or {})

@@ -21,6 +21,7 @@ _TESTS = Path(__file__).resolve().parent
 if str(_TESTS) not in sys.path:
     sys.path.insert(0, str(_TESTS))
 
+from rewritten_tests import write_share_of_the_rewritten_modules  # noqa: E402
 from xdist_groups import group_for_xdist  # noqa: E402
 
 from dtype_lint import releases  # noqa: E402
@@ -160,6 +161,9 @@ SLOW_TESTS: dict[str, str] = {
     "test_journey_vllm_plugin.py::test_the_fixed_plugin_model": "the vLLM plugin's fixed model run on a stand-in vLLM of every storage",
     # "module::test name prefix": why
     "test_trust_round3_compiled.py::test_a_fixed_module_compiles_and_exports_on_every_storage": "torch.compile and torch.export of a fixed module on every storage",
+    # The first torch.compile of a process imports and warms dynamo (about 3.5 s of CPU, most of the
+    # fast tier's costliest test); test_a_method_torch_compiler_disable_keeps_eager_is_fixed is its fast share.
+    "test_trust_round3_compiled.py::test_torch_compiler_disable_is_fixed_and_still_compiles": "torch.compile of a fixed module on every storage",
     "test_trust_round3_edits.py::test_the_analysis_of_a_file_does_work_linear_in_its_functions": "a scaling measurement (files of growing size analysed)",
     "test_trust_round3_edits.py::test_the_name_check_looks_each_new_variable_up_once": "a scaling measurement (libcst's scope check of 40 and 160 fixed sites)",
     "test_bad_input.py::test_one_line_files_are_scanned_in_linear_time": "a scaling measurement (one-line files of growing length)",
@@ -208,6 +212,7 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
         compile_the_environment()
         compile_the_checkout()
+    write_share_of_the_rewritten_modules(config)  # the tests' own bytecode (tests/rewritten_tests.py)
 
 
 # Installed packages whose bytecode tells whether the environment was compiled (the first found).

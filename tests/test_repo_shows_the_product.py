@@ -6,9 +6,9 @@ benchmark); and every relative link of the documentation points at a file that e
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_runner import dtl
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_BUDGET = 300 * 1024
@@ -25,8 +25,7 @@ def test_the_first_screen_shows_a_finding_as_the_tool_prints_it():
     screen = _first_screen()
     start = screen.index("```text") + 1
     shown = "\n".join(screen[start: screen.index("```", start)])
-    run = subprocess.run([sys.executable, "-m", "dtype_lint", "check", "fixtures/project", "--no-cache"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    run = dtl(ROOT, "check", "fixtures/project", "--no-cache")  # in this process: what it prints is the same
     assert run.returncode == 1, run.stderr
     assert shown and shown in run.stdout, "README's example finding is not what `dtype-lint check fixtures/project` prints"
 

@@ -560,8 +560,19 @@ def test_a_deleted_working_folder_is_a_message(tmp_path: Path):
 @pytest.mark.parametrize("env,unset", [({}, ("HOME",)), ({"HOME": "/nonexistent/home"}, ()),
                                         ({"HOME": "/dev/null"}, ()), ({"XDG_CACHE_HOME": "/dev/null/x"}, ())])
 def test_an_odd_home_is_a_normal_run(tmp_path: Path, env: dict, unset: tuple):
+    """In this process: the run reads HOME and the XDG folders when it needs them (its cache key,
+    git's global excludes, the tool's cache), and `dtl` fails on a traceback."""
     root = tiny_project(tmp_path)
-    proc = _cli(root, "check", ".", "--output-format", "concise", env=env, unset=unset)
+    proc = dtl(root, "check", ".", "--output-format", "concise", env=env, unset=unset)
+    assert proc.returncode == 1, proc.stderr
+    assert "proj/attn.py" in proc.stdout
+
+
+def test_an_interpreter_started_with_a_file_for_home_runs_normally(tmp_path: Path):
+    """The odd homes above start no interpreter; this one does, so what is imported at start-up
+    sees a home that is a file too."""
+    root = tiny_project(tmp_path)
+    proc = _cli(root, "check", ".", "--output-format", "concise", env={"HOME": "/dev/null"})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "proj/attn.py" in proc.stdout
 

@@ -186,12 +186,29 @@ def test_a_fixed_module_compiles_and_exports_on_every_storage(tmp_path: Path):
     assert after[("int32", "eager")] == "torch.bfloat16" and before[("int32", "eager")] == "torch.int32"
 
 
+# A method `torch.compiler.disable` keeps out of the compiled graph.
+DISABLED = ATTN.format(forward="    def forward(self, x):\n        return self.cast(x)\n\n    @torch.compiler.disable\n"
+                                "    def cast(self, x):\n        x = x.to(self.o_proj.weight.dtype)\n        return x\n")
+
+
+def test_a_method_torch_compiler_disable_keeps_eager_is_fixed(tmp_path: Path):
+    """The fast tier's share of the test below (in the slow tier: it runs the fixed module compiled
+    and eagerly on every storage, and importing it imports dynamo, for `torch.compiler.disable`):
+    the fix is applied there, not refused as compiled code is."""
+    root = project(tmp_path, DISABLED)
+    proc = fix(root)
+    assert "1 fixed, 0 remaining" in proc.stdout, proc.stdout
+    text = (root / "proj/model.py").read_text()
+    disabled_method = text.split("    @torch.compiler.disable\n    def cast(self, x):\n")[1]
+    assert "get_layer_input_dtype(self.o_proj" in disabled_method and ".weight.dtype" not in disabled_method, text
+    compile(text, "model.py", "exec")
+    assert (root / "proj/dtypes.py").is_file()
+
+
 def test_torch_compiler_disable_is_fixed_and_still_compiles(tmp_path: Path):
     """`torch.compiler.disable` runs its function as eager Python inside a compiled caller: the
     fix applies there, and compiling the caller gives what the eager fixed module gives."""
-    forward = ("    def forward(self, x):\n        return self.cast(x)\n\n    @torch.compiler.disable\n"
-               "    def cast(self, x):\n        x = x.to(self.o_proj.weight.dtype)\n        return x\n")
-    root = project(tmp_path, ATTN.format(forward=forward))
+    root = project(tmp_path, DISABLED)
     fix(root)
     assert "get_layer_input_dtype(" in (root / "proj/model.py").read_text()
     after = outcomes(root, ["eager", "compile-with-breaks"])

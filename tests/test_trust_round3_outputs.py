@@ -10,7 +10,8 @@
 - A report (`-o`) that cannot be written is one line and exit 2.
 
 The stream cases run the console entry point in a subprocess (a real file descriptor 1: the
-interpreter's own flush at exit is part of what is tested). Each case failed on de0faa5 (the note
+interpreter's own flush at exit is part of what is tested); what they are compared with, and the
+report cases, run in this process. Each case failed on de0faa5 (the note
 says how) unless its note says it guards behaviour that was already right.
 """
 
@@ -179,14 +180,16 @@ def test_stdout_on_a_full_device_is_one_line_and_exit_2(project: Path, args: tup
 # report. concise and json were already right (no code frame; JSON escapes): guarded beside it.
 @pytest.mark.parametrize("fmt", ["text", "concise", "json"])
 def test_an_ascii_stdout_gets_escapes_and_the_same_exit_code(project: Path, fmt: str):
-    plain = run_cli(project, "check", "--no-cache", "proj", "--output-format", fmt)
+    # The run it is compared with prints the same report in this process (a subprocess added
+    # nothing to it); the ASCII stream is a subprocess's real one, its encoding set at start.
+    plain = dtl(project, "check", "--no-cache", "proj", "--output-format", fmt)
     ascii_run = run_cli(project, "check", "--no-cache", "proj", "--output-format", fmt,
                         env={"PYTHONIOENCODING": "ascii"})
     assert plain.returncode == ascii_run.returncode == 1
     assert b"Traceback" not in ascii_run.stderr
     ascii_run.stdout.decode("ascii")  # nothing but ASCII reached the stream
     if fmt == "text":
-        assert "f\u00fcr \u2192 bf16".encode() in plain.stdout
+        assert "f\u00fcr \u2192 bf16" in plain.stdout
         assert b"f\\xfcr \\u2192 bf16" in ascii_run.stdout
     assert len(ascii_run.stdout.splitlines()) == len(plain.stdout.splitlines())
 
@@ -205,12 +208,13 @@ def test_a_reader_that_left_is_exit_2_without_a_traceback(project: Path, args: t
     assert proc.stderr == b"" or b"warning" in proc.stderr, proc.stderr
 
 
-# Already right on de0faa5 (checked before the run): guarded with the stream cases.
+# Already right on de0faa5 (checked before the run): guarded with the stream cases, in this
+# process (a report is a file the run opens, not its stdout).
 # A folder that is a file stands in for an unwritable one: it fails for root too (CI runs as root).
 @pytest.mark.parametrize("target", ["missing/report.txt", "a_file/report.txt", "/dev/full"])
 def test_a_report_that_cannot_be_written_is_one_line_and_exit_2(project: Path, target: str):
     (project / "a_file").write_text("not a folder\n")
-    proc = run_cli(project, "check", "--no-cache", "proj", "-o", target)
+    proc = dtl(project, "check", "--no-cache", "proj", "-o", target)
     assert proc.returncode == 2
     one_error_line(proc.stderr)
     assert not (project / target).exists() or target.startswith("/dev/")
