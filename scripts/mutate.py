@@ -367,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     verify_args = args.verify_args.split()
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        outcomes = list(pool.map(lambda m: run_one(m, verify_args, args.timeout, args.keep, args.until_killed), mutants))
+        outcomes = list(pool.map(lambda m: run_one(m, verify_args, args.timeout, args.keep, args.until_killed),
+                                 mutants))
     seconds = time.perf_counter() - t0
     rerun: list[str] = []
     if args.update:

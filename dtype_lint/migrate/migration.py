@@ -298,8 +298,8 @@ def _recheck_in_place(config: Config, path: str, result: RunResult, jobs: int | 
     and the added rules' findings are dropped: what a rule reports does not depend on which other
     rules run. Otherwise (a helper the run chose, another setting) the check starts cold."""
     added = [code for code in result.config.select if code not in config.select]
-    same_settings = dataclasses.replace(config, select=result.config.select).fingerprint() == result.config.fingerprint()
-    if store is None or not same_settings:
+    keyed = dataclasses.replace(config, select=result.config.select)
+    if store is None or keyed.fingerprint() != result.config.fingerprint():
         return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False)).findings
     fresh = run(result.config, RunOptions(paths=[path], jobs=jobs, use_cache=False, store=store)).findings
     return [f for f in fresh if f.code not in added]
