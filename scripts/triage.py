@@ -27,10 +27,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.rule_registry import registry
 
@@ -679,7 +682,7 @@ TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphro
               # issue #40: projects built on the engines and their quantizers
               "unsloth-2026.10.9", "axolotl-0.19.0", "megatron-core-0.19.2", "nvidia-modelopt-0.47.0",
               "llmcompressor-0.14.0.1", "auto-round-0.16.1", "llamafactory-0.9.5",
-              "flash-linear-attention-0.6.0")
+              "flash-linear-attention-0.6.0", "gptqmodel-7.7.0", "ms-swift-4.6.0")
 
 
 def all_trees() -> list[tuple[str, str]]:
@@ -697,7 +700,12 @@ EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
                "llmcompressor": ("llmcompressor", None),
                # round 5 of issue #40: two more trees nobody here had triaged
                "auto-round": ("auto_round", None), "llamafactory": ("llamafactory", None),
-               "flash-linear-attention": ("fla", None)}
+               "flash-linear-attention": ("fla", None),
+               # round 6 of issue #40: a training framework on transformers and peft with inference
+               # engines behind it, and a quantizer with its own kernels (published as an sdist only)
+               "ms-swift": ("swift", None), "gptqmodel": ("gptqmodel", None)}
+# EXTRA_DISTS that publish no wheel for any platform: their `.py` files come from the sdist.
+SDIST_ONLY = {"gptqmodel"}
 
 
 def release_tree(dist: str, version: str) -> Path:
@@ -707,6 +715,8 @@ def release_tree(dist: str, version: str) -> Path:
 
     if dist in EXTRA_DISTS and dist not in releases.PACKAGES:
         releases.PACKAGES[dist] = EXTRA_DISTS[dist][0]
+    if dist in SDIST_ONLY:
+        return sdist_tree(dist, version)
     python = EXTRA_DISTS.get(dist, (None, None))[1]
     if python is None:
         return releases.release_tree(dist, version)
@@ -718,6 +728,70 @@ def release_tree(dist: str, version: str) -> Path:
         return releases.release_tree(dist, version)
     finally:
         releases._TARGET = saved
+
+
+def sdist_tree(dist: str, version: str) -> Path:
+    """The cached `.py` tree of a release published only as an sdist, laid out as release_tree's
+    (the same cache, marker and lock): the package folder's `.py` members of the sdist, under the
+    tree root as a wheel would install them. pip prepares the sdist's metadata to download it (its
+    build backend runs, in the current environment: no build isolation, so nothing else is fetched)."""
+    from dtype_lint import releases
+
+    package = EXTRA_DISTS[dist][0]
+    root = releases.cache_root()
+    name = f"{dist}-{version}"
+    dest = root / name
+    if (dest / releases.MARKER).is_file():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    with releases._exclusive(root / f"{name}.lock"):
+        if (dest / releases.MARKER).is_file():
+            return dest
+        if dest.exists():  # no marker: a half-written tree
+            shutil.rmtree(dest)
+        with tempfile.TemporaryDirectory(prefix=f".{name}.tmp-", dir=root) as tmp:
+            download = Path(tmp) / "sdist"
+            cmd = [sys.executable, "-m", "pip", "download", f"{dist}=={version}", "--no-deps",
+                   "--no-binary=:all:", "--no-build-isolation", "--no-cache-dir", "--progress-bar", "off",
+                   "--disable-pip-version-check", "-d", str(download)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            archives = sorted(download.glob("*.tar.gz")) if download.is_dir() else []
+            if proc.returncode != 0 or len(archives) != 1:
+                said = "\n  ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+                raise releases.ReleaseFetchError(f"could not download the sdist of {dist}=={version} "
+                                                  f"(exit {proc.returncode}):\n  {said}")
+            staged = Path(tmp) / "tree"
+            count = _extract_sdist_py(archives[0], staged, package)
+            info = {"dist": dist, "version": version, "sdist": archives[0].name, "py_files": count}
+            (staged / releases.MARKER).write_text(json.dumps(info) + "\n", encoding="utf-8")
+            os.rename(staged, dest)
+    return dest
+
+
+def _extract_sdist_py(archive: Path, staged: Path, package: str) -> int:
+    """Unpack `<top>/<package>/**.py` of an sdist as `<package>/**.py` under staged; return how many.
+    Only regular files with plain relative names: no links, no `..`."""
+    from dtype_lint.releases import ReleaseFetchError
+
+    staged.mkdir()
+    count = 0
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            parts = PurePosixPath(member.name).parts
+            if not member.isfile() or len(parts) < 3 or parts[1] != package or not member.name.endswith(".py"):
+                continue
+            if member.name.startswith("/") or ".." in parts or "\\" in member.name:
+                raise ReleaseFetchError(f"{archive.name}: unsafe member path {member.name!r}")
+            target = staged.joinpath(*parts[1:])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file
+            with source, open(target, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+            count += 1
+    if count == 0:
+        raise ReleaseFetchError(f"{archive.name} holds no {package}/*.py files")
+    return count
 
 
 def triage_tree(dist: str, version: str, tree: Path | None = None, runs: dict | None = None) -> Triage:

@@ -136,6 +136,18 @@ def fla_060() -> Path:
     return _extra_release("flash-linear-attention", "0.6.0")
 
 
+@pytest.fixture(scope="session")
+def gptqmodel_770() -> Path:
+    """gptqmodel 7.7.0: the GPTQ quantizer with its own kernels, fetched as an sdist (#40 round 6), held out."""
+    return _extra_release("gptqmodel", "7.7.0")
+
+
+@pytest.fixture(scope="session")
+def ms_swift_460() -> Path:
+    """ms-swift 4.6.0: training and inference on transformers, peft and vLLM-style engines (#40 round 6), held out."""
+    return _extra_release("ms-swift", "4.6.0")
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the ones above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -160,6 +172,8 @@ TREES = {
     "auto_round_0161": "auto-round-0.16.1",
     "llamafactory_095": "llamafactory-0.9.5",
     "fla_060": "flash-linear-attention-0.6.0",
+    "gptqmodel_770": "gptqmodel-7.7.0",
+    "ms_swift_460": "ms-swift-4.6.0",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -185,6 +199,9 @@ HELD_OUT_FALSE = {
     "auto_round_0161": set(),
     "llamafactory_095": set(),
     "fla_060": set(),
+    # Round 6 of #40, two more trees nobody here had triaged: no FALSE finding.
+    "gptqmodel_770": set(),
+    "ms_swift_460": set(),
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
     "tpu_inference_0320": set(),
@@ -201,7 +218,7 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # peer), vllm-omni, tpu-inference (a second platform plugin, of vllm-ascend's kind), ipex-llm (a
 # quantizer of Hugging Face models with its own low-bit linears), transformers, and the trees of issues
 # #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor,
-# auto-round, llamafactory, flash-linear-attention).
+# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift).
 # aphrodite-engine (the fork under another package name) runs with DTL_FULL=1: its findings are
 # compared object for object with each release of the tool (benchmarks/accuracy/README.md).
 CI_TREES = ("vllm_0271", "vllm_0330", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
