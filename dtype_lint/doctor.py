@@ -267,15 +267,17 @@ def _engines(matches: list[RootMatch]) -> set[str]:
 
 
 def _unused_preset(config: Config, index, unmatched: list[RootMatch]) -> list[RootMatch]:
-    """The preset's roots, when none is in the tree and no module of the tree imports (or is) the
-    preset's engine; else []."""
+    """The preset's roots, when none is in the tree, no module of the tree is the preset's engine
+    and none imports from its layers' package (presets.layer_packages); else []."""
+    from dtype_lint.ecosystems.presets import imports_from, layer_packages
+
     preset = [m for m in unmatched if m.origin == "preset"]
     if not preset or any(m.origin == "preset" for m in unmatched if m.matched):
         return []
-    engines = _engines(preset)
+    engines, packages = _engines(preset), layer_packages(m.root for m in preset)
     for name, header in index.modules.items():
         if name.split(".", 1)[0] in engines or \
-                any(target.split(".", 1)[0] in engines for target in header.imports.values()):
+                any(imports_from(target, packages) for target in header.imports.values()):
             return []
     return preset
 
@@ -327,10 +329,14 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
     unmatched = [m for m in matches if not m.matched]
     unused = _unused_preset(config, index, unmatched)
     if unused:
-        # A project that never imports the preset's engine (an HF package, another engine) is not
-        # missing its classes: one line, not a list of another ecosystem's layers.
+        from dtype_lint.ecosystems.presets import layer_packages
+
+        # A project that is not the preset's engine and writes no code on its layers (an HF package,
+        # another engine, a project that only drives vLLM) is not missing its classes: one line,
+        # not a list of another ecosystem's layers.
         lines.append(f"  the `{config.preset}` preset's {plural(len(unused), 'layer class', 'layer classes')}: "
-                     f"not used here (no file defines or imports {' or '.join(sorted(_engines(unused)))})")
+                     f"not used here (the tree is not {' or '.join(sorted(_engines(unused)))}, and no file "
+                     f"imports from {' or '.join(sorted(layer_packages(m.root for m in unused)))})")
         unmatched = [m for m in unmatched if m not in unused]
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")

@@ -567,7 +567,8 @@ def test_check_and_doctor_speak_the_hf_familys_words(tmp_path: Path):
     # the vllm preset's classes are not listed one by one as "not in the tree": the project never
     # imports vLLM, so it is not missing them
     assert "vllm.model_executor.layers.linear" not in doctor and "not in the tree" not in doctor, doctor
-    assert "the `vllm` preset's 12 layer classes: not used here (no file defines or imports vllm)" in doctor
+    assert ("the `vllm` preset's 12 layer classes: not used here (the tree is not vllm, and no file imports "
+            "from vllm.model_executor.layers)") in doctor
     # explain on the reported line agrees (33e5fec: "quant root: none ...: not quantizable")
     explained = dtl(root, "explain", f"{MODEL}:14").stdout
     assert "  family: hf\n" in explained and "in Hugging Face model code" in explained, explained

@@ -67,3 +67,20 @@ EXEMPT_FUNCTIONS = [
 ]
 
 NAME_HEURISTICS = ["*_proj", "*proj", "lm_head", "experts"]
+
+
+def layer_packages(names) -> frozenset[str]:
+    """The packages holding the modules of the layer classes `names` (`vllm.model_executor.layers`
+    for the vllm preset). A project importing from one writes code on those layers; one that only
+    drives the engine (`from vllm import LLM`, a sampler, a worker) does not, and lacking the
+    preset's classes is no sign of a missing setting there."""
+    found = set()
+    for name in names:
+        module = name.rpartition(".")[0]
+        found.add(module.rpartition(".")[0] or module)
+    return frozenset(p for p in found if not any(p.startswith(q + ".") for q in found))
+
+
+def imports_from(target: str, packages: frozenset[str]) -> bool:
+    """Is the dotted import `target` one of `packages` or inside one?"""
+    return any(target == p or target.startswith(p + ".") for p in packages)

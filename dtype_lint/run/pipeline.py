@@ -708,15 +708,17 @@ def _unmatched_classes(config: Config, index: QuantizableLayerIndex, wanted: lis
         if missing:
             out.append(f"`{key}` names classes the checked files neither define nor import: "
                        f"{', '.join(missing)} (check the spelling and the module path)")
-    from dtype_lint.ecosystems.presets import PRESETS
+    from dtype_lint.ecosystems.presets import PRESETS, imports_from, layer_packages
 
     preset = PRESETS[config.preset]["quantizable"]
-    # Only where the project uses the preset's engine (a file that can hold a site imports it): an
-    # HF package or another engine's tree is not degraded by lacking vLLM's classes.
+    # Only where the project is the preset's engine or writes code on its layers (a file that can
+    # hold a site imports from their package): an HF package, another engine's tree, or a project
+    # that only drives the engine (`from vllm import LLM`) is not degraded by lacking its classes.
     engines = {n.split(".", 1)[0] for n in preset}
+    packages = layer_packages(preset)
 
     def uses_engine() -> bool:
-        return any(target.split(".", 1)[0] in engines for target in imported) or \
+        return any(imports_from(target, packages) for target in imported) or \
             any(index.modules.get(engine) is not None for engine in engines)
 
     if preset and not any(mentioned(n) for n in preset) and uses_engine():
