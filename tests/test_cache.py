@@ -337,8 +337,11 @@ def test_the_preset_warning_needs_the_whole_project(tmp_path: Path, paths):
     root = make(tmp_path / "p", {"proj/plain.py": PLAIN})
     # A project that never imports vLLM is not told that vLLM's classes are missing (#40) ...
     assert not any("preset" in w for w in warnings_of(root, *paths))
-    # ... one that imports it (another file than the one named) is.
+    # ... nor one that only drives it (tests/test_engine_drivers.py) ...
     (root / "proj/engine.py").write_text("from vllm import LLM\n")
+    assert not any("preset" in w for w in warnings_of(root, *paths))
+    # ... one that imports from its layers' package (another file than the one named) is.
+    (root / "proj/engine.py").write_text("from vllm.model_executor.layers.layernorm import RMSNorm\n")
     assert any("preset" in w for w in warnings_of(root, *paths))
     # A relative import inside a package of that name counts as importing the class.
     (root / "vllm/model_executor/layers").mkdir(parents=True)

@@ -146,7 +146,7 @@ def test_a_stale_record_is_not_trusted(project: Path):
     dtl(project, "check", "--exit-zero", "proj/plain.py")
     assert fast(project, "proj/plain.py")[0] == 0
     # the file that decided that the preset's layer classes are imported (no warning to print)
-    (project / "proj" / "site.py").write_text(SITE.replace("vllm.model_executor.layers.linear", "vllm.elsewhere"))
+    (project / "proj" / "site.py").write_text(SITE.replace("vllm.model_executor.layers.linear", "vllm.model_executor.layers.elsewhere"))
     assert fast(project, "proj/plain.py")[0] is None
     proc = dtl(project, "check", "--exit-zero", "proj/plain.py")
     assert "warning" in proc.stderr  # the full run says what the fast path could not

@@ -189,9 +189,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     if options.store is not None and not options.use_cache:
         cache = options.store.cache(config.fingerprint(), config.root)
     else:
-        cache = Cache(config.root / config.cache_dir,
-                      key=f"{__version__}-{code_stamp(stamp_memo)}-{config.fingerprint()}",
-                      enabled=options.use_cache, root=config.root)
+        # The key names the folder of a cache that is read and written: an unused one is not
+        # computed (hashing the tool's own code costs about 10 ms a run).
+        key = f"{__version__}-{code_stamp(stamp_memo)}-{config.fingerprint()}" if options.use_cache else "off"
+        cache = Cache(config.root / config.cache_dir, key=key, enabled=options.use_cache, root=config.root)
     # Stamps key the cache and its records, and tell the fix stage that a file is still the one
     # checked: a `--no-cache` check reads none of them, and stamping re-reads and hashes each
     # file analysed or whose header is read (vLLM: 396 files).
