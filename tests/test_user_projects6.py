@@ -28,7 +28,6 @@ from cli_runner import dtl
 from tiny_project import copy_project, json_findings
 
 from dtype_lint.analysis.function_walk import patched_methods
-from dtype_lint.analysis.instance_patches import NAMED_CLASS_PREFIX, named_only
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "instance_patches"
@@ -98,6 +97,8 @@ def patch(model, Block, Other):
 def test_a_function_bound_onto_instances_runs_on_the_class_its_test_names():
     """Each test form gives the class as the file spells it (a string name marked); a binding under
     no test of the instance's class, or onto two classes, gives none."""
+    from dtype_lint.analysis.instance_patches import NAMED_CLASS_PREFIX, named_only
+
     found = patched_methods(ast.parse(BINDINGS))
     assert found == {
         "by_name": NAMED_CLASS_PREFIX + "FarBlock",
