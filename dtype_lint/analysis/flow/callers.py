@@ -76,6 +76,7 @@ class GenericHolders:
     def __init__(self, functions: Sequence[AnalysedFunction], source: tuple[str, str] | None = None):
         self._functions = functions
         self._source = source
+        self._blanked: dict[str, list[tuple[ast.Call, AnalysedFunction]]] = {}
 
     @functools.cached_property
     def _calls(self) -> dict[str, list[tuple[ast.Call, AnalysedFunction]]]:
@@ -92,6 +93,13 @@ class GenericHolders:
         read back whole (trees.whole_function) only where its text names the callee."""
         if self._source is None:
             return []
+        known = self._blanked.get(key)
+        if known is None:
+            known = self._blanked[key] = self._read_blanked_calls(key)
+        return known
+
+    def _read_blanked_calls(self, key: str) -> list[tuple[ast.Call, AnalysedFunction]]:
+        assert self._source is not None
         from dtype_lint.core import regions, trees
 
         path, text = self._source
