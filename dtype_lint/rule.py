@@ -230,24 +230,9 @@ class RuleFacts:
         return out
 
     def _patched_class(self, spelled: str) -> str:
-        """The qualified name of the class a function is patched onto, as the file spells it. A
-        class known by its name's string (`type(m).__name__ == "FooAttention"`): the class of that
-        name this file defines or imports, else one a family knows by name (the HF model catalogue), else
-        it keeps the mark of a class known only by name (analysis/instance_patches.py)."""
-        from dtype_lint.analysis.instance_patches import named_only
+        from dtype_lint.analysis.instance_patches import patched_class
 
-        name = named_only(spelled)
-        if name is None:
-            return self.project.index.resolve(self.source.module, spelled, self.imports)
-        if "." not in name and name.isidentifier():
-            local = self.project.index.resolve(self.source.module, name, self.imports)
-            if self.project.index.class_location(local) is not None:
-                return local
-            known = next((found for family in plugins("family")
-                          if (found := optional(family, "family", "class_named")(name))), None)
-            if known is not None:
-                return known
-        return spelled
+        return patched_class(self.project.index, self.source.module, self.imports, spelled)
 
     @cached_property
     def _patched(self) -> dict[str, str]:

@@ -205,3 +205,35 @@ def test_the_fixed_handed_layer_runs_on_every_storage(tmp_path: Path):
     for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.complex64):
         float_before, float_after = _StoredLayer(torch.zeros(4, 4, dtype=dtype)), _StoredLayer(torch.zeros(4, 4, dtype=dtype))
         assert after(_Scorer(float_after), activation).dtype == before(_Scorer(float_before), activation).dtype == dtype
+
+
+# ---- explain says what check says ----------------------------------------------------------------------
+
+DIRECT = '''\
+import types
+
+
+def _direct(self, values):
+    return values.to(self.out_proj.weight.dtype)
+
+
+def patch(model):
+    for module in model.modules():
+        if type(module).__name__ == "FarBlock":
+            module.forward = types.MethodType(_direct, module)
+'''
+
+
+def test_explain_agrees_with_check_on_bound_functions(tmp_path: Path):
+    """A site in the bound function itself: the string-named class outside the tree (low, the reason)
+    and the catalogued transformers class (the catalogue's words), as check reports them."""
+    root = copy_project(FIXTURE, tmp_path, "proj")
+    (root / PACKAGE / "direct.py").write_text(DIRECT, encoding="utf-8")
+    found = {Path(f["path"]).name: f for f in json_findings(root)}
+    assert found["direct.py"]["confidence"] == "low" and found["direct.py"]["line"] == 5, found
+    named = dtl(root, "explain", f"{PACKAGE}/direct.py:5").stdout
+    assert "`self` is an instance of `FarBlock`, matched by its class name only" in named, named
+    assert "DTL001/DTL002: reported with low confidence" in named, named
+    catalogued = dtl(root, "explain", f"{PACKAGE}/catalogued.py:7").stdout
+    assert "`gate_proj` of `LlamaModel`, a transformers model class outside this tree" in catalogued, catalogued
+    assert "DTL001/DTL002: reported with low confidence" in catalogued, catalogued

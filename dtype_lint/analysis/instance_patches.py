@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.ecosystems.registry import optional, plugins
+
 # The qualified name of a class known only by the string its name is compared with: no module
 # can be spelled so, so no class of any tree is located by it.
 NAMED_CLASS_PREFIX = "<class named>."
@@ -34,6 +36,25 @@ def named_only(qualname: str | None) -> str | None:
     if qualname and qualname.startswith(NAMED_CLASS_PREFIX):
         return qualname[len(NAMED_CLASS_PREFIX):]
     return None
+
+
+def patched_class(index, module: str, imports: dict[str, str], spelled: str) -> str:
+    """The qualified name of the class a function is patched onto, as the file spells it
+    (function_walk.patched_methods), for `check` and `explain` alike. A class known by its name's
+    string: the class of that name the file defines or imports, else one a family knows by name
+    (the HF model catalogue), else it keeps the mark of a class known only by name."""
+    name = named_only(spelled)
+    if name is None:
+        return index.resolve(module, spelled, imports)
+    if "." not in name and name.isidentifier():
+        local = index.resolve(module, name, imports)
+        if index.class_location(local) is not None:
+            return local
+        known = next((found for family in plugins("family")
+                      if (found := optional(family, "family", "class_named")(name))), None)
+        if known is not None:
+            return known
+    return spelled
 
 
 def _dotted(node: ast.AST) -> str | None:
