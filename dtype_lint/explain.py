@@ -55,11 +55,13 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
     model = default_model(project, config.all_config_params)
 
     scopes = {}
+    from dtype_lint.analysis.instance_patches import patched_class
+
     patched = patched_methods(tree)  # `Model.forward = fn`: fn runs as Model's method, as check reads it
     function_node: ast.FunctionDef | ast.AsyncFunctionDef | None  # None: the line is in no function
     for function_node, class_q, scope_name in iter_functions(tree, module):
         if class_q is None and scope_name in patched:
-            class_q = project.index.resolve(module, patched[scope_name], imports)
+            class_q = patched_class(project.index, module, imports, patched[scope_name])
         if function_node.lineno <= line <= (function_node.end_lineno or function_node.lineno):
             scopes[(function_node.end_lineno or function_node.lineno) - function_node.lineno] = (function_node, class_q)
     function_node, class_q = scopes[min(scopes)] if scopes else (None, None)
@@ -83,7 +85,8 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
         if not inst.qualname:
             out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
             if inst.origin:  # a layer of a class a family knows outside the tree (as check asks it)
-                _family_decides(resolver, inst, text_of, out)
+                if not _family_decides(resolver, inst, text_of, out):
+                    _named_only(resolver, inst, text_of, out)
             continue
         out.append(f"  class: {inst.qualname}")
         for evidence_item in inst.chain:
@@ -191,6 +194,18 @@ def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
                    + "unless a guard dominates the site")
         return True
     return False
+
+
+def _named_only(resolver, inst, text_of: str, out: list[str]) -> None:
+    """A layer of a class known only by its name's string (analysis/instance_patches.py): check
+    reports it with low confidence, saying why."""
+    verdict = resolver.quantizable(inst, text_of, None, NON_COMPUTE)
+    if verdict is None:
+        return
+    for evidence_item in verdict[1]:
+        out.append(f"    {_where(evidence_item)}{evidence_item.message}")
+    out.append("  DTL001/DTL002: reported with low confidence unless a guard dominates the site (the "
+               "backends that reach it are not known)")
 
 
 def _platforms(model, qualname: str) -> list[str]:

@@ -222,12 +222,17 @@ class RuleFacts:
         out = []
         for function_node, class_q, scope_name in iter_functions(self.tree, self.source.module, lines):
             if class_q is None and scope_name in self._patched:  # `Model.forward = fn`: fn is Model's method
-                class_q = self.project.index.resolve(self.source.module, self._patched[scope_name], self.imports)
+                class_q = self._patched_class(self._patched[scope_name])
             c = self._nodes.get(id(function_node))
             if c is None:
                 c = self._nodes[id(function_node)] = Candidate(function_node, class_q, scope_name)
             out.append(c)
         return out
+
+    def _patched_class(self, spelled: str) -> str:
+        from dtype_lint.analysis.instance_patches import patched_class
+
+        return patched_class(self.project.index, self.source.module, self.imports, spelled)
 
     @cached_property
     def _patched(self) -> dict[str, str]:
@@ -451,7 +456,7 @@ class RuleFacts:
     def generic_holders(self):
         from dtype_lint.analysis.flow.callers import GenericHolders
 
-        return GenericHolders(self.functions)
+        return GenericHolders(self.functions, (self.source.path, self.source.text))
 
     @cached_property
     def guards(self):
@@ -734,21 +739,24 @@ class RuleContext:
     def _from_callers(self, layer: ast.expr, where: "Candidate", need: str):
         """A parameter typed only as a module (analysis/flow/callers.py): the verdict on what a call of
         its function in this file passes for it, judged at that call (one step)."""
-        from dtype_lint.analysis.flow.callers import generically_typed
+        from dtype_lint.analysis.flow.callers import generically_typed, handed_root, with_root
 
         # Not for a read of `.weight` itself (DTL003): its callers' paths are guarded by checks the
         # engine reads on the layer it is handed (a format predicate on the config), not at the call.
-        if need == ABSENT or not (isinstance(layer, ast.Name) and layer.id in where.scope.params
-                                  and generically_typed(where.fn, layer.id)) or self._tracing:
+        root = handed_root(layer)
+        if need == ABSENT or root is None or root.id not in where.scope.params \
+                or not generically_typed(where.fn, root.id) or self._tracing \
+                or (where.class_qualname is not None and root.id == where.scope.self_name):
             return None
         self._tracing = True
         try:
-            for arg, caller, call in self._facts.generic_holders.passed(where, layer.id):
+            for arg, caller, call in self._facts.generic_holders.passed(where, root.id):
                 if caller.exempt:
                     continue
-                got = self.layer_verdict(arg, caller, site=call, need=need)
+                # `indexer.weights_proj` with `indexer` handed `self.indexer`: the caller's `self.indexer.weights_proj`
+                got = self.layer_verdict(with_root(layer, arg), caller, site=call, need=need)
                 if got is not None:
-                    step = Evidence(f"`{layer.id}` is `{ast.unparse(arg)}` where `{caller.scope_name}` calls "
+                    step = Evidence(f"`{root.id}` is `{ast.unparse(arg)}` where `{caller.scope_name}` calls "
                                     f"`{where.fn.name}`", self.source.path, call.lineno)
                     return got[0], (step, *got[1])
         finally:

@@ -77,7 +77,7 @@ def test_dtl005_prefilters_on_every_model_dtype_attribute():
 
 # ---- the family role's optional questions -----------------------------------------------------
 
-OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not")
+OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not", "class_named")
 # test_ecosystems' third family (W4Linear's int32 nibbles) with no optional question at all: its
 # `layer_kind` goes too.
 FAMILY_ANSWERS = re.sub(r"\ndef layer_kind\(mro\):\n.*?\n\n\n", "\n", FAKE_FAMILY, flags=re.S)
@@ -101,6 +101,10 @@ def first_parameter_holder(*args):
 
 
 def why_not(*args):
+    return None
+
+
+def class_named(name):
     return None
 '''
 

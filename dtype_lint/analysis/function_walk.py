@@ -27,6 +27,8 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any, TypeVar, overload
 
+from dtype_lint.analysis.instance_patches import instance_patched_methods
+
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
 _OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _AST = ast.AST
@@ -276,8 +278,10 @@ def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, 
 
 def patched_methods(tree: ast.Module) -> dict[str, str]:
     """Module-level functions patched onto a class in this module (`Model.forward = fn`,
-    `setattr(Model, "forward", fn)`, anywhere in the file): the function's name → the class's
-    dotted name as the file spells it. Such a function runs as that class's method, so its first
+    `setattr(Model, "forward", fn)`, anywhere in the file; or bound onto an instance of a tested
+    class, `module.forward = types.MethodType(fn, module)`): the function's name → the class's
+    dotted name as the file spells it (a string-named class: instance_patches.NAMED_CLASS_PREFIX).
+    Such a function runs as that class's method, so its first
     parameter is an instance of the class. Only a function whose first parameter is `self`, and
     bound to one class: one patched onto several classes (or rebound) keeps no class."""
     functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -297,6 +301,10 @@ def patched_methods(tree: ast.Module) -> dict[str, str]:
         name = _dotted_name(owner) if owner is not None else None
         if function in functions and name and name != "self":
             bound.setdefault(function, set()).add(name)
+    # `module.forward = types.MethodType(fn, module)` under a test of the module's class
+    # (analysis/instance_patches.py): fn runs as a method of that class too.
+    for function, names in instance_patched_methods(tree, functions).items():
+        bound.setdefault(function, set()).update(names)
     return {function: next(iter(names)) for function, names in bound.items() if len(names) == 1}
 
 

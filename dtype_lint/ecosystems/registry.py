@@ -168,6 +168,9 @@ ROLE_DEFAULTS: dict[str, dict[str, Callable[..., Any]]] = {
         "first_parameter_holder": _no_holder,
         # why_not(resolver, inst, text) -> str | None: `explain`'s words for a verdict of False.
         "why_not": _no_answer,
+        # class_named(name) -> str | None: the qualified name of a class of the family's libraries
+        # known outside the tree by its bare name (a patch that tests `type(m).__name__ == name`).
+        "class_named": _no_answer,
     },
 }
 

@@ -46,8 +46,16 @@ from dtype_lint.analysis.index.construction_forms import (
     returns_receiver,
     spliced_local,
 )
+from dtype_lint.analysis.instance_patches import named_only
 from dtype_lint.analysis.storage.catalogue import default_model
-from dtype_lint.analysis.storage.storage_model import ABSENT, BACKEND_MARK, NON_COMPUTE, StorageModel, storage_evidence
+from dtype_lint.analysis.storage.storage_model import (
+    ABSENT,
+    BACKEND_MARK,
+    NON_COMPUTE,
+    UNKNOWN_BACKENDS,
+    StorageModel,
+    storage_evidence,
+)
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import model_dtype_attributes, optional, plugins
 
@@ -169,8 +177,8 @@ class LayerResolver:
                     return item
         if isinstance(expr, ast.Attribute):
             owner = self.resolve(expr.value, scope, depth + 1, this)
-            if not owner.qualname:
-                return Instance(None)
+            if not owner.qualname:  # an unread attribute keeps the class of its `self` (as `attribute`)
+                return Instance(None, origin=owner.origin)
             return self.attribute(owner, expr.attr, depth)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
                 and (position := _literal_index(expr.slice)) is not None:
@@ -677,6 +685,9 @@ class LayerResolver:
                 return decided or None
         if inst.config == NONE:
             return None
+        if not inst.qualname and need == NON_COMPUTE and expr_text != "self" \
+                and (class_name := named_only(inst.origin)) is not None:
+            return self._named_only(class_name, expr_text)
         q = inst.qualname
         if q:
             if self.index.not_quantizable(q):
@@ -717,6 +728,17 @@ class LayerResolver:
         if model is None:
             model = self._storage_model = default_model(self.project, self.config_params)
         return model
+
+    def _named_only(self, class_name: str, expr_text: str) -> tuple[str, tuple[Evidence, ...]]:
+        """A layer of `self` in a function bound onto the instances of a class known only by its
+        name's string (analysis/instance_patches.py), a class this file neither defines nor
+        imports: which layer it is, and so which backends reach it, cannot be told. Never fail
+        open: low confidence, the reason in the evidence (and, through BACKEND_MARK, in the
+        message); no helper is proven on it, so no fix (RuleContext.fixes_for)."""
+        attrs = expr_text.split(".", 1)[-1]
+        return "low", (Evidence(f"{BACKEND_MARK}{UNKNOWN_BACKENDS}: `self` is an instance of `{class_name}`, "
+                                f"matched by its class name only, a class this file neither defines nor imports, "
+                                f"so its `{attrs}` is not read here", "", 0),)
 
     def _undispatched(self, qualname: str, chain: tuple[Evidence, ...]):
         """Never fail open: a quantizable layer whose backends the model could not read (not one

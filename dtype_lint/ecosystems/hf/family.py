@@ -45,7 +45,7 @@ from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.storage_model import BACKEND_MARK
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import format_named, packed_storages
-from dtype_lint.ecosystems.hf.model_classes import is_model_class
+from dtype_lint.ecosystems.hf.model_classes import PINNED, is_model_class, model_class_names
 
 HF_LIBRARIES = ("transformers", "diffusers", "peft")
 # Model base classes whose subclasses `from_pretrained` quantizes (a project built on the libraries).
@@ -653,6 +653,12 @@ def _model_class_libraries(resolver, qualname: str | None) -> frozenset[str]:
         return frozenset()
     found = {ancestor.split(".", 1)[0] for ancestor in resolver.index.mro(qualname)} & {"transformers", "diffusers"}
     return frozenset(found) or libraries_of(resolver.module, resolver.imports)
+
+
+def class_named(name: str) -> str | None:
+    """`transformers.Name` / `diffusers.Name` where `name` is a model class of the shipped
+    catalogue (a patch that finds the model's modules by `type(m).__name__ == name`)."""
+    return next((f"{library}.{name}" for library in PINNED if name in model_class_names(library)), None)
 
 
 def verdict(resolver, inst, expr_text: str):
