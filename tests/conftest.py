@@ -231,6 +231,7 @@ def compile_the_environment() -> None:
     import compileall
     import importlib.util
     import sysconfig
+    import warnings
 
     for name in COMPILE_PROBES:
         spec = importlib.util.find_spec(name)
@@ -242,7 +243,9 @@ def compile_the_environment() -> None:
         return
     for folder in dict.fromkeys((sysconfig.get_path("purelib"), sysconfig.get_path("platlib"))):
         if folder and os.access(folder, os.W_OK):
-            compileall.compile_dir(folder, quiet=2, workers=0)
+            with warnings.catch_warnings():  # third-party docstrings' escapes: pip's compile is silent too
+                warnings.simplefilter("ignore")  # (the forked workers inherit the filter)
+                compileall.compile_dir(folder, quiet=2, workers=0)
 
 
 def compile_the_checkout() -> None:
