@@ -95,6 +95,7 @@ from dtype_lint.analysis.sentinel_compare import (
     statement_of,
 )
 from dtype_lint.analysis.storage.storage_dispatch import ambiguous_storage, hand_copy_reason
+from dtype_lint.analysis.weight_reads import blanked_bodies
 from dtype_lint.core.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import ModuleGlobals, helper_shape
 from dtype_lint.ecosystems.registry import model_dtype_attributes, passages
@@ -129,6 +130,10 @@ class StorageDtypeSentinel(Rule):
     default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
     facts = frozenset({"candidates", "layers", "fixes", "tree", "imports"})
+    # Its layer verdict may follow the callers of a function through every function of the file:
+    # a file is parsed whole for this rule only where a comparison it judges may lie
+    # (`needs_whole_tree`).
+    regions = "on-demand"
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe when the branch guards a cast and is proven equal to the helper / none with reason"
     severity = "warning"
@@ -193,6 +198,20 @@ class StorageDtypeSentinel(Rule):
             message_contains=("with torch.uint8 outside",),
         ),
     ]
+
+    def needs_whole_tree(self, ctx: RuleContext) -> bool:
+        """A comparison of a storage dtype with a sentinel that `check` would judge: in a function
+        kept whole in the reduced tree (module constants are all there), or possibly in a blanked
+        body whose text names a dtype (every storage dtype source `weight_dtype_source` reads holds
+        `dtype`, its local aliases in the same function)."""
+        module, _func = ctx.config.helper_spec
+        if (ctx.source.module and ctx.source.module == module) or is_test_code(ctx.source.path):
+            return False
+        if any(not body.isascii() or "dtype" in body for body in blanked_bodies(ctx.tree, ctx.source.text)):
+            return True
+        globals_ = ModuleGlobals(ctx.tree, ctx.imports)
+        return any(sentinel_compare(node, c.scope, globals_) is not None
+                   for c in ctx.candidates for node in c.walk.of(ast.Compare))
 
     def check(self, ctx: RuleContext) -> None:
         module, _func = ctx.config.helper_spec
