@@ -21,6 +21,7 @@ from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex
 from dtype_lint.core import trees
 from dtype_lint.core.config import Config
+from dtype_lint.core.regions import BLANKED
 from dtype_lint.core.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import (
     Case,
@@ -301,6 +302,25 @@ class HelperFacts:
                 found = lookup_function(self.index, f"{target}.{callee.attr}", self.load_file)
                 return _configured_copy(found, self._configured(found.qualname)) if found else None
         return None
+
+
+def may_report_on(helpers: HelperFacts, tree: ast.Module) -> bool:
+    """DTL005's question of a reduced tree (core/regions.py: function bodies it reads none of
+    blanked): may the rule report anything in this file on its whole tree? It reports a
+    helper-shaped function defined here, or a call that `may_call_helper` lets it look at. A
+    blanked function whose real text could have the helper's shape says yes; otherwise the
+    helper-shaped functions here are those of the reduced tree (a blanked one could have none),
+    and so are the lines a call of one may start on (`_call_lines`, read from the text)."""
+    lines = helpers.source.lines if helpers.source is not None else None
+    for fn, _class_q, _scope in _functions(tree, helpers.module):
+        last = getattr(fn, BLANKED, 0)
+        if last and (lines is None or could_be_helper_shaped(
+                "".join(lines[min([d.lineno for d in fn.decorator_list] + [fn.lineno]) - 1:last]))):
+            return True
+    if helpers.defined:
+        return True
+    call_lines = helpers._call_lines
+    return call_lines is None or bool(call_lines)
 
 
 def _functions(tree: ast.Module, module: str):
