@@ -90,12 +90,12 @@ from dtype_lint.analysis.guard_engine.dominance import statement_blocks
 from dtype_lint.analysis.sentinel_compare import (
     all_sentinels,
     is_test_code,
+    may_compare_in_blanked,
     required_params,
     sentinel_compare,
     statement_of,
 )
 from dtype_lint.analysis.storage.storage_dispatch import ambiguous_storage, hand_copy_reason
-from dtype_lint.analysis.weight_reads import blanked_bodies
 from dtype_lint.core.text_facts import could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import ModuleGlobals, helper_shape
 from dtype_lint.ecosystems.registry import model_dtype_attributes, passages
@@ -202,12 +202,12 @@ class StorageDtypeSentinel(Rule):
     def needs_whole_tree(self, ctx: RuleContext) -> bool:
         """A comparison of a storage dtype with a sentinel that `check` would judge: in a function
         kept whole in the reduced tree (module constants are all there), or possibly in a blanked
-        body whose text names a dtype (every storage dtype source `weight_dtype_source` reads holds
-        `dtype`, its local aliases in the same function)."""
+        body that names a dtype and a module constant that may be a sentinel
+        (`may_compare_in_blanked`)."""
         module, _func = ctx.config.helper_spec
         if (ctx.source.module and ctx.source.module == module) or is_test_code(ctx.source.path):
             return False
-        if any(not body.isascii() or "dtype" in body for body in blanked_bodies(ctx.tree, ctx.source.text)):
+        if may_compare_in_blanked(ctx.tree, ctx.source.text, ctx.imports):
             return True
         globals_ = ModuleGlobals(ctx.tree, ctx.imports)
         return any(sentinel_compare(node, c.scope, globals_) is not None

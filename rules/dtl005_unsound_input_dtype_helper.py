@@ -212,7 +212,7 @@ class UnsoundInputDtypeHelper(Rule):
     ]
 
     def needs_whole_tree(self, ctx: RuleContext) -> bool:
-        return may_report_on(ctx.helpers, ctx.helpers.tree)
+        return may_report_on(ctx.helpers, ctx.helpers.tree, ctx.every_function)
 
     def check(self, ctx: RuleContext) -> None:
         functions = {id(c.fn): c for c in ctx.every_function}
