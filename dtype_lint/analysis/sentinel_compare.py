@@ -117,10 +117,12 @@ def may_compare_in_blanked(tree: ast.Module, text: str, imports: dict[str, str])
     if not bodies:
         return False
     names = {local for local, target in imports.items() if SENTINEL_WORDS.search(target)}
+    lines = text.splitlines(keepends=True)  # (once: ast.get_source_segment splits the text per call)
     for stmt in tree.body:
-        segment = ast.get_source_segment(text, stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                                ast.ClassDef)) else None
-        if segment is not None and SENTINEL_WORDS.search(segment):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        # The statement's whole lines (a superset of its text: errs towards a name too many).
+        if SENTINEL_WORDS.search("".join(lines[stmt.lineno - 1:stmt.end_lineno or stmt.lineno])):
             names |= {node.id for node in ast.walk(stmt)
                       if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
             names |= {(alias.asname or alias.name).split(".")[0] for node in ast.walk(stmt)
