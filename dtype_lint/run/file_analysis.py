@@ -84,10 +84,12 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
 
 
 def _run_staged(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> list:
-    """Run the "sites" rules on the reduced tree of `facts`, and ask each "on-demand" rule whether
-    it needs the whole tree here; those that do are returned (run by `_run_whole`)."""
-    _run_rules([r for r in rules if r.regions == "sites"], facts, raw, path, config)
-    wanted = []
+    """Ask each "on-demand" rule whether it needs the whole tree here (`Rule.needs_whole_tree`,
+    on the reduced tree of `facts`). When one does, every rule runs on the whole tree, as in a run
+    without reduced trees: one set of facts then serves them all (walks, layer resolution), where
+    running the "sites" rules on the reduced tree too built most of them twice. Otherwise the
+    "sites" rules run on the reduced tree and the on-demand ones not at all. Returns the rules
+    left for `_run_whole`."""
     for rule in rules:
         if rule.regions != "on-demand":
             continue
@@ -99,8 +101,9 @@ def _run_staged(rules, facts: RuleFacts, raw: list[Finding], path: str, config: 
         except Exception:  # noqa: BLE001 - the whole-tree run says what went wrong, as before
             needed = True
         if needed:
-            wanted.append(rule)
-    return wanted
+            return list(rules)
+    _run_rules([r for r in rules if r.regions == "sites"], facts, raw, path, config)
+    return []
 
 
 def _run_whole(rules, tree, path: str, text: str, module: str, is_pkg: bool, imports, markers,
