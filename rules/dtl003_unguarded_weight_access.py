@@ -128,7 +128,7 @@ from dtype_lint.analysis.guard_engine.file_guards import test_module
 from dtype_lint.analysis.guard_engine.never_runs import shadowed_definitions
 from dtype_lint.analysis.storage.constructions import never_reaches
 from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
-from dtype_lint.analysis.weight_reads import blanked_may_read_weight, judged_weight_reads
+from dtype_lint.analysis.weight_reads import judged_weight_reads
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import passages
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
@@ -151,10 +151,9 @@ class UnguardedWeightAccess(Rule):
     default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "layers", "flows", "guards", "tree"})
-    # The guard engine reads the whole file (flags set in any method, callers, stores on other
-    # objects): a file is parsed whole for this rule only where a read has a layer verdict on the
-    # reduced tree (`needs_whole_tree`); vLLM 0.34.0: 81 of 459 files.
-    regions = "on-demand"
+    # Not "on-demand": asked on the reduced tree (a read it judges has a layer verdict), vLLM's
+    # model files said yes for about half of them, and the question cost more than the whole
+    # parses it spared (benchmarks/results/select-all/on-demand.md).
     fix_availability = FixAvailability.NONE
     fix_note = "what to do without `.weight` is a human choice"
 
@@ -246,21 +245,6 @@ class UnguardedWeightAccess(Rule):
         Invalid(_HEAD + "    def f(self, q):\n        n = self.kv_b_proj.weight.shape[0]\n"
                 "        if not hasattr(self.kv_b_proj, \"weight\"):\n            return q\n        return q * n\n"),
     ]
-
-    def needs_whole_tree(self, ctx: RuleContext) -> bool:
-        """A read `check` could report: one it would judge (below), whose layer has a verdict here.
-        Every read lies on a line this rule's patterns match, so the functions holding one are whole
-        in the reduced tree; what differs there is what the guard engine and the shadowing test read
-        (other functions' bodies), and both only drop a read that has a verdict. The verdict itself
-        reads the file's class facts (whole through `Defs`) and, for a check proving the layer
-        unquantized, the module's functions: a blanked one returns no test, so it proves nothing
-        and the verdict stays (the answer errs towards the whole tree)."""
-        if test_module(ctx.source.path):
-            return False
-        if blanked_may_read_weight(ctx.tree, ctx.source.text):
-            return True  # a read the patterns miss (`x.\\\n weight`) may lie in a blanked body
-        return any(ctx.layer_verdict(layer, function, site=node, need=ABSENT) is not None
-                   for function, node, layer in judged_weight_reads(ctx))
 
     def check(self, ctx: RuleContext) -> None:
         if test_module(ctx.source.path):

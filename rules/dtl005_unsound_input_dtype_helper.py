@@ -109,7 +109,7 @@ import os
 from dtype_lint.analysis.flow.foreign_calls import calls_elsewhere
 from dtype_lint.analysis.flow.recognisers import WEIGHT_SITE_PATTERNS
 from dtype_lint.analysis.helper_calls import callers_here, def_name_node, fed_cast, may_be_packed
-from dtype_lint.analysis.helper_functions import KnownHelper, may_report_on
+from dtype_lint.analysis.helper_functions import KnownHelper
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import model_dtype_attributes
 from dtype_lint.fix.helper_repair import missing_branch_fix, route_blocker, route_fix
@@ -167,9 +167,6 @@ class UnsoundInputDtypeHelper(Rule):
                 "where proven to agree, else the missing branch in the unsound helper itself; all proven by the "
                 "evaluator / none with reason")
     reads_helper_callers = True
-    # Helpers are found in any function of the file: a file is parsed whole for this rule only
-    # where its reduced tree may hide or hold one, or a call of one (`needs_whole_tree`).
-    regions = "on-demand"
     in_migration = True  # the migration fixes an unsound helper in place
 
     VALID = [
@@ -210,9 +207,6 @@ class UnsoundInputDtypeHelper(Rule):
             message_contains=("no `.weight` → raises AttributeError", "int8 storage → returns torch.int8"),
         ),
     ]
-
-    def needs_whole_tree(self, ctx: RuleContext) -> bool:
-        return may_report_on(ctx.helpers, ctx.helpers.tree, ctx.every_function)
 
     def check(self, ctx: RuleContext) -> None:
         functions = {id(c.fn): c for c in ctx.every_function}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -22,7 +21,6 @@ from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex
 from dtype_lint.core import trees
 from dtype_lint.core.config import Config
-from dtype_lint.core.regions import BLANKED
 from dtype_lint.core.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import (
     Case,
@@ -303,47 +301,6 @@ class HelperFacts:
                 found = lookup_function(self.index, f"{target}.{callee.attr}", self.load_file)
                 return _configured_copy(found, self._configured(found.qualname)) if found else None
         return None
-
-
-def may_report_on(helpers: HelperFacts, tree: ast.Module, every_function) -> bool:
-    """DTL005's question of a reduced tree (core/regions.py: function bodies no rule reads
-    blanked): may the rule report anything in this file on its whole tree? It reports a
-    helper-shaped function defined here, and a call, in a function `may_call_helper` lets it look
-    at, of a helper that is unsound and decides. A helper-shaped function here says yes (a blanked
-    one judged from its own lines, parsed then); without one, the lines a call of a helper may
-    start on are those of the whole tree (`_call_lines`, read from the text): a blanked function
-    spanning such a line says yes, and a function kept whole is asked what `check` asks of its
-    calls of helpers defined elsewhere (short of what the cast is)."""
-    lines = helpers.source.lines if helpers.source is not None else None
-    if lines is None:
-        return True
-    for fn, _class_q, _scope in _functions(tree, helpers.module):
-        last = getattr(fn, BLANKED, 0)
-        if last and could_be_helper_shaped("".join(lines[min([d.lineno for d in fn.decorator_list]
-                                                              + [fn.lineno]) - 1:last])):
-            whole = trees.whole_function(helpers.path, helpers.source.text, fn)
-            if whole is fn or helper_shape(whole) is not None:
-                return True
-    if helpers.defined:
-        return True  # (its table may read the module's other functions, blanked here)
-    call_lines = helpers._call_lines
-    if call_lines is None:
-        return True
-    if not call_lines:
-        return False
-    for function in every_function:
-        fn = function.fn
-        last = getattr(fn, BLANKED, 0)
-        if last:
-            index = bisect_left(call_lines, fn.lineno)
-            if index < len(call_lines) and call_lines[index] <= last:
-                return True
-        elif helpers.may_call_helper(fn):
-            for node in function.walk.of(ast.Call):
-                h = helpers.called(node, function.scope)
-                if h is not None and h.table is not None and h.unsound and h.decides:
-                    return True
-    return False
 
 
 def _functions(tree: ast.Module, module: str):
