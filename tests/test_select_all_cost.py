@@ -8,8 +8,8 @@ test of an imported predicate reads the one `def` of the module that defines it 
 module's facts are already loaded (it parsed the whole module before). The storage model's memo
 keeps the answers last used, not every answer of the run.
 
-The opt-in rules read reduced trees first (`regions = "on-demand"`): a file is parsed whole only
-where one of them says its reduced tree may hide or hold something it reports, and the guard
+DTL004 reads reduced trees first (`regions = "on-demand"`): a file only it could report in is
+parsed whole only where its reduced tree may hide or hold a comparison it reports; the guard
 engine judges only the predicates a guard calls (structure asserted, no timings).
 """
 
@@ -130,25 +130,23 @@ def test_a_loaded_module_still_gives_its_text_but_the_analysed_one_does_not(tmp_
     assert project.module_text("minillm.a_00") is None
 
 
-# A file every opt-in rule's prefilter passes but where none can report: its `.weight` read is on
-# a plain torch layer (never quantized: no layer verdict), it holds no storage-dtype comparison,
-# no helper-shaped function and no call of one; and a long function no rule reads.
+# A file DTL004's prefilter passes (a sentinel dtype, the word `weight`) but where it can report
+# nothing: no comparison of a storage dtype with a sentinel, in the functions kept whole or in the
+# long function the reduced tree blanks (DTL003 and DTL005 find no `.weight` read or dtype site).
 PLAIN = """\
 import torch
-from torch import nn
+
+PACKED = torch.int8
 
 
-class Plain(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
+def pack(weight_data):
+    return weight_data.view(PACKED)
 
-    def forward(self, x):
-        return x @ self.proj.weight.t()
 
-    def describe(self, x):
+class Packer:
+    def describe(self, rows):
         total = 0
-        for row in x:
+        for row in rows:
             total += len(row)
         label = "rows"
         label = label.upper()
@@ -246,20 +244,23 @@ def _whole_parses(src: Path, monkeypatch) -> Counter:
 
 
 def test_a_file_no_opt_in_rule_can_report_in_is_not_parsed_whole(tmp_path: Path, monkeypatch):
-    """Every rule on: a file whose reduced tree tells each opt-in rule it can report nothing there
-    is parsed reduced only (whole on 22e8ac5, where the opt-in rules read only whole trees), while
-    a file where DTL003 reports is still parsed whole, once; and the findings are those of a run
-    in which every opt-in rule is given every file's whole tree."""
+    """Every rule on: a file whose reduced tree tells DTL004 (`regions = "on-demand"`) it can
+    report nothing there is parsed reduced only (whole on 22e8ac5, where the opt-in rules read
+    only whole trees), while a file where DTL003 reports is parsed whole, once; and the findings
+    are those of a run in which DTL004 is given every file's whole tree."""
+    from dtype_lint.core import trees
     from dtype_lint.rule import Rule
 
     src = _with_int4(_project(tmp_path, models=1))
     (src / "minillm" / "a_plain.py").write_text(PLAIN)
     whole = _whole_parses(src, monkeypatch)
+    reduced_before = trees.reduced_parses
     findings = _run_all(src, monkeypatch).findings
     codes = Counter(f.code for f in findings)
     assert codes["DTL001"] == 1 and codes["DTL003"] == 1, codes
     assert not any(f.path.endswith("a_plain.py") for f in findings)
     assert whole["minillm/a_plain.py"] == 0, dict(whole)
+    assert trees.reduced_parses > reduced_before
     assert whole["minillm/a_00.py"] == 1, dict(whole)
     monkeypatch.setattr(Rule, "needs_whole_tree", lambda self, ctx: True, raising=False)
     assert _run_all(src, monkeypatch).findings == findings
