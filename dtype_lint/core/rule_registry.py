@@ -35,7 +35,8 @@ DECLARED = ("code", "name", "summary", "default_enabled", "facts", "fix_availabi
 # What `regions` may say: "sites" (a run reads the functions holding a site line, the class facts,
 # module-level statements, and what `Defs` hands out: core/regions.py may blank the rest),
 # "on-demand" (the rule first reads the reduced tree a "sites" rule reads and answers, per file,
-# `needs_whole_tree(ctx)`: only where it says yes is that file parsed whole, for it) or
+# `needs_whole_tree(ctx)`: only where it says yes is that file parsed whole, every rule then
+# running on that tree) or
 # "whole-file" (the rule walks the whole tree: any file it may report in is parsed whole).
 REGIONS = ("sites", "on-demand", "whole-file")
 # Facts that walk the whole tree of a file: a rule declaring one cannot run on a reduced tree.
