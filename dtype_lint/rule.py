@@ -130,7 +130,9 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     # The parts of a file the rule reads: "sites" (the functions holding a line its patterns match,
     # the class facts, module-level statements: core/regions.py may blank every other function
-    # body) or "whole-file" (it walks the whole tree; a run enabling it parses every file whole).
+    # body), "on-demand" (it asks `needs_whole_tree` of that reduced tree first, and runs on the
+    # whole tree only where the answer is yes) or "whole-file" (it walks the whole tree; a file it
+    # may report in is parsed whole).
     regions: ClassVar[str] = "whole-file"
     # It reports a layer's weight dtype used as a compute dtype (a cast, an allocation): every
     # ecosystem family answers for such sites, and the triage judges them tree by tree.
@@ -149,6 +151,14 @@ class Rule:
 
     def check(self, ctx: "RuleContext") -> None:
         raise NotImplementedError
+
+    def needs_whole_tree(self, ctx: "RuleContext") -> bool:
+        """For a rule declaring `regions = "on-demand"`: asked of the file's reduced tree (the
+        functions holding a line its patterns match are whole there, other function bodies may be
+        blanked), may `check` on the whole tree report anything here? False must be certain: the
+        rule is then not run on this file at all. True: the file is parsed whole and `check` runs
+        on that tree, exactly as in a run without reduced trees."""
+        return True
 
     @classmethod
     def fix_column(cls) -> str:

@@ -124,11 +124,11 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.flow.recognisers import feeds_dtype_site, weight_read
 from dtype_lint.analysis.guard_engine.file_guards import test_module
 from dtype_lint.analysis.guard_engine.never_runs import shadowed_definitions
 from dtype_lint.analysis.storage.constructions import never_reaches
 from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
+from dtype_lint.analysis.weight_reads import judged_weight_reads
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import passages
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
@@ -151,6 +151,9 @@ class UnguardedWeightAccess(Rule):
     default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\.weight\b", r"getattr\(\s*[^,()]+,(?:\s|#[^\n]*)*[\"']weight[\"']\s*\)")
     facts = frozenset({"candidates", "layers", "flows", "guards", "tree"})
+    # Not "on-demand": asked on the reduced tree (a read it judges has a layer verdict), vLLM's
+    # model files said yes for about half of them, and the question cost more than the whole
+    # parses it spared (benchmarks/results/select-all/on-demand.md).
     fix_availability = FixAvailability.NONE
     fix_note = "what to do without `.weight` is a human choice"
 
@@ -247,49 +250,30 @@ class UnguardedWeightAccess(Rule):
         if test_module(ctx.source.path):
             return  # a test reads the storage of the config it builds on purpose
         shadowed = None
-        for function in ctx.candidates:
-            for node in function.walk.of(ast.Attribute, ast.Call):  # what weight_read recognises
-                layer = weight_read(node)
-                if layer is None:
-                    continue
-                if feeds_dtype_site(node, function.fn, function.parents) or _flows_on(ctx, node, function):
-                    continue
-                if function.fn.name == "weight" and isinstance(function.parents.get(id(node)), ast.Return):
-                    continue  # a wrapper's `weight` property forwarding its base's: raises exactly as the base
-                if shadowed is None:
-                    shadowed = shadowed_definitions(ctx.tree)
-                if id(function.fn) in shadowed:
-                    break  # a later `def` of the same name replaces this one: it never runs
-                # The engine's verdict also drops reads dominated by a check that proves the layer
-                # unquantized (a quant-method dispatch, a storage test).
-                verdict = ctx.layer_verdict(layer, function, site=node, need=ABSENT)
-                if verdict is None or ctx.guards.weight_present(node, function, layer):
-                    continue
-                if never_reaches(ctx, node, layer, function):
-                    continue  # the constructions that run with this read leave the layer unquantized
-                confidence, evidence = verdict
-                text = ast.unparse(layer)
-                # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
-                # go in the evidence. `__init__` is called out: it is not a forward path.
-                where = " (in `__init__`)" if function.fn.name == "__init__" else ""
-                # The storages without `.weight` where the evidence names no backend: an ecosystem's words.
-                backends = why_storage(evidence, passages()["no_weight"])
-                remedy = Evidence(f"{backends}: AttributeError there; guard the read with "
-                                  f"`hasattr({text}, \"weight\")` or read `getattr({text}, \"weight\", None)`",
-                                  ctx.source.path, node.lineno)
-                first = backends.split("; ")[0] + (" (and more)" if "; " in backends else "")
-                ctx.report(node, f"`{text}.weight` read outside storage code{where} with no `hasattr`/`getattr` "
-                                 f"fallback: {first}",
-                           confidence=confidence, evidence=(remedy, *evidence),
-                           no_fix_reason="what a layer without `.weight` should do here depends on why it is read")
-
-
-def _flows_on(ctx: RuleContext, node: ast.AST, function) -> bool:
-    """The weight is handed to a project function that casts or allocates with it: DTL001/DTL002
-    report the call (its message names the missing `.weight` too)."""
-    call = function.parents.get(id(node))
-    if isinstance(call, ast.keyword):
-        call = function.parents.get(id(call))
-    if not isinstance(call, ast.Call):
-        return False
-    return any(flow.arg is node for flow in ctx.flows.flows(call, function.scope))
+        for function, node, layer in judged_weight_reads(ctx):
+            if shadowed is None:
+                shadowed = shadowed_definitions(ctx.tree)
+            if id(function.fn) in shadowed:
+                continue  # a later `def` of the same name replaces this one: it never runs
+            # The engine's verdict also drops reads dominated by a check that proves the layer
+            # unquantized (a quant-method dispatch, a storage test).
+            verdict = ctx.layer_verdict(layer, function, site=node, need=ABSENT)
+            if verdict is None or ctx.guards.weight_present(node, function, layer):
+                continue
+            if never_reaches(ctx, node, layer, function):
+                continue  # the constructions that run with this read leave the layer unquantized
+            confidence, evidence = verdict
+            text = ast.unparse(layer)
+            # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
+            # go in the evidence. `__init__` is called out: it is not a forward path.
+            where = " (in `__init__`)" if function.fn.name == "__init__" else ""
+            # The storages without `.weight` where the evidence names no backend: an ecosystem's words.
+            backends = why_storage(evidence, passages()["no_weight"])
+            remedy = Evidence(f"{backends}: AttributeError there; guard the read with "
+                              f"`hasattr({text}, \"weight\")` or read `getattr({text}, \"weight\", None)`",
+                              ctx.source.path, node.lineno)
+            first = backends.split("; ")[0] + (" (and more)" if "; " in backends else "")
+            ctx.report(node, f"`{text}.weight` read outside storage code{where} with no `hasattr`/`getattr` "
+                             f"fallback: {first}",
+                       confidence=confidence, evidence=(remedy, *evidence),
+                       no_fix_reason="what a layer without `.weight` should do here depends on why it is read")

@@ -90,6 +90,7 @@ from dtype_lint.analysis.guard_engine.dominance import statement_blocks
 from dtype_lint.analysis.sentinel_compare import (
     all_sentinels,
     is_test_code,
+    may_compare_in_blanked,
     required_params,
     sentinel_compare,
     statement_of,
@@ -129,6 +130,10 @@ class StorageDtypeSentinel(Rule):
     default_enabled = False  # opt-in until precise off vLLM: benchmarks/accuracy/triage/README.md
     patterns = (r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b",)
     facts = frozenset({"candidates", "layers", "fixes", "tree", "imports"})
+    # Its layer verdict may follow the callers of a function through every function of the file:
+    # a file is parsed whole for this rule only where a comparison it judges may lie
+    # (`needs_whole_tree`).
+    regions = "on-demand"
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe when the branch guards a cast and is proven equal to the helper / none with reason"
     severity = "warning"
@@ -193,6 +198,20 @@ class StorageDtypeSentinel(Rule):
             message_contains=("with torch.uint8 outside",),
         ),
     ]
+
+    def needs_whole_tree(self, ctx: RuleContext) -> bool:
+        """A comparison of a storage dtype with a sentinel that `check` would judge: in a function
+        kept whole in the reduced tree (module constants are all there), or possibly in a blanked
+        body that names a dtype and a module constant that may be a sentinel
+        (`may_compare_in_blanked`)."""
+        module, _func = ctx.config.helper_spec
+        if (ctx.source.module and ctx.source.module == module) or is_test_code(ctx.source.path):
+            return False
+        if may_compare_in_blanked(ctx.tree, ctx.source.text, ctx.imports):
+            return True
+        globals_ = ModuleGlobals(ctx.tree, ctx.imports)
+        return any(sentinel_compare(node, c.scope, globals_) is not None
+                   for c in ctx.candidates for node in c.walk.of(ast.Compare))
 
     def check(self, ctx: RuleContext) -> None:
         module, _func = ctx.config.helper_spec

@@ -7,6 +7,10 @@ parsed from their own text, so the one whole parse of a file is its analysis. Th
 test of an imported predicate reads the one `def` of the module that defines it even when that
 module's facts are already loaded (it parsed the whole module before). The storage model's memo
 keeps the answers last used, not every answer of the run.
+
+DTL004 reads reduced trees first (`regions = "on-demand"`): a file only it could report in is
+parsed whole only where its reduced tree may hide or hold a comparison it reports; the guard
+engine judges only the predicates a guard calls (structure asserted, no timings).
 """
 
 from __future__ import annotations
@@ -124,3 +128,161 @@ def test_a_loaded_module_still_gives_its_text_but_the_analysed_one_does_not(tmp_
     project.register(ast.parse("x = 1\n"), "minillm.a_00", str(src / "minillm" / "a_00.py"), False, {})
     assert project.file_facts("minillm.a_00") is not None
     assert project.module_text("minillm.a_00") is None
+
+
+# A file DTL004's prefilter passes (a sentinel dtype, the word `weight`) but where it can report
+# nothing: no comparison of a storage dtype with a sentinel, in the functions kept whole or in the
+# long function the reduced tree blanks (DTL003 and DTL005 find no `.weight` read or dtype site).
+PLAIN = """\
+import torch
+
+PACKED = torch.int8
+
+
+def pack(weight_data):
+    return weight_data.view(PACKED)
+
+
+class Packer:
+    def describe(self, rows):
+        total = 0
+        for row in rows:
+            total += len(row)
+        label = "rows"
+        label = label.upper()
+        return f"{total} {label}"
+"""
+
+# A read guarded by a predicate imported from a project module that also defines functions the
+# file imports but never tests (the guard engine needs only `ready` to judge the read).
+GUARDED = """\
+import torch
+from torch import nn
+
+from minillm.layers.linear import ColumnParallelLinear
+from minillm.readiness import ready, scale_rows, shift_rows, clamp_rows
+
+
+class Gated(nn.Module):
+    def __init__(self, quant_config=None):
+        super().__init__()
+        self.proj = ColumnParallelLinear(8, 8, quant_config=quant_config)
+
+    def forward(self, x):
+        if ready(self.proj):
+            x = x @ self.proj.weight.t()
+        return clamp_rows(shift_rows(scale_rows(x)))
+
+    def width(self):
+        return self.proj.weight.shape[0]
+"""
+READINESS = """\
+import torch
+
+
+def ready(layer):
+    weight = getattr(layer, "weight", None)
+    if weight is None or weight.dtype != torch.bfloat16:
+        return False
+    return True
+
+
+def scale_rows(x):
+    return x * 2
+
+
+def shift_rows(x):
+    return x + 1
+
+
+def clamp_rows(x):
+    return x.clamp(-1, 1)
+"""
+
+
+# A backend that registers no `weight` (the fixture's Fp8 keeps one): DTL003's reads are reported.
+INT4 = """\
+import torch
+from torch import nn
+
+from .base import QuantConfig, QuantizeMethodBase
+
+
+class Int4Config(QuantConfig):
+    def get_quant_method(self, layer: nn.Module, prefix: str) -> QuantizeMethodBase:
+        return Int4LinearMethod()
+
+
+class Int4LinearMethod(QuantizeMethodBase):
+    def create_weights(self, layer, input_size, output_size, params_dtype):
+        layer.qweight = nn.Parameter(torch.empty(output_size, input_size // 8, dtype=torch.int32))
+
+    def apply(self, layer, x, bias=None):
+        return x @ layer.qweight.float().t()
+"""
+
+
+def _with_int4(src: Path) -> Path:
+    (src / "minillm" / "quant" / "int4.py").write_text(INT4)
+    return src
+
+
+def _whole_parses(src: Path, monkeypatch) -> Counter:
+    texts = {str(p.relative_to(src)): p.read_text() for p in src.rglob("*.py")}
+    whole: Counter[str] = Counter()
+    original = ast.parse
+
+    def counting(source, filename="<unknown>", *args, **kwargs):
+        name = str(Path(filename).resolve().relative_to(src.resolve())) if Path(filename).is_absolute() \
+            else str(filename).removeprefix("./")
+        if texts.get(name) == source:
+            whole[name] += 1
+        return original(source, filename, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    return whole
+
+
+def test_a_file_no_opt_in_rule_can_report_in_is_not_parsed_whole(tmp_path: Path, monkeypatch):
+    """Every rule on: a file whose reduced tree tells DTL004 (`regions = "on-demand"`) it can
+    report nothing there is parsed reduced only (whole on 22e8ac5, where the opt-in rules read
+    only whole trees), while a file where DTL003 reports is parsed whole, once; and the findings
+    are those of a run in which DTL004 is given every file's whole tree."""
+    from dtype_lint.core import trees
+    from dtype_lint.rule import Rule
+
+    src = _with_int4(_project(tmp_path, models=1))
+    (src / "minillm" / "a_plain.py").write_text(PLAIN)
+    whole = _whole_parses(src, monkeypatch)
+    reduced_before = trees.reduced_parses
+    findings = _run_all(src, monkeypatch).findings
+    codes = Counter(f.code for f in findings)
+    assert codes["DTL001"] == 1 and codes["DTL003"] == 1, codes
+    assert not any(f.path.endswith("a_plain.py") for f in findings)
+    assert whole["minillm/a_plain.py"] == 0, dict(whole)
+    assert trees.reduced_parses > reduced_before
+    assert whole["minillm/a_00.py"] == 1, dict(whole)
+    monkeypatch.setattr(Rule, "needs_whole_tree", lambda self, ctx: True, raising=False)
+    assert _run_all(src, monkeypatch).findings == findings
+
+
+def test_the_guard_engine_judges_only_the_imported_names_a_guard_calls(tmp_path: Path, monkeypatch):
+    """DTL003 judges the read under `if ready(self.proj):` and the unguarded one in `width`: the
+    guard engine reads `ready` from its module, and none of the three other functions the file
+    imports from there (22e8ac5 judged every imported function before answering)."""
+    from dtype_lint.analysis.guard_engine import guard_flags
+
+    src = _with_int4(_project(tmp_path, models=0))
+    (src / "minillm" / "readiness.py").write_text(READINESS)
+    (src / "minillm" / "a_gated.py").write_text(GUARDED)
+    judged: list[str] = []
+    original = guard_flags._named_predicates
+
+    def recording(text, name, config_params):
+        judged.append(name)
+        return original(text, name, config_params)
+
+    monkeypatch.setattr(guard_flags, "_named_predicates", recording)
+    findings = [f for f in _run_all(src, monkeypatch).findings if f.path.endswith("a_gated.py")]
+    assert [(f.code, f.span.line) for f in findings] == [("DTL003", 19)], findings  # `width`'s read
+    assert sorted(set(judged)) == ["ready"], judged

@@ -6,6 +6,7 @@ through the dtype evaluator (module constants, `current_platform.fp8_dtype()`)."
 from __future__ import annotations
 
 import ast
+import re
 
 from dtype_lint.analysis.flow.recognisers import WeightDtypeSource, weight_dtype_source
 from dtype_lint.analysis.guard_engine.dominance import same_expression
@@ -96,3 +97,37 @@ def is_test_code(path: str) -> bool:
     parts = path.replace("\\", "/").split("/")
     name = parts[-1]
     return name.startswith("test_") or name.endswith("_test.py") or any(p in ("test", "tests") for p in parts[:-1])
+
+
+# What DTL004's pattern matches: a line naming a sentinel dtype (its functions are never blanked).
+SENTINEL_WORDS = re.compile(r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b")
+
+
+def may_compare_in_blanked(tree: ast.Module, text: str, imports: dict[str, str]) -> bool:
+    """Might a function body blanked in the reduced tree `tree` of `text` (core/regions.py) hold
+    a comparison `sentinel_compare` finds? Such a body names no sentinel dtype (else a line of it
+    would match DTL004's pattern and it would be kept), so its sentinel can only be a name the
+    module binds at its top level from a statement naming one (`PACKED = (torch.int32,
+    torch.uint8)`, `from torch import int8 as I8`), and its storage side holds `dtype` (the
+    attribute, or a local alias assigned from it in the same function). A body that is not ASCII
+    may spell either in other characters."""
+    from dtype_lint.analysis.weight_reads import blanked_bodies
+
+    bodies = [body for body in blanked_bodies(tree, text) if not body.isascii() or "dtype" in body]
+    if not bodies:
+        return False
+    names = {local for local, target in imports.items() if SENTINEL_WORDS.search(target)}
+    lines = text.splitlines(keepends=True)  # (once: ast.get_source_segment splits the text per call)
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        # The statement's whole lines (a superset of its text: errs towards a name too many).
+        if SENTINEL_WORDS.search("".join(lines[stmt.lineno - 1:stmt.end_lineno or stmt.lineno])):
+            names |= {node.id for node in ast.walk(stmt)
+                      if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+            names |= {(alias.asname or alias.name).split(".")[0] for node in ast.walk(stmt)
+                      if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    if not names:
+        return any(not body.isascii() for body in bodies)
+    word = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    return any(not body.isascii() or word.search(body) for body in bodies)

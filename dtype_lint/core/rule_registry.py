@@ -33,9 +33,12 @@ RULE_MODULE_NAME = re.compile(r"dtl\d{3}_\w+")
 DECLARED = ("code", "name", "summary", "default_enabled", "facts", "fix_availability", "fix_note", "severity",
             "regions", "dtype_site", "in_migration")
 # What `regions` may say: "sites" (a run reads the functions holding a site line, the class facts,
-# module-level statements, and what `Defs` hands out: core/regions.py may blank the rest) or
-# "whole-file" (the rule walks the whole tree: any run enabling it parses every file whole).
-REGIONS = ("sites", "whole-file")
+# module-level statements, and what `Defs` hands out: core/regions.py may blank the rest),
+# "on-demand" (the rule first reads the reduced tree a "sites" rule reads and answers, per file,
+# `needs_whole_tree(ctx)`: only where it says yes is that file parsed whole, every rule then
+# running on that tree) or
+# "whole-file" (the rule walks the whole tree: any file it may report in is parsed whole).
+REGIONS = ("sites", "on-demand", "whole-file")
 # Facts that walk the whole tree of a file: a rule declaring one cannot run on a reduced tree.
 WHOLE_FILE_FACTS = frozenset({"tree", "functions", "helpers", "guards"})
 
@@ -183,6 +186,12 @@ def opt_in_codes() -> frozenset[str]:
 def reduced_parsing_codes() -> frozenset[str]:
     """The rules that read a file only in the regions core/regions.py keeps."""
     return frozenset(info.code for info in registry() if info.regions == "sites")
+
+
+@lru_cache(maxsize=1)
+def on_demand_codes() -> frozenset[str]:
+    """The rules that read a reduced tree first and a whole one only where they ask for it."""
+    return frozenset(info.code for info in registry() if info.regions == "on-demand")
 
 
 @lru_cache(maxsize=1)

@@ -46,9 +46,14 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
             return _engine_error(path, f"line {long_line} is longer than {MAX_LINE_CHARS} characters; "
                                        "not parsed (generated code)", long_line, 1, config)
         reduce = reducible(config)
+        # With an "on-demand" rule on (an opt-in rule) and no "whole-file" one here, the file is
+        # parsed reduced as in a run of the default rules, and parsed whole only for the on-demand
+        # rules that say they need it (`Rule.needs_whole_tree`): with every rule on, most files
+        # such a rule's prefilter passes hold nothing it could report.
+        staged = not reduce and all(r.regions in ("sites", "on-demand") for r in active)
         try:
-            tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) if reduce \
-                else trees.parse(path, text)
+            tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) \
+                if reduce or staged else trees.parse(path, text)
         except SyntaxError as error:
             return _engine_error(path, f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1, config)
         except (ValueError, RecursionError, MemoryError) as error:  # null bytes; absurd nesting
@@ -57,18 +62,61 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         known = index.modules.get(module)
         imports = known.imports if known is not None and known.path == path else \
             extract_header(text, module, path, is_pkg).imports
+        markers = frozenset(m for r in active for m in marker_words(r))
         project = ProjectFacts(index, load_file=load_file or safe_read, reduce=reduce)
         project.register(tree, module, path, is_pkg, imports)
-        facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
-                          frozenset(m for r in active for m in marker_words(r)))
+        facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports, markers)
+        whole_rules: list = []
         try:
-            _run_rules(active, facts, raw, path, config)
+            if staged:
+                whole_rules = _run_staged(active, facts, raw, path, config)
+            else:
+                _run_rules(active, facts, raw, path, config)
         finally:
             facts.release()  # no reference cycle keeps the file's tree for the collector
+        if whole_rules:
+            _run_whole(whole_rules, trees.whole_of(tree), path, text, module, is_pkg, imports, markers,
+                       index, load_file, config, raw)
     if not (has_suppression(text) or (raw and might_hold_suppression(text))):
         return sorted(raw, key=Finding.sort_key)
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
     return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
+
+
+def _run_staged(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> list:
+    """Ask each "on-demand" rule whether it needs the whole tree here (`Rule.needs_whole_tree`,
+    on the reduced tree of `facts`). When one does, every rule runs on the whole tree, as in a run
+    without reduced trees: one set of facts then serves them all (walks, layer resolution), where
+    running the "sites" rules on the reduced tree too built most of them twice. Otherwise the
+    "sites" rules run on the reduced tree and the on-demand ones not at all. Returns the rules
+    left for `_run_whole`."""
+    for rule in rules:
+        if rule.regions != "on-demand":
+            continue
+        instance = rule()
+        try:
+            needed = instance.needs_whole_tree(RuleContext(instance, facts, []))
+        except RuleContractError:
+            raise  # a bug in the rule, for its author
+        except Exception:  # noqa: BLE001 - the whole-tree run says what went wrong, as before
+            needed = True
+        if needed:
+            return list(rules)
+    _run_rules([r for r in rules if r.regions == "sites"], facts, raw, path, config)
+    return []
+
+
+def _run_whole(rules, tree, path: str, text: str, module: str, is_pkg: bool, imports, markers,
+               index: QuantizableLayerIndex, load_file, config: Config, raw: list[Finding]) -> None:
+    """Run `rules` on the whole tree of the file, with the file's facts read from that tree (as a
+    run parsing every file whole does; other files' facts are shared through the index)."""
+    project = ProjectFacts(index, load_file=load_file or safe_read, reduce=False)
+    project.register(tree, module, path, is_pkg, imports)
+    facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports, markers)
+    try:
+        _run_rules(rules, facts, raw, path, config)
+    finally:
+        facts.release()
 
 
 def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> None:

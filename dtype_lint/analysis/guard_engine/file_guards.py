@@ -26,7 +26,7 @@ from dtype_lint.analysis.guard_engine.guard_flags import (
     ClassGuardFlags,
     attribute_predicate_calls,
     concrete_classes,
-    imported_predicates,
+    imported_predicate,
     object_predicate_calls,
     predicate_names,
 )
@@ -94,15 +94,32 @@ class FileGuards:
         backends = BackendNames(file.config.all_config_params,
                                 concrete_classes(file.project, file.source.module, file.imports))
         return ClassGuardFlags(
-            file.tree, lambda: imported_predicates(file.project, file.imports, file.config.all_config_params), backends,
-            self._object_predicates)
+            file.tree, lambda local: imported_predicate(file.project, file.imports, local,
+                                                        file.config.all_config_params),
+            backends, self._object_predicates)
 
-    def _object_predicates(self, fn) -> frozenset[str]:
-        """`X.m` where `X = C(...)` or `X = f()` in `fn`, and `m`, a method of C (of the class
-        `f`'s return annotation names), is a predicate: read as an imported predicate is, with its
-        unquantized checks and config tests only."""
+    def _object_predicates(self, fn, base: str) -> frozenset[str]:
+        """What the call `base(...)` in `fn` is, `X.m` where `X = C(...)` or `X = f()` in `fn` and
+        `m`, a method of C (of the class `f`'s return annotation names), is a predicate (read as
+        an imported predicate is, with its unquantized checks and config tests only), or
+        `self.a.m` (`_attribute_predicates`): `{base}`, `{"not " + base}` or nothing. Asked only
+        for the names a guard calls (names_on_demand.py)."""
+        calls = self._object_calls.get(id(fn))
+        if calls is None:
+            calls = self._object_calls[id(fn)] = object_predicate_calls(fn)
+        return self._object_predicate(calls, base) | self._attribute_predicates(fn, base)
+
+    @functools.cached_property
+    def _object_calls(self) -> dict[int, dict]:
+        return {}  # id(fn) -> object_predicate_calls(fn)
+
+    @functools.cached_property
+    def _attribute_calls(self) -> dict[int, dict]:
+        return {}  # id(fn) -> attribute_predicate_calls(fn, its self name)
+
+    def _object_predicate(self, calls: dict, base: str) -> frozenset[str]:
         found = set()
-        for name, (builder, method_name) in object_predicate_calls(fn).items():
+        for name, (builder, method_name) in ((base, calls[base]),) if base in calls else ():
             builder_name = dotted(builder)
             if builder_name is None:  # never: object_predicate_calls keeps only builders with a dotted name
                 continue
@@ -119,18 +136,23 @@ class FileGuards:
                 found.add(name)
             elif "not m" in names:
                 found.add(f"not {name}")
-        return frozenset(found) | self._attribute_predicates(fn)
+        return frozenset(found)
 
-    def _attribute_predicates(self, fn) -> frozenset[str]:
+    def _attribute_predicates(self, fn, base: str) -> frozenset[str]:
         """`self.a.m` where `self.a` resolves to a class whose method `m` is a predicate (read as
         an imported predicate is, with its unquantized checks and config tests only):
         `self.self_attn.can_fuse(x)` true only when the attention's projection is unquantized."""
+        if not base.startswith("self."):
+            return frozenset()  # every name attribute_predicate_calls gives starts so
         function = self._candidate(fn)
         if function is None or not function.scope.self_name:
             return frozenset()
+        calls = self._attribute_calls.get(id(fn))
+        if calls is None:
+            calls = self._attribute_calls[id(fn)] = attribute_predicate_calls(fn, function.scope.self_name)
         found = set()
         project, config_params = self._file.project, self._file.config.all_config_params
-        for name, (receiver, method_name) in attribute_predicate_calls(fn, function.scope.self_name).items():
+        for name, (receiver, method_name) in ((base, calls[base]),) if base in calls else ():
             qualname = self._file.layers.resolve(receiver, function.scope).qualname
             if qualname is None:
                 continue

@@ -32,6 +32,7 @@ from dtype_lint.analysis.guard_engine.guards import (
     is_weight_or_none,
     method_part,
 )
+from dtype_lint.analysis.guard_engine.names_on_demand import NamesOnDemand, Part, memoised
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.index.lazy_exports import lazy_owner
 from dtype_lint.core.text_facts import may_define_top_level, top_level_defs
@@ -319,35 +320,43 @@ def _named_predicates(text: str, name: str, config_params: tuple[str, ...]) -> f
 def imported_predicates(project, imports: dict[str, str], config_params: tuple[str, ...]) -> frozenset[str]:
     """Names this file imports that are predicates in their own (project) module, e.g.
     `from vllm.model_executor.layers.hpc.gated_mla import hpc_gated_mla_supported`."""
-    index = project.index
-    found = set()
-    for local, target in imports.items():
-        module, _, name = index.canonical(target).rpartition(".")
-        header = index.modules.get(module)
-        if header is None or name in header.classes:
-            continue
-        owner = lazy_owner(project, module, name)
-        if owner is not None:  # `from pkg import f`, `pkg` resolving `f` in a `__getattr__`
-            module, header = owner, index.modules.get(owner)
+    return frozenset().union(*(imported_predicate(project, imports, local, config_params) for local in imports))
 
-        text = project.module_text(module)
-        if text is not None and not may_define_top_level(text, name):
-            continue  # no top-level `def name` there: not a predicate, and its module need not be parsed
-        predicates = _named_predicates(text, name, config_params) if text is not None else None
-        if predicates is None:
-            def build(module=module):
-                facts = project.file_facts(module)
-                return module_predicates(facts.tree, config_params) if facts and facts.tree else frozenset()
-            predicates = index.cached_facts(("guard-predicates", header.path, config_params), build)
-        if name in predicates:
-            found.add(local)
-        elif f"not {name}" in predicates:
-            found.add(f"not {local}")
-        elif f"{name}[0]" in predicates:
-            found.add(f"{local}[0]")
-        elif f"not {name}[0]" in predicates:
-            found.add(f"not {local}[0]")
-    return frozenset(found)
+
+def imported_predicate(project, imports: dict[str, str], local: str, config_params: tuple[str, ...]) -> frozenset[str]:
+    """What `imported_predicates` says of the one imported name `local`: `{local}`, `{"not " +
+    local}`, `{local + "[0]"}`, `{"not " + local + "[0]"}` or nothing (the guard engine asks only
+    about the names its tests call: NamesOnDemand)."""
+    target = imports.get(local)
+    if target is None:
+        return frozenset()
+    index = project.index
+    module, _, name = index.canonical(target).rpartition(".")
+    header = index.modules.get(module)
+    if header is None or name in header.classes:
+        return frozenset()
+    owner = lazy_owner(project, module, name)
+    if owner is not None:  # `from pkg import f`, `pkg` resolving `f` in a `__getattr__`
+        module, header = owner, index.modules.get(owner)
+
+    text = project.module_text(module)
+    if text is not None and not may_define_top_level(text, name):
+        return frozenset()  # no top-level `def name` there: not a predicate, and its module need not be parsed
+    predicates = _named_predicates(text, name, config_params) if text is not None else None
+    if predicates is None:
+        def build(module=module):
+            facts = project.file_facts(module)
+            return module_predicates(facts.tree, config_params) if facts and facts.tree else frozenset()
+        predicates = index.cached_facts(("guard-predicates", header.path, config_params), build)
+    if name in predicates:
+        return frozenset({local})
+    if f"not {name}" in predicates:
+        return frozenset({f"not {local}"})
+    if f"{name}[0]" in predicates:
+        return frozenset({f"{local}[0]"})
+    if f"not {name}[0]" in predicates:
+        return frozenset({f"not {local}[0]"})
+    return frozenset()
 
 
 def concrete_classes(project, module: str, imports: dict[str, str]):
@@ -383,16 +392,18 @@ class ClassGuardFlags:
     `self._scale = prep(layer)` where `prep` returns None unless the weight exists), and the
     predicates it may call (module functions, nested functions, the class's own methods)."""
 
-    def __init__(self, tree: ast.Module, imported, backends: BackendNames, object_predicates=None):
+    def __init__(self, tree: ast.Module, imported: Part, backends: BackendNames, object_predicates=None):
         # Computed on demand, per class: most files hold no read the rule would report, and
-        # reading every class's flags cost more than all the rest of the rule.
-        # `object_predicates(fn)`: the `X.m` predicates of objects `fn` builds (see
-        # `object_predicate_calls`).
-        self._object_predicates: Callable[[ast.AST], frozenset[str]] = object_predicates or (lambda _fn: frozenset())
+        # reading every class's flags cost more than all the rest of the rule. Predicates are
+        # judged on demand too, name by name (NamesOnDemand): `imported(local)` says what an
+        # imported name is (`imported_predicate`), `object_predicates(fn, name)` what an `X.m`
+        # (see `object_predicate_calls`) or `self.a.m` call in `fn` is.
+        self._object_predicates: Callable[[ast.AST, str], frozenset[str]] = \
+            object_predicates or (lambda _fn, _name: frozenset())
         self._by_function: dict[int, GuardKnowledge] = {}
         self._nothing = GuardKnowledge(backends=backends)
         self._tree, self._imported, self._backends = tree, imported, backends
-        self._module_predicates: frozenset[str] | None = None
+        self._module_predicates: NamesOnDemand | None = None
         self._owners: dict[int, ast.ClassDef | ast.Module] | None = None  # function -> its class, or the module
         self._settled: set[int] = set()
         self._outside_stores: dict[str, list[_Assignment]] | None = None
@@ -411,12 +422,35 @@ class ClassGuardFlags:
                             owners[id(method)] = cls
         return self._owners.get(id(fn))
 
-    def _predicates(self) -> frozenset[str]:
+    def _predicates(self) -> NamesOnDemand:
+        """The module's top-level predicates and the imported ones, judged when asked about."""
         if self._module_predicates is None:
-            self._module_predicates = frozenset().union(*(
-                predicate_names(node, self._nothing, node.name) for node in self._tree.body
-                if isinstance(node, _FUNCTIONS))) | self._imported()
+            defs: dict[str, list] = {}
+            for node in self._tree.body:
+                if isinstance(node, _FUNCTIONS):
+                    defs.setdefault(node.name, []).append(node)
+            nothing = self._nothing
+
+            def top_level(base: str) -> frozenset[str]:
+                return frozenset().union(*(predicate_names(node, nothing, node.name) for node in defs.get(base, ())))
+
+            self._module_predicates = NamesOnDemand(parts=(memoised(top_level), memoised(self._imported)))
         return self._module_predicates
+
+    def _own_predicates(self, fn, known_predicates) -> NamesOnDemand:
+        """The predicates a function of the file defines inside itself, and those of the objects it
+        builds or its attributes hold (`_object_predicates`), judged when asked about."""
+        nested: dict[str, list] = {}
+        for node in ast.walk(fn):
+            if isinstance(node, _FUNCTIONS) and node is not fn:
+                nested.setdefault(node.name, []).append(node)
+        backends = self._backends
+
+        def inner(base: str) -> frozenset[str]:
+            known = GuardKnowledge(frozenset(), known_predicates, backends)
+            return frozenset().union(*(predicate_names(node, known, node.name) for node in nested.get(base, ())))
+
+        return NamesOnDemand(parts=(memoised(inner), memoised(lambda base: self._object_predicates(fn, base))))
 
     def _settle(self, owner: ast.ClassDef | ast.Module) -> None:
         if id(owner) in self._settled:
@@ -429,15 +463,20 @@ class ClassGuardFlags:
         for node in owner.body:
             if isinstance(node, _FUNCTIONS):
                 self._by_function[id(node)] = GuardKnowledge(
-                    frozenset(), predicates | _nested_predicates(node, predicates, backends)
-                    | self._object_predicates(node), backends)
+                    frozenset(), predicates | self._own_predicates(node, predicates), backends)
 
-    def _class(self, cls: ast.ClassDef, module_predicates: frozenset[str], backends: BackendNames) -> None:
+    def _class(self, cls: ast.ClassDef, module_predicates: NamesOnDemand, backends: BackendNames) -> None:
         methods = [m for m in cls.body if isinstance(m, _FUNCTIONS)]
-        predicates = module_predicates | frozenset().union(*(
-            predicate_names(m, GuardKnowledge(frozenset(), module_predicates, backends), f"self.{m.name}")
-            for m in methods))
-        nested = {id(m): _nested_predicates(m, predicates, backends) | self._object_predicates(m) for m in methods}
+        by_name: dict[str, list] = {}
+        for method in methods:
+            by_name.setdefault(f"self.{method.name}", []).append(method)
+
+        def own_method(base: str) -> frozenset[str]:
+            known = GuardKnowledge(frozenset(), module_predicates, backends)
+            return frozenset().union(*(predicate_names(m, known, base) for m in by_name.get(base, ())))
+
+        predicates = module_predicates | NamesOnDemand(parts=(memoised(own_method),))
+        nested = {id(m): self._own_predicates(m, predicates) for m in methods}
         attributes: dict[str, list[_Assignment]] = {}
         local_names: dict[int, dict[str, list[_Assignment]]] = {}
         for method in methods:
@@ -489,11 +528,6 @@ class ClassGuardFlags:
         """What is known in `fn`, its own local flags included."""
         known = self.of(fn).with_method_locals(method_locals(fn))
         return known.with_flags(function_flags(fn, known))
-
-
-def _nested_predicates(fn, known_predicates: frozenset[str], backends: BackendNames) -> frozenset[str]:
-    return frozenset().union(*(predicate_names(node, GuardKnowledge(frozenset(), known_predicates, backends), node.name)
-                               for node in ast.walk(fn) if isinstance(node, _FUNCTIONS) and node is not fn))
 
 
 def _refuses_quantization(init: ast.FunctionDef | ast.AsyncFunctionDef, known: GuardKnowledge) -> bool:
