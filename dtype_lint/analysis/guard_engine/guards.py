@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -444,7 +445,7 @@ class GuardKnowledge:
 
     __slots__ = ("flags", "predicates", "backends", "opaque", "dormant", "aliases", "method_locals")
 
-    def __init__(self, flags: frozenset[str] = frozenset(), predicates: frozenset[str] = frozenset(),
+    def __init__(self, flags: frozenset[str] = frozenset(), predicates: Container[str] = frozenset(),
                  backends: BackendNames | None = None, opaque=None, dormant: dict | None = None,
                  aliases: dict | None = None, method_locals: frozenset[str] = frozenset()):
         self.flags, self.predicates, self.backends = flags, predicates, backends or NO_BACKENDS
