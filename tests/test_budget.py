@@ -36,7 +36,8 @@ def test_size():
 
 def run(tmp_path: Path, full: str | None) -> subprocess.CompletedProcess:
     shutil.copy(conftest.__file__, tmp_path / "conftest.py")
-    shutil.copy(Path(conftest.__file__).with_name("xdist_groups.py"), tmp_path / "xdist_groups.py")  # conftest imports it
+    for imported in ("xdist_groups.py", "rewritten_tests.py"):  # the modules conftest imports
+        shutil.copy(Path(conftest.__file__).with_name(imported), tmp_path / imported)
     (tmp_path / "test_sample.py").write_text(MODULE)
     env = {k: v for k, v in os.environ.items() if k != "DTL_FULL"}
     if full is not None:
