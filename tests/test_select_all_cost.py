@@ -69,18 +69,7 @@ def test_every_rule_on_parses_each_file_whole_at_most_once(tmp_path: Path, monke
     """linear.py is read for its class facts by every model file, then analysed: one whole parse
     (two on e13b0c6: once for the class facts, once more for its own analysis)."""
     src = _project(tmp_path)
-    texts = {str(p.relative_to(src)): p.read_text() for p in src.rglob("*.py")}
-    whole: Counter[str] = Counter()
-    original = ast.parse
-
-    def counting(source, filename="<unknown>", *args, **kwargs):
-        name = str(Path(filename).resolve().relative_to(src.resolve())) if Path(filename).is_absolute() \
-            else str(filename).removeprefix("./")
-        if texts.get(name) == source:
-            whole[name] += 1
-        return original(source, filename, *args, **kwargs)
-
-    monkeypatch.setattr(ast, "parse", counting)
+    whole = _whole_parses(src, monkeypatch)
     result = _run_all(src, monkeypatch)
     codes = Counter(f.code for f in result.findings)
     assert codes["DTL001"] == MODELS, codes  # every model file was analysed, on the whole tree

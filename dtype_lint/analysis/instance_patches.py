@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.ecosystems.registry import optional, plugins
 
 # The qualified name of a class known only by the string its name is compared with: no module
@@ -57,15 +58,6 @@ def patched_class(index, module: str, imports: dict[str, str], spelled: str) -> 
     return spelled
 
 
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head else None
-    return None
-
-
 def _is_name(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
 
@@ -88,7 +80,7 @@ def class_tested(test: ast.expr, target: str) -> str | None:
         return next(iter(found)) if len(found) == 1 else None
     if isinstance(test, ast.Call) and _is_name(test.func, "isinstance") and len(test.args) == 2 \
             and _is_name(test.args[0], target):
-        return _dotted(test.args[1])
+        return dotted(test.args[1])
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Is)):
         left, right = test.left, test.comparators[0]
         for subject, other in ((left, right), (right, left)):
@@ -96,7 +88,7 @@ def class_tested(test: ast.expr, target: str) -> str | None:
                 return NAMED_CLASS_PREFIX + other.value
             if isinstance(subject, ast.Call) and _is_name(subject.func, "type") and len(subject.args) == 1 \
                     and _is_name(subject.args[0], target):
-                return _dotted(other)
+                return dotted(other)
     return None
 
 
