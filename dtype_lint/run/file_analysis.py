@@ -63,9 +63,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         imports = known.imports if known is not None and known.path == path else \
             extract_header(text, module, path, is_pkg).imports
         markers = frozenset(m for r in active for m in marker_words(r))
-        project = ProjectFacts(index, load_file=load_file or safe_read, reduce=reduce)
-        project.register(tree, module, path, is_pkg, imports)
-        facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports, markers)
+        facts = _rule_facts(tree, path, text, module, is_pkg, imports, markers, index, load_file, config, reduce)
         whole_rules: list = []
         try:
             if staged:
@@ -110,13 +108,19 @@ def _run_whole(rules, tree, path: str, text: str, module: str, is_pkg: bool, imp
                index: QuantizableLayerIndex, load_file, config: Config, raw: list[Finding]) -> None:
     """Run `rules` on the whole tree of the file, with the file's facts read from that tree (as a
     run parsing every file whole does; other files' facts are shared through the index)."""
-    project = ProjectFacts(index, load_file=load_file or safe_read, reduce=False)
-    project.register(tree, module, path, is_pkg, imports)
-    facts = RuleFacts(SourceFile(path, text, module), tree, config, project, imports, markers)
+    facts = _rule_facts(tree, path, text, module, is_pkg, imports, markers, index, load_file, config, False)
     try:
         _run_rules(rules, facts, raw, path, config)
     finally:
         facts.release()
+
+
+def _rule_facts(tree, path: str, text: str, module: str, is_pkg: bool, imports, markers,
+                index: QuantizableLayerIndex, load_file, config: Config, reduce: bool) -> RuleFacts:
+    """The facts the rules read of one file's `tree` (reduced or whole, as `reduce` says)."""
+    project = ProjectFacts(index, load_file=load_file or safe_read, reduce=reduce)
+    project.register(tree, module, path, is_pkg, imports)
+    return RuleFacts(SourceFile(path, text, module), tree, config, project, imports, markers)
 
 
 def _run_rules(rules, facts: RuleFacts, raw: list[Finding], path: str, config: Config) -> None:
