@@ -204,3 +204,29 @@ def test_fixed_gate_runs_on_real_quantized_layers(tmp_path: Path):
             continue
         assert after[kind].get("dtype") == "torch.float32" and after[kind]["error"] < 0.1, (kind, after)
         assert before[kind] == after[kind], (kind, before, after)
+
+
+def _cached_findings(root: Path) -> list[dict]:
+    import json
+
+    proc = dtl(root, "check", ".", "--output-format", "json")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["findings"]
+
+
+@pytest.mark.parametrize("module_first", [True, False])
+def test_a_cached_run_sees_a_quantizer_added_where_no_file_named_one(tmp_path: Path, module_first: bool):
+    """The applications' census reads only the headers of files whose text names a quantizer
+    package (ModuleTable.naming); the files it passed over still count as read, so the cached
+    answer of the gate's file is stale once `quantize.py` starts importing bitsandbytes (as an
+    edited file, or as a new module)."""
+    root = project(tmp_path)
+    swapping = (root / QUANTIZE).read_text(encoding="utf-8")
+    if module_first:
+        _write(root, "quantize.py", "def build():\n    return None\n")
+    else:
+        (root / QUANTIZE).unlink()
+    assert _cached_findings(root) == []
+    assert _cached_findings(root) == []  # the answer kept, read back
+    _write(root, "quantize.py", swapping)
+    assert [where(f) for f in _cached_findings(root)] == [(MODEL, 11, "DTL001", "high")]

@@ -67,10 +67,44 @@ class Prefilter:
 
 
 @lru_cache(maxsize=None)
-def searched(pattern: str) -> tuple[str, re.Pattern]:
+def searched(pattern: str) -> "tuple[str, re.Pattern[str] | WordStart]":
     """(`required_literal`, the pattern compiled with re.M) of a rule pattern, once a process: the
     prefilter and the site spans (run/file_analysis.py) read the same patterns."""
+    if pattern.startswith(r"\b") and pattern[2:3].isalpha():
+        return required_literal(pattern), WordStart(pattern[2:])
     return required_literal(pattern), re.compile(pattern, re.M)
+
+
+class WordStart:
+    """A pattern that starts with `\b` and a letter (`\bdtype\s*=\s*self...`), searched as the
+    rest of the pattern, each match then checked for the word boundary before it. re skips ahead
+    to a pattern's literal prefix only when the pattern starts with it: with the `\b` first it
+    tried every position of the text, and the one such pattern of the default rules took 0.44 s
+    of a 4 s check of vLLM 0.34.0 (0.02 s so). The matches are the pattern's own: the leftmost
+    start where both hold, found by searching again one character further on."""
+
+    __slots__ = ("_rest",)
+
+    def __init__(self, rest: str):
+        self._rest = re.compile(rest, re.M)
+
+    def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
+        search = self._rest.search
+        while (match := search(text, pos)) is not None:
+            start = match.start()
+            if start == 0 or _WORD.match(text, start - 1) is None:
+                return match
+            pos = start + 1
+        return None
+
+    def finditer(self, text: str):
+        pos = 0
+        while (match := self.search(text, pos)) is not None:
+            yield match
+            pos = max(match.end(), match.start() + 1)
+
+
+_WORD = re.compile(r"\w")
 
 
 def required_literal(pattern: str) -> str:

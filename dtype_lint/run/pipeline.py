@@ -462,7 +462,7 @@ class _Project:
         self._by_real: dict[str, str] | None = None
         self.stamps: dict[str, str] = {}  # real path -> stamp, for files stat'ed this run
         self.new_headers: list[tuple[str, str, str, dict]] = []
-        self.table = ModuleTable(index_found, self._load_header)
+        self.table = ModuleTable(index_found, self._load_header, self._holds)
 
     def _at(self, path: str) -> Found | None:
         if self._lazy is not None:
@@ -522,6 +522,19 @@ class _Project:
         if self.cache.enabled:  # kept for the cache only
             self.new_headers.append((mf.key, stamp, module, header.to_dict()))
         return header
+
+    def _holds(self, mf: ModuleFile, groups: tuple[tuple[str, ...], ...]) -> tuple[bool, str] | None:
+        """(does the file hold every word of some group, its stamp): ModuleTable.naming's test.
+        The words are ASCII, so they are found in the bytes of any encoding a source file may
+        have but UTF-16/32 (their NULs: not told here)."""
+        try:
+            data = read_bytes(mf.path, MAX_SOURCE_BYTES)
+        except READ_ERRORS:
+            return None
+        if b"\0" in data:
+            return None
+        stamp = self.stamp(mf.key)
+        return any(all(word.encode() in data for word in group) for group in groups), stamp
 
     def save_headers(self, headers) -> None:
         for real, stamp, module, header in headers:

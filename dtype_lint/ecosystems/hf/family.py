@@ -579,7 +579,7 @@ def reached_layers(resolver) -> ReachedLayers:
     (`fla/layers/rodimus.py`) is HF model code when a model class of the tree builds it
     (`fla/models/rodimus/modeling_rodimus.py`), since `from_pretrained` quantizes the whole
     module tree the model class builds."""
-    return resolver.index.cached_facts(("hf reached layers",), lambda: _reached_layers(resolver))
+    return resolver.index.cached_facts(("hf reached layers",), lambda: _reached_layers(resolver), census=True)
 
 
 def _reached_layers(resolver) -> ReachedLayers:

@@ -104,7 +104,7 @@ def _module_of_path(resolver, path: str) -> str | None:
         return resolver.module
     by_path = resolver.index.cached_facts(("megatron module paths",),
                                           lambda: {shown: module for module, shown in
-                                                   resolver.index.modules.module_paths()})
+                                                   resolver.index.modules.module_paths()}, census=True)
     return by_path.get(path)
 
 

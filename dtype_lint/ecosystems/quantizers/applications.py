@@ -19,6 +19,7 @@ from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.ecosystems.quantizers.catalogue import (
     LIBRARY_PACKAGES,
     QUANTIZER_PACKAGES,
+    QUANTIZER_WORDS,
     Quantizer,
     applied_by,
     swapped_in,
@@ -53,7 +54,7 @@ class _File:
 
 def applications(resolver) -> list[Application]:
     """Every application in the tree, computed once per run."""
-    return resolver.index.cached_facts(("quantizer applications",), lambda: _scan(resolver))
+    return resolver.index.cached_facts(("quantizer applications",), lambda: _scan(resolver), census=True)
 
 
 def _imports_a_quantizer(imports: dict[str, str]) -> bool:
@@ -74,7 +75,7 @@ def _load(resolver, module: str, header) -> _File | None:
 
 def _scan(resolver) -> list[Application]:
     found: list[Application] = []
-    for module, header in list(resolver.index.modules.items()):
+    for module, header in list(resolver.index.modules.naming(QUANTIZER_WORDS)):
         if module.split(".", 1)[0] in LIBRARY_PACKAGES or not _imports_a_quantizer(header.imports):
             continue
         loaded = _load(resolver, module, header)
@@ -208,7 +209,7 @@ def _from_callers(resolver, loaded: _File, function, position: int, application:
 def _files_naming(resolver, loaded: _File, name: str) -> list[_File]:
     """This file and the files of the tree that import `name` from it."""
     files = [loaded]
-    for module, header in resolver.index.modules.items():
+    for module, header in resolver.index.modules.naming(((name,),)):
         if module != loaded.module and any(target == f"{loaded.module}.{name}" for target in header.imports.values()):
             other = _load(resolver, module, header)
             if other is not None:

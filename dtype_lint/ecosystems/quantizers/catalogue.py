@@ -74,6 +74,9 @@ SWAP_PACKAGE = "bitsandbytes."
 # The packages a file must import from for its calls to be read (the scan's cheap filter).
 QUANTIZER_PACKAGES = ("bitsandbytes", "torchao", "optimum.quanto", "modelopt", "transformers.integrations",
                       "accelerate.utils")
+# What the text of a file importing from one of them holds: the package's first and last names
+# (`from transformers.integrations import ...`, `from transformers import integrations`).
+QUANTIZER_WORDS = tuple(dict.fromkeys((p.split(".")[0], p.rsplit(".", 1)[-1]) for p in QUANTIZER_PACKAGES))
 # Libraries whose own files apply these quantizers to a model they are handed (the user's): their
 # applications say nothing about the layers of their own tree, and other families speak for them.
 LIBRARY_PACKAGES = frozenset({"transformers", "diffusers", "accelerate", "peft", "torchao", "bitsandbytes",

@@ -1,0 +1,54 @@
+"""ModuleTable.naming: a census that needs only the files naming some words reads the others'
+words, not their headers, and still counts them as read (a kept answer must go stale when one of
+them starts naming the words)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dtype_lint.analysis.index.class_index import ALL_MODULES, ModuleTable, Reads, extract_header
+
+GROUPS = (("bitsandbytes",), ("transformers", "integrations"))
+
+
+def _table(tmp_path: Path, texts: dict[str, str], loaded: list[str], holds=True) -> ModuleTable:
+    files = []
+    for module, text in texts.items():
+        path = tmp_path / f"{module}.py"
+        path.write_text(text, encoding="utf-8")
+        files.append((str(path), str(path), module))
+
+    def load(mf, module):
+        loaded.append(module)
+        mf.stamp = f"stamp:{module}"
+        return extract_header(Path(mf.path).read_text(encoding="utf-8"), module, mf.path, False)
+
+    def told(mf, groups):
+        data = Path(mf.path).read_bytes()
+        return any(all(w.encode() in data for w in group) for group in groups), f"stamp:{Path(mf.path).stem}"
+
+    return ModuleTable(files, load, told if holds else None)
+
+
+TEXTS = {"swap": "import bitsandbytes as bnb\n", "plain": "import torch\n",
+         "hf": "from transformers.integrations import replace_with_bnb_linear\n",
+         "half": "import transformers\n"}
+
+
+def test_only_the_files_naming_a_group_have_their_headers_read(tmp_path: Path):
+    loaded: list[str] = []
+    table = _table(tmp_path, TEXTS, loaded)
+    reads = Reads()
+    table.frames.append(reads)
+    named = [module for module, _ in table.naming(GROUPS)]
+    assert named == ["swap", "hf"] and loaded == ["swap", "hf"]
+    # every file counts as read, with the stamp of the one the test read
+    assert {m: reads.files[k] for m, k in reads.modules.items()} == {m: f"stamp:{m}" for m in TEXTS}
+    assert ALL_MODULES in reads.enumerations
+
+
+def test_without_a_test_of_words_every_header_is_read(tmp_path: Path):
+    loaded: list[str] = []
+    table = _table(tmp_path, TEXTS, loaded, holds=False)
+    assert [module for module, _ in table.naming(GROUPS)] == list(TEXTS)
+    assert loaded == list(TEXTS)

@@ -1,0 +1,41 @@
+"""A rule pattern that starts with `\\b` is searched without it, each match checked for the
+boundary (core/prefilter.WordStart): re skips ahead to a literal only when the pattern starts with
+it. The matches must be the pattern's own, at every position, whatever the text."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dtype_lint.core.prefilter import WordStart, searched
+from dtype_lint.rules import ALL_RULES
+
+PATTERN = r"\bdtype\s*=\s*self(?:\.\w+)+\.dtype\b"
+# Texts made of the pattern's own pieces, so that matches, near misses and word characters
+# before a match (`xdtype`, `édtype`) are common.
+PIECES = st.sampled_from(["dtype", " = ", "=", "self", ".", "w", "dtype ", "x", "é", "_", "\n", " ", "(", "1"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PIECES, max_size=30).map("".join))
+def test_word_start_finds_what_the_pattern_finds(text: str):
+    plain = re.compile(PATTERN, re.M)
+    fast = WordStart(PATTERN[2:])
+    assert [m.span() for m in fast.finditer(text)] == [m.span() for m in plain.finditer(text)]
+    assert (fast.search(text) is None) == (plain.search(text) is None)
+
+
+def test_the_default_rules_word_start_patterns_go_through_it():
+    starting = [p for rule in ALL_RULES for p in rule.patterns if p.startswith(r"\b") and p[2:3].isalpha()]
+    assert PATTERN in starting
+    for pattern in starting:
+        literal, search = searched(pattern)
+        assert isinstance(search, WordStart) and literal in pattern.replace("\\", "")
+
+
+def test_a_word_character_before_the_match_is_no_match():
+    _, search = searched(PATTERN)
+    assert search.search("params_dtype = self.layer.dtype") is None
+    assert search.search("xdtype = self.a.dtype; dtype = self.b.dtype").span() == (23, 43)
