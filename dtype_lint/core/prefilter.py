@@ -76,7 +76,7 @@ def searched(pattern: str) -> "tuple[str, re.Pattern[str] | WordStart]":
 
 
 class WordStart:
-    """A pattern that starts with `\b` and a letter (`\bdtype\s*=\s*self...`), searched as the
+    r"""A pattern that starts with `\b` and a letter (`\bdtype\s*=\s*self...`), searched as the
     rest of the pattern, each match then checked for the word boundary before it. re skips ahead
     to a pattern's literal prefix only when the pattern starts with it: with the `\b` first it
     tried every position of the text, and the one such pattern of the default rules took 0.44 s

@@ -143,3 +143,47 @@ def may_define_top_level(text: str, name: str) -> bool:
     if not text.isascii() or "\\\n" in text or "\\\r" in text:
         return True
     return any(m.group(1) == name for _, m in _TOP_DEF_NAME.finditer(text))
+
+
+# `<x>.name =` or `<x>.name: T =` (not `==`, `+=`, `<=`): an attribute assignment.
+_ATTRIBUTE_ASSIGNED = re.compile(r"\.[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
+_QUOTED = re.compile(r"'[^'\\\n]*'|\"[^\"\\\n]*\"|#[^\n]*")
+_WEIGHT_WORDS = ("weight", "parameters")
+_MAX_STATEMENT_LINES = 200
+
+
+def weight_assigned_attributes(text: str) -> frozenset[str]:
+    """The attribute names the text may assign a value naming a weight or a module's parameters
+    to (`self.dtype = self.proj.weight.dtype`, `self.w = getattr(layer, "weight")`, the
+    statement's continuation lines included): a superset, by text. An attribute an object stores
+    from a weight (layers.LayerResolver.stored_dtype) is assigned so in its class's file; a class
+    whose file assigns no such name cannot hold one, and is not parsed to find out."""
+    if not any(word in text for word in _WEIGHT_WORDS):
+        return frozenset()
+    names: set[str] = set()
+    for match in _ATTRIBUTE_ASSIGNED.finditer(text):
+        if match.group(1) not in names and _statement_names_weight(text, match.end()):
+            names.add(match.group(1))
+    return frozenset(names)
+
+
+def _statement_names_weight(text: str, start: int) -> bool:
+    """Does the statement whose value starts at `start` name a weight word, up to the line where
+    its brackets close? A line this cannot follow (a string with a quote or backslash in it, a
+    triple quote) counts as naming one: the answer may be too broad, never too narrow."""
+    depth, at = 0, start
+    for _ in range(_MAX_STATEMENT_LINES):
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[at:end]
+        if any(word in line for word in _WEIGHT_WORDS):
+            return True
+        code = _QUOTED.sub("", line) if ("'" in line or '"' in line or "#" in line) else line
+        if "'" in code or '"' in code:
+            return True
+        depth += code.count("(") + code.count("[") + code.count("{") - \
+            code.count(")") - code.count("]") - code.count("}")
+        if depth <= 0 and not code.rstrip().endswith("\\") or end >= len(text):
+            return False
+        at = end + 1
+    return True
