@@ -10,11 +10,15 @@ DTL003 (no `weight`) conclude there.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from pathlib import Path
 
 from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import ABSENT, COMPUTE, NON_COMPUTE
+
+# The rule whose question (a cast to a non-compute storage) explain asks for a layer its callers hand.
+CAST_RULE = "DTL001"
 
 
 class ExplainError(Exception):
@@ -67,6 +71,7 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
     function_node, class_q = scopes[min(scopes)] if scopes else (None, None)
     scope = FunctionScope(function_node, class_q)
     reads = _weight_reads(tree, line, scope)
+    callers = _Callers(path, text, module, tree, config, project, imports)
     if not reads:
         return f"{path}:{line}: no `.weight` read on this line\n"
     out = []
@@ -83,10 +88,12 @@ def explain(site: str, config_file: str | None = None, verbose: bool = False) ->
             continue
         inst = resolver.resolve(layer, scope)
         if not inst.qualname:
-            out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
             if inst.origin:  # a layer of a class a family knows outside the tree (as check asks it)
+                out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
                 if not _family_decides(resolver, inst, text_of, out):
                     _named_only(resolver, inst, text_of, out)
+            elif not _callers_decide(callers, function_node, layer, out):
+                out.append("  class: not resolved (a generic type, a value from outside: see docs/quantizability.md)")
             continue
         out.append(f"  class: {inst.qualname}")
         for evidence_item in inst.chain:
@@ -194,6 +201,55 @@ def _family_decides(resolver, inst, text_of: str, out: list[str]) -> bool:
                    + "unless a guard dominates the site")
         return True
     return False
+
+
+class _Callers:
+    """The file's facts as check's rules read them, built only when a layer is reached through a
+    parameter: its callers in the file say what it is (analysis/flow/callers.py)."""
+
+    def __init__(self, path: str, text: str, module: str, tree: ast.Module, config, project, imports):
+        self._args = (path, text, module, tree, config, project, imports)
+
+    @functools.cached_property
+    def context(self):
+        from dtype_lint.core.source import SourceFile
+        from dtype_lint.rule import RuleContext, RuleFacts
+        from dtype_lint.rules import enabled
+
+        path, text, module, tree, config, project, imports = self._args
+        # The rule that asks check's question of a cast (a non-compute storage): its verdict,
+        # callers and guards at the calls included, is the one check reports.
+        rule = enabled(lambda code: code == CAST_RULE)[0]()
+        return RuleContext(rule, RuleFacts(SourceFile(path, text, module), tree, config, project, imports,
+                                           frozenset()), [])
+
+
+def _callers_decide(callers: _Callers, function_node, layer: ast.expr, out: list[str]) -> bool:
+    """A layer reached through a parameter typed only as a module (`indexer.weights_proj` with
+    `indexer: nn.Module`): as check, the verdict on what the calls of its function in this file
+    pass for it, judged at each call (one step). False where no call decides it."""
+    from dtype_lint.analysis.flow.callers import generically_typed, handed_root
+    from dtype_lint.analysis.storage.storage_model import backends_unknown
+
+    root = handed_root(layer)
+    if function_node is None or root is None or not generically_typed(function_node, root.id):
+        return False
+    context = callers.context
+    function = next((c for c in context._facts.functions if c.fn is function_node), None)
+    if function is None or function.exempt:
+        return False
+    # check's own step (RuleContext.layer_verdict, once the layer's class did not resolve here)
+    verdict = context._from_callers(layer, function, NON_COMPUTE)
+    if verdict is None:
+        return False
+    out.append(f"  class: not resolved here: `{root.id}` is a parameter typed only as a module; its callers in "
+               f"this file say what it is (as check follows them)")
+    for evidence_item in verdict[1]:
+        out.append(f"    {_where(evidence_item)}{evidence_item.message}")
+    low = verdict[0] == "low"
+    out.append("  DTL001/DTL002: reported " + ("with low confidence " if low else "") + "unless a guard dominates the "
+               "site" + (" (the backends that reach it are not known)" if low and backends_unknown(verdict[1]) else ""))
+    return True
 
 
 def _named_only(resolver, inst, text_of: str, out: list[str]) -> None:

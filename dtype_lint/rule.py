@@ -575,9 +575,26 @@ class RuleContext:
         planner = self._fact("fixes")
         family = family_of(evidence)
         if family is None and backends_unknown(evidence):
-            return _NoFix(planner, "the backends that reach this layer are not known, so no helper is proven to run "
-                                   "on it; route the cast by hand (or set `quantizable`/`preset` for your engine)")
+            return _NoFix(self._unknown_family_planner(planner),
+                          "the backends that reach this layer are not known, so no helper is proven to run "
+                          "on it; route the cast by hand (or set `quantizable`/`preset` for your engine)")
         return self._facts.family_fixes(family) if family is not None else planner
+
+    def _unknown_family_planner(self, planner):
+        """The planner whose helper a message names where no family decided the layer and its
+        backends cannot be told (no fix is planned: only the words): the configured helper's where
+        `helper` is set or the file is the preset's engine or written on its layers; else the helper
+        of the ecosystem whose code the file is (a file importing transformers: the HF helper, which
+        runs on any module), else the configured helper's."""
+        from dtype_lint.ecosystems.presets import writes_on_preset_layers
+        from dtype_lint.ecosystems.registry import fallback_family
+
+        facts, modules = self._facts, self._facts.project.index.modules
+        if self.config.helper or writes_on_preset_layers(self.config.preset, facts.imports, facts.source.module,
+                                                         lambda top: modules.get(top) is not None):
+            return planner
+        family = fallback_family(self._fact("layers"))
+        return facts.family_fixes(family) if family is not None else planner
 
     def report_flows(self, c: Candidate, call: ast.Call, kind: str, what: str) -> None:
         """Report the arguments of `call` whose weight (dtype) its callee uses to `kind` ("cast",

@@ -216,7 +216,7 @@ class WeightDtypeCast(Rule):
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
                 sink = cast_sink(node.func.value, function.scope.assigns)
-                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner.func, evidence,
+                ctx.report(node, self._message(weight_dtype, ast.unparse(weight_dtype.layer), planner, evidence,
                                                holder, sink),
                            fix=fix, no_fix_reason=reason, confidence=confidence, evidence=evidence)
                 break
@@ -241,7 +241,7 @@ class WeightDtypeCast(Rule):
         sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[attr-defined]  # a method cast
         ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which {verb} `{text}.weight.dtype`, the storage "
                          f"dtype of a quantizable layer {storage_dtypes(evidence)}; use "
-                         f"`{ctx.fixes_for(evidence).func}({text}, ...)`",
+                         f"`{ctx.fixes_for(evidence).suggested_call(text)}`",
                    confidence=confidence, evidence=(returns, *evidence),
                    no_fix_reason="the dtype comes from a getter; route the cast (or the getter) through the helper by hand"
                    if verb == "returns" else
@@ -287,7 +287,7 @@ class WeightDtypeCast(Rule):
                    no_fix_reason="what the callers need is the compute dtype; change the getter by hand")
 
     @staticmethod
-    def _message(weight_dtype: WeightDtypeSource, layer: str, helper: str, evidence=(), holder: str = "",
+    def _message(weight_dtype: WeightDtypeSource, layer: str, planner, evidence=(), holder: str = "",
                  sink: str = ACTIVATION) -> str:
         via = f" through `{weight_dtype.alias}`" if weight_dtype.alias else ""
         # `.to(tensor)` takes the tensor's device too, which is why it has no automatic fix.
@@ -296,4 +296,4 @@ class WeightDtypeCast(Rule):
         if holder:  # `next(iter(M.parameters())).dtype`: name the layer that parameter belongs to
             what, layer = f"`{holder}.weight.dtype` (the first parameter of `{layer}`)", holder
         return (f"{sink} cast to {what}{via}, the storage dtype of a quantizable layer "
-                f"{storage_dtypes(evidence)}; use `{helper}({layer}{'' if family_of(evidence) is not None else ', ...'})`")
+                f"{storage_dtypes(evidence)}; use `{planner.suggested_call(layer)}`")

@@ -237,3 +237,109 @@ def test_explain_agrees_with_check_on_bound_functions(tmp_path: Path):
     catalogued = dtl(root, "explain", f"{PACKAGE}/catalogued.py:7").stdout
     assert "`gate_proj` of `LlamaModel`, a transformers model class outside this tree" in catalogued, catalogued
     assert "DTL001/DTL002: reported with low confidence" in catalogued, catalogued
+
+
+def test_explain_follows_the_callers_check_follows(tmp_path: Path):
+    """A site in the helper the bound function hands its child to (axolotl's `glm_dsa/patch.py:69`
+    shape): explain follows the call as check does, and gives check's resolution and reason (the
+    class matched by its name only, low confidence, why), never "class: not resolved"."""
+    root = copy_project(FIXTURE, tmp_path, "proj")
+    found = {Path(f["path"]).name: f for f in json_findings(root)}
+    assert found["named_block.py"]["line"] == 12 and found["named_block.py"]["confidence"] == "low", found
+    said = dtl(root, "explain", f"{PACKAGE}/named_block.py:12").stdout
+    assert "class: not resolved (" not in said, said
+    assert "`gate` is a parameter typed only as a module; its callers in this file say what it is" in said, said
+    # check's evidence, step by step, at the call
+    for step in found["named_block.py"]["evidence"]:
+        assert step["message"] in said, (step, said)
+    assert f"named_block.py:{found['named_block.py']['evidence'][0]['line']}: `gate` is `self.gate`" in said, said
+    assert "`self` is an instance of `RemoteMixerBlock`, matched by its class name only" in said, said
+    assert "DTL001/DTL002: reported with low confidence unless a guard dominates the site (the backends that " \
+           "reach it are not known)" in said, said
+
+
+# ---- the helper a no-fix finding suggests follows the project's ecosystem ------------------------------
+
+HF_PATCH = '''\
+"""A fused forward for a transformers block this package finds by name in a loaded model."""
+
+import types
+
+
+def router_scores(router, hidden_states):
+    return router.score_proj(hidden_states.to(router.score_proj.weight.dtype)).softmax(-1)
+
+
+def _fused_router_forward(self, hidden_states):
+    return router_scores(self.router, hidden_states) * hidden_states
+
+
+def patch_router_blocks(model) -> int:
+    {library_import}
+
+    patched = 0
+    for module in model.modules():
+        if type(module).__name__ == "RemoteRouterBlock":
+            module.forward = types.MethodType(_fused_router_forward, module)
+            patched += 1
+    return patched
+'''
+
+
+def _router_finding(tmp_path: Path, library_import: str, settings: str = "") -> dict:
+    root = copy_project(FIXTURE, tmp_path, "proj")
+    (root / PACKAGE / "router_patch.py").write_text(HF_PATCH.format(library_import=library_import), encoding="utf-8")
+    if settings:
+        with (root / "pyproject.toml").open("a", encoding="utf-8") as toml:
+            toml.write(f"\n[tool.dtype-lint]\n{settings}\n")
+    found = [f for f in json_findings(root) if Path(f["path"]).name == "router_patch.py"]
+    assert [(f["line"], f["confidence"], f["fix"]) for f in found] == [(7, "low", None)], found
+    assert "which backends reach it cannot be told" in found[0]["message"], found
+    return found[0]
+
+
+def test_the_suggested_helper_follows_the_files_ecosystem_where_the_backends_cannot_be_told(tmp_path: Path):
+    """A file importing transformers (inside the patching function, as axolotl's patch does) and no
+    engine's layers: the suggestion is the HF helper, in its call shape (the module alone), which runs
+    on any module, not the engine's shared helper with its fp8 flag. The same site in a file that
+    imports the vllm preset's layers keeps the engine's helper; a `helper` set in [tool.dtype-lint] wins."""
+    hf = _router_finding(tmp_path / "hf", "from transformers import PreTrainedModel  # noqa: F401")
+    assert hf["message"].endswith("; use `get_module_input_dtype(router.score_proj)`"), hf["message"]
+    assert "get_layer_input_dtype" not in json.dumps(hf), hf
+    engine = _router_finding(tmp_path / "engine",
+                             "from vllm.model_executor.layers.linear import ReplicatedLinear  # noqa: F401\n"
+                             "    from transformers import PreTrainedModel  # noqa: F401")
+    assert engine["message"].endswith("; use `get_layer_input_dtype(router.score_proj, ...)`"), engine["message"]
+    configured = _router_finding(tmp_path / "configured", "from transformers import PreTrainedModel  # noqa: F401",
+                                 'helper = "kernelpatch.dtypes:input_dtype_of"')
+    assert configured["message"].endswith("; use `input_dtype_of(router.score_proj, ...)`"), configured["message"]
+
+KEPT_DTYPE_ADAPTER = '''\
+import torch
+from torch import nn
+from peft.tuners.tuners_utils import BaseTunerLayer
+
+
+class ScaledAdapterLayer(nn.Module, BaseTunerLayer):
+    def __init__(self, base_layer: nn.Module, rank: int = 4):
+        super().__init__()
+        self.base_layer = base_layer
+        self.dtype = base_layer.weight.dtype
+        self.down = nn.Parameter(torch.zeros(rank, base_layer.in_features))
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        x = x.to(self.dtype)
+        return result + (x @ self.down.T).sum(-1, keepdim=True)
+'''
+
+
+def test_a_dtype_kept_on_the_adapter_is_told_the_hf_helpers_call_shape(tmp_path: Path):
+    """The base layer's dtype kept on the adapter (`self.dtype = base_layer.weight.dtype`, peft's
+    shape): the suggestion calls the HF helper as it is defined, with the module alone."""
+    from tiny_project import write_tree
+
+    root = write_tree(tmp_path / "proj", {"adapters/__init__.py": "", "adapters/scaled.py": KEPT_DTYPE_ADAPTER})
+    found = json_findings(root)
+    assert [(f["line"], f["fix"]) for f in found] == [(15, None)], found
+    assert found[0]["message"].endswith("; use `get_module_input_dtype(self.base_layer)`"), found[0]["message"]

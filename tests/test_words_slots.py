@@ -77,7 +77,8 @@ def test_dtl005_prefilters_on_every_model_dtype_attribute():
 
 # ---- the family role's optional questions -----------------------------------------------------
 
-OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not", "class_named")
+OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not", "class_named",
+            "speaks_for_file")
 # test_ecosystems' third family (W4Linear's int32 nibbles) with no optional question at all: its
 # `layer_kind` goes too.
 FAMILY_ANSWERS = re.sub(r"\ndef layer_kind\(mro\):\n.*?\n\n\n", "\n", FAKE_FAMILY, flags=re.S)
@@ -106,6 +107,10 @@ def why_not(*args):
 
 def class_named(name):
     return None
+
+
+def speaks_for_file(resolver):
+    return False
 '''
 
 # test_ecosystems' site, grown to reach each optional question: a class's layer kind, an

@@ -84,3 +84,17 @@ def layer_packages(names) -> frozenset[str]:
 def imports_from(target: str, packages: frozenset[str]) -> bool:
     """Is the dotted import `target` one of `packages` or inside one?"""
     return any(target == p or target.startswith(p + ".") for p in packages)
+
+
+def writes_on_preset_layers(preset: str, imports: dict[str, str], module: str, holds) -> bool:
+    """Is a file of module `module`, importing `imports` (local name -> target), code of the
+    `preset`'s engine or written on its layers: the engine's own package, or an import from its
+    layers' package (layer_packages)? `holds(top)`: does the project hold that top-level package
+    (a checkout of the engine)?"""
+    names = PRESETS[preset]["quantizable"]
+    if not names:
+        return False
+    engines = {name.split(".", 1)[0] for name in names}
+    packages = layer_packages(names)
+    return module.split(".", 1)[0] in engines or any(holds(engine) for engine in engines) or \
+        any(imports_from(target, packages) for target in imports.values())

@@ -171,6 +171,9 @@ ROLE_DEFAULTS: dict[str, dict[str, Callable[..., Any]]] = {
         # class_named(name) -> str | None: the qualified name of a class of the family's libraries
         # known outside the tree by its bare name (a patch that tests `type(m).__name__ == name`).
         "class_named": _no_answer,
+        # speaks_for_file(resolver) -> bool: is the file its ecosystem's code (what it imports)? A
+        # site no family decided and whose backends cannot be told is then spoken of with its helper.
+        "speaks_for_file": _no_answer,
     },
 }
 
@@ -256,6 +259,16 @@ def default_words(evidence) -> str:
 def planner_of(family: ModuleType):
     """The planner class for a family's sites."""
     return plugin(ecosystem_of(family), "planner").PLANNER
+
+
+def fallback_family(resolver) -> ModuleType | None:
+    """The family whose helper a message names for a site of `resolver`'s file that no family
+    decided and whose backends cannot be told (no fix: the suggestion only): the first family
+    that speaks for the file (its optional `speaks_for_file`), or None for the configured helper.
+    The caller asks only where no `helper` is set and the file is not written on the preset's
+    layers (RuleContext.fixes_for)."""
+    return next((family for family in plugins("family")
+                 if optional(family, "family", "speaks_for_file")(resolver)), None)
 
 
 def helper_of(finding) -> ModuleType | None:

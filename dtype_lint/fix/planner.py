@@ -153,6 +153,11 @@ class Planner:
         """The helper's call for `layer` (the HF planner's helper takes no fp8 flag)."""
         return f"{self.name}({layer}, {flag})"
 
+    def suggested_call(self, layer: str) -> str:
+        """The helper's call for `layer` as a message suggests it: its name and call shape, the
+        fp8 flag left to the reader (`get_layer_input_dtype(self.o_proj, ...)`)."""
+        return f"{self.func}({layer}, ...)"
+
     @cached_property
     def helper_wrong_cases(self) -> list[str]:
         """What the configured helper gets wrong, case by case (DTL005); [] when it is sound or

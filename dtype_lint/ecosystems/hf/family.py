@@ -655,6 +655,15 @@ def _model_class_libraries(resolver, qualname: str | None) -> frozenset[str]:
     return frozenset(found) or libraries_of(resolver.module, resolver.imports)
 
 
+def speaks_for_file(resolver) -> bool:
+    """Is the file Hugging Face code: a file of transformers, diffusers or peft, or one importing
+    them, and of no inference engine (which loads and quantizes HF classes its own way)? A site
+    there that no family decided and whose backends cannot be told is spoken of with the HF
+    helper, which runs on any module (registry.fallback_family)."""
+    tops = {hf_module(resolver).split(".", 1)[0]} | {v.split(".", 1)[0] for v in resolver.imports.values()}
+    return bool(tops & set(HF_LIBRARIES)) and not tops & ENGINE_PACKAGES
+
+
 def class_named(name: str) -> str | None:
     """`transformers.Name` / `diffusers.Name` where `name` is a model class of the shipped
     catalogue (a patch that finds the model's modules by `type(m).__name__ == name`)."""

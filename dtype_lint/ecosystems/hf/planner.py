@@ -297,6 +297,9 @@ class HFPlanner(Planner):
     def helper_call(self, layer: str, flag: str) -> str:
         return f"{self.name}({self._holder or layer})"
 
+    def suggested_call(self, layer: str) -> str:
+        return f"{self.func}({layer})"  # the module alone: no fp8 flag
+
     def helper_fix(self, description: str, edits: list[Edit], safe: bool | None = None, unsafe_reason: str = "",
                    binds: tuple[str, ...] = ()) -> Fix:
         # No fp8 flag: the HF helper keeps an fp8 activation out by returning None, which is the fix.
