@@ -102,7 +102,6 @@ from dtype_lint.analysis.flow.recognisers import (
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.ecosystems.registry import family_of, model_dtype_attributes, optional
-from dtype_lint.fix.planner import Site
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
 # The attribute a layer states its model (compute) dtype under: what a `dtype` getter should return.
@@ -213,6 +212,8 @@ class WeightDtypeCast(Rule):
                     fix, reason = None, (f"the first parameter belongs to a layer inside `{ast.unparse(weight_dtype.layer)}`; "
                                          f"route the cast through `{planner.func}` of that layer by hand")
                 else:
+                    from dtype_lint.fix.planner import Site  # only where a site is reported: the planner's imports
+
                     fix, reason = planner.plan(Site(node, arg, weight_dtype, function.fn, function.scope, function.parents,
                                                     holder))
                 sink = cast_sink(node.func.value, function.scope.assigns)

@@ -18,7 +18,6 @@ from dtype_lint.core.config import Config
 from dtype_lint.core.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
 from dtype_lint.core.prefilter import for_rules, has_suppression, marker_words, searched
 from dtype_lint.core.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
-from dtype_lint.core.suppressions import apply_suppressions, might_hold_suppression
 from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
 
 
@@ -75,8 +74,15 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         if whole_rules:
             _run_whole(whole_rules, trees.whole_of(tree), path, text, module, is_pkg, imports, markers,
                        index, load_file, config, raw)
-    if not (has_suppression(text) or (raw and might_hold_suppression(text))):
-        return sorted(raw, key=Finding.sort_key)
+    if not has_suppression(text):
+        if not raw:
+            return []
+        from dtype_lint.core.suppressions import might_hold_suppression  # only a file with findings
+
+        if not might_hold_suppression(text):
+            return sorted(raw, key=Finding.sort_key)
+    from dtype_lint.core.suppressions import apply_suppressions
+
     kept, unused = apply_suppressions(path, text, raw, enabled_codes=codes | set(ENGINE_CODES))
     return sorted(kept + [f for f in unused if config.enabled(f.code, path)], key=Finding.sort_key)
 

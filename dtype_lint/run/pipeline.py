@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from dtype_lint import __version__
 from dtype_lint.analysis.index.class_index import (
@@ -43,15 +43,6 @@ from dtype_lint.core.prefilter import for_rules, has_suppression
 from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.core.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 from dtype_lint.ecosystems.registry import helper_of, plugins
-from dtype_lint.fix.fixer import FixOutcome, failed, fix_text
-from dtype_lint.fix.helper_home import (
-    HelperChoice,
-    choose_helper,
-    configured_location,
-    ignored_helper_problem,
-    reach_problem_for,
-)
-from dtype_lint.fix.helper_template import HelperError, HelperLocation, refuse_template_names
 from dtype_lint.run import run_memo
 from dtype_lint.run.cache import Cache
 from dtype_lint.run.fast_record import forget as forget_validated_record
@@ -60,6 +51,15 @@ from dtype_lint.run.file_analysis import analyze, enabled_rules, parse_error, re
 from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.project_files import ProjectFiles
 from dtype_lint.run.workers import effective_jobs, parallel_map, worker_state
+
+if TYPE_CHECKING:
+    from dtype_lint.fix.fixer import FixOutcome
+    from dtype_lint.fix.helper_home import HelperChoice
+    from dtype_lint.fix.helper_template import HelperLocation
+
+# The fix stage's modules (the fixer, the helper's home and template, the dtype evaluator under
+# them) are imported where a run uses them: a check that plans no fix and sets no helper, as
+# pre-commit's run on an edited file, never does.
 
 
 class UserError(Exception):
@@ -175,6 +175,9 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     # ecosystem's own helper (its helper plug-in's `HELPER_NAME`) is that ecosystem's
     # home, judged where a shared-helper fix needs it (choose_helper).
     if config.helper and not _pins_ecosystem_helper(config.helper):
+        from dtype_lint.fix.helper_home import configured_location
+        from dtype_lint.fix.helper_template import HelperError, refuse_template_names
+
         try:
             refuse_template_names(config.helper, config.template)
             configured_location(config, _Paths(index_found))
@@ -747,10 +750,24 @@ def build_index(headers: "list[ModuleHeader] | ModuleTable", config: Config) -> 
                                   config.all_not_quantizable)
     # Where an engine the project imports without containing it is chosen from (its environment,
     # its pins, the setting): core/engine_source.py, asked only when a layer needs it.
+    index.engine_project = (str(config.root), config.engine_release, _describe_installed)
+    return index
+
+
+def fix_text(*args, **kwargs) -> FixOutcome:
+    """fixer.fix_text, its module imported on the first fix (a name of this module: tests
+    record the fix stage's calls through it)."""
+    from dtype_lint.fix.fixer import fix_text as fix
+
+    return fix(*args, **kwargs)
+
+
+def _describe_installed(source) -> dict | None:
+    """installed_engine.describe_installed, its module (and the catalogue's data classes it
+    imports) imported on the first ask: most runs never ask."""
     from dtype_lint.run.installed_engine import describe_installed
 
-    index.engine_project = (str(config.root), config.engine_release, describe_installed)
-    return index
+    return describe_installed(source)
 
 
 # ---- analysis -------------------------------------------------------------------------------
@@ -964,6 +981,8 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
     except READ_ERRORS as e:
+        from dtype_lint.fix.fixer import failed
+
         return _FileFix(failed(path, "", f"cannot read: {e}", []), None, b"")
     from dtype_lint.core.project_style import line_length_for
 
@@ -977,6 +996,8 @@ def fix_path(path: str, index: QuantizableLayerIndex, config: Config, unsafe: bo
 
 def helper_location(config: Config, files: list[str]) -> HelperLocation:
     """Where the configured helper (or the preset's default) lives. Raises HelperError."""
+    from dtype_lint.fix.helper_home import configured_location
+
     return configured_location(config, files)
 
 
@@ -995,6 +1016,9 @@ def choose_helper_stage(result: RunResult, index, files: Iterable[str], options:
     if not needing:
         _refuse_unreachable_helper(result)  # the ecosystem helpers' fixes
         return
+    from dtype_lint.fix.helper_home import choose_helper
+    from dtype_lint.fix.helper_template import HelperError
+
     try:
         choice = choose_helper(result.config, files, needing)
     except HelperError as e:
@@ -1050,6 +1074,8 @@ def _refuse_unreachable_helper(result: RunResult) -> None:
             continue
         key = (finding.path, location.module)
         if key not in problems:
+            from dtype_lint.fix.helper_home import ignored_helper_problem, reach_problem_for
+
             problems[key] = reach_problem_for(finding.path, location, root)
             if not location.exists and not problems[key]:
                 problems[key] = ignored_helper_problem(location, root)
@@ -1110,6 +1136,8 @@ def _fix_stage(result: RunResult, index, files: list[str], options: RunOptions, 
         _create_helper(result.writer, location)
     _settle_ecosystem_helpers(result, index, [ff.outcome for ff in fixes])
     outcomes = []
+    from dtype_lint.fix.fixer import failed
+
     for fix in fixes:
         o = fix.outcome
         if o.changed:
@@ -1144,6 +1172,8 @@ def _imports_helper(o: FixOutcome) -> bool:
 def _refuse(ff: _FileFix, result: RunResult, why: str | None) -> _FileFix:
     if not why:
         return ff
+    from dtype_lint.fix.fixer import failed
+
     o = ff.outcome
     return _FileFix(failed(o.path, o.original, why, _pre_fix(result.findings, o.path)), ff.file, ff.data)
 
@@ -1171,6 +1201,8 @@ def helper_import_problem(path: str, helper: HelperLocation, root: Path) -> str 
     for _ in range(depth - 1):
         base = os.path.dirname(base)
     # Where the file's package is installed alone (a monorepo's packages), it must reach it too.
+    from dtype_lint.fix.helper_home import reach_problem_for
+
     unreachable = reach_problem_for(path, helper, root)
     if unreachable:
         return unreachable

@@ -47,7 +47,6 @@ from dtype_lint.analysis.index.construction_forms import (
     spliced_local,
 )
 from dtype_lint.analysis.instance_patches import named_only
-from dtype_lint.analysis.storage.catalogue import default_model
 from dtype_lint.analysis.storage.storage_model import (
     ABSENT,
     BACKEND_MARK,
@@ -479,8 +478,9 @@ class LayerResolver:
                        for k in kept]
         else:
             sources = [weight_dtype_source(value, None) for value in stored]
-        # An adapter stores the `base_layer` it is handed as `self.base_layer` (the `adapter` role).
-        for adapter in plugins("adapter"):
+        # An adapter stores the `base_layer` it is handed as `self.base_layer` (the `adapter` role);
+        # with no source there is nothing to ask it, and its modules are not imported.
+        for adapter in plugins("adapter") if sources else ():
             sources = [adapter.as_stored_base_layer(s) for s in sources]
         present = [s for s in sources if s is not None]
         if not sources or len(present) != len(sources) or any(not _rooted_at_self(s.layer) for s in present) \
@@ -758,6 +758,10 @@ class LayerResolver:
     def storage_model(self) -> StorageModel:
         model = getattr(self, "_storage_model", None)
         if model is None:
+            # The catalogue (and the engine sources it chooses from) only where a storage is
+            # computed: a run whose storages all come from the kept answers never imports it.
+            from dtype_lint.analysis.storage.catalogue import default_model
+
             model = self._storage_model = default_model(self.project, self.config_params)
         return model
 
