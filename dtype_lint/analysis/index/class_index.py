@@ -581,8 +581,9 @@ class ModuleTable:
         kept answer is checked against the same files as if every header had been read."""
         self._record_census()
         for module in [m for m, _ in self._names.firsts()]:
-            mfs = self._module_files(module) if self._holds is not None and module not in self._headers else ()
-            told = self._holds(mfs[0], groups) if len(mfs) == 1 else None
+            mfs: list[ModuleFile] = self._module_files(module) \
+                if self._holds is not None and module not in self._headers else []
+            told = self._holds(mfs[0], groups) if self._holds is not None and len(mfs) == 1 else None
             if told is not None and not told[0]:
                 for frame in self.frames:
                     frame.modules[module] = mfs[0].key
