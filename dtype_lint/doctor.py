@@ -123,10 +123,12 @@ def _note_unknown_backends(index: QuantizableLayerIndex, config: Config, matches
 
 
 def _settings(config: Config, command_line: frozenset[str] = frozenset(),
-              inferred: frozenset[str] = frozenset()) -> list[tuple[str, object, str]]:
+              inferred: frozenset[str] = frozenset(), preset_unused: bool = False) -> list[tuple[str, object, str]]:
     """(key, value, where from) for every [tool.dtype-lint] key: the configuration file, the
     command line (`command_line`: the keys its flags set), a preset, inferred from the code
-    (`inferred`: the keys the run chose from the tree, such as the helper's home), or the default."""
+    (`inferred`: the keys the run chose from the tree, such as the helper's home), or the default.
+    `preset_unused`: the project is not the preset's engine and writes nothing on its layers
+    (_unused_preset), so the preset's helper and template are not shown as if they applied."""
     from_file: set[str] = set()
     if config.source != "defaults":
         try:
@@ -159,6 +161,8 @@ def _settings(config: Config, command_line: frozenset[str] = frozenset(),
             where = Path(config.source).name
         elif key in inferred:
             where = "inferred from the code"
+        elif key in ("helper", "helper-template") and not getattr(config, attr) and preset_unused:
+            value, where = "", f"not set: the `{config.preset}` preset's default is not used here; see `helper:` below"
         elif key in ("helper", "helper-template") and not getattr(config, attr):
             where = f"the {config.preset} preset"
         elif value != getattr(default, attr):
@@ -171,7 +175,11 @@ def _settings(config: Config, command_line: frozenset[str] = frozenset(),
     return out
 
 
-def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
+def _helper_lines(result: RunResult, files: list[str], preset_unused: bool = False,
+                  family_labels: tuple[str, ...] = ()) -> list[str]:
+    """Where the helper a fix uses lives. `preset_unused`: the project is not the preset's engine
+    and writes nothing on its layers (_unused_preset); `family_labels`: the helpers of the ecosystem
+    families that decided sites in this run (their `HELPER_LABEL`s)."""
     config = result.config
     choice = result.helper_choice
     rel = _relto(config.root)
@@ -190,6 +198,8 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
                 lines.append(f"  why: {one.note}")
         return lines
     module, func = config.helper_spec
+    if preset_unused and not config.helper:
+        return _ecosystem_helper_lines(result, files, func, family_labels)
     how = "configured" if config.helper else f"the {config.preset} preset's default"
     try:
         loc = configured_location(config, files)
@@ -210,28 +220,74 @@ def _helper_lines(result: RunResult, files: list[str]) -> list[str]:
     return [f"helper: {module}:{func} ({how}) at {rel(loc.path)}: {state}"]
 
 
-def _family_lines(result: RunResult) -> list[str]:
-    """Each ecosystem family that decided sites in this run: its own paragraph (its helper
-    plug-in's `doctor_lines`, optional): its sites, quantizable roots and where its helper lives."""
-    from dtype_lint.ecosystems.registry import plugins
+def _ecosystem_helper_lines(result: RunResult, files: list[str], func: str,
+                            family_labels: tuple[str, ...]) -> list[str]:
+    """The `helper:` lines of a project that is not the preset's engine and writes nothing on its
+    layers, with no `helper` set and no site needing the shared helper: the helper of the ecosystem
+    whose code it is (the families that decided its sites, else the family that speaks for the most
+    of its files: registry.project_family), or plainly that it cannot be told. Never the preset's
+    helper, which lives in an engine the project does not hold."""
+    from types import SimpleNamespace
 
-    lines: list[str] = []
-    findings = [*result.findings, *result.fixed]
-    for ecosystem_helper in plugins("helper"):
-        describe = getattr(ecosystem_helper, "doctor_lines", None)
-        if describe is not None:
-            lines += describe(findings, result.index, result.config.root)
+    from dtype_lint.ecosystems.registry import optional, project_family
+
+    config, index = result.config, result.index
+    assert index is not None  # a check run always builds its class index (pipeline._run)
+    if family_labels:
+        labels = " and the ".join(family_labels)
+        return [f"helper: fixes here use the {labels}, as the `family:` "
+                f"{'paragraphs' if len(family_labels) > 1 else 'paragraph'} below "
+                f"{'say' if len(family_labels) > 1 else 'says'}; no site needs the shared helper"]
+    views = [SimpleNamespace(module=name, path=header.path, imports=header.imports)
+             for name, header in sorted(index.modules.items())]
+    found = project_family(views)
+    if found is not None:
+        family, count = found
+        return [f"helper: no site needs one now; this is {optional(family, 'family', 'helper_words')()}",
+                f"  why: {count} of {plural(len(views), 'file')} are its code (by what they import)"]
+    rel = _relto(config.root)
+    lines = ["helper: no site needs one now, and which ecosystem's helper a fix would use cannot be told: "
+             "no file here is the code of an ecosystem dtype-lint knows"]
+    earlier = existing_inferred(files, config.root)
+    if earlier:
+        top, base = sorted(earlier.items())[0]
+        lines.append(f"  a fix on a layer no family claims reuses `{top}.{INFERRED_MODULE}:{func}` in "
+                     f"{rel(base / top / (INFERRED_MODULE + '.py'))}, which an earlier run created")
+    else:
+        lines.append(f"  a fix on a layer no family claims (a class in `quantizable`, or one whose code obtains a "
+                     f"quant method) would use a shared `{func}`, made from the "
+                     f"`{config.helper_template or 'torch'}` template in the package that holds the most sites")
     return lines
 
 
-def _engine_lines(result: RunResult) -> list[str]:
+def _family_paragraphs(result: RunResult) -> list[tuple[str, list[str]]]:
+    """Each ecosystem family that decided sites in this run: its helper's label and its own
+    paragraph (its helper plug-in's `doctor_lines`, optional): its sites, quantizable roots and
+    where its helper lives."""
+    from dtype_lint.ecosystems.registry import plugins
+
+    out: list[tuple[str, list[str]]] = []
+    findings = [*result.findings, *result.fixed]
+    for ecosystem_helper in plugins("helper"):
+        describe = getattr(ecosystem_helper, "doctor_lines", None)
+        lines = describe(findings, result.index, result.config.root) if describe is not None else []
+        if lines:
+            out.append((ecosystem_helper.HELPER_LABEL, lines))
+    return out
+
+
+def _engine_lines(result: RunResult, not_used: frozenset[str] = frozenset()) -> list[str]:
     """Which release of each engine the project's layers of it are judged against, and why
-    (core/engine_source.py): the tree's own code, the installed engine, a pin."""
+    (core/engine_source.py): the tree's own code, the installed engine, a pin. None for an engine
+    in `not_used` (the packages of a preset the tree neither is nor writes on: _unused_preset):
+    no layer of it is judged here."""
     from dtype_lint.core.engine_source import ENGINES, choose
 
     config, index = result.config, result.index
     lines = []
     for dist, package in ENGINES.items():
+        if package in not_used:
+            continue
         if index is not None and index.modules.get(package) is not None:
             lines.append(f"engine ({dist}): the tree's own `{package}` package: its backends are read from its code")
             continue
@@ -292,6 +348,10 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
     index = result.index
     assert index is not None  # a check run always builds its class index (pipeline._run)
     files = [h.path for h in index.modules.values()]
+    unmatched = [m for m in matches if not m.matched]
+    unused = _unused_preset(config, index, unmatched)
+    paragraphs = _family_paragraphs(result)
+    family_labels = tuple(dict.fromkeys(label for label, _lines in paragraphs))
     lines = [
         f"dtype-lint {__version__}",
         f"project root: {config.root}",
@@ -301,9 +361,11 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
         "",
         "settings:",
     ]
-    for key, value, where in _settings(config, command_line, _inferred_keys(result, configured or config)):
+    for key, value, where in _settings(config, command_line, _inferred_keys(result, configured or config),
+                                       preset_unused=bool(unused)):
         lines.append(f"  {key} = {json.dumps(value)}  ({where})")
-    lines += ["", *_helper_lines(result, files), *_engine_lines(result), ""]
+    lines += ["", *_helper_lines(result, files, bool(unused), family_labels),
+              *_engine_lines(result, frozenset(_engines(unused))), ""]
     matched = [m for m in matches if m.matched]
     code = sum(1 for m in matches if m.origin == "code")
     lines.append(f"quantizable roots: {len(matched)} of {len(matches)} match the tree "
@@ -326,8 +388,6 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
         lines.append(f"      {'; '.join(parts)}")
         if match.unknown_backends:
             lines.append(f"      backends: {match.unknown_backends}; its sites are reported with low confidence")
-    unmatched = [m for m in matches if not m.matched]
-    unused = _unused_preset(config, index, unmatched)
     if unused:
         from dtype_lint.ecosystems.presets import layer_packages
 
@@ -341,7 +401,7 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
     if unmatched:
         lines.append(f"  not in the tree ({len(unmatched)}):")
         lines += [f"    {m.root} [{m.origin}]" for m in unmatched]
-    family_lines = _family_lines(result)
+    family_lines = [line for _label, lines in paragraphs for line in lines]
     if not matched and not family_lines:
         lines.append("  => no class in the tree is quantizable: every site is skipped. Set `quantizable = [...]` "
                      "to your layer classes (those whose weights a quantization backend repacks), or `preset`")

@@ -164,10 +164,16 @@ def test_doctor_labels_each_setting_by_its_true_source(tmp_path: Path):
 
 
 def test_doctor_names_the_preset_for_a_preset_helper(tmp_path: Path):
+    # a plugin written on vLLM's layers: the preset's helper is the one in force
     root = write_tree(tmp_path / "plugin", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
-                                            "proj/attn.py": "import torch\n"})
+                                            "proj/attn.py": "import torch\nfrom vllm.model_executor.layers.linear "
+                                                            "import RowParallelLinear\n"})
     sources = _sources(dtl(root, "doctor", ".", "--no-cache").stdout)
     assert sources["helper"] == "the vllm preset", sources
+    # a project off vLLM's layers is not shown the preset's helper as in force (#40)
+    (root / "proj/attn.py").write_text("import torch\n")
+    sources = _sources(dtl(root, "doctor", ".", "--no-cache").stdout)
+    assert sources["helper"] == "not set: the `vllm` preset's default is not used here; see `helper:` below", sources
 
 
 # --- the fixable line and the short warning -------------------------------------------------------

@@ -78,7 +78,7 @@ def test_dtl005_prefilters_on_every_model_dtype_attribute():
 # ---- the family role's optional questions -----------------------------------------------------
 
 OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not", "class_named",
-            "speaks_for_file")
+            "speaks_for_file", "helper_words")
 # test_ecosystems' third family (W4Linear's int32 nibbles) with no optional question at all: its
 # `layer_kind` goes too.
 FAMILY_ANSWERS = re.sub(r"\ndef layer_kind\(mro\):\n.*?\n\n\n", "\n", FAKE_FAMILY, flags=re.S)
@@ -111,6 +111,10 @@ def class_named(name):
 
 def speaks_for_file(resolver):
     return False
+
+
+def helper_words():
+    return ""
 '''
 
 # test_ecosystems' site, grown to reach each optional question: a class's layer kind, an
@@ -163,6 +167,7 @@ def test_the_registry_default_answers_nothing_for_each_optional_question():
     assert registry.optional(megatron, "family", "first_parameter")(None, None) is None
     assert registry.optional(quantizers, "family", "first_parameter_holder")(None, None, None, "m") == ""
     assert registry.optional(quantizers, "family", "sequential_item")(None, None, None, 0, None) is None
+    assert registry.optional(megatron, "family", "helper_words")() == ""
     # A family that answers is asked its own question: HF's linear is a linear.
     hf = registry.plugin("hf", "family")
     assert registry.optional(hf, "family", "layer_kind") is hf.layer_kind

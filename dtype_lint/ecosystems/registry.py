@@ -174,6 +174,9 @@ ROLE_DEFAULTS: dict[str, dict[str, Callable[..., Any]]] = {
         # speaks_for_file(resolver) -> bool: is the file its ecosystem's code (what it imports)? A
         # site no family decided and whose backends cannot be told is then spoken of with its helper.
         "speaks_for_file": _no_answer,
+        # helper_words() -> str: `doctor`'s words for a project whose files it speaks for and where no
+        # site needs a helper yet: its ecosystem, and the helper a fix would use ("": none to name).
+        "helper_words": _no_holder,
     },
 }
 
@@ -269,6 +272,23 @@ def fallback_family(resolver) -> ModuleType | None:
     layers (RuleContext.fixes_for)."""
     return next((family for family in plugins("family")
                  if optional(family, "family", "speaks_for_file")(resolver)), None)
+
+
+def project_family(resolvers) -> tuple[ModuleType, int] | None:
+    """The family whose helper `doctor` names for a project where no site needs a helper: the one
+    `fallback_family` gives for the most of its files (`resolvers`: one view of each file, with
+    what `speaks_for_file` reads), with how many files; None where no family speaks for any file
+    or none has words for its helper."""
+    counts: dict[ModuleType, int] = {}
+    for resolver in resolvers:
+        family = fallback_family(resolver)
+        if family is not None and optional(family, "family", "helper_words")():
+            counts[family] = counts.get(family, 0) + 1
+    if not counts:
+        return None
+    order = plugins("family")
+    family = max(sorted(counts, key=order.index), key=lambda f: counts[f])  # a tie: ECOSYSTEMS order
+    return family, counts[family]
 
 
 def helper_of(finding) -> ModuleType | None:

@@ -664,6 +664,13 @@ def speaks_for_file(resolver) -> bool:
     return bool(tops & set(HF_LIBRARIES)) and not tops & ENGINE_PACKAGES
 
 
+def helper_words() -> str:
+    """`doctor`'s words for a project of Hugging Face code where no site needs a helper yet
+    (registry.project_family): the helper a fix there would use and where it would live."""
+    return ("Hugging Face code, so a fix would use the HF helper `get_module_input_dtype` (it runs on any "
+            "module), created by --fix as `module_input_dtype` in the fixed file's top-level package")
+
+
 def class_named(name: str) -> str | None:
     """`transformers.Name` / `diffusers.Name` where `name` is a model class of the shipped
     catalogue (a patch that finds the model's modules by `type(m).__name__ == name`)."""
