@@ -208,16 +208,25 @@ def _helper_lines(result: RunResult, files: list[str], preset_unused: bool = Fal
         # package or another engine) is not news where no site needs it: said without its words.
         lines = [f"helper: {module}:{func} ({how}) cannot be used here: {error}"] if config.helper else \
             [f"helper: the shared `{func}` (for sites no ecosystem family claims) is not in this project"]
-        earlier = existing_inferred(files, config.root)
+        earlier = _earlier_inferred(files, config, rel, func)
         if earlier:
-            top, base = sorted(earlier.items())[0]
-            lines.append(f"  no site needs it now; a fixing run reuses `{top}.{INFERRED_MODULE}:{func}` in "
-                         f"{rel(base / top / (INFERRED_MODULE + '.py'))}, which an earlier run created")
+            lines.append(f"  no site needs it now; a fixing run reuses {earlier}")
         else:
             lines.append("  no site needs it now; a fixing run puts it in the package that holds the most sites")
         return lines
     state = "exists" if loc.exists else "would be created by --fix when a site needs it"
     return [f"helper: {module}:{func} ({how}) at {rel(loc.path)}: {state}"]
+
+
+def _earlier_inferred(files: list[str], config, rel, func: str) -> str:
+    """"`pkg.module:func` in path, which an earlier run created" for a shared helper an earlier
+    fixing run inferred and created, else ""."""
+    earlier = existing_inferred(files, config.root)
+    if not earlier:
+        return ""
+    top, base = sorted(earlier.items())[0]
+    where = rel(base / top / (INFERRED_MODULE + ".py"))
+    return f"`{top}.{INFERRED_MODULE}:{func}` in {where}, which an earlier run created"
 
 
 def _ecosystem_helper_lines(result: RunResult, files: list[str], func: str,
@@ -248,11 +257,9 @@ def _ecosystem_helper_lines(result: RunResult, files: list[str], func: str,
     rel = _relto(config.root)
     lines = ["helper: no site needs one now, and which ecosystem's helper a fix would use cannot be told: "
              "no file here is the code of an ecosystem dtype-lint knows"]
-    earlier = existing_inferred(files, config.root)
+    earlier = _earlier_inferred(files, config, rel, func)
     if earlier:
-        top, base = sorted(earlier.items())[0]
-        lines.append(f"  a fix on a layer no family claims reuses `{top}.{INFERRED_MODULE}:{func}` in "
-                     f"{rel(base / top / (INFERRED_MODULE + '.py'))}, which an earlier run created")
+        lines.append(f"  a fix on a layer no family claims reuses {earlier}")
     else:
         lines.append(f"  a fix on a layer no family claims (a class in `quantizable`, or one whose code obtains a "
                      f"quant method) would use a shared `{func}`, made from the "

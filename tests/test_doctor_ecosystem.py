@@ -91,3 +91,17 @@ def test_a_project_on_vllms_layers_keeps_the_engine_and_the_presets_helper(tmp_p
     assert UNSET not in plugin
     # ...while the HF package beside it, checked the same way, is off them
     assert_no_vllm_helper_or_release(doctor(tmp_path, "hf_package"))
+
+
+def test_a_shared_helper_an_earlier_run_created_is_the_one_a_fix_reuses(tmp_path: Path):
+    """Where no ecosystem can be told, doctor says a fix would reuse the shared helper an earlier
+    fixing run created (`<package>.layer_input_dtype`), naming where it is."""
+    import shutil
+
+    root = tmp_path / "trt"
+    shutil.copytree(JOURNEYS / "trt_engine", root)
+    (root / "minitrt" / "layer_input_dtype.py").write_text(
+        "def get_layer_input_dtype(layer, fp8_input=True):\n    return None\n", encoding="utf-8")
+    out = dtl(root, "doctor", "--no-cache").stdout
+    assert "a fix on a layer no family claims reuses `minitrt.layer_input_dtype:get_layer_input_dtype` in " \
+           "minitrt/layer_input_dtype.py, which an earlier run created" in out, out
