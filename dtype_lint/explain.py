@@ -234,12 +234,8 @@ def _callers_decide(callers: _Callers, function_node, layer: ast.expr, out: list
     root = handed_root(layer)
     if function_node is None or root is None or not generically_typed(function_node, root.id):
         return False
-    context = callers.context
-    function = next((c for c in context._facts.functions if c.fn is function_node), None)
-    if function is None or function.exempt:
-        return False
     # check's own step (RuleContext.layer_verdict, once the layer's class did not resolve here)
-    verdict = context._from_callers(layer, function, NON_COMPUTE)
+    verdict = callers.context.callers_verdict(function_node, layer, NON_COMPUTE)
     if verdict is None:
         return False
     out.append(f"  class: not resolved here: `{root.id}` is a parameter typed only as a module; its callers in "

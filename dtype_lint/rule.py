@@ -763,6 +763,16 @@ class RuleContext:
             return None
         return verdict
 
+    def callers_verdict(self, function_node: ast.AST, layer: ast.expr, need: str):
+        """`explain`'s question, answered as the check answers it: the verdict on `layer`, reached
+        through a parameter of the function `function_node` typed only as a module, from what the
+        calls of that function in this file pass for it (None where none decides it, or where the
+        function is storage code the rules skip)."""
+        function = next((c for c in self._facts.functions if c.fn is function_node), None)
+        if function is None or function.exempt:
+            return None
+        return self._from_callers(layer, function, need)
+
     def _from_callers(self, layer: ast.expr, where: "Candidate", need: str):
         """A parameter typed only as a module (analysis/flow/callers.py): the verdict on what a call of
         its function in this file passes for it, judged at that call (one step)."""
