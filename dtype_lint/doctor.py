@@ -283,6 +283,44 @@ def _family_paragraphs(result: RunResult) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _undecided_sites(result: RunResult, matches: list[RootMatch]) -> list:
+    """The sites check reports with low confidence that no quantizable root and no ecosystem family
+    decided: a layer reached without its class (a bound function on instances matched by their
+    class's name, a name heuristic), whose backends cannot be told. Not those of a root shown with
+    unknown backends, nor those a family's `doctor` paragraph counts (asked one finding at a time)."""
+    from dtype_lint.analysis.storage.storage_model import BACKEND_MARK
+    from dtype_lint.ecosystems.registry import plugins
+
+    told = {BACKEND_MARK + m.unknown_backends for m in matches if m.matched and m.unknown_backends}
+    describers = [describe for helper in plugins("helper")
+                  for describe in [getattr(helper, "doctor_lines", None)] if describe is not None]
+    return [f for f in result.findings
+            if f.confidence == "low" and not any(e.message in told for e in f.evidence)
+            and not any(describe([f], result.index, result.config.root) for describe in describers)]
+
+
+def _undecided_lines(undecided: list, rel) -> list[str]:
+    """The quantizable-roots paragraph's lines on the sites no root decided (_undecided_sites): how
+    check reached each one, in its own evidence's words."""
+    from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS, backends_unknown
+
+    n, unknown = len(undecided), sum(1 for f in undecided if backends_unknown(f.evidence))
+    if unknown == n:
+        told = f"; which backends reach {'its layer' if n == 1 else 'their layers'} cannot be told"
+    else:
+        told = f"; for {unknown} of them which backends reach the layer cannot be told" if unknown else ""
+    lines = [f"  {plural(n, 'site')} reported that no root decides, with low confidence{told}:"]
+    for finding in undecided[:6]:
+        how = next((e.message.removeprefix(BACKEND_MARK).removeprefix(UNKNOWN_BACKENDS + ": ")
+                    for e in finding.evidence if backends_unknown((e,))), "")
+        if not how:
+            how = finding.evidence[-1].message if finding.evidence else finding.message
+        lines.append(f"    {rel(finding.path)}:{finding.span.line}: {how}")
+    if len(undecided) > 6:
+        lines.append(f"    and {len(undecided) - 6} more; `dtype-lint check` lists them")
+    return lines
+
+
 def _engine_lines(result: RunResult, not_used: frozenset[str] = frozenset()) -> list[str]:
     """Which release of each engine the project's layers of it are judged against, and why
     (core/engine_source.py): the tree's own code, the installed engine, a pin. None for an engine
@@ -409,8 +447,14 @@ def render(result: RunResult, matches: list[RootMatch], command_line: frozenset[
         lines.append(f"  not in the tree ({len(unmatched)}):")
         lines += [f"    {m.root} [{m.origin}]" for m in unmatched]
     family_lines = [line for _label, lines in paragraphs for line in lines]
+    undecided = _undecided_sites(result, matches)
+    if undecided:
+        lines += _undecided_lines(undecided, rel)
     if not matched and not family_lines:
-        lines.append("  => no class in the tree is quantizable: every site is skipped. Set `quantizable = [...]` "
+        # Only where check reports nothing no root decided is every site skipped.
+        skipped = "every site is skipped" if not undecided else \
+            f"every site but the {'one' if len(undecided) == 1 else len(undecided)} above is skipped"
+        lines.append(f"  => no class in the tree is quantizable: {skipped}. Set `quantizable = [...]` "
                      "to your layer classes (those whose weights a quantization backend repacks), or `preset`")
     if family_lines:
         lines += ["", *family_lines]

@@ -105,6 +105,46 @@ def test_generic_preset_puts_the_helper_inside_the_package(tmp_path: Path):
     assert "is not importable from `pkg.a`" in proc.stderr
 
 
+PLAIN_TORCH = {
+    "pyproject.toml": '[project]\nname = "plain"\n\n[tool.dtype-lint]\nquantizable = ["pkg.layers.QLinear"]\n',
+    "pkg/__init__.py": "",
+    "pkg/layers.py": "import torch\n\n\nclass QLinear(torch.nn.Module):\n    pass\n",
+    "pkg/a.py": "from pkg.layers import QLinear\n\n\ndef run(layer: QLinear, x):\n    return layer(x.to(layer.weight.dtype))\n",
+}
+PLACED = ("fixes use a new `pkg.layer_input_dtype:get_layer_input_dtype` in pkg/layer_input_dtype.py (package `pkg` "
+          "holds 1 of the 1 sites to fix). Pin it with `helper = \"pkg.layer_input_dtype:get_layer_input_dtype\"` in "
+          "[tool.dtype-lint]")
+
+
+def test_the_inferred_helpers_why_names_no_engine_the_project_is_not_on(tmp_path: Path):
+    """A plain torch project (a configured `quantizable` class; no file is vLLM's or imports from its
+    layers) needs the shared helper: why it goes where it goes says that the preset's default does
+    not apply, never the preset's helper path nor that it would shadow the installed engine (as it
+    did at 08e5258), in doctor, in `check --diff -v` and in a migration's report. A project on vLLM's
+    layers keeps today's words."""
+    root = write(tmp_path / "plain", PLAIN_TORCH)
+    why = ("`helper` is not set, and the `vllm` preset's default does not apply here (no file is its engine's code "
+           "or imports from its layers); " + PLACED)
+    doctor = dtl(root, "doctor", "--no-cache").stdout
+    assert f"\n  why: {why}\n" in doctor, doctor
+    diff = dtl(root, "check", "--diff", "-v", "--no-cache")
+    assert f"\n  {why}\n" in diff.stderr, diff.stderr
+    assert dtl(root, "migrate", ".", "--report", "PR.md").returncode == 0
+    report = (root / "PR.md").read_text(encoding="utf-8")
+    assert f"- Why there: {why}\n" in report, report
+    why_line = next(line for line in doctor.splitlines() if line.startswith("  why: "))
+    for said in (why_line, diff.stderr, report):
+        assert "model_executor" not in said and "shadow" not in said, said
+    # the same project on vLLM's layers: the preset's helper is named as unusable, as before
+    engine = write(tmp_path / "engine", {**PLAIN_TORCH, "pkg/attn.py": ATTN})
+    kept = dtl(engine, "doctor", "--no-cache").stdout
+    assert ("\n  why: `helper` is not set, and the vllm preset's `vllm.model_executor.layers.quantization.utils."
+            "layer_input_dtype:get_layer_input_dtype` cannot be used: it belongs to package `vllm`, which this "
+            "project does not hold (creating it here would shadow the installed `vllm`); fixes use a new "
+            "`pkg.layer_input_dtype:get_layer_input_dtype` in pkg/layer_input_dtype.py (package `pkg` holds 2 of "
+            "the 2 sites to fix). Pin it") in kept, kept
+
+
 def test_scripts_without_a_package_get_the_helper_beside_them(tmp_path: Path):
     root = write(tmp_path / "p", {"pyproject.toml": UNCONFIGURED, "tools/run_a.py": ATTN, "tools/run_b.py": ATTN})
     assert dtl(root, "check", "--fix").returncode == 0

@@ -343,3 +343,43 @@ def test_a_dtype_kept_on_the_adapter_is_told_the_hf_helpers_call_shape(tmp_path:
     found = json_findings(root)
     assert [(f["line"], f["fix"]) for f in found] == [(15, None)], found
     assert found[0]["message"].endswith("; use `get_module_input_dtype(self.base_layer)`"), found[0]["message"]
+
+
+def _doctor(root: Path) -> str:
+    proc = dtl(root, "doctor", "--no-cache")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+NAMED_ONLY = ("    src/kernelpatch/named_block.py:12: `self` is an instance of `RemoteMixerBlock`, matched by its "
+              "class name only, a class this file neither defines nor imports, so its `gate.score_proj` is not "
+              "read here\n")
+
+
+def test_doctor_agrees_with_check_on_a_site_no_root_decides(tmp_path: Path):
+    """axolotl 0.19.0's shape (`glm_dsa/patch.py:69`): the only site is on a class matched by its name
+    string, which no quantizable root and no ecosystem family decides. `check` reports it (low
+    confidence); doctor's roots paragraph says so, how check reached it, and does not claim that
+    every site is skipped. At 08e5258 it printed "=> no class in the tree is quantizable: every site
+    is skipped" above "findings: 1"."""
+    root = copy_project(FIXTURE, tmp_path)
+    for other in ("catalogued.py", "local_model.py", "controls.py"):  # only the name-matched patch left
+        (root / PACKAGE / other).unlink()
+    assert [where(f) for f in json_findings(root)] == [("src/kernelpatch/named_block.py", 12, "DTL001", "low")]
+    out = _doctor(root)
+    assert "every site is skipped" not in out, out
+    assert ("  1 site reported that no root decides, with low confidence; which backends reach its layer cannot "
+            "be told:\n" + NAMED_ONLY +
+            "  => no class in the tree is quantizable: every site but the one above is skipped. Set "
+            "`quantizable = [...]`") in out, out
+    assert "\nfindings: 1 (0 with a fix)" in out and "family:" not in out, out
+
+
+def test_doctor_names_the_undecided_site_beside_a_familys_paragraph(tmp_path: Path):
+    """The whole fixture: the HF family's paragraph counts its 2 sites; the third, on the name-matched
+    class, is named in the roots paragraph (at 08e5258 doctor said nothing of it), and the advice
+    that every site is skipped is not given."""
+    out = _doctor(copy_project(FIXTURE, tmp_path))
+    assert ("  1 site reported that no root decides, with low confidence; which backends reach its layer cannot "
+            "be told:\n" + NAMED_ONLY + "\nfamily: Hugging Face model code (2 sites)\n") in out, out
+    assert "=> no class in the tree is quantizable" not in out and "\nfindings: 3 (2 with a fix)" in out, out

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -97,10 +97,14 @@ def configured_location(config: Config, files: Iterable[str]) -> HelperLocation:
                          configured=bool(config.helper), preset=config.preset)
 
 
-def choose_helper(config: Config, files: Iterable[str], needing: list[Finding]) -> HelperChoice:
+def choose_helper(config: Config, files: Iterable[str], needing: list[Finding],
+                  preset_applies: Callable[[], bool] | None = None) -> HelperChoice:
     """The helper for fixes in `needing` (findings whose fix imports the helper); in a monorepo,
     one per installable package that has such fixes (`HelperChoice.per_distribution`). Raises
-    HelperError only for a configured helper that cannot be used (a user error)."""
+    HelperError only for a configured helper that cannot be used (a user error).
+    `preset_applies()`: is the project the preset's engine or written on its layers
+    (presets.writes_on_preset_layers)? Where it is not, the preset's default is not named as a
+    helper that cannot be used: it simply does not apply there. None: it is taken to be."""
     if config.helper:
         location = configured_location(config, files)
         ignored = "" if location.exists else ignored_helper_problem(location, config.root)
@@ -114,11 +118,12 @@ def choose_helper(config: Config, files: Iterable[str], needing: list[Finding]) 
         if dist is not None:
             groups.setdefault(dist.folder, []).append(f)
     if len(groups) < 2:
-        return _choose_one(config, files, needing)
+        return _choose_one(config, files, needing, preset_applies)
     # The package with the most sites first: its choice is the run's (files in no package use it).
     ranked = sorted(groups, key=lambda folder: (-len(groups[folder]), folder))
     folder_of = {f: _folder_of(f, config.root) for f in files}
-    per_distribution = {folder: _choose_one(config, [f for f in files if folder_of[f] == folder], groups[folder])
+    per_distribution = {folder: _choose_one(config, [f for f in files if folder_of[f] == folder], groups[folder],
+                                            preset_applies)
                         for folder in ranked}
     primary = per_distribution[ranked[0]]
     primary.per_distribution = per_distribution
@@ -156,14 +161,19 @@ def ignored_helper_problem(location: HelperLocation, root: Path) -> str:
             f"ignore rules exclude (`{ignored}` is ignored): the fixes would import a file that no clone has")
 
 
-def _choose_one(config: Config, files: Iterable[str], needing: list[Finding]) -> HelperChoice:
+def _choose_one(config: Config, files: Iterable[str], needing: list[Finding],
+                preset_applies: Callable[[], bool] | None = None) -> HelperChoice:
     """choose_helper for sites of one installable package (or of a project that is one)."""
     module, func = config.helper_spec
     top = module.split(".")[0]
-    default, why_not = None, ""
+    default, why_not, unset = None, "", ""
     if "." in module and not in_tree(top, package_root(top, files, config.root) or config.root, config.root):
-        why_not = (f"it belongs to package `{top}`, which this project does not hold "
-                   f"(creating it here would shadow the installed `{top}`)")
+        if preset_applies is None or preset_applies():
+            why_not = (f"it belongs to package `{top}`, which this project does not hold "
+                       f"(creating it here would shadow the installed `{top}`)")
+        else:  # not the preset's engine, nor code on its layers: its helper's home is none of its business
+            unset = (f"`helper` is not set, and the `{config.preset}` preset's default does not apply here "
+                     "(no file is its engine's code or imports from its layers)")
     else:
         try:
             default = configured_location(config, files)
@@ -173,7 +183,8 @@ def _choose_one(config: Config, files: Iterable[str], needing: list[Finding]) ->
             why_not = str(error)
     if default is not None and not why_not:
         return HelperChoice(default, config, "preset")
-    why_not = f"`helper` is not set, and the {config.preset} preset's `{module}:{func}` cannot be used: {why_not}"
+    why_not = unset or \
+        f"`helper` is not set, and the {config.preset} preset's `{module}:{func}` cannot be used: {why_not}"
     try:
         inferred, base, reason = _infer(config, files, needing, func)
         # The project is not the preset's package: its helper must not import it (the vllm

@@ -1019,8 +1019,17 @@ def choose_helper_stage(result: RunResult, index, files: Iterable[str], options:
     from dtype_lint.fix.helper_home import choose_helper
     from dtype_lint.fix.helper_template import HelperError
 
+    def preset_applies() -> bool:
+        """Is some file the preset's engine or written on its layers (presets.writes_on_preset_layers)?"""
+        from dtype_lint.ecosystems.presets import writes_on_preset_layers
+
+        modules = index.modules
+        return any(writes_on_preset_layers(result.config.preset, header.imports, name,
+                                           lambda top: modules.get(top) is not None)
+                   for name, header in modules.items())
+
     try:
-        choice = choose_helper(result.config, files, needing)
+        choice = choose_helper(result.config, files, needing, preset_applies)
     except HelperError as e:
         raise UserError(str(e)) from None
     result.helper_choice = choice
