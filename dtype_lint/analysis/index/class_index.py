@@ -576,9 +576,9 @@ class ModuleTable:
         """`items()` without the headers of the files whose text holds no group of `groups` (every
         word of one group), which cannot bind what the caller looks for: a file importing from
         `transformers.integrations` holds both words. Reading a file for its words costs a
-        twentieth of extracting its header, and vLLM has 3,540 modules of which 20 import a
-        quantizer. A file passed over counts as read all the same (its stamp is recorded), so a
-        kept answer is checked against the same files as if every header had been read."""
+        seventh of extracting its header: of vLLM 0.34.0's 3,540 modules, 76 hold the quantizer
+        packages' words and 3 import one. A file passed over counts as read all the same (its stamp is
+        recorded), so a kept answer is checked against the same files as if every header had been read."""
         self._record_census()
         for module in [m for m, _ in self._names.firsts()]:
             mfs: list[ModuleFile] = self._module_files(module) \
