@@ -370,16 +370,11 @@ def _engines(matches: list[RootMatch]) -> set[str]:
 def _unused_preset(config: Config, index, unmatched: list[RootMatch]) -> list[RootMatch]:
     """The preset's roots, when none is in the tree, no module of the tree is the preset's engine
     and none imports from its layers' package (presets.layer_packages); else []."""
-    from dtype_lint.ecosystems.presets import imports_from, layer_packages
+    from dtype_lint.ecosystems.presets import tree_on_preset
 
     preset = [m for m in unmatched if m.origin == "preset"]
-    if not preset or any(m.origin == "preset" for m in unmatched if m.matched):
+    if not preset or tree_on_preset(config.preset, index.modules):
         return []
-    engines, packages = _engines(preset), layer_packages(m.root for m in preset)
-    for name, header in index.modules.items():
-        if name.split(".", 1)[0] in engines or \
-                any(imports_from(target, packages) for target in header.imports.values()):
-            return []
     return preset
 
 

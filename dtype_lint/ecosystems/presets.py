@@ -98,3 +98,11 @@ def writes_on_preset_layers(preset: str, imports: dict[str, str], module: str, h
     packages = layer_packages(names)
     return module.split(".", 1)[0] in engines or any(holds(engine) for engine in engines) or \
         any(imports_from(target, packages) for target in imports.values())
+
+
+def tree_on_preset(preset: str, modules) -> bool:
+    """Is some module of the tree (`modules`: the class index's table, name -> header) the
+    `preset`'s engine or written on its layers (writes_on_preset_layers)? The one test behind
+    doctor's "not used here" and the inferred helper's wording."""
+    holds = lambda top: modules.get(top) is not None  # noqa: E731 - one closure for every module
+    return any(writes_on_preset_layers(preset, header.imports, name, holds) for name, header in modules.items())

@@ -1016,20 +1016,13 @@ def choose_helper_stage(result: RunResult, index, files: Iterable[str], options:
     if not needing:
         _refuse_unreachable_helper(result)  # the ecosystem helpers' fixes
         return
+    from dtype_lint.ecosystems.presets import tree_on_preset
     from dtype_lint.fix.helper_home import choose_helper
     from dtype_lint.fix.helper_template import HelperError
 
-    def preset_applies() -> bool:
-        """Is some file the preset's engine or written on its layers (presets.writes_on_preset_layers)?"""
-        from dtype_lint.ecosystems.presets import writes_on_preset_layers
-
-        modules = index.modules
-        return any(writes_on_preset_layers(result.config.preset, header.imports, name,
-                                           lambda top: modules.get(top) is not None)
-                   for name, header in modules.items())
-
+    preset = result.config.preset
     try:
-        choice = choose_helper(result.config, files, needing, preset_applies)
+        choice = choose_helper(result.config, files, needing, lambda: tree_on_preset(preset, index.modules))
     except HelperError as e:
         raise UserError(str(e)) from None
     result.helper_choice = choice

@@ -678,9 +678,10 @@ class QuantizableLayerIndex:
         recently used entries beyond FACTS_CACHE_ENTRIES are dropped (and rebuilt if asked for
         again): files are analysed in path order, so what one folder's files share is used
         together, and a tree ten times larger must not hold ten times the parsed files.
-        `census`: an answer about the whole tree (one a run, small), kept for the run: in the
-        recently-used list the files analysed between two of its users pushed it out, and vLLM
-        0.34.0 built the quantizer applications' census of 3,540 modules twice."""
+        `census`: a small answer kept for the run, outside the recently-used list: one about the
+        whole tree (in that list the files analysed between two of its users pushed it out, and
+        vLLM 0.34.0 built the quantizer applications' census of 3,540 modules twice), or a
+        file's text fact that files far apart ask for (layers.LayerResolver._may_store_weight)."""
         cache = self.census_cache if census else self.facts_cache
         if census:
             hit = cache.get(key)
