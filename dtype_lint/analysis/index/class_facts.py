@@ -12,6 +12,7 @@ Layer resolution over these facts lives in layers.py.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +32,8 @@ from dtype_lint.core.regions import Defs
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
                              "get_quant_method", "embedding"})
+# A class whose text holds none of these words defines no storage method (`ProjectFacts.may_define`).
+STORAGE_METHOD_WORDS = re.compile(r"\b(?:%s)\b" % "|".join(sorted(STORAGE_METHODS)))
 # The name a storage method gives the layer it owns when no annotation says it is one.
 LAYER_PARAM = "layer"
 
@@ -199,9 +202,10 @@ class LazyClasses(Mapping):
     """Class qualname → ClassFacts, each built the first time it is asked for: a file parsed for
     one base class often defines dozens of others that no analysis needs."""
 
-    def __init__(self, build, index: QuantizableLayerIndex, find_local=None):
+    def __init__(self, build, index: QuantizableLayerIndex, find_local=None, text: str | None = None):
         self._build = build
         self._index = index
+        self._text = text  # the file's text, where a class may stand as a region not yet parsed
         self._nodes: dict[str, tuple] = {}
         self._built: dict[str, tuple] = {}
         # Classes defined in functions (`module.outer.<locals>.Inner`), found by `find_local()`
@@ -234,6 +238,16 @@ class LazyClasses(Mapping):
             built = self._built[qualname] = (class_facts, reads)
         self._index.replay(built[1])
         return built[0]
+
+    def unparsed_text(self, qualname: str) -> str | None:
+        """The text of a class registered as a region (regions.ClassRegion) whose facts are not
+        built yet: a test on text may spare its parse. None when it is parsed or unknown."""
+        if self._text is None or qualname in self._built:
+            return None
+        node = self._nodes.get(qualname)
+        if node is None or isinstance(node[0], ast.ClassDef):
+            return None
+        return self._text[node[0].start:node[0].end]
 
     def __contains__(self, qualname) -> bool:
         try:
@@ -370,7 +384,8 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
     # A reduced tree (core/regions.py) hands out the whole file's function when a blanked one is read.
     source = getattr(tree, trees.SOURCE, None) if by_class is None else (path, by_class[0])
     classes = LazyClasses(lambda q, node, reads: visit_class(q, node[0], node[1], reads), index,
-                          (lambda: local_classes(tree, module)) if tree is not None else None)
+                          (lambda: local_classes(tree, module)) if tree is not None else None,
+                          by_class[0] if by_class else source[1] if source is not None else None)
     facts = FileFacts(module, path, imports, classes, functions=Defs(source, trees.whole_function), tree=tree)
 
     def resolve(name: str | None) -> str | None:
@@ -775,6 +790,19 @@ class ProjectFacts:
             return None
         self.add(facts)
         return facts
+
+    def may_define(self, qualname: str, names: re.Pattern) -> bool:
+        """Could the class define a method or a class-level value `names` matches? False only
+        when its text, not parsed yet, holds no match: its facts need not be built to learn that
+        it has none (a model's bases are read for a storage method or a restricting value, which
+        few define)."""
+        loc = self.index.class_location(qualname)
+        if loc is None:
+            return True
+        facts = self.file_facts(loc[0].module)
+        text = facts.classes.unparsed_text(qualname) \
+            if facts is not None and isinstance(facts.classes, LazyClasses) else None
+        return text is None or names.search(text) is not None
 
     def class_facts(self, qualname: str) -> ClassFacts | None:
         loc = self.index.class_location(qualname)

@@ -23,11 +23,13 @@ import ast
 import copy
 import dataclasses
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtype_lint.analysis.index.class_facts import (
     LAYER_PARAM,
+    STORAGE_METHOD_WORDS,
     AttrOrigin,
     ClassFacts,
     ContainerItem,
@@ -68,6 +70,7 @@ GENERIC_MODULES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"
 GENERIC_STEP = "a value typed `nn.Module`, its"
 # A model class attribute listing the only quantization configs it accepts (vLLM).
 RESTRICTING_ATTR = "supported_quantization_configs"
+_RESTRICTING = re.compile(RESTRICTING_ATTR)  # a class whose text lacks it sets no such value
 
 
 def _merge(a: str, b: str) -> str:
@@ -807,6 +810,8 @@ class LayerResolver:
         if not inst.origin or not inst.qualname:
             return False
         for ancestor in self.index.mro(inst.origin):
+            if not self.project.may_define(ancestor, _RESTRICTING):
+                continue  # its text never names the attribute: no class-level value of it
             class_facts = self.project.class_facts(ancestor)
             value = class_facts.class_values.get(RESTRICTING_ATTR) if class_facts else None
             if value is None:
@@ -917,6 +922,8 @@ class LayerResolver:
         its storage methods takes the layer it owns (`layer`, or a parameter annotated with a
         quantizable layer class)."""
         for ancestor in self.index.mro(qualname):
+            if not self.project.may_define(ancestor, STORAGE_METHOD_WORDS):
+                continue
             class_facts: ClassFacts | None = self.project.class_facts(ancestor)
             if class_facts is None:
                 continue
