@@ -1,5 +1,5 @@
 """Storage code is decided without parsing a base class whose text defines no storage method
-(`ProjectFacts.may_define`): a model's base classes are rarely quant methods, and parsing each
+(`ProjectFacts.may_hold`): a model's base classes are rarely quant methods, and parsing each
 for its signatures was a tenth of a cold check of vLLM. A base that does define one still makes
 its subclasses storage code."""
 

@@ -32,7 +32,7 @@ from dtype_lint.core.regions import Defs
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
                              "get_quant_method", "embedding"})
-# A class whose text holds none of these words defines no storage method (`ProjectFacts.may_define`).
+# A class whose text holds none of these words defines no storage method (`ProjectFacts.may_hold`).
 STORAGE_METHOD_WORDS = re.compile(r"\b(?:%s)\b" % "|".join(sorted(STORAGE_METHODS)))
 # The name a storage method gives the layer it owns when no annotation says it is one.
 LAYER_PARAM = "layer"
@@ -791,18 +791,21 @@ class ProjectFacts:
         self.add(facts)
         return facts
 
-    def may_define(self, qualname: str, names: re.Pattern) -> bool:
-        """Could the class define a method or a class-level value `names` matches? False only
-        when its text, not parsed yet, holds no match: its facts need not be built to learn that
-        it has none (a model's bases are read for a storage method or a restricting value, which
-        few define)."""
+    def may_hold(self, qualname: str, words: re.Pattern) -> bool:
+        """Could the class's own text hold a match of `words`? False only when that
+        text, not parsed yet, does not: its facts need not be built to learn that it defines no
+        method, attribute or class-level value of that name. A model's bases are read for a
+        storage method or a restricting value few of them define, and building
+        each one's facts (a parse, then a walk of every method) was a tenth of a cold check."""
         loc = self.index.class_location(qualname)
         if loc is None:
             return True
         facts = self.file_facts(loc[0].module)
         text = facts.classes.unparsed_text(qualname) \
             if facts is not None and isinstance(facts.classes, LazyClasses) else None
-        return text is None or names.search(text) is not None
+        if text is None:
+            return True
+        return words.search(text) is not None
 
     def class_facts(self, qualname: str) -> ClassFacts | None:
         loc = self.index.class_location(qualname)

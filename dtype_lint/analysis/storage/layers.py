@@ -810,7 +810,7 @@ class LayerResolver:
         if not inst.origin or not inst.qualname:
             return False
         for ancestor in self.index.mro(inst.origin):
-            if not self.project.may_define(ancestor, _RESTRICTING):
+            if not self.project.may_hold(ancestor, _RESTRICTING):
                 continue  # its text never names the attribute: no class-level value of it
             class_facts = self.project.class_facts(ancestor)
             value = class_facts.class_values.get(RESTRICTING_ATTR) if class_facts else None
@@ -922,7 +922,7 @@ class LayerResolver:
         its storage methods takes the layer it owns (`layer`, or a parameter annotated with a
         quantizable layer class)."""
         for ancestor in self.index.mro(qualname):
-            if not self.project.may_define(ancestor, STORAGE_METHOD_WORDS):
+            if not self.project.may_hold(ancestor, STORAGE_METHOD_WORDS):
                 continue
             class_facts: ClassFacts | None = self.project.class_facts(ancestor)
             if class_facts is None:
