@@ -418,6 +418,7 @@ class ModuleTable:
         self._headers: dict[str, ModuleHeader | None] = {}
         self._where: dict[str, ModuleFile | None] = {}
         self.frames: list[Reads] = []
+        self._tops: frozenset[str] | None = None
 
     @classmethod
     def of(cls, headers: list[ModuleHeader]) -> "ModuleTable":
@@ -609,6 +610,13 @@ class ModuleTable:
 
     def loaded(self) -> list[ModuleHeader]:
         return [h for h in self._headers.values() if h is not None]
+
+    def top_names(self) -> frozenset[str]:
+        """The first part of every module's name (`vllm`): what a dotted name resolves under when
+        its head is neither imported nor defined where it is used (QuantizableLayerIndex.resolve)."""
+        if self._tops is None:
+            self._tops = frozenset(m.split(".", 1)[0] for m, _ in self._names.firsts())
+        return self._tops
 
 
 # The part of a qualified name that follows a function holding the class (Python's `__qualname__`).

@@ -34,6 +34,7 @@ from dtype_lint.analysis.index.class_facts import (
     ClassFacts,
     ContainerItem,
     FunctionScope,
+    LazyClasses,
     ProjectFacts,
     Signature,
     annotation_name,
@@ -70,6 +71,7 @@ GENERIC_MODULES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"
 GENERIC_STEP = "a value typed `nn.Module`, its"
 # A model class attribute listing the only quantization configs it accepts (vLLM).
 RESTRICTING_ATTR = "supported_quantization_configs"
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")  # a name in a text (a superset of those it resolves)
 _RESTRICTING = re.compile(RESTRICTING_ATTR)  # a class whose text lacks it sets no such value
 
 
@@ -861,7 +863,15 @@ class LayerResolver:
             if not any(c for c in header.classes):
                 continue
             facts = self.project.file_facts(module)
-            for class_facts in (facts.classes.values() if facts else ()):
+            classes = facts.classes if facts else {}
+            unparsed = classes.unparsed_text if isinstance(classes, LazyClasses) else None
+            may_name = self._may_name(module, header, facts.imports, qualname) if facts else None
+            for class_qualname in classes:
+                text = unparsed(class_qualname) if unparsed is not None else None
+                if text is not None and may_name is not None and \
+                        not any(may_name(word) for word in set(_IDENTIFIER.findall(text))):
+                    continue  # it names no such class: it constructs none (not parsed, not walked)
+                class_facts = classes[class_qualname]
                 for origins in class_facts.attrs.values():
                     for origin in origins:
                         if origin.kind != "call" or not origin.type_name or \
@@ -871,6 +881,35 @@ class LayerResolver:
                         if self._from_origin(origin, class_facts.qualname, {}).config != NONE:
                             return False
         return found
+
+    def _may_name(self, module: str, header, imports: dict[str, str], qualname: str):
+        """word -> can that name, used in `module`, construct `qualname` or a subclass, as
+        `QuantizableLayerIndex.resolve` reads it? A class the module defines or imports that is
+        one (or an engine's class outside the project that is `qualname` itself); a module it
+        imports that holds `qualname` or is the project's (`mod.Head(...)`), or a class with nested
+        classes (`Outer.Inner(...)`); a top-level package (a dotted name whose head the module
+        does not bind resolves from there). A class whose text holds no such word has no
+        construction the census counts: its methods need not be parsed and walked. Only the words
+        a class's text holds are resolved (vLLM 0.34.0: 0.2 G of a 29 G cold check)."""
+        index = self.index
+        tops = index.modules.top_names() | {qualname.split(".", 1)[0]}
+        known: dict[str, bool] = {}
+
+        def may_name(word: str) -> bool:
+            verdict = known.get(word)
+            if verdict is None:
+                if word in header.classes and word not in imports:
+                    verdict = qualname in index.mro(f"{module}.{word}")
+                elif word in imports:
+                    target = index.canonical(imports[word])
+                    where = index.class_location(target)
+                    verdict = qualname in index.mro(target) or qualname.startswith(f"{target}.") or \
+                        (bool(where[0].nested) if where is not None else index.modules.get(target) is not None)
+                else:
+                    verdict = word in tops
+                known[word] = verdict
+            return verdict
+        return may_name
 
     def quant_root(self, qualname: str) -> tuple[str, tuple[Evidence, ...]] | None:
         """(the nearest class in the MRO that makes it quantizable, the evidence chain) or None:
