@@ -21,6 +21,21 @@ def _main(argv: list[str]) -> int:
     code = replay(argv)
     if code is not None:
         return code
+    import gc
+
+    # From here the command line imports up to a hundred modules whose classes, functions and
+    # tables live as long as the process: a collection every 700 allocations while they are built
+    # finds no garbage, and cost the pre-commit run of an edited file 10 M instructions (1.3%).
+    # The run collects as rarely (pipeline._gc_tuned); the threshold is back once it returns.
+    threshold = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        return _command_line(argv)
+    finally:
+        gc.set_threshold(*threshold)
+
+
+def _command_line(argv: list[str]) -> int:
     from dtype_lint import fast_path
 
     code = fast_path.try_clean_exit(argv)
