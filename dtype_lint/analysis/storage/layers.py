@@ -25,6 +25,7 @@ import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtype_lint.analysis.index.class_facts import (
     LAYER_PARAM,
@@ -47,16 +48,13 @@ from dtype_lint.analysis.index.construction_forms import (
     spliced_local,
 )
 from dtype_lint.analysis.instance_patches import named_only
-from dtype_lint.analysis.storage.storage_model import (
-    ABSENT,
-    BACKEND_MARK,
-    NON_COMPUTE,
-    UNKNOWN_BACKENDS,
-    StorageModel,
-    storage_evidence,
-)
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, NON_COMPUTE, UNKNOWN_BACKENDS, storage_evidence
 from dtype_lint.core.findings import Evidence
+from dtype_lint.dtypes.storage_format import ABSENT
 from dtype_lint.ecosystems.registry import model_dtype_attributes, optional, plugins
+
+if TYPE_CHECKING:
+    from dtype_lint.analysis.storage.storage_model import StorageModel
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
