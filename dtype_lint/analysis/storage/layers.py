@@ -48,7 +48,7 @@ from dtype_lint.analysis.index.construction_forms import (
     spliced_local,
 )
 from dtype_lint.analysis.instance_patches import named_only
-from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, NON_COMPUTE, UNKNOWN_BACKENDS, storage_evidence
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, NON_COMPUTE, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_format import ABSENT
 from dtype_lint.ecosystems.registry import model_dtype_attributes, optional, plugins
@@ -793,6 +793,8 @@ class LayerResolver:
             return ()
         if not relevant:
             return None
+        from dtype_lint.analysis.storage.storage_model import storage_evidence  # imported by the model above
+
         # Narrowed to the backends the project's platforms admit: the evidence says which platform.
         narrowed = self.storage_model.narrowed_by(qualname)
         return storage_evidence(relevant) + ((narrowed,) if narrowed is not None else ())

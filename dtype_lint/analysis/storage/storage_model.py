@@ -43,7 +43,7 @@ from typing import Callable, Protocol
 
 from dtype_lint.analysis.index.class_facts import annotation_name
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex, dotted, record_import
-from dtype_lint.analysis.storage.verdicts import UNKNOWN_BACKENDS
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import (
     ABSENT,
@@ -1452,6 +1452,25 @@ def _const_str(node: ast.AST) -> str | None:
 
 def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
+
+
+def storage_evidence(storages: list[Storage], limit: int = 4) -> tuple[Evidence, ...]:
+    """One evidence line per storage (its most specific line: where the storage is made)."""
+    out = []
+    seen = set()
+    # One per backend first, then more of the same backends.
+    firsts = {s.backend: s for s in reversed(storages)}
+    ordered = ([s for s in storages if firsts.get(s.backend) is s]
+               + [s for s in storages if firsts.get(s.backend) is not s])
+    for s in ordered:
+        if (s.backend, s.method) in seen:
+            continue
+        seen.add((s.backend, s.method))
+        where = next((e for e in reversed(s.evidence) if e.path), None)
+        out.append(Evidence(BACKEND_MARK + s.describe(), where.path if where else "", where.line if where else 0))
+        if len(out) >= limit:
+            break
+    return tuple(out)
 
 
 def summarize(storages: Iterable[Storage], want: str) -> list[Storage]:

@@ -13,12 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import cache
-from typing import TYPE_CHECKING
 
 from dtype_lint.core.findings import Evidence
-
-if TYPE_CHECKING:
-    from dtype_lint.analysis.storage.storage_model import Storage
 
 # Storage kinds (ABSENT, PACKED, FP8, COMPUTE, UNKNOWN): the storage formats' table names them.
 # What a rule asks for: a storage that is not the compute dtype (casts, allocations), or none at all.
@@ -34,25 +30,6 @@ def backends_unknown(evidence) -> bool:
     proven to run on its layers (the shared template reads the layer's model dtype attribute): no fix
     is offered."""
     return any(e.message.startswith(BACKEND_MARK + UNKNOWN_BACKENDS) for e in evidence or ())
-
-
-def storage_evidence(storages: list[Storage], limit: int = 4) -> tuple[Evidence, ...]:
-    """One evidence line per storage (its most specific line: where the storage is made)."""
-    out = []
-    seen = set()
-    # One per backend first, then more of the same backends.
-    firsts = {s.backend: s for s in reversed(storages)}
-    ordered = ([s for s in storages if firsts.get(s.backend) is s]
-               + [s for s in storages if firsts.get(s.backend) is not s])
-    for s in ordered:
-        if (s.backend, s.method) in seen:
-            continue
-        seen.add((s.backend, s.method))
-        where = next((e for e in reversed(s.evidence) if e.path), None)
-        out.append(Evidence(BACKEND_MARK + s.describe(), where.path if where else "", where.line if where else 0))
-        if len(out) >= limit:
-            break
-    return tuple(out)
 
 
 def why_storage(evidence: Iterable[Evidence], default: str) -> str:
