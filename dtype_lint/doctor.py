@@ -288,7 +288,7 @@ def _undecided_sites(result: RunResult, matches: list[RootMatch]) -> list:
     decided: a layer reached without its class (a bound function on instances matched by their
     class's name, a name heuristic), whose backends cannot be told. Not those of a root shown with
     unknown backends, nor those a family's `doctor` paragraph counts (asked one finding at a time)."""
-    from dtype_lint.analysis.storage.storage_model import BACKEND_MARK
+    from dtype_lint.analysis.storage.verdicts import BACKEND_MARK
     from dtype_lint.ecosystems.registry import plugins
 
     told = {BACKEND_MARK + m.unknown_backends for m in matches if m.matched and m.unknown_backends}
@@ -302,7 +302,7 @@ def _undecided_sites(result: RunResult, matches: list[RootMatch]) -> list:
 def _undecided_lines(undecided: list, rel) -> list[str]:
     """The quantizable-roots paragraph's lines on the sites no root decided (_undecided_sites): how
     check reached each one, in its own evidence's words."""
-    from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS, backends_unknown
+    from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, UNKNOWN_BACKENDS, backends_unknown
 
     n, unknown = len(undecided), sum(1 for f in undecided if backends_unknown(f.evidence))
     if unknown == n:

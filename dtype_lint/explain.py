@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 
 from dtype_lint.analysis.storage.catalogue import default_model
-from dtype_lint.analysis.storage.storage_model import ABSENT, COMPUTE, NON_COMPUTE
+from dtype_lint.analysis.storage.storage_model import ABSENT, COMPUTE
+from dtype_lint.analysis.storage.verdicts import NON_COMPUTE
 
 # The rule whose question (a cast to a non-compute storage) explain asks for a layer its callers hand.
 CAST_RULE = "DTL001"
@@ -229,7 +230,7 @@ def _callers_decide(callers: _Callers, function_node, layer: ast.expr, out: list
     `indexer: nn.Module`): as check, the verdict on what the calls of its function in this file
     pass for it, judged at each call (one step). False where no call decides it."""
     from dtype_lint.analysis.flow.callers import generically_typed, handed_root
-    from dtype_lint.analysis.storage.storage_model import backends_unknown
+    from dtype_lint.analysis.storage.verdicts import backends_unknown
 
     root = handed_root(layer)
     if function_node is None or root is None or not generically_typed(function_node, root.id):

@@ -48,11 +48,12 @@ from dtype_lint.analysis.flow.recognisers import (
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_functions, patched_methods
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.layers import LayerResolver
-from dtype_lint.analysis.storage.storage_model import ABSENT, backends_unknown, why_storage
+from dtype_lint.analysis.storage.verdicts import backends_unknown, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.regions import BLANKED
 from dtype_lint.core.source import SourceFile
+from dtype_lint.dtypes.storage_format import ABSENT
 from dtype_lint.ecosystems.registry import default_words, family_of, optional, planner_of, plugins
 
 FACTS = frozenset({"candidates", "functions", "layers", "fixes", "flows", "helpers", "guards", "tree", "imports",

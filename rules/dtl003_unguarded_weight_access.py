@@ -127,7 +127,8 @@ import ast
 from dtype_lint.analysis.guard_engine.file_guards import test_module
 from dtype_lint.analysis.guard_engine.never_runs import shadowed_definitions
 from dtype_lint.analysis.storage.constructions import never_reaches
-from dtype_lint.analysis.storage.storage_model import ABSENT, why_storage
+from dtype_lint.analysis.storage.storage_model import ABSENT
+from dtype_lint.analysis.storage.verdicts import why_storage
 from dtype_lint.analysis.weight_reads import judged_weight_reads
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.registry import passages

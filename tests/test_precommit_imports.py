@@ -1,9 +1,10 @@
 """What the full run on one edited file imports (issue #37): pre-commit's run after an edit that
 reports no finding plans no fix, sets no helper and computes no storage its kept answers hold,
 so the fix stage's modules (the fixer, the helper's home and template, the planner, the dtype
-evaluator under them), the storage catalogue, the installed-engine reader and the suppressions
-are left to the runs that use them. Each is an import and its `@dataclass` classes built for
-nothing: Python 3.11 compiles every method a dataclass generates, at import.
+evaluator under them), the storage catalogue, the storage model (the rules and the layer
+resolver read a verdict's words from analysis/storage/verdicts.py), the installed-engine reader
+and the suppressions are left to the runs that use them. Each is an import and its `@dataclass`
+classes built for nothing: Python 3.11 compiles every method a dataclass generates, at import.
 
 Structural, not timed: benchmarks/results/precommit/README.md has the instruction counts."""
 
@@ -38,6 +39,7 @@ LEFT_TO_THEIR_RUNS = (
     "dtype_lint.dtypes.evaluator",
     "dtype_lint.dtypes.truth_table",
     "dtype_lint.analysis.storage.catalogue",
+    "dtype_lint.analysis.storage.storage_model",
     "dtype_lint.core.engine_source",
     "dtype_lint.run.installed_engine",
     "dtype_lint.core.suppressions",

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from dtype_lint.core.rule_registry import opt_in_codes
@@ -25,8 +26,14 @@ class ConfigError(Exception):
 
 
 _CODE = re.compile(r"^DTL\d{0,3}$|^ALL$")
-_HELPER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-_QUALNAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
+
+
+@cache
+def _names() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A helper's `package.module:function` and a dotted class name; compiled on first use (only
+    a configuration that names a helper or classes is checked for them)."""
+    return (re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"),
+            re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$"))
 
 
 @dataclass
@@ -317,9 +324,9 @@ def _validate(cfg: Config, where: str) -> None:
             raise ConfigError(f"{where}: per-file-ignores `{pattern}` must map to a list of codes")
     for key in ("quantizable", "exempt_classes", "not_quantizable"):
         for name in getattr(cfg, key):
-            if not _QUALNAME.match(name):
+            if not _names()[1].match(name):
                 raise ConfigError(f"{where}: `{key.replace('_', '-')}` entry `{name}` is not a dotted class name")
-    if cfg.helper and (not _HELPER.match(cfg.helper)
+    if cfg.helper and (not _names()[0].match(cfg.helper)
                        or any(keyword.iskeyword(p) for p in re.split(r"[.:]", cfg.helper))):
         raise ConfigError(f"{where}: `helper` must look like `package.module:function`, got `{cfg.helper}` "
                           "(dotted Python names, none empty)")

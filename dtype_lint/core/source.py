@@ -12,7 +12,7 @@ import re
 import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (this module is on the fast path)
 if TYPE_CHECKING:
@@ -26,8 +26,18 @@ if TYPE_CHECKING:
         end_lineno: int | None
         end_col_offset: int | None
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-_BREAK = re.compile(r"\r\n|\r|\n")
+@cache
+def _line() -> re.Pattern[str]:
+    """A line and its break; compiled on first use (only a text holding a character that
+    `str.splitlines` also breaks at is split by it)."""
+    return re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+@cache
+def _break() -> re.Pattern[str]:
+    """A line break; compiled on first use (a pre-commit run of a file with no finding asks no
+    offset of a line)."""
+    return re.compile(r"\r\n|\r|\n")
 
 
 def split_lines(text: str) -> list[str]:
@@ -36,7 +46,7 @@ def split_lines(text: str) -> list[str]:
     character other than \\n that it would also break at."""
     if "\r" in text or "\v" in text or "\f" in text or "\x1c" in text or "\x1d" in text or "\x1e" in text or \
             (not text.isascii() and ("\x85" in text or "\u2028" in text or "\u2029" in text)):
-        return _LINE.findall(text)
+        return _line().findall(text)
     return text.splitlines(True)
 
 
@@ -81,7 +91,7 @@ class SourceText:
     @cached_property
     def starts(self) -> list[int]:
         """Offset of each line's first character; one more entry: the end of the text."""
-        return [0] + [m.end() for m in _BREAK.finditer(self.text)]
+        return [0] + [m.end() for m in _break().finditer(self.text)]
 
     @property
     def line_count(self) -> int:
@@ -115,7 +125,7 @@ class SourceText:
     @property
     def newline(self) -> str:
         """The file's line break style, from its first line break (LF when it has none)."""
-        match = _BREAK.search(self.text)
+        match = _break().search(self.text)
         return match.group(0) if match else "\n"
 
 

@@ -216,8 +216,11 @@ def passages() -> dict[str, str]:
     return found
 
 
-# A slot in a rule's page, summary or message: `{{name}}`, filled with the passage of that name.
-_SLOT = re.compile(r"\{\{([\w.]+)\}\}")
+@cache
+def _slot() -> re.Pattern[str]:
+    """A slot in a rule's page, summary or message: `{{name}}`, filled with the passage of that
+    name; compiled on first use (most summaries hold none)."""
+    return re.compile(r"\{\{([\w.]+)\}\}")
 
 
 def filled(text: str) -> str:
@@ -234,7 +237,7 @@ def filled(text: str) -> str:
             raise KeyError(f"no ecosystem fills the rule page's slot {{{{{match.group(1)}}}}}")
         return known[match.group(1)]
 
-    return _SLOT.sub(passage, text)
+    return _slot().sub(passage, text)
 
 
 def plugin(ecosystem: str, role: str) -> ModuleType:

@@ -26,6 +26,7 @@ colour: the control characters rich drops are dropped, tabs expanded to 4-cell s
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import TextIO
 
 from dtype_lint.core.findings import Finding
@@ -48,14 +49,20 @@ from dtype_lint.reporters._common import (
 CONTEXT = 2  # lines shown before and after the span
 MAX_MARKED = 6  # longer spans show their first 3 and last 2 lines
 TAB = 4
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 GUTTER = "blue"
 NOTE = "bold cyan"
 
 
 def _display(s: str) -> str:
-    return _CONTROL.sub(" ", s.expandtabs(TAB))
+    return _control().sub(" ", s.expandtabs(TAB))
+
+
+@cache
+def _control() -> re.Pattern[str]:
+    """The control characters a terminal line must not hold; compiled on first use (a run with
+    nothing to show renders no line)."""
+    return re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _width(s: str) -> int:

@@ -78,7 +78,7 @@ def _calls_in(project, module: str, header, text: str, direct: set[str], via_mod
     from dtype_lint.analysis.function_walk import iter_functions
     from dtype_lint.analysis.index.class_facts import FunctionScope
     from dtype_lint.analysis.storage.layers import LayerResolver
-    from dtype_lint.analysis.storage.storage_model import NON_COMPUTE
+    from dtype_lint.analysis.storage.verdicts import NON_COMPUTE
     from dtype_lint.core import trees
 
     try:

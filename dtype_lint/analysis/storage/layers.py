@@ -26,6 +26,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtype_lint.analysis.index.class_facts import (
     LAYER_PARAM,
@@ -50,16 +51,13 @@ from dtype_lint.analysis.index.construction_forms import (
     spliced_local,
 )
 from dtype_lint.analysis.instance_patches import named_only
-from dtype_lint.analysis.storage.storage_model import (
-    ABSENT,
-    BACKEND_MARK,
-    NON_COMPUTE,
-    UNKNOWN_BACKENDS,
-    StorageModel,
-    storage_evidence,
-)
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, NON_COMPUTE, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
+from dtype_lint.dtypes.storage_format import ABSENT
 from dtype_lint.ecosystems.registry import model_dtype_attributes, optional, plugins
+
+if TYPE_CHECKING:
+    from dtype_lint.analysis.storage.storage_model import StorageModel
 
 __all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
 
@@ -800,6 +798,8 @@ class LayerResolver:
             return ()
         if not relevant:
             return None
+        from dtype_lint.analysis.storage.storage_model import storage_evidence  # imported by the model above
+
         # Narrowed to the backends the project's platforms admit: the evidence says which platform.
         narrowed = self.storage_model.narrowed_by(qualname)
         return storage_evidence(relevant) + ((narrowed,) if narrowed is not None else ())

@@ -43,6 +43,7 @@ from typing import Callable, Protocol
 
 from dtype_lint.analysis.index.class_facts import annotation_name
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex, dotted, record_import
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import (
     ABSENT,
@@ -56,20 +57,6 @@ from dtype_lint.dtypes.storage_formats import (
 )
 from dtype_lint.ecosystems.registry import model_dtype_attributes
 
-# Storage kinds (ABSENT, PACKED, FP8, COMPUTE, UNKNOWN): the storage formats' table names them.
-# What a rule asks for: a storage that is not the compute dtype (casts, allocations), or none at all.
-NON_COMPUTE = "non-compute"
-# The evidence of a storage starts with this, so a message can name the backends (`why_storage`).
-BACKEND_MARK = "backend: "
-# A verdict that reports a layer whose backends could not be read (CodeBackends.undispatched).
-UNKNOWN_BACKENDS = "which backends reach it cannot be told"
-
-
-def backends_unknown(evidence) -> bool:
-    """Does this verdict's evidence say the layer's backends could not be read? No helper is then
-    proven to run on its layers (the shared template reads the layer's model dtype attribute): no fix
-    is offered."""
-    return any(e.message.startswith(BACKEND_MARK + UNKNOWN_BACKENDS) for e in evidence or ())
 # Module sources (text lines and parsed methods) kept at once. One engine's quantization package
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
 # instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
@@ -1484,23 +1471,6 @@ def storage_evidence(storages: list[Storage], limit: int = 4) -> tuple[Evidence,
         if len(out) >= limit:
             break
     return tuple(out)
-
-
-def why_storage(evidence: Iterable[Evidence], default: str) -> str:
-    """The backends behind a finding, for its message ("Fp8 (fp8.py:345) registers `weight` as
-    fp8; AutoAWQ (auto_awq.py:517) registers `qweight`, not `weight`"); `default` when the
-    evidence names none (the model did not know the layer's backends)."""
-    parts = [_RELEASE_REASON.sub(r"\1)", e.message[len(BACKEND_MARK):])
-             for e in evidence if e.message.startswith(BACKEND_MARK)]
-    if not parts:
-        return default
-    return "; ".join(parts[:2]) + (f"; +{len(parts) - 2} more" if len(parts) > 2 else "")
-
-
-# A catalogue's backend names its release and why it was chosen (`... in vllm 0.34.0, the release
-# pyproject.toml pins)`, analysis/storage/catalogue.py). The message keeps the release; the reason
-# stays in the evidence lines: said once per backend, it would fill the message's first line.
-_RELEASE_REASON = re.compile(r"( in [\w.-]+ \d[\w.+-]*), [^()]*\)")
 
 
 def summarize(storages: Iterable[Storage], want: str) -> list[Storage]:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from dtype_lint.analysis.flow.recognisers import first_parameter_of
 from dtype_lint.analysis.index.class_facts import local_call
 from dtype_lint.analysis.index.class_index import dotted
-from dtype_lint.analysis.storage.storage_model import BACKEND_MARK
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import format_named, packed_storages
 from dtype_lint.ecosystems.hf.model_classes import PINNED, is_model_class, model_class_names

@@ -15,7 +15,7 @@ Verdicts:
 
 from __future__ import annotations
 
-from dtype_lint.analysis.storage.storage_model import BACKEND_MARK, UNKNOWN_BACKENDS
+from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
 from dtype_lint.ecosystems.hf.family import StorageEvidence, narrowed_after_build, words_after_reason
 from dtype_lint.ecosystems.megatron.modelopt_catalogue import (
