@@ -76,10 +76,12 @@ from dtype_lint.core.text_facts import dtype_functions  # noqa: E402,F401
 
 
 @cache
-def _from_import_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+def _from_import_patterns() -> tuple[LineStart, re.Pattern[str]]:
     """`from M import ...` and the names in its list; compiled on first use (only a run that looks
-    for helper callers across files needs them, not a pre-commit check of one edited file)."""
-    return (re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M),
+    for helper callers across files needs them, not a pre-commit check of one edited file). Found
+    newline first (a `^` under re.M made the scan of every file three times slower): a match
+    spans lines only inside an import list's parentheses, where no line starts another import."""
+    return (LineStart(r"[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)"),
             re.compile(r"(?:^|,)\s*(\w+)"))
 
 
@@ -90,7 +92,7 @@ def from_imported(text: str) -> list[str]:
         return []
     names = set()
     from_import, imported = _from_import_patterns()
-    for match in from_import.finditer(text):
+    for _, match in from_import.finditer(text):
         body = re.sub(r"#[^\n]*", "", match.group(1)).strip("() \t\r\n\\")
         names.update(imported.findall(body))
     return sorted(names)
