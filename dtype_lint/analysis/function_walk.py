@@ -336,7 +336,8 @@ def patched_methods(tree: ast.Module) -> dict[str, str]:
     if not functions:
         return {}
     bound: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    nodes = walk(tree)
+    for node in nodes:
         owner, function = None, None
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
                 and isinstance(node.value, ast.Name):
@@ -350,7 +351,7 @@ def patched_methods(tree: ast.Module) -> dict[str, str]:
             bound.setdefault(function, set()).add(name)
     # `module.forward = types.MethodType(fn, module)` under a test of the module's class
     # (analysis/instance_patches.py): fn runs as a method of that class too.
-    for function, names in instance_patched_methods(tree, functions).items():
+    for function, names in instance_patched_methods(nodes, parent_map(tree), functions).items():
         bound.setdefault(function, set()).update(names)
     return {function: next(iter(names)) for function, names in bound.items() if len(names) == 1}
 

@@ -154,7 +154,7 @@ def _stores_on_other_objects(tree: ast.Module) -> dict[str, list[_Assignment]]:
                             isinstance(node.value, ast.Name) and node.value.id == self_name):
                         known_value = value if node is target else ast.Name("?")
                         stores.setdefault(node.attr, []).append(_Assignment(known_value, anded, tests, id(fn)))
-            for node in ast.walk(stmt) if not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+            for node in walk(stmt) if not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)) \
                     else ():
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
                         and len(node.args) >= 2:
