@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -474,16 +475,18 @@ class ModuleTable:
                                          for path, key, _ in self._names.files_of(module)]
         return mfs
 
-    def seed(self, header: ModuleHeader, stamp: str) -> None:
-        """The header of a file being analysed, extracted from the text in hand: used when the
-        file defines its module, so that the file is not read again."""
-        if header.module in self._headers:
+    def seed(self, module: str, path: str, extract: Callable[[], ModuleHeader], stamp: str) -> None:
+        """The header of a file being analysed, `extract()`ed from the text in hand: used when the
+        file defines its module, so that the file is not read again. Extracted only then: with
+        every rule on, 975 of vLLM 0.34.0's 999 analysed files had their header read already (the
+        storage model's constructions read every module's imports)."""
+        if module in self._headers:
             return
-        candidates = self._module_files(header.module)
-        if candidates and candidates[0].path == header.path:
+        candidates = self._module_files(module)
+        if candidates and candidates[0].path == path:
             candidates[0].stamp = stamp
-            self._headers[header.module] = header
-            self._where[header.module] = candidates[0]
+            self._headers[module] = extract()
+            self._where[module] = candidates[0]
 
     def first_key(self, module: str) -> str | None:
         """The key of the first file named `module`, without reading anything: what a recorded
