@@ -7,8 +7,7 @@ import ast
 import re
 import textwrap
 
-from dtype_lint.analysis.function_walk import FunctionWalk, nodes_of
-from dtype_lint.analysis.guard_engine.dominance import parent_map
+from dtype_lint.analysis.function_walk import FunctionWalk, nodes_of, parent_map, walk
 from dtype_lint.analysis.index.class_facts import walk_function
 from dtype_lint.core.source import SourceFile
 from dtype_lint.core.text_facts import (
@@ -83,6 +82,21 @@ def test_nodes_parents_and_events_are_those_of_the_walks_they_replace():
         for kinds in [(ast.Call,), (ast.Attribute, ast.Call), (ast.Compare,), (ast.expr,), (ast.Global,)]:
             assert walk.of(*kinds) == [n for n in old if isinstance(n, kinds)]
         assert nodes_of(fn, ast.Call) == [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+
+
+def test_walk_and_parent_map_are_ast_walk_and_its_child_nodes_in_order():
+    # Order matters: the guard engine keeps assignments, stores and constructions in walk order
+    # (evidence names the first sites), and a shared `Load()` keeps the last parent written.
+    tree = ast.parse(CODE)
+    for root in [tree, *_functions(CODE)]:
+        old = list(ast.walk(root))
+        assert len(walk(root)) == len(old) and all(a is b for a, b in zip(walk(root), old))
+        parents: dict[int, ast.AST] = {}
+        for node in ast.walk(root):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        new = parent_map(root)
+        assert new.keys() == parents.keys() and all(new[k] is parents[k] for k in parents)
 
 
 def test_the_walk_does_not_enter_nested_scopes_but_maps_their_parents():

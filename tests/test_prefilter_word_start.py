@@ -39,3 +39,24 @@ def test_a_word_character_before_the_match_is_no_match():
     _, search = searched(PATTERN)
     assert search.search("params_dtype = self.layer.dtype") is None
     assert search.search("xdtype = self.a.dtype; dtype = self.b.dtype").span() == (23, 43)
+
+
+# DTL004's storage dtypes: a group of words after the `\b`, each starting with a letter.
+GROUP = r"\b(?:int32|uint8|int8|float8_e\w+|fp8_dtype)\b"
+GROUP_PIECES = st.sampled_from(["int8", "uint8", "int32", "float8_e", "4m3fn", "fp8_dtype", "x", "_", "é", " ",
+                                ".", "\n", "1"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(GROUP_PIECES, max_size=30).map("".join))
+def test_a_group_of_words_is_searched_as_the_pattern_is(text: str):
+    _, fast = searched(GROUP)
+    plain = re.compile(GROUP, re.M)
+    assert isinstance(fast, WordStart)
+    assert [m.span() for m in fast.finditer(text)] == [m.span() for m in plain.finditer(text)]
+    assert (fast.search(text) is None) == (plain.search(text) is None)
+
+
+def test_a_group_that_may_start_otherwise_is_left_to_re():
+    for pattern in (r"\b(?:int8|\wx)", r"\b(?:int8|uint8)?\d", r"\b(?:[a-z]|b)x", r"\b(?:a(b)|c)"):
+        assert not isinstance(searched(pattern)[1], WordStart), pattern

@@ -198,6 +198,53 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
     return nodes
 
 
+def walk(root: ast.AST) -> list[ast.AST]:
+    """`list(ast.walk(root))`, in its order (breadth first), read through each class's child
+    fields: `ast.iter_child_nodes`' generators made ast.walk a twentieth of a run with every rule
+    on, where the guard engine walks whole modules (vLLM 0.34.0: 130.7 G -> 125.3 G instructions)."""
+    nodes: list[ast.AST] = [root]
+    push, ast_type, fields = nodes.append, _AST, _FIELDS
+    for node in nodes:  # the list is the queue: a node's children go after every node before them
+        kind = type(node)
+        child_fields = fields.get(kind)
+        if child_fields is None:
+            child_fields = _fields_of(kind)
+        for name in child_fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast_type):
+                        push(item)
+            elif isinstance(value, ast_type):
+                push(value)
+    return nodes
+
+
+def parent_map(root: ast.AST) -> dict[int, ast.AST]:
+    """id(child) -> parent for every node under `root` (the root itself has none), written in
+    ast.walk's order: a node the parser shares (`Load()`, an operator) keeps the last parent."""
+    parents: dict[int, ast.AST] = {}
+    ast_type, fields = _AST, _FIELDS
+    for node in walk(root):
+        kind = type(node)
+        child_fields = fields.get(kind)
+        if child_fields is None:
+            child_fields = _fields_of(kind)
+        for name in child_fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast_type):
+                        parents[id(item)] = node
+            elif isinstance(value, ast_type):
+                parents[id(value)] = node
+    return parents
+
+
 def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
     """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
     through each class's child fields instead of `ast.iter_child_nodes`."""
@@ -227,7 +274,7 @@ def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
     return found
 
 
-__all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "nodes_of", "own_nodes"]
+__all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "nodes_of", "own_nodes", "parent_map", "walk"]
 
 
 # Every function of a module with its scope: the walk the rules' candidates, the fix planner's scope
@@ -289,7 +336,8 @@ def patched_methods(tree: ast.Module) -> dict[str, str]:
     if not functions:
         return {}
     bound: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    nodes = walk(tree)
+    for node in nodes:
         owner, function = None, None
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
                 and isinstance(node.value, ast.Name):
@@ -303,7 +351,7 @@ def patched_methods(tree: ast.Module) -> dict[str, str]:
             bound.setdefault(function, set()).add(name)
     # `module.forward = types.MethodType(fn, module)` under a test of the module's class
     # (analysis/instance_patches.py): fn runs as a method of that class too.
-    for function, names in instance_patched_methods(tree, functions).items():
+    for function, names in instance_patched_methods(nodes, parent_map(tree), functions).items():
         bound.setdefault(function, set()).update(names)
     return {function: next(iter(names)) for function, names in bound.items() if len(names) == 1}
 

@@ -119,15 +119,14 @@ def _binding(node: ast.AST) -> tuple[str, str] | None:
     return None
 
 
-def instance_patched_methods(tree: ast.Module, functions: set[str]) -> dict[str, set[str]]:
+def instance_patched_methods(nodes: list[ast.AST], parents: dict[int, ast.AST],
+                             functions: set[str]) -> dict[str, set[str]]:
     """Each of `functions` (module-level, first parameter `self`) bound with `MethodType` onto an
     instance whose class an enclosing `if` tests: function → the classes as the file spells them.
-    A binding no enclosing test names the class of is not counted (its `self` stays unknown)."""
-    parents: dict[int, ast.AST] = {}
+    A binding no enclosing test names the class of is not counted (its `self` stays unknown).
+    `nodes`: the module's, in ast.walk's order, and `parents` their parents (function_walk)."""
     bindings: list[tuple[ast.AST, str, str]] = []
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
+    for node in nodes:
         found = _binding(node)
         if found is not None and found[0] in functions:
             bindings.append((node, *found))

@@ -38,7 +38,8 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     # Each rule runs only where its own prefilter passes: one rule's broad patterns must not change
     # what another reports (a file is parsed once, for the rules that can find something in it).
     callers = reads_helper_callers(rules, index, module)
-    active = [r for r in rules if for_rules((r,)).might_match(text) or (callers and r.reads_helper_callers)]
+    tested: tuple[dict[str, bool], dict[str, bool]] = ({}, {})  # a pattern rules share is searched once
+    active = [r for r in rules if for_rules((r,)).might_match(text, tested) or (callers and r.reads_helper_callers)]
     if active:
         long_line = too_long_line(text)
         if long_line:

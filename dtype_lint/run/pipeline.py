@@ -815,7 +815,9 @@ def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
             module = module_name(path, config.root)
         # The file's own header, from the text in hand: the index need not read the file again.
         is_pkg = os.path.basename(path) == "__init__.py"
-        index.modules.seed(extract_header(text, module, path, is_pkg), project.stamp(project.real_of(path)))
+        known: str = module
+        index.modules.seed(known, path, lambda: extract_header(text, known, path, is_pkg),
+                           project.stamp(project.real_of(path)))
     else:
         module = module_name(path, config.root)
     return analyze(path, text, index, config, module)

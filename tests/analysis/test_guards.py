@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from dtype_lint.analysis.guard_engine.dominance import dominators, parent_map, same_expression
+from dtype_lint.analysis.function_walk import parent_map
+from dtype_lint.analysis.guard_engine.dominance import dominators, same_expression
 from dtype_lint.analysis.guard_engine.guard_flags import ClassGuardFlags, is_predicate, module_predicates
 from dtype_lint.analysis.guard_engine.guards import (
     NOTHING_KNOWN,

@@ -13,7 +13,7 @@ site runs says something about the program state there:
 
 `dominators` yields these, innermost first; what a test *means* (it proves the layer unquantized,
 it implies a `.weight`) is the guard vocabulary's business (analysis/guard_engine/guards.py). The node-to-parent
-map that the walk follows is built by `parent_map`, the one builder of the analysis.
+map that the walk follows is built by `function_walk.parent_map`, the one builder of the analysis.
 """
 
 from __future__ import annotations
@@ -25,15 +25,6 @@ from typing import Iterator
 # Statements that leave the block: an `if` whose body ends in one guards what follows it.
 EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
-
-
-def parent_map(root: ast.AST) -> dict[int, ast.AST]:
-    """id(child) -> parent for every node under `root` (the root itself has none)."""
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(root):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return parents
 
 
 def statement_blocks(node: ast.AST | None) -> list[list[ast.stmt]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import operator
 
+from dtype_lint.analysis.function_walk import walk
 from dtype_lint.analysis.index.class_facts import ProjectFacts
 
 
@@ -28,7 +29,7 @@ def enabled_in_file(tree: ast.Module) -> frozenset[str]:
     (`self.x = 8`, `layer.x = n`, `x.y += 1`, `setattr(o, "x", ...)`): such an attribute is
     turned on here, by the class, a subclass or a function the rule can see."""
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Assign):
             if not _falsy_constant(node.value):
                 out.update(t.attr for t in _targets(node.targets))

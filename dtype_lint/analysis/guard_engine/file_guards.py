@@ -20,7 +20,8 @@ import functools
 from collections.abc import Sequence
 
 from dtype_lint.analysis.analysed_function import AnalysedFunction
-from dtype_lint.analysis.guard_engine.dominance import dominators, parent_map, statement_blocks
+from dtype_lint.analysis.function_walk import parent_map, walk
+from dtype_lint.analysis.guard_engine.dominance import dominators, statement_blocks
 from dtype_lint.analysis.guard_engine.dormant import dormant_attributes, enabled_in_file
 from dtype_lint.analysis.guard_engine.guard_flags import (
     ClassGuardFlags,
@@ -403,7 +404,7 @@ class _CallerGuards:
         if any(dotted(d) not in ("staticmethod", "classmethod") for d in function_node.decorator_list):
             return False
         parents = self._parents
-        uses = [n for n in ast.walk(self._file.tree)
+        uses = [n for n in walk(self._file.tree)
                 if (isinstance(n, ast.Attribute) and method and n.attr == function_node.name)
                 or (isinstance(n, ast.Name) and not method and n.id == function_node.name
                     and isinstance(n.ctx, ast.Load))]
@@ -476,7 +477,7 @@ class _CallerGuards:
             positional = positional[1:]
         position = positional.index(name) if name in positional else None
         found: list[tuple[ast.Call, ast.expr]] = []
-        for call in ast.walk(self._file.tree):
+        for call in walk(self._file.tree):
             if not isinstance(call, ast.Call):
                 continue
             keyword = next((k.value for k in call.keywords if k.arg == name), None)
@@ -529,13 +530,13 @@ class _CallerGuards:
         if owner is None:
             return None
         parents = self._parents
-        annotations = {id(node) for holder in ast.walk(self._file.tree) for annotation in _annotations_of(holder)
+        annotations = {id(node) for holder in walk(self._file.tree) for annotation in _annotations_of(holder)
                        for node in ast.walk(annotation)}
         class_params = {id(m): m.args.args[0].arg for m in owner.body
                         if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.args.args
                         and any(dotted(d) == "classmethod" for d in m.decorator_list)}
         calls: list[ast.Call] = []
-        for node in ast.walk(self._file.tree):
+        for node in walk(self._file.tree):
             if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or id(node) in annotations:
                 continue
             if node.id != class_name:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Callable
 
+from dtype_lint.analysis.function_walk import nodes_of, walk
 from dtype_lint.analysis.guard_engine.dominance import EXITS
 from dtype_lint.analysis.guard_engine.guards import (
     BackendNames,
@@ -135,7 +136,7 @@ def _stores_on_other_objects(tree: ast.Module) -> dict[str, list[_Assignment]]:
     decoder layer turning on its MLP's path), with the tests that hold there; a `setattr(X, "name",
     v)` is an assignment of an unknown value, and one with a computed name sets `_ANY_NAME`."""
     stores: dict[str, list[_Assignment]] = {}
-    for fn in ast.walk(tree):
+    for fn in walk(tree):
         if not isinstance(fn, _FUNCTIONS):
             continue
         params = fn.args.posonlyargs + fn.args.args
@@ -153,7 +154,7 @@ def _stores_on_other_objects(tree: ast.Module) -> dict[str, list[_Assignment]]:
                             isinstance(node.value, ast.Name) and node.value.id == self_name):
                         known_value = value if node is target else ast.Name("?")
                         stores.setdefault(node.attr, []).append(_Assignment(known_value, anded, tests, id(fn)))
-            for node in ast.walk(stmt) if not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+            for node in walk(stmt) if not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)) \
                     else ():
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
                         and len(node.args) >= 2:
@@ -415,11 +416,10 @@ class ClassGuardFlags:
             for node in self._tree.body:
                 if isinstance(node, _FUNCTIONS):
                     owners[id(node)] = self._tree
-            for cls in ast.walk(self._tree):
-                if isinstance(cls, ast.ClassDef):
-                    for method in cls.body:
-                        if isinstance(method, _FUNCTIONS):
-                            owners[id(method)] = cls
+            for cls in nodes_of(self._tree, ast.ClassDef):
+                for method in cls.body:
+                    if isinstance(method, _FUNCTIONS):
+                        owners[id(method)] = cls
         return self._owners.get(id(fn))
 
     def _predicates(self) -> NamesOnDemand:
@@ -441,7 +441,7 @@ class ClassGuardFlags:
         """The predicates a function of the file defines inside itself, and those of the objects it
         builds or its attributes hold (`_object_predicates`), judged when asked about."""
         nested: dict[str, list] = {}
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if isinstance(node, _FUNCTIONS) and node is not fn:
                 nested.setdefault(node.name, []).append(node)
         backends = self._backends
@@ -549,7 +549,7 @@ def object_predicate_calls(fn) -> dict[str, tuple[ast.AST, str]]:
     function's return annotation names, may define `m` as a predicate (`kernel.can_run(layer)`
     false unless the layer's method is unquantized)."""
     assigned: dict[str, list[ast.expr | None]] = {}
-    for node in ast.walk(fn):
+    for node in walk(fn):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -575,7 +575,7 @@ def _deciding_method_calls(fn) -> list[ast.Call]:  # each one's `func` is an ast
     or returned) and are handed something to check: only those may be predicates worth resolving
     (resolving the receiver may read another module)."""
     deciding: list[ast.AST] = []
-    for node in ast.walk(fn):
+    for node in walk(fn):
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             deciding.append(node.test)
         elif isinstance(node, ast.BoolOp):

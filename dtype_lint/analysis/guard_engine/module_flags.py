@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.guard_engine.dominance import dominators, parent_map
+from dtype_lint.analysis.function_walk import parent_map, walk
+from dtype_lint.analysis.guard_engine.dominance import dominators
 from dtype_lint.analysis.storage.storage_model import ABSENT
 
 
@@ -34,7 +35,7 @@ def _module_flags(tree: ast.Module) -> frozenset[str]:
                 counts[target.id] = counts.get(target.id, 0) + 1
     stores: dict[str, int] = {}
     rebound: set[str] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in counts:
             stores[node.id] = stores.get(node.id, 0) + 1
         elif isinstance(node, ast.Global):

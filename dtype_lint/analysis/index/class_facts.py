@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from dtype_lint.analysis.function_walk import nodes_of
+from dtype_lint.analysis.function_walk import nodes_of, walk
 from dtype_lint.analysis.index.class_index import LOCALS, QuantizableLayerIndex, dotted, record_import
 from dtype_lint.analysis.index.construction_forms import (
     MODULE_CONTAINERS,
@@ -547,7 +547,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 # and `(x := X(...))` are X's construction (construction_forms.leaves).
                 # A single-assignment local stands for its value (`proj = X(...)`, `self.p = proj`).
                 branches = leaves(value, construction_locals) if value is not None else [value]
-                written = {id(part) for part in ast.walk(value)} if value is not None else set()
+                written = {id(part) for part in walk(value)} if value is not None else set()
                 for branch in branches:
                     origin = _origin_of(branch, ann, params, resolve, path, node.lineno, tgt.attr,
                                         fn.name, frozenset(params), single,

@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -76,10 +77,12 @@ from dtype_lint.core.text_facts import dtype_functions  # noqa: E402,F401
 
 
 @cache
-def _from_import_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+def _from_import_patterns() -> tuple[LineStart, re.Pattern[str]]:
     """`from M import ...` and the names in its list; compiled on first use (only a run that looks
-    for helper callers across files needs them, not a pre-commit check of one edited file)."""
-    return (re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M),
+    for helper callers across files needs them, not a pre-commit check of one edited file). Found
+    newline first (a `^` under re.M made the scan of every file three times slower): a match
+    spans lines only inside an import list's parentheses, where no line starts another import."""
+    return (LineStart(r"[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)"),
             re.compile(r"(?:^|,)\s*(\w+)"))
 
 
@@ -90,7 +93,7 @@ def from_imported(text: str) -> list[str]:
         return []
     names = set()
     from_import, imported = _from_import_patterns()
-    for match in from_import.finditer(text):
+    for _, match in from_import.finditer(text):
         body = re.sub(r"#[^\n]*", "", match.group(1)).strip("() \t\r\n\\")
         names.update(imported.findall(body))
     return sorted(names)
@@ -473,16 +476,18 @@ class ModuleTable:
                                          for path, key, _ in self._names.files_of(module)]
         return mfs
 
-    def seed(self, header: ModuleHeader, stamp: str) -> None:
-        """The header of a file being analysed, extracted from the text in hand: used when the
-        file defines its module, so that the file is not read again."""
-        if header.module in self._headers:
+    def seed(self, module: str, path: str, extract: Callable[[], ModuleHeader], stamp: str) -> None:
+        """The header of a file being analysed, `extract()`ed from the text in hand: used when the
+        file defines its module, so that the file is not read again. Extracted only then: with
+        every rule on, 975 of vLLM 0.34.0's 999 analysed files had their header read already (the
+        storage model's constructions read every module's imports)."""
+        if module in self._headers:
             return
-        candidates = self._module_files(header.module)
-        if candidates and candidates[0].path == header.path:
+        candidates = self._module_files(module)
+        if candidates and candidates[0].path == path:
             candidates[0].stamp = stamp
-            self._headers[header.module] = header
-            self._where[header.module] = candidates[0]
+            self._headers[module] = extract()
+            self._where[module] = candidates[0]
 
     def first_key(self, module: str) -> str | None:
         """The key of the first file named `module`, without reading anything: what a recorded

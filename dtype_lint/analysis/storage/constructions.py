@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 
-from dtype_lint.analysis.guard_engine.dominance import parent_map
+from dtype_lint.analysis.function_walk import parent_map, walk
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.storage_model import ABSENT
 from dtype_lint.core.findings import Evidence
@@ -72,7 +72,7 @@ def _build(resolver, qualname: str):
         if facts is None or facts.tree is None:
             return None
         parents = parent_map(facts.tree)
-        for node in ast.walk(facts.tree):
+        for node in walk(facts.tree):
             if isinstance(node, ast.ClassDef) and any(
                     dotted(b) and index.resolve(module, dotted(b), facts.imports) == qualname for b in node.bases):
                 return None  # a subclass: `self` may be one of its instances, built elsewhere

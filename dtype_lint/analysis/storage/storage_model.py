@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
+from dtype_lint.analysis.function_walk import walk
 from dtype_lint.analysis.index.class_facts import annotation_name
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex, dotted, record_import
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, UNKNOWN_BACKENDS
@@ -611,7 +612,7 @@ class CodeBackends:
 
     def _make_resolver(self, src: _Source, fn):
         local: dict[str, str] = {}
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 record_import(node, local, src.module, src.header.is_package)
         imports = {**src.header.imports, **local}
@@ -670,7 +671,7 @@ class CodeBackends:
         # caller keeps as a value, `matched = self._find_matched_config(prefix, layer)`): only then
         # is a `return` we cannot name a method we cannot name.
         resolve = _DispatchResolve(self._resolver(src, fn), bound or {}, feeds_return,
-                                   {r.value.id for r in ast.walk(fn)
+                                   {r.value.id for r in walk(fn)
                                     if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)})
         args = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
         if layer_param is None:
@@ -964,7 +965,7 @@ class CodeBackends:
         resolve = self._resolver(src, fn)
         assigns = _assignments(fn)
         out: dict[str, tuple[int, list]] = {}
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if not isinstance(node, (ast.Call, ast.Assign)):  # every registration below is one
                 continue
             name: str | None = None
@@ -1019,7 +1020,7 @@ class CodeBackends:
     def _returned_dtype(self, fn, src: _Source, depth: int) -> list:
         resolve = self._resolver(src, fn)
         assigns = _assignments(fn)
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if isinstance(node, ast.Return) and node.value is not None:
                 got = self._dtype_of(node.value, assigns, src, resolve, depth)
                 if got and got[0][0] != UNKNOWN:
@@ -1146,7 +1147,7 @@ class CodeBackends:
     def _mutation(self, fn, src: _Source, depth: int, seen: set):
         resolve = self._resolver(src, fn)
         assigns = _assignments(fn)
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if isinstance(node, ast.Delete):
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "weight":
@@ -1167,7 +1168,7 @@ class CodeBackends:
                         (Evidence(f"`{ast.unparse(value)[:60]}` replaces `weight`", src.path, node.lineno),))
         if depth >= 3:
             return None
-        for node in ast.walk(fn):
+        for node in walk(fn):
             if not isinstance(node, ast.Call):
                 continue
             if not any(isinstance(a, ast.Name) and a.id == "layer" for a in node.args) and \
@@ -1251,7 +1252,7 @@ class CodeBackends:
         if got is not None:
             _qualname, fn_src, fn = got
             fn_assigns, fn_resolve = _assignments(fn), self._resolver(fn_src, fn)
-            for node in ast.walk(fn):
+            for node in walk(fn):
                 if isinstance(node, ast.Return) and node.value is not None:
                     found = self._tensor_dtype(node.value, fn_assigns, fn_src, fn_resolve, depth + 1)
                     if found is not None:
@@ -1431,7 +1432,7 @@ def _assignments(fn) -> dict[str, ast.expr]:
 
 def _compute_assignments(fn) -> dict[str, ast.expr]:
     out: dict[str, ast.expr] = {}
-    for node in ast.walk(fn):
+    for node in walk(fn):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             out[node.targets[0].id] = node.value
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
