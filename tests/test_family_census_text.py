@@ -9,9 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_project import json_findings, write_tree
-
-from dtype_lint.core import trees
+from tiny_project import json_findings, record_class_parses, write_tree
 
 USER = """\
 from vllm.model_executor.layers.linear import ColumnParallelLinear
@@ -70,14 +68,7 @@ def _project(tmp_path: Path, quantized: bool) -> Path:
 @pytest.mark.parametrize("quantized", [False, True])
 def test_every_construction_in_the_family_counts_and_unrelated_classes_are_not_parsed(tmp_path, monkeypatch,
                                                                                       quantized):
-    parsed: list[str] = []
-    real = trees.parse_class
-
-    def recording(path, text, region, *args, **kwargs):
-        parsed.append(region.name)
-        return real(path, text, region, *args, **kwargs)
-
-    monkeypatch.setattr(trees, "parse_class", recording)
+    parsed = record_class_parses(monkeypatch)
     findings = json_findings(_project(tmp_path, quantized))
     # Built with quant_config=None everywhere: never quantized. One construction through a module
     # attribute passes the model's config: the annotated layer may be quantized.

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiny_project import json_findings, write_tree
-
-from dtype_lint.core import trees
+from tiny_project import json_findings, record_class_parses, write_tree
 
 LAYER = "from vllm.model_executor.layers.linear import ColumnParallelLinear\n"
 
@@ -34,14 +32,7 @@ FILES = {
 def test_a_base_without_storage_methods_is_not_parsed_and_storage_code_still_exempt(tmp_path: Path,
                                                                                       monkeypatch):
     root = write_tree(tmp_path / "p", FILES)
-    parsed: list[str] = []
-    real = trees.parse_class
-
-    def recording(path, text, region, *args, **kwargs):
-        parsed.append(region.name)
-        return real(path, text, region, *args, **kwargs)
-
-    monkeypatch.setattr(trees, "parse_class", recording)
+    parsed = record_class_parses(monkeypatch)
     findings = json_findings(root)
     assert [(Path(f["path"]).name, f["code"]) for f in findings] == [("model.py", "DTL001")]
     assert "Base" not in parsed  # decided from its text

@@ -337,3 +337,19 @@ def fix_in_editor(root: Path, files: list[str]) -> None:
         editor.open = {uri: (1, (root / rel).read_text(encoding="utf-8"))}
         assert editor.apply(actions[0].edit), rel
         Path(to_fs_path(uri)).write_text(editor.open[uri][1], encoding="utf-8")
+
+
+def record_class_parses(monkeypatch) -> list[str]:
+    """The names of the classes parsed from their own text (trees.parse_class) from here on, in
+    order: what a test of a census or a text check reads to see which classes it spared."""
+    from dtype_lint.core import trees
+
+    parsed: list[str] = []
+    real = trees.parse_class
+
+    def recording(path, text, region, *args, **kwargs):
+        parsed.append(region.name)
+        return real(path, text, region, *args, **kwargs)
+
+    monkeypatch.setattr(trees, "parse_class", recording)
+    return parsed

@@ -202,6 +202,26 @@ def walk(root: ast.AST) -> list[ast.AST]:
     """`list(ast.walk(root))`, in its order (breadth first), read through each class's child
     fields: `ast.iter_child_nodes`' generators made ast.walk a twentieth of a run with every rule
     on, where the guard engine walks whole modules (vLLM 0.34.0: 130.7 G -> 125.3 G instructions)."""
+    return _walked(root, None)
+
+
+def parent_map(root: ast.AST) -> dict[int, ast.AST]:
+    """id(child) -> parent for every node under `root` (the root itself has none), written in
+    ast.walk's order: a node the parser shares (`Load()`, an operator) keeps the last parent."""
+    parents: dict[int, ast.AST] = {}
+    _walked(root, parents)
+    return parents
+
+
+def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
+    """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
+    through each class's child fields instead of `ast.iter_child_nodes`."""
+    return [node for node in _walked(root, None) if type(node) is kind]
+
+
+def _walked(root: ast.AST, parents: dict[int, ast.AST] | None) -> list[ast.AST]:
+    """The nodes under `root` in ast.walk's order; with `parents`, each child's parent written
+    there as it is met."""
     nodes: list[ast.AST] = [root]
     push, ast_type, fields = nodes.append, _AST, _FIELDS
     for node in nodes:  # the list is the queue: a node's children go after every node before them
@@ -217,61 +237,13 @@ def walk(root: ast.AST) -> list[ast.AST]:
                 for item in value:
                     if isinstance(item, ast_type):
                         push(item)
+                        if parents is not None:
+                            parents[id(item)] = node
             elif isinstance(value, ast_type):
                 push(value)
+                if parents is not None:
+                    parents[id(value)] = node
     return nodes
-
-
-def parent_map(root: ast.AST) -> dict[int, ast.AST]:
-    """id(child) -> parent for every node under `root` (the root itself has none), written in
-    ast.walk's order: a node the parser shares (`Load()`, an operator) keeps the last parent."""
-    parents: dict[int, ast.AST] = {}
-    ast_type, fields = _AST, _FIELDS
-    for node in walk(root):
-        kind = type(node)
-        child_fields = fields.get(kind)
-        if child_fields is None:
-            child_fields = _fields_of(kind)
-        for name in child_fields:
-            value = getattr(node, name, None)
-            if value is None:
-                continue
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast_type):
-                        parents[id(item)] = node
-            elif isinstance(value, ast_type):
-                parents[id(value)] = node
-    return parents
-
-
-def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
-    """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
-    through each class's child fields instead of `ast.iter_child_nodes`."""
-    from collections import deque
-
-    found: list[Any] = []  # of `kind` only (tested below), as the signature says
-    todo = deque([root])
-    pop, push, ast_type, fields = todo.popleft, todo.append, _AST, _FIELDS
-    while todo:
-        node = pop()
-        node_kind = type(node)
-        if node_kind is kind:
-            found.append(node)
-        child_fields = fields.get(node_kind)
-        if child_fields is None:
-            child_fields = _fields_of(node_kind)
-        for name in child_fields:
-            value = getattr(node, name, None)
-            if value is None:
-                continue
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast_type):
-                        push(item)
-            elif isinstance(value, ast_type):
-                push(value)
-    return found
 
 
 __all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "nodes_of", "own_nodes", "parent_map", "walk"]
