@@ -66,6 +66,15 @@ class FileGuards:
     def __init__(self, file):
         self._file = file
 
+    def release(self) -> None:
+        """Forget what the questions built (rule.RuleFacts.release): the class flags refer back
+        to this object, and this object to the file's facts."""
+        flags = self.__dict__.pop("_class_flags", None)
+        if flags is not None:
+            flags.release()
+        for name in _CACHED:
+            self.__dict__.pop(name, None)
+
     # ---- storage proven unpacked ------------------------------------------------------------
     def storage_unpacked(self, site: ast.AST, function, layer: ast.expr) -> Evidence | None:
         """Evidence of a check proving `layer` unquantized (or its storage a float) at `site` in
@@ -328,6 +337,10 @@ class FileGuards:
                 if best is None or other.fn.lineno > best.fn.lineno:
                     best = other
         return best
+
+
+# FileGuards' answers kept on it, forgotten by `release`.
+_CACHED = tuple(name for name, value in vars(FileGuards).items() if isinstance(value, functools.cached_property))
 
 
 class _CallerGuards:

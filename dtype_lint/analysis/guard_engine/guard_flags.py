@@ -409,6 +409,15 @@ class ClassGuardFlags:
         self._settled: set[int] = set()
         self._outside_stores: dict[str, list[_Assignment]] | None = None
 
+    def release(self) -> None:
+        """Forget what the questions built: the knowledge of each function holds predicates
+        judged on demand by closures over this object (and over the file's guards, through
+        `object_predicates`), a reference cycle that kept the file's tree and facts until the
+        cycle collector ran (with every rule on, most of the peak RSS)."""
+        self._by_function.clear()
+        self._module_predicates = None
+        self._object_predicates = lambda _fn, _name: frozenset()
+
     def _owner(self, fn: ast.AST | None) -> ast.ClassDef | ast.Module | None:
         if self._owners is None:
             owners: dict[int, ast.ClassDef | ast.Module] = {}
