@@ -863,13 +863,14 @@ class LayerResolver:
             if not any(c for c in header.classes):
                 continue
             facts = self.project.file_facts(module)
-            classes = facts.classes if facts else {}
+            if facts is None:
+                continue
+            classes = facts.classes
             unparsed = classes.unparsed_text if isinstance(classes, LazyClasses) else None
-            may_name = self._may_name(module, header, facts.imports, qualname) if facts else None
+            may_name = self._may_name(module, header, facts.imports, qualname)
             for class_qualname in classes:
                 text = unparsed(class_qualname) if unparsed is not None else None
-                if text is not None and may_name is not None and \
-                        not any(may_name(word) for word in set(_IDENTIFIER.findall(text))):
+                if text is not None and not any(may_name(word) for word in set(_IDENTIFIER.findall(text))):
                     continue  # it names no such class: it constructs none (not parsed, not walked)
                 class_facts = classes[class_qualname]
                 for origins in class_facts.attrs.values():
