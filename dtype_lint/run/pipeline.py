@@ -214,6 +214,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     scan = _scan(found, config, cache, jobs, options.progress, needles, summary=full)
     if needles and not full:
         _scan_for_names(index_found, config, cache, jobs, needles, scan)
+    project.take_scan_words(scan)
     with index.reading() as looked_more:
         warnings = _unmatched_classes(config, index, wanted, project, scan) if index_found else []
     # What decided that there is no such warning: the fast path trusts it while these are unchanged.
@@ -466,6 +467,14 @@ class _Project:
         self.stamps: dict[str, str] = {}  # real path -> stamp, for files stat'ed this run
         self.new_headers: list[tuple[str, str, str, dict]] = []
         self.table = ModuleTable(index_found, self._load_header, self._holds)
+        # The scan's answer to the quantizer census's word test (_Scan.words_read): the files it
+        # read this run, and those of them that hold a group of QUANTIZER_WORDS (or NULs).
+        self._words: tuple[tuple[str, ...], ...] = ()
+        self._words_read: set[str] = set()
+        self._words_held: set[str] = set()
+
+    def take_scan_words(self, scan: "_Scan") -> None:
+        self._words, self._words_read, self._words_held = scan.words_groups, scan.words_read, scan.words_held
 
     def _at(self, path: str) -> Found | None:
         if self._lazy is not None:
@@ -529,7 +538,11 @@ class _Project:
     def _holds(self, mf: ModuleFile, groups: tuple[tuple[str, ...], ...]) -> tuple[bool, str] | None:
         """(does the file hold every word of some group, its stamp): ModuleTable.naming's test.
         The words are ASCII, so they are found in the bytes of any encoding a source file may
-        have but UTF-16/32 (their NULs: not told here)."""
+        have but UTF-16/32 (their NULs: not told here). The quantizer census's words were tested by
+        the scan on the bytes it read (`_scan_job`): a file it read and found without them is
+        not read again (a second read of every file of the tree was 3% of a cold check)."""
+        if groups == self._words and mf.key in self._words_read and mf.key not in self._words_held:
+            return False, self.stamp(mf.key)
         try:
             data = read_bytes(mf.path, MAX_SOURCE_BYTES)
         except READ_ERRORS:
@@ -557,6 +570,12 @@ class _Scan:
     # a file when it is asked for)
     stamps: dict[str, str] = field(default_factory=dict)
     scanned: set[str] = field(default_factory=set)  # real paths of the files scanned
+    # The quantizer census's word test (_Project._holds) on the bytes read here: the real paths
+    # read this run, and those holding every word of some group of QUANTIZER_WORDS (or a NUL:
+    # not told), few of a tree (vLLM 0.34.0: 76 of 3,540).
+    words_groups: tuple[tuple[str, ...], ...] = ()
+    words_read: set[str] = field(default_factory=set)
+    words_held: set[str] = field(default_factory=set)
 
 
 def _needle(qualname: str) -> str:
@@ -588,24 +607,27 @@ def _might_import(needle: str, text: str, module: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(top)}\b", text) is not None
 
 
-def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple, str | None]:
+def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple, bool | None, str | None]:
     """(path, prefilter verdict, holds a suppression, looked-for names it may import, helper
-    links, error)."""
+    links, may hold the quantizer census's words, error)."""
     path, module = item
     try:
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
     except READ_ERRORS as error:
-        return path, False, False, [], ([], []), f"cannot read: {error}"
-    text = ft.text
+        return path, False, False, [], ([], []), None, f"cannot read: {error}"
     st = worker_state()
+    # As _Project._holds tests it: every word of one group in the bytes, told only without a NUL.
+    groups = st["words"]
+    words = (b"\0" in data or any(all(word in data for word in group) for group in groups)) if groups else None
+    text = ft.text
     hits = [n for n in st["needles"] if _might_import(n, text, module)]
     # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
     # with none enabled they are never read, and the cache key (the configuration's fingerprint,
     # `select` included) keeps these empty links from a run that later enables one.
     links = (sorted(dtype_functions(text)), from_imported(text)) if st["links"] else NO_LINKS
     suppressing = has_suppression(text, data if ft.encoding == "utf-8" else None)
-    return path, st["prefilter"].might_match(text), suppressing, hits, links, None
+    return path, st["prefilter"].might_match(text), suppressing, hits, links, words, None
 
 
 # The links of a file that has none, shared (read only): a record per file of the scan, 23,600
@@ -613,8 +635,8 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
 NO_LINKS: tuple[tuple, tuple] = ((), ())
 
 
-def _init_scan(prefilter, needles, links: bool = True) -> None:
-    worker_state().update(prefilter=prefilter, needles=needles, links=links)
+def _init_scan(prefilter, needles, links: bool = True, words: tuple = ()) -> None:
+    worker_state().update(prefilter=prefilter, needles=needles, links=links, words=words)
 
 
 def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress, needles: list[str],
@@ -643,14 +665,26 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     rules = tuple(enabled_rules(config))
     prefilter = for_rules(rules)
     links = any(r.reads_helper_callers for r in rules)
+    # A whole-project run tests the quantizer census's words on the bytes it reads (a run on
+    # named files reads few, and need not import the quantizers' catalogue for them).
+    words: tuple[tuple[bytes, ...], ...] = ()
+    if summary:
+        from dtype_lint.ecosystems.quantizers.catalogue import QUANTIZER_WORDS
+
+        scan.words_groups = QUANTIZER_WORDS
+        words = tuple(tuple(word.encode() for word in group) for group in QUANTIZER_WORDS)
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
-                           initargs=(prefilter, needles, links), progress=progress, stage="scan", parallel=False)
-    for f, (path, passes, suppressing, hits, links, err) in zip(misses, results):
+                           initargs=(prefilter, needles, links, words), progress=progress, stage="scan", parallel=False)
+    for f, (path, passes, suppressing, hits, links, held, err) in zip(misses, results):
         if err:
             scan.errors[path] = err
             continue
+        if held is not None:
+            scan.words_read.add(f.real)
+            if held:
+                scan.words_held.add(f.real)
         scan.passes[path], scan.suppressing[path], scan.links[path] = passes, suppressing, links
         if hits:
             scan.hits[f.real] = hits
@@ -688,6 +722,9 @@ def _scan_for_names(index_found: "list[Found] | ProjectFiles", config: Config, c
     found = [f for f in index_found if f.real not in scan.scanned]
     extra = _scan(found, config, cache, jobs, None, needles)
     scan.hits.update(extra.hits)
+    # The rest of the project was read for its words too: the named files were not (their own
+    # scan tests none), and are read again if the census asks.
+    scan.words_groups, scan.words_read, scan.words_held = extra.words_groups, extra.words_read, extra.words_held
 
 
 def _looked_for(config: Config, index: QuantizableLayerIndex) -> list[str]:
