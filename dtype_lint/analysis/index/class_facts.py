@@ -27,13 +27,17 @@ from dtype_lint.analysis.index.construction_forms import (
 )
 from dtype_lint.core import regions, trees
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.prefilter import WordStart
 from dtype_lint.core.regions import Defs
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
                              "get_quant_method", "embedding"})
 # A class whose text holds none of these words defines no storage method (`ProjectFacts.may_hold`).
-STORAGE_METHOD_WORDS = re.compile(r"\b(?:%s)\b" % "|".join(sorted(STORAGE_METHODS)))
+# Searched from its words, each match then checked for the boundary before it (a pattern that
+# starts with `\b` made re try every position of a class's text: 0.71 s against 0.25 s over
+# vLLM 0.34.0's files).
+STORAGE_METHOD_WORDS = WordStart(r"(?:%s)\b" % "|".join(sorted(STORAGE_METHODS)))
 # The name a storage method gives the layer it owns when no annotation says it is one.
 LAYER_PARAM = "layer"
 
@@ -213,10 +217,12 @@ class LazyClasses(Mapping):
         # from `_nodes`: iterating a file's classes gives its module-level ones whatever was asked.
         self._find_local = find_local
         self._local: dict[str, tuple] = {}
+        self._held: dict[tuple, bool] = {}  # (qualname, words) -> text_holds's answer
 
     def register(self, qualname: str, *node) -> None:
         self._nodes[qualname] = node  # a later definition of the same name wins, as at run time
         self._built.pop(qualname, None)
+        self._held.clear()
 
     def _node(self, qualname: str) -> tuple:
         node = self._nodes.get(qualname)
@@ -248,6 +254,20 @@ class LazyClasses(Mapping):
         if node is None or isinstance(node[0], ast.ClassDef):
             return None
         return self._text[node[0].start:node[0].end]
+
+    def text_holds(self, qualname: str, words: "re.Pattern[str] | WordStart") -> bool | None:
+        """Does the class's unparsed text hold a match of `words` (a compiled pattern)? None when
+        it is parsed or unknown (unparsed_text). Kept: a base class shared by many layers is asked
+        about by each (vLLM 0.34.0: 2,127 questions about 692 classes). A kept answer stays true
+        once the class is parsed: its facts come from that same text."""
+        key = (qualname, words)
+        held = self._held.get(key)
+        if held is None:
+            text = self.unparsed_text(qualname)
+            if text is None:
+                return None
+            held = self._held[key] = words.search(text) is not None
+        return held
 
     def __contains__(self, qualname) -> bool:
         try:
@@ -791,7 +811,7 @@ class ProjectFacts:
         self.add(facts)
         return facts
 
-    def may_hold(self, qualname: str, words: re.Pattern) -> bool:
+    def may_hold(self, qualname: str, words: "re.Pattern[str] | WordStart") -> bool:
         """Could the class's own text hold a match of `words`? False only when that
         text, not parsed yet, does not: its facts need not be built to learn that it defines no
         method or class-level value of that name. A model's bases are read for a storage method
@@ -801,11 +821,9 @@ class ProjectFacts:
         if loc is None:
             return True
         facts = self.file_facts(loc[0].module)
-        text = facts.classes.unparsed_text(qualname) \
+        held = facts.classes.text_holds(qualname, words) \
             if facts is not None and isinstance(facts.classes, LazyClasses) else None
-        if text is None:
-            return True
-        return words.search(text) is not None
+        return held is not False
 
     def class_facts(self, qualname: str) -> ClassFacts | None:
         loc = self.index.class_location(qualname)
