@@ -61,17 +61,3 @@ def test_a_group_that_may_start_otherwise_is_left_to_re():
     for pattern in (r"\b(?:int8|\wx)", r"\b(?:int8|uint8)?\d", r"\b(?:[a-z]|b)x", r"\b(?:a(b)|c)"):
         assert not isinstance(searched(pattern)[1], WordStart), pattern
 
-
-# A base class's text is tested for a storage method's name before it is parsed
-# (ProjectFacts.may_hold): the words searched as the `\b`-first pattern would find them.
-STORAGE_PIECES = st.sampled_from(["apply", "_weights", "apply_weights", "create_weights", "embedding", "s", "x",
-                                  "get_quant_method", "process_weights_after_loading", "_", "é", " ", ".", "\n"])
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(STORAGE_PIECES, max_size=30).map("".join))
-def test_storage_method_words_are_found_as_the_boundary_pattern_finds_them(text: str):
-    from dtype_lint.analysis.index.class_facts import STORAGE_METHOD_WORDS, STORAGE_METHODS
-
-    plain = re.compile(r"\b(?:%s)\b" % "|".join(sorted(STORAGE_METHODS)))
-    assert [m.span() for m in STORAGE_METHOD_WORDS.finditer(text)] == [m.span() for m in plain.finditer(text)]

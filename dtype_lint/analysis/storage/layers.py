@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from dtype_lint.analysis.index.class_facts import (
     LAYER_PARAM,
-    STORAGE_METHOD_WORDS,
+    STORAGE_METHOD_DEFS,
     AttrOrigin,
     ClassFacts,
     ContainerItem,
@@ -962,7 +962,7 @@ class LayerResolver:
         its storage methods takes the layer it owns (`layer`, or a parameter annotated with a
         quantizable layer class)."""
         for ancestor in self.index.mro(qualname):
-            if not self.project.may_hold(ancestor, STORAGE_METHOD_WORDS):
+            if not self.project.may_hold(ancestor, STORAGE_METHOD_DEFS):
                 continue
             class_facts: ClassFacts | None = self.project.class_facts(ancestor)
             if class_facts is None:
