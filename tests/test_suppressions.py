@@ -321,6 +321,6 @@ def test_the_scan_reads_a_suppression_in_any_encoding(tmp_path):
                        ("l1.py", "# -*- coding: latin-1 -*-\ns = 'é'  # dtype-lint: ignore\n".encode("latin-1")),
                        ("none.py", "# -*- coding: latin-1 -*-\ns = 'é'  # dtype lint\n".encode("latin-1"))]:
         (tmp_path / name).write_bytes(data)
-        path, _passes, suppressing, _hits, _links, err = pipeline._scan_job((str(tmp_path / name), "m"))
+        path, _passes, suppressing, _hits, _links, _words, err = pipeline._scan_job((str(tmp_path / name), "m"))
         assert err is None and suppressing == (name != "none.py"), name
     pipeline.worker_state().clear()
