@@ -311,6 +311,39 @@ def test_memoised_results_replay_what_computing_them_read():
     assert missing.modules == {"m.nothing": None}
 
 
+def test_facts_built_again_after_being_dropped_are_kept_apart(monkeypatch):
+    """A file's facts that the recently-used list dropped and a later analysis needed again (a
+    base file shared by folders far apart) go to a second list: the files analysed in between
+    do not push them out again, and each rebuild still reports what building read."""
+    from dtype_lint.analysis.index import class_index as index_module
+    from dtype_lint.analysis.index.class_index import ModuleTable, QuantizableLayerIndex
+
+    monkeypatch.setattr(index_module, "FACTS_CACHE_ENTRIES", 3)
+    monkeypatch.setattr(index_module, "KEPT_FACTS_ENTRIES", 2)
+    index = QuantizableLayerIndex(ModuleTable([], lambda mf, module: None), [], [])
+    built: list[str] = []
+
+    def ask(key: str) -> str:
+        return index.cached_facts(key, lambda: built.append(key) or key.upper())
+
+    def folder(n: int) -> None:  # files that one folder's analyses use once
+        for i in range(4):
+            ask(f"{n}-{i}")
+
+    for n in range(3):
+        assert ask("linear") == "LINEAR"
+        folder(n)
+    assert built.count("linear") == 2  # built, dropped, built again and then kept
+    for n in range(3, 6):  # two rebuilt files fill the second list; a third pushes the oldest out
+        ask("linear")
+        ask(f"shared{n % 3}")
+        folder(n)
+        ask(f"shared{n % 3}")
+        folder(n + 10)
+    assert built.count("linear") == 2, built
+    assert built.count("shared0") == 2 and built.count("shared1") == 2, built
+
+
 # ---- warnings about configured classes that match nothing: the project-wide part, kept lazy ----
 
 PLAIN = "def f(x):\n    return x\n"
@@ -393,6 +426,7 @@ def test_results_do_not_depend_on_how_many_parsed_files_are_kept(tmp_path: Path,
     expected = shown(run(root, cache=False))
     assert len(expected) == 3
     monkeypatch.setattr(index_module, "FACTS_CACHE_ENTRIES", 1)
+    monkeypatch.setattr(index_module, "KEPT_FACTS_ENTRIES", 1)  # rebuilt entries dropped too
     assert shown(run(root, cache=False)) == expected
     assert shown(run(root)) == expected
     # What an evicted and rebuilt entry read still counts: a change there invalidates.

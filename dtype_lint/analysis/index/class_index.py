@@ -646,6 +646,11 @@ class ClassVerdict:
 # the ten-times default run at 193 MiB instead of 256 for 2,230 parses instead of 2,190
 # (benchmarks/README.md).
 FACTS_CACHE_ENTRIES = 24
+# Beside them, the facts of files built again after that list dropped them, in a recently-used
+# list of their own: a base file that folders far apart share is not rebuilt for each. On vLLM
+# 0.34.0 100 of 342 builds were rebuilds (linear.py seven times); with these 24 entries 318 builds,
+# none more than twice, 1.9% fewer instructions for 6 MiB more peak RSS (68 -> 74 MiB).
+KEPT_FACTS_ENTRIES = 24
 
 
 class QuantizableLayerIndex:
@@ -671,6 +676,10 @@ class QuantizableLayerIndex:
         # Facts of files parsed for their class bodies (facts.ProjectFacts), shared by every file
         # analysed against this index and gone with it, each with what building it read.
         self.facts_cache: dict = {}
+        # Facts built again after the recently-used list dropped them (a base file that folders
+        # far apart share: vLLM 0.34.0's linear.py was built seven times), kept apart from it.
+        self.facts_kept: dict = {}
+        self._dropped: set = set()  # keys the recently-used list dropped
         self.census_cache: dict = {}
         self._memo_reads: dict[tuple[str, str], Reads] = {}
 
@@ -703,13 +712,22 @@ class QuantizableLayerIndex:
                     hit = cache[key] = (build(), reads)
             self.replay(hit[1])
             return hit[0]
-        hit = cache.pop(key, None)
+        kept = self.facts_kept
+        hit = kept.pop(key, None)
+        if hit is not None:
+            cache = kept
+        else:
+            hit = cache.pop(key, None)
         if hit is None:
             with self.reading() as reads:
                 facts = build()
             hit = (facts, reads)
-            while len(cache) >= FACTS_CACHE_ENTRIES:
-                del cache[next(iter(cache))]
+            if key in self._dropped:  # needed again after it was dropped: kept apart
+                cache = kept
+            while len(cache) >= (KEPT_FACTS_ENTRIES if cache is kept else FACTS_CACHE_ENTRIES):
+                dropped = next(iter(cache))
+                del cache[dropped]
+                self._dropped.add(dropped)
         cache[key] = hit  # now the most recently used
         self.replay(hit[1])
         return hit[0]
