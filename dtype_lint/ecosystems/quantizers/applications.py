@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from dtype_lint.analysis.function_walk import parent_map, walk
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.ecosystems.quantizers.catalogue import (
     LIBRARY_PACKAGES,
@@ -49,7 +51,11 @@ class _File:
     path: str
     imports: dict[str, str]
     tree: ast.Module
-    parents: dict[int, ast.AST]
+
+    @cached_property
+    def parents(self) -> dict[int, ast.AST]:
+        """id(node) -> its parent, for the few calls that apply or swap in a quantizer."""
+        return parent_map(self.tree)
 
 
 def applications(resolver) -> list[Application]:
@@ -69,8 +75,7 @@ def _load(resolver, module: str, header) -> _File | None:
         tree = ast.parse(read_file(header.path).text)
     except (OSError, SyntaxError, ValueError, UnicodeError):
         return None
-    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    return _File(module, header.path, header.imports, tree, parents)
+    return _File(module, header.path, header.imports, tree)
 
 
 def _scan(resolver) -> list[Application]:
@@ -82,7 +87,9 @@ def _scan(resolver) -> list[Application]:
         if loaded is None:
             continue
         swapping: dict[int, tuple[ast.AST, Quantizer, ast.Call]] = {}
-        for node in ast.walk(loaded.tree):
+        # Every call of the file resolved (vLLM's bitsandbytes loader: 19,000 nodes), its
+        # enclosing function looked up only for a call that swaps a layer in.
+        for node in walk(loaded.tree):
             if not isinstance(node, ast.Call) or not (name := dotted(node.func)):
                 continue
             qualname = resolver.index.resolve(module, name, loaded.imports)
@@ -92,8 +99,10 @@ def _scan(resolver) -> list[Application]:
                 found.append(_application(resolver, loaded, quantizer, node, model))
                 continue
             swap = swapped_in(qualname)
+            if swap is None:
+                continue
             function = _enclosing_function(loaded, node)
-            if swap is not None and function is not None and _swaps(function) and id(function) not in swapping:
+            if function is not None and _swaps(function) and id(function) not in swapping:
                 swapping[id(function)] = (function, swap, node)
         for function, swap, node in swapping.values():
             found.append(_swap_application(resolver, loaded, swap, function, node))
@@ -120,7 +129,7 @@ def _enclosing_class(loaded: _File, node: ast.AST) -> str | None:
 def _swaps(function) -> bool:
     """Does the function put a module into another (`setattr(m, name, layer)`, `m._modules[k] = layer`,
     `m.proj = layer`, `m[i] = layer`)?"""
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, ast.Call) and dotted(node.func) == "setattr":
             return True
         # not `layer.weight = Params4bit(...)`: filling the new layer is no swap
@@ -174,7 +183,7 @@ def _model_of(resolver, loaded: _File, function, model: ast.expr, application: A
                     return
             _from_callers(resolver, loaded, function, parameters.index(model.id), application, depth)
             return
-        values = _assigned(list(ast.walk(function)), model.id)
+        values = _assigned(walk(function), model.id)
     if not values:
         application.unknown = application.unknown or f"`{text}` is not assigned a model here"
         return
@@ -194,7 +203,7 @@ def _from_callers(resolver, loaded: _File, function, position: int, application:
         application.unknown = application.unknown or f"`{function.name}` is handed its model from too far away"
         return
     for caller_file in _files_naming(resolver, loaded, function.name):
-        for node in ast.walk(caller_file.tree):
+        for node in walk(caller_file.tree):
             if not (isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == function.name):
                 continue
             caller = _enclosing_function(caller_file, node)
