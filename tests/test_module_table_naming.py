@@ -52,3 +52,17 @@ def test_without_a_test_of_words_every_header_is_read(tmp_path: Path):
     table = _table(tmp_path, TEXTS, loaded, holds=False)
     assert [module for module, _ in table.naming(GROUPS)] == list(TEXTS)
     assert loaded == list(TEXTS)
+
+
+def test_the_packages_a_caller_ignores_are_neither_read_nor_yielded(tmp_path: Path):
+    # transformers' own files name `transformers.integrations` by the hundred; the quantizer census
+    # ignores a library's own modules whatever they hold (ecosystems/quantizers/applications.py).
+    texts = {"transformers": "from transformers.integrations import replace_with_bnb_linear\n", **TEXTS}
+    loaded: list[str] = []
+    told: list[str] = []
+    table = _table(tmp_path, texts, loaded)
+    real_holds = table._holds
+    table._holds = lambda mf, groups: told.append(Path(mf.path).stem) or real_holds(mf, groups)
+    named = [module for module, _ in table.naming(GROUPS, skip_tops=frozenset({"transformers"}))]
+    assert named == ["swap", "hf"] and loaded == ["swap", "hf"]
+    assert "transformers" not in told and set(told) == set(TEXTS)

@@ -80,8 +80,8 @@ def _load(resolver, module: str, header) -> _File | None:
 
 def _scan(resolver) -> list[Application]:
     found: list[Application] = []
-    for module, header in list(resolver.index.modules.naming(QUANTIZER_WORDS)):
-        if module.split(".", 1)[0] in LIBRARY_PACKAGES or not _imports_a_quantizer(header.imports):
+    for module, header in list(resolver.index.modules.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)):
+        if not _imports_a_quantizer(header.imports):
             continue
         loaded = _load(resolver, module, header)
         if loaded is None:
