@@ -193,6 +193,46 @@ def test_parallel_and_serial_runs_agree(project: Path, monkeypatch):
     assert shown(run(project, jobs=2)) == serial
 
 
+ENGINE_MODEL = """\
+import torch
+
+
+class Block{i}(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.up(x.to(self.up.weight.dtype))
+"""
+
+
+def test_a_parallel_run_builds_the_quantizer_census_once_before_its_workers_fork(tmp_path: Path, monkeypatch):
+    """An engine's tree (the quantizers' family asks for the census at its first `nn.Linear`):
+    built in this process before the fork, never again in a worker that inherited it."""
+    from dtype_lint.ecosystems.quantizers import applications
+    from dtype_lint.run import workers
+
+    monkeypatch.setattr(pipeline, "ANALYZE_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(workers, "cpu_count", lambda: 2)
+    builds = tmp_path / "builds"
+    scan = applications._scan
+
+    def counted(index):
+        with builds.open("a") as out:  # a worker's build too: the file outlives the fork
+            out.write(f"{os.getpid()}\n")
+        return scan(index)
+
+    monkeypatch.setattr(applications, "_scan", counted)
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "vllm/__init__.py": "",
+                                       **{f"vllm/m{i}.py": ENGINE_MODEL.format(i=i) for i in range(8)}})
+    serial = shown(run(root, cache=False, jobs=1))
+    assert builds.read_text().split() == [str(os.getpid())]
+    builds.unlink()
+    assert shown(run(root, cache=False, jobs=2)) == serial
+    assert builds.read_text().split() == [str(os.getpid())]
+
+
 LAYOUT = {
     "top.py": "",
     "pkg/__init__.py": "",

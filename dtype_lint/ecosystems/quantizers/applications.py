@@ -18,6 +18,7 @@ from functools import cached_property
 
 from dtype_lint.analysis.function_walk import parent_map, walk
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.ecosystems.hf.family import ENGINE_PACKAGES
 from dtype_lint.ecosystems.quantizers.catalogue import (
     LIBRARY_PACKAGES,
     QUANTIZER_PACKAGES,
@@ -60,7 +61,21 @@ class _File:
 
 def applications(resolver) -> list[Application]:
     """Every application in the tree, computed once per run."""
-    return resolver.index.cached_facts(("quantizer applications",), lambda: _scan(resolver), census=True)
+    return census(resolver.index)
+
+
+def census(index) -> list[Application]:
+    """`applications`, from the class index alone: what it reads is the tree's, not a file's, so a
+    parallel run builds it before its workers fork and each inherits it (run/pipeline.py)."""
+    return index.cached_facts(("quantizer applications",), lambda: _scan(index), census=True)
+
+
+def census_needed(modules) -> bool:
+    """Will the analysis of these modules ask for the census? Surely when one is an engine's: the
+    Hugging Face family leaves an engine's layers to the others, and this family asks at its first
+    `nn.Linear`. Of 26 trees, 11 analyse in parallel: the 7 engines' asked; of the others, vLLM-Omni
+    did (its modules are `vllm_omni`'s: not told here) and the Hugging Face trees did not."""
+    return any(module.split(".", 1)[0] in ENGINE_PACKAGES for module in modules)
 
 
 def _imports_a_quantizer(imports: dict[str, str]) -> bool:
@@ -68,7 +83,7 @@ def _imports_a_quantizer(imports: dict[str, str]) -> bool:
                for package in QUANTIZER_PACKAGES)
 
 
-def _load(resolver, module: str, header) -> _File | None:
+def _load(index, module: str, header) -> _File | None:
     from dtype_lint.core.source import read_file
 
     try:
@@ -78,12 +93,12 @@ def _load(resolver, module: str, header) -> _File | None:
     return _File(module, header.path, header.imports, tree)
 
 
-def _scan(resolver) -> list[Application]:
+def _scan(index) -> list[Application]:
     found: list[Application] = []
-    for module, header in list(resolver.index.modules.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)):
+    for module, header in list(index.modules.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)):
         if not _imports_a_quantizer(header.imports):
             continue
-        loaded = _load(resolver, module, header)
+        loaded = _load(index, module, header)
         if loaded is None:
             continue
         swapping: dict[int, tuple[ast.AST, Quantizer, ast.Call]] = {}
@@ -92,11 +107,11 @@ def _scan(resolver) -> list[Application]:
         for node in walk(loaded.tree):
             if not isinstance(node, ast.Call) or not (name := dotted(node.func)):
                 continue
-            qualname = resolver.index.resolve(module, name, loaded.imports)
+            qualname = index.resolve(module, name, loaded.imports)
             quantizer = applied_by(qualname)
             if quantizer is not None and (node.args or node.keywords):
                 model = node.args[0] if node.args else node.keywords[0].value
-                found.append(_application(resolver, loaded, quantizer, node, model))
+                found.append(_application(index, loaded, quantizer, node, model))
                 continue
             swap = swapped_in(qualname)
             if swap is None:
@@ -105,7 +120,7 @@ def _scan(resolver) -> list[Application]:
             if function is not None and _swaps(function) and id(function) not in swapping:
                 swapping[id(function)] = (function, swap, node)
         for function, swap, node in swapping.values():
-            found.append(_swap_application(resolver, loaded, swap, function, node))
+            found.append(_swap_application(index, loaded, swap, function, node))
     return found
 
 
@@ -140,30 +155,30 @@ def _swaps(function) -> bool:
     return False
 
 
-def _swap_application(resolver, loaded: _File, swap: Quantizer, function, node: ast.Call) -> Application:
+def _swap_application(index, loaded: _File, swap: Quantizer, function, node: ast.Call) -> Application:
     arguments = function.args.posonlyargs + function.args.args
     application = Application(swap, loaded.path, node.lineno, ast.unparse(node.func), loaded.module.split(".", 1)[0])
     if not arguments:
         application.unknown = f"`{function.name}` swaps it into a module it takes no parameter for"
         return application
-    _model_of(resolver, loaded, function, ast.Name(arguments[0].arg, ast.Load()), application, 0)
+    _model_of(index, loaded, function, ast.Name(arguments[0].arg, ast.Load()), application, 0)
     return application
 
 
-def _application(resolver, loaded: _File, quantizer: Quantizer, call: ast.Call, model: ast.expr) -> Application:
+def _application(index, loaded: _File, quantizer: Quantizer, call: ast.Call, model: ast.expr) -> Application:
     application = Application(quantizer, loaded.path, call.lineno, ast.unparse(call.func),
                               loaded.module.split(".", 1)[0])
-    _model_of(resolver, loaded, _enclosing_function(loaded, call), model, application, 0)
+    _model_of(index, loaded, _enclosing_function(loaded, call), model, application, 0)
     return application
 
 
-def _model_of(resolver, loaded: _File, function, model: ast.expr, application: Application, depth: int) -> None:
+def _model_of(index, loaded: _File, function, model: ast.expr, application: Application, depth: int) -> None:
     """Add the classes `model` (an expression in `function` of `loaded`) can be to `application`,
     or say why they cannot be told."""
     text = ast.unparse(model)
     if isinstance(model, ast.Call) and (name := dotted(model.func)):
-        qualname = resolver.index.resolve(loaded.module, name, loaded.imports)
-        if resolver.index.class_location(qualname) is not None:
+        qualname = index.resolve(loaded.module, name, loaded.imports)
+        if index.class_location(qualname) is not None:
             application.classes.append(qualname)
             return
         application.unknown = application.unknown or f"the model is what `{name}(...)` returns"
@@ -181,14 +196,14 @@ def _model_of(resolver, loaded: _File, function, model: ast.expr, application: A
                 if owner is not None:
                     application.classes.append(owner)
                     return
-            _from_callers(resolver, loaded, function, parameters.index(model.id), application, depth)
+            _from_callers(index, loaded, function, parameters.index(model.id), application, depth)
             return
         values = _assigned(walk(function), model.id)
     if not values:
         application.unknown = application.unknown or f"`{text}` is not assigned a model here"
         return
     for value in values:
-        _model_of(resolver, loaded, function, value, application, depth)
+        _model_of(index, loaded, function, value, application, depth)
 
 
 def _assigned(nodes, name: str) -> list[ast.expr]:
@@ -196,13 +211,13 @@ def _assigned(nodes, name: str) -> list[ast.expr]:
             and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
 
 
-def _from_callers(resolver, loaded: _File, function, position: int, application: Application, depth: int) -> None:
+def _from_callers(index, loaded: _File, function, position: int, application: Application, depth: int) -> None:
     """The models the calls of `function` in the tree pass at `position` (one step per depth); none
     found: a library's API, not an application to this tree."""
     if depth >= _FOLLOW_DEPTH:
         application.unknown = application.unknown or f"`{function.name}` is handed its model from too far away"
         return
-    for caller_file in _files_naming(resolver, loaded, function.name):
+    for caller_file in _files_naming(index, loaded, function.name):
         for node in walk(caller_file.tree):
             if not (isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == function.name):
                 continue
@@ -212,15 +227,15 @@ def _from_callers(resolver, loaded: _File, function, position: int, application:
             argument = node.args[position] if position < len(node.args) else None
             if argument is None or isinstance(argument, ast.Starred):
                 continue
-            _model_of(resolver, caller_file, caller, argument, application, depth + 1)
+            _model_of(index, caller_file, caller, argument, application, depth + 1)
 
 
-def _files_naming(resolver, loaded: _File, name: str) -> list[_File]:
+def _files_naming(index, loaded: _File, name: str) -> list[_File]:
     """This file and the files of the tree that import `name` from it."""
     files = [loaded]
-    for module, header in resolver.index.modules.naming(((name,),)):
+    for module, header in index.modules.naming(((name,),)):
         if module != loaded.module and any(target == f"{loaded.module}.{name}" for target in header.imports.values()):
-            other = _load(resolver, module, header)
+            other = _load(index, module, header)
             if other is not None:
                 files.append(other)
     return files
