@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from dtype_lint.core.source import split_lines  # noqa: F401 - trees and tests read it here
-from dtype_lint.core.text_facts import POSSESSIVE, LineStart
+from dtype_lint.core.text_facts import POSSESSIVE
 
 # Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
 # the candidate functions (site lines), the class facts, module-level statements, and functions
@@ -73,7 +73,10 @@ _FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
 # `isinstance(param, ...)`: a storage method's dispatch on the class of a parameter it is given.
 # (The word boundary is checked behind a literal, so that the search skips ahead to `is`.)
 _DISPATCH = re.compile(r"is(?<!\wis)(?:instance|subclass)\(\s*(\w+)\s*,")
-_RETURN = re.compile(r"^[ \t]*return\b", re.M)
+# A line starting `return`: the first line matched, the others searched from their line feed
+# (a `^` under MULTILINE is tried at every character; text_facts.LineStart).
+_RETURN_FIRST = re.compile(r"[ \t]*return\b")
+_RETURN_AFTER = re.compile(r"\n[ \t]*return\b")
 
 
 BLANKED = "_dtype_lint_blanked"  # set on a blanked FunctionDef node: the last line of its real body
@@ -109,12 +112,12 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
     blanked: list[tuple[int, int, int]] = []
     prev = 0  # the text up to here is in `pieces`
     line, line_off = 1, 0  # the line number at offset line_off
-    skip_until = 0  # the end of the previous outermost function: defs before it are nested
+    pos = 0  # where the next `def` is looked for: past the previous outermost function's body
     removed = 0
     removed_spans: list[tuple[int, int]] = []
-    for found in _DEF.finditer(text):
-        if found.start() < skip_until:
-            continue
+    # Searched from the end of each body, not found in it and passed over (defs in it are nested).
+    while (found := _DEF.search(text, pos)) is not None:
+        pos = found.end()
         start = text.rfind("\n", 0, found.start()) + 1
         match = _DEF_LINE.match(text, start)
         if match is None or match.end() != found.start() + 4:
@@ -126,10 +129,10 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
         if header is None:
             continue
         body_start, header_lines = header
-        skip_until = body_end = _body_end(text, body_start, len(indent))
+        pos = body_end = _body_end(text, body_start, len(indent))
         code_end = _code_end(text, body_start, body_end)
-        # Counted in place: the body is sliced only for a method's class facts.
-        newlines = text.count("\n", body_start, code_end)
+        marks = _marks(text, start, code_end)  # its brackets for _balanced, and its line ends
+        newlines = marks.count(b"\n") - header_lines
         body_lines = newlines + (code_end == body_start or text[code_end - 1] != "\n")
         body_line = line + header_lines
         line_off = code_end  # the body's line ends are not counted again for the next `def`
@@ -145,7 +148,7 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
         in_lazy = lazy_at < len(lazy) and lazy[lazy_at].start <= start
         if indent and not in_lazy and _class_fact(text[body_start:code_end], text[start:body_start], body_lines - 1):
             continue  # maybe a method: the class facts read it (a `def` at column 0 is not one)
-        if not _balanced(text, start, code_end):
+        if not _balanced(text, start, code_end, marks):
             continue
         pieces.append(text[prev:body_start])
         pieces.append(f"{indent} pass" + "\n" * newlines)
@@ -210,7 +213,7 @@ _DOCSTRING = re.compile(r"[ \t]*[rRuU]?(\"\"\"|\'\'\')")
 
 def _may_be_getter(body: str) -> bool:
     """Could this body be one `return` after an optional docstring (class_facts._single_return)?"""
-    if not _RETURN.search(body):
+    if "return" not in body or not (_RETURN_FIRST.match(body) or _RETURN_AFTER.search(body)):
         return False
     code = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     first = code[0].lstrip()
@@ -428,21 +431,29 @@ def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
     return False
 
 
-def _balanced(text: str, start: int, end: int) -> bool:
+def _marks(text: str, start: int, end: int) -> bytes:
+    """The brackets and line feeds of text[start:end], in order: its UTF-8 bytes stripped of the
+    rest (UTF-8 puts no ASCII byte inside another character). One copy and one filtering pass
+    answer what seven counts of the text would: a count reads each character for about eight
+    instructions, these few bytes are counted at once."""
+    return text[start:end].encode("utf-8", "surrogatepass").translate(None, _NOT_MARKS)
+
+
+_NOT_MARKS = bytes(set(range(256)) - set(b"()[]{}\n"))
+
+
+def _balanced(text: str, start: int, end: int, marks: bytes | None = None) -> bool:
     """Do text[start:end]'s brackets and triple quotes balance, with no line continued by a
-    backslash? (No CR gets here: reduce and class_regions stop at one.)"""
-    # The brackets counted in the chunk's UTF-8 bytes stripped of everything else (UTF-8 puts no
-    # ASCII byte inside another character): one copy and one filtering pass, where six counts
-    # each read the whole chunk. A backslash-newline is looked for only where a backslash is
-    # (one fast pass for a single character, a slower one for a pair).
-    brackets = text[start:end].encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
-    return (brackets.count(b"(") == brackets.count(b")") and brackets.count(b"[") == brackets.count(b"]")
-            and brackets.count(b"{") == brackets.count(b"}")
+    backslash? (`marks`: its _marks, when made already. No CR gets here: reduce and
+    class_regions stop at one.)"""
+    if marks is None:
+        marks = _marks(text, start, end)
+    # A backslash-newline is looked for only where a backslash is (one fast pass for a single
+    # character, a slower one for a pair).
+    return (marks.count(b"(") == marks.count(b")") and marks.count(b"[") == marks.count(b"]")
+            and marks.count(b"{") == marks.count(b"}")
             and text.count('"""', start, end) % 2 == 0 and text.count("'''", start, end) % 2 == 0
             and (text.find("\\", start, end) < 0 or text.find("\\\n", start, end) < 0))
-
-
-_NOT_BRACKETS = bytes(set(range(256)) - set(b"()[]{}"))
 
 
 @dataclass(frozen=True)
@@ -460,21 +471,7 @@ class ClassRegion:
         return "\n" * (self.first_line - 1) + text[self.start:self.end]
 
 
-_CLASS = LineStart(r"class[ \t]+(\w+)")
-_CLASS_WORD = re.compile(r"class[ \t]+\w")
-
-
-def _indented_class(text: str) -> bool:
-    """Does a line after the first start with indentation and `class` (a nested class, one
-    under `if`, or words in a string)?"""
-    # From each `class` word back to its line start: the word is rare, lines are not (a search
-    # for `\n[ \t\f]+class` stops at every line end).
-    for found in _CLASS_WORD.finditer(text):
-        start = found.start()
-        line_start = text.rfind("\n", 0, start) + 1
-        if 0 < line_start < start and not text[line_start:start].strip(" \t\f"):
-            return True
-    return False
+_CLASS = re.compile(r"class[ \t]+(\w+)")
 
 
 def class_regions(text: str) -> list[ClassRegion] | None:
@@ -482,12 +479,24 @@ def class_regions(text: str) -> list[ClassRegion] | None:
     that is not certain (an indented `class`: nested, under `if`, or in a string; CR line ends;
     a class line inside a triple-quoted string; a decorator or the line above it that is not
     plainly one): the module is then parsed whole."""
-    if "\r" in text or _indented_class(text):
+    if "\r" in text:
         return None
+    # One search for the word, each then placed by its line start: a class statement at column 0,
+    # or an indented `class` after the first line (the word is rare, lines are not: a search for
+    # `\n[ \t\f]*class` stops at every line end).
+    statements = []
+    for found in _CLASS.finditer(text):
+        start = found.start()
+        line_start = text.rfind("\n", 0, start) + 1
+        if line_start == start:
+            statements.append(found)
+        elif line_start and not text[line_start:start].strip(" \t\f"):
+            return None
     regions = []
     line, off = 1, 0
     double = single = 0  # triple quotes before `off`
-    for start, m in _CLASS.finditer(text):
+    for m in statements:
+        start = m.start()
         double += text.count('"""', off, start)
         single += text.count("'''", off, start)
         if double % 2 or single % 2:
