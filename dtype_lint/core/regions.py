@@ -67,7 +67,7 @@ MIN_BLANKED_LINES = 4
 # A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.
 GETTER_LINES = 15
 
-_DEF = re.compile(r"def[ \t]+\w")  # a literal first: the search skips ahead; the line is checked
+_DEF = re.compile(r"def[ \t]+\w")  # matched where `str.find` finds the word; the line is checked
 _DEF_LINE = re.compile(r"([ \t\f]*)(?:async[ \t]+)?def[ \t]")
 _FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
 # `isinstance(param, ...)`: a storage method's dispatch on the class of a parameter it is given.
@@ -115,8 +115,13 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
     pos = 0  # where the next `def` is looked for: past the previous outermost function's body
     removed = 0
     removed_spans: list[tuple[int, int]] = []
-    # Searched from the end of each body, not found in it and passed over (defs in it are nested).
-    while (found := _DEF.search(text, pos)) is not None:
+    # Searched from the end of each body, not found in it and passed over (defs in it are nested);
+    # the word by `str.find`, which skips ahead faster than the regex engine's search for it.
+    while (pos := text.find("def", pos)) >= 0:
+        found = _DEF.match(text, pos)
+        if found is None:
+            pos += 1
+            continue
         pos = found.end()
         start = text.rfind("\n", 0, found.start()) + 1
         match = _DEF_LINE.match(text, start)
@@ -485,13 +490,18 @@ def class_regions(text: str) -> list[ClassRegion] | None:
     # or an indented `class` after the first line (the word is rare, lines are not: a search for
     # `\n[ \t\f]*class` stops at every line end).
     statements = []
-    for found in _CLASS.finditer(text):
-        start = found.start()
+    start = 0
+    while (start := text.find("class", start)) >= 0:  # (str.find skips ahead faster than a regex)
+        found = _CLASS.match(text, start)
+        if found is None:
+            start += 1
+            continue
         line_start = text.rfind("\n", 0, start) + 1
         if line_start == start:
             statements.append(found)
         elif line_start and not text[line_start:start].strip(" \t\f"):
             return None
+        start = found.end()
     regions = []
     line, off = 1, 0
     double = single = 0  # triple quotes before `off`
