@@ -226,3 +226,29 @@ def test_lines_split_where_the_tokenizer_splits_them():
     for text in ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\rc\n", "x\fy\n", "x\vy", "a\x1cb\x1d\x1e\n",
                  "é\x85z\n", "\u2028\u2029\n", "é\nü", "tail  "]:
         assert split_lines(text) == regex.findall(text), repr(text)
+
+
+_DEEP = "A[" * 5 + "int" + "]" * 5
+
+
+def test_a_header_the_one_regex_match_passes_over_gets_the_line_walks_answer():
+    """`_header_end` answers a plain header with one regex match; each header below is one that
+    match must not take (it would answer otherwise than the line walk) or must take as the walk
+    does: (text, lines of the header, or None where the body cannot be found by text)."""
+    long_args = "".join(f"    a{i},\n" for i in range(197))
+    cases = [
+        ("def f(x='a', y=\"b'\"):\n", 1),
+        ("def f(x='a''b'):\n", None),  # strings side by side: the walk sees `'''`
+        ("def f(  # it's\n    x):\n", None),  # a quote in a comment: the walk reads it as a string's
+        ("def f(  # (plain)\n    x,\n):\n", 3),
+        ("def f(x):  # done\n", 1),
+        ("def f(x): return x\n", None),
+        (f"def f(x: {_DEEP}):\n", 1),  # nested deeper than the regex follows
+        ("def f(x: A[int)]:\n", 1),  # the walk counts brackets, not pairs
+        ("def f(x = '\\n'):\n", None),
+        ("def f(\n" + long_args + "):\n", 199),
+        ("def f(\n" + long_args + "    b,\n):\n", None),  # past the walk's 199 lines
+    ]
+    for header, lines in cases:
+        text = header + "    pass\n"
+        assert regions._header_end(text, 0) == (None if lines is None else (len(header), lines)), header

@@ -50,11 +50,12 @@ from __future__ import annotations
 
 import ast
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from dtype_lint.core.source import split_lines  # noqa: F401 - trees and tests read it here
-from dtype_lint.core.text_facts import POSSESSIVE, LineStart
+from dtype_lint.core.text_facts import POSSESSIVE
 
 # Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
 # the candidate functions (site lines), the class facts, module-level statements, and functions
@@ -66,14 +67,16 @@ MIN_BLANKED_LINES = 4
 # A body of at most this many lines with a `return` is kept: it may be a getter the class facts read.
 GETTER_LINES = 15
 
-_DEF = re.compile(r"def[ \t]+\w")  # a literal first: the search skips ahead; the line is checked
+_DEF = re.compile(r"def[ \t]+\w")  # matched where `str.find` finds the word; the line is checked
 _DEF_LINE = re.compile(r"([ \t\f]*)(?:async[ \t]+)?def[ \t]")
-# What visit_method reads from a method's body (see the module docstring).
-_CLASS_FACT_WORDS = ("quant_method", "create_weights", "__init__")
 _FIRST_PARAM = re.compile(r"def[ \t]+\w+[ \t]*\([ \t\r\n]*(\w+)")
 # `isinstance(param, ...)`: a storage method's dispatch on the class of a parameter it is given.
-_DISPATCH = re.compile(r"\b(?:isinstance|issubclass)\(\s*(\w+)\s*,")
-_RETURN = re.compile(r"^[ \t]*return\b", re.M)
+# (The word boundary is checked behind a literal, so that the search skips ahead to `is`.)
+_DISPATCH = re.compile(r"is(?<!\wis)(?:instance|subclass)\(\s*(\w+)\s*,")
+# A line starting `return`: the first line matched, the others searched from their line feed
+# (a `^` under MULTILINE is tried at every character; text_facts.LineStart).
+_RETURN_FIRST = re.compile(r"[ \t]*return\b")
+_RETURN_AFTER = re.compile(r"\n[ \t]*return\b")
 
 
 BLANKED = "_dtype_lint_blanked"  # set on a blanked FunctionDef node: the last line of its real body
@@ -101,75 +104,86 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
     keep = sorted(keep_lines or ())
     lazy: list[ClassRegion] = []
     if lazy_classes:
-        for region in class_regions(text) or ():
-            last = region.class_line + text.count("\n", region.start, region.end)
-            if not _spans_kept(keep, region.first_line, last):
-                lazy.append(region)
+        regions = class_regions(text) or []
+        lazy = [region for i, region in enumerate(regions)
+                if not _region_kept(keep, text, region, regions[i + 1] if i + 1 < len(regions) else None)]
     lazy_at = 0  # the next lazy class, by offset
     pieces: list[str] = []
     blanked: list[tuple[int, int, int]] = []
     prev = 0  # the text up to here is in `pieces`
     line, line_off = 1, 0  # the line number at offset line_off
-    skip_until = 0  # the end of the previous outermost function: defs before it are nested
+    pos = 0  # where the next `def` is looked for: past the previous outermost function's body
     removed = 0
     removed_spans: list[tuple[int, int]] = []
-    for found in _DEF.finditer(text):
-        if found.start() < skip_until:
+    # Searched from the end of each body, not found in it and passed over (defs in it are nested);
+    # the word by `str.find`, which skips ahead faster than the regex engine's search for it.
+    while (pos := text.find("def", pos)) >= 0:
+        found = _DEF.match(text, pos)
+        if found is None:
+            pos += 1
             continue
+        pos = found.end()
         start = text.rfind("\n", 0, found.start()) + 1
         match = _DEF_LINE.match(text, start)
         if match is None or match.end() != found.start() + 4:
             continue  # not a `def` statement's line (`undefined`, a string, `x = 1; def ...`)
-        line += text.count("\n", line_off, start)
+        line += text.count("\n", line_off, start)  # (from the end of the last body counted)
         line_off = start
         indent = match.group(1)
         header = _header_end(text, start)
         if header is None:
             continue
         body_start, header_lines = header
-        skip_until = body_end = _body_end(text, body_start, len(indent))
+        pos = body_end = _body_end(text, body_start, len(indent))
         code_end = _code_end(text, body_start, body_end)
-        body = text[body_start:code_end]
-        newlines = body.count("\n")
-        body_lines = newlines + (not body.endswith("\n"))
+        marks = _marks(text, start, code_end)  # its brackets for _balanced, and its line ends
+        newlines = marks.count(b"\n") - header_lines
+        body_lines = newlines + (code_end == body_start or text[code_end - 1] != "\n")
+        body_line = line + header_lines
+        line_off = code_end  # the body's line ends are not counted again for the next `def`
+        line = body_line + newlines
         if body_lines < MIN_BLANKED_LINES:
             continue
-        body_line = line + header_lines
+        start_line = body_line - header_lines
         last_line = body_line + body_lines - 1
-        if _spans_kept(keep, line, last_line):
+        if _spans_kept(keep, start_line, last_line):
             continue
         while lazy_at < len(lazy) and lazy[lazy_at].end <= start:
             lazy_at += 1
         in_lazy = lazy_at < len(lazy) and lazy[lazy_at].start <= start
-        if indent and not in_lazy and _class_fact(body, text[start:body_start], body_lines - 1):
+        if indent and not in_lazy and _class_fact(text[body_start:code_end], text[start:body_start], body_lines - 1):
             continue  # maybe a method: the class facts read it (a `def` at column 0 is not one)
-        if not _balanced(text[start:code_end]):
+        if not _balanced(text, start, code_end, marks):
             continue
         pieces.append(text[prev:body_start])
         pieces.append(f"{indent} pass" + "\n" * newlines)
         removed += (code_end - body_start) - (len(indent) + 5 + newlines)
         prev = code_end
-        blanked.append((line, body_line, last_line))
+        blanked.append((start_line, body_line, last_line))
         removed_spans.append((body_start, code_end))
     if not blanked:
         return None
-    lazy = [region for region in lazy if any(region.start <= start < region.end for start, _ in removed_spans)]
+    if lazy:  # each class with a blanked body in it (the bodies are in order: a bisection, not a scan)
+        starts = [start for start, _ in removed_spans]
+        lazy = [region for region in lazy
+                if (i := bisect_left(starts, region.start)) < len(starts) and starts[i] < region.end]
     pieces.append(text[prev:])
     return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans, lazy)
 
 
 def _class_fact(body: str, header: str, lines: int) -> bool:
     """Could class_facts.visit_method read something in this method body?"""
-    if any(word in body for word in _CLASS_FACT_WORDS) or (lines < GETTER_LINES and _may_be_getter(body)):
+    # The words it reads (see the module docstring), each looked for by `in` (no generator).
+    if "quant_method" in body or "create_weights" in body or "__init__" in body \
+            or (lines < GETTER_LINES and _may_be_getter(body)):
         return True
     first = _FIRST_PARAM.search(header)
     if first is None:
         return True
-    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`)
     self_name = first.group(1)
-    if f"{self_name}." in body and _self_assign(self_name).search(body):
+    if _self_fact(self_name).search(body):
         return True
-    if _container_fill(self_name).search(body):  # `self.layers.append(A(...))`, `setattr(self, "x", A(...))`
+    if "setattr(" in body and _set_self(self_name).search(body):  # `setattr(self, "x", A(...))`
         return True
     if "isinstance" not in body and "issubclass" not in body:
         return False
@@ -181,20 +195,22 @@ _WORD = re.compile(r"\w+")
 
 
 @lru_cache(maxsize=64)
-def _container_fill(self_name: str) -> re.Pattern:
-    # Statements that put a layer into an attribute of `self` without `self.x = ...`
-    # (analysis/index/construction_forms.py): `self.layers.append(`/`.extend(`/`.insert(`,
-    # `self.add_module(`, `setattr(self, `, `self.heads["k"] = `.
+def _self_fact(self_name: str) -> re.Pattern:
+    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`), and the statements
+    # that put a layer into an attribute of `self` without one (analysis/index/construction_forms.py):
+    # `self.layers.append(`/`.extend(`/`.insert(`, `self.add_module(`, `self.heads["k"] = `.
+    # One pattern with a literal first, so that the search skips from one `self.` to the next
+    # (alternatives with different first characters are tried at every character); the name is
+    # taken whole, as each alternative's `\w+` ends only where no word character follows.
+    # (`myself.x = 1` matches too: one more kept method.)
     me = re.escape(self_name)
-    return re.compile(rf"{me}\.(?:\w+\.(?:append|extend|insert)|add_module|register_module)\(|"
-                      rf"setattr\([ \t]*{me}\b|{me}\.\w+\[[^\]\n]*\][ \t]*=(?!=)")
+    return re.compile(rf"{me}\.\w+{POSSESSIVE}(?:[ \t]*(?::[^=\n]*)?=(?!=)|\.(?:append|extend|insert)\(|"
+                      rf"\[[^\]\n]*\][ \t]*=(?!=)|(?<=\.add_module)\(|(?<=\.register_module)\()")
 
 
 @lru_cache(maxsize=64)
-def _self_assign(self_name: str) -> re.Pattern:
-    # `self.x = ...`, `self.x: T = ...`, `a = self.x = ...` (not `self.x == y`); a literal first,
-    # so that the search skips ahead (`myself.x = 1` matches too: one more kept method).
-    return re.compile(rf"{re.escape(self_name)}\.\w+[ \t]*(?::[^=\n]*)?=(?!=)")
+def _set_self(self_name: str) -> re.Pattern:
+    return re.compile(rf"setattr\([ \t]*{re.escape(self_name)}\b")
 
 
 _DOCSTRING = re.compile(r"[ \t]*[rRuU]?(\"\"\"|\'\'\')")
@@ -202,7 +218,7 @@ _DOCSTRING = re.compile(r"[ \t]*[rRuU]?(\"\"\"|\'\'\')")
 
 def _may_be_getter(body: str) -> bool:
     """Could this body be one `return` after an optional docstring (class_facts._single_return)?"""
-    if not _RETURN.search(body):
+    if "return" not in body or not (_RETURN_FIRST.match(body) or _RETURN_AFTER.search(body)):
         return False
     code = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     first = code[0].lstrip()
@@ -305,13 +321,43 @@ def site_spans(text: str, patterns) -> list[tuple[int, int]]:
 _SIMPLE_STRING = re.compile(r"'[^'\\\n\r]*'|\"[^\"\\\n\r]*\"")
 
 
+def _plain_header() -> re.Pattern:
+    # A header the line walk below would accept, matched at once: brackets nested properly (up to
+    # _NESTING deep; only inside them a line may end), strings without a backslash or a line end
+    # and none right after another, comments without a quote or backslash, and a `:` that ends
+    # its last line. What it does not match is walked line by line (the same answers).
+    # Each run of plain characters is one repeat of one class and what follows a run starts with
+    # a character the run cannot take ("normal* (special normal*)*"): one way to match each
+    # character, so no retries.
+    string = r"""(?:'[^'\\\n\r]*'|"[^"\\\n\r]*")(?!['"])"""
+    plain_in = r"""[^'"#\\()\[\]{}]*"""  # line ends allowed inside brackets
+    special_in = r"""#[^\n'"\\]*(?=\n)|""" + string
+    nested = ""
+    for _ in range(_NESTING):
+        content = rf"{plain_in}(?:(?:{special_in}{'|' + nested if nested else ''}){plain_in})*"
+        nested = rf"\({content}\)|\[{content}\]|\{{{content}\}}"
+    plain = r"""[^\n'"#\\()\[\]{}]*"""
+    return re.compile(rf"""{plain}(?:(?:{string}|{nested}){plain})*:[ \t]*(?:#[^\n'"\\]*)?\n""")
+
+
+_NESTING = 3  # deeper is rare (0.1% of vLLM 0.34.0 headers), and 4 took 3x as long to compile
+_PLAIN_HEADER = _plain_header()
+_HEADER_LINES = 199  # the most lines the walk follows
+
+
 def _header_end(text: str, start: int) -> tuple[int, int] | None:
     """(offset of the body's first line, lines of the header) of the `def` at `start`, or None
     when the body is on the header's line or the header cannot be followed by text alone (a
     string with a quote or backslash in it, a line continued by a backslash)."""
+    plain = _PLAIN_HEADER.match(text, start)
+    if plain is not None:  # most headers: one regex match, not a walk of Python string operations
+        end = plain.end()
+        lines = text.count("\n", start, end)
+        if lines <= _HEADER_LINES:
+            return end, lines
     depth = 0
     off = start
-    for lines in range(1, 200):
+    for lines in range(1, _HEADER_LINES + 1):
         nl = text.find("\n", off)
         if nl < 0:
             return None  # no body line follows
@@ -361,6 +407,26 @@ def _code_end(text: str, start: int, end: int) -> int:
     return start
 
 
+def _region_kept(keep: list[tuple[int, int]], text: str, region: "ClassRegion", after: "ClassRegion | None") -> bool:
+    """`_spans_kept(keep, region.first_line, last)` with reduce's `last` for a class (its class
+    line plus the line ends in its text), those line ends counted only when a span needs them:
+    not for one that starts by the class line, nor for one past the next region (`after`) by
+    more than the class's decorator lines when the region ends before that one starts."""
+    last = None
+    for low, high in keep:
+        if low > region.class_line:
+            if after is not None and region.end <= after.start \
+                    and low > region.class_line + after.first_line - region.first_line:
+                return False  # past any `last` the text can give
+            if last is None:
+                last = region.class_line + text.count("\n", region.start, region.end)
+            if low > last:
+                return False
+        if high >= region.first_line:
+            return True
+    return False
+
+
 def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
     for low, high in keep:  # sorted by first line; few per file
         if low > last:
@@ -370,10 +436,29 @@ def _spans_kept(keep: list[tuple[int, int]], first: int, last: int) -> bool:
     return False
 
 
-def _balanced(chunk: str) -> bool:
-    return (chunk.count("(") == chunk.count(")") and chunk.count("[") == chunk.count("]")
-            and chunk.count("{") == chunk.count("}") and chunk.count('"""') % 2 == 0
-            and chunk.count("'''") % 2 == 0 and "\\\n" not in chunk and "\\\r" not in chunk)
+def _marks(text: str, start: int, end: int) -> bytes:
+    """The brackets, line feeds and single quotes of text[start:end], in order: its UTF-8 bytes
+    stripped of the rest (UTF-8 puts no ASCII byte inside another character). One copy and one
+    filtering pass answer what seven counts of the text would: a count reads each character for
+    about eight instructions, these few bytes are counted at once."""
+    return text[start:end].encode("utf-8", "surrogatepass").translate(None, _NOT_MARKS)
+
+
+_NOT_MARKS = bytes(set(range(256)) - set(b"()[]{}\n'"))
+
+
+def _balanced(text: str, start: int, end: int, marks: bytes | None = None) -> bool:
+    """Do text[start:end]'s brackets and triple quotes balance, with no line continued by a
+    backslash? (`marks`: its _marks, when made already. No CR gets here: reduce and
+    class_regions stop at one.)"""
+    if marks is None:
+        marks = _marks(text, start, end)
+    # `'''` is counted only where a `'` is (formatted code seldom has one), a backslash-newline
+    # only where a backslash is (one fast pass for a single character, a slower one for a pair).
+    return (marks.count(b"(") == marks.count(b")") and marks.count(b"[") == marks.count(b"]")
+            and marks.count(b"{") == marks.count(b"}") and text.count('"""', start, end) % 2 == 0
+            and (b"'" not in marks or text.count("'''", start, end) % 2 == 0)
+            and (text.find("\\", start, end) < 0 or text.find("\\\n", start, end) < 0))
 
 
 @dataclass(frozen=True)
@@ -391,8 +476,7 @@ class ClassRegion:
         return "\n" * (self.first_line - 1) + text[self.start:self.end]
 
 
-_CLASS = LineStart(r"class[ \t]+(\w+)")
-_INDENTED_CLASS = re.compile(r"\n[ \t\f]+class[ \t]+\w")  # a newline first: the search skips ahead
+_CLASS = re.compile(r"class[ \t]+(\w+)")
 
 
 def class_regions(text: str) -> list[ClassRegion] | None:
@@ -400,12 +484,29 @@ def class_regions(text: str) -> list[ClassRegion] | None:
     that is not certain (an indented `class`: nested, under `if`, or in a string; CR line ends;
     a class line inside a triple-quoted string; a decorator or the line above it that is not
     plainly one): the module is then parsed whole."""
-    if "\r" in text or _INDENTED_CLASS.search(text):
+    if "\r" in text:
         return None
+    # One search for the word, each then placed by its line start: a class statement at column 0,
+    # or an indented `class` after the first line (the word is rare, lines are not: a search for
+    # `\n[ \t\f]*class` stops at every line end).
+    statements = []
+    start = 0
+    while (start := text.find("class", start)) >= 0:  # (str.find skips ahead faster than a regex)
+        found = _CLASS.match(text, start)
+        if found is None:
+            start += 1
+            continue
+        line_start = text.rfind("\n", 0, start) + 1
+        if line_start == start:
+            statements.append(found)
+        elif line_start and not text[line_start:start].strip(" \t\f"):
+            return None
+        start = found.end()
     regions = []
     line, off = 1, 0
     double = single = 0  # triple quotes before `off`
-    for start, m in _CLASS.finditer(text):
+    for m in statements:
+        start = m.start()
         double += text.count('"""', off, start)
         single += text.count("'''", off, start)
         if double % 2 or single % 2:
@@ -441,6 +542,6 @@ def _decorated_from(text: str, start: int) -> int | None:
         elif line[0] not in " \t\f)]}":
             break  # another statement: what was passed (if anything) must be decorators
         cur = above
-    if first != start and (cur != first or not _balanced(text[first:start])):
+    if first != start and (cur != first or not _balanced(text, first, start)):
         return None
     return first
