@@ -415,3 +415,20 @@ def test_an_alias_read_by_casts_of_calls_is_redefined_and_each_receiver_named(tm
             "        es = self.time_embedder.linear_1(time_proj_out_2.to(time_embedder_dtype or time_proj_out_2.dtype))\n"
             ) in fixed
     assert not _check(tmp_path, fixed)
+
+
+def test_only_the_classes_naming_a_skip_list_are_read_for_it(tmp_path: Path, monkeypatch):
+    # The skip lists of a file's model classes narrow the quantizers of every site in it; a class
+    # whose text names no skip list declares none, and is not parsed to learn it.
+    from tiny_project import json_findings, record_class_parses
+
+    unrelated = "".join(f"\n\nclass Unrelated{i}(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                        f"        self.scale = {i}\n        self.shift = {i}\n        self.bias = None\n\n"
+                        "    def forward(self, x):\n        x = x * self.scale\n        x = x + self.shift\n"
+                        "        x = x - 1\n        return x\n" for i in range(3))
+    (tmp_path / "model.py").write_text(MODEL + unrelated)
+    parsed = record_class_parses(monkeypatch)
+    found = {f["line"]: f for f in json_findings(tmp_path)}
+    wo = found[_line(MODEL, "h = h.to(self.wo")]
+    assert "GPTQ/HQQ" in wo["message"] and "bitsandbytes" not in wo["message"]  # the list was read
+    assert not any(name.startswith("Unrelated") for name in parsed), parsed

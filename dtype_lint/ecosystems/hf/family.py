@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 
 from dtype_lint.analysis.flow.recognisers import first_parameter_of
-from dtype_lint.analysis.index.class_facts import local_call
+from dtype_lint.analysis.index.class_facts import LazyClasses, local_call
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK
 from dtype_lint.core.findings import Evidence
@@ -232,6 +232,20 @@ def reaching(libraries: frozenset[str], kind: str, attr: str, skips: dict[str, l
             continue
         out.append(q)
     return out
+
+
+# A class-level value is a statement of the class body naming it: a class whose text holds none
+# of these names declares no skip list.
+_SKIP_WORDS = re.compile("|".join(SKIP_ATTRS))
+
+
+def file_skips(classes) -> dict[str, list[str]]:
+    """`model_skips` of every class of a file, reading (parsing) only the classes whose text names
+    a skip list: a Transformers modeling file defines dozens of classes, and parsing each of them
+    for this was a tenth of a cold check of transformers 5.25.0."""
+    if not isinstance(classes, LazyClasses):
+        return model_skips(classes[q] for q in classes)
+    return model_skips(classes[q] for q in classes if classes.text_holds(q, _SKIP_WORDS) is not False)
 
 
 def model_skips(classes) -> dict[str, list[str]]:
@@ -705,7 +719,7 @@ def verdict(resolver, inst, expr_text: str):
     attr = re.sub(r"\[.*\]$", "", expr_text).rsplit(".", 1)[-1]
     facts = resolver.project.file_facts(resolver.module)
     skips = resolver.index.cached_facts(("hf skips", resolver.module),
-                                        lambda: model_skips(facts.classes[q] for q in facts.classes) if facts else {})
+                                        lambda: file_skips(facts.classes) if facts else {})
     if reached is not None:  # the building model's `_keep_in_fp32_modules` and friends name its layers too
         skips = {attr_name: skips.get(attr_name, []) + reached[2].get(attr_name, [])
                  for attr_name in {*skips, *reached[2]}}
