@@ -64,17 +64,19 @@ def test_a_group_that_may_start_otherwise_is_left_to_re():
 
 
 # A file that may import a looked-for class outside the project names its top-level package as a
-# word (run/pipeline.py `_might_import`): searched from the package's name, not from every position.
-TOP_PIECES = st.sampled_from(["vllm", "vllm_x", "xvllm", "é", "_", ".", " ", "\n", "1", "import ", "Linear"])
+# word (run/pipeline.py `_imports_maybe`): searched from the package's name, not from every position.
+TOP_PIECES = st.sampled_from(["vllm", "vllm_x", "xvllm", "é", "_", ".", " ", "\n", "1", "import ", "Linear",
+                              "sglang", "Row"])
+NEEDLES = ["sglang:Linear", "vllm:", "vllm:Linear", "vllm:Row"]
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(TOP_PIECES, max_size=25).map("".join))
 def test_a_package_word_is_found_as_the_lookbehind_pattern_finds_it(text: str):
-    from dtype_lint.run.pipeline import _might_import
+    from dtype_lint.run.pipeline import _imports_maybe
 
-    plain = re.compile(r"(?<!\w)vllm\b")
-    for needle in ("vllm:", "vllm:Linear"):
-        expected = needle.partition(":")[2] in text and plain.search(text) is not None
-        assert _might_import(needle, text, "proj.m") == expected
-    assert _might_import("vllm:Linear", "Linear", "vllm.layers")  # inside the package: no word needed
+    for module in ("proj.m", "vllm.layers"):
+        expected = [needle for needle in NEEDLES if needle.partition(":")[2] in text and (
+            module.startswith(needle.partition(":")[0] + ".") or
+            re.search(r"(?<!\w)%s\b" % needle.partition(":")[0], text) is not None)]
+        assert _imports_maybe(NEEDLES, text, module) == expected

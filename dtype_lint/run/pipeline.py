@@ -597,15 +597,25 @@ def _preset_engines(config: Config, wanted: list[str]) -> set[str]:
     return {n.split(".", 1)[0] for n in PRESETS[config.preset]["quantizable"] if n in wanted}
 
 
-def _might_import(needle: str, text: str, module: str) -> bool:
-    """Could a file with this text import the class? An import names the class, and names its
-    top-level package too unless it is relative (only possible inside that package)."""
-    top, _, name = needle.partition(":")
-    if name not in text:
-        return False
-    if module.split(".", 1)[0] == top:
-        return True
-    return _top_word(top).search(text) is not None
+def _imports_maybe(needles: list[str], text: str, module: str) -> list[str]:
+    """The needles (`top:Name`) of the classes a file with this text could import, in order. An
+    import names the class, and names its top-level package too unless it is relative (only
+    possible inside that package). The package is tested once, first: the preset's dozen classes
+    of one engine were each searched for in every file of a tree that never names the engine
+    (transformers 5.25.0: 2% of a cold check)."""
+    if not needles:
+        return []
+    top_here = module.split(".", 1)[0]
+    named: dict[str, bool] = {}
+    out = []
+    for needle in needles:
+        top, _, name = needle.partition(":")
+        present = named.get(top)
+        if present is None:
+            present = named[top] = top == top_here or _top_word(top).search(text) is not None
+        if present and name in text:
+            out.append(needle)
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -630,7 +640,7 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
     groups = st["words"]
     words = (b"\0" in data or any(all(word in data for word in group) for group in groups)) if groups else None
     text = ft.text
-    hits = [n for n in st["needles"] if _might_import(n, text, module)]
+    hits = _imports_maybe(st["needles"], text, module)
     # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
     # with none enabled they are never read, and the cache key (the configuration's fingerprint,
     # `select` included) keeps these empty links from a run that later enables one.
