@@ -66,3 +66,22 @@ def test_the_packages_a_caller_ignores_are_neither_read_nor_yielded(tmp_path: Pa
     named = [module for module, _ in table.naming(GROUPS, skip_tops=frozenset({"transformers"}))]
     assert named == ["swap", "hf"] and loaded == ["swap", "hf"]
     assert "transformers" not in told and set(told) == set(TEXTS)
+
+
+def test_whether_the_tree_is_on_a_preset_reads_only_the_files_naming_its_engine(tmp_path: Path):
+    # The helper's wording and doctor ask whether some file imports from the engine's layers: only
+    # a file naming the engine can, and the others' headers are not read for it.
+    from dtype_lint.ecosystems.presets import tree_on_preset
+
+    plain = {f"plain{i}": "import torch\n" for i in range(3)}
+    driver = {"driver": "from vllm import LLM\n"}  # names the engine, not its layers
+    for extra, expected in [({}, False), ({"layer_user": "from vllm.model_executor.layers.linear import X\n"}, True)]:
+        loaded: list[str] = []
+        (tmp_path / str(expected)).mkdir()
+        table = _table(tmp_path / str(expected), {**plain, **driver, **extra}, loaded)
+        assert tree_on_preset("vllm", table) is expected
+        assert set(loaded) == {"driver", *extra}, loaded
+    loaded = []
+    (tmp_path / "engine").mkdir()
+    engine = _table(tmp_path / "engine", {**plain, "vllm": ""}, loaded)  # a checkout of the engine
+    assert tree_on_preset("vllm", engine) and not {m for m in loaded if m.startswith("plain")}
