@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from dtype_lint.api import check_source
 from dtype_lint.core import regions, trees
 
@@ -231,10 +233,15 @@ def test_lines_split_where_the_tokenizer_splits_them():
 _DEEP = "A[" * 5 + "int" + "]" * 5
 
 
-def test_a_header_the_one_regex_match_passes_over_gets_the_line_walks_answer():
+@pytest.mark.parametrize("walk_first", [0, 10**9], ids=["regex", "walk"])
+def test_a_header_the_one_regex_match_passes_over_gets_the_line_walks_answer(monkeypatch, walk_first: int):
     """`_header_end` answers a plain header with one regex match; each header below is one that
     match must not take (it would answer otherwise than the line walk) or must take as the walk
-    does: (text, lines of the header, or None where the body cannot be found by text)."""
+    does: (text, lines of the header, or None where the body cannot be found by text). The first
+    headers of a run are walked (the pattern is compiled only after `_WALK_FIRST`): both ways
+    give the same answers."""
+    monkeypatch.setattr(regions, "_WALK_FIRST", walk_first)
+    monkeypatch.setattr(regions, "_plain_header_match", None)
     long_args = "".join(f"    a{i},\n" for i in range(197))
     cases = [
         ("def f(x='a', y=\"b'\"):\n", 1),
