@@ -652,10 +652,14 @@ class ClassVerdict:
 # (benchmarks/README.md).
 FACTS_CACHE_ENTRIES = 24
 # Beside them, the facts of files built again after that list dropped them, in a recently-used
-# list of their own: a base file that folders far apart share is not rebuilt for each. On vLLM
-# 0.34.0 100 of 342 builds were rebuilds (linear.py seven times); with these 24 entries 318 builds,
-# none more than twice, 1.9% fewer instructions for 6 MiB more peak RSS (68 -> 74 MiB).
-KEPT_FACTS_ENTRIES = 24
+# list of their own: a base file that folders far apart share is not rebuilt for each (vLLM 0.34.0:
+# 100 of 342 builds were rebuilds, linear.py seven times). Measured on vLLM 0.34.0, cold `-j 1`:
+# | entries | default rules: instructions, peak RSS | `--select ALL` (whole trees kept) |
+# | 1       | 25.7 G, 67.5 MiB                       | 108.4 G, 121 MiB                    |
+# | 8       | 25.4 G, 68.7 MiB                       | 106.8 G, 126 MiB                    |
+# | 24      | 25.1 G, 73.8 MiB                       | 105.0 G, 143 MiB                    |
+# Eight take half of what 24 save for a quarter of their memory.
+KEPT_FACTS_ENTRIES = 8
 
 
 class QuantizableLayerIndex:
