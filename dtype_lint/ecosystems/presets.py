@@ -86,16 +86,24 @@ def imports_from(target: str, packages: frozenset[str]) -> bool:
     return any(target == p or target.startswith(p + ".") for p in packages)
 
 
+def _engines_and_layers(preset: str) -> tuple[set[str], frozenset[str]] | None:
+    """(the top-level packages of the `preset`'s layer classes, their layers' packages), None for a
+    preset without layer classes."""
+    names = PRESETS[preset]["quantizable"]
+    if not names:
+        return None
+    return {name.split(".", 1)[0] for name in names}, layer_packages(names)
+
+
 def writes_on_preset_layers(preset: str, imports: dict[str, str], module: str, holds) -> bool:
     """Is a file of module `module`, importing `imports` (local name -> target), code of the
     `preset`'s engine or written on its layers: the engine's own package, or an import from its
     layers' package (layer_packages)? `holds(top)`: does the project hold that top-level package
     (a checkout of the engine)?"""
-    names = PRESETS[preset]["quantizable"]
-    if not names:
+    known = _engines_and_layers(preset)
+    if known is None:
         return False
-    engines = {name.split(".", 1)[0] for name in names}
-    packages = layer_packages(names)
+    engines, packages = known
     return module.split(".", 1)[0] in engines or any(holds(engine) for engine in engines) or \
         any(imports_from(target, packages) for target in imports.values())
 
@@ -104,15 +112,14 @@ def tree_on_preset(preset: str, modules) -> bool:
     """Is some module of the tree (`modules`: the class index's table, name -> header) the
     `preset`'s engine or written on its layers (writes_on_preset_layers)? The one test behind
     doctor's "not used here" and the inferred helper's wording."""
-    names = PRESETS[preset]["quantizable"]
-    if not names:
+    known = _engines_and_layers(preset)
+    if known is None:
         return False
-    engines = {name.split(".", 1)[0] for name in names}
+    engines, packages = known
     if engines & modules.top_names() or any(modules.get(engine) is not None for engine in engines):
         return True  # the engine's own modules (a checkout of it)
     # Only a file that names the engine can import from its layers' package (a relative import is
     # made inside the engine, held above): the others' headers are not read. Reading every header
     # of sglang 0.5.23 for this was an eighth of a cold check that had a fix to place.
-    packages = layer_packages(names)
     return any(imports_from(target, packages) for _name, header in modules.naming(tuple((e,) for e in sorted(engines)))
                for target in header.imports.values())

@@ -32,11 +32,10 @@ from dtype_lint.core.regions import Defs
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
 STORAGE_METHODS = frozenset({"create_weights", "process_weights_after_loading", "apply", "apply_weights",
                              "get_quant_method", "embedding"})
-# A class whose text holds none of these words defines no storage method (`ProjectFacts.may_hold`).
 # A class's own storage method is a `def` of one of those names in its body (visit_class reads
-# no other): a text without one defines none. `apply` alone is in the text of many classes that
-# define no storage method (a call, a comment); a pattern that starts with its literal `def` is
-# searched from it (one starting with `\b` made re try every position of the text).
+# no other): a text without one defines none (`ProjectFacts.may_hold`). `apply` alone is in the
+# text of many classes that define no storage method (a call, a comment); a pattern that starts
+# with its literal `def` is searched from it (one starting with `\b` made re try every position).
 STORAGE_METHOD_DEFS = re.compile(r"def[\s\\]+(?:%s)\b" % "|".join(sorted(STORAGE_METHODS)))
 # The name a storage method gives the layer it owns when no annotation says it is one.
 LAYER_PARAM = "layer"
