@@ -12,10 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from dtype_lint.core.config import Config
-from dtype_lint.core.findings import Finding
+from dtype_lint.core.findings import FIX_FAILED, Finding
 from dtype_lint.core.rule_registry import migration_codes
 from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
-from dtype_lint.core.writer import write_scratch_files
+from dtype_lint.core.writer import scratch_copy, write_scratch_files
 from dtype_lint.ecosystems.registry import default_plugin, plugins
 from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
@@ -257,8 +257,6 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
     only when the project root is the series root: entries are named relative to the project
     root, and a file outside it is named by its absolute path, which in the copy is another file."""
     import os
-    import shutil
-    import tempfile
 
     if changes is None:
         return _recheck_in_place(config, path, result, jobs, store)
@@ -266,10 +264,7 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
 
     root = series_root(Path(path).resolve(), Path(config.root))
     target = Path(path).resolve()
-    with tempfile.TemporaryDirectory(prefix="dtype-lint-recheck-") as tmp:
-        copy = Path(tmp) / "tree"
-        shutil.copytree(root, copy, symlinks=True,
-                        ignore=shutil.ignore_patterns(".git", config.cache_dir, "__pycache__"))
+    with scratch_copy(root, (".git", config.cache_dir, "__pycache__")) as copy:
         write_scratch_files(copy, changes)
         moved = lambda p: copy / Path(p).resolve().relative_to(root)  # noqa: E731
         try:
@@ -281,12 +276,25 @@ def recheck(config: Config, path: str, result: RunResult, changes: dict[str, byt
         fresh = run(cfg, RunOptions(paths=[str(moved(target))], jobs=jobs, use_cache=False,
                                     store=store if same_root else None)).findings
         relative = not any(Path(f.path).is_absolute() for f in result.fixed + result.findings)
+        real_copy = copy.resolve()
         out = []
         for f in fresh:
-            original = root / Path(f.path).resolve().relative_to(copy.resolve())
+            original = _in_tree(Path(os.path.abspath(f.path)), copy, real_copy, root)
             shown = os.path.relpath(original) if relative else str(original)
             out.append(dataclasses.replace(f, path=Path(shown).as_posix()))
         return sorted(out, key=Finding.sort_key)
+
+
+def _in_tree(path: Path, copy: Path, real_copy: Path, root: Path) -> Path:
+    """Where a file the re-check of `copy` names is in the tree at `root`: by the name the run
+    gave it (a link keeps its own name, as in the fixing run), else by its real path; a file
+    outside the copy (read through a link that leads out of the tree) is that very file."""
+    for base, named in ((copy, path), (real_copy, path), (real_copy, path.resolve())):
+        try:
+            return root / named.relative_to(base)
+        except ValueError:
+            continue
+    return path.resolve()
 
 
 def _recheck_in_place(config: Config, path: str, result: RunResult, jobs: int | None,
@@ -303,6 +311,21 @@ def _recheck_in_place(config: Config, path: str, result: RunResult, jobs: int | 
         return run(config, RunOptions(paths=[path], jobs=jobs, use_cache=False)).findings
     fresh = run(result.config, RunOptions(paths=[path], jobs=jobs, use_cache=False, store=store)).findings
     return [f for f in fresh if f.code not in added]
+
+
+def _outside_root(outcome, root: Path):
+    """`outcome`, or a fix not applied when its file's real path is outside `root`."""
+    if not outcome.changed:
+        return outcome
+    try:
+        Path(outcome.path).resolve().relative_to(root)
+    except ValueError:
+        from dtype_lint.fix.fixer import failed
+
+        why = (f"{outcome.path}: leads to {Path(outcome.path).resolve()}, outside the series root {root}; "
+               "no patch of it can change that file")
+        return failed(outcome.path, outcome.original, why, outcome.applied + outcome.remaining)
+    return outcome
 
 
 def migration_series(config: Config, path: str, out: str, group_by: str = "file", *, unsafe_fixes: bool = False,
@@ -344,6 +367,9 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
     def rel(p) -> str:
         return Path(p).resolve().relative_to(root).as_posix()
 
+    # A file reached through a link that leads out of the series root: no patch of the tree can
+    # change it, so its fixes are not applied, as `--fix` leaves it (DTL901 says why).
+    result.outcomes = [_outside_root(o, root) for o in result.outcomes]
     changes: list[series.FileChange] = []
     for outcome in result.outcomes:
         if not outcome.changed:
@@ -406,7 +432,9 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
         for change in patch.changes:
             if not change.test:
                 final[change.path] = change.after
-    result.findings = recheck(config, path, result, final, jobs, store)
+    # The re-check tells what is left; the fixes that were not applied say why beside it.
+    not_applied = [f for o in result.outcomes if o.error for f in o.remaining if f.code == FIX_FAILED]
+    result.findings = sorted(recheck(config, path, result, final, jobs, store) + not_applied, key=Finding.sort_key)
     if patches:
         outputs = dict(formatted)
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
