@@ -493,7 +493,9 @@ def scratch_copy(root: Path, ignore_names: tuple[str, ...] = ()) -> Iterator[Pat
     (`TMPDIR` unset) and there is room, else in the system's temporary folder: creating the
     2,360 files of vLLM 0.27.1 took 1.5-2.4 CPU s on this project's ext4 machine and 0.11 s on
     tmpfs, most of a `migrate --series` re-check. The files are copies, not hard links (a link
-    changes the original's ctime, which git and the pre-commit replay index read).
+    changes the original's ctime, which git and the pre-commit replay index read). For reading
+    only: /dev/shm is often mounted `noexec`, where a tree's compiled extensions would not load
+    (the HF regression trees, which run the project's tests, are made in the temporary folder).
 
     A symbolic link is copied as a link aimed where it leads from `root`, so that the copy reads
     what the tree reads after the change: into the copy for a target inside `root` (an absolute
