@@ -18,7 +18,7 @@ from dtype_lint.core.source import MAX_SOURCE_BYTES, read_bytes, read_file
 from dtype_lint.core.writer import scratch_copy, write_scratch_files
 from dtype_lint.ecosystems.registry import default_plugin, plugins
 from dtype_lint.run.memory_cache import RunStore
-from dtype_lint.run.pipeline import RunOptions, RunResult, reanalyze, run, settle
+from dtype_lint.run.pipeline import RunOptions, RunResult, not_applied, reanalyze, run, settle
 
 
 def run_migration(config: Config, path: str, *, unsafe_fixes: bool = False, jobs: int | None = None,
@@ -320,11 +320,8 @@ def _outside_root(outcome, root: Path):
     try:
         Path(outcome.path).resolve().relative_to(root)
     except ValueError:
-        from dtype_lint.fix.fixer import failed
-
-        why = (f"{outcome.path}: leads to {Path(outcome.path).resolve()}, outside the series root {root}; "
-               "no patch of it can change that file")
-        return failed(outcome.path, outcome.original, why, outcome.applied + outcome.remaining)
+        return not_applied(outcome, f"{outcome.path}: leads to {Path(outcome.path).resolve()}, outside the "
+                                    f"series root {root}; no patch of it can change that file")
     return outcome
 
 

@@ -1238,6 +1238,15 @@ def settle(result: RunResult, outcomes: list[FixOutcome]) -> None:
     result.findings = sorted(left, key=Finding.sort_key)
 
 
+def not_applied(outcome: FixOutcome, why: str) -> FixOutcome:
+    """`outcome` as a fix a front end decided not to apply (a series cannot patch the file): the
+    text as it was, every finding of the file (those the fix would have fixed, those it left) and
+    DTL901 saying why."""
+    from dtype_lint.fix.fixer import failed
+
+    return failed(outcome.path, outcome.original, why, outcome.applied + outcome.remaining)
+
+
 def _pre_fix(findings: list[Finding], path: str) -> list[Finding]:
     return [f for f in findings if f.path == path]
 
