@@ -492,8 +492,10 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                                      "cached_property" in decorators or
                                      "functools.cached_property" in decorators):
             cf.getters[fn.name] = returned
+        # One walk of the statements for every pass below (they were three, and one per loop).
+        statements, repeated = statements_and_repeated(fn.body)
         local_values: dict[str, list[ast.expr]] = {}
-        for node in iter_statements(fn.body):
+        for node in statements:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(t, ast.Name):
@@ -502,9 +504,6 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         # What a local stands for in a construction expression (`proj = A(...)`, `self.proj =
         # proj.to(...)`); a parameter's name is its annotation's, never a local's (`_origin_of`).
         construction_locals = {name: bound for name, bound in single if name not in params}
-        # Statements that may run more than once: a fill there adds an unknown number of slots.
-        repeated = {id(inner) for loop in iter_statements(fn.body)
-                    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
 
         def origins_of(value: ast.expr, attr: str, line: int, how: str) -> list[AttrOrigin]:
             """The constructions `value` may be (a single-assignment local followed to its value)."""
@@ -525,8 +524,8 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
                 kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
                 cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
-        local_items = _local_items(construction_locals, self_name, fn.body, repeated, origins_of)
-        for node in iter_statements(fn.body):
+        local_items = _local_items(construction_locals, self_name, statements, repeated, origins_of)
+        for node in statements:
             fill = container_fill(node, self_name)
             if fill is not None:
                 what = f"`self.{fill.attr}[{fill.key!r}] = {{name}}(...)`" if fill.key is not None else \
@@ -629,7 +628,7 @@ def local_classes(tree: ast.Module, module: str):
                 todo.extend((block, qual, in_function) for block in blocks if block)
 
 
-def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body: list[ast.stmt],
+def _local_items(construction_locals: dict[str, ast.expr], self_name: str, statements: list[ast.stmt],
                  repeated: set[int], origins_of) -> dict[str, list[ContainerItem]]:
     """The slots of each local container a method fills before handing it to `self`: `layers = [A(...)]`
     (or a comprehension), `nn.ModuleList()` / `{}`, then `layers.append(B(...))`, `heads["k"] = C(...)` (in statement
@@ -653,7 +652,7 @@ def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body:
         elif isinstance(bound, ast.Call) and (dotted(bound.func) or "").rsplit(".", 1)[-1] in MODULE_CONTAINERS \
                 and not bound.args and not bound.keywords:
             items[name] = []
-    for node in iter_statements(body):
+    for node in statements:
         fill = container_fill(node, self_name, local=True)
         if fill is None or fill.attr not in items:
             continue
@@ -709,6 +708,38 @@ def iter_statements(body):
             todo.extend(reversed(h.body))
         for c in getattr(stmt, "cases", None) or []:
             todo.extend(reversed(c.body))
+
+
+def statements_and_repeated(body: list[ast.stmt]) -> tuple[list[ast.stmt], set[int]]:
+    """`list(iter_statements(body))`, in its order, and the ids of those statements that may run
+    more than once (under a `for` or `while` body at any depth, a nested `def` itself included but
+    not its body): a fill there adds an unknown number of slots. One walk for the three passes
+    over a method's statements, which walked them each (and each loop's body once more)."""
+    statements: list[ast.stmt] = []
+    repeated: set[int] = set()
+    # iter_statements' stack, each statement carrying whether a loop body holds it.
+    todo = [(stmt, False) for stmt in reversed(body)]
+    append, pop, push = statements.append, todo.pop, todo.extend
+    while todo:
+        stmt, looped = pop()
+        append(stmt)
+        if looped:
+            repeated.add(id(stmt))
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        block = getattr(stmt, "body", None)
+        if block:
+            inner = looped or isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+            push([(s, inner) for s in reversed(block)])
+        for name in ("orelse", "finalbody"):
+            block = getattr(stmt, name, None)
+            if block:
+                push([(s, looped) for s in reversed(block)])
+        for h in getattr(stmt, "handlers", None) or []:
+            push([(s, looped) for s in reversed(h.body)])
+        for c in getattr(stmt, "cases", None) or []:
+            push([(s, looped) for s in reversed(c.body)])
+    return statements, repeated
 
 
 def _origin_of(value, ann, params, resolve, path, line, attr, method, method_params, single,

@@ -1,0 +1,89 @@
+"""A method's class facts read its statements from one walk (`statements_and_repeated`): the
+statements in `iter_statements`' order, and those a loop may run more than once, as the three
+walks it replaced (and one more per loop) found them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from parsed_sources import parsed
+
+from dtype_lint.analysis.index.class_facts import iter_statements, statements_and_repeated
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Every compound statement, loops inside and around the others, a nested def and class in a loop.
+SAMPLE = '''
+def f(self, xs):
+    a = 1
+    for x in xs:
+        if x:
+            self.layers.append(A())
+        else:
+            b = 2
+        while x:
+            try:
+                c = 3
+            except E as e:
+                d = 4
+            except F:
+                pass
+            else:
+                g = 5
+            finally:
+                h = 6
+        def inner():
+            for y in xs:
+                self.k.append(B())
+        class Inner:
+            z = 1
+    else:
+        self.tail.append(C())
+    with open(p) as fh:
+        match fh:
+            case 1:
+                self.m["k"] = D()
+            case _:
+                async def agen():
+                    pass
+    while True:
+        for q in xs:
+            self.n.extend([E()])
+        break
+    else:
+        r = 7
+'''
+
+
+def _three_walks(body: list[ast.stmt]) -> tuple[list[ast.stmt], set[int]]:
+    """What a method's facts computed before: iter_statements, and each loop's body walked again."""
+    repeated = {id(inner) for loop in iter_statements(body)
+                if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
+    return list(iter_statements(body)), repeated
+
+
+def _functions(tree: ast.AST):
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_one_walk_finds_what_three_walks_found_on_every_compound_statement():
+    fn = _functions(ast.parse(SAMPLE))[0]
+    statements, repeated = statements_and_repeated(fn.body)
+    assert (statements, repeated) == _three_walks(fn.body)
+    lines = {s.lineno: id(s) in repeated for s in statements}
+    # Everything under the loops' bodies, the nested def and class statements (not their bodies);
+    # not the loops themselves (at the top), the `for`'s `else` nor the `while True` loop's `else`.
+    assert [line for line, looped in lines.items() if looped] == [5, 8, 6, 9, 10, 15, 13, 19, 17, 11, 20, 23,
+                                                                  35, 36, 37]
+    assert 21 not in lines and 24 not in lines  # the bodies of the nested def and class
+
+
+def test_one_walk_finds_what_three_walks_found_on_the_package_functions():
+    files = sorted((ROOT / "dtype_lint").rglob("*.py")) + sorted((ROOT / "rules").rglob("*.py"))
+    checked = 0
+    for path in files:
+        for fn in _functions(parsed(path)):
+            assert statements_and_repeated(fn.body) == _three_walks(fn.body), f"{path}:{fn.lineno}"
+            checked += 1
+    assert checked > 1000
