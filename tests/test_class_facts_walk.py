@@ -1,6 +1,7 @@
 """A method's class facts read its statements from one walk (`statements_and_repeated`): the
 statements in `iter_statements`' order, and those a loop may run more than once, as the three
-walks it replaced (and one more per loop) found them."""
+walks it replaced (and one more per loop) found them. The facts of its calls (a walk of every
+node) are read only when asked for: an attribute's origins need none."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 
 from parsed_sources import parsed
 
+from dtype_lint.analysis.function_walk import nodes_of
+from dtype_lint.analysis.index import class_facts
 from dtype_lint.analysis.index.class_facts import iter_statements, statements_and_repeated
+from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, extract_header
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,3 +91,41 @@ def test_one_walk_finds_what_three_walks_found_on_the_package_functions():
             assert statements_and_repeated(fn.body) == _three_walks(fn.body), f"{path}:{fn.lineno}"
             checked += 1
     assert checked > 1000
+
+
+CLASSES = '''
+from proj.layers import LinearBase, MoE
+
+
+class Method:
+    def create_weights(self, layer, size):
+        self.weight = Linear(size)
+        if isinstance(layer, (LinearBase, MoE)):
+            helper(lambda: self.quant_method.create_weights(self, size))
+
+    @staticmethod
+    def pick(layer):
+        return isinstance(layer, Other)
+
+
+class Plain:
+    def __init__(self, x):
+        self.x = Linear(x)
+'''
+
+
+def test_an_attributes_origins_walk_no_call_and_the_calls_still_say_what_they_said(monkeypatch):
+    walked = []
+    monkeypatch.setattr(class_facts, "nodes_of", lambda root, kind: walked.append(root.name) or
+                        nodes_of(root, kind))
+    header = extract_header(CLASSES, "proj.m", "proj/m.py", False)
+    facts = class_facts.build_file_facts(ast.parse(CLASSES), "proj.m", "proj/m.py", False,
+                                         QuantizableLayerIndex([header], [], []))
+    method, plain = facts.classes["proj.m.Method"], facts.classes["proj.m.Plain"]
+    assert [o.type_name for o in method.attrs["weight"]] == ["Linear"] and "x" in plain.attrs
+    assert walked == []  # the attributes' facts read statements only
+    # A call in a lambda counts (ast.walk's calls); a static method's do not.
+    assert method.quant_root is not None and method.quant_root.line == 9
+    assert method.dispatch == {"proj.layers.LinearBase", "proj.layers.MoE"}
+    assert plain.quant_root is None and plain.dispatch == set()
+    assert walked == ["create_weights", "__init__"]

@@ -130,40 +130,53 @@ class Signature:
 
 @dataclass
 class BodyFacts:
-    """What a class's method bodies say (walking them costs; see ClassFacts)."""
+    """What a class's method bodies' statements say (walking them costs; see ClassFacts)."""
 
     attrs: dict[str, list[AttrOrigin]] = field(default_factory=dict)
     super_init: ast.Call | None = None  # `super().__init__(...)` in __init__
-    # Where this class's own code obtains a quant method for `self` or lets one create its
-    # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
-    # `self.quant_method.create_weights(self, ...)`.
-    quant_root: Evidence | None = None
     # @property getters and argument-less methods with one `return <expr>`.
     getters: dict[str, ast.expr] = field(default_factory=dict)
     # Every `self.X = <value>` (any method), for guards such as `self.is_unquantized = isinstance(...)`.
     assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
     # `self.X = <param of __init__>`: X → the parameter.
     param_attrs: dict[str, str] = field(default_factory=dict)
-    # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
-    # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
-    dispatch: set[str] = field(default_factory=set)
     # Containers filled after they are made (`self.layers.append(A(...))`), attribute -> slots in
     # statement order: what `self.layers[0]` / `self.heads["k"]` may hold.
     items: dict[str, list[ContainerItem]] = field(default_factory=dict)
+
+
+@dataclass
+class CallFacts:
+    """What the calls anywhere in a class's methods say: found by walking every node of them,
+    which costs several times the statements' walk (BodyFacts), for two facts that a question
+    about the class's attributes never reads."""
+
+    # Where this class's own code obtains a quant method for `self` or lets one create its
+    # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
+    # `self.quant_method.create_weights(self, ...)`.
+    quant_root: Evidence | None = None
+    # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
+    # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
+    dispatch: set[str] = field(default_factory=set)
 
 
 def _body_fact(name: str):
     return property(lambda self: getattr(self.body, name), doc=BodyFacts.__doc__)
 
 
+def _call_fact(name: str):
+    return property(lambda self: getattr(self.calls, name), doc=CallFacts.__doc__)
+
+
 class ClassFacts:
     """One class, read from its statements: the signatures in its body (cheap: methods, the
-    `__init__` signature, storage-format methods, class-level values) at once, and what its method
-    bodies say (BodyFacts: attribute origins, quant-method calls, getters...) the first time one
-    of those is read: deciding that a class is storage code or where its `__init__` is needs no
-    walk of its bodies."""
+    `__init__` signature, storage-format methods, class-level values) at once, what its method
+    bodies' statements say (BodyFacts: attribute origins, getters...) the first time one of those
+    is read, and what the calls in them say (CallFacts: quant-method calls, dispatch) the first
+    time one of those is: deciding that a class is storage code or where its `__init__` is needs
+    no walk of its bodies, and an attribute's origins no walk of every node of them."""
 
-    def __init__(self, qualname: str, path: str, line: int, complete=None):
+    def __init__(self, qualname: str, path: str, line: int, complete=None, complete_calls=None):
         self.qualname = qualname
         self.path = path
         self.line = line
@@ -178,6 +191,8 @@ class ClassFacts:
         self.class_values: dict[str, ast.expr] = {}
         self._complete = complete  # fills BodyFacts
         self._body: BodyFacts | None = None
+        self._complete_calls = complete_calls  # fills CallFacts
+        self._calls: CallFacts | None = None
 
     @property
     def body(self) -> BodyFacts:
@@ -188,13 +203,22 @@ class ClassFacts:
                 complete(self, self._body)
         return self._body
 
+    @property
+    def calls(self) -> CallFacts:
+        if self._calls is None:
+            self._calls = CallFacts()
+            if self._complete_calls is not None:
+                complete, self._complete_calls = self._complete_calls, None
+                complete(self, self._calls)
+        return self._calls
+
     attrs = _body_fact("attrs")
     super_init = _body_fact("super_init")
-    quant_root = _body_fact("quant_root")
+    quant_root = _call_fact("quant_root")
     getters = _body_fact("getters")
     assigned = _body_fact("assigned")
     param_attrs = _body_fact("param_attrs")
-    dispatch = _body_fact("dispatch")
+    dispatch = _call_fact("dispatch")
     items = _body_fact("items")
 
     def __repr__(self) -> str:
@@ -443,7 +467,14 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 complete_class(cls, cf, body)
             reads.update(more)
 
-        class_facts = ClassFacts(qualname, path, cls.lineno, complete)
+        def complete_calls(cf: ClassFacts, calls: CallFacts) -> None:
+            with index.reading() as more:
+                for stmt in cls.body:
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        visit_calls(calls, stmt)
+            reads.update(more)
+
+        class_facts = ClassFacts(qualname, path, cls.lineno, complete, complete_calls)
         class_facts.methods = Defs(source, trees.whole_function)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -480,6 +511,22 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 visit_method(body, stmt)
 
+    def visit_calls(cf: CallFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        if not args or any(dotted(d) == "staticmethod" for d in fn.decorator_list):
+            return
+        self_name = args[0].arg
+        params = {a.arg for a in args[1:]}
+        for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
+            if cf.quant_root is None:
+                why = _quant_root_call(node, self_name)
+                if why:
+                    cf.quant_root = Evidence(why, path, node.lineno)
+            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
+
     def visit_method(cf: BodyFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         decorators = {dotted(d) for d in fn.decorator_list}
@@ -515,15 +562,6 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     name = dotted(inner.func) if isinstance(inner, ast.Call) else None
                     found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
             return found
-        for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
-            if cf.quant_root is None:
-                why = _quant_root_call(node, self_name)
-                if why:
-                    cf.quant_root = Evidence(why, path, node.lineno)
-            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
-                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
-                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-                cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
         local_items = _local_items(construction_locals, self_name, statements, repeated, origins_of)
         for node in statements:
             fill = container_fill(node, self_name)
