@@ -129,3 +129,34 @@ def test_an_attributes_origins_walk_no_call_and_the_calls_still_say_what_they_sa
     assert method.dispatch == {"proj.layers.LinearBase", "proj.layers.MoE"}
     assert plain.quant_root is None and plain.dispatch == set()
     assert walked == ["create_weights", "__init__"]
+
+
+LOCAL_CONTAINERS = '''
+class Net:
+    def __init__(self, n):
+        layers = [Linear(1)]
+        for _ in range(n):
+            layers.append(Conv(2))
+        heads = {"a": Linear(3)}
+        self.layers = nn.ModuleList(layers)
+        self.plain = nn.ModuleList()
+
+    def forward(self, x):
+        parts = [Linear(4)]
+        parts.append(Conv(5))
+        return parts
+'''
+
+
+def test_local_containers_slots_are_found_only_for_a_method_that_hands_one_to_self(monkeypatch):
+    found = []
+    real = class_facts._local_items
+    monkeypatch.setattr(class_facts, "_local_items", lambda locals_, *rest: found.append(sorted(locals_)) or
+                        real(locals_, *rest))
+    header = extract_header(LOCAL_CONTAINERS, "proj.m", "proj/m.py", False)
+    facts = class_facts.build_file_facts(ast.parse(LOCAL_CONTAINERS), "proj.m", "proj/m.py", False,
+                                         QuantizableLayerIndex([header], [], []))
+    items = facts.classes["proj.m.Net"].items
+    assert {attr: [([o.type_name for o in i.origins], i.counted) for i in slots] for attr, slots in items.items()} \
+        == {"layers": [(["Linear"], True), (["Conv"], False)]}
+    assert found == [["heads", "layers"]]  # `__init__`'s locals, once; `forward` hands none
