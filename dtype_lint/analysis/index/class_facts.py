@@ -130,40 +130,53 @@ class Signature:
 
 @dataclass
 class BodyFacts:
-    """What a class's method bodies say (walking them costs; see ClassFacts)."""
+    """What a class's method bodies' statements say (walking them costs; see ClassFacts)."""
 
     attrs: dict[str, list[AttrOrigin]] = field(default_factory=dict)
     super_init: ast.Call | None = None  # `super().__init__(...)` in __init__
-    # Where this class's own code obtains a quant method for `self` or lets one create its
-    # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
-    # `self.quant_method.create_weights(self, ...)`.
-    quant_root: Evidence | None = None
     # @property getters and argument-less methods with one `return <expr>`.
     getters: dict[str, ast.expr] = field(default_factory=dict)
     # Every `self.X = <value>` (any method), for guards such as `self.is_unquantized = isinstance(...)`.
     assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
     # `self.X = <param of __init__>`: X → the parameter.
     param_attrs: dict[str, str] = field(default_factory=dict)
-    # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
-    # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
-    dispatch: set[str] = field(default_factory=set)
     # Containers filled after they are made (`self.layers.append(A(...))`), attribute -> slots in
     # statement order: what `self.layers[0]` / `self.heads["k"]` may hold.
     items: dict[str, list[ContainerItem]] = field(default_factory=dict)
+
+
+@dataclass
+class CallFacts:
+    """What the calls anywhere in a class's methods say: found by walking every node of them,
+    which costs several times the statements' walk (BodyFacts), for two facts that a question
+    about the class's attributes never reads."""
+
+    # Where this class's own code obtains a quant method for `self` or lets one create its
+    # weights: `quant_config.get_quant_method(self, ...)`, `resolve_quant_method(cfg, self, ...)`,
+    # `self.quant_method.create_weights(self, ...)`.
+    quant_root: Evidence | None = None
+    # Classes its methods test a parameter against (`isinstance(layer, LinearBase)`,
+    # `issubclass(layer_type, RoutedExperts)`): for a quantization config, the layer types it handles.
+    dispatch: set[str] = field(default_factory=set)
 
 
 def _body_fact(name: str):
     return property(lambda self: getattr(self.body, name), doc=BodyFacts.__doc__)
 
 
+def _call_fact(name: str):
+    return property(lambda self: getattr(self.calls, name), doc=CallFacts.__doc__)
+
+
 class ClassFacts:
     """One class, read from its statements: the signatures in its body (cheap: methods, the
-    `__init__` signature, storage-format methods, class-level values) at once, and what its method
-    bodies say (BodyFacts: attribute origins, quant-method calls, getters...) the first time one
-    of those is read: deciding that a class is storage code or where its `__init__` is needs no
-    walk of its bodies."""
+    `__init__` signature, storage-format methods, class-level values) at once, what its method
+    bodies' statements say (BodyFacts: attribute origins, getters...) the first time one of those
+    is read, and what the calls in them say (CallFacts: quant-method calls, dispatch) the first
+    time one of those is: deciding that a class is storage code or where its `__init__` is needs
+    no walk of its bodies, and an attribute's origins no walk of every node of them."""
 
-    def __init__(self, qualname: str, path: str, line: int, complete=None):
+    def __init__(self, qualname: str, path: str, line: int, complete=None, complete_calls=None):
         self.qualname = qualname
         self.path = path
         self.line = line
@@ -178,6 +191,8 @@ class ClassFacts:
         self.class_values: dict[str, ast.expr] = {}
         self._complete = complete  # fills BodyFacts
         self._body: BodyFacts | None = None
+        self._complete_calls = complete_calls  # fills CallFacts
+        self._calls: CallFacts | None = None
 
     @property
     def body(self) -> BodyFacts:
@@ -188,13 +203,22 @@ class ClassFacts:
                 complete(self, self._body)
         return self._body
 
+    @property
+    def calls(self) -> CallFacts:
+        if self._calls is None:
+            self._calls = CallFacts()
+            if self._complete_calls is not None:
+                complete, self._complete_calls = self._complete_calls, None
+                complete(self, self._calls)
+        return self._calls
+
     attrs = _body_fact("attrs")
     super_init = _body_fact("super_init")
-    quant_root = _body_fact("quant_root")
+    quant_root = _call_fact("quant_root")
     getters = _body_fact("getters")
     assigned = _body_fact("assigned")
     param_attrs = _body_fact("param_attrs")
-    dispatch = _body_fact("dispatch")
+    dispatch = _call_fact("dispatch")
     items = _body_fact("items")
 
     def __repr__(self) -> str:
@@ -443,7 +467,14 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 complete_class(cls, cf, body)
             reads.update(more)
 
-        class_facts = ClassFacts(qualname, path, cls.lineno, complete)
+        def complete_calls(cf: ClassFacts, calls: CallFacts) -> None:
+            with index.reading() as more:
+                for stmt in cls.body:
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        visit_calls(calls, stmt)
+            reads.update(more)
+
+        class_facts = ClassFacts(qualname, path, cls.lineno, complete, complete_calls)
         class_facts.methods = Defs(source, trees.whole_function)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -480,6 +511,22 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 visit_method(body, stmt)
 
+    def visit_calls(cf: CallFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        if not args or any(dotted(d) == "staticmethod" for d in fn.decorator_list):
+            return
+        self_name = args[0].arg
+        params = {a.arg for a in args[1:]}
+        for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
+            if cf.quant_root is None:
+                why = _quant_root_call(node, self_name)
+                if why:
+                    cf.quant_root = Evidence(why, path, node.lineno)
+            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
+
     def visit_method(cf: BodyFacts, fn: ast.FunctionDef | ast.AsyncFunctionDef):
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         decorators = {dotted(d) for d in fn.decorator_list}
@@ -492,8 +539,10 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                                      "cached_property" in decorators or
                                      "functools.cached_property" in decorators):
             cf.getters[fn.name] = returned
+        # One walk of the statements for every pass below (they were three, and one per loop).
+        statements, repeated = statements_and_repeated(fn.body)
         local_values: dict[str, list[ast.expr]] = {}
-        for node in iter_statements(fn.body):
+        for node in statements:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(t, ast.Name):
@@ -502,9 +551,6 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
         # What a local stands for in a construction expression (`proj = A(...)`, `self.proj =
         # proj.to(...)`); a parameter's name is its annotation's, never a local's (`_origin_of`).
         construction_locals = {name: bound for name, bound in single if name not in params}
-        # Statements that may run more than once: a fill there adds an unknown number of slots.
-        repeated = {id(inner) for loop in iter_statements(fn.body)
-                    if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) for inner in iter_statements(loop.body)}
 
         def origins_of(value: ast.expr, attr: str, line: int, how: str) -> list[AttrOrigin]:
             """The constructions `value` may be (a single-assignment local followed to its value)."""
@@ -516,17 +562,11 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                     name = dotted(inner.func) if isinstance(inner, ast.Call) else None
                     found.append(replace(origin, how=how.replace("{name}", name)) if name else origin)
             return found
-        for node in nodes_of(fn, ast.Call):  # ast.walk's calls, in its order
-            if cf.quant_root is None:
-                why = _quant_root_call(node, self_name)
-                if why:
-                    cf.quant_root = Evidence(why, path, node.lineno)
-            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
-                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
-                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-                cf.dispatch.update(t for t in (resolve(dotted(k)) for k in kinds) if t)
-        local_items = _local_items(construction_locals, self_name, fn.body, repeated, origins_of)
-        for node in iter_statements(fn.body):
+        # The local containers' slots, found when a local container is first handed to `self`:
+        # most methods (`forward`, a pipeline's `__call__`) hand none, and finding every local's
+        # slots (their constructions resolved) was a fifth of reading the methods on diffusers 0.42.1.
+        local_items: dict[str, list[ContainerItem]] | None = None
+        for node in statements:
             fill = container_fill(node, self_name)
             if fill is not None:
                 what = f"`self.{fill.attr}[{fill.key!r}] = {{name}}(...)`" if fill.key is not None else \
@@ -561,7 +601,11 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 if value is not None:
                     cf.assigned.setdefault(tgt.attr, []).append(value)
                     for local in handed_locals(value):  # `self.layers = nn.ModuleList(layers)`
-                        cf.items.setdefault(tgt.attr, []).extend(local_items.get(local, ()))
+                        if local_items is None and local in construction_locals:  # (none else has slots)
+                            local_items = _local_items(construction_locals, self_name, statements, repeated,
+                                                       origins_of)
+                        cf.items.setdefault(tgt.attr, []).extend(
+                            local_items.get(local, ()) if local_items is not None else ())
                     if fn.name == "__init__" and isinstance(value, ast.Name) and value.id in params:
                         cf.param_attrs.setdefault(tgt.attr, value.id)
                 # `X(...) if cond else None`: each branch is a possible origin; `X(...).to(...)`
@@ -629,7 +673,7 @@ def local_classes(tree: ast.Module, module: str):
                 todo.extend((block, qual, in_function) for block in blocks if block)
 
 
-def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body: list[ast.stmt],
+def _local_items(construction_locals: dict[str, ast.expr], self_name: str, statements: list[ast.stmt],
                  repeated: set[int], origins_of) -> dict[str, list[ContainerItem]]:
     """The slots of each local container a method fills before handing it to `self`: `layers = [A(...)]`
     (or a comprehension), `nn.ModuleList()` / `{}`, then `layers.append(B(...))`, `heads["k"] = C(...)` (in statement
@@ -653,7 +697,7 @@ def _local_items(construction_locals: dict[str, ast.expr], self_name: str, body:
         elif isinstance(bound, ast.Call) and (dotted(bound.func) or "").rsplit(".", 1)[-1] in MODULE_CONTAINERS \
                 and not bound.args and not bound.keywords:
             items[name] = []
-    for node in iter_statements(body):
+    for node in statements:
         fill = container_fill(node, self_name, local=True)
         if fill is None or fill.attr not in items:
             continue
@@ -709,6 +753,38 @@ def iter_statements(body):
             todo.extend(reversed(h.body))
         for c in getattr(stmt, "cases", None) or []:
             todo.extend(reversed(c.body))
+
+
+def statements_and_repeated(body: list[ast.stmt]) -> tuple[list[ast.stmt], set[int]]:
+    """`list(iter_statements(body))`, in its order, and the ids of those statements that may run
+    more than once (under a `for` or `while` body at any depth, a nested `def` itself included but
+    not its body): a fill there adds an unknown number of slots. One walk for the three passes
+    over a method's statements, which walked them each (and each loop's body once more)."""
+    statements: list[ast.stmt] = []
+    repeated: set[int] = set()
+    # iter_statements' stack, each statement carrying whether a loop body holds it.
+    todo = [(stmt, False) for stmt in reversed(body)]
+    append, pop, push = statements.append, todo.pop, todo.extend
+    while todo:
+        stmt, looped = pop()
+        append(stmt)
+        if looped:
+            repeated.add(id(stmt))
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        block = getattr(stmt, "body", None)
+        if block:
+            inner = looped or isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+            push([(s, inner) for s in reversed(block)])
+        for name in ("orelse", "finalbody"):
+            block = getattr(stmt, name, None)
+            if block:
+                push([(s, looped) for s in reversed(block)])
+        for h in getattr(stmt, "handlers", None) or []:
+            push([(s, looped) for s in reversed(h.body)])
+        for c in getattr(stmt, "cases", None) or []:
+            push([(s, looped) for s in reversed(c.body)])
+    return statements, repeated
 
 
 def _origin_of(value, ann, params, resolve, path, line, attr, method, method_params, single,
