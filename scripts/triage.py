@@ -682,7 +682,8 @@ TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphro
               # issue #40: projects built on the engines and their quantizers
               "unsloth-2026.10.9", "axolotl-0.19.0", "megatron-core-0.19.2", "nvidia-modelopt-0.47.0",
               "llmcompressor-0.14.0.1", "auto-round-0.16.1", "llamafactory-0.9.5",
-              "flash-linear-attention-0.6.0", "gptqmodel-7.7.0", "ms-swift-4.6.0")
+              "flash-linear-attention-0.6.0", "gptqmodel-7.7.0", "ms-swift-4.6.0",
+              "deepspeed-0.19.8", "autoawq-0.2.9", "auto-gptq-0.7.1")
 
 
 def all_trees() -> list[tuple[str, str]]:
@@ -703,9 +704,13 @@ EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
                "flash-linear-attention": ("fla", None),
                # round 6 of issue #40: a training framework on transformers and peft with inference
                # engines behind it, and a quantizer with its own kernels (published as an sdist only)
-               "ms-swift": ("swift", None), "gptqmodel": ("gptqmodel", None)}
-# EXTRA_DISTS that publish no wheel for any platform: their `.py` files come from the sdist.
-SDIST_ONLY = {"gptqmodel"}
+               "ms-swift": ("swift", None), "gptqmodel": ("gptqmodel", None),
+               # round 7 of issue #40: DeepSpeed's inference and module_inject code, and the AWQ and
+               # GPTQ quantizers whose packed layers keep no `.weight` (DeepSpeed publishes an sdist only)
+               "deepspeed": ("deepspeed", None), "autoawq": ("awq", None), "auto-gptq": ("auto_gptq", None)}
+# EXTRA_DISTS that publish no wheel for any platform (autoawq: none the fetch can use since 0.2.8): their `.py` files
+# come from the sdist.
+SDIST_ONLY = {"gptqmodel", "deepspeed", "autoawq"}
 
 
 def release_tree(dist: str, version: str) -> Path:
@@ -734,7 +739,8 @@ def sdist_tree(dist: str, version: str) -> Path:
     """The cached `.py` tree of a release published only as an sdist, laid out as release_tree's
     (the same cache, marker and lock): the package folder's `.py` members of the sdist, under the
     tree root as a wheel would install them. pip prepares the sdist's metadata to download it (its
-    build backend runs, in the current environment: no build isolation, so nothing else is fetched)."""
+    build backend runs, in the current environment: no build isolation, so nothing else is fetched but,
+    where this Python lacks it, the `wheel` build tool: _setuptools_env)."""
     from dtype_lint import releases
 
     package = EXTRA_DISTS[dist][0]
@@ -754,7 +760,7 @@ def sdist_tree(dist: str, version: str) -> Path:
             cmd = [sys.executable, "-m", "pip", "download", f"{dist}=={version}", "--no-deps",
                    "--no-binary=:all:", "--no-build-isolation", "--no-cache-dir", "--progress-bar", "off",
                    "--disable-pip-version-check", "-d", str(download)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=_setuptools_env(Path(tmp)))
             archives = sorted(download.glob("*.tar.gz")) if download.is_dir() else []
             if proc.returncode != 0 or len(archives) != 1:
                 said = "\n  ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
@@ -766,6 +772,34 @@ def sdist_tree(dist: str, version: str) -> Path:
             (staged / releases.MARKER).write_text(json.dumps(info) + "\n", encoding="utf-8")
             os.rename(staged, dest)
     return dest
+
+
+# setuptools before 70.1 prepares a setup.py sdist's metadata through `bdist_wheel`, which the `wheel`
+# package provides (deepspeed's and autoawq's sdists need it; gptqmodel's backend does not).
+WHEEL_TOOL = "wheel==0.48.0"
+
+
+def _setuptools_env(tmp: Path) -> dict[str, str] | None:
+    """The environment for pip's metadata step: the current one, with the `wheel` build tool on
+    PYTHONPATH (its wheel is importable as a zip) where this Python lacks it. Only that one pure-Python
+    wheel is fetched, with `--no-deps`; None (inherit) when `wheel` is already importable."""
+    import importlib.util
+
+    from dtype_lint.releases import ReleaseFetchError
+
+    if importlib.util.find_spec("wheel") is not None:
+        return None
+    into = tmp / "build-tool"
+    cmd = [sys.executable, "-m", "pip", "download", WHEEL_TOOL, "--no-deps", "--only-binary=:all:",
+           "--no-cache-dir", "--progress-bar", "off", "--disable-pip-version-check", "-d", str(into)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(into.glob("*.whl")) if into.is_dir() else []
+    if proc.returncode != 0 or len(wheels) != 1:
+        said = "\n  ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise ReleaseFetchError(f"could not download the build tool {WHEEL_TOOL} (exit {proc.returncode}):\n  {said}")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(wheels[0]), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _extract_sdist_py(archive: Path, staged: Path, package: str) -> int:

@@ -148,6 +148,24 @@ def ms_swift_460() -> Path:
     return _extra_release("ms-swift", "4.6.0")
 
 
+@pytest.fixture(scope="session")
+def deepspeed_0198() -> Path:
+    """deepspeed 0.19.8: kernel-injection, AutoTP and FastGen inference with its own quantizers, fetched as an sdist (#40 round 7), held out."""
+    return _extra_release("deepspeed", "0.19.8")
+
+
+@pytest.fixture(scope="session")
+def autoawq_029() -> Path:
+    """autoawq 0.2.9: AWQ layers that keep `qweight` and no `weight`, fetched as an sdist (#40 round 7), held out."""
+    return _extra_release("autoawq", "0.2.9")
+
+
+@pytest.fixture(scope="session")
+def auto_gptq_071() -> Path:
+    """auto-gptq 0.7.1: GPTQ QuantLinears that keep `qweight` and no `weight` (#40 round 7), held out."""
+    return _extra_release("auto-gptq", "0.7.1")
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the ones above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -174,6 +192,9 @@ TREES = {
     "fla_060": "flash-linear-attention-0.6.0",
     "gptqmodel_770": "gptqmodel-7.7.0",
     "ms_swift_460": "ms-swift-4.6.0",
+    "deepspeed_0198": "deepspeed-0.19.8",
+    "autoawq_029": "autoawq-0.2.9",
+    "auto_gptq_071": "auto-gptq-0.7.1",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -202,6 +223,10 @@ HELD_OUT_FALSE = {
     # Round 6 of #40, two more trees nobody here had triaged: no FALSE finding.
     "gptqmodel_770": set(),
     "ms_swift_460": set(),
+    # Round 7 of #40: DeepSpeed and the AWQ and GPTQ quantizers, nobody here had triaged: no finding.
+    "deepspeed_0198": set(),
+    "autoawq_029": set(),
+    "auto_gptq_071": set(),
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
     "tpu_inference_0320": set(),
@@ -218,7 +243,7 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # peer), vllm-omni, tpu-inference (a second platform plugin, of vllm-ascend's kind), ipex-llm (a
 # quantizer of Hugging Face models with its own low-bit linears), transformers, and the trees of issues
 # #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor,
-# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift).
+# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift, deepspeed, autoawq, auto-gptq).
 # aphrodite-engine (the fork under another package name) runs with DTL_FULL=1: its findings are
 # compared object for object with each release of the tool (benchmarks/accuracy/README.md).
 CI_TREES = ("vllm_0271", "vllm_0330", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
