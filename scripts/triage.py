@@ -740,7 +740,7 @@ def sdist_tree(dist: str, version: str) -> Path:
     (the same cache, marker and lock): the package folder's `.py` members of the sdist, under the
     tree root as a wheel would install them. pip prepares the sdist's metadata to download it (its
     build backend runs, in the current environment: no build isolation, so nothing else is fetched but,
-    where this Python lacks it, the `wheel` build tool: _setuptools_env)."""
+    where this Python's setuptools asks for it, the `wheel` build tool: _setuptools_env)."""
     from dtype_lint import releases
 
     package = EXTRA_DISTS[dist][0]
@@ -760,7 +760,11 @@ def sdist_tree(dist: str, version: str) -> Path:
             cmd = [sys.executable, "-m", "pip", "download", f"{dist}=={version}", "--no-deps",
                    "--no-binary=:all:", "--no-build-isolation", "--no-cache-dir", "--progress-bar", "off",
                    "--disable-pip-version-check", "-d", str(download)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=_setuptools_env(Path(tmp)))
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 and "bdist_wheel" in proc.stdout + proc.stderr:
+                # An old setuptools in this venv (a fresh 3.11 venv has 65.5) asked for the `wheel` tool.
+                shutil.rmtree(download, ignore_errors=True)
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=_setuptools_env(Path(tmp)))
             archives = sorted(download.glob("*.tar.gz")) if download.is_dir() else []
             if proc.returncode != 0 or len(archives) != 1:
                 said = "\n  ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
@@ -775,7 +779,8 @@ def sdist_tree(dist: str, version: str) -> Path:
 
 
 # setuptools before 70.1 prepares a setup.py sdist's metadata through `bdist_wheel`, which the `wheel`
-# package provides (deepspeed's and autoawq's sdists need it; gptqmodel's backend does not).
+# package provides (deepspeed's and autoawq's sdists, in a venv whose setuptools is that old: fetched
+# only after pip said so; setuptools 84 needs no `wheel`).
 WHEEL_TOOL = "wheel==0.48.0"
 
 

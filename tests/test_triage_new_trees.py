@@ -138,3 +138,35 @@ def test_gptqmodel_is_triaged_from_its_sdist() -> None:
     assert "gptqmodel" in triage.SDIST_ONLY
     assert triage.EXTRA_DISTS["ms-swift"] == ("swift", None)
     assert {("gptqmodel", "7.7.0"), ("ms-swift", "4.6.0")} <= set(triage.all_trees())
+
+
+def test_an_old_setuptools_gets_the_wheel_tool_only_when_pip_asks_for_it(sdist_dist, monkeypatch,
+                                                                          tmp_path: Path) -> None:
+    """deepspeed's and autoawq's sdists prepare their metadata through `bdist_wheel` under
+    setuptools < 70.1 (a fresh 3.11 venv's 65.5): pip fails saying so, and the download is made
+    again with the `wheel` tool's wheel (fetched alone, `--no-deps`) on PYTHONPATH. A venv whose
+    setuptools needs no `wheel` makes one call, as test_release_tree_builds_an_sdist_only_tree_once."""
+    calls: list[tuple[list[str], dict | None]] = []
+    find_spec = importlib.util.find_spec  # this venv may have `wheel`: the test's must not
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wheel" else find_spec(name, *a))
+
+    def old_setuptools_pip(cmd, **kwargs):
+        env = kwargs.get("env")
+        calls.append((cmd, env))
+        into = Path(cmd[cmd.index("-d") + 1])
+        into.mkdir(parents=True, exist_ok=True)
+        if triage.WHEEL_TOOL in cmd:
+            (into / "wheel-0.48.0-py3-none-any.whl").write_bytes(b"")
+            return subprocess.CompletedProcess(cmd, 0, "Saved wheel-0.48.0-py3-none-any.whl\n", "")
+        if env is None or "wheel-0.48.0" not in env.get("PYTHONPATH", ""):
+            return subprocess.CompletedProcess(cmd, 1, "", "error: invalid command 'bdist_wheel'\n")
+        _write_sdist(into / "quantpkg-1.0.tar.gz", {"quantpkg-1.0/quantpkg/layer.py": b"DTYPE = 'float16'\n"})
+        return subprocess.CompletedProcess(cmd, 0, "Saved quantpkg-1.0.tar.gz\n", "")
+
+    monkeypatch.setattr(triage.subprocess, "run", old_setuptools_pip)
+    tree = triage.release_tree("quantpkg", "1.0")
+
+    assert (tree / "quantpkg/layer.py").read_text() == "DTYPE = 'float16'\n"
+    asked = [("wheel tool" if triage.WHEEL_TOOL in cmd else "sdist", env is not None) for cmd, env in calls]
+    assert asked == [("sdist", False), ("wheel tool", False), ("sdist", True)]
+    assert "--no-deps" in calls[1][0]
