@@ -60,8 +60,12 @@ from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 # Module sources (text lines and parsed methods) kept at once. One engine's quantization package
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
-# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
-SOURCES_KEPT = 32
+# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md). On vLLM
+# 0.34.0, cold `-j 1`, 8 build 46 sources instead of 39 (65 methods parsed instead of 64) and take
+# the peak RSS from 60 to 57 MiB (a source's lines cost twice its text); with every rule on, 307
+# instead of 214 (315 methods instead of 245), 120 to 116 MiB; at ten times vLLM 0.34.0, 460
+# instead of 390 sources.
+SOURCES_KEPT = 8
 # Answers the storage model keeps for the run (`_memo`), least recently used dropped beyond this:
 # vLLM's tree asks about 220 questions with every rule on, but an answer may hold parsed methods
 # and dispatch tables, and a tree with many times the backends must not keep them all alive. A
