@@ -73,6 +73,14 @@ SOURCES_KEPT = 8
 STORAGE_MEMO_ENTRIES = 1024
 
 
+def _scan_configs(index: QuantizableLayerIndex, base: str, folder: str):
+    """The subclasses of `base` defined under `folder`, in discovery order."""
+    for module, header in index.modules.iter_under(folder):
+        for name in header.classes:
+            q = f"{module}.{name}"
+            if q != base and base in index.mro(q):
+                yield q
+
 
 def _trim(memo: OrderedDict) -> None:
     while len(memo) > STORAGE_MEMO_ENTRIES:
@@ -441,7 +449,10 @@ class CodeBackends:
             loc = self.index.class_location(base)
             folder = os.path.dirname(loc[0].path) if loc else None
             # (config, what finding it read) in order; the scan; what the scan read after the last one
-            state[base] = ([], self._scan_configs(base, folder) if folder else iter(()), [])
+            # The scan is kept for the run: made from the index alone, not from this model, whose
+            # project (the analysis that asked first, its tree and every file's facts it read)
+            # it would keep alive to the end (vLLM 0.34.0: 2.7 MiB).
+            state[base] = ([], _scan_configs(self.index, base, folder) if folder else iter(()), [])
         found, pending, tail = state[base]
         i = 0
         while True:
@@ -461,12 +472,6 @@ class CodeBackends:
             found.append((nxt, frame))
             tail.clear()
 
-    def _scan_configs(self, base: str, folder: str):
-        for module, header in self.index.modules.iter_under(folder):
-            for name in header.classes:
-                q = f"{module}.{name}"
-                if q != base and base in self.index.mro(q):
-                    yield q
 
     # ---- which configs --------------------------------------------------------------------------
     def _config_base(self, layer_class: str) -> str | None:
@@ -1128,7 +1133,7 @@ class CodeBackends:
                 yield cls, built
                 loc = self.index.class_location(cls)
                 folder = os.path.dirname(loc[0].path) if loc else None
-                for count, kernel in enumerate(self._scan_configs(cls, folder) if folder else ()):
+                for count, kernel in enumerate(_scan_configs(self.index, cls, folder) if folder else ()):
                     if count >= 40:
                         break
                     yield kernel, built
