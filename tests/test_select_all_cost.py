@@ -126,6 +126,21 @@ def test_the_kept_scan_for_quant_configs_keeps_no_analysis_alive(tmp_path: Path)
     assert gone() is None, "the kept scan holds the project facts of the analysis that started it"
 
 
+def test_the_assignments_memo_keeps_no_function_alive():
+    """A function's assignments are memoised while the function lives, not longer: the memo
+    held the trees of the sources and facts the run had dropped."""
+    import gc
+    import weakref
+
+    fn = ast.parse("def f(x):\n    y = x.dtype\n    return y\n").body[0]
+    assigned = storage_model._assignments(fn)
+    assert list(assigned) == ["y"] and storage_model._assignments(fn) is assigned
+    gone = weakref.ref(fn)
+    del fn
+    gc.collect()
+    assert gone() is None
+
+
 def test_a_loaded_module_still_gives_its_text_but_the_analysed_one_does_not(tmp_path: Path):
     """module_text after the module's facts were read from its file: its text (None on e13b0c6,
     which sent the imported-predicate test to a whole parse); the analysed module: None (its
