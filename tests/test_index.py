@@ -396,3 +396,30 @@ def test_bracketed_imports_over_several_lines_are_read_whole():
     assert header.imports == {"X": "pkg.a.X", "Z": "pkg.a.Y", "P": "pkg.b.P", "Q": "pkg.b.Q", "R": "pkg.c.R",
                               "S": "pkg.d.S", "T": "pkg.e.T", "U": "pkg.e.U"}
     assert header.classes == {"K": (["X"], 12)}
+
+
+def test_the_names_headers_import_are_one_object_per_name():
+    """Thousands of modules import the same names: each header holds the one interned string of
+    each local name and target, whether the fast path or a parse of the statement read it."""
+    fast = extract_header("import torch.nn\nimport numpy as np\nfrom .linear import Linear as L\n",
+                          "pkg.layers.a", "pkg/layers/a.py", False)
+    parsed = extract_header('import torch.nn  # c\nimport numpy as np  # c\nfrom .linear import (Linear as L,  # c\n)\n',
+                            "pkg.layers.b", "pkg/layers/b.py", False)
+    assert fast.imports == parsed.imports == {"torch": "torch", "np": "numpy", "L": "pkg.layers.linear.Linear"}
+    for local, target in fast.imports.items():
+        other = next(k for k in parsed.imports if k == local)
+        assert other is local and parsed.imports[local] is target
+
+
+def test_the_importers_of_a_name_are_kept_as_flat_pairs():
+    """The storage model's constructions read which modules import a name, built once per run
+    over every module's imports: (module, target) pairs laid flat, in module order."""
+    from dtype_lint.analysis.storage.constructions import _importers
+
+    headers = [extract_header("from pkg.layers import Linear\n", "pkg.a", "pkg/a.py", False),
+               extract_header("from pkg.layers import Linear as L\nimport torch\n", "pkg.b", "pkg/b.py", False)]
+    index = QuantizableLayerIndex(headers, [], [])
+    found = _importers(index)
+    assert found["Linear"] == ("pkg.a", "pkg.layers.Linear", "pkg.b", "pkg.layers.Linear")
+    assert found["torch"] == ("pkg.b", "torch")
+    assert _importers(index) is found

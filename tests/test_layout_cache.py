@@ -149,3 +149,13 @@ def test_the_loads_leads_are_the_walks(root_arg):
     lead = layout_cache._leads(root_arg)
     for rel in ("", "x", "x/y", ".hidden", "x/.y"):
         assert lead(rel) == layout_cache._lead(root_arg, rel), (root_arg, rel)
+
+
+def test_a_file_whose_shown_path_is_its_real_one_holds_one_string(tmp_path: Path):
+    """Walked from an absolute path without links, a file's shown and real paths are one object:
+    both live as long as the run, for every file of the project."""
+    root = Path(os.path.realpath(tmp_path))
+    (root / "pkg").mkdir()
+    (root / "pkg" / "a.py").write_text("x = 1\n")
+    found = {os.path.basename(f.path): f for f in discover_files([str(root)], (), root)}
+    assert found["a.py"].real is found["a.py"].path == str(root / "pkg" / "a.py")

@@ -96,6 +96,18 @@ def test_finding_in_a_method_whose_init_is_elsewhere_is_still_found():
     trees.clear()
 
 
+def test_an_analysed_files_tree_is_not_kept_after_its_analysis():
+    """The store lets a file's own tree go when its analysis ends (trees.release); another
+    file's tree, parsed for what the analysis read of it, stays for the next file."""
+    trees.clear()
+    trees.parse_reduced("other.py", "class Base:\n    pass\n")
+    assert check_source(_SOURCE, filename="m.py")
+    assert "m.py" not in trees._kept and "other.py" in trees._kept
+    trees.release("other.py")
+    assert not trees._kept and trees._chars == 0
+    trees.clear()
+
+
 def test_syntax_error_outside_regions_is_left_to_other_linters_inside_is_dtl900():
     outside = _SOURCE.replace("        total = total + 3\n", "        total = = 3\n", 1)  # in `unrelated`
     assert outside != _SOURCE

@@ -100,6 +100,47 @@ def test_the_storage_memo_stays_under_its_bound_and_finds_the_same(tmp_path: Pat
     assert bounded == unbounded
 
 
+def test_the_kept_scan_for_quant_configs_keeps_no_analysis_alive(tmp_path: Path):
+    """The storage model's scan for a config type's subclasses is kept for the run, left where its
+    last user stopped: it holds the index, not the model that started it, whose project (that
+    analysis's tree and the facts of every file it read) it kept alive to the end."""
+    import gc
+    import weakref
+
+    from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, extract_header
+    from dtype_lint.run.file_analysis import safe_read
+
+    src = _project(tmp_path, models=0)
+    headers = []
+    for path in sorted((src / "minillm").rglob("*.py")):
+        module = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        headers.append(extract_header(path.read_text(), module, str(path), path.name == "__init__.py"))
+    index = QuantizableLayerIndex(headers, ["minillm.layers.linear.LinearBase"], [])
+    project = ProjectFacts(index, load_file=safe_read)
+    model = storage_model.CodeBackends(project)
+    assert next(model._iter_configs("minillm.layers.linear.LinearBase"), None) == "minillm.quant.fp8.Fp8Config"
+    assert index._storage_configs  # the scan is kept, suspended
+    gone = weakref.ref(project)
+    del model, project
+    gc.collect()
+    assert gone() is None, "the kept scan holds the project facts of the analysis that started it"
+
+
+def test_the_assignments_memo_keeps_no_function_alive():
+    """A function's assignments are memoised while the function lives, not longer: the memo
+    held the trees of the sources and facts the run had dropped."""
+    import gc
+    import weakref
+
+    fn = ast.parse("def f(x):\n    y = x.dtype\n    return y\n").body[0]
+    assigned = storage_model._assignments(fn)
+    assert list(assigned) == ["y"] and storage_model._assignments(fn) is assigned
+    gone = weakref.ref(fn)
+    del fn
+    gc.collect()
+    assert gone() is None
+
+
 def test_a_loaded_module_still_gives_its_text_but_the_analysed_one_does_not(tmp_path: Path):
     """module_text after the module's facts were read from its file: its text (None on e13b0c6,
     which sent the imported-predicate test to a whole parse); the analysed module: None (its

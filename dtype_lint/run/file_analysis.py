@@ -75,6 +75,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         if whole_rules:
             _run_whole(whole_rules, trees.whole_of(tree), path, text, module, is_pkg, imports, markers,
                        index, load_file, config, raw)
+        trees.release(path)  # the store keeps what other files read (core/trees.py)
     if not has_suppression(text):
         if not raw:
             return []

@@ -34,17 +34,18 @@ def self_instance(resolver, qualname: str):
                               lambda: _build(resolver, qualname))
 
 
-def _importers(index) -> dict[str, list[tuple[str, str]]]:
-    """Imported name's last component -> (importing module, import target), for every module:
-    built once per run (the candidates for a class are the modules importing its name or its
-    module)."""
+def _importers(index) -> dict[str, tuple[str, ...]]:
+    """Imported name's last component -> importing module, import target, importing module, ...
+    (in pairs), for every module: built once per run (the candidates for a class are the modules
+    importing its name or its module). Flat: a tuple per pair cost more than the pair's two
+    references (vLLM 0.34.0 with every rule on: 59,889 pairs, 4.6 MiB as tuples in lists)."""
     found = getattr(index, "_importers_by_name", None)
     if found is None:
-        found = {}
+        pairs: dict[str, list[str]] = {}
         for module, header in index.modules.items():
             for target in header.imports.values():
-                found.setdefault(target.rpartition(".")[2], []).append((module, target))
-        index._importers_by_name = found
+                pairs.setdefault(target.rpartition(".")[2], []).extend((module, target))
+        found = index._importers_by_name = {name: tuple(flat) for name, flat in pairs.items()}
     return found
 
 
@@ -60,7 +61,8 @@ def _build(resolver, qualname: str):
     module_short = own_module.rpartition(".")[2]
     modules = {own_module}
     for name in (short, module_short):
-        for module, target in _importers(index).get(name, ()):
+        pairs = iter(_importers(index).get(name, ()))
+        for module, target in zip(pairs, pairs):
             canonical = index.canonical(target)
             if canonical == qualname or canonical == own_module:
                 modules.add(module)

@@ -36,6 +36,7 @@ import ast
 import os
 import re
 import textwrap
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -60,14 +61,26 @@ from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 # Module sources (text lines and parsed methods) kept at once. One engine's quantization package
 # has about 60 backend modules, read copy after copy at ten times vLLM: 32 build 610 sources there
-# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md).
-SOURCES_KEPT = 32
+# instead of 580 (all kept) and peak at 136 MiB instead of 192 (benchmarks/README.md). On vLLM
+# 0.34.0, cold `-j 1`, 8 build 46 sources instead of 39 (65 methods parsed instead of 64) and take
+# the peak RSS from 60 to 57 MiB (a source's lines cost twice its text); with every rule on, 307
+# instead of 214 (315 methods instead of 245), 120 to 116 MiB; at ten times vLLM 0.34.0, 460
+# instead of 390 sources.
+SOURCES_KEPT = 8
 # Answers the storage model keeps for the run (`_memo`), least recently used dropped beyond this:
 # vLLM's tree asks about 220 questions with every rule on, but an answer may hold parsed methods
 # and dispatch tables, and a tree with many times the backends must not keep them all alive. A
 # dropped answer is computed again (or read from the disk memo) when asked for, with its reads.
 STORAGE_MEMO_ENTRIES = 1024
 
+
+def _scan_configs(index: QuantizableLayerIndex, base: str, folder: str):
+    """The subclasses of `base` defined under `folder`, in discovery order."""
+    for module, header in index.modules.iter_under(folder):
+        for name in header.classes:
+            q = f"{module}.{name}"
+            if q != base and base in index.mro(q):
+                yield q
 
 
 def _trim(memo: OrderedDict) -> None:
@@ -437,7 +450,10 @@ class CodeBackends:
             loc = self.index.class_location(base)
             folder = os.path.dirname(loc[0].path) if loc else None
             # (config, what finding it read) in order; the scan; what the scan read after the last one
-            state[base] = ([], self._scan_configs(base, folder) if folder else iter(()), [])
+            # The scan is kept for the run: made from the index alone, not from this model, whose
+            # project (the analysis that asked first, its tree and every file's facts it read)
+            # it would keep alive to the end (vLLM 0.34.0: 2.7 MiB).
+            state[base] = ([], _scan_configs(self.index, base, folder) if folder else iter(()), [])
         found, pending, tail = state[base]
         i = 0
         while True:
@@ -457,12 +473,6 @@ class CodeBackends:
             found.append((nxt, frame))
             tail.clear()
 
-    def _scan_configs(self, base: str, folder: str):
-        for module, header in self.index.modules.iter_under(folder):
-            for name in header.classes:
-                q = f"{module}.{name}"
-                if q != base and base in self.index.mro(q):
-                    yield q
 
     # ---- which configs --------------------------------------------------------------------------
     def _config_base(self, layer_class: str) -> str | None:
@@ -1124,7 +1134,7 @@ class CodeBackends:
                 yield cls, built
                 loc = self.index.class_location(cls)
                 folder = os.path.dirname(loc[0].path) if loc else None
-                for count, kernel in enumerate(self._scan_configs(cls, folder) if folder else ()):
+                for count, kernel in enumerate(_scan_configs(self.index, cls, folder) if folder else ()):
                     if count >= 40:
                         break
                     yield kernel, built
@@ -1413,20 +1423,18 @@ def _param_for(callee, call: ast.Call, layer_name: str) -> str | None:
     return None
 
 
-_ASSIGNS: dict[int, tuple] = {}
+# Function node -> its assignments, while the node lives: an entry must not keep its function's
+# tree alive, or a source dropped from SOURCES_KEPT (or a class's facts dropped from the index's
+# caches) is kept here instead (vLLM 0.34.0: 1.2 MiB of trees held by 40 entries; a function
+# parsed again is a new node, which a dropped one's entry never served).
+_ASSIGNS: "weakref.WeakKeyDictionary[ast.AST, dict[str, ast.expr]]" = weakref.WeakKeyDictionary()
 
 
 def _assignments(fn) -> dict[str, ast.expr]:
     """Local name → the last value assigned to it (good enough to follow a parameter's dtype)."""
-    got = _ASSIGNS.get(id(fn))
-    if got is not None and got[0] is fn:
-        return got[1]
-    out = _compute_assignments(fn)
-    # Each entry keeps its function's tree alive: a few hundred, so that a source dropped from
-    # SOURCES_KEPT is not kept here instead.
-    if len(_ASSIGNS) > 256:
-        _ASSIGNS.clear()
-    _ASSIGNS[id(fn)] = (fn, out)
+    out = _ASSIGNS.get(fn)
+    if out is None:
+        out = _ASSIGNS[fn] = _compute_assignments(fn)
     return out
 
 
