@@ -508,29 +508,23 @@ def scratch_copy(root: Path, ignore_names: tuple[str, ...] = ()) -> Iterator[Pat
     def ignore(folder: str, names: list[str]) -> set[str]:
         skipped = {name for name in names if name in ignore_names}
         for name in names:
-            if name not in skipped and os.path.islink(os.path.join(folder, name)):
+            path = os.path.join(folder, name)
+            if name not in skipped and os.path.islink(path):
                 skipped.add(name)
-                links.append((os.path.relpath(os.path.join(folder, name), root),
-                              os.path.realpath(os.path.join(folder, name))))
+                links.append((os.path.relpath(path, root), os.path.realpath(path)))
         return skipped
 
     with tempfile.TemporaryDirectory(prefix="dtype-lint-recheck-", dir=_scratch_base(root, ignore_names)) as tmp:
         copy = Path(tmp) / "tree"
         shutil.copytree(root, copy, ignore=ignore)
         for rel, target in links:
-            inside = _inside_root(target, real_root)
-            aim = os.path.relpath(copy / inside, (copy / rel).parent) if inside is not None else target
+            try:  # a target inside the tree: its place in the copy, relative to the link
+                aim = os.path.relpath(copy / Path(target).relative_to(real_root), (copy / rel).parent)
+            except ValueError:  # outside it: the same file
+                aim = target
             (copy / rel).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(aim, copy / rel, target_is_directory=os.path.isdir(target))
         yield copy
-
-
-def _inside_root(path: str, real_root: Path) -> str | None:
-    """`path` relative to `real_root` when it is inside it, else None."""
-    try:
-        return os.fspath(Path(path).relative_to(real_root))
-    except ValueError:
-        return None
 
 
 def _scratch_base(root: Path, ignore_names: tuple[str, ...]) -> str | None:

@@ -430,8 +430,8 @@ def migration_series(config: Config, path: str, out: str, group_by: str = "file"
             if not change.test:
                 final[change.path] = change.after
     # The re-check tells what is left; the fixes that were not applied say why beside it.
-    not_applied = [f for o in result.outcomes if o.error for f in o.remaining if f.code == FIX_FAILED]
-    result.findings = sorted(recheck(config, path, result, final, jobs, store) + not_applied, key=Finding.sort_key)
+    refused = [f for o in result.outcomes if o.error for f in o.remaining if f.code == FIX_FAILED]
+    result.findings = sorted(recheck(config, path, result, final, jobs, store) + refused, key=Finding.sort_key)
     if patches:
         outputs = dict(formatted)
         outputs["PR.md"] = messages.pr_description(patches, conv, gen).encode("utf-8")
