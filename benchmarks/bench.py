@@ -136,6 +136,8 @@ class Row:
     # A reference row (what other tools or a bare parse cost; no target reads it): measured in the
     # first `--reference-repeat` rounds only, so that a full run fits (libcst alone is 19 s a round).
     reference: bool = False
+    instructions: int | None = None  # `--instructions`: one run under valgrind, after the timed rounds
+    instructions_note: str = ""  # why there is no count
 
     def record(self, s: Sample) -> None:
         if s.timed_out or s.returncode not in self.ok_codes:
@@ -175,6 +177,9 @@ class Row:
             "ruff_ratio_wall": (wall / rw) if wall and rw else None,
             "ruff_ratio_cpu": (cpu / rc) if cpu and rc else None,
             "peak_rss_mib": max((s.maxrss_mib for s in self.samples), default=None),
+            "instructions": self.instructions,
+            "ruff_ratio_instructions": (self.instructions / ruff.instructions)
+            if self.instructions and ruff is not None and ruff.instructions else None,
             "runs": len(self.samples),
             "samples": {
                 "wall_s": [s.wall_s for s in self.samples],
@@ -438,6 +443,75 @@ def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log, r
         log(f"round {rep + 1}/{repeat} done: {spent / 60:.1f} min so far")
 
 
+# --------------------------------------------------------------------------------------------
+# Instruction counts (`--instructions`)
+
+# The rows whose CPU seconds move by more than the 10% a change must show (issue #37): the cold
+# check, the pre-commit runs, and what they are judged against. Counted at 1x only: valgrind runs a
+# program about 50 times slower, and at 10x a cold row alone would take a quarter of an hour.
+INSTRUCTION_ROWS = ("read+prefilter", "dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-precommit",
+                    "dtype-lint-precommit-clean", "dtype-lint-precommit-first", "dtype-lint-precommit-edited",
+                    "ruff-cold")
+# A dtype-lint row without `-j 1` forks its workers: callgrind zeroes each forked worker's count
+# where the child starts (it inherits the parent's), and each process writes its own total.
+_FORKED_CHILD = "PyOS_AfterFork_Child"
+
+
+def counted_rows(rows: list[Row]) -> list[Row]:
+    """The rows `--instructions` counts, in the order of `rows`."""
+    return [r for r in rows if r.scale == 1 and r.id in INSTRUCTION_ROWS and r.cmd is not None and r.status == "ok"]
+
+
+def count_instructions(rows: list[Row], timeout: float, log, first_seq: int) -> None:
+    """One run of each counted row under valgrind (`--cache-sim=no`: instructions executed, every
+    thread and process the row starts), `PYTHONHASHSEED=0` (a random seed moves a count by about
+    0.1%; fixed, the count repeats to 0.01%). Each row's `prepare` runs first, as before a timed
+    sample. A row valgrind cannot count says why in its note."""
+    valgrind = shutil.which("valgrind")
+    todo = counted_rows(rows)
+    if valgrind is None:
+        for row in todo:
+            row.instructions_note = "valgrind not on PATH"
+        log("instructions: valgrind not on PATH, not counted")
+        return
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    for seq, row in enumerate(todo, first_seq):
+        log(f"instructions: {row.label}")
+        if row.prepare is not None:
+            row.prepare(seq)
+        with tempfile.TemporaryDirectory(prefix="dtype-lint-bench-vg-") as out:
+            forks = row.id.startswith("dtype-lint") and "-j" not in row.cmd
+            tool = ["--tool=callgrind", "--trace-children=yes", f"--zero-before={_FORKED_CHILD}",
+                    f"--callgrind-out-file={out}/cg.%p"] if forks else \
+                ["--tool=cachegrind", "--cache-sim=no", "--trace-children=yes", f"--cachegrind-out-file={out}/cg.%p"]
+            try:
+                proc = subprocess.run([valgrind, *tool, *row.cmd], cwd=row.cwd, env=env, capture_output=True,
+                                      text=True, errors="replace", timeout=timeout * 50)
+            except subprocess.TimeoutExpired:
+                row.instructions_note = "timed out under valgrind"
+                continue
+            if proc.returncode not in row.ok_codes:
+                row.instructions_note = f"exit {proc.returncode} under valgrind"
+                continue
+            row.instructions = instructions_of(Path(out)) or None
+            if row.instructions is None:
+                row.instructions_note = "no count written"
+
+
+def instructions_of(out: Path) -> int:
+    """The instructions every process counted into `out` (one file per process, `cg.<pid>`): the
+    last total each file states (callgrind writes a part per dump, the last one whole)."""
+    total = 0
+    for path in sorted(out.glob("cg.*")):
+        last = 0
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("summary:", "totals:")):
+                    last = int(line.split()[1])
+        total += last
+    return total
+
+
 def print_table(rows: list[Row], figures: list[dict], header: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -552,6 +626,15 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {f['scale']}x | {f['label']} | {num(f['files'], ',d')} | {num(f['cpu_s'], '.3f')} | "
                      f"{num(f['wall_s'], '.3f')} | {num(f['ratio_cpu'], '.2f')} | {num(f['ruff_ratio_cpu'], '.2f')} | "
                      f"{num(f['ruff_ratio_wall'], '.2f')} | {num(f['peak_rss_mib'], '.0f')} |")
+    counted = [f for f in doc["rows"] if f.get("instructions")]
+    if doc.get("instructions"):
+        lines += ["", f"Instructions ({doc['instructions']}; a count repeats to about 0.01% where CPU seconds "
+                      "move by 5-10% between rounds):", "",
+                  "| scale | row | instructions | × ruff |", "|---|---|---:|---:|"]
+        lines += [f"| {f['scale']}x | {f['label']} | {_count(f['instructions'])} | "
+                  f"{num(f['ruff_ratio_instructions'], '.2f')} |" for f in counted]
+        if not counted:
+            lines.append("| | none counted | | |")
     lines += ["", "| target | row | measured | limit | met |", "|---|---|---:|---:|---|"]
     for t in doc["targets"]:
         unit = " MiB" if "RSS" in t["target"] else ("×" if "×" in t["target"] else " s")  # `--fix` rows: ×
@@ -563,6 +646,11 @@ def markdown(doc: dict) -> str:
             ratio = "" if f["ruff_ratio_cpu"] is None else f", {f['ruff_ratio_cpu']:.2f}× ruff's"
             lines += ["", f"Not a target: `{f['id']}` ({UNJUDGED[f['id']]}): {f['cpu_s']:.3f} CPU s{ratio}."]
     return "\n".join(lines) + "\n"
+
+
+def _count(n: int) -> str:
+    """An instruction count as the tables write it: 24.13 G, 689.6 M."""
+    return f"{n / 1e9:.2f} G" if n >= 1e9 else f"{n / 1e6:.1f} M"
 
 
 README = REPO / "README.md"
@@ -668,6 +756,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--semgrep", metavar="PATH",
                     help="the semgrep binary for the reference row (else PATH, else installed)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="after the timed rounds, count the instructions of the cold, pre-commit, floor and ruff "
+                         "rows at 1x, one run each under valgrind (minutes: valgrind runs them 50 times slower)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
 
@@ -744,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
         with Runner() as runner:
             warm_up(runner, every, args.timeout, log)  # the caches every row expects, measured or not
             run_all(runner, rows, repeat, args.timeout, log, max(1, args.reference_repeat))
+        if args.instructions:
+            count_instructions(rows, args.timeout, log, first_seq=repeat)
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     figures = []
@@ -771,6 +864,8 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(), "load_start": load_start, "load_end": load_end},
         "rows": figures,
         "targets": judge(figures),
+        "instructions": "valgrind --cache-sim=no, PYTHONHASHSEED=0, one run per row at 1x" if args.instructions
+        else None,
     }
     outputs = []
     if args.save:

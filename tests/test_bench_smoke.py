@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,55 @@ def test_a_peer_venv_is_used_only_once_its_install_finished(tmp_path):
     assert path is None and "not installed" in why
     (tmp_path / f"bench-{name}-1.0" / ".bench-peer-complete").write_text("x", encoding="utf-8")
     assert bench.find_peer(name, "1.0", False, tmp_path) == (str(binary), "1.0")
+
+
+def test_instruction_counts_sum_each_process_file(tmp_path: Path):
+    # `--instructions`: cachegrind writes one `summary:` per process; callgrind one `totals:` per
+    # dump (a forked worker zeroed at its start dumps its own count last): the last of each file.
+    bench = _bench_module()
+    (tmp_path / "cg.101").write_text("events: Ir\nfn=main\n3 5\nsummary: 1000\n", encoding="utf-8")
+    (tmp_path / "cg.102").write_text("events: Ir\ntotals: 40\nfn=w\n1 2\ntotals: 250\n", encoding="utf-8")
+    (tmp_path / "other.txt").write_text("summary: 999999\n", encoding="utf-8")
+    assert bench.instructions_of(tmp_path) == 1250
+
+
+def test_without_valgrind_the_counted_rows_say_why(tmp_path: Path, monkeypatch):
+    bench = _bench_module()
+    rows = [bench.Row(i, i, ["x"], tmp_path) for i in ("dtype-lint-cold-j1", "dtype-lint-warm", "ruff-cold@10x")]
+    monkeypatch.setattr(bench.shutil, "which", lambda _name: None)
+    bench.count_instructions(rows, 60, lambda _msg: None, first_seq=0)
+    assert [(r.instructions, r.instructions_note) for r in rows] == [
+        (None, "valgrind not on PATH"), (None, ""), (None, "")]  # only the 1x cold and pre-commit rows are counted
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instructions_are_counted_under_valgrind(tmp_path: Path):
+    # A row that forks (a dtype-lint row without `-j 1`) is counted with callgrind, each child from
+    # its fork: the parent's count is not counted twice. Both ways give a count of the row's own run.
+    bench = _bench_module()
+    fork = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\n"
+    plain = bench.Row("dtype-lint-cold-j1", "plain", [sys.executable, "-c", "pass"], tmp_path)
+    forked = bench.Row("dtype-lint-cold", "forked", [sys.executable, "-c", fork], tmp_path)
+    failing = bench.Row("ruff-cold", "failing", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path)
+    bench.count_instructions([plain, forked, failing], 120, lambda _msg: None, first_seq=0)
+    assert plain.instructions and plain.instructions > 1_000_000, plain.instructions_note
+    assert forked.instructions and forked.instructions > plain.instructions, forked.instructions_note
+    assert forked.instructions < 3 * plain.instructions  # the child counted from its fork, not from the start
+    assert failing.instructions is None and failing.instructions_note == "exit 3 under valgrind"
+
+
+def test_markdown_lists_the_instruction_counts(tmp_path: Path):
+    bench = _bench_module()
+    ruff = bench.Row("ruff-cold", "ruff", ["r"], tmp_path)
+    cold = bench.Row("dtype-lint-cold-j1", "cold", ["c"], tmp_path)
+    for row, n in ((ruff, 10_610_000_000), (cold, 24_130_000_000)):
+        row.samples.append(bench.Sample(1.0, 1.0, 40.0, 0, "", ""))
+        row.instructions = n
+    figures = [cold.figures(None, ruff), ruff.figures(None, ruff)]
+    assert figures[0]["ruff_ratio_instructions"] == pytest.approx(24.13 / 10.61)
+    doc = {"source": "t", "date": "d", "repeat": 1, "floor": "f", "ruff": "r", "rows": figures, "targets": [],
+           "machine": {"host": "h", "cpus": 2, "python": "3", "platform": "p", "load_start": 0.0, "load_end": 0.0},
+           "instructions": "valgrind"}
+    text = bench.markdown(doc)
+    assert "| 1x | cold | 24.13 G | 2.27 |" in text and "| 1x | ruff | 10.61 G | 1.00 |" in text
+    assert "Instructions" not in bench.markdown(dict(doc, instructions=None))
