@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import keyword
 import os
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from dtype_lint.core import digests
 from dtype_lint.core.rule_registry import opt_in_codes
 from dtype_lint.ecosystems.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
 
@@ -131,7 +131,7 @@ class Config:
         style = project_style.__wrapped__(str(self.root))
         data["project-style"] = {f.name: sorted(value) if isinstance(value, frozenset) else value
                                  for f in fields(style) for value in [getattr(style, f.name)]}
-        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return digests.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _relposix(path: str, root: Path) -> str:
