@@ -5,14 +5,17 @@ configparser about 1 MiB; argparse's shutil, with zlib, bz2 and lzma, 0.7 MiB)."
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 from cli_runner import heavy_imports_of
 from tiny_project import ATTN, write_tree
 
+from dtype_lint import cli
 from dtype_lint.core import digests
 
-UNNEEDED = ("_hashlib", "hashlib", "tempfile", "tomllib", "configparser")
+UNNEEDED = ("_hashlib", "hashlib", "tempfile", "shutil", "tomllib", "configparser", "bz2", "lzma")
 
 
 def test_a_cold_check_without_configuration_files_imports_none_of_them(tmp_path: Path):
@@ -35,3 +38,22 @@ def test_the_digests_are_hashlibs():
     h.update(b"a")
     h.update(b"b")
     assert h.hexdigest() == hashlib.sha1(b"ab").hexdigest()
+
+
+@pytest.mark.parametrize("columns", [None, "200", "0", "-3", "wide", "35"])
+def test_the_help_width_is_shutils(monkeypatch, columns):
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._terminal_columns() == shutil.get_terminal_size().columns
+    # and each command's help is argparse's own at that width
+    import argparse
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for each in (parser, *commands.values()):
+        assert each.formatter_class is cli._HelpFormatter
+        ours = each.format_help()
+        each.formatter_class = argparse.HelpFormatter
+        assert ours == each.format_help()
