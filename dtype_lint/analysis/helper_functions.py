@@ -13,13 +13,12 @@ Rules read this as the `helpers` fact; the fix planner and `migrate` use `known_
 from __future__ import annotations
 
 import ast
-import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex
-from dtype_lint.core import trees
+from dtype_lint.core import digests, trees
 from dtype_lint.core.config import Config
 from dtype_lint.core.text_facts import attribute_pattern, callee_pattern, could_be_helper_shaped, function_text
 from dtype_lint.dtypes.evaluator import (
@@ -152,7 +151,7 @@ def _file_helpers(header: ModuleHeader, load_file) -> dict[str, KnownHelper]:
     # Keyed by the text itself, not the file's mtime: a same-tick rewrite in a long-lived
     # process must not keep the old table.
     text = load_file(header.path) if load_file is not None else None
-    key = (header.path, hashlib.blake2b((text or "").encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    key = (header.path, digests.blake2b((text or "").encode("utf-8", "surrogatepass"), digest_size=16).digest()
            if text is not None else None)
     if key not in _REMOTE:
         found: dict[str, KnownHelper] = {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import keyword
 import os
@@ -12,13 +11,9 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from dtype_lint.core import digests
 from dtype_lint.core.rule_registry import opt_in_codes
 from dtype_lint.ecosystems.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 
 class ConfigError(Exception):
@@ -131,7 +126,7 @@ class Config:
         style = project_style.__wrapped__(str(self.root))
         data["project-style"] = {f.name: sorted(value) if isinstance(value, frozenset) else value
                                  for f in fields(style) for value in [getattr(style, f.name)]}
-        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return digests.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _relposix(path: str, root: Path) -> str:
@@ -172,6 +167,24 @@ SETTING_KEYS = {
 MAX_CONFIG_BYTES = 1 << 20
 
 
+def _toml():
+    """The TOML reader, imported when a configuration file is read, not with this module: a
+    project without one never needs it (tomllib brings datetime and its regexes, about 1 MiB of a
+    check's RSS)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    return tomllib
+
+
+def __getattr__(name: str):
+    """`config.tomllib`, the reader of this Python version (tests read it), imported when asked for."""
+    if name == "tomllib":
+        return _toml()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def read_toml(path: Path) -> dict:
     """A TOML file's document; every way it can be bad (a FIFO, a device, huge, not UTF-8, not
     TOML) is a ConfigError, never a hang or a traceback."""
@@ -183,6 +196,7 @@ def read_toml(path: Path) -> dict:
         data = read_bytes(path, MAX_CONFIG_BYTES)
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}: cannot read configuration: {getattr(error, 'strerror', None) or error}") from None
+    tomllib = _toml()
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:

@@ -287,15 +287,14 @@ def installed(root: Path, dist: str, witnesses: list[str]) -> tuple[Path, str, P
 
 
 def _record_stamp(dist_info: Path) -> str:
-    import hashlib
-
+    from dtype_lint.core import digests
     from dtype_lint.core.file_stamp import file_stamp
 
     stamp = file_stamp(str(dist_info / "RECORD"))
     if stamp == "missing":
         stamp = file_stamp(str(dist_info / "METADATA"))
     where = os.path.realpath(dist_info.parent)
-    return hashlib.blake2b(f"{where}\0{stamp}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return digests.blake2b(f"{where}\0{stamp}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def tool_cache_root() -> Path:

@@ -49,13 +49,13 @@ def _read(path: Path) -> dict:
     imports this module)."""
     from dtype_lint.core.safe_read import read_bytes
 
+    if not path.is_file():
+        return {}  # before importing tomllib: a project without the file never needs it
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
 
-    if not path.is_file():
-        return {}
     try:
         return tomllib.loads(read_bytes(path, 1 << 20).decode("utf-8"))
     except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and TOMLDecodeError are ValueErrors

@@ -57,9 +57,9 @@ def helper_shaped_bodies(text: str):
 def dtype_functions(text: str) -> dict[str, str]:
     """Top-level functions whose text could make them input-dtype helpers, without a parse:
     name -> short hash of the function's text."""
-    import hashlib
+    from dtype_lint.core import digests
 
-    return {name: hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return {name: digests.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()[:12]
             for name, body in helper_shaped_bodies(text)}
 
 

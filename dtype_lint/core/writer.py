@@ -11,6 +11,9 @@ Temp files go to the run's staging folder (`<cache-dir>/tmp`), where the next fi
 whatever a killed run left; only when that folder cannot hold them (another filesystem, not
 creatable) do they go next to their target, where the next run's discovery finds them
 (`is_temp_name`) and removes them the same way.
+
+`tempfile` and `shutil` are imported where a write needs them: a check writes nothing (or only
+cache entries), and the two bring `random`, `bz2` and `lzma` (about 1 MiB of a check's RSS).
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ import errno
 import itertools
 import os
 import re
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, staging: str | os.Path
     where allowed). `exclusive`: `path` must not exist (FileExistsError otherwise, even when
     another process creates it meanwhile: the temp file is linked in, never renamed over).
     """
+    import tempfile
     path = os.fspath(path)
     tmp_dir = os.path.dirname(os.path.abspath(path))
     if staging is not None:
@@ -121,6 +123,7 @@ def create_private(path: str | os.PathLike, data: bytes) -> bool:
     made 0700 when missing), whole or not at all: written and synced under a temp name, then
     linked in. False when another process created `path` first (its file is kept). Used for the
     cache key (cache_seal.py), which lives outside any project."""
+    import tempfile
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -175,6 +178,7 @@ def remove_stale_temps(folder: str | os.PathLike, names: list[str] | None = None
         full = os.path.join(folder, name)
         try:
             if os.path.isdir(full) and not os.path.islink(full):
+                import shutil
                 shutil.rmtree(full)
             else:
                 os.unlink(full)
@@ -318,6 +322,8 @@ class ProjectWriter:
         built complete in the staging folder and renamed into place in one step, so a run killed
         midway leaves either no trace or all of them (never a folder without its `__init__.py`).
         `files`: (path, bytes, why), in creation order."""
+        import shutil
+        import tempfile
         first = files[0][0].parent
         missing: list[Path] = []
         d = first
@@ -501,6 +507,8 @@ def scratch_copy(root: Path, ignore_names: tuple[str, ...] = ()) -> Iterator[Pat
     what the tree reads after the change: into the copy for a target inside `root` (an absolute
     link would otherwise read the user's unchanged file, and a relative one that climbs out of
     `root` would dangle), and at the same absolute target outside it."""
+    import shutil
+    import tempfile
     root = Path(root)
     real_root = Path(os.path.realpath(root))
     links: list[tuple[str, str]] = []  # (path in the tree, where it leads), relative to `root`
@@ -530,6 +538,7 @@ def scratch_copy(root: Path, ignore_names: tuple[str, ...] = ()) -> Iterator[Pat
 def _scratch_base(root: Path, ignore_names: tuple[str, ...]) -> str | None:
     """The folder a scratch copy of `root` goes in: MEMORY_SCRATCH when TMPDIR is unset and it
     holds SCRATCH_ROOM times the copy's bytes, else None (tempfile's choice)."""
+    import shutil
     if os.environ.get("TMPDIR") or not os.path.isdir(MEMORY_SCRATCH) or not os.access(MEMORY_SCRATCH, os.W_OK):
         return None
     try:

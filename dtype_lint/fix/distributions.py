@@ -20,14 +20,17 @@ pyproject.toml holding only tool settings, a monorepo's root one, is not a packa
 from __future__ import annotations
 
 import ast
-import configparser
 import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtype_lint.core.source import read_bytes
+
+if TYPE_CHECKING:  # configparser itself is imported where a setup.cfg is read
+    import configparser
 
 # Packaging files are small; anything larger is not read (and the folder counts as no package).
 _MAX_PACKAGING_BYTES = 1 << 20
@@ -236,6 +239,8 @@ def _read_cfg(path: str) -> configparser.RawConfigParser | None:
     text = _read_text(path)
     if text is None:
         return None
+    import configparser  # only where a setup.cfg is read
+
     cfg = configparser.RawConfigParser()
     try:
         cfg.read_string(text)

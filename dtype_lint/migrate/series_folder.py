@@ -17,13 +17,14 @@ printed `git am docs/*.patch` picked up the user's own patches in that folder. S
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
+
+from dtype_lint.core import digests
 
 # Hidden, and not a *.patch: neither `ls` nor `git am DIR/*.patch` shows it.
 MANIFEST = ".dtype-lint-series.json"
@@ -33,7 +34,7 @@ FIXED_NAMES = ("PR.md", "README.md")
 
 
 def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return digests.sha256(data).hexdigest()
 
 
 def _read_manifest(folder: Path) -> dict[str, str] | None:

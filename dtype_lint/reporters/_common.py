@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, TextIO
 
+from dtype_lint.core import digests
 from dtype_lint.core.findings import UNUSED_SUPPRESSION, Finding
 from dtype_lint.core.source import SourceText
 
@@ -230,5 +230,5 @@ def fingerprints(findings: list[Finding]) -> list[str]:
         n = seen.get(parts, 0)
         seen[parts] = n + 1
         payload = "\0".join(parts) + (f"\0{n}" if n else "")
-        out.append(hashlib.sha256(payload.encode("utf-8")).hexdigest())
+        out.append(digests.sha256(payload.encode("utf-8")).hexdigest())
     return out

@@ -27,11 +27,11 @@ uncached.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
+from dtype_lint.core import digests
 from dtype_lint.run.cache_seal import seal, unseal
 
 # Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
@@ -66,7 +66,7 @@ class Cache:
         return rel if os.path.isabs(rel) else os.path.join(self.root, *rel.split("/"))
 
     def _entry(self, kind: str, rel: str) -> Path:
-        return self.dir / kind / (hashlib.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".json")
+        return self.dir / kind / (digests.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".json")
 
     # ---- the scan summary --------------------------------------------------------------------
     def _scan_data(self) -> dict:

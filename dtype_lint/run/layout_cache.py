@@ -19,12 +19,12 @@ record is sealed as the cache's entries are (run/cache_seal.py): an edited one i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dtype_lint.core import digests
 from dtype_lint.core.discovery import DEFAULT_EXCLUDES, Excluder, Found, discover_files
 from dtype_lint.run.fast_record import folder_mtime
 
@@ -46,7 +46,7 @@ def _listing_hash(folder: str, excluder: Excluder) -> str | None:
             entries = sorted(f"{e.name}\0{_kind(e)}" for e in it if not excluder.excluded_name(e.name))
     except OSError:
         return None
-    return hashlib.blake2b("\n".join(entries).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+    return digests.blake2b("\n".join(entries).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 def _kind(entry: os.DirEntry) -> str:
@@ -74,7 +74,7 @@ def _root_ignores(root_abs: str) -> str:
 
     messages: list[str] = []
     state = repr(for_folder(root_abs, root_abs, messages).files) + repr(messages)
-    return hashlib.blake2b(state.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return digests.blake2b(state.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _key(root_abs: str, excludes: tuple[str, ...]) -> list:

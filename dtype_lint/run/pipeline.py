@@ -13,7 +13,6 @@ user's project goes through the run's `ProjectWriter` and is listed in `RunResul
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from dtype_lint.analysis.index.class_index import (
     extract_header,
     from_imported,
 )
-from dtype_lint.core import trees
+from dtype_lint.core import digests, trees
 from dtype_lint.core.config import Config
 from dtype_lint.core.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from dtype_lint.core.file_stamp import file_stamp as _stamp
@@ -971,7 +970,7 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
             stats = [os.stat(path) for _, path in files]
             listed = "\n".join(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
                                 for (_, path), st in zip(files, stats))
-            key = hashlib.sha1(listed.encode("utf-8", "surrogatepass")).hexdigest()
+            key = digests.sha1(listed.encode("utf-8", "surrogatepass")).hexdigest()
             newest = max((max(st.st_mtime_ns, st.st_ctime_ns) for st in stats), default=0)
             from dtype_lint.run.cache_seal import unseal
 
@@ -983,10 +982,10 @@ def code_stamp(memo: str | os.PathLike | None = None) -> str:
                 return kept["stamp"]
         except (OSError, ValueError):
             pass
-    h = hashlib.sha1()
+    h = digests.sha1()
     for rel, path in files:
         with open(path, "rb") as handle:  # the tool's own files: content, not mtime
-            digest = hashlib.blake2b(handle.read(), digest_size=16).digest()
+            digest = digests.blake2b(handle.read(), digest_size=16).digest()
         h.update(f"{rel}:".encode() + digest + b";")
     stamp = h.hexdigest()[:10]
     if key is not None and memo is not None and newest is not None and newest < time.time_ns() - _SETTLED_NS:

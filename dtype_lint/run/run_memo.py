@@ -76,9 +76,9 @@ def handed_over() -> dict | None:
 
 
 def _key_name(key: list) -> str:
-    import hashlib
+    from dtype_lint.core import digests
 
-    return hashlib.sha1(json.dumps(key).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return digests.sha1(json.dumps(key).encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _entries(path: str) -> dict:

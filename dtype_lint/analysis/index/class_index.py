@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import hashlib
 import os
 import re
 import textwrap
@@ -25,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from sys import intern
 
+from dtype_lint.core import digests
 from dtype_lint.core.findings import Evidence
 from dtype_lint.core.source import iter_code
 from dtype_lint.core.text_facts import POSSESSIVE, LineStart
@@ -541,7 +541,7 @@ class ModuleTable:
         if digest is None:
             prefix = os.path.join(real_folder, "")
             found = sorted(f"{m}\t{f[1]}" for m, f in self._names.firsts_under_key(prefix))
-            digest = self._listings[real_folder] = hashlib.sha1(
+            digest = self._listings[real_folder] = digests.sha1(
                 "\n".join(found).encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return digest
 
@@ -570,12 +570,12 @@ class ModuleTable:
         if got is None and name == ALL_MODULES:
             firsts = list(self._names.firsts())
             # module and first file: a module whose first file moved is a change too
-            got = self._enumerated[name] = ([m for m, _f in firsts], hashlib.sha1("\n".join(
+            got = self._enumerated[name] = ([m for m, _f in firsts], digests.sha1("\n".join(
                 sorted(f"{m}\t{f[1]}" for m, f in firsts)).encode("utf-8", "surrogatepass")).hexdigest()[:16])
         if got is None:
             names = [m for m, _f in self._names.firsts_with_part(ENUMERATIONS[name])]
             # sorted: the eager list and the file-list record need not enumerate in one order
-            got = self._enumerated[name] = (names, hashlib.sha1(
+            got = self._enumerated[name] = (names, digests.sha1(
                 "\n".join(sorted(names)).encode("utf-8", "surrogatepass")).hexdigest()[:16])
         return got
 
