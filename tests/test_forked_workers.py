@@ -68,3 +68,23 @@ def test_a_parallel_map_imports_neither_concurrent_futures_nor_multiprocessing()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _unpicklable_at_3(x: int):
+    return (lambda: x) if x == 3 else x  # a lambda cannot be pickled
+
+
+def test_a_result_that_cannot_be_sent_back_is_an_error_at_its_turn():
+    seen: list[int] = []
+    with pytest.raises(RuntimeError, match="cannot be sent back"):
+        for i in workers._forked_map(_unpicklable_at_3, list(range(10)), 2, 1, None, ()):
+            seen.append(i)
+    assert seen == [0, 1, 2]
+
+
+def test_the_digests_come_without_openssl_on_this_interpreter():
+    # Python 3.12 merged _sha256 into _sha2: either is taken, hashlib only where neither exists.
+    from dtype_lint.core import digests
+
+    assert digests.sha256.__module__ in ("_sha2", "_sha256") or digests.sha256.__name__ == "openssl_sha256"
+    assert digests.sha256(b"x").hexdigest() == __import__("hashlib").sha256(b"x").hexdigest()

@@ -9,7 +9,10 @@ from __future__ import annotations
 try:
     from _blake2 import blake2b
     from _sha1 import sha1  # type: ignore[import-not-found]
-    from _sha256 import sha256  # type: ignore[import-not-found]
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]  # Python 3.12 merged _sha256 into _sha2
+    except ImportError:
+        from _sha256 import sha256  # type: ignore[import-not-found]  # Python 3.10 and 3.11
 except ImportError:  # an interpreter built without its own hash modules (OpenSSL only)
     from hashlib import blake2b, sha1, sha256
 

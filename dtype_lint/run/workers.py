@@ -166,9 +166,9 @@ def _work(fn: Callable, items: Sequence, chunk: int, init: Callable | None, init
                     answer = (False, (error, _traceback_text(error)))
             try:
                 data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
-            except Exception as error:  # an exception that cannot be pickled: its text
-                unpicklable, where = answer[1]
-                data = pickle.dumps((False, (RuntimeError(f"{unpicklable!r} ({error})"), where)),
+            except Exception as error:  # what cannot be pickled (an exception, a result): said in a RuntimeError
+                failure, where = answer[1] if not answer[0] else (answer[1], _traceback_text(error))
+                data = pickle.dumps((False, (RuntimeError(f"{failure!r} cannot be sent back ({error})"), where)),
                                     pickle.HIGHEST_PROTOCOL)
             _send(result_fd, len(data).to_bytes(8, "little") + data)
     except BaseException:
