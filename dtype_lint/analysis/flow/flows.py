@@ -31,7 +31,8 @@ from dtype_lint.analysis.flow.recognisers import (
     weight_expr,
 )
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
-from dtype_lint.analysis.index.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of, walk_function
+from dtype_lint.analysis.function_walk import own_nodes
+from dtype_lint.analysis.index.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of
 from dtype_lint.analysis.index.class_index import dotted
 
 NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
@@ -214,7 +215,8 @@ class Flows:
         for method in class_facts.methods.values():
             if not attrs or any(fnmatch.fnmatch(method.name, p) for p in self.config.exempt_functions):
                 continue
-            scope = FunctionScope(method, cls)
+            nodes = own_nodes(method)
+            scope = FunctionScope(method, cls, nodes)
             me = scope.self_name
 
             def is_attr(node, depth: int = 0, scope=scope, me=me) -> bool:
@@ -227,7 +229,7 @@ class Flows:
                 return isinstance(node, ast.Attribute) and node.attr in attrs and \
                     isinstance(node.value, ast.Name) and node.value.id == me
 
-            for node in walk_function(method):
+            for node in nodes:
                 if not isinstance(node, ast.Call):
                     continue
                 uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
@@ -281,14 +283,15 @@ class Flows:
         self._uses[key] = uses
         if any(fnmatch.fnmatch(fn.name, p) for p in self.config.exempt_functions):
             return uses
-        scope = FunctionScope(fn, None)
+        # One walk of the function, for its scope and its calls (each walked it once).
+        nodes = own_nodes(fn)
+        scope = FunctionScope(fn, None, nodes)
         aliases = {param} | {k for k, v in scope.assigns.items()
                              if len(v) == 1 and isinstance(v[0], ast.Name) and v[0].id == param}
 
         def is_param(node) -> bool:
             return isinstance(node, ast.Name) and node.id in aliases
 
-        nodes = list(walk_function(fn))
         replacements = storage_replacements(nodes, is_param)
         for node in nodes:
             if not isinstance(node, ast.Call) or id(node) in replacements:
