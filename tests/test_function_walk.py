@@ -193,3 +193,23 @@ def test_own_and_all_nodes_are_the_walks_they_replace():
     for root in [tree, *_functions(CODE)]:
         walked = list(ast.walk(root))
         assert sorted(map(id, all_nodes(root))) == sorted(map(id, walked))
+
+
+def test_the_walk_asks_isinstance_once_per_class():
+    # `_depth_first` keeps, per set of kinds it does not enter, whether it enters each class met:
+    # asked once per class, the same answer for every instance (vLLM 0.34.0: 23.82 -> 23.52 G).
+    from dtype_lint.analysis import function_walk
+    from dtype_lint.analysis.function_walk import own_nodes
+
+    class Marked(ast.Name):  # a subclass answers as `isinstance` does
+        pass
+
+    fn = next(iter(_functions(CODE)))
+    fn.body.append(ast.Expr(Marked(id="m", ctx=ast.Load())))
+    fn.body.extend(ast.parse("f = lambda: z\nwith a:\n    def inner(y):\n        return y\n").body)
+    nodes = own_nodes(fn)
+    assert any(type(n) is Marked for n in nodes)
+    assert not any(isinstance(n, ast.Lambda) for n in nodes)
+    entered = function_walk._ENTERED[function_walk._OTHER_SCOPES]
+    assert entered[ast.Name] and entered[Marked] and entered[ast.Load]
+    assert not entered[ast.Lambda] and not entered[ast.FunctionDef]
