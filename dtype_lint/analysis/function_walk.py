@@ -283,6 +283,23 @@ def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None
     yield from _visit(tree.body, None, "", module, lines, "")
 
 
+# What `_visit` does with a statement, by its class: enter a class, yield a function, enter a
+# compound statement's blocks, or pass over it. `isinstance` answers alike for every instance of
+# a class, so each class is asked once a process (three `isinstance` tests against up to twelve
+# classes for every statement of every file, each time its functions are listed: vLLM 0.34.0
+# cold -j1 23.52 -> 23.03 G instructions).
+_OTHER, _CLASS, _FUNCTION, _BLOCKS = "other", "class", "function", "blocks"
+_STATEMENT_KINDS: dict[type, str] = {}
+
+
+def _statement_kind(node: ast.stmt) -> str:
+    kind = _CLASS if isinstance(node, ast.ClassDef) else _FUNCTION \
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else _BLOCKS \
+        if isinstance(node, _COMPOUND) else _OTHER
+    _STATEMENT_KINDS[type(node)] = kind
+    return kind
+
+
 def _spans(node: ast.stmt, lines: list[int]) -> bool:
     i = bisect_left(lines, node.lineno)
     return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
@@ -291,20 +308,25 @@ def _spans(node: ast.stmt, lines: list[int]) -> bool:
 def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, lines: list[int] | None,
            qual: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
     """`prefix`: the scope path; `qual`: the Python qualified name of what encloses `body`."""
+    kinds = _STATEMENT_KINDS
     for node in body:
-        if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
-                and not _spans(node, lines):
+        kind = kinds.get(type(node))
+        if kind is None:
+            kind = _statement_kind(node)
+        if kind is _OTHER:  # most statements: nothing to enter
             continue
-        if isinstance(node, ast.ClassDef):
+        if lines is not None and not _spans(node, lines):
+            continue
+        if kind is _CLASS:
             q = f"{prefix}.{node.name}" if prefix else node.name
             inner = f"{qual}.{node.name}" if qual else node.name
             yield from _visit(node.body, f"{module}.{inner}" if module else inner, q, module, lines, inner)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        elif kind is _FUNCTION:
             q = f"{prefix}.{node.name}" if prefix else node.name
             yield node, class_q, q
             function_qual = f"{qual}.{node.name}" if qual else node.name
             yield from _visit(node.body, None, q, module, lines, f"{function_qual}.<locals>")
-        elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
+        else:  # _BLOCKS: if/for/while/with/try/match
             blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
             blocks += [h.body for h in getattr(node, "handlers", None) or []]
             blocks += [c.body for c in getattr(node, "cases", None) or []]
