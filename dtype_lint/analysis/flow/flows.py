@@ -31,7 +31,7 @@ from dtype_lint.analysis.flow.recognisers import (
     weight_expr,
 )
 from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
-from dtype_lint.analysis.function_walk import own_nodes
+from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
 from dtype_lint.analysis.index.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of
 from dtype_lint.analysis.index.class_index import dotted
 
@@ -215,8 +215,8 @@ class Flows:
         for method in class_facts.methods.values():
             if not attrs or any(fnmatch.fnmatch(method.name, p) for p in self.config.exempt_functions):
                 continue
-            nodes = own_nodes(method)
-            scope = FunctionScope(method, cls, nodes)
+            walk = FunctionWalk(method)
+            scope = FunctionScope(method, cls, walk.of(*SCOPE_EVENTS))
             me = scope.self_name
 
             def is_attr(node, depth: int = 0, scope=scope, me=me) -> bool:
@@ -229,9 +229,7 @@ class Flows:
                 return isinstance(node, ast.Attribute) and node.attr in attrs and \
                     isinstance(node.value, ast.Name) and node.value.id == me
 
-            for node in nodes:
-                if not isinstance(node, ast.Call):
-                    continue
+            for node in walk.of(ast.Call):
                 uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
                                    _sink(kind, node, scope), anchors=(Anchor(class_facts.path, node),))
                          for kind, d in _dtype_args(node) if _dtype_of(d, is_attr, scope)]
@@ -283,18 +281,20 @@ class Flows:
         self._uses[key] = uses
         if any(fnmatch.fnmatch(fn.name, p) for p in self.config.exempt_functions):
             return uses
-        # One walk of the function, for its scope and its calls (each walked it once).
-        nodes = own_nodes(fn)
-        scope = FunctionScope(fn, None, nodes)
+        # One walk of the function, its nodes bucketed by class (as a candidate's), for its scope
+        # and its calls: each of these walked it, and tested every node's class again.
+        walk = FunctionWalk(fn)
+        scope = FunctionScope(fn, None, walk.of(*SCOPE_EVENTS))
         aliases = {param} | {k for k, v in scope.assigns.items()
                              if len(v) == 1 and isinstance(v[0], ast.Name) and v[0].id == param}
 
         def is_param(node) -> bool:
             return isinstance(node, ast.Name) and node.id in aliases
 
-        replacements = storage_replacements(nodes, is_param)
-        for node in nodes:
-            if not isinstance(node, ast.Call) or id(node) in replacements:
+        calls = walk.of(ast.Call)
+        replacements = storage_replacements(walk.of(ast.Call, ast.Assign), is_param)
+        for node in calls:
+            if id(node) in replacements:
                 continue
             for kind, d in _dtype_args(node):
                 if is_param(d):
@@ -310,8 +310,8 @@ class Flows:
                                       anchors=(Anchor(path, node),)))
         if depth < HAND_ON_DEPTH and module is not None:
             # Its own uses first: a flow reports the first use of the kind it asks for.
-            for node in nodes:
-                if isinstance(node, ast.Call) and id(node) not in replacements:
+            for node in calls:
+                if id(node) not in replacements:
                     uses += self._handed_on(node, scope, is_param, param, module, depth + 1, path)
         return uses
 
