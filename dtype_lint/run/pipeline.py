@@ -701,7 +701,8 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
-                           initargs=(prefilter, needles, links, words, words_skip), progress=progress, stage="scan", parallel=False)
+                           initargs=(prefilter, needles, links, words, words_skip), progress=progress, stage="scan",
+                           parallel=False)
     for f, (path, passes, suppressing, hits, links, held, err) in zip(misses, results):
         if err:
             scan.errors[path] = err
