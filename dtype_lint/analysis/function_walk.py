@@ -309,6 +309,7 @@ def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, 
            qual: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
     """`prefix`: the scope path; `qual`: the Python qualified name of what encloses `body`."""
     kinds = _STATEMENT_KINDS
+    node: Any  # a ClassDef, a def or a compound statement as its kind says (mypy cannot tell from it)
     for node in body:
         kind = kinds.get(type(node))
         if kind is None:
