@@ -57,6 +57,10 @@ from functools import lru_cache
 from dtype_lint.core.source import split_lines  # noqa: F401 - trees and tests read it here
 from dtype_lint.core.text_facts import POSSESSIVE
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the scan's path, as core/prefilter.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 # Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
 # the candidate functions (site lines), the class facts, module-level statements, and functions
 # reached through `Defs`, guarded); a rule that walks the whole tree (file guards, module globals,
@@ -242,7 +246,7 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
     Marks those nodes (`BLANKED`) for `Defs`. False: the text was not cut where the parser would."""
     expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
     found = 0
-    todo = list(tree.body)
+    todo: list[Any] = list(tree.body)  # statements: each read as its kind says (mypy cannot tell from it)
     kinds = _CHECK_KINDS
     while todo:
         node = todo.pop()
@@ -283,6 +287,7 @@ _CHECK_KINDS: dict[type, tuple[str, ...]] = {}
 
 
 def _check_kind(node: ast.AST) -> tuple[str, ...]:
+    kind: tuple[str, ...]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         kind = _CHECK_DEF
     elif isinstance(node, ast.ClassDef):
