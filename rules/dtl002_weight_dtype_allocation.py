@@ -149,11 +149,15 @@ class WeightDtypeAllocation(Rule):
         # storage code by what it does (analysis/storage/weight_registration.py), whatever it is named.
         registers = "Parameter" in ctx.source.text
         for function, node in ctx.calls():
+            # Both read only the function's calls and assignments: its walk's events of those
+            # classes, in walk order, not every node tested for them.
             if replaces and id(function) not in replaced:
                 replaced[id(function)] = storage_replacements(
-                    function.nodes, lambda t, scope=function.scope: weight_expr(t, scope) is not None)
+                    function.walk.of(ast.Call, ast.Assign),
+                    lambda t, scope=function.scope: weight_expr(t, scope) is not None)
             if registers and id(function) not in registered:
-                registered[id(function)] = weight_allocations(function.nodes, function.scope.assigns)
+                registered[id(function)] = weight_allocations(function.walk.of(ast.Call, ast.Assign),
+                                                              function.scope.assigns)
             if id(node) in registered.get(id(function), ()):
                 continue  # `P = nn.Parameter(torch.empty(..., dtype=src.dtype))` registered as a weight
             if id(node) in replaced.get(id(function), ()):

@@ -74,3 +74,26 @@ def test_every_construction_in_the_family_counts_and_unrelated_classes_are_not_p
     # attribute passes the model's config: the annotated layer may be quantized.
     assert [(Path(f["path"]).name, f["code"]) for f in findings] == ([("user.py", "DTL001")] if quantized else [])
     assert "ModelA" in parsed and "Norm" not in parsed
+
+
+def test_the_census_asks_only_the_words_that_may_name_a_class(tmp_path, monkeypatch):
+    # `may_name` answers no for any word but a class the module defines, a name it imports or a
+    # top-level package: the census asks it of those only (a class's other words, `self`, `eps`,
+    # `forward`..., are not each a call).
+    from dtype_lint.analysis.storage.layers import LayerResolver
+
+    asked: dict[str, set[str]] = {}
+    real = LayerResolver._may_name
+
+    def counted(self, module, header, imports, qualname):
+        may_name, naming = real(self, module, header, imports, qualname)
+
+        def ask(word):
+            asked.setdefault(module.rsplit(".", 1)[-1], set()).add(word)
+            return may_name(word)
+        return ask, naming
+
+    monkeypatch.setattr(LayerResolver, "_may_name", counted)
+    assert json_findings(_project(tmp_path, quantized=True))
+    assert asked.get("norm", set()) <= {"torch"}, asked  # not `self`, `eps`, `x`, `y`...
+    assert asked["b"] <= {"L", "proj", "ModelB"}, asked

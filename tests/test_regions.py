@@ -271,3 +271,63 @@ def test_a_header_the_one_regex_match_passes_over_gets_the_line_walks_answer(mon
     for header, lines in cases:
         text = header + "    pass\n"
         assert regions._header_end(text, 0) == (None if lines is None else (len(header), lines)), header
+
+
+def _check_as_it_was(tree, reduced) -> bool:
+    """regions.check before it kept each statement class's kind (three kinds and five getattrs a statement)."""
+    import ast
+
+    expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
+    found = 0
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = expected.get(node.lineno)
+            if where is not None:
+                pass_line, _last = where
+                body = node.body
+                if len(body) != 1 or not isinstance(body[0], ast.Pass) or body[0].lineno != pass_line:
+                    return False
+                found += 1
+                continue
+            todo.extend(node.body)
+        elif isinstance(node, ast.ClassDef):
+            todo.extend(node.body)
+        elif isinstance(node, ast.stmt):
+            for name in ("body", "orelse", "finalbody"):
+                todo.extend(getattr(node, name, None) or ())
+            for handler in getattr(node, "handlers", None) or ():
+                todo.extend(handler.body)
+            for case in getattr(node, "cases", None) or ():
+                todo.extend(case.body)
+    return found == len(expected)
+
+
+def test_check_answers_as_it_did_asking_each_statement_class_once():
+    import ast
+    import dataclasses
+    from pathlib import Path
+
+    from dtype_lint.core import regions
+
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for path in sorted([*root.joinpath("dtype_lint").rglob("*.py"), *root.joinpath("fixtures").rglob("*.py")]):
+        text = path.read_text(encoding="utf-8")
+        reduced = regions.reduce(text, [])
+        if reduced is None:
+            continue
+        try:
+            tree = ast.parse(reduced.text)
+        except SyntaxError:
+            continue
+        assert regions.check(tree, reduced) == _check_as_it_was(tree, reduced), path
+        # a reduction whose blanked bodies are not where it says: both refuse it
+        wrong = dataclasses.replace(reduced, blanked=[(a, b + 1, c) for a, b, c in reduced.blanked])
+        assert regions.check(tree, wrong) is _check_as_it_was(tree, wrong) is False, path
+        checked += 1
+    assert checked > 50
+    kinds = regions._CHECK_KINDS
+    assert kinds[ast.Assign] == () and kinds[ast.If] == ("body", "orelse") and kinds[ast.ClassDef] == ("class",)
+    assert kinds[ast.Try] == ("body", "orelse", "finalbody", "handlers")

@@ -61,3 +61,23 @@ def test_a_scan_that_tests_no_words_leaves_the_census_to_read(tmp_path: Path, mo
     named, reads = _census(tmp_path, monkeypatch, summary=False)
     assert named == ["proj.hf", "proj.swap"], named  # (wide.py read again: no header in it)
     assert all(n == 2 for n in reads.values()), reads
+
+
+def test_the_scan_tests_no_words_in_a_library_the_census_passes_over(tmp_path: Path, monkeypatch):
+    # The census passes over the modules of a quantizing library (LIBRARY_PACKAGES: Transformers'
+    # own tree holds `transformers.integrations` by the hundred), so the scan does not test its
+    # words there; a module of the library under another name asks for them, read again.
+    library = {"transformers/__init__.py": "", "transformers/hf.py": FILES["proj/hf.py"],
+               "other/swap.py": FILES["proj/swap.py"]}
+    root = write_tree(tmp_path / "lib", library)
+    found = [Found(str(root / p), str((root / p).resolve()), p[:-3].replace("/", ".").removesuffix(".__init__"))
+             for p in sorted(library)]
+    cache = Cache(root / ".cache", key="off", enabled=False, root=root)
+    scan = pipeline._scan(found, make_config(root=root), cache, 1, None, [])
+    assert scan.words_read == {str((root / "other/swap.py").resolve())}, scan.words_read
+    project = pipeline._Project(found, found, cache, stamped=False)
+    project.take_scan_words(scan)
+    from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES
+
+    assert [m for m, _ in project.table.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)] == ["other.swap"]
+    assert [m for m, _ in project.table.naming(QUANTIZER_WORDS)] == ["other.swap", "transformers.hf"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from dtype_lint.analysis.function_walk import walk  # ast.walk's nodes in its order, as a list: cheaper
 from dtype_lint.core import trees
 
 # Text without any of these cannot script or trace anything: the parse-free answer.
@@ -107,7 +108,7 @@ class CompiledCode:
         and plain assignments of such a name (`sj = torch.jit.script`)."""
         aliases: dict[str, str] = {}
         packages = ("torch.jit", "torch.fx", "transformers.utils.fx")
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module in packages:
                 for alias in node.names:
                     aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
@@ -115,7 +116,7 @@ class CompiledCode:
                 for alias in node.names:
                     if alias.asname and alias.name in packages:
                         aliases[alias.asname] = alias.name
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 target = _expand(_dotted(node.value), aliases)
                 if target.endswith(("jit.script", "symbolic_trace")):
@@ -124,7 +125,7 @@ class CompiledCode:
 
     @staticmethod
     def _names_from(tree: ast.Module, package: str) -> set[str]:
-        return {alias.asname or alias.name for node in ast.walk(tree)
+        return {alias.asname or alias.name for node in walk(tree)
                 if isinstance(node, ast.ImportFrom) and node.module == package for alias in node.names}
 
     # ---- what the file says --------------------------------------------------------------
@@ -170,7 +171,7 @@ class CompiledCode:
                     decorator = self._decorated(item)
                     if decorator:
                         self._mark(node, Compiled(TORCHSCRIPT, f"`@{decorator}` on line {item.lineno}"))
-        for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        for scope in [tree, *(n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
             built = self._built_in(scope)
             for call in self._own_calls(scope):
                 compiler = self._compiler_of(call.func)
@@ -202,7 +203,7 @@ class CompiledCode:
     def _built_in(self, scope: ast.AST) -> dict[str, set[str]]:
         """Variable -> the classes of this file assigned to it as `Cls(...)` in `scope`."""
         built: dict[str, set[str]] = {}
-        for node in ast.walk(scope):
+        for node in walk(scope):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 made = _dotted(node.value.func).rsplit(".", 1)[-1]
                 for target in node.targets:

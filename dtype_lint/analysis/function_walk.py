@@ -173,11 +173,21 @@ def all_nodes(root: ast.AST) -> list[ast.AST]:
     return _depth_first([root], ())
 
 
+# skip -> {class: is an instance of it a node the walk enters (an AST node, none of skip's
+# kinds)}: `isinstance` answers alike for every instance of a class, so each class is asked
+# once a process, not for each child (two `isinstance` tests, one of them against skip's four
+# classes: vLLM 0.34.0's cold check walks 254,000 nodes this way, 23.82 -> 23.52 G instructions).
+_ENTERED: dict[tuple[type, ...], dict[type, bool]] = {}
+
+
 def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
     """Every node reachable from `todo` (popped last first), not entering nodes of `skip`'s kinds.
     One inlined loop: a call or a generator per node would cost more than the walk itself."""
     nodes: list[ast.AST] = []
-    append_node, pop, push, ast_type, fields = nodes.append, todo.pop, todo.append, _AST, _FIELDS
+    entered = _ENTERED.get(skip)
+    if entered is None:
+        entered = _ENTERED[skip] = {}
+    append_node, pop, push, ast_type, fields, enters = nodes.append, todo.pop, todo.append, _AST, _FIELDS, entered.get
     while todo:
         node = pop()
         append_node(node)
@@ -191,10 +201,17 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
                 continue
             if isinstance(value, list):
                 for item in value:
-                    if isinstance(item, ast_type) and not isinstance(item, skip):
+                    enter = enters(type(item))
+                    if enter is None:
+                        enter = entered[type(item)] = isinstance(item, ast_type) and not isinstance(item, skip)
+                    if enter:
                         push(item)
-            elif isinstance(value, ast_type) and not isinstance(value, skip):
-                push(value)
+            else:
+                enter = enters(type(value))
+                if enter is None:
+                    enter = entered[type(value)] = isinstance(value, ast_type) and not isinstance(value, skip)
+                if enter:
+                    push(value)
     return nodes
 
 
@@ -266,6 +283,23 @@ def iter_functions(tree: ast.Module, module: str, lines: list[int] | None = None
     yield from _visit(tree.body, None, "", module, lines, "")
 
 
+# What `_visit` does with a statement, by its class: enter a class, yield a function, enter a
+# compound statement's blocks, or pass over it. `isinstance` answers alike for every instance of
+# a class, so each class is asked once a process (three `isinstance` tests against up to twelve
+# classes for every statement of every file, each time its functions are listed: vLLM 0.34.0
+# cold -j1 23.52 -> 23.03 G instructions).
+_OTHER, _CLASS, _FUNCTION, _BLOCKS = "other", "class", "function", "blocks"
+_STATEMENT_KINDS: dict[type, str] = {}
+
+
+def _statement_kind(node: ast.stmt) -> str:
+    kind = _CLASS if isinstance(node, ast.ClassDef) else _FUNCTION \
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else _BLOCKS \
+        if isinstance(node, _COMPOUND) else _OTHER
+    _STATEMENT_KINDS[type(node)] = kind
+    return kind
+
+
 def _spans(node: ast.stmt, lines: list[int]) -> bool:
     i = bisect_left(lines, node.lineno)
     return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
@@ -274,20 +308,26 @@ def _spans(node: ast.stmt, lines: list[int]) -> bool:
 def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, lines: list[int] | None,
            qual: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None, str]]:
     """`prefix`: the scope path; `qual`: the Python qualified name of what encloses `body`."""
+    kinds = _STATEMENT_KINDS
+    node: Any  # a ClassDef, a def or a compound statement as its kind says (mypy cannot tell from it)
     for node in body:
-        if lines is not None and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, *_COMPOUND)) \
-                and not _spans(node, lines):
+        kind = kinds.get(type(node))
+        if kind is None:
+            kind = _statement_kind(node)
+        if kind is _OTHER:  # most statements: nothing to enter
             continue
-        if isinstance(node, ast.ClassDef):
+        if lines is not None and not _spans(node, lines):
+            continue
+        if kind is _CLASS:
             q = f"{prefix}.{node.name}" if prefix else node.name
             inner = f"{qual}.{node.name}" if qual else node.name
             yield from _visit(node.body, f"{module}.{inner}" if module else inner, q, module, lines, inner)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        elif kind is _FUNCTION:
             q = f"{prefix}.{node.name}" if prefix else node.name
             yield node, class_q, q
             function_qual = f"{qual}.{node.name}" if qual else node.name
             yield from _visit(node.body, None, q, module, lines, f"{function_qual}.<locals>")
-        elif isinstance(node, _COMPOUND):  # if/for/while/with/try/match
+        else:  # _BLOCKS: if/for/while/with/try/match
             blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
             blocks += [h.body for h in getattr(node, "handlers", None) or []]
             blocks += [c.body for c in getattr(node, "cases", None) or []]

@@ -57,6 +57,10 @@ from functools import lru_cache
 from dtype_lint.core.source import split_lines  # noqa: F401 - trees and tests read it here
 from dtype_lint.core.text_facts import POSSESSIVE
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the scan's path, as core/prefilter.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 # Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
 # the candidate functions (site lines), the class facts, module-level statements, and functions
 # reached through `Defs`, guarded); a rule that walks the whole tree (file guards, module globals,
@@ -242,10 +246,14 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
     Marks those nodes (`BLANKED`) for `Defs`. False: the text was not cut where the parser would."""
     expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
     found = 0
-    todo = list(tree.body)
+    todo: list[Any] = list(tree.body)  # statements: each read as its kind says (mypy cannot tell from it)
+    kinds = _CHECK_KINDS
     while todo:
         node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        kind = kinds.get(type(node))
+        if kind is None:
+            kind = _check_kind(node)
+        if kind is _CHECK_DEF:
             where = expected.get(node.lineno)
             if where is not None:
                 pass_line, last = where
@@ -256,16 +264,40 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
                 found += 1
                 continue
             todo.extend(node.body)  # a blanked def is never nested in a kept one, but be sure
-        elif isinstance(node, ast.ClassDef):
+        elif kind is _CHECK_CLASS:
             todo.extend(node.body)
-        elif isinstance(node, ast.stmt):
-            for name in ("body", "orelse", "finalbody"):
-                todo.extend(getattr(node, name, None) or ())
-            for handler in getattr(node, "handlers", None) or ():
-                todo.extend(handler.body)
-            for case in getattr(node, "cases", None) or ():
-                todo.extend(case.body)
+        elif kind:  # a compound statement: the blocks its class has
+            for name in kind:
+                if name == "handlers" or name == "cases":
+                    for handler in getattr(node, name, None) or ():
+                        todo.extend(handler.body)
+                else:
+                    todo.extend(getattr(node, name, None) or ())
     return found == len(expected)
+
+
+# A statement class -> what `check` reads of its instances: a def, a class, or the names of the
+# blocks it holds in that order ("body", "orelse", "finalbody", then the handlers' and the cases'
+# bodies; none for a simple statement). Decided once per class, from `isinstance` of its first
+# instance and the fields the class declares: a test of three kinds and five `getattr`s for every
+# statement of every reduced tree: vLLM 0.34.0 cold -j1 22.78 -> 22.55 G instructions.
+_CHECK_DEF, _CHECK_CLASS = ("def",), ("class",)
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+_CHECK_KINDS: dict[type, tuple[str, ...]] = {}
+
+
+def _check_kind(node: ast.AST) -> tuple[str, ...]:
+    kind: tuple[str, ...]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        kind = _CHECK_DEF
+    elif isinstance(node, ast.ClassDef):
+        kind = _CHECK_CLASS
+    elif isinstance(node, ast.stmt):
+        kind = tuple(name for name in _BLOCK_FIELDS if name in type(node)._fields)
+    else:
+        kind = ()
+    _CHECK_KINDS[type(node)] = kind
+    return kind
 
 
 def is_blanked(fn) -> bool:

@@ -636,7 +636,11 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
         return path, False, False, [], ([], []), None, f"cannot read: {error}"
     st = worker_state()
     # As _Project._holds tests it: every word of one group in the bytes, told only without a NUL.
-    groups = st["words"]
+    # Not for a module of a library the census passes over whatever it holds (ModuleTable.naming's
+    # `skip_tops`): its answer was never read, and a file not tested here is read again should
+    # anything ask (`_Project._holds`). Transformers 5.25.0 and diffusers 0.42.1 are all such
+    # modules: six passes over every byte of the tree (57 MB, 28 MB) for nothing.
+    groups = st["words"] if module.split(".", 1)[0] not in st["words_skip"] else ()
     words = (b"\0" in data or any(all(word in data for word in group) for group in groups)) if groups else None
     text = ft.text
     hits = _imports_maybe(st["needles"], text, module)
@@ -653,8 +657,8 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
 NO_LINKS: tuple[tuple, tuple] = ((), ())
 
 
-def _init_scan(prefilter, needles, links: bool = True, words: tuple = ()) -> None:
-    worker_state().update(prefilter=prefilter, needles=needles, links=links, words=words)
+def _init_scan(prefilter, needles, links: bool = True, words: tuple = (), words_skip: frozenset = frozenset()) -> None:
+    worker_state().update(prefilter=prefilter, needles=needles, links=links, words=words, words_skip=words_skip)
 
 
 def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress, needles: list[str],
@@ -686,15 +690,18 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     # A whole-project run tests the quantizer census's words on the bytes it reads (a run on
     # named files reads few, and need not import the quantizers' catalogue for them).
     words: tuple[tuple[bytes, ...], ...] = ()
+    words_skip: frozenset[str] = frozenset()
     if summary:
-        from dtype_lint.ecosystems.quantizers.catalogue import QUANTIZER_WORDS
+        from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES, QUANTIZER_WORDS
 
         scan.words_groups = QUANTIZER_WORDS
         words = tuple(tuple(word.encode() for word in group) for group in QUANTIZER_WORDS)
+        words_skip = LIBRARY_PACKAGES  # the census's `skip_tops` (ecosystems/quantizers/applications.py)
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
-                           initargs=(prefilter, needles, links, words), progress=progress, stage="scan", parallel=False)
+                           initargs=(prefilter, needles, links, words, words_skip), progress=progress, stage="scan",
+                           parallel=False)
     for f, (path, passes, suppressing, hits, links, held, err) in zip(misses, results):
         if err:
             scan.errors[path] = err

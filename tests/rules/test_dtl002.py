@@ -4,6 +4,8 @@ a weight dtype handed to a function that allocates with it is reported at the ca
 
 from __future__ import annotations
 
+import ast
+
 from dtype_lint.api import check_source
 from dtype_lint.rule import FixAvailability, storage_dtypes
 from dtype_lint.rules import RULES_BY_CODE
@@ -48,3 +50,29 @@ def test_a_weight_dtype_handed_to_an_allocating_function_is_reported_at_the_call
     code = HEAD + "    def forward(self, n):\n        return scratch(n, self.kv_b_proj.weight.dtype)\n"
     (finding,) = _dtl002(code)
     assert "`scratch`" in finding.message and finding.expression == "self.kv_b_proj.weight.dtype"
+
+
+def test_registered_and_replaced_storage_read_only_calls_and_assignments(monkeypatch):
+    # Both tests read a function's calls and assignments: DTL002 hands them its walk's events of
+    # those classes, not every node of the function, and still spares the registered weight.
+    from dtype_lint.analysis.flow import recognisers
+    from dtype_lint.analysis.storage import weight_registration
+    from dtype_lint.rules import dtl002_weight_dtype_allocation as dtl002
+
+    given: set[type] = set()
+
+    def recording(real):
+        def wrapped(nodes, *args):
+            nodes = list(nodes)
+            given.update(type(n) for n in nodes)
+            return real(nodes, *args)
+        return wrapped
+
+    monkeypatch.setattr(dtl002, "weight_allocations", recording(weight_registration.weight_allocations))
+    monkeypatch.setattr(dtl002, "storage_replacements", recording(recognisers.storage_replacements))
+    code = HEAD + ("    def grow(self, n):\n"
+                   "        w = torch.nn.Parameter(torch.empty(n, dtype=self.kv_b_proj.weight.dtype))\n"
+                   "        self.kv_b_proj.weight.data = w.data\n"
+                   "        self.kv_b_proj.register_parameter('weight', w)\n")
+    assert _dtl002(code) == []
+    assert given == {ast.Call, ast.Assign}, given

@@ -759,14 +759,14 @@ class CodeBackends:
         # A method class handed to a helper that dispatches on the layer counts only where the
         # helper's own dispatch builds it (`get_linear_quant_method(self, layer, prefix, Int4LinearMethod)`).
         followed: set[int] = set()
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, ast.Call) and self._follow(node, conds, config, owner, layer_param, resolve, out,
                                                            depth, _feeds_return(stmt, resolve)):
                 # the classes handed to it, also inside a conditional (`Linear=A if c else B`)
                 for arg in (*node.args, *(k.value for k in node.keywords)):
                     followed.update(id(n) for n in ast.walk(arg))
         bound = getattr(resolve, "bound", {})
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if id(node) in followed:
                 continue
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
@@ -838,7 +838,7 @@ class CodeBackends:
         if _abstract(function_node):
             return []  # an interface (`raise NotImplementedError`): its subclasses are read instead
         registered = self._registered(function_node, src, depth=0)
-        delegated = [n for n in ast.walk(function_node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        delegated = [n for n in walk(function_node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr == "create_weights"]
         out: list[Storage] = []
         supers = [n for n in delegated if isinstance(n.func, ast.Attribute)  # all are: narrows the type
