@@ -101,6 +101,10 @@ TEXTS = {
     "two definitions": "import torch\n\n\ndef helper(x, weight):\n    return weight.dtype\n\n\n" + HELPER.format(name="helper"),
     "cut in a string": 'import torch\n\n\ndef helper(layer, fp8):\n    s = """\nx\n"""\n    return layer.weight.dtype\n',
     "form feed": "import torch\n\x0c\n" + HELPER.format(name="helper"),
+    # The second `def` is `helper` too, as the parser reads it, and only it has the shape; its text
+    # spells `weight` otherwise, so that the header lists only the first.
+    "another spelling": "import torch\n\n\ndef helper(x, weight):\n    return weight.dtype\n\n\n"
+                        + HELPER.format(name="\uff48elper").replace("weight", "\uff57eight"),
 }
 
 
