@@ -144,3 +144,12 @@ def test_the_package_s_own_modules_give_the_helpers_of_their_whole_parse(monkeyp
         assert _remote(text, False, monkeypatch) == _remote(text, True, monkeypatch), path
         compared += 1
     assert compared >= 10
+
+
+def test_respelled_defs_are_the_names_the_parser_reads_otherwise_spelled():
+    from dtype_lint.core.text_facts import respelled_defs
+
+    text = ("def \uff48elper(layer):\n    pass\ndef plain(x):  # 2 \u00d7 4\n    pass\n"
+            "def f\uff3fx():\n    pass\nasync def \uff41():\n    pass\n")
+    assert respelled_defs(text) == {"helper", "f_x", "a"}
+    assert {n.name for n in ast.parse(text).body} - {"plain"} == respelled_defs(text)

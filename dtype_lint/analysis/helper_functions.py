@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -28,6 +27,7 @@ from dtype_lint.core.text_facts import (
     callee_pattern,
     could_be_helper_shaped,
     function_text,
+    respelled_defs,
     top_level_def_spans,
     with_decorators,
 )
@@ -195,11 +195,8 @@ def _may_define_helpers(text: str, header: ModuleHeader) -> bool:
     36.0 M characters parsed)."""
     if "\x0c" in text or "\r" in text or _DEF_CONTINUED.search("\n" + text):
         return True  # a `def` line the cuts may not see as one
-    if not text.isascii():  # a name the parser reads NFKC-normalised may be another spelling of one
-        normalized = unicodedata.normalize("NFKC", text)
-        if any(len(top_level_def_spans(normalized, name)) != len(top_level_def_spans(text, name))
-               for name in header.functions):
-            return True
+    if not text.isascii() and not respelled_defs(text).isdisjoint(header.functions):
+        return True  # a `def` the parser reads under a candidate's name, spelled otherwise
     for name in header.functions:
         spans = top_level_def_spans(text, name)
         if not spans:

@@ -35,7 +35,8 @@ class LineStart:
             yield match.start() + 1, match
 
 
-_TOP_DEF = LineStart(r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(")
+_DEF_HEAD = r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\("
+_TOP_DEF = LineStart(_DEF_HEAD)
 # The next line that starts a top-level statement: not indented, not a comment, not the closing
 # bracket of a signature black put at column 0.
 _TOP_NEXT = re.compile(r"\n(?=[^\s#)\]}])")
@@ -78,6 +79,29 @@ def top_level_def_spans(text: str, name: str) -> list[tuple[int, str]]:
             end = _TOP_NEXT.search(text, m.end())
             out.append((start, text[start: end.start() if end else len(text)]))
     return out
+
+
+_DEF_AT = re.compile(_DEF_HEAD)
+# A line that starts a `def` (its keywords are ASCII) and holds a character beyond ASCII.
+_DEF_BEYOND_ASCII = LineStart(r"(?:async[ \t]+)?def\b[^\n]*?[^\x00-\x7f]")
+
+
+def respelled_defs(text: str) -> set[str]:
+    """The names of the top-level `def`s spelled in other characters than the parser reads them
+    (NFKC-normalised identifiers: `def ｈelper(` defines `helper`), which the text cuts
+    (top_level_def_spans) do not find under the name the tree gives them. Only a line that starts a
+    `def` and holds a character beyond ASCII is normalised."""
+    import unicodedata
+
+    found = set()
+    for start, _m in _DEF_BEYOND_ASCII.finditer(text):
+        end = text.find("\n", start)
+        line = text[start: end if end >= 0 else len(text)]
+        normal = _DEF_AT.match(unicodedata.normalize("NFKC", line))
+        raw = _DEF_AT.match(line)
+        if normal is not None and (raw is None or raw.group(1) != normal.group(1)):
+            found.add(normal.group(1))
+    return found
 
 
 def with_decorators(text: str, start: int) -> int:
