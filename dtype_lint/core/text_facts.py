@@ -35,7 +35,8 @@ class LineStart:
             yield match.start() + 1, match
 
 
-_TOP_DEF = LineStart(r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(")
+_DEF_HEAD = r"(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\("
+_TOP_DEF = LineStart(_DEF_HEAD)
 # The next line that starts a top-level statement: not indented, not a comment, not the closing
 # bracket of a signature black put at column 0.
 _TOP_NEXT = re.compile(r"\n(?=[^\s#)\]}])")
@@ -67,12 +68,61 @@ def top_level_defs(text: str, name: str) -> list[str]:
     """The text of each top-level `def name(...)` (decorators left out), without a parse. A body
     is cut at the next line that starts a top-level statement; a cut inside a string at column 0
     leaves text that does not parse, and the caller then parses the whole module."""
+    return [body for _start, body in top_level_def_spans(text, name)]
+
+
+def top_level_def_spans(text: str, name: str) -> list[tuple[int, str]]:
+    """(offset of its `def` line, its text) of each top-level `def name(...)`: top_level_defs."""
     out = []
     for start, m in _TOP_DEF.finditer(text):
         if m.group(1) == name:
             end = _TOP_NEXT.search(text, m.end())
-            out.append(text[start: end.start() if end else len(text)])
+            out.append((start, text[start: end.start() if end else len(text)]))
     return out
+
+
+_DEF_AT = re.compile(_DEF_HEAD)
+# A line that starts a `def` (its keywords are ASCII) and holds a character beyond ASCII.
+_DEF_BEYOND_ASCII = LineStart(r"(?:async[ \t]+)?def\b[^\n]*?[^\x00-\x7f]")
+
+
+def respelled_defs(text: str) -> set[str]:
+    """The names of the top-level `def`s spelled in other characters than the parser reads them
+    (NFKC-normalised identifiers: `def ｈelper(` defines `helper`), which the text cuts
+    (top_level_def_spans) do not find under the name the tree gives them. Only a line that starts a
+    `def` and holds a character beyond ASCII is normalised."""
+    import unicodedata
+
+    found = set()
+    for start, _m in _DEF_BEYOND_ASCII.finditer(text):
+        end = text.find("\n", start)
+        line = text[start: end if end >= 0 else len(text)]
+        normal = _DEF_AT.match(unicodedata.normalize("NFKC", line))
+        raw = _DEF_AT.match(line)
+        if normal is not None and (raw is None or raw.group(1) != normal.group(1)):
+            found.add(normal.group(1))
+    return found
+
+
+def with_decorators(text: str, start: int) -> int:
+    """Where to parse the top-level `def` whose line starts at `start` from so that its decorators
+    come with it: `start` when no line above it starts with `@`, else the start of the last line
+    above it that starts a `def` or `class` (a decorator of it stands after that statement), or of
+    the text. A parse from there must end with that `def` where it is: one from inside a string
+    (a `def` line in a docstring) ends inside one, and does not parse."""
+    if not text.startswith("@") and text.rfind("\n@", 0, start) < 0:
+        return start
+    end = start
+    while True:  # searched backwards, newline first (a `^` under MULTILINE tries every character)
+        at = max(text.rfind("\ndef", 0, end), text.rfind("\nclass", 0, end), text.rfind("\nasync", 0, end))
+        if at < 0:
+            return 0
+        if _HEADER.match(text, at + 1):
+            return at + 1
+        end = at
+
+
+_HEADER = re.compile(r"(?:async[ \t]+def|def|class)[ \t]")
 
 
 def could_be_helper_shaped(text: str) -> bool:

@@ -1,0 +1,155 @@
+"""Another module's helpers (analysis/helper_functions._file_helpers, read for a call DTL005
+judges) come from a whole parse only where one of its candidate functions, parsed from its own
+text with its decorators, has the helper's shape: with every rule on, vLLM 0.34.0 parsed 122
+modules whole for their helpers and 118 defined none (2.78 M of 36.0 M characters parsed)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from tiny_project import json_findings, write_tree
+
+from dtype_lint.analysis import helper_functions
+from dtype_lint.analysis.index.class_index import extract_header
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# `scale` is a candidate (its text reads a weight's dtype and returns) without the shape: its
+# first parameter is not what it reads `.weight` of.
+UTIL = """\
+import torch
+
+
+def scale(x, weight):
+    return x * weight.dtype.itemsize
+"""
+MODEL = """\
+import torch
+from vllm.model_executor.layers.linear import ColumnParallelLinear
+from proj.util import scale
+
+
+class Block(torch.nn.Module):
+    def __init__(self, quant_config):
+        super().__init__()
+        self.proj = ColumnParallelLinear(8, 8, quant_config=quant_config)
+
+    def forward(self, x):
+        return x.to(scale(x, self.proj.weight))
+"""
+
+
+def test_a_module_whose_candidates_are_not_helpers_is_not_parsed(tmp_path, monkeypatch):
+    from dtype_lint.core import trees
+
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
+                                       "proj/util.py": UTIL, "proj/model.py": MODEL})
+    parsed: list[str] = []
+    real = trees._parse
+
+    def recording(text, path, chars):
+        parsed.append(Path(path).name)
+        return real(text, path, chars)
+
+    monkeypatch.setattr(trees, "_parse", recording)
+    helper_functions._REMOTE.clear()
+    looked_up: list[str] = []
+    real_lookup = helper_functions._file_helpers
+
+    def lookup(header, load_file):
+        looked_up.append(header.module)
+        return real_lookup(header, load_file)
+
+    monkeypatch.setattr(helper_functions, "_file_helpers", lookup)
+    findings = json_findings(root, "--select", "DTL005")
+    assert findings == []
+    assert looked_up == ["proj.util"]  # DTL005 asked about `scale`...
+    assert "util.py" not in parsed, parsed  # ... and the answer took no parse of its module
+
+
+# A helper of the shape, in the places a cut of the text could lose it.
+HELPER = "def {name}(layer, fp8):\n    if layer.weight.dtype == torch.int8:\n        return torch.int8\n" \
+         "    return layer.weight.dtype\n"
+DECORATED = """\
+import torch
+
+
+def before(x):
+    \"\"\"A docstring with a line at column 0:
+def lookalike(layer, fp8):
+\"\"\"
+    return x @ x
+
+
+@register(lambda layer: layer.weight)
+
+# a comment between the decorator and its `def`
+def reads_it_in_its_decorator(layer, fp8):
+    weight_dtype = torch.bfloat16  # its text names a weight's dtype; its body reads none
+    return weight_dtype
+
+
+def plain(x, weight):
+    return weight.dtype
+"""
+TEXTS = {
+    "plain": "import torch\n\n\n" + HELPER.format(name="helper"),
+    "decorated": DECORATED,
+    "after a docstring": 'import torch\n\nX = """\n@decorator\n"""\n\n\n' + HELPER.format(name="helper"),
+    "two definitions": "import torch\n\n\ndef helper(x, weight):\n    return weight.dtype\n\n\n" + HELPER.format(name="helper"),
+    "cut in a string": 'import torch\n\n\ndef helper(layer, fp8):\n    s = """\nx\n"""\n    return layer.weight.dtype\n',
+    "form feed": "import torch\n\x0c\n" + HELPER.format(name="helper"),
+    # The second `def` is `helper` too, as the parser reads it, and only it has the shape; its text
+    # spells `weight` otherwise, so that the header lists only the first.
+    "another spelling": "import torch\n\n\ndef helper(x, weight):\n    return weight.dtype\n\n\n"
+                        + HELPER.format(name="\uff48elper").replace("weight", "\uff57eight"),
+}
+
+
+def _remote(text: str, whole: bool, monkeypatch) -> dict:
+    header = extract_header(text, "pkg.mod", "pkg/mod.py", False)
+    helper_functions._REMOTE.clear()
+    if whole:
+        monkeypatch.setattr(helper_functions, "_may_define_helpers", lambda text, header: True)
+    try:
+        return helper_functions._file_helpers(header, lambda path: text)
+    finally:
+        monkeypatch.undo()
+        helper_functions._REMOTE.clear()
+
+
+@pytest.mark.parametrize("case", sorted(TEXTS))
+def test_the_helpers_are_those_of_the_whole_parse(case, monkeypatch):
+    text = TEXTS[case]
+    assert _remote(text, False, monkeypatch) == _remote(text, True, monkeypatch)
+
+
+def test_a_decorator_that_reads_the_weight_makes_a_helper(monkeypatch):
+    found = _remote(DECORATED, False, monkeypatch)
+    assert sorted(found) == ["pkg.mod.reads_it_in_its_decorator"]
+
+
+def test_the_package_s_own_modules_give_the_helpers_of_their_whole_parse(monkeypatch):
+    compared = 0
+    for path in sorted([*(ROOT / "dtype_lint").rglob("*.py"), *(ROOT / "fixtures").rglob("*.py")]):
+        text = path.read_text(encoding="utf-8")
+        try:
+            ast.parse(text)
+        except SyntaxError:
+            continue
+        if not extract_header(text, "pkg.mod", "pkg/mod.py", False).functions:
+            continue
+        assert _remote(text, False, monkeypatch) == _remote(text, True, monkeypatch), path
+        compared += 1
+    assert compared >= 10
+
+
+def test_respelled_defs_are_the_names_the_parser_reads_otherwise_spelled():
+    from dtype_lint.core.text_facts import respelled_defs
+
+    text = ("def \uff48elper(layer):\n    pass\ndef plain(x):  # 2 \u00d7 4\n    pass\n"
+            "def f\uff3fx():\n    pass\nasync def \uff41():\n    pass\n")
+    assert respelled_defs(text) == {"helper", "f_x", "a"}
+    assert {n.name for n in ast.parse(text).body} - {"plain"} == respelled_defs(text)
