@@ -348,14 +348,27 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str],
                 rows.append(dtl(id_, label, path=str(target.relative_to(c.root)), files=1,
                                 prepare=lambda seq, t=target: corpus.touch(t, seq)))
         if c.touch_site is not None:
-            # The first named-file run after a full `check .` (issue #37): that run's answer is
-            # replayed, not recomputed, though no named-file run kept one before it.
-            def full_then_touch(seq: int, t: Path = c.touch_site, rewarm=rewarm) -> None:
-                rewarm(seq)
-                corpus.touch(t, seq)
+            # The first named-file run after a full `check .` (issue #37): no named-file run kept
+            # an answer before it. On the corpus itself the touched row of the same round had kept
+            # one, which this row replayed (a second named run, not the first); so it runs on a copy
+            # of its own, whose kept answers for named files (the run memo, the replay index) are
+            # removed before each full run, without touching what the other rows replay.
+            first = work / f"first-x{c.scale}"
+            site_rel = c.touch_site.relative_to(c.root)
 
-            rows.append(dtl("dtype-lint-precommit-first", "pre-commit: first touched file after a full check",
-                            path=str(c.touch_site.relative_to(c.root)), files=1, prepare=full_then_touch))
+            def full_then_touch(seq: int, root: Path = c.root, first: Path = first, rel: Path = site_rel) -> None:
+                if not first.is_dir():
+                    shutil.copytree(root, first, ignore=shutil.ignore_patterns(".dtype_lint_cache"))
+                for kept in ("run-memo.json", "replay-index.bin"):
+                    (first / ".dtype_lint_cache" / kept).unlink(missing_ok=True)
+                subprocess.run([py, "-m", "dtype_lint", "check", ".", "--exit-zero", "-q"], cwd=first,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                corpus.touch(first / rel, seq)
+
+            rows.append(Row("dtype-lint-precommit-first" + sfx,
+                            "pre-commit: first touched file after a full check" + tag,
+                            [py, "-m", "dtype_lint", "check", str(site_rel), "--exit-zero"], first, files=1,
+                            scale=c.scale, prepare=full_then_touch))
             # The same file edited for real (a comment added): its cached analysis is stale, so
             # the file is analysed again, with the class facts of the files its layers come from.
             rows.append(dtl("dtype-lint-precommit-edited", "pre-commit: 1 edited file with a site",
