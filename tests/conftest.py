@@ -326,3 +326,20 @@ def pytest_collection_modifyitems(config, items):
         if full is not None and not FULL:
             why = f" ({full.args[0]})" if full.args and full.args[0] else ""
             item.add_marker(pytest.mark.skip(reason=f"{BEYOND}{why}: DTL_FULL=1 runs it (docs/testing.md)"))
+
+
+@pytest.fixture
+def parsed_files(monkeypatch) -> list[str]:
+    """The base names of the files the tree store parses (`trees._parse`) while the test runs, in
+    order: a test that some text is not parsed asserts its absence here."""
+    from dtype_lint.core import trees
+
+    parsed: list[str] = []
+    real = trees._parse
+
+    def recording(text, path, chars):
+        parsed.append(Path(path).name)
+        return real(text, path, chars)
+
+    monkeypatch.setattr(trees, "_parse", recording)
+    return parsed

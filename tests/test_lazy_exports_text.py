@@ -5,8 +5,6 @@ is imported from (vLLM 0.34.0, every rule: 25 whole parses, 1.43 M of 36.0 M cha
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from tiny_project import json_findings, write_tree
 
@@ -56,26 +54,12 @@ def __getattr__(name):
 """
 
 
-def _parsed(monkeypatch) -> list[str]:
-    from dtype_lint.core import trees
-
-    parsed: list[str] = []
-    real = trees._parse
-
-    def recording(text, path, chars):
-        parsed.append(Path(path).name)
-        return real(text, path, chars)
-
-    monkeypatch.setattr(trees, "_parse", recording)
-    return parsed
-
-
 @pytest.mark.parametrize("guarded", [True, False])
-def test_a_predicate_beside_a_method_getattr_is_read_without_parsing_its_module(tmp_path, monkeypatch, guarded):
+def test_a_predicate_beside_a_method_getattr_is_read_without_parsing_its_module(tmp_path, parsed_files, guarded):
     root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
                                        "proj/util.py": UTIL,
                                        "proj/model.py": HEAD.format(module="util") + (GUARDED if guarded else UNGUARDED)})
-    parsed = _parsed(monkeypatch)
+    parsed = parsed_files
     findings = json_findings(root, "--select", "DTL003")  # DTL005 reads the helper-shaped `ready`
     assert [f["code"] for f in findings] == ([] if guarded else ["DTL003"])
     assert "util.py" not in parsed, parsed

@@ -41,19 +41,10 @@ class Block(torch.nn.Module):
 """
 
 
-def test_a_module_whose_candidates_are_not_helpers_is_not_parsed(tmp_path, monkeypatch):
-    from dtype_lint.core import trees
-
+def test_a_module_whose_candidates_are_not_helpers_is_not_parsed(tmp_path, monkeypatch, parsed_files):
     root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
                                        "proj/util.py": UTIL, "proj/model.py": MODEL})
-    parsed: list[str] = []
-    real = trees._parse
-
-    def recording(text, path, chars):
-        parsed.append(Path(path).name)
-        return real(text, path, chars)
-
-    monkeypatch.setattr(trees, "_parse", recording)
+    parsed = parsed_files
     helper_functions._REMOTE.clear()
     looked_up: list[str] = []
     real_lookup = helper_functions._file_helpers
