@@ -460,10 +460,12 @@ def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log, r
 # Instruction counts (`--instructions`)
 
 # The rows whose CPU seconds move by more than the 10% a change must show (issue #37): the cold
-# check, the pre-commit runs, and what they are judged against. Counted at 1x only: valgrind runs a
-# program about 50 times slower, and at 10x a cold row alone would take a quarter of an hour.
-INSTRUCTION_ROWS = ("read+prefilter", "dtype-lint-cold-j1", "dtype-lint-cold", "dtype-lint-precommit",
-                    "dtype-lint-precommit-clean", "dtype-lint-precommit-first", "dtype-lint-precommit-edited",
+# check, the pre-commit runs, and what they are judged against. Counted at 1x, and the pre-commit
+# rows (one file each: seconds under valgrind) at every scale: valgrind runs a program about 50
+# times slower, and at 10x a cold row alone would take a quarter of an hour.
+PRECOMMIT_INSTRUCTION_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean", "dtype-lint-precommit-first",
+                              "dtype-lint-precommit-edited")
+INSTRUCTION_ROWS = ("read+prefilter", "dtype-lint-cold-j1", "dtype-lint-cold", *PRECOMMIT_INSTRUCTION_ROWS,
                     "ruff-cold")
 # A dtype-lint row without `-j 1` forks its workers: callgrind zeroes each forked worker's count
 # where the child starts (it inherits the parent's), and each process writes its own total.
@@ -472,7 +474,8 @@ _FORKED_CHILD = "PyOS_AfterFork_Child"
 
 def counted_rows(rows: list[Row]) -> list[Row]:
     """The rows `--instructions` counts, in the order of `rows`."""
-    return [r for r in rows if r.scale == 1 and r.id in INSTRUCTION_ROWS and r.cmd is not None and r.status == "ok"]
+    return [r for r in rows if r.cmd is not None and r.status == "ok" and (
+        r.id in INSTRUCTION_ROWS or r.id.split("@")[0] in PRECOMMIT_INSTRUCTION_ROWS)]
 
 
 def count_instructions(rows: list[Row], timeout: float, log, first_seq: int) -> None:
@@ -771,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
     ap.add_argument("--instructions", action="store_true",
                     help="after the timed rounds, count the instructions of the cold, pre-commit, floor and ruff "
-                         "rows at 1x, one run each under valgrind (minutes: valgrind runs them 50 times slower)")
+                         "rows at 1x and of the pre-commit rows at every scale, one run each under valgrind "
+                         "(minutes: valgrind runs them 50 times slower)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
 
@@ -877,7 +881,8 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(), "load_start": load_start, "load_end": load_end},
         "rows": figures,
         "targets": judge(figures),
-        "instructions": "valgrind --cache-sim=no, PYTHONHASHSEED=0, one run per row at 1x" if args.instructions
+        "instructions": "valgrind --cache-sim=no, PYTHONHASHSEED=0, one run per row: 1x, and the pre-commit rows "
+                        "at every scale" if args.instructions
         else None,
     }
     outputs = []

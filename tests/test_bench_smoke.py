@@ -273,11 +273,13 @@ def test_instruction_counts_sum_each_process_file(tmp_path: Path):
 
 def test_without_valgrind_the_counted_rows_say_why(tmp_path: Path, monkeypatch):
     bench = _bench_module()
-    rows = [bench.Row(i, i, ["x"], tmp_path) for i in ("dtype-lint-cold-j1", "dtype-lint-warm", "ruff-cold@10x")]
+    rows = [bench.Row(i, i, ["x"], tmp_path) for i in ("dtype-lint-cold-j1", "dtype-lint-warm", "ruff-cold@10x",
+                                                         "dtype-lint-precommit-edited@10x")]
     monkeypatch.setattr(bench.shutil, "which", lambda _name: None)
     bench.count_instructions(rows, 60, lambda _msg: None, first_seq=0)
+    # the 1x cold and pre-commit rows are counted, and the pre-commit rows of every scale
     assert [(r.instructions, r.instructions_note) for r in rows] == [
-        (None, "valgrind not on PATH"), (None, ""), (None, "")]  # only the 1x cold and pre-commit rows are counted
+        (None, "valgrind not on PATH"), (None, ""), (None, ""), (None, "valgrind not on PATH")]
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
