@@ -192,6 +192,12 @@ def may_define_top_level(text: str, name: str) -> bool:
     holds a backslash continuation (`def \\` + newline + name) passes."""
     if not text.isascii() or "\\\n" in text or "\\\r" in text:
         return True
+    return has_top_level_def(text, name)
+
+
+def has_top_level_def(text: str, name: str) -> bool:
+    """Does a line of the text start with `def name` (or `async def name`), read as written (no
+    normalisation, no continuation line)?"""
     return any(m.group(1) == name for _, m in _TOP_DEF_NAME.finditer(text))
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import ast
 import unicodedata
 
-from dtype_lint.core.text_facts import LineStart
-
-_TOP_DEF_NAME = LineStart(r"(?:async[ \t]+)?def[ \t]+(\w+)")  # as text_facts.may_define_top_level's
+from dtype_lint.core.text_facts import has_top_level_def
 
 
 def lazy_owner(project, module: str, name: str) -> str | None:
@@ -54,7 +52,7 @@ def may_define_getattr(text: str) -> bool:
         return False
     if "\r" in text or "\x0c" in text or "\\\n" in text:
         return True
-    return any(m.group(1) == "__getattr__" for _, m in _TOP_DEF_NAME.finditer(text))
+    return has_top_level_def(text, "__getattr__")
 
 
 def _exports(tree: ast.Module) -> dict[str, str]:
