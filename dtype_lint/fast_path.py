@@ -8,7 +8,8 @@ it prints what the full run would print ("All checks passed! (N files checked)",
 (run_memo.py) is printed instead, if nothing it depends on changed; otherwise it returns None and
 the full run follows, as if it had not been here (and keeps its answer for the next one).
 
-A file cannot give a finding when:
+A file cannot give a finding when the last cached run on the whole project analysed it and found
+none, and nothing that analysis read changed since (replay_index.answered_clean), or when:
 - no rule's own prefilter passes on it (its marker AND one of its patterns: `prefilter.Prefilter`);
 - it holds no suppression comment (an unused one is DTL902);
 - it imports no name that may be an input-dtype helper another module defines (DTL005 reports
@@ -94,19 +95,30 @@ def _clean_exit(argv: list[str]) -> int | None:
     rules = Prefilter([_RuleText(m, tuple(p)) for _, m, p in record["rules"]])
     layout = _Layout(root, record["tops"])
     reals = set()
+    may_give = []
     for path in paths:
         real = os.path.realpath(path)
         reals.add(real)
         if _may_give_findings(path, rules, layout):
-            record_key = validated_key(record_path, config_path, root)
-            if record_key is None:
-                return None
+            may_give.append(real)
+    answers_read: list[str] = []
+    if may_give:
+        record_key = validated_key(record_path, config_path, root)
+        if record_key is None:
+            return None
+        # Files the last run on the whole project analysed and found clean, nothing they read
+        # changed since (replay_index.answered_clean), are as clean as those no rule can match.
+        from dtype_lint.run.replay_index import answered_clean
+
+        clean_read = answered_clean(os.path.join(root, cache_dir), [record_path, *record_key], may_give)
+        if clean_read is None:
             # The full run keeps its answer for these files; unchanged since, it is printed again.
             # The answer is rendered for the replay index only as asked: the other outputs are
             # rendered by the run that asks for them (kept beside this one, replay_index._add).
             run_memo.hand_over(root, cache_dir, record_path, record_key, paths, "--force-exclude" in argv, record,
                                _OutputRenderer(fmt, quiet))
             return _replay(quiet, color, fmt, "--exit-zero" in argv)
+        answers_read = clean_read
     n = len(reals)
     output = f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n"
     if not quiet:
@@ -118,7 +130,7 @@ def _clean_exit(argv: list[str]) -> int | None:
 
         try:
             keep_clean(record, [record_path, *record_key], os.path.join(root, cache_dir), paths,
-                       "--force-exclude" in argv, [*paths, *layout.read_files()], output)
+                       "--force-exclude" in argv, [*paths, *layout.read_files(), *answers_read], output)
         except Exception:  # noqa: BLE001 - the answer is printed: a replay not kept is only slower
             pass
     return 0

@@ -22,6 +22,7 @@ from conftest import full_only
 from test_run_memo import BASE, LAYERS, PLAIN, PYPROJECT, SITE
 from tiny_project import ATTN, write_tree
 
+from dtype_lint import fast_path
 from dtype_lint.run import replay_index
 from dtype_lint.run.cache_seal import quick_seal
 
@@ -83,29 +84,37 @@ def test_a_touched_file_replays_exactly_what_the_full_run_printed(project: Path)
     assert replayed(project / "vllm", "check", "site.py")[0] is None
 
 
-def test_the_replay_imports_only_built_in_modules(project: Path):
-    keep(project, *SITE_ARGS)
+# What the replay needs of dtype-lint: the entry point, the index and the standard-library-only
+# helpers it reads with; no analysis, fast path, report code or rule.
+REPLAY_MODULES = {"dtype_lint", "dtype_lint.__main__", "dtype_lint.entry", "dtype_lint.stdout_guard",
+                  "dtype_lint.run", "dtype_lint.run.replay_index", "dtype_lint.core", "dtype_lint.core.safe_read",
+                  "dtype_lint.core.file_stamp", "dtype_lint.run.cache_folder", "dtype_lint.run.cache_seal"}
+
+
+def imports_of_run(root: Path, args: tuple[str, ...]) -> tuple[str, set[str], list[str]]:
+    """(what `dtype-lint ARGS` printed in a fresh interpreter, the modules of dtype-lint it
+    imported, the other modules it imported that are not built into the interpreter)."""
     code = ("import sys, runpy\nbefore = set(sys.modules)\n"
-            f"sys.argv = ['dtype-lint', *{list(SITE_ARGS)!r}]\n"
+            f"sys.argv = ['dtype-lint', *{list(args)!r}]\n"
             "try:\n    runpy.run_module('dtype_lint', run_name='__main__')\nexcept SystemExit as e:\n"
             "    assert e.code == 0, e.code\n"
             "print('imported:', sorted(set(sys.modules) - before))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     printed, _, imported = proc.stdout.rpartition("imported: ")
-    assert "DTL001" in printed
     modules = eval(imported)  # noqa: S307 - our own subprocess's list of names
     ours = {m for m in modules if m.split(".")[0] == "dtype_lint"}
-    # What the replay needs of dtype-lint: the entry point, the index and the standard-library-only
-    # helpers it reads with; no analysis, fast path, report code or rule.
-    assert ours <= {"dtype_lint", "dtype_lint.__main__", "dtype_lint.entry", "dtype_lint.stdout_guard",
-                    "dtype_lint.run", "dtype_lint.run.replay_index", "dtype_lint.core",
-                    "dtype_lint.core.safe_read", "dtype_lint.core.file_stamp", "dtype_lint.run.cache_folder",
-                    "dtype_lint.run.cache_seal"}, ours
+    return printed, ours, sorted(m for m in modules if m not in ours and m not in sys.builtin_module_names)
+
+
+def test_the_replay_imports_only_built_in_modules(project: Path):
+    keep(project, *SITE_ARGS)
+    printed, ours, others = imports_of_run(project, SITE_ARGS)
+    assert "DTL001" in printed
+    assert ours <= REPLAY_MODULES, ours
     # Everything else is built into the interpreter, or BLAKE2's C module (hashlib.blake2b, an
     # extension module in some builds): no third-party module, and none of the standard library's
     # costly ones (re, json, hashlib's OpenSSL, typing, tomllib, dataclasses).
-    others = sorted(m for m in modules if m not in ours and m not in sys.builtin_module_names)
     assert set(others) <= {"_blake2"}, others
 
 
@@ -224,3 +233,128 @@ def test_an_answer_the_index_cannot_keep_is_not_rendered(tmp_path: Path):
     handoff["memo"] = str(tmp_path / replay_index.DEFAULT_CACHE_DIR / "run-memo.json")
     replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
     assert rendered == [([], 1, 1, [])]
+
+
+# ---- the first run on named files after a run on the whole project (replay_index.ANSWERS_NAME) --
+
+# A cast to the weight dtype of a layer class another file defines, not quantizable: the file is
+# analysed (it passes the rules' prefilter) and clean, and its answer depends on that other file.
+PLAIN_LAYERS = """\
+import torch
+
+
+class PlainLinear(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+"""
+
+CLEAN_SITE = """\
+import torch
+
+from vllm.plain_layers import PlainLinear
+
+
+class Head(torch.nn.Module):
+    def __init__(self, proj: PlainLinear):
+        super().__init__()
+        self.proj = proj
+
+    def forward(self, x):
+        return self.proj(x.to(self.proj.weight.dtype))
+"""
+
+CLEAN_ARGS = ("check", "--exit-zero", "vllm/clean_site.py")
+
+
+@pytest.fixture
+def checked(project: Path) -> Path:
+    """The project with a clean analysed file, after a run on the whole project: no run on named
+    files kept anything."""
+    write_tree(project, {"vllm/plain_layers.py": PLAIN_LAYERS, "vllm/clean_site.py": CLEAN_SITE,
+                         "vllm/clean_head.py": CLEAN_SITE.replace("Head", "OtherHead")})
+    assert dtl(project, "check", "--exit-zero", ".").returncode == 0
+    cache = project / ".dtype_lint_cache"
+    for kept in ("run-memo.json", replay_index.INDEX_NAME):
+        (cache / kept).unlink(missing_ok=True)
+    assert (cache / replay_index.ANSWERS_NAME).is_file()
+    return project
+
+
+def test_the_first_run_on_a_clean_file_after_a_whole_project_run_replays(checked: Path):
+    engine = dtl(checked, *CLEAN_ARGS, "--no-cache")
+    assert engine.stdout == "All checks passed! (1 file checked)\n"
+    (checked / "vllm" / "clean_site.py").touch()  # as pre-commit finds it: touched, same bytes
+    assert replayed(checked, *CLEAN_ARGS) == (0, engine.stdout, "")
+    assert replayed(checked, "check", "-q", "vllm/clean_site.py") == (0, "", "")
+    assert replayed(checked, "check", "--output-format=concise", "./vllm/clean_site.py") == (0, engine.stdout, "")
+    two = ("check", "vllm/clean_site.py", "vllm/clean_head.py")
+    assert dtl(checked, *two, "--no-cache").stdout == "All checks passed! (2 files checked)\n"
+    assert replayed(checked, *two) == (0, "All checks passed! (2 files checked)\n", "")
+    # Only files the whole-project run analysed without a finding: a site is the engine's (or a
+    # named run's kept answer), as is a file no rule's prefilter passes (the fast path's).
+    assert replayed(checked, *SITE_ARGS)[0] is None
+    assert replayed(checked, "check", "vllm/clean_site.py", "vllm/site.py")[0] is None
+    assert replayed(checked, "check", "vllm/plain.py")[0] is None
+    assert replayed(checked, "check", "--force-exclude", "--no-progress", "vllm/clean_site.py")[0] == 0
+    imported = imports_of_run(checked, CLEAN_ARGS)
+    assert imported[0] == engine.stdout
+    assert imported[1] <= REPLAY_MODULES and set(imported[2]) <= {"_blake2"}, imported
+
+
+def test_a_clean_answer_beside_a_file_no_rule_can_match_is_the_fast_paths(checked: Path):
+    mixed = ("check", "vllm/clean_site.py", "vllm/plain.py")
+    assert replayed(checked, *mixed)[0] is None  # plain.py: its verdict is the fast path's
+    saved = os.getcwd()
+    out = io.StringIO()
+    try:
+        os.chdir(checked)
+        with contextlib.redirect_stdout(out):
+            assert fast_path.try_clean_exit(list(mixed)) == 0  # no engine
+    finally:
+        os.chdir(saved)
+    assert out.getvalue() == dtl(checked, *mixed, "--no-cache").stdout == "All checks passed! (2 files checked)\n"
+    # The verdict is kept with what the answer read: the next run replays it, an edit of those
+    # files is not.
+    assert replayed(checked, *mixed) == (0, out.getvalue(), "")
+    (checked / "vllm" / "plain_layers.py").write_text("from vllm.base import QuantBase\n\n\nclass PlainLinear(QuantBase):\n    pass\n")
+    assert replayed(checked, *mixed)[0] is None
+    assert "DTL001" in dtl(checked, *mixed).stdout
+
+
+def test_a_clean_answer_whose_reads_changed_is_not_replayed(checked: Path):
+    layers = checked / "vllm" / "plain_layers.py"
+    layers.touch()  # new stat data, same bytes: hashed again, still the answer
+    assert replayed(checked, *CLEAN_ARGS)[0] == 0
+    # The layer class now derives from the configured quantizable base: the site is a finding.
+    layers.write_text("from vllm.base import QuantBase\n\n\nclass PlainLinear(QuantBase):\n    pass\n")
+    assert replayed(checked, *CLEAN_ARGS)[0] is None
+    assert "DTL001" in dtl(checked, *CLEAN_ARGS).stdout
+
+
+def test_a_clean_answer_under_another_project_layout_is_not_replayed(checked: Path):
+    (checked / "vllm" / "models").mkdir()  # the project's file list changed: module lookups may differ
+    assert replayed(checked, *CLEAN_ARGS)[0] is None
+    assert dtl(checked, *CLEAN_ARGS).stdout == "All checks passed! (1 file checked)\n"
+
+
+def test_the_first_run_on_a_project_keeps_answers(checked: Path):
+    """The run that makes the cache folder (which changes the root folder's mtime, not its
+    listing) keeps them too: pre-commit's first run after installing replays."""
+    import shutil
+
+    shutil.rmtree(checked / ".dtype_lint_cache")
+    assert dtl(checked, "check", "--exit-zero", ".").returncode == 0
+    assert (checked / ".dtype_lint_cache" / replay_index.ANSWERS_NAME).is_file()
+    assert replayed(checked, *CLEAN_ARGS) == (0, "All checks passed! (1 file checked)\n", "")
+
+
+def test_only_a_cached_run_on_the_whole_project_keeps_answers(checked: Path):
+    answers = checked / ".dtype_lint_cache" / replay_index.ANSWERS_NAME
+    before = answers.stat().st_mtime_ns
+    dtl(checked, "check", "--exit-zero", ".")
+    assert answers.stat().st_mtime_ns == before  # a warm run over the same project: nothing rewritten
+    for args in (("check", "--exit-zero", "--no-cache", "."), ("check", "--exit-zero", "vllm"),
+                 ("check", "--exit-zero", "--fix", ".")):
+        answers.unlink(missing_ok=True)
+        dtl(checked, *args)
+        assert not answers.exists(), args

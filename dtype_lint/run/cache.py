@@ -34,6 +34,9 @@ from pathlib import Path
 from dtype_lint.core import digests
 from dtype_lint.run.cache_seal import seal, unseal
 
+# The findings entries whose reads a run keeps in memory: fewer files read than this (nearly all;
+# a few read every module of the project, 36,000 files at ten times vLLM).
+KEPT_READS = 1000
 # Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
 MAX_ENTRY_BYTES = 64 << 20
 FORMAT = "v2"
@@ -52,6 +55,10 @@ class Cache:
         self._scan_names: list[str] = []
         self._scan_dirty = False
         self._pending: dict[str, bytes] = {}
+        # What the findings entries this run found true or wrote read, by real path: (the file's
+        # stamp, real path -> stamp), for those that read few files (`findings_reads`, asked for
+        # each analysed file by a run on the whole project, reads no entry again).
+        self._reads: dict[str, tuple[str, dict[str, str] | None]] = {}
 
     # ---- keys: real paths, stored relative to the project root ---------------------------------
     def rel(self, real: str) -> str:
@@ -143,8 +150,10 @@ class Cache:
         found = entry.get("f")
         if not (isinstance(found, list) and all(_finding_shaped(d) for d in found)):
             return None
-        if self.unchanged_reads(entry, stamp_of, table) is None:
+        reads = self.unchanged_reads(entry, stamp_of, table)
+        if reads is None:
             return None
+        self._keep_reads(real, stamp, reads.files)
         try:
             return [_respell(d, display_of, self.real) for d in found]
         except (KeyError, TypeError, AttributeError):
@@ -159,6 +168,12 @@ class Cache:
         rel = self.rel(real)
         stored = [_respell(d, self.rel, real_of) for d in findings]
         self._put(f"f/{rel}", {"k": rel, "s": stamp, "f": stored, **self.stored_reads(reads, skip=real)})
+        self._keep_reads(real, stamp, {k: v for k, v in reads.files.items() if k != real})
+
+    def _keep_reads(self, real: str, stamp: str, files: dict[str, str]) -> None:
+        # Of an entry that read more, only that it did (None): `findings_reads` with a limit
+        # then declines without loading it again.
+        self._reads[real] = (stamp, files if len(files) < KEPT_READS else None)
 
     # ---- what an entry's computation read (findings here, the storage model's answers in
     # ---- run/facts_cache.py): stored and checked one way --------------------------------
@@ -208,10 +223,16 @@ class Cache:
             reads.enumerations[name] = digest
         return reads
 
-    def findings_reads(self, real: str) -> tuple[str, dict[str, str]] | None:
+    def findings_reads(self, real: str, limit: int | None = None) -> tuple[str, dict[str, str]] | None:
         """(the file's stamp, real path -> stamp of every file its analysis read) of the findings
-        entry of `real` this run wrote or found, or None (run/run_memo.py keeps these)."""
+        entry of `real` this run wrote or found, or None (run/run_memo.py keeps these); None too
+        when it read more than `limit` files."""
         if not self.enabled:
+            return None
+        kept = self._reads.get(real)
+        if kept is not None and kept[1] is not None:
+            return (kept[0], kept[1]) if limit is None or len(kept[1]) <= limit else None
+        if kept is not None and limit is not None and limit < KEPT_READS:
             return None
         rel = self.rel(real)
         pending = self._pending.get(f"f/{rel}")
@@ -221,6 +242,7 @@ class Cache:
             entry = self._load("f", rel)
         if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
                 and isinstance(entry.get("files"), dict)
+                and (limit is None or len(entry["files"]) <= limit)
                 and all(isinstance(v, str) for v in entry["files"].values())):
             return None
         return entry["s"], {self.real(dep): s for dep, s in entry["files"].items()}

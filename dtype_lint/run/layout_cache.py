@@ -84,10 +84,13 @@ def _key(root_abs: str, excludes: tuple[str, ...]) -> list:
 
 
 def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ...],
-         untracked: list[str] | None = None, front: list[Found] | None = None) -> "list[Found] | ProjectFiles | None":
+         untracked: list[str] | None = None, front: list[Found] | None = None,
+         folders: list[tuple[str, int, str]] | None = None) -> "list[Found] | ProjectFiles | None":
     """The walk's files from the record, or None when it is missing or no longer true.
     `untracked`: gets the folders of the record that the fast path's record, found true in this
     run, does not list (the run memo trusts the file list only where that record watches it).
+    `folders`: gets every folder of the record with the mtime this run saw and its listing's hash
+    (a run on the whole project checks them again at its end: `listed_alike`).
     `front`: the named files of a run on files: then the files are `front` and the record's other
     files, as a `ProjectFiles` that makes a `Found` only for what the run looks up."""
     from dtype_lint.core.safe_read import read_bytes
@@ -108,15 +111,18 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
             # A folder the fast path's record checked a moment ago in this run is not stat'ed again.
             seen = folder_mtime(folder)
             if seen == mtime:
+                if folders is not None:
+                    folders.append((folder, mtime, listing))
                 continue
             if seen is None and untracked is not None:
                 untracked.append(folder)
             try:
-                if os.stat(folder).st_mtime_ns == mtime:
-                    continue
+                now = os.stat(folder).st_mtime_ns
             except OSError:
                 return None
-            if _listing_hash(folder, excluder) != listing:
+            if folders is not None:
+                folders.append((folder, now, listing))
+            if now != mtime and _listing_hash(folder, excluder) != listing:
                 return None
         for path, s in record["ignores"].items():
             if _file_stamp(path) != s:
@@ -153,6 +159,23 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
         return out
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None
+
+
+def listed_alike(folders: list[tuple[str, int, str]], excludes: tuple[str, ...], mtime_of) -> bool:
+    """Does every folder (folder, mtime, listing hash, as `load` or `walk` saw it) list the same
+    entries now? By `mtime_of(folder)` (the fast path's record's, found true just before) when
+    it is the same, else by hashing its listing again: making the cache folder changes the
+    root's mtime, not its listing."""
+    excluder = None
+    for folder, mtime, listing in folders:
+        now = mtime_of(folder)
+        if now is None:
+            return False  # a folder the fast path's record does not watch
+        if now != mtime:
+            excluder = excluder or Excluder(DEFAULT_EXCLUDES + tuple(excludes))
+            if _listing_hash(folder, excluder) != listing:
+                return False
+    return True
 
 
 def walk(root_arg: str, root_abs: str, excludes: tuple[str, ...], temps, messages: list[str] | None):

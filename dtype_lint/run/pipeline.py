@@ -132,6 +132,7 @@ def run(config: Config, options: RunOptions) -> RunResult:
 
 
 def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
+    started_ns = time.time_ns()  # every file this run stamps is read after it
     from dtype_lint.core.project_style import project_style
     from dtype_lint.run.cache_folder import cache_folder_problem
 
@@ -252,6 +253,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
         _apply_baseline(result, options.baseline)
     run_memo.keep(result, options, cache, project, scan, targets, layout.kept,
                   lambda p: any(r.reads_helper_callers for r in enabled_rules(config, p)))
+    if full:
+        run_memo.keep_answers(result, options, cache, project, targets, layout, started_ns)
     writer.close()
     result.elapsed_s = time.perf_counter() - t0
     return result
@@ -410,6 +413,10 @@ class _Layout:
     # folder of which the fast path's record watches: what the run memo needs to trust that
     # record's folder stamps for it (run_memo.py).
     kept: bool = False
+    # Every folder the file list depends on, with the mtime this run saw (from its record or the
+    # walk) and its listing's hash; None when the list may not be kept (a link, an unreadable
+    # .gitignore in the way).
+    folders: list[tuple[str, int, str]] | None = None
 
     def project_files(self, config: Config, root: str, temps: list[str] | None,
                       messages: list[str] | None, front: list[Found] | None = None) -> "list[Found] | ProjectFiles":
@@ -422,9 +429,10 @@ class _Layout:
         record_path = os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME)
         if self.reuse:
             untracked: list[str] = []
-            kept = layout_cache.load(record_path, root, root_abs, excludes, untracked, front)
+            folders: list[tuple[str, int, str]] = []
+            kept = layout_cache.load(record_path, root, root_abs, excludes, untracked, front, folders)
             if kept is not None:
-                self.kept = not untracked
+                self.kept, self.folders = not untracked, folders
                 return kept
         return self.walked(config, root, temps, messages)
 
@@ -436,6 +444,7 @@ class _Layout:
         files, record = layout_cache.walk(root, root_abs, tuple(config.exclude), temps, messages)
         if record is not None and self.reuse:
             self.pending = (os.path.join(root_abs, config.cache_dir, layout_cache.RECORD_NAME), record)
+            self.folders = [(folder, mtime, listing) for folder, mtime, listing in record["folders"]]
         return files
 
     def save(self, writer) -> None:

@@ -28,6 +28,17 @@ compared with its stamp (a `touch` costs one hash, not a miss). An edit that kee
 the same clock tick as the stamp (git's "racy" case) is ruled out by keeping no stat data for a
 file changed less than `RACY_NS` before the stamp was taken: such a file is always hashed.
 
+The first run on named files after a run on the whole project has no entry: that run kept none
+for them. So a cached run on the whole project (`check .` at the project root, run_memo.keep_answers)
+keeps its answers in `replay-answers.bin`, beside the index and with the same project part: for
+each file it analysed without a finding, the stamp (and stat data) of every file that analysis
+read. A run on named files each of which has such an answer, none of those files changed, prints
+what the full run would ("All checks passed! (N files checked)", nothing with `-q`, in `text` and
+`concise` alike) and exits 0. A file whose analysis read more than MAX_ANSWER_READS files has no
+answer; nor has a file with a finding: its report is the engine's, kept then as an entry. The fast
+path reads the same answers for a set of named files that mixes them with files no rule can match
+(answered_clean), and keeps its verdict as an entry with what the answers read.
+
 The index is written by the full run that keeps a run memo entry (run_memo.keep), sealed with the
 per-user cache key (cache_seal.quick_seal) over a context naming this format and the interpreter
 (marshal's format is the interpreter's), and rewritten whole; an index of another format, another
@@ -43,6 +54,11 @@ import os
 import sys
 
 INDEX_NAME = "replay-index.bin"
+ANSWERS_NAME = "replay-answers.bin"
+# An answer is kept only for a file whose analysis read at most this many files: the few that read
+# every module of the project (vLLM 0.34.0: 8 of 303) would bring every file's stamp into the
+# store each replay loads, for a replay that stats them all.
+MAX_ANSWER_READS = 1000
 FORMAT = 1
 MAX_ENTRIES = 8  # the most recent sets of named files, as the run memo keeps
 RACY_NS = 2_000_000_000  # a file changed this close to its stamp is hashed on every replay
@@ -58,6 +74,10 @@ StatKey = tuple  # (size, mtime_ns, ctime_ns, inode, device), or None: hash ever
 
 def _context() -> str:
     return f"{INDEX_NAME} {FORMAT} {sys.implementation.cache_tag} {sys.version}"
+
+
+def _answers_context() -> str:
+    return f"{ANSWERS_NAME} {FORMAT} {sys.implementation.cache_tag} {sys.version}"
 
 
 # ---- reading: the replay -----------------------------------------------------------------------
@@ -138,21 +158,18 @@ def _replay(argv: list[str]) -> int | None:
 
     if cache_folder_problem(root, DEFAULT_CACHE_DIR) is not None:
         return None
-    index = load(os.path.join(root, DEFAULT_CACHE_DIR, INDEX_NAME))
-    if index is None or index["root"] != root or index["config"] != (config_path, config_stamp):
-        return None
-    entry = index["entries"].get((os.getcwd(), tuple(paths), "--force-exclude" in argv))
+    index = load(os.path.join(root, DEFAULT_CACHE_DIR, INDEX_NAME)) or {}
+    entry = None
+    if index.get("root") == root and index.get("config") == (config_path, config_stamp):
+        entry = index["entries"].get((os.getcwd(), tuple(paths), "--force-exclude" in argv))
     if entry is None:
-        return None
+        # No run on these files kept an answer: the last run on the whole project may have.
+        return _replay_answers(root, (config_path, config_stamp), paths, quiet)
     # The answer's own files first: after an edit one of them differs, and the run is declined
     # before the stat of every module of dtype-lint and every folder of the project.
     if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
         return None
-    if not _same_stat_data(index["tool_paths"], index["tool_stats"]):
-        return None  # dtype-lint's code changed (fast_record.tool_stamp's inputs)
-    if not all(unchanged(path, key, stamp, kind) for path, (key, stamp, kind) in index["watched"].items()):
-        return None
-    if not _folders_unchanged(index["folders"], index["mtimes"]):
+    if not _project_unchanged(index):
         return None
     text = entry["out"].get((fmt, quiet, color))
     if text is None:
@@ -162,6 +179,58 @@ def _replay(argv: list[str]) -> int | None:
     for line in entry["warnings"]:
         sys.stderr.write(line)
     return 0 if "--exit-zero" in argv or not entry["found"] else 1
+
+
+def _project_unchanged(header: dict) -> bool:
+    """Is what an index or the tree's answers hold about the project still true: dtype-lint's
+    code, the files the fast path's record watches and every folder's mtime?"""
+    if not _same_stat_data(header["tool_paths"], header["tool_stats"]):
+        return False  # dtype-lint's code changed (fast_record.tool_stamp's inputs)
+    if not all(unchanged(path, key, stamp, kind) for path, (key, stamp, kind) in header["watched"].items()):
+        return False
+    return _folders_unchanged(header["folders"], header["mtimes"])
+
+
+def _replay_answers(root: str, config: tuple[str, str], paths: list[str], quiet: bool) -> int | None:
+    """The exit code of a run on named files that the last run on the whole project analysed and
+    found clean (see the module docstring), its output printed; None when one of them has no such
+    answer or anything an answer read changed."""
+    answers = load(os.path.join(root, DEFAULT_CACHE_DIR, ANSWERS_NAME), _answers_context())
+    if answers is None or answers["root"] != root or answers["config"] != config:
+        return None
+    reals = {os.path.realpath(path) for path in paths}
+    if _clean_reads(answers, reals) is None or not _project_unchanged(answers):
+        return None
+    if not quiet:
+        n = len(reals)
+        sys.stdout.write(f"All checks passed! ({n} file{'' if n == 1 else 's'} checked)\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _clean_reads(answers: dict, reals) -> list[str] | None:
+    """Every file the clean answers of the files `reals` read, when each has one and all of those
+    files are unchanged; else None."""
+    table, clean = answers["table"], answers["clean"]
+    needed: set[int] = set()
+    for real in reals:
+        read = clean.get(real)
+        if read is None:
+            return None
+        needed.update(read)
+    if not all(unchanged(path, key, stamp, "source") for path, key, stamp in map(table.__getitem__, needed)):
+        return None
+    return [table[i][0] for i in needed]
+
+
+def answered_clean(cache_folder: str, record_id: list, reals: list[str]) -> list[str] | None:
+    """For the fast path, whose record (`record_id`) was just found true: the files read by the
+    clean answers of `reals` kept by the last run on the whole project under that record, when
+    each has one and all of them are unchanged; else None."""
+    answers = load(os.path.join(cache_folder, ANSWERS_NAME), _answers_context())
+    if answers is None or answers["record"] != record_id:
+        return None
+    return _clean_reads(answers, reals)
 
 
 def _configuration(first_path: str) -> tuple[str, str] | None:
@@ -203,13 +272,14 @@ def content_stamp(data: bytes) -> str:
     return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"
 
 
-def load(path: str) -> dict | None:
-    """The index at `path`, or None (missing, another format or interpreter, not sealed by us)."""
+def load(path: str, context: str | None = None) -> dict | None:
+    """The index at `path` (or the tree's answers, under their `context`), or None (missing,
+    another format or interpreter, not sealed by us)."""
     from dtype_lint.core.safe_read import read_bytes
     from dtype_lint.run.cache_seal import quick_unseal
 
     try:
-        payload = quick_unseal(read_bytes(path, 256 << 20), _context())
+        payload = quick_unseal(read_bytes(path, 256 << 20), context or _context())
     except (OSError, ValueError):
         return None
     if payload is None:
@@ -325,16 +395,12 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
          entry_files: dict[str, str], write) -> None:
     import time
 
-    root = record["root"]
     if not _indexable(record, config, cache_folder):
         return
     now = time.time_ns()
-    watched = {}
-    for path, stamp in record["files"].items():
-        stat_data = _kept_key(path, now)
-        if current_stamp(path, "small") != stamp:
-            return
-        watched[path] = (stat_data, stamp, "small")
+    header = _header(record, config, record_id, now)
+    if header is None:
+        return
     files = {}
     for path, stamp in entry_files.items():
         stat_data = _kept_key(path, now)
@@ -342,9 +408,6 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
             return
         files[path] = (stat_data, stamp)
     entry["files"] = files
-    lead = os.path.join(root, "")
-    folders = tuple(root if rel == "." else lead + rel for rel in record["dirs"])
-    mtimes = tuple(record["dirs"].values())
     path = os.path.join(cache_folder, INDEX_NAME)
     old = load(path)
     entries = {}
@@ -359,17 +422,72 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     entries[key] = entry
     while len(entries) > MAX_ENTRIES:
         entries.pop(next(iter(entries)))
+    _write_sealed(path, {"format": FORMAT, **header, "entries": entries}, _context(), write)
+
+
+def keep_answers(record: dict, record_id: list, cache_folder: str, answers: dict[str, dict[str, str]],
+                 started_ns: int, write) -> None:
+    """Keep the answers of a run on the whole project (see the module docstring): `answers` maps
+    each file it analysed without a finding to the stamp of every file that analysis read (the
+    file's own included), taken by a run that started at `started_ns`."""
+    import time
+
+    config = tuple(record["config"])
+    if not _indexable(record, config, cache_folder):
+        return
+    header = _header(record, config, record_id, time.time_ns())
+    if header is None:
+        return
+    table: list[tuple[str, StatKey | None, str]] = []
+    number: dict[str, int] = {}
+    clean: dict[str, tuple[int, ...]] = {}
+    for real, read in sorted(answers.items()):
+        if len(read) > MAX_ANSWER_READS:
+            continue
+        ids = []
+        for path, stamp in read.items():
+            i = number.get(path)
+            if i is None:
+                # The run stamped every file it read after it started: one unchanged since
+                # (RACY_NS before the start, as the index's) still holds what its stamp says,
+                # so its stat data may vouch for it. Any other is hashed on each replay.
+                i = number[path] = len(table)
+                table.append((path, _kept_key(path, started_ns), stamp))
+            ids.append(i)
+        clean[real] = tuple(ids)
+    path = os.path.join(cache_folder, ANSWERS_NAME)
+    store = {"format": FORMAT, **header, "table": table, "clean": clean}
+    if load(path, _answers_context()) == store:
+        return  # a warm run on an unchanged project: nothing to rewrite
+    _write_sealed(path, store, _answers_context(), write)
+
+
+def _header(record: dict, config: tuple, record_id: list, now_ns: int) -> dict | None:
+    """What the index and the tree's answers hold about the project (checked by
+    `_project_unchanged`), or None when the record no longer holds."""
+    watched = {}
+    for path, stamp in record["files"].items():
+        stat_data = _kept_key(path, now_ns)
+        if current_stamp(path, "small") != stamp:
+            return None
+        watched[path] = (stat_data, stamp, "small")
     from dtype_lint.run.fast_record import tool_paths, tool_stamp, tool_stat_data
 
     if record["tool"] != tool_stamp():
-        return
-    # The stat data the stamp was taken from: a module changed since is one the stamp never saw.
-    index = {"format": FORMAT, "root": root, "config": config, "record": record_id,
-             "tool_paths": tuple(tool_paths()), "tool_stats": tool_stat_data(), "watched": watched,
-             "folders": folders, "mtimes": mtimes, "entries": entries}
+        return None
+    root = record["root"]
+    lead = os.path.join(root, "")
+    # The stat data the tool stamp was taken from: a module changed since is one it never saw.
+    return {"root": root, "config": config, "record": record_id, "tool_paths": tuple(tool_paths()),
+            "tool_stats": tool_stat_data(), "watched": watched,
+            "folders": tuple(root if rel == "." else lead + rel for rel in record["dirs"]),
+            "mtimes": tuple(record["dirs"].values())}
+
+
+def _write_sealed(path: str, data: dict, context: str, write) -> None:
     from dtype_lint.run.cache_seal import quick_seal
 
-    sealed = quick_seal(marshal.dumps(index), _context())
+    sealed = quick_seal(marshal.dumps(data), context)
     if sealed is None:
         return
     try:

@@ -33,6 +33,9 @@ unreadable, no fix was made and nothing but cache entries was written. The repla
 through the same report code and warnings as `cli._check`; the formats are the fast path's own
 (`text`, `concise`), which read no rule metadata, so no rule is imported.
 
+A run on the whole project keeps no memo entry (no named files) but its clean answers, for the
+first run on named files after it (keep_answers, run/replay_index.py).
+
 The memo is sealed as the cache's entries are (run/cache_seal.py): a memo edited to hide a
 finding is not replayed.
 """
@@ -174,6 +177,50 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     from dtype_lint.run import replay_index
 
     replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer)
+
+
+def keep_answers(result, options, cache, project, targets: list[str], layout, started_ns: int) -> None:
+    """Keep the answers of a run on the whole project for the first run on named files after it
+    (replay_index.keep_answers): each file it analysed without a finding, with the stamp of every
+    file that analysis read (its findings entry's). Only where a named-file run would find the
+    same: the run listed the whole project as a named-file run lists it (pipeline._Layout: from
+    the walk's record or walked, every folder still as the run saw it and watched by the fast
+    path's record, found true at the end), that record holds, and the run had no warning and made
+    no fix."""
+    if (_handoff is not None or not cache.enabled or options.fix or options.diff or options.baseline
+            or options.write_baseline or options.changed_since is not None or result.fixed or result.warnings
+            or layout.folders is None):
+        return
+    config = result.config
+    if config.source == "defaults":
+        return
+    from dtype_lint.run.fast_record import RECORD_NAME, _file_key, folder_mtime, load_record
+
+    root = os.path.abspath(str(config.root))
+    cache_folder = os.path.join(root, config.cache_dir)
+    record_path = os.path.join(cache_folder, RECORD_NAME)
+    record = load_record(record_path, os.path.abspath(config.source), root)
+    record_key = _file_key(record_path)
+    if record is None or record_key is None:
+        return
+    from dtype_lint.run.layout_cache import listed_alike
+
+    if not listed_alike(layout.folders, tuple(config.exclude), folder_mtime):
+        return  # the project's file list changed since the run listed it, or the record does not watch it
+    from dtype_lint.run import replay_index
+
+    reported = {f.path for f in result.findings}
+    answers: dict[str, dict[str, str]] = {}
+    for file in targets:
+        if file in reported:
+            continue
+        real = project.real_of(file)
+        reads = cache.findings_reads(real, replay_index.MAX_ANSWER_READS - 1)
+        if reads is not None and reads[0] == project.stamp(real):
+            answers[real] = {real: reads[0], **reads[1]}
+
+    replay_index.keep_answers(record, [record_path, *record_key], cache_folder, answers, started_ns,
+                              result.writer.write_cache)
 
 
 def _helper_settled(result, files: dict[str, str]) -> bool:
