@@ -9,6 +9,9 @@ One folder per (tool version, code stamp, config fingerprint) under the cache di
                   whose headers or code it used, and the module names it looked up (and which
                   file defined each, or none)
     s/<hash>      one answer of the storage model (run/facts_cache.py), with what it read
+    g/<hash>      what a census about the whole tree read (class_index.Reads.groups), named by
+                  its content's digest: kept once, named by every entry whose computation used
+                  the census, and checked once a run however many entries name it
 
 Files are named by their real path relative to the project root, so a file reached as `x.py`,
 `./x.py`, `../proj/x.py` or through a symlink is one entry, whatever the current directory, and
@@ -59,6 +62,10 @@ class Cache:
         # stamp, real path -> stamp), for those that read few files (`findings_reads`, asked for
         # each analysed file by a run on the whole project, reads no entry again).
         self._reads: dict[str, tuple[str, dict[str, str] | None]] = {}
+        # Groups (class_index.Reads.groups): the name of each one's entry by its token, and each
+        # entry checked this run by name (its reads, None when one changed).
+        self._group_names: dict[str, str] = {}
+        self._groups_checked: dict[str, object] = {}
 
     # ---- keys: real paths, stored relative to the project root ---------------------------------
     def rel(self, real: str) -> str:
@@ -153,7 +160,7 @@ class Cache:
         reads = self.unchanged_reads(entry, stamp_of, table)
         if reads is None:
             return None
-        self._keep_reads(real, stamp, reads.files)
+        self._keep_reads(real, stamp, reads)
         try:
             return [_respell(d, display_of, self.real) for d in found]
         except (KeyError, TypeError, AttributeError):
@@ -168,24 +175,49 @@ class Cache:
         rel = self.rel(real)
         stored = [_respell(d, self.rel, real_of) for d in findings]
         self._put(f"f/{rel}", {"k": rel, "s": stamp, "f": stored, **self.stored_reads(reads, skip=real)})
-        self._keep_reads(real, stamp, {k: v for k, v in reads.files.items() if k != real})
+        self._keep_reads(real, stamp, reads, skip=real)
 
-    def _keep_reads(self, real: str, stamp: str, files: dict[str, str]) -> None:
-        # Of an entry that read more, only that it did (None): `findings_reads` with a limit
-        # then declines without loading it again.
-        self._reads[real] = (stamp, files if len(files) < KEPT_READS else None)
+    def _keep_reads(self, real: str, stamp: str, reads, skip: str | None = None) -> None:
+        # Of an entry that read more (or a group), only that it did (None): `findings_reads`
+        # with a limit then declines without loading it again.
+        files = reads.files
+        if reads.groups or len(files) >= KEPT_READS:
+            self._reads[real] = (stamp, None)
+        else:
+            self._reads[real] = (stamp, {k: v for k, v in files.items() if k != skip} if skip in files else files)
 
     # ---- what an entry's computation read (findings here, the storage model's answers in
     # ---- run/facts_cache.py): stored and checked one way --------------------------------
     def stored_reads(self, reads, skip: str | None = None) -> dict:
         """A computation's reads (class_index.Reads) as an entry stores them: paths relative to
         the root. `skip`: a file left out (a findings entry's own)."""
-        return {
+        stored = {
             "files": {self.rel(k): v for k, v in sorted(reads.files.items()) if k != skip},
             "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(reads.modules.items())},
             "listings": {self.rel(k): v for k, v in sorted(reads.listings.items())},
             "enumerations": dict(sorted(reads.enumerations.items())),
         }
+        if reads.groups:
+            stored["groups"] = {name: self._group(group) for name, group in sorted(reads.groups.items())}
+        return stored
+
+    def _group(self, group) -> str:
+        """The name of the entry (`g/`) holding a group's reads, kept once: by its content's
+        digest, so every run and worker that builds the same census names the same entry."""
+        name = self._group_names.get(group.token)
+        if name is None:
+            stored = self.stored_reads(group)
+            payload = json.dumps(stored, separators=(",", ":"), sort_keys=True).encode("utf-8", "surrogatepass")
+            name = digests.blake2b(payload, digest_size=16).hexdigest()
+            self._group_names[group.token] = name
+            if self._groups_checked.get(name) is None:  # not found true on disk this run
+                self._put(f"g/{name}", stored)
+        return name
+
+    def _group_entry(self, name: str):
+        """The payload of the group entry `name`: written this run (pending) or on disk."""
+        pending = self._pending.get(f"g/{name}")
+        return self._decode(pending) if pending is not None else self._load("g", name)
 
     def unchanged_reads(self, entry: dict, stamp_of, table):
         """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:
@@ -221,7 +253,29 @@ class Cache:
             if not isinstance(digest, str) or table.enumeration(name) != digest:
                 return None
             reads.enumerations[name] = digest
+        groups = entry.get("groups", {})
+        if not isinstance(groups, dict):
+            return None
+        for name, group_name in groups.items():
+            group = self._checked_group(group_name, stamp_of, table)
+            if group is None:
+                return None
+            reads.groups[name] = group
         return reads
+
+    def _checked_group(self, name, stamp_of, table):
+        """The reads of the group entry `name` when all are unchanged, else None: checked once a
+        run, however many entries hold it."""
+        if not isinstance(name, str):
+            return None
+        if name not in self._groups_checked:
+            entry = self._group_entry(name)
+            reads = self.unchanged_reads(entry, stamp_of, table) if isinstance(entry, dict) else None
+            if reads is not None:
+                reads.token = f"g-{name}"  # kept again under the same name (stored_reads)
+                self._group_names[reads.token] = name
+            self._groups_checked[name] = reads
+        return self._groups_checked[name]
 
     def findings_reads(self, real: str, limit: int | None = None) -> tuple[str, dict[str, str]] | None:
         """(the file's stamp, real path -> stamp of every file its analysis read) of the findings
@@ -240,12 +294,29 @@ class Cache:
             entry = self._decode(pending)
         else:
             entry = self._load("f", rel)
-        if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)
-                and isinstance(entry.get("files"), dict)
-                and (limit is None or len(entry["files"]) <= limit)
-                and all(isinstance(v, str) for v in entry["files"].values())):
+        if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)):
             return None
-        return entry["s"], {self.real(dep): s for dep, s in entry["files"].items()}
+        if limit is not None and (entry.get("groups") or len(entry.get("files") or ()) > limit):
+            return None
+        files = self._files_read(entry)
+        return None if files is None else (entry["s"], files)
+
+    def _files_read(self, entry) -> dict[str, str] | None:
+        """Real path -> stamp of every file an entry read, its groups' included; None when it or
+        a group entry is ill-shaped or missing."""
+        files, groups = entry.get("files"), entry.get("groups", {})
+        if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
+                and isinstance(groups, dict)):
+            return None
+        out: dict[str, str] = {}
+        for name in groups.values():
+            group = self._group_entry(name) if isinstance(name, str) else None
+            more = self._files_read(group) if isinstance(group, dict) else None
+            if more is None:
+                return None
+            out.update(more)
+        out.update((self.real(dep), s) for dep, s in files.items())
+        return out
 
     # ---- other entries (run/facts_cache.py) ------------------------------------------------
     def entry(self, kind: str, name: str):
@@ -301,8 +372,9 @@ class Cache:
         try:
             writer.make_dirs(self.dir / "h", "cache")
             writer.make_dirs(self.dir / "f", "cache")
-            if any(name.startswith("s/") for name in self._pending):
-                writer.make_dirs(self.dir / "s", "cache")
+            for kind in ("s", "g"):
+                if any(name.startswith(f"{kind}/") for name in self._pending):
+                    writer.make_dirs(self.dir / kind, "cache")
             gitignore = self.base / ".gitignore"
             if not gitignore.exists() and all(_ours(name) for name in os.listdir(self.base)):
                 writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache", create=True)

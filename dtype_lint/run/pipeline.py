@@ -236,7 +236,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     cache.save(writer)
     layout.save(writer)
     if options.use_cache:
-        save_record(config, writer, looked.files,
+        save_record(config, writer, looked.all_files(),
                     valid=bool(index_found) and not warnings and not config.helper)
     findings = [f for f in findings if config.enabled(f.code, f.path)]
     result = RunResult(config, sorted(findings, key=Finding.sort_key), in_scope, len(targets), 0.0, writer,
@@ -869,7 +869,7 @@ def _analyze_job(path: str) -> tuple[str, list[dict], Reads, list, list]:
         return path, found, Reads(), [], []
     new, project.new_headers = project.new_headers, []
     # The storage model's new answers (run/facts_cache.py): a worker's cache is its own copy.
-    answers = project.cache.take_entries("s")
+    answers = project.cache.take_entries("s") + project.cache.take_entries("g")  # and the groups they hold
     return path, found, reads, new, answers
 
 

@@ -1,0 +1,115 @@
+"""A census about the whole tree (class_index.Reads.groups): every file whose analysis uses it
+depends on every file it read, and at ten times vLLM that was 36,000 files copied into each of
+hundreds of findings entries and checked again for each of them on every cached run (a warm check
+took longer than half a cold one). The cache keeps a group's reads once (`g/`), names it in each
+entry that used it, and checks it once a run; a file of the group changed makes every entry using
+it a miss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtype_lint.analysis.index import class_index
+from dtype_lint.analysis.index.class_index import Reads, _as_group
+from dtype_lint.core.file_stamp import file_stamp
+from dtype_lint.core.writer import ProjectWriter
+from dtype_lint.run.cache import Cache
+
+
+class _NoModules:
+    """The module table an entry without module lookups is checked against: never asked."""
+
+    def first_key(self, module):  # pragma: no cover - an entry of this test looks up no module
+        raise AssertionError(module)
+
+
+def _tree(root: Path) -> dict[str, str]:
+    names = ("site_a.py", "site_b.py", "lib1.py", "lib2.py", "own.py")
+    for name in names:
+        (root / name).write_text(f"# {name}\n")
+    return {name: str((root / name).resolve()) for name in names}
+
+
+def _keep(root: Path, paths: dict[str, str]) -> Cache:
+    """Two analysed files using one census of lib1 and lib2; site_b read own.py besides."""
+    cache = Cache(root / ".cache", key="k", root=root)
+    census = _as_group(Reads())
+    census.files = {paths[n]: file_stamp(paths[n]) for n in ("lib1.py", "lib2.py")}
+    for name in ("site_a.py", "site_b.py"):
+        reads = Reads()
+        reads.groups["('census',)"] = census
+        if name == "site_b.py":
+            reads.files[paths["own.py"]] = file_stamp(paths["own.py"])
+        cache.put_findings(paths[name], file_stamp(paths[name]), [], reads, lambda p: p)
+    cache.save(ProjectWriter(root))
+    return cache
+
+
+def _hits(root: Path, paths: dict[str, str]) -> dict[str, bool]:
+    cache = Cache(root / ".cache", key="k", root=root)
+    return {name: cache.findings(paths[name], file_stamp(paths[name]), file_stamp, _NoModules(), str) is not None
+            for name in ("site_a.py", "site_b.py")}
+
+
+def test_a_group_is_kept_once_and_named_by_each_entry(tmp_path: Path):
+    paths = _tree(tmp_path)
+    cache = _keep(tmp_path, paths)
+    (group_file,) = (cache.dir / "g").iterdir()
+    for name in ("site_a.py", "site_b.py"):
+        entry = cache._load("f", name)
+        assert entry["files"] == ({"own.py": file_stamp(paths["own.py"])} if name == "site_b.py" else {})
+        assert list(entry["groups"]) == ["('census',)"]
+    group = json.loads(group_file.read_bytes().split(b"\n", 1)[1])
+    assert sorted(group["files"]) == ["lib1.py", "lib2.py"]
+    # What a kept answer of the run memo needs: every file read, the group's included.
+    stamp, files = cache.findings_reads(paths["site_b.py"])
+    assert set(files) == {paths["own.py"], paths["lib1.py"], paths["lib2.py"]}
+    assert cache.findings_reads(paths["site_b.py"], limit=10) is None  # a group: no clean answer kept
+
+
+def test_an_unchanged_group_is_a_hit_and_a_changed_one_a_miss_for_every_entry(tmp_path: Path):
+    paths = _tree(tmp_path)
+    _keep(tmp_path, paths)
+    assert _hits(tmp_path, paths) == {"site_a.py": True, "site_b.py": True}
+    Path(paths["lib2.py"]).write_text("# lib2, edited\n")
+    assert _hits(tmp_path, paths) == {"site_a.py": False, "site_b.py": False}
+
+
+def test_a_group_is_checked_once_a_run(tmp_path: Path, monkeypatch):
+    paths = _tree(tmp_path)
+    _keep(tmp_path, paths)
+    checked: list[str] = []
+    stamp = file_stamp
+    cache = Cache(tmp_path / ".cache", key="k", root=tmp_path)
+
+    def counted(path: str) -> str:
+        checked.append(Path(path).name)
+        return stamp(path)
+
+    for name in ("site_a.py", "site_b.py"):
+        assert cache.findings(paths[name], stamp(paths[name]), counted, _NoModules(), str) is not None
+    assert sorted(checked) == ["lib1.py", "lib2.py", "own.py"]
+
+
+@pytest.mark.parametrize("threshold", [0, class_index.GROUP_MIN_FILES])
+def test_a_census_becomes_a_group_from_its_size(threshold: int, monkeypatch):
+    """`cached_facts(..., census=True)`: replayed by reference from GROUP_MIN_FILES files read."""
+    monkeypatch.setattr(class_index, "GROUP_MIN_FILES", threshold)
+    table = class_index.ModuleTable([])
+    index = class_index.QuantizableLayerIndex.__new__(class_index.QuantizableLayerIndex)
+    index.modules, index.census_cache = table, {}
+
+    def build():
+        for frame in table.frames:
+            frame.files["/x/lib.py"] = "1:ab"
+        return "answer"
+
+    with index.reading() as outer:
+        assert index.cached_facts(("census",), build, census=True) == "answer"
+    with index.reading() as later:  # a later user: replayed, by reference or by copy
+        assert index.cached_facts(("census",), build, census=True) == "answer"
+    assert later.all_files() == {"/x/lib.py": "1:ab"} == outer.all_files()
+    assert bool(later.groups) == (threshold <= 1) and bool(later.files) == (threshold > 1)
