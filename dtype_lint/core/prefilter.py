@@ -38,7 +38,7 @@ class Prefilter:
         # pattern -> (its required literal, its compiled search), on first use: a one-file run
         # tests one text, whose markers reach a few of the 27 patterns (compiling and parsing
         # all of them was a tenth of its work).
-        self._compiled: dict[str, tuple[str, Callable[[str], bool]]] = {}
+        self._compiled: dict[str, tuple[str, Callable[[str], re.Match[str] | None]]] = {}
 
     def might_match(self, text: str, searched_in: "tuple[dict[str, bool], dict[str, bool]] | None" = None) -> bool:
         """`searched_in`: (pattern -> found, literal -> in the text) of the tests of this same text
@@ -57,23 +57,28 @@ class Prefilter:
                 if hit is None:
                     kept = compiled.get(pattern)
                     if kept is None:
-                        kept = compiled[pattern] = found_in(pattern)
-                    literal, found = kept
+                        literal, regex = searched(pattern)
+                        kept = compiled[pattern] = (literal, regex.search)
+                    literal, search = kept
                     held = holds.get(literal)
                     if held is None:
                         held = holds[literal] = literal in text
-                    hit = seen[pattern] = held and found(text)
+                    hit = seen[pattern] = held and search(text) is not None
                 if hit:
                     return True
         return False
 
 
 @lru_cache(maxsize=None)
-def searched(pattern: str) -> "tuple[str, re.Pattern[str] | WordStart]":
+def searched(pattern: str) -> "tuple[str, Searcher]":
     """(`required_literal`, the pattern compiled with re.M) of a rule pattern, once a process: the
     prefilter and the site spans (run/file_analysis.py) read the same patterns."""
     if pattern.startswith(r"\b") and (pattern[2:3].isalpha() or _WORDS_FIRST.match(pattern, 2)):
         return required_literal(pattern), WordStart(pattern[2:])
+    if len(leading_literal(pattern)) >= _FOUND_FROM:
+        return required_literal(pattern), LiteralFirst(pattern)
+    if pattern.startswith(ASSIGNED) and len(leading_literal(pattern[len(ASSIGNED):])) >= _FOUND_FROM:
+        return required_literal(pattern), AssignedFirst(pattern)
     return required_literal(pattern), re.compile(pattern, re.M)
 
 
@@ -155,70 +160,82 @@ def _literal_runs(pattern: str) -> list[str]:
     return runs
 
 
-# A name assigned (`= self.proj` before `.weight` at a line's end). re tries it at every `=` of a
-# text, the name's characters taken and given back one by one: the two such weight-site patterns
-# were two fifths of the prefilter's searches of vLLM 0.34.0. The `=` of a match is the last one
-# before what follows the name: spaces and a name's characters hold none.
+# re finds a pattern's literal start by a scan of its own, several times the cost of `str.find`'s
+# (the default rules' prefilter on vLLM 0.34.0's texts: 1.36 G instructions, 0.96 G matched where
+# `str.find` finds the literal). A shorter literal stands too often for a match at each place to
+# cost less than re's search: `.t` (`\.(?:to|type)\(` as re parses it), 0.98 G.
+_FOUND_FROM = 4
+
+
+class LiteralFirst:
+    r"""A pattern whose matches start with a literal (`\.weight\s*\)`, `getattr\(...`), matched only
+    where `str.find` finds the literal: the pattern's own matches, each non-empty."""
+
+    __slots__ = ("_literal", "_match")
+
+    def __init__(self, pattern: str):
+        self._literal = leading_literal(pattern)
+        self._match = re.compile(pattern, re.M).match
+
+    def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
+        literal, match, find = self._literal, self._match, text.find
+        at = find(literal, pos)
+        while at >= 0:
+            found = match(text, at)
+            if found is not None:
+                return found
+            at = find(literal, at + 1)
+        return None
+
+    def finditer(self, text: str):
+        pos = 0
+        while (found := self.search(text, pos)) is not None:
+            yield found
+            pos = found.end()
+
+
+# An assigned name (`= self.proj` before `.weight` at a line's end): re tries it at every `=` of a
+# text, the name's characters taken and given back one by one (the two such weight-site patterns
+# were two fifths of the prefilter's searches of vLLM 0.34.0).
 ASSIGNED = r"=\s*[\w.]+"
 _ASSIGNED_HEAD = re.compile(ASSIGNED)
 
 
-# A shorter literal stands too often for a match at each place to cost less than re's search:
-# `.t` (`\.(?:to|type)\(` as re parses it) on vLLM 0.34.0's texts, 0.98 G instructions of the
-# prefilter against 0.96 G.
-_FOUND_FROM = 4
+class AssignedFirst:
+    r"""`ASSIGNED` then a rest whose matches start with a literal (`=\s*[\w.]+\.weight\s*$`), matched
+    from where `str.find` finds the literal: the rest there, and right before it the name and its
+    `=`, the last `=` before the literal (spaces and a name's characters hold none). The match is
+    the pattern's own, from that `=`; none holds another's `=`, so they follow one another."""
 
+    __slots__ = ("_literal", "_rest", "_whole")
 
-@lru_cache(maxsize=None)
-def found_in(pattern: str) -> "tuple[str, Callable[[str], bool]]":
-    """(`required_literal`, does the pattern match somewhere in a text?) of a rule pattern, once a
-    process: all the prefilter asks. A pattern that starts with a literal (or with `ASSIGNED`, then
-    one) is matched only where the literal stands, found by `str.find`: re's own search for it
-    cost several times a pass of `str.find` (the default rules' prefilter on vLLM 0.34.0's texts:
-    1.36 G instructions, 0.96 G so)."""
-    literal, regex = searched(pattern)
-    if isinstance(regex, re.Pattern):
-        head = leading_literal(pattern)
-        if len(head) >= _FOUND_FROM:
-            return literal, _matched_at(head, regex.match)
-        rest = pattern[len(ASSIGNED):] if pattern.startswith(ASSIGNED) else ""
-        head = leading_literal(rest)
-        if len(head) >= _FOUND_FROM:
-            return literal, _matched_after_assigned(head, re.compile(rest, re.M).match)
-    search = regex.search
-    return literal, lambda text: search(text) is not None
+    def __init__(self, pattern: str):
+        rest = pattern[len(ASSIGNED):]
+        self._literal = leading_literal(rest)
+        self._rest = re.compile(rest, re.M).match
+        self._whole = re.compile(pattern, re.M).match
 
-
-def _matched_at(literal: str, match: "Callable[[str, int], re.Match[str] | None]") -> "Callable[[str], bool]":
-    """Does `match` (of a pattern starting with `literal`) match where the literal stands?"""
-    def found(text: str) -> bool:
-        find = text.find
-        at = find(literal)
+    def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
+        literal, rest, head, find = self._literal, self._rest, _ASSIGNED_HEAD.fullmatch, text.find
+        at = find(literal, pos)
         while at >= 0:
-            if match(text, at) is not None:
-                return True
-            at = find(literal, at + 1)
-        return False
-    return found
-
-
-def _matched_after_assigned(literal: str, match: "Callable[[str, int], re.Match[str] | None]") \
-        -> "Callable[[str], bool]":
-    """Does `ASSIGNED` then `match` (of a pattern starting with `literal`) match: the rest where the
-    literal stands, the name and its `=` right before it?"""
-    head = _ASSIGNED_HEAD.fullmatch
-
-    def found(text: str) -> bool:
-        find = text.find
-        at = find(literal)
-        while at >= 0:
-            if match(text, at) is not None:
-                equals = text.rfind("=", 0, at)
+            if rest(text, at) is not None:
+                equals = text.rfind("=", pos, at)
                 if equals >= 0 and head(text, equals, at) is not None:
-                    return True
+                    return self._whole(text, equals)
             at = find(literal, at + 1)
-        return False
-    return found
+        return None
+
+    def finditer(self, text: str):
+        pos = 0
+        while (found := self.search(text, pos)) is not None:
+            yield found
+            pos = found.end()
+
+
+if TYPE_CHECKING:
+    # What `searched` compiles a pattern to: each has `search(text, pos)` and `finditer(text)`.
+    Searcher = re.Pattern[str] | WordStart | LiteralFirst | AssignedFirst
 
 
 def has_suppression(text: str, utf8: bytes | None = None) -> bool:
