@@ -8,17 +8,20 @@ input: a file that cannot be parsed, or whose nesting exhausts the parser, becom
 from __future__ import annotations
 
 import os
-import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from dtype_lint.analysis.index.class_facts import ProjectFacts
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex, extract_header
 from dtype_lint.core import regions, trees
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import ENGINE_CODES, PARSE_ERROR, Evidence, Finding, Span
-from dtype_lint.core.prefilter import WordStart, for_rules, has_suppression, marker_words, searched
+from dtype_lint.core.prefilter import for_rules, has_suppression, marker_words, searched
 from dtype_lint.core.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read_file, too_long_line
 from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
+
+if TYPE_CHECKING:
+    from dtype_lint.core.prefilter import Searcher
 
 
 def enabled_rules(config: Config, path: str | None = None):
@@ -163,7 +166,7 @@ def site_spans(rules, text: str) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=16)
-def _searches(patterns: tuple[str, ...]) -> "list[tuple[str, re.Pattern[str] | WordStart]]":
+def _searches(patterns: tuple[str, ...]) -> "list[tuple[str, Searcher]]":
     """(the literal every match holds, the compiled pattern) of each pattern, once per run."""
     return [searched(p) for p in patterns]  # shared with the prefilter's
 
