@@ -167,7 +167,23 @@ def _literal_runs(pattern: str) -> list[str]:
 _FOUND_FROM = 4
 
 
-class LiteralFirst:
+class _FoundFromLiteral:
+    """What a searcher that finds its matches from a literal shares: re's `finditer` from its
+    own `search` (each match is non-empty, so the next search starts at its end)."""
+
+    __slots__ = ()
+
+    def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
+        raise NotImplementedError
+
+    def finditer(self, text: str):
+        pos = 0
+        while (found := self.search(text, pos)) is not None:
+            yield found
+            pos = found.end()
+
+
+class LiteralFirst(_FoundFromLiteral):
     r"""A pattern whose matches start with a literal (`\.weight\s*\)`, `getattr\(...`), matched only
     where `str.find` finds the literal: the pattern's own matches, each non-empty."""
 
@@ -187,12 +203,6 @@ class LiteralFirst:
             at = find(literal, at + 1)
         return None
 
-    def finditer(self, text: str):
-        pos = 0
-        while (found := self.search(text, pos)) is not None:
-            yield found
-            pos = found.end()
-
 
 # An assigned name (`= self.proj` before `.weight` at a line's end): re tries it at every `=` of a
 # text, the name's characters taken and given back one by one (the two such weight-site patterns
@@ -201,7 +211,7 @@ ASSIGNED = r"=\s*[\w.]+"
 _ASSIGNED_HEAD = re.compile(ASSIGNED)
 
 
-class AssignedFirst:
+class AssignedFirst(_FoundFromLiteral):
     r"""`ASSIGNED` then a rest whose matches start with a literal (`=\s*[\w.]+\.weight\s*$`), matched
     from where `str.find` finds the literal: the rest there, and right before it the name and its
     `=`, the last `=` before the literal (spaces and a name's characters hold none). The match is
@@ -225,12 +235,6 @@ class AssignedFirst:
                     return self._whole(text, equals)
             at = find(literal, at + 1)
         return None
-
-    def finditer(self, text: str):
-        pos = 0
-        while (found := self.search(text, pos)) is not None:
-            yield found
-            pos = found.end()
 
 
 if TYPE_CHECKING:
