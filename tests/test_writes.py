@@ -75,6 +75,21 @@ def test_the_cache_gitignore_covers_only_a_folder_the_run_created(tmp_path: Path
     assert not (fresh / ".gitignore").exists() and not (fresh / "tools/.gitignore").exists()
 
 
+def test_a_cache_folders_lost_gitignore_comes_back_beside_every_file_dtype_lint_keeps(tmp_path: Path):
+    """The folder holds only dtype-lint's files (the fast path's record, the project's file list,
+    the pre-commit replay's index and answers...): a `.gitignore` removed by hand is written again."""
+    root = tiny_project(tmp_path, {"proj/plain.py": "def f():\n    return 1\n"}, pyproject="[tool.dtype-lint]\n")
+    dtl(root, "check", ".")
+    dtl(root, "check", "proj/plain.py")  # a run on a named file: its verdict kept in the replay index
+    cache = root / ".dtype_lint_cache"
+    kept = {p.name for p in cache.iterdir()}
+    assert {"fast-path.json", "project-files.json", "replay-answers.bin", "replay-index.bin"} <= kept, kept
+    (cache / ".gitignore").unlink()
+    (root / "proj" / "attn.py").write_text((root / "proj" / "attn.py").read_text() + "# edited\n")
+    dtl(root, "check", ".")  # writes a cache entry again
+    assert (cache / ".gitignore").read_text() == "# created by dtype-lint\n*\n"
+
+
 @posix_only
 def test_a_cache_folder_linked_outside_the_project_is_not_written(tmp_path: Path):
     root = tiny_project(tmp_path / "p")

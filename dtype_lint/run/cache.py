@@ -469,11 +469,17 @@ def _fits(value, schema) -> bool:
                                             if k in value or k in ("code", "message", "path", "span"))
 
 
+# The files beside the format folders: the fast path's record, the run memo, the code stamp's
+# memo, the project's file list and the pre-commit replay's index and answers.
+_OWN_FILES = frozenset({"tmp", "fast-path.json", "run-memo.json", "code-stamp.json", "project-files.json",
+                        "replay-index.bin", "replay-answers.bin"})
+
+
 def _ours(name: str) -> bool:
     """A name dtype-lint puts in its cache folder (this format's, the single-file format's)."""
     from dtype_lint.core.writer import is_temp_name
 
-    return name in ("tmp", "fast-path.json", "run-memo.json", "code-stamp.json") or name.startswith(f"{FORMAT}-") or \
+    return name in _OWN_FILES or name.startswith(f"{FORMAT}-") or \
         (name.startswith("cache-") and name.endswith(".json")) or is_temp_name(name)
 
 
