@@ -312,7 +312,8 @@ def _check(args) -> int:
         result = run(cfg, RunOptions(
             paths=paths, changed_since=args.changed_since, jobs=args.jobs, use_cache=not args.no_cache,
             fix=(args.fix or args.fix_only) and not args.diff, diff=args.diff, unsafe_fixes=args.unsafe_fixes,
-            baseline=args.baseline, write_baseline=args.write_baseline, progress=tick))
+            baseline=args.baseline, write_baseline=args.write_baseline, progress=tick,
+            plain_settings=not (command_line_settings(args) or args.config or args.exclude or args.unsafe_fixes)))
     finally:
         stop()
     if args.diff:

@@ -354,7 +354,17 @@ def test_only_a_cached_run_on_the_whole_project_keeps_answers(checked: Path):
     dtl(checked, "check", "--exit-zero", ".")
     assert answers.stat().st_mtime_ns == before  # a warm run over the same project: nothing rewritten
     for args in (("check", "--exit-zero", "--no-cache", "."), ("check", "--exit-zero", "vllm"),
-                 ("check", "--exit-zero", "--fix", ".")):
+                 ("check", "--exit-zero", "--fix", "."), ("check", "--exit-zero", "--select", "DTL002", "."),
+                 ("check", "--exit-zero", "--unsafe-fixes", ".")):
         answers.unlink(missing_ok=True)
         dtl(checked, *args)
         assert not answers.exists(), args
+
+
+def test_a_whole_project_run_with_its_own_settings_keeps_no_answer(checked: Path):
+    """`check . --ignore DTL001` finds the site's file clean; a plain run on it does not."""
+    (checked / ".dtype_lint_cache" / replay_index.ANSWERS_NAME).unlink()
+    assert "DTL001" not in dtl(checked, "check", "--exit-zero", "--ignore", "DTL001", ".").stdout
+    (checked / "vllm" / "site.py").touch()
+    assert replayed(checked, *SITE_ARGS)[0] is None
+    assert "DTL001" in dtl(checked, *SITE_ARGS).stdout

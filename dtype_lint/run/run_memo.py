@@ -185,9 +185,11 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
     file that analysis read (its findings entry's). Only where a named-file run would find the
     same: the run listed the whole project as a named-file run lists it (pipeline._Layout: from
     the walk's record or walked, every folder still as the run saw it and watched by the fast
-    path's record, found true at the end), that record holds, and the run had no warning and made
-    no fix."""
-    if (_handoff is not None or not cache.enabled or options.fix or options.diff or options.baseline
+    path's record, found true at the end), that record holds, the run's settings were the
+    configuration file's alone (`options.plain_settings`: `check . --ignore DTL001` finds a file
+    clean that a plain run does not), and the run had no warning and made no fix."""
+    if (_handoff is not None or not options.plain_settings or not cache.enabled or options.fix or options.diff
+            or options.baseline
             or options.write_baseline or options.changed_since is not None or result.fixed or result.warnings
             or layout.folders is None):
         return
