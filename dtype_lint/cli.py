@@ -313,7 +313,8 @@ def _check(args) -> int:
             paths=paths, changed_since=args.changed_since, jobs=args.jobs, use_cache=not args.no_cache,
             fix=(args.fix or args.fix_only) and not args.diff, diff=args.diff, unsafe_fixes=args.unsafe_fixes,
             baseline=args.baseline, write_baseline=args.write_baseline, progress=tick,
-            plain_settings=not (command_line_settings(args) or args.config or args.exclude or args.unsafe_fixes)))
+            plain_render=None if command_line_settings(args) or args.config or args.exclude or args.unsafe_fixes
+            else _render_outputs))
     finally:
         stop()
     if args.diff:
@@ -343,6 +344,13 @@ def _check(args) -> int:
     _print_writes(result, args.verbose)
     _print_warnings(result, args.verbose)
     return _exit_code(args, bool(result.findings) and not args.fix_only, bool(result.fixed))
+
+
+def _render_outputs(*answer):
+    """fast_path.render_outputs, imported when a run keeps answers (RunOptions.plain_render)."""
+    from dtype_lint.fast_path import render_outputs
+
+    return render_outputs(*answer)
 
 
 def _check_combinations(args) -> None:

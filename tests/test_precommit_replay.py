@@ -40,6 +40,9 @@ def project(tmp_path: Path, monkeypatch) -> Path:
         "vllm/site.py": SITE, "vllm/plain.py": PLAIN, "vllm/attn.py": ATTN,  # a preset layer: no warning
     })
     assert "DTL001" in dtl(root, "check", "--exit-zero", ".").stdout  # writes the fast path's record
+    # ... and its answers for the first run on named files (the tests at the end): these tests
+    # are about the answers runs on named files keep.
+    (root / ".dtype_lint_cache" / replay_index.ANSWERS_NAME).unlink()
     return root
 
 
@@ -290,9 +293,8 @@ def test_the_first_run_on_a_clean_file_after_a_whole_project_run_replays(checked
     two = ("check", "vllm/clean_site.py", "vllm/clean_head.py")
     assert dtl(checked, *two, "--no-cache").stdout == "All checks passed! (2 files checked)\n"
     assert replayed(checked, *two) == (0, "All checks passed! (2 files checked)\n", "")
-    # Only files the whole-project run analysed without a finding: a site is the engine's (or a
-    # named run's kept answer), as is a file no rule's prefilter passes (the fast path's).
-    assert replayed(checked, *SITE_ARGS)[0] is None
+    # Only files the whole-project run analysed: a file no rule's prefilter passes is the fast
+    # path's, and a file with findings is replayed alone (next test), not among others.
     assert replayed(checked, "check", "vllm/clean_site.py", "vllm/site.py")[0] is None
     assert replayed(checked, "check", "vllm/plain.py")[0] is None
     assert replayed(checked, "check", "--force-exclude", "--no-progress", "vllm/clean_site.py")[0] == 0
@@ -319,6 +321,24 @@ def test_a_clean_answer_beside_a_file_no_rule_can_match_is_the_fast_paths(checke
     (checked / "vllm" / "plain_layers.py").write_text("from vllm.base import QuantBase\n\n\nclass PlainLinear(QuantBase):\n    pass\n")
     assert replayed(checked, *mixed)[0] is None
     assert "DTL001" in dtl(checked, *mixed).stdout
+
+
+@pytest.mark.parametrize("args", [SITE_ARGS, ("check", "vllm/site.py"), ("check", "-q", "vllm/site.py"),
+                                  ("check", "--output-format=concise", "--force-exclude", "vllm/site.py")])
+def test_the_first_run_on_a_file_with_findings_after_a_whole_project_run_replays(checked: Path, args):
+    engine = dtl(checked, *args, "--no-cache")
+    assert "DTL001" in engine.stdout
+    (checked / "vllm" / "site.py").touch()
+    assert replayed(checked, *args) == (engine.returncode, engine.stdout, engine.stderr)
+    # The report shows the file as named, from the folder it was run in: spelled or run otherwise,
+    # the engine's.
+    assert replayed(checked, "check", "./vllm/site.py")[0] is None
+    assert replayed(checked / "vllm", "check", "site.py")[0] is None
+    # What its analysis read changed: the layer is no longer quantizable.
+    layers = checked / "vllm" / "layers.py"
+    layers.write_text(LAYERS.replace("QuantBase", "QuantBasf", 1).replace("QuantBase)", "QuantBasf)"))
+    assert replayed(checked, *args)[0] is None
+    assert "DTL001" not in dtl(checked, *args).stdout
 
 
 def test_a_clean_answer_whose_reads_changed_is_not_replayed(checked: Path):
@@ -364,6 +384,7 @@ def test_only_a_cached_run_on_the_whole_project_keeps_answers(checked: Path):
 def test_a_whole_project_run_with_its_own_settings_keeps_no_answer(checked: Path):
     """`check . --ignore DTL001` finds the site's file clean; a plain run on it does not."""
     (checked / ".dtype_lint_cache" / replay_index.ANSWERS_NAME).unlink()
+    # (the plain run's answer for it, a report with its finding, is gone with the file)
     assert "DTL001" not in dtl(checked, "check", "--exit-zero", "--ignore", "DTL001", ".").stdout
     (checked / "vllm" / "site.py").touch()
     assert replayed(checked, *SITE_ARGS)[0] is None

@@ -82,10 +82,12 @@ class RunOptions:
     # An uncached run's entries kept in memory for a later run of this process over a copy of the
     # tree (run/memory_cache.py: `migrate --series` re-checks its scratch copy with them).
     store: "RunStore | None" = None
-    # The run's settings are its configuration file's alone (no flag overrides one, no
-    # --unsafe-fixes): what a later plain run on named files uses. Only then does a run on the
-    # whole project keep its answers for the first such run after it (run_memo.keep_answers).
-    plain_settings: bool = False
+    # Given when the run's settings are its configuration file's alone (no flag overrides one, no
+    # --unsafe-fixes), as a later plain run on named files has them: renders a file's findings as
+    # such a run prints them (fast_path.render_outputs; the run layer imports no report code).
+    # Only then does a run on the whole project keep its answers for the first such run after it
+    # (run_memo.keep_answers).
+    plain_render: Callable | None = None
 
 
 @dataclass

@@ -31,13 +31,17 @@ file changed less than `RACY_NS` before the stamp was taken: such a file is alwa
 The first run on named files after a run on the whole project has no entry: that run kept none
 for them. So a cached run on the whole project (`check .` at the project root, run_memo.keep_answers)
 keeps its answers in `replay-answers.bin`, beside the index and with the same project part: for
-each file it analysed without a finding, the stamp (and stat data) of every file that analysis
-read. A run on named files each of which has such an answer, none of those files changed, prints
-what the full run would ("All checks passed! (N files checked)", nothing with `-q`, in `text` and
-`concise` alike) and exits 0. A file whose analysis read more than MAX_ANSWER_READS files has no
-answer; nor has a file with a finding: its report is the engine's, kept then as an entry. The fast
-path reads the same answers for a set of named files that mixes them with files no rule can match
-(answered_clean), and keeps its verdict as an entry with what the answers read.
+each file it analysed, the stamp (and stat data) of every file that analysis read, and for a file
+with findings its report as a plain run on it alone prints it (rendered by the front end, in every
+output the replay serves, with the folder the run was in and the path it showed: the paths in a
+report are spelled from there). A run on named files each of which has a clean answer, none of
+those files changed, prints what the full run would ("All checks passed! (N files checked)",
+nothing with `-q`, in `text` and `concise` alike) and exits 0; a run on one file with findings,
+from that folder and spelled that way, prints its report and exits 1 (0 with `--exit-zero`). A
+file whose analysis read more than MAX_ANSWER_READS files has no answer, nor has a file with
+findings when the helper its fixes name was not settled by the tree (run_memo._helper_settled).
+The fast path reads the clean answers for a set of named files that mixes them with files no rule
+can match (answered_clean), and keeps its verdict as an entry with what the answers read.
 
 The index is written by the full run that keeps a run memo entry (run_memo.keep), sealed with the
 per-user cache key (cache_seal.quick_seal) over a context naming this format and the interpreter
@@ -164,7 +168,7 @@ def _replay(argv: list[str]) -> int | None:
         entry = index["entries"].get((os.getcwd(), tuple(paths), "--force-exclude" in argv))
     if entry is None:
         # No run on these files kept an answer: the last run on the whole project may have.
-        return _replay_answers(root, (config_path, config_stamp), paths, quiet)
+        return _replay_answers(root, (config_path, config_stamp), paths, (fmt, quiet, color), "--exit-zero" in argv)
     # The answer's own files first: after an edit one of them differs, and the run is declined
     # before the stat of every module of dtype-lint and every folder of the project.
     if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
@@ -191,14 +195,29 @@ def _project_unchanged(header: dict) -> bool:
     return _folders_unchanged(header["folders"], header["mtimes"])
 
 
-def _replay_answers(root: str, config: tuple[str, str], paths: list[str], quiet: bool) -> int | None:
-    """The exit code of a run on named files that the last run on the whole project analysed and
-    found clean (see the module docstring), its output printed; None when one of them has no such
-    answer or anything an answer read changed."""
+def _replay_answers(root: str, config: tuple[str, str], paths: list[str], variant: tuple[str, bool, str],
+                    exit_zero: bool) -> int | None:
+    """The exit code of a run on named files that the last run on the whole project analysed
+    (see the module docstring), its output printed; None when one of them has no answer or
+    anything an answer read changed."""
     answers = load(os.path.join(root, DEFAULT_CACHE_DIR, ANSWERS_NAME), _answers_context())
     if answers is None or answers["root"] != root or answers["config"] != config:
         return None
     reals = {os.path.realpath(path) for path in paths}
+    if len(paths) == 1 and (hit := answers["found"].get(next(iter(reals)))) is not None:
+        # A file with findings: its report as that run showed it, from the same folder and spelled
+        # the same (the paths in the report are this spelling's), in an output it was rendered for.
+        cwd, shown, out, ids = hit
+        text = out.get(variant)
+        table = answers["table"]
+        if (cwd != os.getcwd() or shown != paths[0] or text is None
+                or not all(unchanged(path, key, stamp, "source") for path, key, stamp in map(table.__getitem__, ids))
+                or not _project_unchanged(answers)):
+            return None
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0 if exit_zero else 1
+    quiet = variant[1]
     if _clean_reads(answers, reals) is None or not _project_unchanged(answers):
         return None
     if not quiet:
@@ -425,11 +444,13 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     _write_sealed(path, {"format": FORMAT, **header, "entries": entries}, _context(), write)
 
 
-def keep_answers(record: dict, record_id: list, cache_folder: str, answers: dict[str, dict[str, str]],
-                 started_ns: int, write) -> None:
-    """Keep the answers of a run on the whole project (see the module docstring): `answers` maps
-    each file it analysed without a finding to the stamp of every file that analysis read (the
-    file's own included), taken by a run that started at `started_ns`."""
+def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[str, dict[str, str]],
+                 found: dict[str, tuple[str, list, dict[str, str]]], render, started_ns: int, write) -> None:
+    """Keep the answers of a run on the whole project (see the module docstring), taken by a run
+    that started at `started_ns`: `clean` maps each file it analysed without a finding to the
+    stamp of every file that analysis read (the file's own included); `found` each file with
+    findings to (its path as the run showed it, its findings, what they depend on), its reports
+    rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs)."""
     import time
 
     config = tuple(record["config"])
@@ -438,28 +459,58 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, answers: dict
     header = _header(record, config, record_id, time.time_ns())
     if header is None:
         return
+    path = os.path.join(cache_folder, ANSWERS_NAME)
+    old = load(path, _answers_context())
     table: list[tuple[str, StatKey | None, str]] = []
     number: dict[str, int] = {}
-    clean: dict[str, tuple[int, ...]] = {}
-    for real, read in sorted(answers.items()):
+
+    def ids_of(read: dict[str, str]) -> tuple[int, ...] | None:
         if len(read) > MAX_ANSWER_READS:
-            continue
+            return None
         ids = []
-        for path, stamp in read.items():
-            i = number.get(path)
+        for dep, stamp in read.items():
+            i = number.get(dep)
             if i is None:
                 # The run stamped every file it read after it started: one unchanged since
                 # (RACY_NS before the start, as the index's) still holds what its stamp says,
                 # so its stat data may vouch for it. Any other is hashed on each replay.
-                i = number[path] = len(table)
-                table.append((path, _kept_key(path, started_ns), stamp))
+                i = number[dep] = len(table)
+                table.append((dep, _kept_key(dep, started_ns), stamp))
             ids.append(i)
-        clean[real] = tuple(ids)
-    path = os.path.join(cache_folder, ANSWERS_NAME)
-    store = {"format": FORMAT, **header, "table": table, "clean": clean}
-    if load(path, _answers_context()) == store:
+        return tuple(ids)
+
+    kept_clean: dict[str, tuple[int, ...]] = {}
+    for real, read in sorted(clean.items()):
+        if (ids := ids_of(read)) is not None:
+            kept_clean[real] = ids
+    cwd = os.getcwd()
+    rendered = _rendered_before(old, header) if found else {}
+    kept_found: dict[str, tuple[str, str, dict, tuple[int, ...]]] = {}
+    for real, (shown, findings, read) in sorted(found.items()):
+        if len(read) > MAX_ANSWER_READS:
+            continue
+        out = rendered.get((real, cwd, shown, tuple(sorted(read.items()))))
+        if out is None:
+            # The report a plain run on this file alone prints, in every output the replay serves.
+            answer = render(findings, 1, 1, [])
+            if answer is None or answer[1]:
+                continue
+            out = answer[0]
+        kept_found[real] = (cwd, shown, out, ids_of(read) or ())
+    store = {"format": FORMAT, **header, "table": table, "clean": kept_clean, "found": kept_found}
+    if old == store:
         return  # a warm run on an unchanged project: nothing to rewrite
     _write_sealed(path, store, _answers_context(), write)
+
+
+def _rendered_before(old: dict | None, header: dict) -> dict:
+    """The reports the kept answers hold, by (file, folder, path shown, what they read): the same
+    answer under the same settings and dtype-lint prints the same (a warm run renders nothing)."""
+    if old is None or any(old.get(k) != header[k] for k in ("root", "config", "tool_paths", "tool_stats")):
+        return {}
+    table = old["table"]
+    return {(real, cwd, shown, tuple(sorted((table[i][0], table[i][2]) for i in ids))): out
+            for real, (cwd, shown, out, ids) in old.get("found", {}).items()}
 
 
 def _header(record: dict, config: tuple, record_id: list, now_ns: int) -> dict | None:

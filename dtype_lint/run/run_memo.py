@@ -186,9 +186,12 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
     same: the run listed the whole project as a named-file run lists it (pipeline._Layout: from
     the walk's record or walked, every folder still as the run saw it and watched by the fast
     path's record, found true at the end), that record holds, the run's settings were the
-    configuration file's alone (`options.plain_settings`: `check . --ignore DTL001` finds a file
-    clean that a plain run does not), and the run had no warning and made no fix."""
-    if (_handoff is not None or not options.plain_settings or not cache.enabled or options.fix or options.diff
+    configuration file's alone (`options.plain_render`: `check . --ignore DTL001` finds a file
+    clean that a plain run does not), and the run had no warning and made no fix. A file with
+    findings is kept with its report as a plain run on it alone prints it, where the helper its
+    fixes name was settled by the tree (as the memo's, `_helper_settled`)."""
+    render = options.plain_render
+    if (_handoff is not None or render is None or not cache.enabled or options.fix or options.diff
             or options.baseline
             or options.write_baseline or options.changed_since is not None or result.fixed or result.warnings
             or layout.folders is None):
@@ -211,17 +214,25 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
         return  # the project's file list changed since the run listed it, or the record does not watch it
     from dtype_lint.run import replay_index
 
-    reported = {f.path for f in result.findings}
-    answers: dict[str, dict[str, str]] = {}
+    reported: dict[str, list] = {}
+    for finding in result.findings:
+        reported.setdefault(finding.path, []).append(finding)
+    helper: dict[str, str] = {}
+    settled = bool(reported) and _helper_settled(result, helper)
+    clean: dict[str, dict[str, str]] = {}
+    found: dict[str, tuple[str, list, dict[str, str]]] = {}
     for file in targets:
-        if file in reported:
+        if file in reported and not settled:
             continue
         real = project.real_of(file)
         reads = cache.findings_reads(real, replay_index.MAX_ANSWER_READS - 1)
-        if reads is not None and reads[0] == project.stamp(real):
-            answers[real] = {real: reads[0], **reads[1]}
-
-    replay_index.keep_answers(record, [record_path, *record_key], cache_folder, answers, started_ns,
+        if reads is None or reads[0] != project.stamp(real):
+            continue
+        if file in reported:
+            found[real] = (file, reported[file], {real: reads[0], **reads[1], **helper})
+        else:
+            clean[real] = {real: reads[0], **reads[1]}
+    replay_index.keep_answers(record, [record_path, *record_key], cache_folder, clean, found, render, started_ns,
                               result.writer.write_cache)
 
 
