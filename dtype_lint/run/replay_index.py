@@ -200,7 +200,7 @@ def _replay_answers(root: str, config: tuple[str, str], paths: list[str], varian
     """The exit code of a run on named files that the last run on the whole project analysed
     (see the module docstring), its output printed; None when one of them has no answer or
     anything an answer read changed."""
-    answers = load(os.path.join(root, DEFAULT_CACHE_DIR, ANSWERS_NAME), _answers_context())
+    answers = load_answers(os.path.join(root, DEFAULT_CACHE_DIR, ANSWERS_NAME))
     if answers is None or answers["root"] != root or answers["config"] != config:
         return None
     reals = {os.path.realpath(path) for path in paths}
@@ -208,7 +208,7 @@ def _replay_answers(root: str, config: tuple[str, str], paths: list[str], varian
         # A file with findings: its report as that run showed it, from the same folder and spelled
         # the same (the paths in the report are this spelling's), in an output it was rendered for.
         cwd, shown, out, ids = hit
-        text = out.get(variant)
+        text = marshal.loads(out).get(variant)
         table = answers["table"]
         if (cwd != os.getcwd() or shown != paths[0] or text is None
                 or not all(unchanged(path, key, stamp, "source") for path, key, stamp in map(table.__getitem__, ids))
@@ -246,7 +246,7 @@ def answered_clean(cache_folder: str, record_id: list, reals: list[str]) -> list
     """For the fast path, whose record (`record_id`) was just found true: the files read by the
     clean answers of `reals` kept by the last run on the whole project under that record, when
     each has one and all of them are unchanged; else None."""
-    answers = load(os.path.join(cache_folder, ANSWERS_NAME), _answers_context())
+    answers = load_answers(os.path.join(cache_folder, ANSWERS_NAME))
     if answers is None or answers["record"] != record_id:
         return None
     return _clean_reads(answers, reals)
@@ -307,6 +307,21 @@ def load(path: str, context: str | None = None) -> dict | None:
     if not (isinstance(index, dict) and index.get("format") == FORMAT):
         return None
     return index
+
+
+_answers_loaded: list = [None, None]  # (the answers file's stat data, its payload) last loaded
+
+
+def load_answers(path: str) -> dict | None:
+    """The tree's answers at `path` (`load`), read once a process while the file stays as it
+    was: the replay and then the fast path both look there on an edited file's run, and at ten
+    times vLLM the file is 3 MB."""
+    key = stat_key(path)
+    if key is not None and _answers_loaded[0] == key:
+        return _answers_loaded[1]
+    answers = load(path, _answers_context())
+    _answers_loaded[:] = [key, answers]
+    return answers
 
 
 def stat_key(path: str) -> StatKey | None:
@@ -460,7 +475,8 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
     if header is None:
         return
     path = os.path.join(cache_folder, ANSWERS_NAME)
-    old = load(path, _answers_context())
+    old = load_answers(path)
+    _answers_loaded[:] = [None, None]  # rewritten below, or left as it is
     table: list[tuple[str, StatKey | None, str]] = []
     number: dict[str, int] = {}
 
@@ -485,17 +501,18 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
             kept_clean[real] = ids
     cwd = os.getcwd()
     rendered = _rendered_before(old, header) if found else {}
-    kept_found: dict[str, tuple[str, str, dict, tuple[int, ...]]] = {}
+    kept_found: dict[str, tuple[str, str, bytes, tuple[int, ...]]] = {}
     for real, (shown, findings, read) in sorted(found.items()):
         if len(read) > MAX_ANSWER_READS:
             continue
         out = rendered.get((real, cwd, shown, tuple(sorted(read.items()))))
         if out is None:
-            # The report a plain run on this file alone prints, in every output the replay serves.
+            # The report a plain run on this file alone prints, in every output the replay serves:
+            # kept marshalled, so that loading the answers does not build every report's strings.
             answer = render(findings, 1, 1, [])
             if answer is None or answer[1]:
                 continue
-            out = answer[0]
+            out = marshal.dumps(answer[0])
         kept_found[real] = (cwd, shown, out, ids_of(read) or ())
     store = {"format": FORMAT, **header, "table": table, "clean": kept_clean, "found": kept_found}
     if old == store:
