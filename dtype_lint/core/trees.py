@@ -20,6 +20,9 @@ text (`parse_class`).
 from __future__ import annotations
 
 import ast
+import bisect
+import re
+import warnings
 from collections import OrderedDict
 
 from dtype_lint.core import regions
@@ -195,9 +198,109 @@ def parse_class(path: str, text: str, region: "regions.ClassRegion", parse_file,
     return found
 
 
+# ast.parse holds the parser's own tree beside the Python one it builds from it: a big module's
+# parse peaked at twice its tree (a 236,000-character kernel: 15 MiB for a 7 MiB tree, the run's
+# peak). A text over two pieces long is parsed piece by piece, each piece's parser tree gone before
+# the next is made: whole top-level statements, and a big class member by member. A piece starts
+# a statement at the indentation of the ones it follows, outside brackets and strings (else the
+# piece before it does not parse, and the text is parsed whole), so the pieces' statements are
+# those of the whole text, with its lines and columns.
+PIECE_CHARS = 32 << 10
+_TOP = re.compile(r"\n(?=[A-Za-z_@])(?!(?:else|elif|except|finally)\b)")
+_MEMBER = re.compile(r"\n([ \t]+)(?:def|async|class|@)")
+
+
+def _parse_in_pieces(text: str, path: str) -> ast.Module | None:
+    """ast.parse's tree of `text`, parsed piece by piece; None when that is not sure to be it
+    (text with other line ends than \\n and \\r\\n, a future import that changes the grammar,
+    a warning from the parser) or a piece does not parse (then the whole text says what is wrong,
+    or the cut was wrong)."""
+    if len(text) < 2 * PIECE_CHARS or text.count("\r") != text.count("\r\n") or "barry_as_FLUFL" in text:
+        return None
+    cuts = [m.start() + 1 for m in _TOP.finditer(text) if _cuttable(text, m.start())] + [len(text)]
+    body: list[ast.stmt] = []
+    # A text the parser warns about (`"\\d"`) is parsed whole: its warnings are then given once,
+    # in the parser's own way (an error where the filters say so).
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            start, line = 0, 1
+            while start < len(text):
+                # The statements up to PIECE_CHARS, or the one statement that is longer.
+                end = cuts[bisect.bisect_right(cuts, start)]
+                if end - start > 2 * PIECE_CHARS and (cls := _class_in_pieces(text, start, end, line, path)):
+                    body.append(cls)
+                else:
+                    end = max(end, cuts[bisect.bisect_right(cuts, start + PIECE_CHARS) - 1])
+                    body += ast.parse("\n" * (line - 1) + text[start:end], filename=path).body
+                line += text.count("\n", start, end)
+                start = end
+    except (SyntaxError, ValueError):
+        return None
+    return None if warned else ast.Module(body=body, type_ignores=[])
+
+
+def _cuttable(text: str, newline: int) -> bool:
+    """Is the line that ends at `newline` blank? A statement started after a blank line is not
+    the `def` or `class` of a decorator above (`@register(\\n    ...\\n)` then `class`), which a
+    cut there would leave a piece of its own that does not parse."""
+    return not text[text.rfind("\n", 0, newline) + 1:newline].strip(" \t\r\f")
+
+
+def _member_cut(member: re.Pattern, text: str, start: int, end: int) -> re.Match | None:
+    cut = member.search(text, start, end)
+    while cut is not None and not _cuttable(text, cut.start()):
+        cut = member.search(text, cut.end(), end)
+    return cut
+
+
+def _class_in_pieces(text: str, start: int, end: int, line: int, path: str) -> ast.ClassDef | None:
+    """The class statement text[start:end] (from line `line`), its members parsed a piece at a
+    time (each under an `if 1:` on the line above it); None when it is not one class whose body
+    stands on its own lines at one indentation."""
+    first = _MEMBER.search(text, start, end)
+    if first is None:
+        return None
+    indent = first.group(1)
+    member = re.compile(r"\n" + indent + r"(?=(?:def|async|class)\b|@)")
+    cut = _member_cut(member, text, start + PIECE_CHARS, end)
+    if cut is None:
+        return None
+    try:
+        return _members_in_pieces(text, start, end, line, path, indent, member, cut.start() + 1)
+    except (SyntaxError, ValueError):  # a cut in a string (a docstring's example): parsed whole
+        return None
+
+
+def _members_in_pieces(text: str, start: int, end: int, line: int, path: str, indent: str, member: re.Pattern,
+                       piece: int) -> ast.ClassDef | None:
+    head = ast.parse("\n" * (line - 1) + text[start:piece], filename=path).body
+    if len(head) != 1 or not isinstance(head[0], ast.ClassDef):
+        return None
+    cls = head[0]
+    at = start  # the start of the line of the class's first statement: its body's indentation
+    for _ in range(cls.body[0].lineno - line):
+        at = text.index("\n", at) + 1
+    if not text.startswith(indent, at) or text[at + len(indent)] in " \t\f":
+        return None
+    line += text.count("\n", start, piece)
+    while piece < end:
+        cut = _member_cut(member, text, piece + PIECE_CHARS, end)
+        stop = cut.start() + 1 if cut else end
+        block = ast.parse("\n" * (line - 2) + "if 1:\n" + text[piece:stop], filename=path).body
+        if len(block) != 1 or not isinstance(block[0], ast.If):
+            return None
+        cls.body += block[0].body
+        line += text.count("\n", piece, stop)
+        piece = stop
+    last = cls.body[-1]
+    cls.end_lineno, cls.end_col_offset = last.end_lineno, last.end_col_offset
+    return cls
+
+
 def _parse(text: str, path: str, chars: int) -> ast.Module:
     global parses, parsed_chars
-    tree = ast.parse(text, filename=path)
+    tree = _parse_in_pieces(text, path) or ast.parse(text, filename=path)
     parses += 1
     parsed_chars += chars
     return tree
