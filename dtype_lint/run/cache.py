@@ -478,7 +478,7 @@ def _fits(value, schema) -> bool:
 # The files beside the format folders: the fast path's record, the run memo, the code stamp's
 # memo, the project's file list and the pre-commit replay's index and answers.
 _OWN_FILES = frozenset({"tmp", "fast-path.json", "run-memo.json", "code-stamp.json", "project-files.json",
-                        "replay-index.bin", "replay-answers.bin"})
+                        "replay-index.bin", "replay-answers.bin", "replay-answers"})
 
 
 def _ours(name: str) -> bool:

@@ -30,9 +30,10 @@ file changed less than `RACY_NS` before the stamp was taken: such a file is alwa
 
 The first run on named files after a run on the whole project has no entry: that run kept none
 for them. So a cached run on the whole project (`check .` at the project root, run_memo.keep_answers)
-keeps its answers in `replay-answers.bin`, beside the index and with the same project part: for
-each file it analysed, the stamp (and stat data) of every file that analysis read, and for a file
-with findings its report as a plain run on it alone prints it (rendered by the front end, in every
+keeps its answers: the project part (the index's) in `replay-answers.bin`, and in 64 shards by
+file under `replay-answers/` (a replay loads the shards of the files it is given: at ten times
+vLLM all of them are 5 MB), each rewritten only when it changed. For each file it analysed, the
+stamp (and stat data) of every file that analysis read, and for a file with findings its report as a plain run on it alone prints it (rendered by the front end, in every
 output the replay serves, with the folder the run was in and the path it showed: the paths in a
 report are spelled from there). A run on named files each of which has a clean answer, none of
 those files changed, prints what the full run would ("All checks passed! (N files checked)",
@@ -58,7 +59,9 @@ import os
 import sys
 
 INDEX_NAME = "replay-index.bin"
-ANSWERS_NAME = "replay-answers.bin"
+ANSWERS_NAME = "replay-answers.bin"  # the project part; the answers are in ANSWERS_DIR's shards
+ANSWERS_DIR = "replay-answers"
+SHARDS = 64
 # An answer is kept only for a file whose analysis read at most this many files: the few that read
 # every module of the project (vLLM 0.34.0: 8 of 303) would bring every file's stamp into the
 # store each replay loads, for a replay that stats them all.
@@ -200,25 +203,28 @@ def _replay_answers(root: str, config: tuple[str, str], paths: list[str], varian
     """The exit code of a run on named files that the last run on the whole project analysed
     (see the module docstring), its output printed; None when one of them has no answer or
     anything an answer read changed."""
-    answers = load_answers(os.path.join(root, DEFAULT_CACHE_DIR, ANSWERS_NAME))
+    folder = os.path.join(root, DEFAULT_CACHE_DIR)
+    answers = load_answers(os.path.join(folder, ANSWERS_NAME))
     if answers is None or answers["root"] != root or answers["config"] != config:
         return None
     reals = {os.path.realpath(path) for path in paths}
-    if len(paths) == 1 and (hit := answers["found"].get(next(iter(reals)))) is not None:
-        # A file with findings: its report as that run showed it, from the same folder and spelled
-        # the same (the paths in the report are this spelling's), in an output it was rendered for.
-        cwd, shown, out, ids = hit
-        text = marshal.loads(out).get(variant)
-        table = answers["table"]
-        if (cwd != os.getcwd() or shown != paths[0] or text is None
-                or not all(unchanged(path, key, stamp, "source") for path, key, stamp in map(table.__getitem__, ids))
-                or not _project_unchanged(answers)):
-            return None
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return 0 if exit_zero else 1
+    if len(paths) == 1:
+        real = next(iter(reals))
+        shard = _shard(folder, answers, real)
+        hit = shard["found"].get(real) if shard is not None else None
+        if hit is not None:
+            # A file with findings: its report as that run showed it, from the same folder and
+            # spelled the same (the report's paths are that spelling's), in an output it rendered.
+            cwd, shown, out, ids = hit
+            text = marshal.loads(out).get(variant)
+            if (cwd != os.getcwd() or shown != paths[0] or text is None or shard is None
+                    or not _unchanged_reads(shard, ids) or not _project_unchanged(answers)):
+                return None
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return 0 if exit_zero else 1
     quiet = variant[1]
-    if _clean_reads(answers, reals) is None or not _project_unchanged(answers):
+    if _clean_reads(folder, answers, reals) is None or not _project_unchanged(answers):
         return None
     if not quiet:
         n = len(reals)
@@ -227,19 +233,35 @@ def _replay_answers(root: str, config: tuple[str, str], paths: list[str], varian
     return 0
 
 
-def _clean_reads(answers: dict, reals) -> list[str] | None:
+def _shard_of(real: str) -> str:
+    """The name of the shard that holds the answer of the file `real`."""
+    from dtype_lint.core.file_stamp import blake2b
+
+    return f"{blake2b(real.encode('utf-8', 'surrogatepass'), digest_size=2).digest()[0] % SHARDS:02d}.bin"
+
+
+def _shard(folder: str, answers: dict, real: str) -> dict | None:
+    """The shard holding the answer of `real`, written with the answers' project part."""
+    shard = load(os.path.join(folder, ANSWERS_DIR, _shard_of(real)), _answers_context())
+    return shard if shard is not None and shard.get("token") == answers["token"] else None
+
+
+def _unchanged_reads(shard: dict, ids) -> bool:
+    table = shard["table"]
+    return all(unchanged(path, key, stamp, "source") for path, key, stamp in map(table.__getitem__, ids))
+
+
+def _clean_reads(folder: str, answers: dict, reals) -> list[str] | None:
     """Every file the clean answers of the files `reals` read, when each has one and all of those
     files are unchanged; else None."""
-    table, clean = answers["table"], answers["clean"]
-    needed: set[int] = set()
+    read: list[str] = []
     for real in reals:
-        read = clean.get(real)
-        if read is None:
+        shard = _shard(folder, answers, real)
+        ids = shard["clean"].get(real) if shard is not None else None
+        if shard is None or ids is None or not _unchanged_reads(shard, ids):
             return None
-        needed.update(read)
-    if not all(unchanged(path, key, stamp, "source") for path, key, stamp in map(table.__getitem__, needed)):
-        return None
-    return [table[i][0] for i in needed]
+        read += (shard["table"][i][0] for i in ids)
+    return read
 
 
 def answered_clean(cache_folder: str, record_id: list, reals: list[str]) -> list[str] | None:
@@ -249,7 +271,7 @@ def answered_clean(cache_folder: str, record_id: list, reals: list[str]) -> list
     answers = load_answers(os.path.join(cache_folder, ANSWERS_NAME))
     if answers is None or answers["record"] != record_id:
         return None
-    return _clean_reads(answers, reals)
+    return _clean_reads(cache_folder, answers, reals)
 
 
 def _configuration(first_path: str) -> tuple[str, str] | None:
@@ -309,18 +331,19 @@ def load(path: str, context: str | None = None) -> dict | None:
     return index
 
 
-_answers_loaded: list = [None, None]  # (the answers file's stat data, its payload) last loaded
+_answers_loaded: dict[str, tuple] = {}  # path -> (its stat data, its payload) when last loaded
 
 
 def load_answers(path: str) -> dict | None:
-    """The tree's answers at `path` (`load`), read once a process while the file stays as it
-    was: the replay and then the fast path both look there on an edited file's run, and at ten
-    times vLLM the file is 3 MB."""
+    """The project part of the tree's answers at `path` (`load`), read once a process while the
+    file stays as it was: the replay and then the fast path both look there on an edited file's
+    run."""
     key = stat_key(path)
-    if key is not None and _answers_loaded[0] == key:
-        return _answers_loaded[1]
+    kept = _answers_loaded.get(path)
+    if key is not None and kept is not None and kept[0] == key:
+        return kept[1]
     answers = load(path, _answers_context())
-    _answers_loaded[:] = [key, answers]
+    _answers_loaded[path] = (key, answers)
     return answers
 
 
@@ -460,12 +483,14 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
 
 
 def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[str, dict[str, str]],
-                 found: dict[str, tuple[str, list, dict[str, str]]], render, started_ns: int, write) -> None:
+                 found: dict[str, tuple[str, list, dict[str, str]]], render, started_ns: int, writer) -> None:
     """Keep the answers of a run on the whole project (see the module docstring), taken by a run
     that started at `started_ns`: `clean` maps each file it analysed without a finding to the
     stamp of every file that analysis read (the file's own included); `found` each file with
     findings to (its path as the run showed it, its findings, what they depend on), its reports
-    rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs)."""
+    rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs).
+    The project part goes to ANSWERS_NAME, the answers to SHARDS shards by file (a replay reads
+    one: at ten times vLLM all of them are 3 MB), each rewritten only when it changed."""
     import time
 
     config = tuple(record["config"])
@@ -475,14 +500,22 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
     if header is None:
         return
     path = os.path.join(cache_folder, ANSWERS_NAME)
+    folder = os.path.join(cache_folder, ANSWERS_DIR)
     old = load_answers(path)
-    _answers_loaded[:] = [None, None]  # rewritten below, or left as it is
-    table: list[tuple[str, StatKey | None, str]] = []
-    number: dict[str, int] = {}
+    _answers_loaded.clear()  # rewritten below, or left as it is
+    same = old is not None and {k: v for k, v in old.items() if k != "token"} == {"format": FORMAT, **header}
+    token = old["token"] if old is not None and same else f"{time.time_ns()}-{os.getpid()}"
+    shards: dict[str, dict] = {}
+    cwd = os.getcwd()
 
-    def ids_of(read: dict[str, str]) -> tuple[int, ...] | None:
-        if len(read) > MAX_ANSWER_READS:
-            return None
+    def shard_of(real: str) -> dict:
+        name = _shard_of(real)
+        if name not in shards:
+            shards[name] = {"format": FORMAT, "token": token, "table": [], "clean": {}, "found": {}, "numbers": {}}
+        return shards[name]
+
+    def ids_of(shard: dict, read: dict[str, str]) -> tuple[int, ...]:
+        table, number = shard["table"], shard["numbers"]
         ids = []
         for dep, stamp in read.items():
             i = number.get(dep)
@@ -495,39 +528,53 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
             ids.append(i)
         return tuple(ids)
 
-    kept_clean: dict[str, tuple[int, ...]] = {}
     for real, read in sorted(clean.items()):
-        if (ids := ids_of(read)) is not None:
-            kept_clean[real] = ids
-    cwd = os.getcwd()
-    rendered = _rendered_before(old, header) if found else {}
-    kept_found: dict[str, tuple[str, str, bytes, tuple[int, ...]]] = {}
+        if len(read) <= MAX_ANSWER_READS:
+            shard = shard_of(real)
+            shard["clean"][real] = ids_of(shard, read)
+    old_shards: dict[str, dict | None] = {}
+
+    def old_shard(name: str) -> dict | None:
+        if name not in old_shards:
+            old_shards[name] = load(os.path.join(folder, name), _answers_context()) if same else None
+        return old_shards[name]
+
     for real, (shown, findings, read) in sorted(found.items()):
         if len(read) > MAX_ANSWER_READS:
             continue
-        out = rendered.get((real, cwd, shown, tuple(sorted(read.items()))))
+        out = _rendered_before(old_shard(_shard_of(real)), real, cwd, shown, read)
         if out is None:
             # The report a plain run on this file alone prints, in every output the replay serves:
-            # kept marshalled, so that loading the answers does not build every report's strings.
+            # kept marshalled, so that loading a shard builds none of its reports' strings.
             answer = render(findings, 1, 1, [])
             if answer is None or answer[1]:
                 continue
             out = marshal.dumps(answer[0])
-        kept_found[real] = (cwd, shown, out, ids_of(read) or ())
-    store = {"format": FORMAT, **header, "table": table, "clean": kept_clean, "found": kept_found}
-    if old == store:
-        return  # a warm run on an unchanged project: nothing to rewrite
-    _write_sealed(path, store, _answers_context(), write)
+        shard = shard_of(real)
+        shard["found"][real] = (cwd, shown, out, ids_of(shard, read))
+    try:
+        writer.make_dirs(folder, "cache")
+    except Exception:  # noqa: BLE001 - a read-only checkout still lints; it just has no replay
+        return
+    for name in (f"{i:02d}.bin" for i in range(SHARDS)):
+        shard = shards.get(name) or {"format": FORMAT, "token": token, "table": [], "clean": {}, "found": {}}
+        shard.pop("numbers", None)
+        if old_shard(name) != shard:
+            _write_sealed(os.path.join(folder, name), shard, _answers_context(), writer.write_cache)
+    if not same:  # after its shards: a reader of the old project part finds them of another token
+        _write_sealed(path, {"format": FORMAT, **header, "token": token}, _answers_context(), writer.write_cache)
 
 
-def _rendered_before(old: dict | None, header: dict) -> dict:
-    """The reports the kept answers hold, by (file, folder, path shown, what they read): the same
-    answer under the same settings and dtype-lint prints the same (a warm run renders nothing)."""
-    if old is None or any(old.get(k) != header[k] for k in ("root", "config", "tool_paths", "tool_stats")):
-        return {}
+def _rendered_before(old: dict | None, real: str, cwd: str, shown: str, read: dict[str, str]) -> bytes | None:
+    """The report an old shard holds for this file, shown from the same folder the same way, when
+    its analysis read the same files: the same answer under the same settings and dtype-lint
+    prints the same (a warm run renders nothing)."""
+    hit = old["found"].get(real) if old is not None else None
+    if old is None or hit is None or hit[0] != cwd or hit[1] != shown:
+        return None
     table = old["table"]
-    return {(real, cwd, shown, tuple(sorted((table[i][0], table[i][2]) for i in ids))): out
-            for real, (cwd, shown, out, ids) in old.get("found", {}).items()}
+    same = sorted((table[i][0], table[i][2]) for i in hit[3]) == sorted(read.items())
+    return hit[2] if same else None
 
 
 def _header(record: dict, config: tuple, record_id: list, now_ns: int) -> dict | None:

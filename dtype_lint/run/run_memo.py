@@ -233,7 +233,7 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
         else:
             clean[real] = {real: reads[0], **reads[1]}
     replay_index.keep_answers(record, [record_path, *record_key], cache_folder, clean, found, render, started_ns,
-                              result.writer.write_cache)
+                              result.writer)
 
 
 def _helper_settled(result, files: dict[str, str]) -> bool:
