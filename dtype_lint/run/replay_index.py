@@ -33,9 +33,10 @@ for them. So a cached run on the whole project (`check .` at the project root, r
 keeps its answers: the project part (the index's) in `replay-answers.bin`, and in 64 shards by
 file under `replay-answers/` (a replay loads the shards of the files it is given: at ten times
 vLLM all of them are 5 MB), each rewritten only when it changed. For each file it analysed, the
-stamp (and stat data) of every file that analysis read, and for a file with findings its report as a plain run on it alone prints it (rendered by the front end, in every
-output the replay serves, with the folder the run was in and the path it showed: the paths in a
-report are spelled from there). A run on named files each of which has a clean answer, none of
+stamp (and stat data) of every file that analysis read, and for a file with findings its report
+as a plain run on it alone prints it (rendered by the front end, in every output the replay
+serves, with the folder the run was in and the path it showed: the paths in a report are spelled
+from there). A run on named files each of which has a clean answer, none of
 those files changed, prints what the full run would ("All checks passed! (N files checked)",
 nothing with `-q`, in `text` and `concise` alike) and exits 0; a run on one file with findings,
 from that folder and spelled that way, prints its report and exits 1 (0 with `--exit-zero`). A
