@@ -33,8 +33,8 @@ unreadable, no fix was made and nothing but cache entries was written. The repla
 through the same report code and warnings as `cli._check`; the formats are the fast path's own
 (`text`, `concise`), which read no rule metadata, so no rule is imported.
 
-A run on the whole project keeps no memo entry (no named files) but its clean answers, for the
-first run on named files after it (keep_answers, run/replay_index.py).
+A run on the whole project keeps no memo entry (no named files) but its answers for each file it
+analysed, for the first run on named files after it (keep_answers, run/replay_index.py).
 
 The memo is sealed as the cache's entries are (run/cache_seal.py): a memo edited to hide a
 finding is not replayed.
@@ -181,8 +181,8 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
 
 def keep_answers(result, options, cache, project, targets: list[str], layout, started_ns: int) -> None:
     """Keep the answers of a run on the whole project for the first run on named files after it
-    (replay_index.keep_answers): each file it analysed without a finding, with the stamp of every
-    file that analysis read (its findings entry's). Only where a named-file run would find the
+    (replay_index.keep_answers): each file it analysed, with the stamp of every file that
+    analysis read (its findings entry's). Only where a named-file run would find the
     same: the run listed the whole project as a named-file run lists it (pipeline._Layout: from
     the walk's record or walked, every folder still as the run saw it and watched by the fast
     path's record, found true at the end), that record holds, the run's settings were the
