@@ -32,7 +32,7 @@ The first run on named files after a run on the whole project has no entry: that
 for them. So a cached run on the whole project (`check .` at the project root, run_memo.keep_answers)
 keeps its answers: the project part (the index's) in `replay-answers.bin`, and in 64 shards by
 file under `replay-answers/` (a replay loads the shards of the files it is given: at ten times
-vLLM all of them are 5 MB), each rewritten only when it changed. For each file it analysed, the
+vLLM all of them are about 5 MB), each rewritten only when it changed. For each file it analysed, the
 stamp (and stat data) of every file that analysis read, and for a file with findings its report
 as a plain run on it alone prints it (rendered by the front end, in every output the replay
 serves, with the folder the run was in and the path it showed: the paths in a report are spelled
@@ -338,7 +338,7 @@ _answers_loaded: dict[str, tuple] = {}  # path -> (its stat data, its payload) w
 def load_answers(path: str) -> dict | None:
     """The project part of the tree's answers at `path` (`load`), read once a process while the
     file stays as it was: the replay and then the fast path both look there on an edited file's
-    run."""
+    run (at ten times vLLM it is 330 KB: every folder's mtime)."""
     key = stat_key(path)
     kept = _answers_loaded.get(path)
     if key is not None and kept is not None and kept[0] == key:
@@ -491,7 +491,8 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
     findings to (its path as the run showed it, its findings, what they depend on), its reports
     rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs).
     The project part goes to ANSWERS_NAME, the answers to SHARDS shards by file (a replay reads
-    one: at ten times vLLM all of them are 3 MB), each rewritten only when it changed."""
+    those of its files: at ten times vLLM all of them are about 5 MB), each rewritten only when it
+    changed."""
     import time
 
     config = tuple(record["config"])
