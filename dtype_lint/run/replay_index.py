@@ -243,7 +243,7 @@ def _shard_of(real: str) -> str:
 
 def _shard(folder: str, answers: dict, real: str) -> dict | None:
     """The shard holding the answer of `real`, written with the answers' project part."""
-    shard = load(os.path.join(folder, ANSWERS_DIR, _shard_of(real)), _answers_context())
+    shard = load_answers(os.path.join(folder, ANSWERS_DIR, _shard_of(real)))
     return shard if shard is not None and shard.get("token") == answers["token"] else None
 
 
@@ -336,9 +336,10 @@ _answers_loaded: dict[str, tuple] = {}  # path -> (its stat data, its payload) w
 
 
 def load_answers(path: str) -> dict | None:
-    """The project part of the tree's answers at `path` (`load`), read once a process while the
-    file stays as it was: the replay and then the fast path both look there on an edited file's
-    run (at ten times vLLM it is 330 KB: every folder's mtime)."""
+    """The project part of the tree's answers, or one of their shards, at `path` (`load`), read
+    once a process while the file stays as it was: the replay and then the fast path both look
+    there on an edited file's run (at ten times vLLM the project part is 330 KB: every folder's
+    mtime)."""
     key = stat_key(path)
     kept = _answers_loaded.get(path)
     if key is not None and kept is not None and kept[0] == key:

@@ -121,9 +121,8 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     enabled there report calls of helpers imported from elsewhere (whether the file is analysed
     then depends on other files)?"""
     h = _handoff
-    if (h is None or not layout_kept or not cache.enabled or options.paths != h["key"][1] or options.fix
-            or options.diff or options.baseline or options.write_baseline or options.changed_since is not None
-            or result.fixed or scan.errors or os.getcwd() != h["key"][0]):
+    if (h is None or not layout_kept or not _plain_cached_check(options, result, cache)
+            or options.paths != h["key"][1] or scan.errors or os.getcwd() != h["key"][0]):
         return
     writer = result.writer
     if any(w.why != "cache" or w.path.endswith("/") for w in writer.records):
@@ -191,10 +190,8 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
     findings is kept with its report as a plain run on it alone prints it, where the helper its
     fixes name was settled by the tree (as the memo's, `_helper_settled`)."""
     render = options.plain_render
-    if (_handoff is not None or render is None or not cache.enabled or options.fix or options.diff
-            or options.baseline
-            or options.write_baseline or options.changed_since is not None or result.fixed or result.warnings
-            or layout.folders is None):
+    if (_handoff is not None or render is None or not _plain_cached_check(options, result, cache)
+            or result.warnings or layout.folders is None):
         return
     config = result.config
     if config.source == "defaults":
@@ -234,6 +231,14 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
             clean[real] = {real: reads[0], **reads[1]}
     replay_index.keep_answers(record, [record_path, *record_key], cache_folder, clean, found, render, started_ns,
                               result.writer)
+
+
+def _plain_cached_check(options, result, cache) -> bool:
+    """A cached check that wrote no fix and reported every finding it made (no baseline, no
+    `--changed-since`): what a later plain run on named files would print, the memo and the
+    answers alike."""
+    return (cache.enabled and not (options.fix or options.diff or options.baseline or options.write_baseline)
+            and options.changed_since is None and not result.fixed)
 
 
 def _helper_settled(result, files: dict[str, str]) -> bool:
