@@ -61,6 +61,14 @@ def test_the_examples():
     assert weight_assigned_attributes("self.dtype = torch.float16\n") == frozenset()
 
 
+def test_an_f_string_field_is_not_an_assignment():
+    # `{x.dtype=}` prints the expression and its value: nothing is assigned (vLLM's assertion
+    # messages about a weight's dtype made their whole files classes that may store one)
+    for field in ("{w.dtype=}", "{w.dtype = }", "{w.dtype=!r}", "{w.dtype=:>8}"):
+        assert weight_assigned_attributes(f'assert w.dtype == x, f"bad weight {field}"\n') == frozenset(), field
+    assert weight_assigned_attributes('self.dtype = w.dtype; print(f"{weight.dtype=}")\n') == {"dtype"}
+
+
 def test_a_statement_it_cannot_follow_counts():
     # a bracket inside a simple string is read past; a triple-quoted string is not followed
     followed = "self.x = f(\n    \"it's (\",\n    other,\n)\nself.y = layer.weight\n"

@@ -201,8 +201,11 @@ def has_top_level_def(text: str, name: str) -> bool:
     return any(m.group(1) == name for _, m in _TOP_DEF_NAME.finditer(text))
 
 
-# `<x>.name =` or `<x>.name: T =` (not `==`, `+=`, `<=`): an attribute assignment.
-_ATTRIBUTE_ASSIGNED = re.compile(r"\.[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
+# `<x>.name =` or `<x>.name: T =` (not `==`, `+=`, `<=`): an attribute assignment. Not an
+# f-string's self-documenting field (`f"{w.dtype=}"`, `{w.dtype = !r}`, `{w.dtype=:>8}`): no
+# assigned value starts with `}`, `!` or `:` (two files of vLLM 0.34.0 "assigned" `dtype` so in
+# assertion messages, making each of their classes one that may store a weight's dtype).
+_ATTRIBUTE_ASSIGNED = re.compile(r"\.[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=|[ \t]*[}!:])")
 _QUOTED = re.compile(r"'[^'\\\n]*'|\"[^\"\\\n]*\"|#[^\n]*")
 _WEIGHT_WORDS = ("weight", "parameters")
 _MAX_STATEMENT_LINES = 200
