@@ -9,10 +9,13 @@ import ast
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_project import json_findings, write_tree
 
 from dtype_lint.analysis import helper_functions
 from dtype_lint.analysis.index.class_index import extract_header
+from dtype_lint.core.text_facts import _TOP_DEF, top_defs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,3 +147,18 @@ def test_respelled_defs_are_the_names_the_parser_reads_otherwise_spelled():
             "def f\uff3fx():\n    pass\nasync def \uff41():\n    pass\n")
     assert respelled_defs(text) == {"helper", "f_x", "a"}
     assert {n.name for n in ast.parse(text).body} - {"plain"} == respelled_defs(text)
+
+
+# Pieces of lines that start a `def` or not: `async`, tabs, a `def` in a word or indented, line
+# breaks of other kinds, the text's first line.
+DEF_PIECES = st.sampled_from(["def f(", "def  g (", "async def h(", "async\tdef k(", "def", "async", "\n", "\n\n",
+                              "  ", "\t", "x", "define(", "undef f(", "\r", "é", "(", ")", ":"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(DEF_PIECES, max_size=30).map("".join))
+def test_top_defs_are_the_line_starts_the_regex_finds(text):
+    # Found from where `str.find` finds a line starting `def` or `async`, not by trying the
+    # regex at every line start: the same (line start, end, name) in the same order.
+    assert [(start, m.end(), m.group(1)) for start, m in top_defs(text)] == \
+        [(start, m.end(), m.group(1)) for start, m in _TOP_DEF.finditer(text)]
