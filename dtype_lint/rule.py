@@ -204,6 +204,29 @@ def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern:
     return re.compile("|".join(re.escape(m) for m in markers))
 
 
+def lines_holding(text: str, markers) -> list[int]:
+    """The 1-based lines of `text` (line feeds only) holding one of `markers` (none holds a line
+    break), in order. Each marker is found by `str.find`, from one line it is in to the next: an
+    alternation of the markers made re try a match at every `w`, `.` and `p` of the text (the
+    default rules' markers), and the files a run analyses are its largest."""
+    line_starts: set[int] = set()
+    for marker in markers:
+        at = text.find(marker)
+        while at >= 0:
+            line_starts.add(text.rfind("\n", 0, at) + 1)
+            end = text.find("\n", at)
+            if end < 0:
+                break
+            at = text.find(marker, end + 1)
+    out = []
+    line, counted = 1, 0  # the line number at offset `counted`
+    for start in sorted(line_starts):
+        line += text.count("\n", counted, start)
+        counted = start
+        out.append(line)
+    return out
+
+
 class RuleFacts:
     """What rules may read about one file; built lazily, once, whatever rules ask."""
 
@@ -269,15 +292,15 @@ class RuleFacts:
 
     @cached_property
     def _marker_lines(self) -> list[int]:
-        """The 1-based lines holding a marker word: one regex search per such line over the whole
-        text (a marker holds no line break, so a match lies in one line), not a test per line."""
+        """The 1-based lines holding a marker word: each marker found from line to line
+        (`lines_holding`; with lone CRs, one regex search per such line), not a test per line."""
         markers = sorted(self._markers)
         if not markers or any(not m or "\r" in m or "\n" in m for m in markers):
             return [i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in markers)]
-        search = _marker_pattern(tuple(markers)).search
         text = self.source.text
-        out: list[int] = []
         if "\r" in text:  # lines may break at a lone CR: the source's line starts say where
+            search = _marker_pattern(tuple(markers)).search
+            out: list[int] = []
             starts = self.source.starts
             found = search(text)
             while found is not None:
@@ -286,16 +309,7 @@ class RuleFacts:
                 # go on from the next line's start (`starts` ends with the text's end)
                 found = search(text, starts[line]) if line < len(starts) else None
             return out
-        line, counted = 1, 0  # the line number at offset `counted`
-        found = search(text)
-        while found is not None:
-            line += text.count("\n", counted, found.start())
-            out.append(line)
-            counted = text.find("\n", found.start())
-            if counted < 0:
-                break
-            found = search(text, counted + 1)
-        return out
+        return lines_holding(text, markers)
 
     @cached_property
     def _exemptions(self) -> dict[int, bool]:

@@ -6,13 +6,21 @@ modules whole for their helpers and 118 defined none (2.78 M of 36.0 M character
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
+from cli_runner import dtl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_project import json_findings, write_tree
 
 from dtype_lint.analysis import helper_functions
 from dtype_lint.analysis.index.class_index import extract_header
+from dtype_lint.api import make_config
+from dtype_lint.core.text_facts import _TOP_DEF, top_defs
+from dtype_lint.ecosystems.registry import model_dtype_attributes
+from dtype_lint.run.file_analysis import reads_helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,3 +152,69 @@ def test_respelled_defs_are_the_names_the_parser_reads_otherwise_spelled():
             "def f\uff3fx():\n    pass\nasync def \uff41():\n    pass\n")
     assert respelled_defs(text) == {"helper", "f_x", "a"}
     assert {n.name for n in ast.parse(text).body} - {"plain"} == respelled_defs(text)
+
+
+# Pieces of lines that start a `def` or not: `async`, tabs, a `def` in a word or indented, line
+# breaks of other kinds, the text's first line.
+DEF_PIECES = st.sampled_from(["def f(", "def  g (", "async def h(", "async\tdef k(", "def", "async", "\n", "\n\n",
+                              "  ", "\t", "x", "define(", "undef f(", "\r", "é", "(", ")", ":"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(DEF_PIECES, max_size=30).map("".join))
+def test_top_defs_are_the_line_starts_the_regex_finds(text):
+    # Found from where `str.find` finds a line starting `def` or `async`, not by trying the
+    # regex at every line start: the same (line start, end, name) in the same order.
+    assert [(start, m.end(), m.group(1)) for start, m in top_defs(text)] == \
+        [(start, m.end(), m.group(1)) for start, m in _TOP_DEF.finditer(text)]
+
+
+DTYPE_ATTR = model_dtype_attributes()[0]
+# A helper of the upstream shape (DTL005's example) in one module, a caller in another: the
+# caller's finding needs the helper's module header to list its helper-shaped functions.
+REMOTE_HELPER = f"""\
+import torch
+from vllm.platforms import current_platform
+
+
+def kv_b_proj_input_dtype(layer, use_fp8_prefill):
+    weight = getattr(layer, "weight", None)
+    weight_dtype = weight.dtype if weight is not None else layer.{DTYPE_ATTR}
+    if weight_dtype == torch.int32:
+        return layer.{DTYPE_ATTR}
+    if weight_dtype == torch.uint8:
+        return None
+    if weight_dtype == current_platform.fp8_dtype() and not use_fp8_prefill:
+        return None
+    return weight_dtype
+"""
+REMOTE_CALLER = """\
+from proj.dtypes import kv_b_proj_input_dtype
+
+
+class Attn:
+    def prefill(self, kv_c, use_fp8_prefill):
+        kv_dtype = kv_b_proj_input_dtype(self.kv_b_proj, use_fp8_prefill)
+        if kv_dtype is not None:
+            kv_c = kv_c.to(kv_dtype)
+        return self.kv_b_proj(kv_c)
+"""
+
+
+def test_headers_list_helper_shaped_functions_only_for_the_rules_reading_helpers(tmp_path):
+    # Finding them searched the text of every module a run reads; the default rules never read
+    # them. Headers are cached under the configuration's fingerprint: a DTL005 run after a default
+    # run that cached its headers without them still finds the remote caller.
+    assert not reads_helpers(make_config())
+    assert reads_helpers(make_config({"select": ["DTL005"]})) and reads_helpers(make_config({"select": ["ALL"]}))
+    whole = extract_header(REMOTE_HELPER, "proj.dtypes", "proj/dtypes.py", False)
+    bare = extract_header(REMOTE_HELPER, "proj.dtypes", "proj/dtypes.py", False, functions=False)
+    assert list(whole.functions) == ["kv_b_proj_input_dtype"] and bare.functions == {}
+    assert (bare.imports, bare.classes, bare.nested) == (whole.imports, whole.classes, whole.nested)
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
+                                       "proj/dtypes.py": REMOTE_HELPER, "proj/attn.py": REMOTE_CALLER})
+    expected = json_findings(root, "--select", "DTL005")
+    assert sorted(f["path"] for f in expected) == ["proj/attn.py", "proj/dtypes.py"]
+    assert dtl(root, "check", ".").returncode in (0, 1)  # the default rules, their headers cached
+    cached = dtl(root, "check", ".", "--select", "DTL005", "--output-format", "json")
+    assert json.loads(cached.stdout)["findings"] == expected

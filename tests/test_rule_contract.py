@@ -6,13 +6,24 @@ from __future__ import annotations
 import ast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dtype_lint.analysis.index.class_facts import ProjectFacts
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
 from dtype_lint.api import make_config
 from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.core.source import SourceFile
-from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, RuleContractError, RuleFacts, Valid
+from dtype_lint.rule import (
+    FixAvailability,
+    Invalid,
+    Rule,
+    RuleContext,
+    RuleContractError,
+    RuleFacts,
+    Valid,
+    lines_holding,
+)
 
 CODE = """\
 def outer(x):
@@ -127,3 +138,18 @@ def test_marker_lines_are_the_lines_holding_a_marker_whatever_the_line_breaks(te
     expected = [i for i, line in enumerate(SourceFile("m.py", text, "m").lines, 1)
                 if "weight" in line or "parameters()" in line]
     assert facts._marker_lines == expected
+
+
+# Pieces that make markers, overlapping ones, parts of them, and several on a line or at its end.
+MARKER_PIECES = st.sampled_from(["weight", "weigh", "t", ".dtype", ".", "dtype", "parameters()", "parameters(",
+                                 ")", "\n", "\n\n", " ", "é", "x", "w"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(MARKER_PIECES, max_size=40).map("".join),
+       st.sampled_from([("weight",), (".dtype", "weight"), (".dtype", "parameters()", "weight"), ("t", "weight")]))
+def test_lines_holding_finds_the_lines_a_test_per_line_finds(text, markers):
+    # Each marker is found by `str.find` and the search goes on from the next line: the lines are
+    # those holding a marker, in order, each once, however markers overlap or share a line.
+    assert lines_holding(text, markers) == [i for i, line in enumerate(text.split("\n"), 1)
+                                            if any(m in line for m in markers)]

@@ -47,7 +47,14 @@ from dtype_lint.run import run_memo
 from dtype_lint.run.cache import Cache
 from dtype_lint.run.fast_record import forget as forget_validated_record
 from dtype_lint.run.fast_record import save_record
-from dtype_lint.run.file_analysis import analyze, enabled_rules, parse_error, reads_helper_callers, safe_read
+from dtype_lint.run.file_analysis import (
+    analyze,
+    enabled_rules,
+    parse_error,
+    reads_helper_callers,
+    reads_helpers,
+    safe_read,
+)
 from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.project_files import ProjectFiles
 from dtype_lint.run.workers import effective_jobs, parallel_map, worker_state
@@ -206,7 +213,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     # Stamps key the cache and its records, and tell the fix stage that a file is still the one
     # checked: a `--no-cache` check reads none of them, and stamping re-reads and hashes each
     # file analysed or whose header is read (vLLM: 396 files).
-    project = _Project(index_found, found, cache, stamped=cache.enabled or options.fix or options.diff)
+    project = _Project(index_found, found, cache, stamped=cache.enabled or options.fix or options.diff,
+                       header_functions=reads_helpers(config))
     index = build_index(project.table, config)
     if cache.enabled:  # the storage model's answers of earlier runs, while what they read holds
         from dtype_lint.run.facts_cache import FactsStore
@@ -471,8 +479,9 @@ class _Project:
     project's files from their record) answers those lookups without them."""
 
     def __init__(self, index_found: "list[Found] | ProjectFiles", found: list[Found], cache: Cache,
-                 stamped: bool = True):
+                 stamped: bool = True, header_functions: bool = True):
         self.cache = cache
+        self.header_functions = header_functions  # extract_header's `functions` (file_analysis.reads_helpers)
         self.stamped = stamped  # False: no stage reads a stamp, each is UNSTAMPED
         self._index_found = index_found
         self._found = found
@@ -545,7 +554,7 @@ class _Project:
             text = read_file(mf.path).text
         except READ_ERRORS:
             return None
-        header = extract_header(text, module, mf.path, mf.is_package)
+        header = extract_header(text, module, mf.path, mf.is_package, self.header_functions)
         if self.cache.enabled:  # kept for the cache only
             self.new_headers.append((mf.key, stamp, module, header.to_dict()))
         return header
@@ -893,7 +902,8 @@ def analyze_path(path: str, index: QuantizableLayerIndex, config: Config,
         # The file's own header, from the text in hand: the index need not read the file again.
         is_pkg = os.path.basename(path) == "__init__.py"
         known: str = module
-        index.modules.seed(known, path, lambda: extract_header(text, known, path, is_pkg),
+        functions = project.header_functions
+        index.modules.seed(known, path, lambda: extract_header(text, known, path, is_pkg, functions),
                            project.stamp(project.real_of(path)))
     else:
         module = module_name(path, config.root)

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import ast
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dtype_lint.api import check_source
+from dtype_lint.core.source import split_lines
 from dtype_lint.rule import FixAvailability, storage_dtypes
 from dtype_lint.rules import RULES_BY_CODE
 
@@ -76,3 +80,17 @@ def test_registered_and_replaced_storage_read_only_calls_and_assignments(monkeyp
                    "        self.kv_b_proj.register_parameter('weight', w)\n")
     assert _dtl002(code) == []
     assert given == {ast.Call, ast.Assign}, given
+
+
+# Pieces with every line break `split_lines` knows, and parts of the two words around them.
+REPLACE_PIECES = st.sampled_from(["set_(", "set_", "(", ".data", ".dat", "a", "x = ", "\n", "\r", "\r\n", "\v", "\f",
+                                  "\x1c", "\x85", "\u2028", " "])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(REPLACE_PIECES, max_size=30).map("".join))
+def test_a_storage_replacement_is_looked_for_in_the_text_as_in_its_lines(text):
+    # DTL002 tests the text for `set_(`/`.data`, no longer each line: neither word holds a line
+    # break, so some line holds one exactly when the text does.
+    by_line = any("set_(" in line or ".data" in line for line in split_lines(text))
+    assert by_line == ("set_(" in text or ".data" in text)

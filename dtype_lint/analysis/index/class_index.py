@@ -103,8 +103,10 @@ def from_imported(text: str) -> list[str]:
     return sorted(names)
 
 
-def extract_header(text: str, module: str, path: str, is_package: bool) -> ModuleHeader:
-    header = ModuleHeader(module, path, is_package, functions=dtype_functions(text))
+def extract_header(text: str, module: str, path: str, is_package: bool, functions: bool = True) -> ModuleHeader:
+    """`functions`: find the helper-shaped functions (`ModuleHeader.functions`), which only the
+    rules reading input-dtype helpers read (run/file_analysis.reads_helpers)."""
+    header = ModuleHeader(module, path, is_package, functions=dtype_functions(text) if functions else {})
     snippets = []
     line_no, last = 1, 0
     class_count: dict[str, int] = {}  # class statements by name
