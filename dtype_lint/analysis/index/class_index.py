@@ -203,6 +203,9 @@ def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
     return False
 
 
+_NOT_PLAIN = re.compile(r"[\"'#\\\[\]{}]")  # a string, comment, continuation or other bracket
+
+
 def _logical_statement(text: str, start: int) -> str:
     """The statement at start: up to the end of line at bracket depth 0 (class: up to its colon)."""
     end = text.find("\n", start)
@@ -210,7 +213,9 @@ def _logical_statement(text: str, start: int) -> str:
     stripped = line.strip()
     is_class = stripped.startswith("class")
     # Fast path: one physical line with balanced brackets and no string or comment.
-    if not any(c in line for c in "\"'#\\") and line.count("(") == line.count(")") and "[" not in line:
+    # (Substring tests, not a generator over the characters: the generator was most of a fast path.)
+    if '"' not in line and "'" not in line and "#" not in line and "\\" not in line \
+            and line.count("(") == line.count(")") and "[" not in line:
         if not is_class:
             return line + "\n"
         if stripped.endswith(":"):
@@ -224,7 +229,7 @@ def _logical_statement(text: str, start: int) -> str:
         stop = len(text) if close >= 0 and stop < 0 else stop
         if 0 <= close and stop - start <= 4000 and line.index("(") < close - start:
             body = text[start:stop]
-            if body.count("(") == 1 and body.count(")") == 1 and not any(c in body for c in "\"'#\\[]{}"):
+            if body.count("(") == 1 and body.count(")") == 1 and _NOT_PLAIN.search(body) is None:
                 return body + "\n"
     depth = 0
     continued = -1
