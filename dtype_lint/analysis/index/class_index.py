@@ -169,38 +169,78 @@ _SIMPLE_CLASS = re.compile(r"class\s+(\w+)(?:\s*\(([\w.\s,]*)\))?\s*:\s*pass$")
 _AS = re.compile(r"^([\w.]+)(?:\s+as\s+(\w+))?$")
 
 
+# What the fast path read of an absolute import statement, by its text: each header repeats the
+# others' imports (vLLM 0.34.0: 13,220 import statements in the 785 headers of a cold check,
+# 3,974 distinct), and each was matched, split and interned again. A relative import reads
+# differently in each module: not kept. Bounded: a ten-times tree has ten times the texts.
+_IMPORT_READS: dict[str, tuple[tuple[str, str, bool], ...]] = {}
+_IMPORT_READS_MAX = 8192
+
+
 def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
     """Record a one-line import or a plain class header without parsing; False: needs ast."""
     snippet = snippet.strip()
-    match = _SIMPLE_FROM.match(snippet)
-    if match:
-        base = resolve_relative(header.module, header.is_package, match.group(2) or None, len(match.group(1)))
-        if base is None:
-            return True
-        for part in match.group(3).split(","):
-            a = _AS.match(part.strip())
-            if a is None or "." in a.group(1):
-                return False
-            header.imports[intern(a.group(2) or a.group(1))] = intern(f"{base}.{a.group(1)}" if base else a.group(1))
+    kept = _IMPORT_READS.get(snippet)
+    if kept is not None:
+        _record(kept, header.imports)
         return True
-    match = _SIMPLE_IMPORT.match(snippet)
-    if match:
-        for part in match.group(1).split(","):
-            a = _AS.match(part.strip())
-            if a is None:
-                return False
-            if a.group(2):
-                header.imports[intern(a.group(2))] = intern(a.group(1))
-            else:
-                head = intern(a.group(1).split(".")[0])
-                header.imports.setdefault(head, head)
-        return True
+    read = _import_read(snippet, header.module, header.is_package)
+    if read is not None:
+        reads, whole, absolute = read
+        _record(reads, header.imports)
+        if whole and absolute and len(_IMPORT_READS) < _IMPORT_READS_MAX:
+            _IMPORT_READS[snippet] = tuple(reads)
+        return whole
     match = _SIMPLE_CLASS.match(snippet)
     if match:
         bases = [b.strip() for b in (match.group(2) or "").split(",") if b.strip()]
         header.classes.setdefault(match.group(1), (bases, line))
         return True
     return False
+
+
+def _import_read(snippet: str, module: str, is_package: bool) \
+        -> tuple[list[tuple[str, str, bool]], bool, bool] | None:
+    """What a one-line import records in `imports`, in order: (name, target, only if the name is
+    not bound yet); whether that is all of it (else ast reads the statement, after the names
+    read here are recorded); whether it is absolute (what it records is the same in any module).
+    None: not an import the fast path reads."""
+    reads: list[tuple[str, str, bool]] = []
+    match = _SIMPLE_FROM.match(snippet)
+    if match:
+        level = len(match.group(1))
+        base = resolve_relative(module, is_package, match.group(2) or None, level)
+        if base is None:
+            return reads, True, False
+        for part in match.group(3).split(","):
+            a = _AS.match(part.strip())
+            if a is None or "." in a.group(1):
+                return reads, False, level == 0
+            reads.append((intern(a.group(2) or a.group(1)), intern(f"{base}.{a.group(1)}" if base else a.group(1)),
+                          False))
+        return reads, True, level == 0
+    match = _SIMPLE_IMPORT.match(snippet)
+    if match:
+        for part in match.group(1).split(","):
+            a = _AS.match(part.strip())
+            if a is None:
+                return reads, False, True
+            if a.group(2):
+                reads.append((intern(a.group(2)), intern(a.group(1)), False))
+            else:
+                head = intern(a.group(1).split(".")[0])
+                reads.append((head, head, True))
+        return reads, True, True
+    return None
+
+
+def _record(reads: "tuple[tuple[str, str, bool], ...] | list[tuple[str, str, bool]]", imports: dict[str, str]) -> None:
+    """Bind what an import read: `import a.b` binds `a` only where nothing bound it yet."""
+    for name, target, if_unbound in reads:
+        if if_unbound:
+            imports.setdefault(name, target)
+        else:
+            imports[name] = target
 
 
 _NOT_PLAIN = re.compile(r"[\"'#\\\[\]{}]")  # a string, comment, continuation or other bracket
