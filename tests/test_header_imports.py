@@ -1,14 +1,87 @@
 """Module headers read imports without ast where they can (class_index: the kept reads of
-one-line absolute imports); what they record must be what ast reads, in the same order."""
+one-line absolute imports, the text reader of black's bracketed imports); what they record must be
+what ast reads, in the same order."""
 
 from __future__ import annotations
+
+import ast
+import textwrap
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dtype_lint.analysis.index import class_index
-from dtype_lint.analysis.index.class_index import extract_header
+from dtype_lint.analysis.index.class_index import _bracketed_import, extract_header
+
+# Names the parser reads, and words it refuses or reads differently: keywords, `__debug__`, a
+# digit first, non-ASCII (NFKC-normalised by the parser), soft keywords (plain names to it).
+NAMES = ["a", "b", "torch", "nn", "Linear", "_x", "match", "type", "case", "_"]
+ODD = ["None", "if", "import", "__debug__", "1x", "é", "", "*", "a.b"]
+WORDS = st.sampled_from(NAMES + ODD)
+SPACE = st.sampled_from([" ", "  ", "\t", "\n", "\n    ", " \n", "\f", "\v", "\r\n"])
+NEAR = st.sampled_from(["", " ", "\n", "\t"])
+
+
+@st.composite
+def bracketed(draw) -> str:
+    """`from module import (...)`, mostly well formed, sometimes not."""
+    level = "." * draw(st.integers(0, 3))
+    module = ".".join(draw(st.lists(WORDS, max_size=3)))
+    names = []
+    for _ in range(draw(st.integers(0, 4))):
+        name = draw(WORDS)
+        if draw(st.booleans()):
+            name += draw(SPACE) + "as" + draw(SPACE) + draw(WORDS)
+        names.append(draw(NEAR) + name + draw(NEAR))
+    inner = ",".join(names) + draw(st.sampled_from(["", ",", ",,", ", ", ",\n"]))
+    head = draw(st.sampled_from(["", "    ", "\t"]))
+    gap = draw(st.sampled_from([" ", "  ", "\t", "\v", ""]))
+    tail = draw(st.sampled_from(["\n", "\n", "  \n", ";\n", "\v\n", "\n" + head + "pass\n"]))
+    close = draw(st.sampled_from([head, "", "    ", "\t"]))
+    return f"{head}from{gap}{level}{module} import{draw(st.sampled_from(['', ' ']))}({inner}\n{close}){tail}"
+
+
+def _ast_read(snippet: str):
+    """What record_import reads of the statement (None: ast does not read it as one import)."""
+    try:
+        tree = ast.parse(textwrap.dedent(snippet))
+    except (SyntaxError, ValueError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.ImportFrom):
+        return None
+    node = tree.body[0]
+    return node.module, node.level, [(alias.name, alias.asname) for alias in node.names]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(bracketed())
+def test_bracketed_reader_agrees_with_ast(snippet):
+    read = _bracketed_import(snippet)
+    if read is not None:  # what it reads, ast reads the same; what it refuses, ast reads
+        assert read == _ast_read(snippet)
+
+
+@pytest.mark.parametrize("snippet", [
+    "from a.b import (\n    c,\n    d as e,\n)\n",
+    "from ... import (x)\n",
+    "    from .m import (\n        y,\n    )\n",
+])
+def test_bracketed_reader_reads_black_style(snippet):
+    assert _bracketed_import(snippet) == _ast_read(snippet) is not None
+
+
+@pytest.mark.parametrize("snippet", [
+    "    from a import (\nx,\n    )\n",  # dedent cannot take the first line's indentation
+    "from a import (None)\n",
+    "from a import (é)\n",
+    "from a import (x,,)\n",
+    "from a import (x)\v\n",
+    "from a import (x); import b\n",
+    "from  import (x)\n",
+])
+def test_bracketed_reader_leaves_the_rest_to_ast(snippet):
+    assert _bracketed_import(snippet) is None
 
 
 def _header_imports(text: str, module: str, is_package: bool) -> list[tuple[str, str]]:
@@ -16,10 +89,11 @@ def _header_imports(text: str, module: str, is_package: bool) -> list[tuple[str,
 
 
 def _by_ast(text: str, module: str, is_package: bool) -> list[tuple[str, str]]:
-    """The header's imports with no kept reads: the fast path and ast only."""
+    """The header's imports with no kept reads and no text reader: the fast path and ast only."""
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(class_index, "_IMPORT_READS", {})
         patched.setattr(class_index, "_IMPORT_READS_MAX", 0)
+        patched.setattr(class_index, "_bracketed_import", lambda snippet: None)
         return _header_imports(text, module, is_package)
 
 
@@ -33,7 +107,8 @@ ONE_LINE = st.sampled_from([
 
 @st.composite
 def module_text(draw) -> str:
-    return "".join(s + "\n" for s in draw(st.lists(ONE_LINE, max_size=8)))
+    statements = draw(st.lists(st.one_of(ONE_LINE.map(lambda s: s + "\n"), bracketed()), max_size=8))
+    return "".join(statements)
 
 
 @settings(max_examples=400, deadline=None)

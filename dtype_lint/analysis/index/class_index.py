@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import keyword
 import os
 import re
 import textwrap
@@ -122,7 +123,7 @@ def extract_header(text: str, module: str, path: str, is_package: bool, function
                     indented[named.group(1)] = line_no
         snippet = _logical_statement(text, start)
         if not _fast_path(snippet, line_no, header):
-            snippets.append((line_no, textwrap.dedent(snippet)))
+            snippets.append((line_no, snippet))
     if snippets:
         _parse_snippets(snippets, header, module, is_package)
     if indented:
@@ -136,6 +137,18 @@ _CLASS_NAME = re.compile(r"[ \t]+(\w+)")
 
 def _parse_snippets(snippets: list[tuple[int, str]], header: ModuleHeader, module: str, is_package: bool) -> None:
     """Record the class headers and imports of the statements the fast path could not read."""
+    # Most are imports of names in brackets, one a line (black's): read by text when they all are,
+    # as ast reads them, in the same order (vLLM 0.34.0: 2,762 of the 3,090 statements, 377,000
+    # characters parsed, a sixth of reading the headers).
+    read = _all_bracketed(snippets)
+    if read is not None:
+        for from_module, level, names in read:  # as record_import does, from the text
+            base = resolve_relative(module, is_package, from_module, level)
+            if base is not None:
+                for name, asname in names:
+                    header.imports[asname or name] = intern(f"{base}.{name}") if base else name
+        return
+    snippets = [(line, textwrap.dedent(s)) for line, s in snippets]
     # One parse for the whole file's headers; per-snippet parses only if some snippet is not code
     # (a docstring line that starts with "from", say).
     try:
@@ -160,6 +173,63 @@ def _parse_snippets(snippets: list[tuple[int, str]], header: ModuleHeader, modul
 
 # A snippet that does not parse: not code (a docstring line), null bytes, absurd nesting.
 _UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
+# `from module import (names)`, spaces and tabs outside the brackets, line breaks too inside: only
+# what the tokenizer reads as white space (`\s` would take a vertical tab, which it refuses).
+_BRACKETED_FROM = re.compile(r"from[ \t]+(\.*)(\w[\w.]*)?[ \t]+import[ \t]*\(([\w \t\n,]*)\)")
+_ALIAS = re.compile(r"(\w+)(?:[ \t\n]+as[ \t\n]+(\w+))?")
+_BRACKETED = tuple[str | None, int, list[tuple[str, str | None]]]
+
+
+def _all_bracketed(snippets: list[tuple[int, str]]) -> list[_BRACKETED] | None:
+    """What _bracketed_import reads of each snippet; None from the first it does not read."""
+    read = []
+    for _, snippet in snippets:
+        each = _bracketed_import(snippet)
+        if each is None:
+            return None
+        read.append(each)
+    return read
+
+
+def _bracketed_import(snippet: str) -> _BRACKETED | None:
+    """(module, level, [(name, asname)]) of `from module import (name, name as asname,)` as ast
+    reads it: ASCII names that are not keywords, at most one comma after the last, a first line
+    that textwrap.dedent leaves unindented; None for anything else (ast reads it)."""
+    if not snippet.isascii() or not _dedents_flush(snippet):
+        return None
+    match = _BRACKETED_FROM.fullmatch(snippet.strip(" \t\n"))
+    if match is None:
+        return None
+    module, level = match.group(2), len(match.group(1))
+    if module is None and not level:  # `from  import (x)`: no module
+        return None
+    if module is not None and not all(_name(part) for part in module.split(".")):
+        return None
+    parts = match.group(3).split(",")
+    if len(parts) > 1 and not parts[-1].strip():
+        parts.pop()  # the comma after the last name
+    names = []
+    for part in parts:
+        alias = _ALIAS.fullmatch(part.strip(" \t\n"))
+        if alias is None or not _name(alias.group(1)) or (alias.group(2) is not None and not _name(alias.group(2))):
+            return None
+        names.append((intern(alias.group(1)), intern(alias.group(2)) if alias.group(2) is not None else None))
+    return module, level, names
+
+
+def _dedents_flush(snippet: str) -> bool:
+    """Does textwrap.dedent take all of the first line's indentation (so the statement parses at
+    the top level)? Yes when every line it counts starts with it: one holding more than spaces
+    and tabs."""
+    indent = snippet[:len(snippet) - len(snippet.lstrip(" \t"))]
+    return not indent or all(line.startswith(indent) for line in snippet.split("\n") if line.strip(" \t"))
+
+
+def _name(word: str) -> bool:
+    """Can the parser read this word as a name an import binds or names?"""
+    return word.isidentifier() and not keyword.iskeyword(word) and word != "__debug__"
+
+
 # Matched against stripped snippets. Linear by construction: no two adjacent parts can match
 # the same characters (a group after `\s+` starts with a non-space), so a long line that
 # fails at its end is not retried split by split (`from a import b` + 200,000 spaces + `;`).
