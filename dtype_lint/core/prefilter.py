@@ -35,10 +35,11 @@ class Prefilter:
             for marker in marker_words(rule):  # any of a rule's marker words, with that rule's patterns
                 groups.setdefault(marker, {}).update(dict.fromkeys(rule.patterns))
         self._groups = [(marker, list(pats)) for marker, pats in sorted(groups.items()) if pats]
-        # pattern -> (its required literal, its compiled search), on first use: a one-file run
-        # tests one text, whose markers reach a few of the 27 patterns (compiling and parsing
-        # all of them was a tenth of its work).
-        self._compiled: dict[str, tuple[str, Callable[[str], re.Match[str] | None]]] = {}
+        # pattern -> (its required literal, its compiled search, its searcher where it can be
+        # walked with others' from a literal, else None), on first use: a one-file run tests one
+        # text, whose markers reach a few of the 27 patterns (compiling and parsing all of them
+        # was a tenth of its work).
+        self._compiled: dict[str, tuple[str, Callable[[str], re.Match[str] | None], _FoundFromLiteral | None]] = {}
 
     def might_match(self, text: str, searched_in: "tuple[dict[str, bool], dict[str, bool]] | None" = None) -> bool:
         """`searched_in`: (pattern -> found, literal -> in the text) of the tests of this same text
@@ -52,20 +53,68 @@ class Prefilter:
         for marker, patterns in self._groups:
             if marker not in text:
                 continue
-            for pattern in patterns:
+            for index, pattern in enumerate(patterns):
                 hit = seen.get(pattern)
                 if hit is None:
-                    kept = compiled.get(pattern)
-                    if kept is None:
-                        literal, regex = searched(pattern)
-                        kept = compiled[pattern] = (literal, regex.search)
-                    literal, search = kept
+                    literal, search, walker = compiled.get(pattern) or self._compile(pattern)
                     held = holds.get(literal)
                     if held is None:
                         held = holds[literal] = literal in text
-                    hit = seen[pattern] = held and search(text) is not None
+                    if not held:
+                        hit = seen[pattern] = False
+                    elif walker is None:
+                        hit = seen[pattern] = search(text) is not None
+                    else:
+                        hit = self._any_from(text, walker.first, patterns[index:], seen, holds)
                 if hit:
                     return True
+        return False
+
+    def _compile(self, pattern: str) -> "tuple[str, Callable[[str], re.Match[str] | None], _FoundFromLiteral | None]":
+        literal, searcher = searched(pattern)
+        walker = searcher if isinstance(searcher, _FoundFromLiteral) else None
+        kept = self._compiled[pattern] = (literal, searcher.search, walker)
+        return kept
+
+    def _any_from(self, text: str, first: str, patterns: list[str], seen: dict[str, bool],
+                  holds: dict[str, bool]) -> bool:
+        """Does the first of `patterns`, or another not yet searched whose matches start with the
+        same literal, match? All of them walked in one pass over that literal's places (four of
+        the default rules' patterns start with `.weight`, each searched in a pass of its own),
+        each one's answer recorded in `seen` once known, as its own search would give it."""
+        members = []
+        for pattern in patterns:
+            if pattern in seen:
+                continue
+            literal, _, walker = self._compiled.get(pattern) or self._compile(pattern)
+            if walker is None or walker.first != first:
+                continue
+            held = holds.get(literal)
+            if held is None:
+                held = holds[literal] = literal in text
+            if not held:
+                seen[pattern] = False
+                continue
+            members.append((pattern, walker.opens, walker.found_at))
+        find = text.find
+        at = find(first)
+        while at >= 0 and members:
+            settled = False
+            for pattern, opens, found_at in members:
+                if opens(text, at) is None:  # (most places: re's own test, no call of ours)
+                    continue
+                verdict = found_at(text, at)
+                if verdict:
+                    seen[pattern] = True
+                    return True
+                if verdict is False:
+                    seen[pattern] = False
+                    settled = True
+            if settled:
+                members = [member for member in members if member[0] not in seen]
+            at = find(first, at + 1)
+        for pattern, _, _ in members:
+            seen[pattern] = False
         return False
 
 
@@ -173,7 +222,26 @@ class _FoundFromLiteral:
 
     __slots__ = ()
 
+    _literal: str
+
+    @property
+    def first(self) -> str:
+        """The literal `search` finds with `str.find`, at each place asking `opens`, then
+        `found_at`."""
+        return self._literal
+
+    @property
+    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
+        """What must match at a place of `first` for `search` to stop there (None: it goes on)."""
+        raise NotImplementedError
+
     def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
+        raise NotImplementedError
+
+    def found_at(self, text: str, at: int) -> bool | None:
+        """`search(text)` walked to `at`, a place of `first` where `opens` matched: True, it
+        returns a match here; False, it returns None here; None, it goes on to the next place (so
+        several patterns that start with one literal are walked in one pass, Prefilter._any_from)."""
         raise NotImplementedError
 
     def finditer(self, text: str):
@@ -202,6 +270,13 @@ class LiteralFirst(_FoundFromLiteral):
                 return found
             at = find(literal, at + 1)
         return None
+
+    @property
+    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
+        return self._match
+
+    def found_at(self, text: str, at: int) -> bool | None:
+        return True  # the pattern matched here
 
 
 # An assigned name (`= self.proj` before `.weight` at a line's end): re tries it at every `=` of a
@@ -234,6 +309,16 @@ class AssignedFirst(_FoundFromLiteral):
                 if equals >= 0 and head(text, equals, at) is not None:
                     return self._whole(text, equals)
             at = find(literal, at + 1)
+        return None
+
+    @property
+    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
+        return self._rest
+
+    def found_at(self, text: str, at: int) -> bool | None:
+        equals = text.rfind("=", 0, at)
+        if equals >= 0 and _ASSIGNED_HEAD.fullmatch(text, equals, at) is not None:
+            return self._whole(text, equals) is not None
         return None
 
 
