@@ -242,9 +242,12 @@ _AS = re.compile(r"^([\w.]+)(?:\s+as\s+(\w+))?$")
 # What the fast path read of an absolute import statement, by its text: each header repeats the
 # others' imports (vLLM 0.34.0: 13,220 import statements in the 785 headers of a cold check,
 # 3,974 distinct), and each was matched, split and interned again. A relative import reads
-# differently in each module: not kept. Bounded: a ten-times tree has ten times the texts.
+# differently in each module: not kept. Bounded: a ten-times tree has ten times the texts, and
+# each kept text is memory until the run ends. The first 1,024 serve 89% of the hits 8,192 did on
+# vLLM 0.34.0 (the imports every module repeats come first) for 18 M of the 100 M instructions
+# saved, and keep the peak RSS where it was without them (8,192 raised it by 0.4 MB).
 _IMPORT_READS: dict[str, tuple[tuple[str, str, bool], ...]] = {}
-_IMPORT_READS_MAX = 8192
+_IMPORT_READS_MAX = 1024
 
 
 def _fast_path(snippet: str, line: int, header: ModuleHeader) -> bool:
