@@ -19,7 +19,7 @@ from dtype_lint.analysis import helper_functions
 from dtype_lint.analysis.index.class_index import extract_header
 from dtype_lint.api import make_config
 from dtype_lint.core.text_facts import _TOP_DEF, top_defs
-from dtype_lint.ecosystems.registry import model_dtype_attributes
+from dtype_lint.rules import dtl005_unsound_input_dtype_helper
 from dtype_lint.run.file_analysis import reads_helpers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,25 +169,10 @@ def test_top_defs_are_the_line_starts_the_regex_finds(text):
         [(start, m.end(), m.group(1)) for start, m in _TOP_DEF.finditer(text)]
 
 
-DTYPE_ATTR = model_dtype_attributes()[0]
-# A helper of the upstream shape (DTL005's example) in one module, a caller in another: the
-# caller's finding needs the helper's module header to list its helper-shaped functions.
-REMOTE_HELPER = f"""\
-import torch
-from vllm.platforms import current_platform
-
-
-def kv_b_proj_input_dtype(layer, use_fp8_prefill):
-    weight = getattr(layer, "weight", None)
-    weight_dtype = weight.dtype if weight is not None else layer.{DTYPE_ATTR}
-    if weight_dtype == torch.int32:
-        return layer.{DTYPE_ATTR}
-    if weight_dtype == torch.uint8:
-        return None
-    if weight_dtype == current_platform.fp8_dtype() and not use_fp8_prefill:
-        return None
-    return weight_dtype
-"""
+# A helper of the upstream shape (DTL005's own example, read from the rule) in one module, a
+# caller in another: the caller's finding needs the helper's module header to list its
+# helper-shaped functions.
+REMOTE_HELPER = dtl005_unsound_input_dtype_helper._UPSTREAM_SHAPE
 REMOTE_CALLER = """\
 from proj.dtypes import kv_b_proj_input_dtype
 
