@@ -173,17 +173,7 @@ def test_top_defs_are_the_line_starts_the_regex_finds(text):
 # caller in another: the caller's finding needs the helper's module header to list its
 # helper-shaped functions.
 REMOTE_HELPER = dtl005_unsound_input_dtype_helper._UPSTREAM_SHAPE
-REMOTE_CALLER = """\
-from proj.dtypes import kv_b_proj_input_dtype
-
-
-class Attn:
-    def prefill(self, kv_c, use_fp8_prefill):
-        kv_dtype = kv_b_proj_input_dtype(self.kv_b_proj, use_fp8_prefill)
-        if kv_dtype is not None:
-            kv_c = kv_c.to(kv_dtype)
-        return self.kv_b_proj(kv_c)
-"""
+REMOTE_CALLER = "from proj.dtypes import kv_b_proj_input_dtype\n" + dtl005_unsound_input_dtype_helper._CALLER
 
 
 def test_headers_list_helper_shaped_functions_only_for_the_rules_reading_helpers(tmp_path):
