@@ -176,8 +176,8 @@ def reads_helpers(config: Config) -> bool:
     helpers other files define)? Only then are a module header's helper-shaped functions found
     (`extract_header`'s `functions`, read by analysis/helper_functions.py alone): finding them
     searched every header's text: 0.21 G of the 20.9 G instructions of a cold check of vLLM 0.34.0
-    with the default rules, which never read them. Headers are cached under the configuration's fingerprint, so a
-    run that enables such a rule never reads one made without them."""
+    with the default rules, which never read them. Headers are cached under the configuration's
+    fingerprint, so a run that enables such a rule never reads one made without them."""
     return any("helpers" in rule.facts or rule.reads_helper_callers for rule in enabled_rules(config))
 
 
