@@ -141,6 +141,10 @@ class Rule:
     # An opt-in rule that `dtype-lint migrate` turns on: its fixes are part of routing every site
     # through the helper.
     in_migration: ClassVar[bool] = False
+    # Patterns whose matches are sites only where a gate keeps them, decided before any parse
+    # (pattern -> a gate of dtype_lint/analysis/pattern_gates.py, which says why each is exact).
+    # A file whose only matches the gates drop is not parsed for this rule.
+    pattern_gates: ClassVar[dict[str, str]] = {}
     # Analyse files that import a helper-shaped function from another file even when their text
     # matches no pattern (a call site of the helper needs no `.weight` on its lines).
     reads_helper_callers: ClassVar[bool] = False

@@ -135,6 +135,8 @@ class WeightDtypeCast(Rule):
     # (`self.dtype = self.projector.linear_1.weight.dtype`), read in another method or class.
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
     marker = ("weight", "parameters()", ".dtype")
+    # `x.to(self.dtype)` is a site only in a class that may store or get that name from a weight.
+    pattern_gates = {STORED_DTYPE_CAST: "self-attribute-read"}
     facts = frozenset({"candidates", "layers", "fixes", "flows", "loaders"})
     fix_availability = FixAvailability.SOMETIMES
     fix_note = "safe / none with reason"

@@ -59,7 +59,7 @@ from dtype_lint.core.text_facts import POSSESSIVE
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the scan's path, as core/prefilter.py)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Iterable
 
 # Which rules may run on a reduced tree is each rule's declaration (`regions = "sites"`: it reads
 # the candidate functions (site lines), the class facts, module-level statements, and functions
@@ -336,11 +336,12 @@ class Defs(dict):
         return [(name, self._real(name, fn)) for name, fn in list(dict.items(self))]
 
 
-def site_spans(text: str, patterns) -> list[tuple[int, int]]:
+def site_spans(text: str, patterns, matches: "Iterable[tuple[int, int]]" = ()) -> list[tuple[int, int]]:
     """(first, last) 1-based lines of every match of the rules' patterns ((literal, compiled)
-    pairs: a pattern whose literal is not in the text is not searched)."""
-    matches = sorted((m.start(), m.end()) for literal, pattern in patterns
-                     if not literal or literal in text for m in pattern.finditer(text))
+    pairs: a pattern whose literal is not in the text is not searched), and of `matches`
+    ((start, end) offsets found otherwise)."""
+    matches = sorted([*matches, *((m.start(), m.end()) for literal, pattern in patterns
+                                  if not literal or literal in text for m in pattern.finditer(text))])
     spans = []
     line, off = 1, 0
     for start, end in matches:

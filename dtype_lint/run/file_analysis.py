@@ -21,7 +21,7 @@ from dtype_lint.core.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read
 from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
 
 if TYPE_CHECKING:
-    from dtype_lint.core.prefilter import Searcher
+    from dtype_lint.core.prefilter import Prefilter, Searcher
 
 
 def enabled_rules(config: Config, path: str | None = None):
@@ -43,6 +43,9 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     callers = reads_helper_callers(rules, index, module)
     tested: tuple[dict[str, bool], dict[str, bool]] = ({}, {})  # a pattern rules share is searched once
     active = [r for r in rules if for_rules((r,)).might_match(text, tested) or (callers and r.reads_helper_callers)]
+    spans = None
+    if active and any(r.pattern_gates for r in active):
+        active, spans = _gated(active, text, tested, index, module, callers)
     if active:
         long_line = too_long_line(text)
         if long_line:
@@ -55,7 +58,8 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
         # such a rule's prefilter passes hold nothing it could report.
         staged = not reduce and all(r.regions in ("sites", "on-demand") for r in active)
         try:
-            tree = trees.parse_reduced(path, text, site_spans(active, text), lazy_classes=True) \
+            tree = trees.parse_reduced(path, text, spans if spans is not None else site_spans(active, text),
+                                       lazy_classes=True) \
                 if reduce or staged else trees.parse(path, text)
         except SyntaxError as error:
             return _engine_error(path, f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1, config)
@@ -163,6 +167,43 @@ def reducible(config: Config) -> bool:
 def site_spans(rules, text: str) -> list[tuple[int, int]]:
     """The lines every match of these rules' own patterns spans: where a site can be."""
     return regions.site_spans(text, _searches(tuple(dict.fromkeys(p for r in rules for p in r.patterns))))
+
+
+def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module: str, callers: bool):
+    """(the rules still active, their site spans) once the gates of their gated patterns
+    (`Rule.pattern_gates`, analysis/pattern_gates.py) have dropped the matches that cannot be
+    sites: a rule whose other patterns do not match and whose gated matches all went is not run
+    here, and a file no rule is left for is not parsed. A pattern some active rule reads without a
+    gate keeps every match. Spans None: no gate applied (every match counts)."""
+    from dtype_lint.analysis.pattern_gates import gate
+
+    gated: dict[str, str | None] = {}
+    for rule in active:
+        for pattern in rule.patterns:
+            name = rule.pattern_gates.get(pattern)
+            gated[pattern] = name if gated.get(pattern, name) == name else None
+    gated = {p: name for p, name in gated.items() if name is not None}
+    if not gated:
+        return active, None
+    kept: dict[str, list[tuple[int, int]]] = {}
+    for pattern, name in gated.items():
+        literal, searcher = _searches((pattern,))[0]
+        matches = list(searcher.finditer(text)) if not literal or literal in text else []
+        if matches:
+            keeps = gate(name, text, module, index).keeps
+            kept[pattern] = [(m.start(), m.end()) for m in matches if keeps(m)]
+    still = [r for r in active if (callers and r.reads_helper_callers) or any(kept.get(p) for p in r.pattern_gates)
+             or _ungated(r).might_match(text, tested)]
+    ungated = tuple(dict.fromkeys(p for r in still for p in r.patterns if p not in gated))
+    extra = [span for r in still for p in r.pattern_gates for span in kept.get(p, ())]
+    return still, regions.site_spans(text, _searches(ungated), sorted(set(extra)))
+
+
+@lru_cache(maxsize=16)
+def _ungated(rule) -> "Prefilter":
+    """The prefilter of `rule` without its gated patterns."""
+    patterns = tuple(p for p in rule.patterns if p not in rule.pattern_gates)
+    return for_rules((type(rule.__name__, (), {"marker": rule.marker, "patterns": patterns}),))
 
 
 @lru_cache(maxsize=16)

@@ -504,33 +504,12 @@ class LayerResolver:
         return layer, Evidence(f"`self.{expr.attr} = {ast.unparse(value)}` stores {what}", facts.path, value.lineno)
 
     def _may_store_weight(self, mro: list[str], name: str) -> bool:
-        """Could a class of `mro` store `name` from a weight? Not when the file of every class we
-        have the code of assigns no such attribute a value naming a weight (text_facts.
-        weight_assigned_attributes), and no other class has facts: then `_stored` finds nothing
-        without parsing those classes. The headers the MRO was read from are recorded reads of
-        the same files, so an answer kept across runs goes stale with them. On vLLM 0.34.0 most
-        casts to `self.<x>.dtype` name a layer class that stores no dtype; parsing each such
-        class and its bases to find out was a tenth of a cold check."""
-        from dtype_lint.core.source import READ_ERRORS, read_file
-        from dtype_lint.core.text_facts import weight_assigned_attributes
+        """stored_reads.may_store_weight: on vLLM 0.34.0 most casts to `self.<x>.dtype` name a
+        layer class that stores no dtype; parsing each such class and its bases to find out was
+        a tenth of a cold check."""
+        from dtype_lint.analysis.storage.stored_reads import may_store_weight
 
-        for ancestor in mro:
-            location = self.index.class_location(ancestor)
-            if location is None:
-                if self.project.class_facts(ancestor) is not None:
-                    return True
-                continue
-            path = location[0].path
-
-            def names(path=path) -> frozenset[str] | None:
-                try:
-                    return weight_assigned_attributes(read_file(path).text)
-                except READ_ERRORS:
-                    return None
-            assigned = self.index.cached_facts(("weight-assigned attributes", path), names, census=True)
-            if assigned is None or name in assigned:
-                return True
-        return False
+        return may_store_weight(self.index, mro, name)
 
     def _from_origin(self, origin: AttrOrigin, where: str, env: dict[str, str]) -> Instance:
         step = Evidence(origin.how, origin.path, origin.line)

@@ -1,0 +1,170 @@
+"""Which casts to `self.<name>` (a dtype an object may have stored) can be sites, before a parse.
+
+DTL001 reads `x.to(self.dtype)` as a site when the object stored its layer's weight dtype under
+that name in another method (`self.dtype = self.proj.weight.dtype`: layers.LayerResolver.
+stored_dtype) or has a getter of it returning one (`dtype_getter`). Both first resolve `self` to
+the class the method belongs to and ask that class's MRO, and both answers can be had from the
+class index and the MRO's file texts alone: whether a file of the MRO may assign `<name>` a value
+naming a weight (`may_store_weight`), and whether one defines a function of that name. Asked
+here, a file whose only matches are such casts in classes that can hold neither is not parsed at
+all (on vLLM 0.34.0 such casts were the only reason to parse 46 files: `x.to(self.dtype)` in
+model code).
+
+Only where the text shows that `self` can stand for nothing else: `self` never bound by
+assignment or annotation (which the resolver would follow to another class), no module-level
+function taking `self` (it may be patched onto a class of another module, rule.RuleFacts.
+_patched), no class statement that is not at column 0 (a nested class's name would be needed),
+a known module. Anything else keeps every match, as does a cast whose argument goes on past the
+name (`self.dtype.x`, `self.head_dtype()`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import TYPE_CHECKING
+
+from dtype_lint.core.source import READ_ERRORS, read_file
+from dtype_lint.core.text_facts import weight_assigned_attributes
+
+if TYPE_CHECKING:
+    from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
+
+# Between tokens the text may hold white space or a backslash line continuation. Each pattern
+# starts with a literal (a line feed, a keyword), which re skips to: one starting with `\b` or
+# `^` (re.M) is tried at every character, and four such passes over the hundred files vLLM 0.34.0
+# holds such casts in cost more than the parses they saved.
+_GAP = r"[\s\\]"
+# `self =`, `self: T`, `self :=`: a binding the resolver follows (an assignment, an annotation,
+# a parameter's annotation); `==` is a comparison. (A name ending in `self` is told by the
+# character before.)
+_SELF_BOUND = re.compile(rf"self{_GAP}*(?::|=(?!=))")
+# `def f(self` at column 0: a module-level function a patch may make another class's method.
+_MODULE_DEF_SELF = re.compile(rf"\n(?:async{_GAP}+)?def{_GAP}+\w+{_GAP}*\({_GAP}*self\b")
+# What may follow the name for the cast's argument to be `self.<name>` itself.
+_ENDS_ARGUMENT = re.compile(r"\s*[),]")
+
+
+def _self_bound(code: str) -> bool:
+    """Could the resolver take a class for `self` from a binding in the code (FunctionScope: an
+    annotated parameter, an annotated or assigned local, a walrus)? Told by what stands before
+    `self =` / `self:`: a statement's start (a line's, or after `;` or `:`), a chained `=`, or,
+    before `self:`, a signature's `(`, `,` or `*`. Not `a == self:`, `for x in self:`,
+    `lambda self:`, `x.self = ...`, a keyword argument `f(x, self=y)`: none binds a name. (A
+    method's own `self` is its class whatever binds it; this is about every other function.)"""
+    for match in _SELF_BOUND.finditer(code):
+        at = match.start() - 1
+        if _word(code[at]):
+            continue  # a longer name (`myself =`)
+        if match.group(0)[-1] == ":" and code.startswith("=", match.end()):
+            return True  # `(self := ...)`
+        while at > 0 and (code[at] in " \t\f" or (code[at] == "\n" and code[at - 1] == "\\")):
+            at -= 1 if code[at] != "\n" else 2  # blanks, and line continuations
+        if code[at] in "\n;:" or (code[at] == "=" and match.group(0)[-1] == "="):
+            return True  # a statement's start, a chained assignment
+        if match.group(0)[-1] == ":":
+            while at > 0 and code[at] in _BLANK:
+                at -= 1
+            if code[at] in "(,*":
+                return True  # a parameter's annotation
+    return False
+
+
+_BLANK = frozenset(" \t\n\r\f\\")
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def may_store_weight(index: QuantizableLayerIndex, mro: list[str], name: str) -> bool:
+    """Could a class of `mro` store `name` from a weight? Not when the file of every class we
+    have the code of assigns no such attribute a value naming a weight (text_facts.
+    weight_assigned_attributes): then `stored_dtype` finds nothing without parsing those classes
+    (a class outside the tree has no facts to store it in). The headers the MRO was read from
+    are recorded reads of the same files, so an answer kept across runs goes stale with them."""
+    for ancestor in mro:
+        location = index.class_location(ancestor)
+        if location is None:
+            continue
+        path = location[0].path
+
+        def names(path=path) -> frozenset[str] | None:
+            try:
+                return weight_assigned_attributes(read_file(path).text)
+            except READ_ERRORS:
+                return None
+        assigned = index.cached_facts(("weight-assigned attributes", path), names, census=True)
+        if assigned is None or name in assigned:
+            return True
+    return False
+
+
+def may_define_function(index: QuantizableLayerIndex, mro: list[str], name: str) -> bool:
+    """Could a class of `mro` have a method `name` (a getter)? Not when no file of a class we
+    have the code of holds `def name` (NFKC-normalised where the text is not ASCII)."""
+    for ancestor in mro:
+        location = index.class_location(ancestor)
+        if location is None:
+            continue
+        path = location[0].path
+
+        def defined(path=path) -> frozenset[str] | None:
+            try:
+                text = read_file(path).text
+            except READ_ERRORS:
+                return None
+            code = "\n" + _normalised(text)
+            return frozenset(m.group(1) for m in _DEF_NAME.finditer(code)
+                             if not (code[m.start() - 1].isalnum() or code[m.start() - 1] == "_"))
+        names = index.cached_facts(("defined function names", path), defined, census=True)
+        if names is None or name in names:
+            return True
+    return False
+
+
+_DEF_NAME = re.compile(rf"def{_GAP}+(\w+)")
+
+
+def _normalised(text: str) -> str:
+    """The text as the tokenizer names its identifiers (NFKC), where that can differ."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+class SelfReadGate:
+    """One file's answer to "can this cast to `self.<name>` be a site?" (`keeps`)."""
+
+    def __init__(self, text: str, module: str, index: QuantizableLayerIndex, plain: frozenset[str]):
+        """`plain`: the names no getter is followed for (layers._PLAIN_DTYPE_ATTRIBUTES)."""
+        self.text = text
+        self.index = index
+        self.plain = plain
+        self._names: dict[str, bool] = {}
+        code = "\n" + _normalised(text)  # every line, the first too, after a line feed
+        header = index.modules.get(module) if module else None
+        # Every class statement of the file is in its header (`classes`, nested ones too, by
+        # name): a method's class the index locates is one of them, with the bases recorded
+        # there; one it does not locate has no facts to store a dtype in.
+        open_ = header is None or _self_bound(code) or _MODULE_DEF_SELF.search(code)
+        self.classes: list[str] | None = None if open_ else [f"{module}.{name}" for name in header.classes]
+
+    def keeps(self, match: re.Match[str]) -> bool:
+        """False only when the match is a cast to `self.<name>` (one attribute, the whole
+        argument) and no class a method of this file belongs to can store `<name>` from a weight
+        or (for a name not in `plain`) have a getter of it."""
+        if self.classes is None:
+            return True
+        found = match.group(0)
+        chain = found[found.index("self", found.index("(")) + 4:]
+        if chain.count(".") != 1 or not _ENDS_ARGUMENT.match(self.text, match.end()):
+            return True
+        name = chain[1:]
+        known = self._names.get(name)
+        if known is None:
+            known = self._names[name] = any(self._class_keeps(cls, name) for cls in self.classes)
+        return known
+
+    def _class_keeps(self, qualname: str, name: str) -> bool:
+        mro = self.index.mro(qualname)
+        return may_store_weight(self.index, mro, name) or \
+            (name not in self.plain and may_define_function(self.index, mro, name))
