@@ -177,12 +177,13 @@ def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module
     gate keeps every match. Spans None: no gate applied (every match counts)."""
     from dtype_lint.analysis.pattern_gates import gate
 
-    gated: dict[str, str | None] = {}
+    # A pattern two active rules read is gated only if both gate it alike.
+    named: dict[str, str | None] = {}
     for rule in active:
         for pattern in rule.patterns:
             name = rule.pattern_gates.get(pattern)
-            gated[pattern] = name if gated.get(pattern, name) == name else None
-    gated = {p: name for p, name in gated.items() if name is not None}
+            named[pattern] = name if named.get(pattern, name) == name else None
+    gated = {p: name for p, name in named.items() if name is not None}
     if not gated:
         return active, None
     kept: dict[str, list[tuple[int, int]]] = {}
@@ -192,18 +193,19 @@ def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module
         if matches:
             keeps = gate(name, text, module, index).keeps
             kept[pattern] = [(m.start(), m.end()) for m in matches if keeps(m)]
-    still = [r for r in active if (callers and r.reads_helper_callers) or any(kept.get(p) for p in r.pattern_gates)
-             or _ungated(r).might_match(text, tested)]
+    dropped = tuple(sorted(gated))
+    still = [r for r in active if (callers and r.reads_helper_callers) or any(kept.get(p) for p in r.patterns)
+             or _without(r, dropped).might_match(text, tested)]
     ungated = tuple(dict.fromkeys(p for r in still for p in r.patterns if p not in gated))
-    extra = [span for r in still for p in r.pattern_gates for span in kept.get(p, ())]
-    return still, regions.site_spans(text, _searches(ungated), sorted(set(extra)))
+    extra = [span for p in dict.fromkeys(p for r in still for p in r.patterns) for span in kept.get(p, ())]
+    return still, regions.site_spans(text, _searches(ungated), extra)
 
 
 @lru_cache(maxsize=16)
-def _ungated(rule) -> "Prefilter":
-    """The prefilter of `rule` without its gated patterns."""
-    patterns = tuple(p for p in rule.patterns if p not in rule.pattern_gates)
-    return for_rules((type(rule.__name__, (), {"marker": rule.marker, "patterns": patterns}),))
+def _without(rule, patterns: tuple[str, ...]) -> "Prefilter":
+    """The prefilter of `rule` without `patterns` (those a gate answers for here)."""
+    kept = tuple(p for p in rule.patterns if p not in patterns)
+    return for_rules((type(rule.__name__, (), {"marker": rule.marker, "patterns": kept}),))
 
 
 @lru_cache(maxsize=16)

@@ -145,8 +145,9 @@ class SelfReadGate:
         # Every class statement of the file is in its header (`classes`, nested ones too, by
         # name): a method's class the index locates is one of them, with the bases recorded
         # there; one it does not locate has no facts to store a dtype in.
-        open_ = header is None or _self_bound(code) or _MODULE_DEF_SELF.search(code)
-        self.classes: list[str] | None = None if open_ else [f"{module}.{name}" for name in header.classes]
+        self.classes: list[str] | None = None
+        if header is not None and not _self_bound(code) and not _MODULE_DEF_SELF.search(code):
+            self.classes = [f"{module}.{name}" for name in header.classes]
 
     def keeps(self, match: re.Match[str]) -> bool:
         """False only when the match is a cast to `self.<name>` (one attribute, the whole
