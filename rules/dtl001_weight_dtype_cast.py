@@ -121,8 +121,8 @@ _IMPORT = "from vllm.model_executor.layers.quantization.utils.layer_input_dtype 
 _FIXED_HEAD = _HEAD.replace("RowParallelLinear\n", "RowParallelLinear\n" + _IMPORT, 1)
 
 
-# A cast to an attribute chain from `self` ending in a name holding `dtype` (the line may break
-# after the parenthesis: `.type(\n    self.vision_tower.dtype\n)`).
+# A cast to a `self` attribute chain ending in a name holding `dtype` (`.type(\n  self.tower.dtype\n)` too).
+# Gated: `x.to(self.dtype)` is a site only where a class may store or get that name from a weight.
 STORED_DTYPE_CAST = r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?self(?:\.\w+)*\.\w*dtype\b"
 
 
@@ -130,12 +130,10 @@ class WeightDtypeCast(Rule):
     code = "DTL001"
     name = "weight-dtype-cast"
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
-    # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code).
-    # `x.type(self.vision_tower.dtype)`: a dtype an object stored from a layer's weight
-    # (`self.dtype = self.projector.linear_1.weight.dtype`), read in another method or class.
+    # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code); `x.type(self.tower.dtype)`:
+    # a dtype an object stored from a layer's weight (`self.dtype = self.proj.weight.dtype`), read elsewhere.
     patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
     marker = ("weight", "parameters()", ".dtype")
-    # `x.to(self.dtype)` is a site only in a class that may store or get that name from a weight.
     pattern_gates = {STORED_DTYPE_CAST: "self-attribute-read"}
     facts = frozenset({"candidates", "layers", "fixes", "flows", "loaders"})
     fix_availability = FixAvailability.SOMETIMES

@@ -22,9 +22,8 @@ class Gate(Protocol):
 
 def gate(name: str, text: str, module: str, index: QuantizableLayerIndex) -> Gate:
     """The gate `name` of a rule's `pattern_gates`, for this file."""
-    if name == "self-attribute-read":  # storage/stored_reads.py
-        from dtype_lint.analysis.storage.layers import _PLAIN_DTYPE_ATTRIBUTES
-        from dtype_lint.analysis.storage.stored_reads import SelfReadGate
+    if name == "self-attribute-read":
+        from dtype_lint.analysis.storage.stored_reads import self_read_gate
 
-        return SelfReadGate(text, module, index, _PLAIN_DTYPE_ATTRIBUTES)
+        return self_read_gate(text, module, index)
     raise ValueError(f"no pattern gate named {name!r}")
