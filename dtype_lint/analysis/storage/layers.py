@@ -51,10 +51,11 @@ from dtype_lint.analysis.index.construction_forms import (
     spliced_local,
 )
 from dtype_lint.analysis.instance_patches import named_only
+from dtype_lint.analysis.storage.stored_reads import PLAIN_DTYPE_ATTRIBUTES, may_store_weight
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, NON_COMPUTE, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_format import ABSENT
-from dtype_lint.ecosystems.registry import model_dtype_attributes, optional, plugins
+from dtype_lint.ecosystems.registry import optional, plugins
 
 if TYPE_CHECKING:
     from dtype_lint.analysis.storage.storage_model import StorageModel
@@ -413,7 +414,7 @@ class LayerResolver:
             return None
         node = expr.func if isinstance(expr, ast.Call) else expr
         # A getter named for a dtype (`context_dtype`, `_dtype`): `dtype` itself is reported where it returns.
-        if not isinstance(node, ast.Attribute) or node.attr in _PLAIN_DTYPE_ATTRIBUTES or "dtype" not in node.attr:
+        if not isinstance(node, ast.Attribute) or node.attr in PLAIN_DTYPE_ATTRIBUTES or "dtype" not in node.attr:
             return None
         owner = self.resolve(node.value, scope)
         if not owner.qualname:
@@ -507,8 +508,6 @@ class LayerResolver:
         """stored_reads.may_store_weight: on vLLM 0.34.0 most casts to `self.<x>.dtype` name a
         layer class that stores no dtype; parsing each such class and its bases to find out was
         a tenth of a cold check."""
-        from dtype_lint.analysis.storage.stored_reads import may_store_weight
-
         return may_store_weight(self.index, mro, name)
 
     def _from_origin(self, origin: AttrOrigin, where: str, env: dict[str, str]) -> Instance:
@@ -984,7 +983,6 @@ def _short(qualname: str) -> str:
 
 # `dtype` is reported where it returns; the others are plain attributes in engine code (a layer's
 # compute dtype, as its ecosystem names it; a config's), not looked up as getters.
-_PLAIN_DTYPE_ATTRIBUTES = frozenset({"dtype", "torch_dtype", *model_dtype_attributes()})
 
 
 def _rooted_at_self(layer: ast.AST) -> bool:

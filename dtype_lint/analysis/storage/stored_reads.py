@@ -28,9 +28,14 @@ from typing import TYPE_CHECKING
 
 from dtype_lint.core.source import READ_ERRORS, read_file
 from dtype_lint.core.text_facts import weight_assigned_attributes
+from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 if TYPE_CHECKING:
     from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
+
+# Names a getter is not followed for (LayerResolver.dtype_getter): a getter named `dtype` is
+# reported where it returns (DTL001), and a model's dtype attributes are not getters of a weight.
+PLAIN_DTYPE_ATTRIBUTES = frozenset({"dtype", "torch_dtype", *model_dtype_attributes()})
 
 # Between tokens the text may hold white space or a backslash line continuation. Each pattern
 # starts with a literal (a line feed, a keyword), which re skips to: one starting with `\b` or
@@ -137,7 +142,7 @@ class SelfReadGate:
     """One file's answer to "can this cast to `self.<name>` be a site?" (`keeps`)."""
 
     def __init__(self, text: str, module: str, index: QuantizableLayerIndex, plain: frozenset[str]):
-        """`plain`: the names no getter is followed for (layers._PLAIN_DTYPE_ATTRIBUTES)."""
+        """`plain`: the names no getter is followed for (PLAIN_DTYPE_ATTRIBUTES)."""
         self.text = text
         self.index = index
         self.plain = plain
@@ -175,6 +180,4 @@ class SelfReadGate:
 
 def self_read_gate(text: str, module: str, index: QuantizableLayerIndex) -> SelfReadGate:
     """DTL001's gate of its casts to `self.<name>` (pattern_gates.py)."""
-    from dtype_lint.analysis.storage.layers import _PLAIN_DTYPE_ATTRIBUTES
-
-    return SelfReadGate(text, module, index, _PLAIN_DTYPE_ATTRIBUTES)
+    return SelfReadGate(text, module, index, PLAIN_DTYPE_ATTRIBUTES)
