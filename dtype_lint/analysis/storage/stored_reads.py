@@ -22,6 +22,7 @@ another object (`self.tower.dtype`: its class is known only from the parse).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from typing import TYPE_CHECKING
@@ -147,29 +148,39 @@ class SelfReadGate:
         self.index = index
         self.plain = plain
         self._names: dict[str, bool] = {}
-        code = "\n" + _normalised(text)  # every line, the first too, after a line feed
-        header = index.modules.get(module) if module else None
+        self.module = module
+
+    @functools.cached_property
+    def classes(self) -> list[str] | None:
+        """The qualified names of the file's classes, or None where `self` may stand for another
+        class. Found on the first cast to a bare `self.<name>` (most files with a gated match
+        hold only casts to `self.<attr>.<name>`, which it keeps unasked)."""
+        header = self.index.modules.get(self.module) if self.module else None
+        if header is None:
+            return None
+        code = "\n" + _normalised(self.text)  # every line, the first too, after a line feed
+        if _self_bound(code) or _MODULE_DEF_SELF.search(code):
+            return None
         # Every class statement of the file is in its header (`classes`, nested ones too, by
         # name): a method's class the index locates is one of them, with the bases recorded
         # there; one it does not locate has no facts to store a dtype in.
-        self.classes: list[str] | None = None
-        if header is not None and not _self_bound(code) and not _MODULE_DEF_SELF.search(code):
-            self.classes = [f"{module}.{name}" for name in header.classes]
+        return [f"{self.module}.{name}" for name in header.classes]
 
     def keeps(self, match: re.Match[str]) -> bool:
         """False only when the match is a cast to `self.<name>` (one attribute, the whole
         argument) and no class a method of this file belongs to can store `<name>` from a weight
         or (for a name not in `plain`) have a getter of it."""
-        if self.classes is None:
-            return True
         found = match.group(0)
         chain = found[found.index("self", found.index("(")) + 4:]
         if chain.count(".") != 1 or not _ENDS_ARGUMENT.match(self.text, match.end()):
             return True
+        classes = self.classes
+        if classes is None:
+            return True
         name = chain[1:]
         known = self._names.get(name)
         if known is None:
-            known = self._names[name] = any(self._class_keeps(cls, name) for cls in self.classes)
+            known = self._names[name] = any(self._class_keeps(cls, name) for cls in classes)
         return known
 
     def _class_keeps(self, qualname: str, name: str) -> bool:
