@@ -66,6 +66,14 @@ SCRIPTED = {
     + "\n\nclass Block(torch.nn.Module):\n    def __init__(self, layer):\n        super().__init__()\n"
       "        self.attn = Attn(layer)\n\n    def forward(self, x):\n        return self.attn(x)\n"
       "\n\ndef scripted(layer):\n    return torch.jit.script(Block(layer))\n",
+    # The same parent with bodies long enough for a reduced parse to blank them (core/regions.py):
+    # what carries compilation to `Attn` then lies in text naming no compiler.
+    "scripted-parent-long-bodies": ATTN.format(forward=FORWARD)
+    + "\n\nclass Block(torch.nn.Module):\n    def __init__(self, layer):\n        super().__init__()\n"
+      "        self.scale = 2\n        self.shift = 1\n        self.attn = Attn(layer)\n\n"
+      "    def forward(self, x):\n        y = x * self.scale\n        y = y + self.shift\n        y = y - self.shift\n"
+      "        return self.attn(y / self.scale)\n"
+      "\n\ndef scripted(layer):\n    return torch.jit.script(Block(layer))\n",
     # A `@torch.jit.ignore` method runs as Python, but on the scripted module, where the
     # helper's `layer.params_dtype` is an int (which `x.to` reads as a device).
     "jit-ignore-method": ATTN.format(forward="    def forward(self, x):\n        return self.cast(x)\n\n"

@@ -266,11 +266,16 @@ class CompiledCode:
 def compiled_reason(text: str, tree: ast.Module, fn: ast.FunctionDef | ast.AsyncFunctionDef, func: str,
                     memo: dict) -> str:
     """The no-fix reason for a site in function `fn` of the module `tree` (text `text`), or ""
-    when nothing compiles it. `memo` keeps the file's analysis between its sites."""
+    when nothing compiles it. `memo` keeps the file's analysis between its sites.
+
+    Read from the whole tree whenever the text names a compiler: what carries compilation to
+    the site may lie in bodies a reduced parse blanked without naming one (a scripted parent's
+    `__init__` building the site's module, its `forward` calling it: four lines each were enough
+    for `--fix` to call the site safe and break `torch.jit.script` of the parent)."""
     if not any(marker in text for marker in MARKERS):
         return ""
     code = memo.get(id(tree))
     if code is None:
-        code = memo[id(tree)] = CompiledCode(trees.whole_unless_absent(tree, MARKERS))
+        code = memo[id(tree)] = CompiledCode(trees.whole_of(tree))
     why = code.why(fn)
     return why.refusal(func) if why is not None else ""
