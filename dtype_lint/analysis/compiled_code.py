@@ -274,6 +274,8 @@ def compiled_reason(text: str, tree: ast.Module, fn: ast.FunctionDef | ast.Async
     for `--fix` to call the site safe and break `torch.jit.script` of the parent)."""
     if not any(marker in text for marker in MARKERS):
         return ""
+    if "triton.jit" in text and not any(marker in text.replace("triton.jit", "") for marker in MARKERS):
+        return ""  # Triton's kernels (`@triton.jit`, vLLM's attention files): no TorchScript, no fx
     code = memo.get(id(tree))
     if code is None:
         code = memo[id(tree)] = CompiledCode(trees.whole_of(tree))
