@@ -91,44 +91,39 @@ def may_store_weight(index: QuantizableLayerIndex, mro: list[str], name: str) ->
     weight_assigned_attributes): then `stored_dtype` finds nothing without parsing those classes
     (a class outside the tree has no facts to store it in). The headers the MRO was read from
     are recorded reads of the same files, so an answer kept across runs goes stale with them."""
-    for ancestor in mro:
-        location = index.class_location(ancestor)
-        if location is None:
-            continue
-        path = location[0].path
-
-        def names(path=path) -> frozenset[str] | None:
-            try:
-                return weight_assigned_attributes(read_file(path).text)
-            except READ_ERRORS:
-                return None
-        assigned = index.cached_facts(("weight-assigned attributes", path), names, census=True)
-        if assigned is None or name in assigned:
-            return True
-    return False
+    return _a_file_names(index, mro, name, "weight-assigned attributes", weight_assigned_attributes)
 
 
 def may_define_function(index: QuantizableLayerIndex, mro: list[str], name: str) -> bool:
     """Could a class of `mro` have a method `name` (a getter)? Not when no file of a class we
     have the code of holds `def name` (NFKC-normalised where the text is not ASCII)."""
+    return _a_file_names(index, mro, name, "defined function names", _defined_names)
+
+
+def _a_file_names(index: QuantizableLayerIndex, mro: list[str], name: str, fact: str, names_of) -> bool:
+    """Does `names_of(text)` of the file of some class of `mro` hold `name` (or is a file
+    unreadable)? Each file's names are kept for the run (`cached_facts`, census)."""
     for ancestor in mro:
         location = index.class_location(ancestor)
         if location is None:
             continue
         path = location[0].path
 
-        def defined(path=path) -> frozenset[str] | None:
+        def build(path=path) -> frozenset[str] | None:
             try:
-                text = read_file(path).text
+                return names_of(read_file(path).text)
             except READ_ERRORS:
                 return None
-            code = "\n" + _normalised(text)
-            return frozenset(m.group(1) for m in _DEF_NAME.finditer(code)
-                             if not (code[m.start() - 1].isalnum() or code[m.start() - 1] == "_"))
-        names = index.cached_facts(("defined function names", path), defined, census=True)
+        names = index.cached_facts((fact, path), build, census=True)
         if names is None or name in names:
             return True
     return False
+
+
+def _defined_names(text: str) -> frozenset[str]:
+    code = "\n" + _normalised(text)
+    return frozenset(m.group(1) for m in _DEF_NAME.finditer(code)
+                     if not (code[m.start() - 1].isalnum() or code[m.start() - 1] == "_"))
 
 
 _DEF_NAME = re.compile(rf"def{_GAP}+(\w+)")
