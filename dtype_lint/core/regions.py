@@ -94,6 +94,7 @@ class Reduced:
     kept_chars: int = 0
     removed: list[tuple[int, int]] = field(default_factory=list)  # offsets of the blanked bodies' text
     lazy: list = field(default_factory=list)  # ClassRegion of each class whose facts its own text gives
+    classes: list[tuple[int, int]] = field(default_factory=list)  # (class line, `pass` line) of each blanked class body
 
 
 def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_classes: bool = False) -> Reduced | None:
@@ -121,12 +122,32 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
     removed_spans: list[tuple[int, int]] = []
     # Searched from the end of each body, not found in it and passed over (defs in it are nested);
     # the word by `str.find`, which skips ahead faster than the regex engine's search for it.
+    classes: list[tuple[int, int]] = []
+    tried = -1  # the last lazy class whose whole body was tried
     while (pos := text.find("def", pos)) >= 0:
         found = _DEF.match(text, pos)
         if found is None:
             pos += 1
             continue
         pos = found.end()
+        while lazy_at < len(lazy) and lazy[lazy_at].end <= found.start():
+            lazy_at += 1
+        if lazy_at < len(lazy) and tried < lazy_at and lazy[lazy_at].body <= found.start():
+            # The first `def` of a class no rule reads: its whole body goes (methods, class
+            # attributes, short methods alike); its facts come from its own text.
+            tried = lazy_at
+            region = lazy[lazy_at]
+            if _balanced(text, region.body, region.end):
+                line += text.count("\n", line_off, region.body)
+                newlines = text.count("\n", region.body, region.end)
+                pieces.append(text[prev:region.body])
+                pieces.append(" pass" + "\n" * newlines)
+                removed += (region.end - region.body) - (5 + newlines)
+                removed_spans.append((region.body, region.end))
+                classes.append((region.class_line, line))
+                prev = pos = line_off = region.end
+                line += newlines
+                continue
         start = text.rfind("\n", 0, found.start()) + 1
         match = _DEF_LINE.match(text, start)
         if match is None or match.end() != found.start() + 4:
@@ -165,14 +186,14 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
         prev = code_end
         blanked.append((start_line, body_line, last_line))
         removed_spans.append((body_start, code_end))
-    if not blanked:
+    if not blanked and not classes:
         return None
     if lazy:  # each class with a blanked body in it (the bodies are in order: a bisection, not a scan)
         starts = [start for start, _ in removed_spans]
         lazy = [region for region in lazy
                 if (i := bisect_left(starts, region.start)) < len(starts) and starts[i] < region.end]
     pieces.append(text[prev:])
-    return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans, lazy)
+    return Reduced("".join(pieces), blanked, len(text) - removed, removed_spans, lazy, classes)
 
 
 def _class_fact(body: str, header: str, lines: int) -> bool:
@@ -245,6 +266,7 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
     """Is every blanked function in the reduced tree, with the one `pass` put there as its body?
     Marks those nodes (`BLANKED`) for `Defs`. False: the text was not cut where the parser would."""
     expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
+    classes = dict(reduced.classes)
     found = 0
     todo: list[Any] = list(tree.body)  # statements: each read as its kind says (mypy cannot tell from it)
     kinds = _CHECK_KINDS
@@ -265,6 +287,13 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
                 continue
             todo.extend(node.body)  # a blanked def is never nested in a kept one, but be sure
         elif kind is _CHECK_CLASS:
+            pass_line = classes.get(node.lineno)
+            if pass_line is not None:
+                body = node.body
+                if len(body) != 1 or not isinstance(body[0], ast.Pass) or body[0].lineno != pass_line:
+                    return False
+                found += 1
+                continue
             todo.extend(node.body)
         elif kind:  # a compound statement: the blocks its class has
             for name in kind:
@@ -273,7 +302,7 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
                         todo.extend(handler.body)
                 else:
                     todo.extend(getattr(node, name, None) or ())
-    return found == len(expected)
+    return found == len(expected) + len(classes)
 
 
 # A statement class -> what `check` reads of its instances: a def, a class, or the names of the
@@ -514,6 +543,7 @@ class ClassRegion:
     class_line: int
     start: int  # offsets in the file's text
     end: int
+    body: int = -1  # offset of its body's first line
 
     def snippet(self, text: str) -> str:
         """Its text below blank lines: parsed alone, its nodes have the whole file's lines."""
@@ -565,7 +595,7 @@ def class_regions(text: str) -> list[ClassRegion] | None:
         if header is None:
             return None
         end = _code_end(text, start, _body_end(text, header[0], 0))
-        regions.append(ClassRegion(m.group(1), first_line, line, first, end))
+        regions.append(ClassRegion(m.group(1), first_line, line, first, end, header[0]))
     return regions
 
 
