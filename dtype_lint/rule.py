@@ -439,6 +439,11 @@ class RuleFacts:
         nested functions start later than the functions holding them, and a decorator line
         before its `def` belongs to the enclosing scope."""
         line, end = node.lineno, getattr(node, "end_lineno", None) or node.lineno
+        for first, (region, last) in self._blanked_classes.items():
+            if first <= line <= last:  # a class the reduced parse blanked whole: its own functions say
+                inner = [c for c in self.blanked_class_functions(region)
+                         if c.fn.lineno <= line and end <= (c.fn.end_lineno or c.fn.lineno)]
+                return inner[-1].scope_name if inner else "<module>"
         # The last span (in start order) that holds the node is the last one starting at or before
         # its line, or one enclosing that one: walked up the nesting, not a test of every span
         # per node (quadratic in a file's functions).
@@ -449,6 +454,51 @@ class RuleFacts:
                 return spans[index][2]
             index = parents[index]
         return "<module>"
+
+    @cached_property
+    def _blanked_classes(self) -> dict:
+        """Class line -> (ClassRegion, last line) of each class the reduced parse blanked whole
+        (core/regions.py): its functions are not in the tree."""
+        from dtype_lint.core import trees
+
+        return getattr(self.tree, trees.BLANKED_CLASSES, {})
+
+    @cached_property
+    def _read_back(self) -> dict[int, list[Candidate]]:
+        return {}
+
+    def blanked_class_functions(self, region) -> list[Candidate]:
+        """The functions of a class blanked whole, from its own text parsed whole (once), as
+        `functions` gives them: its methods, what is nested in them, each one's exemption decided
+        as `_exempt` decides it (a name `exempt-functions` matches, a storage class's method, or
+        nested in an exempt function). For what reads a file's functions to find something in
+        them (the callers of a function: analysis/flow/callers.py), not for the rules' sites:
+        such a class holds no line a rule's pattern matches."""
+        from dtype_lint.core import trees
+
+        got = self._read_back.get(region.class_line)
+        if got is None:
+            path, text = self.source.path, self.source.text
+            cls = trees.parse_class(path, text, region, lambda: trees.parse(path, text), reduce=False)
+            module = ast.Module(body=[cls] if cls is not None else [], type_ignores=[])
+            got = [Candidate(fn, class_q, scope) for fn, class_q, scope in iter_functions(module, self.source.module)]
+            enclosing: list[Candidate] = []
+            for c in got:  # a function comes before those nested in it
+                while enclosing and not (enclosing[-1].fn.lineno < c.fn.lineno
+                                         <= (enclosing[-1].fn.end_lineno or enclosing[-1].fn.lineno)):
+                    enclosing.pop()
+                c.exempt = any(fnmatch.fnmatch(c.fn.name, p) for p in self.config.exempt_functions) or \
+                    bool(c.class_qualname and self._storage(c.class_qualname)) or \
+                    bool(enclosing and enclosing[-1].exempt)
+                enclosing.append(c)
+            self._read_back[region.class_line] = got
+        return got
+
+    def _blanked_callers(self, callee: re.Pattern) -> list[Candidate]:
+        """The functions of the classes blanked whole whose text `callee` matches."""
+        text = self.source.text
+        return [c for region, _ in self._blanked_classes.values() if callee.search(text, region.body, region.end)
+                for c in self.blanked_class_functions(region)]
 
     @cached_property
     def _function_starts(self) -> list[int]:
@@ -488,7 +538,7 @@ class RuleFacts:
     def generic_holders(self):
         from dtype_lint.analysis.flow.callers import GenericHolders
 
-        return GenericHolders(self.functions, (self.source.path, self.source.text))
+        return GenericHolders(self.functions, (self.source.path, self.source.text), self._blanked_callers)
 
     @cached_property
     def guards(self):

@@ -94,7 +94,8 @@ class Reduced:
     kept_chars: int = 0
     removed: list[tuple[int, int]] = field(default_factory=list)  # offsets of the blanked bodies' text
     lazy: list = field(default_factory=list)  # ClassRegion of each class whose facts its own text gives
-    classes: list[tuple[int, int]] = field(default_factory=list)  # (class line, `pass` line) of each blanked class body
+    # (class line, `pass` line, last body line) of each class whose whole body was blanked
+    classes: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_classes: bool = False) -> Reduced | None:
@@ -122,7 +123,7 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
     removed_spans: list[tuple[int, int]] = []
     # Searched from the end of each body, not found in it and passed over (defs in it are nested);
     # the word by `str.find`, which skips ahead faster than the regex engine's search for it.
-    classes: list[tuple[int, int]] = []
+    classes: list[tuple[int, int, int]] = []
     tried = -1  # the last lazy class whose whole body was tried
     while (pos := text.find("def", pos)) >= 0:
         found = _DEF.match(text, pos)
@@ -144,7 +145,7 @@ def reduce(text: str, keep_lines: list[tuple[int, int]] | None = None, lazy_clas
                 pieces.append(" pass" + "\n" * newlines)
                 removed += (region.end - region.body) - (5 + newlines)
                 removed_spans.append((region.body, region.end))
-                classes.append((region.class_line, line))
+                classes.append((region.class_line, line, line + newlines - (text[region.end - 1] == "\n")))
                 prev = pos = line_off = region.end
                 line += newlines
                 continue
@@ -266,7 +267,7 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
     """Is every blanked function in the reduced tree, with the one `pass` put there as its body?
     Marks those nodes (`BLANKED`) for `Defs`. False: the text was not cut where the parser would."""
     expected = {first: (pass_line, last) for first, pass_line, last in reduced.blanked}
-    classes = dict(reduced.classes)
+    classes = {line: pass_line for line, pass_line, _ in reduced.classes}
     found = 0
     todo: list[Any] = list(tree.body)  # statements: each read as its kind says (mypy cannot tell from it)
     kinds = _CHECK_KINDS
@@ -287,10 +288,10 @@ def check(tree: ast.Module, reduced: Reduced) -> bool:
                 continue
             todo.extend(node.body)  # a blanked def is never nested in a kept one, but be sure
         elif kind is _CHECK_CLASS:
-            pass_line = classes.get(node.lineno)
-            if pass_line is not None:
+            class_pass = classes.get(node.lineno)
+            if class_pass is not None:
                 body = node.body
-                if len(body) != 1 or not isinstance(body[0], ast.Pass) or body[0].lineno != pass_line:
+                if len(body) != 1 or not isinstance(body[0], ast.Pass) or body[0].lineno != class_pass:
                     return False
                 found += 1
                 continue

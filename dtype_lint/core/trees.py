@@ -38,6 +38,9 @@ WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its k
 SOURCE = "_dtype_lint_source"
 REMOVED = "_dtype_lint_removed"  # ... and the offsets of the text its blanked bodies held
 LAZY = "_dtype_lint_lazy"  # ... and class line -> ClassRegion of the classes read from their own text
+# ... and class line -> (ClassRegion, last line) of the classes whose whole body was blanked: the
+# functions they hold are not in the tree (RuleFacts.blanked_class_functions reads them back)
+BLANKED_CLASSES = "_dtype_lint_blanked_classes"
 
 _kept: "OrderedDict[str, tuple[str, ast.Module, object, int]]" = OrderedDict()  # text, tree, kind, size
 _chars = 0
@@ -78,7 +81,10 @@ def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = No
             setattr(tree, SOURCE, (path, text))
             setattr(tree, REMOVED, reduced.removed)
             if reduced.lazy:
-                setattr(tree, LAZY, {region.class_line: region for region in reduced.lazy})
+                lazy = {region.class_line: region for region in reduced.lazy}
+                setattr(tree, LAZY, lazy)
+                if reduced.classes:
+                    setattr(tree, BLANKED_CLASSES, {line: (lazy[line], last) for line, _, last in reduced.classes})
             return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars)
     return parse(path, text)
 

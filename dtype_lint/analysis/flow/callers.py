@@ -17,7 +17,7 @@ import ast
 import dataclasses
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dtype_lint.analysis.analysed_function import AnalysedFunction
 from dtype_lint.analysis.index.class_facts import annotation_name
@@ -73,9 +73,13 @@ class GenericHolders:
     whose body a reduced parse blanked (core/regions.py): it holds no site line, so its calls
     are not in the tree, and only the callers of a function asked about are read back."""
 
-    def __init__(self, functions: Sequence[AnalysedFunction], source: tuple[str, str] | None = None):
+    def __init__(self, functions: Sequence[AnalysedFunction], source: tuple[str, str] | None = None,
+                 blanked_classes: Callable[[re.Pattern], Sequence[AnalysedFunction]] | None = None):
+        """`blanked_classes(callee)`: the functions, read back whole, of the classes a reduced
+        parse blanked whole whose text `callee` matches (rule.RuleFacts.blanked_class_functions)."""
         self._functions = functions
         self._source = source
+        self._blanked_classes = blanked_classes
         self._blanked: dict[str, list[tuple[ast.Call, AnalysedFunction]]] = {}
 
     @functools.cached_property
@@ -113,6 +117,8 @@ class GenericHolders:
                 continue
             whole = trees.whole_function(path, text, function.fn)
             caller = dataclasses.replace(function, fn=whole)  # type: ignore[type-var]
+            out += [(node, caller) for node in caller.walk.of(ast.Call) if _key(node, caller) == key]
+        for caller in self._blanked_classes(callee) if self._blanked_classes is not None else ():
             out += [(node, caller) for node in caller.walk.of(ast.Call) if _key(node, caller) == key]
         return out
 
