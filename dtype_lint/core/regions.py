@@ -18,7 +18,15 @@ What is kept whole:
   of one of its other parameters, or a short body that may be a getter (one `return` after an
   optional docstring). A `def` at column 0 is not a method: only the site lines keep it.
 - with `lazy_classes` (analysed files), none of that in a top-level class without a site line:
-  its facts are then read from the class's own text when an analysis asks for them.
+  its whole body is blanked (one `pass` and blank lines, from its first body line to its last;
+  `Reduced.classes`, checked like a blanked function), its facts are read from the class's own
+  text when an analysis asks for them, and what reads a file's functions from the tree reads
+  such a class back where it must (rule.RuleFacts.blanked_class_functions: the callers of a
+  function, a finding's scope; what a file compiles is read from its whole tree). On vLLM 0.34.0
+  this was a tenth of the parsed text (signatures, short methods, class attributes): 1.3 G of a
+  cold check's 18.6 G; on Transformers 5.25.0 4.4 G of 29.5 G. A class whose body cannot be cut
+  (unbalanced brackets or triple quotes, a backslash continuation) has its methods blanked one by
+  one instead.
 
 Functions are found by text (a `def` line, its header up to the `:` that ends it, the body up to
 the next code line indented no deeper), so a body is blanked only when that is certain: its

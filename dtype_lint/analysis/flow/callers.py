@@ -8,7 +8,8 @@ the same attributes of the argument: `self.indexer.weights_proj`), so the rules 
 the layer where it is built and report the read with the call as evidence. One step: a
 caller's own generically typed parameter is not followed further, and callers in other files
 are not seen (docs/quantizability.md#known-limits). A caller whose body a reduced parse blanked
-(it holds no site line) is read back whole, only when its text names the callee.
+(it holds no site line), or whose class it blanked whole, is read back whole, only when its text
+names the callee.
 """
 
 from __future__ import annotations
