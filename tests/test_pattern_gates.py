@@ -39,11 +39,11 @@ class Tower(torch.nn.Module):
 """
 
 FILES = {
-    "proj/__init__.py": "",
-    "proj/tower.py": HOLDER,
+    "gatedproj/__init__.py": "",
+    "gatedproj/tower.py": HOLDER,
     # a subclass in another module: the holder is in its MRO
-    "proj/sub.py": """\
-        from proj.tower import Tower
+    "gatedproj/sub.py": """\
+        from gatedproj.tower import Tower
 
 
         class SubTower(Tower):
@@ -55,7 +55,7 @@ FILES = {
                 return pixels.to(self.head_dtype)
         """,
     # a class that stores no dtype: the only reason to parse this file is dropped
-    "proj/plain.py": """\
+    "gatedproj/plain.py": """\
         import torch
 
 
@@ -68,7 +68,7 @@ FILES = {
                 return x.to(self.dtype)
         """,
     # a nested holder class, and a plain class beside it in the same file
-    "proj/nested.py": """\
+    "gatedproj/nested.py": """\
         import torch
         from vllm.model_executor.layers.linear import ColumnParallelLinear
 
@@ -89,16 +89,16 @@ FILES = {
                 return x.to(self.dtype)
         """,
     # `self` given a class by an annotation, outside any class
-    "proj/annotated.py": """\
-        from proj.tower import Tower
+    "gatedproj/annotated.py": """\
+        from gatedproj.tower import Tower
 
 
         def embed(self: Tower, pixels):
             return pixels.to(self.dtype)
         """,
     # `self` given a class by an assignment
-    "proj/assigned.py": """\
-        from proj.tower import Tower
+    "gatedproj/assigned.py": """\
+        from gatedproj.tower import Tower
 
 
         def embed(pixels, hidden):
@@ -106,8 +106,8 @@ FILES = {
             return pixels.to(self.dtype)
         """,
     # a module-level function patched onto the holder: its `self` is a Tower
-    "proj/patched.py": """\
-        from proj.tower import Tower
+    "gatedproj/patched.py": """\
+        from gatedproj.tower import Tower
 
 
         def embed(self, pixels):
@@ -117,7 +117,7 @@ FILES = {
         Tower.embed = embed
         """,
     # names no class of the file stores or gets
-    "proj/getters.py": """\
+    "gatedproj/getters.py": """\
         import torch
 
 
@@ -127,7 +127,7 @@ FILES = {
                 return x.to(self.head_dtype).to(self.acc_dtype)
         """,
     # a getter of that name defined here: kept for the parse, which finds it returns no weight dtype
-    "proj/own_getter.py": """\
+    "gatedproj/own_getter.py": """\
         import torch
 
 
@@ -144,7 +144,7 @@ FILES = {
 
 
 def _run(root: Path) -> list[tuple]:
-    config = make_config({"helper": "proj.dtypes:get_layer_input_dtype"}, root=root)
+    config = make_config({"helper": "gatedproj.dtypes:get_layer_input_dtype"}, root=root)
     result = check_paths([str(root)], config, jobs=1, use_cache=False)
     return sorted((Path(f.path).relative_to(root).as_posix(), f.span.line, f.code, f.message, f.evidence)
                   for f in result.findings)
@@ -161,9 +161,9 @@ def test_gates_change_no_finding(project: Path, monkeypatch: pytest.MonkeyPatch)
     assert _run(project) == gated
     # not a vacuous comparison: the kept shapes are found, the dropped one is not
     found = {(path, line) for path, line, *_ in gated}
-    assert {("proj/sub.py", 6), ("proj/sub.py", 10), ("proj/nested.py", 13), ("proj/annotated.py", 5),
-            ("proj/assigned.py", 6), ("proj/patched.py", 5)} <= found
-    assert not {path for path, *_ in gated} & {"proj/plain.py", "proj/getters.py", "proj/own_getter.py"}
+    assert {("gatedproj/sub.py", 6), ("gatedproj/sub.py", 10), ("gatedproj/nested.py", 13), ("gatedproj/annotated.py", 5),
+            ("gatedproj/assigned.py", 6), ("gatedproj/patched.py", 5)} <= found
+    assert not {path for path, *_ in gated} & {"gatedproj/plain.py", "gatedproj/getters.py", "gatedproj/own_getter.py"}
 
 
 def test_a_file_whose_casts_no_class_can_hold_is_not_parsed(project: Path) -> None:
