@@ -10,11 +10,14 @@ it drops (a class that stores no such name)."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_project import write_tree
 
 from dtype_lint.analysis.storage.stored_reads import _self_bound
@@ -224,3 +227,40 @@ def test_a_pattern_another_rule_reads_ungated_keeps_every_match() -> None:
         assert still == active and spans is None
     with pytest.raises(ValueError, match="no pattern gate named"):
         _gated([gated], text, ({}, {}), None, "m", False)  # type: ignore[arg-type]
+
+
+# Statements that bind `self` (or look as if they might), and ones that only use it, each in a
+# form the tokenizer accepts: blanks, line continuations and brackets across lines.
+_BINDS = ["self = make()", "self: Holder = make()", "self: Holder", "a = self = make()", "y = (self := make())",
+          "if c: self = make()", "x = 1; self = make()", "def f(a, self: Holder): pass", "def f(*, self: Holder): pass",
+          "def f(\n    a,\n    self: Holder,\n): pass", "self \\\n    = make()", "def f(a,\\\n   self: Holder): pass"]
+_USES = ["x = self.dtype", "obj.self = 1", "obj. self = 1", "f(a, self=self)", "if a == self: pass",
+         "for a in self: pass", "lambda self: 1", "myself = 1", "return_self = self", "y = [self, a]",
+         "d = {'self': 1}", "z = self if c else a", "def f(self, x): return self"]
+
+
+def _class_giving_binding(tree: ast.Module) -> bool:
+    """Does the code bind the name `self` where FunctionScope would take a class from it: an
+    assignment, an annotated assignment or a walrus to the bare name, or a parameter's annotation?"""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "self" for t in node.targets):
+            return True
+        if isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name) \
+                and node.target.id == "self":
+            return True
+        if isinstance(node, ast.arg) and node.arg == "self" and node.annotation is not None:
+            return True
+    return False
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_BINDS + _USES), min_size=1, max_size=5))
+def test_every_binding_the_resolver_follows_is_seen(statements: list[str]) -> None:
+    """The gate keeps every cast where a statement gives `self` a class (a superset: a keyword
+    argument or a dict key may read as one, which only keeps more)."""
+    code = "\n".join(statements) + "\n"
+    tree = ast.parse(code)
+    if _class_giving_binding(tree):
+        assert _self_bound("\n" + code)
+    if not any(s in _BINDS for s in statements):
+        assert not _class_giving_binding(tree)
