@@ -245,6 +245,33 @@ def weight_assigned_attributes(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def may_weight_assign(text: str, name: str) -> bool:
+    """Is `name` in `weight_assigned_attributes(text)`, or may it be? True for every such name:
+    each `.name` assignment the regex would match is tried, where `name` stands as a whole word
+    after a `.` and blanks, including those the full scan passes over inside another match (a
+    `.name =` inside an annotation). A search for the one name asked about: the full scan tries
+    the pattern at every `.` of the text (a census asks one or two names of a file)."""
+    if not any(word in text for word in _WEIGHT_WORDS):
+        return False
+    match_at = _ATTRIBUTE_ASSIGNED.match
+    at = text.find(name)
+    while at >= 0:
+        end = at + len(name)
+        dot = at - 1
+        while dot >= 0 and text[dot] in " \t":
+            dot -= 1
+        if dot >= 0 and text[dot] == "." and (end == len(text) or not _word_char(text[end])):
+            found = match_at(text, dot)
+            if found is not None and found.group(1) == name and _statement_names_weight(text, found.end()):
+                return True
+        at = text.find(name, end)
+    return False
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def _statement_names_weight(text: str, start: int) -> bool:
     """Does the statement whose value starts at `start` name a weight word, up to the line where
     its brackets close? A line this cannot follow (a string with a quote or backslash in it, a

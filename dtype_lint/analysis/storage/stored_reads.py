@@ -28,7 +28,7 @@ import unicodedata
 from typing import TYPE_CHECKING
 
 from dtype_lint.core.source import READ_ERRORS, read_file
-from dtype_lint.core.text_facts import weight_assigned_attributes
+from dtype_lint.core.text_facts import may_weight_assign
 from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 if TYPE_CHECKING:
@@ -88,42 +88,43 @@ def _word(char: str) -> bool:
 def may_store_weight(index: QuantizableLayerIndex, mro: list[str], name: str) -> bool:
     """Could a class of `mro` store `name` from a weight? Not when the file of every class we
     have the code of assigns no such attribute a value naming a weight (text_facts.
-    weight_assigned_attributes): then `stored_dtype` finds nothing without parsing those classes
-    (a class outside the tree has no facts to store it in). The headers the MRO was read from
-    are recorded reads of the same files, so an answer kept across runs goes stale with them."""
-    return _a_file_names(index, mro, name, "weight-assigned attributes", weight_assigned_attributes)
+    may_weight_assign, a superset of weight_assigned_attributes): then `stored_dtype` finds
+    nothing without parsing those classes (a class outside the tree has no facts to store it
+    in). The headers the MRO was read from are recorded reads of the same files, so an answer
+    kept across runs goes stale with them."""
+    return _a_file_holds(index, mro, name, "weight-assigned attribute", may_weight_assign)
 
 
 def may_define_function(index: QuantizableLayerIndex, mro: list[str], name: str) -> bool:
     """Could a class of `mro` have a method `name` (a getter)? Not when no file of a class we
     have the code of holds `def name` (NFKC-normalised where the text is not ASCII)."""
-    return _a_file_names(index, mro, name, "defined function names", _defined_names)
+    return _a_file_holds(index, mro, name, "defined function", _defines)
 
 
-def _a_file_names(index: QuantizableLayerIndex, mro: list[str], name: str, fact: str, names_of) -> bool:
-    """Does `names_of(text)` of the file of some class of `mro` hold `name` (or is a file
-    unreadable)? Each file's names are kept for the run (`cached_facts`, census)."""
+def _a_file_holds(index: QuantizableLayerIndex, mro: list[str], name: str, fact: str, holds) -> bool:
+    """Does `holds(text, name)` of the file of some class of `mro` (or is a file unreadable)?
+    Each file's answer for each name is kept for the run (`cached_facts`, census)."""
     for ancestor in mro:
         location = index.class_location(ancestor)
         if location is None:
             continue
         path = location[0].path
 
-        def build(path=path) -> frozenset[str] | None:
+        def build(path=path) -> bool | None:
             try:
-                return names_of(read_file(path).text)
+                return holds(read_file(path).text, name)
             except READ_ERRORS:
                 return None
-        names = index.cached_facts((fact, path), build, census=True)
-        if names is None or name in names:
+        held = index.cached_facts((fact, path, name), build, census=True)
+        if held is None or held:
             return True
     return False
 
 
-def _defined_names(text: str) -> frozenset[str]:
+def _defines(text: str, name: str) -> bool:
     code = "\n" + _normalised(text)
-    return frozenset(m.group(1) for m in _DEF_NAME.finditer(code)
-                     if not (code[m.start() - 1].isalnum() or code[m.start() - 1] == "_"))
+    return any(m.group(1) == name for m in _DEF_NAME.finditer(code)
+               if not (code[m.start() - 1].isalnum() or code[m.start() - 1] == "_"))
 
 
 _DEF_NAME = re.compile(rf"def{_GAP}+(\w+)")
