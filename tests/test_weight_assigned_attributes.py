@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dtype_lint.core.text_facts import weight_assigned_attributes
+from dtype_lint.core.text_facts import may_weight_assign, weight_assigned_attributes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,6 +93,37 @@ NAMES = st.sampled_from(["dtype", "w", "proj_dtype", "scale"])
 def test_every_name_the_parse_finds_is_in_the_set(statements):
     text = "".join(template.format(n=name, v=value) for template, name, value in statements)
     assert assigned_from_weight(text) <= weight_assigned_attributes(text), text
+
+
+PREFIXES = st.sampled_from(["", "x = 1\n", "def f(a: torch.dtype = w.dtype) -> None: ...\n", "self. dtype = layer.weight\n",
+                            "a.b: c.dtype = layer.weight\n", "self.dtypes = layer.weight\n", "self.my_dtype = 1\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(PREFIXES, st.lists(st.tuples(STATEMENTS, NAMES, VALUES), min_size=1, max_size=6), NAMES)
+def test_the_one_name_search_answers_for_every_name_of_the_set(prefix, statements, asked):
+    """may_weight_assign(text, name) holds for every name of weight_assigned_attributes(text)
+    (the storage model and the gate ask it instead; it may hold for more names, never fewer)."""
+    text = prefix + "".join(template.format(n=name, v=value) for template, name, value in statements)
+    names = weight_assigned_attributes(text)
+    for name in {*names, asked, "dtype"}:
+        if name in names:
+            assert may_weight_assign(text, name), (text, name)
+
+
+def test_the_one_name_search_on_real_code(vllm_0271: Path):
+    """Every name the full scan gives, in every file of vLLM 0.27.1 and this repository, and a
+    few names it does not: the one-name search gives the same answers there (no name more)."""
+    files = [*REPO.joinpath("dtype_lint").rglob("*.py"), *REPO.joinpath("fixtures").rglob("*.py"),
+             *vllm_0271.rglob("*.py")]
+    asked = 0
+    for path in sorted(files):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        names = weight_assigned_attributes(text)
+        for name in {*names, "dtype", "weight", "w", "head_dtype"}:
+            assert may_weight_assign(text, name) == (name in names), (path, name)
+            asked += 1
+    assert asked > 5000
 
 
 def test_on_real_code(vllm_0271: Path):
