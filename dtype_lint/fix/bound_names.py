@@ -42,8 +42,22 @@ def identifiers(node: ast.AST) -> set[str]:
 
 
 def bindings(node: ast.AST) -> Counter:
-    """How many times each name is bound in `node` and the code inside it (reads not counted)."""
-    return Counter(name for n in ast.walk(node) for name in _names_of(n, loads=False))
+    """How many times each name is bound in `node` and the code inside it (reads not counted).
+    Only the node kinds `_names_of` can name something for are asked (a generator per node of a
+    whole fixed module was a tenth of `--fix`'s fixing on vLLM 0.27.1)."""
+    from dtype_lint.analysis.function_walk import all_nodes  # a count: ast.walk's order not needed
+
+    binding = _BINDING_KINDS
+    return Counter(name for n in all_nodes(node) if type(n) in binding for name in _names_of(n, loads=False))
+
+
+# The node classes `_names_of` can yield a name for: a name, a parameter, a definition, an import
+# alias, `global`/`nonlocal`, and every class with a `name` or `rest` field (an exception handler,
+# match captures, type parameters). Others yield nothing.
+_BINDING_KINDS = frozenset(
+    {ast.Name, ast.arg, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.alias, ast.Global, ast.Nonlocal}
+    | {cls for cls in vars(ast).values() if isinstance(cls, type) and issubclass(cls, ast.AST)
+       and ("name" in cls._fields or "rest" in cls._fields)})
 
 
 def module_names(tree: ast.AST) -> tuple[Counter, set[str], bool]:
