@@ -328,9 +328,7 @@ class RuleFacts:
         known = self._exemptions.get(id(c.fn))
         if known is not None:
             return known
-        exempt = any(fnmatch.fnmatch(c.fn.name, p) for p in self.config.exempt_functions) or \
-            bool(c.class_qualname and self._storage(c.class_qualname)) or \
-            (c.class_qualname is None and c.scope_name == c.fn.name and self.layers.storage_function(c.fn) is not None)
+        exempt = self._exempt_itself(c)
         if not exempt:
             # The nearest enclosing function decides for all of them (its own answer takes in
             # those enclosing it); scanning every earlier function was quadratic in a file's.
@@ -338,6 +336,13 @@ class RuleFacts:
             exempt = outer is not None and self._exempt(self._all_functions, self._function_index[id(outer)])
         c.exempt = self._exemptions[id(c.fn)] = exempt
         return exempt
+
+    def _exempt_itself(self, c: Candidate) -> bool:
+        """Exempt for what it is, not for what encloses it: named by `exempt-functions`, a method
+        of storage code, or a storage function (`LayerResolver.storage_function`)."""
+        return any(fnmatch.fnmatch(c.fn.name, p) for p in self.config.exempt_functions) or \
+            bool(c.class_qualname and self._storage(c.class_qualname)) or \
+            (c.class_qualname is None and c.scope_name == c.fn.name and self.layers.storage_function(c.fn) is not None)
 
     @cached_property
     def _enclosing(self) -> dict[int, ast.AST]:
@@ -470,10 +475,10 @@ class RuleFacts:
     def blanked_class_functions(self, region) -> list[Candidate]:
         """The functions of a class blanked whole, from its own text parsed whole (once), as
         `functions` gives them: its methods, what is nested in them, each one's exemption decided
-        as `_exempt` decides it (a name `exempt-functions` matches, a storage class's method, or
-        nested in an exempt function). For what reads a file's functions to find something in
-        them (the callers of a function: analysis/flow/callers.py), not for the rules' sites:
-        such a class holds no line a rule's pattern matches."""
+        as `_exempt` decides it (`_exempt_itself`, or nested in an exempt function). For what
+        reads a file's functions to find something in them (the callers of a function:
+        analysis/flow/callers.py), not for the rules' sites: such a class holds no line a rule's
+        pattern matches."""
         from dtype_lint.core import trees
 
         got = self._read_back.get(region.class_line)
@@ -487,9 +492,7 @@ class RuleFacts:
                 while enclosing and not (enclosing[-1].fn.lineno < c.fn.lineno
                                          <= (enclosing[-1].fn.end_lineno or enclosing[-1].fn.lineno)):
                     enclosing.pop()
-                c.exempt = any(fnmatch.fnmatch(c.fn.name, p) for p in self.config.exempt_functions) or \
-                    bool(c.class_qualname and self._storage(c.class_qualname)) or \
-                    bool(enclosing and enclosing[-1].exempt)
+                c.exempt = self._exempt_itself(c) or bool(enclosing and enclosing[-1].exempt)
                 enclosing.append(c)
             self._read_back[region.class_line] = got
         return got

@@ -260,7 +260,7 @@ def may_weight_assign(text: str, name: str) -> bool:
         dot = at - 1
         while dot >= 0 and text[dot] in " \t":
             dot -= 1
-        if dot >= 0 and text[dot] == "." and (end == len(text) or not _word_char(text[end])):
+        if dot >= 0 and text[dot] == "." and (end == len(text) or not word_char(text[end])):
             found = match_at(text, dot)
             if found is not None and found.group(1) == name and _statement_names_weight(text, found.end()):
                 return True
@@ -268,7 +268,8 @@ def may_weight_assign(text: str, name: str) -> bool:
     return False
 
 
-def _word_char(char: str) -> bool:
+def word_char(char: str) -> bool:
+    """Is `char` one `\\w` matches in a str pattern (sre's test: alphanumeric, or `_`)?"""
     return char.isalnum() or char == "_"
 
 

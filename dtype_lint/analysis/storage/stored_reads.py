@@ -28,7 +28,7 @@ import unicodedata
 from typing import TYPE_CHECKING
 
 from dtype_lint.core.source import READ_ERRORS, read_file
-from dtype_lint.core.text_facts import may_weight_assign
+from dtype_lint.core.text_facts import may_weight_assign, word_char
 from dtype_lint.ecosystems.registry import model_dtype_attributes
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _self_bound(code: str) -> bool:
     method's own `self` is its class whatever binds it; this is about every other function.)"""
     for match in _SELF_BOUND.finditer(code):
         at = match.start() - 1
-        if _word(code[at]):
+        if word_char(code[at]):
             continue  # a longer name (`myself =`)
         if match.group(0)[-1] == ":" and code.startswith("=", match.end()):
             return True  # `(self := ...)`
@@ -79,10 +79,6 @@ def _self_bound(code: str) -> bool:
 
 
 _BLANK = frozenset(" \t\n\r\f\\")
-
-
-def _word(char: str) -> bool:
-    return char.isalnum() or char == "_"
 
 
 def may_store_weight(index: QuantizableLayerIndex, mro: list[str], name: str) -> bool:
@@ -124,7 +120,7 @@ def _a_file_holds(index: QuantizableLayerIndex, mro: list[str], name: str, fact:
 def _defines(text: str, name: str) -> bool:
     code = "\n" + _normalised(text)
     return any(m.group(1) == name for m in _DEF_NAME.finditer(code)
-               if not (code[m.start() - 1].isalnum() or code[m.start() - 1] == "_"))
+               if not word_char(code[m.start() - 1]))
 
 
 _DEF_NAME = re.compile(rf"def{_GAP}+(\w+)")
