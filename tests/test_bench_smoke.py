@@ -313,3 +313,18 @@ def test_markdown_lists_the_instruction_counts(tmp_path: Path):
     text = bench.markdown(doc)
     assert "| 1x | cold | 24.13 G | 2.27 |" in text and "| 1x | ruff | 10.61 G | 1.00 |" in text
     assert "Instructions" not in bench.markdown(dict(doc, instructions=None))
+
+
+def test_rss_targets_show_the_tenths_that_decide_them(tmp_path: Path):
+    """Judged unrounded, 41.9 MiB against ruff's 41.8 is a miss; shown rounded it read "42 | 42 | no"."""
+    bench = _bench_module()
+    ruff = bench.Row("ruff-cold", "ruff", ["r"], tmp_path)
+    cold = bench.Row("dtype-lint-cold", "cold", ["c"], tmp_path)
+    ruff.samples.append(bench.Sample(1.0, 1.0, 41.79, 0, "", ""))
+    cold.samples.append(bench.Sample(1.0, 1.0, 41.91, 0, "", ""))
+    figures = [cold.figures(None, ruff), ruff.figures(None, ruff)]
+    targets = [t for t in bench.judge(figures) if "RSS" in t["target"]]
+    assert [(t["row"], t["met"]) for t in targets] == [("dtype-lint-cold", False)]
+    doc = {"source": "t", "date": "d", "repeat": 1, "floor": "f", "ruff": "r", "rows": figures, "targets": targets,
+           "machine": {"host": "h", "cpus": 2, "python": "3", "platform": "p", "load_start": 0.0, "load_end": 0.0}}
+    assert "| `dtype-lint-cold` | 41.9 MiB | 41.8 MiB | **no** |" in bench.markdown(doc)
