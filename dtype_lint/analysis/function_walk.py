@@ -164,7 +164,28 @@ class FunctionWalk:
 def own_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     """`list(class_facts.walk_function(fn))`, in its order (the loop of `FunctionWalk.__init__`
     without the events): `ast.iter_child_nodes`' generators were most of a walk's cost."""
-    return _depth_first(list(fn.body), _OTHER_SCOPES)
+    return _depth_first(list(fn.body), _OTHER_SCOPES, _block_definitions(fn.body))
+
+
+def _block_definitions(body: list[ast.stmt]) -> frozenset[int]:
+    """id() of each `def` and `class` that is a statement of a block of `body` (under an `if`,
+    `for`, `with`, `try`, `match`... of it, at any depth of such blocks, not inside another
+    `def` or `class`): a function's walk enters them as it enters one that is a statement of its
+    body. A closure defined under `if flag:` reads the function's locals as one defined beside
+    them does, and its casts were met by no walk that knew them."""
+    found: list[int] = []
+    kinds = _STATEMENT_KINDS
+    todo = [node for node in body if (kinds.get(type(node)) or _statement_kind(node)) is _BLOCKS]
+    while todo:
+        node = todo.pop()
+        for block in _blocks(node):
+            for stmt in block:
+                kind = kinds.get(type(stmt)) or _statement_kind(stmt)
+                if kind is _BLOCKS:
+                    todo.append(stmt)
+                elif kind is not _OTHER:  # a def or a class
+                    found.append(id(stmt))
+    return frozenset(found)
 
 
 def all_nodes(root: ast.AST) -> list[ast.AST]:
@@ -180,9 +201,10 @@ def all_nodes(root: ast.AST) -> list[ast.AST]:
 _ENTERED: dict[tuple[type, ...], dict[type, bool]] = {}
 
 
-def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
-    """Every node reachable from `todo` (popped last first), not entering nodes of `skip`'s kinds.
-    One inlined loop: a call or a generator per node would cost more than the walk itself."""
+def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], also: frozenset[int] = frozenset()) -> list[ast.AST]:
+    """Every node reachable from `todo` (popped last first), not entering nodes of `skip`'s kinds
+    unless their id() is in `also`. One inlined loop: a call or a generator per node would cost
+    more than the walk itself."""
     nodes: list[ast.AST] = []
     entered = _ENTERED.get(skip)
     if entered is None:
@@ -204,7 +226,7 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...]) -> list[ast.AST]:
                     enter = enters(type(item))
                     if enter is None:
                         enter = entered[type(item)] = isinstance(item, ast_type) and not isinstance(item, skip)
-                    if enter:
+                    if enter or (also and id(item) in also):
                         push(item)
             else:
                 enter = enters(type(value))
@@ -328,11 +350,16 @@ def _visit(body: list[ast.stmt], class_q: str | None, prefix: str, module: str, 
             function_qual = f"{qual}.{node.name}" if qual else node.name
             yield from _visit(node.body, None, q, module, lines, f"{function_qual}.<locals>")
         else:  # _BLOCKS: if/for/while/with/try/match
-            blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
-            blocks += [h.body for h in getattr(node, "handlers", None) or []]
-            blocks += [c.body for c in getattr(node, "cases", None) or []]
-            for block in blocks:
+            for block in _blocks(node):
                 yield from _visit(block, class_q, prefix, module, lines, qual)
+
+
+def _blocks(node: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement blocks of a compound statement (if/for/while/with/try/match)."""
+    blocks = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")]
+    blocks += [h.body for h in getattr(node, "handlers", None) or []]
+    blocks += [c.body for c in getattr(node, "cases", None) or []]
+    return blocks
 
 
 def patched_methods(tree: ast.Module) -> dict[str, str]:

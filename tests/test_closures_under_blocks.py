@@ -1,0 +1,90 @@
+"""A closure defined under a block of a function (`if flag:`, `with`, `try`, `for`, `match`)
+reads the function's locals exactly as one defined beside them does: a cast in it to a weight's
+dtype held in such a local is the same site. Found by triaging trl 1.16.0 with zero configuration
+(`grpo_trainer.py`: a forward hook defined under `if`, casting to `lm_head.weight.dtype` read
+before it): the function's walk entered a `def` only where it was a statement of the body, so
+the closure under `if` was met only by its own walk, which cannot see the local."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cli_runner import dtl  # noqa: E402
+from tiny_project import fresh_import, stub_project  # noqa: E402
+
+from dtype_lint.analysis.function_walk import own_nodes  # noqa: E402
+
+BLOCKS = {
+    "beside": "{body}",
+    "if": "if flag:\n    {body}",
+    "else": "if not flag:\n    pass\nelse:\n    {body}",
+    "with": "with torch.no_grad():\n    {body}",
+    "try": "try:\n    {body}\nexcept RuntimeError:\n    raise",
+    "except": "try:\n    raise KeyError\nexcept KeyError:\n    {body}",
+    "for": "for _ in range(1):\n    {body}",
+    "while": "while flag:\n    {body}\n    break",
+    "match": "match flag:\n    case True:\n        {body}\n    case _:\n        pass",
+    "nested": "if flag:\n    with torch.no_grad():\n        {body}",
+}
+
+CLOSURE = "def inner(y):\n    return y.to(d)\nout = inner(x)"
+
+
+def model(block: str) -> str:
+    depth = BLOCKS[block].split("{body}")[0].rsplit("\n", 1)[-1]  # the indentation `{body}` stands at
+    inner = textwrap.indent(CLOSURE, depth).lstrip()
+    body = textwrap.indent(BLOCKS[block].format(body=inner), " " * 8)
+    return (
+        "import torch\n"
+        "from proj.layers import QLinear\n\n\n"
+        "class Model(torch.nn.Module):\n"
+        "    def __init__(self, proj: QLinear):\n"
+        "        super().__init__()\n"
+        "        self.proj = proj\n\n"
+        "    def forward(self, x, flag=True):\n"
+        "        d = self.proj.weight.dtype\n"
+        "        out = x\n"
+        f"{body}\n"
+        "        return out\n"
+    )
+
+
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_a_closure_under_a_block_is_found_and_its_fix_runs(tmp_path: Path, block: str):
+    root = stub_project(tmp_path, model(block))
+    before = fresh_import(root)
+    x = torch.ones(2, dtype=torch.float32)
+    layer = fresh_import(root, "proj.layers").QLinear
+    assert before.Model(layer(torch.bfloat16)).forward(x).dtype == torch.bfloat16
+    found = dtl(root, "check", "proj", "--no-cache", "--output-format", "concise")
+    assert found.returncode == 1 and "proj/model.py:" in found.stdout and "DTL001" in found.stdout, found.stdout
+    fixed = dtl(root, "check", "proj", "--fix", "--no-cache")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    after = fresh_import(root)
+    # Float storage: the cast it made before; packed and missing-weight-like storage: the model dtype.
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.complex64):
+        assert after.Model(layer(dtype)).forward(x).dtype == before.Model(layer(dtype)).forward(x).dtype == dtype
+    for packed in (torch.int32, torch.uint8):
+        assert after.Model(layer(packed)).forward(x).dtype == torch.bfloat16  # QLinear's params_dtype
+
+
+def test_the_walk_enters_a_def_under_a_block_as_one_beside_it():
+    import ast
+
+    beside = ast.parse("def f(x):\n    d = 1\n    def g(y):\n        return y + d\n").body[0]
+    under = ast.parse("def f(x):\n    d = 1\n    if x:\n        def g(y):\n            return y + d\n").body[0]
+    lam = ast.parse("def f(x):\n    d = 1\n    if x:\n        g = lambda y: y + d\n").body[0]
+    deeper = ast.parse("def f(x):\n    def g(y):\n        if y:\n            def h(z):\n                return z\n").body[0]
+
+    def names(fn):
+        return sorted({n.id for n in own_nodes(fn) if isinstance(n, ast.Name)})
+
+    assert names(beside) == ["d", "y"] and names(under) == ["d", "x", "y"]
+    assert names(lam) == ["d", "g", "x"]  # a lambda is an expression: another scope, not entered
+    # A def under a block of a nested def is not the function's own (as one beside it there is not).
+    assert "z" not in names(deeper)
