@@ -89,6 +89,44 @@ def test_vllm_style_templates_answer_the_weight_dtype_for_every_unpacked_storage
         assert helper(layer_with(None), True) == PARAMS_DTYPE
 
 
+def test_the_torch_template_keeps_the_model_dtype_for_a_layer_without_params_dtype():
+    """A layer a quantizer swapped in has no `params_dtype` (bitsandbytes' Linear4bit): where the
+    vllm template answers `layer.params_dtype` the torch template answers None (keep the model
+    dtype), and everywhere else what it answers for a layer of vLLM's shape. vLLM's own body raised
+    AttributeError there, on exactly the storages a fix is for."""
+    helper = created(helper_source("get_layer_input_dtype", "torch"), "get_layer_input_dtype")
+    for dtype in ALL_DTYPES:
+        for fp8_input in (False, True):
+            shaped = helper(layer_with(dtype), fp8_input)
+            bare = types.SimpleNamespace(weight=torch.empty(0, dtype=dtype, device="meta"))
+            assert helper(bare, fp8_input) == (None if shaped == PARAMS_DTYPE and dtype != PARAMS_DTYPE
+                                               else shaped), (dtype, fp8_input)
+    assert helper(types.SimpleNamespace(), True) is None  # no `.weight`, no model dtype
+    assert helper(layer_with(None), True) == PARAMS_DTYPE
+
+
+def test_the_torch_template_repairs_real_bitsandbytes_layers():
+    """On CPU, bitsandbytes' 4-bit and 8-bit layers (uint8 and int8 storage, no `params_dtype`):
+    the created helper answers without raising, and the activation cast as it says enters the
+    layer; the cast it replaces handed the layer uint8/int8 input."""
+    bnb = pytest.importorskip("bitsandbytes")
+    helper = created(helper_source("get_layer_input_dtype", "torch"), "get_layer_input_dtype")
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(64, 64)
+    four = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.bfloat16)
+    four.load_state_dict(dense.state_dict())
+    eight = bnb.nn.Linear8bitLt(64, 64, has_fp16_weights=False)
+    eight.load_state_dict(dense.state_dict())
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    for layer in (four.to("cpu"), eight.to("cpu")):
+        assert layer.weight.dtype in (torch.uint8, torch.int8)
+        for fp8_input in (False, True):
+            dtype = helper(layer, fp8_input)
+            assert dtype is None, (type(layer).__name__, dtype)
+            out = layer(x.to(dtype or x.dtype))
+            assert out.is_floating_point() and out.shape == (2, 64)
+
+
 def test_hf_template_answers_the_weight_dtype_for_every_unpacked_storage():
     helper = created("import torch\n\n\n" + HF_HELPER_SOURCE, HF_HELPER_NAME)
     for dtype in ALL_DTYPES:
