@@ -132,9 +132,33 @@ def test_hf_template_answers_the_weight_dtype_for_every_unpacked_storage():
     for dtype in ALL_DTYPES:
         got = helper(layer_with(dtype))
         assert got == (dtype if unpacked(dtype) else None), (dtype, got)
-        # bitsandbytes 4-bit states its compute dtype: that wins over any storage.
-        assert helper(layer_with(dtype, compute_dtype=torch.float16)) == torch.float16
+        # bitsandbytes 4-bit states its compute dtype: that wins over a packed storage, and a
+        # float weight is its own compute dtype whatever else the module states.
+        assert helper(layer_with(dtype, compute_dtype=torch.float16)) == (dtype if unpacked(dtype) else torch.float16)
     assert helper(layer_with(None)) is None
+    assert helper(layer_with(None, compute_dtype=torch.float16)) == torch.float16
+
+
+def test_the_hf_helper_keeps_a_float_layer_s_cast_beside_its_compute_dtype():
+    """A router that computes in fp32 beside its bf16 weight (`compute_dtype = torch.float32`, its
+    forward casting its input itself): the cast `h.to(gate.weight.dtype)` kept `h` in bf16 for the
+    next layer. The helper answered fp32 there, and the bf16 layer after it raised."""
+    helper = created("import torch\n\n\n" + HF_HELPER_SOURCE, HF_HELPER_NAME)
+
+    class Router(torch.nn.Linear):
+        def __init__(self):
+            super().__init__(8, 4, bias=False)
+            self.compute_dtype = torch.float32
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x.to(self.compute_dtype), self.weight.to(self.compute_dtype))
+
+    gate, down = Router().to(torch.bfloat16), torch.nn.Linear(8, 8).to(torch.bfloat16)
+    h = torch.randn(2, 8, dtype=torch.bfloat16)
+    dtype = helper(gate)
+    assert dtype == gate.weight.dtype == torch.bfloat16
+    h = h.to(dtype)
+    assert down(h).dtype == torch.bfloat16 and gate(h).dtype == torch.float32
 
 
 @pytest.mark.parametrize("template", TEMPLATES)

@@ -6,11 +6,16 @@ bitsandbytes 8-bit, float8_e4m3fn under FP8 / compressed-tensors / diffusers' la
 absent under GPTQ, AWQ and HQQ. The maintainers' stated preference (diffusers #13444) is to keep the
 activation's dtype; the helper names a dtype only where the module states one:
 
-  the module's compute dtype (bitsandbytes 4-bit's `compute_dtype`)  -> that dtype
   a floating-point or complex weight wider than a byte (unquantized, quanto, torchao, complex64)
                                                                       -> the weight dtype
+  otherwise, the module's compute dtype (bitsandbytes 4-bit's `compute_dtype`) -> that dtype
   anything else (int8/uint8 storage, one-byte floats: fp8, fp4x2, e8m0; no `.weight`)
                                                                       -> None: keep the activation's
+
+The weight is asked first: on a float weight the helper answers what the cast it replaces did,
+whatever else the module states (a router keeping `compute_dtype = torch.float32` beside a bf16
+weight had its input cast to fp32, and the next layer, bf16, raised). Its width is read with
+`Tensor.element_size()`, which every torch has (`torch.dtype.itemsize` is torch 2.1's).
 
 Its home is where the project keeps shared torch utilities (`HF_HELPER_HOMES`).
 """
@@ -52,14 +57,14 @@ def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
     """
     import torch
 
-    compute_dtype = getattr(module, "compute_dtype", None)
-    if isinstance(compute_dtype, torch.dtype):
-        return compute_dtype
     weight = getattr(module, "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.dtype.itemsize > 1 and (
+    if isinstance(weight, torch.Tensor) and weight.element_size() > 1 and (
         weight.dtype.is_floating_point or weight.dtype.is_complex
     ):
         return weight.dtype
+    compute_dtype = getattr(module, "compute_dtype", None)
+    if isinstance(compute_dtype, torch.dtype):
+        return compute_dtype
     return None
 '''
 
