@@ -414,9 +414,9 @@ def test_a_helper_is_never_created_where_git_ignores_it(tmp_path: Path, configur
 
 # A stand-in torch for interpreters that have none: dtypes as classes' instances, as torch's are.
 STUB_TORCH = '''\
-class dtype:
-    def __init__(self, name, is_floating_point, itemsize=2, is_complex=False):
-        self.name, self.is_floating_point, self.itemsize = name, is_floating_point, itemsize
+class dtype:  # as torch < 2.1 has it: no `itemsize`
+    def __init__(self, name, is_floating_point, size=2, is_complex=False):
+        self.name, self.is_floating_point, self._size = name, is_floating_point, size
         self.is_complex = is_complex
     def __repr__(self):
         return "torch." + self.name
@@ -429,6 +429,8 @@ complex64 = dtype("complex64", False, 8, is_complex=True)
 class Tensor:
     def __init__(self, dt):
         self.dtype = dt
+    def element_size(self):  # every torch has it (`dtype.itemsize` is torch 2.1's)
+        return self.dtype._size
 
 class nn:
     class Module:

@@ -108,13 +108,13 @@ def _distribution_at(folder: str) -> Distribution | None:
 
 @functools.lru_cache(maxsize=1024)
 def _read_distribution(folder: str, _stamps: tuple) -> Distribution | None:
-    pyproject = _read_toml(os.path.join(folder, "pyproject.toml")) or {}
+    pyproject = read_toml(os.path.join(folder, "pyproject.toml")) or {}
     tool = _table(pyproject, "tool")
     if "project" in pyproject or tool.get("poetry"):
         return _from_pyproject(folder, pyproject)
     # A pyproject.toml with only `[build-system]` leaves the metadata to setup.cfg or setup.py.
-    setup_cfg = _read_cfg(os.path.join(folder, "setup.cfg"))
-    setup_py = _read_text(os.path.join(folder, "setup.py"))
+    setup_cfg = read_cfg(os.path.join(folder, "setup.cfg"))
+    setup_py = read_text(os.path.join(folder, "setup.py"))
     if setup_cfg is not None and (setup_cfg.has_section("metadata") or setup_cfg.has_section("options")):
         return _from_setup_cfg(folder, setup_cfg, setup_py)
     if setup_py is not None:
@@ -148,7 +148,7 @@ def _from_pyproject(folder: str, data: dict) -> Distribution:
         requires = declared.get("python") if isinstance(declared.get("python"), str) else ""
         dependencies = frozenset(normalise(n) for n in declared if n != "python")
     if dependencies is None:  # a setuptools project may still declare them in setup.cfg/setup.py
-        setup_cfg = _read_cfg(os.path.join(folder, "setup.cfg"))
+        setup_cfg = read_cfg(os.path.join(folder, "setup.cfg"))
         if setup_cfg is not None and setup_cfg.has_option("options", "install_requires"):
             dependencies = _names(setup_cfg.get("options", "install_requires").splitlines())
     return Distribution(folder, "pyproject.toml", normalise(str(name)), dependencies,
@@ -197,7 +197,7 @@ def _requirement_files(folder: str, files) -> frozenset[str] | None:
         return None
     lines: list[str] = []
     for rel in files:
-        text = _read_text(os.path.join(folder, str(rel)))
+        text = read_text(os.path.join(folder, str(rel)))
         if text is None:
             return None
         lines += [line for line in text.splitlines() if not line.lstrip().startswith(("-", "#"))]
@@ -213,15 +213,15 @@ def _names(requirements) -> frozenset[str]:
     return frozenset(names)
 
 
-def _read_text(path: str) -> str | None:
+def read_text(path: str) -> str | None:
     try:
         return read_bytes(path, _MAX_PACKAGING_BYTES).decode("utf-8", "replace")
     except (OSError, ValueError):
         return None
 
 
-def _read_toml(path: str) -> dict | None:
-    text = _read_text(path)
+def read_toml(path: str) -> dict | None:
+    text = read_text(path)
     if text is None:
         return None
     try:
@@ -235,8 +235,8 @@ def _read_toml(path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _read_cfg(path: str) -> configparser.RawConfigParser | None:
-    text = _read_text(path)
+def read_cfg(path: str) -> configparser.RawConfigParser | None:
+    text = read_text(path)
     if text is None:
         return None
     import configparser  # only where a setup.cfg is read

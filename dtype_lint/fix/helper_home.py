@@ -21,6 +21,7 @@ helper_requirements.py); its fixes are then refused, the findings kept.
 
 from __future__ import annotations
 
+import ast
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -31,9 +32,11 @@ from dtype_lint.core.config import Config
 from dtype_lint.core.discovery import module_name
 from dtype_lint.core.findings import Finding
 from dtype_lint.core.source import read_file
+from dtype_lint.fix.bound_names import fresh, identifiers
 from dtype_lint.fix.distributions import distribution_of
 from dtype_lint.fix.helper_requirements import reach_problem
 from dtype_lint.fix.helper_template import HelperError, HelperLocation, in_tree, locate_helper
+from dtype_lint.fix.shipped_packages import ships
 
 INFERRED_MODULE = "layer_input_dtype"
 
@@ -235,10 +238,14 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
             loose_dirs[os.path.dirname(os.path.abspath(f.path))] += 1
     total = sum(counts.values()) + sum(loose_dirs.values())
     if counts:
-        ranked = sorted(counts, key=lambda t: (-counts[t], t))
+        # A package its distribution does not install (`tests/`, `benchmarks/`) is no home: the
+        # installed package's fixed modules would import it (shipped_packages.py).
+        skipped = sorted(t for t in counts if not _installed(t, needing, root))
+        ranked = sorted((t for t in counts if t not in skipped), key=lambda t: (-counts[t], t)) or \
+            _installed_beside(skipped, files, root)
         # A helper an earlier run created is kept, wherever its sites were (pre-commit checks only
         # the staged files: the next commit's sites may all be in another package).
-        existing = existing_inferred(files, root)
+        existing = {t: base for t, base in existing_inferred(files, root).items() if t not in skipped}
         for top in ranked + sorted(set(existing) - set(ranked)):
             if top in existing:
                 return f"{top}.{INFERRED_MODULE}", existing[top], (
@@ -249,15 +256,65 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
         if base is None:
             raise HelperError(f"package `{top}` was not found among the checked files")
         layout = ", src/ layout" if base == Path(root).resolve() / "src" else ""
-        others = f"; also in {', '.join(f'`{t}`' for t in ranked[1:])}" if len(ranked) > 1 else ""
-        return f"{top}.{INFERRED_MODULE}", base, (
-            f"package `{top}` holds {counts[top]} of the {total} sites to fix{others}{layout}")
+        others = f"; also in {', '.join(f'`{t}`' for t in ranked[1:] if counts[t])}" \
+            if any(counts[t] for t in ranked[1:]) else ""
+        not_installed = (f"; not in {', '.join(f'`{t}`' for t in skipped)}, which its distribution does not "
+                         "install") if skipped else ""
+        name = unshadowed_module(base / top, INFERRED_MODULE)
+        renamed = f"; named `{name}`: the package's `__init__.py` uses `{INFERRED_MODULE}`" \
+            if name != INFERRED_MODULE else ""
+        return f"{top}.{name}", base, (
+            f"package `{top}` holds {counts[top]} of the {total} sites to fix{others}{not_installed}{layout}{renamed}")
     if len(loose_dirs) == 1:
         (folder,) = loose_dirs
         return INFERRED_MODULE, Path(folder), (
             f"the {total} sites to fix are in top-level modules of {_rel(Path(folder), root)}")
     raise HelperError("the sites to fix are in top-level modules of several folders "
                       f"({', '.join(sorted(_rel(Path(d), root) for d in loose_dirs))}), and no package holds them")
+
+
+def unshadowed_module(package_dir: Path, name: str) -> str:
+    """`name` for a new module of the package at `package_dir`, unless its `__init__.py` uses that
+    name (a function of its own, an import, a read): importing the submodule sets the package's
+    attribute `name`, and `pkg.layer_input_dtype(...)` would then call a module. Then `name_2`,
+    `name_3`... the first it does not use: the same name on every run while the package is as it
+    is, so a later run finds the helper an earlier one created there."""
+    init = package_dir / "__init__.py"
+    try:
+        taken = identifiers(ast.parse(read_file(str(init)).text))
+    except (OSError, UnicodeDecodeError, ValueError, LookupError, SyntaxError, RecursionError, MemoryError):
+        return name  # no `__init__.py` to shadow (a namespace folder), or one nothing can read
+    return fresh(name, taken)
+
+
+def _installed(top: str, needing: list[Finding], root: Path) -> bool:
+    """Does the distribution holding `top`'s sites install it (True where none holds them)?"""
+    for f in needing:
+        mod = module_name(f.path, root)
+        if mod.split(".")[0] == top:
+            dist = distribution_of(f.path, root)
+            return dist is None or ships(top, dist.folder)
+    return True
+
+
+def _installed_beside(skipped: list[str], files: Iterable[str], root: Path) -> list[str]:
+    """Every site is in a package its distribution does not install (`tests/`): the one package of
+    the project that it does, where there is exactly one; else no home can be inferred."""
+    tops: dict[str, str] = {}
+    for file in files:
+        mod = module_name(file, root)
+        if "." in mod or os.path.basename(file) == "__init__.py":
+            top = mod.split(".")[0]
+            if top not in skipped and top not in tops:
+                dist = distribution_of(file, root)
+                if dist is None or ships(top, dist.folder):
+                    tops[top] = file
+    if len(tops) == 1:
+        return list(tops)
+    where = ", ".join(f"`{t}`" for t in skipped)
+    raise HelperError(f"the sites to fix are in {where}, which the project's distribution does not install, and "
+                      + ("no package it installs was found among the checked files" if not tops else
+                         f"it installs several packages ({', '.join(f'`{t}`' for t in sorted(tops))})"))
 
 
 def existing_inferred(files: Iterable[str], root: Path) -> dict[str, Path]:

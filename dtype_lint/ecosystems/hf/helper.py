@@ -42,10 +42,20 @@ def default_hf_helper_module(source_module: str, path: str) -> str:
     package's `module_input_dtype` (a wheel of that package ships it; each package of a monorepo
     gets its own; below a namespace folder, its first regular package), or `hf_utils` beside a
     top-level module."""
+    import os
+    from pathlib import Path
+
     from dtype_lint.core.discovery import top_package
+    from dtype_lint.fix.helper_home import unshadowed_module
 
     package = top_package(source_module, path)
-    return f"{package}.{HF_HELPER_MODULE}" if package else LOOSE_HF_HELPER_MODULE
+    if not package:
+        return LOOSE_HF_HELPER_MODULE
+    # Not a name the package's `__init__.py` uses: importing the submodule would rebind it.
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(len(source_module.split(".")) - len(package.split(".")) - (os.path.basename(path) != "__init__.py")):
+        folder = os.path.dirname(folder)
+    return f"{package}.{unshadowed_module(Path(folder), HF_HELPER_MODULE)}"
 
 HF_HELPER_SOURCE = '''\
 def get_module_input_dtype(module: "torch.nn.Module") -> "torch.dtype | None":
