@@ -225,7 +225,7 @@ def _earlier_inferred(files: list[str], config, rel, func: str) -> str:
     if not earlier:
         return ""
     top, base = sorted(earlier.items())[0]
-    where = rel(base / top / (INFERRED_MODULE + ".py"))
+    where = rel(base.joinpath(*top.split("."), INFERRED_MODULE + ".py"))
     return f"`{top}.{INFERRED_MODULE}:{func}` in {where}, which an earlier run created"
 
 

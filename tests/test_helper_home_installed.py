@@ -157,6 +157,22 @@ def test_sites_only_outside_the_installed_package_use_the_package_it_installs(tm
     assert "from plug.layer_input_dtype import" in (root / "tests/check_linear.py").read_text()
 
 
+def test_below_a_namespace_folder_the_helper_is_in_its_first_regular_package(tmp_path):
+    """`src/acme/` has no `__init__.py` (a namespace shared with other distributions) and the
+    distribution installs `acme.plug*`: a helper put in `acme/` is in no wheel."""
+    files = {f"src/acme/{rel}": text.replace("plug.", "acme.plug.") for rel, text in PLUG.items()}
+    pyproject = PYPROJECT + '\n[tool.setuptools.packages.find]\nwhere = ["src"]\ninclude = ["acme.plug*"]\n' \
+        'namespaces = true\n'
+    root = write_tree(tmp_path / "proj", {**files, "pyproject.toml": pyproject})
+    fixed = dtl(root, "check", ".", "--fix", "--no-cache")
+    assert fixed.returncode == 0 and "created src/acme/plug/layer_input_dtype.py (helper)" in fixed.stderr, \
+        fixed.stdout + fixed.stderr
+    ran = _install_and_run(root, tmp_path, RUN.replace("from plug.", "from acme.plug."))
+    assert ran.returncode == 0 and "ok" in ran.stdout, ran.stderr
+    again = dtl(root, "check", ".", "--fix", "--no-cache")  # found again by a later run
+    assert again.returncode == 0 and "created" not in again.stderr, again.stderr
+
+
 def test_a_new_helper_module_does_not_rebind_a_name_of_its_package(tmp_path):
     init = textwrap.dedent('''\
         """plug: public API."""
@@ -221,3 +237,43 @@ def test_a_computed_package_list_tells_nothing_but_the_reserved_names(tmp_path):
     write_tree(tmp_path, {"setup.py": "from setuptools import setup\nPKGS = ['plug']\nsetup(name='p', packages=PKGS)\n"})
     assert declared_packages(str(tmp_path)) is None
     assert ships("plug", str(tmp_path)) and not ships("tests", str(tmp_path))
+
+
+def test_a_package_dir_mapping_is_refused_with_the_name_it_installs(tmp_path):
+    """`package-dir = {"myplug" = "lib"}`: the folder `lib/` is installed as `myplug`, so a fix
+    importing `lib.layer_input_dtype` fails once installed. No home can be inferred: `--fix`
+    exits 2 saying why, and writes nothing."""
+    files = {rel.replace("plug/", "lib/"): text.replace("from plug.layers", "from .layers") for rel, text in PLUG.items()}
+    pyproject = PYPROJECT.replace('name = "plug"', 'name = "myplug"') + \
+        '\n[tool.setuptools]\npackages = ["myplug"]\npackage-dir = {"myplug" = "lib"}\n'
+    root = write_tree(tmp_path / "proj", {**files, "pyproject.toml": pyproject})
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    fixed = dtl(root, "check", ".", "--fix", "--no-cache")
+    assert fixed.returncode == 2, fixed.stdout + fixed.stderr
+    assert "folder `lib`, which the project's distribution installs as `myplug` (`package-dir`)" in fixed.stderr
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_single_module_distribution_gets_no_new_top_level_helper_module(tmp_path):
+    """`py-modules = ["modeling_tiny"]`: the HF helper's home beside a top-level module would be a
+    new `hf_utils.py`, which the wheel does not install: the fix is refused, the finding kept."""
+    model = textwrap.dedent('''\
+        import torch
+        from torch import nn
+        from transformers import PreTrainedModel
+
+
+        class TinyModel(PreTrainedModel):
+            def __init__(self, config):
+                super().__init__(config)
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return self.proj(x.to(self.proj.weight.dtype))
+        ''')
+    pyproject = PYPROJECT.replace('name = "plug"', 'name = "tinyhf"') + '\n[tool.setuptools]\npy-modules = ["modeling_tiny"]\n'
+    root = write_tree(tmp_path / "proj", {"modeling_tiny.py": model, "pyproject.toml": pyproject})
+    fixed = dtl(root, "check", ".", "--fix", "--no-cache")
+    assert fixed.returncode == 1, fixed.stdout + fixed.stderr  # the finding stays, unfixed
+    assert "the helper would be a new top-level module hf_utils.py" in fixed.stderr, fixed.stderr
+    assert not (root / "hf_utils.py").exists() and (root / "modeling_tiny.py").read_text() == model

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dtype_lint.core.config import Config
-from dtype_lint.core.discovery import module_name
+from dtype_lint.core.discovery import module_name, top_package
 from dtype_lint.core.findings import Finding
 from dtype_lint.core.source import read_file
 from dtype_lint.fix.bound_names import fresh, identifiers
-from dtype_lint.fix.distributions import distribution_of
+from dtype_lint.fix.distributions import distribution_of, relative
 from dtype_lint.fix.helper_requirements import reach_problem
 from dtype_lint.fix.helper_template import HelperError, HelperLocation, in_tree, locate_helper
-from dtype_lint.fix.shipped_packages import ships
+from dtype_lint.fix.shipped_packages import installed_as, ships
 
 INFERRED_MODULE = "layer_input_dtype"
 
@@ -75,7 +75,7 @@ def package_root(top: str, files: Iterable[str], root: Path) -> Path | None:
     """The folder the scanned top-level package `top` is imported from (`src/` in a src layout)."""
     for file in files:
         mod = module_name(file, root)
-        if mod and mod.split(".")[0] == top:
+        if mod and (mod == top or mod.startswith(top + ".")):  # `top` may be a namespace's package
             p = Path(file).resolve()
             n = len(mod.split("."))
             return p.parents[n if p.name == "__init__.py" else n - 1]
@@ -87,7 +87,7 @@ def package_root(top: str, files: Iterable[str], root: Path) -> Path | None:
     except OSError:
         pass
     for place in places:
-        if (place / top / "__init__.py").is_file():
+        if place.joinpath(*top.split("."), "__init__.py").is_file():
             return place
     return None
 
@@ -148,6 +148,15 @@ def reach_problem_for(path: str, location: HelperLocation, root: Path) -> str:
             return ""  # locate_helper has read it: a file changed since is the writer's to refuse
     else:
         source = location.source
+        dist = distribution_of(path, root) if "." not in location.module else None
+        here = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        if dist is not None and here in (dist.folder, os.path.join(dist.folder, "src")):
+            # Beside a module the wheel installs at its top level, a new top-level module is in no
+            # wheel: `py-modules` lists the distribution's, and setuptools' discovery refuses a
+            # second top-level module beside the first. (Scripts in a folder below run in place.)
+            return (f"the helper would be a new top-level module {_rel(location.path, root)}, which the "
+                    f"distribution of {relative(dist.folder, root)} ({dist.marker}) does not install: set `helper` to "
+                    "a module it installs")
     depth = len(location.module.split(".")) + (1 if location.path.name == "__init__.py" else 0)
     own_folder = Path(os.path.abspath(location.path)).parents[depth - 1]
     return reach_problem(path, location.module, location.path, source, root, own_folder)
@@ -233,7 +242,9 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
     for f in needing:
         mod = module_name(f.path, root)
         if "." in mod or os.path.basename(f.path) == "__init__.py":
-            counts[mod.split(".")[0]] += 1
+            # Below a namespace folder, its first regular package (`acme.plug`): a wheel ships that
+            # package, not a module put in the namespace folder `acme/`.
+            counts[top_package(mod, f.path) or mod] += 1
         else:
             loose_dirs[os.path.dirname(os.path.abspath(f.path))] += 1
     total = sum(counts.values()) + sum(loose_dirs.values())
@@ -260,7 +271,7 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
             if any(counts[t] for t in ranked[1:]) else ""
         not_installed = (f"; not in {', '.join(f'`{t}`' for t in skipped)}, which its distribution does not "
                          "install") if skipped else ""
-        name = unshadowed_module(base / top, INFERRED_MODULE)
+        name = unshadowed_module(base.joinpath(*top.split(".")), INFERRED_MODULE)
         renamed = f"; named `{name}`: the package's `__init__.py` uses `{INFERRED_MODULE}`" \
             if name != INFERRED_MODULE else ""
         return f"{top}.{name}", base, (
@@ -291,9 +302,9 @@ def _installed(top: str, needing: list[Finding], root: Path) -> bool:
     """Does the distribution holding `top`'s sites install it (True where none holds them)?"""
     for f in needing:
         mod = module_name(f.path, root)
-        if mod.split(".")[0] == top:
+        if mod == top or mod.startswith(top + "."):
             dist = distribution_of(f.path, root)
-            return dist is None or ships(top, dist.folder)
+            return dist is None or ships(top.split(".")[0], dist.folder)
     return True
 
 
@@ -304,13 +315,20 @@ def _installed_beside(skipped: list[str], files: Iterable[str], root: Path) -> l
     for file in files:
         mod = module_name(file, root)
         if "." in mod or os.path.basename(file) == "__init__.py":
-            top = mod.split(".")[0]
+            top = top_package(mod, file) or mod
             if top not in skipped and top not in tops:
                 dist = distribution_of(file, root)
-                if dist is None or ships(top, dist.folder):
+                if dist is None or ships(top.split(".")[0], dist.folder):
                     tops[top] = file
     if len(tops) == 1:
         return list(tops)
+    dist = distribution_of(root, root)
+    renamed = [(t, installed_as(t, dist.folder)) for t in skipped] if dist is not None else []
+    renamed = [(t, name) for t, name in renamed if name]
+    if renamed:  # `package-dir`: the folder is installed under another name than its own
+        folder, name = renamed[0]
+        raise HelperError(f"the sites to fix are in folder `{folder}`, which the project's distribution installs as "
+                          f"`{name}` (`package-dir`): an import of `{folder}.…` fails once installed")
     where = ", ".join(f"`{t}`" for t in skipped)
     raise HelperError(f"the sites to fix are in {where}, which the project's distribution does not install, and "
                       + ("no package it installs was found among the checked files" if not tops else
@@ -324,8 +342,8 @@ def existing_inferred(files: Iterable[str], root: Path) -> dict[str, Path]:
     for file in files:
         if os.path.basename(file) == INFERRED_MODULE + ".py":
             parts = module_name(file, root).split(".")
-            if len(parts) == 2:
-                found[parts[0]] = Path(file).resolve().parents[1]
+            if len(parts) >= 2 and top_package(".".join(parts), file) == ".".join(parts[:-1]):
+                found[".".join(parts[:-1])] = Path(file).resolve().parents[len(parts) - 1]
     return found
 
 

@@ -48,6 +48,18 @@ def ships(top: str, folder: str) -> bool:
                                                                           for p in excludes)
 
 
+def installed_as(top: str, folder: str) -> str:
+    """The name the distribution at `folder` installs the folder `top` under, where its setuptools
+    `package-dir` maps another name onto it (`{"myplug" = "lib"}`: `lib/` is `myplug` once
+    installed, and `from lib.x import ...` fails there), else ""."""
+    data = read_toml(os.path.join(folder, "pyproject.toml")) or {}
+    mapping = _table(data, "tool", "setuptools", "package-dir")
+    for name, path in mapping.items():
+        if name and isinstance(path, str) and path.strip("/").replace("\\", "/").split("/")[-1] == top and name != top:
+            return str(name)
+    return ""
+
+
 def declared_packages(folder: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(include, exclude) fnmatch patterns of the top-level packages the distribution at `folder`
     installs, as its packaging files state them; None where they state nothing this can read."""
