@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import triage  # noqa: E402  (scripts/triage.py: the verdict files)
+from dtype_lint.ecosystems.hf.series import PROOF_COMMAND  # noqa: E402
 import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed author)
 
 # transformers: one patch per model directory, so a model's `modular_*.py` source and the
@@ -161,7 +162,7 @@ def write_readme(dist: str, version: str, out: Path, sites: dict[str, list[tuple
         found = sites[patch.name]
         cells = "<br>".join(f"`{s}` {c}" for s, c in found) or "adds the helper"
         verdict = "<br>".join(f"TRUE: {_md(rows[s].why)}" for s, _ in found) or "—"
-        proof = "real bitsandbytes 4/8-bit on CPU (hf_verify)" if "hf_verify`)" in text else \
+        proof = "real bitsandbytes 4/8-bit on CPU (hf_verify)" if f"{PROOF_COMMAND}`)" in text else \
             ("re-check and compile only" if found else "the helper's decisions, listed")
         table.append(f"| [`{patch.name}`]({patch.name}) | {cells} | {verdict} | {proof} |")
     title = dist

@@ -71,3 +71,20 @@ def test_transformers_patches_add_their_test():
         assert "release:" in results and re.search(r"patched: (\S+ )?passed", results), patch.name
         assert "patched: FAILED" not in results, patch.name
     assert with_test == len(patches), "every patch adds its test"
+
+
+def test_each_patch_hf_verify_runs_names_its_proof_by_the_command_as_it_is():
+    """A patch changing a file whose model ecosystems/hf/verify.py runs under bitsandbytes says so,
+    by the command a maintainer can run. The paragraph was kept after the regression test's run by
+    the command's old name (`hf_verify`), so once the module moved every regenerated patch lost it."""
+    from dtype_lint.ecosystems.hf.series import PROOF_COMMAND, VERIFIED
+
+    series = ROOT / "tests" / "goldens" / "upstream" / "transformers-5.23.0"
+    proved = 0
+    for patch in sorted(series.glob("0*.patch")):
+        text = patch.read_text(encoding="utf-8")
+        changed = set(re.findall(r"^\+\+\+ b/(\S+)$", text, re.M))
+        if changed & set(VERIFIED):
+            assert f"(`{PROOF_COMMAND}`)" in text, patch.name
+            proved += 1
+    assert proved >= 6

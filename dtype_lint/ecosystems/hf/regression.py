@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.writer import write_scratch_files
+from dtype_lint.ecosystems.hf.series import PROOF_COMMAND
 
 # The series conventions whose patches get these tests (the registry's `regression` role:
 # migrate/migration.py calls `add_tests` and `readme_section` for a series in one of them).
@@ -848,7 +849,9 @@ def _write_outcome(patch, is_helper: bool, path: str, before, after, why_not: st
     message = patch.message
     plan = [line for line in message.test_plan if "py_compile" in line]
     message.test_plan = plan + [command]
-    message.test_result = result + ([""] + message.test_result if any("hf_verify" in line for line in
+    # The proof paragraph (series.patch_proof) stays after the test's run. It was matched by the
+    # command's old name, `hf_verify`, and dropped from every patch once the module moved.
+    message.test_result = result + ([""] + message.test_result if any(PROOF_COMMAND in line for line in
                                                                        message.test_result) else [])
     patch.body = message.body(style.convention)
     messages.check_clean(patch.subject + "\n" + patch.body)

@@ -27,9 +27,10 @@ def series_patch(result, root, rel):
                      "silently lose their values."), "",
         messages.wrap(f"This adds `{HF_HELPER_NAME}(module)` to {homes}: the dtype the module's forward "
                      "expects of its input, or None to keep the activation's dtype:"), "",
-        "    the module's compute_dtype (bitsandbytes 4-bit)   -> that dtype",
         "    a float weight that is not fp8 (unquantized,",
         "      quanto, torchao)                                -> the weight dtype",
+        "    otherwise the module's compute_dtype",
+        "      (bitsandbytes 4-bit)                            -> that dtype",
         "    int8/uint8/fp8 storage, or no .weight             -> None",
         "",
         messages.wrap("Verified: `python -m dtype_lint.ecosystems.hf.verify` runs real bitsandbytes 4-bit and 8-bit "
@@ -64,12 +65,17 @@ VERIFIED = {
 }
 
 
+# The command that proves a patch (ecosystems/hf/verify.py), as the messages name it: the
+# regression tests keep a message's proof paragraph by it (regression.py).
+PROOF_COMMAND = "python -m dtype_lint.ecosystems.hf.verify"
+
+
 def patch_proof(changes) -> str | None:
     """A patch's executable proof, where hf_verify runs its model class under bitsandbytes."""
     models = sorted({VERIFIED[c.path] for c in changes if c.path in VERIFIED})
     if not models:
         return None
-    return ("- with real bitsandbytes 4-bit and 8-bit on CPU (`python -m dtype_lint.ecosystems.hf.verify`),\n"
+    return (f"- with real bitsandbytes 4-bit and 8-bit on CPU (`{PROOF_COMMAND}`),\n"
             f"  a tiny {', '.join(models)} built from a config: the release's code\n"
             "  crashes or returns an unrelated output (uint8, or an error of about\n"
             "  100%); the patched code matches an unquantized twin within the\n"
