@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import triage  # noqa: E402  (scripts/triage.py: the verdict files)
-from dtype_lint.ecosystems.hf.series import PROOF_COMMAND  # noqa: E402
 import upstream  # noqa: E402  (scripts/upstream.py: the vLLM series' committed author)
+
+from dtype_lint.ecosystems.hf.series import PROOF_COMMAND  # noqa: E402
 
 # transformers: one patch per model directory, so a model's `modular_*.py` source and the
 # `modeling_*.py` it generates change in the same commit (a maintainer regenerates the one from the
