@@ -31,6 +31,12 @@ from dtype_lint.analysis.instance_patches import instance_patched_methods
 
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
 _OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+# ... except these where they are statements of a block of the function (own_nodes): `body`,
+# `orelse` and `finalbody` of a compound statement, a handler or a case hold statements only.
+_STATEMENT_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody"})
+_BLOCK_OWNERS = frozenset({ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+                           getattr(ast, "TryStar", ast.Try), ast.ExceptHandler, ast.Match, ast.match_case})
 _AST = ast.AST
 # The nodes a FunctionScope reads (its local assignments and the names loops and `with` bind).
 SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With, ast.AugAssign)
@@ -163,29 +169,23 @@ class FunctionWalk:
 
 def own_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     """`list(class_facts.walk_function(fn))`, in its order (the loop of `FunctionWalk.__init__`
-    without the events): `ast.iter_child_nodes`' generators were most of a walk's cost."""
-    return _depth_first(list(fn.body), _OTHER_SCOPES, _block_definitions(fn.body))
+    without the events): `ast.iter_child_nodes`' generators were most of a walk's cost.
 
-
-def _block_definitions(body: list[ast.stmt]) -> frozenset[int]:
-    """id() of each `def` and `class` that is a statement of a block of `body` (under an `if`,
-    `for`, `with`, `try`, `match`... of it, at any depth of such blocks, not inside another
-    `def` or `class`): a function's walk enters them as it enters one that is a statement of its
-    body. A closure defined under `if flag:` reads the function's locals as one defined beside
-    them does, and its casts were met by no walk that knew them."""
-    found: list[int] = []
-    kinds = _STATEMENT_KINDS
-    todo = [node for node in body if (kinds.get(type(node)) or _statement_kind(node)) is _BLOCKS]
-    while todo:
-        node = todo.pop()
-        for block in _blocks(node):
-            for stmt in block:
-                kind = kinds.get(type(stmt)) or _statement_kind(stmt)
-                if kind is _BLOCKS:
-                    todo.append(stmt)
-                elif kind is not _OTHER:  # a def or a class
-                    found.append(id(stmt))
-    return frozenset(found)
+    A `def` or `class` that is a statement of a block of the function (under an `if`, `for`,
+    `with`, `try`, `match`..., not inside another `def` or `class`) is entered too, after the
+    rest, as one that is a statement of its body is in place: a closure defined under `if flag:`
+    reads the function's locals as one defined beside them does, and its casts were met by no
+    walk that knew them. (Collected as the walk passes them: a pass of its own over every
+    function's statements cost 0.15% of a cold check.)"""
+    deferred: list[Any] = []  # defs and classes: statements, with their lines
+    nodes = _depth_first(list(fn.body), _OTHER_SCOPES, deferred)
+    if deferred:
+        # A block's `def` inside a nested `def` or `class` of the body is that one's, not this one's.
+        inner = [(s.lineno, s.end_lineno or s.lineno) for s in fn.body if isinstance(s, _STATEMENT_SCOPES)]
+        owned = [d for d in deferred if not any(first <= d.lineno <= last for first, last in inner)]
+        if owned:
+            nodes += _depth_first(owned, _OTHER_SCOPES)
+    return nodes
 
 
 def all_nodes(root: ast.AST) -> list[ast.AST]:
@@ -201,10 +201,11 @@ def all_nodes(root: ast.AST) -> list[ast.AST]:
 _ENTERED: dict[tuple[type, ...], dict[type, bool]] = {}
 
 
-def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], also: frozenset[int] = frozenset()) -> list[ast.AST]:
-    """Every node reachable from `todo` (popped last first), not entering nodes of `skip`'s kinds
-    unless their id() is in `also`. One inlined loop: a call or a generator per node would cost
-    more than the walk itself."""
+def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], blocks: list[Any] | None = None) -> list[ast.AST]:
+    """Every node reachable from `todo` (popped last first), not entering nodes of `skip`'s kinds;
+    `blocks`, where given, collects the `def`s and `class`es not entered that are statements of a
+    compound statement's block. One inlined loop: a call or a generator per node would cost more
+    than the walk itself."""
     nodes: list[ast.AST] = []
     entered = _ENTERED.get(skip)
     if entered is None:
@@ -226,8 +227,11 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], also: frozenset[in
                     enter = enters(type(item))
                     if enter is None:
                         enter = entered[type(item)] = isinstance(item, ast_type) and not isinstance(item, skip)
-                    if enter or (also and id(item) in also):
+                    if enter:
                         push(item)
+                    elif blocks is not None and name in _BLOCK_FIELDS and type(item) in _STATEMENT_SCOPES \
+                            and type(node) in _BLOCK_OWNERS:
+                        blocks.append(item)
             else:
                 enter = enters(type(value))
                 if enter is None:
