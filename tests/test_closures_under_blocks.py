@@ -88,3 +88,41 @@ def test_the_walk_enters_a_def_under_a_block_as_one_beside_it():
     assert names(lam) == ["d", "g", "x"]  # a lambda is an expression: another scope, not entered
     # A def under a block of a nested def is not the function's own (as one beside it there is not).
     assert "z" not in names(deeper)
+
+
+SHADOWED = (
+    "import torch\n"
+    "from proj.layers import QLinear\n\n\n"
+    "class Model(torch.nn.Module):\n"
+    "    def __init__(self, proj: QLinear):\n"
+    "        super().__init__()\n"
+    "        self.proj = proj\n\n"
+    "    def forward(self, x, ref=None):\n"
+    "        d = self.proj.weight.dtype\n"
+    "        if ref is not None:\n"
+    "            def align(t, d):\n"  # a parameter under the outer alias's name
+    "                return t.to(d)\n"
+    "            def own(t):\n"
+    "                d = t.dtype\n"  # a local of its own under that name
+    "                return t.to(d)\n"
+    "            x = own(align(x, ref))\n"
+    "        return x.to(d)\n"
+)
+
+
+def test_a_closure_s_own_name_is_not_the_function_s_alias(tmp_path: Path):
+    """`def align(t, d)` beside `d = L.weight.dtype`: its `t.to(d)` casts to its argument. Read as
+    the function's alias, it was reported, and fixed to `t.to(d or t.dtype)`, which raised on a
+    tensor argument ("Boolean value of Tensor ... is ambiguous")."""
+    root = stub_project(tmp_path, SHADOWED)
+    found = dtl(root, "check", "proj", "--no-cache", "--output-format", "concise")
+    lines = [line for line in found.stdout.splitlines() if "DTL001" in line]
+    # Only the function's own cast; `d` is bound twice, so it gets no fix (a finding kept).
+    assert len(lines) == 1 and "proj/model.py:19:" in lines[0], found.stdout
+    fixed = dtl(root, "check", "proj", "--fix", "--no-cache")
+    assert fixed.returncode == 1 and "wrote" not in fixed.stderr, fixed.stdout + fixed.stderr
+    layer = fresh_import(root, "proj.layers").QLinear
+    after = fresh_import(root)
+    ref = torch.ones(2, dtype=torch.float16)
+    for dtype in (torch.bfloat16, torch.float32):
+        assert after.Model(layer(dtype)).forward(torch.ones(2), ref).dtype == dtype

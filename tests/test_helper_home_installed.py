@@ -226,6 +226,27 @@ def test_the_hf_helper_module_does_not_rebind_a_name_of_its_package(tmp_path):
     ({"setup.py": "from setuptools import setup, find_packages\n"
                   "setup(name='p', packages=find_packages(exclude=['tests', 'tests.*']))\n"}, ["plug"], ["tests"]),
     ({"setup.py": "from setuptools import setup\nsetup(name='p', packages=['plug'])\n"}, ["plug"], ["tests"]),
+    # Hatch, Poetry and Flit install the package named after the project unless told otherwise.
+    ({"pyproject.toml": '[build-system]\nbuild-backend = "hatchling.build"\n[project]\nname = "plug"\n'},
+     ["plug", "plug.sub"], ["experiments", "research"]),
+    ({"pyproject.toml": '[build-system]\nbuild-backend = "poetry.core.masonry.api"\n[project]\nname = "my-plug"\n'},
+     ["my_plug"], ["research"]),
+    ({"pyproject.toml": '[build-system]\nbuild-backend = "flit_core.buildapi"\n[project]\nname = "plug"\n'},
+     ["plug"], ["research"]),
+    ({"pyproject.toml": '[project]\nname = "p"\n[tool.hatch.build.targets.wheel]\nonly-include = ["plug"]\n'},
+     ["plug"], ["research"]),
+    ({"pyproject.toml": '[project]\nname = "p"\n[tool.hatch.build.targets.wheel]\ninclude = ["/plug"]\n'},
+     ["plug"], ["research"]),
+    ({"pyproject.toml": '[project]\nname = "p"\n[tool.pdm.build]\nincludes = ["plug"]\n'}, ["plug"], ["research"]),
+    ({"pyproject.toml": '[tool.poetry]\nname = "p"\npackages = [{include = "plug"}, '
+                        '{include = "research", format = "sdist"}]\n'}, ["plug"], ["research"]),
+    # A computed list: the package named after the project.
+    ({"setup.py": "from setuptools import setup, find_packages\n"
+                  "setup(name='plug', packages=['plug'] + find_packages(include=['plug.*']))\n"}, ["plug"], ["research"]),
+    # Below a namespace folder, patterns match the dotted name.
+    ({"pyproject.toml": '[project]\nname = "p"\n[tool.setuptools.packages.find]\nwhere = ["src"]\n'
+                        'exclude = ["acme.plug_bench*"]\n', "src/acme/plug/__init__.py": ""},
+     ["acme.plug"], ["acme.plug_bench"]),
 ])
 def test_what_a_distribution_installs_is_read_from_its_packaging_files(tmp_path, files, installs, passes_over):
     write_tree(tmp_path, files)
@@ -233,8 +254,8 @@ def test_what_a_distribution_installs_is_read_from_its_packaging_files(tmp_path,
     assert not any(ships(top, str(tmp_path)) for top in passes_over), declared_packages(str(tmp_path))
 
 
-def test_a_computed_package_list_tells_nothing_but_the_reserved_names(tmp_path):
-    write_tree(tmp_path, {"setup.py": "from setuptools import setup\nPKGS = ['plug']\nsetup(name='p', packages=PKGS)\n"})
+def test_nothing_declared_passes_over_the_reserved_names_only(tmp_path):
+    write_tree(tmp_path, {"setup.py": "from setuptools import setup\nsetup(name='p')\n"})
     assert declared_packages(str(tmp_path)) is None
     assert ships("plug", str(tmp_path)) and not ships("tests", str(tmp_path))
 

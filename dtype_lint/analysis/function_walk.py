@@ -39,7 +39,8 @@ _BLOCK_OWNERS = frozenset({ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, a
                            getattr(ast, "TryStar", ast.Try), ast.ExceptHandler, ast.Match, ast.match_case})
 _AST = ast.AST
 # The nodes a FunctionScope reads (its local assignments and the names loops and `with` bind).
-SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With, ast.AugAssign)
+SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With, ast.AugAssign,
+                ast.FunctionDef, ast.AsyncFunctionDef)  # ... and the nested `def`s it enters, whose own names shadow
 
 
 # Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).

@@ -285,17 +285,48 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
 
 
 def unshadowed_module(package_dir: Path, name: str) -> str:
-    """`name` for a new module of the package at `package_dir`, unless its `__init__.py` uses that
-    name (a function of its own, an import, a read): importing the submodule sets the package's
-    attribute `name`, and `pkg.layer_input_dtype(...)` would then call a module. Then `name_2`,
-    `name_3`... the first it does not use: the same name on every run while the package is as it
-    is, so a later run finds the helper an earlier one created there."""
+    """`name` for a new module of the package at `package_dir`, unless its `__init__.py` may bind
+    that name: importing the submodule sets the package's attribute `name`, and
+    `pkg.layer_input_dtype(...)` would then call a module. It may where it uses the name (a
+    function of its own, an import, a read), names it in a string (a module `__getattr__`,
+    `globals()[...]`), or star-imports a module whose text holds it (or one it cannot read). Then
+    `name_2`, `name_3`... the first it does not use: the same name on every run while the package is
+    as it is, so a later run finds the helper an earlier one created there."""
     init = package_dir / "__init__.py"
     try:
-        taken = identifiers(ast.parse(read_file(str(init)).text))
+        text = read_file(str(init)).text
+        tree = ast.parse(text)
     except (OSError, UnicodeDecodeError, ValueError, LookupError, SyntaxError, RecursionError, MemoryError):
         return name  # no `__init__.py` to shadow (a namespace folder), or one nothing can read
+    taken = identifiers(tree)
+    if name in text or any(name in _star_source(package_dir, node) for node in ast.walk(tree)
+                           if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)):
+        taken.add(name)
     return fresh(name, taken)
+
+
+def _star_source(package_dir: Path, node: ast.ImportFrom) -> str:
+    """The text of the module `from <it> import *` in the package's `__init__.py` names, where it
+    is one of the package's own (relative, or absolute through the package's name); the star
+    itself where it cannot be read, which holds every name."""
+    if node.level == 0:
+        own = package_dir.name
+        if not node.module or not (node.module == own or node.module.startswith(own + ".")):
+            return "*" if node.module else ""
+        parts = node.module.split(".")[1:]
+        base = package_dir
+    else:
+        parts = (node.module or "").split(".") if node.module else []
+        base = package_dir
+        for _ in range(node.level - 1):
+            base = base.parent
+    target = base.joinpath(*parts) if parts else base
+    for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+        try:
+            return read_file(str(candidate)).text
+        except (OSError, UnicodeDecodeError, ValueError, LookupError):
+            continue
+    return "*"
 
 
 def _installed(top: str, needing: list[Finding], root: Path) -> bool:
@@ -304,7 +335,7 @@ def _installed(top: str, needing: list[Finding], root: Path) -> bool:
         mod = module_name(f.path, root)
         if mod == top or mod.startswith(top + "."):
             dist = distribution_of(f.path, root)
-            return dist is None or ships(top.split(".")[0], dist.folder)
+            return dist is None or ships(top, dist.folder)
     return True
 
 
@@ -318,7 +349,7 @@ def _installed_beside(skipped: list[str], files: Iterable[str], root: Path) -> l
             top = top_package(mod, file) or mod
             if top not in skipped and top not in tops:
                 dist = distribution_of(file, root)
-                if dist is None or ships(top.split(".")[0], dist.folder):
+                if dist is None or ships(top, dist.folder):
                     tops[top] = file
     if len(tops) == 1:
         return list(tops)

@@ -114,8 +114,9 @@ def weight_dtype_source(node: ast.AST, scope: FunctionScope | None, depth: int =
                 return WeightDtypeSource(r.layer, "hasattr-fallback", r.alias, r.alias_value)
         return None
     if isinstance(node, ast.Name) and scope is not None and depth < 4:
-        # Flow-insensitive: any assignment of the name in this function that is a weight dtype.
-        for value in scope.assigns.get(node.id, []):
+        # Flow-insensitive: any assignment of the name in this function that is a weight dtype
+        # (inside a nested `def` binding the name itself, that def's own).
+        for value in (scope.values_at(node) if scope.shadows else scope.assigns.get(node.id, [])):
             if value is None:
                 continue
             r = weight_dtype_source(value, scope, depth + 1)

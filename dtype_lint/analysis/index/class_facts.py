@@ -957,6 +957,9 @@ class FunctionScope:
         # `proj: RowParallelLinear = ...` or a bare `proj: RowParallelLinear` before `for proj in`:
         # the declared type holds whatever the local is (re)bound to.
         self.annotations: dict[str, ast.expr] = {}
+        # (first line, last line, parameters, locals) of each nested `def` the walk enters
+        # (own_nodes): what it binds itself is another value under the same name there.
+        self.shadows: list[tuple[int, int, frozenset[str], frozenset[str]]] = []
         if fn is None:
             return
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
@@ -966,6 +969,7 @@ class FunctionScope:
             args = args[1:]
         for arg in args:
             self.params[arg.arg] = arg.annotation
+        nested: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
         for node in walk_function(fn) if nodes is None else nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -979,6 +983,40 @@ class FunctionScope:
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
                 for bound_name in _store_names(node):
                     self.assigns.setdefault(bound_name, []).append(None)  # unknown value
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not fn:
+                nested.append(node)
+        if nested:
+            self.shadows = [_own_bindings(d) for d in nested]
+
+    def values_at(self, name: ast.Name) -> list[ast.expr | None]:
+        """The values `name` may hold where it is read: this function's assignments of it, but
+        inside a nested `def` that binds the name itself, that def's own: none for a parameter
+        (`def align(t, target)` beside `target = L.weight.dtype`), its own assignments for a local
+        of it (whose values may still read this function's `self`)."""
+        values = self.assigns.get(name.id, [])
+        line = name.lineno
+        for first, last, params, own in self.shadows:
+            if first <= line <= last:
+                if name.id in params:
+                    return []
+                if name.id in own:
+                    values = [v for v in values if v is not None and first <= v.lineno <= last]
+        return values
+
+
+def _own_bindings(d: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int, frozenset[str], frozenset[str]]:
+    """(first body line, last line, parameters, locals) of a nested `def`: the names stored in its
+    body that it declares neither `global` nor `nonlocal` are its locals."""
+    a = d.args
+    params = {arg.arg for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if arg is not None}
+    stored: set[str] = set()
+    declared: set[str] = set()
+    for n in ast.walk(d):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            stored.add(n.id)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            declared.update(n.names)
+    return d.body[0].lineno, d.end_lineno or d.lineno, frozenset(params), frozenset(stored - params - declared)
 
 
 def _store_names(node) -> list[str]:
