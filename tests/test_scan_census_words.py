@@ -74,7 +74,8 @@ def test_the_scan_tests_no_words_in_a_library_the_census_passes_over(tmp_path: P
              for p in sorted(library)]
     cache = Cache(root / ".cache", key="off", enabled=False, root=root)
     scan = pipeline._scan(found, make_config(root=root), cache, 1, None, [])
-    assert scan.words_read == {str((root / "other/swap.py").resolve())}, scan.words_read
+    quantizer = scan.word_tests[0]
+    assert quantizer.read == {str((root / "other/swap.py").resolve())}, quantizer.read
     project = pipeline._Project(found, found, cache, stamped=False)
     project.take_scan_words(scan)
     from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES

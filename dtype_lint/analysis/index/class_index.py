@@ -738,7 +738,8 @@ class ModuleTable:
             if header is not None:
                 yield module, header
 
-    def naming(self, groups: tuple[tuple[str, ...], ...], skip_tops: frozenset[str] = frozenset()):
+    def naming(self, groups: tuple[tuple[str, ...], ...], skip_tops: frozenset[str] = frozenset(),
+               loaded_too: bool = False):
         """`items()` without the headers of the files whose text holds no group of `groups` (every
         word of one group), which cannot bind what the caller looks for: a file importing from
         `transformers.integrations` holds both words. Reading a file for its words costs a
@@ -747,13 +748,15 @@ class ModuleTable:
         recorded), so a kept answer is checked against the same files as if every header had been read.
         `skip_tops`: top-level packages whose modules the caller ignores whatever they hold, neither
         read nor yielded (transformers' own files name `transformers.integrations` by the
-        hundred: their headers were 3% of a cold check of that tree)."""
+        hundred: their headers were 3% of a cold check of that tree). `loaded_too`: test the words
+        of a module whose header is read already too (a caller that reads the text of each module
+        named: the scan told the words of most of them)."""
         self._record_census()
         for module in [m for m, _ in self._names.firsts()]:
             if skip_tops and module.split(".", 1)[0] in skip_tops:
                 continue
             mfs: list[ModuleFile] = self._module_files(module) \
-                if self._holds is not None and module not in self._headers else []
+                if self._holds is not None and (loaded_too or module not in self._headers) else []
             told = self._holds(mfs[0], groups) if self._holds is not None and len(mfs) == 1 else None
             if told is not None and not told[0]:
                 for frame in self.frames:
