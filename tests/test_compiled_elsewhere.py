@@ -13,6 +13,7 @@ the graph silently lost the cast). Where nothing compiles the model, the fix is 
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -215,8 +216,9 @@ def test_a_cached_fix_goes_when_another_file_starts_to_compile_it(tmp_path: Path
 
 
 def test_the_census_parses_only_files_that_can_compile(tmp_path: Path, monkeypatch):
-    """A file whose text names no compiler is not read for the census, let alone parsed; one that
-    does is, and so is a module its compiled code reaches (decoder.py names none)."""
+    """A file whose text names no compiler (`torch.jit.is_scripting()` is no compiler) is not read
+    again for the census, let alone parsed: the scan tested its text; one that compiles is, and so
+    is a module its compiled code reaches (decoder.py names none)."""
     from dtype_lint.analysis import compiled_elsewhere
 
     files = dict(COMPILED["trace-parent-elsewhere"][0])
@@ -236,7 +238,7 @@ def test_the_census_parses_only_files_that_can_compile(tmp_path: Path, monkeypat
     monkeypatch.setattr(compiled_elsewhere.trees, "parse", lambda path, text: parsed.append(Path(path).name)
                         or real_parse(path, text))
     assert "1 fixed, 1 remaining" in fix(root).stdout
-    assert sorted(set(read)) == ["decoder.py", "export.py", "jit_words.py", "model.py"], read
+    assert sorted(set(read)) == ["decoder.py", "export.py", "model.py"], read
     assert sorted(set(parsed)) == ["decoder.py", "export.py", "model.py"], parsed
 
 
@@ -316,3 +318,21 @@ def test_hugging_face_code_traced_from_another_file_keeps_its_cast(tmp_path: Pat
     assert FixedBlock()(x).dtype == torch.bfloat16
     with pytest.raises(RuntimeError, match="same dtype"):
         torch.fx.symbolic_trace(FixedBlock())(x)
+
+
+def test_every_compiling_form_passes_the_census_text_test():
+    """The census parses only what `might_compile` passes (the scan asks it of every file): each
+    way of compiling that CompiledCode reads must pass it, and the words that only look like
+    one (vLLM's 687 files saying `jit` are Triton's and FlashInfer's) need not."""
+    from test_trust_round3_compiled import SCRIPTED, TRACED
+
+    from dtype_lint.analysis.compiled_code import CompiledCode, might_compile
+
+    texts = {**SCRIPTED, **TRACED, **{case: "\n".join(files.values()) for case, (files, _, _) in COMPILED.items()}}
+    for case, text in texts.items():
+        assert might_compile(text), case
+    for case, (files, _, _) in COMPILED.items():
+        assert CompiledCode(ast.parse(files["proj/export.py"])).compile_calls, case
+    for text in ("torch.jit.is_scripting()", "@triton.jit\ndef kernel(x):\n    pass\n", "from flashinfer.jit import env\n",
+                 "compiled = compile_fx(graph)\n", "Tracer = Any\n", "@torch.jit.script_if_tracing\ndef f(x):\n    return x\n"):
+        assert not might_compile(text), text

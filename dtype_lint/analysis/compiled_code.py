@@ -5,26 +5,34 @@ run the helper as written (tests/test_trust_round3_compiled.py compiles and expo
 on every storage), but two compilers do not:
 - TorchScript (`torch.jit.script`) compiles the helper recursively and rejects it: a function
   cannot take an `nn.Module` argument, and `getattr(layer, "weight", None)` is not scriptable;
-- torch.fx's symbolic tracing (`torch.fx.symbolic_trace`, a `Tracer().trace`) hands the helper
-  the weight as a proxy, and the helper branches on its dtype ("symbolically traced variables
-  cannot be used as inputs to control flow"); the fix's `is not None` guard would be traced as
-  always true.
+- torch.fx's symbolic tracing (`torch.fx.symbolic_trace`, a `Tracer().trace`, torch.ao's FX graph
+  mode quantization) hands the helper the weight as a proxy, and the helper branches on its dtype
+  ("symbolically traced variables cannot be used as inputs to control flow"); the HF helper's
+  `isinstance(weight, torch.Tensor)` is False there, so the traced graph silently loses the cast.
 The original `x.to(layer.weight.dtype)` scripts and traces, so a fix there would break code that
 compiled. Such sites keep their finding and get no fix, with the reason.
 
-What counts as compiled, from this file alone (a class scripted from another file is not seen):
+What counts as compiled, read from this file (what another file of the project compiles is
+compiled_elsewhere.py's census, which reads each file that names a compiler with this class):
 - a function or class decorated `torch.jit.script` (or `script_method`, `export`, `interface`),
   and a class deriving from `torch.jit.ScriptModule`;
-- a class given to `torch.jit.script(...)` or to an fx tracing entry point, as the class itself,
-  an instance built there (`Cls(...)`), a variable holding one, or `self` in its own methods; an
-  argument that names no class of the file (`torch.jit.script(model)`) counts every class here;
-- what those reach: the top-level functions their code calls, and the classes their code builds
-  (a scripted or traced module compiles its submodules' `forward` too), transitively.
+- a class given to a compiler: `torch.jit.script(...)` (also `getattr(torch.jit, "script")`), an
+  fx tracing entry point (`symbolic_trace`; `.trace` of a tracer: `Tracer().trace`, a tracer held
+  in a variable or attribute, a class of the file deriving from a `...Tracer`) or one of torch.ao's
+  quantize_fx entry points that trace the model they prepare (`prepare_fx`, `prepare_qat_fx`,
+  `fuse_fx`, and their private `_prepare_fx` forms; `convert_fx` takes their GraphModule and
+  traces nothing), as the class itself, an instance built there (`Cls(...)`), a variable holding
+  one, or `self` in its own methods; an argument that names no class of the file
+  (`torch.jit.script(model)`) counts every class here;
+- what those reach: the top-level functions their code calls, the classes their code builds (a
+  scripted or traced module compiles its submodules' `forward` too) and a class's bases (their
+  methods run on the compiled instance: a scripted subclass compiles its base's `forward`),
+  transitively.
 `__init__` is never compiled. A `torch.jit.ignore` method is not compiled but still refused: it runs
 as Python on the scripted module, whose dtype attributes are ints (a layer's model dtype attribute
 there is not a dtype, and `x.to(<int>)` reads it as a device).
-`torch.jit.trace`, `torch.compiler.disable` and CUDA-graph capture run the Python as written
-(tracing records the ops the eager code runs), so they need no refusal.
+`torch.jit.trace`, `make_fx`, `torch.compiler.disable` and CUDA-graph capture run the Python as
+written (tracing records the ops the eager code runs), so they need no refusal.
 """
 
 from __future__ import annotations
@@ -53,17 +61,37 @@ _QUANTIZE_PREFIXES = ("torch.ao.quantization.", "torch.quantization.")
 
 # The spellings through which code can name one of the entry points above (a decorator, a call, an
 # alias, a base class) as CompiledCode reads them: a file whose text has none compiles nothing, so
-# the census of the project (compiled_elsewhere.py) need not parse it. Each form CompiledCode knows
-# needs one: `jit.script`/`jit.export`... written out, an import from `torch.jit` (`script as S`),
-# a module alias (`import torch.jit as J`), `getattr(torch.jit, ...)`, a tracer, `ScriptModule`,
-# `symbolic_trace`, a quantize_fx entry point (`_fx`).
-_ENTRY = re.compile(r"jit\.(?:script|script_method|export|interface)\b|torch\.jit[\s\\]+import\b|jit\s+as\b"
-                    r"|getattr\(\s*(?:torch\s*\.\s*)?jit\b|ScriptModule|symbolic_trace|Tracer|_fx\b")
+# the census of the project (compiled_elsewhere.py) need not parse it. The scan asks every file it
+# reads, so the test is three substring passes over most texts (`jit`, `trace`, `quantize_fx`)
+# and a look at each `jit` of the few that say it: 0.48 G instructions over vLLM 0.34.0's 56 MB,
+# where patterns searched over whole texts took 0.75 G. Each form CompiledCode knows needs one:
+# `jit.script`/`jit.export`... written out, an import from `torch.jit` (`script as S`) or of it
+# (`import torch.jit as J`), `getattr(torch.jit, ...)` (`jit,`), a `ScriptModule` (whose methods
+# compile only under `torch.jit.script_method`: `jit` again), `symbolic_trace`, a `Tracer` and its
+# `.trace`, a quantize_fx entry point (which torch exports from `quantize_fx` only).
+_JIT_AT = re.compile(r"jit\.(?:script|script_method|export|interface)\b|(?<=torch\.)jit[\s\\]+(?:import|as)\b|jit\s*,")
+_TRACE_CALL = re.compile(r"\.trace\b")
+_QUANTIZE_ENTRY = re.compile(r"(?:prepare|prepare_qat|fuse|prepare_standalone_module)_fx\b")
 
 
 def might_compile(text: str) -> bool:
     """Can the code of `text` script or trace anything (a superset: CompiledCode says what)?"""
-    return _ENTRY.search(text) is not None
+    if "jit" in text and (_names_jit(text) or "ScriptModule" in text):
+        return True
+    if "trace" in text and ("symbolic_trace" in text or ("Tracer" in text and _TRACE_CALL.search(text) is not None)):
+        return True
+    return "quantize_fx" in text and _QUANTIZE_ENTRY.search(text) is not None
+
+
+def _names_jit(text: str) -> bool:
+    """Does some `jit` of `text` name a TorchScript entry point (`_JIT_AT` tried at each)?"""
+    start = text.find("jit")
+    while start >= 0:
+        if _JIT_AT.match(text, start) is not None:
+            return True
+        start = text.find("jit", start + 3)
+    return False
+
 
 TORCHSCRIPT = "TorchScript"
 FX = "torch.fx"
@@ -145,11 +173,6 @@ class CompiledCode:
 
     def __init__(self, tree: ast.Module, seeds: bool = True):
         self._tree = tree
-        self._jit_names = self._names_from(tree, "torch.jit")  # `from torch.jit import script`
-        # Local names for torch's compilers: `from torch.jit import script as S`, `import torch.jit as J`,
-        # `sj = torch.jit.script` (a hostile round found each of these fixed and then unscriptable).
-        self._aliases = self._aliases_of(tree)
-        self._fx_names = self._names_from(tree, "torch.fx") | self._names_from(tree, "transformers.utils.fx")
         self._classes: dict[str, ast.ClassDef] = {}
         self._functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         for node in tree.body:
@@ -163,35 +186,37 @@ class CompiledCode:
         # What each compile call of the file is handed: (why, its first argument, the scope it is
         # called in), for the census of what other files' code it compiles (compiled_elsewhere.py).
         self.compile_calls: list[tuple[Compiled, ast.expr, ast.AST]] = []
+        self._jit_names: set[str] = set()  # `from torch.jit import script`
+        # Local names for torch's compilers: `from torch.jit import script as S`, `import torch.jit as J`,
+        # `sj = torch.jit.script` (a hostile round found each of these fixed and then unscriptable).
+        self._aliases: dict[str, str] = {}
         if seeds:
-            self._seed(tree)
+            # One walk for what the seeds read: the imports, the plain assignments, the functions.
+            nodes = walk(tree)
+            self._read_names([n for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))],
+                             [n for n in nodes if isinstance(n, ast.Assign)])
+            self._seed(tree, [n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))])
             self._spread()
         self._top = [n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
 
-    @staticmethod
-    def _aliases_of(tree: ast.Module) -> dict[str, str]:
-        """Local name -> the dotted name it stands for, for imports from torch's compiler packages
-        and plain assignments of such a name (`sj = torch.jit.script`)."""
-        aliases: dict[str, str] = {}
-        for node in walk(tree):
+    def _read_names(self, imports: list[ast.Import | ast.ImportFrom], assigns: list[ast.Assign]) -> None:
+        """`_jit_names`, and `_aliases`: local name -> the dotted name it stands for, for imports
+        from torch's compiler packages and plain assignments of such a name (`sj = torch.jit.script`)."""
+        for node in imports:
             if isinstance(node, ast.ImportFrom) and node.module in _COMPILER_PACKAGES:
                 for alias in node.names:
-                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    self._aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    if node.module == "torch.jit":
+                        self._jit_names.add(alias.asname or alias.name)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname and alias.name in _COMPILER_PACKAGES:
-                        aliases[alias.asname] = alias.name
-        for node in walk(tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                target = _expand(_dotted(node.value), aliases)
+                        self._aliases[alias.asname] = alias.name
+        for assign in assigns:
+            if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name):
+                target = _expand(_dotted(assign.value), self._aliases)
                 if target.endswith(("jit.script", "symbolic_trace")):
-                    aliases[node.targets[0].id] = target
-        return aliases
-
-    @staticmethod
-    def _names_from(tree: ast.Module, package: str) -> set[str]:
-        return {alias.asname or alias.name for node in walk(tree)
-                if isinstance(node, ast.ImportFrom) and node.module == package for alias in node.names}
+                    self._aliases[assign.targets[0].id] = target
 
     # ---- what the file says --------------------------------------------------------------
     def _compiler_of(self, func: ast.expr) -> str:
@@ -269,7 +294,7 @@ class CompiledCode:
         self._why[id(node)] = why
         return True
 
-    def _seed(self, tree: ast.Module) -> None:
+    def _seed(self, tree: ast.Module, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> None:
         for node in tree.body:
             decorator = self._decorated(node)
             if decorator and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -285,8 +310,8 @@ class CompiledCode:
                     if decorator:
                         self._mark(node, Compiled(TORCHSCRIPT, f"`@{decorator}` on line {item.lineno}",
                                                   f"@{decorator}", item.lineno))
-        for scope in [tree, *(n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
-            built = self._built_in(scope)
+        for scope in [tree, *functions]:
+            built: dict[str, set[str]] | None = None
             for call in self._own_calls(scope):
                 compiler = self._compiler_of(call.func)
                 if not compiler or not call.args:
@@ -294,6 +319,8 @@ class CompiledCode:
                 why = Compiled(compiler, f"`{ast.unparse(call.func)}(...)` on line {call.lineno}", _call_text(call),
                                call.lineno)
                 self.compile_calls.append((why, call.args[0], scope))
+                if built is None:
+                    built = self._built_in(scope)
                 names = self._classes_of(call.args[0], built, scope)
                 for name in names if names is not None else list(self._classes):
                     target = self._classes.get(name) or self._functions.get(name)

@@ -8,9 +8,9 @@ compile the helper) or, worse, the trace: under torch.fx the weight is a proxy, 
 `isinstance(weight, torch.Tensor)` is False, and the traced graph silently lost the cast.
 
 The census, once per run over the whole project:
-- its roots are the files whose text can name a compiler (`compiled_code.might_compile`, after a
-  word test the scan makes as it reads each file: one without any of `MARKERS` is neither read
-  again nor parsed). CompiledCode reads what each compiles in itself; what its compile calls are
+- its roots are the files whose text can name a compiler (`compiled_code.might_compile`, which the
+  scan tests on the text of each file it reads: a file that fails it is neither read again nor
+  parsed, and no header is read for it). CompiledCode reads what each compiles in itself; what its compile calls are
   handed is resolved across files through its imports: a class built there (`Decoder(...)`, and
   what its arguments build: `Wrapper(Mlp())`), a variable holding only such constructions, a class
   or function named as such, a parameter's annotation (that class, and its subclasses among the
@@ -27,7 +27,7 @@ A site whose top-level class or function the census reaches (outside `__init__`,
 itself) gets no fix, and its reason names the code and where it is: "`torch.jit.script(block)` in
 src/mypkg/export.py:11 may compile `FooBlock`".
 
-What the census read is the word test of every file of the project (ModuleTable.naming) and the
+What the census read is that test of every file of the project (ModuleTable.holding) and the
 files it parsed: a cached finding that asked for it is stale when any file of the project changes.
 
 Not seen (as in the file itself): a compiler called through a wrapper another function defines
@@ -41,15 +41,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from dtype_lint.analysis.compiled_code import MARKERS, Compiled, CompiledCode, enclosing, might_compile
+from dtype_lint.analysis.compiled_code import Compiled, CompiledCode, enclosing, might_compile
 from dtype_lint.analysis.function_walk import walk
 from dtype_lint.analysis.index.class_index import ModuleHeader, dotted, resolve_relative
 from dtype_lint.core import trees
 from dtype_lint.core.source import READ_ERRORS, read_file
-
-# The census's word test (ModuleTable.naming, and the scan's on the bytes it reads): a file holding
-# none of these words names no compiler.
-CENSUS_WORDS: tuple[tuple[str, ...], ...] = tuple((marker,) for marker in MARKERS)
 
 # `nn.Module` methods that return the module itself (`Block(config).eval()`).
 _RETURNS_SELF = frozenset({"eval", "train", "to", "cuda", "cpu", "xpu", "half", "float", "double", "bfloat16",
@@ -108,9 +104,12 @@ class _Census:
         self.todo: list[tuple[str, str, Origin]] = []  # compiled definitions whose reach is to be read
 
     def run(self) -> dict[str, dict[str, Origin]]:
-        for module, header in list(self.index.modules.naming(CENSUS_WORDS, loaded_too=True)):
-            text = self._text(header)
-            if text is not None and might_compile(text):
+        for module, path in list(self.index.modules.holding(might_compile)):
+            text = self._text(path)
+            if text is None or not might_compile(text):
+                continue
+            header = self.index.modules.get(module)
+            if header is not None:
                 self._parse(module, header, text)
         while self.roots or self.todo:
             if self.roots:
@@ -121,9 +120,9 @@ class _Census:
 
     # ---- modules --------------------------------------------------------------------------
     @staticmethod
-    def _text(header: ModuleHeader) -> str | None:
+    def _text(path: str) -> str | None:
         try:
-            return read_file(header.path).text
+            return read_file(path).text
         except READ_ERRORS:
             return None
 
@@ -147,7 +146,7 @@ class _Census:
     def _module(self, module: str) -> _Module | None:
         if module not in self.modules:
             header = self.index.modules.get(module)
-            text = self._text(header) if header is not None else None
+            text = self._text(header.path) if header is not None else None
             if text is None:
                 self.modules[module] = None
             else:
@@ -155,18 +154,24 @@ class _Census:
         return self.modules[module]
 
     # ---- marking and following ------------------------------------------------------------
-    def _found(self, module: str, name: str, origin: Origin) -> None:
+    def _found(self, module: str, name: str, origin: Origin, follow: bool = True) -> None:
         names = self.found.setdefault(module, {})
         if name not in names:
             names[name] = origin
-            self.todo.append((module, name, origin))
+            if follow:
+                self.todo.append((module, name, origin))
 
-    def _mark(self, module: str, name: str, origin: Origin) -> None:
+    def _mark(self, module: str, name: str, origin: Origin, functions_reach: bool = True) -> None:
+        """`name` of `module` is compiled, and what it reaches there; what they reach in other
+        modules is followed, but from functions only with `functions_reach` (False: compiled only
+        because any object of the module may be, where a function's own callees are not worth
+        the census's following: vLLM's `fx_utils` traces a module it is handed, and imports
+        `vllm.logger`, whose functions call half the engine's utilities)."""
         parsed = self._module(module)
         if parsed is None:
             return
         for newly in parsed.code.mark(name, origin.why):
-            self._found(module, newly, origin)
+            self._found(module, newly, origin, functions_reach or parsed.code.is_class(newly))
 
     def _follow(self, module: str, name: str, origin: Origin) -> None:
         """Mark what the compiled definition `name` of `module` reaches in other modules."""
@@ -201,11 +206,14 @@ class _Census:
         for why, arg, scope in parsed.code.compile_calls:
             origin = Origin(why, parsed.header.path)
             targets = self._targets(module, parsed, arg, scope)
-            if targets is None:
-                targets = [(imported, name) for imported in self._imported_modules(module, parsed)
-                           if (found := self._module(imported)) is not None for name in found.code.names()]
-            for target_module, name in targets:
-                self._mark(target_module, name, origin)
+            if targets is not None:
+                for target_module, name in targets:
+                    self._mark(target_module, name, origin)
+                continue
+            for imported in self._imported_modules(module, parsed):
+                found = self._module(imported)
+                for name in found.code.names() if found is not None else ():
+                    self._mark(imported, name, origin, functions_reach=False)
 
     def _targets(self, module: str, parsed: _Module, arg: ast.expr, scope: ast.AST) -> list[tuple[str, str]] | None:
         """The definitions `arg` stands for, None when that cannot be told."""

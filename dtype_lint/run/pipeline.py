@@ -557,18 +557,21 @@ class _Project:
             self.new_headers.append((mf.key, stamp, module, header.to_dict()))
         return header
 
-    def _holds(self, mf: ModuleFile, groups: tuple[tuple[str, ...], ...]) -> tuple[bool, str] | None:
-        """(does the file hold every word of some group, its stamp): ModuleTable.naming's test.
+    def _holds(self, mf: ModuleFile, groups: "tuple[tuple[str, ...], ...] | Callable[[str], bool]") \
+            -> tuple[bool, str] | None:
+        """(does the file hold every word of some group, its stamp): ModuleTable.naming's test; or,
+        for a predicate of a file's text, does it hold for this one (ModuleTable.holding's).
         The words are ASCII, so they are found in the bytes of any encoding a source file may
         have but UTF-16/32 (their NULs: not told here). The censuses' words were tested by the scan
         on the bytes it read (`_scan_job`): a file it read and found without them is not read again
         (a second read of every file of the tree was 3% of a cold check). A file read here is
         stamped from the same bytes, not read a second time for its stamp."""
         for test in self._word_tests:
-            if test.groups == groups and mf.key in test.read and mf.key not in test.held:
+            if test.test == groups and mf.key in test.read and mf.key not in test.held:
                 return False, self.stamp(mf.key)
         try:
             data = read_bytes(mf.path, MAX_SOURCE_BYTES)
+            text = FileText.decode(data).text if callable(groups) else ""
         except READ_ERRORS:
             return None
         if b"\0" in data:
@@ -576,6 +579,8 @@ class _Project:
         if self.stamped and mf.key not in self.stamps:
             self.stamps[mf.key] = stamp_of(data)
         stamp = self.stamp(mf.key)
+        if callable(groups):
+            return groups(text), stamp
         return any(all(word.encode() in data for word in group) for group in groups), stamp
 
     def save_headers(self, headers) -> None:
@@ -585,15 +590,18 @@ class _Project:
 
 @dataclass
 class WordTest:
-    """A census's word test (ModuleTable.naming: every word of one of `groups` in a file's bytes),
-    made by the scan on the bytes it reads, so that the census does not read them again."""
-    groups: tuple[tuple[str, ...], ...]
+    """A census's test of each file (ModuleTable.naming's: every word of one of the groups in its
+    bytes; or ModuleTable.holding's: a predicate of its text), made by the scan on what it reads,
+    so that the census does not read the file again."""
+    test: "tuple[tuple[str, ...], ...] | Callable[[str], bool]"
     skip_tops: frozenset[str] = frozenset()  # modules of these top-level packages are not tested
     read: set[str] = field(default_factory=set)  # real paths tested
-    held: set[str] = field(default_factory=set)  # ... of which those holding a group (or a NUL: not told)
+    held: set[str] = field(default_factory=set)  # ... of which those that pass (or hold a NUL: not told)
 
-    def for_scan(self) -> tuple[tuple[tuple[bytes, ...], ...], frozenset[str]]:
-        return tuple(tuple(word.encode() for word in group) for group in self.groups), self.skip_tops
+    def for_scan(self) -> tuple:
+        if callable(self.test):
+            return self.test, self.skip_tops
+        return tuple(tuple(word.encode() for word in group) for group in self.test), self.skip_tops
 
 
 @dataclass
@@ -609,9 +617,9 @@ class _Scan:
     # a file when it is asked for)
     stamps: dict[str, str] = field(default_factory=dict)
     scanned: set[str] = field(default_factory=set)  # real paths of the files scanned
-    # The censuses' word tests (_Project._holds) on the bytes read here: the quantizer census's
+    # The censuses' tests (_Project._holds) on what is read here: the quantizer census's
     # QUANTIZER_WORDS (held by few files of a tree: vLLM 0.34.0, 76 of 3,540) and the compiled-code
-    # census's words (analysis/compiled_elsewhere.py: 687).
+    # census's `might_compile` (analysis/compiled_elsewhere.py: 4 files).
     word_tests: tuple[WordTest, ...] = ()
 
 
@@ -678,17 +686,18 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
     # anything ask (`_Project._holds`). Transformers 5.25.0 and diffusers 0.42.1 are all such
     # modules for the quantizer census: six passes over every byte of the tree (57 MB, 28 MB) for nothing.
     top = module.split(".", 1)[0]
+    text = ft.text
     nul = None
     held: list[bool | None] = []
-    for groups, skip_tops in st["words"]:
+    for test, skip_tops in st["words"]:
         if top in skip_tops:
             held.append(None)
             continue
         if nul is None:
             nul = b"\0" in data
-        held.append(nul or any(all(word in data for word in group) for group in groups))
+        held.append(nul or (test(text) if callable(test) else any(all(word in data for word in group)
+                                                                   for group in test)))
     words = tuple(held)
-    text = ft.text
     hits = _imports_maybe(st["needles"], text, module)
     # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
     # with none enabled they are never read, and the cache key (the configuration's fingerprint,
@@ -736,11 +745,11 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     # A whole-project run tests the censuses' words on the bytes it reads (a run on named files
     # reads few, and need not import the quantizers' catalogue for them).
     if summary:
-        from dtype_lint.analysis.compiled_elsewhere import CENSUS_WORDS
+        from dtype_lint.analysis.compiled_code import might_compile
         from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES, QUANTIZER_WORDS
 
         # LIBRARY_PACKAGES: the quantizer census's `skip_tops` (ecosystems/quantizers/applications.py)
-        scan.word_tests = (WordTest(QUANTIZER_WORDS, LIBRARY_PACKAGES), WordTest(CENSUS_WORDS))
+        scan.word_tests = (WordTest(QUANTIZER_WORDS, LIBRARY_PACKAGES), WordTest(might_compile))
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
