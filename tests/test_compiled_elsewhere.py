@@ -336,3 +336,28 @@ def test_every_compiling_form_passes_the_census_text_test():
     for text in ("torch.jit.is_scripting()", "@triton.jit\ndef kernel(x):\n    pass\n", "from flashinfer.jit import env\n",
                  "compiled = compile_fx(graph)\n", "Tracer = Any\n", "@torch.jit.script_if_tracing\ndef f(x):\n    return x\n"):
         assert not might_compile(text), text
+
+
+def test_a_warm_run_asks_the_scan_summary_what_may_compile(tmp_path: Path, monkeypatch):
+    """The scan keeps each file's answers to the censuses' tests in its summary: after an edit, the
+    edited file is read and analysed, and the census reads again only what may compile; the files
+    the summary answers for are not read for it (at first the census read every file of the tree
+    once more on each warm run that analysed a file with a fix)."""
+    from dtype_lint.run import pipeline
+
+    files = dict(COMPILED["script-built"][0])
+    files.update({f"proj/plain{i}.py": f"import torch\n\nSIZE = {i}\n" for i in range(5)})
+    root = stub_project(tmp_path, MODEL, files)
+    check = ("check", ".", "--output-format", "concise")
+    assert "1 fixable" in dtl(root, *check).stdout
+    (root / "proj/model.py").write_text(MODEL + "\n# edited\n")
+    read: list[str] = []
+    real = pipeline.read_bytes
+
+    def counted(path, *args, **kwargs):
+        read.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "read_bytes", counted)
+    assert "1 fixable" in dtl(root, *check).stdout
+    assert sorted(name for name in read if name.endswith(".py")) == ["export.py", "model.py"], read

@@ -598,6 +598,19 @@ class WordTest:
     read: set[str] = field(default_factory=set)  # real paths tested
     held: set[str] = field(default_factory=set)  # ... of which those that pass (or hold a NUL: not told)
 
+    @staticmethod
+    def packed(held: "tuple[bool | None, ...]") -> int:
+        """The answers of a file to the scan's tests (`_scan_job`), as the scan summary keeps them:
+        bit i is set when test i was made, bit i + 4 when the file passed it (a small int, shared)."""
+        return sum((1 << i) | ((1 << (i + 4)) if holds else 0) for i, holds in enumerate(held) if holds is not None)
+
+    def unpack(self, index: int, real: str, packed: int) -> None:
+        """Record the answer of test `index` that `packed` holds for the file `real`."""
+        if packed >> index & 1:
+            self.read.add(real)
+            if packed >> (index + 4) & 1:
+                self.held.add(real)
+
     def for_scan(self) -> tuple:
         if callable(self.test):
             return self.test, self.skip_tops
@@ -724,6 +737,7 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     scan = _Scan()
     misses = []
     stamps = {}
+    known: list[tuple[str, int]] = []  # (real path, its tests' answers) of the files the summary answers for
     if not cache.enabled:
         # No cache to key (`--no-cache`): a file is stamped when something asks (`Project.stamp`:
         # the analysed files and those whose headers are read), not the whole tree up front: each
@@ -736,9 +750,10 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         if hit is None:
             misses.append(f)
             continue
-        scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path] = hit
+        scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path], packed = hit
         if hits:
             scan.hits[f.real] = hits
+        known.append((f.real, packed))
     rules = tuple(enabled_rules(config))
     prefilter = for_rules(rules)
     links = any(r.reads_helper_callers for r in rules)
@@ -750,6 +765,11 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
 
         # LIBRARY_PACKAGES: the quantizer census's `skip_tops` (ecosystems/quantizers/applications.py)
         scan.word_tests = (WordTest(QUANTIZER_WORDS, LIBRARY_PACKAGES), WordTest(might_compile))
+        # A file the summary answers for is not read: its answers were kept with it (a warm run
+        # that analyses an edited file asks the censuses about every file of the tree).
+        for real, packed in known:
+            for index, test in enumerate(scan.word_tests):
+                test.unpack(index, real, packed)
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
@@ -769,7 +789,7 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         if hits:
             scan.hits[f.real] = hits
         if summary and path in stamps:
-            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits, links)
+            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits, links, WordTest.packed(held))
     scan.stamps = {f.real: stamps[f.path] for f in found}
     scan.scanned = {f.real for f in found} | {f.real for f in misses}
     return scan
