@@ -66,17 +66,19 @@ _QUANTIZE_PREFIXES = ("torch.ao.quantization.", "torch.quantization.")
 # and a look at each `jit` of the few that say it: 0.48 G instructions over vLLM 0.34.0's 56 MB,
 # where patterns searched over whole texts took 0.75 G. Each form CompiledCode knows needs one:
 # `jit.script`/`jit.export`... written out, an import from `torch.jit` (`script as S`) or of it
-# (`import torch.jit as J`), `getattr(torch.jit, ...)` (`jit,`), a `ScriptModule` (whose methods
+# (`import torch.jit as J`), `getattr(torch.jit, ...)`, a `ScriptModule` (whose methods
 # compile only under `torch.jit.script_method`: `jit` again), `symbolic_trace`, a `Tracer` and its
 # `.trace`, a quantize_fx entry point (which torch exports from `quantize_fx` only).
-_JIT_AT = re.compile(r"jit\.(?:script|script_method|export|interface)\b|(?<=torch\.)jit[\s\\]+(?:import|as)\b|jit\s*,")
-_TRACE_CALL = re.compile(r"\.trace\b")
+_JIT_AT = re.compile(r"jit\.(?:script|script_method|export|interface)\b|(?<=torch\.)jit[\s\\]+(?:import|as)\b")
+_GETATTR_JIT = re.compile(r"getattr\(\s*(?:torch\s*\.\s*)?jit\s*,")
+_TRACE_CALL = re.compile(r"\.trace\s*\(")
 _QUANTIZE_ENTRY = re.compile(r"(?:prepare|prepare_qat|fuse|prepare_standalone_module)_fx\b")
 
 
 def might_compile(text: str) -> bool:
     """Can the code of `text` script or trace anything (a superset: CompiledCode says what)?"""
-    if "jit" in text and (_names_jit(text) or "ScriptModule" in text):
+    if "jit" in text and (_names_jit(text) or "ScriptModule" in text
+                          or ("getattr(" in text and _GETATTR_JIT.search(text) is not None)):
         return True
     if "trace" in text and ("symbolic_trace" in text or ("Tracer" in text and _TRACE_CALL.search(text) is not None)):
         return True
