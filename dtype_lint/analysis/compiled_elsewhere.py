@@ -8,16 +8,17 @@ compile the helper) or, worse, the trace: under torch.fx the weight is a proxy, 
 `isinstance(weight, torch.Tensor)` is False, and the traced graph silently lost the cast.
 
 The census, once per run over the whole project:
-- its roots are the files whose text can name a compiler (`compiled_code.might_compile`, which the
-  scan tests on the text of each file it reads: a file that fails it is neither read again nor
-  parsed, and no header is read for it). CompiledCode reads what each compiles in itself; what its compile calls are
-  handed is resolved across files through its imports: a class built there (`Decoder(...)`, and
-  what its arguments build: `Wrapper(Mlp())`), a variable holding only such constructions, a class
-  or function named as such, a parameter's annotation (that class, and its subclasses among the
-  classes of the modules the file imports from). Anything else (a parameter with no annotation of
-  the project's, `self.block`, what another library's factory returns) may be any object of every
-  module of the project the file imports from (by name, as a module, or with `*`): each of their
-  classes and functions counts as compiled, and what their classes reach;
+- its roots are the files whose text may compile (`compiled_code.might_compile`, which the scan
+  asks of the text of each file it reads and keeps in its summary: a file that fails it is neither
+  read again nor parsed, and no header is read for it). CompiledCode reads what each compiles of
+  its own; what its compile calls are handed is resolved across files through its imports: a class
+  built there (`Decoder(...)`, and the classes its arguments build: `Wrapper(Mlp())`; `.eval()` and
+  the like return the module), a variable holding only such constructions, a class or function
+  named as such, a parameter's annotation (that class, and its subclasses among the classes of the
+  modules the file imports from). Anything else (a parameter with no annotation of the project's,
+  `self.block`, what another library's factory returns) may be any object of every module of the
+  project the file imports from (by name, as a module, or with `*`): each of their classes and
+  functions counts as compiled, and what their classes reach;
 - what compiled code reaches, file by file: a compiled class's bases, what its methods build and
   call (in `__init__` only what it builds: its submodules; a function called there runs before any
   compiler), a compiled function's callees, each resolved through the imports of its file
@@ -27,13 +28,15 @@ A site whose top-level class or function the census reaches (outside `__init__`,
 itself) gets no fix, and its reason names the code and where it is: "`torch.jit.script(block)` in
 src/mypkg/export.py:11 may compile `FooBlock`".
 
-What the census read is that test of every file of the project (ModuleTable.holding) and the
-files it parsed: a cached finding that asked for it is stale when any file of the project changes.
+What the census read is that test of every file of the project (ModuleTable.holding) and the files
+it parsed, a group read: a finding whose fix was planned is stale when any file of the project
+changes, and in a project of 256 files or more pre-commit keeps no replay answer for its file.
 
 Not seen (as in the file itself): a compiler called through a wrapper another function defines
 (`my_script(model)` around `torch.jit.script`), a module handed to a constructor (`Decoder(mlp)`
-with `mlp` built elsewhere) or built by a factory or a registry, a compiler's alias bound in another
-file (megatron's `jit_fuser`, `torch.compile` on current torch anyway).
+with `mlp` built elsewhere) or built by a factory or a registry, a class defined in a class or a
+function (only top-level definitions are compiled or not), a compiler's alias bound in another file
+(megatron's `jit_fuser`, `torch.compile` on current torch anyway).
 """
 
 from __future__ import annotations
