@@ -67,13 +67,13 @@ not packed (float16, bfloat16, float32, float64, complex32/64/128, and fp8 with
 and the fix says on which storages it would cast differently. The templates answer the weight's
 own dtype on every floating and complex storage (complex weights are data, not packed integers).
 
-No fix either in code that TorchScript scripts or torch.fx traces (the helper takes an
-`nn.Module` and branches on the weight's dtype, which neither compiles): the finding stays and says
-which code compiles it (`torch.jit.script(Attn(...))` on line 30, `@torch.jit.script`, a
-`torch.jit.ScriptModule`, `torch.fx.symbolic_trace`, a `Tracer().trace`, a module that builds it
-as a submodule, also through local names: `script as S`, `import torch.jit as J`), read from the
-site's own file only. `torch.compile`, `torch.export`, `torch.compiler.disable` and CUDA-graph
-capture run the helper as Python and are fixed as usual.
+No fix either in code that TorchScript scripts or torch.fx traces, from its own file or another file of the
+project (the helper takes an `nn.Module` and branches on the weight's dtype, which neither compiles; under fx
+the HF helper answers None and the graph silently loses the cast): the class, a module building it or a
+subclass given to `torch.jit.script`, `@torch.jit.script`, `symbolic_trace`, a tracer's `.trace` or torch.ao's
+`prepare_fx`. The finding says which code (`torch.jit.script(block)` in src/mypkg/export.py:11 may compile
+`FooBlock`). `torch.compile`, `torch.export`, `torch.jit.trace`, `make_fx` and `torch.compiler.disable` run
+the helper as Python and are fixed as usual.
 
 ## Known limits
 A layer typed only as `nn.Module` is judged by the calls of its function in the same file, one

@@ -74,10 +74,44 @@ def test_the_scan_tests_no_words_in_a_library_the_census_passes_over(tmp_path: P
              for p in sorted(library)]
     cache = Cache(root / ".cache", key="off", enabled=False, root=root)
     scan = pipeline._scan(found, make_config(root=root), cache, 1, None, [])
-    assert scan.words_read == {str((root / "other/swap.py").resolve())}, scan.words_read
+    quantizer = scan.word_tests[0]
+    assert quantizer.read == {str((root / "other/swap.py").resolve())}, quantizer.read
     project = pipeline._Project(found, found, cache, stamped=False)
     project.take_scan_words(scan)
     from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES
 
     assert [m for m, _ in project.table.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)] == ["other.swap"]
     assert [m for m, _ in project.table.naming(QUANTIZER_WORDS)] == ["other.swap", "transformers.hf"]
+
+
+def test_the_compiled_code_census_reads_again_only_what_may_compile(tmp_path: Path, monkeypatch):
+    """The compiled-code census (analysis/compiled_elsewhere.py) asks `might_compile` of each file's
+    text: the scan answers it on the text in hand, and `ModuleTable.holding` names only the files
+    that pass, reading no header (vLLM 0.34.0: 687 files say `jit`, 4 may compile); a run on
+    named files tests nothing in its scan, and the census reads each file once to ask."""
+    from dtype_lint.analysis.compiled_code import might_compile
+
+    files = {**FILES, "proj/scripted.py": "import torch\n\nf = torch.jit.script(g)\n",
+             "proj/asks.py": "import torch\n\nSCRIPTING = torch.jit.is_scripting()\n"}
+    for summary, read_again in ((True, {"scripted.py": 2, "wide.py": 2}), (False, None)):
+        root = write_tree(tmp_path / f"c{summary}", files)
+        found = [Found(str(root / p), str((root / p).resolve()), p[:-3].replace("/", ".").removesuffix(".__init__"))
+                 for p in sorted(files)]
+        cache = Cache(root / ".cache", key="off", enabled=False, root=root)
+        project = pipeline._Project(found, found, cache, stamped=False)
+        reads: Counter = Counter()
+        real_read = pipeline.read_bytes
+
+        def counted(path, limit, reads=reads, real_read=real_read):
+            reads[Path(path).name] += 1
+            return real_read(path, limit)
+
+        monkeypatch.setattr(pipeline, "read_bytes", counted)
+        project.take_scan_words(pipeline._scan(found, make_config(root=root), cache, 1, None, [], summary=summary))
+        # (wide.py, whose NULs the scan does not tell, is read again: no header in it)
+        assert [m for m, _ in project.table.holding(might_compile)] == ["proj.scripted"]
+        assert project.table.loaded() == []
+        if read_again is not None:
+            assert {name: n for name, n in reads.items() if n > 1} == read_again, reads
+        else:
+            assert all(n == 2 for n in reads.values()), reads

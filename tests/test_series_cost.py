@@ -33,10 +33,12 @@ from dtype_lint.run.pipeline import RunOptions
 CALLERS = Path(__file__).resolve().parents[1] / "fixtures" / "helper_callers"
 AUTHOR = "Ann Maintainer <ann@example.org>"
 
-# A file the analysis reads (a cast to a vLLM layer's `.weight.dtype`, its finding suppressed by the
-# user) that reads nothing of dtypes.py and walks no census of the project's modules: the shipped
-# catalogue knows ColumnParallelLinear.
+# A file the analysis reads (an allocation in a vLLM layer's `.weight.dtype`, its finding suppressed
+# by the user) that reads nothing of dtypes.py and walks no census of the project's modules: the
+# shipped catalogue knows ColumnParallelLinear. (Not a cast: a cast's fix is planned, and a planned
+# fix asks which files of the project compile the site, every file's text: analysis/compiled_elsewhere.py.)
 UNRELATED = """\
+import torch
 from torch import nn
 from vllm.model_executor.layers.linear import ColumnParallelLinear
 
@@ -47,7 +49,7 @@ class Probe(nn.Module):
         self.proj = ColumnParallelLinear(4, 4, quant_config=quant_config)
 
     def forward(self, x):
-        return self.proj(x.to(self.proj.weight.dtype))  # noqa: DTL001
+        return self.proj(x) + torch.zeros(4, dtype=self.proj.weight.dtype)  # noqa: DTL002
 """
 
 # dtypes.py's helpers made sound: the int8 storage no longer falls through to the weight's dtype.

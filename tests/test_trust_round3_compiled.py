@@ -82,6 +82,12 @@ SCRIPTED = {
     + "\n\ndef scripted(layer):\n    return torch.jit.script(Attn(layer))\n",
     "script-module": ATTN.format(forward=FORWARD.replace("    def forward", "    @torch.jit.script_method\n    def forward"))
     .replace("(torch.nn.Module)", "(torch.jit.ScriptModule)"),
+    # An adversarial round (round 15) found these fixed and then unscriptable: `getattr(torch.jit,
+    # "script")`, and a subclass scripted whose base's forward holds the site.
+    "jit-script-getattr": ATTN.format(forward=FORWARD)
+    + "\n\ndef scripted(layer):\n    return getattr(torch.jit, \"script\")(Attn(layer))\n",
+    "scripted-subclass": ATTN.format(forward=FORWARD)
+    + "\n\nclass Child(Attn):\n    pass\n\n\ndef scripted(layer):\n    return torch.jit.script(Child(layer))\n",
 }
 TRACED = {
     "fx-symbolic-trace": ATTN.format(forward=FORWARD)
@@ -91,6 +97,17 @@ TRACED = {
     + "\n\ndef traced(layer):\n    return trace_it(Attn(layer))\n",
     "fx-tracer": ATTN.format(forward=FORWARD).replace("import torch\n", "import torch\nimport torch.fx\n", 1)
     + "\n\ndef traced(layer):\n    return torch.fx.Tracer().trace(Attn(layer))\n",
+    # Round 15: a tracer held in a variable, a tracer class of the file not named `...Tracer`, and
+    # torch.ao's FX graph mode quantization, which traces the model it prepares.
+    "fx-tracer-variable": ATTN.format(forward=FORWARD).replace("import torch\n", "import torch\nimport torch.fx\n", 1)
+    + "\n\ndef traced(layer):\n    tracer = torch.fx.Tracer()\n    graph = tracer.trace(Attn(layer))\n"
+      "    return torch.fx.GraphModule(tracer.root, graph)\n",
+    "fx-tracer-subclass": ATTN.format(forward=FORWARD).replace("import torch\n", "import torch\nimport torch.fx\n", 1)
+    + "\n\nclass Leafy(torch.fx.Tracer):\n    pass\n\n\ndef traced(layer):\n    return Leafy().trace(Attn(layer))\n",
+    "fx-prepare-fx": ATTN.format(forward=FORWARD).replace(
+        "import torch\n", "import torch\nfrom torch.ao.quantization import get_default_qconfig_mapping\n"
+        "from torch.ao.quantization.quantize_fx import prepare_fx\n", 1)
+    + "\n\ndef prepared(layer):\n    return prepare_fx(Attn(layer), get_default_qconfig_mapping(), (torch.zeros(2),))\n",
 }
 
 

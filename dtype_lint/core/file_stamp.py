@@ -32,6 +32,11 @@ def file_stamp(path: str) -> str:
         except OSError:
             return "missing"
         return f"unread:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return stamp_of(data)
+
+
+def stamp_of(data: bytes) -> str:
+    """`file_stamp` of a file whose bytes (all of them) are in hand."""
     return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from dtype_lint.analysis.compiled_code import compiled_reason
+from dtype_lint.analysis.compiled_elsewhere import elsewhere_reason
 from dtype_lint.analysis.flow.recognisers import (
     WeightDtypeSource,
     cast_dtype_args,
@@ -215,8 +216,10 @@ class Planner:
         return None, ""
 
     def compiled_refusal(self, site: Site) -> str:
-        """Why no fix where TorchScript or fx compiles the site's function (analysis/compiled_code.py)."""
-        return compiled_reason(self.src.text, self.tree, site.fn, self.func, self._compiled)
+        """Why no fix where TorchScript or fx compiles the site's function: code of its own file
+        (analysis/compiled_code.py) or of another file of the project (compiled_elsewhere.py)."""
+        return compiled_reason(self.src.text, self.tree, site.fn, self.func, self._compiled) or \
+            elsewhere_reason(self.project.index, self.src.module, self.tree, site.fn, self.func)
 
     # ---- entry ------------------------------------------------------------------------
     def plan(self, site: Site) -> tuple[Fix | None, str]:

@@ -94,15 +94,17 @@ class Cache:
         return self._scan
 
     def scan_entry(self, real: str, stamp: str, names: list[str]):
-        """(passes the prefilter, holds a suppression, looked-for names in its text, helper links)
-        of an unchanged file, or None. `names`: the names looked for now; hits recorded for another
-        list are not reused (None is returned when `names` is not empty). Helper links: (names of
-        the functions it defines that may be input-dtype helpers, names it imports with `from`)."""
+        """(passes the prefilter, holds a suppression, looked-for names in its text, helper links,
+        the censuses' word tests) of an unchanged file, or None. `names`: the names looked for now;
+        hits recorded for another list are not reused (None is returned when `names` is not empty).
+        Helper links: (names of the functions it defines that may be input-dtype helpers, names it
+        imports with `from`). Word tests: run/pipeline.py's `WordTest`s, as `put_scan` keeps them."""
         if not self.enabled:
             return None
         entry = self._scan_data().get(self.rel(real))
-        if not (isinstance(entry, list) and len(entry) == 5 and entry[0] == stamp
-                and isinstance(entry[1], bool) and isinstance(entry[2], bool) and _links_shaped(entry[4])):
+        if not (isinstance(entry, list) and len(entry) == 6 and entry[0] == stamp
+                and isinstance(entry[1], bool) and isinstance(entry[2], bool) and _links_shaped(entry[4])
+                and isinstance(entry[5], int)):
             return None
         # A file without links (nearly all) shares one record: the scan of ten times vLLM keeps
         # 23,600 of them.
@@ -110,21 +112,21 @@ class Cache:
         if names:
             if names != self._scan_names or not isinstance(hits, list):
                 return None
-            return entry[1], entry[2], [h for h in hits if isinstance(h, str)], links
-        return entry[1], entry[2], [], links
+            return entry[1], entry[2], [h for h in hits if isinstance(h, str)], links, entry[5]
+        return entry[1], entry[2], [], links, entry[5]
 
     def put_scan(self, real: str, stamp: str, passes: bool, suppressing: bool, names: list[str],
-                 hits: list[str], links: tuple[list[str], list[str]]) -> None:
+                 hits: list[str], links: tuple[list[str], list[str]], words: int = 0) -> None:
         if not self.enabled:
             return
         data = self._scan_data()
         if names and names != self._scan_names:
             # Hits of another list of names are meaningless now: keep the verdicts only.
             for entry in data.values():
-                if isinstance(entry, list) and len(entry) == 5:
+                if isinstance(entry, list) and len(entry) == 6:
                     entry[3] = None
             self._scan_names = list(names)
-        data[self.rel(real)] = [stamp, passes, suppressing, hits if names else None, [links[0], links[1]]]
+        data[self.rel(real)] = [stamp, passes, suppressing, hits if names else None, [links[0], links[1]], words]
         self._scan_dirty = True
 
     # ---- class headers -------------------------------------------------------------------

@@ -38,6 +38,7 @@ from dtype_lint.core import digests, trees
 from dtype_lint.core.config import Config
 from dtype_lint.core.discovery import DiscoveryError, Found, changed_since, discover_files, import_root, module_name
 from dtype_lint.core.file_stamp import file_stamp as _stamp
+from dtype_lint.core.file_stamp import stamp_of
 from dtype_lint.core.findings import Finding
 from dtype_lint.core.prefilter import WordStart, for_rules, has_suppression
 from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
@@ -491,14 +492,11 @@ class _Project:
         self.stamps: dict[str, str] = {}  # real path -> stamp, for files stat'ed this run
         self.new_headers: list[tuple[str, str, str, dict]] = []
         self.table = ModuleTable(index_found, self._load_header, self._holds)
-        # The scan's answer to the quantizer census's word test (_Scan.words_read): the files it
-        # read this run, and those of them that hold a group of QUANTIZER_WORDS (or NULs).
-        self._words: tuple[tuple[str, ...], ...] = ()
-        self._words_read: set[str] = set()
-        self._words_held: set[str] = set()
+        # The scan's answers to the censuses' word tests (_Scan.word_tests).
+        self._word_tests: tuple[WordTest, ...] = ()
 
     def take_scan_words(self, scan: "_Scan") -> None:
-        self._words, self._words_read, self._words_held = scan.words_groups, scan.words_read, scan.words_held
+        self._word_tests = scan.word_tests
 
     def _at(self, path: str) -> Found | None:
         if self._lazy is not None:
@@ -559,26 +557,64 @@ class _Project:
             self.new_headers.append((mf.key, stamp, module, header.to_dict()))
         return header
 
-    def _holds(self, mf: ModuleFile, groups: tuple[tuple[str, ...], ...]) -> tuple[bool, str] | None:
-        """(does the file hold every word of some group, its stamp): ModuleTable.naming's test.
+    def _holds(self, mf: ModuleFile, groups: "tuple[tuple[str, ...], ...] | Callable[[str], bool]") \
+            -> tuple[bool, str] | None:
+        """(does the file hold every word of some group, its stamp): ModuleTable.naming's test; or,
+        for a predicate of a file's text, does it hold for this one (ModuleTable.holding's).
         The words are ASCII, so they are found in the bytes of any encoding a source file may
-        have but UTF-16/32 (their NULs: not told here). The quantizer census's words were tested by
-        the scan on the bytes it read (`_scan_job`): a file it read and found without them is
-        not read again (a second read of every file of the tree was 3% of a cold check)."""
-        if groups == self._words and mf.key in self._words_read and mf.key not in self._words_held:
-            return False, self.stamp(mf.key)
+        have but UTF-16/32 (their NULs: not told here). The censuses' words were tested by the scan
+        on the bytes it read (`_scan_job`): a file it read and found without them is not read again
+        (a second read of every file of the tree was 3% of a cold check). A file read here is
+        stamped from the same bytes, not read a second time for its stamp."""
+        for test in self._word_tests:
+            if test.test == groups and mf.key in test.read and mf.key not in test.held:
+                return False, self.stamp(mf.key)
         try:
             data = read_bytes(mf.path, MAX_SOURCE_BYTES)
+            text = FileText.decode(data).text if callable(groups) else ""
         except READ_ERRORS:
             return None
         if b"\0" in data:
             return None
+        if self.stamped and mf.key not in self.stamps:
+            self.stamps[mf.key] = stamp_of(data)
         stamp = self.stamp(mf.key)
+        if callable(groups):
+            return groups(text), stamp
         return any(all(word.encode() in data for word in group) for group in groups), stamp
 
     def save_headers(self, headers) -> None:
         for real, stamp, module, header in headers:
             self.cache.put_header(real, stamp, module, header)
+
+
+@dataclass
+class WordTest:
+    """A census's test of each file (ModuleTable.naming's: every word of one of the groups in its
+    bytes; or ModuleTable.holding's: a predicate of its text), made by the scan on what it reads,
+    so that the census does not read the file again."""
+    test: "tuple[tuple[str, ...], ...] | Callable[[str], bool]"
+    skip_tops: frozenset[str] = frozenset()  # modules of these top-level packages are not tested
+    read: set[str] = field(default_factory=set)  # real paths tested
+    held: set[str] = field(default_factory=set)  # ... of which those that pass (or hold a NUL: not told)
+
+    @staticmethod
+    def packed(held: "tuple[bool | None, ...]") -> int:
+        """The answers of a file to the scan's tests (`_scan_job`), as the scan summary keeps them:
+        bit i is set when test i was made, bit i + 4 when the file passed it (a small int, shared)."""
+        return sum((1 << i) | ((1 << (i + 4)) if holds else 0) for i, holds in enumerate(held) if holds is not None)
+
+    def unpack(self, index: int, real: str, packed: int) -> None:
+        """Record the answer of test `index` that `packed` holds for the file `real`."""
+        if packed >> index & 1:
+            self.read.add(real)
+            if packed >> (index + 4) & 1:
+                self.held.add(real)
+
+    def for_scan(self) -> tuple:
+        if callable(self.test):
+            return self.test, self.skip_tops
+        return tuple(tuple(word.encode() for word in group) for group in self.test), self.skip_tops
 
 
 @dataclass
@@ -594,12 +630,10 @@ class _Scan:
     # a file when it is asked for)
     stamps: dict[str, str] = field(default_factory=dict)
     scanned: set[str] = field(default_factory=set)  # real paths of the files scanned
-    # The quantizer census's word test (_Project._holds) on the bytes read here: the real paths
-    # read this run, and those holding every word of some group of QUANTIZER_WORDS (or a NUL:
-    # not told), few of a tree (vLLM 0.34.0: 76 of 3,540).
-    words_groups: tuple[tuple[str, ...], ...] = ()
-    words_read: set[str] = field(default_factory=set)
-    words_held: set[str] = field(default_factory=set)
+    # The censuses' tests (_Project._holds) on what is read here: the quantizer census's
+    # QUANTIZER_WORDS (held by few files of a tree: vLLM 0.34.0, 76 of 3,540) and the compiled-code
+    # census's `might_compile` (analysis/compiled_elsewhere.py: 4 files).
+    word_tests: tuple[WordTest, ...] = ()
 
 
 def _needle(qualname: str) -> str:
@@ -649,24 +683,34 @@ def _top_word(top: str) -> WordStart:
     return WordStart(re.escape(top) + r"\b")
 
 
-def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple, bool | None, str | None]:
+def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple, tuple, str | None]:
     """(path, prefilter verdict, holds a suppression, looked-for names it may import, helper
-    links, may hold the quantizer census's words, error)."""
+    links, for each census's word test whether it may hold its words (None: not tested), error)."""
     path, module = item
     try:
         data = read_bytes(path, MAX_SOURCE_BYTES)
         ft = FileText.decode(data)
     except READ_ERRORS as error:
-        return path, False, False, [], ([], []), None, f"cannot read: {error}"
+        return path, False, False, [], ([], []), (), f"cannot read: {error}"
     st = worker_state()
     # As _Project._holds tests it: every word of one group in the bytes, told only without a NUL.
     # Not for a module of a library the census passes over whatever it holds (ModuleTable.naming's
     # `skip_tops`): its answer was never read, and a file not tested here is read again should
     # anything ask (`_Project._holds`). Transformers 5.25.0 and diffusers 0.42.1 are all such
-    # modules: six passes over every byte of the tree (57 MB, 28 MB) for nothing.
-    groups = st["words"] if module.split(".", 1)[0] not in st["words_skip"] else ()
-    words = (b"\0" in data or any(all(word in data for word in group) for group in groups)) if groups else None
+    # modules for the quantizer census: six passes over every byte of the tree (57 MB, 28 MB) for nothing.
+    top = module.split(".", 1)[0]
     text = ft.text
+    nul = None
+    held: list[bool | None] = []
+    for test, skip_tops in st["words"]:
+        if top in skip_tops:
+            held.append(None)
+            continue
+        if nul is None:
+            nul = b"\0" in data
+        held.append(nul or (test(text) if callable(test) else any(all(word in data for word in group)
+                                                                   for group in test)))
+    words = tuple(held)
     hits = _imports_maybe(st["needles"], text, module)
     # Helper links serve only the rules that report calls of helpers defined elsewhere (DTL005);
     # with none enabled they are never read, and the cache key (the configuration's fingerprint,
@@ -681,8 +725,8 @@ def _scan_job(item: tuple[str, str]) -> tuple[str, bool, bool, list[str], tuple,
 NO_LINKS: tuple[tuple, tuple] = ((), ())
 
 
-def _init_scan(prefilter, needles, links: bool = True, words: tuple = (), words_skip: frozenset = frozenset()) -> None:
-    worker_state().update(prefilter=prefilter, needles=needles, links=links, words=words, words_skip=words_skip)
+def _init_scan(prefilter, needles, links: bool = True, words: tuple = ()) -> None:
+    worker_state().update(prefilter=prefilter, needles=needles, links=links, words=words)
 
 
 def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress, needles: list[str],
@@ -693,6 +737,7 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     scan = _Scan()
     misses = []
     stamps = {}
+    known: list[tuple[str, int]] = []  # (real path, its tests' answers) of the files the summary answers for
     if not cache.enabled:
         # No cache to key (`--no-cache`): a file is stamped when something asks (`Project.stamp`:
         # the analysed files and those whose headers are read), not the whole tree up front: each
@@ -705,40 +750,46 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         if hit is None:
             misses.append(f)
             continue
-        scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path] = hit
+        scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path], packed = hit
         if hits:
             scan.hits[f.real] = hits
+        known.append((f.real, packed))
     rules = tuple(enabled_rules(config))
     prefilter = for_rules(rules)
     links = any(r.reads_helper_callers for r in rules)
-    # A whole-project run tests the quantizer census's words on the bytes it reads (a run on
-    # named files reads few, and need not import the quantizers' catalogue for them).
-    words: tuple[tuple[bytes, ...], ...] = ()
-    words_skip: frozenset[str] = frozenset()
+    # A whole-project run tests the censuses' words on the bytes it reads (a run on named files
+    # reads few, and need not import the quantizers' catalogue for them).
     if summary:
+        from dtype_lint.analysis.compiled_code import might_compile
         from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES, QUANTIZER_WORDS
 
-        scan.words_groups = QUANTIZER_WORDS
-        words = tuple(tuple(word.encode() for word in group) for group in QUANTIZER_WORDS)
-        words_skip = LIBRARY_PACKAGES  # the census's `skip_tops` (ecosystems/quantizers/applications.py)
+        # LIBRARY_PACKAGES: the quantizer census's `skip_tops` (ecosystems/quantizers/applications.py)
+        scan.word_tests = (WordTest(QUANTIZER_WORDS, LIBRARY_PACKAGES), WordTest(might_compile))
+        # A file the summary answers for is not read: its answers were kept with it (a warm run
+        # that analyses an edited file asks the censuses about every file of the tree).
+        for real, packed in known:
+            for index, test in enumerate(scan.word_tests):
+                test.unpack(index, real, packed)
     # Always in this process: reading and prefiltering is about 0.1 ms a file, and two workers
     # gained nothing even on 23,600 files (benchmarks/README.md, "-j").
     results = parallel_map(_scan_job, [(f.path, f.module) for f in misses], jobs, init=_init_scan,
-                           initargs=(prefilter, needles, links, words, words_skip), progress=progress, stage="scan",
+                           initargs=(prefilter, needles, links, tuple(test.for_scan() for test in scan.word_tests)),
+                           progress=progress, stage="scan",
                            parallel=False)
     for f, (path, passes, suppressing, hits, links, held, err) in zip(misses, results):
         if err:
             scan.errors[path] = err
             continue
-        if held is not None:
-            scan.words_read.add(f.real)
-            if held:
-                scan.words_held.add(f.real)
+        for test, holds in zip(scan.word_tests, held):
+            if holds is not None:
+                test.read.add(f.real)
+                if holds:
+                    test.held.add(f.real)
         scan.passes[path], scan.suppressing[path], scan.links[path] = passes, suppressing, links
         if hits:
             scan.hits[f.real] = hits
         if summary and path in stamps:
-            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits, links)
+            cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits, links, WordTest.packed(held))
     scan.stamps = {f.real: stamps[f.path] for f in found}
     scan.scanned = {f.real for f in found} | {f.real for f in misses}
     return scan
@@ -773,7 +824,7 @@ def _scan_for_names(index_found: "list[Found] | ProjectFiles", config: Config, c
     scan.hits.update(extra.hits)
     # The rest of the project was read for its words too: the named files were not (their own
     # scan tests none), and are read again if the census asks.
-    scan.words_groups, scan.words_read, scan.words_held = extra.words_groups, extra.words_read, extra.words_held
+    scan.word_tests = extra.word_tests
 
 
 def _looked_for(config: Config, index: QuantizableLayerIndex) -> list[str]:

@@ -764,6 +764,28 @@ class ModuleTable:
             if header is not None:
                 yield module, header
 
+    def holding(self, test: Callable[[str], bool]):
+        """(module, display path) of each module whose text may pass `test` (the same function
+        each time: the run tests it on the text its scan reads, `holds`), without its header:
+        `naming` for a caller that reads the text itself (the compiled-code census, which parses
+        what `compiled_code.might_compile` passes: of vLLM 0.34.0's 3,540 modules 687 say `jit`,
+        4 pass, and reading the others' headers and texts was half of the census). Every module
+        counts as read, as there."""
+        self._record_census()
+        for module in [m for m, _ in self._names.firsts()]:
+            mfs: list[ModuleFile] = self._module_files(module) if self._holds is not None else []
+            told = self._holds(mfs[0], test) if len(mfs) == 1 else None
+            if told is None:
+                header = self.get(module)
+                if header is not None:
+                    yield module, header.path
+                continue
+            for frame in self.frames:
+                frame.modules[module] = mfs[0].key
+                frame.files[mfs[0].key] = told[1]
+            if told[0]:
+                yield module, mfs[0].path
+
     def values(self):
         return [h for _, h in self.items()]
 
