@@ -32,6 +32,16 @@ BLOCKS = {
     "nested": "if flag:\n    with torch.no_grad():\n        {body}",
 }
 
+# A module holding a model of a QLinear handed in, up to its `forward`.
+HEAD = (
+    "import torch\n"
+    "from proj.layers import QLinear\n\n\n"
+    "class Model(torch.nn.Module):\n"
+    "    def __init__(self, proj: QLinear):\n"
+    "        super().__init__()\n"
+    "        self.proj = proj\n\n"
+)
+
 CLOSURE = "def inner(y):\n    return y.to(d)\nout = inner(x)"
 
 
@@ -40,12 +50,7 @@ def model(block: str) -> str:
     inner = textwrap.indent(CLOSURE, depth).lstrip()
     body = textwrap.indent(BLOCKS[block].format(body=inner), " " * 8)
     return (
-        "import torch\n"
-        "from proj.layers import QLinear\n\n\n"
-        "class Model(torch.nn.Module):\n"
-        "    def __init__(self, proj: QLinear):\n"
-        "        super().__init__()\n"
-        "        self.proj = proj\n\n"
+        HEAD +
         "    def forward(self, x, flag=True):\n"
         "        d = self.proj.weight.dtype\n"
         "        out = x\n"
@@ -91,12 +96,7 @@ def test_the_walk_enters_a_def_under_a_block_as_one_beside_it():
 
 
 SHADOWED = (
-    "import torch\n"
-    "from proj.layers import QLinear\n\n\n"
-    "class Model(torch.nn.Module):\n"
-    "    def __init__(self, proj: QLinear):\n"
-    "        super().__init__()\n"
-    "        self.proj = proj\n\n"
+    HEAD +
     "    def forward(self, x, ref=None):\n"
     "        d = self.proj.weight.dtype\n"
     "        if ref is not None:\n"
