@@ -9,6 +9,7 @@ own functions (``test_upstream_*``) need the release trees and carry the ``netwo
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 
@@ -230,7 +231,10 @@ def test_a_helper_that_returns_the_storage_dtype_is_caught(monkeypatch):
 
     def bad_helper(**kwargs):
         src = real(**kwargs)
-        helper = src.helper.replace("return layer.params_dtype\n    if weight_dtype == torch.uint8", "return weight_dtype\n    if weight_dtype == torch.uint8", 1)
+        helper = src.helper
+        for spelling in ("return layer.params_dtype\n", "return params_dtype\n"):  # vllm's template, torch's
+            helper = helper.replace(spelling + "    if weight_dtype == torch.uint8",
+                                    "return weight_dtype\n    if weight_dtype == torch.uint8", 1)
         assert helper != src.helper
         return variants.FixtureSources(src.name, src.settings, src.unsafe_fixes, src.pre, src.post, helper)
 
@@ -261,7 +265,7 @@ def test_a_helper_the_fixer_will_not_use_still_fails_at_run_time(monkeypatch):
     from dtype_lint.fix import helper_template
 
     for name, (header, is_fp8, doc, old_body) in list(helper_template._TEMPLATES.items()):
-        body = old_body.replace("weight.dtype if weight is not None else layer.params_dtype", "weight.dtype")
+        body = re.sub(r"weight\.dtype if weight is not None else (layer\.)?params_dtype", "weight.dtype", old_body)
         assert body != old_body
         monkeypatch.setitem(helper_template._TEMPLATES, name, (header, is_fp8, doc, body))
     rep = verify.run_matrix("cpu", ("B",), (0,), backends=("bf16", "awq"), upstream=False)
