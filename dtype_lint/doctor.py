@@ -221,7 +221,7 @@ def _helper_lines(result: RunResult, files: list[str], preset_unused: bool = Fal
 def _earlier_inferred(files: list[str], config, rel, func: str) -> str:
     """"`pkg.module:func` in path, which an earlier run created" for a shared helper an earlier
     fixing run inferred and created, else ""."""
-    earlier = existing_inferred(files, config.root)
+    earlier = existing_inferred(files, config.root, func)
     if not earlier:
         return ""
     top, base = sorted(earlier.items())[0]

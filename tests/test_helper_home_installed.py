@@ -195,6 +195,21 @@ def test_a_new_helper_module_does_not_rebind_a_name_of_its_package(tmp_path):
     assert again.returncode == 0 and "created" not in again.stderr, again.stderr
 
 
+def test_a_module_of_the_project_under_the_helper_s_name_is_left_alone(tmp_path):
+    """The project's own `plug/layer_input_dtype.py` (no helper in it), or a `layer_input_dtype/`
+    folder: `--fix` stopped with exit 2 telling the user to add the helper to their module. The
+    created helper takes the next free name, and a later run finds it there."""
+    for n, own in enumerate(({"plug/layer_input_dtype.py": "def layer_input_dtype(cfg):\n    return cfg\n"},
+                             {"plug/layer_input_dtype/__init__.py": ""})):
+        root = write_tree(tmp_path / f"proj{n}", {**PLUG, **own, "pyproject.toml": PYPROJECT})
+        fixed = dtl(root, "check", ".", "--fix", "--no-cache")
+        assert fixed.returncode == 0 and "created plug/layer_input_dtype_2.py (helper)" in fixed.stderr, \
+            fixed.stdout + fixed.stderr
+        assert (root / next(iter(own))).read_text() == next(iter(own.values()))
+        again = dtl(root, "check", ".", "--fix", "--no-cache")
+        assert again.returncode == 0 and "created" not in again.stderr, again.stderr
+
+
 def test_the_hf_helper_module_does_not_rebind_a_name_of_its_package(tmp_path):
     journey = Path(__file__).resolve().parents[1] / "fixtures" / "journeys" / "hf_package"
     files = {str(p.relative_to(journey)): p.read_text() for p in journey.rglob("*") if p.is_file()

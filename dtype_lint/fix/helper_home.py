@@ -256,7 +256,7 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
             _installed_beside(skipped, files, root)
         # A helper an earlier run created is kept, wherever its sites were (pre-commit checks only
         # the staged files: the next commit's sites may all be in another package).
-        existing = {t: base for t, base in existing_inferred(files, root).items() if t not in skipped}
+        existing = {t: base for t, base in existing_inferred(files, root, func).items() if t not in skipped}
         for top in ranked + sorted(set(existing) - set(ranked)):
             if top in existing:
                 return f"{top}.{INFERRED_MODULE}", existing[top], (
@@ -271,8 +271,8 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
             if any(counts[t] for t in ranked[1:]) else ""
         not_installed = (f"; not in {', '.join(f'`{t}`' for t in skipped)}, which its distribution does not "
                          "install") if skipped else ""
-        name = unshadowed_module(base.joinpath(*top.split(".")), INFERRED_MODULE)
-        renamed = f"; named `{name}`: the package's `__init__.py` uses `{INFERRED_MODULE}`" \
+        name = unshadowed_module(base.joinpath(*top.split(".")), INFERRED_MODULE, func)
+        renamed = f"; named `{name}`: the package already uses `{INFERRED_MODULE}`" \
             if name != INFERRED_MODULE else ""
         return f"{top}.{name}", base, (
             f"package `{top}` holds {counts[top]} of the {total} sites to fix{others}{not_installed}{layout}{renamed}")
@@ -284,14 +284,16 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
                       f"({', '.join(sorted(_rel(Path(d), root) for d in loose_dirs))}), and no package holds them")
 
 
-def unshadowed_module(package_dir: Path, name: str) -> str:
+def unshadowed_module(package_dir: Path, name: str, func: str = "") -> str:
     """`name` for a new module of the package at `package_dir`, unless its `__init__.py` may bind
     that name: importing the submodule sets the package's attribute `name`, and
     `pkg.layer_input_dtype(...)` would then call a module. It may where it uses the name (a
     function of its own, an import, a read), names it in a string (a module `__getattr__`,
     `globals()[...]`), or star-imports a module whose text holds it (or one it cannot read). Then
     `name_2`, `name_3`... the first it does not use: the same name on every run while the package is
-    as it is, so a later run finds the helper an earlier one created there."""
+    as it is, so a later run finds the helper an earlier one created there. With `func`, a module of
+    the package under a candidate name that does not define `func` (the project's own
+    `layer_input_dtype.py`, a `layer_input_dtype/` folder) is passed over too."""
     init = package_dir / "__init__.py"
     try:
         text = read_file(str(init)).text
@@ -299,10 +301,36 @@ def unshadowed_module(package_dir: Path, name: str) -> str:
     except (OSError, UnicodeDecodeError, ValueError, LookupError, SyntaxError, RecursionError, MemoryError):
         return name  # no `__init__.py` to shadow (a namespace folder), or one nothing can read
     taken = identifiers(tree)
+    if func:
+        taken |= _other_modules(package_dir, name, func)
     if name in text or any(name in _star_source(package_dir, node) for node in ast.walk(tree)
                            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)):
         taken.add(name)
     return fresh(name, taken)
+
+
+def _other_modules(package_dir: Path, name: str, func: str) -> set[str]:
+    """The names `name`, `name_2`... of modules or folders of the package that are not a helper
+    defining `func`: the project's own, which a created helper must not replace or be taken for."""
+    out: set[str] = set()
+    try:
+        entries = list(os.scandir(package_dir))
+    except OSError:
+        return out
+    for entry in entries:
+        stem = entry.name.removesuffix(".py")
+        if not (stem == name or (stem.startswith(name + "_") and stem[len(name) + 1:].isdigit())):
+            continue
+        if entry.is_dir() or (entry.name.endswith(".py") and not _defines(entry.path, func)):
+            out.add(stem)
+    return out
+
+
+def _defines(path: str, func: str) -> bool:
+    try:
+        return f"def {func}(" in read_file(path).text
+    except (OSError, UnicodeDecodeError, ValueError, LookupError):
+        return False
 
 
 def _star_source(package_dir: Path, node: ast.ImportFrom) -> str:
@@ -366,12 +394,13 @@ def _installed_beside(skipped: list[str], files: Iterable[str], root: Path) -> l
                          f"it installs several packages ({', '.join(f'`{t}`' for t in sorted(tops))})"))
 
 
-def existing_inferred(files: Iterable[str], root: Path) -> dict[str, Path]:
+def existing_inferred(files: Iterable[str], root: Path, func: str = "") -> dict[str, Path]:
     """Top-level package -> the folder it is imported from, for each `<package>.layer_input_dtype`
-    among the files."""
+    among the files (with `func`, only one that defines it: the project's own module of that name
+    is not a helper an earlier run created)."""
     found = {}
     for file in files:
-        if os.path.basename(file) == INFERRED_MODULE + ".py":
+        if os.path.basename(file) == INFERRED_MODULE + ".py" and (not func or _defines(file, func)):
             parts = module_name(file, root).split(".")
             if len(parts) >= 2 and top_package(".".join(parts), file) == ".".join(parts[:-1]):
                 found[".".join(parts[:-1])] = Path(file).resolve().parents[len(parts) - 1]
