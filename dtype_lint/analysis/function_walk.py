@@ -7,7 +7,7 @@ keeps what every consumer asks of it:
 
 - `nodes`: the function's own nodes in exactly the order `class_facts.walk_function` yields
   them (nested functions, lambdas and classes are not entered, except a `def` or `class` that is
-  itself a statement of the body, as `walk_function` enters it), so that rules which keep the
+  itself a statement of the body, or of a block of it, as `walk_function` enters it), so that rules which keep the
   first of several nodes, and fix planners that name variables in the order sites are met, see
   them as before;
 - `parents`: `id(child) -> parent` for every node under the function, nested bodies, arguments

@@ -1034,8 +1034,9 @@ def _store_names(node) -> list[str]:
 
 
 def walk_function(fn):
-    """ast.walk over a function body without descending into nested functions, lambdas or classes
-    (statements popped from the end; function_walk.own_nodes lists them, in this order)."""
+    """ast.walk over a function body without descending into lambdas, nor into nested functions or
+    classes other than those that are statements of its body or of its blocks (statements popped
+    from the end; function_walk.own_nodes lists them, in this order)."""
     from dtype_lint.analysis.function_walk import own_nodes  # imports only `ast`; kept local
 
     yield from own_nodes(fn)
