@@ -22,32 +22,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import fresh_import, stub_project, write_tree  # noqa: E402
+from tiny_project import STUB_MODEL, fresh_import, stub_project, write_tree  # noqa: E402
 
-MODEL = """\
-import torch
-from proj.layers import QLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, o_proj: QLinear):
-        super().__init__()
-        self.o_proj = o_proj
-
-    def forward(self, x):
-        x = x.to(self.o_proj.weight.dtype)
-        return x
-
-
-class Plain(torch.nn.Module):
-    def __init__(self, o_proj: QLinear):
-        super().__init__()
-        self.o_proj = o_proj
-
-    def forward(self, x):
-        x = x.to(self.o_proj.weight.dtype)
-        return x
-"""
+# A second module class like Attn, that nothing compiles where Attn's class is known.
+MODEL = STUB_MODEL + "\n\n" + STUB_MODEL.split("\n\n\n", 1)[1].replace("class Attn(", "class Plain(")
 
 DECODER = """\
 class Decoder(torch.nn.Module):
@@ -242,35 +220,9 @@ def test_the_census_parses_only_files_that_can_compile(tmp_path: Path, monkeypat
     assert sorted(set(parsed)) == ["decoder.py", "export.py", "model.py"], parsed
 
 
-HF_MODELING = """\
-import torch
-from torch import nn
-from transformers import PreTrainedModel
-
-from .configuration_foo import FooConfig
-
-
-class FooBlock(nn.Module):
-    def __init__(self, config: FooConfig):
-        super().__init__()
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, x):
-        x = x.to(self.proj.weight.dtype)
-        return self.proj(x)
-
-
-class FooModel(PreTrainedModel):
-    config_class = FooConfig
-
-    def __init__(self, config: FooConfig):
-        super().__init__(config)
-        self.block = FooBlock(config)
-        self.post_init()
-
-    def forward(self, x):
-        return self.block(x)
-"""
+# The HF journey's own model file (a block casting to its projection's weight dtype).
+HF_MODELING = (Path(__file__).resolve().parents[1] / "fixtures" / "journeys" / "hf_package" / "src" / "mypkg"
+               / "modeling_foo.py").read_text(encoding="utf-8")
 
 HF_PROJECT = {
     "pyproject.toml": '[project]\nname = "mypkg"\nversion = "0.1.0"\n',

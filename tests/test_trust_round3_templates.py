@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import fresh_import, stub_project  # noqa: E402
+from tiny_project import STUB_MODEL, fresh_import, stub_project  # noqa: E402
 
 from dtype_lint.dtypes import evaluator  # noqa: E402
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_NAME, HF_HELPER_SOURCE  # noqa: E402
@@ -178,20 +178,7 @@ def test_the_evaluator_reads_the_templates_as_torch_runs_them_on_unpacked_storag
 
 # --- `--fix` on real modules ---------------------------------------------------------------------
 
-MODEL = """\
-import torch
-from proj.layers import QLinear
-
-
-class Attn(torch.nn.Module):
-    def __init__(self, o_proj: QLinear):
-        super().__init__()
-        self.o_proj = o_proj
-
-    def forward(self, x):
-        x = x.to(self.o_proj.weight.dtype)
-        return x
-"""
+MODEL = STUB_MODEL
 
 
 def project(root: Path, extra: dict[str, str] | None = None) -> Path:

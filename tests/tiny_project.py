@@ -44,6 +44,22 @@ helper = "proj.dtypes:get_layer_input_dtype"
 helper-template = "torch"
 """
 
+# A module of that project casting to its layer's weight dtype (the layer handed in).
+STUB_MODEL = """\
+import torch
+from proj.layers import QLinear
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, o_proj: QLinear):
+        super().__init__()
+        self.o_proj = o_proj
+
+    def forward(self, x):
+        x = x.to(self.o_proj.weight.dtype)
+        return x
+"""
+
 STUB_LAYERS = """\
 import torch
 
