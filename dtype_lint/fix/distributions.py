@@ -109,7 +109,7 @@ def _distribution_at(folder: str) -> Distribution | None:
 @functools.lru_cache(maxsize=1024)
 def _read_distribution(folder: str, _stamps: tuple) -> Distribution | None:
     pyproject = read_toml(os.path.join(folder, "pyproject.toml")) or {}
-    tool = _table(pyproject, "tool")
+    tool = table(pyproject, "tool")
     if "project" in pyproject or tool.get("poetry"):
         return _from_pyproject(folder, pyproject)
     # A pyproject.toml with only `[build-system]` leaves the metadata to setup.cfg or setup.py.
@@ -124,15 +124,34 @@ def _read_distribution(folder: str, _stamps: tuple) -> Distribution | None:
     return None
 
 
-def _table(data: dict, key: str) -> dict:
-    """`data[key]` when it is a table, else an empty one (a hand-written file may hold anything)."""
-    value = data.get(key)
-    return value if isinstance(value, dict) else {}
+def table(data: dict, *keys: str) -> dict:
+    """The table at `keys` (`table(data, "tool", "setuptools")`), empty where any step is missing
+    or not a table (a hand-written file may hold anything)."""
+    for key in keys:
+        value = data.get(key)
+        if not isinstance(value, dict):
+            return {}
+        data = value
+    return data
+
+
+def setup_keywords(text: str) -> dict[str, ast.expr]:
+    """The keyword arguments of the `setup(...)` calls of a setup.py's `text`, unevaluated (a later
+    call's win); empty where it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    found: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup":
+            found.update((k.arg, k.value) for k in node.keywords if k.arg is not None)
+    return found
 
 
 def _from_pyproject(folder: str, data: dict) -> Distribution:
-    project = _table(data, "project")
-    poetry = _table(_table(data, "tool"), "poetry")
+    project = table(data, "project")
+    poetry = table(data, "tool", "poetry")
     name = project.get("name") or poetry.get("name") or ""
     dependencies: frozenset[str] | None = None
     requires = project.get("requires-python") or ""
@@ -144,7 +163,7 @@ def _from_pyproject(folder: str, data: dict) -> Distribution:
         files = files.get("file") if isinstance(files, dict) else None
         dependencies = _requirement_files(folder, [files] if isinstance(files, str) else files)
     if poetry and not project:
-        declared = _table(poetry, "dependencies")
+        declared = table(poetry, "dependencies")
         requires = declared.get("python") if isinstance(declared.get("python"), str) else ""
         dependencies = frozenset(normalise(n) for n in declared if n != "python")
     if dependencies is None:  # a setuptools project may still declare them in setup.cfg/setup.py
@@ -171,24 +190,17 @@ def _from_setup_cfg(folder: str, cfg: configparser.RawConfigParser, setup_py: st
 def _from_setup_py(folder: str, text: str, marker: str) -> Distribution:
     """What a `setup(...)` call states in literals (its other arguments are not evaluated)."""
     name, dependencies, requires = "", None, ""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        tree = ast.Module(body=[], type_ignores=[])
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup"):
+    for arg, expr in setup_keywords(text).items():
+        try:
+            value = ast.literal_eval(expr)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             continue
-        for keyword in node.keywords:
-            try:
-                value = ast.literal_eval(keyword.value)
-            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-                continue
-            if keyword.arg == "name" and isinstance(value, str):
-                name = value
-            elif keyword.arg == "install_requires" and isinstance(value, (list, tuple)):
-                dependencies = _names([v for v in value if isinstance(v, str)])
-            elif keyword.arg == "python_requires" and isinstance(value, str):
-                requires = value
+        if arg == "name" and isinstance(value, str):
+            name = value
+        elif arg == "install_requires" and isinstance(value, (list, tuple)):
+            dependencies = _names([v for v in value if isinstance(v, str)])
+        elif arg == "python_requires" and isinstance(value, str):
+            requires = value
     return Distribution(folder, marker, normalise(name), dependencies, requires)
 
 

@@ -27,7 +27,7 @@ import ast
 import fnmatch
 import os
 
-from dtype_lint.fix.distributions import read_cfg, read_text, read_toml
+from dtype_lint.fix.distributions import read_cfg, read_text, read_toml, setup_keywords, table
 
 # setuptools' FlatLayoutPackageFinder._EXCLUDE (setuptools 80): never installed by discovery.
 RESERVED = frozenset({
@@ -60,7 +60,7 @@ def installed_as(top: str, folder: str) -> str:
     `package-dir` (pyproject.toml, setup.cfg or a literal in setup.py) maps another name onto it
     (`{"myplug" = "lib"}`: `lib/` is `myplug` once installed, and `from lib.x import ...` fails
     there), else ""."""
-    mapping = dict(_table(read_toml(os.path.join(folder, "pyproject.toml")) or {}, "tool", "setuptools",
+    mapping = dict(table(read_toml(os.path.join(folder, "pyproject.toml")) or {}, "tool", "setuptools",
                           "package-dir"))
     cfg = read_cfg(os.path.join(folder, "setup.cfg"))
     if cfg is not None:
@@ -84,33 +84,33 @@ def declared_packages(folder: str) -> Declared | None:
     packages the distribution at `folder` installs, as its packaging files state them; None where
     they state nothing this can read (setuptools' and PDM's discovery)."""
     data = read_toml(os.path.join(folder, "pyproject.toml")) or {}
-    setuptools = _table(data, "tool", "setuptools")
+    setuptools = table(data, "tool", "setuptools")
     packages = setuptools.get("packages")
     if isinstance(packages, list):
         return tuple(str(p) for p in packages), (), None
-    find = _table(setuptools, "packages", "find")
+    find = table(setuptools, "packages", "find")
     if find:
         where = find.get("where")
         tops = _folders(folder, [str(w) for w in where]) if isinstance(where, list) and where else None
         return _patterns(find.get("include")), _patterns(find.get("exclude"), ()), tops
     if isinstance(setuptools.get("py-modules"), list):
         return (), (), None  # modules, no package
-    poetry = _table(data, "tool", "poetry").get("packages")
+    poetry = table(data, "tool", "poetry").get("packages")
     if isinstance(poetry, list):
         return _named(str(p["include"]) for p in poetry if isinstance(p, dict) and isinstance(p.get("include"), str)
                       and _in_wheel(p.get("format"))), (), None
-    hatch = [_table(data, "tool", "hatch", "build", "targets", "wheel"), _table(data, "tool", "hatch", "build")]
-    for table in hatch:
+    hatch = [table(data, "tool", "hatch", "build", "targets", "wheel"), table(data, "tool", "hatch", "build")]
+    for build in hatch:
         for key in ("packages", "only-include", "include"):
-            if isinstance(table.get(key), list):
-                return _named(str(p) for p in table[key]), (), None
-    pdm = _table(data, "tool", "pdm", "build").get("includes")
+            if isinstance(build.get(key), list):
+                return _named(str(p) for p in build[key]), (), None
+    pdm = table(data, "tool", "pdm", "build").get("includes")
     if isinstance(pdm, list):
         return _named(str(p) for p in pdm), (), None
-    flit = _table(data, "tool", "flit", "module").get("name")
+    flit = table(data, "tool", "flit", "module").get("name")
     if isinstance(flit, str):
         return _named([flit]), (), None
-    backend = _table(data, "build-system").get("build-backend")
+    backend = table(data, "build-system").get("build-backend")
     name = _project_name(data)
     if backend in _NAMED_AFTER_PROJECT and name:
         return _named([name]), (), None
@@ -119,7 +119,7 @@ def declared_packages(folder: str) -> Declared | None:
 
 def _project_name(data: dict) -> str:
     """The project's name as an import name (`my-plug` -> `my_plug`), or ""."""
-    name = _table(data, "project").get("name") or _table(data, "tool", "poetry").get("name") or ""
+    name = table(data, "project").get("name") or table(data, "tool", "poetry").get("name") or ""
     return str(name).replace("-", "_").replace(".", "_").lower() if isinstance(name, str) else ""
 
 
@@ -147,17 +147,6 @@ def _patterns(value, default: tuple[str, ...] = ("*",)) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and value:
         return tuple(str(p) for p in value)
     return default
-
-
-def _table(data: dict, *keys: str) -> dict:
-    """The table at `keys` (`tool.setuptools`), empty where any step is missing or not a table (a
-    hand-written file may hold anything)."""
-    for key in keys:
-        value = data.get(key)
-        if not isinstance(value, dict):
-            return {}
-        data = value
-    return data
 
 
 def _folders(folder: str, where: list[str]) -> frozenset[str]:
@@ -197,18 +186,7 @@ def _setup_cfg(folder: str) -> Declared | None:
 def _setup_keyword(folder: str, keyword: str) -> ast.expr | None:
     """The expression of `keyword=` in setup.py's `setup(...)` call, or None."""
     text = read_text(os.path.join(folder, "setup.py"))
-    if text is None:
-        return None
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup":
-            for k in node.keywords:
-                if k.arg == keyword:
-                    return k.value
-    return None
+    return setup_keywords(text).get(keyword) if text is not None else None
 
 
 def _setup_py(folder: str, name: str) -> Declared | None:
