@@ -40,7 +40,10 @@ A file read only for its class facts (not analysed) is not parsed as a file at a
 class statement in it is plainly top-level (`class_regions()`): each class is parsed from its own
 text, reduced the same way, below blank lines that keep its line numbers, when its facts are
 first asked for (class_facts.build_class_file_facts, trees.parse_class); its functions and the
-module tree only if something asks for them.
+module tree only if something asks for them. A module-level function another file's analysis
+follows a call into is read the same way (`function_region()`, trees.parse_function): its own
+lines, decorators to the end of its body, when text alone can tell which `def` the module's tree
+would give; else the module is parsed.
 
 A syntax error inside a blanked body (or, in a file read for its class facts, outside the classes
 asked about) is not seen: that code cannot hold a site, and the project's other linters (and
@@ -608,9 +611,69 @@ def class_regions(text: str) -> list[ClassRegion] | None:
     return regions
 
 
+class DefRegion(ClassRegion):
+    """One module-level `def` statement's text (`class_line`: its `def` line)."""
+
+
+# What function_region answers when the text alone cannot tell (the caller reads the parsed module).
+UNTOLD = "untold"
+_DEF_NAMED: dict[str, re.Pattern] = {}
+_ASYNC = re.compile(r"async[ \t]+")
+_DEF_NON_ASCII = re.compile(r"def[ \t]+[A-Za-z0-9_]*[^\x00-\x7f]")
+
+
+def function_region(text: str, name: str) -> "DefRegion | str | None":
+    """The first module-level function `name` of a module, by text: the `def` a module's tree
+    gives first (class_facts.build_file_facts: statements at column 0, and those under
+    module-level `if`/`try`, first wins), decorators to the last line of its body. None when the
+    text has no `def name` at all, UNTOLD when text alone cannot tell: an indented `def name`
+    before the first at column 0 (a method, or a definition under `if` that would come first),
+    one in a triple-quoted string, decorators or a header the text cannot follow, a body on the
+    header's line, CR line ends, a `def` of a non-ASCII name (the parser normalises identifiers:
+    `def ﬁx` defines `fix`)."""
+    if "\r" in text or (not text.isascii() and _DEF_NON_ASCII.search(text) is not None):
+        return UNTOLD
+    pattern = _DEF_NAMED.get(name)
+    if pattern is None:
+        pattern = _DEF_NAMED[name] = re.compile(rf"def[ \t]+{re.escape(name)}(?!\w)")
+    for found in pattern.finditer(text):
+        start = text.rfind("\n", 0, found.start()) + 1
+        prefix = text[start:found.start()]
+        if prefix and not _ASYNC.fullmatch(prefix):
+            indent = prefix.lstrip(" \t\f")
+            if len(indent) < len(prefix) and (not indent or _ASYNC.fullmatch(indent)):
+                return UNTOLD  # indented: a method, or a definition under `if` or `try` that may come first
+            continue  # not a `def` statement (`undef name`, a comment, a one-line string)
+        if text.count('"""', 0, start) % 2 or text.count("'''", 0, start) % 2:
+            return UNTOLD
+        first = _decorated_from(text, start)
+        header = _header_end(text, start)
+        if first is None or header is None:
+            return UNTOLD
+        line = text.count("\n", 0, start) + 1
+        end = _code_end(text, start, _body_end(text, header[0], 0))
+        return DefRegion(name, line - text.count("\n", first, start), line, first, end, header[0])
+    return None
+
+
+_OPENING_LINES = 400  # the most lines _opening_line walks up
+
+
+def _opening_line(text: str, cur: int, start: int) -> int | None:
+    """The offset of the nearest line above `cur` that starts a statement at column 0 and whose
+    text up to `start` balances (the line whose brackets the lines from `cur` close), or None."""
+    for _ in range(_OPENING_LINES):
+        if cur <= 0:
+            return None
+        cur = text.rfind("\n", 0, cur - 1) + 1
+        if text[cur] not in " \t\f\n#)]}" and _balanced(text, cur, start):
+            return cur
+    return None
+
+
 def _decorated_from(text: str, start: int) -> int | None:
-    """The offset of the first decorator of the class statement at `start` (`start` when it has
-    none), or None when the lines right above it are not plainly decorators: the walk up stops at
+    """The offset of the first decorator of the class or `def` statement at `start` (`start` when
+    it has none), or None when the lines right above it are not plainly decorators: the walk up stops at
     a blank or comment line or another statement; when it passed an `@` line, what it passed must
     be `@` lines and their continuations (indented, or closing a bracket), brackets balanced."""
     first = cur = start
@@ -619,6 +682,15 @@ def _decorated_from(text: str, start: int) -> int | None:
         line = text[above:cur]
         stripped = line.strip()
         if not stripped or (stripped.startswith("#") and line[0] == "#"):
+            if cur != first and not _balanced(text, cur, start):
+                # Inside brackets or a string: a blank line in a decorator's arguments
+                # (transformers' `@auto_docstring(custom_intro="""...""")`), or in a statement's.
+                opening = _opening_line(text, cur, start)
+                if opening is None:
+                    return None
+                if text[opening] == "@":
+                    first = cur = opening
+                    continue
             break
         if line[0] == "@":
             first = above

@@ -165,6 +165,27 @@ def _from_whole(path: str, text: str, blanked: ast.FunctionDef | ast.AsyncFuncti
     return blanked
 
 
+def parse_function(path: str, text: str, name: str) -> "ast.FunctionDef | ast.AsyncFunctionDef | str | None":
+    """The module-level function `name` of `text` (the content of `path`), parsed from its own
+    lines where they stand (regions.function_region): its nodes have the whole file's lines and
+    columns. None when the text defines no function of that name; regions.UNTOLD when its text
+    alone cannot tell, or that text does not parse as that one function (the caller then reads
+    the module's tree)."""
+    region = regions.function_region(text, name)
+    if not isinstance(region, regions.DefRegion):
+        return region
+    snippet = region.snippet(text)
+    try:
+        tree = _parse(snippet, path, len(snippet) - (region.first_line - 1))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return regions.UNTOLD
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name \
+            and node.lineno == region.class_line:
+        return node
+    return regions.UNTOLD
+
+
 def parse_class(path: str, text: str, region: "regions.ClassRegion", parse_file,
                 reduce: bool = True) -> ast.ClassDef | None:
     """The class statement of `region` (regions.class_regions), parsed from its own text where it
