@@ -49,21 +49,24 @@ parsed_chars = 0  # characters given to ast.parse here (a reduced text counts it
 reduced_parses = 0
 
 
-def parse(path: str, text: str) -> ast.Module:
-    """The whole tree of `text` (the content of `path`); raises what `ast.parse` raises."""
+def parse(path: str, text: str, keep: bool = True) -> ast.Module:
+    """The whole tree of `text` (the content of `path`); raises what `ast.parse` raises. `keep`
+    False: a kept tree serves, but one made here is not kept."""
     hit = _kept.get(path)
     if hit is not None and hit[0] == text and hit[2] == WHOLE:
         _kept.move_to_end(path)
         return hit[1]
-    return _keep(path, text, _parse(text, path, len(text)), WHOLE, len(text))
+    tree = _parse(text, path, len(text))
+    return _keep(path, text, tree, WHOLE, len(text)) if keep else tree
 
 
 def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = None,
-                  lazy_classes: bool = False) -> ast.Module:
+                  lazy_classes: bool = False, keep: bool = True) -> ast.Module:
     """The tree of `text` with the bodies of the functions that hold no line of `spans` (sites)
     and give no class fact blanked (regions.reduce); the whole tree when nothing is blanked or
     the reduced text does not parse as expected. Raises what `ast.parse` of the whole text raises.
-    With `spans` None (a file read for its class facts only), any tree kept for the text serves."""
+    With `spans` None (a file read for its class facts only), any tree kept for the text serves.
+    `keep` False: a tree made here is not kept (a caller that reads it once)."""
     key = tuple(sorted(spans)) if spans is not None else None
     hit = _kept.get(path)
     if hit is not None and hit[0] == text and (hit[2] == WHOLE or key is None or hit[2] == key):
@@ -85,8 +88,8 @@ def parse_reduced(path: str, text: str, spans: list[tuple[int, int]] | None = No
                 setattr(tree, LAZY, lazy)
                 if reduced.classes:
                     setattr(tree, BLANKED_CLASSES, {line: (lazy[line], last) for line, _, last in reduced.classes})
-            return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars)
-    return parse(path, text)
+            return _keep(path, text, tree, key if key is not None else (), reduced.kept_chars) if keep else tree
+    return parse(path, text, keep)
 
 
 def whole_of(tree: ast.Module) -> ast.Module:

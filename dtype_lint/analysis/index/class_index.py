@@ -890,6 +890,15 @@ class QuantizableLayerIndex:
         for frame in self.modules.frames:
             frame.update(reads)
 
+    def kept_facts(self, key):
+        """What `cached_facts(key, ...)` holds now (its reads replayed), else None; builds nothing
+        and leaves the recently-used order as it is."""
+        hit = self.facts_kept.get(key) or self.facts_cache.get(key)
+        if hit is None:
+            return None
+        self.replay(hit[1])
+        return hit[0]
+
     def cached_facts(self, key, build, census: bool = False):
         """`build()` once per key (a file's facts, a census), shared by every analysis against
         this index; the reads made by building it are replayed for every later user. The least

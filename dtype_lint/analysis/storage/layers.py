@@ -840,7 +840,7 @@ class LayerResolver:
         for module, header in self.index.modules.under(family):
             if not any(c for c in header.classes):
                 continue
-            facts = self.project.file_facts(module)
+            facts = self.project.file_facts(module, keep=False)  # read once: not kept (ProjectFacts.file_facts)
             if facts is None:
                 continue
             classes = facts.classes
