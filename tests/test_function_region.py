@@ -44,9 +44,10 @@ def _sources() -> list[Path]:
                   for p in (REPO / folder).rglob("*.py"))
 
 
-def test_every_function_of_every_module_here_is_the_trees_or_untold():
+def _compare(paths) -> tuple[int, int]:
+    """(told, untold) over the module-level functions of `paths`; asserts each told one is the tree's."""
     told = untold = 0
-    for path in _sources():
+    for path in paths:
         text = path.read_text(encoding="utf-8")
         try:
             tree = ast.parse(text)
@@ -64,6 +65,11 @@ def test_every_function_of_every_module_here_is_the_trees_or_untold():
             if want is not None:
                 assert _dump(got) == _dump(want), (path, name)
                 told += 1
+    return told, untold
+
+
+def test_every_function_of_every_module_here_is_the_trees_or_untold():
+    told, untold = _compare(_sources())
     # Most module-level functions are told (a method or nested function of the same name is not),
     # or the text path is for nothing.
     assert told > 1000 and untold < told / 10, (told, untold)
@@ -138,3 +144,30 @@ def test_a_decorator_with_a_blank_line_in_it_is_not_lost():
     # The lines a blank line stops at close a statement's brackets: no decorator.
     assert regions.class_regions("x = [\n    1,\n\n]\nclass A:\n    pass\n")[0].first_line == 5
     assert regions.class_regions("x = [\n    1,\n]\nclass A:\n    pass\n") is not None  # a statement above
+
+
+def test_a_decorator_the_walk_up_cannot_reach_is_untold_not_lost():
+    """Python allows blank and comment lines between a decorator and its `def` (transformers:
+    `@use_kernel_forward_from_hub("rotary_pos_emb")`, then a `# Copied from` line). The walk up
+    from the `def` stops at such a line; the function was read without its decorator. Now the
+    code line above says: a decorator there, or a line inside brackets a decorator opens, and
+    the text cannot tell (the module is parsed); the end of a statement or body, and it can."""
+    comment = "import x\n\n\n@x.hub('rotary')\n# Copied from elsewhere\ndef f(q):\n    return q\n"
+    blank = "import x\n\n\n@x.hub(\n    1,\n)\n\ndef f(q):\n    return q\n"
+    after_call = "def g():\n    return h(\n        1,\n    )\n\n\n# see (this\ndef f(q):\n    return q\n"
+    after_string = 'X = """\n@x.hub\n"""\n\n\ndef f(q):\n    return q\n'
+    assert trees.parse_function("m.py", comment, "f") is regions.UNTOLD
+    assert trees.parse_function("m.py", blank, "f") is regions.UNTOLD
+    for text in (after_call, after_string):
+        assert _dump(trees.parse_function("m.py", text, "f")) == _dump(_tree_functions(ast.parse(text))["f"])
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("release, files", [("transformers_5250", "transformers/models/*/modeling_*.py"),
+                                            ("vllm_0330", "vllm/model_executor/**/*.py")])
+def test_every_function_of_a_release_is_the_trees_or_untold(release: str, files: str, request):
+    """The same on real code: transformers' model files (`@auto_docstring(...)` with blank lines in
+    it, `# Copied from` lines under decorators), vLLM's layers and models."""
+    tree: Path = request.getfixturevalue(release)
+    told, untold = _compare(sorted(tree.glob(files)))
+    assert told > 1000 and untold < told / 10, (told, untold)

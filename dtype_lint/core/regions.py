@@ -648,12 +648,41 @@ def function_region(text: str, name: str) -> "DefRegion | str | None":
             return UNTOLD
         first = _decorated_from(text, start)
         header = _header_end(text, start)
-        if first is None or header is None:
+        if first is None or header is None or not _first_decorator(text, first):
             return UNTOLD
         line = text.count("\n", 0, start) + 1
         end = _code_end(text, start, _body_end(text, header[0], 0))
         return DefRegion(name, line - text.count("\n", first, start), line, first, end, header[0])
     return None
+
+
+def _first_decorator(text: str, first: int) -> bool:
+    """Is the line at `first` (a `def`, or the first decorator `_decorated_from` found for it)
+    sure to be where the statement starts? Not when the code line above the blank and comment
+    lines over it is a decorator (Python allows both between a decorator and its `def`: a
+    transformers function has `@use_kernel_forward_from_hub(...)`, then a `# Copied from` line),
+    or is inside brackets or a string that one opens; it is when that line ends what comes
+    before: a statement, a body, or the last line of brackets a statement opened."""
+    above = first
+    while above > 0:
+        above = text.rfind("\n", 0, above - 1) + 1
+        stripped = text[above:text.find("\n", above)].strip()
+        if stripped and not stripped.startswith("#"):
+            break
+    else:
+        return True
+    if text[above] == "@":
+        return False
+    if _balanced(text, above, first):
+        return True
+    for _ in range(_OPENING_LINES):  # the line that opens what `above` closes
+        if above <= 0:
+            return False
+        above = text.rfind("\n", 0, above - 1) + 1
+        stripped = text[above:text.find("\n", above)].strip()
+        if stripped and not stripped.startswith("#") and _balanced(text, above, first):
+            return stripped[0] != "@"
+    return False
 
 
 _OPENING_LINES = 400  # the most lines _opening_line walks up
