@@ -152,7 +152,10 @@ def test_the_stale_finding_would_survive_without_the_dependency_check(tmp_path: 
     attention.py's call as a finding. The tree tests the dependency check, not luck."""
     tree = _callers_tree(tmp_path)
     monkeypatch.chdir(tree)
-    monkeypatch.setattr(Cache, "unchanged_reads", lambda self, entry, stamp_of, table: object())
+    from dtype_lint.analysis.index.class_index import Reads
+
+    # (Reads, not a bare object: the cache keeps what a reused entry read, and read nothing here.)
+    monkeypatch.setattr(Cache, "unchanged_reads", lambda self, entry, stamp_of, table: Reads())
     result, _patches, _files = _series(tree, tmp_path / "out", monkeypatch)
     assert [(f.path, f.code) for f in result.findings] == [("callerlm/attention.py", "DTL005")]
 

@@ -12,8 +12,10 @@ these tests hold:
   the release's own text (a rewrite of another text proves nothing about 0.27.1);
 - a reused text that is not the fixer's rewrite does not pass silently: "ours" still runs on the
   storages and a cast to the weight's storage crashes there, a violation of the matrix;
+- the proof runs vLLM's functions only: the fixer is not run on verify's own fixture, whose rows
+  the patch's message does not show (a tenth of a series' CPU), and the demo says so;
 - (DTL_FULL) the demo's text is the same, byte for byte, whether verify runs the fixer or the
-  reused rewrite, and the fixer runs once (the fixture) instead of twice.
+  reused rewrite, and the fixer runs once (0.27.1's module) or not at all.
 """
 
 from __future__ import annotations
@@ -143,6 +145,30 @@ def test_a_rewrite_of_another_text_is_not_reused(vllm_0271: Path, monkeypatch):
     assert len(calls) == 1
 
 
+def test_the_proof_runs_no_fixer_and_shows_vllms_rows_only(rewrite, monkeypatch):
+    """With the series' rewrite reused, the proof runs no fixer at all: not on 0.27.1's module
+    (the patch's bytes run) and not on verify's fixture (its rows are not in the message)."""
+    text, fixed, helper = rewrite
+    calls = _no_fixer(monkeypatch)
+    proofs.mla_demo.cache_clear()
+    shown = proofs.mla_demo(_reused(text, fixed, helper))
+    proofs.mla_demo.cache_clear()
+    assert calls == [] and "exit 0; all assertions hold" in shown, shown
+    rows = shown.splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["unquantized", "FP8", "Marlin", "NVFP4", "AWQ/GPTQ", "W8A8-INT8"]
+    assert all(row.rstrip().endswith(("ok (cast bfloat16)", "ok (cast None)")) for row in rows), shown  # ours
+    assert "RuntimeError: unsupport" in rows[2]  # 0.27.1 on Marlin, as before
+
+
+def test_verify_without_the_fixture_refuses_what_needs_it():
+    from dtype_lint.kernels_ref.harness import matrix
+
+    with pytest.raises(ValueError, match="negative control"):
+        matrix.run_matrix("cpu", ["A"], [0], fixture=False)
+    with pytest.raises(ValueError, match="upstream"):
+        matrix.run_matrix("cpu", ["S"], [0], fixture=False, upstream=False)
+
+
 @pytest.mark.full("CI: the tests above (no fixer run; the reused text is what runs; a doctored one fails the matrix)")
 def test_the_demo_is_the_same_with_the_reused_rewrite_and_runs_the_fixer_once(rewrite, monkeypatch):
     import dtype_lint.api
@@ -161,7 +187,7 @@ def test_the_demo_is_the_same_with_the_reused_rewrite_and_runs_the_fixer_once(re
     fixer_runs_own = len(calls)
     calls.clear()
     reused = proofs.mla_demo(_reused(text, fixed, helper))
-    assert (fixer_runs_own, len(calls)) == (2, 1)  # verify's fixture, and 0.27.1's module only without reuse
+    assert (fixer_runs_own, len(calls)) == (1, 0)  # 0.27.1's module, only without reuse; never the fixture
     assert reused == own and "all assertions hold" in own
     shown = proofs.mla_demo(_reused(text, _half_rewrite(text), helper))
     assert "all assertions do NOT hold" in shown and "exit 1" in shown

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -532,13 +532,16 @@ def run_matrix(
     upstream: bool = True,
     progress: Callable[[str], None] | None = None,
     reused: ReusedFix | None = None,
+    fixture: bool = True,
 ) -> dict:
     """Run the matrix and return the JSON-ready report; ``report["ok"]`` is the verdict.
 
     ``reused``: vLLM 0.27.1's MLA module as a migration already rewrote it, run as "ours" instead
     of the fixer's rewrite (``variants.upstream_sources``; `migrate --series` passes its patch).
 
-    ``upstream=False`` runs the fixture alone (offline: no release tree needed). Raises
+    ``upstream=False`` runs the fixture alone (offline: no release tree needed); ``fixture=False``
+    vLLM's functions alone (``migrate --series``' proof, whose message shows their rows only: the
+    fixer is not run on the fixture, and no scenario may need the fixture's negative control). Raises
     ValueError for unknown names, RuntimeError when the device cannot run, and
     ``variants.VariantsError``/``ReleaseFetchError`` when the code to run cannot be produced.
     """
@@ -563,8 +566,13 @@ def run_matrix(
         if device != "cuda" or not cuda_available():
             raise RuntimeError("kernels='cuda' needs --device cuda and a working CuPy/NVRTC")
 
+    if not fixture and (not upstream or variants_dir is not None):
+        raise ValueError("fixture=False runs vLLM's functions, from the release trees: upstream, no saved variants")
+    if not fixture and any(masking_matters(SCENARIOS[s]) for s in scenarios):
+        raise ValueError("fixture=False: a scenario with an empty span needs the fixture's negative control")
     started = time.perf_counter()
-    src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream, reused=reused)
+    src = sources(unsafe_fixes=unsafe_fixes, variants_dir=variants_dir, upstream=upstream, reused=reused,
+                  fixture=fixture)
     rows, controls, violations, timings = [], [], [], {}
     violation_checks: list[str] = []
 
@@ -575,11 +583,11 @@ def run_matrix(
     not_applicable: dict[str, dict[str, str]] = {}
     for problem in src.fixer_problems:
         add("fixer", problem)
-    if src.fixture.post == src.fixture.pre:
+    if src.fixture is not None and src.fixture.post == src.fixture.pre:
         add("fixer", "fixer: post.py is identical to pre.py (no site was rewritten)")
     with (
         _kernel_route(kernels) as kernel_label,
-        fixture_package(src.fixture, src.fixture_origin) as pkg,
+        (fixture_package(src.fixture, src.fixture_origin) if src.fixture is not None else nullcontext()) as pkg,
         _cpu_threads(1 if device == "cpu" else None),
     ):
         rel = _releases(src.upstream, scenarios) if src.upstream else None
@@ -598,14 +606,15 @@ def run_matrix(
                         continue
                     for check, v in cache_check(run, backend):
                         add(check, f"{name}/seed {seed}/{backend_id}: {v}")
-                    for row in [fixture_row(run, pkg, backend)] + ([upstream_row(run, rel, backend)] if rel else []):
+                    for row in ([fixture_row(run, pkg, backend)] if pkg is not None else []) + \
+                            ([upstream_row(run, rel, backend)] if rel else []):
                         rows.append(row)
                         for check, v in zip(row["violation_checks"], row["violations"]):
                             add(check, f"{row['source']} {name}/seed {seed}/{backend_id}: {v}")
                     if lone_helper is not None:
                         for check, v in helper_check(run, backend, lone_helper, "vllm"):
                             add(check, f"vllm {name}/seed {seed}/{backend_id}: {v}")
-                if seed == seeds[0]:
+                if seed == seeds[0] and pkg is not None:
                     control = negative_control(pkg, run)
                     if control is not None:
                         controls.append(control)
@@ -614,7 +623,8 @@ def run_matrix(
                 timings[f"{name}/{seed}"] = round(time.perf_counter() - t0, 3)
                 if progress:
                     progress(f"scenario {name} seed {seed}: {timings[f'{name}/{seed}']:.1f} s")
-        fixer = {"origin": pkg.origin, "settings": pkg.settings, "unsafe_fixes": pkg.unsafe_fixes, "diff": pkg.diff}
+        fixer = {"origin": pkg.origin, "settings": pkg.settings, "unsafe_fixes": pkg.unsafe_fixes, "diff": pkg.diff} \
+            if pkg is not None else None
     if any(masking_matters(SCENARIOS[s]) for s in scenarios) and not controls:
         add("negative-control", "negative control did not run although a scenario has an empty span to mask")
 

@@ -199,6 +199,7 @@ def _check_sources(pf: Preflight, variants_dir: str | None) -> None:
     def load():
         src = variants.sources(variants_dir=variants_dir, upstream=False)
         notes.extend(src.notes)
+        assert src.fixture is not None  # (saved variants always hold the fixture)
         return f"fixture package {src.fixture.name}: pre.py is the current fixture, every sha256 matches"
 
     pf.found["variants"] = str(Path(variants_dir).resolve())

@@ -420,7 +420,7 @@ def _regenerate_upstream_if_possible(saved: UpstreamSources) -> str:
 
 @dataclass
 class Sources:
-    fixture: FixtureSources
+    fixture: FixtureSources | None  # None: the run has no fixture rows (sources(fixture=False))
     fixture_origin: str
     upstream: UpstreamSources | None
     upstream_origin: str | None = None
@@ -430,18 +430,19 @@ class Sources:
 
 
 def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = None, upstream: bool = True,
-            reused: ReusedFix | None = None) -> Sources:
-    """Produce (or load) what a verify run executes. ``reused``: see :func:`upstream_sources`."""
+            reused: ReusedFix | None = None, fixture: bool = True) -> Sources:
+    """Produce (or load) what a verify run executes. ``reused``: see :func:`upstream_sources`.
+    ``fixture`` False: vLLM's functions only, the fixer not run on the fixture."""
     if variants_dir is not None:
         notes: list[str] = []
-        fixture = load_fixture(variants_dir, notes)
+        saved = load_fixture(variants_dir, notes)
         up = load_upstream(variants_dir, notes) if upstream else None
         if upstream and up is None:
             raise VariantsError(f"{variants_dir}: saved without vLLM's functions (emit them, or run with --no-upstream)")
-        return Sources(fixture, f"dtype_lint.api, saved in {variants_dir}", up,
+        return Sources(saved, f"dtype_lint.api, saved in {variants_dir}", up,
                        f"vLLM trees and dtype_lint.api, saved in {variants_dir}" if up else None, notes)
-    fixture = fix_fixture(unsafe_fixes=unsafe_fixes)
-    problems = [fixture.problem] if fixture.problem else []
+    fixed = fix_fixture(unsafe_fixes=unsafe_fixes) if fixture else None
+    problems = [fixed.problem] if fixed is not None and fixed.problem else []
     up, lone_helper = None, None
     if upstream:
         try:
@@ -452,5 +453,5 @@ def sources(*, unsafe_fixes: bool = False, variants_dir: str | Path | None = Non
     origin = "dtype_lint.releases + dtype_lint.api"
     if up is not None and "reused" in up.settings:
         origin = f"dtype_lint.releases + {up.settings['reused']}"
-    return Sources(fixture, "dtype_lint.api", up, origin if up else None,
+    return Sources(fixed, "dtype_lint.api" if fixed is not None else "", up, origin if up else None,
                    fixer_problems=problems, upstream_helper=lone_helper)

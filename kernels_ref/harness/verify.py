@@ -168,9 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None, *, reused: ReusedFix | None = None) -> int:
+def main(argv: list[str] | None = None, *, reused: ReusedFix | None = None, fixture: bool = True) -> int:
     """`reused`: for an in-process caller (`migrate --series`'s proof), vLLM 0.27.1's MLA module as
-    its migration rewrote it, run instead of the fixer's rewrite (no command-line form)."""
+    its migration rewrote it, run instead of the fixer's rewrite; `fixture` False: vLLM's functions
+    only, without the fixture's rows (that caller shows no others). No command-line form."""
     args = build_parser().parse_args(argv)
     from dtype_lint.releases import ReleaseFetchError
 
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None, *, reused: ReusedFix | None = None) -> i
             args.device, args.scenarios, args.seeds, backends=args.backends,
             kernels=args.kernels or ("cuda" if args.device == "cuda" else "reference"),
             unsafe_fixes=args.unsafe_fixes, variants_dir=args.variants, upstream=not args.no_upstream,
-            progress=progress, reused=reused,
+            progress=progress, reused=reused, fixture=fixture,
         )
     except ReleaseFetchError as exc:
         print(f"dtype-lint verify: error: {exc}\n(--no-upstream runs the fixture alone, offline)", file=sys.stderr)
