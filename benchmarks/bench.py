@@ -274,6 +274,9 @@ class Corpus:
     root: Path  # the project root (holds pyproject.toml)
     touch_site: Path | None  # the file the pre-commit rows touch: one that holds a weight site ...
     touch_clean: Path | None  # ... and one that the prefilter passes over
+    # ... and one with a finding whose fix is planned (its answer depends on the compiled-code
+    # census, which reads every file: dtype_lint/analysis/compiled_elsewhere.py)
+    touch_fixable: Path | None = None
 
 
 def suffix(scale: int) -> str:
@@ -343,7 +346,9 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str],
         ]
         for id_, label, target in (("dtype-lint-precommit", "pre-commit: 1 touched file with a site", c.touch_site),
                                    ("dtype-lint-precommit-clean", "pre-commit: 1 touched file, no site",
-                                    c.touch_clean)):
+                                    c.touch_clean),
+                                   ("dtype-lint-precommit-fixable", "pre-commit: 1 touched file with a fixable finding",
+                                    c.touch_fixable)):
             if target is not None:
                 rows.append(dtl(id_, label, path=str(target.relative_to(c.root)), files=1,
                                 prepare=lambda seq, t=target: corpus.touch(t, seq)))
@@ -464,7 +469,7 @@ def run_all(runner: Runner, rows: list[Row], repeat: int, timeout: float, log, r
 # rows (one file each: seconds under valgrind) at every scale: valgrind runs a program about 50
 # times slower, and at 10x a cold row alone would take a quarter of an hour.
 PRECOMMIT_INSTRUCTION_ROWS = ("dtype-lint-precommit", "dtype-lint-precommit-clean", "dtype-lint-precommit-first",
-                              "dtype-lint-precommit-edited")
+                              "dtype-lint-precommit-edited", "dtype-lint-precommit-fixable")
 INSTRUCTION_ROWS = ("read+prefilter", "dtype-lint-cold-j1", "dtype-lint-cold", *PRECOMMIT_INSTRUCTION_ROWS,
                     "ruff-cold")
 # A dtype-lint row without `-j 1` forks its workers: callgrind zeroes each forked worker's count
@@ -567,7 +572,8 @@ TARGETS = [
     ("warm CPU ≤ 0.5× ruff E,F --no-cache", ("dtype-lint-warm-j1", "dtype-lint-warm"), "ruff_ratio_cpu", 0.5),
     # Issue #37: a touched file (same bytes) replays the kept answer; an edited one is analysed.
     ("pre-commit, 1 touched file, warm: CPU ≤ 0.05 s", ("dtype-lint-precommit", "dtype-lint-precommit-clean",
-                                                        "dtype-lint-precommit-first"), "cpu_s", 0.05),
+                                                        "dtype-lint-precommit-first", "dtype-lint-precommit-fixable"),
+     "cpu_s", 0.05),
     ("pre-commit, 1 edited file with a site, warm: CPU ≤ 0.15 s", ("dtype-lint-precommit-edited",), "cpu_s", 0.15),
     ("peak RSS ≤ ruff's (1x)", ("dtype-lint-cold-j1", "dtype-lint-cold"), "rss1", None),
     ("peak RSS ≤ ruff's (10x)", ("dtype-lint-cold-j1", "dtype-lint-cold"), "rss", None),
@@ -685,6 +691,7 @@ README_ROWS = (
     ("pre-commit: 1 edited file with a site, warm", "dtype-lint-precommit-edited"),
     ("pre-commit: first touched file after a full check", "dtype-lint-precommit-first"),
     ("pre-commit: 1 touched file without one, warm", "dtype-lint-precommit-clean"),
+    ("pre-commit: 1 touched file with a fixable finding, warm", "dtype-lint-precommit-fixable"),
     ("ruff `--select E,F --no-cache`", "ruff-cold"),
     ("ruff `--select E,F`, cached", "ruff-cached"),
     ("ruff `--select E,F`, 1 touched file", "ruff-precommit"),
@@ -750,6 +757,19 @@ def default_touches(tree: Path, files: list[str], source_is_vllm: bool) -> tuple
         if site and clean:
             break
     return site, clean or small
+
+
+def fixable_touch(tree: Path) -> str | None:
+    """A file of `tree` (relative) holding a finding with a fix planned as safe, found by an
+    untimed check of the tree with the default rules; None when there is none."""
+    proc = subprocess.run([sys.executable, "-m", "dtype_lint", "check", ".", "--no-cache", "--exit-zero",
+                           "--output-format", "json"], cwd=tree, capture_output=True, text=True)
+    try:
+        findings = json.loads(proc.stdout)["findings"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    paths = sorted({f["path"] for f in findings if (f.get("fix") or {}).get("applicability") == "safe"})
+    return Path(paths[0]).as_posix() if paths else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -818,6 +838,9 @@ def main(argv: list[str] | None = None) -> int:
         compileall.compile_dir(str(pkg), quiet=1)
     n_files = len(py_files(tree))
     site, clean = default_touches(tree, py_files(tree), not args.tree)
+    # (Only when a row touches it: finding it is a whole check of the tree.)
+    fixable = fixable_touch(tree) if not args.rows or any(p.startswith("dtype-lint-precommit")
+                                                          for p in args.rows.split(",")) else None
     # absolute: the rows run in the run's temporary folder
     ruff_bin = os.path.abspath(args.ruff) if args.ruff and os.sep in args.ruff else args.ruff
     ruff = (ruff_bin, _version([ruff_bin, "--version"])) if ruff_bin else \
@@ -847,7 +870,7 @@ def main(argv: list[str] | None = None) -> int:
                 head, _, rest = rel.partition("/")
                 return root / (f"{top[head]}/{rest}" if rest else top[rel[:-3]] + ".py")
 
-            corpora.append(Corpus(scale, root, where(site), where(clean)))
+            corpora.append(Corpus(scale, root, where(site), where(clean), where(fixable)))
         every = build_rows(corpora, work, ruff, semgrep)
         rows = select_rows(every, [p for p in args.rows.split(",") if p]) if args.rows else every
         with Runner() as runner:
@@ -873,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
         "tree": str(tree),
         "py_files": n_files,
         "scales": scales,
-        "touched": {"site": site, "clean": clean},
+        "touched": {"site": site, "clean": clean, "fixable": fixable},
         "repeat": repeat,
         "reference_repeat": min(repeat, max(1, args.reference_repeat)),
         "floor": FLOOR,

@@ -95,7 +95,8 @@ def test_rows_and_header(quick_run, tiny_tree: Path):
     assert figures["scales"] == [1, 10]
     assert figures["repeat"] == 1
     assert figures["floor"] == "read+prefilter"
-    assert figures["touched"] == {"site": "pkg/attention.py", "clean": "pkg/norm.py"}
+    # No finding here has a fix planned (no class is quantizable): no fixable-finding row.
+    assert figures["touched"] == {"site": "pkg/attention.py", "clean": "pkg/norm.py", "fixable": None}
     rows = rows_by_id(figures)
     assert list(rows) == [*STAGE_ROWS, *DTYPE_LINT_ROWS_1X, *PRECOMMIT_ROWS, *PEER_ROWS, *ROWS_10X]
     for row in figures["rows"]:
@@ -328,3 +329,26 @@ def test_rss_targets_show_the_tenths_that_decide_them(tmp_path: Path):
     doc = {"source": "t", "date": "d", "repeat": 1, "floor": "f", "ruff": "r", "rows": figures, "targets": targets,
            "machine": {"host": "h", "cpus": 2, "python": "3", "platform": "p", "load_start": 0.0, "load_end": 0.0}}
     assert "| `dtype-lint-cold` | 41.9 MiB | 41.8 MiB | **no** |" in bench.markdown(doc)
+
+
+def test_the_fixable_touch_is_a_file_whose_finding_has_a_safe_fix(tiny_tree: Path, tmp_path: Path):
+    """The pre-commit row for a touched file with a fixable finding (issue #37) touches the first
+    file holding a finding whose fix is planned as safe; none in a tree without one."""
+    bench = _bench_module()
+    assert bench.fixable_touch(tiny_tree) is None
+    tree = tmp_path / "tree"
+    shutil.copytree(tiny_tree, tree)
+    (tree / "pyproject.toml").write_text('[tool.dtype-lint]\nquantizable = ["pkg.attention.ColumnParallelLinear"]\n')
+    assert bench.fixable_touch(tree) == "pkg/attention.py"
+    sys.path.insert(0, str(BENCH.parent))  # what bench.main imports before building rows
+    try:
+        import corpus as corpus_module
+        from stages import py_files
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    bench.corpus, bench.py_files = corpus_module, py_files
+    pkg = tree / "pkg"
+    with_fixable = bench.Corpus(1, tree, pkg / "attention.py", pkg / "norm.py", pkg / "attention.py")
+    without = bench.Corpus(1, tree, pkg / "attention.py", pkg / "norm.py")
+    ids = lambda c: [r.id for r in bench.build_rows([c], tmp_path / "work", (None, "not here"))]  # noqa: E731
+    assert "dtype-lint-precommit-fixable" in ids(with_fixable) and "dtype-lint-precommit-fixable" not in ids(without)
