@@ -663,39 +663,45 @@ def _first_decorator(text: str, first: int) -> bool:
     transformers function has `@use_kernel_forward_from_hub(...)`, then a `# Copied from` line),
     or is inside brackets or a string that one opens; it is when that line ends what comes
     before: a statement, a body, or the last line of brackets a statement opened."""
-    above = first
-    while above > 0:
-        above = text.rfind("\n", 0, above - 1) + 1
-        stripped = text[above:text.find("\n", above)].strip()
-        if stripped and not stripped.startswith("#"):
-            break
-    else:
+    above = _code_line_above(text, first)
+    if above is None:
         return True
     if text[above] == "@":
         return False
     if _balanced(text, above, first):
         return True
-    for _ in range(_OPENING_LINES):  # the line that opens what `above` closes
-        if above <= 0:
-            return False
-        above = text.rfind("\n", 0, above - 1) + 1
-        stripped = text[above:text.find("\n", above)].strip()
-        if stripped and not stripped.startswith("#") and _balanced(text, above, first):
-            return stripped[0] != "@"
-    return False
+    opening = _opening_line(text, above, first, column0=False)  # the line that opens what `above` closes
+    return opening is not None and not text[opening:first].lstrip().startswith("@")
 
 
 _OPENING_LINES = 400  # the most lines _opening_line walks up
 
 
-def _opening_line(text: str, cur: int, start: int) -> int | None:
-    """The offset of the nearest line above `cur` that starts a statement at column 0 and whose
-    text up to `start` balances (the line whose brackets the lines from `cur` close), or None."""
+def _code_line_above(text: str, cur: int) -> int | None:
+    """The offset of the nearest line above `cur` (a line start) that is neither blank nor a
+    comment, or None."""
+    while cur > 0:
+        cur = text.rfind("\n", 0, cur - 1) + 1
+        stripped = text[cur:text.find("\n", cur)].strip()
+        if stripped and not stripped.startswith("#"):
+            return cur
+    return None
+
+
+def _opening_line(text: str, cur: int, start: int, column0: bool = True) -> int | None:
+    """The offset of the nearest line above `cur` whose text up to `start` balances (the line whose
+    brackets the lines from `cur` close), or None: one that starts a statement at column 0, or with
+    `column0` False any code line."""
     for _ in range(_OPENING_LINES):
         if cur <= 0:
             return None
         cur = text.rfind("\n", 0, cur - 1) + 1
-        if text[cur] not in " \t\f\n#)]}" and _balanced(text, cur, start):
+        if column0:
+            opens = text[cur] not in " \t\f\n#)]}"
+        else:
+            stripped = text[cur:text.find("\n", cur)].strip()
+            opens = bool(stripped) and not stripped.startswith("#")
+        if opens and _balanced(text, cur, start):
             return cur
     return None
 

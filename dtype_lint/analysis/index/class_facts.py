@@ -971,7 +971,7 @@ class ProjectFacts:
 
     def function(self, module: str, name: str) -> tuple[FileFacts, ast.FunctionDef | ast.AsyncFunctionDef] | None:
         known = self._by_module.get(module)
-        if known is None and module not in self._registered or isinstance(known, ClassesFirst) and not known.loaded:
+        if (known is None and module not in self._registered) or (isinstance(known, ClassesFirst) and not known.loaded):
             found = self._function_from_text(module, name)
             if found is not regions.UNTOLD:
                 return found
