@@ -40,6 +40,7 @@ import functools
 import os
 import re
 import sys
+import time
 
 from dtype_lint.core.prefilter import Prefilter, has_suppression
 from dtype_lint.core.safe_read import MAX_SOURCE_BYTES, read_bytes
@@ -141,6 +142,7 @@ def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
     and return the exit code, or None when there is none to trust (run_memo.py)."""
     if fmt not in ("text", "concise") or sys.stdout.isatty():
         return None  # a terminal (`--color never`) is written to by rich, as the full run does
+    checked_ns = time.time_ns()  # every stamp `load` checks is taken after it
     entry = run_memo.load()
     if entry is None:
         return None
@@ -171,11 +173,11 @@ def _replay(quiet: bool, color: str, fmt: str, exit_zero: bool) -> int | None:
         return EXIT_ERROR
     for warning in entry["warnings"]:
         print(f"dtype-lint: warning: {_printable(warning)}", file=sys.stderr)
-    _keep_replayed_output(entry, found, quiet, fmt)
+    _keep_replayed_output(entry, found, quiet, fmt, checked_ns)
     return EXIT_CLEAN if exit_zero or not found else EXIT_FINDINGS
 
 
-def _keep_replayed_output(entry: dict, found: list, quiet: bool, fmt: str) -> None:
+def _keep_replayed_output(entry: dict, found: list, quiet: bool, fmt: str, checked_ns: int) -> None:
     """Add the output just replayed from the run memo to the replay index (run/replay_index.py),
     beside the outputs the run that kept the answer rendered: a run memo replay happens when the
     index lacks this output (only the output a run prints is rendered for it), and the next
@@ -187,7 +189,7 @@ def _keep_replayed_output(entry: dict, found: list, quiet: bool, fmt: str) -> No
         return
     try:
         keep({**handoff, "render": _OutputRenderer(fmt, quiet)}, entry["files"], found, entry["checked"],
-             entry["analyzed"], entry["warnings"], _IndexWriter())
+             entry["analyzed"], entry["warnings"], _IndexWriter(), checked_ns)
     except Exception:  # noqa: BLE001 - the answer is printed: an output not kept is only slower next time
         pass
 

@@ -282,7 +282,8 @@ def test_every_compiling_form_passes_the_census_text_test():
     one (vLLM's 687 files saying `jit` are Triton's and FlashInfer's) need not."""
     from test_trust_round3_compiled import SCRIPTED, TRACED
 
-    from dtype_lint.analysis.compiled_code import CompiledCode, might_compile
+    from dtype_lint.analysis.compiled_code import CompiledCode
+    from dtype_lint.core.compile_text import might_compile
 
     texts = {**SCRIPTED, **TRACED, **{case: "\n".join(files.values()) for case, (files, _, _) in COMPILED.items()}}
     for case, text in texts.items():

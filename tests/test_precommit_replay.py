@@ -230,11 +230,11 @@ def test_an_answer_the_index_cannot_keep_is_not_rendered(tmp_path: Path):
                "memo": str(tmp_path / "own-cache" / "run-memo.json"), "key": [str(tmp_path), ["a.py"], False],
                "record": [str(tmp_path / "own-cache" / "fast-path.json"), 1, 1],
                "render": lambda *answer: rendered.append(answer)}
-    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
+    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None, started_ns=0)
     assert rendered == []
     # In the default cache folder the same answer is rendered (and then kept, were it stamped).
     handoff["memo"] = str(tmp_path / replay_index.DEFAULT_CACHE_DIR / "run-memo.json")
-    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None)
+    replay_index.keep(handoff, {}, [], 1, 1, [], writer=None, started_ns=0)
     assert rendered == [([], 1, 1, [])]
 
 

@@ -89,7 +89,7 @@ def test_the_compiled_code_census_reads_again_only_what_may_compile(tmp_path: Pa
     text: the scan answers it on the text in hand, and `ModuleTable.holding` names only the files
     that pass, reading no header (vLLM 0.34.0: 687 files say `jit`, 4 may compile); a run on
     named files tests nothing in its scan, and the census reads each file once to ask."""
-    from dtype_lint.analysis.compiled_code import might_compile
+    from dtype_lint.core.compile_text import might_compile
 
     files = {**FILES, "proj/scripted.py": "import torch\n\nf = torch.jit.script(g)\n",
              "proj/asks.py": "import torch\n\nSCRIPTING = torch.jit.is_scripting()\n"}
@@ -109,7 +109,7 @@ def test_the_compiled_code_census_reads_again_only_what_may_compile(tmp_path: Pa
         monkeypatch.setattr(pipeline, "read_bytes", counted)
         project.take_scan_words(pipeline._scan(found, make_config(root=root), cache, 1, None, [], summary=summary))
         # (wide.py, whose NULs the scan does not tell, is read again: no header in it)
-        assert [m for m, _ in project.table.holding(might_compile)] == ["proj.scripted"]
+        assert [m for m, _ in project.table.holding(might_compile, "might_compile")] == ["proj.scripted"]
         assert project.table.loaded() == []
         if read_again is not None:
             assert {name: n for name, n in reads.items() if n > 1} == read_again, reads

@@ -38,7 +38,6 @@ written (tracing records the ops the eager code runs), so they need no refusal.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,42 +57,6 @@ _COMPILER_PACKAGES = ("torch.jit", "torch.fx", "transformers.utils.fx", "torch.a
 # `torch.jit.trace` does: the helper runs as Python there.
 _FX_QUANTIZE = {"prepare_fx", "prepare_qat_fx", "fuse_fx", "_prepare_fx", "_prepare_standalone_module_fx"}
 _QUANTIZE_PREFIXES = ("torch.ao.quantization.", "torch.quantization.")
-
-# The spellings through which code can name one of the entry points above (a decorator, a call, an
-# alias, a base class) as CompiledCode reads them: a file whose text has none compiles nothing, so
-# the census of the project (compiled_elsewhere.py) need not parse it. The scan asks every file it
-# reads, so the test is three substring passes over most texts (`jit`, `trace`, `quantize_fx`)
-# and a look at each `jit` of the few that say it: 0.48 G instructions over vLLM 0.34.0's 56 MB,
-# where patterns searched over whole texts took 0.75 G. Each form CompiledCode knows needs one:
-# `jit.script`/`jit.export`... written out, an import from `torch.jit` (`script as S`) or of it
-# (`import torch.jit as J`), `getattr(torch.jit, ...)`, a `ScriptModule` (whose methods
-# compile only under `torch.jit.script_method`: `jit` again), `symbolic_trace`, a `Tracer` and its
-# `.trace`, a quantize_fx entry point (which torch exports from `quantize_fx` only).
-_JIT_AT = re.compile(r"jit\.(?:script|script_method|export|interface)\b|(?<=torch\.)jit[\s\\]+(?:import|as)\b")
-_GETATTR_JIT = re.compile(r"getattr\(\s*(?:torch\s*\.\s*)?jit\s*,")
-_TRACE_CALL = re.compile(r"\.trace\s*\(")
-_QUANTIZE_ENTRY = re.compile(r"(?:prepare|prepare_qat|fuse|prepare_standalone_module)_fx\b")
-
-
-def might_compile(text: str) -> bool:
-    """Can the code of `text` script or trace anything (a superset: CompiledCode says what)?"""
-    if "jit" in text and (_names_jit(text) or "ScriptModule" in text
-                          or ("getattr(" in text and _GETATTR_JIT.search(text) is not None)):
-        return True
-    if "trace" in text and ("symbolic_trace" in text or ("Tracer" in text and _TRACE_CALL.search(text) is not None)):
-        return True
-    return "quantize_fx" in text and _QUANTIZE_ENTRY.search(text) is not None
-
-
-def _names_jit(text: str) -> bool:
-    """Does some `jit` of `text` name a TorchScript entry point (`_JIT_AT` tried at each)?"""
-    start = text.find("jit")
-    while start >= 0:
-        if _JIT_AT.match(text, start) is not None:
-            return True
-        start = text.find("jit", start + 3)
-    return False
-
 
 TORCHSCRIPT = "TorchScript"
 FX = "torch.fx"

@@ -8,7 +8,7 @@ compile the helper) or, worse, the trace: under torch.fx the weight is a proxy, 
 `isinstance(weight, torch.Tensor)` is False, and the traced graph silently lost the cast.
 
 The census, once per run over the whole project:
-- its roots are the files whose text may compile (`compiled_code.might_compile`, which the scan
+- its roots are the files whose text may compile (`core/compile_text.might_compile`, which the scan
   asks of the text of each file it reads and keeps in its summary: a file that fails it is neither
   read again nor parsed, and no header is read for it). CompiledCode reads what each compiles of
   its own; what its compile calls are handed is resolved across files through its imports: a class
@@ -44,10 +44,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from dtype_lint.analysis.compiled_code import Compiled, CompiledCode, enclosing, might_compile
+from dtype_lint.analysis.compiled_code import Compiled, CompiledCode, enclosing
 from dtype_lint.analysis.function_walk import walk
 from dtype_lint.analysis.index.class_index import ModuleHeader, dotted, resolve_relative
 from dtype_lint.core import trees
+from dtype_lint.core.compile_text import might_compile
 from dtype_lint.core.source import READ_ERRORS, read_file
 
 # `nn.Module` methods that return the module itself (`Block(config).eval()`).
@@ -88,7 +89,25 @@ def elsewhere_reason(index, module: str, tree: ast.Module, fn: ast.FunctionDef |
 def census(index) -> dict[str, dict[str, Origin]]:
     """Module -> its top-level classes and functions that code of the project compiles, with the
     code that does; once per run, what it read replayed to each file that asks."""
-    return index.cached_facts(("compiled elsewhere",), lambda: _Census(index).run(), census=True)
+    return index.cached_facts(_KEY, lambda: _kept_or_made(index), census=True)
+
+
+_KEY = ("compiled elsewhere",)  # run/facts_cache.COMPILED_ELSEWHERE
+
+
+def _kept_or_made(index) -> dict[str, dict[str, Origin]]:
+    """The census kept on disk by an earlier run (run/facts_cache.py), valid while every file it
+    read is unchanged and every file it passed over passes over still; else made, and kept."""
+    store = getattr(index, "disk_memo", None)
+    kept = store.get(_KEY) if store is not None else None
+    if kept is not None:
+        index.replay(kept[1])
+        return kept[0]
+    with index.reading() as reads:
+        found = _Census(index).run()
+    if store is not None:
+        store.put(_KEY, found, reads)
+    return found
 
 
 @dataclass
@@ -107,7 +126,7 @@ class _Census:
         self.todo: list[tuple[str, str, Origin]] = []  # compiled definitions whose reach is to be read
 
     def run(self) -> dict[str, dict[str, Origin]]:
-        for module, path in list(self.index.modules.holding(might_compile)):
+        for module, path in list(self.index.modules.holding(might_compile, "might_compile")):
             text = self._text(path)
             if text is None or not might_compile(text):
                 continue

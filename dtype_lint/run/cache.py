@@ -54,6 +54,7 @@ class Cache:
         # folder (code stamp, settings fingerprint) it was computed for.
         self.context = self.dir.name
         self.root = os.path.realpath(root if root is not None else self.base.parent)
+        self._lead = os.path.join(self.root, "")
         self._scan: dict | None = None
         self._scan_names: list[str] = []
         self._scan_dirty = False
@@ -77,6 +78,8 @@ class Cache:
         return real
 
     def real(self, rel: str) -> str:
+        if os.sep == "/":  # os.path.join's checks, for each of the thousands of files an entry names
+            return rel if rel.startswith("/") else self._lead + rel
         return rel if os.path.isabs(rel) else os.path.join(self.root, *rel.split("/"))
 
     def _entry(self, kind: str, rel: str) -> Path:
@@ -183,6 +186,8 @@ class Cache:
         # Of an entry that read more (or a group), only that it did (None): `findings_reads`
         # with a limit then declines without loading it again.
         files = reads.files
+        if reads.passed:  # passed over by a census: a dependency as much as a file read
+            files = {**{key: stamp for key, (stamp, _test) in reads.passed.items()}, **files}
         if reads.groups or len(files) >= KEPT_READS:
             self._reads[real] = (stamp, None)
         else:
@@ -193,12 +198,19 @@ class Cache:
     def stored_reads(self, reads, skip: str | None = None) -> dict:
         """A computation's reads (class_index.Reads) as an entry stores them: paths relative to
         the root. `skip`: a file left out (a findings entry's own)."""
-        stored = {
+        stored: dict[str, object] = {
             "files": {self.rel(k): v for k, v in sorted(reads.files.items()) if k != skip},
             "modules": {m: (None if k is None else self.rel(k)) for m, k in sorted(reads.modules.items())},
             "listings": {self.rel(k): v for k, v in sorted(reads.listings.items())},
             "enumerations": dict(sorted(reads.enumerations.items())),
         }
+        if reads.passed:
+            # Each file passed over with its stamp and its test, by number: a census's one test
+            # serves its thousands of files.
+            tests: dict = {}
+            stored["passed"] = {self.rel(k): [stamp, tests.setdefault(test, len(tests))]
+                                for k, (stamp, test) in sorted(reads.passed.items()) if k != skip}
+            stored["tests"] = [test if isinstance(test, str) else [list(group) for group in test] for test in tests]
         if reads.groups:
             stored["groups"] = {name: self._group(group) for name, group in sorted(reads.groups.items())}
         return stored
@@ -261,6 +273,8 @@ class Cache:
             if not isinstance(digest, str) or table.enumeration(name) != digest:
                 return None
             reads.enumerations[name] = digest
+        if ("passed" in entry or "tests" in entry) and not self._unchanged_passed(entry, reads, stamp_of):
+            return None
         groups = entry.get("groups", {})
         if not isinstance(groups, dict):
             return None
@@ -270,6 +284,27 @@ class Cache:
                 return None
             reads.groups[name] = group
         return reads
+
+    def _unchanged_passed(self, entry: dict, reads, stamp_of) -> bool:
+        """Is each file the entry's computation passed over unchanged, or does it fail the same
+        test still (class_index.Reads.passed, core/passed_over.py)? Kept in `reads` with its
+        stamp now."""
+        from dtype_lint.core.passed_over import as_test, is_test, still_passed_over
+
+        passed, stored_tests = entry.get("passed"), entry.get("tests")
+        if not (isinstance(passed, dict) and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
+            return False
+        tests = [as_test(test) for test in stored_tests]
+        for dep, kept in passed.items():
+            if not (isinstance(kept, list) and len(kept) == 2 and isinstance(kept[0], str)
+                    and type(kept[1]) is int and 0 <= kept[1] < len(tests)):
+                return False
+            real = self.real(dep)
+            stamp = stamp_of(real)
+            if stamp != kept[0] and not still_passed_over(real, tests[kept[1]]):
+                return False
+            reads.passed[real] = (stamp, tests[kept[1]])
+        return True
 
     def _checked_group(self, name, stamp_of, table):
         """The reads of the group entry `name` when all are unchanged, else None: checked once a
@@ -312,9 +347,10 @@ class Cache:
     def _files_read(self, entry) -> dict[str, str] | None:
         """Real path -> stamp of every file an entry read, its groups' included; None when it or
         a group entry is ill-shaped or missing."""
-        files, groups = entry.get("files"), entry.get("groups", {})
+        files, groups, passed = entry.get("files"), entry.get("groups", {}), entry.get("passed", {})
         if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
-                and isinstance(groups, dict)):
+                and isinstance(groups, dict) and isinstance(passed, dict)
+                and all(isinstance(v, list) and v and isinstance(v[0], str) for v in passed.values())):
             return None
         out: dict[str, str] = {}
         for name in groups.values():
@@ -323,6 +359,7 @@ class Cache:
             if more is None:
                 return None
             out.update(more)
+        out.update((self.real(dep), kept[0]) for dep, kept in passed.items())
         out.update((self.real(dep), s) for dep, s in files.items())
         return out
 

@@ -28,9 +28,12 @@ import json
 
 from dtype_lint.analysis.index.class_index import Reads
 
-# The storage model's memo keys (their first element) whose values are kept on disk.
+# The storage model's memo keys (their first element) whose values are kept on disk, and the
+# compiled-code census's (analysis/compiled_elsewhere.py: a third of a pre-commit run on a file
+# whose fix it clears, the same from one run to the next while no file's text starts to compile).
 ADMISSIONS = "platform admissions"
-PERSISTED = frozenset({"storages", "find", ADMISSIONS})
+COMPILED_ELSEWHERE = "compiled elsewhere"
+PERSISTED = frozenset({"storages", "find", ADMISSIONS, COMPILED_ELSEWHERE})
 
 
 class FactsStore:
@@ -66,8 +69,7 @@ class FactsStore:
         if reads is None:
             return None
         try:
-            decode = _decode_admissions if key[0] == ADMISSIONS else _decode
-            value = decode(entry.get("v"), self._display)
+            value = _CODECS.get(key[0], (_encode, _decode))[1](entry.get("v"), self._display)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return value, reads
@@ -76,12 +78,9 @@ class FactsStore:
         """Keep an answer computed this run (only answers of PERSISTED keys, of plain values)."""
         if key[0] not in PERSISTED:
             return
-        encoded: list | dict | None
+        encoded: object
         try:
-            if key[0] == ADMISSIONS:
-                encoded = _encode_admissions(value, self._stored)
-            else:
-                encoded = _encode(value, self._stored)
+            encoded = _CODECS.get(key[0], (_encode, _decode))[0](value, self._stored)
         except (TypeError, AttributeError):
             return  # not a value this store knows how to keep: it stays in memory only
         self.cache.put_entry("s", self.name(key), {"k": list(key), "v": encoded, **self.cache.stored_reads(reads)})
@@ -152,3 +151,35 @@ def _decode_admissions(data, display) -> list:
             raise ValueError("admission")
         out.append(Admission(platform, display(path), line, None if names is None else tuple(names), declared_by))
     return out
+
+
+def _encode_census(value, stored) -> dict:
+    """The compiled-code census (compiled_elsewhere.census): module -> name -> the code that
+    compiles it, its path stored as a cache key."""
+    if not isinstance(value, dict):
+        raise TypeError(type(value).__name__)
+    return {module: {name: [o.why.compiler, o.why.evidence, o.why.code, o.why.line, stored(o.path)]
+                     for name, o in sorted(names.items())} for module, names in sorted(value.items())}
+
+
+def _decode_census(data, display) -> dict:
+    from dtype_lint.analysis.compiled_code import Compiled
+    from dtype_lint.analysis.compiled_elsewhere import Origin
+
+    if not isinstance(data, dict):
+        raise ValueError("census")
+    out: dict = {}
+    for module, names in data.items():
+        if not isinstance(names, dict):
+            raise ValueError("census")
+        found = out[module] = {}
+        for name, (compiler, evidence, code, line, path) in names.items():
+            if not (isinstance(compiler, str) and isinstance(evidence, str) and isinstance(code, str)
+                    and type(line) is int and isinstance(path, str)):
+                raise ValueError("origin")
+            found[name] = Origin(Compiled(compiler, evidence, code, line), display(path))
+    return out
+
+
+# How the values of a kind are kept (encode, decode); the storage model's answers by default.
+_CODECS = {ADMISSIONS: (_encode_admissions, _decode_admissions), COMPILED_ELSEWHERE: (_encode_census, _decode_census)}

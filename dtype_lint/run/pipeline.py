@@ -267,7 +267,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     elif options.baseline:
         _apply_baseline(result, options.baseline)
     run_memo.keep(result, options, cache, project, scan, targets, layout.kept,
-                  lambda p: any(r.reads_helper_callers for r in enabled_rules(config, p)))
+                  lambda p: any(r.reads_helper_callers for r in enabled_rules(config, p)), started_ns)
     if full:
         run_memo.keep_answers(result, options, cache, project, targets, layout, started_ns)
     writer.close()
@@ -760,7 +760,7 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
     # A whole-project run tests the censuses' words on the bytes it reads (a run on named files
     # reads few, and need not import the quantizers' catalogue for them).
     if summary:
-        from dtype_lint.analysis.compiled_code import might_compile
+        from dtype_lint.core.compile_text import might_compile
         from dtype_lint.ecosystems.quantizers.catalogue import LIBRARY_PACKAGES, QUANTIZER_WORDS
 
         # LIBRARY_PACKAGES: the quantizer census's `skip_tops` (ecosystems/quantizers/applications.py)

@@ -408,9 +408,10 @@ def _mtime(folder: str) -> int:
 
 
 def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, analyzed: int,
-         warnings: list[str], writer) -> None:
-    """Add the answer run_memo.keep just kept to the index (see the module docstring), when every
-    file it depends on is still as stamped; `handoff` is the fast path's (run_memo.hand_over)."""
+         warnings: list[str], writer, started_ns: int) -> None:
+    """Add the answer run_memo.keep just kept to the index (see the module docstring); `handoff`
+    is the fast path's (run_memo.hand_over), `started_ns` when the run that took the stamps of
+    `entry_files` started."""
     record = handoff.get("fast_record")
     if record is None or handoff.get("config") is None:
         return
@@ -430,7 +431,7 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
         writer.write_cache(path, data)
 
     _add(record, handoff["config"], handoff["record"], os.path.dirname(handoff["memo"]), key, entry,
-         entry_files, write)
+         entry_files, write, started_ns)
 
 
 def keep_clean(record: dict, record_id: list, cache_folder: str, paths: list[str], force_exclude: bool,
@@ -438,34 +439,36 @@ def keep_clean(record: dict, record_id: list, cache_folder: str, paths: list[str
     """Keep the fast path's verdict that the named files cannot give a finding (fast_path.py), so
     that a later run on them replays it: `read` holds every file the verdict read (the named files
     and the modules their imports were followed to), `output` what it printed without `-q`."""
+    import time
+
     from dtype_lint.core.file_stamp import file_stamp
 
     entry = {"out": {variant: ("" if variant[1] else output) for variant in VARIANTS}, "found": False,
              "warnings": []}
+    started_ns = time.time_ns()
     files = {}
     for path in read:
         real = os.path.realpath(path)
         files[real] = file_stamp(real)
     key = (os.getcwd(), tuple(paths), force_exclude)
-    _add(record, tuple(record["config"]), record_id, cache_folder, key, entry, files, _write_atomic)
+    _add(record, tuple(record["config"]), record_id, cache_folder, key, entry, files, _write_atomic, started_ns)
 
 
 def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: tuple, entry: dict,
-         entry_files: dict[str, str], write) -> None:
+         entry_files: dict[str, str], write, started_ns: int) -> None:
+    """Add an answer whose files were stamped after `started_ns` to the index. Its stamps are not
+    taken again (a tenth of a pre-commit run on a file whose answer read every file of vLLM): a
+    file's stat data is kept only when it has not changed since RACY_NS before then, so that its
+    stamp is of what the stat data describes (keep_answers does the same); one changed during the
+    run is hashed by each replay, which then finds it changed."""
     import time
 
     if not _indexable(record, config, cache_folder):
         return
-    now = time.time_ns()
-    header = _header(record, config, record_id, now)
+    header = _header(record, config, record_id, time.time_ns())
     if header is None:
         return
-    files = {}
-    for path, stamp in entry_files.items():
-        stat_data = _kept_key(path, now)
-        if current_stamp(path, "source") != stamp:
-            return
-        files[path] = (stat_data, stamp)
+    files = {path: (_kept_key(path, started_ns), stamp) for path, stamp in entry_files.items()}
     entry["files"] = files
     path = os.path.join(cache_folder, INDEX_NAME)
     old = load(path)

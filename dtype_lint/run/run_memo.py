@@ -114,12 +114,14 @@ def load() -> dict | None:
     return entry
 
 
-def keep(result, options, cache, project, scan, targets: list[str], layout_kept: bool, reads_callers) -> None:
+def keep(result, options, cache, project, scan, targets: list[str], layout_kept: bool, reads_callers,
+         started_ns: int) -> None:
     """Keep the answer of the run the fast path handed over, when it may be replayed (see the
     module docstring); otherwise leave the memo as it is (its entry for these files, if any, can
     no longer match the record or the stamps it checks). `reads_callers(path)`: does a rule
     enabled there report calls of helpers imported from elsewhere (whether the file is analysed
-    then depends on other files)?"""
+    then depends on other files)? `started_ns`: when the run started (every stamp it took is of
+    a file read after it)."""
     h = _handoff
     if (h is None or not layout_kept or not _plain_cached_check(options, result, cache)
             or options.paths != h["key"][1] or scan.errors or os.getcwd() != h["key"][0]):
@@ -175,7 +177,8 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
         return  # a read-only checkout still lints; it just has no memo
     from dtype_lint.run import replay_index
 
-    replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer)
+    replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer,
+                      started_ns)
 
 
 def keep_answers(result, options, cache, project, targets: list[str], layout, started_ns: int) -> None:

@@ -411,16 +411,25 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
+# Groups of words (ASCII), as a census tests a file's bytes for them: does it hold every word of
+# one group? (ModuleTable.naming.)
+WordGroups = tuple[tuple[str, ...], ...]
+
+
 class Reads:
     """What one computation read through the index: module names looked up (→ the key of the
     file that defines each, None when none does) and the files whose headers or code it read
     (key → stamp). Keys are the files' real paths."""
 
-    __slots__ = ("modules", "files", "listings", "enumerations", "groups", "token")
+    __slots__ = ("modules", "files", "passed", "listings", "enumerations", "groups", "token")
 
     def __init__(self) -> None:
         self.modules: dict[str, str | None] = {}
         self.files: dict[str, str] = {}
+        # Files a census passed over by their text alone (ModuleTable.naming, holding): key ->
+        # (stamp, the test it failed: word groups, or a predicate's name). Such a file counts as
+        # unchanged while its stamp is the same or it fails the test still (core/passed_over.py).
+        self.passed: dict[str, tuple[str, WordGroups | str]] = {}
         # Folders whose modules were enumerated (real path → ModuleTable.listing digest): a file
         # added there changes what the enumeration sees.
         self.listings: dict[str, str] = {}
@@ -438,20 +447,44 @@ class Reads:
     def update(self, other: "Reads") -> None:
         self.modules.update(other.modules)
         self.files.update(other.files)
+        if other.passed:
+            self.passed.update(other.passed)
         self.listings.update(other.listings)
         self.enumerations.update(other.enumerations)
         if other.groups:
             self.groups.update(other.groups)
 
     def all_files(self) -> dict[str, str]:
-        """Every file read, those of the groups included."""
-        if not self.groups:
+        """Every file read, those passed over and those of the groups included."""
+        if not self.groups and not self.passed:
             return self.files
         out: dict[str, str] = {}
         for group in self.groups.values():
             out.update(group.all_files())
+        out.update((key, stamp) for key, (stamp, _words) in self.passed.items())
         out.update(self.files)
         return out
+
+    def all_passed(self) -> dict[str, WordGroups | str]:
+        """The test of every file only passed over (`passed`), those of the groups included: a
+        file also read otherwise is not one."""
+        out: dict[str, WordGroups | str] = {}
+        for group in self.groups.values():
+            out.update(group.all_passed())
+        out.update((key, test) for key, (_stamp, test) in self.passed.items())
+        if out:
+            for key in self._read_keys():
+                out.pop(key, None)
+        return out
+
+    def _read_keys(self):
+        for group in self.groups.values():
+            yield from group._read_keys()
+        yield from self.files
+
+    def count(self) -> int:
+        """How many files were read or passed over (a group's: GROUP_MIN_FILES)."""
+        return len(self.files.keys() | self.passed.keys()) if self.passed else len(self.files)
 
 
 # A census whose building read at least this many files is replayed by reference (Reads.groups).
@@ -758,19 +791,20 @@ class ModuleTable:
             if told is not None and not told[0]:
                 for frame in self.frames:
                     frame.modules[module] = mfs[0].key
-                    frame.files[mfs[0].key] = told[1]
+                    frame.passed[mfs[0].key] = (told[1], groups)
                 continue
             header = self.get(module)
             if header is not None:
                 yield module, header
 
-    def holding(self, test: Callable[[str], bool]):
+    def holding(self, test: Callable[[str], bool], name: str):
         """(module, display path) of each module whose text may pass `test` (the same function
         each time: the run tests it on the text its scan reads, `holds`), without its header:
         `naming` for a caller that reads the text itself (the compiled-code census, which parses
-        what `compiled_code.might_compile` passes: of vLLM 0.34.0's 3,540 modules 687 say `jit`,
+        what `core/compile_text.might_compile` passes: of vLLM 0.34.0's 3,540 modules 687 say `jit`,
         4 pass, and reading the others' headers and texts was half of the census). Every module
-        counts as read, as there."""
+        counts as read, as there; one that fails, as passed over by `name`, under which
+        core/passed_over.PREDICATES knows `test` (Reads.passed)."""
         self._record_census()
         for module in [m for m, _ in self._names.firsts()]:
             mfs: list[ModuleFile] = self._module_files(module) if self._holds is not None else []
@@ -782,7 +816,10 @@ class ModuleTable:
                 continue
             for frame in self.frames:
                 frame.modules[module] = mfs[0].key
-                frame.files[mfs[0].key] = told[1]
+                if told[0]:
+                    frame.files[mfs[0].key] = told[1]
+                else:
+                    frame.passed[mfs[0].key] = (told[1], name)
             if told[0]:
                 yield module, mfs[0].path
 
@@ -875,10 +912,11 @@ class QuantizableLayerIndex:
         self._memo_reads: dict[tuple[str, str], Reads] = {}
 
     # ---- what a computation read ---------------------------------------------------------
-    def reading(self) -> "_Frame":
+    def reading(self, alone: bool = False) -> "_Frame":
         """`with index.reading() as reads:` collects every module lookup and file read made
-        inside, including those that memoised results made when they were first computed."""
-        return _Frame(self.modules)
+        inside, including those that memoised results made when they were first computed.
+        `alone`: in `reads` only, not in the frames open around it (they get it as replayed)."""
+        return _Frame(self.modules, alone)
 
     def replay(self, reads: Reads, group: str | None = None) -> None:
         """A memoised result is reused: what computing it read counts as read now (`group`: by
@@ -913,10 +951,13 @@ class QuantizableLayerIndex:
         if census:
             hit = cache.get(key)
             if hit is None:
-                with self.reading() as reads:
+                # Alone: the frames open around it get it replayed below, by reference for a
+                # group; recorded in them as well, the first file to ask (in pre-commit, the only
+                # one) kept every file of the census twice in its entry, and checked each twice.
+                with self.reading(alone=True) as reads:
                     value = build()
                 # A census about the whole tree is replayed by reference (Reads.groups).
-                group = repr(key) if len(reads.files) >= GROUP_MIN_FILES else None
+                group = repr(key) if reads.count() >= GROUP_MIN_FILES else None
                 hit = cache[key] = (value, _as_group(reads) if group else reads, group)
             self.replay(hit[1], hit[2])
             return hit[0]
@@ -1103,11 +1144,15 @@ class QuantizableLayerIndex:
 
 
 class _Frame:
-    def __init__(self, table: ModuleTable):
+    def __init__(self, table: ModuleTable, alone: bool = False):
         self._table = table
         self.reads = Reads()
+        self._outer: list[Reads] | None = [] if alone else None
 
     def __enter__(self) -> Reads:
+        if self._outer is not None:  # the open frames hear nothing until this one closes
+            self._outer[:] = self._table.frames
+            self._table.frames[:] = []
         self._table.frames.append(self.reads)
         return self.reads
 
@@ -1117,3 +1162,5 @@ class _Frame:
             frames.pop()
         else:
             frames[:] = [f for f in frames if f is not self.reads]
+        if self._outer is not None:
+            frames[:0] = self._outer
