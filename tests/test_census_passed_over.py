@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from cli_runner import dtl
-from dtype_lint.core.passed_over import still_passed_over
 from tiny_project import STUB_MODEL, stub_project, write_tree
+
+from dtype_lint.core.passed_over import still_passed_over
 
 MODEL = STUB_MODEL + "\n\n" + STUB_MODEL.split("\n\n\n", 1)[1].replace("class Attn(", "class Plain(")
 # A file that compiles, but nothing of the model's: both sites keep their fixes.

@@ -22,7 +22,7 @@ from dtype_lint.api import check_source, make_config
 from dtype_lint.core.prefilter import Prefilter, marker_words
 from dtype_lint.rule import Rule, RuleContractError
 from dtype_lint.rules import ALL_RULES
-from dtype_lint.run import pipeline
+from dtype_lint.run import pipeline, stamp_memo
 
 PKG = Path(__file__).resolve().parents[1]
 LAYER_HEAD = (
@@ -168,6 +168,8 @@ def test_only_a_run_that_reads_stamps_stamps_files(tmp_path: Path, monkeypatch):
     stamped: list[str] = []
     real_stamp = pipeline._stamp
     monkeypatch.setattr(pipeline, "_stamp", lambda p: stamped.append(p) or real_stamp(p))
+    # a cached run stamps through its memo (run/stamp_memo.py), which hashes what it has no stat data for
+    monkeypatch.setattr(stamp_memo, "file_stamp", lambda p: stamped.append(p) or real_stamp(p))
     config = make_config({"helper": "proj.dtypes:get_layer_input_dtype"}, root=root)
     runs = {}
     for name, options in [("check", {}), ("diff", {"diff": True}), ("cached", {"use_cache": True})]:

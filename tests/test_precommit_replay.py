@@ -389,3 +389,32 @@ def test_a_whole_project_run_with_its_own_settings_keeps_no_answer(checked: Path
     (checked / "vllm" / "site.py").touch()
     assert replayed(checked, *SITE_ARGS)[0] is None
     assert "DTL001" in dtl(checked, *SITE_ARGS).stdout
+
+
+def test_a_file_the_answer_only_passed_over_may_change_while_it_compiles_nothing(project: Path):
+    """The site's fix is planned, so its answer read the compiled-code census, which passed over
+    every other file by its text (core/passed_over.py). An edit of one that still compiles nothing
+    keeps the answer: the replay tests the file as the census would. One that starts to script the
+    site's class is declined, and the run after it takes the fix away."""
+    first = keep(project, *SITE_ARGS)
+    assert "[safe]" in first.stdout
+    plain = project / "vllm" / "plain.py"
+    plain.write_text(PLAIN + "\n# mentions torch.jit, scripts nothing\n")
+    assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)
+    plain.write_text(PLAIN + "\nimport torch\nfrom vllm.site import Attn\n\n\n"
+                             "def export(proj):\n    return torch.jit.script(Attn(proj))\n")
+    assert replayed(project, *SITE_ARGS)[0] is None
+    after = dtl(project, *SITE_ARGS)
+    assert "DTL001" in after.stdout and "[safe]" not in after.stdout and "may compile `Attn`" in after.stdout
+
+
+def test_a_file_read_for_the_answer_is_never_taken_as_passed_over(project: Path):
+    """layers.py is read for the site's answer (its class's base): an edit that leaves it
+    compiling nothing still declines the replay."""
+    keep(project, *SITE_ARGS)
+    index = replay_index.load(str(project / ".dtype_lint_cache" / replay_index.INDEX_NAME))
+    (entry,) = [e for k, e in index["entries"].items() if k[1] == ("vllm/site.py",)]
+    layers, plain = (str((project / "vllm" / name).resolve()) for name in ("layers.py", "plain.py"))
+    assert plain in entry["passed"] and layers in entry["files"] and layers not in entry["passed"]
+    (project / "vllm" / "layers.py").write_text(LAYERS + "\n# edited\n")
+    assert replayed(project, *SITE_ARGS)[0] is None

@@ -63,6 +63,8 @@ class Cache:
         # stamp, real path -> stamp), for those that read few files (`findings_reads`, asked for
         # each analysed file by a run on the whole project, reads no entry again).
         self._reads: dict[str, tuple[str, dict[str, str] | None]] = {}
+        # ... and of those, the files only passed over by a census, with its test (`findings_passed`)
+        self._passed: dict[str, dict] = {}
         # Groups (class_index.Reads.groups): the name of each one's entry by its token, and each
         # entry checked this run by name (its reads, None when one changed).
         self._group_names: dict[str, str] = {}
@@ -187,11 +189,13 @@ class Cache:
         # with a limit then declines without loading it again.
         files = reads.files
         if reads.passed:  # passed over by a census: a dependency as much as a file read
-            files = {**{key: stamp for key, (stamp, _test) in reads.passed.items()}, **files}
+            files = {**{key: kept for key, (kept, _test) in reads.passed.items()}, **files}
         if reads.groups or len(files) >= KEPT_READS:
             self._reads[real] = (stamp, None)
         else:
             self._reads[real] = (stamp, {k: v for k, v in files.items() if k != skip} if skip in files else files)
+            if reads.passed:
+                self._passed[real] = reads.all_passed()
 
     # ---- what an entry's computation read (findings here, the storage model's answers in
     # ---- run/facts_cache.py): stored and checked one way --------------------------------
@@ -343,6 +347,48 @@ class Cache:
             return None
         files = self._files_read(entry)
         return None if files is None else (entry["s"], files)
+
+    def findings_passed(self, real: str) -> dict | None:
+        """Real path -> test of every file the findings entry of `real` (this run's or found
+        true) only passed over (class_index.Reads.passed, its groups' included): a file read
+        otherwise too is not one. None when the entry cannot be read."""
+        kept = self._reads.get(real)
+        if kept is not None and kept[1] is not None:
+            return self._passed.get(real, {})
+        rel = self.rel(real)
+        pending = self._pending.get(f"f/{rel}")
+        entry = self._decode(pending) if pending is not None else self._load("f", rel)
+        if not (isinstance(entry, dict) and entry.get("k") == rel):
+            return None
+        tests: dict = {}
+        strict: set[str] = set()
+        if not self._passed_read(entry, tests, strict):
+            return None
+        for key in strict:
+            tests.pop(key, None)
+        return tests
+
+    def _passed_read(self, entry, tests: dict, strict: set[str]) -> bool:
+        """Add the tests of the files `entry` (and its groups) passed over to `tests`, and the
+        files it read otherwise to `strict`; False when it or a group entry is ill-shaped."""
+        from dtype_lint.core.passed_over import as_test, is_test
+
+        files, passed = entry.get("files"), entry.get("passed", {})
+        stored_tests, groups = entry.get("tests", []), entry.get("groups", {})
+        if not (isinstance(files, dict) and isinstance(passed, dict) and isinstance(groups, dict)
+                and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
+            return False
+        for dep, kept in passed.items():
+            if not (isinstance(kept, list) and len(kept) == 2 and type(kept[1]) is int
+                    and 0 <= kept[1] < len(stored_tests)):
+                return False
+            tests[self.real(dep)] = as_test(stored_tests[kept[1]])
+        strict.update(map(self.real, files))
+        for name in groups.values():
+            group = self._group_entry(name) if isinstance(name, str) else None
+            if not (isinstance(group, dict) and self._passed_read(group, tests, strict)):
+                return False
+        return True
 
     def _files_read(self, entry) -> dict[str, str] | None:
         """Real path -> stamp of every file an entry read, its groups' included; None when it or
@@ -515,9 +561,10 @@ def _fits(value, schema) -> bool:
 
 
 # The files beside the format folders: the fast path's record, the run memo, the code stamp's
-# memo, the project's file list and the pre-commit replay's index and answers.
+# memo, the project's file list, the files' stamps by stat data and the pre-commit replay's index
+# and answers.
 _OWN_FILES = frozenset({"tmp", "fast-path.json", "run-memo.json", "code-stamp.json", "project-files.json",
-                        "replay-index.bin", "replay-answers.bin", "replay-answers"})
+                        "stamps.bin", "replay-index.bin", "replay-answers.bin", "replay-answers"})
 
 
 def _ours(name: str) -> bool:

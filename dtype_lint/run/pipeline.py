@@ -58,6 +58,7 @@ from dtype_lint.run.file_analysis import (
 )
 from dtype_lint.run.memory_cache import RunStore
 from dtype_lint.run.project_files import ProjectFiles
+from dtype_lint.run.stamp_memo import StampMemo
 from dtype_lint.run.workers import effective_jobs, parallel_map, worker_state
 
 if TYPE_CHECKING:
@@ -214,8 +215,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     # Stamps key the cache and its records, and tell the fix stage that a file is still the one
     # checked: a `--no-cache` check reads none of them, and stamping re-reads and hashes each
     # file analysed or whose header is read (vLLM: 396 files).
+    # Stamps by stat data (run/stamp_memo.py): a cached run reads and hashes only what changed.
+    memo = StampMemo(config.root / config.cache_dir, started_ns) if options.use_cache else None
     project = _Project(index_found, found, cache, stamped=cache.enabled or options.fix or options.diff,
-                       header_functions=reads_helpers(config))
+                       header_functions=reads_helpers(config), memo=memo)
     index = build_index(project.table, config)
     if cache.enabled:  # the storage model's answers of earlier runs, while what they read holds
         from dtype_lint.run.facts_cache import FactsStore
@@ -227,7 +230,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     # A directory run reads every file anyway: it looks for the names on the way. A run on named
     # files (pre-commit) reads only those, and the rest of the project only when a name is needed.
     full = found is index_found
-    scan = _scan(found, config, cache, jobs, options.progress, needles, summary=full)
+    scan = _scan(found, config, cache, jobs, options.progress, needles, summary=full, stamp=project.stamp)
     if needles and not full:
         _scan_for_names(index_found, config, cache, jobs, needles, scan)
     project.take_scan_words(scan)
@@ -249,6 +252,8 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
     cache.save(writer)
+    if memo is not None:
+        memo.save(writer, whole=full)
     layout.save(writer)
     if options.use_cache:
         save_record(config, writer, looked.all_files(),
@@ -480,8 +485,9 @@ class _Project:
     project's files from their record) answers those lookups without them."""
 
     def __init__(self, index_found: "list[Found] | ProjectFiles", found: list[Found], cache: Cache,
-                 stamped: bool = True, header_functions: bool = True):
+                 stamped: bool = True, header_functions: bool = True, memo: "StampMemo | None" = None):
         self.cache = cache
+        self.memo = memo  # stamps kept by stat data (run/stamp_memo.py), on a cached run
         self.header_functions = header_functions  # extract_header's `functions` (file_analysis.reads_helpers)
         self.stamped = stamped  # False: no stage reads a stamp, each is UNSTAMPED
         self._index_found = index_found
@@ -523,7 +529,7 @@ class _Project:
             return UNSTAMPED
         s = self.stamps.get(real)
         if s is None:
-            s = self.stamps[real] = _stamp(real)
+            s = self.stamps[real] = self.memo.stamp(real) if self.memo is not None else _stamp(real)
         return s
 
     def real_of(self, path: str) -> str:
@@ -578,6 +584,8 @@ class _Project:
             return None
         if self.stamped and mf.key not in self.stamps:
             self.stamps[mf.key] = stamp_of(data)
+            if self.memo is not None:
+                self.memo.took(mf.key, self.stamps[mf.key])
         stamp = self.stamp(mf.key)
         if callable(groups):
             return groups(text), stamp
@@ -730,10 +738,10 @@ def _init_scan(prefilter, needles, links: bool = True, words: tuple = ()) -> Non
 
 
 def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress, needles: list[str],
-          summary: bool = True) -> _Scan:
+          summary: bool = True, stamp=_stamp) -> _Scan:
     """Read and prefilter the files to check. `summary`: use the cache's scan summary (files
     unchanged since it saw them are not read); a run on a few named files reads them instead
-    of loading a summary of the whole project."""
+    of loading a summary of the whole project. `stamp(real)`: a file's stamp (`_Project.stamp`)."""
     scan = _Scan()
     misses = []
     stamps = {}
@@ -745,8 +753,8 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         misses = list(found)
         found = []
     for f in found:
-        stamp = stamps[f.path] = _stamp(f.real)
-        hit = cache.scan_entry(f.real, stamp, needles) if summary else None
+        taken = stamps[f.path] = stamp(f.real)
+        hit = cache.scan_entry(f.real, taken, needles) if summary else None
         if hit is None:
             misses.append(f)
             continue

@@ -174,8 +174,11 @@ def _replay(argv: list[str]) -> int | None:
         # No run on these files kept an answer: the last run on the whole project may have.
         return _replay_answers(root, (config_path, config_stamp), paths, (fmt, quiet, color), "--exit-zero" in argv)
     # The answer's own files first: after an edit one of them differs, and the run is declined
-    # before the stat of every module of dtype-lint and every folder of the project.
-    if not all(unchanged(path, key, stamp, "source") for path, (key, stamp) in entry["files"].items()):
+    # before the stat of every module of dtype-lint and every folder of the project. A file the
+    # answer's analyses only passed over may differ while it fails the census's test still.
+    passed = entry.get("passed", {})
+    if not all(unchanged(path, key, stamp, "source") or (path in passed and _passed_over_still(path, passed[path]))
+               for path, (key, stamp) in entry["files"].items()):
         return None
     if not _project_unchanged(index):
         return None
@@ -187,6 +190,12 @@ def _replay(argv: list[str]) -> int | None:
     for line in entry["warnings"]:
         sys.stderr.write(line)
     return 0 if "--exit-zero" in argv or not entry["found"] else 1
+
+
+def _passed_over_still(path: str, test) -> bool:
+    from dtype_lint.core.passed_over import still_passed_over
+
+    return still_passed_over(path, test)
 
 
 def _project_unchanged(header: dict) -> bool:
@@ -408,10 +417,11 @@ def _mtime(folder: str) -> int:
 
 
 def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, analyzed: int,
-         warnings: list[str], writer, started_ns: int) -> None:
+         warnings: list[str], writer, started_ns: int, passed: dict | None = None) -> None:
     """Add the answer run_memo.keep just kept to the index (see the module docstring); `handoff`
     is the fast path's (run_memo.hand_over), `started_ns` when the run that took the stamps of
-    `entry_files` started."""
+    `entry_files` started; `passed`: the test of each of those files the answer's analyses only
+    passed over (core/passed_over.py)."""
     record = handoff.get("fast_record")
     if record is None or handoff.get("config") is None:
         return
@@ -424,7 +434,7 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
     if rendered is None:
         return
     out, warning_lines = rendered
-    entry = {"out": out, "found": bool(findings), "warnings": warning_lines}
+    entry = {"out": out, "found": bool(findings), "warnings": warning_lines, "passed": passed or {}}
     key = (handoff["key"][0], tuple(handoff["key"][1]), handoff["key"][2])
 
     def write(path: str, data: bytes) -> None:

@@ -135,6 +135,10 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     if [record_path, *(_file_key(record_path) or ())] != h["record"]:
         return  # the record was rewritten or removed (a warning): it no longer vouches for the layout
     files: dict[str, str] = {}
+    # The files the analyses only passed over, by their census's test, and those read otherwise:
+    # a replay takes one of the former as unchanged while it fails its test still.
+    passed: dict = {}
+    strict: set[str] = set()
 
     def add(real: str, stamp: str) -> bool:
         return files.setdefault(real, stamp) == stamp
@@ -148,13 +152,24 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
                 return
             if not all(add(dep, s) for dep, s in reads[1].items()):
                 return
+            only_passed = cache.findings_passed(real)
+            if only_passed is None:
+                return
+            passed.update(only_passed)
+            strict.update(dep for dep in reads[1] if dep not in only_passed)
+            strict.add(real)
         elif (scan.passes.get(file) or scan.suppressing.get(file)
               or (scan.links.get(file, ((), ()))[1] and reads_callers(file))):
             return  # left out for what other files hold now, which the memo does not follow
         elif not add(real, scan.stamps.get(real) or project.stamp(real)):
             return
-    if not _helper_settled(result, files):
+        else:
+            strict.add(real)
+    helper: dict[str, str] = {}
+    if not _helper_settled(result, helper) or not all(add(dep, s) for dep, s in helper.items()):
         return
+    strict.update(helper)  # the fixes depend on its text, whatever a census made of it
+    passed = {dep: test for dep, test in passed.items() if dep not in strict and dep in files}
     memo = h["memo"]
     if not os.path.isdir(os.path.dirname(memo)):
         return
@@ -178,7 +193,7 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     from dtype_lint.run import replay_index
 
     replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer,
-                      started_ns)
+                      started_ns, passed)
 
 
 def keep_answers(result, options, cache, project, targets: list[str], layout, started_ns: int) -> None:

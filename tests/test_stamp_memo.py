@@ -1,0 +1,92 @@
+"""A cached run takes the stamp of a file whose stat data is unchanged from the memo the last run
+kept (run/stamp_memo.py), and hashes every other one: the answer is the one a run without the
+cache gives, whatever the edit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from cli_runner import dtl
+from tiny_project import STUB_MODEL, stub_project
+
+from dtype_lint.core.file_stamp import file_stamp
+from dtype_lint.run import stamp_memo
+from dtype_lint.run.stamp_memo import MEMO_NAME, StampMemo
+
+CHECK = ("check", ".", "--output-format", "concise", "--exit-zero")
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch) -> Path:
+    """A project whose files count as settled: files this young keep no stat data (RACY_NS) but
+    in the test that lifts the guard."""
+    monkeypatch.setattr(stamp_memo, "RACY_NS", -(10**12))
+    return stub_project(tmp_path, STUB_MODEL, {f"proj/plain{i}.py": f"SIZE = {i}\n" for i in range(3)})
+
+
+def _hashed(monkeypatch) -> list[str]:
+    """The names of the files the memo hashes from now on."""
+    names: list[str] = []
+    monkeypatch.setattr(stamp_memo, "file_stamp", lambda p: names.append(Path(p).name) or file_stamp(p))
+    return names
+
+
+def test_a_warm_run_hashes_only_what_changed(root: Path, monkeypatch):
+    first = dtl(root, *CHECK).stdout
+    assert (root / ".dtype_lint_cache" / MEMO_NAME).is_file()
+    hashed = _hashed(monkeypatch)
+    assert dtl(root, *CHECK).stdout == first
+    assert hashed == []
+    (root / "proj/plain1.py").write_text("SIZE = 10\n")
+    assert dtl(root, *CHECK).stdout == first
+    assert hashed == ["plain1.py"]
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_seen(root: Path):
+    """`touch -r`, `cp -p`: the ctime moves all the same, so the file is hashed again."""
+    model = root / "proj/model.py"
+    assert "1 fixable" in dtl(root, *CHECK).stdout
+    text = model.read_text()
+    edited = text.replace("self.o_proj.weight.dtype", "self.o_proj.weight.shape")
+    edited = edited + " " * (len(text) - len(edited)) if len(edited) < len(text) else edited
+    assert edited != text and len(edited.encode()) == len(text.encode())
+    st = model.stat()
+    model.write_text(edited)
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert model.stat().st_size == st.st_size and model.stat().st_mtime_ns == st.st_mtime_ns
+    assert dtl(root, *CHECK).stdout == dtl(root, *CHECK, "--no-cache").stdout
+    assert "DTL001" not in dtl(root, *CHECK).stdout
+
+
+def test_a_file_changed_just_before_the_run_keeps_no_stat_data(root: Path, monkeypatch):
+    dtl(root, *CHECK)
+    plain = root / "proj/plain0.py"
+    assert str(plain.resolve()) in StampMemo(root / ".dtype_lint_cache", 0).kept
+    monkeypatch.setattr(stamp_memo, "RACY_NS", 2_000_000_000)  # the guard: every file is this young
+    plain.write_text("SIZE = 5\n")
+    dtl(root, *CHECK)
+    kept = StampMemo(root / ".dtype_lint_cache", 0).kept
+    assert str(plain.resolve()) not in kept  # hashed on every run until it settles
+    assert str((root / "proj/plain1.py").resolve()) in kept  # vouched for by its stat data
+
+
+def test_a_memo_not_sealed_by_us_is_no_memo(root: Path, monkeypatch):
+    first = dtl(root, *CHECK).stdout
+    path = root / ".dtype_lint_cache" / MEMO_NAME
+    path.write_bytes(path.read_bytes()[:-3] + b"xyz")
+    assert StampMemo(root / ".dtype_lint_cache", 0).kept == {}
+    hashed = _hashed(monkeypatch)
+    assert dtl(root, *CHECK).stdout == first
+    assert "model.py" in hashed
+
+
+def test_a_whole_run_drops_what_is_gone(root: Path):
+    dtl(root, *CHECK)
+    gone = root / "proj/plain2.py"
+    key = str(gone.resolve())
+    assert key in StampMemo(root / ".dtype_lint_cache", 0).kept
+    gone.unlink()
+    dtl(root, *CHECK)
+    assert key not in StampMemo(root / ".dtype_lint_cache", 0).kept
