@@ -104,30 +104,62 @@ def test_still_passed_over_by_words(tmp_path: Path):
     path = tmp_path / "a.py"
     groups = (("bitsandbytes", "Linear8bitLt"), ("quanto",))
     path.write_bytes(b"import bitsandbytes\n")
-    assert still_passed_over(str(path), groups)  # one word of the group only
+    assert still_passed_over(str(path), [groups])  # one word of the group only
     path.write_bytes(b"from bitsandbytes import Linear8bitLt\n")
-    assert not still_passed_over(str(path), groups)
+    assert not still_passed_over(str(path), [groups])
     path.write_bytes(b"import quanto\n")
-    assert not still_passed_over(str(path), groups)
+    assert not still_passed_over(str(path), [groups])
     path.write_bytes("x = 1\n".encode("utf-16"))  # NULs: ASCII words are not in these bytes
-    assert not still_passed_over(str(path), groups)
-    assert not still_passed_over(str(tmp_path / "gone.py"), groups)
+    assert not still_passed_over(str(path), [groups])
+    assert not still_passed_over(str(tmp_path / "gone.py"), [groups])
 
 
 def test_still_passed_over_by_the_compile_test(tmp_path: Path):
     path = tmp_path / "a.py"
     path.write_text("import torch\n\nok = torch.jit.is_scripting()\n")
-    assert still_passed_over(str(path), "might_compile")
+    assert still_passed_over(str(path), ["might_compile"])
     path.write_text("import torch\n\nscripted = torch.jit.script(f)\n")
-    assert not still_passed_over(str(path), "might_compile")
+    assert not still_passed_over(str(path), ["might_compile"])
     # decoded as Python decodes it: a coding cookie, a BOM
     path.write_bytes("# -*- coding: latin-1 -*-\nname = 'café'\nscripted = torch.jit.script(f)\n".encode("latin-1"))
-    assert not still_passed_over(str(path), "might_compile")
+    assert not still_passed_over(str(path), ["might_compile"])
     path.write_bytes("# -*- coding: latin-1 -*-\nname = 'café'\n".encode("latin-1"))
-    assert still_passed_over(str(path), "might_compile")
+    assert still_passed_over(str(path), ["might_compile"])
     path.write_bytes(b"\xef\xbb\xbfx = 1\n")
-    assert still_passed_over(str(path), "might_compile")
+    assert still_passed_over(str(path), ["might_compile"])
     path.write_bytes(b"x = '\xff'\n")  # not UTF-8, no cookie: cannot be told
-    assert not still_passed_over(str(path), "might_compile")
+    assert not still_passed_over(str(path), ["might_compile"])
     path.write_text("x = 1\n")
-    assert not still_passed_over(str(path), "a test this version does not know")
+    assert not still_passed_over(str(path), ["a test this version does not know"])
+
+
+def test_a_file_two_censuses_passed_over_must_fail_both_tests_still(tmp_path: Path):
+    """The quantizer census passes over a file by its words, the compiled-code census by its
+    compile test: kept with both, it stays unchanged only while it fails both."""
+    import json
+
+    from dtype_lint.analysis.index.class_index import Reads
+    from dtype_lint.core.file_stamp import file_stamp
+    from dtype_lint.run.cache import Cache
+
+    path = tmp_path / "x.py"
+    path.write_text("x = 1\n")
+    real = str(path)
+    words = (("bitsandbytes", "Linear8bitLt"),)
+    reads = Reads()
+    reads.pass_over(real, file_stamp(real), frozenset((words,)))
+    reads.pass_over(real, file_stamp(real), frozenset(("might_compile",)))
+    assert reads.passed[real][1] == frozenset({words, "might_compile"})
+    cache = Cache(tmp_path / "cache", key="k", root=tmp_path)
+    entry = json.loads(json.dumps(cache.stored_reads(reads)))  # as the entry on disk holds it
+
+    def unchanged() -> bool:
+        return cache.unchanged_reads(entry, file_stamp, None) is not None
+
+    assert unchanged()
+    path.write_text("x = 2  # torch.jit named, nothing scripted\n")
+    assert unchanged()
+    path.write_text("from bitsandbytes.nn import Linear8bitLt\n")
+    assert not unchanged()
+    path.write_text("import torch\n\nscripted = torch.jit.script(f)\n")
+    assert not unchanged()

@@ -29,8 +29,11 @@ itself) gets no fix, and its reason names the code and where it is: "`torch.jit.
 src/mypkg/export.py:11 may compile `FooBlock`".
 
 What the census read is that test of every file of the project (ModuleTable.holding) and the files
-it parsed, a group read: a finding whose fix was planned is stale when any file of the project
-changes, and in a project of 256 files or more pre-commit keeps no replay answer for its file.
+it parsed, a group read. A file it passed over by the test is recorded as such (Reads.passed): a
+finding whose fix was planned stays true while each of those files fails the test still
+(core/passed_over.py) and the files it parsed are unchanged; the pre-commit replay checks them
+the same way. The census itself is kept on disk with what it read (run/facts_cache.py), so a
+run that analyses an edited file plans its fix without making the census again.
 
 Not seen (as in the file itself): a compiler called through a wrapper another function defines
 (`my_script(model)` around `torch.jit.script`), a module handed to a constructor (`Decoder(mlp)`

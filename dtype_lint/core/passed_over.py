@@ -24,10 +24,10 @@ Test = "tuple[tuple[str, ...], ...] | str"
 PREDICATES = {"might_compile": ("dtype_lint.core.compile_text", "might_compile")}
 
 
-def still_passed_over(path: str, test) -> bool:
-    """Does the file at `path` fail `test` now? False when that cannot be told: the file cannot be
-    read or decoded, holds a NUL (UTF-16/32: its ASCII words are not in its bytes), or `test` is
-    no test this version knows."""
+def still_passed_over(path: str, tests) -> bool:
+    """Does the file at `path` fail every one of `tests` now? False when that cannot be told: the
+    file cannot be read or decoded, holds a NUL (UTF-16/32: its ASCII words are not in its bytes),
+    or a test is none this version knows."""
     from dtype_lint.core.safe_read import MAX_SOURCE_BYTES, read_bytes
 
     try:
@@ -36,6 +36,10 @@ def still_passed_over(path: str, test) -> bool:
         return False
     if b"\0" in data:
         return False
+    return all(_fails(data, test) for test in tests)
+
+
+def _fails(data: bytes, test) -> bool:
     if isinstance(test, str):
         where = PREDICATES.get(test)
         text = _decoded(data) if where is not None else None

@@ -212,8 +212,8 @@ class Cache:
             # Each file passed over with its stamp and its test, by number: a census's one test
             # serves its thousands of files.
             tests: dict = {}
-            stored["passed"] = {self.rel(k): [stamp, tests.setdefault(test, len(tests))]
-                                for k, (stamp, test) in sorted(reads.passed.items()) if k != skip}
+            stored["passed"] = {self.rel(k): [stamp, sorted(tests.setdefault(test, len(tests)) for test in failed)]
+                                for k, (stamp, failed) in sorted(reads.passed.items()) if k != skip}
             stored["tests"] = [test if isinstance(test, str) else [list(group) for group in test] for test in tests]
         if reads.groups:
             stored["groups"] = {name: self._group(group) for name, group in sorted(reads.groups.items())}
@@ -299,15 +299,19 @@ class Cache:
         if not (isinstance(passed, dict) and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
             return False
         tests = [as_test(test) for test in stored_tests]
+        sets: dict[tuple, frozenset] = {}  # one set of tests for the thousands of files that failed the same
         for dep, kept in passed.items():
-            if not (isinstance(kept, list) and len(kept) == 2 and isinstance(kept[0], str)
-                    and type(kept[1]) is int and 0 <= kept[1] < len(tests)):
+            failed = _test_numbers(kept, len(tests))
+            if failed is None:
                 return False
             real = self.real(dep)
             stamp = stamp_of(real)
-            if stamp != kept[0] and not still_passed_over(real, tests[kept[1]]):
+            those = sets.get(failed)
+            if those is None:
+                those = sets[failed] = frozenset(tests[i] for i in failed)
+            if stamp != kept[0] and not still_passed_over(real, those):
                 return False
-            reads.passed[real] = (stamp, tests[kept[1]])
+            reads.passed[real] = (stamp, those)
         return True
 
     def _checked_group(self, name, stamp_of, table):
@@ -379,10 +383,12 @@ class Cache:
                 and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
             return False
         for dep, kept in passed.items():
-            if not (isinstance(kept, list) and len(kept) == 2 and type(kept[1]) is int
-                    and 0 <= kept[1] < len(stored_tests)):
+            failed = _test_numbers(kept, len(stored_tests))
+            if failed is None:
                 return False
-            tests[self.real(dep)] = as_test(stored_tests[kept[1]])
+            real = self.real(dep)
+            those = frozenset(as_test(stored_tests[i]) for i in failed)
+            tests[real] = tests[real] | those if real in tests else those
         strict.update(map(self.real, files))
         for name in groups.values():
             group = self._group_entry(name) if isinstance(name, str) else None
@@ -479,6 +485,15 @@ class Cache:
             pass  # a read-only checkout still lints; it just does not cache
         self._pending.clear()
         self._scan_dirty = False
+
+
+def _test_numbers(kept, count: int) -> tuple[int, ...] | None:
+    """The numbers of the tests a stored passed-over file failed ([stamp, [numbers]]), or None
+    when ill-shaped."""
+    if not (isinstance(kept, list) and len(kept) == 2 and isinstance(kept[0], str) and isinstance(kept[1], list)
+            and kept[1] and all(type(i) is int and 0 <= i < count for i in kept[1])):
+        return None
+    return tuple(kept[1])
 
 
 def _respell(d: dict, path_of, real_of) -> dict:

@@ -155,7 +155,8 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
             only_passed = cache.findings_passed(real)
             if only_passed is None:
                 return
-            passed.update(only_passed)
+            for dep, tests in only_passed.items():
+                passed[dep] = passed[dep] | tests if dep in passed else tests
             strict.update(dep for dep in reads[1] if dep not in only_passed)
             strict.add(real)
         elif (scan.passes.get(file) or scan.suppressing.get(file)

@@ -427,9 +427,10 @@ class Reads:
         self.modules: dict[str, str | None] = {}
         self.files: dict[str, str] = {}
         # Files a census passed over by their text alone (ModuleTable.naming, holding): key ->
-        # (stamp, the test it failed: word groups, or a predicate's name). Such a file counts as
-        # unchanged while its stamp is the same or it fails the test still (core/passed_over.py).
-        self.passed: dict[str, tuple[str, WordGroups | str]] = {}
+        # (stamp, the tests it failed: word groups, or a predicate's name; two censuses may pass
+        # over one file). Such a file counts as unchanged while its stamp is the same or it fails
+        # every one of them still (core/passed_over.py).
+        self.passed: dict[str, tuple[str, frozenset[WordGroups | str]]] = {}
         # Folders whose modules were enumerated (real path → ModuleTable.listing digest): a file
         # added there changes what the enumeration sees.
         self.listings: dict[str, str] = {}
@@ -447,8 +448,8 @@ class Reads:
     def update(self, other: "Reads") -> None:
         self.modules.update(other.modules)
         self.files.update(other.files)
-        if other.passed:
-            self.passed.update(other.passed)
+        for key, (stamp, tests) in other.passed.items():
+            self.pass_over(key, stamp, tests)
         self.listings.update(other.listings)
         self.enumerations.update(other.enumerations)
         if other.groups:
@@ -461,17 +462,24 @@ class Reads:
         out: dict[str, str] = {}
         for group in self.groups.values():
             out.update(group.all_files())
-        out.update((key, stamp) for key, (stamp, _words) in self.passed.items())
+        out.update((key, stamp) for key, (stamp, _tests) in self.passed.items())
         out.update(self.files)
         return out
 
-    def all_passed(self) -> dict[str, WordGroups | str]:
-        """The test of every file only passed over (`passed`), those of the groups included: a
+    def pass_over(self, key: str, stamp: str, tests: frozenset) -> None:
+        """Record that a census passed over the file `key` by `tests` (each it failed)."""
+        kept = self.passed.get(key)
+        self.passed[key] = (stamp, tests if kept is None or kept[1] == tests else kept[1] | tests)
+
+    def all_passed(self) -> dict[str, frozenset]:
+        """The tests of every file only passed over (`passed`), those of the groups included: a
         file also read otherwise is not one."""
-        out: dict[str, WordGroups | str] = {}
+        out: dict[str, frozenset] = {}
         for group in self.groups.values():
-            out.update(group.all_passed())
-        out.update((key, test) for key, (_stamp, test) in self.passed.items())
+            for key, tests in group.all_passed().items():
+                out[key] = out[key] | tests if key in out else tests
+        for key, (_stamp, tests) in self.passed.items():
+            out[key] = out[key] | tests if key in out else tests
         if out:
             for key in self._read_keys():
                 out.pop(key, None)
@@ -782,6 +790,7 @@ class ModuleTable:
         read nor yielded (transformers' own files name `transformers.integrations` by the
         hundred: their headers were 3% of a cold check of that tree)."""
         self._record_census()
+        passed_by = frozenset((groups,))  # one set for every file passed over
         for module in [m for m, _ in self._names.firsts()]:
             if skip_tops and module.split(".", 1)[0] in skip_tops:
                 continue
@@ -791,7 +800,7 @@ class ModuleTable:
             if told is not None and not told[0]:
                 for frame in self.frames:
                     frame.modules[module] = mfs[0].key
-                    frame.passed[mfs[0].key] = (told[1], groups)
+                    frame.pass_over(mfs[0].key, told[1], passed_by)
                 continue
             header = self.get(module)
             if header is not None:
@@ -806,6 +815,7 @@ class ModuleTable:
         counts as read, as there; one that fails, as passed over by `name`, under which
         core/passed_over.PREDICATES knows `test` (Reads.passed)."""
         self._record_census()
+        passed_by = frozenset((name,))
         for module in [m for m, _ in self._names.firsts()]:
             mfs: list[ModuleFile] = self._module_files(module) if self._holds is not None else []
             told = self._holds(mfs[0], test) if len(mfs) == 1 else None
@@ -819,7 +829,7 @@ class ModuleTable:
                 if told[0]:
                     frame.files[mfs[0].key] = told[1]
                 else:
-                    frame.passed[mfs[0].key] = (told[1], name)
+                    frame.pass_over(mfs[0].key, told[1], passed_by)
             if told[0]:
                 yield module, mfs[0].path
 
