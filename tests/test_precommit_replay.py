@@ -9,6 +9,7 @@ import contextlib
 import io
 import marshal
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -417,4 +418,30 @@ def test_a_file_read_for_the_answer_is_never_taken_as_passed_over(project: Path)
     layers, plain = (str((project / "vllm" / name).resolve()) for name in ("layers.py", "plain.py"))
     assert plain in entry["passed"] and layers in entry["files"] and layers not in entry["passed"]
     (project / "vllm" / "layers.py").write_text(LAYERS + "\n# edited\n")
+    assert replayed(project, *SITE_ARGS)[0] is None
+
+
+def test_the_first_named_run_replays_an_answer_that_used_a_census_of_the_tree(project: Path, monkeypatch):
+    """A fix planned asks the compiled-code census, which reads every file: in a project of
+    GROUP_MIN_FILES files or more its reads are a group (here every project is one), which the
+    answers of a run on the whole project keep once beside the shards (`g-<name>.bin`) for every
+    answer that names it. Before, no answer was kept for such a file, and the first run on it
+    after `check .` analysed it again."""
+    from dtype_lint.analysis.index import class_index
+
+    monkeypatch.setattr(class_index, "GROUP_MIN_FILES", 1)
+    shutil.rmtree(project / ".dtype_lint_cache")  # its entries were made without groups
+    assert dtl(project, "check", "--exit-zero", ".").returncode == 0
+    folder = project / ".dtype_lint_cache" / replay_index.ANSWERS_DIR
+    assert [p.name for p in folder.glob("g-*.bin")]
+    plain = project / "vllm" / "plain.py"
+    plain.write_text(PLAIN + "\n# mentions torch.jit, scripts nothing\n")  # passed over still
+    code, out, err = replayed(project, *SITE_ARGS)
+    assert code == 0 and "[safe]" in out
+    assert (out, err) == (dtl(project, *SITE_ARGS).stdout, "")
+    # a run on named files keeps its own answer: the run on the whole project's is what is tested
+    for kept in ("run-memo.json", replay_index.INDEX_NAME):
+        (project / ".dtype_lint_cache" / kept).unlink(missing_ok=True)
+    plain.write_text(PLAIN + "\nimport torch\nfrom vllm.site import Attn\n\n\n"
+                             "def export(proj):\n    return torch.jit.script(Attn(proj))\n")
     assert replayed(project, *SITE_ARGS)[0] is None

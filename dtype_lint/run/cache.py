@@ -212,7 +212,10 @@ class Cache:
             # Each file passed over with its stamp and its test, by number: a census's one test
             # serves its thousands of files.
             tests: dict = {}
-            stored["passed"] = {self.rel(k): [stamp, sorted(tests.setdefault(test, len(tests)) for test in failed)]
+            # (a set's order is per process: by `repr`, so that the entry's bytes, and a group's
+            # name, its content's digest, are the same in every run)
+            stored["passed"] = {self.rel(k): [stamp, sorted(tests.setdefault(test, len(tests))
+                                                            for test in sorted(failed, key=repr))]
                                 for k, (stamp, failed) in sorted(reads.passed.items()) if k != skip}
             stored["tests"] = [test if isinstance(test, str) else [list(group) for group in test] for test in tests]
         if reads.groups:
@@ -351,6 +354,41 @@ class Cache:
             return None
         files = self._files_read(entry)
         return None if files is None else (entry["s"], files)
+
+    def findings_parts(self, real: str, limit: int) -> tuple[str, dict[str, str], list[str]] | None:
+        """(the file's stamp, real path -> stamp of every file the findings entry of `real` read
+        itself, the names of the group entries it names): what the replay's answers keep of an
+        entry whose analysis used a census of the whole tree, its groups once for all entries
+        (`group_reads`). None when the entry cannot be read or read more than `limit` files itself."""
+        if not self.enabled:
+            return None
+        rel = self.rel(real)
+        pending = self._pending.get(f"f/{rel}")
+        entry = self._decode(pending) if pending is not None else self._load("f", rel)
+        if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)):
+            return None
+        groups = entry.get("groups", {})
+        if not (isinstance(groups, dict) and all(isinstance(name, str) for name in groups.values())):
+            return None
+        files = self._files_read({k: v for k, v in entry.items() if k != "groups"})
+        if files is None or len(files) > limit:
+            return None
+        return entry["s"], files, sorted(set(groups.values()))
+
+    def group_reads(self, name: str) -> tuple[dict[str, str], dict] | None:
+        """(real path -> stamp of every file the group entry `name` read, the tests of those it
+        only passed over), or None when it cannot be read."""
+        group = self._group_entry(name)
+        if not isinstance(group, dict):
+            return None
+        files = self._files_read(group)
+        tests: dict = {}
+        strict: set[str] = set()
+        if files is None or not self._passed_read(group, tests, strict):
+            return None
+        for key in strict:
+            tests.pop(key, None)
+        return files, tests
 
     def findings_passed(self, real: str) -> dict | None:
         """Real path -> test of every file the findings entry of `real` (this run's or found

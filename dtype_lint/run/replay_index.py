@@ -67,7 +67,7 @@ SHARDS = 64
 # every module of the project (vLLM 0.34.0: 8 of 303) would bring every file's stamp into the
 # store each replay loads, for a replay that stats them all.
 MAX_ANSWER_READS = 1000
-FORMAT = 1
+FORMAT = 2  # 2: answers may name groups (a census's reads, kept once in a file of their own)
 MAX_ENTRIES = 8  # the most recent sets of named files, as the run memo keeps
 RACY_NS = 2_000_000_000  # a file changed this close to its stamp is hashed on every replay
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
@@ -225,10 +225,11 @@ def _replay_answers(root: str, config: tuple[str, str], paths: list[str], varian
         if hit is not None:
             # A file with findings: its report as that run showed it, from the same folder and
             # spelled the same (the report's paths are that spelling's), in an output it rendered.
-            cwd, shown, out, ids = hit
+            cwd, shown, out, ids, groups = hit
             text = marshal.loads(out).get(variant)
             if (cwd != os.getcwd() or shown != paths[0] or text is None or shard is None
-                    or not _unchanged_reads(shard, ids) or not _project_unchanged(answers)):
+                    or not _unchanged_reads(shard, ids) or not all(_group_unchanged(folder, g) for g in groups)
+                    or not _project_unchanged(answers)):
                 return None
             sys.stdout.write(text)
             sys.stdout.flush()
@@ -254,6 +255,22 @@ def _shard(folder: str, answers: dict, real: str) -> dict | None:
     """The shard holding the answer of `real`, written with the answers' project part."""
     shard = load_answers(os.path.join(folder, ANSWERS_DIR, _shard_of(real)))
     return shard if shard is not None and shard.get("token") == answers["token"] else None
+
+
+def _group_file(folder: str, name: str) -> str:
+    return os.path.join(folder, ANSWERS_DIR, f"g-{name}.bin")
+
+
+def _group_unchanged(folder: str, name: str) -> bool:
+    """Is every file the group `name` read (a census of the whole tree: class_index.Reads.groups)
+    unchanged, or, for one it only passed over by its text, does it fail the census's test still?"""
+    group = load(_group_file(folder, name), _answers_context())
+    if group is None:
+        return False
+    passed, tests = group["passed"], group["tests"]
+    return all(unchanged(path, key, stamp, "source")
+               or (path in passed and _passed_over_still(path, tests[passed[path]]))
+               for path, key, stamp in group["table"])
 
 
 def _unchanged_reads(shard: dict, ids) -> bool:
@@ -498,12 +515,16 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
 
 
 def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[str, dict[str, str]],
-                 found: dict[str, tuple[str, list, dict[str, str]]], render, started_ns: int, writer) -> None:
+                 found: dict[str, tuple[str, list, dict[str, str], list[str]]], render, started_ns: int, writer,
+                 groups: dict[str, tuple[dict[str, str], dict]] | None = None) -> None:
     """Keep the answers of a run on the whole project (see the module docstring), taken by a run
     that started at `started_ns`: `clean` maps each file it analysed without a finding to the
     stamp of every file that analysis read (the file's own included); `found` each file with
     findings to (its path as the run showed it, its findings, what they depend on), its reports
-    rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs).
+    rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs), and
+    the names of the groups its analysis used besides (a census of the whole tree), whose reads
+    `groups` holds (file -> stamp, the tests of the files only passed over): each is kept once, in
+    `g-<name>.bin` beside the shards.
     The project part goes to ANSWERS_NAME, the answers to SHARDS shards by file (a replay reads
     those of its files: at ten times vLLM all of them are about 5 MB), each rewritten only when it
     changed."""
@@ -555,10 +576,12 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
             old_shards[name] = load(os.path.join(folder, name), _answers_context()) if same else None
         return old_shards[name]
 
-    for real, (shown, findings, read) in sorted(found.items()):
-        if len(read) > MAX_ANSWER_READS:
+    groups = groups or {}
+    used: set[str] = set()
+    for real, (shown, findings, read, names) in sorted(found.items()):
+        if len(read) > MAX_ANSWER_READS or not all(name in groups for name in names):
             continue
-        out = _rendered_before(old_shard(_shard_of(real)), real, cwd, shown, read)
+        out = _rendered_before(old_shard(_shard_of(real)), real, cwd, shown, read, names)
         if out is None:
             # The report a plain run on this file alone prints, in every output the replay serves:
             # kept marshalled, so that loading a shard builds none of its reports' strings.
@@ -567,11 +590,13 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
                 continue
             out = marshal.dumps(answer[0])
         shard = shard_of(real)
-        shard["found"][real] = (cwd, shown, out, ids_of(shard, read))
+        shard["found"][real] = (cwd, shown, out, ids_of(shard, read), tuple(names))
+        used.update(names)
     try:
         writer.make_dirs(folder, "cache")
     except Exception:  # noqa: BLE001 - a read-only checkout still lints; it just has no replay
         return
+    _keep_groups(cache_folder, {name: groups[name] for name in used}, started_ns, writer)
     for name in (f"{i:02d}.bin" for i in range(SHARDS)):
         shard = shards.get(name) or {"format": FORMAT, "token": token, "table": [], "clean": {}, "found": {}}
         shard.pop("numbers", None)
@@ -581,12 +606,39 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
         _write_sealed(path, {"format": FORMAT, **header, "token": token}, _answers_context(), writer.write_cache)
 
 
-def _rendered_before(old: dict | None, real: str, cwd: str, shown: str, read: dict[str, str]) -> bytes | None:
+def _keep_groups(folder: str, groups: dict[str, tuple[dict[str, str], dict]], started_ns: int, writer) -> None:
+    """Write each group the answers name (`g-<name>.bin` beside the shards in the cache folder
+    `folder`: its files with their stat data and stamps, the tests of those only passed over)
+    where the file there differs, and remove the group files no answer names now (a group is
+    named by its content: an edit of a file the census parsed names a new one)."""
+    answers = os.path.join(folder, ANSWERS_DIR)
+    for name, (files, passed) in groups.items():
+        path = _group_file(folder, name)
+        sets: dict[frozenset, int] = {}  # each set of tests once: thousands of files failed the same
+        numbered = {dep: sets.setdefault(tests, len(sets)) for dep, tests in passed.items()}
+        group = {"format": FORMAT, "table": [(dep, _kept_key(dep, started_ns), stamp) for dep, stamp in files.items()],
+                 "tests": list(sets), "passed": numbered}
+        if load(path, _answers_context()) != group:
+            _write_sealed(path, group, _answers_context(), writer.write_cache)
+    try:
+        names = os.listdir(answers)
+    except OSError:
+        return
+    for entry in names:
+        if entry.startswith("g-") and entry.endswith(".bin") and entry[2:-4] not in groups:
+            try:
+                os.unlink(os.path.join(answers, entry))
+            except OSError:
+                pass
+
+
+def _rendered_before(old: dict | None, real: str, cwd: str, shown: str, read: dict[str, str],
+                     groups: list[str]) -> bytes | None:
     """The report an old shard holds for this file, shown from the same folder the same way, when
     its analysis read the same files: the same answer under the same settings and dtype-lint
     prints the same (a warm run renders nothing)."""
     hit = old["found"].get(real) if old is not None else None
-    if old is None or hit is None or hit[0] != cwd or hit[1] != shown:
+    if old is None or hit is None or hit[0] != cwd or hit[1] != shown or hit[4] != tuple(groups):
         return None
     table = old["table"]
     same = sorted((table[i][0], table[i][2]) for i in hit[3]) == sorted(read.items())
