@@ -40,8 +40,14 @@ from there). A run on named files each of which has a clean answer, none of
 those files changed, prints what the full run would ("All checks passed! (N files checked)",
 nothing with `-q`, in `text` and `concise` alike) and exits 0; a run on one file with findings,
 from that folder and spelled that way, prints its report and exits 1 (0 with `--exit-zero`). A
-file whose analysis read more than MAX_ANSWER_READS files has no answer, nor has a file with
-findings when the helper its fixes name was not settled by the tree (run_memo._helper_settled).
+file whose analysis read more than MAX_ANSWER_READS files itself has no answer, nor has a file
+with findings when the helper its fixes name was not settled by the tree (run_memo._helper_settled).
+What a census of the whole tree read for a file with findings (a fix planned asks the
+compiled-code census, which tests every file) is kept once, in `g-<name>.bin` beside the shards
+(the group's name is its content's digest, class_index.Reads.groups), for every answer that names
+it; a file the census only passed over by a test of its text may have changed while it fails that
+test still (core/passed_over.py), as in the index's entries. A clean answer that used one is not
+kept (vLLM 0.34.0: 8 of 303 files): the fast path's clean verdict would stamp every file it read.
 The fast path reads the clean answers for a set of named files that mixes them with files no rule
 can match (answered_clean), and keeps its verdict as an entry with what the answers read.
 
@@ -63,9 +69,10 @@ INDEX_NAME = "replay-index.bin"
 ANSWERS_NAME = "replay-answers.bin"  # the project part; the answers are in ANSWERS_DIR's shards
 ANSWERS_DIR = "replay-answers"
 SHARDS = 64
-# An answer is kept only for a file whose analysis read at most this many files: the few that read
-# every module of the project (vLLM 0.34.0: 8 of 303) would bring every file's stamp into the
-# store each replay loads, for a replay that stats them all.
+# An answer is kept only for a file whose analysis read at most this many files itself: the few
+# that read every module of the project (vLLM 0.34.0: 8 of 303) would bring every file's stamp
+# into the store each replay loads, for a replay that stats them all (a census's group is kept
+# apart, once, and loaded only by the answers that name it).
 MAX_ANSWER_READS = 1000
 FORMAT = 2  # 2: answers may name groups (a census's reads, kept once in a file of their own)
 MAX_ENTRIES = 8  # the most recent sets of named files, as the run memo keeps
