@@ -357,8 +357,10 @@ def build_rows(corpora: list[Corpus], work: Path, ruff: tuple[str | None, str],
                                 rel: str = fixable_rel) -> None:
                 # Warm, as the warm rows are: the edited row of the previous round changed a file
                 # this file's answer read (vLLM: `mla_attention.py`), so an untimed run on it
-                # catches up first. The row after this one measures the run that catches up.
-                subprocess.run([py, "-m", "dtype_lint", "check", rel, "--exit-zero", "-q"], cwd=root,
+                # catches up first, with the timed run's arguments (the answer it keeps holds the
+                # output it printed: `-q` here would leave the timed run none to replay). The row
+                # after this one measures the run that catches up.
+                subprocess.run([py, "-m", "dtype_lint", "check", rel, "--exit-zero"], cwd=root,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 corpus.touch(target, seq)
 

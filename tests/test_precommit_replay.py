@@ -392,13 +392,29 @@ def test_a_whole_project_run_with_its_own_settings_keeps_no_answer(checked: Path
     assert "DTL001" in dtl(checked, *SITE_ARGS).stdout
 
 
-def test_a_file_the_answer_only_passed_over_may_change_while_it_compiles_nothing(project: Path):
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_file_the_answer_only_passed_over_may_change_while_it_compiles_nothing(project: Path, monkeypatch,
+                                                                                 grouped: bool):
     """The site's fix is planned, so its answer read the compiled-code census, which passed over
     every other file by its text (core/passed_over.py). An edit of one that still compiles nothing
     keeps the answer: the replay tests the file as the census would. One that starts to script the
-    site's class is declined, and the run after it takes the fix away."""
+    site's class is declined, and the run after it takes the fix away. `grouped`: the census's
+    reads are a group (a project of GROUP_MIN_FILES files or more), which the index keeps once,
+    apart (`g-<name>.bin`), for the entries that name it."""
+    if grouped:
+        from dtype_lint.analysis.index import class_index
+
+        monkeypatch.setattr(class_index, "GROUP_MIN_FILES", 1)
+        shutil.rmtree(project / ".dtype_lint_cache")  # its entries were made without groups
+        dtl(project, "check", "--exit-zero", ".")  # the fast path's record, as the fixture's run
+        (project / ".dtype_lint_cache" / replay_index.ANSWERS_NAME).unlink()
     first = keep(project, *SITE_ARGS)
     assert "[safe]" in first.stdout
+    index = replay_index.load(str(project / ".dtype_lint_cache" / replay_index.INDEX_NAME))
+    (entry,) = [e for k, e in index["entries"].items() if k[1] == ("vllm/site.py",)]
+    assert bool(entry["groups"]) == grouped
+    for name in entry["groups"]:
+        assert (project / ".dtype_lint_cache" / replay_index.ANSWERS_DIR / f"g-{name}.bin").is_file()
     plain = project / "vllm" / "plain.py"
     plain.write_text(PLAIN + "\n# mentions torch.jit, scripts nothing\n")
     assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)

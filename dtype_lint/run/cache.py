@@ -355,11 +355,12 @@ class Cache:
         files = self._files_read(entry)
         return None if files is None else (entry["s"], files)
 
-    def findings_parts(self, real: str, limit: int) -> tuple[str, dict[str, str], list[str]] | None:
+    def findings_parts(self, real: str, limit: int | None = None) -> tuple[str, dict[str, str], dict, list[str]] | None:
         """(the file's stamp, real path -> stamp of every file the findings entry of `real` read
-        itself, the names of the group entries it names): what the replay's answers keep of an
-        entry whose analysis used a census of the whole tree, its groups once for all entries
-        (`group_reads`). None when the entry cannot be read or read more than `limit` files itself."""
+        itself, the tests of those it only passed over, the names of the group entries it
+        names): what the replay keeps of an entry whose analysis used a census of the whole
+        tree, its groups once for all entries (`group_reads`). None when the entry cannot be read
+        or read more than `limit` files itself."""
         if not self.enabled:
             return None
         rel = self.rel(real)
@@ -370,10 +371,15 @@ class Cache:
         groups = entry.get("groups", {})
         if not (isinstance(groups, dict) and all(isinstance(name, str) for name in groups.values())):
             return None
-        files = self._files_read({k: v for k, v in entry.items() if k != "groups"})
-        if files is None or len(files) > limit:
+        own = {k: v for k, v in entry.items() if k != "groups"}
+        files = self._files_read(own)
+        tests: dict = {}
+        strict: set[str] = set()
+        if files is None or (limit is not None and len(files) > limit) or not self._passed_read(own, tests, strict):
             return None
-        return entry["s"], files, sorted(set(groups.values()))
+        for key in strict:
+            tests.pop(key, None)
+        return entry["s"], files, tests, sorted(set(groups.values()))
 
     def group_reads(self, name: str) -> tuple[dict[str, str], dict] | None:
         """(real path -> stamp of every file the group entry `name` read, the tests of those it

@@ -14,7 +14,11 @@ interpreter's own start-up. This index holds what the replay needs, ready to use
   decided the project-level warnings and the project's file list (.gitignore files, git's excludes)
   and every folder of the project with its mtime;
 - one entry per (current folder, named files, `--force-exclude`), as the run memo keys them: the
-  stamp of every file the answer read (the named files and every file their analysis read), and
+  stamp of every file the answer read (the named files and every file their analysis read; what a
+  census of the whole tree read for it, such as the compiled-code census a planned fix asks, by
+  the census's name: kept once in `replay-answers/g-<name>.bin`, so that an entry for a file
+  with a fixable finding does not bring every file of the project into the index each replay
+  loads), and
   the report already rendered for each output a run on those files printed (`text` or `concise`,
   `-q` or not; `--color auto` and `never` are the same on a pipe), with the warnings and whether
   any finding was reported. The run that keeps an answer renders only the output it was asked
@@ -186,6 +190,9 @@ def _replay(argv: list[str]) -> int | None:
     passed = entry.get("passed", {})
     if not all(unchanged(path, key, stamp, "source") or (path in passed and _passed_over_still(path, passed[path]))
                for path, (key, stamp) in entry["files"].items()):
+        return None
+    folder = os.path.join(root, DEFAULT_CACHE_DIR)
+    if not all(_group_unchanged(folder, name) for name in entry.get("groups", ())):
         return None
     if not _project_unchanged(index):
         return None
@@ -441,11 +448,14 @@ def _mtime(folder: str) -> int:
 
 
 def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, analyzed: int,
-         warnings: list[str], writer, started_ns: int, passed: dict | None = None) -> None:
+         warnings: list[str], writer, started_ns: int, passed: dict | None = None,
+         groups: dict[str, tuple[dict[str, str], dict] | None] | None = None) -> None:
     """Add the answer run_memo.keep just kept to the index (see the module docstring); `handoff`
     is the fast path's (run_memo.hand_over), `started_ns` when the run that took the stamps of
-    `entry_files` started; `passed`: the test of each of those files the answer's analyses only
-    passed over (core/passed_over.py)."""
+    `entry_files` started; `passed`: the tests of each of those files the answer's analyses only
+    passed over (core/passed_over.py); `groups`: the censuses of the whole tree they used besides,
+    by name, with their reads (`Cache.group_reads`; None: kept already), each kept once beside
+    the answers' shards (`g-<name>.bin`) for the entries that name it."""
     record = handoff.get("fast_record")
     if record is None or handoff.get("config") is None:
         return
@@ -458,14 +468,23 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
     if rendered is None:
         return
     out, warning_lines = rendered
-    entry = {"out": out, "found": bool(findings), "warnings": warning_lines, "passed": passed or {}}
+    entry = {"out": out, "found": bool(findings), "warnings": warning_lines, "passed": passed or {},
+             "groups": tuple(sorted(groups or ()))}
     key = (handoff["key"][0], tuple(handoff["key"][1]), handoff["key"][2])
 
     def write(path: str, data: bytes) -> None:
         writer.write_cache(path, data)
 
-    _add(record, handoff["config"], handoff["record"], os.path.dirname(handoff["memo"]), key, entry,
-         entry_files, write, started_ns)
+    cache_folder = os.path.dirname(handoff["memo"])
+    written = {name: reads for name, reads in (groups or {}).items() if reads is not None}
+    if _add(record, handoff["config"], handoff["record"], cache_folder, key, entry, entry_files, write, started_ns) \
+            and written:
+        try:
+            writer.make_dirs(os.path.join(cache_folder, ANSWERS_DIR), "cache")
+        except Exception:  # noqa: BLE001 - a read-only checkout still lints; the entry is then declined
+            return
+        for name, reads in written.items():
+            _keep_group(cache_folder, name, reads, started_ns, write)
 
 
 def keep_clean(record: dict, record_id: list, cache_folder: str, paths: list[str], force_exclude: bool,
@@ -489,7 +508,7 @@ def keep_clean(record: dict, record_id: list, cache_folder: str, paths: list[str
 
 
 def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: tuple, entry: dict,
-         entry_files: dict[str, str], write, started_ns: int) -> None:
+         entry_files: dict[str, str], write, started_ns: int) -> bool:
     """Add an answer whose files were stamped after `started_ns` to the index. Its stamps are not
     taken again (a tenth of a pre-commit run on a file whose answer read every file of vLLM): a
     file's stat data is kept only when it has not changed since RACY_NS before then, so that its
@@ -498,10 +517,10 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     import time
 
     if not _indexable(record, config, cache_folder):
-        return
+        return False
     header = _header(record, config, record_id, time.time_ns())
     if header is None:
-        return
+        return False
     files = {path: (_kept_key(path, started_ns), stamp) for path, stamp in entry_files.items()}
     entry["files"] = files
     path = os.path.join(cache_folder, INDEX_NAME)
@@ -511,7 +530,8 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
         entries = dict(old["entries"])  # answers under another record are dropped with it
     kept = entries.pop(key, None)
     if kept is not None and {path: stamp for path, (_key, stamp) in kept["files"].items()} == entry_files \
-            and kept["found"] == entry["found"] and kept["warnings"] == entry["warnings"]:
+            and kept["found"] == entry["found"] and kept["warnings"] == entry["warnings"] \
+            and kept.get("groups", ()) == entry.get("groups", ()):
         # The same answer (every file it read as it was, under the same record and settings):
         # the outputs other runs rendered for it still hold beside this run's.
         entry["out"] = {**kept["out"], **entry["out"]}
@@ -519,6 +539,7 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     while len(entries) > MAX_ENTRIES:
         entries.pop(next(iter(entries)))
     _write_sealed(path, {"format": FORMAT, **header, "entries": entries}, _context(), write)
+    return True
 
 
 def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[str, dict[str, str]],
@@ -619,24 +640,35 @@ def _keep_groups(folder: str, groups: dict[str, tuple[dict[str, str], dict]], st
     where the file there differs, and remove the group files no answer names now (a group is
     named by its content: an edit of a file the census parsed names a new one)."""
     answers = os.path.join(folder, ANSWERS_DIR)
-    for name, (files, passed) in groups.items():
-        path = _group_file(folder, name)
-        sets: dict[frozenset, int] = {}  # each set of tests once: thousands of files failed the same
-        numbered = {dep: sets.setdefault(tests, len(sets)) for dep, tests in passed.items()}
-        group = {"format": FORMAT, "table": [(dep, _kept_key(dep, started_ns), stamp) for dep, stamp in files.items()],
-                 "tests": list(sets), "passed": numbered}
-        if load(path, _answers_context()) != group:
-            _write_sealed(path, group, _answers_context(), writer.write_cache)
+    for name, reads in groups.items():
+        _keep_group(folder, name, reads, started_ns, writer.write_cache)
+    index = load(os.path.join(folder, INDEX_NAME)) or {}
+    named = {name for entry in index.get("entries", {}).values() for name in entry.get("groups", ())}
     try:
         names = os.listdir(answers)
     except OSError:
         return
     for entry in names:
-        if entry.startswith("g-") and entry.endswith(".bin") and entry[2:-4] not in groups:
+        if entry.startswith("g-") and entry.endswith(".bin") and entry[2:-4] not in groups \
+                and entry[2:-4] not in named:
             try:
                 os.unlink(os.path.join(answers, entry))
             except OSError:
                 pass
+
+
+def _keep_group(folder: str, name: str, reads: tuple[dict[str, str], dict], started_ns: int, write) -> None:
+    """Write the group `name` (its files with their stat data and stamps, the tests of those
+    only passed over) to `g-<name>.bin` in the cache folder `folder`, unless the file there holds
+    the same."""
+    files, passed = reads
+    path = _group_file(folder, name)
+    sets: dict[frozenset, int] = {}  # each set of tests once: thousands of files failed the same
+    numbered = {dep: sets.setdefault(tests, len(sets)) for dep, tests in passed.items()}
+    group = {"format": FORMAT, "table": [(dep, _kept_key(dep, started_ns), stamp) for dep, stamp in files.items()],
+             "tests": list(sets), "passed": numbered}
+    if load(path, _answers_context()) != group:
+        _write_sealed(path, group, _answers_context(), write)
 
 
 def _rendered_before(old: dict | None, real: str, cwd: str, shown: str, read: dict[str, str],

@@ -144,21 +144,27 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
         return files.setdefault(real, stamp) == stamp
 
     analysed = set(targets)
+    # The censuses of the whole tree the analyses used (a fix planned asks the compiled-code
+    # census): the replay index keeps each once, apart, for the entries that name it.
+    groups: dict[str, tuple[dict[str, str], dict] | None] = {}
     for file in result.files:
         real = project.real_of(file)
         if file in analysed:
-            reads = cache.findings_reads(real)
-            if reads is None or reads[0] != project.stamp(real) or not add(real, reads[0]):
+            parts = cache.findings_parts(real)
+            if parts is None or parts[0] != project.stamp(real) or not add(real, parts[0]):
                 return
-            if not all(add(dep, s) for dep, s in reads[1].items()):
-                return
-            only_passed = cache.findings_passed(real)
-            if only_passed is None:
+            _stamp, own, only_passed, names = parts
+            if not all(add(dep, s) for dep, s in own.items()):
                 return
             for dep, tests in only_passed.items():
                 passed[dep] = passed[dep] | tests if dep in passed else tests
-            strict.update(dep for dep in reads[1] if dep not in only_passed)
+            strict.update(dep for dep in own if dep not in only_passed)
             strict.add(real)
+            for name in names:
+                group = groups.get(name) or cache.group_reads(name)
+                if group is None:
+                    return
+                groups[name] = group
         elif (scan.passes.get(file) or scan.suppressing.get(file)
               or (scan.links.get(file, ((), ()))[1] and reads_callers(file))):
             return  # left out for what other files hold now, which the memo does not follow
@@ -171,13 +177,19 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
         return
     strict.update(helper)  # the fixes depend on its text, whatever a census made of it
     passed = {dep: test for dep, test in passed.items() if dep not in strict and dep in files}
+    # The memo (checked by the fast path, which hashes what it checks) holds every file, those
+    # of the groups included; the index, the groups by name.
+    memo_files = dict(files)
+    for group in groups.values():
+        if group is None or not all(memo_files.setdefault(dep, s) == s for dep, s in group[0].items()):
+            return
     memo = h["memo"]
     if not os.path.isdir(os.path.dirname(memo)):
         return
     entries = _entries(memo)
     name = _key_name(h["key"])
     entries.pop(name, None)
-    entries[name] = {"key": h["key"], "record": h["record"], "files": files,
+    entries[name] = {"key": h["key"], "record": h["record"], "files": memo_files,
                      "findings": [f.to_dict() for f in result.findings], "checked": len(result.files),
                      "analyzed": result.analyzed, "warnings": list(result.warnings)}
     while len(entries) > MAX_ENTRIES:
@@ -194,7 +206,7 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     from dtype_lint.run import replay_index
 
     replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer,
-                      started_ns, passed)
+                      started_ns, passed, groups)
 
 
 def keep_answers(result, options, cache, project, targets: list[str], layout, started_ns: int) -> None:
@@ -249,7 +261,7 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
         if reads is None and file in reported:
             parts = cache.findings_parts(real, replay_index.MAX_ANSWER_READS - 1)
             if parts is not None:
-                reads, names = (parts[0], parts[1]), parts[2]
+                reads, names = (parts[0], parts[1]), parts[3]
                 for name in names:
                     if name not in groups:
                         groups[name] = cache.group_reads(name)
