@@ -461,3 +461,16 @@ def test_the_first_named_run_replays_an_answer_that_used_a_census_of_the_tree(pr
     plain.write_text(PLAIN + "\nimport torch\nfrom vllm.site import Attn\n\n\n"
                              "def export(proj):\n    return torch.jit.script(Attn(proj))\n")
     assert replayed(project, *SITE_ARGS)[0] is None
+
+
+def test_an_answer_that_read_many_files_is_kept_by_the_index_only(project: Path, monkeypatch):
+    """The run memo (which the fast path checks by hashing every file it holds) keeps no answer
+    that read more than MAX_MEMO_FILES files; the replay index keeps it, and replays it."""
+    from dtype_lint.run import run_memo
+
+    monkeypatch.setattr(run_memo, "MAX_MEMO_FILES", 1)
+    first = keep(project, *SITE_ARGS)
+    memo = run_memo._entries(str(project / ".dtype_lint_cache" / run_memo.MEMO_NAME))
+    assert not any(entry["key"][1] == ["vllm/site.py"] for entry in memo.values())
+    (project / "vllm" / "site.py").touch()
+    assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)

@@ -50,6 +50,7 @@ from dtype_lint.core.file_stamp import file_stamp
 MEMO_NAME = "run-memo.json"
 FORMAT = 1
 MAX_ENTRIES = 8  # the most recent sets of named files; an older one is a miss, never wrong
+MAX_MEMO_FILES = 1000  # the most files an answer kept here may have read (see `keep`)
 
 # What the fast path hands the full run it falls back to: where the memo lives, the arguments,
 # and the record it found true. Cleared with the fast path's own state (fast_record.forget)
@@ -188,21 +189,29 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
         return
     entries = _entries(memo)
     name = _key_name(h["key"])
-    entries.pop(name, None)
-    entries[name] = {"key": h["key"], "record": h["record"], "files": memo_files,
-                     "findings": [f.to_dict() for f in result.findings], "checked": len(result.files),
-                     "analyzed": result.analyzed, "warnings": list(result.warnings)}
-    while len(entries) > MAX_ENTRIES:
-        entries.pop(next(iter(entries)))
-    from dtype_lint.run.cache import encode
+    had = entries.pop(name, None) is not None
+    # An answer that read more files than this is not kept here: the fast path checks a memo by
+    # hashing every file it holds (at ten times vLLM a fixable file's answer read 36,000, and the
+    # memo every edited file's run loads was 5.6 MB); the replay index serves it, a census's
+    # files checked by their stat data.
+    if len(memo_files) <= MAX_MEMO_FILES:
+        entries[name] = {"key": h["key"], "record": h["record"], "files": memo_files,
+                         "findings": [f.to_dict() for f in result.findings], "checked": len(result.files),
+                         "analyzed": result.analyzed, "warnings": list(result.warnings)}
+    if name in entries or had:
+        # (an entry of an earlier version that read more goes too)
+        entries = {k: e for k, e in entries.items() if len(e.get("files") or ()) <= MAX_MEMO_FILES}
+        while len(entries) > MAX_ENTRIES:
+            entries.pop(next(iter(entries)))
+        from dtype_lint.run.cache import encode
 
-    sealed = encode({"format": FORMAT, "entries": entries}, MEMO_NAME)
-    if sealed is None:
-        return  # no cache key: nothing may be kept (cache_seal.py)
-    try:
-        writer.write_cache(memo, sealed)
-    except OSError:
-        return  # a read-only checkout still lints; it just has no memo
+        sealed = encode({"format": FORMAT, "entries": entries}, MEMO_NAME)
+        if sealed is None:
+            return  # no cache key: nothing may be kept (cache_seal.py)
+        try:
+            writer.write_cache(memo, sealed)
+        except OSError:
+            return  # a read-only checkout still lints; it just has no memo
     from dtype_lint.run import replay_index
 
     replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer,

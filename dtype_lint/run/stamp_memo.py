@@ -32,6 +32,7 @@ from dtype_lint.run.replay_index import RACY_NS, stat_key
 
 MEMO_NAME = "stamps.bin"
 FORMAT = 1
+LOAD_AFTER = 256  # the files a run hashes before it reads the memo (see StampMemo.__init__)
 
 
 def _context(folder: str) -> str:
@@ -46,9 +47,25 @@ class StampMemo:
     def __init__(self, folder: str | os.PathLike | None, started_ns: int):
         self.folder = None if folder is None else str(folder)
         self.started_ns = started_ns
-        self.kept: dict[str, tuple] = self._load() if self.folder is not None else {}
-        self.taken: dict[str, str] = {}  # stamps this run took by reading the file
+        # Files are kept by their path from the project root (the cache folder's parent): at ten
+        # times vLLM the memo's size halves, and with it the time to read and unseal it.
+        self.lead = os.path.join(os.path.dirname(os.path.abspath(self.folder)), "") if self.folder else ""
+        # stored path -> (size, mtime, ctime, inode, device, stamp): one tuple a file. Read once the
+        # run has hashed LOAD_AFTER files: a run on an edited file asks for the stamps of the few
+        # files its answers read, and hashing them costs less than reading a memo of 36,000 files.
+        self.kept: dict[str, tuple] | None = None if self.folder is not None else {}
+        self.taken: dict[str, str] = {}  # stamps this run took by reading the file, by real path
         self.vouched: dict[str, tuple] = {}  # kept stamps this run found true by stat data
+
+    def held(self) -> dict[str, tuple]:
+        """What the memo holds (stored path -> stat data and stamp), read now if not yet."""
+        if self.kept is None:
+            self.kept = self._load()
+        return self.kept
+
+    def _stored(self, real: str) -> str:
+        lead = self.lead
+        return real[len(lead):] if lead and real.startswith(lead) else real
 
     def _load(self) -> dict[str, tuple]:
         from dtype_lint.core.safe_read import read_bytes
@@ -70,12 +87,17 @@ class StampMemo:
 
     def stamp(self, real: str) -> str:
         """The stamp of the file at `real` (core/file_stamp.file_stamp's)."""
-        kept = self.kept.get(real)
+        if self.kept is None:
+            if len(self.taken) < LOAD_AFTER:
+                stamp = self.taken[real] = file_stamp(real)
+                return stamp
+        stored = self._stored(real)
+        kept = self.held().get(stored)
         if kept is not None:
             key = stat_key(real)
-            if key is not None and key == kept[0]:
-                self.vouched[real] = kept
-                return kept[1]
+            if key is not None and key == kept[:5]:
+                self.vouched[stored] = kept
+                return kept[5]
         stamp = self.taken[real] = file_stamp(real)
         return stamp
 
@@ -85,20 +107,27 @@ class StampMemo:
 
     def save(self, writer, whole: bool) -> None:
         """Keep this run's stamps (see the module docstring); `whole`: the run stamped every file
-        of the project, and what it did not stamp is dropped."""
+        of the project, and what it did not stamp is dropped. A run that never read the memo
+        (it hashed fewer than LOAD_AFTER files) keeps nothing: at ten times vLLM the memo is
+        36,000 files, and reading and rewriting it after every edited file's run cost that run a
+        fifth of its time; the few files it hashed are hashed again by the next run, until a run
+        that reads the memo keeps them."""
+        if self.folder is None or self.kept is None:
+            return  # it hashed fewer than LOAD_AFTER files: the next run hashes them again
         dropped = whole and len(self.vouched) != len(self.kept)
-        if self.folder is None or not (self.taken or dropped):
+        if not (self.taken or dropped):
             return
         memo = dict(self.vouched) if whole else dict(self.kept)
         changed = dropped
         for real, stamp in self.taken.items():
+            stored = self._stored(real)
             key = stat_key(real)
             if key is None or max(key[1], key[2]) >= self.started_ns - RACY_NS:
-                changed = changed or memo.pop(real, None) is not None
+                changed = memo.pop(stored, None) is not None or changed
                 continue
-            entry = (key, stamp)
-            if memo.get(real) != entry:
-                memo[real] = entry
+            entry = (*key, stamp)
+            if memo.get(stored) != entry:
+                memo[stored] = entry
                 changed = True
         if not changed:
             return
