@@ -33,6 +33,10 @@ unreadable, no fix was made and nothing but cache entries was written. The repla
 through the same report code and warnings as `cli._check`; the formats are the fast path's own
 (`text`, `concise`), which read no rule metadata, so no rule is imported.
 
+An answer that read more than MAX_MEMO_FILES files (one that used a census of the whole tree, at
+ten times vLLM 36,000 files) is kept by the replay index only, which checks a census's files by
+their stat data; checking it here would hash every one.
+
 A run on the whole project keeps no memo entry (no named files) but its answers for each file it
 analysed, for the first run on named files after it (keep_answers, run/replay_index.py).
 
