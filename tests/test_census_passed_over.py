@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import STUB_MODEL, stub_project, write_tree
+from tiny_project import STUB_MODEL, files_passed, stub_project, write_tree
 
 from dtype_lint.core.passed_over import still_passed_over
 
@@ -37,15 +37,7 @@ def _analysed(monkeypatch) -> list[str]:
     """The names of the files the runs from now on analyse (pipeline.analyze_path)."""
     from dtype_lint.run import pipeline
 
-    names: list[str] = []
-    real = pipeline.analyze_path
-
-    def recorded(path, *args, **kwargs):
-        names.append(Path(path).name)
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "analyze_path", recorded)
-    return names
+    return files_passed(monkeypatch, pipeline, "analyze_path")
 
 
 def _same_as_uncached(root: Path) -> str:

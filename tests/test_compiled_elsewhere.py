@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import STUB_MODEL, fresh_import, stub_project, write_tree  # noqa: E402
+from tiny_project import STUB_MODEL, files_passed, fresh_import, stub_project, write_tree  # noqa: E402
 
 # A second module class like Attn, that nothing compiles where Attn's class is known.
 MODEL = STUB_MODEL + "\n\n" + STUB_MODEL.split("\n\n\n", 1)[1].replace("class Attn(", "class Plain(")
@@ -193,20 +193,6 @@ def test_a_cached_fix_goes_when_another_file_starts_to_compile_it(tmp_path: Path
     assert "2 fixable" in dtl(root, *check).stdout
 
 
-def _files_passed(monkeypatch, owner, name: str) -> list[str]:
-    """The names of the files `owner.<name>` is called with from now on (its first argument, a
-    path), in order; the calls still do what they did."""
-    names: list[str] = []
-    real = getattr(owner, name)
-
-    def recorded(path, *args, **kwargs):
-        names.append(Path(path).name)
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(owner, name, recorded)
-    return names
-
-
 def test_the_census_parses_only_files_that_can_compile(tmp_path: Path, monkeypatch):
     """A file whose text names no compiler (`torch.jit.is_scripting()` is no compiler) is not read
     again for the census, let alone parsed: the scan tested its text; one that compiles is, and so
@@ -217,8 +203,8 @@ def test_the_census_parses_only_files_that_can_compile(tmp_path: Path, monkeypat
     files.update({f"proj/plain{i}.py": f"import torch\n\nSIZE = {i}\n" for i in range(5)})
     files["proj/jit_words.py"] = "import torch\n\n\ndef traced():\n    return torch.jit.is_scripting()\n"
     root = stub_project(tmp_path, MODEL, files)
-    read = _files_passed(monkeypatch, compiled_elsewhere, "read_file")
-    parsed = _files_passed(monkeypatch, compiled_elsewhere.trees, "parse")
+    read = files_passed(monkeypatch, compiled_elsewhere, "read_file")
+    parsed = files_passed(monkeypatch, compiled_elsewhere.trees, "parse")
     assert "1 fixed, 1 remaining" in fix(root).stdout
     assert sorted(set(read)) == ["decoder.py", "export.py", "model.py"], read
     assert sorted(set(parsed)) == ["decoder.py", "export.py", "model.py"], parsed
@@ -308,6 +294,6 @@ def test_a_warm_run_asks_the_scan_summary_what_may_compile(tmp_path: Path, monke
     check = ("check", ".", "--output-format", "concise")
     assert "1 fixable" in dtl(root, *check).stdout
     (root / "proj/model.py").write_text(MODEL + "\n# edited\n")
-    read = _files_passed(monkeypatch, pipeline, "read_bytes")
+    read = files_passed(monkeypatch, pipeline, "read_bytes")
     assert "1 fixable" in dtl(root, *check).stdout
     assert sorted(name for name in read if name.endswith(".py")) == ["export.py", "model.py"], read

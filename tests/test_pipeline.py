@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_runner import dtl
 from parsed_sources import nodes
-from tiny_project import write_tree
+from tiny_project import files_passed, write_tree
 
 from dtype_lint.api import check_source, make_config
 from dtype_lint.core.prefilter import Prefilter, marker_words
@@ -309,14 +309,7 @@ def test_the_helper_choice_stage_analyses_again_only_the_files_whose_fixes_it_ch
     unguarded = ATTN.replace("x = x.to(self.kv_b_proj.weight.dtype)", "n = self.kv_b_proj.weight.shape[0]")
     root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "src/pkg/__init__.py": "",
                                        "src/pkg/a.py": ATTN, "src/pkg/b.py": ATTN, "src/pkg/read.py": unguarded})
-    analysed: list[str] = []
-    real_analyze_path = pipeline.analyze_path
-
-    def counting(path, *args, **kwargs):
-        analysed.append(Path(path).name)
-        return real_analyze_path(path, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "analyze_path", counting)
+    analysed = files_passed(monkeypatch, pipeline, "analyze_path")
     monkeypatch.chdir(root)
     # DTL003 (opt-in) gives read.py a finding without a helper fix
     result = check_paths(["."], make_config({"select": ["DTL", "DTL003"]}, root=root), jobs=1, use_cache=False)

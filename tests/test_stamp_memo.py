@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from tiny_project import STUB_MODEL, stub_project
+from tiny_project import STUB_MODEL, files_passed, stub_project
 
-from dtype_lint.core.file_stamp import file_stamp
 from dtype_lint.run import stamp_memo
 from dtype_lint.run.stamp_memo import MEMO_NAME, StampMemo
 
@@ -29,9 +28,7 @@ def root(tmp_path: Path, monkeypatch) -> Path:
 
 def _hashed(monkeypatch) -> list[str]:
     """The names of the files the memo hashes from now on."""
-    names: list[str] = []
-    monkeypatch.setattr(stamp_memo, "file_stamp", lambda p: names.append(Path(p).name) or file_stamp(p))
-    return names
+    return files_passed(monkeypatch, stamp_memo, "file_stamp")
 
 
 def test_a_warm_run_hashes_only_what_changed(root: Path, monkeypatch):

@@ -369,3 +369,17 @@ def record_class_parses(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(trees, "parse_class", recording)
     return parsed
+
+
+def files_passed(monkeypatch, owner, name: str) -> list[str]:
+    """The names of the files `owner.<name>` is called with from now on (its first argument, a
+    path), in order; the calls still do what they did."""
+    names: list[str] = []
+    real = getattr(owner, name)
+
+    def recorded(path, *args, **kwargs):
+        names.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return names
