@@ -474,3 +474,29 @@ def test_an_answer_that_read_many_files_is_kept_by_the_index_only(project: Path,
     assert not any(entry["key"][1] == ["vllm/site.py"] for entry in memo.values())
     (project / "vllm" / "site.py").touch()
     assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)
+
+
+def test_a_group_no_answer_names_any_more_is_removed(project: Path, monkeypatch):
+    """A group is named by its content: an edit of a file its census read names a new one. The
+    old file goes (at ten times vLLM each is 5 MB), and one the answers of `check .` name stays."""
+    from dtype_lint.analysis.index import class_index
+
+    monkeypatch.setattr(class_index, "GROUP_MIN_FILES", 1)
+    shutil.rmtree(project / ".dtype_lint_cache")
+    dtl(project, "check", "--exit-zero", ".")  # its answers name a group
+    folder = project / ".dtype_lint_cache" / replay_index.ANSWERS_DIR
+    answers = set(folder.glob("g-*.bin"))
+    assert answers and (folder / replay_index.ANSWERS_GROUPS).is_file()
+
+    def groups() -> set[Path]:
+        return set(folder.glob("g-*.bin"))
+
+    site = project / "vllm" / "site.py"
+    for edit in ("# one\n", "# two\n"):
+        site.write_text(SITE + edit)
+        keep(project, *SITE_ARGS)
+        index = replay_index.load(str(project / ".dtype_lint_cache" / replay_index.INDEX_NAME))
+        (entry,) = [e for k, e in index["entries"].items() if k[1] == ("vllm/site.py",)]
+        named = {folder / f"g-{name}.bin" for name in entry["groups"]}
+        assert named and not named & answers  # the census read site.py: a group of its own
+        assert groups() == answers | named

@@ -50,7 +50,8 @@ What a census of the whole tree read for a file with findings (a fix planned ask
 compiled-code census, which tests every file) is kept once, in `g-<name>.bin` beside the shards
 (the group's name is its content's digest, class_index.Reads.groups), for every answer that names
 it; a file the census only passed over by a test of its text may have changed while it fails that
-test still (core/passed_over.py), as in the index's entries. A clean answer that used one is not
+test still (core/passed_over.py), as in the index's entries; a group file that neither the answers
+(their list, `groups.txt`) nor an entry of the index names is removed. A clean answer that used one is not
 kept (vLLM 0.34.0: 8 of 303 files): the fast path's clean verdict would stamp every file it read.
 The fast path reads the clean answers for a set of named files that mixes them with files no rule
 can match (answered_clean), and keeps its verdict as an entry with what the answers read.
@@ -73,6 +74,7 @@ from _operator import attrgetter
 INDEX_NAME = "replay-index.bin"
 ANSWERS_NAME = "replay-answers.bin"  # the project part; the answers are in ANSWERS_DIR's shards
 ANSWERS_DIR = "replay-answers"
+ANSWERS_GROUPS = "groups.txt"  # in ANSWERS_DIR: the names of the groups the answers name
 SHARDS = 64
 # An answer is kept only for a file whose analysis read at most this many files itself: the few
 # that read every module of the project (vLLM 0.34.0: 8 of 303) would bring every file's stamp
@@ -498,6 +500,7 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
             return
         for name, reads in written.items():
             _keep_group(cache_folder, name, reads, started_ns, write)
+        _remove_unnamed_groups(cache_folder)
 
 
 def keep_clean(record: dict, record_id: list, cache_folder: str, paths: list[str], force_exclude: bool,
@@ -650,20 +653,39 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
 def _keep_groups(folder: str, groups: dict[str, tuple[dict[str, str], dict]], started_ns: int, writer) -> None:
     """Write each group the answers name (`g-<name>.bin` beside the shards in the cache folder
     `folder`: its files with their stat data and stamps, the tests of those only passed over)
-    where the file there differs, and remove the group files no answer names now (a group is
-    named by its content: an edit of a file the census parsed names a new one)."""
-    answers = os.path.join(folder, ANSWERS_DIR)
+    where the file there differs, list their names (ANSWERS_GROUPS), and remove the group files
+    nothing names now."""
     for name, reads in groups.items():
         _keep_group(folder, name, reads, started_ns, writer.write_cache)
+    try:
+        writer.write_cache(os.path.join(folder, ANSWERS_DIR, ANSWERS_GROUPS),
+                           "".join(f"{name}\n" for name in sorted(groups)).encode("ascii"))
+    except OSError:
+        return
+    _remove_unnamed_groups(folder, set(groups))
+
+
+def _remove_unnamed_groups(folder: str, answers_name: set[str] | None = None) -> None:
+    """Remove the group files that neither the answers (their list, ANSWERS_GROUPS, unless
+    `answers_name` says) nor an entry of the index name: a group is named by its content, so an
+    edit of a file a census read names a new one, and the old one (at ten times vLLM 5 MB) would
+    stay."""
+    answers = os.path.join(folder, ANSWERS_DIR)
+    if answers_name is None:
+        from dtype_lint.core.safe_read import read_bytes
+
+        try:
+            answers_name = set(read_bytes(os.path.join(answers, ANSWERS_GROUPS), 1 << 20).decode("ascii").split())
+        except (OSError, ValueError):
+            answers_name = set()
     index = load(os.path.join(folder, INDEX_NAME)) or {}
-    named = {name for entry in index.get("entries", {}).values() for name in entry.get("groups", ())}
+    named = answers_name | {name for entry in index.get("entries", {}).values() for name in entry.get("groups", ())}
     try:
         names = os.listdir(answers)
     except OSError:
         return
     for entry in names:
-        if entry.startswith("g-") and entry.endswith(".bin") and entry[2:-4] not in groups \
-                and entry[2:-4] not in named:
+        if entry.startswith("g-") and entry.endswith(".bin") and entry[2:-4] not in named:
             try:
                 os.unlink(os.path.join(answers, entry))
             except OSError:
