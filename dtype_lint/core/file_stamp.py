@@ -50,4 +50,3 @@ def small_file_stamp(path: str) -> str:
         st = os.stat(path)
         return f"unread:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
     return f"{len(data)}:{blake2b(data, digest_size=16).hexdigest()}"
-

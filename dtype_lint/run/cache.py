@@ -63,8 +63,6 @@ class Cache:
         # stamp, real path -> stamp), for those that read few files (`findings_reads`, asked for
         # each analysed file by a run on the whole project, reads no entry again).
         self._reads: dict[str, tuple[str, dict[str, str] | None]] = {}
-        # ... and of those, the files only passed over by a census, with its test (`findings_passed`)
-        self._passed: dict[str, dict] = {}
         # Groups (class_index.Reads.groups): the name of each one's entry by its token, and each
         # entry checked this run by name (its reads, None when one changed).
         self._group_names: dict[str, str] = {}
@@ -194,8 +192,6 @@ class Cache:
             self._reads[real] = (stamp, None)
         else:
             self._reads[real] = (stamp, {k: v for k, v in files.items() if k != skip} if skip in files else files)
-            if reads.passed:
-                self._passed[real] = reads.all_passed()
 
     # ---- what an entry's computation read (findings here, the storage model's answers in
     # ---- run/facts_cache.py): stored and checked one way --------------------------------
@@ -395,26 +391,6 @@ class Cache:
         for key in strict:
             tests.pop(key, None)
         return files, tests
-
-    def findings_passed(self, real: str) -> dict | None:
-        """Real path -> test of every file the findings entry of `real` (this run's or found
-        true) only passed over (class_index.Reads.passed, its groups' included): a file read
-        otherwise too is not one. None when the entry cannot be read."""
-        kept = self._reads.get(real)
-        if kept is not None and kept[1] is not None:
-            return self._passed.get(real, {})
-        rel = self.rel(real)
-        pending = self._pending.get(f"f/{rel}")
-        entry = self._decode(pending) if pending is not None else self._load("f", rel)
-        if not (isinstance(entry, dict) and entry.get("k") == rel):
-            return None
-        tests: dict = {}
-        strict: set[str] = set()
-        if not self._passed_read(entry, tests, strict):
-            return None
-        for key in strict:
-            tests.pop(key, None)
-        return tests
 
     def _passed_read(self, entry, tests: dict, strict: set[str]) -> bool:
         """Add the tests of the files `entry` (and its groups) passed over to `tests`, and the

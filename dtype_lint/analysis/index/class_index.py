@@ -471,25 +471,6 @@ class Reads:
         kept = self.passed.get(key)
         self.passed[key] = (stamp, tests if kept is None or kept[1] == tests else kept[1] | tests)
 
-    def all_passed(self) -> dict[str, frozenset]:
-        """The tests of every file only passed over (`passed`), those of the groups included: a
-        file also read otherwise is not one."""
-        out: dict[str, frozenset] = {}
-        for group in self.groups.values():
-            for key, tests in group.all_passed().items():
-                out[key] = out[key] | tests if key in out else tests
-        for key, (_stamp, tests) in self.passed.items():
-            out[key] = out[key] | tests if key in out else tests
-        if out:
-            for key in self._read_keys():
-                out.pop(key, None)
-        return out
-
-    def _read_keys(self):
-        for group in self.groups.values():
-            yield from group._read_keys()
-        yield from self.files
-
     def count(self) -> int:
         """How many files were read or passed over (a group's: GROUP_MIN_FILES)."""
         return len(self.files.keys() | self.passed.keys()) if self.passed else len(self.files)
