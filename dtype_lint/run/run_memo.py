@@ -184,10 +184,16 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     passed = {dep: test for dep, test in passed.items() if dep not in strict and dep in files}
     # The memo (checked by the fast path, which hashes what it checks) holds every file, those
     # of the groups included; the index, the groups by name.
-    memo_files = dict(files)
-    for group in groups.values():
-        if group is None or not all(memo_files.setdefault(dep, s) == s for dep, s in group[0].items()):
-            return
+    if any(group is None for group in groups.values()):
+        return
+    memo_files: dict[str, str] | None = dict(files)
+    if len(files) + sum(len(group[0]) for group in groups.values() if group is not None) > MAX_MEMO_FILES:
+        memo_files = None  # not kept here (below): not built either (36,000 files at ten times vLLM)
+    if memo_files is not None:
+        held = memo_files
+        for group in groups.values():
+            if group is None or not all(held.setdefault(dep, s) == s for dep, s in group[0].items()):
+                return
     memo = h["memo"]
     if not os.path.isdir(os.path.dirname(memo)):
         return
@@ -198,7 +204,7 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     # hashing every file it holds (at ten times vLLM a fixable file's answer read 36,000, and the
     # memo every edited file's run loads was 5.6 MB); the replay index serves it, a census's
     # files checked by their stat data.
-    if len(memo_files) <= MAX_MEMO_FILES:
+    if memo_files is not None and len(memo_files) <= MAX_MEMO_FILES:
         entries[name] = {"key": h["key"], "record": h["record"], "files": memo_files,
                          "findings": [f.to_dict() for f in result.findings], "checked": len(result.files),
                          "analyzed": result.analyzed, "warnings": list(result.warnings)}
