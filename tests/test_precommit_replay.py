@@ -143,8 +143,8 @@ def test_a_dependency_changed_at_the_same_size_and_mtime_is_not_replayed(project
 
 def test_a_file_stamped_in_the_same_clock_tick_is_always_hashed(project: Path):
     fresh = project / "vllm" / "plain.py"
-    assert replay_index._kept_key(str(fresh), replay_index.stat_key(str(fresh))[2]) is None
-    assert replay_index._kept_key(str(fresh), replay_index.stat_key(str(fresh))[2] + 3 * replay_index.RACY_NS)
+    assert replay_index.settled_stat_key(str(fresh), replay_index.stat_key(str(fresh))[2]) is None
+    assert replay_index.settled_stat_key(str(fresh), replay_index.stat_key(str(fresh))[2] + 3 * replay_index.RACY_NS)
 
 
 @pytest.mark.parametrize("change", ["gitignore", "new_module", "tampered", "other_format",

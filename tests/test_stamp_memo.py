@@ -11,7 +11,7 @@ import pytest
 from cli_runner import dtl
 from tiny_project import STUB_MODEL, files_passed, stub_project
 
-from dtype_lint.run import stamp_memo
+from dtype_lint.run import replay_index, stamp_memo
 from dtype_lint.run.stamp_memo import MEMO_NAME, StampMemo
 
 CHECK = ("check", ".", "--output-format", "concise", "--exit-zero")
@@ -19,9 +19,9 @@ CHECK = ("check", ".", "--output-format", "concise", "--exit-zero")
 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch) -> Path:
-    """A project whose files count as settled: files this young keep no stat data (RACY_NS) but
+    """A project whose files count as settled: files this young keep no stat data (replay_index.RACY_NS) but
     in the test that lifts the guard."""
-    monkeypatch.setattr(stamp_memo, "RACY_NS", -(10**12))
+    monkeypatch.setattr(replay_index, "RACY_NS", -(10**12))
     monkeypatch.setattr(stamp_memo, "LOAD_AFTER", 0)  # read from the first stamp (a tree of thousands)
     return stub_project(tmp_path, STUB_MODEL, {f"proj/plain{i}.py": f"SIZE = {i}\n" for i in range(3)})
 
@@ -62,7 +62,7 @@ def test_a_file_changed_just_before_the_run_keeps_no_stat_data(root: Path, monke
     dtl(root, *CHECK)
     plain = root / "proj/plain0.py"
     assert "proj/plain0.py" in StampMemo(root / ".dtype_lint_cache", 0).held()  # kept by its path from the root
-    monkeypatch.setattr(stamp_memo, "RACY_NS", 2_000_000_000)  # the guard: every file is this young
+    monkeypatch.setattr(replay_index, "RACY_NS", 2_000_000_000)  # the guard: every file is this young
     plain.write_text("SIZE = 5\n")
     dtl(root, *CHECK)
     kept = StampMemo(root / ".dtype_lint_cache", 0).held()

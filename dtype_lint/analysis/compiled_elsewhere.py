@@ -92,25 +92,12 @@ def elsewhere_reason(index, module: str, tree: ast.Module, fn: ast.FunctionDef |
 def census(index) -> dict[str, dict[str, Origin]]:
     """Module -> its top-level classes and functions that code of the project compiles, with the
     code that does; once per run, what it read replayed to each file that asks."""
-    return index.cached_facts(_KEY, lambda: _kept_or_made(index), census=True)
+    # Kept on disk by an earlier run (run/facts_cache.py) while every file it read is unchanged
+    # and every file it passed over passes over still.
+    return index.cached_facts(_KEY, lambda: index.stored_facts(_KEY, _Census(index).run)[0], census=True)
 
 
 _KEY = ("compiled elsewhere",)  # run/facts_cache.COMPILED_ELSEWHERE
-
-
-def _kept_or_made(index) -> dict[str, dict[str, Origin]]:
-    """The census kept on disk by an earlier run (run/facts_cache.py), valid while every file it
-    read is unchanged and every file it passed over passes over still; else made, and kept."""
-    store = getattr(index, "disk_memo", None)
-    kept = store.get(_KEY) if store is not None else None
-    if kept is not None:
-        index.replay(kept[1])
-        return kept[0]
-    with index.reading() as reads:
-        found = _Census(index).run()
-    if store is not None:
-        store.put(_KEY, found, reads)
-    return found
 
 
 @dataclass

@@ -17,9 +17,7 @@ kind: the pre-commit replay (run/replay_index.py) asks it too.
 
 from __future__ import annotations
 
-# A test of a file: word groups, or the name of a predicate of its decoded text.
-Test = "tuple[tuple[str, ...], ...] | str"
-
+# A test of a file is word groups, or the name of a predicate of its decoded text.
 # The predicates a census may pass files over by: name -> (module, function).
 PREDICATES = {"might_compile": ("dtype_lint.core.compile_text", "might_compile")}
 

@@ -290,28 +290,40 @@ class Cache:
 
     def _unchanged_passed(self, entry: dict, reads, stamp_of) -> bool:
         """Is each file the entry's computation passed over unchanged, or does it fail the same
-        test still (class_index.Reads.passed, core/passed_over.py)? Kept in `reads` with its
+        tests still (class_index.Reads.passed, core/passed_over.py)? Kept in `reads` with its
         stamp now."""
-        from dtype_lint.core.passed_over import as_test, is_test, still_passed_over
+        from dtype_lint.core.passed_over import still_passed_over
 
-        passed, stored_tests = entry.get("passed"), entry.get("tests")
-        if not (isinstance(passed, dict) and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
+        passed = self._passed_of(entry)
+        if passed is None:
             return False
+        for real, (kept, tests) in passed.items():
+            stamp = stamp_of(real)
+            if stamp != kept and not still_passed_over(real, tests):
+                return False
+            reads.passed[real] = (stamp, tests)
+        return True
+
+    def _passed_of(self, entry: dict) -> dict[str, tuple[str, frozenset]] | None:
+        """Real path -> (stamp, the tests it failed) of each file an entry stores as passed over
+        (`stored_reads`), or None when ill-shaped."""
+        from dtype_lint.core.passed_over import as_test, is_test
+
+        passed, stored_tests = entry.get("passed", {}), entry.get("tests", [])
+        if not (isinstance(passed, dict) and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
+            return None
         tests = [as_test(test) for test in stored_tests]
         sets: dict[tuple, frozenset] = {}  # one set of tests for the thousands of files that failed the same
+        out: dict[str, tuple[str, frozenset]] = {}
         for dep, kept in passed.items():
             failed = _test_numbers(kept, len(tests))
             if failed is None:
-                return False
-            real = self.real(dep)
-            stamp = stamp_of(real)
+                return None
             those = sets.get(failed)
             if those is None:
                 those = sets[failed] = frozenset(tests[i] for i in failed)
-            if stamp != kept[0] and not still_passed_over(real, those):
-                return False
-            reads.passed[real] = (stamp, those)
-        return True
+            out[self.real(dep)] = (kept[0], those)
+        return out
 
     def _checked_group(self, name, stamp_of, table):
         """The reads of the group entry `name` when all are unchanged, else None: checked once a
@@ -338,13 +350,8 @@ class Cache:
             return (kept[0], kept[1]) if limit is None or len(kept[1]) <= limit else None
         if kept is not None and limit is not None and limit < KEPT_READS:
             return None
-        rel = self.rel(real)
-        pending = self._pending.get(f"f/{rel}")
-        if pending is not None:
-            entry = self._decode(pending)
-        else:
-            entry = self._load("f", rel)
-        if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)):
+        entry = self._findings_entry(real)
+        if entry is None:
             return None
         if limit is not None and (entry.get("groups") or len(entry.get("files") or ()) > limit):
             return None
@@ -357,36 +364,39 @@ class Cache:
         names): what the replay keeps of an entry whose analysis used a census of the whole
         tree, its groups once for all entries (`group_reads`). None when the entry cannot be read
         or read more than `limit` files itself."""
-        if not self.enabled:
+        entry = self._findings_entry(real) if self.enabled else None
+        if entry is None:
             return None
+        groups = entry.get("groups", {})
+        if not (isinstance(groups, dict) and all(isinstance(name, str) for name in groups.values())):
+            return None
+        got = self._reads_of({k: v for k, v in entry.items() if k != "groups"})
+        if got is None or (limit is not None and len(got[0]) > limit):
+            return None
+        return entry["s"], got[0], got[1], sorted(set(groups.values()))
+
+    def _findings_entry(self, real: str) -> dict | None:
+        """The findings entry of `real`, written this run (pending) or on disk, or None."""
         rel = self.rel(real)
         pending = self._pending.get(f"f/{rel}")
         entry = self._decode(pending) if pending is not None else self._load("f", rel)
         if not (isinstance(entry, dict) and entry.get("k") == rel and isinstance(entry.get("s"), str)):
             return None
-        groups = entry.get("groups", {})
-        if not (isinstance(groups, dict) and all(isinstance(name, str) for name in groups.values())):
-            return None
-        own = {k: v for k, v in entry.items() if k != "groups"}
-        files = self._files_read(own)
-        tests: dict = {}
-        strict: set[str] = set()
-        if files is None or (limit is not None and len(files) > limit) or not self._passed_read(own, tests, strict):
-            return None
-        for key in strict:
-            tests.pop(key, None)
-        return entry["s"], files, tests, sorted(set(groups.values()))
+        return entry
 
     def group_reads(self, name: str) -> tuple[dict[str, str], dict] | None:
         """(real path -> stamp of every file the group entry `name` read, the tests of those it
         only passed over), or None when it cannot be read."""
         group = self._group_entry(name)
-        if not isinstance(group, dict):
-            return None
-        files = self._files_read(group)
+        return self._reads_of(group) if isinstance(group, dict) else None
+
+    def _reads_of(self, entry: dict) -> tuple[dict[str, str], dict] | None:
+        """(real path -> stamp of every file `entry` read, its groups' included; the tests of
+        those it only passed over), or None when it or a group entry is ill-shaped."""
+        files = self._files_read(entry)
         tests: dict = {}
         strict: set[str] = set()
-        if files is None or not self._passed_read(group, tests, strict):
+        if files is None or not self._passed_read(entry, tests, strict):
             return None
         for key in strict:
             tests.pop(key, None)
@@ -395,19 +405,10 @@ class Cache:
     def _passed_read(self, entry, tests: dict, strict: set[str]) -> bool:
         """Add the tests of the files `entry` (and its groups) passed over to `tests`, and the
         files it read otherwise to `strict`; False when it or a group entry is ill-shaped."""
-        from dtype_lint.core.passed_over import as_test, is_test
-
-        files, passed = entry.get("files"), entry.get("passed", {})
-        stored_tests, groups = entry.get("tests", []), entry.get("groups", {})
-        if not (isinstance(files, dict) and isinstance(passed, dict) and isinstance(groups, dict)
-                and isinstance(stored_tests, list) and all(map(is_test, stored_tests))):
+        files, groups, passed = entry.get("files"), entry.get("groups", {}), self._passed_of(entry)
+        if not (isinstance(files, dict) and isinstance(groups, dict)) or passed is None:
             return False
-        for dep, kept in passed.items():
-            failed = _test_numbers(kept, len(stored_tests))
-            if failed is None:
-                return False
-            real = self.real(dep)
-            those = frozenset(as_test(stored_tests[i]) for i in failed)
+        for real, (_stamp, those) in passed.items():
             tests[real] = tests[real] | those if real in tests else those
         strict.update(map(self.real, files))
         for name in groups.values():

@@ -193,7 +193,7 @@ def _replay(argv: list[str]) -> int | None:
     # before the stat of every module of dtype-lint and every folder of the project. A file the
     # answer's analyses only passed over may differ while it fails the census's test still.
     passed = entry.get("passed", {})
-    if not all(unchanged(path, key, stamp, "source") or (path in passed and _passed_over_still(path, passed[path]))
+    if not all(_unchanged_or_passed(path, key, stamp, passed.get(path))
                for path, (key, stamp) in entry["files"].items()):
         return None
     folder = os.path.join(root, DEFAULT_CACHE_DIR)
@@ -211,10 +211,16 @@ def _replay(argv: list[str]) -> int | None:
     return 0 if "--exit-zero" in argv or not entry["found"] else 1
 
 
-def _passed_over_still(path: str, test) -> bool:
+def _unchanged_or_passed(path: str, key: StatKey | None, stamp: str, tests) -> bool:
+    """Is the file at `path` what `stamp` says (`unchanged`), or, when an answer's census only
+    passed it over by `tests`, does it fail them still (core/passed_over.py)?"""
+    if unchanged(path, key, stamp, "source"):
+        return True
+    if tests is None:
+        return False
     from dtype_lint.core.passed_over import still_passed_over
 
-    return still_passed_over(path, test)
+    return still_passed_over(path, tests)
 
 
 def _project_unchanged(header: dict) -> bool:
@@ -295,12 +301,9 @@ def _group_unchanged(folder: str, name: str) -> bool:
     if now == keys:
         return True
     passed, tests, stamps = group["passed"], group["tests"], group["stamps"]
-    for i, path in enumerate(paths):
-        if (now is not None and now[i] == keys[i]) or current_stamp(path, "source") == stamps[i]:
-            continue
-        if passed[i] < 0 or not _passed_over_still(path, tests[passed[i]]):
-            return False
-    return True
+    return all((now is not None and now[i] == keys[i])
+               or _unchanged_or_passed(path, None, stamps[i], tests[passed[i]] if passed[i] >= 0 else None)
+               for i, path in enumerate(paths))
 
 
 def _unchanged_reads(shard: dict, ids) -> bool:
@@ -537,7 +540,7 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
     header = _header(record, config, record_id, time.time_ns())
     if header is None:
         return False
-    files = {path: (_kept_key(path, started_ns), stamp) for path, stamp in entry_files.items()}
+    files = {path: (settled_stat_key(path, started_ns), stamp) for path, stamp in entry_files.items()}
     entry["files"] = files
     path = os.path.join(cache_folder, INDEX_NAME)
     old = load(path)
@@ -605,7 +608,7 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
                 # (RACY_NS before the start, as the index's) still holds what its stamp says,
                 # so its stat data may vouch for it. Any other is hashed on each replay.
                 i = number[dep] = len(table)
-                table.append((dep, _kept_key(dep, started_ns), stamp))
+                table.append((dep, settled_stat_key(dep, started_ns), stamp))
             ids.append(i)
         return tuple(ids)
 
@@ -704,7 +707,7 @@ def _keep_group(folder: str, name: str, reads: tuple[dict[str, str], dict], star
         lead = ""
     # For each file, the number of the tests it failed when only passed over (-1: read otherwise).
     group = {"format": FORMAT, "lead": lead, "paths": [dep[len(lead):] for dep in files],
-             "keys": [_kept_key(dep, started_ns) for dep in files], "stamps": list(files.values()),
+             "keys": [settled_stat_key(dep, started_ns) for dep in files], "stamps": list(files.values()),
              "passed": [sets.setdefault(passed[dep], len(sets)) if dep in passed else -1 for dep in files]}
     group["tests"] = list(sets)
     if load(path, _answers_context()) != group:
@@ -729,7 +732,7 @@ def _header(record: dict, config: tuple, record_id: list, now_ns: int) -> dict |
     `_project_unchanged`), or None when the record no longer holds."""
     watched = {}
     for path, stamp in record["files"].items():
-        stat_data = _kept_key(path, now_ns)
+        stat_data = settled_stat_key(path, now_ns)
         if current_stamp(path, "small") != stamp:
             return None
         watched[path] = (stat_data, stamp, "small")
@@ -772,9 +775,10 @@ def _write_atomic(path: str, data: bytes) -> None:
     write_atomic(path, data)
 
 
-def _kept_key(path: str, now_ns: int) -> StatKey | None:
-    """The stat data a replay may trust for `path`, taken before its stamp is checked again; None
-    when the file changed within RACY_NS of now (an edit in the same tick would keep it)."""
+def settled_stat_key(path: str, now_ns: int) -> StatKey | None:
+    """The stat data a replay (or run/stamp_memo.py) may trust for `path` with a stamp taken after
+    `now_ns`; None when the file changed within RACY_NS of then (an edit in the same tick would
+    keep it)."""
     key = stat_key(path)
     if key is None or max(key[1], key[2]) >= now_ns - RACY_NS:
         return None

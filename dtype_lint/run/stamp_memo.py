@@ -33,7 +33,7 @@ import os
 import sys
 
 from dtype_lint.core.file_stamp import file_stamp
-from dtype_lint.run.replay_index import RACY_NS, stat_key
+from dtype_lint.run.replay_index import settled_stat_key, stat_key
 
 MEMO_NAME = "stamps.bin"
 FORMAT = 1
@@ -126,8 +126,8 @@ class StampMemo:
         changed = dropped
         for real, stamp in self.taken.items():
             stored = self._stored(real)
-            key = stat_key(real)
-            if key is None or max(key[1], key[2]) >= self.started_ns - RACY_NS:
+            key = settled_stat_key(real, self.started_ns)
+            if key is None:
                 changed = memo.pop(stored, None) is not None or changed
                 continue
             entry = (*key, stamp)

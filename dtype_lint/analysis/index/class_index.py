@@ -875,8 +875,8 @@ KEPT_FACTS_ENTRIES = 8
 class QuantizableLayerIndex:
     """Class → resolved bases across the scanned modules; answers `is this class quantizable?`."""
 
-    # Set by a run that has them, read with getattr (absent otherwise): the storage model's answers
-    # kept on disk (run/facts_cache.FactsStore), and where an engine outside the tree is chosen from.
+    # Set by a run that has them, read with getattr (absent otherwise): the answers kept on disk
+    # (run/facts_cache.FactsStore: `stored_facts`), and where an engine outside the tree is chosen from.
     disk_memo: object
     engine_project: tuple
 
@@ -918,6 +918,22 @@ class QuantizableLayerIndex:
             return
         for frame in self.modules.frames:
             frame.update(reads)
+
+    def stored_facts(self, key, build):
+        """(value, reads) of `build()`, kept across runs where the run has a store on disk
+        (`disk_memo`, run/facts_cache.py: it keeps the kinds it knows): a kept answer whose reads
+        are unchanged is replayed into the open frames, else `build()` runs, its reads recorded
+        there, and is kept."""
+        store = getattr(self, "disk_memo", None)
+        kept = store.get(key) if store is not None else None
+        if kept is not None:  # (value, reads): the value itself may be None
+            self.replay(kept[1])
+            return kept
+        with self.reading() as reads:
+            value = build()
+        if store is not None:
+            store.put(key, value, reads)
+        return value, reads
 
     def kept_facts(self, key):
         """What `cached_facts(key, ...)` holds now (its reads replayed), else None; builds nothing

@@ -339,19 +339,8 @@ class CodeBackends:
                 self.index.__dict__.setdefault("_storage_methods_read", set()).add(key[1])
             # The top-level answers are also kept on disk across runs (run/facts_cache.py),
             # with their reads, valid while every file and folder they read is unchanged.
-            store = getattr(self.index, "disk_memo", None)
-            stored = store.get(key) if store is not None else None
-            if stored is not None:  # (value, reads): the value itself may be None
-                hit = memo[key] = stored
-                _trim(memo)
-                self.index.replay(stored[1])
-                return stored[0]
-            with self.index.reading() as reads:
-                value = build()
-            hit = memo[key] = (value, reads)
+            hit = memo[key] = self.index.stored_facts(key, build)
             _trim(memo)  # after the build: the answers it asked for were added meanwhile
-            if store is not None:
-                store.put(key, value, reads)
         else:
             memo[key] = hit  # now the most recently used
             self.index.replay(hit[1])
