@@ -8,6 +8,8 @@ it a miss."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from dtype_lint.analysis.index import class_index
 from dtype_lint.analysis.index.class_index import Reads, _as_group
 from dtype_lint.core.file_stamp import file_stamp
 from dtype_lint.core.writer import ProjectWriter
-from dtype_lint.run.cache import Cache
+from dtype_lint.run.cache import GROUPS_KEPT, Cache
 
 
 class _NoModules:
@@ -116,6 +118,9 @@ def test_a_census_becomes_a_group_from_its_size(threshold: int, monkeypatch):
 
 
 
+CENSUS = "('census',)"
+
+
 def _put_census_user(cache: Cache, paths: dict[str, str]) -> Reads:
     """site_a.py's entry, with the census built again (a new token, the same reads)."""
     census = _as_group(Reads())
@@ -142,4 +147,71 @@ def test_a_census_built_again_does_not_write_its_group_again(tmp_path: Path):
     again = Cache(tmp_path / ".cache", key="k", root=tmp_path)
     assert again.findings(paths["site_a.py"], file_stamp(paths["site_a.py"]), file_stamp, _NoModules(), str) is None
     census = _put_census_user(again, paths)  # the analysis ran again: its group is written again
-    assert [name for name, _ in again.take_entries("g")] == [f"g/{again._group(census)}"]
+    assert [name for name, _ in again.take_entries("g")] == [f"g/{again._group(census, CENSUS)}"]
+
+
+def _save_group(root: Path, paths: dict[str, str], files: tuple[str, ...], census: str = CENSUS,
+                age: float | None = None) -> str:
+    """Save site_a.py's entry using `census` over `files` as they are now; the group's name. `age`:
+    seconds ago its entry was last used (its mtime)."""
+    cache = Cache(root / ".cache", key="k", root=root)
+    group = _as_group(Reads())
+    group.files = {paths[n]: file_stamp(paths[n]) for n in files}
+    reads = Reads()
+    reads.groups[census] = group
+    cache.put_findings(paths["site_a.py"], file_stamp(paths["site_a.py"]), [], reads, lambda p: p)
+    cache.save(ProjectWriter(root))
+    name = cache._group_names[group.token]
+    if age is not None:
+        when = time.time() - age
+        os.utime(cache._entry("g", name), (when, when))
+    return name
+
+
+def _groups(root: Path) -> set[str]:
+    return {p.name[:-5] for p in (root / ".cache" / "v2-k" / "g").iterdir()}
+
+
+def test_a_census_made_again_leaves_at_most_GROUPS_KEPT_groups_behind(tmp_path: Path):
+    """Each edit of a file a census read makes it a new group; the old ones are removed, the most
+    recently used GROUPS_KEPT of the census kept, another census's left alone."""
+    paths = _tree(tmp_path)
+    other = _save_group(tmp_path, paths, ("own.py",), census="('other',)", age=1000)
+    made = []
+    for round_ in range(GROUPS_KEPT + 3):
+        Path(paths["lib2.py"]).write_text(f"# lib2, edit {round_}\n")
+        made.append(_save_group(tmp_path, paths, ("lib1.py", "lib2.py"), age=100 - round_))
+    assert len(set(made)) == len(made)
+    assert _groups(tmp_path) == {other, *made[-GROUPS_KEPT:]}
+    # the newest is the one the entry names, and a hit
+    assert _hits(tmp_path, paths)["site_a.py"]
+
+
+def test_a_group_a_run_found_unchanged_is_kept_as_recently_used(tmp_path: Path):
+    """An older group still true (an entry names it and its files are unchanged) is marked used
+    by the run that checks it, and outlives newer groups of the census that nothing used since."""
+    paths = _tree(tmp_path)
+    used = _save_group(tmp_path, paths, ("lib1.py", "lib2.py"), age=1000)
+    (tmp_path / "site_b.py").write_text("# site_b\n")
+    newer = [_save_group(tmp_path, paths, files, age=age)
+             for files, age in ((("lib1.py",), 500), (("lib2.py",), 400))]
+    # site_b.py's entry names the first group: checked (and marked used) by this run
+    cache = Cache(tmp_path / ".cache", key="k", root=tmp_path)
+    group = _as_group(Reads())
+    group.files = {paths[n]: file_stamp(paths[n]) for n in ("lib1.py", "lib2.py")}
+    reads = Reads()
+    reads.groups[CENSUS] = group
+    cache.put_findings(paths["site_b.py"], file_stamp(paths["site_b.py"]), [], reads, lambda p: p)
+    cache.save(ProjectWriter(tmp_path))
+    assert cache._load("f", "site_b.py")["groups"] == {CENSUS: used}
+    assert _hits(tmp_path, paths)["site_b.py"]  # checked: marked used now
+    newest = _save_group(tmp_path, paths, ("own.py",))
+    assert _groups(tmp_path) == {used, newer[1], newest}
+
+
+def test_a_group_name_not_of_our_making_is_never_read(tmp_path: Path):
+    """An entry names its group's file; a name `_group` does not make (a path) is a miss."""
+    paths = _tree(tmp_path)
+    cache = _keep(tmp_path, paths)
+    assert cache._group_entry("../../../etc/passwd") is None
+    assert cache._group_entry("0" * 41) is None

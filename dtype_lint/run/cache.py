@@ -9,9 +9,10 @@ One folder per (tool version, code stamp, config fingerprint) under the cache di
                   whose headers or code it used, and the module names it looked up (and which
                   file defined each, or none)
     s/<hash>      one answer of the storage model (run/facts_cache.py), with what it read
-    g/<hash>      what a census about the whole tree read (class_index.Reads.groups), named by
-                  its content's digest: kept once, named by every entry whose computation used
-                  the census, and checked once a run however many entries name it
+    g/<c>-<hash>  what a census about the whole tree read (class_index.Reads.groups), named by
+                  the census (`c`) and its content's digest: kept once, named by every entry
+                  whose computation used the census, and checked once a run however many
+                  entries name it; the GROUPS_KEPT most recently used of each census are kept
 
 Files are named by their real path relative to the project root, so a file reached as `x.py`,
 `./x.py`, `../proj/x.py` or through a symlink is one entry, whatever the current directory, and
@@ -43,6 +44,15 @@ KEPT_READS = 1000
 # Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
 MAX_ENTRY_BYTES = 64 << 20
 FORMAT = "v2"
+# A census made again (a file it read changed) is a new group. The entries that name an older one
+# are misses from then on, unless the change is undone or the census would pass over the file
+# still (core/passed_over.py): kept, every edit of a file a census read left a group behind (6.8
+# MB each at ten times vLLM). A run that finds a group unchanged marks it used (its mtime); when a
+# group is written, all but this many of its census's most recently used are removed. Removing one
+# is always sound: an entry naming a group that is gone is a miss.
+GROUPS_KEPT = 3
+# A group entry's name: the census's digest, then the content's (`_group`).
+_GROUP_NAME_CHARS = frozenset("0123456789abcdef-")
 
 
 class Cache:
@@ -83,6 +93,8 @@ class Cache:
         return rel if os.path.isabs(rel) else os.path.join(self.root, *rel.split("/"))
 
     def _entry(self, kind: str, rel: str) -> Path:
+        if kind == "g":  # named by its census and content already, so that its census can be told
+            return self.dir / kind / f"{rel}.json"
         return self.dir / kind / (digests.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".json")
 
     # ---- the scan summary --------------------------------------------------------------------
@@ -215,17 +227,18 @@ class Cache:
                                 for k, (stamp, failed) in sorted(reads.passed.items()) if k != skip}
             stored["tests"] = [test if isinstance(test, str) else [list(group) for group in test] for test in tests]
         if reads.groups:
-            stored["groups"] = {name: self._group(group) for name, group in sorted(reads.groups.items())}
+            stored["groups"] = {name: self._group(group, name) for name, group in sorted(reads.groups.items())}
         return stored
 
-    def _group(self, group) -> str:
-        """The name of the entry (`g/`) holding a group's reads, kept once: by its content's
-        digest, so every run and worker that builds the same census names the same entry."""
+    def _group(self, group, census: str) -> str:
+        """The name of the entry (`g/`) holding a group's reads, kept once: by its census's and its
+        content's digests, so every run and worker that builds the same census names the same entry."""
         name = self._group_names.get(group.token)
         if name is None:
             payload = json.dumps(self.stored_reads(group), separators=(",", ":"), sort_keys=True)
             data = payload.encode("utf-8", "surrogatepass")
-            name = digests.blake2b(data, digest_size=16).hexdigest()
+            name = (digests.blake2b(census.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest() + "-"
+                    + digests.blake2b(data, digest_size=16).hexdigest())
             self._group_names[group.token] = name
             # Named by its content: one on disk holds the same, unless this run found it untrue
             # (edited or foreign), when it is written again. A pre-commit run that builds the
@@ -238,9 +251,12 @@ class Cache:
         return name
 
     def _group_entry(self, name: str):
-        """The payload of the group entry `name`: written this run (pending) or on disk."""
+        """The payload of the group entry `name`: written this run (pending) or on disk (None for
+        a name `_group` does not make: an entry names a file only by such a name)."""
         pending = self._pending.get(f"g/{name}")
-        return self._decode(pending) if pending is not None else self._load("g", name)
+        if pending is not None:
+            return self._decode(pending)
+        return self._load("g", name) if _group_name(name) else None
 
     def unchanged_reads(self, entry: dict, stamp_of, table):
         """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:
@@ -336,6 +352,8 @@ class Cache:
             if reads is not None:
                 reads.token = f"g-{name}"  # kept again under the same name (stored_reads)
                 self._group_names[reads.token] = name
+                if f"g/{name}" not in self._pending:
+                    _mark_used(self._entry("g", name))
             self._groups_checked[name] = reads
         return self._groups_checked[name]
 
@@ -502,10 +520,52 @@ class Cache:
             scan = encode({"names": self._scan_names, "files": self._scan}, self.context) if self._scan_dirty else None
             if scan is not None:
                 writer.write_cache(self.dir / "scan.json", scan)
+            self._remove_old_groups([name[2:] for name in self._pending if name.startswith("g/")])
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
         self._pending.clear()
         self._scan_dirty = False
+
+    def _remove_old_groups(self, written: list[str]) -> None:
+        """Remove all but the GROUPS_KEPT most recently used group entries of each census of the
+        groups `written` (see GROUPS_KEPT)."""
+        censuses = {name.partition("-")[0] for name in written}
+        if not censuses:
+            return
+        folder = self.dir / "g"
+        by_census: dict[str, list[tuple[bool, int, str]]] = {}
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name[:-5] if entry.name.endswith(".json") else ""
+                census = name.partition("-")[0]
+                if _group_name(name) and census in censuses:
+                    try:
+                        used = entry.stat().st_mtime_ns
+                    except OSError:
+                        continue
+                    # (one written now first, whatever the clocks say; then the most recently used)
+                    by_census.setdefault(census, []).append((name not in written, -used, name))
+        for groups in by_census.values():
+            for _old, _used, name in sorted(groups)[GROUPS_KEPT:]:
+                try:
+                    os.unlink(folder / f"{name}.json")
+                except OSError:
+                    pass
+
+
+def _mark_used(path: Path) -> None:
+    """Set a group entry's mtime to now, the run having found it unchanged: the most recently used
+    are those `Cache._remove_old_groups` keeps (where the folder is read-only, it stays as it is)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _group_name(name) -> bool:
+    """Is `name` one `Cache._group` makes (hex digits either side of one dash)?"""
+    return (isinstance(name, str) and len(name) == 41 and name[8] == "-"
+            and _GROUP_NAME_CHARS.issuperset(name) and name.count("-") == 1)
 
 
 def _test_numbers(kept, count: int) -> tuple[int, ...] | None:
