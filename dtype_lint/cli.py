@@ -208,6 +208,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     d.add_argument("--exclude", type=_codes, default=None, help="comma-separated extra exclude patterns")
     d.add_argument("--no-cache", action="store_true")
 
+    cl = sub.add_parser("clean", help="remove the project's cache",
+                        description="Remove what dtype-lint keeps in the cache folder of the project PATH is in "
+                                    "(`cache-dir`, default .dtype_lint_cache): the entries of every version and "
+                                    "setting, the pre-commit replay's records and its `.gitignore`. Anything "
+                                    "else in the folder is kept and named. A run also removes, when it starts a "
+                                    "new cache folder, those of other versions or settings unused for 30 days.")
+    cl.add_argument("path", nargs="?", default=".", help="a file or folder of the project (default: .)")
+    cl.add_argument("--config", metavar="FILE")
+
     e = sub.add_parser("explain", help="show the storage model for the layers read at PATH:LINE",
                        description="For each `X.weight` on the line: the class X resolves to, whether a quantization "
                                    "config reaches it, the backends that can be handed it and the storage each gives "
@@ -228,7 +237,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        add_help=False)
     v.add_argument("verify_args", nargs=argparse.REMAINDER)
     # Each command's own parser, so that a bad flag after `check` prints `check`'s usage.
-    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "explain": e, "verify": v})
+    p.set_defaults(_commands={"check": c, "rule": r, "migrate": m, "doctor": d, "clean": cl, "explain": e,
+                                "verify": v})
     return p
 
 
@@ -258,7 +268,7 @@ def _main(argv: list[str]) -> int:
 
     if (code := try_clean_exit(argv)) is not None:
         return code
-    commands = {"check", "rule", "migrate", "doctor", "explain", "verify", "server"}
+    commands = {"check", "rule", "migrate", "doctor", "clean", "explain", "verify", "server"}
     if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
         argv = ["check", *argv]
     if argv[0] == "verify":
@@ -275,6 +285,8 @@ def _main(argv: list[str]) -> int:
             return _migrate(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "clean":
+            return _clean(args)
         if args.command == "explain":
             from dtype_lint.explain import run as explain
 
@@ -511,6 +523,32 @@ def _doctor(args) -> int:
     # `--exclude` extends the file's list rather than setting it (load_for_run).
     command_line = frozenset(command_line_settings(args)) | ({"exclude"} if args.exclude else frozenset())
     sys.stdout.write(render(result, matches, command_line, configured))
+    return EXIT_CLEAN
+
+
+def _clean(args) -> int:
+    from dtype_lint.run.cache_clean import clean
+    from dtype_lint.run.cache_folder import cache_folder_problem
+    from dtype_lint.run.pipeline import UserError
+
+    cfg = _config(args, [args.path])
+    problem = cache_folder_problem(cfg.root, cfg.cache_dir)
+    if problem is not None:
+        raise UserError(problem)
+    folder = Path(cfg.root) / cfg.cache_dir
+    shown = _printable(_from_cwd(cfg.root, cfg.cache_dir))
+    if not folder.exists():
+        print(f"dtype-lint: no cache at {shown}", file=sys.stderr)
+        return EXIT_CLEAN
+    removed, kept = clean(folder)
+    size = f"{removed / 1e6:.1f} MB" if removed >= 100_000 else f"{-(-removed // 1000)} kB"
+    if not kept:
+        print(f"dtype-lint: removed the cache at {shown} ({size})", file=sys.stderr)
+    else:
+        names = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
+        print(f"dtype-lint: removed dtype-lint's files from {shown} ({size}) and kept the folder: it holds "
+              f"{len(kept)} entr{'y' if len(kept) == 1 else 'ies'} that dtype-lint did not make ({names})",
+              file=sys.stderr)
     return EXIT_CLEAN
 
 

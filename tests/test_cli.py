@@ -146,7 +146,8 @@ def test_a_check_parses_with_the_check_parser_alone():
     args = parse(["check", "a.py", "--exit-zero"])
     assert (args.command, args.paths, args.exit_zero) == ("check", ["a.py"], True)
     assert set(args._commands) == {"check"}
-    assert set(parse(["rule", "DTL001"])._commands) == {"check", "rule", "migrate", "doctor", "explain", "verify"}
+    assert set(parse(["rule", "DTL001"])._commands) == {"check", "rule", "migrate", "doctor", "clean", "explain",
+                                                        "verify"}
 
 
 def test_default_command_is_check(project: Path):

@@ -76,6 +76,7 @@ class Cache:
         # Groups (class_index.Reads.groups): the name of each one's entry by its token, and each
         # entry checked this run by name (its reads, None when one changed).
         self._group_names: dict[str, str] = {}
+        self.started = False  # whether `save` made the folder
         self._groups_checked: dict[str, object] = {}
 
     # ---- keys: real paths, stored relative to the project root ---------------------------------
@@ -501,11 +502,15 @@ class Cache:
         `.gitignore` of `*` only while it holds nothing but dtype-lint's own files (so never the
         project root, never a folder of the user's; a run killed after making the folder leaves
         it for the next run to add)."""
-        if not self.enabled or not (self._pending or self._scan_dirty):
+        if not self.enabled:
+            return
+        if not (self._pending or self._scan_dirty):
+            _mark_used(self.dir)  # a run that found everything unchanged used it all the same (cache_clean)
             return
         from dtype_lint.core.writer import WriteError
 
         try:
+            new = not self.dir.exists()
             writer.make_dirs(self.dir / "h", "cache")
             writer.make_dirs(self.dir / "f", "cache")
             for kind in ("s", "g"):
@@ -521,6 +526,7 @@ class Cache:
             if scan is not None:
                 writer.write_cache(self.dir / "scan.json", scan)
             self._remove_old_groups([name[2:] for name in self._pending if name.startswith("g/")])
+            self.started = new  # the run then removes stale folders (cache_clean.remove_stale_folders)
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
         self._pending.clear()
@@ -554,8 +560,9 @@ class Cache:
 
 
 def _mark_used(path: Path) -> None:
-    """Set a group entry's mtime to now, the run having found it unchanged: the most recently used
-    are those `Cache._remove_old_groups` keeps (where the folder is read-only, it stays as it is)."""
+    """Set the mtime of a group entry or of the cache folder to now, the run having used it: the
+    most recently used groups are those `Cache._remove_old_groups` keeps, and a folder used within
+    cache_clean.STALE_DAYS stays (where the folder is read-only, it stays as it is)."""
     try:
         os.utime(path)
     except OSError:

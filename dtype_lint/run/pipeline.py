@@ -252,6 +252,10 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     findings += [parse_error(_shown(p), "the file name is not valid UTF-8; skipped") for p in unnamed]
     findings += _analyze(targets, scan, index, project, config, cache, jobs, options.progress)
     cache.save(writer)
+    if cache.started:  # a new version's or settings' folder: those no run uses any more go
+        from dtype_lint.run.cache_clean import remove_stale_folders
+
+        remove_stale_folders(cache.base, cache.dir)
     if memo is not None:
         memo.save(writer, whole=full)
     layout.save(writer)

@@ -86,7 +86,7 @@ MAX_ENTRIES = 8  # the most recent sets of named files, as the run memo keeps
 RACY_NS = 2_000_000_000  # a file changed this close to its stamp is hashed on every replay
 DEFAULT_CACHE_DIR = ".dtype_lint_cache"
 _FLAGS = {"--exit-zero", "--no-progress", "--force-exclude"}
-_COMMANDS = {"rule", "migrate", "doctor", "explain", "verify", "server", "-h", "--help", "--version"}
+_COMMANDS = {"rule", "migrate", "doctor", "clean", "explain", "verify", "server", "-h", "--help", "--version"}
 # The outputs an entry can hold: (format, quiet, colour) as the replay is asked for them.
 VARIANTS = tuple((fmt, quiet, color) for fmt in ("text", "concise") for quiet in (False, True)
                  for color in ("never", "auto"))
