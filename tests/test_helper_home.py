@@ -112,7 +112,7 @@ PLAIN_TORCH = {
     "pkg/a.py": "from pkg.layers import QLinear\n\n\ndef run(layer: QLinear, x):\n    return layer(x.to(layer.weight.dtype))\n",
 }
 PLACED = ("fixes use a new `pkg.layer_input_dtype:get_layer_input_dtype` in pkg/layer_input_dtype.py (package `pkg` "
-          "holds 1 of the 1 sites to fix). Pin it with `helper = \"pkg.layer_input_dtype:get_layer_input_dtype\"` in "
+          "holds the one site to fix). Pin it with `helper = \"pkg.layer_input_dtype:get_layer_input_dtype\"` in "
           "[tool.dtype-lint]")
 
 
@@ -141,8 +141,8 @@ def test_the_inferred_helpers_why_names_no_engine_the_project_is_not_on(tmp_path
     assert ("\n  why: `helper` is not set, and the vllm preset's `vllm.model_executor.layers.quantization.utils."
             "layer_input_dtype:get_layer_input_dtype` cannot be used: it belongs to package `vllm`, which this "
             "project does not hold (creating it here would shadow the installed `vllm`); fixes use a new "
-            "`pkg.layer_input_dtype:get_layer_input_dtype` in pkg/layer_input_dtype.py (package `pkg` holds 2 of "
-            "the 2 sites to fix). Pin it") in kept, kept
+            "`pkg.layer_input_dtype:get_layer_input_dtype` in pkg/layer_input_dtype.py (package `pkg` holds both "
+            "sites to fix). Pin it") in kept, kept
 
 
 def test_scripts_without_a_package_get_the_helper_beside_them(tmp_path: Path):
@@ -341,3 +341,37 @@ def test_call_problem_reads_the_signature(source: str, problem: str):
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     got = call_problem(fn, tree)
     assert (problem in got) if problem else got == ""
+
+
+@pytest.mark.parametrize(("count", "total", "said"), [
+    (1, 1, "the one site to fix"), (2, 2, "both sites to fix"), (3, 3, "all 3 sites to fix"),
+    (0, 2, "none of the 2 sites to fix"), (2, 5, "2 of the 5 sites to fix")])
+def test_why_the_helper_is_where_it_is_counts_its_sites_in_words(count: int, total: int, said: str):
+    from dtype_lint.fix.helper_home import _share
+
+    assert _share(count, total) == said
+
+
+SINGLE_MODULE = {
+    "pyproject.toml": ('[project]\nname = "single"\nversion = "0"\n\n[tool.setuptools]\npy-modules = ["model"]\n\n'
+                       '[tool.dtype-lint]\nquantizable = ["layers.QLinear"]\n'),
+    "layers.py": "import torch\n\n\nclass QLinear(torch.nn.Module):\n    pass\n",
+    "model.py": "from layers import QLinear\n\n\ndef run(layer: QLinear, x):\n    return layer(x.to(layer.weight.dtype))\n",
+}
+
+
+@pytest.mark.parametrize("flag", ["--diff", "--fix"])
+def test_no_headline_names_an_inferred_helper_that_every_fix_refused(tmp_path: Path, flag: str):
+    """A distribution of one top-level module: the inferred helper would be a second top-level
+    module its wheel does not install, so the site's fix is refused. The warnings say that, and no
+    longer also that "fixes use a new layer_input_dtype.py" (which none does)."""
+    root = write_tree(tmp_path / "p", SINGLE_MODULE)
+    before = tree_bytes(root)
+    proc = dtl(root, "check", flag, "--no-cache")
+    assert tree_bytes(root) == before, proc.stdout + proc.stderr
+    assert "model.py: fixes refused: the helper would be a new top-level module layer_input_dtype.py" in proc.stderr
+    assert "fixes use" not in proc.stderr, proc.stderr
+    # where the helper is reachable, the headline is said as before
+    write_tree(root, {"pyproject.toml": '[tool.dtype-lint]\nquantizable = ["layers.QLinear"]\n'})  # no distribution
+    proc = dtl(root, "check", "--diff", "--no-cache")
+    assert "`helper` is not set: fixes use a new layer_input_dtype.py" in proc.stderr, proc.stderr

@@ -218,8 +218,8 @@ def fixed_monorepo(tmp_path: Path, beta_kind: str) -> tuple[Path, Path]:
         assert f"from {other}." not in fixed
     assert not (root / "layer_input_dtype.py").exists()
     # Both helpers are reported, with why each is where it is.
-    assert "package `beta` holds 1 of the 1 sites to fix" in proc.stderr
-    assert "package `alpha` holds 2 of the 2 sites to fix" in proc.stderr
+    assert "package `beta` holds the one site to fix" in proc.stderr
+    assert "package `alpha` holds both sites to fix" in proc.stderr
     # A second run has nothing left and keeps the two helpers.
     again = fix(root)
     assert again.returncode == 0 and "get_layer_input_dtype" not in again.stdout

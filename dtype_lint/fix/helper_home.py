@@ -260,8 +260,8 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
         for top in ranked + sorted(set(existing) - set(ranked)):
             if top in existing:
                 return f"{top}.{INFERRED_MODULE}", existing[top], (
-                    f"an earlier run created it in package `{top}`; {counts[top]} of the {total} sites to fix "
-                    "are there")
+                    f"an earlier run created it in package `{top}`; {_share(counts[top], total)} "
+                    f"{'is' if counts[top] == 1 else 'are'} there")
         top = ranked[0]
         base = package_root(top, files, root)
         if base is None:
@@ -275,10 +275,11 @@ def _infer(config: Config, files: Iterable[str], needing: list[Finding], func: s
         renamed = f"; named `{name}`: the package already uses `{INFERRED_MODULE}`" \
             if name != INFERRED_MODULE else ""
         return f"{top}.{name}", base, (
-            f"package `{top}` holds {counts[top]} of the {total} sites to fix{others}{not_installed}{layout}{renamed}")
+            f"package `{top}` holds {_share(counts[top], total)}{others}{not_installed}{layout}{renamed}")
     if len(loose_dirs) == 1:
         (folder,) = loose_dirs
         return INFERRED_MODULE, Path(folder), (
+            f"the site to fix is in a top-level module of {_rel(Path(folder), root)}" if total == 1 else
             f"the {total} sites to fix are in top-level modules of {_rel(Path(folder), root)}")
     raise HelperError("the sites to fix are in top-level modules of several folders "
                       f"({', '.join(sorted(_rel(Path(d), root) for d in loose_dirs))}), and no package holds them")
@@ -355,6 +356,14 @@ def _star_source(package_dir: Path, node: ast.ImportFrom) -> str:
         except (OSError, UnicodeDecodeError, ValueError, LookupError):
             continue
     return "*"
+
+
+def _share(count: int, total: int) -> str:
+    """`2 of the 5 sites to fix`, said as a reader would: `the one site to fix`, `both sites to
+    fix`, `all 3 sites to fix`, `none of the 2 sites to fix`."""
+    if count == total:
+        return {1: "the one site to fix", 2: "both sites to fix"}.get(total, f"all {total} sites to fix")
+    return f"none of the {total} sites to fix" if count == 0 else f"{count} of the {total} sites to fix"
 
 
 def _installed(top: str, needing: list[Finding], root: Path) -> bool:

@@ -1217,13 +1217,18 @@ def choose_helper_stage(result: RunResult, index, files: Iterable[str], options:
         result.findings = sorted([f for f in result.findings if f.path not in paths] + fresh, key=Finding.sort_key)
         if choice.inferred:
             result.config = choice.config
-        if options.fix or options.diff:
-            for chosen in inferred.values():
-                headline = chosen.headline or chosen.note
-                if headline not in result.warnings:
-                    result.warnings.append(headline)
-                    result.warning_details[headline] = chosen.note
     _refuse_unreachable_helper(result)
+    if inferred and (options.fix or options.diff):
+        # Said only of a helper some fix still uses: where every one was refused, the refusals say why.
+        for finding in result.findings:
+            chosen = inferred.get(finding.path)
+            if chosen is None or chosen.location is None or finding.fix is None or \
+                    (chosen.location.module, chosen.location.func) not in map(tuple, finding.fix.imports):
+                continue
+            headline = chosen.headline or chosen.note
+            if headline not in result.warnings:
+                result.warnings.append(headline)
+                result.warning_details[headline] = chosen.note
 
 
 def _refuse_unreachable_helper(result: RunResult) -> None:
