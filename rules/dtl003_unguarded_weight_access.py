@@ -124,6 +124,7 @@ from __future__ import annotations
 
 import ast
 
+from dtype_lint.analysis.function_walk import in_closure
 from dtype_lint.analysis.guard_engine.file_guards import test_module
 from dtype_lint.analysis.guard_engine.never_runs import shadowed_definitions
 from dtype_lint.analysis.storage.constructions import never_reaches
@@ -266,8 +267,11 @@ class UnguardedWeightAccess(Rule):
             confidence, evidence = verdict
             text = ast.unparse(layer)
             # A short first line (Ruff's style); which backends drop `.weight`, and the remedy,
-            # go in the evidence. `__init__` is called out: it is not a forward path.
-            where = " (in `__init__`)" if function.fn.name == "__init__" else ""
+            # go in the evidence. `__init__` is called out: it is not a forward path (but a closure
+            # defined there, a hook or a callback, runs later).
+            where = ("" if function.fn.name != "__init__" else
+                     " (in a closure defined in `__init__`)" if in_closure(function.fn, function.parents, node)
+                     else " (in `__init__`)")
             # The storages without `.weight` where the evidence names no backend: an ecosystem's words.
             backends = why_storage(evidence, passages()["no_weight"])
             remedy = Evidence(f"{backends}: AttributeError there; guard the read with "

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import dtl  # noqa: E402
-from tiny_project import fresh_import, stub_project  # noqa: E402
+from tiny_project import STUB_MODEL_HEAD, assert_fixed_model_runs, fresh_import, stub_project  # noqa: E402
 
 from dtype_lint.analysis.function_walk import own_nodes  # noqa: E402
 
@@ -32,15 +32,7 @@ BLOCKS = {
     "nested": "if flag:\n    with torch.no_grad():\n        {body}",
 }
 
-# A module holding a model of a QLinear handed in, up to its `forward`.
-HEAD = (
-    "import torch\n"
-    "from proj.layers import QLinear\n\n\n"
-    "class Model(torch.nn.Module):\n"
-    "    def __init__(self, proj: QLinear):\n"
-    "        super().__init__()\n"
-    "        self.proj = proj\n\n"
-)
+HEAD = STUB_MODEL_HEAD  # a model of a QLinear handed in, up to its `forward`
 
 CLOSURE = "def inner(y):\n    return y.to(d)\nout = inner(x)"
 
@@ -70,12 +62,7 @@ def test_a_closure_under_a_block_is_found_and_its_fix_runs(tmp_path: Path, block
     assert found.returncode == 1 and "proj/model.py:" in found.stdout and "DTL001" in found.stdout, found.stdout
     fixed = dtl(root, "check", "proj", "--fix", "--no-cache")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    after = fresh_import(root)
-    # Float storage: the cast it made before; packed and missing-weight-like storage: the model dtype.
-    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.complex64):
-        assert after.Model(layer(dtype)).forward(x).dtype == before.Model(layer(dtype)).forward(x).dtype == dtype
-    for packed in (torch.int32, torch.uint8):
-        assert after.Model(layer(packed)).forward(x).dtype == torch.bfloat16  # QLinear's params_dtype
+    assert_fixed_model_runs(before, fresh_import(root), layer, x)
 
 
 def test_the_walk_enters_a_def_under_a_block_as_one_beside_it():
@@ -90,9 +77,9 @@ def test_the_walk_enters_a_def_under_a_block_as_one_beside_it():
         return sorted({n.id for n in own_nodes(fn) if isinstance(n, ast.Name)})
 
     assert names(beside) == ["d", "y"] and names(under) == ["d", "x", "y"]
-    assert names(lam) == ["d", "g", "x"]  # a lambda is an expression: another scope, not entered
-    # A def under a block of a nested def is not the function's own (as one beside it there is not).
-    assert "z" not in names(deeper)
+    assert names(lam) == ["d", "g", "x", "y"]  # a lambda is a closure too: entered
+    # So is a def under a block of a nested def, or beside its statements (closures at any depth).
+    assert "z" in names(deeper)
 
 
 SHADOWED = (

@@ -104,9 +104,12 @@ def test_the_walk_does_not_enter_nested_scopes_but_maps_their_parents():
     walk = FunctionWalk(forward)
     inner = next(n for n in ast.walk(forward) if isinstance(n, ast.FunctionDef) and n.name == "inner")
     lam = next(n for n in ast.walk(forward) if isinstance(n, ast.Lambda))
-    # `def inner` is a statement of the body: walk_function enters it; the lambda it does not.
+    local = next(n for n in ast.walk(forward) if isinstance(n, ast.ClassDef))
+    # `def inner` is a statement of the body and the lambda a closure: walk_function enters both,
+    # after the rest; not the methods of a class (none here: its body is a class attribute).
     assert inner in walk.nodes and inner.body[0] in walk.nodes
-    assert lam not in walk.nodes and lam.body not in walk.nodes
+    assert lam in walk.nodes and lam.body in walk.nodes
+    assert walk.nodes.index(lam) > walk.nodes.index(local)
     assert walk.parents[id(lam.body)] is lam
     assert walk.parents[id(forward.decorator_list[0])] is forward
 
@@ -185,9 +188,24 @@ def test_own_and_all_nodes_are_the_walks_they_replace():
             todo.extend(c for c in ast.iter_child_nodes(node)
                         if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)))
 
+    def closures_as_they_are(met):  # then the lambdas met, walked the same way (the last first), in rounds
+        out = []
+        while met:
+            todo, met = list(met), []
+            while todo:
+                node = todo.pop()
+                out.append(node)
+                for c in ast.iter_child_nodes(node):
+                    if isinstance(c, ast.Lambda):
+                        met.append(c)
+                    elif not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        todo.append(c)
+        return out
+
     tree = ast.parse(CODE)
     for fn in _functions(CODE):
         old = list(walk_function_as_it_was(fn))
+        old += closures_as_they_are([c for n in old for c in ast.iter_child_nodes(n) if isinstance(c, ast.Lambda)])
         assert [id(n) for n in walk_function(fn)] == [id(n) for n in old]
         assert len(own_nodes(fn)) == len(old) and all(a is b for a, b in zip(own_nodes(fn), old))
     for root in [tree, *_functions(CODE)]:
@@ -209,7 +227,7 @@ def test_the_walk_asks_isinstance_once_per_class():
     fn.body.extend(ast.parse("f = lambda: z\nwith a:\n    def inner(y):\n        return y\n").body)
     nodes = own_nodes(fn)
     assert any(type(n) is Marked for n in nodes)
-    assert not any(isinstance(n, ast.Lambda) for n in nodes)
+    assert any(isinstance(n, ast.Lambda) for n in nodes)  # a closure: entered after the walk
     entered = function_walk._ENTERED[function_walk._OTHER_SCOPES]
     assert entered[ast.Name] and entered[Marked] and entered[ast.Load]
     assert not entered[ast.Lambda] and not entered[ast.FunctionDef]

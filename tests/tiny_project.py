@@ -60,6 +60,17 @@ class Attn(torch.nn.Module):
         return x
 """
 
+# The start of a model module of that project: a model holding a QLinear handed in, up to where
+# its `forward` (a test's own) begins.
+STUB_MODEL_HEAD = (
+    "import torch\n"
+    "from proj.layers import QLinear\n\n\n"
+    "class Model(torch.nn.Module):\n"
+    "    def __init__(self, proj: QLinear):\n"
+    "        super().__init__()\n"
+    "        self.proj = proj\n\n"
+)
+
 STUB_LAYERS = """\
 import torch
 
@@ -99,6 +110,22 @@ def stub_project(root: Path, model: str, extra: dict[str, str] | None = None, py
     has the dtype a test picks), `proj/model.py` = `model`, and `extra` files."""
     return write_tree(root, {"pyproject.toml": pyproject, "proj/__init__.py": "", "proj/layers.py": STUB_LAYERS,
                              "proj/model.py": model, **(extra or {})})
+
+
+def assert_fixed_model_runs(before, after, layer, x) -> None:
+    """The stub project's `Model.forward(x)` after a fix (module `after`), against the code before
+    it (`before`), on every storage the helper's family can meet: float and complex storage cast as
+    before, packed storage (Marlin's int32, NVFP4's uint8) and a layer without `.weight` (AWQ) to
+    QLinear's model dtype (`params_dtype`, bf16). `layer`: the project's QLinear class."""
+    import torch
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.complex64):
+        assert after.Model(layer(dtype)).forward(x).dtype == before.Model(layer(dtype)).forward(x).dtype == dtype
+    for packed in (torch.int32, torch.uint8):
+        assert after.Model(layer(packed)).forward(x).dtype == torch.bfloat16
+    absent = layer(torch.bfloat16)
+    del absent.weight
+    assert after.Model(absent).forward(x).dtype == torch.bfloat16
 
 
 def fresh_import(root: Path, module: str = "proj.model"):

@@ -6,10 +6,11 @@ each fact's own `isinstance` filter over the nodes). `FunctionWalk` walks a func
 keeps what every consumer asks of it:
 
 - `nodes`: the function's own nodes in exactly the order `class_facts.walk_function` yields
-  them (nested functions, lambdas and classes are not entered, except a `def` or `class` that is
-  itself a statement of the body, or of a block of it, as `walk_function` enters it), so that rules which keep the
-  first of several nodes, and fix planners that name variables in the order sites are met, see
-  them as before;
+  them (a `def` or `class` that is a statement of the body in place; then the closures, which
+  read the function's locals: a `def` under a block of it or inside a nested `def`, at any depth,
+  and every lambda, each after the walk it was met in; never a class's methods, nor a closure
+  taking one of the function's parameter names), so that rules which keep the first of several
+  nodes, and fix planners that name variables in the order sites are met, see them as before;
 - `parents`: `id(child) -> parent` for every node under the function, nested bodies, arguments
   and decorators included (what `dominance.parent_map(fn)` builds);
 - `of(*types)`: the events, the nodes of the given exact AST classes in walk order (`ast.Call`,
@@ -38,9 +39,12 @@ _BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody"})
 _BLOCK_OWNERS = frozenset({ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
                            getattr(ast, "TryStar", ast.Try), ast.ExceptHandler, ast.Match, ast.match_case})
 _AST = ast.AST
-# The nodes a FunctionScope reads (its local assignments and the names loops and `with` bind).
+_LAMBDA = ast.Lambda
+_DEFS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef})
+# The nodes a FunctionScope reads (its local assignments and the names loops and `with` bind, and
+# the nested `def`s and lambdas the walk enters, whose own names shadow).
 SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With, ast.AugAssign,
-                ast.FunctionDef, ast.AsyncFunctionDef)  # ... and the nested `def`s it enters, whose own names shadow
+                ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 # Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).
@@ -172,21 +176,48 @@ def own_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     """`list(class_facts.walk_function(fn))`, in its order (the loop of `FunctionWalk.__init__`
     without the events): `ast.iter_child_nodes`' generators were most of a walk's cost.
 
-    A `def` or `class` that is a statement of a block of the function (under an `if`, `for`,
-    `with`, `try`, `match`..., not inside another `def` or `class`) is entered too, after the
-    rest, as one that is a statement of its body is in place: a closure defined under `if flag:`
-    reads the function's locals as one defined beside them does, and its casts were met by no
-    walk that knew them. (Collected as the walk passes them: a pass of its own over every
-    function's statements cost 0.15% of a cold check.)"""
-    deferred: list[Any] = []  # defs and classes: statements, with their lines
+    A closure reads the function's locals as code beside them does, so it is walked too, after
+    the walk it was met in: a `def` or `class` under a block of the function (`if flag:`, `with`,
+    `try`, `match`...), a `def` inside a nested `def` at any depth, and every lambda. Not a class's
+    methods (another scope), nor a closure taking one of the function's parameter names (`self`
+    there is not the function's `self`). Their casts were met by no walk that knew the locals
+    (trl 1.16.0: a forward hook defined under `if`). (Collected as the walk passes them: a pass of
+    its own over every function's statements cost 0.15% of a cold check.)"""
+    deferred: list[Any] = []  # defs and classes (statements, with their lines) and lambdas
     nodes = _depth_first(list(fn.body), _OTHER_SCOPES, deferred)
-    if deferred:
-        # A block's `def` inside a nested `def` or `class` of the body is that one's, not this one's.
-        inner = [(s.lineno, s.end_lineno or s.lineno) for s in fn.body if isinstance(s, _STATEMENT_SCOPES)]
-        owned = [d for d in deferred if not any(first <= d.lineno <= last for first, last in inner)]
+    own_params = _parameters(fn) if deferred else frozenset()
+    while deferred:
+        # A `def` under a block of a class's body is the class's (a method), not the function's.
+        classes = [(c.lineno, c.end_lineno or c.lineno) for c in nodes if type(c) is ast.ClassDef]
+        owned = [d for d in deferred if not any(first <= d.lineno <= last for first, last in classes)
+                 and not (own_params & _parameters(d))]
+        deferred = []
         if owned:
-            nodes += _depth_first(owned, _OTHER_SCOPES)
+            nodes += _depth_first(owned, _OTHER_SCOPES, deferred)
     return nodes
+
+
+def in_closure(fn: ast.AST, parents: dict[int, ast.AST], node: ast.AST) -> bool:
+    """Is `node` in a lambda or a nested `def` of `fn` (a closure its walk entered), which runs
+    when it is called, not where `fn` defines it? `parents`: FunctionWalk.parents of `fn`."""
+    up = parents.get(id(node))
+    while up is not None and up is not fn:
+        if type(up) is _LAMBDA or type(up) in _DEFS:
+            return True
+        up = parents.get(id(up))
+    return False
+
+
+def _parameters(scope: ast.AST) -> frozenset[str]:
+    """The parameter names of a `def` or lambda (none for a class). A nested scope that takes one
+    of the function's own parameter names is not entered: `self` or `layer` there is not the
+    function's, and what the function's parameters hold (their annotations, `self`'s class) is
+    read by name."""
+    a = getattr(scope, "args", None)
+    if a is None:
+        return frozenset()
+    return frozenset(arg.arg for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                     if arg is not None)
 
 
 def all_nodes(root: ast.AST) -> list[ast.AST]:
@@ -230,8 +261,9 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], blocks: list[Any] 
                         enter = entered[type(item)] = isinstance(item, ast_type) and not isinstance(item, skip)
                     if enter:
                         push(item)
-                    elif blocks is not None and name in _BLOCK_FIELDS and type(item) in _STATEMENT_SCOPES \
-                            and type(node) in _BLOCK_OWNERS:
+                    elif blocks is not None and (type(item) is _LAMBDA or (
+                            name in _BLOCK_FIELDS and type(item) in _STATEMENT_SCOPES
+                            and (type(node) in _BLOCK_OWNERS or type(node) in _DEFS))):
                         blocks.append(item)
             else:
                 enter = enters(type(value))
@@ -239,6 +271,8 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], blocks: list[Any] 
                     enter = entered[type(value)] = isinstance(value, ast_type) and not isinstance(value, skip)
                 if enter:
                     push(value)
+                elif blocks is not None and type(value) is _LAMBDA:
+                    blocks.append(value)
     return nodes
 
 
@@ -290,7 +324,7 @@ def _walked(root: ast.AST, parents: dict[int, ast.AST] | None) -> list[ast.AST]:
     return nodes
 
 
-__all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "nodes_of", "own_nodes", "parent_map", "walk"]
+__all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "in_closure", "nodes_of", "own_nodes", "parent_map", "walk"]
 
 
 # Every function of a module with its scope: the walk the rules' candidates, the fix planner's scope

@@ -1013,9 +1013,9 @@ class FunctionScope:
         # `proj: RowParallelLinear = ...` or a bare `proj: RowParallelLinear` before `for proj in`:
         # the declared type holds whatever the local is (re)bound to.
         self.annotations: dict[str, ast.expr] = {}
-        # (first line, last line, parameters, locals) of each nested `def` the walk enters
-        # (own_nodes): what it binds itself is another value under the same name there.
-        self.shadows: list[tuple[int, int, frozenset[str], frozenset[str]]] = []
+        # (first position, last position, parameters, locals) of each nested `def` or lambda the
+        # walk enters (own_nodes): what it binds itself is another value under the same name there.
+        self.shadows: list[tuple[tuple[int, int], tuple[int, int], frozenset[str], frozenset[str]]] = []
         if fn is None:
             return
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
@@ -1025,7 +1025,7 @@ class FunctionScope:
             args = args[1:]
         for arg in args:
             self.params[arg.arg] = arg.annotation
-        nested: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        nested: list[ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda] = []
         for node in walk_function(fn) if nodes is None else nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -1039,7 +1039,7 @@ class FunctionScope:
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AugAssign)):
                 for bound_name in _store_names(node):
                     self.assigns.setdefault(bound_name, []).append(None)  # unknown value
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not fn:
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node is not fn:
                 nested.append(node)
         if nested:
             self.shadows = [_own_bindings(d) for d in nested]
@@ -1050,21 +1050,31 @@ class FunctionScope:
         (`def align(t, target)` beside `target = L.weight.dtype`), its own assignments for a local
         of it (whose values may still read this function's `self`)."""
         values = self.assigns.get(name.id, [])
-        line = name.lineno
+        at = (name.lineno, name.col_offset)
         for first, last, params, own in self.shadows:
-            if first <= line <= last:
+            if first <= at <= last:
                 if name.id in params:
                     return []
                 if name.id in own:
-                    values = [v for v in values if v is not None and first <= v.lineno <= last]
+                    values = [v for v in values if v is not None and first <= (v.lineno, v.col_offset) <= last]
         return values
 
 
-def _own_bindings(d: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int, frozenset[str], frozenset[str]]:
-    """(first body line, last line, parameters, locals) of a nested `def`: the names stored in its
-    body that it declares neither `global` nor `nonlocal` are its locals."""
+_END = 1 << 30  # a column past the end of any line
+
+
+def _own_bindings(d: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) \
+        -> tuple[tuple[int, int], tuple[int, int], frozenset[str], frozenset[str]]:
+    """(first position, last position, parameters, locals) of a nested `def` (its body's lines) or
+    lambda (its body expression): the names stored in a `def`'s body that it declares neither
+    `global` nor `nonlocal` are its locals; a lambda has none (`:=` in it binds the enclosing
+    function's name)."""
     a = d.args
     params = {arg.arg for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if arg is not None}
+    if isinstance(d, ast.Lambda):
+        body = d.body
+        return ((body.lineno, body.col_offset), (body.end_lineno or body.lineno, body.end_col_offset or _END),
+                frozenset(params), frozenset())
     stored: set[str] = set()
     declared: set[str] = set()
     for n in ast.walk(d):
@@ -1072,7 +1082,8 @@ def _own_bindings(d: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int, 
             stored.add(n.id)
         elif isinstance(n, (ast.Global, ast.Nonlocal)):
             declared.update(n.names)
-    return d.body[0].lineno, d.end_lineno or d.lineno, frozenset(params), frozenset(stored - params - declared)
+    return ((d.body[0].lineno, 0), (d.end_lineno or d.lineno, _END), frozenset(params),
+            frozenset(stored - params - declared))
 
 
 def _store_names(node) -> list[str]:
@@ -1090,9 +1101,10 @@ def _store_names(node) -> list[str]:
 
 
 def walk_function(fn):
-    """ast.walk over a function body without descending into lambdas, nor into nested functions or
-    classes other than those that are statements of its body or of its blocks (statements popped
-    from the end; function_walk.own_nodes lists them, in this order)."""
+    """ast.walk over a function body and the closures it defines (nested functions at any depth,
+    lambdas), not into classes other than those that are statements of its body or of its blocks,
+    nor into a closure taking one of the function's parameter names (statements popped from the
+    end; function_walk.own_nodes lists them, in this order)."""
     from dtype_lint.analysis.function_walk import own_nodes  # imports only `ast`; kept local
 
     yield from own_nodes(fn)
