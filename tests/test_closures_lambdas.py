@@ -111,3 +111,71 @@ def test_dtl003_says_a_read_in_a_closure_of_init_runs_later(tmp_path: Path):
     assert sorted(lines) == ["10", "9"], found.stdout
     assert "(in a closure defined in `__init__`)" in lines["9"]
     assert "(in `__init__`)" in lines["10"] and "closure" not in lines["10"]
+
+
+HF_MODEL = '''\
+from torch import nn
+from transformers import PreTrainedModel
+
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+
+    def forward(self, hidden_states):
+        d = self.proj.weight.dtype
+        f = lambda t: t.to(d)
+        g = lambda t: t.to(self.proj.weight.dtype)
+        return self.proj(f(hidden_states)) + self.proj(g(hidden_states))
+
+
+class Model(PreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.block = Block(config)
+'''
+
+HF_RUN = r"""
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from model import Block
+
+torch.manual_seed(0)
+block = Block(None).eval()
+linear = block.proj
+x = torch.randn(4, 64)
+with torch.no_grad():
+    twin = block(x)
+    out = {}
+    for kind in ("bnb-4bit", "bnb-8bit"):
+        block.proj = bnb_layer(linear, kind)
+        try:
+            got = block(x)
+            out[kind] = [str(got.dtype), ((got.float() - twin).norm() / twin.norm()).item()]
+        except Exception as e:
+            out[kind] = ["raises", f"{type(e).__name__}: {e}"]
+        block.proj = linear
+print(json.dumps(out))
+"""
+
+
+def test_the_hf_familys_fix_in_a_lambda_runs_on_real_bitsandbytes_layers(tmp_path: Path):
+    """In Hugging Face code the family's helper fixes a lambda's cast (`t.to(d or t.dtype)`, the
+    receiver a name): the fixed block, handed real Linear4bit / Linear8bitLt layers, matches its
+    float twin, where the code before cast the activation to uint8 / int8."""
+    pytest.importorskip("bitsandbytes", reason="the `hf` extra (pip install -e '.[hf]') is not installed")
+    from tiny_project import run_on_quantized_layers, write_tree
+
+    root = write_tree(tmp_path / "p", {"model.py": HF_MODEL})
+    before = run_on_quantized_layers(HF_RUN, root)
+    assert all(before[kind][0] != "torch.float32" for kind in before), before
+    found = dtl(root, "check", ".", "--no-cache", "--output-format", "concise")
+    assert found.stdout.count("DTL001 [*]") == 2, found.stdout
+    fixed = dtl(root, "check", ".", "--fix", "--no-cache")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "lambda t: t.to(d or t.dtype)" in (root / "model.py").read_text(encoding="utf-8")
+    after = run_on_quantized_layers(HF_RUN, root)
+    assert after["bnb-4bit"][0] == "torch.float32" and after["bnb-4bit"][1] < 0.5, after
+    assert after["bnb-8bit"][0] == "torch.float32" and after["bnb-8bit"][1] < 0.2, after
