@@ -44,6 +44,7 @@ KEPT_READS = 1000
 # Any entry larger than this is not ours (scan.json of a 24,000-file tree is about 3 MB).
 MAX_ENTRY_BYTES = 64 << 20
 FORMAT = "v2"
+GITIGNORE = b"# created by dtype-lint\n*\n"  # the cache folder's own, while it holds only ours (`save`)
 # A census made again (a file it read changed) is a new group. The entries that name an older one
 # are misses from then on, unless the change is undone or the census would pass over the file
 # still (core/passed_over.py): kept, every edit of a file a census read left a group behind (6.8
@@ -518,15 +519,15 @@ class Cache:
                     writer.make_dirs(self.dir / kind, "cache")
             gitignore = self.base / ".gitignore"
             if not gitignore.exists() and all(_ours(name) for name in os.listdir(self.base)):
-                writer.write(gitignore, b"# created by dtype-lint\n*\n", "cache", create=True)
+                writer.write(gitignore, GITIGNORE, "cache", create=True)
             for name, data in self._pending.items():
                 kind, _, rel = name.partition("/")
                 writer.write_cache(self._entry(kind, rel), data)
             scan = encode({"names": self._scan_names, "files": self._scan}, self.context) if self._scan_dirty else None
             if scan is not None:
                 writer.write_cache(self.dir / "scan.json", scan)
-            self._remove_old_groups([name[2:] for name in self._pending if name.startswith("g/")])
             self.started = new  # the run then removes stale folders (cache_clean.remove_stale_folders)
+            self._remove_old_groups([name[2:] for name in self._pending if name.startswith("g/")])
         except (OSError, WriteError):
             pass  # a read-only checkout still lints; it just does not cache
         self._pending.clear()

@@ -16,12 +16,11 @@ import shutil
 import time
 from pathlib import Path
 
-from dtype_lint.run.cache import FORMAT, _ours
+from dtype_lint.run.cache import FORMAT, GITIGNORE, _ours
 
 # A cache folder of other settings that no run used for this long is removed when a run starts a
 # new one.
 STALE_DAYS = 30
-GITIGNORE = b"# created by dtype-lint\n*\n"  # what Cache.save writes: removed only when unchanged
 
 
 def clean(folder: Path) -> tuple[int, list[str]]:
