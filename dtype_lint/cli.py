@@ -527,6 +527,7 @@ def _doctor(args) -> int:
 
 
 def _clean(args) -> int:
+    from dtype_lint.core.safe_read import byte_size
     from dtype_lint.run.cache_clean import clean
     from dtype_lint.run.cache_folder import cache_folder_problem
     from dtype_lint.run.pipeline import UserError
@@ -541,7 +542,7 @@ def _clean(args) -> int:
         print(f"dtype-lint: no cache at {shown}", file=sys.stderr)
         return EXIT_CLEAN
     removed, kept = clean(folder)
-    size = f"{removed / 1e6:.1f} MB" if removed >= 100_000 else f"{-(-removed // 1000)} kB"
+    size = byte_size(removed)
     if not kept:
         print(f"dtype-lint: removed the cache at {shown} ({size})", file=sys.stderr)
     else:

@@ -41,6 +41,7 @@ _BLOCK_OWNERS = frozenset({ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, a
 _AST = ast.AST
 _LAMBDA = ast.Lambda
 _DEFS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef})
+_HOLDS_CLOSURES = _BLOCK_OWNERS | _DEFS  # whose statement blocks' `def`s own_nodes enters after the walk
 # The nodes a FunctionScope reads (its local assignments and the names loops and `with` bind, and
 # the nested `def`s and lambdas the walk enters, whose own names shadow).
 SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With, ast.AugAssign,
@@ -185,12 +186,12 @@ def own_nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     its own over every function's statements cost 0.15% of a cold check.)"""
     deferred: list[Any] = []  # defs and classes (statements, with their lines) and lambdas
     nodes = _depth_first(list(fn.body), _OTHER_SCOPES, deferred)
-    own_params = _parameters(fn) if deferred else frozenset()
+    own_params = parameter_names(fn) if deferred else frozenset()
     while deferred:
         # A `def` under a block of a class's body is the class's (a method), not the function's.
         classes = [(c.lineno, c.end_lineno or c.lineno) for c in nodes if type(c) is ast.ClassDef]
         owned = [d for d in deferred if not any(first <= d.lineno <= last for first, last in classes)
-                 and not (own_params & _parameters(d))]
+                 and not (own_params & parameter_names(d))]
         deferred = []
         if owned:
             nodes += _depth_first(owned, _OTHER_SCOPES, deferred)
@@ -208,11 +209,10 @@ def in_closure(fn: ast.AST, parents: dict[int, ast.AST], node: ast.AST) -> bool:
     return False
 
 
-def _parameters(scope: ast.AST) -> frozenset[str]:
-    """The parameter names of a `def` or lambda (none for a class). A nested scope that takes one
-    of the function's own parameter names is not entered: `self` or `layer` there is not the
-    function's, and what the function's parameters hold (their annotations, `self`'s class) is
-    read by name."""
+def parameter_names(scope: ast.AST) -> frozenset[str]:
+    """The parameter names of a `def` or lambda (none for a class). (own_nodes does not enter a
+    nested scope taking one of the function's own: `self` or `layer` there is not the function's,
+    and what the function's parameters hold, their annotations and `self`'s class, is read by name.)"""
     a = getattr(scope, "args", None)
     if a is None:
         return frozenset()
@@ -263,7 +263,7 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], blocks: list[Any] 
                         push(item)
                     elif blocks is not None and (type(item) is _LAMBDA or (
                             name in _BLOCK_FIELDS and type(item) in _STATEMENT_SCOPES
-                            and (type(node) in _BLOCK_OWNERS or type(node) in _DEFS))):
+                            and type(node) in _HOLDS_CLOSURES)):
                         blocks.append(item)
             else:
                 enter = enters(type(value))
@@ -324,7 +324,8 @@ def _walked(root: ast.AST, parents: dict[int, ast.AST] | None) -> list[ast.AST]:
     return nodes
 
 
-__all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "in_closure", "nodes_of", "own_nodes", "parent_map", "walk"]
+__all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "in_closure", "nodes_of", "own_nodes", "parameter_names",
+           "parent_map", "walk"]
 
 
 # Every function of a module with its scope: the walk the rules' candidates, the fix planner's scope

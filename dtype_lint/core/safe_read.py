@@ -28,7 +28,7 @@ def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)}); skipped unread")
     if st.st_size > limit:
-        raise ValueError(f"larger than {_size(limit)} ({_size(st.st_size)}); skipped unread")
+        raise ValueError(f"larger than {byte_size(limit)} ({byte_size(st.st_size)}); skipped unread")
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     try:
         opened = os.fstat(descriptor)
@@ -38,7 +38,7 @@ def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
     finally:
         os.close(descriptor)
     if len(data) > limit:
-        raise ValueError(f"larger than {_size(limit)}; skipped")
+        raise ValueError(f"larger than {byte_size(limit)}; skipped")
     return data
 
 
@@ -68,5 +68,6 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def _size(n: int) -> str:
+def byte_size(n: int) -> str:
+    """`n` bytes, as messages say it (`12 MiB`, `300 bytes`)."""
     return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def remove_stale_folders(base: Path, current: Path, now: float | None = None) ->
         if name == current.name or not name.startswith(f"{FORMAT}-") or path.is_symlink() or not path.is_dir():
             continue
         if _last_written(path) < limit:
-            _remove(path)
+            shutil.rmtree(path, ignore_errors=True)  # (not measured: nobody is told its size)
             removed.append(name)
     return removed
 
@@ -93,7 +94,7 @@ def _remove(path: Path) -> int:
         st = path.lstat()
     except OSError:
         return 0
-    if path.is_symlink() or not path.is_dir():
+    if not stat.S_ISDIR(st.st_mode):  # a file, or a link (to a folder too: lstat's mode)
         try:
             path.unlink()
         except OSError:

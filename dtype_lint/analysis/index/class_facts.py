@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from dtype_lint.analysis.function_walk import nodes_of, walk
+from dtype_lint.analysis.function_walk import nodes_of, parameter_names, walk
 from dtype_lint.analysis.index.class_index import LOCALS, QuantizableLayerIndex, dotted, record_import
 from dtype_lint.analysis.index.construction_forms import (
     MODULE_CONTAINERS,
@@ -1069,12 +1069,11 @@ def _own_bindings(d: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) \
     lambda (its body expression): the names stored in a `def`'s body that it declares neither
     `global` nor `nonlocal` are its locals; a lambda has none (`:=` in it binds the enclosing
     function's name)."""
-    a = d.args
-    params = {arg.arg for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if arg is not None}
+    params = parameter_names(d)
     if isinstance(d, ast.Lambda):
         body = d.body
         return ((body.lineno, body.col_offset), (body.end_lineno or body.lineno, body.end_col_offset or _END),
-                frozenset(params), frozenset())
+                params, frozenset())
     stored: set[str] = set()
     declared: set[str] = set()
     for n in ast.walk(d):
@@ -1082,7 +1081,7 @@ def _own_bindings(d: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) \
             stored.add(n.id)
         elif isinstance(n, (ast.Global, ast.Nonlocal)):
             declared.update(n.names)
-    return ((d.body[0].lineno, 0), (d.end_lineno or d.lineno, _END), frozenset(params),
+    return ((d.body[0].lineno, 0), (d.end_lineno or d.lineno, _END), params,
             frozenset(stored - params - declared))
 
 
