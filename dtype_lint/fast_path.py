@@ -280,7 +280,10 @@ def _find_config(first_path: str) -> tuple[str, str, str, dict] | None:
             except (OSError, ValueError):
                 return None  # a FIFO, a device, too large: the full run says so
             if b"dtype-lint" in data:
-                import tomllib
+                if sys.version_info >= (3, 11):
+                    import tomllib
+                else:  # Python 3.10: the same reader, as the `tomli` dependency (config._toml)
+                    import tomli as tomllib
 
                 try:
                     tool = tomllib.loads(data.decode("utf-8")).get("tool", {})

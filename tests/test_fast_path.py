@@ -212,3 +212,28 @@ def test_the_prefilter_wants_one_rules_marker_and_pattern():
     text = "x = torch.empty(3, dtype=torch.int32)\n"
     assert not Prefilter(ALL_RULES).might_match(text)
     assert Prefilter(ALL_RULES).might_match(text + "w = self.weight\n")
+
+
+def test_on_python_3_10_the_fast_path_reads_the_configuration_with_tomli(tmp_path, monkeypatch):
+    """Python 3.10 has no `tomllib`; the project depends on `tomli` there. The fast path imported
+    `tomllib` alone, so every `dtype-lint check FILE` of a configured project raised
+    ModuleNotFoundError on 3.10 (a pre-commit hook there never ran). Simulated here: the version
+    reads 3.10, `tomllib` cannot be imported, and `tomli` is the standard reader under its name."""
+    import types
+
+    try:
+        import tomllib as reader
+    except ModuleNotFoundError:  # a real Python 3.10
+        import tomli as reader  # type: ignore[no-redef]
+    root = make(tmp_path)
+    (root / "pyproject.toml").write_text('[tool.dtype-lint]\ncache-dir = ".lint-cache"\n', encoding="utf-8")
+    tomli = types.ModuleType("tomli")
+    tomli.loads, tomli.TOMLDecodeError = reader.loads, reader.TOMLDecodeError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # `import tomllib` raises ImportError
+    monkeypatch.setitem(sys.modules, "tomli", tomli)
+    monkeypatch.setattr(sys, "version_info", (3, 10, 13, "final", 0))
+    found = fast_path._find_config(str(root / "proj" / "plain.py"))
+    assert found is not None
+    config_path, project_root, cache_dir, table = found
+    assert (config_path, project_root, cache_dir) == (str(root / "pyproject.toml"), str(root), ".lint-cache")
+    assert table == {"cache-dir": ".lint-cache"}
