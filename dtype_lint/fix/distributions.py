@@ -23,6 +23,7 @@ import ast
 import functools
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -236,10 +237,10 @@ def read_toml(path: str) -> dict | None:
     text = read_text(path)
     if text is None:
         return None
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # Python 3.10
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError):
