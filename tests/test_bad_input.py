@@ -9,6 +9,7 @@ text scan quadratic, run under a time budget that only a runaway scan would exce
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -218,9 +219,17 @@ def test_deep_expressions_are_dtl900_for_that_file_and_the_run_goes_on(tmp_path:
     rc, found, _ = check_json(root)
     assert rc == 1
     by_file = codes_by_file(found)
-    assert by_file["deep.py"] == ["DTL900"] and by_file["attn.py"] == ["DTL001"]
+    # Python 3.11 and 3.12's parser refuses the sum (DTL900); 3.10's and 3.13's parse it, and then
+    # the file is analysed as any other (its `f` is no method: no layer, no finding).
+    try:
+        ast.parse(deep_sum)
+        refused = False
+    except (RecursionError, SyntaxError, MemoryError):
+        refused = True
+    assert by_file.get("deep.py") == (["DTL900"] if refused else None)
+    assert by_file["attn.py"] == ["DTL001"]
     fixed = dtl(root, "check", "--fix", "--no-cache")
-    assert fixed.returncode == 1 and FIXED_CALL in (root / "proj/attn.py").read_text()
+    assert fixed.returncode == (1 if refused else 0) and FIXED_CALL in (root / "proj/attn.py").read_text()
     assert (root / "proj/deep.py").read_text() == deep_sum
 
 

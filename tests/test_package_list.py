@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomllib
+from dtype_lint.core.config import tomllib  # tomli on Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -223,7 +223,7 @@ def test_the_inferred_helper_warning_is_one_short_line_with_its_detail_under_ver
 def test_user_extras_take_ranges_and_ci_pins_through_its_constraints_file():
     """Installing `verify` or `hf` into a user's vLLM or HF environment must not replace its torch
     (they pinned `torch==2.13.0` and `transformers==5.23.0`); CI installs exactly what it tests."""
-    import tomllib
+    from dtype_lint.core.config import tomllib  # tomli on Python 3.10
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     for extra in ("verify", "hf", "test"):
