@@ -261,6 +261,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    import warnings
+
+    from dtype_lint.core.trees import ignore_parser_warnings
+
+    with warnings.catch_warnings():
+        ignore_parser_warnings()  # explain, migrate, verify... parse the user's files too
+        return _command(argv)
+
+
+def _command(argv: list[str]) -> int:
     if (problem := environment_problem()) is not None:
         print(f"dtype-lint: error: {problem}", file=sys.stderr)
         return EXIT_ERROR

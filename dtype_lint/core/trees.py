@@ -42,6 +42,18 @@ LAZY = "_dtype_lint_lazy"  # ... and class line -> ClassRegion of the classes re
 # functions they hold are not in the tree (RuleFacts.blanked_class_functions reads them back)
 BLANKED_CLASSES = "_dtype_lint_blanked_classes"
 
+def ignore_parser_warnings() -> None:
+    """Let the parser's warnings about the code it reads go unshown: `"\\d"` (an invalid escape
+    sequence: a SyntaxWarning, shown by default from Python 3.12, a DeprecationWarning before),
+    and any other the compiler gives, are the linted project's, not what dtype-lint reports; shown, they
+    filled a run's stderr with Python's warnings about lines of the user's files (ipex-llm 2.2.0
+    with every rule on: 24 lines on each run). Nor does `-W error` make such a file unreadable.
+    A run keeps them unshown (run/pipeline.py `run`, `cli.main` for the other commands, each
+    worker started apart); the caller's own filters are restored after a run."""
+    warnings.filterwarnings("ignore", category=SyntaxWarning)
+    warnings.filterwarnings("ignore", message=r"invalid (octal )?escape sequence", category=DeprecationWarning)
+
+
 _kept: "OrderedDict[str, tuple[str, ast.Module, object, int]]" = OrderedDict()  # text, tree, kind, size
 _chars = 0
 parses = 0  # module parses made here, whole or reduced (benchmarks and tests read it)

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -138,7 +139,8 @@ def run(config: Config, options: RunOptions) -> RunResult:
     started = time.perf_counter()
     _require_rules(config)
     try:
-        with _gc_tuned():
+        with _gc_tuned(), warnings.catch_warnings():
+            trees.ignore_parser_warnings()  # the parser's warnings about the user's code (trees.py)
             return _run(config, options, started)
     finally:
         trees.clear()  # the trees this run shared go with it

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
+from dtype_lint.core.trees import ignore_parser_warnings
+
 _STATE: dict = {}
 
 
@@ -34,6 +36,7 @@ def worker_state() -> dict:
 
 def _init(init: Callable | None, args: tuple) -> None:
     _STATE.clear()
+    ignore_parser_warnings()  # a spawned worker starts with the default filters (forked ones inherit the run's)
     if init is not None:
         init(*args)
 
