@@ -8,6 +8,7 @@ input: a file that cannot be parsed, or whose nesting exhausts the parser, becom
 from __future__ import annotations
 
 import os
+import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -62,7 +63,10 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
                                        lazy_classes=True) \
                 if reduce or staged else trees.parse(path, text)
         except SyntaxError as error:
-            return _engine_error(path, f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1, config)
+            # The running interpreter's parser reads the file: code written for a newer Python
+            # (`x[*idx]` on 3.10) is a syntax error here, which the version tells apart.
+            return _engine_error(path, f"cannot parse with Python {sys.version_info[0]}.{sys.version_info[1]}: "
+                                       f"{error.msg}", error.lineno or 1, error.offset or 1, config)
         except (ValueError, RecursionError, MemoryError) as error:  # null bytes; absurd nesting
             return _engine_error(path, f"cannot parse: {_why(error)}", 1, 1, config)
         is_pkg = os.path.basename(path) == "__init__.py"
