@@ -53,3 +53,24 @@ def test_workers_show_none_either(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert len(_codes(proc)) == 11
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+def _parse_escape(_item: int) -> str:
+    import ast
+
+    return type(ast.parse('x = "\\d"')).__name__
+
+
+def test_a_spawned_worker_ignores_them_too(tmp_path: Path) -> None:
+    """Where workers are spawned (macOS, Windows), each starts with the interpreter's filters (here
+    `-W error`, which the spawn hands on), not the run's: its initializer sets them again."""
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from dtype_lint.run import workers\n"
+        "from test_parser_warnings import _parse_escape\n"
+        "workers.sys.platform = 'darwin'  # the spawned pool, as off Linux\n"
+        "print(workers.parallel_map(_parse_escape, list(range(8)), 2, parallel=True))\n")
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(["Module"] * 8)

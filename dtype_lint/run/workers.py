@@ -36,9 +36,13 @@ def worker_state() -> dict:
 
 def _init(init: Callable | None, args: tuple) -> None:
     _STATE.clear()
-    ignore_parser_warnings()  # a spawned worker starts with the default filters (forked ones inherit the run's)
     if init is not None:
         init(*args)
+
+
+def _init_spawned(init: Callable | None, args: tuple) -> None:
+    ignore_parser_warnings()  # a spawned worker starts with the default filters (a forked one has the run's)
+    _init(init, args)
 
 
 def parallel_map(fn: Callable, items: Sequence, jobs: int, *, init: Callable | None = None,
@@ -67,7 +71,7 @@ def parallel_map(fn: Callable, items: Sequence, jobs: int, *, init: Callable | N
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init,
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_spawned,
                              initargs=(init, initargs)) as pool:
         return list(_ticking(pool.map(fn, items, chunksize=chunk), len(items), progress, stage))
 
