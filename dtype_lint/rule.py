@@ -208,6 +208,12 @@ def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern:
     return re.compile("|".join(re.escape(m) for m in markers))
 
 
+def _holds_line(lines: list[int], fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Is one of the sorted 1-based `lines` among `fn`'s own (its `def` line to its last)?"""
+    j = bisect_left(lines, fn.lineno)
+    return j < len(lines) and lines[j] <= (fn.end_lineno or fn.lineno)
+
+
 def lines_holding(text: str, markers) -> list[int]:
     """The 1-based lines of `text` (line feeds only) holding one of `markers` (none holds a line
     break), in order. Each marker is found by `str.find`, from one line it is in to the next: an
@@ -298,7 +304,28 @@ class RuleFacts:
     def _marker_lines(self) -> list[int]:
         """The 1-based lines holding a marker word: each marker found from line to line
         (`lines_holding`; with lone CRs, one regex search per such line), not a test per line."""
-        markers = sorted(self._markers)
+        return self._lines_holding(sorted(self._markers))
+
+    @cached_property
+    def _naming(self) -> dict[tuple[str, ...], list[Candidate]]:
+        return {}
+
+    def candidates_naming(self, words: tuple[str, ...]) -> list[Candidate]:
+        """The candidates one of whose lines holds one of `words`, in their order: those a rule
+        that looks for what must spell one of them in the function's own code need walk (with
+        every rule on, the candidates are every function saying `dtype`, and DTL003 looks for
+        `.weight` reads). All of them where the text is not ASCII: an identifier may be spelled
+        in characters the parser normalises to the word."""
+        found = self._naming.get(words)
+        if found is None:
+            candidates = self.candidates
+            if self.source.text.isascii():
+                lines = self._lines_holding(sorted(words))
+                candidates = [c for c in candidates if _holds_line(lines, c.fn)]
+            found = self._naming[words] = candidates
+        return found
+
+    def _lines_holding(self, markers: list[str]) -> list[int]:
         if not markers or any(not m or "\r" in m or "\n" in m for m in markers):
             return [i for i, line in enumerate(self.source.lines, 1) if any(m in line for m in markers)]
         text = self.source.text
@@ -616,6 +643,11 @@ class RuleContext:
     @property
     def candidates(self) -> list[Candidate]:
         return self._fact("candidates")
+
+    def candidates_naming(self, words: tuple[str, ...]) -> list[Candidate]:
+        """The candidates whose lines may spell one of `words` (RuleFacts.candidates_naming)."""
+        self._declared("candidates")
+        return self._facts.candidates_naming(words)
 
     @property
     def functions(self) -> list[Candidate]:

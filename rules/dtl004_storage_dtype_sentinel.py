@@ -105,6 +105,7 @@ from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid
 # The attribute a layer states its model dtype under (the examples' helper returns it).
 _MODEL_DTYPE = model_dtype_attributes()[0]
 
+_DTYPE = ("dtype",)  # what a candidate holding a comparison to judge spells (needs_whole_tree)
 _HEAD = """\
 import torch
 from vllm.model_executor.layers.linear import ColumnParallelLinear
@@ -199,6 +200,8 @@ class StorageDtypeSentinel(Rule):
         ),
     ]
 
+    # A storage dtype compared is a `.dtype` read in the function's own code (directly, or in what
+    # a local it compares was assigned): a candidate without the word holds no comparison to judge.
     def needs_whole_tree(self, ctx: RuleContext) -> bool:
         """A comparison of a storage dtype with a sentinel that `check` would judge: in a function
         kept whole in the reduced tree (module constants are all there), or possibly in a blanked
@@ -211,7 +214,7 @@ class StorageDtypeSentinel(Rule):
             return True
         globals_ = ModuleGlobals(ctx.tree, ctx.imports)
         return any(sentinel_compare(node, c.scope, globals_) is not None
-                   for c in ctx.candidates for node in c.walk.of(ast.Compare))
+                   for c in ctx.candidates_naming(_DTYPE) for node in c.walk.of(ast.Compare))
 
     def check(self, ctx: RuleContext) -> None:
         module, _func = ctx.config.helper_spec
@@ -220,7 +223,7 @@ class StorageDtypeSentinel(Rule):
         if is_test_code(ctx.source.path):
             return  # a test asserting a storage dtype checks the backend on purpose
         globals_ = ModuleGlobals(ctx.tree, ctx.imports)
-        for c in ctx.candidates:
+        for c in ctx.candidates_naming(_DTYPE):
             if could_be_helper_shaped(function_text(ctx.source.lines, c.fn)) and helper_shape(c.fn) is not None:
                 continue
             done: set[int] = set()

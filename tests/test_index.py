@@ -411,15 +411,13 @@ def test_the_names_headers_import_are_one_object_per_name():
         assert other is local and parsed.imports[local] is target
 
 
-def test_the_importers_of_a_name_are_kept_as_flat_pairs():
-    """The storage model's constructions read which modules import a name, built once per run
-    over every module's imports: (module, target) pairs laid flat, in module order."""
+def test_the_importers_of_a_name_are_every_import_of_it():
+    """The storage model's constructions read which modules import a name (a census built once per
+    run: tests/test_import_census.py): (module, target) pairs, in module order."""
     from dtype_lint.analysis.storage.constructions import _importers
 
     headers = [extract_header("from pkg.layers import Linear\n", "pkg.a", "pkg/a.py", False),
                extract_header("from pkg.layers import Linear as L\nimport torch\n", "pkg.b", "pkg/b.py", False)]
     index = QuantizableLayerIndex(headers, [], [])
-    found = _importers(index)
-    assert found["Linear"] == ("pkg.a", "pkg.layers.Linear", "pkg.b", "pkg.layers.Linear")
-    assert found["torch"] == ("pkg.b", "torch")
-    assert _importers(index) is found
+    assert _importers(index, "Linear") == [("pkg.a", "pkg.layers.Linear"), ("pkg.b", "pkg.layers.Linear")]
+    assert _importers(index, "torch") == [("pkg.b", "torch")]

@@ -223,10 +223,10 @@ def test_a_pattern_another_rule_reads_ungated_keeps_every_match() -> None:
     text = "class A:\n    def f(self, x):\n        return x.to(self.dtype)\n"
     gated, plain = rule("Gated", {pattern: "no-such-gate"}), rule("Plain", {})
     for active in ([gated, plain], [plain, gated], [gated, rule("Other", {pattern: "another-gate"})]):
-        still, spans = _gated(active, text, ({}, {}), None, "m", False)  # type: ignore[arg-type]
+        still, spans = _gated(active, text, ({}, {}), None, "m", lambda: False)  # type: ignore[arg-type]
         assert still == active and spans is None
     with pytest.raises(ValueError, match="no pattern gate named"):
-        _gated([gated], text, ({}, {}), None, "m", False)  # type: ignore[arg-type]
+        _gated([gated], text, ({}, {}), None, "m", lambda: False)  # type: ignore[arg-type]
 
 
 # Statements that bind `self` (or look as if they might), and ones that only use it, each in a

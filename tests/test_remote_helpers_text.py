@@ -193,3 +193,36 @@ def test_headers_list_helper_shaped_functions_only_for_the_rules_reading_helpers
     assert dtl(root, "check", ".").returncode in (0, 1)  # the default rules, their headers cached
     cached = dtl(root, "check", ".", "--select", "DTL005", "--output-format", "json")
     assert json.loads(cached.stdout)["findings"] == expected
+
+
+# The caller with a second call of the helper, feeding a second cast.
+CALLS_TWICE = REMOTE_CALLER + """
+    def decode(self, kv_c, use_fp8_prefill):
+        kv_dtype = kv_b_proj_input_dtype(self.kv_b_proj, use_fp8_prefill)
+        if kv_dtype is not None:
+            kv_c = kv_c.to(kv_dtype)
+        return self.kv_b_proj(kv_c)
+"""
+
+
+def test_an_imported_helper_is_looked_up_once_per_analysis_and_read_again_after_an_edit(tmp_path, monkeypatch):
+    # A file's calls of one imported helper share one lookup (each reads and hashes the helper's
+    # file); the next run, in the same process, reads the edited helper.
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
+                                       "proj/dtypes.py": REMOTE_HELPER, "proj/attn.py": CALLS_TWICE})
+    looked_up: list[str] = []
+    real_lookup = helper_functions._file_helpers
+
+    def lookup(header, load_file):
+        looked_up.append(header.module)
+        return real_lookup(header, load_file)
+
+    monkeypatch.setattr(helper_functions, "_file_helpers", lookup)
+    calls = [f for f in json_findings(root, "--select", "DTL005") if f["path"].endswith("attn.py")]
+    assert [f["line"] for f in calls] == [6, 12], calls
+    # once by each file's analysis (attn.py's two calls share one); a lookup per call made four
+    assert looked_up == ["proj.dtypes", "proj.dtypes"]
+    sound = dtl005_unsound_input_dtype_helper._SOUND
+    assert sound != REMOTE_HELPER
+    (root / "proj" / "dtypes.py").write_text(sound, encoding="utf-8")
+    assert [f for f in json_findings(root, "--select", "DTL005") if f["path"].endswith("attn.py")] == []

@@ -153,3 +153,43 @@ def test_lines_holding_finds_the_lines_a_test_per_line_finds(text, markers):
     # those holding a marker, in order, each once, however markers overlap or share a line.
     assert lines_holding(text, markers) == [i for i, line in enumerate(text.split("\n"), 1)
                                             if any(m in line for m in markers)]
+
+
+NAMING = """\
+def casts(x):
+    return x.to(torch.float16)  # no marker word: no candidate
+
+
+def reads(layer):
+    d = layer.dtype
+    return layer.weight
+
+
+def spelled(layer):
+    d = layer.dtype
+    return getattr(layer, "wei" "ght")
+
+
+def neither(layer):
+    return layer.dtype
+"""
+
+
+def test_the_candidates_naming_a_word_are_those_whose_lines_spell_it():
+    # With every rule on, every function saying `dtype` is a candidate; DTL003 walks only those
+    # whose own lines spell `weight` or `getattr` (a read must), DTL004 those saying `dtype`.
+    facts = RuleFacts(SourceFile("m.py", NAMING, "m"), ast.parse(NAMING), make_config(),
+                      ProjectFacts(QuantizableLayerIndex([], [], [])), {}, frozenset({"dtype"}))
+    assert [c.fn.name for c in facts.candidates] == ["reads", "spelled", "neither"]
+    assert [c.fn.name for c in facts.candidates_naming(("weight", "getattr"))] == ["reads", "spelled"]
+    assert [c.fn.name for c in facts.candidates_naming(("dtype",))] == ["reads", "spelled", "neither"]
+    assert facts.candidates_naming(("weight", "getattr")) is facts.candidates_naming(("weight", "getattr"))
+    # An identifier may be spelled in characters the parser normalises: a text that is not ASCII
+    # keeps every candidate.
+    text = NAMING + "\n\ndef other(layer):\n    return layer.ｗｅｉｇｈｔ.dtype\n"
+    facts = RuleFacts(SourceFile("m.py", text, "m"), ast.parse(text), make_config(),
+                      ProjectFacts(QuantizableLayerIndex([], [], [])), {}, frozenset({"dtype"}))
+    assert [c.fn.name for c in facts.candidates_naming(("weight", "getattr"))] == \
+        ["reads", "spelled", "neither", "other"]
+    facts.release()  # the answers go with the file's other facts
+    assert "_naming" not in facts.__dict__

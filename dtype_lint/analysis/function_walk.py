@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any, TypeVar, overload
 
 from dtype_lint.analysis.instance_patches import instance_patched_methods
+from dtype_lint.core.ast_walk import FIELDS, child_fields, fields_of, parent_map, walk, walked
 
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
 _OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -48,41 +49,10 @@ SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor,
                 ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
-# Field types of the AST grammar that hold no node (`Name(identifier id, expr_context ctx)`).
-_SCALARS = frozenset({"identifier", "string", "constant", "int"})
 _Node = TypeVar("_Node", bound=ast.AST)
 _Other = TypeVar("_Other", bound=ast.AST)
-
-
-def _child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
-    """The fields of an AST class that can hold a node or a list of nodes, in `_fields` order
-    (the order `ast.iter_child_nodes` yields them), read from the grammar signature in its
-    docstring (`Name(identifier id, expr_context ctx)`: only `ctx`); every field when that
-    signature cannot be read."""
-    # `Name(...)` then only whitespace, read with string tests: a regex compiled per class was
-    # 56 compiles in a one-file run (`re`'s cache holds the pattern, not the class's answer).
-    doc = (kind.__doc__ or "").split("\n", 1)[0].rstrip()
-    head = kind.__name__ + "("
-    if not (doc.startswith(head) and doc.endswith(")") and len(doc) > len(head)):
-        return tuple(kind._fields)
-    declared = {}
-    for part in doc[len(head):-1].split(","):
-        words = part.split()
-        if len(words) == 2:
-            declared[words[1]] = words[0].rstrip("*?")
-    if set(declared) != set(kind._fields):
-        return tuple(kind._fields)
-    return tuple(f for f in kind._fields if declared[f] not in _SCALARS)
-
-
-_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
-
-
-def _fields_of(kind: type[ast.AST]) -> tuple[str, ...]:
-    found = _FIELDS.get(kind)
-    if found is None:
-        found = _FIELDS[kind] = _child_fields(kind)
-    return found
+# The child-field table of core/ast_walk.py, under the names the loops here read.
+_FIELDS, _fields_of, _child_fields = FIELDS, fields_of, child_fields
 
 
 def _children(node: ast.AST):
@@ -276,52 +246,10 @@ def _depth_first(todo: list[ast.AST], skip: tuple[type, ...], blocks: list[Any] 
     return nodes
 
 
-def walk(root: ast.AST) -> list[ast.AST]:
-    """`list(ast.walk(root))`, in its order (breadth first), read through each class's child
-    fields: `ast.iter_child_nodes`' generators made ast.walk a twentieth of a run with every rule
-    on, where the guard engine walks whole modules (vLLM 0.34.0: 130.7 G -> 125.3 G instructions)."""
-    return _walked(root, None)
-
-
-def parent_map(root: ast.AST) -> dict[int, ast.AST]:
-    """id(child) -> parent for every node under `root` (the root itself has none), written in
-    ast.walk's order: a node the parser shares (`Load()`, an operator) keeps the last parent."""
-    parents: dict[int, ast.AST] = {}
-    _walked(root, parents)
-    return parents
-
-
 def nodes_of(root: ast.AST, kind: type[_Node]) -> list[_Node]:
     """`[n for n in ast.walk(root) if type(n) is kind]`, in ast.walk's order (breadth first), read
     through each class's child fields instead of `ast.iter_child_nodes`."""
-    return [node for node in _walked(root, None) if type(node) is kind]
-
-
-def _walked(root: ast.AST, parents: dict[int, ast.AST] | None) -> list[ast.AST]:
-    """The nodes under `root` in ast.walk's order; with `parents`, each child's parent written
-    there as it is met."""
-    nodes: list[ast.AST] = [root]
-    push, ast_type, fields = nodes.append, _AST, _FIELDS
-    for node in nodes:  # the list is the queue: a node's children go after every node before them
-        kind = type(node)
-        child_fields = fields.get(kind)
-        if child_fields is None:
-            child_fields = _fields_of(kind)
-        for name in child_fields:
-            value = getattr(node, name, None)
-            if value is None:
-                continue
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast_type):
-                        push(item)
-                        if parents is not None:
-                            parents[id(item)] = node
-            elif isinstance(value, ast_type):
-                push(value)
-                if parents is not None:
-                    parents[id(value)] = node
-    return nodes
+    return [node for node in walked(root, None) if type(node) is kind]
 
 
 __all__ = ["SCOPE_EVENTS", "FunctionWalk", "all_nodes", "in_closure", "nodes_of", "own_nodes", "parameter_names",

@@ -23,7 +23,9 @@ def judged_weight_reads(ctx) -> Iterator[tuple]:
     rule.RuleContext) that DTL003 judges: not one feeding a cast's or an allocation's dtype
     (DTL001/DTL002 report those), not a weight handed to a project function that casts with it,
     not a wrapper's `weight` property returning its base's (it raises exactly as the base)."""
-    for function in ctx.candidates:
+    # A read spells `weight` (`L.weight`) or `getattr` (`getattr(L, "wei" "ght")`) in its function:
+    # the other candidates (with every rule on, every function saying `dtype`) are not walked.
+    for function in ctx.candidates_naming(("weight", "getattr")):
         for node in function.walk.of(ast.Attribute, ast.Call):  # what weight_read recognises
             layer = weight_read(node)
             if layer is None:

@@ -33,6 +33,7 @@ import ast
 from dataclasses import dataclass
 from typing import Iterable
 
+from dtype_lint.core.ast_walk import walk
 from dtype_lint.dtypes.storage_formats import evaluated_storages, packed_storages
 from dtype_lint.ecosystems.registry import model_dtype_attributes
 
@@ -542,8 +543,11 @@ def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | No
         return isinstance(node, ast.Name) and node.id == layer
 
     reads_weight = False
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Attribute) and (node.attr == "weight" or node.attr in model_dtype_attributes()) \
+    # One walk through the child-field table (core/ast_walk.py), the same nodes as `ast.walk`:
+    # its generators were most of this test, asked of every function a file's helper facts read.
+    nodes, attributes = walk(fn), model_dtype_attributes()
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and (node.attr == "weight" or node.attr in attributes) \
                 and is_layer(node.value):
             reads_weight = True
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
@@ -552,7 +556,7 @@ def helper_shape(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> HelperShape | No
             reads_weight = True
         if reads_weight:
             break
-    if not reads_weight or not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
+    if not reads_weight or not any(isinstance(n, ast.Return) and n.value is not None for n in nodes):
         return None
     flag = params[1] if len(params) > 1 else None
     return HelperShape(layer, flag, tuple(params[2:]))

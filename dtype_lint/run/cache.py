@@ -115,7 +115,8 @@ class Cache:
         the censuses' word tests) of an unchanged file, or None. `names`: the names looked for now;
         hits recorded for another list are not reused (None is returned when `names` is not empty).
         Helper links: (names of the functions it defines that may be input-dtype helpers, names it
-        imports with `from`). Word tests: run/pipeline.py's `WordTest`s, as `put_scan` keeps them."""
+        imports with `from`: none kept for a file the prefilter passes or holding a suppression,
+        which is analysed whatever it imports). Word tests: run/pipeline.py's `WordTest`s, as `put_scan` keeps them."""
         if not self.enabled:
             return None
         entry = self._scan_data().get(self.rel(real))

@@ -22,6 +22,8 @@ from dtype_lint.core.source import MAX_LINE_CHARS, READ_ERRORS, SourceFile, read
 from dtype_lint.rule import RuleContext, RuleContractError, RuleFacts
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dtype_lint.core.prefilter import Prefilter, Searcher
 
 
@@ -41,9 +43,12 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     raw: list[Finding] = []
     # Each rule runs only where its own prefilter passes: one rule's broad patterns must not change
     # what another reports (a file is parsed once, for the rules that can find something in it).
-    callers = reads_helper_callers(rules, index, module)
+    # Whether the module imports a helper, asked only for a rule reporting helper calls whose own
+    # patterns miss the text (it resolves every import of the module: with every rule on, most
+    # files DTL005 reads match its patterns).
+    callers = _Once(lambda: reads_helper_callers(rules, index, module))
     tested: tuple[dict[str, bool], dict[str, bool]] = ({}, {})  # a pattern rules share is searched once
-    active = [r for r in rules if for_rules((r,)).might_match(text, tested) or (callers and r.reads_helper_callers)]
+    active = [r for r in rules if for_rules((r,)).might_match(text, tested) or (r.reads_helper_callers and callers())]
     spans = None
     if active and any(r.pattern_gates for r in active):
         active, spans = _gated(active, text, tested, index, module, callers)
@@ -173,7 +178,23 @@ def site_spans(rules, text: str) -> list[tuple[int, int]]:
     return regions.site_spans(text, _searches(tuple(dict.fromkeys(p for r in rules for p in r.patterns))))
 
 
-def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module: str, callers: bool):
+class _Once:
+    """A question's answer, asked at most once and only when needed."""
+
+    __slots__ = ("_ask", "_answer")
+
+    def __init__(self, ask: "Callable[[], bool]") -> None:
+        self._ask: "Callable[[], bool]" = ask
+        self._answer: bool | None = None
+
+    def __call__(self) -> bool:
+        answer = self._answer
+        if answer is None:
+            answer = self._answer = bool(self._ask())
+        return answer
+
+
+def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module: str, callers: "Callable[[], bool]"):
     """(the rules still active, their site spans) once the gates of their gated patterns
     (`Rule.pattern_gates`, analysis/pattern_gates.py) have dropped the matches that cannot be
     sites: a rule whose other patterns do not match and whose gated matches all went is not run
@@ -198,7 +219,7 @@ def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module
             keeps = gate(name, text, module, index).keeps
             kept[pattern] = [(m.start(), m.end()) for m in matches if keeps(m)]
     dropped = tuple(sorted(gated))
-    still = [r for r in active if (callers and r.reads_helper_callers) or any(kept.get(p) for p in r.patterns)
+    still = [r for r in active if (r.reads_helper_callers and callers()) or any(kept.get(p) for p in r.patterns)
              or _without(r, dropped).might_match(text, tested)]
     ungated = tuple(dict.fromkeys(p for r in still for p in r.patterns if p not in gated))
     extra = [span for p in dict.fromkeys(p for r in still for p in r.patterns) for span in kept.get(p, ())]

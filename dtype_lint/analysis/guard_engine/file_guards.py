@@ -114,6 +114,8 @@ class FileGuards:
         an imported predicate is, with its unquantized checks and config tests only), or
         `self.a.m` (`_attribute_predicates`): `{base}`, `{"not " + base}` or nothing. Asked only
         for the names a guard calls (names_on_demand.py)."""
+        if "." not in base:
+            return frozenset()  # both name only `X.m` calls: a plain `f` needs no walk of `fn`
         calls = self._object_calls.get(id(fn))
         if calls is None:
             calls = self._object_calls[id(fn)] = object_predicate_calls(fn)

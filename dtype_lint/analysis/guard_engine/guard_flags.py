@@ -516,6 +516,8 @@ class ClassGuardFlags:
         to other code: where this file turns it on (on an object of any class, the rule cannot
         always tell which), those values decide whether it is a flag (`mlp.fuse_act =
         supports(mlp.down_proj)`, a predicate's result, makes `self.fuse_act` one)."""
+        if not any(all(is_falsy(a.value) for a in values) for values in attributes.values()):
+            return  # no attribute only ever set false: nothing to extend (the stores need no walk of the file)
         if self._outside_stores is None:
             self._outside_stores = _stores_on_other_objects(self._tree)
         if _ANY_NAME in self._outside_stores:

@@ -19,6 +19,7 @@ import keyword
 import os
 import re
 import textwrap
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -133,6 +134,34 @@ def extract_header(text: str, module: str, path: str, is_package: bool, function
 
 
 _CLASS_NAME = re.compile(r"[ \t]+(\w+)")
+_WORD = re.compile(r"\w+")
+_IMPORT_KEYWORD = re.compile(r"\bimport\b")
+
+
+def import_words(text: str) -> set[str]:
+    """The words of the statements `extract_header` reads (its `import`, `from` and `class`
+    statements, cut out alike; of a `from` statement, what follows its `import`), without parsing
+    them: the last part of every target its `imports` records is among them (`from m import X`,
+    `import a.b.c as d`: the name; `import a.b`: `a`).
+    A statement holding other than ASCII gives its words as written (the fast path records them
+    so) and normalised (NFKC, as the parser reads identifiers). A census that needs only which
+    file may import a name reads these words instead of every header
+    (analysis/storage/constructions.py)."""
+    words: set[str] = set()
+    for start, found in _STMT.finditer(text):
+        snippet = _logical_statement(text, start)
+        if not snippet.isascii():
+            words.update(_WORD.findall(snippet))
+            words.update(_WORD.findall(unicodedata.normalize("NFKC", snippet)))
+            continue
+        if text.startswith("from", found.end() - 4):
+            # `from pkg.linear import X`: X, not `linear` (a module's last part is a name many
+            # import from and few import)
+            keyword_at = _IMPORT_KEYWORD.search(snippet)
+            if keyword_at is not None:
+                snippet = snippet[keyword_at.end():]
+        words.update(_WORD.findall(snippet))
+    return words
 
 
 def _parse_snippets(snippets: list[tuple[int, str]], header: ModuleHeader, module: str, is_package: bool) -> None:
@@ -813,6 +842,33 @@ class ModuleTable:
                     frame.pass_over(mfs[0].key, told[1], passed_by)
             if told[0]:
                 yield module, mfs[0].path
+
+    def read_unread(self, read: Callable[[str], object]):
+        """`items()` for a census that needs only a little of each file: (module, header, None)
+        for a module whose header is read already (or whose file cannot be told without it: several
+        files, a NUL, a read error), else (module, None, read(text)) from its one file's text,
+        without extracting its header. Every module counts as read, its file with its stamp, as
+        `items()` records it."""
+        self._record_census()
+        got: list = []
+
+        def keep(text: str) -> bool:
+            got.append(read(text))
+            return True
+        for module in [m for m, _ in self._names.firsts()]:
+            mfs: list[ModuleFile] = self._module_files(module) \
+                if self._holds is not None and module not in self._headers else []
+            got.clear()
+            told = self._holds(mfs[0], keep) if len(mfs) == 1 else None
+            if told is None:
+                header = self.get(module)
+                if header is not None:
+                    yield module, header, None
+                continue
+            for frame in self.frames:
+                frame.modules[module] = mfs[0].key
+                frame.files[mfs[0].key] = told[1]
+            yield module, None, got[0]
 
     def values(self):
         return [h for _, h in self.items()]
