@@ -48,7 +48,7 @@ from dtype_lint.dtypes.truth_table import cast_disagreements, prove_guarded_cast
 from dtype_lint.fix.bound_names import fresh, identifiers, module_names
 from dtype_lint.fix.helper_template import helper_table
 from dtype_lint.fix.import_edit import import_edit
-from dtype_lint.fix.string_lines import rows_starting_in_strings
+from dtype_lint.fix.string_lines import rows_starting_in_strings, rows_starting_in_strings_of
 
 # `import *` however it is spelled (a line continuation may part them); a match in a string or a
 # comment only costs the walk the text test spares.
@@ -105,6 +105,7 @@ class Planner:
         self._site_vars: dict[int, str] = {}  # id(cast call) -> its variable
         self._frame_readers: dict[int, str] = {}  # id(function) -> frame_reader(function)
         self._compiled: dict = {}  # the file's compiled functions, once a site asks
+        self._fn_rows_in_strings: dict[int, set[int] | None] = {}  # id(function) -> its rows in strings
 
     def _frame_reader(self, fn: ast.AST) -> str:
         """`frame_reader(fn)`, walked once per function however many sites it has."""
@@ -530,7 +531,18 @@ class Planner:
         return rows_starting_in_strings(self.src.text)
 
     def _starts_outside_strings(self, line: int) -> bool:
-        rows = self._rows_in_strings
+        """Does row `line` start outside every string literal? Asked of the comment lines above a
+        statement a fix rewrites: inside a function, its own rows are lexed (once per function),
+        not the file's."""
+        fn = _innermost_function(self.tree.body, line)
+        if fn is None:
+            rows = self._rows_in_strings
+        else:
+            if id(fn) not in self._fn_rows_in_strings:
+                first = min([d.lineno for d in fn.decorator_list] + [fn.lineno])
+                self._fn_rows_in_strings[id(fn)] = rows_starting_in_strings_of(
+                    self.src.lines, first, fn.end_lineno or fn.lineno)
+            rows = self._fn_rows_in_strings[id(fn)]
         return rows is not None and line not in rows
 
     def _indent_unit(self, site: Site, stmt: ast.stmt) -> str:
@@ -539,3 +551,24 @@ class Planner:
         inner, outer = self.src.indent_of(stmt.lineno), self.src.indent_of(getattr(parent, "lineno", stmt.lineno))
         unit = inner[len(outer):] if inner.startswith(outer) else ""
         return unit or "    "
+
+
+def _innermost_function(body: list[ast.stmt], line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost `def` whose statement (decorators included) holds row `line`, found down the
+    statements that hold it; None when no function does."""
+    found = None
+    statements = body
+    while True:
+        holder = None
+        for node in statements:
+            first = min([d.lineno for d in getattr(node, "decorator_list", ())] + [node.lineno])
+            if first <= line <= (node.end_lineno or node.lineno):
+                holder = node
+                break
+        if holder is None:
+            return found
+        if isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = holder
+        statements = [*getattr(holder, "body", ()), *getattr(holder, "orelse", ()), *getattr(holder, "finalbody", ()),
+                      *(s for h in getattr(holder, "handlers", ()) for s in h.body),
+                      *(s for c in getattr(holder, "cases", ()) for s in c.body)]
