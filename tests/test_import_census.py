@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tiny_project import module_table_inputs
+
 from dtype_lint.analysis.index.class_index import (
     ModuleTable,
     QuantizableLayerIndex,
@@ -27,17 +29,7 @@ TEXTS = {
 
 
 def _index(folder: Path, texts: dict[str, str], loaded: list[str]) -> QuantizableLayerIndex:
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for module, text in texts.items():
-        path = folder / f"{module}.py"
-        path.write_text(text, encoding="utf-8")
-        files.append((str(path), str(path), module))
-
-    def load(mf, module):
-        loaded.append(module)
-        mf.stamp = f"stamp:{module}"
-        return extract_header(Path(mf.path).read_text(encoding="utf-8"), module, mf.path, False)
+    files, load = module_table_inputs(folder, texts, loaded)
 
     def holds(mf, test):  # as run/pipeline._Project._holds answers a predicate of the text
         text = Path(mf.path).read_text(encoding="utf-8")

@@ -6,22 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dtype_lint.analysis.index.class_index import ALL_MODULES, ModuleTable, Reads, extract_header
+from tiny_project import module_table_inputs
+
+from dtype_lint.analysis.index.class_index import ALL_MODULES, ModuleTable, Reads
 
 GROUPS = (("bitsandbytes",), ("transformers", "integrations"))
 
 
 def _table(tmp_path: Path, texts: dict[str, str], loaded: list[str], holds=True) -> ModuleTable:
-    files = []
-    for module, text in texts.items():
-        path = tmp_path / f"{module}.py"
-        path.write_text(text, encoding="utf-8")
-        files.append((str(path), str(path), module))
-
-    def load(mf, module):
-        loaded.append(module)
-        mf.stamp = f"stamp:{module}"
-        return extract_header(Path(mf.path).read_text(encoding="utf-8"), module, mf.path, False)
+    files, load = module_table_inputs(tmp_path, texts, loaded)
 
     def told(mf, groups):
         data = Path(mf.path).read_bytes()

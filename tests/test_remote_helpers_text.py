@@ -49,11 +49,8 @@ class Block(torch.nn.Module):
 """
 
 
-def test_a_module_whose_candidates_are_not_helpers_is_not_parsed(tmp_path, monkeypatch, parsed_files):
-    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
-                                       "proj/util.py": UTIL, "proj/model.py": MODEL})
-    parsed = parsed_files
-    helper_functions._REMOTE.clear()
+def _record_lookups(monkeypatch) -> list[str]:
+    """The modules whose helpers are looked up from here on (helper_functions._file_helpers), in order."""
     looked_up: list[str] = []
     real_lookup = helper_functions._file_helpers
 
@@ -62,6 +59,15 @@ def test_a_module_whose_candidates_are_not_helpers_is_not_parsed(tmp_path, monke
         return real_lookup(header, load_file)
 
     monkeypatch.setattr(helper_functions, "_file_helpers", lookup)
+    return looked_up
+
+
+def test_a_module_whose_candidates_are_not_helpers_is_not_parsed(tmp_path, monkeypatch, parsed_files):
+    root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
+                                       "proj/util.py": UTIL, "proj/model.py": MODEL})
+    parsed = parsed_files
+    helper_functions._REMOTE.clear()
+    looked_up = _record_lookups(monkeypatch)
     findings = json_findings(root, "--select", "DTL005")
     assert findings == []
     assert looked_up == ["proj.util"]  # DTL005 asked about `scale`...
@@ -210,14 +216,7 @@ def test_an_imported_helper_is_looked_up_once_per_analysis_and_read_again_after_
     # file); the next run, in the same process, reads the edited helper.
     root = write_tree(tmp_path / "p", {"pyproject.toml": "[tool.dtype-lint]\n", "proj/__init__.py": "",
                                        "proj/dtypes.py": REMOTE_HELPER, "proj/attn.py": CALLS_TWICE})
-    looked_up: list[str] = []
-    real_lookup = helper_functions._file_helpers
-
-    def lookup(header, load_file):
-        looked_up.append(header.module)
-        return real_lookup(header, load_file)
-
-    monkeypatch.setattr(helper_functions, "_file_helpers", lookup)
+    looked_up = _record_lookups(monkeypatch)
     calls = [f for f in json_findings(root, "--select", "DTL005") if f["path"].endswith("attn.py")]
     assert [f["line"] for f in calls] == [6, 12], calls
     # once by each file's analysis (attn.py's two calls share one); a lookup per call made four

@@ -410,3 +410,23 @@ def files_passed(monkeypatch, owner, name: str) -> list[str]:
 
     monkeypatch.setattr(owner, name, recorded)
     return names
+
+
+def module_table_inputs(folder: Path, texts: dict[str, str], loaded: list[str]):
+    """A ModuleTable's files and header loader for `texts` (module -> text) written under `folder`
+    as `<module>.py`: the loader stamps each module `stamp:<module>` and records it in `loaded`."""
+    from dtype_lint.analysis.index.class_index import extract_header
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for module, text in texts.items():
+        path = folder / f"{module}.py"
+        path.write_text(text, encoding="utf-8")
+        files.append((str(path), str(path), module))
+
+    def load(mf, module):
+        loaded.append(module)
+        mf.stamp = f"stamp:{module}"
+        return extract_header(Path(mf.path).read_text(encoding="utf-8"), module, mf.path, False)
+
+    return files, load
