@@ -164,7 +164,7 @@ def test_attribute_pattern_names_the_attribute_read():
 
 
 def test_child_fields_are_read_from_the_grammar_signature():
-    from dtype_lint.analysis.function_walk import _child_fields
+    from dtype_lint.core.ast_walk import child_fields as _child_fields
 
     assert _child_fields(ast.Name) == ("ctx",)  # `identifier id` holds no node
     assert _child_fields(ast.Attribute) == ("value", "ctx")

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any, TypeVar, overload
 
 from dtype_lint.analysis.instance_patches import instance_patched_methods
-from dtype_lint.core.ast_walk import FIELDS, child_fields, fields_of, parent_map, walk, walked
+from dtype_lint.core.ast_walk import FIELDS, fields_of, parent_map, walk, walked
 
 # Not entered by a function's own walk (walk_function): their nodes belong to another scope.
 _OTHER_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -52,7 +52,7 @@ SCOPE_EVENTS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor,
 _Node = TypeVar("_Node", bound=ast.AST)
 _Other = TypeVar("_Other", bound=ast.AST)
 # The child-field table of core/ast_walk.py, under the names the loops here read.
-_FIELDS, _fields_of, _child_fields = FIELDS, fields_of, child_fields
+_FIELDS, _fields_of = FIELDS, fields_of
 
 
 def _children(node: ast.AST):

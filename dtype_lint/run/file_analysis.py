@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 from dtype_lint.analysis.index.class_facts import ProjectFacts
@@ -46,7 +46,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
     # Whether the module imports a helper, asked only for a rule reporting helper calls whose own
     # patterns miss the text (it resolves every import of the module: with every rule on, most
     # files DTL005 reads match its patterns).
-    callers = _Once(lambda: reads_helper_callers(rules, index, module))
+    callers = cache(lambda: bool(reads_helper_callers(rules, index, module)))
     tested: tuple[dict[str, bool], dict[str, bool]] = ({}, {})  # a pattern rules share is searched once
     active = [r for r in rules if for_rules((r,)).might_match(text, tested) or (r.reads_helper_callers and callers())]
     spans = None
@@ -176,22 +176,6 @@ def reducible(config: Config) -> bool:
 def site_spans(rules, text: str) -> list[tuple[int, int]]:
     """The lines every match of these rules' own patterns spans: where a site can be."""
     return regions.site_spans(text, _searches(tuple(dict.fromkeys(p for r in rules for p in r.patterns))))
-
-
-class _Once:
-    """A question's answer, asked at most once and only when needed."""
-
-    __slots__ = ("_ask", "_answer")
-
-    def __init__(self, ask: "Callable[[], bool]") -> None:
-        self._ask: "Callable[[], bool]" = ask
-        self._answer: bool | None = None
-
-    def __call__(self) -> bool:
-        answer = self._answer
-        if answer is None:
-            answer = self._answer = bool(self._ask())
-        return answer
 
 
 def _gated(active: list, text: str, tested, index: QuantizableLayerIndex, module: str, callers: "Callable[[], bool]"):
