@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dtype_lint.analysis.index import class_index
-from dtype_lint.analysis.index.class_index import Reads, _as_group
+from dtype_lint.analysis.index.class_index import Reads, as_group
 from dtype_lint.core.file_stamp import file_stamp
 from dtype_lint.core.writer import ProjectWriter
 from dtype_lint.run.cache import GROUPS_KEPT, Cache
@@ -38,7 +38,7 @@ def _tree(root: Path) -> dict[str, str]:
 def _keep(root: Path, paths: dict[str, str]) -> Cache:
     """Two analysed files using one census of lib1 and lib2; site_b read own.py besides."""
     cache = Cache(root / ".cache", key="k", root=root)
-    census = _as_group(Reads())
+    census = as_group(Reads())
     census.files = {paths[n]: file_stamp(paths[n]) for n in ("lib1.py", "lib2.py")}
     for name in ("site_a.py", "site_b.py"):
         reads = Reads()
@@ -123,7 +123,7 @@ CENSUS = "('census',)"
 
 def _put_census_user(cache: Cache, paths: dict[str, str]) -> Reads:
     """site_a.py's entry, with the census built again (a new token, the same reads)."""
-    census = _as_group(Reads())
+    census = as_group(Reads())
     census.files = {paths[n]: file_stamp(paths[n]) for n in ("lib1.py", "lib2.py")}
     reads = Reads()
     reads.groups["('census',)"] = census
@@ -155,7 +155,7 @@ def _save_group(root: Path, paths: dict[str, str], files: tuple[str, ...], censu
     """Save site_a.py's entry using `census` over `files` as they are now; the group's name. `age`:
     seconds ago its entry was last used (its mtime)."""
     cache = Cache(root / ".cache", key="k", root=root)
-    group = _as_group(Reads())
+    group = as_group(Reads())
     group.files = {paths[n]: file_stamp(paths[n]) for n in files}
     reads = Reads()
     reads.groups[census] = group
@@ -197,7 +197,7 @@ def test_a_group_a_run_found_unchanged_is_kept_as_recently_used(tmp_path: Path):
              for files, age in ((("lib1.py",), 500), (("lib2.py",), 400))]
     # site_b.py's entry names the first group: checked (and marked used) by this run
     cache = Cache(tmp_path / ".cache", key="k", root=tmp_path)
-    group = _as_group(Reads())
+    group = as_group(Reads())
     group.files = {paths[n]: file_stamp(paths[n]) for n in ("lib1.py", "lib2.py")}
     reads = Reads()
     reads.groups[CENSUS] = group

@@ -69,6 +69,14 @@ def test_a_passed_over_file_that_starts_to_compile_the_model_takes_the_fix_away(
     assert "2 fixable" in _same_as_uncached(root)
 
 
+def test_a_module_added_that_compiles_the_model_takes_the_fix_away(root: Path):
+    """The census records which file each module is by one digest of every module's first file
+    (class_index.ALL_MODULES), not a lookup per module: a new module makes the kept census stale."""
+    write_tree(root, {"proj/exporter.py": "import torch\nfrom proj.model import Attn\n\n\n"
+                             "def export(model):\n    return torch.jit.script(Attn(model.o_proj))\n"})
+    assert "1 fixable" in _same_as_uncached(root)
+
+
 def test_the_census_is_kept_on_disk(root: Path, monkeypatch):
     """An edit of the model's file (which the census did not read: export.py compiles its own
     class) analyses it again, and its fix is planned from the census the last run kept."""
@@ -90,6 +98,36 @@ def test_the_census_is_kept_on_disk(root: Path, monkeypatch):
     (root / "proj/export.py").write_text(EXPORT + "\n# edited\n")
     assert "2 fixable" in dtl(root, *CHECK).stdout
     assert made == [1]
+
+
+def test_the_census_kept_on_disk_hands_its_reads_over_by_the_group_s_name(root: Path, monkeypatch):
+    """The census's entry on disk names its reads as the group a findings entry names
+    (facts_cache.BY_REFERENCE): the run on an edited model file names that group without writing
+    the census's files out again to digest them (at ten times vLLM, 23,600 of them, in every such
+    pre-commit run), and answers as a run without the cache does."""
+    import shutil
+
+    from dtype_lint.analysis.index import class_index
+    from dtype_lint.run.cache import Cache
+
+    monkeypatch.setattr(class_index, "GROUP_MIN_FILES", 1)  # this project's census is a group
+    for folder in root.glob(".dtype*cache*"):
+        shutil.rmtree(folder)  # made without groups
+    assert "2 fixable" in _same_as_uncached(root)
+    named: list[str | None] = []
+    real = Cache._group
+
+    def spied(self, group, census):
+        named.append(group.token)
+        return real(self, group, census)
+
+    monkeypatch.setattr(Cache, "_group", spied)
+    (root / "proj/model.py").write_text(MODEL + "\n# edited\n")
+    analysed = _analysed(monkeypatch)
+    assert "2 fixable" in dtl(root, *CHECK).stdout and analysed == ["model.py"]
+    # the group as the cache checked it (`g-<name>`), not a copy made this run
+    assert named and all(token is not None and token.startswith("g-") for token in named)
+    assert "2 fixable" in _same_as_uncached(root)
 
 
 def test_still_passed_over_by_words(tmp_path: Path):

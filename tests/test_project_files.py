@@ -75,6 +75,8 @@ def test_the_lazy_list_answers_as_the_list(root: Path, monkeypatch, case):
         assert lazy.files_of(m) == names.files_of(m), m
         assert lazy.first(m) == names.first(m), m
     assert list(lazy.firsts()) == list(names.firsts())
+    assert list(lazy.first_keys().items()) == list(names.first_keys().items()) == \
+        [(m, f.real) for m, f in names.firsts()]
     assert len(names.files_of("pkg.x.y")) == 2 and len(names.files_of("utils")) == 2
     folders = sorted({os.path.dirname(f.real) for f in eager} | {str(root / "pk"), str(root / "nowhere")})
     for real in folders:

@@ -107,3 +107,16 @@ def test_a_run_that_hashed_few_files_neither_reads_nor_rewrites_the_memo(root: P
     (root / "proj/model.py").write_text(STUB_MODEL + "\n# edited again\n")
     dtl(root, "check", "proj/model.py", "--exit-zero")
     assert memo.read_bytes() != before
+
+
+def test_the_stat_data_a_run_vouched_by_is_what_the_file_has(root: Path):
+    """StampMemo.stat_data: the replay index keeps a census's files with the stat data the run
+    already took of them (23,600 files at ten times vLLM, each stat-ed again before); a file the
+    run hashed has none to give, and the index stats it itself."""
+    dtl(root, *CHECK)
+    (root / "proj/plain1.py").write_text("SIZE = 11\n")
+    memo = StampMemo(root / ".dtype_lint_cache", 0)
+    same, edited = str((root / "proj/plain0.py").resolve()), str((root / "proj/plain1.py").resolve())
+    memo.stamp(same), memo.stamp(edited)
+    assert memo.stat_data(same) == replay_index.stat_key(same) is not None
+    assert memo.stat_data(edited) is None

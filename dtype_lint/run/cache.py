@@ -79,6 +79,11 @@ class Cache:
         self._group_names: dict[str, str] = {}
         self.started = False  # whether `save` made the folder
         self._groups_checked: dict[str, object] = {}
+        # Each group entry's payload, read once a run (named by its content, it cannot change),
+        # and the files passed over of each entry read (`_passed_of`): a group is asked for when
+        # it is checked and again when the replay index keeps it.
+        self._group_payloads: dict[str, object] = {}
+        self._passed_read_of: dict[int, tuple[dict, dict[str, tuple[str, frozenset]] | None]] = {}
 
     # ---- keys: real paths, stored relative to the project root ---------------------------------
     def rel(self, real: str) -> str:
@@ -256,10 +261,13 @@ class Cache:
     def _group_entry(self, name: str):
         """The payload of the group entry `name`: written this run (pending) or on disk (None for
         a name `_group` does not make: an entry names a file only by such a name)."""
-        pending = self._pending.get(f"g/{name}")
-        if pending is not None:
-            return self._decode(pending)
-        return self._load("g", name) if _group_name(name) else None
+        got = self._group_payloads.get(name)
+        if got is None:
+            pending = self._pending.get(f"g/{name}")
+            got = self._decode(pending) if pending is not None else self._load("g", name) if _group_name(name) else None
+            if got is not None:
+                self._group_payloads[name] = got
+        return got
 
     def unchanged_reads(self, entry: dict, stamp_of, table):
         """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:
@@ -325,7 +333,17 @@ class Cache:
 
     def _passed_of(self, entry: dict) -> dict[str, tuple[str, frozenset]] | None:
         """Real path -> (stamp, the tests it failed) of each file an entry stores as passed over
-        (`stored_reads`), or None when ill-shaped."""
+        (`stored_reads`), or None when ill-shaped. Read once per entry a run: a group's is asked
+        when it is checked and again when the replay index keeps it (23,600 files at ten times
+        vLLM)."""
+        kept = self._passed_read_of.get(id(entry))
+        if kept is not None and kept[0] is entry:
+            return kept[1]
+        got = self._read_passed(entry)
+        self._passed_read_of[id(entry)] = (entry, got)  # (the entry held: its id is not reused)
+        return got
+
+    def _read_passed(self, entry: dict) -> dict[str, tuple[str, frozenset]] | None:
         from dtype_lint.core.passed_over import as_test, is_test
 
         passed, stored_tests = entry.get("passed", {}), entry.get("tests", [])
@@ -353,7 +371,10 @@ class Cache:
             entry = self._group_entry(name)
             reads = self.unchanged_reads(entry, stamp_of, table) if isinstance(entry, dict) else None
             if reads is not None:
-                reads.token = f"g-{name}"  # kept again under the same name (stored_reads)
+                # Kept again under the same name (stored_reads), also where a file it passed over
+                # changed and fails its test still: the entry holds what it held then, and each
+                # run finds it unchanged the same way (`group_reads` gives the stamps of now).
+                reads.token = f"g-{name}"
                 self._group_names[reads.token] = name
                 if f"g/{name}" not in self._pending:
                     _mark_used(self._entry("g", name))
@@ -407,7 +428,12 @@ class Cache:
 
     def group_reads(self, name: str) -> tuple[dict[str, str], dict] | None:
         """(real path -> stamp of every file the group entry `name` read, the tests of those it
-        only passed over), or None when it cannot be read."""
+        only passed over), or None when it cannot be read. A group this run found unchanged
+        gives its files as the run found them: a file it passed over that changed and fails its
+        test still has its stamp of now, as the files the answer read otherwise have."""
+        checked = self._groups_checked.get(name)
+        if checked is not None:
+            return _files_and_tests(checked)
         group = self._group_entry(name)
         return self._reads_of(group) if isinstance(group, dict) else None
 
@@ -559,6 +585,23 @@ class Cache:
                     os.unlink(folder / f"{name}.json")
                 except OSError:
                     pass
+
+
+def _files_and_tests(reads) -> tuple[dict[str, str], dict]:
+    """`Cache._reads_of` of checked reads (class_index.Reads): every file with its stamp, and
+    the tests of those only passed over (by it or a group it holds) and not read otherwise."""
+    tests: dict = {}
+    strict: set[str] = set()
+    todo = [reads]
+    while todo:
+        one = todo.pop()
+        for real, (_stamp, those) in one.passed.items():
+            tests[real] = tests[real] | those if real in tests else those
+        strict.update(one.files)
+        todo.extend(one.groups.values())
+    for real in strict:
+        tests.pop(real, None)
+    return dict(reads.all_files()), tests
 
 
 def _mark_used(path: Path) -> None:

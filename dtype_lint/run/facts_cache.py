@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 
-from dtype_lint.analysis.index.class_index import Reads
+from dtype_lint.analysis.index import class_index
+from dtype_lint.analysis.index.class_index import Reads, as_group
 
 # The storage model's memo keys (their first element) whose values are kept on disk, and the
 # compiled-code census's (analysis/compiled_elsewhere.py: a third of a pre-commit run on a file
@@ -34,6 +35,13 @@ from dtype_lint.analysis.index.class_index import Reads
 ADMISSIONS = "platform admissions"
 COMPILED_ELSEWHERE = "compiled elsewhere"
 PERSISTED = frozenset({"storages", "find", ADMISSIONS, COMPILED_ELSEWHERE})
+# The answers about the whole tree, which the run replays by reference (class_index.cached_facts
+# with `census`): their reads are kept as the group entry (`g/`) a findings entry names, not
+# inlined in the answer's own entry. So the group is checked once a run for both, and a run that
+# reads the answer from disk hands the findings that use it the group by its name: at ten times
+# vLLM, the compiled-code census's 23,600 files were otherwise written out again to digest them
+# into the group's name, in every pre-commit run on an edited file with a fixable finding.
+BY_REFERENCE = frozenset({COMPILED_ELSEWHERE})
 
 
 class FactsStore:
@@ -83,6 +91,8 @@ class FactsStore:
             encoded = _CODECS.get(key[0], (_encode, _decode))[0](value, self._stored)
         except (TypeError, AttributeError):
             return  # not a value this store knows how to keep: it stays in memory only
+        if key[0] in BY_REFERENCE and not reads.groups and reads.count() >= class_index.GROUP_MIN_FILES:
+            reads = by_reference(reads, repr(key))
         self.cache.put_entry("s", self.name(key), {"k": list(key), "v": encoded, **self.cache.stored_reads(reads)})
 
     def _stored(self, path: str) -> str:
@@ -90,6 +100,16 @@ class FactsStore:
 
     def _display(self, rel: str) -> str:
         return self.project.display_of(self.cache.real(rel)) if rel else ""
+
+
+def by_reference(reads: Reads, name: str) -> Reads:
+    """Reads holding nothing but `reads`, as the group `name` (a copy: `reads` is left as it is)."""
+    group = Reads()
+    group.modules, group.files, group.passed = reads.modules, reads.files, reads.passed
+    group.listings, group.enumerations = reads.listings, reads.enumerations
+    outer = Reads()
+    outer.groups[name] = as_group(group)
+    return outer
 
 
 def _encode(value, stored) -> dict | None:

@@ -224,6 +224,27 @@ class ProjectFiles:
                 seen[f.module] = f
         return seen.items()
 
+    def first_keys(self) -> dict[str, str]:
+        """Module -> the key (real path) of its first file, of every module in discovery order:
+        `firsts` without a `Found` per file (the module table's digest of every module reads
+        only these, class_index.ALL_MODULES: 23,600 files at ten times vLLM)."""
+        out: dict[str, str] = {}
+        for f in self.front:
+            out.setdefault(f.module, f.real)
+        front = self._front_reals
+        for d, entry in enumerate(self._dirs):
+            lead, prefix = self._real_lead(d), entry[2]
+            for row in entry[3]:
+                if row.__class__ is str:
+                    name = row
+                    stem = _stem(row)
+                    module = prefix[:-1] if stem == "__init__" else prefix + stem
+                else:
+                    name, module = row[0], row[1]
+                if module not in out and (lead + name) not in front:
+                    out[module] = lead + name
+        return out
+
     def _firsts_among(self, files):
         """(module, first file) of the modules whose first file is among `files` (in order)."""
         out: dict[str, Found] = {}

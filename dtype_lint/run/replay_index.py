@@ -467,13 +467,15 @@ def _mtime(folder: str) -> int:
 
 def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, analyzed: int,
          warnings: list[str], writer, started_ns: int, passed: dict | None = None,
-         groups: dict[str, tuple[dict[str, str], dict] | None] | None = None) -> None:
+         groups: dict[str, tuple[dict[str, str], dict] | None] | None = None, known=None) -> None:
     """Add the answer run_memo.keep just kept to the index (see the module docstring); `handoff`
     is the fast path's (run_memo.hand_over), `started_ns` when the run that took the stamps of
     `entry_files` started; `passed`: the tests of each of those files the answer's analyses only
     passed over (core/passed_over.py); `groups`: the censuses of the whole tree they used besides,
     by name, with their reads (`Cache.group_reads`; None: kept already), each kept once beside
-    the answers' shards (`g-<name>.bin`) for the entries that name it."""
+    the answers' shards (`g-<name>.bin`) for the entries that name it; `known(path)`: the
+    settled stat data the run already took of a file, else None (run/stamp_memo.StampMemo.stat_data:
+    a group's files were all stat-ed to check their stamps, 23,600 at ten times vLLM)."""
     record = handoff.get("fast_record")
     if record is None or handoff.get("config") is None:
         return
@@ -502,7 +504,7 @@ def keep(handoff: dict, entry_files: dict[str, str], findings, checked: int, ana
         except Exception:  # noqa: BLE001 - a read-only checkout still lints; the entry is then declined
             return
         for name, reads in written.items():
-            _keep_group(cache_folder, name, reads, started_ns, write)
+            _keep_group(cache_folder, name, reads, started_ns, write, known)
         _remove_unnamed_groups(cache_folder)
 
 
@@ -695,10 +697,11 @@ def _remove_unnamed_groups(folder: str, answers_name: set[str] | None = None) ->
                 pass
 
 
-def _keep_group(folder: str, name: str, reads: tuple[dict[str, str], dict], started_ns: int, write) -> None:
+def _keep_group(folder: str, name: str, reads: tuple[dict[str, str], dict], started_ns: int, write,
+                known=None) -> None:
     """Write the group `name` (its files with their stat data and stamps, the tests of those
     only passed over) to `g-<name>.bin` in the cache folder `folder`, unless the file there holds
-    the same."""
+    the same; `known` as `keep`'s."""
     files, passed = reads
     path = _group_file(folder, name)
     sets: dict[frozenset, int] = {}  # each set of tests once: thousands of files failed the same
@@ -707,7 +710,8 @@ def _keep_group(folder: str, name: str, reads: tuple[dict[str, str], dict], star
         lead = ""
     # For each file, the number of the tests it failed when only passed over (-1: read otherwise).
     group = {"format": FORMAT, "lead": lead, "paths": [dep[len(lead):] for dep in files],
-             "keys": [settled_stat_key(dep, started_ns) for dep in files], "stamps": list(files.values()),
+             "keys": [(known and known(dep)) or settled_stat_key(dep, started_ns) for dep in files],
+             "stamps": list(files.values()),
              "passed": [sets.setdefault(passed[dep], len(sets)) if dep in passed else -1 for dep in files]}
     group["tests"] = list(sets)
     if load(path, _answers_context()) != group:

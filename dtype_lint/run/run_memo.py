@@ -225,7 +225,7 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
     from dtype_lint.run import replay_index
 
     replay_index.keep(h, files, result.findings, len(result.files), result.analyzed, list(result.warnings), writer,
-                      started_ns, passed, groups)
+                      started_ns, passed, groups, project.memo.stat_data if project.memo is not None else None)
 
 
 def keep_answers(result, options, cache, project, targets: list[str], layout, started_ns: int) -> None:

@@ -106,6 +106,12 @@ class StampMemo:
         stamp = self.taken[real] = file_stamp(real)
         return stamp
 
+    def stat_data(self, real: str) -> tuple | None:
+        """The stat data of the file at `real` as this run found it, where the memo vouched for
+        its stamp by it (settled then, so settled now: replay_index.settled_stat_key), else None."""
+        kept = self.vouched.get(self._stored(real))
+        return kept[:5] if kept is not None else None
+
     def took(self, real: str, stamp: str) -> None:
         """`stamp` was taken of the file at `real` from bytes this run read."""
         self.taken[real] = stamp
