@@ -120,3 +120,26 @@ def test_the_stat_data_a_run_vouched_by_is_what_the_file_has(root: Path):
     memo.stamp(same), memo.stamp(edited)
     assert memo.stat_data(same) == replay_index.stat_key(same) is not None
     assert memo.stat_data(edited) is None
+
+
+def test_stamps_of_many_files_are_each_one_s_stamp(root: Path, monkeypatch):
+    """StampMemo.stamps: a census's files in one loop, the memo read first; the same stamps as
+    one `stamp` call each, for a file vouched for by its stat data, one edited, one the memo does
+    not hold, and one gone."""
+    from dtype_lint.core.file_stamp import file_stamp
+
+    dtl(root, *CHECK)
+    (root / "proj/plain1.py").write_text("SIZE = 11\n")
+    (root / "proj/new.py").write_text("NEW = 1\n")
+    files = [str((root / f"proj/{name}.py").resolve()) for name in ("plain0", "plain1", "new", "model")]
+    gone = str(root / "proj/gone.py")
+    monkeypatch.setattr(stamp_memo, "LOAD_AFTER", 256)  # as shipped: the list alone is too short
+    many = StampMemo(root / ".dtype_lint_cache", 0)
+    hashed = _hashed(monkeypatch)
+    got = many.stamps(files + [gone])
+    assert got == [file_stamp(f) for f in files] + [file_stamp(gone)]
+    assert sorted(hashed) == ["gone.py", "model.py", "new.py", "plain0.py", "plain1.py"]  # memo not read: 5 < 256
+    monkeypatch.setattr(stamp_memo, "LOAD_AFTER", 3)
+    hashed.clear()
+    assert StampMemo(root / ".dtype_lint_cache", 0).stamps(files + [gone]) == got
+    assert sorted(hashed) == ["gone.py", "new.py", "plain1.py"]  # the memo vouched for the others

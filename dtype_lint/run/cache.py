@@ -83,7 +83,18 @@ class Cache:
         # and the files passed over of each entry read (`_passed_of`): a group is asked for when
         # it is checked and again when the replay index keeps it.
         self._group_payloads: dict[str, object] = {}
+        self._many: tuple | None = None  # (stamp_of, the same over a list): `stamp_many`
         self._passed_read_of: dict[int, tuple[dict, dict[str, tuple[str, frozenset]] | None]] = {}
+
+    def stamp_many(self, stamp_of, stamps_of) -> None:
+        """`stamps_of(reals)` gives `[stamp_of(real) for real in reals]` at once (pipeline's
+        project: the stamp memo read once, the stat data compared in one loop): used where an
+        entry is checked with that very `stamp_of` against the files a census passed over."""
+        self._many = (stamp_of, stamps_of)
+
+    def _stamps(self, stamp_of, reals: list[str]) -> list[str]:
+        many = self._many
+        return many[1](reals) if many is not None and stamp_of == many[0] else list(map(stamp_of, reals))
 
     # ---- keys: real paths, stored relative to the project root ---------------------------------
     def rel(self, real: str) -> str:
@@ -324,8 +335,7 @@ class Cache:
         passed = self._passed_of(entry)
         if passed is None:
             return False
-        for real, (kept, tests) in passed.items():
-            stamp = stamp_of(real)
+        for (real, (kept, tests)), stamp in zip(passed.items(), self._stamps(stamp_of, list(passed))):
             if stamp != kept and not still_passed_over(real, tests):
                 return False
             reads.passed[real] = (stamp, tests)

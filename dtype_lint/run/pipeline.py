@@ -221,6 +221,7 @@ def _run(config: Config, options: RunOptions, t0: float) -> RunResult:
     memo = StampMemo(config.root / config.cache_dir, started_ns) if options.use_cache else None
     project = _Project(index_found, found, cache, stamped=cache.enabled or options.fix or options.diff,
                        header_functions=reads_helpers(config), memo=memo)
+    cache.stamp_many(project.stamp, project.stamps_of)
     index = build_index(project.table, config)
     if cache.enabled:  # the storage model's answers of earlier runs, while what they read holds
         from dtype_lint.run.facts_cache import FactsStore
@@ -537,6 +538,17 @@ class _Project:
         if s is None:
             s = self.stamps[real] = self.memo.stamp(real) if self.memo is not None else _stamp(real)
         return s
+
+    def stamps_of(self, reals: list[str]) -> list[str]:
+        """`[self.stamp(real) for real in reals]`, the memo asked for the unknown ones at once."""
+        if not self.stamped:
+            return [UNSTAMPED] * len(reals)
+        known = self.stamps
+        todo = [real for real in reals if real not in known]
+        if todo:
+            taken = self.memo.stamps(todo) if self.memo is not None else list(map(_stamp, todo))
+            known.update(zip(todo, taken))
+        return [known[real] for real in reals]
 
     def real_of(self, path: str) -> str:
         f = self._at(path)

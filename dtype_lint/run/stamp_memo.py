@@ -106,6 +106,33 @@ class StampMemo:
         stamp = self.taken[real] = file_stamp(real)
         return stamp
 
+    def stamps(self, reals: list[str]) -> list[str]:
+        """`[stamp(real) for real in reals]`: a census's files (23,600 at ten times vLLM) checked
+        in one loop, the memo read first when they are LOAD_AFTER or more (else the first of them
+        would be hashed before it is)."""
+        if self.kept is None and len(reals) + len(self.taken) >= LOAD_AFTER:
+            self.held()
+        held = self.kept
+        if held is None:
+            return [self.stamp(real) for real in reals]
+        lead, cut = self.lead, len(self.lead)
+        stat, vouched = os.stat, self.vouched
+        out = []
+        for real in reals:
+            stored = real[cut:] if lead and real.startswith(lead) else real
+            kept = held.get(stored)
+            if kept is not None:
+                try:
+                    st = stat(real)
+                except OSError:
+                    st = None
+                if st is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev) == kept[:5]:
+                    vouched[stored] = kept
+                    out.append(kept[5])
+                    continue
+            out.append(self.stamp(real))
+        return out
+
     def stat_data(self, real: str) -> tuple | None:
         """The stat data of the file at `real` as this run found it, where the memo vouched for
         its stamp by it (settled then, so settled now: replay_index.settled_stat_key), else None."""
