@@ -768,8 +768,9 @@ class ModuleTable:
         """A walk over every module is recorded as the ALL_MODULES enumeration: its digest holds
         each module's first file, so the walk records no lookup of a module it passes over by
         its text (at ten times vLLM, 23,600 lookups that each run checked again one by one,
-        with the same answer as the digest's one comparison). A frame opened during the walk
-        is not given it: no reader of a census opens one."""
+        with the same answer as the digest's one comparison). The frames open when the walk
+        starts get it; one a caller opens between two of its steps records what the caller
+        computes there, not the walk."""
         if self.frames:
             digest = self._enumeration(ALL_MODULES)[1]
             for frame in self.frames:
