@@ -567,7 +567,7 @@ def _add(record: dict, config: tuple, record_id: list, cache_folder: str, key: t
 
 def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[str, dict[str, str]],
                  found: dict[str, tuple[str, list, dict[str, str], list[str]]], render, started_ns: int, writer,
-                 groups: dict[str, tuple[dict[str, str], dict]] | None = None) -> None:
+                 groups: dict[str, tuple[dict[str, str], dict]] | None = None, known=None) -> None:
     """Keep the answers of a run on the whole project (see the module docstring), taken by a run
     that started at `started_ns`: `clean` maps each file it analysed without a finding to the
     stamp of every file that analysis read (the file's own included); `found` each file with
@@ -575,7 +575,7 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
     rendered by `render(findings, checked, analyzed, warnings)` (fast_path.render_outputs), and
     the names of the groups its analysis used besides (a census of the whole tree), whose reads
     `groups` holds (file -> stamp, the tests of the files only passed over): each is kept once, in
-    `g-<name>.bin` beside the shards.
+    `g-<name>.bin` beside the shards (`known` as `keep`'s).
     The project part goes to ANSWERS_NAME, the answers to SHARDS shards by file (a replay reads
     those of its files: at ten times vLLM all of them are about 5 MB), each rewritten only when it
     changed."""
@@ -647,7 +647,7 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
         writer.make_dirs(folder, "cache")
     except Exception:  # noqa: BLE001 - a read-only checkout still lints; it just has no replay
         return
-    _keep_groups(cache_folder, {name: groups[name] for name in used}, started_ns, writer)
+    _keep_groups(cache_folder, {name: groups[name] for name in used}, started_ns, writer, known)
     for name in (f"{i:02d}.bin" for i in range(SHARDS)):
         shard = shards.get(name) or {"format": FORMAT, "token": token, "table": [], "clean": {}, "found": {}}
         shard.pop("numbers", None)
@@ -657,13 +657,14 @@ def keep_answers(record: dict, record_id: list, cache_folder: str, clean: dict[s
         _write_sealed(path, {"format": FORMAT, **header, "token": token}, _answers_context(), writer.write_cache)
 
 
-def _keep_groups(folder: str, groups: dict[str, tuple[dict[str, str], dict]], started_ns: int, writer) -> None:
+def _keep_groups(folder: str, groups: dict[str, tuple[dict[str, str], dict]], started_ns: int, writer,
+                 known=None) -> None:
     """Write each group the answers name (`g-<name>.bin` beside the shards in the cache folder
     `folder`: its files with their stat data and stamps, the tests of those only passed over)
     where the file there differs, list their names (ANSWERS_GROUPS), and remove the group files
-    nothing names now."""
+    nothing names now; `known` as `keep`'s."""
     for name, reads in groups.items():
-        _keep_group(folder, name, reads, started_ns, writer.write_cache)
+        _keep_group(folder, name, reads, started_ns, writer.write_cache, known)
     try:
         writer.write_cache(os.path.join(folder, ANSWERS_DIR, ANSWERS_GROUPS),
                            "".join(f"{name}\n" for name in sorted(groups)).encode("ascii"))

@@ -291,7 +291,8 @@ def keep_answers(result, options, cache, project, targets: list[str], layout, st
         else:
             clean[real] = {real: reads[0], **reads[1]}
     replay_index.keep_answers(record, [record_path, *record_key], cache_folder, clean, found, render, started_ns,
-                              result.writer, {name: got for name, got in groups.items() if got is not None})
+                              result.writer, {name: got for name, got in groups.items() if got is not None},
+                              project.memo.stat_data if project.memo is not None else None)
 
 
 def _plain_cached_check(options, result, cache) -> bool:
