@@ -215,3 +215,21 @@ def test_a_group_name_not_of_our_making_is_never_read(tmp_path: Path):
     cache = _keep(tmp_path, paths)
     assert cache._group_entry("../../../etc/passwd") is None
     assert cache._group_entry("0" * 41) is None
+
+
+@pytest.mark.parametrize("kept, ok", [
+    (["1:ab", [0]], True), (["1:ab", [0, 1]], True),
+    (["1:ab", [2]], False), (["1:ab", []], False), (["1:ab", [-1]], False), (["1:ab", [True]], False),
+    (["1:ab", ["0"]], False), (["1:ab"], False), ([1, [0]], False), ("1:ab", False), (["1:ab", (0,)], False),
+])
+def test_an_ill_shaped_passed_over_file_makes_the_entry_unreadable(tmp_path: Path, kept, ok: bool):
+    """A stored passed-over file is [stamp, [numbers of the tests it failed]]; anything else (a
+    number that names no test, none at all, another shape) makes the whole entry a miss, however
+    many well-shaped files sit beside it (each list of numbers is checked once, not once a file)."""
+    cache = Cache(tmp_path / ".cache", key="k", root=tmp_path)
+    entry = {"tests": ["might_compile", "might_compile"],
+             "passed": {"a.py": ["1:aa", [0]], "b.py": kept, "c.py": ["1:cc", [0]]}}
+    got = cache._passed_of(entry)
+    assert (got is not None) == ok
+    if ok:
+        assert got[str(tmp_path / "b.py")][0] == "1:ab" and set(got) == {str(tmp_path / n) for n in ("a.py", "b.py", "c.py")}
