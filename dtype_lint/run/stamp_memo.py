@@ -14,10 +14,11 @@ that keeps size and mtime (`touch -r`, `cp -p`, `rsync -t`) still moves the ctim
 call can set, and a file changed less than RACY_NS before the run started keeps no stat data (an
 edit in the same clock tick could keep it), so it is hashed on every run until it settles.
 
-A run reads the memo only once it has hashed LOAD_AFTER files: a pre-commit run on an edited file
-asks for the stamps of the few files its answers read, and at ten times vLLM reading the memo (36,000
-files) cost it more than hashing them; a run that checks a census's reads, or the whole project,
-reads it. A run that never read it keeps nothing.
+A run reads the memo only once it has hashed LOAD_AFTER files, or is asked for that many stamps at
+once (`stamps`: the files a census passed over): a pre-commit run on an edited file asks for the
+stamps of the few files its answers read, and at ten times vLLM reading the memo (36,000 files)
+cost it more than hashing them; a run that checks a census's reads, or the whole project, reads
+it. A run that never read it keeps nothing.
 
 The file is written by a run that stamped something new, whole, sealed with the per-user cache
 key (run/cache_seal.quick_seal) over a context naming the format and the interpreter (marshal's
