@@ -117,17 +117,14 @@ class StampMemo:
         if held is None:
             return [self.stamp(real) for real in reals]
         lead, cut = self.lead, len(self.lead)
-        stat, vouched = os.stat, self.vouched
+        vouched = self.vouched
         out = []
         for real in reals:
             stored = real[cut:] if lead and real.startswith(lead) else real
             kept = held.get(stored)
             if kept is not None:
-                try:
-                    st = stat(real)
-                except OSError:
-                    st = None
-                if st is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev) == kept[:5]:
+                key = stat_key(real)  # (the replay index's stat data: one definition)
+                if key is not None and key == kept[:5]:
                     vouched[stored] = kept
                     out.append(kept[5])
                     continue
