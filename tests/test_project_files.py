@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dtype_lint.analysis.index.class_index import ModuleFiles, ModuleTable
+from dtype_lint.analysis.index.class_index import ALL_MODULES, ModuleFiles, ModuleTable, all_modules_digest
 from dtype_lint.core.discovery import discover_files
 from dtype_lint.run import layout_cache
 from dtype_lint.run.pipeline import _Project
@@ -94,6 +94,29 @@ def test_the_lazy_list_answers_as_the_list(root: Path, monkeypatch, case):
     assert lazy_table.winners() == eager_table.winners()
     for real in folders:
         assert lazy_table.listing(real) == eager_table.listing(real)
+
+
+@pytest.mark.parametrize("case, kept", list(zip(CASES, [False, True, True, True])))
+def test_the_digest_of_every_module_is_the_record_s_where_the_named_files_leave_it(root: Path, monkeypatch,
+                                                                                   case, kept: bool):
+    """The record keeps the ALL_MODULES digest of its own files; a run on named files takes it
+    where each named file is its module's first file in the record, and makes it otherwise (the
+    first case names `tools/utils.py`, the second file of module `utils`: named, it comes first)."""
+    eager, lazy, _found = _both(root, monkeypatch, *case)
+    want = all_modules_digest(ModuleFiles(eager).first_keys())
+    assert lazy.all_modules_digest() == (want if kept else None)
+    assert ModuleTable(lazy).enumeration(ALL_MODULES) == ModuleTable(eager).enumeration(ALL_MODULES) == want
+
+
+def test_a_named_file_the_record_does_not_hold_makes_the_digest_anew(root: Path, monkeypatch):
+    eager, lazy, _found = _both(root, monkeypatch, "", ".", ["pkg/a.py"])
+    assert lazy.all_modules_digest() is not None
+    (root / "pkg" / "new.py").write_text("")  # after the record was made
+    front = discover_files(["pkg/new.py", "pkg/a.py"], (), root)
+    stale = ProjectFiles(front, lazy._dirs, lazy._odd_at, lazy._lead_of, lazy._firsts_digest)
+    assert "pkg.new" not in ModuleFiles(eager).first_keys() and "pkg.new" in stale.first_keys()
+    assert stale.all_modules_digest() is None
+    assert ModuleTable(stale).enumeration(ALL_MODULES) == all_modules_digest(stale.first_keys())
 
 
 @pytest.mark.parametrize("case", CASES)

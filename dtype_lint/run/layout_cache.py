@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 RECORD_NAME = "project-files.json"
 # 2: a file whose stem holds a dot is spelled out with its module, and "odd" lists where the
 # spelled-out rows are (project_files.py looks modules up by folder prefix and stem).
-RECORD_FORMAT = 2
+# 3: "firsts", the ALL_MODULES digest of the record's files (class_index.all_modules_digest),
+# which a run on named files takes instead of listing every module again for it.
+RECORD_FORMAT = 3
 
 
 def _listing_hash(folder: str, excluder: Excluder) -> str | None:
@@ -139,7 +141,7 @@ def load(record_path: str, root_arg: str, root_abs: str, excludes: tuple[str, ..
                 name, module = dirs[d][3][r]
                 if not (isinstance(name, str) and isinstance(module, str)):
                     return None
-            return ProjectFiles(front, dirs, odd, _leads(root_arg))
+            return ProjectFiles(front, dirs, odd, _leads(root_arg), record.get("firsts"))
         out: list[Found] = []
         append = out.append
         new = tuple.__new__  # Found(...) through its generated __new__ is half the time again
@@ -233,7 +235,12 @@ def walk(root_arg: str, root_abs: str, excludes: tuple[str, ...], temps, message
         else:
             odd.append([numbers[real_dir], len(group[3])])
             group[3].append([name, file.module])
-    record = {"key": _key(root_abs, excludes), "folders": folders, "ignores": ignores, "dirs": dirs, "odd": odd}
+    from dtype_lint.analysis.index.class_index import all_modules_digest
+    from dtype_lint.run.project_files import ProjectFiles
+
+    firsts = all_modules_digest(ProjectFiles([], dirs, odd, _leads(root_arg)).first_keys())
+    record = {"key": _key(root_abs, excludes), "folders": folders, "ignores": ignores, "dirs": dirs, "odd": odd,
+              "firsts": firsts}
     return files, record
 
 

@@ -39,8 +39,10 @@ class ProjectFiles:
     dot); `odd`: the [folder, row] of each such row; `lead_of(rel)`: what discovery shows before a
     file name of folder `rel`."""
 
-    def __init__(self, front: list[Found], dirs: list, odd: list, lead_of):
+    def __init__(self, front: list[Found], dirs: list, odd: list, lead_of, firsts_digest: str | None = None):
         self.front = front
+        # The record's own ALL_MODULES digest (class_index.all_modules_digest of its files alone).
+        self._firsts_digest = firsts_digest
         self._dirs = dirs
         self._odd_at = odd
         self._lead_of = lead_of
@@ -194,6 +196,10 @@ class ProjectFiles:
         return got
 
     def _record_files_of(self, module: str) -> list[Found]:
+        return [f for f in (self._found(d, r) for d, r in self._record_rows_of(module)) if f is not None]
+
+    def _record_rows_of(self, module: str) -> list[tuple[int, int]]:
+        """(folder, row) of each of the record's files of `module`, in discovery order."""
         by_prefix = self._prefixes()
         dirs = self._dirs
         odd = self._odd
@@ -211,7 +217,7 @@ class ProjectFiles:
                 rows = dirs[d][3]
                 at += [(d, rows.index(n)) for n in (stem + ".py", stem + ".pyi") if n in rows]
         at.sort()
-        return [f for f in (self._found(d, r) for d, r in at) if f is not None]
+        return at
 
     def first(self, module: str) -> Found | None:
         files = self.files_of(module)
@@ -244,6 +250,29 @@ class ProjectFiles:
                 if module not in out and (lead + name) not in front:
                     out[module] = lead + name
         return out
+
+    def all_modules_digest(self) -> str | None:
+        """class_index.all_modules_digest of `first_keys()`, from the record's own where the
+        named files leave every module's first file as the record has it (each named file is the
+        record's first file of its module), else None: the caller makes it."""
+        if not isinstance(self._firsts_digest, str):
+            return None
+        seen: set[str] = set()
+        for f in self.front:
+            if f.module not in seen:
+                seen.add(f.module)
+                if self._record_first_real(f.module) != f.real:
+                    return None
+        return self._firsts_digest
+
+    def _record_first_real(self, module: str) -> str | None:
+        """The real path of the record's first file of `module`, the named files' rows counted."""
+        at = self._record_rows_of(module)
+        if not at:
+            return None
+        d, r = at[0]
+        row = self._dirs[d][3][r]
+        return self._real_lead(d) + (row if row.__class__ is str else row[0])
 
     def _firsts_among(self, files):
         """(module, first file) of the modules whose first file is among `files` (in order)."""

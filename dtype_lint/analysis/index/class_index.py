@@ -528,10 +528,18 @@ ENUMERATIONS = {
     PLATFORM_MODULES: _PLATFORM_PARTS,
 }
 # Every module of the project and its first file: what a census of the whole table read
-# (`ModuleTable.items`, `module_paths`). Its lookups record each module it read, but not that a
-# module added later would have been read too: a file created (a migration's helper) must be a
-# change to every answer that walked the whole table.
+# (`ModuleTable.items`, `module_paths`, `naming`, `holding`), recorded as one digest of them all,
+# not a lookup per module: a file created (a migration's helper) must be a change to every answer
+# that walked the whole table, as a module whose first file moved.
 ALL_MODULES = "all modules"
+
+
+def all_modules_digest(first_keys: dict[str, str]) -> str:
+    """The ALL_MODULES digest of module -> the key of its first file: a module whose first file
+    moved is a change too (sorted: the eager list and the file-list record need not list the
+    modules in one order)."""
+    return digests.sha1("\n".join(sorted(f"{m}\t{k}" for m, k in first_keys.items()))
+                        .encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 @dataclass(slots=True)  # one per module a run looks up (vLLM 0.34.0: 4,100)
@@ -762,7 +770,9 @@ class ModuleTable:
     def enumeration(self, name: str) -> str | None:
         """The digest of `enumerate(name)` now (what a recorded enumeration is checked against;
         None for a name this version does not know)."""
-        return self._enumeration(name)[1] if name in ENUMERATIONS or name == ALL_MODULES else None
+        if name == ALL_MODULES:
+            return self._all_modules()
+        return self._enumeration(name)[1] if name in ENUMERATIONS else None
 
     def _record_census(self) -> None:
         """A walk over every module is recorded as the ALL_MODULES enumeration: its digest holds
@@ -772,17 +782,23 @@ class ModuleTable:
         starts get it; one a caller opens between two of its steps records what the caller
         computes there, not the walk."""
         if self.frames:
-            digest = self._enumeration(ALL_MODULES)[1]
+            digest = self._all_modules()
             for frame in self.frames:
                 frame.enumerations[ALL_MODULES] = digest
 
+    def _all_modules(self) -> str:
+        """The ALL_MODULES digest: the one the file-list record keeps where it holds for this run
+        (run/project_files.py: at ten times vLLM, 23,600 files are not listed again for it), else
+        made from every module's first file."""
+        got = self._enumerated.get(ALL_MODULES)
+        if got is None:
+            kept = getattr(self._names, "all_modules_digest", None)
+            digest = kept() if kept is not None else None
+            got = self._enumerated[ALL_MODULES] = ([], digest or all_modules_digest(self._names.first_keys()))
+        return got[1]
+
     def _enumeration(self, name: str) -> tuple[list[str], str]:
         got = self._enumerated.get(name)
-        if got is None and name == ALL_MODULES:
-            keys = self._names.first_keys()
-            # module and first file: a module whose first file moved is a change too
-            got = self._enumerated[name] = (list(keys), digests.sha1("\n".join(
-                sorted(f"{m}\t{k}" for m, k in keys.items())).encode("utf-8", "surrogatepass")).hexdigest()[:16])
         if got is None:
             names = [m for m, _f in self._names.firsts_with_part(ENUMERATIONS[name])]
             # sorted: the eager list and the file-list record need not enumerate in one order
