@@ -371,7 +371,7 @@ class Cache:
             failed = tuple(kept[1])
             those = sets.get(failed)
             if those is None:
-                if _test_numbers(failed, len(tests)) is None:
+                if not _names_tests(failed, len(tests)):
                     return None
                 those = sets[failed] = frozenset(tests[i] for i in failed)
             out[real(dep)] = (kept[0], those)
@@ -635,12 +635,10 @@ def _group_name(name) -> bool:
             and _GROUP_NAME_CHARS.issuperset(name) and name.count("-") == 1)
 
 
-def _test_numbers(failed: tuple, count: int) -> tuple[int, ...] | None:
-    """`failed`, the numbers of the tests a stored passed-over file failed, when each is one of
-    the `count` tests (and there is one), else None."""
-    if not (failed and all(type(i) is int and 0 <= i < count for i in failed)):
-        return None
-    return failed
+def _names_tests(failed: tuple, count: int) -> bool:
+    """Are `failed`, the numbers of the tests a stored passed-over file failed, each one of the
+    `count` tests (and is there one)?"""
+    return bool(failed) and all(type(i) is int and 0 <= i < count for i in failed)
 
 
 def _respell(d: dict, path_of, real_of) -> dict:

@@ -116,6 +116,9 @@ class StampMemo:
         held = self.kept
         if held is None:
             return [self.stamp(real) for real in reals]
+        # `stamp`'s check by stat data, inlined: through `stamp` per file the edited-file run at
+        # ten times vLLM took 34 M instructions more (1.2%); a file the memo cannot vouch for
+        # goes to `stamp` all the same.
         lead, cut = self.lead, len(self.lead)
         vouched = self.vouched
         out = []
