@@ -958,7 +958,7 @@ ANALYZE_CHUNKS_PER_JOB = 2
 # whose first worker took it); analysed first, 39.3 / 35.8 MiB. Only the few largest move (14
 # files there), so the others' path order, which the runs of consecutive files rely on, stays:
 # instructions unchanged, where sorting every file by size cost `-j 1` 0.7% and the default `-j`
-# 3% (benchmarks/README.md, "Peak memory").
+# 3% (benchmarks/README.md, "peak memory at 1x").
 ANALYZE_FIRST_BYTES = 128 << 10
 
 
