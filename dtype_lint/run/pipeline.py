@@ -955,11 +955,13 @@ ANALYZE_CHUNKS_PER_JOB = 2
 # order. A run's peak memory is what its analyses keep (class facts, headers) plus the tree of the
 # file being analysed: analysed last, vLLM 0.27.1's 352 KB `gpu_model_runner.py` added a 6.3 MiB
 # tree to nearly all the rest (peak RSS 42.0 MiB with `-j 1`, 39.9 MiB with the default `-j`,
-# whose first worker took it); analysed first, 39.3 / 35.8 MiB. Only the few largest move (14
-# files there), so the others' path order, which the runs of consecutive files rely on, stays:
-# instructions unchanged, where sorting every file by size cost `-j 1` 0.7% and the default `-j`
-# 3% (benchmarks/README.md, "peak memory at 1x").
-ANALYZE_FIRST_BYTES = 128 << 10
+# whose first worker took it); analysed first, 39.3 / 36.1 MiB. Only the few largest move (2 of
+# the 219 files analysed there, 5 of sglang 0.5.23's 376: 58.0 -> 56.7 MiB with `-j 1`): from
+# 128 KiB, Transformers 5.25.0's 12 largest went to the first worker together and its peak rose
+# 43.9 -> 46.9 MiB; sorting every file by size cost `-j 1` 0.7% more instructions and the
+# default `-j` 3%, the runs of consecutive files losing their folders (benchmarks/README.md,
+# "peak memory at 1x").
+ANALYZE_FIRST_BYTES = 192 << 10
 
 
 def _init_analysis(index: QuantizableLayerIndex, config: Config, project: "_Project") -> None:
