@@ -380,18 +380,19 @@ def _functions(tree: ast.Module, module: str):
     """(function, enclosing class qualname or None, scope name) for the functions and methods of
     the module, classes nested in classes included (not functions nested in functions: a helper
     defined inside another function cannot be called from elsewhere)."""
+    return _functions_in(tree.body, module, None, "")
 
-    def visit(body, class_q, prefix):
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                q = f"{prefix}.{node.name}" if prefix else node.name
-                yield from visit(node.body, f"{module}.{q}" if module else q, q)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield node, class_q, f"{prefix}.{node.name}" if prefix else node.name
-            elif isinstance(node, ast.If):  # `if TYPE_CHECKING:` / platform branches
-                yield from visit(node.body + node.orelse, class_q, prefix)
 
-    yield from visit(tree.body, None, "")
+def _functions_in(body, module: str, class_q: str | None, prefix: str):
+    # At module level: a generator closure that calls itself is a reference cycle.
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            q = f"{prefix}.{node.name}" if prefix else node.name
+            yield from _functions_in(node.body, module, f"{module}.{q}" if module else q, q)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node, class_q, f"{prefix}.{node.name}" if prefix else node.name
+        elif isinstance(node, ast.If):  # `if TYPE_CHECKING:` / platform branches
+            yield from _functions_in(node.body + node.orelse, module, class_q, prefix)
 
 
 def _configured_copy(h: KnownHelper, configured: bool) -> KnownHelper:

@@ -145,24 +145,25 @@ def unguarded_imports(tree: ast.Module) -> dict[str, int]:
     at its top level, in a top-level `if` or `with` (not `if TYPE_CHECKING:`), not in a `try`
     that handles the import failing."""
     found: dict[str, int] = {}
-
-    def visit(body: list[ast.stmt]) -> None:
-        for stmt in body:
-            if isinstance(stmt, ast.Import):
-                for alias in stmt.names:
-                    found.setdefault(alias.name.split(".")[0], stmt.lineno)
-            elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
-                found.setdefault(stmt.module.split(".")[0], stmt.lineno)
-            elif isinstance(stmt, ast.If) and "TYPE_CHECKING" not in ast.unparse(stmt.test):
-                visit(stmt.body)
-                visit(stmt.orelse)
-            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-                visit(stmt.body)
-            elif isinstance(stmt, ast.Try) and not any(_handles_import_error(h) for h in stmt.handlers):
-                visit(stmt.body)
-
-    visit(tree.body)
+    _unguarded(tree.body, found)
     return found
+
+
+def _unguarded(body: list[ast.stmt], found: dict[str, int]) -> None:
+    # At module level: a closure that calls itself is a reference cycle (left for the collector).
+    for stmt in body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                found.setdefault(alias.name.split(".")[0], stmt.lineno)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
+            found.setdefault(stmt.module.split(".")[0], stmt.lineno)
+        elif isinstance(stmt, ast.If) and "TYPE_CHECKING" not in ast.unparse(stmt.test):
+            _unguarded(stmt.body, found)
+            _unguarded(stmt.orelse, found)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            _unguarded(stmt.body, found)
+        elif isinstance(stmt, ast.Try) and not any(_handles_import_error(h) for h in stmt.handlers):
+            _unguarded(stmt.body, found)
 
 
 def _handles_import_error(handler: ast.ExceptHandler) -> bool:

@@ -230,31 +230,7 @@ def _touched_text(fixed: str, tree: ast.Module, scopes: set[str]) -> str:
     keep: list[tuple[int, int]] = [(stmt.lineno, stmt.end_lineno or stmt.lineno) for stmt in tree.body
                                    if isinstance(stmt, (ast.Import, ast.ImportFrom))]
 
-    def visit(body: list[ast.stmt], prefix: str) -> bool:
-        """Keep what `body` holds of the touched functions; False where that cannot be cut out."""
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                qualname = f"{prefix}.{node.name}" if prefix else node.name
-                if not any(_within(scope, qualname) for scope in scopes):
-                    continue
-                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-                if not isinstance(node, ast.ClassDef):
-                    keep.append((first, node.end_lineno or node.lineno))  # a touched function, whole
-                    continue
-                body_line = node.body[0].lineno
-                if lines[body_line - 1][:node.body[0].col_offset].strip():
-                    return False  # `class C: x = 1` on one line
-                keep.append((first, body_line - 1))  # the class's header, its body's functions below
-                if not visit(node.body, qualname):
-                    return False
-            elif isinstance(node, _COMPOUND) and any(
-                    isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
-                        _within(scope, f"{prefix}.{inner.name}" if prefix else inner.name) for scope in scopes)
-                    for inner in ast.walk(node)):
-                return False
-        return True
-
-    if not visit(tree.body, ""):
+    if not _keep_touched(tree.body, "", lines, scopes, keep):
         return _bodies_blanked(lines, tree, scopes)
     kept = bytearray(len(lines) + 1)
     for first, last in keep:
@@ -264,33 +240,41 @@ def _touched_text(fixed: str, tree: ast.Module, scopes: set[str]) -> str:
     return "".join(_ended(line) for number, line in enumerate(lines, 1) if kept[number])
 
 
+def _keep_touched(body: list[ast.stmt], prefix: str, lines: list[str], scopes: set[str],
+                  keep: list[tuple[int, int]]) -> bool:
+    """Add to `keep` the lines `body` holds of the touched functions (`_touched_text`); False where
+    that cannot be cut out. At module level: a closure that calls itself is a reference cycle,
+    which held the fixed text's lines until the next collection."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            qualname = f"{prefix}.{node.name}" if prefix else node.name
+            if not any(_within(scope, qualname) for scope in scopes):
+                continue
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            if not isinstance(node, ast.ClassDef):
+                keep.append((first, node.end_lineno or node.lineno))  # a touched function, whole
+                continue
+            body_line = node.body[0].lineno
+            if lines[body_line - 1][:node.body[0].col_offset].strip():
+                return False  # `class C: x = 1` on one line
+            keep.append((first, body_line - 1))  # the class's header, its body's functions below
+            if not _keep_touched(node.body, qualname, lines, scopes, keep):
+                return False
+        elif isinstance(node, _COMPOUND) and any(
+                isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                    _within(scope, f"{prefix}.{inner.name}" if prefix else inner.name) for scope in scopes)
+                for inner in ast.walk(node)):
+            return False
+    return True
+
+
 def _bodies_blanked(lines: list[str], tree: ast.Module, scopes: set[str]) -> str:
     """The text of `lines` with the body of every function outside `scopes` (the functions a new
     variable is assigned in, and those enclosing them) replaced by one `pass`, its other lines
     left out: module- and class-level statements, signatures and decorators kept."""
     blank: list[tuple[int, int]] = []  # (first, last) 1-based body lines, each a body that goes
 
-    def visit(body: list[ast.stmt], prefix: str) -> None:
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                visit(node.body, f"{prefix}.{node.name}" if prefix else node.name)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                qualname = f"{prefix}.{node.name}" if prefix else node.name
-                if any(_within(scope, qualname) for scope in scopes):
-                    continue  # a touched function, or one enclosing a touched one: kept whole
-                first = node.body[0]
-                # Only a body that starts on a line of its own (not `def f(): return x`), so
-                # that the whole lines from its first statement to its end are the body's.
-                if lines[first.lineno - 1][:first.col_offset].strip() == "" and (node.end_lineno or 0) >= first.lineno:
-                    blank.append((first.lineno, node.end_lineno or first.lineno))
-            elif isinstance(node, _COMPOUND):
-                blocks = [getattr(node, name, None) or [] for name in ("body", "orelse", "finalbody")]
-                blocks += [handler.body for handler in getattr(node, "handlers", None) or []]
-                blocks += [case.body for case in getattr(node, "cases", None) or []]
-                for block in blocks:
-                    visit(block, prefix)
-
-    visit(tree.body, "")
+    _blanked_bodies(tree.body, "", lines, scopes, blank)
     lines = list(lines)
     gone = bytearray(len(lines) + 1)
     for first, last in blank:
@@ -300,6 +284,30 @@ def _bodies_blanked(lines: list[str], tree: ast.Module, scopes: set[str]) -> str
         lines[first - 1] = f"{indent}pass{end}"
         gone[first + 1:last + 1] = b"\x01" * (last - first)
     return "".join(_ended(line) for number, line in enumerate(lines, 1) if not gone[number])
+
+
+def _blanked_bodies(body: list[ast.stmt], prefix: str, lines: list[str], scopes: set[str],
+                    blank: list[tuple[int, int]]) -> None:
+    """Add to `blank` the (first, last) body lines of each function of `body` outside `scopes`
+    (`_bodies_blanked`); at module level, as `_keep_touched` is."""
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            _blanked_bodies(node.body, f"{prefix}.{node.name}" if prefix else node.name, lines, scopes, blank)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            qualname = f"{prefix}.{node.name}" if prefix else node.name
+            if any(_within(scope, qualname) for scope in scopes):
+                continue  # a touched function, or one enclosing a touched one: kept whole
+            first = node.body[0]
+            # Only a body that starts on a line of its own (not `def f(): return x`), so
+            # that the whole lines from its first statement to its end are the body's.
+            if lines[first.lineno - 1][:first.col_offset].strip() == "" and (node.end_lineno or 0) >= first.lineno:
+                blank.append((first.lineno, node.end_lineno or first.lineno))
+        elif isinstance(node, _COMPOUND):
+            blocks = [getattr(node, name, None) or [] for name in ("body", "orelse", "finalbody")]
+            blocks += [handler.body for handler in getattr(node, "handlers", None) or []]
+            blocks += [case.body for case in getattr(node, "cases", None) or []]
+            for block in blocks:
+                _blanked_bodies(block, prefix, lines, scopes, blank)
 
 
 def _ended(line: str) -> str:

@@ -51,22 +51,24 @@ def copied_blocks(text: str) -> list[tuple[str, str, int, int]]:
         tree = ast.parse(text)
     except SyntaxError:
         return []
-    out = []
-
-    def visit(body, prefix: str):
-        for node in body:
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                qual = prefix + node.name
-                above = lines[first - 2] if first >= 2 else ""
-                match = COPIED.match(above)
-                if match:
-                    out.append((match.group(1), qual, first, node.end_lineno or node.lineno))
-                if isinstance(node, ast.ClassDef):
-                    visit(node.body, qual + ".")
-
-    visit(tree.body, "")
+    out: list[tuple[str, str, int, int]] = []
+    _copied(tree.body, "", lines, out)
     return out
+
+
+def _copied(body, prefix: str, lines: list[str], out: list[tuple[str, str, int, int]]) -> None:
+    # At module level: a closure that calls itself is a reference cycle, which held the file's
+    # tree and lines until the next collection.
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            qual = prefix + node.name
+            above = lines[first - 2] if first >= 2 else ""
+            match = COPIED.match(above)
+            if match:
+                out.append((match.group(1), qual, first, node.end_lineno or node.lineno))
+            if isinstance(node, ast.ClassDef):
+                _copied(node.body, qual + ".", lines, out)
 
 
 def origin_path(root: Path, dotted: str) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import fnmatch
+import functools
 from dataclasses import dataclass, field
 
 from dtype_lint.analysis.flow.recognisers import (
@@ -217,18 +218,7 @@ class Flows:
                 continue
             walk = FunctionWalk(method)
             scope = FunctionScope(method, cls, walk.of(*SCOPE_EVENTS))
-            me = scope.self_name
-
-            def is_attr(node, depth: int = 0, scope=scope, me=me) -> bool:
-                """`self.X`, rows of it (`self.X[idx]` keeps its dtype), or a local only ever bound to those."""
-                if isinstance(node, ast.Subscript):
-                    node = node.value
-                if isinstance(node, ast.Name) and depth < 2:
-                    vals = scope.assigns.get(node.id, [])
-                    return bool(vals) and all(v is not None and is_attr(v, depth + 1) for v in vals)
-                return isinstance(node, ast.Attribute) and node.attr in attrs and \
-                    isinstance(node.value, ast.Name) and node.value.id == me
-
+            is_attr = functools.partial(_is_self_attr, scope=scope, attrs=attrs)
             for node in walk.of(ast.Call):
                 uses += [CalleeUse(kind, "weight", param, class_facts.path, node.lineno, ast.unparse(node),
                                    _sink(kind, node, scope), anchors=(Anchor(class_facts.path, node),))
@@ -352,6 +342,21 @@ def _dtype_args(call: ast.Call) -> list[tuple[str, ast.expr]]:
     """("cast" | "alloc", the expression giving the dtype) for each dtype the call uses."""
     return [("cast", d) for d in cast_dtype_args(call)] + \
         [("alloc", kw.value) for kw in alloc_dtype_keywords(call, {"torch": "torch"})]
+
+
+def _is_self_attr(node, depth: int = 0, *, scope: FunctionScope, attrs: set[str]) -> bool:
+    """`self.X` for an X of `attrs`, rows of it (`self.X[idx]` keeps its dtype), or a local of
+    `scope` only ever bound to those. At module level, not a closure of `Flows._class_uses`: a
+    closure that calls itself is a reference cycle, and it held the method's tree and scope alive
+    until the next collection."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Name) and depth < 2:
+        vals = scope.assigns.get(node.id, [])
+        return bool(vals) and all(v is not None and _is_self_attr(v, depth + 1, scope=scope, attrs=attrs)
+                                  for v in vals)
+    return isinstance(node, ast.Attribute) and node.attr in attrs and \
+        isinstance(node.value, ast.Name) and node.value.id == scope.self_name
 
 
 def _dtype_of(node: ast.expr, is_tensor, scope: FunctionScope, depth: int = 0) -> bool:

@@ -135,30 +135,33 @@ def weight_reads_evaluated(test: ast.AST, outcome: bool | None = None) -> list[a
     or an `or` that failed), a conditional's test, the first iterable of a comprehension; not a
     lambda's body."""
     layers: list[ast.Attribute] = []
-
-    def visit(node: ast.AST, outcome: bool | None) -> None:
-        if isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(node.ctx, ast.Load):
-            layers.append(node)
-        if isinstance(node, ast.BoolOp):
-            every = outcome is (isinstance(node.op, ast.And))
-            for value in node.values if every else node.values[:1]:
-                visit(value, outcome if every else None)
-            return
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            visit(node.operand, None if outcome is None else not outcome)
-            return
-        if isinstance(node, ast.IfExp):
-            visit(node.test, None)
-            return
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            visit(node.generators[0].iter, None)
-            return
-        if isinstance(node, (ast.Lambda, ast.NamedExpr)):
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child, None)
-    visit(test, outcome)
+    _weight_reads(test, outcome, layers)
     return layers
+
+
+def _weight_reads(node: ast.AST, outcome: bool | None, layers: list[ast.Attribute]) -> None:
+    """`weight_reads_evaluated`'s walk, adding to `layers`. At module level: a closure that calls
+    itself is a reference cycle, and one was left for the collector on every test read."""
+    if isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(node.ctx, ast.Load):
+        layers.append(node)
+    if isinstance(node, ast.BoolOp):
+        every = outcome is (isinstance(node.op, ast.And))
+        for value in node.values if every else node.values[:1]:
+            _weight_reads(value, outcome if every else None, layers)
+        return
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        _weight_reads(node.operand, None if outcome is None else not outcome, layers)
+        return
+    if isinstance(node, ast.IfExp):
+        _weight_reads(node.test, None, layers)
+        return
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        _weight_reads(node.generators[0].iter, None, layers)
+        return
+    if isinstance(node, (ast.Lambda, ast.NamedExpr)):
+        return
+    for child in ast.iter_child_nodes(node):
+        _weight_reads(child, None, layers)
 
 
 def _reads_weight_of(test: ast.AST, layer: ast.AST | None, outcome: bool | None, counts=None) -> bool:
@@ -368,12 +371,20 @@ def returned_test(call: ast.AST, functions) -> ast.expr | None:
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return None
 
-    class Bind(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.AST:
-            return bound.get(node.id, node) if isinstance(node.ctx, ast.Load) else node
     if any(isinstance(n, ast.Name) and n.id in params and n.id not in bound for n in ast.walk(body[0].value)):
         return None
-    return Bind().visit(copy.deepcopy(body[0].value))
+    return _Bind(bound).visit(copy.deepcopy(body[0].value))
+
+
+class _Bind(ast.NodeTransformer):
+    """Each parameter read replaced by the argument bound to it. One class, not one made per call:
+    a class is a reference cycle, left for the collector with what its methods held."""
+
+    def __init__(self, bound: dict[str, ast.expr]):
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return self.bound.get(node.id, node) if isinstance(node.ctx, ast.Load) else node
 
 
 def _predicate_proves_unquantized(fn: ast.FunctionDef, layer: ast.expr, class_guards: _ClassGuards) -> bool:

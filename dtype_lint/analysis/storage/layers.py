@@ -431,12 +431,7 @@ class LayerResolver:
         if facts is None:
             return None
 
-        receiver = node.value
-
-        class Rebase(ast.NodeTransformer):
-            def visit_Name(self, name: ast.Name) -> ast.AST:
-                return receiver if name.id == "self" else name
-        layer = Rebase().visit(copy.deepcopy(source.layer))
+        layer = _SelfAs(node.value).visit(copy.deepcopy(source.layer))
         ast.copy_location(layer, node)
         return layer, Evidence(f"`{node.attr}` returns `{ast.unparse(returned)}`", facts.path, returned.lineno)
 
@@ -495,10 +490,7 @@ class LayerResolver:
         if facts is None:
             return None
 
-        class Rebase(ast.NodeTransformer):
-            def visit_Name(self, name: ast.Name) -> ast.AST:
-                return expr.value if name.id == "self" else name
-        layer = Rebase().visit(copy.deepcopy(present[0].layer))
+        layer = _SelfAs(expr.value).visit(copy.deepcopy(present[0].layer))
         ast.copy_location(layer, expr)
         value = stored[0]
         what = "the weight" if weight else "the storage dtype"
@@ -983,6 +975,18 @@ def _short(qualname: str) -> str:
 
 # `dtype` is reported where it returns; the others are plain attributes in engine code (a layer's
 # compute dtype, as its ecosystem names it; a config's), not looked up as getters.
+
+
+class _SelfAs(ast.NodeTransformer):
+    """A copy of a layer expression written in its class (`self.proj`) as seen from a receiver
+    (`R.proj`): `self` replaced by `receiver`. One class, not one made per call: a class is a
+    reference cycle, and each kept the receiver's tree alive until the next collection."""
+
+    def __init__(self, receiver: ast.expr):
+        self.receiver = receiver
+
+    def visit_Name(self, name: ast.Name) -> ast.AST:
+        return self.receiver if name.id == "self" else name
 
 
 def _rooted_at_self(layer: ast.AST) -> bool:

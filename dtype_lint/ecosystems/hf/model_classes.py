@@ -70,13 +70,17 @@ def build_catalogue(tree_root: Path, library: str) -> list[str]:
     bases = _class_bases(tree_root, library)
     root = MODEL_ROOTS[library]
     known: dict[str, bool] = {root: True}
+    return sorted(name for name in bases if not name.startswith("_") and _descends(name, bases, known))
 
-    def descends(name: str, seen: frozenset[str] = frozenset()) -> bool:
-        if name not in known:
-            known[name] = name not in seen and any(descends(base, seen | {name}) for base in bases.get(name, ()))
-        return known[name]
 
-    return sorted(name for name in bases if not name.startswith("_") and descends(name))
+def _descends(name: str, bases: dict[str, set[str]], known: dict[str, bool],
+              seen: frozenset[str] = frozenset()) -> bool:
+    """Does class `name` descend from a class `known` says does (memoized in `known`)? At module
+    level: a closure that calls itself is a reference cycle."""
+    if name not in known:
+        known[name] = name not in seen and any(_descends(base, bases, known, seen | {name})
+                                               for base in bases.get(name, ()))
+    return known[name]
 
 
 def render(library: str, version: str, names: list[str]) -> str:
