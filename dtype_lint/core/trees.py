@@ -31,7 +31,13 @@ from dtype_lint.core import regions
 # about 6 MB), so this bounds the store near 200 MB only for pathological inputs and near a few
 # dozen MB on real trees (their shared files are small).
 MAX_KEPT_CHARS = 1 << 20
-MAX_KEPT_FILES = 8
+# A kept tree serves rarely: a file's tree is released once its analysis is over (`release`), and
+# shared files' facts are kept by the facts cache, not here. Counted per run (cold, `-j 1`), 8
+# files served vLLM 0.27.1 0 parses at 1x and 10x, 6 with `--select ALL`; Transformers 5.25.0 3,
+# vLLM 0.34.0 2, sglang 0.5.23 1. Four serve the same but one on vLLM 0.34.0 and three with
+# `--select ALL`, whose peak RSS falls from 60.5 to 57.2 MiB (vLLM 0.34.0, default rules: 45.5 to
+# 44.7).
+MAX_KEPT_FILES = 4
 
 WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its kept spans
 # Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
