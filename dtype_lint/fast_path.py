@@ -280,14 +280,11 @@ def _find_config(first_path: str) -> tuple[str, str, str, dict] | None:
             except (OSError, ValueError):
                 return None  # a FIFO, a device, too large: the full run says so
             if b"dtype-lint" in data:
-                if sys.version_info >= (3, 11):
-                    import tomllib
-                else:  # Python 3.10: the same reader, as the `tomli` dependency (config._toml)
-                    import tomli as tomllib
+                from dtype_lint.core import toml_docs
 
                 try:
-                    tool = tomllib.loads(data.decode("utf-8")).get("tool", {})
-                except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+                    tool = toml_docs.loads(data.decode("utf-8")).get("tool", {})
+                except (toml_docs.reader().TOMLDecodeError, UnicodeDecodeError):
                     return None
                 if not isinstance(tool, dict):
                     return None

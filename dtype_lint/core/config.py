@@ -6,7 +6,6 @@ import json
 import keyword
 import os
 import re
-import sys
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -171,11 +170,9 @@ def _toml():
     """The TOML reader, imported when a configuration file is read, not with this module: a
     project without one never needs it (tomllib brings datetime and its regexes, about 1 MiB of a
     check's RSS)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
-    return tomllib
+    from dtype_lint.core.toml_docs import reader
+
+    return reader()
 
 
 def __getattr__(name: str):
@@ -196,9 +193,11 @@ def read_toml(path: Path) -> dict:
         data = read_bytes(path, MAX_CONFIG_BYTES)
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}: cannot read configuration: {getattr(error, 'strerror', None) or error}") from None
+    from dtype_lint.core import toml_docs
+
     tomllib = _toml()
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return toml_docs.loads(data.decode("utf-8"))  # parsed once a process per text
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: cannot read configuration: not UTF-8 (byte {error.start})") from None
     except (tomllib.TOMLDecodeError, RecursionError) as error:

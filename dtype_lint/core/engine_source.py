@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,13 +155,11 @@ def _target(specifiers: list[tuple[str, str]]) -> tuple[int, ...] | None:
 def _pins_in_pyproject(path: Path, dist: str) -> list[str]:
     # Parsed here, not with config.read_toml (config validates `engine-release` with this module):
     # a pyproject.toml that cannot be read pins nothing, and the configuration reports its errors.
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    from dtype_lint.core import toml_docs
+
     try:
-        project = tomllib.loads(_text(path)).get("project", {})
-    except (tomllib.TOMLDecodeError, RecursionError):
+        project = toml_docs.loads(_text(path)).get("project", {})
+    except (toml_docs.reader().TOMLDecodeError, RecursionError):
         return []
     if not isinstance(project, dict):
         return []

@@ -51,13 +51,10 @@ def _read(path: Path) -> dict:
 
     if not path.is_file():
         return {}  # before importing tomllib: a project without the file never needs it
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
+    from dtype_lint.core import toml_docs
 
     try:
-        return tomllib.loads(read_bytes(path, 1 << 20).decode("utf-8"))
+        return toml_docs.loads(read_bytes(path, 1 << 20).decode("utf-8"))
     except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and TOMLDecodeError are ValueErrors
         return {}  # a broken formatter configuration is the formatter's to report, not ours
 

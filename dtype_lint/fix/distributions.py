@@ -23,7 +23,6 @@ import ast
 import functools
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -237,13 +236,11 @@ def read_toml(path: str) -> dict | None:
     text = read_text(path)
     if text is None:
         return None
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib
+    from dtype_lint.core import toml_docs
+
     try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError):
+        data = toml_docs.loads(text)  # parsed once a process per text (pyproject.toml: config reads it too)
+    except (toml_docs.reader().TOMLDecodeError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
