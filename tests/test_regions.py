@@ -96,9 +96,11 @@ def test_finding_in_a_method_whose_init_is_elsewhere_is_still_found():
     trees.clear()
 
 
-def test_an_analysed_files_tree_is_not_kept_after_its_analysis():
+def test_an_analysed_files_tree_is_not_kept_after_its_analysis(monkeypatch):
     """The store lets a file's own tree go when its analysis ends (trees.release); another
-    file's tree, parsed for what the analysis read of it, stays for the next file."""
+    file's tree, parsed for what the analysis read of it, stays for the next file while the store
+    has room for two (it keeps one: core/trees.py MAX_KEPT_FILES)."""
+    monkeypatch.setattr(trees, "MAX_KEPT_FILES", 2)
     trees.clear()
     trees.parse_reduced("other.py", "class Base:\n    pass\n")
     assert check_source(_SOURCE, filename="m.py")

@@ -32,12 +32,14 @@ from dtype_lint.core import regions
 # dozen MB on real trees (their shared files are small).
 MAX_KEPT_CHARS = 1 << 20
 # A kept tree serves rarely: a file's tree is released once its analysis is over (`release`), and
-# shared files' facts are kept by the facts cache, not here. Counted per run (cold, `-j 1`), 8
-# files served vLLM 0.27.1 0 parses at 1x and 10x, 6 with `--select ALL`; Transformers 5.25.0 3,
-# vLLM 0.34.0 2, sglang 0.5.23 1. Four serve the same but one on vLLM 0.34.0 and three with
-# `--select ALL`, whose peak RSS falls from 60.5 to 57.2 MiB (vLLM 0.34.0, default rules: 45.5 to
-# 44.7).
-MAX_KEPT_FILES = 4
+# shared files' facts are kept by the facts cache, not here. Counted per run (cold, `-j 1`), with
+# 8 files it served vLLM 0.27.1 no parse at 1x or 10x and 6 with `--select ALL`, Transformers
+# 5.25.0 3, vLLM 0.34.0 2, sglang 0.5.23 1; with one file, none of the default rules' and 2 with
+# every rule on. That costs Transformers 3 parses (+0.5% parsed characters), vLLM 0.34.0 2
+# (+3.0%), sglang 1 (+1.1%), and lowers the default rules' peak RSS against 4 files by 0.5-0.8
+# MiB (vLLM 0.27.1 and 0.34.0, Transformers) and 3.1 MiB (sglang); every rule on vLLM 0.27.1
+# peaks at 58.8 MiB (4 files: 57.2, 8: 60.5).
+MAX_KEPT_FILES = 1
 
 WHOLE = "whole"  # the kind of a whole-file tree; a reduced tree's kind is its kept spans
 # Source attribute set on a reduced module: (path, text), for the whole tree when one is needed.
