@@ -621,7 +621,9 @@ class WordTest:
     so that the census does not read the file again."""
     test: "tuple[tuple[str, ...], ...] | Callable[[str], bool]"
     skip_tops: frozenset[str] = frozenset()  # modules of these top-level packages are not tested
-    read: set[str] = field(default_factory=set)  # real paths tested
+    # real paths tested; once the scan is over, the very set of the scan's `scanned` where every
+    # file was tested (two more sets of every path were 0.25 MiB at 1x); neither changes after it
+    read: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)  # ... of which those that pass (or hold a NUL: not told)
 
     @staticmethod
@@ -645,13 +647,17 @@ class WordTest:
 
 @dataclass
 class _Scan:
-    """What the scan learnt of each file: the prefilters' answers, suppressions, read errors, names, stamps."""
-    passes: dict[str, bool] = field(default_factory=dict)
-    suppressing: dict[str, bool] = field(default_factory=dict)
+    """What the scan learnt of each file: the prefilters' answers, suppressions, read errors, names, stamps.
+    A record per file lives as long as the run, so each keeps only what is not the common answer
+    (vLLM 0.27.1: 219 of 2,360 files pass the prefilter, none holds a suppression, none has helper
+    links): three dicts of every path were 150 KiB at 1x."""
+    passes: set[str] = field(default_factory=set)  # paths the prefilter passes
+    suppressing: set[str] = field(default_factory=set)  # paths holding a suppression comment
     errors: dict[str, str] = field(default_factory=dict)
     hits: dict[str, list[str]] = field(default_factory=dict)  # real path -> looked-for names in its text
     # path -> (functions it defines that may be input-dtype helpers, names it imports with `from`:
-    # read only of a file the prefilter does not pass and holding no suppression, `_scan_job`)
+    # read only of a file the prefilter does not pass and holding no suppression, `_scan_job`);
+    # a file with neither is not listed
     links: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     # real path -> stamp of the files scanned (none without a cache: `Project.stamp` then stamps
     # a file when it is asked for)
@@ -661,6 +667,15 @@ class _Scan:
     # QUANTIZER_WORDS (held by few files of a tree: vLLM 0.34.0, 76 of 3,540) and the compiled-code
     # census's `might_compile` (analysis/compiled_elsewhere.py: 4 files).
     word_tests: tuple[WordTest, ...] = ()
+
+    def note(self, path: str, passes: bool, suppressing: bool, links) -> None:
+        """Record the scan's answers for the file at `path` (see the class docstring)."""
+        if passes:
+            self.passes.add(path)
+        if suppressing:
+            self.suppressing.add(path)
+        if links[0] or links[1]:
+            self.links[path] = links
 
 
 def _needle(qualname: str) -> str:
@@ -782,7 +797,8 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
         if hit is None:
             misses.append(f)
             continue
-        scan.passes[f.path], scan.suppressing[f.path], hits, scan.links[f.path], packed = hit
+        passes, suppressing, hits, links, packed = hit
+        scan.note(f.path, passes, suppressing, links)
         if hits:
             scan.hits[f.real] = hits
         known.append((f.real, packed))
@@ -817,13 +833,16 @@ def _scan(found: list[Found], config: Config, cache: Cache, jobs: int, progress,
                 test.read.add(f.real)
                 if holds:
                     test.held.add(f.real)
-        scan.passes[path], scan.suppressing[path], scan.links[path] = passes, suppressing, links
+        scan.note(path, passes, suppressing, links)
         if hits:
             scan.hits[f.real] = hits
         if summary and path in stamps:
             cache.put_scan(f.real, stamps[path], passes, suppressing, needles, hits, links, WordTest.packed(held))
     scan.stamps = {f.real: stamps[f.path] for f in found}
     scan.scanned = {f.real for f in found} | {f.real for f in misses}
+    for test in scan.word_tests:
+        if test.read == scan.scanned:  # every file tested (the usual case): one set for both
+            test.read = scan.scanned
     return scan
 
 
@@ -839,7 +858,7 @@ def _targets(found: list[Found], in_scope: set[str], scan: _Scan, index, config:
         p = f.path
         if p not in in_scope or p in scan.errors:
             continue
-        if scan.passes.get(p) or scan.suppressing.get(p):
+        if p in scan.passes or p in scan.suppressing:
             out.append(p)
         elif (froms := scan.links.get(p, ((), ()))[1]) and (helpers is None or not helpers.isdisjoint(froms)):
             if reads_helper_callers(enabled_rules(config, p), index, f.module):

@@ -170,7 +170,7 @@ def keep(result, options, cache, project, scan, targets: list[str], layout_kept:
                 if group is None:
                     return
                 groups[name] = group
-        elif (scan.passes.get(file) or scan.suppressing.get(file)
+        elif (file in scan.passes or file in scan.suppressing
               or (scan.links.get(file, ((), ()))[1] and reads_callers(file))):
             return  # left out for what other files hold now, which the memo does not follow
         elif not add(real, scan.stamps.get(real) or project.stamp(real)):
