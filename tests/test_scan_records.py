@@ -42,3 +42,23 @@ def test_the_scan_keeps_the_answers_that_differ_and_one_set_of_paths(monkeypatch
     assert not scan.suppressing  # the shapes hold no suppression comment
     assert all(links[0] or links[1] for links in scan.links.values())
     assert scan.word_tests and all(test.read is scan.scanned for test in scan.word_tests)
+
+
+def test_files_a_census_passed_over_unstamped_share_one_record():
+    """A run without a cache stamps nothing, so the files a census passed over by the same tests
+    hold equal (stamp, tests) pairs: one tuple serves them all (vLLM 0.27.1, cold: 4,500 of them,
+    0.3 MiB until the run ends). Stamped pairs stay each file's own, and a file's tests add up."""
+    from dtype_lint.analysis.index.class_index import Reads
+
+    tests, more = frozenset({"quant"}), frozenset({"compile"})
+    reads = Reads()
+    for n in range(3):
+        reads.pass_over(f"/p/{n}.py", "", tests)
+    pairs = list(reads.passed.values())
+    assert pairs[0] == ("", tests) and all(pair is pairs[0] for pair in pairs)
+    reads.pass_over("/p/0.py", "", more)
+    assert reads.passed["/p/0.py"] == ("", tests | more) and reads.passed["/p/1.py"] == ("", tests)
+    stamped = Reads()
+    stamped.pass_over("/p/a.py", "s1", tests)
+    stamped.pass_over("/p/b.py", "s2", tests)
+    assert stamped.passed == {"/p/a.py": ("s1", tests), "/p/b.py": ("s2", tests)}
