@@ -166,19 +166,14 @@ SETTING_KEYS = {
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _toml():
-    """The TOML reader, imported when a configuration file is read, not with this module: a
-    project without one never needs it (tomllib brings datetime and its regexes, about 1 MiB of a
-    check's RSS)."""
-    from dtype_lint.core.toml_docs import reader
-
-    return reader()
-
-
 def __getattr__(name: str):
     """`config.tomllib`, the reader of this Python version (tests read it), imported when asked for."""
     if name == "tomllib":
-        return _toml()
+        # imported when a configuration file is read, not with this module: a project without
+        # one never needs it (tomllib brings datetime and its regexes, about 1 MiB of RSS)
+        from dtype_lint.core.toml_docs import reader
+
+        return reader()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -195,7 +190,7 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read configuration: {getattr(error, 'strerror', None) or error}") from None
     from dtype_lint.core import toml_docs
 
-    tomllib = _toml()
+    tomllib = toml_docs.reader()
     try:
         return toml_docs.loads(data.decode("utf-8"))  # parsed once a process per text
     except UnicodeDecodeError as error:
