@@ -7,7 +7,6 @@ it a miss."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from dtype_lint.analysis.index import class_index
 from dtype_lint.analysis.index.class_index import Reads, as_group
 from dtype_lint.core.file_stamp import file_stamp
 from dtype_lint.core.writer import ProjectWriter
-from dtype_lint.run.cache import GROUPS_KEPT, Cache
+from dtype_lint.run.cache import GROUP_SUFFIX, GROUPS_KEPT, Cache
 
 
 class _NoModules:
@@ -64,7 +63,8 @@ def test_a_group_is_kept_once_and_named_by_each_entry(tmp_path: Path):
         entry = cache._load("f", name)
         assert entry["files"] == ({"own.py": file_stamp(paths["own.py"])} if name == "site_b.py" else {})
         assert list(entry["groups"]) == ["('census',)"]
-    group = json.loads(group_file.read_bytes().split(b"\n", 1)[1])
+    assert group_file.suffix == GROUP_SUFFIX
+    group = cache._unseal_group(group_file.read_bytes())
     assert sorted(group["files"]) == ["lib1.py", "lib2.py"]
     # What a kept answer of the run memo needs: every file read, the group's included.
     stamp, files = cache.findings_reads(paths["site_b.py"])
@@ -169,7 +169,7 @@ def _save_group(root: Path, paths: dict[str, str], files: tuple[str, ...], censu
 
 
 def _groups(root: Path) -> set[str]:
-    return {p.name[:-5] for p in (root / ".cache" / "v2-k" / "g").iterdir()}
+    return {p.name[:-len(GROUP_SUFFIX)] for p in (root / ".cache" / "v2-k" / "g").iterdir()}
 
 
 def test_a_census_made_again_leaves_at_most_GROUPS_KEPT_groups_behind(tmp_path: Path):

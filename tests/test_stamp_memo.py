@@ -109,6 +109,29 @@ def test_a_run_that_hashed_few_files_neither_reads_nor_rewrites_the_memo(root: P
     assert memo.read_bytes() != before
 
 
+def test_a_run_on_named_files_that_changed_few_entries_does_not_rewrite_the_memo(root: Path, monkeypatch):
+    """At ten times vLLM a pre-commit run whose census read the memo rewrote its 3.1 MB for the one
+    file edited: a run on named files rewrites it only for one changed entry in REWRITE_RATIO, and
+    the next run hashes the file again; a run on the whole project keeps what it stamped."""
+    dtl(root, *CHECK)
+    memo = root / ".dtype_lint_cache" / MEMO_NAME
+    before = memo.read_bytes()
+    held = len(StampMemo(root / ".dtype_lint_cache", 0).held())
+    monkeypatch.setattr(stamp_memo, "REWRITE_RATIO", 1)  # one change in `held` entries: too few here
+    (root / "proj/model.py").write_text(STUB_MODEL + "\n# edited\n")
+    named = ("check", "proj/model.py", "--output-format", "concise", "--exit-zero")
+    out = dtl(root, *named).stdout
+    assert held > 1 and memo.read_bytes() == before
+    hashed = _hashed(monkeypatch)
+    assert dtl(root, *named).stdout == out == dtl(root, *named, "--no-cache").stdout
+    assert "model.py" in hashed and memo.read_bytes() == before  # hashed again, the memo as it was
+    dtl(root, *CHECK)  # the whole project: what changed is kept
+    assert memo.read_bytes() != before
+    hashed.clear()
+    dtl(root, *named)
+    assert "model.py" not in hashed
+
+
 def test_the_stat_data_a_run_vouched_by_is_what_the_file_has(root: Path):
     """StampMemo.stat_data: the replay index keeps a census's files with the stat data the run
     already took of them (23,600 files at ten times vLLM, each stat-ed again before); a file the

@@ -12,7 +12,8 @@ One folder per (tool version, code stamp, config fingerprint) under the cache di
     g/<c>-<hash>  what a census about the whole tree read (class_index.Reads.groups), named by
                   the census (`c`) and its content's digest: kept once, named by every entry
                   whose computation used the census, and checked once a run however many
-                  entries name it; the GROUPS_KEPT most recently used of each census are kept
+                  entries name it; the GROUPS_KEPT most recently used of each census are kept.
+                  (sealed in marshal's format, `.bin`: `Cache._seal_group` says why)
 
 Files are named by their real path relative to the project root, so a file reached as `x.py`,
 `./x.py`, `../proj/x.py` or through a symlink is one entry, whatever the current directory, and
@@ -21,22 +22,24 @@ reads that file's entry and the headers its analysis needs, and writes one entry
 that grows with the project. Entries are written atomically (see writer.write_cache); an entry
 that is missing, unreadable, foreign or of the wrong shape is a miss, never an error.
 
-Every file is sealed (run/cache_seal.py): an HMAC-SHA256 under a per-user key kept outside
-the cache folder, over the folder's key and the payload. An entry edited by whoever can write the
-folder (a restored CI cache, a shared folder), or moved from a folder computed under other
-settings, is a miss: a cached fix is applied only when this user's dtype-lint computed it under
-the current code and settings. Without a key (no writable state folder) the pipeline runs
-uncached.
+Every file is sealed (run/cache_seal.py): an HMAC-SHA256 (a group: keyed BLAKE2b) under a
+per-user key kept outside the cache folder, over the folder's key and the payload. An entry
+edited by whoever can write the folder (a restored CI cache, a shared folder), or moved from a
+folder computed under other settings, is a miss: a cached fix is applied only when this user's
+dtype-lint computed it under the current code and settings. Without a key (no writable state
+folder) the pipeline runs uncached.
 """
 
 from __future__ import annotations
 
 import json
+import marshal
 import os
+import sys
 from pathlib import Path
 
 from dtype_lint.core import digests
-from dtype_lint.run.cache_seal import seal, unseal
+from dtype_lint.run.cache_seal import quick_seal, quick_unseal, seal, unseal
 
 # The findings entries whose reads a run keeps in memory: fewer files read than this (nearly all;
 # a few read every module of the project, 36,000 files at ten times vLLM).
@@ -52,7 +55,10 @@ GITIGNORE = b"# created by dtype-lint\n*\n"  # the cache folder's own, while it 
 # group is written, all but this many of its census's most recently used are removed. Removing one
 # is always sound: an entry naming a group that is gone is a miss.
 GROUPS_KEPT = 3
-# A group entry's name: the census's digest, then the content's (`_group`).
+# A group entry's name: the census's digest, then the content's (`_group`); its file, in marshal's
+# format (`Cache._seal_group`).
+GROUP_SUFFIX = ".bin"
+GROUP_FORMAT = 1
 _GROUP_NAME_CHARS = frozenset("0123456789abcdef-")
 
 
@@ -112,7 +118,7 @@ class Cache:
 
     def _entry(self, kind: str, rel: str) -> Path:
         if kind == "g":  # named by its census and content already, so that its census can be told
-            return self.dir / kind / f"{rel}.json"
+            return self.dir / kind / f"{rel}{GROUP_SUFFIX}"
         return self.dir / kind / (digests.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".json")
 
     # ---- the scan summary --------------------------------------------------------------------
@@ -254,7 +260,8 @@ class Cache:
         content's digests, so every run and worker that builds the same census names the same entry."""
         name = self._group_names.get(group.token)
         if name is None:
-            payload = json.dumps(self.stored_reads(group), separators=(",", ":"), sort_keys=True)
+            stored = self.stored_reads(group)
+            payload = json.dumps(stored, separators=(",", ":"), sort_keys=True)
             data = payload.encode("utf-8", "surrogatepass")
             name = (digests.blake2b(census.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest() + "-"
                     + digests.blake2b(data, digest_size=16).hexdigest())
@@ -264,7 +271,7 @@ class Cache:
             # census again writes nothing (at ten times vLLM the entry is 6.8 MB).
             checked = name in self._groups_checked
             if (self._groups_checked[name] is None) if checked else not self._entry("g", name).exists():
-                sealed = seal(data, self.context)
+                sealed = self._seal_group(stored)
                 if sealed is not None:
                     self._pending[f"g/{name}"] = sealed
         return name
@@ -275,10 +282,41 @@ class Cache:
         got = self._group_payloads.get(name)
         if got is None:
             pending = self._pending.get(f"g/{name}")
-            got = self._decode(pending) if pending is not None else self._load("g", name) if _group_name(name) else None
+            if pending is not None:
+                got = self._unseal_group(pending)
+            elif _group_name(name):
+                from dtype_lint.core.safe_read import read_bytes
+
+                try:
+                    got = self._unseal_group(read_bytes(self._entry("g", name), MAX_ENTRY_BYTES))
+                except (OSError, ValueError):
+                    got = None
             if got is not None:
                 self._group_payloads[name] = got
         return got
+
+    # A group entry is the one entry of thousands of files (a census's reads: 23,600 at ten times
+    # vLLM, 2.2 MB), read by every run that checks an answer using the census (a pre-commit run on
+    # an edited file with a fix planned). As sealed JSON, its HMAC-SHA256 and its parse were 250 M
+    # instructions of such a run; in marshal's format, sealed with keyed BLAKE2b (cache_seal's
+    # quick seal, as the stamp memo and the replay index), 130 M. marshal's format is the
+    # interpreter's: the seal's context names it, and another interpreter's group is a miss.
+    # (Its name stays the digest of its canonical JSON: the same in every run and worker.)
+    def _group_context(self) -> str:
+        return f"{self.context} group {GROUP_FORMAT} {sys.implementation.cache_tag} {sys.version}"
+
+    def _seal_group(self, stored: dict) -> bytes | None:
+        return quick_seal(marshal.dumps(stored), self._group_context())
+
+    def _unseal_group(self, raw: bytes) -> dict | None:
+        payload = quick_unseal(raw, self._group_context())
+        if payload is None:
+            return None
+        try:
+            got = marshal.loads(payload)  # sealed by this user's key: our own bytes
+        except (EOFError, ValueError, TypeError):
+            return None
+        return got if isinstance(got, dict) else None
 
     def unchanged_reads(self, entry: dict, stamp_of, table):
         """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:
@@ -585,7 +623,7 @@ class Cache:
         by_census: dict[str, list[tuple[bool, int, str]]] = {}
         with os.scandir(folder) as entries:
             for entry in entries:
-                name = entry.name[:-5] if entry.name.endswith(".json") else ""
+                name = entry.name[:-len(GROUP_SUFFIX)] if entry.name.endswith(GROUP_SUFFIX) else ""
                 census = name.partition("-")[0]
                 if _group_name(name) and census in censuses:
                     try:
@@ -597,7 +635,7 @@ class Cache:
         for groups in by_census.values():
             for _old, _used, name in sorted(groups)[GROUPS_KEPT:]:
                 try:
-                    os.unlink(folder / f"{name}.json")
+                    os.unlink(folder / f"{name}{GROUP_SUFFIX}")
                 except OSError:
                     pass
 

@@ -20,7 +20,8 @@ stamps of the few files its answers read, and at ten times vLLM reading the memo
 cost it more than hashing them; a run that checks a census's reads, or the whole project, reads
 it. A run that never read it keeps nothing.
 
-The file is written by a run that stamped something new, whole, sealed with the per-user cache
+The file is written by a run that stamped something new (a run on named files: one entry in
+REWRITE_RATIO or more), whole, sealed with the per-user cache
 key (run/cache_seal.quick_seal) over a context naming the format and the interpreter (marshal's
 format is the interpreter's): a memo edited by anyone else, or moved from another folder, is no
 memo, and every file is hashed. A run on the whole project keeps only the files it stamped (a file
@@ -39,6 +40,11 @@ from dtype_lint.run.replay_index import settled_stat_key, stat_key
 MEMO_NAME = "stamps.bin"
 FORMAT = 1
 LOAD_AFTER = 256  # the files a run hashes before it reads the memo (see StampMemo.__init__)
+# A run on named files rewrites the memo only when it changed at least one entry in this many
+# (`save`): at ten times vLLM the memo is 3.1 MB, and a pre-commit run on an edited file whose fix
+# the compiled-code census cleared reads it (the census's 23,600 files) and rewrote it for the one
+# file edited, 111 M instructions of its 2.4 G; the next run hashes that file again instead.
+REWRITE_RATIO = 256
 
 
 def _context(folder: str) -> str:
@@ -150,25 +156,27 @@ class StampMemo:
         (it hashed fewer than LOAD_AFTER files) keeps nothing: at ten times vLLM the memo is
         36,000 files, and reading and rewriting it after every edited file's run cost that run a
         fifth of its time; the few files it hashed are hashed again by the next run, until a run
-        that reads the memo keeps them."""
+        that reads the memo keeps them. A run on named files that read it keeps nothing either
+        when it changed fewer than one entry in REWRITE_RATIO: hashing those few files again
+        costs the next runs less than rewriting the memo costs this one."""
         if self.folder is None or self.kept is None:
             return  # it hashed fewer than LOAD_AFTER files: the next run hashes them again
         dropped = whole and len(self.vouched) != len(self.kept)
         if not (self.taken or dropped):
             return
         memo = dict(self.vouched) if whole else dict(self.kept)
-        changed = dropped
+        changed = 0  # entries added, replaced or removed
         for real, stamp in self.taken.items():
             stored = self._stored(real)
             key = settled_stat_key(real, self.started_ns)
             if key is None:
-                changed = memo.pop(stored, None) is not None or changed
+                changed += memo.pop(stored, None) is not None
                 continue
             entry = (*key, stamp)
             if memo.get(stored) != entry:
                 memo[stored] = entry
-                changed = True
-        if not changed:
+                changed += 1
+        if not (dropped or changed >= (1 if whole else max(1, len(memo) // REWRITE_RATIO))):
             return
         from dtype_lint.run.cache_seal import quick_seal
 
