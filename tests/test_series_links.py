@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,7 +122,12 @@ def test_the_scratch_copy_goes_where_there_is_room_and_the_user_has_not_chosen(t
     with scratch_copy(root) as copy:
         assert copy.parent.parent == memory
         assert (copy / "a.py").read_bytes() == b"x" * 1000
+    # The free space as the folder reports it, held still: read twice from the disk, it moved
+    # whenever a parallel test worker wrote or removed files there in between.
     free = shutil.disk_usage(memory).free
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=free * 2, used=free, free=free))
+    monkeypatch.setattr(writer, "SCRATCH_ROOM", free // 1000)  # the copy takes exactly its share
+    assert writer._scratch_base(root, ()) == str(memory)
     monkeypatch.setattr(writer, "SCRATCH_ROOM", free // 1000 + 1)  # the copy would take more than its share
     assert writer._scratch_base(root, ()) is None
     monkeypatch.setattr(writer, "SCRATCH_ROOM", 4)
