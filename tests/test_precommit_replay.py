@@ -469,7 +469,9 @@ def test_the_first_named_run_replays_an_answer_that_used_a_census_of_the_tree(pr
 def test_an_edit_of_a_file_the_census_passed_over_keeps_its_group(project: Path, monkeypatch):
     """The edited file with a fixable finding is itself one the compiled-code census passed over:
     its answer names the group the census had (no new group of every file is written: 6.8 MB at
-    ten times vLLM, on every such pre-commit run), with the file's stamp of now, and is replayed."""
+    ten times vLLM, on every such pre-commit run), the group file is not written again for the
+    one file edited (3.3 MB at ten times vLLM), and the answer is replayed: the replay takes the
+    edited file by its census's test, as it takes any file changed since the group was kept."""
     from dtype_lint.analysis.index import class_index
 
     monkeypatch.setattr(class_index, "GROUP_MIN_FILES", 1)
@@ -477,18 +479,47 @@ def test_an_edit_of_a_file_the_census_passed_over_keeps_its_group(project: Path,
     dtl(project, "check", "--exit-zero", ".")
     folder = project / ".dtype_lint_cache" / replay_index.ANSWERS_DIR
     answers = set(folder.glob("g-*.bin"))
+    (kept,) = answers
+    before = kept.read_bytes()
     site = project / "vllm" / "site.py"
     site.write_text(SITE + "# edited\n")
     first = keep(project, *SITE_ARGS, trust_stat_data=True)
     assert "[safe]" in first.stdout
-    assert set(folder.glob("g-*.bin")) == answers  # the same group
-    (kept,) = answers
+    assert set(folder.glob("g-*.bin")) == answers and kept.read_bytes() == before  # the same group, as it was
+    site.touch()
+    assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)
+    # A run on the whole project brings the group up to date: the file's stamp of now.
+    dtl(project, "check", "--exit-zero", ".")
     group = replay_index.load(str(kept), replay_index._answers_context())
     stamps = dict(zip(group["paths"], group["stamps"]))
     from dtype_lint.core.file_stamp import file_stamp
 
     assert stamps[os.path.relpath(site.resolve(), project.resolve())] == file_stamp(str(site.resolve()))
-    site.touch()
+
+
+def test_a_group_file_the_replay_cannot_read_is_removed_and_kept_again(project: Path, monkeypatch):
+    """A run on named files writes a group only where none is kept: one that cannot be read
+    (edited, foreign) would otherwise decline every replay naming it until a run on the whole
+    project. The replay removes it, and the next run on the file keeps it again (an answer that
+    read as many files as a census does is kept by the index only, as at ten times vLLM)."""
+    from dtype_lint.analysis.index import class_index
+    from dtype_lint.run import run_memo
+
+    monkeypatch.setattr(class_index, "GROUP_MIN_FILES", 1)
+    monkeypatch.setattr(run_memo, "MAX_MEMO_FILES", 1)
+    shutil.rmtree(project / ".dtype_lint_cache")
+    dtl(project, "check", "--exit-zero", ".")
+    first = keep(project, *SITE_ARGS)
+    folder = project / ".dtype_lint_cache" / replay_index.ANSWERS_DIR
+    (kept,) = folder.glob("g-*.bin")
+    data = bytearray(kept.read_bytes())
+    data[len(data) // 2] ^= 1  # its seal no longer holds
+    kept.write_bytes(bytes(data))
+    (project / "vllm" / "site.py").touch()
+    assert replayed(project, *SITE_ARGS)[0] is None and not kept.exists()
+    assert dtl(project, *SITE_ARGS).stdout == first.stdout  # the full run, which keeps it again
+    assert kept.exists()
+    (project / "vllm" / "site.py").touch()
     assert replayed(project, *SITE_ARGS) == (0, first.stdout, first.stderr)
 
 
