@@ -51,10 +51,12 @@ compiled-code census, which tests every file) is kept once, in `g-<name>.bin` be
 (the group's name is its content's digest, class_index.Reads.groups), for every answer that names
 it; a file the census only passed over by a test of its text may have changed while it fails that
 test still (core/passed_over.py), as in the index's entries; a group file that neither the answers
-(their list, `groups.txt`) nor an entry of the index names is removed. A clean answer that used one is not
-kept (vLLM 0.34.0: 8 of 303 files): the fast path's clean verdict would stamp every file it read.
-The fast path reads the clean answers for a set of named files that mixes them with files no rule
-can match (answered_clean), and keeps its verdict as an entry with what the answers read.
+(their list, `groups.txt`) nor an entry of the index names is removed; a run on named files writes
+a group only where none is kept, and a replay removes one it cannot read (`_keep_group`). A clean
+answer that used one is not kept (vLLM 0.34.0: 8 of 303 files): the fast path's clean verdict
+would stamp every file it read. The fast path reads the clean answers for a set of named files
+that mixes them with files no rule can match (answered_clean), and keeps its verdict as an entry
+with what the answers read.
 
 The index is written by the full run that keeps a run memo entry (run_memo.keep), sealed with the
 per-user cache key (cache_seal.quick_seal) over a context naming this format and the interpreter
