@@ -18,6 +18,7 @@ from dtype_lint.analysis.guard_engine.guards import (
     WEIGHT_PRESENT,
     BackendNames,
     GuardKnowledge,
+    assigned_before,
     backend_check,
     implies_no_weight,
     implies_weight,
@@ -140,6 +141,62 @@ def test_weight_present_at_reads_every_dominator_kind():
     reads = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "weight"),
                    key=lambda n: n.lineno)
     assert [weight_present_at(r, r.value, parents, NOTHING_KNOWN) for r in reads] == [True, True, False]
+
+
+# `conv.weight = ...` earlier in the function, then a read of `conv.weight` (the last line of
+# each body): (body, whether the read is proven to find a weight).
+ASSIGNED = {
+    "set, then read": ("conv.weight = nn.Parameter(w)\nuse(conv.weight)", True),
+    "set as one target of a tuple": ("conv.weight, conv.bias = fold(w, b)\nuse(conv.weight)", True),
+    "set in an enclosing block": ("conv.weight = nn.Parameter(w)\nif norm:\n    use(conv.weight)", True),
+    "the read inside the statement that sets it again":
+        ("conv.weight = P(w)\nif norm:\n    conv.weight, conv.bias = fold(conv.weight, conv.bias)", True),
+    "a method of the weight tensor between": ("conv.weight = P(w)\nconv.weight.data.zero_()\nuse(conv.weight)",
+                                              True),
+    "another attribute stored between": ("conv.weight = P(w)\nconv.bias = P(b)\nuse(conv.weight)", True),
+    "set to None": ("conv.weight = None\nuse(conv.weight)", False),
+    "set to None between": ("conv.weight = P(w)\nconv.weight = None\nuse(conv.weight)", False),
+    "rebound between": ("conv.weight = P(w)\nconv = make()\nuse(conv.weight)", False),
+    "rebound by a `for` between": ("conv.weight = P(w)\nfor conv in convs:\n    use(conv.weight)", False),
+    "rebound after the read in a loop": ("conv.weight = P(w)\nwhile more():\n    use(conv.weight)\n"
+                                         "    conv = make()", False),
+    "rebound by an `except ... as`": ("conv.weight = P(w)\ntry:\n    pass\nexcept E as conv:\n    pass\n"
+                                      "use(conv.weight)", False),
+    "handed on bare between": ("conv.weight = P(w)\nrequantize(conv)\nuse(conv.weight)", False),
+    "aliased between": ("conv.weight = P(w)\nother = conv\nuse(conv.weight)", False),
+    "a method of the layer between": ("conv.weight = P(w)\nconv.reset_parameters()\nuse(conv.weight)", False),
+    "deleted between": ("conv.weight = P(w)\ndel conv.weight\nuse(conv.weight)", False),
+    "deleted through a private attribute": ("conv.weight = P(w)\ndel conv._parameters['weight']\n"
+                                            "use(conv.weight)", False),
+    "set only in a branch": ("if c:\n    conv.weight = P(w)\nuse(conv.weight)", False),
+    "set in a `try`, read in its handler": ("try:\n    conv.weight = P(w)\nexcept E:\n    use(conv.weight)", False),
+    "read before it is set": ("use(conv.weight)\nconv.weight = P(w)", False),
+    "a nested function names it": ("def drop():\n    del conv.weight\nconv.weight = P(w)\ndrop()\n"
+                                   "use(conv.weight)", False),
+    "declared nonlocal": ("nonlocal conv\nconv.weight = P(w)\nuse(conv.weight)", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ASSIGNED))
+def test_a_weight_the_function_set_itself_is_present(case):
+    """A read dominated by `conv.weight = <not None>` in the same function, `conv` a plain name
+    that nothing between rebinds, deletes from, hands on or calls a method of, finds the weight
+    (torch's `to_float`: `conv.weight = nn.Parameter(...)`, then `fuse_conv_bn_weights(conv.weight, ...)`)."""
+    body, expected = ASSIGNED[case]
+    tree = _parse("def f(conv, w, b, c, norm, convs):\n" + textwrap.indent(body, "    ") + "\n")
+    parents = parent_map(tree)
+    read = max((n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "weight"
+                and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)),
+               key=lambda n: (n.lineno, n.col_offset))  # the last read of `conv.weight`
+    assert assigned_before(read, read.value, parents) is expected
+    assert weight_present_at(read, read.value, parents, NOTHING_KNOWN) is expected
+
+
+def test_an_assigned_weight_counts_for_a_plain_name_only():
+    """`self.proj.weight = ...` proves nothing: any call between may rebind `self.proj`."""
+    tree = _parse("def f(self, w):\n    self.proj.weight = P(w)\n    return self.proj.weight.t()\n")
+    read = _site(tree, "self.proj.weight.t").value
+    assert not assigned_before(read, read.value, parent_map(tree))
 
 
 def test_storage_unpacked_does_not_trust_hasattr_or_handlers():

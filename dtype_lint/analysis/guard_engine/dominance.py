@@ -86,21 +86,30 @@ def dominators(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[Dominator
         child, parent = parent, parents.get(id(parent))
 
 
-def evaluated_before(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[ast.AST]:
-    """Expressions (and simple statements) that have run, without raising, on every path to `site`
-    within its function: each earlier statement of the same or an enclosing block, whole when it is
-    a simple statement, only its test (`if`, `while`), iterable (`for`) or context managers
-    (`with`) when it is compound. A `try`, a function or a class defined earlier says nothing."""
+def enclosing_blocks(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[list[ast.stmt], int]]:
+    """Each statement list of the function that holds `site`, innermost first, with the index of
+    its statement that holds the site: the statements before that index have run, in order, on
+    every path to `site` that enters that statement (a `try`'s body is not the block of a site in
+    one of its handlers)."""
     child, parent = site, parents.get(id(site))
     while parent is not None:
         if isinstance(child, ast.stmt):
             for block in statement_blocks(parent):
                 if any(stmt is child for stmt in block):
-                    for earlier in block[: _index(block, child)]:
-                        yield from _always_runs(earlier)
+                    yield block, _index(block, child)
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return
         child, parent = parent, parents.get(id(parent))
+
+
+def evaluated_before(site: ast.AST, parents: dict[int, ast.AST]) -> Iterator[ast.AST]:
+    """Expressions (and simple statements) that have run, without raising, on every path to `site`
+    within its function: each earlier statement of the same or an enclosing block, whole when it is
+    a simple statement, only its test (`if`, `while`), iterable (`for`) or context managers
+    (`with`) when it is compound. A `try`, a function or a class defined earlier says nothing."""
+    for block, holder in enclosing_blocks(site, parents):
+        for earlier in block[:holder]:
+            yield from _always_runs(earlier)
 
 
 def _always_runs(stmt: ast.stmt) -> list[ast.AST]:

@@ -18,7 +18,8 @@ Two questions are asked of the same dominating tests (analysis/guard_engine/domi
   `AttributeError` handler catches it, or a backend check names the formats the path was written
   for (`isinstance(L.quant_method, Fp8LinearMethod)`, `isinstance(quant_config, Fp8Config)`,
   `quant_config is None`), directly or through flags, predicates (analysis/guard_engine/guard_flags.py) and the
-  callers (analysis/guard_engine/file_guards.py).
+  callers (analysis/guard_engine/file_guards.py); and where the function itself set `L.weight`
+  on every path to the read (`assigned_before`).
 
 Where the two answers differ, `GuardPolicy` says so, in this one place.
 """
@@ -32,7 +33,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from dtype_lint.analysis.flow.recognisers import feeds_dtype_site, weight_dtype_source
-from dtype_lint.analysis.guard_engine.dominance import Dominator, dominators, evaluated_before, same_expression
+from dtype_lint.analysis.guard_engine.dominance import (
+    Dominator,
+    dominators,
+    enclosing_blocks,
+    evaluated_before,
+    same_expression,
+)
 from dtype_lint.analysis.guard_engine.dormant import truth
 from dtype_lint.analysis.index.class_facts import ClassFacts
 from dtype_lint.analysis.index.class_index import dotted
@@ -698,7 +705,7 @@ def weight_present_at(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]
                 return True
         elif implies_no_weight(dominator.test, layer, known):
             return True
-    return read_before(site, layer, parents)
+    return read_before(site, layer, parents) or assigned_before(site, layer, parents)
 
 
 def read_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) -> bool:
@@ -713,6 +720,123 @@ def read_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) -> b
     def counts(read: ast.Attribute) -> bool:
         return not feeds_dtype_site(read, function_node, parents)
     return any(_reads_weight_of(earlier, layer, None, counts) for earlier in evaluated_before(site, parents))
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def assigned_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """`L.weight = <value>` has run on every path to `site` within its function, `L` a plain name
+    (a local or a parameter), and nothing from there to the site may take the weight away again
+    (`_may_undo`): the read finds the `.weight` the function set itself, whatever storage a backend
+    gave the layer before (torch's `to_float`: `conv.weight = nn.Parameter(...)`, then
+    `fuse_conv_bn_weights(conv.weight, ...)`). The nearest such assignment decides: what lies
+    between it and the site lies between any earlier one and the site too. A name some nested
+    function, lambda or class names, or that is declared `global`/`nonlocal`, can change where
+    this walk cannot see: nothing is proven for it."""
+    if not isinstance(layer, ast.Name):
+        return False
+    function_node = parents.get(id(site))
+    while function_node is not None and not isinstance(function_node, _SCOPES):
+        function_node = parents.get(id(function_node))
+    if function_node is None or _named_out_of_sight(function_node, layer.id):
+        return False
+    for block, holder in enclosing_blocks(site, parents):
+        for position in range(holder - 1, -1, -1):
+            if _sets_weight(block[position], layer.id):
+                # From the assignment to the statement holding the site, all of it: in a loop,
+                # what follows the site in that statement runs before the site's next turn.
+                return not any(_may_undo(node, layer.id, parents)
+                               for stmt in block[position + 1:holder + 1] for node in ast.walk(stmt))
+    return False
+
+
+def _sets_weight(stmt: ast.stmt, name: str) -> bool:
+    """`name.weight = <value>` (also one target of several, or an element of a tuple target),
+    the value not None."""
+    if isinstance(stmt, ast.Assign):
+        targets = [t for target in stmt.targets for t in _flat(target)]
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets = [stmt.target]
+    else:
+        return False
+    return any(_is_weight_of(t, name) for t in targets) and not _holds_none(stmt.value)
+
+
+def _flat(target: ast.expr) -> list[ast.expr]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for element in target.elts for t in _flat(element)]
+    return [target.value] if isinstance(target, ast.Starred) else [target]
+
+
+def _is_weight_of(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "weight" and isinstance(node.value, ast.Name) \
+        and node.value.id == name
+
+
+def _holds_none(value: ast.AST | None) -> bool:
+    """None itself, or a tuple or list display with a None element (`L.weight, b = None, b`)."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return any(_holds_none(element) for element in value.elts)
+    return isinstance(value, ast.Constant) and value.value is None
+
+
+def _named_out_of_sight(function_node: ast.AST, name: str) -> bool:
+    """`global name` / `nonlocal name` in the function, or a nested function, lambda or class
+    that names it: code that runs when called (by anything between) could rebind it or drop its
+    weight."""
+    for node in ast.walk(function_node):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True
+        if node is not function_node and isinstance(node, (*_SCOPES, ast.ClassDef)) and any(
+                isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node)):
+            return True
+    return False
+
+
+def _may_undo(node: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
+    """Might `node` leave `name` without the `.weight` set before it? A rebinding (any binding
+    form), a `del` through it, a store of None into its `.weight`, anything through a private
+    attribute (`name._parameters`), a method called on it (`name.reset()`; one of its weight
+    tensor's, `name.weight.t()`, cannot drop the weight), or the object handed on bare (`f(name)`,
+    `other = name`, `delattr(name, ...)`), after which anything may change it."""
+    if _binds(node, name):
+        return True
+    if not (isinstance(node, ast.Name) and node.id == name):
+        return False
+    if not isinstance(node.ctx, ast.Load):
+        return True
+    first = parents.get(id(node))
+    if not (isinstance(first, ast.Attribute) and first.value is node):
+        return True  # handed on bare
+    top, private = first, first.attr.startswith("_")
+    while isinstance(above := parents.get(id(top)), ast.Attribute) and above.value is top:
+        top, private = above, private or above.attr.startswith("_")
+    if private or isinstance(top.ctx, ast.Del):  # (only the outermost attribute of a chain stores or deletes)
+        return True
+    above = parents.get(id(top))
+    if isinstance(above, ast.Subscript) and above.value is top and isinstance(above.ctx, ast.Del):
+        return True
+    if isinstance(above, ast.Call) and above.func is top and first.attr != "weight":
+        return True  # a method of the layer (or of something it holds)
+    if top is first and first.attr == "weight" and isinstance(first.ctx, ast.Store):
+        statement = above
+        while statement is not None and not isinstance(statement, ast.stmt):
+            statement = parents.get(id(statement))
+        return not isinstance(statement, (ast.Assign, ast.AnnAssign)) or _holds_none(statement.value)
+    return False
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    """`node` binds `name` in a form other than a `Name` target: `except E as name`, a `match`
+    capture, an import alias, a nested `def`/`class` of that name."""
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        return node.name == name
+    if isinstance(node, ast.MatchMapping):
+        return node.rest == name
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name.split(".")[0]) == name
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
 
 
 def _catches(dominator: Dominator) -> bool:

@@ -87,7 +87,7 @@ def _build(resolver, qualname: str):
                 modules.add(module)
     if len(modules) > MAX_MODULES:
         return None
-    config, env, passed, sites = None, None, False, []
+    config, env, passed, sites = None, None, None, []
     for module in sorted(modules):
         facts = project.file_facts(module)
         if facts is None or facts.tree is None:
@@ -114,7 +114,8 @@ def _build(resolver, qualname: str):
             config = inst.config if config is None else _merge(config, inst.config)
             states = dict(inst.env)
             env = states if env is None else {k: _merge(v, states[k]) for k, v in env.items() if k in states}
-            passed = passed or inst.passed
+            if inst.passed is not None and (passed is None or not passed.named):
+                passed = inst.passed  # a config some construction names outweighs one only guessed
             sites.append((facts.path, call.lineno))
     if not sites or config is None:  # config is set with the first site
         return None

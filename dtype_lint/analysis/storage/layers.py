@@ -60,7 +60,7 @@ from dtype_lint.ecosystems.registry import optional, plugins
 if TYPE_CHECKING:
     from dtype_lint.analysis.storage.storage_model import StorageModel
 
-__all__ = ["ABSENT", "NON_COMPUTE", "Instance", "LayerResolver"]
+__all__ = ["ABSENT", "NAMED", "NON_COMPUTE", "ConfigArgument", "Instance", "LayerResolver"]
 
 NONE, SET, UNKNOWN = "none", "set", "unknown"
 # The torch containers that register the modules put into them.
@@ -81,6 +81,25 @@ def _merge(a: str, b: str) -> str:
 
 
 @dataclass(frozen=True)
+class ConfigArgument:
+    """How a construction passes a quantization config argument (`Instance.passed`).
+
+    `named`: a keyword names it (`quant_config=...`), or the constructor's signature binds an
+    argument to its config parameter. Not `named`: the class is one this tree does not define, so
+    no signature can be read, and only the number of positional arguments suggests a config
+    (vLLM's layers take `quant_config` sixth at the earliest). Such a guess cannot make a finding
+    high confidence; `call` (the class as the call names it) and `positionals` let its evidence
+    say what is known."""
+
+    named: bool = True
+    call: str = ""
+    positionals: int = 0
+
+
+NAMED = ConfigArgument()
+
+
+@dataclass(frozen=True)
 class Instance:
     """A layer expression resolved: its class, whether a config may reach it, and the states of
     its constructor's parameters (to follow the config into its own attributes)."""
@@ -89,7 +108,9 @@ class Instance:
     config: str = UNKNOWN  # NONE: no config can reach it; SET: one is passed; UNKNOWN: cannot tell
     env: tuple[tuple[str, str], ...] = ()
     chain: tuple[Evidence, ...] = ()
-    passed: bool = False  # its construction passes a config argument (not left to the default)
+    # Its construction passes a config argument (None: left to the default, or none); how it
+    # is passed decides how sure a verdict resting on it can be (ConfigArgument).
+    passed: ConfigArgument | None = None
     # The class of the `self` the expression starts from (a model class may restrict the configs
     # its layers can receive).
     origin: str | None = None
@@ -371,7 +392,7 @@ class LayerResolver:
         # alike so far) a layer class: `nn.Identity() if c else nn.Linear(...)` is the arm a
         # quantizer can reach, whichever comes first.
         return (inst.qualname is None, inst.config == NONE, inst.config != SET,
-                not (inst.passed or self._layer_class(inst.qualname)))
+                not (inst.passed is not None or self._layer_class(inst.qualname)))
 
     def _layer_class(self, qualname: str | None) -> bool:
         """A class a quantizer may reach: a torch layer a Hugging Face quantizer replaces (or a
@@ -535,9 +556,10 @@ class LayerResolver:
                 env[name] = UNKNOWN
             else:
                 env[name] = self.state(arg, ctx)
-        passed = any(not isinstance(bound.get(p, "default"), str) for p in self.config_params) or any(
+        named = any(not isinstance(bound.get(p, "default"), str) for p in self.config_params) or any(
             kw.arg in self.config_params for kw in call.keywords)
-        return Instance(cls, self._config_of(sig, call, env, ctx), tuple(sorted(env.items())), passed=passed)
+        return Instance(cls, self._config_of(sig, call, env, ctx), tuple(sorted(env.items())),
+                        passed=NAMED if named else None)
 
     def _spread_keys(self, call: ast.Call, ctx: _Context) -> set[str] | None:
         """The keys of every `**mapping` in the call, when each is a dict literal, a local bound to
@@ -595,16 +617,19 @@ class LayerResolver:
                 return self.state(keyword.value, ctx)
         return UNKNOWN if sig.varkw or sig.varargs else NONE
 
-    def _config_without_signature(self, call: ast.Call, ctx: _Context) -> tuple[str, bool]:
+    def _config_without_signature(self, call: ast.Call, ctx: _Context) -> tuple[str, ConfigArgument | None]:
         """(state, passed) for a class whose code we cannot see (not in the scanned tree): the
         config keyword decides; vLLM-style layers take `quant_config` sixth at the earliest, so
-        fewer positionals mean none."""
+        fewer positionals mean none, and 6 or more only may hold one (a guess: not `named`)."""
         for keyword in call.keywords:
             if keyword.arg in self.config_params:
-                return self.state(keyword.value, ctx), True
+                return self.state(keyword.value, ctx), NAMED
         if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-            return UNKNOWN, False
-        return (NONE, False) if len(call.args) < 6 else (UNKNOWN, True)
+            return UNKNOWN, None
+        if len(call.args) < 6:
+            return NONE, None
+        return UNKNOWN, ConfigArgument(named=False, call=dotted(call.func) or ast.unparse(call.func),
+                                       positionals=len(call.args))
 
     @staticmethod
     def _default_state(sig: Signature, name: str) -> str:
@@ -710,10 +735,12 @@ class LayerResolver:
                 return "high", inst.chain + evidence + storage
             if self.index.class_location(q) is not None:
                 return None  # a class of the scanned tree outside every quantizable hierarchy
-        if inst.config == SET or (inst.passed and inst.config == UNKNOWN):
+        if inst.config == SET or (inst.passed is not None and inst.config == UNKNOWN):
             storage = self.storage_evidence(q, need) if q else ()
             if storage is None:
                 return None
+            if inst.config != SET and inst.passed is not None and not inst.passed.named:
+                return self._counted_config(inst.passed, inst.chain, storage)
             return "high", inst.chain + (storage or (Evidence(
                 "constructed with a quantization config: its quant method may repack `.weight`", "", 0),))
         if name_patterns and not q:
@@ -748,6 +775,22 @@ class LayerResolver:
         return "low", (Evidence(f"{BACKEND_MARK}{UNKNOWN_BACKENDS}: `self` is an instance of `{class_name}`, "
                                 f"matched by its class name only, a class this file neither defines nor imports, "
                                 f"so its `{attrs}` is not read here", "", 0),)
+
+    def _counted_config(self, passed: ConfigArgument, chain: tuple[Evidence, ...],
+                        storage: tuple[Evidence, ...]) -> tuple[str, tuple[Evidence, ...]]:
+        """A class this tree does not define, built with 6 or more positional arguments and no
+        keyword naming a config: whether a config reaches it, and so whether any backend does,
+        cannot be told (torch's `cls._FLOAT_CONV_MODULE(...)` takes 9 and no config at all). Never
+        fail open, never overstate: low confidence, with what is known in the evidence. Where the
+        storage model knows the class's backends, they stay in the evidence (and the message);
+        where it does not, BACKEND_MARK says so, and no helper is proven on the layer, so no fix
+        (RuleContext.fixes_for)."""
+        # No "; " in it: a message splits the backends it names there (verdicts.why_storage).
+        told = (f"`{passed.call}(...)` is a class this tree does not define, called with {passed.positionals} "
+                f"positional arguments that may carry a quantization config (no keyword names one)")
+        if storage:
+            return "low", chain + (Evidence(told, "", 0), *storage)
+        return "low", chain + (Evidence(f"{BACKEND_MARK}{UNKNOWN_BACKENDS}: {told}", "", 0),)
 
     def _undispatched(self, qualname: str, chain: tuple[Evidence, ...]):
         """Never fail open: a quantizable layer whose backends the model could not read (not one
