@@ -1,4 +1,4 @@
-"""A layer built by a class this tree does not define, with every rule on and zero configuration.
+"""A layer built by a class whose code is not read here, with every rule on and zero configuration.
 
 Without the class's code there is no signature to bind: a keyword that names the config
 (`quant_config=...`) says a config reaches it, and 6 or more positional arguments only may carry
@@ -23,8 +23,8 @@ from dtype_lint.api import check_source
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "unseen_classes"
 PACKAGE = "src/foldconv"
-TOLD = ("which backends reach it cannot be told: `cls._FLOAT_CONV(...)` is a class this tree does not define, "
-        "called with 9 positional arguments that may carry a quantization config (no keyword names one)")
+TOLD = ("which backends reach it cannot be told: `cls._FLOAT_CONV(...)` names a class whose code is not read "
+        "here, called with 9 positional arguments that may carry a quantization config (no keyword names one)")
 
 
 def where(found: dict) -> tuple[str, int, str, str]:

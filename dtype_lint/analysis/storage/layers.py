@@ -85,7 +85,7 @@ class ConfigArgument:
     """How a construction passes a quantization config argument (`Instance.passed`).
 
     `named`: a keyword names it (`quant_config=...`), or the constructor's signature binds an
-    argument to its config parameter. Not `named`: the class is one this tree does not define, so
+    argument to its config parameter. Not `named`: the class is one whose code is not read here, so
     no signature can be read, and only the number of positional arguments suggests a config
     (vLLM's layers take `quant_config` sixth at the earliest). Such a guess cannot make a finding
     high confidence; `call` (the class as the call names it) and `positionals` let its evidence
@@ -778,7 +778,7 @@ class LayerResolver:
 
     def _counted_config(self, passed: ConfigArgument, chain: tuple[Evidence, ...],
                         storage: tuple[Evidence, ...]) -> tuple[str, tuple[Evidence, ...]]:
-        """A class this tree does not define, built with 6 or more positional arguments and no
+        """A class whose code is not read here, built with 6 or more positional arguments and no
         keyword naming a config: whether a config reaches it, and so whether any backend does,
         cannot be told (torch's `cls._FLOAT_CONV_MODULE(...)` takes 9 and no config at all). Never
         fail open, never overstate: low confidence, with what is known in the evidence. Where the
@@ -786,8 +786,9 @@ class LayerResolver:
         where it does not, BACKEND_MARK says so, and no helper is proven on the layer, so no fix
         (RuleContext.fixes_for)."""
         # No "; " in it: a message splits the backends it names there (verdicts.why_storage).
-        told = (f"`{passed.call}(...)` is a class this tree does not define, called with {passed.positionals} "
-                f"positional arguments that may carry a quantization config (no keyword names one)")
+        told = (f"`{passed.call}(...)` names a class whose code is not read here, called with "
+                f"{passed.positionals} positional arguments that may carry a quantization config (no keyword "
+                f"names one)")
         if storage:
             return "low", chain + (Evidence(told, "", 0), *storage)
         return "low", chain + (Evidence(f"{BACKEND_MARK}{UNKNOWN_BACKENDS}: {told}", "", 0),)
