@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 from dtype_lint.core import digests
-from dtype_lint.run.cache_seal import quick_seal, quick_unseal, seal, unseal
+from dtype_lint.run.cache_seal import quick_seal, quick_unseal_dict, read_quick_sealed_dict, seal, unseal
 
 # The findings entries whose reads a run keeps in memory: fewer files read than this (nearly all;
 # a few read every module of the project, 36,000 files at ten times vLLM).
@@ -285,12 +285,7 @@ class Cache:
             if pending is not None:
                 got = self._unseal_group(pending)
             elif _group_name(name):
-                from dtype_lint.core.safe_read import read_bytes
-
-                try:
-                    got = self._unseal_group(read_bytes(self._entry("g", name), MAX_ENTRY_BYTES))
-                except (OSError, ValueError):
-                    got = None
+                got = read_quick_sealed_dict(self._entry("g", name), self._group_context(), MAX_ENTRY_BYTES)
             if got is not None:
                 self._group_payloads[name] = got
         return got
@@ -309,14 +304,7 @@ class Cache:
         return quick_seal(marshal.dumps(stored), self._group_context())
 
     def _unseal_group(self, raw: bytes) -> dict | None:
-        payload = quick_unseal(raw, self._group_context())
-        if payload is None:
-            return None
-        try:
-            got = marshal.loads(payload)  # sealed by this user's key: our own bytes
-        except (EOFError, ValueError, TypeError):
-            return None
-        return got if isinstance(got, dict) else None
+        return quick_unseal_dict(raw, self._group_context())
 
     def unchanged_reads(self, entry: dict, stamp_of, table):
         """The reads an entry stores (class_index.Reads, real paths) when every one is unchanged:

@@ -213,3 +213,31 @@ def quick_unseal(raw: bytes, context: str) -> bytes | None:
 
     return _opened(raw, context, _quick_mac, _compare_digest)
 
+
+def quick_unseal_dict(raw: bytes, context: str) -> dict | None:
+    """The dict that `quick_seal(marshal.dumps(d), context)` holds (the replay index and its
+    answers, the stamp memo, the cache's groups), or None: not sealed by this user for `context`,
+    or not a dict in marshal's format."""
+    import marshal
+
+    payload = quick_unseal(raw, context)
+    if payload is None:
+        return None
+    try:
+        value = marshal.loads(payload)  # sealed by this user's key: our own bytes
+    except (EOFError, ValueError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_quick_sealed_dict(path: str | os.PathLike, context: str, limit: int = 256 << 20) -> dict | None:
+    """`quick_unseal_dict` of the file at `path`, or None when it cannot be read (missing, not a
+    regular file, larger than `limit` bytes)."""
+    from dtype_lint.core.safe_read import read_bytes
+
+    try:
+        raw = read_bytes(path, limit)
+    except (OSError, ValueError):
+        return None
+    return quick_unseal_dict(raw, context)
+

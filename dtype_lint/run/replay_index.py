@@ -391,19 +391,10 @@ def content_stamp(data: bytes) -> str:
 def load(path: str, context: str | None = None) -> dict | None:
     """The index at `path` (or the tree's answers, under their `context`), or None (missing,
     another format or interpreter, not sealed by us)."""
-    from dtype_lint.core.safe_read import read_bytes
-    from dtype_lint.run.cache_seal import quick_unseal
+    from dtype_lint.run.cache_seal import read_quick_sealed_dict
 
-    try:
-        payload = quick_unseal(read_bytes(path, 256 << 20), context or _context())
-    except (OSError, ValueError):
-        return None
-    if payload is None:
-        return None
-    index = marshal.loads(payload)  # sealed by this user's key: our own bytes
-    if not (isinstance(index, dict) and index.get("format") == FORMAT):
-        return None
-    return index
+    index = read_quick_sealed_dict(path, context or _context())
+    return index if index is not None and index.get("format") == FORMAT else None
 
 
 _answers_loaded: dict[str, tuple] = {}  # path -> (its stat data, its payload) when last loaded

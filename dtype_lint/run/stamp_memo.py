@@ -80,22 +80,10 @@ class StampMemo:
         return real[len(lead):] if lead and real.startswith(lead) else real
 
     def _load(self) -> dict[str, tuple]:
-        from dtype_lint.core.safe_read import read_bytes
-        from dtype_lint.run.cache_seal import quick_unseal
+        from dtype_lint.run.cache_seal import read_quick_sealed_dict
 
         assert self.folder is not None
-        try:
-            payload = quick_unseal(read_bytes(os.path.join(self.folder, MEMO_NAME), 256 << 20),
-                                   _context(self.folder))
-        except (OSError, ValueError):
-            return {}
-        if payload is None:
-            return {}
-        try:
-            memo = marshal.loads(payload)  # sealed by this user's key: our own bytes
-        except (EOFError, ValueError, TypeError):
-            return {}
-        return memo if isinstance(memo, dict) else {}
+        return read_quick_sealed_dict(os.path.join(self.folder, MEMO_NAME), _context(self.folder)) or {}
 
     def stamp(self, real: str) -> str:
         """The stamp of the file at `real` (core/file_stamp.file_stamp's)."""

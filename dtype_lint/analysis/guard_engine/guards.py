@@ -739,15 +739,17 @@ def assigned_before(site: ast.AST, layer: ast.AST, parents: dict[int, ast.AST]) 
     function_node = parents.get(id(site))
     while function_node is not None and not isinstance(function_node, _SCOPES):
         function_node = parents.get(id(function_node))
-    if function_node is None or _named_out_of_sight(function_node, layer.id):
+    if function_node is None:
         return False
     for block, holder in enclosing_blocks(site, parents):
         for position in range(holder - 1, -1, -1):
             if _sets_weight(block[position], layer.id):
                 # From the assignment to the statement holding the site, all of it: in a loop,
-                # what follows the site in that statement runs before the site's next turn.
+                # what follows the site in that statement runs before the site's next turn. (The
+                # walk of the whole function last: most reads have no such assignment.)
                 return not any(_may_undo(node, layer.id, parents)
-                               for stmt in block[position + 1:holder + 1] for node in ast.walk(stmt))
+                               for stmt in block[position + 1:holder + 1] for node in ast.walk(stmt)) \
+                    and not _named_out_of_sight(function_node, layer.id)
     return False
 
 
