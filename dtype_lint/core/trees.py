@@ -166,6 +166,22 @@ def whole_function(path: str, text: str, blanked: ast.FunctionDef | ast.AsyncFun
     return _from_whole(path, text, blanked)
 
 
+def stub_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """A blanked node standing for the method `fn` of a class parsed from its own text: its
+    decorators and signature (the same nodes), its body one `pass`, marked as `regions.check`
+    marks a blanked function, so that `Defs` (and `whole_function`) read the real one back from
+    its lines when it is asked for. `fn` itself when it is blanked already."""
+    if regions.is_blanked(fn):
+        return fn
+    stub = type(fn).__new__(type(fn))
+    stub.__dict__.update(fn.__dict__)
+    first = fn.body[0]
+    stub.body = [ast.Pass(lineno=first.lineno, col_offset=first.col_offset, end_lineno=first.lineno,
+                          end_col_offset=first.col_offset + 4)]
+    setattr(stub, regions.BLANKED, fn.end_lineno or fn.lineno)
+    return stub
+
+
 def _from_whole(path: str, text: str, blanked: ast.FunctionDef | ast.AsyncFunctionDef) \
         -> ast.FunctionDef | ast.AsyncFunctionDef:
     try:

@@ -92,6 +92,7 @@ def analyze(path: str, text: str, index: QuantizableLayerIndex, config: Config, 
             _run_whole(whole_rules, trees.whole_of(tree), path, text, module, is_pkg, imports, markers,
                        index, load_file, config, raw)
         trees.release(path)  # the store keeps what other files read (core/trees.py)
+        index.compact_facts()  # ... and the facts of other files' classes it did not ask for, less
     if not has_suppression(text):
         if not raw:
             return []

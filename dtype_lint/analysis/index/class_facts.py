@@ -174,9 +174,14 @@ class ClassFacts:
     bodies' statements say (BodyFacts: attribute origins, getters...) the first time one of those
     is read, and what the calls in them say (CallFacts: quant-method calls, dispatch) the first
     time one of those is: deciding that a class is storage code or where its `__init__` is needs
-    no walk of its bodies, and an attribute's origins no walk of every node of them."""
+    no walk of its bodies, and an attribute's origins no walk of every node of them.
 
-    def __init__(self, qualname: str, path: str, line: int, complete=None, complete_calls=None):
+    `statement`: the class statement those are read from; `reparse`: how to parse that same
+    statement again from the class's own text, for a class parsed from it (trees.parse_class),
+    whose statement `compact` lets go (a statement of a module's tree is held by the tree)."""
+
+    def __init__(self, qualname: str, path: str, line: int, complete=None, complete_calls=None,
+                 statement: ast.ClassDef | None = None, reparse=None):
         self.qualname = qualname
         self.path = path
         self.line = line
@@ -193,6 +198,9 @@ class ClassFacts:
         self._body: BodyFacts | None = None
         self._complete_calls = complete_calls  # fills CallFacts
         self._calls: CallFacts | None = None
+        self._statement = statement
+        self._reparse = reparse
+        self.used = 0  # the last analysis that asked for it (QuantizableLayerIndex.facts_round)
 
     @property
     def body(self) -> BodyFacts:
@@ -211,6 +219,33 @@ class ClassFacts:
                 complete, self._complete_calls = self._complete_calls, None
                 complete(self, self._calls)
         return self._calls
+
+    def statement(self) -> ast.ClassDef:
+        """The class statement its lazy facts are read from: the one held, or after `compact`
+        the same statement parsed again from the class's own text."""
+        cls = self._statement
+        if cls is None and self._reparse is not None:
+            cls = self._reparse()
+        if cls is None:  # (not met: the same parse of the same text gave one before)
+            raise KeyError(self.qualname)
+        return cls
+
+    def compact(self) -> None:
+        """Let go of the class statement parsed from the class's own text: its methods stand as
+        blanked nodes (trees.stub_of), which `methods` reads back from their own lines when
+        one is asked for, and a lazy fact not read yet parses the class again. Facts in the
+        index's recently-used lists held their classes' whole trees while no analysis read
+        them. Called between two files' analyses, never during one
+        (QuantizableLayerIndex.compact_facts): what an analysis keeps about a method node it
+        was given (a memo keyed by the node's id) is gone by then."""
+        if self._statement is None or self._reparse is None:
+            return
+        self._statement = None
+        methods = self.methods
+        for name, fn in list(dict.items(methods)):
+            dict.__setitem__(methods, name, trees.stub_of(fn))
+        if self._complete is None and self._complete_calls is None:
+            self._reparse = None  # every lazy fact is read: nothing parses the class again
 
     attrs = _body_fact("attrs")
     super_init = _body_fact("super_init")
@@ -266,6 +301,7 @@ class LazyClasses(Mapping):
                 class_facts = self._build(qualname, node, reads)
             built = self._built[qualname] = (class_facts, reads)
         self._index.replay(built[1])
+        built[0].used = self._index.facts_round
         return built[0]
 
     def unparsed_text(self, qualname: str) -> str | None:
@@ -378,19 +414,34 @@ def _is_super_init(call: ast.Call) -> bool:
 class TextFunctions:
     """The module-level functions of one file, each parsed from its own lines when first asked
     for (trees.parse_function): (facts, node), None when the file defines no such function, or
-    regions.UNTOLD when its text cannot tell."""
+    regions.UNTOLD when its text cannot tell. With an `index`, the functions it parsed are let go
+    once an analysis has not asked for one (QuantizableLayerIndex.compact_facts)."""
 
-    __slots__ = ("facts", "text", "_found")
+    __slots__ = ("facts", "text", "_found", "_index", "used", "__weakref__")
 
-    def __init__(self, facts: FileFacts, text: str):
+    def __init__(self, facts: FileFacts, text: str, index: QuantizableLayerIndex | None = None):
         self.facts, self.text = facts, text
         self._found: dict[str, object] = {}
+        self._index = index
+        self.used = 0  # the last analysis that asked (QuantizableLayerIndex.facts_round)
 
     def get(self, name: str):
+        index = self._index
+        if index is not None:
+            self.used = index.facts_round
         if name not in self._found:
             node = trees.parse_function(self.facts.path, self.text, name)
             self._found[name] = (self.facts, node) if isinstance(node, ast.AST) else node
+            if isinstance(node, ast.AST) and index is not None:
+                index.note_fresh(self)
         return self._found[name]
+
+    def compact(self) -> None:
+        """Let the parsed functions go (one asked for again is parsed again), keeping what the
+        text told without a parse (no such function, or UNTOLD): an analysis follows a call into
+        another file's function, and the function's tree stayed with the index's recently used
+        facts while other files were analysed (called between two analyses, as ClassFacts.compact)."""
+        self._found = {name: got for name, got in self._found.items() if not isinstance(got, tuple)}
 
 
 class ClassesFirst(FileFacts):
@@ -475,6 +526,7 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
             todo.extend(reversed([(stmt, qual) for stmt in node.body if isinstance(stmt, ast.ClassDef)]))
 
     def visit_class(qualname: str, cls, qual: str, reads) -> ClassFacts:
+        reparse = text = region = None
         if not isinstance(cls, ast.ClassDef):  # a ClassRegion: parse the class now
             if by_class:
                 text, parse_file = by_class[0], by_class[2]
@@ -482,22 +534,33 @@ def build_file_facts(tree: ast.Module | None, module: str, path: str, is_package
                 text, parse_file = source[1], lambda: trees.parse(*source)
             else:
                 raise KeyError(qualname)  # nothing to parse the class from: no facts
-            cls = trees.parse_class(path, text, cls, parse_file, reduce=not by_class or by_class[3])
+            region, reduce = cls, not by_class or by_class[3]
+
+            def reparse() -> ast.ClassDef | None:  # the same parse of the same text: the same statement
+                return trees.parse_class(path, text, region, parse_file, reduce=reduce)
+
+            cls = reparse()
             if cls is None:
                 raise KeyError(qualname)  # the file does not parse: no facts, as for a whole parse
         def complete(cf: ClassFacts, body: BodyFacts) -> None:
             with index.reading() as more:
-                complete_class(cls, cf, body)
+                complete_class(cf.statement(), cf, body)
             reads.update(more)
 
         def complete_calls(cf: ClassFacts, calls: CallFacts) -> None:
             with index.reading() as more:
-                for stmt in cls.body:
+                for stmt in cf.statement().body:
                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         visit_calls(calls, stmt)
             reads.update(more)
 
-        class_facts = ClassFacts(qualname, path, cls.lineno, complete, complete_calls)
+        # A class parsed from its own text that names no call CallFacts read has none: no walk
+        # of its methods (nor, once its statement is let go, a parse) to learn that.
+        has_calls = reparse is None or names_a_call(text, region)
+        class_facts = ClassFacts(qualname, path, cls.lineno, complete, complete_calls if has_calls else None,
+                                 cls, reparse)
+        if reparse is not None:
+            index.note_fresh(class_facts)
         class_facts.methods = Defs(source, trees.whole_function)
         for stmt in cls.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -743,6 +806,23 @@ def _single_return(fn) -> ast.expr | None:
     if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
         return body[0].value
     return None
+
+
+# The names a call must have for CallFacts to read it (`_quant_root_call`; visit_calls'
+# `isinstance`/`issubclass`).
+CALL_WORDS = ("isinstance", "issubclass", "get_quant_method", "resolve_quant_method", "create_weights")
+
+
+def names_a_call(text: str | None, region: regions.ClassRegion | None) -> bool:
+    """Could the class's text hold a call CallFacts read? True unless that text (`region` of
+    `text`) is ASCII (the parser reads other characters as these names) and names none of
+    CALL_WORDS."""
+    if text is None or region is None:
+        return True
+    start, end = region.start, region.end
+    if not text.isascii() and not text[start:end].isascii():  # (a str knows whether it is ASCII)
+        return True
+    return any(text.find(word, start, end) >= 0 for word in CALL_WORDS)
 
 
 def _quant_root_call(call: ast.Call, self_name: str) -> str:
@@ -992,7 +1072,7 @@ class ProjectFacts:
 
         def build() -> TextFunctions | None:
             text = self._load_file(header.path)
-            return TextFunctions(FileFacts(header.module, header.path, header.imports, {}), text) \
+            return TextFunctions(FileFacts(header.module, header.path, header.imports, {}), text, self.index) \
                 if text is not None else None
 
         functions = self.index.cached_facts(("functions", header.path), build)

@@ -20,6 +20,7 @@ import os
 import re
 import textwrap
 import unicodedata
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -990,6 +991,11 @@ class QuantizableLayerIndex:
         self._dropped: set = set()  # keys the recently-used list dropped
         self.census_cache: dict = {}
         self._memo_reads: dict[tuple[str, str], Reads] = {}
+        # Facts holding a tree parsed from a class's or a function's own text (class_facts:
+        # ClassFacts, TextFunctions), weakly: the recently-used lists decide how long they live.
+        # Each notes the last analysis that asked for it (`used`, a `facts_round`).
+        self._fresh: list[weakref.ref] = []
+        self.facts_round = 0
 
     # ---- what a computation read ---------------------------------------------------------
     def reading(self, alone: bool = False) -> "_Frame":
@@ -1023,6 +1029,26 @@ class QuantizableLayerIndex:
         if store is not None:
             store.put(key, value, reads)
         return value, reads
+
+    def note_fresh(self, facts) -> None:
+        """`facts` holds a tree `compact_facts` may let go (its `compact()`)."""
+        self._fresh.append(weakref.ref(facts))
+
+    def compact_facts(self) -> None:
+        """A file's analysis is over: the facts noted (`note_fresh`) that it did not ask for let
+        their trees go; those it asked for are kept through the next analysis, which in a
+        folder's run most often asks again (let go at once, a cold check of vLLM 0.27.1 parsed
+        37,700 characters again instead of 20,000: +0.18% instructions, for no less memory)."""
+        done, self.facts_round = self.facts_round, self.facts_round + 1
+        fresh, self._fresh = self._fresh, []
+        for ref in fresh:
+            facts = ref()
+            if facts is None:
+                continue
+            if facts.used == done:
+                self._fresh.append(ref)
+            else:
+                facts.compact()
 
     def kept_facts(self, key):
         """What `cached_facts(key, ...)` holds now (its reads replayed), else None; builds nothing
