@@ -281,11 +281,15 @@ def use():
 """
 
 
-@pytest.mark.parametrize("layout", ["direct", "through-a-chain"])
+@pytest.mark.parametrize("layout", ["direct", "through-a-chain", "under-a-try"])
 def test_the_helper_name_never_replaces_a_star_importers_own(tmp_path: Path, layout: str):
     """0.3 added `from proj.dtypes import get_layer_input_dtype` to proj/model.py, and
-    `from proj.model import *` in another module then replaced that module's own function."""
+    `from proj.model import *` in another module then replaced that module's own function.
+    A star import nested in a compound statement counts too (import_graph reads statements only)."""
+    nested = OTHERS_OWN.replace("from proj.model import *  # noqa: E402,F403\n",
+                                "try:\n    from proj.model import *  # noqa: F403\nexcept ImportError:\n    pass\n")
     extra = ({"proj/other.py": OTHERS_OWN} if layout == "direct" else
+             {"proj/other.py": nested} if layout == "under-a-try" else
              {"proj/mid.py": "from proj.model import *  # noqa: F403\n",
               "proj/other.py": OTHERS_OWN.replace("from proj.model import", "from proj.mid import")})
     root = project(tmp_path, SITE, extra)

@@ -240,7 +240,7 @@ class ImportGraph:
             is_package = path.endswith(("__init__.py", "__init__.pyi"))
             # None: a relative star import that climbs above the top package (it names nothing).
             starred: frozenset[str | None] = frozenset() if tree is None else frozenset(
-                resolve_relative(other, is_package, node.module, node.level) for node in ast.walk(tree)
+                resolve_relative(other, is_package, node.module, node.level) for node in _statements(tree.body)
                 if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
             files.append((other, path, tree, starred))
         if self._read is _read_text:
@@ -277,6 +277,22 @@ _STAR = re.compile(r"import[\s\\(]*\*")
 # The same on the raw bytes: a Python source's encoding is ASCII-compatible (a coding cookie must
 # be), so a file whose bytes do not match holds no star import once decoded.
 _STAR_BYTES = re.compile(rb"import[\s\\(]*\*")
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement of `body` at any depth (into functions and classes too, as ast.walk), no
+    expression: an import is a statement, and walking every node of the star-importing files'
+    trees was most of reading them (a fifth of `--fix`'s fixing on vLLM 0.27.1)."""
+    todo = list(body)
+    while todo:
+        stmt = todo.pop()
+        yield stmt
+        for name in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, name, None)
+            if type(inner) is list:
+                todo.extend(inner)
+        for block in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+            todo.extend(block.body)
 
 
 def _may_star_import(path: str) -> bool:
