@@ -25,6 +25,7 @@ import sys
 from collections import deque
 from typing import Callable
 
+from dtype_lint.analysis.guard_engine.dominance import statement_blocks
 from dtype_lint.analysis.index.class_index import ModuleTable, resolve_relative
 from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, read_bytes, read_file
 
@@ -287,12 +288,8 @@ def _statements(body: list[ast.stmt]):
     while todo:
         stmt = todo.pop()
         yield stmt
-        for name in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, name, None)
-            if type(inner) is list:
-                todo.extend(inner)
-        for block in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
-            todo.extend(block.body)
+        for block in statement_blocks(stmt):
+            todo.extend(block)
 
 
 def _may_star_import(path: str) -> bool:
