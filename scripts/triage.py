@@ -683,7 +683,9 @@ TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphro
               "unsloth-2026.10.9", "axolotl-0.19.0", "megatron-core-0.19.2", "nvidia-modelopt-0.47.0",
               "llmcompressor-0.14.0.1", "auto-round-0.16.1", "llamafactory-0.9.5",
               "flash-linear-attention-0.6.0", "gptqmodel-7.7.0", "ms-swift-4.6.0",
-              "deepspeed-0.19.8", "autoawq-0.2.9", "auto-gptq-0.7.1")
+              "deepspeed-0.19.8", "autoawq-0.2.9", "auto-gptq-0.7.1",
+              # round 8: two more trees nobody here had triaged
+              "litgpt-0.5.13", "optimum-habana-1.21.2")
 
 
 def all_trees() -> list[tuple[str, str]]:
@@ -707,7 +709,13 @@ EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
                "ms-swift": ("swift", None), "gptqmodel": ("gptqmodel", None),
                # round 7 of issue #40: DeepSpeed's inference and module_inject code, and the AWQ and
                # GPTQ quantizers whose packed layers keep no `.weight` (DeepSpeed publishes an sdist only)
-               "deepspeed": ("deepspeed", None), "autoawq": ("awq", None), "auto-gptq": ("auto_gptq", None)}
+               "deepspeed": ("deepspeed", None), "autoawq": ("awq", None), "auto-gptq": ("auto_gptq", None),
+               # round 8: two more trees nobody here had triaged: Lightning's litgpt (its own model code,
+               # quantized on load with bitsandbytes through `--quantize bnb.*`) and optimum-habana (Hugging
+               # Face models patched for Gaudi, quantized by Intel Neural Compressor's FP8 and its own GPTQ
+               # path); ktransformers 0.7.2, asked for first, ships a wheel of two `.py` files (its code is
+               # in kt-kernel, whose 0.7.2 has no wheel the fetch can use)
+               "litgpt": ("litgpt", None), "optimum-habana": ("optimum", None)}
 # EXTRA_DISTS that publish no wheel for any platform (autoawq: none the fetch can use since 0.2.8): their `.py` files
 # come from the sdist.
 SDIST_ONLY = {"gptqmodel", "deepspeed", "autoawq"}

@@ -166,6 +166,18 @@ def auto_gptq_071() -> Path:
     return _extra_release("auto-gptq", "0.7.1")
 
 
+@pytest.fixture(scope="session")
+def litgpt_0513() -> Path:
+    """litgpt 0.5.13: its own model code, quantized on load by bitsandbytes through Lightning Fabric (round 8), held out."""
+    return _extra_release("litgpt", "0.5.13")
+
+
+@pytest.fixture(scope="session")
+def optimum_habana_1212() -> Path:
+    """optimum-habana 1.21.2: transformers and diffusers models patched for Gaudi, with its own FP8 and AWQ paths (round 8), held out."""
+    return _extra_release("optimum-habana", "1.21.2")
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the ones above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -195,6 +207,8 @@ TREES = {
     "deepspeed_0198": "deepspeed-0.19.8",
     "autoawq_029": "autoawq-0.2.9",
     "auto_gptq_071": "auto-gptq-0.7.1",
+    "litgpt_0513": "litgpt-0.5.13",
+    "optimum_habana_1212": "optimum-habana-1.21.2",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -227,6 +241,10 @@ HELD_OUT_FALSE = {
     "deepspeed_0198": set(),
     "autoawq_029": set(),
     "auto_gptq_071": set(),
+    # Round 8, two more trees nobody here had triaged: litgpt reports nothing; optimum-habana's four FALSE findings are
+    # Baichuan's KV buffers, whose model refuses every quantization config in its constructor (the tree's page).
+    "litgpt_0513": set(),
+    "optimum_habana_1212": {f"optimum/habana/transformers/models/baichuan/modeling_baichuan.py:{n}" for n in (439, 440, 584, 585)},
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
     "tpu_inference_0320": set(),
@@ -243,7 +261,8 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # peer), vllm-omni, tpu-inference (a second platform plugin, of vllm-ascend's kind), ipex-llm (a
 # quantizer of Hugging Face models with its own low-bit linears), transformers, and the trees of issues
 # #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor,
-# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift, deepspeed, autoawq, auto-gptq).
+# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift, deepspeed, autoawq, auto-gptq, and round
+# 8's litgpt and optimum-habana).
 # aphrodite-engine (the fork under another package name) runs with DTL_FULL=1: its findings are
 # compared object for object with each release of the tool (benchmarks/accuracy/README.md).
 CI_TREES = ("vllm_0271", "vllm_0330", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
