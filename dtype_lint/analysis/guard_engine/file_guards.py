@@ -45,6 +45,7 @@ from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.index.lazy_exports import lazy_owner
 from dtype_lint.analysis.storage.layers import NONE
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.text_facts import top_level_defs
 
 _NO_LAYER = ast.Name(id="<no layer>")  # a guard in a caller speaks of no particular layer
 
@@ -220,6 +221,13 @@ class FileGuards:
         if project.index.modules.get(module) is None:
             return None
         module = lazy_owner(project, module, attr) or module
+        # The `def` read from its own lines first, as imported predicates are (guard_flags.
+        # _named_predicates): the module's facts may hold a reduced tree, whose blanked bodies
+        # (a predicate's: no site in it) say nothing, and parsing the whole module costs more.
+        alone = _function_alone(project.module_text(module), attr)
+        header = project.index.modules.get(module)
+        if alone is not None and header is not None:
+            return alone, module, header.imports
         facts = project.file_facts(module)
         if facts is None or facts.tree is None:
             return None
@@ -704,3 +712,17 @@ class _PrivateCalls:
                 if name and name.startswith("_") and not name.startswith("__"):
                     calls.setdefault(name, []).append((node, function))
         return calls
+
+
+def _function_alone(text: str | None, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The module's one top-level `def name`, parsed from its own lines, or None (no text, no
+    such def or two of them, or lines that do not parse alone: a cut inside a string)."""
+    bodies = top_level_defs(text, name) if text is not None else []
+    if len(bodies) != 1:
+        return None
+    try:
+        tree = ast.parse(bodies[0])
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    node = tree.body[0] if len(tree.body) == 1 else None
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name else None

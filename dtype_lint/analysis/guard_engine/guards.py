@@ -6,9 +6,11 @@ Two questions are asked of the same dominating tests (analysis/guard_engine/domi
   float:
   - a test on the quant method: `isinstance(L.quant_method, Unquantized...)` (any class whose name
     holds `Unquantized`, `FusedUnquantizedLinearMethod` too), `type(L.quant_method) is ...`,
-    `L.quant_config is None`, or a flag holding one (`self.is_unquantized = isinstance(
-    self.quant_method, UnquantizedLinearMethod)`, vLLM's GateLinear), or a predicate method that
-    returns early for quantized layers (sglang's `_use_triton_embedding`);
+    `L.quant_config is None` (`getattr(L, "quant_method", None)` read as `L.quant_method`), or a
+    flag holding one (`self.is_unquantized = isinstance(self.quant_method, UnquantizedLinearMethod)`,
+    vLLM's GateLinear), or a module function's result whose one returned test is one
+    (`self.replicated_embed = has_full_vocab_on_rank(self.embed_tokens)`), or a predicate method
+    that returns early for quantized layers (sglang's `_use_triton_embedding`);
   - a test on the storage that the dtype evaluator proves false for every packed storage (int32,
     uint8, int8, no `.weight`): `w.dtype == torch.bfloat16`;
   - the `else` of a branch that hands the layer to its own quant method (`L.quant_method.apply(L,
@@ -236,7 +238,6 @@ class _ClassGuards:
         self.functions = functions or (lambda _name: None)
 
 
-_NO_CLASS_GUARDS = _ClassGuards({}, {})
 
 
 def unpacked_storage_guard(site: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
@@ -307,7 +308,7 @@ def _proves_unquantized(test: ast.expr, layer: ast.expr, aliases, class_guards: 
         return _proves_quantized_or_packed(test.operand, layer, aliases, class_guards)
     if isinstance(test, ast.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2:
         obj, cls = test.args
-        if isinstance(obj, ast.Attribute) and obj.attr == "quant_method" and same_expression(obj.value, layer):
+        if _quant_method_of(obj, layer):
             return _names_policy_backends(cls, STORAGE_UNPACKED)
         # In a flag of the layer's own class, computed in `__init__` from the local that becomes
         # `self.quant_method` (vLLM's `use_fused_embedding`).
@@ -336,11 +337,24 @@ def _proves_unquantized(test: ast.expr, layer: ast.expr, aliases, class_guards: 
         return _predicate_proves_unquantized(class_guards.methods[test.func.attr], layer, class_guards)
     if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self" \
             and class_guards.assigned.get(test.attr):
-        # A flag of the class: every value it is given must prove it (about `self`'s layers).
+        # A flag of the class: every value it is given must prove it (about `self`'s layers). The
+        # values are written in the class's own methods, in this module, so a module function a
+        # value calls is read as at the site (`self.fused = full_table(self.embed)`, with
+        # `full_table(e)` returning `isinstance(getattr(e, "quant_method", None), Unquantized...)`).
         own = isinstance(layer, ast.Name) and layer.id == "self"
-        return all(_proves_unquantized(v, layer, aliases, _NO_CLASS_GUARDS, depth + 1, own)
+        functions_only = _ClassGuards({}, {}, class_guards.functions)
+        return all(_proves_unquantized(v, layer, aliases, functions_only, depth + 1, own)
                    for v in class_guards.assigned[test.attr])
     return guard_excludes_packed(test, layer, aliases, _raising_is_reported(test, aliases))
+
+
+def _quant_method_of(node: ast.AST, layer: ast.expr) -> bool:
+    """`L.quant_method`, or `getattr(L, "quant_method"[, default])`, of the layer."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "quant_method" and same_expression(node.value, layer)
+    return isinstance(node, ast.Call) and dotted(node.func) == "getattr" and len(node.args) in (2, 3) \
+        and not node.keywords and same_expression(node.args[0], layer) \
+        and isinstance(node.args[1], ast.Constant) and node.args[1].value == "quant_method"
 
 
 def _raising_is_reported(test: ast.AST, aliases, depth: int = 0) -> bool:
