@@ -83,3 +83,20 @@ def test_a_flag_from_a_predicate_that_proves_nothing_does_not(tmp_path, where):
 def test_a_getattr_with_another_name_is_not_the_quant_method(tmp_path):
     test = UNQUANTIZED.replace('"quant_method"', '"quant_config"')
     assert _findings(_project(tmp_path, "own", test)) == [("DTL002", "proj/model.py", 14)]
+
+
+def test_a_cached_answer_follows_an_edit_of_the_imported_predicate(tmp_path):
+    """The predicate's module is one of the reads of the guarded file's analysis: a warm run after
+    the predicate stops proving anything reports the site, and so does a run on the file alone."""
+    root = _project(tmp_path, "imported", UNQUANTIZED)
+
+    def cached(*paths: str) -> list[tuple[str, str, int]]:
+        run = dtl(root, "check", *paths, "--output-format", "json", "--exit-zero")
+        assert run.returncode == 0, run.stderr
+        return sorted((f["code"], f["path"], f["line"]) for f in json.loads(run.stdout)["findings"])
+
+    assert cached(".") == []
+    tables = root / "proj" / "tables.py"
+    tables.write_text(tables.read_text().replace(UNQUANTIZED, 'getattr(layer, "bias", None) is None'))
+    assert cached(".") == [("DTL002", "proj/model.py", 14)]
+    assert cached("proj/model.py") == [("DTL002", "proj/model.py", 14)]
