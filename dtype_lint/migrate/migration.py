@@ -304,7 +304,10 @@ def _recheck_in_place(config: Config, path: str, result: RunResult, jobs: int | 
     where that is the only difference, the tree is checked under the fixing run's settings (each
     file whose analysis read nothing the fixes wrote keeps its results, as a warm disk cache would)
     and the added rules' findings are dropped: what a rule reports does not depend on which other
-    rules run. Otherwise (a helper the run chose, another setting) the check starts cold."""
+    rules run (but for one known shape: with a rule on that parses files whole, DTL001/DTL002 also
+    see a weight handed to a function before another argument in a class holding no other line
+    their patterns match; docs/quantizability.md, known limits). Otherwise (a helper the run
+    chose, another setting) the check starts cold."""
     added = [code for code in result.config.select if code not in config.select]
     keyed = dataclasses.replace(config, select=result.config.select)
     if store is None or keyed.fingerprint() != result.config.fingerprint():
