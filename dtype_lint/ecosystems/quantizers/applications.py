@@ -13,37 +13,32 @@ into a low-confidence finding, never a silent pass.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 from dtype_lint.analysis.function_walk import parent_map, walk
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.ecosystems.hf.family import ENGINE_PACKAGES
+from dtype_lint.ecosystems.quantizers.applications_fabric import enclosing_function, fabric_applications
 from dtype_lint.ecosystems.quantizers.catalogue import (
+    FABRIC_CONVERT,
+    FABRIC_SETUP,
     LIBRARY_PACKAGES,
+    LIGHTNING_PACKAGES,
     QUANTIZER_PACKAGES,
     QUANTIZER_WORDS,
+    Application,
     Quantizer,
     applied_by,
+    fabric_class,
+    fabric_plugin,
     swapped_in,
 )
 
 _FOLLOW_DEPTH = 2  # parameter → caller's argument → its caller's
 # What a swapping function fills in the layer it builds (not a swap into the model).
 _LAYER_PARTS = frozenset({"weight", "bias", "compute_dtype", "quant_state"})
-
-
-@dataclass
-class Application:
-    """One quantizer applied to a model: the model's classes in the tree, or why they are unknown."""
-
-    quantizer: Quantizer
-    path: str
-    line: int
-    call_text: str
-    package: str  # the top-level package of the applying file
-    classes: list[str] = field(default_factory=list)
-    unknown: str = ""
+_REWRAPS = FABRIC_SETUP | {FABRIC_CONVERT}  # `model = fabric.setup(model)`: the same model
 
 
 @dataclass
@@ -78,9 +73,9 @@ def census_needed(modules) -> bool:
     return any(module.split(".", 1)[0] in ENGINE_PACKAGES for module in modules)
 
 
-def _imports_a_quantizer(imports: dict[str, str]) -> bool:
+def _imports_from(imports: dict[str, str], packages: tuple[str, ...]) -> bool:
     return any(target == package or target.startswith(package + ".") for target in imports.values()
-               for package in QUANTIZER_PACKAGES)
+               for package in packages)
 
 
 def _load(index, module: str, header) -> _File | None:
@@ -96,12 +91,16 @@ def _load(index, module: str, header) -> _File | None:
 def _scan(index) -> list[Application]:
     found: list[Application] = []
     for module, header in list(index.modules.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)):
-        if not _imports_a_quantizer(header.imports):
+        # Lightning by any name (`import lightning as L`): its plugin may be spelled through it
+        lightning = _imports_from(header.imports, LIGHTNING_PACKAGES)
+        if not lightning and not _imports_from(header.imports, QUANTIZER_PACKAGES):
             continue
         loaded = _load(index, module, header)
         if loaded is None:
             continue
         swapping: dict[int, tuple[ast.AST, Quantizer, ast.Call]] = {}
+        plugins: list[ast.Call] = []  # Lightning's bitsandbytes plugin, and the file's `Fabric(...)` calls
+        fabrics: list[ast.Call] = []
         # Every call of the file resolved (vLLM's bitsandbytes loader: 19,000 nodes), its
         # enclosing function looked up only for a call that swaps a layer in.
         for node in walk(loaded.tree):
@@ -113,6 +112,9 @@ def _scan(index) -> list[Application]:
                 model = node.args[0] if node.args else node.keywords[0].value
                 found.append(_application(index, loaded, quantizer, node, model))
                 continue
+            if lightning and (fabric_plugin(qualname) or fabric_class(qualname)):
+                (plugins if fabric_plugin(qualname) else fabrics).append(node)
+                continue
             swap = swapped_in(qualname)
             if swap is None:
                 continue
@@ -121,15 +123,13 @@ def _scan(index) -> list[Application]:
                 swapping[id(function)] = (function, swap, node)
         for function, swap, node in swapping.values():
             found.append(_swap_application(index, loaded, swap, function, node))
+        if plugins:
+            found.extend(fabric_applications(index, loaded, plugins, fabrics, _model_of))
     return found
 
 
 def _enclosing_function(loaded: _File, node: ast.AST):
-    while id(node) in loaded.parents:
-        node = loaded.parents[id(node)]
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return node
-    return None
+    return enclosing_function(loaded.parents, node)
 
 
 def _enclosing_class(loaded: _File, node: ast.AST) -> str | None:
@@ -207,8 +207,17 @@ def _model_of(index, loaded: _File, function, model: ast.expr, application: Appl
 
 
 def _assigned(nodes, name: str) -> list[ast.expr]:
+    """The values assigned `name`, but `model = fabric.setup(model)`: Fabric's setup (and its
+    precision's `convert_module`) hands back the model it is given, whose classes are those of the
+    other assignments."""
     return [node.value for node in nodes if isinstance(node, ast.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
+            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
+            and not _rewraps(node.value, name)]
+
+
+def _rewraps(value: ast.expr, name: str) -> bool:
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _REWRAPS \
+        and bool(value.args) and isinstance(value.args[0], ast.Name) and value.args[0].id == name
 
 
 def _from_callers(index, loaded: _File, function, position: int, application: Application, depth: int) -> None:

@@ -23,7 +23,8 @@ def doctor_lines(findings, index, root) -> list[str]:
         return []
     lines = [f"family: a project that quantizes its own modules ({len(ours)} site{'s' if len(ours) != 1 else ''})",
              "  quantizable roots: `nn.Linear` and its subclasses in a model the project hands to bitsandbytes "
-             "(`replace_with_bnb_linear`, a swap to `bnb.nn.Linear4bit`/`Linear8bitLt`) or `mtq.compress`; "
+             "(`replace_with_bnb_linear`, a swap to `bnb.nn.Linear4bit`/`Linear8bitLt`, Lightning Fabric's "
+             "`BitsandbytesPrecision` plugin) or `mtq.compress`; "
              "torchao, optimum-quanto and `mtq.quantize` keep a float `.dtype`"]
     fixed = [finding for finding in ours if finding.fix is not None and is_hf_fix(finding)]
     return lines + helper_homes(fixed, helper_location, HF_HELPER_NAME, index, root, with_path=False)
