@@ -92,7 +92,8 @@ def _scan(index) -> list[Application]:
     found: list[Application] = []
     for module, header in list(index.modules.naming(QUANTIZER_WORDS, skip_tops=LIBRARY_PACKAGES)):
         # Lightning by any name (`import lightning as L`): its plugin may be spelled through it
-        lightning = _imports_from(header.imports, LIGHTNING_PACKAGES)
+        # one `startswith` an import (a longer name of that prefix costs only a walk of the calls)
+        lightning = any(target.startswith(LIGHTNING_PACKAGES) for target in header.imports.values())
         if not lightning and not _imports_from(header.imports, QUANTIZER_PACKAGES):
             continue
         loaded = _load(index, module, header)

@@ -105,7 +105,7 @@ FABRIC_PLUGIN_PACKAGES = ("lightning.fabric.plugins", "lightning.pytorch.plugins
                           "pytorch_lightning.plugins")
 FABRIC_CLASS = "Fabric"
 FABRIC_PACKAGES = ("lightning", "lightning_fabric")
-LIGHTNING_PACKAGES = (*FABRIC_PACKAGES, "pytorch_lightning")  # a file importing one is read for the plugin
+LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")  # prefixes: a file importing one is read for the plugin
 FABRIC_INIT = "init_module"
 FABRIC_SETUP = frozenset({"setup", "setup_module"})
 FABRIC_CONVERT = "convert_module"  # `fabric._precision.convert_module(model)`: the plugin's own swap
