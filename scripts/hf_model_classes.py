@@ -1,10 +1,12 @@
 """Regenerate (or --check) the shipped lists of transformers' and diffusers' model class names.
 
     python scripts/hf_model_classes.py          # write dtype_lint/ecosystems/hf/model-classes-*.txt
+                                                # and linear-attributes-transformers-*.txt
     python scripts/hf_model_classes.py --check  # exit 1 if a shipped list differs from a fresh one
 
 Each release is fetched once with `dtype_lint.releases` (pip download --no-deps, .py files only);
-the names are computed from its code (dtype_lint/ecosystems/hf/model_classes.py), never typed.
+the names (and the `nn.Linear` attributes of transformers' other modeling classes) are computed
+from its code (dtype_lint/ecosystems/hf/model_classes.py), never typed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dtype_lint.ecosystems.hf.model_classes import PINNED, build_catalogue, catalogue_path, render  # noqa: E402
+from dtype_lint.ecosystems.hf.model_classes import (  # noqa: E402
+    PINNED,
+    build_catalogue,
+    build_linear_attributes,
+    catalogue_path,
+    linear_attributes_path,
+    render,
+    render_linear_attributes,
+)
 from dtype_lint.releases import release_tree  # noqa: E402 - after the sys.path set-up
 
 
@@ -25,9 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if a shipped list differs from a fresh one")
     args = ap.parse_args(argv)
     stale = 0
+    outputs = []
     for library, version in PINNED.items():
-        text = render(library, version, build_catalogue(release_tree(library, version), library))
-        path = catalogue_path(library)
+        tree = release_tree(library, version)
+        outputs.append((catalogue_path(library), render(library, version, build_catalogue(tree, library))))
+        if library == "transformers":
+            outputs.append((linear_attributes_path(library),
+                            render_linear_attributes(library, version, build_linear_attributes(tree, library))))
+    for path, text in outputs:
         if args.check:
             same = path.is_file() and path.read_text(encoding="utf-8") == text
             stale += not same

@@ -78,7 +78,7 @@ def test_dtl005_prefilters_on_every_model_dtype_attribute():
 # ---- the family role's optional questions -----------------------------------------------------
 
 OPTIONAL = ("layer_kind", "sequential_item", "first_parameter", "first_parameter_holder", "why_not", "class_named",
-            "speaks_for_file", "helper_words")
+            "speaks_for_file", "helper_words", "outside_attribute")
 # test_ecosystems' third family (W4Linear's int32 nibbles) with no optional question at all: its
 # `layer_kind` goes too.
 FAMILY_ANSWERS = re.sub(r"\ndef layer_kind\(mro\):\n.*?\n\n\n", "\n", FAKE_FAMILY, flags=re.S)
@@ -115,6 +115,10 @@ def speaks_for_file(resolver):
 
 def helper_words():
     return ""
+
+
+def outside_attribute(*args):
+    return None
 '''
 
 # test_ecosystems' site, grown to reach each optional question: a class's layer kind, an

@@ -174,6 +174,9 @@ ROLE_DEFAULTS: dict[str, dict[str, Callable[..., Any]]] = {
         # speaks_for_file(resolver) -> bool: is the file its ecosystem's code (what it imports)? A
         # site no family decided and whose backends cannot be told is then spoken of with its helper.
         "speaks_for_file": _no_answer,
+        # outside_attribute(index, qualname, attr) -> (class qualname, Evidence) | None: `self.<attr>`
+        # of the class `qualname` where an ancestor outside the tree builds it (a shipped list).
+        "outside_attribute": _no_answer,
         # helper_words() -> str: `doctor`'s words for a project whose files it speaks for and where no
         # site needs a helper yet: its ecosystem, and the helper a fix would use ("": none to name).
         "helper_words": _no_holder,

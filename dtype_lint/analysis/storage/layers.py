@@ -321,6 +321,8 @@ class LayerResolver:
                 got = self._attribute_alias(owner, attr, depth)
             if got is None and owner.qualname in GENERIC_MODULES:
                 got = self._generic_module_attribute(owner, attr, depth)
+            if got is None:
+                got = self._outside_attribute(owner, attr)
             # unread, it keeps the class of its `self`: a family may still speak for a layer of a
             # class it knows outside the tree
             return got if got is not None else Instance(None, origin=owner.origin)
@@ -363,6 +365,16 @@ class LayerResolver:
                 return None
             step = Evidence(f"`self.{attr} = {ast.unparse(values[0])}`", facts.path, values[0].lineno)
             return Instance(inst.qualname, inst.config, inst.env, (step, *inst.chain), inst.passed, owner.origin)
+        return None
+
+    def _outside_attribute(self, owner: Instance, attr: str) -> Instance | None:
+        """`self.<attr>` built by an ancestor outside the tree that a family's shipped list
+        records (transformers' `MistralAttention` builds `k_proj` as `nn.Linear`)."""
+        for family in plugins("family"):
+            found = optional(family, "family", "outside_attribute")(self.index, owner.qualname, attr)
+            if found is not None:
+                qualname, step = found
+                return Instance(qualname, UNKNOWN, (), (step,), None, owner.origin)
         return None
 
     def _generic_module_attribute(self, owner: Instance, attr: str, depth: int) -> Instance | None:

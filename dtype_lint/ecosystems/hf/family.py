@@ -45,7 +45,7 @@ from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK
 from dtype_lint.core.findings import Evidence
 from dtype_lint.dtypes.storage_formats import format_named, packed_storages
-from dtype_lint.ecosystems.hf.model_classes import PINNED, is_model_class, model_class_names
+from dtype_lint.ecosystems.hf.model_classes import PINNED, is_model_class, linear_attribute, model_class_names
 
 HF_LIBRARIES = ("transformers", "diffusers", "peft")
 # Model base classes whose subclasses `from_pretrained` quantizes (a project built on the libraries).
@@ -689,6 +689,27 @@ def class_named(name: str) -> str | None:
     """`transformers.Name` / `diffusers.Name` where `name` is a model class of the shipped
     catalogue (a patch that finds the model's modules by `type(m).__name__ == name`)."""
     return next((f"{library}.{name}" for library in PINNED if name in model_class_names(library)), None)
+
+
+def outside_attribute(index, qualname: str, attr: str):
+    """`self.<attr>` of a class of the tree whose nearest ancestor outside the tree is a module
+    class of transformers that builds it as `nn.Linear` in its `__init__` (the shipped list:
+    `GaudiMistralAttention(MistralAttention)` reading `self.k_proj`): `torch.nn.Linear`, with the
+    step that says so. None for anything else (an ancestor no list records, an attribute it does
+    not build as a Linear). The class's own assignments were read first (layers.py)."""
+    for ancestor in index.mro(qualname)[1:]:
+        if index.class_location(ancestor) is not None:
+            continue
+        if not ancestor.startswith("transformers.") or not linear_attribute(ancestor, attr):
+            return None
+        location = index.class_location(qualname)
+        header, name = location if location else (None, "")
+        short = ancestor.rsplit(".", 1)[-1]
+        return "torch.nn.Linear", Evidence(
+            f"`self.{attr}` is `nn.Linear(...)` in `{short}.__init__` (transformers {PINNED['transformers']}, "
+            f"outside the tree: the shipped list of its modeling classes' linear attributes)",
+            header.path if header else "", header.classes[name][1] if header else 0)
+    return None
 
 
 def verdict(resolver, inst, expr_text: str):
