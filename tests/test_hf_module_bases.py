@@ -73,7 +73,7 @@ def test_a_linear_the_transformers_base_builds_is_quantizable(tmp_path: Path):
     assert finding["confidence"] == "high"
     assert "bitsandbytes 4-bit" in finding["message"], finding["message"]
     steps = " ".join(step["message"] for step in finding["evidence"])
-    assert f"`self.k_proj` is `nn.Linear(...)` in `LlamaAttention.__init__` (transformers {PINNED['transformers']}" \
+    assert f"`self.k_proj` is an `nn.Linear` built in `LlamaAttention.__init__` (transformers {PINNED['transformers']}" \
         in steps, steps
 
 
@@ -123,8 +123,8 @@ def test_the_shipped_list_names_linear_attributes_of_module_classes_only():
 
 
 def test_the_builder_reads_init_assignments_and_ancestors_in_the_release(tmp_path: Path):
-    """The builder on a small tree of our own: a Linear in every branch, a name also given
-    another value, an ancestor in another modeling file through `super().__init__`, a subclass
+    """The builder on a small tree of our own: a Linear in every branch, a subclass of it defined
+    in the file (falcon's `FalconLinear`), a name also given another value, an ancestor in another modeling file through `super().__init__`, a subclass
     that replaces a name, one whose `__init__` does not call its base's, and a model class."""
     models = tmp_path / "transformers" / "models"
     (models / "alpha").mkdir(parents=True)
@@ -132,9 +132,12 @@ def test_the_builder_reads_init_assignments_and_ancestors_in_the_release(tmp_pat
     (tmp_path / "transformers" / "modeling_utils.py").write_text("class PreTrainedModel:\n    pass\n")
     (models / "alpha" / "modeling_alpha.py").write_text(textwrap.dedent("""
         from torch import nn
+        class AlphaLinear(nn.Linear):
+            pass
         class AlphaMixer(nn.Module):
             def __init__(self, wide):
                 super().__init__()
+                self.fused = AlphaLinear(4, 12)
                 if wide:
                     self.up = nn.Linear(4, 8)
                 else:
@@ -160,9 +163,9 @@ def test_the_builder_reads_init_assignments_and_ancestors_in_the_release(tmp_pat
             pass
     """))
     assert build_linear_attributes(tmp_path, "transformers") == [
-        "models.alpha.modeling_alpha.AlphaMixer down up",
-        "models.beta.modeling_beta.BetaMixer up",
-        "models.beta.modeling_beta.BetaPlain down up",
+        "models.alpha.modeling_alpha.AlphaMixer down fused up",
+        "models.beta.modeling_beta.BetaMixer fused up",
+        "models.beta.modeling_beta.BetaPlain down fused up",
     ]
 
 

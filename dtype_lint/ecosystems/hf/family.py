@@ -706,7 +706,7 @@ def outside_attribute(index, qualname: str, attr: str):
         header, name = location if location else (None, "")
         short = ancestor.rsplit(".", 1)[-1]
         return "torch.nn.Linear", Evidence(
-            f"`self.{attr}` is `nn.Linear(...)` in `{short}.__init__` (transformers {PINNED['transformers']}, "
+            f"`self.{attr}` is an `nn.Linear` built in `{short}.__init__` (transformers {PINNED['transformers']}, "
             f"outside the tree: the shipped list of its modeling classes' linear attributes)",
             header.path if header else "", header.classes[name][1] if header else 0)
     return None

@@ -124,7 +124,8 @@ _LINEAR_CALLS = frozenset({"nn.Linear", "torch.nn.Linear"})
 def build_linear_attributes(tree_root: Path, library: str) -> list[str]:
     """Lines `models.x.modeling_x.Class attr ...` (sorted) for each public class of the
     library's `modeling_*.py` files that is no model class and whose `__init__` leaves `self.<attr>`
-    an `nn.Linear`: every assignment of it there is `nn.Linear(...)`; an ancestor of those files
+    an `nn.Linear`: every assignment of it there is `nn.Linear(...)` (or a call of a class of the
+    same file subclassing it: falcon's `FalconLinear`); an ancestor of those files
     counts where the `__init__` calls `super().__init__` (or there is none), and the class's own
     assignments of a name replace the ancestor's."""
     classes: dict[str, tuple[list[str], dict[str, bool] | None]] = {}
@@ -136,6 +137,10 @@ def build_linear_attributes(tree_root: Path, library: str) -> list[str]:
             continue
         names = _imported_classes(tree, module)
         linear_names = _LINEAR_CALLS | ({"Linear"} if names.get("Linear") == "torch.nn.Linear" else set())
+        # A class of the file subclassing `nn.Linear` (falcon's `FalconLinear`) builds one too:
+        # transformers' quantizers replace each module that is an `nn.Linear` (`isinstance`).
+        linear_names |= {node.name for node in tree.body if isinstance(node, ast.ClassDef)
+                         and any(_dotted(base) in linear_names for base in node.bases)}
         local = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
