@@ -27,6 +27,7 @@ from dtype_lint.analysis.guard_engine.guard_flags import (
     ClassGuardFlags,
     attribute_predicate_calls,
     concrete_classes,
+    def_alone,
     imported_predicate,
     object_predicate_calls,
     predicate_names,
@@ -224,7 +225,9 @@ class FileGuards:
         # The `def` read from its own lines first, as imported predicates are (guard_flags.
         # _named_predicates): the module's facts may hold a reduced tree, whose blanked bodies
         # (a predicate's: no site in it) say nothing, and parsing the whole module costs more.
-        alone = _function_alone(project.module_text(module), attr)
+        text = project.module_text(module)
+        bodies = top_level_defs(text, attr) if text is not None else []
+        alone = def_alone(bodies[0], attr) if len(bodies) == 1 else None
         header = project.index.modules.get(module)
         if alone is not None and header is not None:
             return alone, module, header.imports
@@ -712,17 +715,3 @@ class _PrivateCalls:
                 if name and name.startswith("_") and not name.startswith("__"):
                     calls.setdefault(name, []).append((node, function))
         return calls
-
-
-def _function_alone(text: str | None, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The module's one top-level `def name`, parsed from its own lines, or None (no text, no
-    such def or two of them, or lines that do not parse alone: a cut inside a string)."""
-    bodies = top_level_defs(text, name) if text is not None else []
-    if len(bodies) != 1:
-        return None
-    try:
-        tree = ast.parse(bodies[0])
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    node = tree.body[0] if len(tree.body) == 1 else None
-    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name else None

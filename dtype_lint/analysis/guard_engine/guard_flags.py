@@ -306,16 +306,23 @@ def _named_predicates(text: str, name: str, config_params: tuple[str, ...]) -> f
     if found is None:
         names: set[str] = set()
         for body in bodies:
-            try:
-                tree = ast.parse(body)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
+            function = def_alone(body, name)
+            if function is None:
                 return None
-            fns = [node for node in tree.body if isinstance(node, _FUNCTIONS)]
-            if len(tree.body) != 1 or len(fns) != 1 or fns[0].name != name:
-                return None
-            names |= module_predicates(tree, config_params)
+            names |= module_predicates(ast.Module(body=[function], type_ignores=[]), config_params)
         found = _DEF_PREDICATES[key] = frozenset(names)
     return found
+
+
+def def_alone(body: str, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The text of one top-level `def name` (text_facts.top_level_defs) parsed alone, or None where
+    it does not parse alone (a cut inside a string or brackets) or is not that one function."""
+    try:
+        tree = ast.parse(body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    node = tree.body[0] if len(tree.body) == 1 else None
+    return node if isinstance(node, _FUNCTIONS) and node.name == name else None
 
 
 def imported_predicates(project, imports: dict[str, str], config_params: tuple[str, ...]) -> frozenset[str]:

@@ -238,8 +238,6 @@ class _ClassGuards:
         self.functions = functions or (lambda _name: None)
 
 
-
-
 def unpacked_storage_guard(site: ast.AST, parents: dict[int, ast.AST], layer: ast.expr,
                            aliases: dict[str, ast.expr], cls: ClassFacts | None, path: str,
                            functions=None) -> Evidence | None:
