@@ -11,11 +11,9 @@ named for a dtype, of an object (or of `self`), that returns one of its layers' 
 functions whose text holds `weight`), or to an attribute an object stored a layer's `.weight.dtype`
 in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
 `pixels.type(self.vision_tower.dtype)` in another method or class; or a weight, `self.w = L.weight`);
-`L.weight` (or its dtype) passed into a project function that casts an activation to it, or hands
-it on to one that does; a weight handed over is also reported where its dtype is taken in the same
-file (the callee's `x.to(w.dtype)`, or the argument passing `self.w.dtype` on; docs/quantizability.md, section 4). Where what is converted is a stored weight instead
-(`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says
-"weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains a quant method from a
+`L.weight` (or its dtype) passed into a project function (or a submodule, whose `forward` runs: `self.rope(L.weight, n)`)
+that casts an activation to it, or hands it on to one that does; a weight handed over is also reported where its dtype is taken in the same file (the callee's `x.to(w.dtype)`, or the argument passing `self.w.dtype` on; docs/quantizability.md, section 4). Where what is converted is a stored weight instead
+(`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says "weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains a quant method from a
 config (read from the code, or configured), a config may reach its construction, and no dominating check proves it
 unquantized (docs/quantizability.md). Quant methods, weight kernels, weight loaders and `process_weights_after_loading`
 are exempt (their job is the storage format) but for a loader's cast that becomes another parameter of `L` (`L.bias =
@@ -94,7 +92,7 @@ import ast
 from dtype_lint.analysis.cast_sites import cast_weight_dtype, receiver_is_parameter
 from dtype_lint.analysis.flow.recognisers import (
     FIRST_PARAMETER,
-    WEIGHT_SITE_PATTERNS,
+    FLOW_SITE_PATTERNS,
     WeightDtypeSource,
     cast_dtype_args,
     weight_dtype_source,
@@ -132,7 +130,7 @@ class WeightDtypeCast(Rule):
     summary = "activation cast to a quantizable layer's storage dtype (`.weight.dtype`)"
     # `next(iter(M.parameters())).dtype`: a module's first parameter (Hugging Face code); `x.type(self.tower.dtype)`:
     # a dtype an object stored from a layer's weight (`self.dtype = self.proj.weight.dtype`), read elsewhere.
-    patterns = WEIGHT_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
+    patterns = FLOW_SITE_PATTERNS + (r"parameters\(\)\)+\s*\.\s*dtype", STORED_DTYPE_CAST)
     marker = ("weight", "parameters()", ".dtype")
     pattern_gates = {STORED_DTYPE_CAST: "self-attribute-read"}
     facts = frozenset({"candidates", "layers", "fixes", "flows", "loaders"})
@@ -175,9 +173,11 @@ class WeightDtypeCast(Rule):
             expected_replacement=_FIXED_HEAD + "    def f(self, x, dev):\n"
             "        return x.to(dev, get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n",
         ),
-        Invalid(_HEAD + "    def f(self, x):\n        return x.type(self.kv_b_proj.weight.dtype)\n",
-                expected_replacement=_FIXED_HEAD + "    def f(self, x):\n"
-                "        return x.type(get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n"),
+        Invalid(_HEAD + "    def f(self, x):\n        return x.type(self.kv_b_proj.weight.dtype)\n", expected_replacement=_FIXED_HEAD
+                + "    def f(self, x):\n        return x.type(get_layer_input_dtype(self.kv_b_proj, True) or x.dtype)\n"),
+        # A weight handed first to a function that casts to its dtype: reported at the call and at the cast.
+        Invalid(_HEAD + "    def f(self, x):\n        return like(self.kv_b_proj.weight, x)\n\n\ndef like(w, x):\n"
+                "    return x.to(w.dtype)\n", message_contains=("self.kv_b_proj",), count=2),
         # `.to(tensor)` also moves the device: reported, not fixed.
         Invalid(_HEAD + "    def f(self, x):\n        return x.to(self.kv_b_proj.weight)\n",
                 message_contains=("device",)),

@@ -6,8 +6,8 @@ Flags allocations and kernel outputs whose dtype comes from a quantizable layer'
 `torch` factories, any call passing `out_dtype=`/`output_dtype=L.weight.dtype`, and
 `L.weight.new_zeros(...)` (and `new_empty/ones/full/tensor`) without a `dtype=` — also through
 local aliases, `getattr(L, "weight", None).dtype` and `hasattr` fallbacks, and `L.weight` (or its
-dtype) passed into a project function that allocates with it, or that hands it on to one that
-does (two calls down; a weight handed over is also reported where its dtype is taken in the same
+dtype) passed into a project function (or a submodule, whose `forward` runs) that allocates with
+it, or that hands it on to one that does (two calls down; a weight handed over is also reported where its dtype is taken in the same
 file: the argument passing a kept `self.w.dtype` on), and a dtype an object stored from a layer's weight
 (`self.dtype = self.proj.weight.dtype`, or `self.w = self.proj.weight`) read as an attribute chain
 from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
@@ -69,7 +69,7 @@ import ast
 
 from dtype_lint.analysis.flow.flows import NEW_LIKE
 from dtype_lint.analysis.flow.recognisers import (
-    WEIGHT_SITE_PATTERNS,
+    FLOW_SITE_PATTERNS,
     alloc_dtype_keywords,
     storage_replacements,
     weight_dtype_source,
@@ -105,7 +105,7 @@ class WeightDtypeAllocation(Rule):
     summary = "tensor allocated in a quantizable layer's storage dtype (`dtype=L.weight.dtype`)"
     # `dtype=self.vision_tower.dtype`: a dtype another object stored from a layer's weight (a
     # chain of at least one attribute: `dtype=self.dtype` and `self.<model dtype>` are too common to read).
-    patterns = WEIGHT_SITE_PATTERNS + (STORED_DTYPE_ALLOC,)
+    patterns = FLOW_SITE_PATTERNS + (STORED_DTYPE_ALLOC,)
     marker = ("weight", ".dtype")  # candidate functions: those whose text names either
     facts = frozenset({"candidates", "layers", "flows", "imports", "loaders"})
     fix_availability = FixAvailability.NONE

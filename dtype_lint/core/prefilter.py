@@ -128,6 +128,8 @@ def searched(pattern: str) -> "tuple[str, Searcher]":
         return required_literal(pattern), LiteralFirst(pattern)
     if pattern.startswith(ASSIGNED) and len(leading_literal(pattern[len(ASSIGNED):])) >= _FOUND_FROM:
         return required_literal(pattern), AssignedFirst(pattern)
+    if pattern.startswith(HANDED) and len(leading_literal(pattern[len(HANDED):])) >= _FOUND_FROM:
+        return required_literal(pattern), HandedFirst(pattern)
     return required_literal(pattern), re.compile(pattern, re.M)
 
 
@@ -322,9 +324,70 @@ class AssignedFirst(_FoundFromLiteral):
         return None
 
 
+# The first argument of a call of a name or of `self.<name>`, an attribute chain of two names or
+# more (`cast_like(self.q_proj`, `self.rotary_emb(self.k_proj`), before a rest that starts with a
+# literal (`.weight`): re would try it at every name of a text. Builtins that take an object first
+# and vLLM's (and sglang's) `set_weight_attrs` hand the weight to no cast.
+HANDED = r"(?<![\w.])(?!(?:isinstance|hasattr|getattr|setattr|delattr|set_weight_attrs)\()" \
+    r"(?:self\.)?\w+\(\s*\w+(?:\.\w+)+"
+
+
+class HandedFirst(_FoundFromLiteral):
+    r"""`HANDED` then a rest whose matches start with a literal (`\.weight\s*,`), matched from where
+    `str.find` finds the literal: right before it an attribute chain, spaces, a `(` and the callee's
+    name, read backwards to where the match must start, and the pattern matched from there. Only
+    `.`, `_`, letters, digits, spaces and one `(` lie between that start and the literal, so each
+    place of the literal has one start, and a match ends at a `,` no later match's start precedes:
+    the matches are re's, in order."""
+
+    __slots__ = ("_literal", "_rest", "_whole")
+
+    def __init__(self, pattern: str):
+        rest = pattern[len(HANDED):]
+        self._literal = leading_literal(rest)
+        self._rest = re.compile(rest, re.M).match
+        self._whole = re.compile(pattern, re.M).match
+
+    def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
+        literal, rest, find = self._literal, self._rest, text.find
+        at = find(literal, pos)
+        while at >= 0:
+            if rest(text, at) is not None:
+                found = self._from_start(text, at, pos)
+                if found is not None:
+                    return found
+            at = find(literal, at + 1)
+        return None
+
+    def _from_start(self, text: str, at: int, pos: int) -> "re.Match[str] | None":
+        """The pattern's match ending at the literal found at `at`, starting at `pos` or later."""
+        i = at
+        while i > pos and (text[i - 1].isalnum() or text[i - 1] in "_."):  # the chain (`\w` is isalnum and `_`)
+            i -= 1
+        while i > pos and text[i - 1].isspace():
+            i -= 1
+        if i <= pos or text[i - 1] != "(":
+            return None
+        i -= 1
+        while i > pos and (text[i - 1].isalnum() or text[i - 1] == "_"):  # the callee's name
+            i -= 1
+        if i - 5 >= pos and text.startswith("self.", i - 5):
+            found = self._whole(text, i - 5)
+            if found is not None:
+                return found
+        return self._whole(text, i)
+
+    @property
+    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
+        return self._rest
+
+    def found_at(self, text: str, at: int) -> bool | None:
+        return True if self._from_start(text, at, 0) is not None else None
+
+
 if TYPE_CHECKING:
     # What `searched` compiles a pattern to: each has `search(text, pos)` and `finditer(text)`.
-    Searcher = re.Pattern[str] | WordStart | LiteralFirst | AssignedFirst
+    Searcher = re.Pattern[str] | WordStart | LiteralFirst | AssignedFirst | HandedFirst
 
 
 def has_suppression(text: str, utf8: bytes | None = None) -> bool:

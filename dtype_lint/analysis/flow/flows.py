@@ -169,7 +169,12 @@ class Flows:
         callee = call.func
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) \
                 and callee.value.id == scope.self_name and scope.class_qualname:
-            return self._method_of(self.index.mro(scope.class_qualname), callee.attr)
+            method = self._method_of(self.index.mro(scope.class_qualname), callee.attr)
+            if method is not None or self.layers is None:
+                return method
+            # `self.rotary_emb(self.k_proj.weight, n)`: a submodule called runs its class's `forward`
+            module_class = self.layers.resolve(callee, scope).qualname
+            return self._method_of(self.index.mro(module_class), "forward") if module_class else None
         if isinstance(callee, ast.Attribute) and _is_super(callee.value) and scope.class_qualname:
             # `super().__init__(..., target_dtype=target_dtype)` (peft's adaption prompts): the
             # next class of the MRO that defines the method.

@@ -12,6 +12,7 @@ from typing import TypeGuard
 
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.prefilter import HANDED
 
 # How a file spells a weight-dtype site, for the text prefilter: `L.weight.dtype`, `.to(L.weight)`,
 # `getattr(L, "weight"...)` (black may split it over lines, with comments), or an alias
@@ -25,6 +26,13 @@ WEIGHT_SITE_PATTERNS = (
     # an adapter's base layer's `.weight.data.dtype` (peft's HRA; ecosystems/peft)
     r"get_base_layer\(\)\s*\.\s*weight\s*\.\s*data\s*\.\s*dtype",
 )
+# A layer's weight handed first to a call of a name or of `self.<name>` (`cast_like(self.q_proj.weight,
+# x)`, `self.rotary_emb(self.k_proj.weight, n)`), which the rules reading flows follow into the
+# callee (flows.py). Narrow on purpose: a weight handed on before another argument anywhere
+# (`\.weight\s*,`) passes ten times the files on vLLM, most into kernels, `set_weight_attrs` and
+# torch's `init` (benchmarks/README.md).
+WEIGHT_HANDED_FIRST = HANDED + r"\.weight\s*,"
+FLOW_SITE_PATTERNS = WEIGHT_SITE_PATTERNS + (WEIGHT_HANDED_FIRST,)
 
 
 @dataclass(frozen=True)
