@@ -288,19 +288,33 @@ ASSIGNED = r"=\s*[\w.]+"
 _ASSIGNED_HEAD = re.compile(ASSIGNED)
 
 
-class AssignedFirst(_FoundFromLiteral):
+class _HeadFirst(_FoundFromLiteral):
+    """A head re would try at every place of a text, then a rest whose matches start with a
+    literal: found from that literal, the head read back from there."""
+
+    __slots__ = ("_literal", "_rest", "_whole")
+
+    head: str  # the pattern's head (ASSIGNED, HANDED)
+
+    def __init__(self, pattern: str):
+        rest = pattern[len(self.head):]
+        self._literal = leading_literal(rest)
+        self._rest = re.compile(rest, re.M).match
+        self._whole = re.compile(pattern, re.M).match
+
+    @property
+    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
+        return self._rest
+
+
+class AssignedFirst(_HeadFirst):
     r"""`ASSIGNED` then a rest whose matches start with a literal (`=\s*[\w.]+\.weight\s*$`), matched
     from where `str.find` finds the literal: the rest there, and right before it the name and its
     `=`, the last `=` before the literal (spaces and a name's characters hold none). The match is
     the pattern's own, from that `=`; none holds another's `=`, so they follow one another."""
 
-    __slots__ = ("_literal", "_rest", "_whole")
-
-    def __init__(self, pattern: str):
-        rest = pattern[len(ASSIGNED):]
-        self._literal = leading_literal(rest)
-        self._rest = re.compile(rest, re.M).match
-        self._whole = re.compile(pattern, re.M).match
+    __slots__ = ()
+    head = ASSIGNED
 
     def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
         literal, rest, head, find = self._literal, self._rest, _ASSIGNED_HEAD.fullmatch, text.find
@@ -312,10 +326,6 @@ class AssignedFirst(_FoundFromLiteral):
                     return self._whole(text, equals)
             at = find(literal, at + 1)
         return None
-
-    @property
-    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
-        return self._rest
 
     def found_at(self, text: str, at: int) -> bool | None:
         equals = text.rfind("=", 0, at)
@@ -332,7 +342,7 @@ HANDED = r"(?<![\w.])(?!(?:isinstance|hasattr|getattr|setattr|delattr|set_weight
     r"(?:self\.)?\w+\(\s*\w+(?:\.\w+)+"
 
 
-class HandedFirst(_FoundFromLiteral):
+class HandedFirst(_HeadFirst):
     r"""`HANDED` then a rest whose matches start with a literal (`\.weight\s*,`), matched from where
     `str.find` finds the literal: right before it an attribute chain, spaces, a `(` and the callee's
     name, read backwards to where the match must start, and the pattern matched from there. Only
@@ -340,13 +350,8 @@ class HandedFirst(_FoundFromLiteral):
     place of the literal has one start, and a match ends at a `,` no later match's start precedes:
     the matches are re's, in order."""
 
-    __slots__ = ("_literal", "_rest", "_whole")
-
-    def __init__(self, pattern: str):
-        rest = pattern[len(HANDED):]
-        self._literal = leading_literal(rest)
-        self._rest = re.compile(rest, re.M).match
-        self._whole = re.compile(pattern, re.M).match
+    __slots__ = ()
+    head = HANDED
 
     def search(self, text: str, pos: int = 0) -> "re.Match[str] | None":
         literal, rest, find = self._literal, self._rest, text.find
@@ -376,10 +381,6 @@ class HandedFirst(_FoundFromLiteral):
             if found is not None:
                 return found
         return self._whole(text, i)
-
-    @property
-    def opens(self) -> "Callable[[str, int], re.Match[str] | None]":
-        return self._rest
 
     def found_at(self, text: str, at: int) -> bool | None:
         return True if self._from_start(text, at, 0) is not None else None
