@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 
 from dtype_lint import __version__
 from dtype_lint.analysis.index.class_facts import ProjectFacts
 from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
 from dtype_lint.core.config import SETTING_KEYS, Config
+from dtype_lint.core.records import record
 from dtype_lint.fix.helper_home import INFERRED_MODULE, configured_location, existing_inferred
 from dtype_lint.fix.helper_template import HelperError
 from dtype_lint.reporters._common import plural
@@ -25,7 +26,7 @@ from dtype_lint.run.file_analysis import safe_read
 from dtype_lint.run.pipeline import RunOptions, RunResult, run
 
 
-@dataclass
+@record
 class RootMatch:
     """How one quantizable root shows up in the scanned tree."""
 

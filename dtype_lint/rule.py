@@ -35,7 +35,7 @@ import fnmatch
 import re
 import textwrap
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property, lru_cache
 from typing import ClassVar
 
@@ -51,6 +51,7 @@ from dtype_lint.analysis.storage.layers import LayerResolver
 from dtype_lint.analysis.storage.verdicts import backends_unknown, why_storage
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
+from dtype_lint.core.records import record
 from dtype_lint.core.regions import BLANKED
 from dtype_lint.core.source import SourceFile
 from dtype_lint.dtypes.storage_format import ABSENT
@@ -87,7 +88,7 @@ def example_code(code: str) -> str:
     return textwrap.dedent(code[1:]) if code.startswith("\n") else code
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Valid:
     """An example the rule must not report (Fixit's `Valid`)."""
     code: str
@@ -97,7 +98,7 @@ class Valid:
         object.__setattr__(self, "code", example_code(self.code))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Invalid:
     """An example the rule must report, and the source its fix must give (Fixit's `Invalid`)."""
     code: str
@@ -175,7 +176,7 @@ class RuleContractError(Exception):
     """A rule read a fact it did not declare."""
 
 
-@dataclass
+@record
 class Candidate:
     """A function that can hold a site, shared by every rule that walks candidates."""
 

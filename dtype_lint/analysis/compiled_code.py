@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dtype_lint.analysis.function_walk import walk  # ast.walk's nodes in its order, as a list: cheaper
 from dtype_lint.core import trees
+from dtype_lint.core.records import record
 
 # Text without any of these cannot script or trace anything: the parse-free answer.
 MARKERS = ("jit", "symbolic_trace", "Tracer", "ScriptModule", "_fx")
@@ -62,7 +62,7 @@ TORCHSCRIPT = "TorchScript"
 FX = "torch.fx"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Compiled:
     """Why a function is compiled: by which compiler, and the code that makes it so."""
     compiler: str  # TORCHSCRIPT | FX

@@ -45,13 +45,13 @@ function (only top-level definitions are compiled or not), a compiler's alias bo
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from dtype_lint.analysis.compiled_code import Compiled, CompiledCode, enclosing
 from dtype_lint.analysis.function_walk import walk
 from dtype_lint.analysis.index.class_index import ModuleHeader, dotted, resolve_relative
 from dtype_lint.core import trees
 from dtype_lint.core.compile_text import might_compile
+from dtype_lint.core.records import record
 from dtype_lint.core.source import READ_ERRORS, read_file
 
 # `nn.Module` methods that return the module itself (`Block(config).eval()`).
@@ -61,7 +61,7 @@ _RETURNS_SELF = frozenset({"eval", "train", "to", "cuda", "cpu", "xpu", "half", 
 _TYPE_WRAPPERS = frozenset({"Optional", "Union", "typing.Optional", "typing.Union"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Origin:
     """The code of another file that compiles a definition: why, and that file's path."""
     why: Compiled
@@ -100,7 +100,7 @@ def census(index) -> dict[str, dict[str, Origin]]:
 _KEY = ("compiled elsewhere",)  # run/facts_cache.COMPILED_ELSEWHERE
 
 
-@dataclass
+@record
 class _Module:
     code: CompiledCode
     header: ModuleHeader

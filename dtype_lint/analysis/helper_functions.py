@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex
 from dtype_lint.core import digests, trees
 from dtype_lint.core.config import Config
+from dtype_lint.core.records import record
 from dtype_lint.core.text_facts import (
     attribute_pattern,
     callee_pattern,
@@ -42,7 +43,7 @@ from dtype_lint.dtypes.evaluator import (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KnownHelper:
     """A function of the helper's shape and its table (None when beyond the evaluator: `why`)."""
 

@@ -6,11 +6,12 @@ import json
 import keyword
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from functools import cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from dtype_lint.core import digests
+from dtype_lint.core.records import record
 from dtype_lint.core.rule_registry import opt_in_codes
 from dtype_lint.ecosystems.presets import EXEMPT_FUNCTIONS, NAME_HEURISTICS, PRESETS
 
@@ -30,7 +31,7 @@ def _names() -> tuple[re.Pattern[str], re.Pattern[str]]:
             re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$"))
 
 
-@dataclass
+@record
 class Config:
     """A run's settings: the defaults, then the configuration file's, then the command line's."""
     root: Path = field(default_factory=Path.cwd)

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+
+from dtype_lint.core.records import record
 
 # The engines a shipped catalogue describes: distribution -> its top-level package.
 ENGINES = {"vllm": "vllm"}
@@ -41,7 +43,7 @@ _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s
 _SPECIFIER = re.compile(r"^\s*(===|==|!=|~=|>=|<=|>|<)\s*([0-9][0-9A-Za-z.*+!-]*)\s*$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EngineSource:
     """The release of `dist` a plugin's layers are judged against, and why.
 

@@ -5,10 +5,12 @@ Everything downstream (suppressions, baseline, cache, reporters, fixer) reads th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+
+from dtype_lint.core.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Span:
     """1-based line, 1-based column in characters (not UTF-8 bytes); end is exclusive."""
 
@@ -18,7 +20,7 @@ class Span:
     end_col: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Evidence:
     """Why the layer is quantizable: one step of the chain, with where it was established."""
 
@@ -27,7 +29,7 @@ class Evidence:
     line: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Edit:
     """Replace source[start:end] (character offsets) with text."""
 
@@ -36,7 +38,7 @@ class Edit:
     text: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fix:
     """A finding's fix: its edits, the imports it needs, and whether it is safe."""
     description: str
@@ -65,7 +67,7 @@ class Fix:
         return tuple((m, n, self.aliases[i] if i < len(self.aliases) else n) for i, (m, n) in enumerate(self.imports))
 
 
-@dataclass
+@record
 class Finding:
     """One reported site: the rule's code, where it is, the evidence, and its fix if any."""
     code: str
@@ -134,7 +136,7 @@ FIX_FAILED = "DTL901"
 UNUSED_SUPPRESSION = "DTL902"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CodeInfo:
     """A code's name and summary, for the codes no rule module defines (the engine's)."""
     code: str

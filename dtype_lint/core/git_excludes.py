@@ -21,15 +21,15 @@ Every file here is read through the safe reader: a FIFO or a device is never ope
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from dtype_lint.core.records import record
 from dtype_lint.core.safe_read import read_bytes
 
 # A git configuration file is a few KB; anything this large is not read.
 MAX_CONFIG_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Repository:
     """A git work tree: its top folder and its git folders."""
     top: str  # the work tree's top folder (absolute)

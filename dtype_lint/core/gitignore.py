@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from dtype_lint.core.records import record
 from dtype_lint.core.source import read_bytes
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the `re` import stays lazy)
@@ -38,7 +39,7 @@ MAX_GITIGNORE_BYTES = 1 << 20
 _DIR_MARK = "ps_d"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Pattern:
     """One pattern line of an ignore file, compiled."""
     include: bool  # True: ignore; False: a `!` negation
@@ -46,7 +47,7 @@ class _Pattern:
     folders_only: bool  # "*/", "**/": every folder, no file
 
 
-@dataclass
+@record
 class IgnoreFile:
     """The patterns of one .gitignore, and the folder (root-relative posix, "" for the root)
     they are relative to. `above`: for a file whose folder lies above the project root (a git

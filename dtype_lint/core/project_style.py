@@ -11,15 +11,17 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+
+from dtype_lint.core.records import record
 
 DEFAULT_LINE_LENGTH = 88
 
 FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL_FOLDER = range(5)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProjectStyle:
     """How the project sorts and wraps imports (isort's sections, its line length), for the lines a fix adds."""
     line_length: int | None = None

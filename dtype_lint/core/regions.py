@@ -62,9 +62,10 @@ from __future__ import annotations
 import ast
 import re
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 
+from dtype_lint.core.records import record
 from dtype_lint.core.source import split_lines  # noqa: F401 - trees and tests read it here
 from dtype_lint.core.text_facts import POSSESSIVE
 
@@ -97,7 +98,7 @@ _RETURN_AFTER = re.compile(r"\n[ \t]*return\b")
 BLANKED = "_dtype_lint_blanked"  # set on a blanked FunctionDef node: the last line of its real body
 
 
-@dataclass
+@record
 class Reduced:
     """A file's text with the bodies of the functions no rule reads blanked, and where they were."""
     text: str
@@ -546,7 +547,7 @@ def _balanced(text: str, start: int, end: int, marks: bytes | None = None) -> bo
             and (text.find("\\", start, end) < 0 or text.find("\\\n", start, end) < 0))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClassRegion:
     """One top-level class statement's text: decorators to the last line of its body."""
 

@@ -23,9 +23,10 @@ import ast
 import importlib.util
 import re
 import textwrap
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from dtype_lint.core.records import record
 
 # `dtl001_weight_dtype_cast`: the code is the module name's first six characters.
 RULE_MODULE_NAME = re.compile(r"dtl\d{3}_\w+")
@@ -52,7 +53,7 @@ class RegistryError(Exception):
     """A rule module whose declarations cannot be read statically (a bug for the rule's author)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuleInfo:
     """One rule's declarations, as its module states them."""
 

@@ -11,8 +11,9 @@ import io
 import re
 import tokenize
 from bisect import bisect_right
-from dataclasses import dataclass
 from functools import cache, cached_property
+
+from dtype_lint.core.records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (this module is on the fast path)
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def split_lines(text: str) -> list[str]:
     return text.splitlines(True)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileText:
     """A decoded file and what it takes to write it back byte-compatibly."""
 

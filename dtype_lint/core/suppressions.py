@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
 from functools import cache
 from typing import Collection, Iterable
 
 from dtype_lint.core.findings import UNUSED_SUPPRESSION, Edit, Finding, Fix, Span
+from dtype_lint.core.records import record
 from dtype_lint.core.source import SourceText, iter_code
 
 # A code list never holds `#`: each directive's scan stops at the next one (linear per comment).
@@ -70,7 +70,7 @@ BLANKET = "*"  # the code key of a bare noqa comment (no codes)
 _SEPARATORS = " \t:;,-\u2013\u2014"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Suppression:
     """One directive in a comment. Columns are 0-based character offsets within the line."""
 

@@ -25,9 +25,11 @@ import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from pathlib import Path
+
+from dtype_lint.core.records import record
 
 # Temp files carry this suffix; a rerun removes any it finds in its staging folder.
 TEMP_SUFFIX = ".dtl-tmp"
@@ -210,7 +212,7 @@ def _holds(path: Path, data: bytes) -> bool:
 _COUNTER = itertools.count()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WriteRecord:
     """One file a run wrote, and why."""
     path: str  # as written, relative to the project root when inside it
@@ -218,7 +220,7 @@ class WriteRecord:
     why: str  # "fix", "helper", "package marker", "baseline", "report", "cache"
 
 
-@dataclass
+@record
 class ProjectWriter:
     """Writes into one project, and remembers what it wrote."""
 

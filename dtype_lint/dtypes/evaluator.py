@@ -30,10 +30,10 @@ fix safety; the helper template is evaluated from its generated source, never fr
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Iterable
 
 from dtype_lint.core.ast_walk import walk
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.storage_formats import evaluated_storages, packed_storages
 from dtype_lint.ecosystems.registry import model_dtype_attributes
 
@@ -67,7 +67,7 @@ class _NoWeight(Exception):
     pass
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dtype:
     """A torch dtype (`torch.<name>`) as the evaluator computes with it."""
     name: str
@@ -88,13 +88,13 @@ class Dtype:
         return f"torch.{self.name}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Layer:
     """A layer as the evaluator sees it: its weight's storage dtype, or no `.weight`."""
     storage: str | None  # None: no `.weight`
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Weight:
     """A layer's `.weight` tensor, as the evaluator sees it."""
     layer: Layer
@@ -122,7 +122,7 @@ class _Lazy:
         self.expr = expr
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unknown:
     """A value the interpreter cannot know (open mode only), named by the code that made it."""
 
@@ -194,7 +194,7 @@ class _Raised(Exception):
         self.what = what
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Case:
     """One input of a truth table: the weight's storage and the fp8-input flag."""
     storage: str | None
@@ -498,7 +498,7 @@ class ModuleGlobals:
 
 # ---- what the callers ask -----------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Table:
     """A decision per case: 'torch.<dtype>', 'None', 'AttributeError', 'raise X', 'unknown `e`',
     or several of these joined by ' or ' when the case's paths disagree (open mode)."""
@@ -519,7 +519,7 @@ class Table:
         return tuple(sorted({c.flag for c, _ in self.rows}))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HelperShape:
     """A function of the input-dtype helper's shape: which parameter is the layer, which the flag."""
 

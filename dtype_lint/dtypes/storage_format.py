@@ -9,7 +9,7 @@ without importing the table they join.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dtype_lint.core.records import record
 
 # Storage kinds, as the storage model and the rules name them.
 ABSENT = "absent"  # no `.weight` at all: the weight lives under another name
@@ -31,7 +31,7 @@ DTYPE_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float8_e4m3fn": 8, 
 COMPUTE_DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "half", "float", "bfloat", "float64"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StorageFormat:
     """One storage format (see dtypes/storage_formats.py for what each field is for)."""
 

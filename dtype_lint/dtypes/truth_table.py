@@ -12,15 +12,15 @@ weights as e5m2).
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.evaluator import FP8, PACKED, UNPACKED, Case, Table, Unsupported, evaluate_guarded_cast
 
 # Storages where the helper may decide differently from the old code: that difference is the fix.
 INTENDED = PACKED + ("float8_e5m2",)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Row:
     """One storage and flag: what the old code and the helper give, and whether they agree."""
     storage: str | None

@@ -23,10 +23,10 @@ import ast
 import functools
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dtype_lint.core.records import record
 from dtype_lint.core.source import read_bytes
 
 if TYPE_CHECKING:  # configparser itself is imported where a setup.cfg is read
@@ -43,7 +43,7 @@ _DISTRIBUTION_OF_IMPORT = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Distribution:
     """One installable package: its root folder and what its packaging files declare."""
     folder: str  # absolute, real path

@@ -15,10 +15,11 @@ import ast
 import bisect
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable
 
 from dtype_lint.core.findings import FIX_FAILED, Edit, Finding, Span
+from dtype_lint.core.records import record
 from dtype_lint.core.source import SourceText
 from dtype_lint.fix.import_graph import ImportGraph
 from dtype_lint.fix.parsed_texts import parsed
@@ -31,7 +32,7 @@ class FixError(Exception):
     pass
 
 
-@dataclass
+@record
 class FixOutcome:
     """A file after fixing: its new text, the findings fixed and those left, or why it failed."""
     path: str

@@ -25,12 +25,13 @@ import ast
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
 from dtype_lint.core.config import Config
 from dtype_lint.core.discovery import module_name, top_package
 from dtype_lint.core.findings import Finding
+from dtype_lint.core.records import record
 from dtype_lint.core.source import read_file
 from dtype_lint.fix.bound_names import fresh, identifiers
 from dtype_lint.fix.distributions import distribution_of, relative
@@ -41,7 +42,7 @@ from dtype_lint.fix.shipped_packages import installed_as, ships
 INFERRED_MODULE = "layer_input_dtype"
 
 
-@dataclass
+@record
 class HelperChoice:
     """The helper fixes are routed through, and how it was chosen."""
     location: HelperLocation | None  # None: no helper can be used (see `error`)

@@ -23,9 +23,10 @@ import functools
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from dtype_lint.core.records import record
 from dtype_lint.core.source import read_file
 from dtype_lint.dtypes.evaluator import STORAGES, HelperShape, Table, Unsupported, evaluate_helper, helper_shape
 from dtype_lint.ecosystems.registry import plugins
@@ -149,7 +150,7 @@ class HelperError(Exception):
     """The helper cannot be used or created as configured (a user error: exit 2)."""
 
 
-@dataclass
+@record
 class HelperLocation:
     """Where the shared helper is, or is to be created: its module, function and file."""
     module: str

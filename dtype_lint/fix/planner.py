@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 import re
 import unicodedata
-from dataclasses import dataclass
 from functools import cached_property
 
 from dtype_lint.analysis.compiled_code import compiled_reason
@@ -42,6 +41,7 @@ from dtype_lint.core import trees
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import Edit, Fix
 from dtype_lint.core.project_style import project_style
+from dtype_lint.core.records import record
 from dtype_lint.core.source import SourceFile
 from dtype_lint.dtypes.evaluator import UNPACKED, summarize_cases, unsound_cases
 from dtype_lint.dtypes.truth_table import cast_disagreements, prove_guarded_cast, unpacked_storages
@@ -76,7 +76,7 @@ def frame_reader(fn: ast.AST) -> str:
     return ""
 
 
-@dataclass
+@record
 class Site:
     """A cast the planner rewrites, with what planning its edit needs."""
     call: ast.Call

@@ -12,11 +12,12 @@ terminal summary. Under pytest-xdist each worker writes its own pair (`dtype-gua
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import pytest
 
+from dtype_lint.core.records import record
 from dtype_lint.guard.site import GuardSite
 from dtype_lint.guard.watch import DtypeGuard
 
@@ -24,7 +25,7 @@ MODES = ("strict", "report", "off")
 DEFAULT_REPORT = "dtype-guard.json"
 
 
-@dataclass
+@record
 class GuardSession:
     """What the session's guards found: each site once, the tests that reached it."""
 
@@ -110,8 +111,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     sites = list(state.sites.values())
     document = guard_json(sites, state.occurrences)
-    for record in document["sites"]:
-        record["tests"] = state.tests.get((record["path"], record["line"], record["kind"]), [])
+    for entry in document["sites"]:
+        entry["tests"] = state.tests.get((entry["path"], entry["line"], entry["kind"]), [])
     from dtype_lint.core.writer import write_atomic
 
     # The project's one writer: each file is the old one or the new one, never half written.

@@ -3,7 +3,7 @@ run time, and its kinds, each with the static rule of the same shape."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dtype_lint.core.records import record
 
 ACTIVATION_CAST, BUFFER_ALLOCATION = "activation-cast", "buffer-allocation"
 FINFO, MISSING_WEIGHT = "finfo", "missing-weight"
@@ -21,7 +21,7 @@ _KIND_WORDS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GuardSite:
     """One place in the user's code where the bug happened at run time (one per path, line, kind)."""
 

@@ -12,9 +12,9 @@ torch is imported only inside functions: the pytest plugin imports this package 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.storage_formats import packed_storages
 from dtype_lint.ecosystems.registry import plugins
 
@@ -47,7 +47,7 @@ QUANTIZER_BY_PACKAGE = _merged("QUANTIZER_BY_PACKAGE")
 QUANTIZER_BY_CLASS_NAME_PART = _merged("QUANTIZER_BY_CLASS_NAME_PART")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerStorage:
     """What one quantized layer stores: its class, the quantizer's name, and the storage dtype of
     its `.weight` (None when the layer has none: `storage` then names what it keeps instead)."""

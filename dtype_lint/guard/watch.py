@@ -37,10 +37,10 @@ import os
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Iterable, Literal
 
+from dtype_lint.core.records import record
 from dtype_lint.guard.frames import (
     FrameClassifier,
     caller_chain,
@@ -77,7 +77,7 @@ class DtypeGuardError(AssertionError):
     """Raised on leaving a strict guard that recorded sites."""
 
 
-@dataclass
+@record
 class _Read:
     """A `.dtype` read of a quantized weight in user code."""
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from dtype_lint.core.records import record
 
 # What a commit message may never contain: the tool's rule codes.
 RULE_CODE = re.compile(r"\bDTL\d{3}\b")
@@ -26,7 +27,7 @@ class IdentityError(Exception):
     """No author identity for the series' commits (a user error: exit 2)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Identity:
     name: str
     email: str
@@ -64,7 +65,7 @@ def resolve_identity(author: str | None, root: Path) -> Identity:
                         "is not set here; pass --author 'Name <email>'")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Convention:
     name: str
     project: str  # how the project calls itself in prose

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from dtype_lint.core.records import record
 
 GENERATED = re.compile(r"This file was automatically generated from\s+(\S+?\.py)")
 COPIED = re.compile(r"^\s*# Copied from ((?:transformers|diffusers)\.[\w.]+)(?:\s+with\s+(.*))?$")
@@ -28,7 +29,7 @@ REGENERATING = ("transformers", "diffusers")  # the conventions whose projects r
 FIX_COPIES = "make fix-copies"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Note:
     path: str  # the file the series changes (or, for "copy-left", the copy it leaves)
     kind: str  # "generated" | "copy" | "copy-left"

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.findings import Finding
+from dtype_lint.core.records import record
 from dtype_lint.ecosystems.registry import plugins
 from dtype_lint.migrate.conventions import RULE_CODE, Convention, Identity, scrub
 
@@ -41,7 +42,7 @@ def wrap(text: str, indent: str = "") -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
-@dataclass
+@record
 class Message:
     """One patch's message, section by section (the PR description reuses the sections)."""
 

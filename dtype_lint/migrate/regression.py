@@ -17,8 +17,7 @@ ecosystem that speaks for the helper's patches (the `series_words` with `CONVENT
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.evaluator import FP8, PARAMS, Table, alternatives
 from dtype_lint.ecosystems.registry import default_plugin, model_dtype_attributes
 from dtype_lint.migrate.conventions import Convention
@@ -35,7 +34,7 @@ STORAGES = (("fp16", "float16", "torch.float16"), ("bf16", "bfloat16", "torch.bf
             ("uint8", "uint8", "torch.uint8"), ("int8", "int8", "torch.int8"), ("no_weight", None, "None"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HelperTest:
     path: str  # in the target tree, posix
     text: str

@@ -20,10 +20,11 @@ import os
 import subprocess
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 
 from dtype_lint.core.findings import Finding
+from dtype_lint.core.records import record
 from dtype_lint.core.writer import ProjectWriter
 from dtype_lint.ecosystems.registry import default_plugin
 from dtype_lint.fix.fixer import fix_text
@@ -44,7 +45,7 @@ _SCRATCH = ("dtype-lint", "dtype-lint@localhost")
 WHY = messages.WHY
 
 
-@dataclass
+@record
 class FileChange:
     path: str  # relative to the series root, posix
     before: bytes | None  # None: the file is created
@@ -54,7 +55,7 @@ class FileChange:
     test: bool = False  # a regression test the series adds (not part of the migration itself)
 
 
-@dataclass
+@record
 class Patch:
     subject: str
     body: str
@@ -76,7 +77,7 @@ class Patch:
         return [c.path for c in self.changes if c.test]
 
 
-@dataclass
+@record
 class Style:
     """How the series is written for its target: the project's convention, who signs it, and
     where the release's own files are read from for its proofs."""

@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Iterable
 
 from dtype_lint.core import digests
+from dtype_lint.core.records import record
 
 # Hidden, and not a *.patch: neither `ls` nor `git am DIR/*.patch` shows it.
 MANIFEST = ".dtype-lint-series.json"
@@ -61,7 +62,7 @@ def _unedited(path: Path, recorded: str | None) -> bool:
         return False
 
 
-@dataclass
+@record
 class SeriesFolder:
     """DIR as the series found it: which of its files the tool may replace or remove."""
 

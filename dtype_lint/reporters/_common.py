@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Iterable, Mapping, TextIO
 
 from dtype_lint.core import digests
 from dtype_lint.core.findings import UNUSED_SUPPRESSION, Finding
+from dtype_lint.core.records import record
 from dtype_lint.core.source import SourceText
 
 # Width used when not writing to a terminal, so snapshot output does not depend on $COLUMNS.
 PIPE_WIDTH = 100
 
 
-@dataclass
+@record
 class RunSummary:
     """What a report's closing line counts."""
     files_checked: int
@@ -27,7 +28,7 @@ class RunSummary:
     quiet: bool = False  # `-q`: findings only, no closing line
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuleInfo:
     """A rule's code, name, summary and documentation, as reporters show them."""
     code: str
@@ -37,7 +38,7 @@ class RuleInfo:
     doc: str = ""
 
 
-@dataclass
+@record
 class RenderContext:
     """What a reporter reads besides the findings: the sources, the rules' metadata, colour."""
     read_source: Callable[[str], "str | None"]
@@ -93,7 +94,7 @@ def remaining(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=Finding.sort_key)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tally:
     """The counts of a run's findings that the summary line is made of."""
     remaining: int

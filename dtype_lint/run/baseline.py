@@ -37,11 +37,11 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Callable, Iterable, Mapping
 
 from dtype_lint.core.findings import FIX_FAILED, PARSE_ERROR, Finding
+from dtype_lint.core.records import record
 
 BASELINE_VERSION = 1
 # Far above any real baseline; a larger file is not one (`/dev/zero`, a log).
@@ -74,7 +74,7 @@ class BaselineGrowthError(BaselineError):
         super().__init__("\n".join(lines))
 
 
-@dataclass(frozen=True, order=True)
+@record(frozen=True, order=True)
 class BaselineKey:
     path: str
     scope: str
@@ -87,7 +87,7 @@ class BaselineKey:
         return f"{where} {self.code}{expr}"
 
 
-@dataclass(frozen=True, order=True)
+@record(frozen=True, order=True)
 class BaselineEntry:
     """One key with its count: a line of the file, or a stale remainder from :meth:`filter`."""
 

@@ -11,17 +11,17 @@ disk is judged alone, as the API's `check_text` does.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import Finding
+from dtype_lint.core.records import record
 
 if TYPE_CHECKING:
     from dtype_lint.analysis.index.class_index import QuantizableLayerIndex
 
 
-@dataclass
+@record
 class Buffer:
     """The analysis context of one file name: reused for every version of its text."""
 

@@ -19,7 +19,7 @@ import re
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -42,6 +42,7 @@ from dtype_lint.core.file_stamp import file_stamp as _stamp
 from dtype_lint.core.file_stamp import stamp_of
 from dtype_lint.core.findings import Finding
 from dtype_lint.core.prefilter import WordStart, for_rules, has_suppression
+from dtype_lint.core.records import record
 from dtype_lint.core.source import MAX_SOURCE_BYTES, READ_ERRORS, FileText, read_bytes, read_file
 from dtype_lint.core.writer import ProjectWriter, WriteError, WriteRecord, remove_stale_temps
 from dtype_lint.ecosystems.registry import helper_of, plugins
@@ -76,7 +77,7 @@ class UserError(Exception):
     """A bad request (missing path, bad baseline, unusable helper): exit 2, nothing written."""
 
 
-@dataclass
+@record
 class RunOptions:
     """What a run is asked to do beyond its configuration: the paths, fixing, the cache, baselines."""
     paths: list[str] = field(default_factory=lambda: ["."])
@@ -100,7 +101,7 @@ class RunOptions:
     plain_render: Callable | None = None
 
 
-@dataclass
+@record
 class RunResult:
     """What a run found, fixed and wrote."""
     config: Config
@@ -427,7 +428,7 @@ def _holds_engine(config: Config) -> bool:
     return any(os.path.isfile(os.path.join(config.root, engine, "__init__.py")) for engine in engines)
 
 
-@dataclass
+@record
 class _Layout:
     """The project walk (of a run on named files, or on the project root), kept against folder
     stamps (layout_cache.py).
@@ -614,7 +615,7 @@ class _Project:
             self.cache.put_header(real, stamp, module, header)
 
 
-@dataclass
+@record
 class WordTest:
     """A census's test of each file (ModuleTable.naming's: every word of one of the groups in its
     bytes; or ModuleTable.holding's: a predicate of its text), made by the scan on what it reads,
@@ -645,7 +646,7 @@ class WordTest:
         return tuple(tuple(word.encode() for word in group) for group in self.test), self.skip_tops
 
 
-@dataclass
+@record
 class _Scan:
     """What the scan learnt of each file: the prefilters' answers, suppressions, read errors, names, stamps.
     A record per file lives as long as the run, so each keeps only what is not the common answer
@@ -1171,7 +1172,7 @@ def selected(f: Finding, unsafe: bool) -> bool:
     return f.fix is not None and (f.fix.safe or unsafe)
 
 
-@dataclass
+@record
 class _FileFix:
     """A file's fix outcome, with the bytes it was computed from and how to encode the result."""
     outcome: FixOutcome
@@ -1183,7 +1184,7 @@ def _init_fix(index, config, unsafe, created=None, configs=None) -> None:
     worker_state().update(index=index, config=config, unsafe=unsafe, created=created or {}, configs=configs or {})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckedFile:
     """What the check stage found in one file, and the stamp of the file it analysed."""
 

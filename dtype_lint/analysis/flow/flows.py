@@ -22,7 +22,7 @@ import ast
 import dataclasses
 import fnmatch
 import functools
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dtype_lint.analysis.flow.recognisers import (
     alloc_dtype_keywords,
@@ -35,6 +35,7 @@ from dtype_lint.analysis.flow.sinks import ACTIVATION, cast_sink
 from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk
 from dtype_lint.analysis.index.class_facts import ClassFacts, FunctionScope, ProjectFacts, signature_of
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.records import record
 
 NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_tensor"})
 # How many calls a use may be handed on below the callee the reported call reaches (one: the
@@ -42,7 +43,7 @@ NEW_LIKE = frozenset({"new_zeros", "new_empty", "new_ones", "new_full", "new_ten
 HAND_ON_DEPTH = 1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CalleeUse:
     """How a callee uses a parameter: as a cast's or allocation's dtype, or as the weight whose dtype it reads."""
     kind: str  # "cast" | "alloc"
@@ -58,7 +59,7 @@ class CalleeUse:
     anchors: tuple[Anchor, ...] = field(default=(), compare=False)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Anchor:
     """A node where a handed weight's dtype is used: `via` empty, the cast or allocation itself;
     else an argument passing the weight's dtype (`of_dtype`) or the weight on to the function `via`."""
@@ -68,7 +69,7 @@ class Anchor:
     of_dtype: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Callee:
     """A project function a call reaches, with its positional parameters."""
     name: str
@@ -79,7 +80,7 @@ class _Callee:
     module: str | None = None  # the module the function is written in (its names resolve there)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Flow:
     """A layer's weight or dtype passed at a call into a callee that uses it (`use`)."""
     arg: ast.expr  # the argument at the call

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
 
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 
 # Enough for a helper imported across a tree (vLLM's MLA helper has three calling files).
 MAX_FILES = 40
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ForeignCall:
     """A call in another file that hands a layer to the function, and whether a backend may pack that layer."""
     path: str

@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import TypeGuard
 
 from dtype_lint.analysis.index.class_facts import FunctionScope
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.core.prefilter import HANDED
+from dtype_lint.core.records import record
 
 # How a file spells a weight-dtype site, for the text prefilter: `L.weight.dtype`, `.to(L.weight)`,
 # `getattr(L, "weight"...)` (black may split it over lines, with comments), or an alias
@@ -35,7 +35,7 @@ WEIGHT_HANDED_FIRST = HANDED + r"\.weight\s*,"
 FLOW_SITE_PATTERNS = WEIGHT_SITE_PATTERNS + (WEIGHT_HANDED_FIRST,)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WeightDtypeSource:
     """A layer's weight dtype as a site reads it: the layer, the form of the read, and the alias it went through."""
     layer: ast.expr  # the layer expression (`self.kv_b_proj`)

@@ -19,8 +19,9 @@ map that the walk follows is built by `function_walk.parent_map`, the one builde
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Iterator
+
+from dtype_lint.core.records import record
 
 # Statements that leave the block: an `if` whose body ends in one guards what follows it.
 EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
@@ -41,7 +42,7 @@ def same_expression(first: ast.AST, second: ast.AST) -> bool:
     return ast.dump(first).replace("Store()", "Load()") == ast.dump(second).replace("Store()", "Load()")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dominator:
     """One thing known wherever the site runs.
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Container
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from dtype_lint.analysis.flow.recognisers import feeds_dtype_site, weight_dtype_source
@@ -46,10 +45,11 @@ from dtype_lint.analysis.guard_engine.dormant import truth
 from dtype_lint.analysis.index.class_facts import ClassFacts
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.evaluator import guard_excludes_packed, guard_includes_packed
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GuardPolicy:
     """How far one question trusts a dominating test (the only place the rules' answers differ).
 

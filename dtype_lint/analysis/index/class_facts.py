@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from dtype_lint.analysis.function_walk import nodes_of, parameter_names, walk
 from dtype_lint.analysis.index.class_index import LOCALS, QuantizableLayerIndex, dotted, record_import
@@ -27,6 +27,7 @@ from dtype_lint.analysis.index.construction_forms import (
 )
 from dtype_lint.core import regions, trees
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 from dtype_lint.core.regions import Defs
 
 # Methods that receive the layer whose storage they own: a class defining one is storage code.
@@ -56,7 +57,7 @@ def layer_params(fn: ast.FunctionDef | ast.AsyncFunctionDef, skip_first: bool) -
     return [(a.arg, a.annotation) for a in args if a.arg == LAYER_PARAM or a.annotation is not None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AttrOrigin:
     """One assignment of `self.<attr>` in a class's code."""
 
@@ -79,7 +80,7 @@ def local_call(origin: AttrOrigin, element: ast.expr) -> ast.Call | None:
     return next((leaf for leaf in leaves(element, dict(origin.locals)) if isinstance(leaf, ast.Call)), None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ContainerItem:
     """One slot of a container the class fills after making it (`self.layers.append(A(...))`,
     `self.heads["k"] = A(...)`; construction_forms.Fill): the constructions it may hold (both
@@ -92,7 +93,7 @@ class ContainerItem:
     anywhere: bool = False  # an `.insert`: it may stand before every other slot
 
 
-@dataclass
+@record
 class Signature:
     """A constructor's parameters after `self`."""
 
@@ -128,7 +129,7 @@ class Signature:
         return bound
 
 
-@dataclass
+@record
 class BodyFacts:
     """What a class's method bodies' statements say (walking them costs; see ClassFacts)."""
 
@@ -145,7 +146,7 @@ class BodyFacts:
     items: dict[str, list[ContainerItem]] = field(default_factory=dict)
 
 
-@dataclass
+@record
 class CallFacts:
     """What the calls anywhere in a class's methods say: found by walking every node of them,
     which costs several times the statements' walk (BodyFacts), for two facts that a question
@@ -344,7 +345,7 @@ class LazyClasses(Mapping):
         return len(self._nodes)
 
 
-@dataclass
+@record
 class FileFacts:
     """One file's facts: its module name, imports, classes (built when first asked for) and module-level functions."""
     module: str

@@ -22,20 +22,21 @@ import textwrap
 import unicodedata
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from pathlib import Path
 from sys import intern
 
 from dtype_lint.core import digests
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 from dtype_lint.core.source import iter_code
 from dtype_lint.core.text_facts import POSSESSIVE, LineStart
 
 _STMT = LineStart(r"[ \t]*" + POSSESSIVE + r"[cfi](?:lass|rom|mport)\b")
 
 
-@dataclass
+@record
 class ModuleHeader:
     """What one module binds by import and which classes it defines with which bases."""
 
@@ -554,7 +555,7 @@ def all_modules_digest(first_keys: dict[str, str]) -> str:
                         .encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-@dataclass(slots=True)  # one per module a run looks up (vLLM 0.34.0: 4,100)
+@record(slots=True)  # one per module a run looks up (vLLM 0.34.0: 4,100)
 class ModuleFile:
     """Where a module lives: the path shown for it, its key (real path) and its stamp, once read."""
 
@@ -937,7 +938,7 @@ def _join(module: str, name: str) -> str:
     return f"{module}.{name}" if module else name
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClassVerdict:
     """Whether a class is a quantizable layer (or exempt storage code), with the chain that says so."""
 

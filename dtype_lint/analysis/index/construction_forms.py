@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from dtype_lint.core.records import record
 
 # `nn.Module` methods that return the module they are called on (so `Cls(...).m(...)` is the
 # `Cls` instance). Tensor methods of the same names are not confused with them: the receiver
@@ -95,7 +96,7 @@ def module_method_receiver(node: ast.AST) -> ast.expr | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fill:
     """One statement putting layers into `self.<attr>`: `elements` are the values put in;
     `key` the literal key of a dict-like item (`self.heads["k"] = ...`), None for a sequence

@@ -24,7 +24,7 @@ import copy
 import dataclasses
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,6 +54,7 @@ from dtype_lint.analysis.instance_patches import named_only
 from dtype_lint.analysis.storage.stored_reads import PLAIN_DTYPE_ATTRIBUTES, may_store_weight
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, NON_COMPUTE, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.storage_format import ABSENT
 from dtype_lint.ecosystems.registry import optional, plugins
 
@@ -80,7 +81,7 @@ def _merge(a: str, b: str) -> str:
     return SET if SET in (a, b) else UNKNOWN
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConfigArgument:
     """How a construction passes a quantization config argument (`Instance.passed`).
 
@@ -99,7 +100,7 @@ class ConfigArgument:
 NAMED = ConfigArgument()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Instance:
     """A layer expression resolved: its class, whether a config may reach it, and the states of
     its constructor's parameters (to follow the config into its own attributes)."""
@@ -121,7 +122,7 @@ class Instance:
         return dict(self.env).get(name, UNKNOWN)
 
 
-@dataclass
+@record
 class _Context:
     """Where an argument expression is evaluated: a method of `owner` running on an instance."""
 

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from functools import cache
 
 from dtype_lint.analysis.index.class_index import PLATFORM_MODULES, dotted
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 
 # `supported_quantization: list[str] = [...]` in a class body (its value spans lines).
 _ADMITS = re.compile(r"^[ \t]+supported_quantization\s*(?::[^=\n]*)?=\s*(\[[^\]]*\]|\(\s*\))", re.MULTILINE)
@@ -53,7 +53,7 @@ def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
         re.compile(r"[\w.]*register\w*\(\s*([^()\n]+?)\s*\)\s*\(\s*(\w+)\s*\)"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Admission:
     """One platform class and what it admits (None: every quantization)."""
 
@@ -68,7 +68,7 @@ class Admission:
         return self.platform.rsplit(".", 1)[-1]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Narrowing:
     """The project's platforms, every one of which restricts, and the union they admit."""
 

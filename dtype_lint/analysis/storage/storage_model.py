@@ -39,7 +39,7 @@ import textwrap
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Protocol
 
 from dtype_lint.analysis.function_walk import walk
@@ -47,6 +47,7 @@ from dtype_lint.analysis.index.class_facts import annotation_name
 from dtype_lint.analysis.index.class_index import ModuleHeader, QuantizableLayerIndex, dotted, record_import
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK, UNKNOWN_BACKENDS
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.storage_formats import (
     ABSENT,
     COMPUTE,
@@ -94,7 +95,7 @@ _MODEL_DTYPE = model_dtype_attributes()[0]
 _FLOAT_COMPUTE = COMPUTE_DTYPE_NAMES
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Storage:
     """One storage a backend can leave in a layer's `weight`, with the code that makes it."""
 
@@ -247,7 +248,7 @@ def _parse_snippet(lines: list[str], start: int, end: int):
     return tree.body[0]
 
 
-@dataclass
+@record
 class _Source:
     """One module's text, split in lines, with its header (imports, classes)."""
 

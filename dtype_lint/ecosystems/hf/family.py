@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 
 from dtype_lint.analysis.flow.recognisers import first_parameter_of
 from dtype_lint.analysis.index.class_facts import LazyClasses, local_call
 from dtype_lint.analysis.index.class_index import dotted
 from dtype_lint.analysis.storage.verdicts import BACKEND_MARK
 from dtype_lint.core.findings import Evidence
+from dtype_lint.core.records import record
 from dtype_lint.dtypes.storage_formats import format_named, packed_storages
 from dtype_lint.ecosystems.hf.model_classes import PINNED, is_model_class, linear_attribute, model_class_names
 
@@ -84,7 +84,7 @@ STORAGE_WORDS = {word: storage.storage_word() for word, storage in STORAGE_FORMA
 _INTEGER_CONTAINERS = frozenset(dtype for dtype in packed_storages() if dtype is not None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Quantizer:
     """A Hugging Face quantizer: the storage it gives the layers it replaces, and which layers it skips."""
     name: str
@@ -531,7 +531,7 @@ def is_model_code(index, qualname: str) -> bool:
 
 
 # ---- layers an HF model class of the tree builds -------------------------------------------------
-@dataclass(frozen=True)
+@record(frozen=True)
 class Construction:
     """Where a class of the tree is built inside a model: `builder`'s attribute constructs it at
     path:line (`self.layers = nn.ModuleList([Block(config) ...])`)."""
@@ -580,7 +580,7 @@ def _built_within(resolver, model: str) -> dict[str, Construction | None]:
     return {name: how for name, how in found.items() if name in seen}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ReachedLayers:
     """The module classes of the tree that an HF model class of the tree builds (outside the HF
     libraries and the engines): class → (the model class, its libraries, the class it builds:

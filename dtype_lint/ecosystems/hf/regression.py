@@ -41,9 +41,9 @@ import sys
 import tempfile
 import textwrap
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from dtype_lint.core.records import record
 from dtype_lint.core.writer import write_scratch_files
 from dtype_lint.ecosystems.hf.series import PROOF_COMMAND
 
@@ -52,7 +52,7 @@ from dtype_lint.ecosystems.hf.series import PROOF_COMMAND
 CONVENTIONS: tuple[str, ...] = ("transformers",)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerCase:
     """How a test builds and calls one changed class."""
 
@@ -440,7 +440,7 @@ def _outputs_of(module, path, call):
 MAX_ERROR = {"4bit": 0.3, "fp8": 1e-3}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SiteTest:
     path: str
     text: str
@@ -672,7 +672,7 @@ def ruff_format(text: str) -> str:
 # --- running the tests against a release tree -------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     passed: bool
     message: str  # the first line of the failure or error, "" when passed
@@ -755,7 +755,7 @@ def result_lines(before: dict[str, Outcome], after: dict[str, Outcome], label: s
 # --- the tests in a series ----------------------------------------------------------------------
 
 
-@dataclass
+@record
 class SeriesTests:
     """What add_tests did: each patch's test file (or the classes it could not test), and the run."""
 

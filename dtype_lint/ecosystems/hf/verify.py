@@ -26,9 +26,9 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from dtype_lint.core.records import record
 from dtype_lint.ecosystems.hf.helper import HF_HELPER_SOURCE
 
 CHANGED_FACTOR = 3.0
@@ -74,7 +74,7 @@ def quantization_config(quantizer: str):
     raise ValueError(f"unknown quantizer {quantizer!r}")
 
 
-@dataclass
+@record
 class Case:
     model: str  # the model class
     module: str  # its modeling module

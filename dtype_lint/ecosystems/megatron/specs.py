@@ -13,9 +13,10 @@ builds), the answer says so: the family reports such a layer with low confidence
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.records import record
 
 BUILDER = "build_module"
 SPEC_CLASS = "ModuleSpec"
@@ -25,7 +26,7 @@ SPEC_PARAMETER = "spec_or_module"
 _TYPING_WRAPPERS = frozenset({"Optional", "Union", "typing.Optional", "typing.Union", "None"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SpecClass:
     """One class a spec gives the layer (`qualname`), or a value that could not be read (None)."""
 
@@ -35,7 +36,7 @@ class SpecClass:
     line: int
 
 
-@dataclass
+@record
 class BuildSite:
     """A layer attribute built through `build_module`, and what its spec can make it."""
 

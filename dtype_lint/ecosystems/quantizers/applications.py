@@ -13,11 +13,11 @@ into a low-confidence finding, never a silent pass.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from functools import cached_property
 
 from dtype_lint.analysis.function_walk import parent_map, walk
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.records import record
 from dtype_lint.ecosystems.hf.family import ENGINE_PACKAGES
 from dtype_lint.ecosystems.quantizers.applications_fabric import enclosing_function, fabric_applications
 from dtype_lint.ecosystems.quantizers.catalogue import (
@@ -41,7 +41,7 @@ _LAYER_PARTS = frozenset({"weight", "bias", "compute_dtype", "quant_state"})
 _REWRAPS = FABRIC_SETUP | {FABRIC_CONVERT}  # `model = fabric.setup(model)`: the same model
 
 
-@dataclass
+@record
 class _File:
     module: str
     path: str

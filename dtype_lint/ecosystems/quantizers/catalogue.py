@@ -31,8 +31,9 @@ both storages are named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from dtype_lint.core.records import record
 from dtype_lint.ecosystems.hf.family import INT8, UINT8
 from dtype_lint.ecosystems.megatron.modelopt_catalogue import RELEASE as MODELOPT_RELEASE
 from dtype_lint.ecosystems.megatron.modelopt_catalogue import compressed_storages
@@ -41,7 +42,7 @@ BNB_RELEASE, TORCHAO_RELEASE, QUANTO_RELEASE = "bitsandbytes 0.50.2", "torchao 0
 LIGHTNING_RELEASE = "lightning 2.5.5"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Quantizer:
     """A way a project quantizes its modules: its name, the storages it leaves in `.weight`
     ((format, storage word); empty where `.weight.dtype` stays the float dtype), and the evidence."""
@@ -51,7 +52,7 @@ class Quantizer:
     leaves: str  # what `.weight` becomes, with the release read
 
 
-@dataclass
+@record
 class Application:
     """One quantizer applied to a model (applications.py): the model's classes in the tree, or why
     they are unknown."""
