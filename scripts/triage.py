@@ -685,7 +685,9 @@ TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphro
               "flash-linear-attention-0.6.0", "gptqmodel-7.7.0", "ms-swift-4.6.0",
               "deepspeed-0.19.8", "autoawq-0.2.9", "auto-gptq-0.7.1",
               # round 8: two more trees nobody here had triaged
-              "litgpt-0.5.13", "optimum-habana-1.21.2")
+              "litgpt-0.5.13", "optimum-habana-1.21.2",
+              # round 9
+              "optimum-intel-2.2.0")
 
 
 def all_trees() -> list[tuple[str, str]]:
@@ -715,7 +717,11 @@ EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
                # Face models patched for Gaudi, quantized by Intel Neural Compressor's FP8 and its own GPTQ
                # path); ktransformers 0.7.2, asked for first, ships a wheel of two `.py` files (its code is
                # in kt-kernel, whose 0.7.2 has no wheel the fetch can use)
-               "litgpt": ("litgpt", None), "optimum-habana": ("optimum", None)}
+               "litgpt": ("litgpt", None), "optimum-habana": ("optimum", None),
+               # round 9: a tree nobody here had triaged, for the weight handed first to a call and the
+               # submodule's `forward` followed with it: optimum-intel (Hugging Face models patched for
+               # OpenVINO export and IPEX, quantized by NNCF, Intel Neural Compressor and IPEX's WOQ)
+               "optimum-intel": ("optimum", None)}
 # EXTRA_DISTS that publish no wheel for any platform (autoawq: none the fetch can use since 0.2.8): their `.py` files
 # come from the sdist.
 SDIST_ONLY = {"gptqmodel", "deepspeed", "autoawq"}

@@ -178,6 +178,13 @@ def optimum_habana_1212() -> Path:
     return _extra_release("optimum-habana", "1.21.2")
 
 
+@pytest.fixture(scope="session")
+def optimum_intel_220() -> Path:
+    """optimum-intel 2.2.0: Hugging Face models patched and traced for OpenVINO export, quantized in PyTorch only by the
+    pre-quantized checkpoints transformers loads (GPTQ, AWQ, BitNet) (round 9), held out."""
+    return _extra_release("optimum-intel", "2.2.0")
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the ones above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -209,6 +216,7 @@ TREES = {
     "auto_gptq_071": "auto-gptq-0.7.1",
     "litgpt_0513": "litgpt-0.5.13",
     "optimum_habana_1212": "optimum-habana-1.21.2",
+    "optimum_intel_220": "optimum-intel-2.2.0",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -241,10 +249,15 @@ HELD_OUT_FALSE = {
     "deepspeed_0198": set(),
     "autoawq_029": set(),
     "auto_gptq_071": set(),
-    # Round 8, two more trees nobody here had triaged: litgpt reports nothing; optimum-habana's four FALSE findings are
-    # Baichuan's KV buffers, whose model refuses every quantization config in its constructor (the tree's page).
+    # Round 8, two more trees nobody here had triaged: litgpt reports nothing; optimum-habana's seven FALSE findings are
+    # Baichuan's KV buffers and, since a weight handed first to a submodule is followed into its `forward`,
+    # its `update_sincos_cache` handing `W_pack.weight` to the rotary class with that class's two cache casts:
+    # the model refuses every quantization config in its constructor (the tree's page).
     "litgpt_0513": set(),
-    "optimum_habana_1212": {f"optimum/habana/transformers/models/baichuan/modeling_baichuan.py:{n}" for n in (439, 440, 584, 585)},
+    "optimum_habana_1212": {f"optimum/habana/transformers/models/baichuan/modeling_baichuan.py:{n}"
+                            for n in (223, 224, 338, 439, 440, 584, 585)},
+    # Round 9, a tree nobody here had triaged: optimum-intel reports nothing (its one TRUE site is the generic-types limit).
+    "optimum_intel_220": set(),
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
     "tpu_inference_0320": set(),
@@ -261,8 +274,8 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # peer), vllm-omni, tpu-inference (a second platform plugin, of vllm-ascend's kind), ipex-llm (a
 # quantizer of Hugging Face models with its own low-bit linears), transformers, and the trees of issues
 # #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor,
-# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift, deepspeed, autoawq, auto-gptq, and round
-# 8's litgpt and optimum-habana).
+# auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift, deepspeed, autoawq, auto-gptq, round
+# 8's litgpt and optimum-habana, and round 9's optimum-intel).
 # aphrodite-engine (the fork under another package name) runs with DTL_FULL=1: its findings are
 # compared object for object with each release of the tool (benchmarks/accuracy/README.md).
 CI_TREES = ("vllm_0271", "vllm_0330", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
@@ -436,6 +449,9 @@ HELD_OUT_MISSES = {
     # ipex-llm: its 4 TRUE sites (the benchmark wrappers' static-cache dtype) are the documented
     # generic-types limit (benchmarks/accuracy/triage/ipex-llm-2.2.0.md), not `missed` rows.
     "ipex_llm_220": set(),
+    # optimum-intel: its one TRUE site (MuseGlimmer's vision patcher, the layer reached through an untyped `model`) is the
+    # documented generic-types limit (benchmarks/accuracy/triage/optimum-intel-2.2.0.md), not a `missed` row.
+    "optimum_intel_220": set(),
 }
 
 
