@@ -871,6 +871,46 @@ class RuleContext:
             return None
         return verdict
 
+    def returned_dtype(self, expr: ast.AST, where: "Candidate", site: ast.AST) \
+            -> tuple[ast.expr, Evidence, tuple[str, tuple[Evidence, ...]]] | None:
+        """`self.name()` at `site`, where `name` is an argument-less method named for a dtype, of
+        the site's class or a base, in this file, with several returns, one of which returns one
+        of its layers' `.weight.dtype` (`get_k_proj_weight_dtype`: `self.k_proj.scales.dtype` when
+        the layer has a `qweight`, else `self.k_proj.weight.dtype`): (that layer, where the method
+        returns it, the verdict there). The verdict is taken at that `return`, the method's own
+        checks before it narrowing the storages (a test for another tensor of the layer maps the
+        storages that hold one, not those that repack `.weight` itself), and the site's must leave
+        the layer quantizable too. A method with one `return` is
+        `LayerResolver.dtype_getter`'s, read at the site."""
+        if not (isinstance(expr, ast.Call) and not expr.args and not expr.keywords and where.class_qualname
+                and isinstance(expr.func, ast.Attribute) and "dtype" in expr.func.attr
+                and isinstance(expr.func.value, ast.Name) and expr.func.value.id == where.scope.self_name):
+            return None
+        name, project = expr.func.attr, self._facts.project
+        for ancestor in project.index.mro(where.class_qualname):
+            facts = project.class_facts(ancestor)
+            if facts is not None and name in facts.methods:
+                break
+        else:
+            return None
+        method = next((c for c in self.candidates if c.class_qualname == ancestor and c.fn.name == name
+                       and len(c.fn.args.args) == 1 and not c.fn.args.vararg), None)
+        if method is None:
+            return None
+        returns = [(n, n.value) for n in method.walk.of(ast.Return)
+                   if n.value is not None and _enclosing_function(n, method.parents) is method.fn]
+        for returned, value in returns if len(returns) > 1 else ():
+            source = weight_dtype_source(value, method.scope)
+            layer = source.layer if source is not None else None
+            if not (isinstance(layer, ast.Attribute) and isinstance(layer.value, ast.Name)
+                    and layer.value.id == method.scope.self_name):
+                continue
+            verdict = self.layer_verdict(layer, method, site=returned)
+            if verdict is not None and self.layer_verdict(layer, where, site=site) is not None:
+                return layer, Evidence(f"`{name}` returns `{ast.unparse(value)}`", self.source.path,
+                                       returned.lineno), verdict
+        return None
+
     def callers_verdict(self, function_node: ast.AST, layer: ast.expr, need: str):
         """`explain`'s question, answered as the check answers it: the verdict on `layer`, reached
         through a parameter of the function `function_node` typed only as a module, from what the
@@ -957,3 +997,11 @@ class RuleContext:
 
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",
            "example_code", "iter_functions", "storage_dtypes"]
+
+
+def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
+    """The function (or lambda) whose body holds `node`."""
+    parent = parents.get(id(node))
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        parent = parents.get(id(parent))
+    return parent

@@ -1,16 +1,14 @@
 """DTL001 weight-dtype-cast: an activation is cast to a quantizable layer's storage dtype.
 
 ## What it does
-Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weight.dtype)`,
-`x.type(L.weight.dtype)` and `x.to(L.weight)`, also when the dtype is reached through a local
-alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`, or a `hasattr` fallback
-(`L.weight.dtype if hasattr(L, "weight") else L.{{model_dtype}}`) or `typing.cast`; a `dtype`
-getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter
-named for a dtype, of an object (or of `self`), that returns one of its layers' `.weight.dtype`
-(`x.to(dtype=self.drafter.context_dtype)`: reported at the cast, naming the getter; looked for in
-functions whose text holds `weight`), or to an attribute an object stored a layer's `.weight.dtype`
-in (`self.dtype = self.projector.linear_1.weight.dtype` in `__init__`, then
-`pixels.type(self.vision_tower.dtype)` in another method or class; or a weight, `self.w = L.weight`);
+Flags `x.to(L.weight.dtype)`, `x.to(dtype=L.weight.dtype)`, `x.to(device, L.weight.dtype)`, `x.type(L.weight.dtype)` and
+`x.to(L.weight)`, also when the dtype is reached through a local alias (`w = L.weight.dtype`), `getattr(L, "weight", None).dtype`,
+or a `hasattr` fallback (`L.weight.dtype if hasattr(L, "weight") else L.{{model_dtype}}`) or `typing.cast`; a `dtype`
+getter that returns a layer's `.weight.dtype` (where it returns it), and a cast to another getter named for a dtype, of an object
+(or of `self`), that returns one of its layers' `.weight.dtype` (`x.to(dtype=self.drafter.context_dtype)`: reported at the cast,
+naming the getter; a method of the class with several returns judged at the one returning it; looked for in functions whose
+text holds `weight`), or to an attribute an object stored a layer's `.weight.dtype` in (`self.dtype = self.projector.linear_1.weight.dtype`
+in `__init__`, then `pixels.type(self.vision_tower.dtype)` in another method or class; or a weight, `self.w = L.weight`);
 `L.weight` (or its dtype) passed into a project function (or a submodule, whose `forward` runs: `self.rope(L.weight, n)`)
 that casts an activation to it, or hands it on to one that does; a weight handed over is also reported where its dtype is taken in the same file (the callee's `x.to(w.dtype)`, or the argument passing `self.w.dtype` on; docs/quantizability.md, section 4). Where what is converted is a stored weight instead
 (`weight = weight.to(dtype)` in a helper, a view of a local bound to `M.weight`), the message says "weight cast" / "casts a weight to". Only where `L` may really be quantized: its class obtains a quant method from a
@@ -231,10 +229,12 @@ class WeightDtypeCast(Rule):
         verb = "returns"
         if got is None:  # the value stored on an object instead (`self.dtype = L.weight.dtype`)
             got, verb = ctx.layers.stored_dtype(arg, function.scope), "holds"
+        returned = ctx.returned_dtype(arg, function, node) if got is None else None  # a method with several returns
+        got, verb = (returned[:2], "returns") if returned is not None else (got, verb)
         if got is None or receiver_is_parameter(node, got[0]):
             return
         layer, returns = got
-        verdict = ctx.layer_verdict(layer, function, site=node)
+        verdict = returned[2] if returned is not None else ctx.layer_verdict(layer, function, site=node)
         if verdict is None:
             return
         confidence, evidence = verdict

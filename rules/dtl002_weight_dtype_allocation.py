@@ -10,7 +10,8 @@ dtype) passed into a project function (or a submodule, whose `forward` runs) tha
 it, or that hands it on to one that does (two calls down; a weight handed over is also reported where its dtype is taken in the same
 file: the argument passing a kept `self.w.dtype` on), and a dtype an object stored from a layer's weight
 (`self.dtype = self.proj.weight.dtype`, or `self.w = self.proj.weight`) read as an attribute chain
-from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`). Layers resolve exactly as for DTL001
+from `self` in another method or class (`torch.zeros(..., dtype=self.vision_tower.dtype)`), or a getter
+returning one, as DTL001 reads it (`dtype=self.get_k_proj_weight_dtype()`). Layers resolve exactly as for DTL001
 (quantizability read from the code, per construction site, guards respected:
 docs/quantizability.md), and the same code is exempt (quant methods, weight loaders,
 `process_weights_after_loading`), except, in a weight loader, an allocation in `L.weight.dtype`
@@ -80,8 +81,9 @@ from dtype_lint.analysis.storage.weight_registration import weight_allocations
 from dtype_lint.ecosystems.registry import family_of, model_dtype_attributes
 from dtype_lint.rule import FixAvailability, Invalid, Rule, RuleContext, Valid, storage_dtypes
 
-# An allocation's dtype read from an attribute chain ending in `.dtype` (the line may break after `(`).
-STORED_DTYPE_ALLOC = r"\bdtype\s*=\s*self(?:\.\w+)+\.dtype\b"
+# An allocation's dtype read from an attribute chain ending in `.dtype` (the line may break after `(`), or from
+# a getter named for a dtype called without arguments (`dtype=self.get_k_proj_weight_dtype()`).
+STORED_DTYPE_ALLOC = r"\bdtype\s*=\s*self(?:(?:\.\w+)+\.dtype\b|(?:\.\w+)*\.\w*dtype\w*\(\s*\))"
 
 # `t.new_zeros(...)` and friends take `t`'s dtype unless given one.
 
@@ -194,15 +196,21 @@ class WeightDtypeAllocation(Rule):
     def _stored(ctx: RuleContext, function, node: ast.Call, kw: ast.keyword) -> None:
         """`torch.zeros(n, dtype=self.tower.dtype)` where the object stored a layer's weight dtype
         (`self.dtype = self.proj.weight.dtype`) or its weight (`self.w = self.proj.weight`, read as
-        `self.w.dtype`) in another method: the same value flow through an attribute as DTL001's."""
-        got = ctx.layers.stored_dtype(kw.value, function.scope)
-        verdict = ctx.layer_verdict(got[0], function, site=node) if got is not None else None
+        `self.w.dtype`) in another method: the same value flow through an attribute as DTL001's; and
+        a getter of it as DTL001 reads one (`dtype=self.get_k_proj_weight_dtype()`)."""
+        got, verb = ctx.layers.stored_dtype(kw.value, function.scope), "holds"
+        if got is None:
+            got, verb = ctx.layers.dtype_getter(kw.value, function.scope), "returns"
+        returned = ctx.returned_dtype(kw.value, function, node) if got is None else None  # several returns
+        got = returned[:2] if returned is not None else got
+        verdict = returned[2] if returned is not None else \
+            ctx.layer_verdict(got[0], function, site=node) if got is not None else None
         if got is None or verdict is None:
             return
         confidence, evidence = verdict
         ctx.report(
             node,
-            f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in `{ast.unparse(kw.value)}`, which holds "
+            f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in `{ast.unparse(kw.value)}`, which {verb} "
             f"`{ast.unparse(got[0])}.weight.dtype`, the storage dtype of a quantizable layer "
             f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
             confidence=confidence, evidence=(got[1], *evidence),

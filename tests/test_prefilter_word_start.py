@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from dtype_lint.core.prefilter import WordStart, searched
 from dtype_lint.rules import ALL_RULES
+from dtype_lint.rules.dtl002_weight_dtype_allocation import STORED_DTYPE_ALLOC
 
-PATTERN = r"\bdtype\s*=\s*self(?:\.\w+)+\.dtype\b"
+PATTERN = STORED_DTYPE_ALLOC  # `dtype=self.tower.dtype`, `dtype=self.get_k_dtype()`
 # Texts made of the pattern's own pieces, so that matches, near misses and word characters
 # before a match (`xdtype`, `édtype`) are common.
-PIECES = st.sampled_from(["dtype", " = ", "=", "self", ".", "w", "dtype ", "x", "é", "_", "\n", " ", "(", "1"])
+PIECES = st.sampled_from(["dtype", " = ", "=", "self", ".", "w", "dtype ", "x", "é", "_", "\n", " ", "(", "1", ")",
+                          "get_", "()"])
 
 
 @settings(max_examples=400, deadline=None)
@@ -38,6 +40,9 @@ def test_the_default_rules_word_start_patterns_go_through_it():
 def test_a_word_character_before_the_match_is_no_match():
     _, search = searched(PATTERN)
     assert search.search("params_dtype = self.layer.dtype") is None
+    assert search.search("params_dtype = self.get_dtype()") is None
+    assert search.search("x(dtype = self.get_k_dtype())") is not None
+    assert search.search("x(dtype=self.dtype)") is None  # a chain of at least one attribute, or a call
     assert search.search("xdtype = self.a.dtype; dtype = self.b.dtype").span() == (23, 43)
 
 
