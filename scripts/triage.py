@@ -687,7 +687,9 @@ TREE_ORDER = ("vllm-0.27.1", "vllm-0.30.0", "vllm-0.33.0", "vllm-0.34.0", "aphro
               # round 8: two more trees nobody here had triaged
               "litgpt-0.5.13", "optimum-habana-1.21.2",
               # round 9
-              "optimum-intel-2.2.0")
+              "optimum-intel-2.2.0",
+              # round 10: torchtune, nobody here had triaged
+              "torchtune-0.6.1")
 
 
 def all_trees() -> list[tuple[str, str]]:
@@ -721,7 +723,11 @@ EXTRA_DISTS = {"unsloth": ("unsloth", None), "axolotl": ("axolotl", None),
                # round 9: a tree nobody here had triaged, for the weight handed first to a call and the
                # submodule's `forward` followed with it: optimum-intel (Hugging Face models patched for
                # OpenVINO export and IPEX, quantized by NNCF, Intel Neural Compressor and IPEX's WOQ)
-               "optimum-intel": ("optimum", None)}
+               "optimum-intel": ("optimum", None),
+               # round 10: PyTorch's fine-tuning library, nobody here had triaged: its own model code
+               # (plain `nn.Module`s), QLoRA's NF4 base weights (torchao `to_nf4`) and torchao
+               # `quantize_`/QAT recipes
+               "torchtune": ("torchtune", None)}
 # EXTRA_DISTS that publish no wheel for any platform (autoawq: none the fetch can use since 0.2.8): their `.py` files
 # come from the sdist.
 SDIST_ONLY = {"gptqmodel", "deepspeed", "autoawq"}

@@ -185,6 +185,12 @@ def optimum_intel_220() -> Path:
     return _extra_release("optimum-intel", "2.2.0")
 
 
+@pytest.fixture(scope="session")
+def torchtune_061() -> Path:
+    """torchtune 0.6.1: its own model code, QLoRA's NF4 base weights and torchao quantize_/QAT recipes (round 10), held out."""
+    return _extra_release("torchtune", "0.6.1")
+
+
 # fixture name -> verdict file name; the fixtures (tests/conftest.py, and the ones above) fetch the trees.
 TREES = {
     "vllm_0271": "vllm-0.27.1",
@@ -217,6 +223,7 @@ TREES = {
     "litgpt_0513": "litgpt-0.5.13",
     "optimum_habana_1212": "optimum-habana-1.21.2",
     "optimum_intel_220": "optimum-intel-2.2.0",
+    "torchtune_061": "torchtune-0.6.1",
 }
 # issue #9 (vLLM family), #22 (Hugging Face): at least 95% judged true there; vLLM 0.30.0 (#21) was
 # triaged after the rules were written
@@ -258,6 +265,8 @@ HELD_OUT_FALSE = {
                             for n in (223, 224, 338, 439, 440, 584, 585)},
     # Round 9, a tree nobody here had triaged: optimum-intel reports nothing (its one TRUE site is the generic-types limit).
     "optimum_intel_220": set(),
+    # Round 10, torchtune (a tree nobody here had triaged, to try the weight handed first and the submodule's forward): no finding.
+    "torchtune_061": set(),
     "vllm_omni_0300": set(),
     "vllm_ascend_0230": set(),
     "tpu_inference_0320": set(),
@@ -275,7 +284,7 @@ RULE_BAR_TREES = [f for f, dv in RULE_TREES.items() if dv in triage.RULE_DEV_TRE
 # quantizer of Hugging Face models with its own low-bit linears), transformers, and the trees of issues
 # #39 and #40 (vLLM 0.34.0, transformers 5.25.0, unsloth, axolotl, megatron-core, nvidia-modelopt, llmcompressor,
 # auto-round, llamafactory, flash-linear-attention, gptqmodel, ms-swift, deepspeed, autoawq, auto-gptq, round
-# 8's litgpt and optimum-habana, and round 9's optimum-intel).
+# 8's litgpt and optimum-habana, round 9's optimum-intel and round 10's torchtune).
 # aphrodite-engine (the fork under another package name) runs with DTL_FULL=1: its findings are
 # compared object for object with each release of the tool (benchmarks/accuracy/README.md).
 CI_TREES = ("vllm_0271", "vllm_0330", "lmdeploy_0180", "vllm_ascend_0230", "diffusers_0421")
