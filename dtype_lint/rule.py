@@ -49,6 +49,7 @@ from dtype_lint.analysis.function_walk import SCOPE_EVENTS, FunctionWalk, iter_f
 from dtype_lint.analysis.index.class_facts import FunctionScope, ProjectFacts
 from dtype_lint.analysis.storage.layers import LayerResolver
 from dtype_lint.analysis.storage.verdicts import backends_unknown, why_storage
+from dtype_lint.core.ast_walk import enclosing_function
 from dtype_lint.core.config import Config
 from dtype_lint.core.findings import FINDING_KINDS, Evidence, Finding, Fix, Span
 from dtype_lint.core.records import record
@@ -871,6 +872,22 @@ class RuleContext:
             return None
         return verdict
 
+    def held_dtype(self, expr: ast.AST, where: "Candidate", site: ast.AST) \
+            -> tuple[ast.expr, Evidence, str, tuple[str, tuple[Evidence, ...]]] | None:
+        """`expr` giving one of an object's layers' `.weight.dtype` through a getter
+        (`R.context_dtype`, `R.get_dtype()`: `LayerResolver.dtype_getter`; a method with several
+        returns: `returned_dtype`) or an attribute the object stored it in (`R.dtype`:
+        `LayerResolver.stored_dtype`): (that layer, where it is returned or stored, "returns" or
+        "holds", the verdict at `site`), else None. DTL001's casts and DTL002's allocations."""
+        got, verb = self.layers.dtype_getter(expr, where.scope), "returns"
+        if got is None:  # the value stored on an object instead (`self.dtype = L.weight.dtype`)
+            got, verb = self.layers.stored_dtype(expr, where.scope), "holds"
+        if got is not None:
+            verdict = self.layer_verdict(got[0], where, site=site)
+            return (got[0], got[1], verb, verdict) if verdict is not None else None
+        returned = self.returned_dtype(expr, where, site)
+        return (returned[0], returned[1], "returns", returned[2]) if returned is not None else None
+
     def returned_dtype(self, expr: ast.AST, where: "Candidate", site: ast.AST) \
             -> tuple[ast.expr, Evidence, tuple[str, tuple[Evidence, ...]]] | None:
         """`self.name()` at `site`, where `name` is an argument-less method named for a dtype, of
@@ -898,7 +915,7 @@ class RuleContext:
         if method is None:
             return None
         returns = [(n, n.value) for n in method.walk.of(ast.Return)
-                   if n.value is not None and _enclosing_function(n, method.parents) is method.fn]
+                   if n.value is not None and enclosing_function(method.parents, n) is method.fn]
         for returned, value in returns if len(returns) > 1 else ():
             source = weight_dtype_source(value, method.scope)
             layer = source.layer if source is not None else None
@@ -998,10 +1015,3 @@ class RuleContext:
 __all__ = ["Rule", "Valid", "Invalid", "RuleContext", "RuleFacts", "Candidate", "FACTS", "FixAvailability",
            "example_code", "iter_functions", "storage_dtypes"]
 
-
-def _enclosing_function(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
-    """The function (or lambda) whose body holds `node`."""
-    parent = parents.get(id(node))
-    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        parent = parents.get(id(parent))
-    return parent

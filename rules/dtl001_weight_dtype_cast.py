@@ -225,19 +225,10 @@ class WeightDtypeCast(Rule):
     def _through_getter(ctx: RuleContext, function, node: ast.Call, arg: ast.expr) -> None:
         """`x.to(dtype=model.context_dtype)`: a getter of another object (or of `self`) that
         returns one of its layers' `.weight.dtype`; reported at the cast, naming the getter."""
-        got = ctx.layers.dtype_getter(arg, function.scope)
-        verb = "returns"
-        if got is None:  # the value stored on an object instead (`self.dtype = L.weight.dtype`)
-            got, verb = ctx.layers.stored_dtype(arg, function.scope), "holds"
-        returned = ctx.returned_dtype(arg, function, node) if got is None else None  # a method with several returns
-        got, verb = (returned[:2], "returns") if returned is not None else (got, verb)
-        if got is None or receiver_is_parameter(node, got[0]):
+        held = ctx.held_dtype(arg, function, node)
+        if held is None or receiver_is_parameter(node, held[0]):
             return
-        layer, returns = got
-        verdict = returned[2] if returned is not None else ctx.layer_verdict(layer, function, site=node)
-        if verdict is None:
-            return
-        confidence, evidence = verdict
+        layer, returns, verb, (confidence, evidence) = held
         text = ast.unparse(layer)
         sink = cast_sink(node.func.value, function.scope.assigns)  # type: ignore[attr-defined]  # a method cast
         ctx.report(node, f"{sink} cast to `{ast.unparse(arg)}`, which {verb} `{text}.weight.dtype`, the storage "

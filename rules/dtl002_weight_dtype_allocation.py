@@ -198,22 +198,16 @@ class WeightDtypeAllocation(Rule):
         (`self.dtype = self.proj.weight.dtype`) or its weight (`self.w = self.proj.weight`, read as
         `self.w.dtype`) in another method: the same value flow through an attribute as DTL001's; and
         a getter of it as DTL001 reads one (`dtype=self.get_k_proj_weight_dtype()`)."""
-        got, verb = ctx.layers.stored_dtype(kw.value, function.scope), "holds"
-        if got is None:
-            got, verb = ctx.layers.dtype_getter(kw.value, function.scope), "returns"
-        returned = ctx.returned_dtype(kw.value, function, node) if got is None else None  # several returns
-        got = returned[:2] if returned is not None else got
-        verdict = returned[2] if returned is not None else \
-            ctx.layer_verdict(got[0], function, site=node) if got is not None else None
-        if got is None or verdict is None:
+        held = ctx.held_dtype(kw.value, function, node)
+        if held is None:
             return
-        confidence, evidence = verdict
+        layer, held_where, verb, (confidence, evidence) = held
         ctx.report(
             node,
             f"`{dotted(node.func) or 'call'}(..., {kw.arg}=...)` allocates in `{ast.unparse(kw.value)}`, which {verb} "
-            f"`{ast.unparse(got[0])}.weight.dtype`, the storage dtype of a quantizable layer "
+            f"`{ast.unparse(layer)}.weight.dtype`, the storage dtype of a quantizable layer "
             f"{storage_dtypes(evidence)}; choose the buffer's dtype explicitly",
-            confidence=confidence, evidence=(got[1], *evidence),
+            confidence=confidence, evidence=(held_where, *evidence),
             no_fix_reason="the right dtype depends on what the buffer holds; choose it by hand",
         )
 

@@ -202,6 +202,17 @@ def full_only(value, why: str = ""):
     return pytest.param(value, marks=pytest.mark.full(why), id=str(value))
 
 
+def pinned_hf_tree(library: str) -> Path:
+    """The cached `.py` tree of the transformers/diffusers release the shipped Hugging Face lists
+    are built from (scripts/hf_model_classes.py fetches it); the test is skipped when it is absent."""
+    from dtype_lint.ecosystems.hf.model_classes import PINNED
+
+    tree = Path.home() / ".cache" / "dtype-lint" / f"{library}-{PINNED[library]}"
+    if not (tree / library).is_dir():
+        pytest.skip(f"{library} {PINNED[library]} is not cached (python scripts/hf_model_classes.py fetches it)")
+    return tree
+
+
 # The tests that pip-install this checkout: pip builds in the source tree, so under pytest-xdist
 # they run in one worker, one after the other (`--dist loadgroup` in pyproject.toml, docs/testing.md).
 builds_the_checkout = pytest.mark.xdist_group("builds-the-checkout")

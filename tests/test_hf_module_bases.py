@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import full_only
+from conftest import full_only, pinned_hf_tree
 from tiny_project import json_findings
 
 from dtype_lint.ecosystems.hf.model_classes import (
@@ -173,8 +173,6 @@ def test_the_builder_reads_init_assignments_and_ancestors_in_the_release(tmp_pat
 @pytest.mark.parametrize("library", [full_only("transformers", "the builder on a tree of our own")])
 def test_the_shipped_linear_attributes_are_fresh(library: str):
     """The shipped list is what the pinned release's own files give (scripts/hf_model_classes.py)."""
-    tree = Path.home() / ".cache" / "dtype-lint" / f"{library}-{PINNED[library]}"
-    if not (tree / library).is_dir():
-        pytest.skip(f"{library} {PINNED[library]} is not cached (python scripts/hf_model_classes.py fetches it)")
+    tree = pinned_hf_tree(library)
     assert linear_attributes_path(library).read_text(encoding="utf-8") == \
         render_linear_attributes(library, PINNED[library], build_linear_attributes(tree, library))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import dtl
-from conftest import full_only
+from conftest import full_only, pinned_hf_tree
 from tiny_project import copy_project, fix_project, json_findings, run_on_quantized_layers, tree_bytes
 
 from dtype_lint.analysis.function_walk import patched_methods
@@ -160,9 +160,7 @@ def test_the_catalogue_builder_follows_ancestry_through_the_librarys_own_classes
 @pytest.mark.parametrize("library", [full_only(library, "the builder on a tree of our own") for library in sorted(PINNED)])
 def test_the_shipped_catalogue_is_fresh(library: str):
     """The shipped list is what the pinned release's own files give (scripts/hf_model_classes.py)."""
-    tree = Path.home() / ".cache" / "dtype-lint" / f"{library}-{PINNED[library]}"
-    if not (tree / library).is_dir():
-        pytest.skip(f"{library} {PINNED[library]} is not cached (python scripts/hf_model_classes.py fetches it)")
+    tree = pinned_hf_tree(library)
     assert catalogue_path(library).read_text(encoding="utf-8") == \
         render(library, PINNED[library], build_catalogue(tree, library))
 

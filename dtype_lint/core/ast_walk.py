@@ -63,6 +63,15 @@ def parent_map(root: ast.AST) -> dict[int, ast.AST]:
     return parents
 
 
+def enclosing_function(parents: dict[int, ast.AST], node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function `node` is in (by `parents`, id -> parent), or None."""
+    while id(node) in parents:
+        node = parents[id(node)]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return node
+    return None
+
+
 def walked(root: ast.AST, parents: dict[int, ast.AST] | None) -> list[ast.AST]:
     """The nodes under `root` in ast.walk's order; with `parents`, each child's parent written
     there as it is met."""

@@ -17,9 +17,10 @@ from functools import cached_property
 
 from dtype_lint.analysis.function_walk import parent_map, walk
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.ast_walk import enclosing_function
 from dtype_lint.core.records import record
 from dtype_lint.ecosystems.hf.family import ENGINE_PACKAGES
-from dtype_lint.ecosystems.quantizers.applications_fabric import enclosing_function, fabric_applications
+from dtype_lint.ecosystems.quantizers.applications_fabric import fabric_applications
 from dtype_lint.ecosystems.quantizers.catalogue import (
     FABRIC_CONVERT,
     FABRIC_SETUP,

@@ -20,6 +20,7 @@ import ast
 
 from dtype_lint.analysis.function_walk import walk
 from dtype_lint.analysis.index.class_index import dotted
+from dtype_lint.core.ast_walk import enclosing_function
 from dtype_lint.ecosystems.quantizers.catalogue import (
     FABRIC_ANY_MODE,
     FABRIC_CONVERT,
@@ -70,15 +71,6 @@ def fabric_applications(index, loaded, plugins: list[ast.Call], fabrics: list[as
             unknown.unknown = "the `Fabric` it is handed to builds or sets up no model this analysis follows"
             found.append(unknown)
     return found
-
-
-def enclosing_function(parents: dict[int, ast.AST], node: ast.AST):
-    """The function `node` is in (by `parents`, id -> parent), or None."""
-    while id(node) in parents:
-        node = parents[id(node)]
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return node
-    return None
 
 
 def _quantizer(plugin: ast.Call) -> Quantizer:
